@@ -1,0 +1,1438 @@
+"""
+The `graph` dialect: tensor-level operations of a PyTorch program.
+
+Values are builtin ranked tensors with static shapes and one of the dtypes in `DTYPES`.
+Every op carries an op-kind trait (`Elementwise`, `Broadcast`, `Injective`, `Reduction`,
+`Extern`, `Composite`) that the fusion passes read; TVM's pattern kinds are the model.
+
+Broadcasting follows torch: shapes are aligned on the right and a dim of size 1 stretches.
+Binary ops require equal element types (the importer inserts `graph.cast` where torch would
+promote), comparisons yield `i1`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    I64,
+    IntegerAttr,
+    IntegerType,
+    Signedness,
+    ArrayAttr,
+    DictionaryAttr,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.irdl.operations import AttrSizedOperandSegments
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import ConstantLike, OpTrait, Pure
+from xdsl.utils.exceptions import VerifyException
+
+# ---------------------------------------------------------------------------------------------
+# Op-kind traits, read by fusion (xfuse/passes/legality.py)
+# ---------------------------------------------------------------------------------------------
+
+
+class OpKind(OpTrait):
+    """The fusion kind of an op; `kind` is the name used in reports and group attributes."""
+
+    kind: ClassVar[str] = "opaque"
+
+
+class Elementwise(OpKind):
+    """Each output element depends on the input elements at the same (broadcast) index."""
+
+    kind: ClassVar[str] = "elementwise"
+
+
+class Broadcast(OpKind):
+    """Replicates its input along new or size-1 dims: index arithmetic, no data movement."""
+
+    kind: ClassVar[str] = "broadcast"
+
+
+class Injective(OpKind):
+    """A layout op (reshape, permute, slice, concat): each output element reads one input element."""
+
+    kind: ClassVar[str] = "injective"
+
+
+class Reduction(OpKind):
+    """Combines the elements along some dims into one."""
+
+    kind: ClassVar[str] = "reduction"
+
+
+class Extern(OpKind):
+    """Runs through a library or an eager torch call; a fusion boundary."""
+
+    kind: ClassVar[str] = "extern"
+
+
+class Composite(OpKind):
+    """A composite op (softmax, layer_norm, ...) that `decompose` rewrites into primitives."""
+
+    kind: ClassVar[str] = "composite"
+
+
+KIND_TRAITS: tuple[type[OpKind], ...] = (
+    Elementwise,
+    Broadcast,
+    Injective,
+    Reduction,
+    Extern,
+    Composite,
+)
+
+
+def op_kind(op: Operation) -> str:
+    """The kind name of a graph op ("elementwise", ...), or "opaque" for any other op."""
+    for trait in KIND_TRAITS:
+        if op.has_trait(trait):
+            return trait.kind
+    return OpKind.kind
+
+
+# ---------------------------------------------------------------------------------------------
+# Types and shape helpers
+# ---------------------------------------------------------------------------------------------
+
+FLOAT_TYPES = (Float32Type, Float16Type, BFloat16Type, Float64Type)
+DTYPE_NAMES = "f32, f16, bf16, f64, i32, i64, i1"
+
+
+def is_float(t: Attribute) -> bool:
+    return isinstance(t, FLOAT_TYPES)
+
+
+def is_supported_element_type(t: Attribute) -> bool:
+    if is_float(t):
+        return True
+    return (
+        isinstance(t, IntegerType)
+        and t.width.data in (1, 32, 64)
+        and t.signedness.data == Signedness.SIGNLESS
+    )
+
+
+def tensor_type(value: SSAValue | Attribute) -> TensorType[Attribute]:
+    t = value.type if isinstance(value, SSAValue) else value
+    assert isinstance(t, TensorType)
+    return t  # pyright: ignore[reportUnknownVariableType]
+
+
+def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
+    return tuple(tensor_type(value).get_shape())
+
+
+def dtype_of(value: SSAValue | Attribute) -> Attribute:
+    return tensor_type(value).element_type
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """Torch's broadcasting of shapes, or None when they do not broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[int] = []
+    for i in range(rank):
+        size = 1
+        for s in shapes:
+            d = s[i - rank + len(s)] if i - rank + len(s) >= 0 else 1
+            if d == 1:
+                continue
+            if size not in (1, d):
+                return None
+            size = d
+        out.append(size)
+    return tuple(out)
+
+
+def reduced_shape(shape: Sequence[int], dims: Sequence[int], keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if i in dims else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in dims)
+
+
+def _check_tensor(value: SSAValue, what: str) -> TensorType[Attribute]:
+    t = value.type
+    if not isinstance(t, TensorType):
+        raise VerifyException(f"expected {what} to be a ranked tensor, found {t}")
+    if any(d < 0 for d in t.get_shape()):
+        raise VerifyException(f"expected {what} to have a static shape, found {t}")
+    if not is_supported_element_type(t.element_type):
+        raise VerifyException(
+            f"expected {what} element type to be one of {DTYPE_NAMES}, found {t.element_type}"
+        )
+    return t  # pyright: ignore[reportUnknownVariableType]
+
+
+def _check_same_dtype(values: Sequence[SSAValue], what: str) -> None:
+    dtypes = [dtype_of(v) for v in values]
+    if any(d != dtypes[0] for d in dtypes):
+        raise VerifyException(
+            f"expected {what} to have the same element type, found "
+            + ", ".join(str(d) for d in dtypes)
+        )
+
+
+def _check_dims(dims: Sequence[int], rank: int, what: str = "dims") -> None:
+    for d in dims:
+        if not 0 <= d < rank:
+            raise VerifyException(f"expected {what} in [0, {rank}), found {d}")
+    if len(set(dims)) != len(dims):
+        raise VerifyException(f"expected {what} to be unique, found {list(dims)}")
+
+
+def _check_result_shape(op: Operation, expected: Sequence[int]) -> None:
+    found = shape_of(op.results[0])
+    if tuple(expected) != found:
+        raise VerifyException(
+            f"expected result shape {fmt_shape(expected)}, found {fmt_shape(found)}"
+        )
+
+
+def _ints(attr: DenseArrayBase) -> tuple[int, ...]:  # pyright: ignore[reportMissingTypeArgument]
+    return tuple(int(x) for x in attr.get_values())  # pyright: ignore[reportUnknownArgumentType]
+
+
+def _i64_array(values: Sequence[int]) -> DenseArrayBase:  # pyright: ignore[reportMissingTypeArgument]
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise unary ops
+# ---------------------------------------------------------------------------------------------
+
+
+class UnaryOp(IRDLOperation):
+    """Base of elementwise unary ops: result type equals operand type."""
+
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    FLOAT_ONLY: ClassVar[bool] = False
+
+    def __init__(self, input: SSAValue | Operation):
+        input = SSAValue.get(input)
+        super().__init__(operands=[input], result_types=[input.type])
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        if self.FLOAT_ONLY and not is_float(t.element_type):
+            raise VerifyException(
+                f"expected a floating-point operand, found {t.element_type}"
+            )
+        if t.element_type == i1:
+            raise VerifyException("expected a numeric operand, found i1")
+
+
+class FloatUnaryOp(UnaryOp):
+    FLOAT_ONLY: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class NegOp(UnaryOp):
+    """Negation. `%y = graph.neg %x : tensor<4xf32>`"""
+
+    name = "graph.neg"
+
+
+@irdl_op_definition
+class AbsOp(UnaryOp):
+    """Absolute value. `%y = graph.abs %x : tensor<4xf32>`"""
+
+    name = "graph.abs"
+
+
+@irdl_op_definition
+class ReluOp(UnaryOp):
+    """max(x, 0). `%y = graph.relu %x : tensor<4xf32>`"""
+
+    name = "graph.relu"
+
+
+@irdl_op_definition
+class ExpOp(FloatUnaryOp):
+    """e^x. `%y = graph.exp %x : tensor<4xf32>`"""
+
+    name = "graph.exp"
+
+
+@irdl_op_definition
+class LogOp(FloatUnaryOp):
+    """Natural logarithm. `%y = graph.log %x : tensor<4xf32>`"""
+
+    name = "graph.log"
+
+
+@irdl_op_definition
+class SqrtOp(FloatUnaryOp):
+    """Square root. `%y = graph.sqrt %x : tensor<4xf32>`"""
+
+    name = "graph.sqrt"
+
+
+@irdl_op_definition
+class RsqrtOp(FloatUnaryOp):
+    """1/sqrt(x). `%y = graph.rsqrt %x : tensor<4xf32>`"""
+
+    name = "graph.rsqrt"
+
+
+@irdl_op_definition
+class TanhOp(FloatUnaryOp):
+    """Hyperbolic tangent. `%y = graph.tanh %x : tensor<4xf32>`"""
+
+    name = "graph.tanh"
+
+
+@irdl_op_definition
+class SigmoidOp(FloatUnaryOp):
+    """1/(1+e^-x). `%y = graph.sigmoid %x : tensor<4xf32>`"""
+
+    name = "graph.sigmoid"
+
+
+@irdl_op_definition
+class ErfOp(FloatUnaryOp):
+    """Gauss error function. `%y = graph.erf %x : tensor<4xf32>`"""
+
+    name = "graph.erf"
+
+
+@irdl_op_definition
+class SinOp(FloatUnaryOp):
+    """Sine. `%y = graph.sin %x : tensor<4xf32>`"""
+
+    name = "graph.sin"
+
+
+@irdl_op_definition
+class CosOp(FloatUnaryOp):
+    """Cosine. `%y = graph.cos %x : tensor<4xf32>`"""
+
+    name = "graph.cos"
+
+
+@irdl_op_definition
+class ReciprocalOp(FloatUnaryOp):
+    """1/x. `%y = graph.reciprocal %x : tensor<4xf32>`"""
+
+    name = "graph.reciprocal"
+
+
+@irdl_op_definition
+class CastOp(IRDLOperation):
+    """Element type conversion, as torch's `Tensor.to(dtype)`.
+    `%y = graph.cast %x : tensor<4xf32> to tensor<4xf16>`"""
+
+    name = "graph.cast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = "$input attr-dict `:` type($input) `to` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, dtype: Attribute):
+        input = SSAValue.get(input)
+        super().__init__(operands=[input], result_types=[TensorType(dtype, shape_of(input))])
+
+    def verify_(self) -> None:
+        _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_result_shape(self, shape_of(self.input))
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise binary and ternary ops (with torch broadcasting)
+# ---------------------------------------------------------------------------------------------
+
+
+class BinaryOp(IRDLOperation):
+    """Base of elementwise binary ops with torch broadcasting."""
+
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = (
+        "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"
+    )
+
+    FLOAT_ONLY: ClassVar[bool] = False
+    IS_COMPARISON: ClassVar[bool] = False
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
+        lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
+        shape = broadcast_shapes(shape_of(lhs), shape_of(rhs))
+        if shape is None:
+            raise ValueError(
+                f"{self.name}: shapes {fmt_shape(shape_of(lhs))} and "
+                f"{fmt_shape(shape_of(rhs))} do not broadcast"
+            )
+        dtype = i1 if self.IS_COMPARISON else dtype_of(lhs)
+        super().__init__(operands=[lhs, rhs], result_types=[TensorType(dtype, shape)])
+
+    def verify_(self) -> None:
+        lt = _check_tensor(self.lhs, "lhs")
+        rt = _check_tensor(self.rhs, "rhs")
+        _check_tensor(self.result, "result")
+        if lt.element_type != rt.element_type:
+            raise VerifyException(
+                f"expected operands of the same element type, found {lt.element_type} "
+                f"and {rt.element_type}"
+            )
+        if self.FLOAT_ONLY and not is_float(lt.element_type):
+            raise VerifyException(
+                f"expected floating-point operands, found {lt.element_type}"
+            )
+        shape = broadcast_shapes(lt.get_shape(), rt.get_shape())
+        if shape is None:
+            raise VerifyException(
+                f"operand shapes {fmt_shape(lt.get_shape())} and {fmt_shape(rt.get_shape())} "
+                "do not broadcast"
+            )
+        _check_result_shape(self, shape)
+        want = i1 if self.IS_COMPARISON else lt.element_type
+        if dtype_of(self.result) != want:
+            raise VerifyException(
+                f"expected result element type {want}, found {dtype_of(self.result)}"
+            )
+
+
+class ComparisonOp(BinaryOp):
+    IS_COMPARISON: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class AddOp(BinaryOp):
+    """a + b. `%z = graph.add %a, %b : tensor<4x1xf32>, tensor<4xf32> -> tensor<4x4xf32>`"""
+
+    name = "graph.add"
+
+
+@irdl_op_definition
+class SubOp(BinaryOp):
+    """a - b. `%z = graph.sub %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.sub"
+
+
+@irdl_op_definition
+class MulOp(BinaryOp):
+    """a * b. `%z = graph.mul %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
+
+    name = "graph.mul"
+
+
+@irdl_op_definition
+class DivOp(BinaryOp):
+    """a / b; true division for floats, truncating for integers.
+    `%z = graph.div %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.div"
+
+
+@irdl_op_definition
+class PowOp(BinaryOp):
+    """a ** b. `%z = graph.pow %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
+
+    name = "graph.pow"
+    FLOAT_ONLY: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class MaximumOp(BinaryOp):
+    """Elementwise max (NaN propagates). `%z = graph.maximum %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.maximum"
+
+
+@irdl_op_definition
+class MinimumOp(BinaryOp):
+    """Elementwise min (NaN propagates). `%z = graph.minimum %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.minimum"
+
+
+@irdl_op_definition
+class EqOp(ComparisonOp):
+    """a == b. `%z = graph.eq %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.eq"
+
+
+@irdl_op_definition
+class NeOp(ComparisonOp):
+    """a != b. `%z = graph.ne %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.ne"
+
+
+@irdl_op_definition
+class LtOp(ComparisonOp):
+    """a < b. `%z = graph.lt %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.lt"
+
+
+@irdl_op_definition
+class LeOp(ComparisonOp):
+    """a <= b. `%z = graph.le %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.le"
+
+
+@irdl_op_definition
+class GtOp(ComparisonOp):
+    """a > b. `%z = graph.gt %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.gt"
+
+
+@irdl_op_definition
+class GeOp(ComparisonOp):
+    """a >= b. `%z = graph.ge %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.ge"
+
+
+@irdl_op_definition
+class WhereOp(IRDLOperation):
+    """cond ? a : b, broadcasting all three.
+    `%z = graph.where %c, %a, %b : tensor<4xi1>, tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
+
+    name = "graph.where"
+    cond = operand_def(TensorType)
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = (
+        "$cond `,` $lhs `,` $rhs attr-dict `:` type($cond) `,` type($lhs) `,` type($rhs) "
+        "`->` type($result)"
+    )
+
+    def __init__(
+        self,
+        cond: SSAValue | Operation,
+        lhs: SSAValue | Operation,
+        rhs: SSAValue | Operation,
+    ):
+        cond, lhs, rhs = SSAValue.get(cond), SSAValue.get(lhs), SSAValue.get(rhs)
+        shape = broadcast_shapes(shape_of(cond), shape_of(lhs), shape_of(rhs))
+        if shape is None:
+            raise ValueError("graph.where: operand shapes do not broadcast")
+        super().__init__(
+            operands=[cond, lhs, rhs], result_types=[TensorType(dtype_of(lhs), shape)]
+        )
+
+    def verify_(self) -> None:
+        ct = _check_tensor(self.cond, "condition")
+        _check_tensor(self.lhs, "lhs")
+        _check_tensor(self.rhs, "rhs")
+        _check_tensor(self.result, "result")
+        if ct.element_type != i1:
+            raise VerifyException(f"expected an i1 condition, found {ct.element_type}")
+        _check_same_dtype([self.lhs, self.rhs, self.result], "lhs, rhs and result")
+        shape = broadcast_shapes(shape_of(self.cond), shape_of(self.lhs), shape_of(self.rhs))
+        if shape is None:
+            raise VerifyException(
+                f"operand shapes {fmt_shape(shape_of(self.cond))}, {fmt_shape(shape_of(self.lhs))}"
+                f" and {fmt_shape(shape_of(self.rhs))} do not broadcast"
+            )
+        _check_result_shape(self, shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Broadcast
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class BroadcastInDimOp(IRDLOperation):
+    """Broadcast: operand dim i becomes result dim dims[i] (size 1 or equal); other result
+    dims are new. `%y = graph.broadcast_in_dim %x dims = [1] : tensor<4xf32> -> tensor<3x4xf32>`"""
+
+    name = "graph.broadcast_in_dim"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dims = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Broadcast())
+    assembly_format = "$input `dims` `=` $dims attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, shape: Sequence[int], dims: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), shape)],
+            properties={"dims": _i64_array(dims)},
+        )
+
+    @property
+    def dim_map(self) -> tuple[int, ...]:
+        return _ints(self.dims)
+
+    def verify_(self) -> None:
+        src = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        dims = self.dim_map
+        in_shape, out_shape = src.get_shape(), shape_of(self.result)
+        if len(dims) != len(in_shape):
+            raise VerifyException(
+                f"expected {len(in_shape)} dims (the operand's rank), found {len(dims)}"
+            )
+        _check_dims(dims, len(out_shape))
+        if list(dims) != sorted(dims):
+            raise VerifyException(f"expected increasing dims, found {list(dims)}")
+        for i, d in enumerate(dims):
+            if in_shape[i] not in (1, out_shape[d]):
+                raise VerifyException(
+                    f"operand dim {i} of size {in_shape[i]} cannot broadcast to result dim "
+                    f"{d} of size {out_shape[d]}"
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------------------------
+
+
+class ReduceOp(IRDLOperation):
+    """Base of reductions over `dims`, keeping them as size 1 when `keepdim` is set."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dims = prop_def(DenseArrayBase[I64])
+    keepdim = opt_prop_def(UnitAttr)
+    traits = traits_def(Pure(), Reduction())
+    assembly_format = (
+        "$input `dims` `=` $dims (`keepdim` $keepdim^)? attr-dict `:` type($input) "
+        "`->` type($result)"
+    )
+
+    FLOAT_ONLY: ClassVar[bool] = False
+
+    def __init__(self, input: SSAValue | Operation, dims: Sequence[int], keepdim: bool = False):
+        input = SSAValue.get(input)
+        dims = sorted(d % len(shape_of(input)) for d in dims) if shape_of(input) else []
+        shape = reduced_shape(shape_of(input), dims, keepdim)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), shape)],
+            properties={"dims": _i64_array(dims), "keepdim": UnitAttr() if keepdim else None},
+        )
+
+    @property
+    def reduce_dims(self) -> tuple[int, ...]:
+        return _ints(self.dims)
+
+    @property
+    def keeps_dims(self) -> bool:
+        return self.keepdim is not None
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        if self.FLOAT_ONLY and not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        shape = t.get_shape()
+        _check_dims(self.reduce_dims, len(shape))
+        _check_result_shape(self, reduced_shape(shape, self.reduce_dims, self.keeps_dims))
+
+
+@irdl_op_definition
+class ReduceSumOp(ReduceOp):
+    """Sum. `%y = graph.reduce_sum %x dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>`"""
+
+    name = "graph.reduce_sum"
+
+
+@irdl_op_definition
+class ReduceMeanOp(ReduceOp):
+    """Mean. `%y = graph.reduce_mean %x dims = [1] : tensor<4x8xf32> -> tensor<4xf32>`"""
+
+    name = "graph.reduce_mean"
+    FLOAT_ONLY: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class ReduceMaxOp(ReduceOp):
+    """Max. `%y = graph.reduce_max %x dims = [1] : tensor<4x8xf32> -> tensor<4xf32>`"""
+
+    name = "graph.reduce_max"
+
+
+@irdl_op_definition
+class ReduceMinOp(ReduceOp):
+    """Min. `%y = graph.reduce_min %x dims = [1] : tensor<4x8xf32> -> tensor<4xf32>`"""
+
+    name = "graph.reduce_min"
+
+
+@irdl_op_definition
+class ReduceProdOp(ReduceOp):
+    """Product. `%y = graph.reduce_prod %x dims = [0, 1] : tensor<4x8xf32> -> tensor<f32>`"""
+
+    name = "graph.reduce_prod"
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout (injective) ops
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ReshapeOp(IRDLOperation):
+    """Row-major reshape (torch's view/reshape on a contiguous tensor).
+    `%y = graph.reshape %x : tensor<4x8xf32> -> tensor<32xf32>`"""
+
+    name = "graph.reshape"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, shape: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(operands=[input], result_types=[TensorType(dtype_of(input), shape)])
+
+    def verify_(self) -> None:
+        _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        n_in, n_out = numel(shape_of(self.input)), numel(shape_of(self.result))
+        if n_in != n_out:
+            raise VerifyException(
+                f"expected the result to have {n_in} elements like the operand, found {n_out}"
+            )
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@irdl_op_definition
+class PermuteOp(IRDLOperation):
+    """Dim permutation: result dim i is operand dim perm[i].
+    `%y = graph.permute %x perm = [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>`"""
+
+    name = "graph.permute"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    perm = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$input `perm` `=` $perm attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, perm: Sequence[int]):
+        input = SSAValue.get(input)
+        shape = [shape_of(input)[p] for p in perm]
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), shape)],
+            properties={"perm": _i64_array(perm)},
+        )
+
+    @property
+    def permutation(self) -> tuple[int, ...]:
+        return _ints(self.perm)
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        perm, shape = self.permutation, t.get_shape()
+        if sorted(perm) != list(range(len(shape))):
+            raise VerifyException(
+                f"expected a permutation of [0, {len(shape)}), found {list(perm)}"
+            )
+        _check_result_shape(self, [shape[p] for p in perm])
+
+
+@irdl_op_definition
+class SliceOp(IRDLOperation):
+    """Strided slice, per dim `start:limit:stride` (stride > 0).
+    `%y = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>`"""
+
+    name = "graph.slice"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    start = prop_def(DenseArrayBase[I64])
+    limit = prop_def(DenseArrayBase[I64])
+    stride = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = (
+        "$input `start` `=` $start `limit` `=` $limit `stride` `=` $stride attr-dict "
+        "`:` type($input) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        start: Sequence[int],
+        limit: Sequence[int],
+        stride: Sequence[int],
+    ):
+        input = SSAValue.get(input)
+        shape = slice_shape(start, limit, stride)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), shape)],
+            properties={
+                "start": _i64_array(start),
+                "limit": _i64_array(limit),
+                "stride": _i64_array(stride),
+            },
+        )
+
+    @property
+    def bounds(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        return _ints(self.start), _ints(self.limit), _ints(self.stride)
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        shape = t.get_shape()
+        start, limit, stride = self.bounds
+        for name, arr in (("start", start), ("limit", limit), ("stride", stride)):
+            if len(arr) != len(shape):
+                raise VerifyException(
+                    f"expected {len(shape)} {name} values (the operand's rank), found {len(arr)}"
+                )
+        for i, (s, e, k) in enumerate(zip(start, limit, stride, strict=True)):
+            if k <= 0:
+                raise VerifyException(f"expected a positive stride in dim {i}, found {k}")
+            if not 0 <= s <= e <= shape[i]:
+                raise VerifyException(
+                    f"expected 0 <= start <= limit <= {shape[i]} in dim {i}, found {s}:{e}"
+                )
+        _check_result_shape(self, slice_shape(start, limit, stride))
+
+
+def slice_shape(
+    start: Sequence[int], limit: Sequence[int], stride: Sequence[int]
+) -> tuple[int, ...]:
+    return tuple(max(0, (e - s + k - 1) // k) for s, e, k in zip(start, limit, stride, strict=True))
+
+
+@irdl_op_definition
+class ConcatOp(IRDLOperation):
+    """Concatenation along `dim`.
+    `%y = graph.concat %a, %b dim = 0 : tensor<2x4xf32>, tensor<3x4xf32> -> tensor<5x4xf32>`"""
+
+    name = "graph.concat"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$inputs `dim` `=` $dim attr-dict `:` type($inputs) `->` type($result)"
+
+    def __init__(self, inputs: Sequence[SSAValue | Operation], dim: int):
+        values = [SSAValue.get(v) for v in inputs]
+        shape = list(shape_of(values[0]))
+        shape[dim] = sum(shape_of(v)[dim] for v in values)
+        super().__init__(
+            operands=[values],
+            result_types=[TensorType(dtype_of(values[0]), shape)],
+            properties={"dim": IntegerAttr(dim, i64)},
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    def verify_(self) -> None:
+        if not self.inputs:
+            raise VerifyException("expected at least one operand")
+        types = [_check_tensor(v, f"operand {i}") for i, v in enumerate(self.inputs)]
+        _check_tensor(self.result, "result")
+        _check_same_dtype([*self.inputs, self.result], "operands and result")
+        rank = len(types[0].get_shape())
+        if not 0 <= self.axis < rank:
+            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        first = types[0].get_shape()
+        for i, t in enumerate(types):
+            s = t.get_shape()
+            if len(s) != rank or any(
+                a != b for j, (a, b) in enumerate(zip(s, first, strict=True)) if j != self.axis
+            ):
+                raise VerifyException(
+                    f"expected operand {i} of shape {fmt_shape(s)} to match "
+                    f"{fmt_shape(first)} outside dim {self.axis}"
+                )
+        shape = list(first)
+        shape[self.axis] = sum(t.get_shape()[self.axis] for t in types)
+        _check_result_shape(self, shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Extern ops
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class MatmulOp(IRDLOperation):
+    """torch.matmul of operands of rank >= 2, batch dims broadcast.
+    `%y = graph.matmul %a, %b : tensor<8x16xf32>, tensor<16x4xf32> -> tensor<8x4xf32>`"""
+
+    name = "graph.matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Extern())
+    assembly_format = (
+        "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"
+    )
+
+    def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
+        lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
+        shape = matmul_shape(shape_of(lhs), shape_of(rhs))
+        if shape is None:
+            raise ValueError("graph.matmul: operand shapes do not match")
+        super().__init__(operands=[lhs, rhs], result_types=[TensorType(dtype_of(lhs), shape)])
+
+    def verify_(self) -> None:
+        lt = _check_tensor(self.lhs, "lhs")
+        rt = _check_tensor(self.rhs, "rhs")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.lhs, self.rhs, self.result], "operands and result")
+        if lt.get_shape().__len__() < 2 or len(rt.get_shape()) < 2:
+            raise VerifyException(
+                f"expected operands of rank >= 2, found ranks {len(lt.get_shape())} "
+                f"and {len(rt.get_shape())}"
+            )
+        shape = matmul_shape(lt.get_shape(), rt.get_shape())
+        if shape is None:
+            raise VerifyException(
+                f"operand shapes {fmt_shape(lt.get_shape())} and {fmt_shape(rt.get_shape())} "
+                "do not match for matmul"
+            )
+        _check_result_shape(self, shape)
+
+
+def matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        return None
+    batch = broadcast_shapes(a[:-2], b[:-2])
+    if batch is None:
+        return None
+    return (*batch, a[-2], b[-1])
+
+
+@irdl_op_definition
+class LinearOp(IRDLOperation):
+    """torch.nn.functional.linear: x @ weight^T (+ bias); `decompose` splits it into matmul + add.
+    `%y = graph.linear %x, %w bias(%b : tensor<4xf32>) : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>`"""
+
+    name = "graph.linear"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Extern())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = (
+        "$input `,` $weight (`bias` `(` $bias^ `:` type($bias) `)`)? attr-dict `:` "
+        "type($input) `,` type($weight) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        weight: SSAValue | Operation,
+        bias: SSAValue | Operation | None = None,
+    ):
+        input, weight = SSAValue.get(input), SSAValue.get(weight)
+        shape = (*shape_of(input)[:-1], shape_of(weight)[0])
+        super().__init__(
+            operands=[input, weight, [SSAValue.get(bias)] if bias is not None else []],
+            result_types=[TensorType(dtype_of(input), shape)],
+        )
+
+    def verify_(self) -> None:
+        xt = _check_tensor(self.input, "input")
+        wt = _check_tensor(self.weight, "weight")
+        _check_tensor(self.result, "result")
+        values = [self.input, self.weight, self.result]
+        if self.bias is not None:
+            bt = _check_tensor(self.bias, "bias")
+            values.append(self.bias)
+            if tuple(bt.get_shape()) not in ((wt.get_shape()[0],), ()):
+                raise VerifyException(
+                    f"expected bias of shape [{wt.get_shape()[0]}], found {fmt_shape(bt.get_shape())}"
+                )
+        _check_same_dtype(values, "operands and result")
+        xs, ws = xt.get_shape(), wt.get_shape()
+        if len(xs) < 1 or len(ws) != 2 or xs[-1] != ws[1]:
+            raise VerifyException(
+                f"expected input [..., K] and weight [N, K], found {fmt_shape(xs)} and {fmt_shape(ws)}"
+            )
+        _check_result_shape(self, (*xs[:-1], ws[0]))
+
+
+@irdl_op_definition
+class TorchCallOp(IRDLOperation):
+    """An opaque torch operator, run eagerly: the way any op xfuse does not know still compiles.
+    `target` names the operator in `torch.ops` (`aten.cumsum.default`); `args` and `kwargs` hold
+    its other arguments as attributes (xfuse/dialects/torch_args.py): `"%t0"` is operand 0,
+    `"dtype:float32"` a dtype, ints, floats, bools, strings and lists as builtin attributes.
+    `%y = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1] kwargs = {} : (tensor<4x8xf32>) -> tensor<4x8xf32>`"""
+
+    name = "graph.torch_call"
+    target = prop_def(StringAttr)
+    inputs = var_operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    args = prop_def(ArrayAttr)
+    kwargs = prop_def(DictionaryAttr)
+    traits = traits_def(Extern())
+    assembly_format = (
+        "$target `(` $inputs `)` `args` `=` $args `kwargs` `=` $kwargs attr-dict `:` "
+        "functional-type($inputs, $outputs)"
+    )
+
+    def __init__(
+        self,
+        target: str,
+        inputs: Sequence[SSAValue | Operation],
+        result_types: Sequence[Attribute],
+        args: ArrayAttr[Attribute] | None = None,
+        kwargs: DictionaryAttr | None = None,
+    ):
+        super().__init__(
+            operands=[[SSAValue.get(v) for v in inputs]],
+            result_types=[list(result_types)],
+            properties={
+                "target": StringAttr(target),
+                "args": args if args is not None else ArrayAttr([]),
+                "kwargs": kwargs if kwargs is not None else DictionaryAttr({}),
+            },
+        )
+
+    def verify_(self) -> None:
+        for i, v in enumerate(self.inputs):
+            _check_tensor(v, f"operand {i}")
+        for i, v in enumerate(self.outputs):
+            _check_tensor(v, f"result {i}")
+        if not self.target.data:
+            raise VerifyException("expected a non-empty target")
+        used = _tensor_refs(self.args) | _tensor_refs(self.kwargs)
+        bad = sorted(i for i in used if i >= len(self.inputs))
+        if bad:
+            raise VerifyException(
+                f"expected tensor references below {len(self.inputs)}, found %t{bad[0]}"
+            )
+
+
+def _tensor_refs(attr: Attribute) -> set[int]:
+    """Operand indices named by `"%tN"` strings anywhere inside an attribute."""
+    if isinstance(attr, StringAttr) and attr.data.startswith("%t") and attr.data[2:].isdigit():
+        return {int(attr.data[2:])}
+    if isinstance(attr, ArrayAttr):
+        return set().union(*(_tensor_refs(a) for a in attr.data))
+    if isinstance(attr, DictionaryAttr):
+        return set().union(*(_tensor_refs(a) for a in attr.data.values()))
+    return set()
+
+
+# ---------------------------------------------------------------------------------------------
+# Constants
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ConstantOp(IRDLOperation):
+    """A dense tensor constant. `%c = graph.constant dense<2.0> : tensor<f32>`"""
+
+    name = "graph.constant"
+    value = prop_def(DenseIntOrFPElementsAttr)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), ConstantLike(), Elementwise())
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ConstantOp:
+        pos = parser.pos
+        value = parser.parse_attribute()
+        if not isinstance(value, DenseIntOrFPElementsAttr):
+            parser.raise_error("expected a dense tensor attribute", pos, parser.pos)
+        attrs = parser.parse_optional_attr_dict()
+        op = cls(value)  # pyright: ignore[reportUnknownArgumentType]
+        op.attributes.update(attrs)
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_attribute(self.value)
+        printer.print_op_attributes(self.attributes)
+
+    def __init__(self, value: DenseIntOrFPElementsAttr):  # pyright: ignore[reportMissingTypeArgument]
+        super().__init__(properties={"value": value}, result_types=[value.type])
+
+    @staticmethod
+    def scalar(value: float | int | bool, dtype: Attribute, shape: Sequence[int] = ()) -> ConstantOp:
+        t = TensorType(dtype, shape)
+        if is_float(dtype):
+            return ConstantOp(DenseIntOrFPElementsAttr.from_list(t, [float(value)]))
+        return ConstantOp(DenseIntOrFPElementsAttr.from_list(t, [int(value)]))
+
+    def verify_(self) -> None:
+        _check_tensor(self.result, "result")
+        if self.value.type != self.result.type:
+            raise VerifyException(
+                f"expected result type {self.value.type}, found {self.result.type}"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Composite ops (`decompose` rewrites them into the primitives above)
+# ---------------------------------------------------------------------------------------------
+
+
+class _DimCompositeOp(IRDLOperation):
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    dim = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure(), Composite())
+    assembly_format = "$input `dim` `=` $dim attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation, dim: int):
+        input = SSAValue.get(input)
+        rank = len(shape_of(input))
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={"dim": IntegerAttr(dim % rank if rank else 0, i64)},
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        if not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        _check_dims([self.axis], max(1, len(t.get_shape())), "dim")
+
+
+@irdl_op_definition
+class SoftmaxOp(_DimCompositeOp):
+    """Softmax along `dim`. `%y = graph.softmax %x dim = 1 : tensor<4x8xf32>`"""
+
+    name = "graph.softmax"
+
+
+@irdl_op_definition
+class LogSoftmaxOp(_DimCompositeOp):
+    """Log-softmax along `dim`. `%y = graph.log_softmax %x dim = 1 : tensor<4x8xf32>`"""
+
+    name = "graph.log_softmax"
+
+
+class _NormOp(IRDLOperation):
+    """Normalisation over the last `rank` dims with optional affine weight (and bias)."""
+
+    @property
+    def normalized_rank(self) -> int:
+        rank = self.properties["rank"]
+        assert isinstance(rank, IntegerAttr)
+        return rank.value.data
+
+    @property
+    def epsilon(self) -> float:
+        eps = self.properties["eps"]
+        assert isinstance(eps, FloatAttr)
+        return eps.value.data
+
+    def _check_norm(self, affine: Sequence[SSAValue | None]) -> None:
+        t = _check_tensor(self.operands[0], "operand")
+        if not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        shape, r = t.get_shape(), self.normalized_rank
+
+        if not 1 <= r <= len(shape):
+            raise VerifyException(f"expected rank in [1, {len(shape)}], found {r}")
+        normalized = tuple(shape[len(shape) - r :])
+        for name, v in zip(("weight", "bias"), affine, strict=False):
+            if v is None:
+                continue
+            _check_tensor(v, name)
+            if shape_of(v) != normalized:
+                raise VerifyException(
+                    f"expected {name} of shape {fmt_shape(normalized)}, found {fmt_shape(shape_of(v))}"
+                )
+            if dtype_of(v) != t.element_type:
+                raise VerifyException(
+                    f"expected {name} of element type {t.element_type}, found {dtype_of(v)}"
+                )
+
+
+@irdl_op_definition
+class LayerNormOp(_NormOp):
+    """Layer normalisation over the last `rank` dims.
+    `%y = graph.layer_norm %x weight(%w : tensor<8xf32>) bias(%b : tensor<8xf32>) rank = 1 eps = 1.0e-05 : tensor<4x8xf32>`"""
+
+    name = "graph.layer_norm"
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    weight = opt_operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    result = result_def(T)
+    rank = prop_def(IntegerAttr[I64])
+    eps = prop_def(FloatAttr[Float64Type])
+    traits = traits_def(Pure(), Composite())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = (
+        "$input (`weight` `(` $weight^ `:` type($weight) `)`)? "
+        "(`bias` `(` $bias^ `:` type($bias) `)`)? `rank` `=` $rank `eps` `=` $eps "
+        "attr-dict `:` type($input)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        rank: int,
+        eps: float,
+        weight: SSAValue | Operation | None = None,
+        bias: SSAValue | Operation | None = None,
+    ):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[
+                input,
+                [SSAValue.get(weight)] if weight is not None else [],
+                [SSAValue.get(bias)] if bias is not None else [],
+            ],
+            result_types=[input.type],
+            properties={"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())},
+        )
+
+    def verify_(self) -> None:
+        self._check_norm([self.weight, self.bias])
+
+
+@irdl_op_definition
+class RMSNormOp(_NormOp):
+    """RMS normalisation over the last `rank` dims.
+    `%y = graph.rms_norm %x weight(%w : tensor<8xf32>) rank = 1 eps = 1.0e-06 : tensor<4x8xf32>`"""
+
+    name = "graph.rms_norm"
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    weight = opt_operand_def(TensorType)
+    result = result_def(T)
+    rank = prop_def(IntegerAttr[I64])
+    eps = prop_def(FloatAttr[Float64Type])
+    traits = traits_def(Pure(), Composite())
+    assembly_format = (
+        "$input (`weight` `(` $weight^ `:` type($weight) `)`)? `rank` `=` $rank `eps` `=` $eps "
+        "attr-dict `:` type($input)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        rank: int,
+        eps: float,
+        weight: SSAValue | Operation | None = None,
+    ):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input, [SSAValue.get(weight)] if weight is not None else []],
+            result_types=[input.type],
+            properties={"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())},
+        )
+
+    def verify_(self) -> None:
+        self._check_norm([self.weight])
+
+
+@irdl_op_definition
+class GeluOp(IRDLOperation):
+    """GELU, exact (erf) or `approximate = "tanh"`.
+    `%y = graph.gelu %x approximate = "tanh" : tensor<4xf32>`"""
+
+    name = "graph.gelu"
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    approximate = prop_def(StringAttr)
+    traits = traits_def(Pure(), Composite())
+    assembly_format = "$input `approximate` `=` $approximate attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation, approximate: str = "none"):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={"approximate": StringAttr(approximate)},
+        )
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        if not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        if self.approximate.data not in ("none", "tanh"):
+            raise VerifyException(
+                f'expected approximate to be "none" or "tanh", found "{self.approximate.data}"'
+            )
+
+
+@irdl_op_definition
+class SiluOp(FloatUnaryOp):
+    """x * sigmoid(x). `%y = graph.silu %x : tensor<4xf32>`"""
+
+    name = "graph.silu"
+    traits = traits_def(Pure(), Composite())
+
+
+@irdl_op_definition
+class VarOp(IRDLOperation):
+    """Variance over `dims` with Bessel's `correction` (torch.var).
+    `%y = graph.var %x dims = [1] correction = 1 keepdim : tensor<4x8xf32> -> tensor<4x1xf32>`"""
+
+    name = "graph.var"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dims = prop_def(DenseArrayBase[I64])
+    correction = prop_def(IntegerAttr[I64])
+    keepdim = opt_prop_def(UnitAttr)
+    traits = traits_def(Pure(), Composite())
+    assembly_format = (
+        "$input `dims` `=` $dims `correction` `=` $correction (`keepdim` $keepdim^)? attr-dict "
+        "`:` type($input) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        dims: Sequence[int],
+        correction: int = 1,
+        keepdim: bool = False,
+    ):
+        input = SSAValue.get(input)
+        rank = len(shape_of(input))
+        dims = sorted(d % rank for d in dims) if rank else []
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), reduced_shape(shape_of(input), dims, keepdim))],
+            properties={
+                "dims": _i64_array(dims),
+                "correction": IntegerAttr(correction, i64),
+                "keepdim": UnitAttr() if keepdim else None,
+            },
+        )
+
+    @property
+    def reduce_dims(self) -> tuple[int, ...]:
+        return _ints(self.dims)
+
+    @property
+    def keeps_dims(self) -> bool:
+        return self.keepdim is not None
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        if not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        _check_dims(self.reduce_dims, len(t.get_shape()))
+        _check_result_shape(self, reduced_shape(t.get_shape(), self.reduce_dims, self.keeps_dims))
+
+
+Graph = Dialect(
+    "graph",
+    [
+        NegOp,
+        AbsOp,
+        ReluOp,
+        ExpOp,
+        LogOp,
+        SqrtOp,
+        RsqrtOp,
+        TanhOp,
+        SigmoidOp,
+        ErfOp,
+        SinOp,
+        CosOp,
+        ReciprocalOp,
+        CastOp,
+        AddOp,
+        SubOp,
+        MulOp,
+        DivOp,
+        PowOp,
+        MaximumOp,
+        MinimumOp,
+        EqOp,
+        NeOp,
+        LtOp,
+        LeOp,
+        GtOp,
+        GeOp,
+        WhereOp,
+        BroadcastInDimOp,
+        ReduceSumOp,
+        ReduceMeanOp,
+        ReduceMaxOp,
+        ReduceMinOp,
+        ReduceProdOp,
+        ReshapeOp,
+        PermuteOp,
+        SliceOp,
+        ConcatOp,
+        MatmulOp,
+        LinearOp,
+        TorchCallOp,
+        ConstantOp,
+        SoftmaxOp,
+        LogSoftmaxOp,
+        LayerNormOp,
+        RMSNormOp,
+        GeluOp,
+        SiluOp,
+        VarOp,
+    ],
+    [],
+)

@@ -1,0 +1,112 @@
+"""
+The arguments of `graph.torch_call` as builtin attributes, and back.
+
+Tensors are operand references `"%tN"`; torch dtypes, devices, layouts and memory formats are
+`"dtype:float32"`, `"device:cpu"`, `"layout:strided"`, `"memory_format:contiguous_format"`; a
+plain string that would read as one of these is escaped as `"str:..."`. Numbers, bools, None
+and (nested) lists map to IntegerAttr, FloatAttr, `true`/`false`, `#none` and ArrayAttr.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    NoneAttr,
+    StringAttr,
+    f64,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute
+
+_PREFIXES = ("dtype:", "device:", "layout:", "memory_format:", "str:")
+
+
+class UnsupportedArgument(ValueError):
+    """A torch argument that has no attribute form (e.g. a Python object)."""
+
+
+def _is_special(s: str) -> bool:
+    return s.startswith(_PREFIXES) or (s.startswith("%t") and s[2:].isdigit())
+
+
+def encode_arg(value: Any, tensor_index: Callable[[Any], int | None]) -> Attribute:
+    """One torch argument as an attribute; `tensor_index` names the operand of a tensor value."""
+    import torch
+
+    index = tensor_index(value)
+    if index is not None:
+        return StringAttr(f"%t{index}")
+    if value is None:
+        return NoneAttr()
+    if isinstance(value, bool):
+        return IntegerAttr(int(value), i1)
+    if isinstance(value, int):
+        return IntegerAttr(value, i64)
+    if isinstance(value, float):
+        return FloatAttr(value, f64)
+    if isinstance(value, str):
+        return StringAttr("str:" + value if _is_special(value) else value)
+    if isinstance(value, torch.dtype):
+        return StringAttr("dtype:" + str(value).removeprefix("torch."))
+    if isinstance(value, torch.device):
+        return StringAttr("device:" + str(value))
+    if isinstance(value, torch.layout):
+        return StringAttr("layout:" + str(value).removeprefix("torch."))
+    if isinstance(value, torch.memory_format):
+        return StringAttr("memory_format:" + str(value).removeprefix("torch."))
+    if isinstance(value, list | tuple):
+        return ArrayAttr([encode_arg(v, tensor_index) for v in value])  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    raise UnsupportedArgument(f"cannot encode argument {value!r} of type {type(value).__name__}")
+
+
+def encode_args(
+    args: Sequence[Any], kwargs: dict[str, Any], tensor_index: Callable[[Any], int | None]
+) -> tuple[ArrayAttr[Attribute], DictionaryAttr]:
+    return (
+        ArrayAttr([encode_arg(a, tensor_index) for a in args]),
+        DictionaryAttr({k: encode_arg(v, tensor_index) for k, v in kwargs.items()}),
+    )
+
+
+def decode_arg(attr: Attribute, tensors: Sequence[Any]) -> Any:
+    """The torch value of an encoded argument, with `tensors` the call's operand values."""
+    import torch
+
+    if isinstance(attr, NoneAttr):
+        return None
+    if isinstance(attr, IntegerAttr):
+        value = attr.value.data  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        return bool(value) if attr.type == i1 else int(value)  # pyright: ignore[reportUnknownArgumentType]
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
+    if isinstance(attr, ArrayAttr):
+        return [decode_arg(a, tensors) for a in attr.data]  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(attr, StringAttr):
+        s = attr.data
+        if s.startswith("%t") and s[2:].isdigit():
+            return tensors[int(s[2:])]
+        kind, _, name = s.partition(":")
+        if kind == "str":
+            return name
+        if kind in ("dtype", "layout", "memory_format"):
+            return getattr(torch, name)
+        if kind == "device":
+            return torch.device(name)
+        return s
+    raise UnsupportedArgument(f"cannot decode argument attribute {attr}")
+
+
+def decode_args(
+    args: ArrayAttr[Attribute], kwargs: DictionaryAttr, tensors: Sequence[Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    return (
+        [decode_arg(a, tensors) for a in args.data],
+        {k: decode_arg(v, tensors) for k, v in kwargs.data.items()},
+    )
