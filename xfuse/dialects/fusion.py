@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import StringAttr
+from xdsl.dialects.builtin import StringAttr, SymbolRefAttr
 from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -112,4 +112,29 @@ class GroupOp(IRDLOperation):
             raise VerifyException("expected at least one output")
 
 
-Fusion = Dialect("fusion", [GroupOp, YieldOp], [])
+@irdl_op_definition
+class LaunchOp(IRDLOperation):
+    """Runs the kernel function `callee` (made by `lower-to-loops`) on tensors: the runtime
+    allocates the outputs and passes inputs then outputs as buffers.
+    `%y = fusion.launch @kernel_0(%x, %w) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>`"""
+
+    name = "fusion.launch"
+    callee = prop_def(SymbolRefAttr)
+    inputs = var_operand_def()
+    outputs = var_result_def()
+    assembly_format = "$callee `(` $inputs `)` attr-dict `:` functional-type($inputs, $outputs)"
+
+    def __init__(
+        self,
+        callee: str,
+        inputs: Sequence[SSAValue | Operation],
+        output_types: Sequence[Attribute],
+    ):
+        super().__init__(
+            operands=[[SSAValue.get(v) for v in inputs]],
+            result_types=[list(output_types)],
+            properties={"callee": SymbolRefAttr(callee)},
+        )
+
+
+Fusion = Dialect("fusion", [GroupOp, YieldOp, LaunchOp], [])
