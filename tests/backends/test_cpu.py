@@ -1,0 +1,360 @@
+"""The CPU backend on hand-written loop IR (docs/contracts.md): results equal torch's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xfuse.backends import CodegenError
+from xfuse.backends.cpu import CPUBackend
+from xfuse.backends.threadpool import RangePool, split_range
+from xfuse.ir import parse
+
+
+def parallel(bounds: list[int], ivs: list[str], body: str) -> str:
+    """An `scf.parallel` from 0 by 1 to `bounds` (xDSL 0.74 prints it in generic form)."""
+    n = len(bounds)
+    consts = "\n".join(f"    %ub{i} = arith.constant {b} : index" for i, b in enumerate(bounds))
+    operands = ", ".join(["%c0"] * n + [f"%ub{i}" for i in range(n)] + ["%c1"] * n)
+    types = ", ".join(["index"] * (3 * n))
+    args = ", ".join(f"%{iv}: index" for iv in ivs)
+    return f"""    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+{consts}
+    "scf.parallel"({operands}) <{{operandSegmentSizes = array<i32: {n}, {n}, {n}, 0>}}> ({{
+    ^bb0({args}):
+{body}
+      scf.reduce
+    }}) : ({types}) -> ()"""
+
+
+def kernel(name: str, args: list[tuple[str, str]], body: str, parallel_dims: int = 1) -> str:
+    signature = ", ".join(f"%{n}: {t}" for n, t in args)
+    return f"""  func.func @{name}({signature}) attributes {{xfuse.kernel, xfuse.parallel_dims = {parallel_dims} : i64}} {{
+{body}
+    func.return
+  }}"""
+
+
+def module(*functions: str) -> str:
+    return "builtin.module {\n" + "\n".join(functions) + "\n}\n"
+
+
+def unary_f32(op: str, n: int) -> str:
+    """out[i] = op(x[i]) over n f32 elements."""
+    body = f"""      %a = memref.load %x[%i] : memref<{n}xf32>
+      %e = {op} %a : f32
+      memref.store %e, %out[%i] : memref<{n}xf32>"""
+    return module(
+        kernel(
+            "k",
+            [("x", f"memref<{n}xf32>"), ("out", f"memref<{n}xf32>")],
+            parallel([n], ["i"], body),
+        )
+    )
+
+
+def gelu_sigmoid(rows: int, cols: int) -> str:
+    """gelu(x * w + b) * sigmoid(x), w and b per column (erf gelu, sigmoid = 1 / (1 + exp(-x)))."""
+    m = f"memref<{rows}x{cols}xf32>"
+    v = f"memref<{cols}xf32>"
+    body = f"""      %x0 = memref.load %x[%i, %j] : {m}
+      %w0 = memref.load %w[%j] : {v}
+      %b0 = memref.load %b[%j] : {v}
+      %xw = arith.mulf %x0, %w0 : f32
+      %y = arith.addf %xw, %b0 : f32
+      %half = arith.constant 0.5 : f32
+      %one = arith.constant 1.0 : f32
+      %rsqrt2 = arith.constant 0.70710678118654752 : f32
+      %ys = arith.mulf %y, %rsqrt2 : f32
+      %erf = math.erf %ys : f32
+      %erf1 = arith.addf %erf, %one : f32
+      %hy = arith.mulf %y, %half : f32
+      %gelu = arith.mulf %hy, %erf1 : f32
+      %nx = arith.negf %x0 : f32
+      %ex = math.exp %nx : f32
+      %den = arith.addf %ex, %one : f32
+      %sig = arith.divf %one, %den : f32
+      %r = arith.mulf %gelu, %sig : f32
+      memref.store %r, %out[%i, %j] : {m}"""
+    return module(
+        kernel(
+            "gelu_sigmoid",
+            [("x", m), ("w", v), ("b", v), ("out", m)],
+            parallel([rows, cols], ["i", "j"], body),
+            parallel_dims=2,
+        )
+    )
+
+
+def dtypes_kernel(n: int) -> str:
+    """One kernel that loads and stores every element type of the contract."""
+    args = [
+        ("h", f"memref<{n}xf16>"),
+        ("bf", f"memref<{n}xbf16>"),
+        ("d", f"memref<{n}xf64>"),
+        ("a", f"memref<{n}xi32>"),
+        ("l", f"memref<{n}xi64>"),
+        ("m", f"memref<{n}xi1>"),
+        ("f", f"memref<{n}xf32>"),
+        ("out_h", f"memref<{n}xf16>"),
+        ("out_bf", f"memref<{n}xbf16>"),
+        ("out_d", f"memref<{n}xf64>"),
+        ("out_a", f"memref<{n}xi32>"),
+        ("out_l", f"memref<{n}xi64>"),
+        ("out_m", f"memref<{n}xi1>"),
+        ("out_f", f"memref<{n}xf32>"),
+    ]
+    body = f"""      %h0 = memref.load %h[%i] : memref<{n}xf16>
+      %bf0 = memref.load %bf[%i] : memref<{n}xbf16>
+      %d0 = memref.load %d[%i] : memref<{n}xf64>
+      %a0 = memref.load %a[%i] : memref<{n}xi32>
+      %l0 = memref.load %l[%i] : memref<{n}xi64>
+      %m0 = memref.load %m[%i] : memref<{n}xi1>
+      %f0 = memref.load %f[%i] : memref<{n}xf32>
+      %h2 = arith.mulf %h0, %h0 : f16
+      %h3 = arith.addf %h2, %h0 : f16
+      %h4 = math.tanh %h3 : f16
+      memref.store %h4, %out_h[%i] : memref<{n}xf16>
+      %bfw = arith.extf %bf0 : bf16 to f32
+      %bfe = math.exp %bfw : f32
+      %bfs = arith.addf %bfe, %f0 : f32
+      %bfo = arith.truncf %bfs : f32 to bf16
+      %two = arith.constant 2.0 : bf16
+      %bfo2 = arith.mulf %bfo, %two : bf16
+      memref.store %bfo2, %out_bf[%i] : memref<{n}xbf16>
+      %de = math.exp %d0 : f64
+      %dl = math.log1p %de : f64
+      %dm = arith.maximumf %dl, %d0 : f64
+      memref.store %dm, %out_d[%i] : memref<{n}xf64>
+      %seven = arith.constant 7 : i32
+      %ar = arith.floordivsi %a0, %seven : i32
+      %am = arith.maxsi %ar, %a0 : i32
+      %ax = arith.xori %am, %seven : i32
+      %asel = arith.select %m0, %ax, %a0 : i32
+      memref.store %asel, %out_a[%i] : memref<{n}xi32>
+      %ae = arith.extsi %a0 : i32 to i64
+      %lm = arith.muli %l0, %ae : i64
+      %lr = arith.remsi %lm, %l0 : i64
+      %ls = arith.subi %lm, %lr : i64
+      memref.store %ls, %out_l[%i] : memref<{n}xi64>
+      %zero = arith.constant 0.0 : f32
+      %pos = arith.cmpf ogt, %f0, %zero : f32
+      %mx = arith.andi %pos, %m0 : i1
+      memref.store %mx, %out_m[%i] : memref<{n}xi1>
+      %af = arith.sitofp %a0 : i32 to f32
+      %hf = arith.extf %h0 : f16 to f32
+      %mf = arith.uitofp %m0 : i1 to f32
+      %s1 = arith.addf %af, %hf : f32
+      %s2 = arith.addf %s1, %mf : f32
+      %fl = math.floor %f0 : f32
+      %fi = arith.fptosi %fl : f32 to i32
+      %fif = arith.sitofp %fi : i32 to f32
+      %s3 = arith.addf %s2, %fif : f32
+      %dt = arith.truncf %d0 : f64 to f32
+      %s4 = arith.addf %s3, %dt : f32
+      memref.store %s4, %out_f[%i] : memref<{n}xf32>"""
+    return module(kernel("dtypes", args, parallel([n], ["i"], body)))
+
+
+def row_sum_kernel(rows: int, cols: int) -> str:
+    """out[i] = sum_j x[i, j] (bf16 input, f32 accumulator) and the row max in f32."""
+    m = f"memref<{rows}x{cols}xbf16>"
+    body = f"""      %cols = arith.constant {cols} : index
+      %zero = arith.constant 0.0 : f32
+      %ninf = arith.constant 0xFF800000 : f32
+      %s, %mx = scf.for %j = %c0 to %cols step %c1 iter_args(%acc = %zero, %best = %ninf) -> (f32, f32) {{
+        %v = memref.load %x[%i, %j] : {m}
+        %vf = arith.extf %v : bf16 to f32
+        %acc2 = arith.addf %acc, %vf : f32
+        %best2 = arith.maximumf %best, %vf : f32
+        scf.yield %acc2, %best2 : f32, f32
+      }}
+      memref.store %s, %sum[%i] : memref<{rows}xf32>
+      memref.store %mx, %max[%i] : memref<{rows}xf32>"""
+    args = [("x", m), ("sum", f"memref<{rows}xf32>"), ("max", f"memref<{rows}xf32>")]
+    return module(kernel("row_sum", args, parallel([rows], ["i"], body)))
+
+
+def scratch_kernel(rows: int, cols: int) -> str:
+    """Softmax of each row through a scratch row buffer (memref.alloca inside the loop)."""
+    m = f"memref<{rows}x{cols}xf32>"
+    body = f"""      %cols = arith.constant {cols} : index
+      %zero = arith.constant 0.0 : f32
+      %tmp = memref.alloca() : memref<{cols}xf32>
+      %total = scf.for %j = %c0 to %cols step %c1 iter_args(%acc = %zero) -> (f32) {{
+        %v = memref.load %x[%i, %j] : {m}
+        %e = math.exp %v : f32
+        memref.store %e, %tmp[%j] : memref<{cols}xf32>
+        %acc2 = arith.addf %acc, %e : f32
+        scf.yield %acc2 : f32
+      }}
+      scf.for %j = %c0 to %cols step %c1 {{
+        %e = memref.load %tmp[%j] : memref<{cols}xf32>
+        %p = arith.divf %e, %total : f32
+        memref.store %p, %out[%i, %j] : {m}
+        scf.yield
+      }}"""
+    return module(kernel("softmax", [("x", m), ("out", m)], parallel([rows], ["i"], body)))
+
+
+@pytest.fixture(scope="module")
+def backend() -> CPUBackend:
+    return CPUBackend(pool=RangePool(threads=1))
+
+
+def build(backend: CPUBackend, text: str, name: str):
+    return backend.load(backend.compile(parse(text), name), name)
+
+
+def test_target_names_the_host_cpu(backend: CPUBackend) -> None:
+    import llvmlite.binding as llvm
+
+    assert backend.target.startswith("cpu-")
+    assert llvm.get_host_cpu_name() in backend.target
+
+
+def test_pointwise_chain_with_broadcast(backend: CPUBackend) -> None:
+    kernel_ = build(backend, gelu_sigmoid(33, 70), "gelu_sigmoid")
+    x, w, b = torch.randn(33, 70), torch.randn(70), torch.randn(70)
+    out = torch.empty(33, 70)
+    kernel_([x, w, b, out])
+    expected = torch.nn.functional.gelu(x * w + b) * torch.sigmoid(x)
+    torch.testing.assert_close(out, expected)
+
+
+def test_every_element_type(backend: CPUBackend) -> None:
+    n = 257
+    kernel_ = build(backend, dtypes_kernel(n), "dtypes")
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(n, generator=g).half()
+    bf = torch.randn(n, generator=g).bfloat16()
+    d = torch.randn(n, generator=g, dtype=torch.float64) * 3
+    a = torch.randint(-1000, 1000, (n,), generator=g, dtype=torch.int32)
+    lng = torch.randint(1, 1 << 20, (n,), generator=g, dtype=torch.int64)
+    m = torch.rand(n, generator=g) > 0.5
+    f = torch.randn(n, generator=g) * 10
+    outs = [torch.empty(n, dtype=t.dtype) for t in (h, bf, d, a, lng, m, f)]
+    kernel_([h, bf, d, a, lng, m, f, *outs])
+
+    expected_h = torch.tanh(h * h + h)
+    bfo = (bf.float().exp() + f).bfloat16()
+    expected_bf = bfo * torch.tensor(2.0, dtype=torch.bfloat16)
+    expected_d = torch.maximum(torch.log1p(torch.exp(d)), d)
+    ar = torch.div(a, 7, rounding_mode="floor").to(torch.int32)
+    expected_a = torch.where(m, torch.maximum(ar, a) ^ 7, a)
+    lm = lng * a.long()
+    expected_l = lm - torch.fmod(lm, lng)
+    expected_m = (f > 0) & m
+    expected_f = a.float() + h.float() + m.float() + f.floor().int().float() + d.float()
+    for got, want in zip(
+        outs,
+        (expected_h, expected_bf, expected_d, expected_a, expected_l, expected_m, expected_f),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want)
+
+
+def test_bf16_rounding_matches_torch(backend: CPUBackend) -> None:
+    # f32 values next to bf16 rounding ties, NaN and infinities: truncf rounds like torch.
+    n = 4096
+    kernel_ = build(backend, dtypes_kernel(n), "dtypes")
+    bits = torch.randint(0, 1 << 16, (n,), dtype=torch.int32) | 0x3F800000
+    f = bits.view(torch.float32)
+    f[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 3.3895314e38])
+    bf = torch.full((n,), -200.0, dtype=torch.bfloat16)  # exp(-200) = 0: out_bf = 2 * bf16(f)
+    ins = [
+        torch.zeros(n).half(),
+        bf,
+        torch.zeros(n, dtype=torch.float64),
+        torch.zeros(n, dtype=torch.int32),
+        torch.ones(n, dtype=torch.int64),
+        torch.zeros(n, dtype=torch.bool),
+        f,
+    ]
+    outs = [torch.empty(n, dtype=t.dtype) for t in ins]
+    kernel_([*ins, *outs])
+    expected = f.bfloat16() * torch.tensor(2.0, dtype=torch.bfloat16)
+    torch.testing.assert_close(outs[1], expected, equal_nan=True, rtol=0, atol=0)
+
+
+def test_reduction_with_f32_accumulator(backend: CPUBackend) -> None:
+    kernel_ = build(backend, row_sum_kernel(37, 300), "row_sum")
+    x = torch.randn(37, 300).bfloat16()
+    total, best = torch.empty(37), torch.empty(37)
+    kernel_([x, total, best])
+    reference = x.double().sum(dim=1)
+    rmse = (total.double() - reference).pow(2).mean().sqrt()
+    assert rmse < 1e-5
+    torch.testing.assert_close(best, x.float().amax(dim=1))
+
+
+def test_scratch_buffer_in_parallel_loop(backend: CPUBackend) -> None:
+    kernel_ = build(backend, scratch_kernel(64, 129), "softmax")
+    x = torch.randn(64, 129)
+    out = torch.empty_like(x)
+    kernel_([x, out])
+    torch.testing.assert_close(out, torch.softmax(x, dim=1))
+
+
+def test_threads_split_the_range_like_one_thread() -> None:
+    text = gelu_sigmoid(515, 256)
+    artifact = CPUBackend().compile(parse(text), "gelu_sigmoid")
+    single = CPUBackend(pool=RangePool(threads=1)).load(artifact, "gelu_sigmoid")
+    threaded = CPUBackend(pool=RangePool(threads=4, min_work=0)).load(artifact, "gelu_sigmoid")
+    x, w, b = torch.randn(515, 256), torch.randn(256), torch.randn(256)
+    out1, out4 = torch.empty(515, 256), torch.full((515, 256), float("nan"))
+    single([x, w, b, out1])
+    threaded([x, w, b, out4])
+    assert torch.equal(out1, out4)
+
+
+def test_split_range_covers_each_index_once() -> None:
+    for extent, parts in [(1, 4), (10, 3), (7, 7), (5, 16), (1000, 6)]:
+        chunks = split_range(extent, parts)
+        covered = [i for lo, hi in chunks for i in range(lo, hi)]
+        assert covered == list(range(extent))
+        assert len(chunks) == min(extent, parts)
+
+
+def test_range_pool_runs_small_work_on_the_caller() -> None:
+    import threading
+
+    seen: list[str] = []
+    pool = RangePool(threads=4, min_work=1000)
+    pool.run(lambda lo, hi: seen.append(threading.current_thread().name), extent=8, work=999)
+    assert seen == [threading.current_thread().name]
+    seen.clear()
+    pool.run(lambda lo, hi: seen.append(threading.current_thread().name), extent=8, work=1000)
+    assert len(seen) == 4
+    pool.shutdown()
+
+
+def test_artifact_loads_in_a_fresh_backend() -> None:
+    artifact = CPUBackend().compile(parse(unary_f32("math.sqrt", 100)), "k")
+    assert isinstance(artifact, bytes) and artifact[:4] == b"\x7fELF"
+    kernel_ = CPUBackend().load(bytes(artifact), "k")
+    assert (kernel_.extent, kernel_.arity) == (100, 2)
+    x, out = torch.rand(100), torch.empty(100)
+    kernel_([x, out])
+    torch.testing.assert_close(out, x.sqrt())
+
+
+def test_wrong_buffer_count_is_an_error(backend: CPUBackend) -> None:
+    kernel_ = build(backend, unary_f32("math.absf", 8), "k")
+    with pytest.raises(ValueError, match="takes 2 buffers, got 1"):
+        kernel_([torch.zeros(8)])
+
+
+def test_missing_kernel_is_a_codegen_error(backend: CPUBackend) -> None:
+    with pytest.raises(CodegenError, match="no function @nope"):
+        backend.compile(parse(unary_f32("math.absf", 8)), "nope")
+
+
+def test_unsupported_op_is_a_codegen_error(backend: CPUBackend) -> None:
+    with pytest.raises(CodegenError, match="uitofp from i64"):
+        text = unary_f32("math.absf", 8).replace(
+            "%e = math.absf %a : f32",
+            "%ai = arith.fptosi %a : f32 to i64\n      %e = arith.uitofp %ai : i64 to f32",
+        )
+        backend.compile(parse(text), "k")

@@ -1,0 +1,171 @@
+"""
+The CPU backend: a kernel of loop IR -> `lower-to-llvm{target=cpu}` -> LLVM IR for the host CPU
+-> O3 with vectorization -> an object file (the artifact). Loading adds the object to an MCJIT
+engine and wraps the function `void k(i64 lo, i64 hi, ptr...)` for the thread pool.
+
+    python -m xfuse.backends.cpu kernel.mlir --emit=llvm|opt-llvm|asm [--kernel NAME]
+
+prints what the backend makes of each kernel of a file (for lit tests and curious people).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import llvmlite.binding as llvm
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from xfuse.backends import CodegenError
+from xfuse.backends.llvm import (
+    emit_assembly,
+    emit_object,
+    host_target_machine,
+    host_target_name,
+    new_host_target_machine,
+    optimize,
+    to_llvm_ir,
+)
+from xfuse.backends.threadpool import RangePool, shared_pool
+from xfuse.passes.convert_func_to_llvm import KERNEL_ATTR
+from xfuse.passes.lower_to_llvm import arity_symbol, extent_symbol, lower_kernels_to_llvm
+
+if TYPE_CHECKING:
+    import torch
+
+
+def kernel_module(module: ModuleOp, name: str) -> ModuleOp:
+    """A module holding a copy of the kernel `@name` of `module` only."""
+    for op in module.ops:
+        if isinstance(op, func.FuncOp) and op.sym_name.data == name:
+            if KERNEL_ATTR not in op.attributes:
+                raise CodegenError(f"@{name} is not a kernel (no {KERNEL_ATTR} attribute)")
+            return ModuleOp([op.clone()])
+    raise CodegenError(f"no function @{name} in the module")
+
+
+@dataclass
+class CPUKernel:
+    """A loaded kernel: call it with its buffers (inputs, then outputs), contiguous tensors."""
+
+    name: str
+    extent: int
+    arity: int
+    function: ctypes._CFuncPtr
+    engine: llvm.ExecutionEngine
+    pool: RangePool
+
+    def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
+        if len(buffers) != self.arity:
+            raise ValueError(f"kernel {self.name} takes {self.arity} buffers, got {len(buffers)}")
+        for i, buffer in enumerate(buffers):
+            if not buffer.is_contiguous() or buffer.device.type != "cpu":
+                raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")
+        pointers = [buffer.data_ptr() for buffer in buffers]
+        work = sum(buffer.numel() for buffer in buffers)
+        function = self.function
+
+        def run_range(lo: int, hi: int) -> None:
+            function(lo, hi, *pointers)
+
+        self.pool.run(run_range, self.extent, work)
+
+
+class CPUBackend:
+    """Kernels for the CPU this process runs on (see `xfuse.backends.Backend`)."""
+
+    def __init__(self, pool: RangePool | None = None) -> None:
+        self.target_machine = host_target_machine()
+        self.target = host_target_name()
+        self.pool = pool if pool is not None else shared_pool()
+        self._engine_lock = threading.Lock()
+
+    def lower(self, module: ModuleOp, name: str) -> ModuleOp:
+        """The kernel `@name` in the llvm dialect."""
+        lowered = kernel_module(module, name)
+        try:
+            lower_kernels_to_llvm(lowered, "cpu")
+        except Exception as error:
+            raise CodegenError(f"@{name}: {error}") from error
+        return lowered
+
+    def llvm_ir(self, module: ModuleOp, name: str) -> str:
+        return to_llvm_ir(self.lower(module, name), self.target_machine)
+
+    def optimized(self, module: ModuleOp, name: str) -> llvm.ModuleRef:
+        ir = self.llvm_ir(module, name)
+        try:
+            return optimize(ir, self.target_machine)
+        except RuntimeError as error:
+            raise CodegenError(f"@{name}: LLVM: {error}") from error
+
+    def assembly(self, module: ModuleOp, name: str) -> str:
+        return emit_assembly(self.optimized(module, name), self.target_machine)
+
+    def compile(self, module: ModuleOp, name: str) -> bytes:
+        return emit_object(self.optimized(module, name), self.target_machine)
+
+    def load(self, artifact: bytes, name: str) -> CPUKernel:
+        with self._engine_lock:
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_host_target_machine())
+            engine.add_object_file(llvm.ObjectFileRef.from_data(artifact))
+            engine.finalize_object()
+        address = engine.get_function_address(name)
+        extent_address = engine.get_global_value_address(extent_symbol(name))
+        arity_address = engine.get_global_value_address(arity_symbol(name))
+        if not (address and extent_address and arity_address):
+            raise CodegenError(f"the artifact has no CPU kernel @{name}")
+        extent = ctypes.c_int64.from_address(extent_address).value
+        arity = ctypes.c_int64.from_address(arity_address).value
+        signature = ctypes.CFUNCTYPE(
+            None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * arity)
+        )
+        return CPUKernel(name, extent, arity, signature(address), engine, self.pool)
+
+
+EMITTERS = {
+    "llvm": CPUBackend.llvm_ir,
+    "opt-llvm": lambda backend, module, name: str(backend.optimized(module, name)),
+    "asm": CPUBackend.assembly,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from xdsl.utils.exceptions import ParseError
+
+    from xfuse.ir import parse
+
+    parser = argparse.ArgumentParser(prog="python -m xfuse.backends.cpu", description=__doc__)
+    parser.add_argument("file", help="loop IR ('-' for stdin)")
+    parser.add_argument("--emit", choices=sorted(EMITTERS), default="llvm")
+    parser.add_argument("--kernel", help="only this kernel (default: every kernel)")
+    args = parser.parse_args(argv)
+    text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+    try:
+        module = parse(text, name=args.file)
+    except ParseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    names = [
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    ]
+    backend = CPUBackend()
+    for name in [args.kernel] if args.kernel else names:
+        try:
+            print(EMITTERS[args.emit](backend, module, name))
+        except CodegenError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

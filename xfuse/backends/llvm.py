@@ -1,0 +1,95 @@
+"""
+The LLVM half that the CPU and CUDA backends share: an xDSL module in the `llvm` dialect to an
+llvmlite module, verified, optimized at O3 with the loop and SLP vectorizers, and emitted as
+an object file or assembly for a target machine.
+
+    tm = host_target_machine()
+    ir = to_llvm_ir(llvm_dialect_module, tm)
+    obj = emit_object(optimize(ir, tm), tm)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+from xdsl.backend.llvm.convert import convert_module
+from xdsl.dialects.builtin import ModuleOp
+
+
+@cache
+def _initialize_native() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@cache
+def host_target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """The shared target machine for this CPU (for compiling; never give it to an engine)."""
+    return new_host_target_machine(opt)
+
+
+def new_host_target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """A target machine for this CPU: its name and features (AVX2, AVX-512, FMA, ...). An MCJIT
+    engine takes ownership of the one it is created with, so each engine needs its own."""
+    _initialize_native()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=opt,
+        reloc="static",
+        codemodel="jitdefault",
+    )
+
+
+def host_target_name() -> str:
+    """`cpu-<arch>-<cpu name>-<hash of the feature set>`: code for one is wrong for another."""
+    features = llvm.get_host_cpu_features().flatten()
+    digest = hashlib.sha256(features.encode()).hexdigest()[:12]
+    arch = llvm.get_default_triple().split("-")[0]
+    return f"cpu-{arch}-{llvm.get_host_cpu_name()}-{digest}"
+
+
+def to_llvm_ir(module: ModuleOp, tm: llvm.TargetMachine) -> str:
+    """LLVM IR text of a module of `llvm.func`/`llvm.mlir.global`, for the target's triple."""
+    converted = convert_module(
+        module, fallback_target_triple=tm.triple, data_layout=str(tm.target_data)
+    )
+    for value in converted.global_values:
+        # xDSL 0.74 prints `external` linkage on definitions, which LLVM only accepts on
+        # declarations: a defined external global has the default (empty) linkage.
+        if isinstance(value, ir.GlobalVariable) and value.initializer is not None:
+            if value.linkage == "external":
+                value.linkage = ""
+    return str(converted)
+
+
+def parse_verified(ir: str) -> llvm.ModuleRef:
+    module = llvm.parse_assembly(ir)
+    module.verify()
+    return module
+
+
+def optimize(ir: str, tm: llvm.TargetMachine, speed_level: int = 3) -> llvm.ModuleRef:
+    """Parse, verify and run the O`speed_level` pipeline with loop and SLP vectorization."""
+    module = parse_verified(ir)
+    tuning = llvm.PipelineTuningOptions(speed_level=speed_level)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    tuning.loop_interleaving = True
+    tuning.loop_unrolling = True
+    pass_builder = llvm.create_pass_builder(tm, tuning)
+    pass_builder.getModulePassManager().run(module, pass_builder)
+    module.verify()
+    return module
+
+
+def emit_object(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> bytes:
+    return bytes(tm.emit_object(module))
+
+
+def emit_assembly(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> str:
+    return tm.emit_assembly(module)

@@ -1,0 +1,88 @@
+"""
+Parallel execution of CPU kernels: a kernel `k(lo, hi, ptrs...)` runs its outermost parallel
+loop over `[lo, hi)`, so the range `[0, extent)` is cut into one contiguous chunk per thread and
+the chunks run on a shared pool. ctypes releases the GIL during the foreign call, so the chunks
+really run at the same time. Small kernels (less work than `min_work` elements) run on the
+calling thread: waking threads costs more than they save.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+DEFAULT_MIN_WORK = 1 << 16
+"""Elements (inputs plus outputs) below which a kernel runs single-threaded."""
+
+RangeFunction = Callable[[int, int], None]
+
+
+def default_thread_count() -> int:
+    """`XFUSE_NUM_THREADS`, else the CPUs this process may run on."""
+    configured = os.environ.get("XFUSE_NUM_THREADS")
+    if configured:
+        return max(1, int(configured))
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def split_range(extent: int, parts: int) -> list[tuple[int, int]]:
+    """[0, extent) as at most `parts` contiguous, non-empty chunks of near-equal size."""
+    parts = max(1, min(parts, extent))
+    bounds = [extent * i // parts for i in range(parts + 1)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo]
+
+
+class RangePool:
+    """Runs a range function over [0, extent) on up to `threads` threads (the caller is one)."""
+
+    def __init__(self, threads: int | None = None, min_work: int = DEFAULT_MIN_WORK) -> None:
+        self.threads = threads if threads is not None else default_thread_count()
+        self.min_work = min_work
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=max(1, self.threads - 1), thread_name_prefix="xfuse-cpu"
+                )
+            return self._executor
+
+    def run(self, function: RangeFunction, extent: int, work: int) -> None:
+        """Call `function(lo, hi)` on chunks covering [0, extent) exactly once each."""
+        if extent <= 0:
+            return
+        if self.threads <= 1 or extent == 1 or work < self.min_work:
+            function(0, extent)
+            return
+        chunks = split_range(extent, self.threads)
+        pool = self._pool()
+        futures: list[Future[None]] = [pool.submit(function, lo, hi) for lo, hi in chunks[1:]]
+        first_lo, first_hi = chunks[0]
+        try:
+            function(first_lo, first_hi)
+        finally:
+            for future in futures:
+                future.result()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+
+
+_shared: RangePool | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_pool() -> RangePool:
+    """The process-wide pool that kernels use unless given their own."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = RangePool()
+        return _shared
