@@ -1,0 +1,42 @@
+# xfuse: set-up, demo, tests. Needs only Python >= 3.11, gcc and pip on the machine.
+# `make demo` and `make test` create .venv on first use.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch first, pinned: a bare `torch` requirement makes pip fetch a multi-GB CUDA build.
+TORCH := torch==2.13.0
+
+.PHONY: demo test pytest lit lint setup clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install $(TORCH)
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(BIN)/python -m examples.demo
+
+# Both suites run; the target fails if either fails.
+test: setup
+	status=0; \
+	$(MAKE) --no-print-directory pytest || status=1; \
+	$(MAKE) --no-print-directory lit || status=1; \
+	exit $$status
+
+pytest: setup
+	$(BIN)/python -m pytest -q tests
+
+lit: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -sv filecheck/
+
+lint: setup
+	$(BIN)/ruff check xfuse tests examples
+	$(BIN)/ruff format --check xfuse tests examples
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	find filecheck -name Output -type d -prune -exec rm -rf {} +

@@ -1,0 +1,354 @@
+// RUN: xfuse-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+// One case per verifier message of the graph dialect (xfuse/dialects/graph.py). Each error
+// points at the op that does not verify.
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op expected operand to have a static shape, found tensor<?xf32>
+func.func @f(%x: tensor<?xf32>) {
+  %0 = graph.neg %x : tensor<?xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op expected operand element type to be one of f32, f16, bf16, f64, i32, i64, i1, found i8
+func.func @f(%x: tensor<4xi8>) {
+  %0 = graph.neg %x : tensor<4xi8>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.reshape' op expected operand and result to have the same element type, found f32, f16
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.reshape %x : tensor<4xf32> -> tensor<4xf16>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.reduce_sum' op expected dims in [0, 2), found 2
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.reduce_sum %x dims = [2] : tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.reduce_sum' op expected dims to be unique, found [1, 1]
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.reduce_sum %x dims = [1, 1] : tensor<4x8xf32> -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.cast' op expected result shape [4], found [5]
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.cast %x : tensor<4xf32> to tensor<5xf16>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.exp' op expected a floating-point operand, found i32
+func.func @f(%x: tensor<4xi32>) {
+  %0 = graph.exp %x : tensor<4xi32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op expected a numeric operand, found i1
+func.func @f(%x: tensor<4xi1>) {
+  %0 = graph.neg %x : tensor<4xi1>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.add' op expected operands of the same element type, found f32 and i32
+func.func @f(%x: tensor<4xf32>, %y: tensor<4xi32>) {
+  %0 = graph.add %x, %y : tensor<4xf32>, tensor<4xi32> -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pow' op expected floating-point operands, found i32
+func.func @f(%x: tensor<4xi32>) {
+  %0 = graph.pow %x, %x : tensor<4xi32>, tensor<4xi32> -> tensor<4xi32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.add' op operand shapes [3] and [4] do not broadcast
+func.func @f(%x: tensor<3xf32>, %y: tensor<4xf32>) {
+  %0 = graph.add %x, %y : tensor<3xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.eq' op expected result element type i1, found f32
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.eq %x, %x : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.mul' op expected result shape [4], found [4, 4]
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.mul %x, %x : tensor<4xf32>, tensor<4xf32> -> tensor<4x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.where' op expected an i1 condition, found f32
+func.func @f(%c: tensor<4xf32>, %x: tensor<4xf32>) {
+  %0 = graph.where %c, %x, %x : tensor<4xf32>, tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.where' op expected lhs, rhs and result to have the same element type, found f32, f16, f32
+func.func @f(%c: tensor<4xi1>, %x: tensor<4xf32>, %y: tensor<4xf16>) {
+  %0 = graph.where %c, %x, %y : tensor<4xi1>, tensor<4xf32>, tensor<4xf16> -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.where' op operand shapes [3], [4] and [4] do not broadcast
+func.func @f(%c: tensor<3xi1>, %x: tensor<4xf32>) {
+  %0 = graph.where %c, %x, %x : tensor<3xi1>, tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.broadcast_in_dim' op expected 1 dims (the operand's rank), found 2
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.broadcast_in_dim %x dims = [0, 1] : tensor<4xf32> -> tensor<4x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.broadcast_in_dim' op expected increasing dims, found [1, 0]
+func.func @f(%x: tensor<4x1xf32>) {
+  %0 = graph.broadcast_in_dim %x dims = [1, 0] : tensor<4x1xf32> -> tensor<4x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.broadcast_in_dim' op operand dim 0 of size 4 cannot broadcast to result dim 0 of size 3
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.broadcast_in_dim %x dims = [0] : tensor<4xf32> -> tensor<3x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.reduce_mean' op expected a floating-point operand, found i32
+func.func @f(%x: tensor<4x8xi32>) {
+  %0 = graph.reduce_mean %x dims = [1] : tensor<4x8xi32> -> tensor<4xi32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.reshape' op expected the result to have 32 elements like the operand, found 30
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.reshape %x : tensor<4x8xf32> -> tensor<30xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.permute' op expected a permutation of [0, 2), found [0, 0]
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.permute %x perm = [0, 0] : tensor<4x8xf32> -> tensor<4x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected 2 start values (the operand's rank), found 1
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.slice %x start = [0] limit = [4, 8] stride = [1, 1] : tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected a positive stride in dim 1, found 0
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.slice %x start = [0, 0] limit = [4, 8] stride = [1, 0] : tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected 0 <= start <= limit <= 8 in dim 1, found 0:9
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.slice %x start = [0, 0] limit = [4, 9] stride = [1, 1] : tensor<4x8xf32> -> tensor<4x9xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.concat' op expected at least one operand
+func.func @f(%x: tensor<4xf32>) {
+  %0 = "graph.concat"() <{dim = 0 : i64}> : () -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.concat' op expected dim in [0, 1), found 1
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.concat %x, %x dim = 1 : tensor<4xf32>, tensor<4xf32> -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.concat' op expected operand 1 of shape [2, 3] to match [2, 4] outside dim 0
+func.func @f(%x: tensor<2x4xf32>, %y: tensor<2x3xf32>) {
+  %0 = graph.concat %x, %y dim = 0 : tensor<2x4xf32>, tensor<2x3xf32> -> tensor<4x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.matmul' op expected operands of rank >= 2, found ranks 1 and 1
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.matmul %x, %x : tensor<4xf32>, tensor<4xf32> -> tensor<f32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.matmul' op operand shapes [4, 8] and [4, 8] do not match for matmul
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.matmul %x, %x : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.linear' op expected bias of shape [4], found [5]
+func.func @f(%x: tensor<8x16xf32>, %w: tensor<4x16xf32>, %b: tensor<5xf32>) {
+  %0 = graph.linear %x, %w bias(%b : tensor<5xf32>) : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.linear' op expected input [..., K] and weight [N, K], found [8, 16] and [4, 8]
+func.func @f(%x: tensor<8x16xf32>, %w: tensor<4x8xf32>) {
+  %0 = graph.linear %x, %w : tensor<8x16xf32>, tensor<4x8xf32> -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.torch_call' op expected a non-empty target
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.torch_call ""(%x) args = ["%t0"] kwargs = {} : (tensor<4xf32>) -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.torch_call' op expected tensor references below 1, found %t1
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.torch_call "aten.add.Tensor"(%x) args = ["%t0", "%t1"] kwargs = {} : (tensor<4xf32>) -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.constant' op expected result type tensor<f32>, found tensor<2xf32>
+func.func @f(%x: tensor<4xf32>) {
+  %0 = "graph.constant"() <{value = dense<1.0> : tensor<f32>}> : () -> tensor<2xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.softmax' op expected a floating-point operand, found i32
+func.func @f(%x: tensor<4x8xi32>) {
+  %0 = graph.softmax %x dim = 1 : tensor<4x8xi32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.log_softmax' op expected dim in [0, 2), found 2
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.log_softmax %x dim = 2 : tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.layer_norm' op expected a floating-point operand, found i32
+func.func @f(%x: tensor<4x8xi32>) {
+  %0 = graph.layer_norm %x rank = 1 eps = 1.0e-05 : tensor<4x8xi32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.layer_norm' op expected rank in [1, 2], found 3
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.layer_norm %x rank = 3 eps = 1.0e-05 : tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.rms_norm' op expected weight of shape [8], found [4]
+func.func @f(%x: tensor<4x8xf32>, %w: tensor<4xf32>) {
+  %0 = graph.rms_norm %x weight(%w : tensor<4xf32>) rank = 1 eps = 1.0e-06 : tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.layer_norm' op expected bias of element type f32, found f16
+func.func @f(%x: tensor<4x8xf32>, %b: tensor<8xf16>) {
+  %0 = graph.layer_norm %x bias(%b : tensor<8xf16>) rank = 1 eps = 1.0e-05 : tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gelu' op expected a floating-point operand, found i32
+func.func @f(%x: tensor<4xi32>) {
+  %0 = graph.gelu %x approximate = "none" : tensor<4xi32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gelu' op expected approximate to be "none" or "tanh", found "fast"
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.gelu %x approximate = "fast" : tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.var' op expected a floating-point operand, found i32
+func.func @f(%x: tensor<4x8xi32>) {
+  %0 = graph.var %x dims = [1] correction = 1 : tensor<4x8xi32> -> tensor<4xi32>
+  func.return
+}

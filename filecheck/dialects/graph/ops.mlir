@@ -1,0 +1,167 @@
+// RUN: xfuse-opt %s | xfuse-opt | filecheck %s
+// RUN: xfuse-opt %s --print-op-generic | xfuse-opt | filecheck %s
+// RUN: xfuse-opt %s --print-op-generic | filecheck %s --check-prefix=GENERIC
+
+// Every graph op, printed in its custom form and read back (also from the generic form).
+
+// CHECK-LABEL: func.func @unary
+func.func @unary(%x: tensor<4xf32>, %i: tensor<4xi32>) -> tensor<4xf32> {
+  // CHECK-NEXT: %{{.*}} = graph.neg %x : tensor<4xf32>
+  %0 = graph.neg %x : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.abs %i : tensor<4xi32>
+  %1 = graph.abs %i : tensor<4xi32>
+  // CHECK-NEXT: %{{.*}} = graph.relu %{{.*}} : tensor<4xf32>
+  %2 = graph.relu %0 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.exp %{{.*}} : tensor<4xf32>
+  %3 = graph.exp %2 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.log %{{.*}} : tensor<4xf32>
+  %4 = graph.log %3 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.sqrt %{{.*}} : tensor<4xf32>
+  %5 = graph.sqrt %4 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.rsqrt %{{.*}} : tensor<4xf32>
+  %6 = graph.rsqrt %5 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.tanh %{{.*}} : tensor<4xf32>
+  %7 = graph.tanh %6 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.sigmoid %{{.*}} : tensor<4xf32>
+  %8 = graph.sigmoid %7 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.erf %{{.*}} : tensor<4xf32>
+  %9 = graph.erf %8 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.sin %{{.*}} : tensor<4xf32>
+  %10 = graph.sin %9 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.cos %{{.*}} : tensor<4xf32>
+  %11 = graph.cos %10 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.reciprocal %{{.*}} : tensor<4xf32>
+  %12 = graph.reciprocal %11 : tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.cast %{{.*}} : tensor<4xf32> to tensor<4xf16>
+  %13 = graph.cast %12 : tensor<4xf32> to tensor<4xf16>
+  // CHECK-NEXT: %{{.*}} = graph.cast %{{.*}} : tensor<4xf16> to tensor<4xf32>
+  %14 = graph.cast %13 : tensor<4xf16> to tensor<4xf32>
+  func.return %14 : tensor<4xf32>
+}
+
+// CHECK-LABEL: func.func @binary
+func.func @binary(%a: tensor<4x1xf32>, %b: tensor<4xf32>, %s: tensor<f32>) -> tensor<4x4xf32> {
+  // CHECK-NEXT: %{{.*}} = graph.add %a, %b : tensor<4x1xf32>, tensor<4xf32> -> tensor<4x4xf32>
+  %0 = graph.add %a, %b : tensor<4x1xf32>, tensor<4xf32> -> tensor<4x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.sub %{{.*}}, %s : tensor<4x4xf32>, tensor<f32> -> tensor<4x4xf32>
+  %1 = graph.sub %0, %s : tensor<4x4xf32>, tensor<f32> -> tensor<4x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.mul %{{.*}}, %b : tensor<4x4xf32>, tensor<4xf32> -> tensor<4x4xf32>
+  %2 = graph.mul %1, %b : tensor<4x4xf32>, tensor<4xf32> -> tensor<4x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.div %{{.*}}, %a : tensor<4x4xf32>, tensor<4x1xf32> -> tensor<4x4xf32>
+  %3 = graph.div %2, %a : tensor<4x4xf32>, tensor<4x1xf32> -> tensor<4x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.pow %{{.*}}, %s : tensor<4x4xf32>, tensor<f32> -> tensor<4x4xf32>
+  %4 = graph.pow %3, %s : tensor<4x4xf32>, tensor<f32> -> tensor<4x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.maximum %{{.*}}, %{{.*}} : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  %5 = graph.maximum %4, %3 : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.minimum %{{.*}}, %b : tensor<4x4xf32>, tensor<4xf32> -> tensor<4x4xf32>
+  %6 = graph.minimum %5, %b : tensor<4x4xf32>, tensor<4xf32> -> tensor<4x4xf32>
+  func.return %6 : tensor<4x4xf32>
+}
+
+// CHECK-LABEL: func.func @compare_select
+func.func @compare_select(%a: tensor<4xf32>, %b: tensor<4xf32>, %s: tensor<f32>) -> tensor<4xf32> {
+  // CHECK-NEXT: %{{.*}} = graph.eq %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  %0 = graph.eq %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.ne %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  %1 = graph.ne %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.lt %a, %s : tensor<4xf32>, tensor<f32> -> tensor<4xi1>
+  %2 = graph.lt %a, %s : tensor<4xf32>, tensor<f32> -> tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.le %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  %3 = graph.le %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.gt %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  %4 = graph.gt %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.ge %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  %5 = graph.ge %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.where %{{.*}}, %a, %s : tensor<4xi1>, tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %6 = graph.where %5, %a, %s : tensor<4xi1>, tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  func.return %6 : tensor<4xf32>
+}
+
+// CHECK-LABEL: func.func @broadcast_reduce
+func.func @broadcast_reduce(%x: tensor<4xf32>, %y: tensor<4x8xf32>) -> (tensor<3x4xf32>, tensor<4x1xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>) {
+  // CHECK-NEXT: %{{.*}} = graph.broadcast_in_dim %x dims = [1] : tensor<4xf32> -> tensor<3x4xf32>
+  %0 = graph.broadcast_in_dim %x dims = [1] : tensor<4xf32> -> tensor<3x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.reduce_sum %y dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
+  %1 = graph.reduce_sum %y dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
+  // CHECK-NEXT: %{{.*}} = graph.reduce_mean %y dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
+  %2 = graph.reduce_mean %y dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.reduce_max %y dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
+  %3 = graph.reduce_max %y dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.reduce_min %y dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
+  %4 = graph.reduce_min %y dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.reduce_prod %y dims = [0, 1] : tensor<4x8xf32> -> tensor<f32>
+  %5 = graph.reduce_prod %y dims = [0, 1] : tensor<4x8xf32> -> tensor<f32>
+  func.return %0, %1, %2, %3, %4, %5 : tensor<3x4xf32>, tensor<4x1xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>
+}
+
+// CHECK-LABEL: func.func @layout
+func.func @layout(%x: tensor<4x8xf32>, %a: tensor<2x4xf32>, %b: tensor<3x4xf32>) -> (tensor<32xf32>, tensor<8x4xf32>, tensor<4x3xf32>, tensor<5x4xf32>) {
+  // CHECK-NEXT: %{{.*}} = graph.reshape %x : tensor<4x8xf32> -> tensor<32xf32>
+  %0 = graph.reshape %x : tensor<4x8xf32> -> tensor<32xf32>
+  // CHECK-NEXT: %{{.*}} = graph.permute %x perm = [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>
+  %1 = graph.permute %x perm = [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>
+  %2 = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>
+  // CHECK-NEXT: %{{.*}} = graph.concat %a, %b dim = 0 : tensor<2x4xf32>, tensor<3x4xf32> -> tensor<5x4xf32>
+  %3 = graph.concat %a, %b dim = 0 : tensor<2x4xf32>, tensor<3x4xf32> -> tensor<5x4xf32>
+  func.return %0, %1, %2, %3 : tensor<32xf32>, tensor<8x4xf32>, tensor<4x3xf32>, tensor<5x4xf32>
+}
+
+// CHECK-LABEL: func.func @extern
+func.func @extern(%x: tensor<8x16xf32>, %w: tensor<4x16xf32>, %b: tensor<4xf32>, %m: tensor<2x16x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>, tensor<2x8x4xf32>, tensor<8x16xf32>) {
+  // CHECK-NEXT: %{{.*}} = graph.linear %x, %w bias(%b : tensor<4xf32>) : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>
+  %0 = graph.linear %x, %w bias(%b : tensor<4xf32>) : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.linear %x, %w : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>
+  %1 = graph.linear %x, %w : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.matmul %x, %m : tensor<8x16xf32>, tensor<2x16x4xf32> -> tensor<2x8x4xf32>
+  %2 = graph.matmul %x, %m : tensor<8x16xf32>, tensor<2x16x4xf32> -> tensor<2x8x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1 : i64] kwargs = {dtype = "dtype:float32"} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  %3 = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1] kwargs = {dtype = "dtype:float32"} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  func.return %0, %1, %2, %3 : tensor<8x4xf32>, tensor<8x4xf32>, tensor<2x8x4xf32>, tensor<8x16xf32>
+}
+
+// CHECK-LABEL: func.func @constants
+func.func @constants() -> (tensor<f32>, tensor<2x2xi64>, tensor<3xi1>) {
+  // CHECK-NEXT: %{{.*}} = graph.constant dense<2.000000e+00> : tensor<f32>
+  %0 = graph.constant dense<2.0> : tensor<f32>
+  // CHECK-NEXT: %{{.*}} = graph.constant dense<{{\[\[}}1, 2], [3, 4]]> : tensor<2x2xi64>
+  %1 = graph.constant dense<[[1, 2], [3, 4]]> : tensor<2x2xi64>
+  // CHECK-NEXT: %{{.*}} = graph.constant dense<[true, false, true]> : tensor<3xi1>
+  %2 = graph.constant dense<[true, false, true]> : tensor<3xi1>
+  func.return %0, %1, %2 : tensor<f32>, tensor<2x2xi64>, tensor<3xi1>
+}
+
+// CHECK-LABEL: func.func @composite
+func.func @composite(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x1xf32>) {
+  // CHECK-NEXT: %{{.*}} = graph.softmax %x dim = 1 : tensor<4x8xf32>
+  %0 = graph.softmax %x dim = 1 : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.log_softmax %x dim = 0 : tensor<4x8xf32>
+  %1 = graph.log_softmax %x dim = 0 : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.layer_norm %x weight(%w : tensor<8xf32>) bias(%b : tensor<8xf32>) rank = 1 eps = 1.000000e-05 : tensor<4x8xf32>
+  %2 = graph.layer_norm %x weight(%w : tensor<8xf32>) bias(%b : tensor<8xf32>) rank = 1 eps = 1.0e-05 : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.layer_norm %x rank = 2 eps = 1.000000e-05 : tensor<4x8xf32>
+  %3 = graph.layer_norm %x rank = 2 eps = 1.0e-05 : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.rms_norm %x weight(%w : tensor<8xf32>) rank = 1 eps = 1.000000e-06 : tensor<4x8xf32>
+  %4 = graph.rms_norm %x weight(%w : tensor<8xf32>) rank = 1 eps = 1.0e-06 : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.rms_norm %x rank = 1 eps = 1.000000e-06 : tensor<4x8xf32>
+  %5 = graph.rms_norm %x rank = 1 eps = 1.0e-06 : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.gelu %x approximate = "tanh" : tensor<4x8xf32>
+  %6 = graph.gelu %x approximate = "tanh" : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.silu %x : tensor<4x8xf32>
+  %7 = graph.silu %x : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.var %x dims = [1] correction = 1 keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
+  %8 = graph.var %x dims = [1] correction = 1 keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
+  func.return %0, %1, %2, %3, %4, %5, %6, %7, %8 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x1xf32>
+}
+
+// CHECK-LABEL: func.func @arg_attrs
+// CHECK-SAME: (%w: tensor<4xf32> {graph.param = "fc1.weight"}, %x: tensor<4xf32> {graph.input = "x"})
+func.func @arg_attrs(%w: tensor<4xf32> {graph.param = "fc1.weight"}, %x: tensor<4xf32> {graph.input = "x"}) -> tensor<4xf32> {
+  %0 = graph.add %x, %w : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+
+// The generic form spells out properties.
+// GENERIC: "graph.broadcast_in_dim"(%{{.*}}) <{dims = array<i64: 1>}> : (tensor<4xf32>) -> tensor<3x4xf32>
+// GENERIC: "graph.reduce_sum"(%{{.*}}) <{dims = array<i64: 1>, keepdim}> : (tensor<4x8xf32>) -> tensor<4x1xf32>
+// GENERIC: "graph.linear"(%{{.*}}, %{{.*}}, %{{.*}}) <{operandSegmentSizes = array<i32: 1, 1, 1>}>

@@ -1,0 +1,198 @@
+"""`xfuse-opt`: round trips, pipelines, and one-line errors (no traceback) on bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xfuse.cli.opt import XfuseOptMain, main
+
+VALID = """\
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = graph.exp %x : tensor<4xf32>
+  %1 = graph.exp %x : tensor<4xf32>
+  %2 = graph.add %0, %1 : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return %2 : tensor<4xf32>
+}
+"""
+
+
+def run_opt(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run `xfuse-opt argv` in this process; returns (exit status, stdout, stderr)."""
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def write(tmp_path: Path, text: str, name: str = "input.mlir") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def assert_one_line_error(status: int, out: str, err: str, expected: str) -> None:
+    assert status == 1
+    assert out == ""
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    assert expected in err, err
+
+
+def test_round_trip(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, out, err = run_opt(capsys, write(tmp_path, VALID))
+    assert (status, err) == (0, "")
+    status, again, _ = run_opt(capsys, write(tmp_path, out, "again.mlir"))
+    assert status == 0 and again == out
+
+
+def test_pipeline_and_output_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    output = tmp_path / "out.mlir"
+    status, out, err = run_opt(capsys, write(tmp_path, VALID), "-p", "cse", "-o", str(output))
+    assert (status, out, err) == (0, "", "")
+    assert output.read_text().count("graph.exp") == 1
+
+
+def test_print_between_passes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, out, _ = run_opt(
+        capsys, write(tmp_path, VALID), "-p", "cse,canonicalize", "--print-between-passes"
+    )
+    assert status == 0
+    assert "// IR after cse:" in out
+    assert "// IR after canonicalize:" not in out
+
+
+def test_split_input_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = VALID + "// -----\nfunc.func @g() {\n  func.return\n}\n"
+    status, out, _ = run_opt(capsys, write(tmp_path, text), "--split-input-file")
+    assert status == 0
+    assert out.count("// -----") == 1 and "@g" in out
+
+
+def test_syntax_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write(tmp_path, "func.func @f(%x: tensor<4xf32> -> {\n  func.return\n}\n")
+    assert_one_line_error(*run_opt(capsys, path), f"{path}:1:32: error: ')' expected")
+
+
+def test_unknown_op(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write(tmp_path, VALID.replace("graph.exp %x", "graph.expo %x", 1))
+    assert_one_line_error(
+        *run_opt(capsys, path), f"{path}:2:19: error: Operation graph.expo is not registered"
+    )
+
+
+def test_verifier_error_points_at_the_op(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        "func.func @f(%x: tensor<4xf32>, %i: tensor<4xi32>) {\n"
+        "  %0 = graph.neg %x : tensor<4xf32>\n"
+        "  %1 = graph.exp %i : tensor<4xi32>\n"
+        "  func.return\n}\n",
+    )
+    assert_one_line_error(
+        *run_opt(capsys, path),
+        f"{path}:3:3: error: 'graph.exp' op expected a floating-point operand, found i32",
+    )
+
+
+def test_type_constraint_error_while_parsing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        "func.func @f(%x: tensor<*xf32>) {\n  %0 = graph.neg %x : tensor<*xf32>\n"
+        "  func.return\n}\n",
+    )
+    assert_one_line_error(*run_opt(capsys, path), f"{path}:2:3: error: tensor<*xf32>")
+
+
+def test_unknown_pass(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert_one_line_error(
+        *run_opt(capsys, write(tmp_path, VALID), "-p", "cse,no-such-pass"),
+        "error: unknown pass 'no-such-pass'",
+    )
+
+
+def test_unknown_option(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert_one_line_error(
+        *run_opt(capsys, write(tmp_path, VALID), "-p", "cse{depth=2}"),
+        "error: pass 'cse' has no option 'depth'",
+    )
+
+
+def test_bad_option_value(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert_one_line_error(
+        *run_opt(capsys, write(tmp_path, VALID), "-p", "convert-memref-to-ptr{lower_func=3}"),
+        "error: pass 'convert-memref-to-ptr': Incompatible types",
+    )
+
+
+def test_malformed_pipeline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert_one_line_error(
+        *run_opt(capsys, write(tmp_path, VALID), "-p", "cse{"),
+        "error: invalid pass pipeline 'cse{' at column",
+    )
+
+
+def test_missing_input_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.mlir")
+    assert_one_line_error(
+        *run_opt(capsys, missing),
+        f"error: cannot read '{missing}': No such file or directory",
+    )
+
+
+def test_unwritable_output_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = str(tmp_path / "no-such-dir" / "out.mlir")
+    assert_one_line_error(
+        *run_opt(capsys, write(tmp_path, VALID), "-o", target),
+        f"error: cannot write '{target}'",
+    )
+
+
+def test_verify_diagnostics_reports_each_chunk(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    chunk = (
+        "func.func @f(%x: tensor<4xi32>) {\n  %0 = graph.exp %x : tensor<4xi32>\n  func.return\n}\n"
+    )
+    path = write(tmp_path, chunk + "// -----\n" + chunk)
+    status, out, err = run_opt(capsys, path, "--split-input-file", "--verify-diagnostics")
+    assert (status, err) == (0, "")
+    assert f"{path}:2:3: error: 'graph.exp' op" in out
+    assert f"{path}:7:3: error: 'graph.exp' op" in out
+
+
+def test_registers_xfuse_and_xdsl_dialects_and_passes() -> None:
+    from xfuse.ir import DIALECTS
+    from xfuse.passes import available_passes
+
+    tool = XfuseOptMain([])
+    assert set(available_passes()) <= set(tool.available_passes)
+    assert {"cse", "canonicalize", "convert-scf-to-cf"} <= set(tool.available_passes)
+    assert {d.name for d in DIALECTS} <= set(tool.ctx.registered_dialect_names)
+    assert "riscv" in tool.ctx.registered_dialect_names  # xDSL's own stay registered
+
+
+def run_module(path: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "xfuse.cli.opt", path], capture_output=True, text=True, check=False
+    )
+
+
+def test_as_a_process(tmp_path: Path) -> None:
+    """In a process of its own, as a user runs it: status 0, or 1 and one line, no traceback."""
+    ok = run_module(write(tmp_path, VALID, "ok.mlir"))
+    assert (ok.returncode, ok.stderr) == (0, "")
+    path = write(
+        tmp_path,
+        VALID.replace("%0 = graph.exp %x : tensor<4xf32>", "%0 = graph.exp %x : tensor<5xf32>"),
+    )
+    bad = run_module(path)
+    assert bad.returncode == 1
+    assert "Traceback" not in bad.stderr
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith(f"{path}:2:"), bad.stderr

@@ -1,0 +1,179 @@
+"""
+`xfuse-fuzz`: differential fuzzing of xfuse against torch eager, and the miscompilation
+bisector.
+
+    xfuse-fuzz --seconds 600 --seed 1 --out failures/      # fuzz; one reproducer per failure
+    xfuse-fuzz --programs 50 --seed 3 --device cpu         # a fixed number of programs
+    xfuse-fuzz --bisect failures/fail_1_17.py              # the pass, the fusion, a lit test
+
+The fuzz run ends with the line `N passed, M failed` and exits 1 when M > 0. Programs that
+torch.export rejects are counted as skipped, on a line of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from xfuse.testing.fuzz import (
+    DEFAULT_PIPELINE,
+    Outcome,
+    available_devices,
+    check_source,
+    generate,
+    reproducer,
+    reproducer_name,
+)
+
+
+def program_seed(seed: int, index: int) -> int:
+    """The generator seed of program `index` of a run with `seed` (fail_<seed>_<index>.py)."""
+    return seed * 1_000_003 + index
+
+
+class ProgramTimeout(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Stop a program that runs longer than `seconds` (a hang is a failure too)."""
+
+    def expire(signum: int, frame: FrameType | None) -> None:
+        raise ProgramTimeout(f"took longer than {seconds} s")
+
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass
+class FuzzRun:
+    """Counts and failures of one `xfuse-fuzz` run."""
+
+    seed: int
+    out: Path | None
+    devices: list[str]
+    pipeline: str = DEFAULT_PIPELINE
+    allow_unsupported: bool = True
+    per_program_s: int = 120
+    verbose: bool = False
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    stages: Counter[str] = field(default_factory=Counter[str])
+    signatures: Counter[str] = field(default_factory=Counter[str])
+
+    def run_one(self, index: int) -> Outcome:
+        program = generate(program_seed(self.seed, index), allow_unsupported=self.allow_unsupported)
+        try:
+            with time_limit(self.per_program_s):
+                outcome = check_source(program.source, self.devices, self.pipeline)
+        except ProgramTimeout as e:
+            outcome = Outcome("fail", "timeout", str(e))
+        self.record(index, program.source, outcome)
+        return outcome
+
+    def record(self, index: int, source: str, outcome: Outcome) -> None:
+        if outcome.status == "skip":
+            self.skipped += 1
+        elif outcome.status == "pass":
+            self.passed += 1
+            self.stages.update(outcome.stages)
+        else:
+            self.failed += 1
+            self.signatures[f"{outcome.stage}: {outcome.message[:100]}"] += 1
+            where = self.write(index, source, outcome)
+            print(f"FAIL program {index} at {outcome.stage}: {outcome.message[:300]}{where}")
+        if self.verbose:
+            print(f"program {index}: {outcome}", flush=True)
+
+    def write(self, index: int, source: str, outcome: Outcome) -> str:
+        if self.out is None:
+            return ""
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / reproducer_name(self.seed, index)
+        path.write_text(reproducer(source, outcome, self.seed, index))
+        return f" -> {path}"
+
+    def summary(self) -> list[str]:
+        lines = [f"{self.skipped} skipped (torch.export rejects them)"]
+        if self.stages:
+            lines.append("stages checked: " + ", ".join(f"{k} x{v}" for k, v in self.stages.items()))
+        lines += [f"  {n} x {sig}" for sig, n in self.signatures.most_common()]
+        lines.append(f"{self.passed} passed, {self.failed} failed")
+        return lines
+
+
+def fuzz(args: argparse.Namespace) -> int:
+    run = FuzzRun(
+        seed=args.seed,
+        out=Path(args.out) if args.out else None,
+        devices=available_devices(args.device),
+        pipeline=args.pipeline,
+        allow_unsupported=not args.supported_only,
+        verbose=args.verbose,
+    )
+    deadline = time.monotonic() + args.seconds
+    index = args.start
+    while time.monotonic() < deadline and (args.programs is None or index - args.start < args.programs):
+        run.run_one(index)
+        index += 1
+    for line in run.summary():
+        print(line)
+    return 1 if run.failed else 0
+
+
+def bisect_file(args: argparse.Namespace) -> int:
+    from xfuse.testing.bisect import BisectError, bisect_reproducer
+
+    try:
+        report = bisect_reproducer(Path(args.bisect), pipeline=args.pipeline)
+    except (BisectError, OSError) as e:
+        print(f"xfuse-fuzz: error: {e}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="xfuse-fuzz", description="Differential fuzzing of xfuse against torch eager."
+    )
+    p.add_argument("--seconds", type=float, default=60.0, help="fuzz for this long (default 60)")
+    p.add_argument("--programs", type=int, default=None, help="stop after this many programs")
+    p.add_argument("--seed", type=int, default=0, help="names the run's programs (default 0)")
+    p.add_argument("--start", type=int, default=0, help="index of the first program (default 0)")
+    p.add_argument("--out", default=None, help="write a reproducer script per failure here")
+    p.add_argument("--device", default=None, help="only this device (default: cpu, and cuda if usable)")
+    p.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="the fusion pipeline to test")
+    p.add_argument("--supported-only", action="store_true", help="only ops xfuse compiles")
+    p.add_argument("--bisect", metavar="FILE", default=None, help="bisect a failing reproducer")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every program's outcome")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.bisect is not None:
+        return bisect_file(args)
+    return fuzz(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""
+`xfuse-opt`: xDSL's `xdsl-opt` with xfuse's dialects and passes.
+
+    xfuse-opt model.mlir -p 'decompose,fuse-greedy{arg-limit=64}' -o fused.mlir
+
+Every xDSL dialect, pass and target stays available. The IR is verified after parsing and
+after every pass (`--no-verify-each` keeps only the first). Bad input -- a syntax error, an
+unknown op, IR that does not verify, an unknown pass or option, a missing file -- prints one
+line, `file:line:col: error: message` where there is a location, and exits with status 1.
+
+To add a flag, extend `register_all_arguments`; to add an output target, extend
+`register_all_targets` (both call the base class first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import IO, NoReturn
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.parser import Parser
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
+from xdsl.utils.lexer import Span
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from xfuse.ir import DIALECTS
+from xfuse.passes import available_passes
+from xfuse.pipeline import (
+    InvalidIRError,
+    PassFailedError,
+    Pipeline,
+    PipelineError,
+    file_line_col,
+    parse_passes,
+    verify_module,
+)
+
+EXIT_ERROR = 1
+
+
+class LocatingParser(Parser):
+    """A parser that remembers where each operation starts, so diagnostics can point there."""
+
+    def __init__(
+        self, ctx: Context, text: str | bytes, name: str, spans: dict[Operation, Span[str]]
+    ):
+        super().__init__(ctx, text, name)
+        self.spans = spans
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span
+        try:
+            op = super().parse_operation()
+        except VerifyException as e:
+            # A type constraint checked while parsing (e.g. `tensor<*xf32>` where a ranked
+            # tensor is required): report it at the op, like any other parse error.
+            raise ParseError(start, str(e)) from None
+        self.spans[op] = start
+        return op
+
+
+class SourceError(ParseError):
+    """A parse error that prints as one line, `file:line:col: error: message`."""
+
+    def __str__(self) -> str:
+        loc = self.span.get_location()
+        return f"{loc.file}:{loc.line}:{loc.col}: error: {self.msg}"
+
+
+class CliError(Exception):
+    """A user error found by the driver itself (not by parsing or verification)."""
+
+
+def diagnostic_line(error: Exception) -> str:
+    """One line for a user error: `file:line:col: error: message` where there is a location."""
+    if isinstance(error, ParseError):
+        return str(SourceError(error.span, error.msg))
+    if isinstance(error, InvalidIRError | PassFailedError):
+        return str(error)  # already `[file:line:col: ]error: ...`
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return "error: " + (lines[0] if lines else type(error).__name__)
+
+
+class XfuseOptMain(xDSLOptMain):
+    """xdsl-opt plus xfuse's dialects, passes, per-pass verification and one-line errors."""
+
+    version_format = "xfuse-opt built on xdsl version {xdsl_version}"
+
+    def __init__(self, args: Sequence[str] | None = None):
+        # Spans of the ops of the chunk being processed, and that chunk's first line.
+        self.op_spans: dict[Operation, Span[str]] = {}
+        self.chunk_line_offset = 0
+        self.pass_started = time.perf_counter()
+        super().__init__("xfuse operator-fusion optimizer driver", args)
+
+    # --- registration ------------------------------------------------------------------------
+
+    def register_all_dialects(self) -> None:
+        super().register_all_dialects()
+        known = set(self.ctx.registered_dialect_names)
+        for dialect in DIALECTS:
+            if dialect.name not in known:
+                self.ctx.register_dialect(dialect.name, lambda d=dialect: d)
+
+    def register_all_passes(self) -> None:
+        super().register_all_passes()
+        for name, factory in available_passes().items():
+            self.register_pass(name, factory)
+
+    def register_all_frontends(self) -> None:
+        super().register_all_frontends()
+        self.available_frontends["mlir"] = self.parse_mlir
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--no-verify-each",
+            dest="verify_each",
+            default=True,
+            action="store_false",
+            help="Verify the IR only after parsing, not after every pass (faster).",
+        )
+
+    # --- pipeline ----------------------------------------------------------------------------
+
+    def setup_pipeline(self) -> None:
+        # Raises PipelineError (reported by `main`) for an unknown pass or option.
+        self.xfuse_pipeline = Pipeline(
+            parse_passes(self.args.passes, self.available_passes),
+            verify_each=self.args.verify_each and not self.args.disable_verify,
+            locate=self.locate,
+            observer=self.between_passes,
+        )
+
+    def apply_passes(self, prog: ModuleOp) -> None:
+        self.xfuse_pipeline.apply(prog)
+
+    def between_passes(
+        self, previous: ModulePass | None, module: ModuleOp, following: ModulePass | None
+    ) -> None:
+        """`--time-passes` and `--print-between-passes`; runs after the IR is verified."""
+        if self.args.time_passes and previous is not None:
+            print(f"// pass {previous.name} took {time.perf_counter() - self.pass_started:.6f} s")
+        if self.args.print_between_passes and previous is not None and following is not None:
+            print(f"// IR after {previous.name}:")
+            print(self.output_resulting_program(module))
+        self.pass_started = time.perf_counter()
+
+    # --- input -------------------------------------------------------------------------------
+
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        try:
+            stream, extension = super().get_input_stream()
+        except OSError as e:
+            raise CliError(f"cannot read '{self.args.input_file}': {e.strerror}") from None
+        # Any file that is not in a registered format is read as MLIR text.
+        if extension not in self.available_frontends:
+            extension = "mlir"
+        return stream, extension
+
+    def parse_chunk(
+        self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
+    ) -> ModuleOp | None:
+        self.op_spans.clear()
+        self.chunk_line_offset = start_offset
+        module = super().parse_chunk(chunk, file_extension, start_offset)
+        if module is not None and not self.args.disable_verify:
+            verify_module(module, None, self.locate)
+        return module
+
+    def parse_mlir(self, stream: IO[bytes]) -> ModuleOp:
+        parser = LocatingParser(self.ctx, stream.read(), self.get_input_name(), spans=self.op_spans)
+        try:
+            return parser.parse_module(not self.args.no_implicit_module)
+        except ParseError as e:  # one line also under --parsing-diagnostics
+            raise SourceError(e.span, e.msg) from None
+
+    def locate(self, op: Operation) -> str | None:
+        """`file:line:col` of an op parsed from the input, else its `loc(...)` if it has one."""
+        span = self.op_spans.get(op)
+        if span is None:
+            return file_line_col(op)
+        loc = span.get_location()
+        return f"{loc.file}:{loc.line + self.chunk_line_offset}:{loc.col}"
+
+    # --- running -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except (ParseError, PipelineError, DiagnosticException, CliError) as e:
+            fail(diagnostic_line(e))
+        except OSError as e:
+            fail(diagnostic_line(CliError(f"cannot write '{self.args.output_file}': {e.strerror}")))
+
+
+def fail(line: str) -> NoReturn:
+    print(line, file=sys.stderr)
+    raise SystemExit(EXIT_ERROR)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `xfuse-opt`; returns the exit status."""
+    try:
+        XfuseOptMain(argv).run()
+    except PipelineError as e:  # from building the pipeline, before any input is read
+        print(diagnostic_line(e), file=sys.stderr)
+        return EXIT_ERROR
+    except SystemExit as e:  # argparse, --help, --version and `fail`
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else EXIT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""
+Pass pipelines from text, the same syntax as `xfuse-opt -p`:
+
+    >>> p = xfuse.pipeline("decompose,fuse-greedy{arg-limit=64}")
+    >>> p(module)  # in place; verifies the IR after every pass
+
+Pass names are xfuse's passes (`xfuse.passes.available_passes()`) and every pass xDSL
+registers (`canonicalize`, `cse`, ...). Errors are `PipelineError`s with one-line messages:
+an unknown pass or option when the pipeline is built, `InvalidIRError` (naming the pass that
+produced the invalid IR and the op that does not verify) when it runs.
+
+Import names from this module with `from xfuse.pipeline import Pipeline`: the package attribute
+`xfuse.pipeline` is the function below, not this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.universe import Universe
+from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, VerifyException
+
+from xfuse.ir import make_context
+from xfuse.passes import available_passes
+
+PassFactories = Mapping[str, Callable[[], type[ModulePass]]]
+"""Pass name -> factory of the pass class, the form `xDSLOptMain.available_passes` uses."""
+
+OpLocator = Callable[[Operation], str | None]
+"""Where an op came from, as `file:line:col`, or None when that is not known."""
+
+PassObserver = Callable[[ModulePass | None, ModuleOp, ModulePass | None], None]
+"""Called around every pass with (the pass that ran, the module, the pass about to run)."""
+
+
+class PipelineError(Exception):
+    """A pipeline that cannot be built, or a pass that produced IR that does not verify."""
+
+
+class InvalidIRError(PipelineError, VerifyException):
+    """The IR does not verify: the input (`pass_name` None) or the output of pass `pass_name`.
+    Its message is one line, `file:line:col: error: ...` when the op's location is known."""
+
+    def __init__(
+        self, pass_name: str | None, op: Operation | None, location: str | None, message: str
+    ):
+        self.pass_name = pass_name
+        self.op = op
+        self.location = location
+        self.message = message
+        where = f"{location}: " if location is not None else ""
+        blame = f"pass '{pass_name}' produced invalid IR: " if pass_name is not None else ""
+        what = f"'{op.name}' op " if op is not None else ""
+        super().__init__(f"{where}error: {blame}{what}{message}")
+
+
+class PassFailedError(PipelineError, DiagnosticException):
+    """A pass reported that it cannot transform the module (a `DiagnosticException`)."""
+
+    def __init__(self, pass_name: str, message: str):
+        self.pass_name = pass_name
+        first_line = next((line for line in message.splitlines() if line.strip()), "")
+        super().__init__(f"error: pass '{pass_name}' failed: {first_line.strip()}")
+
+
+@cache
+def _xdsl_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    return dict(Universe.get_multiverse().all_passes)
+
+
+def known_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Every pass a pipeline may name: xDSL's, then xfuse's (which win on a clash)."""
+    return {**_xdsl_passes(), **available_passes()}
+
+
+def _unknown_pass_message(name: str, available: PassFactories) -> str:
+    ours = sorted(set(available) - set(_xdsl_passes()))
+    close = difflib.get_close_matches(name, list(available), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return (
+        f"unknown pass '{name}'{hint}; xfuse passes: {', '.join(ours) or 'none'}; "
+        "xDSL's passes are also available (`xfuse-opt --help` lists them all)"
+    )
+
+
+def _option_names(pass_class: type[ModulePass]) -> list[str]:
+    return [f.name.replace("_", "-") for f in dataclasses.fields(pass_class) if f.init]
+
+
+def _check_options(pass_class: type[ModulePass], spec: ArgSpec) -> None:
+    known = _option_names(pass_class)
+    for option in spec.normalize_parameter_names().parameters:
+        if option.replace("_", "-") not in known:
+            raise PipelineError(
+                f"pass '{spec.name}' has no option '{option}' "
+                f"(its options: {', '.join(known) or 'none'})"
+            )
+
+
+def _spec_syntax_message(error: ArgSpecParseError, spec: str) -> str:
+    # xDSL's message is a header, a location line, the spec, a caret line, then the reason.
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    reason = lines[-1].strip() if lines else "malformed pipeline"
+    column = lines[1].rsplit(":", 1)[-1] if len(lines) > 1 else "?"
+    return f"invalid pass pipeline '{spec}' at column {column}: {reason}"
+
+
+def parse_passes(spec: str, available: PassFactories | None = None) -> tuple[ModulePass, ...]:
+    """The passes a pipeline spec names, configured with its options."""
+    available = known_passes() if available is None else available
+    try:
+        specs = list(parse_pipeline(spec))
+    except ArgSpecParseError as e:
+        raise PipelineError(_spec_syntax_message(e, spec)) from None
+    passes: list[ModulePass] = []
+    for pass_spec in specs:
+        if pass_spec.name not in available:
+            raise PipelineError(_unknown_pass_message(pass_spec.name, available))
+        pass_class = available[pass_spec.name]()
+        _check_options(pass_class, pass_spec)
+        try:
+            passes.append(pass_class.from_pass_spec(pass_spec))
+        except (ValueError, TypeError) as e:
+            raise PipelineError(f"pass '{pass_spec.name}': {e}") from None
+    return tuple(passes)
+
+
+def file_line_col(op: Operation) -> str | None:
+    """The op's `loc("file":line:col)`, if it carries one."""
+    loc = op.location
+    if isinstance(loc, FileLineColLoc):
+        return f"{loc.filename.data}:{loc.line.value.data}:{loc.column.value.data}"
+    return None
+
+
+def _first_invalid_op(module: ModuleOp) -> tuple[Operation, VerifyException] | None:
+    # Nested ops first, as `Operation.verify` does, so the innermost culprit is named.
+    for op in module.walk(region_first=True):
+        try:
+            op.verify(verify_nested_ops=False)
+        except VerifyException as e:
+            return op, e
+    return None
+
+
+def verify_module(
+    module: ModuleOp, pass_name: str | None = None, locate: OpLocator = file_line_col
+) -> None:
+    """Verify `module` (the output of `pass_name`, or an input when None); on failure raise
+    `InvalidIRError` naming the pass, the op and its location."""
+    try:
+        module.verify()
+    except VerifyException as e:
+        culprit = _first_invalid_op(module)
+        if culprit is None:
+            raise InvalidIRError(pass_name, None, None, str(e)) from None
+        op, op_error = culprit
+        raise InvalidIRError(pass_name, op, locate(op), str(op_error)) from None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Passes run in order on a module, in place, verifying the IR before the first and after
+    every pass when `verify_each` is set. Call it (or `apply`) with a module."""
+
+    passes: tuple[ModulePass, ...]
+    verify_each: bool = True
+    locate: OpLocator = file_line_col
+    observer: PassObserver | None = None
+    ctx: Context = field(default_factory=make_context, compare=False, repr=False)
+
+    def apply(self, module: ModuleOp) -> ModuleOp:
+        self._between(None, module, self.passes[0] if self.passes else None)
+        for i, module_pass in enumerate(self.passes):
+            try:
+                module_pass.apply(self.ctx, module)
+            except PipelineError:
+                raise
+            except DiagnosticException as e:
+                raise PassFailedError(module_pass.name, str(e)) from e
+            after = self.passes[i + 1] if i + 1 < len(self.passes) else None
+            self._between(module_pass, module, after)
+        return module
+
+    __call__ = apply
+
+    def _between(
+        self, previous: ModulePass | None, module: ModuleOp, following: ModulePass | None
+    ) -> None:
+        if self.verify_each:
+            verify_module(module, previous.name if previous else None, self.locate)
+        if self.observer is not None:
+            self.observer(previous, module, following)
+
+    def __str__(self) -> str:
+        return ",".join(str(p.pipeline_pass_spec()) for p in self.passes)
+
+
+def pipeline(
+    spec: str,
+    verify_each: bool = True,
+    *,
+    passes: PassFactories | None = None,
+) -> Pipeline:
+    """A `Pipeline` from `xfuse-opt -p` syntax, e.g. "decompose,fuse-greedy{arg-limit=64}".
+    `passes` replaces the passes it may name (default: `known_passes()`)."""
+    return Pipeline(parse_passes(spec, passes), verify_each)
