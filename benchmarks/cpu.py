@@ -1,0 +1,260 @@
+"""
+CPU benchmark: torch eager, torch.compile (Inductor) and xfuse side by side, in one process.
+
+    python benchmarks/cpu.py [--runs 10] [--size 4096] [--write benchmarks/RESULTS.md]
+
+Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
+size x size f32, w and b per column), the bundled MLP and transformer block. For each: the
+median of `--runs` timed runs after warm-up, the time ratios xfuse/eager and xfuse/Inductor
+(below 1: xfuse is faster), the fraction of the machine's copy bandwidth xfuse reaches (bytes
+= one read of every input and parameter + one write of every output, against
+`torch.empty_like(x).copy_(x)`), the cold compile time of each compiler (xfuse with an empty
+kernel cache, Inductor with a fresh cache directory; compile + first call), and the max error
+of xfuse against eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Inductor reads its cache directory from the environment: a fresh one makes its compile cold.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-bench-"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import xfuse  # noqa: E402
+from examples.mlp import make_mlp  # noqa: E402
+from examples.transformer import make_transformer_block  # noqa: E402
+from xfuse.runtime.cache import KernelCache  # noqa: E402
+
+Fn = Callable[..., Any]
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Fn
+    inputs: tuple[torch.Tensor, ...]
+    params: tuple[torch.Tensor, ...] = ()
+
+
+def pointwise(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x * w + b) * torch.sigmoid(x)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def layernorm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), w, eps=1e-6)
+
+
+def cases(size: int) -> list[Case]:
+    torch.manual_seed(0)
+    x = torch.randn(size, size)
+    w, b = torch.randn(size), torch.randn(size)
+    mlp, mlp_in = make_mlp()
+    block, block_in = make_transformer_block()
+    return [
+        Case("pointwise gelu(x*w+b)*sigmoid(x)", pointwise, (x, w, b)),
+        Case("softmax", softmax, (x,)),
+        Case("layernorm", layernorm, (x, w, b)),
+        Case("rmsnorm", rmsnorm, (x, w)),
+        Case("mlp", mlp, mlp_in, tuple(mlp.parameters())),
+        Case("transformer block", block, block_in, tuple(block.parameters())),
+    ]
+
+
+def median_ms(fn: Fn, inputs: tuple[torch.Tensor, ...], runs: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn(*inputs)
+    times: list[float] = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn(*inputs)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def copy_bandwidth(size: int, runs: int) -> float:
+    """Bytes per second of `torch.empty_like(x).copy_(x)` (one read + one write)."""
+    x = torch.randn(size, size)
+    ms = median_ms(lambda t: torch.empty_like(t).copy_(t), (x,), runs)
+    return 2 * x.nbytes / (ms / 1000)
+
+
+def tensors_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, list | tuple):
+        return sum(tensors_bytes(v) for v in value)
+    return 0
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+@dataclass
+class Row:
+    name: str
+    eager_ms: float
+    inductor_ms: float | None
+    xfuse_ms: float
+    bandwidth_fraction: float
+    xfuse_cold_s: float
+    inductor_cold_s: float | None
+    max_error: float
+    groups: int
+    kernels: int
+    fallbacks: int
+
+
+def bench(case: Case, runs: int, bandwidth: float) -> Row:
+    eager_ms = median_ms(case.fn, case.inputs, runs)
+    expected = case.fn(*case.inputs)
+    with tempfile.TemporaryDirectory(prefix="xfuse-bench-") as cache_dir:
+        cache = KernelCache(Path(cache_dir))
+
+        def cold_xfuse() -> Any:
+            program = xfuse.compile(case.fn, case.inputs, cache=cache)
+            program(*case.inputs)
+            return program
+
+        compiled, xfuse_cold = timed(cold_xfuse)
+    xfuse_ms = median_ms(compiled, case.inputs, runs)
+    error = float((compiled(*case.inputs) - expected).abs().max())
+    inductor_ms: float | None = None
+    inductor_cold: float | None = None
+    try:
+        torch._dynamo.reset()
+        inductor = torch.compile(case.fn)
+        _, inductor_cold = timed(lambda: inductor(*case.inputs))
+        inductor_ms = median_ms(inductor, case.inputs, runs)
+    except Exception as e:  # Inductor needs a C++ compiler; report, do not stop
+        print(f"  inductor failed on {case.name}: {type(e).__name__}: {e}", file=sys.stderr)
+    moved = tensors_bytes(case.inputs) + tensors_bytes(case.params) + tensors_bytes(expected)
+    return Row(
+        case.name,
+        eager_ms,
+        inductor_ms,
+        xfuse_ms,
+        moved / (xfuse_ms / 1000) / bandwidth,
+        xfuse_cold,
+        inductor_cold,
+        error,
+        len(compiled.groups),
+        len(compiled.kernels),
+        len(compiled.fallbacks),
+    )
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def table(rows: list[Row]) -> str:
+    header = (
+        "| case | eager ms | Inductor ms | xfuse ms | xfuse/eager | xfuse/Inductor "
+        "| xfuse % copy BW | cold compile xfuse s | cold compile Inductor s "
+        "| groups/kernels/fallbacks | max err |"
+    )
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in rows:
+        lines.append(
+            f"| {r.name} | {r.eager_ms:.1f} | {fmt(r.inductor_ms, '.1f')} | {r.xfuse_ms:.1f} "
+            f"| {r.xfuse_ms / r.eager_ms:.2f} "
+            f"| {fmt(r.xfuse_ms / r.inductor_ms if r.inductor_ms else None, '.2f')} "
+            f"| {100 * r.bandwidth_fraction:.0f}% | {r.xfuse_cold_s:.2f} "
+            f"| {fmt(r.inductor_cold_s, '.2f')} | {r.groups}/{r.kernels}/{r.fallbacks} "
+            f"| {r.max_error:.1e} |"
+        )
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"{model}, {os.cpu_count()} logical cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), Python {platform.python_version()}; "
+        f"load average at the end {load} (other work on the machine distorts every column)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--only", help="run the cases whose name contains this")
+    parser.add_argument("--write", type=Path, help="write the table into this markdown file")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    bandwidth = copy_bandwidth(args.size, args.runs)
+    rows: list[Row] = []
+    with torch.no_grad():
+        for case in cases(args.size):
+            if args.only and args.only not in case.name:
+                continue
+            print(f"benchmarking {case.name} ...", file=sys.stderr, flush=True)
+            rows.append(bench(case, args.runs, bandwidth))
+    text = (
+        f"Machine: {machine()}\n\n"
+        f"Copy bandwidth (`torch.empty_like(x).copy_(x)`, {args.size}x{args.size} f32): "
+        f"{bandwidth / 1e9:.1f} GB/s. Median of {args.runs} runs after 2 warm-up runs; "
+        "xfuse/eager and xfuse/Inductor are time ratios (below 1: xfuse is faster).\n\n"
+        + table(rows)
+    )
+    print(text)
+    if args.write is not None:
+        write_section(args.write, text)
+    return 0
+
+
+SECTION = "## CPU: eager vs Inductor vs xfuse"
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace (or add) this benchmark's section of the results file; other sections stay."""
+    old = path.read_text() if path.exists() else "# Benchmark results\n"
+    body = f"{SECTION}\n\n`python benchmarks/cpu.py --write {path}`\n\n{text}\n"
+    if SECTION in old:
+        before, rest = old.split(SECTION, 1)
+        after = rest[rest.find("\n## ") :] if "\n## " in rest else ""
+        new = before + body + after.lstrip("\n")
+    else:
+        new = old.rstrip("\n") + "\n\n" + body
+    path.write_text(new)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

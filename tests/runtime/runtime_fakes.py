@@ -1,0 +1,127 @@
+"""
+Small stand-ins for the lowering and a backend, faithful to docs/contracts.md, so that the
+runtime is tested on its own: `fake_lower_to_loops` turns each unit of `@forward` into a kernel
+func + `fusion.launch` (the func carries the unit's graph IR as `fake.source`), and
+`ReferenceBackend` "compiles" a kernel to that source and runs it with the interpreter, writing
+into the output buffers it is given. Counters and hooks let tests see and inject behaviour.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    FunctionType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region
+
+from xfuse.backends import CodegenError
+from xfuse.dialects import fusion, graph
+from xfuse.interpreter import find_function, interpret
+from xfuse.ir import parse
+from xfuse.runtime.compiler import unit_inputs, wrap_unit
+
+
+def _memref(t: Attribute) -> MemRefType[Attribute]:
+    tt = graph.tensor_type(t)
+    return MemRefType(tt.element_type, tt.get_shape())
+
+
+def _is_unit(op: Operation) -> bool:
+    if isinstance(op, fusion.GroupOp):
+        return True
+    return (
+        op.name.startswith("graph.")
+        and graph.op_kind(op) != "extern"
+        and op.name != "graph.constant"
+    )
+
+
+def _kernel_func(op: Operation, name: str) -> func.FuncOp:
+    types = [_memref(v.type) for v in unit_inputs(op)] + [_memref(r.type) for r in op.results]
+    block = Block(arg_types=types)
+    block.add_op(func.ReturnOp())
+    kernel = func.FuncOp(name, FunctionType.from_lists(types, []), Region(block))
+    kernel.attributes["xfuse.kernel"] = UnitAttr()
+    kernel.attributes["xfuse.parallel_dims"] = IntegerAttr(0, i64)
+    kernel.attributes["fake.source"] = StringAttr(str(wrap_unit(op)))
+    return kernel
+
+
+def fake_lower_to_loops(module: ModuleOp) -> None:
+    """Every group / lone non-extern graph op of @forward -> a kernel func + fusion.launch
+    (constants it reads are folded into the kernel, as lower-to-loops does with splats)."""
+    forward = find_function(module, "forward")
+    for i, op in enumerate(list(forward.body.block.ops)):
+        if not _is_unit(op):
+            continue
+        name = f"fake_kernel_{i}"
+        module.body.block.add_op(_kernel_func(op, name))
+        launch = fusion.LaunchOp(name, unit_inputs(op), [r.type for r in op.results])
+        forward.body.block.insert_op_before(launch, op)
+        for old, new in zip(op.results, launch.results, strict=True):
+            old.replace_all_uses_with(new)
+        op.detach()
+        op.erase()
+
+
+@dataclass
+class ReferenceKernel:
+    """Runs the unit's graph IR with the interpreter; checks the contract on its buffers."""
+
+    name: str
+    source: ModuleOp
+    calls: list[list[torch.Tensor]] = field(default_factory=list[list[torch.Tensor]])
+
+    def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
+        n_in = len(find_function(self.source, "forward").body.block.args)
+        for b in buffers:
+            if not b.is_contiguous():
+                raise AssertionError(f"kernel {self.name} got a non-contiguous buffer")
+        self.calls.append(list(buffers))
+        outs = interpret(self.source, list(buffers[:n_in]))
+        for out, buf in zip(outs, buffers[n_in:], strict=True):
+            buf.copy_(out)
+
+
+@dataclass
+class ReferenceBackend:
+    """A backend whose artifacts are graph IR text. `fail_if(source)` injects a CodegenError;
+    `delay` makes compiles slow enough for threads to overlap."""
+
+    target: str = "reference-test"
+    delay: float = 0.0
+    fail_if: Callable[[str], bool] | None = None
+    compiles: int = 0
+    loads: int = 0
+    kernels: list[ReferenceKernel] = field(default_factory=list[ReferenceKernel])
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def compile(self, module: ModuleOp, name: str) -> bytes:
+        with self._lock:
+            self.compiles += 1
+        time.sleep(self.delay)
+        kernel = find_function(module, name)
+        source = kernel.attributes["fake.source"]
+        assert isinstance(source, StringAttr)
+        if self.fail_if is not None and self.fail_if(source.data):
+            raise CodegenError(f"injected failure compiling @{name}")
+        return source.data.encode()
+
+    def load(self, artifact: bytes, name: str) -> ReferenceKernel:
+        with self._lock:
+            self.loads += 1
+        kernel = ReferenceKernel(name, parse(artifact.decode()))
+        self.kernels.append(kernel)
+        return kernel

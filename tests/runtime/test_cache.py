@@ -1,0 +1,241 @@
+"""The kernel cache: once per key under threads, once per machine across processes, and
+corrupt entries rebuilt, never a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+from runtime_fakes import ReferenceBackend, fake_lower_to_loops
+from xdsl.dialects.builtin import ModuleOp
+
+from xfuse.backends import CodegenError
+from xfuse.interpreter import find_function
+from xfuse.ir import parse
+from xfuse.runtime.cache import (
+    CorruptEntry,
+    KernelCache,
+    decode_entry,
+    default_cache,
+    default_cache_dir,
+    encode_entry,
+)
+from xfuse.runtime.errors import KernelCacheWarning
+
+GROUP = """
+func.func @forward(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %r = fusion.group (%x, %y) kind = "elementwise" rule = "test" : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>):
+    %m = graph.mul %a, %b : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+    %e = graph.exp %m : tensor<4x8xf32>
+    fusion.yield %e : tensor<4x8xf32>
+  }
+  func.return %r : tensor<4x8xf32>
+}
+"""
+
+
+def kernel_module(text: str = GROUP) -> tuple[ModuleOp, str]:
+    """A module holding one kernel func (as the runtime gives backends), and its name."""
+    module = parse(text)
+    fake_lower_to_loops(module)
+    forward = find_function(module, "forward")
+    forward.detach()
+    kernel = find_function(module)
+    return module, kernel.sym_name.data
+
+
+def test_entry_round_trip_and_every_corruption() -> None:
+    key = "ab" * 32
+    data = encode_entry(key, b"artifact bytes")
+    assert decode_entry(key, data) == b"artifact bytes"
+    corruptions = {
+        "truncated": data[:-3],
+        "header only in part": data[:10],
+        "bad magic": b"Y" + data[1:],
+        "flipped payload byte": data[:-1] + bytes([data[-1] ^ 1]),
+    }
+    for bad in corruptions.values():
+        with pytest.raises(CorruptEntry):
+            decode_entry(key, bad)
+    with pytest.raises(CorruptEntry, match="another key"):
+        decode_entry("cd" * 32, data)
+
+
+def test_eight_threads_compile_the_same_kernel_once(tmp_path: Path) -> None:
+    backend = ReferenceBackend(delay=0.2)
+    cache = KernelCache(tmp_path)
+    module, name = kernel_module()
+    barrier = threading.Barrier(8)
+    kernels: list[object] = []
+
+    def worker() -> None:
+        barrier.wait()
+        kernels.append(cache.kernel(backend, module, name))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert backend.compiles == 1
+    assert len(kernels) == 8 and all(k is kernels[0] for k in kernels)
+    assert cache.stats.compiles == 1
+    assert list(tmp_path.rglob("*.kernel"))
+
+
+def test_a_failed_compile_reaches_every_waiter_and_is_retried(tmp_path: Path) -> None:
+    backend = ReferenceBackend(delay=0.1, fail_if=lambda source: True)
+    cache = KernelCache(tmp_path)
+    module, name = kernel_module()
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            cache.kernel(backend, module, name)
+        except CodegenError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 4
+    backend.fail_if = None
+    cache.kernel(backend, module, name)
+    assert backend.compiles >= 2
+
+
+def test_memory_hit_and_disk_hit_in_a_fresh_cache(tmp_path: Path) -> None:
+    backend = ReferenceBackend()
+    module, name = kernel_module()
+    first = KernelCache(tmp_path)
+    k1 = first.kernel(backend, module, name)
+    assert first.kernel(backend, module, name) is k1
+    assert first.stats.memory_hits == 1
+    second = KernelCache(tmp_path)
+    second.kernel(backend, module, name)
+    assert backend.compiles == 1
+    assert second.stats.disk_hits == 1 and second.stats.compiles == 0
+
+
+def test_another_target_is_another_entry(tmp_path: Path) -> None:
+    module, name = kernel_module()
+    cache = KernelCache(tmp_path)
+    a, b = ReferenceBackend(target="t1"), ReferenceBackend(target="t2")
+    cache.kernel(a, module, name)
+    cache.kernel(b, module, name)
+    assert a.compiles == 1 and b.compiles == 1
+    assert len(list(tmp_path.rglob("*.kernel"))) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path: Path, damage: str) -> None:
+    backend = ReferenceBackend()
+    module, name = kernel_module()
+    KernelCache(tmp_path).kernel(backend, module, name)
+    (entry,) = tmp_path.rglob("*.kernel")
+    data = entry.read_bytes()
+    damaged = {
+        "truncate": data[: len(data) // 2],
+        "flip": data[:-1] + bytes([data[-1] ^ 0xFF]),
+        "empty": b"",
+        "garbage": os.urandom(len(data)),
+    }[damage]
+    entry.write_bytes(damaged)
+    cache = KernelCache(tmp_path)
+    with pytest.warns(KernelCacheWarning, match="unusable"):
+        kernel = cache.kernel(backend, module, name)
+    assert kernel is not None
+    assert backend.compiles == 2 and cache.stats.rebuilt == 1
+    key = cache.key(backend, module)
+    assert decode_entry(key, entry.read_bytes()) == decode_entry(key, data)
+
+
+def test_an_entry_the_backend_cannot_load_is_rebuilt(tmp_path: Path) -> None:
+    backend = ReferenceBackend()
+    module, name = kernel_module()
+    cache = KernelCache(tmp_path)
+    key = cache.key(backend, module)
+    path = cache.entry_path(key)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(encode_entry(key, b"not IR at all {"))  # a valid entry, a stale artifact
+    with pytest.warns(KernelCacheWarning, match="could not load"):
+        cache.kernel(backend, module, name)
+    assert backend.compiles == 1
+    assert decode_entry(key, path.read_bytes()) != b"not IR at all {"
+
+
+def test_an_unusable_directory_degrades_to_memory_only(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory should be")
+    backend = ReferenceBackend()
+    module, name = kernel_module()
+    cache = KernelCache(blocker / "cache")
+    with pytest.warns(KernelCacheWarning, match="memory only"):
+        k = cache.kernel(backend, module, name)
+    assert cache.kernel(backend, module, name) is k
+    assert backend.compiles == 1
+
+
+def test_cache_dir_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c"
+    assert default_cache().directory == tmp_path / "c"
+    monkeypatch.delenv("XFUSE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if sys.platform.startswith("linux"):
+        assert default_cache_dir() == tmp_path / "xdg" / "xfuse"
+
+
+_SECOND_PROCESS = """
+import json, sys, warnings
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from runtime_fakes import ReferenceBackend
+from test_cache import kernel_module
+from xfuse.runtime.cache import default_cache
+backend = ReferenceBackend()
+module, name = kernel_module()
+cache = default_cache()
+kernel = cache.kernel(backend, module, name)
+print(json.dumps({{"compiles": backend.compiles, "disk_hits": cache.stats.disk_hits,
+                  "dir": str(cache.directory)}}))
+"""
+
+
+def test_a_second_process_hits_the_disk_cache(tmp_path: Path) -> None:
+    tests = str(Path(__file__).parent)
+    script = _SECOND_PROCESS.format(tests=tests)
+    env = {**os.environ, "XFUSE_CACHE_DIR": str(tmp_path)}
+
+    def run() -> dict[str, object]:
+        out = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first == {"compiles": 1, "disk_hits": 0, "dir": str(tmp_path)}
+    assert second == {"compiles": 0, "disk_hits": 1, "dir": str(tmp_path)}
+
+
+def test_no_warning_on_a_clean_hit(tmp_path: Path) -> None:
+    backend = ReferenceBackend()
+    module, name = kernel_module()
+    KernelCache(tmp_path).kernel(backend, module, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        KernelCache(tmp_path).kernel(backend, module, name)

@@ -1,0 +1,186 @@
+"""The program compiler and executor on hand-written fused IR, with the reference lowering and
+backend of runtime_fakes (so that they are tested apart from the code generator)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from runtime_fakes import ReferenceBackend, fake_lower_to_loops
+from xdsl.dialects.builtin import ModuleOp
+
+from xfuse.interpreter import interpret
+from xfuse.ir import parse
+from xfuse.runtime.cache import KernelCache
+from xfuse.runtime.compiler import Program, ProgramCompiler
+from xfuse.runtime.errors import FallbackWarning
+from xfuse.runtime.executor import run_program
+from xfuse.runtime.steps import BufferPool, EagerStep, KernelStep, ViewStep
+
+MIXED = """
+func.func @forward(%w: tensor<8x16xf32> {graph.param = "w"}, %x: tensor<4x8xf32> {graph.input = "x"}) -> (tensor<64xf32>, tensor<16x4xf32>, tensor<16x4xf32>) {
+  %c = graph.constant dense<2.000000e+00> : tensor<f32>
+  %g = fusion.group (%x, %c) kind = "elementwise" rule = "test:chain" : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<f32>):
+    %m = graph.mul %a, %b : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+    %r = graph.relu %m : tensor<4x8xf32>
+    fusion.yield %r : tensor<4x8xf32>
+  }
+  %z = graph.matmul %g, %w : tensor<4x8xf32>, tensor<8x16xf32> -> tensor<4x16xf32>
+  %v = graph.reshape %z : tensor<4x16xf32> -> tensor<64xf32>
+  %e = graph.exp %v : tensor<64xf32>
+  %t = graph.permute %z perm = [1, 0] : tensor<4x16xf32> -> tensor<16x4xf32>
+  %s = graph.sin %t : tensor<16x4xf32>
+  %t2 = graph.permute %z perm = [1, 0] : tensor<4x16xf32> -> tensor<16x4xf32>
+  func.return %e, %t2, %s : tensor<64xf32>, tensor<16x4xf32>, tensor<16x4xf32>
+}
+"""
+
+CHAIN = """
+func.func @forward(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %a = graph.exp %x : tensor<4x8xf32>
+  %b = graph.sin %a : tensor<4x8xf32>
+  %c = graph.cos %b : tensor<4x8xf32>
+  %d = graph.neg %c : tensor<4x8xf32>
+  func.return %d : tensor<4x8xf32>
+}
+"""
+
+ALIASED = """
+func.func @forward(%x: tensor<4x8xf32>) -> tensor<32xf32> {
+  %a = graph.exp %x : tensor<4x8xf32>
+  %v = graph.reshape %a : tensor<4x8xf32> -> tensor<32xf32>
+  %s = graph.sin %x : tensor<4x8xf32>
+  %s2 = graph.reshape %s : tensor<4x8xf32> -> tensor<32xf32>
+  %r = graph.add %v, %s2 : tensor<32xf32>, tensor<32xf32> -> tensor<32xf32>
+  func.return %r : tensor<32xf32>
+}
+"""
+
+
+def build(
+    text: str, tmp_path: Path, backend: ReferenceBackend | None = None
+) -> tuple[Program, ModuleOp, ReferenceBackend]:
+    backend = backend or ReferenceBackend()
+    cache = KernelCache(tmp_path)
+    module = parse(text)
+    reference = parse(text)
+    compiler = ProgramCompiler(
+        lambda m, name: cache.kernel(backend, m, name), lower=fake_lower_to_loops
+    )
+    return compiler.compile(module), reference, backend
+
+
+def run(program: Program, args: list[torch.Tensor]) -> list[torch.Tensor]:
+    return run_program(program, args, BufferPool())
+
+
+def test_steps_of_a_mixed_program(tmp_path: Path) -> None:
+    program, _, backend = build(MIXED, tmp_path)
+    kinds = [type(s).__name__ for s in program.steps]
+    assert kinds == [
+        "KernelStep",  # the group
+        "EagerStep",  # matmul
+        "ViewStep",  # reshape: always a view
+        "KernelStep",  # exp
+        "KernelStep",  # permute feeding sin: a kernel
+        "KernelStep",  # sin
+        "ViewStep",  # permute feeding only the return: a view
+    ]
+    assert backend.compiles == 4
+    assert [g.ops for g in program.groups] == [["graph.mul", "graph.relu"]]
+    assert program.groups[0].kernels == [program.kernels[0].name]
+    assert program.groups[0].rule == "test:chain"
+    # The constant the group reads is folded into its kernel: x is its only buffer input.
+    assert program.steps[0].inputs == (program.arg_slots[1],)
+
+
+def test_mixed_program_equals_the_interpreter(tmp_path: Path) -> None:
+    program, reference, _ = build(MIXED, tmp_path)
+    args = [torch.randn(8, 16), torch.randn(4, 8)]
+    for got, want in zip(run(program, args), interpret(reference, args), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_outputs_are_the_kernel_buffers(tmp_path: Path) -> None:
+    program, _, backend = build(CHAIN, tmp_path)
+    (out,) = run(program, [torch.randn(4, 8)])
+    (neg,) = [k for k in backend.kernels if "graph.neg" in str(k.source)]
+    assert out.data_ptr() == neg.calls[-1][-1].data_ptr()
+
+
+def test_intermediate_buffers_are_reused(tmp_path: Path) -> None:
+    program, reference, _ = build(CHAIN, tmp_path)
+    pool = BufferPool()
+    x = torch.randn(4, 8)
+    (first,) = run_program(program, [x], pool)
+    kept = first.clone()
+    assert pool.allocations == 2  # four kernel outputs in two buffers
+    (second,) = run_program(program, [x + 1], pool)
+    torch.testing.assert_close(first, kept)  # an earlier call's output is never reused
+    assert second.data_ptr() != first.data_ptr()
+    torch.testing.assert_close(second, interpret(reference, [x + 1])[0])
+
+
+def test_a_buffer_seen_through_a_view_is_not_reused_early(tmp_path: Path) -> None:
+    program, reference, _ = build(ALIASED, tmp_path)
+    assert any(isinstance(s, ViewStep) for s in program.steps)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(run(program, [x])[0], interpret(reference, [x])[0])
+
+
+def test_non_contiguous_inputs_reach_kernels_contiguous(tmp_path: Path) -> None:
+    program, reference, _ = build(CHAIN, tmp_path)
+    x = torch.randn(8, 4).t()
+    assert not x.is_contiguous()
+    torch.testing.assert_close(run(program, [x])[0], interpret(reference, [x.contiguous()])[0])
+
+
+def test_a_kernel_that_fails_to_compile_falls_back(tmp_path: Path) -> None:
+    backend = ReferenceBackend(fail_if=lambda source: "graph.relu" in source)
+    with pytest.warns(FallbackWarning, match=r"group 0 \(graph.mul, graph.relu\).*injected"):
+        program, reference, _ = build(MIXED, tmp_path, backend)
+    assert isinstance(program.steps[0], EagerStep)
+    assert program.groups[0].fallback is not None and "CodegenError" in program.groups[0].fallback
+    assert len(program.fallbacks) == 1
+    args = [torch.randn(8, 16), torch.randn(4, 8)]
+    for got, want in zip(run(program, args), interpret(reference, args), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_unit_that_fails_to_lower_falls_back(tmp_path: Path) -> None:
+    def broken_lowering(module: ModuleOp) -> None:
+        if "graph.sin" in str(module):
+            raise NotImplementedError("no loops for sin today")
+        fake_lower_to_loops(module)
+
+    cache = KernelCache(tmp_path)
+    backend = ReferenceBackend()
+    compiler = ProgramCompiler(lambda m, n: cache.kernel(backend, m, n), lower=broken_lowering)
+    with pytest.warns(FallbackWarning, match="op graph.sin runs eagerly.*no loops for sin"):
+        program = compiler.compile(parse(CHAIN))
+    assert sum(isinstance(s, EagerStep) for s in program.steps) == 1
+    assert sum(isinstance(s, KernelStep) for s in program.steps) == 3
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(run(program, [x])[0], interpret(parse(CHAIN), [x])[0])
+
+
+def test_identical_units_share_one_compiled_kernel(tmp_path: Path) -> None:
+    text = """
+func.func @forward(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %a = graph.exp %x : tensor<4x8xf32>
+  %b = graph.exp %a : tensor<4x8xf32>
+  func.return %b : tensor<4x8xf32>
+}
+"""
+    program, _, backend = build(text, tmp_path)
+    assert len(program.kernels) == 2 and backend.compiles == 1
+
+
+def test_no_warnings_when_everything_compiles(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        program, _, _ = build(MIXED, tmp_path)
+    assert program.fallbacks == []

@@ -1,0 +1,275 @@
+"""The public API end to end on the CPU: xfuse.compile, xfuse.explain and
+torch.compile(backend="xfuse") on the bundled models, specialisation, fallback, bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from xdsl.dialects.builtin import ModuleOp
+
+import xfuse
+import xfuse.api
+from examples.convnet import make_convnet
+from examples.mlp import make_mlp
+from examples.transformer import make_transformer_block
+from xfuse.backends import CodegenError, Kernel, get_backend
+from xfuse.runtime.errors import (
+    ExportError,
+    FallbackWarning,
+    UnsupportedInputError,
+    XfuseError,
+)
+from xfuse.runtime.executor import CompiledProgram
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]] = {
+    "mlp": make_mlp,
+    "transformer": make_transformer_block,
+    "convnet": make_convnet,
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    before = os.environ.get("XFUSE_CACHE_DIR")
+    os.environ["XFUSE_CACHE_DIR"] = str(tmp_path_factory.mktemp("xfuse-cache"))
+    yield
+    if before is None:
+        del os.environ["XFUSE_CACHE_DIR"]
+    else:
+        os.environ["XFUSE_CACHE_DIR"] = before
+
+
+@pytest.fixture(autouse=True)
+def _quiet_export() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=".*pytree.*")
+        yield
+
+
+def eager(model: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> Any:
+    with torch.no_grad():
+        return model(*inputs)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_compile_equals_eager(name: str) -> None:
+    model, inputs = MODELS[name]()
+    compiled = xfuse.compile(model, inputs)
+    assert isinstance(compiled, CompiledProgram)
+    assert compiled.kernels, "nothing was compiled to a kernel"
+    torch.testing.assert_close(compiled(*inputs), eager(model, inputs))
+    other = torch.randn_like(inputs[0])
+    torch.testing.assert_close(compiled(other), eager(model, (other,)))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_torch_compile_backend_equals_eager(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, inputs = MODELS[name]()
+    calls: list[int] = []
+    real_call = CompiledProgram.__call__
+
+    def counting_call(self: CompiledProgram, *args: Any) -> Any:
+        calls.append(1)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="xfuse")
+    with warnings.catch_warnings():
+        # Groups may fall back; the backend as a whole must not give up on the graph.
+        warnings.filterwarnings("error", ".*runs this graph eagerly", FallbackWarning)
+        got = eager(compiled, inputs)
+    torch.testing.assert_close(got, eager(model, inputs))
+    assert calls, "torch.compile did not run the xfuse program"
+
+
+def test_convnet_fuses_around_extern_convolutions() -> None:
+    model, inputs = make_convnet()
+    explanation = xfuse.explain(model, inputs)
+    assert "graph.torch_call" in explanation.ops
+    assert all("graph.torch_call" not in g.ops for g in explanation.groups)
+    assert any({"graph.add", "graph.relu"} <= set(g.ops) for g in explanation.groups)
+
+
+def test_explain_describes_groups_kernels_and_decisions() -> None:
+    model, inputs = make_transformer_block(batch=1, seq=16, d_model=32, heads=2)
+    explanation = xfuse.explain(model, inputs)
+    assert explanation.groups and explanation.kernels
+    for group in explanation.groups:
+        assert group.ops and group.inputs and group.outputs and group.kind and group.rule
+        assert group.kernels or group.fallback
+    assert explanation.report.decisions, "the fusion passes recorded no decisions"
+    assert any(d.fused for d in explanation.report.decisions)
+    assert any(not d.fused and d.reason for d in explanation.report.decisions)
+    data = json.loads(explanation.to_json())
+    assert set(data) == {"ops", "groups", "kernels", "report", "fallbacks"}
+    assert len(data["groups"]) == len(explanation.groups)
+    text = str(explanation)
+    assert text.startswith(f"{len(explanation.ops)} ops -> {len(explanation.groups)} groups")
+    assert "group 0" in text
+
+
+def test_outputs_keep_the_models_structure() -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        return torch.relu(x) + y, [x * y, torch.exp(y)]
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    got = xfuse.compile(fn, (x, y))(x, y)
+    assert isinstance(got, tuple) and isinstance(got[1], list)
+    torch.testing.assert_close(got, fn(x, y))
+
+
+def test_new_shapes_and_dtypes_compile_new_specialisations() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x) * x + 1
+
+    compiled = xfuse.compile(fn, (torch.randn(4, 8),))
+    for x in (torch.randn(4, 8), torch.randn(3, 5), torch.randn(4, 8, dtype=torch.float64)):
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert len(compiled.specialisations) == 3
+    compiled(torch.randn(3, 5))
+    assert len(compiled.specialisations) == 3
+
+
+def test_non_contiguous_inputs() -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * y
+
+    x, y = torch.randn(8, 6), torch.randn(6, 8)
+    compiled = xfuse.compile(fn, (x, y.t().contiguous()))
+    torch.testing.assert_close(compiled(x, y.t()), fn(x, y.t()))
+    strided = torch.randn(8, 12)[:, ::2]
+    torch.testing.assert_close(compiled(strided, y.t()), fn(strided, y.t()))
+
+
+class FailingBackend:
+    """The CPU backend, except that every compile raises (as an LLVM error would)."""
+
+    def __init__(self) -> None:
+        self.inner = get_backend("cpu")
+        self.target = "failing-" + self.inner.target
+
+    def compile(self, module: ModuleOp, name: str) -> bytes:
+        raise CodegenError(f"injected LLVM failure for @{name}")
+
+    def load(self, artifact: bytes, name: str) -> Kernel:
+        return self.inner.load(artifact, name)
+
+
+def test_groups_that_cannot_compile_fall_back_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, inputs = make_mlp(batch=4, d_in=16, d_hidden=32, d_out=8)
+    monkeypatch.setattr(xfuse.api, "get_backend", lambda device: FailingBackend())
+    with pytest.warns(FallbackWarning, match=r"group 0 \(.*graph.relu.*\).*injected LLVM"):
+        compiled = xfuse.compile(model, inputs)
+    assert not compiled.kernels and compiled.fallbacks
+    assert compiled.groups[0].fallback is not None
+    torch.testing.assert_close(compiled(*inputs), eager(model, inputs))
+
+
+def _relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x) * 2
+
+
+BAD_INPUTS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "too few": ((), "takes 1 input"),
+    "too many": ((torch.randn(4), torch.randn(4)), "takes 1 input"),
+    "not a tensor": (([1.0, 2.0, 3.0, 4.0],), "is a list, expected a tensor"),
+    "sparse": ((torch.randn(4).to_sparse(),), "sparse_coo tensor"),
+    "complex": ((torch.randn(4, dtype=torch.complex64),), "complex dtype"),
+    "other device": ((torch.randn(4, device="meta"),), "is on meta"),
+    "unsupported dtype": ((torch.randn(4).to(torch.uint8),), "not supported"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_inputs_to_a_compiled_program(case: str) -> None:
+    compiled = xfuse.compile(_relu, (torch.randn(4),))
+    args, message = BAD_INPUTS[case]
+    with pytest.raises(UnsupportedInputError, match=message):
+        compiled(*args)
+
+
+@pytest.mark.parametrize("case", ["sparse", "complex", "other device", "not a tensor"])
+def test_bad_example_inputs_to_compile(case: str) -> None:
+    args, message = BAD_INPUTS[case]
+    with pytest.raises(UnsupportedInputError, match=message):
+        xfuse.compile(_relu, args)
+
+
+def test_example_inputs_must_be_a_tuple() -> None:
+    with pytest.raises(XfuseError, match="tuple of tensors"):
+        xfuse.compile(_relu, torch.randn(4))  # type: ignore[arg-type]
+
+
+def _data_dependent(x: torch.Tensor) -> torch.Tensor:
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+def test_a_model_that_does_not_export_is_a_clear_error() -> None:
+    with pytest.raises(ExportError, match="torch.export could not export") as info:
+        xfuse.compile(_data_dependent, (torch.randn(4),))
+    assert "\n" not in str(info.value)
+
+
+def test_torch_compile_falls_back_to_eager_when_xfuse_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ExportError("xfuse: cannot import the program: injected")
+
+    monkeypatch.setattr(xfuse.api, "compile", refuse)
+    torch._dynamo.reset()
+    fn = torch.compile(_relu, backend="xfuse")
+    x = torch.randn(4)
+    with pytest.warns(FallbackWarning, match="runs this graph eagerly.*injected"):
+        got = fn(x)
+    torch.testing.assert_close(got, _relu(x))
+
+
+def test_torch_compile_calls_needing_autograd_run_eagerly() -> None:
+    torch._dynamo.reset()
+    model = torch.nn.Linear(8, 4)
+    compiled = torch.compile(model, backend="xfuse")
+    x = torch.randn(2, 8)
+    compiled(x).sum().backward()
+    assert model.weight.grad is not None
+    torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_backend_is_registered_through_the_entry_point_alone() -> None:
+    script = (
+        "import torch\n"
+        "f = torch.compile(lambda x: torch.relu(x) + 1, backend='xfuse')\n"
+        "x = torch.randn(16)\n"
+        "with torch.no_grad():\n"
+        "    assert torch.equal(f(x), torch.relu(x) + 1)\n"
+        "import sys; assert 'xfuse.api' in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_lazy_exports() -> None:
+    assert xfuse.compile is xfuse.api.compile
+    assert xfuse.explain is xfuse.api.explain
+    with pytest.raises(AttributeError):
+        _ = xfuse.no_such_thing  # type: ignore[attr-defined]

@@ -1,0 +1,261 @@
+"""
+The kernel cache: one for every backend, in memory and on disk.
+
+A kernel is keyed by the sha256 of its loop IR text (which holds its shapes and dtypes), the
+backend's target string, xfuse's version and the version of the code that turns loop IR into
+an artifact (a digest of the backend's sources). `KernelCache.kernel` compiles a kernel at most
+once per process, however many threads ask for it at the same time (a future per key), and at
+most once per machine: artifacts are stored under `$XFUSE_CACHE_DIR` (default: the user's cache
+directory, e.g. `~/.cache/xfuse`) so that a second process skips LLVM.
+
+A disk entry is a header (magic, entry format, payload length, key, payload sha256) and the
+artifact, written to a temporary file and renamed into place, so a reader sees a whole entry or
+none. An entry that is truncated, corrupt, for another key, or that the backend cannot load is
+deleted and rebuilt with a `KernelCacheWarning`; the cache never makes a call fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import struct
+import sys
+import tempfile
+import threading
+import warnings
+from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+from xfuse.backends import Backend, Kernel
+from xfuse.runtime.errors import KernelCacheWarning
+
+MAGIC = b"XFUSEKC\x00"
+ENTRY_FORMAT = 1
+_HEADER = struct.Struct("<8sIQ32s32s")  # magic, entry format, payload length, key, sha256
+_XFUSE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_cache_dir() -> Path:
+    """`$XFUSE_CACHE_DIR`, else the platform's user cache directory + "xfuse"."""
+    override = os.environ.get("XFUSE_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+        return base / "xfuse" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "xfuse"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "xfuse"
+
+
+def xfuse_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("xfuse")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@cache
+def _sources_digest(files: tuple[Path, ...]) -> str:
+    h = hashlib.sha256()
+    for path in files:
+        h.update(str(path.name).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def backend_version(backend: Backend) -> str:
+    """A digest of the code that turns loop IR into artifacts: the backend class's module and
+    xfuse's backends and passes (the LLVM lowering lives there). Editing them invalidates entries."""
+    files = {p.resolve() for p in (_XFUSE_ROOT / "backends").glob("*.py")}
+    files |= {p.resolve() for p in (_XFUSE_ROOT / "passes").glob("*.py")}
+    source = inspect.getsourcefile(type(backend))
+    if source is not None:
+        files.add(Path(source).resolve())
+    return _sources_digest(tuple(sorted(files)))
+
+
+def kernel_key(ir_text: str, target: str, backend_code: str) -> str:
+    parts = (ir_text, target, xfuse_version(), backend_code, str(ENTRY_FORMAT))
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+@dataclass
+class CacheStats:
+    memory_hits: int = 0
+    disk_hits: int = 0
+    compiles: int = 0
+    rebuilt: int = 0
+
+
+class CorruptEntry(Exception):
+    """A disk entry whose header or payload does not check out."""
+
+
+def encode_entry(key: str, artifact: bytes) -> bytes:
+    digest = hashlib.sha256(artifact).digest()
+    header = _HEADER.pack(MAGIC, ENTRY_FORMAT, len(artifact), bytes.fromhex(key), digest)
+    return header + artifact
+
+
+def decode_entry(key: str, data: bytes) -> bytes:
+    """The artifact of an entry, or `CorruptEntry` saying what is wrong with it."""
+    if len(data) < _HEADER.size:
+        raise CorruptEntry(f"{len(data)} bytes, shorter than the {_HEADER.size}-byte header")
+    magic, fmt, length, stored_key, digest = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptEntry("bad magic")
+    if fmt != ENTRY_FORMAT:
+        raise CorruptEntry(f"entry format {fmt}, expected {ENTRY_FORMAT}")
+    payload = data[_HEADER.size :]
+    if len(payload) != length:
+        raise CorruptEntry(f"payload of {len(payload)} bytes, header says {length}")
+    if stored_key != bytes.fromhex(key):
+        raise CorruptEntry("entry is for another key")
+    if hashlib.sha256(payload).digest() != digest:
+        raise CorruptEntry("checksum mismatch")
+    return payload
+
+
+class KernelCache:
+    """Kernels by key, in memory and (unless `directory` is None) on disk. Thread-safe."""
+
+    def __init__(self, directory: Path | None):
+        self.directory = directory
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+        self._kernels: dict[str, Kernel] = {}
+        self._pending: dict[str, Future[Kernel]] = {}
+        self._disk_ok = directory is not None
+
+    def key(self, backend: Backend, module: ModuleOp) -> str:
+        return kernel_key(str(module), backend.target, backend_version(backend))
+
+    def kernel(self, backend: Backend, module: ModuleOp, name: str) -> Kernel:
+        """The kernel `@name` of `module` for `backend`: from memory, from disk, or compiled
+        (once, however many threads ask at the same time)."""
+        key = self.key(backend, module)
+        with self._lock:
+            found = self._kernels.get(key)
+            if found is not None:
+                self.stats.memory_hits += 1
+                return found
+            future = self._pending.get(key)
+            owner = future is None
+            if future is None:
+                future = Future()
+                self._pending[key] = future
+        if not owner:
+            return future.result()
+        try:
+            kernel = self._build(backend, module, name, key)
+        except BaseException as e:
+            with self._lock:
+                del self._pending[key]
+            future.set_exception(e)
+            raise
+        with self._lock:
+            self._kernels[key] = kernel
+            del self._pending[key]
+        future.set_result(kernel)
+        return kernel
+
+    def clear_memory(self) -> None:
+        with self._lock:
+            self._kernels.clear()
+
+    def entry_path(self, key: str) -> Path:
+        assert self.directory is not None
+        return self.directory / key[:2] / f"{key}.kernel"
+
+    def _build(self, backend: Backend, module: ModuleOp, name: str, key: str) -> Kernel:
+        artifact = self._read(key)
+        if artifact is not None:
+            try:
+                kernel = backend.load(artifact, name)
+            except Exception as e:
+                self._discard(key, f"the backend could not load it ({type(e).__name__}: {e})")
+            else:
+                with self._lock:
+                    self.stats.disk_hits += 1
+                return kernel
+        artifact = backend.compile(module, name)
+        with self._lock:
+            self.stats.compiles += 1
+        self._write(key, artifact)
+        return backend.load(artifact, name)
+
+    def _read(self, key: str) -> bytes | None:
+        if not self._disk_ok:
+            return None
+        path = self.entry_path(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self._disable_disk(f"cannot read {path}: {e}")
+            return None
+        try:
+            return decode_entry(key, data)
+        except CorruptEntry as e:
+            self._discard(key, str(e))
+            return None
+
+    def _discard(self, key: str, reason: str) -> None:
+        path = self.entry_path(key)
+        warnings.warn(
+            f"xfuse: kernel cache entry {path} is unusable ({reason}); rebuilding it",
+            KernelCacheWarning,
+            stacklevel=4,
+        )
+        with self._lock:
+            self.stats.rebuilt += 1
+        path.unlink(missing_ok=True)
+
+    def _write(self, key: str, artifact: bytes) -> None:
+        if not self._disk_ok:
+            return
+        path = self.entry_path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".kernel")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(encode_entry(key, artifact))
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as e:
+            self._disable_disk(f"cannot write {path}: {e}")
+
+    def _disable_disk(self, reason: str) -> None:
+        self._disk_ok = False
+        warnings.warn(
+            f"xfuse: the kernel cache works in memory only from now on ({reason})",
+            KernelCacheWarning,
+            stacklevel=4,
+        )
+
+
+_caches: dict[Path, KernelCache] = {}
+_caches_lock = threading.Lock()
+
+
+def default_cache() -> KernelCache:
+    """The process's cache for the current `default_cache_dir()` (one per directory)."""
+    directory = default_cache_dir()
+    with _caches_lock:
+        found = _caches.get(directory)
+        if found is None:
+            found = _caches[directory] = KernelCache(directory)
+        return found

@@ -1,0 +1,433 @@
+"""
+The program compiler: a fused module's `@forward` to the ordered steps of a `Program`.
+
+Each `fusion.group`, and each lone non-extern graph op, is lowered on its own: it is wrapped in
+a temporary module whose `@forward` takes the unit's inputs and returns its outputs, `lower-to-
+loops` turns it into kernel funcs and `fusion.launch`es (docs/contracts.md), and each kernel is
+compiled through the kernel cache. A unit whose lowering or compilation fails falls back to the
+interpreter (`xfuse.runtime.fallback`). Extern ops (matmul, linear, torch_call) run eagerly;
+layout ops that only feed externs or outputs are torch views; constants are computed once.
+
+The memory plan: a kernel's output buffer goes back to the pool when the last use of every
+value that may alias it (eager results may be views of their inputs) has run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType, IntegerAttr, ModuleOp, StringAttr, SymbolRefAttr
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.traits import SymbolTable
+
+from xfuse import dtypes
+from xfuse.backends import Kernel
+from xfuse.dialects import fusion, graph
+from xfuse.interpreter import OP_IMPLS, find_function, run_op
+from xfuse.runtime.errors import XfuseError
+from xfuse.runtime.fallback import fallback_step, reason_of
+from xfuse.runtime.steps import VIEW_IMPLS, BufferSpec, EagerStep, KernelStep, Step, ViewStep
+
+Tensor = torch.Tensor
+
+KernelCompiler = Callable[[ModuleOp, str], Kernel]
+"""Compiles the kernel `@name` of a module of loop IR (through the kernel cache)."""
+
+Lowering = Callable[[ModuleOp], None]
+"""Lowers a module's `@forward` to kernels + fusion.launch, in place (lower-to-loops)."""
+
+FRESH_EXTERNS = frozenset({"graph.matmul", "graph.linear"})
+"""Eager ops whose results never alias their inputs; other eager results may be views."""
+
+
+def lower_to_loops(module: ModuleOp) -> None:
+    from xfuse.ir import make_context
+    from xfuse.passes.lower_to_loops import LowerToLoopsPass
+
+    LowerToLoopsPass().apply(make_context(), module)
+
+
+@dataclass
+class GroupInfo:
+    """A fusion group as compiled: what it holds and what became of it."""
+
+    index: int
+    ops: list[str]
+    inputs: list[str]
+    outputs: list[str]
+    kind: str
+    rule: str
+    attributes: dict[str, str]
+    kernels: list[str] = field(default_factory=list)
+    fallback: str | None = None
+
+
+@dataclass
+class KernelInfo:
+    """A compiled kernel: its name in the program (`kernel_<i>`), its function's name in the
+    module it was lowered in, where it came from, and its buffers."""
+
+    name: str
+    symbol: str
+    source: str
+    group: int | None
+    inputs: list[str]
+    outputs: list[str]
+    parallel_dims: int | None
+    loop_ir: str
+
+
+@dataclass
+class Program:
+    """Ordered steps over numbered slots, with the memory plan (see `xfuse.runtime.executor`)."""
+
+    steps: list[Step]
+    n_slots: int
+    arg_slots: tuple[int, ...]
+    output_slots: tuple[int, ...]
+    constants: dict[int, Tensor]
+    release_after: list[tuple[tuple[int, BufferSpec], ...]]
+    drop_after: list[tuple[int, ...]]
+    groups: list[GroupInfo]
+    kernels: list[KernelInfo]
+    fallbacks: list[str]
+    module: ModuleOp
+
+
+def type_str(t: Attribute) -> str:
+    return str(t)
+
+
+def spec_of(value: SSAValue) -> BufferSpec:
+    return BufferSpec(graph.shape_of(value), dtypes.to_torch(graph.dtype_of(value)))
+
+
+def unit_inputs(op: Operation) -> list[SSAValue]:
+    """The operands a unit's kernels take as buffers: all but those made by graph.constant
+    (copied into the unit's module instead, where lower-to-loops folds splats)."""
+    return [v for v in op.operands if not isinstance(v.owner, graph.ConstantOp)]
+
+
+def wrap_unit(op: Operation) -> ModuleOp:
+    """A module whose `@forward` takes `unit_inputs(op)` and returns `op`'s results, holding a
+    clone of `op` (and of the constants it reads)."""
+    inputs = unit_inputs(op)
+    out_types = [r.type for r in op.results]
+    block = Block(arg_types=[v.type for v in inputs])
+    mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, block.args, strict=True))
+    for v in op.operands:
+        if v not in mapping and isinstance(v.owner, graph.ConstantOp):
+            constant = v.owner.clone(clone_name_hints=False)
+            block.add_op(constant)
+            mapping[v] = constant.result
+    clone = op.clone(value_mapper=mapping, clone_name_hints=False)
+    block.add_ops([clone, func.ReturnOp(*clone.results)])
+    forward = func.FuncOp(
+        "forward", FunctionType.from_lists(list(block.arg_types), out_types), Region(block)
+    )
+    return ModuleOp([forward])
+
+
+def canonical_kernel_module(kernel: func.FuncOp) -> ModuleOp:
+    """A module of a copy of the kernel without SSA name hints, so that its text (the cache
+    key) is the same for the same computation wherever it came from."""
+    module = ModuleOp([kernel.clone(clone_name_hints=False)])
+    for op in module.walk():
+        for value in op.results:
+            value.name_hint = None
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.args:
+                    arg.name_hint = None
+    return module
+
+
+def _is_extern(op: Operation) -> bool:
+    return graph.op_kind(op) == "extern"
+
+
+def _feeds_only_externs_or_return(op: Operation) -> bool:
+    for result in op.results:
+        for use in result.uses:
+            user = use.operation
+            if not (isinstance(user, func.ReturnOp) or _is_extern(user)):
+                return False
+    return True
+
+
+def _is_view(op: Operation) -> bool:
+    if op.name == "graph.reshape":
+        return True
+    return op.name in VIEW_IMPLS and _feeds_only_externs_or_return(op)
+
+
+def _is_lone_kernel_op(op: Operation) -> bool:
+    """A graph op outside groups that becomes a kernel of its own (lower-to-loops' contract)."""
+    return (
+        op.name.startswith("graph.")
+        and op.name != "graph.constant"
+        and not _is_extern(op)
+        and not _is_view(op)
+    )
+
+
+def _unit_ops(op: Operation) -> list[str]:
+    if isinstance(op, fusion.GroupOp):
+        return [o.name for o in op.block.ops if not isinstance(o, fusion.YieldOp)]
+    return [op.name]
+
+
+def _group_attributes(op: fusion.GroupOp) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, attr in op.attributes.items():
+        out[name] = attr.data if isinstance(attr, StringAttr) else str(attr)
+    return out
+
+
+class _Emitter:
+    """Steps, slots and constants being built; a child emitter commits only on success."""
+
+    def __init__(self, counter: list[int]):
+        self.counter = counter
+        self.steps: list[Step] = []
+        self.constants: dict[int, Tensor] = {}
+        self.kernels: list[KernelInfo] = []
+
+    def new_slot(self) -> int:
+        self.counter[0] += 1
+        return self.counter[0] - 1
+
+    def child(self) -> _Emitter:
+        return _Emitter(self.counter)
+
+    def commit(self, child: _Emitter) -> None:
+        self.steps += child.steps
+        self.constants.update(child.constants)
+        self.kernels += child.kernels
+
+
+class ProgramCompiler:
+    """Builds a `Program` from a module after fusion (see the module docstring)."""
+
+    def __init__(
+        self,
+        compile_kernel: KernelCompiler,
+        lower: Lowering | None = None,
+        function: str = "forward",
+    ):
+        self.compile_kernel = compile_kernel
+        self.lower = lower if lower is not None else lower_to_loops
+        self.function = function
+
+    def compile(self, module: ModuleOp) -> Program:
+        forward = find_function(module, self.function)
+        counter = [0]
+        top = _Emitter(counter)
+        slot_of: dict[SSAValue, int] = {}
+        arg_slots = tuple(self._define(top, slot_of, a) for a in forward.body.block.args)
+        groups: list[GroupInfo] = []
+        fallbacks: list[str] = []
+        output_slots: tuple[int, ...] = ()
+        for op in forward.body.block.ops:
+            if isinstance(op, func.ReturnOp):
+                output_slots = tuple(slot_of[v] for v in op.operands)
+            elif isinstance(op, fusion.GroupOp):
+                info = self._group_info(op, len(groups))
+                groups.append(info)
+                self._unit(top, slot_of, op, info, fallbacks)
+            elif _is_lone_kernel_op(op):
+                self._unit(top, slot_of, op, None, fallbacks)
+            else:
+                self._plain(top, slot_of, op, module)
+        for i, kernel in enumerate(top.kernels):
+            kernel.name = f"kernel_{i}"
+        for info in groups:
+            info.kernels = [k.name for k in top.kernels if k.group == info.index]
+        plan = _MemoryPlan(top.steps, arg_slots, output_slots, set(top.constants))
+        return Program(
+            steps=top.steps,
+            n_slots=counter[0],
+            arg_slots=arg_slots,
+            output_slots=output_slots,
+            constants=top.constants,
+            release_after=plan.release_after,
+            drop_after=plan.drop_after,
+            groups=groups,
+            kernels=top.kernels,
+            fallbacks=fallbacks,
+            module=module,
+        )
+
+    @staticmethod
+    def _define(em: _Emitter, slot_of: dict[SSAValue, int], value: SSAValue) -> int:
+        slot_of[value] = em.new_slot()
+        return slot_of[value]
+
+    def _group_info(self, op: fusion.GroupOp, index: int) -> GroupInfo:
+        return GroupInfo(
+            index=index,
+            ops=_unit_ops(op),
+            inputs=[type_str(v.type) for v in op.inputs],
+            outputs=[type_str(r.type) for r in op.results],
+            kind=op.kind.data,
+            rule=op.rule.data,
+            attributes=_group_attributes(op),
+        )
+
+    def _unit(
+        self,
+        top: _Emitter,
+        slot_of: dict[SSAValue, int],
+        op: Operation,
+        info: GroupInfo | None,
+        fallbacks: list[str],
+    ) -> None:
+        """A group or lone op as kernels, or as one eager step when that fails."""
+        label = (
+            f"group {info.index} ({', '.join(info.ops)})" if info is not None else f"op {op.name}"
+        )
+        inputs = tuple(slot_of[v] for v in op.operands)
+        child = top.child()
+        try:
+            kernel_inputs = tuple(slot_of[v] for v in unit_inputs(op))
+            results = self._lowered_unit(child, op, kernel_inputs, info)
+        except Exception as e:
+            reason = reason_of(e)
+            outputs = tuple(self._define(top, slot_of, r) for r in op.results)
+            top.steps.append(fallback_step(op, inputs, outputs, label, reason))
+            fallbacks.append(f"{label}: {reason}")
+            if info is not None:
+                info.fallback = reason
+            return
+        top.commit(child)
+        for r, slot in zip(op.results, results, strict=True):
+            slot_of[r] = slot
+
+    def _lowered_unit(
+        self, em: _Emitter, op: Operation, inputs: tuple[int, ...], info: GroupInfo | None
+    ) -> list[int]:
+        module = wrap_unit(op)
+        self.lower(module)
+        forward = find_function(module, "forward")
+        slot_of: dict[SSAValue, int] = dict(zip(forward.body.block.args, inputs, strict=True))
+        source = f"group {info.index}" if info is not None else op.name
+        for inner in forward.body.block.ops:
+            if isinstance(inner, func.ReturnOp):
+                return [slot_of[v] for v in inner.operands]
+            if isinstance(inner, fusion.LaunchOp):
+                self._launch(em, slot_of, inner, module, source, info)
+            else:
+                self._plain(em, slot_of, inner, module)
+        raise XfuseError(f"lowering {source} produced an @forward without func.return")
+
+    def _launch(
+        self,
+        em: _Emitter,
+        slot_of: dict[SSAValue, int],
+        launch: fusion.LaunchOp,
+        module: ModuleOp,
+        source: str,
+        info: GroupInfo | None,
+    ) -> None:
+        name = launch.callee.root_reference.data
+        kernel_func = SymbolTable.lookup_symbol(module, SymbolRefAttr(name))
+        if not isinstance(kernel_func, func.FuncOp):
+            raise XfuseError(f"fusion.launch @{name}: no kernel func @{name} in the module")
+        kernel_module = canonical_kernel_module(kernel_func)
+        kernel = self.compile_kernel(kernel_module, name)
+        inputs = tuple(slot_of[v] for v in launch.inputs)
+        outputs = tuple(self._define(em, slot_of, r) for r in launch.outputs)
+        specs = tuple(spec_of(r) for r in launch.outputs)
+        em.steps.append(KernelStep(kernel, inputs, outputs, specs, f"kernel @{name} ({source})"))
+        dims = kernel_func.attributes.get("xfuse.parallel_dims")
+        em.kernels.append(
+            KernelInfo(
+                name="",  # numbered once the program is complete
+                symbol=name,
+                source=source,
+                group=info.index if info is not None else None,
+                inputs=[type_str(v.type) for v in launch.inputs],
+                outputs=[type_str(r.type) for r in launch.outputs],
+                parallel_dims=dims.value.data if isinstance(dims, IntegerAttr) else None,
+                loop_ir=str(kernel_module),
+            )
+        )
+
+    def _plain(
+        self, em: _Emitter, slot_of: dict[SSAValue, int], op: Operation, module: ModuleOp
+    ) -> None:
+        """Constants, views, externs, launches already in the module, other eager ops."""
+        if isinstance(op, fusion.LaunchOp):
+            self._launch(em, slot_of, op, module, op.callee.root_reference.data, None)
+            return
+        inputs = tuple(slot_of[v] for v in op.operands)
+        outputs = tuple(self._define(em, slot_of, r) for r in op.results)
+        if op.name == "graph.constant":
+            em.constants[outputs[0]] = run_op(op, [])[0]
+        elif _is_view(op):
+            em.steps.append(ViewStep(op, inputs, outputs, f"view {op.name}"))
+        elif op.name in OP_IMPLS or isinstance(op, fusion.GroupOp):
+            em.steps.append(EagerStep(op, inputs, outputs, f"eager {op.name}"))
+        else:
+            raise XfuseError(f"xfuse cannot run op '{op.name}' (neither a kernel nor a torch op)")
+
+
+class _MemoryPlan:
+    """When each slot is dropped and each kernel buffer returns to the pool."""
+
+    def __init__(
+        self,
+        steps: Sequence[Step],
+        arg_slots: Sequence[int],
+        output_slots: Sequence[int],
+        constant_slots: set[int],
+    ):
+        self.parent: dict[int, int] = {}
+        n = len(steps)
+        last_use: dict[int, int] = {}
+        defined_at: dict[int, int] = {}
+        owned: dict[int, BufferSpec] = {}
+        for i, step in enumerate(steps):
+            for s in step.inputs:
+                last_use[s] = i
+            for s in step.outputs:
+                defined_at[s] = i
+            if isinstance(step, KernelStep):
+                owned.update(zip(step.outputs, step.out_specs, strict=True))
+            elif not (isinstance(step, EagerStep) and step.op.name in FRESH_EXTERNS):
+                for o in step.outputs:
+                    for s in step.inputs:
+                        self._union(o, s)
+        pinned_roots = {self._find(s) for s in (*arg_slots, *output_slots, *constant_slots)}
+        class_end: dict[int, int] = {}
+        for s in set(last_use) | set(defined_at):
+            end = max(last_use.get(s, -1), defined_at.get(s, -1))
+            root = self._find(s)
+            class_end[root] = max(class_end.get(root, -1), end)
+        releases: list[list[tuple[int, BufferSpec]]] = [[] for _ in range(n)]
+        drops: list[list[int]] = [[] for _ in range(n)]
+        keep = set(output_slots)
+        for s in set(last_use) | set(defined_at):
+            if s in keep:
+                continue
+            root = self._find(s)
+            if s in owned and root not in pinned_roots:
+                releases[class_end[root]].append((s, owned[s]))
+                drops[class_end[root]].append(s)
+            else:
+                drops[max(last_use.get(s, -1), defined_at.get(s, -1))].append(s)
+        self.release_after = [tuple(sorted(r)) for r in releases]
+        self.drop_after = [tuple(sorted(d)) for d in drops]
+
+    def _find(self, s: int) -> int:
+        while self.parent.get(s, s) != s:
+            s = self.parent[s]
+        return s
+
+    def _union(self, a: int, b: int) -> None:
+        ra, rb = self._find(a), self._find(b)
+        if ra != rb:
+            self.parent[ra] = rb

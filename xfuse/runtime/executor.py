@@ -1,0 +1,179 @@
+"""
+The executor: runs a `Program`'s steps, and `CompiledProgram`, the callable `xfuse.compile`
+returns.
+
+Kernels are specialised to the shapes and dtypes they were compiled for. `CompiledProgram`
+checks every call's inputs (count, type, layout, dtype, device) and keys specialisations by the
+inputs' signature (shapes and dtypes): a call with a new signature builds a new specialisation,
+never runs a kernel on shapes it was not made for. Non-contiguous inputs are made contiguous by
+the kernels that read them (views and externs take them as they are).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from xfuse import dtypes
+from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
+from xfuse.runtime.errors import UnsupportedInputError
+from xfuse.runtime.steps import BufferPool
+
+Tensor = torch.Tensor
+
+Signature = tuple[tuple[tuple[int, ...], torch.dtype], ...]
+
+
+def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> list[Tensor]:
+    """Run the steps on `@forward`'s arguments; returns its results (kernel buffers, no copies)."""
+    env: list[Tensor | None] = [None] * program.n_slots
+    for slot, value in program.constants.items():
+        env[slot] = value
+    for slot, value in zip(program.arg_slots, args, strict=True):
+        env[slot] = value
+    for step, releases, drops in zip(
+        program.steps, program.release_after, program.drop_after, strict=True
+    ):
+        ins = [env[s] for s in step.inputs]
+        outs = step.run(ins, pool.allocate)  # pyright: ignore[reportArgumentType]
+        for slot, value in zip(step.outputs, outs, strict=True):
+            env[slot] = value
+        for slot, spec in releases:
+            pool.release(spec, env[slot])  # pyright: ignore[reportArgumentType]
+        for slot in drops:
+            env[slot] = None
+    results: list[Tensor] = []
+    for slot in program.output_slots:
+        value = env[slot]
+        assert value is not None
+        # A constant is shared by every call: the caller gets its own copy.
+        results.append(value.clone() if slot in program.constants else value)
+    return results
+
+
+@dataclass
+class Executable:
+    """One specialisation: a program, how to bind user inputs to its arguments, and how to
+    shape its flat results like the model's output."""
+
+    program: Program
+    bind: Callable[[Sequence[Tensor]], list[Tensor]]
+    unflatten: Callable[[list[Tensor]], Any]
+    report: Any = None
+    """The fusion report of this specialisation (`xfuse.api.FusionReport`), if one was made."""
+    op_names: list[str] = field(default_factory=list[str])
+    """The ops of the imported program, before fusion (for explanations)."""
+    _pools: list[BufferPool] = field(default_factory=list[BufferPool])
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, inputs: Sequence[Tensor]) -> Any:
+        args = self.bind(inputs)
+        # Each running call takes a pool of its own, so concurrent calls never share a buffer.
+        with self._lock:
+            pool = self._pools.pop() if self._pools else BufferPool()
+        try:
+            outputs = run_program(self.program, args, pool)
+        finally:
+            with self._lock:
+                self._pools.append(pool)
+        return self.unflatten(outputs)
+
+
+def describe(t: Tensor) -> str:
+    return f"{t.dtype} {list(t.shape)} on {t.device}"
+
+
+def check_input(i: int, value: Any, device: torch.device) -> Tensor:
+    """One input as a tensor a compiled program can take, or a one-line `UnsupportedInputError`."""
+    if not isinstance(value, Tensor):
+        raise UnsupportedInputError(f"input {i} is a {type(value).__name__}, expected a tensor")
+    if value.layout != torch.strided:
+        raise UnsupportedInputError(
+            f"input {i} is a {value.layout} tensor; only dense (strided) tensors are supported"
+        )
+    if value.is_complex():
+        raise UnsupportedInputError(
+            f"input {i} has complex dtype {value.dtype}; complex tensors are not supported"
+        )
+    try:
+        dtypes.from_torch(value.dtype)
+    except dtypes.UnsupportedDtype as e:
+        raise UnsupportedInputError(f"input {i}: {e}") from None
+    if value.device != device:
+        raise UnsupportedInputError(
+            f"input {i} is on {value.device}, but the program was compiled for {device}"
+        )
+    return value
+
+
+def signature_of(inputs: Sequence[Tensor]) -> Signature:
+    return tuple((tuple(t.shape), t.dtype) for t in inputs)
+
+
+class CompiledProgram:
+    """A compiled model or function: call it like the model (tensor inputs, positionally).
+
+    `build(inputs)` makes the `Executable` for a signature; the example inputs' one is built
+    here, upfront. `.groups`, `.kernels` and `.report` describe that first specialisation.
+    """
+
+    def __init__(
+        self,
+        build: Callable[[tuple[Tensor, ...]], Executable],
+        example_inputs: Sequence[Any],
+        device: str | torch.device = "cpu",
+    ):
+        self._build = build
+        self.device = torch.device(device)
+        self.arity = len(example_inputs)
+        self._lock = threading.Lock()
+        self._building: dict[Signature, threading.Lock] = {}
+        self.specialisations: dict[Signature, Executable] = {}
+        inputs = self._checked(tuple(example_inputs))
+        self.default = self._specialise(signature_of(inputs), inputs)
+
+    @property
+    def groups(self) -> list[GroupInfo]:
+        return self.default.program.groups
+
+    @property
+    def kernels(self) -> list[KernelInfo]:
+        return self.default.program.kernels
+
+    @property
+    def report(self) -> Any:
+        return self.default.report
+
+    @property
+    def fallbacks(self) -> list[str]:
+        return self.default.program.fallbacks
+
+    def __call__(self, *inputs: Any) -> Any:
+        tensors = self._checked(inputs)
+        sig = signature_of(tensors)
+        executable = self.specialisations.get(sig)
+        if executable is None:
+            executable = self._specialise(sig, tensors)
+        return executable.run(tensors)
+
+    def _checked(self, inputs: tuple[Any, ...]) -> tuple[Tensor, ...]:
+        if len(inputs) != self.arity:
+            raise UnsupportedInputError(
+                f"the compiled program takes {self.arity} input(s), got {len(inputs)}"
+            )
+        return tuple(check_input(i, v, self.device) for i, v in enumerate(inputs))
+
+    def _specialise(self, sig: Signature, inputs: tuple[Tensor, ...]) -> Executable:
+        # One build per signature even when several threads call with it at once.
+        with self._lock:
+            lock = self._building.setdefault(sig, threading.Lock())
+        with lock:
+            found = self.specialisations.get(sig)
+            if found is None:
+                found = self._build(inputs)
+                self.specialisations[sig] = found
+            return found
