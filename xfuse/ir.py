@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
-from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.builtin import AnyFloat, Builtin, ModuleOp
 from xdsl.dialects.cf import Cf
 from xdsl.dialects.func import Func
 from xdsl.dialects.llvm import LLVM
@@ -12,10 +14,36 @@ from xdsl.dialects.math import Math
 from xdsl.dialects.memref import MemRef
 from xdsl.dialects.ptr import Ptr
 from xdsl.dialects.scf import Scf
-from xdsl.parser import Parser
+from xdsl.parser import AttrParser, Parser
 
 from xfuse.dialects.fusion import Fusion
 from xfuse.dialects.graph import Graph
+
+def _read_hex_float_elements() -> None:
+    """Workaround for xDSL 0.74: it prints non-finite float elements of dense attributes as
+    their bits (`dense<0xff800000> : tensor<f32>`, as MLIR does) but reads such a literal back
+    as the integer 4286578688. Read hex literals of float elements as bit patterns."""
+    element = AttrParser._TensorLiteralElement  # pyright: ignore[reportPrivateUsage]
+    if getattr(element.to_type, "xfuse_hex_floats", False):
+        return
+    original = element.to_type
+
+    def to_type(self: Any, parser: AttrParser, type: Any) -> Any:
+        if (
+            isinstance(type, AnyFloat)
+            and isinstance(self.value, int)
+            and not isinstance(self.value, bool)
+            and self.span.text.lower().startswith("0x")
+        ):
+            raw = self.value.to_bytes(type.compile_time_size, "little")
+            return next(type.iter_unpack(raw))
+        return original(self, parser, type)
+
+    to_type.xfuse_hex_floats = True  # pyright: ignore[reportFunctionMemberAccess]
+    element.to_type = to_type  # pyright: ignore[reportAttributeAccessIssue]
+
+
+_read_hex_float_elements()
 
 DIALECTS = (Builtin, Func, Arith, Scf, Cf, MemRef, Math, LLVM, Ptr, Graph, Fusion)
 

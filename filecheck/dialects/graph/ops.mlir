@@ -121,14 +121,19 @@ func.func @extern(%x: tensor<8x16xf32>, %w: tensor<4x16xf32>, %b: tensor<4xf32>,
 }
 
 // CHECK-LABEL: func.func @constants
-func.func @constants() -> (tensor<f32>, tensor<2x2xi64>, tensor<3xi1>) {
+func.func @constants() -> (tensor<f32>, tensor<2x2xi64>, tensor<3xi1>, tensor<3xf32>, tensor<f16>) {
   // CHECK-NEXT: %{{.*}} = graph.constant dense<2.000000e+00> : tensor<f32>
   %0 = graph.constant dense<2.0> : tensor<f32>
   // CHECK-NEXT: %{{.*}} = graph.constant dense<{{\[\[}}1, 2], [3, 4]]> : tensor<2x2xi64>
   %1 = graph.constant dense<[[1, 2], [3, 4]]> : tensor<2x2xi64>
   // CHECK-NEXT: %{{.*}} = graph.constant dense<[true, false, true]> : tensor<3xi1>
   %2 = graph.constant dense<[true, false, true]> : tensor<3xi1>
-  func.return %0, %1, %2 : tensor<f32>, tensor<2x2xi64>, tensor<3xi1>
+  // Non-finite floats print as their bits and must read back as floats, not integers.
+  // CHECK-NEXT: %{{.*}} = graph.constant dense<[0xff800000, 1.500000e+00, 0x7fc00000]> : tensor<3xf32>
+  %3 = graph.constant dense<[0xff800000, 1.5, 0x7fc00000]> : tensor<3xf32>
+  // CHECK-NEXT: %{{.*}} = graph.constant dense<0x7c00> : tensor<f16>
+  %4 = graph.constant dense<0x7c00> : tensor<f16>
+  func.return %0, %1, %2, %3, %4 : tensor<f32>, tensor<2x2xi64>, tensor<3xi1>, tensor<3xf32>, tensor<f16>
 }
 
 // CHECK-LABEL: func.func @composite

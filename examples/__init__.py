@@ -1,0 +1,1 @@
+"""Small real models used by the README, the tests and the benchmarks."""

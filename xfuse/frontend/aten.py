@@ -1,0 +1,588 @@
+"""
+The aten → graph conversions, as a table from `str(OpOverload)` to a converter.
+
+A converter gets the lowering state, the FX node and its arguments bound by schema name; it
+emits graph ops and returns the node's value(s), or None to leave the node to `graph.torch_call`.
+Each converter produces exactly the type in `node.meta["val"]`: torch's dtype promotion is read
+from there and operands are cast to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch.fx
+from xdsl.dialects.builtin import i1
+from xdsl.ir import SSAValue
+
+from xfuse.dialects import graph
+from xfuse.frontend.lowering import (
+    Lowering,
+    Value,
+    out_type,
+    promoted_dtype,
+    result_types,
+    used_outputs,
+)
+
+Args = dict[str, Any]
+Converter = Callable[[Lowering, torch.fx.Node, Args], Value]
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _rank(value: SSAValue) -> int:
+    return len(graph.shape_of(value))
+
+
+def _norm_dims(dim: Any, rank: int) -> list[int]:
+    """A torch `dim` argument (None, int or list; [] or None = all) as sorted dims >= 0."""
+    if rank == 0:
+        return []
+    if dim is None or (isinstance(dim, list | tuple) and not dim):
+        return list(range(rank))
+    dims = [dim] if isinstance(dim, int) else list(dim)  # pyright: ignore[reportUnknownArgumentType]
+    return sorted({d % rank for d in dims})
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, bool | int | float)
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise
+# ---------------------------------------------------------------------------------------------
+
+
+def _unary(op_cls: type[graph.UnaryOp]) -> Converter:
+    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+        dtype = out_type(node).element_type
+        if op_cls.FLOAT_ONLY and not graph.is_float(dtype):
+            return None
+        return lw.emit(op_cls(lw.operand(a["self"], dtype)))
+
+    return convert
+
+
+def _binary(op_cls: type[graph.BinaryOp], other: str = "other") -> Converter:
+    """add/sub/mul/div/pow/maximum/minimum: operands cast to the result dtype; `alpha` scales rhs."""
+
+    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+        dtype = out_type(node).element_type
+        if op_cls.FLOAT_ONLY and not graph.is_float(dtype):
+            return None
+        lhs, rhs = lw.operand(a["self"], dtype), lw.operand(a[other], dtype)
+        alpha = a.get("alpha")
+        if alpha is not None and alpha != 1:
+            rhs = lw.emit(graph.MulOp(rhs, lw.constant(alpha, dtype)))
+        return lw.emit(op_cls(lhs, rhs))
+
+    return convert
+
+
+def _rsub(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """other - alpha * self."""
+    dtype = out_type(node).element_type
+    lhs, rhs = lw.operand(a["other"], dtype), lw.operand(a["self"], dtype)
+    if a.get("alpha", 1) != 1:
+        rhs = lw.emit(graph.MulOp(rhs, lw.constant(a["alpha"], dtype)))
+    return lw.emit(graph.SubOp(lhs, rhs))
+
+
+def _div_mode(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """div with rounding_mode: graph.div truncates integers, so only integer trunc maps."""
+    dtype = out_type(node).element_type
+    mode = a.get("rounding_mode")
+    if mode is None:
+        return _binary(graph.DivOp)(lw, node, a)
+    if mode == "trunc" and not graph.is_float(dtype):
+        return lw.emit(graph.DivOp(lw.operand(a["self"], dtype), lw.operand(a["other"], dtype)))
+    return None
+
+
+def _pow_scalar(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """pow.Scalar: number ** tensor."""
+    dtype = out_type(node).element_type
+    if not graph.is_float(dtype):
+        return None
+    return lw.emit(graph.PowOp(lw.operand(a["self"], dtype), lw.operand(a["exponent"], dtype)))
+
+
+def _comparison(op_cls: type[graph.ComparisonOp]) -> Converter:
+    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+        dtype = promoted_dtype(a["self"], a["other"])
+        return lw.emit(op_cls(lw.operand(a["self"], dtype), lw.operand(a["other"], dtype)))
+
+    return convert
+
+
+def _where(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    dtype = out_type(node).element_type
+    cond = lw.operand(a["condition"], i1)
+    return lw.emit(graph.WhereOp(cond, lw.operand(a["self"], dtype), lw.operand(a["other"], dtype)))
+
+
+def _clamp(low: str | None, high: str | None) -> Converter:
+    """clamp/clamp_min/clamp_max/hardtanh as maximum with the low bound, minimum with the high."""
+
+    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+        dtype = out_type(node).element_type
+        y = lw.operand(a["self"], dtype)
+        if low is not None and a.get(low) is not None:
+            y = lw.emit(graph.MaximumOp(y, lw.operand(a[low], dtype)))
+        if high is not None and a.get(high) is not None:
+            y = lw.emit(graph.MinimumOp(y, lw.operand(a[high], dtype)))
+        return y
+
+    return convert
+
+
+def _leaky_relu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    dtype = out_type(node).element_type
+    x = lw.operand(a["self"], dtype)
+    positive = lw.emit(graph.GtOp(x, lw.constant(0, dtype)))
+    scaled = lw.emit(graph.MulOp(x, lw.constant(a["negative_slope"], dtype)))
+    return lw.emit(graph.WhereOp(positive, x, scaled))
+
+
+def _cast(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    return lw.cast(lw.tensor(a["self"]), out_type(node).element_type)
+
+
+def _identity(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    return lw.tensor(a["self"] if "self" in a else a["input"])
+
+
+def _dropout(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    if a["train"] and a["p"] != 0:
+        return None
+    return lw.tensor(a["input"])
+
+
+def _constant(value_arg: str | None, fixed: float = 0) -> Converter:
+    """full/zeros/ones/scalar_tensor and their _like/new_ forms: a splat of the result type."""
+
+    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+        value = a[value_arg] if value_arg is not None else fixed
+        if not _is_number(value):
+            return None
+        t = out_type(node)
+        return lw.constant(value, t.element_type, t.get_shape())
+
+    return convert
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout
+# ---------------------------------------------------------------------------------------------
+
+
+def _reshape(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    return lw.reshape(lw.tensor(a["self"]), out_type(node).get_shape())
+
+
+def _expand(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    x, shape = lw.tensor(a["self"]), tuple(out_type(node).get_shape())
+    if graph.shape_of(x) == shape:
+        return x
+    dims = range(len(shape) - _rank(x), len(shape))
+    return lw.emit(graph.BroadcastInDimOp(x, shape, list(dims)))
+
+
+def _permute_dims(lw: Lowering, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+    if list(perm) == list(range(len(perm))):
+        return x
+    return lw.emit(graph.PermuteOp(x, perm))
+
+
+def _permute(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    return _permute_dims(lw, x, [d % _rank(x) for d in a["dims"]])
+
+
+def _transpose(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    rank = _rank(x)
+    if rank < 2:
+        return x
+    d0, d1 = a.get("dim0", 0) % rank, a.get("dim1", 1) % rank
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permute_dims(lw, x, perm)
+
+
+def _slice_dim(
+    lw: Lowering, x: SSAValue, dim: int, start: int, end: int, step: int = 1
+) -> SSAValue:
+    """x[..., start:end:step, ...] along `dim`, with torch's clamping of start and end."""
+    shape = graph.shape_of(x)
+    size = shape[dim]
+    start = min(max(start + size if start < 0 else start, 0), size)
+    end = min(max(end + size if end < 0 else end, start), size)
+    if (start, end, step) == (0, size, 1):
+        return x
+    starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
+    starts[dim], limits[dim], strides[dim] = start, end, step
+    return lw.emit(graph.SliceOp(x, starts, limits, strides))
+
+
+def _slice(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    if _rank(x) == 0 or not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
+        return None
+    size = graph.shape_of(x)[a["dim"] % _rank(x)]
+    start = 0 if a["start"] is None else a["start"]
+    end = size if a["end"] is None else a["end"]
+    return _slice_dim(lw, x, a["dim"] % _rank(x), start, end, a["step"])
+
+
+def _select(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    dim = a["dim"] % _rank(x)
+    index = a["index"] % graph.shape_of(x)[dim]
+    sliced = _slice_dim(lw, x, dim, index, index + 1)
+    return lw.reshape(sliced, out_type(node).get_shape())
+
+
+def _narrow(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    dim = a["dim"] % _rank(x)
+    start = a["start"] % graph.shape_of(x)[dim] if a["start"] < 0 else a["start"]
+    return _slice_dim(lw, x, dim, start, start + a["length"])
+
+
+def _split(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """split / split_with_sizes: one slice per piece."""
+    x = lw.tensor(a["self"])
+    dim = a["dim"] % _rank(x)
+    sizes = [int(t.get_shape()[dim]) for t in result_types(node)]
+    pieces: list[SSAValue | None] = []
+    start = 0
+    for size in sizes:
+        pieces.append(_slice_dim(lw, x, dim, start, start + size))
+        start += size
+    return pieces
+
+
+def _unbind(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    dim = a["dim"] % _rank(x)
+    shape = [d for i, d in enumerate(graph.shape_of(x)) if i != dim]
+    return [
+        lw.reshape(_slice_dim(lw, x, dim, i, i + 1), shape) for i in range(graph.shape_of(x)[dim])
+    ]
+
+
+def _cat(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    t = out_type(node)
+    rank = len(t.get_shape())
+    # torch.cat skips legacy empty 1-D tensors of shape [0].
+    inputs = [
+        lw.operand(n, t.element_type)
+        for n in a["tensors"]
+        if not (rank != 1 and tuple(n.meta["val"].shape) == (0,))
+    ]
+    if len(inputs) == 1:
+        return inputs[0]
+    return lw.emit(graph.ConcatOp(inputs, a["dim"] % rank))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------------------------
+
+
+def _reduce(op_cls: type[graph.ReduceOp], dim_arg: str | None = "dim") -> Converter:
+    """sum/mean/amax/amin/prod/max/min: the input is cast to the result dtype first (int sum
+    promotes to i64, `dtype=` is honoured)."""
+
+    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+        dtype = out_type(node).element_type
+        if op_cls.FLOAT_ONLY and not graph.is_float(dtype):
+            return None
+        x = lw.operand(a["self"], dtype)
+        dims = _norm_dims(a.get(dim_arg) if dim_arg else None, _rank(x))
+        return lw.emit(op_cls(x, dims, bool(a.get("keepdim", False))))
+
+    return convert
+
+
+def _var(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """var.dim (unbiased), var.correction (correction) and var.default."""
+    dtype = out_type(node).element_type
+    if "correction" in a:
+        correction = 1 if a["correction"] is None else a["correction"]
+    else:
+        correction = 1 if a.get("unbiased", True) else 0
+    if not graph.is_float(dtype) or float(correction) != int(correction):
+        return None
+    x = lw.operand(a["self"], dtype)
+    dims = _norm_dims(a.get("dim"), _rank(x))
+    return lw.emit(graph.VarOp(x, dims, int(correction), bool(a.get("keepdim", False))))
+
+
+# ---------------------------------------------------------------------------------------------
+# Composite ops kept whole (`decompose` splits them later)
+# ---------------------------------------------------------------------------------------------
+
+
+def _softmax(op_cls: type[graph.SoftmaxOp] | type[graph.LogSoftmaxOp]) -> Converter:
+    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+        dtype = out_type(node).element_type
+        if not graph.is_float(dtype):
+            return None
+        return lw.emit(op_cls(lw.operand(a["self"], dtype), a["dim"]))
+
+    return convert
+
+
+def _layer_norm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    if used_outputs(node) - {0}:
+        return None  # native_layer_norm's mean and rstd are read: leave it to torch.
+    dtype = result_types(node)[0].element_type
+    x = lw.operand(a["input"], dtype)
+    w = lw.operand(a["weight"], dtype) if a["weight"] is not None else None
+    b = lw.operand(a["bias"], dtype) if a["bias"] is not None else None
+    y = lw.emit(graph.LayerNormOp(x, len(a["normalized_shape"]), float(a["eps"]), w, b))
+    if isinstance(node.meta["val"], tuple):
+        return [y, None, None]
+    return y
+
+
+def _rms_norm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    dtype = out_type(node).element_type
+    x = lw.operand(a["input"], dtype)
+    w = lw.operand(a["weight"], dtype) if a["weight"] is not None else None
+    eps = a["eps"] if a["eps"] is not None else torch.finfo(node.meta["val"].dtype).eps
+    return lw.emit(graph.RMSNormOp(x, len(a["normalized_shape"]), float(eps), w))
+
+
+def _gelu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    return lw.emit(graph.GeluOp(lw.tensor(a["self"]), a["approximate"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix products
+# ---------------------------------------------------------------------------------------------
+
+
+def _matmul_values(lw: Lowering, lhs: SSAValue, rhs: SSAValue, shape: Sequence[int]) -> SSAValue:
+    """torch.matmul: 1-D operands become a row / a column, then the result is reshaped."""
+    if _rank(lhs) == 1:
+        lhs = lw.reshape(lhs, (1, graph.shape_of(lhs)[0]))
+    if _rank(rhs) == 1:
+        rhs = lw.reshape(rhs, (graph.shape_of(rhs)[0], 1))
+    return lw.reshape(lw.emit(graph.MatmulOp(lhs, rhs)), shape)
+
+
+def _matmul(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    t = out_type(node)
+    lhs, rhs = lw.operand(a["self"], t.element_type), lw.operand(a[_second(a)], t.element_type)
+    return _matmul_values(lw, lhs, rhs, t.get_shape())
+
+
+def _second(a: Args) -> str:
+    return "mat2" if "mat2" in a else "other"
+
+
+def _addmm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """beta * input + alpha * (mat1 @ mat2)."""
+    t = out_type(node)
+    dtype = t.element_type
+    y = _matmul_values(
+        lw, lw.operand(a["mat1"], dtype), lw.operand(a["mat2"], dtype), t.get_shape()
+    )
+    if a["alpha"] != 1:
+        y = lw.emit(graph.MulOp(y, lw.constant(a["alpha"], dtype)))
+    if a["beta"] == 0:
+        return y
+    bias = lw.operand(a["self"], dtype)
+    if a["beta"] != 1:
+        bias = lw.emit(graph.MulOp(bias, lw.constant(a["beta"], dtype)))
+    return lw.emit(graph.AddOp(y, bias))
+
+
+def _linear(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    dtype = out_type(node).element_type
+    x, w = lw.operand(a["input"], dtype), lw.operand(a["weight"], dtype)
+    if _rank(x) == 0 or _rank(w) != 2:
+        return None
+    b = lw.operand(a["bias"], dtype) if a["bias"] is not None else None
+    return lw.emit(graph.LinearOp(x, w, b))
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------------
+
+
+def _each(names: Sequence[str], converter: Converter) -> dict[str, Converter]:
+    return dict.fromkeys(names, converter)
+
+
+UNARY_OPS: dict[str, type[graph.UnaryOp]] = {
+    "neg": graph.NegOp,
+    "abs": graph.AbsOp,
+    "relu": graph.ReluOp,
+    "exp": graph.ExpOp,
+    "log": graph.LogOp,
+    "sqrt": graph.SqrtOp,
+    "rsqrt": graph.RsqrtOp,
+    "tanh": graph.TanhOp,
+    "sigmoid": graph.SigmoidOp,
+    "erf": graph.ErfOp,
+    "sin": graph.SinOp,
+    "cos": graph.CosOp,
+    "reciprocal": graph.ReciprocalOp,
+    "silu": graph.SiluOp,
+}
+
+BINARY_OPS: dict[str, tuple[type[graph.BinaryOp], Sequence[str]]] = {
+    "add": (graph.AddOp, ("Tensor", "Scalar")),
+    "sub": (graph.SubOp, ("Tensor", "Scalar")),
+    "mul": (graph.MulOp, ("Tensor", "Scalar")),
+    "div": (graph.DivOp, ("Tensor", "Scalar")),
+    "maximum": (graph.MaximumOp, ("default",)),
+    "minimum": (graph.MinimumOp, ("default",)),
+}
+
+COMPARISON_OPS: dict[str, type[graph.ComparisonOp]] = {
+    "eq": graph.EqOp,
+    "ne": graph.NeOp,
+    "lt": graph.LtOp,
+    "le": graph.LeOp,
+    "gt": graph.GtOp,
+    "ge": graph.GeOp,
+}
+
+REDUCE_OPS: dict[str, tuple[type[graph.ReduceOp], Sequence[str]]] = {
+    "sum": (graph.ReduceSumOp, ("dim_IntList", "default")),
+    "mean": (graph.ReduceMeanOp, ("dim", "default")),
+    "amax": (graph.ReduceMaxOp, ("default",)),
+    "amin": (graph.ReduceMinOp, ("default",)),
+    "prod": (graph.ReduceProdOp, ("dim_int", "default")),
+}
+
+CONVERTERS: dict[str, Converter] = {
+    **{f"aten.{n}.default": _unary(cls) for n, cls in UNARY_OPS.items()},
+    **{
+        f"aten.{n}.{o}": _binary(cls)
+        for n, (cls, overloads) in BINARY_OPS.items()
+        for o in overloads
+    },
+    **{
+        f"aten.{n}.{o}": _comparison(cls)
+        for n, cls in COMPARISON_OPS.items()
+        for o in ("Tensor", "Scalar")
+    },
+    **{
+        f"aten.{n}.{o}": _reduce(cls)
+        for n, (cls, overloads) in REDUCE_OPS.items()
+        for o in overloads
+    },
+    "aten.max.default": _reduce(graph.ReduceMaxOp, None),
+    "aten.min.default": _reduce(graph.ReduceMinOp, None),
+    "aten.rsub.Tensor": _rsub,
+    "aten.rsub.Scalar": _rsub,
+    "aten.div.Tensor_mode": _div_mode,
+    "aten.div.Scalar_mode": _div_mode,
+    "aten.pow.Tensor_Scalar": _binary(graph.PowOp, "exponent"),
+    "aten.pow.Tensor_Tensor": _binary(graph.PowOp, "exponent"),
+    "aten.pow.Scalar": _pow_scalar,
+    **_each(
+        ["aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"],
+        _where,
+    ),
+    **_each(["aten.clamp.default", "aten.clamp.Tensor"], _clamp("min", "max")),
+    **_each(["aten.clamp_min.default", "aten.clamp_min.Tensor"], _clamp("min", None)),
+    **_each(["aten.clamp_max.default", "aten.clamp_max.Tensor"], _clamp(None, "max")),
+    "aten.hardtanh.default": _clamp("min_val", "max_val"),
+    "aten.leaky_relu.default": _leaky_relu,
+    **_each(
+        ["aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.type_as.default"],
+        _cast,
+    ),
+    **_each(
+        [
+            "aten.clone.default",
+            "aten.contiguous.default",
+            "aten.alias.default",
+            "aten.detach.default",
+            "aten.lift_fresh_copy.default",
+            "aten.lift_fresh.default",
+        ],
+        _identity,
+    ),
+    "aten.dropout.default": _dropout,
+    "aten.scalar_tensor.default": _constant("s"),
+    **_each(
+        ["aten.full.default", "aten.full_like.default", "aten.new_full.default"],
+        _constant("fill_value"),
+    ),
+    **_each(
+        ["aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default"],
+        _constant(None, 0),
+    ),
+    **_each(
+        ["aten.ones.default", "aten.ones_like.default", "aten.new_ones.default"], _constant(None, 1)
+    ),
+    **_each(
+        [
+            "aten.view.default",
+            "aten.reshape.default",
+            "aten._unsafe_view.default",
+            "aten.unsqueeze.default",
+            "aten.squeeze.default",
+            "aten.squeeze.dim",
+            "aten.squeeze.dims",
+            "aten.flatten.using_ints",
+        ],
+        _reshape,
+    ),
+    "aten.expand.default": _expand,
+    "aten.permute.default": _permute,
+    **_each(["aten.transpose.int", "aten.t.default"], _transpose),
+    "aten.slice.Tensor": _slice,
+    "aten.select.int": _select,
+    "aten.narrow.default": _narrow,
+    **_each(["aten.split.Tensor", "aten.split_with_sizes.default"], _split),
+    "aten.unbind.int": _unbind,
+    "aten.cat.default": _cat,
+    **_each(["aten.var.dim", "aten.var.correction", "aten.var.default"], _var),
+    **_each(["aten.softmax.int", "aten._softmax.default"], _softmax(graph.SoftmaxOp)),
+    **_each(["aten.log_softmax.int", "aten._log_softmax.default"], _softmax(graph.LogSoftmaxOp)),
+    **_each(["aten.layer_norm.default", "aten.native_layer_norm.default"], _layer_norm),
+    "aten.rms_norm.default": _rms_norm,
+    "aten.gelu.default": _gelu,
+    **_each(["aten.mm.default", "aten.bmm.default", "aten.matmul.default"], _matmul),
+    "aten.addmm.default": _addmm,
+    "aten.linear.default": _linear,
+}
+
+# Nodes without a value that only check what export already guarantees.
+SKIPPED: frozenset[str] = frozenset(
+    {
+        "aten._assert_tensor_metadata.default",
+        "aten._assert_scalar.default",
+        "aten.sym_constrain_range_for_size.default",
+    }
+)
+
+# Composite ops whose decompositions the importer keeps out of `run_decompositions`: they
+# arrive whole and become the graph composite ops above.
+KEPT_COMPOSITES: tuple[str, ...] = (
+    "aten.linear.default",
+    "aten.softmax.int",
+    "aten.log_softmax.int",
+    "aten.layer_norm.default",
+    "aten.rms_norm.default",
+    "aten.silu.default",
+    "aten.gelu.default",
+    "aten.var.dim",
+    "aten.var.correction",
+    "aten.var.default",
+    "aten.hardtanh.default",
+)

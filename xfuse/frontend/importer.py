@@ -1,0 +1,319 @@
+"""
+The torch importer: a `torch.export.ExportedProgram` becomes one `func.func @forward` of graph
+ops (docs/contracts.md). Mapped aten ops become graph ops (xfuse/frontend/aten.py); any other
+tensor op becomes `graph.torch_call`; what even that cannot hold raises `UnsupportedProgram`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+from torch.export.graph_signature import (
+    ConstantArgument,
+    InputKind,
+    OutputKind,
+    TensorArgument,
+)
+from torch.utils import _pytree as pytree
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
+from xdsl.ir import Attribute, Block, Region, SSAValue
+
+from xfuse.dialects import graph
+from xfuse.dialects.torch_args import UnsupportedArgument, encode_args
+from xfuse.frontend.aten import CONVERTERS, KEPT_COMPOSITES, SKIPPED
+from xfuse.frontend.lowering import (
+    Lowering,
+    UnsupportedProgram,
+    Value,
+    bind,
+    node_error,
+    result_types,
+    tensor_type_of_val,
+)
+from xfuse.interpreter import bind_arguments
+
+PARAM_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+@dataclass
+class ImportedProgram:
+    """An imported program: the graph module and what is needed to call it."""
+
+    module: ModuleOp
+    param_names: dict[int, str]
+    """Argument index of `@forward` -> fqn of the parameter, buffer or constant bound there."""
+    params: dict[str, torch.Tensor]
+    input_names: list[str]
+    output_names: list[str]
+    constant_inputs: set[int] = field(default_factory=set[int])
+    """Positions of flattened user inputs that torch.export specialised to constants."""
+
+    @property
+    def function(self) -> func.FuncOp:
+        return next(op for op in self.module.ops if isinstance(op, func.FuncOp))
+
+    def arguments(self, *user_inputs: Any, **user_kwargs: Any) -> list[torch.Tensor]:
+        """The full argument list of `@forward`: parameters by name, then the user inputs."""
+        leaves = pytree.tree_leaves((user_inputs, user_kwargs))
+        tensors = [x for i, x in enumerate(leaves) if i not in self.constant_inputs]
+        return bind_arguments(self.function, tensors, self.params)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+# ---------------------------------------------------------------------------------------------
+
+
+def import_module(
+    model_or_fn: torch.nn.Module | Callable[..., Any],
+    example_inputs: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+) -> ImportedProgram:
+    """Export a module (or a plain function) with static example shapes and import it."""
+    check_inputs(pytree.tree_leaves((example_inputs, kwargs or {})))
+    model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
+    try:
+        program = torch.export.export(model, example_inputs, kwargs, strict=False)
+    except Exception as e:  # export's own errors are long; keep the first line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnsupportedProgram(f"torch.export failed: {first}") from e
+    return import_program(program)
+
+
+def import_program(program: ExportedProgram) -> ImportedProgram:
+    """Import an exported program (decomposed here to the aten ops the importer maps)."""
+    if needs_decomposition(program):
+        program = program.run_decompositions(decomposition_table())
+    return Importer(program).run()
+
+
+def needs_decomposition(program: ExportedProgram) -> bool:
+    """Whether some node is neither mapped nor skipped (decomposing is the slow part of an
+    import, and a program of mapped ops only is already in the form the importer reads)."""
+    return any(
+        node.op == "call_function"
+        and node.target is not operator.getitem
+        and str(node.target) not in CONVERTERS
+        and str(node.target) not in SKIPPED
+        for node in program.graph.nodes
+    )
+
+
+class FunctionModule(torch.nn.Module):
+    """A plain function as an nn.Module, so that torch.export can take it."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def wrap_function(fn: Callable[..., Any]) -> torch.nn.Module:
+    """`fn` as a module whose `forward` shows fn's signature, so that the exported inputs keep
+    fn's parameter names (a function without one gets args_0, args_1, ...)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return FunctionModule(fn)
+
+    def forward(self: FunctionModule, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    forward.__signature__ = signature.replace(  # pyright: ignore[reportFunctionMemberAccess]
+        parameters=[this, *signature.parameters.values()]
+    )
+    named = type(FunctionModule.__name__, (FunctionModule,), {"forward": forward})
+    return named(fn)
+
+
+def decomposition_table() -> dict[Any, Callable[..., Any]]:
+    """torch.export's core-aten table without the composite ops graph keeps whole."""
+    table = torch.export.default_decompositions()
+    for name in KEPT_COMPOSITES:
+        table.pop(resolve_overload(name), None)
+    return table  # pyright: ignore[reportReturnType]
+
+
+def resolve_overload(name: str) -> torch._ops.OpOverload:
+    _, op, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, op), overload)
+
+
+def check_inputs(values: Sequence[Any]) -> None:
+    """Reject inputs no graph tensor can hold before export turns them into long errors."""
+    for i, v in enumerate(values):
+        if not isinstance(v, torch.Tensor):
+            continue
+        if v.layout != torch.strided:
+            raise UnsupportedProgram(
+                f"input {i} is a {v.layout} tensor; only dense tensors are supported"
+            )
+        if v.is_complex():
+            raise UnsupportedProgram(
+                f"input {i} has complex dtype {v.dtype}; complex tensors are not supported"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# The FX walk
+# ---------------------------------------------------------------------------------------------
+
+
+class Importer:
+    """Walks the FX graph of one exported program and builds `@forward`."""
+
+    def __init__(self, program: ExportedProgram):
+        self.program = program
+        self.signature = program.graph_signature
+
+    def run(self) -> ImportedProgram:
+        placeholders = [n for n in self.program.graph.nodes if n.op == "placeholder"]
+        specs = self.signature.input_specs
+        if len(specs) != len(placeholders):
+            raise UnsupportedProgram("the program's signature does not match its graph inputs")
+        arg_types: list[Attribute] = []
+        arg_attrs: list[DictionaryAttr] = []
+        param_names: dict[int, str] = {}
+        params: dict[str, torch.Tensor] = {}
+        input_names: list[str] = []
+        constant_inputs: set[int] = set()
+        user_index = 0
+        for node, spec in zip(placeholders, specs, strict=True):
+            if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
+                constant_inputs.add(user_index)
+                user_index += 1
+                continue
+            if spec.kind == InputKind.USER_INPUT:
+                user_index += 1
+                input_names.append(node.name)
+                attr = {"graph.input": StringAttr(node.name)}
+            elif spec.kind in PARAM_KINDS and spec.target is not None:
+                param_names[len(arg_types)] = spec.target
+                params[spec.target] = self.state_tensor(spec.target, node)
+                attr = {"graph.param": StringAttr(spec.target)}
+            else:
+                raise node_error(node, f"inputs of kind {spec.kind.name} are not supported")
+            arg_types.append(tensor_type_of_val(node.meta.get("val"), node))
+            arg_attrs.append(DictionaryAttr(attr))
+
+        block = Block(arg_types=arg_types)
+        lowering = Lowering(block)
+        args = iter(block.args)
+        for node, spec in zip(placeholders, specs, strict=True):
+            if not isinstance(spec.arg, ConstantArgument):
+                lowering.values[node] = next(args)
+        for node in self.program.graph.nodes:
+            if node.op == "call_function":
+                lowering.values[node] = convert_node(lowering, node)
+        outputs, output_names = self.outputs(lowering)
+        block.add_op(func.ReturnOp(*outputs))
+        function = func.FuncOp(
+            "forward",
+            (arg_types, [v.type for v in outputs]),
+            Region(block),
+            arg_attrs=ArrayAttr(arg_attrs),
+        )
+        module = ModuleOp([function])
+        module.verify()
+        return ImportedProgram(
+            module, param_names, params, input_names, output_names, constant_inputs
+        )
+
+    def state_tensor(self, target: str, node: torch.fx.Node) -> torch.Tensor:
+        for source in (self.program.state_dict, self.program.constants):
+            if target in source:
+                value = source[target]
+                if not isinstance(value, torch.Tensor):
+                    raise node_error(node, f"constant '{target}' is not a tensor")
+                return value.detach()
+        raise node_error(node, f"no value for '{target}' in the program's state")
+
+    def outputs(self, lowering: Lowering) -> tuple[list[SSAValue], list[str]]:
+        output_node = next(n for n in self.program.graph.nodes if n.op == "output")
+        returned = pytree.tree_leaves(output_node.args[0])
+        values: list[SSAValue] = []
+        names: list[str] = []
+        for spec, node in zip(self.signature.output_specs, returned, strict=True):
+            if spec.kind != OutputKind.USER_OUTPUT:
+                what = spec.target or getattr(spec.arg, "name", "?")
+                raise UnsupportedProgram(
+                    f"the program mutates '{what}' ({spec.kind.name}); only functional programs "
+                    "are supported (call model.eval() for normalisation layers)"
+                )
+            if not isinstance(spec.arg, TensorArgument) or not isinstance(node, torch.fx.Node):
+                raise UnsupportedProgram(f"output {len(values)} is not a tensor ({spec.arg})")
+            values.append(lowering.tensor(node))
+            names.append(node.name)
+        return values, names
+
+
+def convert_node(lowering: Lowering, node: torch.fx.Node) -> Value:
+    """The value of one call_function node: a mapped graph op, getitem, or a torch_call."""
+    if node.target is operator.getitem:
+        return select_output(lowering, node)
+    if not isinstance(node.target, torch._ops.OpOverload):
+        raise node_error(node, "only aten operators can be imported")
+    name = str(node.target)
+    if name in SKIPPED:
+        return None
+    converter = CONVERTERS.get(name)
+    if converter is not None:
+        value = converter(lowering, node, bind(node))
+        if value is not None:
+            check_types(node, value)
+            return value
+    return torch_call(lowering, node)
+
+
+def select_output(lowering: Lowering, node: torch.fx.Node) -> Value:
+    source, index = node.args
+    values = lowering.values.get(source)  # pyright: ignore[reportArgumentType]
+    if not isinstance(values, list) or not isinstance(index, int):
+        raise node_error(node, "getitem of a value that is not a list of tensors")
+    return values[index]
+
+
+def check_types(node: torch.fx.Node, value: Value) -> None:
+    """A converter must produce exactly torch's result types; a mismatch is an importer bug."""
+    produced = value if isinstance(value, list) else [value]
+    for got, want in zip(produced, result_types(node), strict=True):
+        if got is not None and got.type != want:
+            raise AssertionError(
+                f"importer produced {got.type} for node '{node.name}', torch says {want}"
+            )
+
+
+def torch_call(lowering: Lowering, node: torch.fx.Node) -> Value:
+    """The node as an opaque `graph.torch_call`, its tensor arguments as operands."""
+    tensors: list[torch.fx.Node] = []
+
+    def tensor_index(value: Any) -> int | None:
+        if not isinstance(value, torch.fx.Node):
+            return None
+        if value not in tensors:
+            tensors.append(value)
+        return tensors.index(value)
+
+    try:
+        args, kwargs = encode_args(node.args, dict(node.kwargs), tensor_index)
+    except UnsupportedArgument as e:
+        raise node_error(node, str(e)) from None
+    types: list[TensorType[Attribute]] = result_types(node)
+    op = graph.TorchCallOp(
+        str(node.target), [lowering.tensor(t) for t in tensors], types, args, kwargs
+    )
+    lowering.block.add_op(op)
+    if isinstance(node.meta.get("val"), list | tuple):
+        return list(op.results)
+    return op.results[0]

@@ -1,0 +1,224 @@
+"""
+`decompose`: rewrites the graph composite ops (softmax, log_softmax, layer_norm, rms_norm, gelu,
+silu, var, linear) into graph primitives, so that fusion sees only elementwise, broadcast,
+reduction, layout and extern ops.
+
+f16/bf16 inputs are computed in f32 and cast back, as torch's CPU and CUDA kernels do.
+Reductions keep their dims so that the following elementwise ops broadcast against them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp, f32
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from xfuse.dialects import graph
+
+
+@dataclass
+class OpList:
+    """Collects the ops a decomposition creates, in order, with small builders."""
+
+    ops: list[Operation] = field(default_factory=list[Operation])
+
+    def add(self, op: Operation) -> SSAValue:
+        self.ops.append(op)
+        return op.results[0]
+
+    def const(self, value: float, like: SSAValue) -> SSAValue:
+        return self.add(graph.ConstantOp.scalar(value, graph.dtype_of(like)))
+
+    def cast(self, value: SSAValue, dtype: Attribute) -> SSAValue:
+        if graph.dtype_of(value) == dtype:
+            return value
+        return self.add(graph.CastOp(value, dtype))
+
+    def upcast(self, value: SSAValue) -> SSAValue:
+        """f16/bf16 to f32 (torch's compute type for them); other types unchanged."""
+        if isinstance(graph.dtype_of(value), Float16Type | BFloat16Type):
+            return self.cast(value, f32)
+        return value
+
+    def mul(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.add(graph.MulOp(a, b))
+
+    def mean(self, x: SSAValue, dims: Sequence[int]) -> SSAValue:
+        return self.add(graph.ReduceMeanOp(x, dims, keepdim=True))
+
+
+def _replace(rewriter: PatternRewriter, op: Operation, ops: OpList, result: SSAValue) -> None:
+    rewriter.replace(op, ops.ops, [result])
+
+
+def _trailing_dims(x: SSAValue, rank: int) -> list[int]:
+    total = len(graph.shape_of(x))
+    return list(range(total - rank, total))
+
+
+def _softmax_parts(ops: OpList, x: SSAValue, dim: int) -> tuple[SSAValue, SSAValue, SSAValue]:
+    """x - max(x), its exp, and the sum of that along `dim` (kept as size 1)."""
+    shifted = ops.add(graph.SubOp(x, ops.add(graph.ReduceMaxOp(x, [dim], keepdim=True))))
+    exps = ops.add(graph.ExpOp(shifted))
+    return shifted, exps, ops.add(graph.ReduceSumOp(exps, [dim], keepdim=True))
+
+
+class DecomposeSoftmax(RewritePattern):
+    """softmax(x) = exp(x - max) / sum(exp(x - max))."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.SoftmaxOp, rewriter: PatternRewriter) -> None:
+        ops = OpList()
+        _, exps, total = _softmax_parts(ops, ops.upcast(op.input), op.axis)
+        y = ops.add(graph.DivOp(exps, total))
+        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
+
+
+class DecomposeLogSoftmax(RewritePattern):
+    """log_softmax(x) = (x - max) - log(sum(exp(x - max)))."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.LogSoftmaxOp, rewriter: PatternRewriter) -> None:
+        ops = OpList()
+        shifted, _, total = _softmax_parts(ops, ops.upcast(op.input), op.axis)
+        y = ops.add(graph.SubOp(shifted, ops.add(graph.LogOp(total))))
+        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
+
+
+class DecomposeLayerNorm(RewritePattern):
+    """(x - mean) * rsqrt(mean((x - mean)^2) + eps) * weight + bias over the trailing dims."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.LayerNormOp, rewriter: PatternRewriter) -> None:
+        ops = OpList()
+        x = ops.upcast(op.input)
+        dims = _trailing_dims(x, op.normalized_rank)
+        centered = ops.add(graph.SubOp(x, ops.mean(x, dims)))
+        var = ops.mean(ops.mul(centered, centered), dims)
+        inv_std = ops.add(graph.RsqrtOp(ops.add(graph.AddOp(var, ops.const(op.epsilon, var)))))
+        y = ops.mul(centered, inv_std)
+        if op.weight is not None:
+            y = ops.mul(y, ops.upcast(op.weight))
+        if op.bias is not None:
+            y = ops.add(graph.AddOp(y, ops.upcast(op.bias)))
+        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
+
+
+class DecomposeRMSNorm(RewritePattern):
+    """x * rsqrt(mean(x^2) + eps), cast back to x's type, then * weight (torch's order)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.RMSNormOp, rewriter: PatternRewriter) -> None:
+        ops = OpList()
+        x = ops.upcast(op.input)
+        mean_square = ops.mean(ops.mul(x, x), _trailing_dims(x, op.normalized_rank))
+        inv_rms = ops.add(
+            graph.RsqrtOp(ops.add(graph.AddOp(mean_square, ops.const(op.epsilon, mean_square))))
+        )
+        y = ops.cast(ops.mul(x, inv_rms), graph.dtype_of(op.input))
+        if op.weight is not None:
+            y = ops.mul(y, op.weight)
+        _replace(rewriter, op, ops, y)
+
+
+class DecomposeGelu(RewritePattern):
+    """0.5 * x * (1 + erf(x / sqrt(2))), or with tanh(sqrt(2/pi) * (x + 0.044715 x^3))."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.GeluOp, rewriter: PatternRewriter) -> None:
+        ops = OpList()
+        x = ops.upcast(op.input)
+        if op.approximate.data == "tanh":
+            cube = ops.mul(ops.mul(x, x), x)
+            inner = ops.add(graph.AddOp(x, ops.mul(cube, ops.const(0.044715, x))))
+            shape = ops.add(graph.TanhOp(ops.mul(inner, ops.const(math.sqrt(2 / math.pi), x))))
+        else:
+            shape = ops.add(graph.ErfOp(ops.mul(x, ops.const(math.sqrt(0.5), x))))
+        one_plus = ops.add(graph.AddOp(shape, ops.const(1.0, x)))
+        y = ops.mul(ops.mul(x, ops.const(0.5, x)), one_plus)
+        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
+
+
+class DecomposeSilu(RewritePattern):
+    """silu(x) = x * sigmoid(x)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.SiluOp, rewriter: PatternRewriter) -> None:
+        ops = OpList()
+        x = ops.upcast(op.input)
+        y = ops.mul(x, ops.add(graph.SigmoidOp(x)))
+        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
+
+
+class DecomposeVar(RewritePattern):
+    """sum((x - mean)^2) / max(0, N - correction) over `dims`."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.VarOp, rewriter: PatternRewriter) -> None:
+        ops = OpList()
+        x = ops.upcast(op.input)
+        dims = op.reduce_dims
+        centered = ops.add(graph.SubOp(x, ops.mean(x, dims)))
+        total = ops.add(graph.ReduceSumOp(ops.mul(centered, centered), dims, op.keeps_dims))
+        count = graph.numel([graph.shape_of(x)[d] for d in dims])
+        divisor = ops.const(max(0, count - op.correction.value.data), total)
+        y = ops.add(graph.DivOp(total, divisor))
+        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
+
+
+class DecomposeLinear(RewritePattern):
+    """linear(x, w, b) = x @ permute(w) + b; a 1-D x is a row for the matmul."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.LinearOp, rewriter: PatternRewriter) -> None:
+        ops = OpList()
+        x = op.input
+        if len(graph.shape_of(x)) == 1:
+            x = ops.add(graph.ReshapeOp(x, (1, graph.shape_of(x)[0])))
+        y = ops.add(graph.MatmulOp(x, ops.add(graph.PermuteOp(op.weight, [1, 0]))))
+        if graph.shape_of(y) != graph.shape_of(op.result):
+            y = ops.add(graph.ReshapeOp(y, graph.shape_of(op.result)))
+        if op.bias is not None:
+            y = ops.add(graph.AddOp(y, op.bias))
+        _replace(rewriter, op, ops, y)
+
+
+DECOMPOSITIONS: tuple[type[RewritePattern], ...] = (
+    DecomposeSoftmax,
+    DecomposeLogSoftmax,
+    DecomposeLayerNorm,
+    DecomposeRMSNorm,
+    DecomposeGelu,
+    DecomposeSilu,
+    DecomposeVar,
+    DecomposeLinear,
+)
+
+
+@dataclass(frozen=True)
+class DecomposePass(ModulePass):
+    """Rewrite every composite graph op into graph primitives."""
+
+    name = "decompose"
+
+    keep_linear: bool = False
+    """Leave `graph.linear` whole (for backends that call a library GEMM with a bias)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        patterns = [p() for p in DECOMPOSITIONS if not (self.keep_linear and p is DecomposeLinear)]
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier(patterns),  # pyright: ignore[reportArgumentType]
+            apply_recursively=False,
+        ).rewrite_module(op)
