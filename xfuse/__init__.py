@@ -2,7 +2,6 @@
 
 from typing import Any
 
-from xfuse.interpreter import interpret
 from xfuse.ir import make_context, parse
 from xfuse.pipeline import Pipeline, PipelineError, pipeline
 
@@ -17,11 +16,11 @@ __all__ = [
     "pipeline",
 ]
 
-_LAZY = {"compile": "xfuse.api", "explain": "xfuse.api"}
+# torch loads on first use of these, so that `xfuse-opt` and IR-only users start fast.
+_LAZY = {"compile": "xfuse.api", "explain": "xfuse.api", "interpret": "xfuse.interpreter"}
 
 
 def __getattr__(name: str) -> Any:
-    # The API pulls in the frontend, the runtime and torch.export: load it on first use.
     if name in _LAZY:
         import importlib
 
