@@ -11,6 +11,7 @@ import inspect
 import pkgutil
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 from xdsl.passes import ModulePass
 
@@ -36,8 +37,13 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     return {name: (lambda cls=cls: cls) for name, cls in _discover().items()}
 
 
-def __getattr__(attr: str) -> type[ModulePass]:
+def __getattr__(attr: str) -> Any:
     # `from xfuse.passes import FuseGreedyPass` works for every registered pass class.
+    # A submodule asked for by name (`from xfuse.passes import scalar_ops`, perhaps while
+    # another pass module is still importing) is imported directly: running discovery then
+    # would cache a registry without the half-imported module's passes.
+    if any(info.name == attr for info in pkgutil.iter_modules(__path__)):
+        return importlib.import_module(f"{__name__}.{attr}")
     for cls in _discover().values():
         if cls.__name__ == attr:
             return cls
