@@ -32,6 +32,9 @@ from typing import Any
 # Inductor reads its cache directory from the environment: a fresh one makes its compile cold.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-bench-"))
 ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, this folder is sys.path[0]; its cuda.py would shadow the `cuda` package that
+# torch imports. Put the project root there instead.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
