@@ -1,0 +1,106 @@
+"""Property tests: every fusion pass keeps the program's meaning on random graph programs."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from xfuse.dialects import graph
+from xfuse.dialects.fusion import GroupOp
+from xfuse.interpreter import interpret
+from xfuse.ir import make_context
+from xfuse.passes import available_passes
+from xfuse.passes.fuse_greedy import FuseGreedyPass
+from xfuse.passes.fuse_scored import FuseScoredPass
+from xfuse.passes.group_cleanup import GroupCleanupPass
+from xfuse.passes.legality import KIND_RANK
+from xfuse.testing import RandomProgram, programs
+
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def run_passes(program: RandomProgram, passes: list[ModulePass]) -> ModuleOp:
+    module = program.module.clone()
+    for p in passes:
+        p.apply(make_context(), module)
+        module.verify()
+    return module
+
+
+def assert_same_meaning(program: RandomProgram, module: ModuleOp) -> None:
+    want = interpret(program.module, program.inputs())
+    got = interpret(module, program.inputs())
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
+
+
+def assert_well_formed_groups(module: ModuleOp, arg_limit: int = 128) -> None:
+    for op in module.walk():
+        if not isinstance(op, GroupOp):
+            continue
+        kinds = [graph.op_kind(o) for o in op.block.ops if o is not op.yield_op]
+        assert all(k in KIND_RANK for k in kinds), kinds
+        assert op.kind.data == max(kinds, key=KIND_RANK.__getitem__)
+        assert len(op.inputs) + len(op.outputs) <= arg_limit
+
+
+@SETTINGS
+@given(programs())
+def test_fuse_greedy_keeps_meaning(program: RandomProgram) -> None:
+    module = run_passes(program, [FuseGreedyPass()])
+    assert_well_formed_groups(module)
+    assert_same_meaning(program, module)
+
+
+@SETTINGS
+@given(programs())
+def test_fuse_scored_keeps_meaning(program: RandomProgram) -> None:
+    module = run_passes(program, [FuseScoredPass()])
+    assert_well_formed_groups(module)
+    assert_same_meaning(program, module)
+
+
+@SETTINGS
+@given(programs(max_ops=24))
+def test_fuse_scored_with_tight_limits_keeps_meaning(program: RandomProgram) -> None:
+    p = FuseScoredPass(window=3, max_rounds=2, arg_limit=4, max_group_size=3)
+    module = run_passes(program, [p])
+    assert_well_formed_groups(module, arg_limit=4)
+    assert_same_meaning(program, module)
+
+
+@SETTINGS
+@given(programs(max_ops=24))
+def test_fuse_greedy_with_tight_arg_limit_keeps_meaning(program: RandomProgram) -> None:
+    module = run_passes(program, [FuseGreedyPass(arg_limit=3)])
+    assert_well_formed_groups(module, arg_limit=3)
+    assert_same_meaning(program, module)
+
+
+@SETTINGS
+@given(programs(mutation=True))
+def test_fusion_respects_in_place_ops(program: RandomProgram) -> None:
+    for fuse in (FuseGreedyPass(), FuseScoredPass()):
+        module = run_passes(program, [fuse, GroupCleanupPass()])
+        assert_same_meaning(program, module)
+
+
+@SETTINGS
+@given(programs())
+def test_group_cleanup_keeps_meaning(program: RandomProgram) -> None:
+    for fuse in (FuseGreedyPass(), FuseScoredPass()):
+        module = run_passes(program, [fuse, GroupCleanupPass()])
+        assert_well_formed_groups(module)
+        assert_same_meaning(program, module)
+
+
+@settings(max_examples=30, deadline=None)
+@given(programs())
+def test_decompose_then_fuse_keeps_meaning(program: RandomProgram) -> None:
+    passes = available_passes()
+    pipeline = [passes[name]()() for name in ("decompose", "fuse-greedy", "group-cleanup")]
+    module = run_passes(program, pipeline)
+    assert_same_meaning(program, module)

@@ -1,0 +1,271 @@
+"""
+`fuse-scored`: fusion by score, after Inductor's scheduler.
+
+Each round enumerates candidate pairs from the tensors nodes share: a producer and its reader
+(vertical), a cheap producer and all its readers (recompute), two readers of one tensor over
+the same iteration space (siblings). Only nodes at most `window` positions apart are paired, so
+a round costs O(window * n), not O(n^2). Every candidate goes through the gates of
+`xfuse.passes.legality`; the legal ones are scored by (kind of fusion, bytes of memory traffic
+saved, closeness) and applied greedily from the best, skipping pairs whose nodes this round
+already consumed (the gates that depend on the rest of the graph are checked again first).
+Rounds repeat until one merges nothing or `max-rounds` have run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from xfuse.passes.fuse_greedy import directly_connected, function_bodies, sibling_candidates
+from xfuse.passes.fusion_report import DecisionLog, FusionDecision, Score
+from xfuse.passes.grouping import FusionGraph, RecomputePlan
+from xfuse.passes.legality import (
+    FUSED,
+    MAX_ROUNDS,
+    WINDOW,
+    Verdict,
+    check_order,
+    check_pair,
+    check_recompute,
+    is_candidate_node,
+)
+
+PASS = "fuse-scored"
+PRODUCER_CONSUMER = "producer-consumer"
+MULTI_OUTPUT = "multi-output"
+RECOMPUTE = "recompute"
+SIBLING = "sibling"
+
+# The first component of a score: vertical fusion removes a tensor from memory altogether,
+# multi-output and recompute remove reads, siblings share one input.
+PRIORITY = {PRODUCER_CONSUMER: 3, MULTI_OUTPUT: 2, RECOMPUTE: 2, SIBLING: 1}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A legal pair (or, for `recompute`, a producer and all its readers) with its score."""
+
+    first: Operation
+    second: Operation
+    rule: str
+    score: Score
+    labels: tuple[Operation, Operation]
+    readers: tuple[Operation, ...] = ()
+
+    @property
+    def nodes(self) -> tuple[Operation, ...]:
+        return (self.first, self.second, *self.readers)
+
+
+@dataclass
+class ScoredFuser:
+    """One run of the scored algorithm over one function body."""
+
+    g: FusionGraph
+    window: int
+    max_rounds: int
+    arg_limit: int
+    max_group_size: int
+    max_fusions: int = -1
+    fusions: int = field(default=0, init=False)
+    log: DecisionLog = field(init=False)
+    # Gates that depend only on the two nodes, remembered across rounds: a merge replaces
+    # the nodes it touches, so an entry stays true while both of its nodes exist.
+    _pair_gates: dict[tuple[Operation, Operation, bool], tuple[Verdict, int]] = field(
+        init=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        self.log = DecisionLog(PASS, self.g.op_label)
+
+    def run(self) -> None:
+        skipped: list[Candidate] | None = []
+        for _ in range(self.max_rounds):
+            self.g.renumber()
+            skipped = self.apply(self.candidates())
+            if skipped is None:
+                break
+        for c in skipped or ():
+            self.log.record(*c.labels, MAX_ROUNDS, c.rule, c.score, "rounds ran out")
+        self.g.erase_dead_constants()
+        self.log.settle()
+
+    # --- enumeration -------------------------------------------------------------------------
+
+    def gate(
+        self, first: Operation, second: Operation, *, sibling: bool = False
+    ) -> tuple[Verdict, int]:
+        """The pair gates (cycles and mutation are checked when the pair is applied) and the
+        bytes the merge would save."""
+        key = (first, second, sibling)
+        if key not in self._pair_gates:
+            verdict = check_pair(
+                self.g,
+                first,
+                second,
+                arg_limit=self.arg_limit,
+                max_group_size=self.max_group_size,
+                sibling=sibling,
+            )
+            saved = self.g.merge_saving(first, second) if verdict.ok else 0
+            self._pair_gates[key] = (verdict, saved)
+        return self._pair_gates[key]
+
+    def candidates(self) -> list[Candidate]:
+        best: dict[tuple[Operation, Operation], Candidate] = {}
+
+        def offer(c: Candidate) -> None:
+            key = (c.first, c.second)
+            if key not in best or c.score.key() > best[key].score.key():
+                best[key] = c
+
+        for node in self.g.nodes():
+            if not is_candidate_node(node):
+                continue
+            for reader in self.g.successors(node):
+                c = self.vertical(node, reader)
+                if c is not None:
+                    offer(c)
+        for value in [*self.g.block.args, *(r for n in self.g.nodes() for r in n.results)]:
+            for bucket in sibling_candidates(self.g, value):
+                for a, b in zip(bucket, bucket[1:], strict=False):
+                    c = self.sibling(value, a, b)
+                    if c is not None:
+                        offer(c)
+        return list(best.values())
+
+    def vertical(self, producer: Operation, reader: Operation) -> Candidate | None:
+        g = self.g
+        if not is_candidate_node(reader):
+            return None
+        labels = g.pair_ops(producer, reader)
+        distance = int(g.pos[reader] - g.pos[producer])
+        if distance > self.window:
+            self.log.record(
+                *labels, WINDOW, PRODUCER_CONSUMER, detail=f"{distance} > {self.window}"
+            )
+            return None
+        verdict, saved = self.gate(producer, reader)
+        if not verdict.ok:
+            self.log.record(*labels, verdict.reason, PRODUCER_CONSUMER, detail=verdict.detail)
+            return None
+        plan = g.recompute_plan(producer)
+        if plan is not None and plan.prefers_recompute and self.can_recompute(producer, plan):
+            far = max(int(g.pos[r] - g.pos[producer]) for r in plan.readers)
+            score = Score(PRIORITY[RECOMPUTE], plan.recompute_saving, far)
+            return Candidate(producer, reader, RECOMPUTE, score, labels, plan.readers)
+        rule = MULTI_OUTPUT if plan is not None else PRODUCER_CONSUMER
+        score = Score(PRIORITY[rule], saved, distance)
+        return Candidate(producer, reader, rule, score, labels)
+
+    def can_recompute(self, producer: Operation, plan: RecomputePlan) -> bool:
+        return all(
+            int(self.g.pos[r] - self.g.pos[producer]) <= self.window
+            and check_recompute(self.g, producer, r, arg_limit=self.arg_limit).ok
+            for r in plan.readers
+        )
+
+    def sibling(self, value: SSAValue, a: Operation, b: Operation) -> Candidate | None:
+        g = self.g
+        if directly_connected(g, a, b):
+            return None  # a vertical candidate already
+        labels = (g.reader_in(a, value), g.reader_in(b, value))
+        distance = int(g.pos[b] - g.pos[a])
+        if distance > self.window:
+            self.log.record(*labels, WINDOW, SIBLING, detail=f"{distance} > {self.window}")
+            return None
+        verdict, saved = self.gate(a, b, sibling=True)
+        if not verdict.ok:
+            self.log.record(*labels, verdict.reason, SIBLING, detail=verdict.detail)
+            return None
+        score = Score(PRIORITY[SIBLING], saved, distance)
+        return Candidate(a, b, SIBLING, score, labels)
+
+    # --- application -------------------------------------------------------------------------
+
+    def may_fuse(self) -> bool:
+        """Count one more fusion against `max_fusions` (a bisection aid); False once spent."""
+        if 0 <= self.max_fusions <= self.fusions:
+            return False
+        self.fusions += 1
+        return True
+
+    def apply(self, candidates: list[Candidate]) -> list[Candidate] | None:
+        """Apply the best candidates first; the ones skipped (None when nothing merged)."""
+        consumed: set[Operation] = set()
+        skipped: list[Candidate] = []
+        merged = 0
+        for c in sorted(candidates, key=lambda c: c.score.key(), reverse=True):
+            if any(n in consumed for n in c.nodes):
+                skipped.append(c)
+                continue
+            made = self.apply_one(c)
+            if made:
+                consumed.update(c.nodes, made)
+                merged += 1
+        return skipped if merged else None
+
+    def apply_one(self, c: Candidate) -> list[Operation]:
+        g, rule = self.g, f"{PASS}:{c.rule}"
+        if c.rule == RECOMPUTE:
+            for r in c.readers:  # positions moved since enumeration: check again
+                verdict = check_recompute(g, c.first, r, arg_limit=self.arg_limit)
+                if not verdict.ok:
+                    self.log.record(*c.labels, verdict.reason, c.rule, c.score, verdict.detail)
+                    return []
+            if not self.may_fuse():
+                return []
+            for r in c.readers:
+                reader = g.reader_in(r, c.first.results[0])
+                self.log.record(c.first, reader, FUSED, c.rule, c.score, "copied into every reader")
+            return list(g.recompute(c.first, c.readers, rule, c.score.bytes_saved))
+        first, second = sorted((c.first, c.second), key=g.pos.__getitem__)
+        verdict = check_order(g, first, second)
+        if not verdict.ok:
+            self.log.record(*c.labels, verdict.reason, c.rule, c.score, verdict.detail)
+            return []
+        if not self.may_fuse():
+            return []
+        group = g.merge(first, second, rule, verdict.moved, c.score.bytes_saved)
+        self.log.record(*c.labels, FUSED, c.rule, c.score)
+        return [group]
+
+
+@dataclass(frozen=True)
+class FuseScoredPass(ModulePass):
+    """Scored fusion into `fusion.group`s.
+
+    Options: `window` (pair only nodes this close in the block), `max-rounds`, `arg-limit`
+    (inputs plus outputs of a group), `max-group-size` (ops in a group), `max-fusions` (apply
+    only the first N fusions, -1 for all: bisects a miscompilation). After `apply`,
+    `decisions` holds one `FusionDecision` per examined pair.
+    """
+
+    name = "fuse-scored"
+
+    window: int = 64
+    max_rounds: int = 10
+    arg_limit: int = 128
+    max_group_size: int = 256
+    max_fusions: int = -1
+    decisions: list[FusionDecision] = field(
+        default_factory=list, init=False, compare=False, repr=False
+    )
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.decisions.clear()
+        for f in function_bodies(op):
+            fuser = ScoredFuser(
+                FusionGraph(f.body.block),
+                self.window,
+                self.max_rounds,
+                self.arg_limit,
+                self.max_group_size,
+                self.max_fusions,
+            )
+            fuser.run()
+            self.decisions.extend(fuser.log.decisions)

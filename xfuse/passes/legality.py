@@ -1,0 +1,390 @@
+"""
+Fusion legality, shared by `fuse-greedy` and `fuse-scored`.
+
+Every check answers with a named reason (the vocabulary of `--fusion-report`):
+
+- `extern-boundary`  an `Extern` op (matmul, linear, torch_call) never joins a group;
+- `composite-op`     a `Composite` op (softmax, layer_norm, ...) must be decomposed first;
+- `not-fusable`      not a graph op, or refused by the caller's fusability predicate;
+- `shape-mismatch`   the two iteration spaces are unrelated (see `combine_spaces`);
+- `max-group-size`   the merged group would hold more ops than allowed;
+- `window`           (fuse-scored) the pair is further apart in the block than the window;
+- `max-rounds`       (fuse-scored) the pair was still waiting when the rounds ran out;
+- `arg-limit`        the merged group would take more inputs plus outputs than allowed;
+- `mutation-hazard`  fusing would move a read across an op that may write memory;
+- `would-create-cycle` a path leaves the pair and comes back (producer -> X -> consumer).
+
+Cycles are found with topological positions: every path from `first` to `second` runs through
+nodes placed strictly between them, so the search never leaves that span and costs what the
+nodes depending on `first` inside the span cost, not the size of the graph. The same search
+yields the nodes that must move below the merged group to keep the block in topological order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING
+
+from xdsl.dialects import func
+from xdsl.ir import Operation, SSAValue
+
+from xfuse.dialects import fusion, graph
+
+if TYPE_CHECKING:
+    from xfuse.passes.grouping import FusionGraph
+
+# ---------------------------------------------------------------------------------------------
+# Reasons
+# ---------------------------------------------------------------------------------------------
+
+FUSED = "fused"
+WOULD_CREATE_CYCLE = "would-create-cycle"
+ARG_LIMIT = "arg-limit"
+MUTATION_HAZARD = "mutation-hazard"
+SHAPE_MISMATCH = "shape-mismatch"
+EXTERN_BOUNDARY = "extern-boundary"
+WINDOW = "window"
+MAX_GROUP_SIZE = "max-group-size"
+MAX_ROUNDS = "max-rounds"
+NOT_FUSABLE = "not-fusable"
+COMPOSITE_OP = "composite-op"
+
+REASONS = (
+    FUSED,
+    WOULD_CREATE_CYCLE,
+    ARG_LIMIT,
+    MUTATION_HAZARD,
+    SHAPE_MISMATCH,
+    EXTERN_BOUNDARY,
+    WINDOW,
+    MAX_GROUP_SIZE,
+    MAX_ROUNDS,
+    NOT_FUSABLE,
+    COMPOSITE_OP,
+)
+
+# Kinds that may join a group, weakest first; a group's kind is the strongest inside.
+FUSABLE_KINDS = ("elementwise", "broadcast", "injective", "reduction")
+KIND_RANK = {kind: rank for rank, kind in enumerate(FUSABLE_KINDS)}
+
+# Op kinds that are boundaries, with the reason that names them.
+BOUNDARY_REASONS = {"extern": EXTERN_BOUNDARY, "composite": COMPOSITE_OP}
+
+Predicate = Callable[[Operation], bool]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer of a gate: `reason` is `fused` when the pair may fuse; `moved` lists the
+    nodes between the pair that depend on the first node (they move below the merged group)."""
+
+    reason: str
+    detail: str = ""
+    moved: tuple[Operation, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == FUSED
+
+
+def refuse(reason: str, detail: str = "") -> Verdict:
+    return Verdict(reason, detail)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinds
+# ---------------------------------------------------------------------------------------------
+
+
+_KIND_OF_TYPE: dict[type[Operation], str] = {}
+
+
+def op_kind(op: Operation) -> str:
+    """`graph.op_kind`, cached per op class (trait lookups are slow and fusion asks often)."""
+    kind = _KIND_OF_TYPE.get(type(op))
+    if kind is None:
+        kind = _KIND_OF_TYPE[type(op)] = graph.op_kind(op)
+    return kind
+
+
+def node_kind(op: Operation) -> str:
+    """The kind of a node: a group's `kind`, or the op-kind of a graph op."""
+    if isinstance(op, fusion.GroupOp):
+        return op.kind.data
+    return op_kind(op)
+
+
+def stronger_kind(a: str, b: str) -> str:
+    return a if KIND_RANK.get(a, -1) >= KIND_RANK.get(b, -1) else b
+
+
+def is_inlinable_constant(value: SSAValue) -> bool:
+    """Scalar constants are copied into the groups that use them instead of becoming inputs."""
+    owner = value.owner
+    return isinstance(owner, graph.ConstantOp) and graph.numel(graph.shape_of(value)) <= 1
+
+
+def is_candidate_node(op: Operation) -> bool:
+    """Nodes that fusion examines at all: groups and graph ops other than constants (data,
+    not computation). `func.return` and foreign ops are not examined."""
+    if isinstance(op, fusion.GroupOp):
+        return True
+    return op_kind(op) != "opaque" and not isinstance(op, graph.ConstantOp)
+
+
+def fusability(op: Operation, predicate: Predicate | None = None) -> Verdict:
+    """Whether a node may be part of a group at all."""
+    if isinstance(op, fusion.GroupOp):
+        return Verdict(FUSED)
+    kind = op_kind(op)
+    if kind in BOUNDARY_REASONS:
+        return refuse(BOUNDARY_REASONS[kind], f"{op.name} is {kind}")
+    if kind not in FUSABLE_KINDS or isinstance(op, graph.ConstantOp):
+        return refuse(NOT_FUSABLE, f"{op.name} is not a fusable graph op")
+    if predicate is not None and not predicate(op):
+        return refuse(NOT_FUSABLE, f"{op.name} refused by the fusability predicate")
+    return Verdict(FUSED)
+
+
+# ---------------------------------------------------------------------------------------------
+# Iteration spaces
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Space:
+    """The loop nest a node runs: `domain` is the iterated shape, `reduced` the dims of it that
+    a reduction folds (empty when the node reduces nothing)."""
+
+    domain: tuple[int, ...]
+    reduced: frozenset[int] = frozenset()
+
+    def __str__(self) -> str:
+        text = graph.fmt_shape(self.domain)
+        if self.reduced:
+            text += " reducing " + ",".join(str(d) for d in sorted(self.reduced))
+        return text
+
+
+def space_of_op(op: Operation) -> Space:
+    if isinstance(op, graph.ReduceOp):
+        return Space(graph.shape_of(op.input), frozenset(op.reduce_dims))
+    return Space(graph.shape_of(op.results[0]))
+
+
+def _drops_dims(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """`small` is `big` with some dims deleted (the shape of a reduction over it)."""
+    rest = iter(big)
+    return all(any(d == b for b in rest) for d in small)
+
+
+def fits_inside(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """`small` can be computed inside a loop nest over `big`: broadcast, or a reduced shape."""
+    return graph.broadcast_shapes(small, big) == big or _drops_dims(small, big)
+
+
+def combine_spaces(a: Space, b: Space) -> Space | None:
+    """The space of a group holding both, or None when the spaces are unrelated.
+
+    Equal spaces combine; a smaller space that broadcasts into a larger one, or is a reduced
+    form of it, runs inside the larger loop nest; a reduction absorbs ops over its domain and
+    over its reduced shape; two reductions combine only over the same domain and dims; two
+    spaces of equal size combine when no reduction is involved (a reshape or permute between
+    them is index arithmetic).
+    """
+    if a == b:
+        return a
+    if a.reduced and b.reduced:
+        return None
+    if b.reduced:
+        a, b = b, a
+    if a.reduced:
+        return a if b.domain == a.domain or fits_inside(b.domain, a.domain) else None
+    if fits_inside(b.domain, a.domain):
+        return a
+    if fits_inside(a.domain, b.domain):
+        return b
+    if graph.numel(a.domain) == graph.numel(b.domain):
+        return a if len(a.domain) >= len(b.domain) else b
+    return None
+
+
+GATHER_OPS = (graph.SliceOp, graph.ConcatOp)
+
+
+def gather_mismatch(readers: Iterable[tuple[Operation, SSAValue]]) -> str | None:
+    """A slice or concat reading a value of another shape cannot fold its producer: the kernel
+    iterates the slice's output, not the producer's. Returns a detail when that happens."""
+    for reader, value in readers:
+        if isinstance(reader, GATHER_OPS):
+            out, src = graph.shape_of(reader.results[0]), graph.shape_of(value)
+            if out != src:
+                return f"{reader.name} reads {graph.fmt_shape(src)} into {graph.fmt_shape(out)}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Mutation
+# ---------------------------------------------------------------------------------------------
+
+
+@cache
+def _target_may_mutate(target: str) -> bool:
+    from xfuse.interpreter import InterpretError, resolve_torch_op
+
+    try:
+        schema = getattr(resolve_torch_op(target), "_schema", None)
+    except InterpretError:
+        return True  # unknown: assume the worst
+    if schema is None:
+        return True
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def may_mutate(op: Operation) -> bool:
+    """Whether running `op` may write memory that other ops read (an in-place torch op, or an
+    op xfuse knows nothing about). Graph ops and groups are pure."""
+    if isinstance(op, graph.TorchCallOp):
+        return _target_may_mutate(op.target.data)
+    if isinstance(op, fusion.GroupOp | func.ReturnOp):
+        return False
+    return op.dialect_name() != "graph"
+
+
+# ---------------------------------------------------------------------------------------------
+# Gates
+# ---------------------------------------------------------------------------------------------
+
+
+def find_cycle_or_moved(
+    g: FusionGraph, first: Operation, second: Operation
+) -> tuple[Operation, ...] | None:
+    """Nodes strictly between `first` and `second` that depend on `first`, in block order; None
+    when `second` depends on one of them (merging the two would create a cycle)."""
+    limit = g.pos[second]
+    stack, seen, found = [first], {first}, list[Operation]()
+    while stack:
+        node = stack.pop()
+        for succ in g.successors(node):
+            if succ is second:
+                if node is not first:
+                    return None
+                continue
+            if succ in seen or g.pos[succ] >= limit:
+                continue
+            seen.add(succ)
+            found.append(succ)
+            stack.append(succ)
+    found.sort(key=g.pos.__getitem__)
+    return tuple(found)
+
+
+def mutation_between(g: FusionGraph, first: Operation, second: Operation) -> Operation | None:
+    """An op that may mutate memory placed between the two nodes: fusing would move reads of
+    `first` below it (and its dependants below `second`'s reads)."""
+    lo, hi = g.pos[first], g.pos[second]
+    for op in g.mutators:
+        if op.parent is g.block and lo < g.pos[op] < hi:
+            return op
+    return None
+
+
+def check_merge(
+    g: FusionGraph,
+    first: Operation,
+    second: Operation,
+    *,
+    arg_limit: int,
+    max_group_size: int | None = None,
+    predicate: Predicate | None = None,
+    sibling: bool = False,
+) -> Verdict:
+    """Every gate for merging node `first` into node `second` (`first` earlier in the block):
+    producer into consumer, or two siblings reading the same tensor (`sibling`)."""
+    verdict = check_pair(
+        g,
+        first,
+        second,
+        arg_limit=arg_limit,
+        max_group_size=max_group_size,
+        predicate=predicate,
+        sibling=sibling,
+    )
+    return check_order(g, first, second) if verdict.ok else verdict
+
+
+def check_pair(
+    g: FusionGraph,
+    first: Operation,
+    second: Operation,
+    *,
+    arg_limit: int,
+    max_group_size: int | None = None,
+    predicate: Predicate | None = None,
+    sibling: bool = False,
+) -> Verdict:
+    """The gates that depend only on the two nodes: kinds, shapes, size, arguments. Their
+    answer holds as long as neither node changes (merges elsewhere replace no node here)."""
+    for node in (first, second):
+        verdict = fusability(node, predicate)
+        if not verdict.ok:
+            return verdict
+    a, b = g.space(first), g.space(second)
+    if sibling and a.domain != b.domain:
+        return refuse(SHAPE_MISMATCH, f"siblings iterate {a} and {b}")
+    if combine_spaces(a, b) is None:
+        return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
+    detail = gather_mismatch(g.edge_readers(first, second))
+    if detail is not None:
+        return refuse(SHAPE_MISMATCH, detail)
+    if max_group_size is not None:
+        size = g.size(first) + g.size(second)
+        if size > max_group_size:
+            return refuse(MAX_GROUP_SIZE, f"{size} ops > {max_group_size}")
+    args = g.merged_arg_count(first, second)
+    if args > arg_limit:
+        return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
+    return Verdict(FUSED)
+
+
+def check_order(g: FusionGraph, first: Operation, second: Operation) -> Verdict:
+    """The gates that depend on the rest of the graph: mutation and cycles. Re-run before
+    applying a decision taken earlier, since merges elsewhere can add paths."""
+    mutator = mutation_between(g, first, second)
+    if mutator is not None:
+        return refuse(MUTATION_HAZARD, f"{g.op_label(mutator)} may write memory in between")
+    moved = find_cycle_or_moved(g, first, second)
+    if moved is None:
+        return refuse(WOULD_CREATE_CYCLE, "a path leaves the pair and comes back")
+    return Verdict(FUSED, moved=moved)
+
+
+def check_recompute(
+    g: FusionGraph,
+    producer: Operation,
+    consumer: Operation,
+    *,
+    arg_limit: int,
+    predicate: Predicate | None = None,
+) -> Verdict:
+    """Gates for copying the single op `producer` into `consumer`. The copy reads only the
+    producer's inputs, so no cycle can form; mutation, shapes and arguments still matter."""
+    for node in (producer, consumer):
+        verdict = fusability(node, predicate)
+        if not verdict.ok:
+            return verdict
+    a, b = g.space(producer), g.space(consumer)
+    if combine_spaces(a, b) is None:
+        return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
+    detail = gather_mismatch(g.edge_readers(producer, consumer))
+    if detail is not None:
+        return refuse(SHAPE_MISMATCH, detail)
+    args = g.recompute_arg_count(producer, consumer)
+    if args > arg_limit:
+        return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
+    mutator = mutation_between(g, producer, consumer)
+    if mutator is not None:
+        return refuse(MUTATION_HAZARD, f"{g.op_label(mutator)} may write memory in between")
+    return Verdict(FUSED)
