@@ -52,6 +52,7 @@ def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> l
         assert value is not None
         # A constant is shared by every call: the caller gets its own copy.
         results.append(value.clone() if slot in program.constants else value)
+    pool.hand_out(results)
     return results
 
 
@@ -74,7 +75,8 @@ class Executable:
         args = self.bind(inputs)
         # Each running call takes a pool of its own, so concurrent calls never share a buffer.
         with self._lock:
-            pool = self._pools.pop() if self._pools else BufferPool()
+            device = args[0].device if args else "cpu"  # kernels' outputs live with the inputs
+            pool = self._pools.pop() if self._pools else BufferPool(device)
         try:
             outputs = run_program(self.program, args, pool)
         finally:

@@ -9,8 +9,11 @@ externs, so that no copy is made).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 
 import torch
 from xdsl.ir import Operation
@@ -33,22 +36,82 @@ class BufferSpec:
 Allocate = Callable[[BufferSpec], Tensor]
 
 
-class BufferPool:
-    """Free intermediate buffers by (shape, dtype), reused by later kernel outputs."""
+def _reference_counts(buffers: list[Tensor], i: int) -> tuple[int, int, int, int]:
+    """Who holds `buffers[i]`: Python references to the tensor, C++ references to its
+    TensorImpl, Python references to its storage object, C++ references to its StorageImpl."""
+    t = buffers[i]
+    storage = t.untyped_storage()
+    return (
+        sys.getrefcount(t),
+        t._use_count(),
+        sys.getrefcount(storage),
+        torch._C._storage_Use_Count(storage._cdata),  # pyright: ignore[reportAttributeAccessIssue]
+    )
 
-    def __init__(self) -> None:
+
+@cache
+def _unreferenced_counts() -> tuple[int, int, int, int]:
+    """`_reference_counts` of a tensor that only the list passed to it holds (measured, so that
+    it holds whatever the Python and torch versions count)."""
+    return _reference_counts([torch.empty(1)], 0)
+
+
+def reuse_outputs_enabled() -> bool:
+    """`XFUSE_REUSE_OUTPUTS=0` turns output recycling off (see `BufferPool`)."""
+    return os.environ.get("XFUSE_REUSE_OUTPUTS", "1") != "0"
+
+
+class BufferPool:
+    """Free intermediate buffers by (shape, dtype), reused by later kernel outputs.
+
+    CPU outputs handed to the caller are remembered (the last call's only) and reused by a
+    later call once the caller holds no reference to them, their storage or a view of them: a
+    fresh large buffer costs a page fault per 4 KiB page on first write, which costs more than
+    the kernels that fill it (a caching allocator, as torch has for CUDA).
+    """
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
         self._free: dict[BufferSpec, list[Tensor]] = {}
         self.allocations = 0
+        self.device = torch.device(device)
+        self.recycle = self.device.type == "cpu" and reuse_outputs_enabled()
+        self._handed_out: list[Tensor] = []
+        """Outputs of the last call (kernel buffers), reusable once the caller drops them."""
+        self._allocated: list[Tensor] = []
+        """Buffers `allocate` gave out during this call."""
 
     def allocate(self, spec: BufferSpec) -> Tensor:
         free = self._free.get(spec)
-        if free:
-            return free.pop()
-        self.allocations += 1
-        return torch.empty(spec.shape, dtype=spec.dtype)
+        buffer = free.pop() if free else self._recycled(spec)
+        if buffer is None:
+            self.allocations += 1
+            buffer = torch.empty(spec.shape, dtype=spec.dtype, device=self.device)
+        if self.recycle:
+            self._allocated.append(buffer)
+        return buffer
 
     def release(self, spec: BufferSpec, buffer: Tensor) -> None:
         self._free.setdefault(spec, []).append(buffer)
+
+    def _recycled(self, spec: BufferSpec) -> Tensor | None:
+        """A previous call's output of this spec that nobody else references, if any."""
+        handed = self._handed_out
+        for i in range(len(handed)):
+            t = handed[i]
+            if tuple(t.shape) != spec.shape or t.dtype != spec.dtype:
+                continue
+            del t
+            if _reference_counts(handed, i) == _unreferenced_counts():
+                return handed.pop(i)
+        return None
+
+    def hand_out(self, outputs: list[Tensor]) -> None:
+        """The call is over and `outputs` go to the caller: remember those that are buffers of
+        this pool (for `_recycled`), forget the rest of the call's allocations."""
+        if self.recycle:
+            ours = {id(t) for t in self._allocated}
+            self._handed_out = [t for t in outputs if id(t) in ours]
+            self._allocated = []
 
 
 @dataclass

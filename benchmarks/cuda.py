@@ -1,0 +1,180 @@
+"""
+CUDA benchmark: torch eager, torch.compile (Inductor/Triton) and xfuse side by side on one GPU,
+in one process, timed with CUDA events.
+
+    python benchmarks/cuda.py [--runs 20] [--size 16384] [--skip-inductor]
+
+Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
+size x size f32, w and b per column), the bundled MLP and transformer block. For each: the
+median of `--runs` timed runs after warm-up, the ratios xfuse/eager and xfuse/Inductor (below 1:
+xfuse is faster), and the fraction of the measured device copy bandwidth (bytes = one read of
+every input and parameter + one write of every output, against `torch.empty_like(x).copy_(x)`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, this folder is sys.path[0]; its cuda.py would shadow the `cuda` package that
+# torch imports. Put the project root there instead.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import xfuse.api  # noqa: E402
+from examples.mlp import make_mlp  # noqa: E402
+from examples.transformer import make_transformer_block  # noqa: E402
+
+Fn = Callable[..., Any]
+
+
+@dataclass
+class Case:
+    name: str
+    fn: Fn
+    inputs: tuple[torch.Tensor, ...]
+    traffic_bytes: int
+
+
+def median_ms(fn: Callable[[], Any], runs: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth(runs: int) -> float:
+    """Bytes per second of a device-to-device copy of 1 GiB (read + write)."""
+    x = torch.empty(2**28, device="cuda:0")
+    y = torch.empty_like(x)
+    ms = median_ms(lambda: y.copy_(x), runs)
+    return 2 * x.numel() * 4 / (ms * 1e-3)
+
+
+def _nbytes(ts: Any) -> int:
+    if isinstance(ts, torch.Tensor):
+        return ts.numel() * ts.element_size()
+    if isinstance(ts, list | tuple):
+        return sum(_nbytes(t) for t in ts)
+    return 0
+
+
+def kernel_cases(size: int) -> list[Case]:
+    x = torch.randn(size, size, device="cuda:0")
+    w = torch.randn(size, device="cuda:0")
+    b = torch.randn(size, device="cuda:0")
+    xb = x.numel() * 4
+    wb = size * 4
+    return [
+        Case(
+            "pointwise",
+            lambda x, w, b: F.gelu(x * w + b) * torch.sigmoid(x),
+            (x, w, b),
+            2 * xb + 2 * wb,
+        ),
+        Case("softmax", lambda x: torch.softmax(x, -1), (x,), 2 * xb),
+        Case(
+            "layernorm", lambda x, w, b: F.layer_norm(x, (size,), w, b), (x, w, b), 2 * xb + 2 * wb
+        ),
+        Case(
+            "rmsnorm",
+            lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+            (x, w),
+            2 * xb + wb,
+        ),
+    ]
+
+
+def model_cases() -> list[Case]:
+    cases = []
+    for name, (model, inputs) in (("mlp", make_mlp()), ("transformer", make_transformer_block())):
+        model = model.cuda()
+        inputs = tuple(t.cuda() for t in inputs)
+        with torch.no_grad():
+            out = model(*inputs)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        cases.append(Case(name, model, inputs, _nbytes(inputs) + params + _nbytes(out)))
+    return cases
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    bandwidth = copy_bandwidth(args.runs)
+    print(f"device: {torch.cuda.get_device_name()}; copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+    rows = []
+    for case in kernel_cases(args.size) + model_cases():
+        with torch.no_grad():
+            expected = case.fn(*case.inputs)
+            compiled = xfuse.api.compile(case.fn, case.inputs, device="cuda:0")
+            got = compiled(*case.inputs)
+            error = (got - expected).abs().max().item()
+            eager = median_ms(lambda c=case: c.fn(*c.inputs), args.runs)
+            ours = median_ms(lambda c=case, f=compiled: f(*c.inputs), args.runs)
+            inductor = float("nan")
+            if not args.skip_inductor:
+                fast = torch.compile(case.fn)
+                inductor = median_ms(lambda c=case, f=fast: f(*c.inputs), args.runs)
+        row = {
+            "case": case.name,
+            "eager_ms": eager,
+            "inductor_ms": inductor,
+            "xfuse_ms": ours,
+            "xfuse/eager": ours / eager,
+            "xfuse/inductor": ours / inductor,
+            "eager_bw": case.traffic_bytes / (eager * 1e-3) / bandwidth,
+            "inductor_bw": case.traffic_bytes / (inductor * 1e-3) / bandwidth,
+            "xfuse_bw": case.traffic_bytes / (ours * 1e-3) / bandwidth,
+            "max_err": error,
+        }
+        rows.append(row)
+        print(format_row(row), flush=True)
+        del compiled
+        torch.cuda.empty_cache()
+    return rows
+
+
+HEADER = (
+    "| case | eager ms | Inductor ms | xfuse ms | xfuse/eager | xfuse/Inductor "
+    "| eager %BW | Inductor %BW | xfuse %BW | max err |\n|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def format_row(r: dict[str, Any]) -> str:
+    return (
+        f"| {r['case']} | {r['eager_ms']:.3f} | {r['inductor_ms']:.3f} | {r['xfuse_ms']:.3f} "
+        f"| {r['xfuse/eager']:.2f} | {r['xfuse/inductor']:.2f} | {100 * r['eager_bw']:.0f}% "
+        f"| {100 * r['inductor_bw']:.0f}% | {100 * r['xfuse_bw']:.0f}% | {r['max_err']:.1e} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--size", type=int, default=16384)
+    parser.add_argument("--skip-inductor", action="store_true")
+    args = parser.parse_args()
+    print(HEADER)
+    rows = run(args)
+    print("\n" + HEADER)
+    for row in rows:
+        print(format_row(row))
+
+
+if __name__ == "__main__":
+    main()

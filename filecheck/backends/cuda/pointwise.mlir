@@ -1,0 +1,47 @@
+// RUN: python -m xfuse.backends.cuda %s | filecheck %s
+// RUN: python -m xfuse.backends.cuda %s | filecheck %s --check-prefix=STORE
+// gelu(x * w + b) * sigmoid(x) with w, b broadcast over rows: a grid-stride loop, 4 floats
+// per thread and step, 128-bit loads of x, w, b and a 128-bit store; libdevice's erff inlined.
+
+builtin.module {
+  func.func @pointwise(%x: memref<64x128xf32>, %w: memref<128xf32>, %b: memref<128xf32>, %y: memref<64x128xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c64 = arith.constant 64 : index
+    %c128 = arith.constant 128 : index
+    "scf.parallel"(%c0, %c0, %c64, %c128, %c1, %c1) <{operandSegmentSizes = array<i32: 2, 2, 2, 0>}> ({
+    ^bb0(%i: index, %j: index):
+      %xv = memref.load %x[%i, %j] : memref<64x128xf32>
+      %wv = memref.load %w[%j] : memref<128xf32>
+      %bv = memref.load %b[%j] : memref<128xf32>
+      %t = arith.mulf %xv, %wv : f32
+      %u = arith.addf %t, %bv : f32
+      %half = arith.constant 0.5 : f32
+      %one = arith.constant 1.0 : f32
+      %rs2 = arith.constant 0.70710678 : f32
+      %a = arith.mulf %u, %rs2 : f32
+      %er = math.erf %a : f32
+      %e1 = arith.addf %er, %one : f32
+      %g0 = arith.mulf %u, %half : f32
+      %g = arith.mulf %g0, %e1 : f32
+      %nx = arith.negf %xv : f32
+      %ex = math.exp %nx : f32
+      %den = arith.addf %ex, %one : f32
+      %sg = arith.divf %one, %den : f32
+      %r = arith.mulf %g, %sg : f32
+      memref.store %r, %y[%i, %j] : memref<64x128xf32>
+      scf.reduce
+    }) : (index, index, index, index, index, index) -> ()
+    func.return
+  }
+}
+
+// CHECK:      // xfuse-launch {"block": 256, "items": 2048, "kernel": "pointwise", "strategy": "elementwise"}
+// CHECK:      .visible .entry pointwise(
+// CHECK-NEXT: .param .u64 .ptr .align 16 pointwise_param_0
+// CHECK:      mov.u32 {{.*}}, %ctaid.x;
+// CHECK:      ld.global.nc.v4.b32
+// CHECK:      ld.global.nc.v4.b32
+// CHECK:      ld.global.nc.v4.b32
+// STORE:      st.global.v4.b32
+// STORE-NOT:  st.global.b32

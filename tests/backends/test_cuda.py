@@ -1,0 +1,405 @@
+"""
+The CUDA backend. CPU-only: PTX for every supported op and several groups (assembled with
+ptxas for sm_90 where ptxas is on the PATH), the mapping strategies, the artifact format and
+the errors. `gpu`-marked tests run the kernels against torch on an NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
+from xfuse.backends import CodegenError, get_backend
+from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape
+from xfuse.backends.nvptx import LibdeviceNotFound, find_libdevice
+from xfuse.ir import make_context, parse
+from xfuse.passes.gpu_map_parallel import GPUMapParallelPass
+from xfuse.runtime.compiler import lower_to_loops
+
+ARCH = "sm_90"
+PTXAS = shutil.which("ptxas")
+
+
+def loop_ir(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> tuple[ModuleOp, list[str]]:
+    """The program's module after fusion and lower-to-loops, and its kernels' names."""
+    imported = import_for_xfuse(fn, inputs)
+    module = imported.program.module
+    run_pipeline(DEFAULT_PIPELINE, module)
+    lower_to_loops(module)
+    names = [
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and "xfuse.kernel" in op.attributes
+    ]
+    return module, names
+
+
+def assemble(ptx: str, tmp_path: Path) -> None:
+    """ptxas accepts the PTX (skipped where ptxas is missing)."""
+    if PTXAS is None:
+        return
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    result = subprocess.run(
+        [PTXAS, f"-arch={ARCH}", str(source), "-o", str(tmp_path / "kernel.cubin")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def ptx_of(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], tmp_path: Path) -> list[str]:
+    module, names = loop_ir(fn, inputs)
+    assert names, "expected at least one kernel"
+    backend = CUDABackend(ARCH)
+    ptxs = [backend.compile(module, name).decode() for name in names]
+    for name, ptx in zip(names, ptxs, strict=True):
+        assert f".entry {name}(" in ptx
+        assemble(ptx, tmp_path)
+    return ptxs
+
+
+def _x(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape).to(dtype)
+
+
+UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "exp": torch.exp,
+    "log": lambda x: torch.log(x.abs() + 1),
+    "sqrt": lambda x: torch.sqrt(x.abs()),
+    "rsqrt": lambda x: torch.rsqrt(x.abs() + 1),
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "erf": torch.erf,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "clamp": lambda x: torch.clamp(x, -0.5, 0.5),
+    "reciprocal": lambda x: 1 / (x.abs() + 1),
+}
+
+BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": lambda a, b: a / (b.abs() + 1),
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "pow": lambda a, b: torch.pow(a.abs() + 1, b),
+    "where": lambda a, b: torch.where(a > b, a, b),
+}
+
+REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "sum": lambda x: x.sum(-1),
+    "mean": lambda x: x.mean(-1, keepdim=True),
+    "amax": lambda x: x.amax(-1),
+    "softmax": lambda x: torch.softmax(x, -1),
+    "log_softmax": lambda x: torch.log_softmax(x, -1),
+    "layernorm": lambda x: F.layer_norm(x, x.shape[-1:]),
+    "rmsnorm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
+    "column_sum": lambda x: x.sum(0),
+}
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+# ---------------------------------------------------------------------------------------------
+# PTX generation (CPU only)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_op_compiles_to_ptx(name: str, tmp_path: Path) -> None:
+    ptx_of(UNARY[name], (_x(8, 64),), tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_op_compiles_to_ptx(name: str, tmp_path: Path) -> None:
+    ptx_of(BINARY[name], (_x(8, 64), _x(8, 64)), tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reduction_compiles_to_ptx(name: str, tmp_path: Path) -> None:
+    ptx_of(REDUCTIONS[name], (_x(8, 96),), tmp_path)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_low_precision_groups_compile(dtype: torch.dtype, tmp_path: Path) -> None:
+    ptx_of(lambda x: torch.softmax(x, -1), (_x(4, 64, dtype=dtype),), tmp_path)
+    ptx_of(lambda x, w: F.gelu(x * w) + 1, (_x(4, 64, dtype=dtype), _x(64, dtype=dtype)), tmp_path)
+
+
+def test_pointwise_group_uses_128_bit_accesses(tmp_path: Path) -> None:
+    fn = lambda x, w, b: F.gelu(x * w + b) * torch.sigmoid(x)  # noqa: E731
+    (ptx,) = ptx_of(fn, (_x(64, 256), _x(256), _x(256)), tmp_path)
+    assert "ld.global.nc.v4.b32" in ptx or "ld.global.nc.v4.f32" in ptx
+    assert "st.global.v4" in ptx
+    assert '"strategy": "elementwise"' in ptx.splitlines()[0]
+
+
+def test_half_pointwise_uses_128_bit_accesses(tmp_path: Path) -> None:
+    (ptx,) = ptx_of(lambda x: torch.tanh(x) * 2, (_x(16, 128, dtype=torch.float16),), tmp_path)
+    assert "ld.global.nc.v4.b32" in ptx or "ld.global.nc.v8" in ptx
+
+
+def test_odd_width_pointwise_stays_scalar(tmp_path: Path) -> None:
+    (ptx,) = ptx_of(lambda x: x * 3, (_x(5, 7),), tmp_path)
+    assert ".v4" not in ptx
+
+
+def test_short_rows_reduce_within_a_warp(tmp_path: Path) -> None:
+    (ptx,) = ptx_of(lambda x: torch.softmax(x, -1), (_x(64, 512),), tmp_path)
+    shape = LaunchShape.from_ptx(ptx)
+    assert shape.strategy == "rows"
+    assert ptx.count("shfl.sync.bfly") == 10  # max and sum over 32 lanes
+    assert "bar.sync" not in ptx
+
+
+def test_long_rows_reduce_through_shared_memory_and_stay_in_registers(tmp_path: Path) -> None:
+    (ptx,) = ptx_of(lambda x: torch.softmax(x, -1), (_x(4, 16384),), tmp_path)
+    shape = LaunchShape.from_ptx(ptx)
+    assert (shape.strategy, shape.block, shape.items) == ("rows", 1024, 4)
+    assert ".shared" in ptx and "bar.sync" in ptx
+    # 16 elements per thread, read once for the max, the sum and the output
+    assert ptx.count("ld.global") == 16
+
+
+def test_very_long_rows_are_re_read(tmp_path: Path) -> None:
+    (ptx,) = ptx_of(lambda x: x.sum(-1), (_x(2, 65536),), tmp_path)
+    assert LaunchShape.from_ptx(ptx).strategy == "rows"
+    assert ptx.count("ld.global") < 8
+
+
+def test_column_reduction_runs_one_thread_per_column(tmp_path: Path) -> None:
+    (ptx,) = ptx_of(lambda x: x.sum(0), (_x(64, 128),), tmp_path)
+    assert LaunchShape.from_ptx(ptx).strategy == "serial"
+
+
+def flat_kernel(n: int) -> str:
+    """Loop IR of `y = x * 2` over n f16 elements (as lower-to-loops writes flat groups)."""
+    return f"""
+    func.func @k(%x: memref<{n}xf16>, %y: memref<{n}xf16>) attributes {{xfuse.kernel, xfuse.parallel_dims = 1 : i64}} {{
+      %c0 = arith.constant 0 : index
+      %c1 = arith.constant 1 : index
+      %cn = arith.constant {n} : index
+      %two = arith.constant 2.0 : f16
+      "scf.parallel"(%c0, %cn, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
+      ^bb0(%i: index):
+        %v = memref.load %x[%i] : memref<{n}xf16>
+        %r = arith.mulf %v, %two : f16
+        memref.store %r, %y[%i] : memref<{n}xf16>
+        scf.reduce
+      }}) : (index, index, index) -> ()
+      func.return
+    }}
+    """
+
+
+def _mapped(n: int) -> str:
+    module = parse(flat_kernel(n))
+    GPUMapParallelPass().apply(make_context(), module)
+    return str(module)
+
+
+def test_index_math_is_32_bit_for_small_tensors() -> None:
+    text = _mapped(1 << 20)
+    assert ": i32 {" in text and ": i64 {" not in text
+
+
+def test_index_math_is_64_bit_beyond_2_31_elements() -> None:
+    assert ": i64 {" in _mapped(2**31 + 4096)
+
+
+def test_kernel_beyond_2_31_elements_compiles(tmp_path: Path) -> None:
+    ptx = CUDABackend(ARCH).compile(parse(flat_kernel(2**31 + 4096)), "k").decode()
+    assert "ld.global.nc.v4" in ptx
+    assemble(ptx, tmp_path)
+
+
+def test_artifact_carries_its_launch_shape(tmp_path: Path) -> None:
+    module, (name,) = loop_ir(lambda x: x + 1, (_x(32, 64),))
+    ptx = CUDABackend(ARCH).compile(module, name).decode()
+    shape = LaunchShape.from_ptx(ptx)
+    assert shape.kernel == name and shape.block == 256 and shape.items == 32 * 64 // 4
+    assert LaunchShape.from_ptx(shape.to_comment() + "\n") == shape
+
+
+def test_target_names_the_architecture() -> None:
+    assert CUDABackend("sm_80").target == "cuda-sm_80"
+    assert isinstance(get_backend("cuda"), CUDABackend)
+
+
+def test_unknown_kernel_is_a_codegen_error() -> None:
+    module, _ = loop_ir(lambda x: x + 1, (_x(4, 4),))
+    with pytest.raises(CodegenError, match="no kernel @missing"):
+        CUDABackend(ARCH).compile(module, "missing")
+
+
+def test_libdevice_is_found_through_cuda_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = tmp_path / "nvvm" / "libdevice" / "libdevice.10.bc"
+    fake.parent.mkdir(parents=True)
+    fake.write_bytes(b"BC")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert find_libdevice() == fake
+
+
+def test_missing_libdevice_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    if Path("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc").exists():
+        pytest.skip("/usr/local/cuda has libdevice")
+    with pytest.raises(LibdeviceNotFound, match="set CUDA_HOME"):
+        find_libdevice()
+
+
+def test_loading_without_pycuda_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    module, (name,) = loop_ir(lambda x: x + 1, (_x(4, 4),))
+    ptx = CUDABackend(ARCH).compile(module, name)
+    monkeypatch.setitem(sys.modules, "pycuda", None)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", None)
+    with pytest.raises(CUDAUnavailable, match="needs pycuda"):
+        CUDABackend(ARCH).load(ptx, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# On the GPU
+# ---------------------------------------------------------------------------------------------
+
+
+def _has_gpu() -> bool:
+    try:
+        import pycuda.driver  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+gpu = pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
+
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+def run_on_gpu(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> None:
+    import xfuse.api
+
+    cuda_inputs = tuple(t.cuda() for t in inputs)
+    expected = fn(*cuda_inputs)
+    compiled = xfuse.api.compile(fn, cuda_inputs, device="cuda:0")
+    actual = compiled(*cuda_inputs)
+    torch.cuda.synchronize()
+    tol = TOLERANCE[inputs[0].dtype]
+    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_gpu_unary(name: str, dtype: torch.dtype) -> None:
+    run_on_gpu(UNARY[name], (_x(33, 256, dtype=dtype),))
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_gpu_binary(name: str, dtype: torch.dtype) -> None:
+    run_on_gpu(BINARY[name], (_x(33, 256, dtype=dtype), _x(256, dtype=dtype)))
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("length", [100, 1000, 5000, 16384, 40000])
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_gpu_reduction(name: str, length: int, dtype: torch.dtype) -> None:
+    run_on_gpu(REDUCTIONS[name], (_x(7, length, dtype=dtype),))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_pointwise_group_with_misaligned_input() -> None:
+    x = torch.randn(1025 * 64 + 1, device="cuda:0")[1:].view(1025, 64)
+    run_on_gpu(lambda a: torch.sigmoid(a) * 2, (x,))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_on_a_side_stream() -> None:
+    import xfuse.api
+
+    x = torch.randn(256, 1024, device="cuda:0")
+    compiled = xfuse.api.compile(lambda a: torch.softmax(a, -1), (x,), device="cuda:0")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = compiled(x * 1)
+    stream.synchronize()
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_mlp() -> None:
+    import xfuse.api
+    from examples.mlp import make_mlp
+
+    model, (x,) = make_mlp()
+    model, x = model.cuda(), x.cuda()
+    with torch.no_grad():
+        expected = model(x)
+        actual = xfuse.api.compile(model, (x,), device="cuda:0")(x)
+    torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_transformer_block() -> None:
+    import xfuse.api
+    from examples.transformer import make_transformer_block
+
+    model, (x,) = make_transformer_block()
+    model, x = model.cuda(), x.cuda()
+    with torch.no_grad():
+        expected = model(x)
+        actual = xfuse.api.compile(model, (x,), device="cuda:0")(x)
+    torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_elementwise_beyond_2_31_elements() -> None:
+    import xfuse.api
+
+    n = 2**31 + 4096
+    x = torch.empty(n, dtype=torch.float16, device="cuda:0")
+    x[:4096].normal_()
+    x[-4096:].normal_()
+    compiled = xfuse.api.compile(lambda a: a * 2 + 1, (x,), device="cuda:0")
+    y = compiled(x)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y[:4096], x[:4096] * 2 + 1)
+    torch.testing.assert_close(y[-4096:], x[-4096:] * 2 + 1)
+    del y, x
+    torch.cuda.empty_cache()

@@ -1,0 +1,294 @@
+"""
+The CUDA backend: kernels of loop IR to PTX (no GPU or pycuda needed for that), run with pycuda
+on torch's tensors.
+
+    backend = CUDABackend()                       # target "cuda-sm_90" (the GPU's, if there is one)
+    ptx = backend.compile(module, "kernel_0")     # gpu-map-parallel, lower-to-nvvm, NVPTX
+    kernel = backend.load(ptx, "kernel_0")
+    kernel([x, w, out])                           # CUDA tensors: inputs, then outputs
+
+The artifact is the PTX text; its first line is a comment holding the launch shape
+(`// xfuse-launch {...}`), which ptxas and the driver ignore. A loaded kernel keeps one module
+per device, loaded in that device's primary context (the one torch uses, so torch's pointers are
+valid in it), and launches in stream order with torch's work on the current stream. Launch
+errors become `CUDALaunchError`s naming the kernel; with `XFUSE_CUDA_SYNC=1` every launch is
+also waited for, so that faults are reported by the kernel that caused them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
+
+from xfuse.backends import CodegenError
+from xfuse.backends.nvptx import compile_to_ptx
+from xfuse.passes.gpu_map_parallel import (
+    BLOCK_ATTR,
+    ITEMS_ATTR,
+    STRATEGY_ATTR,
+    GPUMappingError,
+    map_kernel,
+)
+from xfuse.passes.lower_to_nvvm import POINTER_ALIGNMENT, lower_kernels_to_nvvm
+
+if TYPE_CHECKING:
+    import torch
+
+LAUNCH_PREFIX = "// xfuse-launch "
+DEFAULT_ARCH = "sm_90"
+MAX_THREADS_PER_SM = 2048
+GRID_WAVES = int(os.environ.get("XFUSE_CUDA_WAVES", "4"))
+"""Grid-stride kernels get this many waves of fully occupied SMs (or fewer blocks if enough)."""
+
+
+class CUDAUnavailable(RuntimeError):
+    """CUDA kernels cannot run here (no pycuda, no GPU); PTX generation still works."""
+
+
+class CUDALaunchError(RuntimeError):
+    """A kernel failed to launch or to run."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Compilation
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """How to launch a kernel: its strategy (see gpu-map-parallel), threads per block, and
+    work items (grid-stride kernels: iterations in all; `rows`: blocks)."""
+
+    kernel: str
+    strategy: str
+    block: int
+    items: int
+
+    def to_comment(self) -> str:
+        return LAUNCH_PREFIX + json.dumps(self.__dict__, sort_keys=True)
+
+    @staticmethod
+    def from_ptx(ptx: str) -> LaunchShape:
+        first = ptx.split("\n", 1)[0]
+        if not first.startswith(LAUNCH_PREFIX):
+            raise CodegenError("not an xfuse PTX artifact (no launch line)")
+        return LaunchShape(**json.loads(first[len(LAUNCH_PREFIX) :]))
+
+
+def default_arch() -> str:
+    """$XFUSE_CUDA_ARCH, else the compute capability of the current GPU, else sm_90."""
+    if arch := os.environ.get("XFUSE_CUDA_ARCH"):
+        return arch
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}"
+    except ImportError:
+        pass
+    return DEFAULT_ARCH
+
+
+def _single_kernel_module(module: ModuleOp, name: str) -> tuple[ModuleOp, func.FuncOp]:
+    kernels = [op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == name]
+    if not kernels:
+        raise CodegenError(f"no kernel @{name} in the module")
+    kernel = kernels[0].clone()
+    return ModuleOp([kernel]), kernel
+
+
+def _int_attr(kernel: func.FuncOp, name: str) -> int:
+    attr = kernel.attributes[name]
+    assert isinstance(attr, IntegerAttr)
+    return attr.value.data
+
+
+def compile_kernel(module: ModuleOp, name: str, arch: str) -> str:
+    """The PTX artifact (launch line + PTX) of kernel `@name` of a module of loop IR."""
+    single, kernel = _single_kernel_module(module, name)
+    try:
+        map_kernel(kernel, single)
+    except GPUMappingError as e:
+        raise CodegenError(str(e)) from e
+    strategy = kernel.attributes[STRATEGY_ATTR]
+    assert isinstance(strategy, StringAttr)
+    shape = LaunchShape(
+        name, strategy.data, _int_attr(kernel, BLOCK_ATTR), _int_attr(kernel, ITEMS_ATTR)
+    )
+    try:
+        lower_kernels_to_nvvm(single)
+    except Exception as e:  # an op the conversions do not know: the runtime falls back
+        raise CodegenError(f"@{name}: lowering to NVVM failed: {e}") from e
+    ptx = compile_to_ptx(single, {name: shape.block}, arch)
+    return shape.to_comment() + "\n" + ptx
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and launching
+# ---------------------------------------------------------------------------------------------
+
+
+def _pycuda() -> Any:
+    try:
+        import pycuda.driver as driver
+    except ImportError as e:
+        raise CUDAUnavailable(
+            "running CUDA kernels needs pycuda (pip install 'xfuse[cuda]'); "
+            "PTX generation works without it"
+        ) from e
+    driver.init()
+    return driver
+
+
+@dataclass
+class _DeviceModule:
+    context: Any
+    module: Any
+    function: Any
+    sm_count: int
+
+
+class CUDAKernel:
+    """A compiled kernel: called with CUDA tensors (inputs, then outputs)."""
+
+    def __init__(self, ptx: str, name: str):
+        self.name = name
+        self.ptx = ptx
+        self.shape = LaunchShape.from_ptx(ptx)
+        if self.shape.kernel != name:
+            raise CodegenError(f"artifact holds kernel '{self.shape.kernel}', not '{name}'")
+        self._driver = _pycuda()
+        self._modules: dict[int, _DeviceModule] = {}
+        self._lock = threading.Lock()
+
+    def _module_for(self, device: int) -> _DeviceModule:
+        with self._lock:
+            if device not in self._modules:
+                driver = self._driver
+                dev = driver.Device(device)
+                context = dev.retain_primary_context()
+                context.push()
+                try:
+                    module = driver.module_from_buffer(self.ptx.encode())
+                    function = module.get_function(self.name)
+                except driver.Error as e:
+                    raise CUDALaunchError(f"CUDA kernel '{self.name}': loading failed: {e}") from e
+                finally:
+                    driver.Context.pop()
+                sm_count = dev.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
+                self._modules[device] = _DeviceModule(context, module, function, sm_count)
+            return self._modules[device]
+
+    def grid(self, loaded: _DeviceModule) -> int:
+        if self.shape.strategy == "rows" or self.shape.items <= 1:
+            return max(1, self.shape.items)
+        needed = math.ceil(self.shape.items / self.shape.block)
+        resident = loaded.sm_count * max(1, MAX_THREADS_PER_SM // self.shape.block)
+        return max(1, min(needed, resident * GRID_WAVES))
+
+    def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
+        import torch
+
+        if not buffers or any(not b.is_cuda for b in buffers):
+            raise CUDAUnavailable(f"CUDA kernel '{self.name}' needs CUDA tensors")
+        device = buffers[0].device.index or 0
+        loaded = self._module_for(device)
+        args, copy_back = _aligned_arguments(buffers)
+        stream = torch.cuda.current_stream(device)
+        default = torch.cuda.default_stream(device)
+        on_default = stream.cuda_stream == default.cuda_stream
+        if not on_default:
+            default.wait_stream(stream)
+        self._launch(loaded, args)
+        if not on_default:
+            stream.wait_stream(default)
+        for target, source in copy_back:
+            target.copy_(source)
+
+    def _launch(self, loaded: _DeviceModule, args: list[torch.Tensor]) -> None:
+        import numpy as np
+
+        driver = self._driver
+        if self.shape.items == 0:
+            return
+        pointers = [np.uintp(a.data_ptr()) for a in args]
+        loaded.context.push()
+        try:
+            loaded.function(
+                *pointers, block=(self.shape.block, 1, 1), grid=(self.grid(loaded), 1, 1)
+            )
+            if os.environ.get("XFUSE_CUDA_SYNC") == "1":
+                loaded.context.synchronize()
+        except driver.Error as e:
+            raise CUDALaunchError(f"CUDA kernel '{self.name}' failed: {e}") from e
+        finally:
+            driver.Context.pop()
+
+
+def _aligned_arguments(
+    buffers: Sequence[torch.Tensor],
+) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Kernels assume 16-byte aligned buffers: misaligned ones (views with an offset) go through
+    aligned copies, outputs copied back after the launch."""
+    args: list[torch.Tensor] = []
+    copy_back: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for buffer in buffers:
+        if buffer.data_ptr() % POINTER_ALIGNMENT == 0:
+            args.append(buffer)
+            continue
+        copy = buffer.clone()
+        args.append(copy)
+        copy_back.append((buffer, copy))
+    return args, copy_back
+
+
+class CUDABackend:
+    """Loop IR -> PTX for NVIDIA GPUs (LLVM NVPTX + libdevice), launched with pycuda."""
+
+    def __init__(self, arch: str | None = None):
+        self.arch = arch or default_arch()
+        self.target = f"cuda-{self.arch}"
+
+    def compile(self, module: ModuleOp, name: str) -> bytes:
+        return compile_kernel(module, name, self.arch).encode()
+
+    def load(self, artifact: bytes, name: str) -> CUDAKernel:
+        return CUDAKernel(artifact.decode(), name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m xfuse.backends.cuda [--arch sm_90] FILE`: the PTX artifact of every kernel of a
+    file of loop IR, on stdout (what filecheck/backends/cuda checks)."""
+    import argparse
+    import sys
+
+    from xfuse.ir import parse
+
+    parser = argparse.ArgumentParser(prog="python -m xfuse.backends.cuda")
+    parser.add_argument("file")
+    parser.add_argument("--arch", default=DEFAULT_ARCH)
+    args = parser.parse_args(argv)
+    with open(args.file) as f:
+        module = parse(f.read(), name=args.file)
+    backend = CUDABackend(args.arch)
+    try:
+        for op in module.ops:
+            if isinstance(op, func.FuncOp) and "xfuse.kernel" in op.attributes:
+                sys.stdout.write(backend.compile(module, op.sym_name.data).decode())
+    except CodegenError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
