@@ -73,9 +73,13 @@ class ScoredFuser:
     max_fusions: int = -1
     fusions: int = field(default=0, init=False)
     log: DecisionLog = field(init=False)
-    # Gates that depend only on the two nodes, remembered across rounds: a merge replaces
-    # the nodes it touches, so an entry stays true while both of its nodes exist.
+    # Gates that depend only on the two nodes, remembered across rounds; a merge forgets the
+    # entries of the nodes it touched (`forget_gates`), since a group merged into keeps its
+    # identity but not its space.
     _pair_gates: dict[tuple[Operation, Operation, bool], tuple[Verdict, int]] = field(
+        init=False, default_factory=dict
+    )
+    _gates_of: dict[Operation, list[tuple[Operation, Operation, bool]]] = field(
         init=False, default_factory=dict
     )
 
@@ -113,7 +117,16 @@ class ScoredFuser:
             )
             saved = self.g.merge_saving(first, second) if verdict.ok else 0
             self._pair_gates[key] = (verdict, saved)
+            self._gates_of.setdefault(first, []).append(key)
+            self._gates_of.setdefault(second, []).append(key)
         return self._pair_gates[key]
+
+    def forget_gates(self, changed: set[Operation]) -> None:
+        """Drop the memoized gates of pairs touching nodes a merge changed: a group merged into
+        keeps its identity but not its space, size or inputs."""
+        for node in changed:
+            for key in self._gates_of.pop(node, ()):
+                self._pair_gates.pop(key, None)
 
     def candidates(self) -> list[Candidate]:
         best: dict[tuple[Operation, Operation], Candidate] = {}
@@ -206,6 +219,7 @@ class ScoredFuser:
             made = self.apply_one(c)
             if made:
                 consumed.update(c.nodes, made)
+                self.forget_gates({*c.nodes, *made})
                 merged += 1
         return skipped if merged else None
 
