@@ -11,7 +11,11 @@ the kernels that read them (views and externs take them as they are).
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +32,41 @@ Tensor = torch.Tensor
 Signature = tuple[tuple[tuple[int, ...], torch.dtype], ...]
 
 
+class StepProfile:
+    """With `XFUSE_PROFILE=1`: the time of every step of every program run, printed to stderr
+    at exit (total per step, slowest first)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.times: dict[tuple[int, str], list[float]] = {}
+
+    def add(self, program: Program, label: str, seconds: float) -> None:
+        with self._lock:
+            self.times.setdefault((id(program), label), []).append(seconds)
+
+    def report(self) -> str:
+        rows = sorted(self.times.items(), key=lambda kv: -sum(kv[1]))
+        total = sum(sum(ts) for _, ts in rows) or 1.0
+        lines = ["xfuse step profile: total ms, calls, mean ms, share, step"]
+        for (_, label), ts in rows:
+            lines.append(
+                f"{1000 * sum(ts):10.2f} {len(ts):6d} {1000 * sum(ts) / len(ts):9.3f} "
+                f"{100 * sum(ts) / total:5.1f}%  {label}"
+            )
+        return "\n".join(lines)
+
+
+def _start_profile() -> StepProfile | None:
+    if os.environ.get("XFUSE_PROFILE", "0") in ("", "0"):
+        return None
+    profile = StepProfile()
+    atexit.register(lambda: print(profile.report(), file=sys.stderr))
+    return profile
+
+
+PROFILE = _start_profile()
+
+
 def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> list[Tensor]:
     """Run the steps on `@forward`'s arguments; returns its results (kernel buffers, no copies)."""
     env: list[Tensor | None] = [None] * program.n_slots
@@ -39,7 +78,12 @@ def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> l
         program.steps, program.release_after, program.drop_after, strict=True
     ):
         ins = [env[s] for s in step.inputs]
-        outs = step.run(ins, pool.allocate)  # pyright: ignore[reportArgumentType]
+        if PROFILE is None:
+            outs = step.run(ins, pool.allocate)  # pyright: ignore[reportArgumentType]
+        else:
+            start = time.perf_counter()
+            outs = step.run(ins, pool.allocate)  # pyright: ignore[reportArgumentType]
+            PROFILE.add(program, step.label, time.perf_counter() - start)
         for slot, value in zip(step.outputs, outs, strict=True):
             env[slot] = value
         for slot, spec in releases:
@@ -89,6 +133,14 @@ def describe(t: Tensor) -> str:
     return f"{t.dtype} {list(t.shape)} on {t.device}"
 
 
+def normalize_device(device: str | torch.device) -> torch.device:
+    """`cuda` names the current CUDA device, as torch's tensors do (`cuda:0`): compare those."""
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
 def check_input(i: int, value: Any, device: torch.device) -> Tensor:
     """One input as a tensor a compiled program can take, or a one-line `UnsupportedInputError`."""
     if not isinstance(value, Tensor):
@@ -130,7 +182,7 @@ class CompiledProgram:
         device: str | torch.device = "cpu",
     ):
         self._build = build
-        self.device = torch.device(device)
+        self.device = normalize_device(device)
         self.arity = len(example_inputs)
         self._lock = threading.Lock()
         self._building: dict[Signature, threading.Lock] = {}
