@@ -175,8 +175,25 @@ def test_long_rows_reduce_through_shared_memory_and_stay_in_registers(tmp_path: 
     shape = LaunchShape.from_ptx(ptx)
     assert (shape.strategy, shape.block, shape.items) == ("rows", 1024, 4)
     assert ".shared" in ptx and "bar.sync" in ptx
-    # 16 elements per thread, read once for the max, the sum and the output
-    assert ptx.count("ld.global") == 16
+    # 16 elements per thread as four 128-bit loads, read once for the max, the sum and the
+    # output; the division by the row's sum is a multiplication by its reciprocal
+    assert ptx.count("ld.global") == 4 and ptx.count("ld.global.nc.v4") == 4
+    assert ptx.count("st.global.v4") == 4
+    assert ptx.count("div.rn.f32") + ptx.count("rcp.rn.f32") == 1
+
+
+def test_rmsnorm_squares_without_powf(tmp_path: Path) -> None:
+    fn = lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w  # noqa: E731
+    (ptx,) = ptx_of(fn, (_x(4, 4096), _x(4096)), tmp_path)
+    assert "lg2" not in ptx and "ex2" not in ptx  # no libdevice powf
+    assert ptx.count("ld.global.nc.v4") == 2 * 4096 // (4 * 512)  # x and w, vectorized
+
+
+def test_unrolled_pointwise_guards_each_chunk_and_keeps_vectors(tmp_path: Path) -> None:
+    (ptx,) = ptx_of(lambda x: torch.sigmoid(x) * 2, (_x(1000, 64),), tmp_path)
+    shape = LaunchShape.from_ptx(ptx)
+    assert shape.items == 1000 * 64 // 4 // 2  # thread-steps of two v4 chunks
+    assert ptx.count("ld.global.nc.v4") == 2 and ptx.count("st.global.v4") == 2
 
 
 def test_very_long_rows_are_re_read(tmp_path: Path) -> None:
@@ -235,8 +252,26 @@ def test_artifact_carries_its_launch_shape(tmp_path: Path) -> None:
     module, (name,) = loop_ir(lambda x: x + 1, (_x(32, 64),))
     ptx = CUDABackend(ARCH).compile(module, name).decode()
     shape = LaunchShape.from_ptx(ptx)
-    assert shape.kernel == name and shape.block == 256 and shape.items == 32 * 64 // 4
+    assert shape.kernel == name and shape.block == 256 and shape.items == 32 * 64 // 4 // 2
     assert LaunchShape.from_ptx(shape.to_comment() + "\n") == shape
+
+
+def test_tuning_comes_from_the_environment_and_names_the_target(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from xfuse.backends.cuda import Tuning
+
+    monkeypatch.setenv("XFUSE_CUDA_TUNING", "unroll=4,rows_min_blocks=2")
+    backend = CUDABackend(ARCH)
+    assert backend.tuning == Tuning(unroll=4, rows_min_blocks=2)
+    assert backend.target == "cuda-sm_90-unroll4-rows_min_blocks2"
+    module, (name,) = loop_ir(lambda x: torch.softmax(x, -1), (_x(4, 16384),))
+    ptx = backend.compile(module, name).decode()
+    assert ".minnctapersm 2" in ptx
+    assemble(ptx, tmp_path)
+    monkeypatch.setenv("XFUSE_CUDA_TUNING", "unroll")
+    with pytest.raises(ValueError, match="XFUSE_CUDA_TUNING"):
+        CUDABackend(ARCH)
 
 
 def test_target_names_the_architecture() -> None:

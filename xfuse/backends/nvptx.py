@@ -79,26 +79,37 @@ def _libdevice_bitcode() -> bytes:
     return find_libdevice().read_bytes()
 
 
-def mark_kernels(module: ir.Module, max_threads: Mapping[str, int]) -> None:
-    """Kernels -> PTX entry points with `maxntid` launch bounds."""
+def mark_kernels(
+    module: ir.Module,
+    max_threads: Mapping[str, int],
+    min_blocks: Mapping[str, int] | None = None,
+) -> None:
+    """Kernels -> PTX entry points with `maxntid` launch bounds (and `minnctapersm`, blocks
+    that must fit on one SM at a time, which caps the registers ptxas may use)."""
     annotations = module.add_named_metadata("nvvm.annotations")
+    i32 = ir.IntType(32)
     for name, threads in max_threads.items():
         function = module.get_global(name)
         if not isinstance(function, ir.Function):
             raise CodegenError(f"kernel '{name}' is not a function of the module")
         function.calling_convention = "ptx_kernel"
-        annotations.add(
-            module.add_metadata([function, "maxntidx", ir.Constant(ir.IntType(32), threads)])
-        )
+        annotations.add(module.add_metadata([function, "maxntidx", ir.Constant(i32, threads)]))
+        if blocks := (min_blocks or {}).get(name, 0):
+            annotations.add(module.add_metadata([function, "minctasm", ir.Constant(i32, blocks)]))
 
 
-def to_nvptx_ir(module: ModuleOp, max_threads: Mapping[str, int], arch: str) -> str:
+def to_nvptx_ir(
+    module: ModuleOp,
+    max_threads: Mapping[str, int],
+    arch: str,
+    min_blocks: Mapping[str, int] | None = None,
+) -> str:
     """LLVM IR text for NVPTX of a module of `llvm.func`/`llvm.mlir.global`."""
     tm = target_machine(arch)
     llvm_module = convert_module(
         module, fallback_target_triple=TRIPLE, data_layout=str(tm.target_data)
     )
-    mark_kernels(llvm_module, max_threads)
+    mark_kernels(llvm_module, max_threads, min_blocks)
     return str(llvm_module)
 
 
@@ -122,9 +133,15 @@ def link_and_optimize(ir_text: str, kernels: Mapping[str, int], arch: str) -> ll
     return module
 
 
-def compile_to_ptx(module: ModuleOp, max_threads: Mapping[str, int], arch: str = "sm_90") -> str:
-    """PTX of the kernels (name -> most threads per block) of an `llvm`-dialect module."""
-    ir_text = to_nvptx_ir(module, max_threads, arch)
+def compile_to_ptx(
+    module: ModuleOp,
+    max_threads: Mapping[str, int],
+    arch: str = "sm_90",
+    min_blocks: Mapping[str, int] | None = None,
+) -> str:
+    """PTX of the kernels (name -> most threads per block; name -> blocks per SM to budget
+    registers for) of an `llvm`-dialect module."""
+    ir_text = to_nvptx_ir(module, max_threads, arch, min_blocks)
     try:
         optimized = link_and_optimize(ir_text, max_threads, arch)
         return target_machine(arch).emit_assembly(optimized)

@@ -319,13 +319,11 @@ def _reduce_across_threads(
     then.add_op(scf.YieldOp())
     e.builder.insert(scf.IfOp(is_first, [], [then]))
     _barrier(e)
-    total = e.op(
-        llvm.LoadOp(_shared_slot(e, name, reduction.type, e.const(0, i32)), reduction.type)
-    )
-    for warp in range(1, row.threads // WARP):
-        slot = _shared_slot(e, name, reduction.type, e.const(warp, i32))
-        total = reduction.combine(e, total, e.op(llvm.LoadOp(slot, reduction.type)))
-    return total
+    partials = [
+        e.op(llvm.LoadOp(_shared_slot(e, name, reduction.type, e.const(w, i32)), reduction.type))
+        for w in range(row.threads // WARP)
+    ]
+    return _tree_combine(e, reduction, partials)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,51 +412,94 @@ def _stored_memrefs(ops: Sequence[Operation]) -> set[SSAValue]:
 
 
 def _map_grid_stride(
-    kernel: func.FuncOp, par: scf.ParallelOp, shape: list[int], width: int, block: int
+    kernel: func.FuncOp,
+    par: scf.ParallelOp,
+    shape: list[int],
+    width: int,
+    block: int,
+    unroll: int = 1,
 ) -> None:
-    """`elementwise` (width > 1 when vectorizable) and `serial` (width 1)."""
+    """`elementwise` (width > 1 when vectorizable) and `serial` (width 1).
+
+    With `unroll` > 1 a thread handles `unroll` chunks of `width` elements per step, `nthreads`
+    chunks apart (coalesced), all chunks' loads first so that more bytes are in flight; chunks
+    past the end load the last chunk again (clamped) and skip their stores."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     numel = _numel(shape)
     items = numel // width
-    int_type = _index_type_for(kernel, 2 * items + MAX_BLOCK)
+    int_type = _index_type_for(kernel, 2 * items + unroll * MAX_BLOCK)
     e = _Emit(Builder(InsertPoint.before(par)), int_type)
     gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
     nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
+    step = nthreads if unroll == 1 else e.mul(nthreads, e.const(unroll))
     loop_body = Block(arg_types=[int_type])
-    e.builder.insert(scf.ForOp(gtid, e.const(items), nthreads, [], loop_body))
+    e.builder.insert(scf.ForOp(gtid, e.const(items), step, [], loop_body))
     inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
-    flat = inner.mul(loop_body.args[0], inner.const(width)) if width > 1 else loop_body.args[0]
-    base = _delinearize(inner, flat, shape)
     aligned = _aligned_accesses(body, ivs[-1], width) if width > 1 else {}
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     # Lanes are cloned op by op (all lanes' loads first, their stores last) so that a lane's
     # accesses share a basic block with the others' even where math adds branches.
-    cloners: list[_Cloner] = []
-    for lane in range(width):
-        lane_ivs = base[:-1] + [
-            base[-1]
-            if lane == 0
-            else inner.op(arith.AddiOp(base[-1], inner.const(lane, IndexType())))
-        ]
-        cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
-        cloner.marks = {
-            op: {ALIGN_ATTR: IntegerAttr(align, i64)}
-            if lane == 0
-            else {LANE_ATTR: IntegerAttr(lane, i64)}
-            for op, align in aligned.items()
-        }
-        cloners.append(cloner)
+    chunks: list[tuple[list[_Cloner], SSAValue | None]] = []
+    position = loop_body.args[0]
+    for chunk in range(unroll):
+        guard: SSAValue | None = None
+        if chunk > 0:
+            position = inner.add(position, nthreads)
+            guard = inner.lt(position, inner.const(items))
+            clamped = inner.min(position, inner.const(items - 1))
+        else:
+            clamped = position
+        flat = inner.mul(clamped, inner.const(width)) if width > 1 else clamped
+        base = _delinearize(inner, flat, shape)
+        cloners: list[_Cloner] = []
+        for lane in range(width):
+            lane_ivs = base[:-1] + [
+                base[-1]
+                if lane == 0
+                else inner.op(arith.AddiOp(base[-1], inner.const(lane, IndexType())))
+            ]
+            cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
+            cloner.marks = {
+                op: {ALIGN_ATTR: IntegerAttr(align, i64)}
+                if lane == 0
+                else {LANE_ATTR: IntegerAttr(lane, i64)}
+                for op, align in aligned.items()
+            }
+            cloners.append(cloner)
+        chunks.append((cloners, guard))
+    stores = [op for op in body if isinstance(op, memref.StoreOp)]
     for op in body:
-        for cloner in cloners:
-            cloner.clone(op, None)
+        if op in stores and unroll > 1:
+            continue
+        for cloners, _ in chunks:
+            for cloner in cloners:
+                cloner.clone(op, None)
+    if unroll > 1:
+        # One guard per chunk around all its lanes' stores: they stay in one basic block, so
+        # the load/store vectorizer still merges them.
+        for cloners, guard in chunks:
+            if guard is None:
+                for op in stores:
+                    for cloner in cloners:
+                        cloner.clone(op, None)
+                continue
+            then = Block()
+            in_then = _Emit(Builder(InsertPoint.at_end(then)), int_type)
+            for op in stores:
+                for cloner in cloners:
+                    cloner.e = in_then
+                    cloner.clone(op, None)
+            then.add_op(scf.YieldOp())
+            inner.builder.insert(scf.IfOp(guard, [], [then]))
     loop_body.add_op(scf.YieldOp())
     par.detach()
     par.erase()
     strategy = (
         "elementwise" if width > 1 or not any(isinstance(o, scf.ForOp) for o in body) else "serial"
     )
-    _set_launch(kernel, strategy, block, items)
+    # `items` for the launch: thread-steps, so that the grid is not larger than the work.
+    _set_launch(kernel, strategy, block, math.ceil(items / unroll))
 
 
 def _set_launch(kernel: func.FuncOp, strategy: str, block: int, items: int) -> None:
@@ -524,12 +565,59 @@ def _is_row_loop_body(loop: scf.ForOp) -> bool:
     return True
 
 
-def _row_threads(length: int, max_cached: int) -> int:
-    """Threads per row: a warp for short rows, else enough that each holds about 8 elements."""
-    if length <= WARP * max_cached and length <= MAX_BLOCK:
+def _row_threads(length: int, max_cached: int, width: int = 1, row_threads: int = 0) -> int:
+    """Threads per row: a warp for short rows, else enough that each holds about 8 elements
+    (`row_threads`, a power of two of at least 64, overrides that for long rows)."""
+    if length <= WARP * max_cached and length <= MAX_BLOCK * width:
         return WARP
+    if row_threads:
+        return row_threads
     threads = 1 << max(0, math.ceil(math.log2(math.ceil(length / 8))))
     return max(2 * WARP, min(MAX_BLOCK, threads))
+
+
+def _row_width(loops: Sequence[scf.ForOp], length: int) -> int:
+    """Elements per vector access of the row loops: 128 bits of the widest element they touch,
+    where every access indexed by the loop index has a multiple of that many columns."""
+    accesses = _accesses(loops)
+    if not accesses:
+        return 1
+    width = max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+    while width > 1:
+        ok = length % width == 0
+        for loop in loops:
+            iv = loop.body.block.args[0]
+            for access in _accesses([loop]):
+                if list(access.indices)[-1] == iv and _memref_type(access).get_shape()[-1] % width:
+                    ok = False
+        if ok:
+            return width
+        width //= 2
+    return 1
+
+
+def _hoist_row_invariant_divisions(loops: Sequence[scf.ForOp]) -> None:
+    """`x / s` with `s` defined outside the row loop -> `x * (1 / s)`, one division per row
+    (f32/f64; a multiply costs a cycle, an IEEE division a dozen instructions per element)."""
+    for loop in loops:
+        body = loop.body.block
+        for op in list(body.ops):
+            if not isinstance(op, arith.DivfOp) or op.rhs.type.bitwidth < 32:  # type: ignore[union-attr]
+                continue
+            divisor = op.rhs
+            owner = divisor.owner
+            inside = owner.parent_block() is body if isinstance(owner, Operation) else owner is body
+            if inside:
+                continue
+            one = arith.ConstantOp(FloatAttr(1.0, divisor.type))  # type: ignore[arg-type]
+            reciprocal = arith.DivfOp(one.result, divisor)
+            Builder(InsertPoint.before(loop)).insert(one)
+            Builder(InsertPoint.before(loop)).insert(reciprocal)
+            product = arith.MulfOp(op.lhs, reciprocal.result, op.fastmath)
+            Builder(InsertPoint.before(op)).insert(product)
+            op.result.replace_all_uses_with(product.result)
+            op.detach()
+            op.erase()
 
 
 def _map_rows(
@@ -540,11 +628,18 @@ def _map_rows(
     plan: _RowPlan,
     max_cached: int,
     rows_block: int,
+    row_threads: int = 0,
 ) -> None:
+    loops = [op for op in _body_ops(par.body.block) if isinstance(op, scf.ForOp)]
+    _hoist_row_invariant_divisions(loops)
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     rows = _numel(shape)
-    threads = _row_threads(plan.length, max_cached)
+    width = _row_width(loops, plan.length)
+    threads = _row_threads(plan.length, max_cached, width, row_threads)
+    if math.ceil(plan.length / (threads * width)) * width > max_cached:
+        width = 1  # re-read: the strided loop takes one element at a time
+        threads = _row_threads(plan.length, max_cached, 1, row_threads)
     rows_per_block = max(1, rows_block // threads) if threads == WARP else 1
     blocks = math.ceil(rows / rows_per_block)
     int_type = _index_type_for(kernel, rows + MAX_BLOCK)
@@ -561,7 +656,7 @@ def _map_rows(
         e.op(arith.DivUIOp(tid32, e.const(WARP, i32))),
         e.op(arith.RemUIOp(tid32, e.const(WARP, i32))),
     )
-    per_thread = math.ceil(plan.length / threads)
+    per_thread = math.ceil(plan.length / (threads * width)) * width
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     cloner = _Cloner(e, dict(zip(ivs, row_ivs, strict=True)), read_only)
     lane_index = e.to_index(lane)
@@ -569,7 +664,17 @@ def _map_rows(
     for op in body:
         if isinstance(op, scf.ForOp):
             _map_row_loop(
-                e, cloner, op, plan, place, scratch, lane_index, row_ok, per_thread, max_cached
+                e,
+                cloner,
+                op,
+                plan,
+                place,
+                scratch,
+                lane_index,
+                row_ok,
+                per_thread,
+                max_cached,
+                width,
             )
         else:
             cloner.clone(op, first_lane)
@@ -589,14 +694,15 @@ def _map_row_loop(
     row_ok: SSAValue,
     per_thread: int,
     max_cached: int,
+    width: int = 1,
 ) -> None:
     reductions = plan.loops[loop]
-    partials = [r.identity(e) for r in reductions]
     if per_thread <= max_cached:
         partials = _unrolled_row_loop(
-            e, cloner, loop, place, lane_index, row_ok, per_thread, partials, plan.length
+            e, cloner, loop, reductions, place, lane_index, row_ok, per_thread, plan.length, width
         )
     else:
+        partials = [r.identity(e) for r in reductions]
         partials = _strided_row_loop(
             e, cloner, loop, place, lane_index, row_ok, partials, plan.length
         )
@@ -608,48 +714,111 @@ def _map_row_loop(
 
 
 def _row_position(
-    e: _Emit, cloner: _Cloner, lane_index: SSAValue, k: int, threads: int, length: int
-) -> tuple[SSAValue, SSAValue | None]:
-    """The thread's k-th column (clamped into the row) and, past the row's end, whether the
-    unclamped column is inside it."""
+    e: _Emit,
+    cloner: _Cloner,
+    lane_index: SSAValue,
+    k: int,
+    threads: int,
+    length: int,
+    width: int = 1,
+) -> tuple[list[SSAValue], SSAValue | None]:
+    """The columns of the thread's k-th chunk of `width` elements (clamped into the row) and,
+    past the row's end, whether the unclamped chunk is inside it. The first column is
+    `width`-aligned and the others are `first + lane`, as the vector lane lowering expects."""
     if k not in cloner.row_positions:
-        j = e.op(arith.AddiOp(lane_index, e.const(k * threads, IndexType())))
+        chunks = length // width
+        c = e.op(arith.AddiOp(lane_index, e.const(k * threads, IndexType())))
         in_row: SSAValue | None = None
-        if (k + 1) * threads > length:
-            in_row = e.op(arith.CmpiOp(j, e.const(length, IndexType()), "ult"))
-            j = e.op(arith.MinUIOp(j, e.const(length - 1, IndexType())))
-        cloner.row_positions[k] = (j, in_row)
+        if (k + 1) * threads > chunks:
+            in_row = e.op(arith.CmpiOp(c, e.const(chunks, IndexType()), "ult"))
+            c = e.op(arith.MinUIOp(c, e.const(chunks - 1, IndexType())))
+        first = c if width == 1 else e.op(arith.MuliOp(c, e.const(width, IndexType())))
+        columns = [first] + [
+            e.op(arith.AddiOp(first, e.const(lane, IndexType()))) for lane in range(1, width)
+        ]
+        cloner.row_positions[k] = (columns, in_row)
     return cloner.row_positions[k]
+
+
+def _tree_combine(e: _Emit, reduction: _Reduction, values: list[SSAValue]) -> SSAValue:
+    """Combine values pairwise (a tree: log2(n) dependent steps, not n)."""
+    while len(values) > 1:
+        paired = [
+            reduction.combine(e, values[i], values[i + 1]) for i in range(0, len(values) - 1, 2)
+        ]
+        values = paired + ([values[-1]] if len(values) % 2 else [])
+    return values[0]
 
 
 def _unrolled_row_loop(
     e: _Emit,
     cloner: _Cloner,
     loop: scf.ForOp,
+    reductions: list[_Reduction],
     place: _RowThreads,
     lane_index: SSAValue,
     row_ok: SSAValue,
     per_thread: int,
-    partials: list[SSAValue],
     length: int,
+    width: int = 1,
 ) -> list[SSAValue]:
+    """The row loop unrolled over the thread's chunks; within a chunk its `width` lanes are
+    cloned op by op (one vector access per chunk) with their own partial results, combined
+    at the end; the chunk's stores share one guard so that they stay vectorizable."""
     body = loop.body.block
-    for k in range(per_thread):
-        j, in_row = _row_position(e, cloner, lane_index, k, place.threads, length)
+    iv = body.args[0]
+    ops = _body_ops(body)
+    stores = [op for op in ops if isinstance(op, memref.StoreOp)]
+    vector_accesses = [a for a in _accesses(ops) if list(a.indices) and list(a.indices)[-1] == iv]
+    lane_partials = [[r.identity(e) for r in reductions] for _ in range(width)]
+    for k in range(per_thread // width):
+        columns, in_row = _row_position(e, cloner, lane_index, k, place.threads, length, width)
         guard = row_ok if in_row is None else e.and_(row_ok, in_row)
-        cloner.mapper[body.args[0]] = j
-        for acc, partial in zip(body.args[1:], partials, strict=True):
-            cloner.mapper[acc] = partial
-        for op in _body_ops(body):
-            cloner.clone(op, guard)
-        yielded = [cloner.mapper.get(v, v) for v in body.last_op.operands]  # type: ignore[union-attr]
-        if in_row is not None:
-            yielded = [
-                e.op(arith.SelectOp(in_row, new, old))
-                for new, old in zip(yielded, partials, strict=True)
-            ]
-        partials = yielded
-    return partials
+        lanes: list[_Cloner] = []
+        for lane in range(width):
+            mapper = dict(cloner.mapper)
+            mapper[iv] = columns[lane]
+            mapper.update(zip(body.args[1:], lane_partials[lane], strict=True))
+            lane_cloner = _Cloner(e, mapper, cloner.read_only, cloner.loads)
+            if width > 1:
+                lane_cloner.marks = {
+                    a: {
+                        ALIGN_ATTR: IntegerAttr(
+                            width * byte_width(_memref_type(a).element_type), i64
+                        )
+                    }
+                    if lane == 0
+                    else {LANE_ATTR: IntegerAttr(lane, i64)}
+                    for a in vector_accesses
+                }
+            lanes.append(lane_cloner)
+        for op in ops:
+            if op in stores:
+                continue
+            for lane_cloner in lanes:
+                lane_cloner.clone(op, None)
+        if stores:
+            then = Block()
+            in_then = _Emit(Builder(InsertPoint.at_end(then)), e.int_type)
+            for op in stores:
+                for lane_cloner in lanes:
+                    lane_cloner.e = in_then
+                    lane_cloner.clone(op, None)
+                    lane_cloner.e = e
+            then.add_op(scf.YieldOp())
+            e.builder.insert(scf.IfOp(guard, [], [then]))
+        for lane, lane_cloner in enumerate(lanes):
+            yielded = [lane_cloner.mapper.get(v, v) for v in body.last_op.operands]  # type: ignore[union-attr]
+            if in_row is not None:
+                yielded = [
+                    e.op(arith.SelectOp(in_row, new, old))
+                    for new, old in zip(yielded, lane_partials[lane], strict=True)
+                ]
+            lane_partials[lane] = yielded
+    return [
+        _tree_combine(e, reduction, [partials[i] for partials in lane_partials])
+        for i, reduction in enumerate(reductions)
+    ]
 
 
 def _strided_row_loop(
@@ -733,6 +902,8 @@ def map_kernel(
     block_size: int = 256,
     rows_block: int = 256,
     max_cached: int = 32,
+    unroll: int = 2,
+    row_threads: int = 0,
 ) -> str:
     """Map one kernel; returns the strategy chosen."""
     par = _outer_parallel(kernel)
@@ -748,12 +919,16 @@ def map_kernel(
         return "elementwise"
     if not any(op.regions for op in body):
         width = _vector_width(body, shape)
-        _map_grid_stride(kernel, par, shape, width, block_size)
+        loaded = {a.memref for a in _accesses(body) if isinstance(a, memref.LoadOp)}
+        independent = not (loaded & _stored_memrefs(body))
+        chunks = _numel(shape) // width
+        steps = max(1, unroll) if independent and chunks >= 2 * block_size else 1
+        _map_grid_stride(kernel, par, shape, width, block_size, steps)
         return "elementwise"
     plan = _row_plan(body)
     if plan is not None:
         scratch = _SharedScratch(module, kernel.sym_name.data)
-        _map_rows(kernel, scratch, par, shape, plan, max_cached, rows_block)
+        _map_rows(kernel, scratch, par, shape, plan, max_cached, rows_block, row_threads)
         return "rows"
     _map_grid_stride(kernel, par, shape, 1, block_size)
     return "serial"
@@ -774,6 +949,12 @@ class GPUMapParallelPass(ModulePass):
     max_cached: int = 32
     """Most row elements one thread keeps in registers; longer rows are re-read."""
 
+    unroll: int = 2
+    """Vector chunks an elementwise thread loads per grid-stride step (bytes in flight)."""
+
+    row_threads: int = 0
+    """Threads per long row (0: about 8 elements each, up to 1024)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         kernels = [
             f
@@ -787,4 +968,6 @@ class GPUMapParallelPass(ModulePass):
                 block_size=self.block_size,
                 rows_block=self.rows_block,
                 max_cached=self.max_cached,
+                unroll=self.unroll,
+                row_threads=self.row_threads,
             )

@@ -1,6 +1,7 @@
 // RUN: python -m xfuse.backends.cuda %s | filecheck %s
-// Rows of 16384: a block of 1024 threads per row, 16 elements each kept in registers (one
-// load per element for the max, the sum and the output), warp shuffles then shared memory.
+// Rows of 16384: a block of 1024 threads per row, 16 elements each kept in registers as four
+// 128-bit loads (one load per element for the max, the sum and the output), warp shuffles then
+// shared memory; the division by the sum is a multiplication by its reciprocal.
 
 builtin.module {
   func.func @softmax(%x: memref<8x16384xf32>, %y: memref<8x16384xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
@@ -40,12 +41,15 @@ builtin.module {
 // CHECK:      // xfuse-launch {"block": 1024, "items": 8, "kernel": "softmax", "strategy": "rows"}
 // CHECK:      .visible .entry softmax(
 // CHECK:      .maxntid 1024
+// CHECK-NOT:  .minnctapersm
 // CHECK:      .shared .align 4 .b8 __xfuse_smem_softmax_0[128];
-// CHECK-COUNT-16: ld.global.nc.b32
+// CHECK-COUNT-4: ld.global.nc.v4.b32
 // CHECK-NOT:  ld.global
 // CHECK:      shfl.sync.bfly.b32 {{.*}}, 16, 31, -1;
 // CHECK:      st.shared.b32
 // CHECK:      bar.sync 0;
 // CHECK:      shfl.sync.bfly.b32
 // CHECK:      bar.sync 0;
-// CHECK-COUNT-16: st.global.b32
+// CHECK:      rcp.rn.f32
+// CHECK-NOT:  div.rn.f32
+// CHECK-COUNT-4: st.global.v4.b32

@@ -41,4 +41,4 @@ builtin.module {
 // CHECK-COUNT-5: shfl.sync.bfly.b32
 // CHECK-COUNT-5: shfl.sync.bfly.b32
 // CHECK-NOT:  bar.sync
-// CHECK:      st.global.b32
+// CHECK:      st.global.v4.b32
