@@ -15,6 +15,8 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(TORCH)
 	$(BIN)/python -m pip install -e '.[dev]'
+	# Graphviz renders fusion pictures; best effort: without it they are written as DOT text.
+	-command -v dot || (apt-get update && apt-get install -y graphviz) || echo "graphviz not installed: DOT text only"
 	touch $@
 
 demo: setup

@@ -2,11 +2,18 @@
 `xfuse-opt`: xDSL's `xdsl-opt` with xfuse's dialects and passes.
 
     xfuse-opt model.mlir -p 'decompose,fuse-greedy{arg-limit=64}' -o fused.mlir
+    xfuse-opt model.mlir -p decompose,fuse-scored --emit=dot | dot -Tsvg -o fused.svg
+    xfuse-opt model.mlir -p decompose,fuse-scored --fusion-report[=json]
 
 Every xDSL dialect, pass and target stays available. The IR is verified after parsing and
 after every pass (`--no-verify-each` keeps only the first). Bad input -- a syntax error, an
 unknown op, IR that does not verify, an unknown pass or option, a missing file -- prints one
 line, `file:line:col: error: message` where there is a location, and exits with status 1.
+
+`--emit=dot` prints the program after the pipeline as a Graphviz picture instead of IR, and
+`--fusion-report` (`=json` for JSON) prints the fusion report instead: groups, kernels, bytes
+moved with and without fusion, and why the fusion passes of the pipeline refused pairs
+(`xfuse.viz` draws and tabulates both).
 
 To add a flag, extend `register_all_arguments`; to add an output target, extend
 `register_all_targets` (both call the base class first).
@@ -15,6 +22,7 @@ To add a flag, extend `register_all_arguments`; to add an output target, extend
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -31,6 +39,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from xfuse.ir import DIALECTS
 from xfuse.passes import available_passes
+from xfuse.passes.fusion_report import FusionDecision
 from xfuse.pipeline import (
     InvalidIRError,
     PassFailedError,
@@ -40,6 +49,7 @@ from xfuse.pipeline import (
     parse_passes,
     verify_module,
 )
+from xfuse.viz import OpIndex, collect_decisions, format_summary, program_dot, summarize
 
 EXIT_ERROR = 1
 
@@ -97,6 +107,7 @@ class XfuseOptMain(xDSLOptMain):
         self.op_spans: dict[Operation, Span[str]] = {}
         self.chunk_line_offset = 0
         self.pass_started = time.perf_counter()
+        self.op_index = OpIndex()
         super().__init__("xfuse operator-fusion optimizer driver", args)
 
     # --- registration ------------------------------------------------------------------------
@@ -126,6 +137,23 @@ class XfuseOptMain(xDSLOptMain):
             action="store_false",
             help="Verify the IR only after parsing, not after every pass (faster).",
         )
+        arg_parser.add_argument(
+            "--emit",
+            choices=("ir", "dot"),
+            default="ir",
+            help="What to print after the pipeline: the IR (default) or a Graphviz DOT "
+            "picture of it (fusion groups as clusters, refused pairs as dashed edges).",
+        )
+        arg_parser.add_argument(
+            "--fusion-report",
+            nargs="?",
+            const="text",
+            choices=("text", "json"),
+            default=None,
+            help="Print the fusion report instead of the IR: groups, kernels, bytes moved "
+            "with and without fusion, and why pairs were refused (`--fusion-report=json` "
+            "for JSON).",
+        )
 
     # --- pipeline ----------------------------------------------------------------------------
 
@@ -139,18 +167,42 @@ class XfuseOptMain(xDSLOptMain):
         )
 
     def apply_passes(self, prog: ModuleOp) -> None:
+        self.op_index = OpIndex()
         self.xfuse_pipeline.apply(prog)
 
     def between_passes(
         self, previous: ModulePass | None, module: ModuleOp, following: ModulePass | None
     ) -> None:
-        """`--time-passes` and `--print-between-passes`; runs after the IR is verified."""
+        """`--time-passes` and `--print-between-passes`; runs after the IR is verified.
+        Also indexes the ops a fusion pass is about to name in its decisions."""
+        self.op_index.observe(previous, module, following)
         if self.args.time_passes and previous is not None:
             print(f"// pass {previous.name} took {time.perf_counter() - self.pass_started:.6f} s")
         if self.args.print_between_passes and previous is not None and following is not None:
             print(f"// IR after {previous.name}:")
-            print(self.output_resulting_program(module))
+            print(super().output_resulting_program(module))
         self.pass_started = time.perf_counter()
+
+    # --- output ------------------------------------------------------------------------------
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        """The IR, or what `--emit=dot` / `--fusion-report` ask for instead."""
+        decisions = self.fusion_decisions()
+        if self.args.emit == "dot":
+            return program_dot(prog, decisions, self.op_index)
+        if self.args.fusion_report == "json":
+            report = {
+                "summary": summarize(prog, decisions).to_dict(),
+                "decisions": [d.to_dict() for d in decisions],
+            }
+            return json.dumps(report, indent=2) + "\n"
+        if self.args.fusion_report == "text":
+            return format_summary(summarize(prog, decisions)) + "\n"
+        return super().output_resulting_program(prog)
+
+    def fusion_decisions(self) -> list[FusionDecision]:
+        """The decisions of the fusion passes of the pipeline's last run."""
+        return collect_decisions(self.xfuse_pipeline.passes)
 
     # --- input -------------------------------------------------------------------------------
 
@@ -175,7 +227,14 @@ class XfuseOptMain(xDSLOptMain):
         return module
 
     def parse_mlir(self, stream: IO[bytes]) -> ModuleOp:
-        parser = LocatingParser(self.ctx, stream.read(), self.get_input_name(), spans=self.op_spans)
+        data = stream.read()
+        try:
+            text = data.decode("utf-8") if isinstance(data, bytes) else data
+        except UnicodeDecodeError as e:
+            raise CliError(
+                f"cannot read '{self.get_input_name()}': not UTF-8 text (byte {e.start})"
+            ) from None
+        parser = LocatingParser(self.ctx, text, self.get_input_name(), spans=self.op_spans)
         try:
             return parser.parse_module(not self.args.no_implicit_module)
         except ParseError as e:  # one line also under --parsing-diagnostics
@@ -193,6 +252,8 @@ class XfuseOptMain(xDSLOptMain):
 
     def run(self) -> None:
         try:
+            if self.args.emit == "dot" and self.args.fusion_report is not None:
+                raise CliError("--emit=dot and --fusion-report both replace the output: pick one")
             super().run()
         except (ParseError, PipelineError, DiagnosticException, CliError) as e:
             fail(diagnostic_line(e))
