@@ -30,7 +30,7 @@ from xdsl.utils.arg_spec import ArgSpec
 from xfuse.dialects import graph
 from xfuse.dialects.fusion import GroupOp
 from xfuse.passes.fusion_report import DecisionLog, FusionDecision
-from xfuse.passes.grouping import FusionGraph, tensor_bytes
+from xfuse.passes.grouping import FusionGraph, paused_gc, tensor_bytes
 from xfuse.passes.legality import (
     FUSED,
     Predicate,
@@ -223,10 +223,11 @@ class FuseGreedyPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.decisions.clear()
         for f in function_bodies(op):
-            fuser = GreedyFuser(
-                FusionGraph(f.body.block), self.arg_limit, self.fusable, self.max_fusions
-            )
-            fuser.run()
+            with paused_gc():
+                fuser = GreedyFuser(
+                    FusionGraph(f.body.block), self.arg_limit, self.fusable, self.max_fusions
+                )
+                fuser.run()
             self.decisions.extend(fuser.log.decisions)
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:

@@ -22,7 +22,7 @@ from xdsl.passes import ModulePass
 
 from xfuse.passes.fuse_greedy import directly_connected, function_bodies, sibling_candidates
 from xfuse.passes.fusion_report import DecisionLog, FusionDecision, Score
-from xfuse.passes.grouping import FusionGraph, RecomputePlan
+from xfuse.passes.grouping import FusionGraph, RecomputePlan, paused_gc
 from xfuse.passes.legality import (
     FUSED,
     MAX_ROUNDS,
@@ -82,6 +82,11 @@ class ScoredFuser:
     _gates_of: dict[Operation, list[tuple[Operation, Operation, bool]]] = field(
         init=False, default_factory=dict
     )
+    # A producer's recompute plan and whether every reader may take a copy: asked once per
+    # reader, the same answer while one round's candidates are enumerated (nothing changes).
+    _plans: dict[Operation, tuple[RecomputePlan | None, bool]] = field(
+        init=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         self.log = DecisionLog(PASS, self.g.op_label)
@@ -130,6 +135,7 @@ class ScoredFuser:
 
     def candidates(self) -> list[Candidate]:
         best: dict[tuple[Operation, Operation], Candidate] = {}
+        self._plans.clear()
 
         def offer(c: Candidate) -> None:
             key = (c.first, c.second)
@@ -166,14 +172,26 @@ class ScoredFuser:
         if not verdict.ok:
             self.log.record(*labels, verdict.reason, PRODUCER_CONSUMER, detail=verdict.detail)
             return None
-        plan = g.recompute_plan(producer)
-        if plan is not None and plan.prefers_recompute and self.can_recompute(producer, plan):
+        plan, recompute = self.plan(producer)
+        if recompute:
+            assert plan is not None
             far = max(int(g.pos[r] - g.pos[producer]) for r in plan.readers)
             score = Score(PRIORITY[RECOMPUTE], plan.recompute_saving, far)
             return Candidate(producer, reader, RECOMPUTE, score, labels, plan.readers)
         rule = MULTI_OUTPUT if plan is not None else PRODUCER_CONSUMER
         score = Score(PRIORITY[rule], saved, distance)
         return Candidate(producer, reader, rule, score, labels)
+
+    def plan(self, producer: Operation) -> tuple[RecomputePlan | None, bool]:
+        """The producer's recompute plan, and whether to recompute (memoized per round)."""
+        known = self._plans.get(producer)
+        if known is None:
+            plan = self.g.recompute_plan(producer)
+            recompute = (
+                plan is not None and plan.prefers_recompute and self.can_recompute(producer, plan)
+            )
+            known = self._plans[producer] = (plan, recompute)
+        return known
 
     def can_recompute(self, producer: Operation, plan: RecomputePlan) -> bool:
         return all(
@@ -273,13 +291,14 @@ class FuseScoredPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self.decisions.clear()
         for f in function_bodies(op):
-            fuser = ScoredFuser(
-                FusionGraph(f.body.block),
-                self.window,
-                self.max_rounds,
-                self.arg_limit,
-                self.max_group_size,
-                self.max_fusions,
-            )
-            fuser.run()
+            with paused_gc():
+                fuser = ScoredFuser(
+                    FusionGraph(f.body.block),
+                    self.window,
+                    self.max_rounds,
+                    self.arg_limit,
+                    self.max_group_size,
+                    self.max_fusions,
+                )
+                fuser.run()
             self.decisions.extend(fuser.log.decisions)

@@ -15,8 +15,11 @@ included) with topological positions, cached iteration spaces and sizes, and `me
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from itertools import pairwise
 
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
@@ -50,9 +53,21 @@ def _defined_in(value: SSAValue, block: Block) -> bool:
     return owner is block if isinstance(owner, Block) else owner.parent is block
 
 
+@cache
+def _string_attr(text: str) -> StringAttr:
+    """Attributes are immutable: one per distinct text (building and verifying one is slow)."""
+    return StringAttr(text)
+
+
+@cache
+def score_attr(score: int) -> IntegerAttr:
+    """The `fusion.score` attribute for `score`, shared like `_string_attr`."""
+    return IntegerAttr(score, i64)
+
+
 def _set_props(group: GroupOp, kind: str, rule: str) -> None:
-    group.properties["kind"] = StringAttr(kind)
-    group.properties["rule"] = StringAttr(rule)
+    group.properties["kind"] = _string_attr(kind)
+    group.properties["rule"] = _string_attr(rule)
 
 
 def _reconnect(group: GroupOp, moved: Sequence[Operation], kind: str, rule: str) -> GroupOp:
@@ -260,6 +275,20 @@ class RecomputePlan:
         return self.recompute_saving > self.multi_output_saving
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Run without the cyclic garbage collector: fusion allocates many small objects that live
+    until the pass ends, and the collector's passes over them cost a fifth of the run (and more
+    as the graph grows). Reference counting still frees what the merges drop."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 # ---------------------------------------------------------------------------------------------
 # The graph the passes work on
 # ---------------------------------------------------------------------------------------------
@@ -275,6 +304,9 @@ class FusionGraph:
         self.mutators = [op for op in block.ops if may_mutate(op)]
         self._space: dict[Operation, Space] = {}
         self._size: dict[Operation, int] = {}
+        # Facts of values that never change (type, owner): asked for on every gate.
+        self._bytes: dict[SSAValue, int] = {}
+        self._inlinable: dict[SSAValue, bool] = {}
         self.renumber()
 
     # --- queries -----------------------------------------------------------------------------
@@ -323,6 +355,27 @@ class FusionGraph:
             )
         return self._size[node]
 
+    def value_bytes(self, value: SSAValue) -> int:
+        """`tensor_bytes`, cached."""
+        n = self._bytes.get(value)
+        if n is None:
+            n = self._bytes[value] = tensor_bytes(value)
+        return n
+
+    def inputs_of(self, node: Operation) -> set[SSAValue]:
+        """`node_inputs`, with the constant test cached per value."""
+        if isinstance(node, GroupOp):
+            return set(node.operands)
+        inlinable = self._inlinable
+        found: set[SSAValue] = set()
+        for v in node.operands:
+            flag = inlinable.get(v)
+            if flag is None:
+                flag = inlinable[v] = is_inlinable_constant(v)
+            if not flag:
+                found.add(v)
+        return found
+
     def edge_readers(
         self, first: Operation, second: Operation
     ) -> Iterator[tuple[Operation, SSAValue]]:
@@ -340,7 +393,7 @@ class FusionGraph:
     def merged_arg_count(self, first: Operation, second: Operation) -> int:
         inputs = {
             v
-            for v in node_inputs(first) | node_inputs(second)
+            for v in self.inputs_of(first) | self.inputs_of(second)
             if v.owner is not first and v.owner is not second
         }
         outputs = sum(
@@ -353,7 +406,9 @@ class FusionGraph:
 
     def recompute_arg_count(self, producer: Operation, consumer: Operation) -> int:
         inputs = {
-            v for v in node_inputs(producer) | node_inputs(consumer) if v.owner is not producer
+            v
+            for v in self.inputs_of(producer) | self.inputs_of(consumer)
+            if v.owner is not producer
         }
         outputs = sum(1 for res in consumer.results if res.first_use is not None)
         return len(inputs) + max(outputs, 1)
@@ -398,11 +453,11 @@ class FusionGraph:
         both read is read once."""
         saved = 0
         for res in first.results:
-            users = set(self.successors_of_value(res))
+            users = {use.operation for use in res.uses}
             if second in users:
-                saved += (2 if len(users) == 1 else 1) * tensor_bytes(res)
-        common = node_inputs(first) & node_inputs(second)
-        return saved + sum(tensor_bytes(v) for v in common)
+                saved += (2 if len(users) == 1 else 1) * self.value_bytes(res)
+        common = self.inputs_of(first) & self.inputs_of(second)
+        return saved + sum(self.value_bytes(v) for v in common)
 
     def successors_of_value(self, value: SSAValue) -> Iterator[Operation]:
         for use in value.uses:
@@ -417,11 +472,12 @@ class FusionGraph:
         readers = list(self.successors(producer))
         if len(readers) < 2:
             return None
-        out = sum(tensor_bytes(r) for r in producer.results)
+        out = sum(self.value_bytes(r) for r in producer.results)
         extra = 0
-        for value in node_inputs(producer):
-            new_readers = sum(1 for r in readers if value not in node_inputs(r))
-            extra += tensor_bytes(value) * (new_readers - 1)
+        reader_inputs = [self.inputs_of(r) for r in readers]
+        for value in self.inputs_of(producer):
+            new_readers = sum(1 for inputs in reader_inputs if value not in inputs)
+            extra += self.value_bytes(value) * (new_readers - 1)
         recompute = (len(readers) + 1) * out - extra
         multi = max(self.merge_saving(producer, r) for r in readers)
         return RecomputePlan(tuple(readers), recompute, multi)
@@ -462,7 +518,7 @@ class FusionGraph:
         else:
             group = create_singleton_group(second, rule)
             group = merge_into_group(group, first, kind, rule, front=True)
-        group.attributes[SCORE_ATTR] = IntegerAttr(score, i64)
+        group.attributes[SCORE_ATTR] = score_attr(score)
         at = self.pos[second]
         self._forget(first, second)
         self.pos[group], self._space[group], self._size[group] = at, space, size
@@ -489,7 +545,7 @@ class FusionGraph:
             if group is None:
                 group = create_singleton_group(consumer, rule)
             group = merge_into_group(group, clone, kind, rule, front=True)
-            group.attributes[SCORE_ATTR] = IntegerAttr(score, i64)
+            group.attributes[SCORE_ATTR] = score_attr(score)
             at, space = self.pos[consumer], space or self.space(consumer)
             self._forget(consumer)
             self.pos[group], self._space[group], self._size[group] = at, space, size
