@@ -19,6 +19,7 @@ from xdsl.parser import AttrParser, Parser
 from xfuse.dialects.fusion import Fusion
 from xfuse.dialects.graph import Graph
 
+
 def _read_hex_float_elements() -> None:
     """Workaround for xDSL 0.74: it prints non-finite float elements of dense attributes as
     their bits (`dense<0xff800000> : tensor<f32>`, as MLIR does) but reads such a literal back

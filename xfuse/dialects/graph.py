@@ -12,24 +12,23 @@ promote), comparisons yield `i1`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    I64,
+    ArrayAttr,
     BFloat16Type,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
+    DictionaryAttr,
     Float16Type,
     Float32Type,
     Float64Type,
     FloatAttr,
-    I64,
     IntegerAttr,
     IntegerType,
     Signedness,
-    ArrayAttr,
-    DictionaryAttr,
     StringAttr,
     TensorType,
     UnitAttr,
@@ -254,9 +253,7 @@ class UnaryOp(IRDLOperation):
     def verify_(self) -> None:
         t = _check_tensor(self.input, "operand")
         if self.FLOAT_ONLY and not is_float(t.element_type):
-            raise VerifyException(
-                f"expected a floating-point operand, found {t.element_type}"
-            )
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
         if t.element_type == i1:
             raise VerifyException("expected a numeric operand, found i1")
 
@@ -389,9 +386,7 @@ class BinaryOp(IRDLOperation):
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure(), Elementwise())
-    assembly_format = (
-        "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"
-    )
+    assembly_format = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"
 
     FLOAT_ONLY: ClassVar[bool] = False
     IS_COMPARISON: ClassVar[bool] = False
@@ -417,9 +412,7 @@ class BinaryOp(IRDLOperation):
                 f"and {rt.element_type}"
             )
         if self.FLOAT_ONLY and not is_float(lt.element_type):
-            raise VerifyException(
-                f"expected floating-point operands, found {lt.element_type}"
-            )
+            raise VerifyException(f"expected floating-point operands, found {lt.element_type}")
         shape = broadcast_shapes(lt.get_shape(), rt.get_shape())
         if shape is None:
             raise VerifyException(
@@ -557,9 +550,7 @@ class WhereOp(IRDLOperation):
         shape = broadcast_shapes(shape_of(cond), shape_of(lhs), shape_of(rhs))
         if shape is None:
             raise ValueError("graph.where: operand shapes do not broadcast")
-        super().__init__(
-            operands=[cond, lhs, rhs], result_types=[TensorType(dtype_of(lhs), shape)]
-        )
+        super().__init__(operands=[cond, lhs, rhs], result_types=[TensorType(dtype_of(lhs), shape)])
 
     def verify_(self) -> None:
         ct = _check_tensor(self.cond, "condition")
@@ -920,9 +911,7 @@ class MatmulOp(IRDLOperation):
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure(), Extern())
-    assembly_format = (
-        "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"
-    )
+    assembly_format = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"
 
     def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
         lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
@@ -1108,7 +1097,9 @@ class ConstantOp(IRDLOperation):
         super().__init__(properties={"value": value}, result_types=[value.type])
 
     @staticmethod
-    def scalar(value: float | int | bool, dtype: Attribute, shape: Sequence[int] = ()) -> ConstantOp:
+    def scalar(
+        value: float | int | bool, dtype: Attribute, shape: Sequence[int] = ()
+    ) -> ConstantOp:
         t = TensorType(dtype, shape)
         if is_float(dtype):
             return ConstantOp(DenseIntOrFPElementsAttr.from_list(t, [float(value)]))
@@ -1355,7 +1346,9 @@ class VarOp(IRDLOperation):
         dims = sorted(d % rank for d in dims) if rank else []
         super().__init__(
             operands=[input],
-            result_types=[TensorType(dtype_of(input), reduced_shape(shape_of(input), dims, keepdim))],
+            result_types=[
+                TensorType(dtype_of(input), reduced_shape(shape_of(input), dims, keepdim))
+            ],
             properties={
                 "dims": _i64_array(dims),
                 "correction": IntegerAttr(correction, i64),
