@@ -5,12 +5,12 @@ CPU benchmark: torch eager, torch.compile (Inductor) and xfuse side by side, in 
 
 Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
 size x size f32, w and b per column), the bundled MLP and transformer block. For each: the
-median of `--runs` timed runs after warm-up, the time ratios xfuse/eager and xfuse/Inductor
-(below 1: xfuse is faster), the fraction of the machine's copy bandwidth xfuse reaches (bytes
-= one read of every input and parameter + one write of every output, against
-`torch.empty_like(x).copy_(x)`), the cold compile time of each compiler (xfuse with an empty
-kernel cache, Inductor with a fresh cache directory; compile + first call), and the max error
-of xfuse against eager.
+median of `--runs` timed runs after warm-up (in rounds that run each of the three once), the
+time ratios xfuse/eager and xfuse/Inductor (below 1: xfuse is faster), the fraction of the machine's copy bandwidth xfuse reaches (bytes
+= one read of every input and parameter + one write of every output, against `y.copy_(x)`
+into an existing buffer), the cold compile time of each compiler (xfuse with an empty kernel
+cache, Inductor with a fresh cache directory; compile + first call), and the max error of
+xfuse against eager.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import xfuse  # noqa: E402
 from examples.mlp import make_mlp  # noqa: E402
 from examples.transformer import make_transformer_block  # noqa: E402
 from xfuse.runtime.cache import KernelCache  # noqa: E402
+from xfuse.runtime.steps import reuse_outputs_enabled  # noqa: E402
 
 Fn = Callable[..., Any]
 
@@ -99,11 +100,15 @@ def median_ms(fn: Fn, inputs: tuple[torch.Tensor, ...], runs: int, warmup: int =
     return 1000 * statistics.median(times)
 
 
-def copy_bandwidth(size: int, runs: int) -> float:
-    """Bytes per second of `torch.empty_like(x).copy_(x)` (one read + one write)."""
+def copy_bandwidth(size: int, runs: int) -> tuple[float, float]:
+    """Bytes per second (one read + one write) of a copy into an existing buffer
+    (`y.copy_(x)`) and into a fresh one (`torch.empty_like(x).copy_(x)`, which also pays the
+    page faults of new memory)."""
     x = torch.randn(size, size)
-    ms = median_ms(lambda t: torch.empty_like(t).copy_(t), (x,), runs)
-    return 2 * x.nbytes / (ms / 1000)
+    y = torch.empty_like(x)
+    existing = median_ms(lambda t: y.copy_(t), (x,), runs)
+    fresh = median_ms(lambda t: torch.empty_like(t).copy_(t), (x,), runs)
+    return 2 * x.nbytes / (existing / 1000), 2 * x.nbytes / (fresh / 1000)
 
 
 def tensors_bytes(value: Any) -> int:
@@ -135,8 +140,24 @@ class Row:
     fallbacks: int
 
 
+def interleaved_median_ms(
+    fns: dict[str, Fn], inputs: tuple[torch.Tensor, ...], runs: int, warmup: int = 2
+) -> dict[str, float]:
+    """Median ms of each function, timed in rounds that call every function once in turn: on a
+    shared machine, load that comes and goes then affects every column alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn(*inputs)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn(*inputs)
+            times[name].append(time.perf_counter() - start)
+    return {name: 1000 * statistics.median(ts) for name, ts in times.items()}
+
+
 def bench(case: Case, runs: int, bandwidth: float) -> Row:
-    eager_ms = median_ms(case.fn, case.inputs, runs)
     expected = case.fn(*case.inputs)
     with tempfile.TemporaryDirectory(prefix="xfuse-bench-") as cache_dir:
         cache = KernelCache(Path(cache_dir))
@@ -147,17 +168,18 @@ def bench(case: Case, runs: int, bandwidth: float) -> Row:
             return program
 
         compiled, xfuse_cold = timed(cold_xfuse)
-    xfuse_ms = median_ms(compiled, case.inputs, runs)
     error = float((compiled(*case.inputs) - expected).abs().max())
-    inductor_ms: float | None = None
+    fns: dict[str, Fn] = {"eager": case.fn, "xfuse": compiled}
     inductor_cold: float | None = None
     try:
         torch._dynamo.reset()
         inductor = torch.compile(case.fn)
         _, inductor_cold = timed(lambda: inductor(*case.inputs))
-        inductor_ms = median_ms(inductor, case.inputs, runs)
+        fns["inductor"] = inductor
     except Exception as e:  # Inductor needs a C++ compiler; report, do not stop
         print(f"  inductor failed on {case.name}: {type(e).__name__}: {e}", file=sys.stderr)
+    medians = interleaved_median_ms(fns, case.inputs, runs)
+    eager_ms, xfuse_ms, inductor_ms = medians["eager"], medians["xfuse"], medians.get("inductor")
     moved = tensors_bytes(case.inputs) + tensors_bytes(case.params) + tensors_bytes(expected)
     return Row(
         case.name,
@@ -222,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", type=Path, help="write the table into this markdown file")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    bandwidth = copy_bandwidth(args.size, args.runs)
+    bandwidth, fresh_bandwidth = copy_bandwidth(args.size, args.runs)
     rows: list[Row] = []
     with torch.no_grad():
         for case in cases(args.size):
@@ -232,10 +254,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(bench(case, args.runs, bandwidth))
     text = (
         f"Machine: {machine()}\n\n"
-        f"Copy bandwidth (`torch.empty_like(x).copy_(x)`, {args.size}x{args.size} f32): "
-        f"{bandwidth / 1e9:.1f} GB/s. Median of {args.runs} runs after 2 warm-up runs; "
-        "xfuse/eager and xfuse/Inductor are time ratios (below 1: xfuse is faster).\n\n"
-        + table(rows)
+        f"Copy bandwidth ({args.size}x{args.size} f32, one read + one write): "
+        f"{bandwidth / 1e9:.1f} GB/s into an existing buffer (`y.copy_(x)`, the reference of "
+        f"the % column), {fresh_bandwidth / 1e9:.1f} GB/s into a fresh one "
+        "(`torch.empty_like(x).copy_(x)`: first writes to new memory page-fault). "
+        f"Median of {args.runs} runs after 2 warm-up runs, in rounds that run eager, xfuse and "
+        "Inductor once each in turn; "
+        "xfuse/eager and xfuse/Inductor are time ratios (below 1: xfuse is faster). "
+        f"xfuse output recycling: {'on' if reuse_outputs_enabled() else 'off'} "
+        "(`XFUSE_REUSE_OUTPUTS`).\n\n" + table(rows)
     )
     print(text)
     if args.write is not None:

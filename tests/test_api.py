@@ -113,7 +113,7 @@ def test_explain_describes_groups_kernels_and_decisions() -> None:
     assert any(d.fused for d in explanation.report.decisions)
     assert any(not d.fused and d.reason for d in explanation.report.decisions)
     data = json.loads(explanation.to_json())
-    assert set(data) == {"ops", "groups", "kernels", "report", "fallbacks"}
+    assert set(data) == {"ops", "groups", "kernels", "report", "fallbacks", "summary"}
     assert len(data["groups"]) == len(explanation.groups)
     text = str(explanation)
     assert text.startswith(f"{len(explanation.ops)} ops -> {len(explanation.groups)} groups")

@@ -25,11 +25,22 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, get_backend
 from xfuse.passes.fusion_report import FusionDecision, format_report
+from xfuse.pipeline import PassObserver
+from xfuse.progress import Progress
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.errors import ExportError, FallbackWarning, XfuseError
 from xfuse.runtime.executor import CompiledProgram, Executable
 from xfuse.runtime.fallback import reason_of
+from xfuse.viz import (
+    FusionSummary,
+    OpIndex,
+    collect_decisions,
+    format_summary,
+    program_dot,
+    render_dot,
+    summarize,
+)
 
 Tensor = torch.Tensor
 ModelOrFn = torch.nn.Module | Callable[..., Any]
@@ -85,19 +96,18 @@ def forward_op_names(module: ModuleOp) -> list[str]:
     return [op.name for op in forward.body.block.ops if not isinstance(op, func.ReturnOp)]
 
 
-def run_pipeline(spec: str, module: ModuleOp) -> list[FusionDecision]:
+def run_pipeline(
+    spec: str, module: ModuleOp, observer: PassObserver | None = None
+) -> list[FusionDecision]:
     """Run a pipeline on `module` in place (verifying after every pass); returns the decision
     records of the fusion passes in it (`decisions` on their pass instances)."""
+    from dataclasses import replace
+
     from xfuse.pipeline import pipeline
 
-    passes = pipeline(spec)
+    passes = replace(pipeline(spec), observer=observer)
     passes.apply(module)
-    records: list[FusionDecision] = []
-    for module_pass in passes.passes:
-        found = getattr(module_pass, "decisions", None)
-        if isinstance(found, list):
-            records += [d for d in found if isinstance(d, FusionDecision)]  # pyright: ignore
-    return records
+    return collect_decisions(passes.passes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +122,8 @@ class FusionReport:
 
     decisions: list[FusionDecision] = field(default_factory=list[FusionDecision])
     fallbacks: list[str] = field(default_factory=list[str])
+    op_index: OpIndex | None = field(default=None, compare=False, repr=False)
+    """The ops the decisions name (to draw refused pairs, `Explanation.to_dot`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,22 +143,42 @@ class FusionReport:
 
 
 def _builder(
-    model_or_fn: ModelOrFn, backend: Backend, device: torch.device, spec: str, cache: KernelCache
+    model_or_fn: ModelOrFn,
+    backend: Backend,
+    device: torch.device,
+    spec: str,
+    cache: KernelCache,
+    quiet: bool | None = None,
 ) -> Callable[[tuple[Tensor, ...]], Executable]:
-    def compile_kernel(module: ModuleOp, name: str) -> Any:
-        return cache.kernel(backend, module, name)
-
     def build(inputs: tuple[Tensor, ...]) -> Executable:
+        with Progress.create(quiet) as progress:
+            return build_with(inputs, progress)
+
+    def build_with(inputs: tuple[Tensor, ...], progress: Progress) -> Executable:
+        def compile_kernel(module: ModuleOp, name: str) -> Any:
+            kernel = cache.kernel(backend, module, name)
+            progress.count("kernels compiled")
+            return kernel
+
+        progress.stage("exporting the program (torch.export)")
         imported = import_for_xfuse(model_or_fn, inputs)
+        progress.stage(f"imported {len(imported.op_names)} ops; fusing")
         program_ir = imported.program
         program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
-        decisions = run_pipeline(spec, program_ir.module)
+        index = OpIndex()
+        decisions = run_pipeline(spec, program_ir.module, index.observe)
+        groups = summarize(program_ir.module).groups
+        progress.stage(f"{len(groups)} groups formed; compiling kernels")
         program = ProgramCompiler(compile_kernel).compile(program_ir.module)
+        progress.finish(
+            f"{len(imported.op_names)} ops -> {len(groups)} groups -> "
+            f"{len(program.kernels)} kernels"
+        )
         return Executable(
             program,
             bind=lambda xs: program_ir.arguments(*xs),
             unflatten=lambda outs: pytree.tree_unflatten(outs, imported.out_spec),
-            report=FusionReport(decisions, list(program.fallbacks)),
+            report=FusionReport(decisions, list(program.fallbacks), index),
             op_names=imported.op_names,
         )
 
@@ -160,9 +192,11 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     pipeline: str | None = None,
     *,
     cache: KernelCache | None = None,
+    quiet: bool | None = None,
 ) -> CompiledProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
-    compile on first use). `pipeline` replaces the fusion pipeline (xfuse-opt `-p` syntax)."""
+    compile on first use). `pipeline` replaces the fusion pipeline (xfuse-opt `-p` syntax).
+    Progress shows on a terminal unless `quiet` (or `XFUSE_QUIET=1`); see `xfuse.progress`."""
     if not isinstance(example_inputs, list | tuple):
         raise XfuseError(
             f"example_inputs must be a tuple of tensors, got a {type(example_inputs).__name__}"
@@ -174,6 +208,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         torch.device(device),
         DEFAULT_PIPELINE if pipeline is None else pipeline,
         default_cache() if cache is None else cache,
+        quiet,
     )
     return CompiledProgram(build, tuple(example_inputs), device)
 
@@ -187,6 +222,32 @@ class Explanation:
     kernels: list[KernelInfo]
     report: FusionReport
     fallbacks: list[str]
+    module: ModuleOp | None = field(default=None, compare=False, repr=False)
+    """The program after fusion (graph and fusion IR), as the kernels were made from it."""
+
+    def summary(self) -> FusionSummary:
+        """Groups, kernels, bytes moved with and without fusion, and why pairs were refused."""
+        return summarize(
+            self.module if self.module is not None else ModuleOp([]),
+            self.report.decisions,
+            ops=len(self.ops),
+            group_kernels={g.index: list(g.kernels) for g in self.groups},
+            kernels=len(self.kernels),
+            fallbacks=self.fallbacks,
+        )
+
+    def to_dot(self, *, show_params: bool = False) -> str:
+        """The fused program as Graphviz DOT (see `xfuse.viz.program_dot`)."""
+        if self.module is None:
+            raise XfuseError("this explanation has no module to draw")
+        return program_dot(
+            self.module, self.report.decisions, self.report.op_index, show_params=show_params
+        )
+
+    def render(self, path: str, *, show_params: bool = False) -> str:
+        """Draw the program to `path` (.svg, .png, .pdf through Graphviz, or .dot); without
+        Graphviz, writes the .dot text and warns. Returns the path written."""
+        return str(render_dot(self.to_dot(show_params=show_params), path))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -195,6 +256,7 @@ class Explanation:
             "kernels": [asdict(k) for k in self.kernels],
             "report": self.report.to_dict(),
             "fallbacks": self.fallbacks,
+            "summary": self.summary().to_dict(),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -202,21 +264,9 @@ class Explanation:
 
     def __str__(self) -> str:
         counts = Counter(self.ops)
-        lines = [
-            f"{len(self.ops)} ops -> {len(self.groups)} groups -> {len(self.kernels)} kernels"
-            + (f" ({len(self.fallbacks)} fallbacks)" if self.fallbacks else ""),
-            "ops: " + ", ".join(f"{n} x{c}" for n, c in counts.most_common()),
-        ]
-        for g in self.groups:
-            target = ", ".join(f"@{k}" for k in g.kernels) or f"eager ({g.fallback})"
-            lines.append(
-                f"group {g.index} [{g.kind}, {g.rule}] {' '.join(g.ops)}\n"
-                f"    ({', '.join(g.inputs)}) -> ({', '.join(g.outputs)}) => {target}"
-            )
-        lone = [k for k in self.kernels if k.group is None]
-        for k in lone:
-            lines.append(f"op {k.source} alone => @{k.name}")
-        return "\n".join(lines)
+        headline, *table = format_summary(self.summary()).splitlines()
+        ops = "ops: " + ", ".join(f"{n} x{c}" for n, c in counts.most_common())
+        return "\n".join([headline, ops, *table])
 
 
 def explain(
@@ -224,11 +274,13 @@ def explain(
     example_inputs: Sequence[Tensor],
     device: str = "cpu",
     pipeline: str | None = None,
+    *,
+    quiet: bool | None = None,
 ) -> Explanation:
     """Compile (kernels come from the cache when already built) and describe the result."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)  # the explanation lists fallbacks
-        compiled = compile(model_or_fn, example_inputs, device, pipeline)
+        compiled = compile(model_or_fn, example_inputs, device, pipeline, quiet=quiet)
     executable = compiled.default
     return Explanation(
         ops=list(executable.op_names),
@@ -236,6 +288,7 @@ def explain(
         kernels=compiled.kernels,
         report=compiled.report,
         fallbacks=compiled.fallbacks,
+        module=executable.program.module,
     )
 
 

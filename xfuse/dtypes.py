@@ -53,7 +53,9 @@ def from_torch(dtype: torch.dtype) -> Attribute:
     for attr, n in _NAMES:
         if n == name:
             return attr
-    raise UnsupportedDtype(f"dtype {dtype} is not supported (supported: f32, f16, bf16, f64, i32, i64, bool)")
+    raise UnsupportedDtype(
+        f"dtype {dtype} is not supported (supported: f32, f16, bf16, f64, i32, i64, bool)"
+    )
 
 
 def tensor_type_of(t: torch.Tensor) -> TensorType[Attribute]:

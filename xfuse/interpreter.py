@@ -209,7 +209,9 @@ OP_IMPLS: dict[str, Callable[[Operation, list[Tensor]], Tensor | tuple[Tensor, .
     "graph.torch_call": _torch_call,
     "graph.constant": _constant,
     "graph.softmax": lambda op, xs: torch.softmax(xs[0], dim=op.properties["dim"].value.data),  # pyright: ignore
-    "graph.log_softmax": lambda op, xs: torch.log_softmax(xs[0], dim=op.properties["dim"].value.data),  # pyright: ignore
+    "graph.log_softmax": lambda op, xs: torch.log_softmax(
+        xs[0], dim=op.properties["dim"].value.data
+    ),  # pyright: ignore
     "graph.layer_norm": _layer_norm,
     "graph.rms_norm": _rms_norm,
     "graph.gelu": _gelu,

@@ -358,3 +358,25 @@ def test_unsupported_op_is_a_codegen_error(backend: CPUBackend) -> None:
             "%ai = arith.fptosi %a : f32 to i64\n      %e = arith.uitofp %ai : i64 to f32",
         )
         backend.compile(parse(text), "k")
+
+
+def test_range_pool_balances_large_work_over_more_chunks() -> None:
+    import threading
+
+    from xfuse.backends.threadpool import BALANCE_FACTOR, CHUNKS_PER_THREAD
+
+    lock = threading.Lock()
+    seen: list[tuple[int, int]] = []
+
+    def record(lo: int, hi: int) -> None:
+        with lock:
+            seen.append((lo, hi))
+
+    pool = RangePool(threads=2, min_work=10)
+    pool.run(record, extent=100, work=10 * BALANCE_FACTOR)
+    assert len(seen) == 2 * CHUNKS_PER_THREAD
+    assert sorted(i for lo, hi in seen for i in range(lo, hi)) == list(range(100))
+    seen.clear()
+    pool.run(record, extent=100, work=10 * BALANCE_FACTOR - 1)
+    assert len(seen) == 2
+    pool.shutdown()

@@ -121,3 +121,99 @@ def test_parallel_loop_not_from_zero_fails() -> None:
     text = KERNEL.replace('"scf.parallel"(%c0, %c0,', '"scf.parallel"(%c1, %c0,')
     with pytest.raises(Exception, match="from 0 by 1"):
         lowered(text)
+
+
+SOFTMAX = """builtin.module {
+  func.func @k(%x: memref<4x8xf32>, %out: memref<4x8xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %c8 = arith.constant 8 : index
+    %ninf = arith.constant 0xff800000 : f32
+    %zero = arith.constant 0.000000e+00 : f32
+    "scf.parallel"(%c0, %c4, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+    ^bb0(%i: index):
+      %m = scf.for %j = %c0 to %c8 step %c1 iter_args(%a = %ninf) -> (f32) {
+        %v = memref.load %x[%i, %j] : memref<4x8xf32>
+        %a2 = arith.maximumf %a, %v : f32
+        scf.yield %a2 : f32
+      }
+      %s = scf.for %j = %c0 to %c8 step %c1 iter_args(%a = %zero) -> (f32) {
+        %v = memref.load %x[%i, %j] : memref<4x8xf32>
+        %d = arith.subf %v, %m : f32
+        %e = math.exp %d : f32
+        %a2 = arith.addf %a, %e fastmath<reassoc> : f32
+        scf.yield %a2 : f32
+      }
+      scf.for %j = %c0 to %c8 step %c1 {
+        %v = memref.load %x[%i, %j] : memref<4x8xf32>
+        %d = arith.subf %v, %m : f32
+        %e = math.exp %d : f32
+        %q = arith.divf %e, %s : f32
+        memref.store %q, %out[%i, %j] : memref<4x8xf32>
+      }
+      scf.reduce
+    }) : (index, index, index) -> ()
+    func.return
+  }
+}"""
+
+
+def prepared(text: str) -> ModuleOp:
+    from xfuse.passes.lower_to_llvm import prepare_cpu_kernels
+
+    module = parse(text)
+    prepare_cpu_kernels(module)
+    return module
+
+
+def test_cpu_softmax_computes_exp_once_and_divides_once_per_row() -> None:
+    from xdsl.dialects import arith, math, memref, scf
+
+    module = prepared(SOFTMAX)
+    kernel = next(op for op in module.ops if isinstance(op, func.FuncOp))
+    loops = [op for op in kernel.walk() if isinstance(op, scf.ForOp)]
+    row, _, reduce_loop, write_loop = loops  # the row loop [lo, hi), max, sum, write
+    assert row.lb == kernel.body.block.args[0]
+    exps = [op for op in kernel.walk() if isinstance(op, math.ExpOp)]
+    assert len(exps) == 1 and exps[0].parent_op() is reduce_loop
+    # the sum loop keeps exp in the output, the write loop scales it in place
+    stores = [op for op in reduce_loop.body.block.ops if isinstance(op, memref.StoreOp)]
+    assert len(stores) == 1 and stores[0].value == exps[0].result
+    write_ops = [op.name for op in write_loop.body.block.ops]
+    assert write_ops == ["memref.load", "arith.mulf", "memref.store", "scf.yield"]
+    assert not any(isinstance(op, arith.DivfOp) for op in write_loop.walk())
+
+
+def test_cpu_softmax_runs_right() -> None:
+    import torch
+
+    from xfuse.backends.cpu import CPUBackend
+
+    backend = CPUBackend()
+    kernel = backend.load(backend.compile(parse(SOFTMAX), "k"), "k")
+    x, out = torch.randn(4, 8), torch.empty(4, 8)
+    kernel([x, out])
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_values_are_kept_only_in_buffers_written_after_they_are_needed() -> None:
+    # The write loop stores %out before it computes exp again, %out2 after: only %out2 can
+    # hold exp until then.
+    write_loop = """      scf.for %j = %c0 to %c8 step %c1 {
+        %v = memref.load %x[%i, %j] : memref<4x8xf32>"""
+    text = (
+        SOFTMAX.replace("%out: memref<4x8xf32>)", "%out: memref<4x8xf32>, %out2: memref<4x8xf32>)")
+        .replace(
+            write_loop, write_loop + "\n        memref.store %v, %out[%i, %j] : memref<4x8xf32>"
+        )
+        .replace("memref.store %q, %out[", "memref.store %q, %out2[")
+    )
+    from xdsl.dialects import math, memref, scf
+
+    module = prepared(text)
+    kernel = next(op for op in module.ops if isinstance(op, func.FuncOp))
+    assert len([op for op in kernel.walk() if isinstance(op, math.ExpOp)]) == 1
+    reduce_loop = [op for op in kernel.walk() if isinstance(op, scf.ForOp)][2]
+    (kept,) = [op for op in reduce_loop.body.block.ops if isinstance(op, memref.StoreOp)]
+    assert kept.memref == kernel.body.block.args[-1]  # %out2

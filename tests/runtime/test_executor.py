@@ -4,6 +4,7 @@ backend of runtime_fakes (so that they are tested apart from the code generator)
 from __future__ import annotations
 
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,84 @@ def test_no_warnings_when_everything_compiles(tmp_path: Path) -> None:
         warnings.simplefilter("error")
         program, _, _ = build(MIXED, tmp_path)
     assert program.fallbacks == []
+
+
+def forget_calls(backend: ReferenceBackend) -> None:
+    """The fake kernels keep their buffers (for inspection): drop them."""
+    for kernel in backend.kernels:
+        kernel.calls.clear()
+
+
+def test_a_dropped_output_is_recycled_by_the_next_call(tmp_path: Path) -> None:
+    program, reference, backend = build(CHAIN, tmp_path)
+    pool = BufferPool()
+    x = torch.randn(4, 8)
+    (first,) = run_program(program, [x], pool)
+    address = first.data_ptr()
+    del first
+    forget_calls(backend)
+    (second,) = run_program(program, [x + 1], pool)
+    assert second.data_ptr() == address  # the caller dropped it: no fresh allocation
+    assert pool.allocations == 2
+    torch.testing.assert_close(second, interpret(reference, [x + 1])[0])
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        lambda t: t,
+        lambda t: t.view(-1),
+        lambda t: t[1:],
+        lambda t: t.numpy(),
+        lambda t: t.untyped_storage(),
+        lambda t: torch.empty(0).set_(t.untyped_storage()),
+        lambda t: (t, weakref.ref(t))[1],
+    ],
+    ids=["tensor", "view", "slice", "numpy", "storage", "set_", "weakref"],
+)
+def test_an_output_still_referenced_is_not_recycled(tmp_path: Path, keep) -> None:
+    program, reference, backend = build(CHAIN, tmp_path)
+    pool = BufferPool()
+    x = torch.randn(4, 8)
+    (first,) = run_program(program, [x], pool)
+    address, expected = first.data_ptr(), first.clone()
+    kept = keep(first)  # held while the next call runs
+    del first
+    forget_calls(backend)
+    (second,) = run_program(program, [x + 1], pool)
+    assert second.data_ptr() != address
+    if isinstance(kept, weakref.ref):
+        return  # not reused while referenced; the pool forgets it after this call
+    if isinstance(kept, torch.UntypedStorage):
+        got = torch.empty(0).set_(kept)
+    else:
+        got = torch.as_tensor(kept)
+    torch.testing.assert_close(got.reshape(-1), expected.reshape(-1)[-got.numel() :])
+    torch.testing.assert_close(second, interpret(reference, [x + 1])[0])
+
+
+def test_output_recycling_can_be_turned_off(tmp_path: Path, monkeypatch) -> None:
+    program, _, backend = build(CHAIN, tmp_path)
+    for setting, allocations in (("1", 2), ("0", 3)):
+        monkeypatch.setenv("XFUSE_REUSE_OUTPUTS", setting)
+        pool = BufferPool()
+        (first,) = run_program(program, [torch.randn(4, 8)], pool)
+        del first
+        forget_calls(backend)
+        run_program(program, [torch.randn(4, 8)], pool)
+        assert pool.allocations == allocations
+
+
+def test_step_profile_reports_each_step(tmp_path: Path) -> None:
+    from xfuse.runtime import executor
+
+    program, _, _ = build(CHAIN, tmp_path)
+    profile = executor.StepProfile()
+    saved, executor.PROFILE = executor.PROFILE, profile
+    try:
+        run_program(program, [torch.randn(4, 8)], BufferPool())
+    finally:
+        executor.PROFILE = saved
+    report = profile.report()
+    assert report.startswith("xfuse step profile")
+    assert all(step.label in report for step in program.steps)

@@ -1,8 +1,8 @@
 """
 Parallel execution of CPU kernels: a kernel `k(lo, hi, ptrs...)` runs its outermost parallel
-loop over `[lo, hi)`, so the range `[0, extent)` is cut into one contiguous chunk per thread and
-the chunks run on a shared pool. ctypes releases the GIL during the foreign call, so the chunks
-really run at the same time. Small kernels (less work than `min_work` elements) run on the
+loop over `[lo, hi)`, so the range `[0, extent)` is cut into one contiguous chunk per thread (a
+few per thread for large kernels, taken dynamically) and the chunks run on a shared pool.
+ctypes releases the GIL during the foreign call, so the chunks really run at the same time. Small kernels (less work than `min_work` elements) run on the
 calling thread: waking threads costs more than they save.
 """
 
@@ -11,10 +11,17 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
-DEFAULT_MIN_WORK = 1 << 16
+DEFAULT_MIN_WORK = 1 << 20
 """Elements (inputs plus outputs) below which a kernel runs single-threaded."""
+
+CHUNKS_PER_THREAD = 4
+"""Large kernels are cut into this many chunks per thread, taken dynamically (load balance)."""
+
+BALANCE_FACTOR = 64
+"""Kernels with at least `min_work * BALANCE_FACTOR` elements are cut into `CHUNKS_PER_THREAD`
+chunks per thread; smaller ones into one chunk per thread (each chunk costs a foreign call)."""
 
 RangeFunction = Callable[[int, int], None]
 
@@ -58,12 +65,32 @@ class RangePool:
         if self.threads <= 1 or extent == 1 or work < self.min_work:
             function(0, extent)
             return
-        chunks = split_range(extent, self.threads)
+        parts = self.threads
+        if work >= self.min_work * BALANCE_FACTOR:
+            parts *= CHUNKS_PER_THREAD
+        chunks = split_range(extent, parts)
+        if len(chunks) <= self.threads:
+            pool = self._pool()
+            futures = [pool.submit(function, lo, hi) for lo, hi in chunks[1:]]
+            try:
+                function(*chunks[0])
+            finally:
+                for future in futures:
+                    future.result()
+            return
+        # More chunks than threads: each thread takes the next chunk when it is done with one
+        # (next() on a shared iterator is atomic under the GIL), so that a thread slowed down by
+        # other work on the machine does not hold up the others.
+        remaining = iter(chunks)
+
+        def drain() -> None:
+            for lo, hi in remaining:
+                function(lo, hi)
+
         pool = self._pool()
-        futures: list[Future[None]] = [pool.submit(function, lo, hi) for lo, hi in chunks[1:]]
-        first_lo, first_hi = chunks[0]
+        futures = [pool.submit(drain) for _ in range(self.threads - 1)]
         try:
-            function(first_lo, first_hi)
+            drain()
         finally:
             for future in futures:
                 future.result()

@@ -8,7 +8,11 @@ interprets it). For each kernel:
    over new leading arguments `[lo, hi)` so that a thread pool can split it, the other parallel
    dimensions become nested `scf.for`s, and a constant global `@<kernel>.extent` holds the full
    trip count of the split dimension and `@<kernel>.arity` the number of buffers (the loader
-   reads both);
+   reads both). Before that, two rewrites that only pay on CPUs: a value that the last
+   reduction loop computes with a math function and the write loop computes again (softmax's
+   exp(x - max)) is stored into an output by the reduction loop and loaded back by the write
+   loop (`reuse_reduction_values`); `x / s` in a loop, `s` defined outside it, becomes
+   `x * (1 / s)`;
 2. f16/bf16 arithmetic and math are computed in f32 (what torch does on CPUs), bf16 constants
    become rounded f32 ones;
 3. `expand-math` (vectorizable exp, log, tanh, erf, sin, cos, ...);
@@ -26,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, llvm, scf
+from xdsl.dialects import arith, func, llvm, memref, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
     DictionaryAttr,
@@ -37,9 +41,10 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     UnitAttr,
     f32,
+    f64,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -171,7 +176,213 @@ class ParallelLoopToRangeArgs(RewritePattern):
         rewriter.insert(glob, InsertPoint.after(op))
 
 
+# ---------------------------------------------------------------------------------------------
+# cpu: values the last reduction loop computes are kept in the output for the write loop
+# ---------------------------------------------------------------------------------------------
+
+_Key = object
+
+
+def _defined_in(value: SSAValue, block: Block) -> bool:
+    if isinstance(value, BlockArgument):
+        return value.block is block
+    return value.owner.parent_block() is block  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _loop_value_keys(loop: scf.ForOp, unstored: set[SSAValue]) -> dict[SSAValue, _Key]:
+    """A structural key of each value that `loop`'s body computes from its induction variable
+    and loop-invariant values only (arith, math, loads of buffers the kernel never stores):
+    values of equal keys in two loops of equal bounds are equal at equal iterations."""
+    body = loop.body.block
+    keys: dict[SSAValue, _Key] = {body.args[0]: ("iv",)}
+    for op in body.ops:
+        pure = op.dialect_name() in ("arith", "math") or (
+            isinstance(op, memref.LoadOp) and op.memref in unstored
+        )
+        if not pure or op.regions or len(op.results) != 1:
+            continue
+        operand_keys: list[_Key] = []
+        for operand in op.operands:
+            if operand in keys:
+                operand_keys.append(keys[operand])
+            elif _defined_in(operand, body):
+                break  # an iter_arg, or a value made from one
+            else:
+                operand_keys.append(operand)
+        else:
+            keys[op.results[0]] = (
+                op.name,
+                str(op.properties),
+                str(op.attributes),
+                op.results[0].type,
+                tuple(operand_keys),
+            )
+    return keys
+
+
+def _available_before(value: SSAValue, op: Operation) -> bool:
+    """Whether `value` is defined before `op`: ahead of it in its block, or in an enclosing
+    block (where whatever `op`'s region uses is defined before it)."""
+    block = op.parent_block()
+    home = value.block if isinstance(value, BlockArgument) else value.owner.parent_block()  # pyright: ignore[reportAttributeAccessIssue]
+    if block is None or home is None:
+        return False
+    if home is block:
+        if isinstance(value, BlockArgument):
+            return True
+        owner = value.owner
+        assert isinstance(owner, Operation)
+        return block.get_operation_index(owner) < block.get_operation_index(op)
+    parent = block.parent_op()
+    while parent is not None:
+        outer = parent.parent_block()
+        if outer is home:
+            return True
+        parent = outer.parent_op() if outer is not None else None
+    return False
+
+
+def _same_bounds(a: scf.ForOp, b: scf.ForOp) -> bool:
+    return all(
+        x == y or (_constant_index(x) is not None and _constant_index(x) == _constant_index(y))
+        for x, y in ((a.lb, b.lb), (a.ub, b.ub), (a.step, b.step))
+    )
+
+
+def _is_expensive(value: SSAValue, loop_block: Block) -> bool:
+    """Whether computing `value` in the loop body involves a math function (exp, erf, ...)."""
+    todo, seen = [value], set[SSAValue]()
+    while todo:
+        v = todo.pop()
+        if v in seen or not isinstance(v, OpResult) or v.op.parent_block() is not loop_block:
+            continue
+        seen.add(v)
+        if v.op.dialect_name() == "math":
+            return True
+        todo.extend(v.op.operands)
+    return False
+
+
+def _erase_dead(block: Block) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.ops)):
+            pure = op.dialect_name() in ("arith", "math") or isinstance(op, memref.LoadOp)
+            if pure and not op.regions and all(not r.uses for r in op.results):
+                op.detach()
+                op.erase()
+                changed = True
+
+
+def reuse_reduction_values(op: scf.ParallelOp) -> None:
+    """softmax-like rows: the last reduction loop computes e = exp(x - max) for its sum and the
+    write loop computes it again for `e / sum`. The reduction loop stores e into the output
+    (at the element the write loop writes) and the write loop loads it back: one exp per element
+    instead of two, and the row is in cache. cpu only: the GPU mapping keeps the row in
+    registers instead (and wants output buffers written only)."""
+    kernel = op.parent_op()
+    if not isinstance(kernel, func.FuncOp) or KERNEL_ATTR not in kernel.attributes:
+        return
+    body = op.body.block
+    loops = [o for o in body.ops if isinstance(o, scf.ForOp)]
+    if len(loops) < 2 or loops[-1].results or not loops[-2].results:
+        return
+    reduce_loop, write_loop = loops[-2], loops[-1]
+    if not _same_bounds(reduce_loop, write_loop):
+        return
+    stored = {o.memref for o in kernel.walk() if isinstance(o, memref.StoreOp)}
+    loaded = {o.memref for o in kernel.walk() if isinstance(o, memref.LoadOp)}
+    unstored = set(kernel.body.block.args) - stored
+    reduce_keys = _loop_value_keys(reduce_loop, unstored)
+    by_key = {k: v for v, k in reduce_keys.items()}
+    write_block = write_loop.body.block
+    write_iv = write_block.args[0]
+    write_keys = _loop_value_keys(write_loop, unstored)
+    # buffers the write loop stores once, at indices known before the reduction loop
+    slots: list[memref.StoreOp] = []
+    for store in write_block.ops:
+        if not isinstance(store, memref.StoreOp) or store.memref in loaded:
+            continue
+        if (
+            sum(isinstance(o, memref.StoreOp) and o.memref == store.memref for o in kernel.walk())
+            != 1
+        ):
+            continue
+        if all(i == write_iv or _available_before(i, reduce_loop) for i in store.indices):
+            slots.append(store)
+    for candidate in list(write_block.ops):
+        if not slots:
+            break
+        if len(candidate.results) != 1:
+            continue
+        value = candidate.results[0]
+        key = write_keys.get(value)
+        if key is None or key not in by_key or isinstance(candidate, memref.LoadOp):
+            continue
+        # only the largest recomputed values: one of its users is not recomputed
+        if all(
+            len(u.operation.results) == 1 and write_keys.get(u.operation.results[0]) in by_key
+            for u in value.uses
+        ):
+            continue
+        if not _is_expensive(value, write_block):
+            continue
+        # a buffer whose final value is stored after this value is needed
+        position = write_block.get_operation_index(candidate)
+        slot = next(
+            (
+                s
+                for s in slots
+                if s.value.type == value.type and write_block.get_operation_index(s) > position
+            ),
+            None,
+        )
+        if slot is None:
+            continue
+        slots.remove(slot)
+        early = by_key[key]
+        reduce_iv = reduce_loop.body.block.args[0]
+        early_indices = [reduce_iv if i == write_iv else i for i in slot.indices]
+        keep = memref.StoreOp.get(early, slot.memref, early_indices)
+        anchor = early.owner if isinstance(early, OpResult) else None
+        if anchor is None:
+            continue
+        reduce_loop.body.block.insert_op_after(keep, anchor)
+        reload = memref.LoadOp.get(slot.memref, list(slot.indices))
+        write_block.insert_op_before(reload, candidate)
+        value.replace_all_uses_with(reload.res)
+    _erase_dead(write_block)
+
+
+def divide_by_reciprocal(loop: scf.ForOp) -> None:
+    """`x / s` in a loop, with `s` (f32/f64) defined outside it -> `x * (1 / s)`: one division
+    per loop instead of one per element (within an ulp or two of the quotient)."""
+    body = loop.body.block
+    for op in list(body.ops):
+        if not isinstance(op, arith.DivfOp) or op.rhs.type not in (f32, f64):
+            continue
+        if _defined_in(op.rhs, body):
+            continue
+        one = arith.ConstantOp(FloatAttr(1.0, op.rhs.type))  # pyright: ignore[reportArgumentType]
+        reciprocal = arith.DivfOp(one.result, op.rhs)
+        parent = loop.parent_block()
+        assert parent is not None
+        parent.insert_ops_before([one, reciprocal], loop)
+        product = arith.MulfOp(op.lhs, reciprocal.result, op.fastmath)
+        body.insert_op_before(product, op)
+        op.result.replace_all_uses_with(product.result)
+        op.detach()
+        op.erase()
+
+
 def prepare_cpu_kernels(module: ModuleOp) -> None:
+    kernels = [o for o in module.ops if isinstance(o, func.FuncOp) and KERNEL_ATTR in o.attributes]
+    for kernel in kernels:
+        for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
+            reuse_reduction_values(parallel)
+        for loop in [o for o in kernel.walk() if isinstance(o, scf.ForOp)]:
+            divide_by_reciprocal(loop)
     rewrite_once(module, ParallelLoopToRangeArgs())
 
 

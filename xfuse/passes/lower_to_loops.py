@@ -23,7 +23,9 @@ How a kernel computes its outputs:
   `scf.for` nest per reduction phase (reductions that need another one's result come in a later
   phase) carries the accumulators (`f32` for f16/bf16 data) as `iter_args`; a last nest over the
   reduced dims writes the outputs of the full shape. Outputs of the row shape (keepdim or not)
-  are written once per row. A reduction's result may only be read at its own row.
+  are written once per row. A reduction's result may only be read at its own row. A float sum
+  or product accumulates with `fastmath<reassoc>` (that op only), so that LLVM may vectorize
+  it into partial sums; max/min need no flag.
 - Group shapes this cannot express (reductions over different dims or shapes, outputs of other
   shapes, ops without a scalar lowering) raise `CodegenError` naming the kernel and the reason:
   the runtime falls back for that group. With `keep-unsupported`, the pass instead leaves such a
@@ -59,6 +61,7 @@ from xdsl.dialects.builtin import (
     i8,
     i64,
 )
+from xdsl.dialects.utils.fast_math import FastMathFlag
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.traits import SymbolTable
@@ -366,12 +369,22 @@ def reduction_init(op: graph.ReduceOp) -> float | int:
     return -(1 << (bits - 1)) if is_max else (1 << (bits - 1)) - 1
 
 
+REASSOC = arith.FastMathFlagsAttr([FastMathFlag.REASSOC])
+"""The flags of a float sum/product accumulation: the reduction may be reassociated (split into
+vector lanes and partial sums), which is what lets LLVM vectorize it. Only the accumulating op
+carries them; max/min need none (`llvm.maximum`/`llvm.minimum` vectorize as they are, NaN
+propagating like torch)."""
+
+
 def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Operation]:
     t = dtype_of(op.input)
     table = _FLOAT_COMBINE if is_float(t) else _BOOL_COMBINE if t == i1 else _INT_COMBINE
     if op.name not in table:
         raise UnsupportedScalarOp(f"'{op.name}' on {t} has no loop lowering")
-    return table[op.name]
+    combine = table[op.name]
+    if combine in (arith.AddfOp, arith.MulfOp):
+        return lambda acc, x: combine(acc, x, REASSOC)  # pyright: ignore[reportCallIssue]
+    return combine
 
 
 # ---------------------------------------------------------------------------------------------

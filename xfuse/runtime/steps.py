@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -36,13 +37,15 @@ class BufferSpec:
 Allocate = Callable[[BufferSpec], Tensor]
 
 
-def _reference_counts(buffers: list[Tensor], i: int) -> tuple[int, int, int, int]:
-    """Who holds `buffers[i]`: Python references to the tensor, C++ references to its
-    TensorImpl, Python references to its storage object, C++ references to its StorageImpl."""
+def _reference_counts(buffers: list[Tensor], i: int) -> tuple[int, ...]:
+    """Who holds `buffers[i]`: Python references (strong and weak) to the tensor, C++
+    references to its TensorImpl, Python references to its storage object, C++ references to
+    its StorageImpl."""
     t = buffers[i]
     storage = t.untyped_storage()
     return (
         sys.getrefcount(t),
+        weakref.getweakrefcount(t),
         t._use_count(),
         sys.getrefcount(storage),
         torch._C._storage_Use_Count(storage._cdata),  # pyright: ignore[reportAttributeAccessIssue]
@@ -50,7 +53,7 @@ def _reference_counts(buffers: list[Tensor], i: int) -> tuple[int, int, int, int
 
 
 @cache
-def _unreferenced_counts() -> tuple[int, int, int, int]:
+def _unreferenced_counts() -> tuple[int, ...]:
     """`_reference_counts` of a tensor that only the list passed to it holds (measured, so that
     it holds whatever the Python and torch versions count)."""
     return _reference_counts([torch.empty(1)], 0)

@@ -37,7 +37,7 @@ func.func @rms_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>) -> tensor<4x8xf32> {
 // CHECK-NEXT:       %[[E:.*]] = math.exp %[[W]] : f32
 // CHECK-NEXT:       %[[EH:.*]] = arith.truncf %[[E]] : f32 to f16
 // CHECK-NEXT:       %[[EW:.*]] = arith.extf %[[EH]] : f16 to f32
-// CHECK-NEXT:       %[[ACC2:.*]] = arith.addf %[[ACC]], %[[EW]] : f32
+// CHECK-NEXT:       %[[ACC2:.*]] = arith.addf %[[ACC]], %[[EW]] fastmath<reassoc> : f32
 // CHECK-NEXT:       scf.yield %[[ACC2]] : f32
 // CHECK-NEXT:     }
 // CHECK-NEXT:     %[[R:.*]] = arith.truncf %[[SUM]] : f32 to f16
@@ -49,7 +49,7 @@ func.func @rms_norm(%x: tensor<4x8xf32>, %w: tensor<8xf32>) -> tensor<4x8xf32> {
 // CHECK:        ^bb0(%[[I:.*]]: index):
 // CHECK-NEXT:     %[[SUM:.*]] = scf.for
 // CHECK:            arith.mulf
-// CHECK-NEXT:       arith.addf
+// CHECK-NEXT:       arith.addf {{.*}} fastmath<reassoc>
 // CHECK-NEXT:       scf.yield
 // CHECK-NEXT:     }
 // CHECK-NEXT:     %[[MEAN:.*]] = arith.divf %[[SUM]], %[[N]] : f32
