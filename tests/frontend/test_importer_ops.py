@@ -30,15 +30,30 @@ def ints(*shape: int, low: int = -5, high: int = 6) -> torch.Tensor:
 # (id, function, inputs, a graph op the import must contain)
 CASES: list[Case] = [
     ("add", lambda a, b: a + b, lambda: (rand(3, 4), rand(4)), "graph.add"),
-    ("add_alpha", lambda a, b: torch.add(a, b, alpha=2.5), lambda: (rand(3, 4), rand(3, 4)), "graph.add"),
+    (
+        "add_alpha",
+        lambda a, b: torch.add(a, b, alpha=2.5),
+        lambda: (rand(3, 4), rand(3, 4)),
+        "graph.add",
+    ),
     ("add_scalar", lambda a: a + 2.0, lambda: (rand(3, 4),), "graph.add"),
-    ("sub_alpha", lambda a, b: torch.sub(a, b, alpha=3), lambda: (rand(2, 3), rand(2, 3)), "graph.sub"),
+    (
+        "sub_alpha",
+        lambda a, b: torch.sub(a, b, alpha=3),
+        lambda: (rand(2, 3), rand(2, 3)),
+        "graph.sub",
+    ),
     ("rsub", lambda a: 1 - a, lambda: (rand(5),), "graph.sub"),
     ("mul", lambda a, b: a * b, lambda: (rand(2, 1, 4), rand(3, 1)), "graph.mul"),
     ("mul_scalar", lambda a: a * 3, lambda: (ints(4),), "graph.mul"),
     ("div", lambda a, b: a / b, lambda: (rand(3, 4), pos(3, 4)), "graph.div"),
     ("div_scalar", lambda a: a / 4, lambda: (rand(3, 4),), "graph.div"),
-    ("div_trunc_int", lambda a: torch.div(a, 3, rounding_mode="trunc"), lambda: (ints(8),), "graph.div"),
+    (
+        "div_trunc_int",
+        lambda a: torch.div(a, 3, rounding_mode="trunc"),
+        lambda: (ints(8),),
+        "graph.div",
+    ),
     ("neg", torch.neg, lambda: (rand(6),), "graph.neg"),
     ("abs", torch.abs, lambda: (rand(6),), "graph.abs"),
     ("exp", torch.exp, lambda: (rand(6),), "graph.exp"),
@@ -62,7 +77,12 @@ CASES: list[Case] = [
     ("clamp", lambda a: a.clamp(-0.5, 0.5), lambda: (rand(10),), "graph.minimum"),
     ("clamp_min", lambda a: a.clamp(min=0.1), lambda: (rand(10),), "graph.maximum"),
     ("clamp_max", lambda a: a.clamp(max=0.1), lambda: (rand(10),), "graph.minimum"),
-    ("clamp_tensor", lambda a, lo, hi: a.clamp(lo, hi), lambda: (rand(3, 4), rand(4) - 1, rand(4) + 1), "graph.minimum"),
+    (
+        "clamp_tensor",
+        lambda a, lo, hi: a.clamp(lo, hi),
+        lambda: (rand(3, 4), rand(4) - 1, rand(4) + 1),
+        "graph.minimum",
+    ),
     ("hardtanh", F.hardtanh, lambda: (rand(10) * 2,), "graph.maximum"),
     ("leaky_relu", lambda a: F.leaky_relu(a, 0.2), lambda: (rand(10),), "graph.where"),
     ("eq", torch.eq, lambda: (ints(8), ints(8)), "graph.eq"),
@@ -71,14 +91,24 @@ CASES: list[Case] = [
     ("le_scalar", lambda a: a <= 0.0, lambda: (rand(8),), "graph.le"),
     ("gt", torch.gt, lambda: (rand(8), rand(8)), "graph.gt"),
     ("ge_scalar", lambda a: a >= 0.5, lambda: (rand(8),), "graph.ge"),
-    ("where", lambda c, a, b: torch.where(c > 0, a, b), lambda: (rand(3, 4), rand(3, 4), rand(4)), "graph.where"),
+    (
+        "where",
+        lambda c, a, b: torch.where(c > 0, a, b),
+        lambda: (rand(3, 4), rand(3, 4), rand(4)),
+        "graph.where",
+    ),
     ("where_scalar", lambda a: torch.where(a > 0, a, 0.0), lambda: (rand(8),), "graph.where"),
     ("masked_fill", lambda a: a.masked_fill(a > 0, -1.0), lambda: (rand(8),), "graph.where"),
     ("to_f16", lambda a: a.to(torch.float16), lambda: (rand(8),), "graph.cast"),
     ("to_i32", lambda a: a.to(torch.int32), lambda: (rand(8) * 4,), "graph.cast"),
     ("float_of_bool", lambda a: (a > 0).float(), lambda: (rand(8),), "graph.cast"),
     ("expand", lambda a: a.expand(3, 4, 5), lambda: (rand(4, 1),), "graph.broadcast_in_dim"),
-    ("expand_new_dims", lambda a: a.unsqueeze(0).expand(2, 3, 4) * 1.0, lambda: (rand(3, 4),), "graph.broadcast_in_dim"),
+    (
+        "expand_new_dims",
+        lambda a: a.unsqueeze(0).expand(2, 3, 4) * 1.0,
+        lambda: (rand(3, 4),),
+        "graph.broadcast_in_dim",
+    ),
     ("view", lambda a: a.view(4, 6), lambda: (rand(2, 3, 4),), "graph.reshape"),
     ("reshape", lambda a: a.reshape(-1), lambda: (rand(2, 3, 4).transpose(0, 1),), "graph.reshape"),
     ("unsqueeze", lambda a: a.unsqueeze(1), lambda: (rand(3, 4),), "graph.reshape"),
@@ -96,15 +126,40 @@ CASES: list[Case] = [
     ("split", lambda a: a.split(2, dim=1), lambda: (rand(3, 5),), "graph.slice"),
     ("chunk", lambda a: a.chunk(3, dim=0), lambda: (rand(6, 2),), "graph.slice"),
     ("unbind", lambda a: a.unbind(1), lambda: (rand(2, 3),), "graph.slice"),
-    ("cat", lambda a, b: torch.cat([a, b], dim=-1), lambda: (rand(2, 3), rand(2, 5)), "graph.concat"),
-    ("cat_promotes", lambda a, b: torch.cat([a, b]), lambda: (rand(2, 3), ints(1, 3)), "graph.concat"),
-    ("stack", lambda a, b: torch.stack([a, b], dim=1), lambda: (rand(2, 3), rand(2, 3)), "graph.concat"),
+    (
+        "cat",
+        lambda a, b: torch.cat([a, b], dim=-1),
+        lambda: (rand(2, 3), rand(2, 5)),
+        "graph.concat",
+    ),
+    (
+        "cat_promotes",
+        lambda a, b: torch.cat([a, b]),
+        lambda: (rand(2, 3), ints(1, 3)),
+        "graph.concat",
+    ),
+    (
+        "stack",
+        lambda a, b: torch.stack([a, b], dim=1),
+        lambda: (rand(2, 3), rand(2, 3)),
+        "graph.concat",
+    ),
     ("sum", lambda a: a.sum(1), lambda: (rand(3, 4),), "graph.reduce_sum"),
     ("sum_all", lambda a: a.sum(), lambda: (rand(3, 4),), "graph.reduce_sum"),
-    ("sum_keepdim", lambda a: a.sum((0, 2), keepdim=True), lambda: (rand(2, 3, 4),), "graph.reduce_sum"),
+    (
+        "sum_keepdim",
+        lambda a: a.sum((0, 2), keepdim=True),
+        lambda: (rand(2, 3, 4),),
+        "graph.reduce_sum",
+    ),
     ("sum_int", lambda a: a.sum(0), lambda: (ints(3, 4).to(torch.int32),), "graph.reduce_sum"),
     ("sum_bool", lambda a: (a > 0).sum(), lambda: (rand(3, 4),), "graph.reduce_sum"),
-    ("sum_dtype", lambda a: a.sum(1, dtype=torch.float64), lambda: (rand(3, 4),), "graph.reduce_sum"),
+    (
+        "sum_dtype",
+        lambda a: a.sum(1, dtype=torch.float64),
+        lambda: (rand(3, 4),),
+        "graph.reduce_sum",
+    ),
     ("mean", lambda a: a.mean(-1), lambda: (rand(3, 4),), "graph.reduce_mean"),
     ("mean_all", lambda a: a.mean(), lambda: (rand(3, 4),), "graph.reduce_mean"),
     ("amax", lambda a: a.amax(1, keepdim=True), lambda: (rand(3, 4),), "graph.reduce_max"),
@@ -115,17 +170,47 @@ CASES: list[Case] = [
     ("prod_all", lambda a: a.prod(), lambda: (pos(3, 4),), "graph.reduce_prod"),
     ("softmax", lambda a: torch.softmax(a, -1), lambda: (rand(3, 5),), "graph.softmax"),
     ("softmax_dim0", lambda a: F.softmax(a, dim=0), lambda: (rand(3, 5),), "graph.softmax"),
-    ("softmax_dtype", lambda a: torch.softmax(a, 1, dtype=torch.float32), lambda: (rand(3, 5, dtype=torch.float16),), "graph.softmax"),
+    (
+        "softmax_dtype",
+        lambda a: torch.softmax(a, 1, dtype=torch.float32),
+        lambda: (rand(3, 5, dtype=torch.float16),),
+        "graph.softmax",
+    ),
     ("log_softmax", lambda a: F.log_softmax(a, dim=1), lambda: (rand(3, 5),), "graph.log_softmax"),
-    ("layer_norm", lambda a, w, b: F.layer_norm(a, (5,), w, b), lambda: (rand(3, 5), rand(5), rand(5)), "graph.layer_norm"),
-    ("layer_norm_2d_no_affine", lambda a: F.layer_norm(a, (4, 5), eps=1e-3), lambda: (rand(3, 4, 5),), "graph.layer_norm"),
-    ("rms_norm", lambda a, w: F.rms_norm(a, (5,), w, eps=1e-6), lambda: (rand(3, 5), rand(5)), "graph.rms_norm"),
-    ("rms_norm_default_eps", lambda a: F.rms_norm(a, (5,)), lambda: (rand(3, 5),), "graph.rms_norm"),
+    (
+        "layer_norm",
+        lambda a, w, b: F.layer_norm(a, (5,), w, b),
+        lambda: (rand(3, 5), rand(5), rand(5)),
+        "graph.layer_norm",
+    ),
+    (
+        "layer_norm_2d_no_affine",
+        lambda a: F.layer_norm(a, (4, 5), eps=1e-3),
+        lambda: (rand(3, 4, 5),),
+        "graph.layer_norm",
+    ),
+    (
+        "rms_norm",
+        lambda a, w: F.rms_norm(a, (5,), w, eps=1e-6),
+        lambda: (rand(3, 5), rand(5)),
+        "graph.rms_norm",
+    ),
+    (
+        "rms_norm_default_eps",
+        lambda a: F.rms_norm(a, (5,)),
+        lambda: (rand(3, 5),),
+        "graph.rms_norm",
+    ),
     ("gelu", F.gelu, lambda: (rand(3, 5),), "graph.gelu"),
     ("gelu_tanh", lambda a: F.gelu(a, approximate="tanh"), lambda: (rand(3, 5),), "graph.gelu"),
     ("silu", F.silu, lambda: (rand(3, 5),), "graph.silu"),
     ("var", lambda a: a.var(1), lambda: (rand(3, 5),), "graph.var"),
-    ("var_correction", lambda a: torch.var(a, (0, 1), correction=0, keepdim=True), lambda: (rand(3, 5),), "graph.var"),
+    (
+        "var_correction",
+        lambda a: torch.var(a, (0, 1), correction=0, keepdim=True),
+        lambda: (rand(3, 5),),
+        "graph.var",
+    ),
     ("var_all", lambda a: a.var(), lambda: (rand(3, 5),), "graph.var"),
     ("std", lambda a: a.std(1), lambda: (rand(3, 5),), "graph.var"),
     ("mm", torch.mm, lambda: (rand(3, 4), rand(4, 5)), "graph.matmul"),
@@ -136,19 +221,51 @@ CASES: list[Case] = [
     ("matmul_dot", torch.matmul, lambda: (rand(4), rand(4)), "graph"),
     ("linear", F.linear, lambda: (rand(2, 3, 4), rand(5, 4), rand(5)), "graph.linear"),
     ("linear_no_bias", F.linear, lambda: (rand(3, 4), rand(5, 4)), "graph.linear"),
-    ("addmm", lambda b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0), lambda: (rand(5), rand(3, 4), rand(4, 5)), "graph.matmul"),
-    ("dropout_eval", lambda a: F.dropout(a, 0.5, training=False) + 1, lambda: (rand(8),), "graph.add"),
-    ("clone_contiguous_detach", lambda a: a.t().contiguous().clone().detach(), lambda: (rand(3, 4),), "graph.permute"),
-    ("zeros_ones", lambda a: a + torch.zeros(3, 4) + torch.ones(4), lambda: (rand(3, 4),), "graph.constant"),
+    (
+        "addmm",
+        lambda b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0),
+        lambda: (rand(5), rand(3, 4), rand(4, 5)),
+        "graph.matmul",
+    ),
+    (
+        "dropout_eval",
+        lambda a: F.dropout(a, 0.5, training=False) + 1,
+        lambda: (rand(8),),
+        "graph.add",
+    ),
+    (
+        "clone_contiguous_detach",
+        lambda a: a.t().contiguous().clone().detach(),
+        lambda: (rand(3, 4),),
+        "graph.permute",
+    ),
+    (
+        "zeros_ones",
+        lambda a: a + torch.zeros(3, 4) + torch.ones(4),
+        lambda: (rand(3, 4),),
+        "graph.constant",
+    ),
     ("full", lambda a: a * torch.full((4,), 2.5), lambda: (rand(3, 4),), "graph.constant"),
     ("full_like", lambda a: torch.full_like(a, 7.0), lambda: (rand(3, 4),), "graph.constant"),
     ("zeros_like_int", lambda a: torch.zeros_like(a) + a, lambda: (ints(3, 4),), "graph.constant"),
-    ("lifted_tensor_constant", lambda a: a * torch.tensor([1.0, 2.0, 3.0]), lambda: (rand(2, 3),), "graph.mul"),
-    ("neg_inf_fill", lambda a: a.masked_fill(a < 0, float("-inf")).softmax(-1), lambda: (rand(3, 4).abs() - 0.1,), "graph.softmax"),
+    (
+        "lifted_tensor_constant",
+        lambda a: a * torch.tensor([1.0, 2.0, 3.0]),
+        lambda: (rand(2, 3),),
+        "graph.mul",
+    ),
+    (
+        "neg_inf_fill",
+        lambda a: a.masked_fill(a < 0, float("-inf")).softmax(-1),
+        lambda: (rand(3, 4).abs() - 0.1,),
+        "graph.softmax",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("fn", "make_inputs", "expected_op"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("fn", "make_inputs", "expected_op"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_mapped_op_matches_eager(
     fn: Callable[..., Any], make_inputs: Callable[[], tuple[Any, ...]], expected_op: str
 ) -> None:
@@ -160,10 +277,30 @@ def test_mapped_op_matches_eager(
 
 PROMOTION_CASES: list[Case] = [
     ("int_plus_float", lambda a, b: a + b, lambda: (ints(3, 4), rand(4)), "graph.cast"),
-    ("f16_times_f32_scalar_tensor", lambda a, b: a * b, lambda: (rand(4, dtype=torch.float16), rand(())), "graph.cast"),
-    ("f16_times_python_float", lambda a: a * 1.5, lambda: (rand(4, dtype=torch.float16),), "graph.mul"),
-    ("f16_plus_f32_tensor", lambda a, b: a + b, lambda: (rand(4, dtype=torch.float16), rand(4)), "graph.cast"),
-    ("bf16_minus_f64", lambda a, b: a - b, lambda: (rand(4, dtype=torch.bfloat16), rand(4, dtype=torch.float64)), "graph.cast"),
+    (
+        "f16_times_f32_scalar_tensor",
+        lambda a, b: a * b,
+        lambda: (rand(4, dtype=torch.float16), rand(())),
+        "graph.cast",
+    ),
+    (
+        "f16_times_python_float",
+        lambda a: a * 1.5,
+        lambda: (rand(4, dtype=torch.float16),),
+        "graph.mul",
+    ),
+    (
+        "f16_plus_f32_tensor",
+        lambda a, b: a + b,
+        lambda: (rand(4, dtype=torch.float16), rand(4)),
+        "graph.cast",
+    ),
+    (
+        "bf16_minus_f64",
+        lambda a, b: a - b,
+        lambda: (rand(4, dtype=torch.bfloat16), rand(4, dtype=torch.float64)),
+        "graph.cast",
+    ),
     ("int_true_div", lambda a, b: a / b, lambda: (ints(6), ints(6, low=1)), "graph.div"),
     ("int_div_float_scalar", lambda a: a / 2, lambda: (ints(6),), "graph.div"),
     ("int_times_float_scalar", lambda a: a * 0.5, lambda: (ints(6),), "graph.mul"),
@@ -171,10 +308,20 @@ PROMOTION_CASES: list[Case] = [
     ("int_lt_float", lambda a, b: a < b, lambda: (ints(6), rand(6)), "graph.lt"),
     ("int_eq_float_scalar", lambda a: a == 2.5, lambda: (ints(6),), "graph.eq"),
     ("f16_gt_f32", lambda a, b: a > b, lambda: (rand(6, dtype=torch.float16), rand(6)), "graph.gt"),
-    ("bool_and_int_where", lambda a, b: torch.where(a > 0, b, 1.5), lambda: (rand(6), ints(6)), "graph.where"),
+    (
+        "bool_and_int_where",
+        lambda a, b: torch.where(a > 0, b, 1.5),
+        lambda: (rand(6), ints(6)),
+        "graph.where",
+    ),
     ("int_maximum_float", torch.maximum, lambda: (ints(6), rand(6)), "graph.maximum"),
     ("int_mean_via_float", lambda a: a.float().mean(), lambda: (ints(6),), "graph.reduce_mean"),
-    ("f16_matmul_f16", torch.matmul, lambda: (rand(3, 4, dtype=torch.float16), rand(4, 2, dtype=torch.float16)), "graph.matmul"),
+    (
+        "f16_matmul_f16",
+        torch.matmul,
+        lambda: (rand(3, 4, dtype=torch.float16), rand(4, 2, dtype=torch.float16)),
+        "graph.matmul",
+    ),
     ("int_clamp_float", lambda a: a.clamp(min=0.5), lambda: (ints(6),), "graph.maximum"),
 ]
 
@@ -200,7 +347,9 @@ def test_dtype_promotion_matches_eager(
 
 
 @pytest.mark.parametrize(
-    "fn", [lambda a: a > 1, lambda a: a == 0.5, lambda a, b=2: torch.lt(a, b)], ids=["gt", "eq", "lt"]
+    "fn",
+    [lambda a: a > 1, lambda a: a == 0.5, lambda a, b=2: torch.lt(a, b)],
+    ids=["gt", "eq", "lt"],
 )
 def test_comparison_with_scalar_compares_in_the_tensor_dtype(fn: Callable[..., Any]) -> None:
     """torch compares f16 with a Python number in f16 (no cast to f32, its compute type)."""

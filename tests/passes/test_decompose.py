@@ -49,7 +49,9 @@ def ttype(shape: Sequence[int], dtype: torch.dtype) -> TensorType[Attribute]:
     return TensorType(dtypes.from_torch(dtype), list(shape))
 
 
-def check_decomposition(build: Build, shapes: Sequence[Sequence[int]], dtype: torch.dtype) -> ModuleOp:
+def check_decomposition(
+    build: Build, shapes: Sequence[Sequence[int]], dtype: torch.dtype
+) -> ModuleOp:
     """Decompose a one-op module; no composite may remain and results must match."""
     module = single_op_module(build, [ttype(s, dtype) for s in shapes])
     decomposed = decompose(module)
@@ -102,7 +104,9 @@ HALF_REDUCTIONS: list[tuple[str, Build]] = [
 ]
 
 
-@pytest.mark.parametrize("build", [c[1] for c in HALF_REDUCTIONS], ids=[c[0] for c in HALF_REDUCTIONS])
+@pytest.mark.parametrize(
+    "build", [c[1] for c in HALF_REDUCTIONS], ids=[c[0] for c in HALF_REDUCTIONS]
+)
 def test_half_precision_reductions_compute_in_f32(build: Build) -> None:
     half = [ttype(X, torch.float16), ttype((8,), torch.float16), ttype((8,), torch.float16)]
     decomposed = decompose(single_op_module(build, half))
@@ -122,7 +126,8 @@ def test_bf16_layer_norm_matches() -> None:
 
 def test_keep_linear_leaves_linear_only() -> None:
     module = single_op_module(
-        lambda a: graph.LinearOp(a[0], a[1]), [ttype(X, torch.float32), ttype((5, 8), torch.float32)]
+        lambda a: graph.LinearOp(a[0], a[1]),
+        [ttype(X, torch.float32), ttype((5, 8), torch.float32)],
     )
     kept = decompose(module, keep_linear=True)
     assert [op.name for op in kept.walk() if isinstance(op, graph.LinearOp)] == ["graph.linear"]
@@ -145,7 +150,9 @@ SHAPES = st.lists(st.integers(1, 5), min_size=1, max_size=4)
 
 @settings(max_examples=40, deadline=None)
 @given(shape=SHAPES, data=st.data(), half=st.booleans())
-def test_decompose_property_random_shapes(shape: list[int], data: st.DataObject, half: bool) -> None:
+def test_decompose_property_random_shapes(
+    shape: list[int], data: st.DataObject, half: bool
+) -> None:
     """interpret(decompose(G)) == interpret(G) for random shapes, dims and composite ops."""
     rank = len(shape)
     dim = data.draw(st.integers(0, rank - 1), label="dim")
@@ -157,10 +164,16 @@ def test_decompose_property_random_shapes(shape: list[int], data: st.DataObject,
     choices: list[tuple[Build, list[tuple[int, ...]]]] = [
         (lambda a: graph.SoftmaxOp(a[0], dim), [tuple(shape)]),
         (lambda a: graph.LogSoftmaxOp(a[0], dim), [tuple(shape)]),
-        (lambda a: graph.LayerNormOp(a[0], norm_rank, 1e-5, a[1], a[2]), [tuple(shape), trailing, trailing]),
+        (
+            lambda a: graph.LayerNormOp(a[0], norm_rank, 1e-5, a[1], a[2]),
+            [tuple(shape), trailing, trailing],
+        ),
         (lambda a: graph.RMSNormOp(a[0], norm_rank, 1e-6, a[1]), [tuple(shape), trailing]),
         (lambda a: graph.VarOp(a[0], sorted(dims), correction, keepdim), [tuple(shape)]),
-        (lambda a: graph.GeluOp(a[0], data.draw(st.sampled_from(["none", "tanh"]))), [tuple(shape)]),
+        (
+            lambda a: graph.GeluOp(a[0], data.draw(st.sampled_from(["none", "tanh"]))),
+            [tuple(shape)],
+        ),
         (lambda a: graph.SiluOp(a[0]), [tuple(shape)]),
         (lambda a: graph.LinearOp(a[0], a[1], a[2]), [tuple(shape), (3, shape[-1]), (3,)]),
     ]

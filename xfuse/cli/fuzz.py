@@ -99,7 +99,10 @@ class FuzzRun:
             self.failed += 1
             self.signatures[f"{outcome.stage}: {outcome.message[:100]}"] += 1
             where = self.write(index, source, outcome)
-            print(f"FAIL program {index} at {outcome.stage}: {outcome.message[:300]}{where}")
+            print(
+                f"FAIL program {index} at {outcome.stage}: {outcome.message[:300]}{where}",
+                flush=True,
+            )
         if self.verbose:
             print(f"program {index}: {outcome}", flush=True)
 
@@ -114,7 +117,9 @@ class FuzzRun:
     def summary(self) -> list[str]:
         lines = [f"{self.skipped} skipped (torch.export rejects them)"]
         if self.stages:
-            lines.append("stages checked: " + ", ".join(f"{k} x{v}" for k, v in self.stages.items()))
+            lines.append(
+                "stages checked: " + ", ".join(f"{k} x{v}" for k, v in self.stages.items())
+            )
         lines += [f"  {n} x {sig}" for sig, n in self.signatures.most_common()]
         lines.append(f"{self.passed} passed, {self.failed} failed")
         return lines
@@ -131,7 +136,9 @@ def fuzz(args: argparse.Namespace) -> int:
     )
     deadline = time.monotonic() + args.seconds
     index = args.start
-    while time.monotonic() < deadline and (args.programs is None or index - args.start < args.programs):
+    while time.monotonic() < deadline and (
+        args.programs is None or index - args.start < args.programs
+    ):
         run.run_one(index)
         index += 1
     for line in run.summary():
@@ -160,7 +167,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="names the run's programs (default 0)")
     p.add_argument("--start", type=int, default=0, help="index of the first program (default 0)")
     p.add_argument("--out", default=None, help="write a reproducer script per failure here")
-    p.add_argument("--device", default=None, help="only this device (default: cpu, and cuda if usable)")
+    p.add_argument(
+        "--device", default=None, help="only this device (default: cpu, and cuda if usable)"
+    )
     p.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="the fusion pipeline to test")
     p.add_argument("--supported-only", action="store_true", help="only ops xfuse compiles")
     p.add_argument("--bisect", metavar="FILE", default=None, help="bisect a failing reproducer")

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch.fx
-from xdsl.dialects.builtin import i1
-from xdsl.ir import SSAValue
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1
+from xdsl.ir import Attribute, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.dtypes import to_torch
 from xfuse.frontend.lowering import (
     Lowering,
     Value,
@@ -74,13 +75,33 @@ def _binary(op_cls: type[graph.BinaryOp], other: str = "other") -> Converter:
         dtype = out_type(node).element_type
         if op_cls.FLOAT_ONLY and not graph.is_float(dtype):
             return None
-        lhs, rhs = lw.operand(a["self"], dtype), lw.operand(a[other], dtype)
+        compute = _opmath(lw, op_cls, dtype, a["self"], a[other])
+        lhs, rhs = lw.operand(a["self"], compute), lw.operand(a[other], compute)
         alpha = a.get("alpha")
         if alpha is not None and alpha != 1:
-            rhs = lw.emit(graph.MulOp(rhs, lw.constant(alpha, dtype)))
-        return lw.emit(op_cls(lhs, rhs))
+            rhs = lw.emit(graph.MulOp(rhs, lw.constant(alpha, compute)))
+        return lw.cast(lw.emit(op_cls(lhs, rhs)), dtype)
 
     return convert
+
+
+def _opmath(
+    lw: Lowering, op_cls: type[graph.BinaryOp], dtype: Attribute, *operands: Any
+) -> Attribute:
+    """The dtype to compute an f16/bf16 binary op in. Eager's mul and div keep a Python float
+    or a wider (f32/f64) 0-d tensor operand unrounded: they compute in f32 and round once;
+    its add and sub round that operand to the op's dtype first. xfuse does the same."""
+    if not isinstance(dtype, Float16Type | BFloat16Type) or op_cls not in (
+        graph.MulOp,
+        graph.DivOp,
+    ):
+        return dtype
+    for x in operands:
+        if isinstance(x, float) and float(torch.tensor(x, dtype=to_torch(dtype))) != x:
+            return f32  # (a float the dtype holds exactly gives the same result either way)
+        if isinstance(x, torch.fx.Node) and graph.dtype_of(lw.tensor(x)) in (f32, f64):
+            return f32
+    return dtype
 
 
 def _rsub(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
@@ -352,6 +373,29 @@ def _layer_norm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return y
 
 
+def _batch_norm_eval(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """Eval-mode batch norm as (x - mean) * rsqrt(var + eps) * weight + bias, the per-channel
+    vectors reshaped to broadcast along dim 1: elementwise ops that fuse with their neighbours."""
+    dtype = result_types(node)[0].element_type
+    x = lw.tensor(a["input"])
+    if used_outputs(node) - {0} or not graph.is_float(dtype) or _rank(x) < 2:
+        return None
+    x = lw.cast(x, dtype)
+    channel = (graph.shape_of(x)[1],) + (1,) * (_rank(x) - 2)
+
+    def per_channel(name: str) -> SSAValue:
+        return lw.reshape(lw.operand(a[name], dtype), channel)
+
+    var_eps = lw.emit(graph.AddOp(per_channel("running_var"), lw.constant(a["eps"], dtype)))
+    centred = lw.emit(graph.SubOp(x, per_channel("running_mean")))
+    y = lw.emit(graph.MulOp(centred, lw.emit(graph.RsqrtOp(var_eps))))
+    if a["weight"] is not None:
+        y = lw.emit(graph.MulOp(y, per_channel("weight")))
+    if a["bias"] is not None:
+        y = lw.emit(graph.AddOp(y, per_channel("bias")))
+    return [y, None, None]
+
+
 def _rms_norm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     dtype = out_type(node).element_type
     x = lw.operand(a["input"], dtype)
@@ -556,6 +600,7 @@ CONVERTERS: dict[str, Converter] = {
     **_each(["aten.log_softmax.int", "aten._log_softmax.default"], _softmax(graph.LogSoftmaxOp)),
     **_each(["aten.layer_norm.default", "aten.native_layer_norm.default"], _layer_norm),
     "aten.rms_norm.default": _rms_norm,
+    "aten._native_batch_norm_legit_no_training.default": _batch_norm_eval,
     "aten.gelu.default": _gelu,
     **_each(["aten.mm.default", "aten.bmm.default", "aten.matmul.default"], _matmul),
     "aten.addmm.default": _addmm,

@@ -1,0 +1,97 @@
+"""Failures `xfuse-fuzz` found, kept as regression tests (minimal reproducers; the bisector's
+output where it shrank one)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import xfuse
+from xfuse.testing.fuzz import check_source
+
+Tensor = torch.Tensor
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "a.to(torch.bfloat16) / s",
+        "a.to(torch.bfloat16) * s + s",
+        "a.to(torch.bfloat16) * 0.7 - 0.1",
+        "a.to(torch.float16) * s.double()",
+        "(a.to(torch.bfloat16) + 0.3) * 2",
+    ],
+)
+def test_low_precision_ops_with_a_wider_scalar_operand_round_like_eager(expr: str) -> None:
+    """fuzz seed 1 program 490: eager's bf16/f16 mul and div keep a 0-d f32 tensor or a
+    Python float unrounded (computed in f32, rounded once); the importer rounded it to bf16
+    first, one bf16 ulp off (xfuse/frontend/aten.py `_opmath`)."""
+
+    def fn(a: Tensor, s: Tensor) -> Tensor:
+        return eval(expr)  # noqa: S307 - the expression under test
+
+    a, s = torch.randn(4096), torch.tensor(0.7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xfuse.compile(fn, (a, s))(a, s)
+    assert torch.equal(got, fn(a, s))
+
+
+FUZZ_1_490 = """import torch
+import torch.nn.functional as F
+
+TOLERANCE = "rmse"
+
+
+def program(x0, x1, x2):
+    v1 = F.gelu(x0, approximate='tanh')
+    v2 = torch.sqrt((x0.abs() + 0.5))
+    v3 = torch.sqrt((v1.abs() + 0.5))
+    v5 = F.linear(v3, x1, None)
+    v6 = v2.to(torch.bfloat16)
+    v7 = v6 / (x2.abs() + 0.5)
+    v8 = v7 + v2
+    v9 = v2 - v7
+    v10 = x2.sum()
+    return (v5, v8, v9, v10, )
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(1000493)
+    x0 = torch.randn((16, 5, 2), generator=g)
+    x1 = torch.randn((3, 2), generator=g)
+    x2 = torch.randn((), generator=g)
+    return (x0, x1, x2, )
+"""
+
+
+def test_fuzz_seed_1_program_490() -> None:
+    outcome = check_source(FUZZ_1_490, ["cpu"])
+    assert outcome.status == "pass", str(outcome)
+
+
+SCORED_CRASH = """
+func.func @forward(%0: tensor<8x8x2xf32>) -> tensor<8x2xf32> {
+  %1 = graph.slice %0 start = [5, 0, 0] limit = [6, 8, 2] stride = [1, 1, 1] : tensor<8x8x2xf32> -> tensor<1x8x2xf32>
+  %2 = graph.reshape %1 : tensor<1x8x2xf32> -> tensor<8x2xf32>
+  %3 = graph.reduce_mean %2 dims = [0, 1] keepdim : tensor<8x2xf32> -> tensor<1x1xf32>
+  %4 = graph.sub %2, %3 : tensor<8x2xf32>, tensor<1x1xf32> -> tensor<8x2xf32>
+  %5 = graph.mul %4, %4 : tensor<8x2xf32>, tensor<8x2xf32> -> tensor<8x2xf32>
+  func.return %5 : tensor<8x2xf32>
+}
+"""
+
+
+def test_fuse_scored_does_not_merge_incompatible_spaces() -> None:
+    """fuzz seeds 2/135, 2/138, 2/162, 2/259, 2/309, 3/66, 3/211 (bisected to fusion 4 of
+    fuse-scored, shrunk to this): a group [slice, reshape, reduce_mean] merged with
+    [sub, mul] whose iteration spaces do not combine crashed FusionGraph.merge
+    (`assert space is not None`)."""
+    x = torch.randn(8, 8, 2)
+    expected = xfuse.interpret(xfuse.parse(SCORED_CRASH), [x])
+    for spec in ("fuse-scored", "fuse-greedy", "decompose,fuse-scored,group-cleanup"):
+        module = xfuse.parse(SCORED_CRASH)
+        xfuse.pipeline(spec)(module)
+        torch.testing.assert_close(xfuse.interpret(module, [x]), expected)

@@ -1,0 +1,280 @@
+"""Bad input everywhere: each gets one clear message (no traceback from the CLI) and never a
+wrong result. Complements tests/cli/test_opt.py and tests/test_api.py (which cover syntax
+errors, unknown ops, passes and options, a missing file, and bad call arguments)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import xfuse
+from xfuse.cli.opt import main as opt_main
+from xfuse.pipeline import PipelineError
+from xfuse.runtime.errors import (
+    ExportError,
+    FallbackWarning,
+    KernelCacheWarning,
+    UnsupportedInputError,
+)
+
+Tensor = torch.Tensor
+
+# ---------------------------------------------------------------------------------------------
+# xfuse-opt
+# ---------------------------------------------------------------------------------------------
+
+GOOD = """\
+func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = graph.exp %x : tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+"""
+
+BAD_IR: dict[str, tuple[str, str]] = {
+    "undefined value": (
+        GOOD.replace("graph.exp %x", "graph.exp %y"),
+        "values used but not defined: [%y]",
+    ),
+    "value defined twice": (
+        GOOD.replace("  func.return", "  %0 = graph.exp %x : tensor<4xf32>\n  func.return"),
+        "SSA value %0 is already defined",
+    ),
+    "mixed element types": (
+        "func.func @f(%x: tensor<4xf32>, %y: tensor<4xi32>) -> tensor<4xf32> {\n"
+        "  %0 = graph.add %x, %y : tensor<4xf32>, tensor<4xi32> -> tensor<4xf32>\n"
+        "  func.return %0 : tensor<4xf32>\n}\n",
+        "expected operands of the same element type, found f32 and i32",
+    ),
+    "shapes that do not broadcast": (
+        "func.func @f(%x: tensor<4xf32>, %y: tensor<3xf32>) -> tensor<4xf32> {\n"
+        "  %0 = graph.add %x, %y : tensor<4xf32>, tensor<3xf32> -> tensor<4xf32>\n"
+        "  func.return %0 : tensor<4xf32>\n}\n",
+        "operand shapes [4] and [3] do not broadcast",
+    ),
+    "missing terminator": (
+        GOOD.replace("  func.return %0 : tensor<4xf32>\n", ""),
+        "is not a terminator",
+    ),
+}
+
+
+def run_opt(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        status = opt_main(list(argv))
+    except SystemExit as e:  # argparse's own errors
+        status = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_one_clear_line(status: int, err: str, expected: str) -> None:
+    assert status != 0
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    assert expected in err, err
+
+
+@pytest.mark.parametrize("case", list(BAD_IR))
+def test_opt_on_bad_ir(case: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text, expected = BAD_IR[case]
+    path = tmp_path / "bad.mlir"
+    path.write_text(text)
+    status, out, err = run_opt(capsys, str(path))
+    assert out == ""
+    assert_one_clear_line(status, err, expected)
+    assert err.startswith(f"{path}:"), "the message should point at the file"
+
+
+def test_opt_on_a_binary_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "binary.mlir"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    status, _, err = run_opt(capsys, str(path))
+    assert_one_clear_line(status, err, "not UTF-8 text")
+
+
+def test_opt_on_a_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, _, err = run_opt(capsys, str(tmp_path))
+    assert_one_clear_line(status, err, "Is a directory")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (",,", "Expected pass name here"),
+        ("fuse-greedy{arg-limit=3", "Malformed pass arguments"),
+        ("fuse-greedy{arg-limit=abc}", "expected <class 'int'>"),
+        ("fuse-greedy{fusable=1}", "pass 'fuse-greedy'"),
+        ("fuse-scored{max-fusions=x}", "expected <class 'int'>"),
+    ],
+)
+def test_opt_on_bad_pipelines(
+    spec: str, expected: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "good.mlir"
+    path.write_text(GOOD)
+    status, _, err = run_opt(capsys, str(path), "-p", spec)
+    assert_one_clear_line(status, err, expected)
+
+
+def test_opt_on_an_unknown_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "good.mlir"
+    path.write_text(GOOD)
+    status, _, err = run_opt(capsys, str(path), "--no-such-flag")
+    assert status == 2
+    assert "Traceback" not in err
+    assert "unrecognized arguments: --no-such-flag" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# xfuse.compile
+# ---------------------------------------------------------------------------------------------
+
+
+def relu2(x: Tensor) -> Tensor:
+    return torch.relu(x) * 2
+
+
+def add(x: Tensor, y: Tensor) -> Tensor:
+    return x + y
+
+
+def compile_quietly(fn: Callable[..., Any], inputs: tuple[Any, ...], **kwargs: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        return xfuse.compile(fn, inputs, **kwargs)
+
+
+BAD_COMPILES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
+    "a Python number as input": (
+        lambda: compile_quietly(relu2, (3,)),
+        UnsupportedInputError,
+        "input 0 is a int, expected a tensor",
+    ),
+    "a nested tuple as input": (
+        lambda: compile_quietly(lambda t: t[0] + t[1], ((torch.randn(4), torch.randn(4)),)),
+        UnsupportedInputError,
+        "input 0 is a tuple",
+    ),
+    "inputs on different devices": (
+        lambda: compile_quietly(add, (torch.randn(4), torch.randn(4, device="meta"))),
+        UnsupportedInputError,
+        "input 1 is on meta, but the program was compiled for cpu",
+    ),
+    "a sparse CSR input": (
+        lambda: compile_quietly(relu2, (torch.randn(4, 4).to_sparse_csr(),)),
+        UnsupportedInputError,
+        "sparse_csr tensor",
+    ),
+    "an unsupported dtype": (
+        lambda: compile_quietly(relu2, (torch.ones(4, dtype=torch.uint8),)),
+        UnsupportedInputError,
+        "dtype torch.uint8 is not supported",
+    ),
+    "an unknown device": (
+        lambda: compile_quietly(relu2, (torch.randn(4),), device="tpu"),
+        ValueError,
+        "unknown device 'tpu'",
+    ),
+    "an unknown pass": (
+        lambda: compile_quietly(relu2, (torch.randn(4),), pipeline="fuse-nothing"),
+        PipelineError,
+        "unknown pass 'fuse-nothing'",
+    ),
+    "a bad pass option": (
+        lambda: compile_quietly(relu2, (torch.randn(4),), pipeline="fuse-scored{window=x}"),
+        PipelineError,
+        "pass 'fuse-scored'",
+    ),
+    "a program returning a number": (
+        lambda: compile_quietly(lambda x: 3, (torch.randn(4),)),
+        ExportError,
+        "output 0 is not a tensor",
+    ),
+    "a program returning None": (
+        lambda: compile_quietly(lambda x: None, (torch.randn(4),)),
+        ExportError,
+        "output 0 is not a tensor",
+    ),
+    "a complex intermediate": (
+        lambda: compile_quietly(lambda x: torch.view_as_complex(x).abs(), (torch.randn(4, 2),)),
+        ExportError,
+        "complex dtype",
+    ),
+    "a program that fails on its example inputs": (
+        lambda: compile_quietly(lambda x: x.reshape(3, 5), (torch.randn(4),)),
+        ExportError,
+        "shape '[3, 5]' is invalid",
+    ),
+    "keyword-only parameters": (
+        lambda: compile_quietly(lambda *, x: x + 1, (torch.randn(4),)),
+        ExportError,
+        "torch.export could not export",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_COMPILES))
+def test_compile_on_bad_input(case: str) -> None:
+    make, error, expected = BAD_COMPILES[case]
+    with pytest.raises(error) as info:
+        make()
+    message = str(info.value)
+    assert expected in message, message
+    assert "\n" not in message, message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_compile_for_cuda_without_a_gpu_is_refused() -> None:
+    with pytest.raises(Exception) as info:
+        compile_quietly(relu2, (torch.randn(4),), device="cuda")
+    assert "\n" not in str(info.value)
+
+
+def test_inputs_that_need_grad_still_give_the_right_values() -> None:
+    x = torch.randn(8, requires_grad=True)
+    compiled = compile_quietly(relu2, (x,))
+    torch.testing.assert_close(compiled(x), relu2(x).detach())
+
+
+def test_torch_compile_falls_back_to_eager_on_a_graph_xfuse_cannot_import() -> None:
+    def complex_abs(x: Tensor) -> Tensor:
+        return torch.view_as_complex(x).abs() + 1
+
+    torch._dynamo.reset()
+    fn = torch.compile(complex_abs, backend="xfuse")
+    x = torch.randn(6, 2)
+    with pytest.warns(FallbackWarning, match="runs this graph eagerly.*complex"):
+        got = fn(x)
+    torch.testing.assert_close(got, complex_abs(x))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_a_corrupt_kernel_cache_is_rebuilt_with_the_right_result(
+    damage: str, tmp_path: Path
+) -> None:
+    from xfuse.runtime.cache import KernelCache
+
+    def program(x: Tensor, y: Tensor) -> Tensor:
+        return torch.sigmoid(x * y + 0.25) - y
+
+    x, y = torch.randn(64, 8), torch.randn(8)
+    first = compile_quietly(program, (x, y), cache=KernelCache(tmp_path))
+    torch.testing.assert_close(first(x, y), program(x, y))
+    entries = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert entries, "the kernels were not cached on disk"
+    for entry in entries:
+        data = entry.read_bytes()
+        if damage == "garbage":
+            entry.write_bytes(bytes(255 - b for b in data))
+        elif damage == "truncated":
+            entry.write_bytes(data[: len(data) // 2])
+        else:
+            entry.write_bytes(b"")
+    with pytest.warns(KernelCacheWarning):
+        again = compile_quietly(program, (x, y), cache=KernelCache(tmp_path))
+    torch.testing.assert_close(again(x, y), program(x, y))
