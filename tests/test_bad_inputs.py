@@ -20,6 +20,7 @@ from xfuse.runtime.errors import (
     FallbackWarning,
     KernelCacheWarning,
     UnsupportedInputError,
+    XfuseError,
 )
 
 Tensor = torch.Tensor
@@ -230,7 +231,7 @@ def test_compile_on_bad_input(case: str) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_compile_for_cuda_without_a_gpu_is_refused() -> None:
-    with pytest.raises(Exception) as info:
+    with pytest.raises(XfuseError, match="torch sees no CUDA device") as info:
         compile_quietly(relu2, (torch.randn(4),), device="cuda")
     assert "\n" not in str(info.value)
 

@@ -185,6 +185,16 @@ def _builder(
     return build
 
 
+def _check_device(device: str) -> None:
+    """Running on CUDA needs a CUDA build of torch and a GPU; say so before anything else.
+    (Generating PTX needs neither: see xfuse.backends.cuda.)"""
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise XfuseError(
+            f"device '{device}' was asked for, but torch sees no CUDA device here "
+            f"(torch {torch.__version__}, {'a CPU build' if torch.version.cuda is None else 'no GPU'})"
+        )
+
+
 def compile(  # noqa: A001 - the public name, as in torch.compile
     model_or_fn: ModelOrFn,
     example_inputs: Sequence[Tensor],
@@ -201,6 +211,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         raise XfuseError(
             f"example_inputs must be a tuple of tensors, got a {type(example_inputs).__name__}"
         )
+    _check_device(device)
     backend = get_backend(device)
     build = _builder(
         model_or_fn,
