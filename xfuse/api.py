@@ -75,9 +75,9 @@ class Imported:
 def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...]) -> Imported:
     """torch.export, then the importer; any failure is one `ExportError` line."""
     from xfuse.frontend import UnsupportedProgram
-    from xfuse.frontend.importer import FunctionModule, import_program
+    from xfuse.frontend.importer import import_program, wrap_function
 
-    model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else FunctionModule(model_or_fn)
+    model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     try:
         exported = torch.export.export(model, example_inputs, strict=False)
     except Exception as e:
