@@ -273,3 +273,28 @@ def test_lazy_exports() -> None:
     assert xfuse.explain is xfuse.api.explain
     with pytest.raises(AttributeError):
         _ = xfuse.no_such_thing  # type: ignore[attr-defined]
+
+
+def test_binding_planned_once_equals_binding_by_name() -> None:
+    """The call path binds inputs and parameters with a plan made at build time: it gives
+    what `ImportedProgram.arguments` gives."""
+    from xfuse.frontend import import_module
+
+    model, inputs = make_mlp()
+    imported = import_module(model, inputs)
+    fast = imported.binder(len(inputs))(inputs)
+    slow = imported.arguments(*inputs)
+    assert len(fast) == len(slow) and all(a is b for a, b in zip(fast, slow, strict=True))
+
+
+def test_nested_outputs_keep_their_structure() -> None:
+    def nested(x: torch.Tensor) -> dict[str, Any]:
+        return {"a": x.exp(), "b": (x.sin(), [x * 2])}
+
+    x = torch.randn(3, 4)
+    got = xfuse.compile(nested, (x,))(x)
+    expected = nested(x)
+    assert got.keys() == expected.keys()
+    torch.testing.assert_close(got["a"], expected["a"])
+    torch.testing.assert_close(got["b"][0], expected["b"][0])
+    torch.testing.assert_close(got["b"][1][0], expected["b"][1][0])

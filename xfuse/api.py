@@ -91,6 +91,15 @@ def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...])
     return Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
 
 
+def unflattener(spec: pytree.TreeSpec) -> Callable[[list[Tensor]], Any]:
+    """Flat results -> the model's output structure; a tensor or a flat tuple without pytree."""
+    if spec.is_leaf():
+        return lambda outs: outs[0]
+    if spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children)):
+        return tuple
+    return lambda outs: pytree.tree_unflatten(outs, spec)
+
+
 def forward_op_names(module: ModuleOp) -> list[str]:
     forward = next(op for op in module.ops if isinstance(op, func.FuncOp))
     return [op.name for op in forward.body.block.ops if not isinstance(op, func.ReturnOp)]
@@ -176,8 +185,8 @@ def _builder(
         )
         return Executable(
             program,
-            bind=lambda xs: program_ir.arguments(*xs),
-            unflatten=lambda outs: pytree.tree_unflatten(outs, imported.out_spec),
+            bind=program_ir.binder(len(inputs)),
+            unflatten=unflattener(imported.out_spec),
             report=FusionReport(decisions, list(program.fallbacks), index),
             op_names=imported.op_names,
         )

@@ -266,3 +266,35 @@ def test_step_profile_reports_each_step(tmp_path: Path) -> None:
     report = profile.report()
     assert report.startswith("xfuse step profile")
     assert all(step.label in report for step in program.steps)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        torch.ones(2),
+        torch.ones(2, dtype=torch.bfloat16),
+        torch.ones(2, dtype=torch.int64),
+        torch.ones(2, dtype=torch.bool),
+        torch.ones(2, dtype=torch.uint8),
+        torch.ones(2, dtype=torch.complex64),
+        torch.ones(2).to_sparse(),
+        torch.ones(4, 4).t(),
+        torch.nn.Parameter(torch.ones(2)),
+        1.0,
+    ],
+    ids=lambda v: (
+        type(v).__name__ + (f"-{v.dtype}-{v.layout}" if isinstance(v, torch.Tensor) else "")
+    ),
+)
+def test_fast_input_check_agrees_with_the_full_check(value: object) -> None:
+    """`is_plain_input` (the call path's check) accepts only what `check_input` accepts."""
+    from xfuse.runtime.executor import UnsupportedInputError, check_input, is_plain_input
+
+    device = torch.device("cpu")
+    try:
+        check_input(0, value, device)
+        accepted = True
+    except UnsupportedInputError:
+        accepted = False
+    assert is_plain_input(value, device) == accepted
+    assert not is_plain_input(value, torch.device("meta"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ LAUNCH_PREFIX = "// xfuse-launch "
 DEFAULT_ARCH = "sm_90"
 MAX_THREADS_PER_SM = 2048
 GRID_WAVES = int(os.environ.get("XFUSE_CUDA_WAVES", "8"))
+SYNC_LAUNCHES = os.environ.get("XFUSE_CUDA_SYNC") == "1"
+"""Wait for every launch, so that a fault is reported by the kernel that caused it (read once,
+at import)."""
 """Grid-stride kernels get this many waves of fully occupied SMs (or fewer blocks if enough)."""
 
 
@@ -213,8 +217,8 @@ class _DeviceModule:
     sm_count: int
     grid: tuple[int, int, int] = (1, 1, 1)
     default_stream: int = 0
-    prepared: int = -1
-    """Arguments `function.prepare` was called for (-1: not yet)."""
+    pack: struct.Struct | None = None
+    """Packs the kernel's arguments (one pointer per buffer) for `_launch_kernel`."""
 
 
 class CUDAKernel:
@@ -267,57 +271,50 @@ class CUDAKernel:
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
         import torch
 
-        if not buffers or any(not b.is_cuda for b in buffers):
+        if not buffers or not all(b.is_cuda for b in buffers):
             raise CUDAUnavailable(f"CUDA kernel '{self.name}' needs CUDA tensors")
-        device = buffers[0].device.index or 0
-        loaded = self._module_for(device)
-        args, copy_back = _aligned_arguments(buffers)
-        stream = torch.cuda.current_stream(device)
-        on_default = stream.cuda_stream == loaded.default_stream
-        if not on_default:
-            default = torch.cuda.default_stream(device)
-            default.wait_stream(stream)
-        self._launch(loaded, args)
-        if not on_default:
-            stream.wait_stream(default)
-        for target, source in copy_back:
-            target.copy_(source)
+        device = buffers[0].get_device()
+        loaded = self._modules.get(device) or self._module_for(device)
+        pointers = [b.data_ptr() for b in buffers]
+        if any(p % POINTER_ALIGNMENT for p in pointers):
+            self._call_misaligned(buffers)
+            return
+        # torch's current stream, as a raw handle (a `torch.cuda.Stream` object costs ~6 us).
+        if torch._C._cuda_getCurrentRawStream(device) == loaded.default_stream:  # pyright: ignore[reportAttributeAccessIssue]
+            self._launch(loaded, pointers)
+            return
+        # pycuda launches on the default stream: order it after, and before, torch's stream.
+        stream, default = torch.cuda.current_stream(device), torch.cuda.default_stream(device)
+        default.wait_stream(stream)
+        self._launch(loaded, pointers)
+        stream.wait_stream(default)
 
-    def _launch(self, loaded: _DeviceModule, args: list[torch.Tensor]) -> None:
-        driver = self._driver
+    def _call_misaligned(self, buffers: Sequence[torch.Tensor]) -> None:
+        """Kernels assume 16-byte aligned buffers: misaligned ones (views with an offset) go
+        through aligned copies, outputs copied back after the launch."""
+        copies = [b if b.data_ptr() % POINTER_ALIGNMENT == 0 else b.clone() for b in buffers]
+        self(copies)
+        for buffer, copy in zip(buffers, copies, strict=True):
+            if copy is not buffer:
+                buffer.copy_(copy)
+
+    def _launch(self, loaded: _DeviceModule, pointers: list[int]) -> None:
         if self.shape.items == 0:
             return
-        # A prepared call: the argument format is fixed once (one pointer per buffer), so no
-        # per-argument numpy scalars or type dispatch on the launch path.
-        if loaded.prepared != len(args):
-            loaded.function.prepare("P" * len(args))
-            loaded.prepared = len(args)
+        driver = self._driver
+        if loaded.pack is None or loaded.pack.size != 8 * len(pointers):
+            loaded.pack = struct.Struct("P" * len(pointers))
+        # `prepared_call`'s own launch, without its per-call block-shape and keyword handling.
+        params = loaded.pack.pack(*pointers)
         loaded.context.push()
         try:
-            loaded.function.prepared_call(loaded.grid, self._block, *[a.data_ptr() for a in args])
-            if os.environ.get("XFUSE_CUDA_SYNC") == "1":
+            loaded.function._launch_kernel(loaded.grid, self._block, params, 0, None)
+            if SYNC_LAUNCHES:
                 loaded.context.synchronize()
         except driver.Error as e:
             raise CUDALaunchError(f"CUDA kernel '{self.name}' failed: {e}") from e
         finally:
             driver.Context.pop()
-
-
-def _aligned_arguments(
-    buffers: Sequence[torch.Tensor],
-) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
-    """Kernels assume 16-byte aligned buffers: misaligned ones (views with an offset) go through
-    aligned copies, outputs copied back after the launch."""
-    args: list[torch.Tensor] = []
-    copy_back: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for buffer in buffers:
-        if buffer.data_ptr() % POINTER_ALIGNMENT == 0:
-            args.append(buffer)
-            continue
-        copy = buffer.clone()
-        args.append(copy)
-        copy_back.append((buffer, copy))
-    return args, copy_back
 
 
 class CUDABackend:

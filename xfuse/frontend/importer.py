@@ -66,6 +66,17 @@ class ImportedProgram:
         tensors = [x for i, x in enumerate(leaves) if i not in self.constant_inputs]
         return bind_arguments(self.function, tensors, self.params)
 
+    def binder(self, arity: int) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
+        """`arguments` for calls with `arity` positional tensors, planned once (no pytree, no
+        attribute lookups per call): the call path of a compiled program."""
+        positions = [i for i in range(arity) if i not in self.constant_inputs]
+        plan: list[int | torch.Tensor] = bind_arguments(self.function, positions, self.params)  # pyright: ignore[reportArgumentType, reportAssignmentType]
+
+        def bind(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+            return [p if isinstance(p, torch.Tensor) else inputs[p] for p in plan]
+
+        return bind
+
 
 # ---------------------------------------------------------------------------------------------
 # Entry points

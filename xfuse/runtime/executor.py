@@ -165,7 +165,35 @@ def check_input(i: int, value: Any, device: torch.device) -> Tensor:
 
 
 def signature_of(inputs: Sequence[Tensor]) -> Signature:
-    return tuple((tuple(t.shape), t.dtype) for t in inputs)
+    # torch.Size is a tuple: it hashes and compares like one.
+    return tuple((t.shape, t.dtype) for t in inputs)
+
+
+def _supported_dtypes() -> frozenset[torch.dtype]:
+    found: set[torch.dtype] = set()
+    for d in vars(torch).values():
+        if isinstance(d, torch.dtype) and not d.is_complex:
+            try:
+                dtypes.from_torch(d)
+            except dtypes.UnsupportedDtype:
+                continue
+            found.add(d)
+    return frozenset(found)
+
+
+SUPPORTED_DTYPES = _supported_dtypes()
+"""The dtypes `check_input` accepts (what `dtypes.from_torch` knows), for its fast path."""
+
+
+def is_plain_input(value: Any, device: torch.device) -> bool:
+    """The common case of `check_input`, in a few attribute reads: a dense tensor of a
+    supported dtype on the program's device."""
+    return (
+        isinstance(value, Tensor)
+        and value.dtype in SUPPORTED_DTYPES
+        and value.layout == torch.strided
+        and value.device == device
+    )
 
 
 class CompiledProgram:
@@ -219,7 +247,10 @@ class CompiledProgram:
             raise UnsupportedInputError(
                 f"the compiled program takes {self.arity} input(s), got {len(inputs)}"
             )
-        return tuple(check_input(i, v, self.device) for i, v in enumerate(inputs))
+        device = self.device
+        if all(is_plain_input(v, device) for v in inputs):
+            return inputs
+        return tuple(check_input(i, v, device) for i, v in enumerate(inputs))
 
     def _specialise(self, sig: Signature, inputs: tuple[Tensor, ...]) -> Executable:
         # One build per signature even when several threads call with it at once.

@@ -151,26 +151,33 @@ class EagerStep:
         return run_op(self.op, args)
 
 
-def _reshape_view(op: Operation, x: Tensor) -> Tensor:
-    return x.reshape(graph.shape_of(op.results[0]))
+View = Callable[[Tensor], Tensor]
 
 
-def _permute_view(op: Operation, x: Tensor) -> Tensor:
+def _reshape_view(op: Operation) -> View:
+    shape = graph.shape_of(op.results[0])
+    return lambda x: x.reshape(shape)
+
+
+def _permute_view(op: Operation) -> View:
     assert isinstance(op, graph.PermuteOp)
-    return x.permute(op.permutation)
+    permutation = op.permutation
+    return lambda x: x.permute(permutation)
 
 
-def _slice_view(op: Operation, x: Tensor) -> Tensor:
+def _slice_view(op: Operation) -> View:
     assert isinstance(op, graph.SliceOp)
     start, limit, stride = op.bounds
-    return x[tuple(slice(s, e, k) for s, e, k in zip(start, limit, stride, strict=True))]
+    index = tuple(slice(s, e, k) for s, e, k in zip(start, limit, stride, strict=True))
+    return lambda x: x[index]
 
 
-VIEW_IMPLS: dict[str, Callable[[Operation, Tensor], Tensor]] = {
+VIEW_IMPLS: dict[str, Callable[[Operation], View]] = {
     "graph.reshape": _reshape_view,
     "graph.permute": _permute_view,
     "graph.slice": _slice_view,
 }
+"""Layout op name -> the torch view it is, made once from the op's attributes."""
 
 
 @dataclass
@@ -182,9 +189,13 @@ class ViewStep:
     outputs: tuple[int, ...]
     label: str
     owns_outputs: bool = field(default=False, init=False)
+    view: View = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.view = VIEW_IMPLS[self.op.name](self.op)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
-        return [VIEW_IMPLS[self.op.name](self.op, args[0])]
+        return [self.view(args[0])]
 
 
 Step = KernelStep | EagerStep | ViewStep
