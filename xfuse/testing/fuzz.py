@@ -814,7 +814,7 @@ def _rmse_ok(got: Tensor, eager: Tensor, reference: Tensor, scale: float) -> boo
 # The differential runner
 # ---------------------------------------------------------------------------------------------
 
-DEFAULT_PIPELINE = "decompose,fuse-scored,group-cleanup"
+from xfuse.api import DEFAULT_PIPELINE  # noqa: E402  (the pipeline xfuse.compile runs)
 
 
 @dataclass
