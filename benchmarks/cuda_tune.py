@@ -85,7 +85,19 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=16384)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--best")
+    parser.add_argument(
+        "--elementwise",
+        help="elementwise variants to try instead of the built-in list, as "
+        "'spec:waves;spec:waves' (e.g. 'unroll=2:8;unroll=1,block_size=1024:1000')",
+    )
+    parser.add_argument("--cases", help="comma-separated subset of the four cases")
     args = parser.parse_args()
+    elementwise = ELEMENTWISE
+    if args.elementwise:
+        elementwise = [
+            (spec, int(waves))
+            for spec, _, waves in (v.rpartition(":") for v in args.elementwise.split(";"))
+        ]
     n = args.size
     x = torch.randn(n, n, device="cuda:0")
     w = torch.randn(n, device="cuda:0")
@@ -106,12 +118,12 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     best_total = {"elementwise": {}, "rows": {}}  # type: ignore[var-annotated]
     for name, (fn, inputs) in cases.items():
+        if args.cases and name not in args.cases.split(","):
+            continue
         module, kernel_name = loop_ir(fn, inputs)
         expected = fn(*inputs)
         out = torch.empty_like(x)
-        variants = (
-            [(s, wv) for s, wv in ELEMENTWISE] if name == "pointwise" else [(s, 4) for s in ROWS]
-        )
+        variants = list(elementwise) if name == "pointwise" else [(s, 4) for s in ROWS]
         for spec, waves in variants:
             label = spec + (f",waves={waves}" if name == "pointwise" else "")
             try:

@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends import CodegenError, get_backend
-from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape
+from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape, Tuning
 from xfuse.backends.nvptx import LibdeviceNotFound, find_libdevice
 from xfuse.ir import make_context, parse
 from xfuse.passes.gpu_map_parallel import GPUMapParallelPass
@@ -58,10 +58,15 @@ def assemble(ptx: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def ptx_of(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], tmp_path: Path) -> list[str]:
+def ptx_of(
+    fn: Callable[..., Any],
+    inputs: tuple[torch.Tensor, ...],
+    tmp_path: Path,
+    tuning: Tuning | None = None,
+) -> list[str]:
     module, names = loop_ir(fn, inputs)
     assert names, "expected at least one kernel"
-    backend = CUDABackend(ARCH)
+    backend = CUDABackend(ARCH, tuning)
     ptxs = [backend.compile(module, name).decode() for name in names]
     for name, ptx in zip(names, ptxs, strict=True):
         assert f".entry {name}(" in ptx
@@ -190,7 +195,7 @@ def test_rmsnorm_squares_without_powf(tmp_path: Path) -> None:
 
 
 def test_unrolled_pointwise_guards_each_chunk_and_keeps_vectors(tmp_path: Path) -> None:
-    (ptx,) = ptx_of(lambda x: torch.sigmoid(x) * 2, (_x(1000, 64),), tmp_path)
+    (ptx,) = ptx_of(lambda x: torch.sigmoid(x) * 2, (_x(1000, 64),), tmp_path, Tuning(unroll=2))
     shape = LaunchShape.from_ptx(ptx)
     assert shape.items == 1000 * 64 // 4 // 2  # thread-steps of two v4 chunks
     assert ptx.count("ld.global.nc.v4") == 2 and ptx.count("st.global.v4") == 2
@@ -252,7 +257,7 @@ def test_artifact_carries_its_launch_shape(tmp_path: Path) -> None:
     module, (name,) = loop_ir(lambda x: x + 1, (_x(32, 64),))
     ptx = CUDABackend(ARCH).compile(module, name).decode()
     shape = LaunchShape.from_ptx(ptx)
-    assert shape.kernel == name and shape.block == 256 and shape.items == 32 * 64 // 4 // 2
+    assert shape.kernel == name and shape.block == 256 and shape.items == 32 * 64 // 4
     assert LaunchShape.from_ptx(shape.to_comment() + "\n") == shape
 
 

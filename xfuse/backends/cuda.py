@@ -128,7 +128,7 @@ class Tuning:
     """Threads per block when a warp handles each row."""
     max_cached: int = 32
     """Most row elements a thread keeps in registers."""
-    unroll: int = 2
+    unroll: int = 1
     """Vector chunks per elementwise thread and grid-stride step."""
     row_threads: int = 0
     """Threads per long row (0: about 8 elements each)."""
@@ -266,7 +266,7 @@ class CUDAKernel:
             return max(1, self.shape.items)
         needed = math.ceil(self.shape.items / self.shape.block)
         resident = loaded.sm_count * max(1, MAX_THREADS_PER_SM // self.shape.block)
-        return max(1, min(needed, resident * GRID_WAVES))
+        return max(1, min(needed, resident * GRID_WAVES) if GRID_WAVES > 0 else needed)
 
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
         import torch

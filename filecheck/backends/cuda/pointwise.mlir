@@ -1,8 +1,8 @@
 // RUN: python -m xfuse.backends.cuda %s | filecheck %s
 // RUN: python -m xfuse.backends.cuda %s | filecheck %s --check-prefix=STORE
-// gelu(x * w + b) * sigmoid(x) with w, b broadcast over rows: a grid-stride loop, two chunks
-// of 4 floats per thread and step (all loads first), 128-bit loads of x, w, b and 128-bit
-// stores; libdevice's erff inlined.
+// gelu(x * w + b) * sigmoid(x) with w, b broadcast over rows: a grid-stride loop, one chunk
+// of 4 floats per thread and step (the default `unroll=1`), 128-bit loads of x, w, b and
+// 128-bit stores; libdevice's erff inlined.
 
 builtin.module {
   func.func @pointwise(%x: memref<64x128xf32>, %w: memref<128xf32>, %b: memref<128xf32>, %y: memref<64x128xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64} {
@@ -37,11 +37,11 @@ builtin.module {
   }
 }
 
-// CHECK:      // xfuse-launch {"block": 256, "items": 1024, "kernel": "pointwise", "strategy": "elementwise"}
+// CHECK:      // xfuse-launch {"block": 256, "items": 2048, "kernel": "pointwise", "strategy": "elementwise"}
 // CHECK:      .visible .entry pointwise(
 // CHECK-NEXT: .param .u64 .ptr .align 16 pointwise_param_0
 // CHECK:      mov.u32 {{.*}}, %ctaid.x;
-// CHECK-COUNT-6: ld.global.nc.v4.b32
+// CHECK-COUNT-3: ld.global.nc.v4.b32
 // CHECK-NOT:  ld.global
 // STORE:      st.global.v4.b32
 // STORE-NOT:  st.global.b32
