@@ -45,7 +45,7 @@ from xfuse.viz import (
 Tensor = torch.Tensor
 ModelOrFn = torch.nn.Module | Callable[..., Any]
 
-DEFAULT_PIPELINE = "decompose,fuse-scored,group-cleanup,fold-linear"
+DEFAULT_PIPELINE = "decompose,split-reductions,fuse-scored,group-cleanup,fold-linear"
 
 __all__ = [
     "DEFAULT_PIPELINE",

@@ -202,7 +202,9 @@ def test_unrolled_pointwise_guards_each_chunk_and_keeps_vectors(tmp_path: Path) 
 
 
 def test_very_long_rows_are_re_read(tmp_path: Path) -> None:
-    (ptx,) = ptx_of(lambda x: x.sum(-1), (_x(2, 65536),), tmp_path)
+    # 48K elements a row: longer than a block keeps in registers (1024 threads x 32), shorter
+    # than split-reductions' min-length (65536), which would make it two stages of short rows.
+    (ptx,) = ptx_of(lambda x: x.sum(-1), (_x(2, 49152),), tmp_path)
     assert LaunchShape.from_ptx(ptx).strategy == "rows"
     assert ptx.count("ld.global") < 8
 

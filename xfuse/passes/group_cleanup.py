@@ -7,7 +7,10 @@ subexpressions are eliminated (a producer recomputed into several readers that l
 one group is computed once), and dead ops are removed. At the boundary: outputs nothing reads
 and duplicate outputs are dropped, an output that only passes an input through is replaced by
 that input, unused and duplicate inputs are dropped, and a group whose results are all unused
-is erased.
+is erased. An input that the group reads only through `graph.reshape`s to one shape is reshaped
+outside instead (the runtime's reshape is a view): the kernel then indexes the buffer in that
+shape, e.g. a row loop of a split reduction reads its row's elements at (row, i), which is what
+`gpu-map-parallel` maps onto the `rows` strategy.
 
 Sharing one tensor between two outputs (pooling, CSE, duplicate outputs) is only safe when no
 op may write memory: in a function holding an in-place `torch_call` (or any op that may
@@ -120,8 +123,44 @@ def merge_duplicate_inputs(group: GroupOp) -> None:
             arg_of[outer] = arg
 
 
+def _reshaped_input_shape(arg: BlockArgument) -> tuple[int, ...] | None:
+    """The one shape every use of `arg` reshapes it to, if all its uses are reshapes."""
+    shapes = {
+        graph.shape_of(use.operation.results[0])
+        if isinstance(use.operation, graph.ReshapeOp)
+        else None
+        for use in arg.uses
+    }
+    if len(shapes) != 1:
+        return None
+    return shapes.pop()
+
+
+def hoist_input_reshapes(group: GroupOp) -> None:
+    """An input read only through reshapes to one shape is reshaped before the group."""
+    block = group.block
+    for i, (outer, arg) in enumerate(list(zip(group.inputs, block.args, strict=True))):
+        shape = _reshaped_input_shape(arg)
+        if shape is None:
+            continue
+        view = graph.ReshapeOp(outer, shape)
+        parent = group.parent_block()
+        assert parent is not None
+        parent.insert_op_before(view, group)
+        new_arg = block.insert_arg(view.result.type, i)
+        for use in list(arg.uses):
+            reshape = use.operation
+            reshape.results[0].replace_all_uses_with(new_arg)
+            reshape.detach()
+            reshape.erase()
+        block.erase_arg(arg)
+        group.operands = [*group.operands[:i], view.result, *group.operands[i + 1 :]]
+
+
 def clean_group(group: GroupOp, *, share: bool) -> GroupOp | None:
     merge_duplicate_inputs(group)
+    if share:
+        hoist_input_reshapes(group)
     if share:
         pool_constants(group.block)
         cse(group.body)
