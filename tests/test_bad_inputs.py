@@ -14,7 +14,9 @@ import torch
 
 import xfuse
 from xfuse.cli.opt import main as opt_main
-from xfuse.pipeline import PipelineError
+from xfuse.passes.fuse_greedy import FuseGreedyPass
+from xfuse.passes.fuse_scored import FuseScoredPass
+from xfuse.pipeline import Pipeline, PipelineError
 from xfuse.runtime.errors import (
     ExportError,
     FallbackWarning,
@@ -109,8 +111,25 @@ def test_opt_on_a_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
         (",,", "Expected pass name here"),
         ("fuse-greedy{arg-limit=3", "Malformed pass arguments"),
         ("fuse-greedy{arg-limit=abc}", "expected <class 'int'>"),
-        ("fuse-greedy{fusable=1}", "pass 'fuse-greedy'"),
+        ("fuse-greedy{fusable=1}", "option 'fusable' is a Python callable and has no textual"),
         ("fuse-scored{max-fusions=x}", "expected <class 'int'>"),
+        ("fuse-scored{window=-1}", "pass 'fuse-scored': option 'window' must be a positive"),
+        ("fuse-scored{window=0}", "option 'window' must be a positive integer, found 0"),
+        ("fuse-scored{max-rounds=-1}", "option 'max-rounds' must be a non-negative integer"),
+        ("fuse-scored{arg-limit=0}", "option 'arg-limit' must be a positive integer"),
+        ("fuse-scored{max-group-size=-5}", "option 'max-group-size' must be a positive"),
+        (
+            "fuse-scored{max-fusions=-2}",
+            "option 'max-fusions' must be a non-negative integer, or -1",
+        ),
+        ("fuse-greedy{arg-limit=-1}", "pass 'fuse-greedy': option 'arg-limit' must be a positive"),
+        ("split-reductions{min-length=0}", "option 'min-length' must be a positive integer"),
+        ("split-reductions{min-length=true}", "option 'min-length' must be an integer, found true"),
+        ("gpu-map-parallel{block-size=2048}", "option 'block-size' must be an integer from 1 to"),
+        ("gpu-map-parallel{row-threads=96}", "option 'row-threads' must be 0 (automatic) or a"),
+        ("gpu-map-parallel{unroll=0}", "option 'unroll' must be a positive integer"),
+        ("lower-to-llvm", "the input has 1 op it cannot lower (graph.exp): not loop IR yet"),
+        ("decompose,fuse-scored,lower-to-llvm", "1 op it cannot lower (graph.exp)"),
     ],
 )
 def test_opt_on_bad_pipelines(
@@ -120,6 +139,48 @@ def test_opt_on_bad_pipelines(
     path.write_text(GOOD)
     status, _, err = run_opt(capsys, str(path), "-p", spec)
     assert_one_clear_line(status, err, expected)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "fuse-scored{max-fusions=-1 max-rounds=0}",
+        "fuse-greedy{max-fusions=-1}",
+        "gpu-map-parallel{row-threads=0},gpu-map-parallel{row-threads=256 block-size=1024}",
+        "lower-to-loops,lower-to-llvm",
+    ],
+)
+def test_opt_accepts_option_values_at_their_limits(
+    spec: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "good.mlir"
+    path.write_text(GOOD)
+    status, _, err = run_opt(capsys, str(path), "-p", spec)
+    assert status == 0, err
+
+
+def test_a_non_callable_fusability_predicate_is_refused_in_one_line() -> None:
+    with pytest.raises(PipelineError) as caught:
+        Pipeline((FuseGreedyPass(fusable=1),))  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert message == (
+        "pass 'fuse-greedy': option 'fusable' must be a callable (an op -> bool predicate) "
+        "or None, found int 1"
+    )
+    Pipeline((FuseGreedyPass(fusable=lambda op: True),))  # a callable is fine
+
+
+def test_out_of_range_options_made_in_python_are_refused_by_the_pipeline() -> None:
+    with pytest.raises(PipelineError, match="option 'window' must be a positive integer"):
+        Pipeline((FuseScoredPass(window=-1),))
+    with pytest.raises(PipelineError, match="option 'window' must be a positive integer"):
+        xfuse.pipeline("fuse-scored{window=-1}")
+
+
+def test_compile_with_a_bad_pipeline_option_is_refused() -> None:
+    x = torch.randn(4)
+    with pytest.raises(PipelineError, match="option 'max-rounds' must be a non-negative"):
+        xfuse.compile(relu2, (x,), pipeline="decompose,fuse-scored{max-rounds=-3}")
 
 
 def test_opt_on_an_unknown_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ Pass pipelines from text, the same syntax as `xfuse-opt -p`:
 
 Pass names are xfuse's passes (`xfuse.passes.available_passes()`) and every pass xDSL
 registers (`canonicalize`, `cse`, ...). Errors are `PipelineError`s with one-line messages:
-an unknown pass or option when the pipeline is built, `InvalidIRError` (naming the pass that
+an unknown pass or option, or an option value the pass cannot use (`OPTION_RULES`: e.g.
+`fuse-scored{window=-1}`), when the pipeline is built, `InvalidIRError` (naming the pass that
 produced the invalid IR and the op that does not verify) when it runs.
 
 Import names from this module with `from xfuse.pipeline import Pipeline`: the package attribute
@@ -98,12 +99,102 @@ def _option_names(pass_class: type[ModulePass]) -> list[str]:
 
 def _check_options(pass_class: type[ModulePass], spec: ArgSpec) -> None:
     known = _option_names(pass_class)
+    callables = _callable_options(pass_class)
     for option in spec.normalize_parameter_names().parameters:
-        if option.replace("_", "-") not in known:
+        name = option.replace("_", "-")
+        if name not in known:
             raise PipelineError(
                 f"pass '{spec.name}' has no option '{option}' "
                 f"(its options: {', '.join(known) or 'none'})"
             )
+        if name in callables:
+            raise PipelineError(
+                f"pass '{spec.name}': option '{name}' is a Python callable and has no textual "
+                f"form (give it from Python: {pass_class.__name__}({name.replace('-', '_')}=...))"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Option values
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptionRule:
+    """The integer values a pass option accepts, and how an error message describes them."""
+
+    accepts: Callable[[int], bool]
+    expected: str
+
+
+POSITIVE = OptionRule(lambda v: v >= 1, "a positive integer")
+NON_NEGATIVE = OptionRule(lambda v: v >= 0, "a non-negative integer")
+LIMIT_OR_ALL = OptionRule(lambda v: v >= -1, "a non-negative integer, or -1 for no limit")
+BLOCK_THREADS = OptionRule(lambda v: 1 <= v <= 1024, "an integer from 1 to 1024")
+ROW_THREADS = OptionRule(
+    lambda v: v == 0 or (64 <= v <= 1024 and v & (v - 1) == 0),
+    "0 (automatic) or a power of two from 64 to 1024",
+)
+
+OPTION_RULES: dict[str, dict[str, OptionRule]] = {
+    "fuse-scored": {
+        "window": POSITIVE,
+        "max_rounds": NON_NEGATIVE,
+        "arg_limit": POSITIVE,
+        "max_group_size": POSITIVE,
+        "max_fusions": LIMIT_OR_ALL,
+    },
+    "fuse-greedy": {"arg_limit": POSITIVE, "max_fusions": LIMIT_OR_ALL},
+    "gpu-map-parallel": {
+        "block_size": BLOCK_THREADS,
+        "rows_block": BLOCK_THREADS,
+        "max_cached": POSITIVE,
+        "unroll": POSITIVE,
+        "row_threads": ROW_THREADS,
+    },
+    "split-reductions": {"min_length": POSITIVE},
+}
+"""Pass name -> option (field name) -> the values it accepts. Integer options not listed accept
+any integer."""
+
+
+def _annotation(f: dataclasses.Field[object]) -> str:
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
+def _callable_options(pass_class: type[ModulePass]) -> set[str]:
+    return {
+        f.name.replace("_", "-")
+        for f in dataclasses.fields(pass_class)
+        if f.init and "Callable" in _annotation(f)
+    }
+
+
+def check_pass_options(module_pass: ModulePass) -> None:
+    """Raise `PipelineError` (one line naming the pass and the option) for an option value the
+    pass cannot use: an integer out of its range (`OPTION_RULES`), a bool where an integer is
+    expected, or a non-callable where a callable is."""
+    rules = OPTION_RULES.get(module_pass.name, {})
+    for f in dataclasses.fields(module_pass):
+        if not f.init:
+            continue
+        value = getattr(module_pass, f.name)
+        option = f.name.replace("_", "-")
+        where = f"pass '{module_pass.name}': option '{option}'"
+        annotation = _annotation(f)
+        if "Callable" in annotation:
+            if value is not None and not callable(value):
+                raise PipelineError(
+                    f"{where} must be a callable (an op -> bool predicate) or None, "
+                    f"found {type(value).__name__} {value!r}"
+                )
+        elif annotation == "int":
+            rule = rules.get(f.name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                shown = str(value).lower() if isinstance(value, bool) else repr(value)
+                raise PipelineError(f"{where} must be an integer, found {shown}")
+            if rule is not None and not rule.accepts(value):
+                raise PipelineError(f"{where} must be {rule.expected}, found {value}")
 
 
 def _spec_syntax_message(error: ArgSpecParseError, spec: str) -> str:
@@ -128,9 +219,11 @@ def parse_passes(spec: str, available: PassFactories | None = None) -> tuple[Mod
         pass_class = available[pass_spec.name]()
         _check_options(pass_class, pass_spec)
         try:
-            passes.append(pass_class.from_pass_spec(pass_spec))
+            module_pass = pass_class.from_pass_spec(pass_spec)
         except (ValueError, TypeError) as e:
             raise PipelineError(f"pass '{pass_spec.name}': {e}") from None
+        check_pass_options(module_pass)
+        passes.append(module_pass)
     return tuple(passes)
 
 
@@ -177,6 +270,11 @@ class Pipeline:
     locate: OpLocator = file_line_col
     observer: PassObserver | None = None
     ctx: Context = field(default_factory=make_context, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Passes made in Python (not parsed from text) get the same option checks.
+        for module_pass in self.passes:
+            check_pass_options(module_pass)
 
     def apply(self, module: ModuleOp) -> ModuleOp:
         self._between(None, module, self.passes[0] if self.passes else None)

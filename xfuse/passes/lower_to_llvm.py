@@ -2,7 +2,8 @@
 `lower-to-llvm{target=cpu}`: xfuse's kernels (loop IR, docs/contracts.md) to the `llvm` dialect.
 
 Only functions carrying `xfuse.kernel` are lowered; `@forward` stays as it is (the runtime
-interprets it). For each kernel:
+interprets it). Input that is not loop IR yet (a `fusion.group`, or a graph op that
+lower-to-loops would make a kernel of) is an error, not silently left alone. For each kernel:
 
 1. the target's preparation. cpu: the outermost dimension of the kernel's `scf.parallel` runs
    over new leading arguments `[lo, hi)` so that a thread pool can split it, the other parallel
@@ -58,6 +59,7 @@ from xdsl.transforms.convert_scf_to_cf import ForLowering, IfLowering, SwitchLow
 from xdsl.transforms.reconcile_unrealized_casts import reconcile_unrealized_casts
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 
+from xfuse.dialects import fusion
 from xfuse.passes.convert_arith_to_llvm import convert_arith_ops, lower_before_type_conversion
 from xfuse.passes.convert_cf_to_llvm import convert_cf_ops
 from xfuse.passes.convert_func_to_llvm import (
@@ -69,6 +71,7 @@ from xfuse.passes.convert_func_to_llvm import (
 from xfuse.passes.convert_math_to_llvm import convert_math_ops
 from xfuse.passes.convert_memref_to_llvm import convert_memref_ops
 from xfuse.passes.expand_math import expand_math
+from xfuse.passes.lower_to_loops import CODEGEN_ERROR_ATTR, is_lone_kernel_op
 
 RANGE_ARGS_ATTR = "xfuse.range_args"
 """Set on a kernel whose first two arguments are the `[lo, hi)` range of its parallel loop."""
@@ -483,4 +486,36 @@ class LowerToLLVMPass(ModulePass):
     """Allow LLVM to contract a*b+c into FMAs."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        check_lowered_to_loops(op)
         lower_kernels_to_llvm(op, self.target, contract=self.contract)
+
+
+def ops_needing_loops(module: ModuleOp) -> list[Operation]:
+    """Ops outside kernels that lower-to-loops would have made kernels of: fusion groups and
+    lone non-extern graph ops (those it left in place, with `xfuse.codegen_error`, excepted)."""
+    found: list[Operation] = []
+    for f in module.ops:
+        if not isinstance(f, func.FuncOp) or KERNEL_ATTR in f.attributes or not f.body.blocks:
+            continue
+        for op in f.body.block.ops:
+            if CODEGEN_ERROR_ATTR in op.attributes:
+                continue
+            if isinstance(op, fusion.GroupOp) or (
+                op.dialect_name() == "graph" and is_lone_kernel_op(op)
+            ):
+                found.append(op)
+    return found
+
+
+def check_lowered_to_loops(module: ModuleOp) -> None:
+    """Fail (one line) on input that is not loop IR yet, instead of silently lowering nothing:
+    `lower-to-llvm` lowers kernels, which `lower-to-loops` makes."""
+    pending = ops_needing_loops(module)
+    if not pending:
+        return
+    names = sorted({op.name for op in pending})
+    count = f"{len(pending)} op{'s' if len(pending) > 1 else ''}"
+    raise PassFailedException(
+        f"the input has {count} it cannot lower ({', '.join(names)}): "
+        "not loop IR yet; run lower-to-loops first"
+    )
