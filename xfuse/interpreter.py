@@ -8,11 +8,11 @@ being obviously right over being fast: each op is one torch call, written as a t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IntegerAttr, ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse import dtypes
@@ -20,6 +20,7 @@ from xfuse.dialects import fusion, graph
 from xfuse.dialects.torch_args import decode_args
 
 Tensor = torch.Tensor
+_T = TypeVar("_T")
 
 
 class InterpretError(RuntimeError):
@@ -108,8 +109,14 @@ def constant_tensor(attr: DenseIntOrFPElementsAttr) -> Tensor:  # pyright: ignor
     values = attr.get_values()
     shape = tuple(t.get_shape())
     if len(values) == 1:
-        return torch.full(shape, values[0], dtype=dtype)
+        # Graph constants are real: no (re, im) tuples among the values.
+        return torch.full(shape, cast(float, values[0]), dtype=dtype)
     return torch.tensor(list(values), dtype=dtype).reshape(shape)
+
+
+def _dim(op: Operation) -> int:
+    """The `dim` property of a softmax-like op (an i64 IntegerAttr)."""
+    return cast(IntegerAttr, op.properties["dim"]).value.data
 
 
 def _linear(op: Operation, xs: list[Tensor]) -> Tensor:
@@ -208,10 +215,8 @@ OP_IMPLS: dict[str, Callable[[Operation, list[Tensor]], Tensor | tuple[Tensor, .
     "graph.linear": _linear,
     "graph.torch_call": _torch_call,
     "graph.constant": _constant,
-    "graph.softmax": lambda op, xs: torch.softmax(xs[0], dim=op.properties["dim"].value.data),  # pyright: ignore
-    "graph.log_softmax": lambda op, xs: torch.log_softmax(
-        xs[0], dim=op.properties["dim"].value.data
-    ),  # pyright: ignore
+    "graph.softmax": lambda op, xs: torch.softmax(xs[0], dim=_dim(op)),
+    "graph.log_softmax": lambda op, xs: torch.log_softmax(xs[0], dim=_dim(op)),
     "graph.layer_norm": _layer_norm,
     "graph.rms_norm": _rms_norm,
     "graph.gelu": _gelu,
@@ -284,20 +289,21 @@ def interpret(
 
 
 def bind_arguments(
-    f: func.FuncOp, inputs: Sequence[Tensor], params: Mapping[str, Tensor]
-) -> list[Tensor]:
+    f: func.FuncOp, inputs: Sequence[_T], params: Mapping[str, Tensor]
+) -> list[_T | Tensor]:
     """Arguments in order: user inputs positionally, parameters and buffers by their names
-    (the `graph.param` argument attribute the importer sets)."""
-    out: list[Tensor] = []
+    (the `graph.param` argument attribute the importer sets). The inputs may stand for
+    tensors (the importer's binder plans with input positions)."""
+    out: list[_T | Tensor] = []
     user = iter(inputs)
     arg_attrs = f.arg_attrs.data if f.arg_attrs is not None else [None] * len(f.body.block.args)
     for i, attrs in enumerate(arg_attrs):
         name = attrs.data.get("graph.param") if attrs is not None else None
         if name is not None:
-            key = name.data  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+            key = cast(StringAttr, name).data  # the importer sets graph.param as a string
             if key not in params:
                 raise InterpretError(f"no value for parameter '{key}' (argument {i})")
-            out.append(params[key])  # pyright: ignore[reportUnknownArgumentType]
+            out.append(params[key])
         else:
             try:
                 out.append(next(user))

@@ -40,8 +40,9 @@ def _read_hex_float_elements() -> None:
             return next(type.iter_unpack(raw))
         return original(self, parser, type)
 
-    to_type.xfuse_hex_floats = True  # pyright: ignore[reportFunctionMemberAccess]
-    element.to_type = to_type  # pyright: ignore[reportAttributeAccessIssue]
+    # A marker on the function and a monkeypatched method: deliberate, so unchecked.
+    to_type.xfuse_hex_floats = True  # type: ignore[attr-defined]  # pyright: ignore[reportFunctionMemberAccess]
+    element.to_type = to_type  # type: ignore[method-assign]  # pyright: ignore[reportAttributeAccessIssue]
 
 
 _read_hex_float_elements()

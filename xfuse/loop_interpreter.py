@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -55,7 +55,8 @@ def bf16_round(x: Any) -> np.float32:
         return np.float32("nan")
     bits = int(np.array(x).view(np.uint32))
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000) & 0xFFFFFFFF
-    return np.array(bits, dtype=np.uint32).view(np.float32)[()]
+    # [()] of a 0-d array is its scalar; numpy's stubs type it as an array.
+    return cast(np.float32, np.array(bits, dtype=np.uint32).view(np.float32)[()])
 
 
 def round_float(t: Attribute, x: Any) -> Any:
@@ -164,7 +165,9 @@ def _float_math(fn: Callable[[np.float64], Any]) -> Callable[[Operation, list[An
     return lambda op, xs: round_float(_result_type(op), fn(np.float64(xs[0])))
 
 
-def _int_binary(fn: Callable[[int, int], int], view: Callable[[Attribute, int], int] = signed):
+def _int_binary(
+    fn: Callable[[int, int], int], view: Callable[[Attribute, int], int] = signed
+) -> Callable[[Operation, list[Any]], int]:
     def run(op: Operation, xs: list[Any]) -> int:
         t = _result_type(op)
         return wrap(t, fn(view(t, xs[0]), view(t, xs[1])))
@@ -381,7 +384,7 @@ def from_buffer(array: np.ndarray, like: Tensor) -> Tensor:
 
 def stored_args(kernel: func.FuncOp) -> set[int]:
     """Argument numbers of the buffers the kernel writes."""
-    args = list(kernel.body.block.args)
+    args: list[SSAValue] = list(kernel.body.block.args)
     return {
         args.index(op.memref)
         for op in kernel.walk()

@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 
 from xfuse.dialects import graph
@@ -55,7 +55,7 @@ def index_ops(module: ModuleOp) -> dict[str, Operation]:
         block = f.body.block
         for value, label in ssa_labels(block).items():
             owner = value.owner
-            if isinstance(owner, Block) or value.index != 0:  # pyright: ignore[reportAttributeAccessIssue]
+            if isinstance(owner, Block) or cast(OpResult, value).index != 0:
                 continue
             target = index if owner.parent is block else nested
             target.setdefault(f"{label} {owner.name}", owner)
@@ -410,10 +410,10 @@ class DotWriter:
         if isinstance(owner, Block):
             group = owner.parent_op()
             if isinstance(group, GroupOp):
-                return self.source(group.inputs[value.index])  # pyright: ignore[reportAttributeAccessIssue]
+                return self.source(group.inputs[cast(BlockArgument, value).index])
             return value if self.show_params or not is_param(value) else None
         if isinstance(owner, GroupOp):
-            return self.source(owner.yield_op.values[value.index])  # pyright: ignore[reportAttributeAccessIssue]
+            return self.source(owner.yield_op.values[cast(OpResult, value).index])
         if is_inlinable_constant(value):
             return None
         return owner
@@ -515,7 +515,7 @@ def is_param(value: SSAValue) -> bool:
 def arg_attrs(f: func.FuncOp, arg: SSAValue) -> dict[str, Attribute]:
     if f.arg_attrs is None:
         return {}
-    attrs_of_arg = f.arg_attrs.data[arg.index]  # pyright: ignore[reportAttributeAccessIssue]
+    attrs_of_arg = f.arg_attrs.data[cast(BlockArgument, arg).index]  # arg is one of f's
     return dict(attrs_of_arg.data)
 
 

@@ -57,7 +57,7 @@ class CPUKernel:
     name: str
     extent: int
     arity: int
-    function: ctypes._CFuncPtr
+    function: ctypes._CFuncPtr  # type: ignore[name-defined]  # typeshed keeps ctypes's name private
     engine: llvm.ExecutionEngine
     pool: RangePool
 

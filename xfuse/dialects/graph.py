@@ -13,7 +13,7 @@ promote), comparisons yield `i1`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from xdsl.dialects.builtin import (
     I64,
@@ -222,8 +222,8 @@ def _check_result_shape(op: Operation, expected: Sequence[int]) -> None:
         )
 
 
-def _ints(attr: DenseArrayBase) -> tuple[int, ...]:  # pyright: ignore[reportMissingTypeArgument]
-    return tuple(int(x) for x in attr.get_values())  # pyright: ignore[reportUnknownArgumentType]
+def _ints(attr: DenseArrayBase[IntegerType]) -> tuple[int, ...]:
+    return tuple(int(x) for x in attr.get_values())
 
 
 def _i64_array(values: Sequence[int]) -> DenseArrayBase:  # pyright: ignore[reportMissingTypeArgument]
@@ -1100,10 +1100,15 @@ class ConstantOp(IRDLOperation):
     def scalar(
         value: float | int | bool, dtype: Attribute, shape: Sequence[int] = ()
     ) -> ConstantOp:
-        t = TensorType(dtype, shape)
-        if is_float(dtype):
-            return ConstantOp(DenseIntOrFPElementsAttr.from_list(t, [float(value)]))
-        return ConstantOp(DenseIntOrFPElementsAttr.from_list(t, [int(value)]))
+        if isinstance(dtype, FLOAT_TYPES):  # is_float(dtype), narrowed for the checker
+            return ConstantOp(
+                DenseIntOrFPElementsAttr.from_list(TensorType(dtype, shape), [float(value)])
+            )
+        # Every other graph element type is a signless integer (i1, i32, i64).
+        int_type = cast(IntegerType, dtype)
+        return ConstantOp(
+            DenseIntOrFPElementsAttr.from_list(TensorType(int_type, shape), [int(value)])
+        )
 
     def verify_(self) -> None:
         _check_tensor(self.result, "result")

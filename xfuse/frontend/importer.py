@@ -70,7 +70,7 @@ class ImportedProgram:
         """`arguments` for calls with `arity` positional tensors, planned once (no pytree, no
         attribute lookups per call): the call path of a compiled program."""
         positions = [i for i in range(arity) if i not in self.constant_inputs]
-        plan: list[int | torch.Tensor] = bind_arguments(self.function, positions, self.params)  # pyright: ignore[reportArgumentType, reportAssignmentType]
+        plan = bind_arguments(self.function, positions, self.params)
 
         def bind(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             return [p if isinstance(p, torch.Tensor) else inputs[p] for p in plan]
@@ -94,15 +94,24 @@ def import_module(
     try:
         program = torch.export.export(model, example_inputs, kwargs, strict=False)
     except Exception as e:  # export's own errors are long; keep the first line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnsupportedProgram(f"torch.export failed: {first}") from e
+        raise UnsupportedProgram(f"torch.export failed: {_first_line(e)}") from e
     return import_program(program)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def import_program(program: ExportedProgram) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps)."""
     if needs_decomposition(program):
-        program = program.run_decompositions(decomposition_table())
+        try:
+            program = program.run_decompositions(decomposition_table())
+        except Exception as e:  # torch's own limits (e.g. in-place ops on expanded bool views)
+            raise UnsupportedProgram(
+                f"torch.export failed while decomposing: {_first_line(e)}"
+            ) from e
     return Importer(program).run()
 
 
@@ -141,7 +150,8 @@ def wrap_function(fn: Callable[..., Any]) -> torch.nn.Module:
         return self.fn(*args, **kwargs)
 
     this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-    forward.__signature__ = signature.replace(  # pyright: ignore[reportFunctionMemberAccess]
+    # inspect.signature honours a function's __signature__, which typeshed does not declare.
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]  # pyright: ignore[reportFunctionMemberAccess]
         parameters=[this, *signature.parameters.values()]
     )
     named = type(FunctionModule.__name__, (FunctionModule,), {"forward": forward})
@@ -289,7 +299,8 @@ def convert_node(lowering: Lowering, node: torch.fx.Node) -> Value:
 
 def select_output(lowering: Lowering, node: torch.fx.Node) -> Value:
     source, index = node.args
-    values = lowering.values.get(source)  # pyright: ignore[reportArgumentType]
+    # torch.fx types getitem's source as any Argument; a non-Node source finds None.
+    values = lowering.values.get(source)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     if not isinstance(values, list) or not isinstance(index, int):
         raise node_error(node, "getitem of a value that is not a list of tensors")
     return values[index]

@@ -63,7 +63,8 @@ def out_type(node: torch.fx.Node) -> TensorType[Attribute]:
 def used_outputs(node: torch.fx.Node) -> set[int]:
     """Indices of a multi-output node's results that some node reads (through getitem)."""
     return {
-        int(user.args[1])  # pyright: ignore[reportArgumentType]
+        # getitem's index is an int; torch.fx types node arguments as any Argument.
+        int(user.args[1])  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
         for user in node.users
         if user.target is operator.getitem and user.users
     }
@@ -71,7 +72,8 @@ def used_outputs(node: torch.fx.Node) -> set[int]:
 
 def bind(node: torch.fx.Node) -> dict[str, Any]:
     """The node's arguments by schema name, defaults filled in."""
-    schema = node.target._schema  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    # The target is an aten OpOverload; torch.fx types it as a callable or a string.
+    schema = node.target._schema  # type: ignore[union-attr]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
     bound: dict[str, Any] = {}
     for i, arg in enumerate(schema.arguments):  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
         if i < len(node.args) and not arg.kwarg_only:

@@ -32,9 +32,13 @@ def _discover() -> dict[str, type[ModulePass]]:
     return found
 
 
+def _factory(cls: type[ModulePass]) -> Callable[[], type[ModulePass]]:
+    return lambda: cls
+
+
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Pass name -> factory of the pass class (the form xDSL's tools expect)."""
-    return {name: (lambda cls=cls: cls) for name, cls in _discover().items()}
+    return {name: _factory(cls) for name, cls in _discover().items()}
 
 
 def __getattr__(attr: str) -> Any:

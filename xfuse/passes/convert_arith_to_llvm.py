@@ -112,7 +112,7 @@ class ExpandBF16Conversion(RewritePattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if isinstance(op, arith.ExtFOp) and isinstance(op.input.type, BFloat16Type):
-            bits = rewriter.insert(arith.BitcastOp(op.input, i16)).result
+            bits: SSAValue = rewriter.insert(arith.BitcastOp(op.input, i16)).result
             value = _bf16_bits_to_f32(rewriter, bits)
             if not isinstance(op.result.type, Float32Type):
                 value = rewriter.insert(arith.ExtFOp(value, op.result.type)).result
@@ -215,7 +215,8 @@ def call_intrinsic(
 
 
 def _int_constant(rewriter: PatternRewriter, value: int, t: Attribute) -> SSAValue:
-    return rewriter.insert(llvm.ConstantOp(IntegerAttr(value, t), t)).result
+    # t is an integer type, the type parameter xDSL's IntegerAttr wants.
+    return rewriter.insert(llvm.ConstantOp(IntegerAttr(value, t), t)).result  # type: ignore[call-overload]
 
 
 def _convert_cast(op: Operation, rewriter: PatternRewriter) -> SSAValue | None:

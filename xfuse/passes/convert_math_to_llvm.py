@@ -102,7 +102,9 @@ class ConvertMathOp(RewritePattern):
             )
         if kind is math.RsqrtOp:
             root = call_intrinsic(rewriter, "llvm.sqrt", [op.operands[0]], result_type)
-            one = rewriter.insert(llvm.ConstantOp(FloatAttr(1.0, result_type), result_type))
+            # rsqrt's result type is a float type, the type parameter xDSL's FloatAttr wants.
+            one_attr = FloatAttr(1.0, result_type)  # type: ignore[call-overload]
+            one = rewriter.insert(llvm.ConstantOp(one_attr, result_type))
             return rewriter.insert(llvm.FDivOp(one.result, root)).res
         if kind in LIBM_FUNCTIONS:
             return _call_libm(op, rewriter, LIBM_FUNCTIONS[kind])

@@ -29,8 +29,10 @@ from xdsl.context import Context
 from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import (
     Float32Type,
+    Float64Type,
     FloatAttr,
     IntegerAttr,
+    IntegerType,
     ModuleOp,
     f32,
     f64,
@@ -38,7 +40,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.utils.fast_math import FastMathFlag
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern
 
@@ -50,18 +52,18 @@ class _Builder:
     """Inserts arith ops before the op being expanded; floats are f32 unless told otherwise."""
 
     rewriter: PatternRewriter
-    t: Attribute = f32
+    t: Float32Type | Float64Type = f32
 
     def _emit(self, op: Operation) -> SSAValue:
         return self.rewriter.insert(op).results[0]
 
-    def at(self, t: Attribute) -> _Builder:
+    def at(self, t: Float32Type | Float64Type) -> _Builder:
         return _Builder(self.rewriter, t)
 
     def c(self, value: float) -> SSAValue:
         return self._emit(arith.ConstantOp(FloatAttr(value, self.t)))
 
-    def ci(self, value: int, t: Attribute = i32) -> SSAValue:
+    def ci(self, value: int, t: IntegerType = i32) -> SSAValue:
         return self._emit(arith.ConstantOp(IntegerAttr(value, t)))
 
     def add(self, a: SSAValue, b: SSAValue) -> SSAValue:

@@ -93,10 +93,12 @@ class _Emit:
 
     def const(self, value: int, t: Attribute | None = None) -> SSAValue:
         t = self.int_type if t is None else t
-        return self.op(arith.ConstantOp(IntegerAttr(value, t)))
+        # xDSL types the attribute by its element type, which t (an int or index type) is.
+        return self.op(arith.ConstantOp(IntegerAttr(value, t)))  # type: ignore[call-overload]
 
     def float_const(self, value: float, t: Attribute) -> SSAValue:
-        return self.op(arith.ConstantOp(FloatAttr(value, t)))
+        # Likewise for t, a float type.
+        return self.op(arith.ConstantOp(FloatAttr(value, t)))  # type: ignore[call-overload]
 
     def sreg32(self, name: str) -> SSAValue:
         return self.op(llvm.CallIntrinsicOp(f"llvm.nvvm.read.ptx.sreg.{name}", [], [i32]))
@@ -222,7 +224,8 @@ class _Reduction:
     type: Attribute
 
     def combine(self, e: _Emit, a: SSAValue, b: SSAValue) -> SSAValue:
-        return e.op(self.combiner(a, b))  # type: ignore[call-arg]
+        # combiner is a binary arith op class, built from (lhs, rhs) unlike Operation itself.
+        return e.op(self.combiner(a, b))  # type: ignore[call-arg, arg-type]
 
     def identity(self, e: _Emit) -> SSAValue:
         value = _COMBINERS[self.combiner](self.type)
@@ -342,8 +345,8 @@ class _Cloner:
     loads: dict[tuple[SSAValue, ...], SSAValue] = field(default_factory=dict)
     marks: dict[Operation, dict[str, Attribute]] = field(default_factory=dict)
     """Attributes for the clones of some ops (vector lanes)."""
-    row_positions: dict[int, tuple[SSAValue, SSAValue | None]] = field(default_factory=dict)
-    """k -> (column of this thread's k-th element, whether it is inside the row): shared by
+    row_positions: dict[int, tuple[list[SSAValue], SSAValue | None]] = field(default_factory=dict)
+    """k -> (columns of this thread's k-th chunk, whether it is inside the row): shared by
     all loops of a row so that their loads of one element are one load."""
 
     def clone(self, op: Operation, store_guard: SSAValue | None) -> None:
@@ -352,15 +355,15 @@ class _Cloner:
             if key in self.loads:
                 self.mapper[op.res] = self.loads[key]
                 return
-            new = self.e.builder.insert(op.clone(self.mapper))
-            self._annotate(op, new)
-            self.loads[key] = new.res
+            load = self.e.builder.insert(op.clone(self.mapper))
+            self._annotate(op, load)
+            self.loads[key] = load.res
             return
         if isinstance(op, memref.StoreOp) and store_guard is not None:
             then = Block()
-            new = op.clone(self.mapper)
-            then.add_ops([new, scf.YieldOp()])
-            self._annotate(op, new)
+            store = op.clone(self.mapper)
+            then.add_ops([store, scf.YieldOp()])
+            self._annotate(op, store)
             self.e.builder.insert(scf.IfOp(store_guard, [], [then]))
             return
         new = self.e.builder.insert(op.clone(self.mapper))
@@ -441,7 +444,7 @@ def _map_grid_stride(
     # Lanes are cloned op by op (all lanes' loads first, their stores last) so that a lane's
     # accesses share a basic block with the others' even where math adds branches.
     chunks: list[tuple[list[_Cloner], SSAValue | None]] = []
-    position = loop_body.args[0]
+    position: SSAValue = loop_body.args[0]
     for chunk in range(unroll):
         guard: SSAValue | None = None
         if chunk > 0:
@@ -602,14 +605,15 @@ def _hoist_row_invariant_divisions(loops: Sequence[scf.ForOp]) -> None:
     for loop in loops:
         body = loop.body.block
         for op in list(body.ops):
-            if not isinstance(op, arith.DivfOp) or op.rhs.type.bitwidth < 32:  # type: ignore[union-attr]
+            # A divf of these loops is scalar: its operand type is a float type, with a bitwidth.
+            if not isinstance(op, arith.DivfOp) or op.rhs.type.bitwidth < 32:  # type: ignore[attr-defined]
                 continue
             divisor = op.rhs
             owner = divisor.owner
             inside = owner.parent_block() is body if isinstance(owner, Operation) else owner is body
             if inside:
                 continue
-            one = arith.ConstantOp(FloatAttr(1.0, divisor.type))  # type: ignore[arg-type]
+            one = arith.ConstantOp(FloatAttr(1.0, divisor.type))  # type: ignore[call-overload]
             reciprocal = arith.DivfOp(one.result, divisor)
             Builder(InsertPoint.before(loop)).insert(one)
             Builder(InsertPoint.before(loop)).insert(reciprocal)

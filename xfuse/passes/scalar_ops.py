@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import (
+    AnyFloat,
     BFloat16Type,
     Float16Type,
     Float64Type,
@@ -209,7 +210,7 @@ def emit_cast(b: ScalarBuilder, x: SSAValue, src: Attribute, dst: Attribute) -> 
             return b.insert(arith.FPToSIOp(x, dst))
         return _float_to_float(b, x, src, dst)
     if is_float(dst):
-        wide = compute_type(dst)
+        wide = cast(AnyFloat, compute_type(dst))  # dst is a float type, and so is wide
         convert = arith.UIToFPOp if src == i1 else arith.SIToFPOp
         return from_compute(b, b.insert(convert(x, wide)), dst)
     assert isinstance(src, IntegerType) and isinstance(dst, IntegerType)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -77,25 +77,26 @@ def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> l
     for step, releases, drops in zip(
         program.steps, program.release_after, program.drop_after, strict=True
     ):
-        ins = [env[s] for s in step.inputs]
+        # A step's inputs are set (by the arguments, constants or earlier steps) before it runs.
+        ins = cast("list[Tensor]", [env[s] for s in step.inputs])
         if PROFILE is None:
-            outs = step.run(ins, pool.allocate)  # pyright: ignore[reportArgumentType]
+            outs = step.run(ins, pool.allocate)
         else:
             start = time.perf_counter()
-            outs = step.run(ins, pool.allocate)  # pyright: ignore[reportArgumentType]
+            outs = step.run(ins, pool.allocate)
             PROFILE.add(program, step.label, time.perf_counter() - start)
         for slot, value in zip(step.outputs, outs, strict=True):
             env[slot] = value
         for slot, spec in releases:
-            pool.release(spec, env[slot])  # pyright: ignore[reportArgumentType]
+            pool.release(spec, cast(Tensor, env[slot]))  # a released slot holds its buffer
         for slot in drops:
             env[slot] = None
     results: list[Tensor] = []
     for slot in program.output_slots:
-        value = env[slot]
-        assert value is not None
+        result = env[slot]
+        assert result is not None
         # A constant is shared by every call: the caller gets its own copy.
-        results.append(value.clone() if slot in program.constants else value)
+        results.append(result.clone() if slot in program.constants else result)
     pool.hand_out(results)
     return results
 

@@ -46,7 +46,7 @@ def _reference_counts(buffers: list[Tensor], i: int) -> tuple[int, ...]:
     return (
         sys.getrefcount(t),
         weakref.getweakrefcount(t),
-        t._use_count(),
+        t._use_count(),  # type: ignore[attr-defined]  # private torch API, not in its stubs
         sys.getrefcount(storage),
         torch._C._storage_Use_Count(storage._cdata),  # pyright: ignore[reportAttributeAccessIssue]
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -392,7 +393,8 @@ def spec_text(module_pass: ModulePass) -> str:
 
 
 def _with_max_fusions(module_pass: ModulePass, n: int) -> ModulePass:
-    return dataclasses.replace(module_pass, max_fusions=n)  # pyright: ignore[reportArgumentType]
+    # Only for passes with a max_fusions field (has_decisions), which ModulePass lacks.
+    return dataclasses.replace(module_pass, max_fusions=n)  # type: ignore[call-arg]  # pyright: ignore[reportArgumentType]
 
 
 def has_decisions(module_pass: ModulePass) -> bool:
@@ -490,9 +492,7 @@ class Bisector:
                 after = apply_pass(module_pass, case.module)
             except Exception as e:
                 return self._finish(module_pass, case, crash_line(e), crashes=True)
-            problem = self._problem(
-                lambda a=after, xs=case.inputs: run_ir(a, xs), expected, reference
-            )
+            problem = self._problem(partial(run_ir, after, case.inputs), expected, reference)
             if problem is not None:
                 return self._finish(module_pass, case, problem, crashes=False)
             case = Case(after, case.inputs)

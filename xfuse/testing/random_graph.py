@@ -105,6 +105,7 @@ class _Builder:
         assert a is not None
         sa = graph.shape_of(a)
         choice = self.rng.random()
+        b: SSAValue | None
         if choice < 0.2:
             const = graph.ConstantOp.scalar(round(self.rng.uniform(-2, 2), 2), f32)
             b = self.add(const)
