@@ -95,3 +95,20 @@ def test_fuse_scored_does_not_merge_incompatible_spaces() -> None:
         module = xfuse.parse(SCORED_CRASH)
         xfuse.pipeline(spec)(module)
         torch.testing.assert_close(xfuse.interpret(module, [x]), expected)
+
+
+def test_a_program_torch_cannot_decompose_is_a_clear_export_error() -> None:
+    """fuzz seed 30 program 141: in-place adds on an expanded bool view export, but torch's
+    decompositions then fail (a bool subtraction); that was a raw RuntimeError from the
+    importer, now one `ExportError` line (and torch.compile's backend falls back to eager)."""
+    from xfuse.runtime.errors import ExportError
+
+    def program(x0: Tensor) -> tuple[Tensor, Tensor]:
+        v1 = torch.cat([x0, x0, x0], dim=0)
+        v4 = v1.expand(9, 3)[:, 2:3:1]
+        v4.add_(v4)
+        return v1[:, 0:1:1], v4
+
+    x = torch.randn(3, 1) > 0
+    with pytest.raises(ExportError, match="torch.export failed while decomposing: Subtraction"):
+        xfuse.compile(program, (x,))

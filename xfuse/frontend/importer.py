@@ -6,9 +6,11 @@ tensor op becomes `graph.torch_call`; what even that cannot hold raises `Unsuppo
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +100,18 @@ def import_module(
     return import_program(program)
 
 
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """Silence a logger below CRITICAL for the duration (torch logs errors it also raises)."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -107,7 +121,8 @@ def import_program(program: ExportedProgram) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps)."""
     if needs_decomposition(program):
         try:
-            program = program.run_decompositions(decomposition_table())
+            with _quiet("torch._subclasses.fake_tensor"):  # it logs the error with a traceback
+                program = program.run_decompositions(decomposition_table())
         except Exception as e:  # torch's own limits (e.g. in-place ops on expanded bool views)
             raise UnsupportedProgram(
                 f"torch.export failed while decomposing: {_first_line(e)}"
