@@ -125,6 +125,10 @@ def test_opt_on_a_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
         ("fuse-greedy{arg-limit=-1}", "pass 'fuse-greedy': option 'arg-limit' must be a positive"),
         ("split-reductions{min-length=0}", "option 'min-length' must be a positive integer"),
         ("split-reductions{min-length=true}", "option 'min-length' must be an integer, found true"),
+        (
+            "split-reductions{normalization-rows=-1}",
+            "option 'normalization-rows' must be a non-neg",
+        ),
         ("gpu-map-parallel{block-size=2048}", "option 'block-size' must be an integer from 1 to"),
         ("gpu-map-parallel{row-threads=96}", "option 'row-threads' must be 0 (automatic) or a"),
         ("gpu-map-parallel{unroll=0}", "option 'unroll' must be a positive integer"),

@@ -152,7 +152,7 @@ OPTION_RULES: dict[str, dict[str, OptionRule]] = {
         "unroll": POSITIVE,
         "row_threads": ROW_THREADS,
     },
-    "split-reductions": {"min_length": POSITIVE},
+    "split-reductions": {"min_length": POSITIVE, "normalization_rows": NON_NEGATIVE},
 }
 """Pass name -> option (field name) -> the values it accepts. Integer options not listed accept
 any integer."""

@@ -19,9 +19,10 @@ from xfuse import interpret
 from xfuse.api import DEFAULT_PIPELINE
 from xfuse.dialects import graph
 from xfuse.ir import make_context
+from xfuse.passes.decompose import DecomposePass
 from xfuse.passes.fuse_scored import FuseScoredPass
 from xfuse.passes.group_cleanup import GroupCleanupPass
-from xfuse.passes.split_reductions import SplitReductionsPass, choose_split
+from xfuse.passes.split_reductions import SplitReductionsPass, choose_split, is_normalization
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.testing import RandomProgram, programs
 
@@ -37,7 +38,7 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 def split(module: ModuleOp, min_length: int = 4) -> ModuleOp:
     out = module.clone()
-    SplitReductionsPass(min_length=min_length).apply(make_context(), out)
+    SplitReductionsPass(min_length=min_length, normalization_rows=0).apply(make_context(), out)
     out.verify()
     return out
 
@@ -157,6 +158,36 @@ def test_elementwise_prologue_is_rebuilt_on_the_viewed_input() -> None:
     assert_reductions_close(interpret(module, [x])[0], (x.abs() ** 2).sum(1), 1000)
 
 
+def decomposed(text: str) -> ModuleOp:
+    module = xfuse.ir.parse(text)
+    DecomposePass().apply(make_context(), module)
+    return module
+
+
+SOFTMAX = """
+func.func @forward(%x: tensor<ROWSx131072xf32>) -> tensor<ROWSx131072xf32> {
+  %y = graph.softmax %x dim = 1 : tensor<ROWSx131072xf32>
+  func.return %y : tensor<ROWSx131072xf32>
+}"""
+
+
+def test_normalizations_are_recognized() -> None:
+    softmax = reductions(decomposed(SOFTMAX.replace("ROWS", "8")))
+    assert [is_normalization(r) for r in softmax] == [True, True]
+    module = reduction_module("sum", (8, 70000), [1], True, torch.float32)
+    assert not is_normalization(reductions(module)[0])
+
+
+@pytest.mark.parametrize(("rows", "option", "split_count"), [(8, 8, 2), (7, 8, 4), (8, 0, 4)])
+def test_normalizations_with_many_rows_are_left_alone(
+    rows: int, option: int, split_count: int
+) -> None:
+    module = decomposed(SOFTMAX.replace("ROWS", str(rows)))
+    SplitReductionsPass(normalization_rows=option).apply(make_context(), module)
+    module.verify()
+    assert len(reductions(module)) == split_count
+
+
 # ---------------------------------------------------------------------------------------------
 # Properties: interpret(split(G)) ~ interpret(G)
 # ---------------------------------------------------------------------------------------------
@@ -231,6 +262,13 @@ def compiled(fn: Callable[..., object], *inputs: torch.Tensor) -> CompiledProgra
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return xfuse.compile(fn, inputs)
+
+
+def test_a_long_softmax_of_many_rows_stays_one_kernel() -> None:
+    x = torch.randn(8, 131072)
+    program = compiled(lambda x: torch.softmax(x, dim=-1), x)
+    assert len(program.kernels) == 1 and not program.fallbacks
+    torch.testing.assert_close(program(x), torch.softmax(x, dim=-1))
 
 
 @pytest.mark.parametrize(

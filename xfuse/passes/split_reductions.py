@@ -22,8 +22,10 @@ results per kept row), then the B dim (stage 2):
 - f16/bf16 sums, means and products are cast to f32 first and the result cast back at the end,
   so that the partial results are not rounded to 16 bits (lower-to-loops accumulates them in
   f32 too); max and min are exact in any type.
-- Left alone: reductions over dims that are not the trailing ones, bool (i1) reductions, and
-  those shorter than `min-length`.
+- Left alone: reductions over dims that are not the trailing ones, bool (i1) reductions, those
+  shorter than `min-length`, and normalizations (softmax's max and sum, layer norm's means: the
+  result meets the input again) of at least `normalization-rows` rows, which fusion keeps as one
+  row kernel over rows that are parallel already.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def reduced_length(op: graph.ReduceOp) -> int:
 
 
 def is_splittable(op: graph.ReduceOp, min_length: int) -> bool:
-    """A reduction this pass rewrites: long enough, over trailing dims, not of bools."""
+    """A reduction this pass can rewrite: long enough, over trailing dims, not of bools."""
     return (
         op.name in _COMBINE
         and bool(op.reduce_dims)
@@ -101,6 +103,33 @@ def is_splittable(op: graph.ReduceOp, min_length: int) -> bool:
         and trailing_dims(op)
         and reduced_length(op) >= max(min_length, 4)
     )
+
+
+MAX_NORMALIZATION_DEPTH = 8
+"""How many row-shaped ops `is_normalization` follows from a reduction's result."""
+
+
+def is_normalization(op: graph.ReduceOp) -> bool:
+    """Whether the reduction's result, through row-shaped ops (reshape, `+ eps`, rsqrt, ...),
+    meets a tensor of its input's shape again in an elementwise op, as softmax's max and sum and
+    layer norm's means do: fusion makes such a chain one row kernel that reads each row once."""
+    full, rows = shape_of(op.input), numel(shape_of(op.result))
+    frontier, seen = [op.result], set[SSAValue]()
+    for _ in range(MAX_NORMALIZATION_DEPTH):
+        following: list[SSAValue] = []
+        for value in frontier:
+            for use in value.uses:
+                user = use.operation
+                if graph.op_kind(user) not in ("elementwise", "broadcast", "injective"):
+                    continue
+                if any(o is not value and shape_of(o) == full for o in user.operands):
+                    return True
+                for r in user.results:
+                    if numel(shape_of(r)) == rows and r not in seen:
+                        seen.add(r)
+                        following.append(r)
+        frontier = following
+    return False
 
 
 class _Builder:
@@ -255,6 +284,18 @@ class SplitReductionsPass(ModulePass):
     min_length: int = 65536
     """Shortest reduced length that is split (the product of the reduced dims)."""
 
+    normalization_rows: int = 8
+    """A normalization (`is_normalization`: softmax, layer norm, `x - mean`) with at least this
+    many rows is left alone: its rows are parallel already, and split it would take two more
+    kernels and a round trip of the row through memory (0: split them all)."""
+
+    def splits(self, op: graph.ReduceOp) -> bool:
+        """Whether this pass rewrites `op`."""
+        if not is_splittable(op, self.min_length):
+            return False
+        many_rows = numel(shape_of(op.result)) >= self.normalization_rows > 0
+        return not (many_rows and is_normalization(op))
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in op.walk():
             if isinstance(f, func.FuncOp) and f.body.blocks:
@@ -265,5 +306,5 @@ class SplitReductionsPass(ModulePass):
         prologue stays where it is: recomputed later, it could read a value written since."""
         rebuild = not any(may_mutate(op) for op in block.ops)
         for r in [r for r in block.ops if isinstance(r, graph.ReduceOp)]:
-            if is_splittable(r, self.min_length):
+            if self.splits(r):
                 split_reduction(r, rebuild=rebuild)
