@@ -231,7 +231,7 @@ def file_line_col(op: Operation) -> str | None:
     """The op's `loc("file":line:col)`, if it carries one."""
     loc = op.location
     if isinstance(loc, FileLineColLoc):
-        return f"{loc.filename.data}:{loc.line.value.data}:{loc.column.value.data}"
+        return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
     return None
 
 

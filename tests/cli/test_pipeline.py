@@ -163,3 +163,17 @@ def test_observer_sees_every_pass() -> None:
     p = Pipeline(parse_passes("cse,canonicalize"), observer=observe)
     p(xfuse.parse(TEXT))
     assert seen == [(None, "cse"), ("cse", "canonicalize"), ("canonicalize", None)]
+
+
+def test_file_line_col_of_an_op_with_a_location() -> None:
+    """`loc("file":line:col)` of an op (what errors about ops that passes created name)."""
+    from xfuse.ir import parse
+    from xfuse.pipeline import file_line_col
+
+    module = parse(
+        "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        '  %y = graph.exp %x : tensor<4xf32> loc("model.py":12:5)\n'
+        "  func.return %y : tensor<4xf32>\n"
+        "}\n"
+    )
+    assert [file_line_col(op) for op in module.walk()] == [None, None, "model.py:12:5", None]
