@@ -196,3 +196,23 @@ def test_as_a_process(tmp_path: Path) -> None:
     assert bad.returncode == 1
     assert "Traceback" not in bad.stderr
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith(f"{path}:2:"), bad.stderr
+
+
+def test_a_bug_in_a_pass_is_one_line_and_status_70(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception that is not a diagnostic (a bug in xfuse) is reported in one line, told
+    apart from bad input by its status; XFUSE_TRACEBACK=1 lets it propagate."""
+    from xfuse.passes.group_cleanup import GroupCleanupPass
+
+    def broken(self: object, ctx: object, op: object) -> None:
+        raise TypeError("object of type 'IRUses' has no len()")
+
+    monkeypatch.setattr(GroupCleanupPass, "apply", broken)
+    path = write(tmp_path, VALID)
+    status, out, err = run_opt(capsys, path, "-p", "group-cleanup")
+    assert status == 70 and out == "" and "Traceback" not in err and err.count("\n") == 1
+    assert "internal error in xfuse-opt: TypeError: object of type 'IRUses'" in err
+    monkeypatch.setenv("XFUSE_TRACEBACK", "1")
+    with pytest.raises(TypeError):
+        main([path, "-p", "group-cleanup"])

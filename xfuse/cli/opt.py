@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -52,6 +53,8 @@ from xfuse.pipeline import (
 from xfuse.viz import OpIndex, collect_decisions, format_summary, program_dot, summarize
 
 EXIT_ERROR = 1
+EXIT_INTERNAL = 70
+"""A bug in xfuse (sysexits.h EX_SOFTWARE), told apart from bad input."""
 
 
 class LocatingParser(Parser):
@@ -275,6 +278,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except SystemExit as e:  # argparse, --help, --version and `fail`
         return e.code if isinstance(e.code, int) else 0 if e.code is None else EXIT_ERROR
+    except Exception as e:  # a bug in xfuse: one line, the traceback only on request
+        if os.environ.get("XFUSE_TRACEBACK") == "1":
+            raise
+        print(
+            f"error: internal error in xfuse-opt: {type(e).__name__}: {e} "
+            "(a bug in xfuse; XFUSE_TRACEBACK=1 prints the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return 0
 
 
