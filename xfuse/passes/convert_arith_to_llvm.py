@@ -61,6 +61,16 @@ def llvm_fastmath(flags: arith.FastMathFlagsAttr | None, *, contract: bool) -> l
     return llvm.FastMathAttr(chosen or None)
 
 
+def _rounded_back(op: Operation) -> bool:
+    """Whether the op's result is rounded to a narrower float (f16/bf16 ops computed in f32,
+    as eager computes them). Such an op gets no `contract`: LLVM narrows it to a native f16
+    op where the target has them, and an FMA formed from those would round once where eager
+    rounds after each op."""
+    return any(
+        isinstance(use.operation, arith.TruncFOp | llvm.FPTruncOp) for use in op.results[0].uses
+    )
+
+
 def _overflow(op: Operation) -> llvm.OverflowAttr:
     flags = op.properties.get("overflowFlags")
     if isinstance(flags, arith.IntegerOverflowAttr):
@@ -296,7 +306,8 @@ class ConvertArithOp(RewritePattern):
     def _convert(self, op: Operation, rewriter: PatternRewriter) -> SSAValue | None:
         kind = type(op)
         if kind in FLOAT_BINARY:
-            fm = llvm_fastmath(op.properties.get("fastmath"), contract=self.contract)  # type: ignore[arg-type]
+            contract = self.contract and not _rounded_back(op)
+            fm = llvm_fastmath(op.properties.get("fastmath"), contract=contract)  # type: ignore[arg-type]
             return rewriter.insert(FLOAT_BINARY[kind](op.operands[0], op.operands[1], fm)).results[
                 0
             ]
