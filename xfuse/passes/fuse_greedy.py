@@ -28,9 +28,8 @@ from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec
 
 from xfuse.dialects import graph
-from xfuse.dialects.fusion import GroupOp
 from xfuse.passes.fusion_report import DecisionLog, FusionDecision
-from xfuse.passes.grouping import FusionGraph, paused_gc, tensor_bytes
+from xfuse.passes.grouping import FusionGraph, Node, paused_gc, tensor_bytes
 from xfuse.passes.legality import (
     FUSED,
     Predicate,
@@ -52,18 +51,18 @@ def function_bodies(module: ModuleOp) -> list[func.FuncOp]:
     return [f for f in module.walk() if isinstance(f, func.FuncOp) and f.body.blocks]
 
 
-def sibling_candidates(g: FusionGraph, value: SSAValue) -> list[list[Operation]]:
+def sibling_candidates(g: FusionGraph, value: SSAValue) -> list[list[Node]]:
     """The fusable readers of `value`, bucketed by iteration domain, in block order."""
     if graph.numel(graph.shape_of(value)) <= 1:
         return []
-    buckets: dict[tuple[int, ...], list[Operation]] = {}
+    buckets: dict[tuple[int, ...], list[Node]] = {}
     for node in g.readers(value):
         if fusability(node).ok:
             buckets.setdefault(g.space(node).domain, []).append(node)
     return [b for b in buckets.values() if len(b) > 1]
 
 
-def directly_connected(g: FusionGraph, first: Operation, second: Operation) -> bool:
+def directly_connected(g: FusionGraph, first: Node, second: Node) -> bool:
     return any(s is second for s in g.successors(first))
 
 
@@ -86,7 +85,7 @@ class GreedyFuser:
         while changed:
             changed = self.fuse_vertically()
             changed = self.fuse_siblings() or changed
-        self.g.erase_dead_constants()
+        self.g.finish()
         self.log.settle()
 
     def may_fuse(self) -> bool:
@@ -108,7 +107,7 @@ class GreedyFuser:
                 node, changed = merged, True
         return changed
 
-    def try_producers(self, consumer: Operation) -> GroupOp | None:
+    def try_producers(self, consumer: Node) -> Node | None:
         """Fuse the first producer that may fuse into `consumer`; the new group, or None."""
         if not is_candidate_node(consumer):
             return None
@@ -120,7 +119,7 @@ class GreedyFuser:
                 return merged
         return None
 
-    def try_fuse(self, consumer: Operation, producer: Operation) -> GroupOp | None:
+    def try_fuse(self, consumer: Node, producer: Node) -> Node | None:
         g = self.g
         labels = g.pair_ops(producer, consumer)
         verdict = check_merge(
@@ -141,9 +140,10 @@ class GreedyFuser:
                 f"copied into {len(plan.readers)} readers, saves {plan.recompute_saving}B "
                 f"vs {plan.multi_output_saving}B as an extra output"
             )
+            op = producer.representative()
             for reader in plan.readers:
-                inner = g.reader_in(reader, producer.results[0])
-                self.log.record(producer, inner, FUSED, RECOMPUTE, detail=detail)
+                inner = g.reader_in(reader, op.results[0])
+                self.log.record(op, inner, FUSED, RECOMPUTE, detail=detail)
             groups = g.recompute(
                 producer, plan.readers, f"{PASS}:{RECOMPUTE}", plan.recompute_saving
             )
@@ -154,7 +154,7 @@ class GreedyFuser:
         self.log.record(*labels, FUSED, rule, detail=f"saves {saved}B")
         return group
 
-    def can_recompute(self, producer: Operation, readers: tuple[Operation, ...]) -> bool:
+    def can_recompute(self, producer: Node, readers: tuple[Node, ...]) -> bool:
         return all(
             check_recompute(
                 self.g, producer, r, arg_limit=self.arg_limit, predicate=self.predicate
@@ -166,13 +166,16 @@ class GreedyFuser:
 
     def fuse_siblings(self) -> bool:
         g, changed = self.g, False
-        values = [*g.block.args, *(r for node in g.nodes() for r in node.results)]
-        for value in values:
+        values: list[tuple[SSAValue, Node | None]] = [(arg, None) for arg in g.block.args]
+        values += [(r, node) for node in g.nodes() for r in node.outputs]
+        for value, owner in values:
+            if owner is not None and not owner.alive:
+                continue  # merged since the scan began: its outputs are looked at next time
             for bucket in sibling_candidates(g, value):
                 changed = self.merge_bucket(value, bucket) or changed
         return changed
 
-    def merge_bucket(self, value: SSAValue, bucket: list[Operation]) -> bool:
+    def merge_bucket(self, value: SSAValue, bucket: list[Node]) -> bool:
         g, changed = self.g, False
         current = bucket[0]
         for node in bucket[1:]:

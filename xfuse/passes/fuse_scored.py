@@ -22,7 +22,7 @@ from xdsl.passes import ModulePass
 
 from xfuse.passes.fuse_greedy import directly_connected, function_bodies, sibling_candidates
 from xfuse.passes.fusion_report import DecisionLog, FusionDecision, Score
-from xfuse.passes.grouping import FusionGraph, RecomputePlan, paused_gc
+from xfuse.passes.grouping import FusionGraph, Node, RecomputePlan, paused_gc
 from xfuse.passes.legality import (
     FUSED,
     MAX_ROUNDS,
@@ -49,15 +49,15 @@ PRIORITY = {PRODUCER_CONSUMER: 3, MULTI_OUTPUT: 2, RECOMPUTE: 2, SIBLING: 1}
 class Candidate:
     """A legal pair (or, for `recompute`, a producer and all its readers) with its score."""
 
-    first: Operation
-    second: Operation
+    first: Node
+    second: Node
     rule: str
     score: Score
     labels: tuple[Operation, Operation]
-    readers: tuple[Operation, ...] = ()
+    readers: tuple[Node, ...] = ()
 
     @property
-    def nodes(self) -> tuple[Operation, ...]:
+    def nodes(self) -> tuple[Node, ...]:
         return (self.first, self.second, *self.readers)
 
 
@@ -76,15 +76,13 @@ class ScoredFuser:
     # Gates that depend only on the two nodes, remembered across rounds; a merge forgets the
     # entries of the nodes it touched (`forget_gates`), since a group merged into keeps its
     # identity but not its space.
-    _pair_gates: dict[tuple[Operation, Operation, bool], tuple[Verdict, int]] = field(
+    _pair_gates: dict[tuple[Node, Node, bool], tuple[Verdict, int]] = field(
         init=False, default_factory=dict
     )
-    _gates_of: dict[Operation, list[tuple[Operation, Operation, bool]]] = field(
-        init=False, default_factory=dict
-    )
+    _gates_of: dict[Node, list[tuple[Node, Node, bool]]] = field(init=False, default_factory=dict)
     # A producer's recompute plan and whether every reader may take a copy: asked once per
     # reader, the same answer while one round's candidates are enumerated (nothing changes).
-    _plans: dict[Operation, tuple[RecomputePlan | None, bool]] = field(
+    _plans: dict[Node, tuple[RecomputePlan | None, bool]] = field(
         init=False, default_factory=dict
     )
 
@@ -100,14 +98,12 @@ class ScoredFuser:
                 break
         for c in skipped or ():
             self.log.record(*c.labels, MAX_ROUNDS, c.rule, c.score, "rounds ran out")
-        self.g.erase_dead_constants()
+        self.g.finish()
         self.log.settle()
 
     # --- enumeration -------------------------------------------------------------------------
 
-    def gate(
-        self, first: Operation, second: Operation, *, sibling: bool = False
-    ) -> tuple[Verdict, int]:
+    def gate(self, first: Node, second: Node, *, sibling: bool = False) -> tuple[Verdict, int]:
         """The pair gates (cycles and mutation are checked when the pair is applied) and the
         bytes the merge would save."""
         key = (first, second, sibling)
@@ -126,7 +122,7 @@ class ScoredFuser:
             self._gates_of.setdefault(second, []).append(key)
         return self._pair_gates[key]
 
-    def forget_gates(self, changed: set[Operation]) -> None:
+    def forget_gates(self, changed: set[Node]) -> None:
         """Drop the memoized gates of pairs touching nodes a merge changed: a group merged into
         keeps its identity but not its space, size or inputs."""
         for node in changed:
@@ -134,7 +130,7 @@ class ScoredFuser:
                 self._pair_gates.pop(key, None)
 
     def candidates(self) -> list[Candidate]:
-        best: dict[tuple[Operation, Operation], Candidate] = {}
+        best: dict[tuple[Node, Node], Candidate] = {}
         self._plans.clear()
 
         def offer(c: Candidate) -> None:
@@ -149,7 +145,7 @@ class ScoredFuser:
                 c = self.vertical(node, reader)
                 if c is not None:
                     offer(c)
-        for value in [*self.g.block.args, *(r for n in self.g.nodes() for r in n.results)]:
+        for value in [*self.g.block.args, *(r for n in self.g.nodes() for r in n.outputs)]:
             for bucket in sibling_candidates(self.g, value):
                 for a, b in zip(bucket, bucket[1:], strict=False):
                     c = self.sibling(value, a, b)
@@ -157,7 +153,7 @@ class ScoredFuser:
                         offer(c)
         return list(best.values())
 
-    def vertical(self, producer: Operation, reader: Operation) -> Candidate | None:
+    def vertical(self, producer: Node, reader: Node) -> Candidate | None:
         g = self.g
         if not is_candidate_node(reader):
             return None
@@ -182,7 +178,7 @@ class ScoredFuser:
         score = Score(PRIORITY[rule], saved, distance)
         return Candidate(producer, reader, rule, score, labels)
 
-    def plan(self, producer: Operation) -> tuple[RecomputePlan | None, bool]:
+    def plan(self, producer: Node) -> tuple[RecomputePlan | None, bool]:
         """The producer's recompute plan, and whether to recompute (memoized per round)."""
         known = self._plans.get(producer)
         if known is None:
@@ -193,14 +189,14 @@ class ScoredFuser:
             known = self._plans[producer] = (plan, recompute)
         return known
 
-    def can_recompute(self, producer: Operation, plan: RecomputePlan) -> bool:
+    def can_recompute(self, producer: Node, plan: RecomputePlan) -> bool:
         return all(
             int(self.g.pos[r] - self.g.pos[producer]) <= self.window
             and check_recompute(self.g, producer, r, arg_limit=self.arg_limit).ok
             for r in plan.readers
         )
 
-    def sibling(self, value: SSAValue, a: Operation, b: Operation) -> Candidate | None:
+    def sibling(self, value: SSAValue, a: Node, b: Node) -> Candidate | None:
         g = self.g
         if directly_connected(g, a, b):
             return None  # a vertical candidate already
@@ -227,7 +223,7 @@ class ScoredFuser:
 
     def apply(self, candidates: list[Candidate]) -> list[Candidate] | None:
         """Apply the best candidates first; the ones skipped (None when nothing merged)."""
-        consumed: set[Operation] = set()
+        consumed: set[Node] = set()
         skipped: list[Candidate] = []
         merged = 0
         for c in sorted(candidates, key=lambda c: c.score.key(), reverse=True):
@@ -241,7 +237,7 @@ class ScoredFuser:
                 merged += 1
         return skipped if merged else None
 
-    def apply_one(self, c: Candidate) -> list[Operation]:
+    def apply_one(self, c: Candidate) -> list[Node]:
         g, rule = self.g, f"{PASS}:{c.rule}"
         if c.rule == RECOMPUTE:
             for r in c.readers:  # positions moved since enumeration: check again
@@ -251,9 +247,10 @@ class ScoredFuser:
                     return []
             if not self.may_fuse():
                 return []
+            op = c.first.representative()
             for r in c.readers:
-                reader = g.reader_in(r, c.first.results[0])
-                self.log.record(c.first, reader, FUSED, c.rule, c.score, "copied into every reader")
+                reader = g.reader_in(r, op.results[0])
+                self.log.record(op, reader, FUSED, c.rule, c.score, "copied into every reader")
             return list(g.recompute(c.first, c.readers, rule, c.score.bytes_saved))
         first, second = sorted((c.first, c.second), key=g.pos.__getitem__)
         verdict = check_order(g, first, second)

@@ -1,29 +1,34 @@
 """
-Group building, shared by `fuse-greedy` and `fuse-scored`.
+The graph the fusion passes decide on, shared by `fuse-greedy` and `fuse-scored`.
 
-Three IR helpers build `fusion.group`s, after TorchScript's graph fuser:
-`create_singleton_group` wraps one op, `merge_into_group` moves one op into a group,
-`merge_groups` merges two groups. They all end in `_reconnect`, which turns the values that
-cross the group's boundary into inputs (block arguments) and outputs (yielded values), copies
-scalar constants in, and rebuilds the group op only when its outputs change: a merge costs what
-the moved ops and the boundary cost, never the size of the group.
+`FusionGraph` is a plain Python view of one function body: nodes (`Node`, a top-level op or a
+group of ops) in a linked order with topological positions, and, per node, its inputs, the
+values it computes that others read (outputs), its iteration space, size, kind and score.
+`merge` and `recompute` change only this view: no IR is rewritten while the passes decide,
+beyond pointing a moved op at the copy of a scalar constant (or of a recomputed producer) its
+group reads. `finish` then builds every group as one `fusion.group` and puts the block in the
+order the graph has: each op moves once, and a merge costs what the moved ops and the group's
+boundary cost, never the size of the group.
 
-`FusionGraph` is the view of one function body the passes work on: nodes (top-level ops, groups
-included) with topological positions, cached iteration spaces and sizes, and `merge` /
-`recompute`, which keep the block in topological order.
+A merge keeps the conventions of TorchScript's graph fuser, so that the groups come out as the
+IR helpers that preceded this module built them: a producer moves to the front of its
+consumer's group, a consumer to its back, scalar constants are copied in at the front, inputs
+and outputs keep their order and new ones follow in the order of the moved ops, and a group
+whose outputs stay the same keeps its identity (a merge that changes them makes a new node).
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from itertools import pairwise
 
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
-from xdsl.ir import Block, Operation, OpResult, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
 from xdsl.traits import IsolatedFromAbove
 
 from xfuse.dialects import graph
@@ -34,7 +39,6 @@ from xfuse.passes.legality import (
     combine_spaces,
     is_inlinable_constant,
     may_mutate,
-    node_kind,
     op_kind,
     space_of_op,
     stronger_kind,
@@ -46,11 +50,6 @@ SCORE_ATTR = "fusion.score"
 # ---------------------------------------------------------------------------------------------
 # IR helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def _defined_in(value: SSAValue, block: Block) -> bool:
-    owner = value.owner
-    return owner is block if isinstance(owner, Block) else owner.parent is block
 
 
 @cache
@@ -65,161 +64,20 @@ def score_attr(score: int) -> IntegerAttr:
     return IntegerAttr(score, i64)
 
 
-def _set_props(group: GroupOp, kind: str, rule: str) -> None:
-    group.properties["kind"] = _string_attr(kind)
-    group.properties["rule"] = _string_attr(rule)
-
-
-def _reconnect(group: GroupOp, moved: Sequence[Operation], kind: str, rule: str) -> GroupOp:
-    """Fix the boundary of `group` after `moved` ops were inserted into its block."""
-    block = group.block
-    yielded = list(group.yield_op.values)
-    inputs, args = list(group.inputs), list(block.args)
-    arg_of = dict(zip(inputs, args, strict=True))
-    constants: dict[SSAValue, SSAValue] = {}
-    for op in moved:
-        for i, value in enumerate(op.operands):
-            if isinstance(value, OpResult) and value.op is group:
-                op.operands[i] = yielded[value.index]
-            elif _defined_in(value, block):
-                continue
-            elif is_inlinable_constant(value):
-                if value not in constants:
-                    clone = value.owner.clone()  # pyright: ignore[reportAttributeAccessIssue]
-                    assert isinstance(clone, Operation) and block.first_op is not None
-                    block.insert_op_before(clone, block.first_op)
-                    constants[value] = clone.results[0]
-                op.operands[i] = constants[value]
-            else:
-                if value not in arg_of:
-                    arg_of[value] = block.insert_arg(value.type, len(block.args))
-                    inputs.append(value)
-                    args.append(arg_of[value])
-                op.operands[i] = arg_of[value]
-
-    kept_inputs: list[SSAValue] = []
-    for value, arg in zip(inputs, args, strict=True):
-        if _defined_in(value, block):  # an absorbed producer computes it now
-            arg.replace_all_uses_with(value)
-            block.erase_arg(arg)
-        elif arg.first_use is None:
-            block.erase_arg(arg)
-        else:
-            kept_inputs.append(value)
-
-    outputs: list[tuple[SSAValue, OpResult | None]] = [
-        (inner, res)
-        for inner, res in zip(yielded, group.results, strict=True)
-        if res.first_use is not None
-    ]
-    for op in moved:
-        for res in op.results:
-            if any(u.operation.parent is not block and u.operation is not group for u in res.uses):
-                outputs.append((res, None))
-    if not outputs:  # nothing reads the group: keep one output so that it stays valid
-        outputs = [(yielded[0], group.results[0])]
-
-    if [res for _, res in outputs] == list(group.results):
-        group.operands = kept_inputs
-        _set_props(group, kind, rule)
-        return group
-
-    region = group.detach_region(group.body)
-    new = GroupOp(kept_inputs, [inner.type for inner, _ in outputs], region, kind, rule)
-    new.attributes.update(group.attributes)
-    parent = group.parent_block()
-    assert parent is not None
-    parent.insert_op_before(new, group)
-    new.yield_op.operands = [inner for inner, _ in outputs]
-    for res, (inner, old) in zip(new.results, outputs, strict=True):
-        if old is not None:
-            old.replace_all_uses_with(res)
-        else:
-            inner.replace_uses_with_if(res, lambda use: use.operation.parent is not block)
-    group.detach()
-    group.erase()
-    return new
-
-
-def create_singleton_group(op: Operation, rule: str) -> GroupOp:
-    """Wrap `op` (a top-level graph op) in a group of its own, in its place."""
-    parent = op.parent_block()
-    assert parent is not None
-    group = GroupOp([], [r.type for r in op.results], Region(Block()), op_kind(op), rule)
-    parent.insert_op_before(group, op)
-    for res, out in zip(op.results, group.results, strict=True):
-        res.replace_all_uses_with(out)
-    op.detach()
-    group.block.add_ops([op, YieldOp(*op.results)])
-    return _reconnect(group, [op], op_kind(op), rule)
-
-
-def merge_into_group(
-    group: GroupOp, op: Operation, kind: str, rule: str, *, front: bool
-) -> GroupOp:
-    """Move the top-level op `op` into `group`: at the front when it is a producer (or a
-    sibling placed before the group), before the yield when it is a consumer."""
-    op.detach()
-    block = group.block
-    anchor = block.first_op if front else group.yield_op
-    assert anchor is not None
-    block.insert_op_before(op, anchor)
-    return _reconnect(group, [op], kind, rule)
-
-
-def _dissolve(group: GroupOp) -> list[Operation]:
-    """Take the ops out of `group` (detached, in order) and erase it: its arguments become its
-    inputs and its results the values it yielded."""
-    block = group.block
-    for arg, value in zip(block.args, group.inputs, strict=True):
-        arg.replace_all_uses_with(value)
-    terminator = group.yield_op
-    for res, inner in zip(group.results, terminator.values, strict=True):
-        res.replace_all_uses_with(inner)
-    ops = [op for op in block.ops if op is not terminator]
-    for op in ops:
-        op.detach()
-    group.detach()
-    group.erase()
-    return ops
-
-
-def merge_groups(
-    first: GroupOp, second: GroupOp, kind: str, rule: str, *, into_first: bool = False
-) -> GroupOp:
-    """Merge two groups (`first` earlier in the block) into one placed where `second` was.
-    The ops of one group move into the other: pass `into_first` when `first` is larger."""
-    if into_first:
-        first.detach()
-        parent = second.parent_block()
-        assert parent is not None
-        parent.insert_op_before(first, second)
-        ops = _dissolve(second)
-        first.block.insert_ops_before(ops, first.yield_op)
-        return _reconnect(first, ops, kind, rule)
-    ops = _dissolve(first)
-    anchor = second.block.first_op
-    assert anchor is not None
-    second.block.insert_ops_before(ops, anchor)
-    return _reconnect(second, ops, kind, rule)
-
-
 def group_space(group: GroupOp) -> Space:
     """The space of an existing group: the combination of its ops' spaces."""
+    return ops_space(group.block.ops, graph.shape_of(group.results[0]))
+
+
+def ops_space(ops: Iterable[Operation], fallback: tuple[int, ...]) -> Space:
+    """The combination of the spaces of `ops` (scalar constants and the yield left out)."""
     space: Space | None = None
-    for op in group.block.ops:
+    for op in ops:
         if isinstance(op, YieldOp) or is_inlinable_constant(op.results[0]):
             continue
         s = space_of_op(op)
         space = s if space is None else (combine_spaces(space, s) or space)
-    return space if space is not None else Space(graph.shape_of(group.results[0]))
-
-
-def node_inputs(node: Operation) -> set[SSAValue]:
-    """The tensors a node reads from outside it (scalar constants are copied in)."""
-    if isinstance(node, GroupOp):
-        return set(node.inputs)
-    return {v for v in node.operands if not is_inlinable_constant(v)}
+    return space if space is not None else Space(fallback)
 
 
 def ssa_labels(block: Block) -> dict[SSAValue, str]:
@@ -266,7 +124,7 @@ def tensor_bytes(value: SSAValue) -> int:
 class RecomputePlan:
     """Bytes saved by the two ways of fusing a producer with several readers."""
 
-    readers: tuple[Operation, ...]
+    readers: tuple[Node, ...]
     recompute_saving: int
     multi_output_saving: int
 
@@ -290,6 +148,89 @@ def paused_gc() -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Nodes
+# ---------------------------------------------------------------------------------------------
+
+
+class Node:
+    """A node of the graph: one top-level op (`op`), or a group of ops (`op` is None) that
+    becomes a `fusion.group` when the pass ends.
+
+    A group holds its ops in order (`ops`, scalar constants copied in included), its inputs
+    (values computed outside that its ops read, in operand order), with the op that joined
+    last of those reading each (`reader`: reports name it), and its outputs (values its ops
+    compute that others read, in result order). A node absorbed by a merge, or one a
+    merge replaced, is no longer `alive`; `forward` leads to the node that holds its ops now.
+    """
+
+    __slots__ = (
+        "arg_hints",
+        "attributes",
+        "alive",
+        "forward",
+        "input_set",
+        "inputs",
+        "kind",
+        "next",
+        "op",
+        "ops",
+        "outputs",
+        "prev",
+        "reader",
+        "rule",
+        "score",
+        "size",
+        "space",
+        "unused",
+    )
+
+    def __init__(self, op: Operation | None, kind: str, outputs: list[SSAValue]) -> None:
+        self.op = op
+        self.kind = kind
+        self.outputs = outputs
+        self.ops: deque[Operation] = deque()
+        self.inputs: list[SSAValue] = []
+        self.input_set: set[SSAValue] = set()
+        self.reader: dict[SSAValue, Operation] = {}
+        self.rule = ""
+        self.score = 0
+        self.size = 1
+        self.space: Space | None = None
+        self.attributes: dict[str, Attribute] = {}
+        self.arg_hints: dict[SSAValue, str | None] = {}
+        self.unused: set[SSAValue] = set()
+        self.alive = True
+        self.forward: Node | None = None
+        self.prev: Node | None = None
+        self.next: Node | None = None
+
+    @property
+    def is_group(self) -> bool:
+        return self.op is None
+
+    def representative(self) -> Operation:
+        """The op that names the node: its op, or the op computing a group's first output."""
+        if self.op is not None:
+            return self.op
+        owner = self.outputs[0].owner
+        assert isinstance(owner, Operation)
+        return owner
+
+    def renewed(self) -> Node:
+        """A new node holding this one's contents (this one is no longer alive)."""
+        new = Node(None, self.kind, self.outputs)
+        new.ops, new.inputs, new.input_set = self.ops, self.inputs, self.input_set
+        new.reader = self.reader
+        new.rule, new.score, new.size, new.space = self.rule, self.score, self.size, self.space
+        new.attributes, new.arg_hints, new.unused = self.attributes, self.arg_hints, self.unused
+        self.alive, self.forward = False, new
+        return new
+
+    def __repr__(self) -> str:
+        return f"<Node {self.representative().name}{' group' if self.is_group else ''}>"
+
+
+# ---------------------------------------------------------------------------------------------
 # The graph the passes work on
 # ---------------------------------------------------------------------------------------------
 
@@ -299,61 +240,241 @@ class FusionGraph:
 
     def __init__(self, block: Block):
         self.block = block
-        self.pos: dict[Operation, float] = {}
         self.labels = ssa_labels(block)
-        self.mutators = [op for op in block.ops if may_mutate(op)]
-        self._space: dict[Operation, Space] = {}
-        self._size: dict[Operation, int] = {}
+        self.pos: dict[Node, float] = {}
+        # Ops by identity (`id`, cheaper to hash than an op): every op the graph has seen
+        # stays alive in `_alive_ops`, so that no identity is used twice.
+        self._node_of: dict[int, Node] = {}
+        self._alive_ops: list[Operation] = []
+        # `readers_of`, until the graph changes.
+        self._readers: dict[SSAValue, tuple[Node, ...]] = {}
+        self._first: Node | None = None
+        self._last: Node | None = None
         # Facts of values that never change (type, owner): asked for on every gate.
         self._bytes: dict[SSAValue, int] = {}
         self._inlinable: dict[SSAValue, bool] = {}
+        # Names of the results of groups given in the input (a group keeps its results' names).
+        self._result_hints: dict[SSAValue, str | None] = {}
+        # The order in which the readers of a value are listed (`readers_of`): a stamp per
+        # reading node, latest first; see `_to_front` and `_reverse`.
+        self._order: dict[SSAValue, dict[Node, int]] = {}
+        self._stamp = 0
+        top = list(block.ops)
+        users = {r: [use.operation for use in r.uses] for op in top for r in op.results}
+        for op in top:
+            node = self._open_group(op) if isinstance(op, GroupOp) else self._op_node(op)
+            self._link_after(node, self._last)
+        for node in self.nodes():
+            op = node.op
+            results = op.results if op is not None else ()
+            for value, res in zip(node.outputs, results or node.outputs, strict=True):
+                self._first_order(value, users.get(res, ()))
+        self.mutators = [n for n in self.nodes() if n.op is not None and may_mutate(n.op)]
         self.renumber()
+
+    def _first_order(self, value: SSAValue, users: Sequence[Operation]) -> None:
+        """The readers of `value` in the order of its uses in the input (the latest first)."""
+        order: dict[Node, int] = {}
+        for i, user in enumerate(users):
+            node = self.node_of(user)
+            if node is not None:
+                order.setdefault(node, -i)
+        self._order[value] = order
+
+    def _to_front(self, group: Node) -> None:
+        """`group` is now the latest reader of each of its inputs: building or rewiring a group
+        op makes its operands' uses the newest ones."""
+        order = self._order
+        for value in group.inputs:
+            self._stamp += 1
+            order.setdefault(value, {})[group] = self._stamp
+
+    def _reverse(self, value: SSAValue) -> None:
+        """Reverse the order of the readers of `value`: replacing a value by another (a group's
+        new result) moves its uses one by one, so that they come out reversed."""
+        order = self._order.get(value)
+        if not order:
+            return
+        live = sorted(((s, n) for n, s in order.items() if n.alive), key=lambda p: -p[0])
+        order.clear()
+        for _, node in live:
+            self._stamp += 1
+            order[node] = self._stamp
+
+    def _op_node(self, op: Operation) -> Node:
+        node = Node(op, op_kind(op), list(op.results))
+        self._register(op, node)
+        return node
+
+    def _open_group(self, group: GroupOp) -> Node:
+        """A group of the input as a node: its ops leave the group, which is erased; `finish`
+        builds it again (unchanged when no merge touched it)."""
+        block = group.block
+        node = Node(None, group.kind.data, list(group.yield_op.values))
+        node.rule, node.attributes = group.rule.data, dict(group.attributes)
+        node.score = self.score_of_attr(group)
+        node.space = group_space(group)
+        node.inputs = list(group.inputs)
+        node.input_set = set(node.inputs)
+        for value, arg in zip(group.inputs, block.args, strict=True):
+            node.arg_hints[value] = arg.name_hint
+            if arg.first_use is None:
+                node.unused.add(value)
+            else:
+                node.reader[value] = arg.first_use.operation
+            for use in tuple(arg.uses):
+                use.operation.operands[use.index] = value
+        for res, inner in zip(group.results, node.outputs, strict=True):
+            self._result_hints[inner] = res.name_hint
+            for use in tuple(res.uses):
+                use.operation.operands[use.index] = inner
+        for op in [op for op in block.ops if not isinstance(op, YieldOp)]:
+            op.detach()
+            node.ops.append(op)
+            self._register(op, node)
+        node.size = len(node.ops)
+        group.detach()
+        group.erase()
+        return node
+
+    @staticmethod
+    def score_of_attr(op: Operation) -> int:
+        attr = op.attributes.get(SCORE_ATTR)
+        return attr.value.data if isinstance(attr, IntegerAttr) else 0
+
+    # --- order -------------------------------------------------------------------------------
+
+    def _link_after(self, node: Node, prev: Node | None) -> None:
+        """Put `node` (not linked) right after `prev`, or first when `prev` is None."""
+        nxt = self._first if prev is None else prev.next
+        node.prev, node.next = prev, nxt
+        if prev is None:
+            self._first = node
+        else:
+            prev.next = node
+        if nxt is None:
+            self._last = node
+        else:
+            nxt.prev = node
+
+    def _unlink(self, node: Node) -> None:
+        prev, nxt = node.prev, node.next
+        if prev is None:
+            self._first = nxt
+        else:
+            prev.next = nxt
+        if nxt is None:
+            self._last = prev
+        else:
+            nxt.prev = prev
+        node.prev = node.next = None
+
+    def _replace_link(self, old: Node, new: Node) -> None:
+        """`new` (not linked) takes the place of `old` in the order."""
+        if old is new:
+            return
+        prev = old.prev
+        self._unlink(old)
+        self._link_after(new, prev)
 
     # --- queries -----------------------------------------------------------------------------
 
     def renumber(self) -> None:
-        self.pos = {op: float(i) for i, op in enumerate(self.block.ops)}
+        self.pos = {node: float(i) for i, node in enumerate(self.nodes())}
 
-    def nodes(self) -> list[Operation]:
-        return list(self.block.ops)
+    def nodes(self) -> list[Node]:
+        found: list[Node] = []
+        node = self._first
+        while node is not None:
+            found.append(node)
+            node = node.next
+        return found
 
-    def contains(self, node: Operation) -> bool:
-        return node.parent is self.block
+    def contains(self, node: Node) -> bool:
+        return node.alive
 
-    def successors(self, node: Operation) -> Iterator[Operation]:
-        seen: set[Operation] = set()
-        for res in node.results:
-            for use in res.uses:
-                user = use.operation
+    def node_of(self, op: Operation | Block) -> Node | None:
+        """The node holding `op` now (None for ops outside the body, and for blocks)."""
+        node = self._node_of.get(id(op))
+        if node is None or node.forward is None:
+            return node
+        root = node
+        while root.forward is not None:
+            root = root.forward
+        while node.forward is not None and node.forward is not root:  # shorten the path
+            node.forward, node = root, node.forward
+        self._node_of[id(op)] = root
+        return root
+
+    def _register(self, op: Operation, node: Node) -> None:
+        """`op` belongs to `node` from now on (ops are keyed by identity: they stay alive)."""
+        self._node_of[id(op)] = node
+        self._alive_ops.append(op)
+
+    def owner_node(self, value: SSAValue) -> Node | None:
+        """The node computing `value` (None for the function's arguments)."""
+        return self.node_of(value.owner)
+
+    def readers_of(self, value: SSAValue) -> tuple[Node, ...]:
+        """The nodes reading `value` other than the node computing it, in the order of its
+        uses (remembered until the graph changes)."""
+        found = self._readers.get(value)
+        if found is None:
+            node_of = self.node_of
+            owner = node_of(value.owner)
+            users: dict[Node, None] = {}
+            for use in value.uses:
+                user = node_of(use.operation)
+                if user is not None and user is not owner:
+                    users[user] = None
+            if len(users) > 1:
+                stamps = self._order.get(value, {})
+                found = tuple(sorted(users, key=lambda n: -stamps.get(n, 0)))
+            else:
+                found = tuple(users)
+            self._readers[value] = found
+        return found
+
+    def read_outside(self, value: SSAValue, node: Node) -> bool:
+        """Whether a node other than `node` reads `value` (asked while the graph changes:
+        not remembered)."""
+        node_of = self.node_of
+        return any(node_of(use.operation) is not node for use in value.uses)
+
+    def successors(self, node: Node) -> Iterator[Node]:
+        outputs = node.outputs
+        if len(outputs) == 1:
+            yield from self.readers_of(outputs[0])
+            return
+        seen: set[Node] = set()
+        for value in outputs:
+            for user in self.readers_of(value):
                 if user not in seen:
                     seen.add(user)
                     yield user
 
-    def producers(self, node: Operation) -> list[Operation]:
+    def producers(self, node: Node) -> list[Node]:
         """The nodes defining the node's operands, latest first."""
-        found = {
-            v.op for v in node.operands if isinstance(v, OpResult) and v.op.parent is self.block
-        }
+        values = node.inputs if node.op is None else node.op.operands
+        found: set[Node] = set()
+        for v in values:
+            producer = self.owner_node(v)
+            if producer is not None and producer is not node:
+                found.add(producer)
         return sorted(found, key=self.pos.__getitem__, reverse=True)
 
-    def readers(self, value: SSAValue) -> list[Operation]:
-        """The nodes reading `value`, in block order."""
-        found = {use.operation for use in value.uses if use.operation.parent is self.block}
-        return sorted(found, key=self.pos.__getitem__)
+    def readers(self, value: SSAValue) -> list[Node]:
+        """The nodes reading `value` from outside the node computing it, in block order."""
+        return sorted(self.readers_of(value), key=self.pos.__getitem__)
 
-    def space(self, node: Operation) -> Space:
-        if node not in self._space:
-            self._space[node] = (
-                group_space(node) if isinstance(node, GroupOp) else space_of_op(node)
-            )
-        return self._space[node]
+    def space(self, node: Node) -> Space:
+        if node.space is None:
+            assert node.op is not None
+            node.space = space_of_op(node.op)
+        return node.space
 
-    def size(self, node: Operation) -> int:
-        if node not in self._size:
-            self._size[node] = (
-                sum(1 for op in node.block.ops) - 1 if isinstance(node, GroupOp) else 1
-            )
-        return self._size[node]
+    def size(self, node: Node) -> int:
+        return node.size
 
     def value_bytes(self, value: SSAValue) -> int:
         """`tensor_bytes`, cached."""
@@ -362,117 +483,105 @@ class FusionGraph:
             n = self._bytes[value] = tensor_bytes(value)
         return n
 
-    def inputs_of(self, node: Operation) -> set[SSAValue]:
-        """`node_inputs`, with the constant test cached per value."""
-        if isinstance(node, GroupOp):
-            return set(node.operands)
-        inlinable = self._inlinable
-        found: set[SSAValue] = set()
-        for v in node.operands:
-            flag = inlinable.get(v)
-            if flag is None:
-                flag = inlinable[v] = is_inlinable_constant(v)
-            if not flag:
-                found.add(v)
-        return found
+    def is_inlinable(self, value: SSAValue) -> bool:
+        """`is_inlinable_constant`, cached."""
+        flag = self._inlinable.get(value)
+        if flag is None:
+            flag = self._inlinable[value] = is_inlinable_constant(value)
+        return flag
 
-    def edge_readers(
-        self, first: Operation, second: Operation
-    ) -> Iterator[tuple[Operation, SSAValue]]:
-        """The ops inside `second` that read results of `first`, with the value read."""
-        for res in first.results:
+    def inputs_of(self, node: Node) -> set[SSAValue]:
+        """The tensors a node reads from outside it (scalar constants are copied in). An op
+        node's operands never change (it joins a group, a new node, to read a copy)."""
+        op = node.op
+        if op is not None and not node.input_set:
+            node.input_set = {v for v in op.operands if not self.is_inlinable(v)}
+        return node.input_set
+
+    def edge_readers(self, first: Node, second: Node) -> Iterator[tuple[Operation, SSAValue]]:
+        """The ops of `second` that read values of `first`, with the value read."""
+        node_of = self.node_of
+        for res in first.outputs:
+            if second not in self.readers_of(res):
+                continue
             for use in res.uses:
-                if use.operation is not second:
-                    continue
-                if isinstance(second, GroupOp):
-                    for inner in second.block.args[use.index].uses:
-                        yield inner.operation, res
-                else:
-                    yield second, res
+                if node_of(use.operation) is second:
+                    yield use.operation, res
 
-    def merged_arg_count(self, first: Operation, second: Operation) -> int:
-        inputs = {
-            v
-            for v in self.inputs_of(first) | self.inputs_of(second)
-            if v.owner is not first and v.owner is not second
-        }
+    def merged_arg_count(self, first: Node, second: Node) -> int:
+        # A value of one node the other reads is one of its outputs: it stops being an input.
+        inputs = self.inputs_of(first) | self.inputs_of(second)
+        inputs = inputs.difference(first.outputs, second.outputs)
         outputs = sum(
             1
             for node, other in ((first, second), (second, first))
-            for res in node.results
-            if any(use.operation is not other for use in res.uses)
+            for res in node.outputs
+            if any(user is not other for user in self.readers_of(res))
         )
         return len(inputs) + max(outputs, 1)
 
-    def recompute_arg_count(self, producer: Operation, consumer: Operation) -> int:
-        inputs = {
-            v
-            for v in self.inputs_of(producer) | self.inputs_of(consumer)
-            if v.owner is not producer
-        }
-        outputs = sum(1 for res in consumer.results if res.first_use is not None)
+    def recompute_arg_count(self, producer: Node, consumer: Node) -> int:
+        inputs = self.inputs_of(producer) | self.inputs_of(consumer)
+        inputs = inputs.difference(producer.outputs)
+        outputs = sum(1 for res in consumer.outputs if self.readers_of(res))
         return len(inputs) + max(outputs, 1)
 
     def label(self, value: SSAValue) -> str:
         return self.labels.get(value, "%?")
 
-    def op_label(self, op: Operation) -> str:
+    def op_label(self, op: Operation | Node) -> str:
         """`%3 graph.exp`: the op's first result as the input IR names it, and the op."""
-        if isinstance(op, GroupOp):
-            inner = op.yield_op.values[0]
-            return self.op_label(inner.owner) if isinstance(inner, OpResult) else "group"
+        if isinstance(op, Node):
+            op = op.representative()
         return f"{self.label(op.results[0])} {op.name}" if op.results else op.name
 
-    def value_op(self, value: SSAValue) -> Operation:
-        """The op computing `value`, looking through a group's yield."""
-        owner = value.owner
-        if isinstance(owner, GroupOp):
-            return self.value_op(owner.yield_op.values[value.index])  # pyright: ignore
-        assert isinstance(owner, Operation)
-        return owner
+    @staticmethod
+    def _latest_reader(node: Node, value: SSAValue) -> Operation | None:
+        """The op of `node` reading `value` from outside (the one that joined it last)."""
+        if node.op is not None:
+            return node.op if any(v is value for v in node.op.operands) else None
+        return node.reader.get(value) if value in node.input_set else None
 
-    def reader_in(self, node: Operation, value: SSAValue) -> Operation:
-        """The op inside `node` that reads `value`."""
-        if isinstance(node, GroupOp):
-            for outer, arg in zip(node.inputs, node.block.args, strict=True):
-                if outer is value and arg.first_use is not None:
-                    return arg.first_use.operation
-        return node
+    def reader_in(self, node: Node, value: SSAValue) -> Operation:
+        """The op of `node` that reads `value` (the one that joined it last)."""
+        found = self._latest_reader(node, value)
+        return found if found is not None else node.representative()
 
-    def pair_ops(self, first: Operation, second: Operation) -> tuple[Operation, Operation]:
-        """The ops that name a producer-consumer pair: the op computing the tensor, its reader."""
-        for reader, value in self.edge_readers(first, second):
-            return self.value_op(value), reader
-        return first, second
+    def pair_ops(self, first: Node, second: Node) -> tuple[Operation, Operation]:
+        """The ops that name a producer-consumer pair: the op computing the first tensor
+        `second` reads, and its reader (the one that joined `second` last)."""
+        for value in first.outputs:
+            reader = self._latest_reader(second, value)
+            if reader is not None:
+                owner = value.owner
+                assert isinstance(owner, Operation)
+                return owner, reader
+        return first.representative(), second.representative()
 
     # --- cost model --------------------------------------------------------------------------
 
-    def merge_saving(self, first: Operation, second: Operation) -> int:
+    def merge_saving(self, first: Node, second: Node) -> int:
         """Bytes of memory traffic saved by merging: a tensor only `second` reads is neither
         written nor read back (2x); one that others read too is read once less (1x); an input
         both read is read once."""
         saved = 0
-        for res in first.results:
-            users = {use.operation for use in res.uses}
+        for res in first.outputs:
+            users = self.readers_of(res)
             if second in users:
                 saved += (2 if len(users) == 1 else 1) * self.value_bytes(res)
         common = self.inputs_of(first) & self.inputs_of(second)
         return saved + sum(self.value_bytes(v) for v in common)
 
-    def successors_of_value(self, value: SSAValue) -> Iterator[Operation]:
-        for use in value.uses:
-            yield use.operation
-
-    def recompute_plan(self, producer: Operation) -> RecomputePlan | None:
+    def recompute_plan(self, producer: Node) -> RecomputePlan | None:
         """For a cheap producer (one elementwise or broadcast op) read by several nodes: the
         bytes saved by copying it into each reader versus keeping it as an extra output of
         one of them. None when the producer is not a candidate."""
-        if isinstance(producer, GroupOp) or node_kind(producer) not in CHEAP_KINDS:
+        if producer.op is None or producer.kind not in CHEAP_KINDS:
             return None
         readers = list(self.successors(producer))
         if len(readers) < 2:
             return None
-        out = sum(self.value_bytes(r) for r in producer.results)
+        out = sum(self.value_bytes(r) for r in producer.outputs)
         extra = 0
         reader_inputs = [self.inputs_of(r) for r in readers]
         for value in self.inputs_of(producer):
@@ -483,101 +592,210 @@ class FusionGraph:
         return RecomputePlan(tuple(readers), recompute, multi)
 
     @staticmethod
-    def score_of(node: Operation) -> int:
-        attr = node.attributes.get(SCORE_ATTR)
-        return attr.value.data if isinstance(attr, IntegerAttr) else 0
+    def score_of(node: Node) -> int:
+        return node.score
 
-    # --- rewrites ----------------------------------------------------------------------------
+    # --- merges ------------------------------------------------------------------------------
+
+    def _reconnect(
+        self,
+        group: Node,
+        moved: Sequence[Operation],
+        *,
+        joined: bool = True,
+        from_group: bool = False,
+    ) -> bool:
+        """Fix the boundary of `group` after `moved` ops joined it: their scalar constants are
+        copied in (at the front), the values they read from outside become inputs, inputs
+        now computed inside are dropped, and the values read outside are the outputs (the
+        outputs of `moved` are already the group's when they did not join it: a singleton).
+        True when the outputs stayed the same (the group keeps its identity)."""
+        node_of, inlinable = self.node_of, self.is_inlinable
+        inputs, input_set, reader = group.inputs, group.input_set, group.reader
+        copies: dict[SSAValue, SSAValue] = {}
+        for op in moved:
+            for i, value in enumerate(op.operands):
+                owner = value.owner
+                if node_of(owner) is group:
+                    continue
+                if inlinable(value):
+                    copy = copies.get(value)
+                    if copy is None:
+                        clone = owner.clone()  # pyright: ignore[reportAttributeAccessIssue]
+                        assert isinstance(clone, Operation)
+                        group.ops.appendleft(clone)
+                        self._register(clone, group)
+                        copy = copies[value] = clone.results[0]
+                    op.operands[i] = copy
+                else:
+                    reader[value] = op
+                    if value not in input_set:
+                        inputs.append(value)
+                        input_set.add(value)
+
+        kept = [
+            v
+            for v in inputs
+            if v not in group.unused
+            and node_of(v.owner) is not group
+        ]
+        if len(kept) != len(inputs):
+            group.inputs, group.input_set = kept, set(kept)
+        if group.unused:
+            group.unused = set()
+
+        old = group.outputs
+        outputs = [v for v in old if self.read_outside(v, group)]
+        for op in moved if joined else ():
+            outputs.extend(res for res in op.results if self.read_outside(res, group))
+        if not outputs:  # nothing reads the group: keep one output so that it stays valid
+            outputs = [old[0]]
+        group.outputs = outputs
+        same = outputs == old
+        if not same:  # the group op is rebuilt: its results replace the values it yields
+            kept = set(old)
+            for v in outputs:
+                # A dissolved group's result was replaced by the value (reversed) and now by
+                # the new result (reversed again): its readers keep their order.
+                if v in kept or not from_group:
+                    self._reverse(v)
+        return same
+
+    def _singleton(self, op: Operation, rule: str) -> Node:
+        """A group of the one op `op` (the op's node is no longer alive)."""
+        old = self.node_of(op)
+        assert old is not None
+        node = Node(None, op_kind(op), list(op.results))
+        node.rule, node.space = rule, old.space
+        node.ops.append(op)
+        old.alive, old.forward = False, node
+        for res in op.results:  # the group's results replace the op's
+            self._order.setdefault(res, {})
+            self._reverse(res)
+        self._reconnect(node, [op], joined=False)
+        return node
+
+    def _absorb(self, group: Node, other: Node, *, front: bool) -> bool:
+        """Move the ops of `other` into `group`: at the front when they come first. Returns
+        `_reconnect`'s answer."""
+        ops = list(other.ops) if other.op is None else [other.op]
+        if front:
+            group.ops.extendleft(reversed(ops))
+        else:
+            group.ops.extend(ops)
+        other.alive, other.forward = False, group
+        return self._reconnect(group, ops, from_group=other.is_group)
 
     def merge(
         self,
-        first: Operation,
-        second: Operation,
+        first: Node,
+        second: Node,
         rule: str,
-        moved: Sequence[Operation] = (),
+        moved: Sequence[Node] = (),
         saved: int = 0,
-    ) -> GroupOp:
+    ) -> Node:
         """Merge node `first` into node `second` (`first` earlier; the gates have passed and
         `moved` are the nodes between them that depend on `first`). The group takes `second`'s
         place and `moved` follow it, in order."""
-        nxt = second.next_op
-        kind = stronger_kind(node_kind(first), node_kind(second))
+        self._readers.clear()
+        nxt = second.next
+        kind = stronger_kind(first.kind, second.kind)
         space = combine_spaces(self.space(first), self.space(second))
         assert space is not None
-        size = self.size(first) + self.size(second)
-        score = self.score_of(first) + self.score_of(second) + saved
-        if isinstance(first, GroupOp) and isinstance(second, GroupOp):
-            into_first = self.size(first) > self.size(second)
-            group = merge_groups(first, second, kind, rule, into_first=into_first)
-        elif isinstance(second, GroupOp):
-            group = merge_into_group(second, first, kind, rule, front=True)
-        elif isinstance(first, GroupOp):
-            first.detach()
-            self.block.insert_op_before(first, second)
-            group = merge_into_group(first, second, kind, rule, front=False)
-        else:
-            group = create_singleton_group(second, rule)
-            group = merge_into_group(group, first, kind, rule, front=True)
-        group.attributes[SCORE_ATTR] = score_attr(score)
+        size = first.size + second.size
+        score = first.score + second.score + saved
         at = self.pos[second]
+        if first.is_group and second.is_group and first.size > second.size:
+            target, same = first, self._absorb(first, second, front=False)
+        elif second.is_group:
+            target, same = second, self._absorb(second, first, front=True)
+        elif first.is_group:
+            target, same = first, self._absorb(first, second, front=False)
+        else:
+            assert second.op is not None
+            target, same = self._singleton(second.op, rule), True  # a new node already
+            self._absorb(target, first, front=True)
+        group = target if same else target.renewed()
+        self._describe(group, kind, rule, score, space, size)
         self._forget(first, second)
-        self.pos[group], self._space[group], self._size[group] = at, space, size
+        prev = second.prev if second.prev is not first else first.prev
+        self._unlink(first)
+        self._unlink(second)
+        self._link_after(group, prev)
+        self.pos[group] = at
         self._place_after(group, moved, nxt)
+        self._to_front(group)
         return group
 
     def recompute(
-        self, producer: Operation, consumers: Sequence[Operation], rule: str, saved: int = 0
-    ) -> list[GroupOp]:
-        """Copy the single op `producer` into every consumer (each becomes or stays a group);
-        the producer goes away once nothing reads it."""
-        groups: list[GroupOp] = []
+        self, producer: Node, consumers: Sequence[Node], rule: str, saved: int = 0
+    ) -> list[Node]:
+        """Copy the single op of `producer` into every consumer (each becomes or stays a
+        group); the producer goes away once nothing reads it."""
+        self._readers.clear()
+        op = producer.op
+        assert op is not None
+        groups: list[Node] = []
         share = saved // max(len(consumers), 1)
         for consumer in consumers:
-            clone = producer.clone()
-            self.block.insert_op_before(clone, consumer)
-            for res, copy in zip(producer.results, clone.results, strict=True):
+            clone = op.clone()
+            copies = dict(zip(op.results, clone.results, strict=True))
+            for res, copy in copies.items():
                 self.labels[copy] = self.label(res)
-                res.replace_uses_with_if(copy, lambda use, c=consumer: use.operation is c)
-            kind = stronger_kind(node_kind(producer), node_kind(consumer))
+                res.replace_uses_with_if(
+                    copy, lambda use, c=consumer: self.node_of(use.operation) is c
+                )
+            kind = stronger_kind(producer.kind, consumer.kind)
             space = combine_spaces(self.space(producer), self.space(consumer))
-            size, score = self.size(consumer) + 1, self.score_of(consumer) + share
-            group = consumer if isinstance(consumer, GroupOp) else None
-            if group is None:
-                group = create_singleton_group(consumer, rule)
-            group = merge_into_group(group, clone, kind, rule, front=True)
-            group.attributes[SCORE_ATTR] = score_attr(score)
+            size, score = consumer.size + 1, consumer.score + share
             at, space = self.pos[consumer], space or self.space(consumer)
+            if consumer.is_group:
+                target = consumer
+                target.inputs = [copies.get(v, v) for v in target.inputs]
+                target.input_set = set(target.inputs)
+            else:
+                assert consumer.op is not None
+                target = self._singleton(consumer.op, rule)
+            target.ops.appendleft(clone)
+            self._register(clone, target)
+            same = self._reconnect(target, [clone]) or target is not consumer
+            group = target if same else target.renewed()
+            self._describe(group, kind, rule, score, space, size)
             self._forget(consumer)
-            self.pos[group], self._space[group], self._size[group] = at, space, size
+            self._replace_link(consumer, group)
+            self.pos[group] = at
+            self._to_front(group)
             groups.append(group)
-        if all(res.first_use is None for res in producer.results):
+        if all(res.first_use is None for res in op.results):
             self._forget(producer)
-            producer.detach()
-            producer.erase()
+            self._unlink(producer)
+            producer.alive = False
+            op.detach()
+            op.erase()
         return groups
 
-    def erase_dead_constants(self) -> None:
-        """Scalar constants copied into every group that read them are left unused."""
-        for op in list(self.block.ops):
-            if isinstance(op, graph.ConstantOp) and op.result.first_use is None:
-                self._forget(op)
-                op.detach()
-                op.erase()
+    @staticmethod
+    def _describe(group: Node, kind: str, rule: str, score: int, space: Space, size: int) -> None:
+        """Set what a merge made of `group`."""
+        group.kind, group.rule, group.score, group.space, group.size = (
+            kind,
+            rule,
+            score,
+            space,
+            size,
+        )
+        group.attributes[SCORE_ATTR] = score_attr(score)
 
-    def _forget(self, *nodes: Operation) -> None:
+    def _forget(self, *nodes: Node) -> None:
         for node in nodes:
             self.pos.pop(node, None)
-            self._space.pop(node, None)
-            self._size.pop(node, None)
 
-    def _place_after(
-        self, group: GroupOp, moved: Sequence[Operation], nxt: Operation | None
-    ) -> None:
-        prev: Operation = group
-        for op in moved:
-            op.detach()
-            self.block.insert_op_after(op, prev)
-            prev = op
+    def _place_after(self, group: Node, moved: Sequence[Node], nxt: Node | None) -> None:
+        prev = group
+        for node in moved:
+            self._unlink(node)
+            self._link_after(node, prev)
+            prev = node
         if not moved:
             return
         lo = self.pos[group]
@@ -588,3 +806,60 @@ class FusionGraph:
             self.pos.update(zip(moved, new, strict=True))
         else:  # the gap is exhausted: number the block afresh
             self.renumber()
+
+    # --- building the IR ---------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Build the IR the graph describes: every group becomes a `fusion.group` in its
+        place, the top-level ops follow the graph's order, and scalar constants that nothing
+        reads any more (every reader has its own copy now) are erased."""
+        block = self.block
+        outer_of: dict[SSAValue, SSAValue] = {}
+        prev: Operation | None = None
+        for node in self.nodes():
+            op = node.op if node.op is not None else self._build_group(node, outer_of)
+            if op.parent is not block or op.prev_op is not prev:
+                if op.parent is not None:
+                    op.detach()
+                if prev is not None:
+                    block.insert_op_after(op, prev)
+                elif block.first_op is not None:
+                    block.insert_op_before(op, block.first_op)
+                else:
+                    block.add_op(op)
+            prev = op
+        for op in list(block.ops):
+            if isinstance(op, graph.ConstantOp) and op.result.first_use is None:
+                op.detach()
+                op.erase()
+
+    def _build_group(self, node: Node, outer_of: dict[SSAValue, SSAValue]) -> GroupOp:
+        """The `fusion.group` of a group node; its outputs replace the values they yield
+        outside it (`outer_of` records them for the groups built after it)."""
+        inputs = [outer_of.get(v, v) for v in node.inputs]
+        body = Block(arg_types=[v.type for v in inputs])
+        arg_of: dict[SSAValue, SSAValue] = {}
+        for arg, value, outer in zip(body.args, node.inputs, inputs, strict=True):
+            arg.name_hint = node.arg_hints.get(value)
+            arg_of[outer] = arg
+        for op in node.ops:
+            if op.parent is not None:
+                op.detach()
+            body.add_op(op)
+            for i, value in enumerate(op.operands):
+                arg = arg_of.get(value)
+                if arg is not None:
+                    op.operands[i] = arg
+        body.add_op(YieldOp(*node.outputs))
+        group = GroupOp.create(
+            operands=inputs,
+            result_types=[v.type for v in node.outputs],
+            properties={"kind": _string_attr(node.kind), "rule": _string_attr(node.rule)},
+            regions=[Region(body)],
+        )
+        group.attributes.update(node.attributes)
+        for res, value in zip(group.results, node.outputs, strict=True):
+            res.name_hint = self._result_hints.get(value, value.name_hint)
+            value.replace_uses_with_if(res, lambda use: use.operation.parent is not body)
+            outer_of[value] = res
+        return group

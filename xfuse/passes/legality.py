@@ -33,7 +33,7 @@ from xdsl.ir import Operation, SSAValue
 from xfuse.dialects import fusion, graph
 
 if TYPE_CHECKING:
-    from xfuse.passes.grouping import FusionGraph
+    from xfuse.passes.grouping import FusionGraph, Node
 
 # ---------------------------------------------------------------------------------------------
 # Reasons
@@ -82,7 +82,7 @@ class Verdict:
 
     reason: str
     detail: str = ""
-    moved: tuple[Operation, ...] = field(default=())
+    moved: tuple[Node, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
@@ -109,11 +109,9 @@ def op_kind(op: Operation) -> str:
     return kind
 
 
-def node_kind(op: Operation) -> str:
-    """The kind of a node: a group's `kind`, or the op-kind of a graph op."""
-    if isinstance(op, fusion.GroupOp):
-        return op.kind.data
-    return op_kind(op)
+def node_kind(node: Node) -> str:
+    """The kind of a node: a group's `kind` (the strongest inside), or its op's kind."""
+    return node.kind
 
 
 def stronger_kind(a: str, b: str) -> str:
@@ -126,19 +124,21 @@ def is_inlinable_constant(value: SSAValue) -> bool:
     return isinstance(owner, graph.ConstantOp) and graph.numel(graph.shape_of(value)) <= 1
 
 
-def is_candidate_node(op: Operation) -> bool:
+def is_candidate_node(node: Node) -> bool:
     """Nodes that fusion examines at all: groups and graph ops other than constants (data,
     not computation). `func.return` and foreign ops are not examined."""
-    if isinstance(op, fusion.GroupOp):
+    op = node.op
+    if op is None:
         return True
-    return op_kind(op) != "opaque" and not isinstance(op, graph.ConstantOp)
+    return node.kind != "opaque" and not isinstance(op, graph.ConstantOp)
 
 
-def fusability(op: Operation, predicate: Predicate | None = None) -> Verdict:
+def fusability(node: Node, predicate: Predicate | None = None) -> Verdict:
     """Whether a node may be part of a group at all."""
-    if isinstance(op, fusion.GroupOp):
+    op = node.op
+    if op is None:
         return Verdict(FUSED)
-    kind = op_kind(op)
+    kind = node.kind
     if kind in BOUNDARY_REASONS:
         return refuse(BOUNDARY_REASONS[kind], f"{op.name} is {kind}")
     if kind not in FUSABLE_KINDS or isinstance(op, graph.ConstantOp):
@@ -258,13 +258,12 @@ def may_mutate(op: Operation) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def find_cycle_or_moved(
-    g: FusionGraph, first: Operation, second: Operation
-) -> tuple[Operation, ...] | None:
+def find_cycle_or_moved(g: FusionGraph, first: Node, second: Node) -> tuple[Node, ...] | None:
     """Nodes strictly between `first` and `second` that depend on `first`, in block order; None
     when `second` depends on one of them (merging the two would create a cycle)."""
     limit = g.pos[second]
-    stack, seen, found = [first], {first}, list[Operation]()
+    stack, seen = [first], {first}
+    found: list[Node] = []
     while stack:
         node = stack.pop()
         for succ in g.successors(node):
@@ -281,20 +280,20 @@ def find_cycle_or_moved(
     return tuple(found)
 
 
-def mutation_between(g: FusionGraph, first: Operation, second: Operation) -> Operation | None:
-    """An op that may mutate memory placed between the two nodes: fusing would move reads of
+def mutation_between(g: FusionGraph, first: Node, second: Node) -> Node | None:
+    """A node that may mutate memory placed between the two nodes: fusing would move reads of
     `first` below it (and its dependants below `second`'s reads)."""
     lo, hi = g.pos[first], g.pos[second]
-    for op in g.mutators:
-        if op.parent is g.block and lo < g.pos[op] < hi:
-            return op
+    for node in g.mutators:
+        if node.alive and lo < g.pos[node] < hi:
+            return node
     return None
 
 
 def check_merge(
     g: FusionGraph,
-    first: Operation,
-    second: Operation,
+    first: Node,
+    second: Node,
     *,
     arg_limit: int,
     max_group_size: int | None = None,
@@ -317,8 +316,8 @@ def check_merge(
 
 def check_pair(
     g: FusionGraph,
-    first: Operation,
-    second: Operation,
+    first: Node,
+    second: Node,
     *,
     arg_limit: int,
     max_group_size: int | None = None,
@@ -349,7 +348,7 @@ def check_pair(
     return Verdict(FUSED)
 
 
-def check_order(g: FusionGraph, first: Operation, second: Operation) -> Verdict:
+def check_order(g: FusionGraph, first: Node, second: Node) -> Verdict:
     """The gates that depend on the rest of the graph: mutation and cycles. Re-run before
     applying a decision taken earlier, since merges elsewhere can add paths."""
     mutator = mutation_between(g, first, second)
@@ -363,8 +362,8 @@ def check_order(g: FusionGraph, first: Operation, second: Operation) -> Verdict:
 
 def check_recompute(
     g: FusionGraph,
-    producer: Operation,
-    consumer: Operation,
+    producer: Node,
+    consumer: Node,
     *,
     arg_limit: int,
     predicate: Predicate | None = None,
