@@ -2,10 +2,11 @@
 CUDA benchmark: torch eager, torch.compile (Inductor/Triton) and xfuse side by side on one GPU,
 in one process, timed with CUDA events.
 
-    python benchmarks/cuda.py [--runs 20] [--size 16384] [--skip-inductor]
+    python benchmarks/cuda.py [--runs 20] [--size 16384] [--skip-inductor] [--cases softmax,mlp]
 
 Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
-size x size f32, w and b per column), the bundled MLP and transformer block. For each: the
+size x size f32, w and b per column), a column sum and a full sum of x, the bundled MLP and
+transformer block (`--cases` picks some by name). For each: the
 median of `--runs` timed runs after warm-up, the ratios xfuse/eager and xfuse/Inductor (below 1:
 xfuse is faster), and the fraction of the measured device copy bandwidth (bytes = one read of
 every input and parameter + one write of every output, against `torch.empty_like(x).copy_(x)`).
@@ -99,6 +100,8 @@ def kernel_cases(size: int) -> list[Case]:
             (x, w),
             2 * xb + wb,
         ),
+        Case("column sum", lambda x: x.sum(0), (x,), xb + wb),
+        Case("full sum", lambda x: x.sum(), (x,), xb + 4),
     ]
 
 
@@ -119,6 +122,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     print(f"device: {torch.cuda.get_device_name()}; copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     rows = []
     for case in kernel_cases(args.size) + model_cases():
+        if args.cases and case.name not in args.cases:
+            continue
         with torch.no_grad():
             expected = case.fn(*case.inputs)
             compiled = xfuse.api.compile(case.fn, case.inputs, device="cuda:0")
@@ -168,6 +173,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--size", type=int, default=16384)
     parser.add_argument("--skip-inductor", action="store_true")
+    parser.add_argument(
+        "--cases", type=lambda s: s.split(","), default=[], help="comma-separated case names"
+    )
     args = parser.parse_args()
     print(HEADER)
     rows = run(args)

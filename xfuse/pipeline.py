@@ -152,7 +152,12 @@ OPTION_RULES: dict[str, dict[str, OptionRule]] = {
         "unroll": POSITIVE,
         "row_threads": ROW_THREADS,
     },
-    "split-reductions": {"min_length": POSITIVE, "normalization_rows": NON_NEGATIVE},
+    "split-reductions": {
+        "min_length": POSITIVE,
+        "normalization_rows": NON_NEGATIVE,
+        "min_column_length": POSITIVE,
+        "column_parallelism": POSITIVE,
+    },
 }
 """Pass name -> option (field name) -> the values it accepts. Integer options not listed accept
 any integer."""

@@ -22,7 +22,12 @@ from xfuse.ir import make_context
 from xfuse.passes.decompose import DecomposePass
 from xfuse.passes.fuse_scored import FuseScoredPass
 from xfuse.passes.group_cleanup import GroupCleanupPass
-from xfuse.passes.split_reductions import SplitReductionsPass, choose_split, is_normalization
+from xfuse.passes.split_reductions import (
+    SplitReductionsPass,
+    choose_column_split,
+    choose_split,
+    is_normalization,
+)
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.testing import RandomProgram, programs
 
@@ -36,9 +41,11 @@ REDUCTIONS: dict[str, type[graph.ReduceOp]] = {
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def split(module: ModuleOp, min_length: int = 4) -> ModuleOp:
+def split(module: ModuleOp, min_length: int = 4, min_column_length: int = 4096) -> ModuleOp:
     out = module.clone()
-    SplitReductionsPass(min_length=min_length, normalization_rows=0).apply(make_context(), out)
+    SplitReductionsPass(
+        min_length=min_length, normalization_rows=0, min_column_length=min_column_length
+    ).apply(make_context(), out)
     out.verify()
     return out
 
@@ -96,6 +103,24 @@ def test_lengths_with_a_divisor_near_the_root_have_no_remainder() -> None:
     assert choose_split(99991).remainder > 0  # a prime
 
 
+@pytest.mark.parametrize(
+    ("length", "kept"),
+    [(4, 1), (4096, 4), (16384, 16384), (8191, 15), (65536, 200000), (10**6, 3), (99991, 7)],
+)
+def test_column_split_covers_the_rows_with_chunks_of_at_least_half_the_root(
+    length: int, kept: int
+) -> None:
+    s = choose_column_split(length, kept, 1 << 19)
+    assert s.rows * s.chunk + s.remainder == length
+    assert 2 <= s.rows <= max(2, math.isqrt(length)) and 0 <= s.remainder < s.rows
+    assert s.chunk >= math.isqrt(length) // 2
+    assert s.rows <= max(2, (1 << 19) // kept)
+
+
+def test_column_split_of_a_square_sum_has_about_the_parallelism_asked_for() -> None:
+    assert choose_column_split(16384, 16384, 1 << 19) == choose_split(4).__class__(32, 512, 0)
+
+
 # ---------------------------------------------------------------------------------------------
 # What is rewritten, and what is left alone
 # ---------------------------------------------------------------------------------------------
@@ -109,8 +134,13 @@ def test_below_the_threshold_is_left_alone() -> None:
 
 @pytest.mark.parametrize(
     ("shape", "dims", "dtype"),
-    [((64, 3), [0], torch.float32), ((4, 8, 16), [0, 2], torch.float32), ((99,), [0], torch.bool)],
-    ids=["leading-dim", "non-trailing-dims", "bool"],
+    [
+        ((64, 3), [0], torch.float32),
+        ((4, 8, 16), [0, 2], torch.float32),
+        ((99,), [0], torch.bool),
+        ((8192, 2), [0], torch.bool),
+    ],
+    ids=["short-leading-dim", "non-trailing-dims", "bool", "bool-columns"],
 )
 def test_unsupported_reductions_are_left_alone(
     shape: tuple[int, ...], dims: list[int], dtype: torch.dtype
@@ -206,10 +236,23 @@ def reduction_cases(draw: st.DrawFn) -> tuple[str, tuple[int, ...], list[int], b
     return kind, shape, list(range(rank - reduced, rank)), draw(st.booleans()), dtype
 
 
-@SETTINGS
-@given(reduction_cases(), st.integers(0, 2**16))
-def test_split_reduction_keeps_meaning(
-    case: tuple[str, tuple[int, ...], list[int], bool, torch.dtype], seed: int
+@st.composite
+def column_cases(draw: st.DrawFn) -> tuple[str, tuple[int, ...], list[int], bool, torch.dtype]:
+    """Reductions over the leading dims (not all of them), with the column split forced."""
+    rank = draw(st.integers(2, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 40), min_size=rank, max_size=rank)))
+    reduced = draw(st.integers(1, rank - 1))
+    kind = draw(st.sampled_from(sorted(REDUCTIONS)))
+    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+    if kind != "mean":
+        dtypes.append(torch.int64)
+    return kind, shape, list(range(reduced)), draw(st.booleans()), draw(st.sampled_from(dtypes))
+
+
+def assert_split_keeps_meaning(
+    case: tuple[str, tuple[int, ...], list[int], bool, torch.dtype],
+    seed: int,
+    split_module: Callable[[ModuleOp], ModuleOp],
 ) -> None:
     kind, shape, dims, keepdim, dtype = case
     module = reduction_module(kind, shape, dims, keepdim, dtype)
@@ -221,8 +264,24 @@ def test_split_reduction_keeps_meaning(
             else x.round().clamp(-1, 1).to(dtype)
         )
     (want,) = interpret(module, [x])
-    (got,) = interpret(split(module), [x])
+    (got,) = interpret(split_module(module), [x])
     assert_reductions_close(got, want, math.prod(shape[d] for d in dims))
+
+
+@SETTINGS
+@given(column_cases(), st.integers(0, 2**16))
+def test_column_split_keeps_meaning(
+    case: tuple[str, tuple[int, ...], list[int], bool, torch.dtype], seed: int
+) -> None:
+    assert_split_keeps_meaning(case, seed, lambda m: split(m, min_column_length=4))
+
+
+@SETTINGS
+@given(reduction_cases(), st.integers(0, 2**16))
+def test_split_reduction_keeps_meaning(
+    case: tuple[str, tuple[int, ...], list[int], bool, torch.dtype], seed: int
+) -> None:
+    assert_split_keeps_meaning(case, seed, split)
 
 
 def assert_programs_close(program: RandomProgram, module: ModuleOp) -> None:
@@ -282,6 +341,10 @@ def test_a_long_softmax_of_many_rows_stays_one_kernel() -> None:
         (lambda x: x.sum(), lambda: torch.rand(200003).half()),
         (lambda x: x.sum(), lambda: torch.randint(-9, 9, (131072,))),
         (lambda x: torch.softmax(x, dim=-1), lambda: torch.randn(2, 70000)),
+        (lambda x: x.sum(0), lambda: torch.randn(4096, 300)),
+        (lambda x: (x * x).mean(dim=(0, 1), keepdim=True), lambda: torch.randn(97, 83, 5)),
+        (lambda x: x.amax(0), lambda: torch.randn(8191, 7)),
+        (lambda x: x.sum(0), lambda: torch.randn(5000, 64).bfloat16()),
     ],
     ids=[
         "sum",
@@ -292,6 +355,10 @@ def test_a_long_softmax_of_many_rows_stays_one_kernel() -> None:
         "sum-f16",
         "sum-i64",
         "softmax-long-rows",
+        "column-sum",
+        "column-mean-prologue",
+        "column-amax-remainder",
+        "column-sum-bf16",
     ],
 )
 def test_split_reductions_compile_like_eager(
@@ -351,8 +418,21 @@ def test_split_reductions_on_the_gpu_are_as_accurate_as_eager() -> None:
         (lambda x: (x * x - 1).sum(), lambda: torch.randn(400, 400)),
         (lambda x: x.sum(), lambda: torch.rand(200003).half()),
         (lambda x: torch.softmax(x, dim=-1), lambda: torch.randn(2, 70000)),
+        (lambda x: x.sum(0), lambda: torch.randn(16384, 1000)),
+        (lambda x: (x * x).mean(dim=(0, 1), keepdim=True), lambda: torch.randn(97, 83, 5)),
+        (lambda x: x.amax(0), lambda: torch.randn(8191, 7)),
+        (lambda x: x.sum(0), lambda: torch.randn(5000, 64).half()),
     ],
-    ids=["amax-remainder", "sum-prologue", "sum-f16", "softmax-long-rows"],
+    ids=[
+        "amax-remainder",
+        "sum-prologue",
+        "sum-f16",
+        "softmax-long-rows",
+        "column-sum",
+        "column-mean-prologue",
+        "column-amax-remainder",
+        "column-sum-f16",
+    ],
 )
 def test_split_reductions_on_the_gpu_agree_with_eager(
     fn: Callable[[torch.Tensor], torch.Tensor], make: Callable[[], torch.Tensor]

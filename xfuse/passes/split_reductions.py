@@ -22,10 +22,26 @@ results per kept row), then the B dim (stage 2):
 - f16/bf16 sums, means and products are cast to f32 first and the result cast back at the end,
   so that the partial results are not rounded to 16 bits (lower-to-loops accumulates them in
   f32 too); max and min are exact in any type.
-- Left alone: reductions over dims that are not the trailing ones, bool (i1) reductions, those
-  shorter than `min-length`, and normalizations (softmax's max and sum, layer norm's means: the
-  result meets the input again) of at least `normalization-rows` rows, which fusion keeps as one
-  row kernel over rows that are parallel already.
+- A reduction over the leading dims (a column reduction: `x.sum(0)`) of at least
+  `min-column-length` elements per result, with fewer than `column-parallelism / 2` results,
+  reads its input as `[B, C, ...kept]` and reduces C, then B: stage 1 has B times as many
+  results, each a strided walk over C rows that neighbouring threads read side by side, so a
+  GPU has enough threads in flight to reach its memory bandwidth (one thread per column of a
+  16384x16384 sum keeps 16k threads busy: half the bandwidth). B * K is about
+  `column-parallelism` (K results) and C at least sqrt(L); a remainder of rows is reduced on
+  its own as above.
+
+      %y = graph.reduce_sum %x dims = [0] : tensor<16384x16384xf32> -> tensor<16384xf32>
+        ->
+      %r = graph.reshape %x : tensor<16384x16384xf32> -> tensor<32x512x16384xf32>
+      %p = graph.reduce_sum %r dims = [1] : tensor<32x512x16384xf32> -> tensor<32x16384xf32>
+      %y = graph.reduce_sum %p dims = [0] : tensor<32x16384xf32> -> tensor<16384xf32>
+
+- Left alone: reductions over dims that are neither the trailing nor the leading ones, bool
+  (i1) reductions, those shorter than `min-length` (`min-column-length`), and normalizations
+  (softmax's max and sum, layer norm's means: the result meets the input again) of at least
+  `normalization-rows` rows, which fusion keeps as one row kernel over rows that are parallel
+  already.
 """
 
 from __future__ import annotations
@@ -81,11 +97,30 @@ def choose_split(length: int) -> Split:
     return Split(length // chunk, chunk, length % chunk)
 
 
+def choose_column_split(length: int, kept: int, parallelism: int) -> Split:
+    """B and C for a reduction over leading dims of `length` rows of `kept` elements: B about
+    parallelism / kept but at most sqrt(length) (so that C >= sqrt(length)), an exact divisor
+    of `length` down to half that where there is one, else a remainder of rows."""
+    root = math.isqrt(length)
+    want = max(2, min(parallelism // max(kept, 1), root))
+    for distance in range(want // 2 + 1):
+        for rows in (want - distance, want + distance):
+            if 2 <= rows <= min(2 * want, root) and length % rows == 0:
+                return Split(rows, length // rows, 0)
+    return Split(want, length // want, length % want)
+
+
 def trailing_dims(op: graph.ReduceOp) -> bool:
     """Whether the reduced dims are the input's last ones (the contiguous ones)."""
     rank = len(shape_of(op.input))
     dims = op.reduce_dims
     return list(dims) == list(range(rank - len(dims), rank))
+
+
+def leading_dims(op: graph.ReduceOp) -> bool:
+    """Whether the reduced dims are the input's first ones, and not all of them."""
+    dims = op.reduce_dims
+    return 0 < len(dims) < len(shape_of(op.input)) and list(dims) == list(range(len(dims)))
 
 
 def reduced_length(op: graph.ReduceOp) -> int:
@@ -96,13 +131,22 @@ def reduced_length(op: graph.ReduceOp) -> int:
 
 def is_splittable(op: graph.ReduceOp, min_length: int) -> bool:
     """A reduction this pass can rewrite: long enough, over trailing dims, not of bools."""
+    return _reduces_numbers(op) and trailing_dims(op) and reduced_length(op) >= max(min_length, 4)
+
+
+def is_splittable_column(op: graph.ReduceOp, min_length: int, parallelism: int) -> bool:
+    """A reduction over leading dims this pass can rewrite: long enough, and with fewer than
+    parallelism / 2 results (more are parallel enough as they are)."""
     return (
-        op.name in _COMBINE
-        and bool(op.reduce_dims)
-        and dtype_of(op.input) != i1
-        and trailing_dims(op)
+        _reduces_numbers(op)
+        and leading_dims(op)
         and reduced_length(op) >= max(min_length, 4)
+        and 2 * numel(shape_of(op.result)) <= parallelism
     )
+
+
+def _reduces_numbers(op: graph.ReduceOp) -> bool:
+    return op.name in _COMBINE and bool(op.reduce_dims) and dtype_of(op.input) != i1
 
 
 MAX_NORMALIZATION_DEPTH = 8
@@ -152,10 +196,13 @@ class _Builder:
             return x
         return self.add(graph.CastOp(x, dtype))
 
-    def last_dim_slice(self, x: SSAValue, start: int, limit: int) -> SSAValue:
-        shape = shape_of(x)
-        starts = [0] * (len(shape) - 1) + [start]
-        return self.add(graph.SliceOp(x, starts, [*shape[:-1], limit], [1] * len(shape)))
+    def dim_slice(self, x: SSAValue, dim: int, start: int, limit: int) -> SSAValue:
+        """`x[..., start:limit, ...]` along `dim` (negative: from the end)."""
+        shape = list(shape_of(x))
+        dim %= len(shape)
+        starts = [0] * len(shape)
+        starts[dim], shape[dim] = start, limit
+        return self.add(graph.SliceOp(x, starts, shape, [1] * len(shape)))
 
 
 MAX_PROLOGUE = 32
@@ -242,31 +289,62 @@ def _compute(b: _Builder, op: graph.ReduceOp, x: SSAValue) -> SSAValue:
     return x
 
 
-def split_reduction(op: graph.ReduceOp, *, rebuild: bool = True) -> None:
-    """Rewrite one splittable reduction into its two stages (and remainder), in place; with
-    `rebuild`, its elementwise prologue is rebuilt on the viewed inputs (`_Relayout`)."""
-    b = _Builder(op)
-    budget = MAX_PROLOGUE if rebuild else 0
+def split_reduction(
+    op: graph.ReduceOp, split: Split | None = None, *, rebuild: bool = True
+) -> None:
+    """Rewrite one splittable reduction over trailing dims into its two stages (and
+    remainder), in place; with `rebuild`, its elementwise prologue is rebuilt on the viewed
+    inputs (`_Relayout`). `split` defaults to `choose_split`."""
     shape = shape_of(op.input)
     kept = list(shape[: len(shape) - len(op.reduce_dims)])
     length = reduced_length(op)
-    split = choose_split(length)
+    split = split or choose_split(length)
+    # The reduced dims as one (the last): [*kept, length]; stage 1 reduces C of
+    # [*kept, B, C], stage 2 B of [*kept, B].
+    flat, first = [*kept, length], [*kept, split.rows, split.chunk]
+    _rewrite(op, split, flat, first, (len(kept) + 1, len(kept)), rebuild=rebuild)
+
+
+def split_column_reduction(op: graph.ReduceOp, split: Split, *, rebuild: bool = True) -> None:
+    """Rewrite one reduction over leading dims into its two stages (and remainder) as
+    `split_reduction` does: stage 1 reduces C of [B, C, *kept], stage 2 B of [B, *kept]."""
+    kept = list(shape_of(op.input)[len(op.reduce_dims) :])
+    flat, first = [reduced_length(op), *kept], [split.rows, split.chunk, *kept]
+    _rewrite(op, split, flat, first, (1, 0), rebuild=rebuild)
+
+
+def _rewrite(
+    op: graph.ReduceOp,
+    split: Split,
+    flat: list[int],
+    first: list[int],
+    stage_dims: tuple[int, int],
+    *,
+    rebuild: bool,
+) -> None:
+    """The two stages of `op`: its input viewed as `flat` (the reduced dims as one, at
+    `stage_dims[1]`) and then `first` (that dim as B x C), reduced over `stage_dims[0]` (C)
+    and then `stage_dims[1]` (B); the rows left over (`split.remainder`) are sliced off along
+    that dim and reduced on their own."""
+    b = _Builder(op)
+    budget = MAX_PROLOGUE if rebuild else 0
+    length, at = reduced_length(op), stage_dims[1]
     stage = _stage(op)
     used = split.rows * split.chunk
 
     def rows_view(x: SSAValue) -> SSAValue:
         if split.remainder:
-            x = b.last_dim_slice(b.reshape(x, [*kept, length]), 0, used)
-        return b.reshape(x, [*kept, split.rows, split.chunk])
+            x = b.dim_slice(b.reshape(x, flat), at, 0, used)
+        return b.reshape(x, first)
 
     def remainder_view(x: SSAValue) -> SSAValue:
-        return b.last_dim_slice(b.reshape(x, [*kept, length]), used, length)
+        return b.dim_slice(b.reshape(x, flat), at, used, length)
 
     rows = _compute(b, op, _Relayout(b, rows_view, budget)(op.input, op))
-    total = b.add(stage(b.add(stage(rows, [len(kept) + 1])), [len(kept)]))
+    total = b.add(stage(b.add(stage(rows, [stage_dims[0]])), [at]))
     if split.remainder:
         rest = _compute(b, op, _Relayout(b, remainder_view, budget)(op.input, op))
-        total = b.add(_COMBINE[op.name](total, b.add(stage(rest, [len(kept)]))))
+        total = b.add(_COMBINE[op.name](total, b.add(stage(rest, [at]))))
     if isinstance(op, graph.ReduceMeanOp):
         total = b.add(graph.DivOp(total, b.add(graph.ConstantOp.scalar(length, dtype_of(total)))))
     result = b.reshape(b.cast(total, dtype_of(op.result)), shape_of(op.result))
@@ -277,7 +355,8 @@ def split_reduction(op: graph.ReduceOp, *, rebuild: bool = True) -> None:
 
 @dataclass(frozen=True)
 class SplitReductionsPass(ModulePass):
-    """Split every reduction of at least `min-length` elements into two stages."""
+    """Split every reduction of at least `min-length` elements, and column reductions of few
+    results, into two stages."""
 
     name = "split-reductions"
 
@@ -289,12 +368,24 @@ class SplitReductionsPass(ModulePass):
     many rows is left alone: its rows are parallel already, and split it would take two more
     kernels and a round trip of the row through memory (0: split them all)."""
 
+    min_column_length: int = 4096
+    """Shortest reduced length of a reduction over leading dims that is split."""
+
+    column_parallelism: int = 1 << 19
+    """About how many partial results stage 1 of a split column reduction computes (about what
+    an H100 keeps in flight: 132 SMs x 2048 threads, twice); reductions over leading dims with
+    at least half as many results are left alone."""
+
     def splits(self, op: graph.ReduceOp) -> bool:
-        """Whether this pass rewrites `op`."""
+        """Whether this pass rewrites `op` (over trailing dims)."""
         if not is_splittable(op, self.min_length):
             return False
         many_rows = numel(shape_of(op.result)) >= self.normalization_rows > 0
         return not (many_rows and is_normalization(op))
+
+    def splits_columns(self, op: graph.ReduceOp) -> bool:
+        """Whether this pass rewrites `op` (over leading dims)."""
+        return is_splittable_column(op, self.min_column_length, self.column_parallelism)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in op.walk():
@@ -308,3 +399,7 @@ class SplitReductionsPass(ModulePass):
         for r in [r for r in block.ops if isinstance(r, graph.ReduceOp)]:
             if self.splits(r):
                 split_reduction(r, rebuild=rebuild)
+            elif self.splits_columns(r):
+                kept = numel(shape_of(r.result))
+                split = choose_column_split(reduced_length(r), kept, self.column_parallelism)
+                split_column_reduction(r, split, rebuild=rebuild)

@@ -13,7 +13,7 @@ func.func @trailing_two_keepdim(%x: tensor<3x300x400xf32>) -> tensor<3x1x1xf32> 
   func.return %y : tensor<3x1x1xf32>
 }
 
-// Not the trailing dims: left alone.
+// The leading dims, with few results: split as a column reduction (columns.mlir).
 func.func @leading(%x: tensor<65536x4xf32>) -> tensor<4xf32> {
   %y = graph.reduce_sum %x dims = [0] : tensor<65536x4xf32> -> tensor<4xf32>
   func.return %y : tensor<4xf32>
@@ -33,5 +33,17 @@ func.func @leading(%x: tensor<65536x4xf32>) -> tensor<4xf32> {
 // CHECK-NEXT:    func.return %[[Y]] : tensor<3x1x1xf32>
 
 // CHECK-LABEL: func.func @leading
-// CHECK-NEXT:    %[[Y:.*]] = graph.reduce_sum %x dims = [0] : tensor<65536x4xf32> -> tensor<4xf32>
+// CHECK-NEXT:    %[[R:.*]] = graph.reshape %x : tensor<65536x4xf32> -> tensor<256x256x4xf32>
+// CHECK-NEXT:    %[[P:.*]] = graph.reduce_sum %[[R]] dims = [1] : tensor<256x256x4xf32> -> tensor<256x4xf32>
+// CHECK-NEXT:    %[[Y:.*]] = graph.reduce_sum %[[P]] dims = [0] : tensor<256x4xf32> -> tensor<4xf32>
 // CHECK-NEXT:    func.return %[[Y]] : tensor<4xf32>
+
+// Neither the leading nor the trailing dims: left alone.
+func.func @middle(%x: tensor<64x65536x4xf32>) -> tensor<64x4xf32> {
+  %y = graph.reduce_sum %x dims = [1] : tensor<64x65536x4xf32> -> tensor<64x4xf32>
+  func.return %y : tensor<64x4xf32>
+}
+
+// CHECK-LABEL: func.func @middle
+// CHECK-NEXT:    %[[Y:.*]] = graph.reduce_sum %x dims = [1] : tensor<64x65536x4xf32> -> tensor<64x4xf32>
+// CHECK-NEXT:    func.return %[[Y]] : tensor<64x4xf32>
