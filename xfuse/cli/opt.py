@@ -26,12 +26,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, NoReturn
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Dialect, Operation
 from xdsl.parser import Parser
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
@@ -86,6 +86,10 @@ class SourceError(ParseError):
         return f"{loc.file}:{loc.line}:{loc.col}: error: {self.msg}"
 
 
+def _dialect_factory(dialect: Dialect) -> Callable[[], Dialect]:
+    return lambda: dialect
+
+
 class CliError(Exception):
     """A user error found by the driver itself (not by parsing or verification)."""
 
@@ -120,7 +124,7 @@ class XfuseOptMain(xDSLOptMain):
         known = set(self.ctx.registered_dialect_names)
         for dialect in DIALECTS:
             if dialect.name not in known:
-                self.ctx.register_dialect(dialect.name, lambda d=dialect: d)
+                self.ctx.register_dialect(dialect.name, _dialect_factory(dialect))
 
     def register_all_passes(self) -> None:
         super().register_all_passes()

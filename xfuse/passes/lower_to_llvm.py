@@ -132,7 +132,7 @@ class ParallelLoopToRangeArgs(RewritePattern):
         hi = rewriter.insert_block_argument(entry, 1, IndexType())
         lo.name_hint, hi.name_hint = "lo", "hi"
         op.function_type = func.FunctionType.from_lists(
-            [IndexType(), IndexType(), *op.function_type.inputs], op.function_type.outputs
+            [IndexType(), IndexType(), *op.function_type.inputs], op.function_type.outputs.data
         )
         if op.arg_attrs is not None:
             op.arg_attrs = type(op.arg_attrs)([DictionaryAttr({})] * 2 + list(op.arg_attrs))
@@ -296,7 +296,7 @@ def reuse_reduction_values(op: scf.ParallelOp) -> None:
         return
     stored = {o.memref for o in kernel.walk() if isinstance(o, memref.StoreOp)}
     loaded = {o.memref for o in kernel.walk() if isinstance(o, memref.LoadOp)}
-    unstored = set(kernel.body.block.args) - stored
+    unstored = set[SSAValue](kernel.body.block.args) - stored
     reduce_keys = _loop_value_keys(reduce_loop, unstored)
     by_key = {k: v for v, k in reduce_keys.items()}
     write_block = write_loop.body.block

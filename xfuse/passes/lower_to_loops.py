@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
+from typing import TypeGuard
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
@@ -392,7 +393,7 @@ def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Ope
 # ---------------------------------------------------------------------------------------------
 
 
-def is_real_reduction(op: Operation) -> bool:
+def is_real_reduction(op: Operation) -> TypeGuard[graph.ReduceOp]:
     return isinstance(op, graph.ReduceOp) and bool(op.reduce_dims)
 
 
@@ -784,7 +785,9 @@ class KernelBuilder:
         key = ("constant", repr(value), type)
         if key not in entry.memo:
             attr = (
-                FloatAttr(float(value), type) if is_float(type) else IntegerAttr(int(value), type)
+                FloatAttr(float(value), type)  # type: ignore[call-overload]
+                if is_float(type)
+                else IntegerAttr(int(value), type)  # type: ignore[call-overload]
             )
             op = arith.ConstantOp(attr)  # pyright: ignore[reportArgumentType]
             entry.insert(op)

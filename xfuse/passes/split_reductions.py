@@ -158,7 +158,8 @@ def is_normalization(op: graph.ReduceOp) -> bool:
     meets a tensor of its input's shape again in an elementwise op, as softmax's max and sum and
     layer norm's means do: fusion makes such a chain one row kernel that reads each row once."""
     full, rows = shape_of(op.input), numel(shape_of(op.result))
-    frontier, seen = [op.result], set[SSAValue]()
+    frontier: list[SSAValue] = [op.result]
+    seen = set[SSAValue]()
     for _ in range(MAX_NORMALIZATION_DEPTH):
         following: list[SSAValue] = []
         for value in frontier:
