@@ -10,9 +10,13 @@ func.func @layer_norm_no_affine(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
   func.return %y : tensor<2x4x8xf32>
 }
 
+// x - mean is corrected by its own mean (the rounding error of the mean, which would shift every
+// element the same way).
 // CHECK-LABEL: func.func @layer_norm
 // CHECK-NEXT:    %[[MEAN:.*]] = graph.reduce_mean %x dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
-// CHECK-NEXT:    %[[C:.*]] = graph.sub %x, %[[MEAN]]
+// CHECK-NEXT:    %[[D:.*]] = graph.sub %x, %[[MEAN]]
+// CHECK-NEXT:    %[[ERR:.*]] = graph.reduce_mean %[[D]] dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
+// CHECK-NEXT:    %[[C:.*]] = graph.sub %[[D]], %[[ERR]]
 // CHECK-NEXT:    %[[SQ:.*]] = graph.mul %[[C]], %[[C]]
 // CHECK-NEXT:    %[[VAR:.*]] = graph.reduce_mean %[[SQ]] dims = [1] keepdim
 // CHECK-NEXT:    %[[EPS:.*]] = graph.constant dense<1.000000e-05> : tensor<f32>

@@ -12,7 +12,9 @@ func.func @var_keepdim(%x: tensor<2x3x5xf32>) -> tensor<1x3x1xf32> {
 
 // CHECK-LABEL: func.func @var
 // CHECK-NEXT:    %[[MEAN:.*]] = graph.reduce_mean %x dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
-// CHECK-NEXT:    %[[C:.*]] = graph.sub %x, %[[MEAN]]
+// CHECK-NEXT:    %[[D:.*]] = graph.sub %x, %[[MEAN]]
+// CHECK-NEXT:    %[[ERR:.*]] = graph.reduce_mean %[[D]] dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
+// CHECK-NEXT:    %[[C:.*]] = graph.sub %[[D]], %[[ERR]]
 // CHECK-NEXT:    %[[SQ:.*]] = graph.mul %[[C]], %[[C]]
 // CHECK-NEXT:    %[[SUM:.*]] = graph.reduce_sum %[[SQ]] dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
 // CHECK-NEXT:    %[[N:.*]] = graph.constant dense<7.000000e+00> : tensor<f32>
