@@ -29,7 +29,7 @@ from xdsl.utils.arg_spec import ArgSpec
 
 from xfuse.dialects import graph
 from xfuse.passes.fusion_report import DecisionLog, FusionDecision
-from xfuse.passes.grouping import FusionGraph, Node, paused_gc, tensor_bytes
+from xfuse.passes.grouping import FusionGraph, Node, by_position, paused_gc, tensor_bytes
 from xfuse.passes.legality import (
     FUSED,
     Predicate,
@@ -51,12 +51,17 @@ def function_bodies(module: ModuleOp) -> list[func.FuncOp]:
     return [f for f in module.walk() if isinstance(f, func.FuncOp) and f.body.blocks]
 
 
-def sibling_candidates(g: FusionGraph, value: SSAValue) -> list[list[Node]]:
-    """The fusable readers of `value`, bucketed by iteration domain, in block order."""
-    if graph.numel(graph.shape_of(value)) <= 1:
-        return []
+def sibling_candidates(
+    g: FusionGraph, value: SSAValue, readers: tuple[Node, ...] | None = None
+) -> list[list[Node]]:
+    """The fusable readers of `value` (`readers`, when the caller has them), bucketed by
+    iteration domain, in block order."""
+    if readers is None:
+        readers = g.readers_of(value)
+    if len(readers) < 2 or graph.numel(graph.shape_of(value)) <= 1:
+        return []  # most values have one reader: no siblings, and no shape to look at
     buckets: dict[tuple[int, ...], list[Node]] = {}
-    for node in g.readers(value):
+    for node in sorted(readers, key=by_position):
         if fusability(node).ok:
             buckets.setdefault(g.space(node).domain, []).append(node)
     return [b for b in buckets.values() if len(b) > 1]

@@ -14,6 +14,7 @@ Rounds repeat until one merges nothing or `max-rounds` have run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -22,7 +23,7 @@ from xdsl.passes import ModulePass
 
 from xfuse.passes.fuse_greedy import directly_connected, function_bodies, sibling_candidates
 from xfuse.passes.fusion_report import DecisionLog, FusionDecision, Score
-from xfuse.passes.grouping import FusionGraph, Node, RecomputePlan, paused_gc
+from xfuse.passes.grouping import FusionGraph, Node, RecomputePlan, by_position, paused_gc
 from xfuse.passes.legality import (
     FUSED,
     MAX_ROUNDS,
@@ -45,20 +46,38 @@ SIBLING = "sibling"
 PRIORITY = {PRODUCER_CONSUMER: 3, MULTI_OUTPUT: 2, RECOMPUTE: 2, SIBLING: 1}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Candidate:
-    """A legal pair (or, for `recompute`, a producer and all its readers) with its score."""
+    """A legal pair (or, for `recompute`, a producer and all its readers) with its score.
+
+    The score is kept as its sort key (`Score.key()`) and made a `Score` only for the
+    candidates a decision names: a round builds tens of thousands of candidates, and a frozen
+    dataclass costs microseconds to build."""
 
     first: Node
     second: Node
     rule: str
-    score: Score
+    key: tuple[int, int, int]
     labels: tuple[Operation, Operation]
     readers: tuple[Node, ...] = ()
 
     @property
+    def score(self) -> Score:
+        priority, saved, closeness = self.key
+        return Score(priority, saved, -closeness)
+
+    @property
     def nodes(self) -> tuple[Node, ...]:
         return (self.first, self.second, *self.readers)
+
+    def touches(self, nodes: set[Node]) -> bool:
+        """Whether one of the candidate's nodes is in `nodes`."""
+        if self.first in nodes or self.second in nodes:
+            return True
+        return any(n in nodes for n in self.readers)
+
+
+_BY_KEY = attrgetter("key")
 
 
 @dataclass
@@ -82,9 +101,7 @@ class ScoredFuser:
     _gates_of: dict[Node, list[tuple[Node, Node, bool]]] = field(init=False, default_factory=dict)
     # A producer's recompute plan and whether every reader may take a copy: asked once per
     # reader, the same answer while one round's candidates are enumerated (nothing changes).
-    _plans: dict[Node, tuple[RecomputePlan | None, bool]] = field(
-        init=False, default_factory=dict
-    )
+    _plans: dict[Node, tuple[RecomputePlan | None, bool]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.log = DecisionLog(PASS, self.g.op_label)
@@ -100,6 +117,10 @@ class ScoredFuser:
             self.log.record(*c.labels, MAX_ROUNDS, c.rule, c.score, "rounds ran out")
         self.g.finish()
         self.log.settle()
+        # Only the decisions are read from now on (see `FusionGraph._release`).
+        self._pair_gates.clear()
+        self._gates_of.clear()
+        self._plans.clear()
 
     # --- enumeration -------------------------------------------------------------------------
 
@@ -107,7 +128,8 @@ class ScoredFuser:
         """The pair gates (cycles and mutation are checked when the pair is applied) and the
         bytes the merge would save."""
         key = (first, second, sibling)
-        if key not in self._pair_gates:
+        known = self._pair_gates.get(key)
+        if known is None:
             verdict = check_pair(
                 self.g,
                 first,
@@ -117,10 +139,10 @@ class ScoredFuser:
                 sibling=sibling,
             )
             saved = self.g.merge_saving(first, second) if verdict.ok else 0
-            self._pair_gates[key] = (verdict, saved)
+            known = self._pair_gates[key] = (verdict, saved)
             self._gates_of.setdefault(first, []).append(key)
             self._gates_of.setdefault(second, []).append(key)
-        return self._pair_gates[key]
+        return known
 
     def forget_gates(self, changed: set[Node]) -> None:
         """Drop the memoized gates of pairs touching nodes a merge changed: a group merged into
@@ -130,35 +152,44 @@ class ScoredFuser:
                 self._pair_gates.pop(key, None)
 
     def candidates(self) -> list[Candidate]:
-        best: dict[tuple[Node, Node], Candidate] = {}
+        """This round's legal candidates: the vertical ones, then the best of the siblings
+        found for each pair (two readers can share several tensors)."""
+        g = self.g
         self._plans.clear()
-
-        def offer(c: Candidate) -> None:
-            key = (c.first, c.second)
-            if key not in best or c.score.key() > best[key].score.key():
-                best[key] = c
-
-        for node in self.g.nodes():
+        # A producer and one of its readers are one pair, met once: no two vertical
+        # candidates, and no sibling one (siblings never read one another), share a pair.
+        found: list[Candidate] = []
+        nodes = g.nodes()
+        for node in nodes:
             if not is_candidate_node(node):
                 continue
-            for reader in self.g.successors(node):
+            for reader in g.successors(node):
                 c = self.vertical(node, reader)
                 if c is not None:
-                    offer(c)
-        for value in [*self.g.block.args, *(r for n in self.g.nodes() for r in n.outputs)]:
-            for bucket in sibling_candidates(self.g, value):
+                    found.append(c)
+        best: dict[tuple[Node, Node], Candidate] = {}
+        shared: list[tuple[SSAValue, tuple[Node, ...]]] = [
+            (arg, g.readers_of(arg)) for arg in g.block.args
+        ]
+        shared += [pair for n in nodes for pair in zip(n.outputs, g.output_readers(n), strict=True)]
+        for value, readers in shared:
+            for bucket in sibling_candidates(g, value, readers):
                 for a, b in zip(bucket, bucket[1:], strict=False):
                     c = self.sibling(value, a, b)
-                    if c is not None:
-                        offer(c)
-        return list(best.values())
+                    if c is None:
+                        continue
+                    known = best.get((a, b))
+                    if known is None or c.key > known.key:
+                        best[a, b] = c
+        found.extend(best.values())
+        return found
 
     def vertical(self, producer: Node, reader: Node) -> Candidate | None:
         g = self.g
         if not is_candidate_node(reader):
             return None
         labels = g.pair_ops(producer, reader)
-        distance = int(g.pos[reader] - g.pos[producer])
+        distance = int(reader.pos - producer.pos)
         if distance > self.window:
             self.log.record(
                 *labels, WINDOW, PRODUCER_CONSUMER, detail=f"{distance} > {self.window}"
@@ -171,12 +202,11 @@ class ScoredFuser:
         plan, recompute = self.plan(producer)
         if recompute:
             assert plan is not None
-            far = max(int(g.pos[r] - g.pos[producer]) for r in plan.readers)
-            score = Score(PRIORITY[RECOMPUTE], plan.recompute_saving, far)
-            return Candidate(producer, reader, RECOMPUTE, score, labels, plan.readers)
+            far = max(int(r.pos - producer.pos) for r in plan.readers)
+            key = (PRIORITY[RECOMPUTE], plan.recompute_saving, -far)
+            return Candidate(producer, reader, RECOMPUTE, key, labels, plan.readers)
         rule = MULTI_OUTPUT if plan is not None else PRODUCER_CONSUMER
-        score = Score(PRIORITY[rule], saved, distance)
-        return Candidate(producer, reader, rule, score, labels)
+        return Candidate(producer, reader, rule, (PRIORITY[rule], saved, -distance), labels)
 
     def plan(self, producer: Node) -> tuple[RecomputePlan | None, bool]:
         """The producer's recompute plan, and whether to recompute (memoized per round)."""
@@ -191,7 +221,7 @@ class ScoredFuser:
 
     def can_recompute(self, producer: Node, plan: RecomputePlan) -> bool:
         return all(
-            int(self.g.pos[r] - self.g.pos[producer]) <= self.window
+            int(r.pos - producer.pos) <= self.window
             and check_recompute(self.g, producer, r, arg_limit=self.arg_limit).ok
             for r in plan.readers
         )
@@ -201,7 +231,7 @@ class ScoredFuser:
         if directly_connected(g, a, b):
             return None  # a vertical candidate already
         labels = (g.reader_in(a, value), g.reader_in(b, value))
-        distance = int(g.pos[b] - g.pos[a])
+        distance = int(b.pos - a.pos)
         if distance > self.window:
             self.log.record(*labels, WINDOW, SIBLING, detail=f"{distance} > {self.window}")
             return None
@@ -209,8 +239,7 @@ class ScoredFuser:
         if not verdict.ok:
             self.log.record(*labels, verdict.reason, SIBLING, detail=verdict.detail)
             return None
-        score = Score(PRIORITY[SIBLING], saved, distance)
-        return Candidate(a, b, SIBLING, score, labels)
+        return Candidate(a, b, SIBLING, (PRIORITY[SIBLING], saved, -distance), labels)
 
     # --- application -------------------------------------------------------------------------
 
@@ -226,8 +255,8 @@ class ScoredFuser:
         consumed: set[Node] = set()
         skipped: list[Candidate] = []
         merged = 0
-        for c in sorted(candidates, key=lambda c: c.score.key(), reverse=True):
-            if any(n in consumed for n in c.nodes):
+        for c in sorted(candidates, key=_BY_KEY, reverse=True):
+            if c.touches(consumed):
                 skipped.append(c)
                 continue
             made = self.apply_one(c)
@@ -238,29 +267,29 @@ class ScoredFuser:
         return skipped if merged else None
 
     def apply_one(self, c: Candidate) -> list[Node]:
-        g, rule = self.g, f"{PASS}:{c.rule}"
+        g, rule, score = self.g, f"{PASS}:{c.rule}", c.score
         if c.rule == RECOMPUTE:
             for r in c.readers:  # positions moved since enumeration: check again
                 verdict = check_recompute(g, c.first, r, arg_limit=self.arg_limit)
                 if not verdict.ok:
-                    self.log.record(*c.labels, verdict.reason, c.rule, c.score, verdict.detail)
+                    self.log.record(*c.labels, verdict.reason, c.rule, score, verdict.detail)
                     return []
             if not self.may_fuse():
                 return []
             op = c.first.representative()
             for r in c.readers:
                 reader = g.reader_in(r, op.results[0])
-                self.log.record(op, reader, FUSED, c.rule, c.score, "copied into every reader")
-            return list(g.recompute(c.first, c.readers, rule, c.score.bytes_saved))
-        first, second = sorted((c.first, c.second), key=g.pos.__getitem__)
+                self.log.record(op, reader, FUSED, c.rule, score, "copied into every reader")
+            return list(g.recompute(c.first, c.readers, rule, score.bytes_saved))
+        first, second = sorted((c.first, c.second), key=by_position)
         verdict = check_order(g, first, second)
         if not verdict.ok:
-            self.log.record(*c.labels, verdict.reason, c.rule, c.score, verdict.detail)
+            self.log.record(*c.labels, verdict.reason, c.rule, score, verdict.detail)
             return []
         if not self.may_fuse():
             return []
-        group = g.merge(first, second, rule, verdict.moved, c.score.bytes_saved)
-        self.log.record(*c.labels, FUSED, c.rule, c.score)
+        group = g.merge(first, second, rule, verdict.moved, score.bytes_saved)
+        self.log.record(*c.labels, FUSED, c.rule, score)
         return [group]
 
 

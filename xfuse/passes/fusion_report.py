@@ -100,13 +100,22 @@ class DecisionLog:
         """One decision per pair of ops; pairs with the same names (an op and its copies)
         keep the latest answer."""
         named: dict[tuple[str, str], FusionDecision] = {}
+        # An op is in several pairs: name it once. Keyed by `id` (the ops are alive, held by
+        # the pairs): an op's `__hash__` is a Python call.
+        labels: dict[int, str] = {}
         for (producer, consumer), e in self._by_pair.items():
-            names = (self.label(producer), self.label(consumer))
+            names = (self._name(producer, labels), self._name(consumer, labels))
             named.pop(names, None)
             named[names] = FusionDecision(
                 *names, e.reason == FUSED, e.reason, e.rule, self.pass_name, e.score, e.detail
             )
         return list(named.values())
+
+    def _name(self, op: Operation, labels: dict[int, str]) -> str:
+        text = labels.get(id(op))
+        if text is None:
+            text = labels[id(op)] = self.label(op)
+        return text
 
 
 @dataclass

@@ -26,9 +26,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from itertools import pairwise
+from operator import attrgetter
 
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
-from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.traits import IsolatedFromAbove
 
 from xfuse.dialects import graph
@@ -37,12 +38,16 @@ from xfuse.dtypes import byte_width
 from xfuse.passes.legality import (
     Space,
     combine_spaces,
+    is_gather_op,
     is_inlinable_constant,
     may_mutate,
     op_kind,
     space_of_op,
     stronger_kind,
 )
+
+by_position = attrgetter("pos")
+"""Sort key: a node's topological position."""
 
 SCORE_ATTR = "fusion.score"
 """Discardable group attribute: estimated bytes of memory traffic the merges saved."""
@@ -98,6 +103,8 @@ def ssa_labels(block: Block) -> dict[SSAValue, str]:
         for op in b.ops:
             for res in op.results:
                 counter = name(res, counter)
+            if not op.regions:
+                continue  # most ops: no trait lookup (slow) needed
             isolated = op.has_trait(IsolatedFromAbove)
             for region in op.regions:
                 for inner in region.blocks:
@@ -161,6 +168,11 @@ class Node:
     last of those reading each (`reader`: reports name it), and its outputs (values its ops
     compute that others read, in result order). A node absorbed by a merge, or one a
     merge replaced, is no longer `alive`; `forward` leads to the node that holds its ops now.
+    `gathers` says whether one of its ops is a slice or concat (see `gather_mismatch`).
+    `pos` is its topological position (see `FusionGraph.renumber`), and `out_readers` the
+    nodes reading each output (`FusionGraph.output_readers`, None until asked for), both kept on
+    the node since the passes ask for them with nearly every pair they look at (a lookup in
+    a graph-wide table costs a cache miss once the graph is large).
     """
 
     __slots__ = (
@@ -168,13 +180,16 @@ class Node:
         "attributes",
         "alive",
         "forward",
+        "gathers",
         "input_set",
         "inputs",
         "kind",
         "next",
         "op",
         "ops",
+        "out_readers",
         "outputs",
+        "pos",
         "prev",
         "reader",
         "rule",
@@ -192,6 +207,7 @@ class Node:
         self.inputs: list[SSAValue] = []
         self.input_set: set[SSAValue] = set()
         self.reader: dict[SSAValue, Operation] = {}
+        self.out_readers: tuple[tuple[Node, ...], ...] | None = None
         self.rule = ""
         self.score = 0
         self.size = 1
@@ -201,8 +217,10 @@ class Node:
         self.unused: set[SSAValue] = set()
         self.alive = True
         self.forward: Node | None = None
+        self.gathers = op is not None and is_gather_op(op)
         self.prev: Node | None = None
         self.next: Node | None = None
+        self.pos = 0.0
 
     @property
     def is_group(self) -> bool:
@@ -223,6 +241,7 @@ class Node:
         new.reader = self.reader
         new.rule, new.score, new.size, new.space = self.rule, self.score, self.size, self.space
         new.attributes, new.arg_hints, new.unused = self.attributes, self.arg_hints, self.unused
+        new.gathers = self.gathers
         self.alive, self.forward = False, new
         return new
 
@@ -241,18 +260,21 @@ class FusionGraph:
     def __init__(self, block: Block):
         self.block = block
         self.labels = ssa_labels(block)
-        self.pos: dict[Node, float] = {}
         # Ops by identity (`id`, cheaper to hash than an op): every op the graph has seen
         # stays alive in `_alive_ops`, so that no identity is used twice.
         self._node_of: dict[int, Node] = {}
         self._alive_ops: list[Operation] = []
-        # `readers_of`, until the graph changes.
-        self._readers: dict[SSAValue, tuple[Node, ...]] = {}
+        # `readers_of` for the function's arguments (a node keeps its outputs' readers in
+        # `Node.out_readers`), until a merge changes a node reading one. Like the facts below,
+        # keyed by the value's `id`: a value's `__hash__` is a Python call, several times the
+        # cost of the lookup, and every value the graph has seen stays alive (its op does),
+        # so no identity is used twice.
+        self._readers: dict[int, tuple[Node, ...]] = {}
         self._first: Node | None = None
         self._last: Node | None = None
         # Facts of values that never change (type, owner): asked for on every gate.
-        self._bytes: dict[SSAValue, int] = {}
-        self._inlinable: dict[SSAValue, bool] = {}
+        self._bytes: dict[int, int] = {}
+        self._inlinable: dict[int, bool] = {}
         # Names of the results of groups given in the input (a group keeps its results' names).
         self._result_hints: dict[SSAValue, str | None] = {}
         # The order in which the readers of a value are listed (`readers_of`): a stamp per
@@ -260,7 +282,11 @@ class FusionGraph:
         self._order: dict[SSAValue, dict[Node, int]] = {}
         self._stamp = 0
         top = list(block.ops)
-        users = {r: [use.operation for use in r.uses] for op in top for r in op.results}
+        # Opening a group of the input rewires uses: remember their order from before. Without
+        # groups the uses stay as they are, and are read when needed.
+        users: dict[SSAValue, list[Operation]] | None = None
+        if any(isinstance(op, GroupOp) for op in top):
+            users = {r: [use.operation for use in r.uses] for op in top for r in op.results}
         for op in top:
             node = self._open_group(op) if isinstance(op, GroupOp) else self._op_node(op)
             self._link_after(node, self._last)
@@ -268,7 +294,10 @@ class FusionGraph:
             op = node.op
             results = op.results if op is not None else ()
             for value, res in zip(node.outputs, results or node.outputs, strict=True):
-                self._first_order(value, users.get(res, ()))
+                if users is None:
+                    self._first_order(value, [use.operation for use in res.uses])
+                else:
+                    self._first_order(value, users.get(res, ()))
         self.mutators = [n for n in self.nodes() if n.op is not None and may_mutate(n.op)]
         self.renumber()
 
@@ -333,6 +362,7 @@ class FusionGraph:
             node.ops.append(op)
             self._register(op, node)
         node.size = len(node.ops)
+        node.gathers = any(is_gather_op(op) for op in node.ops)
         group.detach()
         group.erase()
         return node
@@ -380,7 +410,9 @@ class FusionGraph:
     # --- queries -----------------------------------------------------------------------------
 
     def renumber(self) -> None:
-        self.pos = {node: float(i) for i, node in enumerate(self.nodes())}
+        """Number the nodes in order (`Node.pos`); merges then place nodes in the gaps."""
+        for i, node in enumerate(self.nodes()):
+            node.pos = float(i)
 
     def nodes(self) -> list[Node]:
         found: list[Node] = []
@@ -417,41 +449,63 @@ class FusionGraph:
 
     def readers_of(self, value: SSAValue) -> tuple[Node, ...]:
         """The nodes reading `value` other than the node computing it, in the order of its
-        uses (remembered until the graph changes)."""
-        found = self._readers.get(value)
+        uses (remembered until a merge changes them)."""
+        owner = self.node_of(value.owner)
+        if owner is not None:
+            for out, readers in zip(owner.outputs, self.output_readers(owner), strict=True):
+                if out is value:
+                    return readers
+            return self._find_readers(value, owner)  # read inside its node only
+        found = self._readers.get(id(value))
         if found is None:
-            node_of = self.node_of
-            owner = node_of(value.owner)
-            users: dict[Node, None] = {}
-            for use in value.uses:
-                user = node_of(use.operation)
-                if user is not None and user is not owner:
-                    users[user] = None
-            if len(users) > 1:
-                stamps = self._order.get(value, {})
-                found = tuple(sorted(users, key=lambda n: -stamps.get(n, 0)))
-            else:
-                found = tuple(users)
-            self._readers[value] = found
+            found = self._readers[id(value)] = self._find_readers(value, None)
         return found
+
+    def output_readers(self, node: Node) -> tuple[tuple[Node, ...], ...]:
+        """`readers_of` each output of `node`, in order (remembered on the node)."""
+        found = node.out_readers
+        if found is None:
+            found = node.out_readers = tuple(self._find_readers(v, node) for v in node.outputs)
+        return found
+
+    def _find_readers(self, value: SSAValue, owner: Node | None) -> tuple[Node, ...]:
+        node_of, known = self.node_of, self._node_of.get
+        users: dict[Node, None] = {}
+        for use in value.uses:
+            op = use.operation
+            user = known(id(op))
+            if user is not None and user.forward is not None:
+                user = node_of(op)  # merged since: follow to the node holding it now
+            if user is not None and user is not owner:
+                users[user] = None
+        if len(users) > 1:
+            stamps = self._order.get(value, {})
+            return tuple(sorted(users, key=lambda n: -stamps.get(n, 0)))
+        return tuple(users)
 
     def read_outside(self, value: SSAValue, node: Node) -> bool:
         """Whether a node other than `node` reads `value` (asked while the graph changes:
         not remembered)."""
-        node_of = self.node_of
-        return any(node_of(use.operation) is not node for use in value.uses)
+        node_of, known = self.node_of, self._node_of.get
+        for use in value.uses:
+            op = use.operation
+            user = known(id(op))
+            if user is not None and user.forward is not None:
+                user = node_of(op)
+            if user is not node:
+                return True
+        return False
 
-    def successors(self, node: Node) -> Iterator[Node]:
-        outputs = node.outputs
-        if len(outputs) == 1:
-            yield from self.readers_of(outputs[0])
-            return
-        seen: set[Node] = set()
-        for value in outputs:
-            for user in self.readers_of(value):
-                if user not in seen:
-                    seen.add(user)
-                    yield user
+    def successors(self, node: Node) -> tuple[Node, ...]:
+        """The nodes reading the outputs of `node`, output by output in `readers_of` order."""
+        readers = self.output_readers(node)
+        if len(readers) == 1:
+            return readers[0]
+        found: dict[Node, None] = {}
+        for users in readers:
+            for user in users:
+                found[user] = None
+        return tuple(found)
 
     def producers(self, node: Node) -> list[Node]:
         """The nodes defining the node's operands, latest first."""
@@ -461,11 +515,11 @@ class FusionGraph:
             producer = self.owner_node(v)
             if producer is not None and producer is not node:
                 found.add(producer)
-        return sorted(found, key=self.pos.__getitem__, reverse=True)
+        return sorted(found, key=by_position, reverse=True)
 
     def readers(self, value: SSAValue) -> list[Node]:
         """The nodes reading `value` from outside the node computing it, in block order."""
-        return sorted(self.readers_of(value), key=self.pos.__getitem__)
+        return sorted(self.readers_of(value), key=by_position)
 
     def space(self, node: Node) -> Space:
         if node.space is None:
@@ -478,16 +532,16 @@ class FusionGraph:
 
     def value_bytes(self, value: SSAValue) -> int:
         """`tensor_bytes`, cached."""
-        n = self._bytes.get(value)
+        n = self._bytes.get(id(value))
         if n is None:
-            n = self._bytes[value] = tensor_bytes(value)
+            n = self._bytes[id(value)] = tensor_bytes(value)
         return n
 
     def is_inlinable(self, value: SSAValue) -> bool:
         """`is_inlinable_constant`, cached."""
-        flag = self._inlinable.get(value)
+        flag = self._inlinable.get(id(value))
         if flag is None:
-            flag = self._inlinable[value] = is_inlinable_constant(value)
+            flag = self._inlinable[id(value)] = is_inlinable_constant(value)
         return flag
 
     def inputs_of(self, node: Node) -> set[SSAValue]:
@@ -501,29 +555,30 @@ class FusionGraph:
     def edge_readers(self, first: Node, second: Node) -> Iterator[tuple[Operation, SSAValue]]:
         """The ops of `second` that read values of `first`, with the value read."""
         node_of = self.node_of
-        for res in first.outputs:
-            if second not in self.readers_of(res):
+        for res, readers in zip(first.outputs, self.output_readers(first), strict=True):
+            if second not in readers:
                 continue
             for use in res.uses:
                 if node_of(use.operation) is second:
                     yield use.operation, res
 
     def merged_arg_count(self, first: Node, second: Node) -> int:
-        # A value of one node the other reads is one of its outputs: it stops being an input.
         inputs = self.inputs_of(first) | self.inputs_of(second)
-        inputs = inputs.difference(first.outputs, second.outputs)
-        outputs = sum(
-            1
-            for node, other in ((first, second), (second, first))
-            for res in node.outputs
-            if any(user is not other for user in self.readers_of(res))
-        )
-        return len(inputs) + max(outputs, 1)
+        count, outputs = len(inputs), 0
+        for node, other in ((first, second), (second, first)):
+            for value, users in zip(node.outputs, self.output_readers(node), strict=True):
+                if value in inputs:  # the other node reads it: it stops being an input
+                    count -= 1
+                # It stays an output when a node other than `other` reads it (the readers are
+                # distinct nodes: two or more include one that is not `other`).
+                if len(users) > 1 or (users and users[0] is not other):
+                    outputs += 1
+        return count + max(outputs, 1)
 
     def recompute_arg_count(self, producer: Node, consumer: Node) -> int:
         inputs = self.inputs_of(producer) | self.inputs_of(consumer)
         inputs = inputs.difference(producer.outputs)
-        outputs = sum(1 for res in consumer.outputs if self.readers_of(res))
+        outputs = sum(1 for users in self.output_readers(consumer) if users)
         return len(inputs) + max(outputs, 1)
 
     def label(self, value: SSAValue) -> str:
@@ -533,13 +588,19 @@ class FusionGraph:
         """`%3 graph.exp`: the op's first result as the input IR names it, and the op."""
         if isinstance(op, Node):
             op = op.representative()
-        return f"{self.label(op.results[0])} {op.name}" if op.results else op.name
+        # `next(iter(...))`: indexing `op.results` runs a Python-level `__getitem__`.
+        first = next(iter(op.results), None)
+        return f"{self.label(first)} {op.name}" if first is not None else op.name
 
     @staticmethod
     def _latest_reader(node: Node, value: SSAValue) -> Operation | None:
         """The op of `node` reading `value` from outside (the one that joined it last)."""
-        if node.op is not None:
-            return node.op if any(v is value for v in node.op.operands) else None
+        op = node.op
+        if op is not None:
+            for v in op.operands:
+                if v is value:
+                    return op
+            return None
         return node.reader.get(value) if value in node.input_set else None
 
     def reader_in(self, node: Node, value: SSAValue) -> Operation:
@@ -565,12 +626,13 @@ class FusionGraph:
         written nor read back (2x); one that others read too is read once less (1x); an input
         both read is read once."""
         saved = 0
-        for res in first.outputs:
-            users = self.readers_of(res)
+        value_bytes = self.value_bytes
+        for res, users in zip(first.outputs, self.output_readers(first), strict=True):
             if second in users:
-                saved += (2 if len(users) == 1 else 1) * self.value_bytes(res)
-        common = self.inputs_of(first) & self.inputs_of(second)
-        return saved + sum(self.value_bytes(v) for v in common)
+                saved += (2 if len(users) == 1 else 1) * value_bytes(res)
+        for value in self.inputs_of(first) & self.inputs_of(second):
+            saved += value_bytes(value)
+        return saved
 
     def recompute_plan(self, producer: Node) -> RecomputePlan | None:
         """For a cheap producer (one elementwise or broadcast op) read by several nodes: the
@@ -603,20 +665,36 @@ class FusionGraph:
         moved: Sequence[Operation],
         *,
         joined: bool = True,
-        from_group: bool = False,
+        source: Node | None = None,
     ) -> bool:
         """Fix the boundary of `group` after `moved` ops joined it: their scalar constants are
         copied in (at the front), the values they read from outside become inputs, inputs
         now computed inside are dropped, and the values read outside are the outputs (the
         outputs of `moved` are already the group's when they did not join it: a singleton).
-        True when the outputs stayed the same (the group keeps its identity)."""
-        node_of, inlinable = self.node_of, self.is_inlinable
+        `source` is the node the ops come from, if any. True when the outputs stayed the same
+        (the group keeps its identity)."""
+        node_of, known, inlinable = self.node_of, self._node_of.get, self.is_inlinable
         inputs, input_set, reader = group.inputs, group.input_set, group.reader
+        from_group = source is not None and source.is_group
+        # The ops of a group read from outside only its inputs (their scalar constants are
+        # copies inside already), and only its outputs are read outside it: the walk over
+        # its ops, in order (the order decides the new inputs' order and readers), looks
+        # closer only at those, and a merge costs little per op moved.
+        crossing = leaving = None
+        if from_group:
+            assert source is not None
+            crossing = {id(v) for v in source.inputs}
+            leaving = {id(v) for v in source.outputs}
         copies: dict[SSAValue, SSAValue] = {}
         for op in moved:
+            if crossing is not None and all(id(v) not in crossing for v in op.operands):
+                continue  # reads only values computed inside
             for i, value in enumerate(op.operands):
                 owner = value.owner
-                if node_of(owner) is group:
+                holder = known(id(owner))
+                if holder is not None and holder.forward is not None:
+                    holder = node_of(owner)
+                if holder is group:
                     continue
                 if inlinable(value):
                     copy = copies.get(value)
@@ -633,21 +711,19 @@ class FusionGraph:
                         inputs.append(value)
                         input_set.add(value)
 
-        kept = [
-            v
-            for v in inputs
-            if v not in group.unused
-            and node_of(v.owner) is not group
-        ]
+        unused = group.unused
+        kept = [v for v in inputs if not (unused and v in unused) and node_of(v.owner) is not group]
         if len(kept) != len(inputs):
             group.inputs, group.input_set = kept, set(kept)
-        if group.unused:
+        if unused:
             group.unused = set()
 
         old = group.outputs
         outputs = [v for v in old if self.read_outside(v, group)]
         for op in moved if joined else ():
-            outputs.extend(res for res in op.results if self.read_outside(res, group))
+            for res in op.results:
+                if (leaving is None or id(res) in leaving) and self.read_outside(res, group):
+                    outputs.append(res)
         if not outputs:  # nothing reads the group: keep one output so that it stays valid
             outputs = [old[0]]
         group.outputs = outputs
@@ -666,7 +742,7 @@ class FusionGraph:
         old = self.node_of(op)
         assert old is not None
         node = Node(None, op_kind(op), list(op.results))
-        node.rule, node.space = rule, old.space
+        node.rule, node.space, node.gathers = rule, old.space, old.gathers
         node.ops.append(op)
         old.alive, old.forward = False, node
         for res in op.results:  # the group's results replace the op's
@@ -683,8 +759,9 @@ class FusionGraph:
             group.ops.extendleft(reversed(ops))
         else:
             group.ops.extend(ops)
+        group.gathers = group.gathers or other.gathers
         other.alive, other.forward = False, group
-        return self._reconnect(group, ops, from_group=other.is_group)
+        return self._reconnect(group, ops, source=other)
 
     def merge(
         self,
@@ -697,14 +774,15 @@ class FusionGraph:
         """Merge node `first` into node `second` (`first` earlier; the gates have passed and
         `moved` are the nodes between them that depend on `first`). The group takes `second`'s
         place and `moved` follow it, in order."""
-        self._readers.clear()
+        self._forget_readers(first)
+        self._forget_readers(second)
         nxt = second.next
         kind = stronger_kind(first.kind, second.kind)
         space = combine_spaces(self.space(first), self.space(second))
         assert space is not None
         size = first.size + second.size
         score = first.score + second.score + saved
-        at = self.pos[second]
+        at = second.pos
         if first.is_group and second.is_group and first.size > second.size:
             target, same = first, self._absorb(first, second, front=False)
         elif second.is_group:
@@ -717,12 +795,11 @@ class FusionGraph:
             self._absorb(target, first, front=True)
         group = target if same else target.renewed()
         self._describe(group, kind, rule, score, space, size)
-        self._forget(first, second)
         prev = second.prev if second.prev is not first else first.prev
         self._unlink(first)
         self._unlink(second)
         self._link_after(group, prev)
-        self.pos[group] = at
+        group.pos = at
         self._place_after(group, moved, nxt)
         self._to_front(group)
         return group
@@ -732,7 +809,8 @@ class FusionGraph:
     ) -> list[Node]:
         """Copy the single op of `producer` into every consumer (each becomes or stays a
         group); the producer goes away once nothing reads it."""
-        self._readers.clear()
+        for node in (producer, *consumers):
+            self._forget_readers(node)
         op = producer.op
         assert op is not None
         groups: list[Node] = []
@@ -748,7 +826,7 @@ class FusionGraph:
             kind = stronger_kind(producer.kind, consumer.kind)
             space = combine_spaces(self.space(producer), self.space(consumer))
             size, score = consumer.size + 1, consumer.score + share
-            at, space = self.pos[consumer], space or self.space(consumer)
+            at, space = consumer.pos, space or self.space(consumer)
             if consumer.is_group:
                 target = consumer
                 target.inputs = [copies.get(v, v) for v in target.inputs]
@@ -757,17 +835,16 @@ class FusionGraph:
                 assert consumer.op is not None
                 target = self._singleton(consumer.op, rule)
             target.ops.appendleft(clone)
+            target.gathers = target.gathers or producer.gathers
             self._register(clone, target)
             same = self._reconnect(target, [clone]) or target is not consumer
             group = target if same else target.renewed()
             self._describe(group, kind, rule, score, space, size)
-            self._forget(consumer)
             self._replace_link(consumer, group)
-            self.pos[group] = at
+            group.pos = at
             self._to_front(group)
             groups.append(group)
         if all(res.first_use is None for res in op.results):
-            self._forget(producer)
             self._unlink(producer)
             producer.alive = False
             op.detach()
@@ -786,9 +863,18 @@ class FusionGraph:
         )
         group.attributes[SCORE_ATTR] = score_attr(score)
 
-    def _forget(self, *nodes: Node) -> None:
-        for node in nodes:
-            self.pos.pop(node, None)
+    def _forget_readers(self, node: Node) -> None:
+        """Drop the remembered readers of the values `node` reads or computes, before a merge
+        changes it. Those are the only values whose readers, their order or their owner a merge
+        changes (scalar constants included: an op node reads them directly, and moving the op
+        into a group makes it read a copy), so the rest stay remembered across merges."""
+        node.out_readers = None
+        for value in node.op.operands if node.op is not None else node.inputs:
+            owner = self.node_of(value.owner)
+            if owner is None:
+                self._readers.pop(id(value), None)
+            else:
+                owner.out_readers = None
 
     def _place_after(self, group: Node, moved: Sequence[Node], nxt: Node | None) -> None:
         prev = group
@@ -798,12 +884,13 @@ class FusionGraph:
             prev = node
         if not moved:
             return
-        lo = self.pos[group]
-        hi = self.pos[nxt] if nxt is not None and nxt in self.pos else lo + len(moved) + 1
+        lo = group.pos
+        hi = nxt.pos if nxt is not None else lo + len(moved) + 1
         step = (hi - lo) / (len(moved) + 1)
         new = [lo + step * (i + 1) for i in range(len(moved))]
         if all(a < b for a, b in pairwise([lo, *new, hi])):
-            self.pos.update(zip(moved, new, strict=True))
+            for node, at in zip(moved, new, strict=True):
+                node.pos = at
         else:  # the gap is exhausted: number the block afresh
             self.renumber()
 
@@ -812,7 +899,8 @@ class FusionGraph:
     def finish(self) -> None:
         """Build the IR the graph describes: every group becomes a `fusion.group` in its
         place, the top-level ops follow the graph's order, and scalar constants that nothing
-        reads any more (every reader has its own copy now) are erased."""
+        reads any more (every reader has its own copy now) are erased. The graph is done
+        then: only `label` and `op_label` answer after it."""
         block = self.block
         outer_of: dict[SSAValue, SSAValue] = {}
         prev: Operation | None = None
@@ -832,6 +920,24 @@ class FusionGraph:
             if isinstance(op, graph.ConstantOp) and op.result.first_use is None:
                 op.detach()
                 op.erase()
+        self._release()
+
+    def _release(self) -> None:
+        """Drop what only the decisions needed. The passes pause the garbage collector while
+        they decide; once it runs again it would walk every object still held here, and the
+        links of the node list are cycles that only it could free."""
+        node = self._first
+        while node is not None:
+            node.out_readers = None
+            node.prev, node.next, node = None, None, node.next
+        self._first = self._last = None
+        self.mutators = []
+        self._node_of.clear()
+        self._alive_ops.clear()
+        self._readers.clear()
+        self._order.clear()
+        self._bytes.clear()
+        self._inlinable.clear()
 
     def _build_group(self, node: Node, outer_of: dict[SSAValue, SSAValue]) -> GroupOp:
         """The `fusion.group` of a group node; its outputs replace the values they yield
@@ -850,7 +956,7 @@ class FusionGraph:
                 arg = arg_of.get(value)
                 if arg is not None:
                     op.operands[i] = arg
-        body.add_op(YieldOp(*node.outputs))
+        body.add_op(YieldOp.create(operands=node.outputs))  # `create`: no argument parsing
         group = GroupOp.create(
             operands=inputs,
             result_types=[v.type for v in node.outputs],

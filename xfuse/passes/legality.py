@@ -93,6 +93,11 @@ def refuse(reason: str, detail: str = "") -> Verdict:
     return Verdict(reason, detail)
 
 
+PASSED = Verdict(FUSED)
+"""The answer of a gate that passed with nothing to move (shared: a frozen dataclass costs a
+few microseconds to build, and the gates answer hundreds of thousands of times)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Kinds
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +112,18 @@ def op_kind(op: Operation) -> str:
     if kind is None:
         kind = _KIND_OF_TYPE[type(op)] = graph.op_kind(op)
     return kind
+
+
+_CONSTANT_TYPE: dict[type[Operation], bool] = {}
+
+
+def is_constant_op(op: Operation) -> bool:
+    """`isinstance(op, graph.ConstantOp)`, cached per op class (`isinstance` on an op class
+    goes through `ABCMeta`, and fusion asks for every pair)."""
+    flag = _CONSTANT_TYPE.get(type(op))
+    if flag is None:
+        flag = _CONSTANT_TYPE[type(op)] = isinstance(op, graph.ConstantOp)
+    return flag
 
 
 def node_kind(node: Node) -> str:
@@ -130,22 +147,22 @@ def is_candidate_node(node: Node) -> bool:
     op = node.op
     if op is None:
         return True
-    return node.kind != "opaque" and not isinstance(op, graph.ConstantOp)
+    return node.kind != "opaque" and not is_constant_op(op)
 
 
 def fusability(node: Node, predicate: Predicate | None = None) -> Verdict:
     """Whether a node may be part of a group at all."""
     op = node.op
     if op is None:
-        return Verdict(FUSED)
+        return PASSED
     kind = node.kind
     if kind in BOUNDARY_REASONS:
         return refuse(BOUNDARY_REASONS[kind], f"{op.name} is {kind}")
-    if kind not in FUSABLE_KINDS or isinstance(op, graph.ConstantOp):
+    if kind not in FUSABLE_KINDS or is_constant_op(op):
         return refuse(NOT_FUSABLE, f"{op.name} is not a fusable graph op")
     if predicate is not None and not predicate(op):
         return refuse(NOT_FUSABLE, f"{op.name} refused by the fusability predicate")
-    return Verdict(FUSED)
+    return PASSED
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,17 +229,33 @@ def combine_spaces(a: Space, b: Space) -> Space | None:
 
 
 GATHER_OPS = (graph.SliceOp, graph.ConcatOp)
+_GATHER_TYPE: dict[type[Operation], bool] = {}
+
+
+def is_gather_op(op: Operation) -> bool:
+    """`isinstance(op, GATHER_OPS)`, cached per op class like `is_constant_op`."""
+    flag = _GATHER_TYPE.get(type(op))
+    if flag is None:
+        flag = _GATHER_TYPE[type(op)] = isinstance(op, GATHER_OPS)
+    return flag
 
 
 def gather_mismatch(readers: Iterable[tuple[Operation, SSAValue]]) -> str | None:
     """A slice or concat reading a value of another shape cannot fold its producer: the kernel
     iterates the slice's output, not the producer's. Returns a detail when that happens."""
     for reader, value in readers:
-        if isinstance(reader, GATHER_OPS):
+        if is_gather_op(reader):
             out, src = graph.shape_of(reader.results[0]), graph.shape_of(value)
             if out != src:
                 return f"{reader.name} reads {graph.fmt_shape(src)} into {graph.fmt_shape(out)}"
     return None
+
+
+def edge_gather_mismatch(g: FusionGraph, first: Node, second: Node) -> str | None:
+    """`gather_mismatch` over the ops of `second` that read values of `first`."""
+    if not second.gathers:
+        return None  # most nodes hold no slice or concat: skip the walk over the uses
+    return gather_mismatch(g.edge_readers(first, second))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,14 +276,20 @@ def _target_may_mutate(target: str) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
+_MUTATES_TYPE: dict[type[Operation], bool] = {}
+
+
 def may_mutate(op: Operation) -> bool:
     """Whether running `op` may write memory that other ops read (an in-place torch op, or an
     op xfuse knows nothing about). Graph ops and groups are pure."""
-    if isinstance(op, graph.TorchCallOp):
+    flag = _MUTATES_TYPE.get(type(op))
+    if flag is not None:
+        return flag
+    if isinstance(op, graph.TorchCallOp):  # depends on the target, not only on the class
         return _target_may_mutate(op.target.data)
-    if isinstance(op, fusion.GroupOp | func.ReturnOp):
-        return False
-    return op.dialect_name() != "graph"
+    flag = not isinstance(op, fusion.GroupOp | func.ReturnOp) and op.dialect_name() != "graph"
+    _MUTATES_TYPE[type(op)] = flag  # the class decides: remember it (slow checks)
+    return flag
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,7 +300,7 @@ def may_mutate(op: Operation) -> bool:
 def find_cycle_or_moved(g: FusionGraph, first: Node, second: Node) -> tuple[Node, ...] | None:
     """Nodes strictly between `first` and `second` that depend on `first`, in block order; None
     when `second` depends on one of them (merging the two would create a cycle)."""
-    limit = g.pos[second]
+    limit = second.pos
     stack, seen = [first], {first}
     found: list[Node] = []
     while stack:
@@ -271,21 +310,21 @@ def find_cycle_or_moved(g: FusionGraph, first: Node, second: Node) -> tuple[Node
                 if node is not first:
                     return None
                 continue
-            if succ in seen or g.pos[succ] >= limit:
+            if succ in seen or succ.pos >= limit:
                 continue
             seen.add(succ)
             found.append(succ)
             stack.append(succ)
-    found.sort(key=g.pos.__getitem__)
+    found.sort(key=lambda n: n.pos)
     return tuple(found)
 
 
 def mutation_between(g: FusionGraph, first: Node, second: Node) -> Node | None:
     """A node that may mutate memory placed between the two nodes: fusing would move reads of
     `first` below it (and its dependants below `second`'s reads)."""
-    lo, hi = g.pos[first], g.pos[second]
+    lo, hi = first.pos, second.pos
     for node in g.mutators:
-        if node.alive and lo < g.pos[node] < hi:
+        if node.alive and lo < node.pos < hi:
             return node
     return None
 
@@ -327,25 +366,26 @@ def check_pair(
     """The gates that depend only on the two nodes: kinds, shapes, size, arguments. Their
     answer holds as long as neither node changes (merges elsewhere replace no node here)."""
     for node in (first, second):
-        verdict = fusability(node, predicate)
-        if not verdict.ok:
-            return verdict
+        if node.op is not None:  # a group is fusable: its ops passed when they joined
+            verdict = fusability(node, predicate)
+            if verdict.reason != FUSED:
+                return verdict
     a, b = g.space(first), g.space(second)
     if sibling and a.domain != b.domain:
         return refuse(SHAPE_MISMATCH, f"siblings iterate {a} and {b}")
     if combine_spaces(a, b) is None:
         return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
-    detail = gather_mismatch(g.edge_readers(first, second))
+    detail = edge_gather_mismatch(g, first, second)
     if detail is not None:
         return refuse(SHAPE_MISMATCH, detail)
     if max_group_size is not None:
-        size = g.size(first) + g.size(second)
+        size = first.size + second.size
         if size > max_group_size:
             return refuse(MAX_GROUP_SIZE, f"{size} ops > {max_group_size}")
     args = g.merged_arg_count(first, second)
     if args > arg_limit:
         return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
-    return Verdict(FUSED)
+    return PASSED
 
 
 def check_order(g: FusionGraph, first: Node, second: Node) -> Verdict:
@@ -377,7 +417,7 @@ def check_recompute(
     a, b = g.space(producer), g.space(consumer)
     if combine_spaces(a, b) is None:
         return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
-    detail = gather_mismatch(g.edge_readers(producer, consumer))
+    detail = edge_gather_mismatch(g, producer, consumer)
     if detail is not None:
         return refuse(SHAPE_MISMATCH, detail)
     args = g.recompute_arg_count(producer, consumer)
@@ -386,4 +426,4 @@ def check_recompute(
     mutator = mutation_between(g, producer, consumer)
     if mutator is not None:
         return refuse(MUTATION_HAZARD, f"{g.op_label(mutator)} may write memory in between")
-    return Verdict(FUSED)
+    return PASSED
