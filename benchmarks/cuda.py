@@ -7,7 +7,8 @@ in one process, timed with CUDA events.
 Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
 size x size f32, w and b per column), a column sum and a full sum of x, the bundled MLP and
 transformer block (`--cases` picks some by name). For each: the
-median of `--runs` timed runs after warm-up, the ratios xfuse/eager and xfuse/Inductor (below 1:
+median of `--runs` timed calls after warm-up (in rounds that call eager, xfuse and Inductor
+once each in turn), the ratios xfuse/eager and xfuse/Inductor (below 1:
 xfuse is faster), and the fraction of the measured device copy bandwidth (bytes = one read of
 every input and parameter + one write of every output, against `torch.empty_like(x).copy_(x)`).
 """
@@ -46,19 +47,32 @@ class Case:
     traffic_bytes: int
 
 
+def timed_ms(fn: Callable[[], Any]) -> float:
+    """One call timed with CUDA events (the GPU idle before it: host time counts)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def median_ms(fn: Callable[[], Any], runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
+    return interleaved_medians([fn], runs, warmup)[0]
+
+
+def interleaved_medians(fns: list[Callable[[], Any]], runs: int, warmup: int = 3) -> list[float]:
+    """The median time of each of `fns`, timed in rounds that call each once in turn, so that
+    a drift of the GPU's clocks or of the machine's load reaches all of them alike."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
-    times = []
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        for fn, ts in zip(fns, times, strict=True):
+            ts.append(timed_ms(fn))
+    return [statistics.median(ts) for ts in times]
 
 
 def copy_bandwidth(runs: int) -> float:
@@ -129,12 +143,12 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             compiled = xfuse.api.compile(case.fn, case.inputs, device="cuda:0")
             got = compiled(*case.inputs)
             error = (got - expected).abs().max().item()
-            eager = median_ms(lambda c=case: c.fn(*c.inputs), args.runs)
-            ours = median_ms(lambda c=case, f=compiled: f(*c.inputs), args.runs)
-            inductor = float("nan")
+            fns = [lambda c=case: c.fn(*c.inputs), lambda c=case, f=compiled: f(*c.inputs)]
             if not args.skip_inductor:
                 fast = torch.compile(case.fn)
-                inductor = median_ms(lambda c=case, f=fast: f(*c.inputs), args.runs)
+                fns.append(lambda c=case, f=fast: f(*c.inputs))
+            eager, ours, *rest = interleaved_medians(fns, args.runs)
+            inductor = rest[0] if rest else float("nan")
         row = {
             "case": case.name,
             "eager_ms": eager,
