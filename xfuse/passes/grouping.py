@@ -374,21 +374,8 @@ class FusionGraph:
 
     # --- order -------------------------------------------------------------------------------
 
-    def _link_after(self, node: Node, prev: Node | None) -> None:
-        """Put `node` (not linked) right after `prev`, or first when `prev` is None."""
-        nxt = self._first if prev is None else prev.next
-        node.prev, node.next = prev, nxt
-        if prev is None:
-            self._first = node
-        else:
-            prev.next = node
-        if nxt is None:
-            self._last = node
-        else:
-            nxt.prev = node
-
-    def _unlink(self, node: Node) -> None:
-        prev, nxt = node.prev, node.next
+    def _join(self, prev: Node | None, nxt: Node | None) -> None:
+        """Make `nxt` follow `prev` (None: `nxt` comes first, or `prev` last)."""
         if prev is None:
             self._first = nxt
         else:
@@ -397,6 +384,15 @@ class FusionGraph:
             self._last = prev
         else:
             nxt.prev = prev
+
+    def _link_after(self, node: Node, prev: Node | None) -> None:
+        """Put `node` (not linked) right after `prev`, or first when `prev` is None."""
+        nxt = self._first if prev is None else prev.next
+        self._join(prev, node)
+        self._join(node, nxt)
+
+    def _unlink(self, node: Node) -> None:
+        self._join(node.prev, node.next)
         node.prev = node.next = None
 
     def _replace_link(self, old: Node, new: Node) -> None:
