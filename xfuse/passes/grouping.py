@@ -558,6 +558,11 @@ class FusionGraph:
                 if node_of(use.operation) is second:
                     yield use.operation, res
 
+    def merged_arg_bound(self, first: Node, second: Node) -> int:
+        """At least `merged_arg_count`: every input and output of both nodes counted once."""
+        outputs = len(first.outputs) + len(second.outputs)
+        return len(self.inputs_of(first)) + len(self.inputs_of(second)) + max(outputs, 1)
+
     def merged_arg_count(self, first: Node, second: Node) -> int:
         inputs = self.inputs_of(first) | self.inputs_of(second)
         count, outputs = len(inputs), 0

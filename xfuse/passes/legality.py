@@ -382,6 +382,8 @@ def check_pair(
         size = first.size + second.size
         if size > max_group_size:
             return refuse(MAX_GROUP_SIZE, f"{size} ops > {max_group_size}")
+    if g.merged_arg_bound(first, second) <= arg_limit:
+        return PASSED  # the common case, without building the union of the inputs
     args = g.merged_arg_count(first, second)
     if args > arg_limit:
         return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
