@@ -2,7 +2,7 @@
 CUDA benchmark: torch eager, torch.compile (Inductor/Triton) and xfuse side by side on one GPU,
 in one process, timed with CUDA events.
 
-    python benchmarks/cuda.py [--runs 20] [--size 16384] [--skip-inductor] [--cases softmax,mlp]
+    python benchmarks/cuda.py [--runs 20] [--size 16384] [--skip-inductor] [--cases softmax,mlp] [--batch 1]
 
 Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
 size x size f32, w and b per column), a column sum and a full sum of x, the bundled MLP and
@@ -47,23 +47,29 @@ class Case:
     traffic_bytes: int
 
 
-def timed_ms(fn: Callable[[], Any]) -> float:
-    """One call timed with CUDA events (the GPU idle before it: host time counts)."""
+def timed_ms(fn: Callable[[], Any], batch: int = 1) -> float:
+    """The time per call of `batch` calls in a row, with CUDA events. One call: the GPU is
+    idle before it, and the host time before its launch counts (latency); several: the GPU
+    stays busy while the host queues the next ones (throughput, the kernels' own time)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    fn()
+    for _ in range(batch):
+        fn()
     end.record()
     end.synchronize()
-    return start.elapsed_time(end)
+    return start.elapsed_time(end) / batch
 
 
 def median_ms(fn: Callable[[], Any], runs: int, warmup: int = 3) -> float:
     return interleaved_medians([fn], runs, warmup)[0]
 
 
-def interleaved_medians(fns: list[Callable[[], Any]], runs: int, warmup: int = 3) -> list[float]:
-    """The median time of each of `fns`, timed in rounds that call each once in turn, so that
-    a drift of the GPU's clocks or of the machine's load reaches all of them alike."""
+def interleaved_medians(
+    fns: list[Callable[[], Any]], runs: int, warmup: int = 3, batch: int = 1
+) -> list[float]:
+    """The median time of each of `fns`, timed in rounds that call each once (or `batch`
+    times) in turn, so that a drift of the GPU's clocks or of the machine's load reaches all
+    of them alike."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -71,7 +77,7 @@ def interleaved_medians(fns: list[Callable[[], Any]], runs: int, warmup: int = 3
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
         for fn, ts in zip(fns, times, strict=True):
-            ts.append(timed_ms(fn))
+            ts.append(timed_ms(fn, batch))
     return [statistics.median(ts) for ts in times]
 
 
@@ -147,7 +153,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             if not args.skip_inductor:
                 fast = torch.compile(case.fn)
                 fns.append(lambda c=case, f=fast: f(*c.inputs))
-            eager, ours, *rest = interleaved_medians(fns, args.runs)
+            eager, ours, *rest = interleaved_medians(fns, args.runs, batch=args.batch)
             inductor = rest[0] if rest else float("nan")
         row = {
             "case": case.name,
@@ -187,6 +193,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--size", type=int, default=16384)
     parser.add_argument("--skip-inductor", action="store_true")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="calls per timing: 1 measures latency (host time counts), more the kernels alone",
+    )
     parser.add_argument(
         "--cases", type=lambda s: s.split(","), default=[], help="comma-separated case names"
     )
