@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gc
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -29,7 +29,7 @@ from itertools import pairwise
 from operator import attrgetter
 
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue, Use
 from xdsl.traits import IsolatedFromAbove
 
 from xfuse.dialects import graph
@@ -291,8 +291,8 @@ class FusionGraph:
             node = self._open_group(op) if isinstance(op, GroupOp) else self._op_node(op)
             self._link_after(node, self._last)
         for node in self.nodes():
-            op = node.op
-            results = op.results if op is not None else ()
+            node_op = node.op
+            results = node_op.results if node_op is not None else ()
             for value, res in zip(node.outputs, results or node.outputs, strict=True):
                 if users is None:
                     self._first_order(value, [use.operation for use in res.uses])
@@ -700,8 +700,8 @@ class FusionGraph:
                 if inlinable(value):
                     copy = copies.get(value)
                     if copy is None:
-                        clone = owner.clone()  # pyright: ignore[reportAttributeAccessIssue]
-                        assert isinstance(clone, Operation)
+                        assert isinstance(owner, Operation)  # a constant op
+                        clone = owner.clone()
                         group.ops.appendleft(clone)
                         self._register(clone, group)
                         copy = copies[value] = clone.results[0]
@@ -730,11 +730,11 @@ class FusionGraph:
         group.outputs = outputs
         same = outputs == old
         if not same:  # the group op is rebuilt: its results replace the values it yields
-            kept = set(old)
+            old_set = set(old)
             for v in outputs:
                 # A dissolved group's result was replaced by the value (reversed) and now by
                 # the new result (reversed again): its readers keep their order.
-                if v in kept or not from_group:
+                if v in old_set or not from_group:
                     self._reverse(v)
         return same
 
@@ -805,6 +805,10 @@ class FusionGraph:
         self._to_front(group)
         return group
 
+    def _reads_in(self, node: Node) -> Callable[[Use], bool]:
+        """Whether a use is by an op of `node` (for `replace_uses_with_if`)."""
+        return lambda use: self.node_of(use.operation) is node
+
     def recompute(
         self, producer: Node, consumers: Sequence[Node], rule: str, saved: int = 0
     ) -> list[Node]:
@@ -818,12 +822,10 @@ class FusionGraph:
         share = saved // max(len(consumers), 1)
         for consumer in consumers:
             clone = op.clone()
-            copies = dict(zip(op.results, clone.results, strict=True))
+            copies: dict[SSAValue, SSAValue] = dict(zip(op.results, clone.results, strict=True))
             for res, copy in copies.items():
                 self.labels[copy] = self.label(res)
-                res.replace_uses_with_if(
-                    copy, lambda use, c=consumer: self.node_of(use.operation) is c
-                )
+                res.replace_uses_with_if(copy, self._reads_in(consumer))
             kind = stronger_kind(producer.kind, consumer.kind)
             space = combine_spaces(self.space(producer), self.space(consumer))
             size, score = consumer.size + 1, consumer.score + share
@@ -945,7 +947,7 @@ class FusionGraph:
         outside it (`outer_of` records them for the groups built after it)."""
         inputs = [outer_of.get(v, v) for v in node.inputs]
         body = Block(arg_types=[v.type for v in inputs])
-        arg_of: dict[SSAValue, SSAValue] = {}
+        arg_of: dict[SSAValue, BlockArgument] = {}
         for arg, value, outer in zip(body.args, node.inputs, inputs, strict=True):
             arg.name_hint = node.arg_hints.get(value)
             arg_of[outer] = arg
@@ -954,9 +956,9 @@ class FusionGraph:
                 op.detach()
             body.add_op(op)
             for i, value in enumerate(op.operands):
-                arg = arg_of.get(value)
-                if arg is not None:
-                    op.operands[i] = arg
+                inner = arg_of.get(value)
+                if inner is not None:
+                    op.operands[i] = inner
         body.add_op(YieldOp.create(operands=node.outputs))  # `create`: no argument parsing
         group = GroupOp.create(
             operands=inputs,
