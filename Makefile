@@ -38,6 +38,7 @@ lit: setup
 lint: setup
 	$(BIN)/ruff check xfuse tests examples
 	$(BIN)/ruff format --check xfuse tests examples
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
