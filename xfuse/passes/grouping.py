@@ -513,18 +513,11 @@ class FusionGraph:
                 found.add(producer)
         return sorted(found, key=by_position, reverse=True)
 
-    def readers(self, value: SSAValue) -> list[Node]:
-        """The nodes reading `value` from outside the node computing it, in block order."""
-        return sorted(self.readers_of(value), key=by_position)
-
     def space(self, node: Node) -> Space:
         if node.space is None:
             assert node.op is not None
             node.space = space_of_op(node.op)
         return node.space
-
-    def size(self, node: Node) -> int:
-        return node.size
 
     def value_bytes(self, value: SSAValue) -> int:
         """`tensor_bytes`, cached."""
@@ -653,10 +646,6 @@ class FusionGraph:
         recompute = (len(readers) + 1) * out - extra
         multi = max(self.merge_saving(producer, r) for r in readers)
         return RecomputePlan(tuple(readers), recompute, multi)
-
-    @staticmethod
-    def score_of(node: Node) -> int:
-        return node.score
 
     # --- merges ------------------------------------------------------------------------------
 

@@ -114,21 +114,18 @@ def op_kind(op: Operation) -> str:
     return kind
 
 
-_CONSTANT_TYPE: dict[type[Operation], bool] = {}
+# Facts that an op's class decides, cached per class: `isinstance` on an op class goes
+# through `ABCMeta`, and fusion asks for every pair it looks at.
+
+
+@cache
+def _is_constant_class(cls: type[Operation]) -> bool:
+    return issubclass(cls, graph.ConstantOp)
 
 
 def is_constant_op(op: Operation) -> bool:
-    """`isinstance(op, graph.ConstantOp)`, cached per op class (`isinstance` on an op class
-    goes through `ABCMeta`, and fusion asks for every pair)."""
-    flag = _CONSTANT_TYPE.get(type(op))
-    if flag is None:
-        flag = _CONSTANT_TYPE[type(op)] = isinstance(op, graph.ConstantOp)
-    return flag
-
-
-def node_kind(node: Node) -> str:
-    """The kind of a node: a group's `kind` (the strongest inside), or its op's kind."""
-    return node.kind
+    """`isinstance(op, graph.ConstantOp)`, cached per op class."""
+    return _is_constant_class(type(op))
 
 
 def stronger_kind(a: str, b: str) -> str:
@@ -229,15 +226,16 @@ def combine_spaces(a: Space, b: Space) -> Space | None:
 
 
 GATHER_OPS = (graph.SliceOp, graph.ConcatOp)
-_GATHER_TYPE: dict[type[Operation], bool] = {}
+
+
+@cache
+def _is_gather_class(cls: type[Operation]) -> bool:
+    return issubclass(cls, GATHER_OPS)
 
 
 def is_gather_op(op: Operation) -> bool:
     """`isinstance(op, GATHER_OPS)`, cached per op class like `is_constant_op`."""
-    flag = _GATHER_TYPE.get(type(op))
-    if flag is None:
-        flag = _GATHER_TYPE[type(op)] = isinstance(op, GATHER_OPS)
-    return flag
+    return _is_gather_class(type(op))
 
 
 def gather_mismatch(readers: Iterable[tuple[Operation, SSAValue]]) -> str | None:
@@ -276,19 +274,21 @@ def _target_may_mutate(target: str) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
-_MUTATES_TYPE: dict[type[Operation], bool] = {}
+@cache
+def _class_may_mutate(cls: type[Operation]) -> bool | None:
+    """What the class says of `may_mutate`: None for torch calls (their target decides)."""
+    if issubclass(cls, graph.TorchCallOp):
+        return None
+    return not issubclass(cls, fusion.GroupOp | func.ReturnOp) and cls.dialect_name() != "graph"
 
 
 def may_mutate(op: Operation) -> bool:
     """Whether running `op` may write memory that other ops read (an in-place torch op, or an
     op xfuse knows nothing about). Graph ops and groups are pure."""
-    flag = _MUTATES_TYPE.get(type(op))
-    if flag is not None:
-        return flag
-    if isinstance(op, graph.TorchCallOp):  # depends on the target, not only on the class
+    flag = _class_may_mutate(type(op))
+    if flag is None:
+        assert isinstance(op, graph.TorchCallOp)
         return _target_may_mutate(op.target.data)
-    flag = not isinstance(op, fusion.GroupOp | func.ReturnOp) and op.dialect_name() != "graph"
-    _MUTATES_TYPE[type(op)] = flag  # the class decides: remember it (slow checks)
     return flag
 
 

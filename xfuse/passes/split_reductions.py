@@ -198,9 +198,8 @@ class _Builder:
         return self.add(graph.CastOp(x, dtype))
 
     def dim_slice(self, x: SSAValue, dim: int, start: int, limit: int) -> SSAValue:
-        """`x[..., start:limit, ...]` along `dim` (negative: from the end)."""
+        """`x[..., start:limit, ...]` along `dim`."""
         shape = list(shape_of(x))
-        dim %= len(shape)
         starts = [0] * len(shape)
         starts[dim], shape[dim] = start, limit
         return self.add(graph.SliceOp(x, starts, shape, [1] * len(shape)))
@@ -290,16 +289,14 @@ def _compute(b: _Builder, op: graph.ReduceOp, x: SSAValue) -> SSAValue:
     return x
 
 
-def split_reduction(
-    op: graph.ReduceOp, split: Split | None = None, *, rebuild: bool = True
-) -> None:
+def split_reduction(op: graph.ReduceOp, *, rebuild: bool = True) -> None:
     """Rewrite one splittable reduction over trailing dims into its two stages (and
-    remainder), in place; with `rebuild`, its elementwise prologue is rebuilt on the viewed
-    inputs (`_Relayout`). `split` defaults to `choose_split`."""
+    remainder, `choose_split`), in place; with `rebuild`, its elementwise prologue is rebuilt
+    on the viewed inputs (`_Relayout`)."""
     shape = shape_of(op.input)
     kept = list(shape[: len(shape) - len(op.reduce_dims)])
     length = reduced_length(op)
-    split = split or choose_split(length)
+    split = choose_split(length)
     # The reduced dims as one (the last): [*kept, length]; stage 1 reduces C of
     # [*kept, B, C], stage 2 B of [*kept, B].
     flat, first = [*kept, length], [*kept, split.rows, split.chunk]
