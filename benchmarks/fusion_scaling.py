@@ -33,9 +33,9 @@ from xdsl.passes import ModulePass
 
 from xfuse.dialects import graph
 from xfuse.dialects.fusion import GroupOp
-from xfuse.ir import make_context
-from xfuse.passes.fuse_greedy import FuseGreedyPass
-from xfuse.passes.fuse_scored import FuseScoredPass
+from xfuse.ir.context import make_context
+from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
+from xfuse.passes.fusion.fuse_scored import FuseScoredPass
 
 N, D = 64, 128
 

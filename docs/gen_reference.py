@@ -1,6 +1,6 @@
 """
 Generate docs/passes.md, the pass and option reference, from the registered passes
-(`xfuse.passes.available_passes()`): names, docstrings, and options with their defaults read
+(`xfuse.passes.get_all_passes()`): names, docstrings, and options with their defaults read
 from the pass classes' dataclass fields, so that the reference never drifts from the code.
 
     python docs/gen_reference.py           # rewrite docs/passes.md
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from xdsl.passes import ModulePass
 
-from xfuse.passes import available_passes
+from xfuse.passes import get_all_passes
 
 OUTPUT = Path(__file__).resolve().parent / "passes.md"
 TEXT_OPTION_TYPES = (bool, int, float, str)
@@ -90,7 +90,7 @@ def pass_section(name: str, pass_class: type[ModulePass]) -> list[str]:
 
 
 def reference() -> str:
-    passes = {name: factory() for name, factory in sorted(available_passes().items())}
+    passes = {name: factory() for name, factory in sorted(get_all_passes().items())}
     lines = [HEADER, "| pass | summary |", "|---|---|"]
     for name, cls in passes.items():
         summary = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")

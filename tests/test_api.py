@@ -21,8 +21,9 @@ import xfuse.api
 from examples.convnet import make_convnet
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
-from xfuse.backends import CodegenError, Kernel, get_backend
-from xfuse.runtime.errors import (
+from xfuse.backends import Kernel, get_backend
+from xfuse.errors import (
+    CodegenError,
     ExportError,
     FallbackWarning,
     UnsupportedInputError,

@@ -14,16 +14,16 @@ import torch
 
 import xfuse
 from xfuse.cli.opt import main as opt_main
-from xfuse.passes.fuse_greedy import FuseGreedyPass
-from xfuse.passes.fuse_scored import FuseScoredPass
-from xfuse.pipeline import Pipeline, PipelineError
-from xfuse.runtime.errors import (
+from xfuse.errors import (
     ExportError,
     FallbackWarning,
     KernelCacheWarning,
     UnsupportedInputError,
     XfuseError,
 )
+from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
+from xfuse.passes.fusion.fuse_scored import FuseScoredPass
+from xfuse.pipeline import Pipeline, PipelineError
 
 Tensor = torch.Tensor
 

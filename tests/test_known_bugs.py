@@ -55,7 +55,7 @@ def test_add_inplace_of_own_flip() -> None:
 def test_add_inplace_of_own_flip_on_an_input_is_refused_clearly() -> None:
     """Programs that mutate their inputs are not supported: a one-line error, never a
     result that forgets the mutation."""
-    from xfuse.runtime.errors import ExportError
+    from xfuse.errors import ExportError
 
     def add_own_flip(x: Tensor) -> Tensor:
         x.add_(x.flip(0))

@@ -17,7 +17,7 @@ from examples.custom_op import make_custom_op_model
 from examples.gpt2 import make_gpt2
 from examples.resnet import make_resnet18
 from xfuse.api import Explanation
-from xfuse.runtime.errors import FallbackWarning
+from xfuse.errors import FallbackWarning
 from xfuse.runtime.executor import CompiledProgram
 
 Maker = Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from xfuse.ir import make_context, parse
+from xfuse.ir.context import make_context, parse
 from xfuse.pipeline import Pipeline, PipelineError, pipeline
 
 __all__ = [
@@ -17,7 +17,7 @@ __all__ = [
 ]
 
 # torch loads on first use of these, so that `xfuse-opt` and IR-only users start fast.
-_LAZY = {"compile": "xfuse.api", "explain": "xfuse.api", "interpret": "xfuse.interpreter"}
+_LAZY = {"compile": "xfuse.api", "explain": "xfuse.api", "interpret": "xfuse.interpreters.graph"}
 
 
 def __getattr__(name: str) -> Any:

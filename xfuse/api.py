@@ -24,15 +24,11 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, get_backend
-from xfuse.passes.fusion_report import FusionDecision, format_report
+from xfuse.errors import ExportError, FallbackWarning, XfuseError
+from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver
 from xfuse.progress import Progress
-from xfuse.runtime.cache import KernelCache, default_cache
-from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
-from xfuse.runtime.errors import ExportError, FallbackWarning, XfuseError
-from xfuse.runtime.executor import CompiledProgram, Executable
-from xfuse.runtime.fallback import reason_of
-from xfuse.viz import (
+from xfuse.report.viz import (
     FusionSummary,
     OpIndex,
     collect_decisions,
@@ -41,6 +37,10 @@ from xfuse.viz import (
     render_dot,
     summarize,
 )
+from xfuse.runtime.cache import KernelCache, default_cache
+from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
+from xfuse.runtime.executor import CompiledProgram, Executable
+from xfuse.runtime.fallback import reason_of
 
 Tensor = torch.Tensor
 ModelOrFn = torch.nn.Module | Callable[..., Any]
@@ -74,7 +74,7 @@ class Imported:
 
 def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...]) -> Imported:
     """torch.export, then the importer; any failure is one `ExportError` line."""
-    from xfuse.frontend import UnsupportedProgram
+    from xfuse.errors import UnsupportedProgram
     from xfuse.frontend.importer import import_program, wrap_function
 
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
@@ -257,7 +257,7 @@ class Explanation:
         )
 
     def to_dot(self, *, show_params: bool = False) -> str:
-        """The fused program as Graphviz DOT (see `xfuse.viz.program_dot`)."""
+        """The fused program as Graphviz DOT (see `xfuse.report.viz.program_dot`)."""
         if self.module is None:
             raise XfuseError("this explanation has no module to draw")
         return program_dot(

@@ -4,7 +4,7 @@ Pass pipelines from text, the same syntax as `xfuse-opt -p`:
     >>> p = xfuse.pipeline("decompose,fuse-greedy{arg-limit=64}")
     >>> p(module)  # in place; verifies the IR after every pass
 
-Pass names are xfuse's passes (`xfuse.passes.available_passes()`) and every pass xDSL
+Pass names are xfuse's passes (`xfuse.passes.get_all_passes()`) and every pass xDSL
 registers (`canonicalize`, `cse`, ...). Errors are `PipelineError`s with one-line messages:
 an unknown pass or option, or an option value the pass cannot use (`OPTION_RULES`: e.g.
 `fuse-scored{window=-1}`), when the pipeline is built, `InvalidIRError` (naming the pass that
@@ -30,8 +30,9 @@ from xdsl.universe import Universe
 from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, VerifyException
 
-from xfuse.ir import make_context
-from xfuse.passes import available_passes
+from xfuse.errors import PipelineError
+from xfuse.ir.context import make_context
+from xfuse.passes import get_all_passes
 
 PassFactories = Mapping[str, Callable[[], type[ModulePass]]]
 """Pass name -> factory of the pass class, the form `xDSLOptMain.available_passes` uses."""
@@ -41,10 +42,6 @@ OpLocator = Callable[[Operation], str | None]
 
 PassObserver = Callable[[ModulePass | None, ModuleOp, ModulePass | None], None]
 """Called around every pass with (the pass that ran, the module, the pass about to run)."""
-
-
-class PipelineError(Exception):
-    """A pipeline that cannot be built, or a pass that produced IR that does not verify."""
 
 
 class InvalidIRError(PipelineError, VerifyException):
@@ -80,7 +77,7 @@ def _xdsl_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
 def known_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Every pass a pipeline may name: xDSL's, then xfuse's (which win on a clash)."""
-    return {**_xdsl_passes(), **available_passes()}
+    return {**_xdsl_passes(), **get_all_passes()}
 
 
 def _unknown_pass_message(name: str, available: PassFactories) -> str:

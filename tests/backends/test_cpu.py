@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xfuse.backends import CodegenError
 from xfuse.backends.cpu import CPUBackend
 from xfuse.backends.threadpool import RangePool, split_range
-from xfuse.ir import parse
+from xfuse.errors import CodegenError
+from xfuse.ir.context import parse
 
 
 def parallel(bounds: list[int], ivs: list[str], body: str) -> str:

@@ -19,11 +19,13 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
-from xfuse.backends import CodegenError, get_backend
+from xfuse.backends import get_backend
 from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape, Tuning
 from xfuse.backends.nvptx import LibdeviceNotFound, find_libdevice
-from xfuse.ir import make_context, parse
-from xfuse.passes.gpu_map_parallel import GPUMapParallelPass
+from xfuse.errors import CodegenError
+from xfuse.ir.context import make_context, parse
+from xfuse.ir.names import KERNEL_ATTR
+from xfuse.passes.lowering.gpu_map_parallel import GPUMapParallelPass
 from xfuse.runtime.compiler import lower_to_loops
 
 ARCH = "sm_90"
@@ -39,7 +41,7 @@ def loop_ir(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> tuple[M
     names = [
         op.sym_name.data
         for op in module.ops
-        if isinstance(op, func.FuncOp) and "xfuse.kernel" in op.attributes
+        if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
     ]
     return module, names
 

@@ -168,11 +168,11 @@ def test_verify_diagnostics_reports_each_chunk(
 
 
 def test_registers_xfuse_and_xdsl_dialects_and_passes() -> None:
-    from xfuse.ir import DIALECTS
-    from xfuse.passes import available_passes
+    from xfuse.ir.context import DIALECTS
+    from xfuse.passes import get_all_passes
 
     tool = XfuseOptMain([])
-    assert set(available_passes()) <= set(tool.available_passes)
+    assert set(get_all_passes()) <= set(tool.available_passes)
     assert {"cse", "canonicalize", "convert-scf-to-cf"} <= set(tool.available_passes)
     assert {d.name for d in DIALECTS} <= set(tool.ctx.registered_dialect_names)
     assert "riscv" in tool.ctx.registered_dialect_names  # xDSL's own stay registered
@@ -203,7 +203,7 @@ def test_a_bug_in_a_pass_is_one_line_and_status_70(
 ) -> None:
     """An exception that is not a diagnostic (a bug in xfuse) is reported in one line, told
     apart from bad input by its status; XFUSE_TRACEBACK=1 lets it propagate."""
-    from xfuse.passes.group_cleanup import GroupCleanupPass
+    from xfuse.passes.fusion.group_cleanup import GroupCleanupPass
 
     def broken(self: object, ctx: object, op: object) -> None:
         raise TypeError("object of type 'IRUses' has no len()")

@@ -338,7 +338,7 @@ def test_dtype_promotion_matches_eager(
     imported = check_against_eager(fn, inputs)
     want = fn(*inputs)
     got = imported.function.function_type.outputs.data[0]
-    from xfuse.dtypes import from_torch
+    from xfuse.ir.dtypes import from_torch
 
     assert got.element_type == from_torch(want.dtype)  # pyright: ignore[reportAttributeAccessIssue]
     names = op_names(imported)

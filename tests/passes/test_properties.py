@@ -9,13 +9,13 @@ from xdsl.passes import ModulePass
 
 from xfuse.dialects import graph
 from xfuse.dialects.fusion import GroupOp
-from xfuse.interpreter import interpret
-from xfuse.ir import make_context
-from xfuse.passes import available_passes
-from xfuse.passes.fuse_greedy import FuseGreedyPass
-from xfuse.passes.fuse_scored import FuseScoredPass
-from xfuse.passes.group_cleanup import GroupCleanupPass
-from xfuse.passes.legality import KIND_RANK
+from xfuse.interpreters.graph import interpret
+from xfuse.ir.context import make_context
+from xfuse.passes import get_all_passes
+from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
+from xfuse.passes.fusion.fuse_scored import FuseScoredPass
+from xfuse.passes.fusion.group_cleanup import GroupCleanupPass
+from xfuse.passes.fusion.op_facts import KIND_RANK
 from xfuse.testing import RandomProgram, programs
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,7 +100,7 @@ def test_group_cleanup_keeps_meaning(program: RandomProgram) -> None:
 @settings(max_examples=30, deadline=None)
 @given(programs())
 def test_decompose_then_fuse_keeps_meaning(program: RandomProgram) -> None:
-    passes = available_passes()
+    passes = get_all_passes()
     pipeline = [passes[name]()() for name in ("decompose", "fuse-greedy", "group-cleanup")]
     module = run_passes(program, pipeline)
     assert_same_meaning(program, module)

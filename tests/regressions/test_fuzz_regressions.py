@@ -101,7 +101,7 @@ def test_a_program_torch_cannot_decompose_is_a_clear_export_error() -> None:
     """fuzz seed 30 program 141: in-place adds on an expanded bool view export, but torch's
     decompositions then fail (a bool subtraction); that was a raw RuntimeError from the
     importer, now one `ExportError` line (and torch.compile's backend falls back to eager)."""
-    from xfuse.runtime.errors import ExportError
+    from xfuse.errors import ExportError
 
     def program(x0: Tensor) -> tuple[Tensor, Tensor]:
         v1 = torch.cat([x0, x0, x0], dim=0)

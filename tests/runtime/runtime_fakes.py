@@ -26,10 +26,11 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region
 
-from xfuse.backends import CodegenError
 from xfuse.dialects import fusion, graph
-from xfuse.interpreter import find_function, interpret
-from xfuse.ir import parse
+from xfuse.errors import CodegenError
+from xfuse.interpreters.graph import find_function, interpret
+from xfuse.ir.context import parse
+from xfuse.ir.names import KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.runtime.compiler import unit_inputs, wrap_unit
 
 
@@ -53,8 +54,8 @@ def _kernel_func(op: Operation, name: str) -> func.FuncOp:
     block = Block(arg_types=types)
     block.add_op(func.ReturnOp())
     kernel = func.FuncOp(name, FunctionType.from_lists(types, []), Region(block))
-    kernel.attributes["xfuse.kernel"] = UnitAttr()
-    kernel.attributes["xfuse.parallel_dims"] = IntegerAttr(0, i64)
+    kernel.attributes[KERNEL_ATTR] = UnitAttr()
+    kernel.attributes[PARALLEL_DIMS_ATTR] = IntegerAttr(0, i64)
     kernel.attributes["fake.source"] = StringAttr(str(wrap_unit(op)))
     return kernel
 

@@ -16,9 +16,9 @@ import pytest
 from runtime_fakes import ReferenceBackend, fake_lower_to_loops
 from xdsl.dialects.builtin import ModuleOp
 
-from xfuse.backends import CodegenError
-from xfuse.interpreter import find_function
-from xfuse.ir import parse
+from xfuse.errors import CodegenError, KernelCacheWarning
+from xfuse.interpreters.graph import find_function
+from xfuse.ir.context import parse
 from xfuse.runtime.cache import (
     CorruptEntry,
     KernelCache,
@@ -27,7 +27,6 @@ from xfuse.runtime.cache import (
     default_cache_dir,
     encode_entry,
 )
-from xfuse.runtime.errors import KernelCacheWarning
 
 GROUP = """
 func.func @forward(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> tensor<4x8xf32> {

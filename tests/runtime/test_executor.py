@@ -12,11 +12,11 @@ import torch
 from runtime_fakes import ReferenceBackend, fake_lower_to_loops
 from xdsl.dialects.builtin import ModuleOp
 
-from xfuse.interpreter import interpret
-from xfuse.ir import parse
+from xfuse.errors import FallbackWarning
+from xfuse.interpreters.graph import interpret
+from xfuse.ir.context import parse
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.compiler import Program, ProgramCompiler
-from xfuse.runtime.errors import FallbackWarning
 from xfuse.runtime.executor import run_program
 from xfuse.runtime.steps import BufferPool, EagerStep, KernelStep, ViewStep
 

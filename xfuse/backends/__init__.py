@@ -20,10 +20,6 @@ if TYPE_CHECKING:
     import torch
 
 
-class CodegenError(RuntimeError):
-    """A kernel could not be compiled (unsupported op, LLVM error); the runtime falls back."""
-
-
 class Kernel(Protocol):
     name: str
 

@@ -22,7 +22,6 @@ import llvmlite.binding as llvm
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from xfuse.backends import CodegenError
 from xfuse.backends.llvm import (
     emit_assembly,
     emit_object,
@@ -33,8 +32,9 @@ from xfuse.backends.llvm import (
     to_llvm_ir,
 )
 from xfuse.backends.threadpool import RangePool, shared_pool
-from xfuse.passes.convert_func_to_llvm import KERNEL_ATTR
-from xfuse.passes.lower_to_llvm import arity_symbol, extent_symbol, lower_kernels_to_llvm
+from xfuse.errors import CodegenError
+from xfuse.ir.names import KERNEL_ATTR
+from xfuse.passes.llvm.lower_to_llvm import arity_symbol, extent_symbol, lower_kernels_to_llvm
 
 if TYPE_CHECKING:
     import torch
@@ -139,7 +139,7 @@ EMITTERS = {
 def main(argv: Sequence[str] | None = None) -> int:
     from xdsl.utils.exceptions import ParseError
 
-    from xfuse.ir import parse
+    from xfuse.ir.context import parse
 
     parser = argparse.ArgumentParser(prog="python -m xfuse.backends.cpu", description=__doc__)
     parser.add_argument("file", help="loop IR ('-' for stdin)")

@@ -29,16 +29,14 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 
-from xfuse.backends import CodegenError
 from xfuse.backends.nvptx import compile_to_ptx
-from xfuse.passes.gpu_map_parallel import (
-    BLOCK_ATTR,
-    ITEMS_ATTR,
-    STRATEGY_ATTR,
+from xfuse.errors import CodegenError, CUDALaunchError, CUDAUnavailable
+from xfuse.ir.names import BLOCK_ATTR, ITEMS_ATTR, KERNEL_ATTR, STRATEGY_ATTR
+from xfuse.passes.llvm.lower_to_nvvm import POINTER_ALIGNMENT, lower_kernels_to_nvvm
+from xfuse.passes.lowering.gpu_map_parallel import (
     GPUMappingError,
     map_kernel,
 )
-from xfuse.passes.lower_to_nvvm import POINTER_ALIGNMENT, lower_kernels_to_nvvm
 
 if TYPE_CHECKING:
     import torch
@@ -51,14 +49,6 @@ SYNC_LAUNCHES = os.environ.get("XFUSE_CUDA_SYNC") == "1"
 """Wait for every launch, so that a fault is reported by the kernel that caused it (read once,
 at import)."""
 """Grid-stride kernels get this many waves of fully occupied SMs (or fewer blocks if enough)."""
-
-
-class CUDAUnavailable(RuntimeError):
-    """CUDA kernels cannot run here (no pycuda, no GPU); PTX generation still works."""
-
-
-class CUDALaunchError(RuntimeError):
-    """A kernel failed to launch or to run."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import sys
 
-    from xfuse.ir import parse
+    from xfuse.ir.context import parse
 
     parser = argparse.ArgumentParser(prog="python -m xfuse.backends.cuda")
     parser.add_argument("file")
@@ -349,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = CUDABackend(args.arch)
     try:
         for op in module.ops:
-            if isinstance(op, func.FuncOp) and "xfuse.kernel" in op.attributes:
+            if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes:
                 sys.stdout.write(backend.compile(module, op.sym_name.data).decode())
     except CodegenError as e:
         print(f"error: {e}", file=sys.stderr)

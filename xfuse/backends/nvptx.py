@@ -24,7 +24,7 @@ import llvmlite.ir as ir
 from xdsl.backend.llvm.convert import convert_module
 from xdsl.dialects.builtin import ModuleOp
 
-from xfuse.backends import CodegenError
+from xfuse.errors import CodegenError
 
 TRIPLE = "nvptx64-nvidia-cuda"
 LIBDEVICE_RELATIVE = Path("nvvm") / "libdevice" / "libdevice.10.bc"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from xfuse.errors import XfuseError
 from xfuse.testing.fuzz import (
     DEFAULT_PIPELINE,
     Outcome,
@@ -39,7 +40,7 @@ def program_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index
 
 
-class ProgramTimeout(Exception):
+class ProgramTimeout(XfuseError):
     pass
 
 

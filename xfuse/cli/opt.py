@@ -13,7 +13,7 @@ line, `file:line:col: error: message` where there is a location, and exits with 
 `--emit=dot` prints the program after the pipeline as a Graphviz picture instead of IR, and
 `--fusion-report` (`=json` for JSON) prints the fusion report instead: groups, kernels, bytes
 moved with and without fusion, and why the fusion passes of the pipeline refused pairs
-(`xfuse.viz` draws and tabulates both).
+(`xfuse.report.viz` draws and tabulates both).
 
 To add a flag, extend `register_all_arguments`; to add an output target, extend
 `register_all_targets` (both call the base class first).
@@ -38,9 +38,10 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from xfuse.ir import DIALECTS
-from xfuse.passes import available_passes
-from xfuse.passes.fusion_report import FusionDecision
+from xfuse.errors import XfuseError
+from xfuse.ir.context import DIALECTS
+from xfuse.passes import get_all_passes
+from xfuse.passes.fusion.decisions import FusionDecision
 from xfuse.pipeline import (
     InvalidIRError,
     PassFailedError,
@@ -50,7 +51,7 @@ from xfuse.pipeline import (
     parse_passes,
     verify_module,
 )
-from xfuse.viz import OpIndex, collect_decisions, format_summary, program_dot, summarize
+from xfuse.report.viz import OpIndex, collect_decisions, format_summary, program_dot, summarize
 
 EXIT_ERROR = 1
 EXIT_INTERNAL = 70
@@ -78,7 +79,7 @@ class LocatingParser(Parser):
         return op
 
 
-class SourceError(ParseError):
+class SourceError(XfuseError, ParseError):
     """A parse error that prints as one line, `file:line:col: error: message`."""
 
     def __str__(self) -> str:
@@ -90,7 +91,7 @@ def _dialect_factory(dialect: Dialect) -> Callable[[], Dialect]:
     return lambda: dialect
 
 
-class CliError(Exception):
+class CliError(XfuseError):
     """A user error found by the driver itself (not by parsing or verification)."""
 
 
@@ -128,7 +129,7 @@ class XfuseOptMain(xDSLOptMain):
 
     def register_all_passes(self) -> None:
         super().register_all_passes()
-        for name, factory in available_passes().items():
+        for name, factory in get_all_passes().items():
             self.register_pass(name, factory)
 
     def register_all_frontends(self) -> None:

@@ -57,7 +57,7 @@ from xdsl.traits import ConstantLike, OpTrait, Pure
 from xdsl.utils.exceptions import VerifyException
 
 # ---------------------------------------------------------------------------------------------
-# Op-kind traits, read by fusion (xfuse/passes/legality.py)
+# Op-kind traits, read by fusion (xfuse/passes/fusion/legality.py)
 # ---------------------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ and (nested) lists map to IntegerAttr, FloatAttr, `true`/`false`, `#none` and Ar
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any
 
 from xdsl.dialects.builtin import (
@@ -25,11 +26,9 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute
 
+from xfuse.errors import InterpretError, UnsupportedArgument
+
 _PREFIXES = ("dtype:", "device:", "layout:", "memory_format:", "str:")
-
-
-class UnsupportedArgument(ValueError):
-    """A torch argument that has no attribute form (e.g. a Python object)."""
 
 
 def _is_special(s: str) -> bool:
@@ -110,3 +109,31 @@ def decode_args(
         [decode_arg(a, tensors) for a in args.data],
         {k: decode_arg(v, tensors) for k, v in kwargs.data.items()},
     )
+
+
+def resolve_torch_op(target: str) -> Callable[..., Any]:
+    """`aten.cumsum.default` -> torch.ops.aten.cumsum.default, with a clear error."""
+    import torch  # here, not at the top: IR-only users (xfuse-opt) do not load torch
+
+    obj: Any = torch.ops
+    try:
+        for part in target.split("."):
+            obj = getattr(obj, part)
+    except (AttributeError, RuntimeError) as e:
+        raise InterpretError(f"unknown torch operator '{target}'") from e
+    if not callable(obj):
+        raise InterpretError(f"torch operator '{target}' is not callable")
+    return obj
+
+
+@cache
+def target_may_mutate(target: str) -> bool:
+    """Whether the torch operator `target` may write one of its arguments (its schema says
+    so); unknown operators may."""
+    try:
+        schema = getattr(resolve_torch_op(target), "_schema", None)
+    except InterpretError:
+        return True  # unknown: assume the worst
+    if schema is None:
+        return True
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)

@@ -17,8 +17,7 @@ from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1
 from xdsl.ir import Attribute, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dtypes import to_torch
-from xfuse.frontend.lowering import (
+from xfuse.frontend.builder import (
     Lowering,
     Value,
     out_type,
@@ -26,6 +25,7 @@ from xfuse.frontend.lowering import (
     result_types,
     used_outputs,
 )
+from xfuse.ir.dtypes import to_torch
 
 Args = dict[str, Any]
 Converter = Callable[[Lowering, torch.fx.Node, Args], Value]

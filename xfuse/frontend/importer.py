@@ -29,9 +29,10 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAtt
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.torch_args import UnsupportedArgument, encode_args
+from xfuse.dialects.torch_args import encode_args
+from xfuse.errors import UnsupportedArgument
 from xfuse.frontend.aten import CONVERTERS, KEPT_COMPOSITES, SKIPPED
-from xfuse.frontend.lowering import (
+from xfuse.frontend.builder import (
     Lowering,
     UnsupportedProgram,
     Value,
@@ -40,7 +41,7 @@ from xfuse.frontend.lowering import (
     result_types,
     tensor_type_of_val,
 )
-from xfuse.interpreter import bind_arguments
+from xfuse.interpreters.graph import bind_arguments
 
 PARAM_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 

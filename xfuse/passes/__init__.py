@@ -1,54 +1,127 @@
 """
-xfuse's passes, one module each. Every `ModulePass` subclass defined in a module of this
-package is registered under its `name`; `available_passes()` is what `xfuse-opt` and
-`xfuse.pipeline` use.
+xfuse's passes, one module each, in one folder per level of the pipeline:
+
+    transforms/  graph -> graph              decompose, split-reductions, fold-linear
+    fusion/      graph -> fusion.group       fuse-greedy, fuse-scored, group-cleanup, fusion-report
+    lowering/    fusion.group -> loops       lower-to-loops; loops -> GPU: gpu-map-parallel
+    llvm/        loops -> llvm dialect       lower-to-llvm (CPU), lower-to-nvvm (CUDA), expand-math,
+                                             convert-{arith,cf,func,math,memref}-to-llvm
+
+`get_all_passes()` is the explicit registry (name -> a function returning the pass class), as
+`xdsl.transforms.get_all_passes` is: nothing is imported until a pass is asked for by name.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
 from collections.abc import Callable
-from functools import cache
-from typing import Any
 
 from xdsl.passes import ModulePass
 
 
-@cache
-def _discover() -> dict[str, type[ModulePass]]:
-    found: dict[str, type[ModulePass]] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if (
-                issubclass(cls, ModulePass)
-                and cls.__module__ == module.__name__
-                and not inspect.isabstract(cls)
-                and isinstance(getattr(cls, "name", None), str)
-            ):
-                found[cls.name] = cls
-    return found
+def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Every xfuse pass, by its `name`; the values import the pass module on first use."""
 
+    def decompose() -> type[ModulePass]:
+        from xfuse.passes.transforms.decompose import DecomposePass
 
-def _factory(cls: type[ModulePass]) -> Callable[[], type[ModulePass]]:
-    return lambda: cls
+        return DecomposePass
 
+    def split_reductions() -> type[ModulePass]:
+        from xfuse.passes.transforms.split_reductions import SplitReductionsPass
 
-def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """Pass name -> factory of the pass class (the form xDSL's tools expect)."""
-    return {name: _factory(cls) for name, cls in _discover().items()}
+        return SplitReductionsPass
 
+    def fold_linear() -> type[ModulePass]:
+        from xfuse.passes.transforms.fold_linear import FoldLinearPass
 
-def __getattr__(attr: str) -> Any:
-    # `from xfuse.passes import FuseGreedyPass` works for every registered pass class.
-    # A submodule asked for by name (`from xfuse.passes import scalar_ops`, perhaps while
-    # another pass module is still importing) is imported directly: running discovery then
-    # would cache a registry without the half-imported module's passes.
-    if any(info.name == attr for info in pkgutil.iter_modules(__path__)):
-        return importlib.import_module(f"{__name__}.{attr}")
-    for cls in _discover().values():
-        if cls.__name__ == attr:
-            return cls
-    raise AttributeError(f"module 'xfuse.passes' has no attribute '{attr}'")
+        return FoldLinearPass
+
+    def fuse_greedy() -> type[ModulePass]:
+        from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
+
+        return FuseGreedyPass
+
+    def fuse_scored() -> type[ModulePass]:
+        from xfuse.passes.fusion.fuse_scored import FuseScoredPass
+
+        return FuseScoredPass
+
+    def group_cleanup() -> type[ModulePass]:
+        from xfuse.passes.fusion.group_cleanup import GroupCleanupPass
+
+        return GroupCleanupPass
+
+    def fusion_report() -> type[ModulePass]:
+        from xfuse.passes.fusion.fusion_report import FusionReportPass
+
+        return FusionReportPass
+
+    def lower_to_loops() -> type[ModulePass]:
+        from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass
+
+        return LowerToLoopsPass
+
+    def gpu_map_parallel() -> type[ModulePass]:
+        from xfuse.passes.lowering.gpu_map_parallel import GPUMapParallelPass
+
+        return GPUMapParallelPass
+
+    def lower_to_llvm() -> type[ModulePass]:
+        from xfuse.passes.llvm.lower_to_llvm import LowerToLLVMPass
+
+        return LowerToLLVMPass
+
+    def lower_to_nvvm() -> type[ModulePass]:
+        from xfuse.passes.llvm.lower_to_nvvm import LowerToNVVMPass
+
+        return LowerToNVVMPass
+
+    def expand_math() -> type[ModulePass]:
+        from xfuse.passes.llvm.expand_math import ExpandMathPass
+
+        return ExpandMathPass
+
+    def convert_arith_to_llvm() -> type[ModulePass]:
+        from xfuse.passes.llvm.convert_arith_to_llvm import ConvertArithToLLVMPass
+
+        return ConvertArithToLLVMPass
+
+    def convert_cf_to_llvm() -> type[ModulePass]:
+        from xfuse.passes.llvm.convert_cf_to_llvm import ConvertCfToLLVMPass
+
+        return ConvertCfToLLVMPass
+
+    def convert_func_to_llvm() -> type[ModulePass]:
+        from xfuse.passes.llvm.convert_func_to_llvm import ConvertFuncToLLVMPass
+
+        return ConvertFuncToLLVMPass
+
+    def convert_math_to_llvm() -> type[ModulePass]:
+        from xfuse.passes.llvm.convert_math_to_llvm import ConvertMathToLLVMPass
+
+        return ConvertMathToLLVMPass
+
+    def convert_memref_to_llvm() -> type[ModulePass]:
+        from xfuse.passes.llvm.convert_memref_to_llvm import ConvertMemRefToLLVMPass
+
+        return ConvertMemRefToLLVMPass
+
+    return {
+        "decompose": decompose,
+        "split-reductions": split_reductions,
+        "fold-linear": fold_linear,
+        "fuse-greedy": fuse_greedy,
+        "fuse-scored": fuse_scored,
+        "group-cleanup": group_cleanup,
+        "fusion-report": fusion_report,
+        "lower-to-loops": lower_to_loops,
+        "gpu-map-parallel": gpu_map_parallel,
+        "lower-to-llvm": lower_to_llvm,
+        "lower-to-nvvm": lower_to_nvvm,
+        "expand-math": expand_math,
+        "convert-arith-to-llvm": convert_arith_to_llvm,
+        "convert-cf-to-llvm": convert_cf_to_llvm,
+        "convert-func-to-llvm": convert_func_to_llvm,
+        "convert-math-to-llvm": convert_math_to_llvm,
+        "convert-memref-to-llvm": convert_memref_to_llvm,
+    }

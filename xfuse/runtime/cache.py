@@ -32,7 +32,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, Kernel
-from xfuse.runtime.errors import KernelCacheWarning
+from xfuse.errors import KernelCacheWarning, XfuseError
 
 MAGIC = b"XFUSEKC\x00"
 ENTRY_FORMAT = 1
@@ -96,7 +96,7 @@ class CacheStats:
     rebuilt: int = 0
 
 
-class CorruptEntry(Exception):
+class CorruptEntry(XfuseError):
     """A disk entry whose header or payload does not check out."""
 
 

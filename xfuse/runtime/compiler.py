@@ -23,11 +23,12 @@ from xdsl.dialects.builtin import FunctionType, IntegerAttr, ModuleOp, StringAtt
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.traits import SymbolTable
 
-from xfuse import dtypes
 from xfuse.backends import Kernel
 from xfuse.dialects import fusion, graph
-from xfuse.interpreter import OP_IMPLS, find_function, run_op
-from xfuse.runtime.errors import XfuseError
+from xfuse.errors import XfuseError
+from xfuse.interpreters.graph import OP_IMPLS, find_function, run_op
+from xfuse.ir import dtypes
+from xfuse.ir.names import PARALLEL_DIMS_ATTR
 from xfuse.runtime.fallback import fallback_step, reason_of
 from xfuse.runtime.steps import VIEW_IMPLS, BufferSpec, EagerStep, KernelStep, Step, ViewStep
 
@@ -44,8 +45,8 @@ FRESH_EXTERNS = frozenset({"graph.matmul", "graph.linear"})
 
 
 def lower_to_loops(module: ModuleOp) -> None:
-    from xfuse.ir import make_context
-    from xfuse.passes.lower_to_loops import LowerToLoopsPass
+    from xfuse.ir.context import make_context
+    from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass
 
     LowerToLoopsPass().apply(make_context(), module)
 
@@ -342,7 +343,7 @@ class ProgramCompiler:
         outputs = tuple(self._define(em, slot_of, r) for r in launch.outputs)
         specs = tuple(spec_of(r) for r in launch.outputs)
         em.steps.append(KernelStep(kernel, inputs, outputs, specs, f"kernel @{name} ({source})"))
-        dims = kernel_func.attributes.get("xfuse.parallel_dims")
+        dims = kernel_func.attributes.get(PARALLEL_DIMS_ATTR)
         em.kernels.append(
             KernelInfo(
                 name="",  # numbered once the program is complete

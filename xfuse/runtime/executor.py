@@ -22,9 +22,9 @@ from typing import Any, cast
 
 import torch
 
-from xfuse import dtypes
+from xfuse.errors import UnsupportedInputError
+from xfuse.ir import dtypes
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
-from xfuse.runtime.errors import UnsupportedInputError
 from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor

@@ -10,7 +10,7 @@ import warnings
 
 from xdsl.ir import Operation
 
-from xfuse.runtime.errors import FallbackWarning
+from xfuse.errors import FallbackWarning
 from xfuse.runtime.steps import EagerStep
 
 

@@ -21,7 +21,7 @@ from xdsl.ir import Operation
 
 from xfuse.backends import Kernel
 from xfuse.dialects import graph
-from xfuse.interpreter import run_op
+from xfuse.interpreters.graph import run_op
 
 Tensor = torch.Tensor
 

@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, Modul
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from xfuse.errors import BisectError
 from xfuse.pipeline import PassFactories, Pipeline, known_passes, parse_passes
 from xfuse.testing.fuzz import (
     DEFAULT_PIPELINE,
@@ -48,23 +49,19 @@ Problem = str | None
 Oracle = Callable[[ModuleOp, Sequence[Tensor]], Problem]
 
 
-class BisectError(Exception):
-    """The program cannot be bisected (it does not fail, or cannot be loaded)."""
-
-
 # ---------------------------------------------------------------------------------------------
 # Running IR
 # ---------------------------------------------------------------------------------------------
 
 
 def forward_of(module: ModuleOp) -> func.FuncOp:
-    from xfuse.interpreter import find_function
+    from xfuse.interpreters.graph import find_function
 
     return find_function(module, "forward")
 
 
 def run_ir(module: ModuleOp, inputs: Sequence[Tensor]) -> list[Tensor]:
-    from xfuse.interpreter import interpret
+    from xfuse.interpreters.graph import interpret
 
     return interpret(module, [t.clone() for t in inputs])
 
@@ -86,7 +83,7 @@ def run_backend(module: ModuleOp, inputs: Sequence[Tensor], device: str = "cpu")
 
 
 def run_loops(module: ModuleOp, inputs: Sequence[Tensor]) -> list[Tensor]:
-    from xfuse.loop_interpreter import run_lowered
+    from xfuse.interpreters.loops import run_lowered
     from xfuse.runtime.compiler import lower_to_loops
 
     lowered = module.clone()
@@ -151,7 +148,7 @@ def backend_oracle(
 
 def values_of(module: ModuleOp, inputs: Sequence[Tensor]) -> dict[SSAValue, Tensor]:
     """Every top-level value of @forward, computed by the interpreter."""
-    from xfuse.interpreter import run_op
+    from xfuse.interpreters.graph import run_op
 
     block = forward_of(module).body.block
     env: dict[SSAValue, Tensor] = dict(zip(block.args, [t.clone() for t in inputs], strict=True))

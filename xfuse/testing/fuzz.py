@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from xfuse.errors import XfuseError
+
 Tensor = torch.Tensor
 
 MAX_MAGNITUDE = 1e3
@@ -168,7 +170,7 @@ class Value:
     exact: bool
 
 
-class Rejected(Exception):
+class Rejected(XfuseError):
     """A candidate statement that is not valid here (shapes, dtypes or domain)."""
 
 
@@ -835,7 +837,7 @@ class Outcome:
         return f"{self.status} at {self.stage}: {self.message}"
 
 
-class StageFailure(Exception):
+class StageFailure(XfuseError):
     def __init__(self, stage: str, message: str):
         super().__init__(f"{stage}: {message}")
         self.stage = stage
@@ -936,7 +938,7 @@ class Differential:
         return imported
 
     def interpret(self, stage: str, module: Any, imported: Any) -> None:
-        from xfuse.interpreter import interpret
+        from xfuse.interpreters.graph import interpret
 
         try:
             got = interpret(module, imported.arguments(*self.fresh_inputs()))
@@ -968,8 +970,8 @@ class Differential:
     def run_loops(self, imported: Any) -> bool:
         """Lowered loops through the loop interpreter; False when some group cannot be
         lowered (the runtime then runs it eagerly, which the CPU stage checks)."""
-        from xfuse.backends import CodegenError
-        from xfuse.loop_interpreter import run_lowered
+        from xfuse.errors import CodegenError
+        from xfuse.interpreters.loops import run_lowered
         from xfuse.runtime.compiler import lower_to_loops
 
         module = imported.module.clone()

@@ -1,0 +1,182 @@
+"""`decompose`: every composite op becomes primitives that interpret like the composite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Attribute, Block, Region, SSAValue
+
+from xfuse import interpret
+from xfuse.dialects import graph
+from xfuse.ir import dtypes
+from xfuse.ir.context import make_context
+from xfuse.passes import get_all_passes
+from xfuse.passes.transforms.decompose import DecomposePass
+
+pytestmark = pytest.mark.filterwarnings("ignore:var\\(\\).*degrees of freedom:UserWarning")
+
+Build = Callable[[Sequence[SSAValue]], graph.IRDLOperation]
+
+
+def single_op_module(build: Build, arg_types: Sequence[Attribute]) -> ModuleOp:
+    """@forward(args) { return build(args) }."""
+    block = Block(arg_types=arg_types)
+    op = build(block.args)
+    block.add_ops([op, func.ReturnOp(op.results[0])])
+    f = func.FuncOp("forward", (list(arg_types), [op.results[0].type]), Region(block))
+    module = ModuleOp([f])
+    module.verify()
+    return module
+
+
+def decompose(module: ModuleOp, **options: bool) -> ModuleOp:
+    out = module.clone()
+    DecomposePass(**options).apply(make_context(), out)
+    out.verify()
+    return out
+
+
+def composite_ops(module: ModuleOp) -> list[str]:
+    return [op.name for op in module.walk() if graph.op_kind(op) == "composite"]
+
+
+def ttype(shape: Sequence[int], dtype: torch.dtype) -> TensorType[Attribute]:
+    return TensorType(dtypes.from_torch(dtype), list(shape))
+
+
+def check_decomposition(
+    build: Build, shapes: Sequence[Sequence[int]], dtype: torch.dtype
+) -> ModuleOp:
+    """Decompose a one-op module; no composite may remain and results must match."""
+    module = single_op_module(build, [ttype(s, dtype) for s in shapes])
+    decomposed = decompose(module)
+    assert composite_ops(decomposed) == []
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(*s, generator=gen).to(dtype) for s in shapes]
+    (want,) = interpret(module, inputs)
+    (got,) = interpret(decomposed, inputs)
+    tol = {torch.float16: 2e-3, torch.bfloat16: 2e-2}.get(dtype, 1e-5)
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol, equal_nan=True)
+    return decomposed
+
+
+X = (3, 8)
+CASES: list[tuple[str, Build, list[tuple[int, ...]]]] = [
+    ("softmax", lambda a: graph.SoftmaxOp(a[0], 1), [X]),
+    ("softmax_dim0", lambda a: graph.SoftmaxOp(a[0], 0), [(4, 3, 5)]),
+    ("log_softmax", lambda a: graph.LogSoftmaxOp(a[0], 1), [X]),
+    ("layer_norm", lambda a: graph.LayerNormOp(a[0], 1, 1e-5, a[1], a[2]), [X, (8,), (8,)]),
+    ("layer_norm_rank2", lambda a: graph.LayerNormOp(a[0], 2, 1e-3), [(2, 3, 8)]),
+    ("layer_norm_weight_only", lambda a: graph.LayerNormOp(a[0], 1, 1e-5, a[1]), [X, (8,)]),
+    ("rms_norm", lambda a: graph.RMSNormOp(a[0], 1, 1e-6, a[1]), [X, (8,)]),
+    ("rms_norm_no_weight", lambda a: graph.RMSNormOp(a[0], 2, 1e-6), [(2, 3, 8)]),
+    ("gelu", lambda a: graph.GeluOp(a[0]), [X]),
+    ("gelu_tanh", lambda a: graph.GeluOp(a[0], "tanh"), [X]),
+    ("silu", lambda a: graph.SiluOp(a[0]), [X]),
+    ("var", lambda a: graph.VarOp(a[0], [1]), [X]),
+    ("var_keepdim_correction0", lambda a: graph.VarOp(a[0], [0, 2], 0, True), [(3, 4, 5)]),
+    ("var_single_element", lambda a: graph.VarOp(a[0], [1]), [(3, 1)]),
+    ("linear", lambda a: graph.LinearOp(a[0], a[1], a[2]), [(2, 3, 8), (5, 8), (5,)]),
+    ("linear_no_bias", lambda a: graph.LinearOp(a[0], a[1]), [X, (5, 8)]),
+    ("linear_vector", lambda a: graph.LinearOp(a[0], a[1], a[2]), [(8,), (5, 8), (5,)]),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize(("build", "shapes"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_decomposition_matches_composite(
+    build: Build, shapes: list[tuple[int, ...]], dtype: torch.dtype
+) -> None:
+    check_decomposition(build, shapes, dtype)
+
+
+HALF_REDUCTIONS: list[tuple[str, Build]] = [
+    ("softmax", lambda a: graph.SoftmaxOp(a[0], 1)),
+    ("log_softmax", lambda a: graph.LogSoftmaxOp(a[0], 1)),
+    ("layer_norm", lambda a: graph.LayerNormOp(a[0], 1, 1e-5, a[1], a[2])),
+    ("rms_norm", lambda a: graph.RMSNormOp(a[0], 1, 1e-6, a[1])),
+    ("var", lambda a: graph.VarOp(a[0], [1])),
+]
+
+
+@pytest.mark.parametrize(
+    "build", [c[1] for c in HALF_REDUCTIONS], ids=[c[0] for c in HALF_REDUCTIONS]
+)
+def test_half_precision_reductions_compute_in_f32(build: Build) -> None:
+    half = [ttype(X, torch.float16), ttype((8,), torch.float16), ttype((8,), torch.float16)]
+    decomposed = decompose(single_op_module(build, half))
+    f32 = dtypes.from_torch(torch.float32)
+    reductions = [op for op in decomposed.walk() if graph.op_kind(op) == "reduction"]
+    assert reductions
+    assert all(graph.dtype_of(op.operands[0]) == f32 for op in reductions)
+    ret = next(op for op in decomposed.walk() if isinstance(op, func.ReturnOp))
+    assert graph.dtype_of(ret.operands[0]) == dtypes.from_torch(torch.float16)
+
+
+def test_bf16_layer_norm_matches() -> None:
+    check_decomposition(
+        lambda a: graph.LayerNormOp(a[0], 1, 1e-5, a[1], a[2]), [X, (8,), (8,)], torch.bfloat16
+    )
+
+
+def test_keep_linear_leaves_linear_only() -> None:
+    module = single_op_module(
+        lambda a: graph.LinearOp(a[0], a[1]),
+        [ttype(X, torch.float32), ttype((5, 8), torch.float32)],
+    )
+    kept = decompose(module, keep_linear=True)
+    assert [op.name for op in kept.walk() if isinstance(op, graph.LinearOp)] == ["graph.linear"]
+    assert "graph.matmul" in [op.name for op in decompose(module).walk()]
+
+
+def test_pass_is_registered() -> None:
+    assert get_all_passes()["decompose"]() is DecomposePass
+
+
+def test_primitives_are_left_alone() -> None:
+    module = single_op_module(
+        lambda a: graph.AddOp(a[0], a[1]), [ttype(X, torch.float32), ttype(X, torch.float32)]
+    )
+    assert str(decompose(module)) == str(module)
+
+
+SHAPES = st.lists(st.integers(1, 5), min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=SHAPES, data=st.data(), half=st.booleans())
+def test_decompose_property_random_shapes(
+    shape: list[int], data: st.DataObject, half: bool
+) -> None:
+    """interpret(decompose(G)) == interpret(G) for random shapes, dims and composite ops."""
+    rank = len(shape)
+    dim = data.draw(st.integers(0, rank - 1), label="dim")
+    norm_rank = data.draw(st.integers(1, rank), label="norm_rank")
+    dims = data.draw(st.sets(st.integers(0, rank - 1), min_size=1), label="dims")
+    keepdim = data.draw(st.booleans(), label="keepdim")
+    correction = data.draw(st.integers(0, 1), label="correction")
+    trailing = tuple(shape[rank - norm_rank :])
+    choices: list[tuple[Build, list[tuple[int, ...]]]] = [
+        (lambda a: graph.SoftmaxOp(a[0], dim), [tuple(shape)]),
+        (lambda a: graph.LogSoftmaxOp(a[0], dim), [tuple(shape)]),
+        (
+            lambda a: graph.LayerNormOp(a[0], norm_rank, 1e-5, a[1], a[2]),
+            [tuple(shape), trailing, trailing],
+        ),
+        (lambda a: graph.RMSNormOp(a[0], norm_rank, 1e-6, a[1]), [tuple(shape), trailing]),
+        (lambda a: graph.VarOp(a[0], sorted(dims), correction, keepdim), [tuple(shape)]),
+        (
+            lambda a: graph.GeluOp(a[0], data.draw(st.sampled_from(["none", "tanh"]))),
+            [tuple(shape)],
+        ),
+        (lambda a: graph.SiluOp(a[0]), [tuple(shape)]),
+        (lambda a: graph.LinearOp(a[0], a[1], a[2]), [tuple(shape), (3, shape[-1]), (3,)]),
+    ]
+    build, shapes = data.draw(st.sampled_from(choices), label="op")
+    check_decomposition(build, shapes, torch.float16 if half else torch.float32)

@@ -1,0 +1,179 @@
+"""`xfuse.pipeline`: the `-p` syntax from Python, verification after every pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, i32
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import PassFailedException, VerifyException
+
+import xfuse
+from xfuse.dialects import graph
+from xfuse.pipeline import (
+    InvalidIRError,
+    PassFailedError,
+    Pipeline,
+    PipelineError,
+    known_passes,
+    parse_passes,
+)
+
+TEXT = """\
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = graph.exp %x : tensor<4xf32>
+  %1 = graph.exp %x : tensor<4xf32>
+  %2 = graph.add %0, %1 : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return %2 : tensor<4xf32>
+}
+"""
+
+
+@dataclass(frozen=True)
+class BreakExpPass(ModulePass):
+    """Adds a dead `graph.exp` of an i32 tensor next to every exp: IR that does not verify."""
+
+    name = "test-break-exp"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for exp in [o for o in op.walk() if isinstance(o, graph.ExpOp)]:
+            cast = graph.CastOp(exp.input, i32)
+            Rewriter.insert_op([cast, graph.ExpOp(cast)], InsertPoint.after(exp))
+
+
+@dataclass(frozen=True)
+class GiveUpPass(ModulePass):
+    name = "test-give-up"
+    reason: str = "nothing to do"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        raise PassFailedException(self.reason)
+
+
+TEST_PASSES = {
+    **known_passes(),
+    BreakExpPass.name: lambda: BreakExpPass,
+    GiveUpPass.name: lambda: GiveUpPass,
+}
+
+
+def test_text_to_text() -> None:
+    module = xfuse.parse(TEXT)
+    result = xfuse.pipeline("cse,canonicalize")(module)
+    assert result is module
+    assert str(module).count("graph.exp") == 1
+    assert str(xfuse.parse(str(module))) == str(module)
+
+
+def test_options_are_parsed_like_the_cli() -> None:
+    p = xfuse.pipeline("cse,convert-memref-to-ptr{lower_func=true}")
+    assert isinstance(p, Pipeline)
+    assert [q.name for q in p.passes] == ["cse", "convert-memref-to-ptr"]
+    assert p.passes[1].lower_func is True
+    assert "convert-memref-to-ptr{lower_func=true}" in str(p)
+
+
+def test_dashes_in_option_names() -> None:
+    (p,) = parse_passes('test-give-up{reason="stop here"}', TEST_PASSES)
+    assert isinstance(p, GiveUpPass) and p.reason == "stop here"
+
+
+def test_every_xfuse_pass_is_known() -> None:
+    from xfuse.passes import get_all_passes
+
+    assert set(get_all_passes()) <= set(known_passes())
+
+
+def test_empty_pipeline_only_verifies() -> None:
+    module = xfuse.parse(TEXT)
+    before = str(module)
+    assert str(xfuse.pipeline("")(module)) == before
+
+
+def test_unknown_pass_lists_known_passes() -> None:
+    with pytest.raises(PipelineError) as info:
+        xfuse.pipeline("cse,test-brake-exp", passes=TEST_PASSES)
+    message = str(info.value)
+    assert "unknown pass 'test-brake-exp' (did you mean 'test-break-exp'?)" in message
+    assert "test-break-exp, test-give-up" in message
+    assert "\n" not in message
+
+
+def test_unknown_option() -> None:
+    with pytest.raises(PipelineError, match="pass 'test-give-up' has no option 'depth'"):
+        xfuse.pipeline("test-give-up{depth=3}", passes=TEST_PASSES)
+
+
+def test_option_of_the_wrong_type() -> None:
+    with pytest.raises(PipelineError, match="pass 'convert-memref-to-ptr': Incompatible types"):
+        xfuse.pipeline("convert-memref-to-ptr{lower_func=7}")
+
+
+def test_malformed_spec() -> None:
+    with pytest.raises(PipelineError, match="invalid pass pipeline 'cse{' at column 5"):
+        xfuse.pipeline("cse{")
+
+
+def test_names_the_pass_that_broke_the_ir() -> None:
+    module = xfuse.parse(TEXT)
+    with pytest.raises(InvalidIRError) as info:
+        xfuse.pipeline("cse,test-break-exp,canonicalize", passes=TEST_PASSES)(module)
+    error = info.value
+    assert error.pass_name == "test-break-exp"
+    assert error.op is not None and error.op.name == "graph.exp"
+    assert str(error).startswith("error: pass 'test-break-exp' produced invalid IR: 'graph.exp' op")
+    assert isinstance(error, VerifyException)
+
+
+def test_verify_each_off_lets_invalid_ir_through() -> None:
+    module = xfuse.parse(TEXT)
+    xfuse.pipeline("test-break-exp", verify_each=False, passes=TEST_PASSES)(module)
+    with pytest.raises(VerifyException):
+        module.verify()
+
+
+def test_invalid_input_is_blamed_on_the_input() -> None:
+    text = (
+        "func.func @f(%x: tensor<4xf32>) -> tensor<5xf32> {\n"
+        "  %0 = graph.add %x, %x : tensor<4xf32>, tensor<4xf32> -> tensor<5xf32>\n"
+        "  func.return %0 : tensor<5xf32>\n}\n"
+    )
+    module = xfuse.parse(text, verify=False)
+    with pytest.raises(InvalidIRError) as info:
+        xfuse.pipeline("cse")(module)
+    assert info.value.pass_name is None
+    assert str(info.value).startswith("error: 'graph.add' op expected result shape [4], found [5]")
+
+
+def test_a_failing_pass_is_named() -> None:
+    module = xfuse.parse(TEXT)
+    with pytest.raises(PassFailedError, match="pass 'test-give-up' failed: nothing to do"):
+        xfuse.pipeline("cse,test-give-up", passes=TEST_PASSES)(module)
+
+
+def test_observer_sees_every_pass() -> None:
+    seen: list[tuple[str | None, str | None]] = []
+
+    def observe(before: ModulePass | None, module: ModuleOp, after: ModulePass | None) -> None:
+        seen.append((before.name if before else None, after.name if after else None))
+
+    p = Pipeline(parse_passes("cse,canonicalize"), observer=observe)
+    p(xfuse.parse(TEXT))
+    assert seen == [(None, "cse"), ("cse", "canonicalize"), ("canonicalize", None)]
+
+
+def test_file_line_col_of_an_op_with_a_location() -> None:
+    """`loc("file":line:col)` of an op (what errors about ops that passes created name)."""
+    from xfuse.ir.context import parse
+    from xfuse.pipeline import file_line_col
+
+    module = parse(
+        "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        '  %y = graph.exp %x : tensor<4xf32> loc("model.py":12:5)\n'
+        "  func.return %y : tensor<4xf32>\n"
+        "}\n"
+    )
+    assert [file_line_col(op) for op in module.walk()] == [None, None, "model.py:12:5", None]

@@ -1,0 +1,33 @@
+"""
+Memory effects of ops: whether running an op may write memory that other ops read. Graph ops
+and groups are pure; `graph.torch_call` writes when its target's schema says so (in-place
+and `out=` ops); any op of another dialect may write.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from xdsl.dialects import func
+from xdsl.ir import Operation
+
+from xfuse.dialects import fusion, graph
+from xfuse.dialects.torch_args import target_may_mutate
+
+
+@cache
+def _class_may_mutate(cls: type[Operation]) -> bool | None:
+    """What the class says of `may_mutate`: None for torch calls (their target decides)."""
+    if issubclass(cls, graph.TorchCallOp):
+        return None
+    return not issubclass(cls, fusion.GroupOp | func.ReturnOp) and cls.dialect_name() != "graph"
+
+
+def may_mutate(op: Operation) -> bool:
+    """Whether running `op` may write memory that other ops read (an in-place torch op, or an
+    op xfuse knows nothing about). Graph ops and groups are pure."""
+    flag = _class_may_mutate(type(op))
+    if flag is None:
+        assert isinstance(op, graph.TorchCallOp)
+        return target_may_mutate(op.target.data)
+    return flag

@@ -1,0 +1,87 @@
+"""
+Every error and warning xfuse raises on purpose, under one root: `XfuseError` (warnings are
+`XfuseWarning`s, which are `XfuseError`s too). Each message is one line a user can act on.
+
+Errors that more than one level of the pipeline raises or catches live here; an error of one
+module only (`LoopLoweringError`, `InvalidIRError`, ...) is defined in that module, under one of
+these. This module imports nothing of xfuse, so every level may import it.
+"""
+
+from __future__ import annotations
+
+
+class XfuseError(Exception):
+    """The root of every error (and warning) xfuse raises on purpose."""
+
+
+class XfuseWarning(XfuseError, UserWarning):
+    """The root of xfuse's warnings."""
+
+
+# --- IR and import --------------------------------------------------------------------------
+
+
+class UnsupportedDtype(XfuseError, TypeError):
+    """A dtype that graph tensors cannot hold."""
+
+
+class UnsupportedArgument(XfuseError, ValueError):
+    """A torch argument that has no attribute form (e.g. a Python object)."""
+
+
+class UnsupportedProgram(XfuseError, ValueError):
+    """A program (or one node of it) that xfuse cannot import, with a one-line reason."""
+
+
+class InterpretError(XfuseError, RuntimeError):
+    """The interpreter met an op it does not know or inputs that do not fit."""
+
+
+class PipelineError(XfuseError):
+    """A pipeline that cannot be built, or a pass that produced IR that does not verify."""
+
+
+# --- code generation ------------------------------------------------------------------------
+
+
+class CodegenError(XfuseError, RuntimeError):
+    """A kernel could not be compiled (unsupported op, LLVM error); the runtime falls back."""
+
+
+class CUDAUnavailable(XfuseError, RuntimeError):
+    """CUDA kernels cannot run here (no pycuda, no GPU); PTX generation still works."""
+
+
+class CUDALaunchError(XfuseError, RuntimeError):
+    """A kernel failed to launch or to run."""
+
+
+# --- runtime and API ------------------------------------------------------------------------
+
+
+class UnsupportedInputError(XfuseError, TypeError):
+    """An input that compiled programs cannot take (sparse, complex, wrong device or count)."""
+
+
+class ExportError(XfuseError):
+    """The model or function could not be imported (torch.export failed)."""
+
+
+class RenderError(XfuseError):
+    """A picture that cannot be made: an unknown format, or `dot` failed."""
+
+
+class BisectError(XfuseError):
+    """The program cannot be bisected (it does not fail, or cannot be loaded)."""
+
+
+class KernelCacheWarning(XfuseWarning):
+    """A kernel cache entry was corrupt or unreadable and was rebuilt, or the disk is unusable."""
+
+
+class FallbackWarning(XfuseWarning):
+    """A fusion group could not be compiled and runs eagerly instead (results stay right)."""
+
+
+class GraphvizMissingWarning(XfuseWarning):
+    """Graphviz's `dot` is not installed: the DOT text was written instead of a picture."""

@@ -1,0 +1,298 @@
+"""
+The reference interpreter: runs `graph` IR (and `fusion.group`s) with eager torch.
+
+This is the oracle every pass is tested against: interpret(P(G)) == interpret(G). It favours
+being obviously right over being fast: each op is one torch call, written as a table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar, cast
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.ir import Block, Operation, SSAValue
+
+from xfuse.dialects import fusion, graph
+from xfuse.dialects.torch_args import decode_args, resolve_torch_op
+from xfuse.errors import InterpretError
+from xfuse.ir import dtypes
+
+Tensor = torch.Tensor
+_T = TypeVar("_T")
+
+
+def _unary(fn: Callable[[Tensor], Tensor]) -> Callable[[Operation, list[Tensor]], Tensor]:
+    return lambda op, xs: fn(xs[0])
+
+
+def _binary(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Operation, list[Tensor]], Tensor]:
+    return lambda op, xs: fn(xs[0], xs[1])
+
+
+def _div(a: Tensor, b: Tensor) -> Tensor:
+    if a.dtype.is_floating_point:
+        return torch.div(a, b)
+    return torch.div(a, b, rounding_mode="trunc")
+
+
+def _cast(op: Operation, xs: list[Tensor]) -> Tensor:
+    return xs[0].to(dtypes.to_torch(graph.dtype_of(op.results[0])))
+
+
+def _reduce(
+    fn: Callable[[Tensor, tuple[int, ...], bool], Tensor],
+) -> Callable[[Operation, list[Tensor]], Tensor]:
+    def run(op: Operation, xs: list[Tensor]) -> Tensor:
+        assert isinstance(op, graph.ReduceOp)
+        dims, keep = op.reduce_dims, op.keeps_dims
+        if not dims:
+            return xs[0].clone()
+        return fn(xs[0], dims, keep).to(xs[0].dtype)
+
+    return run
+
+
+def _reduce_max(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
+    return torch.amax(x, dim=dims, keepdim=keep)
+
+
+def _reduce_min(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
+    return torch.amin(x, dim=dims, keepdim=keep)
+
+
+def _reduce_prod(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
+    for d in sorted(dims, reverse=True):
+        x = torch.prod(x, dim=d, keepdim=keep)
+    return x
+
+
+def _broadcast_in_dim(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.BroadcastInDimOp)
+    out_shape = graph.shape_of(op.result)
+    view = [1] * len(out_shape)
+    for i, d in enumerate(op.dim_map):
+        view[d] = xs[0].shape[i]
+    return xs[0].reshape(view).expand(out_shape).contiguous()
+
+
+def _slice(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.SliceOp)
+    start, limit, stride = op.bounds
+    index = tuple(slice(s, e, k) for s, e, k in zip(start, limit, stride, strict=True))
+    return xs[0][index].contiguous()
+
+
+def _permute(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.PermuteOp)
+    return xs[0].permute(op.permutation).contiguous()
+
+
+def _concat(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.ConcatOp)
+    return torch.cat(xs, dim=op.axis)
+
+
+def _constant(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.ConstantOp)
+    return constant_tensor(op.value)
+
+
+def constant_tensor(attr: DenseIntOrFPElementsAttr) -> Tensor:  # pyright: ignore[reportMissingTypeArgument]
+    t = graph.tensor_type(attr.type)
+    dtype = dtypes.to_torch(t.element_type)
+    values = attr.get_values()
+    shape = tuple(t.get_shape())
+    if len(values) == 1:
+        # Graph constants are real: no (re, im) tuples among the values.
+        return torch.full(shape, cast(float, values[0]), dtype=dtype)
+    return torch.tensor(list(values), dtype=dtype).reshape(shape)
+
+
+def _dim(op: Operation) -> int:
+    """The `dim` property of a softmax-like op (an i64 IntegerAttr)."""
+    return cast(IntegerAttr, op.properties["dim"]).value.data
+
+
+def _linear(op: Operation, xs: list[Tensor]) -> Tensor:
+    return torch.nn.functional.linear(xs[0], xs[1], xs[2] if len(xs) > 2 else None)
+
+
+def _layer_norm(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.LayerNormOp)
+    shape = xs[0].shape[len(xs[0].shape) - op.normalized_rank :]
+    w = xs[1] if op.weight is not None else None
+    b = xs[-1] if op.bias is not None else None
+    return torch.nn.functional.layer_norm(xs[0], shape, w, b, op.epsilon)
+
+
+def _rms_norm(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.RMSNormOp)
+    shape = xs[0].shape[len(xs[0].shape) - op.normalized_rank :]
+    w = xs[1] if op.weight is not None else None
+    return torch.nn.functional.rms_norm(xs[0], shape, w, op.epsilon)
+
+
+def _gelu(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.GeluOp)
+    return torch.nn.functional.gelu(xs[0], approximate=op.approximate.data)
+
+
+def _var(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.VarOp)
+    correction = op.correction.value.data
+    return torch.var(xs[0], dim=op.reduce_dims, correction=correction, keepdim=op.keeps_dims)
+
+
+def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
+    assert isinstance(op, graph.TorchCallOp)
+    fn = resolve_torch_op(op.target.data)
+    args, kwargs = decode_args(op.args, op.kwargs, xs)
+    out = fn(*args, **kwargs)
+    return tuple(out) if isinstance(out, list | tuple) else out
+
+
+# One entry per graph op: (op, operand tensors) -> result tensor(s).
+OP_IMPLS: dict[str, Callable[[Operation, list[Tensor]], Tensor | tuple[Tensor, ...]]] = {
+    "graph.neg": _unary(torch.neg),
+    "graph.abs": _unary(torch.abs),
+    "graph.relu": _unary(torch.relu),
+    "graph.exp": _unary(torch.exp),
+    "graph.log": _unary(torch.log),
+    "graph.sqrt": _unary(torch.sqrt),
+    "graph.rsqrt": _unary(torch.rsqrt),
+    "graph.tanh": _unary(torch.tanh),
+    "graph.sigmoid": _unary(torch.sigmoid),
+    "graph.erf": _unary(torch.erf),
+    "graph.sin": _unary(torch.sin),
+    "graph.cos": _unary(torch.cos),
+    "graph.reciprocal": _unary(torch.reciprocal),
+    "graph.silu": _unary(torch.nn.functional.silu),
+    "graph.cast": _cast,
+    "graph.add": _binary(torch.add),
+    "graph.sub": _binary(torch.sub),
+    "graph.mul": _binary(torch.mul),
+    "graph.div": _binary(_div),
+    "graph.pow": _binary(torch.pow),
+    "graph.maximum": _binary(torch.maximum),
+    "graph.minimum": _binary(torch.minimum),
+    "graph.eq": _binary(torch.eq),
+    "graph.ne": _binary(torch.ne),
+    "graph.lt": _binary(torch.lt),
+    "graph.le": _binary(torch.le),
+    "graph.gt": _binary(torch.gt),
+    "graph.ge": _binary(torch.ge),
+    "graph.where": lambda op, xs: torch.where(xs[0], xs[1], xs[2]),
+    "graph.broadcast_in_dim": _broadcast_in_dim,
+    "graph.reduce_sum": _reduce(lambda x, d, k: torch.sum(x, dim=d, keepdim=k)),
+    "graph.reduce_mean": _reduce(lambda x, d, k: torch.mean(x, dim=d, keepdim=k)),
+    "graph.reduce_max": _reduce(_reduce_max),
+    "graph.reduce_min": _reduce(_reduce_min),
+    "graph.reduce_prod": _reduce(_reduce_prod),
+    "graph.reshape": lambda op, xs: xs[0].reshape(graph.shape_of(op.results[0])).contiguous(),
+    "graph.permute": _permute,
+    "graph.slice": _slice,
+    "graph.concat": _concat,
+    "graph.matmul": _binary(torch.matmul),
+    "graph.linear": _linear,
+    "graph.torch_call": _torch_call,
+    "graph.constant": _constant,
+    "graph.softmax": lambda op, xs: torch.softmax(xs[0], dim=_dim(op)),
+    "graph.log_softmax": lambda op, xs: torch.log_softmax(xs[0], dim=_dim(op)),
+    "graph.layer_norm": _layer_norm,
+    "graph.rms_norm": _rms_norm,
+    "graph.gelu": _gelu,
+    "graph.var": _var,
+}
+
+
+def run_op(op: Operation, args: list[Tensor]) -> list[Tensor]:
+    """Run one graph op (or a fusion.group) on tensors; returns its results."""
+    if isinstance(op, fusion.GroupOp):
+        return run_block(op.block, args)
+    impl = OP_IMPLS.get(op.name)
+    if impl is None:
+        raise InterpretError(f"the interpreter does not know op '{op.name}'")
+    out = impl(op, args)
+    results = list(out) if isinstance(out, tuple) else [out]
+    if len(results) != len(op.results):
+        raise InterpretError(
+            f"'{op.name}' produced {len(results)} results, its IR declares {len(op.results)}"
+        )
+    return results
+
+
+def run_block(block: Block, args: Sequence[Tensor]) -> list[Tensor]:
+    """Run a block whose terminator (func.return or fusion.yield) returns its results."""
+    env: dict[SSAValue, Tensor] = dict(zip(block.args, args, strict=True))
+    for op in block.ops:
+        operands = [env[v] for v in op.operands]
+        if isinstance(op, func.ReturnOp | fusion.YieldOp):
+            return operands
+        for r, t in zip(op.results, run_op(op, operands), strict=True):
+            env[r] = t
+    raise InterpretError("block has no terminator")
+
+
+def find_function(module: ModuleOp | func.FuncOp, name: str | None = None) -> func.FuncOp:
+    if isinstance(module, func.FuncOp):
+        return module
+    funcs = [op for op in module.ops if isinstance(op, func.FuncOp) and op.body.blocks]
+    if name is not None:
+        funcs = [f for f in funcs if f.sym_name.data == name]
+    if not funcs:
+        raise InterpretError(f"no function {'@' + name if name else ''} to run in the module")
+    return funcs[0]
+
+
+def interpret(
+    program: ModuleOp | func.FuncOp,
+    inputs: Sequence[Tensor],
+    *,
+    function: str | None = None,
+) -> list[Tensor]:
+    """Run a function of `graph` ops on `inputs` (one per function argument, in order)."""
+    f = find_function(program, function)
+    block = f.body.block
+    if len(inputs) != len(block.args):
+        raise InterpretError(
+            f"@{f.sym_name.data} takes {len(block.args)} arguments, got {len(inputs)}"
+        )
+    for i, (arg, t) in enumerate(zip(block.args, inputs, strict=True)):
+        want = graph.tensor_type(arg.type)
+        if tuple(t.shape) != tuple(want.get_shape()) or t.dtype != dtypes.to_torch(
+            want.element_type
+        ):
+            raise InterpretError(
+                f"argument {i} of @{f.sym_name.data} expects {want}, got a tensor of shape "
+                f"{list(t.shape)} and dtype {t.dtype}"
+            )
+    return run_block(block, inputs)
+
+
+def bind_arguments(
+    f: func.FuncOp, inputs: Sequence[_T], params: Mapping[str, Tensor]
+) -> list[_T | Tensor]:
+    """Arguments in order: user inputs positionally, parameters and buffers by their names
+    (the `graph.param` argument attribute the importer sets). The inputs may stand for
+    tensors (the importer's binder plans with input positions)."""
+    out: list[_T | Tensor] = []
+    user = iter(inputs)
+    arg_attrs = f.arg_attrs.data if f.arg_attrs is not None else [None] * len(f.body.block.args)
+    for i, attrs in enumerate(arg_attrs):
+        name = attrs.data.get("graph.param") if attrs is not None else None
+        if name is not None:
+            key = cast(StringAttr, name).data  # the importer sets graph.param as a string
+            if key not in params:
+                raise InterpretError(f"no value for parameter '{key}' (argument {i})")
+            out.append(params[key])
+        else:
+            try:
+                out.append(next(user))
+            except StopIteration:
+                raise InterpretError("too few inputs for the function's arguments") from None
+    if next(user, None) is not None:
+        raise InterpretError("too many inputs for the function's arguments")
+    return out

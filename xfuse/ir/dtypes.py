@@ -1,0 +1,72 @@
+"""The one mapping between torch dtypes and the element types of `graph` tensors."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntegerType,
+    TensorType,
+    bf16,
+    f16,
+    f32,
+    f64,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute
+
+from xfuse.errors import UnsupportedDtype
+
+if TYPE_CHECKING:
+    import torch
+
+_NAMES: tuple[tuple[Attribute, str], ...] = (
+    (f32, "float32"),
+    (f16, "float16"),
+    (bf16, "bfloat16"),
+    (f64, "float64"),
+    (i32, "int32"),
+    (i64, "int64"),
+    (i1, "bool"),
+)
+
+
+def to_torch(element_type: Attribute) -> torch.dtype:
+    import torch
+
+    for attr, name in _NAMES:
+        if attr == element_type:
+            return getattr(torch, name)
+    raise UnsupportedDtype(f"no torch dtype for element type {element_type}")
+
+
+def from_torch(dtype: torch.dtype) -> Attribute:
+    name = str(dtype).removeprefix("torch.")
+    for attr, n in _NAMES:
+        if n == name:
+            return attr
+    raise UnsupportedDtype(
+        f"dtype {dtype} is not supported (supported: f32, f16, bf16, f64, i32, i64, bool)"
+    )
+
+
+def tensor_type_of(t: torch.Tensor) -> TensorType[Attribute]:
+    return TensorType(from_torch(t.dtype), list(t.shape))
+
+
+def byte_width(element_type: Attribute) -> int:
+    if isinstance(element_type, Float64Type):
+        return 8
+    if isinstance(element_type, Float32Type):
+        return 4
+    if isinstance(element_type, Float16Type | BFloat16Type):
+        return 2
+    if isinstance(element_type, IntegerType):
+        return max(1, element_type.width.data // 8)
+    raise UnsupportedDtype(f"unknown element type {element_type}")

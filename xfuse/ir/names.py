@@ -1,0 +1,29 @@
+"""
+The attribute names that more than one level of xfuse writes or reads, each defined once.
+
+    func.func @forward_k0(...) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64}
+"""
+
+from __future__ import annotations
+
+# --- kernels (lower-to-loops writes them; the LLVM passes, backends and runtime read them) ---
+
+KERNEL_ATTR = "xfuse.kernel"
+"""A `func.func` that is a kernel (one per fused group)."""
+
+PARALLEL_DIMS_ATTR = "xfuse.parallel_dims"
+"""How many dims of a kernel's outer `scf.parallel` its threads or blocks divide."""
+
+CODEGEN_ERROR_ATTR = "xfuse.codegen_error"
+"""Left on a group that lower-to-loops could not lower: why (the runtime runs it eagerly)."""
+
+RANGE_ARGS_ATTR = "xfuse.range_args"
+"""A CPU kernel whose first two arguments are the `[lo, hi)` range of its parallel loop."""
+
+# --- GPU mapping (gpu-map-parallel writes them; lower-to-nvvm and the CUDA backend read them) --
+
+STRATEGY_ATTR = "xfuse.gpu.strategy"
+BLOCK_ATTR = "xfuse.gpu.block"
+ITEMS_ATTR = "xfuse.gpu.items"
+ALIGN_ATTR = "xfuse.gpu.align"
+LANE_ATTR = "xfuse.gpu.lane"

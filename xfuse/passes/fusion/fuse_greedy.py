@@ -1,0 +1,244 @@
+"""
+`fuse-greedy`: producer-consumer fusion after ONNX Runtime's lazy-tensor fuser and
+TorchScript's graph fuser.
+
+The body of every function is scanned in reverse topological order; each consumer tries to
+absorb its producers, latest first (`try_fuse`): a lone op becomes a singleton group, a
+producer op moves into the group, a producer group merges with it. After each success the
+grown group tries again, since its new producers may now fuse. A cheap elementwise producer
+read by several nodes is either kept as an extra output of one group (multi-output) or copied
+into every reader (recompute), whichever saves more bytes. Consumers reading the same tensor
+over the same iteration space are then merged (siblings). The whole repeats until nothing
+changes, because one fusion can unlock another.
+
+Every examined pair is recorded (`FuseGreedyPass.decisions`), with the named reason of
+`xfuse.passes.fusion.legality` when it was refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.arg_spec import ArgSpec
+
+from xfuse.dialects import graph
+from xfuse.passes.fusion.decisions import DecisionLog, FusionDecision
+from xfuse.passes.fusion.graph import FusionGraph, Node, by_position, paused_gc, tensor_bytes
+from xfuse.passes.fusion.legality import (
+    FUSED,
+    Predicate,
+    Verdict,
+    check_merge,
+    check_recompute,
+    fusability,
+    is_candidate_node,
+)
+
+PASS = "fuse-greedy"
+PRODUCER_CONSUMER = "producer-consumer"
+MULTI_OUTPUT = "multi-output"
+RECOMPUTE = "recompute"
+SIBLING = "sibling"
+
+
+def function_bodies(module: ModuleOp) -> list[func.FuncOp]:
+    return [f for f in module.walk() if isinstance(f, func.FuncOp) and f.body.blocks]
+
+
+def sibling_candidates(
+    g: FusionGraph, value: SSAValue, readers: tuple[Node, ...] | None = None
+) -> list[list[Node]]:
+    """The fusable readers of `value` (`readers`, when the caller has them), bucketed by
+    iteration domain, in block order."""
+    if readers is None:
+        readers = g.readers_of(value)
+    if len(readers) < 2 or graph.numel(graph.shape_of(value)) <= 1:
+        return []  # most values have one reader: no siblings, and no shape to look at
+    buckets: dict[tuple[int, ...], list[Node]] = {}
+    for node in sorted(readers, key=by_position):
+        if fusability(node).ok:
+            buckets.setdefault(g.space(node).domain, []).append(node)
+    return [b for b in buckets.values() if len(b) > 1]
+
+
+def directly_connected(g: FusionGraph, first: Node, second: Node) -> bool:
+    return any(s is second for s in g.successors(first))
+
+
+@dataclass
+class GreedyFuser:
+    """One run of the greedy algorithm over one function body."""
+
+    g: FusionGraph
+    arg_limit: int
+    predicate: Predicate | None
+    max_fusions: int = -1
+    fusions: int = field(default=0, init=False)
+    log: DecisionLog = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = DecisionLog(PASS, self.g.op_label)
+
+    def run(self) -> None:
+        changed = True
+        while changed:
+            changed = self.fuse_vertically()
+            changed = self.fuse_siblings() or changed
+        self.g.finish()
+        self.log.settle()
+
+    def may_fuse(self) -> bool:
+        """Count one more fusion against `max_fusions` (a bisection aid); False once spent."""
+        if 0 <= self.max_fusions <= self.fusions:
+            return False
+        self.fusions += 1
+        return True
+
+    # --- producer into consumer --------------------------------------------------------------
+
+    def fuse_vertically(self) -> bool:
+        changed = False
+        for node in reversed(self.g.nodes()):
+            while self.g.contains(node):
+                merged = self.try_producers(node)
+                if merged is None:
+                    break
+                node, changed = merged, True
+        return changed
+
+    def try_producers(self, consumer: Node) -> Node | None:
+        """Fuse the first producer that may fuse into `consumer`; the new group, or None."""
+        if not is_candidate_node(consumer):
+            return None
+        for producer in self.g.producers(consumer):
+            if not is_candidate_node(producer):
+                continue
+            merged = self.try_fuse(consumer, producer)
+            if merged is not None:
+                return merged
+        return None
+
+    def try_fuse(self, consumer: Node, producer: Node) -> Node | None:
+        g = self.g
+        labels = g.pair_ops(producer, consumer)
+        verdict = check_merge(
+            g, producer, consumer, arg_limit=self.arg_limit, predicate=self.predicate
+        )
+        if not verdict.ok:
+            self.log.record(*labels, verdict.reason, PRODUCER_CONSUMER, detail=verdict.detail)
+            return None
+        if not self.may_fuse():
+            return None
+        plan = g.recompute_plan(producer)
+        if (
+            plan is not None
+            and plan.prefers_recompute
+            and self.can_recompute(producer, plan.readers)
+        ):
+            detail = (
+                f"copied into {len(plan.readers)} readers, saves {plan.recompute_saving}B "
+                f"vs {plan.multi_output_saving}B as an extra output"
+            )
+            op = producer.representative()
+            for reader in plan.readers:
+                inner = g.reader_in(reader, op.results[0])
+                self.log.record(op, inner, FUSED, RECOMPUTE, detail=detail)
+            groups = g.recompute(
+                producer, plan.readers, f"{PASS}:{RECOMPUTE}", plan.recompute_saving
+            )
+            return groups[plan.readers.index(consumer)]
+        rule = PRODUCER_CONSUMER if plan is None or len(plan.readers) < 2 else MULTI_OUTPUT
+        saved = g.merge_saving(producer, consumer)
+        group = g.merge(producer, consumer, f"{PASS}:{rule}", verdict.moved, saved)
+        self.log.record(*labels, FUSED, rule, detail=f"saves {saved}B")
+        return group
+
+    def can_recompute(self, producer: Node, readers: tuple[Node, ...]) -> bool:
+        return all(
+            check_recompute(
+                self.g, producer, r, arg_limit=self.arg_limit, predicate=self.predicate
+            ).ok
+            for r in readers
+        )
+
+    # --- siblings ----------------------------------------------------------------------------
+
+    def fuse_siblings(self) -> bool:
+        g, changed = self.g, False
+        values: list[tuple[SSAValue, Node | None]] = [(arg, None) for arg in g.block.args]
+        values += [(r, node) for node in g.nodes() for r in node.outputs]
+        for value, owner in values:
+            if owner is not None and not owner.alive:
+                continue  # merged since the scan began: its outputs are looked at next time
+            for bucket in sibling_candidates(g, value):
+                changed = self.merge_bucket(value, bucket) or changed
+        return changed
+
+    def merge_bucket(self, value: SSAValue, bucket: list[Node]) -> bool:
+        g, changed = self.g, False
+        current = bucket[0]
+        for node in bucket[1:]:
+            if not (g.contains(current) and g.contains(node)) or directly_connected(
+                g, current, node
+            ):
+                current = node
+                continue
+            labels = (g.reader_in(current, value), g.reader_in(node, value))
+            verdict: Verdict = check_merge(
+                g, current, node, arg_limit=self.arg_limit, predicate=self.predicate, sibling=True
+            )
+            if not verdict.ok:
+                self.log.record(*labels, verdict.reason, SIBLING, detail=verdict.detail)
+                current = node
+                continue
+            if not self.may_fuse():
+                current = node
+                continue
+            saved = tensor_bytes(value)
+            current = g.merge(current, node, f"{PASS}:{SIBLING}", verdict.moved, saved)
+            self.log.record(
+                *labels, FUSED, SIBLING, detail=f"share {g.label(value)}, saves {saved}B"
+            )
+            changed = True
+        return changed
+
+
+@dataclass(frozen=True)
+class FuseGreedyPass(ModulePass):
+    """Greedy producer-consumer fusion into `fusion.group`s.
+
+    Options: `arg-limit` (a group takes at most this many inputs plus outputs), `max-fusions`
+    (apply only the first N fusions, -1 for all: bisects a miscompilation). From Python,
+    `fusable` decides which ops may join a group (not a textual option). After `apply`,
+    `decisions` holds one `FusionDecision` per examined pair.
+    """
+
+    name = "fuse-greedy"
+
+    arg_limit: int = 128
+    max_fusions: int = -1
+    fusable: Callable[[Operation], bool] | None = field(default=None, compare=False)
+    decisions: list[FusionDecision] = field(
+        default_factory=list, init=False, compare=False, repr=False
+    )
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.decisions.clear()
+        for f in function_bodies(op):
+            with paused_gc():
+                fuser = GreedyFuser(
+                    FusionGraph(f.body.block), self.arg_limit, self.fusable, self.max_fusions
+                )
+                fuser.run()
+            self.decisions.extend(fuser.log.decisions)
+
+    def spec(self, *, include_default: bool = False) -> ArgSpec:
+        # `fusable` is a Python callable: it has no textual form.
+        spec = super().spec(include_default=include_default)
+        return ArgSpec(spec.name, {k: v for k, v in spec.parameters.items() if k != "fusable"})

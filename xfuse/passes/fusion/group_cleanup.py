@@ -1,0 +1,191 @@
+"""
+`group-cleanup`: tidy every `fusion.group` after fusion (what ONNX Runtime's fuser runs on a
+fused subgraph).
+
+Inside each group: identical constants are pooled (one copy, at the top of the body), common
+subexpressions are eliminated (a producer recomputed into several readers that later became
+one group is computed once), and dead ops are removed. At the boundary: outputs nothing reads
+and duplicate outputs are dropped, an output that only passes an input through is replaced by
+that input, unused and duplicate inputs are dropped, and a group whose results are all unused
+is erased. An input that the group reads only through `graph.reshape`s to one shape is reshaped
+outside instead (the runtime's reshape is a view): the kernel then indexes the buffer in that
+shape, e.g. a row loop of a split reduction reads its row's elements at (row, i), which is what
+`gpu-map-parallel` maps onto the `rows` strategy.
+
+Sharing one tensor between two outputs (pooling, CSE, duplicate outputs) is only safe when no
+op may write memory: in a function holding an in-place `torch_call` (or any op that may
+mutate), only dead code and unused inputs/outputs are removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.transforms.common_subexpression_elimination import cse
+from xdsl.transforms.dead_code_elimination import region_dce
+
+from xfuse.dialects import graph
+from xfuse.dialects.effects import may_mutate
+from xfuse.dialects.fusion import GroupOp
+from xfuse.passes.fusion.op_facts import op_kind, stronger_kind
+
+
+def pool_constants(block: Block) -> None:
+    """One constant per distinct value and type, moved to the top of the block."""
+    first: dict[tuple[Attribute, Attribute], graph.ConstantOp] = {}
+    for op in [op for op in block.ops if isinstance(op, graph.ConstantOp)]:
+        key = (op.value, op.result.type)
+        op.detach()
+        if key in first:
+            op.result.replace_all_uses_with(first[key].result)
+            op.erase()
+        else:
+            first[key] = op
+    top = block.first_op
+    assert top is not None  # the yield at least
+    block.insert_ops_before(list(first.values()), top)
+
+
+def _input_for(group: GroupOp, value: SSAValue) -> SSAValue | None:
+    """The outer value an inner value stands for, when it is a block argument."""
+    if isinstance(value, BlockArgument) and value.block is group.block:
+        return group.inputs[value.index]
+    return None
+
+
+def clean_boundary(group: GroupOp, *, share: bool) -> GroupOp | None:
+    """Drop what the group's boundary does not need; the rebuilt group, or None if erased."""
+    yielded = list(group.yield_op.values)
+    keep: list[tuple[SSAValue, list[SSAValue]]] = []  # inner value, outer results it replaces
+    index: dict[SSAValue, int] = {}
+    for inner, res in zip(yielded, group.results, strict=True):
+        if res.first_use is None:
+            continue
+        outer = _input_for(group, inner)
+        if outer is not None and share:
+            res.replace_all_uses_with(outer)
+            continue
+        if share and inner in index:
+            keep[index[inner]][1].append(res)
+            continue
+        index[inner] = len(keep)
+        keep.append((inner, [res]))
+    if not keep:
+        group.detach()
+        group.erase()
+        return None
+
+    block = group.block
+    inputs: list[SSAValue] = []
+    for outer, arg in list(zip(group.inputs, block.args, strict=True)):
+        if arg.first_use is None:
+            block.erase_arg(arg)
+        else:
+            inputs.append(outer)
+
+    if len(keep) == len(group.results) and len(inputs) == len(group.inputs):
+        return group
+    region = group.detach_region(group.body)
+    new = GroupOp(inputs, [v.type for v, _ in keep], region, group.kind.data, group.rule.data)
+    new.attributes.update(group.attributes)
+    parent = group.parent_block()
+    assert parent is not None
+    parent.insert_op_before(new, group)
+    new.yield_op.operands = [v for v, _ in keep]
+    for res, (_, olds) in zip(new.results, keep, strict=True):
+        for old in olds:
+            old.replace_all_uses_with(res)
+    group.detach()
+    group.erase()
+    return new
+
+
+def group_kind(group: GroupOp) -> str:
+    """The strongest kind left in the group (dead code may have taken the strongest op)."""
+    kind = "elementwise"
+    for op in group.block.ops:
+        if op is not group.yield_op:
+            kind = stronger_kind(kind, op_kind(op))
+    return kind
+
+
+def merge_duplicate_inputs(group: GroupOp) -> None:
+    """One block argument per outer value (the same tensor passed twice)."""
+    arg_of: dict[SSAValue, BlockArgument] = {}
+    for outer, arg in zip(group.inputs, group.block.args, strict=True):
+        if outer in arg_of:
+            arg.replace_all_uses_with(arg_of[outer])
+        else:
+            arg_of[outer] = arg
+
+
+def _reshaped_input_shape(arg: BlockArgument) -> tuple[int, ...] | None:
+    """The one shape every use of `arg` reshapes it to, if all its uses are reshapes."""
+    shapes = {
+        graph.shape_of(use.operation.results[0])
+        if isinstance(use.operation, graph.ReshapeOp)
+        else None
+        for use in arg.uses
+    }
+    if len(shapes) != 1:
+        return None
+    return shapes.pop()
+
+
+def hoist_input_reshapes(group: GroupOp) -> None:
+    """An input read only through reshapes to one shape is reshaped before the group."""
+    block = group.block
+    for i, (outer, arg) in enumerate(list(zip(group.inputs, block.args, strict=True))):
+        shape = _reshaped_input_shape(arg)
+        if shape is None:
+            continue
+        view = graph.ReshapeOp(outer, shape)
+        parent = group.parent_block()
+        assert parent is not None
+        parent.insert_op_before(view, group)
+        new_arg = block.insert_arg(view.result.type, i)
+        for use in list(arg.uses):
+            reshape = use.operation
+            reshape.results[0].replace_all_uses_with(new_arg)
+            reshape.detach()
+            reshape.erase()
+        block.erase_arg(arg)
+        group.operands = [*group.operands[:i], view.result, *group.operands[i + 1 :]]
+
+
+def clean_group(group: GroupOp, *, share: bool) -> GroupOp | None:
+    merge_duplicate_inputs(group)
+    if share:
+        hoist_input_reshapes(group)
+    if share:
+        pool_constants(group.block)
+        cse(group.body)
+    region_dce(group.body)
+    group.properties["kind"] = StringAttr(group_kind(group))
+    return clean_boundary(group, share=share)
+
+
+def clean_function(f: func.FuncOp) -> None:
+    block = f.body.block
+    share = not any(may_mutate(op) for op in block.ops)
+    groups: list[Operation] = [op for op in block.ops if isinstance(op, GroupOp)]
+    for group in reversed(groups):  # readers first, so that a dead reader frees its inputs
+        assert isinstance(group, GroupOp)
+        clean_group(group, share=share)
+
+
+@dataclass(frozen=True)
+class GroupCleanupPass(ModulePass):
+    """DCE, CSE and constant pooling inside every `fusion.group`, then a minimal boundary."""
+
+    name = "group-cleanup"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for f in op.walk():
+            if isinstance(f, func.FuncOp) and f.body.blocks:
+                clean_function(f)

@@ -1,0 +1,147 @@
+"""
+What fusion knows of one op, decided by its class (and for `graph.torch_call`, its target):
+its kind, the iteration space it runs, whether it is a scalar constant, a gather (slice or
+concat), or may write memory. Each is cached per op class: fusion asks for every pair it
+looks at. `legality` decides on pairs of nodes from these facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+
+from xdsl.ir import Operation, SSAValue
+
+from xfuse.dialects import graph
+
+# Kinds that may join a group, weakest first; a group's kind is the strongest inside.
+FUSABLE_KINDS = ("elementwise", "broadcast", "injective", "reduction")
+KIND_RANK = {kind: rank for rank, kind in enumerate(FUSABLE_KINDS)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinds
+# ---------------------------------------------------------------------------------------------
+
+
+_KIND_OF_TYPE: dict[type[Operation], str] = {}
+
+
+def op_kind(op: Operation) -> str:
+    """`graph.op_kind`, cached per op class (trait lookups are slow and fusion asks often)."""
+    kind = _KIND_OF_TYPE.get(type(op))
+    if kind is None:
+        kind = _KIND_OF_TYPE[type(op)] = graph.op_kind(op)
+    return kind
+
+
+# Facts that an op's class decides, cached per class: `isinstance` on an op class goes
+# through `ABCMeta`, and fusion asks for every pair it looks at.
+
+
+@cache
+def _is_constant_class(cls: type[Operation]) -> bool:
+    return issubclass(cls, graph.ConstantOp)
+
+
+def is_constant_op(op: Operation) -> bool:
+    """`isinstance(op, graph.ConstantOp)`, cached per op class."""
+    return _is_constant_class(type(op))
+
+
+def stronger_kind(a: str, b: str) -> str:
+    return a if KIND_RANK.get(a, -1) >= KIND_RANK.get(b, -1) else b
+
+
+def is_inlinable_constant(value: SSAValue) -> bool:
+    """Scalar constants are copied into the groups that use them instead of becoming inputs."""
+    owner = value.owner
+    return isinstance(owner, graph.ConstantOp) and graph.numel(graph.shape_of(value)) <= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Iteration spaces
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Space:
+    """The loop nest a node runs: `domain` is the iterated shape, `reduced` the dims of it that
+    a reduction folds (empty when the node reduces nothing)."""
+
+    domain: tuple[int, ...]
+    reduced: frozenset[int] = frozenset()
+
+    def __str__(self) -> str:
+        text = graph.fmt_shape(self.domain)
+        if self.reduced:
+            text += " reducing " + ",".join(str(d) for d in sorted(self.reduced))
+        return text
+
+
+def space_of_op(op: Operation) -> Space:
+    if isinstance(op, graph.ReduceOp):
+        return Space(graph.shape_of(op.input), frozenset(op.reduce_dims))
+    return Space(graph.shape_of(op.results[0]))
+
+
+def _drops_dims(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """`small` is `big` with some dims deleted (the shape of a reduction over it)."""
+    rest = iter(big)
+    return all(any(d == b for b in rest) for d in small)
+
+
+def fits_inside(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """`small` can be computed inside a loop nest over `big`: broadcast, or a reduced shape."""
+    return graph.broadcast_shapes(small, big) == big or _drops_dims(small, big)
+
+
+def combine_spaces(a: Space, b: Space) -> Space | None:
+    """The space of a group holding both, or None when the spaces are unrelated.
+
+    Equal spaces combine; a smaller space that broadcasts into a larger one, or is a reduced
+    form of it, runs inside the larger loop nest; a reduction absorbs ops over its domain and
+    over its reduced shape; two reductions combine only over the same domain and dims; two
+    spaces of equal size combine when no reduction is involved (a reshape or permute between
+    them is index arithmetic).
+    """
+    if a == b:
+        return a
+    if a.reduced and b.reduced:
+        return None
+    if b.reduced:
+        a, b = b, a
+    if a.reduced:
+        return a if b.domain == a.domain or fits_inside(b.domain, a.domain) else None
+    if fits_inside(b.domain, a.domain):
+        return a
+    if fits_inside(a.domain, b.domain):
+        return b
+    if graph.numel(a.domain) == graph.numel(b.domain):
+        return a if len(a.domain) >= len(b.domain) else b
+    return None
+
+
+GATHER_OPS = (graph.SliceOp, graph.ConcatOp)
+
+
+@cache
+def _is_gather_class(cls: type[Operation]) -> bool:
+    return issubclass(cls, GATHER_OPS)
+
+
+def is_gather_op(op: Operation) -> bool:
+    """`isinstance(op, GATHER_OPS)`, cached per op class like `is_constant_op`."""
+    return _is_gather_class(type(op))
+
+
+def gather_mismatch(readers: Iterable[tuple[Operation, SSAValue]]) -> str | None:
+    """A slice or concat reading a value of another shape cannot fold its producer: the kernel
+    iterates the slice's output, not the producer's. Returns a detail when that happens."""
+    for reader, value in readers:
+        if is_gather_op(reader):
+            out, src = graph.shape_of(reader.results[0]), graph.shape_of(value)
+            if out != src:
+                return f"{reader.name} reads {graph.fmt_shape(src)} into {graph.fmt_shape(out)}"
+    return None

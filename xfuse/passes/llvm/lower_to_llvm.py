@@ -1,0 +1,447 @@
+"""
+`lower-to-llvm{target=cpu}`: xfuse's kernels (loop IR, docs/contracts.md) to the `llvm` dialect.
+
+Only functions carrying `xfuse.kernel` are lowered; `@forward` stays as it is (the runtime
+interprets it). Input that is not loop IR yet (a `fusion.group`, or a graph op that
+lower-to-loops would make a kernel of) is an error, not silently left alone. For each kernel:
+
+1. the target's preparation. cpu: the outermost dimension of the kernel's `scf.parallel` runs
+   over new leading arguments `[lo, hi)` so that a thread pool can split it, the other parallel
+   dimensions become nested `scf.for`s, and a constant global `@<kernel>.extent` holds the full
+   trip count of the split dimension and `@<kernel>.arity` the number of buffers (the loader
+   reads both). Before that, two rewrites that only pay on CPUs: a value that the last
+   reduction loop computes with a math function and the write loop computes again (softmax's
+   exp(x - max)) is stored into an output by the reduction loop and loaded back by the write
+   loop (`reuse_reduction_values`); `x / s` in a loop, `s` defined outside it, becomes
+   `x * (1 / s)`;
+2. f16/bf16 arithmetic and math are computed in f32 (what torch does on CPUs), bf16 constants
+   become rounded f32 ones;
+3. `expand-math` (vectorizable exp, log, tanh, erf, sin, cos, ...);
+4. `convert-scf-to-cf`, `convert-memref-to-llvm`;
+5. arith constants and bf16 conversions, then types (index -> i64, bf16 -> i16, memref -> ptr),
+   then `arith`, `math`, `cf` and `func` ops;
+6. `reconcile-unrealized-casts`.
+
+Steps 2-6 are target-independent; a target adds itself to `TARGET_PREPARATIONS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, llvm, memref, scf
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    ModuleOp,
+    UnitAttr,
+    f32,
+    f64,
+    i64,
+)
+from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import InsertPoint
+from xdsl.utils.exceptions import DiagnosticException, PassFailedException
+
+from xfuse.dialects import fusion
+from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, RANGE_ARGS_ATTR
+from xfuse.passes.llvm.convert_func_to_llvm import (
+    convert_types,
+    rewrite_once,
+)
+from xfuse.passes.llvm.driver import LLVMTarget, lower_kernels
+from xfuse.passes.llvm.expand_math import expand_math
+from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op
+
+
+def extent_symbol(kernel_name: str) -> str:
+    """The constant i64 global holding the trip count that `[lo, hi)` divides."""
+    return f"{kernel_name}.extent"
+
+
+def arity_symbol(kernel_name: str) -> str:
+    """The constant i64 global holding the number of buffer (pointer) arguments."""
+    return f"{kernel_name}.arity"
+
+
+# ---------------------------------------------------------------------------------------------
+# cpu: the first parallel dimension -> [lo, hi) arguments
+# ---------------------------------------------------------------------------------------------
+
+
+def _constant_index(value: SSAValue) -> int | None:
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
+
+
+def _nest_of_fors(
+    bounds: list[tuple[SSAValue, SSAValue, SSAValue]], rewriter: PatternRewriter
+) -> tuple[scf.ForOp, Block, list[SSAValue]]:
+    """Nested `scf.for`s over `bounds`: (outermost loop, innermost body, induction variables)."""
+    outer: scf.ForOp | None = None
+    block: Block | None = None
+    ivs: list[SSAValue] = []
+    for lb, ub, step in bounds:
+        body = Block(arg_types=[IndexType()])
+        loop = scf.ForOp(lb, ub, step, [], body)
+        if block is None:
+            outer = loop
+        else:
+            block.add_ops((loop, scf.YieldOp()))
+        block = body
+        ivs.append(body.args[0])
+    assert outer is not None and block is not None
+    return outer, block, ivs
+
+
+@dataclass
+class ParallelLoopToRangeArgs(RewritePattern):
+    """A kernel's `scf.parallel` -> `scf.for %i = %lo to %hi` around `scf.for`s of the rest."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: func.FuncOp, rewriter: PatternRewriter) -> None:
+        if KERNEL_ATTR not in op.attributes or RANGE_ARGS_ATTR in op.attributes:
+            return
+        entry = op.body.blocks[0]
+        lo = rewriter.insert_block_argument(entry, 0, IndexType())
+        hi = rewriter.insert_block_argument(entry, 1, IndexType())
+        lo.name_hint, hi.name_hint = "lo", "hi"
+        op.function_type = func.FunctionType.from_lists(
+            [IndexType(), IndexType(), *op.function_type.inputs], op.function_type.outputs.data
+        )
+        if op.arg_attrs is not None:
+            op.arg_attrs = type(op.arg_attrs)([DictionaryAttr({})] * 2 + list(op.arg_attrs))
+        op.attributes[RANGE_ARGS_ATTR] = UnitAttr()
+        loops = [o for o in entry.ops if isinstance(o, scf.ParallelOp)]
+        if len(loops) > 1:
+            raise DiagnosticException(
+                f"@{op.sym_name.data}: expected one scf.parallel, found {len(loops)}"
+            )
+        extent = self._split(loops[0], lo, hi, rewriter) if loops else 1
+        arity = len(op.function_type.inputs) - 2
+        self._add_global(op, arity_symbol(op.sym_name.data), arity, rewriter)
+        self._add_global(op, extent_symbol(op.sym_name.data), extent, rewriter)
+
+    @staticmethod
+    def _split(loop: scf.ParallelOp, lo: SSAValue, hi: SSAValue, rewriter: PatternRewriter) -> int:
+        if loop.res:
+            raise DiagnosticException("scf.parallel with reductions is not supported")
+        lb0 = _constant_index(loop.lowerBound[0])
+        ub0 = _constant_index(loop.upperBound[0])
+        step0 = _constant_index(loop.step[0])
+        if lb0 != 0 or step0 != 1 or ub0 is None:
+            raise DiagnosticException(
+                "expected the first parallel dimension to run from 0 by 1 to a constant"
+            )
+        bounds = [(lo, hi, loop.step[0])]
+        bounds += list(zip(loop.lowerBound[1:], loop.upperBound[1:], loop.step[1:], strict=True))
+        outer, innermost, ivs = _nest_of_fors(bounds, rewriter)
+        rewriter.insert(outer, InsertPoint.before(loop))
+        body = loop.body.block
+        reduce = body.last_op
+        assert isinstance(reduce, scf.ReduceOp)
+        rewriter.erase(reduce)
+        rewriter.inline_block(body, InsertPoint.at_end(innermost), ivs)
+        innermost.add_op(scf.YieldOp())
+        rewriter.erase(loop)
+        return ub0
+
+    @staticmethod
+    def _add_global(op: func.FuncOp, name: str, value: int, rewriter: PatternRewriter) -> None:
+        glob = llvm.GlobalOp(
+            i64, name, llvm.LinkageAttr("external"), constant=True, value=IntegerAttr(value, i64)
+        )
+        rewriter.insert(glob, InsertPoint.after(op))
+
+
+# ---------------------------------------------------------------------------------------------
+# cpu: values the last reduction loop computes are kept in the output for the write loop
+# ---------------------------------------------------------------------------------------------
+
+_Key = object
+
+
+def _defined_in(value: SSAValue, block: Block) -> bool:
+    if isinstance(value, BlockArgument):
+        return value.block is block
+    return value.owner.parent_block() is block  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _loop_value_keys(loop: scf.ForOp, unstored: set[SSAValue]) -> dict[SSAValue, _Key]:
+    """A structural key of each value that `loop`'s body computes from its induction variable
+    and loop-invariant values only (arith, math, loads of buffers the kernel never stores):
+    values of equal keys in two loops of equal bounds are equal at equal iterations."""
+    body = loop.body.block
+    keys: dict[SSAValue, _Key] = {body.args[0]: ("iv",)}
+    for op in body.ops:
+        pure = op.dialect_name() in ("arith", "math") or (
+            isinstance(op, memref.LoadOp) and op.memref in unstored
+        )
+        if not pure or op.regions or len(op.results) != 1:
+            continue
+        operand_keys: list[_Key] = []
+        for operand in op.operands:
+            if operand in keys:
+                operand_keys.append(keys[operand])
+            elif _defined_in(operand, body):
+                break  # an iter_arg, or a value made from one
+            else:
+                operand_keys.append(operand)
+        else:
+            keys[op.results[0]] = (
+                op.name,
+                str(op.properties),
+                str(op.attributes),
+                op.results[0].type,
+                tuple(operand_keys),
+            )
+    return keys
+
+
+def _available_before(value: SSAValue, op: Operation) -> bool:
+    """Whether `value` is defined before `op`: ahead of it in its block, or in an enclosing
+    block (where whatever `op`'s region uses is defined before it)."""
+    block = op.parent_block()
+    home = value.block if isinstance(value, BlockArgument) else value.owner.parent_block()  # pyright: ignore[reportAttributeAccessIssue]
+    if block is None or home is None:
+        return False
+    if home is block:
+        if isinstance(value, BlockArgument):
+            return True
+        owner = value.owner
+        assert isinstance(owner, Operation)
+        return block.get_operation_index(owner) < block.get_operation_index(op)
+    parent = block.parent_op()
+    while parent is not None:
+        outer = parent.parent_block()
+        if outer is home:
+            return True
+        parent = outer.parent_op() if outer is not None else None
+    return False
+
+
+def _same_bounds(a: scf.ForOp, b: scf.ForOp) -> bool:
+    return all(
+        x == y or (_constant_index(x) is not None and _constant_index(x) == _constant_index(y))
+        for x, y in ((a.lb, b.lb), (a.ub, b.ub), (a.step, b.step))
+    )
+
+
+def _is_expensive(value: SSAValue, loop_block: Block) -> bool:
+    """Whether computing `value` in the loop body involves a math function (exp, erf, ...)."""
+    todo, seen = [value], set[SSAValue]()
+    while todo:
+        v = todo.pop()
+        if v in seen or not isinstance(v, OpResult) or v.op.parent_block() is not loop_block:
+            continue
+        seen.add(v)
+        if v.op.dialect_name() == "math":
+            return True
+        todo.extend(v.op.operands)
+    return False
+
+
+def _erase_dead(block: Block) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.ops)):
+            pure = op.dialect_name() in ("arith", "math") or isinstance(op, memref.LoadOp)
+            if pure and not op.regions and all(not r.uses for r in op.results):
+                op.detach()
+                op.erase()
+                changed = True
+
+
+def reuse_reduction_values(op: scf.ParallelOp) -> None:
+    """softmax-like rows: the last reduction loop computes e = exp(x - max) for its sum and the
+    write loop computes it again for `e / sum`. The reduction loop stores e into the output
+    (at the element the write loop writes) and the write loop loads it back: one exp per element
+    instead of two, and the row is in cache. cpu only: the GPU mapping keeps the row in
+    registers instead (and wants output buffers written only)."""
+    kernel = op.parent_op()
+    if not isinstance(kernel, func.FuncOp) or KERNEL_ATTR not in kernel.attributes:
+        return
+    body = op.body.block
+    loops = [o for o in body.ops if isinstance(o, scf.ForOp)]
+    if len(loops) < 2 or loops[-1].results or not loops[-2].results:
+        return
+    reduce_loop, write_loop = loops[-2], loops[-1]
+    if not _same_bounds(reduce_loop, write_loop):
+        return
+    stored = {o.memref for o in kernel.walk() if isinstance(o, memref.StoreOp)}
+    loaded = {o.memref for o in kernel.walk() if isinstance(o, memref.LoadOp)}
+    unstored = set[SSAValue](kernel.body.block.args) - stored
+    reduce_keys = _loop_value_keys(reduce_loop, unstored)
+    by_key = {k: v for v, k in reduce_keys.items()}
+    write_block = write_loop.body.block
+    write_iv = write_block.args[0]
+    write_keys = _loop_value_keys(write_loop, unstored)
+    # buffers the write loop stores once, at indices known before the reduction loop
+    slots: list[memref.StoreOp] = []
+    for store in write_block.ops:
+        if not isinstance(store, memref.StoreOp) or store.memref in loaded:
+            continue
+        if (
+            sum(isinstance(o, memref.StoreOp) and o.memref == store.memref for o in kernel.walk())
+            != 1
+        ):
+            continue
+        if all(i == write_iv or _available_before(i, reduce_loop) for i in store.indices):
+            slots.append(store)
+    for candidate in list(write_block.ops):
+        if not slots:
+            break
+        if len(candidate.results) != 1:
+            continue
+        value = candidate.results[0]
+        key = write_keys.get(value)
+        if key is None or key not in by_key or isinstance(candidate, memref.LoadOp):
+            continue
+        # only the largest recomputed values: one of its users is not recomputed
+        if all(
+            len(u.operation.results) == 1 and write_keys.get(u.operation.results[0]) in by_key
+            for u in value.uses
+        ):
+            continue
+        if not _is_expensive(value, write_block):
+            continue
+        # a buffer whose final value is stored after this value is needed
+        position = write_block.get_operation_index(candidate)
+        slot = next(
+            (
+                s
+                for s in slots
+                if s.value.type == value.type and write_block.get_operation_index(s) > position
+            ),
+            None,
+        )
+        if slot is None:
+            continue
+        slots.remove(slot)
+        early = by_key[key]
+        reduce_iv = reduce_loop.body.block.args[0]
+        early_indices = [reduce_iv if i == write_iv else i for i in slot.indices]
+        keep = memref.StoreOp.get(early, slot.memref, early_indices)
+        anchor = early.owner if isinstance(early, OpResult) else None
+        if anchor is None:
+            continue
+        reduce_loop.body.block.insert_op_after(keep, anchor)
+        reload = memref.LoadOp.get(slot.memref, list(slot.indices))
+        write_block.insert_op_before(reload, candidate)
+        value.replace_all_uses_with(reload.res)
+    _erase_dead(write_block)
+
+
+def divide_by_reciprocal(loop: scf.ForOp) -> None:
+    """`x / s` in a loop, with `s` (f32/f64) defined outside it -> `x * (1 / s)`: one division
+    per loop instead of one per element (within an ulp or two of the quotient)."""
+    body = loop.body.block
+    for op in list(body.ops):
+        if not isinstance(op, arith.DivfOp) or op.rhs.type not in (f32, f64):
+            continue
+        if _defined_in(op.rhs, body):
+            continue
+        one = arith.ConstantOp(FloatAttr(1.0, op.rhs.type))  # pyright: ignore[reportArgumentType]
+        reciprocal = arith.DivfOp(one.result, op.rhs)
+        parent = loop.parent_block()
+        assert parent is not None
+        parent.insert_ops_before([one, reciprocal], loop)
+        product = arith.MulfOp(op.lhs, reciprocal.result, op.fastmath)
+        body.insert_op_before(product, op)
+        op.result.replace_all_uses_with(product.result)
+        op.detach()
+        op.erase()
+
+
+def prepare_cpu_kernels(module: ModuleOp) -> None:
+    kernels = [o for o in module.ops if isinstance(o, func.FuncOp) and KERNEL_ATTR in o.attributes]
+    for kernel in kernels:
+        for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
+            reuse_reduction_values(parallel)
+        for loop in [o for o in kernel.walk() if isinstance(o, scf.ForOp)]:
+            divide_by_reciprocal(loop)
+    rewrite_once(module, ParallelLoopToRangeArgs())
+
+
+TARGET_PREPARATIONS: dict[str, Callable[[ModuleOp], None]] = {"cpu": prepare_cpu_kernels}
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline
+# ---------------------------------------------------------------------------------------------
+
+
+def lower_kernels_to_llvm(module: ModuleOp, target: str = "cpu", *, contract: bool = True) -> None:
+    """Lower every `xfuse.kernel` function of `module` to `llvm.func` for `target`."""
+    if target not in TARGET_PREPARATIONS:
+        known = ", ".join(sorted(TARGET_PREPARATIONS))
+        raise PassFailedException(f"lower-to-llvm: unknown target '{target}' (expected {known})")
+    lower_kernels(
+        module,
+        LLVMTarget(
+            prepare_module=TARGET_PREPARATIONS[target],
+            math=expand_math,
+            convert_types=convert_types,
+            contract=contract,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class LowerToLLVMPass(ModulePass):
+    """Kernels of loop IR to the llvm dialect, ready for `xdsl.backend.llvm.convert`."""
+
+    name = "lower-to-llvm"
+
+    target: str = "cpu"
+    """What the kernels are for: "cpu" (`[lo, hi)` range arguments)."""
+
+    contract: bool = True
+    """Allow LLVM to contract a*b+c into FMAs."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        check_lowered_to_loops(op)
+        lower_kernels_to_llvm(op, self.target, contract=self.contract)
+
+
+def ops_needing_loops(module: ModuleOp) -> list[Operation]:
+    """Ops outside kernels that lower-to-loops would have made kernels of: fusion groups and
+    lone non-extern graph ops (those it left in place, with `xfuse.codegen_error`, excepted)."""
+    found: list[Operation] = []
+    for f in module.ops:
+        if not isinstance(f, func.FuncOp) or KERNEL_ATTR in f.attributes or not f.body.blocks:
+            continue
+        for op in f.body.block.ops:
+            if CODEGEN_ERROR_ATTR in op.attributes:
+                continue
+            if isinstance(op, fusion.GroupOp) or (
+                op.dialect_name() == "graph" and is_lone_kernel_op(op)
+            ):
+                found.append(op)
+    return found
+
+
+def check_lowered_to_loops(module: ModuleOp) -> None:
+    """Fail (one line) on input that is not loop IR yet, instead of silently lowering nothing:
+    `lower-to-llvm` lowers kernels, which `lower-to-loops` makes."""
+    pending = ops_needing_loops(module)
+    if not pending:
+        return
+    names = sorted({op.name for op in pending})
+    count = f"{len(pending)} op{'s' if len(pending) > 1 else ''}"
+    raise PassFailedException(
+        f"the input has {count} it cannot lower ({', '.join(names)}): "
+        "not loop IR yet; run lower-to-loops first"
+    )

@@ -1,0 +1,290 @@
+"""
+`lower-to-nvvm`: kernels mapped by `gpu-map-parallel` to the `llvm` dialect for NVPTX.
+
+The generic conversions of `lower-to-llvm` do the work (f16/bf16 computed in f32, scf -> cf,
+memref -> pointer arithmetic, arith, cf, func, types); what differs for the GPU is here:
+
+- `math` on floats becomes calls of libdevice's `__nv_*` functions (NVPTX has no libcalls for
+  `llvm.exp.f32` and friends); the backend links libdevice in;
+- loads and stores that `gpu-map-parallel` marked `xfuse.gpu.align` carry that alignment, so that
+  LLVM's load/store vectorizer merges a thread's lanes into 128-bit `ld.global.v4`/`st.global.v4`;
+- kernel pointer arguments are `noalias` and 16-byte aligned (the loader checks the pointers).
+
+    %y = math.exp %x : f32   ->   %y = llvm.call @__nv_expf(%x) : (f32) -> f32
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, llvm, math, memref
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    ArrayAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    UnrealizedConversionCastOp,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import Rewriter
+
+from xfuse.ir.dtypes import byte_width
+from xfuse.ir.names import ALIGN_ATTR, LANE_ATTR, STRATEGY_ATTR
+from xfuse.passes.llvm.convert_arith_to_llvm import (
+    LLVMConversionError,
+)
+from xfuse.passes.llvm.convert_func_to_llvm import (
+    ConvertLLVMTypes,
+    convert_llvm_type,
+    rewrite_once,
+)
+from xfuse.passes.llvm.convert_math_to_llvm import declare_external
+from xfuse.passes.llvm.convert_memref_to_llvm import element_address
+from xfuse.passes.llvm.driver import LLVMTarget, lower_kernels
+
+POINTER_ALIGNMENT = 16
+"""Bytes of alignment kernels assume for every buffer (torch allocates at 256 or more)."""
+
+LIBDEVICE_FLOAT: dict[type[Operation], str] = {
+    math.AbsFOp: "fabs",
+    math.AcosOp: "acos",
+    math.AcoshOp: "acosh",
+    math.AsinOp: "asin",
+    math.AsinhOp: "asinh",
+    math.Atan2Op: "atan2",
+    math.AtanOp: "atan",
+    math.AtanhOp: "atanh",
+    math.CbrtOp: "cbrt",
+    math.CeilOp: "ceil",
+    math.CopySignOp: "copysign",
+    math.CosOp: "cos",
+    math.CoshOp: "cosh",
+    math.ErfOp: "erf",
+    math.Exp2Op: "exp2",
+    math.ExpM1Op: "expm1",
+    math.ExpOp: "exp",
+    math.FloorOp: "floor",
+    math.FmaOp: "fma",
+    math.Log10Op: "log10",
+    math.Log1pOp: "log1p",
+    math.Log2Op: "log2",
+    math.LogOp: "log",
+    math.PowFOp: "pow",
+    math.RoundEvenOp: "rint",
+    math.RoundOp: "round",
+    math.RsqrtOp: "rsqrt",
+    math.SinOp: "sin",
+    math.SinhOp: "sinh",
+    math.SqrtOp: "sqrt",
+    math.TanOp: "tan",
+    math.TanhOp: "tanh",
+    math.TruncOp: "trunc",
+}
+"""math op -> libdevice function of doubles (`__nv_exp`); the float one ends in `f`."""
+
+
+def libdevice_name(base: str, t: Attribute) -> str:
+    bits = t.bitwidth if isinstance(t, AnyFloat) else None
+    if bits not in (32, 64):
+        raise LLVMConversionError(f"libdevice '{base}' on {t}: expected f32 or f64")
+    return f"__nv_{base}" if bits == 64 else f"__nv_{base}f"
+
+
+def _call(op: Operation, rewriter: PatternRewriter, name: str, args: list[SSAValue]) -> SSAValue:
+    result_type = op.results[0].type
+    declare_external(op, name, llvm.LLVMFunctionType([a.type for a in args], result_type))
+    return rewriter.insert(llvm.CallOp(name, *args, return_type=result_type)).results[0]
+
+
+class ConvertMathToLibdevice(RewritePattern):
+    """Float `math` ops -> calls of libdevice (`math.fpowi` -> `__nv_powi[f]`)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if isinstance(op, math.PowFOp) and (square := _small_power(op)) is not None:
+            rewriter.replace(op, (), (square(rewriter),))
+            return
+        if type(op) in LIBDEVICE_FLOAT:
+            name = libdevice_name(LIBDEVICE_FLOAT[type(op)], op.results[0].type)
+            rewriter.replace(op, (), (_call(op, rewriter, name, list(op.operands)),))
+        elif isinstance(op, math.FPowIOp):
+            base, exponent = op.operands
+            if isinstance(exponent.type, IntegerType) and exponent.type.width.data != 32:
+                exponent = rewriter.insert(llvm.TruncOp(exponent, i32)).res
+            name = libdevice_name("powi", op.results[0].type)
+            rewriter.replace(op, (), (_call(op, rewriter, name, [base, exponent]),))
+
+
+def _float_constant(value: SSAValue) -> float | None:
+    """The value of a float constant (through an `arith.extf`), else None."""
+    owner = value.owner
+    if isinstance(owner, arith.ExtFOp):
+        owner = owner.input.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, FloatAttr):
+        return owner.value.value.data
+    return None
+
+
+def _small_power(op: math.PowFOp) -> Callable[[PatternRewriter], SSAValue] | None:
+    """`x ** 1`, `x ** 2`, `x ** 3` as multiplications (libdevice's powf is a few hundred
+    instructions; RMSNorm's `x.pow(2)` is a square)."""
+    exponent = _float_constant(op.rhs)
+    if exponent not in (1.0, 2.0, 3.0):
+        return None
+    x = op.lhs
+    fastmath = op.fastmath
+
+    def build(rewriter: PatternRewriter) -> SSAValue:
+        if exponent == 1.0:
+            return x
+        result = rewriter.insert(arith.MulfOp(x, x, fastmath)).result
+        if exponent == 3.0:
+            result = rewriter.insert(arith.MulfOp(result, x, fastmath)).result
+        return result
+
+    return build
+
+
+def _lane_address(
+    rewriter: PatternRewriter, op: memref.LoadOp | memref.StoreOp, lane: int
+) -> SSAValue:
+    """`&m[..., j + lane]` as `&m[..., j]` + lane, so that LLVM sees the lanes are adjacent."""
+    *outer, last = op.indices
+    producer = last.owner
+    if (
+        isinstance(producer, arith.AddiOp)
+        and isinstance(constant := producer.rhs.owner, arith.ConstantOp)
+        and isinstance(constant.value, IntegerAttr)
+        and constant.value.value.data == lane
+    ):
+        base = element_address(rewriter, op.memref, [*outer, producer.lhs])
+        element = convert_llvm_type(_element_type(op))
+        offset = llvm.GEPOp(base, [lane], element, inbounds=True)
+        return rewriter.insert(offset).result
+    return element_address(rewriter, op.memref, op.indices)
+
+
+def _element_type(op: memref.LoadOp | memref.StoreOp) -> Attribute:
+    t = op.memref.type
+    assert isinstance(t, MemRefType)
+    return t.element_type
+
+
+class ConvertVectorLaneAccess(RewritePattern):
+    """Loads and stores of a thread's vector lanes (`xfuse.gpu.align` on the first lane,
+    `xfuse.gpu.lane` on the others) -> llvm, adjacent and aligned so that LLVM's load/store
+    vectorizer merges them into one 128-bit access."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, memref.LoadOp | memref.StoreOp):
+            return
+        align_attr = op.attributes.get(ALIGN_ATTR)
+        lane_attr = op.attributes.get(LANE_ATTR)
+        if align_attr is None and lane_attr is None:
+            return
+        element = _element_type(op)
+        align = byte_width(element)
+        if isinstance(align_attr, IntegerAttr):
+            align = align_attr.value.data
+            address = element_address(rewriter, op.memref, op.indices)
+        else:
+            assert isinstance(lane_attr, IntegerAttr)
+            address = _lane_address(rewriter, op, lane_attr.value.data)
+        held = convert_llvm_type(element)  # bf16 is held in i16
+        if isinstance(op, memref.LoadOp):
+            loaded = rewriter.insert(llvm.LoadOp(address, held, alignment=align))
+            value = _cast(rewriter, loaded.dereferenced_value, element)
+            rewriter.replace(op, (), (value,))
+        else:
+            value = _cast(rewriter, op.value, held)
+            rewriter.replace(op, llvm.StoreOp(value, address, alignment=align))
+
+
+def _cast(rewriter: PatternRewriter, value: SSAValue, t: Attribute) -> SSAValue:
+    if value.type == t:
+        return value
+    return rewriter.insert(UnrealizedConversionCastOp.get([value], [t])).results[0]
+
+
+@dataclass
+class AlignKernelPointers(RewritePattern):
+    """Pointer arguments of converted kernels assume `POINTER_ALIGNMENT` bytes."""
+
+    kernels: frozenset[str]
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: llvm.FuncOp, rewriter: PatternRewriter) -> None:
+        if op.sym_name.data not in self.kernels or op.arg_attrs is None:
+            return
+        attrs = []
+        for t, old in zip(op.function_type.inputs, op.arg_attrs.data, strict=True):
+            entries = dict(old.data)
+            if isinstance(t, llvm.LLVMPointerType):
+                entries["llvm.align"] = IntegerAttr(POINTER_ALIGNMENT, i64)
+            attrs.append(DictionaryAttr(entries))
+        op.arg_attrs = ArrayAttr(attrs)
+
+
+def _convert_block_argument_types(kernel: func.FuncOp) -> None:
+    """Arguments of the blocks that scf -> cf left in the kernel's own region (loop indices):
+    `ConvertLLVMTypes` converts those of the regions of the ops it visits, not the kernel's."""
+    for block in list(kernel.body.blocks)[1:]:
+        for arg in list(block.args):
+            converted = convert_llvm_type(arg.type)
+            if converted != arg.type:
+                Rewriter.replace_value_with_new_type(arg, converted)
+
+
+def _check_mapped(kernel: func.FuncOp) -> None:
+    if STRATEGY_ATTR not in kernel.attributes:
+        raise LLVMConversionError(
+            f"@{kernel.sym_name.data}: run gpu-map-parallel before lower-to-nvvm"
+        )
+
+
+def _convert_kernel_types(kernel: func.FuncOp) -> None:
+    rewrite_once(kernel, ConvertLLVMTypes())
+    _convert_block_argument_types(kernel)
+
+
+def _align_pointers(module: ModuleOp, kernels: list[str]) -> None:
+    # The kernels' entry-block arguments are still memrefs: now pointers too.
+    rewrite_once(module, ConvertLLVMTypes())
+    rewrite_once(module, AlignKernelPointers(frozenset(kernels)))
+
+
+NVVM_TARGET = LLVMTarget(
+    check_kernel=_check_mapped,
+    math=lambda kernel: rewrite_once(kernel, ConvertMathToLibdevice()),
+    after_cf=lambda kernel: rewrite_once(kernel, ConvertVectorLaneAccess()),
+    convert_types=_convert_kernel_types,
+    finish_module=_align_pointers,
+)
+
+
+def lower_kernels_to_nvvm(module: ModuleOp) -> list[str]:
+    """Lower every mapped `xfuse.kernel` function to an `llvm.func`; returns their names."""
+    return lower_kernels(module, NVVM_TARGET)
+
+
+@dataclass(frozen=True)
+class LowerToNVVMPass(ModulePass):
+    """GPU-mapped kernels to the llvm dialect with NVVM intrinsics and libdevice calls."""
+
+    name = "lower-to-nvvm"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        lower_kernels_to_nvvm(op)

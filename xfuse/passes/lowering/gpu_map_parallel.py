@@ -1,0 +1,972 @@
+"""
+`gpu-map-parallel`: the outer `scf.parallel` of every kernel onto the CUDA grid.
+
+A kernel of loop IR (docs/contracts.md) is mapped with one of three strategies, recorded on
+the function as `xfuse.gpu.strategy` together with its launch shape (`xfuse.gpu.block`, threads
+per block, and `xfuse.gpu.items`, see below):
+
+- `elementwise` (no loop inside the parallel body): a grid-stride loop over the flattened
+  index space, `width` consecutive elements per thread and step, so that loads and stores of
+  the innermost dimension become 128-bit vector accesses (the first lane's access carries
+  `xfuse.gpu.align`, the byte alignment it may assume). `items` = elements / width; any grid
+  and block size are valid, so the runtime picks them.
+- `rows` (row reductions: the body is `scf.for` loops with `iter_args` over the innermost
+  dimension, as lower-to-loops emits for softmax, layernorm, RMSNorm): `threads` threads per
+  row (a warp for short rows, up to a block of 1024), each striding over the row; partial
+  results are combined with warp shuffles (`llvm.nvvm.shfl.sync.bfly`) and, across warps,
+  shared memory (address space 3). When a row fits (`elements per thread <= max-cached`) the
+  loops are unrolled and loads of the same element are shared between them, so the row stays
+  in registers and the input is read once. `items` = blocks (one per `rows per block` rows).
+- `serial` (anything else, e.g. column reductions): one thread per parallel iteration in a
+  grid-stride loop, the body unchanged.
+
+Index arithmetic the mapping creates (ids, flattening, delinearization) is 32-bit unless the
+kernel touches more than 2^31-1 elements, then 64-bit.
+
+    scf.parallel (%i, %j) = (%c0, %c0) to (%c64, %c128) step (%c1, %c1) { ... }
+      ->
+    %tid = llvm.call_intrinsic "llvm.nvvm.read.ptx.sreg.tid.x"() : () -> i32
+    ... scf.for %w = %gtid to %c2048_i32 step %nthreads : i32 { 4 clones of the body }
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.builder import Builder
+from xdsl.context import Context
+from xdsl.dialects import arith, func, llvm, memref, scf
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    FloatAttr,
+    IndexType,
+    IntAttr,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    f32,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint
+from xdsl.utils.exceptions import DiagnosticException
+
+from xfuse.errors import XfuseError
+from xfuse.ir.dtypes import byte_width
+from xfuse.ir.names import ALIGN_ATTR, BLOCK_ATTR, ITEMS_ATTR, KERNEL_ATTR, LANE_ATTR, STRATEGY_ATTR
+
+WARP = 32
+MAX_BLOCK = 1024
+INT32_LIMIT = 2**31 - 1
+VECTOR_BYTES = 16
+
+
+class GPUMappingError(XfuseError, DiagnosticException):
+    """A kernel whose loops cannot be mapped onto the grid (the runtime falls back)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Small IR helpers
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Emit:
+    """Inserts ops at a point; typed helpers for the index and id arithmetic of the mapping."""
+
+    builder: Builder
+    int_type: IntegerType
+
+    def op(self, op: Operation) -> SSAValue:
+        return self.builder.insert(op).results[0]
+
+    def const(self, value: int, t: Attribute | None = None) -> SSAValue:
+        t = self.int_type if t is None else t
+        # xDSL types the attribute by its element type, which t (an int or index type) is.
+        return self.op(arith.ConstantOp(IntegerAttr(value, t)))  # type: ignore[call-overload]
+
+    def float_const(self, value: float, t: Attribute) -> SSAValue:
+        # Likewise for t, a float type.
+        return self.op(arith.ConstantOp(FloatAttr(value, t)))  # type: ignore[call-overload]
+
+    def sreg32(self, name: str) -> SSAValue:
+        return self.op(llvm.CallIntrinsicOp(f"llvm.nvvm.read.ptx.sreg.{name}", [], [i32]))
+
+    def sreg(self, name: str) -> SSAValue:
+        return self.widen(self.sreg32(name))
+
+    def widen(self, value: SSAValue) -> SSAValue:
+        if self.int_type == i32:
+            return value
+        return self.op(arith.ExtUIOp(value, self.int_type))
+
+    def to_index(self, value: SSAValue) -> SSAValue:
+        return self.op(arith.IndexCastOp(value, IndexType()))
+
+    def add(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.op(arith.AddiOp(a, b))
+
+    def mul(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.op(arith.MuliOp(a, b))
+
+    def div(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.op(arith.DivUIOp(a, b))
+
+    def rem(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.op(arith.RemUIOp(a, b))
+
+    def min(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.op(arith.MinUIOp(a, b))
+
+    def lt(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.op(arith.CmpiOp(a, b, "ult"))
+
+    def eq(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.op(arith.CmpiOp(a, b, "eq"))
+
+    def and_(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        return self.op(arith.AndIOp(a, b))
+
+
+def _const_int(value: SSAValue) -> int | None:
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    return None
+
+
+def _accesses(ops: Sequence[Operation]) -> list[memref.LoadOp | memref.StoreOp]:
+    return [
+        nested
+        for op in ops
+        for nested in op.walk()
+        if isinstance(nested, memref.LoadOp | memref.StoreOp)
+    ]
+
+
+def _memref_type(access: memref.LoadOp | memref.StoreOp) -> MemRefType[Attribute]:
+    t = access.memref.type
+    assert isinstance(t, MemRefType)
+    return t
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def _index_type_for(kernel: func.FuncOp, extra: int = 0) -> IntegerType:
+    """i32 where every buffer and the mapped index space (with headroom `extra`) fit, else i64."""
+    largest = extra
+    for t in kernel.function_type.inputs:
+        if isinstance(t, MemRefType):
+            largest = max(largest, _numel(t.get_shape()))
+    return i32 if largest <= INT32_LIMIT else i64
+
+
+def _delinearize(e: _Emit, flat: SSAValue, shape: Sequence[int]) -> list[SSAValue]:
+    """Row-major indices (as `index`) of a flat position in `shape`."""
+    ivs: list[SSAValue] = []
+    rest = flat
+    for axis in reversed(range(len(shape))):
+        extent = shape[axis]
+        if extent == 1:
+            ivs.append(e.to_index(e.const(0)))
+            continue
+        if axis == 0:
+            ivs.append(e.to_index(rest))
+            break
+        ivs.append(e.to_index(e.rem(rest, e.const(extent))))
+        rest = e.div(rest, e.const(extent))
+    return ivs[::-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions: the combiner of an `iter_args` accumulator and the cross-thread combination
+# ---------------------------------------------------------------------------------------------
+
+_COMBINERS: dict[type[Operation], Callable[[Attribute], float | int]] = {
+    arith.AddfOp: lambda t: 0.0,
+    arith.MulfOp: lambda t: 1.0,
+    arith.MaximumfOp: lambda t: -math.inf,
+    arith.MaxnumfOp: lambda t: -math.inf,
+    arith.MinimumfOp: lambda t: math.inf,
+    arith.MinnumfOp: lambda t: math.inf,
+    arith.AddiOp: lambda t: 0,
+    arith.MuliOp: lambda t: 1,
+    arith.MaxSIOp: lambda t: -(2 ** (_int_width(t) - 1)),
+    arith.MinSIOp: lambda t: 2 ** (_int_width(t) - 1) - 1,
+    arith.OrIOp: lambda t: 0,
+    arith.AndIOp: lambda t: -1,
+}
+
+
+def _int_width(t: Attribute) -> int:
+    assert isinstance(t, IntegerType)
+    return t.width.data
+
+
+@dataclass(frozen=True)
+class _Reduction:
+    """An accumulator of a loop: `acc' = combiner(acc, x)`."""
+
+    combiner: type[Operation]
+    type: Attribute
+
+    def combine(self, e: _Emit, a: SSAValue, b: SSAValue) -> SSAValue:
+        # combiner is a binary arith op class, built from (lhs, rhs) unlike Operation itself.
+        return e.op(self.combiner(a, b))  # type: ignore[call-arg, arg-type]
+
+    def identity(self, e: _Emit) -> SSAValue:
+        value = _COMBINERS[self.combiner](self.type)
+        if isinstance(self.type, AnyFloat):
+            return e.float_const(float(value), self.type)
+        return e.const(int(value), self.type)
+
+
+def _loop_reductions(loop: scf.ForOp) -> list[_Reduction] | None:
+    """The combiner of each accumulator, or None when one is not `combiner(acc, x)`."""
+    body = loop.body.block
+    yielded = body.last_op
+    assert isinstance(yielded, scf.YieldOp)
+    reductions: list[_Reduction] = []
+    for acc, value in zip(body.args[1:], yielded.operands, strict=True):
+        producer = value.owner
+        if (
+            not isinstance(producer, Operation)
+            or type(producer) not in _COMBINERS
+            or acc not in producer.operands
+            or len(list(acc.uses)) != 1
+            or acc.type not in (f32, i32)
+        ):
+            return None
+        reductions.append(_Reduction(type(producer), acc.type))
+    return reductions
+
+
+def _shuffle_xor(e: _Emit, value: SSAValue, offset: int) -> SSAValue:
+    kind = "f32" if value.type == f32 else "i32"
+    args = [e.const(-1, i32), value, e.const(offset, i32), e.const(WARP - 1, i32)]
+    return e.op(llvm.CallIntrinsicOp(f"llvm.nvvm.shfl.sync.bfly.{kind}", args, [value.type]))
+
+
+@dataclass
+class _SharedScratch:
+    """Per-warp partial results in shared memory, one `[32 x T]` array per reduction."""
+
+    module: ModuleOp
+    kernel: str
+    count: int = 0
+
+    def new_array(self, element: Attribute) -> str:
+        name = f"__xfuse_smem_{self.kernel}_{self.count}"
+        self.count += 1
+        array = llvm.LLVMArrayType(IntAttr(WARP), element)
+        self.module.body.block.add_op(
+            llvm.GlobalOp(array, name, "internal", addr_space=3, alignment=4)
+        )
+        return name
+
+
+def _barrier(e: _Emit) -> None:
+    e.builder.insert(llvm.CallIntrinsicOp("llvm.nvvm.barrier0", [], []))
+
+
+def _shared_slot(e: _Emit, name: str, element: Attribute, slot: SSAValue) -> SSAValue:
+    """`&name[slot]` in shared memory. Integer arithmetic, not a GEP: xDSL's translation of
+    GEPs casts through the generic address space, which shared pointers cannot take."""
+    shared = llvm.LLVMPointerType(IntAttr(3))
+    base = e.op(llvm.PtrToIntOp(e.op(llvm.AddressOfOp(name, shared)), i64))
+    offset = e.op(arith.MuliOp(e.op(arith.ExtUIOp(slot, i64)), e.const(byte_width(element), i64)))
+    address = e.op(arith.AddiOp(base, offset))
+    return e.op(llvm.IntToPtrOp.create(operands=[address], result_types=[shared]))
+
+
+@dataclass
+class _RowThreads:
+    """Where a thread sits in the `rows` mapping (i32 values)."""
+
+    threads: int
+    lane: SSAValue
+    warp: SSAValue
+    warp_lane: SSAValue
+
+
+def _reduce_across_threads(
+    e: _Emit, value: SSAValue, reduction: _Reduction, row: _RowThreads, scratch: _SharedScratch
+) -> SSAValue:
+    """Combine `value` over the row's threads; every thread of the row gets the result."""
+    offset = min(row.threads, WARP) // 2
+    while offset >= 1:
+        value = reduction.combine(e, value, _shuffle_xor(e, value, offset))
+        offset //= 2
+    if row.threads <= WARP:
+        return value
+    name = scratch.new_array(reduction.type)
+    is_first = e.eq(row.warp_lane, e.const(0, i32))
+    then = Block()
+    in_then = _Emit(Builder(InsertPoint.at_end(then)), e.int_type)
+    in_then.builder.insert(
+        llvm.StoreOp(value, _shared_slot(in_then, name, reduction.type, row.warp))
+    )
+    then.add_op(scf.YieldOp())
+    e.builder.insert(scf.IfOp(is_first, [], [then]))
+    _barrier(e)
+    partials = [
+        e.op(llvm.LoadOp(_shared_slot(e, name, reduction.type, e.const(w, i32)), reduction.type))
+        for w in range(row.threads // WARP)
+    ]
+    return _tree_combine(e, reduction, partials)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cloning a body with guards and shared loads
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Cloner:
+    """Clones ops of the parallel body; stores run under `store_guard`, loads of read-only
+    buffers with the same (mapped) indices are shared (the row stays in registers)."""
+
+    e: _Emit
+    mapper: dict[SSAValue, SSAValue]
+    read_only: set[SSAValue]
+    loads: dict[tuple[SSAValue, ...], SSAValue] = field(default_factory=dict)
+    marks: dict[Operation, dict[str, Attribute]] = field(default_factory=dict)
+    """Attributes for the clones of some ops (vector lanes)."""
+    row_positions: dict[int, tuple[list[SSAValue], SSAValue | None]] = field(default_factory=dict)
+    """k -> (columns of this thread's k-th chunk, whether it is inside the row): shared by
+    all loops of a row so that their loads of one element are one load."""
+
+    def clone(self, op: Operation, store_guard: SSAValue | None) -> None:
+        if isinstance(op, memref.LoadOp) and op.memref in self.read_only:
+            key = (op.memref, *(self.mapper.get(i, i) for i in op.indices))
+            if key in self.loads:
+                self.mapper[op.res] = self.loads[key]
+                return
+            load = self.e.builder.insert(op.clone(self.mapper))
+            self._annotate(op, load)
+            self.loads[key] = load.res
+            return
+        if isinstance(op, memref.StoreOp) and store_guard is not None:
+            then = Block()
+            store = op.clone(self.mapper)
+            then.add_ops([store, scf.YieldOp()])
+            self._annotate(op, store)
+            self.e.builder.insert(scf.IfOp(store_guard, [], [then]))
+            return
+        new = self.e.builder.insert(op.clone(self.mapper))
+        self._annotate(op, new)
+
+    def _annotate(self, old: Operation, new: Operation) -> None:
+        new.attributes.update(self.marks.get(old, {}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Strategies
+# ---------------------------------------------------------------------------------------------
+
+
+def _body_ops(block: Block) -> list[Operation]:
+    return [op for op in block.ops if not isinstance(op, scf.ReduceOp | scf.YieldOp)]
+
+
+def _vector_width(body: list[Operation], shape: Sequence[int]) -> int:
+    """Elements per thread and step: 128 bits of the widest element the body touches."""
+    accesses = _accesses(body)
+    if not accesses or not shape:
+        return 1
+    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
+    if loaded & _stored_memrefs(body):
+        return 1  # lanes could depend on each other through memory
+    widest = max(byte_width(_memref_type(a).element_type) for a in accesses)
+    width = max(1, VECTOR_BYTES // widest)
+    while width > 1 and shape[-1] % width:
+        width //= 2
+    return width
+
+
+def _aligned_accesses(
+    body: list[Operation], innermost: SSAValue, width: int
+) -> dict[Operation, int]:
+    """Accesses whose first lane may assume `width` elements of alignment."""
+    aligned: dict[Operation, int] = {}
+    for access in _accesses(body):
+        t = _memref_type(access)
+        indices = list(access.indices)
+        if indices and indices[-1] == innermost and t.get_shape()[-1] % width == 0:
+            aligned[access] = width * byte_width(t.element_type)
+    return aligned
+
+
+def _stored_memrefs(ops: Sequence[Operation]) -> set[SSAValue]:
+    return {a.memref for a in _accesses(ops) if isinstance(a, memref.StoreOp)}
+
+
+def _map_grid_stride(
+    kernel: func.FuncOp,
+    par: scf.ParallelOp,
+    shape: list[int],
+    width: int,
+    block: int,
+    unroll: int = 1,
+) -> None:
+    """`elementwise` (width > 1 when vectorizable) and `serial` (width 1).
+
+    With `unroll` > 1 a thread handles `unroll` chunks of `width` elements per step, `nthreads`
+    chunks apart (coalesced), all chunks' loads first so that more bytes are in flight; chunks
+    past the end load the last chunk again (clamped) and skip their stores."""
+    body = _body_ops(par.body.block)
+    ivs = list(par.body.block.args)
+    numel = _numel(shape)
+    items = numel // width
+    int_type = _index_type_for(kernel, 2 * items + unroll * MAX_BLOCK)
+    e = _Emit(Builder(InsertPoint.before(par)), int_type)
+    gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
+    nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
+    step = nthreads if unroll == 1 else e.mul(nthreads, e.const(unroll))
+    loop_body = Block(arg_types=[int_type])
+    e.builder.insert(scf.ForOp(gtid, e.const(items), step, [], loop_body))
+    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
+    aligned = _aligned_accesses(body, ivs[-1], width) if width > 1 else {}
+    read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
+    # Lanes are cloned op by op (all lanes' loads first, their stores last) so that a lane's
+    # accesses share a basic block with the others' even where math adds branches.
+    chunks: list[tuple[list[_Cloner], SSAValue | None]] = []
+    position: SSAValue = loop_body.args[0]
+    for chunk in range(unroll):
+        guard: SSAValue | None = None
+        if chunk > 0:
+            position = inner.add(position, nthreads)
+            guard = inner.lt(position, inner.const(items))
+            clamped = inner.min(position, inner.const(items - 1))
+        else:
+            clamped = position
+        flat = inner.mul(clamped, inner.const(width)) if width > 1 else clamped
+        base = _delinearize(inner, flat, shape)
+        cloners: list[_Cloner] = []
+        for lane in range(width):
+            lane_ivs = base[:-1] + [
+                base[-1]
+                if lane == 0
+                else inner.op(arith.AddiOp(base[-1], inner.const(lane, IndexType())))
+            ]
+            cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
+            cloner.marks = {
+                op: {ALIGN_ATTR: IntegerAttr(align, i64)}
+                if lane == 0
+                else {LANE_ATTR: IntegerAttr(lane, i64)}
+                for op, align in aligned.items()
+            }
+            cloners.append(cloner)
+        chunks.append((cloners, guard))
+    stores = [op for op in body if isinstance(op, memref.StoreOp)]
+    for op in body:
+        if op in stores and unroll > 1:
+            continue
+        for cloners, _ in chunks:
+            for cloner in cloners:
+                cloner.clone(op, None)
+    if unroll > 1:
+        # One guard per chunk around all its lanes' stores: they stay in one basic block, so
+        # the load/store vectorizer still merges them.
+        for cloners, guard in chunks:
+            if guard is None:
+                for op in stores:
+                    for cloner in cloners:
+                        cloner.clone(op, None)
+                continue
+            then = Block()
+            in_then = _Emit(Builder(InsertPoint.at_end(then)), int_type)
+            for op in stores:
+                for cloner in cloners:
+                    cloner.e = in_then
+                    cloner.clone(op, None)
+            then.add_op(scf.YieldOp())
+            inner.builder.insert(scf.IfOp(guard, [], [then]))
+    loop_body.add_op(scf.YieldOp())
+    par.detach()
+    par.erase()
+    strategy = (
+        "elementwise" if width > 1 or not any(isinstance(o, scf.ForOp) for o in body) else "serial"
+    )
+    # `items` for the launch: thread-steps, so that the grid is not larger than the work.
+    _set_launch(kernel, strategy, block, math.ceil(items / unroll))
+
+
+def _set_launch(kernel: func.FuncOp, strategy: str, block: int, items: int) -> None:
+    kernel.attributes[STRATEGY_ATTR] = StringAttr(strategy)
+    kernel.attributes[BLOCK_ATTR] = IntegerAttr(block, i64)
+    kernel.attributes[ITEMS_ATTR] = IntegerAttr(items, i64)
+
+
+@dataclass(frozen=True)
+class _RowPlan:
+    """A row-reduction body: its loops, their common trip count, their reductions."""
+
+    length: int
+    loops: dict[scf.ForOp, list[_Reduction]]
+
+
+_ROW_LOOP_OPS = (arith.ConstantOp, memref.LoadOp, memref.StoreOp, scf.YieldOp)
+
+
+def _row_plan(body: list[Operation]) -> _RowPlan | None:
+    loops = [op for op in body if isinstance(op, scf.ForOp)]
+    if not loops:
+        return None
+    lengths = {_const_int(loop.ub) for loop in loops}
+    if len(lengths) != 1 or None in lengths:
+        return None
+    length = lengths.pop()
+    assert length is not None
+    plan: dict[scf.ForOp, list[_Reduction]] = {}
+    for loop in loops:
+        if _const_int(loop.lb) != 0 or _const_int(loop.step) != 1:
+            return None
+        if not _is_row_loop_body(loop):
+            return None
+        reductions = _loop_reductions(loop)
+        if reductions is None:
+            return None
+        plan[loop] = reductions
+    for op in body:
+        if not isinstance(op, scf.ForOp) and op.regions:
+            return None
+    accessed = {a.memref for a in _accesses(body) if isinstance(a, memref.LoadOp)}
+    if accessed & _stored_memrefs(body):
+        return None
+    return _RowPlan(length, plan)
+
+
+def _is_row_loop_body(loop: scf.ForOp) -> bool:
+    """Straight-line arith/math/memref code that uses the loop index only as the innermost
+    index of its loads and stores (so that a row's threads access it coalesced)."""
+    iv = loop.body.block.args[0]
+    for op in loop.body.block.ops:
+        if op.regions or not (
+            isinstance(op, _ROW_LOOP_OPS) or op.dialect_name() in ("arith", "math")
+        ):
+            return False
+    for use in iv.uses:
+        user = use.operation
+        if not isinstance(user, memref.LoadOp | memref.StoreOp):
+            return False
+        if iv in list(user.indices)[:-1]:
+            return False
+    return True
+
+
+def _row_threads(length: int, max_cached: int, width: int = 1, row_threads: int = 0) -> int:
+    """Threads per row: a warp for short rows, else enough that each holds about 8 elements
+    (`row_threads`, a power of two of at least 64, overrides that for long rows)."""
+    if length <= WARP * max_cached and length <= MAX_BLOCK * width:
+        return WARP
+    if row_threads:
+        return row_threads
+    threads = 1 << max(0, math.ceil(math.log2(math.ceil(length / 8))))
+    return max(2 * WARP, min(MAX_BLOCK, threads))
+
+
+def _row_width(loops: Sequence[scf.ForOp], length: int) -> int:
+    """Elements per vector access of the row loops: 128 bits of the widest element they touch,
+    where every access indexed by the loop index has a multiple of that many columns."""
+    accesses = _accesses(loops)
+    if not accesses:
+        return 1
+    width = max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+    while width > 1:
+        ok = length % width == 0
+        for loop in loops:
+            iv = loop.body.block.args[0]
+            for access in _accesses([loop]):
+                if list(access.indices)[-1] == iv and _memref_type(access).get_shape()[-1] % width:
+                    ok = False
+        if ok:
+            return width
+        width //= 2
+    return 1
+
+
+def _hoist_row_invariant_divisions(loops: Sequence[scf.ForOp]) -> None:
+    """`x / s` with `s` defined outside the row loop -> `x * (1 / s)`, one division per row
+    (f32/f64; a multiply costs a cycle, an IEEE division a dozen instructions per element)."""
+    for loop in loops:
+        body = loop.body.block
+        for op in list(body.ops):
+            # A divf of these loops is scalar: its operand type is a float type, with a bitwidth.
+            if not isinstance(op, arith.DivfOp) or op.rhs.type.bitwidth < 32:  # type: ignore[attr-defined]
+                continue
+            divisor = op.rhs
+            owner = divisor.owner
+            inside = owner.parent_block() is body if isinstance(owner, Operation) else owner is body
+            if inside:
+                continue
+            one = arith.ConstantOp(FloatAttr(1.0, divisor.type))  # type: ignore[call-overload]
+            reciprocal = arith.DivfOp(one.result, divisor)
+            Builder(InsertPoint.before(loop)).insert(one)
+            Builder(InsertPoint.before(loop)).insert(reciprocal)
+            product = arith.MulfOp(op.lhs, reciprocal.result, op.fastmath)
+            Builder(InsertPoint.before(op)).insert(product)
+            op.result.replace_all_uses_with(product.result)
+            op.detach()
+            op.erase()
+
+
+def _map_rows(
+    kernel: func.FuncOp,
+    scratch: _SharedScratch,
+    par: scf.ParallelOp,
+    shape: list[int],
+    plan: _RowPlan,
+    max_cached: int,
+    rows_block: int,
+    row_threads: int = 0,
+) -> None:
+    loops = [op for op in _body_ops(par.body.block) if isinstance(op, scf.ForOp)]
+    _hoist_row_invariant_divisions(loops)
+    body = _body_ops(par.body.block)
+    ivs = list(par.body.block.args)
+    rows = _numel(shape)
+    width = _row_width(loops, plan.length)
+    threads = _row_threads(plan.length, max_cached, width, row_threads)
+    if math.ceil(plan.length / (threads * width)) * width > max_cached:
+        width = 1  # re-read: the strided loop takes one element at a time
+        threads = _row_threads(plan.length, max_cached, 1, row_threads)
+    rows_per_block = max(1, rows_block // threads) if threads == WARP else 1
+    blocks = math.ceil(rows / rows_per_block)
+    int_type = _index_type_for(kernel, rows + MAX_BLOCK)
+    e = _Emit(Builder(InsertPoint.before(par)), int_type)
+    tid32 = e.sreg32("tid.x")
+    tid = e.widen(tid32)
+    row = e.add(e.mul(e.sreg("ctaid.x"), e.const(rows_per_block)), e.div(tid, e.const(threads)))
+    row_ok = e.lt(row, e.const(rows))
+    row_ivs = _delinearize(e, e.min(row, e.const(rows - 1)), shape)
+    lane = e.op(arith.RemUIOp(tid32, e.const(threads, i32)))
+    place = _RowThreads(
+        threads,
+        lane,
+        e.op(arith.DivUIOp(tid32, e.const(WARP, i32))),
+        e.op(arith.RemUIOp(tid32, e.const(WARP, i32))),
+    )
+    per_thread = math.ceil(plan.length / (threads * width)) * width
+    read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
+    cloner = _Cloner(e, dict(zip(ivs, row_ivs, strict=True)), read_only)
+    lane_index = e.to_index(lane)
+    first_lane = e.and_(row_ok, e.eq(lane, e.const(0, i32)))
+    for op in body:
+        if isinstance(op, scf.ForOp):
+            _map_row_loop(
+                e,
+                cloner,
+                op,
+                plan,
+                place,
+                scratch,
+                lane_index,
+                row_ok,
+                per_thread,
+                max_cached,
+                width,
+            )
+        else:
+            cloner.clone(op, first_lane)
+    par.detach()
+    par.erase()
+    _set_launch(kernel, "rows", rows_per_block * threads, blocks)
+
+
+def _map_row_loop(
+    e: _Emit,
+    cloner: _Cloner,
+    loop: scf.ForOp,
+    plan: _RowPlan,
+    place: _RowThreads,
+    scratch: _SharedScratch,
+    lane_index: SSAValue,
+    row_ok: SSAValue,
+    per_thread: int,
+    max_cached: int,
+    width: int = 1,
+) -> None:
+    reductions = plan.loops[loop]
+    if per_thread <= max_cached:
+        partials = _unrolled_row_loop(
+            e, cloner, loop, reductions, place, lane_index, row_ok, per_thread, plan.length, width
+        )
+    else:
+        partials = [r.identity(e) for r in reductions]
+        partials = _strided_row_loop(
+            e, cloner, loop, place, lane_index, row_ok, partials, plan.length
+        )
+    for result, init, partial, reduction in zip(
+        loop.res, loop.iter_args, partials, reductions, strict=True
+    ):
+        total = _reduce_across_threads(e, partial, reduction, place, scratch)
+        cloner.mapper[result] = reduction.combine(e, cloner.mapper.get(init, init), total)
+
+
+def _row_position(
+    e: _Emit,
+    cloner: _Cloner,
+    lane_index: SSAValue,
+    k: int,
+    threads: int,
+    length: int,
+    width: int = 1,
+) -> tuple[list[SSAValue], SSAValue | None]:
+    """The columns of the thread's k-th chunk of `width` elements (clamped into the row) and,
+    past the row's end, whether the unclamped chunk is inside it. The first column is
+    `width`-aligned and the others are `first + lane`, as the vector lane lowering expects."""
+    if k not in cloner.row_positions:
+        chunks = length // width
+        c = e.op(arith.AddiOp(lane_index, e.const(k * threads, IndexType())))
+        in_row: SSAValue | None = None
+        if (k + 1) * threads > chunks:
+            in_row = e.op(arith.CmpiOp(c, e.const(chunks, IndexType()), "ult"))
+            c = e.op(arith.MinUIOp(c, e.const(chunks - 1, IndexType())))
+        first = c if width == 1 else e.op(arith.MuliOp(c, e.const(width, IndexType())))
+        columns = [first] + [
+            e.op(arith.AddiOp(first, e.const(lane, IndexType()))) for lane in range(1, width)
+        ]
+        cloner.row_positions[k] = (columns, in_row)
+    return cloner.row_positions[k]
+
+
+def _tree_combine(e: _Emit, reduction: _Reduction, values: list[SSAValue]) -> SSAValue:
+    """Combine values pairwise (a tree: log2(n) dependent steps, not n)."""
+    while len(values) > 1:
+        paired = [
+            reduction.combine(e, values[i], values[i + 1]) for i in range(0, len(values) - 1, 2)
+        ]
+        values = paired + ([values[-1]] if len(values) % 2 else [])
+    return values[0]
+
+
+def _unrolled_row_loop(
+    e: _Emit,
+    cloner: _Cloner,
+    loop: scf.ForOp,
+    reductions: list[_Reduction],
+    place: _RowThreads,
+    lane_index: SSAValue,
+    row_ok: SSAValue,
+    per_thread: int,
+    length: int,
+    width: int = 1,
+) -> list[SSAValue]:
+    """The row loop unrolled over the thread's chunks; within a chunk its `width` lanes are
+    cloned op by op (one vector access per chunk) with their own partial results, combined
+    at the end; the chunk's stores share one guard so that they stay vectorizable."""
+    body = loop.body.block
+    iv = body.args[0]
+    ops = _body_ops(body)
+    stores = [op for op in ops if isinstance(op, memref.StoreOp)]
+    vector_accesses = [a for a in _accesses(ops) if list(a.indices) and list(a.indices)[-1] == iv]
+    lane_partials = [[r.identity(e) for r in reductions] for _ in range(width)]
+    for k in range(per_thread // width):
+        columns, in_row = _row_position(e, cloner, lane_index, k, place.threads, length, width)
+        guard = row_ok if in_row is None else e.and_(row_ok, in_row)
+        lanes: list[_Cloner] = []
+        for lane in range(width):
+            mapper = dict(cloner.mapper)
+            mapper[iv] = columns[lane]
+            mapper.update(zip(body.args[1:], lane_partials[lane], strict=True))
+            lane_cloner = _Cloner(e, mapper, cloner.read_only, cloner.loads)
+            if width > 1:
+                lane_cloner.marks = {
+                    a: {
+                        ALIGN_ATTR: IntegerAttr(
+                            width * byte_width(_memref_type(a).element_type), i64
+                        )
+                    }
+                    if lane == 0
+                    else {LANE_ATTR: IntegerAttr(lane, i64)}
+                    for a in vector_accesses
+                }
+            lanes.append(lane_cloner)
+        for op in ops:
+            if op in stores:
+                continue
+            for lane_cloner in lanes:
+                lane_cloner.clone(op, None)
+        if stores:
+            then = Block()
+            in_then = _Emit(Builder(InsertPoint.at_end(then)), e.int_type)
+            for op in stores:
+                for lane_cloner in lanes:
+                    lane_cloner.e = in_then
+                    lane_cloner.clone(op, None)
+                    lane_cloner.e = e
+            then.add_op(scf.YieldOp())
+            e.builder.insert(scf.IfOp(guard, [], [then]))
+        for lane, lane_cloner in enumerate(lanes):
+            yielded = [lane_cloner.mapper.get(v, v) for v in body.last_op.operands]  # type: ignore[union-attr]
+            if in_row is not None:
+                yielded = [
+                    e.op(arith.SelectOp(in_row, new, old))
+                    for new, old in zip(yielded, lane_partials[lane], strict=True)
+                ]
+            lane_partials[lane] = yielded
+    return [
+        _tree_combine(e, reduction, [partials[i] for partials in lane_partials])
+        for i, reduction in enumerate(reductions)
+    ]
+
+
+def _strided_row_loop(
+    e: _Emit,
+    cloner: _Cloner,
+    loop: scf.ForOp,
+    place: _RowThreads,
+    lane_index: SSAValue,
+    row_ok: SSAValue,
+    partials: list[SSAValue],
+    length: int,
+) -> list[SSAValue]:
+    body = loop.body.block
+    new_body = Block(arg_types=[IndexType(), *(p.type for p in partials)])
+    step = e.const(place.threads, IndexType())
+    new_loop = e.builder.insert(
+        scf.ForOp(lane_index, e.const(length, IndexType()), step, partials, new_body)
+    )
+    inner = _Emit(Builder(InsertPoint.at_end(new_body)), e.int_type)
+    mapper = dict(cloner.mapper)
+    mapper.update(zip(body.args, new_body.args, strict=True))
+    inner_cloner = _Cloner(inner, mapper, set())
+    for op in _body_ops(body):
+        inner_cloner.clone(op, row_ok)
+    new_body.add_op(scf.YieldOp(*(mapper.get(v, v) for v in body.last_op.operands)))  # type: ignore[union-attr]
+    return list(new_loop.results)
+
+
+def _map_single_thread(kernel: func.FuncOp) -> None:
+    """A kernel without parallel loops runs on one thread."""
+    block = kernel.body.block
+    ret = block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    ops = [op for op in block.ops if op is not ret]
+    e = _Emit(Builder(InsertPoint.before(ret)), i32)
+    first = e.eq(e.sreg("tid.x"), e.const(0))
+    first = e.and_(first, e.eq(e.sreg("ctaid.x"), e.const(0)))
+    then = Block()
+    for op in ops:
+        op.detach()
+        then.add_op(op)
+    then.add_op(scf.YieldOp())
+    e.builder.insert(scf.IfOp(first, [], [then]))
+    _set_launch(kernel, "serial", 1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pass
+# ---------------------------------------------------------------------------------------------
+
+
+def _outer_parallel(kernel: func.FuncOp) -> scf.ParallelOp | None:
+    found = [op for op in kernel.body.block.ops if isinstance(op, scf.ParallelOp)]
+    if len(found) > 1:
+        raise GPUMappingError(
+            f"@{kernel.sym_name.data}: expected one outer scf.parallel, found {len(found)}"
+        )
+    return found[0] if found else None
+
+
+def _parallel_shape(kernel: func.FuncOp, par: scf.ParallelOp) -> list[int]:
+    shape: list[int] = []
+    for lb, ub, step in zip(par.lowerBound, par.upperBound, par.step, strict=True):
+        extent = _const_int(ub)
+        if _const_int(lb) != 0 or _const_int(step) != 1 or extent is None:
+            raise GPUMappingError(
+                f"@{kernel.sym_name.data}: expected scf.parallel bounds 0 to a constant step 1"
+            )
+        shape.append(extent)
+    if par.initVals:
+        raise GPUMappingError(
+            f"@{kernel.sym_name.data}: scf.parallel with reductions is not supported"
+        )
+    return shape
+
+
+def map_kernel(
+    kernel: func.FuncOp,
+    module: ModuleOp,
+    *,
+    block_size: int = 256,
+    rows_block: int = 256,
+    max_cached: int = 32,
+    unroll: int = 2,
+    row_threads: int = 0,
+) -> str:
+    """Map one kernel; returns the strategy chosen."""
+    par = _outer_parallel(kernel)
+    if par is None:
+        _map_single_thread(kernel)
+        return "serial"
+    shape = _parallel_shape(kernel, par)
+    body = _body_ops(par.body.block)
+    if _numel(shape) == 0:
+        par.detach()
+        par.erase()
+        _set_launch(kernel, "elementwise", block_size, 0)
+        return "elementwise"
+    if not any(op.regions for op in body):
+        width = _vector_width(body, shape)
+        loaded = {a.memref for a in _accesses(body) if isinstance(a, memref.LoadOp)}
+        independent = not (loaded & _stored_memrefs(body))
+        chunks = _numel(shape) // width
+        steps = max(1, unroll) if independent and chunks >= 2 * block_size else 1
+        _map_grid_stride(kernel, par, shape, width, block_size, steps)
+        return "elementwise"
+    plan = _row_plan(body)
+    if plan is not None:
+        scratch = _SharedScratch(module, kernel.sym_name.data)
+        _map_rows(kernel, scratch, par, shape, plan, max_cached, rows_block, row_threads)
+        return "rows"
+    _map_grid_stride(kernel, par, shape, 1, block_size)
+    return "serial"
+
+
+@dataclass(frozen=True)
+class GPUMapParallelPass(ModulePass):
+    """Map the outer `scf.parallel` of every `xfuse.kernel` function onto the CUDA grid."""
+
+    name = "gpu-map-parallel"
+
+    block_size: int = 256
+    """Threads per block of grid-stride kernels (the runtime may choose another)."""
+
+    rows_block: int = 256
+    """Threads per block when one warp handles each row."""
+
+    max_cached: int = 32
+    """Most row elements one thread keeps in registers; longer rows are re-read."""
+
+    unroll: int = 2
+    """Vector chunks an elementwise thread loads per grid-stride step (bytes in flight)."""
+
+    row_threads: int = 0
+    """Threads per long row (0: about 8 elements each, up to 1024)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        kernels = [
+            f
+            for f in op.body.block.ops
+            if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes
+        ]
+        for kernel in kernels:
+            map_kernel(
+                kernel,
+                op,
+                block_size=self.block_size,
+                rows_block=self.rows_block,
+                max_cached=self.max_cached,
+                unroll=self.unroll,
+                row_threads=self.row_threads,
+            )

@@ -1,0 +1,1057 @@
+"""
+`lower-to-loops`: every `fusion.group`, and every lone non-extern graph op, becomes a kernel
+`func.func` of loop IR (`scf`, `memref`, `arith`, `math`) over buffers, launched from `@forward`
+with `fusion.launch` (docs/contracts.md, "loop IR").
+
+How a kernel computes its outputs:
+
+- Indices are symbolic affine expressions of the loop variables (`Affine`), with floor division
+  and modulo by constants. Layout ops (broadcast_in_dim, reshape, permute, slice) and torch
+  broadcasting of operands map the index a consumer reads at to the index of the producer's
+  element; nothing is copied. Simplification (`floordiv`, `mod` and the recombination of
+  `x mod a + a * (x floordiv a)` into `x`) makes a reshape chain that ends where it started
+  cost nothing. `concat` is an `scf.if` chain on the concatenated dim.
+- Each value of the group is emitted as a scalar expression at an index, memoized per
+  (value, index) in the innermost loop scope where it is valid; an expression that does not
+  depend on an inner loop's variable is placed before that loop (a row's `rsqrt` is computed
+  once per row). Code inside an `scf.if` branch stays in the branch.
+- Elementwise groups: one `scf.parallel` over the output dims, or over the flattened output
+  (buffers declared 1-D) when every load is either at the output's own position or at a
+  constant one.
+- Groups with reductions: all reductions must reduce the same dims of the same shape (the
+  "full" shape); the kept dims are the parallel loop (one row per iteration), and inside it one
+  `scf.for` nest per reduction phase (reductions that need another one's result come in a later
+  phase) carries the accumulators (`f32` for f16/bf16 data) as `iter_args`; a last nest over the
+  reduced dims writes the outputs of the full shape. Outputs of the row shape (keepdim or not)
+  are written once per row. A reduction's result may only be read at its own row. A float sum
+  or product accumulates with `fastmath<reassoc>` (that op only), so that LLVM may vectorize
+  it into partial sums; max/min need no flag.
+- Group shapes this cannot express (reductions over different dims or shapes, outputs of other
+  shapes, ops without a scalar lowering) raise `CodegenError` naming the kernel and the reason:
+  the runtime falls back for that group. With `keep-unsupported`, the pass instead leaves such a
+  group (or op) where it is, with its reason in the `xfuse.codegen_error` attribute.
+
+Constants: a splat `graph.constant` (inside a group, or outside feeding one) becomes an
+`arith.constant` in the kernel; a non-splat constant is a buffer input (one inside a group is
+moved before the launch). `graph.constant` ops outside groups stay in `@forward`.
+Bool tensors are `i8` buffers (torch.bool is one byte): loads are followed by `arith.trunci` to
+`i1`, stores preceded by `arith.extui`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TypeGuard
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import (
+    FloatAttr,
+    FunctionType,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    UnitAttr,
+    i1,
+    i8,
+    i64,
+)
+from xdsl.dialects.utils.fast_math import FastMathFlag
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.traits import SymbolTable
+from xdsl.utils.exceptions import DiagnosticException
+
+from xfuse.dialects import fusion, graph
+from xfuse.dialects.graph import dtype_of, is_float, numel, reduced_shape, shape_of
+from xfuse.errors import CodegenError
+from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.passes.lowering.scalar_ops import (
+    UnsupportedScalarOp,
+    compute_type,
+    emit_cast,
+    emit_elementwise,
+    emit_select,
+    from_compute,
+    has_scalar_rule,
+    to_compute,
+)
+
+
+class LoopLoweringError(CodegenError, DiagnosticException):
+    """A group that one kernel cannot express: a CodegenError for the runtime (which falls
+    back), a diagnostic for xfuse-opt (one line, no traceback)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Affine index expressions
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoopVar:
+    """The induction variable of one loop, over [0, extent)."""
+
+    ident: int
+    extent: int
+
+
+@dataclass(frozen=True)
+class FloorDiv:
+    arg: Affine
+    divisor: int
+
+
+@dataclass(frozen=True)
+class Mod:
+    arg: Affine
+    modulus: int
+
+
+Atom = LoopVar | FloorDiv | Mod
+
+
+@dataclass(frozen=True)
+class Affine:
+    """const + sum(coef * atom): coefficients are positive and atoms non-negative, so only
+    `const` can make an expression negative (a concat branch's shifted index)."""
+
+    terms: tuple[tuple[Atom, int], ...] = ()
+    const: int = 0
+
+
+Index = tuple[Affine, ...]
+ZERO = Affine()
+
+
+def constant_index(c: int) -> Affine:
+    return Affine((), c)
+
+
+def var_index(v: LoopVar) -> Affine:
+    return Affine(((v, 1),), 0)
+
+
+@cache
+def bounds(e: Affine) -> tuple[int, int]:
+    """Smallest and largest value of `e` over its variables' ranges."""
+    lo = hi = e.const
+    for atom, k in e.terms:
+        a_lo, a_hi = _atom_bounds(atom)
+        lo, hi = lo + k * a_lo, hi + k * a_hi
+    return lo, hi
+
+
+def _atom_bounds(a: Atom) -> tuple[int, int]:
+    if isinstance(a, LoopVar):
+        return 0, max(0, a.extent - 1)
+    if isinstance(a, FloorDiv):
+        lo, hi = bounds(a.arg)
+        return lo // a.divisor, hi // a.divisor
+    return 0, a.modulus - 1
+
+
+@cache
+def loop_vars(e: Affine) -> frozenset[int]:
+    out: set[int] = set()
+    for atom, _ in e.terms:
+        if isinstance(atom, LoopVar):
+            out.add(atom.ident)
+        else:
+            out |= loop_vars(atom.arg)
+    return frozenset(out)
+
+
+def index_vars(index: Sequence[Affine]) -> frozenset[int]:
+    return frozenset().union(*(loop_vars(e) for e in index))
+
+
+def make_affine(terms: dict[Atom, int], const: int = 0) -> Affine:
+    terms, const = _recombine({a: k for a, k in terms.items() if k}, const)
+    return Affine(tuple(sorted(terms.items(), key=lambda t: repr(t[0]))), const)
+
+
+def add(*es: Affine) -> Affine:
+    terms: dict[Atom, int] = {}
+    const = 0
+    for e in es:
+        for a, k in e.terms:
+            terms[a] = terms.get(a, 0) + k
+        const += e.const
+    return make_affine(terms, const)
+
+
+def scale(e: Affine, k: int) -> Affine:
+    return make_affine({a: c * k for a, c in e.terms}, e.const * k)
+
+
+def floordiv(e: Affine, c: int) -> Affine:
+    """floor(e / c), simplified: multiples of c leave the division, and a remainder known to
+    lie in [0, c) vanishes."""
+    if c == 1:
+        return e
+    quotient = {a: k // c for a, k in e.terms}
+    whole, rest_const = divmod(e.const, c)
+    rest = make_affine({a: k % c for a, k in e.terms}, rest_const)
+    if bounds(rest)[1] < c:
+        remainder = ZERO
+    elif (
+        rest.const == 0
+        and len(rest.terms) == 1
+        and rest.terms[0][1] == 1
+        and isinstance(rest.terms[0][0], FloorDiv)
+    ):
+        inner = rest.terms[0][0]
+        remainder = floordiv(inner.arg, inner.divisor * c)
+    else:
+        remainder = Affine(((FloorDiv(rest, c), 1),))
+    return add(make_affine(quotient, whole), remainder)
+
+
+def mod(e: Affine, c: int) -> Affine:
+    """e mod c (non-negative), simplified like `floordiv`."""
+    if c == 1:
+        return ZERO
+    rest = make_affine({a: k % c for a, k in e.terms}, e.const % c)
+    if bounds(rest)[1] < c:
+        return rest
+    if rest.const == 0 and len(rest.terms) == 1 and rest.terms[0][1] == 1:
+        inner = rest.terms[0][0]
+        if isinstance(inner, Mod) and inner.modulus % c == 0:
+            return mod(inner.arg, c)
+    return Affine(((Mod(rest, c), 1),))
+
+
+def _recombine(terms: dict[Atom, int], const: int) -> tuple[dict[Atom, int], int]:
+    """Fold `k*(x mod a) + k*a*(x floordiv a)` into `k*x` and `k*(x mod a) + k*a*((x floordiv
+    a) mod b)` into `k*(x mod a*b)`: what linearizing a delinearized index leaves."""
+    changed = True
+    while changed:
+        changed = False
+        for atom, k in list(terms.items()):
+            if not isinstance(atom, Mod):
+                continue
+            x, a = atom.arg, atom.modulus
+            div = FloorDiv(x, a)
+            if terms.get(div) == k * a:
+                del terms[atom], terms[div]
+                merged = scale(x, k)
+            else:
+                outer = next(
+                    (
+                        o
+                        for o, ko in terms.items()
+                        if isinstance(o, Mod) and ko == k * a and o.arg == Affine(((div, 1),))
+                    ),
+                    None,
+                )
+                if outer is None:
+                    continue
+                del terms[atom], terms[outer]
+                merged = scale(mod(x, a * outer.modulus), k)
+            for t, c in merged.terms:
+                terms[t] = terms.get(t, 0) + c
+            const += merged.const
+            changed = True
+            break
+    return terms, const
+
+
+def strides_of(shape: Sequence[int]) -> list[int]:
+    strides = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    return strides
+
+
+def linearize(index: Sequence[Affine], shape: Sequence[int]) -> Affine:
+    return add(*(scale(e, s) for e, s in zip(index, strides_of(shape), strict=True)))
+
+
+def delinearize(e: Affine, shape: Sequence[int]) -> Index:
+    return tuple(
+        ZERO if d <= 1 else mod(floordiv(e, s), d)  # (size 0: never runs)
+        for d, s in zip(shape, strides_of(shape), strict=True)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Where each operand element comes from
+# ---------------------------------------------------------------------------------------------
+
+LAYOUT_OPS = graph.BroadcastInDimOp | graph.ReshapeOp | graph.PermuteOp | graph.SliceOp
+
+
+def broadcast_index(index: Index, in_shape: Sequence[int], out_shape: Sequence[int]) -> Index:
+    """Torch broadcasting: shapes align on the right, a size-1 dim reads element 0."""
+    lead = len(out_shape) - len(in_shape)
+    return tuple(ZERO if d == 1 else index[lead + k] for k, d in enumerate(in_shape))
+
+
+def operand_indices(op: Operation, index: Index) -> list[Index]:
+    """The index of each operand's element that the result element at `index` reads (every
+    op but concat and real reductions)."""
+    out_shape = shape_of(op.results[0])
+    if isinstance(op, graph.BroadcastInDimOp):
+        in_shape = shape_of(op.input)
+        return [tuple(ZERO if in_shape[i] == 1 else index[d] for i, d in enumerate(op.dim_map))]
+    if isinstance(op, graph.ReshapeOp):
+        return [delinearize(linearize(index, out_shape), shape_of(op.input))]
+    if isinstance(op, graph.PermuteOp):
+        src = [ZERO] * len(index)
+        for i, p in enumerate(op.permutation):
+            src[p] = index[i]
+        return [tuple(src)]
+    if isinstance(op, graph.SliceOp):
+        start, _, stride = op.bounds
+        return [
+            tuple(
+                add(scale(e, k), constant_index(s))
+                for e, s, k in zip(index, start, stride, strict=True)
+            )
+        ]
+    if isinstance(op, graph.ReduceOp):  # no dims: the identity
+        return [index]
+    return [broadcast_index(index, shape_of(v), out_shape) for v in op.operands]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions: accumulator type, initial value, combination, final value
+# ---------------------------------------------------------------------------------------------
+
+_FLOAT_COMBINE: dict[str, Callable[[SSAValue, SSAValue], Operation]] = {
+    "graph.reduce_sum": arith.AddfOp,
+    "graph.reduce_mean": arith.AddfOp,
+    "graph.reduce_prod": arith.MulfOp,
+    "graph.reduce_max": arith.MaximumfOp,
+    "graph.reduce_min": arith.MinimumfOp,
+}
+_INT_COMBINE: dict[str, Callable[[SSAValue, SSAValue], Operation]] = {
+    "graph.reduce_sum": arith.AddiOp,
+    "graph.reduce_prod": arith.MuliOp,
+    "graph.reduce_max": arith.MaxSIOp,
+    "graph.reduce_min": arith.MinSIOp,
+}
+# torch reduces bools as integers and casts back: sum/max are `or`, prod/min are `and`.
+_BOOL_COMBINE: dict[str, Callable[[SSAValue, SSAValue], Operation]] = {
+    "graph.reduce_sum": arith.OrIOp,
+    "graph.reduce_prod": arith.AndIOp,
+    "graph.reduce_max": arith.OrIOp,
+    "graph.reduce_min": arith.AndIOp,
+}
+
+
+def accumulator_type(op: graph.ReduceOp) -> Attribute:
+    return compute_type(dtype_of(op.input))
+
+
+def reduction_init(op: graph.ReduceOp) -> float | int:
+    t = dtype_of(op.input)
+    if op.name in ("graph.reduce_sum", "graph.reduce_mean"):
+        return 0.0 if is_float(t) else 0
+    if op.name == "graph.reduce_prod":
+        return 1.0 if is_float(t) else 1
+    is_max = op.name == "graph.reduce_max"
+    if is_float(t):
+        return float("-inf") if is_max else float("inf")
+    if t == i1:
+        return 0 if is_max else 1
+    assert isinstance(t, IntegerType)
+    bits = t.width.data
+    return -(1 << (bits - 1)) if is_max else (1 << (bits - 1)) - 1
+
+
+REASSOC = arith.FastMathFlagsAttr([FastMathFlag.REASSOC])
+"""The flags of a float sum/product accumulation: the reduction may be reassociated (split into
+vector lanes and partial sums), which is what lets LLVM vectorize it. Only the accumulating op
+carries them; max/min need none (`llvm.maximum`/`llvm.minimum` vectorize as they are, NaN
+propagating like torch)."""
+
+
+def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Operation]:
+    t = dtype_of(op.input)
+    table = _FLOAT_COMBINE if is_float(t) else _BOOL_COMBINE if t == i1 else _INT_COMBINE
+    if op.name not in table:
+        raise UnsupportedScalarOp(f"'{op.name}' on {t} has no loop lowering")
+    combine = table[op.name]
+    if combine in (arith.AddfOp, arith.MulfOp):
+        return lambda acc, x: combine(acc, x, REASSOC)  # pyright: ignore[reportCallIssue]
+    return combine
+
+
+# ---------------------------------------------------------------------------------------------
+# Analysis: the loop structure of a group
+# ---------------------------------------------------------------------------------------------
+
+
+def is_real_reduction(op: Operation) -> TypeGuard[graph.ReduceOp]:
+    return isinstance(op, graph.ReduceOp) and bool(op.reduce_dims)
+
+
+def _is_supported(op: Operation) -> bool:
+    return isinstance(
+        op, graph.ConstantOp | graph.ConcatOp | graph.ReduceOp | LAYOUT_OPS
+    ) or has_scalar_rule(op.name)
+
+
+def _phases(reductions: Sequence[graph.ReduceOp]) -> list[list[graph.ReduceOp]]:
+    """Reductions grouped by phase: 1 + the latest phase of a reduction their input needs."""
+    depth: dict[SSAValue, int] = {}
+
+    def depth_of(v: SSAValue) -> int:
+        if v in depth:
+            return depth[v]
+        op = v.owner
+        d = 0
+        if isinstance(op, Operation):
+            d = max((depth_of(o) for o in op.operands), default=0)
+            if is_real_reduction(op):
+                d += 1
+        depth[v] = d
+        return d
+
+    phases: dict[int, list[graph.ReduceOp]] = {}
+    for r in reductions:
+        phases.setdefault(depth_of(r.result), []).append(r)
+    return [phases[k] for k in sorted(phases)]
+
+
+@dataclass
+class Domain:
+    """The iteration space of a kernel: the full shape, its reduced dims, and the symbolic
+    index of the full shape's element in terms of the loop variables."""
+
+    full_shape: tuple[int, ...]
+    reduce_dims: tuple[int, ...]
+    parallel: list[LoopVar]
+    reduce_vars: list[LoopVar]
+    full_index: Index
+    flat: bool
+
+    def row_index(self, keepdim: bool) -> Index:
+        if keepdim:
+            return tuple(
+                ZERO if k in self.reduce_dims else e for k, e in enumerate(self.full_index)
+            )
+        return tuple(e for k, e in enumerate(self.full_index) if k not in self.reduce_dims)
+
+    def row_shape(self, keepdim: bool) -> tuple[int, ...]:
+        return reduced_shape(self.full_shape, self.reduce_dims, keepdim)
+
+    def writes_per_element(self, shape: tuple[int, ...]) -> bool:
+        """Whether an output of `shape` is written in the innermost loop (else once per row)."""
+        return self.flat or shape == self.full_shape
+
+    def output_index(self, shape: tuple[int, ...]) -> Index:
+        """The index of the output element computed by one iteration."""
+        if self.flat:
+            return delinearize(var_index(self.parallel[0]), shape)
+        if shape == self.full_shape:
+            return self.full_index
+        return self.row_index(shape == self.row_shape(True))
+
+
+def nd_domain(full: tuple[int, ...], reduce_dims: tuple[int, ...]) -> Domain:
+    """One loop variable per dim of extent != 1: parallel for kept dims, scf.for for reduced."""
+    parallel: list[LoopVar] = []
+    reduce_vars: list[LoopVar] = []
+    index: list[Affine] = []
+    for k, d in enumerate(full):
+        if d == 1:
+            index.append(ZERO)
+            continue
+        v = LoopVar(k, d)
+        (reduce_vars if k in reduce_dims else parallel).append(v)
+        index.append(var_index(v))
+    if not parallel:
+        parallel.append(LoopVar(len(full), 1))
+    return Domain(full, reduce_dims, parallel, reduce_vars, tuple(index), flat=False)
+
+
+def flat_domain(full: tuple[int, ...]) -> Domain:
+    f = LoopVar(0, numel(full))
+    return Domain(full, (), [f], [], delinearize(var_index(f), full), flat=True)
+
+
+@dataclass
+class Leaf:
+    """A value the kernel reads from a buffer (`arg` = kernel argument number) or that is a
+    splat constant (`splat`)."""
+
+    arg: int | None = None
+    splat: float | int | None = None
+
+
+def splat_value(op: graph.ConstantOp) -> float | int | None:
+    values = op.value.get_values()
+    first = values[0] if values else None
+    if first is None or any(v != first for v in values):
+        return None
+    return first
+
+
+def _loads_are_flat(
+    outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf], full: tuple[int, ...]
+) -> bool:
+    """Whether, with a flat loop over `full`, every buffer is read at the loop's own position
+    or at a constant one (then 1-D buffers make every access direct)."""
+    dom = flat_domain(full)
+    f = var_index(dom.parallel[0])
+    seen: set[tuple[SSAValue, Index]] = set()
+    todo = [(v, dom.output_index(shape_of(v))) for v in outputs]
+    while todo:
+        v, index = todo.pop()
+        if (v, index) in seen:
+            continue
+        seen.add((v, index))
+        leaf = leaves.get(v)
+        if leaf is not None:
+            offset = linearize(index, shape_of(v))
+            if leaf.arg is not None and offset.terms and offset != f:
+                return False
+            continue
+        op = v.owner
+        assert isinstance(op, Operation)
+        if isinstance(op, graph.ConcatOp):
+            return False
+        todo.extend(zip(op.operands, operand_indices(op, index), strict=True))
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel building
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Scope:
+    """A block being filled: the loop variables it defines, what was emitted in it (valid in
+    it and in nested scopes), and the open nested op (new ops go before it)."""
+
+    block: Block
+    parent: Scope | None
+    var_values: dict[int, SSAValue] = field(default_factory=dict[int, SSAValue])
+    memo: dict[object, SSAValue] = field(default_factory=dict[object, SSAValue])
+    barrier: bool = False
+    """Values may not move out of it (an scf.if branch)."""
+    root: bool = False
+    """The parallel loop's body: nothing but constants goes further out."""
+    anchor: Operation | None = None
+
+    def insert(self, op: Operation) -> None:
+        if self.anchor is not None:
+            self.block.insert_op_before(op, self.anchor)
+        else:
+            self.block.add_op(op)
+
+
+def buffer_type(value: SSAValue, flat: bool) -> MemRefType[Attribute]:
+    t = dtype_of(value)
+    shape = [numel(shape_of(value))] if flat else list(shape_of(value))
+    return MemRefType(i8 if t == i1 else t, shape)
+
+
+class KernelBuilder:
+    """Builds the kernel of one group (see the module docstring); implements
+    `xfuse.passes.lowering.scalar_ops.ScalarBuilder`."""
+
+    def __init__(
+        self,
+        name: str,
+        group: fusion.GroupOp,
+        leaves: dict[SSAValue, Leaf],
+        buffers: list[SSAValue],
+    ):
+        self.name = name
+        self.group = group
+        self.leaves = leaves
+        self.buffers = buffers
+        self.outputs = list(group.yield_op.values)
+        self.row_values: dict[Operation, SSAValue] = {}
+        ops = [op for op in group.block.ops if not isinstance(op, fusion.YieldOp)]
+        for op in ops:
+            if not _is_supported(op):
+                raise self.error(f"'{op.name}' has no loop lowering")
+        self.reductions: list[graph.ReduceOp] = [
+            op for op in ops if isinstance(op, graph.ReduceOp) and op.reduce_dims
+        ]
+        self.domain = self._domain()
+
+    def error(self, reason: str) -> LoopLoweringError:
+        return LoopLoweringError(f"cannot lower @{self.name} to loops: {reason}")
+
+    # -- structure -----------------------------------------------------------------------------
+
+    def _domain(self) -> Domain:
+        full, dims = self._full_shape()
+        if not self.reductions and len({numel(shape_of(v)) for v in self.outputs}) == 1:
+            # outputs of one element count: one flat loop, each output delinearizes it
+            same_shape = all(shape_of(v) == full for v in self.outputs)
+            if not same_shape or _loads_are_flat(self.outputs, self.leaves, full):
+                return flat_domain(full)
+        allowed = {full, reduced_shape(full, dims, True), reduced_shape(full, dims, False)}
+        for v in self.outputs:
+            if shape_of(v) not in allowed:
+                raise self.error(
+                    f"output of shape {graph.fmt_shape(shape_of(v))} is neither the group's "
+                    f"full shape {graph.fmt_shape(full)} nor its row shape"
+                )
+        return nd_domain(full, dims)
+
+    def _full_shape(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The shape the reductions reduce and their dims (the first output's shape, no dims,
+        without reductions)."""
+        if not self.reductions:
+            return shape_of(self.outputs[0]), ()
+        first = self.reductions[0]
+        full, dims = shape_of(first.input), first.reduce_dims
+        for r in self.reductions[1:]:
+            if (shape_of(r.input), r.reduce_dims) != (full, dims):
+                raise self.error(
+                    f"reductions over different dims or shapes ({graph.fmt_shape(full)} dims "
+                    f"{list(dims)} and {graph.fmt_shape(shape_of(r.input))} dims "
+                    f"{list(r.reduce_dims)}) do not share one row loop"
+                )
+        return full, dims
+
+    def build(self) -> func.FuncOp:
+        d = self.domain
+        arg_types = [buffer_type(v, d.flat) for v in [*self.buffers, *self.outputs]]
+        kernel = func.FuncOp(self.name, FunctionType.from_lists(arg_types, []))
+        kernel.attributes[KERNEL_ATTR] = UnitAttr()
+        kernel.attributes[PARALLEL_DIMS_ATTR] = IntegerAttr(len(d.parallel), i64)
+        entry = kernel.body.block
+        self.args = list(entry.args)
+        self.scope = Scope(entry, None)
+        zero, one = self.index_constant(0), self.index_constant(1)
+        body = Block(arg_types=[IndexType()] * len(d.parallel))
+        loop = scf.ParallelOp(
+            [zero] * len(d.parallel),
+            [self.index_constant(v.extent) for v in d.parallel],
+            [one] * len(d.parallel),
+            Region(body),
+        )
+        entry.add_op(loop)
+        entry.add_op(func.ReturnOp())
+        self.scope.anchor = loop
+        self.scope = Scope(
+            body,
+            self.scope,
+            {v.ident: a for v, a in zip(d.parallel, body.args, strict=True)},
+            root=True,
+        )
+        try:
+            self._emit_row()
+        except UnsupportedScalarOp as e:
+            raise self.error(str(e)) from None
+        body.add_op(scf.ReduceOp())
+        return kernel
+
+    def _emit_row(self) -> None:
+        for phase in _phases(self.reductions):
+            self._emit_phase(phase)
+        d = self.domain
+        full = [(v, i) for i, v in enumerate(self.outputs) if d.writes_per_element(shape_of(v))]
+        for i, v in enumerate(self.outputs):
+            if not d.writes_per_element(shape_of(v)):
+                self.store(v, i, d.output_index(shape_of(v)))
+
+        def write_full(_: list[SSAValue]) -> list[SSAValue]:
+            for v, i in full:
+                self.store(v, i, d.output_index(shape_of(v)))
+            return []
+
+        if full:
+            self.for_nest(d.reduce_vars, [], write_full)
+
+    def _emit_phase(self, phase: list[graph.ReduceOp]) -> None:
+        inits = [self.constant(reduction_init(r), accumulator_type(r)) for r in phase]
+
+        def accumulate(accs: list[SSAValue]) -> list[SSAValue]:
+            out: list[SSAValue] = []
+            for r, acc in zip(phase, accs, strict=True):
+                x = self.value_at(r.input, self.domain.full_index)
+                x = to_compute(self, x, dtype_of(r.input))
+                out.append(self.insert(reduction_combiner(r)(acc, x)))
+            return out
+
+        for r, acc in zip(
+            phase, self.for_nest(self.domain.reduce_vars, inits, accumulate), strict=True
+        ):
+            self.row_values[r] = self._finalize(r, acc)
+
+    def _finalize(self, r: graph.ReduceOp, acc: SSAValue) -> SSAValue:
+        if isinstance(r, graph.ReduceMeanOp):
+            count = numel([shape_of(r.input)[k] for k in r.reduce_dims])
+            acc = self.insert(arith.DivfOp(acc, self.constant(float(count), acc.type)))
+        return from_compute(self, acc, dtype_of(r.result))
+
+    def for_nest(
+        self,
+        loop_vars: Sequence[LoopVar],
+        carried: list[SSAValue],
+        body: Callable[[list[SSAValue]], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """Nested `scf.for` over `loop_vars` (outer first) carrying `carried` as iter_args;
+        `body` maps the innermost iteration's carried values to the next ones."""
+        if not loop_vars:
+            return body(carried)
+        v = loop_vars[0]
+        block = Block(arg_types=[IndexType(), *(c.type for c in carried)])
+        loop = scf.ForOp(
+            self.index_constant(0),
+            self.index_constant(v.extent),
+            self.index_constant(1),
+            carried,
+            block,
+        )
+        self.scope.insert(loop)
+        with self.child_scope(block, loop, {v.ident: block.args[0]}):
+            results = self.for_nest(loop_vars[1:], list(block.args[1:]), body)
+            self.scope.insert(scf.YieldOp(*results))
+        return list(loop.results)
+
+    # -- scopes --------------------------------------------------------------------------------
+
+    @contextmanager
+    def child_scope(
+        self, block: Block, op: Operation, var_values: dict[int, SSAValue], barrier: bool = False
+    ) -> Iterator[Scope]:
+        """Fill `block` of `op` (already inserted in the current scope)."""
+        parent = self.scope
+        saved, parent.anchor = parent.anchor, op
+        self.scope = Scope(block, parent, var_values, barrier=barrier)
+        try:
+            yield self.scope
+        finally:
+            self.scope, parent.anchor = parent, saved
+
+    @contextmanager
+    def in_scope(self, scope: Scope) -> Iterator[None]:
+        saved, self.scope = self.scope, scope
+        try:
+            yield
+        finally:
+            self.scope = saved
+
+    def lookup(self, key: object) -> SSAValue | None:
+        s: Scope | None = self.scope
+        while s is not None:
+            if key in s.memo:
+                return s.memo[key]
+            s = s.parent
+        return None
+
+    def target_scope(self, needed: frozenset[int], pure: bool) -> Scope:
+        """The outermost scope where a value needing loop variables `needed` may go: the one
+        defining the innermost of them, not beyond an scf.if branch unless `pure`."""
+        s = self.scope
+        while not (needed & s.var_values.keys() or s.root or (s.barrier and not pure)):
+            assert s.parent is not None
+            s = s.parent
+        return s
+
+    def memoized(
+        self, key: object, needed: frozenset[int], pure: bool, compute: Callable[[], SSAValue]
+    ) -> SSAValue:
+        hit = self.lookup(key)
+        if hit is not None:
+            return hit
+        target = self.target_scope(needed, pure)
+        with self.in_scope(target):
+            value = compute()
+        target.memo[key] = value
+        return value
+
+    # -- ScalarBuilder -------------------------------------------------------------------------
+
+    def insert(self, op: Operation) -> SSAValue:
+        self.scope.insert(op)
+        return op.results[0]
+
+    def constant(self, value: float | int, type: Attribute) -> SSAValue:
+        entry = self.scope
+        while entry.parent is not None:
+            entry = entry.parent
+        key = ("constant", repr(value), type)
+        if key not in entry.memo:
+            attr = (
+                FloatAttr(float(value), type)  # type: ignore[call-overload]
+                if is_float(type)
+                else IntegerAttr(int(value), type)  # type: ignore[call-overload]
+            )
+            op = arith.ConstantOp(attr)  # pyright: ignore[reportArgumentType]
+            entry.insert(op)
+            entry.memo[key] = op.result
+        return entry.memo[key]
+
+    def index_constant(self, value: int) -> SSAValue:
+        return self.constant(value, IndexType())
+
+    # -- indices -------------------------------------------------------------------------------
+
+    def index_value(self, e: Affine) -> SSAValue:
+        if not e.terms:
+            return self.index_constant(e.const)
+        return self.memoized(("index", e), loop_vars(e), True, lambda: self._compute_index(e))
+
+    def _compute_index(self, e: Affine) -> SSAValue:
+        if e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1:
+            return self._compute_atom(e.terms[0][0])
+        acc: SSAValue | None = None
+        for atom, k in e.terms:
+            v = self.index_value(Affine(((atom, 1),)))
+            if k != 1:
+                v = self.insert(arith.MuliOp(v, self.index_constant(k)))
+            acc = v if acc is None else self.insert(arith.AddiOp(acc, v))
+        assert acc is not None
+        if e.const:
+            acc = self.insert(arith.AddiOp(acc, self.index_constant(e.const)))
+        return acc
+
+    def _compute_atom(self, a: Atom) -> SSAValue:
+        if isinstance(a, LoopVar):
+            s: Scope | None = self.scope
+            while s is not None:
+                if a.ident in s.var_values:
+                    return s.var_values[a.ident]
+                s = s.parent
+            raise AssertionError(f"loop variable {a} is not defined here")
+        op = arith.DivUIOp if isinstance(a, FloorDiv) else arith.RemUIOp
+        c = a.divisor if isinstance(a, FloorDiv) else a.modulus
+        return self.insert(op(self.index_value(a.arg), self.index_constant(c)))
+
+    def access(self, value: SSAValue, index: Index) -> list[SSAValue]:
+        """memref indices of `value`'s element at `index` in its buffer."""
+        if self.domain.flat:
+            return [self.index_value(linearize(index, shape_of(value)))]
+        return [self.index_value(e) for e in index]
+
+    # -- values --------------------------------------------------------------------------------
+
+    def value_at(self, v: SSAValue, index: Index) -> SSAValue:
+        """The scalar value of `v`'s element at `index`."""
+        return self.memoized(
+            ("value", v, index), index_vars(index), False, lambda: self._compute_value(v, index)
+        )
+
+    def _compute_value(self, v: SSAValue, index: Index) -> SSAValue:
+        leaf = self.leaves.get(v)
+        if leaf is not None:
+            return self._leaf_at(leaf, v, index)
+        op = v.owner
+        assert isinstance(op, Operation)
+        if isinstance(op, graph.ConcatOp):
+            return self._concat_at(op, index, 0)
+        if is_real_reduction(op):
+            return self._row_value(op, index)
+        operands = [
+            self.value_at(o, i)
+            for o, i in zip(op.operands, operand_indices(op, index), strict=True)
+        ]
+        if isinstance(op, LAYOUT_OPS | graph.ReduceOp):
+            return operands[0]
+        if isinstance(op, graph.CastOp):
+            return emit_cast(self, operands[0], dtype_of(op.input), dtype_of(op.result))
+        if isinstance(op, graph.WhereOp):
+            return emit_select(self, *operands)
+        return emit_elementwise(self, op.name, operands, dtype_of(op.operands[0]))
+
+    def _leaf_at(self, leaf: Leaf, v: SSAValue, index: Index) -> SSAValue:
+        t = dtype_of(v)
+        if leaf.splat is not None:
+            return self.constant(leaf.splat, t)
+        assert leaf.arg is not None
+        loaded = self.insert(memref.LoadOp.get(self.args[leaf.arg], self.access(v, index)))
+        return self.insert(arith.TruncIOp(loaded, i1)) if t == i1 else loaded
+
+    def _row_value(self, op: graph.ReduceOp, index: Index) -> SSAValue:
+        want = self.domain.row_index(op.keeps_dims)
+        for got, expected, size in zip(index, want, shape_of(op.result), strict=True):
+            if size != 1 and got != expected:
+                raise self.error(
+                    f"the result of '{op.name}' is read at another row than its own "
+                    "(one row loop cannot express it)"
+                )
+        return self.row_values[op]
+
+    def _concat_at(self, op: graph.ConcatOp, index: Index, first: int) -> SSAValue:
+        """`scf.if` chain over the inputs from `first` on, skipping the tests the index's
+        bounds already decide."""
+        axis = op.axis
+        offsets = [0]
+        for v in op.inputs:
+            offsets.append(offsets[-1] + shape_of(v)[axis])
+        lo, hi = bounds(index[axis])
+        k = first
+        while offsets[k + 1] <= lo:
+            k += 1
+        shifted = (
+            index[:axis] + (add(index[axis], constant_index(-offsets[k])),) + index[axis + 1 :]
+        )
+        if k == len(op.inputs) - 1 or hi < offsets[k + 1]:
+            return self.value_at(op.inputs[k], shifted)
+        cond = self.insert(
+            arith.CmpiOp(self.index_value(index[axis]), self.index_constant(offsets[k + 1]), "ult")
+        )
+        then_block, else_block = Block(), Block()
+        branch = scf.IfOp(cond, [dtype_of(op.result)], Region(then_block), Region(else_block))
+        self.scope.insert(branch)
+        with self.child_scope(then_block, branch, {}, barrier=True):
+            self.scope.insert(scf.YieldOp(self.value_at(op.inputs[k], shifted)))
+        with self.child_scope(else_block, branch, {}, barrier=True):
+            self.scope.insert(scf.YieldOp(self._concat_at(op, index, k + 1)))
+        return branch.results[0]
+
+    def store(self, v: SSAValue, output: int, index: Index) -> None:
+        x = self.value_at(v, index)
+        if dtype_of(v) == i1:
+            x = self.insert(arith.ExtUIOp(x, i8))
+        ref = self.args[len(self.buffers) + output]
+        self.scope.insert(memref.StoreOp.get(x, ref, self.access(v, index)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups and lone ops to kernels + launches
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoweredGroup:
+    kernel: func.FuncOp
+    launch_inputs: list[SSAValue]
+    hoisted: list[graph.ConstantOp]
+    """Non-splat constants of the group body, to be placed before the launch."""
+
+
+def lower_group(group: fusion.GroupOp, name: str) -> LoweredGroup:
+    """The kernel `@name` of `group` and the values its launch takes (raises CodegenError)."""
+    leaves: dict[SSAValue, Leaf] = {}
+    buffers: list[SSAValue] = []
+    launch_inputs: list[SSAValue] = []
+    hoisted: list[graph.ConstantOp] = []
+    for arg, outer in zip(group.block.args, group.inputs, strict=True):
+        owner = outer.owner
+        splat = splat_value(owner) if isinstance(owner, graph.ConstantOp) else None
+        if splat is not None:
+            leaves[arg] = Leaf(splat=splat)
+            continue
+        leaves[arg] = Leaf(arg=len(buffers))
+        buffers.append(arg)
+        launch_inputs.append(outer)
+    for op in group.block.ops:
+        if isinstance(op, graph.ConstantOp):
+            splat = splat_value(op)
+            if splat is not None:
+                leaves[op.result] = Leaf(splat=splat)
+                continue
+            copy = graph.ConstantOp(op.value)
+            leaves[op.result] = Leaf(arg=len(buffers))
+            buffers.append(op.result)
+            hoisted.append(copy)
+            launch_inputs.append(copy.result)
+    kernel = KernelBuilder(name, group, leaves, buffers).build()
+    return LoweredGroup(kernel, launch_inputs, hoisted)
+
+
+def wrap_in_group(op: Operation) -> fusion.GroupOp:
+    """A detached one-op group around a clone of `op` (its operands are `op`'s)."""
+    inputs = list(dict.fromkeys(op.operands))
+    block = Block(arg_types=[v.type for v in inputs])
+    clone = op.clone(value_mapper=dict(zip(inputs, block.args, strict=True)))
+    block.add_ops([clone, fusion.YieldOp(*clone.results)])
+    return fusion.GroupOp(
+        inputs,
+        [r.type for r in op.results],
+        Region(block),
+        graph.op_kind(op),
+        "lower-to-loops:lone-op",
+    )
+
+
+def is_lone_kernel_op(op: Operation) -> bool:
+    return graph.op_kind(op) in ("elementwise", "broadcast", "injective", "reduction") and not (
+        isinstance(op, graph.ConstantOp)
+    )
+
+
+def is_kernel(op: Operation) -> bool:
+    return isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+
+
+@dataclass
+class FunctionLowering:
+    """Lowers the groups and lone ops of one function, appending kernels to `module`."""
+
+    function: func.FuncOp
+    module: ModuleOp
+    keep_unsupported: bool
+    count: int = 0
+    inlined: set[graph.ConstantOp] = field(default_factory=set[graph.ConstantOp])
+    """Constants of the function that kernels read as arith.constant (erased once unused)."""
+
+    def run(self) -> None:
+        for op in list(self.function.body.block.ops):
+            if isinstance(op, fusion.GroupOp):
+                self.lower(op, op)
+            elif is_lone_kernel_op(op):
+                group = wrap_in_group(op)
+                try:
+                    self.lower(group, op)
+                finally:
+                    group.erase()
+        for op in self.inlined:
+            if op.parent is not None and not op.result.uses:
+                op.detach()
+                op.erase()
+
+    def kernel_name(self) -> str:
+        while True:
+            name = f"{self.function.sym_name.data}_k{self.count}"
+            self.count += 1
+            if SymbolTable.lookup_symbol(self.module, name) is None:
+                return name
+
+    def lower(self, group: fusion.GroupOp, replaced: Operation) -> None:
+        name = self.kernel_name()
+        try:
+            lowered = lower_group(group, name)
+        except CodegenError as e:
+            if not self.keep_unsupported:
+                raise
+            replaced.attributes[CODEGEN_ERROR_ATTR] = StringAttr(str(e))
+            return
+        self.inlined |= {v.owner for v in group.inputs if isinstance(v.owner, graph.ConstantOp)}
+        block = self.function.body.block
+        for c in lowered.hoisted:
+            block.insert_op_before(c, replaced)
+        launch = fusion.LaunchOp(name, lowered.launch_inputs, [r.type for r in replaced.results])
+        block.insert_op_before(launch, replaced)
+        for old, new in zip(replaced.results, launch.results, strict=True):
+            old.replace_all_uses_with(new)
+        replaced.detach()
+        replaced.erase()
+        self.module.body.block.add_op(lowered.kernel)
+
+
+@dataclass(frozen=True)
+class LowerToLoopsPass(ModulePass):
+    """Groups and lone graph ops to kernels of loop IR launched with `fusion.launch`."""
+
+    name = "lower-to-loops"
+
+    keep_unsupported: bool = False
+    """Leave groups that cannot be lowered in place (reason in `xfuse.codegen_error`) instead
+    of raising CodegenError."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        functions = [f for f in op.ops if isinstance(f, func.FuncOp) and not is_kernel(f)]
+        for f in functions:
+            if f.body.blocks:
+                FunctionLowering(f, op, self.keep_unsupported).run()

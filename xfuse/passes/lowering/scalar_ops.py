@@ -1,0 +1,235 @@
+"""
+Scalar code for one element of a `graph` op: the table `lower-to-loops` reads to turn each
+elementwise op of a group into `arith` / `math` ops on scalars.
+
+Semantics follow torch on CPU:
+- f16 and bf16 are computed in f32 and rounded back after each op (what eager torch does per
+  op); comparisons of f16/bf16 compare the f32 extensions (exact).
+- Float comparisons use ordered predicates (`oeq`, `olt`, ...), except `ne`, which is `une`:
+  torch says NaN != x.
+- `maximum`, `minimum` and `relu` propagate NaN (`arith.maximumf` / `arith.minimumf`).
+- Integer division truncates (`arith.divsi`); bool `add`/`maximum` are `or`, `mul`/`minimum`
+  are `and`, as torch computes them on bool tensors.
+- Casts: int -> f16/bf16 goes through f32 (as c10::Half/BFloat16 do), float -> bool and
+  int -> bool are `x != 0` (NaN is true), bool -> number is 0 or 1 (`uitofp` / `extui`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    BFloat16Type,
+    Float16Type,
+    Float64Type,
+    IntegerType,
+    f32,
+    i1,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from xfuse.dialects.graph import is_float
+from xfuse.errors import XfuseError
+
+
+class ScalarBuilder(Protocol):
+    """Where scalar ops go: the kernel builder of `lower-to-loops` implements this."""
+
+    def insert(self, op: Operation) -> SSAValue:
+        """Insert `op` at the current point and return its (single) result."""
+        ...
+
+    def constant(self, value: float | int, type: Attribute) -> SSAValue:
+        """An `arith.constant` of `type` (shared by every use in the kernel)."""
+        ...
+
+
+class UnsupportedScalarOp(XfuseError):
+    """A graph op on an element type that the scalar table has no rule for."""
+
+
+ScalarFn = Callable[[ScalarBuilder, Sequence[SSAValue], Attribute], SSAValue]
+"""(builder, operands, compute type) -> result."""
+
+
+def is_half(t: Attribute) -> bool:
+    """f16 and bf16: stored as such, computed in f32."""
+    return isinstance(t, Float16Type | BFloat16Type)
+
+
+def compute_type(t: Attribute) -> Attribute:
+    """The type arithmetic on elements of type `t` is done in."""
+    return f32 if is_half(t) else t
+
+
+def float_width(t: Attribute) -> int:
+    if isinstance(t, Float64Type):
+        return 64
+    return 16 if is_half(t) else 32
+
+
+# ---------------------------------------------------------------------------------------------
+# Small builders
+# ---------------------------------------------------------------------------------------------
+
+
+def _unary(op: Callable[[SSAValue], Operation]) -> ScalarFn:
+    return lambda b, xs, t: b.insert(op(xs[0]))
+
+
+def _binary(op: Callable[[SSAValue, SSAValue], Operation]) -> ScalarFn:
+    return lambda b, xs, t: b.insert(op(xs[0], xs[1]))
+
+
+def _cmpf(predicate: str) -> ScalarFn:
+    return lambda b, xs, t: b.insert(arith.CmpfOp(xs[0], xs[1], predicate))
+
+
+def _cmpi(predicate: str) -> ScalarFn:
+    return lambda b, xs, t: b.insert(arith.CmpiOp(xs[0], xs[1], predicate))
+
+
+def _relu_f(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.MaximumfOp(xs[0], b.constant(0.0, t)))
+
+
+def _relu_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.MaxSIOp(xs[0], b.constant(0, t)))
+
+
+def _neg_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.SubiOp(b.constant(0, t), xs[0]))
+
+
+def _reciprocal(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.DivfOp(b.constant(1.0, t), xs[0]))
+
+
+def _sigmoid(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    one = b.constant(1.0, t)
+    e = b.insert(math.ExpOp(b.insert(arith.NegfOp(xs[0]))))
+    return b.insert(arith.DivfOp(one, b.insert(arith.AddfOp(one, e))))
+
+
+@dataclass(frozen=True)
+class ScalarRule:
+    """How one graph op computes an element, per element-type class."""
+
+    float_fn: ScalarFn | None = None
+    int_fn: ScalarFn | None = None
+    bool_fn: ScalarFn | None = None
+    compare: bool = False
+    """The result is i1 (a comparison): no rounding back to f16/bf16."""
+
+
+# graph op name -> scalar rule. `graph.cast` and `graph.where` are `emit_cast` / `emit_select`.
+SCALAR_RULES: dict[str, ScalarRule] = {
+    "graph.neg": ScalarRule(_unary(arith.NegfOp), _neg_i),
+    "graph.abs": ScalarRule(_unary(math.AbsFOp), _unary(math.AbsIOp)),
+    "graph.relu": ScalarRule(_relu_f, _relu_i),
+    "graph.exp": ScalarRule(_unary(math.ExpOp)),
+    "graph.log": ScalarRule(_unary(math.LogOp)),
+    "graph.sqrt": ScalarRule(_unary(math.SqrtOp)),
+    "graph.rsqrt": ScalarRule(_unary(math.RsqrtOp)),
+    "graph.tanh": ScalarRule(_unary(math.TanhOp)),
+    "graph.erf": ScalarRule(_unary(math.ErfOp)),
+    "graph.sin": ScalarRule(_unary(math.SinOp)),
+    "graph.cos": ScalarRule(_unary(math.CosOp)),
+    "graph.sigmoid": ScalarRule(_sigmoid),
+    "graph.reciprocal": ScalarRule(_reciprocal),
+    "graph.add": ScalarRule(_binary(arith.AddfOp), _binary(arith.AddiOp), _binary(arith.OrIOp)),
+    "graph.sub": ScalarRule(_binary(arith.SubfOp), _binary(arith.SubiOp)),
+    "graph.mul": ScalarRule(_binary(arith.MulfOp), _binary(arith.MuliOp), _binary(arith.AndIOp)),
+    "graph.div": ScalarRule(_binary(arith.DivfOp), _binary(arith.DivSIOp)),
+    "graph.pow": ScalarRule(_binary(math.PowFOp)),
+    "graph.maximum": ScalarRule(
+        _binary(arith.MaximumfOp), _binary(arith.MaxSIOp), _binary(arith.OrIOp)
+    ),
+    "graph.minimum": ScalarRule(
+        _binary(arith.MinimumfOp), _binary(arith.MinSIOp), _binary(arith.AndIOp)
+    ),
+    "graph.eq": ScalarRule(_cmpf("oeq"), _cmpi("eq"), _cmpi("eq"), compare=True),
+    "graph.ne": ScalarRule(_cmpf("une"), _cmpi("ne"), _cmpi("ne"), compare=True),
+    "graph.lt": ScalarRule(_cmpf("olt"), _cmpi("slt"), _cmpi("ult"), compare=True),
+    "graph.le": ScalarRule(_cmpf("ole"), _cmpi("sle"), _cmpi("ule"), compare=True),
+    "graph.gt": ScalarRule(_cmpf("ogt"), _cmpi("sgt"), _cmpi("ugt"), compare=True),
+    "graph.ge": ScalarRule(_cmpf("oge"), _cmpi("sge"), _cmpi("uge"), compare=True),
+}
+
+
+def has_scalar_rule(op_name: str) -> bool:
+    return op_name in SCALAR_RULES or op_name in ("graph.cast", "graph.where")
+
+
+def emit_elementwise(
+    b: ScalarBuilder, op_name: str, operands: Sequence[SSAValue], dtype: Attribute
+) -> SSAValue:
+    """One element of `op_name` on operands of element type `dtype`."""
+    rule = SCALAR_RULES[op_name]
+    if is_float(dtype):
+        fn = rule.float_fn
+    elif dtype == i1:
+        fn = rule.bool_fn
+    else:
+        fn = rule.int_fn
+    if fn is None:
+        raise UnsupportedScalarOp(f"'{op_name}' on {dtype} has no scalar lowering")
+    if not is_half(dtype):
+        return fn(b, operands, dtype)
+    wide = [b.insert(arith.ExtFOp(x, f32)) for x in operands]
+    result = fn(b, wide, f32)
+    return result if rule.compare else b.insert(arith.TruncFOp(result, dtype))
+
+
+def emit_select(b: ScalarBuilder, cond: SSAValue, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+    return b.insert(arith.SelectOp(cond, lhs, rhs))
+
+
+def to_compute(b: ScalarBuilder, x: SSAValue, dtype: Attribute) -> SSAValue:
+    """f16/bf16 -> f32 (exact); other types unchanged."""
+    return b.insert(arith.ExtFOp(x, f32)) if is_half(dtype) else x
+
+
+def from_compute(b: ScalarBuilder, x: SSAValue, dtype: Attribute) -> SSAValue:
+    """Round an f32 result back to f16/bf16; other types unchanged."""
+    return b.insert(arith.TruncFOp(x, dtype)) if is_half(dtype) else x
+
+
+def emit_cast(b: ScalarBuilder, x: SSAValue, src: Attribute, dst: Attribute) -> SSAValue:
+    """torch's `Tensor.to(dst)` on one element of type `src`."""
+    if src == dst:
+        return x
+    if is_float(src):
+        x, src = to_compute(b, x, src), compute_type(src)
+        if dst == i1:
+            return b.insert(arith.CmpfOp(x, b.constant(0.0, src), "une"))
+        if isinstance(dst, IntegerType):
+            return b.insert(arith.FPToSIOp(x, dst))
+        return _float_to_float(b, x, src, dst)
+    if is_float(dst):
+        wide = cast(AnyFloat, compute_type(dst))  # dst is a float type, and so is wide
+        convert = arith.UIToFPOp if src == i1 else arith.SIToFPOp
+        return from_compute(b, b.insert(convert(x, wide)), dst)
+    assert isinstance(src, IntegerType) and isinstance(dst, IntegerType)
+    if dst == i1:
+        return b.insert(arith.CmpiOp(x, b.constant(0, src), "ne"))
+    if src == i1:
+        return b.insert(arith.ExtUIOp(x, dst))
+    if dst.width.data > src.width.data:
+        return b.insert(arith.ExtSIOp(x, dst))
+    return b.insert(arith.TruncIOp(x, dst))
+
+
+def _float_to_float(b: ScalarBuilder, x: SSAValue, src: Attribute, dst: Attribute) -> SSAValue:
+    """`x` is f32 or f64 here; f64 -> f16/bf16 rounds through f32 like c10's conversions."""
+    if src == dst:
+        return x
+    if float_width(dst) > float_width(src):
+        return b.insert(arith.ExtFOp(x, dst))
+    if is_half(dst) and isinstance(src, Float64Type):
+        x = b.insert(arith.TruncFOp(x, f32))
+    return b.insert(arith.TruncFOp(x, dst))
