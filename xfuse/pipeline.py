@@ -6,7 +6,7 @@ Pass pipelines from text, the same syntax as `xfuse-opt -p`:
 
 Pass names are xfuse's passes (`xfuse.passes.get_all_passes()`) and every pass xDSL
 registers (`canonicalize`, `cse`, ...). Errors are `PipelineError`s with one-line messages:
-an unknown pass or option, or an option value the pass cannot use (`OPTION_RULES`: e.g.
+an unknown pass or option, or an option value the pass cannot use (its class's `OPTION_RULES`: e.g.
 `fuse-scored{window=-1}`), when the pipeline is built, `InvalidIRError` (naming the pass that
 produced the invalid IR and the op that does not verify) when it runs.
 
@@ -33,6 +33,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, Verify
 from xfuse.errors import PipelineError
 from xfuse.ir.context import make_context
 from xfuse.passes import get_all_passes
+from xfuse.passes.options import OptionRules
 
 PassFactories = Mapping[str, Callable[[], type[ModulePass]]]
 """Pass name -> factory of the pass class, the form `xDSLOptMain.available_passes` uses."""
@@ -116,50 +117,6 @@ def _check_options(pass_class: type[ModulePass], spec: ArgSpec) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class OptionRule:
-    """The integer values a pass option accepts, and how an error message describes them."""
-
-    accepts: Callable[[int], bool]
-    expected: str
-
-
-POSITIVE = OptionRule(lambda v: v >= 1, "a positive integer")
-NON_NEGATIVE = OptionRule(lambda v: v >= 0, "a non-negative integer")
-LIMIT_OR_ALL = OptionRule(lambda v: v >= -1, "a non-negative integer, or -1 for no limit")
-BLOCK_THREADS = OptionRule(lambda v: 1 <= v <= 1024, "an integer from 1 to 1024")
-ROW_THREADS = OptionRule(
-    lambda v: v == 0 or (64 <= v <= 1024 and v & (v - 1) == 0),
-    "0 (automatic) or a power of two from 64 to 1024",
-)
-
-OPTION_RULES: dict[str, dict[str, OptionRule]] = {
-    "fuse-scored": {
-        "window": POSITIVE,
-        "max_rounds": NON_NEGATIVE,
-        "arg_limit": POSITIVE,
-        "max_group_size": POSITIVE,
-        "max_fusions": LIMIT_OR_ALL,
-    },
-    "fuse-greedy": {"arg_limit": POSITIVE, "max_fusions": LIMIT_OR_ALL},
-    "gpu-map-parallel": {
-        "block_size": BLOCK_THREADS,
-        "rows_block": BLOCK_THREADS,
-        "max_cached": POSITIVE,
-        "unroll": POSITIVE,
-        "row_threads": ROW_THREADS,
-    },
-    "split-reductions": {
-        "min_length": POSITIVE,
-        "normalization_rows": NON_NEGATIVE,
-        "min_column_length": POSITIVE,
-        "column_parallelism": POSITIVE,
-    },
-}
-"""Pass name -> option (field name) -> the values it accepts. Integer options not listed accept
-any integer."""
-
-
 def _annotation(f: dataclasses.Field[object]) -> str:
     return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
 
@@ -174,9 +131,9 @@ def _callable_options(pass_class: type[ModulePass]) -> set[str]:
 
 def check_pass_options(module_pass: ModulePass) -> None:
     """Raise `PipelineError` (one line naming the pass and the option) for an option value the
-    pass cannot use: an integer out of its range (`OPTION_RULES`), a bool where an integer is
+    pass cannot use: an integer out of its range (its class's `OPTION_RULES`), a bool where an integer is
     expected, or a non-callable where a callable is."""
-    rules = OPTION_RULES.get(module_pass.name, {})
+    rules: OptionRules = getattr(module_pass, "OPTION_RULES", {})
     for f in dataclasses.fields(module_pass):
         if not f.init:
             continue

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,15 +17,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 
 from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends import get_backend
 from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape, Tuning
-from xfuse.backends.nvptx import LibdeviceNotFound, find_libdevice
+from xfuse.backends.nvptx import LibdeviceNotFound, compile_to_ptx, find_libdevice
 from xfuse.errors import CodegenError
 from xfuse.ir.context import make_context, parse
-from xfuse.ir.names import KERNEL_ATTR
+from xfuse.ir.names import BLOCK_ATTR, KERNEL_ATTR
 from xfuse.passes.lowering.gpu_map_parallel import GPUMapParallelPass
 from xfuse.runtime.compiler import lower_to_loops
 
@@ -455,3 +456,47 @@ def test_gpu_elementwise_beyond_2_31_elements() -> None:
     torch.testing.assert_close(y[-4096:], x[-4096:] * 2 + 1)
     del y, x
     torch.cuda.empty_cache()
+
+
+def _xfuse_opt(source: Path, passes: str) -> ModuleOp:
+    result = subprocess.run(
+        [sys.executable, "-m", "xfuse.cli.opt", str(source), "-p", passes],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return parse(result.stdout)
+
+
+@pytest.mark.parametrize(
+    "fn, inputs",
+    [
+        (lambda x: torch.relu(x * 2 + 1), (_x(64, 1024),)),
+        (lambda x: torch.softmax(x, -1), (_x(32, 512),)),
+        (lambda x: x.sum(1), (_x(16, 4096),)),
+    ],
+    ids=["pointwise", "softmax", "row-sum"],
+)
+def test_xfuse_opt_maps_kernels_as_the_runtime_does(
+    fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], tmp_path: Path
+) -> None:
+    """One declaration of the GPU mapping's options: `xfuse-opt -p gpu-map-parallel` with its
+    defaults, then `lower-to-nvvm`, gives the PTX that the CUDA backend runs."""
+    module, names = loop_ir(fn, inputs)
+    backend = CUDABackend(ARCH, Tuning())
+    for name in names:
+        launch_line, runtime_ptx = backend.compile(module, name).decode().split("\n", 1)
+        kernel = next(
+            op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == name
+        )
+        source = tmp_path / f"{name}.mlir"
+        source.write_text(str(ModuleOp([kernel.clone()])))
+        mapped = _xfuse_opt(source, "gpu-map-parallel")
+        (mapped_kernel,) = [op for op in mapped.ops if isinstance(op, func.FuncOp)]
+        block = mapped_kernel.attributes[BLOCK_ATTR]
+        assert isinstance(block, IntegerAttr)
+        assert LaunchShape.from_ptx(launch_line).block == block.value.data
+        source.write_text(str(mapped))
+        lowered = _xfuse_opt(source, "lower-to-nvvm")
+        assert compile_to_ptx(lowered, {name: block.value.data}, ARCH, {name: 0}) == runtime_ptx

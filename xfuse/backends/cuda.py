@@ -34,6 +34,7 @@ from xfuse.errors import CodegenError, CUDALaunchError, CUDAUnavailable
 from xfuse.ir.names import BLOCK_ATTR, ITEMS_ATTR, KERNEL_ATTR, STRATEGY_ATTR
 from xfuse.passes.llvm.lower_to_nvvm import POINTER_ALIGNMENT, lower_kernels_to_nvvm
 from xfuse.passes.lowering.gpu_map_parallel import (
+    GPUMapping,
     GPUMappingError,
     map_kernel,
 )
@@ -107,21 +108,12 @@ def _int_attr(kernel: func.FuncOp, name: str) -> int:
 
 
 @dataclass(frozen=True)
-class Tuning:
-    """Code-generation choices of the CUDA backend (`$XFUSE_CUDA_TUNING`, e.g.
+class Tuning(GPUMapping):
+    """Code-generation choices of the CUDA backend: the GPU mapping's (`GPUMapping`, the
+    `gpu-map-parallel` pass's options) and ptxas's. `$XFUSE_CUDA_TUNING`, e.g.
     `unroll=4,row_threads=512`, overrides the defaults; non-default choices are part of the
-    backend's target string, so cached kernels of other choices are not reused)."""
+    backend's target string, so cached kernels of other choices are not reused."""
 
-    block_size: int = 256
-    """Threads per block of grid-stride kernels."""
-    rows_block: int = 256
-    """Threads per block when a warp handles each row."""
-    max_cached: int = 32
-    """Most row elements a thread keeps in registers."""
-    unroll: int = 1
-    """Vector chunks per elementwise thread and grid-stride step."""
-    row_threads: int = 0
-    """Threads per long row (0: about 8 elements each)."""
     rows_min_blocks: int = 0
     """Blocks of a `rows` kernel that must fit on an SM at once: ptxas caps registers so
     (0: ptxas chooses). On an H100, forcing two blocks of 1024 threads (32 registers) made
@@ -157,15 +149,7 @@ def compile_kernel(module: ModuleOp, name: str, arch: str, tuning: Tuning | None
     tuning = tuning or Tuning()
     single, kernel = _single_kernel_module(module, name)
     try:
-        map_kernel(
-            kernel,
-            single,
-            block_size=tuning.block_size,
-            rows_block=tuning.rows_block,
-            max_cached=tuning.max_cached,
-            unroll=tuning.unroll,
-            row_threads=tuning.row_threads,
-        )
+        map_kernel(kernel, single, tuning)
     except GPUMappingError as e:
         raise CodegenError(str(e)) from e
     strategy = kernel.attributes[STRATEGY_ATTR]

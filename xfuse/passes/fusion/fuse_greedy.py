@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -39,6 +40,7 @@ from xfuse.passes.fusion.legality import (
     fusability,
     is_candidate_node,
 )
+from xfuse.passes.options import LIMIT_OR_ALL, POSITIVE, OptionRules
 
 PASS = "fuse-greedy"
 PRODUCER_CONSUMER = "producer-consumer"
@@ -220,6 +222,11 @@ class FuseGreedyPass(ModulePass):
     """
 
     name = "fuse-greedy"
+
+    OPTION_RULES: ClassVar[OptionRules] = {
+        "arg_limit": POSITIVE,
+        "max_fusions": LIMIT_OR_ALL,
+    }
 
     arg_limit: int = 128
     max_fusions: int = -1

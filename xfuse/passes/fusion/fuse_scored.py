@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -34,6 +35,7 @@ from xfuse.passes.fusion.legality import (
     check_recompute,
     is_candidate_node,
 )
+from xfuse.passes.options import LIMIT_OR_ALL, NON_NEGATIVE, POSITIVE, OptionRules
 
 PASS = "fuse-scored"
 PRODUCER_CONSUMER = "producer-consumer"
@@ -304,6 +306,14 @@ class FuseScoredPass(ModulePass):
     """
 
     name = "fuse-scored"
+
+    OPTION_RULES: ClassVar[OptionRules] = {
+        "window": POSITIVE,
+        "max_rounds": NON_NEGATIVE,
+        "arg_limit": POSITIVE,
+        "max_group_size": POSITIVE,
+        "max_fusions": LIMIT_OR_ALL,
+    }
 
     window: int = 64
     max_rounds: int = 10

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 from xdsl.builder import Builder
 from xdsl.context import Context
@@ -60,6 +61,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from xfuse.errors import XfuseError
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.names import ALIGN_ATTR, BLOCK_ATTR, ITEMS_ATTR, KERNEL_ATTR, LANE_ATTR, STRATEGY_ATTR
+from xfuse.passes.options import BLOCK_THREADS, POSITIVE, ROW_THREADS, OptionRules
 
 WARP = 32
 MAX_BLOCK = 1024
@@ -894,17 +896,45 @@ def _parallel_shape(kernel: func.FuncOp, par: scf.ParallelOp) -> list[int]:
     return shape
 
 
-def map_kernel(
-    kernel: func.FuncOp,
-    module: ModuleOp,
-    *,
-    block_size: int = 256,
-    rows_block: int = 256,
-    max_cached: int = 32,
-    unroll: int = 2,
-    row_threads: int = 0,
-) -> str:
+@dataclass(frozen=True)
+class GPUMapping:
+    """The choices of the GPU mapping, each declared once with its one default: the fields of
+    the `gpu-map-parallel` pass and of the CUDA backend's `Tuning` (which adds ptxas choices),
+    so that `xfuse-opt -p gpu-map-parallel` maps a kernel as the runtime does."""
+
+    block_size: int = 256
+    """Threads per block of grid-stride kernels."""
+
+    rows_block: int = 256
+    """Threads per block when one warp handles each row."""
+
+    max_cached: int = 32
+    """Most row elements one thread keeps in registers; longer rows are re-read."""
+
+    unroll: int = 1
+    """Vector chunks an elementwise thread loads per grid-stride step (bytes in flight; an
+    H100 sweep found one chunk per thread with as many blocks as the work needs fastest)."""
+
+    row_threads: int = 0
+    """Threads per long row (0: about 8 elements each, up to 1024)."""
+
+    OPTION_RULES: ClassVar[OptionRules] = {
+        "block_size": BLOCK_THREADS,
+        "rows_block": BLOCK_THREADS,
+        "max_cached": POSITIVE,
+        "unroll": POSITIVE,
+        "row_threads": ROW_THREADS,
+    }
+
+
+def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUMapping()) -> str:
     """Map one kernel; returns the strategy chosen."""
+    block_size, unroll = mapping.block_size, mapping.unroll
+    max_cached, rows_block, row_threads = (
+        mapping.max_cached,
+        mapping.rows_block,
+        mapping.row_threads,
+    )
     par = _outer_parallel(kernel)
     if par is None:
         _map_single_thread(kernel)
@@ -934,25 +964,11 @@ def map_kernel(
 
 
 @dataclass(frozen=True)
-class GPUMapParallelPass(ModulePass):
-    """Map the outer `scf.parallel` of every `xfuse.kernel` function onto the CUDA grid."""
+class GPUMapParallelPass(GPUMapping, ModulePass):
+    """Map the outer `scf.parallel` of every `xfuse.kernel` function onto the CUDA grid (options:
+    the fields of `GPUMapping`)."""
 
     name = "gpu-map-parallel"
-
-    block_size: int = 256
-    """Threads per block of grid-stride kernels (the runtime may choose another)."""
-
-    rows_block: int = 256
-    """Threads per block when one warp handles each row."""
-
-    max_cached: int = 32
-    """Most row elements one thread keeps in registers; longer rows are re-read."""
-
-    unroll: int = 2
-    """Vector chunks an elementwise thread loads per grid-stride step (bytes in flight)."""
-
-    row_threads: int = 0
-    """Threads per long row (0: about 8 elements each, up to 1024)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         kernels = [
@@ -961,12 +977,8 @@ class GPUMapParallelPass(ModulePass):
             if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes
         ]
         for kernel in kernels:
-            map_kernel(
-                kernel,
-                op,
-                block_size=self.block_size,
-                rows_block=self.rows_block,
-                max_cached=self.max_cached,
-                unroll=self.unroll,
-                row_threads=self.row_threads,
-            )
+            map_kernel(kernel, op, self.mapping())
+
+    def mapping(self) -> GPUMapping:
+        """The pass's options as a `GPUMapping`."""
+        return GPUMapping(**{f.name: getattr(self, f.name) for f in fields(GPUMapping)})

@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -60,6 +61,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.graph import dtype_of, numel, shape_of
+from xfuse.passes.options import NON_NEGATIVE, POSITIVE, OptionRules
 
 DIVISOR_SPREAD = 4
 """How far (as a factor) from sqrt(L) an exact divisor of L may be to serve as the chunk length C;
@@ -357,6 +359,13 @@ class SplitReductionsPass(ModulePass):
     results, into two stages."""
 
     name = "split-reductions"
+
+    OPTION_RULES: ClassVar[OptionRules] = {
+        "min_length": POSITIVE,
+        "normalization_rows": NON_NEGATIVE,
+        "min_column_length": POSITIVE,
+        "column_parallelism": POSITIVE,
+    }
 
     min_length: int = 65536
     """Shortest reduced length that is split (the product of the reduced dims)."""
