@@ -55,7 +55,7 @@ class FoldTransposedMatmul(RewritePattern):
         linear = graph.LinearOp(op.lhs, w)
         if linear.result.type != op.result.type:
             return
-        rewriter.replace_op(op, linear)
+        rewriter.replace(op, linear)
 
 
 class FoldBiasIntoLinear(RewritePattern):
@@ -74,8 +74,8 @@ class FoldBiasIntoLinear(RewritePattern):
                 and graph.dtype_of(b) == graph.dtype_of(y)
                 and graph.shape_of(b) in ((graph.shape_of(linear.weight)[0],), ())
             ):
-                rewriter.replace_op(op, graph.LinearOp(linear.input, linear.weight, b))
-                rewriter.erase_op(linear)
+                rewriter.replace(op, graph.LinearOp(linear.input, linear.weight, b))
+                rewriter.erase(linear)
                 return
 
 
@@ -85,7 +85,7 @@ class EraseDeadPermute(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.PermuteOp, rewriter: PatternRewriter) -> None:
         if not op.result.uses:
-            rewriter.erase_op(op)
+            rewriter.erase(op)
 
 
 @dataclass(frozen=True)
