@@ -28,15 +28,10 @@ from xfuse.errors import ExportError, FallbackWarning, XfuseError
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver
 from xfuse.progress import Progress
-from xfuse.report.viz import (
-    FusionSummary,
-    OpIndex,
-    collect_decisions,
-    format_summary,
-    program_dot,
-    render_dot,
-    summarize,
-)
+from xfuse.report.dot import program_dot
+from xfuse.report.op_index import OpIndex, collect_decisions
+from xfuse.report.render import render_dot
+from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.executor import CompiledProgram, Executable
@@ -257,7 +252,7 @@ class Explanation:
         )
 
     def to_dot(self, *, show_params: bool = False) -> str:
-        """The fused program as Graphviz DOT (see `xfuse.report.viz.program_dot`)."""
+        """The fused program as Graphviz DOT (see `xfuse.report.dot.program_dot`)."""
         if self.module is None:
             raise XfuseError("this explanation has no module to draw")
         return program_dot(

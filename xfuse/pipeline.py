@@ -6,7 +6,7 @@ Pass pipelines from text, the same syntax as `xfuse-opt -p`:
 
 Pass names are xfuse's passes (`xfuse.passes.get_all_passes()`) and every pass xDSL
 registers (`canonicalize`, `cse`, ...). Errors are `PipelineError`s with one-line messages:
-an unknown pass or option, or an option value the pass cannot use (its class's `OPTION_RULES`: e.g.
+an unknown pass or option, or an option value the pass cannot use (the rule declared with the option: e.g.
 `fuse-scored{window=-1}`), when the pipeline is built, `InvalidIRError` (naming the pass that
 produced the invalid IR and the op that does not verify) when it runs.
 
@@ -33,7 +33,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, Verify
 from xfuse.errors import PipelineError
 from xfuse.ir.context import make_context
 from xfuse.passes import get_all_passes
-from xfuse.passes.options import OptionRules
+from xfuse.passes.options import option_rule
 
 PassFactories = Mapping[str, Callable[[], type[ModulePass]]]
 """Pass name -> factory of the pass class, the form `xDSLOptMain.available_passes` uses."""
@@ -131,9 +131,8 @@ def _callable_options(pass_class: type[ModulePass]) -> set[str]:
 
 def check_pass_options(module_pass: ModulePass) -> None:
     """Raise `PipelineError` (one line naming the pass and the option) for an option value the
-    pass cannot use: an integer out of its range (its class's `OPTION_RULES`), a bool where an integer is
+    pass cannot use: an integer out of the range its field declares (`xfuse.passes.options.option`), a bool where an integer is
     expected, or a non-callable where a callable is."""
-    rules: OptionRules = getattr(module_pass, "OPTION_RULES", {})
     for f in dataclasses.fields(module_pass):
         if not f.init:
             continue
@@ -148,7 +147,7 @@ def check_pass_options(module_pass: ModulePass) -> None:
                     f"found {type(value).__name__} {value!r}"
                 )
         elif annotation == "int":
-            rule = rules.get(f.name)
+            rule = option_rule(f)
             if isinstance(value, bool) or not isinstance(value, int):
                 shown = str(value).lower() if isinstance(value, bool) else repr(value)
                 raise PipelineError(f"{where} must be an integer, found {shown}")

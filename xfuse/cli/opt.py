@@ -13,7 +13,7 @@ line, `file:line:col: error: message` where there is a location, and exits with 
 `--emit=dot` prints the program after the pipeline as a Graphviz picture instead of IR, and
 `--fusion-report` (`=json` for JSON) prints the fusion report instead: groups, kernels, bytes
 moved with and without fusion, and why the fusion passes of the pipeline refused pairs
-(`xfuse.report.viz` draws and tabulates both).
+(`xfuse.report` draws and tabulates both).
 
 To add a flag, extend `register_all_arguments`; to add an output target, extend
 `register_all_targets` (both call the base class first).
@@ -51,7 +51,9 @@ from xfuse.pipeline import (
     parse_passes,
     verify_module,
 )
-from xfuse.report.viz import OpIndex, collect_decisions, format_summary, program_dot, summarize
+from xfuse.report.dot import program_dot
+from xfuse.report.op_index import OpIndex, collect_decisions
+from xfuse.report.summary import format_summary, summarize
 
 EXIT_ERROR = 1
 EXIT_INTERNAL = 70

@@ -41,6 +41,14 @@ class YieldOp(IRDLOperation):
         super().__init__(operands=[[SSAValue.get(v) for v in values]])
 
 
+def _expect_types(what: str, expected: list[Attribute], found: list[Attribute]) -> None:
+    if expected != found:
+        raise VerifyException(
+            f"expected {what} ({', '.join(map(str, expected))}), "
+            f"found ({', '.join(map(str, found))})"
+        )
+
+
 @irdl_op_definition
 class GroupOp(IRDLOperation):
     """A fused group of ops, run as one kernel.
@@ -87,27 +95,13 @@ class GroupOp(IRDLOperation):
         block = self.body.block
         arg_types = [a.type for a in block.args]
         in_types = [v.type for v in self.inputs]
-        if arg_types != in_types:
-            raise VerifyException(
-                "expected the block arguments to have the input types ("
-                + ", ".join(map(str, in_types))
-                + "), found ("
-                + ", ".join(map(str, arg_types))
-                + ")"
-            )
+        _expect_types("the block arguments to have the input types", in_types, arg_types)
         last = block.last_op
         if not isinstance(last, YieldOp):
             raise VerifyException("expected the body to end with fusion.yield")
         yield_types = [v.type for v in last.values]
         out_types = [r.type for r in self.results]
-        if yield_types != out_types:
-            raise VerifyException(
-                "expected fusion.yield to return the output types ("
-                + ", ".join(map(str, out_types))
-                + "), found ("
-                + ", ".join(map(str, yield_types))
-                + ")"
-            )
+        _expect_types("fusion.yield to return the output types", out_types, yield_types)
         if not self.results:
             raise VerifyException("expected at least one output")
 

@@ -42,6 +42,7 @@ from xfuse.frontend.builder import (
     tensor_type_of_val,
 )
 from xfuse.interpreters.graph import bind_arguments
+from xfuse.ir.dtypes import tensor_input_problem
 
 PARAM_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
@@ -192,14 +193,9 @@ def check_inputs(values: Sequence[Any]) -> None:
     for i, v in enumerate(values):
         if not isinstance(v, torch.Tensor):
             continue
-        if v.layout != torch.strided:
-            raise UnsupportedProgram(
-                f"input {i} is a {v.layout} tensor; only dense tensors are supported"
-            )
-        if v.is_complex():
-            raise UnsupportedProgram(
-                f"input {i} has complex dtype {v.dtype}; complex tensors are not supported"
-            )
+        problem = tensor_input_problem(i, v)
+        if problem is not None:
+            raise UnsupportedProgram(problem)
 
 
 # ---------------------------------------------------------------------------------------------

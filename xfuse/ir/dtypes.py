@@ -70,3 +70,15 @@ def byte_width(element_type: Attribute) -> int:
     if isinstance(element_type, IntegerType):
         return max(1, element_type.width.data // 8)
     raise UnsupportedDtype(f"unknown element type {element_type}")
+
+
+def tensor_input_problem(i: int, value: torch.Tensor) -> str | None:
+    """Why a compiled program cannot take tensor `value` as input `i` (sparse or other
+    non-strided layouts, complex dtypes), or None when it can."""
+    import torch  # here: xfuse-opt and IR-only users do not load torch
+
+    if value.layout != torch.strided:
+        return f"input {i} is a {value.layout} tensor; only dense (strided) tensors are supported"
+    if value.is_complex():
+        return f"input {i} has complex dtype {value.dtype}; complex tensors are not supported"
+    return None

@@ -24,6 +24,7 @@ import torch
 
 from xfuse.errors import UnsupportedInputError
 from xfuse.ir import dtypes
+from xfuse.ir.dtypes import tensor_input_problem
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
 from xfuse.runtime.steps import BufferPool
 
@@ -146,14 +147,9 @@ def check_input(i: int, value: Any, device: torch.device) -> Tensor:
     """One input as a tensor a compiled program can take, or a one-line `UnsupportedInputError`."""
     if not isinstance(value, Tensor):
         raise UnsupportedInputError(f"input {i} is a {type(value).__name__}, expected a tensor")
-    if value.layout != torch.strided:
-        raise UnsupportedInputError(
-            f"input {i} is a {value.layout} tensor; only dense (strided) tensors are supported"
-        )
-    if value.is_complex():
-        raise UnsupportedInputError(
-            f"input {i} has complex dtype {value.dtype}; complex tensors are not supported"
-        )
+    problem = tensor_input_problem(i, value)
+    if problem is not None:
+        raise UnsupportedInputError(problem)
     try:
         dtypes.from_torch(value.dtype)
     except dtypes.UnsupportedDtype as e:

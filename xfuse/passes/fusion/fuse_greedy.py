@@ -19,58 +19,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec
 
-from xfuse.dialects import graph
 from xfuse.passes.fusion.decisions import DecisionLog, FusionDecision
-from xfuse.passes.fusion.graph import FusionGraph, Node, by_position, paused_gc, tensor_bytes
+from xfuse.passes.fusion.graph import (
+    FusionGraph,
+    Node,
+    directly_connected,
+    fuse_each_function,
+    tensor_bytes,
+)
 from xfuse.passes.fusion.legality import (
     FUSED,
     Predicate,
     Verdict,
     check_merge,
     check_recompute,
-    fusability,
     is_candidate_node,
+    sibling_candidates,
 )
-from xfuse.passes.options import LIMIT_OR_ALL, POSITIVE, OptionRules
+from xfuse.passes.options import LIMIT_OR_ALL, POSITIVE, option
 
 PASS = "fuse-greedy"
 PRODUCER_CONSUMER = "producer-consumer"
 MULTI_OUTPUT = "multi-output"
 RECOMPUTE = "recompute"
 SIBLING = "sibling"
-
-
-def function_bodies(module: ModuleOp) -> list[func.FuncOp]:
-    return [f for f in module.walk() if isinstance(f, func.FuncOp) and f.body.blocks]
-
-
-def sibling_candidates(
-    g: FusionGraph, value: SSAValue, readers: tuple[Node, ...] | None = None
-) -> list[list[Node]]:
-    """The fusable readers of `value` (`readers`, when the caller has them), bucketed by
-    iteration domain, in block order."""
-    if readers is None:
-        readers = g.readers_of(value)
-    if len(readers) < 2 or graph.numel(graph.shape_of(value)) <= 1:
-        return []  # most values have one reader: no siblings, and no shape to look at
-    buckets: dict[tuple[int, ...], list[Node]] = {}
-    for node in sorted(readers, key=by_position):
-        if fusability(node).ok:
-            buckets.setdefault(g.space(node).domain, []).append(node)
-    return [b for b in buckets.values() if len(b) > 1]
-
-
-def directly_connected(g: FusionGraph, first: Node, second: Node) -> bool:
-    return any(s is second for s in g.successors(first))
 
 
 @dataclass
@@ -223,27 +202,20 @@ class FuseGreedyPass(ModulePass):
 
     name = "fuse-greedy"
 
-    OPTION_RULES: ClassVar[OptionRules] = {
-        "arg_limit": POSITIVE,
-        "max_fusions": LIMIT_OR_ALL,
-    }
-
-    arg_limit: int = 128
-    max_fusions: int = -1
+    arg_limit: int = option(128, POSITIVE)
+    max_fusions: int = option(-1, LIMIT_OR_ALL)
     fusable: Callable[[Operation], bool] | None = field(default=None, compare=False)
     decisions: list[FusionDecision] = field(
         default_factory=list, init=False, compare=False, repr=False
     )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        self.decisions.clear()
-        for f in function_bodies(op):
-            with paused_gc():
-                fuser = GreedyFuser(
-                    FusionGraph(f.body.block), self.arg_limit, self.fusable, self.max_fusions
-                )
-                fuser.run()
-            self.decisions.extend(fuser.log.decisions)
+        def fuse(g: FusionGraph) -> list[FusionDecision]:
+            fuser = GreedyFuser(g, self.arg_limit, self.fusable, self.max_fusions)
+            fuser.run()
+            return fuser.log.decisions
+
+        self.decisions[:] = fuse_each_function(op, fuse)
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
         # `fusable` is a Python callable: it has no textual form.

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -23,8 +22,14 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from xfuse.passes.fusion.decisions import DecisionLog, FusionDecision, Score
-from xfuse.passes.fusion.fuse_greedy import directly_connected, function_bodies, sibling_candidates
-from xfuse.passes.fusion.graph import FusionGraph, Node, RecomputePlan, by_position, paused_gc
+from xfuse.passes.fusion.graph import (
+    FusionGraph,
+    Node,
+    RecomputePlan,
+    by_position,
+    directly_connected,
+    fuse_each_function,
+)
 from xfuse.passes.fusion.legality import (
     FUSED,
     MAX_ROUNDS,
@@ -34,8 +39,9 @@ from xfuse.passes.fusion.legality import (
     check_pair,
     check_recompute,
     is_candidate_node,
+    sibling_candidates,
 )
-from xfuse.passes.options import LIMIT_OR_ALL, NON_NEGATIVE, POSITIVE, OptionRules
+from xfuse.passes.options import LIMIT_OR_ALL, NON_NEGATIVE, POSITIVE, option
 
 PASS = "fuse-scored"
 PRODUCER_CONSUMER = "producer-consumer"
@@ -307,34 +313,26 @@ class FuseScoredPass(ModulePass):
 
     name = "fuse-scored"
 
-    OPTION_RULES: ClassVar[OptionRules] = {
-        "window": POSITIVE,
-        "max_rounds": NON_NEGATIVE,
-        "arg_limit": POSITIVE,
-        "max_group_size": POSITIVE,
-        "max_fusions": LIMIT_OR_ALL,
-    }
-
-    window: int = 64
-    max_rounds: int = 10
-    arg_limit: int = 128
-    max_group_size: int = 256
-    max_fusions: int = -1
+    window: int = option(64, POSITIVE)
+    max_rounds: int = option(10, NON_NEGATIVE)
+    arg_limit: int = option(128, POSITIVE)
+    max_group_size: int = option(256, POSITIVE)
+    max_fusions: int = option(-1, LIMIT_OR_ALL)
     decisions: list[FusionDecision] = field(
         default_factory=list, init=False, compare=False, repr=False
     )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        self.decisions.clear()
-        for f in function_bodies(op):
-            with paused_gc():
-                fuser = ScoredFuser(
-                    FusionGraph(f.body.block),
-                    self.window,
-                    self.max_rounds,
-                    self.arg_limit,
-                    self.max_group_size,
-                    self.max_fusions,
-                )
-                fuser.run()
-            self.decisions.extend(fuser.log.decisions)
+        def fuse(g: FusionGraph) -> list[FusionDecision]:
+            fuser = ScoredFuser(
+                g,
+                self.window,
+                self.max_rounds,
+                self.arg_limit,
+                self.max_group_size,
+                self.max_fusions,
+            )
+            fuser.run()
+            return fuser.log.decisions
+
+        self.decisions[:] = fuse_each_function(op, fuse)

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import pairwise
 from operator import attrgetter
+from typing import TypeVar
 
-from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue, Use
 from xdsl.traits import IsolatedFromAbove
 
@@ -36,6 +37,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.fusion import GroupOp, YieldOp
 from xfuse.ir.dtypes import byte_width
+from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.op_facts import (
     Space,
     combine_spaces,
@@ -45,6 +47,8 @@ from xfuse.passes.fusion.op_facts import (
     space_of_op,
     stronger_kind,
 )
+
+T = TypeVar("T")
 
 by_position = attrgetter("pos")
 """Sort key: a node's topological position."""
@@ -961,3 +965,18 @@ class FusionGraph:
             value.replace_uses_with_if(res, lambda use: use.operation.parent is not body)
             outer_of[value] = res
         return group
+
+
+def directly_connected(g: FusionGraph, first: Node, second: Node) -> bool:
+    """`second` reads a value of `first`."""
+    return any(s is second for s in g.successors(first))
+
+
+def fuse_each_function(module: ModuleOp, fuse: Callable[[FusionGraph], Iterable[T]]) -> list[T]:
+    """Run `fuse` on the fusion graph of every function body of `module` (the collector
+    paused, see `paused_gc`); returns what the runs return (their decision records), in order."""
+    found: list[T] = []
+    for f in function_bodies(module):
+        with paused_gc():
+            found.extend(fuse(FusionGraph(f.body.block)))
+    return found

@@ -24,19 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Required, TypedDict, Unpack
 
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
+from xfuse.dialects import graph
+from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
 from xfuse.passes.fusion.op_facts import (
     FUSABLE_KINDS,
     combine_spaces,
     gather_mismatch,
     is_constant_op,
 )
-
-if TYPE_CHECKING:
-    from xfuse.passes.fusion.graph import FusionGraph, Node
 
 # ---------------------------------------------------------------------------------------------
 # Reasons
@@ -170,27 +169,19 @@ def mutation_between(g: FusionGraph, first: Node, second: Node) -> Node | None:
     return None
 
 
-def check_merge(
-    g: FusionGraph,
-    first: Node,
-    second: Node,
-    *,
-    arg_limit: int,
-    max_group_size: int | None = None,
-    predicate: Predicate | None = None,
-    sibling: bool = False,
-) -> Verdict:
+class PairLimits(TypedDict, total=False):
+    """The limits `check_pair` takes by keyword (`arg_limit` is required)."""
+
+    arg_limit: Required[int]
+    max_group_size: int | None
+    predicate: Predicate | None
+    sibling: bool
+
+
+def check_merge(g: FusionGraph, first: Node, second: Node, **limits: Unpack[PairLimits]) -> Verdict:
     """Every gate for merging node `first` into node `second` (`first` earlier in the block):
     producer into consumer, or two siblings reading the same tensor (`sibling`)."""
-    verdict = check_pair(
-        g,
-        first,
-        second,
-        arg_limit=arg_limit,
-        max_group_size=max_group_size,
-        predicate=predicate,
-        sibling=sibling,
-    )
+    verdict = check_pair(g, first, second, **limits)
     return check_order(g, first, second) if verdict.ok else verdict
 
 
@@ -270,3 +261,19 @@ def check_recompute(
     if mutator is not None:
         return refuse(MUTATION_HAZARD, f"{g.op_label(mutator)} may write memory in between")
     return PASSED
+
+
+def sibling_candidates(
+    g: FusionGraph, value: SSAValue, readers: tuple[Node, ...] | None = None
+) -> list[list[Node]]:
+    """The fusable readers of `value` (`readers`, when the caller has them), bucketed by
+    iteration domain, in block order."""
+    if readers is None:
+        readers = g.readers_of(value)
+    if len(readers) < 2 or graph.numel(graph.shape_of(value)) <= 1:
+        return []  # most values have one reader: no siblings, and no shape to look at
+    buckets: dict[tuple[int, ...], list[Node]] = {}
+    for node in sorted(readers, key=by_position):
+        if fusability(node).ok:
+            buckets.setdefault(g.space(node).domain, []).append(node)
+    return [b for b in buckets.values() if len(b) > 1]

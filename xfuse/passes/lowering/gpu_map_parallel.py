@@ -32,9 +32,8 @@ kernel touches more than 2^31-1 elements, then 64-bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import ClassVar
 
 from xdsl.builder import Builder
 from xdsl.context import Context
@@ -58,10 +57,12 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import DiagnosticException
 
+from xfuse.dialects.graph import numel
 from xfuse.errors import XfuseError
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.names import ALIGN_ATTR, BLOCK_ATTR, ITEMS_ATTR, KERNEL_ATTR, LANE_ATTR, STRATEGY_ATTR
-from xfuse.passes.options import BLOCK_THREADS, POSITIVE, ROW_THREADS, OptionRules
+from xfuse.passes.lowering.scalar_ops import REDUCTION_IDENTITIES, reduction_identity
+from xfuse.passes.options import BLOCK_THREADS, POSITIVE, ROW_THREADS, option
 
 WARP = 32
 MAX_BLOCK = 1024
@@ -158,16 +159,12 @@ def _memref_type(access: memref.LoadOp | memref.StoreOp) -> MemRefType[Attribute
     return t
 
 
-def _numel(shape: Sequence[int]) -> int:
-    return math.prod(shape)
-
-
 def _index_type_for(kernel: func.FuncOp, extra: int = 0) -> IntegerType:
     """i32 where every buffer and the mapped index space (with headroom `extra`) fit, else i64."""
     largest = extra
     for t in kernel.function_type.inputs:
         if isinstance(t, MemRefType):
-            largest = max(largest, _numel(t.get_shape()))
+            largest = max(largest, numel(t.get_shape()))
     return i32 if largest <= INT32_LIMIT else i64
 
 
@@ -192,26 +189,6 @@ def _delinearize(e: _Emit, flat: SSAValue, shape: Sequence[int]) -> list[SSAValu
 # Reductions: the combiner of an `iter_args` accumulator and the cross-thread combination
 # ---------------------------------------------------------------------------------------------
 
-_COMBINERS: dict[type[Operation], Callable[[Attribute], float | int]] = {
-    arith.AddfOp: lambda t: 0.0,
-    arith.MulfOp: lambda t: 1.0,
-    arith.MaximumfOp: lambda t: -math.inf,
-    arith.MaxnumfOp: lambda t: -math.inf,
-    arith.MinimumfOp: lambda t: math.inf,
-    arith.MinnumfOp: lambda t: math.inf,
-    arith.AddiOp: lambda t: 0,
-    arith.MuliOp: lambda t: 1,
-    arith.MaxSIOp: lambda t: -(2 ** (_int_width(t) - 1)),
-    arith.MinSIOp: lambda t: 2 ** (_int_width(t) - 1) - 1,
-    arith.OrIOp: lambda t: 0,
-    arith.AndIOp: lambda t: -1,
-}
-
-
-def _int_width(t: Attribute) -> int:
-    assert isinstance(t, IntegerType)
-    return t.width.data
-
 
 @dataclass(frozen=True)
 class _Reduction:
@@ -225,7 +202,7 @@ class _Reduction:
         return e.op(self.combiner(a, b))  # type: ignore[call-arg, arg-type]
 
     def identity(self, e: _Emit) -> SSAValue:
-        value = _COMBINERS[self.combiner](self.type)
+        value = reduction_identity(self.combiner, self.type)
         if isinstance(self.type, AnyFloat):
             return e.float_const(float(value), self.type)
         return e.const(int(value), self.type)
@@ -241,7 +218,7 @@ def _loop_reductions(loop: scf.ForOp) -> list[_Reduction] | None:
         producer = value.owner
         if (
             not isinstance(producer, Operation)
-            or type(producer) not in _COMBINERS
+            or type(producer) not in REDUCTION_IDENTITIES
             or acc not in producer.operands
             or len(list(acc.uses)) != 1
             or acc.type not in (f32, i32)
@@ -426,8 +403,8 @@ def _map_grid_stride(
     past the end load the last chunk again (clamped) and skip their stores."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
-    numel = _numel(shape)
-    items = numel // width
+    elements = numel(shape)
+    items = elements // width
     int_type = _index_type_for(kernel, 2 * items + unroll * MAX_BLOCK)
     e = _Emit(Builder(InsertPoint.before(par)), int_type)
     gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
@@ -635,7 +612,7 @@ def _map_rows(
     _hoist_row_invariant_divisions(loops)
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
-    rows = _numel(shape)
+    rows = numel(shape)
     width = _row_width(loops, plan.length)
     threads = _row_threads(plan.length, max_cached, width, row_threads)
     if math.ceil(plan.length / (threads * width)) * width > max_cached:
@@ -902,29 +879,21 @@ class GPUMapping:
     the `gpu-map-parallel` pass and of the CUDA backend's `Tuning` (which adds ptxas choices),
     so that `xfuse-opt -p gpu-map-parallel` maps a kernel as the runtime does."""
 
-    block_size: int = 256
+    block_size: int = option(256, BLOCK_THREADS)
     """Threads per block of grid-stride kernels."""
 
-    rows_block: int = 256
+    rows_block: int = option(256, BLOCK_THREADS)
     """Threads per block when one warp handles each row."""
 
-    max_cached: int = 32
+    max_cached: int = option(32, POSITIVE)
     """Most row elements one thread keeps in registers; longer rows are re-read."""
 
-    unroll: int = 1
+    unroll: int = option(1, POSITIVE)
     """Vector chunks an elementwise thread loads per grid-stride step (bytes in flight; an
     H100 sweep found one chunk per thread with as many blocks as the work needs fastest)."""
 
-    row_threads: int = 0
+    row_threads: int = option(0, ROW_THREADS)
     """Threads per long row (0: about 8 elements each, up to 1024)."""
-
-    OPTION_RULES: ClassVar[OptionRules] = {
-        "block_size": BLOCK_THREADS,
-        "rows_block": BLOCK_THREADS,
-        "max_cached": POSITIVE,
-        "unroll": POSITIVE,
-        "row_threads": ROW_THREADS,
-    }
 
 
 def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUMapping()) -> str:
@@ -941,7 +910,7 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
         return "serial"
     shape = _parallel_shape(kernel, par)
     body = _body_ops(par.body.block)
-    if _numel(shape) == 0:
+    if numel(shape) == 0:
         par.detach()
         par.erase()
         _set_launch(kernel, "elementwise", block_size, 0)
@@ -950,7 +919,7 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
         width = _vector_width(body, shape)
         loaded = {a.memref for a in _accesses(body) if isinstance(a, memref.LoadOp)}
         independent = not (loaded & _stored_memrefs(body))
-        chunks = _numel(shape) // width
+        chunks = numel(shape) // width
         steps = max(1, unroll) if independent and chunks >= 2 * block_size else 1
         _map_grid_stride(kernel, par, shape, width, block_size, steps)
         return "elementwise"

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TypeGuard
+from typing import TypeGuard, cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
@@ -53,7 +53,6 @@ from xdsl.dialects.builtin import (
     FunctionType,
     IndexType,
     IntegerAttr,
-    IntegerType,
     MemRefType,
     ModuleOp,
     StringAttr,
@@ -80,6 +79,7 @@ from xfuse.passes.lowering.scalar_ops import (
     emit_select,
     from_compute,
     has_scalar_rule,
+    reduction_identity,
     to_compute,
 )
 
@@ -325,21 +325,21 @@ def operand_indices(op: Operation, index: Index) -> list[Index]:
 # Reductions: accumulator type, initial value, combination, final value
 # ---------------------------------------------------------------------------------------------
 
-_FLOAT_COMBINE: dict[str, Callable[[SSAValue, SSAValue], Operation]] = {
+_FLOAT_COMBINE: dict[str, type[Operation]] = {
     "graph.reduce_sum": arith.AddfOp,
     "graph.reduce_mean": arith.AddfOp,
     "graph.reduce_prod": arith.MulfOp,
     "graph.reduce_max": arith.MaximumfOp,
     "graph.reduce_min": arith.MinimumfOp,
 }
-_INT_COMBINE: dict[str, Callable[[SSAValue, SSAValue], Operation]] = {
+_INT_COMBINE: dict[str, type[Operation]] = {
     "graph.reduce_sum": arith.AddiOp,
     "graph.reduce_prod": arith.MuliOp,
     "graph.reduce_max": arith.MaxSIOp,
     "graph.reduce_min": arith.MinSIOp,
 }
 # torch reduces bools as integers and casts back: sum/max are `or`, prod/min are `and`.
-_BOOL_COMBINE: dict[str, Callable[[SSAValue, SSAValue], Operation]] = {
+_BOOL_COMBINE: dict[str, type[Operation]] = {
     "graph.reduce_sum": arith.OrIOp,
     "graph.reduce_prod": arith.AndIOp,
     "graph.reduce_max": arith.OrIOp,
@@ -352,19 +352,8 @@ def accumulator_type(op: graph.ReduceOp) -> Attribute:
 
 
 def reduction_init(op: graph.ReduceOp) -> float | int:
-    t = dtype_of(op.input)
-    if op.name in ("graph.reduce_sum", "graph.reduce_mean"):
-        return 0.0 if is_float(t) else 0
-    if op.name == "graph.reduce_prod":
-        return 1.0 if is_float(t) else 1
-    is_max = op.name == "graph.reduce_max"
-    if is_float(t):
-        return float("-inf") if is_max else float("inf")
-    if t == i1:
-        return 0 if is_max else 1
-    assert isinstance(t, IntegerType)
-    bits = t.width.data
-    return -(1 << (bits - 1)) if is_max else (1 << (bits - 1)) - 1
+    """The identity of the reduction's combining op, for its input's element type."""
+    return reduction_identity(_combiner_class(op), dtype_of(op.input))
 
 
 REASSOC = arith.FastMathFlagsAttr([FastMathFlag.REASSOC])
@@ -374,14 +363,18 @@ carries them; max/min need none (`llvm.maximum`/`llvm.minimum` vectorize as they
 propagating like torch)."""
 
 
-def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Operation]:
+def _combiner_class(op: graph.ReduceOp) -> type[Operation]:
     t = dtype_of(op.input)
     table = _FLOAT_COMBINE if is_float(t) else _BOOL_COMBINE if t == i1 else _INT_COMBINE
     if op.name not in table:
         raise UnsupportedScalarOp(f"'{op.name}' on {t} has no loop lowering")
-    combine = table[op.name]
+    return table[op.name]
+
+
+def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Operation]:
+    combine = cast(Callable[..., Operation], _combiner_class(op))
     if combine in (arith.AddfOp, arith.MulfOp):
-        return lambda acc, x: combine(acc, x, REASSOC)  # pyright: ignore[reportCallIssue]
+        return lambda acc, x: combine(acc, x, REASSOC)
     return combine
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from math import inf as math_inf
 from typing import Protocol, cast
 
 from xdsl.dialects import arith, math
@@ -233,3 +234,35 @@ def _float_to_float(b: ScalarBuilder, x: SSAValue, src: Attribute, dst: Attribut
     if is_half(dst) and isinstance(src, Float64Type):
         x = b.insert(arith.TruncFOp(x, f32))
     return b.insert(arith.TruncFOp(x, dst))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions: the identity of each combining op
+# ---------------------------------------------------------------------------------------------
+
+
+def _int_width(t: Attribute) -> int:
+    assert isinstance(t, IntegerType)
+    return t.width.data
+
+
+REDUCTION_IDENTITIES: dict[type[Operation], Callable[[Attribute], float | int]] = {
+    arith.AddfOp: lambda t: 0.0,
+    arith.MulfOp: lambda t: 1.0,
+    arith.MaximumfOp: lambda t: -math_inf,
+    arith.MaxnumfOp: lambda t: -math_inf,
+    arith.MinimumfOp: lambda t: math_inf,
+    arith.MinnumfOp: lambda t: math_inf,
+    arith.AddiOp: lambda t: 0,
+    arith.MuliOp: lambda t: 1,
+    arith.MaxSIOp: lambda t: -(2 ** (_int_width(t) - 1)),
+    arith.MinSIOp: lambda t: 2 ** (_int_width(t) - 1) - 1,
+    arith.OrIOp: lambda t: 0,
+    arith.AndIOp: lambda t: 1 if _int_width(t) == 1 else -1,
+}
+"""Combining op of an accumulation -> its identity for an element type (`acc` starts there)."""
+
+
+def reduction_identity(combiner: type[Operation], t: Attribute) -> float | int:
+    """The value an accumulation with `combiner` over elements of type `t` starts from."""
+    return REDUCTION_IDENTITIES[combiner](t)

@@ -10,8 +10,9 @@ Reductions keep their dims so that the following elementwise ops broadcast again
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp, f32
@@ -84,46 +85,86 @@ def _softmax_parts(ops: OpList, x: SSAValue, dim: int) -> tuple[SSAValue, SSAVal
     return shifted, exps, ops.add(graph.ReduceSumOp(exps, [dim], keepdim=True))
 
 
-class DecomposeSoftmax(RewritePattern):
+# Composite ops computed on their input upcast to f32 (f16/bf16; others as they are) and cast
+# back: one rule each, (ops, op, upcast input) -> the result before the cast back.
+UpcastRule = Callable[[OpList, Any, SSAValue], SSAValue]
+
+
+def _softmax(ops: OpList, op: graph.SoftmaxOp, x: SSAValue) -> SSAValue:
     """softmax(x) = exp(x - max) / sum(exp(x - max))."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.SoftmaxOp, rewriter: PatternRewriter) -> None:
-        ops = OpList()
-        _, exps, total = _softmax_parts(ops, ops.upcast(op.input), op.axis)
-        y = ops.add(graph.DivOp(exps, total))
-        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
+    _, exps, total = _softmax_parts(ops, x, op.axis)
+    return ops.add(graph.DivOp(exps, total))
 
 
-class DecomposeLogSoftmax(RewritePattern):
+def _log_softmax(ops: OpList, op: graph.LogSoftmaxOp, x: SSAValue) -> SSAValue:
     """log_softmax(x) = (x - max) - log(sum(exp(x - max)))."""
+    shifted, _, total = _softmax_parts(ops, x, op.axis)
+    return ops.add(graph.SubOp(shifted, ops.add(graph.LogOp(total))))
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.LogSoftmaxOp, rewriter: PatternRewriter) -> None:
+
+def _layer_norm(ops: OpList, op: graph.LayerNormOp, x: SSAValue) -> SSAValue:
+    """(x - mean) * rsqrt(mean((x - mean)^2) + eps) * weight + bias over the trailing dims,
+    with x - mean corrected (`_centered`)."""
+    dims = _trailing_dims(x, op.normalized_rank)
+    centered = _centered(ops, x, dims)
+    var = ops.mean(ops.mul(centered, centered), dims)
+    inv_std = ops.add(graph.RsqrtOp(ops.add(graph.AddOp(var, ops.const(op.epsilon, var)))))
+    y = ops.mul(centered, inv_std)
+    if op.weight is not None:
+        y = ops.mul(y, ops.upcast(op.weight))
+    if op.bias is not None:
+        y = ops.add(graph.AddOp(y, ops.upcast(op.bias)))
+    return y
+
+
+def _gelu(ops: OpList, op: graph.GeluOp, x: SSAValue) -> SSAValue:
+    """0.5 * x * (1 + erf(x / sqrt(2))), or with tanh(sqrt(2/pi) * (x + 0.044715 x^3))."""
+    if op.approximate.data == "tanh":
+        cube = ops.mul(ops.mul(x, x), x)
+        inner = ops.add(graph.AddOp(x, ops.mul(cube, ops.const(0.044715, x))))
+        shape = ops.add(graph.TanhOp(ops.mul(inner, ops.const(math.sqrt(2 / math.pi), x))))
+    else:
+        shape = ops.add(graph.ErfOp(ops.mul(x, ops.const(math.sqrt(0.5), x))))
+    one_plus = ops.add(graph.AddOp(shape, ops.const(1.0, x)))
+    return ops.mul(ops.mul(x, ops.const(0.5, x)), one_plus)
+
+
+def _silu(ops: OpList, op: graph.SiluOp, x: SSAValue) -> SSAValue:
+    """silu(x) = x * sigmoid(x)."""
+    return ops.mul(x, ops.add(graph.SigmoidOp(x)))
+
+
+def _var(ops: OpList, op: graph.VarOp, x: SSAValue) -> SSAValue:
+    """sum((x - mean)^2) / max(0, N - correction) over `dims`, with x - mean corrected."""
+    dims = op.reduce_dims
+    centered = _centered(ops, x, dims)
+    total = ops.add(graph.ReduceSumOp(ops.mul(centered, centered), dims, op.keeps_dims))
+    count = graph.numel([graph.shape_of(x)[d] for d in dims])
+    divisor = ops.const(max(0, count - op.correction.value.data), total)
+    return ops.add(graph.DivOp(total, divisor))
+
+
+UPCAST_RULES: dict[type[Operation], UpcastRule] = {
+    graph.SoftmaxOp: _softmax,
+    graph.LogSoftmaxOp: _log_softmax,
+    graph.LayerNormOp: _layer_norm,
+    graph.GeluOp: _gelu,
+    graph.SiluOp: _silu,
+    graph.VarOp: _var,
+}
+
+
+class DecomposeUpcast(RewritePattern):
+    """A composite op of `UPCAST_RULES`: its rule on the upcast input, cast back."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        rule = UPCAST_RULES.get(type(op))
+        if rule is None:
+            return
+        x = op.operands[0]
         ops = OpList()
-        shifted, _, total = _softmax_parts(ops, ops.upcast(op.input), op.axis)
-        y = ops.add(graph.SubOp(shifted, ops.add(graph.LogOp(total))))
-        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
-
-
-class DecomposeLayerNorm(RewritePattern):
-    """(x - mean) * rsqrt(mean((x - mean)^2) + eps) * weight + bias over the trailing dims, with
-    x - mean corrected (`_centered`)."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.LayerNormOp, rewriter: PatternRewriter) -> None:
-        ops = OpList()
-        x = ops.upcast(op.input)
-        dims = _trailing_dims(x, op.normalized_rank)
-        centered = _centered(ops, x, dims)
-        var = ops.mean(ops.mul(centered, centered), dims)
-        inv_std = ops.add(graph.RsqrtOp(ops.add(graph.AddOp(var, ops.const(op.epsilon, var)))))
-        y = ops.mul(centered, inv_std)
-        if op.weight is not None:
-            y = ops.mul(y, ops.upcast(op.weight))
-        if op.bias is not None:
-            y = ops.add(graph.AddOp(y, ops.upcast(op.bias)))
-        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
+        y = rule(ops, op, ops.upcast(x))
+        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(x)))
 
 
 class DecomposeRMSNorm(RewritePattern):
@@ -141,51 +182,6 @@ class DecomposeRMSNorm(RewritePattern):
         if op.weight is not None:
             y = ops.mul(y, op.weight)
         _replace(rewriter, op, ops, y)
-
-
-class DecomposeGelu(RewritePattern):
-    """0.5 * x * (1 + erf(x / sqrt(2))), or with tanh(sqrt(2/pi) * (x + 0.044715 x^3))."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.GeluOp, rewriter: PatternRewriter) -> None:
-        ops = OpList()
-        x = ops.upcast(op.input)
-        if op.approximate.data == "tanh":
-            cube = ops.mul(ops.mul(x, x), x)
-            inner = ops.add(graph.AddOp(x, ops.mul(cube, ops.const(0.044715, x))))
-            shape = ops.add(graph.TanhOp(ops.mul(inner, ops.const(math.sqrt(2 / math.pi), x))))
-        else:
-            shape = ops.add(graph.ErfOp(ops.mul(x, ops.const(math.sqrt(0.5), x))))
-        one_plus = ops.add(graph.AddOp(shape, ops.const(1.0, x)))
-        y = ops.mul(ops.mul(x, ops.const(0.5, x)), one_plus)
-        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
-
-
-class DecomposeSilu(RewritePattern):
-    """silu(x) = x * sigmoid(x)."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.SiluOp, rewriter: PatternRewriter) -> None:
-        ops = OpList()
-        x = ops.upcast(op.input)
-        y = ops.mul(x, ops.add(graph.SigmoidOp(x)))
-        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
-
-
-class DecomposeVar(RewritePattern):
-    """sum((x - mean)^2) / max(0, N - correction) over `dims`, with x - mean corrected."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.VarOp, rewriter: PatternRewriter) -> None:
-        ops = OpList()
-        x = ops.upcast(op.input)
-        dims = op.reduce_dims
-        centered = _centered(ops, x, dims)
-        total = ops.add(graph.ReduceSumOp(ops.mul(centered, centered), dims, op.keeps_dims))
-        count = graph.numel([graph.shape_of(x)[d] for d in dims])
-        divisor = ops.const(max(0, count - op.correction.value.data), total)
-        y = ops.add(graph.DivOp(total, divisor))
-        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
 
 
 class DecomposeLinear(RewritePattern):
@@ -206,13 +202,8 @@ class DecomposeLinear(RewritePattern):
 
 
 DECOMPOSITIONS: tuple[type[RewritePattern], ...] = (
-    DecomposeSoftmax,
-    DecomposeLogSoftmax,
-    DecomposeLayerNorm,
+    DecomposeUpcast,
     DecomposeRMSNorm,
-    DecomposeGelu,
-    DecomposeSilu,
-    DecomposeVar,
     DecomposeLinear,
 )
 

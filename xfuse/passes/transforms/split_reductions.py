@@ -49,7 +49,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -61,7 +60,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.graph import dtype_of, numel, shape_of
-from xfuse.passes.options import NON_NEGATIVE, POSITIVE, OptionRules
+from xfuse.passes.options import NON_NEGATIVE, POSITIVE, option
 
 DIVISOR_SPREAD = 4
 """How far (as a factor) from sqrt(L) an exact divisor of L may be to serve as the chunk length C;
@@ -360,25 +359,18 @@ class SplitReductionsPass(ModulePass):
 
     name = "split-reductions"
 
-    OPTION_RULES: ClassVar[OptionRules] = {
-        "min_length": POSITIVE,
-        "normalization_rows": NON_NEGATIVE,
-        "min_column_length": POSITIVE,
-        "column_parallelism": POSITIVE,
-    }
-
-    min_length: int = 65536
+    min_length: int = option(65536, POSITIVE)
     """Shortest reduced length that is split (the product of the reduced dims)."""
 
-    normalization_rows: int = 8
+    normalization_rows: int = option(8, NON_NEGATIVE)
     """A normalization (`is_normalization`: softmax, layer norm, `x - mean`) with at least this
     many rows is left alone: its rows are parallel already, and split it would take two more
     kernels and a round trip of the row through memory (0: split them all)."""
 
-    min_column_length: int = 4096
+    min_column_length: int = option(4096, POSITIVE)
     """Shortest reduced length of a reduction over leading dims that is split."""
 
-    column_parallelism: int = 1 << 19
+    column_parallelism: int = option(1 << 19, POSITIVE)
     """About how many partial results stage 1 of a split column reduction computes (about what
     an H100 keeps in flight: 132 SMs x 2048 threads, twice); reductions over leading dims with
     at least half as many results are left alone."""

@@ -1,4 +1,4 @@
-"""Pictures and the summary table: `xfuse.report.viz`, `Explanation.to_dot` / `.render`."""
+"""Pictures and the summary table: `xfuse.report`, `Explanation.to_dot` / `.render`."""
 
 from __future__ import annotations
 
@@ -14,17 +14,12 @@ from xdsl.dialects.builtin import ModuleOp
 
 import xfuse
 from xfuse.api import run_pipeline
+from xfuse.errors import GraphvizMissingWarning, RenderError
 from xfuse.passes.fusion.decisions import FusionDecision
-from xfuse.report.viz import (
-    KIND_COLOURS,
-    GraphvizMissingWarning,
-    OpIndex,
-    RenderError,
-    format_summary,
-    program_dot,
-    render_dot,
-    summarize,
-)
+from xfuse.report.dot import KIND_COLOURS, program_dot
+from xfuse.report.op_index import OpIndex
+from xfuse.report.render import render_dot
+from xfuse.report.summary import format_summary, summarize
 
 # relu and add fuse (elementwise); exp stays alone (the extern matmul is between it and them);
 # exp and reduce_sum of w form a second group (a reduction); the slice after the reduction
