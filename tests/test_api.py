@@ -4,7 +4,6 @@ torch.compile(backend="xfuse") on the bundled models, specialisation, fallback, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -37,17 +36,6 @@ MODELS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
     "transformer": make_transformer_block,
     "convnet": make_convnet,
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    before = os.environ.get("XFUSE_CACHE_DIR")
-    os.environ["XFUSE_CACHE_DIR"] = str(tmp_path_factory.mktemp("xfuse-cache"))
-    yield
-    if before is None:
-        del os.environ["XFUSE_CACHE_DIR"]
-    else:
-        os.environ["XFUSE_CACHE_DIR"] = before
 
 
 @pytest.fixture(autouse=True)

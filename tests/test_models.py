@@ -4,7 +4,6 @@ their fusion reports say."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,17 +26,6 @@ MODELS: dict[str, Maker] = {
     "gpt2": make_gpt2,
     "custom_op": make_custom_op_model,
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    before = os.environ.get("XFUSE_CACHE_DIR")
-    os.environ["XFUSE_CACHE_DIR"] = str(tmp_path_factory.mktemp("xfuse-cache"))
-    yield
-    if before is None:
-        del os.environ["XFUSE_CACHE_DIR"]
-    else:
-        os.environ["XFUSE_CACHE_DIR"] = before
 
 
 @pytest.fixture(autouse=True)

@@ -1,25 +1,11 @@
-"""Runtime tests use a kernel cache directory of their own (one per session)."""
+"""Runtime tests: torch.export's pytree warnings silenced."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("xfuse-cache")
-    before = os.environ.get("XFUSE_CACHE_DIR")
-    os.environ["XFUSE_CACHE_DIR"] = str(path)
-    yield path
-    if before is None:
-        del os.environ["XFUSE_CACHE_DIR"]
-    else:
-        os.environ["XFUSE_CACHE_DIR"] = before
 
 
 @pytest.fixture(autouse=True)
