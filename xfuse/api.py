@@ -41,6 +41,7 @@ from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.executor import CompiledProgram, Executable
 from xfuse.runtime.fallback import reason_of
+from xfuse.runtime.outputs import OutputPlan
 
 Tensor = torch.Tensor
 ModelOrFn = torch.nn.Module | Callable[..., Any]
@@ -189,6 +190,7 @@ def _builder(
             unflatten=unflattener(imported.out_spec),
             report=FusionReport(decisions, list(program.fallbacks), index),
             op_names=imported.op_names,
+            outputs=OutputPlan(program_ir.output_rules, program),
         )
 
     return build

@@ -32,6 +32,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.torch_args import encode_args
 from xfuse.errors import UnsupportedArgument
 from xfuse.frontend.aten import CONVERTERS, KEPT_COMPOSITES, SKIPPED
+from xfuse.frontend.outputs import OutputRule, output_rules
 from xfuse.frontend.builder import (
     Lowering,
     UnsupportedProgram,
@@ -58,6 +59,8 @@ class ImportedProgram:
     output_names: list[str]
     constant_inputs: set[int] = field(default_factory=set[int])
     """Positions of flattened user inputs that torch.export specialised to constants."""
+    output_rules: list[OutputRule] = field(default_factory=list[OutputRule])
+    """What each output aliases in eager (`xfuse.frontend.outputs`)."""
 
     @property
     def function(self) -> func.FuncOp:
@@ -246,14 +249,17 @@ class Importer:
 
         block = Block(arg_types=arg_types)
         lowering = Lowering(block)
-        args = iter(block.args)
+        arg_of: dict[torch.fx.Node, int] = {}
         for node, spec in zip(placeholders, specs, strict=True):
             if not isinstance(spec.arg, ConstantArgument):
-                lowering.values[node] = next(args)
+                arg_of[node] = len(arg_of)
+                lowering.values[node] = block.args[arg_of[node]]
         for node in self.program.graph.nodes:
             if node.op == "call_function":
                 lowering.values[node] = convert_node(lowering, node)
         outputs, output_names = self.outputs(lowering)
+        output_node = next(n for n in self.program.graph.nodes if n.op == "output")
+        rules = output_rules(pytree.tree_leaves(output_node.args[0]), arg_of)
         block.add_op(func.ReturnOp(*outputs))
         function = func.FuncOp(
             "forward",
@@ -264,7 +270,7 @@ class Importer:
         module = ModuleOp([function])
         module.verify()
         return ImportedProgram(
-            module, param_names, params, input_names, output_names, constant_inputs
+            module, param_names, params, input_names, output_names, constant_inputs, rules
         )
 
     def state_tensor(self, target: str, node: torch.fx.Node) -> torch.Tensor:

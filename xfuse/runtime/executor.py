@@ -4,7 +4,7 @@ returns.
 
 Kernels are specialised to the shapes and dtypes they were compiled for. `CompiledProgram`
 checks every call's inputs (count, type, layout, dtype, device) and keys specialisations by the
-inputs' signature (shapes and dtypes): a call with a new signature builds a new specialisation,
+inputs' signature (shapes, strides and dtypes): a call with a new signature builds a new specialisation,
 never runs a kernel on shapes it was not made for. Non-contiguous inputs are made contiguous by
 the kernels that read them (views and externs take them as they are).
 """
@@ -25,11 +25,12 @@ import torch
 from xfuse.errors import UnsupportedInputError
 from xfuse.ir import dtypes
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
+from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor
 
-Signature = tuple[tuple[tuple[int, ...], torch.dtype], ...]
+Signature = tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype], ...]
 
 
 class StepProfile:
@@ -113,6 +114,8 @@ class Executable:
     """The fusion report of this specialisation (`xfuse.api.FusionReport`), if one was made."""
     op_names: list[str] = field(default_factory=list[str])
     """The ops of the imported program, before fusion (for explanations)."""
+    outputs: OutputPlan | None = None
+    """Makes the results alias what eager's would (`xfuse.runtime.outputs`)."""
     _pools: list[BufferPool] = field(default_factory=list[BufferPool])
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -124,6 +127,8 @@ class Executable:
             pool = self._pools.pop() if self._pools else BufferPool(device)
         try:
             outputs = run_program(self.program, args, pool)
+            if self.outputs is not None:
+                outputs = self.outputs.apply(args, outputs)
         finally:
             with self._lock:
                 self._pools.append(pool)
@@ -166,8 +171,9 @@ def check_input(i: int, value: Any, device: torch.device) -> Tensor:
 
 
 def signature_of(inputs: Sequence[Tensor]) -> Signature:
+    """Shapes, strides (eager's output strides follow its inputs') and dtypes."""
     # torch.Size is a tuple: it hashes and compares like one.
-    return tuple((t.shape, t.dtype) for t in inputs)
+    return tuple((t.shape, t.stride(), t.dtype) for t in inputs)
 
 
 def _supported_dtypes() -> frozenset[torch.dtype]:

@@ -1,0 +1,145 @@
+"""A compiled program behaves like eager PyTorch: what its outputs alias (issue 14)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import xfuse
+
+Tensor = torch.Tensor
+
+
+def compiled(fn: Callable[..., Any], *inputs: Tensor) -> Any:
+    return xfuse.compile(fn, inputs, quiet=True)
+
+
+def shares_memory(a: Tensor, b: Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def layout(t: Tensor) -> tuple[Any, ...]:
+    return tuple(t.shape), t.stride(), t.storage_offset()
+
+
+def test_clone_returns_fresh_memory() -> None:
+    x = torch.randn(3, 4)
+    y = compiled(lambda x: x.clone(), x)(x)
+    before = x.clone()
+    y.add_(1)
+    assert torch.equal(x, before)
+
+
+def test_contiguous_of_a_transpose_is_a_contiguous_copy() -> None:
+    x = torch.randn(3, 4)
+    y = compiled(lambda x: x.t().contiguous(), x)(x)
+    assert y.is_contiguous() and not shares_memory(x, y)
+    assert torch.equal(y, x.t())
+
+
+def test_a_cloned_buffer_cannot_change_the_module() -> None:
+    class Pos(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("pos", torch.arange(4.0))
+
+        def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+            return self.pos.clone(), x + self.pos
+
+    model = Pos()
+    x = torch.zeros(4)
+    pos, _ = compiled(model, x)(x)
+    pos.mul_(100)
+    assert torch.equal(model.pos, torch.arange(4.0))
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda x: x[0],
+        lambda x: x[:, 1],
+        lambda x: x.expand(2, 3, 4),
+        lambda x: x.detach(),
+        lambda x: x.t(),
+        lambda x: x.to(torch.float32),
+    ],
+    ids=["select-row", "select-column", "expand", "detach", "t", "to-same-dtype"],
+)
+def test_views_of_an_input_are_views_like_eager(view: Callable[[Tensor], Tensor]) -> None:
+    x = torch.randn(3, 4)
+    y = compiled(view, x)(x)
+    expected = view(x)
+    assert shares_memory(y, x)
+    assert layout(y) == layout(expected)
+
+
+def test_a_view_of_an_output_is_a_view_of_it() -> None:
+    def f(x: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...], Tensor]:
+        h = x * 2
+        return h, h[0], h.split(2, 1), h
+
+    x = torch.randn(3, 4)
+    h, h0, (s0, s1), again = compiled(f, x)(x)
+    assert again is h
+    for view, expected in ((h0, h[0]), (s0, h[:, :2]), (s1, h[:, 2:])):
+        assert shares_memory(view, h) and layout(view) == layout(expected)
+    h0.fill_(7)
+    assert torch.equal(h[0], torch.full((4,), 7.0))
+
+
+def test_two_clones_of_one_value_are_two_buffers() -> None:
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        y = x + 1
+        return y, y.clone()
+
+    x = torch.randn(5)
+    y, z = compiled(f, x)(x)
+    assert not shares_memory(y, z)
+
+
+def test_returned_constants_are_fresh_per_call() -> None:
+    def f(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        k = torch.ones(4).reshape(2, 2)
+        return k, x @ k, torch.tensor([1.0, 2.0])
+
+    x = torch.randn(2, 2)
+    c = compiled(f, x)
+    k, _, literal = c(x)
+    k.mul_(100)
+    literal.mul_(100)
+    k, product, literal = c(x)
+    assert torch.equal(k, torch.ones(2, 2))
+    assert torch.equal(literal, torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(product, x @ torch.ones(2, 2))
+
+
+def test_a_channels_last_input_gives_a_channels_last_output() -> None:
+    def f(x: Tensor) -> Tensor:
+        return torch.relu(x) + 1
+
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    y = compiled(f, x)(x)
+    assert y.stride() == f(x).stride()
+    torch.testing.assert_close(y, f(x))
+
+
+def test_input_strides_are_part_of_the_signature() -> None:
+    def f(x: Tensor) -> Tensor:
+        return x * 2
+
+    x = torch.randn(2, 3, 4, 5)
+    c = compiled(f, x)
+    last = x.to(memory_format=torch.channels_last)
+    assert c(last).stride() == f(last).stride()
+    assert c(x).stride() == f(x).stride()
+
+
+def test_torch_compile_clone_is_fresh() -> None:
+    x = torch.randn(4)
+    fn = torch.compile(lambda x: x.clone(), backend="xfuse")
+    with torch.no_grad():
+        y = fn(x)
+    assert not shares_memory(x, y)
