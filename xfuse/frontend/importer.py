@@ -32,7 +32,6 @@ from xfuse.dialects import graph
 from xfuse.dialects.torch_args import encode_args
 from xfuse.errors import UnsupportedArgument
 from xfuse.frontend.aten import CONVERTERS, KEPT_COMPOSITES, SKIPPED
-from xfuse.frontend.outputs import OutputRule, output_rules
 from xfuse.frontend.builder import (
     Lowering,
     UnsupportedProgram,
@@ -42,6 +41,7 @@ from xfuse.frontend.builder import (
     result_types,
     tensor_type_of_val,
 )
+from xfuse.frontend.outputs import OutputRule, output_rules
 from xfuse.interpreters.graph import bind_arguments
 
 PARAM_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)

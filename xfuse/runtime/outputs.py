@@ -55,7 +55,9 @@ class OutputPlan:
         )
         """Fresh outputs that are a buffer of their own by construction (no storage check)."""
         self.constant_storages = frozenset(_storage(t) for t in program.constants.values())
-        self.checks = any(r.base == "fresh" and i not in self.unchecked for i, r in enumerate(rules))
+        self.checks = any(
+            r.base == "fresh" and i not in self.unchecked for i, r in enumerate(rules)
+        )
         self.views = tuple(i for i, r in enumerate(self.rules) if r.base != "fresh")
 
     def apply(self, args: Sequence[Tensor], results: Sequence[Tensor]) -> list[Tensor]:
