@@ -143,3 +143,39 @@ def test_torch_compile_clone_is_fresh() -> None:
     with torch.no_grad():
         y = fn(x)
     assert not shares_memory(x, y)
+
+
+DIVISION_BY_ZERO = """
+import torch, xfuse
+a = torch.tensor([7, -7, 3], dtype=torch.int64)
+b = torch.tensor([2, 0, 1], dtype=torch.int64)
+for name, fn in [
+    ("trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc")),
+    ("floor", lambda a, b: torch.div(a, b, rounding_mode="floor")),
+    ("remainder", lambda a, b: a % b),
+    ("trunc-fused", lambda a, b: torch.div(a * 2 + 1, b - 1, rounding_mode="trunc") + 1),
+]:
+    c = xfuse.compile(fn, (a, b + 1), quiet=True)
+    try:
+        c(a, b)
+    except RuntimeError as e:
+        print(name, "raised", e)
+    else:
+        print(name, "did not raise")
+"""
+
+
+def test_integer_division_by_zero_raises_like_eager() -> None:
+    import subprocess
+    import sys
+
+    # In a child process: a kernel that divides by zero kills its process (SIGFPE).
+    done = subprocess.run(
+        [sys.executable, "-c", DIVISION_BY_ZERO], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines == [
+        f"{name} raised ZeroDivisionError"
+        for name in ("trunc", "floor", "remainder", "trunc-fused")
+    ]
