@@ -12,6 +12,7 @@ A compiled program is for inference: its results carry no autograd history.
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, get_backend
-from xfuse.errors import ExportError, FallbackWarning, XfuseError
+from xfuse.errors import AutogradUnsupportedError, ExportError, FallbackWarning, XfuseError
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver
 from xfuse.progress import Progress
@@ -39,9 +40,10 @@ from xfuse.report.viz import (
 )
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
-from xfuse.runtime.executor import CompiledProgram, Executable
+from xfuse.runtime.executor import CompiledProgram, Executable, normalize_device
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.outputs import OutputPlan
+from xfuse.runtime.state import ModuleState
 
 Tensor = torch.Tensor
 ModelOrFn = torch.nn.Module | Callable[..., Any]
@@ -64,6 +66,10 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 
+EXPORT_LOCK = threading.Lock()
+"""One torch.export at a time in this process: it patches global state while it traces."""
+
+
 @dataclass
 class Imported:
     """An imported program plus what the runtime needs beyond `ImportedProgram`."""
@@ -79,16 +85,17 @@ def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...])
     from xfuse.frontend.importer import import_program, wrap_function
 
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
-    try:
-        exported = torch.export.export(model, example_inputs, strict=False)
-    except Exception as e:
-        raise ExportError(
-            f"xfuse: torch.export could not export the program: {reason_of(e)}"
-        ) from e
-    try:
-        program = import_program(exported)
-    except UnsupportedProgram as e:
-        raise ExportError(f"xfuse: cannot import the program: {e}") from e
+    with EXPORT_LOCK:  # torch.export (and decomposing, a retrace) is not thread-safe
+        try:
+            exported = torch.export.export(model, example_inputs, strict=False)
+        except Exception as e:
+            raise ExportError(
+                f"xfuse: torch.export could not export the program: {reason_of(e)}"
+            ) from e
+        try:
+            program = import_program(exported)
+        except UnsupportedProgram as e:
+            raise ExportError(f"xfuse: cannot import the program: {e}") from e
     return Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
 
 
@@ -159,6 +166,7 @@ def _builder(
     spec: str,
     cache: KernelCache,
     quiet: bool | None = None,
+    state: ModuleState | None = None,
 ) -> Callable[[tuple[Tensor, ...]], Executable]:
     def build(inputs: tuple[Tensor, ...]) -> Executable:
         with Progress.create(quiet) as progress:
@@ -186,7 +194,7 @@ def _builder(
         )
         return Executable(
             program,
-            bind=program_ir.binder(len(inputs)),
+            bind=program_ir.binder(len(inputs), live_state(state, program_ir.params, device)),
             unflatten=unflattener(imported.out_spec),
             report=FusionReport(decisions, list(program.fallbacks), index),
             op_names=imported.op_names,
@@ -194,6 +202,21 @@ def _builder(
         )
 
     return build
+
+
+def live_state(
+    state: ModuleState | None, exported: dict[str, Tensor], device: torch.device
+) -> tuple[str, ...]:
+    """The state tensors a program binds from the module at each call: those it reads that
+    live on its device (others are the exported values, moved there once)."""
+    if state is None:
+        return ()
+    tensors = dict(zip(state.names, state.tensors(), strict=True))
+    return tuple(
+        name
+        for name in state.names
+        if name in exported and normalize_device(tensors[name].device) == normalize_device(device)
+    )
 
 
 def _check_device(device: str) -> None:
@@ -224,6 +247,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         )
     _check_device(device)
     backend = get_backend(device)
+    state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
     build = _builder(
         model_or_fn,
         backend,
@@ -231,8 +255,9 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         DEFAULT_PIPELINE if pipeline is None else pipeline,
         default_cache() if cache is None else cache,
         quiet,
+        state,
     )
-    return CompiledProgram(build, tuple(example_inputs), device)
+    return CompiledProgram(build, tuple(example_inputs), device, state)
 
 
 @dataclass
@@ -330,7 +355,8 @@ def _real(t: Any) -> Any:
 
 def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """The `torch.compile` backend: the FX graph through `xfuse.compile`; on any failure a
-    warning and `gm.forward` (eager). Calls that need autograd run eagerly too."""
+    warning and `gm.forward` (eager). Calls that need autograd (grad enabled and an input or
+    parameter that requires grad) run eagerly too, with one warning that says so."""
     try:
         compiled = compile(gm, tuple(_real(t) for t in example_inputs))
     except Exception as e:
@@ -341,10 +367,20 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Calla
         )
         return gm.forward
 
+    warned: list[bool] = []
+
     def run(*args: Any) -> Any:
-        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        try:
+            return compiled(*args)
+        except AutogradUnsupportedError as e:  # raised before anything ran
+            if not warned:
+                warned.append(True)
+                warnings.warn(
+                    f"xfuse: torch.compile backend runs this graph eagerly: {e}",
+                    FallbackWarning,
+                    stacklevel=2,
+                )
             return gm.forward(*args)
-        return compiled(*args)
 
     run.compiled = compiled  # type: ignore[attr-defined]
     return run

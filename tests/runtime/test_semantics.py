@@ -179,3 +179,96 @@ def test_integer_division_by_zero_raises_like_eager() -> None:
         f"{name} raised ZeroDivisionError"
         for name in ("trunc", "floor", "remainder", "trunc-fused")
     ]
+
+
+class Affine(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.register_buffer("shift", torch.zeros(3))
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu(self.drop(self.fc(x)) + self.shift)
+
+
+def eager_no_grad(model: torch.nn.Module, x: Tensor) -> Tensor:
+    with torch.no_grad():
+        return model(x)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: setattr(m.fc, "weight", torch.nn.Parameter(torch.ones(3, 4))),
+        lambda m: m.load_state_dict(
+            {"fc.weight": torch.ones(3, 4), "fc.bias": torch.ones(3), "shift": torch.ones(3)},
+            assign=True,
+        ),
+        lambda m: setattr(m.fc.weight, "data", torch.full((3, 4), 2.0)),
+        lambda m: setattr(m, "shift", torch.full((3,), 5.0)),
+    ],
+    ids=["parameter", "load_state_dict-assign", "weight-data", "buffer"],
+)
+def test_reassigned_module_state_is_seen(change: Callable[[torch.nn.Module], Any]) -> None:
+    model = Affine().eval()
+    x = torch.randn(2, 4)
+    c = compiled(model, x)
+    change(model)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), eager_no_grad(model, x))
+    assert len(c.specialisations) == 1
+
+
+def test_train_mode_and_a_new_parameter_shape_compile_anew() -> None:
+    model = Affine().eval()
+    x = torch.randn(2, 4)
+    c = compiled(model, x)
+    model.fc.weight = torch.nn.Parameter(torch.randn(3, 4).t().contiguous().t())  # new strides
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), eager_no_grad(model, x))
+    model.load_state_dict({"fc.weight": torch.ones(3, 4), "fc.bias": torch.ones(3)}, strict=False)
+    model.train()
+    with torch.no_grad():
+        y = c(torch.ones(8, 4))  # 5 before dropout: 0 or 10 after it (p = 0.5)
+    assert set(y.flatten().tolist()) == {0.0, 10.0}
+    assert len(c.specialisations) == 3  # the first, the new strides, training mode
+
+
+def test_a_parameter_that_requires_grad_raises_with_grad_enabled() -> None:
+    model = Affine().eval()
+    x = torch.randn(2, 4)
+    c = compiled(model, x)
+    with pytest.raises(xfuse.errors.AutogradUnsupportedError, match="inference_mode"):
+        c(x)
+
+
+def test_new_shapes_from_eight_threads_all_compile() -> None:
+    import concurrent.futures
+
+    def f(x: Tensor) -> Tensor:
+        return torch.tanh(x) * 2 + 1
+
+    c = compiled(f, torch.randn(1, 3))
+    inputs = [torch.randn(n + 2, 3) for n in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(c, inputs))
+    for x, y in zip(inputs, results, strict=True):
+        torch.testing.assert_close(y, f(x))
+    assert len(c.specialisations) == 9
+
+
+def test_torch_compile_warns_once_and_runs_eagerly_when_grad_is_needed() -> None:
+    import warnings
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.relu(x) * 2, backend="xfuse")
+    x = torch.randn(4, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = fn(x)
+        fn(x)
+    messages = [str(w.message) for w in caught if "requires grad" in str(w.message)]
+    assert len(messages) == 1 and "torch.no_grad()" in messages[0]
+    y.sum().backward()
+    assert x.grad is not None

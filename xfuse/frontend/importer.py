@@ -72,14 +72,29 @@ class ImportedProgram:
         tensors = [x for i, x in enumerate(leaves) if i not in self.constant_inputs]
         return bind_arguments(self.function, tensors, self.params)
 
-    def binder(self, arity: int) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
+    def binder(
+        self, arity: int, state_names: Sequence[str] = ()
+    ) -> Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], list[torch.Tensor]]:
         """`arguments` for calls with `arity` positional tensors, planned once (no pytree, no
-        attribute lookups per call): the call path of a compiled program."""
-        positions = [i for i in range(arity) if i not in self.constant_inputs]
-        plan = bind_arguments(self.function, positions, self.params)
+        attribute lookups per call): the call path of a compiled program. A parameter or buffer
+        named in `state_names` is taken from the call's state list (read from the module at
+        each call); the others (lifted constants) are the exported values."""
+        positions = iter([i for i in range(arity) if i not in self.constant_inputs])
+        index = {name: i for i, name in enumerate(state_names)}
+        plan: list[tuple[int, Any]] = []
+        for i in range(len(self.function.body.block.args)):
+            name = self.param_names.get(i)
+            if name is None:
+                plan.append((0, next(positions)))
+            elif name in index:
+                plan.append((1, index[name]))
+            else:
+                plan.append((2, self.params[name]))
 
-        def bind(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-            return [p if isinstance(p, torch.Tensor) else inputs[p] for p in plan]
+        def bind(
+            inputs: Sequence[torch.Tensor], state: Sequence[torch.Tensor] = ()
+        ) -> list[torch.Tensor]:
+            return [inputs[v] if k == 0 else state[v] if k == 1 else v for k, v in plan]
 
         return bind
 

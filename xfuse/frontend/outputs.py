@@ -75,10 +75,10 @@ def _replay_step(node: torch.fx.Node) -> tuple[torch.fx.Node, ViewReplay] | None
         return None
     if not _is_view_node(node):
         return None
-    base = node.args[0]
-    assert isinstance(base, torch.fx.Node)
+    source = node.args[0]
+    assert isinstance(source, torch.fx.Node)
     kwargs = tuple(sorted(node.kwargs.items()))
-    return base, ViewReplay(node.target, tuple(node.args[1:]), kwargs)
+    return source, ViewReplay(node.target, tuple(node.args[1:]), kwargs)
 
 
 def view_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple[ViewReplay, ...]]:

@@ -22,10 +22,11 @@ from typing import Any, cast
 
 import torch
 
-from xfuse.errors import UnsupportedInputError
+from xfuse.errors import AutogradUnsupportedError, UnsupportedInputError
 from xfuse.ir import dtypes
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
 from xfuse.runtime.outputs import OutputPlan
+from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor
@@ -108,7 +109,8 @@ class Executable:
     shape its flat results like the model's output."""
 
     program: Program
-    bind: Callable[[Sequence[Tensor]], list[Tensor]]
+    bind: Callable[[Sequence[Tensor], Sequence[Tensor]], list[Tensor]]
+    """(user inputs, module state tensors) -> `@forward`'s arguments."""
     unflatten: Callable[[list[Tensor]], Any]
     report: Any = None
     """The fusion report of this specialisation (`xfuse.api.FusionReport`), if one was made."""
@@ -119,8 +121,8 @@ class Executable:
     _pools: list[BufferPool] = field(default_factory=list[BufferPool])
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def run(self, inputs: Sequence[Tensor]) -> Any:
-        args = self.bind(inputs)
+    def run(self, inputs: Sequence[Tensor], state: Sequence[Tensor] = ()) -> Any:
+        args = self.bind(inputs, state)
         # Each running call takes a pool of its own, so concurrent calls never share a buffer.
         with self._lock:
             device = args[0].device if args else "cpu"  # kernels' outputs live with the inputs
@@ -203,6 +205,18 @@ def is_plain_input(value: Any, device: torch.device) -> bool:
     )
 
 
+def check_no_autograd(inputs: Sequence[Tensor], state: Sequence[Tensor]) -> None:
+    """With grad enabled, no input or parameter may require grad: the results would carry no
+    history and backward would silently miss them."""
+    for what, tensors in (("an input", inputs), ("a parameter", state)):
+        if any(t.requires_grad for t in tensors):
+            raise AutogradUnsupportedError(
+                f"{what} requires grad, but compiled programs are for inference (their results "
+                "carry no autograd history): call it under torch.no_grad() or "
+                "torch.inference_mode()"
+            )
+
+
 class CompiledProgram:
     """A compiled model or function: call it like the model (tensor inputs, positionally).
 
@@ -215,15 +229,19 @@ class CompiledProgram:
         build: Callable[[tuple[Tensor, ...]], Executable],
         example_inputs: Sequence[Any],
         device: str | torch.device = "cpu",
+        state: ModuleState | None = None,
     ):
         self._build = build
+        self.state = state
+        """The module's parameters and buffers, bound at every call (None for a function)."""
         self.device = normalize_device(device)
         self.arity = len(example_inputs)
         self._lock = threading.Lock()
-        self._building: dict[Signature, threading.Lock] = {}
-        self.specialisations: dict[Signature, Executable] = {}
+        self._building: dict[Any, threading.Lock] = {}
+        self.specialisations: dict[Any, Executable] = {}
         inputs = self._checked(tuple(example_inputs))
-        self.default = self._specialise(signature_of(inputs), inputs)
+        tensors = self.state.tensors() if self.state is not None else []
+        self.default = self._specialise(self._signature(inputs, tensors), inputs)
 
     @property
     def groups(self) -> list[GroupInfo]:
@@ -243,11 +261,19 @@ class CompiledProgram:
 
     def __call__(self, *inputs: Any) -> Any:
         tensors = self._checked(inputs)
-        sig = signature_of(tensors)
+        state = self.state.tensors() if self.state is not None else []
+        if torch.is_grad_enabled():
+            check_no_autograd(tensors, state)
+        sig = self._signature(tensors, state)
         executable = self.specialisations.get(sig)
         if executable is None:
             executable = self._specialise(sig, tensors)
-        return executable.run(tensors)
+        return executable.run(tensors, state)
+
+    def _signature(self, inputs: Sequence[Tensor], state: Sequence[Tensor]) -> Any:
+        if self.state is None:
+            return signature_of(inputs)
+        return signature_of(inputs), self.state.key(state)
 
     def _checked(self, inputs: tuple[Any, ...]) -> tuple[Tensor, ...]:
         if len(inputs) != self.arity:
@@ -259,7 +285,7 @@ class CompiledProgram:
             return inputs
         return tuple(check_input(i, v, device) for i, v in enumerate(inputs))
 
-    def _specialise(self, sig: Signature, inputs: tuple[Tensor, ...]) -> Executable:
+    def _specialise(self, sig: Any, inputs: tuple[Tensor, ...]) -> Executable:
         # One build per signature even when several threads call with it at once.
         with self._lock:
             lock = self._building.setdefault(sig, threading.Lock())
