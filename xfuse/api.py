@@ -356,7 +356,10 @@ def _real(t: Any) -> Any:
 def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """The `torch.compile` backend: the FX graph through `xfuse.compile`; on any failure a
     warning and `gm.forward` (eager). Calls that need autograd (grad enabled and an input or
-    parameter that requires grad) run eagerly too, with one warning that says so."""
+    parameter that requires grad) run eagerly too, with one warning that says so. A graph with
+    dynamic shapes (SymInt inputs or sizes) is compiled per concrete shape at call time."""
+    if any(_is_symbolic(t) for t in example_inputs):
+        return _per_shape(gm)
     try:
         compiled = compile(gm, tuple(_real(t) for t in example_inputs))
     except Exception as e:
@@ -383,6 +386,68 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Calla
             return gm.forward(*args)
 
     run.compiled = compiled  # type: ignore[attr-defined]
+    return run
+
+
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, Tensor):
+        return not all(isinstance(d, int) for d in (*value.shape, *value.stride()))
+    return isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def _eager_warning(reason: str) -> None:
+    warnings.warn(
+        f"xfuse: torch.compile backend runs this graph eagerly: {reason}",
+        FallbackWarning,
+        stacklevel=3,
+    )
+
+
+def _per_shape(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    """A dynamic-shape graph run by one compiled program per concrete call signature: tensor
+    shapes, strides and dtypes, and the values of the non-tensor (SymInt) arguments, which
+    the program is specialised on."""
+    programs: dict[tuple[Any, ...], CompiledProgram | None] = {}
+    lock = threading.Lock()
+    warned: set[str] = set()
+
+    def program_for(args: tuple[Any, ...]) -> CompiledProgram | None:
+        key = tuple(
+            (a.shape, a.stride(), a.dtype) if isinstance(a, Tensor) else (type(a), a) for a in args
+        )
+        with lock:
+            if key not in programs:
+                programs[key] = _specialised(gm, args)
+            return programs[key]
+
+    def _specialised(gm: torch.fx.GraphModule, args: tuple[Any, ...]) -> CompiledProgram | None:
+        tensors = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+
+        def fixed(*ts: Tensor) -> Any:
+            full = list(args)
+            for i, t in zip(tensors, ts, strict=True):
+                full[i] = t
+            return gm(*full)
+
+        try:
+            return compile(fixed, tuple(args[i] for i in tensors), quiet=True)
+        except Exception as e:
+            _eager_warning(reason_of(e))
+            return None
+
+    def run(*args: Any) -> Any:
+        program = program_for(args)
+        if program is None:
+            return gm.forward(*args)
+        try:
+            return program(*(a for a in args if isinstance(a, Tensor)))
+        except AutogradUnsupportedError as e:
+            if "grad" not in warned:
+                warned.add("grad")
+                _eager_warning(str(e))
+            return gm.forward(*args)
+
+    run.programs = programs  # type: ignore[attr-defined]
     return run
 
 

@@ -272,3 +272,29 @@ def test_torch_compile_warns_once_and_runs_eagerly_when_grad_is_needed() -> None
     assert len(messages) == 1 and "torch.no_grad()" in messages[0]
     y.sum().backward()
     assert x.grad is not None
+
+
+def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xfuse.runtime.executor import CompiledProgram
+
+    calls: list[int] = []
+    real_call = CompiledProgram.__call__
+
+    def counting_call(self: CompiledProgram, *args: Any) -> Any:
+        calls.append(1)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+
+    def f(x: Tensor, w: Tensor) -> Tensor:
+        return torch.relu(x @ w + 1).sum(1)
+
+    torch._dynamo.reset()
+    fn = torch.compile(f, backend="xfuse")
+    w = torch.randn(4, 3)
+    sizes = (2, 3, 4, 5, 7)  # from the second on, dynamo hands the backend SymInts
+    with torch.no_grad():
+        for n in sizes:
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(fn(x, w), f(x, w))
+    assert len(calls) == len(sizes)
