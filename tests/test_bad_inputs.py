@@ -15,6 +15,7 @@ import torch
 import xfuse
 from xfuse.cli.opt import main as opt_main
 from xfuse.errors import (
+    AutogradUnsupportedError,
     ExportError,
     FallbackWarning,
     KernelCacheWarning,
@@ -301,10 +302,17 @@ def test_compile_for_cuda_without_a_gpu_is_refused() -> None:
     assert "\n" not in str(info.value)
 
 
-def test_inputs_that_need_grad_still_give_the_right_values() -> None:
+def test_inputs_that_need_grad_raise_with_grad_and_run_without() -> None:
     x = torch.randn(8, requires_grad=True)
     compiled = compile_quietly(relu2, (x,))
-    torch.testing.assert_close(compiled(x), relu2(x).detach())
+    with pytest.raises(AutogradUnsupportedError, match=r"torch\.no_grad\(\)") as info:
+        compiled(x)
+    assert "\n" not in str(info.value)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), relu2(x).detach())
+    with torch.inference_mode():
+        torch.testing.assert_close(compiled(x), relu2(x).detach())
+    assert len(compiled.specialisations) == 1  # one program serves both modes
 
 
 def test_torch_compile_falls_back_to_eager_on_a_graph_xfuse_cannot_import() -> None:

@@ -12,6 +12,7 @@ A compiled program is for inference: its results carry no autograd history.
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, get_backend
-from xfuse.errors import ExportError, FallbackWarning, XfuseError
+from xfuse.errors import AutogradUnsupportedError, ExportError, FallbackWarning, XfuseError
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver
 from xfuse.progress import Progress
@@ -34,8 +35,10 @@ from xfuse.report.render import render_dot
 from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
-from xfuse.runtime.executor import CompiledProgram, Executable
+from xfuse.runtime.executor import CompiledProgram, Executable, normalize_device
 from xfuse.runtime.fallback import reason_of
+from xfuse.runtime.outputs import OutputPlan
+from xfuse.runtime.state import ModuleState
 
 Tensor = torch.Tensor
 ModelOrFn = torch.nn.Module | Callable[..., Any]
@@ -58,6 +61,10 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 
+EXPORT_LOCK = threading.Lock()
+"""One torch.export at a time in this process: it patches global state while it traces."""
+
+
 @dataclass
 class Imported:
     """An imported program plus what the runtime needs beyond `ImportedProgram`."""
@@ -73,16 +80,17 @@ def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...])
     from xfuse.frontend.importer import import_program, wrap_function
 
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
-    try:
-        exported = torch.export.export(model, example_inputs, strict=False)
-    except Exception as e:
-        raise ExportError(
-            f"xfuse: torch.export could not export the program: {reason_of(e)}"
-        ) from e
-    try:
-        program = import_program(exported)
-    except UnsupportedProgram as e:
-        raise ExportError(f"xfuse: cannot import the program: {e}") from e
+    with EXPORT_LOCK:  # torch.export (and decomposing, a retrace) is not thread-safe
+        try:
+            exported = torch.export.export(model, example_inputs, strict=False)
+        except Exception as e:
+            raise ExportError(
+                f"xfuse: torch.export could not export the program: {reason_of(e)}"
+            ) from e
+        try:
+            program = import_program(exported)
+        except UnsupportedProgram as e:
+            raise ExportError(f"xfuse: cannot import the program: {e}") from e
     return Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
 
 
@@ -153,6 +161,7 @@ def _builder(
     spec: str,
     cache: KernelCache,
     quiet: bool | None = None,
+    state: ModuleState | None = None,
 ) -> Callable[[tuple[Tensor, ...]], Executable]:
     def build(inputs: tuple[Tensor, ...]) -> Executable:
         with Progress.create(quiet) as progress:
@@ -180,13 +189,29 @@ def _builder(
         )
         return Executable(
             program,
-            bind=program_ir.binder(len(inputs)),
+            bind=program_ir.binder(len(inputs), live_state(state, program_ir.params, device)),
             unflatten=unflattener(imported.out_spec),
             report=FusionReport(decisions, list(program.fallbacks), index),
             op_names=imported.op_names,
+            outputs=OutputPlan(program_ir.output_rules, program),
         )
 
     return build
+
+
+def live_state(
+    state: ModuleState | None, exported: dict[str, Tensor], device: torch.device
+) -> tuple[str, ...]:
+    """The state tensors a program binds from the module at each call: those it reads that
+    live on its device (others are the exported values, moved there once)."""
+    if state is None:
+        return ()
+    tensors = dict(zip(state.names, state.tensors(), strict=True))
+    return tuple(
+        name
+        for name in state.names
+        if name in exported and normalize_device(tensors[name].device) == normalize_device(device)
+    )
 
 
 def _check_device(device: str) -> None:
@@ -217,6 +242,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         )
     _check_device(device)
     backend = get_backend(device)
+    state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
     build = _builder(
         model_or_fn,
         backend,
@@ -224,8 +250,9 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         DEFAULT_PIPELINE if pipeline is None else pipeline,
         default_cache() if cache is None else cache,
         quiet,
+        state,
     )
-    return CompiledProgram(build, tuple(example_inputs), device)
+    return CompiledProgram(build, tuple(example_inputs), device, state)
 
 
 @dataclass
@@ -323,7 +350,11 @@ def _real(t: Any) -> Any:
 
 def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """The `torch.compile` backend: the FX graph through `xfuse.compile`; on any failure a
-    warning and `gm.forward` (eager). Calls that need autograd run eagerly too."""
+    warning and `gm.forward` (eager). Calls that need autograd (grad enabled and an input or
+    parameter that requires grad) run eagerly too, with one warning that says so. A graph with
+    dynamic shapes (SymInt inputs or sizes) is compiled per concrete shape at call time."""
+    if any(_is_symbolic(t) for t in example_inputs):
+        return _per_shape(gm)
     try:
         compiled = compile(gm, tuple(_real(t) for t in example_inputs))
     except Exception as e:
@@ -334,12 +365,84 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Calla
         )
         return gm.forward
 
+    warned: list[bool] = []
+
     def run(*args: Any) -> Any:
-        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        try:
+            return compiled(*args)
+        except AutogradUnsupportedError as e:  # raised before anything ran
+            if not warned:
+                warned.append(True)
+                warnings.warn(
+                    f"xfuse: torch.compile backend runs this graph eagerly: {e}",
+                    FallbackWarning,
+                    stacklevel=2,
+                )
             return gm.forward(*args)
-        return compiled(*args)
 
     run.compiled = compiled  # type: ignore[attr-defined]
+    return run
+
+
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, Tensor):
+        return not all(isinstance(d, int) for d in (*value.shape, *value.stride()))
+    return isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def _eager_warning(reason: str) -> None:
+    warnings.warn(
+        f"xfuse: torch.compile backend runs this graph eagerly: {reason}",
+        FallbackWarning,
+        stacklevel=3,
+    )
+
+
+def _per_shape(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    """A dynamic-shape graph run by one compiled program per concrete call signature: tensor
+    shapes, strides and dtypes, and the values of the non-tensor (SymInt) arguments, which
+    the program is specialised on."""
+    programs: dict[tuple[Any, ...], CompiledProgram | None] = {}
+    lock = threading.Lock()
+    warned: set[str] = set()
+
+    def program_for(args: tuple[Any, ...]) -> CompiledProgram | None:
+        key = tuple(
+            (a.shape, a.stride(), a.dtype) if isinstance(a, Tensor) else (type(a), a) for a in args
+        )
+        with lock:
+            if key not in programs:
+                programs[key] = _specialised(gm, args)
+            return programs[key]
+
+    def _specialised(gm: torch.fx.GraphModule, args: tuple[Any, ...]) -> CompiledProgram | None:
+        tensors = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+
+        def fixed(*ts: Tensor) -> Any:
+            full = list(args)
+            for i, t in zip(tensors, ts, strict=True):
+                full[i] = t
+            return gm(*full)
+
+        try:
+            return compile(fixed, tuple(args[i] for i in tensors), quiet=True)
+        except Exception as e:
+            _eager_warning(reason_of(e))
+            return None
+
+    def run(*args: Any) -> Any:
+        program = program_for(args)
+        if program is None:
+            return gm.forward(*args)
+        try:
+            return program(*(a for a in args if isinstance(a, Tensor)))
+        except AutogradUnsupportedError as e:
+            if "grad" not in warned:
+                warned.add("grad")
+                _eager_warning(str(e))
+            return gm.forward(*args)
+
+    run.programs = programs  # type: ignore[attr-defined]
     return run
 
 

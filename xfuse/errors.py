@@ -85,3 +85,8 @@ class FallbackWarning(XfuseWarning):
 
 class GraphvizMissingWarning(XfuseWarning):
     """Graphviz's `dot` is not installed: the DOT text was written instead of a picture."""
+
+
+class AutogradUnsupportedError(XfuseError, RuntimeError):
+    """A call that needs autograd (grad enabled, an input or parameter requires grad): compiled
+    programs are for inference and their results would carry no history."""

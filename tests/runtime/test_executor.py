@@ -193,7 +193,8 @@ def forget_calls(backend: ReferenceBackend) -> None:
         kernel.calls.clear()
 
 
-def test_a_dropped_output_is_recycled_by_the_next_call(tmp_path: Path) -> None:
+def test_a_dropped_output_is_recycled_by_the_next_call(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XFUSE_REUSE_OUTPUTS", "1")
     program, reference, backend = build(CHAIN, tmp_path)
     pool = BufferPool()
     x = torch.randn(4, 8)
@@ -220,7 +221,8 @@ def test_a_dropped_output_is_recycled_by_the_next_call(tmp_path: Path) -> None:
     ],
     ids=["tensor", "view", "slice", "numpy", "storage", "set_", "weakref"],
 )
-def test_an_output_still_referenced_is_not_recycled(tmp_path: Path, keep) -> None:
+def test_an_output_still_referenced_is_not_recycled(tmp_path: Path, keep, monkeypatch) -> None:
+    monkeypatch.setenv("XFUSE_REUSE_OUTPUTS", "1")
     program, reference, backend = build(CHAIN, tmp_path)
     pool = BufferPool()
     x = torch.randn(4, 8)
@@ -241,10 +243,12 @@ def test_an_output_still_referenced_is_not_recycled(tmp_path: Path, keep) -> Non
     torch.testing.assert_close(second, interpret(reference, [x + 1])[0])
 
 
-def test_output_recycling_can_be_turned_off(tmp_path: Path, monkeypatch) -> None:
+def test_output_recycling_is_off_unless_asked_for(tmp_path: Path, monkeypatch) -> None:
     program, _, backend = build(CHAIN, tmp_path)
-    for setting, allocations in (("1", 2), ("0", 3)):
-        monkeypatch.setenv("XFUSE_REUSE_OUTPUTS", setting)
+    monkeypatch.delenv("XFUSE_REUSE_OUTPUTS", raising=False)
+    for setting, allocations in ((None, 3), ("1", 2), ("0", 3)):
+        if setting is not None:
+            monkeypatch.setenv("XFUSE_REUSE_OUTPUTS", setting)
         pool = BufferPool()
         (first,) = run_program(program, [torch.randn(4, 8)], pool)
         del first

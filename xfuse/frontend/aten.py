@@ -114,12 +114,16 @@ def _rsub(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
 
 
 def _div_mode(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
-    """div with rounding_mode: graph.div truncates integers, so only integer trunc maps."""
+    """div with rounding_mode: graph.div truncates integers, so only integer trunc maps, and
+    only by a number other than 0 and -1: a kernel's integer division by zero (or of the
+    smallest integer by -1) traps and kills the process, where eager raises (a torch_call)."""
     dtype = out_type(node).element_type
     mode = a.get("rounding_mode")
     if mode is None:
         return _binary(graph.DivOp)(lw, node, a)
-    if mode == "trunc" and not graph.is_float(dtype):
+    divisor = a["other"]
+    safe = isinstance(divisor, int) and divisor not in (0, -1)
+    if mode == "trunc" and not graph.is_float(dtype) and safe:
         return lw.emit(graph.DivOp(lw.operand(a["self"], dtype), lw.operand(a["other"], dtype)))
     return None
 

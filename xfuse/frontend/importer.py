@@ -41,6 +41,7 @@ from xfuse.frontend.builder import (
     result_types,
     tensor_type_of_val,
 )
+from xfuse.frontend.outputs import OutputRule, output_rules
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.ir.dtypes import tensor_input_problem
 
@@ -59,6 +60,8 @@ class ImportedProgram:
     output_names: list[str]
     constant_inputs: set[int] = field(default_factory=set[int])
     """Positions of flattened user inputs that torch.export specialised to constants."""
+    output_rules: list[OutputRule] = field(default_factory=list[OutputRule])
+    """What each output aliases in eager (`xfuse.frontend.outputs`)."""
 
     @property
     def function(self) -> func.FuncOp:
@@ -70,14 +73,29 @@ class ImportedProgram:
         tensors = [x for i, x in enumerate(leaves) if i not in self.constant_inputs]
         return bind_arguments(self.function, tensors, self.params)
 
-    def binder(self, arity: int) -> Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]:
+    def binder(
+        self, arity: int, state_names: Sequence[str] = ()
+    ) -> Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor]], list[torch.Tensor]]:
         """`arguments` for calls with `arity` positional tensors, planned once (no pytree, no
-        attribute lookups per call): the call path of a compiled program."""
-        positions = [i for i in range(arity) if i not in self.constant_inputs]
-        plan = bind_arguments(self.function, positions, self.params)
+        attribute lookups per call): the call path of a compiled program. A parameter or buffer
+        named in `state_names` is taken from the call's state list (read from the module at
+        each call); the others (lifted constants) are the exported values."""
+        positions = iter([i for i in range(arity) if i not in self.constant_inputs])
+        index = {name: i for i, name in enumerate(state_names)}
+        plan: list[tuple[int, Any]] = []
+        for i in range(len(self.function.body.block.args)):
+            name = self.param_names.get(i)
+            if name is None:
+                plan.append((0, next(positions)))
+            elif name in index:
+                plan.append((1, index[name]))
+            else:
+                plan.append((2, self.params[name]))
 
-        def bind(inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-            return [p if isinstance(p, torch.Tensor) else inputs[p] for p in plan]
+        def bind(
+            inputs: Sequence[torch.Tensor], state: Sequence[torch.Tensor] = ()
+        ) -> list[torch.Tensor]:
+            return [inputs[v] if k == 0 else state[v] if k == 1 else v for k, v in plan]
 
         return bind
 
@@ -242,14 +260,17 @@ class Importer:
 
         block = Block(arg_types=arg_types)
         lowering = Lowering(block)
-        args = iter(block.args)
+        arg_of: dict[torch.fx.Node, int] = {}
         for node, spec in zip(placeholders, specs, strict=True):
             if not isinstance(spec.arg, ConstantArgument):
-                lowering.values[node] = next(args)
+                arg_of[node] = len(arg_of)
+                lowering.values[node] = block.args[arg_of[node]]
         for node in self.program.graph.nodes:
             if node.op == "call_function":
                 lowering.values[node] = convert_node(lowering, node)
         outputs, output_names = self.outputs(lowering)
+        output_node = next(n for n in self.program.graph.nodes if n.op == "output")
+        rules = output_rules(pytree.tree_leaves(output_node.args[0]), arg_of)
         block.add_op(func.ReturnOp(*outputs))
         function = func.FuncOp(
             "forward",
@@ -260,7 +281,7 @@ class Importer:
         module = ModuleOp([function])
         module.verify()
         return ImportedProgram(
-            module, param_names, params, input_names, output_names, constant_inputs
+            module, param_names, params, input_names, output_names, constant_inputs, rules
         )
 
     def state_tensor(self, target: str, node: torch.fx.Node) -> torch.Tensor:

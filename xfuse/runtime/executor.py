@@ -4,7 +4,7 @@ returns.
 
 Kernels are specialised to the shapes and dtypes they were compiled for. `CompiledProgram`
 checks every call's inputs (count, type, layout, dtype, device) and keys specialisations by the
-inputs' signature (shapes and dtypes): a call with a new signature builds a new specialisation,
+inputs' signature (shapes, strides and dtypes): a call with a new signature builds a new specialisation,
 never runs a kernel on shapes it was not made for. Non-contiguous inputs are made contiguous by
 the kernels that read them (views and externs take them as they are).
 """
@@ -22,15 +22,17 @@ from typing import Any, cast
 
 import torch
 
-from xfuse.errors import UnsupportedInputError
+from xfuse.errors import AutogradUnsupportedError, UnsupportedInputError
 from xfuse.ir import dtypes
 from xfuse.ir.dtypes import tensor_input_problem
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
+from xfuse.runtime.outputs import OutputPlan
+from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor
 
-Signature = tuple[tuple[tuple[int, ...], torch.dtype], ...]
+Signature = tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype], ...]
 
 
 class StepProfile:
@@ -108,23 +110,28 @@ class Executable:
     shape its flat results like the model's output."""
 
     program: Program
-    bind: Callable[[Sequence[Tensor]], list[Tensor]]
+    bind: Callable[[Sequence[Tensor], Sequence[Tensor]], list[Tensor]]
+    """(user inputs, module state tensors) -> `@forward`'s arguments."""
     unflatten: Callable[[list[Tensor]], Any]
     report: Any = None
     """The fusion report of this specialisation (`xfuse.api.FusionReport`), if one was made."""
     op_names: list[str] = field(default_factory=list[str])
     """The ops of the imported program, before fusion (for explanations)."""
+    outputs: OutputPlan | None = None
+    """Makes the results alias what eager's would (`xfuse.runtime.outputs`)."""
     _pools: list[BufferPool] = field(default_factory=list[BufferPool])
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def run(self, inputs: Sequence[Tensor]) -> Any:
-        args = self.bind(inputs)
+    def run(self, inputs: Sequence[Tensor], state: Sequence[Tensor] = ()) -> Any:
+        args = self.bind(inputs, state)
         # Each running call takes a pool of its own, so concurrent calls never share a buffer.
         with self._lock:
             device = args[0].device if args else "cpu"  # kernels' outputs live with the inputs
             pool = self._pools.pop() if self._pools else BufferPool(device)
         try:
             outputs = run_program(self.program, args, pool)
+            if self.outputs is not None:
+                outputs = self.outputs.apply(args, outputs)
         finally:
             with self._lock:
                 self._pools.append(pool)
@@ -162,8 +169,9 @@ def check_input(i: int, value: Any, device: torch.device) -> Tensor:
 
 
 def signature_of(inputs: Sequence[Tensor]) -> Signature:
+    """Shapes, strides (eager's output strides follow its inputs') and dtypes."""
     # torch.Size is a tuple: it hashes and compares like one.
-    return tuple((t.shape, t.dtype) for t in inputs)
+    return tuple((t.shape, t.stride(), t.dtype) for t in inputs)
 
 
 def _supported_dtypes() -> frozenset[torch.dtype]:
@@ -193,6 +201,18 @@ def is_plain_input(value: Any, device: torch.device) -> bool:
     )
 
 
+def check_no_autograd(inputs: Sequence[Tensor], state: Sequence[Tensor]) -> None:
+    """With grad enabled, no input or parameter may require grad: the results would carry no
+    history and backward would silently miss them."""
+    for what, tensors in (("an input", inputs), ("a parameter", state)):
+        if any(t.requires_grad for t in tensors):
+            raise AutogradUnsupportedError(
+                f"{what} requires grad, but compiled programs are for inference (their results "
+                "carry no autograd history): call it under torch.no_grad() or "
+                "torch.inference_mode()"
+            )
+
+
 class CompiledProgram:
     """A compiled model or function: call it like the model (tensor inputs, positionally).
 
@@ -205,15 +225,19 @@ class CompiledProgram:
         build: Callable[[tuple[Tensor, ...]], Executable],
         example_inputs: Sequence[Any],
         device: str | torch.device = "cpu",
+        state: ModuleState | None = None,
     ):
         self._build = build
+        self.state = state
+        """The module's parameters and buffers, bound at every call (None for a function)."""
         self.device = normalize_device(device)
         self.arity = len(example_inputs)
         self._lock = threading.Lock()
-        self._building: dict[Signature, threading.Lock] = {}
-        self.specialisations: dict[Signature, Executable] = {}
+        self._building: dict[Any, threading.Lock] = {}
+        self.specialisations: dict[Any, Executable] = {}
         inputs = self._checked(tuple(example_inputs))
-        self.default = self._specialise(signature_of(inputs), inputs)
+        tensors = self.state.tensors() if self.state is not None else []
+        self.default = self._specialise(self._signature(inputs, tensors), inputs)
 
     @property
     def groups(self) -> list[GroupInfo]:
@@ -233,11 +257,19 @@ class CompiledProgram:
 
     def __call__(self, *inputs: Any) -> Any:
         tensors = self._checked(inputs)
-        sig = signature_of(tensors)
+        state = self.state.tensors() if self.state is not None else []
+        if torch.is_grad_enabled():
+            check_no_autograd(tensors, state)
+        sig = self._signature(tensors, state)
         executable = self.specialisations.get(sig)
         if executable is None:
             executable = self._specialise(sig, tensors)
-        return executable.run(tensors)
+        return executable.run(tensors, state)
+
+    def _signature(self, inputs: Sequence[Tensor], state: Sequence[Tensor]) -> Any:
+        if self.state is None:
+            return signature_of(inputs)
+        return signature_of(inputs), self.state.key(state)
 
     def _checked(self, inputs: tuple[Any, ...]) -> tuple[Tensor, ...]:
         if len(inputs) != self.arity:
@@ -249,7 +281,7 @@ class CompiledProgram:
             return inputs
         return tuple(check_input(i, v, device) for i, v in enumerate(inputs))
 
-    def _specialise(self, sig: Signature, inputs: tuple[Tensor, ...]) -> Executable:
+    def _specialise(self, sig: Any, inputs: tuple[Tensor, ...]) -> Executable:
         # One build per signature even when several threads call with it at once.
         with self._lock:
             lock = self._building.setdefault(sig, threading.Lock())

@@ -60,8 +60,9 @@ def _unreferenced_counts() -> tuple[int, ...]:
 
 
 def reuse_outputs_enabled() -> bool:
-    """`XFUSE_REUSE_OUTPUTS=0` turns output recycling off (see `BufferPool`)."""
-    return os.environ.get("XFUSE_REUSE_OUTPUTS", "1") != "0"
+    """Output recycling (see `BufferPool`) is off unless `XFUSE_REUSE_OUTPUTS=1`: it judges from
+    reference counts, which cannot see every holder (another process reading shared memory)."""
+    return os.environ.get("XFUSE_REUSE_OUTPUTS", "0") == "1"
 
 
 class BufferPool:

@@ -1,0 +1,300 @@
+"""A compiled program behaves like eager PyTorch: what its outputs alias (issue 14)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import xfuse
+
+Tensor = torch.Tensor
+
+
+def compiled(fn: Callable[..., Any], *inputs: Tensor) -> Any:
+    return xfuse.compile(fn, inputs, quiet=True)
+
+
+def shares_memory(a: Tensor, b: Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def layout(t: Tensor) -> tuple[Any, ...]:
+    return tuple(t.shape), t.stride(), t.storage_offset()
+
+
+def test_clone_returns_fresh_memory() -> None:
+    x = torch.randn(3, 4)
+    y = compiled(lambda x: x.clone(), x)(x)
+    before = x.clone()
+    y.add_(1)
+    assert torch.equal(x, before)
+
+
+def test_contiguous_of_a_transpose_is_a_contiguous_copy() -> None:
+    x = torch.randn(3, 4)
+    y = compiled(lambda x: x.t().contiguous(), x)(x)
+    assert y.is_contiguous() and not shares_memory(x, y)
+    assert torch.equal(y, x.t())
+
+
+def test_a_cloned_buffer_cannot_change_the_module() -> None:
+    class Pos(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("pos", torch.arange(4.0))
+
+        def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+            return self.pos.clone(), x + self.pos
+
+    model = Pos()
+    x = torch.zeros(4)
+    pos, _ = compiled(model, x)(x)
+    pos.mul_(100)
+    assert torch.equal(model.pos, torch.arange(4.0))
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda x: x[0],
+        lambda x: x[:, 1],
+        lambda x: x.expand(2, 3, 4),
+        lambda x: x.detach(),
+        lambda x: x.t(),
+        lambda x: x.to(torch.float32),
+    ],
+    ids=["select-row", "select-column", "expand", "detach", "t", "to-same-dtype"],
+)
+def test_views_of_an_input_are_views_like_eager(view: Callable[[Tensor], Tensor]) -> None:
+    x = torch.randn(3, 4)
+    y = compiled(view, x)(x)
+    expected = view(x)
+    assert shares_memory(y, x)
+    assert layout(y) == layout(expected)
+
+
+def test_a_view_of_an_output_is_a_view_of_it() -> None:
+    def f(x: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...], Tensor]:
+        h = x * 2
+        return h, h[0], h.split(2, 1), h
+
+    x = torch.randn(3, 4)
+    h, h0, (s0, s1), again = compiled(f, x)(x)
+    assert again is h
+    for view, expected in ((h0, h[0]), (s0, h[:, :2]), (s1, h[:, 2:])):
+        assert shares_memory(view, h) and layout(view) == layout(expected)
+    h0.fill_(7)
+    assert torch.equal(h[0], torch.full((4,), 7.0))
+
+
+def test_two_clones_of_one_value_are_two_buffers() -> None:
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        y = x + 1
+        return y, y.clone()
+
+    x = torch.randn(5)
+    y, z = compiled(f, x)(x)
+    assert not shares_memory(y, z)
+
+
+def test_returned_constants_are_fresh_per_call() -> None:
+    def f(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        k = torch.ones(4).reshape(2, 2)
+        return k, x @ k, torch.tensor([1.0, 2.0])
+
+    x = torch.randn(2, 2)
+    c = compiled(f, x)
+    k, _, literal = c(x)
+    k.mul_(100)
+    literal.mul_(100)
+    k, product, literal = c(x)
+    assert torch.equal(k, torch.ones(2, 2))
+    assert torch.equal(literal, torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(product, x @ torch.ones(2, 2))
+
+
+def test_a_channels_last_input_gives_a_channels_last_output() -> None:
+    def f(x: Tensor) -> Tensor:
+        return torch.relu(x) + 1
+
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    y = compiled(f, x)(x)
+    assert y.stride() == f(x).stride()
+    torch.testing.assert_close(y, f(x))
+
+
+def test_input_strides_are_part_of_the_signature() -> None:
+    def f(x: Tensor) -> Tensor:
+        return x * 2
+
+    x = torch.randn(2, 3, 4, 5)
+    c = compiled(f, x)
+    last = x.to(memory_format=torch.channels_last)
+    assert c(last).stride() == f(last).stride()
+    assert c(x).stride() == f(x).stride()
+
+
+def test_torch_compile_clone_is_fresh() -> None:
+    x = torch.randn(4)
+    fn = torch.compile(lambda x: x.clone(), backend="xfuse")
+    with torch.no_grad():
+        y = fn(x)
+    assert not shares_memory(x, y)
+
+
+DIVISION_BY_ZERO = """
+import torch, xfuse
+a = torch.tensor([7, -7, 3], dtype=torch.int64)
+b = torch.tensor([2, 0, 1], dtype=torch.int64)
+for name, fn in [
+    ("trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc")),
+    ("floor", lambda a, b: torch.div(a, b, rounding_mode="floor")),
+    ("remainder", lambda a, b: a % b),
+    ("trunc-fused", lambda a, b: torch.div(a * 2 + 1, b - 1, rounding_mode="trunc") + 1),
+]:
+    c = xfuse.compile(fn, (a, b + 1), quiet=True)
+    try:
+        c(a, b)
+    except RuntimeError as e:
+        print(name, "raised", e)
+    else:
+        print(name, "did not raise")
+"""
+
+
+def test_integer_division_by_zero_raises_like_eager() -> None:
+    import subprocess
+    import sys
+
+    # In a child process: a kernel that divides by zero kills its process (SIGFPE).
+    done = subprocess.run(
+        [sys.executable, "-c", DIVISION_BY_ZERO], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines == [
+        f"{name} raised ZeroDivisionError"
+        for name in ("trunc", "floor", "remainder", "trunc-fused")
+    ]
+
+
+class Affine(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.register_buffer("shift", torch.zeros(3))
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu(self.drop(self.fc(x)) + self.shift)
+
+
+def eager_no_grad(model: torch.nn.Module, x: Tensor) -> Tensor:
+    with torch.no_grad():
+        return model(x)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: setattr(m.fc, "weight", torch.nn.Parameter(torch.ones(3, 4))),
+        lambda m: m.load_state_dict(
+            {"fc.weight": torch.ones(3, 4), "fc.bias": torch.ones(3), "shift": torch.ones(3)},
+            assign=True,
+        ),
+        lambda m: setattr(m.fc.weight, "data", torch.full((3, 4), 2.0)),
+        lambda m: setattr(m, "shift", torch.full((3,), 5.0)),
+    ],
+    ids=["parameter", "load_state_dict-assign", "weight-data", "buffer"],
+)
+def test_reassigned_module_state_is_seen(change: Callable[[torch.nn.Module], Any]) -> None:
+    model = Affine().eval()
+    x = torch.randn(2, 4)
+    c = compiled(model, x)
+    change(model)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), eager_no_grad(model, x))
+    assert len(c.specialisations) == 1
+
+
+def test_train_mode_and_a_new_parameter_shape_compile_anew() -> None:
+    model = Affine().eval()
+    x = torch.randn(2, 4)
+    c = compiled(model, x)
+    model.fc.weight = torch.nn.Parameter(torch.randn(3, 4).t().contiguous().t())  # new strides
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), eager_no_grad(model, x))
+    model.load_state_dict({"fc.weight": torch.ones(3, 4), "fc.bias": torch.ones(3)}, strict=False)
+    model.train()
+    with torch.no_grad():
+        y = c(torch.ones(8, 4))  # 5 before dropout: 0 or 10 after it (p = 0.5)
+    assert set(y.flatten().tolist()) == {0.0, 10.0}
+    assert len(c.specialisations) == 3  # the first, the new strides, training mode
+
+
+def test_a_parameter_that_requires_grad_raises_with_grad_enabled() -> None:
+    model = Affine().eval()
+    x = torch.randn(2, 4)
+    c = compiled(model, x)
+    with pytest.raises(xfuse.errors.AutogradUnsupportedError, match="inference_mode"):
+        c(x)
+
+
+def test_new_shapes_from_eight_threads_all_compile() -> None:
+    import concurrent.futures
+
+    def f(x: Tensor) -> Tensor:
+        return torch.tanh(x) * 2 + 1
+
+    c = compiled(f, torch.randn(1, 3))
+    inputs = [torch.randn(n + 2, 3) for n in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(c, inputs))
+    for x, y in zip(inputs, results, strict=True):
+        torch.testing.assert_close(y, f(x))
+    assert len(c.specialisations) == 9
+
+
+def test_torch_compile_warns_once_and_runs_eagerly_when_grad_is_needed() -> None:
+    import warnings
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.relu(x) * 2, backend="xfuse")
+    x = torch.randn(4, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = fn(x)
+        fn(x)
+    messages = [str(w.message) for w in caught if "requires grad" in str(w.message)]
+    assert len(messages) == 1 and "torch.no_grad()" in messages[0]
+    y.sum().backward()
+    assert x.grad is not None
+
+
+def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xfuse.runtime.executor import CompiledProgram
+
+    calls: list[int] = []
+    real_call = CompiledProgram.__call__
+
+    def counting_call(self: CompiledProgram, *args: Any) -> Any:
+        calls.append(1)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+
+    def f(x: Tensor, w: Tensor) -> Tensor:
+        return torch.relu(x @ w + 1).sum(1)
+
+    torch._dynamo.reset()
+    fn = torch.compile(f, backend="xfuse")
+    w = torch.randn(4, 3)
+    sizes = (2, 3, 4, 5, 7)  # from the second on, dynamo hands the backend SymInts
+    with torch.no_grad():
+        for n in sizes:
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(fn(x, w), f(x, w))
+    assert len(calls) == len(sizes)

@@ -1,0 +1,99 @@
+"""
+The results a caller gets alias what eager's would, and nothing else (docs/contracts.md,
+"Outputs and aliasing"): the importer's `OutputRule`s say what each output is in eager; after a
+program has run, `OutputPlan.apply` makes its results so.
+
+- a view of an argument (input, parameter, buffer, constant): the view chain replayed with torch
+  on the argument itself, so sizes, strides and storage offset are eager's;
+- a view of another output: the chain replayed on that output;
+- fresh: the program's result when it is memory of its own with eager's strides, else a copy
+  (a result that shares storage with an argument, a constant or another output, as an
+  identity `clone` gives, or that has other strides, as a kernel's contiguous buffer for a
+  channels-last result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from xfuse.frontend.outputs import OutputRule
+from xfuse.runtime.compiler import FRESH_EXTERNS, Program
+from xfuse.runtime.steps import EagerStep, KernelStep
+
+Tensor = torch.Tensor
+
+
+def _storage(t: Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _owned_slots(program: Program) -> set[int]:
+    """Slots whose tensor is memory the program allocated this call (kernel buffers, results of
+    eager ops that never alias their inputs)."""
+    owned: set[int] = set()
+    for step in program.steps:
+        if isinstance(step, KernelStep) or (
+            isinstance(step, EagerStep) and step.op.name in FRESH_EXTERNS
+        ):
+            owned.update(step.outputs)
+    return owned - set(program.constants)
+
+
+class OutputPlan:
+    """Applies the output rules of one program (see the module docstring)."""
+
+    def __init__(self, rules: Sequence[OutputRule], program: Program):
+        self.rules = tuple(rules)
+        slots = program.output_slots
+        owned = _owned_slots(program)
+        self.unchecked = frozenset(
+            i
+            for i, rule in enumerate(self.rules)
+            if rule.base == "fresh" and slots[i] in owned and slots.count(slots[i]) == 1
+        )
+        """Fresh outputs that are a buffer of their own by construction (no storage check)."""
+        self.constant_storages = frozenset(_storage(t) for t in program.constants.values())
+        self.checks = any(
+            r.base == "fresh" and i not in self.unchecked for i, r in enumerate(rules)
+        )
+        self.views = tuple(i for i, r in enumerate(self.rules) if r.base != "fresh")
+
+    def apply(self, args: Sequence[Tensor], results: Sequence[Tensor]) -> list[Tensor]:
+        out = list(results)
+        taken = self._taken(args, out) if self.checks else set[int]()
+        for i, rule in enumerate(self.rules):
+            if rule.base == "fresh":
+                out[i] = self._fresh(i, rule, out[i], taken)
+        for i in self.views:
+            rule = self.rules[i]
+            t = args[rule.index] if rule.base == "arg" else out[rule.index]
+            for view in rule.chain:
+                t = view(t)
+            out[i] = t
+        return out
+
+    def _taken(self, args: Sequence[Tensor], out: list[Tensor]) -> set[int]:
+        """Storages a checked fresh output must not share: arguments, constants, and the
+        outputs that are buffers of their own."""
+        taken = {_storage(a) for a in args} | self.constant_storages
+        taken.update(_storage(out[i]) for i in self.unchecked)
+        return taken
+
+    def _fresh(self, i: int, rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
+        if i not in self.unchecked:
+            storage = _storage(t)
+            if storage in taken and t.numel():
+                return self._copy(rule, t, taken)
+            taken.add(storage)
+        if t.stride() != rule.stride and t.numel() > 1:
+            return self._copy(rule, t, taken)
+        return t
+
+    @staticmethod
+    def _copy(rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
+        copy = torch.empty_strided(t.shape, rule.stride, dtype=t.dtype, device=t.device)
+        copy.copy_(t)
+        taken.add(_storage(copy))
+        return copy
