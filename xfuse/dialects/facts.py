@@ -108,20 +108,24 @@ class Fuzz:
     """Also drawn by `random_graph`'s programs (unary, binary and reduction pools)."""
 
     @staticmethod
-    def unary(spelling: str, **kw: bool) -> Fuzz:
-        return Fuzz(spelling, "unary", **kw)  # pyright: ignore[reportArgumentType]
+    def unary(
+        spelling: str, *, exact: bool = False, positive: bool = False, random_graph: bool = False
+    ) -> Fuzz:
+        return Fuzz(spelling, "unary", exact=exact, positive=positive, random_graph=random_graph)
 
     @staticmethod
-    def binary(spelling: str, **kw: bool) -> Fuzz:
-        return Fuzz(spelling, "binary", **kw)  # pyright: ignore[reportArgumentType]
+    def binary(spelling: str, *, exact: bool = False, random_graph: bool = False) -> Fuzz:
+        return Fuzz(spelling, "binary", exact=exact, random_graph=random_graph)
 
     @staticmethod
     def compare(spelling: str) -> Fuzz:
         return Fuzz(spelling, "compare", exact=True)
 
     @staticmethod
-    def reduction(spelling: str, weight: int = 1, random_graph: bool = False) -> Fuzz:
-        return Fuzz(spelling, "reduction", weight=weight, random_graph=random_graph)
+    def reduction(
+        spelling: str, *, exact: bool = False, weight: int = 1, random_graph: bool = False
+    ) -> Fuzz:
+        return Fuzz(spelling, "reduction", exact=exact, weight=weight, random_graph=random_graph)
 
     @staticmethod
     def drawn_by(method: str) -> Fuzz:

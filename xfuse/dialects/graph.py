@@ -920,7 +920,7 @@ class ReduceMaxOp(ReduceOp):
     FACTS: ClassVar[OpFacts] = OpFacts(
         torch="torch.amax",
         aten=("aten.amax.default", "aten.max.default"),
-        fuzz=Fuzz.reduction("amax", random_graph=True),
+        fuzz=Fuzz.reduction("amax", exact=True, random_graph=True),
     )
 
 
@@ -932,7 +932,7 @@ class ReduceMinOp(ReduceOp):
     FACTS: ClassVar[OpFacts] = OpFacts(
         torch="torch.amin",
         aten=("aten.amin.default", "aten.min.default"),
-        fuzz=Fuzz.reduction("amin"),
+        fuzz=Fuzz.reduction("amin", exact=True),
     )
 
 
