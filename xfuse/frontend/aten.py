@@ -9,7 +9,7 @@ from there and operands are cast to it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch.fx
@@ -502,11 +502,11 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
 }
 
 
-def _op_converters() -> dict[str, Converter]:
-    """`str(OpOverload)` -> converter for every overload a graph op declares in its `aten`
+def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
+    """`str(OpOverload)` -> converter for every overload one of `ops` declares in its `aten`
     fact (`xfuse.dialects.facts`)."""
     table: dict[str, Converter] = {}
-    for op in graph.Graph.operations:
+    for op in ops:
         overloads = graph.op_facts(op).aten
         if not overloads:
             continue
@@ -519,7 +519,7 @@ def _op_converters() -> dict[str, Converter]:
 
 # The ops' own overloads, then the aten ops that are formulas of graph ops.
 CONVERTERS: dict[str, Converter] = {
-    **_op_converters(),
+    **op_converters(graph.Graph.operations),
     "aten.rsub.Tensor": _rsub,
     "aten.rsub.Scalar": _rsub,
     "aten.div.Tensor_mode": _div_mode,

@@ -7,7 +7,7 @@ being obviously right over being fast: each op is one torch call, written as a t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import torch
@@ -201,9 +201,10 @@ OWN_IMPLS: dict[str, Impl] = {
 }
 
 
-def _op_impls() -> dict[str, Impl]:
+def op_impls(ops: Iterable[type[Operation]]) -> dict[str, Impl]:
+    """The interpreter's rows for `ops`: their own implementation or their `torch` fact's."""
     impls: dict[str, Impl] = {}
-    for op in graph.Graph.operations:
+    for op in ops:
         impl = OWN_IMPLS.get(op.name) or _family_impl(op)
         if impl is not None:
             impls[op.name] = impl
@@ -211,7 +212,7 @@ def _op_impls() -> dict[str, Impl]:
 
 
 # One entry per graph op: (op, operand tensors) -> result tensor(s).
-OP_IMPLS: dict[str, Impl] = _op_impls()
+OP_IMPLS: dict[str, Impl] = op_impls(graph.Graph.operations)
 
 
 def run_op(op: Operation, args: list[Tensor]) -> list[Tensor]:

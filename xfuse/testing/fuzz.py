@@ -27,11 +27,12 @@ import math
 import random
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from xdsl.ir import Operation
 
 from xfuse.dialects import graph
 from xfuse.dialects.facts import Fuzz, FuzzPool
@@ -700,9 +701,11 @@ class Generator:
         return ta.untyped_storage().data_ptr() == tb.untyped_storage().data_ptr()
 
 
-def pool(name: FuzzPool) -> list[Fuzz]:
-    """The `fuzz` facts of the graph ops drawn from one pool, in the dialect's order."""
-    facts = (graph.op_facts(op).fuzz for op in graph.Graph.operations)
+def pool(name: FuzzPool, ops: Iterable[type[Operation]] | None = None) -> list[Fuzz]:
+    """The `fuzz` facts of `ops` (by default the graph dialect's) drawn from one pool, in
+    their order."""
+    ops = graph.Graph.operations if ops is None else ops
+    facts = (graph.op_facts(op).fuzz for op in ops)
     return [f for f in facts if f is not None and f.pool == name]
 
 

@@ -16,7 +16,7 @@ Semantics follow torch on CPU:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import cast
 
 from xdsl.dialects import arith
@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import (
     f32,
     i1,
 )
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.dialects.facts import ScalarBuilder, ScalarRule
@@ -59,11 +59,12 @@ def float_width(t: Attribute) -> int:
 
 # graph op name -> scalar rule, from each op's `scalar` fact (`xfuse.dialects.facts`).
 # `graph.cast` and `graph.where` are `emit_cast` / `emit_select`.
-SCALAR_RULES: dict[str, ScalarRule] = {
-    op.name: rule
-    for op in graph.Graph.operations
-    if (rule := graph.op_facts(op).scalar) is not None
-}
+def scalar_rules(ops: Iterable[type[Operation]]) -> dict[str, ScalarRule]:
+    """graph op name -> the op's `scalar` fact, for those of `ops` that have one."""
+    return {op.name: rule for op in ops if (rule := graph.op_facts(op).scalar) is not None}
+
+
+SCALAR_RULES: dict[str, ScalarRule] = scalar_rules(graph.Graph.operations)
 
 
 def has_scalar_rule(op_name: str) -> bool:
