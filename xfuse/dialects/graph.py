@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, cast
 
+from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
@@ -55,6 +56,17 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import ConstantLike, OpTrait, Pure
 from xdsl.utils.exceptions import VerifyException
+
+from xfuse.dialects.facts import (
+    Fuzz,
+    OpFacts,
+    ScalarBuilder,
+    ScalarRule,
+    binary,
+    cmpf,
+    cmpi,
+    unary,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Op-kind traits, read by fusion (xfuse/passes/fusion/legality.py)
@@ -231,6 +243,33 @@ def _i64_array(values: Sequence[int]) -> DenseArrayBase:  # pyright: ignore[repo
 
 
 # ---------------------------------------------------------------------------------------------
+# Scalar recipes of more than one arith/math op (the `scalar` facts below)
+# ---------------------------------------------------------------------------------------------
+
+
+def _relu_f(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.MaximumfOp(xs[0], b.constant(0.0, t)))
+
+
+def _relu_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.MaxSIOp(xs[0], b.constant(0, t)))
+
+
+def _neg_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.SubiOp(b.constant(0, t), xs[0]))
+
+
+def _reciprocal(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.DivfOp(b.constant(1.0, t), xs[0]))
+
+
+def _sigmoid(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    one = b.constant(1.0, t)
+    e = b.insert(math.ExpOp(b.insert(arith.NegfOp(xs[0]))))
+    return b.insert(arith.DivfOp(one, b.insert(arith.AddfOp(one, e))))
+
+
+# ---------------------------------------------------------------------------------------------
 # Elementwise unary ops
 # ---------------------------------------------------------------------------------------------
 
@@ -267,6 +306,12 @@ class NegOp(UnaryOp):
     """Negation. `%y = graph.neg %x : tensor<4xf32>`"""
 
     name = "graph.neg"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.neg",
+        aten=("aten.neg.default",),
+        scalar=ScalarRule(unary(arith.NegfOp), _neg_i),
+        fuzz=Fuzz.unary("torch.neg", exact=True, random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -274,6 +319,12 @@ class AbsOp(UnaryOp):
     """Absolute value. `%y = graph.abs %x : tensor<4xf32>`"""
 
     name = "graph.abs"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.abs",
+        aten=("aten.abs.default",),
+        scalar=ScalarRule(unary(math.AbsFOp), unary(math.AbsIOp)),
+        fuzz=Fuzz.unary("torch.abs", exact=True, random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -281,6 +332,12 @@ class ReluOp(UnaryOp):
     """max(x, 0). `%y = graph.relu %x : tensor<4xf32>`"""
 
     name = "graph.relu"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.relu",
+        aten=("aten.relu.default",),
+        scalar=ScalarRule(_relu_f, _relu_i),
+        fuzz=Fuzz.unary("torch.relu", exact=True, random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -288,6 +345,12 @@ class ExpOp(FloatUnaryOp):
     """e^x. `%y = graph.exp %x : tensor<4xf32>`"""
 
     name = "graph.exp"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.exp",
+        aten=("aten.exp.default",),
+        scalar=ScalarRule(unary(math.ExpOp)),
+        fuzz=Fuzz.unary("torch.exp", random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -295,6 +358,12 @@ class LogOp(FloatUnaryOp):
     """Natural logarithm. `%y = graph.log %x : tensor<4xf32>`"""
 
     name = "graph.log"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.log",
+        aten=("aten.log.default",),
+        scalar=ScalarRule(unary(math.LogOp)),
+        fuzz=Fuzz.unary("torch.log", positive=True),
+    )
 
 
 @irdl_op_definition
@@ -302,6 +371,12 @@ class SqrtOp(FloatUnaryOp):
     """Square root. `%y = graph.sqrt %x : tensor<4xf32>`"""
 
     name = "graph.sqrt"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.sqrt",
+        aten=("aten.sqrt.default",),
+        scalar=ScalarRule(unary(math.SqrtOp)),
+        fuzz=Fuzz.unary("torch.sqrt", positive=True),
+    )
 
 
 @irdl_op_definition
@@ -309,6 +384,12 @@ class RsqrtOp(FloatUnaryOp):
     """1/sqrt(x). `%y = graph.rsqrt %x : tensor<4xf32>`"""
 
     name = "graph.rsqrt"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.rsqrt",
+        aten=("aten.rsqrt.default",),
+        scalar=ScalarRule(unary(math.RsqrtOp)),
+        fuzz=Fuzz.unary("torch.rsqrt", positive=True),
+    )
 
 
 @irdl_op_definition
@@ -316,6 +397,12 @@ class TanhOp(FloatUnaryOp):
     """Hyperbolic tangent. `%y = graph.tanh %x : tensor<4xf32>`"""
 
     name = "graph.tanh"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.tanh",
+        aten=("aten.tanh.default",),
+        scalar=ScalarRule(unary(math.TanhOp)),
+        fuzz=Fuzz.unary("torch.tanh", random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -323,6 +410,12 @@ class SigmoidOp(FloatUnaryOp):
     """1/(1+e^-x). `%y = graph.sigmoid %x : tensor<4xf32>`"""
 
     name = "graph.sigmoid"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.sigmoid",
+        aten=("aten.sigmoid.default",),
+        scalar=ScalarRule(_sigmoid),
+        fuzz=Fuzz.unary("torch.sigmoid", random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -330,6 +423,12 @@ class ErfOp(FloatUnaryOp):
     """Gauss error function. `%y = graph.erf %x : tensor<4xf32>`"""
 
     name = "graph.erf"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.erf",
+        aten=("aten.erf.default",),
+        scalar=ScalarRule(unary(math.ErfOp)),
+        fuzz=Fuzz.unary("torch.erf"),
+    )
 
 
 @irdl_op_definition
@@ -337,6 +436,12 @@ class SinOp(FloatUnaryOp):
     """Sine. `%y = graph.sin %x : tensor<4xf32>`"""
 
     name = "graph.sin"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.sin",
+        aten=("aten.sin.default",),
+        scalar=ScalarRule(unary(math.SinOp)),
+        fuzz=Fuzz.unary("torch.sin", random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -344,6 +449,12 @@ class CosOp(FloatUnaryOp):
     """Cosine. `%y = graph.cos %x : tensor<4xf32>`"""
 
     name = "graph.cos"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.cos",
+        aten=("aten.cos.default",),
+        scalar=ScalarRule(unary(math.CosOp)),
+        fuzz=Fuzz.unary("torch.cos"),
+    )
 
 
 @irdl_op_definition
@@ -351,6 +462,12 @@ class ReciprocalOp(FloatUnaryOp):
     """1/x. `%y = graph.reciprocal %x : tensor<4xf32>`"""
 
     name = "graph.reciprocal"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.reciprocal",
+        aten=("aten.reciprocal.default",),
+        scalar=ScalarRule(_reciprocal),
+        fuzz=Fuzz.unary("torch.reciprocal", positive=True),
+    )
 
 
 @irdl_op_definition
@@ -359,6 +476,16 @@ class CastOp(IRDLOperation):
     `%y = graph.cast %x : tensor<4xf32> to tensor<4xf16>`"""
 
     name = "graph.cast"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=(
+            "aten._to_copy.default",
+            "aten.to.dtype",
+            "aten.to.dtype_layout",
+            "aten.type_as.default",
+        ),
+        fuzz=Fuzz.drawn_by("cast"),
+        without={"scalar": "lower-to-loops emits it with scalar_ops.emit_cast"},
+    )
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure(), Elementwise())
@@ -436,6 +563,12 @@ class AddOp(BinaryOp):
     """a + b. `%z = graph.add %a, %b : tensor<4x1xf32>, tensor<4xf32> -> tensor<4x4xf32>`"""
 
     name = "graph.add"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.add",
+        aten=("aten.add.Tensor", "aten.add.Scalar"),
+        scalar=ScalarRule(binary(arith.AddfOp), binary(arith.AddiOp), binary(arith.OrIOp)),
+        fuzz=Fuzz.binary("+", random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -443,6 +576,12 @@ class SubOp(BinaryOp):
     """a - b. `%z = graph.sub %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
 
     name = "graph.sub"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.sub",
+        aten=("aten.sub.Tensor", "aten.sub.Scalar"),
+        scalar=ScalarRule(binary(arith.SubfOp), binary(arith.SubiOp)),
+        fuzz=Fuzz.binary("-", random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -450,6 +589,12 @@ class MulOp(BinaryOp):
     """a * b. `%z = graph.mul %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
 
     name = "graph.mul"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.mul",
+        aten=("aten.mul.Tensor", "aten.mul.Scalar"),
+        scalar=ScalarRule(binary(arith.MulfOp), binary(arith.MuliOp), binary(arith.AndIOp)),
+        fuzz=Fuzz.binary("*", random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -458,6 +603,11 @@ class DivOp(BinaryOp):
     `%z = graph.div %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
 
     name = "graph.div"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.div.Tensor", "aten.div.Scalar"),
+        scalar=ScalarRule(binary(arith.DivfOp), binary(arith.DivSIOp)),
+        fuzz=Fuzz.binary("/"),
+    )
 
 
 @irdl_op_definition
@@ -465,6 +615,12 @@ class PowOp(BinaryOp):
     """a ** b. `%z = graph.pow %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
 
     name = "graph.pow"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.pow",
+        aten=("aten.pow.Tensor_Scalar", "aten.pow.Tensor_Tensor"),
+        scalar=ScalarRule(binary(math.PowFOp)),
+        fuzz=Fuzz.binary("torch.pow"),
+    )
     FLOAT_ONLY: ClassVar[bool] = True
 
 
@@ -473,6 +629,12 @@ class MaximumOp(BinaryOp):
     """Elementwise max (NaN propagates). `%z = graph.maximum %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
 
     name = "graph.maximum"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.maximum",
+        aten=("aten.maximum.default",),
+        scalar=ScalarRule(binary(arith.MaximumfOp), binary(arith.MaxSIOp), binary(arith.OrIOp)),
+        fuzz=Fuzz.binary("torch.maximum", exact=True, random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -480,6 +642,12 @@ class MinimumOp(BinaryOp):
     """Elementwise min (NaN propagates). `%z = graph.minimum %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
 
     name = "graph.minimum"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.minimum",
+        aten=("aten.minimum.default",),
+        scalar=ScalarRule(binary(arith.MinimumfOp), binary(arith.MinSIOp), binary(arith.AndIOp)),
+        fuzz=Fuzz.binary("torch.minimum", exact=True),
+    )
 
 
 @irdl_op_definition
@@ -487,6 +655,12 @@ class EqOp(ComparisonOp):
     """a == b. `%z = graph.eq %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
 
     name = "graph.eq"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.eq",
+        aten=("aten.eq.Tensor", "aten.eq.Scalar"),
+        scalar=ScalarRule(cmpf("oeq"), cmpi("eq"), cmpi("eq"), compare=True),
+        fuzz=Fuzz.compare("=="),
+    )
 
 
 @irdl_op_definition
@@ -494,6 +668,12 @@ class NeOp(ComparisonOp):
     """a != b. `%z = graph.ne %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
 
     name = "graph.ne"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.ne",
+        aten=("aten.ne.Tensor", "aten.ne.Scalar"),
+        scalar=ScalarRule(cmpf("une"), cmpi("ne"), cmpi("ne"), compare=True),
+        fuzz=Fuzz.compare("!="),
+    )
 
 
 @irdl_op_definition
@@ -501,6 +681,12 @@ class LtOp(ComparisonOp):
     """a < b. `%z = graph.lt %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
 
     name = "graph.lt"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.lt",
+        aten=("aten.lt.Tensor", "aten.lt.Scalar"),
+        scalar=ScalarRule(cmpf("olt"), cmpi("slt"), cmpi("ult"), compare=True),
+        fuzz=Fuzz.compare("<"),
+    )
 
 
 @irdl_op_definition
@@ -508,6 +694,12 @@ class LeOp(ComparisonOp):
     """a <= b. `%z = graph.le %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
 
     name = "graph.le"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.le",
+        aten=("aten.le.Tensor", "aten.le.Scalar"),
+        scalar=ScalarRule(cmpf("ole"), cmpi("sle"), cmpi("ule"), compare=True),
+        fuzz=Fuzz.compare("<="),
+    )
 
 
 @irdl_op_definition
@@ -515,6 +707,12 @@ class GtOp(ComparisonOp):
     """a > b. `%z = graph.gt %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
 
     name = "graph.gt"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.gt",
+        aten=("aten.gt.Tensor", "aten.gt.Scalar"),
+        scalar=ScalarRule(cmpf("ogt"), cmpi("sgt"), cmpi("ugt"), compare=True),
+        fuzz=Fuzz.compare(">"),
+    )
 
 
 @irdl_op_definition
@@ -522,6 +720,12 @@ class GeOp(ComparisonOp):
     """a >= b. `%z = graph.ge %a, %b : tensor<4xf32>, tensor<4xf32> -> tensor<4xi1>`"""
 
     name = "graph.ge"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.ge",
+        aten=("aten.ge.Tensor", "aten.ge.Scalar"),
+        scalar=ScalarRule(cmpf("oge"), cmpi("sge"), cmpi("uge"), compare=True),
+        fuzz=Fuzz.compare(">="),
+    )
 
 
 @irdl_op_definition
@@ -530,6 +734,17 @@ class WhereOp(IRDLOperation):
     `%z = graph.where %c, %a, %b : tensor<4xi1>, tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
 
     name = "graph.where"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.where",
+        aten=(
+            "aten.where.self",
+            "aten.where.ScalarSelf",
+            "aten.where.ScalarOther",
+            "aten.where.Scalar",
+        ),
+        fuzz=Fuzz.drawn_by("compare_where"),
+        without={"scalar": "lower-to-loops emits it with scalar_ops.emit_select"},
+    )
     cond = operand_def(TensorType)
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
@@ -580,6 +795,10 @@ class BroadcastInDimOp(IRDLOperation):
     dims are new. `%y = graph.broadcast_in_dim %x dims = [1] : tensor<4xf32> -> tensor<3x4xf32>`"""
 
     name = "graph.broadcast_in_dim"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.expand.default",),
+        fuzz=Fuzz.drawn_by("layout_op"),
+    )
     input = operand_def(TensorType)
     result = result_def(TensorType)
     dims = prop_def(DenseArrayBase[I64])
@@ -673,6 +892,11 @@ class ReduceSumOp(ReduceOp):
     """Sum. `%y = graph.reduce_sum %x dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>`"""
 
     name = "graph.reduce_sum"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.sum",
+        aten=("aten.sum.dim_IntList", "aten.sum.default"),
+        fuzz=Fuzz.reduction("sum", weight=2, random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -680,6 +904,11 @@ class ReduceMeanOp(ReduceOp):
     """Mean. `%y = graph.reduce_mean %x dims = [1] : tensor<4x8xf32> -> tensor<4xf32>`"""
 
     name = "graph.reduce_mean"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.mean",
+        aten=("aten.mean.dim", "aten.mean.default"),
+        fuzz=Fuzz.reduction("mean", random_graph=True),
+    )
     FLOAT_ONLY: ClassVar[bool] = True
 
 
@@ -688,6 +917,11 @@ class ReduceMaxOp(ReduceOp):
     """Max. `%y = graph.reduce_max %x dims = [1] : tensor<4x8xf32> -> tensor<4xf32>`"""
 
     name = "graph.reduce_max"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.amax",
+        aten=("aten.amax.default", "aten.max.default"),
+        fuzz=Fuzz.reduction("amax", exact=True, random_graph=True),
+    )
 
 
 @irdl_op_definition
@@ -695,6 +929,11 @@ class ReduceMinOp(ReduceOp):
     """Min. `%y = graph.reduce_min %x dims = [1] : tensor<4x8xf32> -> tensor<4xf32>`"""
 
     name = "graph.reduce_min"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.amin",
+        aten=("aten.amin.default", "aten.min.default"),
+        fuzz=Fuzz.reduction("amin", exact=True),
+    )
 
 
 @irdl_op_definition
@@ -702,6 +941,10 @@ class ReduceProdOp(ReduceOp):
     """Product. `%y = graph.reduce_prod %x dims = [0, 1] : tensor<4x8xf32> -> tensor<f32>`"""
 
     name = "graph.reduce_prod"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.prod.dim_int", "aten.prod.default"),
+        fuzz=Fuzz.reduction("prod"),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -715,6 +958,19 @@ class ReshapeOp(IRDLOperation):
     `%y = graph.reshape %x : tensor<4x8xf32> -> tensor<32xf32>`"""
 
     name = "graph.reshape"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=(
+            "aten.view.default",
+            "aten.reshape.default",
+            "aten._unsafe_view.default",
+            "aten.unsqueeze.default",
+            "aten.squeeze.default",
+            "aten.squeeze.dim",
+            "aten.squeeze.dims",
+            "aten.flatten.using_ints",
+        ),
+        fuzz=Fuzz.drawn_by("layout_op"),
+    )
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure(), Injective())
@@ -748,6 +1004,10 @@ class PermuteOp(IRDLOperation):
     `%y = graph.permute %x perm = [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>`"""
 
     name = "graph.permute"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.permute.default",),
+        fuzz=Fuzz.drawn_by("layout_op"),
+    )
     input = operand_def(TensorType)
     result = result_def(TensorType)
     perm = prop_def(DenseArrayBase[I64])
@@ -785,6 +1045,10 @@ class SliceOp(IRDLOperation):
     `%y = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>`"""
 
     name = "graph.slice"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.slice.Tensor",),
+        fuzz=Fuzz.drawn_by("layout_op"),
+    )
     input = operand_def(TensorType)
     result = result_def(TensorType)
     start = prop_def(DenseArrayBase[I64])
@@ -852,6 +1116,10 @@ class ConcatOp(IRDLOperation):
     `%y = graph.concat %a, %b dim = 0 : tensor<2x4xf32>, tensor<3x4xf32> -> tensor<5x4xf32>`"""
 
     name = "graph.concat"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.cat.default",),
+        fuzz=Fuzz.drawn_by("concat"),
+    )
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
     dim = prop_def(IntegerAttr[I64])
@@ -907,6 +1175,11 @@ class MatmulOp(IRDLOperation):
     `%y = graph.matmul %a, %b : tensor<8x16xf32>, tensor<16x4xf32> -> tensor<8x4xf32>`"""
 
     name = "graph.matmul"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.matmul",
+        aten=("aten.mm.default", "aten.bmm.default", "aten.matmul.default"),
+        fuzz=Fuzz.drawn_by("matmul"),
+    )
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
@@ -954,6 +1227,10 @@ class LinearOp(IRDLOperation):
     `%y = graph.linear %x, %w bias(%b : tensor<4xf32>) : tensor<8x16xf32>, tensor<4x16xf32> -> tensor<8x4xf32>`"""
 
     name = "graph.linear"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.linear.default",),
+        fuzz=Fuzz.drawn_by("matmul"),
+    )
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
@@ -1008,6 +1285,10 @@ class TorchCallOp(IRDLOperation):
     `%y = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1] kwargs = {} : (tensor<4x8xf32>) -> tensor<4x8xf32>`"""
 
     name = "graph.torch_call"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        fuzz=Fuzz.drawn_by("unsupported"),
+        without={"aten": "the importer's fallback for every aten op without a converter"},
+    )
     target = prop_def(StringAttr)
     inputs = var_operand_def(TensorType)
     outputs = var_result_def(TensorType)
@@ -1073,6 +1354,13 @@ class ConstantOp(IRDLOperation):
     """A dense tensor constant. `%c = graph.constant dense<2.0> : tensor<f32>`"""
 
     name = "graph.constant"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        fuzz=Fuzz.drawn_by("binary"),
+        without={
+            "aten": "made by the importer's constant rows (full, zeros, ones, scalar_tensor)",
+            "scalar": "lower-to-loops reads its elements (a splat becomes one arith.constant)",
+        },
+    )
     value = prop_def(DenseIntOrFPElementsAttr)
     result = result_def(TensorType)
     traits = traits_def(Pure(), ConstantLike(), Elementwise())
@@ -1156,6 +1444,10 @@ class SoftmaxOp(_DimCompositeOp):
     """Softmax along `dim`. `%y = graph.softmax %x dim = 1 : tensor<4x8xf32>`"""
 
     name = "graph.softmax"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.softmax.int", "aten._softmax.default"),
+        fuzz=Fuzz.drawn_by("normalization"),
+    )
 
 
 @irdl_op_definition
@@ -1163,6 +1455,10 @@ class LogSoftmaxOp(_DimCompositeOp):
     """Log-softmax along `dim`. `%y = graph.log_softmax %x dim = 1 : tensor<4x8xf32>`"""
 
     name = "graph.log_softmax"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.log_softmax.int", "aten._log_softmax.default"),
+        fuzz=Fuzz.drawn_by("normalization"),
+    )
 
 
 class _NormOp(IRDLOperation):
@@ -1209,6 +1505,10 @@ class LayerNormOp(_NormOp):
     `%y = graph.layer_norm %x weight(%w : tensor<8xf32>) bias(%b : tensor<8xf32>) rank = 1 eps = 1.0e-05 : tensor<4x8xf32>`"""
 
     name = "graph.layer_norm"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.layer_norm.default", "aten.native_layer_norm.default"),
+        fuzz=Fuzz.drawn_by("normalization"),
+    )
     T: ClassVar = VarConstraint("T", base(TensorType))
     input = operand_def(T)
     weight = opt_operand_def(TensorType)
@@ -1253,6 +1553,10 @@ class RMSNormOp(_NormOp):
     `%y = graph.rms_norm %x weight(%w : tensor<8xf32>) rank = 1 eps = 1.0e-06 : tensor<4x8xf32>`"""
 
     name = "graph.rms_norm"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.rms_norm.default",),
+        fuzz=Fuzz.drawn_by("normalization"),
+    )
     T: ClassVar = VarConstraint("T", base(TensorType))
     input = operand_def(T)
     weight = opt_operand_def(TensorType)
@@ -1289,6 +1593,10 @@ class GeluOp(IRDLOperation):
     `%y = graph.gelu %x approximate = "tanh" : tensor<4xf32>`"""
 
     name = "graph.gelu"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.gelu.default",),
+        fuzz=Fuzz.unary("F.gelu"),
+    )
     T: ClassVar = VarConstraint("T", base(TensorType))
     input = operand_def(T)
     result = result_def(T)
@@ -1319,6 +1627,11 @@ class SiluOp(FloatUnaryOp):
     """x * sigmoid(x). `%y = graph.silu %x : tensor<4xf32>`"""
 
     name = "graph.silu"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.nn.functional.silu",
+        aten=("aten.silu.default",),
+        fuzz=Fuzz.unary("F.silu"),
+    )
     traits = traits_def(Pure(), Composite())
 
 
@@ -1328,6 +1641,10 @@ class VarOp(IRDLOperation):
     `%y = graph.var %x dims = [1] correction = 1 keepdim : tensor<4x8xf32> -> tensor<4x1xf32>`"""
 
     name = "graph.var"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.var.dim", "aten.var.correction", "aten.var.default"),
+        fuzz=Fuzz.reduction("var"),
+    )
     input = operand_def(TensorType)
     result = result_def(TensorType)
     dims = prop_def(DenseArrayBase[I64])
@@ -1379,6 +1696,14 @@ class VarOp(IRDLOperation):
         _check_result_shape(self, reduced_shape(t.get_shape(), self.reduce_dims, self.keeps_dims))
 
 
+def op_facts(op: type[Operation] | Operation) -> OpFacts:
+    """The facts a graph op class declares (see `xfuse.dialects.facts`); none for other ops."""
+    cls = op if isinstance(op, type) else type(op)
+    facts = getattr(cls, "FACTS", None)
+    return facts if isinstance(facts, OpFacts) else OpFacts()
+
+
+# The op list's order is the order the random program generators draw each pool in.
 Graph = Dialect(
     "graph",
     [
@@ -1400,15 +1725,15 @@ Graph = Dialect(
         SubOp,
         MulOp,
         DivOp,
-        PowOp,
         MaximumOp,
         MinimumOp,
-        EqOp,
-        NeOp,
+        PowOp,
         LtOp,
         LeOp,
         GtOp,
         GeOp,
+        EqOp,
+        NeOp,
         WhereOp,
         BroadcastInDimOp,
         ReduceSumOp,
@@ -1428,8 +1753,8 @@ Graph = Dialect(
         LogSoftmaxOp,
         LayerNormOp,
         RMSNormOp,
-        GeluOp,
         SiluOp,
+        GeluOp,
         VarOp,
     ],
     [],

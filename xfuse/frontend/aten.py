@@ -9,12 +9,12 @@ from there and operands are cast to it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch.fx
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.builder import (
@@ -68,11 +68,13 @@ def _unary(op_cls: type[graph.UnaryOp]) -> Converter:
     return convert
 
 
-def _binary(op_cls: type[graph.BinaryOp], other: str = "other") -> Converter:
-    """add/sub/mul/div/pow/maximum/minimum: operands cast to the result dtype; `alpha` scales rhs."""
+def _binary(op_cls: type[graph.BinaryOp]) -> Converter:
+    """add/sub/mul/div/pow/maximum/minimum: operands cast to the result dtype; `alpha` scales
+    rhs. The rhs is `other`, or `exponent` in pow's schemas."""
 
     def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
         dtype = out_type(node).element_type
+        other = "other" if "other" in a else "exponent"
         if op_cls.FLOAT_ONLY and not graph.is_float(dtype):
             return None
         compute = _opmath(lw, op_cls, dtype, a["self"], a[other])
@@ -471,88 +473,67 @@ def _each(names: Sequence[str], converter: Converter) -> dict[str, Converter]:
     return dict.fromkeys(names, converter)
 
 
-UNARY_OPS: dict[str, type[graph.UnaryOp]] = {
-    "neg": graph.NegOp,
-    "abs": graph.AbsOp,
-    "relu": graph.ReluOp,
-    "exp": graph.ExpOp,
-    "log": graph.LogOp,
-    "sqrt": graph.SqrtOp,
-    "rsqrt": graph.RsqrtOp,
-    "tanh": graph.TanhOp,
-    "sigmoid": graph.SigmoidOp,
-    "erf": graph.ErfOp,
-    "sin": graph.SinOp,
-    "cos": graph.CosOp,
-    "reciprocal": graph.ReciprocalOp,
-    "silu": graph.SiluOp,
+def _family_converter(op: type[Operation]) -> Converter | None:
+    """The converter of an op's family: its aten overloads map one to one to it."""
+    if issubclass(op, graph.UnaryOp):
+        return _unary(op)
+    if issubclass(op, graph.ComparisonOp):
+        return _comparison(op)
+    if issubclass(op, graph.BinaryOp):
+        return _binary(op)
+    if issubclass(op, graph.ReduceOp):
+        return _reduce(op)
+    return None
+
+
+# The converters of ops outside those families, for the overloads in their `aten` facts.
+OWN_CONVERTERS: dict[type[Operation], Converter] = {
+    graph.CastOp: _cast,
+    graph.WhereOp: _where,
+    graph.BroadcastInDimOp: _expand,
+    graph.ReshapeOp: _reshape,
+    graph.PermuteOp: _permute,
+    graph.SliceOp: _slice,
+    graph.ConcatOp: _cat,
+    graph.MatmulOp: _matmul,
+    graph.LinearOp: _linear,
+    graph.SoftmaxOp: _softmax(graph.SoftmaxOp),
+    graph.LogSoftmaxOp: _softmax(graph.LogSoftmaxOp),
+    graph.LayerNormOp: _layer_norm,
+    graph.RMSNormOp: _rms_norm,
+    graph.GeluOp: _gelu,
+    graph.VarOp: _var,
 }
 
-BINARY_OPS: dict[str, tuple[type[graph.BinaryOp], Sequence[str]]] = {
-    "add": (graph.AddOp, ("Tensor", "Scalar")),
-    "sub": (graph.SubOp, ("Tensor", "Scalar")),
-    "mul": (graph.MulOp, ("Tensor", "Scalar")),
-    "div": (graph.DivOp, ("Tensor", "Scalar")),
-    "maximum": (graph.MaximumOp, ("default",)),
-    "minimum": (graph.MinimumOp, ("default",)),
-}
 
-COMPARISON_OPS: dict[str, type[graph.ComparisonOp]] = {
-    "eq": graph.EqOp,
-    "ne": graph.NeOp,
-    "lt": graph.LtOp,
-    "le": graph.LeOp,
-    "gt": graph.GtOp,
-    "ge": graph.GeOp,
-}
+def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
+    """`str(OpOverload)` -> converter for every overload one of `ops` declares in its `aten`
+    fact (`xfuse.dialects.facts`)."""
+    table: dict[str, Converter] = {}
+    for op in ops:
+        overloads = graph.op_facts(op).aten
+        if not overloads:
+            continue
+        convert = OWN_CONVERTERS.get(op) or _family_converter(op)
+        if convert is None:
+            raise ValueError(f"'{op.name}' declares aten overloads but has no converter")
+        table.update(dict.fromkeys(overloads, convert))
+    return table
 
-REDUCE_OPS: dict[str, tuple[type[graph.ReduceOp], Sequence[str]]] = {
-    "sum": (graph.ReduceSumOp, ("dim_IntList", "default")),
-    "mean": (graph.ReduceMeanOp, ("dim", "default")),
-    "amax": (graph.ReduceMaxOp, ("default",)),
-    "amin": (graph.ReduceMinOp, ("default",)),
-    "prod": (graph.ReduceProdOp, ("dim_int", "default")),
-}
 
+# The ops' own overloads, then the aten ops that are formulas of graph ops.
 CONVERTERS: dict[str, Converter] = {
-    **{f"aten.{n}.default": _unary(cls) for n, cls in UNARY_OPS.items()},
-    **{
-        f"aten.{n}.{o}": _binary(cls)
-        for n, (cls, overloads) in BINARY_OPS.items()
-        for o in overloads
-    },
-    **{
-        f"aten.{n}.{o}": _comparison(cls)
-        for n, cls in COMPARISON_OPS.items()
-        for o in ("Tensor", "Scalar")
-    },
-    **{
-        f"aten.{n}.{o}": _reduce(cls)
-        for n, (cls, overloads) in REDUCE_OPS.items()
-        for o in overloads
-    },
-    "aten.max.default": _reduce(graph.ReduceMaxOp, None),
-    "aten.min.default": _reduce(graph.ReduceMinOp, None),
+    **op_converters(graph.Graph.operations),
     "aten.rsub.Tensor": _rsub,
     "aten.rsub.Scalar": _rsub,
     "aten.div.Tensor_mode": _div_mode,
     "aten.div.Scalar_mode": _div_mode,
-    "aten.pow.Tensor_Scalar": _binary(graph.PowOp, "exponent"),
-    "aten.pow.Tensor_Tensor": _binary(graph.PowOp, "exponent"),
     "aten.pow.Scalar": _pow_scalar,
-    **_each(
-        ["aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar"],
-        _where,
-    ),
     **_each(["aten.clamp.default", "aten.clamp.Tensor"], _clamp("min", "max")),
     **_each(["aten.clamp_min.default", "aten.clamp_min.Tensor"], _clamp("min", None)),
     **_each(["aten.clamp_max.default", "aten.clamp_max.Tensor"], _clamp(None, "max")),
     "aten.hardtanh.default": _clamp("min_val", "max_val"),
     "aten.leaky_relu.default": _leaky_relu,
-    **_each(
-        ["aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.type_as.default"],
-        _cast,
-    ),
     **_each(
         [
             "aten.clone.default",
@@ -577,38 +558,13 @@ CONVERTERS: dict[str, Converter] = {
     **_each(
         ["aten.ones.default", "aten.ones_like.default", "aten.new_ones.default"], _constant(None, 1)
     ),
-    **_each(
-        [
-            "aten.view.default",
-            "aten.reshape.default",
-            "aten._unsafe_view.default",
-            "aten.unsqueeze.default",
-            "aten.squeeze.default",
-            "aten.squeeze.dim",
-            "aten.squeeze.dims",
-            "aten.flatten.using_ints",
-        ],
-        _reshape,
-    ),
-    "aten.expand.default": _expand,
-    "aten.permute.default": _permute,
     **_each(["aten.transpose.int", "aten.t.default"], _transpose),
-    "aten.slice.Tensor": _slice,
     "aten.select.int": _select,
     "aten.narrow.default": _narrow,
     **_each(["aten.split.Tensor", "aten.split_with_sizes.default"], _split),
     "aten.unbind.int": _unbind,
-    "aten.cat.default": _cat,
-    **_each(["aten.var.dim", "aten.var.correction", "aten.var.default"], _var),
-    **_each(["aten.softmax.int", "aten._softmax.default"], _softmax(graph.SoftmaxOp)),
-    **_each(["aten.log_softmax.int", "aten._log_softmax.default"], _softmax(graph.LogSoftmaxOp)),
-    **_each(["aten.layer_norm.default", "aten.native_layer_norm.default"], _layer_norm),
-    "aten.rms_norm.default": _rms_norm,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm_eval,
-    "aten.gelu.default": _gelu,
-    **_each(["aten.mm.default", "aten.bmm.default", "aten.matmul.default"], _matmul),
     "aten.addmm.default": _addmm,
-    "aten.linear.default": _linear,
 }
 
 # Nodes without a value that only check what export already guarantees.

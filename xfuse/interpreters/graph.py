@@ -7,8 +7,8 @@ being obviously right over being fast: each op is one torch call, written as a t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 import torch
 from xdsl.dialects import func
@@ -53,14 +53,6 @@ def _reduce(
         return fn(xs[0], dims, keep).to(xs[0].dtype)
 
     return run
-
-
-def _reduce_max(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
-    return torch.amax(x, dim=dims, keepdim=keep)
-
-
-def _reduce_min(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
-    return torch.amin(x, dim=dims, keepdim=keep)
 
 
 def _reduce_prod(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
@@ -154,48 +146,49 @@ def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
     return tuple(out) if isinstance(out, list | tuple) else out
 
 
-# One entry per graph op: (op, operand tensors) -> result tensor(s).
-OP_IMPLS: dict[str, Callable[[Operation, list[Tensor]], Tensor | tuple[Tensor, ...]]] = {
-    "graph.neg": _unary(torch.neg),
-    "graph.abs": _unary(torch.abs),
-    "graph.relu": _unary(torch.relu),
-    "graph.exp": _unary(torch.exp),
-    "graph.log": _unary(torch.log),
-    "graph.sqrt": _unary(torch.sqrt),
-    "graph.rsqrt": _unary(torch.rsqrt),
-    "graph.tanh": _unary(torch.tanh),
-    "graph.sigmoid": _unary(torch.sigmoid),
-    "graph.erf": _unary(torch.erf),
-    "graph.sin": _unary(torch.sin),
-    "graph.cos": _unary(torch.cos),
-    "graph.reciprocal": _unary(torch.reciprocal),
-    "graph.silu": _unary(torch.nn.functional.silu),
+Impl = Callable[[Operation, list[Tensor]], Tensor | tuple[Tensor, ...]]
+
+
+def torch_function(path: str) -> Callable[..., Tensor]:
+    """A dotted torch name (`"torch.nn.functional.silu"`) as the function it names."""
+    head, *rest = path.split(".")
+    if head != "torch":
+        raise InterpretError(f"'{path}' does not name a torch function")
+    fn: Any = torch
+    for part in rest:
+        fn = getattr(fn, part)
+    return cast(Callable[..., Tensor], fn)
+
+
+def _call(fn: Callable[..., Tensor]) -> Impl:
+    """The op's torch function applied to its operands."""
+    return lambda op, xs: fn(*xs)
+
+
+def _reduce_with(fn: Callable[..., Tensor]) -> Impl:
+    """A reduction's torch function, called as `fn(x, dim=dims, keepdim=keep)`."""
+    return _reduce(lambda x, d, k: fn(x, dim=d, keepdim=k))
+
+
+def _family_impl(op: type[Operation]) -> Impl | None:
+    """The implementation an op's `torch` fact gives (`xfuse.dialects.facts`)."""
+    path = graph.op_facts(op).torch
+    if path is None:
+        return None
+    fn = torch_function(path)
+    return _reduce_with(fn) if issubclass(op, graph.ReduceOp) else _call(fn)
+
+
+# The ops that declare no `torch` fact: each is its own torch code.
+OWN_IMPLS: dict[str, Impl] = {
     "graph.cast": _cast,
-    "graph.add": _binary(torch.add),
-    "graph.sub": _binary(torch.sub),
-    "graph.mul": _binary(torch.mul),
     "graph.div": _binary(_div),
-    "graph.pow": _binary(torch.pow),
-    "graph.maximum": _binary(torch.maximum),
-    "graph.minimum": _binary(torch.minimum),
-    "graph.eq": _binary(torch.eq),
-    "graph.ne": _binary(torch.ne),
-    "graph.lt": _binary(torch.lt),
-    "graph.le": _binary(torch.le),
-    "graph.gt": _binary(torch.gt),
-    "graph.ge": _binary(torch.ge),
-    "graph.where": lambda op, xs: torch.where(xs[0], xs[1], xs[2]),
     "graph.broadcast_in_dim": _broadcast_in_dim,
-    "graph.reduce_sum": _reduce(lambda x, d, k: torch.sum(x, dim=d, keepdim=k)),
-    "graph.reduce_mean": _reduce(lambda x, d, k: torch.mean(x, dim=d, keepdim=k)),
-    "graph.reduce_max": _reduce(_reduce_max),
-    "graph.reduce_min": _reduce(_reduce_min),
     "graph.reduce_prod": _reduce(_reduce_prod),
     "graph.reshape": lambda op, xs: xs[0].reshape(graph.shape_of(op.results[0])).contiguous(),
     "graph.permute": _permute,
     "graph.slice": _slice,
     "graph.concat": _concat,
-    "graph.matmul": _binary(torch.matmul),
     "graph.linear": _linear,
     "graph.torch_call": _torch_call,
     "graph.constant": _constant,
@@ -206,6 +199,20 @@ OP_IMPLS: dict[str, Callable[[Operation, list[Tensor]], Tensor | tuple[Tensor, .
     "graph.gelu": _gelu,
     "graph.var": _var,
 }
+
+
+def op_impls(ops: Iterable[type[Operation]]) -> dict[str, Impl]:
+    """The interpreter's rows for `ops`: their own implementation or their `torch` fact's."""
+    impls: dict[str, Impl] = {}
+    for op in ops:
+        impl = OWN_IMPLS.get(op.name) or _family_impl(op)
+        if impl is not None:
+            impls[op.name] = impl
+    return impls
+
+
+# One entry per graph op: (op, operand tensors) -> result tensor(s).
+OP_IMPLS: dict[str, Impl] = op_impls(graph.Graph.operations)
 
 
 def run_op(op: Operation, args: list[Tensor]) -> list[Tensor]:

@@ -27,12 +27,15 @@ import math
 import random
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from xdsl.ir import Operation
 
+from xfuse.dialects import graph
+from xfuse.dialects.facts import Fuzz, FuzzPool
 from xfuse.errors import XfuseError
 
 Tensor = torch.Tensor
@@ -396,7 +399,7 @@ class Generator:
         a = self.pick(lambda v: self.dtype(v.name) != torch.bool)
         b, b_exact = self.operand_for(a)
         op = self.rng.choice(BINARY)
-        exact = a.exact and b_exact and op in ("torch.maximum", "torch.minimum")
+        exact = a.exact and b_exact and op in EXACT_BINARY
         if op == "/":
             expr = f"{a.name} / {self.positive(b)}"
         elif op == "torch.pow":
@@ -419,7 +422,7 @@ class Generator:
                 and _broadcasts(self.shape(v.name), self.shape(a.name))
             )
         )
-        cmp = self.rng.choice(("<", "<=", ">", ">=", "==", "!="))
+        cmp = self.rng.choice(COMPARISONS)
         if self.rng.random() < 0.4:
             return ("compare", *self.result(f"{a.name} {cmp} {b.name}", True))
         other = self.pick_float()
@@ -500,7 +503,7 @@ class Generator:
         if fn in ("mean", "var") and not self.dtype(a.name).is_floating_point:
             raise Rejected("mean of integers")
         self.tolerance = RMSE_TOLERANCE
-        exact = a.exact and fn in ("amax", "amin")
+        exact = a.exact and fn in EXACT_REDUCTIONS
         return (f"reduce:{fn}", *self.result(expr, exact))
 
     def normalization(self) -> tuple[str, str, list[Value]]:
@@ -698,15 +701,28 @@ class Generator:
         return ta.untyped_storage().data_ptr() == tb.untyped_storage().data_ptr()
 
 
-UNARY = (
-    "torch.neg", "torch.abs", "torch.relu", "torch.exp", "torch.log", "torch.sqrt", "torch.rsqrt",
-    "torch.tanh", "torch.sigmoid", "torch.erf", "torch.sin", "torch.cos", "torch.reciprocal",
-    "F.silu", "F.gelu", "torch.clamp", "F.leaky_relu",
-)  # fmt: skip
-EXACT_UNARY = ("torch.neg", "torch.abs", "torch.relu")
-POSITIVE_DOMAIN = ("torch.log", "torch.sqrt", "torch.rsqrt", "torch.reciprocal")
-BINARY = ("+", "-", "*", "/", "torch.maximum", "torch.minimum", "torch.pow")
-REDUCTIONS = ("sum", "sum", "mean", "amax", "amin", "prod", "var")
+def pool(name: FuzzPool, ops: Iterable[type[Operation]] | None = None) -> list[Fuzz]:
+    """The `fuzz` facts of `ops` (by default the graph dialect's) drawn from one pool, in
+    their order."""
+    ops = graph.Graph.operations if ops is None else ops
+    facts = (graph.op_facts(op).fuzz for op in ops)
+    return [f for f in facts if f is not None and f.pool == name]
+
+
+def _spellings(name: FuzzPool, where: Callable[[Fuzz], bool] = lambda f: True) -> tuple[str, ...]:
+    return tuple(f.spelling for f in pool(name) for _ in range(f.weight) if where(f))
+
+
+# The pools, from the ops' `fuzz` facts (`xfuse.dialects.facts`); clamp and leaky_relu are
+# importer formulas (no op of their own).
+UNARY = (*_spellings("unary"), "torch.clamp", "F.leaky_relu")
+EXACT_UNARY = _spellings("unary", lambda f: f.exact)
+POSITIVE_DOMAIN = _spellings("unary", lambda f: f.positive)
+BINARY = _spellings("binary")
+EXACT_BINARY = _spellings("binary", lambda f: f.exact)
+COMPARISONS = _spellings("compare")
+REDUCTIONS = _spellings("reduction")
+EXACT_REDUCTIONS = _spellings("reduction", lambda f: f.exact)
 INPLACE = ("add_", "mul_", "sub_", "relu_", "neg_", "clamp_", "abs_")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from hypothesis import strategies as st
@@ -22,6 +23,8 @@ from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, 
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from xfuse.dialects import graph
+
+_Op = TypeVar("_Op", bound=Operation)
 
 
 @dataclass(repr=False)
@@ -42,26 +45,21 @@ class RandomProgram:
         return [torch.randn(s, generator=gen) for s in self.arg_shapes]
 
 
-UNARY: tuple[type[graph.UnaryOp], ...] = (
-    graph.NegOp,
-    graph.AbsOp,
-    graph.ReluOp,
-    graph.ExpOp,
-    graph.TanhOp,
-    graph.SigmoidOp,
-    graph.SinOp,
-)
-BINARY: tuple[type[graph.BinaryOp], ...] = (
-    graph.AddOp,
-    graph.SubOp,
-    graph.MulOp,
-    graph.MaximumOp,
-)
-REDUCE: tuple[type[graph.ReduceOp], ...] = (
-    graph.ReduceSumOp,
-    graph.ReduceMaxOp,
-    graph.ReduceMeanOp,
-)
+def _drawn(family: type[_Op]) -> tuple[type[_Op], ...]:
+    """The ops of a family whose `fuzz` fact puts them in random programs, in dialect order."""
+    return tuple(
+        op
+        for op in graph.Graph.operations
+        if issubclass(op, family)
+        and not issubclass(op, graph.ComparisonOp)
+        and (f := graph.op_facts(op).fuzz) is not None
+        and f.random_graph
+    )
+
+
+UNARY = _drawn(graph.UnaryOp)
+BINARY = _drawn(graph.BinaryOp)
+REDUCE = _drawn(graph.ReduceOp)
 
 
 class _Builder:

@@ -552,7 +552,7 @@ def buffer_type(value: SSAValue, flat: bool) -> MemRefType[Attribute]:
 
 class KernelBuilder:
     """Builds the kernel of one group (see the module docstring); implements
-    `xfuse.passes.lowering.scalar_ops.ScalarBuilder`."""
+    `xfuse.dialects.facts.ScalarBuilder`."""
 
     def __init__(
         self,

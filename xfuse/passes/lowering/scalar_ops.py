@@ -16,12 +16,11 @@ Semantics follow torch on CPU:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from math import inf as math_inf
-from typing import Protocol, cast
+from typing import cast
 
-from xdsl.dialects import arith, math
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     AnyFloat,
     BFloat16Type,
@@ -33,28 +32,14 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
+from xfuse.dialects import graph
+from xfuse.dialects.facts import ScalarBuilder, ScalarRule
 from xfuse.dialects.graph import is_float
 from xfuse.errors import XfuseError
 
 
-class ScalarBuilder(Protocol):
-    """Where scalar ops go: the kernel builder of `lower-to-loops` implements this."""
-
-    def insert(self, op: Operation) -> SSAValue:
-        """Insert `op` at the current point and return its (single) result."""
-        ...
-
-    def constant(self, value: float | int, type: Attribute) -> SSAValue:
-        """An `arith.constant` of `type` (shared by every use in the kernel)."""
-        ...
-
-
 class UnsupportedScalarOp(XfuseError):
     """A graph op on an element type that the scalar table has no rule for."""
-
-
-ScalarFn = Callable[[ScalarBuilder, Sequence[SSAValue], Attribute], SSAValue]
-"""(builder, operands, compute type) -> result."""
 
 
 def is_half(t: Attribute) -> bool:
@@ -73,93 +58,14 @@ def float_width(t: Attribute) -> int:
     return 16 if is_half(t) else 32
 
 
-# ---------------------------------------------------------------------------------------------
-# Small builders
-# ---------------------------------------------------------------------------------------------
+# graph op name -> scalar rule, from each op's `scalar` fact (`xfuse.dialects.facts`).
+# `graph.cast` and `graph.where` are `emit_cast` / `emit_select`.
+def scalar_rules(ops: Iterable[type[Operation]]) -> dict[str, ScalarRule]:
+    """graph op name -> the op's `scalar` fact, for those of `ops` that have one."""
+    return {op.name: rule for op in ops if (rule := graph.op_facts(op).scalar) is not None}
 
 
-def _unary(op: Callable[[SSAValue], Operation]) -> ScalarFn:
-    return lambda b, xs, t: b.insert(op(xs[0]))
-
-
-def _binary(op: Callable[[SSAValue, SSAValue], Operation]) -> ScalarFn:
-    return lambda b, xs, t: b.insert(op(xs[0], xs[1]))
-
-
-def _cmpf(predicate: str) -> ScalarFn:
-    return lambda b, xs, t: b.insert(arith.CmpfOp(xs[0], xs[1], predicate))
-
-
-def _cmpi(predicate: str) -> ScalarFn:
-    return lambda b, xs, t: b.insert(arith.CmpiOp(xs[0], xs[1], predicate))
-
-
-def _relu_f(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
-    return b.insert(arith.MaximumfOp(xs[0], b.constant(0.0, t)))
-
-
-def _relu_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
-    return b.insert(arith.MaxSIOp(xs[0], b.constant(0, t)))
-
-
-def _neg_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
-    return b.insert(arith.SubiOp(b.constant(0, t), xs[0]))
-
-
-def _reciprocal(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
-    return b.insert(arith.DivfOp(b.constant(1.0, t), xs[0]))
-
-
-def _sigmoid(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
-    one = b.constant(1.0, t)
-    e = b.insert(math.ExpOp(b.insert(arith.NegfOp(xs[0]))))
-    return b.insert(arith.DivfOp(one, b.insert(arith.AddfOp(one, e))))
-
-
-@dataclass(frozen=True)
-class ScalarRule:
-    """How one graph op computes an element, per element-type class."""
-
-    float_fn: ScalarFn | None = None
-    int_fn: ScalarFn | None = None
-    bool_fn: ScalarFn | None = None
-    compare: bool = False
-    """The result is i1 (a comparison): no rounding back to f16/bf16."""
-
-
-# graph op name -> scalar rule. `graph.cast` and `graph.where` are `emit_cast` / `emit_select`.
-SCALAR_RULES: dict[str, ScalarRule] = {
-    "graph.neg": ScalarRule(_unary(arith.NegfOp), _neg_i),
-    "graph.abs": ScalarRule(_unary(math.AbsFOp), _unary(math.AbsIOp)),
-    "graph.relu": ScalarRule(_relu_f, _relu_i),
-    "graph.exp": ScalarRule(_unary(math.ExpOp)),
-    "graph.log": ScalarRule(_unary(math.LogOp)),
-    "graph.sqrt": ScalarRule(_unary(math.SqrtOp)),
-    "graph.rsqrt": ScalarRule(_unary(math.RsqrtOp)),
-    "graph.tanh": ScalarRule(_unary(math.TanhOp)),
-    "graph.erf": ScalarRule(_unary(math.ErfOp)),
-    "graph.sin": ScalarRule(_unary(math.SinOp)),
-    "graph.cos": ScalarRule(_unary(math.CosOp)),
-    "graph.sigmoid": ScalarRule(_sigmoid),
-    "graph.reciprocal": ScalarRule(_reciprocal),
-    "graph.add": ScalarRule(_binary(arith.AddfOp), _binary(arith.AddiOp), _binary(arith.OrIOp)),
-    "graph.sub": ScalarRule(_binary(arith.SubfOp), _binary(arith.SubiOp)),
-    "graph.mul": ScalarRule(_binary(arith.MulfOp), _binary(arith.MuliOp), _binary(arith.AndIOp)),
-    "graph.div": ScalarRule(_binary(arith.DivfOp), _binary(arith.DivSIOp)),
-    "graph.pow": ScalarRule(_binary(math.PowFOp)),
-    "graph.maximum": ScalarRule(
-        _binary(arith.MaximumfOp), _binary(arith.MaxSIOp), _binary(arith.OrIOp)
-    ),
-    "graph.minimum": ScalarRule(
-        _binary(arith.MinimumfOp), _binary(arith.MinSIOp), _binary(arith.AndIOp)
-    ),
-    "graph.eq": ScalarRule(_cmpf("oeq"), _cmpi("eq"), _cmpi("eq"), compare=True),
-    "graph.ne": ScalarRule(_cmpf("une"), _cmpi("ne"), _cmpi("ne"), compare=True),
-    "graph.lt": ScalarRule(_cmpf("olt"), _cmpi("slt"), _cmpi("ult"), compare=True),
-    "graph.le": ScalarRule(_cmpf("ole"), _cmpi("sle"), _cmpi("ule"), compare=True),
-    "graph.gt": ScalarRule(_cmpf("ogt"), _cmpi("sgt"), _cmpi("ugt"), compare=True),
-    "graph.ge": ScalarRule(_cmpf("oge"), _cmpi("sge"), _cmpi("uge"), compare=True),
-}
+SCALAR_RULES: dict[str, ScalarRule] = scalar_rules(graph.Graph.operations)
 
 
 def has_scalar_rule(op_name: str) -> bool:

@@ -1,0 +1,156 @@
+"""
+What every level knows of one `graph` op, declared once on its dialect class (`FACTS`).
+
+Each level builds its table from these declarations instead of keeping its own row per op:
+- the reference interpreter (`xfuse.interpreters.graph.OP_IMPLS`) calls `torch`, a dotted
+  name looked up lazily (this module and the dialect import no torch);
+- the importer (`xfuse.frontend.aten.CONVERTERS`) maps each overload in `aten` to the op with
+  the converter of its family (unary, binary, comparison, reduction) or the op's own;
+- `lower-to-loops` (`xfuse.passes.lowering.scalar_ops.SCALAR_RULES`) computes one element with
+  `scalar`; the `math` ops a rule emits name their CPU intrinsic and CUDA libdevice function
+  in `passes/llvm` (keyed by math op, shared by every graph op that uses it);
+- the random program generators (`xfuse.testing.fuzz`, `xfuse.testing.random_graph`) draw
+  the op as `fuzz` says.
+
+An op without one of these facts says why in `without` (fact name -> reason); the test
+`tests/dialects/test_op_registry.py` fails for an op that has neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from xdsl.dialects import arith
+from xdsl.ir import Attribute, Operation, SSAValue
+
+FACT_NAMES = ("torch", "aten", "scalar", "fuzz")
+"""The facts an op declares in `OpFacts` (or explains in `OpFacts.without`)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalar rules: one element of an elementwise op as arith / math ops
+# ---------------------------------------------------------------------------------------------
+
+
+class ScalarBuilder(Protocol):
+    """Where scalar ops go: the kernel builder of `lower-to-loops` implements this."""
+
+    def insert(self, op: Operation) -> SSAValue:
+        """Insert `op` at the current point and return its (single) result."""
+        ...
+
+    def constant(self, value: float | int, type: Attribute) -> SSAValue:
+        """An `arith.constant` of `type` (shared by every use in the kernel)."""
+        ...
+
+
+ScalarFn = Callable[[ScalarBuilder, Sequence[SSAValue], Attribute], SSAValue]
+"""(builder, operands, compute type) -> result."""
+
+
+@dataclass(frozen=True)
+class ScalarRule:
+    """How one graph op computes an element, per element-type class."""
+
+    float_fn: ScalarFn | None = None
+    int_fn: ScalarFn | None = None
+    bool_fn: ScalarFn | None = None
+    compare: bool = False
+    """The result is i1 (a comparison): no rounding back to f16/bf16."""
+
+
+def unary(op: Callable[[SSAValue], Operation]) -> ScalarFn:
+    """One unary arith/math op: `unary(math.ExpOp)`."""
+    return lambda b, xs, t: b.insert(op(xs[0]))
+
+
+def binary(op: Callable[[SSAValue, SSAValue], Operation]) -> ScalarFn:
+    """One binary arith/math op: `binary(arith.AddfOp)`."""
+    return lambda b, xs, t: b.insert(op(xs[0], xs[1]))
+
+
+def cmpf(predicate: str) -> ScalarFn:
+    return lambda b, xs, t: b.insert(arith.CmpfOp(xs[0], xs[1], predicate))
+
+
+def cmpi(predicate: str) -> ScalarFn:
+    return lambda b, xs, t: b.insert(arith.CmpiOp(xs[0], xs[1], predicate))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing: how the random program generators draw an op
+# ---------------------------------------------------------------------------------------------
+
+FuzzPool = Literal["unary", "binary", "compare", "reduction"]
+
+
+@dataclass(frozen=True)
+class Fuzz:
+    """How `xfuse-fuzz` (and the property tests' `random_graph`) draw an op.
+
+    An op in a `pool` is drawn by that pool's generator from its eager spelling (`torch.neg`
+    for unary ops, an operator or function for binary ops, a method name for reductions);
+    pools keep the order of the dialect's op list. Any other op names the generator method
+    of `xfuse.testing.fuzz` that writes the torch code that imports as it (`by`)."""
+
+    spelling: str = ""
+    pool: FuzzPool | None = None
+    by: str | None = None
+    exact: bool = False
+    """Exact inputs give an exact result (compared bit for bit)."""
+    positive: bool = False
+    """Drawn on a positive operand (log, sqrt, ...)."""
+    weight: int = 1
+    """How many entries of the pool it takes."""
+    random_graph: bool = False
+    """Also drawn by `random_graph`'s programs (unary, binary and reduction pools)."""
+
+    @staticmethod
+    def unary(
+        spelling: str, *, exact: bool = False, positive: bool = False, random_graph: bool = False
+    ) -> Fuzz:
+        return Fuzz(spelling, "unary", exact=exact, positive=positive, random_graph=random_graph)
+
+    @staticmethod
+    def binary(spelling: str, *, exact: bool = False, random_graph: bool = False) -> Fuzz:
+        return Fuzz(spelling, "binary", exact=exact, random_graph=random_graph)
+
+    @staticmethod
+    def compare(spelling: str) -> Fuzz:
+        return Fuzz(spelling, "compare", exact=True)
+
+    @staticmethod
+    def reduction(
+        spelling: str, *, exact: bool = False, weight: int = 1, random_graph: bool = False
+    ) -> Fuzz:
+        return Fuzz(spelling, "reduction", exact=exact, weight=weight, random_graph=random_graph)
+
+    @staticmethod
+    def drawn_by(method: str) -> Fuzz:
+        return Fuzz(by=method)
+
+
+# ---------------------------------------------------------------------------------------------
+# The facts of one op
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpFacts:
+    """Everything the levels above the dialect know of one graph op (see the module doc)."""
+
+    torch: str | None = None
+    """The eager torch function (`"torch.neg"`) that the op's family implementation calls in
+    the interpreter; None where the interpreter has the op's own implementation."""
+    aten: tuple[str, ...] = ()
+    """The aten overloads (`str(OpOverload)`) the importer maps one to one to this op."""
+    scalar: ScalarRule | None = None
+    """One element of an elementwise op, for `lower-to-loops`."""
+    fuzz: Fuzz | None = None
+    without: Mapping[str, str] = field(default_factory=dict[str, str])
+    """Fact name -> why the op has none of it, or where it lives instead."""
+
+    def has(self, fact: str) -> bool:
+        return getattr(self, fact) not in (None, ()) or fact in self.without
