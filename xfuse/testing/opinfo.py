@@ -1,0 +1,284 @@
+"""
+PyTorch's OpInfo database through `xfuse.compile`: what xfuse makes of each op's sample inputs,
+compared with eager (as Inductor's `test/inductor/test_torchinductor_opinfo.py` does).
+
+Each sample has one outcome:
+
+- `fused`: it runs with no eager part (kernels, views, and by-design externs such as matmul);
+- `eager`: some op runs eagerly (`graph.torch_call`) or a group fell back; `detail` names them;
+- `refused`: xfuse.compile refused it with an `XfuseError` (one line, in `detail`);
+- `mismatch`: the values differ from eager's (torch's tolerances; reductions may instead meet
+  the f64-reference RMSE criterion);
+- `crash`: anything else (an exception that is not an `XfuseError`, a time-out).
+
+`mismatch` and `crash` are bugs. The others are coverage, recorded per sample in the checked-in
+expectations table (`tests/testing/opinfo_expected.tsv`) so that a change shows in review.
+
+    python -m xfuse.testing.opinfo                       # the coverage table (CI's subset)
+    python -m xfuse.testing.opinfo --full --write PATH   # every sample and dtype, to a table
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from xfuse.dialects import graph
+from xfuse.errors import XfuseError
+from xfuse.testing.fuzz import compare_outputs
+
+OUTCOMES = ("fused", "eager", "refused", "mismatch", "crash")
+BUGS = ("mismatch", "crash")
+
+DTYPES: dict[str, torch.dtype] = {
+    "f32": torch.float32,
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "i64": torch.int64,
+    "bool": torch.bool,
+}
+
+SAMPLE_SECONDS = 60
+"""A sample that takes longer (export, fusion, kernel compilation and the run) is a crash."""
+
+EXPECTED = Path(__file__).resolve().parents[2] / "tests" / "testing" / "opinfo_expected.tsv"
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of one sample: `key` names it (op, variant, dtype, sample index)."""
+
+    op: str
+    variant: str
+    dtype: str
+    index: int
+    outcome: str
+    detail: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.op, self.variant, self.dtype, self.index)
+
+    def row(self) -> str:
+        detail = " ".join(self.detail.split())[:200]
+        return "\t".join([self.op, self.variant or "-", self.dtype, str(self.index), self.outcome, detail])
+
+    @staticmethod
+    def from_row(line: str) -> Result:
+        op, variant, dtype, index, outcome, *detail = line.rstrip("\n").split("\t")
+        return Result(op, "" if variant == "-" else variant, dtype, int(index), outcome, "".join(detail))
+
+
+def op_db() -> list[Any]:
+    """torch's OpInfo list (it needs the `expecttest` package)."""
+    from torch.testing._internal.common_methods_invocations import op_db as db
+
+    return list(db)
+
+
+def op_name(info: Any) -> str:
+    return info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# One sample
+# ---------------------------------------------------------------------------------------------
+
+
+class _SampleTimeout(Exception):
+    pass
+
+
+@contextmanager
+def _time_limit(seconds: int) -> Iterator[None]:
+    """Raise `_SampleTimeout` after `seconds` (the main thread only; elsewhere no limit)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _SampleTimeout(f"took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _as_function(info: Any, sample: Any) -> tuple[Callable[..., Any], tuple[torch.Tensor, ...]]:
+    """The sample as a function of its tensors (every other argument is a constant of it)."""
+    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+    where = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    tensors = tuple(leaves[i] for i in where)
+
+    def fn(*xs: torch.Tensor) -> Any:
+        filled = list(leaves)
+        for i, x in zip(where, xs, strict=True):
+            filled[i] = x
+        input_, args, kwargs = pytree.tree_unflatten(filled, spec)
+        return info.op(input_, *args, **kwargs)
+
+    return fn, tensors
+
+
+def _flat_tensors(value: Any) -> list[torch.Tensor] | None:
+    """The tensors of an op's result, or None when it holds something else."""
+    leaves = pytree.tree_leaves(value)
+    if not all(isinstance(x, torch.Tensor) for x in leaves):
+        return None
+    return list(leaves)
+
+
+def _wide(x: Any) -> Any:
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def _eager_parts(compiled: Any) -> list[str]:
+    """What runs eagerly in a compiled program: torch_call targets, and groups that fell back."""
+    module = compiled.default.program.module
+    calls = sorted(
+        {op.target.data for op in module.walk() if isinstance(op, graph.TorchCallOp)}
+    )
+    return calls + [f"fallback: {f.split(':', 1)[0]}" for f in compiled.fallbacks]
+
+
+def run_sample(info: Any, sample: Any, dtype: str, index: int, device: str = "cpu") -> Result:
+    """Compile one sample with xfuse, run it, and compare with eager."""
+    import xfuse
+
+    def result(outcome: str, detail: str = "") -> Result:
+        return Result(info.name, info.variant_test_name, dtype, index, outcome, detail)
+
+    fn, tensors = _as_function(info, sample)
+    try:
+        expected = fn(*tensors)
+    except Exception as e:  # eager itself refuses (an error sample): not xfuse's to compare
+        return result("refused", f"eager raises {type(e).__name__}")
+    flat_expected = _flat_tensors(expected)
+    try:
+        with _time_limit(SAMPLE_SECONDS), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = xfuse.compile(fn, tensors, device=device, quiet=True)
+            with torch.no_grad():
+                got = compiled(*tensors)
+    except XfuseError as e:
+        return result("refused", str(e).splitlines()[0] if str(e) else type(e).__name__)
+    except (Exception, _SampleTimeout) as e:
+        return result("crash", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    flat_got = _flat_tensors(got)
+    if flat_expected is None or flat_got is None:
+        same = flat_expected is None and flat_got is None and got == expected
+        return result("fused" if same else "mismatch", "" if same else "non-tensor result differs")
+    try:
+        reference = _flat_tensors(fn(*(_wide(t) for t in tensors)))
+    except Exception:  # the op has no f64 kernel: torch's tolerance alone
+        reference = None
+    problem = compare_outputs(flat_got, flat_expected, reference)
+    if problem is not None:
+        return result("mismatch", problem)
+    eager = _eager_parts(compiled)
+    return result("eager", ", ".join(eager)) if eager else result("fused")
+
+
+# ---------------------------------------------------------------------------------------------
+# A sweep
+# ---------------------------------------------------------------------------------------------
+
+
+def supported(info: Any, dtype: torch.dtype, device: str) -> bool:
+    return dtype in info.supported_dtypes(device)
+
+
+def sweep(
+    infos: Iterable[Any],
+    dtypes: Sequence[str],
+    *,
+    device: str = "cpu",
+    samples: int | None = 1,
+) -> Iterator[Result]:
+    """Every OpInfo's first `samples` sample inputs (all: None) for each dtype it supports."""
+    for info in infos:
+        for name in dtypes:
+            dtype = DTYPES[name]
+            if not supported(info, dtype, device):
+                continue
+            try:
+                inputs = list(info.sample_inputs(device, dtype, requires_grad=False))
+            except Exception as e:  # torch's own sample generator failed
+                yield Result(info.name, info.variant_test_name, name, 0, "refused", f"no samples: {e}")
+                continue
+            for index, sample in enumerate(inputs[:samples] if samples else inputs):
+                yield run_sample(info, sample, name, index, device)
+
+
+def read_expected(path: Path = EXPECTED) -> dict[tuple[str, str, str, int], Result]:
+    if not path.exists():
+        return {}
+    rows = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    return {r.key: r for r in map(Result.from_row, rows)}
+
+
+def write_expected(results: Iterable[Result], path: Path = EXPECTED) -> None:
+    """Write the table (bugs are never expectations: they fail whatever the table says)."""
+    header = "# op\tvariant\tdtype\tsample\toutcome\tdetail (python -m xfuse.testing.opinfo --write)"
+    rows = sorted((r for r in results if r.outcome not in BUGS), key=lambda r: r.key)
+    path.write_text("\n".join([header, *(r.row() for r in rows)]) + "\n")
+
+
+def coverage_table(results: Sequence[Result]) -> str:
+    """Counts by dtype and outcome, and the ops that run eagerly most often."""
+    lines = ["dtype  " + "  ".join(f"{o:>8}" for o in OUTCOMES) + "     all"]
+    for dtype in sorted({r.dtype for r in results}):
+        counts = Counter(r.outcome for r in results if r.dtype == dtype)
+        total = sum(counts.values())
+        lines.append(f"{dtype:<6} " + "  ".join(f"{counts[o]:>8}" for o in OUTCOMES) + f"  {total:>6}")
+    eager = Counter(
+        part for r in results if r.outcome == "eager" for part in r.detail.split(", ") if part
+    )
+    if eager:
+        lines.append("ops run eagerly (samples): " + ", ".join(f"{k} {v}" for k, v in eager.most_common(30)))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m xfuse.testing.opinfo", description=__doc__)
+    parser.add_argument("--full", action="store_true", help="every sample of every dtype")
+    parser.add_argument("--dtypes", default=None, help="comma-separated: f32,f16,bf16,i64,bool")
+    parser.add_argument("--ops", default=None, help="comma-separated op names (default: all)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--write", type=Path, default=None, help="write the expectations table")
+    args = parser.parse_args(argv)
+    dtypes = args.dtypes.split(",") if args.dtypes else (list(DTYPES) if args.full else ["f32"])
+    infos = op_db()
+    if args.ops:
+        wanted = set(args.ops.split(","))
+        infos = [i for i in infos if i.name in wanted or op_name(i) in wanted]
+    results = []
+    for r in sweep(infos, dtypes, device=args.device, samples=None if args.full else 1):
+        results.append(r)
+        if r.outcome in BUGS:
+            print(r.row(), file=sys.stderr)
+    print(coverage_table(results))
+    if args.write is not None:
+        write_expected(results, args.write)
+    return 1 if any(r.outcome in BUGS for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
