@@ -35,7 +35,8 @@ from xfuse.report.render import render_dot
 from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
-from xfuse.runtime.executor import CompiledProgram, Executable, normalize_device
+from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
+from xfuse.runtime.executor import CompiledProgram, Executable, normalize_device, run_program
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import ModuleState
@@ -162,6 +163,7 @@ def _builder(
     cache: KernelCache,
     quiet: bool | None = None,
     state: ModuleState | None = None,
+    cuda_graphs: bool = True,
 ) -> Callable[[tuple[Tensor, ...]], Executable]:
     def build(inputs: tuple[Tensor, ...]) -> Executable:
         with Progress.create(quiet) as progress:
@@ -194,6 +196,11 @@ def _builder(
             report=FusionReport(decisions, list(program.fallbacks), index),
             op_names=imported.op_names,
             outputs=OutputPlan(program_ir.output_rules, program),
+            graphs=(
+                GraphRunner(program, run_program)
+                if device.type == "cuda" and cuda_graphs_enabled(cuda_graphs)
+                else None
+            ),
         )
 
     return build
@@ -232,10 +239,13 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     *,
     cache: KernelCache | None = None,
     quiet: bool | None = None,
+    cuda_graphs: bool = True,
 ) -> CompiledProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
     compile on first use). `pipeline` replaces the fusion pipeline (xfuse-opt `-p` syntax).
-    Progress shows on a terminal unless `quiet` (or `XFUSE_QUIET=1`); see `xfuse.progress`."""
+    Progress shows on a terminal unless `quiet` (or `XFUSE_QUIET=1`); see `xfuse.progress`.
+    On CUDA, each specialisation runs as a captured CUDA graph from its second call on, unless
+    `cuda_graphs` is False or `XFUSE_CUDA_GRAPHS=0` (`xfuse.runtime.cuda_graphs`)."""
     if not isinstance(example_inputs, list | tuple):
         raise XfuseError(
             f"example_inputs must be a tuple of tensors, got a {type(example_inputs).__name__}"
@@ -251,6 +261,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         default_cache() if cache is None else cache,
         quiet,
         state,
+        cuda_graphs,
     )
     return CompiledProgram(build, tuple(example_inputs), device, state)
 
@@ -266,6 +277,8 @@ class Explanation:
     fallbacks: list[str]
     module: ModuleOp | None = field(default=None, compare=False, repr=False)
     """The program after fusion (graph and fusion IR), as the kernels were made from it."""
+    cuda_graph: str | None = None
+    """On CUDA: whether the program runs as a captured CUDA graph, or why not (None: CPU)."""
 
     def summary(self) -> FusionSummary:
         """Groups, kernels, bytes moved with and without fusion, and why pairs were refused."""
@@ -298,6 +311,7 @@ class Explanation:
             "kernels": [asdict(k) for k in self.kernels],
             "report": self.report.to_dict(),
             "fallbacks": self.fallbacks,
+            "cuda_graph": self.cuda_graph,
             "summary": self.summary().to_dict(),
         }
 
@@ -308,7 +322,8 @@ class Explanation:
         counts = Counter(self.ops)
         headline, *table = format_summary(self.summary()).splitlines()
         ops = "ops: " + ", ".join(f"{n} x{c}" for n, c in counts.most_common())
-        return "\n".join([headline, ops, *table])
+        graph = [] if self.cuda_graph is None else [f"CUDA graph: {self.cuda_graph}"]
+        return "\n".join([headline, ops, *graph, *table])
 
 
 def explain(
@@ -331,7 +346,19 @@ def explain(
         report=compiled.report,
         fallbacks=compiled.fallbacks,
         module=executable.program.module,
+        cuda_graph=graph_status(executable.graphs, compiled.device),
     )
+
+
+def graph_status(graphs: GraphRunner | None, device: torch.device) -> str | None:
+    """`Explanation.cuda_graph`: None on the CPU; on CUDA, whether graphs run it, or why not."""
+    if device.type != "cuda":
+        return None
+    if graphs is None:
+        return "off (cuda_graphs=False or XFUSE_CUDA_GRAPHS=0): steps run one by one"
+    if graphs.reason is not None:
+        return f"not used: {graphs.reason}"
+    return "captured on the second call, replayed from then on"
 
 
 # ---------------------------------------------------------------------------------------------

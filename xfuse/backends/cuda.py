@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 
+from xfuse.backends.cuda_driver import DriverFunction
 from xfuse.backends.nvptx import compile_to_ptx
 from xfuse.errors import CodegenError, CUDALaunchError, CUDAUnavailable
 from xfuse.ir.names import BLOCK_ATTR, ITEMS_ATTR, KERNEL_ATTR, STRATEGY_ATTR
@@ -193,6 +194,9 @@ class _DeviceModule:
     default_stream: int = 0
     pack: struct.Struct | None = None
     """Packs the kernel's arguments (one pointer per buffer) for `_launch_kernel`."""
+    on_streams: DriverFunction | None = None
+    """The kernel loaded through the driver API, for launches on other streams (loaded on the
+    first such launch)."""
 
 
 class CUDAKernel:
@@ -254,14 +258,17 @@ class CUDAKernel:
             self._call_misaligned(buffers)
             return
         # torch's current stream, as a raw handle (a `torch.cuda.Stream` object costs ~6 us).
-        if torch._C._cuda_getCurrentRawStream(device) == loaded.default_stream:  # pyright: ignore[reportAttributeAccessIssue]
+        stream = torch._C._cuda_getCurrentRawStream(device)  # pyright: ignore[reportAttributeAccessIssue]
+        if stream == loaded.default_stream:
             self._launch(loaded, pointers)
             return
-        # pycuda launches on the default stream: order it after, and before, torch's stream.
-        stream, default = torch.cuda.current_stream(device), torch.cuda.default_stream(device)
-        default.wait_stream(stream)
-        self._launch(loaded, pointers)
-        stream.wait_stream(default)
+        # Another stream (a CUDA graph being captured, a user's stream): pycuda launches on the
+        # legacy default stream only, so the driver API launches on that stream directly.
+        if self.shape.items == 0:
+            return
+        if loaded.on_streams is None:
+            loaded.on_streams = DriverFunction.load(self.ptx, self.name, device)
+        loaded.on_streams.launch(loaded.grid, self._block, stream, pointers)
 
     def _call_misaligned(self, buffers: Sequence[torch.Tensor]) -> None:
         """Kernels assume 16-byte aligned buffers: misaligned ones (views with an offset) go

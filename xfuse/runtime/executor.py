@@ -26,6 +26,7 @@ from xfuse.errors import AutogradUnsupportedError, UnsupportedInputError
 from xfuse.ir import dtypes
 from xfuse.ir.dtypes import tensor_input_problem
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
+from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
@@ -119,6 +120,8 @@ class Executable:
     """The ops of the imported program, before fusion (for explanations)."""
     outputs: OutputPlan | None = None
     """Makes the results alias what eager's would (`xfuse.runtime.outputs`)."""
+    graphs: GraphRunner | None = None
+    """Runs the program as a CUDA graph (`xfuse.runtime.cuda_graphs`); None: step by step."""
     _pools: list[BufferPool] = field(default_factory=list[BufferPool])
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -129,7 +132,10 @@ class Executable:
             device = args[0].device if args else "cpu"  # kernels' outputs live with the inputs
             pool = self._pools.pop() if self._pools else BufferPool(device)
         try:
-            outputs = run_program(self.program, args, pool)
+            if self.graphs is not None and args and args[0].is_cuda:
+                outputs = self.graphs.run(args, state, pool)
+            else:
+                outputs = run_program(self.program, args, pool)
             if self.outputs is not None:
                 outputs = self.outputs.apply(args, outputs)
         finally:

@@ -1,0 +1,144 @@
+"""
+A program on CUDA runs as one captured CUDA graph: one replay issues every step (kernels and
+externs) with no per-step host work.
+
+The first call of a specialisation runs step by step (a warm-up: modules load, cuBLAS makes its
+handles); the second captures the steps into a `torch.cuda.CUDAGraph` on torch's capture stream
+and replays it; later calls replay it. Eager semantics are kept exactly:
+
+- user inputs are copied into the graph's own input buffers before each replay (the caller's
+  tensors may live anywhere); module parameters and buffers are read where they are, and a call
+  whose parameter has moved (a reassigned `nn.Parameter`) captures anew;
+- every output is copied out of the graph's memory after the replay, so that an output the
+  caller keeps is never overwritten by a later call (outputs that are views of inputs are
+  rebuilt on the real inputs by `xfuse.runtime.outputs`, as without graphs);
+- a program that may write memory it does not own (an in-place torch op on an input) is never
+  captured: its writes would land in the graph's copies. Neither is a program whose capture
+  fails (a step that synchronises with the host). `reason` says why, and the program runs step
+  by step as before.
+
+`XFUSE_CUDA_GRAPHS=0` or `xfuse.compile(..., cuda_graphs=False)` turns graphs off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from xdsl.dialects.builtin import ModuleOp
+
+from xfuse.dialects.effects import may_mutate
+from xfuse.ir.functions import function_bodies
+from xfuse.ir.names import KERNEL_ATTR
+from xfuse.runtime.compiler import Program
+from xfuse.runtime.fallback import reason_of
+from xfuse.runtime.steps import BufferPool
+
+Tensor = torch.Tensor
+RunSteps = Callable[[Program, Sequence[Tensor], BufferPool], list[Tensor]]
+
+
+def cuda_graphs_enabled(asked: bool = True) -> bool:
+    """Graphs are on unless turned off by the caller or `XFUSE_CUDA_GRAPHS=0`."""
+    return asked and os.environ.get("XFUSE_CUDA_GRAPHS", "1") != "0"
+
+
+def why_not_capturable(module: ModuleOp) -> str | None:
+    """Why the program of `module` (after fusion) must not run as a graph, or None when it may.
+    (torch.export refuses programs that write their inputs, so this guards IR from elsewhere.)"""
+    for f in function_bodies(module):
+        if KERNEL_ATTR in f.attributes:
+            continue  # a kernel writes only the buffers it is given
+        for op in f.body.block.ops:
+            # Launches and groups write only their own outputs; graph ops are pure, but for
+            # torch calls, whose targets may write their arguments.
+            if op.dialect_name() in ("fusion", "func"):
+                continue
+            if may_mutate(op):
+                return f"the program writes memory it does not own ({op.name})"
+    return None
+
+
+def _like(t: Tensor) -> Tensor:
+    """An uninitialised tensor with `t`'s sizes, strides, dtype and device."""
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    inputs: list[Tensor]
+    """What the graph reads: its own copies of user inputs, the state tensors themselves."""
+    copied: tuple[int, ...]
+    addresses: tuple[tuple[int, int], ...]
+    """(argument position, data pointer) of every argument read in place."""
+    outputs: list[Tensor]
+    pool: BufferPool
+    """The graph's intermediate buffers (kept alive with it)."""
+
+
+class GraphRunner:
+    """Runs one specialisation's program through a CUDA graph (see the module docstring)."""
+
+    def __init__(self, program: Program, run_steps: RunSteps) -> None:
+        self.program = program
+        self.run_steps = run_steps
+        self.reason = why_not_capturable(program.module)
+        """Why the program runs step by step, or None while graphs serve it."""
+        self.captures = 0
+        self.replays = 0
+        self._warm = False
+        self._captured: _Captured | None = None
+
+    def run(
+        self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool
+    ) -> list[Tensor]:
+        """The program's results for `args`, bound from the user's inputs and the module's
+        `state` (state is read where it is; inputs are copied into the graph's buffers)."""
+        if self.reason is not None:
+            return self.run_steps(self.program, args, pool)
+        if not self._warm:
+            self._warm = True
+            return self.run_steps(self.program, args, pool)
+        captured = self._captured
+        if captured is None or any(args[i].data_ptr() != p for i, p in captured.addresses):
+            self._captured = None  # drop the old graph's memory before capturing anew
+            try:
+                captured = self._captured = self._capture(args, state)
+            except Exception as e:  # noqa: BLE001 - any failure: run step by step, say why
+                self.reason = f"CUDA graph capture failed: {reason_of(e)}"
+                torch.cuda.synchronize()
+                return self.run_steps(self.program, args, pool)
+        for i in captured.copied:
+            captured.inputs[i].copy_(args[i])
+        captured.graph.replay()
+        self.replays += 1
+        return [out.clone() for out in captured.outputs]
+
+    def _capture(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> _Captured:
+        state_ids = {id(t) for t in state}
+        in_place = [id(a) in state_ids for a in args]
+        inputs = [a if keep else _like(a).copy_(a) for a, keep in zip(args, in_place, strict=True)]
+        device = args[0].device
+        # Once on a side stream first: kernels load for launches off the default stream, and
+        # libraries make the handles they need there, before anything is captured.
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            self.run_steps(self.program, inputs, BufferPool(device))
+        torch.cuda.current_stream(device).wait_stream(side)
+        pool = BufferPool(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = self.run_steps(self.program, inputs, pool)
+        self.captures += 1
+        return _Captured(
+            graph,
+            inputs,
+            tuple(i for i, keep in enumerate(in_place) if not keep),
+            tuple((i, a.data_ptr()) for i, a in enumerate(args) if in_place[i]),
+            outputs,
+            pool,
+        )
