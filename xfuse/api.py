@@ -24,7 +24,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, get_backend
-from xfuse.errors import ExportError, FallbackWarning, XfuseError
+from xfuse.dynamo import register as register_backend
+from xfuse.errors import EagerFallbackError, ExportError, FallbackWarning, XfuseError
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver
 from xfuse.progress import Progress
@@ -40,7 +41,7 @@ from xfuse.report.viz import (
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.executor import CompiledProgram, Executable
-from xfuse.runtime.fallback import reason_of
+from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 
 Tensor = torch.Tensor
 ModelOrFn = torch.nn.Module | Callable[..., Any]
@@ -158,6 +159,7 @@ def _builder(
     spec: str,
     cache: KernelCache,
     quiet: bool | None = None,
+    fallback: FallbackMode = "eager",
 ) -> Callable[[tuple[Tensor, ...]], Executable]:
     def build(inputs: tuple[Tensor, ...]) -> Executable:
         with Progress.create(quiet) as progress:
@@ -178,7 +180,7 @@ def _builder(
         decisions = run_pipeline(spec, program_ir.module, index.observe)
         groups = summarize(program_ir.module).groups
         progress.stage(f"{len(groups)} groups formed; compiling kernels")
-        program = ProgramCompiler(compile_kernel).compile(program_ir.module)
+        program = ProgramCompiler(compile_kernel, fallback=fallback).compile(program_ir.module)
         progress.finish(
             f"{len(imported.op_names)} ops -> {len(groups)} groups -> "
             f"{len(program.kernels)} kernels"
@@ -212,10 +214,13 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     *,
     cache: KernelCache | None = None,
     quiet: bool | None = None,
+    fallback: str | None = None,
 ) -> CompiledProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
     compile on first use). `pipeline` replaces the fusion pipeline (xfuse-opt `-p` syntax).
-    Progress shows on a terminal unless `quiet` (or `XFUSE_QUIET=1`); see `xfuse.progress`."""
+    Progress shows on a terminal unless `quiet` (or `XFUSE_QUIET=1`); see `xfuse.progress`.
+    A group that cannot be compiled runs eagerly with a `FallbackWarning`; with
+    `fallback="error"` (the default under `XFUSE_STRICT=1`) it is an `EagerFallbackError`."""
     if not isinstance(example_inputs, list | tuple):
         raise XfuseError(
             f"example_inputs must be a tuple of tensors, got a {type(example_inputs).__name__}"
@@ -229,6 +234,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         DEFAULT_PIPELINE if pipeline is None else pipeline,
         default_cache() if cache is None else cache,
         quiet,
+        fallback_mode(fallback),
     )
     return CompiledProgram(build, tuple(example_inputs), device)
 
@@ -326,12 +332,43 @@ def _real(t: Any) -> Any:
     return t
 
 
-def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The `torch.compile` backend: the FX graph through `xfuse.compile`; on any failure a
-    warning and `gm.forward` (eager). Calls that need autograd run eagerly too."""
+def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.device:
+    """The device a dynamo graph runs on: its first tensor input's, else its first parameter's
+    or buffer's, else the CPU."""
+    for t in example_inputs:
+        if isinstance(t, Tensor):
+            return t.device
+    for t in (*gm.parameters(), *gm.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+def dynamo_backend(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
+) -> Callable[..., Any]:
+    """The `torch.compile` backend: the FX graph through `xfuse.compile`, for the device of its
+    inputs; on any failure a warning and `gm.forward` (eager), or with
+    `options={"fallback": "error"}` (or `XFUSE_STRICT=1`) an `EagerFallbackError`. Calls that
+    need autograd run eagerly."""
+    opts = dict(options or {})
+    mode = fallback_mode(opts.pop("fallback", None))
+    if opts:
+        raise XfuseError(f"unknown torch.compile options for xfuse: {', '.join(sorted(opts))}")
     try:
-        compiled = compile(gm, tuple(_real(t) for t in example_inputs))
+        compiled = compile(
+            gm,
+            tuple(_real(t) for t in example_inputs),
+            str(graph_device(gm, example_inputs)),
+            fallback=mode,
+        )
+    except EagerFallbackError:
+        raise
     except Exception as e:
+        if mode == "error":
+            raise EagerFallbackError(
+                f"xfuse: torch.compile backend would run this graph eagerly "
+                f"(fallback='error'): {reason_of(e)}"
+            ) from e
         warnings.warn(
             f"xfuse: torch.compile backend runs this graph eagerly: {reason_of(e)}",
             FallbackWarning,
@@ -348,19 +385,4 @@ def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Calla
     return run
 
 
-def _register_dynamo_backend() -> None:
-    """Make `backend="xfuse"` work without the package's entry point (not installed). With the
-    entry point, dynamo registers it itself on lookup, and registering here would clash."""
-    from importlib.metadata import entry_points
-
-    from torch._dynamo.backends.registry import register_backend
-
-    if "xfuse" in entry_points(group="torch_dynamo_backends").names:
-        return
-    try:
-        register_backend(dynamo_backend, name="xfuse")
-    except AssertionError:  # registered already, by an earlier import
-        return
-
-
-_register_dynamo_backend()
+register_backend()  # `import xfuse.api` makes backend="xfuse" work in any import order
