@@ -180,7 +180,9 @@ def _builder(
         decisions = run_pipeline(spec, program_ir.module, index.observe)
         groups = summarize(program_ir.module).groups
         progress.stage(f"{len(groups)} groups formed; compiling kernels")
-        program = ProgramCompiler(compile_kernel, fallback=fallback).compile(program_ir.module)
+        program = ProgramCompiler(compile_kernel, fallback=fallback, device=device).compile(
+            program_ir.module
+        )
         progress.finish(
             f"{len(imported.op_names)} ops -> {len(groups)} groups -> "
             f"{len(program.kernels)} kernels"

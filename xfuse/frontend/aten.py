@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1
 from xdsl.ir import Attribute, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.frontend.attention import ATTENTION_CONVERTERS, SDPA
 from xfuse.frontend.builder import (
     Lowering,
     Value,
@@ -605,6 +606,7 @@ CONVERTERS: dict[str, Converter] = {
     **_each(["aten.mm.default", "aten.bmm.default", "aten.matmul.default"], _matmul),
     "aten.addmm.default": _addmm,
     "aten.linear.default": _linear,
+    **ATTENTION_CONVERTERS,
 }
 
 # Nodes without a value that only check what export already guarantees.
@@ -630,4 +632,5 @@ KEPT_COMPOSITES: tuple[str, ...] = (
     "aten.var.correction",
     "aten.var.default",
     "aten.hardtanh.default",
+    SDPA,  # an extern: torch picks the fused kernel for the device (xfuse/frontend/attention.py)
 )

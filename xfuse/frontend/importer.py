@@ -25,12 +25,9 @@ from torch.export.graph_signature import (
 )
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
-from xfuse.dialects import graph
-from xfuse.dialects.torch_args import encode_args
-from xfuse.errors import UnsupportedArgument
 from xfuse.frontend.aten import CONVERTERS, KEPT_COMPOSITES, SKIPPED
 from xfuse.frontend.builder import (
     Lowering,
@@ -323,10 +320,16 @@ def select_output(lowering: Lowering, node: torch.fx.Node) -> Value:
 
 
 def check_types(node: torch.fx.Node, value: Value) -> None:
-    """A converter must produce exactly torch's result types; a mismatch is an importer bug."""
+    """A converter must produce exactly torch's result types; a mismatch is an importer bug.
+    (A result it leaves None, e.g. an unused non-tensor one, is not checked.)"""
     produced = value if isinstance(value, list) else [value]
-    for got, want in zip(produced, result_types(node), strict=True):
-        if got is not None and got.type != want:
+    val = node.meta.get("val")
+    vals = list(val) if isinstance(val, list | tuple) else [val]
+    for got, v in zip(produced, vals, strict=True):
+        if got is None:
+            continue
+        want = tensor_type_of_val(v, node)
+        if got.type != want:
             raise AssertionError(
                 f"importer produced {got.type} for node '{node.name}', torch says {want}"
             )
@@ -334,24 +337,9 @@ def check_types(node: torch.fx.Node, value: Value) -> None:
 
 def torch_call(lowering: Lowering, node: torch.fx.Node) -> Value:
     """The node as an opaque `graph.torch_call`, its tensor arguments as operands."""
-    tensors: list[torch.fx.Node] = []
-
-    def tensor_index(value: Any) -> int | None:
-        if not isinstance(value, torch.fx.Node):
-            return None
-        if value not in tensors:
-            tensors.append(value)
-        return tensors.index(value)
-
-    try:
-        args, kwargs = encode_args(node.args, dict(node.kwargs), tensor_index)
-    except UnsupportedArgument as e:
-        raise node_error(node, str(e)) from None
-    types: list[TensorType[Attribute]] = result_types(node)
-    op = graph.TorchCallOp(
-        str(node.target), [lowering.tensor(t) for t in tensors], types, args, kwargs
+    results = lowering.torch_call(
+        str(node.target), node.args, dict(node.kwargs), result_types(node), node
     )
-    lowering.block.add_op(op)
     if isinstance(node.meta.get("val"), list | tuple):
-        return list(op.results)
-    return op.results[0]
+        return [*results]
+    return results[0]

@@ -219,9 +219,12 @@ class ProgramCompiler:
         lower: Lowering | None = None,
         function: str = "forward",
         fallback: FallbackMode = DEFAULT_FALLBACK,
+        device: torch.device | str = "cpu",
     ):
         self.compile_kernel = compile_kernel
         self.fallback = fallback
+        self.device = torch.device(device)
+        """Where the program's constants live (with its inputs and kernels)."""
         self.lower = lower if lower is not None else lower_to_loops
         self.function = function
 
@@ -369,7 +372,7 @@ class ProgramCompiler:
         inputs = tuple(slot_of[v] for v in op.operands)
         outputs = tuple(self._define(em, slot_of, r) for r in op.results)
         if op.name == "graph.constant":
-            em.constants[outputs[0]] = run_op(op, [])[0]
+            em.constants[outputs[0]] = run_op(op, [])[0].to(self.device)
         elif _is_view(op):
             em.steps.append(ViewStep(op, inputs, outputs, f"view {op.name}"))
         elif op.name in OP_IMPLS or isinstance(op, fusion.GroupOp):
