@@ -77,10 +77,12 @@ def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...])
     """torch.export, then the importer; any failure is one `ExportError` line."""
     from xfuse.errors import UnsupportedProgram
     from xfuse.frontend.importer import import_program, wrap_function
+    from xfuse.frontend.pytrees import export_support
 
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     try:
-        exported = torch.export.export(model, example_inputs, strict=False)
+        with export_support():
+            exported = torch.export.export(model, example_inputs, strict=False)
     except Exception as e:
         raise ExportError(
             f"xfuse: torch.export could not export the program: {reason_of(e)}"

@@ -38,6 +38,7 @@ from xfuse.frontend.builder import (
     result_types,
     tensor_type_of_val,
 )
+from xfuse.frontend.pytrees import export_support
 from xfuse.interpreters.graph import bind_arguments
 
 PARAM_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -92,7 +93,8 @@ def import_module(
     check_inputs(pytree.tree_leaves((example_inputs, kwargs or {})))
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     try:
-        program = torch.export.export(model, example_inputs, kwargs, strict=False)
+        with export_support():
+            program = torch.export.export(model, example_inputs, kwargs, strict=False)
     except Exception as e:  # export's own errors are long; keep the first line
         raise UnsupportedProgram(f"torch.export failed: {_first_line(e)}") from e
     return import_program(program)
@@ -119,7 +121,8 @@ def import_program(program: ExportedProgram) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps)."""
     if needs_decomposition(program):
         try:
-            with _quiet("torch._subclasses.fake_tensor"):  # it logs the error with a traceback
+            # export_support: decomposing retraces, rebuilding library outputs (a DynamicCache).
+            with _quiet("torch._subclasses.fake_tensor"), export_support():
                 program = program.run_decompositions(decomposition_table())
         except Exception as e:  # torch's own limits (e.g. in-place ops on expanded bool views)
             raise UnsupportedProgram(
