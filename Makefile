@@ -4,8 +4,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# torch first, pinned: a bare `torch` requirement makes pip fetch a multi-GB CUDA build.
+# torch first, pinned: a bare `torch` requirement makes pip fetch a multi-GB CUDA build. The
+# model zoo's transformers (the `models` extra) comes in the same command, so torch stays pinned.
 TORCH := torch==2.13.0
+MODELS := transformers==5.24.0
 
 .PHONY: demo test pytest lit lint setup clean
 
@@ -13,7 +15,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install $(TORCH)
+	$(BIN)/python -m pip install $(TORCH) $(MODELS)
 	$(BIN)/python -m pip install -e '.[dev]'
 	# Graphviz renders fusion pictures; best effort: without it they are written as DOT text.
 	-command -v dot || (apt-get update && apt-get install -y graphviz) || echo "graphviz not installed: DOT text only"

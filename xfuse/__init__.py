@@ -1,5 +1,6 @@
 """xfuse: an operator-fusion compiler for PyTorch programs, built on xDSL."""
 
+import sys
 from typing import Any
 
 from xfuse.ir.context import make_context, parse
@@ -26,3 +27,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'xfuse' has no attribute '{name}'")
+
+
+# `torch.compile(backend="xfuse")` works after `import torch, xfuse` (torch first: importing
+# torch here would slow every IR-only use); `import xfuse.api` registers it in any order.
+if "torch" in sys.modules:
+    from xfuse.dynamo import register as _register_backend
+
+    _register_backend()

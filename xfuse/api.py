@@ -25,7 +25,14 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, get_backend
-from xfuse.errors import AutogradUnsupportedError, ExportError, FallbackWarning, XfuseError
+from xfuse.dynamo import register as register_backend
+from xfuse.errors import (
+    AutogradUnsupportedError,
+    EagerFallbackError,
+    ExportError,
+    FallbackWarning,
+    XfuseError,
+)
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver
 from xfuse.progress import Progress
@@ -37,7 +44,7 @@ from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
 from xfuse.runtime.executor import CompiledProgram, Executable, normalize_device, run_program
-from xfuse.runtime.fallback import reason_of
+from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import ModuleState
 
@@ -79,11 +86,13 @@ def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...])
     """torch.export, then the importer; any failure is one `ExportError` line."""
     from xfuse.errors import UnsupportedProgram
     from xfuse.frontend.importer import import_program, wrap_function
+    from xfuse.frontend.pytrees import export_support
 
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     with EXPORT_LOCK:  # torch.export (and decomposing, a retrace) is not thread-safe
         try:
-            exported = torch.export.export(model, example_inputs, strict=False)
+            with export_support():
+                exported = torch.export.export(model, example_inputs, strict=False)
         except Exception as e:
             raise ExportError(
                 f"xfuse: torch.export could not export the program: {reason_of(e)}"
@@ -164,6 +173,7 @@ def _builder(
     quiet: bool | None = None,
     state: ModuleState | None = None,
     cuda_graphs: bool = True,
+    fallback: FallbackMode = "eager",
 ) -> Callable[[tuple[Tensor, ...]], Executable]:
     def build(inputs: tuple[Tensor, ...]) -> Executable:
         with Progress.create(quiet) as progress:
@@ -184,7 +194,9 @@ def _builder(
         decisions = run_pipeline(spec, program_ir.module, index.observe)
         groups = summarize(program_ir.module).groups
         progress.stage(f"{len(groups)} groups formed; compiling kernels")
-        program = ProgramCompiler(compile_kernel).compile(program_ir.module)
+        program = ProgramCompiler(compile_kernel, fallback=fallback, device=device).compile(
+            program_ir.module
+        )
         progress.finish(
             f"{len(imported.op_names)} ops -> {len(groups)} groups -> "
             f"{len(program.kernels)} kernels"
@@ -240,12 +252,15 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     cache: KernelCache | None = None,
     quiet: bool | None = None,
     cuda_graphs: bool = True,
+    fallback: str | None = None,
 ) -> CompiledProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
     compile on first use). `pipeline` replaces the fusion pipeline (xfuse-opt `-p` syntax).
     Progress shows on a terminal unless `quiet` (or `XFUSE_QUIET=1`); see `xfuse.progress`.
     On CUDA, each specialisation runs as a captured CUDA graph from its second call on, unless
-    `cuda_graphs` is False or `XFUSE_CUDA_GRAPHS=0` (`xfuse.runtime.cuda_graphs`)."""
+    `cuda_graphs` is False or `XFUSE_CUDA_GRAPHS=0` (`xfuse.runtime.cuda_graphs`).
+    A group that cannot be compiled runs eagerly with a `FallbackWarning`; with
+    `fallback="error"` (the default under `XFUSE_STRICT=1`) it is an `EagerFallbackError`."""
     if not isinstance(example_inputs, list | tuple):
         raise XfuseError(
             f"example_inputs must be a tuple of tensors, got a {type(example_inputs).__name__}"
@@ -262,6 +277,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         quiet,
         state,
         cuda_graphs,
+        fallback_mode(fallback),
     )
     return CompiledProgram(build, tuple(example_inputs), device, state)
 
@@ -375,16 +391,46 @@ def _real(t: Any) -> Any:
     return t
 
 
-def dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    """The `torch.compile` backend: the FX graph through `xfuse.compile`; on any failure a
-    warning and `gm.forward` (eager). Calls that need autograd (grad enabled and an input or
-    parameter that requires grad) run eagerly too, with one warning that says so. A graph with
-    dynamic shapes (SymInt inputs or sizes) is compiled per concrete shape at call time."""
+def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.device:
+    """The device a dynamo graph runs on: its first tensor input's, else its first parameter's
+    or buffer's, else the CPU."""
+    for t in example_inputs:
+        if isinstance(t, Tensor):
+            return t.device
+    for t in (*gm.parameters(), *gm.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+def dynamo_backend(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
+) -> Callable[..., Any]:
+    """The `torch.compile` backend: the FX graph through `xfuse.compile`, for the device of its
+    inputs; on any failure a warning and `gm.forward` (eager), or with
+    `options={"fallback": "error"}` (or `XFUSE_STRICT=1`) an `EagerFallbackError`. Calls that
+    need autograd run eagerly, with one warning that says so. A graph with dynamic shapes
+    (SymInt inputs or sizes) is compiled per concrete shape at call time."""
+    opts = dict(options or {})
+    mode = fallback_mode(opts.pop("fallback", None))
+    if opts:
+        raise XfuseError(f"unknown torch.compile options for xfuse: {', '.join(sorted(opts))}")
     if any(_is_symbolic(t) for t in example_inputs):
-        return _per_shape(gm)
+        return _per_shape(gm, graph_device(gm, example_inputs), mode)
     try:
-        compiled = compile(gm, tuple(_real(t) for t in example_inputs))
+        compiled = compile(
+            gm,
+            tuple(_real(t) for t in example_inputs),
+            str(graph_device(gm, example_inputs)),
+            fallback=mode,
+        )
+    except EagerFallbackError:
+        raise
     except Exception as e:
+        if mode == "error":
+            raise EagerFallbackError(
+                f"xfuse: torch.compile backend would run this graph eagerly "
+                f"(fallback='error'): {reason_of(e)}"
+            ) from e
         warnings.warn(
             f"xfuse: torch.compile backend runs this graph eagerly: {reason_of(e)}",
             FallbackWarning,
@@ -425,7 +471,9 @@ def _eager_warning(reason: str) -> None:
     )
 
 
-def _per_shape(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+def _per_shape(
+    gm: torch.fx.GraphModule, device: torch.device, mode: FallbackMode
+) -> Callable[..., Any]:
     """A dynamic-shape graph run by one compiled program per concrete call signature: tensor
     shapes, strides and dtypes, and the values of the non-tensor (SymInt) arguments, which
     the program is specialised on."""
@@ -452,8 +500,17 @@ def _per_shape(gm: torch.fx.GraphModule) -> Callable[..., Any]:
             return gm(*full)
 
         try:
-            return compile(fixed, tuple(args[i] for i in tensors), quiet=True)
+            return compile(
+                fixed, tuple(args[i] for i in tensors), str(device), quiet=True, fallback=mode
+            )
+        except EagerFallbackError:
+            raise
         except Exception as e:
+            if mode == "error":
+                raise EagerFallbackError(
+                    f"xfuse: torch.compile backend would run this graph eagerly "
+                    f"(fallback='error'): {reason_of(e)}"
+                ) from e
             _eager_warning(reason_of(e))
             return None
 
@@ -473,19 +530,4 @@ def _per_shape(gm: torch.fx.GraphModule) -> Callable[..., Any]:
     return run
 
 
-def _register_dynamo_backend() -> None:
-    """Make `backend="xfuse"` work without the package's entry point (not installed). With the
-    entry point, dynamo registers it itself on lookup, and registering here would clash."""
-    from importlib.metadata import entry_points
-
-    from torch._dynamo.backends.registry import register_backend
-
-    if "xfuse" in entry_points(group="torch_dynamo_backends").names:
-        return
-    try:
-        register_backend(dynamo_backend, name="xfuse")
-    except AssertionError:  # registered already, by an earlier import
-        return
-
-
-_register_dynamo_backend()
+register_backend()  # `import xfuse.api` makes backend="xfuse" work in any import order

@@ -67,6 +67,10 @@ class ExportError(XfuseError):
     """The model or function could not be imported (torch.export failed)."""
 
 
+class EagerFallbackError(XfuseError, RuntimeError):
+    """Strict mode (`fallback="error"`, `XFUSE_STRICT=1`): a graph or group would run eagerly."""
+
+
 class RenderError(XfuseError):
     """A picture that cannot be made: an unknown format, or `dot` failed."""
 

@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.frontend.attention import ATTENTION_CONVERTERS, SDPA
 from xfuse.frontend.builder import (
     Lowering,
     Value,
@@ -565,6 +566,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.unbind.int": _unbind,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm_eval,
     "aten.addmm.default": _addmm,
+    **ATTENTION_CONVERTERS,
 }
 
 # Nodes without a value that only check what export already guarantees.
@@ -590,4 +592,5 @@ KEPT_COMPOSITES: tuple[str, ...] = (
     "aten.var.correction",
     "aten.var.default",
     "aten.hardtanh.default",
+    SDPA,  # an extern: torch picks the fused kernel for the device (xfuse/frontend/attention.py)
 )

@@ -16,7 +16,8 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.errors import UnsupportedProgram
+from xfuse.dialects.torch_args import encode_args
+from xfuse.errors import UnsupportedArgument, UnsupportedProgram
 from xfuse.ir import dtypes
 
 Value = SSAValue | list[SSAValue | None] | None
@@ -140,6 +141,34 @@ class Lowering:
         if isinstance(x, bool | int | float):
             return self.constant(x, dtype)
         raise UnsupportedProgram(f"expected a tensor or a number, found {x!r}")
+
+    def torch_call(
+        self,
+        target: str,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        types: Sequence[TensorType[Attribute]],
+        node: torch.fx.Node,
+    ) -> list[SSAValue]:
+        """A `graph.torch_call` of `target` on FX-level arguments (nodes are its operands)."""
+        tensors: list[torch.fx.Node] = []
+
+        def tensor_index(value: Any) -> int | None:
+            if not isinstance(value, torch.fx.Node):
+                return None
+            if value not in tensors:
+                tensors.append(value)
+            return tensors.index(value)
+
+        try:
+            encoded_args, encoded_kwargs = encode_args(args, kwargs, tensor_index)
+        except UnsupportedArgument as e:
+            raise node_error(node, str(e)) from None
+        op = graph.TorchCallOp(
+            target, [self.tensor(t) for t in tensors], types, encoded_args, encoded_kwargs
+        )
+        self.block.add_op(op)
+        return list(op.results)
 
     def reshape(self, value: SSAValue, shape: Sequence[int]) -> SSAValue:
         if graph.shape_of(value) == tuple(shape):

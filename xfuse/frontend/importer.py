@@ -25,12 +25,9 @@ from torch.export.graph_signature import (
 )
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
-from xfuse.dialects import graph
-from xfuse.dialects.torch_args import encode_args
-from xfuse.errors import UnsupportedArgument
 from xfuse.frontend.aten import CONVERTERS, KEPT_COMPOSITES, SKIPPED
 from xfuse.frontend.builder import (
     Lowering,
@@ -42,6 +39,7 @@ from xfuse.frontend.builder import (
     tensor_type_of_val,
 )
 from xfuse.frontend.outputs import OutputRule, output_rules
+from xfuse.frontend.pytrees import export_support
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.ir.dtypes import tensor_input_problem
 
@@ -114,7 +112,8 @@ def import_module(
     check_inputs(pytree.tree_leaves((example_inputs, kwargs or {})))
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     try:
-        program = torch.export.export(model, example_inputs, kwargs, strict=False)
+        with export_support():
+            program = torch.export.export(model, example_inputs, kwargs, strict=False)
     except Exception as e:  # export's own errors are long; keep the first line
         raise UnsupportedProgram(f"torch.export failed: {_first_line(e)}") from e
     return import_program(program)
@@ -141,7 +140,8 @@ def import_program(program: ExportedProgram) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps)."""
     if needs_decomposition(program):
         try:
-            with _quiet("torch._subclasses.fake_tensor"):  # it logs the error with a traceback
+            # export_support: decomposing retraces, rebuilding library outputs (a DynamicCache).
+            with _quiet("torch._subclasses.fake_tensor"), export_support():
                 program = program.run_decompositions(decomposition_table())
         except Exception as e:  # torch's own limits (e.g. in-place ops on expanded bool views)
             raise UnsupportedProgram(
@@ -340,10 +340,16 @@ def select_output(lowering: Lowering, node: torch.fx.Node) -> Value:
 
 
 def check_types(node: torch.fx.Node, value: Value) -> None:
-    """A converter must produce exactly torch's result types; a mismatch is an importer bug."""
+    """A converter must produce exactly torch's result types; a mismatch is an importer bug.
+    (A result it leaves None, e.g. an unused non-tensor one, is not checked.)"""
     produced = value if isinstance(value, list) else [value]
-    for got, want in zip(produced, result_types(node), strict=True):
-        if got is not None and got.type != want:
+    val = node.meta.get("val")
+    vals = list(val) if isinstance(val, list | tuple) else [val]
+    for got, v in zip(produced, vals, strict=True):
+        if got is None:
+            continue
+        want = tensor_type_of_val(v, node)
+        if got.type != want:
             raise AssertionError(
                 f"importer produced {got.type} for node '{node.name}', torch says {want}"
             )
@@ -351,24 +357,9 @@ def check_types(node: torch.fx.Node, value: Value) -> None:
 
 def torch_call(lowering: Lowering, node: torch.fx.Node) -> Value:
     """The node as an opaque `graph.torch_call`, its tensor arguments as operands."""
-    tensors: list[torch.fx.Node] = []
-
-    def tensor_index(value: Any) -> int | None:
-        if not isinstance(value, torch.fx.Node):
-            return None
-        if value not in tensors:
-            tensors.append(value)
-        return tensors.index(value)
-
-    try:
-        args, kwargs = encode_args(node.args, dict(node.kwargs), tensor_index)
-    except UnsupportedArgument as e:
-        raise node_error(node, str(e)) from None
-    types: list[TensorType[Attribute]] = result_types(node)
-    op = graph.TorchCallOp(
-        str(node.target), [lowering.tensor(t) for t in tensors], types, args, kwargs
+    results = lowering.torch_call(
+        str(node.target), node.args, dict(node.kwargs), result_types(node), node
     )
-    lowering.block.add_op(op)
     if isinstance(node.meta.get("val"), list | tuple):
-        return list(op.results)
-    return op.results[0]
+        return [*results]
+    return results[0]

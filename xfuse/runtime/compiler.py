@@ -29,7 +29,7 @@ from xfuse.errors import XfuseError
 from xfuse.interpreters.graph import OP_IMPLS, find_function, run_op
 from xfuse.ir import dtypes
 from xfuse.ir.names import PARALLEL_DIMS_ATTR
-from xfuse.runtime.fallback import fallback_step, reason_of
+from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
 from xfuse.runtime.steps import VIEW_IMPLS, BufferSpec, EagerStep, KernelStep, Step, ViewStep
 
 Tensor = torch.Tensor
@@ -218,8 +218,13 @@ class ProgramCompiler:
         compile_kernel: KernelCompiler,
         lower: Lowering | None = None,
         function: str = "forward",
+        fallback: FallbackMode = DEFAULT_FALLBACK,
+        device: torch.device | str = "cpu",
     ):
         self.compile_kernel = compile_kernel
+        self.fallback = fallback
+        self.device = torch.device(device)
+        """Where the program's constants live (with its inputs and kernels)."""
         self.lower = lower if lower is not None else lower_to_loops
         self.function = function
 
@@ -298,7 +303,7 @@ class ProgramCompiler:
         except Exception as e:
             reason = reason_of(e)
             outputs = tuple(self._define(top, slot_of, r) for r in op.results)
-            top.steps.append(fallback_step(op, inputs, outputs, label, reason))
+            top.steps.append(fallback_step(op, inputs, outputs, label, reason, self.fallback))
             fallbacks.append(f"{label}: {reason}")
             if info is not None:
                 info.fallback = reason
@@ -367,7 +372,7 @@ class ProgramCompiler:
         inputs = tuple(slot_of[v] for v in op.operands)
         outputs = tuple(self._define(em, slot_of, r) for r in op.results)
         if op.name == "graph.constant":
-            em.constants[outputs[0]] = run_op(op, [])[0]
+            em.constants[outputs[0]] = run_op(op, [])[0].to(self.device)
         elif _is_view(op):
             em.steps.append(ViewStep(op, inputs, outputs, f"view {op.name}"))
         elif op.name in OP_IMPLS or isinstance(op, fusion.GroupOp):

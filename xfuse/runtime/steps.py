@@ -149,6 +149,9 @@ class EagerStep:
     owns_outputs: bool = field(default=False, init=False)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
+        if args and args[0].device.type != "cpu":
+            with args[0].device:  # constants made inside (a group's) on the inputs' device
+                return run_op(self.op, args)
         return run_op(self.op, args)
 
 

@@ -1,0 +1,373 @@
+"""
+The model zoo: Hugging Face transformers models built from configs with random weights (never
+downloaded), each through `xfuse.compile` and `torch.compile(backend="xfuse")`, against eager.
+
+    python -m benchmarks.models [--size small|base] [--device cpu|cuda|all] [--models gpt2,...]
+                                  [--runs 10] [--no-inductor] [--strict]
+
+For each model, entry point, device and dtype (cpu: f32; cuda: f32 with TF32 off, and bf16) it
+prints: match with eager (f32: assert_close at 1e-4 relative to the output's magnitude, bf16:
+3e-2), graphs (dynamo's; graph breaks = graphs - 1), groups, kernels, extern ops by name,
+torch_calls by aten op, fallbacks (graphs and groups run eagerly), compile time, and the
+median time per forward of eager, Inductor and xfuse, run interleaved in one process (CUDA
+events on the GPU). `tests/models/test_zoo.py` runs the small configs in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+import xfuse
+import xfuse.api
+from xfuse.errors import FallbackWarning
+
+Tensor = torch.Tensor
+Built = tuple[torch.nn.Module, tuple[Tensor, ...]]
+SIZES = ("small", "base")
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
+"""assert_close's rtol, and atol as a fraction of the output's largest magnitude."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The models (configs only; random weights)
+# ---------------------------------------------------------------------------------------------
+
+
+def _tokens(vocab: int, length: int) -> tuple[Tensor, ...]:
+    return (torch.randint(0, vocab, (1, length)),)
+
+
+def gpt2(size: str) -> Built:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    small = size == "small"
+    config = GPT2Config(
+        n_layer=2 if small else 12,
+        n_embd=64 if small else 768,
+        n_head=4 if small else 12,
+        vocab_size=256 if small else 50257,
+        n_positions=64 if small else 1024,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPT2LMHeadModel(config), _tokens(config.vocab_size, 16 if small else 128)
+
+
+def llama(size: str) -> Built:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    small = size == "small"
+    config = LlamaConfig(
+        num_hidden_layers=2 if small else 8,
+        hidden_size=64 if small else 1024,
+        intermediate_size=128 if small else 2816,
+        num_attention_heads=4 if small else 16,
+        num_key_value_heads=2 if small else 4,
+        vocab_size=256 if small else 32000,
+        max_position_embeddings=64 if small else 2048,
+    )
+    return LlamaForCausalLM(config), _tokens(config.vocab_size, 16 if small else 128)
+
+
+def bert(size: str) -> Built:
+    from transformers import BertConfig, BertModel
+
+    small = size == "small"
+    config = BertConfig(
+        num_hidden_layers=2 if small else 12,
+        hidden_size=64 if small else 768,
+        intermediate_size=128 if small else 3072,
+        num_attention_heads=4 if small else 12,
+        vocab_size=256 if small else 30522,
+        max_position_embeddings=64 if small else 512,
+    )
+    return BertModel(config), _tokens(config.vocab_size, 16 if small else 128)
+
+
+def resnet(size: str) -> Built:
+    from transformers import ResNetConfig, ResNetModel
+
+    small = size == "small"
+    config = ResNetConfig(  # ResNet-50: bottleneck blocks [3, 4, 6, 3]
+        embedding_size=16 if small else 64,
+        hidden_sizes=[32, 64, 128, 256] if small else [256, 512, 1024, 2048],
+        depths=[1, 1, 1, 1] if small else [3, 4, 6, 3],
+        layer_type="bottleneck",
+    )
+    side = 64 if small else 224
+    return ResNetModel(config), (torch.randn(1, 3, side, side),)
+
+
+def vit(size: str) -> Built:
+    from transformers import ViTConfig, ViTModel
+
+    small = size == "small"
+    config = ViTConfig(
+        num_hidden_layers=2 if small else 12,
+        hidden_size=64 if small else 768,
+        intermediate_size=128 if small else 3072,
+        num_attention_heads=4 if small else 12,
+        image_size=32 if small else 224,
+        patch_size=8 if small else 16,
+    )
+    side = config.image_size
+    return ViTModel(config), (torch.randn(1, 3, side, side),)
+
+
+def mobilenet_v2(size: str) -> Built:
+    from transformers import MobileNetV2Config, MobileNetV2Model
+
+    small = size == "small"
+    config = MobileNetV2Config(
+        image_size=64 if small else 224, depth_multiplier=0.35 if small else 1.0
+    )
+    side = config.image_size
+    return MobileNetV2Model(config), (torch.randn(1, 3, side, side),)
+
+
+ZOO: dict[str, Callable[[str], Built]] = {
+    "gpt2": gpt2,
+    "llama": llama,
+    "bert": bert,
+    "resnet": resnet,
+    "vit": vit,
+    "mobilenet_v2": mobilenet_v2,
+}
+
+
+def build(name: str, size: str, device: str, dtype: torch.dtype) -> Built:
+    """A zoo model in eval mode on `device` in `dtype` (token ids stay integers), seeded."""
+    torch.manual_seed(0)
+    model, inputs = ZOO[name](size)
+    model = model.eval().to(device=device, dtype=dtype)
+    moved = tuple(
+        x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype) for x in inputs
+    )
+    return model, moved
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking and counting
+# ---------------------------------------------------------------------------------------------
+
+
+def tensors_of(output: Any) -> list[Tensor]:
+    """The tensors of a model output (ModelOutput dataclasses and caches are pytrees)."""
+    return [t for t in pytree.tree_leaves(output) if isinstance(t, Tensor)]
+
+
+def assert_matches(got: Any, want: Any, dtype: torch.dtype) -> None:
+    """Every output tensor close to eager: rtol and atol relative to the output's magnitude."""
+    rel = TOLERANCE[dtype]
+    gots, wants = tensors_of(got), tensors_of(want)
+    assert len(gots) == len(wants), f"{len(gots)} output tensors, eager has {len(wants)}"
+    for g, w in zip(gots, wants, strict=True):
+        scale = float(w.detach().abs().max()) if w.numel() else 0.0
+        torch.testing.assert_close(g, w, rtol=rel, atol=rel * max(scale, 1e-30))
+
+
+@dataclass
+class Report:
+    """What one entry point made of one model."""
+
+    graphs: int = 0
+    groups: int = 0
+    kernels: int = 0
+    externs: Counter[str] = field(default_factory=Counter[str])
+    torch_calls: Counter[str] = field(default_factory=Counter[str])
+    graph_fallbacks: list[str] = field(default_factory=list[str])
+    group_fallbacks: list[str] = field(default_factory=list[str])
+    compile_s: float = 0.0
+    match: str = "-"
+
+    def add(self, compiled: xfuse.api.CompiledProgram) -> None:
+        self.graphs += 1
+        self.groups += len(compiled.groups)
+        self.kernels += len(compiled.kernels)
+        self.group_fallbacks += compiled.fallbacks
+        for op in compiled.default.program.module.walk():
+            if op.name == "graph.torch_call":
+                target = op.properties["target"].data  # type: ignore[attr-defined]
+                self.torch_calls[target] += 1
+                self.externs[f"torch_call {target}"] += 1
+            elif op.name in ("graph.matmul", "graph.linear", "graph.conv"):
+                self.externs[op.name.removeprefix("graph.")] += 1
+
+
+def via_xfuse_compile(
+    model: torch.nn.Module, inputs: tuple[Tensor, ...], device: str, fallback: str | None
+) -> tuple[Callable[..., Any], Report]:
+    report = Report()
+    start = time.perf_counter()
+    compiled = xfuse.compile(model, inputs, device, quiet=True, fallback=fallback)
+    report.compile_s = time.perf_counter() - start
+    report.add(compiled)
+    return compiled, report
+
+
+def via_torch_compile(
+    model: torch.nn.Module, inputs: tuple[Tensor, ...], fallback: str | None
+) -> tuple[Callable[..., Any], Report]:
+    """torch.compile with a backend that counts dynamo's graphs and what xfuse made of each."""
+    report = Report()
+    options = {} if fallback is None else {"fallback": fallback}
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", FallbackWarning)
+            run = xfuse.api.dynamo_backend(gm, example_inputs, options)
+        compiled = getattr(run, "compiled", None)
+        if compiled is None:
+            report.graphs += 1
+            report.graph_fallbacks += [str(w.message) for w in caught]
+        else:
+            report.add(compiled)
+        return run
+
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend=counting)
+    start = time.perf_counter()
+    with torch.no_grad():
+        fn(*inputs)
+    report.compile_s = time.perf_counter() - start
+    return fn, report
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], runs: int, device: str) -> dict[str, float]:
+    """Median ms per call of each function, the functions run in turn in each round."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():  # warm-up
+        fn()
+        fn()
+    for _ in range(runs):
+        for name, fn in fns.items():
+            times[name].append(_time_one(fn, device))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _time_one(fn: Callable[[], Any], device: str) -> float:
+    if device.startswith("cuda"):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return float(start.elapsed_time(end))
+    t0 = time.perf_counter()
+    fn()
+    return 1000 * (time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------------
+
+
+def run_one(
+    name: str, size: str, device: str, dtype: torch.dtype, args: argparse.Namespace
+) -> list[str]:
+    model, inputs = build(name, size, device, dtype)
+    fallback = "error" if args.strict else None
+    with torch.no_grad():
+        want = model(*inputs)
+    rows: list[str] = []
+    fns: dict[str, Callable[[], Any]] = {"eager": lambda: model(*inputs)}
+    for entry, make in (
+        ("xfuse.compile", lambda: via_xfuse_compile(model, inputs, device, fallback)),
+        ("torch.compile", lambda: via_torch_compile(model, inputs, fallback)),
+    ):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FallbackWarning)
+                fn, report = make()
+                with torch.no_grad():
+                    got = fn(*inputs)
+            try:
+                assert_matches(got, want, dtype)
+                report.match = "yes"
+            except AssertionError as e:
+                report.match = "NO: " + str(e).strip().splitlines()[0]
+        except Exception as e:  # a row says what failed; the table goes on
+            rows.append(f"| {name} | {entry} | {device} {_dtype(dtype)} | FAILED: {e!s:.200} |")
+            continue
+        if entry == "xfuse.compile":
+            fns["xfuse"] = lambda fn=fn: fn(*inputs)
+        rows.append(_row(name, entry, device, dtype, report))
+    if not args.no_inductor:
+        torch._dynamo.reset()
+        inductor = torch.compile(model)
+        with torch.no_grad():
+            inductor(*inputs)
+        fns["inductor"] = lambda: inductor(*inputs)
+    with torch.no_grad():
+        ms = time_interleaved(fns, args.runs, device)
+    rows.append(
+        f"| {name} | time/forward | {device} {_dtype(dtype)} | "
+        + ", ".join(f"{k} {v:.3f} ms" for k, v in ms.items())
+        + " |"
+    )
+    return rows
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
+
+
+def _counts(c: Counter[str]) -> str:
+    return ", ".join(f"{k} x{v}" for k, v in c.most_common()) or "-"
+
+
+def _row(name: str, entry: str, device: str, dtype: torch.dtype, r: Report) -> str:
+    fallbacks = len(r.graph_fallbacks) + len(r.group_fallbacks)
+    detail = "; ".join(r.graph_fallbacks + r.group_fallbacks)[:300]
+    return (
+        f"| {name} | {entry} | {device} {_dtype(dtype)} | match {r.match} | graphs {r.graphs} | "
+        f"groups {r.groups} | kernels {r.kernels} | fallbacks {fallbacks} "
+        f"({len(r.graph_fallbacks)} graph, {len(r.group_fallbacks)} group){': ' + detail if detail else ''} | "
+        f"compile {r.compile_s:.2f} s | externs: {_counts(r.externs)} |"
+    )
+
+
+def configurations(device: str) -> list[tuple[str, torch.dtype]]:
+    found = [("cpu", torch.float32)] if device in ("cpu", "all") else []
+    if device in ("cuda", "all") and torch.cuda.is_available():
+        found += [("cuda", torch.float32), ("cuda", torch.bfloat16)]
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--size", choices=SIZES, default="small")
+    parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
+    parser.add_argument("--models", default=",".join(ZOO))
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--strict", action="store_true", help="fallback='error'")
+    args = parser.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print("| model | entry point | device | results |")
+    print("|---|---|---|---|")
+    for name in args.models.split(","):
+        for device, dtype in configurations(args.device):
+            for row in run_one(name, args.size, device, dtype, args):
+                print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

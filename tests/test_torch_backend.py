@@ -1,0 +1,153 @@
+"""torch.compile(backend="xfuse"): the device it compiles for, its registration on a plain
+`import xfuse`, and strict mode (fallback="error" / XFUSE_STRICT=1) for graphs and groups."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import xfuse
+import xfuse.api
+import xfuse.runtime.compiler
+from xfuse.errors import EagerFallbackError, ExportError, FallbackWarning, XfuseError
+from xfuse.runtime.fallback import fallback_mode
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gelu_add(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x) + x.sum(-1, keepdim=True)
+
+
+def test_graph_device_is_the_inputs_device() -> None:
+    gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2).to("meta"))
+    assert xfuse.api.graph_device(gm, [3, torch.zeros(1, device="meta")]).type == "meta"
+    assert xfuse.api.graph_device(gm, [3]).type == "meta"  # from the parameters
+    plain = torch.fx.symbolic_trace(lambda x: x + 1)
+    assert xfuse.api.graph_device(plain, [2]).type == "cpu"
+
+
+@pytest.mark.gpu
+def test_torch_compile_on_cuda_compiles_for_cuda() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch._dynamo.reset()
+    x = torch.randn(8, 32, device="cuda")
+    fn = torch.compile(_gelu_add, backend="xfuse", options={"fallback": "error"})
+    with torch.no_grad():
+        got = fn(x)
+    assert got.device == x.device
+    torch.testing.assert_close(got, _gelu_add(x))
+
+
+def test_import_xfuse_registers_the_backend_without_the_entry_point() -> None:
+    """With the entry point hidden (xfuse on PYTHONPATH only), `import torch, xfuse` is enough."""
+    script = (
+        "import importlib.metadata as md\n"
+        "real = md.entry_points\n"
+        "def hidden(**kw):\n"
+        "    eps = real(**kw)\n"
+        "    if kw.get('group') == 'torch_dynamo_backends':\n"
+        "        return md.EntryPoints([e for e in eps if e.name != 'xfuse'])\n"
+        "    return eps\n"
+        "md.entry_points = hidden\n"
+        "import sys, torch, xfuse\n"
+        "assert 'xfuse.api' not in sys.modules\n"
+        "f = torch.compile(lambda x: torch.relu(x) + 1, backend='xfuse')\n"
+        "x = torch.randn(16)\n"
+        "with torch.no_grad():\n"
+        "    assert torch.equal(f(x), torch.relu(x) + 1)\n"
+        "assert 'xfuse.api' in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_fallback_mode_has_one_default_and_the_environment_makes_it_strict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("XFUSE_STRICT", raising=False)
+    assert fallback_mode() == "eager"
+    monkeypatch.setenv("XFUSE_STRICT", "1")
+    assert fallback_mode() == "error"
+    assert fallback_mode("eager") == "eager"  # an explicit choice wins
+    with pytest.raises(XfuseError, match="fallback must be one of"):
+        fallback_mode("loud")
+
+
+def _broken_lowering(module: Any) -> None:
+    raise RuntimeError("injected lowering failure")
+
+
+def test_strict_compile_turns_a_group_fallback_into_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(xfuse.runtime.compiler, "lower_to_loops", _broken_lowering)
+    x = torch.randn(4, 8)
+    with pytest.warns(FallbackWarning, match="injected"):
+        eager = xfuse.compile(_gelu_add, (x,), quiet=True)
+    torch.testing.assert_close(eager(x), _gelu_add(x))
+    with pytest.raises(EagerFallbackError, match=r"group 0 .*would run eagerly.*injected"):
+        xfuse.compile(_gelu_add, (x,), quiet=True, fallback="error")
+    monkeypatch.setenv("XFUSE_STRICT", "1")
+    with pytest.raises(EagerFallbackError, match="injected"):
+        xfuse.compile(_gelu_add, (x,), quiet=True)
+
+
+def test_strict_torch_compile_turns_an_eager_graph_into_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ExportError("xfuse: cannot import the program: injected")
+
+    monkeypatch.setattr(xfuse.api, "compile", refuse)
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    fn = torch.compile(_gelu_add, backend="xfuse", options={"fallback": "error"})
+    with pytest.raises(Exception, match="would run this graph eagerly.*injected") as info:
+        fn(x)
+    assert _in_chain(info.value, EagerFallbackError)
+    monkeypatch.setenv("XFUSE_STRICT", "1")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="injected") as info:
+        torch.compile(_gelu_add, backend="xfuse")(x)
+    assert _in_chain(info.value, EagerFallbackError)
+
+
+def test_strict_torch_compile_runs_a_clean_graph() -> None:
+    torch._dynamo.reset()
+    x = torch.randn(4, 8)
+    fn = torch.compile(_gelu_add, backend="xfuse", options={"fallback": "error"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        torch.testing.assert_close(fn(x), _gelu_add(x))
+
+
+def test_unknown_torch_compile_options_are_refused() -> None:
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    with pytest.raises(XfuseError, match="unknown torch.compile options for xfuse: mode"):
+        xfuse.api.dynamo_backend(gm, [torch.randn(2)], options={"mode": "max"})
+
+
+def _in_chain(error: BaseException | None, kind: type[BaseException]) -> bool:
+    while error is not None:
+        if isinstance(error, kind):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
