@@ -10,7 +10,9 @@ prints: match with eager (f32: assert_close at 1e-4 relative to the output's mag
 3e-2), graphs (dynamo's; graph breaks = graphs - 1), groups, kernels, extern ops by name,
 torch_calls by aten op, fallbacks (graphs and groups run eagerly), compile time, and the
 median time per forward of eager, Inductor and xfuse, run interleaved in one process (CUDA
-events on the GPU). `tests/models/test_zoo.py` runs the small configs in CI.
+events on the GPU). On CUDA, Inductor runs in its default mode and with `mode="reduce-overhead"` (its CUDA graphs),
+and xfuse with its CUDA graphs (on by default). `tests/models/test_zoo.py` runs the small
+configs in CI.
 """
 
 from __future__ import annotations
@@ -314,11 +316,18 @@ def run_one(
         with torch.no_grad():
             inductor(*inputs)
         fns["inductor"] = lambda: inductor(*inputs)
+        if device.startswith("cuda"):  # Inductor with its CUDA graphs, beside xfuse's
+            overhead = torch.compile(model, mode="reduce-overhead")
+            with torch.no_grad():
+                overhead(*inputs)
+            fns["inductor-ro"] = lambda: overhead(*inputs)
     with torch.no_grad():
         ms = time_interleaved(fns, args.runs, device)
+    ratios = [f"xfuse/{k} {ms['xfuse'] / ms[k]:.2f}" for k in ms if k != "xfuse" and "xfuse" in ms]
     rows.append(
         f"| {name} | time/forward | {device} {_dtype(dtype)} | "
         + ", ".join(f"{k} {v:.3f} ms" for k, v in ms.items())
+        + (" (" + ", ".join(ratios) + ")" if ratios else "")
         + " |"
     )
     return rows

@@ -103,7 +103,8 @@ def test_explain_describes_groups_kernels_and_decisions() -> None:
     assert any(d.fused for d in explanation.report.decisions)
     assert any(not d.fused and d.reason for d in explanation.report.decisions)
     data = json.loads(explanation.to_json())
-    assert set(data) == {"ops", "groups", "kernels", "report", "fallbacks", "summary"}
+    assert set(data) == {"ops", "groups", "kernels", "report", "fallbacks", "cuda_graph", "summary"}
+    assert data["cuda_graph"] is None  # a CPU program
     assert len(data["groups"]) == len(explanation.groups)
     text = str(explanation)
     assert text.startswith(f"{len(explanation.ops)} ops -> {len(explanation.groups)} groups")

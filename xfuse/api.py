@@ -423,19 +423,8 @@ def dynamo_backend(
             str(graph_device(gm, example_inputs)),
             fallback=mode,
         )
-    except EagerFallbackError:
-        raise
     except Exception as e:
-        if mode == "error":
-            raise EagerFallbackError(
-                f"xfuse: torch.compile backend would run this graph eagerly "
-                f"(fallback='error'): {reason_of(e)}"
-            ) from e
-        warnings.warn(
-            f"xfuse: torch.compile backend runs this graph eagerly: {reason_of(e)}",
-            FallbackWarning,
-            stacklevel=2,
-        )
+        _graph_runs_eagerly(e, mode)
         return gm.forward
 
     warned: list[bool] = []
@@ -461,6 +450,18 @@ def _is_symbolic(value: Any) -> bool:
     if isinstance(value, Tensor):
         return not all(isinstance(d, int) for d in (*value.shape, *value.stride()))
     return isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def _graph_runs_eagerly(error: Exception, mode: FallbackMode) -> None:
+    """A graph xfuse could not compile: raise in strict mode, else warn (it runs eagerly)."""
+    if isinstance(error, EagerFallbackError):
+        raise error
+    if mode == "error":
+        raise EagerFallbackError(
+            f"xfuse: torch.compile backend would run this graph eagerly "
+            f"(fallback='error'): {reason_of(error)}"
+        ) from error
+    _eager_warning(reason_of(error))
 
 
 def _eager_warning(reason: str) -> None:
@@ -503,15 +504,8 @@ def _per_shape(
             return compile(
                 fixed, tuple(args[i] for i in tensors), str(device), quiet=True, fallback=mode
             )
-        except EagerFallbackError:
-            raise
         except Exception as e:
-            if mode == "error":
-                raise EagerFallbackError(
-                    f"xfuse: torch.compile backend would run this graph eagerly "
-                    f"(fallback='error'): {reason_of(e)}"
-                ) from e
-            _eager_warning(reason_of(e))
+            _graph_runs_eagerly(e, mode)
             return None
 
     def run(*args: Any) -> Any:

@@ -13,17 +13,13 @@ torch.export rejects are counted as skipped, on a line of their own.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
-from xfuse.errors import XfuseError
 from xfuse.testing.fuzz import (
     DEFAULT_PIPELINE,
     Outcome,
@@ -33,34 +29,12 @@ from xfuse.testing.fuzz import (
     reproducer,
     reproducer_name,
 )
+from xfuse.testing.limits import ProgramTimeout, time_limit
 
 
 def program_seed(seed: int, index: int) -> int:
     """The generator seed of program `index` of a run with `seed` (fail_<seed>_<index>.py)."""
     return seed * 1_000_003 + index
-
-
-class ProgramTimeout(XfuseError):
-    pass
-
-
-@contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Stop a program that runs longer than `seconds` (a hang is a failure too)."""
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise ProgramTimeout(f"took longer than {seconds} s")
-
-    if not hasattr(signal, "SIGALRM"):
-        yield
-        return
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass
