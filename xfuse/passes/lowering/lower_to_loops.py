@@ -22,8 +22,9 @@ How a kernel computes its outputs:
   "full" shape); the kept dims are the parallel loop (one row per iteration), and inside it one
   `scf.for` nest per reduction phase (reductions that need another one's result come in a later
   phase) carries the accumulators (`f32` for f16/bf16 data) as `iter_args`; a last nest over the
-  reduced dims writes the outputs of the full shape. Outputs of the row shape (keepdim or not)
-  are written once per row. A reduction's result may only be read at its own row. A float sum
+  reduced dims writes the outputs of the full shape, and outputs of another shape with as many
+  elements (a layer norm's output reshaped) at the same position in memory. Outputs of the row
+  shape (keepdim or not) are written once per row. A reduction's result may only be read at its own row. A float sum
   or product accumulates with `fastmath<reassoc>` (that op only), so that LLVM may vectorize
   it into partial sums; max/min need no flag.
 - Group shapes this cannot express (reductions over different dims or shapes, outputs of other
@@ -437,9 +438,16 @@ class Domain:
     def row_shape(self, keepdim: bool) -> tuple[int, ...]:
         return reduced_shape(self.full_shape, self.reduce_dims, keepdim)
 
+    def is_row_shape(self, shape: tuple[int, ...]) -> bool:
+        return bool(self.reduce_dims) and shape in (self.row_shape(True), self.row_shape(False))
+
     def writes_per_element(self, shape: tuple[int, ...]) -> bool:
-        """Whether an output of `shape` is written in the innermost loop (else once per row)."""
-        return self.flat or shape == self.full_shape
+        """Whether an output of `shape` is written in the innermost loop (else once per row):
+        the full shape, or another shape of as many elements (a reshape of a full-shape value,
+        written at the same position in memory)."""
+        if self.flat or shape == self.full_shape:
+            return True
+        return not self.is_row_shape(shape) and numel(shape) == numel(self.full_shape)
 
     def output_index(self, shape: tuple[int, ...]) -> Index:
         """The index of the output element computed by one iteration."""
@@ -447,7 +455,9 @@ class Domain:
             return delinearize(var_index(self.parallel[0]), shape)
         if shape == self.full_shape:
             return self.full_index
-        return self.row_index(shape == self.row_shape(True))
+        if self.is_row_shape(shape):
+            return self.row_index(shape == self.row_shape(True))
+        return delinearize(linearize(self.full_index, self.full_shape), shape)
 
 
 def nd_domain(full: tuple[int, ...], reduce_dims: tuple[int, ...]) -> Domain:
@@ -590,10 +600,10 @@ class KernelBuilder:
                 return flat_domain(full)
         allowed = {full, reduced_shape(full, dims, True), reduced_shape(full, dims, False)}
         for v in self.outputs:
-            if shape_of(v) not in allowed:
+            if shape_of(v) not in allowed and numel(shape_of(v)) != numel(full):
                 raise self.error(
                     f"output of shape {graph.fmt_shape(shape_of(v))} is neither the group's "
-                    f"full shape {graph.fmt_shape(full)} nor its row shape"
+                    f"full shape {graph.fmt_shape(full)}, its row shape, nor of as many elements"
                 )
         return nd_domain(full, dims)
 
