@@ -19,6 +19,10 @@ import torch.nn.functional as F
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 
+import xfuse.api
+from tests.backends.test_cpu_math_ops import BINARY as MATH_BINARY
+from tests.backends.test_cpu_math_ops import UNARY as MATH_UNARY
+from tests.backends.test_cpu_math_ops import edge_inputs
 from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends import get_backend
 from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape, Tuning
@@ -500,3 +504,52 @@ def test_xfuse_opt_maps_kernels_as_the_runtime_does(
         source.write_text(str(mapped))
         lowered = _xfuse_opt(source, "lower-to-nvvm")
         assert compile_to_ptx(lowered, {name: block.value.data}, ARCH, {name: 0}) == runtime_ptx
+
+
+# ---------------------------------------------------------------------------------------------
+# The math ops of issue 15 (tests/backends/test_cpu_math_ops.py has their edge values)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(MATH_UNARY))
+def test_math_unary_op_compiles_to_ptx(name: str, tmp_path: Path) -> None:
+    ptx_of(MATH_UNARY[name], (_x(8, 64),), tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(MATH_BINARY))
+def test_math_binary_op_compiles_to_ptx(name: str, tmp_path: Path) -> None:
+    ptx_of(MATH_BINARY[name], (_x(8, 64), _x(8, 64)), tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64], ids=str)
+def test_math_ops_compile_to_ptx_in_other_dtypes(dtype: torch.dtype, tmp_path: Path) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.asinh(x) + torch.log1p(x.abs()) + torch.hypot(x, y) + torch.round(x),
+            torch.isnan(x) | torch.signbit(y),
+        )
+
+    ptx_of(fn, (_x(8, 64, dtype=dtype), _x(8, 64, dtype=dtype)), tmp_path)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", sorted(MATH_UNARY))
+def test_gpu_math_unary_edges(name: str, dtype: torch.dtype) -> None:
+    x = edge_inputs(dtype).cuda()
+    expected = MATH_UNARY[name](x)
+    actual = xfuse.api.compile(MATH_UNARY[name], (x,), device="cuda:0")(x)
+    torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", sorted(MATH_BINARY))
+def test_gpu_math_binary_edges(name: str, dtype: torch.dtype) -> None:
+    x = edge_inputs(dtype).cuda()
+    y = x.flip(0)
+    expected = MATH_BINARY[name](x, y)
+    actual = xfuse.api.compile(MATH_BINARY[name], (x, y), device="cuda:0")(x, y)
+    torch.testing.assert_close(actual, expected, equal_nan=True)

@@ -64,6 +64,51 @@ CASES = [
     unary("cos", torch.cos),
     unary("reciprocal", torch.reciprocal),
     unary("silu", F.silu),
+    unary("floor", torch.floor),
+    unary("ceil", torch.ceil),
+    unary("round", torch.round),
+    unary("trunc", torch.trunc),
+    unary("log1p", torch.log1p),
+    unary("expm1", torch.expm1),
+    unary("log2", torch.log2),
+    unary("log10", torch.log10),
+    unary("exp2", torch.exp2),
+    unary("asin", torch.asin),
+    unary("acos", torch.acos),
+    unary("atan", torch.atan),
+    unary("tan", torch.tan),
+    unary("sinh", torch.sinh),
+    unary("cosh", torch.cosh),
+    unary("asinh", torch.asinh),
+    unary("acosh", torch.acosh),
+    unary("atanh", torch.atanh),
+    unary("sign", torch.sign),
+    Case(
+        "graph.isnan",
+        (X,),
+        f"graph.isnan %a : {X} -> tensor<3x4xi1>",
+        "tensor<3x4xi1>",
+        torch.isnan,
+    ),
+    Case(
+        "graph.isinf",
+        (X,),
+        f"graph.isinf %a : {X} -> tensor<3x4xi1>",
+        "tensor<3x4xi1>",
+        torch.isinf,
+    ),
+    Case(
+        "graph.signbit",
+        (X,),
+        f"graph.signbit %a : {X} -> tensor<3x4xi1>",
+        "tensor<3x4xi1>",
+        torch.signbit,
+    ),
+    binary("atan2", torch.atan2),
+    binary("copysign", torch.copysign),
+    binary("fmax", torch.fmax),
+    binary("fmin", torch.fmin),
+    binary("hypot", torch.hypot),
     Case(
         "graph.cast",
         (X,),
@@ -256,7 +301,8 @@ def test_op_matches_torch(case: Case) -> None:
     gen = torch.Generator().manual_seed(0)
     inputs = [random_input(t, gen) for t in case.arg_types]
     (result,) = interpret(xfuse.parse(program(case)), inputs)
-    torch.testing.assert_close(result, case.expected(*inputs))
+    # (inputs in [0.5, 1.5) leave the domain of asin, acos, atanh and acosh in part: NaN there)
+    torch.testing.assert_close(result, case.expected(*inputs), equal_nan=True)
 
 
 def test_every_interpreted_op_has_a_case() -> None:

@@ -269,6 +269,81 @@ def _sigmoid(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue
     return b.insert(arith.DivfOp(one, b.insert(arith.AddfOp(one, e))))
 
 
+def _identity(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    """floor/ceil/round/trunc of an integer: the integer."""
+    return xs[0]
+
+
+def _sign(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    """(x > 0) - (x < 0): +0 for ±0 and NaN, as torch.sign."""
+    one, zero = b.constant(1.0, t), b.constant(0.0, t)
+    pos = b.insert(arith.SelectOp(b.insert(arith.CmpfOp(xs[0], zero, "ogt")), one, zero))
+    neg = b.insert(arith.SelectOp(b.insert(arith.CmpfOp(xs[0], zero, "olt")), one, zero))
+    return b.insert(arith.SubfOp(pos, neg))
+
+
+def _sign_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    one, zero = b.constant(1, t), b.constant(0, t)
+    pos = b.insert(arith.SelectOp(b.insert(arith.CmpiOp(xs[0], zero, "sgt")), one, zero))
+    neg = b.insert(arith.SelectOp(b.insert(arith.CmpiOp(xs[0], zero, "slt")), one, zero))
+    return b.insert(arith.SubiOp(pos, neg))
+
+
+def _isnan(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.CmpfOp(xs[0], xs[0], "uno"))
+
+
+def _isinf(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    magnitude = b.insert(math.AbsFOp(xs[0]))
+    return b.insert(arith.CmpfOp(magnitude, b.constant(float("inf"), t), "oeq"))
+
+
+def _signbit(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    """The sign bit (true for -0.0 and a negative NaN): copysign(1, x) < 0."""
+    unit = b.insert(math.CopySignOp(b.constant(1.0, t), xs[0]))
+    return b.insert(arith.CmpfOp(unit, b.constant(0.0, t), "olt"))
+
+
+def _signbit_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.insert(arith.CmpiOp(xs[0], b.constant(0, t), "slt"))
+
+
+def _false(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    return b.constant(0, i1)
+
+
+def _hypot(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    """sqrt(x^2 + y^2) without overflow or underflow: f32 is squared in f64 (exact enough, no
+    overflow) and rounded once; f64 is scaled by the larger magnitude. An infinite operand
+    gives inf, even with a NaN (C99)."""
+    x, y = (b.insert(math.AbsFOp(v)) for v in xs)
+    inf = b.constant(float("inf"), t)
+    if isinstance(t, Float64Type):
+        big = b.insert(arith.MaximumfOp(x, y))
+        small = b.insert(arith.MinimumfOp(x, y))
+        ratio = b.insert(arith.DivfOp(small, big))
+        ratio = b.insert(
+            arith.SelectOp(
+                b.insert(arith.CmpfOp(big, b.constant(0.0, t), "oeq")), b.constant(0.0, t), ratio
+            )
+        )
+        root = b.insert(
+            math.SqrtOp(
+                b.insert(arith.AddfOp(b.constant(1.0, t), b.insert(arith.MulfOp(ratio, ratio))))
+            )
+        )
+        result = b.insert(arith.MulfOp(big, root))
+    else:
+        wide = [b.insert(arith.ExtFOp(v, Float64Type())) for v in (x, y)]
+        squares = [b.insert(arith.MulfOp(v, v)) for v in wide]
+        root = b.insert(math.SqrtOp(b.insert(arith.AddfOp(squares[0], squares[1]))))
+        result = b.insert(arith.TruncFOp(root, t))
+    either_inf = b.insert(
+        arith.OrIOp(b.insert(arith.CmpfOp(x, inf, "oeq")), b.insert(arith.CmpfOp(y, inf, "oeq")))
+    )
+    return b.insert(arith.SelectOp(either_inf, inf, result))
+
+
 # ---------------------------------------------------------------------------------------------
 # Elementwise unary ops
 # ---------------------------------------------------------------------------------------------
@@ -470,6 +545,315 @@ class ReciprocalOp(FloatUnaryOp):
     )
 
 
+class UnaryPredicateOp(UnaryOp):
+    """Base of elementwise unary tests: an i1 result of the operand's shape."""
+
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(TensorType)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation):
+        input = SSAValue.get(input)
+        t = tensor_type(input)
+        IRDLOperation.__init__(self, operands=[input], result_types=[TensorType(i1, t.get_shape())])
+
+    def verify_(self) -> None:
+        super().verify_()
+        _check_result_shape(self, shape_of(self.input))
+        if dtype_of(self.result) != i1:
+            raise VerifyException(f"expected an i1 result, found {dtype_of(self.result)}")
+
+
+@irdl_op_definition
+class FloorOp(UnaryOp):
+    """Round down. `%y = graph.floor %x : tensor<4xf32>`"""
+
+    name = "graph.floor"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.floor",
+        aten=("aten.floor.default",),
+        scalar=ScalarRule(unary(math.FloorOp), _identity),
+        fuzz=Fuzz.unary("torch.floor", exact=True),
+    )
+
+
+@irdl_op_definition
+class CeilOp(UnaryOp):
+    """Round up. `%y = graph.ceil %x : tensor<4xf32>`"""
+
+    name = "graph.ceil"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.ceil",
+        aten=("aten.ceil.default",),
+        scalar=ScalarRule(unary(math.CeilOp), _identity),
+        fuzz=Fuzz.unary("torch.ceil", exact=True),
+    )
+
+
+@irdl_op_definition
+class RoundOp(UnaryOp):
+    """Round half to even (torch.round). `%y = graph.round %x : tensor<4xf32>`"""
+
+    name = "graph.round"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.round",
+        aten=("aten.round.default",),
+        scalar=ScalarRule(unary(math.RoundEvenOp), _identity),
+        fuzz=Fuzz.unary("torch.round", exact=True),
+    )
+
+
+@irdl_op_definition
+class TruncOp(UnaryOp):
+    """Round toward zero. `%y = graph.trunc %x : tensor<4xf32>`"""
+
+    name = "graph.trunc"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.trunc",
+        aten=("aten.trunc.default",),
+        scalar=ScalarRule(unary(math.TruncOp), _identity),
+        fuzz=Fuzz.unary("torch.trunc", exact=True),
+    )
+
+
+@irdl_op_definition
+class Log1pOp(FloatUnaryOp):
+    """log(1 + x). `%y = graph.log1p %x : tensor<4xf32>`"""
+
+    name = "graph.log1p"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.log1p",
+        aten=("aten.log1p.default",),
+        scalar=ScalarRule(unary(math.Log1pOp)),
+        fuzz=Fuzz.unary("torch.log1p", positive=True),
+    )
+
+
+@irdl_op_definition
+class Expm1Op(FloatUnaryOp):
+    """exp(x) - 1. `%y = graph.expm1 %x : tensor<4xf32>`"""
+
+    name = "graph.expm1"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.expm1",
+        aten=("aten.expm1.default",),
+        scalar=ScalarRule(unary(math.ExpM1Op)),
+        fuzz=Fuzz.unary("torch.expm1"),
+    )
+
+
+@irdl_op_definition
+class Log2Op(FloatUnaryOp):
+    """Base-2 logarithm. `%y = graph.log2 %x : tensor<4xf32>`"""
+
+    name = "graph.log2"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.log2",
+        aten=("aten.log2.default",),
+        scalar=ScalarRule(unary(math.Log2Op)),
+        fuzz=Fuzz.unary("torch.log2", positive=True),
+    )
+
+
+@irdl_op_definition
+class Log10Op(FloatUnaryOp):
+    """Base-10 logarithm. `%y = graph.log10 %x : tensor<4xf32>`"""
+
+    name = "graph.log10"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.log10",
+        aten=("aten.log10.default",),
+        scalar=ScalarRule(unary(math.Log10Op)),
+        fuzz=Fuzz.unary("torch.log10", positive=True),
+    )
+
+
+@irdl_op_definition
+class Exp2Op(FloatUnaryOp):
+    """2^x. `%y = graph.exp2 %x : tensor<4xf32>`"""
+
+    name = "graph.exp2"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.exp2",
+        aten=("aten.exp2.default",),
+        scalar=ScalarRule(unary(math.Exp2Op)),
+        fuzz=Fuzz.unary("torch.exp2"),
+    )
+
+
+@irdl_op_definition
+class AsinOp(FloatUnaryOp):
+    """Arcsine. `%y = graph.asin %x : tensor<4xf32>`"""
+
+    name = "graph.asin"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.asin",
+        aten=("aten.asin.default",),
+        scalar=ScalarRule(unary(math.AsinOp)),
+        fuzz=Fuzz.unary("torch.asin"),
+    )
+
+
+@irdl_op_definition
+class AcosOp(FloatUnaryOp):
+    """Arccosine. `%y = graph.acos %x : tensor<4xf32>`"""
+
+    name = "graph.acos"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.acos",
+        aten=("aten.acos.default",),
+        scalar=ScalarRule(unary(math.AcosOp)),
+        fuzz=Fuzz.unary("torch.acos"),
+    )
+
+
+@irdl_op_definition
+class AtanOp(FloatUnaryOp):
+    """Arctangent. `%y = graph.atan %x : tensor<4xf32>`"""
+
+    name = "graph.atan"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.atan",
+        aten=("aten.atan.default",),
+        scalar=ScalarRule(unary(math.AtanOp)),
+        fuzz=Fuzz.unary("torch.atan"),
+    )
+
+
+@irdl_op_definition
+class TanOp(FloatUnaryOp):
+    """Tangent. `%y = graph.tan %x : tensor<4xf32>`"""
+
+    name = "graph.tan"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.tan",
+        aten=("aten.tan.default",),
+        scalar=ScalarRule(unary(math.TanOp)),
+        fuzz=Fuzz.unary("torch.tan"),
+    )
+
+
+@irdl_op_definition
+class SinhOp(FloatUnaryOp):
+    """Hyperbolic sine. `%y = graph.sinh %x : tensor<4xf32>`"""
+
+    name = "graph.sinh"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.sinh",
+        aten=("aten.sinh.default",),
+        scalar=ScalarRule(unary(math.SinhOp)),
+        fuzz=Fuzz.unary("torch.sinh"),
+    )
+
+
+@irdl_op_definition
+class CoshOp(FloatUnaryOp):
+    """Hyperbolic cosine. `%y = graph.cosh %x : tensor<4xf32>`"""
+
+    name = "graph.cosh"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.cosh",
+        aten=("aten.cosh.default",),
+        scalar=ScalarRule(unary(math.CoshOp)),
+        fuzz=Fuzz.unary("torch.cosh"),
+    )
+
+
+@irdl_op_definition
+class AsinhOp(FloatUnaryOp):
+    """Inverse hyperbolic sine. `%y = graph.asinh %x : tensor<4xf32>`"""
+
+    name = "graph.asinh"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.asinh",
+        aten=("aten.asinh.default",),
+        scalar=ScalarRule(unary(math.AsinhOp)),
+        fuzz=Fuzz.unary("torch.asinh"),
+    )
+
+
+@irdl_op_definition
+class AcoshOp(FloatUnaryOp):
+    """Inverse hyperbolic cosine. `%y = graph.acosh %x : tensor<4xf32>`"""
+
+    name = "graph.acosh"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.acosh",
+        aten=("aten.acosh.default",),
+        scalar=ScalarRule(unary(math.AcoshOp)),
+        fuzz=Fuzz.unary("torch.acosh", positive=True),
+    )
+
+
+@irdl_op_definition
+class AtanhOp(FloatUnaryOp):
+    """Inverse hyperbolic tangent. `%y = graph.atanh %x : tensor<4xf32>`"""
+
+    name = "graph.atanh"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.atanh",
+        aten=("aten.atanh.default",),
+        scalar=ScalarRule(unary(math.AtanhOp)),
+        fuzz=Fuzz.unary("torch.atanh"),
+    )
+
+
+@irdl_op_definition
+class SignOp(UnaryOp):
+    """-1, 0 or 1 (0 for NaN). `%y = graph.sign %x : tensor<4xf32>`"""
+
+    name = "graph.sign"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.sign",
+        aten=(
+            "aten.sign.default",
+            "aten.sgn.default",
+        ),
+        scalar=ScalarRule(_sign, _sign_i),
+        fuzz=Fuzz.unary("torch.sign", exact=True),
+    )
+
+
+@irdl_op_definition
+class IsNanOp(UnaryPredicateOp):
+    """x != x. `%y = graph.isnan %x : tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.isnan"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.isnan",
+        aten=("aten.isnan.default",),
+        scalar=ScalarRule(_isnan, _false, compare=True),
+        fuzz=Fuzz.unary("torch.isnan", exact=True),
+    )
+
+
+@irdl_op_definition
+class IsInfOp(UnaryPredicateOp):
+    """|x| == inf. `%y = graph.isinf %x : tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.isinf"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.isinf",
+        aten=("aten.isinf.default",),
+        scalar=ScalarRule(_isinf, _false, compare=True),
+        fuzz=Fuzz.unary("torch.isinf", exact=True),
+    )
+
+
+@irdl_op_definition
+class SignbitOp(UnaryPredicateOp):
+    """The sign bit. `%y = graph.signbit %x : tensor<4xf32> -> tensor<4xi1>`"""
+
+    name = "graph.signbit"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.signbit",
+        aten=("aten.signbit.default",),
+        scalar=ScalarRule(_signbit, _signbit_i, compare=True),
+        fuzz=Fuzz.unary("torch.signbit", exact=True),
+    )
+
+
 @irdl_op_definition
 class CastOp(IRDLOperation):
     """Element type conversion, as torch's `Tensor.to(dtype)`.
@@ -648,6 +1032,77 @@ class MinimumOp(BinaryOp):
         scalar=ScalarRule(binary(arith.MinimumfOp), binary(arith.MinSIOp), binary(arith.AndIOp)),
         fuzz=Fuzz.binary("torch.minimum", exact=True),
     )
+
+
+@irdl_op_definition
+class Atan2Op(BinaryOp):
+    """atan(lhs / rhs) in the right quadrant. `%z = graph.atan2 %y, %x : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.atan2"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.atan2",
+        aten=("aten.atan2.default",),
+        scalar=ScalarRule(binary(math.Atan2Op)),
+        fuzz=Fuzz.binary("torch.atan2"),
+    )
+    FLOAT_ONLY: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class CopysignOp(BinaryOp):
+    """|lhs| with the sign of rhs. `%z = graph.copysign %x, %s : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.copysign"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.copysign",
+        aten=(
+            "aten.copysign.Tensor",
+            "aten.copysign.Scalar",
+        ),
+        scalar=ScalarRule(binary(math.CopySignOp)),
+        fuzz=Fuzz.binary("torch.copysign", exact=True),
+    )
+    FLOAT_ONLY: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class FmaxOp(BinaryOp):
+    """The larger operand, ignoring NaN (IEEE maxNum). `%z = graph.fmax %x, %y : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.fmax"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.fmax",
+        aten=("aten.fmax.default",),
+        scalar=ScalarRule(binary(arith.MaxnumfOp), binary(arith.MaxSIOp), binary(arith.OrIOp)),
+        fuzz=Fuzz.binary("torch.fmax", exact=True),
+    )
+
+
+@irdl_op_definition
+class FminOp(BinaryOp):
+    """The smaller operand, ignoring NaN (IEEE minNum). `%z = graph.fmin %x, %y : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.fmin"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.fmin",
+        aten=("aten.fmin.default",),
+        scalar=ScalarRule(binary(arith.MinnumfOp), binary(arith.MinSIOp), binary(arith.AndIOp)),
+        fuzz=Fuzz.binary("torch.fmin", exact=True),
+    )
+
+
+@irdl_op_definition
+class HypotOp(BinaryOp):
+    """sqrt(lhs^2 + rhs^2) without overflow. `%z = graph.hypot %x, %y : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>`"""
+
+    name = "graph.hypot"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.hypot",
+        aten=("aten.hypot.default",),
+        scalar=ScalarRule(_hypot),
+        fuzz=Fuzz.binary("torch.hypot"),
+    )
+    FLOAT_ONLY: ClassVar[bool] = True
 
 
 @irdl_op_definition
@@ -1720,6 +2175,28 @@ Graph = Dialect(
         SinOp,
         CosOp,
         ReciprocalOp,
+        FloorOp,
+        CeilOp,
+        RoundOp,
+        TruncOp,
+        Log1pOp,
+        Expm1Op,
+        Log2Op,
+        Log10Op,
+        Exp2Op,
+        AsinOp,
+        AcosOp,
+        AtanOp,
+        TanOp,
+        SinhOp,
+        CoshOp,
+        AsinhOp,
+        AcoshOp,
+        AtanhOp,
+        SignOp,
+        IsNanOp,
+        IsInfOp,
+        SignbitOp,
         CastOp,
         AddOp,
         SubOp,
@@ -1728,6 +2205,11 @@ Graph = Dialect(
         MaximumOp,
         MinimumOp,
         PowOp,
+        Atan2Op,
+        CopysignOp,
+        FmaxOp,
+        FminOp,
+        HypotOp,
         LtOp,
         LeOp,
         GtOp,

@@ -60,9 +60,14 @@ def _is_number(x: Any) -> bool:
 
 
 def _unary(op_cls: type[graph.UnaryOp]) -> Converter:
+    """A unary op on the operand cast to the result dtype (a test, whose result is bool, on
+    the operand as it is). Bool operands stay eager."""
+
     def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
         dtype = out_type(node).element_type
-        if op_cls.FLOAT_ONLY and not graph.is_float(dtype):
+        if issubclass(op_cls, graph.UnaryPredicateOp):
+            dtype = graph.dtype_of(lw.tensor(a["self"]))
+        if (op_cls.FLOAT_ONLY and not graph.is_float(dtype)) or dtype == i1:
             return None
         return lw.emit(op_cls(lw.operand(a["self"], dtype)))
 
@@ -174,6 +179,49 @@ def _leaky_relu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     positive = lw.emit(graph.GtOp(x, lw.constant(0, dtype)))
     scaled = lw.emit(graph.MulOp(x, lw.constant(a["negative_slope"], dtype)))
     return lw.emit(graph.WhereOp(positive, x, scaled))
+
+
+def _opmath_type(dtype: Attribute) -> Attribute:
+    """Eager computes an f16/bf16 formula in f32 and rounds once at the end."""
+    return f32 if isinstance(dtype, Float16Type | BFloat16Type) else dtype
+
+
+def _scaled(lw: Lowering, x: SSAValue, factor: float) -> SSAValue:
+    if factor == 1:
+        return x
+    return lw.emit(graph.MulOp(x, lw.constant(factor, graph.dtype_of(x))))
+
+
+def _elu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """elu (and selu, celu): x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale,
+    computed in f32 for f16/bf16 as eager's kernel does."""
+    dtype = out_type(node).element_type
+    if not graph.is_float(dtype):
+        return None
+    alpha, scale, input_scale = (float(a.get(k, 1)) for k in ("alpha", "scale", "input_scale"))
+    compute = _opmath_type(dtype)
+    x = lw.operand(a["self"], compute)
+    negative = lw.emit(graph.Expm1Op(_scaled(lw, x, input_scale)))
+    negative = _scaled(lw, negative, alpha * scale)
+    positive = lw.emit(graph.GtOp(x, lw.constant(0, compute)))
+    return lw.cast(lw.emit(graph.WhereOp(positive, _scaled(lw, x, scale), negative)), dtype)
+
+
+def _round_decimals(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    """round(x * 10^d) / 10^d, or round(x / 10^-d) * 10^-d for d < 0, in f32 for f16/bf16
+    (eager's kernel)."""
+    dtype = out_type(node).element_type
+    if not graph.is_float(dtype):
+        return None
+    decimals = int(a.get("decimals", 0))
+    compute = _opmath_type(dtype)
+    x = lw.operand(a["self"], compute)
+    if decimals == 0:
+        return lw.cast(lw.emit(graph.RoundOp(x)), dtype)
+    power = lw.constant(10.0 ** abs(decimals), compute)
+    scale, unscale = (graph.MulOp, graph.DivOp) if decimals > 0 else (graph.DivOp, graph.MulOp)
+    rounded = lw.emit(graph.RoundOp(lw.emit(scale(x, power))))
+    return lw.cast(lw.emit(unscale(rounded, power)), dtype)
 
 
 def _cast(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
@@ -535,6 +583,8 @@ CONVERTERS: dict[str, Converter] = {
     **_each(["aten.clamp_max.default", "aten.clamp_max.Tensor"], _clamp(None, "max")),
     "aten.hardtanh.default": _clamp("min_val", "max_val"),
     "aten.leaky_relu.default": _leaky_relu,
+    "aten.elu.default": _elu,
+    "aten.round.decimals": _round_decimals,
     **_each(
         [
             "aten.clone.default",

@@ -405,7 +405,7 @@ class Generator:
         elif op == "torch.pow":
             exponent = self.rng.choice(("2", "0.5", "3", "-1", f"{b}.clamp(-2, 2)"))
             expr = f"torch.pow({self.positive(a.name)}, {exponent})"
-        elif op in ("torch.maximum", "torch.minimum"):
+        elif op.startswith("torch."):
             if b.replace(".", "").replace("-", "").isdigit():
                 b = f"torch.tensor({b})"
             expr = f"{op}({a.name}, {b})"

@@ -352,3 +352,11 @@ func.func @f(%x: tensor<4x8xi32>) {
   %0 = graph.var %x dims = [1] correction = 1 : tensor<4x8xi32> -> tensor<4xi32>
   func.return
 }
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.isnan' op expected an i1 result, found f32
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.isnan %x : tensor<4xf32> -> tensor<4xf32>
+  func.return
+}
