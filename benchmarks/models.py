@@ -31,6 +31,7 @@ from torch.utils import _pytree as pytree
 
 import xfuse
 import xfuse.api
+import xfuse.dynamo
 from xfuse.errors import FallbackWarning
 
 Tensor = torch.Tensor
@@ -227,7 +228,7 @@ def via_torch_compile(
     def counting(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", FallbackWarning)
-            run = xfuse.api.dynamo_backend(gm, example_inputs, options)
+            run = xfuse.dynamo.dynamo_backend(gm, example_inputs, options)
         compiled = getattr(run, "compiled", None)
         if compiled is None:
             report.graphs += 1

@@ -25,6 +25,7 @@ LEVELS = [
     ["xfuse.runtime"],
     ["xfuse.report"],
     ["xfuse.api", "xfuse"],
+    ["xfuse.dynamo"],
     ["xfuse.testing"],
     ["xfuse.cli"],
 ]

@@ -15,6 +15,7 @@ import torch
 
 import xfuse
 import xfuse.api
+import xfuse.dynamo
 import xfuse.runtime.compiler
 from xfuse.errors import EagerFallbackError, ExportError, FallbackWarning, XfuseError
 from xfuse.runtime.fallback import fallback_mode
@@ -28,10 +29,10 @@ def _gelu_add(x: torch.Tensor) -> torch.Tensor:
 
 def test_graph_device_is_the_inputs_device() -> None:
     gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2).to("meta"))
-    assert xfuse.api.graph_device(gm, [3, torch.zeros(1, device="meta")]).type == "meta"
-    assert xfuse.api.graph_device(gm, [3]).type == "meta"  # from the parameters
+    assert xfuse.dynamo.graph_device(gm, [3, torch.zeros(1, device="meta")]).type == "meta"
+    assert xfuse.dynamo.graph_device(gm, [3]).type == "meta"  # from the parameters
     plain = torch.fx.symbolic_trace(lambda x: x + 1)
-    assert xfuse.api.graph_device(plain, [2]).type == "cpu"
+    assert xfuse.dynamo.graph_device(plain, [2]).type == "cpu"
 
 
 @pytest.mark.gpu
@@ -116,7 +117,7 @@ def test_strict_torch_compile_turns_an_eager_graph_into_an_error(
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ExportError("xfuse: cannot import the program: injected")
 
-    monkeypatch.setattr(xfuse.api, "compile", refuse)
+    monkeypatch.setattr(xfuse.dynamo, "compile", refuse)
     x = torch.randn(4, 8)
     torch._dynamo.reset()
     fn = torch.compile(_gelu_add, backend="xfuse", options={"fallback": "error"})
@@ -142,7 +143,7 @@ def test_strict_torch_compile_runs_a_clean_graph() -> None:
 def test_unknown_torch_compile_options_are_refused() -> None:
     gm = torch.fx.symbolic_trace(lambda x: x + 1)
     with pytest.raises(XfuseError, match="unknown torch.compile options for xfuse: mode"):
-        xfuse.api.dynamo_backend(gm, [torch.randn(2)], options={"mode": "max"})
+        xfuse.dynamo.dynamo_backend(gm, [torch.randn(2)], options={"mode": "max"})
 
 
 def _in_chain(error: BaseException | None, kind: type[BaseException]) -> bool:

@@ -1,33 +1,171 @@
 """
-`torch.compile(model, backend="xfuse")`: the name's registration with dynamo, kept light (no
-xfuse compiler import) so that `import xfuse` can make it wherever torch is already loaded.
-
-With the package's `torch_dynamo_backends` entry point installed, dynamo finds the backend on
-lookup by itself (registering as well would clash); without it (xfuse on PYTHONPATH, or a copy of
-the sources), `register()` adds the name. The backend itself is `xfuse.api.dynamo_backend`.
+`torch.compile(model, backend="xfuse")`: the backend, which compiles each graph dynamo hands
+over with `xfuse.compile` (its registration under the name is in `xfuse/__init__.py`).
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
-BACKEND_NAME = "xfuse"
+import torch
+
+from xfuse.api import compile
+from xfuse.errors import AutogradUnsupportedError, EagerFallbackError, FallbackWarning, XfuseError
+from xfuse.runtime.executor import CompiledProgram
+from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
+
+Tensor = torch.Tensor
+
+# ---------------------------------------------------------------------------------------------
+# torch.compile(backend="xfuse")
+# ---------------------------------------------------------------------------------------------
 
 
-def backend(gm: Any, example_inputs: list[Any], **kwargs: Any) -> Any:
-    """`xfuse.api.dynamo_backend`, imported on first use."""
-    from xfuse.api import dynamo_backend
+def _real(t: Any) -> Any:
+    """Dynamo may hand fake tensors to backends: a real tensor of the same shape and dtype."""
+    from torch._subclasses.fake_tensor import is_fake
 
-    return dynamo_backend(gm, example_inputs, **kwargs)
+    if isinstance(t, Tensor) and is_fake(t):
+        return torch.zeros(tuple(int(d) for d in t.shape), dtype=t.dtype, device=t.device)
+    return t
 
 
-def register() -> None:
-    """Make `backend="xfuse"` resolve, once; a no-op where the entry point provides it."""
-    from importlib.metadata import entry_points
+def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.device:
+    """The device a dynamo graph runs on: its first tensor input's, else its first parameter's
+    or buffer's, else the CPU."""
+    for t in example_inputs:
+        if isinstance(t, Tensor):
+            return t.device
+    for t in (*gm.parameters(), *gm.buffers()):
+        return t.device
+    return torch.device("cpu")
 
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
-    if BACKEND_NAME in entry_points(group="torch_dynamo_backends").names:
-        return
-    if BACKEND_NAME not in _COMPILER_FNS:
-        register_backend(backend, name=BACKEND_NAME)
+def dynamo_backend(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
+) -> Callable[..., Any]:
+    """The `torch.compile` backend: the FX graph through `xfuse.compile`, for the device of its
+    inputs; on any failure a warning and `gm.forward` (eager), or with
+    `options={"fallback": "error"}` (or `XFUSE_STRICT=1`) an `EagerFallbackError`. Calls that
+    need autograd run eagerly, with one warning that says so. A graph with dynamic shapes
+    (SymInt inputs or sizes) is compiled per concrete shape at call time."""
+    opts = dict(options or {})
+    mode = fallback_mode(opts.pop("fallback", None))
+    if opts:
+        raise XfuseError(f"unknown torch.compile options for xfuse: {', '.join(sorted(opts))}")
+    if any(_is_symbolic(t) for t in example_inputs):
+        return _per_shape(gm, graph_device(gm, example_inputs), mode)
+    try:
+        compiled = compile(
+            gm,
+            tuple(_real(t) for t in example_inputs),
+            str(graph_device(gm, example_inputs)),
+            fallback=mode,
+        )
+    except Exception as e:
+        _graph_runs_eagerly(e, mode)
+        return gm.forward
+
+    warned: list[bool] = []
+
+    def run(*args: Any) -> Any:
+        try:
+            return compiled(*args)
+        except AutogradUnsupportedError as e:  # raised before anything ran
+            if not warned:
+                warned.append(True)
+                warnings.warn(
+                    f"xfuse: torch.compile backend runs this graph eagerly: {e}",
+                    FallbackWarning,
+                    stacklevel=2,
+                )
+            return gm.forward(*args)
+
+    run.compiled = compiled  # type: ignore[attr-defined]
+    return run
+
+
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, Tensor):
+        return not all(isinstance(d, int) for d in (*value.shape, *value.stride()))
+    return isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def _graph_runs_eagerly(error: Exception, mode: FallbackMode) -> None:
+    """A graph xfuse could not compile: raise in strict mode, else warn (it runs eagerly)."""
+    if isinstance(error, EagerFallbackError):
+        raise error
+    if mode == "error":
+        raise EagerFallbackError(
+            f"xfuse: torch.compile backend would run this graph eagerly "
+            f"(fallback='error'): {reason_of(error)}"
+        ) from error
+    _eager_warning(reason_of(error))
+
+
+def _eager_warning(reason: str) -> None:
+    warnings.warn(
+        f"xfuse: torch.compile backend runs this graph eagerly: {reason}",
+        FallbackWarning,
+        stacklevel=3,
+    )
+
+
+def _per_shape(
+    gm: torch.fx.GraphModule, device: torch.device, mode: FallbackMode
+) -> Callable[..., Any]:
+    """A dynamic-shape graph run by one compiled program per concrete call signature: tensor
+    shapes, strides and dtypes, and the values of the non-tensor (SymInt) arguments, which
+    the program is specialised on."""
+    programs: dict[tuple[Any, ...], CompiledProgram | None] = {}
+    lock = threading.Lock()
+    warned: set[str] = set()
+
+    def program_for(args: tuple[Any, ...]) -> CompiledProgram | None:
+        key = tuple(
+            (a.shape, a.stride(), a.dtype) if isinstance(a, Tensor) else (type(a), a) for a in args
+        )
+        with lock:
+            if key not in programs:
+                programs[key] = _specialised(gm, args)
+            return programs[key]
+
+    def _specialised(gm: torch.fx.GraphModule, args: tuple[Any, ...]) -> CompiledProgram | None:
+        tensors = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+
+        def fixed(*ts: Tensor) -> Any:
+            full = list(args)
+            for i, t in zip(tensors, ts, strict=True):
+                full[i] = t
+            return gm(*full)
+
+        try:
+            return compile(
+                fixed, tuple(args[i] for i in tensors), str(device), quiet=True, fallback=mode
+            )
+        except Exception as e:
+            _graph_runs_eagerly(e, mode)
+            return None
+
+    def run(*args: Any) -> Any:
+        program = program_for(args)
+        if program is None:
+            return gm.forward(*args)
+        try:
+            return program(*(a for a in args if isinstance(a, Tensor)))
+        except AutogradUnsupportedError as e:
+            if "grad" not in warned:
+                warned.add("grad")
+                _eager_warning(str(e))
+            return gm.forward(*args)
+
+    run.programs = programs  # type: ignore[attr-defined]
+    return run
+
+
+import xfuse as _xfuse  # noqa: E402  (the name registration lives at the package root)
+
+_xfuse.register_backend()
