@@ -19,7 +19,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xfuse.dialects import graph
 from xfuse.frontend.attention import ATTENTION_CONVERTERS, SDPA
 from xfuse.frontend.builder import (
-    Lowering,
+    ImportBuilder,
     Value,
     out_type,
     promoted_dtype,
@@ -29,7 +29,7 @@ from xfuse.frontend.builder import (
 from xfuse.ir.dtypes import to_torch
 
 Args = dict[str, Any]
-Converter = Callable[[Lowering, torch.fx.Node, Args], Value]
+Converter = Callable[[ImportBuilder, torch.fx.Node, Args], Value]
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -63,7 +63,7 @@ def _unary(op_cls: type[graph.UnaryOp]) -> Converter:
     """A unary op on the operand cast to the result dtype (a test, whose result is bool, on
     the operand as it is). Bool operands stay eager."""
 
-    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         dtype = out_type(node).element_type
         if issubclass(op_cls, graph.UnaryPredicateOp):
             dtype = graph.dtype_of(lw.tensor(a["self"]))
@@ -78,7 +78,7 @@ def _binary(op_cls: type[graph.BinaryOp]) -> Converter:
     """add/sub/mul/div/pow/maximum/minimum: operands cast to the result dtype; `alpha` scales
     rhs. The rhs is `other`, or `exponent` in pow's schemas."""
 
-    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         dtype = out_type(node).element_type
         other = "other" if "other" in a else "exponent"
         if op_cls.FLOAT_ONLY and not graph.is_float(dtype):
@@ -94,7 +94,7 @@ def _binary(op_cls: type[graph.BinaryOp]) -> Converter:
 
 
 def _opmath(
-    lw: Lowering, op_cls: type[graph.BinaryOp], dtype: Attribute, *operands: Any
+    lw: ImportBuilder, op_cls: type[graph.BinaryOp], dtype: Attribute, *operands: Any
 ) -> Attribute:
     """The dtype to compute an f16/bf16 binary op in. Eager's mul and div keep a Python float
     or a wider (f32/f64) 0-d tensor operand unrounded: they compute in f32 and round once;
@@ -112,7 +112,7 @@ def _opmath(
     return dtype
 
 
-def _rsub(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _rsub(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """other - alpha * self."""
     dtype = out_type(node).element_type
     lhs, rhs = lw.operand(a["other"], dtype), lw.operand(a["self"], dtype)
@@ -121,7 +121,7 @@ def _rsub(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return lw.emit(graph.SubOp(lhs, rhs))
 
 
-def _div_mode(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _div_mode(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """div with rounding_mode: graph.div truncates integers, so only integer trunc maps, and
     only by a number other than 0 and -1: a kernel's integer division by zero (or of the
     smallest integer by -1) traps and kills the process, where eager raises (a torch_call)."""
@@ -136,7 +136,7 @@ def _div_mode(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return None
 
 
-def _pow_scalar(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _pow_scalar(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """pow.Scalar: number ** tensor."""
     dtype = out_type(node).element_type
     if not graph.is_float(dtype):
@@ -145,14 +145,14 @@ def _pow_scalar(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
 
 
 def _comparison(op_cls: type[graph.ComparisonOp]) -> Converter:
-    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         dtype = promoted_dtype(a["self"], a["other"])
         return lw.emit(op_cls(lw.operand(a["self"], dtype), lw.operand(a["other"], dtype)))
 
     return convert
 
 
-def _where(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _where(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     dtype = out_type(node).element_type
     cond = lw.operand(a["condition"], i1)
     return lw.emit(graph.WhereOp(cond, lw.operand(a["self"], dtype), lw.operand(a["other"], dtype)))
@@ -161,7 +161,7 @@ def _where(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
 def _clamp(low: str | None, high: str | None) -> Converter:
     """clamp/clamp_min/clamp_max/hardtanh as maximum with the low bound, minimum with the high."""
 
-    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         dtype = out_type(node).element_type
         y = lw.operand(a["self"], dtype)
         if low is not None and a.get(low) is not None:
@@ -173,7 +173,7 @@ def _clamp(low: str | None, high: str | None) -> Converter:
     return convert
 
 
-def _leaky_relu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _leaky_relu(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     dtype = out_type(node).element_type
     x = lw.operand(a["self"], dtype)
     positive = lw.emit(graph.GtOp(x, lw.constant(0, dtype)))
@@ -186,13 +186,13 @@ def _opmath_type(dtype: Attribute) -> Attribute:
     return f32 if isinstance(dtype, Float16Type | BFloat16Type) else dtype
 
 
-def _scaled(lw: Lowering, x: SSAValue, factor: float) -> SSAValue:
+def _scaled(lw: ImportBuilder, x: SSAValue, factor: float) -> SSAValue:
     if factor == 1:
         return x
     return lw.emit(graph.MulOp(x, lw.constant(factor, graph.dtype_of(x))))
 
 
-def _elu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _elu(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """elu (and selu, celu): x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale,
     computed in f32 for f16/bf16 as eager's kernel does."""
     dtype = out_type(node).element_type
@@ -207,7 +207,7 @@ def _elu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return lw.cast(lw.emit(graph.WhereOp(positive, _scaled(lw, x, scale), negative)), dtype)
 
 
-def _round_decimals(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _round_decimals(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """round(x * 10^d) / 10^d, or round(x / 10^-d) * 10^-d for d < 0, in f32 for f16/bf16
     (eager's kernel)."""
     dtype = out_type(node).element_type
@@ -224,15 +224,15 @@ def _round_decimals(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return lw.cast(lw.emit(unscale(rounded, power)), dtype)
 
 
-def _cast(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _cast(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.cast(lw.tensor(a["self"]), out_type(node).element_type)
 
 
-def _identity(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _identity(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.tensor(a["self"] if "self" in a else a["input"])
 
 
-def _dropout(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _dropout(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if a["train"] and a["p"] != 0:
         return None
     return lw.tensor(a["input"])
@@ -241,7 +241,7 @@ def _dropout(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
 def _constant(value_arg: str | None, fixed: float = 0) -> Converter:
     """full/zeros/ones/scalar_tensor and their _like/new_ forms: a splat of the result type."""
 
-    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         value = a[value_arg] if value_arg is not None else fixed
         if not _is_number(value):
             return None
@@ -256,11 +256,11 @@ def _constant(value_arg: str | None, fixed: float = 0) -> Converter:
 # ---------------------------------------------------------------------------------------------
 
 
-def _reshape(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _reshape(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.reshape(lw.tensor(a["self"]), out_type(node).get_shape())
 
 
-def _expand(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _expand(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x, shape = lw.tensor(a["self"]), tuple(out_type(node).get_shape())
     if graph.shape_of(x) == shape:
         return x
@@ -268,18 +268,18 @@ def _expand(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return lw.emit(graph.BroadcastInDimOp(x, shape, list(dims)))
 
 
-def _permute_dims(lw: Lowering, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+def _permute_dims(lw: ImportBuilder, x: SSAValue, perm: Sequence[int]) -> SSAValue:
     if list(perm) == list(range(len(perm))):
         return x
     return lw.emit(graph.PermuteOp(x, perm))
 
 
-def _permute(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _permute(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
     return _permute_dims(lw, x, [d % _rank(x) for d in a["dims"]])
 
 
-def _transpose(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _transpose(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
     rank = _rank(x)
     if rank < 2:
@@ -291,7 +291,7 @@ def _transpose(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
 
 
 def _slice_dim(
-    lw: Lowering, x: SSAValue, dim: int, start: int, end: int, step: int = 1
+    lw: ImportBuilder, x: SSAValue, dim: int, start: int, end: int, step: int = 1
 ) -> SSAValue:
     """x[..., start:end:step, ...] along `dim`, with torch's clamping of start and end."""
     shape = graph.shape_of(x)
@@ -305,7 +305,7 @@ def _slice_dim(
     return lw.emit(graph.SliceOp(x, starts, limits, strides))
 
 
-def _slice(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
     if _rank(x) == 0 or not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
         return None
@@ -315,7 +315,7 @@ def _slice(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return _slice_dim(lw, x, a["dim"] % _rank(x), start, end, a["step"])
 
 
-def _select(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
     dim = a["dim"] % _rank(x)
     index = a["index"] % graph.shape_of(x)[dim]
@@ -323,14 +323,14 @@ def _select(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return lw.reshape(sliced, out_type(node).get_shape())
 
 
-def _narrow(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _narrow(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
     dim = a["dim"] % _rank(x)
     start = a["start"] % graph.shape_of(x)[dim] if a["start"] < 0 else a["start"]
     return _slice_dim(lw, x, dim, start, start + a["length"])
 
 
-def _split(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _split(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """split / split_with_sizes: one slice per piece."""
     x = lw.tensor(a["self"])
     dim = a["dim"] % _rank(x)
@@ -343,7 +343,7 @@ def _split(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return pieces
 
 
-def _unbind(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _unbind(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
     dim = a["dim"] % _rank(x)
     shape = [d for i, d in enumerate(graph.shape_of(x)) if i != dim]
@@ -352,7 +352,7 @@ def _unbind(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     ]
 
 
-def _cat(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _cat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     t = out_type(node)
     rank = len(t.get_shape())
     # torch.cat skips legacy empty 1-D tensors of shape [0].
@@ -375,7 +375,7 @@ def _reduce(op_cls: type[graph.ReduceOp], dim_arg: str | None = "dim") -> Conver
     """sum/mean/amax/amin/prod/max/min: the input is cast to the result dtype first (int sum
     promotes to i64, `dtype=` is honoured)."""
 
-    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         dtype = out_type(node).element_type
         if op_cls.FLOAT_ONLY and not graph.is_float(dtype):
             return None
@@ -386,7 +386,7 @@ def _reduce(op_cls: type[graph.ReduceOp], dim_arg: str | None = "dim") -> Conver
     return convert
 
 
-def _var(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _var(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """var.dim (unbiased), var.correction (correction) and var.default."""
     dtype = out_type(node).element_type
     if "correction" in a:
@@ -406,7 +406,7 @@ def _var(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
 
 
 def _softmax(op_cls: type[graph.SoftmaxOp] | type[graph.LogSoftmaxOp]) -> Converter:
-    def convert(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         dtype = out_type(node).element_type
         if not graph.is_float(dtype):
             return None
@@ -415,7 +415,7 @@ def _softmax(op_cls: type[graph.SoftmaxOp] | type[graph.LogSoftmaxOp]) -> Conver
     return convert
 
 
-def _layer_norm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _layer_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if used_outputs(node) - {0}:
         return None  # native_layer_norm's mean and rstd are read: leave it to torch.
     dtype = result_types(node)[0].element_type
@@ -428,7 +428,7 @@ def _layer_norm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return y
 
 
-def _batch_norm_eval(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _batch_norm_eval(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """Eval-mode batch norm as (x - mean) * rsqrt(var + eps) * weight + bias, the per-channel
     vectors reshaped to broadcast along dim 1: elementwise ops that fuse with their neighbours."""
     dtype = result_types(node)[0].element_type
@@ -451,7 +451,7 @@ def _batch_norm_eval(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return [y, None, None]
 
 
-def _rms_norm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _rms_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     dtype = out_type(node).element_type
     x = lw.operand(a["input"], dtype)
     w = lw.operand(a["weight"], dtype) if a["weight"] is not None else None
@@ -459,7 +459,7 @@ def _rms_norm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return lw.emit(graph.RMSNormOp(x, len(a["normalized_shape"]), float(eps), w))
 
 
-def _gelu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _gelu(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.emit(graph.GeluOp(lw.tensor(a["self"]), a["approximate"]))
 
 
@@ -468,7 +468,9 @@ def _gelu(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
 # ---------------------------------------------------------------------------------------------
 
 
-def _matmul_values(lw: Lowering, lhs: SSAValue, rhs: SSAValue, shape: Sequence[int]) -> SSAValue:
+def _matmul_values(
+    lw: ImportBuilder, lhs: SSAValue, rhs: SSAValue, shape: Sequence[int]
+) -> SSAValue:
     """torch.matmul: 1-D operands become a row / a column, then the result is reshaped."""
     if _rank(lhs) == 1:
         lhs = lw.reshape(lhs, (1, graph.shape_of(lhs)[0]))
@@ -477,7 +479,7 @@ def _matmul_values(lw: Lowering, lhs: SSAValue, rhs: SSAValue, shape: Sequence[i
     return lw.reshape(lw.emit(graph.MatmulOp(lhs, rhs)), shape)
 
 
-def _matmul(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _matmul(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     t = out_type(node)
     lhs, rhs = lw.operand(a["self"], t.element_type), lw.operand(a[_second(a)], t.element_type)
     return _matmul_values(lw, lhs, rhs, t.get_shape())
@@ -487,7 +489,7 @@ def _second(a: Args) -> str:
     return "mat2" if "mat2" in a else "other"
 
 
-def _addmm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _addmm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """beta * input + alpha * (mat1 @ mat2)."""
     t = out_type(node)
     dtype = t.element_type
@@ -504,7 +506,7 @@ def _addmm(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
     return lw.emit(graph.AddOp(y, bias))
 
 
-def _linear(lw: Lowering, node: torch.fx.Node, a: Args) -> Value:
+def _linear(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     dtype = out_type(node).element_type
     x, w = lw.operand(a["input"], dtype), lw.operand(a["weight"], dtype)
     if _rank(x) == 0 or _rank(w) != 2:

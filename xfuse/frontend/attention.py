@@ -15,7 +15,7 @@ from typing import Any
 
 import torch.fx
 
-from xfuse.frontend.builder import Lowering, Value, tensor_type_of_val, used_outputs
+from xfuse.frontend.builder import ImportBuilder, Value, tensor_type_of_val, used_outputs
 
 SDPA = "aten.scaled_dot_product_attention.default"
 
@@ -29,7 +29,7 @@ SDPA_KERNELS: tuple[str, ...] = (
 )
 
 
-def _sdpa_kernel(lw: Lowering, node: torch.fx.Node, a: dict[str, Any]) -> Value:
+def _sdpa_kernel(lw: ImportBuilder, node: torch.fx.Node, a: dict[str, Any]) -> Value:
     """One SDPA kernel as the extern `scaled_dot_product_attention` call, extra results None."""
     mask = a.get("attn_mask", a.get("attn_bias"))
     if a.get("dropout_p", 0.0) != 0.0 or a.get("dropout_mask") is not None:

@@ -105,7 +105,7 @@ def promoted_dtype(*args: Any) -> Attribute:
 
 
 @dataclass
-class Lowering:
+class ImportBuilder:
     """The block being built and the values of the FX nodes converted so far."""
 
     block: Block

@@ -30,7 +30,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from xfuse.frontend.aten import CONVERTERS, KEPT_COMPOSITES, SKIPPED
 from xfuse.frontend.builder import (
-    Lowering,
+    ImportBuilder,
     UnsupportedProgram,
     Value,
     bind,
@@ -259,7 +259,7 @@ class Importer:
             arg_attrs.append(DictionaryAttr(attr))
 
         block = Block(arg_types=arg_types)
-        lowering = Lowering(block)
+        lowering = ImportBuilder(block)
         arg_of: dict[torch.fx.Node, int] = {}
         for node, spec in zip(placeholders, specs, strict=True):
             if not isinstance(spec.arg, ConstantArgument):
@@ -293,7 +293,7 @@ class Importer:
                 return value.detach()
         raise node_error(node, f"no value for '{target}' in the program's state")
 
-    def outputs(self, lowering: Lowering) -> tuple[list[SSAValue], list[str]]:
+    def outputs(self, lowering: ImportBuilder) -> tuple[list[SSAValue], list[str]]:
         output_node = next(n for n in self.program.graph.nodes if n.op == "output")
         returned = pytree.tree_leaves(output_node.args[0])
         values: list[SSAValue] = []
@@ -312,7 +312,7 @@ class Importer:
         return values, names
 
 
-def convert_node(lowering: Lowering, node: torch.fx.Node) -> Value:
+def convert_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     """The value of one call_function node: a mapped graph op, getitem, or a torch_call."""
     if node.target is operator.getitem:
         return select_output(lowering, node)
@@ -330,7 +330,7 @@ def convert_node(lowering: Lowering, node: torch.fx.Node) -> Value:
     return torch_call(lowering, node)
 
 
-def select_output(lowering: Lowering, node: torch.fx.Node) -> Value:
+def select_output(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     source, index = node.args
     # torch.fx types getitem's source as any Argument; a non-Node source finds None.
     values = lowering.values.get(source)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
@@ -355,7 +355,7 @@ def check_types(node: torch.fx.Node, value: Value) -> None:
             )
 
 
-def torch_call(lowering: Lowering, node: torch.fx.Node) -> Value:
+def torch_call(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     """The node as an opaque `graph.torch_call`, its tensor arguments as operands."""
     results = lowering.torch_call(
         str(node.target), node.args, dict(node.kwargs), result_types(node), node

@@ -37,7 +37,7 @@ Tensor = torch.Tensor
 KernelCompiler = Callable[[ModuleOp, str], Kernel]
 """Compiles the kernel `@name` of a module of loop IR (through the kernel cache)."""
 
-Lowering = Callable[[ModuleOp], None]
+LowerToLoops = Callable[[ModuleOp], None]
 """Lowers a module's `@forward` to kernels + fusion.launch, in place (lower-to-loops)."""
 
 FRESH_EXTERNS = frozenset({"graph.matmul", "graph.linear"})
@@ -216,7 +216,7 @@ class ProgramCompiler:
     def __init__(
         self,
         compile_kernel: KernelCompiler,
-        lower: Lowering | None = None,
+        lower: LowerToLoops | None = None,
         function: str = "forward",
         fallback: FallbackMode = DEFAULT_FALLBACK,
         device: torch.device | str = "cpu",
