@@ -291,13 +291,13 @@ def test_step_profile_reports_each_step(tmp_path: Path) -> None:
     ),
 )
 def test_fast_input_check_agrees_with_the_full_check(value: object) -> None:
-    """`is_plain_input` (the call path's check) accepts only what `check_input` accepts."""
-    from xfuse.runtime.executor import UnsupportedInputError, check_input, is_plain_input
+    """`is_plain_input` (the call path's check) accepts only the tensors that the full check
+    (`structured_call`) takes as tensor inputs."""
+    from xfuse.runtime.executor import UnsupportedInputError, is_plain_input, structured_call
 
     device = torch.device("cpu")
     try:
-        check_input(0, value, device)
-        accepted = True
+        accepted = bool(structured_call((value,), {}, device).tensors)
     except UnsupportedInputError:
         accepted = False
     assert is_plain_input(value, device) == accepted
