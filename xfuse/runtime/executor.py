@@ -101,7 +101,6 @@ def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> l
         assert result is not None
         # A constant is shared by every call: the caller gets its own copy.
         results.append(result.clone() if slot in program.constants else result)
-    pool.hand_out(results)
     return results
 
 
