@@ -76,7 +76,9 @@ class Imported:
 
 
 def import_for_xfuse(
-    model_or_fn: ModelOrFn, example_inputs: tuple[Any, ...], example_kwargs: dict[str, Any]
+    model_or_fn: ModelOrFn,
+    example_inputs: tuple[Any, ...],
+    example_kwargs: dict[str, Any] | None = None,
 ) -> Imported:
     """torch.export, then the importer; any failure is one `ExportError` line."""
     from xfuse.errors import UnsupportedProgram
