@@ -44,7 +44,7 @@ import xfuse  # noqa: E402
 from examples.mlp import make_mlp  # noqa: E402
 from examples.transformer import make_transformer_block  # noqa: E402
 from xfuse.runtime.cache import KernelCache  # noqa: E402
-from xfuse.runtime.steps import reuse_outputs_enabled  # noqa: E402
+from xfuse.runtime.steps import REUSE_OUTPUTS_DEFAULT, reuse_outputs_enabled  # noqa: E402
 
 Fn = Callable[..., Any]
 
@@ -138,6 +138,8 @@ class Row:
     groups: int
     kernels: int
     fallbacks: int
+    xfuse_fresh_ms: float
+    """xfuse with output recycling off (every output fresh memory, as eager's)."""
 
 
 def interleaved_median_ms(
@@ -169,7 +171,11 @@ def bench(case: Case, runs: int, bandwidth: float) -> Row:
 
         compiled, xfuse_cold = timed(cold_xfuse)
     error = float((compiled(*case.inputs) - expected).abs().max())
-    fns: dict[str, Fn] = {"eager": case.fn, "xfuse": compiled}
+    fns: dict[str, Fn] = {
+        "eager": case.fn,
+        "xfuse": compiled,
+        "xfuse fresh": without_recycling(case.fn, case.inputs),
+    }
     inductor_cold: float | None = None
     try:
         torch._dynamo.reset()
@@ -193,7 +199,24 @@ def bench(case: Case, runs: int, bandwidth: float) -> Row:
         len(compiled.groups),
         len(compiled.kernels),
         len(compiled.fallbacks),
+        medians["xfuse fresh"],
     )
+
+
+def without_recycling(fn: Fn, inputs: tuple[torch.Tensor, ...]) -> Fn:
+    """`fn` compiled by xfuse (kernels from the cache) with output recycling off: a pool reads
+    `XFUSE_REUSE_OUTPUTS` when made, at the first call."""
+    saved = os.environ.get("XFUSE_REUSE_OUTPUTS")
+    os.environ["XFUSE_REUSE_OUTPUTS"] = "0"
+    try:
+        program = xfuse.compile(fn, inputs, quiet=True)
+        program(*inputs)
+    finally:
+        if saved is None:
+            del os.environ["XFUSE_REUSE_OUTPUTS"]
+        else:
+            os.environ["XFUSE_REUSE_OUTPUTS"] = saved
+    return program
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -204,7 +227,7 @@ def table(rows: list[Row]) -> str:
     header = (
         "| case | eager ms | Inductor ms | xfuse ms | xfuse/eager | xfuse/Inductor "
         "| xfuse % copy BW | cold compile xfuse s | cold compile Inductor s "
-        "| groups/kernels/fallbacks | max err |"
+        "| groups/kernels/fallbacks | max err | xfuse ms, recycling off | recycling saves |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
@@ -214,7 +237,8 @@ def table(rows: list[Row]) -> str:
             f"| {fmt(r.xfuse_ms / r.inductor_ms if r.inductor_ms else None, '.2f')} "
             f"| {100 * r.bandwidth_fraction:.0f}% | {r.xfuse_cold_s:.2f} "
             f"| {fmt(r.inductor_cold_s, '.2f')} | {r.groups}/{r.kernels}/{r.fallbacks} "
-            f"| {r.max_error:.1e} |"
+            f"| {r.max_error:.1e} | {r.xfuse_fresh_ms:.1f} "
+            f"| {100 * (1 - r.xfuse_ms / r.xfuse_fresh_ms):.0f}% |"
         )
     return "\n".join(lines)
 
@@ -261,8 +285,11 @@ def main(argv: list[str] | None = None) -> int:
         f"Median of {args.runs} runs after 2 warm-up runs, in rounds that run eager, xfuse and "
         "Inductor once each in turn; "
         "xfuse/eager and xfuse/Inductor are time ratios (below 1: xfuse is faster). "
-        f"xfuse output recycling: {'on' if reuse_outputs_enabled() else 'off'} "
-        "(`XFUSE_REUSE_OUTPUTS`).\n\n" + table(rows)
+        f"xfuse output recycling: {'on' if reuse_outputs_enabled() else 'off'} in this run "
+        f"(shipped default: {'on' if REUSE_OUTPUTS_DEFAULT else 'off'}; `XFUSE_REUSE_OUTPUTS=0` turns "
+        "it off); the last two columns time xfuse with recycling off (every output fresh "
+        "memory, as eager's) in the same rounds, and the share of that time recycling saves."
+        "\n\n" + table(rows)
     )
     print(text)
     if args.write is not None:

@@ -40,7 +40,13 @@ from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
-from xfuse.runtime.executor import CompiledProgram, Executable, normalize_device, run_program
+from xfuse.runtime.executor import (
+    CallInputs,
+    CompiledProgram,
+    Executable,
+    normalize_device,
+    run_program,
+)
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import ModuleState
@@ -78,7 +84,11 @@ class Imported:
     op_names: list[str]
 
 
-def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...]) -> Imported:
+def import_for_xfuse(
+    model_or_fn: ModelOrFn,
+    example_inputs: tuple[Any, ...],
+    example_kwargs: dict[str, Any] | None = None,
+) -> Imported:
     """torch.export, then the importer; any failure is one `ExportError` line."""
     from xfuse.errors import UnsupportedProgram
     from xfuse.frontend.importer import import_program, wrap_function
@@ -88,7 +98,7 @@ def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...])
     with EXPORT_LOCK:  # torch.export (and decomposing, a retrace) is not thread-safe
         try:
             with export_support():
-                exported = torch.export.export(model, example_inputs, strict=False)
+                exported = torch.export.export(model, example_inputs, example_kwargs, strict=False)
         except Exception as e:
             raise ExportError(
                 f"xfuse: torch.export could not export the program: {reason_of(e)}"
@@ -100,8 +110,12 @@ def import_for_xfuse(model_or_fn: ModelOrFn, example_inputs: tuple[Tensor, ...])
     return Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
 
 
-def unflattener(spec: pytree.TreeSpec) -> Callable[[list[Tensor]], Any]:
-    """Flat results -> the model's output structure; a tensor or a flat tuple without pytree."""
+def unflattener(imported: Imported) -> Callable[[list[Tensor]], Any]:
+    """Flat tensor results -> the model's output structure (with its non-tensor outputs); a
+    tensor or a flat tuple of tensors without pytree."""
+    spec, program = imported.out_spec, imported.program
+    if program.output_constants:
+        return lambda outs: pytree.tree_unflatten(program.outputs(outs), spec)
     if spec.is_leaf():
         return lambda outs: outs[0]
     if spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children)):
@@ -170,19 +184,19 @@ def _builder(
     state: ModuleState | None = None,
     cuda_graphs: bool = True,
     fallback: FallbackMode = "eager",
-) -> Callable[[tuple[Tensor, ...]], Executable]:
-    def build(inputs: tuple[Tensor, ...]) -> Executable:
+) -> Callable[[CallInputs], Executable]:
+    def build(call: CallInputs) -> Executable:
         with Progress.create(quiet) as progress:
-            return build_with(inputs, progress)
+            return build_with(call, progress)
 
-    def build_with(inputs: tuple[Tensor, ...], progress: Progress) -> Executable:
+    def build_with(call: CallInputs, progress: Progress) -> Executable:
         def compile_kernel(module: ModuleOp, name: str) -> Any:
             kernel = cache.kernel(backend, module, name)
             progress.count("kernels compiled")
             return kernel
 
         progress.stage("exporting the program (torch.export)")
-        imported = import_for_xfuse(model_or_fn, inputs)
+        imported = import_for_xfuse(model_or_fn, call.args, call.kwargs)
         progress.stage(f"imported {len(imported.op_names)} ops; fusing")
         program_ir = imported.program
         program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
@@ -199,8 +213,8 @@ def _builder(
         )
         return Executable(
             program,
-            bind=program_ir.binder(len(inputs), live_state(state, program_ir.params, device)),
-            unflatten=unflattener(imported.out_spec),
+            bind=program_ir.binder(len(call.leaves), live_state(state, program_ir.params, device)),
+            unflatten=unflattener(imported),
             report=FusionReport(decisions, list(program.fallbacks), index),
             op_names=imported.op_names,
             outputs=OutputPlan(program_ir.output_rules, program),
@@ -241,26 +255,32 @@ def _check_device(device: str) -> None:
 
 def compile(  # noqa: A001 - the public name, as in torch.compile
     model_or_fn: ModelOrFn,
-    example_inputs: Sequence[Tensor],
+    example_inputs: Sequence[Any],
     device: str = "cpu",
     pipeline: str | None = None,
     *,
+    example_kwargs: dict[str, Any] | None = None,
     cache: KernelCache | None = None,
     quiet: bool | None = None,
     cuda_graphs: bool = True,
     fallback: str | None = None,
 ) -> CompiledProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
-    compile on first use). `pipeline` replaces the fusion pipeline (xfuse-opt `-p` syntax).
-    Progress shows on a terminal unless `quiet` (or `XFUSE_QUIET=1`); see `xfuse.progress`.
+    compile on first use). Inputs are as torch.export takes them: tensors, Python scalars
+    (specialised: another value compiles another program) and tuples, lists and dicts of
+    them, positionally and by keyword (`example_kwargs`). `pipeline` replaces the fusion
+    pipeline (xfuse-opt `-p` syntax). Progress shows on a terminal unless `quiet` (or
+    `XFUSE_QUIET=1`); see `xfuse.progress`.
     On CUDA, each specialisation runs as a captured CUDA graph from its second call on, unless
     `cuda_graphs` is False or `XFUSE_CUDA_GRAPHS=0` (`xfuse.runtime.cuda_graphs`).
     A group that cannot be compiled runs eagerly with a `FallbackWarning`; with
     `fallback="error"` (the default under `XFUSE_STRICT=1`) it is an `EagerFallbackError`."""
     if not isinstance(example_inputs, list | tuple):
         raise XfuseError(
-            f"example_inputs must be a tuple of tensors, got a {type(example_inputs).__name__}"
+            f"example_inputs must be a tuple of inputs, got a {type(example_inputs).__name__}"
         )
+    if example_kwargs is not None and not isinstance(example_kwargs, dict):
+        raise XfuseError(f"example_kwargs must be a dict, got a {type(example_kwargs).__name__}")
     _check_device(device)
     backend = get_backend(device)
     state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
@@ -275,7 +295,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         cuda_graphs,
         fallback_mode(fallback),
     )
-    return CompiledProgram(build, tuple(example_inputs), device, state)
+    return CompiledProgram(build, tuple(example_inputs), device, state, example_kwargs)
 
 
 @dataclass

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -44,6 +45,13 @@ def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tor
     return torch.device("cpu")
 
 
+BACKEND_PROGRAMS: weakref.WeakValueDictionary[Hashable, Callable[..., Any]] = (
+    weakref.WeakValueDictionary()
+)
+"""What `dynamo_backend` returned, by graph, signature and mode (`graph_key`), while dynamo keeps
+it: dynamo compiles a graph again per grad mode (`no_grad`, `inference_mode`), xfuse once."""
+
+
 def dynamo_backend(
     gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
 ) -> Callable[..., Any]:
@@ -51,11 +59,55 @@ def dynamo_backend(
     inputs; on any failure a warning and `gm.forward` (eager), or with
     `options={"fallback": "error"}` (or `XFUSE_STRICT=1`) an `EagerFallbackError`. Calls that
     need autograd run eagerly, with one warning that says so. A graph with dynamic shapes
-    (SymInt inputs or sizes) is compiled per concrete shape at call time."""
+    (SymInt inputs or sizes) is compiled per concrete shape at call time. A graph dynamo hands
+    over again (same code, same attribute tensors, same input signature) gets what the first
+    time got (`BACKEND_PROGRAMS`)."""
     opts = dict(options or {})
     mode = fallback_mode(opts.pop("fallback", None))
     if opts:
         raise XfuseError(f"unknown torch.compile options for xfuse: {', '.join(sorted(opts))}")
+    key = (graph_key(gm, example_inputs), mode)
+    found = BACKEND_PROGRAMS.get(key)
+    if found is not None:
+        return found
+    result = _backend(gm, example_inputs, mode)
+    if getattr(result, "compiled", None) is not None or hasattr(result, "programs"):
+        BACKEND_PROGRAMS[key] = result
+    return result
+
+
+def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Hashable:
+    """A graph's identity for `BACKEND_PROGRAMS`: its code, the tensors (and submodules) its
+    `get_attr` nodes read, by identity (a cached program holds its graph, so they stay alive
+    and their ids stay theirs), and each input's signature (SymInts and dynamic sizes as
+    such)."""
+    attrs: list[tuple[str, int]] = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            attrs.append((str(node.target), id(_attribute(gm, str(node.target)))))
+    return gm.code, tuple(attrs), tuple(_input_key(t) for t in example_inputs)
+
+
+def _attribute(gm: torch.nn.Module, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _input_key(value: Any) -> Hashable:
+    if isinstance(value, Tensor):
+        if _is_symbolic(value):
+            return ("dynamic", value.dim(), value.dtype, value.device)
+        return (tuple(value.shape), value.stride(), value.dtype, value.device)
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return ("symbolic", type(value))
+    return (type(value), repr(value))
+
+
+def _backend(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
+) -> Callable[..., Any]:
     if any(_is_symbolic(t) for t in example_inputs):
         return _per_shape(gm, graph_device(gm, example_inputs), mode)
     try:

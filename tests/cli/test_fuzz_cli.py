@@ -61,3 +61,19 @@ def test_a_reproducer_fails_while_the_bug_is_there(
 def test_program_seeds_are_distinct_across_runs() -> None:
     seeds = {cli.program_seed(s, i) for s in range(20) for i in range(1000)}
     assert len(seeds) == 20 * 1000
+
+
+def test_the_semantics_flag_checks_aliasing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+    check = cli.check_source
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("semantics", False))
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "check_source", recording)
+    status = cli.main(["--programs", "2", "--seed", "1", "--seconds", "600", "--semantics"])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "2 passed, 0 failed"
+    assert status == 0 and seen == [True, True]

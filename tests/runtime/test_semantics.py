@@ -298,3 +298,17 @@ def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.Monke
             x = torch.randn(n, 4)
             torch.testing.assert_close(fn(x, w), f(x, w))
     assert len(calls) == len(sizes)
+
+
+def test_an_expand_of_a_value_not_returned_has_eager_strides() -> None:
+    """Found by `xfuse-fuzz --semantics` (seed 14, program 25): copying into eager's strides
+    (0 for an expanded dimension) raised 'more than one element ... refers to a single memory
+    location'."""
+
+    def f(x: Tensor) -> Tensor:
+        return torch.nn.functional.gelu(x.reshape(-1)).neg().expand(3, 2)
+
+    x = torch.rand(2) + 0.5
+    y = compiled(f, x)(x)
+    assert y.stride() == f(x).stride()
+    torch.testing.assert_close(y, f(x))

@@ -192,3 +192,78 @@ def test_the_f64_reference_sees_through_the_programs_own_casts() -> None:
     assert [t.dtype for t in reference] == [torch.float64, torch.float64]
     outcome = check_source(F16_SOFTMAX, ["cpu"])
     assert outcome.status == "pass", str(outcome)
+
+
+ALIASING_SOURCE = """
+import torch
+
+TOLERANCE = "strict"
+SCALE = 1.0
+
+
+def program(x0, x1):
+    h = x0 * 2
+    return x0[0], h, h[1:], x1.t(), torch.relu(x1) + 1
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(3, 4, generator=g), torch.randn(4, 2, generator=g)
+"""
+
+
+def test_the_semantics_mode_passes_eager_aliasing() -> None:
+    outcome = check_source(ALIASING_SOURCE, ["cpu"], semantics=True)
+    assert outcome.status == "pass", str(outcome)
+
+
+def test_the_semantics_mode_catches_views_returned_as_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from xfuse.runtime.outputs import OutputPlan
+
+    apply = OutputPlan.apply
+
+    def copies(self: OutputPlan, args: Any, results: Any) -> list[torch.Tensor]:
+        return [t.clone() for t in apply(self, args, results)]
+
+    monkeypatch.setattr(OutputPlan, "apply", copies)
+    assert check_source(ALIASING_SOURCE, ["cpu"]).status == "pass"  # values are right
+    outcome = check_source(ALIASING_SOURCE, ["cpu"], semantics=True)
+    assert (outcome.status, outcome.stage) == ("fail", "cpu (aliasing)")
+    assert "writing into output 0 changes input 0" in outcome.message
+
+
+def test_the_semantics_mode_catches_a_shared_constant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write into a returned constant must not reach the next call."""
+    from xfuse.runtime import executor
+    from xfuse.runtime.outputs import OutputPlan
+
+    source = ALIASING_SOURCE.replace(
+        "return x0[0], h, h[1:], x1.t(), torch.relu(x1) + 1",
+        "return torch.tensor([1.0, 2.0]), h",
+    )
+    run_program = executor.run_program
+
+    def sharing(program: Any, args: Any, pool: Any) -> list[torch.Tensor]:
+        saved = dict(program.constants)
+        program.constants.clear()  # constants look like computed values: no copy on return
+        try:
+            env = run_program(program, args, pool)
+        finally:
+            program.constants.update(saved)
+        return env
+
+    assert check_source(source, ["cpu"], semantics=True).status == "pass"
+    monkeypatch.setattr(executor, "run_program", sharing)
+    monkeypatch.setattr(OutputPlan, "_fresh", lambda self, i, rule, t, taken: t)
+    outcome = check_source(source, ["cpu"], semantics=True)
+    assert outcome.status == "fail", str(outcome)
+
+
+def test_the_semantics_mode_scales_each_output_by_its_own_magnitude() -> None:
+    eager = torch.tensor([1e-3, 2e-3])
+    reference = eager.double()
+    got = eager + 1e-4  # far off for this output's magnitude, tiny for the program's
+    assert compare_outputs([got], [eager], [reference], scale=1e3) is None
+    assert compare_outputs([got], [eager], [reference], scale=[1e-3]) is not None

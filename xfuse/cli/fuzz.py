@@ -46,6 +46,7 @@ class FuzzRun:
     devices: list[str]
     pipeline: str = DEFAULT_PIPELINE
     allow_unsupported: bool = True
+    semantics: bool = False
     per_program_s: int = 120
     verbose: bool = False
     passed: int = 0
@@ -58,7 +59,9 @@ class FuzzRun:
         program = generate(program_seed(self.seed, index), allow_unsupported=self.allow_unsupported)
         try:
             with time_limit(self.per_program_s):
-                outcome = check_source(program.source, self.devices, self.pipeline)
+                outcome = check_source(
+                    program.source, self.devices, self.pipeline, semantics=self.semantics
+                )
         except ProgramTimeout as e:
             outcome = Outcome("fail", "timeout", str(e))
         self.record(index, program.source, outcome)
@@ -107,6 +110,7 @@ def fuzz(args: argparse.Namespace) -> int:
         devices=available_devices(args.device),
         pipeline=args.pipeline,
         allow_unsupported=not args.supported_only,
+        semantics=args.semantics,
         verbose=args.verbose,
     )
     deadline = time.monotonic() + args.seconds
@@ -146,6 +150,11 @@ def parser() -> argparse.ArgumentParser:
         "--device", default=None, help="only this device (default: cpu, and cuda if usable)"
     )
     p.add_argument("--pipeline", default=DEFAULT_PIPELINE, help="the fusion pipeline to test")
+    p.add_argument(
+        "--semantics",
+        action="store_true",
+        help="also check aliasing: write into every output, compare what changes with eager",
+    )
     p.add_argument("--supported-only", action="store_true", help="only ops xfuse compiles")
     p.add_argument("--bisect", metavar="FILE", default=None, help="bisect a failing reproducer")
     p.add_argument("-v", "--verbose", action="store_true", help="print every program's outcome")

@@ -59,7 +59,20 @@ class ImportedProgram:
     constant_inputs: set[int] = field(default_factory=set[int])
     """Positions of flattened user inputs that torch.export specialised to constants."""
     output_rules: list[OutputRule] = field(default_factory=list[OutputRule])
-    """What each output aliases in eager (`xfuse.frontend.outputs`)."""
+    """What each tensor output aliases in eager (`xfuse.frontend.outputs`)."""
+    output_constants: dict[int, Any] = field(default_factory=dict[int, Any])
+    """Flat output position -> the value of a non-tensor output (None, int, float, bool...),
+    which torch.export specialised; `@forward` returns the tensor outputs only."""
+
+    def outputs(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
+        """The flat outputs of a call: `@forward`'s results with the constant outputs put back."""
+        if not self.output_constants:
+            return list(tensors)
+        flat: list[Any] = []
+        results = iter(tensors)
+        for i in range(len(self.output_constants) + len(tensors)):
+            flat.append(self.output_constants[i] if i in self.output_constants else next(results))
+        return flat
 
     @property
     def function(self) -> func.FuncOp:
@@ -211,7 +224,7 @@ def check_inputs(values: Sequence[Any]) -> None:
     for i, v in enumerate(values):
         if not isinstance(v, torch.Tensor):
             continue
-        problem = tensor_input_problem(i, v)
+        problem = tensor_input_problem(f"input {i}", v)
         if problem is not None:
             raise UnsupportedProgram(problem)
 
@@ -268,9 +281,10 @@ class Importer:
         for node in self.program.graph.nodes:
             if node.op == "call_function":
                 lowering.values[node] = convert_node(lowering, node)
-        outputs, output_names = self.outputs(lowering)
+        outputs, output_names, constants = self.outputs(lowering)
         output_node = next(n for n in self.program.graph.nodes if n.op == "output")
-        rules = output_rules(pytree.tree_leaves(output_node.args[0]), arg_of)
+        returned = pytree.tree_leaves(output_node.args[0])
+        rules = output_rules([n for i, n in enumerate(returned) if i not in constants], arg_of)
         block.add_op(func.ReturnOp(*outputs))
         function = func.FuncOp(
             "forward",
@@ -281,7 +295,14 @@ class Importer:
         module = ModuleOp([function])
         module.verify()
         return ImportedProgram(
-            module, param_names, params, input_names, output_names, constant_inputs, rules
+            module,
+            param_names,
+            params,
+            input_names,
+            output_names,
+            constant_inputs,
+            rules,
+            constants,
         )
 
     def state_tensor(self, target: str, node: torch.fx.Node) -> torch.Tensor:
@@ -293,12 +314,17 @@ class Importer:
                 return value.detach()
         raise node_error(node, f"no value for '{target}' in the program's state")
 
-    def outputs(self, lowering: ImportBuilder) -> tuple[list[SSAValue], list[str]]:
+    def outputs(self, lowering: ImportBuilder) -> tuple[list[SSAValue], list[str], dict[int, Any]]:
+        """The tensor outputs (values and names), and the constant ones by flat position."""
         output_node = next(n for n in self.program.graph.nodes if n.op == "output")
         returned = pytree.tree_leaves(output_node.args[0])
         values: list[SSAValue] = []
         names: list[str] = []
-        for spec, node in zip(self.signature.output_specs, returned, strict=True):
+        constants: dict[int, Any] = {}
+        for i, (spec, node) in enumerate(zip(self.signature.output_specs, returned, strict=True)):
+            if spec.kind == OutputKind.USER_OUTPUT and isinstance(spec.arg, ConstantArgument):
+                constants[i] = spec.arg.value
+                continue
             if spec.kind != OutputKind.USER_OUTPUT:
                 what = spec.target or getattr(spec.arg, "name", "?")
                 raise UnsupportedProgram(
@@ -309,7 +335,7 @@ class Importer:
                 raise UnsupportedProgram(f"output {len(values)} is not a tensor ({spec.arg})")
             values.append(lowering.tensor(node))
             names.append(node.name)
-        return values, names
+        return values, names, constants
 
 
 def convert_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:

@@ -72,13 +72,13 @@ def byte_width(element_type: Attribute) -> int:
     raise UnsupportedDtype(f"unknown element type {element_type}")
 
 
-def tensor_input_problem(i: int, value: torch.Tensor) -> str | None:
-    """Why a compiled program cannot take tensor `value` as input `i` (sparse or other
+def tensor_input_problem(name: str, value: torch.Tensor) -> str | None:
+    """Why a compiled program cannot take tensor `value` as input `name` ("input 0"; sparse or other
     non-strided layouts, complex dtypes), or None when it can."""
     import torch  # here: xfuse-opt and IR-only users do not load torch
 
     if value.layout != torch.strided:
-        return f"input {i} is a {value.layout} tensor; only dense (strided) tensors are supported"
+        return f"{name} is a {value.layout} tensor; only dense (strided) tensors are supported"
     if value.is_complex():
-        return f"input {i} has complex dtype {value.dtype}; complex tensors are not supported"
+        return f"{name} has complex dtype {value.dtype}; complex tensors are not supported"
     return None

@@ -16,11 +16,12 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
+from torch.utils import _pytree as pytree
 
 from xfuse.errors import AutogradUnsupportedError, UnsupportedInputError
 from xfuse.ir import dtypes
@@ -101,7 +102,6 @@ def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> l
         assert result is not None
         # A constant is shared by every call: the caller gets its own copy.
         results.append(result.clone() if slot in program.constants else result)
-    pool.hand_out(results)
     return results
 
 
@@ -156,20 +156,19 @@ def normalize_device(device: str | torch.device) -> torch.device:
     return d
 
 
-def check_input(i: int, value: Any, device: torch.device) -> Tensor:
-    """One input as a tensor a compiled program can take, or a one-line `UnsupportedInputError`."""
-    if not isinstance(value, Tensor):
-        raise UnsupportedInputError(f"input {i} is a {type(value).__name__}, expected a tensor")
-    problem = tensor_input_problem(i, value)
+def check_input(name: str, value: Tensor, device: torch.device) -> Tensor:
+    """One tensor input (`name`: "input 0", "keyword input 'x'"...) as a tensor a compiled
+    program can take, or a one-line `UnsupportedInputError`."""
+    problem = tensor_input_problem(name, value)
     if problem is not None:
         raise UnsupportedInputError(problem)
     try:
         dtypes.from_torch(value.dtype)
     except dtypes.UnsupportedDtype as e:
-        raise UnsupportedInputError(f"input {i}: {e}") from None
+        raise UnsupportedInputError(f"{name}: {e}") from None
     if value.device != device:
         raise UnsupportedInputError(
-            f"input {i} is on {value.device}, but the program was compiled for {device}"
+            f"{name} is on {value.device}, but the program was compiled for {device}"
         )
     return value
 
@@ -219,19 +218,87 @@ def check_no_autograd(inputs: Sequence[Tensor], state: Sequence[Tensor]) -> None
             )
 
 
-class CompiledProgram:
-    """A compiled model or function: call it like the model (tensor inputs, positionally).
+@dataclass(frozen=True)
+class CallInputs:
+    """One call's inputs as torch.export sees them: the positional and keyword arguments, their
+    pytree leaves (tensors and Python constants, in export's order), the tensor leaves, and
+    the structure a program is specialised on (None for distinct tensors passed positionally:
+    the tree, the constants' values, and which leaves are one tensor)."""
 
-    `build(inputs)` makes the `Executable` for a signature; the example inputs' one is built
-    here, upfront. `.groups`, `.kernels` and `.report` describe that first specialisation.
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    leaves: Sequence[Any]
+    tensors: Sequence[Tensor]
+    structure: Hashable
+
+
+CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format)
+"""The Python values a call may pass where torch.export specialises on the value."""
+
+
+def _distinct(tensors: Sequence[Tensor]) -> bool:
+    """Whether no tensor is passed twice (export reads one tensor passed twice as one input)."""
+    return len(tensors) < 2 or len({id(t) for t in tensors}) == len(tensors)
+
+
+def _constant_key(value: Any) -> Hashable:
+    # float.hex: NaN equals itself and 0.0 differs from -0.0, as the specialised program does.
+    return (type(value), value.hex() if isinstance(value, float) else value)
+
+
+def _leaf_name(path: tuple[Any, ...]) -> str:
+    position, *rest = path
+    assert isinstance(position, pytree.SequenceKey | pytree.MappingKey)
+    head = (
+        f"input {position.idx}"
+        if isinstance(position, pytree.SequenceKey)
+        else (f"keyword input '{position.key}'")
+    )
+    return head + pytree.keystr(tuple(rest))
+
+
+def structured_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device
+) -> CallInputs:
+    """A call with keyword arguments, constants, containers or one tensor passed twice: its
+    leaves checked (tensors by `check_input`, the rest one of `CONSTANT_TYPES`)."""
+    kwargs = dict(sorted(kwargs.items()))  # one program whatever the keywords' order
+    paths, spec = pytree.tree_flatten_with_path((args, kwargs))
+    leaves = [leaf for _, leaf in paths]
+    tensors: list[Tensor] = []
+    first: dict[int, int] = {}
+    pattern: list[Hashable] = []
+    for i, (path, leaf) in enumerate(paths):
+        name = _leaf_name(path[1:])
+        if isinstance(leaf, Tensor):
+            tensors.append(check_input(name, leaf, device))
+            pattern.append(first.setdefault(id(leaf), i))
+        elif isinstance(leaf, CONSTANT_TYPES):
+            pattern.append(_constant_key(leaf))
+        else:
+            raise UnsupportedInputError(
+                f"{name} is a {type(leaf).__name__}; compiled programs take tensors, Python "
+                "scalars (int, float, bool, str, None) and tuples, lists and dicts of them"
+            )
+    return CallInputs(args, kwargs, leaves, tensors, (spec, tuple(pattern)))
+
+
+class CompiledProgram:
+    """A compiled model or function: call it like the model, as torch.export takes it
+    (tensors, Python scalars, and tuples, lists and dicts of them, positionally or by keyword).
+
+    `build(call)` makes the `Executable` for a call's signature; the example inputs' one is
+    built here, upfront. `.groups`, `.kernels` and `.report` describe that first
+    specialisation. Python scalars are specialised on: a new value builds a new program.
     """
 
     def __init__(
         self,
-        build: Callable[[tuple[Tensor, ...]], Executable],
+        build: Callable[[CallInputs], Executable],
         example_inputs: Sequence[Any],
         device: str | torch.device = "cpu",
         state: ModuleState | None = None,
+        example_kwargs: dict[str, Any] | None = None,
     ):
         self._build = build
         self.state = state
@@ -241,9 +308,9 @@ class CompiledProgram:
         self._lock = threading.Lock()
         self._building: dict[Any, threading.Lock] = {}
         self.specialisations: dict[Any, Executable] = {}
-        inputs = self._checked(tuple(example_inputs))
+        call = self._inputs(tuple(example_inputs), example_kwargs or {})
         tensors = self.state.tensors() if self.state is not None else []
-        self.default = self._specialise(self._signature(inputs, tensors), inputs)
+        self.default = self._specialise(self._signature(call, tensors), call)
 
     @property
     def groups(self) -> list[GroupInfo]:
@@ -261,39 +328,42 @@ class CompiledProgram:
     def fallbacks(self) -> list[str]:
         return self.default.program.fallbacks
 
-    def __call__(self, *inputs: Any) -> Any:
-        tensors = self._checked(inputs)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call = self._inputs(args, kwargs)
         state = self.state.tensors() if self.state is not None else []
         if torch.is_grad_enabled():
-            check_no_autograd(tensors, state)
-        sig = self._signature(tensors, state)
+            check_no_autograd(call.tensors, state)
+        sig = self._signature(call, state)
         executable = self.specialisations.get(sig)
         if executable is None:
-            executable = self._specialise(sig, tensors)
-        return executable.run(tensors, state)
+            executable = self._specialise(sig, call)
+        return executable.run(call.leaves, state)
 
-    def _signature(self, inputs: Sequence[Tensor], state: Sequence[Tensor]) -> Any:
+    def _signature(self, call: CallInputs, state: Sequence[Tensor]) -> Any:
+        sig: Any = signature_of(call.tensors)
+        if call.structure is not None:
+            sig = (call.structure, sig)
         if self.state is None:
-            return signature_of(inputs)
-        return signature_of(inputs), self.state.key(state)
+            return sig
+        return sig, self.state.key(state)
 
-    def _checked(self, inputs: tuple[Any, ...]) -> tuple[Tensor, ...]:
-        if len(inputs) != self.arity:
+    def _inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallInputs:
+        if len(args) != self.arity:
             raise UnsupportedInputError(
-                f"the compiled program takes {self.arity} input(s), got {len(inputs)}"
+                f"the compiled program takes {self.arity} positional input(s), got {len(args)}"
             )
         device = self.device
-        if all(is_plain_input(v, device) for v in inputs):
-            return inputs
-        return tuple(check_input(i, v, device) for i, v in enumerate(inputs))
+        if not kwargs and all(is_plain_input(v, device) for v in args) and _distinct(args):
+            return CallInputs(args, {}, args, args, None)
+        return structured_call(args, kwargs, device)
 
-    def _specialise(self, sig: Any, inputs: tuple[Tensor, ...]) -> Executable:
+    def _specialise(self, sig: Any, call: CallInputs) -> Executable:
         # One build per signature even when several threads call with it at once.
         with self._lock:
             lock = self._building.setdefault(sig, threading.Lock())
         with lock:
             found = self.specialisations.get(sig)
             if found is None:
-                found = self._build(inputs)
+                found = self._build(call)
                 self.specialisations[sig] = found
             return found

@@ -93,7 +93,11 @@ class OutputPlan:
 
     @staticmethod
     def _copy(rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
+        """`t` in memory of its own with eager's strides. A stride of 0 (eager's result is an
+        expand of a value not returned) makes one element of memory serve a whole dimension:
+        that dimension's first index is what is copied."""
         copy = torch.empty_strided(t.shape, rule.stride, dtype=t.dtype, device=t.device)
-        copy.copy_(t)
+        once = tuple(slice(0, 1) if s == 0 else slice(None) for s in rule.stride)
+        copy[once].copy_(t[once])
         taken.add(_storage(copy))
         return copy

@@ -9,12 +9,12 @@ externs, so that no copy is made).
 
 from __future__ import annotations
 
+import math
 import os
-import sys
 import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 
 import torch
 from xdsl.ir import Operation
@@ -37,41 +37,30 @@ class BufferSpec:
 Allocate = Callable[[BufferSpec], Tensor]
 
 
-def _reference_counts(buffers: list[Tensor], i: int) -> tuple[int, ...]:
-    """Who holds `buffers[i]`: Python references (strong and weak) to the tensor, C++
-    references to its TensorImpl, Python references to its storage object, C++ references to
-    its StorageImpl."""
-    t = buffers[i]
-    storage = t.untyped_storage()
-    return (
-        sys.getrefcount(t),
-        weakref.getweakrefcount(t),
-        t._use_count(),  # type: ignore[attr-defined]  # private torch API, not in its stubs
-        sys.getrefcount(storage),
-        torch._C._storage_Use_Count(storage._cdata),  # pyright: ignore[reportAttributeAccessIssue]
-    )
-
-
-@cache
-def _unreferenced_counts() -> tuple[int, ...]:
-    """`_reference_counts` of a tensor that only the list passed to it holds (measured, so that
-    it holds whatever the Python and torch versions count)."""
-    return _reference_counts([torch.empty(1)], 0)
+REUSE_OUTPUTS_DEFAULT = True
+"""Output recycling's shipped default (exact: see `BufferPool`); `XFUSE_REUSE_OUTPUTS=0` or
+`=1` overrides it."""
 
 
 def reuse_outputs_enabled() -> bool:
-    """Output recycling (see `BufferPool`) is off unless `XFUSE_REUSE_OUTPUTS=1`: it judges from
-    reference counts, which cannot see every holder (another process reading shared memory)."""
-    return os.environ.get("XFUSE_REUSE_OUTPUTS", "0") == "1"
+    """Whether output recycling (see `BufferPool`) is on: `XFUSE_REUSE_OUTPUTS`, else the
+    shipped default."""
+    setting = os.environ.get("XFUSE_REUSE_OUTPUTS")
+    return REUSE_OUTPUTS_DEFAULT if setting is None else setting != "0"
 
 
 class BufferPool:
-    """Free intermediate buffers by (shape, dtype), reused by later kernel outputs.
+    """Free intermediate buffers by (shape, dtype), reused by later kernel outputs; and, on the
+    CPU, the memory of returned outputs once their storage is freed.
 
-    CPU outputs handed to the caller are remembered (the last call's only) and reused by a
-    later call once the caller holds no reference to them, their storage or a view of them: a
-    fresh large buffer costs a page fault per 4 KiB page on first write, which costs more than
-    the kernels that fill it (a caching allocator, as torch has for CUDA).
+    A fresh large buffer costs a page fault per 4 KiB page on first write, which costs more
+    than the kernels that fill it; torch's CPU allocator does not cache. So a CPU buffer is a
+    block of pool memory (`_Block`) seen through a numpy array that only the tensor's storage
+    holds (`torch.from_numpy`): the storage's deleter drops the array, and the array's
+    finalizer hands the block back. Memory returns exactly when the storage is freed, whoever
+    held it (views, numpy arrays, DLPack capsules, weak references change nothing; after
+    `share_memory_` the storage is another memory and the block returns at once), never by
+    judging from reference counts.
     """
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
@@ -79,43 +68,37 @@ class BufferPool:
         self.allocations = 0
         self.device = torch.device(device)
         self.recycle = self.device.type == "cpu" and reuse_outputs_enabled()
-        self._handed_out: list[Tensor] = []
-        """Outputs of the last call (kernel buffers), reusable once the caller drops them."""
-        self._allocated: list[Tensor] = []
-        """Buffers `allocate` gave out during this call."""
+        self._returned: dict[int, deque[Tensor]] = {}
+        """nbytes -> blocks whose tensors' storage was freed (appended by finalizers, from any
+        thread: deque's append and pop are atomic)."""
 
     def allocate(self, spec: BufferSpec) -> Tensor:
         free = self._free.get(spec)
-        buffer = free.pop() if free else self._recycled(spec)
-        if buffer is None:
+        if free:
+            return free.pop()
+        nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+        if not self.recycle or nbytes == 0:
             self.allocations += 1
-            buffer = torch.empty(spec.shape, dtype=spec.dtype, device=self.device)
-        if self.recycle:
-            self._allocated.append(buffer)
-        return buffer
+            return torch.empty(spec.shape, dtype=spec.dtype, device=self.device)
+        returned = self._returned.setdefault(nbytes, deque())
+        try:
+            block = returned.pop()
+        except IndexError:
+            self.allocations += 1
+            block = torch.empty(nbytes, dtype=torch.uint8)
+        return _lend(block, spec, returned)
 
     def release(self, spec: BufferSpec, buffer: Tensor) -> None:
         self._free.setdefault(spec, []).append(buffer)
 
-    def _recycled(self, spec: BufferSpec) -> Tensor | None:
-        """A previous call's output of this spec that nobody else references, if any."""
-        handed = self._handed_out
-        for i in range(len(handed)):
-            t = handed[i]
-            if tuple(t.shape) != spec.shape or t.dtype != spec.dtype:
-                continue
-            del t
-            if _reference_counts(handed, i) == _unreferenced_counts():
-                return handed.pop(i)
-        return None
 
-    def hand_out(self, outputs: list[Tensor]) -> None:
-        """The call is over and `outputs` go to the caller: remember those that are buffers of
-        this pool (for `_recycled`), forget the rest of the call's allocations."""
-        if self.recycle:
-            ours = {id(t) for t in self._allocated}
-            self._handed_out = [t for t in outputs if id(t) in ours]
-            self._allocated = []
+def _lend(block: Tensor, spec: BufferSpec, returned: deque[Tensor]) -> Tensor:
+    """A tensor of `spec` over `block`'s memory whose storage alone holds the numpy array it
+    was made from; when that storage is freed, the array dies and `block` goes to `returned`."""
+    array = block.numpy()
+    tensor = torch.from_numpy(array).view(spec.dtype).view(spec.shape)
+    weakref.finalize(array, returned.append, block).atexit = False
+    return tensor
 
 
 @dataclass

@@ -796,12 +796,13 @@ def compare_outputs(
     got: Sequence[Tensor],
     expected: Sequence[Tensor],
     reference: Sequence[Tensor] | None = None,
-    scale: float = 1.0,
+    scale: float | Sequence[float] = 1.0,
 ) -> str | None:
     """None when `got` matches `expected`, else one line saying where and how it differs.
     With an f64 `reference`, an output outside assert_close's tolerance still passes when its
     RMSE against the reference is at most 2x eager's plus a tiny epsilon: a few f32 ulps of
-    `scale`, the largest magnitude the program computes (rounding of an intermediate value)."""
+    `scale`, the largest magnitude the program computes (rounding of an intermediate value), or
+    with one scale per output, that output's own."""
     if len(got) != len(expected):
         return f"{len(got)} outputs, eager has {len(expected)}"
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):
@@ -812,7 +813,8 @@ def compare_outputs(
             continue
         except AssertionError as error:
             detail = " ".join(str(error).split())
-        if reference is not None and e.is_floating_point() and _rmse_ok(g, e, reference[i], scale):
+        own = scale if isinstance(scale, float | int) else scale[i]
+        if reference is not None and e.is_floating_point() and _rmse_ok(g, e, reference[i], own):
             continue
         return f"output {i}: {detail}"
     return None
@@ -882,6 +884,9 @@ class Differential:
     devices: Sequence[str] = ("cpu",)
     pipeline: str = DEFAULT_PIPELINE
     loop_interpreter: bool = True
+    semantics: bool = False
+    """Also check what the compiled program's outputs alias (`check_aliasing`), with results
+    dropped between calls (recycling), each output at a tolerance of its own magnitude."""
     namespace: dict[str, Any] = field(init=False)
     expected: list[Tensor] = field(init=False)
     reference: list[Tensor] | None = field(init=False, default=None)
@@ -914,7 +919,9 @@ class Differential:
         return Outcome("pass", stages=passed)
 
     def check(self, stage: str, got: Sequence[Tensor]) -> None:
-        scale = float(self.namespace.get("SCALE", 1.0))
+        scale: float | list[float] = float(self.namespace.get("SCALE", 1.0))
+        if self.semantics:
+            scale = [magnitude(e) for e in self.expected]
         problem = compare_outputs(got, self.expected, self.reference, scale)
         if problem is not None:
             raise StageFailure(stage, problem)
@@ -1024,6 +1031,91 @@ class Differential:
         except Exception as e:
             raise StageFailure(device, _one_line(e) + _where(e)) from e
         self.check(f"{device} (second call)", second)
+        if self.semantics:
+            del first, second  # dropped: the next calls recycle their memory
+            self.check_aliasing(device, compiled, on_device)
+
+    def check_aliasing(
+        self, device: str, compiled: Any, on_device: Callable[[], tuple[Tensor, ...]]
+    ) -> None:
+        """Write into each output in turn (a fresh call each time, results dropped after): the
+        inputs and the other outputs must change where eager's do; then a call after all the
+        writes still matches eager (no constant or recycled buffer was changed by them)."""
+        stage = f"{device} (aliasing)"
+        n_inputs = len(self.fresh_inputs())
+        for i in range(len(self.expected)):
+            want = write_effects(self.program, self.fresh_inputs, i)
+            try:
+                got = write_effects(compiled, on_device, i)
+            except Exception as e:
+                raise StageFailure(stage, _one_line(e) + _where(e)) from e
+            problem = compare_effects(i, want, got, n_inputs)
+            if problem is not None:
+                raise StageFailure(stage, problem)
+        self.check(f"{device} (after writes)", flat_tensors(compiled(*on_device())))
+
+
+def magnitude(t: Tensor) -> float:
+    """The largest magnitude of a floating-point output (its own tolerance scale), else 0."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return 0.0
+    finite = t.detach().cpu().double()
+    finite = finite[finite.isfinite()]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
+Effects = list[Tensor] | str
+"""Where writing into an output changed the call's inputs and outputs (a bool mask each), or
+the error the write raised (e.g. into an expanded view)."""
+
+
+def write_effects(run: Callable[..., Any], make_inputs: Callable[[], Any], i: int) -> Effects:
+    """Call `run` on fresh inputs, write into output `i` (every element gets a new value), and
+    say which elements of the inputs and outputs changed."""
+    inputs = tuple(make_inputs())
+    outputs = flat_tensors(run(*inputs))
+    watched = [*inputs, *outputs]
+    before = [t.detach().clone() for t in watched]
+    target = outputs[i]
+    try:
+        target.copy_(_every_element_changed(target))
+    except RuntimeError as e:
+        return f"the write raises {type(e).__name__}"
+    return [_changed(t, b) for t, b in zip(watched, before, strict=True)]
+
+
+def _every_element_changed(t: Tensor) -> Tensor:
+    if t.dtype == torch.bool:
+        return t.logical_not()
+    return torch.where(t == 7, torch.full_like(t, 9), torch.full_like(t, 7))
+
+
+def _changed(now: Tensor, before: Tensor) -> Tensor:
+    same = now.cpu() == before.cpu()
+    if now.is_floating_point():
+        same |= now.cpu().isnan() & before.cpu().isnan()
+    return ~same
+
+
+def compare_effects(i: int, want: Effects, got: Effects, n_inputs: int) -> str | None:
+    """None when writing into output `i` did to xfuse's tensors what it did to eager's (the
+    first `n_inputs` masks are the inputs', the rest the outputs')."""
+    if isinstance(want, str) or isinstance(got, str):
+        if isinstance(want, str) and isinstance(got, str):
+            return None
+        return f"writing into output {i}: eager {_effect(want)}, xfuse {_effect(got)}"
+    for j, (w, g) in enumerate(zip(want, got, strict=True)):
+        if not torch.equal(w, g):
+            what = f"input {j}" if j < n_inputs else f"output {j - n_inputs}"
+            return (
+                f"writing into output {i} changes {what} at {int(g.sum())} elements, "
+                f"eager at {int(w.sum())}"
+            )
+    return None
+
+
+def _effect(effects: Effects) -> str:
+    return effects if isinstance(effects, str) else "allows it"
 
 
 class Float64Casts(torch.overrides.TorchFunctionMode):
@@ -1065,11 +1157,13 @@ def check_source(
     devices: Sequence[str] | None = None,
     pipeline: str = DEFAULT_PIPELINE,
     loop_interpreter: bool = True,
+    semantics: bool = False,
 ) -> Outcome:
-    """Run a program's source through eager and xfuse; never raises for a failure."""
+    """Run a program's source through eager and xfuse; never raises for a failure. With
+    `semantics`, also what outputs alias (`Differential.check_aliasing`)."""
     devices = available_devices() if devices is None else devices
     try:
-        return Differential(source, devices, pipeline, loop_interpreter).run()
+        return Differential(source, devices, pipeline, loop_interpreter, semantics).run()
     except Exception as e:  # the harness itself: report it, do not stop the fuzzer
         return Outcome("fail", "harness", _one_line(e) + _where(e))
 

@@ -1,0 +1,98 @@
+"""Inputs and outputs like torch.export's (issue 14): keyword arguments, Python scalars
+(specialised), nested containers of tensors, non-tensor outputs, one tensor passed twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import xfuse
+from xfuse.errors import UnsupportedInputError
+
+Tensor = torch.Tensor
+
+
+def scaled(x: Tensor, *, scale: float = 1.0, bias: Tensor | None = None) -> Tensor:
+    y = x * scale
+    return y if bias is None else y + bias
+
+
+def test_keyword_arguments() -> None:
+    x, b = torch.randn(4), torch.randn(4)
+    c = xfuse.compile(scaled, (x,), example_kwargs={"scale": 2.0, "bias": b}, quiet=True)
+    other = torch.randn(4)
+    torch.testing.assert_close(c(other, scale=2.0, bias=b), scaled(other, scale=2.0, bias=b))
+    torch.testing.assert_close(c(x, bias=other, scale=2.0), scaled(x, scale=2.0, bias=other))
+    assert len(c.specialisations) == 1  # the keywords' order makes no new program
+
+
+def test_a_new_scalar_value_compiles_a_new_program() -> None:
+    x = torch.randn(4)
+    c = xfuse.compile(scaled, (x,), example_kwargs={"scale": 2.0}, quiet=True)
+    torch.testing.assert_close(c(x, scale=3.0), x * 3.0)
+    torch.testing.assert_close(c(x, scale=2.0), x * 2.0)
+    torch.testing.assert_close(c(x), x)
+    assert len(c.specialisations) == 3
+
+
+def test_scalars_of_another_type_or_sign_are_other_programs() -> None:
+    def f(x: Tensor, s: Any) -> Tensor:
+        return x / s if s else x + 1
+
+    x = torch.randn(4)
+    c = xfuse.compile(f, (x, 0.0), quiet=True)
+    for s in (0.0, -0.0, False, 2, 2.0, True):
+        torch.testing.assert_close(c(x, s), f(x, s))
+
+
+def test_nested_containers_in_and_out() -> None:
+    def f(pair: tuple[Tensor, Tensor], named: dict[str, list[Tensor]]) -> dict[str, Any]:
+        a, b = pair
+        return {"sum": a + b, "parts": [named["xs"][0] * 2, (named["xs"][1], a - b)]}
+
+    a, b, c0, c1 = (torch.randn(3) for _ in range(4))
+    c = xfuse.compile(f, ((a, b), {"xs": [c0, c1]}), quiet=True)
+    args = ((torch.randn(3), torch.randn(3)), {"xs": [torch.randn(3), torch.randn(3)]})
+    got, expected = c(*args), f(*args)
+    torch.testing.assert_close(got, expected)
+    assert got["parts"][1][0] is args[1]["xs"][1]  # an input returned is the input, as in eager
+
+
+def test_non_tensor_outputs() -> None:
+    def f(x: Tensor) -> tuple[Tensor, None, int, float, bool, str]:
+        return x + 1, None, x.shape[0], 0.5, True, "done"
+
+    x = torch.randn(5)
+    got = xfuse.compile(f, (x,), quiet=True)(x)
+    assert got[1:] == (None, 5, 0.5, True, "done")
+    torch.testing.assert_close(got[0], x + 1)
+
+
+def test_one_tensor_passed_twice_is_not_two_inputs_forever() -> None:
+    """torch.export reads a tensor passed twice as one input: the program for (x, x) must not
+    serve (a, b)."""
+
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return a + 2 * b
+
+    x = torch.ones(3)
+    c = xfuse.compile(f, (x, x), quiet=True)
+    a, b = torch.ones(3), torch.zeros(3)
+    torch.testing.assert_close(c(a, b), f(a, b))
+    torch.testing.assert_close(c(b, b), f(b, b))
+
+
+def test_an_input_it_cannot_take_is_one_clear_error() -> None:
+    c = xfuse.compile(scaled, (torch.randn(4),), quiet=True)
+    with pytest.raises(UnsupportedInputError, match=r"keyword input 'scale' is a object;"):
+        c(torch.randn(4), scale=object())
+    with pytest.raises(UnsupportedInputError, match=r"keyword input 'bias' is a torch.sparse_coo"):
+        c(torch.randn(4), bias=torch.randn(4).to_sparse())
+
+
+@pytest.mark.parametrize("value", [3, None, (None, 2.5)])
+def test_a_program_with_no_tensor_output(value: Any) -> None:
+    x = torch.randn(4)
+    assert xfuse.compile(lambda x: value, (x,), quiet=True)(x) == value
