@@ -1,9 +1,8 @@
 """The model zoo (benchmarks/models.py, small configs, random weights) through both entry
 points, against eager: f32 at 1e-4 relative to the output's magnitude (bf16 3e-2 on CUDA).
 
-Strict mode (fallback="error") is the goal for every model; the models that still have a
-group that falls back are marked xfail(strict=True) there, so the mark must go when they are
-fixed. Without transformers the module skips."""
+Every model runs in strict mode (fallback="error"): no eager graph, no eager group. Without
+transformers the module skips."""
 
 from __future__ import annotations
 
@@ -21,19 +20,7 @@ from benchmarks.models import (  # noqa: E402
     via_torch_compile,
     via_xfuse_compile,
 )
-from xfuse.errors import EagerFallbackError, FallbackWarning  # noqa: E402
-
-STRICT_CLEAN = {"bert", "resnet", "vit", "mobilenet_v2"}
-"""Models with no eager graph and no eager group today (CPU)."""
-
-
-def _strict(name: str) -> object:
-    if name in STRICT_CLEAN:
-        return name
-    reason = "groups fall back to eager (LoopLoweringError), issue 16"
-    return pytest.param(
-        name, marks=pytest.mark.xfail(raises=EagerFallbackError, strict=True, reason=reason)
-    )
+from xfuse.errors import FallbackWarning  # noqa: E402
 
 
 def _check(name: str, entry: str, device: str, dtype: torch.dtype, fallback: str | None) -> None:
@@ -53,7 +40,7 @@ def _check(name: str, entry: str, device: str, dtype: torch.dtype, fallback: str
 
 
 @pytest.mark.parametrize("entry", ["xfuse.compile", "torch.compile"])
-@pytest.mark.parametrize("name", [_strict(n) for n in ZOO])
+@pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_strict_on_cpu(name: str, entry: str) -> None:
     _check(name, entry, "cpu", torch.float32, "error")
 

@@ -12,6 +12,9 @@ outside instead (the runtime's reshape is a view): the kernel then indexes the b
 shape, e.g. a row loop of a split reduction reads its row's elements at (row, i), which is what
 `gpu-map-parallel` maps onto the `rows` strategy.
 
+A group without reductions whose outputs differ in element count is split into one group per
+count (each recomputing what it needs): one loop nest cannot write both.
+
 Sharing one tensor between two outputs (pooling, CSE, duplicate outputs) is only safe when no
 op may write memory: in a function holding an in-place `torch_call` (or any op that may
 mutate), only dead code and unused inputs/outputs are removed.
@@ -170,13 +173,47 @@ def clean_group(group: GroupOp, *, share: bool) -> GroupOp | None:
     return clean_boundary(group, share=share)
 
 
+def split_by_output_size(group: GroupOp, *, share: bool) -> list[GroupOp]:
+    """A group without reductions whose outputs differ in element count (a rotary embedding
+    and its key repeated for grouped-query attention) becomes one group per count, each
+    recomputing the ops it needs: one loop cannot write both. (Groups with reductions write
+    outputs of the full and the row shape; `lower-to-loops` handles those.)"""
+    if any(op_kind(op) == "reduction" for op in group.block.ops):
+        return [group]
+    sizes = [graph.numel(graph.shape_of(r)) for r in group.results]
+    if len(set(sizes)) <= 1:
+        return [group]
+    parent = group.parent_block()
+    assert parent is not None
+    parts: list[GroupOp] = []
+    for size in dict.fromkeys(sizes):
+        part = group.clone()
+        parent.insert_op_before(part, group)
+        for old, new, n in zip(group.results, part.results, sizes, strict=True):
+            if n == size:
+                old.replace_all_uses_with(new)
+        parts.append(part)
+    group.detach()
+    group.erase()
+    cleaned: list[GroupOp] = []
+    for part in parts:
+        # Once to drop the outputs of other sizes, once more for the ops only they needed.
+        kept = clean_group(part, share=share)
+        kept = clean_group(kept, share=share) if kept is not None else None
+        if kept is not None:
+            cleaned.append(kept)
+    return cleaned
+
+
 def clean_function(f: func.FuncOp) -> None:
     block = f.body.block
     share = not any(may_mutate(op) for op in block.ops)
     groups: list[Operation] = [op for op in block.ops if isinstance(op, GroupOp)]
     for group in reversed(groups):  # readers first, so that a dead reader frees its inputs
         assert isinstance(group, GroupOp)
-        clean_group(group, share=share)
+        cleaned = clean_group(group, share=share)
+        if cleaned is not None:
+            split_by_output_size(cleaned, share=share)
 
 
 @dataclass(frozen=True)
