@@ -51,3 +51,29 @@ def test_cleanup_updates_the_kind_when_the_reduction_was_dead() -> None:
     GroupCleanupPass().apply(make_context(), m)
     (g,) = [op for op in m.walk() if isinstance(op, GroupOp)]
     assert g.kind.data == "elementwise"
+
+
+def test_outputs_of_different_element_counts_become_one_group_each() -> None:
+    """A rotary-like value and its repeat (grouped-query attention's keys): one loop cannot
+    write both, so each count gets its own group, recomputing what it needs (no fallback)."""
+    import torch
+
+    import xfuse
+    from xfuse.ir.context import make_context
+    from xfuse.passes import get_all_passes
+
+    def f(x: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.sin(x) * c
+        return y, y.unsqueeze(1).expand(2, 3, 8).reshape(6, 8)
+
+    x, c = torch.randn(2, 8), torch.randn(8)
+    compiled = xfuse.compile(f, (x, c), quiet=True, fallback="error")
+    for got, want in zip(compiled(x, c), f(x, c), strict=True):
+        torch.testing.assert_close(got, want)
+    imported = xfuse.api.import_for_xfuse(f, (x, c)).program.module
+    for name in ("decompose", "fuse-scored", "group-cleanup"):
+        get_all_passes()[name]()().apply(make_context(), imported)
+    groups = [op for op in imported.walk() if isinstance(op, GroupOp)]
+    assert groups
+    for group in groups:
+        assert len({graph.numel(graph.shape_of(r)) for r in group.results}) == 1

@@ -671,3 +671,24 @@ def test_property_lowering_preserves_results(program: RandomProgram, fuser: str 
     got = run_lowered(lowered, program.inputs())
     for w, g in zip(want, got, strict=True):
         torch.testing.assert_close(g, w, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (lambda x: torch.nn.functional.layer_norm(x + 1, (64,)).reshape(16, 64), (1, 16, 64)),
+        (lambda x: (x - x.amax(-1, keepdim=True)).reshape(1, 4, 32), (1, 1, 4, 32)),
+    ],
+    ids=["layer-norm-reshaped", "row-max-shifted-reshaped"],
+)
+def test_full_size_outputs_of_another_shape_lower(
+    fn: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, ...]
+) -> None:
+    """A row-reduction group whose output is its full-shape value reshaped (GPT-2's layer norm
+    before the attention projection) is one kernel: the output is written at the same memory
+    position as the full-shape element."""
+    import xfuse
+
+    x = torch.randn(shape)
+    compiled = xfuse.compile(fn, (x,), quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(x), fn(x))
