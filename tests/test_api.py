@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 import xfuse
 import xfuse.api
+import xfuse.dynamo
 from examples.convnet import make_convnet
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
@@ -224,7 +225,7 @@ def test_torch_compile_falls_back_to_eager_when_xfuse_fails(
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise ExportError("xfuse: cannot import the program: injected")
 
-    monkeypatch.setattr(xfuse.api, "compile", refuse)
+    monkeypatch.setattr(xfuse.dynamo, "compile", refuse)
     torch._dynamo.reset()
     fn = torch.compile(_relu, backend="xfuse")
     x = torch.randn(4)
@@ -303,7 +304,7 @@ def test_torch_compile_compiles_once_for_no_grad_and_inference_mode(
         compiles.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(xfuse.api, "compile", counting)
+    monkeypatch.setattr(xfuse.dynamo, "compile", counting)
     torch._dynamo.reset()
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
     fn = torch.compile(model, backend="xfuse")
