@@ -16,8 +16,8 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IntegerAttr, ModuleO
 from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import fusion, graph
-from xfuse.dialects.torch_args import decode_args, resolve_torch_op
-from xfuse.errors import InterpretError
+from xfuse.dialects.torch_args import decode_args, prepare_args, resolve_torch_op
+from xfuse.errors import InterpretError, XfuseError
 from xfuse.ir import dtypes
 
 Tensor = torch.Tensor
@@ -222,13 +222,84 @@ def run_op(op: Operation, args: list[Tensor]) -> list[Tensor]:
     impl = OP_IMPLS.get(op.name)
     if impl is None:
         raise InterpretError(f"the interpreter does not know op '{op.name}'")
-    out = impl(op, args)
+    return _results(op, impl(op, args))
+
+
+def _results(op: Operation, out: Tensor | tuple[Tensor, ...]) -> list[Tensor]:
+    """An implementation's result(s) as the op's result list, checked against its IR."""
     results = list(out) if isinstance(out, tuple) else [out]
     if len(results) != len(op.results):
         raise InterpretError(
             f"'{op.name}' produced {len(results)} results, its IR declares {len(op.results)}"
         )
     return results
+
+
+PreparedOp = Callable[[list[Tensor]], list[Tensor]]
+"""`run_op` of one op, with the op's attributes read once: operand tensors -> result tensors."""
+
+
+def prepare_op(op: Operation) -> PreparedOp:
+    """`run_op(op, ...)` as a function of the operands alone, for running an op many times: a
+    torch call's arguments are decoded and its operator resolved here, a block is planned.
+    What cannot be prepared (an unknown op or operator) runs through `run_op`, which raises
+    its error when called, as it always did."""
+    try:
+        if isinstance(op, fusion.GroupOp):
+            return prepare_block(op.block)
+        if isinstance(op, graph.TorchCallOp):
+            return _prepare_torch_call(op)
+    except XfuseError:
+        return lambda xs: run_op(op, xs)
+    impl = OP_IMPLS.get(op.name)
+    if impl is None:
+        return lambda xs: run_op(op, xs)
+    return lambda xs: _results(op, impl(op, xs))
+
+
+def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
+    fn = resolve_torch_op(op.target.data)
+    fill = prepare_args(op.args, op.kwargs)
+    n_results = len(op.results)
+
+    def call(xs: list[Tensor]) -> list[Tensor]:
+        args, kwargs = fill(xs)
+        out = fn(*args, **kwargs)
+        if n_results == 1 and isinstance(out, Tensor):
+            return [out]
+        return _results(op, tuple(out) if isinstance(out, list | tuple) else out)
+
+    return call
+
+
+def prepare_block(block: Block) -> PreparedOp:
+    """`run_block(block, ...)` with its ops prepared and its values in numbered slots.
+    (Constants are made anew by every run, as `run_block` makes them: results may alias
+    them, and a caller may write its results.)"""
+    slot: dict[SSAValue, int] = {v: i for i, v in enumerate(block.args)}
+    plan: list[tuple[PreparedOp, tuple[int, ...], tuple[int, ...]]] = []
+    returned: tuple[int, ...] | None = None
+    for op in block.ops:
+        ins = tuple(slot[v] for v in op.operands)
+        if isinstance(op, func.ReturnOp | fusion.YieldOp):
+            returned = ins
+            break
+        outs = tuple(slot.setdefault(r, len(slot)) for r in op.results)
+        plan.append((prepare_op(op), ins, outs))
+    if returned is None:
+        raise InterpretError("block has no terminator")
+    n_slots, n_args, ret = len(slot), len(block.args), returned
+
+    def run(args: list[Tensor]) -> list[Tensor]:
+        if len(args) != n_args:
+            raise InterpretError(f"the block takes {n_args} arguments, got {len(args)}")
+        env: list[Any] = [*args, *([None] * (n_slots - n_args))]
+        for call, ins, outs in plan:
+            for s, t in zip(outs, call([env[i] for i in ins]), strict=True):
+                env[s] = t
+        return [env[i] for i in ret]
+
+    return run
 
 
 def run_block(block: Block, args: Sequence[Tensor]) -> list[Tensor]:

@@ -21,7 +21,7 @@ from xdsl.ir import Operation
 
 from xfuse.backends import Kernel
 from xfuse.dialects import graph
-from xfuse.interpreters.graph import run_op
+from xfuse.interpreters.graph import PreparedOp, prepare_op
 
 Tensor = torch.Tensor
 
@@ -147,9 +147,14 @@ class EagerStep:
     outputs: tuple[int, ...]
     label: str
     owns_outputs: bool = field(default=False, init=False)
+    call: PreparedOp = field(init=False, repr=False)
+    """The op prepared once (arguments decoded, operator resolved): operands -> results."""
+
+    def __post_init__(self) -> None:
+        self.call = prepare_op(self.op)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
-        return run_op(self.op, args)
+        return self.call(args)
 
 
 View = Callable[[Tensor], Tensor]

@@ -72,12 +72,16 @@ class Result:
 
     def row(self) -> str:
         detail = " ".join(self.detail.split())[:200]
-        return "\t".join([self.op, self.variant or "-", self.dtype, str(self.index), self.outcome, detail])
+        return "\t".join(
+            [self.op, self.variant or "-", self.dtype, str(self.index), self.outcome, detail]
+        )
 
     @staticmethod
     def from_row(line: str) -> Result:
         op, variant, dtype, index, outcome, *detail = line.rstrip("\n").split("\t")
-        return Result(op, "" if variant == "-" else variant, dtype, int(index), outcome, "".join(detail))
+        return Result(
+            op, "" if variant == "-" else variant, dtype, int(index), outcome, "".join(detail)
+        )
 
 
 def op_db() -> list[Any]:
@@ -152,9 +156,7 @@ def _wide(x: Any) -> Any:
 def _eager_parts(compiled: Any) -> list[str]:
     """What runs eagerly in a compiled program: torch_call targets, and groups that fell back."""
     module = compiled.default.program.module
-    calls = sorted(
-        {op.target.data for op in module.walk() if isinstance(op, graph.TorchCallOp)}
-    )
+    calls = sorted({op.target.data for op in module.walk() if isinstance(op, graph.TorchCallOp)})
     return calls + [f"fallback: {f.split(':', 1)[0]}" for f in compiled.fallbacks]
 
 
@@ -221,7 +223,9 @@ def sweep(
             try:
                 inputs = list(info.sample_inputs(device, dtype, requires_grad=False))
             except Exception as e:  # torch's own sample generator failed
-                yield Result(info.name, info.variant_test_name, name, 0, "refused", f"no samples: {e}")
+                yield Result(
+                    info.name, info.variant_test_name, name, 0, "refused", f"no samples: {e}"
+                )
                 continue
             for index, sample in enumerate(inputs[:samples] if samples else inputs):
                 yield run_sample(info, sample, name, index, device)
@@ -236,7 +240,9 @@ def read_expected(path: Path = EXPECTED) -> dict[tuple[str, str, str, int], Resu
 
 def write_expected(results: Iterable[Result], path: Path = EXPECTED) -> None:
     """Write the table (bugs are never expectations: they fail whatever the table says)."""
-    header = "# op\tvariant\tdtype\tsample\toutcome\tdetail (python -m xfuse.testing.opinfo --write)"
+    header = (
+        "# op\tvariant\tdtype\tsample\toutcome\tdetail (python -m xfuse.testing.opinfo --write)"
+    )
     rows = sorted((r for r in results if r.outcome not in BUGS), key=lambda r: r.key)
     path.write_text("\n".join([header, *(r.row() for r in rows)]) + "\n")
 
@@ -247,12 +253,16 @@ def coverage_table(results: Sequence[Result]) -> str:
     for dtype in sorted({r.dtype for r in results}):
         counts = Counter(r.outcome for r in results if r.dtype == dtype)
         total = sum(counts.values())
-        lines.append(f"{dtype:<6} " + "  ".join(f"{counts[o]:>8}" for o in OUTCOMES) + f"  {total:>6}")
+        lines.append(
+            f"{dtype:<6} " + "  ".join(f"{counts[o]:>8}" for o in OUTCOMES) + f"  {total:>6}"
+        )
     eager = Counter(
         part for r in results if r.outcome == "eager" for part in r.detail.split(", ") if part
     )
     if eager:
-        lines.append("ops run eagerly (samples): " + ", ".join(f"{k} {v}" for k, v in eager.most_common(30)))
+        lines.append(
+            "ops run eagerly (samples): " + ", ".join(f"{k} {v}" for k, v in eager.most_common(30))
+        )
     return "\n".join(lines)
 
 
