@@ -9,6 +9,7 @@ externs, so that no copy is made).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import weakref
@@ -128,13 +129,19 @@ class KernelStep:
     out_specs: tuple[BufferSpec, ...]
     label: str
     owns_outputs: bool = field(default=True, init=False)
+    writes: bool = field(init=False, repr=False)
+    """Whether some output has elements: a kernel over empty outputs has nothing to write (and
+    may index nothing safely), so it is not launched."""
+
+    def __post_init__(self) -> None:
+        self.writes = any(math.prod(spec.shape) for spec in self.out_specs)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         buffers = [a if a.is_contiguous() else a.contiguous() for a in args]
         outs = [allocate(spec) for spec in self.out_specs]
-        # A kernel over empty outputs has nothing to write (and may index nothing safely).
-        if any(o.numel() for o in outs):
-            self.kernel([*buffers, *outs])
+        if self.writes:
+            buffers += outs
+            self.kernel(buffers)
         return outs
 
 
