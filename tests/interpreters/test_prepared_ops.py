@@ -120,3 +120,18 @@ def test_prepared_group_runs_like_run_op() -> None:
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     first[1].add_(1.0)  # a caller writing a yielded constant changes no later run
     torch.testing.assert_close(call([a, b])[1], torch.full((4,), 2.0))
+
+
+@pytest.mark.parametrize(
+    "line,fn",
+    [
+        (f"%y = graph.neg %a : {X}", torch.neg),
+        (f"%y = graph.softmax %a dim = 1 : {X}", lambda a: torch.softmax(a, 1)),
+    ],
+)
+def test_prepared_graph_op_runs_like_run_op(line: str, fn: object) -> None:
+    (op, _) = _ops(f"func.func @f(%a: {X}) -> {X} {{\n  {line}\n  func.return %y : {X}\n}}")
+    x = torch.randn(3, 4)
+    (got,) = prepare_op(op)([x])
+    torch.testing.assert_close(got, run_op(op, [x])[0], rtol=0, atol=0)
+    torch.testing.assert_close(got, fn(x), rtol=0, atol=0)  # type: ignore[operator]

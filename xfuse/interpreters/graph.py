@@ -254,7 +254,14 @@ def prepare_op(op: Operation) -> PreparedOp:
     impl = OP_IMPLS.get(op.name)
     if impl is None:
         return lambda xs: run_op(op, xs)
-    return lambda xs: _results(op, impl(op, xs))
+    if len(op.results) != 1:
+        return lambda xs: _results(op, impl(op, xs))
+
+    def run_one(xs: list[Tensor]) -> list[Tensor]:
+        out = impl(op, xs)
+        return [out] if isinstance(out, Tensor) else _results(op, out)
+
+    return run_one
 
 
 def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
