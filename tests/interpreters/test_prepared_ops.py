@@ -135,3 +135,34 @@ def test_prepared_graph_op_runs_like_run_op(line: str, fn: object) -> None:
     (got,) = prepare_op(op)([x])
     torch.testing.assert_close(got, run_op(op, [x])[0], rtol=0, atol=0)
     torch.testing.assert_close(got, fn(x), rtol=0, atol=0)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"%y = graph.reduce_sum %a dims = [1] keepdim : {X} -> tensor<3x1xf32>",
+        f"%y = graph.reduce_max %a dims = [] : {X} -> {X}",
+        f"%y = graph.cast %a : {X} to tensor<3x4xf16>",
+        f"%y = graph.reshape %a : {X} -> tensor<12xf32>",
+    ],
+)
+def test_prepared_attribute_ops_run_like_run_op(line: str) -> None:
+    ops = _ops(f"func.func @f(%a: {X}) {{\n  {line}\n  func.return\n}}")
+    op = ops[0]
+    x = torch.randn(3, 4)
+    (got,) = prepare_op(op)([x])
+    want = run_op(op, [x])[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_prepared_constant_is_fresh_per_run() -> None:
+    (op, _) = _ops(
+        "func.func @f() -> tensor<2xf32> {\n"
+        "  %c = graph.constant dense<[1.5, 2.5]> : tensor<2xf32>\n"
+        "  func.return %c : tensor<2xf32>\n}"
+    )
+    call = prepare_op(op)
+    (first,) = call([])
+    first.add_(1.0)
+    torch.testing.assert_close(call([])[0], torch.tensor([1.5, 2.5]))
