@@ -330,6 +330,25 @@ def test_range_pool_runs_small_work_on_the_caller() -> None:
     pool.shutdown()
 
 
+def test_runs_inline_is_what_run_does() -> None:
+    pool = RangePool(threads=4, min_work=1000)
+    assert pool.runs_inline(extent=8, work=999)
+    assert pool.runs_inline(extent=1, work=10**6)  # one row cannot be split
+    assert not pool.runs_inline(extent=8, work=1000)
+    assert not pool.runs_inline(extent=0, work=0)  # nothing to run at all
+    assert RangePool(threads=1, min_work=0).runs_inline(extent=8, work=10**6)
+
+
+def test_small_kernel_runs_on_the_caller_and_large_one_threaded() -> None:
+    artifact = CPUBackend().compile(parse(unary_f32("math.sqrt", 100)), "k")
+    for min_work in (10**6, 0):  # inline launch, then the pool's chunks
+        kernel_ = CPUBackend(pool=RangePool(threads=4, min_work=min_work)).load(artifact, "k")
+        x, out = torch.rand(100), torch.empty(100)
+        kernel_([x, out])
+        torch.testing.assert_close(out, x.sqrt())
+        kernel_.pool.shutdown()
+
+
 def test_artifact_loads_in_a_fresh_backend() -> None:
     artifact = CPUBackend().compile(parse(unary_f32("math.sqrt", 100)), "k")
     assert isinstance(artifact, bytes) and artifact[:4] == b"\x7fELF"

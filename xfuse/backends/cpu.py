@@ -64,12 +64,18 @@ class CPUKernel:
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
         if len(buffers) != self.arity:
             raise ValueError(f"kernel {self.name} takes {self.arity} buffers, got {len(buffers)}")
+        pointers: list[int] = []
+        work = 0
         for i, buffer in enumerate(buffers):
             if not buffer.is_contiguous() or buffer.device.type != "cpu":
                 raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")
-        pointers = [buffer.data_ptr() for buffer in buffers]
-        work = sum(buffer.numel() for buffer in buffers)
+            pointers.append(buffer.data_ptr())
+            work += buffer.numel()
         function = self.function
+        if self.pool.runs_inline(self.extent, work):
+            # Small work: one foreign call on this thread, no range function, no hand-off.
+            function(0, self.extent, *pointers)
+            return
 
         def run_range(lo: int, hi: int) -> None:
             function(lo, hi, *pointers)

@@ -58,11 +58,16 @@ class RangePool:
                 )
             return self._executor
 
+    def runs_inline(self, extent: int, work: int) -> bool:
+        """Whether `run` calls the function once, on the calling thread, over all of [0,
+        extent) (a non-empty range too small, or too short, to be worth other threads)."""
+        return extent > 0 and (self.threads <= 1 or extent == 1 or work < self.min_work)
+
     def run(self, function: RangeFunction, extent: int, work: int) -> None:
         """Call `function(lo, hi)` on chunks covering [0, extent) exactly once each."""
         if extent <= 0:
             return
-        if self.threads <= 1 or extent == 1 or work < self.min_work:
+        if self.runs_inline(extent, work):
             function(0, extent)
             return
         parts = self.threads

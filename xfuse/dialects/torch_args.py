@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, Protocol, cast
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -74,7 +74,13 @@ def encode_args(
     )
 
 
-def decode_arg(attr: Attribute, tensors: Sequence[Any]) -> Any:
+class Operands(Protocol):
+    """The operand values of a call, by index (a list; placeholders when decoding ahead)."""
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+
+def decode_arg(attr: Attribute, tensors: Operands) -> Any:
     """The torch value of an encoded argument, with `tensors` the call's operand values."""
     import torch
 
@@ -137,3 +143,73 @@ def target_may_mutate(target: str) -> bool:
     if schema is None:
         return True
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+class _Operand:
+    """Stands for the call's `index`-th operand in arguments decoded ahead of the call."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class _Operands:
+    """A sequence whose items are `_Operand` placeholders (for `decode_arg` ahead of a call)."""
+
+    def __getitem__(self, index: int) -> _Operand:
+        return _Operand(index)
+
+
+Filler = Callable[[Sequence[Any]], Any]
+"""The value of an argument that holds operands, given the call's operand values."""
+
+
+def _filler(value: Any) -> Filler | None:
+    """How to build `value` (decoded with placeholders) from the operands; None: a constant."""
+    if isinstance(value, _Operand):
+        index = value.index
+        return lambda tensors: tensors[index]
+    if isinstance(value, list):
+        items: list[Any] = value  # pyright: ignore[reportUnknownVariableType]
+        parts = [_filler(v) for v in items]
+        if all(p is None for p in parts):
+            return None
+        pairs = list(zip(parts, items, strict=True))
+        return lambda tensors: [v if p is None else p(tensors) for p, v in pairs]
+    return None
+
+
+PreparedArgs = Callable[[Sequence[Any]], tuple[list[Any], dict[str, Any]]]
+
+
+def prepare_args(args: ArrayAttr[Attribute], kwargs: DictionaryAttr) -> PreparedArgs:
+    """`decode_args` done once: a function of the operand values that only puts them in place
+    (the constants decoded ahead, shared by every call: torch ops do not change their
+    non-tensor arguments)."""
+    placeholders = _Operands()
+    fixed_args = [decode_arg(a, placeholders) for a in args.data]
+    fixed_kwargs = {k: decode_arg(v, placeholders) for k, v in kwargs.data.items()}
+    arg_fills = [(i, f) for i, a in enumerate(fixed_args) if (f := _filler(a)) is not None]
+    kwarg_fills = [(k, f) for k, v in fixed_kwargs.items() if (f := _filler(v)) is not None]
+    if not kwarg_fills and all(isinstance(fixed_args[i], _Operand) for i, _ in arg_fills):
+        direct = [(i, cast(_Operand, fixed_args[i]).index) for i, _ in arg_fills]
+
+        def fill_direct(tensors: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
+            out = fixed_args.copy()
+            for i, j in direct:
+                out[i] = tensors[j]
+            return out, fixed_kwargs
+
+        return fill_direct
+
+    def fill(tensors: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
+        out = fixed_args.copy()
+        for i, f in arg_fills:
+            out[i] = f(tensors)
+        kw = fixed_kwargs.copy()
+        for k, f in kwarg_fills:
+            kw[k] = f(tensors)
+        return out, kw
+
+    return fill

@@ -16,8 +16,8 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IntegerAttr, ModuleO
 from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import fusion, graph
-from xfuse.dialects.torch_args import decode_args, resolve_torch_op
-from xfuse.errors import InterpretError
+from xfuse.dialects.torch_args import decode_args, prepare_args, resolve_torch_op
+from xfuse.errors import InterpretError, XfuseError
 from xfuse.ir import dtypes
 
 Tensor = torch.Tensor
@@ -38,21 +38,43 @@ def _div(a: Tensor, b: Tensor) -> Tensor:
     return torch.div(a, b, rounding_mode="trunc")
 
 
-def _cast(op: Operation, xs: list[Tensor]) -> Tensor:
-    return xs[0].to(dtypes.to_torch(graph.dtype_of(op.results[0])))
+Prepared = Callable[[list[Tensor]], Tensor]
+"""One op's torch code with the op's attributes read: operand tensors -> result tensor."""
+
+Preparer = Callable[[Operation], Prepared]
+"""Reads an op's attributes once (`prepare_op`); its table row runs it per call."""
 
 
-def _reduce(
-    fn: Callable[[Tensor, tuple[int, ...], bool], Tensor],
-) -> Callable[[Operation, list[Tensor]], Tensor]:
-    def run(op: Operation, xs: list[Tensor]) -> Tensor:
+def _impl_of(prepare: Preparer) -> Impl:
+    """The interpreter row of a preparer: attributes read at every call."""
+    return lambda op, xs: prepare(op)(xs)
+
+
+def _prepare_cast(op: Operation) -> Prepared:
+    dtype = dtypes.to_torch(graph.dtype_of(op.results[0]))
+    return lambda xs: xs[0].to(dtype)
+
+
+def _prepare_reshape(op: Operation) -> Prepared:
+    shape = graph.shape_of(op.results[0])
+    return lambda xs: xs[0].reshape(shape).contiguous()
+
+
+def _prepare_constant(op: Operation) -> Prepared:
+    assert isinstance(op, graph.ConstantOp)
+    value = constant_tensor(op.value)
+    return lambda xs: value.clone()  # a fresh tensor per run: callers may write it
+
+
+def _reduce(fn: Callable[[Tensor, tuple[int, ...], bool], Tensor]) -> Preparer:
+    def prepare(op: Operation) -> Prepared:
         assert isinstance(op, graph.ReduceOp)
         dims, keep = op.reduce_dims, op.keeps_dims
         if not dims:
-            return xs[0].clone()
-        return fn(xs[0], dims, keep).to(xs[0].dtype)
+            return lambda xs: xs[0].clone()
+        return lambda xs: fn(xs[0], dims, keep).to(xs[0].dtype)
 
-    return run
+    return prepare
 
 
 def _reduce_prod(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
@@ -85,11 +107,6 @@ def _permute(op: Operation, xs: list[Tensor]) -> Tensor:
 def _concat(op: Operation, xs: list[Tensor]) -> Tensor:
     assert isinstance(op, graph.ConcatOp)
     return torch.cat(xs, dim=op.axis)
-
-
-def _constant(op: Operation, xs: list[Tensor]) -> Tensor:
-    assert isinstance(op, graph.ConstantOp)
-    return constant_tensor(op.value)
 
 
 def constant_tensor(attr: DenseIntOrFPElementsAttr) -> Tensor:  # pyright: ignore[reportMissingTypeArgument]
@@ -165,7 +182,7 @@ def _call(fn: Callable[..., Tensor]) -> Impl:
     return lambda op, xs: fn(*xs)
 
 
-def _reduce_with(fn: Callable[..., Tensor]) -> Impl:
+def _reduce_with(fn: Callable[..., Tensor]) -> Preparer:
     """A reduction's torch function, called as `fn(x, dim=dims, keepdim=keep)`."""
     return _reduce(lambda x, d, k: fn(x, dim=d, keepdim=k))
 
@@ -176,22 +193,34 @@ def _family_impl(op: type[Operation]) -> Impl | None:
     if path is None:
         return None
     fn = torch_function(path)
-    return _reduce_with(fn) if issubclass(op, graph.ReduceOp) else _call(fn)
+    return _impl_of(_reduce_with(fn)) if issubclass(op, graph.ReduceOp) else _call(fn)
 
+
+def _family_preparer(op: type[Operation]) -> Preparer | None:
+    path = graph.op_facts(op).torch
+    if path is None or not issubclass(op, graph.ReduceOp):
+        return None
+    return _reduce_with(torch_function(path))
+
+
+# Own torch code that reads the op's attributes once (for `prepare_op`); also interpreter rows.
+OWN_PREPARERS: dict[str, Preparer] = {
+    "graph.cast": _prepare_cast,
+    "graph.reduce_prod": _reduce(_reduce_prod),
+    "graph.reshape": _prepare_reshape,
+    "graph.constant": _prepare_constant,
+}
 
 # The ops that declare no `torch` fact: each is its own torch code.
 OWN_IMPLS: dict[str, Impl] = {
-    "graph.cast": _cast,
+    **{name: _impl_of(prepare) for name, prepare in OWN_PREPARERS.items()},
     "graph.div": _binary(_div),
     "graph.broadcast_in_dim": _broadcast_in_dim,
-    "graph.reduce_prod": _reduce(_reduce_prod),
-    "graph.reshape": lambda op, xs: xs[0].reshape(graph.shape_of(op.results[0])).contiguous(),
     "graph.permute": _permute,
     "graph.slice": _slice,
     "graph.concat": _concat,
     "graph.linear": _linear,
     "graph.torch_call": _torch_call,
-    "graph.constant": _constant,
     "graph.softmax": lambda op, xs: torch.softmax(xs[0], dim=_dim(op)),
     "graph.log_softmax": lambda op, xs: torch.log_softmax(xs[0], dim=_dim(op)),
     "graph.layer_norm": _layer_norm,
@@ -214,6 +243,12 @@ def op_impls(ops: Iterable[type[Operation]]) -> dict[str, Impl]:
 # One entry per graph op: (op, operand tensors) -> result tensor(s).
 OP_IMPLS: dict[str, Impl] = op_impls(graph.Graph.operations)
 
+PREPARERS: dict[str, Preparer] = {
+    **{op.name: p for op in graph.Graph.operations if (p := _family_preparer(op)) is not None},
+    **OWN_PREPARERS,
+}
+"""The ops whose attributes `prepare_op` reads once (the others read them per call)."""
+
 
 def run_op(op: Operation, args: list[Tensor]) -> list[Tensor]:
     """Run one graph op (or a fusion.group) on tensors; returns its results."""
@@ -222,13 +257,95 @@ def run_op(op: Operation, args: list[Tensor]) -> list[Tensor]:
     impl = OP_IMPLS.get(op.name)
     if impl is None:
         raise InterpretError(f"the interpreter does not know op '{op.name}'")
-    out = impl(op, args)
+    return _results(op, impl(op, args))
+
+
+def _results(op: Operation, out: Tensor | tuple[Tensor, ...]) -> list[Tensor]:
+    """An implementation's result(s) as the op's result list, checked against its IR."""
     results = list(out) if isinstance(out, tuple) else [out]
     if len(results) != len(op.results):
         raise InterpretError(
             f"'{op.name}' produced {len(results)} results, its IR declares {len(op.results)}"
         )
     return results
+
+
+PreparedOp = Callable[[list[Tensor]], list[Tensor]]
+"""`run_op` of one op, with the op's attributes read once: operand tensors -> result tensors."""
+
+
+def prepare_op(op: Operation) -> PreparedOp:
+    """`run_op(op, ...)` as a function of the operands alone, for running an op many times: a
+    torch call's arguments are decoded and its operator resolved here, a block is planned.
+    What cannot be prepared (an unknown op or operator) runs through `run_op`, which raises
+    its error when called, as it always did."""
+    try:
+        if isinstance(op, fusion.GroupOp):
+            return prepare_block(op.block)
+        if isinstance(op, graph.TorchCallOp):
+            return _prepare_torch_call(op)
+    except XfuseError:
+        return lambda xs: run_op(op, xs)
+    impl = OP_IMPLS.get(op.name)
+    if impl is None:
+        return lambda xs: run_op(op, xs)
+    if len(op.results) != 1:
+        return lambda xs: _results(op, impl(op, xs))
+    preparer = PREPARERS.get(op.name)
+    if preparer is not None:
+        prepared = preparer(op)
+        return lambda xs: [prepared(xs)]
+
+    def run_one(xs: list[Tensor]) -> list[Tensor]:
+        out = impl(op, xs)
+        return [out] if isinstance(out, Tensor) else _results(op, out)
+
+    return run_one
+
+
+def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
+    fn = resolve_torch_op(op.target.data)
+    fill = prepare_args(op.args, op.kwargs)
+    n_results = len(op.results)
+
+    def call(xs: list[Tensor]) -> list[Tensor]:
+        args, kwargs = fill(xs)
+        out = fn(*args, **kwargs)
+        if n_results == 1 and isinstance(out, Tensor):
+            return [out]
+        return _results(op, tuple(out) if isinstance(out, list | tuple) else out)
+
+    return call
+
+
+def prepare_block(block: Block) -> PreparedOp:
+    """`run_block(block, ...)` with its ops prepared and its values in numbered slots.
+    (Constants are made anew by every run, as `run_block` makes them: results may alias
+    them, and a caller may write its results.)"""
+    slot: dict[SSAValue, int] = {v: i for i, v in enumerate(block.args)}
+    plan: list[tuple[PreparedOp, tuple[int, ...], tuple[int, ...]]] = []
+    returned: tuple[int, ...] | None = None
+    for op in block.ops:
+        ins = tuple(slot[v] for v in op.operands)
+        if isinstance(op, func.ReturnOp | fusion.YieldOp):
+            returned = ins
+            break
+        outs = tuple(slot.setdefault(r, len(slot)) for r in op.results)
+        plan.append((prepare_op(op), ins, outs))
+    if returned is None:
+        raise InterpretError("block has no terminator")
+    n_slots, n_args, ret = len(slot), len(block.args), returned
+
+    def run(args: list[Tensor]) -> list[Tensor]:
+        if len(args) != n_args:
+            raise InterpretError(f"the block takes {n_args} arguments, got {len(args)}")
+        env: list[Any] = [*args, *([None] * (n_slots - n_args))]
+        for call, ins, outs in plan:
+            for s, t in zip(outs, call([env[i] for i in ins]), strict=True):
+                env[s] = t
+        return [env[i] for i in ret]
+
+    return run
 
 
 def run_block(block: Block, args: Sequence[Tensor]) -> list[Tensor]:

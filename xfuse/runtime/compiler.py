@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 from xdsl.dialects import func
@@ -30,7 +31,15 @@ from xfuse.interpreters.graph import OP_IMPLS, find_function, run_op
 from xfuse.ir import dtypes
 from xfuse.ir.names import PARALLEL_DIMS_ATTR
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
-from xfuse.runtime.steps import VIEW_IMPLS, BufferSpec, EagerStep, KernelStep, Step, ViewStep
+from xfuse.runtime.steps import (
+    VIEW_IMPLS,
+    Allocate,
+    BufferSpec,
+    EagerStep,
+    KernelStep,
+    Step,
+    ViewStep,
+)
 
 Tensor = torch.Tensor
 
@@ -81,6 +90,15 @@ class KernelInfo:
     loop_ir: str
 
 
+PlannedStep = tuple[
+    Callable[[list[Tensor], Allocate], list[Tensor]],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[tuple[int, BufferSpec], ...],
+    tuple[int, ...],
+]
+
+
 @dataclass
 class Program:
     """Ordered steps over numbered slots, with the memory plan (see `xfuse.runtime.executor`)."""
@@ -96,6 +114,18 @@ class Program:
     kernels: list[KernelInfo]
     fallbacks: list[str]
     module: ModuleOp
+
+    @cached_property
+    def plan(self) -> list[PlannedStep]:
+        """The steps as the executor's loop takes them, every attribute read once: (the step's
+        bound `run`, its input slots, its output slots, the buffers released and the slots
+        dropped after it)."""
+        return [
+            (step.run, step.inputs, step.outputs, releases, drops)
+            for step, releases, drops in zip(
+                self.steps, self.release_after, self.drop_after, strict=True
+            )
+        ]
 
 
 def type_str(t: Attribute) -> str:

@@ -79,21 +79,20 @@ def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> l
         env[slot] = value
     for slot, value in zip(program.arg_slots, args, strict=True):
         env[slot] = value
-    for step, releases, drops in zip(
-        program.steps, program.release_after, program.drop_after, strict=True
-    ):
+    allocate, release = pool.allocate, pool.release
+    for i, (run, in_slots, out_slots, releases, drops) in enumerate(program.plan):
         # A step's inputs are set (by the arguments, constants or earlier steps) before it runs.
-        ins = cast("list[Tensor]", [env[s] for s in step.inputs])
+        ins = cast("list[Tensor]", [env[s] for s in in_slots])
         if PROFILE is None:
-            outs = step.run(ins, pool.allocate)
+            outs = run(ins, allocate)
         else:
             start = time.perf_counter()
-            outs = step.run(ins, pool.allocate)
-            PROFILE.add(program, step.label, time.perf_counter() - start)
-        for slot, value in zip(step.outputs, outs, strict=True):
+            outs = run(ins, allocate)
+            PROFILE.add(program, program.steps[i].label, time.perf_counter() - start)
+        for slot, value in zip(out_slots, outs, strict=True):
             env[slot] = value
         for slot, spec in releases:
-            pool.release(spec, cast(Tensor, env[slot]))  # a released slot holds its buffer
+            release(spec, cast(Tensor, env[slot]))  # a released slot holds its buffer
         for slot in drops:
             env[slot] = None
     results: list[Tensor] = []

@@ -21,7 +21,7 @@ from xdsl.ir import Operation
 
 from xfuse.backends import Kernel
 from xfuse.dialects import graph
-from xfuse.interpreters.graph import run_op
+from xfuse.interpreters.graph import PreparedOp, prepare_op
 
 Tensor = torch.Tensor
 
@@ -111,13 +111,19 @@ class KernelStep:
     out_specs: tuple[BufferSpec, ...]
     label: str
     owns_outputs: bool = field(default=True, init=False)
+    writes: bool = field(init=False, repr=False)
+    """Whether some output has elements: a kernel over empty outputs has nothing to write (and
+    may index nothing safely), so it is not launched."""
+
+    def __post_init__(self) -> None:
+        self.writes = any(math.prod(spec.shape) for spec in self.out_specs)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         buffers = [a if a.is_contiguous() else a.contiguous() for a in args]
         outs = [allocate(spec) for spec in self.out_specs]
-        # A kernel over empty outputs has nothing to write (and may index nothing safely).
-        if any(o.numel() for o in outs):
-            self.kernel([*buffers, *outs])
+        if self.writes:
+            buffers += outs
+            self.kernel(buffers)
         return outs
 
 
@@ -130,12 +136,17 @@ class EagerStep:
     outputs: tuple[int, ...]
     label: str
     owns_outputs: bool = field(default=False, init=False)
+    call: PreparedOp = field(init=False, repr=False)
+    """The op prepared once (arguments decoded, operator resolved): operands -> results."""
+
+    def __post_init__(self) -> None:
+        self.call = prepare_op(self.op)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         if args and args[0].device.type != "cpu":
             with args[0].device:  # constants made inside (a group's) on the inputs' device
-                return run_op(self.op, args)
-        return run_op(self.op, args)
+                return self.call(args)
+        return self.call(args)
 
 
 View = Callable[[Tensor], Tensor]

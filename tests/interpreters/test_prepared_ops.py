@@ -1,0 +1,168 @@
+"""`prepare_op` / `prepare_args`: the interpreter's ops with their attributes read once give
+what `run_op` gives, and fail as it fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr, i64
+from xdsl.ir import Attribute, Operation
+
+import xfuse
+from xfuse.dialects import fusion, graph
+from xfuse.dialects.torch_args import decode_args, encode_args, prepare_args
+from xfuse.errors import InterpretError
+from xfuse.interpreters.graph import find_function, prepare_op, run_op
+
+X = "tensor<3x4xf32>"
+
+
+def _ops(text: str) -> list[Operation]:
+    return list(find_function(xfuse.parse(text)).body.block.ops)
+
+
+def _tensor_index(tensors: list[torch.Tensor]) -> object:
+    return lambda v: next((i for i, t in enumerate(tensors) if v is t), None)
+
+
+@pytest.mark.parametrize(
+    "args,kwargs",
+    [
+        (lambda a, b: ([a, 1], {}), None),
+        (lambda a, b: ([[a, b], 0], {}), None),
+        (lambda a, b: ([a], {"dim": 1, "dtype": torch.float64}), None),
+        (lambda a, b: ([a, [2, 6]], {"out_dtype": None, "mode": "str:x"}), None),
+        (lambda a, b: ([], {"input": a, "other": [b, 3.5], "flag": True}), None),
+    ],
+)
+def test_prepare_args_matches_decode_args(args: object, kwargs: object) -> None:
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    plain_args, plain_kwargs = args(a, b)  # type: ignore[operator]
+    encoded = encode_args(plain_args, plain_kwargs, _tensor_index([a, b]))  # type: ignore[arg-type]
+    fill = prepare_args(*encoded)
+    for tensors in ([a, b], [b, a]):  # the same prepared call, other operands
+        got = fill(tensors)
+        want = decode_args(*encoded, tensors)
+        assert _same(got, want)
+
+
+def _same(x: object, y: object) -> bool:
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return x is y
+    if isinstance(x, list | tuple) and isinstance(y, list | tuple):
+        return len(x) == len(y) and all(_same(u, v) for u, v in zip(x, y, strict=True))
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    return type(x) is type(y) and x == y
+
+
+def test_prepared_torch_call_runs_like_run_op() -> None:
+    (op, _) = _ops(
+        f"func.func @f(%a: {X}) -> {X} {{\n"
+        f'  %y = graph.torch_call "aten.cumsum.default"(%a) args = ["%t0", 1] kwargs = {{}} '
+        f": ({X}) -> {X}\n  func.return %y : {X}\n}}"
+    )
+    call = prepare_op(op)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(call([x])[0], run_op(op, [x])[0], rtol=0, atol=0)
+
+
+def test_prepared_multi_result_torch_call() -> None:
+    x = torch.randn(3, 4)
+    args: ArrayAttr[Attribute] = ArrayAttr([StringAttr("%t0"), IntegerAttr(1, i64)])
+    block_text = (
+        f"func.func @f(%a: {X}) -> ({X}, tensor<3x4xi64>) {{\n"
+        f'  %v, %i = graph.torch_call "aten.sort.default"(%a) args = ["%t0", 1] kwargs = {{}} '
+        f": ({X}) -> ({X}, tensor<3x4xi64>)\n"
+        f"  func.return %v, %i : {X}, tensor<3x4xi64>\n}}"
+    )
+    (op, _) = _ops(block_text)
+    assert isinstance(op, graph.TorchCallOp) and op.args == args
+    got, want = prepare_op(op)([x]), run_op(op, [x])
+    assert len(got) == len(want) == 2
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert op.kwargs == DictionaryAttr({})
+
+
+def test_unknown_operator_fails_when_called_as_before() -> None:
+    (op, _) = _ops(
+        f"func.func @f(%a: {X}) -> {X} {{\n"
+        f'  %y = graph.torch_call "aten.no_such_op.default"(%a) args = ["%t0"] kwargs = {{}} '
+        f": ({X}) -> {X}\n  func.return %y : {X}\n}}"
+    )
+    call = prepare_op(op)  # preparing does not raise: the eager run does, as run_op does
+    with pytest.raises(InterpretError, match="unknown torch operator 'aten.no_such_op.default'"):
+        call([torch.zeros(3, 4)])
+
+
+def test_prepared_group_runs_like_run_op() -> None:
+    t = "tensor<4xf32>"
+    text = (
+        f"func.func @f(%x: {t}, %y: {t}) -> ({t}, {t}) {{\n"
+        f'  %0:2 = fusion.group (%x, %y) kind = "elementwise" rule = "test" '
+        f": ({t}, {t}) -> ({t}, {t}) {{\n"
+        f"  ^bb0(%a: {t}, %b: {t}):\n"
+        f"    %c = graph.constant dense<2.0> : {t}\n"
+        f"    %m = graph.mul %a, %c : {t}, {t} -> {t}\n"
+        f"    %s = graph.add %m, %b : {t}, {t} -> {t}\n"
+        f"    fusion.yield %s, %c : {t}, {t}\n"
+        f"  }}\n"
+        f"  func.return %0#0, %0#1 : {t}, {t}\n}}"
+    )
+    (group, _) = _ops(text)
+    assert isinstance(group, fusion.GroupOp)
+    call = prepare_op(group)
+    a, b = torch.randn(4), torch.randn(4)
+    first = call([a, b])
+    for got, want in zip(first, run_op(group, [a, b]), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    first[1].add_(1.0)  # a caller writing a yielded constant changes no later run
+    torch.testing.assert_close(call([a, b])[1], torch.full((4,), 2.0))
+
+
+@pytest.mark.parametrize(
+    "line,fn",
+    [
+        (f"%y = graph.neg %a : {X}", torch.neg),
+        (f"%y = graph.softmax %a dim = 1 : {X}", lambda a: torch.softmax(a, 1)),
+    ],
+)
+def test_prepared_graph_op_runs_like_run_op(line: str, fn: object) -> None:
+    (op, _) = _ops(f"func.func @f(%a: {X}) -> {X} {{\n  {line}\n  func.return %y : {X}\n}}")
+    x = torch.randn(3, 4)
+    (got,) = prepare_op(op)([x])
+    torch.testing.assert_close(got, run_op(op, [x])[0], rtol=0, atol=0)
+    torch.testing.assert_close(got, fn(x), rtol=0, atol=0)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"%y = graph.reduce_sum %a dims = [1] keepdim : {X} -> tensor<3x1xf32>",
+        f"%y = graph.reduce_max %a dims = [] : {X} -> {X}",
+        f"%y = graph.cast %a : {X} to tensor<3x4xf16>",
+        f"%y = graph.reshape %a : {X} -> tensor<12xf32>",
+    ],
+)
+def test_prepared_attribute_ops_run_like_run_op(line: str) -> None:
+    ops = _ops(f"func.func @f(%a: {X}) {{\n  {line}\n  func.return\n}}")
+    op = ops[0]
+    x = torch.randn(3, 4)
+    (got,) = prepare_op(op)([x])
+    want = run_op(op, [x])[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_prepared_constant_is_fresh_per_run() -> None:
+    (op, _) = _ops(
+        "func.func @f() -> tensor<2xf32> {\n"
+        "  %c = graph.constant dense<[1.5, 2.5]> : tensor<2xf32>\n"
+        "  func.return %c : tensor<2xf32>\n}"
+    )
+    call = prepare_op(op)
+    (first,) = call([])
+    first.add_(1.0)
+    torch.testing.assert_close(call([])[0], torch.tensor([1.5, 2.5]))
