@@ -208,13 +208,16 @@ def _elu(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 
 def _round_decimals(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
-    """round(x * 10^d) / 10^d, or round(x / 10^-d) * 10^-d for d < 0, in f32 for f16/bf16
-    (eager's kernel)."""
+    """round(x * 10^d) / 10^d, or round(x / 10^-d) * 10^-d for d < 0, as eager's kernel for
+    the device computes it: in f32 for f16/bf16 on the CPU, but in the input's own type on
+    CUDA (where 1e4 * 100 overflows f16 to inf: eager's CUDA kernel gives inf too)."""
     dtype = out_type(node).element_type
     if not graph.is_float(dtype):
         return None
     decimals = int(a.get("decimals", 0))
-    compute = _opmath_type(dtype)
+    val = node.meta.get("val")
+    on_cuda = isinstance(val, torch.Tensor) and val.device.type == "cuda"
+    compute = dtype if on_cuda else _opmath_type(dtype)
     x = lw.operand(a["self"], compute)
     if decimals == 0:
         return lw.cast(lw.emit(graph.RoundOp(x)), dtype)

@@ -61,9 +61,21 @@ def _prepare_reshape(op: Operation) -> Prepared:
 
 
 def _prepare_constant(op: Operation) -> Prepared:
+    """A fresh tensor per run (callers may write it) on torch's default device of the moment
+    (the runtime runs a fallen-back group under its inputs' device), copied from one kept per
+    device: a device-to-device copy, which a CUDA graph can capture."""
     assert isinstance(op, graph.ConstantOp)
     value = constant_tensor(op.value)
-    return lambda xs: value.clone()  # a fresh tensor per run: callers may write it
+    on_device: dict[torch.device, Tensor] = {value.device: value}
+
+    def run(xs: Sequence[Tensor]) -> Tensor:
+        device = torch.get_default_device()
+        kept = on_device.get(device)
+        if kept is None:
+            kept = on_device[device] = value.to(device)
+        return kept.clone()
+
+    return run
 
 
 def _reduce(fn: Callable[[Tensor, tuple[int, ...], bool], Tensor]) -> Preparer:
