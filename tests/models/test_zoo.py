@@ -74,6 +74,12 @@ def test_a_causal_lm_with_its_default_cache_returns_the_cache() -> None:
 def test_zoo_strict_on_cuda(name: str, entry: str, dtype: torch.dtype) -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    # TF32 off through the flags context: torch's OpInfo module (imported by the OpInfo
+    # sweep's tests) forbids setting cudnn's global flags.
+    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    _check(name, entry, "cuda", dtype, "error")
+    try:
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            _check(name, entry, "cuda", dtype, "error")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32

@@ -57,7 +57,7 @@ def _check(info: Any, device: str) -> None:
         return  # the table records the CPU's coverage
     expected = EXPECTED.get(result.key)
     assert expected is not None, f"not in the table, regenerate it: {result.row()}"
-    assert (result.outcome, result.detail) == (expected.outcome, expected.detail), (
+    assert (result.outcome, result.brief) == (expected.outcome, expected.brief), (
         f"coverage changed (regenerate the table if intended): was {expected.row()!r}, "
         f"now {result.row()!r}"
     )

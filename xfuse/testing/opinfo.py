@@ -69,10 +69,14 @@ class Result:
     def key(self) -> tuple[str, str, str, int]:
         return (self.op, self.variant, self.dtype, self.index)
 
+    @property
+    def brief(self) -> str:
+        """`detail` as the table holds it: white space folded, 200 characters at most."""
+        return " ".join(self.detail.split())[:200]
+
     def row(self) -> str:
-        detail = " ".join(self.detail.split())[:200]
         return "\t".join(
-            [self.op, self.variant or "-", self.dtype, str(self.index), self.outcome, detail]
+            [self.op, self.variant or "-", self.dtype, str(self.index), self.outcome, self.brief]
         )
 
     @staticmethod
