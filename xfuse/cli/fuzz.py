@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xfuse.api import DEFAULT_PIPELINE
 from xfuse.testing.fuzz import (
-    DEFAULT_PIPELINE,
     Outcome,
     available_devices,
     check_source,

@@ -32,10 +32,10 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, Modul
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from xfuse.api import DEFAULT_PIPELINE
 from xfuse.errors import BisectError
 from xfuse.pipeline import PassFactories, Pipeline, known_passes, parse_passes
 from xfuse.testing.fuzz import (
-    DEFAULT_PIPELINE,
     RMSE_TOLERANCE,
     compare_outputs,
     flat_tensors,

@@ -1,0 +1,76 @@
+"""
+Differential fuzzing of the whole compiler, in the style of NNSmith: random torch programs,
+each run in torch eager and through xfuse, compared.
+
+    program = generate(seed=7)               # a `FuzzProgram`: source text + its parts
+    outcome = check_source(program.source)   # eager vs every stage of xfuse
+    outcome.status                           # "pass" | "fail" | "skip"
+
+A program is Python source: `def program(x0, x1, ...)` whose body is one statement per op, and
+`def make_inputs()` that builds seeded inputs (some transposed, expanded (stride 0) or strided
+slices). The generator picks ops from what xfuse supports (elementwise with broadcasting,
+comparisons and `where`, casts, reductions, normalisations, layout ops, matmul/linear) and some
+it does not (cumsum, flip, sort, conv1d, ...), in-place ops and views of mutated tensors. Each
+candidate statement is run on the real inputs before it is kept, so a program never computes
+NaN/Inf or huge values (the op's domain is respected by construction).
+
+The differential runner (`check_source`) compares eager with: the interpreter after import and
+after each pass of the pipeline, the CPU backend through `xfuse.compile` (called twice: the
+second call reuses buffers), and CUDA when there is one. Tolerance: `torch.testing.assert_close`
+defaults; for programs with reductions, matmuls or low precision, an output that fails those
+passes when its RMSE against an f64 run is at most 2x eager's (+ a tiny epsilon).
+"""
+
+from __future__ import annotations
+
+from xfuse.testing.fuzz.compare import (  # noqa: F401 (the package's names)
+    compare_outputs,
+    flat_tensors,
+    rmse,
+)
+from xfuse.testing.fuzz.generator import (  # noqa: F401 (the package's names)
+    BINARY,
+    COMPARISONS,
+    EXACT_BINARY,
+    EXACT_REDUCTIONS,
+    EXACT_UNARY,
+    INPLACE,
+    POSITIVE_DOMAIN,
+    REDUCTIONS,
+    UNARY,
+    Generator,
+    Rejected,
+    Value,
+    generate,
+    pool,
+)
+from xfuse.testing.fuzz.program import (  # noqa: F401 (the package's names)
+    DIMS,
+    MAX_MAGNITUDE,
+    MAX_NUMEL,
+    RMSE_TOLERANCE,
+    STRICT_TOLERANCE,
+    FuzzProgram,
+    InputSpec,
+    Tensor,
+    load_source,
+    program_source,
+)
+from xfuse.testing.fuzz.reproducer import (  # noqa: F401 (the package's names)
+    check_file,
+    program_part,
+    reproducer,
+    reproducer_name,
+)
+from xfuse.testing.fuzz.runner import (  # noqa: F401 (the package's names)
+    Differential,
+    Effects,
+    Float64Casts,
+    Outcome,
+    StageFailure,
+    available_devices,
+    check_source,
+    compare_effects,
+    magnitude,
+    write_effects,
+)

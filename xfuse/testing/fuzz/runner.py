@@ -1,0 +1,350 @@
+"""The differential runner: each program through the interpreter, the pipeline and the compiled kernels, against eager."""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# The differential runner
+# ---------------------------------------------------------------------------------------------
+from xfuse.api import DEFAULT_PIPELINE  # the pipeline xfuse.compile runs
+from xfuse.errors import XfuseError
+from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
+from xfuse.testing.fuzz.program import RMSE_TOLERANCE, Tensor, load_source
+
+
+@dataclass
+class Outcome:
+    """The result of one differential run."""
+
+    status: str
+    """pass | fail | skip (torch.export rejects the program)"""
+    stage: str = ""
+    """Where it failed: "eager", "import", "after <pass>", "loops", "cpu", "cuda"."""
+    message: str = ""
+    stages: list[str] = field(default_factory=list[str])
+    """Stages that ran and matched eager."""
+
+    def __str__(self) -> str:
+        if self.status == "pass":
+            return f"pass ({', '.join(self.stages)})"
+        return f"{self.status} at {self.stage}: {self.message}"
+
+
+class StageFailure(XfuseError):
+    def __init__(self, stage: str, message: str):
+        super().__init__(f"{stage}: {message}")
+        self.stage = stage
+        self.message = message
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:400]
+
+
+def _where(e: BaseException) -> str:
+    """The innermost xfuse frame of a crash, so that a report says where to look."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/xfuse/" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" [{f.filename.rsplit('/xfuse/', 1)[-1]}:{f.lineno}]"
+
+
+@dataclass
+class Differential:
+    """Runs one program (from source) through eager and every xfuse stage."""
+
+    source: str
+    devices: Sequence[str] = ("cpu",)
+    pipeline: str = DEFAULT_PIPELINE
+    loop_interpreter: bool = True
+    semantics: bool = False
+    """Also check what the compiled program's outputs alias (`check_aliasing`), with results
+    dropped between calls (recycling), each output at a tolerance of its own magnitude."""
+    namespace: dict[str, Any] = field(init=False)
+    expected: list[Tensor] = field(init=False)
+    reference: list[Tensor] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.namespace = load_source(self.source)
+
+    @property
+    def program(self) -> Callable[..., Any]:
+        return self.namespace["program"]
+
+    def fresh_inputs(self) -> tuple[Tensor, ...]:
+        return tuple(self.namespace["make_inputs"]())
+
+    def run(self) -> Outcome:
+        passed: list[str] = []
+        try:
+            self.run_eager()
+            passed.append("eager")
+            imported = self.run_import()
+            if imported is None:
+                return Outcome("skip", "export", "torch.export rejects the program")
+            passed.append("import")
+            passed += self.run_passes(imported)
+            for device in self.devices:
+                self.run_compiled(device)
+                passed.append(device)
+        except StageFailure as failure:
+            return Outcome("fail", failure.stage, failure.message, passed)
+        return Outcome("pass", stages=passed)
+
+    def check(self, stage: str, got: Sequence[Tensor]) -> None:
+        scale: float | list[float] = float(self.namespace.get("SCALE", 1.0))
+        if self.semantics:
+            scale = [magnitude(e) for e in self.expected]
+        problem = compare_outputs(got, self.expected, self.reference, scale)
+        if problem is not None:
+            raise StageFailure(stage, problem)
+
+    def run_eager(self) -> None:
+        try:
+            self.expected = flat_tensors(self.program(*self.fresh_inputs()))
+        except Exception as e:
+            raise StageFailure("eager", _one_line(e)) from e
+        if self.namespace.get("TOLERANCE") == RMSE_TOLERANCE:
+            self.reference = self.run_f64()
+
+    def run_f64(self) -> list[Tensor] | None:
+        inputs = [t.double() if t.dtype == torch.float32 else t for t in self.fresh_inputs()]
+        try:
+            with warnings.catch_warnings(), Float64Casts():
+                warnings.simplefilter("ignore")  # f64 data with f32 weights: said once, here
+                out = flat_tensors(self.program(*inputs))
+        except Exception:
+            return None
+        return out if len(out) == len(self.expected) else None
+
+    def run_import(self) -> Any:
+        from xfuse.frontend import UnsupportedProgram, import_module
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                imported = import_module(self.program, self.fresh_inputs())
+        except UnsupportedProgram as e:
+            if str(e).startswith("torch.export failed"):
+                return None
+            raise StageFailure("import", _one_line(e)) from e
+        except Exception as e:
+            raise StageFailure("import", _one_line(e) + _where(e)) from e
+        self.interpret("import", imported.module, imported)
+        return imported
+
+    def interpret(self, stage: str, module: Any, imported: Any) -> None:
+        from xfuse.interpreters.graph import interpret
+
+        try:
+            got = interpret(module, imported.arguments(*self.fresh_inputs()))
+        except Exception as e:
+            raise StageFailure(stage, _one_line(e) + _where(e)) from e
+        self.check(stage, got)
+
+    def run_passes(self, imported: Any) -> list[str]:
+        from xfuse.pipeline import Pipeline, parse_passes
+
+        stages: list[str] = []
+        for module_pass in parse_passes(self.pipeline):
+            stage = f"after {module_pass.name}"
+            try:
+                Pipeline((module_pass,)).apply(imported.module)
+            except Exception as e:
+                raise StageFailure(stage, _one_line(e) + _where(e)) from e
+            self.interpret(stage, imported.module, imported)
+            stages.append(module_pass.name)
+        if self.loop_interpreter and self.small() and self.run_loops(imported):
+            stages.append("loops")
+        return stages
+
+    def small(self) -> bool:
+        return sum(t.numel() for t in self.expected) <= 512 and all(
+            t.numel() <= 512 for t in self.fresh_inputs()
+        )
+
+    def run_loops(self, imported: Any) -> bool:
+        """Lowered loops through the loop interpreter; False when some group cannot be
+        lowered (the runtime then runs it eagerly, which the CPU stage checks)."""
+        from xfuse.errors import CodegenError
+        from xfuse.interpreters.loops import run_lowered
+        from xfuse.runtime.compiler import lower_to_loops
+
+        module = imported.module.clone()
+        try:
+            lower_to_loops(module)
+        except CodegenError:
+            return False  # a group one kernel cannot express: the runtime runs it eagerly
+        except Exception as e:
+            raise StageFailure("loops", _one_line(e) + _where(e)) from e
+        try:
+            got = run_lowered(module, imported.arguments(*self.fresh_inputs()))
+        except Exception as e:
+            raise StageFailure("loops", _one_line(e) + _where(e)) from e
+        self.check("loops", got)
+        return True
+
+    def run_compiled(self, device: str) -> None:
+        import xfuse
+
+        def on_device() -> tuple[Tensor, ...]:
+            return tuple(t.to(device) for t in self.fresh_inputs())
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compiled = xfuse.compile(
+                    self.program, on_device(), device=device, pipeline=self.pipeline
+                )
+                first = flat_tensors(compiled(*on_device()))
+                self.check(device, first)
+                second = flat_tensors(compiled(*on_device()))
+        except StageFailure:
+            raise
+        except Exception as e:
+            raise StageFailure(device, _one_line(e) + _where(e)) from e
+        self.check(f"{device} (second call)", second)
+        if self.semantics:
+            del first, second  # dropped: the next calls recycle their memory
+            self.check_aliasing(device, compiled, on_device)
+
+    def check_aliasing(
+        self, device: str, compiled: Any, on_device: Callable[[], tuple[Tensor, ...]]
+    ) -> None:
+        """Write into each output in turn (a fresh call each time, results dropped after): the
+        inputs and the other outputs must change where eager's do; then a call after all the
+        writes still matches eager (no constant or recycled buffer was changed by them)."""
+        stage = f"{device} (aliasing)"
+        n_inputs = len(self.fresh_inputs())
+        for i in range(len(self.expected)):
+            want = write_effects(self.program, self.fresh_inputs, i)
+            try:
+                got = write_effects(compiled, on_device, i)
+            except Exception as e:
+                raise StageFailure(stage, _one_line(e) + _where(e)) from e
+            problem = compare_effects(i, want, got, n_inputs)
+            if problem is not None:
+                raise StageFailure(stage, problem)
+        self.check(f"{device} (after writes)", flat_tensors(compiled(*on_device())))
+
+
+def magnitude(t: Tensor) -> float:
+    """The largest magnitude of a floating-point output (its own tolerance scale), else 0."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return 0.0
+    finite = t.detach().cpu().double()
+    finite = finite[finite.isfinite()]
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
+Effects = list[Tensor] | str
+"""Where writing into an output changed the call's inputs and outputs (a bool mask each), or
+the error the write raised (e.g. into an expanded view)."""
+
+
+def write_effects(run: Callable[..., Any], make_inputs: Callable[[], Any], i: int) -> Effects:
+    """Call `run` on fresh inputs, write into output `i` (every element gets a new value), and
+    say which elements of the inputs and outputs changed."""
+    inputs = tuple(make_inputs())
+    outputs = flat_tensors(run(*inputs))
+    watched = [*inputs, *outputs]
+    before = [t.detach().clone() for t in watched]
+    target = outputs[i]
+    try:
+        target.copy_(_every_element_changed(target))
+    except RuntimeError as e:
+        return f"the write raises {type(e).__name__}"
+    return [_changed(t, b) for t, b in zip(watched, before, strict=True)]
+
+
+def _every_element_changed(t: Tensor) -> Tensor:
+    if t.dtype == torch.bool:
+        return t.logical_not()
+    return torch.where(t == 7, torch.full_like(t, 9), torch.full_like(t, 7))
+
+
+def _changed(now: Tensor, before: Tensor) -> Tensor:
+    same = now.cpu() == before.cpu()
+    if now.is_floating_point():
+        same |= now.cpu().isnan() & before.cpu().isnan()
+    return ~same
+
+
+def compare_effects(i: int, want: Effects, got: Effects, n_inputs: int) -> str | None:
+    """None when writing into output `i` did to xfuse's tensors what it did to eager's (the
+    first `n_inputs` masks are the inputs', the rest the outputs')."""
+    if isinstance(want, str) or isinstance(got, str):
+        if isinstance(want, str) and isinstance(got, str):
+            return None
+        return f"writing into output {i}: eager {_effect(want)}, xfuse {_effect(got)}"
+    for j, (w, g) in enumerate(zip(want, got, strict=True)):
+        if not torch.equal(w, g):
+            what = f"input {j}" if j < n_inputs else f"output {j - n_inputs}"
+            return (
+                f"writing into output {i} changes {what} at {int(g.sum())} elements, "
+                f"eager at {int(w.sum())}"
+            )
+    return None
+
+
+def _effect(effects: Effects) -> str:
+    return effects if isinstance(effects, str) else "allows it"
+
+
+class Float64Casts(torch.overrides.TorchFunctionMode):
+    """For the f64 reference run: `.to(<floating dtype>)` casts to f64 instead, so that a
+    program's own casts to f16/bf16/f32 do not make the reference as coarse as eager."""
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.to:
+            args = tuple(_f64_if_float(a) for a in args)
+            if "dtype" in kwargs:
+                kwargs["dtype"] = _f64_if_float(kwargs["dtype"])
+        return func(*args, **kwargs)
+
+
+def _f64_if_float(x: Any) -> Any:
+    return torch.float64 if isinstance(x, torch.dtype) and x.is_floating_point else x
+
+
+def available_devices(requested: str | None = None) -> list[str]:
+    """cpu, plus cuda where torch sees a GPU and pycuda imports (or just `requested`)."""
+    if requested is not None:
+        return [requested]
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        try:
+            import pycuda  # noqa: F401  # pyright: ignore[reportMissingImports]
+
+            devices.append("cuda")
+        except ImportError:
+            pass
+    return devices
+
+
+def check_source(
+    source: str,
+    devices: Sequence[str] | None = None,
+    pipeline: str = DEFAULT_PIPELINE,
+    loop_interpreter: bool = True,
+    semantics: bool = False,
+) -> Outcome:
+    """Run a program's source through eager and xfuse; never raises for a failure. With
+    `semantics`, also what outputs alias (`Differential.check_aliasing`)."""
+    devices = available_devices() if devices is None else devices
+    try:
+        return Differential(source, devices, pipeline, loop_interpreter, semantics).run()
+    except Exception as e:  # the harness itself: report it, do not stop the fuzzer
+        return Outcome("fail", "harness", _one_line(e) + _where(e))
