@@ -19,6 +19,10 @@ after each pass of the pipeline, the CPU backend through `xfuse.compile` (called
 second call reuses buffers), and CUDA when there is one. Tolerance: `torch.testing.assert_close`
 defaults; for programs with reductions, matmuls or low precision, an output that fails those
 passes when its RMSE against an f64 run is at most 2x eager's (+ a tiny epsilon).
+
+One module per part: `program.py` (program text), `generator.py`, `compare.py`, `runner.py`
+(the differential runner, and the `--semantics` aliasing check), `reproducer.py`; this package
+names what they export.
 """
 
 from __future__ import annotations
