@@ -355,7 +355,7 @@ def run_on_gpu(
     output's dtype, or for reductions (whose order of summation differs) with an RMSE against
     an f64 reference at most twice eager's (`xfuse.testing.fuzz.compare_outputs`)."""
     import xfuse.api
-    from xfuse.testing.fuzz import compare_outputs
+    from xfuse.testing.fuzz.compare import compare_outputs
 
     cuda_inputs = tuple(t.cuda() for t in inputs)
     expected = fn(*cuda_inputs)

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from xfuse.cli import fuzz as cli
-from xfuse.testing import fuzz
-from xfuse.testing.fuzz import StageFailure, program_part
+from xfuse.testing.fuzz import generator, program, reproducer, runner
+from xfuse.testing.fuzz.reproducer import program_part
+from xfuse.testing.fuzz.runner import StageFailure
 
 
 def test_a_clean_run_ends_with_the_counts(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,7 +27,7 @@ def test_failures_are_written_as_reproducers(
     def broken_cpu(self: Any, device: str) -> None:
         raise StageFailure(device, "output 0: injected mismatch")
 
-    monkeypatch.setattr(fuzz.Differential, "run_compiled", broken_cpu)
+    monkeypatch.setattr(runner.Differential, "run_compiled", broken_cpu)
     status = cli.main(["--programs", "2", "--seed", "7", "--out", str(tmp_path), "--device", "cpu"])
     out = capsys.readouterr().out.strip().splitlines()
     assert status == 1
@@ -36,25 +37,25 @@ def test_failures_are_written_as_reproducers(
     assert written == ["fail_7_0.py", "fail_7_1.py"]
     text = (tmp_path / "fail_7_0.py").read_text()
     assert "Failed at: cpu" in text and "injected mismatch" in text
-    assert program_part(text) == fuzz.generate(cli.program_seed(7, 0)).source
+    assert program_part(text) == generator.generate(cli.program_seed(7, 0)).source
 
 
 def test_a_reproducer_fails_while_the_bug_is_there(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source = fuzz.program_source(
-        3, [fuzz.InputSpec("x0", (4, 4))], ["v1 = torch.relu(x0)"], ["v1"], "strict"
+    source = program.program_source(
+        3, [program.InputSpec("x0", (4, 4))], ["v1 = torch.relu(x0)"], ["v1"], "strict"
     )
     path = tmp_path / "fail_3_0.py"
-    path.write_text(fuzz.reproducer(source, fuzz.Outcome("fail", "cpu", "planted"), 3, 0))
-    assert fuzz.check_file(str(path), ["cpu"]) == 0  # xfuse gets relu right
+    path.write_text(reproducer.reproducer(source, runner.Outcome("fail", "cpu", "planted"), 3, 0))
+    assert reproducer.check_file(str(path), ["cpu"]) == 0  # xfuse gets relu right
     assert capsys.readouterr().out.startswith("pass")
 
     def broken_cpu(self: Any, device: str) -> None:
         raise StageFailure(device, "output 0: planted")
 
-    monkeypatch.setattr(fuzz.Differential, "run_compiled", broken_cpu)
-    assert fuzz.check_file(str(path), ["cpu"]) == 1
+    monkeypatch.setattr(runner.Differential, "run_compiled", broken_cpu)
+    assert reproducer.check_file(str(path), ["cpu"]) == 1
     assert capsys.readouterr().out.startswith("fail at cpu: output 0: planted")
 
 

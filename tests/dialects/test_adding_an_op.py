@@ -21,7 +21,7 @@ from xfuse.frontend import aten
 from xfuse.frontend.importer import import_module
 from xfuse.interpreters import graph as graph_interpreter
 from xfuse.passes.lowering import scalar_ops
-from xfuse.testing import fuzz
+from xfuse.testing.fuzz import generator, runner
 
 
 def _log1p(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
@@ -69,11 +69,11 @@ def test_a_toy_op_declared_in_its_class_imports_interprets_and_lowers(toy_op: No
     imported = import_module(lambda x: torch.log1p(x) * 2.0, (x,))
     names = [op.name for op in imported.module.walk()]
     assert "graph.toy_log1p" in names and "graph.torch_call" not in names
-    outcome = fuzz.check_source(SOURCE, ["cpu"])
+    outcome = runner.check_source(SOURCE, ["cpu"])
     assert outcome.status == "pass", str(outcome)
     assert {"import", "loops", "cpu"} <= set(outcome.stages), outcome.stages
 
 
 def test_a_toy_op_declared_in_its_class_is_fuzzed() -> None:
-    drawn = fuzz.pool("unary", [*graph.Graph.operations, ToyLog1pOp])
+    drawn = generator.pool("unary", [*graph.Graph.operations, ToyLog1pOp])
     assert drawn[-1].spelling == "torch.log1p" and drawn[-1].positive

@@ -26,7 +26,8 @@ from xfuse.passes.llvm.convert_math_to_llvm import (
 from xfuse.passes.llvm.expand_math import EXPANSIONS
 from xfuse.passes.llvm.lower_to_nvvm import LIBDEVICE_FLOAT
 from xfuse.passes.lowering.scalar_ops import SCALAR_RULES
-from xfuse.testing import fuzz, random_graph
+from xfuse.testing import random_graph
+from xfuse.testing.fuzz import generator
 
 OPS = list(graph.Graph.operations)
 # (a composite op such as silu inherits its base's Elementwise trait: `decompose` splits it)
@@ -132,13 +133,13 @@ def test_every_fuzz_fact_reaches_a_generator(op: type[Operation]) -> None:
     if f is None:
         return
     if f.by is not None:
-        assert callable(getattr(fuzz.Generator, f.by, None)), f"{op.name}: no fuzz.{f.by}"
+        assert callable(getattr(generator.Generator, f.by, None)), f"{op.name}: no fuzz.{f.by}"
         return
     pools = {
-        "unary": fuzz.UNARY,
-        "binary": fuzz.BINARY,
-        "compare": fuzz.COMPARISONS,
-        "reduction": fuzz.REDUCTIONS,
+        "unary": generator.UNARY,
+        "binary": generator.BINARY,
+        "compare": generator.COMPARISONS,
+        "reduction": generator.REDUCTIONS,
     }
     assert f.pool is not None and f.spelling in pools[f.pool], op.name
     if f.random_graph:

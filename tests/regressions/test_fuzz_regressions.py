@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import xfuse
-from xfuse.testing.fuzz import check_source
+from xfuse.testing.fuzz.runner import check_source
 
 Tensor = torch.Tensor
 

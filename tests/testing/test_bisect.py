@@ -16,7 +16,8 @@ from xfuse.cli.fuzz import main as fuzz_main
 from xfuse.dialects import graph
 from xfuse.pipeline import known_passes
 from xfuse.testing.bisect import BisectError, Bisector, bisect_reproducer
-from xfuse.testing.fuzz import Outcome, reproducer
+from xfuse.testing.fuzz.reproducer import reproducer
+from xfuse.testing.fuzz.runner import Outcome
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def test_finds_the_single_bad_decision(tmp_path: Path) -> None:
 def test_the_decision_index_in_the_whole_program() -> None:
     from xfuse.frontend import import_module
     from xfuse.testing.bisect import Case, first_bad_decision
-    from xfuse.testing.fuzz import load_source
+    from xfuse.testing.fuzz.program import load_source
 
     namespace = load_source(PROGRAM)
     imported = import_module(namespace["program"], namespace["make_inputs"]())
@@ -139,7 +140,7 @@ def test_a_crashing_pass_is_the_culprit() -> None:
             if any(isinstance(o, graph.TanhOp) for o in op.walk()):
                 raise RuntimeError("tanh is not handled")
 
-    from xfuse.testing.fuzz import load_source
+    from xfuse.testing.fuzz.program import load_source
 
     passes = {**PASSES, CrashOnTanh.name: lambda: CrashOnTanh}
     namespace = load_source(PROGRAM)

@@ -8,17 +8,12 @@ from typing import Any
 import pytest
 import torch
 
-from xfuse.testing import fuzz
-from xfuse.testing.fuzz import (
-    StageFailure,
-    check_source,
-    compare_outputs,
-    flat_tensors,
-    generate,
-    load_source,
-    program_part,
-    reproducer,
-)
+from xfuse.testing.fuzz import runner
+from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
+from xfuse.testing.fuzz.generator import generate
+from xfuse.testing.fuzz.program import load_source
+from xfuse.testing.fuzz.reproducer import program_part, reproducer
+from xfuse.testing.fuzz.runner import StageFailure, check_source
 
 SEEDS = range(25)
 
@@ -118,7 +113,7 @@ def test_a_crash_is_a_failure_that_names_the_stage(monkeypatch: pytest.MonkeyPat
     def crash(self: Any, imported: Any) -> list[str]:
         raise StageFailure("after decompose", "RuntimeError: injected")
 
-    monkeypatch.setattr(fuzz.Differential, "run_passes", crash)
+    monkeypatch.setattr(runner.Differential, "run_passes", crash)
     outcome = check_source(SIMPLE, ["cpu"])
     assert (outcome.status, outcome.stage, outcome.message) == (
         "fail",
@@ -156,7 +151,7 @@ def test_a_reproducer_is_a_script_that_checks_itself(tmp_path: Any) -> None:
     import subprocess
     import sys
 
-    outcome = fuzz.Outcome("fail", "cpu", 'output 0: not close """quoted"""')
+    outcome = runner.Outcome("fail", "cpu", 'output 0: not close """quoted"""')
     text = reproducer(SIMPLE, outcome, 5, 2)
     assert program_part(text) == SIMPLE
     path = tmp_path / "fail_5_2.py"
@@ -187,7 +182,7 @@ def test_the_f64_reference_sees_through_the_programs_own_casts() -> None:
     """fuzz seed 7 program 176: xfuse's f16 softmax (f32 math, one rounding) is closer to the
     truth than eager's; a reference that also cast to f16 made it look wrong."""
     namespace = load_source(F16_SOFTMAX)
-    with fuzz.Float64Casts():
+    with runner.Float64Casts():
         reference = flat_tensors(namespace["program"](namespace["make_inputs"]()[0].double()))
     assert [t.dtype for t in reference] == [torch.float64, torch.float64]
     outcome = check_source(F16_SOFTMAX, ["cpu"])

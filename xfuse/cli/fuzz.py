@@ -21,14 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xfuse.api import DEFAULT_PIPELINE
-from xfuse.testing.fuzz import (
-    Outcome,
-    available_devices,
-    check_source,
-    generate,
-    reproducer,
-    reproducer_name,
-)
+from xfuse.testing.fuzz.generator import generate
+from xfuse.testing.fuzz.reproducer import reproducer, reproducer_name
+from xfuse.testing.fuzz.runner import Outcome, available_devices, check_source
 from xfuse.testing.limits import ProgramTimeout, time_limit
 
 

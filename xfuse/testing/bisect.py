@@ -35,13 +35,9 @@ from xdsl.passes import ModulePass
 from xfuse.api import DEFAULT_PIPELINE
 from xfuse.errors import BisectError
 from xfuse.pipeline import PassFactories, Pipeline, known_passes, parse_passes
-from xfuse.testing.fuzz import (
-    RMSE_TOLERANCE,
-    compare_outputs,
-    flat_tensors,
-    load_source,
-    program_part,
-)
+from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
+from xfuse.testing.fuzz.program import RMSE_TOLERANCE, load_source
+from xfuse.testing.fuzz.reproducer import program_part
 
 Tensor = torch.Tensor
 Problem = str | None

@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 
 from xfuse.dialects import graph
 from xfuse.errors import XfuseError
-from xfuse.testing.fuzz import compare_outputs
+from xfuse.testing.fuzz.compare import compare_outputs
 from xfuse.testing.limits import ProgramTimeout, time_limit
 
 OUTCOMES = ("fused", "eager", "refused", "mismatch", "crash")

@@ -25,7 +25,7 @@ def reproducer(source: str, outcome: Outcome, seed: int, index: int) -> str:
         "\n\n"
         'if __name__ == "__main__":\n'
         "    import sys\n\n"
-        "    from xfuse.testing.fuzz import check_file\n\n"
+        "    from xfuse.testing.fuzz.reproducer import check_file\n\n"
         "    sys.exit(check_file(__file__))\n"
     )
     return header + source + main
