@@ -73,6 +73,8 @@ class GroupInfo:
     attributes: dict[str, str]
     kernels: list[str] = field(default_factory=list)
     fallback: str | None = None
+    unfused: str | None = None
+    """Why the group's lowering refused it, when it was compiled op by op instead."""
 
 
 @dataclass
@@ -332,6 +334,10 @@ class ProgramCompiler:
             results = self._lowered_unit(child, op, kernel_inputs, info)
         except Exception as e:
             reason = reason_of(e)
+            if isinstance(op, fusion.GroupOp) and self._op_by_op(top, slot_of, op, info):
+                if info is not None:
+                    info.unfused = reason
+                return
             outputs = tuple(self._define(top, slot_of, r) for r in op.results)
             top.steps.append(fallback_step(op, inputs, outputs, label, reason, self.fallback))
             fallbacks.append(f"{label}: {reason}")
@@ -341,6 +347,40 @@ class ProgramCompiler:
         top.commit(child)
         for r, slot in zip(op.results, results, strict=True):
             slot_of[r] = slot
+
+    def _op_by_op(
+        self,
+        top: _Emitter,
+        slot_of: dict[SSAValue, int],
+        group: fusion.GroupOp,
+        info: GroupInfo | None,
+    ) -> bool:
+        """A group that its lowering refuses, compiled op by op (each op a kernel of its own, a
+        view or an extern) rather than run eagerly; False, with nothing committed, when one of
+        its ops cannot be compiled either (the group then falls back whole)."""
+        child = top.child()
+        inner: dict[SSAValue, int] = {
+            arg: slot_of[v] for arg, v in zip(group.block.args, group.inputs, strict=True)
+        }
+        module = ModuleOp([])
+        try:
+            for op in group.block.ops:
+                if isinstance(op, fusion.YieldOp):
+                    results = [inner[v] for v in op.values]
+                    break
+                if _is_lone_kernel_op(op):
+                    kernel_inputs = tuple(inner[v] for v in unit_inputs(op))
+                    outs = self._lowered_unit(child, op, kernel_inputs, info)
+                    inner.update(zip(op.results, outs, strict=True))
+                else:
+                    self._plain(child, inner, op, module)
+            else:
+                return False
+        except Exception:  # noqa: BLE001 - the group falls back whole, with the group's reason
+            return False
+        top.commit(child)
+        slot_of.update(zip(group.results, results, strict=True))
+        return True
 
     def _lowered_unit(
         self, em: _Emitter, op: Operation, inputs: tuple[int, ...], info: GroupInfo | None
