@@ -41,6 +41,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import xfuse  # noqa: E402
+from benchmarks.timing import interleaved_ms  # noqa: E402
 from examples.mlp import make_mlp  # noqa: E402
 from examples.transformer import make_transformer_block  # noqa: E402
 from xfuse.runtime.cache import KernelCache  # noqa: E402
@@ -145,18 +146,9 @@ class Row:
 def interleaved_median_ms(
     fns: dict[str, Fn], inputs: tuple[torch.Tensor, ...], runs: int, warmup: int = 2
 ) -> dict[str, float]:
-    """Median ms of each function, timed in rounds that call every function once in turn: on a
-    shared machine, load that comes and goes then affects every column alike."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn(*inputs)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(runs):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn(*inputs)
-            times[name].append(time.perf_counter() - start)
-    return {name: 1000 * statistics.median(ts) for name, ts in times.items()}
+    """Median ms of each function (`benchmarks.timing.interleaved_ms`)."""
+    times = interleaved_ms(fns, inputs, runs, warmup)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def bench(case: Case, runs: int, bandwidth: float) -> Row:

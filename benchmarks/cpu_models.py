@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import xfuse  # noqa: E402
+from benchmarks.timing import interleaved_ms, median_and_spread  # noqa: E402
 from examples.convnet import make_convnet  # noqa: E402
 from examples.mlp import make_mlp  # noqa: E402
 from examples.transformer import make_transformer_block  # noqa: E402
@@ -96,22 +95,10 @@ MODELS: dict[str, Callable[[], Model]] = {
 def interleaved_median_ms(
     fns: dict[str, Fn], inputs: tuple[torch.Tensor, ...], runs: int, warmup: int = 3
 ) -> dict[str, tuple[float, float]]:
-    """(median ms, spread between the quartiles in ms) of each function, timed in rounds that
-    call every function once in turn."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn(*inputs)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(runs):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn(*inputs)
-            times[name].append(1000 * (time.perf_counter() - start))
-    out: dict[str, tuple[float, float]] = {}
-    for name, ts in times.items():
-        q = statistics.quantiles(ts, n=4)
-        out[name] = (statistics.median(ts), q[2] - q[0])
-    return out
+    """(median ms, spread between the quartiles in ms) of each function
+    (`benchmarks.timing.interleaved_ms`)."""
+    times = interleaved_ms(fns, inputs, runs, warmup)
+    return {name: median_and_spread(ts) for name, ts in times.items()}
 
 
 def max_error(a: Any, b: Any) -> float:
