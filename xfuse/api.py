@@ -30,6 +30,7 @@ from xfuse.errors import (
     FallbackWarning,
     XfuseError,
 )
+from xfuse.frontend import pytrees
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver
 from xfuse.progress import Progress
@@ -115,12 +116,13 @@ def unflattener(imported: Imported) -> Callable[[list[Tensor]], Any]:
     tensor or a flat tuple of tensors without pytree."""
     spec, program = imported.out_spec, imported.program
     if program.output_constants:
-        return lambda outs: pytree.tree_unflatten(program.outputs(outs), spec)
+        unflatten = pytrees.unflattener(spec)
+        return lambda outs: unflatten(program.outputs(outs))
     if spec.is_leaf():
         return lambda outs: outs[0]
     if spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children)):
         return tuple
-    return lambda outs: pytree.tree_unflatten(outs, spec)
+    return pytrees.unflattener(spec)
 
 
 def forward_op_names(module: ModuleOp) -> list[str]:

@@ -65,6 +65,20 @@ def test_a_causal_lm_with_its_default_cache_returns_the_cache() -> None:
         got, want = fn(*inputs), model(*inputs)
     assert isinstance(got.past_key_values, DynamicCache)
     assert_matches(got, want, torch.float32)
+    # Each state is fresh memory with eager's layout (transformers' `cat` onto an empty
+    # tensor), and the cache's layers look like eager's.
+    states = [t for layer in got.past_key_values.layers for t in (layer.keys, layer.values)]
+    eager_states = [t for layer in want.past_key_values.layers for t in (layer.keys, layer.values)]
+    storages = {t.untyped_storage().data_ptr() for t in states}
+    assert len(storages) == len(states)
+    assert storages.isdisjoint(p.untyped_storage().data_ptr() for p in model.parameters())
+    for t, e in zip(states, eager_states, strict=True):
+        assert (t.shape, t.stride()) == (e.shape, e.stride())
+    layers = zip(got.past_key_values.layers, want.past_key_values.layers, strict=True)
+    for layer, eager_layer in layers:
+        assert type(layer) is type(eager_layer)
+        assert sorted(vars(layer)) == sorted(vars(eager_layer))
+    assert got.past_key_values.get_seq_length() == want.past_key_values.get_seq_length()
 
 
 @pytest.mark.gpu

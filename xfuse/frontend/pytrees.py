@@ -6,7 +6,12 @@ Hugging Face transformers' `DynamicCache` (a causal LM's `past_key_values` under
 `register_dynamic_cache_export_support` registers it. And its layers start empty with
 `torch.tensor([])`, which export lifts to constants that `run_decompositions` then loses
 ("Constant tensor lifted_tensor_0 is not in the constants dictionary"): while xfuse exports,
-a layer's first update takes the states as they are (what `cat` with the empty ones gives).
+a layer's first update is `cat` of the states alone (what `cat` with the empty ones gives: fresh
+memory, `cat`'s layout), so the kernel that computes the states writes the cache's memory.
+
+When a compiled program returns, `unflattener` rebuilds the cache from its results with each
+layer holding them as they are: transformers' own unflatten `cat`s every state onto an empty
+tensor again, a copy (a kernel on CUDA) per state and call.
 
 Only libraries already imported are touched (xfuse never imports one for a program that does
 not use it).
@@ -18,8 +23,10 @@ import contextlib
 import functools
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from torch.utils import _pytree as pytree
 
 _PATCH_LOCK = threading.Lock()
 
@@ -45,6 +52,7 @@ def _register_transformers() -> None:
 
 @contextlib.contextmanager
 def _traceable_cache_layers() -> Iterator[None]:
+    import torch
     from transformers.cache_utils import DynamicLayer
 
     original = DynamicLayer.update
@@ -53,7 +61,8 @@ def _traceable_cache_layers() -> Iterator[None]:
         if self.is_initialized:
             return original(self, key_states, value_states, *args, **kwargs)
         self.device = key_states.device
-        self.keys, self.values = key_states, value_states  # what cat with empty ones gives
+        self.keys = torch.cat([key_states], dim=-2)  # what cat with the empty ones gives
+        self.values = torch.cat([value_states], dim=-2)
         self.is_initialized = True
         return self.keys, self.values
 
@@ -62,3 +71,67 @@ def _traceable_cache_layers() -> Iterator[None]:
         yield
     finally:
         DynamicLayer.update = original  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------------------------------------
+# Results -> the program's output structure
+# ---------------------------------------------------------------------------------------------
+
+
+def unflattener(spec: pytree.TreeSpec) -> Callable[[list[Any]], Any]:
+    """Flat results -> the output structure `spec` describes: torch's `tree_unflatten`, but a
+    `DynamicCache` made of plain layers is rebuilt holding the results as they are (see the
+    module docstring)."""
+    cache_type = _dynamic_cache_type()
+    if cache_type is None or not _holds(spec, cache_type):
+        return lambda leaves: pytree.tree_unflatten(leaves, spec)
+    return lambda leaves: _build(spec, iter(leaves), cache_type)
+
+
+def _dynamic_cache_type() -> type | None:
+    module = sys.modules.get("transformers.cache_utils")
+    return getattr(module, "DynamicCache", None)
+
+
+def _holds(spec: pytree.TreeSpec, cls: type) -> bool:
+    return spec.type is cls or any(_holds(spec.child(i), cls) for i in range(spec.num_children))
+
+
+def _build(spec: pytree.TreeSpec, leaves: Iterator[Any], cache_type: type) -> Any:
+    if spec.is_leaf():
+        return next(leaves)
+    children = [_build(spec.child(i), leaves, cache_type) for i in range(spec.num_children)]
+    if spec.type is cache_type:
+        cache = _dynamic_cache(cache_type, children, spec.context)
+        if cache is not None:
+            return cache
+    return pytree.SUPPORTED_NODES[spec.type].unflatten_fn(children, spec.context)
+
+
+def _dynamic_cache(cache_type: type, children: list[Any], context: Any) -> Any:
+    """The cache with plain `DynamicLayer`s holding the key and value states, or None where
+    the layout has other layers (sliding windows), which transformers' unflatten builds."""
+    keys, layout = context
+    if any(window is not None for window in layout) or list(keys) != ["key_cache", "value_cache"]:
+        return None
+    key_states, value_states = children
+    if len(key_states) != len(layout) or not _plain_layers_match():
+        return None
+    cache = cache_type([(None, None)] * len(layout))
+    for layer, k, v in zip(cache.layers, key_states, value_states, strict=True):
+        layer.device, layer.keys, layer.values, layer.is_initialized = k.device, k, v, True
+    return cache
+
+
+@functools.cache
+def _plain_layers_match() -> bool:
+    """Whether a layer filled as `_dynamic_cache` does has the attributes of one transformers
+    fills by `update` (checked once: the layer's fields differ between releases)."""
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    k = torch.zeros(1, 1, 2, 2)
+    theirs, ours = DynamicLayer(), DynamicLayer()
+    theirs.update(k, k)
+    ours.device, ours.keys, ours.values, ours.is_initialized = k.device, k, k, True
+    return sorted(vars(theirs)) == sorted(vars(ours))

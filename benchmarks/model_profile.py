@@ -1,0 +1,179 @@
+"""
+Where a zoo model's time goes on the GPU: per forward, for eager, Inductor (default and
+reduce-overhead) and xfuse side by side (same process, same inputs):
+
+    python -m benchmarks.model_profile [--size small|base] [--models gpt2,...] [--dtype bf16]
+
+- `kernels`: GPU operations per forward (kernels, memcpys and memsets, from torch.profiler;
+  kernels replayed from a CUDA graph count too);
+- `gpu ms`: the sum of their durations (the GPU's busy time);
+- `host ms`: how long the call takes to return, the GPU not waited for (median); with CUDA
+  graphs it is the cost of a replay;
+- `wall ms`: the time per forward with the GPU waited for (median, CUDA events), so
+  `wall - gpu` is the time the GPU waits for the host or sits idle between kernels;
+- for xfuse, `own kernels`: its generated kernels' share of the GPU time, their bytes (one read
+  of each input buffer and one write of each output buffer per kernel) and the fraction of the
+  measured device copy bandwidth they reach, and the time in externs (cuBLAS, cuDNN, attention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import xfuse
+from benchmarks.cuda import copy_bandwidth
+from benchmarks.models import ZOO, build
+
+Tensor = torch.Tensor
+BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i8": 1, "i1": 1, "ui8": 1}
+
+
+@dataclass
+class Profile:
+    kernels: float
+    gpu_ms: float
+    host_ms: float
+    wall_ms: float
+    by_name: dict[str, float]
+    """GPU ms per forward of each kernel name."""
+
+
+def tensor_bytes(type_text: str) -> int:
+    """Bytes of a `tensor<4x8xf32>` type."""
+    m = re.fullmatch(r"tensor<(?:([0-9x]+)x)?([a-z0-9]+)>", type_text)
+    if m is None:
+        raise ValueError(f"not a tensor type: {type_text}")
+    numel = 1
+    for d in (m.group(1) or "").split("x"):
+        if d:
+            numel *= int(d)
+    return numel * BYTES[m.group(2)]
+
+
+def profile_calls(fn: Callable[[], Any], calls: int) -> Profile:
+    torch.cuda.synchronize()
+    host: list[float] = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        host.append(1000 * (time.perf_counter() - t0))
+    torch.cuda.synchronize()
+    wall: list[float] = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        wall.append(float(start.elapsed_time(end)))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    count, busy_us = 0, 0.0
+    by_name: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        count += 1
+        us = event.time_range.elapsed_us()
+        busy_us += us
+        by_name[event.name] = by_name.get(event.name, 0.0) + us / 1000 / calls
+    return Profile(
+        count / calls,
+        busy_us / 1000 / calls,
+        statistics.median(host),
+        statistics.median(wall),
+        by_name,
+    )
+
+
+def own_kernel_bytes(compiled: xfuse.api.CompiledProgram) -> dict[str, int]:
+    """Bytes each xfuse kernel moves, by its symbol (the name the profiler shows)."""
+    return {k.symbol: sum(tensor_bytes(t) for t in k.inputs + k.outputs) for k in compiled.kernels}
+
+
+def run(
+    name: str, size: str, dtype: torch.dtype, calls: int, bandwidth: float, names: bool
+) -> list[str]:
+    model, inputs = build(name, size, "cuda", dtype)
+    fns: dict[str, Callable[[], Any]] = {"eager": lambda: model(*inputs)}
+    with torch.no_grad():
+        compiled = xfuse.compile(model, inputs, "cuda", quiet=True, fallback="error")
+        fns["xfuse"] = lambda: compiled(*inputs)
+        torch._dynamo.reset()
+        inductor = torch.compile(model)
+        inductor(*inputs)
+        fns["inductor"] = lambda: inductor(*inputs)
+        overhead = torch.compile(model, mode="reduce-overhead")
+        for _ in range(3):
+            overhead(*inputs)
+        fns["inductor-ro"] = lambda: overhead(*inputs)
+        for fn in fns.values():  # warm-up, capture
+            for _ in range(3):
+                fn()
+        profiles = {k: profile_calls(fn, calls) for k, fn in fns.items()}
+    label = f"{name} {'bf16' if dtype == torch.bfloat16 else 'f32'}"
+    rows = [
+        f"| {label} | {k} | {p.kernels:.0f} | {p.gpu_ms:.3f} | {p.host_ms:.3f} | {p.wall_ms:.3f} |"
+        for k, p in profiles.items()
+    ]
+    own = own_kernel_bytes(compiled)
+    mine = profiles["xfuse"].by_name
+    own_ms = sum(ms for k, ms in mine.items() if k in own)
+    own_bytes = sum(own[k] * (1 if k in mine else 0) for k in own)
+    extern_ms = profiles["xfuse"].gpu_ms - own_ms
+    fraction = own_bytes / (own_ms * 1e-3) / bandwidth if own_ms else 0.0
+    top = sorted(((ms, k) for k, ms in mine.items() if k not in own), reverse=True)[:3]
+    rows.append(
+        f"| {label} | xfuse own kernels | {sum(1 for k in own if k in mine)} | {own_ms:.3f} | "
+        f"{own_bytes / 1e6:.2f} MB, {fraction:.0%} of copy bandwidth | externs {extern_ms:.3f} ms "
+        f"(top: {', '.join(f'{k[:40]} {ms:.3f}' for ms, k in top)}) |"
+    )
+    if names:
+        rows += [
+            f"|   | xfuse kernel | {k[:90]} | {ms:.4f} ms | {'own' if k in own else 'extern'} |"
+            for k, ms in sorted(mine.items(), key=lambda kv: -kv[1])
+        ]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--size", choices=("small", "base"), default="small")
+    parser.add_argument("--models", default=",".join(ZOO))
+    parser.add_argument("--dtype", choices=("f32", "bf16", "both"), default="both")
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--names", action="store_true", help="list xfuse's GPU operations")
+    args = parser.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    bandwidth = copy_bandwidth(10)
+    print(f"device: {torch.cuda.get_device_name()}; copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+    print("| model | system | kernels | gpu ms | host ms | wall ms |")
+    print("|---|---|---|---|---|---|")
+    dtypes = {"f32": [torch.float32], "bf16": [torch.bfloat16]}.get(
+        args.dtype, [torch.float32, torch.bfloat16]
+    )
+    for name in args.models.split(","):
+        for dtype in dtypes:
+            try:
+                rows = run(name, args.size, dtype, args.calls, bandwidth, args.names)
+            except Exception as e:  # a row says what failed; the table goes on
+                rows = [f"| {name} | FAILED | {e!s:.200} |"]
+            for row in rows:
+                print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
