@@ -128,12 +128,9 @@ def run(
         f"| {label} | {k} | {p.kernels:.0f} | {p.gpu_ms:.3f} | {p.host_ms:.3f} | {p.wall_ms:.3f} |"
         for k, p in profiles.items()
     ]
-    own = own_kernel_bytes(compiled)
+    own, own_bytes = own_kernel_bytes(compiled)
     mine = profiles["xfuse"].by_name
-    # Kernels compiled alike share a symbol: the profiler's names are matched by symbol, the
-    # bytes are every kernel's (each runs once per forward).
     own_ms = sum(ms for k, ms in mine.items() if k in own)
-    own_bytes = sum(own.values()) if own_ms else 0
     extern_ms = profiles["xfuse"].gpu_ms - own_ms
     fraction = own_bytes / (own_ms * 1e-3) / bandwidth if own_ms else 0.0
     top = sorted(((ms, k) for k, ms in mine.items() if k not in own), reverse=True)[:3]
