@@ -26,7 +26,8 @@ How a kernel computes its outputs:
   elements (a layer norm's output reshaped) at the same position in memory. Outputs of the row
   shape (keepdim or not) are written once per row. A reduction's result may only be read at its own row. A float sum
   or product accumulates with `fastmath<reassoc>` (that op only), so that LLVM may vectorize
-  it into partial sums; max/min need no flag.
+  it into partial sums; max/min need no flag. Over several reduced dims, a float sum or
+  product gives each inner loop a partial accumulator of its own (`partial_sums_nest`).
 - Group shapes this cannot express (reductions over different dims or shapes, outputs of other
   shapes, ops without a scalar lowering) raise `CodegenError` naming the kernel and the reason:
   the runtime falls back for that group. With `keep-unsupported`, the pass instead leaves such a
