@@ -219,7 +219,7 @@ def _builder(
             unflatten=unflattener(imported),
             report=FusionReport(decisions, list(program.fallbacks), index),
             op_names=imported.op_names,
-            outputs=OutputPlan(program_ir.output_rules, program),
+            outputs=OutputPlan(program_ir.output_rules, program, program_ir.hidden_outputs),
             graphs=(
                 GraphRunner(program, run_program)
                 if device.type == "cuda" and cuda_graphs_enabled(cuda_graphs)

@@ -312,3 +312,133 @@ def test_an_expand_of_a_value_not_returned_has_eager_strides() -> None:
     y = compiled(f, x)(x)
     assert y.stride() == f(x).stride()
     torch.testing.assert_close(y, f(x))
+
+
+# -- views of an intermediate that is not returned (a hidden output) ---------------------------
+
+
+def _first_then_t(x: Tensor) -> tuple[Tensor, Tensor]:
+    h = x * 2
+    return h[0], h.t()
+
+
+def _flat_and_tail(x: Tensor) -> tuple[Tensor, Tensor]:
+    h = x * 2
+    return h.view(12), h[1:]
+
+
+def _through_a_reshape_chain(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    a = (x + 1).view(4, 3)
+    return a[0], a.t().reshape(12), x - 1
+
+
+def _views_of_a_constant(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    k = torch.arange(12.0).reshape(3, 4)
+    return k[0], k[1:], x + 1
+
+
+def _views_of_a_literal(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    k = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    return k[1:], k[:2], x + 1
+
+
+def _a_view_of_a_cast_output(x: Tensor) -> tuple[Tensor, Tensor]:
+    """`to` another dtype copies (its schema only says it may alias): `v` is an output of its
+    own and `v.t()` a view of it (seed 71, program 70)."""
+    v = (x > 0).to(torch.float32)
+    return v.t(), v
+
+
+VIEWS_OF_INTERMEDIATES = [
+    _first_then_t,
+    _flat_and_tail,
+    _through_a_reshape_chain,
+    _views_of_a_constant,
+    _views_of_a_literal,
+    _a_view_of_a_cast_output,
+]
+
+
+def check_like_eager(f: Callable[..., Any], got: Any, x: Tensor) -> None:
+    """Same values, sizes, strides and offsets as eager, the same pairs of outputs sharing
+    memory, and a write into each output changes the others where eager's does."""
+    expected = f(x)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)
+        assert layout(g) == layout(e)
+    pairs = [(i, j) for i in range(len(got)) for j in range(len(got)) if i != j]
+    for i, j in pairs:
+        assert shares_memory(got[i], got[j]) == shares_memory(expected[i], expected[j])
+    for i in range(len(got)):
+        got_before = [t.clone() for t in got]
+        eager_before = [t.clone() for t in expected]
+        got[i].fill_(7.0)
+        expected[i].fill_(7.0)
+        for j in range(len(got)):
+            assert torch.equal(got[j] != got_before[j], expected[j] != eager_before[j]), (i, j)
+
+
+@pytest.mark.parametrize("f", VIEWS_OF_INTERMEDIATES, ids=lambda f: f.__name__.strip("_"))
+def test_views_of_an_intermediate_share_it_like_eager(f: Callable[..., Any]) -> None:
+    x = torch.randn(3, 4)
+    c = compiled(f, x)
+    check_like_eager(f, c(x), x)
+    check_like_eager(f, c(x), x)  # the second call: the first one's writes changed nothing
+
+
+@pytest.mark.parametrize("f", VIEWS_OF_INTERMEDIATES, ids=lambda f: f.__name__.strip("_"))
+def test_torch_compile_views_of_an_intermediate_share_it_like_eager(
+    f: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xfuse.runtime.executor import CompiledProgram
+
+    calls: list[int] = []
+    real_call = CompiledProgram.__call__
+
+    def counting_call(self: CompiledProgram, *args: Any) -> Any:
+        calls.append(1)
+        return real_call(self, *args)
+
+    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+    torch._dynamo.reset()
+    x = torch.randn(3, 4)
+    fn = torch.compile(f, backend="xfuse")
+    with torch.no_grad():
+        check_like_eager(f, fn(x), x)
+        check_like_eager(f, fn(x), x)
+    assert len(calls) == 2  # xfuse ran both calls
+
+
+def test_the_hidden_output_is_not_returned() -> None:
+    from xfuse.frontend import import_module
+
+    imported = import_module(_first_then_t, (torch.randn(3, 4),))
+    assert imported.hidden_outputs == 1
+    assert len(imported.function.function_type.outputs) == 3
+    assert [r.base for r in imported.output_rules] == ["output", "output", "fresh"]
+
+
+def _has_cuda() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import pycuda  # noqa: F401  # pyright: ignore[reportMissingImports]
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_cuda(), reason="needs an NVIDIA GPU and pycuda")
+@pytest.mark.parametrize(
+    "f",
+    [_first_then_t, _flat_and_tail, _through_a_reshape_chain, _a_view_of_a_cast_output],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_cuda_views_of_an_intermediate_share_it_like_eager(f: Callable[..., Any]) -> None:
+    """Step by step, then as a CUDA graph (replays copy the hidden output out like the rest)."""
+    x = torch.randn(3, 4, device="cuda")
+    c = xfuse.compile(f, (x,), device="cuda", quiet=True)
+    for _ in range(4):
+        check_like_eager(f, c(x), x)

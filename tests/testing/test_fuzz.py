@@ -262,3 +262,18 @@ def test_the_semantics_mode_scales_each_output_by_its_own_magnitude() -> None:
     got = eager + 1e-4  # far off for this output's magnitude, tiny for the program's
     assert compare_outputs([got], [eager], [reference], scale=1e3) is None
     assert compare_outputs([got], [eager], [reference], scale=[1e-3]) is not None
+
+
+def test_a_one_element_output_where_eager_is_exact_gets_a_few_ulps() -> None:
+    """The RMSE of one element is its one error, and eager's may be 0: the floor of a few ulps
+    of the output's magnitude decides (seed 71 program 659 was 24 ulps off, eager 1)."""
+    reference = torch.tensor([20.9179682], dtype=torch.float64)
+    eager = reference.float()
+    ulp = float(torch.finfo(torch.float32).eps) * 16  # the spacing of f32 values in [16, 32)
+
+    def off_by(ulps: int) -> torch.Tensor:
+        return eager + ulps * ulp
+
+    assert float((eager.double() - reference).abs()) < ulp
+    assert compare_outputs([off_by(4)], [eager], [reference], scale=[20.9]) is None
+    assert compare_outputs([off_by(24)], [eager], [reference], scale=[20.9]) is not None

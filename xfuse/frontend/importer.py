@@ -59,13 +59,24 @@ class ImportedProgram:
     constant_inputs: set[int] = field(default_factory=set[int])
     """Positions of flattened user inputs that torch.export specialised to constants."""
     output_rules: list[OutputRule] = field(default_factory=list[OutputRule])
-    """What each tensor output aliases in eager (`xfuse.frontend.outputs`)."""
+    """What each tensor output aliases in eager (`xfuse.frontend.outputs`), then the rules of
+    the hidden outputs."""
     output_constants: dict[int, Any] = field(default_factory=dict[int, Any])
     """Flat output position -> the value of a non-tensor output (None, int, float, bool...),
-    which torch.export specialised; `@forward` returns the tensor outputs only."""
+    which torch.export specialised; `@forward` returns the tensor outputs only (then the
+    hidden ones)."""
+    hidden_outputs: int = 0
+    """How many of `@forward`'s results, after the returned tensors, are hidden: intermediates
+    that returned views share (`xfuse.frontend.outputs`), never handed to the caller."""
+
+    def visible(self, results: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """`@forward`'s results without the hidden ones (what the graph and loop interpreters
+        give, compared with eager's outputs)."""
+        return list(results[: len(results) - self.hidden_outputs])
 
     def outputs(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
-        """The flat outputs of a call: `@forward`'s results with the constant outputs put back."""
+        """The flat outputs of a call: `@forward`'s (visible) tensor results, with the constant
+        outputs put back."""
         if not self.output_constants:
             return list(tensors)
         flat: list[Any] = []
@@ -285,6 +296,7 @@ class Importer:
         output_node = next(n for n in self.program.graph.nodes if n.op == "output")
         returned = pytree.tree_leaves(output_node.args[0])
         rules = output_rules([n for i, n in enumerate(returned) if i not in constants], arg_of)
+        outputs += [lowering.tensor(node) for node in rules.hidden]
         block.add_op(func.ReturnOp(*outputs))
         function = func.FuncOp(
             "forward",
@@ -301,8 +313,9 @@ class Importer:
             input_names,
             output_names,
             constant_inputs,
-            rules,
+            rules.rules,
             constants,
+            len(rules.hidden),
         )
 
     def state_tensor(self, target: str, node: torch.fx.Node) -> torch.Tensor:

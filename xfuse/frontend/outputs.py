@@ -1,22 +1,31 @@
 """
 What each output of an exported program is in eager PyTorch: a view of an argument of
-`@forward` (a user input, parameter, buffer or constant), a view of another output, or fresh
-memory with eager's sizes and strides (docs/contracts.md, "Outputs and aliasing").
+`@forward` (a user input, parameter, buffer or constant), a view of another output, a view of
+a hidden output, or fresh memory with eager's sizes and strides (docs/contracts.md, "Outputs
+and aliasing").
 
 Read from the FX graph: an output's chain of view ops (`OpOverload.is_view`, and `getitem` of a
-view op's list) back to its base. The runtime (`xfuse.runtime.outputs`) replays the chain with
-torch on the real base, so that a view has eager's sizes, strides and storage offset.
+view op's list) back to its base. An op that only may alias (`to`, `reshape`, `contiguous`) is
+a step of the chain only where its traced value shares its input's storage. The runtime
+(`xfuse.runtime.outputs`) replays the chain with torch on the real base, so that a view has
+eager's sizes, strides and storage offset.
+
+Two or more outputs that view one intermediate the program does not return (`h = x * 2;
+return h[0], h.t()`) share h's memory in eager: h becomes a hidden output of `@forward` (after
+the returned ones) and each of them a view of it; the caller never sees h itself.
 """
 
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 
 @dataclass(frozen=True)
@@ -37,8 +46,9 @@ class ViewReplay:
 @dataclass(frozen=True)
 class OutputRule:
     """How output i relates to memory eager would share. `base` is "arg" (a view of `@forward`'s
-    argument `index`), "output" (a view of output `index`), or "fresh" (its own memory, with
-    eager's `stride`); `chain` is the views to replay on the base, in order."""
+    argument `index`), "output" (a view of `@forward`'s result `index`: another output or a
+    hidden one), or "fresh" (its own memory, with eager's `stride`); `chain` is the views to
+    replay on the base, in order."""
 
     base: str
     index: int
@@ -63,18 +73,38 @@ def _is_view_node(node: torch.fx.Node) -> bool:
     )
 
 
+def _shares_storage(node: torch.fx.Node, source: torch.fx.Node) -> bool:
+    """Whether the traced values of `node` and `source` share storage (True when either has no
+    traced tensor value: the op's schema alone then says it is a view). An op whose schema only
+    allows aliasing copies where it must (`to` another dtype, `reshape` of a transpose)."""
+    value, base = node.meta.get("val"), source.meta.get("val")
+    if not isinstance(value, torch.Tensor) or not isinstance(base, torch.Tensor):
+        return True
+    try:
+        return StorageWeakRef(value.untyped_storage()) == StorageWeakRef(base.untyped_storage())
+    except (NotImplementedError, RuntimeError):  # a value without storage: trust the schema
+        return True
+
+
 def _replay_step(node: torch.fx.Node) -> tuple[torch.fx.Node, ViewReplay] | None:
     """The node's input and the view it applies, or None when it is not a view."""
     if node.op == "call_function" and node.target is operator.getitem:
         source, item = node.args
         if isinstance(source, torch.fx.Node) and isinstance(item, int) and _is_view_node(source):
-            inner = _replay_step(source)
-            assert inner is not None
+            inner = _replay_step_of_view(source)
             base, view = inner
+            if not _shares_storage(node, base):
+                return None
             return base, ViewReplay(view.op, view.args, view.kwargs, item)
         return None
     if not _is_view_node(node):
         return None
+    step = _replay_step_of_view(node)
+    return step if _shares_storage(node, step[0]) else None
+
+
+def _replay_step_of_view(node: torch.fx.Node) -> tuple[torch.fx.Node, ViewReplay]:
+    """The input of a view node (`_is_view_node`) and the view it applies."""
     source = node.args[0]
     assert isinstance(source, torch.fx.Node)
     kwargs = tuple(sorted(node.kwargs.items()))
@@ -90,15 +120,33 @@ def view_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple[ViewReplay, ..
     return node, tuple(reversed(chain))
 
 
+@dataclass(frozen=True)
+class OutputRules:
+    """The rules of an exported program's outputs: one per returned tensor, then one per
+    hidden output (`hidden`: the intermediates that `@forward` returns after them, for
+    returned views to share, as in eager)."""
+
+    rules: list[OutputRule]
+    hidden: list[torch.fx.Node]
+
+
 def output_rules(
     returned: Sequence[torch.fx.Node], arg_of: dict[torch.fx.Node, int]
-) -> list[OutputRule]:
-    """The rule of each returned node; `arg_of` maps placeholders to `@forward` arguments."""
+) -> OutputRules:
+    """The rule of each returned node, and the hidden outputs; `arg_of` maps placeholders to
+    `@forward` arguments."""
     bases = [view_chain(node) for node in returned]
     owner: dict[torch.fx.Node, int] = {}
     for i, (node, (base, chain)) in enumerate(zip(returned, bases, strict=True)):
         if not chain and base is node and base not in arg_of:
             owner.setdefault(base, i)
+    # An intermediate that two or more outputs view and none is: a hidden output they share.
+    viewed = Counter(
+        base for base, chain in bases if chain and base not in arg_of and base not in owner
+    )
+    hidden = [base for base, n in viewed.items() if n > 1]
+    for j, base in enumerate(hidden):
+        owner[base] = len(returned) + j
     rules: list[OutputRule] = []
     for i, (node, (base, chain)) in enumerate(zip(returned, bases, strict=True)):
         if base in arg_of:
@@ -106,5 +154,12 @@ def output_rules(
         elif owner.get(base, i) != i:
             rules.append(OutputRule("output", owner[base], chain))
         else:
-            rules.append(OutputRule("fresh", i, stride=tuple(node.meta["val"].stride())))
-    return rules
+            rules.append(OutputRule("fresh", i, stride=_stride(node)))
+    rules += [
+        OutputRule("fresh", len(returned) + j, stride=_stride(b)) for j, b in enumerate(hidden)
+    ]
+    return OutputRules(rules, hidden)
+
+
+def _stride(node: torch.fx.Node) -> tuple[int, ...]:
+    return tuple(node.meta["val"].stride())

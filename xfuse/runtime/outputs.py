@@ -6,6 +6,8 @@ program has run, `OutputPlan.apply` makes its results so.
 - a view of an argument (input, parameter, buffer, constant): the view chain replayed with torch
   on the argument itself, so sizes, strides and storage offset are eager's;
 - a view of another output: the chain replayed on that output;
+- a view of a hidden output (an intermediate two or more outputs view; `@forward` returns it
+  after the returned outputs): the chain replayed on it, and the hidden output dropped;
 - fresh: the program's result when it is memory of its own with eager's strides, else a copy
   (a result that shares storage with an argument, a constant or another output, as an
   identity `clone` gives, or that has other strides, as a kernel's contiguous buffer for a
@@ -42,10 +44,12 @@ def _owned_slots(program: Program) -> set[int]:
 
 
 class OutputPlan:
-    """Applies the output rules of one program (see the module docstring)."""
+    """Applies the output rules of one program (see the module docstring); the last `hidden`
+    rules and results are the hidden outputs."""
 
-    def __init__(self, rules: Sequence[OutputRule], program: Program):
+    def __init__(self, rules: Sequence[OutputRule], program: Program, hidden: int = 0):
         self.rules = tuple(rules)
+        self.visible = len(self.rules) - hidden
         slots = program.output_slots
         owned = _owned_slots(program)
         self.unchecked = frozenset(
@@ -72,7 +76,7 @@ class OutputPlan:
             for view in rule.chain:
                 t = view(t)
             out[i] = t
-        return out
+        return out[: self.visible]
 
     def _taken(self, args: Sequence[Tensor], out: list[Tensor]) -> set[int]:
         """Storages a checked fresh output must not share: arguments, constants, and the

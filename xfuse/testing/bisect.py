@@ -501,7 +501,8 @@ class Bisector:
             got = run()
         except Exception as e:
             return crash_line(e)
-        return compare_outputs(got, expected, reference)
+        # `@forward`'s results after eager's outputs are hidden ones (views share them).
+        return compare_outputs(got[: len(expected)], expected, reference)
 
     def _finish(
         self, module_pass: ModulePass, case: Case, problem: str, crashes: bool

@@ -26,7 +26,8 @@ How a kernel computes its outputs:
   elements (a layer norm's output reshaped) at the same position in memory. Outputs of the row
   shape (keepdim or not) are written once per row. A reduction's result may only be read at its own row. A float sum
   or product accumulates with `fastmath<reassoc>` (that op only), so that LLVM may vectorize
-  it into partial sums; max/min need no flag.
+  it into partial sums; max/min need no flag. Over several reduced dims, a float sum or
+  product gives each inner loop a partial accumulator of its own (`partial_sums_nest`).
 - Group shapes this cannot express (reductions over different dims or shapes, outputs of other
   shapes, ops without a scalar lowering) raise `CodegenError` naming the kernel and the reason:
   the runtime falls back for that group. With `keep-unsupported`, the pass instead leaves such a
@@ -372,6 +373,12 @@ def _combiner_class(op: graph.ReduceOp) -> type[Operation]:
     return table[op.name]
 
 
+def _reassociates(phase: Sequence[graph.ReduceOp]) -> bool:
+    """Whether some reduction of the phase is a float sum or product (whose rounding error
+    depends on the order of its terms)."""
+    return any(_combiner_class(r) in (arith.AddfOp, arith.MulfOp) for r in phase)
+
+
 def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Operation]:
     combine = cast(Callable[..., Operation], _combiner_class(op))
     if combine in (arith.AddfOp, arith.MulfOp):
@@ -684,10 +691,39 @@ class KernelBuilder:
                 out.append(self.insert(reduction_combiner(r)(acc, x)))
             return out
 
-        for r, acc in zip(
-            phase, self.for_nest(self.domain.reduce_vars, inits, accumulate), strict=True
-        ):
+        loop_vars = self.domain.reduce_vars
+        if _reassociates(phase):
+            accs = self.partial_sums_nest(phase, loop_vars, inits, accumulate)
+        else:
+            accs = self.for_nest(loop_vars, inits, accumulate)
+        for r, acc in zip(phase, accs, strict=True):
             self.row_values[r] = self._finalize(r, acc)
+
+    def partial_sums_nest(
+        self,
+        phase: list[graph.ReduceOp],
+        loop_vars: Sequence[LoopVar],
+        carried: list[SSAValue],
+        body: Callable[[list[SSAValue]], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """`for_nest` for accumulators of float sums or products over several reduced dims:
+        each inner loop starts from the identity and its partial result is combined into the
+        enclosing loop's accumulator (blocked summation, as torch's cascade sum), so that the
+        rounding error grows with the sum of the extents, not their product. One carried
+        accumulator through the whole nest adds a 6x33 sum's 198 values one by one; of many
+        equal values its rounding errors add up (seed 70, program 87: 32 ulps; eager 0.6)."""
+        if len(loop_vars) < 2:
+            return self.for_nest(loop_vars, carried, body)
+        identities = [self.constant(reduction_init(r), accumulator_type(r)) for r in phase]
+
+        def outer(accs: list[SSAValue]) -> list[SSAValue]:
+            partials = self.partial_sums_nest(phase, loop_vars[1:], identities, body)
+            return [
+                self.insert(reduction_combiner(r)(acc, partial))
+                for r, acc, partial in zip(phase, accs, partials, strict=True)
+            ]
+
+        return self.for_nest(loop_vars[:1], carried, outer)
 
     def _finalize(self, r: graph.ReduceOp, acc: SSAValue) -> SSAValue:
         if isinstance(r, graph.ReduceMeanOp):

@@ -18,7 +18,8 @@ The differential runner (`check_source`) compares eager with: the interpreter af
 after each pass of the pipeline, the CPU backend through `xfuse.compile` (called twice: the
 second call reuses buffers), and CUDA when there is one. Tolerance: `torch.testing.assert_close`
 defaults; for programs with reductions, matmuls or low precision, an output that fails those
-passes when its RMSE against an f64 run is at most 2x eager's (+ a tiny epsilon).
+passes when its RMSE against an f64 run is at most 2x eager's plus a floor of a few ulps of
+its magnitude (`compare._rmse_ok` explains the rule).
 
 One module per part: `program.py` (program text), `generator.py`, `compare.py`, `runner.py`
 (the differential runner, and the `--semantics` aliasing check), `reproducer.py`; this package

@@ -146,7 +146,7 @@ class Differential:
         from xfuse.interpreters.graph import interpret
 
         try:
-            got = interpret(module, imported.arguments(*self.fresh_inputs()))
+            got = imported.visible(interpret(module, imported.arguments(*self.fresh_inputs())))
         except Exception as e:
             raise StageFailure(stage, _one_line(e) + _where(e)) from e
         self.check(stage, got)
@@ -187,7 +187,7 @@ class Differential:
         except Exception as e:
             raise StageFailure("loops", _one_line(e) + _where(e)) from e
         try:
-            got = run_lowered(module, imported.arguments(*self.fresh_inputs()))
+            got = imported.visible(run_lowered(module, imported.arguments(*self.fresh_inputs())))
         except Exception as e:
             raise StageFailure("loops", _one_line(e) + _where(e)) from e
         self.check("loops", got)
