@@ -5,8 +5,10 @@ A program is one `func.func @forward` over a base shape (rank 2 or 3, small dims
 drawn from every kind fusion cares about: elementwise unary and binary ops with broadcast
 operands (bias, per-row values, scalar constants), explicit broadcasts, reductions with and
 without `keepdim`, layout ops (reshape, permute, slice), externs (matmul, `torch_call`, and
-optionally an in-place `torch_call`), with values read by several consumers. Every choice comes
-from one `random.Random`, so a seed names a program; `programs()` is the hypothesis strategy.
+optionally an in-place `torch_call`), with values read by several consumers; with `rows`, also
+whole row computations (a softmax, a layer norm) whose result is often permuted, reshaped or
+sliced next. Every choice comes from one `random.Random`, so a seed names a program;
+`programs()` is the hypothesis strategy.
 """
 
 from __future__ import annotations
@@ -63,13 +65,15 @@ REDUCE = _drawn(graph.ReduceOp)
 
 
 class _Builder:
-    def __init__(self, rng: random.Random, rank: int, *, externs: bool, mutation: bool):
+    def __init__(
+        self, rng: random.Random, rank: int, *, externs: bool, mutation: bool, rows: bool = False
+    ):
         self.rng = rng
         self.base = tuple(rng.choice((2, 3, 4)) for _ in range(rank))
         self.arg_shapes = [self.base, self.base, self.base[-1:], (self.base[-1], self.base[-1])]
         self.block = Block(arg_types=[TensorType(f32, s) for s in self.arg_shapes])
         self.values: list[SSAValue] = list(self.block.args[:2])
-        self.externs, self.mutation = externs, mutation
+        self.externs, self.mutation, self.rows = externs, mutation, rows
 
     # A recent value most of the time, an older one sometimes: several consumers per value.
     def pick(self, pred: Callable[[SSAValue], bool] = lambda v: True) -> SSAValue | None:
@@ -91,6 +95,8 @@ class _Builder:
             makers += [self.extern]
         if self.mutation:
             makers += [self.in_place]
+        if self.rows:
+            makers += [self.row, self.row]
         self.rng.choice(makers)()
 
     def unary(self) -> None:
@@ -139,8 +145,9 @@ class _Builder:
         dims = list(range(len(graph.shape_of(v))))
         self.add(graph.BroadcastInDimOp(v, base, dims))
 
-    def layout(self) -> None:
-        v = self.pick(lambda v: len(graph.shape_of(v)) >= 2)
+    def layout(self, v: SSAValue | None = None) -> None:
+        if v is None or len(graph.shape_of(v)) < 2:
+            v = self.pick(lambda v: len(graph.shape_of(v)) >= 2)
         if v is None:
             return self.unary()
         s = graph.shape_of(v)
@@ -152,6 +159,27 @@ class _Builder:
         else:
             limit = [*s[:-1], max(1, s[-1] // 2)]
             self.add(graph.SliceOp(v, [0] * len(s), limit, [1] * len(s)))
+
+    def row(self) -> None:
+        """A softmax or a layer norm over one dim (keepdim reductions broadcast back), then
+        often a layout op on its result: the patterns of attention and normalization layers."""
+        v = self.pick(lambda v: len(graph.shape_of(v)) >= 1)
+        if v is None:
+            return self.unary()
+        rank = len(graph.shape_of(v))
+        dims = [rank - 1] if self.rng.random() < 0.7 else [self.rng.randrange(rank)]
+        if self.rng.random() < 0.5:
+            top = self.add(graph.ReduceMaxOp(v, dims, keepdim=True))
+            e = self.add(graph.ExpOp(self.add(graph.SubOp(v, top))))
+            out = self.add(graph.DivOp(e, self.add(graph.ReduceSumOp(e, dims, keepdim=True))))
+        else:
+            mean = self.add(graph.ReduceMeanOp(v, dims, keepdim=True))
+            c = self.add(graph.SubOp(v, mean))
+            var = self.add(graph.ReduceMeanOp(self.add(graph.MulOp(c, c)), dims, keepdim=True))
+            eps = self.add(graph.ConstantOp.scalar(1e-5, f32))
+            out = self.add(graph.MulOp(c, self.add(graph.RsqrtOp(self.add(graph.AddOp(var, eps))))))
+        if self.rng.random() < 0.6:
+            self.layout(out)
 
     def extern(self) -> None:
         d = self.base[-1]
@@ -186,23 +214,25 @@ class _Builder:
 
 
 def random_program(
-    seed: int, n_ops: int = 12, *, externs: bool = True, mutation: bool = False
+    seed: int, n_ops: int = 12, *, externs: bool = True, mutation: bool = False, rows: bool = False
 ) -> RandomProgram:
-    """A valid program of about `n_ops` ops (scalar constants come on top)."""
+    """A valid program of about `n_ops` ops (scalar constants come on top; a row computation
+    counts as one)."""
     rng = random.Random(seed)
-    b = _Builder(rng, rng.choice((2, 3)), externs=externs, mutation=mutation)
+    b = _Builder(rng, rng.choice((2, 3)), externs=externs, mutation=mutation, rows=rows)
     for _ in range(n_ops):
         b.step()
-    call = f"random_program({seed}, {n_ops}, externs={externs}, mutation={mutation})"
+    call = f"random_program({seed}, {n_ops}, externs={externs}, mutation={mutation}"
+    call += ", rows=True)" if rows else ")"
     return RandomProgram(b.finish(), b.arg_shapes, seed, call)
 
 
 def programs(
-    max_ops: int = 16, *, externs: bool = True, mutation: bool = False
+    max_ops: int = 16, *, externs: bool = True, mutation: bool = False, rows: bool = False
 ) -> st.SearchStrategy[RandomProgram]:
     """Hypothesis strategy of random programs (shrinks towards few ops, small seeds)."""
     return st.builds(
-        lambda seed, n: random_program(seed, n, externs=externs, mutation=mutation),
+        lambda seed, n: random_program(seed, n, externs=externs, mutation=mutation, rows=rows),
         st.integers(0, 2**31 - 1),
         st.integers(1, max_ops),
     )

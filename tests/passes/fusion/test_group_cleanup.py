@@ -77,3 +77,30 @@ def test_outputs_of_different_element_counts_become_one_group_each() -> None:
     assert groups
     for group in groups:
         assert len({graph.numel(graph.shape_of(r)) for r in group.results}) == 1
+
+
+def test_a_reduction_over_no_dims_does_not_keep_a_group_from_splitting() -> None:
+    """`reduce_max` over no dims reduces nothing (the fuzzer's `x.amax(dim=())` of a scalar):
+    its group runs one loop over its elements, so outputs of different counts split too."""
+    from xfuse.passes.lowering.lower_to_loops import lower_group
+
+    text = """func.func @f(%x: tensor<4x8xf32>, %s: tensor<f32>) -> (tensor<4x8xf32>, tensor<f32>) {
+  %r:2 = fusion.group(%x, %s) kind = "reduction" rule = "fuse-scored:producer-consumer" : (tensor<4x8xf32>, tensor<f32>) -> (tensor<4x8xf32>, tensor<f32>) {
+  ^bb0(%a: tensor<4x8xf32>, %b: tensor<f32>):
+    %m = graph.reduce_max %b dims = [] : tensor<f32> -> tensor<f32>
+    %e = graph.exp %m : tensor<f32>
+    %y = graph.maximum %a, %m : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
+    fusion.yield %y, %e : tensor<4x8xf32>, tensor<f32>
+  }
+  func.return %r#0, %r#1 : tensor<4x8xf32>, tensor<f32>
+}"""
+    m = parse(text)
+    GroupCleanupPass().apply(make_context(), m)
+    m.verify()
+    groups = [op for op in m.walk() if isinstance(op, GroupOp)]
+    assert len(groups) == 2
+    for i, group in enumerate(groups):
+        lower_group(group, f"k{i}")
+    x, s = torch.randn(4, 8), torch.randn(())
+    for got, want in zip(interpret(m, [x, s]), interpret(parse(text), [x, s]), strict=True):
+        torch.testing.assert_close(got, want)

@@ -6,13 +6,14 @@ import pytest
 
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
-from xfuse.ir.context import parse
+from xfuse.ir.context import make_context, parse
 from xfuse.passes.fusion.graph import FusionGraph
 from xfuse.passes.fusion.legality import (
     ARG_LIMIT,
     COMPOSITE_OP,
     EXTERN_BOUNDARY,
     FUSED,
+    LOOP_STRUCTURE,
     MAX_GROUP_SIZE,
     MUTATION_HAZARD,
     NOT_FUSABLE,
@@ -40,7 +41,8 @@ def R(domain: tuple[int, ...], *dims: int) -> Space:
         (R((4, 8)), R((3, 5)), None),
         (R((4, 8), 1), R((4, 8), 0), None),  # reductions over different dims
         (R((4, 8), 1), R((4, 8, 2)), None),  # larger than the reduction's domain
-        (R((4, 8), 1), R((32,)), None),
+        (R((4, 8), 1), R((32,)), R((4, 8), 1)),  # a full-size output of another shape
+        (R((4, 8), 1), R((16,)), None),
     ],
 )
 def test_combine_spaces(a: Space, b: Space, want: Space | None) -> None:
@@ -127,3 +129,95 @@ def test_cycle_search_returns_the_nodes_to_move(g: FusionGraph) -> None:
         "%d graph.add",
         "%s graph.softmax",
     ]
+
+
+# --- loop structure: what one row loop can compute ---------------------------------------------
+
+SOFTMAX = """
+  %m = graph.reduce_max %x dims = [1] keepdim : tensor<6x8xf32> -> tensor<6x1xf32>
+  %s = graph.sub %x, %m : tensor<6x8xf32>, tensor<6x1xf32> -> tensor<6x8xf32>
+  %e = graph.exp %s : tensor<6x8xf32>
+  %z = graph.reduce_sum %e dims = [1] keepdim : tensor<6x8xf32> -> tensor<6x1xf32>
+  %y = graph.div %e, %z : tensor<6x8xf32>, tensor<6x1xf32> -> tensor<6x8xf32>"""
+
+LOOP_PROGRAMS = {
+    # A softmax whose output is permuted: the permuted element reads another row's sum.
+    "softmax-permuted": (
+        "tensor<8x6xf32>",
+        SOFTMAX + "\n  %t = graph.permute %y perm = [1, 0] : tensor<6x8xf32> -> tensor<8x6xf32>",
+    ),
+    # The row sums laid out as a row: an output that is no row shape (1x6, not 6x1 or 6).
+    "row-permuted": (
+        "tensor<1x6xf32>",
+        """
+  %q = graph.slice %x start = [0, 0] limit = [6, 6] stride = [1, 1] : tensor<6x8xf32> -> tensor<6x6xf32>
+  %r = graph.reduce_sum %q dims = [1] keepdim : tensor<6x6xf32> -> tensor<6x1xf32>
+  %z = graph.exp %r : tensor<6x1xf32>
+  %t = graph.reshape %z : tensor<6x1xf32> -> tensor<1x6xf32>""",
+    ),
+    # A row value reshaped to add a unit dim is still read at its own row.
+    "unit-dim-reshape": (
+        "tensor<6x8xf32>",
+        """
+  %r = graph.reduce_sum %x dims = [1] : tensor<6x8xf32> -> tensor<6xf32>
+  %u = graph.reshape %r : tensor<6xf32> -> tensor<6x1xf32>
+  %t = graph.sub %x, %u : tensor<6x8xf32>, tensor<6x1xf32> -> tensor<6x8xf32>""",
+    ),
+    # A full-shape value reshaped to as many elements (heads split off): same memory position.
+    "full-reshaped": (
+        "tensor<6x2x4xf32>",
+        SOFTMAX + "\n  %t = graph.reshape %y : tensor<6x8xf32> -> tensor<6x2x4xf32>",
+    ),
+}
+
+
+def loop_program(name: str) -> str:
+    result, body = LOOP_PROGRAMS[name]
+    return (
+        f"func.func @forward(%x: tensor<6x8xf32>) -> {result} {{{body}\n"
+        f"  func.return %t : {result}\n}}"
+    )
+
+
+@pytest.mark.parametrize("fuser", ["fuse-greedy", "fuse-scored"])
+@pytest.mark.parametrize(
+    ("name", "groups", "refused"),
+    [
+        ("softmax-permuted", 2, "would be read at another row than its own"),
+        ("row-permuted", None, "%t of shape [1, 6] is neither the full shape [6, 6]"),
+        ("unit-dim-reshape", 1, None),
+        ("full-reshaped", 1, None),
+    ],
+)
+def test_groups_split_where_one_row_loop_cannot_compute_them(
+    fuser: str, name: str, groups: int | None, refused: str | None
+) -> None:
+    """Merges that one row loop could not compute are refused as `loop-structure`, with what
+    goes wrong; the groups formed all lower to loops, and the legal shapes stay one group."""
+    from xfuse.dialects.fusion import GroupOp
+    from xfuse.passes import get_all_passes
+    from xfuse.passes.lowering.lower_to_loops import lower_group
+
+    module = parse(loop_program(name))
+    fuse = get_all_passes()[fuser]()()
+    fuse.apply(make_context(), module)
+    found = [op for op in module.walk() if isinstance(op, GroupOp)]
+    assert groups is None or len(found) == groups
+    for i, group in enumerate(found):
+        lower_group(group, f"k{i}")  # raises if one kernel cannot express it
+    details = [d.detail for d in fuse.decisions if d.reason == LOOP_STRUCTURE]
+    if refused is None:
+        assert details == []
+    else:
+        assert details and all(refused in d for d in details), details
+
+
+def test_the_loop_structure_detail_names_the_reduction_and_the_layout_op() -> None:
+    m = parse(loop_program("softmax-permuted"))
+    g = FusionGraph(m.body.block.first_op.body.block)  # type: ignore[union-attr]
+    y, t = node(g, "y"), node(g, "t")
+    group = g.merge(y, t, "test")
+    verdict = check_merge(g, node(g, "z"), group, arg_limit=128)
+    assert verdict.reason == LOOP_STRUCTURE
+    assert "%z graph.reduce_sum" in verdict.detail
+    assert "through %t graph.permute" in verdict.detail

@@ -35,6 +35,7 @@ from xdsl.transforms.dead_code_elimination import region_dce
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.fusion import GroupOp
+from xfuse.passes.fusion.graph import group_space
 from xfuse.passes.fusion.op_facts import op_kind, stronger_kind
 
 
@@ -177,8 +178,10 @@ def split_by_output_size(group: GroupOp, *, share: bool) -> list[GroupOp]:
     """A group without reductions whose outputs differ in element count (a rotary embedding
     and its key repeated for grouped-query attention) becomes one group per count, each
     recomputing the ops it needs: one loop cannot write both. (Groups with reductions write
-    outputs of the full and the row shape; `lower-to-loops` handles those.)"""
-    if any(op_kind(op) == "reduction" for op in group.block.ops):
+    outputs of the full and the row shape; `lower-to-loops` handles those, and fusion's
+    `loop-structure` gate keeps out any other. A reduction over no dims reduces nothing: its
+    group runs one loop over its elements like any other.)"""
+    if group_space(group).reduced:
         return [group]
     sizes = [graph.numel(graph.shape_of(r)) for r in group.results]
     if len(set(sizes)) <= 1:

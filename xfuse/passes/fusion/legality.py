@@ -12,7 +12,18 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `max-rounds`       (fuse-scored) the pair was still waiting when the rounds ran out;
 - `arg-limit`        the merged group would take more inputs plus outputs than allowed;
 - `mutation-hazard`  fusing would move a read across an op that may write memory;
-- `would-create-cycle` a path leaves the pair and comes back (producer -> X -> consumer).
+- `would-create-cycle` a path leaves the pair and comes back (producer -> X -> consumer);
+- `loop-structure`   one kernel's loop nest cannot compute the merged group (see below).
+
+A group with reductions runs as one row loop (docs/contracts.md, `lower-to-loops`): the
+reductions share one full shape and reduced dims, each iteration computes one row, a
+reduction's result is known only for the iteration's own row, and each output is of the full
+shape, a row shape, or another shape of as many elements (written at the same memory position).
+`loop_structure` checks that of a merged group: it follows the index at which each value is
+read, from the outputs and the reductions' inputs back through the group's ops (layout ops map
+it, torch broadcasting drops dims), and refuses when a reduction's result would be read at
+another row, or an output has another shape. Groups without reductions run as one loop over
+their elements; outputs of different element counts are split apart by `group-cleanup`.
 
 Cycles are found with topological positions: every path from `first` to `second` runs through
 nodes placed strictly between them, so the search never leaves that span and costs what the
@@ -22,9 +33,9 @@ yields the nodes that must move below the merged group to keep the block in topo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Required, TypedDict, Unpack
+from typing import Required, TypedDict, Unpack, cast
 
 from xdsl.ir import Operation, SSAValue
 
@@ -32,9 +43,11 @@ from xfuse.dialects import graph
 from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
 from xfuse.passes.fusion.op_facts import (
     FUSABLE_KINDS,
+    Space,
     combine_spaces,
     gather_mismatch,
     is_constant_op,
+    op_kind,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -52,6 +65,7 @@ MAX_GROUP_SIZE = "max-group-size"
 MAX_ROUNDS = "max-rounds"
 NOT_FUSABLE = "not-fusable"
 COMPOSITE_OP = "composite-op"
+LOOP_STRUCTURE = "loop-structure"
 
 REASONS = (
     FUSED,
@@ -65,6 +79,7 @@ REASONS = (
     MAX_ROUNDS,
     NOT_FUSABLE,
     COMPOSITE_OP,
+    LOOP_STRUCTURE,
 )
 
 # Op kinds that are boundaries, with the reason that names them.
@@ -205,7 +220,8 @@ def check_pair(
     a, b = g.space(first), g.space(second)
     if sibling and a.domain != b.domain:
         return refuse(SHAPE_MISMATCH, f"siblings iterate {a} and {b}")
-    if combine_spaces(a, b) is None:
+    space = combine_spaces(a, b)
+    if space is None:
         return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
     detail = edge_gather_mismatch(g, first, second)
     if detail is not None:
@@ -214,12 +230,15 @@ def check_pair(
         size = first.size + second.size
         if size > max_group_size:
             return refuse(MAX_GROUP_SIZE, f"{size} ops > {max_group_size}")
-    if g.merged_arg_bound(first, second) <= arg_limit:
-        return PASSED  # the common case, without building the union of the inputs
-    args = g.merged_arg_count(first, second)
-    if args > arg_limit:
-        return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
-    return PASSED
+    # The common case passes on the bound, without building the union of the inputs.
+    if g.merged_arg_bound(first, second) > arg_limit:
+        args = g.merged_arg_count(first, second)
+        if args > arg_limit:
+            return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
+    if not space.reduced:
+        return PASSED  # one loop over the elements: any group of one element count lowers
+    detail = loop_structure(g, (first, second), space)
+    return PASSED if detail is None else refuse(LOOP_STRUCTURE, detail)
 
 
 def check_order(g: FusionGraph, first: Node, second: Node) -> Verdict:
@@ -277,3 +296,192 @@ def sibling_candidates(
         if fusability(node).ok:
             buckets.setdefault(g.space(node).domain, []).append(node)
     return [b for b in buckets.values() if len(b) > 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Loop structure: what one row loop can compute (see the module doc)
+# ---------------------------------------------------------------------------------------------
+
+Entry = tuple[int, ...] | None
+"""Where one dim of a value is read, in terms of the row loop's index into the full shape: the
+full dims whose loop variables make it up (mixed radix, outermost first; `()` is index 0), or
+None for anything else (an offset, part of a dim, an index an op computes)."""
+
+Index = tuple[Entry, ...]
+
+
+def _known(digits: Sequence[tuple[int | None, int]]) -> Entry:
+    dims = tuple(d for d, _ in digits)
+    return None if None in dims else cast(tuple[int, ...], dims)
+
+
+@dataclass(frozen=True)
+class RowLoop:
+    """The loop nest of a group with reductions: `full` is the shape the reductions reduce,
+    `dims` the dims they fold; one iteration computes one row (the kept dims)."""
+
+    full: tuple[int, ...]
+    dims: tuple[int, ...]
+
+    @property
+    def identity(self) -> Index:
+        """The index of the full shape's element in the innermost loop."""
+        return tuple(() if d == 1 else (k,) for k, d in enumerate(self.full))
+
+    def row(self, keepdim: bool) -> Index:
+        """The index of the iteration's row in a reduction's result."""
+        if keepdim:
+            return tuple(() if k in self.dims else e for k, e in enumerate(self.identity))
+        return tuple(e for k, e in enumerate(self.identity) if k not in self.dims)
+
+    def output_index(self, shape: tuple[int, ...]) -> Index | None:
+        """Where an output of `shape` is written: the full shape, a row shape, or as many
+        elements at the same memory position; None for any other shape."""
+        if shape == self.full:
+            return self.identity
+        for keepdim in (True, False):
+            if shape == graph.reduced_shape(self.full, self.dims, keepdim):
+                return self.row(keepdim)
+        if graph.numel(shape) == graph.numel(self.full):
+            return self.reshape(self.identity, self.full, shape)
+        return None
+
+    def is_own_row(self, op: graph.ReduceOp, index: Index) -> bool:
+        want = self.row(op.keeps_dims)
+        shape = graph.shape_of(op.result)
+        return all(size == 1 or got == w for got, w, size in zip(index, want, shape, strict=True))
+
+    def reshape(self, index: Index, shape: tuple[int, ...], to: tuple[int, ...]) -> Index:
+        """The index of the element of shape `to` at the same memory position as the element
+        of `shape` at `index`. Both shapes are cut where their trailing element counts agree;
+        a piece that is one dim of `to` made of known full dims is known."""
+        digits: list[tuple[int | None, int]] = []  # (full dim or None, radix), outermost first
+        for entry, size in zip(index, shape, strict=True):
+            if size == 1:
+                continue
+            if entry is not None and graph.numel([self.full[k] for k in entry]) == size:
+                digits.extend((k, self.full[k]) for k in entry)
+            else:
+                digits.append((None, size))
+        out: list[Entry] = [()] * len(to)
+        dims = [j for j, d in enumerate(to) if d != 1]
+        while dims:
+            piece = [dims.pop()]
+            count = to[piece[0]]
+            taken: list[tuple[int | None, int]] = []
+            got = 1
+            while got != count and (digits or dims):
+                if got < count and digits:
+                    taken.append(digits.pop())
+                    got *= taken[-1][1]
+                elif dims:
+                    piece.append(dims.pop())
+                    count *= to[piece[-1]]
+                else:
+                    break
+            entry = _known(taken[::-1]) if len(piece) == 1 and got == count else None
+            for j in piece:
+                out[j] = entry
+        return tuple(out)
+
+
+def operand_reads(op: Operation, index: Index, loop: RowLoop) -> list[tuple[SSAValue, Index]]:
+    """The index at which `op` reads each operand to compute its result at `index` (every op
+    but real reductions): layout ops map it, elementwise ops broadcast it as torch does, and
+    an op of another kind (one that computes its own indices) reads at unknown ones."""
+    if isinstance(op, graph.BroadcastInDimOp):
+        in_shape = graph.shape_of(op.input)
+        return [
+            (
+                op.input,
+                tuple(() if in_shape[i] == 1 else index[d] for i, d in enumerate(op.dim_map)),
+            )
+        ]
+    if isinstance(op, graph.ReshapeOp):
+        out = graph.shape_of(op.result)
+        return [(op.input, loop.reshape(index, out, graph.shape_of(op.input)))]
+    if isinstance(op, graph.PermuteOp):
+        src: list[Entry] = [()] * len(index)
+        for i, p in enumerate(op.permutation):
+            src[p] = index[i]
+        return [(op.input, tuple(src))]
+    if isinstance(op, graph.SliceOp):
+        start, _, stride = op.bounds
+        sizes = graph.shape_of(op.input)
+        return [(op.input, tuple(map(_slice_entry, index, start, stride, sizes)))]
+    if isinstance(op, graph.ConcatOp):
+        reads: list[tuple[SSAValue, Index]] = []
+        offset = 0
+        for v in op.inputs:
+            shifted = index if offset == 0 else (*index[: op.axis], None, *index[op.axis + 1 :])
+            reads.append((v, shifted))
+            offset += graph.shape_of(v)[op.axis]
+        return reads
+    if isinstance(op, graph.ReduceOp):  # no dims: the identity
+        return [(op.input, index)]
+    if op_kind(op) == "elementwise":
+        out_rank = len(index)
+        return [(v, _broadcast(index, graph.shape_of(v), out_rank)) for v in op.operands]
+    return [(v, tuple(() if d == 1 else None for d in graph.shape_of(v))) for v in op.operands]
+
+
+def _broadcast(index: Index, shape: tuple[int, ...], out_rank: int) -> Index:
+    """Torch broadcasting: shapes align on the right, a size-1 dim reads element 0."""
+    lead = out_rank - len(shape)
+    return tuple(() if d == 1 else index[lead + k] for k, d in enumerate(shape))
+
+
+def _slice_entry(entry: Entry, start: int, stride: int, size: int) -> Entry:
+    if size == 1 or (entry == () and start == 0):
+        return ()
+    return entry if start == 0 and stride == 1 else None
+
+
+def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str | None:
+    """Why one row loop over `space` cannot compute the group of `nodes` merged (None when it
+    can): an output of another shape, reductions over different rows, or a reduction's result
+    read at another row than the iteration's own (a softmax whose output is permuted)."""
+    loop = RowLoop(space.domain, tuple(sorted(space.reduced)))
+    if graph.numel(loop.full) == 0:
+        return None  # the kernel never runs
+    inside = set(nodes)
+    reads: list[tuple[SSAValue, Index, Operation | None]] = []
+    for node in nodes:
+        for value, readers in zip(node.outputs, g.output_readers(node), strict=True):
+            if all(r in inside for r in readers):
+                continue
+            shape = graph.shape_of(value)
+            index = loop.output_index(shape)
+            if index is None:
+                return (
+                    f"output {g.label(value)} of shape {graph.fmt_shape(shape)} is neither the "
+                    f"full shape {graph.fmt_shape(loop.full)}, a row shape, nor of as many elements"
+                )
+            reads.append((value, index, None))
+        for op in node.ops if node.op is None else (node.op,):
+            if isinstance(op, graph.ReduceOp) and op.reduce_dims:
+                if (graph.shape_of(op.input), tuple(op.reduce_dims)) != (loop.full, loop.dims):
+                    return f"{g.op_label(op)} reduces another shape or dims than {space}"
+                reads.append((op.input, loop.identity, None))
+    node_of = g.node_of
+    seen: set[tuple[int, Index]] = set()
+    while reads:
+        value, index, via = reads.pop()
+        key = (id(value), index)
+        if key in seen:
+            continue
+        seen.add(key)
+        op = value.owner
+        if not isinstance(op, Operation) or node_of(op) not in inside:
+            continue  # read from outside the group: a buffer
+        if isinstance(op, graph.ReduceOp) and op.reduce_dims:
+            if not loop.is_own_row(op, index):
+                through = f" (through {g.op_label(via)})" if via is not None else ""
+                return (
+                    f"the result of {g.op_label(op)} would be read at another row than its "
+                    f"own{through}: one row loop cannot express it"
+                )
+            continue
+        step = via if op_kind(op) == "elementwise" else op
+        reads.extend((v, i, step) for v, i in operand_reads(op, index, loop))
+    return None

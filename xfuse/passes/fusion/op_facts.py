@@ -101,10 +101,11 @@ def combine_spaces(a: Space, b: Space) -> Space | None:
     """The space of a group holding both, or None when the spaces are unrelated.
 
     Equal spaces combine; a smaller space that broadcasts into a larger one, or is a reduced
-    form of it, runs inside the larger loop nest; a reduction absorbs ops over its domain and
-    over its reduced shape; two reductions combine only over the same domain and dims; two
-    spaces of equal size combine when no reduction is involved (a reshape or permute between
-    them is index arithmetic).
+    form of it, runs inside the larger loop nest; a reduction absorbs ops over its domain, over
+    its reduced shape and over shapes of as many elements (a layer norm's output reshaped into
+    heads; whether its rows stay rows is `legality.loop_structure`'s to say); two reductions
+    combine only over the same domain and dims; two spaces of equal size combine when no
+    reduction is involved (a reshape or permute between them is index arithmetic).
     """
     if a == b:
         return a
@@ -113,7 +114,8 @@ def combine_spaces(a: Space, b: Space) -> Space | None:
     if b.reduced:
         a, b = b, a
     if a.reduced:
-        return a if b.domain == a.domain or fits_inside(b.domain, a.domain) else None
+        fits = fits_inside(b.domain, a.domain)
+        return a if fits or graph.numel(b.domain) == graph.numel(a.domain) else None
     if fits_inside(b.domain, a.domain):
         return a
     if fits_inside(a.domain, b.domain):
