@@ -52,7 +52,7 @@ def edge_inputs(dtype: torch.dtype) -> torch.Tensor:
 
 def rows(x: torch.Tensor, n: int) -> torch.Tensor:
     """x as rows of n (its tail dropped)."""
-    return x[: x.numel() // n * n].reshape(-1, n)
+    return x.flatten()[: x.numel() // n * n].reshape(-1, n)
 
 
 def finite_quotient(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
