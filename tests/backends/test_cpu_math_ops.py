@@ -50,6 +50,17 @@ def edge_inputs(dtype: torch.dtype) -> torch.Tensor:
     return torch.cat([torch.tensor(EDGES, dtype=torch.float64), sweep]).to(dtype)
 
 
+def rows(x: torch.Tensor, n: int) -> torch.Tensor:
+    """x as rows of n (its tail dropped)."""
+    return x.flatten()[: x.numel() // n * n].reshape(-1, n)
+
+
+def finite_quotient(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """b, but 1 where a finite a / b overflows: eager's vectorized CPU fmod then gives NaN (its
+    scalar path, CUDA and C give the exact remainder, as xfuse does)."""
+    return torch.where((a / b).isinf() & a.isfinite() & (b != 0), 1.0, b)
+
+
 UNARY: dict[str, Fn] = {
     "floor": torch.floor,
     "ceil": torch.ceil,
@@ -90,6 +101,18 @@ UNARY: dict[str, Fn] = {
     "hardsigmoid": F.hardsigmoid,
     "hardswish": F.hardswish,
     "leaky_relu": F.leaky_relu,
+    # issue 15 (elem)
+    "erfc": torch.erfc,
+    "logical_not": torch.logical_not,
+    "any": lambda x: x.any(),
+    "all_dim": lambda x: rows(x, 2).all(dim=1),
+    "var_mean": lambda x: torch.stack(torch.var_mean(rows(x, 3).clamp(-1e3, 1e3), dim=1)),
+    "vector_norm_2": lambda x: torch.linalg.vector_norm(rows(x, 3).clamp(-1e3, 1e3), dim=1),
+    "vector_norm_1": lambda x: torch.linalg.vector_norm(rows(x, 3).clamp(-1e3, 1e3), 1, dim=1),
+    "vector_norm_3": lambda x: torch.linalg.vector_norm(rows(x, 3).clamp(-1e3, 1e3), 3, dim=1),
+    "vector_norm_inf": lambda x: torch.linalg.vector_norm(rows(x, 3), float("inf"), dim=1),
+    "vector_norm_-inf": lambda x: torch.linalg.vector_norm(rows(x, 3), -float("inf"), dim=1),
+    "vector_norm_0": lambda x: torch.linalg.vector_norm(rows(x, 3), 0, dim=1),
 }
 
 
@@ -105,6 +128,17 @@ BINARY: dict[str, Fn] = {
     "fmax": torch.fmax,
     "fmin": torch.fmin,
     "hypot": torch.hypot,
+    # issue 15 (elem)
+    "fmod": lambda a, b: torch.fmod(a, finite_quotient(a, b)),
+    "remainder": lambda a, b: torch.remainder(a, finite_quotient(a, b)),
+    "floor_divide": torch.floor_divide,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "logical_and": torch.logical_and,
+    "logical_or": torch.logical_or,
+    "logical_xor": torch.logical_xor,
+    "logaddexp": torch.logaddexp,
+    "heaviside": torch.heaviside,
 }
 
 
@@ -142,3 +176,85 @@ def test_int_operands_of_float_ops(dtype: torch.dtype) -> None:
     a = torch.tensor([0, 3, -4, 5, -9]).to(dtype)
     b = torch.tensor([1, -3, 0, 5, 2]).to(dtype)
     check(lambda x, y: torch.atan2(x, y) + torch.fmax(x, y) + torch.copysign(x, y), (a, b))
+
+
+# ---------------------------------------------------------------------------------------------
+# Integer and bool ops of issue 15 (elem): bitwise/logical ops, any/all, division by numbers
+# ---------------------------------------------------------------------------------------------
+
+INT_EDGES = [0, 1, -1, 2, -2, 7, -7, 100, -100]
+
+
+def int_inputs(dtype: torch.dtype) -> torch.Tensor:
+    info = torch.iinfo(dtype)
+    return torch.tensor([*INT_EDGES, info.min, info.max, info.min + 1, info.max - 1], dtype=dtype)
+
+
+INT_BINARY: dict[str, Fn] = {
+    "bitwise_and": torch.bitwise_and,
+    "bitwise_or": torch.bitwise_or,
+    "bitwise_xor": torch.bitwise_xor,
+    "bitwise_not": lambda a, b: ~a,
+    "logical_not": lambda a, b: torch.logical_not(a),
+    "logical_and": torch.logical_and,
+    "logical_or": torch.logical_or,
+    "logical_xor": torch.logical_xor,
+    "any_all": lambda a, b: torch.stack([a.any(), b.all(), (a & b).any()]),
+}
+
+INT_BY_NUMBER: dict[str, Fn] = {
+    "remainder": lambda a: torch.remainder(a, 3) + torch.remainder(a, -7),
+    "fmod": lambda a: torch.fmod(a, 3) + torch.fmod(a, -7),
+    "floor_divide": lambda a: a // 4 + a // -3,
+    "div_floor": lambda a: torch.div(a, 5, rounding_mode="floor"),
+    "div_trunc": lambda a: torch.div(a, -7, rounding_mode="trunc"),
+}
+
+
+@pytest.mark.parametrize("dtype", (torch.int32, torch.int64, torch.bool), ids=str)
+@pytest.mark.parametrize("name", list(INT_BINARY))
+def test_int_and_bool_edges(name: str, dtype: torch.dtype) -> None:
+    """Every pair of integer edges (int min and max included), and bools."""
+    x = torch.tensor([False, True]) if dtype == torch.bool else int_inputs(dtype)
+    check(INT_BINARY[name], (x.repeat_interleave(len(x)), x.repeat(len(x))))
+
+
+@pytest.mark.parametrize("dtype", (torch.int32, torch.int64), ids=str)
+@pytest.mark.parametrize("name", list(INT_BY_NUMBER))
+def test_int_division_by_a_number(name: str, dtype: torch.dtype) -> None:
+    check(INT_BY_NUMBER[name], (int_inputs(dtype),))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: torch.remainder(a, b),
+        lambda a, b: torch.fmod(a, b),
+        lambda a, b: a // b,
+        lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    ],
+)
+def test_int_division_by_a_tensor_raises_like_eager(fn: Fn) -> None:
+    """A divisor that may be 0 (or -1 with int min) stays in torch: division by zero raises
+    as in eager, where a kernel would trap."""
+    a, b = torch.tensor([7, -7, 5]), torch.tensor([2, -3, 4])
+    compiled = xfuse.compile(fn, (a, b))
+    torch.testing.assert_close(compiled(a, b), fn(a, b))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(a, torch.tensor([2, 0, 4]))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        compiled(a, torch.tensor([2, 0, 4]))
+
+
+def test_int_division_by_zero_or_minus_one_stays_in_torch() -> None:
+    a = torch.tensor([7, -(2**63), 5])
+    compiled = xfuse.compile(lambda x: torch.remainder(x, -1) + x // -1, (a,))
+    module = compiled.default.program.module
+    assert any(isinstance(op, graph.TorchCallOp) for op in module.walk())
+    torch.testing.assert_close(compiled(a), torch.remainder(a, -1) + a // -1)
+
+
+def test_any_all_of_floats_count_nan_and_negative_zero_as_eager() -> None:
+    x = torch.tensor([[0.0, -0.0], [float("nan"), 0.0], [1e-45, 0.0], [-0.0, -0.0]])
+    check(lambda t: torch.stack([t.any(dim=1), t.all(dim=1), torch.logical_not(t).any(1)]), (x,))
+    check(lambda t: torch.ops.aten.any.dims(t, []), (x,))  # dim=[]: no reduction

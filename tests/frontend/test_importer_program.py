@@ -113,7 +113,12 @@ FALLBACK_CASES: list[tuple[str, Any, tuple[Any, ...], str]] = [
         "aten.embedding.default",
     ),
     ("max_pool", lambda a: F.max_pool2d(a, 2), (torch.randn(1, 2, 4, 4),), "aten.max_pool2d"),
-    ("floor_div", lambda a: a // 2.0, (torch.randn(6),), "aten.div.Tensor_mode"),
+    (  # an integer division by a tensor may divide by zero: eager raises, a kernel would trap
+        "int_floor_div_by_tensor",
+        lambda a, b: a // b,
+        (torch.tensor([7, -7, 5]), torch.tensor([2, 3, -4])),
+        "aten.floor_divide.default",
+    ),
     (
         "index_select",
         lambda a, i: a[i],

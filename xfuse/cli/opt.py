@@ -38,6 +38,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from xfuse.dialects.mlir_ops import EXTRA_OPS
 from xfuse.errors import XfuseError
 from xfuse.ir.context import DIALECTS
 from xfuse.passes import get_all_passes
@@ -128,6 +129,8 @@ class XfuseOptMain(xDSLOptMain):
         for dialect in DIALECTS:
             if dialect.name not in known:
                 self.ctx.register_dialect(dialect.name, _dialect_factory(dialect))
+        for op in EXTRA_OPS:  # MLIR math/arith ops that xDSL's dialects lack
+            self.ctx.load_op(op)
 
     def register_all_passes(self) -> None:
         super().register_all_passes()

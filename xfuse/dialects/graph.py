@@ -67,6 +67,8 @@ from xfuse.dialects.facts import (
     cmpi,
     unary,
 )
+from xfuse.dialects.mlir_ops import ErfcOp as MathErfcOp
+from xfuse.dialects.mlir_ops import RemFOp
 
 # ---------------------------------------------------------------------------------------------
 # Op-kind traits, read by fusion (xfuse/passes/fusion/legality.py)
@@ -1240,6 +1242,211 @@ class WhereOp(IRDLOperation):
 
 
 # ---------------------------------------------------------------------------------------------
+# Elementwise ops of issue 15 (elem): bitwise/logical ops, fmod, remainder, floor division, erfc
+# ---------------------------------------------------------------------------------------------
+
+
+def _bitwise_not_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    """~x: x xor all ones (for bool: x xor true)."""
+    return b.insert(arith.XOrIOp(xs[0], b.constant(1 if t == i1 else -1, t)))
+
+
+def _remainder_adjust(
+    b: ScalarBuilder, mod: SSAValue, divisor: SSAValue, nonzero: SSAValue, signs_differ: SSAValue
+) -> SSAValue:
+    """mod + divisor where mod is non-zero and its sign differs from the divisor's."""
+    adjust = b.insert(arith.AndIOp(nonzero, signs_differ))
+    add = arith.AddfOp if is_float(mod.type) else arith.AddiOp
+    return b.insert(arith.SelectOp(adjust, b.insert(add(mod, divisor)), mod))
+
+
+def _remainder_f(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    """torch.remainder on floats (ATen's kernel): mod = fmod(a, b); mod + b where mod != 0 and
+    (b < 0) != (mod < 0)."""
+    a, d = xs
+    mod = b.insert(RemFOp(a, d))
+    zero = b.constant(0.0, t)
+    nonzero = b.insert(arith.CmpfOp(mod, zero, "une"))
+    differ = b.insert(
+        arith.XOrIOp(
+            b.insert(arith.CmpfOp(d, zero, "olt")), b.insert(arith.CmpfOp(mod, zero, "olt"))
+        )
+    )
+    return _remainder_adjust(b, mod, d, nonzero, differ)
+
+
+def _remainder_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    """Python's a % b on integers: the truncated remainder, plus b where the signs differ."""
+    a, d = xs
+    mod = b.insert(arith.RemSIOp(a, d))
+    zero = b.constant(0, t)
+    nonzero = b.insert(arith.CmpiOp(mod, zero, "ne"))
+    differ = b.insert(arith.CmpiOp(b.insert(arith.XOrIOp(mod, d)), zero, "slt"))
+    return _remainder_adjust(b, mod, d, nonzero, differ)
+
+
+def _floor_divide_f(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
+    """c10::div_floor_floating, step by step: a / b where b == 0; else div = (a - fmod(a, b)) / b,
+    less 1 where the remainder's sign differs from b's, then floor(div) (+1 where div -
+    floor(div) > 0.5), and a zero quotient gets the sign of a / b."""
+    a, d = xs
+    zero, one = b.constant(0.0, t), b.constant(1.0, t)
+    mod = b.insert(RemFOp(a, d))
+    div = b.insert(arith.DivfOp(b.insert(arith.SubfOp(a, mod)), d))
+    nonzero = b.insert(arith.CmpfOp(mod, zero, "une"))
+    differ = b.insert(
+        arith.XOrIOp(
+            b.insert(arith.CmpfOp(d, zero, "olt")), b.insert(arith.CmpfOp(mod, zero, "olt"))
+        )
+    )
+    lower = b.insert(arith.AndIOp(nonzero, differ))
+    div = b.insert(arith.SelectOp(lower, b.insert(arith.SubfOp(div, one)), div))
+    floor = b.insert(math.FloorOp(div))
+    above_half = b.insert(
+        arith.CmpfOp(b.insert(arith.SubfOp(div, floor)), b.constant(0.5, t), "ogt")
+    )
+    floor = b.insert(arith.SelectOp(above_half, b.insert(arith.AddfOp(floor, one)), floor))
+    quotient = b.insert(arith.DivfOp(a, d))
+    signed_zero = b.insert(math.CopySignOp(zero, quotient))
+    result = b.insert(arith.SelectOp(b.insert(arith.CmpfOp(div, zero, "une")), floor, signed_zero))
+    return b.insert(arith.SelectOp(b.insert(arith.CmpfOp(d, zero, "oeq")), quotient, result))
+
+
+class IntegerUnaryOp(UnaryOp):
+    """Base of elementwise unary ops on integers and bools."""
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        if is_float(t.element_type):
+            raise VerifyException(f"expected an integer or bool operand, found {t.element_type}")
+
+
+class IntegerBinaryOp(BinaryOp):
+    """Base of elementwise binary ops on integers and bools."""
+
+    def verify_(self) -> None:
+        super().verify_()
+        if is_float(dtype_of(self.lhs)):
+            raise VerifyException(f"expected integer or bool operands, found {dtype_of(self.lhs)}")
+
+
+class NumericBinaryOp(BinaryOp):
+    """Base of elementwise binary ops on numbers (not bools)."""
+
+    def verify_(self) -> None:
+        super().verify_()
+        if dtype_of(self.lhs) == i1:
+            raise VerifyException("expected numeric operands, found i1")
+
+
+@irdl_op_definition
+class BitwiseNotOp(IntegerUnaryOp):
+    """~x (logical not on bools). `%y = graph.bitwise_not %x : tensor<4xi1>`"""
+
+    name = "graph.bitwise_not"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.bitwise_not",
+        aten=("aten.bitwise_not.default",),
+        scalar=ScalarRule(None, _bitwise_not_i, _bitwise_not_i),
+        fuzz=Fuzz.drawn_by("integer_or_logical"),
+    )
+
+
+@irdl_op_definition
+class BitwiseAndOp(IntegerBinaryOp):
+    """a & b (logical and on bools). `%z = graph.bitwise_and %a, %b : tensor<4xi1>, tensor<4xi1> -> tensor<4xi1>`"""
+
+    name = "graph.bitwise_and"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.bitwise_and",
+        aten=("aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar"),
+        scalar=ScalarRule(None, binary(arith.AndIOp), binary(arith.AndIOp)),
+        fuzz=Fuzz.drawn_by("integer_or_logical"),
+    )
+
+
+@irdl_op_definition
+class BitwiseOrOp(IntegerBinaryOp):
+    """a | b (logical or on bools). `%z = graph.bitwise_or %a, %b : tensor<4xi64>, tensor<i64> -> tensor<4xi64>`"""
+
+    name = "graph.bitwise_or"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.bitwise_or",
+        aten=("aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar"),
+        scalar=ScalarRule(None, binary(arith.OrIOp), binary(arith.OrIOp)),
+        fuzz=Fuzz.drawn_by("integer_or_logical"),
+    )
+
+
+@irdl_op_definition
+class BitwiseXorOp(IntegerBinaryOp):
+    """a ^ b (logical xor on bools). `%z = graph.bitwise_xor %a, %b : tensor<4xi1>, tensor<4xi1> -> tensor<4xi1>`"""
+
+    name = "graph.bitwise_xor"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.bitwise_xor",
+        aten=("aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar"),
+        scalar=ScalarRule(None, binary(arith.XOrIOp), binary(arith.XOrIOp)),
+        fuzz=Fuzz.drawn_by("integer_or_logical"),
+    )
+
+
+@irdl_op_definition
+class FmodOp(NumericBinaryOp):
+    """C's fmod: the remainder with the sign of the dividend (integers: truncated division).
+    `%z = graph.fmod %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
+
+    name = "graph.fmod"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.fmod",
+        aten=("aten.fmod.Tensor", "aten.fmod.Scalar"),
+        scalar=ScalarRule(binary(RemFOp), binary(arith.RemSIOp)),
+        fuzz=Fuzz.binary("torch.fmod", exact=True),
+    )
+
+
+@irdl_op_definition
+class RemainderOp(NumericBinaryOp):
+    """Python's modulo: the remainder with the sign of the divisor.
+    `%z = graph.remainder %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
+
+    name = "graph.remainder"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.remainder",
+        aten=("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor"),
+        scalar=ScalarRule(_remainder_f, _remainder_i),
+        fuzz=Fuzz.binary("torch.remainder"),
+    )
+
+
+@irdl_op_definition
+class FloorDivideOp(NumericBinaryOp):
+    """floor(a / b), as torch's floor_divide and div(rounding_mode="floor").
+    `%z = graph.floor_divide %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>`"""
+
+    name = "graph.floor_divide"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.floor_divide",
+        aten=("aten.floor_divide.default", "aten.floor_divide.Scalar"),
+        scalar=ScalarRule(_floor_divide_f, binary(arith.FloorDivSIOp)),
+        fuzz=Fuzz.binary("torch.floor_divide"),
+    )
+
+
+@irdl_op_definition
+class ErfcOp(FloatUnaryOp):
+    """Complementary error function, accurate for large x. `%y = graph.erfc %x : tensor<4xf32>`"""
+
+    name = "graph.erfc"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.erfc",
+        aten=("aten.erfc.default",),
+        scalar=ScalarRule(unary(MathErfcOp)),
+        fuzz=Fuzz.unary("torch.erfc"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Broadcast
 # ---------------------------------------------------------------------------------------------
 
@@ -2238,6 +2445,15 @@ Graph = Dialect(
         SiluOp,
         GeluOp,
         VarOp,
+        # issue 15 (elem)
+        BitwiseNotOp,
+        BitwiseAndOp,
+        BitwiseOrOp,
+        BitwiseXorOp,
+        FmodOp,
+        RemainderOp,
+        FloorDivideOp,
+        ErfcOp,
     ],
     [],
 )

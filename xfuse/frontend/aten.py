@@ -129,9 +129,9 @@ def _div_mode(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     mode = a.get("rounding_mode")
     if mode is None:
         return _binary(graph.DivOp)(lw, node, a)
-    divisor = a["other"]
-    safe = isinstance(divisor, int) and divisor not in (0, -1)
-    if mode == "trunc" and not graph.is_float(dtype) and safe:
+    if mode == "floor" or graph.is_float(dtype):
+        return _rounded_division(lw, node, a)
+    if mode == "trunc" and _int_division_is_safe(a["other"]):
         return lw.emit(graph.DivOp(lw.operand(a["self"], dtype), lw.operand(a["other"], dtype)))
     return None
 
@@ -389,13 +389,17 @@ def _reduce(op_cls: type[graph.ReduceOp], dim_arg: str | None = "dim") -> Conver
     return convert
 
 
+def _correction(a: Args) -> float:
+    """var's and var_mean's Bessel correction: `correction` (default 1) or `unbiased`."""
+    if "correction" in a:
+        return 1 if a["correction"] is None else a["correction"]
+    return 1 if a.get("unbiased", True) else 0
+
+
 def _var(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """var.dim (unbiased), var.correction (correction) and var.default."""
     dtype = out_type(node).element_type
-    if "correction" in a:
-        correction = 1 if a["correction"] is None else a["correction"]
-    else:
-        correction = 1 if a.get("unbiased", True) else 0
+    correction = _correction(a)
     if not graph.is_float(dtype) or float(correction) != int(correction):
         return None
     x = lw.operand(a["self"], dtype)
@@ -519,6 +523,149 @@ def _linear(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 
 # ---------------------------------------------------------------------------------------------
+# Logical and bitwise ops, division with rounding, any/all, var_mean, vector norms (issue 15:
+# elem)
+# ---------------------------------------------------------------------------------------------
+
+
+def _int_division_is_safe(divisor: Any) -> bool:
+    """Whether an integer division (or remainder) by `divisor` may run in a kernel: only by a
+    number other than 0 and -1. A kernel's integer division by zero (or of the smallest
+    integer by -1) traps and kills the process, where eager raises ZeroDivisionError: any
+    other divisor leaves the node to torch (a `graph.torch_call`)."""
+    return isinstance(divisor, int) and divisor not in (0, -1)
+
+
+def _division(op_cls: type[graph.BinaryOp], divisor_arg: str = "other") -> Converter:
+    """fmod / remainder / floor_divide: floats always; integers by a safe number only."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        dtype = out_type(node).element_type
+        if dtype == i1 or (not graph.is_float(dtype) and not _int_division_is_safe(a[divisor_arg])):
+            return None
+        return lw.emit(op_cls(lw.operand(a["self"], dtype), lw.operand(a[divisor_arg], dtype)))
+
+    return convert
+
+
+def _rounded_division(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """div(rounding_mode="floor") is floor_divide; float "trunc" is trunc of the true division
+    rounded to the dtype (eager's f16/bf16 kernels round the quotient before truncating)."""
+    if a["rounding_mode"] == "floor":
+        return _division(graph.FloorDivideOp)(lw, node, a)
+    quotient = _binary(graph.DivOp)(lw, node, a)
+    assert isinstance(quotient, SSAValue)
+    return lw.emit(graph.TruncOp(quotient))
+
+
+def _bitwise_not(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    dtype = out_type(node).element_type
+    if graph.is_float(dtype):
+        return None
+    return lw.emit(graph.BitwiseNotOp(lw.operand(a["self"], dtype)))
+
+
+def _logical_not(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """not (x != 0), on the operand as a bool (NaN is true)."""
+    if out_type(node).element_type != i1:
+        return None
+    return lw.emit(graph.BitwiseNotOp(lw.operand(a["self"], i1)))
+
+
+def _logical(op_cls: type[graph.IntegerBinaryOp]) -> Converter:
+    """logical_and/or/xor: the bitwise op on both operands as bools."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        if out_type(node).element_type != i1:
+            return None
+        return lw.emit(op_cls(lw.operand(a["self"], i1), lw.operand(a["other"], i1)))
+
+    return convert
+
+
+def _any_all(op_cls: type[graph.ReduceMaxOp] | type[graph.ReduceMinOp]) -> Converter:
+    """any / all: a bool max / min of the operand as bools. `dim=[]` reduces nothing (any.dims),
+    no dim reduces every dim."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        if out_type(node).element_type != i1:
+            return None
+        x = lw.operand(a["self"], i1)
+        dim = a.get("dim")
+        dims = [] if isinstance(dim, list | tuple) and not dim else _norm_dims(dim, _rank(x))
+        return lw.emit(op_cls(x, dims, bool(a.get("keepdim", False))))
+
+    return convert
+
+
+def _var_mean(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """var_mean: graph.var and graph.reduce_mean of the same input and dims."""
+    dtype = result_types(node)[0].element_type
+    correction = _correction(a)
+    if not graph.is_float(dtype) or float(correction) != int(correction):
+        return None
+    x = lw.operand(a["self"], dtype)
+    dims, keepdim = _norm_dims(a.get("dim"), _rank(x)), bool(a.get("keepdim", False))
+    var = lw.emit(graph.VarOp(x, dims, int(correction), keepdim))
+    return [var, lw.emit(graph.ReduceMeanOp(x, dims, keepdim))]
+
+
+def _vector_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """linalg_vector_norm: max |x| (ord inf), min |x| (-inf), the count of non-zeros (0),
+    sum |x| (1), sqrt(sum x^2) (2), else sum(|x|^p)^(1/p); over `dim` (none or []: all),
+    computed in f32 for f16/bf16 (after the cast to `dtype=`)."""
+    dtype = out_type(node).element_type
+    ord_ = a["ord"]
+    if not graph.is_float(dtype) or not _is_number(ord_):
+        return None
+    p = float(ord_)
+    compute = _opmath_type(dtype)
+    x = lw.cast(lw.operand(a["self"], dtype), compute)
+    dims, keepdim = _norm_dims(a["dim"], _rank(x)), bool(a["keepdim"])
+    magnitude = lw.emit(graph.AbsOp(x))
+    if p == float("inf"):
+        norm = lw.emit(graph.ReduceMaxOp(magnitude, dims, keepdim))
+    elif p == float("-inf"):
+        norm = lw.emit(graph.ReduceMinOp(magnitude, dims, keepdim))
+    elif p == 0:
+        nonzero = lw.cast(lw.emit(graph.NeOp(x, lw.constant(0, compute))), compute)
+        norm = lw.emit(graph.ReduceSumOp(nonzero, dims, keepdim))
+    elif p == 1:
+        norm = lw.emit(graph.ReduceSumOp(magnitude, dims, keepdim))
+    elif p == 2:
+        squares = lw.emit(graph.MulOp(x, x))
+        norm = lw.emit(graph.SqrtOp(lw.emit(graph.ReduceSumOp(squares, dims, keepdim))))
+    else:
+        powers = lw.emit(graph.PowOp(magnitude, lw.constant(p, compute)))
+        total = lw.emit(graph.ReduceSumOp(powers, dims, keepdim))
+        norm = lw.emit(graph.PowOp(total, lw.constant(1.0 / p, compute)))
+    return lw.cast(norm, dtype)
+
+
+ELEM_OWN_CONVERTERS: dict[type[Operation], Converter] = {
+    graph.BitwiseNotOp: _bitwise_not,
+    graph.FmodOp: _division(graph.FmodOp),
+    graph.RemainderOp: _division(graph.RemainderOp),
+    graph.FloorDivideOp: _division(graph.FloorDivideOp),
+}
+
+ELEM_CONVERTERS: dict[str, Converter] = {
+    "aten.logical_not.default": _logical_not,
+    "aten.logical_and.default": _logical(graph.BitwiseAndOp),
+    "aten.logical_or.default": _logical(graph.BitwiseOrOp),
+    "aten.logical_xor.default": _logical(graph.BitwiseXorOp),
+    **dict.fromkeys(
+        ("aten.any.default", "aten.any.dim", "aten.any.dims"), _any_all(graph.ReduceMaxOp)
+    ),
+    **dict.fromkeys(
+        ("aten.all.default", "aten.all.dim", "aten.all.dims"), _any_all(graph.ReduceMinOp)
+    ),
+    **dict.fromkeys(("aten.var_mean.correction", "aten.var_mean.dim"), _var_mean),
+    "aten.linalg_vector_norm.default": _vector_norm,
+}
+
+
+# ---------------------------------------------------------------------------------------------
 # The table
 # ---------------------------------------------------------------------------------------------
 
@@ -557,6 +704,7 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.RMSNormOp: _rms_norm,
     graph.GeluOp: _gelu,
     graph.VarOp: _var,
+    **ELEM_OWN_CONVERTERS,
 }
 
 
@@ -622,6 +770,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten._native_batch_norm_legit_no_training.default": _batch_norm_eval,
     "aten.addmm.default": _addmm,
     **ATTENTION_CONVERTERS,
+    **ELEM_CONVERTERS,
 }
 
 # Nodes without a value that only check what export already guarantees.

@@ -18,6 +18,7 @@ from xdsl.parser import AttrParser, Parser
 
 from xfuse.dialects.fusion import Fusion
 from xfuse.dialects.graph import Graph
+from xfuse.dialects.mlir_ops import EXTRA_OPS
 
 
 def _read_hex_float_elements() -> None:
@@ -55,6 +56,8 @@ def make_context() -> Context:
     ctx = Context()
     for dialect in DIALECTS:
         ctx.load_dialect(dialect)
+    for op in EXTRA_OPS:  # MLIR math/arith ops that xDSL's dialects lack
+        ctx.load_op(op)
     return ctx
 
 

@@ -360,3 +360,35 @@ func.func @f(%x: tensor<4xf32>) {
   %0 = graph.isnan %x : tensor<4xf32> -> tensor<4xf32>
   func.return
 }
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.bitwise_not' op expected an integer or bool operand, found f32
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.bitwise_not %x : tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.bitwise_and' op expected integer or bool operands, found f32
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.bitwise_and %x, %x : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.remainder' op expected numeric operands, found i1
+func.func @f(%x: tensor<4xi1>) {
+  %0 = graph.remainder %x, %x : tensor<4xi1>, tensor<4xi1> -> tensor<4xi1>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.erfc' op expected a floating-point operand, found i64
+func.func @f(%x: tensor<4xi64>) {
+  %0 = graph.erfc %x : tensor<4xi64>
+  func.return
+}

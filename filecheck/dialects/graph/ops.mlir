@@ -229,3 +229,27 @@ func.func @math(%x: tensor<4xf32>, %i: tensor<4xi64>) -> tensor<4xf32> {
   %26 = graph.hypot %25, %x : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
   func.return %26 : tensor<4xf32>
 }
+
+// Logical/bitwise ops, fmod, remainder, floor division and erfc (issue 15).
+// CHECK-LABEL: func.func @bitwise_division
+func.func @bitwise_division(%p: tensor<4xi1>, %q: tensor<4xi1>, %i: tensor<4xi64>, %j: tensor<i64>, %x: tensor<4xf32>, %s: tensor<f32>) -> (tensor<4xi1>, tensor<4xi64>, tensor<4xf32>) {
+  // CHECK-NEXT: %{{.*}} = graph.bitwise_not %p : tensor<4xi1>
+  %0 = graph.bitwise_not %p : tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.bitwise_and %{{.*}}, %q : tensor<4xi1>, tensor<4xi1> -> tensor<4xi1>
+  %1 = graph.bitwise_and %0, %q : tensor<4xi1>, tensor<4xi1> -> tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.bitwise_or %{{.*}}, %q : tensor<4xi1>, tensor<4xi1> -> tensor<4xi1>
+  %2 = graph.bitwise_or %1, %q : tensor<4xi1>, tensor<4xi1> -> tensor<4xi1>
+  // CHECK-NEXT: %{{.*}} = graph.bitwise_xor %i, %j : tensor<4xi64>, tensor<i64> -> tensor<4xi64>
+  %3 = graph.bitwise_xor %i, %j : tensor<4xi64>, tensor<i64> -> tensor<4xi64>
+  // CHECK-NEXT: %{{.*}} = graph.bitwise_not %{{.*}} : tensor<4xi64>
+  %4 = graph.bitwise_not %3 : tensor<4xi64>
+  // CHECK-NEXT: %{{.*}} = graph.remainder %{{.*}}, %j : tensor<4xi64>, tensor<i64> -> tensor<4xi64>
+  %5 = graph.remainder %4, %j : tensor<4xi64>, tensor<i64> -> tensor<4xi64>
+  // CHECK-NEXT: %{{.*}} = graph.fmod %x, %s : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %6 = graph.fmod %x, %s : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.floor_divide %{{.*}}, %s : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  %7 = graph.floor_divide %6, %s : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.erfc %{{.*}} : tensor<4xf32>
+  %8 = graph.erfc %7 : tensor<4xf32>
+  func.return %2, %5, %8 : tensor<4xi1>, tensor<4xi64>, tensor<4xf32>
+}

@@ -46,6 +46,7 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.utils.exceptions import DiagnosticException
 
+from xfuse.dialects.mlir_ops import RemFOp
 from xfuse.errors import XfuseError
 from xfuse.passes.llvm.convert_func_to_llvm import convert_llvm_type, convert_types, rewrite_once
 
@@ -169,6 +170,7 @@ FLOAT_BINARY: dict[type[Operation], type[llvm.AbstractFloatArithOp]] = {
     arith.SubfOp: llvm.FSubOp,
     arith.MulfOp: llvm.FMulOp,
     arith.DivfOp: llvm.FDivOp,
+    RemFOp: llvm.FRemOp,  # C's fmod (libm's fmodf / fmod on the CPU)
 }
 
 INT_BINARY_OVERFLOW: dict[type[Operation], type[llvm.ArithmeticBinOpOverflow]] = {

@@ -20,6 +20,7 @@ from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.traits import SymbolTable
 
+from xfuse.dialects.mlir_ops import ErfcOp
 from xfuse.passes.llvm.convert_arith_to_llvm import LLVMConversionError, call_intrinsic
 from xfuse.passes.llvm.convert_func_to_llvm import rewrite_once
 
@@ -65,6 +66,7 @@ LIBM_FUNCTIONS: dict[type[Operation], str] = {
     math.AsinhOp: "asinh",
     math.AcoshOp: "acosh",
     math.AtanhOp: "atanh",
+    ErfcOp: "erfc",
 }
 """C names of the double versions; float versions end in `f`."""
 

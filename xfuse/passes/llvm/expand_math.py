@@ -10,6 +10,7 @@ f32 range, with IEEE behaviour at infinities, NaN and denormals.
 - log1p, expm1: Kahan's forms on top of log and exp (exact for tiny arguments).
 - tanh: Eigen's rational approximation on |x| < 0.625, 1 - 2 / (exp(2|x|) + 1) above.
 - erf: Norbert Juffa's two-interval erff (max error about 1 ulp with an accurate exp).
+- erfc: Norbert Juffa's erfcf (exp(-x^2) times a polynomial, no cancellation for large x).
 - sin, cos: reduction by pi/2 over the whole f32 range (Payne-Hanek in f64 arithmetic: x times
   26-bit chunks of 2/pi, each product exact, taken mod 4), Cephes sinf/cosf polynomials in f64.
 
@@ -43,6 +44,8 @@ from xdsl.dialects.utils.fast_math import FastMathFlag
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern
+
+from xfuse.dialects.mlir_ops import ErfcOp
 
 _CONTRACT = arith.FastMathFlagsAttr([FastMathFlag.ALLOW_CONTRACT])
 
@@ -405,6 +408,65 @@ def expand_cos(b: _Builder, x: SSAValue) -> SSAValue:
     return _sin_cos(b, x, 1)
 
 
+# ---------------------------------------------------------------------------------------------
+# erfc (issue 15: elem)
+# ---------------------------------------------------------------------------------------------
+
+_ERFC_POLY = tuple(
+    float.fromhex(h)
+    for h in (
+        "-0x1.a4a000p-12",
+        "-0x1.42a260p-10",
+        "0x1.585714p-10",
+        "0x1.1adcc4p-07",
+        "-0x1.081b82p-07",
+        "-0x1.bc0b6ap-05",
+        "0x1.4ffc46p-03",
+        "-0x1.540840p-03",
+        "-0x1.7bf616p-04",
+        "0x1.1ba03ap-02",
+    )
+)
+"""(1 + 2a) exp(a^2) erfc(a) - 1 as a polynomial in q = (a - 2) / (a + 2), a in [0, 10.05]."""
+
+
+def _square_error(b: _Builder, a: SSAValue, square: SSAValue) -> SSAValue:
+    """square - a * a exactly, without an FMA (Dekker): a = hi + lo with 12-bit halves, whose
+    products are exact."""
+    hi = b.from_bits(b.iand(b.bits(a), b.ci(-4096)))  # 0xFFFFF000: the top 12 mantissa bits
+    lo = b.sub(a, hi)
+    t = b.sub(square, b.mul(hi, hi))
+    t = b.sub(t, b.mul(b.c(2.0), b.mul(hi, lo)))
+    return b.sub(t, b.mul(lo, lo))
+
+
+def expand_erfc(b: _Builder, x: SSAValue) -> SSAValue:
+    """Norbert Juffa's erfcf (max error about 3 ulp here): erfc(|x|) = exp(-x^2) (1 + p(q)) /
+    (1 + 2|x|), exp(-x^2) corrected by the rounding error of x^2; 0 beyond 10.0546875, where
+    it underflows; 2 - erfc(|x|) for x < 0. Accurate where 1 - erf(x) cancels."""
+    one, two = b.c(1.0), b.c(2.0)
+    a = b.abs(x)
+    # q = (a - 2) / (a + 2), with its rounding error corrected
+    r = b.div(one, b.add(a, two))
+    q = b.madd(b.c(-4.0), r, one)
+    t = b.madd(b.add(q, one), b.c(-2.0), a)
+    q = b.madd(r, b.madd(b.sub(b.c(0.0), a), q, t), q)
+    p = b.poly(q, _ERFC_POLY)
+    # (1 + p) / (1 + 2a), with its residual corrected
+    r = b.mul(b.div(one, b.add(a, b.c(0.5))), b.c(0.5))
+    q = b.madd(p, r, r)
+    residual = b.add(b.sub(p, q), b.madd(b.add(q, q), b.sub(b.c(0.0), a), one))
+    r = b.madd(residual, r, q)
+    # times exp(-a^2)
+    square = b.mul(a, a)
+    e = expand_exp(b, b.sub(b.c(0.0), square))
+    re = b.mul(r, e)
+    result = b.madd(re, _square_error(b, a, square), re)
+    result = b.select(b.cmp("ogt", a, b.c(10.0546875)), b.c(0.0), result)
+    result = b.select(b.cmp("uno", x, x), x, result)
+    return b.select(b.cmp("olt", x, b.c(0.0)), b.sub(two, result), result)
+
+
 EXPANSIONS: dict[type[Operation], Callable[[_Builder, SSAValue], SSAValue]] = {
     math.ExpOp: expand_exp,
     math.Exp2Op: expand_exp2,
@@ -416,6 +478,7 @@ EXPANSIONS: dict[type[Operation], Callable[[_Builder, SSAValue], SSAValue]] = {
     math.ErfOp: expand_erf,
     math.SinOp: expand_sin,
     math.CosOp: expand_cos,
+    ErfcOp: expand_erfc,
 }
 
 
@@ -441,7 +504,7 @@ def expand_math(root: Operation) -> None:
 
 @dataclass(frozen=True)
 class ExpandMathPass(ModulePass):
-    """f32 exp, exp2, expm1, log, log2, log1p, tanh, erf, sin, cos -> vectorizable arith."""
+    """f32 exp, exp2, expm1, log, log2, log1p, tanh, erf, erfc, sin, cos -> vectorizable arith."""
 
     name = "expand-math"
 

@@ -42,6 +42,7 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import Rewriter
 
+from xfuse.dialects.mlir_ops import ErfcOp, RemFOp
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.names import ALIGN_ATTR, LANE_ATTR, STRATEGY_ATTR
 from xfuse.passes.llvm.convert_arith_to_llvm import (
@@ -93,6 +94,8 @@ LIBDEVICE_FLOAT: dict[type[Operation], str] = {
     math.TanOp: "tan",
     math.TanhOp: "tanh",
     math.TruncOp: "trunc",
+    ErfcOp: "erfc",
+    RemFOp: "fmod",  # arith.remf: C's fmod
 }
 """math op -> libdevice function of doubles (`__nv_exp`); the float one ends in `f`."""
 
