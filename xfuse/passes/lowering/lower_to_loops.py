@@ -278,6 +278,8 @@ def linearize(index: Sequence[Affine], shape: Sequence[int]) -> Affine:
 
 
 def delinearize(e: Affine, shape: Sequence[int]) -> Index:
+    if 0 in shape:  # no element: the loop never runs (and strides_of has zeros)
+        return (ZERO,) * len(shape)
     return tuple(
         ZERO if d <= 1 else mod(floordiv(e, s), d)  # (size 0: never runs)
         for d, s in zip(shape, strides_of(shape), strict=True)
