@@ -1827,6 +1827,136 @@ class ConcatOp(IRDLOperation):
 
 
 # ---------------------------------------------------------------------------------------------
+# Index arithmetic (task `index`: arange, flip, roll)
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class IotaOp(IRDLOperation):
+    """Integers counting along `dim`: the element at index i is `start + i[dim] * step`, the
+    same along the other dims (torch.arange, broadcast). No operands: a kernel computes it
+    from the loop index. `%y = graph.iota dim = 0 start = 2 step = 3 : tensor<4xi64>`"""
+
+    name = "graph.iota"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.arange.start_step", "aten.arange.start", "aten.arange.default"),
+        fuzz=Fuzz.drawn_by("index_op"),
+        without={"scalar": "lower-to-loops computes it from the loop index"},
+    )
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    start = prop_def(IntegerAttr[I64])
+    step = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = (
+        "`dim` `=` $dim `start` `=` $start `step` `=` $step attr-dict `:` type($result)"
+    )
+
+    def __init__(self, result_type: Attribute, dim: int = 0, start: int = 0, step: int = 1):
+        super().__init__(
+            result_types=[result_type],
+            properties={
+                "dim": IntegerAttr(dim, i64),
+                "start": IntegerAttr(start, i64),
+                "step": IntegerAttr(step, i64),
+            },
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    @property
+    def counting(self) -> tuple[int, int]:
+        """(start, step)."""
+        return self.start.value.data, self.step.value.data
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.result, "result")
+        if not isinstance(t.element_type, IntegerType) or t.element_type == i1:
+            raise VerifyException(f"expected an i32 or i64 result, found {t.element_type}")
+        rank = len(t.get_shape())
+        if not 0 <= self.axis < rank:
+            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        if self.counting[1] == 0:
+            raise VerifyException("expected a non-zero step")
+
+
+@irdl_op_definition
+class FlipOp(IRDLOperation):
+    """Reverses the order of the elements along `dims` (torch.flip).
+    `%y = graph.flip %x dims = [1] : tensor<4x8xf32>`"""
+
+    name = "graph.flip"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.flip.default",),
+        fuzz=Fuzz.drawn_by("index_op"),
+    )
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    dims = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$input `dims` `=` $dims attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation, dims: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input], result_types=[input.type], properties={"dims": _i64_array(dims)}
+        )
+
+    @property
+    def flipped(self) -> tuple[int, ...]:
+        return _ints(self.dims)
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_dims(self.flipped, len(t.get_shape()))
+
+
+@irdl_op_definition
+class RollOp(IRDLOperation):
+    """Rotates the elements along each of `dims` by its `shifts` (torch.roll with dims): the
+    element at i comes from (i - shift) mod n.
+    `%y = graph.roll %x shifts = [2] dims = [1] : tensor<4x8xf32>`"""
+
+    name = "graph.roll"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.roll.default",),
+        fuzz=Fuzz.drawn_by("index_op"),
+    )
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    shifts = prop_def(DenseArrayBase[I64])
+    dims = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$input `shifts` `=` $shifts `dims` `=` $dims attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation, shifts: Sequence[int], dims: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={"shifts": _i64_array(shifts), "dims": _i64_array(dims)},
+        )
+
+    @property
+    def rolled(self) -> tuple[tuple[int, int], ...]:
+        """(dim, shift) pairs."""
+        return tuple(zip(_ints(self.dims), _ints(self.shifts), strict=True))
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        dims, shifts = _ints(self.dims), _ints(self.shifts)
+        if len(dims) != len(shifts):
+            raise VerifyException(
+                f"expected as many shifts as dims, found {len(shifts)} and {len(dims)}"
+            )
+        _check_dims(dims, len(t.get_shape()))
+
+
+# ---------------------------------------------------------------------------------------------
 # Extern ops
 # ---------------------------------------------------------------------------------------------
 
@@ -2454,6 +2584,10 @@ Graph = Dialect(
         RemainderOp,
         FloorDivideOp,
         ErfcOp,
+        # task `index`
+        IotaOp,
+        FlipOp,
+        RollOp,
     ],
     [],
 )

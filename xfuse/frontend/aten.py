@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch.fx
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, TensorType, f32, f64, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
@@ -666,6 +666,125 @@ ELEM_CONVERTERS: dict[str, Converter] = {
 
 
 # ---------------------------------------------------------------------------------------------
+# Index arithmetic (task `index`): arange, flip, roll, repeat, diagonal
+# ---------------------------------------------------------------------------------------------
+
+
+def _arange_compute_type(dtype: Attribute, node: torch.fx.Node) -> Attribute:
+    """The type eager's float arange computes `start + step * i` in (its `acc_type` for the
+    device): f64 on the CPU for f32 and f64, f32 for f16/bf16 and on CUDA (f64 stays f64)."""
+    if dtype == f64:
+        return f64
+    val = node.meta.get("val")
+    on_cuda = isinstance(val, torch.Tensor) and val.device.type == "cuda"
+    return f32 if on_cuda or isinstance(dtype, Float16Type | BFloat16Type) else f64
+
+
+def _arange(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """arange as a `graph.iota` (its length is the exported shape's). Integer dtypes count in
+    i64 from start and step truncated to integers, as eager does; float dtypes compute
+    `start + step * i` in eager's accumulation type and round once."""
+    t = out_type(node)
+    dtype, (n,) = t.element_type, t.get_shape()
+    start, step = a.get("start", 0), a.get("step", 1)
+    if not (_is_number(start) and _is_number(step)) or dtype == i1:
+        return None
+    if not graph.is_float(dtype):
+        if int(step) == 0:
+            return None
+        return lw.emit(graph.IotaOp(t, 0, int(start), int(step)))
+    compute = _arange_compute_type(dtype, node)
+    index = lw.cast(lw.emit(graph.IotaOp(TensorType(i64, [n]))), compute)
+    scaled = lw.emit(graph.MulOp(index, lw.constant(step, compute)))
+    return lw.cast(lw.emit(graph.AddOp(lw.constant(start, compute), scaled)), dtype)
+
+
+def _flip(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    dims = [d for d in _norm_dims(a["dims"], _rank(x)) if graph.shape_of(x)[d] > 1]
+    if not a["dims"] or not dims:
+        return x
+    return lw.emit(graph.FlipOp(x, dims))
+
+
+def _roll(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """roll as a `graph.roll` over the dims whose shift moves something; with no dims, of the
+    flattened tensor, reshaped back."""
+    x = lw.tensor(a["self"])
+    shifts, dims = list(a["shifts"]), list(a.get("dims") or [])
+    if not all(isinstance(v, int) for v in (*shifts, *dims)):
+        return None
+    shape = graph.shape_of(x)
+    if not dims:
+        if len(shifts) != 1:
+            return None
+        flat = lw.reshape(x, [graph.numel(shape)])
+        return lw.reshape(_roll_dims(lw, flat, shifts, [0]), shape)
+    if len(shifts) != len(dims):
+        return None
+    return _roll_dims(lw, x, shifts, [d % _rank(x) for d in dims])
+
+
+def _roll_dims(
+    lw: ImportBuilder, x: SSAValue, shifts: Sequence[int], dims: Sequence[int]
+) -> SSAValue:
+    """One shift per dim (torch adds repeated dims' shifts up), reduced modulo its size."""
+    total: dict[int, int] = {}
+    for shift, dim in zip(shifts, dims, strict=True):
+        total[dim] = total.get(dim, 0) + shift
+    shape = graph.shape_of(x)
+    moved = {d: s % shape[d] for d, s in total.items() if shape[d] > 1 and s % shape[d]}
+    if not moved:
+        return x
+    return lw.emit(graph.RollOp(x, list(moved.values()), list(moved)))
+
+
+def _repeat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """repeat (and tile): the input broadcast along a new dim before each repeated dim, then
+    reshaped to the result: index arithmetic, no copy."""
+    x, repeats = lw.tensor(a["self"]), list(a["repeats"])
+    if not all(isinstance(r, int) for r in repeats) or len(repeats) < _rank(x):
+        return None
+    x = lw.reshape(x, (1,) * (len(repeats) - _rank(x)) + graph.shape_of(x))
+    spread: list[int] = []
+    dims: list[int] = []
+    for r, d in zip(repeats, graph.shape_of(x), strict=True):
+        if r != 1:
+            spread.append(r)
+        dims.append(len(spread))
+        spread.append(d)
+    if len(spread) != len(dims):
+        x = lw.emit(graph.BroadcastInDimOp(x, spread, dims))
+    return lw.reshape(x, out_type(node).get_shape())
+
+
+def _diagonal(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """diagonal: dim1 and dim2 moved last and flattened, then a slice of stride m + 1 from
+    the first element of the diagonal (a returned diagonal is still a view of its base: the
+    runtime replays the view, docs/contracts.md)."""
+    x = lw.tensor(a["self"])
+    rank, offset = _rank(x), a["offset"]
+    if rank < 2 or not isinstance(offset, int):
+        return None
+    d1, d2 = a["dim1"] % rank, a["dim2"] % rank
+    if d1 == d2:
+        return None
+    shape = graph.shape_of(x)
+    rest = [d for d in range(rank) if d not in (d1, d2)]
+    n, m = shape[d1], shape[d2]
+    x = _permute_dims(lw, x, [*rest, d1, d2])
+    x = lw.reshape(x, [shape[d] for d in rest] + [n * m])
+    length = out_type(node).get_shape()[-1]
+    start = offset if offset >= 0 else -offset * m
+    if length == 0:
+        start = limit = 0
+    else:
+        limit = start + (length - 1) * (m + 1) + 1
+    starts, limits = [0] * len(rest) + [start], [shape[d] for d in rest] + [limit]
+    return lw.emit(graph.SliceOp(x, starts, limits, [1] * len(rest) + [m + 1]))
+
+
+# ---------------------------------------------------------------------------------------------
 # The table
 # ---------------------------------------------------------------------------------------------
 
@@ -705,6 +824,10 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.GeluOp: _gelu,
     graph.VarOp: _var,
     **ELEM_OWN_CONVERTERS,
+    # task `index`
+    graph.IotaOp: _arange,
+    graph.FlipOp: _flip,
+    graph.RollOp: _roll,
 }
 
 
@@ -771,6 +894,9 @@ CONVERTERS: dict[str, Converter] = {
     "aten.addmm.default": _addmm,
     **ATTENTION_CONVERTERS,
     **ELEM_CONVERTERS,
+    # task `index`
+    "aten.repeat.default": _repeat,
+    "aten.diagonal.default": _diagonal,
 }
 
 # Nodes without a value that only check what export already guarantees.
@@ -797,4 +923,5 @@ KEPT_COMPOSITES: tuple[str, ...] = (
     "aten.var.default",
     "aten.hardtanh.default",
     SDPA,  # an extern: torch picks the fused kernel for the device (xfuse/frontend/attention.py)
+    "aten.roll.default",  # task `index`: a graph.roll, not index_select
 )

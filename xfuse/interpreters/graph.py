@@ -175,6 +175,33 @@ def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
     return tuple(out) if isinstance(out, list | tuple) else out
 
 
+# --- task `index`: arange, flip, roll ----------------------------------------------------
+
+
+def _iota(op: Operation, xs: list[Tensor]) -> Tensor:
+    """torch.arange (in i64, as eager's integer arange computes) along `dim`, broadcast."""
+    assert isinstance(op, graph.IotaOp)
+    shape, dim = graph.shape_of(op.result), op.axis
+    start, step = op.counting
+    n = shape[dim]
+    values = torch.arange(start, start + n * step, step, dtype=torch.int64)
+    view = [1] * len(shape)
+    view[dim] = n
+    dtype = dtypes.to_torch(graph.dtype_of(op.result))
+    return values.to(dtype).reshape(view).expand(shape).contiguous()
+
+
+def _flip(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.FlipOp)
+    return torch.flip(xs[0], op.flipped)
+
+
+def _roll(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.RollOp)
+    dims, shifts = zip(*op.rolled, strict=True) if op.rolled else ((), ())
+    return torch.roll(xs[0], shifts, dims) if dims else xs[0].clone()
+
+
 Impl = Callable[[Operation, list[Tensor]], Tensor | tuple[Tensor, ...]]
 
 
@@ -239,6 +266,10 @@ OWN_IMPLS: dict[str, Impl] = {
     "graph.rms_norm": _rms_norm,
     "graph.gelu": _gelu,
     "graph.var": _var,
+    # task `index`
+    "graph.iota": _iota,
+    "graph.flip": _flip,
+    "graph.roll": _roll,
 }
 
 

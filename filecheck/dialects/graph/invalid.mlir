@@ -392,3 +392,52 @@ func.func @f(%x: tensor<4xi64>) {
   %0 = graph.erfc %x : tensor<4xi64>
   func.return
 }
+
+// -----
+
+// Index arithmetic (task `index`).
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.iota' op expected an i32 or i64 result, found f32
+func.func @f() {
+  %0 = graph.iota dim = 0 start = 0 step = 1 : tensor<4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.iota' op expected dim in [0, 1), found 1
+func.func @f() {
+  %0 = graph.iota dim = 1 start = 0 step = 1 : tensor<4xi64>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.iota' op expected a non-zero step
+func.func @f() {
+  %0 = graph.iota dim = 0 start = 0 step = 0 : tensor<4xi64>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.flip' op expected dims in [0, 2), found 2
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.flip %x dims = [2] : tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.roll' op expected as many shifts as dims, found 2 and 1
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.roll %x shifts = [1, 2] dims = [1] : tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.roll' op expected dims to be unique, found [1, 1]
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.roll %x shifts = [1, 2] dims = [1, 1] : tensor<4x8xf32>
+  func.return
+}

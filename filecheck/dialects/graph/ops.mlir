@@ -253,3 +253,17 @@ func.func @bitwise_division(%p: tensor<4xi1>, %q: tensor<4xi1>, %i: tensor<4xi64
   %8 = graph.erfc %7 : tensor<4xf32>
   func.return %2, %5, %8 : tensor<4xi1>, tensor<4xi64>, tensor<4xf32>
 }
+
+// Index arithmetic (task `index`).
+// CHECK-LABEL: func.func @index_ops
+func.func @index_ops(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // CHECK-NEXT: %{{.*}} = graph.iota dim = 0 start = 2 step = -3 : tensor<4xi64>
+  %0 = graph.iota dim = 0 start = 2 step = -3 : tensor<4xi64>
+  // CHECK-NEXT: %{{.*}} = graph.iota dim = 1 start = 0 step = 1 : tensor<4x8xi32>
+  %1 = graph.iota dim = 1 start = 0 step = 1 : tensor<4x8xi32>
+  // CHECK-NEXT: %{{.*}} = graph.flip %x dims = [0, 1] : tensor<4x8xf32>
+  %2 = graph.flip %x dims = [0, 1] : tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.roll %{{.*}} shifts = [3, 1] dims = [1, 0] : tensor<4x8xf32>
+  %3 = graph.roll %2 shifts = [3, 1] dims = [1, 0] : tensor<4x8xf32>
+  func.return %3 : tensor<4x8xf32>
+}

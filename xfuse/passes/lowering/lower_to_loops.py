@@ -55,6 +55,7 @@ from xdsl.dialects.builtin import (
     FunctionType,
     IndexType,
     IntegerAttr,
+    IntegerType,
     MemRefType,
     ModuleOp,
     StringAttr,
@@ -121,8 +122,9 @@ Atom = LoopVar | FloorDiv | Mod
 
 @dataclass(frozen=True)
 class Affine:
-    """const + sum(coef * atom): coefficients are positive and atoms non-negative, so only
-    `const` can make an expression negative (a concat branch's shifted index)."""
+    """const + sum(coef * atom): atoms are non-negative; a coefficient is negative only where
+    an index counts down (a flipped dim's `n - 1 - i`), and the arguments of floor division
+    and modulo have positive coefficients (see `floordiv`, `mod`)."""
 
     terms: tuple[tuple[Atom, int], ...] = ()
     const: int = 0
@@ -146,7 +148,7 @@ def bounds(e: Affine) -> tuple[int, int]:
     lo = hi = e.const
     for atom, k in e.terms:
         a_lo, a_hi = _atom_bounds(atom)
-        lo, hi = lo + k * a_lo, hi + k * a_hi
+        lo, hi = lo + min(k * a_lo, k * a_hi), hi + max(k * a_lo, k * a_hi)
     return lo, hi
 
 
@@ -277,6 +279,8 @@ def linearize(index: Sequence[Affine], shape: Sequence[int]) -> Affine:
 
 
 def delinearize(e: Affine, shape: Sequence[int]) -> Index:
+    if 0 in shape:  # no element: the loop never runs (and strides_of has zeros)
+        return (ZERO,) * len(shape)
     return tuple(
         ZERO if d <= 1 else mod(floordiv(e, s), d)  # (size 0: never runs)
         for d, s in zip(shape, strides_of(shape), strict=True)
@@ -287,7 +291,14 @@ def delinearize(e: Affine, shape: Sequence[int]) -> Index:
 # Where each operand element comes from
 # ---------------------------------------------------------------------------------------------
 
-LAYOUT_OPS = graph.BroadcastInDimOp | graph.ReshapeOp | graph.PermuteOp | graph.SliceOp
+LAYOUT_OPS = (
+    graph.BroadcastInDimOp
+    | graph.ReshapeOp
+    | graph.PermuteOp
+    | graph.SliceOp
+    | graph.FlipOp
+    | graph.RollOp
+)
 
 
 def broadcast_index(index: Index, in_shape: Sequence[int], out_shape: Sequence[int]) -> Index:
@@ -320,7 +331,48 @@ def operand_indices(op: Operation, index: Index) -> list[Index]:
         ]
     if isinstance(op, graph.ReduceOp):  # no dims: the identity
         return [index]
+    if isinstance(op, graph.FlipOp):
+        return [flipped_index(index, shape_of(op.input), op.flipped)]
+    if isinstance(op, graph.RollOp):
+        return [rolled_index(index, shape_of(op.input), dict(op.rolled))]
     return [broadcast_index(index, shape_of(v), out_shape) for v in op.operands]
+
+
+# --- task `index`: flip, roll and iota ------------------------------------------------------
+
+
+def flipped_index(index: Index, shape: Sequence[int], dims: Sequence[int]) -> Index:
+    """Element i of a dim of size n flipped reads element n - 1 - i."""
+    return tuple(
+        add(constant_index(shape[k] - 1), scale(e, -1)) if k in dims else e
+        for k, e in enumerate(index)
+    )
+
+
+def rolled_index(index: Index, shape: Sequence[int], shifts: dict[int, int]) -> Index:
+    """Element i of a dim of size n rolled by s reads element (i - s) mod n."""
+    return tuple(
+        mod(add(e, constant_index(-shifts[k] % shape[k])), shape[k]) if k in shifts else e
+        for k, e in enumerate(index)
+    )
+
+
+def iota_value(b: KernelBuilder, op: graph.IotaOp, index: Index) -> SSAValue:
+    """`start + i * step` of the loop index along the iota's dim, in i64 (then the result
+    type), placed in the outermost scope where that index is known."""
+    counted = index[op.axis]
+    start, step = op.counting
+    t = dtype_of(op.result)
+
+    def compute() -> SSAValue:
+        x = b.insert(arith.IndexCastOp(b.index_value(counted), i64))
+        if step != 1:
+            x = b.insert(arith.MuliOp(x, b.constant(step, i64)))
+        if start != 0:
+            x = b.insert(arith.AddiOp(x, b.constant(start, i64)))
+        return x if t == i64 else b.insert(arith.TruncIOp(x, cast(IntegerType, t)))
+
+    return b.memoized(("iota", start, step, t, counted), loop_vars(counted), True, compute)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,7 +449,7 @@ def is_real_reduction(op: Operation) -> TypeGuard[graph.ReduceOp]:
 
 def _is_supported(op: Operation) -> bool:
     return isinstance(
-        op, graph.ConstantOp | graph.ConcatOp | graph.ReduceOp | LAYOUT_OPS
+        op, graph.ConstantOp | graph.ConcatOp | graph.ReduceOp | LAYOUT_OPS | graph.IotaOp
     ) or has_scalar_rule(op.name)
 
 
@@ -890,6 +942,8 @@ class KernelBuilder:
             return self._concat_at(op, index, 0)
         if is_real_reduction(op):
             return self._row_value(op, index)
+        if isinstance(op, graph.IotaOp):
+            return iota_value(self, op, index)
         operands = [
             self.value_at(o, i)
             for o, i in zip(op.operands, operand_indices(op, index), strict=True)

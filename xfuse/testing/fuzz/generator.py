@@ -240,6 +240,7 @@ class Generator:
             (1.5, self.inplace),
             (1, self.integer_or_logical),
         ]
+        makers.append((1.5, self.index_op))  # task `index`
         if self.allow_unsupported:
             makers.append((0.8, self.unsupported))
         weights = [w for w, _ in makers]
@@ -552,6 +553,49 @@ class Generator:
             raise Rejected(f"{kind} on rank {len(shape)}")
         exact = a.exact and kind in ("flip", "sort", "roll", "tril")
         return (f"unsupported:{kind}", *self.result(expr, exact))
+
+    # --- task `index`: index arithmetic ------------------------------------------------------
+
+    def index_op(self) -> tuple[str, str, list[Value]]:
+        """arange (added to a value), flip, roll, rot90, tril/triu, repeat/tile, diagonal."""
+        a = self.pick()
+        shape = self.shape(a.name)
+        rank, rng = len(shape), self.rng
+        kind = rng.choice(
+            ("arange", "flip", "roll", "rot90", "tril", "triu", "repeat", "tile", "diagonal")
+        )
+        if kind == "arange" and rank >= 1 and self.dtype(a.name) != torch.bool:
+            n = shape[-1]
+            start, step = rng.choice((0, 3, -2)), rng.choice((1, 2, -1, -3))
+            dtype = rng.choice(("", ", dtype=torch.float32", ", dtype=torch.int32"))
+            if rng.random() < 0.3:
+                start, step, dtype = start / 2, step / 2, ""  # exact float steps
+            expr = f"{a.name} + torch.arange({start}, {start + n * step}, {step}{dtype})"
+        elif kind == "flip" and rank >= 1:
+            dims = rng.sample(range(rank), rng.randint(1, rank))
+            expr = f"torch.flip({a.name}, dims={tuple(dims)})"
+        elif kind == "roll" and rank >= 1:
+            dims = rng.sample(range(rank), rng.randint(1, min(2, rank)))
+            shifts = tuple(rng.randint(-40, 40) for _ in dims)
+            expr = f"torch.roll({a.name}, shifts={shifts}, dims={tuple(dims)})"
+        elif kind == "roll" and rng.random() < 0.5:
+            expr = f"torch.roll({a.name}, {rng.randint(-5, 5)})"
+        elif kind == "rot90" and rank >= 2:
+            d0, d1 = rng.sample(range(rank), 2)
+            expr = f"torch.rot90({a.name}, {rng.randint(-2, 3)}, ({d0}, {d1}))"
+        elif kind in ("tril", "triu") and rank >= 2:
+            expr = f"torch.{kind}({a.name}, {rng.randint(-3, 3)})"
+        elif kind in ("repeat", "tile"):
+            reps = tuple(rng.choice((1, 1, 2, 3)) for _ in range(rank + rng.randint(0, 1)))
+            if kind == "repeat" and not reps:
+                raise Rejected("repeat with no repeats")
+            expr = f"{a.name}.{kind}({reps})"
+        elif kind == "diagonal" and rank >= 2:
+            d0, d1 = rng.sample(range(rank), 2)
+            expr = f"torch.diagonal({a.name}, {rng.randint(-3, 3)}, {d0}, {d1})"
+        else:
+            raise Rejected(f"{kind} on rank {rank}")
+        return (f"index:{kind}", *self.result(expr, a.exact))
 
     # --- aliasing --------------------------------------------------------------------------
 
