@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import torch.fx
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, f32, f64, i1
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -529,8 +529,13 @@ def _pad_value(value: Any, dtype: Attribute) -> float | None:
     (an i64 beyond 2^53) or it is no number (left to torch)."""
     if not _is_number(value):
         return None
+    if dtype == i1:
+        return float(bool(value))  # torch: any non-zero fill is True
     fill = float(value)
-    if not graph.is_float(dtype) and fill == fill and int(value) != fill:
+    if graph.is_float(dtype):
+        return fill
+    width = cast(IntegerType, dtype).width.data
+    if fill != fill or int(value) != fill or not -(2 ** (width - 1)) <= fill < 2 ** (width - 1):
         return None
     return fill
 

@@ -1039,7 +1039,7 @@ def _guarded_value(
 
 
 def _fill(b: KernelBuilder, value: float, t: Attribute) -> SSAValue:
-    return b.constant(value if is_float(t) else int(value), t)
+    return b.constant(value if is_float(t) else int(bool(value)) if t == i1 else int(value), t)
 
 
 def pad_value_at(b: KernelBuilder, op: graph.PadOp, index: Index) -> SSAValue:
