@@ -703,7 +703,7 @@ def _adaptive_pool(kind: str, n: int) -> Converter:
         if all(o == 1 for o in sizes) and graph.dtype_of(x) != i1:
             dims = list(range(_rank(x) - n, _rank(x)))
             op_cls = graph.ReduceMeanOp if kind == "avg" else graph.ReduceMaxOp
-            y = lw.emit(op_cls(x, dims, keepdim=True))
+            y: SSAValue | None = lw.emit(op_cls(x, dims, keepdim=True))
         else:
             y = _emit_pool(lw, node, x, kind, (kernel, kernel, [0] * n, [1] * n))
         if y is None:

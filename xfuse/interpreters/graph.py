@@ -258,14 +258,14 @@ def _pool(op: Operation, xs: list[Tensor]) -> Tensor:
     flat = x.reshape(-1, *x.shape[-n:])
     F = torch.nn.functional
     if op.kind.data == "max":
-        pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[n - 1]
-        y = pool(flat, kernel, stride, padding, dilation, ceil_mode=ceil)
+        max_pool = cast(Callable[..., Tensor], (F.max_pool1d, F.max_pool2d, F.max_pool3d)[n - 1])
+        y = max_pool(flat, kernel, stride, padding, dilation, ceil_mode=ceil)
     else:
         if n == 1:  # avg_pool1d takes no divisor: as a 2-d pool over a unit dim
             flat = flat.unsqueeze(-2)
             kernel, stride, padding = (1, *kernel), (1, *stride), (0, *padding)
-        pool = (F.avg_pool2d, F.avg_pool2d, F.avg_pool3d)[n - 1]
-        y = pool(
+        avg_pool = cast(Callable[..., Tensor], F.avg_pool3d if n == 3 else F.avg_pool2d)
+        y = avg_pool(
             flat,
             kernel,
             stride,

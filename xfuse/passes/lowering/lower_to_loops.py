@@ -51,6 +51,7 @@ from typing import TypeGuard, cast
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    AnyFloat,
     FloatAttr,
     FunctionType,
     IndexType,
@@ -1146,7 +1147,7 @@ def _pool_divisor(
     total = b.index_constant(static)
     for span in spans:
         total = b.insert(arith.MuliOp(total, span))
-    return b.insert(arith.SIToFPOp(b.insert(arith.IndexCastOp(total, i64)), t))
+    return b.insert(arith.SIToFPOp(b.insert(arith.IndexCastOp(total, i64)), cast(AnyFloat, t)))
 
 
 # ---------------------------------------------------------------------------------------------
