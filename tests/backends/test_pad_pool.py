@@ -82,6 +82,52 @@ def test_a_window_of_minus_infinity_stays_minus_infinity() -> None:
     torch.testing.assert_close(_compiled(fn, x), fn(x))
 
 
+INDICES: dict[str, tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], tuple[int, ...]]] = {
+    "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), (2, 3, 9, 9)),
+    "max_pool1d_ceil": (
+        lambda x: F.max_pool1d(x, 3, 2, 0, ceil_mode=True, return_indices=True),
+        (1, 2, 3),
+    ),
+    "max_pool3d_dilation": (
+        lambda x: F.max_pool3d(x, 3, 2, 1, dilation=2, return_indices=True),
+        (1, 2, 7, 7, 7),
+    ),
+    "max_pool2d_large_window": (
+        lambda x: F.max_pool2d(x, 7, 3, 3, return_indices=True),
+        (1, 2, 20, 20),
+    ),
+    "adaptive_max_pool2d": (
+        lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True),
+        (1, 2, 9, 6),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("name", list(INDICES))
+def test_max_pool_indices_match_eager(name: str, dtype: torch.dtype) -> None:
+    """The first maximum's position, or the last NaN's, in one kernel with the values."""
+    fn, shape = INDICES[name]
+    if dtype == torch.int64 and name.startswith("adaptive"):
+        pytest.skip("eager has no integer adaptive_max_pool2d")
+    gen = torch.Generator().manual_seed(0)
+    if dtype == torch.int64:
+        x = torch.randint(-3, 3, shape, generator=gen)  # ties: the first one wins
+    else:
+        x = torch.randn(shape, generator=gen).to(dtype)
+        x.view(-1)[::5] = float("nan")
+        x.view(-1)[1::9] = float("-inf")
+    compiled = xfuse.compile(fn, (x,), "cpu", quiet=True, fallback="error")
+    assert len(compiled.kernels) == 1
+    torch.testing.assert_close(compiled(x), fn(x), equal_nan=True)
+
+
+def test_cuda_max_pool_indices_assemble(tmp_path: Path) -> None:
+    fn, shape = INDICES["max_pool2d"]
+    (ptx,) = ptx_of(fn, (torch.randn(shape),), tmp_path)
+    assert ".u64" in ptx or ".b64" in ptx
+
+
 @pytest.mark.parametrize(
     "name",
     [

@@ -139,6 +139,18 @@ CASES: list[tuple[str, Callable[..., Any], Callable[[], torch.Tensor], str]] = [
         "graph.reduce_max",
     ),
     (
+        "max_pool2d_indices",
+        lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+        lambda: rand(1, 2, 7, 7),
+        "graph.pool",
+    ),
+    (
+        "adaptive_max_pool2d_indices",
+        lambda x: F.adaptive_max_pool2d(x, (2, 3), return_indices=True),
+        lambda: rand(1, 2, 4, 6),
+        "graph.pool",
+    ),
+    (
         "adaptive_max_pool3d",
         lambda x: F.adaptive_max_pool3d(x, (1, 2, 2)),
         lambda: rand(1, 2, 3, 4, 4),
@@ -160,12 +172,6 @@ def test_imported_and_equal_to_eager(
 
 
 STAYS_EAGER: list[tuple[str, Callable[..., Any], Callable[[], torch.Tensor], str]] = [
-    (
-        "max_pool_indices_read",
-        lambda x: F.max_pool2d(x, 2, return_indices=True),
-        lambda: rand(1, 2, 4, 4),
-        "aten.max_pool2d_with_indices.default",
-    ),
     (
         "adaptive_uneven_windows",
         lambda x: F.adaptive_avg_pool2d(x, 3),

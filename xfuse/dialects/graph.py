@@ -1722,17 +1722,18 @@ def pad_shape(shape: Sequence[int], low: Sequence[int], high: Sequence[int]) -> 
     return tuple(n + lo + hi for n, lo, hi in zip(shape, low, high, strict=True))
 
 
-POOL_KINDS = ("max", "avg")
+POOL_KINDS = ("max", "avg", "argmax")
 
 
 @irdl_op_definition
 class PoolOp(IRDLOperation):
-    """Max or average over windows of the trailing `len(kernel)` dims (1 to 3), torch's
+    """Max, average or argmax over windows of the trailing `len(kernel)` dims (1 to 3), torch's
     max_pool / avg_pool: window `o` of a dim starts at `o * stride - padding` and takes `kernel`
     elements `dilation` apart; elements outside the input are skipped (max propagates NaN). An
     output one longer than the floor formula is torch's ceil_mode. Average divides by
     `divisor`, else by the window's size clipped to the padded input (`count_include_pad`) or
-    to the input.
+    to the input. Argmax is max_pool's indices (i64): the row-major position in the window
+    dims of the first maximum, or of the last NaN.
     `%y = graph.pool %x kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>`"""
 
     name = "graph.pool"
@@ -1784,7 +1785,12 @@ class PoolOp(IRDLOperation):
         spatial = pool_shape(shape[len(shape) - n :], kernel, stride, padding, dilation, ceil_mode)
         super().__init__(
             operands=[input],
-            result_types=[TensorType(dtype_of(input), (*shape[: len(shape) - n], *spatial))],
+            result_types=[
+                TensorType(
+                    i64 if kind == "argmax" else dtype_of(input),
+                    (*shape[: len(shape) - n], *spatial),
+                )
+            ],
             properties={
                 "kind": StringAttr(kind),
                 "kernel": _i64_array(kernel),
@@ -1808,8 +1814,13 @@ class PoolOp(IRDLOperation):
     def verify_(self) -> None:
         t = _check_tensor(self.input, "operand")
         _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
         kind = self.kind.data
+        if kind != "argmax":
+            _check_same_dtype([self.input, self.result], "operand and result")
+        elif dtype_of(self.result) != i64:
+            raise VerifyException(
+                f"expected an i64 result for argmax, found {dtype_of(self.result)}"
+            )
         if kind not in POOL_KINDS:
             raise VerifyException(f'expected kind in {list(POOL_KINDS)}, found "{kind}"')
         kernel, stride, padding, dilation = self.window
@@ -1836,8 +1847,8 @@ class PoolOp(IRDLOperation):
                 raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
             if self.divisor_value == 0:
                 raise VerifyException("expected a non-zero divisor")
-        elif self.divisor is not None or self.count_include_pad is not None:
-            raise VerifyException("expected no divisor or count_include_pad for max")
+        elif self.divisor is not None or self.count_include_pad is not None:  # max, argmax
+            raise VerifyException(f"expected no divisor or count_include_pad for {kind}")
         if t.element_type == i1:
             raise VerifyException("expected a numeric operand, found i1")
         lead, out = shape[: len(shape) - n], shape_of(self.result)

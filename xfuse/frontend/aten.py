@@ -622,9 +622,8 @@ def _emit_pool(
         return None
     kernel, stride, padding, dilation = (cast(Sequence[int], w) for w in window)
     n = len(kernel)
-    shape = tuple(out_type(node).get_shape()) if len(result_types(node)) == 1 else None
-    if shape is None:
-        shape = tuple(result_types(node)[0].get_shape())
+    types = result_types(node)
+    shape = tuple(types[1 if kind == "argmax" else 0].get_shape())
     if graph.numel(shape) == 0 or _rank(x) not in (n + 1, n + 2):
         return None
     op = graph.PoolOp(x, kind, kernel, stride, padding, dilation, **options)
@@ -637,12 +636,29 @@ def _emit_pool(
     return lw.emit(op)
 
 
+def _max_and_argmax(
+    lw: ImportBuilder,
+    node: torch.fx.Node,
+    x: SSAValue,
+    window: Sequence[Sequence[int] | None],
+    ceil_mode: bool = False,
+) -> Value:
+    """The values and indices a max pool node's readers use: a graph.pool of kind max and
+    one of kind argmax (two ops reading one input: they fuse into one kernel)."""
+    used = used_outputs(node) or {0}
+    pools = [
+        _emit_pool(lw, node, x, kind, window, ceil_mode=ceil_mode) if i in used else None
+        for i, kind in enumerate(("max", "argmax"))
+    ]
+    if any(pools[i] is None for i in used):
+        return None
+    return pools
+
+
 def _max_pool(n: int) -> Converter:
-    """max_pool{2,3}d_with_indices whose indices nobody reads (read indices stay eager)."""
+    """max_pool{2,3}d_with_indices."""
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
-        if used_outputs(node) - {0}:
-            return None
         kernel, stride = _kernel_stride(a, n)
         padding, dilation = (
             _window_arg(a.get("padding", 0), n),
@@ -650,8 +666,7 @@ def _max_pool(n: int) -> Converter:
         )
         window = (kernel, stride, padding, dilation)
         x = lw.tensor(a["self"])
-        y = _emit_pool(lw, node, x, "max", window, ceil_mode=bool(a.get("ceil_mode", False)))
-        return None if y is None else [y, None]
+        return _max_and_argmax(lw, node, x, window, bool(a.get("ceil_mode", False)))
 
     return convert
 
@@ -685,7 +700,7 @@ def _adaptive_pool(kind: str, n: int) -> Converter:
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         x = lw.tensor(a["self"])
-        if (kind == "avg" and not graph.is_float(graph.dtype_of(x))) or used_outputs(node) - {0}:
+        if kind == "avg" and not graph.is_float(graph.dtype_of(x)):
             return None
         sizes = _window_arg(a["output_size"], n)
         spatial = graph.shape_of(x)[_rank(x) - n :]
@@ -699,16 +714,18 @@ def _adaptive_pool(kind: str, n: int) -> Converter:
         on_cpu = isinstance(val, torch.Tensor) and val.device.type == "cpu"
         if kind == "avg" and n == 3 and on_cpu and isinstance(graph.dtype_of(x), _HALF):
             return None  # eager's CPU kernel sums f16/bf16 in their own precision
-        multi = isinstance(node.meta.get("val"), list | tuple)
-        if all(o == 1 for o in sizes) and graph.dtype_of(x) != i1:
-            dims = list(range(_rank(x) - n, _rank(x)))
-            op_cls = graph.ReduceMeanOp if kind == "avg" else graph.ReduceMaxOp
-            y: SSAValue | None = lw.emit(op_cls(x, dims, keepdim=True))
-        else:
-            y = _emit_pool(lw, node, x, kind, (kernel, kernel, [0] * n, [1] * n))
-        if y is None:
-            return None
-        return [y, None] if multi else y
+        window = (kernel, kernel, [0] * n, [1] * n)
+        whole = all(o == 1 for o in sizes) and graph.dtype_of(x) != i1
+        dims = list(range(_rank(x) - n, _rank(x)))
+        if kind == "avg":
+            return (
+                lw.emit(graph.ReduceMeanOp(x, dims, True))
+                if whole
+                else _emit_pool(lw, node, x, kind, window)
+            )
+        if whole and used_outputs(node) <= {0}:
+            return [lw.emit(graph.ReduceMaxOp(x, dims, keepdim=True)), None]
+        return _max_and_argmax(lw, node, x, window)
 
     return convert
 

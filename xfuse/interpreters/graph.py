@@ -257,9 +257,11 @@ def _pool(op: Operation, xs: list[Tensor]) -> Tensor:
     ceil = out[-n:] != graph.pool_shape(x.shape[-n:], kernel, stride, padding, dilation, False)
     flat = x.reshape(-1, *x.shape[-n:])
     F = torch.nn.functional
-    if op.kind.data == "max":
+    if op.kind.data in ("max", "argmax"):
         max_pool = cast(Callable[..., Tensor], (F.max_pool1d, F.max_pool2d, F.max_pool3d)[n - 1])
-        y = max_pool(flat, kernel, stride, padding, dilation, ceil_mode=ceil)
+        argmax = op.kind.data == "argmax"
+        y = max_pool(flat, kernel, stride, padding, dilation, ceil_mode=ceil, return_indices=argmax)
+        y = y[1] if argmax else y
     else:
         if n == 1:  # avg_pool1d takes no divisor: as a 2-d pool over a unit dim
             flat = flat.unsqueeze(-2)

@@ -420,7 +420,7 @@ func.func @f(%x: tensor<4xf32>) {
 
 // -----
 
-// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected kind in ['max', 'avg'], found "min"
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected kind in ['max', 'avg', 'argmax'], found "min"
 func.func @f(%x: tensor<2x8xf32>) {
   %0 = graph.pool %x kind = "min" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x8xf32> -> tensor<2x4xf32>
   func.return
@@ -495,5 +495,13 @@ func.func @f(%x: tensor<2x8xi1>) {
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected result shape [2, 4] or [2, 5], found [2, 3]
 func.func @f(%x: tensor<2x9xf32>) {
   %0 = graph.pool %x kind = "max" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x9xf32> -> tensor<2x3xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected an i64 result for argmax, found f32
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "argmax" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x8xf32> -> tensor<2x4xf32>
   func.return
 }

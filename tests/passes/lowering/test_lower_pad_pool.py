@@ -96,3 +96,15 @@ def test_pool_of_an_elementwise_value_and_a_consumer_is_one_kernel() -> None:
     loads = [op for op in kernel.walk() if isinstance(op, memref.LoadOp)]
     assert len(loads) == 4
     assert not [op for op in kernel.walk() if isinstance(op, arith.SelectOp)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding", "dilation", "ceil"),
+    [((3, 3), (2, 2), (1, 1), (1, 1), True), ((6, 6), (3, 3), (3, 2), (1, 2), False)],
+)
+def test_argmax_pool(kernel, stride, padding, dilation, ceil, dtype) -> None:  # noqa: ANN001
+    check_random(
+        [((2, 3, 9, 10), dtype)],
+        lambda x: graph.PoolOp(x, "argmax", kernel, stride, padding, dilation, ceil),
+    )

@@ -1090,6 +1090,8 @@ def pool_value_at(b: KernelBuilder, op: graph.PoolOp, index: Index) -> SSAValue:
         add(scale(e, s), constant_index(-p))
         for e, s, p in zip(index[-n:], stride, padding, strict=True)
     ]
+    if op.kind.data == "argmax":
+        return _argmax_at(b, op, index, starts, sizes)
     combine, identity = _pool_combiner(op)
     init = b.constant(identity, compute_type(t))
 
@@ -1115,6 +1117,63 @@ def pool_value_at(b: KernelBuilder, op: graph.PoolOp, index: Index) -> SSAValue:
     if op.kind.data == "avg":
         acc = b.insert(arith.DivfOp(acc, _pool_divisor(b, op, starts, sizes, acc.type)))
     return from_compute(b, acc, dtype_of(op.result))
+
+
+def _window_positions(
+    kernel: Sequence[int], loop: bool
+) -> tuple[list[LoopVar], list[list[Affine]]]:
+    """The window's offsets in order: unrolled (constants), or one `scf.for` variable per
+    window dim (`loop`)."""
+    if not loop:
+        return [], [
+            [constant_index(o) for o in offsets] for offsets in product(*map(range, kernel))
+        ]
+    window = [LoopVar(next(_window_idents), k) for k in kernel]
+    return window, [[var_index(v) for v in window]]
+
+
+def _argmax_at(
+    b: KernelBuilder, op: graph.PoolOp, index: Index, starts: Sequence[Affine], sizes: Sequence[int]
+) -> SSAValue:
+    """max_pool's index: walking the window in order, an element inside the input is taken
+    when it is the first, greater than the maximum so far, or NaN (eager's rule); the result
+    is its row-major position in the window dims."""
+    kernel, _, _, dilation = op.window
+    t = dtype_of(op.input)
+    ct = compute_type(t)
+    _, identity = _pool_combiner(op)
+    none = b.constant(-1, i64)
+
+    def step(acc: SSAValue, best: SSAValue, offsets: Sequence[Affine]) -> tuple[SSAValue, SSAValue]:
+        positions = [add(a, scale(o, d)) for a, o, d in zip(starts, offsets, dilation, strict=True)]
+        guarded = _guarded_value(b, op.input, (*index[: -len(sizes)], *positions), sizes)
+        if guarded is None:
+            return acc, best
+        x = to_compute(b, guarded[0], t)
+        if is_float(t):
+            take = b.insert(
+                arith.OrIOp(
+                    b.insert(arith.CmpfOp(x, acc, "ogt")), b.insert(arith.CmpfOp(x, x, "uno"))
+                )
+            )
+        else:
+            take = b.insert(arith.CmpiOp(x, acc, "sgt"))
+        first = b.insert(arith.CmpiOp(best, b.constant(0, i64), "slt"))
+        take = b.insert(arith.OrIOp(take, first))
+        if guarded[1] is not None:
+            take = b.insert(arith.AndIOp(take, guarded[1]))
+        flat = b.insert(arith.IndexCastOp(b.index_value(linearize(positions, sizes)), i64))
+        return b.insert(arith.SelectOp(take, x, acc)), b.insert(arith.SelectOp(take, flat, best))
+
+    window, offsets = _window_positions(kernel, numel(kernel) > UNROLL_WINDOW)
+    init = [b.constant(identity, ct), none]
+    if window:
+        (_, best) = b.for_nest(window, init, lambda c: list(step(c[0], c[1], offsets[0])))
+        return best
+    acc, best = init
+    for o in offsets:
+        acc, best = step(acc, best, o)
+    return best
 
 
 def _pool_divisor(

@@ -613,6 +613,9 @@ class Generator:
             if n > 1 and self.rng.random() < 0.2:
                 args += f", divisor_override={self.rng.randint(1, 9)}"
         expr = f"F.{kind}_pool{n}d({a.name}, {args})"
+        if kind == "max" and self.rng.random() < 0.25:
+            expr = f"F.max_pool{n}d({a.name}, {args}, return_indices=True)[1]"
+            return ("pool:argmax", *self.result(expr, True))
         return (f"pool:{kind}", *self.result(expr, a.exact and kind == "max"))
 
     # --- aliasing --------------------------------------------------------------------------
