@@ -272,6 +272,23 @@ CASES = [
         "tensor<3xf32>",
         lambda a: torch.var(a, 1, correction=1),
     ),
+    # pool task: padding and pooling
+    Case(
+        "graph.pad",
+        (X,),
+        f'graph.pad %a low = [1, -1] high = [0, 2] mode = "constant" value = 2.5 : f64 : {X} '
+        "-> tensor<4x5xf32>",
+        "tensor<4x5xf32>",
+        lambda a: F.pad(a, (-1, 2, 1, 0), value=2.5),
+    ),
+    Case(
+        "graph.pool",
+        (X,),
+        f'graph.pool %a kind = "max" kernel = [3] stride = [2] padding = [1] dilation = [1] : {X} '
+        "-> tensor<3x2xf32>",
+        "tensor<3x2xf32>",
+        lambda a: F.max_pool1d(a, 3, 2, 1),
+    ),
 ]
 
 

@@ -251,6 +251,64 @@ OWN_PREPARERS: dict[str, Preparer] = {
 }
 
 # The ops that declare no `torch` fact: each is its own torch code.
+# -- pool task: padding and pooling ------------------------------------------------------------
+
+
+def _pad(op: Operation, xs: list[Tensor]) -> Tensor:
+    """graph.pad: constant through F.pad (any rank, negative pads); reflect and replicate by
+    indexing each padded dim with torch's mirrored or clamped positions."""
+    assert isinstance(op, graph.PadOp)
+    (low, high), x, mode = op.pads, xs[0], op.mode.data
+    if mode == "constant":
+        pad = [p for d in reversed(range(x.dim())) for p in (low[d], high[d])]
+        fill = op.fill if x.dtype.is_floating_point else int(op.fill)
+        return torch.nn.functional.pad(x, pad, value=fill).contiguous()
+    for d, (lo, hi) in enumerate(zip(low, high, strict=True)):
+        n = x.shape[d]
+        index = torch.arange(-lo, n + hi)
+        if mode == "reflect":
+            index = (n - 1) - ((n - 1) - index.abs()).abs()
+        else:
+            index = index.clamp(0, n - 1)
+        x = x.index_select(d, index)
+    return x.contiguous()
+
+
+def _pool(op: Operation, xs: list[Tensor]) -> Tensor:
+    """graph.pool as torch's max_pool / avg_pool of the window dims, leading dims flattened
+    (an unbatched call); ceil_mode when the result is longer than the floor formula."""
+    assert isinstance(op, graph.PoolOp)
+    kernel, stride, padding, dilation = op.window
+    n, x = len(kernel), xs[0]
+    out = graph.shape_of(op.result)
+    ceil = out[-n:] != graph.pool_shape(x.shape[-n:], kernel, stride, padding, dilation, False)
+    flat = x.reshape(-1, *x.shape[-n:])
+    F = torch.nn.functional
+    if op.kind.data in ("max", "argmax"):
+        max_pool = cast(Callable[..., Tensor], (F.max_pool1d, F.max_pool2d, F.max_pool3d)[n - 1])
+        argmax = op.kind.data == "argmax"
+        y = max_pool(flat, kernel, stride, padding, dilation, ceil_mode=ceil, return_indices=argmax)
+        y = y[1] if argmax else y
+    else:
+        if n == 1:  # avg_pool1d takes no divisor: as a 2-d pool over a unit dim
+            flat = flat.unsqueeze(-2)
+            kernel, stride, padding = (1, *kernel), (1, *stride), (0, *padding)
+        avg_pool = cast(Callable[..., Tensor], F.avg_pool3d if n == 3 else F.avg_pool2d)
+        y = avg_pool(
+            flat,
+            kernel,
+            stride,
+            padding,
+            ceil_mode=ceil,
+            count_include_pad=op.count_include_pad is not None,
+            divisor_override=op.divisor_value,
+        )
+    return y.reshape(out).contiguous()
+
+
+POOL_IMPLS: dict[str, Impl] = {"graph.pad": _pad, "graph.pool": _pool}
+
+
 OWN_IMPLS: dict[str, Impl] = {
     **{name: _impl_of(prepare) for name, prepare in OWN_PREPARERS.items()},
     "graph.div": _binary(_div),
@@ -270,6 +328,7 @@ OWN_IMPLS: dict[str, Impl] = {
     "graph.iota": _iota,
     "graph.flip": _flip,
     "graph.roll": _roll,
+    **POOL_IMPLS,  # pool task
 }
 
 

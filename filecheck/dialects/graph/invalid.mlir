@@ -441,3 +441,148 @@ func.func @f(%x: tensor<4x8xf32>) {
   %0 = graph.roll %x shifts = [1, 2] dims = [1, 1] : tensor<4x8xf32>
   func.return
 }
+
+// -----
+// pool task: padding and pooling
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected mode in ['constant', 'reflect', 'replicate'], found "wrap"
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.pad %x low = [1] high = [1] mode = "wrap" value = 0.0 : f64 : tensor<4xf32> -> tensor<6xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected a size >= 0 in dim 0, found -1
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.pad %x low = [-3] high = [-2] mode = "constant" value = 0.0 : f64 : tensor<4xf32> -> tensor<0xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected reflect padding below the size 4 of dim 0, found 4, 0
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.pad %x low = [4] high = [0] mode = "reflect" value = 0.0 : f64 : tensor<4xf32> -> tensor<8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected a non-empty dim 0 to replicate
+func.func @f(%x: tensor<0xf32>) {
+  %0 = graph.pad %x low = [1] high = [0] mode = "replicate" value = 0.0 : f64 : tensor<0xf32> -> tensor<1xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected an f64 value, found f32
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.pad %x low = [1] high = [1] mode = "constant" value = 0.0 : f32 : tensor<4xf32> -> tensor<6xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected an integral value for i64, found 1.5
+func.func @f(%x: tensor<4xi64>) {
+  %0 = graph.pad %x low = [1] high = [1] mode = "constant" value = 1.5 : f64 : tensor<4xi64> -> tensor<6xi64>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected result shape [6], found [7]
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.pad %x low = [1] high = [1] mode = "constant" value = 0.0 : f64 : tensor<4xf32> -> tensor<7xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected kind in ['max', 'avg', 'argmax'], found "min"
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "min" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x8xf32> -> tensor<2x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected 1 to 2 window dims (the operand's rank), found 3
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "max" kernel = [2, 2, 2] stride = [2, 2, 2] padding = [0, 0, 0] dilation = [1, 1, 1] : tensor<2x8xf32> -> tensor<2x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected 1 stride values (the kernel's), found 2
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "max" kernel = [2] stride = [2, 2] padding = [0] dilation = [1] : tensor<2x8xf32> -> tensor<2x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected kernel, stride, dilation > 0 and 0 <= padding <= kernel / 2 in window dim 0, found 2, 2, 1, 2
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "max" kernel = [2] stride = [2] padding = [2] dilation = [1] : tensor<2x8xf32> -> tensor<2x6xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected no dilation for avg, found [2]
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "avg" kernel = [2] stride = [2] padding = [0] dilation = [2] : tensor<2x8xf32> -> tensor<2x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected a floating-point operand, found i64
+func.func @f(%x: tensor<2x8xi64>) {
+  %0 = graph.pool %x kind = "avg" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x8xi64> -> tensor<2x4xi64>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected a non-zero divisor
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "avg" kernel = [2] stride = [2] padding = [0] dilation = [1] divisor = 0 : tensor<2x8xf32> -> tensor<2x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected no divisor or count_include_pad for max
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "max" kernel = [2] stride = [2] padding = [0] dilation = [1] divisor = 2 : tensor<2x8xf32> -> tensor<2x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected a numeric operand, found i1
+func.func @f(%x: tensor<2x8xi1>) {
+  %0 = graph.pool %x kind = "max" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x8xi1> -> tensor<2x4xi1>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected result shape [2, 4] or [2, 5], found [2, 3]
+func.func @f(%x: tensor<2x9xf32>) {
+  %0 = graph.pool %x kind = "max" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x9xf32> -> tensor<2x3xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected an i64 result for argmax, found f32
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "argmax" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x8xf32> -> tensor<2x4xf32>
+  func.return
+}

@@ -267,3 +267,24 @@ func.func @index_ops(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %3 = graph.roll %2 shifts = [3, 1] dims = [1, 0] : tensor<4x8xf32>
   func.return %3 : tensor<4x8xf32>
 }
+
+// pool task: padding and pooling
+
+// CHECK-LABEL: func.func @pad_pool
+func.func @pad_pool(%x: tensor<4x8xf32>, %y: tensor<1x4x9x9xf32>, %i: tensor<4x8xi64>) -> (tensor<4x8xf32>, tensor<7x12xf32>, tensor<7x12xi64>, tensor<1x4x5x5xf32>, tensor<1x4x5x5xf32>) {
+  // CHECK-NEXT: %{{.*}} = graph.pad %x low = [0, 1] high = [0, -1] mode = "constant" value = 0.000000e+00 : f64 : tensor<4x8xf32> -> tensor<4x8xf32>
+  %0 = graph.pad %x low = [0, 1] high = [0, -1] mode = "constant" value = 0.0 : f64 : tensor<4x8xf32> -> tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.pad %x low = [1, 1] high = [2, 3] mode = "reflect" value = 0.000000e+00 : f64 : tensor<4x8xf32> -> tensor<7x12xf32>
+  %1 = graph.pad %x low = [1, 1] high = [2, 3] mode = "reflect" value = 0.0 : f64 : tensor<4x8xf32> -> tensor<7x12xf32>
+  // CHECK-NEXT: %{{.*}} = graph.pad %i low = [1, 1] high = [2, 3] mode = "constant" value = -3.000000e+00 : f64 : tensor<4x8xi64> -> tensor<7x12xi64>
+  %2 = graph.pad %i low = [1, 1] high = [2, 3] mode = "constant" value = -3.0 : f64 : tensor<4x8xi64> -> tensor<7x12xi64>
+  // CHECK-NEXT: %{{.*}} = graph.pool %y kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>
+  %3 = graph.pool %y kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>
+  // CHECK-NEXT: %{{.*}} = graph.pool %y kind = "avg" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] count_include_pad divisor = 7 : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>
+  %4 = graph.pool %y kind = "avg" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] count_include_pad divisor = 7 : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>
+  // CHECK-NEXT: %{{.*}} = graph.pool %y kind = "argmax" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [2, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x4x5xi64>
+  %5 = graph.pool %y kind = "argmax" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [2, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x4x5xi64>
+  func.return %0, %1, %2, %3, %4 : tensor<4x8xf32>, tensor<7x12xf32>, tensor<7x12xi64>, tensor<1x4x5x5xf32>, tensor<1x4x5x5xf32>
+}
+// GENERIC: "graph.pad"
+// GENERIC: "graph.pool"

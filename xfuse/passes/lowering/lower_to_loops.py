@@ -46,11 +46,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import count, product
 from typing import TypeGuard, cast
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    AnyFloat,
     FloatAttr,
     FunctionType,
     IndexType,
@@ -117,7 +119,26 @@ class Mod:
     modulus: int
 
 
-Atom = LoopVar | FloorDiv | Mod
+@dataclass(frozen=True)
+class Clamp:
+    """min(max(arg, low), high): replicate padding, and the in-bounds address of a guarded
+    load (pool task)."""
+
+    arg: Affine
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class Reflect:
+    """`arg` mirrored into [0, size) without repeating the edge, for arg in
+    (-size, 2 * size - 1): (size - 1) - |(size - 1) - |arg|| (pool task)."""
+
+    arg: Affine
+    size: int
+
+
+Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect
 
 
 @dataclass(frozen=True)
@@ -158,6 +179,11 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
     if isinstance(a, FloorDiv):
         lo, hi = bounds(a.arg)
         return lo // a.divisor, hi // a.divisor
+    if isinstance(a, Clamp):
+        lo, hi = bounds(a.arg)
+        return min(max(lo, a.low), a.high), min(max(hi, a.low), a.high)
+    if isinstance(a, Reflect):
+        return 0, max(0, a.size - 1)
     return 0, a.modulus - 1
 
 
@@ -449,7 +475,8 @@ def is_real_reduction(op: Operation) -> TypeGuard[graph.ReduceOp]:
 
 def _is_supported(op: Operation) -> bool:
     return isinstance(
-        op, graph.ConstantOp | graph.ConcatOp | graph.ReduceOp | LAYOUT_OPS | graph.IotaOp
+        op,
+        graph.ConstantOp | graph.ConcatOp | graph.ReduceOp | LAYOUT_OPS | graph.IotaOp | POOL_OPS,
     ) or has_scalar_rule(op.name)
 
 
@@ -580,7 +607,7 @@ def _loads_are_flat(
             continue
         op = v.owner
         assert isinstance(op, Operation)
-        if isinstance(op, graph.ConcatOp):
+        if isinstance(op, graph.ConcatOp | POOL_OPS):
             return False
         todo.extend(zip(op.operands, operand_indices(op, index), strict=True))
     return True
@@ -914,6 +941,8 @@ class KernelBuilder:
                     return s.var_values[a.ident]
                 s = s.parent
             raise AssertionError(f"loop variable {a} is not defined here")
+        if isinstance(a, Clamp | Reflect):
+            return emit_window_index(self, a)
         op = arith.DivUIOp if isinstance(a, FloorDiv) else arith.RemUIOp
         c = a.divisor if isinstance(a, FloorDiv) else a.modulus
         return self.insert(op(self.index_value(a.arg), self.index_constant(c)))
@@ -940,6 +969,12 @@ class KernelBuilder:
         assert isinstance(op, Operation)
         if isinstance(op, graph.ConcatOp):
             return self._concat_at(op, index, 0)
+        if isinstance(op, POOL_OPS):
+            return (
+                pad_value_at(self, op, index)
+                if isinstance(op, graph.PadOp)
+                else pool_value_at(self, op, index)
+            )
         if is_real_reduction(op):
             return self._row_value(op, index)
         if isinstance(op, graph.IotaOp):
@@ -1008,6 +1043,260 @@ class KernelBuilder:
             x = self.insert(arith.ExtUIOp(x, i8))
         ref = self.args[len(self.buffers) + output]
         self.scope.insert(memref.StoreOp.get(x, ref, self.access(v, index)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding and pooling (pool task)
+# ---------------------------------------------------------------------------------------------
+
+POOL_OPS = graph.PadOp | graph.PoolOp
+
+UNROLL_WINDOW = 32
+"""Windows of up to this many elements are unrolled (each position's guard decided or folded
+at compile time, one straight-line expression: Inductor unrolls up to 25); larger ones are an
+`scf.for` nest carrying the accumulator."""
+
+_window_idents = count(1 << 20)
+"""Identifiers of window loop variables (apart from the domain's, which number dims)."""
+
+
+def emit_window_index(b: KernelBuilder, a: Clamp | Reflect) -> SSAValue:
+    """A clamped or reflected index, with only the corrections its bounds leave open."""
+    v = b.index_value(a.arg)
+    lo, hi = bounds(a.arg)
+    if isinstance(a, Clamp):
+        if lo < a.low:
+            v = b.insert(arith.MaxSIOp(v, b.index_constant(a.low)))
+        if hi > a.high:
+            v = b.insert(arith.MinSIOp(v, b.index_constant(a.high)))
+        return v
+    last = a.size - 1
+    if lo < 0:  # |arg|
+        v = b.insert(arith.MaxSIOp(v, b.insert(arith.SubiOp(b.index_constant(0), v))))
+    if max(hi, -lo) > last:  # last - |last - v|
+        t = b.insert(arith.SubiOp(b.index_constant(last), v))
+        t = b.insert(arith.MaxSIOp(t, b.insert(arith.SubiOp(b.index_constant(0), t))))
+        v = b.insert(arith.SubiOp(b.index_constant(last), t))
+    return v
+
+
+def _guarded_index(
+    b: KernelBuilder, pos: Affine, size: int
+) -> tuple[Affine, SSAValue | None] | None:
+    """Where to load for position `pos` of a dim of `size`, and the i1 that says whether it is
+    inside (None: always); None when it is never inside. The address is clamped, so that the
+    load never leaves the buffer."""
+    lo, hi = bounds(pos)
+    if lo >= 0 and hi < size:
+        return pos, None
+    if hi < 0 or lo >= size or size == 0:
+        return None
+
+    def inside() -> SSAValue:
+        v = b.index_value(pos)
+        conds = []
+        if lo < 0:
+            conds.append(b.insert(arith.CmpiOp(v, b.index_constant(0), "sge")))
+        if hi >= size:
+            conds.append(b.insert(arith.CmpiOp(v, b.index_constant(size - 1), "sle")))
+        return conds[0] if len(conds) == 1 else b.insert(arith.AndIOp(conds[0], conds[1]))
+
+    cond = b.memoized(("inside", pos, size), loop_vars(pos), True, inside)
+    return Affine(((Clamp(pos, 0, size - 1), 1),)), cond
+
+
+def _all(b: KernelBuilder, conds: Sequence[SSAValue]) -> SSAValue | None:
+    out: SSAValue | None = None
+    for c in conds:
+        out = c if out is None else b.insert(arith.AndIOp(out, c))
+    return out
+
+
+def _guarded_value(
+    b: KernelBuilder, v: SSAValue, index: Sequence[Affine], sizes: Sequence[int]
+) -> tuple[SSAValue, SSAValue | None] | None:
+    """`v` at `index` (whose last len(sizes) positions may fall outside), with the i1 that
+    says whether they are all inside; None when one never is."""
+    lead = len(index) - len(sizes)
+    src, conds = list(index[:lead]), []
+    for pos, size in zip(index[lead:], sizes, strict=True):
+        guarded = _guarded_index(b, pos, size)
+        if guarded is None:
+            return None
+        src.append(guarded[0])
+        if guarded[1] is not None:
+            conds.append(guarded[1])
+    return b.value_at(v, tuple(src)), _all(b, conds)
+
+
+def _fill(b: KernelBuilder, value: float, t: Attribute) -> SSAValue:
+    return b.constant(value if is_float(t) else int(bool(value)) if t == i1 else int(value), t)
+
+
+def pad_value_at(b: KernelBuilder, op: graph.PadOp, index: Index) -> SSAValue:
+    """select(inside, x[clamp(i - low)], value), or x[reflect / clamp(i - low)]."""
+    low, _ = op.pads
+    shape, t, mode = shape_of(op.input), dtype_of(op.result), op.mode.data
+    src = [add(e, constant_index(-lo)) for e, lo in zip(index, low, strict=True)]
+    if mode == "reflect":
+        src = [
+            e if 0 <= bounds(e)[0] and bounds(e)[1] < n else Affine(((Reflect(e, n), 1),))
+            for e, n in zip(src, shape, strict=True)
+        ]
+    elif mode == "replicate":
+        src = [
+            Affine(((Clamp(e, 0, n - 1), 1),))
+            if not (0 <= bounds(e)[0] and bounds(e)[1] < n)
+            else e
+            for e, n in zip(src, shape, strict=True)
+        ]
+    if mode != "constant":
+        return b.value_at(op.input, tuple(src))
+    guarded = _guarded_value(b, op.input, src, shape)
+    if guarded is None:
+        return _fill(b, op.fill, t)
+    x, inside = guarded
+    return x if inside is None else b.insert(arith.SelectOp(inside, x, _fill(b, op.fill, t)))
+
+
+def _pool_combiner(
+    op: graph.PoolOp,
+) -> tuple[Callable[[SSAValue, SSAValue], Operation], float | int]:
+    t = dtype_of(op.input)
+    if op.kind.data == "avg":
+        return arith.AddfOp, 0.0
+    if is_float(t):
+        return arith.MaximumfOp, float("-inf")  # NaN propagates, as eager's max_pool
+    return arith.MaxSIOp, -(1 << (cast(IntegerType, t).width.data - 1))
+
+
+def pool_value_at(b: KernelBuilder, op: graph.PoolOp, index: Index) -> SSAValue:
+    """The window's elements combined in torch's order (max from -inf, sum from 0), padding
+    skipped; average divided by the divisor."""
+    kernel, stride, padding, dilation = op.window
+    n, t = len(kernel), dtype_of(op.input)
+    sizes = shape_of(op.input)[-n:]
+    starts = [
+        add(scale(e, s), constant_index(-p))
+        for e, s, p in zip(index[-n:], stride, padding, strict=True)
+    ]
+    if op.kind.data == "argmax":
+        return _argmax_at(b, op, index, starts, sizes)
+    combine, identity = _pool_combiner(op)
+    init = b.constant(identity, compute_type(t))
+
+    def step(acc: SSAValue, offsets: Sequence[Affine]) -> SSAValue:
+        positions = [add(a, scale(o, d)) for a, o, d in zip(starts, offsets, dilation, strict=True)]
+        guarded = _guarded_value(b, op.input, (*index[:-n], *positions), sizes)
+        if guarded is None:
+            return acc
+        x = to_compute(b, guarded[0], t)
+        if guarded[1] is not None:
+            x = b.insert(arith.SelectOp(guarded[1], x, init))
+        return b.insert(combine(acc, x))
+
+    if numel(kernel) <= UNROLL_WINDOW:
+        acc = init
+        for offsets in product(*(range(k) for k in kernel)):
+            acc = step(acc, [constant_index(o) for o in offsets])
+    else:
+        window = [LoopVar(next(_window_idents), k) for k in kernel]
+        (acc,) = b.for_nest(
+            window, [init], lambda accs: [step(accs[0], [var_index(v) for v in window])]
+        )
+    if op.kind.data == "avg":
+        acc = b.insert(arith.DivfOp(acc, _pool_divisor(b, op, starts, sizes, acc.type)))
+    return from_compute(b, acc, dtype_of(op.result))
+
+
+def _window_positions(
+    kernel: Sequence[int], loop: bool
+) -> tuple[list[LoopVar], list[list[Affine]]]:
+    """The window's offsets in order: unrolled (constants), or one `scf.for` variable per
+    window dim (`loop`)."""
+    if not loop:
+        return [], [
+            [constant_index(o) for o in offsets] for offsets in product(*map(range, kernel))
+        ]
+    window = [LoopVar(next(_window_idents), k) for k in kernel]
+    return window, [[var_index(v) for v in window]]
+
+
+def _argmax_at(
+    b: KernelBuilder, op: graph.PoolOp, index: Index, starts: Sequence[Affine], sizes: Sequence[int]
+) -> SSAValue:
+    """max_pool's index: walking the window in order, an element inside the input is taken
+    when it is the first, greater than the maximum so far, or NaN (eager's rule); the result
+    is its row-major position in the window dims."""
+    kernel, _, _, dilation = op.window
+    t = dtype_of(op.input)
+    ct = compute_type(t)
+    _, identity = _pool_combiner(op)
+    none = b.constant(-1, i64)
+
+    def step(acc: SSAValue, best: SSAValue, offsets: Sequence[Affine]) -> tuple[SSAValue, SSAValue]:
+        positions = [add(a, scale(o, d)) for a, o, d in zip(starts, offsets, dilation, strict=True)]
+        guarded = _guarded_value(b, op.input, (*index[: -len(sizes)], *positions), sizes)
+        if guarded is None:
+            return acc, best
+        x = to_compute(b, guarded[0], t)
+        if is_float(t):
+            take = b.insert(
+                arith.OrIOp(
+                    b.insert(arith.CmpfOp(x, acc, "ogt")), b.insert(arith.CmpfOp(x, x, "uno"))
+                )
+            )
+        else:
+            take = b.insert(arith.CmpiOp(x, acc, "sgt"))
+        first = b.insert(arith.CmpiOp(best, b.constant(0, i64), "slt"))
+        take = b.insert(arith.OrIOp(take, first))
+        if guarded[1] is not None:
+            take = b.insert(arith.AndIOp(take, guarded[1]))
+        flat = b.insert(arith.IndexCastOp(b.index_value(linearize(positions, sizes)), i64))
+        return b.insert(arith.SelectOp(take, x, acc)), b.insert(arith.SelectOp(take, flat, best))
+
+    window, offsets = _window_positions(kernel, numel(kernel) > UNROLL_WINDOW)
+    init = [b.constant(identity, ct), none]
+    if window:
+        (_, best) = b.for_nest(window, init, lambda c: list(step(c[0], c[1], offsets[0])))
+        return best
+    acc, best = init
+    for o in offsets:
+        acc, best = step(acc, best, o)
+    return best
+
+
+def _pool_divisor(
+    b: KernelBuilder, op: graph.PoolOp, starts: Sequence[Affine], sizes: Sequence[int], t: Attribute
+) -> SSAValue:
+    """`divisor`, else the product over window dims of min(start + kernel, end) - max(start,
+    begin): end = size + padding, begin = start itself with count_include_pad, else the
+    input's [0, size) (torch's avg_pool)."""
+    if op.divisor_value is not None:
+        return b.constant(float(op.divisor_value), t)
+    kernel, _, padding, _ = op.window
+    include = op.count_include_pad is not None
+    static, spans = 1, []
+    for start, k, p, size in zip(starts, kernel, padding, sizes, strict=True):
+        end_limit = size + p if include else size
+        end = add(start, constant_index(k))
+        clip_end, clip_start = bounds(end)[1] > end_limit, not include and bounds(start)[0] < 0
+        if not clip_end and not clip_start:
+            static *= k
+            continue
+        e = b.index_value(end)
+        if clip_end:
+            e = b.insert(arith.MinSIOp(e, b.index_constant(end_limit)))
+        s = b.index_value(start)
+        if clip_start:
+            s = b.insert(arith.MaxSIOp(s, b.index_constant(0)))
+        spans.append(b.insert(arith.SubiOp(e, s)))
+    if not spans:
+        return b.constant(float(static), t)
+    total = b.index_constant(static)
+    for span in spans:
+        total = b.insert(arith.MuliOp(total, span))
+    return b.insert(arith.SIToFPOp(b.insert(arith.IndexCastOp(total, i64)), cast(AnyFloat, t)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -239,6 +239,8 @@ class Generator:
             (1.2, self.matmul),
             (1.5, self.inplace),
             (1, self.integer_or_logical),
+            (0.8, self.pad),  # pool task
+            (0.8, self.pool),  # pool task
         ]
         makers.append((1.5, self.index_op))  # task `index`
         if self.allow_unsupported:
@@ -596,6 +598,69 @@ class Generator:
         else:
             raise Rejected(f"{kind} on rank {rank}")
         return (f"index:{kind}", *self.result(expr, a.exact))
+
+    # --- padding and pooling (pool task) ---------------------------------------------------
+
+    def pad(self) -> tuple[str, str, list[Value]]:
+        """F.pad: constant (any rank, negative pads crop), reflect or replicate (floats, the
+        trailing 1 to 3 dims of a tensor with one or two more)."""
+        a = self.pick()
+        shape = self.shape(a.name)
+        if not shape or 0 in shape:
+            raise Rejected("pad of a scalar or an empty tensor")
+        mode = self.rng.choice(("constant", "constant", "reflect", "replicate"))
+        if mode == "constant":
+            dims = self.rng.randint(1, len(shape))
+        else:
+            if not self.dtype(a.name).is_floating_point or len(shape) < 2:
+                raise Rejected(f"{mode} pad of {self.dtype(a.name)} rank {len(shape)}")
+            dims = self.rng.randint(max(1, len(shape) - 2), min(3, len(shape) - 1))
+        pads: list[int] = []
+        for d in range(dims):
+            size = shape[len(shape) - 1 - d]
+            limit = size - 1 if mode == "reflect" else 3
+            low = -self.rng.randint(0, (size - 1) // 2)
+            pads += [self.rng.randint(low, limit), self.rng.randint(low, limit)]
+        value = ""
+        if mode == "constant" and self.rng.random() < 0.5:
+            value = f", value={self.rng.choice((-1, 2, 0.5))}"
+            if not self.dtype(a.name).is_floating_point and "0.5" in value:
+                value = ", value=2"
+        expr = f"F.pad({a.name}, {tuple(pads)}, mode={mode!r}{value})"
+        return (f"pad:{mode}", *self.result(expr, a.exact))
+
+    def pool(self) -> tuple[str, str, list[Value]]:
+        """max_pool / avg_pool (kernel, stride, padding, dilation, ceil_mode,
+        count_include_pad, divisor_override drawn) or an adaptive pool of an even split."""
+        a = self.pick_float()
+        shape = self.shape(a.name)
+        if len(shape) < 2 or 0 in shape:
+            raise Rejected("pool of rank < 2")
+        n = self.rng.randint(1, min(3, len(shape) - 1))
+        spatial = shape[len(shape) - n :]
+        kind = self.rng.choice(("max", "avg", "adaptive_max", "adaptive_avg"))
+        if kind.startswith("adaptive"):
+            sizes = tuple(
+                self.rng.choice([o for o in range(1, s + 1) if s % o == 0]) for s in spatial
+            )
+            expr = f"F.{kind}_pool{n}d({a.name}, {sizes})"
+            return (f"pool:{kind}", *self.result(expr, a.exact and kind == "adaptive_max"))
+        kernel = tuple(self.rng.randint(1, min(4, s)) for s in spatial)
+        stride = tuple(self.rng.randint(1, 3) for _ in spatial)
+        padding = tuple(self.rng.randint(0, k // 2) for k in kernel)
+        args = f"{kernel}, {stride}, {padding}"
+        if kind == "max":
+            args += f", dilation={tuple(self.rng.randint(1, 2) for _ in spatial)}"
+        args += f", ceil_mode={self.rng.random() < 0.3}"
+        if kind == "avg":
+            args += f", count_include_pad={self.rng.random() < 0.5}"
+            if n > 1 and self.rng.random() < 0.2:
+                args += f", divisor_override={self.rng.randint(1, 9)}"
+        expr = f"F.{kind}_pool{n}d({a.name}, {args})"
+        if kind == "max" and self.rng.random() < 0.25:
+            expr = f"F.max_pool{n}d({a.name}, {args}, return_indices=True)[1]"
+            return ("pool:argmax", *self.result(expr, True))
+        return (f"pool:{kind}", *self.result(expr, a.exact and kind == "max"))
 
     # --- aliasing --------------------------------------------------------------------------
 

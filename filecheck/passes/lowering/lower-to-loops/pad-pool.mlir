@@ -1,0 +1,54 @@
+// RUN: xfuse-opt %s -p lower-to-loops | filecheck %s
+
+// pool task: a constant pad is a select between the element, loaded at a clamped address (no
+// read outside the buffer ever), and the fill; only the sides an index can leave are tested.
+// A pool's window is unrolled: each position's guard is decided at compile time where it can
+// be (the middle element of this window is always inside), max starts from -inf.
+
+// CHECK-LABEL: func.func @pad_k0
+// CHECK:         %[[I:.*]] = arith.addi %{{.*}}, %{{.*}} : index
+// CHECK-NEXT:    %[[LO:.*]] = arith.cmpi sge, %[[I]], %{{.*}} : index
+// CHECK-NEXT:    %[[HI:.*]] = arith.cmpi sle, %[[I]], %{{.*}} : index
+// CHECK-NEXT:    %[[IN:.*]] = arith.andi %[[LO]], %[[HI]] : i1
+// CHECK-NEXT:    %[[A:.*]] = arith.maxsi %[[I]], %{{.*}} : index
+// CHECK-NEXT:    %[[B:.*]] = arith.minsi %[[A]], %{{.*}} : index
+// CHECK-NEXT:    %[[X:.*]] = memref.load %{{.*}}[%{{.*}}, %[[B]]] : memref<4x6xf32>
+// CHECK-NEXT:    %{{.*}} = arith.select %[[IN]], %[[X]], %{{.*}} : f32
+func.func @pad(%x: tensor<4x6xf32>) -> tensor<4x9xf32> {
+  %0 = graph.pad %x low = [0, 2] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<4x6xf32> -> tensor<4x9xf32>
+  func.return %0 : tensor<4x9xf32>
+}
+
+// CHECK-LABEL: func.func @maxpool_k0
+// CHECK:         %[[NEGINF:.*]] = arith.constant 0xff800000 : f32
+// CHECK:         arith.cmpi sge
+// CHECK-NEXT:    arith.maxsi
+// CHECK-NEXT:    memref.load
+// CHECK-NEXT:    %[[S:.*]] = arith.select %{{.*}}, %{{.*}}, %[[NEGINF]] : f32
+// CHECK-NEXT:    %[[M0:.*]] = arith.maximumf %[[NEGINF]], %[[S]] : f32
+// CHECK-NEXT:    arith.muli
+// CHECK-NEXT:    %[[X1:.*]] = memref.load
+// CHECK-NEXT:    %[[M1:.*]] = arith.maximumf %[[M0]], %[[X1]] : f32
+// CHECK-NOT:     arith.select
+// CHECK:         arith.maximumf %[[M1]], %{{.*}} : f32
+func.func @maxpool(%x: tensor<2x6xf32>) -> tensor<2x3xf32> {
+  %0 = graph.pool %x kind = "max" kernel = [3] stride = [2] padding = [1] dilation = [1] : tensor<2x6xf32> -> tensor<2x3xf32>
+  func.return %0 : tensor<2x3xf32>
+}
+
+// A window of more than 32 elements is an scf.for nest carrying the accumulator; the average
+// divides by the window clipped to the input (count_include_pad off): only its start
+// can leave the input here.
+// CHECK-LABEL: func.func @avgpool_k0
+// CHECK:         scf.for
+// CHECK:           scf.for
+// CHECK:             arith.addf
+// CHECK-NOT:     arith.minsi
+// CHECK:         arith.maxsi
+// CHECK:         arith.subi
+// CHECK:         arith.sitofp
+// CHECK:         arith.divf
+func.func @avgpool(%x: tensor<2x12x12xf32>) -> tensor<2x3x3xf32> {
+  %0 = graph.pool %x kind = "avg" kernel = [6, 6] stride = [4, 4] padding = [2, 2] dilation = [1, 1] : tensor<2x12x12xf32> -> tensor<2x3x3xf32>
+  func.return %0 : tensor<2x3x3xf32>
+}
