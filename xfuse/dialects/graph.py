@@ -1704,10 +1704,8 @@ class GatherOp(IRDLOperation):
         for j, v in enumerate(self.indices):
             shape = _check_tensor(v, f"index {j}").get_shape()
             if str(dtype_of(v)) not in INDEX_DTYPES:
-                raise VerifyException(
-                    f"expected index {j} of type i32 or i64, found {dtype_of(v)}"
-                )
-            if len(shape) != rank or any(a not in (1, b) for a, b in zip(shape, out)):
+                raise VerifyException(f"expected index {j} of type i32 or i64, found {dtype_of(v)}")
+            if len(shape) != rank or any(a not in (1, b) for a, b in zip(shape, out, strict=True)):
                 raise VerifyException(
                     f"index {j} of shape {fmt_shape(shape)} does not broadcast to the result "
                     f"shape {fmt_shape(out)}"

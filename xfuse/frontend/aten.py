@@ -663,6 +663,7 @@ def _indexing(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 OWN_CONVERTERS[graph.GatherOp] = _indexing
 
+
 def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
     """`str(OpOverload)` -> converter for every overload one of `ops` declares in its `aten`
     fact (`xfuse.dialects.facts`)."""

@@ -278,6 +278,7 @@ def _gather(op: Operation, xs: list[Tensor]) -> Tensor:
 
 OWN_IMPLS["graph.gather"] = _gather
 
+
 def op_impls(ops: Iterable[type[Operation]]) -> dict[str, Impl]:
     """The interpreter's rows for `ops`: their own implementation or their `torch` fact's."""
     impls: dict[str, Impl] = {}

@@ -84,7 +84,6 @@ from xfuse.passes.lowering.scalar_ops import (
     to_compute,
 )
 
-
 ERROR_FLAG_TYPE = MemRefType(i8, [1])
 """The error flag of a kernel with `ERROR_FLAG_ATTR`: its last argument, zeroed by the caller,
 set to 1 by an iteration that met an index outside its dim (every writer stores the same
@@ -644,7 +643,9 @@ class KernelBuilder:
         for op in gathers:
             table = shape_of(op.table)
             if 0 in table[op.axis : op.axis + len(op.indices)] and numel(shape_of(op.result)):
-                raise self.error("'graph.gather' indexes an empty dim (every index is out of range)")
+                raise self.error(
+                    "'graph.gather' indexes an empty dim (every index is out of range)"
+                )
         return bool(gathers)
 
     # -- structure -----------------------------------------------------------------------------

@@ -504,7 +504,9 @@ class Generator:
             expr = f"{a.name}[{lead}]"
         else:
             dtype = rng.choice(("torch.int64", "torch.int32"))
-            expr = f"torch.index_select({a.name}, {dim}, torch.tensor({ints(count)}, dtype={dtype}))"
+            expr = (
+                f"torch.index_select({a.name}, {dim}, torch.tensor({ints(count)}, dtype={dtype}))"
+            )
         return ("gather", *self.result(expr, a.exact))
 
     def matmul(self) -> tuple[str, str, list[Value]]:
