@@ -63,6 +63,16 @@ class UnsupportedInputError(XfuseError, TypeError):
     """An input that compiled programs cannot take (sparse, complex, wrong device or count)."""
 
 
+class IndexOutOfRangeError(XfuseError, IndexError, RuntimeError):
+    """An index tensor holds an index outside the indexed dim (`graph.gather`): eager raises
+    IndexError (embedding, `x[idx]`) or RuntimeError (gather, index_select); this is both."""
+
+    @classmethod
+    def in_kernel(cls, kernel: str) -> IndexOutOfRangeError:
+        """The error of a kernel whose error flag was set (docs/contracts.md)."""
+        return cls(f"index out of range in self (an index tensor read by {kernel})")
+
+
 class ExportError(XfuseError):
     """The model or function could not be imported (torch.export failed)."""
 

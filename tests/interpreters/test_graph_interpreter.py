@@ -289,6 +289,14 @@ CASES = [
         "tensor<3x2xf32>",
         lambda a: F.max_pool1d(a, 3, 2, 1),
     ),
+    # (task gather) random i64 inputs are 0 or 1: valid rows of X.
+    Case(
+        "graph.gather",
+        (X, "tensor<5x1xi64>"),
+        f"graph.gather %a[%b] dim = 0 : {X}, tensor<5x1xi64> -> tensor<5x4xf32>",
+        "tensor<5x4xf32>",
+        lambda a, i: a[i[:, 0]],
+    ),
 ]
 
 

@@ -1826,6 +1826,106 @@ class ConcatOp(IRDLOperation):
         _check_result_shape(self, shape)
 
 
+# --- gather (task: indexing with computed indices) -------------------------------------------
+
+INDEX_DTYPES = ("i32", "i64")
+"""The element types of an index tensor (torch indexes with int32 and int64 tensors)."""
+
+
+@irdl_op_definition
+class GatherOp(IRDLOperation):
+    """Indirect load: `k` index tensors pick table dims `dim .. dim+k-1`, and the result has
+    one dim in their place: `result[p] = table[p[:dim], i0[p], .., ik-1[p], p[dim+1:]]`. Each
+    index tensor broadcasts to the result (every dim of size 1 or the result's); so does the
+    table outside the indexed dims (a dim of size 1 is read at 0, a larger one at `p`, as
+    torch.gather reads an input larger than its index). An index must lie in `[0, n)` (`n`
+    the size of the dim it indexes), or in `[-n, n)` with `wrap` (a negative one counts from
+    the end, as `x[idx]` does); any other raises like eager (`index out of range in self`).
+    embedding, index_select, gather and advanced indexing are this op between reshapes and
+    broadcasts.
+    `%y = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x4xf32>`"""
+
+    name = "graph.gather"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=(
+            "aten.gather.default",
+            "aten.embedding.default",
+            "aten.index_select.default",
+            "aten.index.Tensor",
+        ),
+        fuzz=Fuzz.drawn_by("gather"),
+        without={"torch": "OWN_IMPLS (checks every index like eager, then indexes)"},
+    )
+    table = operand_def(TensorType)
+    indices = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    wrap = opt_prop_def(UnitAttr)
+    traits = traits_def(Pure(), Injective())
+    assembly_format = (
+        "$table `[` $indices `]` `dim` `=` $dim (`wrap` $wrap^)? attr-dict `:` type($table) `,` "
+        "type($indices) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        table: SSAValue | Operation,
+        indices: Sequence[SSAValue | Operation],
+        dim: int,
+        shape: Sequence[int],
+        wrap: bool = False,
+    ):
+        table = SSAValue.get(table)
+        super().__init__(
+            operands=[table, [SSAValue.get(i) for i in indices]],
+            result_types=[TensorType(dtype_of(table), shape)],
+            properties={"dim": IntegerAttr(dim, i64), "wrap": UnitAttr() if wrap else None},
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    @property
+    def wraps(self) -> bool:
+        return self.wrap is not None
+
+    def table_dim(self, m: int) -> int:
+        """The table dim that result dim `m` (not the indexed one) reads."""
+        return m if m < self.axis else m + len(self.indices) - 1
+
+    def verify_(self) -> None:
+        table = _check_tensor(self.table, "table").get_shape()
+        out = _check_tensor(self.result, "result").get_shape()
+        _check_same_dtype([self.table, self.result], "table and result")
+        k, rank = len(self.indices), len(out)
+        if k == 0:
+            raise VerifyException("expected at least one index tensor")
+        if rank == 0 or len(table) != rank + k - 1:
+            raise VerifyException(
+                f"expected a table of rank {rank + k - 1} (the result's rank {rank} + "
+                f"{k - 1}) and a result of rank >= 1, found {len(table)}"
+            )
+        if not 0 <= self.axis < rank:
+            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        for j, v in enumerate(self.indices):
+            shape = _check_tensor(v, f"index {j}").get_shape()
+            if str(dtype_of(v)) not in INDEX_DTYPES:
+                raise VerifyException(f"expected index {j} of type i32 or i64, found {dtype_of(v)}")
+            if len(shape) != rank or any(a not in (1, b) for a, b in zip(shape, out, strict=True)):
+                raise VerifyException(
+                    f"index {j} of shape {fmt_shape(shape)} does not broadcast to the result "
+                    f"shape {fmt_shape(out)}"
+                )
+        for m in range(rank):
+            size = table[self.table_dim(m)]
+            if m != self.axis and size != 1 and size < out[m]:
+                raise VerifyException(
+                    f"table dim {self.table_dim(m)} of size {size} is smaller than result "
+                    f"dim {m} of size {out[m]} (it must be 1 or at least as large)"
+                )
+
+
 # ---------------------------------------------------------------------------------------------
 # Index arithmetic (task `index`: arange, flip, roll)
 # ---------------------------------------------------------------------------------------------
@@ -2829,6 +2929,7 @@ Graph = Dialect(
         PermuteOp,
         SliceOp,
         ConcatOp,
+        GatherOp,
         MatmulOp,
         LinearOp,
         TorchCallOp,

@@ -1067,6 +1067,110 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
 }
 
 
+# --- gather (task: indexing with computed indices) -------------------------------------------
+# embedding, index_select, gather and advanced indexing are `graph.gather` between reshapes
+# and broadcasts (index arithmetic in a kernel: nothing is copied).
+
+
+def _index_tensor(value: SSAValue) -> bool:
+    return str(graph.dtype_of(value)) in graph.INDEX_DTYPES
+
+
+def _column(lw: ImportBuilder, indices: SSAValue, rank: int, dim: int) -> SSAValue:
+    """The indices flattened into dim `dim` of a rank-`rank` tensor (size 1 elsewhere)."""
+    n = graph.numel(graph.shape_of(indices))
+    return lw.reshape(indices, [n if k == dim else 1 for k in range(rank)])
+
+
+def _expand_to(lw: ImportBuilder, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+    """`x` broadcast to `shape` as torch broadcasts (aligned on the right)."""
+    if graph.shape_of(x) == tuple(shape):
+        return x
+    dims = range(len(shape) - _rank(x), len(shape))
+    return lw.emit(graph.BroadcastInDimOp(x, shape, list(dims)))
+
+
+def _gather_dim(
+    lw: ImportBuilder, table: SSAValue, indices: SSAValue, dim: int, wrap: bool = False
+) -> SSAValue:
+    """`table` with dim `dim` replaced by the (already shaped) indices' size there."""
+    shape = list(graph.shape_of(table))
+    shape[dim] = graph.shape_of(indices)[dim]
+    return lw.emit(graph.GatherOp(table, [indices], dim, shape, wrap))
+
+
+def _embedding(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    weight, indices = lw.tensor(a["weight"]), lw.tensor(a["indices"])
+    if _rank(weight) != 2 or not _index_tensor(indices):
+        return None
+    rows = _gather_dim(lw, weight, _column(lw, indices, 2, 0), 0)
+    return lw.reshape(rows, out_type(node).get_shape())
+
+
+def _index_select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x, indices = lw.tensor(a["self"]), lw.tensor(a["index"])
+    if _rank(x) == 0 or not _index_tensor(indices):
+        return None
+    dim = a["dim"] % _rank(x)
+    return _gather_dim(lw, x, _column(lw, indices, _rank(x), dim), dim)
+
+
+def _torch_gather(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x, indices = lw.tensor(a["self"]), lw.tensor(a["index"])
+    if not _index_tensor(indices) or _rank(x) != _rank(indices):
+        return None
+    shape = out_type(node).get_shape()
+    if _rank(x) == 0:
+        x, indices = lw.reshape(x, [1]), lw.reshape(indices, [1])
+        return lw.reshape(_gather_dim(lw, x, indices, 0), shape)
+    dim = a["dim"] % _rank(x)
+    return lw.emit(graph.GatherOp(x, [indices], dim, shape))
+
+
+def _advanced_index(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """`x[..., i0, i1, ...]` (aten.index.Tensor): the index tensors broadcast to one shape B,
+    flattened to N elements, pick the indexed dims (one dim of N in their place), and a
+    reshape makes N into B. Indices split by a slice put B first, as torch does (the indexed
+    dims are permuted to the front). Boolean masks (data-dependent shapes) stay torch_calls."""
+    x = lw.tensor(a["self"])
+    entries: list[Any] = list(a["indices"])
+    positions = [k for k, e in enumerate(entries) if e is not None]
+    if not positions or _rank(x) == 0:
+        return None
+    tensors = [lw.tensor(entries[k]) for k in positions]
+    if not all(_index_tensor(t) for t in tensors):
+        return None
+    shape = graph.broadcast_shapes(*(graph.shape_of(t) for t in tensors))
+    if shape is None:
+        return None
+    if positions != list(range(positions[0], positions[-1] + 1)):
+        rest = [k for k in range(_rank(x)) if k not in positions]
+        x = _permute_dims(lw, x, positions + rest)
+        positions = list(range(len(positions)))
+    first, k = positions[0], len(positions)
+    table = graph.shape_of(x)
+    rank = len(table) - k + 1
+    columns = [_column(lw, _expand_to(lw, t, shape), rank, first) for t in tensors]
+    out = [*table[:first], graph.numel(shape), *table[first + k :]]
+    value = lw.emit(graph.GatherOp(x, columns, first, out, wrap=True))
+    return lw.reshape(value, out_type(node).get_shape())
+
+
+_INDEXING: dict[str, Converter] = {
+    "aten.embedding.default": _embedding,
+    "aten.index_select.default": _index_select,
+    "aten.gather.default": _torch_gather,
+    "aten.index.Tensor": _advanced_index,
+}
+
+
+def _indexing(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    return _INDEXING[str(node.target)](lw, node, a)
+
+
+OWN_CONVERTERS[graph.GatherOp] = _indexing
+
+
 def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
     """`str(OpOverload)` -> converter for every overload one of `ops` declares in its `aten`
     fact (`xfuse.dialects.facts`)."""

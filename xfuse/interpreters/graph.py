@@ -17,7 +17,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.torch_args import decode_args, prepare_args, resolve_torch_op
-from xfuse.errors import InterpretError, XfuseError
+from xfuse.errors import IndexOutOfRangeError, InterpretError, XfuseError
 from xfuse.ir import dtypes
 
 Tensor = torch.Tensor
@@ -330,6 +330,43 @@ OWN_IMPLS: dict[str, Impl] = {
     "graph.roll": _roll,
     **POOL_IMPLS,  # pool task
 }
+
+
+# --- gather (task: indexing with computed indices) -------------------------------------------
+
+
+def check_indices(indices: Tensor, size: int, wrap: bool) -> Tensor:
+    """`indices` as int64 in `[0, size)` (negative ones counted from the end with `wrap`);
+    raises `IndexOutOfRangeError` like eager for any other."""
+    low = -size if wrap else 0
+    if indices.numel() and bool(((indices < low) | (indices >= size)).any()):
+        bad = indices[(indices < low) | (indices >= size)].flatten()[0].item()
+        raise IndexOutOfRangeError(
+            f"index out of range in self: index {bad} is out of bounds for a dim of size {size}"
+        )
+    indices = indices.long()
+    return torch.where(indices < 0, indices + size, indices) if wrap else indices
+
+
+def _gather(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.GatherOp)
+    table, indices = xs[0], xs[1:]
+    dim, out = op.axis, graph.shape_of(op.result)
+    index: list[Tensor] = []
+    for m, size in enumerate(out):
+        if m == dim:
+            index += [
+                check_indices(t, table.shape[dim + j], op.wraps).expand(out)
+                for j, t in enumerate(indices)
+            ]
+            continue
+        view = [size if n == m else 1 for n in range(len(out))]
+        position = torch.arange(size, device=table.device).reshape(view)
+        index.append((position * 0 if table.shape[op.table_dim(m)] == 1 else position).expand(out))
+    return table[tuple(index)].contiguous()
+
+
+OWN_IMPLS["graph.gather"] = _gather
 
 
 def op_impls(ops: Iterable[type[Operation]]) -> dict[str, Impl]:

@@ -37,9 +37,10 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
 from xfuse.dialects import fusion, graph
-from xfuse.errors import InterpretError
+from xfuse.errors import IndexOutOfRangeError, InterpretError
 from xfuse.interpreters.graph import find_function, run_op
 from xfuse.ir import dtypes
+from xfuse.ir.names import ERROR_FLAG_ATTR
 
 Tensor = torch.Tensor
 Env = dict[SSAValue, Any]
@@ -97,8 +98,10 @@ def signed(t: Attribute, v: int) -> int:
 
 
 def unsigned(t: Attribute, v: int) -> int:
+    """`v` read as unsigned; an index as the 64 bits it is on every target (a negative index
+    compares above any size: `arith.cmpi uge` is how a gather finds one)."""
     w = width(t)
-    return v if w is None else v & ((1 << w) - 1)
+    return v & ((1 << (64 if w is None else w)) - 1)
 
 
 def _div_trunc(a: int, b: int) -> int:
@@ -447,7 +450,13 @@ def launch(module: ModuleOp, op: fusion.LaunchOp, inputs: Sequence[Tensor]) -> l
     if not isinstance(kernel, func.FuncOp):
         raise InterpretError(f"fusion.launch: no kernel func @{name} in the module")
     outputs = [sentinel_tensor(r.type) for r in op.outputs]
-    run_kernel(kernel, [*inputs, *outputs])
+    if ERROR_FLAG_ATTR not in kernel.attributes:
+        run_kernel(kernel, [*inputs, *outputs])
+        return outputs
+    flag = torch.zeros(1, dtype=torch.int8)  # (task gather) the kernel sets it on a bad index
+    run_kernel(kernel, [*inputs, *outputs, flag])
+    if flag.item():
+        raise IndexOutOfRangeError.in_kernel(f"kernel @{name}")
     return outputs
 
 

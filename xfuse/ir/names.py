@@ -17,6 +17,10 @@ PARALLEL_DIMS_ATTR = "xfuse.parallel_dims"
 CODEGEN_ERROR_ATTR = "xfuse.codegen_error"
 """Left on a group that lower-to-loops could not lower: why (the runtime runs it eagerly)."""
 
+ERROR_FLAG_ATTR = "xfuse.error_flag"
+"""A kernel whose last argument is a `memref<1xi8>` error flag after its outputs (it gathers):
+the caller zeroes it, the kernel sets it to 1 on an index out of range, the caller raises."""
+
 RANGE_ARGS_ATTR = "xfuse.range_args"
 """A CPU kernel whose first two arguments are the `[lo, hi)` range of its parallel loop."""
 

@@ -29,7 +29,7 @@ from xfuse.dialects import fusion, graph
 from xfuse.errors import XfuseError
 from xfuse.interpreters.graph import OP_IMPLS, find_function, run_op
 from xfuse.ir import dtypes
-from xfuse.ir.names import PARALLEL_DIMS_ATTR
+from xfuse.ir.names import ERROR_FLAG_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
 from xfuse.runtime.steps import (
     VIEW_IMPLS,
@@ -417,7 +417,9 @@ class ProgramCompiler:
         inputs = tuple(slot_of[v] for v in launch.inputs)
         outputs = tuple(self._define(em, slot_of, r) for r in launch.outputs)
         specs = tuple(spec_of(r) for r in launch.outputs)
-        em.steps.append(KernelStep(kernel, inputs, outputs, specs, f"kernel @{name} ({source})"))
+        step = KernelStep(kernel, inputs, outputs, specs, f"kernel @{name} ({source})")
+        step.error_flag = ERROR_FLAG_ATTR in kernel_func.attributes  # (task gather)
+        em.steps.append(step)
         dims = kernel_func.attributes.get(PARALLEL_DIMS_ATTR)
         em.kernels.append(
             KernelInfo(

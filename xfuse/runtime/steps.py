@@ -21,6 +21,7 @@ from xdsl.ir import Operation
 
 from xfuse.backends import Kernel
 from xfuse.dialects import graph
+from xfuse.errors import IndexOutOfRangeError
 from xfuse.interpreters.graph import PreparedOp, prepare_op
 
 Tensor = torch.Tensor
@@ -118,13 +119,28 @@ class KernelStep:
     def __post_init__(self) -> None:
         self.writes = any(math.prod(spec.shape) for spec in self.out_specs)
 
+    error_flag: bool = False
+    """The kernel takes an error flag after its outputs (it gathers, docs/contracts.md)."""
+
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         buffers = [a if a.is_contiguous() else a.contiguous() for a in args]
         outs = [allocate(spec) for spec in self.out_specs]
         if self.writes:
             buffers += outs
-            self.kernel(buffers)
+            if self.error_flag:
+                self._run_checked(buffers, outs[0].device)
+            else:
+                self.kernel(buffers)
         return outs
+
+    def _run_checked(self, buffers: list[Tensor], device: torch.device) -> None:
+        """(task gather) On the CPU an index out of range raises like eager once the kernel
+        is done; on CUDA the flag is not read (that would synchronise every call): the index
+        is clamped, so no access leaves its buffer (docs/gpu.md)."""
+        flag = torch.zeros(1, dtype=torch.uint8, device=device)
+        self.kernel([*buffers, flag])
+        if device.type == "cpu" and flag.item():
+            raise IndexOutOfRangeError.in_kernel(self.label)
 
 
 @dataclass

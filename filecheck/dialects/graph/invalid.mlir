@@ -586,3 +586,60 @@ func.func @f(%x: tensor<2x8xf32>) {
   %0 = graph.pool %x kind = "argmax" kernel = [2] stride = [2] padding = [0] dilation = [1] : tensor<2x8xf32> -> tensor<2x4xf32>
   func.return
 }
+
+// -----
+
+// (task gather) graph.gather
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op expected table and result to have the same element type, found f32, f16
+func.func @f(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>) {
+  %0 = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x4xf16>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op expected at least one index tensor
+func.func @f(%t: tensor<10x4xf32>) {
+  %0 = graph.gather %t[] dim = 0 : tensor<10x4xf32>,  -> tensor<6x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op expected a table of rank 3 (the result's rank 2 + 1) and a result of rank >= 1, found 2
+func.func @f(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>) {
+  %0 = graph.gather %t[%i, %i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64>, tensor<6x1xi64> -> tensor<6x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op expected dim in [0, 2), found 2
+func.func @f(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>) {
+  %0 = graph.gather %t[%i] dim = 2 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op expected index 0 of type i32 or i64, found f32
+func.func @f(%t: tensor<10x4xf32>, %i: tensor<6x1xf32>) {
+  %0 = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xf32> -> tensor<6x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op index 0 of shape [6, 2] does not broadcast to the result shape [6, 4]
+func.func @f(%t: tensor<10x4xf32>, %i: tensor<6x2xi64>) {
+  %0 = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x2xi64> -> tensor<6x4xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op table dim 1 of size 4 is smaller than result dim 1 of size 5 (it must be 1 or at least as large)
+func.func @f(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>) {
+  %0 = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x5xf32>
+  func.return
+}

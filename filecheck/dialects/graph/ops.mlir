@@ -288,3 +288,16 @@ func.func @pad_pool(%x: tensor<4x8xf32>, %y: tensor<1x4x9x9xf32>, %i: tensor<4x8
 }
 // GENERIC: "graph.pad"
 // GENERIC: "graph.pool"
+
+// (task gather) graph.gather: one index tensor, a `wrap` one, two index tensors.
+// CHECK-LABEL: func.func @gather
+func.func @gather(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>, %j: tensor<1x3xi32>, %y: tensor<5x6x7xbf16>, %a: tensor<6x1xi64>) -> (tensor<6x4xf32>, tensor<10x3xf32>, tensor<6x7xbf16>) {
+  // CHECK-NEXT: %{{.*}} = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x4xf32>
+  %0 = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x4xf32>
+  // CHECK-NEXT: %{{.*}} = graph.gather %t[%j] dim = 1 wrap : tensor<10x4xf32>, tensor<1x3xi32> -> tensor<10x3xf32>
+  %1 = graph.gather %t[%j] dim = 1 wrap : tensor<10x4xf32>, tensor<1x3xi32> -> tensor<10x3xf32>
+  // CHECK-NEXT: %{{.*}} = graph.gather %y[%a, %i] dim = 0 wrap : tensor<5x6x7xbf16>, tensor<6x1xi64>, tensor<6x1xi64> -> tensor<6x7xbf16>
+  %2 = graph.gather %y[%a, %i] dim = 0 wrap : tensor<5x6x7xbf16>, tensor<6x1xi64>, tensor<6x1xi64> -> tensor<6x7xbf16>
+  func.return %0, %1, %2 : tensor<6x4xf32>, tensor<10x3xf32>, tensor<6x7xbf16>
+}
+// GENERIC: "graph.gather"(%{{.*}}, %{{.*}}) <{dim = 1 : i64, wrap}> : (tensor<10x4xf32>, tensor<1x3xi32>) -> tensor<10x3xf32>

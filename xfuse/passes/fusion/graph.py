@@ -172,7 +172,7 @@ class Node:
     last of those reading each (`reader`: reports name it), and its outputs (values its ops
     compute that others read, in result order). A node absorbed by a merge, or one a
     merge replaced, is no longer `alive`; `forward` leads to the node that holds its ops now.
-    `gathers` says whether one of its ops is a slice or concat (see `gather_mismatch`).
+    `gathers` says whether one of its ops is a slice, concat or gather (see `gather_mismatch`).
     `pos` is its topological position (see `FusionGraph.renumber`), and `out_readers` the
     nodes reading each output (`FusionGraph.output_readers`, None until asked for), both kept on
     the node since the passes ask for them with nearly every pair they look at (a lookup in

@@ -6,7 +6,9 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `extern-boundary`  an `Extern` op (matmul, linear, torch_call) never joins a group;
 - `composite-op`     a `Composite` op (softmax, layer_norm, ...) must be decomposed first;
 - `not-fusable`      not a graph op, or refused by the caller's fusability predicate;
-- `shape-mismatch`   the two iteration spaces are unrelated (see `combine_spaces`);
+- `shape-mismatch`   the two iteration spaces are unrelated (see `combine_spaces`), or a slice,
+                     concat or gather reads its producer elsewhere than the group iterates
+                     (a gather's table from a reduction: see `gather_mismatch`);
 - `max-group-size`   the merged group would hold more ops than allowed;
 - `window`           (fuse-scored) the pair is further apart in the block than the window;
 - `max-rounds`       (fuse-scored) the pair was still waiting when the rounds ran out;
@@ -144,7 +146,7 @@ def edge_gather_mismatch(g: FusionGraph, first: Node, second: Node) -> str | Non
     """`gather_mismatch` over the ops of `second` that read values of `first`."""
     if not second.gathers:
         return None  # most nodes hold no slice or concat: skip the walk over the uses
-    return gather_mismatch(g.edge_readers(first, second))
+    return gather_mismatch(g.edge_readers(first, second), bool(g.space(first).reduced))
 
 
 # ---------------------------------------------------------------------------------------------

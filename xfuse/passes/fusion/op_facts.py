@@ -125,7 +125,7 @@ def combine_spaces(a: Space, b: Space) -> Space | None:
     return None
 
 
-GATHER_OPS = (graph.SliceOp, graph.ConcatOp)
+GATHER_OPS = (graph.SliceOp, graph.ConcatOp, graph.GatherOp)
 
 
 @cache
@@ -138,10 +138,23 @@ def is_gather_op(op: Operation) -> bool:
     return _is_gather_class(type(op))
 
 
-def gather_mismatch(readers: Iterable[tuple[Operation, SSAValue]]) -> str | None:
+def gather_mismatch(
+    readers: Iterable[tuple[Operation, SSAValue]], producer_reduces: bool = False
+) -> str | None:
     """A slice or concat reading a value of another shape cannot fold its producer: the kernel
-    iterates the slice's output, not the producer's. Returns a detail when that happens."""
+    iterates the slice's output, not the producer's. Returns a detail when that happens.
+    `graph.gather` reads its index tensors elementwise (the usual rules) and its table at
+    computed positions: like a slice for the table's shape, and never from a producer that
+    reduces (a reduction's value exists for one row at a time; recomputing an elementwise
+    producer at a gathered position is fine)."""
     for reader, value in readers:
+        if isinstance(reader, graph.GatherOp) and value != reader.table:
+            continue  # an index tensor
+        if isinstance(reader, graph.GatherOp) and producer_reduces:
+            return (
+                "graph.gather reads its table at computed indices, not at the row a "
+                "reduction's value exists for"
+            )
         if is_gather_op(reader):
             out, src = graph.shape_of(reader.results[0]), graph.shape_of(value)
             if out != src:

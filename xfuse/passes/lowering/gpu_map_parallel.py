@@ -153,6 +153,20 @@ def _accesses(ops: Sequence[Operation]) -> list[memref.LoadOp | memref.StoreOp]:
     ]
 
 
+def _is_flag_report(op: Operation) -> bool:
+    """(task gather) `scf.if %bad { memref.store %c1, %flag[%c0] }`: a kernel's error report
+    (lower-to-loops, `ERROR_FLAG_ATTR`). Every thread that meets a bad index stores the same
+    byte, so any strategy may clone it into its lanes and rows as it is."""
+    if not isinstance(op, scf.IfOp) or op.results or op.false_region.blocks:
+        return False
+    return all(isinstance(o, memref.StoreOp | scf.YieldOp) for o in op.true_region.block.ops)
+
+
+def _has_control_flow(op: Operation) -> bool:
+    """An op with regions other than an error report."""
+    return bool(op.regions) and not _is_flag_report(op)
+
+
 def _memref_type(access: memref.LoadOp | memref.StoreOp) -> MemRefType[Attribute]:
     t = access.memref.type
     assert isinstance(t, MemRefType)
@@ -516,7 +530,7 @@ def _row_plan(body: list[Operation]) -> _RowPlan | None:
             return None
         plan[loop] = reductions
     for op in body:
-        if not isinstance(op, scf.ForOp) and op.regions:
+        if not isinstance(op, scf.ForOp) and _has_control_flow(op):
             return None
     accessed = {a.memref for a in _accesses(body) if isinstance(a, memref.LoadOp)}
     if accessed & _stored_memrefs(body):
@@ -529,8 +543,8 @@ def _is_row_loop_body(loop: scf.ForOp) -> bool:
     index of its loads and stores (so that a row's threads access it coalesced)."""
     iv = loop.body.block.args[0]
     for op in loop.body.block.ops:
-        if op.regions or not (
-            isinstance(op, _ROW_LOOP_OPS) or op.dialect_name() in ("arith", "math")
+        if _has_control_flow(op) or not (
+            isinstance(op, (*_ROW_LOOP_OPS, scf.IfOp)) or op.dialect_name() in ("arith", "math")
         ):
             return False
     for use in iv.uses:
@@ -915,7 +929,7 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
         par.erase()
         _set_launch(kernel, "elementwise", block_size, 0)
         return "elementwise"
-    if not any(op.regions for op in body):
+    if not any(_has_control_flow(op) for op in body):
         width = _vector_width(body, shape)
         loaded = {a.memref for a in _accesses(body) if isinstance(a, memref.LoadOp)}
         independent = not (loaded & _stored_memrefs(body))

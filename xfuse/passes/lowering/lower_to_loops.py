@@ -75,7 +75,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.graph import dtype_of, is_float, numel, reduced_shape, shape_of
 from xfuse.errors import CodegenError
-from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.ir.names import CODEGEN_ERROR_ATTR, ERROR_FLAG_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.passes.lowering.scalar_ops import (
     UnsupportedScalarOp,
     compute_type,
@@ -87,6 +87,11 @@ from xfuse.passes.lowering.scalar_ops import (
     reduction_identity,
     to_compute,
 )
+
+ERROR_FLAG_TYPE = MemRefType(i8, [1])
+"""The error flag of a kernel with `ERROR_FLAG_ATTR`: its last argument, zeroed by the caller,
+set to 1 by an iteration that met an index outside its dim (every writer stores the same
+byte, and nothing reads it before the kernel has finished)."""
 
 
 class LoopLoweringError(CodegenError, DiagnosticException):
@@ -138,7 +143,22 @@ class Reflect:
     size: int
 
 
-Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect
+@dataclass(frozen=True, repr=False)
+class Gathered:
+    """A data-dependent index (`graph.gather`): the element of the group's value `indices`
+    at `at`, wrapped when negative (`wrap`) and clamped to [0, size), so that a load at it
+    never leaves its buffer (an index outside is reported through the kernel's error flag)."""
+
+    indices: SSAValue
+    at: Index
+    size: int
+    wrap: bool
+
+    def __repr__(self) -> str:  # the sort key of `make_affine`: stable, cheap
+        return f"Gathered({id(self.indices)}, {self.at}, {self.size}, {self.wrap})"
+
+
+Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect | Gathered
 
 
 @dataclass(frozen=True)
@@ -184,6 +204,8 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
         return min(max(lo, a.low), a.high), min(max(hi, a.low), a.high)
     if isinstance(a, Reflect):
         return 0, max(0, a.size - 1)
+    if isinstance(a, Gathered):
+        return 0, max(0, a.size - 1)
     return 0, a.modulus - 1
 
 
@@ -193,9 +215,20 @@ def loop_vars(e: Affine) -> frozenset[int]:
     for atom, _ in e.terms:
         if isinstance(atom, LoopVar):
             out.add(atom.ident)
+        elif isinstance(atom, Gathered):
+            out |= index_vars(atom.at)
         else:
             out |= loop_vars(atom.arg)
     return frozenset(out)
+
+
+@cache
+def is_gathered(e: Affine) -> bool:
+    """Whether `e` reads an index tensor (then it is computed only where its loads may run)."""
+    return any(
+        isinstance(a, Gathered) or (not isinstance(a, LoopVar) and is_gathered(a.arg))
+        for a, _ in e.terms
+    )
 
 
 def index_vars(index: Sequence[Affine]) -> frozenset[int]:
@@ -361,6 +394,8 @@ def operand_indices(op: Operation, index: Index) -> list[Index]:
         return [flipped_index(index, shape_of(op.input), op.flipped)]
     if isinstance(op, graph.RollOp):
         return [rolled_index(index, shape_of(op.input), dict(op.rolled))]
+    if isinstance(op, graph.GatherOp):
+        return gather_indices(op, index)
     return [broadcast_index(index, shape_of(v), out_shape) for v in op.operands]
 
 
@@ -399,6 +434,18 @@ def iota_value(b: KernelBuilder, op: graph.IotaOp, index: Index) -> SSAValue:
         return x if t == i64 else b.insert(arith.TruncIOp(x, cast(IntegerType, t)))
 
     return b.memoized(("iota", start, step, t, counted), loop_vars(counted), True, compute)
+
+
+def gather_indices(op: graph.GatherOp, index: Index) -> list[Index]:
+    """The table's index (a `Gathered` atom per indexed dim) and each index tensor's."""
+    table = shape_of(op.table)
+    reads = [broadcast_index(index, shape_of(v), shape_of(op.result)) for v in op.indices]
+    picked = [
+        Affine(((Gathered(v, at, table[op.axis + j], op.wraps), 1),))
+        for j, (v, at) in enumerate(zip(op.indices, reads, strict=True))
+    ]
+    outer = [ZERO if table[op.table_dim(m)] == 1 else e for m, e in enumerate(index)]
+    return [(*outer[: op.axis], *picked, *outer[op.axis + 1 :]), *reads]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,7 +523,13 @@ def is_real_reduction(op: Operation) -> TypeGuard[graph.ReduceOp]:
 def _is_supported(op: Operation) -> bool:
     return isinstance(
         op,
-        graph.ConstantOp | graph.ConcatOp | graph.ReduceOp | LAYOUT_OPS | graph.IotaOp | POOL_OPS,
+        graph.ConstantOp
+        | graph.ConcatOp
+        | graph.ReduceOp
+        | LAYOUT_OPS
+        | graph.IotaOp
+        | POOL_OPS
+        | graph.GatherOp,
     ) or has_scalar_rule(op.name)
 
 
@@ -670,10 +723,22 @@ class KernelBuilder:
         self.reductions: list[graph.ReduceOp] = [
             op for op in ops if isinstance(op, graph.ReduceOp) and op.reduce_dims
         ]
+        self.error_flag = self._check_gathers(ops)
         self.domain = self._domain()
 
     def error(self, reason: str) -> LoopLoweringError:
         return LoopLoweringError(f"cannot lower @{self.name} to loops: {reason}")
+
+    def _check_gathers(self, ops: Sequence[Operation]) -> bool:
+        """Whether the kernel gathers (then it takes an error flag after its outputs)."""
+        gathers = [op for op in ops if isinstance(op, graph.GatherOp)]
+        for op in gathers:
+            table = shape_of(op.table)
+            if 0 in table[op.axis : op.axis + len(op.indices)] and numel(shape_of(op.result)):
+                raise self.error(
+                    "'graph.gather' indexes an empty dim (every index is out of range)"
+                )
+        return bool(gathers)
 
     # -- structure -----------------------------------------------------------------------------
 
@@ -712,8 +777,12 @@ class KernelBuilder:
     def build(self) -> func.FuncOp:
         d = self.domain
         arg_types = [buffer_type(v, d.flat) for v in [*self.buffers, *self.outputs]]
+        if self.error_flag:
+            arg_types.append(ERROR_FLAG_TYPE)
         kernel = func.FuncOp(self.name, FunctionType.from_lists(arg_types, []))
         kernel.attributes[KERNEL_ATTR] = UnitAttr()
+        if self.error_flag:
+            kernel.attributes[ERROR_FLAG_ATTR] = UnitAttr()
         kernel.attributes[PARALLEL_DIMS_ATTR] = IntegerAttr(len(d.parallel), i64)
         entry = kernel.body.block
         self.args = list(entry.args)
@@ -917,7 +986,8 @@ class KernelBuilder:
     def index_value(self, e: Affine) -> SSAValue:
         if not e.terms:
             return self.index_constant(e.const)
-        return self.memoized(("index", e), loop_vars(e), True, lambda: self._compute_index(e))
+        pure = not is_gathered(e)  # an index tensor's load stays in its scf.if branch
+        return self.memoized(("index", e), loop_vars(e), pure, lambda: self._compute_index(e))
 
     def _compute_index(self, e: Affine) -> SSAValue:
         if e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1:
@@ -943,9 +1013,30 @@ class KernelBuilder:
             raise AssertionError(f"loop variable {a} is not defined here")
         if isinstance(a, Clamp | Reflect):
             return emit_window_index(self, a)
+        if isinstance(a, Gathered):
+            return self._gathered(a)
         op = arith.DivUIOp if isinstance(a, FloorDiv) else arith.RemUIOp
         c = a.divisor if isinstance(a, FloorDiv) else a.modulus
         return self.insert(op(self.index_value(a.arg), self.index_constant(c)))
+
+    def _gathered(self, a: Gathered) -> SSAValue:
+        """The index tensor's element as an index in [0, size): wrapped where torch wraps,
+        clamped (to 0) when outside, which also sets the kernel's error flag."""
+        i = self.insert(arith.IndexCastOp(self.value_at(a.indices, a.at), IndexType()))
+        zero, size = self.index_constant(0), self.index_constant(a.size)
+        if a.wrap:
+            negative = self.insert(arith.CmpiOp(i, zero, "slt"))
+            i = self.insert(arith.SelectOp(negative, self.insert(arith.AddiOp(i, size)), i))
+        bad = self.insert(arith.CmpiOp(i, size, "uge"))  # negative ones are large unsigned
+        report = Block()
+        report.add_ops(
+            [
+                memref.StoreOp.get(self.constant(1, i8), self.args[-1], [zero]),
+                scf.YieldOp(),
+            ]
+        )
+        self.scope.insert(scf.IfOp(bad, [], Region(report)))
+        return self.insert(arith.SelectOp(bad, zero, i))
 
     def access(self, value: SSAValue, index: Index) -> list[SSAValue]:
         """memref indices of `value`'s element at `index` in its buffer."""
@@ -983,7 +1074,7 @@ class KernelBuilder:
             self.value_at(o, i)
             for o, i in zip(op.operands, operand_indices(op, index), strict=True)
         ]
-        if isinstance(op, LAYOUT_OPS | graph.ReduceOp):
+        if isinstance(op, LAYOUT_OPS | graph.ReduceOp | graph.GatherOp):
             return operands[0]
         if isinstance(op, graph.CastOp):
             return emit_cast(self, operands[0], dtype_of(op.input), dtype_of(op.result))

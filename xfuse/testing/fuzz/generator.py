@@ -241,6 +241,7 @@ class Generator:
             (1, self.integer_or_logical),
             (0.8, self.pad),  # pool task
             (0.8, self.pool),  # pool task
+            (1, self.gather),
         ]
         makers.append((1.5, self.index_op))  # task `index`
         if self.allow_unsupported:
@@ -476,6 +477,40 @@ class Generator:
             parts.append(self.pick(fits).name)
         exact = all(v.exact for v in self.values if v.name in parts)
         return ("cat", *self.result(f"torch.cat([{', '.join(parts)}], dim={dim})", exact))
+
+    # --- gather (task: indexing with computed indices) -----------------------------------
+
+    def gather(self) -> tuple[str, str, list[Value]]:
+        """embedding, index_select, gather or advanced indexing of a value, with constant
+        index tensors (repeated and, where torch allows, negative indices)."""
+        a = self.pick(lambda v: len(self.shape(v.name)) >= 1 and min(self.shape(v.name)) > 0)
+        shape = self.shape(a.name)
+        dim = self.rng.randrange(len(shape))
+        n, rng = shape[dim], self.rng
+        count = rng.choice((1, 2, 3, 5))
+
+        def ints(k: int, wrap: bool = False) -> list[int]:
+            return [rng.randrange(-n if wrap else 0, n) for _ in range(k)]
+
+        kind = rng.choice(("index_select", "gather", "embedding", "index"))
+        if kind == "embedding" and len(shape) == 2 and self.dtype(a.name).is_floating_point:
+            rows = rng.choice((1, 2))
+            index = [[rng.randrange(shape[0]) for _ in range(count)] for _ in range(rows)]
+            expr = f"F.embedding(torch.tensor({index}), {a.name})"
+        elif kind == "gather":
+            sizes = [count if k == dim else rng.randint(1, d) for k, d in enumerate(shape)]
+            flat = ints(math.prod(sizes))
+            index = torch.tensor(flat, dtype=torch.int64).reshape(sizes).tolist()
+            expr = f"torch.gather({a.name}, {dim}, torch.tensor({index}))"
+        elif kind == "index":
+            lead = ", ".join([":"] * dim + [f"torch.tensor({ints(count, wrap=True)})"])
+            expr = f"{a.name}[{lead}]"
+        else:
+            dtype = rng.choice(("torch.int64", "torch.int32"))
+            expr = (
+                f"torch.index_select({a.name}, {dim}, torch.tensor({ints(count)}, dtype={dtype}))"
+            )
+        return ("gather", *self.result(expr, a.exact))
 
     def matmul(self) -> tuple[str, str, list[Value]]:
         a = self.pick(
