@@ -366,6 +366,7 @@ class _Layout:
     # -- ops ---------------------------------------------------------------------------------
 
     def run(self) -> None:
+        dead = {op for op in self.block.ops if _is_removable(op)}
         for conv in convolutions(self.block):
             source = conv.op.inputs[conv.input_index]
             if isinstance(source.owner, Operation) and _is_elementwise(source.owner):
@@ -383,7 +384,7 @@ class _Layout:
                 self.permute(op)
             else:
                 self.other(op)
-        self.cleanup()
+        self.cleanup(dead)
 
     def extern(self, op: Operation) -> None:
         target = op.target.data if isinstance(op, graph.TorchCallOp) else op.name
@@ -460,10 +461,10 @@ class _Layout:
 
     # -- cleanup -----------------------------------------------------------------------------
 
-    def cleanup(self) -> None:
+    def cleanup(self, dead: set[Operation]) -> None:
         """Permutes of permutes composed, permutes of unit dims as reshapes, reshapes of
-        reshapes folded (a parameter's `[C] -> [C, 1, 1] -> [1, 1, 1, C]` is one view), dead
-        ops erased."""
+        reshapes folded (a parameter's `[C] -> [C, 1, 1] -> [1, 1, 1, C]` is one view), and the
+        ops this rewrite left unused erased (not those `dead` before it)."""
         for op in list(self.created):
             if op.parent is None or not isinstance(op, graph.PermuteOp):
                 continue
@@ -487,10 +488,23 @@ class _Layout:
         changed = True
         while changed:
             changed = False
-            for op in reversed(self.created):
-                if op.parent is not None and not any(r.uses for r in op.results):
+            for op in reversed(list(self.block.ops)):
+                if _is_removable(op) and op not in dead:
                     Rewriter.erase_op(op)
                     changed = True
+
+
+def _is_removable(op: Operation) -> bool:
+    """A pure graph op (not a torch call) whose results nobody reads."""
+    return (
+        op.name.startswith("graph.")
+        and not isinstance(op, graph.TorchCallOp)
+        and not any(r.uses for r in op.results)
+    ) or (
+        isinstance(op, graph.TorchCallOp)
+        and op.target.data in ("aten.permute.default", "aten.clone.default")
+        and not op.outputs[0].uses
+    )
 
 
 @dataclass(frozen=True)
