@@ -12,6 +12,7 @@ A compiled program is for inference: its results carry no autograd history.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import warnings
 from collections import Counter
@@ -23,6 +24,7 @@ import torch
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, get_backend
 from xfuse.errors import (
@@ -131,17 +133,57 @@ def forward_op_names(module: ModuleOp) -> list[str]:
 
 
 def run_pipeline(
-    spec: str, module: ModuleOp, observer: PassObserver | None = None
+    spec: str,
+    module: ModuleOp,
+    observer: PassObserver | None = None,
+    layout: ModulePass | None = None,
 ) -> list[FusionDecision]:
     """Run a pipeline on `module` in place (verifying after every pass); returns the decision
-    records of the fusion passes in it (`decisions` on their pass instances)."""
+    records of the fusion passes in it (`decisions` on their pass instances). `layout` (the
+    `channels-last` pass of `layout_pass`) runs after `decompose`, or first without one."""
     from dataclasses import replace
 
     from xfuse.pipeline import pipeline
 
-    passes = replace(pipeline(spec), observer=observer)
+    built = pipeline(spec)
+    passes = replace(built, passes=with_layout(built.passes, layout), observer=observer)
     passes.apply(module)
     return collect_decisions(passes.passes)
+
+
+# channels-last convolutions (issue 17, layout)
+CHANNELS_LAST_ENV = "XFUSE_CHANNELS_LAST"
+
+
+def layout_pass(asked: bool | None, device: torch.device) -> ModulePass | None:
+    """The `channels-last` pass that `xfuse.compile(..., channels_last=asked)` runs, or None.
+
+    True: every program with a 2-D convolution goes channels-last (`force`); False: none does;
+    None (the default): `XFUSE_CHANNELS_LAST` (`1`, `0` or `auto`) when set, else auto: on
+    CUDA, programs whose convolutions favour it as Inductor weighs them (`layout_verdict`:
+    cuDNN runs f16/bf16 convolutions in NHWC, and converts NCHW tensors around each one); on
+    the CPU none (oneDNN also prefers NHWC, but xfuse's CPU kernels broadcast along the
+    innermost dim no faster than along C, and the views cost host time: see benchmarks)."""
+    from xfuse.passes.transforms.channels_last import ChannelsLastPass
+
+    if asked is None:
+        setting = os.environ.get(CHANNELS_LAST_ENV, "auto").strip().lower()
+        if setting not in ("0", "1", "auto"):
+            raise XfuseError(f"{CHANNELS_LAST_ENV} must be 0, 1 or auto, found {setting!r}")
+        if setting == "auto":
+            return ChannelsLastPass() if device.type == "cuda" else None
+        asked = setting == "1"
+    return ChannelsLastPass(force=True) if asked else None
+
+
+def with_layout(
+    passes: tuple[ModulePass, ...], layout: ModulePass | None
+) -> tuple[ModulePass, ...]:
+    """`passes` with `layout` after the last `decompose` (first when there is none)."""
+    if layout is None:
+        return passes
+    at = max((i + 1 for i, p in enumerate(passes) if p.name == "decompose"), default=0)
+    return (*passes[:at], layout, *passes[at:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +228,7 @@ def _builder(
     state: ModuleState | None = None,
     cuda_graphs: bool = True,
     fallback: FallbackMode = "eager",
+    layout: ModulePass | None = None,
 ) -> Callable[[CallInputs], Executable]:
     def build(call: CallInputs) -> Executable:
         with Progress.create(quiet) as progress:
@@ -203,7 +246,7 @@ def _builder(
         program_ir = imported.program
         program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
         index = OpIndex()
-        decisions = run_pipeline(spec, program_ir.module, index.observe)
+        decisions = run_pipeline(spec, program_ir.module, index.observe, layout)
         groups = summarize(program_ir.module).groups
         progress.stage(f"{len(groups)} groups formed; compiling kernels")
         program = ProgramCompiler(compile_kernel, fallback=fallback, device=device).compile(
@@ -266,6 +309,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     quiet: bool | None = None,
     cuda_graphs: bool = True,
     fallback: str | None = None,
+    channels_last: bool | None = None,
 ) -> CompiledProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
     compile on first use). Inputs are as torch.export takes them: tensors, Python scalars
@@ -276,7 +320,9 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     On CUDA, each specialisation runs as a captured CUDA graph from its second call on, unless
     `cuda_graphs` is False or `XFUSE_CUDA_GRAPHS=0` (`xfuse.runtime.cuda_graphs`).
     A group that cannot be compiled runs eagerly with a `FallbackWarning`; with
-    `fallback="error"` (the default under `XFUSE_STRICT=1`) it is an `EagerFallbackError`."""
+    `fallback="error"` (the default under `XFUSE_STRICT=1`) it is an `EagerFallbackError`.
+    `channels_last` keeps the activations between convolutions in NHWC memory: None (the
+    default) where the device profits (CUDA), True always, False never (`layout_pass`)."""
     if not isinstance(example_inputs, list | tuple):
         raise XfuseError(
             f"example_inputs must be a tuple of inputs, got a {type(example_inputs).__name__}"
@@ -296,6 +342,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         state,
         cuda_graphs,
         fallback_mode(fallback),
+        layout_pass(channels_last, torch.device(device)),
     )
     return CompiledProgram(build, tuple(example_inputs), device, state, example_kwargs)
 
@@ -367,11 +414,19 @@ def explain(
     pipeline: str | None = None,
     *,
     quiet: bool | None = None,
+    channels_last: bool | None = None,
 ) -> Explanation:
     """Compile (kernels come from the cache when already built) and describe the result."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)  # the explanation lists fallbacks
-        compiled = compile(model_or_fn, example_inputs, device, pipeline, quiet=quiet)
+        compiled = compile(
+            model_or_fn,
+            example_inputs,
+            device,
+            pipeline,
+            quiet=quiet,
+            channels_last=channels_last,
+        )
     executable = compiled.default
     return Explanation(
         ops=list(executable.op_names),

@@ -1,7 +1,8 @@
 """
 xfuse's passes, one module each, in one folder per level of the pipeline:
 
-    transforms/  graph -> graph              decompose, split-reductions, fold-linear
+    transforms/  graph -> graph              decompose, split-reductions, fold-linear,
+                                             channels-last
     fusion/      graph -> fusion.group       fuse-greedy, fuse-scored, group-cleanup, fusion-report
     lowering/    fusion.group -> loops       lower-to-loops; loops -> GPU: gpu-map-parallel
     llvm/        loops -> llvm dialect       lower-to-llvm (CPU), lower-to-nvvm (CUDA), expand-math,
@@ -35,6 +36,12 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xfuse.passes.transforms.fold_linear import FoldLinearPass
 
         return FoldLinearPass
+
+    # channels-last convolutions (issue 17, layout)
+    def channels_last() -> type[ModulePass]:
+        from xfuse.passes.transforms.channels_last import ChannelsLastPass
+
+        return ChannelsLastPass
 
     def fuse_greedy() -> type[ModulePass]:
         from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
@@ -110,6 +117,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "decompose": decompose,
         "split-reductions": split_reductions,
         "fold-linear": fold_linear,
+        "channels-last": channels_last,
         "fuse-greedy": fuse_greedy,
         "fuse-scored": fuse_scored,
         "group-cleanup": group_cleanup,

@@ -1,0 +1,527 @@
+"""
+`channels-last`: the 4-D activations of a convolutional program live in NHWC memory from one
+convolution to the next, as Inductor's layout optimisation keeps them (`decide_layout_opt`,
+`find_nodes_prefer_channels_last` in torch/_inductor/graph.py).
+
+cuDNN (f16/bf16) and oneDNN run convolutions on NHWC data natively. Given the NCHW tensors a
+program is written with, they convert every input, weight and output around every
+convolution. Here each value that lives in NHWC memory is written as a contiguous `[N,H,W,C]`
+tensor, and its logical NCHW value as `graph.permute %v_nhwc perm = [0, 3, 1, 2]` (its *twin*):
+
+- a convolution's input is its input's twin seen by torch as a channels-last strided NCHW
+  tensor (`graph.torch_call "aten.permute.default"`, a view at run time); torch then gives
+  cuDNN a channels-last input, weight and output. An input that has no twin (a program input)
+  is converted once, by `aten.clone` to channels-last;
+- a convolution's output (and that of pooling or upsampling, which keep channels-last, when
+  their input had it) is read as NHWC through a view, `aten.permute(y, [0, 2, 3, 1])`, which
+  is contiguous at run time;
+- an elementwise op with an operand in NHWC (or that feeds a convolution) is rebuilt on the
+  NHWC values, with its smaller operands (batch-norm's `[C, 1, 1]` vectors) reshaped to
+  broadcast along the last dim; a reduction reads the NHWC value with its dims moved; a
+  permute of a twin composes with it (ConvNeXt's own `permute(0, 2, 3, 1)` disappears);
+- every other reader (other ops, `func.return`) reads the twin: the permute is fused into its
+  kernel, so that a program output that eager returns contiguous is written NCHW by the last
+  kernel (the runtime gives outputs eager's strides: docs/contracts.md).
+
+So the only layout changes left are the program's inputs (once, at the start) and its outputs
+(in the last kernel); kernels between convolutions read and write NHWC buffers. Weights stay
+as they are: torch converts them (it would convert a channels-last copy made every call just
+the same, and oneDNN reorders weights on every call anyway).
+
+    %y = graph.torch_call "aten.convolution.default"(%x, %w) args = [...] : ... -> tensor<2x8x4x4xf32>
+    %r = graph.relu %y : tensor<2x8x4x4xf32>
+      ->
+    %y = graph.torch_call "aten.convolution.default"(%x_cl, %w) args = [...] : ... -> tensor<2x8x4x4xf32>
+    %v = graph.torch_call "aten.permute.default"(%y) args = ["%t0", [0, 2, 3, 1]] ... -> tensor<2x4x4x8xf32>
+    %r = graph.relu %v : tensor<2x4x4x8xf32>
+    %r_nchw = graph.permute %r perm = [0, 3, 1, 2] : tensor<2x4x4x8xf32> -> tensor<2x8x4x4xf32>
+
+Whether a program gains is decided as Inductor decides for inference (`layout_verdict`): it has
+2-D convolutions, enough of them among its ops, and their FLOPs weighted by channels-last's
+measured speed-up per kind of convolution (grouped ones are slower) favour it. `force` skips
+the weighing. A program with an op that may write memory is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DictionaryAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from xfuse.dialects import graph
+from xfuse.dialects.effects import may_mutate
+
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+"""`permute(x_nchw, TO_NHWC)` is the NHWC value of `x_nchw`; `TO_NCHW` is its inverse."""
+
+CONVOLUTIONS = frozenset({"aten.convolution.default", "aten.conv2d.default"})
+
+KEEPS_CHANNELS_LAST = frozenset(
+    {
+        "aten.max_pool2d_with_indices.default",
+        "aten.max_pool2d.default",
+        "aten.avg_pool2d.default",
+        "aten._adaptive_avg_pool2d.default",
+        "aten.adaptive_avg_pool2d.default",
+        "aten.constant_pad_nd.default",
+        "aten.upsample_nearest2d.default",
+        "aten.upsample_nearest2d.vec",
+        "aten.upsample_bilinear2d.default",
+        "aten.upsample_bilinear2d.vec",
+    }
+)
+"""Torch ops whose 4-D results are channels-last when their input is (on the CPU and CUDA):
+they read the NHWC value's view, and their results are read as NHWC views in turn."""
+
+STRIDE_AGNOSTIC = CONVOLUTIONS | KEEPS_CHANNELS_LAST
+"""Extern torch ops given a channels-last strided view; any other torch op reading an NHWC
+value gets a contiguous NCHW copy (some, like `aten.view`, need one)."""
+
+# ---------------------------------------------------------------------------------------------
+# The decision (Inductor's `decide_layout_opt`, inference branch)
+# ---------------------------------------------------------------------------------------------
+
+SPEEDUP = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
+"""Channels-last time / NCHW time of convolutions by kind, measured by Inductor's authors on
+torchbench's convolutions (`decide_layout_opt`): below 1 is faster."""
+
+OPS_PER_CONVOLUTION = 300
+"""A program with this many ops per convolution or more is left alone (Inductor's rule: the
+layout changes around a few convolutions cost more than they save)."""
+
+
+def _tensor_ref(attr: Attribute) -> int | None:
+    if isinstance(attr, StringAttr) and attr.data.startswith("%t") and attr.data[2:].isdigit():
+        return int(attr.data[2:])
+    return None
+
+
+def _int_arg(args: Sequence[Attribute], index: int, default: int) -> int:
+    if index < len(args) and isinstance(args[index], IntegerAttr):
+        return int(args[index].value.data)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownArgumentType]
+    return default
+
+
+@dataclass(frozen=True)
+class Convolution:
+    """A 2-D convolution (`aten.convolution` or `aten.conv2d`) of the program."""
+
+    op: graph.TorchCallOp
+    input_index: int
+    """Which operand of the torch call is the convolution's input."""
+    weight: tuple[int, ...]
+    output: tuple[int, ...]
+    groups: int
+
+    @staticmethod
+    def of(op: Operation) -> Convolution | None:
+        """The convolution `op` is, when it is a non-transposed 2-D one on 4-D tensors."""
+        if not isinstance(op, graph.TorchCallOp) or op.target.data not in CONVOLUTIONS:
+            return None
+        args = op.args.data
+        refs = [_tensor_ref(a) for a in args[:2]]
+        if len(refs) < 2 or refs[0] is None or refs[1] is None or len(op.outputs) != 1:
+            return None
+        transposed = op.target.data == "aten.convolution.default" and _int_arg(args, 6, 0)
+        shapes = [graph.shape_of(op.inputs[r]) for r in refs]
+        output = graph.shape_of(op.outputs[0])
+        if transposed or any(len(s) != 4 for s in (*shapes, output)):
+            return None
+        groups = _int_arg(args, 8 if op.target.data == "aten.convolution.default" else 6, 1)
+        return Convolution(op, refs[0], shapes[1], output, groups)
+
+    def flops(self) -> int:
+        n, c_out, h, w = self.output
+        return 2 * n * c_out * h * w * self.weight[1] * self.weight[2] * self.weight[3]
+
+    def kind(self) -> str:
+        """Inductor's classes: grouped (more than one input channel per group), small (at
+        most 64 channels in and out), in_out (twice as many inputs as outputs), default."""
+        c_out, c_in, kh, _ = self.weight
+        if self.groups > 1 and c_in > 1:
+            return "grouped"
+        if c_out <= 64 and c_in <= 64:
+            return "small"
+        if c_out * 2 <= c_in and kh > 1:
+            return "in_out"
+        return "default"
+
+
+def convolutions(block: Block) -> list[Convolution]:
+    return [c for op in block.ops if (c := Convolution.of(op)) is not None]
+
+
+def layout_verdict(block: Block, force: bool = False) -> str | None:
+    """Why the function of `block` stays NCHW, or None when it goes channels-last."""
+    convs = convolutions(block)
+    if not convs:
+        return "no 2-D convolution"
+    mutator = next((op for op in block.ops if may_mutate(op)), None)
+    if mutator is not None:
+        return f"{mutator.name} may write memory"
+    if force:
+        return None
+    n_ops = len(block.ops)
+    if n_ops >= OPS_PER_CONVOLUTION * len(convs):
+        return f"{len(convs)} convolutions among {n_ops} ops"
+    total = sum(c.flops() for c in convs)
+    weighted = sum(c.flops() * SPEEDUP[c.kind()] for c in convs)
+    if weighted > total:
+        return "grouped convolutions dominate (slower channels-last)"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The rewrite
+# ---------------------------------------------------------------------------------------------
+
+
+def permuted(shape: Sequence[int], perm: Sequence[int]) -> tuple[int, ...]:
+    return tuple(shape[p] for p in perm)
+
+
+def compose(first: Sequence[int], then: Sequence[int]) -> tuple[int, ...]:
+    """The permutation of `permute(permute(x, first), then)`."""
+    return tuple(first[p] for p in then)
+
+
+def is_identity(perm: Sequence[int]) -> bool:
+    return tuple(perm) == tuple(range(len(perm)))
+
+
+def moves_only_unit_dims(shape: Sequence[int], perm: Sequence[int]) -> bool:
+    """`permute(x, perm)` keeps the order of x's dims of size > 1: it is a reshape."""
+    kept = [p for p in perm if shape[p] != 1]
+    return kept == sorted(kept)
+
+
+def twin_of(value: SSAValue) -> SSAValue | None:
+    """The NHWC value whose twin `value` is: `v` when `value` is `permute(v, TO_NCHW)`."""
+    op = value.owner
+    if isinstance(op, graph.PermuteOp) and op.permutation == TO_NCHW:
+        return op.input
+    return None
+
+
+def _int_list(values: Sequence[int]) -> ArrayAttr[Attribute]:
+    return ArrayAttr([IntegerAttr(v, i64) for v in values])
+
+
+def torch_permute(value: SSAValue, perm: Sequence[int]) -> graph.TorchCallOp:
+    """`value.permute(perm)` run by torch: a view, whatever the strides (unlike a lone
+    `graph.permute`, which a kernel makes when one of its readers is a kernel)."""
+    t = graph.tensor_type(value)
+    result = TensorType(t.element_type, permuted(t.get_shape(), perm))
+    args = ArrayAttr([StringAttr("%t0"), _int_list(perm)])
+    return graph.TorchCallOp("aten.permute.default", [value], [result], args)
+
+
+def torch_clone(value: SSAValue, memory_format: str) -> graph.TorchCallOp:
+    """`value.clone(memory_format=...)` run by torch (`channels_last`, `contiguous_format`)."""
+    kwargs = DictionaryAttr({"memory_format": StringAttr(f"memory_format:{memory_format}")})
+    args = ArrayAttr([StringAttr("%t0")])
+    return graph.TorchCallOp("aten.clone.default", [value], [value.type], args, kwargs)
+
+
+def _is_rank4(value: SSAValue) -> bool:
+    return isinstance(value.type, TensorType) and len(graph.shape_of(value)) == 4
+
+
+def layouts_differ(shape: Sequence[int]) -> bool:
+    """NCHW and NHWC memory differ for this 4-D shape (they do not with one channel or one
+    pixel)."""
+    return shape[1] != 1 and shape[2] * shape[3] != 1
+
+
+def _is_elementwise(op: Operation) -> bool:
+    return (
+        graph.op_kind(op) == "elementwise"
+        and not isinstance(op, graph.ConstantOp)
+        and len(op.results) == 1
+        and _is_rank4(op.results[0])
+        and all(isinstance(v.type, TensorType) for v in op.operands)
+    )
+
+
+@dataclass
+class _Layout:
+    """The rewrite of one function body, op by op in block order."""
+
+    block: Block
+    channels_last: set[SSAValue] = field(default_factory=set[SSAValue])
+    """Results of torch ops that are channels-last at run time (convolutions, pooling)."""
+    wanted: set[SSAValue] = field(default_factory=set[SSAValue])
+    """Results of elementwise ops that a convolution reads: made NHWC whatever their operands."""
+    created: list[Operation] = field(default_factory=list[Operation])
+    _cache: dict[tuple[str, SSAValue], SSAValue] = field(default_factory=dict)
+
+    # -- values ------------------------------------------------------------------------------
+
+    def _insert(self, op: Operation, where: InsertPoint) -> SSAValue:
+        Rewriter.insert_op(op, where)
+        self.created.append(op)
+        return op.results[0]
+
+    def _cached(self, key: str, value: SSAValue, make: Callable[[], SSAValue]) -> SSAValue:
+        found = self._cache.get((key, value))
+        if found is None:
+            found = self._cache[(key, value)] = make()
+        return found
+
+    def _after_definition(self, value: SSAValue) -> InsertPoint:
+        owner = value.owner
+        if isinstance(owner, Operation):
+            return InsertPoint.after(owner)
+        assert isinstance(owner, Block)
+        return InsertPoint.at_start(owner)
+
+    def is_nhwc(self, value: SSAValue) -> bool:
+        """`value` (logically NCHW) lives in NHWC memory, in a way that matters."""
+        if not _is_rank4(value) or not layouts_differ(graph.shape_of(value)):
+            return False
+        return value in self.channels_last or twin_of(value) is not None
+
+    def nhwc(self, value: SSAValue, before: Operation) -> SSAValue:
+        """`value` as an NHWC tensor (rank <= 4 operands of an elementwise op: smaller ones are
+        aligned to rank 4 first, as broadcasting would)."""
+        twin = twin_of(value) if _is_rank4(value) else None
+        if twin is not None:
+            return twin
+        if value in self.channels_last:
+            return self._cached(
+                "view",
+                value,
+                lambda: self._insert(torch_permute(value, TO_NHWC), self._after_definition(value)),
+            )
+        shape = graph.shape_of(value)
+        if not shape:
+            return value
+        return self._cached("convert", value, lambda: self._convert(value, before))
+
+    def _convert(self, value: SSAValue, before: Operation) -> SSAValue:
+        shape = graph.shape_of(value)
+        aligned = (1,) * (4 - len(shape)) + shape
+        where = InsertPoint.before(before)
+        if moves_only_unit_dims(aligned, TO_NHWC):
+            return self._insert(graph.ReshapeOp(value, permuted(aligned, TO_NHWC)), where)
+        if aligned != shape:
+            value = self._insert(graph.ReshapeOp(value, aligned), where)
+        return self._insert(graph.PermuteOp(value, TO_NHWC), where)
+
+    def nchw_read(self, value: SSAValue) -> SSAValue:
+        """A channels-last torch result read by a kernel: the permute of its NHWC view, which
+        the kernel's loops fold (no copy by the runtime)."""
+
+        def make() -> SSAValue:
+            view = self.nhwc(value, value.owner)  # pyright: ignore[reportArgumentType]
+            return self._insert(graph.PermuteOp(view, TO_NCHW), InsertPoint.after(view.owner))  # pyright: ignore[reportArgumentType]
+
+        return self._cached("read", value, make)
+
+    def strided(self, value: SSAValue, before: Operation, clone: bool) -> SSAValue:
+        """`value` as a channels-last strided NCHW tensor for a torch op: a view of its NHWC
+        value when it has one; else a channels-last copy when `clone`, else itself."""
+        if value in self.channels_last:
+            return value
+        twin = twin_of(value) if _is_rank4(value) else None
+        where = InsertPoint.before(before)
+        if twin is not None:
+            return self._cached(
+                "strided", twin, lambda: self._insert(torch_permute(twin, TO_NCHW), where)
+            )
+        if clone and _is_rank4(value):
+            return self._cached(
+                "clone", value, lambda: self._insert(torch_clone(value, "channels_last"), where)
+            )
+        return value
+
+    def contiguous(self, value: SSAValue, before: Operation) -> SSAValue:
+        """`value` as a contiguous NCHW tensor for a torch op that may need one (`aten.view`
+        does): a copy where it lives in NHWC memory."""
+        if not self.is_nhwc(value):
+            return value
+        where = InsertPoint.before(before)
+        return self._cached(
+            "contiguous",
+            value,
+            lambda: self._insert(torch_clone(value, "contiguous_format"), where),
+        )
+
+    # -- ops ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        dead = {op for op in self.block.ops if _is_removable(op)}
+        for conv in convolutions(self.block):
+            source = conv.op.inputs[conv.input_index]
+            if isinstance(source.owner, Operation) and _is_elementwise(source.owner):
+                self.wanted.add(source)
+        for op in list(self.block.ops):
+            if isinstance(op, func.ReturnOp):
+                continue
+            if graph.op_kind(op) == "extern":
+                self.extern(op)
+            elif _is_elementwise(op):
+                self.elementwise(op)
+            elif isinstance(op, graph.ReduceOp) and self.is_nhwc(op.input):
+                self.reduction(op)
+            elif isinstance(op, graph.PermuteOp) and self.is_nhwc(op.input):
+                self.permute(op)
+            else:
+                self.other(op)
+        self.cleanup(dead)
+
+    def extern(self, op: Operation) -> None:
+        target = op.target.data if isinstance(op, graph.TorchCallOp) else op.name
+        conv = Convolution.of(op)
+        operands = list(op.operands)
+        had_nhwc = False
+        for i, v in enumerate(operands):
+            if not _is_rank4(v):
+                continue
+            had_nhwc |= self.is_nhwc(v)
+            if conv is not None and i == conv.input_index:
+                operands[i] = self.strided(v, op, clone=True)
+            elif target in STRIDE_AGNOSTIC or not isinstance(op, graph.TorchCallOp):
+                operands[i] = self.strided(v, op, clone=False)
+            else:
+                operands[i] = self.contiguous(v, op)
+        op.operands = operands
+        if conv is not None or (target in KEEPS_CHANNELS_LAST and had_nhwc):
+            self.channels_last.update(r for r in op.results if _is_rank4(r))
+
+    def elementwise(self, op: Operation) -> None:
+        shape = graph.shape_of(op.results[0])
+        full = [v for v in op.operands if graph.shape_of(v) == shape]
+        if not (op.results[0] in self.wanted or any(self.is_nhwc(v) for v in full)):
+            self.other(op)
+            return
+        operands = [self.nhwc(v, op) for v in op.operands]
+        result = TensorType(graph.dtype_of(op.results[0]), permuted(shape, TO_NHWC))
+        new = type(op).create(
+            operands=operands,
+            result_types=[result],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+        )
+        self._replace(op, new, TO_NCHW)
+
+    def reduction(self, op: graph.ReduceOp) -> None:
+        dims = sorted(TO_NCHW[d] for d in op.reduce_dims)
+        source = self.nhwc(op.input, op)
+        kept = [d for d in TO_NHWC if d not in op.reduce_dims]
+        shape = graph.reduced_shape(graph.shape_of(source), dims, op.keeps_dims)
+        new = type(op).create(
+            operands=[source],
+            result_types=[TensorType(graph.dtype_of(op.result), shape)],
+            properties={**op.properties, "dims": DenseArrayBase.from_list(i64, dims)},
+            attributes=dict(op.attributes),
+        )
+        if op.keeps_dims:
+            self._replace(op, new, TO_NCHW)
+        else:  # the dims it keeps are in NHWC order: put them back in NCHW order
+            self._replace(op, new, tuple(kept.index(d) for d in sorted(kept)))
+
+    def permute(self, op: graph.PermuteOp) -> None:
+        source = self.nhwc(op.input, op)
+        perm = compose(TO_NCHW, op.permutation)
+        if is_identity(perm):
+            op.result.replace_all_uses_with(source)
+            Rewriter.erase_op(op)
+            return
+        self._replace(op, graph.PermuteOp(source, perm), None)
+
+    def other(self, op: Operation) -> None:
+        """An op that reads NCHW: a channels-last torch result is read through its view."""
+        if op.name.startswith("graph."):
+            op.operands = [self.nchw_read(v) if v in self.channels_last else v for v in op.operands]
+
+    def _replace(self, op: Operation, new: Operation, back: Sequence[int] | None) -> None:
+        """`new` in place of `op`, read through `permute(new, back)` where `op` was."""
+        result = self._insert(new, InsertPoint.before(op))
+        if back is not None and not is_identity(back):
+            result = self._insert(graph.PermuteOp(result, back), InsertPoint.before(op))
+        op.results[0].replace_all_uses_with(result)
+        Rewriter.erase_op(op)
+
+    # -- cleanup -----------------------------------------------------------------------------
+
+    def cleanup(self, dead: set[Operation]) -> None:
+        """Permutes of permutes composed, permutes of unit dims as reshapes, reshapes of
+        reshapes folded (a parameter's `[C] -> [C, 1, 1] -> [1, 1, 1, C]` is one view), and the
+        ops this rewrite left unused erased (not those `dead` before it)."""
+        for op in list(self.created):
+            if op.parent is None or not isinstance(op, graph.PermuteOp):
+                continue
+            inner = op.input.owner
+            if isinstance(inner, graph.PermuteOp):
+                perm = compose(inner.permutation, op.permutation)
+                if is_identity(perm):
+                    op.result.replace_all_uses_with(inner.input)
+                    continue
+            if moves_only_unit_dims(graph.shape_of(op.input), op.permutation):
+                reshape = graph.ReshapeOp(op.input, graph.shape_of(op.result))
+                Rewriter.replace_op(op, reshape)
+                self.created.append(reshape)
+        ours = {id(op) for op in self.created}
+        for op in list(self.block.ops):
+            inner = op.operands[0].owner if isinstance(op, graph.ReshapeOp) else None
+            if isinstance(inner, graph.ReshapeOp) and (id(op) in ours or id(inner) in ours):
+                op.operands = [inner.input]
+                if not inner.result.uses:
+                    Rewriter.erase_op(inner)
+        changed = True
+        while changed:
+            changed = False
+            for op in reversed(list(self.block.ops)):
+                if _is_removable(op) and op not in dead:
+                    Rewriter.erase_op(op)
+                    changed = True
+
+
+def _is_removable(op: Operation) -> bool:
+    """A pure graph op (not a torch call) whose results nobody reads."""
+    return (
+        op.name.startswith("graph.")
+        and not isinstance(op, graph.TorchCallOp)
+        and not any(r.uses for r in op.results)
+    ) or (
+        isinstance(op, graph.TorchCallOp)
+        and op.target.data in ("aten.permute.default", "aten.clone.default")
+        and not op.outputs[0].uses
+    )
+
+
+@dataclass(frozen=True)
+class ChannelsLastPass(ModulePass):
+    """Keep the 4-D activations between 2-D convolutions in NHWC memory.
+
+    Options: `force` (rewrite every function with a 2-D convolution, without weighing the
+    convolutions' speed-up as Inductor's `decide_layout_opt` does). `xfuse.compile` runs this
+    pass after `decompose` where its `channels_last` option says so."""
+
+    name = "channels-last"
+
+    force: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for f in op.walk():
+            if isinstance(f, func.FuncOp) and f.body.blocks:
+                block = f.body.block
+                if layout_verdict(block, self.force) is None:
+                    _Layout(block).run()
