@@ -332,6 +332,12 @@ def _through_a_reshape_chain(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return a[0], a.t().reshape(12), x - 1
 
 
+def _a_reshape_and_a_row(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    h = x * 2
+    a = h.reshape(2, 6).view(4, 3)  # a view of h through a reshape chain
+    return a, h[1], a.t()
+
+
 def _views_of_a_constant(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     k = torch.arange(12.0).reshape(3, 4)
     return k[0], k[1:], x + 1
@@ -353,6 +359,7 @@ VIEWS_OF_INTERMEDIATES = [
     _first_then_t,
     _flat_and_tail,
     _through_a_reshape_chain,
+    _a_reshape_and_a_row,
     _views_of_a_constant,
     _views_of_a_literal,
     _a_view_of_a_cast_output,
@@ -433,7 +440,13 @@ def _has_cuda() -> bool:
 @pytest.mark.skipif(not _has_cuda(), reason="needs an NVIDIA GPU and pycuda")
 @pytest.mark.parametrize(
     "f",
-    [_first_then_t, _flat_and_tail, _through_a_reshape_chain, _a_view_of_a_cast_output],
+    [
+        _first_then_t,
+        _flat_and_tail,
+        _through_a_reshape_chain,
+        _a_reshape_and_a_row,
+        _a_view_of_a_cast_output,
+    ],
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_cuda_views_of_an_intermediate_share_it_like_eager(f: Callable[..., Any]) -> None:

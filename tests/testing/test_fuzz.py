@@ -266,7 +266,7 @@ def test_the_semantics_mode_scales_each_output_by_its_own_magnitude() -> None:
 
 def test_a_one_element_output_where_eager_is_exact_gets_a_few_ulps() -> None:
     """The RMSE of one element is its one error, and eager's may be 0: the floor of a few ulps
-    of the output's magnitude decides (seed 71 program 659 was 24 ulps off, eager 1)."""
+    of the output's magnitude decides (seed 71 program 659 was 23 ulps off, eager 1.3)."""
     reference = torch.tensor([20.9179682], dtype=torch.float64)
     eager = reference.float()
     ulp = float(torch.finfo(torch.float32).eps) * 16  # the spacing of f32 values in [16, 32)
@@ -276,4 +276,4 @@ def test_a_one_element_output_where_eager_is_exact_gets_a_few_ulps() -> None:
 
     assert float((eager.double() - reference).abs()) < ulp
     assert compare_outputs([off_by(4)], [eager], [reference], scale=[20.9]) is None
-    assert compare_outputs([off_by(24)], [eager], [reference], scale=[20.9]) is not None
+    assert compare_outputs([off_by(23)], [eager], [reference], scale=[20.9]) is not None
