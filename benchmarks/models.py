@@ -8,7 +8,7 @@ downloaded), each through `xfuse.compile` and `torch.compile(backend="xfuse")`, 
 For each model, entry point, device and dtype (cpu: f32; cuda: f32 with TF32 off, and bf16) it
 prints: match with eager (f32: assert_close at 1e-4 relative to the output's magnitude, bf16:
 3e-2), graphs (dynamo's; graph breaks = graphs - 1), groups, kernels, extern ops by name,
-torch_calls by aten op, fallbacks (graphs and groups run eagerly), compile time, and the
+torch_calls by aten op, fallbacks (graphs and groups run eagerly), groups run op by op, compile time, and the
 median time per forward of eager, Inductor and xfuse, run interleaved in one process (CUDA
 events on the GPU). On CUDA, Inductor runs in its default mode and with `mode="reduce-overhead"` (its CUDA graphs),
 and xfuse with its CUDA graphs (on by default). `tests/models/test_zoo.py` runs the small
@@ -190,6 +190,8 @@ class Report:
     torch_calls: Counter[str] = field(default_factory=Counter[str])
     graph_fallbacks: list[str] = field(default_factory=list[str])
     group_fallbacks: list[str] = field(default_factory=list[str])
+    op_by_op: list[str] = field(default_factory=list[str])
+    """Groups compiled op by op (their lowering refused them; fusion should form none)."""
     compile_s: float = 0.0
     match: str = "-"
 
@@ -198,6 +200,7 @@ class Report:
         self.groups += len(compiled.groups)
         self.kernels += len(compiled.kernels)
         self.group_fallbacks += compiled.fallbacks
+        self.op_by_op += compiled.op_by_op
         for op in compiled.default.program.module.walk():
             if op.name == "graph.torch_call":
                 target = op.properties["target"].data  # type: ignore[attr-defined]
@@ -349,6 +352,7 @@ def _row(name: str, entry: str, device: str, dtype: torch.dtype, r: Report) -> s
         f"| {name} | {entry} | {device} {_dtype(dtype)} | match {r.match} | graphs {r.graphs} | "
         f"groups {r.groups} | kernels {r.kernels} | fallbacks {fallbacks} "
         f"({len(r.graph_fallbacks)} graph, {len(r.group_fallbacks)} group){': ' + detail if detail else ''} | "
+        f"op by op {len(r.op_by_op)} | "
         f"compile {r.compile_s:.2f} s | externs: {_counts(r.externs)} |"
     )
 

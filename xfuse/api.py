@@ -200,16 +200,20 @@ class FusionReport:
     fallbacks: list[str] = field(default_factory=list[str])
     op_index: OpIndex | None = field(default=None, compare=False, repr=False)
     """The ops the decisions name (to draw refused pairs, `Explanation.to_dot`)."""
+    op_by_op: list[str] = field(default_factory=list[str])
+    """Groups compiled op by op because their lowering refused them (the safety net)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "decisions": [d.to_dict() for d in self.decisions],
             "fallbacks": list(self.fallbacks),
+            "op_by_op": list(self.op_by_op),
         }
 
     def __str__(self) -> str:
         lines = [format_report(self.decisions)]
         lines += [f"fallback: {f}" for f in self.fallbacks]
+        lines += [f"op by op: {f}" for f in self.op_by_op]
         return "\n".join(lines)
 
 
@@ -260,7 +264,7 @@ def _builder(
             program,
             bind=program_ir.binder(len(call.leaves), live_state(state, program_ir.params, device)),
             unflatten=unflattener(imported),
-            report=FusionReport(decisions, list(program.fallbacks), index),
+            report=FusionReport(decisions, list(program.fallbacks), index, program.op_by_op),
             op_names=imported.op_names,
             outputs=OutputPlan(program_ir.output_rules, program, program_ir.hidden_outputs),
             graphs=(
@@ -370,6 +374,8 @@ class Explanation:
             group_kernels={g.index: list(g.kernels) for g in self.groups},
             kernels=len(self.kernels),
             fallbacks=self.fallbacks,
+            group_status={g.index: g.status for g in self.groups},
+            op_by_op=self.report.op_by_op,
         )
 
     def to_dot(self, *, show_params: bool = False) -> str:

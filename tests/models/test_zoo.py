@@ -1,7 +1,8 @@
 """The model zoo (benchmarks/models.py, small configs, random weights) through both entry
 points, against eager: f32 at 1e-4 relative to the output's magnitude (bf16 3e-2 on CUDA).
 
-Every model runs in strict mode (fallback="error"): no eager graph, no eager group. Without
+Every model runs in strict mode (fallback="error"): no eager graph, no eager group, and no
+group compiled op by op (fusion forms only groups that one kernel can express). Without
 transformers the module skips."""
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def _check(name: str, entry: str, device: str, dtype: torch.dtype, fallback: str
                 raise e.inner_exception from e  # xfuse's own error, not dynamo's wrapper
         got = fn(*inputs)
     assert report.graphs >= 1 and not report.graph_fallbacks
+    if fallback == "error":
+        assert report.op_by_op == [], report.op_by_op
     assert_matches(got, want, dtype)
 
 

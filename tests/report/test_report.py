@@ -169,3 +169,73 @@ def test_explanation_to_dot_and_render(tmp_path: Path) -> None:
     data = json.loads(explanation.to_json())
     assert data["summary"]["kernels"] == len(explanation.kernels)
     assert data["summary"]["bytes_fused"] < data["summary"]["bytes_unfused"]
+
+
+# --- what does not run as a fused kernel ---------------------------------------------------------
+
+
+def test_extern_ops_count_as_not_fused() -> None:
+    module, decisions, _ = fused()
+    s = summarize(module, decisions)
+    # The matmul reads 4x8 and 8x8 f32 and writes 4x8: 128 + 256 + 128 bytes.
+    assert s.not_fused == {"torch_call": 0, "extern": 512, "eager": 0, "op by op": 0}
+    assert s.bytes_not_fused == 512
+    assert "not in fused kernels: 512 B of the" in format_summary(s)
+    assert s.to_dict()["bytes_not_fused"] == 512
+
+
+@pytest.mark.parametrize("status", ["eager", "op by op"])
+def test_a_group_that_did_not_run_as_its_kernel_is_credited_nothing(status: str) -> None:
+    module, decisions, _ = fused()
+    before = summarize(module, decisions)
+    relu_add = next(g for g in before.groups if g.kind == "elementwise")
+    s = summarize(
+        module, decisions, group_kernels={}, kernels=0, group_status={relu_add.index: status}
+    )
+    group = s.groups[relu_add.index]
+    assert (group.status, group.bytes_fused, group.bytes_saved) == (status, 5 * 128, 0)
+    assert s.bytes_fused == before.bytes_fused + relu_add.bytes_saved
+    assert s.not_fused[status] == 5 * 128 and s.bytes_not_fused == 512 + 5 * 128
+    lines = format_summary(s).splitlines()
+    row = next(line for line in lines if line.startswith(f"group {relu_add.index} "))
+    assert f" {status} " in row  # the kernels cell
+
+
+def _with_torch_call(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    y = torch.cumsum(torch.exp(x) + 1, 0)  # cumsum: an eager torch_call
+    return torch.tanh(y @ w) * 2
+
+
+def test_explain_counts_torch_calls_externs_and_fallen_back_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from xfuse.errors import CodegenError
+    from xfuse.report.summary import op_traffic
+    from xfuse.runtime import compiler
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    first = xfuse.explain(_with_torch_call, (x, w), quiet=True)
+    s, module = first.summary(), first.module
+    assert module is not None
+    calls = [op for op in module.walk() if op.name == "graph.torch_call"]
+    assert len(calls) == 1 and s.not_fused["torch_call"] == op_traffic(calls[0]) == 2 * 128
+    assert s.not_fused["extern"] == 512  # the matmul
+    assert s.not_fused["eager"] == s.not_fused["op by op"] == 0
+
+    # The tanh group cannot be lowered, nor can its ops one by one: it falls back to eager.
+    lower = compiler.lower_to_loops
+
+    def refuse_tanh(m: ModuleOp) -> None:
+        if any(op.name == "graph.tanh" for op in m.walk()):
+            raise CodegenError("no tanh today")
+        lower(m)
+
+    monkeypatch.setattr(compiler, "lower_to_loops", refuse_tanh)
+    explanation = xfuse.explain(_with_torch_call, (x, w), quiet=True)
+    (fell,) = [g for g in explanation.groups if g.fallback is not None]
+    t = explanation.summary()
+    group = t.groups[fell.index]
+    assert group.status == "eager" and group.bytes_saved == 0
+    assert t.not_fused["eager"] == group.bytes_unfused > 0
+    assert t.bytes_not_fused == 2 * 128 + 512 + group.bytes_unfused
+    assert "fallback: group" in str(explanation)

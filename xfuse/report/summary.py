@@ -8,7 +8,11 @@ pairs were refused, as a table (`--fusion-report`, `print(xfuse.explain(...))`) 
 Memory traffic is estimated from the IR: unfused, every graph op reads its tensor operands and
 writes its results; fused, a group reads only its inputs and writes only its outputs (the
 tensors between its ops stay in registers). Scalar constants are copied into kernels and never
-count.
+count. A group that did not run as its kernel (it fell back to eager, or ran op by op) is
+credited nothing: its fused bytes are its unfused ones. The parts of the program that do not
+run as fused kernels (`torch_call`s, other extern ops, groups that fell back or ran op by op)
+are counted apart (`FusionSummary.not_fused`), so that the report shows how much of the traffic
+still runs eagerly.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.decisions import FusionDecision, aligned_table
 from xfuse.passes.fusion.graph import tensor_bytes
 from xfuse.passes.fusion.op_facts import is_inlinable_constant
+from xfuse.runtime.compiler import EAGER, FUSED, OP_BY_OP
+
+TORCH_CALL, EXTERN = "torch_call", "extern"
+NOT_FUSED_PARTS = (TORCH_CALL, EXTERN, EAGER, OP_BY_OP)
+"""The parts of a program that do not run as fused kernels, as `FusionSummary.not_fused` names
+them: torch_calls, other extern ops (matmul, linear, ...), groups run eagerly (fell back), and
+groups run op by op."""
 
 
 def is_graph_op(op: Operation) -> bool:
@@ -71,6 +82,8 @@ class GroupTraffic:
     bytes_unfused: int
     bytes_fused: int
     kernels: list[str] = field(default_factory=list[str])
+    status: str = FUSED
+    """How the group runs (`GroupInfo.status`): fused, op by op or eager."""
 
     @property
     def bytes_saved(self) -> int:
@@ -101,6 +114,11 @@ class FusionSummary:
     fused_pairs: int
     rejections: list[Rejection]
     fallbacks: list[str] = field(default_factory=list[str])
+    not_fused: dict[str, int] = field(default_factory=dict[str, int])
+    """Bytes read+written by the parts that do not run as fused kernels, by part
+    (`NOT_FUSED_PARTS`); part of `bytes_fused`, the traffic of the program as it runs."""
+    op_by_op: list[str] = field(default_factory=list[str])
+    """Groups compiled op by op because their lowering refused them, with why."""
 
     @property
     def bytes_unfused(self) -> int:
@@ -110,12 +128,18 @@ class FusionSummary:
     def bytes_fused(self) -> int:
         return self.lone_bytes + sum(g.bytes_fused for g in self.groups)
 
+    @property
+    def bytes_not_fused(self) -> int:
+        """The part of `bytes_fused` moved outside fused kernels (eagerly, or op by op)."""
+        return sum(self.not_fused.values())
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for g, data in zip(self.groups, out["groups"], strict=True):
             data["bytes_saved"] = g.bytes_saved
         out["bytes_unfused"] = self.bytes_unfused
         out["bytes_fused"] = self.bytes_fused
+        out["bytes_not_fused"] = self.bytes_not_fused
         return out
 
 
@@ -132,6 +156,20 @@ def group_traffic(function: str, index: int, group: GroupOp) -> GroupTraffic:
         bytes_unfused=sum(op_traffic(op) for op in ops),
         bytes_fused=traffic_bytes(group.inputs) + traffic_bytes(group.results),
     )
+
+
+def not_fused_part(op: Operation) -> str | None:
+    """The part of `NOT_FUSED_PARTS` a lone op belongs to, if any (a lone graph op of another
+    kind is a kernel of its own, or a view)."""
+    if isinstance(op, graph.TorchCallOp):
+        return TORCH_CALL
+    return EXTERN if is_graph_op(op) and graph.op_kind(op) == "extern" else None
+
+
+def with_status(g: GroupTraffic, kernels: list[str], status: str) -> GroupTraffic:
+    """`g` as it ran: a group that did not run as its kernel moves what its ops move."""
+    fused = g.bytes_fused if status == FUSED else g.bytes_unfused
+    return GroupTraffic(**{**asdict(g), "kernels": kernels, "status": status, "bytes_fused": fused})
 
 
 def becomes_kernel(op: Operation) -> bool:
@@ -157,10 +195,12 @@ def summarize(
     group_kernels: Mapping[int, list[str]] | None = None,
     kernels: int | None = None,
     fallbacks: Sequence[str] = (),
+    group_status: Mapping[int, str] | None = None,
+    op_by_op: Sequence[str] = (),
 ) -> FusionSummary:
     """The summary of a fused module. A compiled program gives `ops` (before fusion), the
-    kernels of each group (by group index) and the kernel count; without them they come from
-    the IR."""
+    kernels of each group (by group index), how each group runs (`GroupInfo.status`) and the
+    kernel count; without them they come from the IR (every group fused)."""
     groups: list[GroupTraffic] = []
     lone: list[Operation] = []
     for f in function_bodies(module):
@@ -169,11 +209,20 @@ def summarize(
                 groups.append(group_traffic(f.sym_name.data, len(groups), op))
             elif is_graph_op(op):
                 lone.append(op)
-    if group_kernels is not None:
+    if group_kernels is not None or group_status is not None:
+        kernels_of, status_of = group_kernels or {}, group_status or {}
         groups = [
-            GroupTraffic(**{**asdict(g), "kernels": list(group_kernels.get(g.index, []))})
+            with_status(g, list(kernels_of.get(g.index, [])), status_of.get(g.index, FUSED))
             for g in groups
         ]
+    not_fused = dict.fromkeys(NOT_FUSED_PARTS, 0)
+    for op in lone:
+        part = not_fused_part(op)
+        if part is not None:
+            not_fused[part] += op_traffic(op)
+    for g in groups:
+        if g.status != FUSED:
+            not_fused[g.status] += g.bytes_fused
     leaf_ops = sum(len(g.ops) for g in groups) + len(lone)
     estimate = len(groups) + sum(1 for op in lone if becomes_kernel(op))
     return FusionSummary(
@@ -187,6 +236,8 @@ def summarize(
         fused_pairs=sum(1 for d in decisions if d.fused),
         rejections=rejections(decisions),
         fallbacks=list(fallbacks),
+        not_fused=not_fused,
+        op_by_op=list(op_by_op),
     )
 
 
@@ -224,7 +275,10 @@ SUMMARY_COLUMNS = (
 def kernels_cell(g: GroupTraffic, estimated: bool) -> str:
     if estimated:
         return "1"
-    return ", ".join(f"@{k}" for k in g.kernels) or "eager"
+    kernels = ", ".join(f"@{k}" for k in g.kernels)
+    if g.status == OP_BY_OP:
+        return f"op by op: {kernels}" if kernels else OP_BY_OP
+    return kernels or EAGER
 
 
 def group_row(g: GroupTraffic, multi_function: bool, estimated: bool) -> tuple[str, ...]:
@@ -283,7 +337,19 @@ def format_summary(s: FusionSummary) -> str:
         f"memory traffic: {human_bytes(s.bytes_unfused)} read+written without fusion, "
         f"{human_bytes(s.bytes_fused)} with fusion (saves {human_bytes(saved)}, "
         f"{percent(saved, s.bytes_unfused)})",
+        not_fused_line(s),
         *rejection_lines(s),
     ]
     lines += [f"fallback: {f}" for f in s.fallbacks]
+    lines += [f"op by op: {f}" for f in s.op_by_op]
     return "\n".join(lines)
+
+
+def not_fused_line(s: FusionSummary) -> str:
+    """How much of the traffic with fusion is not in fused kernels, by part."""
+    parts = ", ".join(f"{part} {human_bytes(n)}" for part, n in s.not_fused.items() if n)
+    return (
+        f"not in fused kernels: {human_bytes(s.bytes_not_fused)} of the "
+        f"{human_bytes(s.bytes_fused)} with fusion ({percent(s.bytes_not_fused, s.bytes_fused)})"
+        + (f": {parts}" if parts else "")
+    )

@@ -60,6 +60,10 @@ def lower_to_loops(module: ModuleOp) -> None:
     LowerToLoopsPass().apply(make_context(), module)
 
 
+FUSED, OP_BY_OP, EAGER = "fused", "op by op", "eager"
+"""How a group runs (`GroupInfo.status`)."""
+
+
 @dataclass
 class GroupInfo:
     """A fusion group as compiled: what it holds and what became of it."""
@@ -75,6 +79,18 @@ class GroupInfo:
     fallback: str | None = None
     unfused: str | None = None
     """Why the group's lowering refused it, when it was compiled op by op instead."""
+
+    @property
+    def label(self) -> str:
+        return f"group {self.index} ({', '.join(self.ops)})"
+
+    @property
+    def status(self) -> str:
+        """How the group runs: `fused` (its kernel), `op by op` (a kernel, view or extern per
+        op: the safety net when its lowering refused it) or `eager` (it fell back)."""
+        if self.fallback is not None:
+            return EAGER
+        return OP_BY_OP if self.unfused is not None else FUSED
 
 
 @dataclass
@@ -116,6 +132,12 @@ class Program:
     kernels: list[KernelInfo]
     fallbacks: list[str]
     module: ModuleOp
+
+    @property
+    def op_by_op(self) -> list[str]:
+        """The groups compiled op by op because their lowering refused them, with why (fusion
+        should never form one: `loop-structure`; this is the safety net)."""
+        return [f"{g.label}: {g.unfused}" for g in self.groups if g.unfused is not None]
 
     @cached_property
     def plan(self) -> list[PlannedStep]:
@@ -324,9 +346,7 @@ class ProgramCompiler:
         fallbacks: list[str],
     ) -> None:
         """A group or lone op as kernels, or as one eager step when that fails."""
-        label = (
-            f"group {info.index} ({', '.join(info.ops)})" if info is not None else f"op {op.name}"
-        )
+        label = info.label if info is not None else f"op {op.name}"
         inputs = tuple(slot_of[v] for v in op.operands)
         child = top.child()
         try:

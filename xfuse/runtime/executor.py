@@ -327,6 +327,11 @@ class CompiledProgram:
     def fallbacks(self) -> list[str]:
         return self.default.program.fallbacks
 
+    @property
+    def op_by_op(self) -> list[str]:
+        """Groups compiled op by op (their lowering refused them), with why."""
+        return self.default.program.op_by_op
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = self._inputs(args, kwargs)
         state = self.state.tensors() if self.state is not None else []

@@ -473,17 +473,17 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
         if key in seen:
             continue
         seen.add(key)
-        op = value.owner
-        if not isinstance(op, Operation) or node_of(op) not in inside:
+        owner = value.owner
+        if not isinstance(owner, Operation) or node_of(owner) not in inside:
             continue  # read from outside the group: a buffer
-        if isinstance(op, graph.ReduceOp) and op.reduce_dims:
-            if not loop.is_own_row(op, index):
+        if isinstance(owner, graph.ReduceOp) and owner.reduce_dims:
+            if not loop.is_own_row(owner, index):
                 through = f" (through {g.op_label(via)})" if via is not None else ""
                 return (
-                    f"the result of {g.op_label(op)} would be read at another row than its "
+                    f"the result of {g.op_label(owner)} would be read at another row than its "
                     f"own{through}: one row loop cannot express it"
                 )
             continue
-        step = via if op_kind(op) == "elementwise" else op
-        reads.extend((v, i, step) for v, i in operand_reads(op, index, loop))
+        step = via if op_kind(owner) == "elementwise" else owner
+        reads.extend((v, i, step) for v, i in operand_reads(owner, index, loop))
     return None
