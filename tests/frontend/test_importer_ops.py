@@ -324,6 +324,8 @@ CASES: list[Case] = [
             "graph.ne",
         ),
         ("nanmean", lambda a: a.nanmean(dim=1), lambda: (rand(3, 5),), "graph.bitwise_not"),
+        ("isnan_bool", lambda a: torch.isnan(a > 0), lambda: (rand(5),), "graph.isnan"),
+        ("heaviside_bool", torch.heaviside, lambda: (rand(5) > 0, rand(5) > 0), "graph.where"),
     ],
 ]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch.fx
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
@@ -67,6 +67,7 @@ def _unary(op_cls: type[graph.UnaryOp]) -> Converter:
         dtype = out_type(node).element_type
         if issubclass(op_cls, graph.UnaryPredicateOp):
             dtype = graph.dtype_of(lw.tensor(a["self"]))
+            dtype = i64 if dtype == i1 else dtype  # isnan/isinf/signbit of a bool: as an int
         if (op_cls.FLOAT_ONLY and not graph.is_float(dtype)) or dtype == i1:
             return None
         return lw.emit(op_cls(lw.operand(a["self"], dtype)))
