@@ -643,7 +643,25 @@ def _vector_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.cast(norm, dtype)
 
 
+def _arg_reduce(op_cls: type[graph.ArgReduceOp]) -> Converter:
+    """argmax / argmin along `dim`, or of the flattened input (dim=None), reshaped to eager's
+    shape."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        x = lw.tensor(a["self"])
+        if graph.dtype_of(x) == i1 or 0 in graph.shape_of(x):
+            return None
+        dim, keepdim = a.get("dim"), bool(a.get("keepdim", False))
+        if dim is None or _rank(x) == 0:
+            x, dim, keepdim = lw.reshape(x, (graph.numel(graph.shape_of(x)),)), 0, False
+        return lw.reshape(lw.emit(op_cls(x, dim, keepdim)), out_type(node).get_shape())
+
+    return convert
+
+
 ELEM_OWN_CONVERTERS: dict[type[Operation], Converter] = {
+    graph.ArgMaxOp: _arg_reduce(graph.ArgMaxOp),
+    graph.ArgMinOp: _arg_reduce(graph.ArgMinOp),
     graph.BitwiseNotOp: _bitwise_not,
     graph.FmodOp: _division(graph.FmodOp),
     graph.RemainderOp: _division(graph.RemainderOp),

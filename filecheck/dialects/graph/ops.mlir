@@ -253,3 +253,13 @@ func.func @bitwise_division(%p: tensor<4xi1>, %q: tensor<4xi1>, %i: tensor<4xi64
   %8 = graph.erfc %7 : tensor<4xf32>
   func.return %2, %5, %8 : tensor<4xi1>, tensor<4xi64>, tensor<4xf32>
 }
+
+// argmax and argmin: i64 indices along one dim (issue 15).
+// CHECK-LABEL: func.func @arg_reductions
+func.func @arg_reductions(%x: tensor<4x8xf32>, %i: tensor<4x8xi64>) -> (tensor<4xi64>, tensor<1x8xi64>) {
+  // CHECK-NEXT: %{{.*}} = graph.argmax %x dims = [1] : tensor<4x8xf32> -> tensor<4xi64>
+  %0 = graph.argmax %x dims = [1] : tensor<4x8xf32> -> tensor<4xi64>
+  // CHECK-NEXT: %{{.*}} = graph.argmin %i dims = [0] keepdim : tensor<4x8xi64> -> tensor<1x8xi64>
+  %1 = graph.argmin %i dims = [0] keepdim : tensor<4x8xi64> -> tensor<1x8xi64>
+  func.return %0, %1 : tensor<4xi64>, tensor<1x8xi64>
+}
