@@ -258,3 +258,29 @@ def test_any_all_of_floats_count_nan_and_negative_zero_as_eager() -> None:
     x = torch.tensor([[0.0, -0.0], [float("nan"), 0.0], [1e-45, 0.0], [-0.0, -0.0]])
     check(lambda t: torch.stack([t.any(dim=1), t.all(dim=1), torch.logical_not(t).any(1)]), (x,))
     check(lambda t: torch.ops.aten.any.dims(t, []), (x,))  # dim=[]: no reduction
+
+
+ARG_REDUCTIONS: dict[str, Fn] = {
+    "argmax_dim": lambda x: rows(x, 7).argmax(dim=1),
+    "argmin_dim": lambda x: rows(x, 7).argmin(dim=1),
+    "argmax_columns_keepdim": lambda x: rows(x, 5).argmax(dim=0, keepdim=True),
+    "argmin_all": lambda x: x.argmin(),
+    "argmax_of_softmax": lambda x: torch.softmax(rows(x, 4).clamp(-80, 80), dim=1).argmax(1),
+}
+
+
+@pytest.mark.parametrize("dtype", (*DTYPES, torch.int64), ids=str)
+@pytest.mark.parametrize("name", list(ARG_REDUCTIONS))
+def test_arg_reductions(name: str, dtype: torch.dtype) -> None:
+    """The first index of the max/min, NaN counting as both; ties (±0, repeated infinities
+    and integers) keep the first."""
+    if dtype == torch.int64:
+        if name == "argmax_of_softmax":
+            return
+        x = int_inputs(dtype).repeat(8)[:-3]
+    else:
+        x = edge_inputs(dtype)
+    check(ARG_REDUCTIONS[name], (x,))
+    ties = torch.tensor([[-0.0, 0.0, 0.0], [-float("inf")] * 3, [float("nan"), 1.0, float("nan")]])
+    ties = ties.to(dtype) if dtype.is_floating_point else ties[:1].to(dtype)
+    check(lambda t: torch.stack([t.argmax(1), t.argmin(1)]), (ties,))

@@ -125,6 +125,8 @@ REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "layernorm": lambda x: F.layer_norm(x, x.shape[-1:]),
     "rmsnorm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
     "column_sum": lambda x: x.sum(0),
+    "argmax": lambda x: x.argmax(-1),  # issue 15: a value and an index accumulator (serial)
+    "any": lambda x: (x > 0).any(-1),
 }
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

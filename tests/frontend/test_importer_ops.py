@@ -324,6 +324,16 @@ CASES: list[Case] = [
             "graph.ne",
         ),
         ("nanmean", lambda a: a.nanmean(dim=1), lambda: (rand(3, 5),), "graph.bitwise_not"),
+        ("isnan_bool", lambda a: torch.isnan(a > 0), lambda: (rand(5),), "graph.isnan"),
+        ("argmax_dim", lambda a: a.argmax(dim=1), lambda: (rand(3, 5),), "graph.argmax"),
+        ("argmax_all", lambda a: a.argmax(), lambda: (ints(3, 5),), "graph.argmax"),
+        (
+            "argmin_keepdim",
+            lambda a: a.argmin(0, keepdim=True),
+            lambda: (rand(3, 5),),
+            "graph.argmin",
+        ),
+        ("heaviside_bool", torch.heaviside, lambda: (rand(5) > 0, rand(5) > 0), "graph.where"),
     ],
 ]
 

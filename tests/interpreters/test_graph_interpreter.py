@@ -297,6 +297,40 @@ CASES = [
         "tensor<5x4xf32>",
         lambda a, i: a[i[:, 0]],
     ),
+    # issue 15 (elem)
+    unary("bitwise_not", torch.bitwise_not, "tensor<3x4xi1>"),
+    *[
+        Case(
+            f"graph.{name}",
+            ("tensor<3x4xi64>", "tensor<4xi64>"),
+            f"graph.{name} %a, %b : tensor<3x4xi64>, tensor<4xi64> -> tensor<3x4xi64>",
+            "tensor<3x4xi64>",
+            fn,
+        )
+        for name, fn in (
+            ("bitwise_and", torch.bitwise_and),
+            ("bitwise_or", torch.bitwise_or),
+            ("bitwise_xor", torch.bitwise_xor),
+        )
+    ],
+    binary("fmod", torch.fmod),
+    binary("remainder", torch.remainder),
+    binary("floor_divide", torch.floor_divide),
+    unary("erfc", torch.erfc),
+    Case(
+        "graph.argmax",
+        (X,),
+        f"graph.argmax %a dims = [1] : {X} -> tensor<3xi64>",
+        "tensor<3xi64>",
+        lambda a: torch.argmax(a, 1),
+    ),
+    Case(
+        "graph.argmin",
+        (X,),
+        f"graph.argmin %a dims = [0] keepdim : {X} -> tensor<1x4xi64>",
+        "tensor<1x4xi64>",
+        lambda a: torch.argmin(a, 0, keepdim=True),
+    ),
 ]
 
 

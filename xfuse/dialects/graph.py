@@ -1609,6 +1609,58 @@ class ReduceProdOp(ReduceOp):
     )
 
 
+# Index reductions of issue 15 (elem): argmax, argmin
+
+
+class ArgReduceOp(ReduceOp):
+    """Base of argmax/argmin: the i64 index, along one dim, of the first largest/smallest
+    element (NaN counting as larger and smaller than any number, as torch)."""
+
+    def __init__(self, input: SSAValue | Operation, dim: int, keepdim: bool = False):
+        input = SSAValue.get(input)
+        dims = [dim % len(shape_of(input))]
+        IRDLOperation.__init__(
+            self,
+            operands=[input],
+            result_types=[TensorType(i64, reduced_shape(shape_of(input), dims, keepdim))],
+            properties={"dims": _i64_array(dims), "keepdim": UnitAttr() if keepdim else None},
+        )
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        if t.element_type == i1:
+            raise VerifyException("expected a numeric operand, found i1")
+        if dtype_of(self.result) != i64:
+            raise VerifyException(f"expected an i64 result, found {dtype_of(self.result)}")
+        if len(self.reduce_dims) != 1:
+            raise VerifyException(f"expected one dim, found {list(self.reduce_dims)}")
+        _check_dims(self.reduce_dims, len(t.get_shape()))
+        _check_result_shape(self, reduced_shape(t.get_shape(), self.reduce_dims, self.keeps_dims))
+
+
+@irdl_op_definition
+class ArgMaxOp(ArgReduceOp):
+    """Index of the first maximum along a dim. `%i = graph.argmax %x dims = [1] : tensor<4x8xf32> -> tensor<4xi64>`"""
+
+    name = "graph.argmax"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.argmax.default",),
+        fuzz=Fuzz.drawn_by("integer_or_logical"),
+    )
+
+
+@irdl_op_definition
+class ArgMinOp(ArgReduceOp):
+    """Index of the first minimum along a dim. `%i = graph.argmin %x dims = [0] keepdim : tensor<4x8xf32> -> tensor<1x8xi64>`"""
+
+    name = "graph.argmin"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.argmin.default",),
+        fuzz=Fuzz.drawn_by("integer_or_logical"),
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Layout (injective) ops
 # ---------------------------------------------------------------------------------------------
@@ -2957,6 +3009,8 @@ Graph = Dialect(
         # pool task: padding and pooling
         PadOp,
         PoolOp,
+        ArgMaxOp,
+        ArgMinOp,
     ],
     [],
 )

@@ -13,7 +13,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import torch.fx
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, TensorType, f32, f64, i1, i64
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    IntegerType,
+    TensorType,
+    f32,
+    f64,
+    i1,
+    i64,
+)
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -68,6 +77,7 @@ def _unary(op_cls: type[graph.UnaryOp]) -> Converter:
         dtype = out_type(node).element_type
         if issubclass(op_cls, graph.UnaryPredicateOp):
             dtype = graph.dtype_of(lw.tensor(a["self"]))
+            dtype = i64 if dtype == i1 else dtype  # isnan/isinf/signbit of a bool: as an int
         if (op_cls.FLOAT_ONLY and not graph.is_float(dtype)) or dtype == i1:
             return None
         return lw.emit(op_cls(lw.operand(a["self"], dtype)))
@@ -643,7 +653,25 @@ def _vector_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.cast(norm, dtype)
 
 
+def _arg_reduce(op_cls: type[graph.ArgReduceOp]) -> Converter:
+    """argmax / argmin along `dim`, or of the flattened input (dim=None), reshaped to eager's
+    shape."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        x = lw.tensor(a["self"])
+        if graph.dtype_of(x) == i1 or 0 in graph.shape_of(x):
+            return None
+        dim, keepdim = a.get("dim"), bool(a.get("keepdim", False))
+        if dim is None or _rank(x) == 0:
+            x, dim, keepdim = lw.reshape(x, (graph.numel(graph.shape_of(x)),)), 0, False
+        return lw.reshape(lw.emit(op_cls(x, dim, keepdim)), out_type(node).get_shape())
+
+    return convert
+
+
 ELEM_OWN_CONVERTERS: dict[type[Operation], Converter] = {
+    graph.ArgMaxOp: _arg_reduce(graph.ArgMaxOp),
+    graph.ArgMinOp: _arg_reduce(graph.ArgMinOp),
     graph.BitwiseNotOp: _bitwise_not,
     graph.FmodOp: _division(graph.FmodOp),
     graph.RemainderOp: _division(graph.RemainderOp),
@@ -783,6 +811,8 @@ def _diagonal(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         limit = start + (length - 1) * (m + 1) + 1
     starts, limits = [0] * len(rest) + [start], [shape[d] for d in rest] + [limit]
     return lw.emit(graph.SliceOp(x, starts, limits, [1] * len(rest) + [m + 1]))
+
+
 # Padding and pooling (pool task)
 # ---------------------------------------------------------------------------------------------
 

@@ -167,6 +167,12 @@ def _var(op: Operation, xs: list[Tensor]) -> Tensor:
     return torch.var(xs[0], dim=op.reduce_dims, correction=correction, keepdim=op.keeps_dims)
 
 
+def _arg_reduce(fn: Callable[..., Tensor], op: Operation, xs: list[Tensor]) -> Tensor:
+    """argmax / argmin along the op's one dim (issue 15)."""
+    assert isinstance(op, graph.ArgReduceOp)
+    return fn(xs[0], dim=op.reduce_dims[0], keepdim=op.keeps_dims)
+
+
 def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
     assert isinstance(op, graph.TorchCallOp)
     fn = resolve_torch_op(op.target.data)
@@ -329,6 +335,8 @@ OWN_IMPLS: dict[str, Impl] = {
     "graph.flip": _flip,
     "graph.roll": _roll,
     **POOL_IMPLS,  # pool task
+    "graph.argmax": lambda op, xs: _arg_reduce(torch.argmax, op, xs),
+    "graph.argmin": lambda op, xs: _arg_reduce(torch.argmin, op, xs),
 }
 
 

@@ -643,3 +643,27 @@ func.func @f(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>) {
   %0 = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x5xf32>
   func.return
 }
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.argmax' op expected a numeric operand, found i1
+func.func @f(%x: tensor<4xi1>) {
+  %0 = graph.argmax %x dims = [0] : tensor<4xi1> -> tensor<i64>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.argmax' op expected an i64 result, found i32
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.argmax %x dims = [0] : tensor<4xf32> -> tensor<i32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.argmin' op expected one dim, found [0, 1]
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.argmin %x dims = [0, 1] : tensor<4x8xf32> -> tensor<i64>
+  func.return
+}

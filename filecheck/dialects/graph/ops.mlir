@@ -301,3 +301,13 @@ func.func @gather(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>, %j: tensor<1x3xi32>
   func.return %0, %1, %2 : tensor<6x4xf32>, tensor<10x3xf32>, tensor<6x7xbf16>
 }
 // GENERIC: "graph.gather"(%{{.*}}, %{{.*}}) <{dim = 1 : i64, wrap}> : (tensor<10x4xf32>, tensor<1x3xi32>) -> tensor<10x3xf32>
+
+// argmax and argmin: i64 indices along one dim (issue 15).
+// CHECK-LABEL: func.func @arg_reductions
+func.func @arg_reductions(%x: tensor<4x8xf32>, %i: tensor<4x8xi64>) -> (tensor<4xi64>, tensor<1x8xi64>) {
+  // CHECK-NEXT: %{{.*}} = graph.argmax %x dims = [1] : tensor<4x8xf32> -> tensor<4xi64>
+  %0 = graph.argmax %x dims = [1] : tensor<4x8xf32> -> tensor<4xi64>
+  // CHECK-NEXT: %{{.*}} = graph.argmin %i dims = [0] keepdim : tensor<4x8xi64> -> tensor<1x8xi64>
+  %1 = graph.argmin %i dims = [0] keepdim : tensor<4x8xi64> -> tensor<1x8xi64>
+  func.return %0, %1 : tensor<4xi64>, tensor<1x8xi64>
+}

@@ -490,8 +490,18 @@ carries them; max/min need none (`llvm.maximum`/`llvm.minimum` vectorize as they
 propagating like torch)."""
 
 
+_ARG_COMBINE: dict[str, tuple[type[Operation], type[Operation]]] = {
+    "graph.argmax": (arith.MaximumfOp, arith.MaxSIOp),
+    "graph.argmin": (arith.MinimumfOp, arith.MinSIOp),
+}
+"""argmax/argmin (issue 15): the combiner whose identity starts the value accumulator (float,
+int); the accumulation itself is `KernelBuilder._arg_step`."""
+
+
 def _combiner_class(op: graph.ReduceOp) -> type[Operation]:
     t = dtype_of(op.input)
+    if op.name in _ARG_COMBINE:
+        return _ARG_COMBINE[op.name][0 if is_float(t) else 1]
     table = _FLOAT_COMBINE if is_float(t) else _BOOL_COMBINE if t == i1 else _INT_COMBINE
     if op.name not in table:
         raise UnsupportedScalarOp(f"'{op.name}' on {t} has no loop lowering")
@@ -829,23 +839,62 @@ class KernelBuilder:
             self.for_nest(d.reduce_vars, [], write_full)
 
     def _emit_phase(self, phase: list[graph.ReduceOp]) -> None:
-        inits = [self.constant(reduction_init(r), accumulator_type(r)) for r in phase]
+        inits: list[SSAValue] = []
+        for r in phase:
+            inits.append(self.constant(reduction_init(r), accumulator_type(r)))
+            if isinstance(r, graph.ArgReduceOp):  # and the index of the value so far
+                inits.append(self.constant(0, i64))
 
         def accumulate(accs: list[SSAValue]) -> list[SSAValue]:
             out: list[SSAValue] = []
-            for r, acc in zip(phase, accs, strict=True):
+            carried = iter(accs)
+            for r in phase:
                 x = self.value_at(r.input, self.domain.full_index)
                 x = to_compute(self, x, dtype_of(r.input))
-                out.append(self.insert(reduction_combiner(r)(acc, x)))
+                if isinstance(r, graph.ArgReduceOp):
+                    out += self._arg_step(r, next(carried), next(carried), x)
+                else:
+                    out.append(self.insert(reduction_combiner(r)(next(carried), x)))
             return out
 
         loop_vars = self.domain.reduce_vars
-        if _reassociates(phase):
+        arg_reduces = any(isinstance(r, graph.ArgReduceOp) for r in phase)
+        if not arg_reduces and _reassociates(phase):
             accs = self.partial_sums_nest(phase, loop_vars, inits, accumulate)
         else:
             accs = self.for_nest(loop_vars, inits, accumulate)
-        for r, acc in zip(phase, accs, strict=True):
-            self.row_values[r] = self._finalize(r, acc)
+        results = iter(accs)
+        for r in phase:
+            acc = next(results)
+            self.row_values[r] = (
+                next(results) if isinstance(r, graph.ArgReduceOp) else self._finalize(r, acc)
+            )
+
+    def _arg_step(
+        self, r: graph.ArgReduceOp, acc: SSAValue, index: SSAValue, x: SSAValue
+    ) -> list[SSAValue]:
+        """argmax/argmin (issue 15): take x and its position where it beats the value so far
+        strictly (the first of equal ones stays), or is the first NaN."""
+        dim = r.reduce_dims[0]
+        position = self.insert(
+            arith.IndexCastOp(self.index_value(self.domain.full_index[dim]), i64)
+        )
+        is_max = isinstance(r, graph.ArgMaxOp)
+        if is_float(x.type):
+            take = self.insert(arith.CmpfOp(x, acc, "ogt" if is_max else "olt"))
+            first_nan = self.insert(
+                arith.AndIOp(
+                    self.insert(arith.CmpfOp(x, x, "uno")),
+                    self.insert(arith.CmpfOp(acc, acc, "ord")),
+                )
+            )
+            take = self.insert(arith.OrIOp(take, first_nan))
+        else:
+            take = self.insert(arith.CmpiOp(x, acc, "sgt" if is_max else "slt"))
+        return [
+            self.insert(arith.SelectOp(take, x, acc)),
+            self.insert(arith.SelectOp(take, position, index)),
+        ]
 
     def partial_sums_nest(
         self,

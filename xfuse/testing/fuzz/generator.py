@@ -320,7 +320,11 @@ class Generator:
     def integer_or_logical(self) -> tuple[str, str, list[Value]]:
         """Ops on integers and booleans: floor division, remainder, logical ops,
         masked_fill, argmax (of exact values: ties break the same everywhere)."""
-        kind = self.rng.choice(("floordiv", "remainder", "logical", "masked_fill", "argmax"))
+        kind = self.rng.choice(
+            ("floordiv", "remainder", "logical", "masked_fill", "argmax", *ELEM_KINDS)
+        )
+        if kind in ELEM_KINDS:
+            return self.bitwise_division_any(kind)
         if kind in ("floordiv", "remainder"):
             a = self.pick(lambda v: self.dtype(v.name) in (torch.int32, torch.int64))
             b = self.pick(
@@ -357,6 +361,43 @@ class Generator:
             raise Rejected("argmax of a scalar or an empty tensor")
         expr = f"{a.name}.argmax(dim={self.rng.randrange(rank)})"
         return ("int:argmax", *self.result(expr, True))
+
+    # issue 15 (elem): bitwise ops on integers, logical ops of any dtype, any/all, integer
+    # division and remainder by a number (by a tensor it stays in torch: it may divide by 0)
+    def bitwise_division_any(self, kind: str) -> tuple[str, str, list[Value]]:
+        if kind == "bitwise":
+            a = self.pick(lambda v: self.dtype(v.name) in (torch.int32, torch.int64))
+            b = self.pick(
+                lambda v: (
+                    self.dtype(v.name) in (torch.int32, torch.int64, torch.bool)
+                    and _broadcasts(self.shape(v.name), self.shape(a.name))
+                )
+            )
+            op = self.rng.choice(("&", "|", "^"))
+            expr = self.rng.choice((f"{a.name} {op} {b.name}", f"~{a.name}", f"{a.name} {op} 6"))
+            return ("int:bitwise", *self.result(expr, True))
+        if kind == "logical_any":
+            a = self.pick()
+            b = self.pick(lambda v: _broadcasts(self.shape(v.name), self.shape(a.name)))
+            fn = self.rng.choice(("logical_and", "logical_or", "logical_xor"))
+            rank = len(self.shape(a.name))
+            dim = self.rng.randrange(rank) if rank else None
+            expr = self.rng.choice(
+                (
+                    f"torch.{fn}({a.name}, {b.name})",
+                    f"torch.logical_not({a.name})",
+                    f"{a.name}.any()" if dim is None else f"{a.name}.any(dim={dim})",
+                    f"{a.name}.all()" if dim is None else f"{a.name}.all(dim={dim}, keepdim=True)",
+                )
+            )
+            return ("logical_any", *self.result(expr, True))
+        a = self.pick(lambda v: self.dtype(v.name) in (torch.int32, torch.int64))
+        divisor = self.rng.choice((2, 3, -3, 7, -8))
+        fn = self.rng.choice(("torch.remainder", "torch.fmod", "torch.floor_divide"))
+        expr = self.rng.choice(
+            (f"{fn}({a.name}, {divisor})", f"torch.div({a.name}, {divisor}, rounding_mode='floor')")
+        )
+        return ("int:by_number", *self.result(expr, True))
 
     def reduction(self) -> tuple[str, str, list[Value]]:
         a = self.pick(lambda v: self.dtype(v.name) != torch.bool)
@@ -728,6 +769,8 @@ def _spellings(name: FuzzPool, where: Callable[[Fuzz], bool] = lambda f: True) -
 # The pools, from the ops' `fuzz` facts (`xfuse.dialects.facts`); clamp and leaky_relu are
 # importer formulas (no op of their own).
 UNARY = (*_spellings("unary"), "torch.clamp", "F.leaky_relu")
+ELEM_KINDS = ("bitwise", "logical_any", "int_by_number")
+"""The kinds of `Generator.bitwise_division_any` (issue 15) among `integer_or_logical`'s."""
 EXACT_UNARY = _spellings("unary", lambda f: f.exact)
 POSITIVE_DOMAIN = _spellings("unary", lambda f: f.positive)
 BINARY = _spellings("binary")
