@@ -91,6 +91,7 @@ class _Builder:
 
     def step(self) -> None:
         makers = [self.unary, self.binary, self.binary, self.reduce, self.broadcast, self.layout]
+        makers += [self.index]  # task `index`
         if self.externs:
             makers += [self.extern]
         if self.mutation:
@@ -180,6 +181,26 @@ class _Builder:
             out = self.add(graph.MulOp(c, self.add(graph.RsqrtOp(self.add(graph.AddOp(var, eps))))))
         if self.rng.random() < 0.6:
             self.layout(out)
+
+    def index(self) -> None:
+        """Index arithmetic (task `index`): a flip, a roll, or an iota (cast) added."""
+        v = self.pick(lambda v: len(graph.shape_of(v)) >= 1)
+        if v is None:
+            return self.unary()
+        s = graph.shape_of(v)
+        dims = sorted(self.rng.sample(range(len(s)), self.rng.randint(1, len(s))))
+        kind = self.rng.randrange(3)
+        if kind == 0:
+            self.add(graph.FlipOp(v, dims))
+        elif kind == 1:
+            shifts = [self.rng.randint(1, 5) % max(1, s[d]) for d in dims]
+            self.add(graph.RollOp(v, shifts, dims))
+        else:
+            start, step = self.rng.randint(-3, 3), self.rng.choice((1, 2, -1))
+            iota = graph.IotaOp(TensorType(i64, s), dims[0], start, step)
+            cast = graph.CastOp(iota, f32)
+            self.block.add_ops([iota, cast])  # (not values: the other makers draw f32 ones)
+            self.add(graph.AddOp(v, cast))
 
     def extern(self) -> None:
         d = self.base[-1]

@@ -894,8 +894,8 @@ class FusionGraph:
 
     def finish(self) -> None:
         """Build the IR the graph describes: every group becomes a `fusion.group` in its
-        place, the top-level ops follow the graph's order, and scalar constants that nothing
-        reads any more (every reader has its own copy now) are erased. The graph is done
+        place, the top-level ops follow the graph's order, and scalar constants (and iotas)
+        that nothing reads any more (every reader has its own copy now) are erased. The graph is done
         then: only `label` and `op_label` answer after it."""
         block = self.block
         outer_of: dict[SSAValue, SSAValue] = {}
@@ -913,7 +913,7 @@ class FusionGraph:
                     block.add_op(op)
             prev = op
         for op in list(block.ops):
-            if isinstance(op, graph.ConstantOp) and op.result.first_use is None:
+            if isinstance(op, graph.ConstantOp | graph.IotaOp) and op.result.first_use is None:
                 op.detach()
                 op.erase()
         self._release()

@@ -55,8 +55,12 @@ def stronger_kind(a: str, b: str) -> str:
 
 
 def is_inlinable_constant(value: SSAValue) -> bool:
-    """Scalar constants are copied into the groups that use them instead of becoming inputs."""
+    """Scalar constants are copied into the groups that use them instead of becoming inputs,
+    and so are iotas (arange: a kernel computes them from the loop index, cheaper than a
+    load; task `index`)."""
     owner = value.owner
+    if isinstance(owner, graph.IotaOp):
+        return True
     return isinstance(owner, graph.ConstantOp) and graph.numel(graph.shape_of(value)) <= 1
 
 

@@ -10,7 +10,9 @@ How a kernel computes its outputs:
   broadcasting of operands map the index a consumer reads at to the index of the producer's
   element; nothing is copied. Simplification (`floordiv`, `mod` and the recombination of
   `x mod a + a * (x floordiv a)` into `x`) makes a reshape chain that ends where it started
-  cost nothing. `concat` is an `scf.if` chain on the concatenated dim.
+  cost nothing. `concat` is an `scf.if` chain on the concatenated dim. `flip` reads element
+  `n - 1 - i` (a negative coefficient), `roll` element `(i - shift) mod n`, and `iota`
+  (arange) is `start + i * step` of the loop index itself: no buffer at all.
 - Each value of the group is emitted as a scalar expression at an index, memoized per
   (value, index) in the innermost loop scope where it is valid; an expression that does not
   depend on an inner loop's variable is placed before that loop (a row's `rsqrt` is computed
