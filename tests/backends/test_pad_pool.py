@@ -43,6 +43,10 @@ CASES: dict[str, tuple[Fn, tuple[int, ...]]] = {
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 3)), (2, 3, 9, 9)),
     "adaptive_avg_pool_global": (lambda x: F.adaptive_avg_pool2d(x, 1), (2, 3, 9, 9)),
     "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, 3), (2, 3, 9, 9)),
+    "adaptive_avg_pool2d_uneven": (lambda x: F.adaptive_avg_pool2d(x, (5, 7)), (1, 8, 8, 8)),
+    "adaptive_avg_pool1d_uneven": (lambda x: F.adaptive_avg_pool1d(x, 5), (2, 3, 8)),
+    "adaptive_avg_pool_uneven_large": (lambda x: F.adaptive_avg_pool2d(x, (3, 2)), (1, 2, 40, 13)),
+    "adaptive_max_pool2d_uneven": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), (1, 4, 4, 4)),
 }
 
 
@@ -99,6 +103,14 @@ INDICES: dict[str, tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], tuple
     "adaptive_max_pool2d": (
         lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True),
         (1, 2, 9, 6),
+    ),
+    "adaptive_max_pool2d_uneven_large": (
+        lambda x: F.adaptive_max_pool2d(x, (3, 2), return_indices=True),
+        (1, 2, 40, 13),
+    ),
+    "adaptive_max_pool3d_uneven": (
+        lambda x: F.adaptive_max_pool3d(x, (2, 3, 2), return_indices=True),
+        (1, 2, 4, 4, 5),
     ),
 }
 
