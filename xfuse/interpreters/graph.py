@@ -260,7 +260,10 @@ def _pool(op: Operation, xs: list[Tensor]) -> Tensor:
     if op.adaptive is not None:
         sizes, argmax = out[-n:], op.kind.data == "argmax"
         if op.kind.data == "avg":
-            avg = (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[n - 1]
+            avg = cast(
+                Callable[..., Tensor],
+                (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[n - 1],
+            )
             return avg(flat, sizes).reshape(out).contiguous()
         adaptive_max = cast(
             Callable[..., Any],
