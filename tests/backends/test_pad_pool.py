@@ -168,3 +168,17 @@ def test_matches_eager_on_cuda(name: str, dtype: torch.dtype) -> None:
         x.view(-1)[::7] = float("nan")
     compiled = xfuse.compile(fn, (x,), "cuda", quiet=True, fallback="error")
     torch.testing.assert_close(compiled(x), fn(x), equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("fn", "shape"),
+    [
+        (lambda x: F.adaptive_avg_pool1d(x, 5), (0, 8, 8)),
+        (lambda x: F.max_pool2d(x, 2), (0, 3, 4, 4)),
+        (lambda x: F.pad(x, (1, 1)), (0, 3)),
+        (lambda x: F.pad(x, (1, 1), value=2.0), (3, 0)),  # all padding: a constant
+    ],
+)
+def test_empty_tensors(fn: Fn, shape: tuple[int, ...]) -> None:
+    x = torch.randn(shape)
+    torch.testing.assert_close(_compiled(fn, x), fn(x))

@@ -555,9 +555,9 @@ def _emit_pad(
 ) -> Value:
     t = out_type(node)
     pads = _pads_of(pad, _rank(x))
-    if pads is None or graph.numel(t.get_shape()) == 0:
-        return None
-    if graph.numel(graph.shape_of(x)) == 0:  # all padding: nothing to read
+    if pads is None or 0 in t.get_shape()[1:]:
+        return None  # (an empty inner dim: lower-to-loops's strides cannot express it)
+    if graph.numel(graph.shape_of(x)) == 0 < graph.numel(t.get_shape()):  # all padding
         return lw.constant(fill, t.element_type, t.get_shape()) if mode == "constant" else None
     low, high = pads
     if not any(low) and not any(high):
@@ -624,7 +624,7 @@ def _emit_pool(
     n = len(kernel)
     types = result_types(node)
     shape = tuple(types[1 if kind == "argmax" else 0].get_shape())
-    if graph.numel(shape) == 0 or _rank(x) not in (n + 1, n + 2):
+    if _rank(x) not in (n + 1, n + 2) or 0 in shape[1:]:
         return None
     op = graph.PoolOp(x, kind, kernel, stride, padding, dilation, **options)
     try:
