@@ -43,6 +43,10 @@ CASES: dict[str, tuple[Fn, tuple[int, ...]]] = {
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 3)), (2, 3, 9, 9)),
     "adaptive_avg_pool_global": (lambda x: F.adaptive_avg_pool2d(x, 1), (2, 3, 9, 9)),
     "adaptive_max_pool2d": (lambda x: F.adaptive_max_pool2d(x, 3), (2, 3, 9, 9)),
+    "adaptive_avg_pool2d_uneven": (lambda x: F.adaptive_avg_pool2d(x, (5, 7)), (1, 8, 8, 8)),
+    "adaptive_avg_pool1d_uneven": (lambda x: F.adaptive_avg_pool1d(x, 5), (2, 3, 8)),
+    "adaptive_avg_pool_uneven_large": (lambda x: F.adaptive_avg_pool2d(x, (3, 2)), (1, 2, 40, 13)),
+    "adaptive_max_pool2d_uneven": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), (1, 4, 4, 4)),
 }
 
 
@@ -100,6 +104,14 @@ INDICES: dict[str, tuple[Callable[..., tuple[torch.Tensor, torch.Tensor]], tuple
         lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True),
         (1, 2, 9, 6),
     ),
+    "adaptive_max_pool2d_uneven_large": (
+        lambda x: F.adaptive_max_pool2d(x, (3, 2), return_indices=True),
+        (1, 2, 40, 13),
+    ),
+    "adaptive_max_pool3d_uneven": (
+        lambda x: F.adaptive_max_pool3d(x, (2, 3, 2), return_indices=True),
+        (1, 2, 4, 4, 5),
+    ),
 }
 
 
@@ -156,3 +168,17 @@ def test_matches_eager_on_cuda(name: str, dtype: torch.dtype) -> None:
         x.view(-1)[::7] = float("nan")
     compiled = xfuse.compile(fn, (x,), "cuda", quiet=True, fallback="error")
     torch.testing.assert_close(compiled(x), fn(x), equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("fn", "shape"),
+    [
+        (lambda x: F.adaptive_avg_pool1d(x, 5), (0, 8, 8)),
+        (lambda x: F.max_pool2d(x, 2), (0, 3, 4, 4)),
+        (lambda x: F.pad(x, (1, 1)), (0, 3)),
+        (lambda x: F.pad(x, (1, 1), value=2.0), (3, 0)),  # all padding: a constant
+    ],
+)
+def test_empty_tensors(fn: Fn, shape: tuple[int, ...]) -> None:
+    x = torch.randn(shape)
+    torch.testing.assert_close(_compiled(fn, x), fn(x))

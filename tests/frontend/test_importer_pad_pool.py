@@ -151,6 +151,24 @@ CASES: list[tuple[str, Callable[..., Any], Callable[[], torch.Tensor], str]] = [
         "graph.pool",
     ),
     (
+        "adaptive_avg_pool2d_uneven",
+        lambda x: F.adaptive_avg_pool2d(x, (5, 7)),
+        lambda: rand(1, 2, 8, 8),
+        "graph.pool",
+    ),
+    (
+        "adaptive_max_pool1d_uneven",
+        lambda x: F.adaptive_max_pool1d(x, 3, return_indices=True),
+        lambda: rand(1, 2, 7),
+        "graph.pool",
+    ),
+    (
+        "interpolate_area",
+        lambda x: F.interpolate(x, size=(3, 5), mode="area"),
+        lambda: rand(1, 2, 7, 9),
+        "graph.pool",
+    ),
+    (
         "adaptive_max_pool3d",
         lambda x: F.adaptive_max_pool3d(x, (1, 2, 2)),
         lambda: rand(1, 2, 3, 4, 4),
@@ -172,12 +190,6 @@ def test_imported_and_equal_to_eager(
 
 
 STAYS_EAGER: list[tuple[str, Callable[..., Any], Callable[[], torch.Tensor], str]] = [
-    (
-        "adaptive_uneven_windows",
-        lambda x: F.adaptive_avg_pool2d(x, 3),
-        lambda: rand(1, 2, 7, 7),
-        "aten._adaptive_avg_pool2d.default",
-    ),
     (
         "avg_pool_int",
         lambda x: F.avg_pool2d(x, 2),

@@ -2222,7 +2222,9 @@ class PoolOp(IRDLOperation):
     output one longer than the floor formula is torch's ceil_mode. Average divides by
     `divisor`, else by the window's size clipped to the padded input (`count_include_pad`) or
     to the input. Argmax is max_pool's indices (i64): the row-major position in the window
-    dims of the first maximum, or of the last NaN.
+    dims of the first maximum, or of the last NaN. With `adaptive` (torch's adaptive pools),
+    window `o` of a dim of size `n` pooled to `m` is [floor(o * n / m), ceil((o + 1) * n / m)),
+    `kernel` is the largest of them, the stride 1 and the padding 0.
     `%y = graph.pool %x kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>`"""
 
     name = "graph.pool"
@@ -2249,10 +2251,12 @@ class PoolOp(IRDLOperation):
     dilation = prop_def(DenseArrayBase[I64])
     count_include_pad = opt_prop_def(UnitAttr)
     divisor = opt_prop_def(IntegerAttr[I64])
+    adaptive = opt_prop_def(UnitAttr)
     traits = traits_def(Pure(), Injective())
     assembly_format = (
         "$input `kind` `=` $kind `kernel` `=` $kernel `stride` `=` $stride `padding` `=` "
-        "$padding `dilation` `=` $dilation (`count_include_pad` $count_include_pad^)? "
+        "$padding `dilation` `=` $dilation (`adaptive` $adaptive^)? "
+        "(`count_include_pad` $count_include_pad^)? "
         "(`divisor` `=` $divisor^)? attr-dict `:` type($input) `->` type($result)"
     )
 
@@ -2267,11 +2271,18 @@ class PoolOp(IRDLOperation):
         ceil_mode: bool = False,
         count_include_pad: bool = True,
         divisor: int | None = None,
+        adaptive: Sequence[int] | None = None,
     ):
+        """`adaptive`: the output sizes of an adaptive pool (kernel and the rest follow)."""
         input = SSAValue.get(input)
         shape = shape_of(input)
-        n = len(kernel)
-        spatial = pool_shape(shape[len(shape) - n :], kernel, stride, padding, dilation, ceil_mode)
+        n = len(kernel) if adaptive is None else len(adaptive)
+        if adaptive is None:
+            spatial = pool_shape(shape[-n:], kernel, stride, padding, dilation, ceil_mode)
+        else:
+            spatial = tuple(adaptive)
+            kernel = [adaptive_window(i, o) for i, o in zip(shape[-n:], adaptive, strict=True)]
+            stride, padding, dilation = [1] * n, [0] * n, [1] * n
         super().__init__(
             operands=[input],
             result_types=[
@@ -2286,8 +2297,11 @@ class PoolOp(IRDLOperation):
                 "stride": _i64_array(stride),
                 "padding": _i64_array(padding),
                 "dilation": _i64_array(dilation),
-                "count_include_pad": UnitAttr() if count_include_pad and kind == "avg" else None,
+                "count_include_pad": (
+                    UnitAttr() if count_include_pad and kind == "avg" and adaptive is None else None
+                ),
                 "divisor": IntegerAttr(divisor, i64) if divisor is not None else None,
+                "adaptive": UnitAttr() if adaptive is not None else None,
             },
         )
 
@@ -2342,6 +2356,10 @@ class PoolOp(IRDLOperation):
             raise VerifyException("expected a numeric operand, found i1")
         lead, out = shape[: len(shape) - n], shape_of(self.result)
         spatial = shape[len(shape) - n :]
+        if self.adaptive is not None:
+            self._verify_adaptive(spatial, out[len(out) - n :])
+            _check_result_shape(self, (*lead, *out[len(out) - n :]))
+            return
         allowed = {
             (*lead, *pool_shape(spatial, kernel, stride, padding, dilation, ceil))
             for ceil in (False, True)
@@ -2351,6 +2369,30 @@ class PoolOp(IRDLOperation):
                 f"expected result shape {' or '.join(fmt_shape(s) for s in sorted(allowed))}, "
                 f"found {fmt_shape(out)}"
             )
+
+    def _verify_adaptive(self, spatial: Sequence[int], out: Sequence[int]) -> None:
+        kernel, stride, padding, dilation = self.window
+        if any(s != 1 for s in stride) or any(padding) or any(d != 1 for d in dilation):
+            raise VerifyException("expected stride 1, padding 0, dilation 1 for an adaptive pool")
+        if self.divisor is not None or self.count_include_pad is not None:
+            raise VerifyException("expected no divisor or count_include_pad for an adaptive pool")
+        if 0 in spatial or 0 in out:
+            raise VerifyException("expected non-empty window dims for an adaptive pool")
+        want = [adaptive_window(i, o) for i, o in zip(spatial, out, strict=True)]
+        if list(kernel) != want:
+            raise VerifyException(
+                f"expected kernel {want} (the largest adaptive window), found {list(kernel)}"
+            )
+
+
+def adaptive_window(size: int, out: int) -> int:
+    """The largest window of an adaptive pool of `size` elements into `out`."""
+    return max(-(-(o + 1) * size // out) - o * size // out for o in range(out)) if out else 0
+
+
+def adaptive_bounds(o: int, size: int, out: int) -> tuple[int, int]:
+    """Window `o`'s [start, end) in an adaptive pool (torch's start_index / end_index)."""
+    return o * size // out, -(-(o + 1) * size // out)
 
 
 def pool_shape(

@@ -848,9 +848,9 @@ def _emit_pad(
 ) -> Value:
     t = out_type(node)
     pads = _pads_of(pad, _rank(x))
-    if pads is None or graph.numel(t.get_shape()) == 0:
-        return None
-    if graph.numel(graph.shape_of(x)) == 0:  # all padding: nothing to read
+    if pads is None or 0 in t.get_shape()[1:]:
+        return None  # (an empty inner dim: lower-to-loops's strides cannot express it)
+    if graph.numel(graph.shape_of(x)) == 0 < graph.numel(t.get_shape()):  # all padding
         return lw.constant(fill, t.element_type, t.get_shape()) if mode == "constant" else None
     low, high = pads
     if not any(low) and not any(high):
@@ -917,7 +917,7 @@ def _emit_pool(
     n = len(kernel)
     types = result_types(node)
     shape = tuple(types[1 if kind == "argmax" else 0].get_shape())
-    if graph.numel(shape) == 0 or _rank(x) not in (n + 1, n + 2):
+    if _rank(x) not in (n + 1, n + 2) or 0 in shape[1:]:
         return None
     op = graph.PoolOp(x, kind, kernel, stride, padding, dilation, **options)
     try:
@@ -934,13 +934,13 @@ def _max_and_argmax(
     node: torch.fx.Node,
     x: SSAValue,
     window: Sequence[Sequence[int] | None],
-    ceil_mode: bool = False,
+    **options: Any,
 ) -> Value:
     """The values and indices a max pool node's readers use: a graph.pool of kind max and
     one of kind argmax (two ops reading one input: they fuse into one kernel)."""
     used = used_outputs(node) or {0}
     pools = [
-        _emit_pool(lw, node, x, kind, window, ceil_mode=ceil_mode) if i in used else None
+        _emit_pool(lw, node, x, kind, window, **options) if i in used else None
         for i, kind in enumerate(("max", "argmax"))
     ]
     if any(pools[i] is None for i in used):
@@ -959,7 +959,7 @@ def _max_pool(n: int) -> Converter:
         )
         window = (kernel, stride, padding, dilation)
         x = lw.tensor(a["self"])
-        return _max_and_argmax(lw, node, x, window, bool(a.get("ceil_mode", False)))
+        return _max_and_argmax(lw, node, x, window, ceil_mode=bool(a.get("ceil_mode", False)))
 
     return convert
 
@@ -987,21 +987,21 @@ def _avg_pool(n: int) -> Converter:
 
 
 def _adaptive_pool(kind: str, n: int) -> Converter:
-    """_adaptive_avg_pool / adaptive_max_pool: a reduction for a whole plane, else a pool of
-    kernel = stride = input / output size where that divides evenly (other sizes, whose
-    windows vary in size, stay eager)."""
+    """_adaptive_avg_pool / adaptive_max_pool: a reduction for a whole plane, a pool of
+    kernel = stride = input / output size where that divides evenly, else an adaptive pool
+    (windows of varying size)."""
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         x = lw.tensor(a["self"])
         if kind == "avg" and not graph.is_float(graph.dtype_of(x)):
             return None
-        sizes = _window_arg(a["output_size"], n)
         spatial = graph.shape_of(x)[_rank(x) - n :]
-        if sizes is None or _rank(x) not in (n + 1, n + 2) or 0 in spatial or 0 in sizes:
+        sizes = tuple(result_types(node)[0].get_shape())[-n:]  # (None in output_size: kept)
+        if _rank(x) not in (n + 1, n + 2) or 0 in spatial or 0 in sizes:
             return None
-        if any(i % o for i, o in zip(spatial, sizes, strict=True)):
-            return None
+        uneven = any(i % o for i, o in zip(spatial, sizes, strict=True))
         kernel = [i // o for i, o in zip(spatial, sizes, strict=True)]
+        options = {"adaptive": sizes} if uneven else {}
         val = node.meta.get("val")
         val = val[0] if isinstance(val, list | tuple) else val
         on_cpu = isinstance(val, torch.Tensor) and val.device.type == "cpu"
@@ -1014,11 +1014,11 @@ def _adaptive_pool(kind: str, n: int) -> Converter:
             return (
                 lw.emit(graph.ReduceMeanOp(x, dims, True))
                 if whole
-                else _emit_pool(lw, node, x, kind, window)
+                else _emit_pool(lw, node, x, kind, window, **options)
             )
         if whole and used_outputs(node) <= {0}:
             return [lw.emit(graph.ReduceMaxOp(x, dims, keepdim=True)), None]
-        return _max_and_argmax(lw, node, x, window)
+        return _max_and_argmax(lw, node, x, window, **options)
 
     return convert
 

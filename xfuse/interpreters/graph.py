@@ -290,6 +290,20 @@ def _pool(op: Operation, xs: list[Tensor]) -> Tensor:
     ceil = out[-n:] != graph.pool_shape(x.shape[-n:], kernel, stride, padding, dilation, False)
     flat = x.reshape(-1, *x.shape[-n:])
     F = torch.nn.functional
+    if op.adaptive is not None:
+        sizes, argmax = out[-n:], op.kind.data == "argmax"
+        if op.kind.data == "avg":
+            avg = cast(
+                Callable[..., Tensor],
+                (F.adaptive_avg_pool1d, F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)[n - 1],
+            )
+            return avg(flat, sizes).reshape(out).contiguous()
+        adaptive_max = cast(
+            Callable[..., Any],
+            (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)[n - 1],
+        )
+        y = adaptive_max(flat, sizes, return_indices=argmax)
+        return (y[1] if argmax else y).reshape(out).contiguous()
     if op.kind.data in ("max", "argmax"):
         max_pool = cast(Callable[..., Tensor], (F.max_pool1d, F.max_pool2d, F.max_pool3d)[n - 1])
         argmax = op.kind.data == "argmax"

@@ -667,3 +667,35 @@ func.func @f(%x: tensor<4x8xf32>) {
   %0 = graph.argmin %x dims = [0, 1] : tensor<4x8xf32> -> tensor<i64>
   func.return
 }
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected stride 1, padding 0, dilation 1 for an adaptive pool
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "avg" kernel = [3] stride = [2] padding = [0] dilation = [1] adaptive : tensor<2x8xf32> -> tensor<2x3xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected no divisor or count_include_pad for an adaptive pool
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "avg" kernel = [4] stride = [1] padding = [0] dilation = [1] adaptive count_include_pad : tensor<2x8xf32> -> tensor<2x3xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected non-empty window dims for an adaptive pool
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "max" kernel = [1] stride = [1] padding = [0] dilation = [1] adaptive : tensor<2x8xf32> -> tensor<2x0xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op expected kernel [4] (the largest adaptive window), found [3]
+func.func @f(%x: tensor<2x8xf32>) {
+  %0 = graph.pool %x kind = "max" kernel = [3] stride = [1] padding = [0] dilation = [1] adaptive : tensor<2x8xf32> -> tensor<2x3xf32>
+  func.return
+}

@@ -284,6 +284,8 @@ func.func @pad_pool(%x: tensor<4x8xf32>, %y: tensor<1x4x9x9xf32>, %i: tensor<4x8
   %4 = graph.pool %y kind = "avg" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] count_include_pad divisor = 7 : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>
   // CHECK-NEXT: %{{.*}} = graph.pool %y kind = "argmax" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [2, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x4x5xi64>
   %5 = graph.pool %y kind = "argmax" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [2, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x4x5xi64>
+  // CHECK-NEXT: %{{.*}} = graph.pool %y kind = "avg" kernel = [3, 3] stride = [1, 1] padding = [0, 0] dilation = [1, 1] adaptive : tensor<1x4x9x9xf32> -> tensor<1x4x5x7xf32>
+  %6 = graph.pool %y kind = "avg" kernel = [3, 3] stride = [1, 1] padding = [0, 0] dilation = [1, 1] adaptive : tensor<1x4x9x9xf32> -> tensor<1x4x5x7xf32>
   func.return %0, %1, %2, %3, %4 : tensor<4x8xf32>, tensor<7x12xf32>, tensor<7x12xi64>, tensor<1x4x5x5xf32>, tensor<1x4x5x5xf32>
 }
 // GENERIC: "graph.pad"

@@ -108,3 +108,15 @@ def test_argmax_pool(kernel, stride, padding, dilation, ceil, dtype) -> None:  #
         [((2, 3, 9, 10), dtype)],
         lambda x: graph.PoolOp(x, "argmax", kernel, stride, padding, dilation, ceil),
     )
+
+
+@pytest.mark.parametrize("kind", ["max", "avg", "argmax"])
+@pytest.mark.parametrize(
+    ("shape", "sizes"), [((2, 8, 8), (5, 7)), ((2, 40, 13), (3, 2)), ((3, 7), (3,))]
+)
+def test_adaptive_pool(kind: str, shape: tuple[int, ...], sizes: tuple[int, ...]) -> None:
+    n = len(sizes)
+    check_random(
+        [(shape, torch.float32)],
+        lambda x: graph.PoolOp(x, kind, [1] * n, [1] * n, [0] * n, [1] * n, adaptive=sizes),
+    )

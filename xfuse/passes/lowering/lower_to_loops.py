@@ -1312,48 +1312,60 @@ def _pool_combiner(
     return arith.MaxSIOp, -(1 << (cast(IntegerType, t).width.data - 1))
 
 
-def pool_value_at(b: KernelBuilder, op: graph.PoolOp, index: Index) -> SSAValue:
-    """The window's elements combined in torch's order (max from -inf, sum from 0), padding
-    skipped; average divided by the divisor."""
-    kernel, stride, padding, dilation = op.window
-    n, t = len(kernel), dtype_of(op.input)
+@dataclass(frozen=True)
+class Window:
+    """Where a pool's window for one output element lies, per window dim: its first position
+    (`starts`), and for adaptive pools its end (`ends`) and how many offsets always lie
+    before it (`always`)."""
+
+    starts: list[Affine]
+    ends: list[Affine | None]
+    always: list[int]
+    sizes: tuple[int, ...]
+
+
+def pool_window(op: graph.PoolOp, index: Index) -> Window:
+    kernel, stride, padding, _ = op.window
+    n = len(kernel)
     sizes = shape_of(op.input)[-n:]
-    starts = [
-        add(scale(e, s), constant_index(-p))
-        for e, s, p in zip(index[-n:], stride, padding, strict=True)
+    if op.adaptive is None:
+        starts = [
+            add(scale(e, s), constant_index(-p))
+            for e, s, p in zip(index[-n:], stride, padding, strict=True)
+        ]
+        return Window(starts, [None] * n, list(kernel), sizes)
+    outs = shape_of(op.result)[-n:]
+    starts = [floordiv(scale(e, i), o) for e, i, o in zip(index[-n:], sizes, outs, strict=True)]
+    ends: list[Affine | None] = [
+        floordiv(add(scale(e, i), constant_index(i + o - 1)), o)
+        for e, i, o in zip(index[-n:], sizes, outs, strict=True)
     ]
-    if op.kind.data == "argmax":
-        return _argmax_at(b, op, index, starts, sizes)
-    combine, identity = _pool_combiner(op)
-    init = b.constant(identity, compute_type(t))
-
-    def step(acc: SSAValue, offsets: Sequence[Affine]) -> SSAValue:
-        positions = [add(a, scale(o, d)) for a, o, d in zip(starts, offsets, dilation, strict=True)]
-        guarded = _guarded_value(b, op.input, (*index[:-n], *positions), sizes)
-        if guarded is None:
-            return acc
-        x = to_compute(b, guarded[0], t)
-        if guarded[1] is not None:
-            x = b.insert(arith.SelectOp(guarded[1], x, init))
-        return b.insert(combine(acc, x))
-
-    if numel(kernel) <= UNROLL_WINDOW:
-        acc = init
-        for offsets in product(*(range(k) for k in kernel)):
-            acc = step(acc, [constant_index(o) for o in offsets])
-    else:
-        window = [LoopVar(next(_window_idents), k) for k in kernel]
-        (acc,) = b.for_nest(
-            window, [init], lambda accs: [step(accs[0], [var_index(v) for v in window])]
-        )
-    if op.kind.data == "avg":
-        acc = b.insert(arith.DivfOp(acc, _pool_divisor(b, op, starts, sizes, acc.type)))
-    return from_compute(b, acc, dtype_of(op.result))
+    always = [
+        min(hi - lo for lo, hi in (graph.adaptive_bounds(k, i, o) for k in range(o)))
+        for i, o in zip(sizes, outs, strict=True)
+    ]
+    return Window(starts, ends, always, sizes)
 
 
-def _window_positions(
-    kernel: Sequence[int], loop: bool
-) -> tuple[list[LoopVar], list[list[Affine]]]:
+def _window_element(
+    b: KernelBuilder, op: graph.PoolOp, index: Index, w: Window, offsets: Sequence[Affine]
+) -> tuple[SSAValue, SSAValue | None, list[Affine]] | None:
+    """The input element at window `offsets` (in the compute type), the i1 that says whether
+    it is inside the input and the window (None: always), and its positions; None when it
+    never is."""
+    t, dilation = dtype_of(op.input), op.window[3]
+    positions = [add(a, scale(o, d)) for a, o, d in zip(w.starts, offsets, dilation, strict=True)]
+    guarded = _guarded_value(b, op.input, (*index[: -len(w.sizes)], *positions), w.sizes)
+    if guarded is None:
+        return None
+    conds = [guarded[1]] if guarded[1] is not None else []
+    for pos, off, end, always in zip(positions, offsets, w.ends, w.always, strict=True):
+        if end is not None and bounds(off)[1] >= always:
+            conds.append(b.insert(arith.CmpiOp(b.index_value(pos), b.index_value(end), "slt")))
+    return to_compute(b, guarded[0], t), _all(b, conds), positions
+
+
+def _window_offsets(kernel: Sequence[int], loop: bool) -> tuple[list[LoopVar], list[list[Affine]]]:
     """The window's offsets in order: unrolled (constants), or one `scf.for` variable per
     window dim (`loop`)."""
     if not loop:
@@ -1364,62 +1376,92 @@ def _window_positions(
     return window, [[var_index(v) for v in window]]
 
 
-def _argmax_at(
-    b: KernelBuilder, op: graph.PoolOp, index: Index, starts: Sequence[Affine], sizes: Sequence[int]
-) -> SSAValue:
+def _walk_window(
+    b: KernelBuilder,
+    kernel: Sequence[int],
+    init: list[SSAValue],
+    step: Callable[[list[SSAValue], Sequence[Affine]], list[SSAValue]],
+) -> list[SSAValue]:
+    """Fold `step` over the window's offsets in order, unrolled or in an scf.for nest."""
+    window, offsets = _window_offsets(kernel, numel(kernel) > UNROLL_WINDOW)
+    if window:
+        return b.for_nest(window, init, lambda carried: step(carried, offsets[0]))
+    carried = init
+    for o in offsets:
+        carried = step(carried, o)
+    return carried
+
+
+def pool_value_at(b: KernelBuilder, op: graph.PoolOp, index: Index) -> SSAValue:
+    """The window's elements combined in torch's order (max from -inf, sum from 0), padding
+    skipped; average divided by the divisor."""
+    w = pool_window(op, index)
+    if op.kind.data == "argmax":
+        return _argmax_at(b, op, index, w)
+    combine, identity = _pool_combiner(op)
+    init = b.constant(identity, compute_type(dtype_of(op.input)))
+
+    def step(carried: list[SSAValue], offsets: Sequence[Affine]) -> list[SSAValue]:
+        element = _window_element(b, op, index, w, offsets)
+        if element is None:
+            return carried
+        x, inside, _ = element
+        if inside is not None:
+            x = b.insert(arith.SelectOp(inside, x, init))
+        return [b.insert(combine(carried[0], x))]
+
+    (acc,) = _walk_window(b, op.window[0], [init], step)
+    if op.kind.data == "avg":
+        acc = b.insert(arith.DivfOp(acc, _pool_divisor(b, op, w, acc.type)))
+    return from_compute(b, acc, dtype_of(op.result))
+
+
+def _argmax_at(b: KernelBuilder, op: graph.PoolOp, index: Index, w: Window) -> SSAValue:
     """max_pool's index: walking the window in order, an element inside the input is taken
     when it is the first, greater than the maximum so far, or NaN (eager's rule); the result
     is its row-major position in the window dims."""
-    kernel, _, _, dilation = op.window
     t = dtype_of(op.input)
-    ct = compute_type(t)
     _, identity = _pool_combiner(op)
-    none = b.constant(-1, i64)
 
-    def step(acc: SSAValue, best: SSAValue, offsets: Sequence[Affine]) -> tuple[SSAValue, SSAValue]:
-        positions = [add(a, scale(o, d)) for a, o, d in zip(starts, offsets, dilation, strict=True)]
-        guarded = _guarded_value(b, op.input, (*index[: -len(sizes)], *positions), sizes)
-        if guarded is None:
-            return acc, best
-        x = to_compute(b, guarded[0], t)
+    def step(carried: list[SSAValue], offsets: Sequence[Affine]) -> list[SSAValue]:
+        acc, best = carried
+        element = _window_element(b, op, index, w, offsets)
+        if element is None:
+            return carried
+        x, inside, positions = element
         if is_float(t):
-            take = b.insert(
-                arith.OrIOp(
-                    b.insert(arith.CmpfOp(x, acc, "ogt")), b.insert(arith.CmpfOp(x, x, "uno"))
-                )
-            )
+            greater = b.insert(arith.CmpfOp(x, acc, "ogt"))
+            take = b.insert(arith.OrIOp(greater, b.insert(arith.CmpfOp(x, x, "uno"))))
         else:
             take = b.insert(arith.CmpiOp(x, acc, "sgt"))
         first = b.insert(arith.CmpiOp(best, b.constant(0, i64), "slt"))
         take = b.insert(arith.OrIOp(take, first))
-        if guarded[1] is not None:
-            take = b.insert(arith.AndIOp(take, guarded[1]))
-        flat = b.insert(arith.IndexCastOp(b.index_value(linearize(positions, sizes)), i64))
-        return b.insert(arith.SelectOp(take, x, acc)), b.insert(arith.SelectOp(take, flat, best))
+        if inside is not None:
+            take = b.insert(arith.AndIOp(take, inside))
+        flat = b.insert(arith.IndexCastOp(b.index_value(linearize(positions, w.sizes)), i64))
+        return [b.insert(arith.SelectOp(take, x, acc)), b.insert(arith.SelectOp(take, flat, best))]
 
-    window, offsets = _window_positions(kernel, numel(kernel) > UNROLL_WINDOW)
-    init = [b.constant(identity, ct), none]
-    if window:
-        (_, best) = b.for_nest(window, init, lambda c: list(step(c[0], c[1], offsets[0])))
-        return best
-    acc, best = init
-    for o in offsets:
-        acc, best = step(acc, best, o)
-    return best
+    init = [b.constant(identity, compute_type(t)), b.constant(-1, i64)]
+    return _walk_window(b, op.window[0], init, step)[1]
 
 
-def _pool_divisor(
-    b: KernelBuilder, op: graph.PoolOp, starts: Sequence[Affine], sizes: Sequence[int], t: Attribute
-) -> SSAValue:
+def _pool_divisor(b: KernelBuilder, op: graph.PoolOp, w: Window, t: Attribute) -> SSAValue:
     """`divisor`, else the product over window dims of min(start + kernel, end) - max(start,
     begin): end = size + padding, begin = start itself with count_include_pad, else the
-    input's [0, size) (torch's avg_pool)."""
+    input's [0, size) (torch's avg_pool); an adaptive window's own size."""
     if op.divisor_value is not None:
         return b.constant(float(op.divisor_value), t)
     kernel, _, padding, _ = op.window
     include = op.count_include_pad is not None
     static, spans = 1, []
-    for start, k, p, size in zip(starts, kernel, padding, sizes, strict=True):
+    dims = zip(w.starts, w.ends, w.always, kernel, padding, w.sizes, strict=True)
+    for start, stop, always, k, p, size in dims:
+        if stop is not None:  # adaptive: every window of the dim as large, or its own size
+            if always == k:
+                static *= k
+            else:
+                spans.append(b.insert(arith.SubiOp(b.index_value(stop), b.index_value(start))))
+            continue
         end_limit = size + p if include else size
         end = add(start, constant_index(k))
         clip_end, clip_start = bounds(end)[1] > end_limit, not include and bounds(start)[0] < 0
