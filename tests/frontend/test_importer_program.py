@@ -106,20 +106,8 @@ FALLBACK_CASES: list[tuple[str, Any, tuple[Any, ...], str]] = [
         (torch.randn(3, 4),),
         "aten.max.dim",
     ),
-    (
-        "embedding",
-        nn.Embedding(10, 4).eval(),
-        (torch.tensor([[1, 2], [3, 9]]),),
-        "aten.embedding.default",
-    ),
     ("max_pool", lambda a: F.max_pool2d(a, 2), (torch.randn(1, 2, 4, 4),), "aten.max_pool2d"),
     ("floor_div", lambda a: a // 2.0, (torch.randn(6),), "aten.div.Tensor_mode"),
-    (
-        "index_select",
-        lambda a, i: a[i],
-        (torch.randn(5, 2), torch.tensor([4, 0, 2])),
-        "aten.index.Tensor",
-    ),
     (
         "lgamma_after_in_place_relu",
         lambda a: F.relu(a.clone(), inplace=True).lgamma(),
