@@ -117,3 +117,15 @@ def test_bad_index_raises_like_eager(
     imported = import_module(fn, good)
     with pytest.raises(error, match="index out of range in self"):
         interpret(imported.module, imported.arguments(*bad))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x, i: torch.gather(x, 0, i), lambda x, i: torch.index_select(x, 0, i)],
+    ids=["gather", "index_select"],
+)
+@pytest.mark.parametrize("index_shape", [(), (1,)], ids=["0d_index", "1d_index"])
+def test_zero_dim_inputs(fn: Callable[..., Any], index_shape: tuple[int, ...]) -> None:
+    x, i = torch.tensor(1.5), torch.zeros(index_shape, dtype=torch.int64)
+    imported = check_against_eager(fn, (x, i))
+    assert "graph.gather" in op_names(imported)

@@ -106,24 +106,12 @@ FALLBACK_CASES: list[tuple[str, Any, tuple[Any, ...], str]] = [
         (torch.randn(3, 4),),
         "aten.max.dim",
     ),
-    (
-        "embedding",
-        nn.Embedding(10, 4).eval(),
-        (torch.tensor([[1, 2], [3, 9]]),),
-        "aten.embedding.default",
-    ),
     ("max_pool", lambda a: F.max_pool2d(a, 2), (torch.randn(1, 2, 4, 4),), "aten.max_pool2d"),
     (  # an integer division by a tensor may divide by zero: eager raises, a kernel would trap
         "int_floor_div_by_tensor",
         lambda a, b: a // b,
         (torch.tensor([7, -7, 5]), torch.tensor([2, 3, -4])),
         "aten.floor_divide.default",
-    ),
-    (
-        "index_select",
-        lambda a, i: a[i],
-        (torch.randn(5, 2), torch.tensor([4, 0, 2])),
-        "aten.index.Tensor",
     ),
     (
         "lgamma_after_in_place_relu",

@@ -1139,19 +1139,26 @@ def _embedding(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 def _index_select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x, indices = lw.tensor(a["self"]), lw.tensor(a["index"])
-    if _rank(x) == 0 or not _index_tensor(indices):
+    if not _index_tensor(indices):
         return None
-    dim = a["dim"] % _rank(x)
-    return _gather_dim(lw, x, _column(lw, indices, _rank(x), dim), dim)
+    rank = max(_rank(x), 1)  # a 0-d input is read as [1]
+    dim = a["dim"] % rank
+    rows = _gather_dim(
+        lw, lw.reshape(x, [1]) if not _rank(x) else x, _column(lw, indices, rank, dim), dim
+    )
+    return lw.reshape(rows, out_type(node).get_shape())
 
 
 def _torch_gather(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x, indices = lw.tensor(a["self"]), lw.tensor(a["index"])
-    if not _index_tensor(indices) or _rank(x) != _rank(indices):
-        return None
     shape = out_type(node).get_shape()
-    if _rank(x) == 0:
-        x, indices = lw.reshape(x, [1]), lw.reshape(indices, [1])
+    if not _index_tensor(indices) or max(_rank(x), 1) != max(_rank(indices), 1):
+        return None
+    if _rank(x) == 0 or _rank(indices) == 0:  # 0-d tensors are read as [1]
+        x, indices = (
+            lw.reshape(x, [1] * max(_rank(x), 1)),
+            lw.reshape(indices, [1] * max(_rank(indices), 1)),
+        )
         return lw.reshape(_gather_dim(lw, x, indices, 0), shape)
     dim = a["dim"] % _rank(x)
     return lw.emit(graph.GatherOp(x, [indices], dim, shape))

@@ -121,6 +121,7 @@ class KernelStep:
 
     error_flag: bool = False
     """The kernel takes an error flag after its outputs (it gathers, docs/contracts.md)."""
+    _device_flag: Tensor | None = field(default=None, init=False, repr=False)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         buffers = [a if a.is_contiguous() else a.contiguous() for a in args]
@@ -137,9 +138,14 @@ class KernelStep:
         """(task gather) On the CPU an index out of range raises like eager once the kernel
         is done; on CUDA the flag is not read (that would synchronise every call): the index
         is clamped, so no access leaves its buffer (docs/gpu.md)."""
-        flag = torch.zeros(1, dtype=torch.uint8, device=device)
+        if device.type != "cpu":
+            if self._device_flag is None or self._device_flag.device != device:
+                self._device_flag = torch.zeros(1, dtype=torch.uint8, device=device)
+            self.kernel([*buffers, self._device_flag])  # written, never read
+            return
+        flag = torch.zeros(1, dtype=torch.uint8)
         self.kernel([*buffers, flag])
-        if device.type == "cpu" and flag.item():
+        if flag.item():
             raise IndexOutOfRangeError.in_kernel(self.label)
 
 

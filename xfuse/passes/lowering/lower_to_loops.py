@@ -12,7 +12,11 @@ How a kernel computes its outputs:
   `x mod a + a * (x floordiv a)` into `x`) makes a reshape chain that ends where it started
   cost nothing. `concat` is an `scf.if` chain on the concatenated dim. `flip` reads element
   `n - 1 - i` (a negative coefficient), `roll` element `(i - shift) mod n`, and `iota`
-  (arange) is `start + i * step` of the loop index itself: no buffer at all.
+  (arange) is `start + i * step` of the loop index itself: no buffer at all. `graph.gather`
+  reads its table at a data-dependent index: a `Gathered` atom (the index tensor's element, loaded,
+  wrapped where torch wraps, clamped to its dim and reported through the kernel's error flag,
+  docs/contracts.md) takes the place of the indexed dims, so an elementwise producer of the
+  table is recomputed at the gathered position; its loads stay inside their `scf.if` branch.
 - Each value of the group is emitted as a scalar expression at an index, memoized per
   (value, index) in the innermost loop scope where it is valid; an expression that does not
   depend on an inner loop's variable is placed before that loop (a row's `rsqrt` is computed
