@@ -251,3 +251,43 @@ def test_cuda_graph_replays_of_a_channels_last_program_match_eager() -> None:
     for got, expected in zip(kept, want, strict=True):
         torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
         assert got.stride() == expected.stride()
+
+
+def test_channels_last_kernels_compile_to_ptx(tmp_path: Any) -> None:
+    """The NHWC kernels of a ResNet block (batch norm, ReLU, residual add, pooling) lower to
+    PTX for sm_90 (assembled with ptxas where it is on the PATH), as on the GPU."""
+    import shutil
+    import subprocess
+
+    from xdsl.dialects import func
+
+    from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, layout_pass, run_pipeline
+    from xfuse.backends.cuda import CUDABackend
+    from xfuse.ir.names import KERNEL_ATTR
+    from xfuse.runtime.compiler import lower_to_loops
+
+    model, inputs = make_resnet18(width=8, size=32)
+    module = import_for_xfuse(model, inputs).program.module
+    run_pipeline(DEFAULT_PIPELINE, module, layout=layout_pass(None, torch.device("cuda")))
+    assert "aten.permute.default" in str(module)
+    lower_to_loops(module)
+    names = [
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    ]
+    assert names
+    backend = CUDABackend("sm_90")
+    ptxas = shutil.which("ptxas")
+    for name in names:
+        ptx = backend.compile(module, name).decode()
+        assert f".entry {name}(" in ptx
+        if ptxas is not None:
+            source = tmp_path / f"{name}.ptx"
+            source.write_text(ptx)
+            done = subprocess.run(
+                [ptxas, "-arch=sm_90", str(source), "-o", str(tmp_path / f"{name}.cubin")],
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, done.stderr
