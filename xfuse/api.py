@@ -162,8 +162,8 @@ def layout_pass(asked: bool | None, device: torch.device) -> ModulePass | None:
     None (the default): `XFUSE_CHANNELS_LAST` (`1`, `0` or `auto`) when set, else auto: on
     CUDA, programs whose convolutions favour it as Inductor weighs them (`layout_verdict`:
     cuDNN runs f16/bf16 convolutions in NHWC, and converts NCHW tensors around each one); on
-    the CPU none (oneDNN also prefers NHWC, but xfuse's CPU kernels broadcast along the
-    innermost dim no faster than along C, and the views cost host time: see benchmarks)."""
+    the CPU none: torch converts every weight to channels-last on every call there (ResNet-18,
+    batch 4, 64x64, one core: convolutions 17 ms NCHW, 42 ms NHWC)."""
     from xfuse.passes.transforms.channels_last import ChannelsLastPass
 
     if asked is None:

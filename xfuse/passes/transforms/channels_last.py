@@ -113,8 +113,9 @@ def _tensor_ref(attr: Attribute) -> int | None:
 
 
 def _int_arg(args: Sequence[Attribute], index: int, default: int) -> int:
-    if index < len(args) and isinstance(args[index], IntegerAttr):
-        return int(args[index].value.data)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownArgumentType]
+    attr = args[index] if index < len(args) else None
+    if isinstance(attr, IntegerAttr):
+        return int(attr.value.data)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return default
 
 
@@ -135,8 +136,8 @@ class Convolution:
         if not isinstance(op, graph.TorchCallOp) or op.target.data not in CONVOLUTIONS:
             return None
         args = op.args.data
-        refs = [_tensor_ref(a) for a in args[:2]]
-        if len(refs) < 2 or refs[0] is None or refs[1] is None or len(op.outputs) != 1:
+        refs = [r for a in args[:2] if (r := _tensor_ref(a)) is not None]
+        if len(refs) < 2 or len(op.outputs) != 1:
             return None
         transposed = op.target.data == "aten.convolution.default" and _int_arg(args, 6, 0)
         shapes = [graph.shape_of(op.inputs[r]) for r in refs]
@@ -329,8 +330,10 @@ class _Layout:
         the kernel's loops fold (no copy by the runtime)."""
 
         def make() -> SSAValue:
-            view = self.nhwc(value, value.owner)  # pyright: ignore[reportArgumentType]
-            return self._insert(graph.PermuteOp(view, TO_NCHW), InsertPoint.after(view.owner))  # pyright: ignore[reportArgumentType]
+            owner = value.owner  # a torch call's result (`channels_last`)
+            assert isinstance(owner, Operation)
+            view = self.nhwc(value, owner)
+            return self._insert(graph.PermuteOp(view, TO_NCHW), self._after_definition(view))
 
         return self._cached("read", value, make)
 
@@ -480,7 +483,9 @@ class _Layout:
                 self.created.append(reshape)
         ours = {id(op) for op in self.created}
         for op in list(self.block.ops):
-            inner = op.operands[0].owner if isinstance(op, graph.ReshapeOp) else None
+            if not isinstance(op, graph.ReshapeOp):
+                continue
+            inner = op.input.owner
             if isinstance(inner, graph.ReshapeOp) and (id(op) in ours or id(inner) in ours):
                 op.operands = [inner.input]
                 if not inner.result.uses:

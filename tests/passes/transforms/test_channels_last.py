@@ -1,0 +1,168 @@
+"""`channels-last`: the rewritten program means what it meant (the interpreter runs it with torch,
+views and all), on convolutional programs of every shape the pass handles; the decision follows
+Inductor's; `xfuse.compile`'s option picks the pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from examples.convnet import make_convnet
+from examples.resnet import make_resnet18
+from xfuse import interpret
+from xfuse.api import CHANNELS_LAST_ENV, layout_pass, run_pipeline, with_layout
+from xfuse.dialects import graph
+from xfuse.errors import XfuseError
+from xfuse.frontend import import_module
+from xfuse.ir.context import parse
+from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
+from xfuse.pipeline import pipeline
+
+Built = tuple[nn.Module, tuple[torch.Tensor, ...]]
+
+
+class ConvNeXtBlock(nn.Module):
+    """Depthwise conv, permute to NHWC, layer norm, MLP, permute back, residual (ConvNeXt)."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c)
+        self.fc1 = nn.Linear(c, 2 * c)
+        self.fc2 = nn.Linear(2 * c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.fc2(nn.functional.gelu(self.fc1(self.norm(y))))
+        return x + y.permute(0, 3, 1, 2)
+
+
+class MobileBlock(nn.Module):
+    """Inverted residual with squeeze-excitation and hardswish (MobileNetV3), pooled by mean."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.expand = nn.Conv2d(c, 2 * c, 1)
+        self.dw = nn.Conv2d(2 * c, 2 * c, 3, padding=1, groups=2 * c)
+        self.se1 = nn.Conv2d(2 * c, c, 1)
+        self.se2 = nn.Conv2d(c, 2 * c, 1)
+        self.project = nn.Conv2d(2 * c, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.hardswish(self.dw(self.expand(x)))
+        s = y.mean(dim=(2, 3), keepdim=True)
+        y = y * torch.sigmoid(self.se2(torch.relu(self.se1(s))))
+        y = x + self.project(y)
+        return nn.functional.avg_pool2d(y, 2).flatten(1)
+
+
+MODELS: dict[str, Callable[[], Built]] = {
+    "convnet": make_convnet,
+    "resnet18": lambda: make_resnet18(width=8, size=32),
+    "convnext": lambda: (ConvNeXtBlock().eval(), (torch.randn(2, 8, 8, 8),)),
+    "mobile": lambda: (MobileBlock().eval(), (torch.randn(2, 8, 8, 8),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_rewrite_keeps_the_meaning(name: str) -> None:
+    model, inputs = MODELS[name]()
+    imported = import_module(model, inputs)
+    args = imported.arguments(*inputs)
+    run_pipeline("decompose", imported.module)
+    before = interpret(imported.module, args)
+    run_pipeline("channels-last{force=true}", imported.module)
+    imported.module.verify()
+    ops = [op for op in imported.module.walk() if isinstance(op, graph.TorchCallOp)]
+    assert any(op.target.data == "aten.permute.default" for op in ops)
+    for got, want in zip(interpret(imported.module, args), before, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_convnext_permutes_cancel() -> None:
+    model, inputs = MODELS["convnext"]()
+    imported = import_module(model, inputs)
+    run_pipeline("decompose,channels-last{force=true}", imported.module)
+    permutes = [
+        op.permutation
+        for op in imported.module.walk()
+        if isinstance(op, graph.PermuteOp) and len(op.permutation) == 4
+    ]
+    # The model's own permute(0, 2, 3, 1) is the convolution's NHWC view, and its permute back
+    # is the residual add's operand, already NHWC: left are the residual input's read (NCHW,
+    # fused into the add's kernel) and the output's permute (written NCHW by that kernel).
+    assert permutes == [(0, 2, 3, 1), (0, 3, 1, 2)]
+
+
+def _body(text: str) -> ModuleOp:
+    return parse(text)
+
+
+def _verdict(module: ModuleOp, force: bool = False) -> str | None:
+    f = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    return layout_verdict(f.body.block, force)
+
+
+CONV = (
+    'graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, '
+    "[1 : i64, 1 : i64], [1 : i64, 1 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], "
+    "1 : i64] kwargs = {} : (tensor<1x8x8x8xf32>, tensor<8x8x3x3xf32>) -> tensor<1x8x8x8xf32>"
+)
+
+
+def test_a_few_convolutions_among_many_ops_stay_nchw() -> None:
+    chain = "\n".join(f"  %r{i} = graph.neg %r{i - 1} : tensor<1x8x8x8xf32>" for i in range(1, 300))
+    module = _body(
+        "func.func @f(%x: tensor<1x8x8x8xf32>, %w: tensor<8x8x3x3xf32>) -> tensor<1x8x8x8xf32> {\n"
+        f"  %r0 = {CONV}\n{chain}\n  func.return %r299 : tensor<1x8x8x8xf32>\n}}"
+    )
+    assert _verdict(module) == "1 convolutions among 301 ops"
+    assert _verdict(module, force=True) is None
+
+
+def test_a_program_without_convolutions_is_left_alone() -> None:
+    module = _body(
+        "func.func @f(%x: tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32> {\n"
+        "  %r = graph.relu %x : tensor<1x8x8x8xf32>\n  func.return %r : tensor<1x8x8x8xf32>\n}"
+    )
+    text = str(module)
+    assert _verdict(module, force=True) == "no 2-D convolution"
+    pipeline("channels-last{force=true}")(module)
+    assert str(module) == text
+
+
+def test_the_compile_option_picks_the_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv(CHANNELS_LAST_ENV, raising=False)
+    assert layout_pass(None, cpu) is None
+    assert layout_pass(None, cuda) == ChannelsLastPass(force=False)
+    assert layout_pass(True, cpu) == ChannelsLastPass(force=True)
+    assert layout_pass(False, cuda) is None
+    monkeypatch.setenv(CHANNELS_LAST_ENV, "1")
+    assert layout_pass(None, cpu) == ChannelsLastPass(force=True)
+    assert layout_pass(False, cpu) is None  # the argument wins over the environment
+    monkeypatch.setenv(CHANNELS_LAST_ENV, "0")
+    assert layout_pass(None, cuda) is None
+    monkeypatch.setenv(CHANNELS_LAST_ENV, "yes")
+    with pytest.raises(XfuseError, match="XFUSE_CHANNELS_LAST must be 0, 1 or auto"):
+        layout_pass(None, cuda)
+
+
+def test_the_pass_runs_after_decompose() -> None:
+    layout = ChannelsLastPass()
+    passes = pipeline("decompose,fuse-scored").passes
+    assert [p.name for p in with_layout(passes, layout)] == [
+        "decompose",
+        "channels-last",
+        "fuse-scored",
+    ]
+    assert [p.name for p in with_layout(pipeline("fuse-greedy").passes, layout)] == [
+        "channels-last",
+        "fuse-greedy",
+    ]
+    assert with_layout(passes, None) == passes

@@ -1,0 +1,293 @@
+"""Channels-last programs (`xfuse.compile(..., channels_last=...)`, the `channels-last` pass):
+values and output strides as eager's, and between the first and the last convolution no layout
+change at all: every convolution reads and writes channels-last tensors, every kernel reads its
+inputs as they are (the runtime copies none to make it contiguous), and no step only converts.
+On the CPU the option is forced on (torch's CPU convolutions take channels-last too); the GPU
+tests check the same on CUDA and count the conversion kernels torch's profiler sees."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import xfuse
+from examples.resnet import make_resnet18
+from xfuse.dialects import graph
+from xfuse.runtime.compiler import Program
+from xfuse.runtime.executor import CompiledProgram
+from xfuse.runtime.steps import Allocate, EagerStep, KernelStep
+
+Tensor = torch.Tensor
+
+
+class ResNetBlock(nn.Module):
+    """A stem (conv-bn-relu, max-pool) and a basic block (conv-bn-relu-conv-bn, + x, relu)."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1, bias=False)
+        self.bn0 = nn.BatchNorm2d(c)
+        self.pool = nn.MaxPool2d(2)
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+        for bn in (self.bn0, self.bn1, self.bn2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.pool(torch.relu(self.bn0(self.stem(x))))
+        y = torch.relu(self.bn1(self.conv1(h)))
+        return torch.relu(h + self.bn2(self.conv2(y)))
+
+
+def _target(step: Any) -> str | None:
+    """The torch operator an eager step calls (None for other steps)."""
+    if isinstance(step, EagerStep) and isinstance(step.op, graph.TorchCallOp):
+        return step.op.target.data
+    return None
+
+
+def _is_conv(step: Any) -> bool:
+    return _target(step) == "aten.convolution.default"
+
+
+@dataclass
+class Trace:
+    """What each step of one call saw: (step, input tensors, output tensors)."""
+
+    program: Program
+    calls: list[tuple[Any, list[Tensor], list[Tensor]]] = field(default_factory=list)
+
+    def between_convolutions(self) -> list[tuple[Any, list[Tensor], list[Tensor]]]:
+        convs = [i for i, (step, _, _) in enumerate(self.calls) if _is_conv(step)]
+        assert len(convs) >= 2, "expected at least two convolutions"
+        return self.calls[convs[0] : convs[-1] + 1]
+
+
+def traced(compiled: CompiledProgram, inputs: Sequence[Tensor]) -> tuple[Any, Trace]:
+    """Call `compiled` once, recording every step's tensors (its plan wrapped, not changed)."""
+    program = compiled.default.program
+    trace = Trace(program)
+    plan = []
+    for step, (run, ins, outs, releases, drops) in zip(program.steps, program.plan, strict=True):
+
+        def record(
+            args: list[Tensor],
+            allocate: Allocate,
+            run: Callable[[list[Tensor], Allocate], list[Tensor]] = run,
+            step: Any = step,
+        ) -> list[Tensor]:
+            results = run(args, allocate)
+            trace.calls.append((step, list(args), list(results)))
+            return results
+
+        plan.append((record, ins, outs, releases, drops))
+    program.__dict__["plan"] = plan  # the instance's plan replaces the cached one
+    try:
+        return compiled(*inputs), trace
+    finally:
+        del program.__dict__["plan"]
+
+
+def check_no_layout_changes(compiled: CompiledProgram, trace: Trace) -> None:
+    """Between the first and the last convolution: convolutions read and write channels-last,
+    kernels get every input as it is, and no step is a layout conversion."""
+    groups = {g.index: g for g in compiled.groups}
+    for step, args, results in trace.between_convolutions():
+        if _is_conv(step):
+            cl = torch.channels_last
+            assert args[0].is_contiguous(memory_format=cl), step.label
+            assert results[0].is_contiguous(memory_format=cl), step.label
+        elif isinstance(step, KernelStep):
+            assert all(a.is_contiguous() for a in args), f"{step.label} would copy an input"
+            source = step.label.rpartition("(")[2].rstrip(")")
+            if source.startswith("group "):
+                ops = set(groups[int(source.split()[1])].ops)
+            else:
+                ops = {source}
+            assert not ops <= {"graph.permute", "graph.reshape"}, f"{step.label} only converts"
+        else:
+            assert _target(step) != "aten.clone.default", f"{step.label} copies"
+
+
+def _compile(model: nn.Module, inputs: Sequence[Tensor], device: str, **options: Any) -> Any:
+    with torch.no_grad():
+        return xfuse.compile(model, tuple(inputs), device, quiet=True, fallback="error", **options)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (ResNetBlock().eval(), (torch.randn(2, 3, 16, 16),)),
+        lambda: make_resnet18(width=8, size=32),
+    ],
+    ids=["block", "resnet18"],
+)
+def test_cpu_forced_channels_last_matches_eager_with_no_conversions(
+    make: Callable[[], tuple[nn.Module, tuple[Tensor]]],
+) -> None:
+    model, inputs = make()
+    compiled = _compile(model, inputs, "cpu", channels_last=True)
+    with torch.no_grad():
+        got, trace = traced(compiled, inputs)
+        want = model(*inputs)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+    check_no_layout_changes(compiled, trace)
+    targets = [_target(step) for step, _, _ in trace.calls]
+    assert "aten.permute.default" in targets  # the NHWC views
+
+
+def test_a_channels_last_input_gets_eager_output_strides() -> None:
+    model = ResNetBlock().eval()
+    x = torch.randn(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    compiled = _compile(model, (x,), "cpu", channels_last=True)
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    torch.testing.assert_close(got, want)
+    assert want.is_contiguous(memory_format=torch.channels_last)
+    assert got.stride() == want.stride()
+
+
+def test_the_cpu_default_keeps_nchw() -> None:
+    model, inputs = ResNetBlock().eval(), (torch.randn(1, 3, 8, 8),)
+    explanation = xfuse.explain(model, inputs, quiet=True)
+    assert explanation.module is not None
+    text = str(explanation.module)
+    assert "aten.permute.default" not in text and "aten.clone.default" not in text
+    forced = xfuse.explain(model, inputs, quiet=True, channels_last=True)
+    assert "aten.permute.default" in str(forced.module)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA (the lead's GPU run): `pytest -m gpu tests/runtime/test_channels_last_runtime.py`
+# ---------------------------------------------------------------------------------------------
+
+
+def _has_gpu() -> bool:
+    try:
+        import pycuda.driver  # noqa: F401  # pyright: ignore[reportUnusedImport]
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+gpu = pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
+
+CONVOLUTION_NAMES = ("fprop", "xmma", "implicit_gemm", "winograd", "conv2d", "convolve")
+"""Words in the names of cuDNN's convolution kernels (which name their layouts too:
+`sm90_xmma_fprop_implicit_gemm_..._nhwckrsc_nhwc_...`)."""
+CONVERSION_NAMES = ("nchw", "nhwc", "convert")
+"""Words in the names of layout conversion kernels (cuDNN's `nchwToNhwcKernel`, ...)."""
+
+
+def _is_conv_kernel(name: str) -> bool:
+    return any(k in name.lower() for k in CONVOLUTION_NAMES)
+
+
+def conversion_kernels_between_convolutions(fn: Callable[[], Any]) -> list[str]:
+    """The GPU kernels torch's profiler sees in one call of `fn`, between the first and the
+    last convolution kernel, whose names say they change layout."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+        key=lambda e: e.time_range.start,
+    )
+    names = [e.name for e in kernels]
+    convs = [i for i, n in enumerate(names) if _is_conv_kernel(n)]
+    assert len(convs) >= 2, f"expected convolution kernels among {names}"
+    between = names[convs[0] : convs[-1] + 1]
+    return [
+        n
+        for n in between
+        if not _is_conv_kernel(n) and any(c in n.lower() for c in CONVERSION_NAMES)
+    ]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_cuda_channels_last_matches_eager_with_no_conversions(dtype: torch.dtype) -> None:
+    model, (x,) = make_resnet18(batch=4, width=16, size=64)
+    model = model.to("cuda", dtype)
+    x = x.to("cuda", dtype)
+    compiled = _compile(model, (x,), "cuda", cuda_graphs=False)  # the CUDA default: on
+    with torch.no_grad():
+        got, trace = traced(compiled, (x,))
+        want = model(x)
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(got, want, **tolerance)
+    assert got.stride() == want.stride()
+    check_no_layout_changes(compiled, trace)
+    with torch.no_grad():
+        assert conversion_kernels_between_convolutions(lambda: compiled(x)) == []
+
+
+@gpu
+@pytest.mark.gpu
+def test_cuda_graph_replays_of_a_channels_last_program_match_eager() -> None:
+    model, (x,) = make_resnet18(batch=2, width=16, size=32)
+    model = model.to("cuda", torch.bfloat16)
+    inputs = [torch.randn_like(x).to("cuda", torch.bfloat16) for _ in range(4)]
+    compiled = _compile(model, (inputs[0],), "cuda")
+    with torch.no_grad():
+        kept = [compiled(t) for t in inputs]  # warm-up, capture, replays
+        want = [model(t) for t in inputs]
+    graphs = compiled.default.graphs
+    assert graphs is not None and graphs.reason is None and graphs.replays >= 2
+    for got, expected in zip(kept, want, strict=True):
+        torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
+        assert got.stride() == expected.stride()
+
+
+def test_channels_last_kernels_compile_to_ptx(tmp_path: Any) -> None:
+    """The NHWC kernels of a ResNet block (batch norm, ReLU, residual add, pooling) lower to
+    PTX for sm_90 (assembled with ptxas where it is on the PATH), as on the GPU."""
+    import shutil
+    import subprocess
+
+    from xdsl.dialects import func
+
+    from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, layout_pass, run_pipeline
+    from xfuse.backends.cuda import CUDABackend
+    from xfuse.ir.names import KERNEL_ATTR
+    from xfuse.runtime.compiler import lower_to_loops
+
+    model, inputs = make_resnet18(width=8, size=32)
+    module = import_for_xfuse(model, inputs).program.module
+    run_pipeline(DEFAULT_PIPELINE, module, layout=layout_pass(None, torch.device("cuda")))
+    assert "aten.permute.default" in str(module)
+    lower_to_loops(module)
+    names = [
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    ]
+    assert names
+    backend = CUDABackend("sm_90")
+    ptxas = shutil.which("ptxas")
+    for name in names:
+        ptx = backend.compile(module, name).decode()
+        assert f".entry {name}(" in ptx
+        if ptxas is not None:
+            source = tmp_path / f"{name}.ptx"
+            source.write_text(ptx)
+            done = subprocess.run(
+                [ptxas, "-arch=sm_90", str(source), "-o", str(tmp_path / f"{name}.cubin")],
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, done.stderr
