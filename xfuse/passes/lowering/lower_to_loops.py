@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
+from functools import lru_cache
 from itertools import count, product
 from typing import TypeGuard, cast
 
@@ -180,6 +180,10 @@ class Affine:
 Index = tuple[Affine, ...]
 ZERO = Affine()
 
+index_cache = lru_cache(maxsize=1 << 16)
+"""The memo of the functions of `Affine` expressions: bounded, since a `Gathered` atom holds an
+SSA value of the group it was made for (an unbounded cache would keep every program alive)."""
+
 
 def constant_index(c: int) -> Affine:
     return Affine((), c)
@@ -189,7 +193,7 @@ def var_index(v: LoopVar) -> Affine:
     return Affine(((v, 1),), 0)
 
 
-@cache
+@index_cache
 def bounds(e: Affine) -> tuple[int, int]:
     """Smallest and largest value of `e` over its variables' ranges."""
     lo = hi = e.const
@@ -215,7 +219,7 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
     return 0, a.modulus - 1
 
 
-@cache
+@index_cache
 def loop_vars(e: Affine) -> frozenset[int]:
     out: set[int] = set()
     for atom, _ in e.terms:
@@ -228,7 +232,7 @@ def loop_vars(e: Affine) -> frozenset[int]:
     return frozenset(out)
 
 
-@cache
+@index_cache
 def is_gathered(e: Affine) -> bool:
     """Whether `e` reads an index tensor (then it is computed only where its loads may run)."""
     return any(
