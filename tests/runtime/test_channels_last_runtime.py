@@ -291,3 +291,37 @@ def test_channels_last_kernels_compile_to_ptx(tmp_path: Any) -> None:
                 text=True,
             )
             assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "conv, shape",
+    [
+        (lambda: nn.Conv2d(1, 8, 3, padding="same"), (2, 1, 9, 9)),  # one input channel
+        (lambda: nn.Conv2d(4, 8, 2, dilation=2, padding="same"), (1, 4, 7, 7)),
+        (lambda: nn.Conv2d(6, 6, 3, stride=2, groups=3), (2, 6, 9, 9)),  # grouped
+        (lambda: nn.Conv2d(8, 8, 3, groups=8, padding=1), (1, 8, 5, 5)),  # depthwise
+        (lambda: nn.Conv2d(8, 4, 1), (3, 8, 1, 1)),  # one pixel
+        (lambda: nn.Conv2d(3, 5, (3, 1), padding=(1, 0)), (1, 3, 4, 6)),
+    ],
+    ids=["c1", "dilated", "grouped", "depthwise", "pixel", "rect"],
+)
+def test_cpu_forced_convolutions_of_every_shape_match_eager(
+    conv: Callable[[], nn.Module], shape: tuple[int, ...]
+) -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = conv()
+            self.b = nn.Conv2d(self.a.out_channels, 4, 1)  # pyright: ignore[reportArgumentType]
+
+        def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+            y = torch.sigmoid(self.a(x)) * 2 + 1
+            return self.b(y).sum(dim=1), y
+
+    model, x = Net().eval(), torch.randn(shape)
+    compiled = _compile(model, (x,), "cpu", channels_last=True)
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+        assert g.stride() == w.stride()
