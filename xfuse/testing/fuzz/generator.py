@@ -644,7 +644,8 @@ class Generator:
         )
         if kind == "arange" and rank >= 1 and self.dtype(a.name) != torch.bool:
             n = shape[-1]
-            start, step = rng.choice((0, 3, -2)), rng.choice((1, 2, -1, -3))
+            start: float = rng.choice((0, 3, -2))
+            step: float = rng.choice((1, 2, -1, -3))
             dtype = rng.choice(("", ", dtype=torch.float32", ", dtype=torch.int32"))
             if rng.random() < 0.3:
                 start, step, dtype = start / 2, step / 2, ""  # exact float steps
