@@ -32,9 +32,13 @@ from xfuse.dialects import graph
 from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
 from xfuse.passes.fusion.op_facts import (
     FUSABLE_KINDS,
+    MAX_WINDOW_READS,
     combine_spaces,
     gather_mismatch,
     is_constant_op,
+    is_window_op,
+    space_of_op,
+    window_reads,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +209,7 @@ def check_pair(
     a, b = g.space(first), g.space(second)
     if sibling and a.domain != b.domain:
         return refuse(SHAPE_MISMATCH, f"siblings iterate {a} and {b}")
-    if combine_spaces(a, b) is None:
+    if combine_spaces(a, b) is None and (sibling or not window_absorbs(g, first, second)):
         return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
     detail = edge_gather_mismatch(g, first, second)
     if detail is not None:
@@ -277,3 +281,30 @@ def sibling_candidates(
         if fusability(node).ok:
             buckets.setdefault(g.space(node).domain, []).append(node)
     return [b for b in buckets.values() if len(b) > 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Windowed consumers (pool task)
+# ---------------------------------------------------------------------------------------------
+
+
+def window_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
+    """Whether `second`, which holds a pad or pool, may take in its producer `first` although
+    their spaces differ: `second` computes `first`'s values at the positions its windows read
+    (its space stays the group's). Only when nothing else reads `first` (no output of another
+    shape), `first` reduces nothing (its rows would be read at other rows), and every op of
+    `second` reading `first` is a windowed op reading each element a few times or an op over
+    `first`'s own space (a producer the window already absorbed)."""
+    if g.space(first).reduced or not second.outputs:
+        return False
+    if any(readers != (second,) for readers in g.output_readers(first)):
+        return False
+    windowed = False
+    for reader, _ in g.edge_readers(first, second):
+        if is_window_op(reader):
+            if window_reads(reader) > MAX_WINDOW_READS:
+                return False
+            windowed = True
+        elif combine_spaces(space_of_op(reader), g.space(first)) is None:
+            return False
+    return windowed or any(is_window_op(op) for op in second.ops)
