@@ -6,7 +6,8 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `extern-boundary`  an `Extern` op (matmul, linear, torch_call) never joins a group;
 - `composite-op`     a `Composite` op (softmax, layer_norm, ...) must be decomposed first;
 - `not-fusable`      not a graph op, or refused by the caller's fusability predicate;
-- `shape-mismatch`   the two iteration spaces are unrelated (see `combine_spaces`);
+- `shape-mismatch`   the two iteration spaces are unrelated (see `combine_spaces`), and the
+                     consumer is no pad or pool taking in its producer (`window_absorbs`);
 - `max-group-size`   the merged group would hold more ops than allowed;
 - `window`           (fuse-scored) the pair is further apart in the block than the window;
 - `max-rounds`       (fuse-scored) the pair was still waiting when the rounds ran out;

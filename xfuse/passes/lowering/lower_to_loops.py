@@ -11,6 +11,11 @@ How a kernel computes its outputs:
   element; nothing is copied. Simplification (`floordiv`, `mod` and the recombination of
   `x mod a + a * (x floordiv a)` into `x`) makes a reshape chain that ends where it started
   cost nothing. `concat` is an `scf.if` chain on the concatenated dim.
+- `pad` and `pool` read their input at shifted positions: a position its bounds cannot place
+  inside the input is loaded at a clamped (or, for reflect padding, mirrored) address and
+  selected away by an `i1` test, so no load ever leaves its buffer; tests the bounds decide
+  are not emitted. A pool's window is unrolled up to `UNROLL_WINDOW` elements (each position
+  its own guard), else an `scf.for` nest carrying the accumulator.
 - Each value of the group is emitted as a scalar expression at an index, memoized per
   (value, index) in the innermost loop scope where it is valid; an expression that does not
   depend on an inner loop's variable is placed before that loop (a row's `rsqrt` is computed
