@@ -43,6 +43,7 @@ from xfuse.passes.fusion.op_facts import (
     combine_spaces,
     is_gather_op,
     is_inlinable_constant,
+    is_window_op,
     op_kind,
     space_of_op,
     stronger_kind,
@@ -85,7 +86,10 @@ def ops_space(ops: Iterable[Operation], fallback: tuple[int, ...]) -> Space:
         if isinstance(op, YieldOp) or is_inlinable_constant(op.results[0]):
             continue
         s = space_of_op(op)
-        space = s if space is None else (combine_spaces(space, s) or space)
+        # A pad or pool computes its producers at its own positions: its space is the group's.
+        space = (
+            s if space is None else (combine_spaces(space, s) or (s if is_window_op(op) else space))
+        )
     return space if space is not None else Space(fallback)
 
 
@@ -772,8 +776,8 @@ class FusionGraph:
         self._forget_readers(second)
         nxt = second.next
         kind = stronger_kind(first.kind, second.kind)
-        space = combine_spaces(self.space(first), self.space(second))
-        assert space is not None
+        # (None: a windowed consumer took in its producer, legality.window_absorbs)
+        space = combine_spaces(self.space(first), self.space(second)) or self.space(second)
         size = first.size + second.size
         score = first.score + second.score + saved
         at = second.pos

@@ -6,9 +6,10 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `extern-boundary`  an `Extern` op (matmul, linear, torch_call) never joins a group;
 - `composite-op`     a `Composite` op (softmax, layer_norm, ...) must be decomposed first;
 - `not-fusable`      not a graph op, or refused by the caller's fusability predicate;
-- `shape-mismatch`   the two iteration spaces are unrelated (see `combine_spaces`), or a slice,
-                     concat or gather reads its producer elsewhere than the group iterates
-                     (a gather's table from a reduction: see `gather_mismatch`);
+- `shape-mismatch`   the two iteration spaces are unrelated (see `combine_spaces`) and the
+                     consumer is no pad or pool taking in its producer (`window_absorbs`), or a
+                     slice, concat or gather reads its producer elsewhere than the group
+                     iterates (a gather's table from a reduction: see `gather_mismatch`);
 - `max-group-size`   the merged group would hold more ops than allowed;
 - `window`           (fuse-scored) the pair is further apart in the block than the window;
 - `max-rounds`       (fuse-scored) the pair was still waiting when the rounds ran out;
@@ -45,11 +46,15 @@ from xfuse.dialects import graph
 from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
 from xfuse.passes.fusion.op_facts import (
     FUSABLE_KINDS,
+    MAX_WINDOW_READS,
     Space,
     combine_spaces,
     gather_mismatch,
     is_constant_op,
+    is_window_op,
     op_kind,
+    space_of_op,
+    window_reads,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -224,7 +229,9 @@ def check_pair(
         return refuse(SHAPE_MISMATCH, f"siblings iterate {a} and {b}")
     space = combine_spaces(a, b)
     if space is None:
-        return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
+        if sibling or not window_absorbs(g, first, second):
+            return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
+        space = b  # the windowed consumer's space is the group's
     detail = edge_gather_mismatch(g, first, second)
     if detail is not None:
         return refuse(SHAPE_MISMATCH, detail)
@@ -487,3 +494,30 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
         step = via if op_kind(owner) == "elementwise" else owner
         reads.extend((v, i, step) for v, i in operand_reads(owner, index, loop))
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Windowed consumers (pool task)
+# ---------------------------------------------------------------------------------------------
+
+
+def window_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
+    """Whether `second`, which holds a pad or pool, may take in its producer `first` although
+    their spaces differ: `second` computes `first`'s values at the positions its windows read
+    (its space stays the group's). Only when nothing else reads `first` (no output of another
+    shape), `first` reduces nothing (its rows would be read at other rows), and every op of
+    `second` reading `first` is a windowed op reading each element a few times or an op over
+    `first`'s own space (a producer the window already absorbed)."""
+    if g.space(first).reduced or not second.outputs:
+        return False
+    if any(readers != (second,) for readers in g.output_readers(first)):
+        return False
+    windowed = False
+    for reader, _ in g.edge_readers(first, second):
+        if is_window_op(reader):
+            if window_reads(reader) > MAX_WINDOW_READS:
+                return False
+            windowed = True
+        elif combine_spaces(space_of_op(reader), g.space(first)) is None:
+            return False
+    return windowed or any(is_window_op(op) for op in second.ops)

@@ -164,3 +164,33 @@ def gather_mismatch(
             if out != src:
                 return f"{reader.name} reads {graph.fmt_shape(src)} into {graph.fmt_shape(out)}"
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Windowed ops (pool task): pad and pool read their input at shifted, clamped positions
+# ---------------------------------------------------------------------------------------------
+
+WINDOW_OPS = (graph.PadOp, graph.PoolOp)
+
+MAX_WINDOW_READS = 4.0
+"""A windowed op absorbs its producers (computing them at each position it reads) only when
+it reads each input element at most this many times on average: a 3x3 / stride-2 max pool
+reads 2.25 times; a 5x5 / stride-1 pool (25 times) reads a buffer instead."""
+
+
+@cache
+def _is_window_class(cls: type[Operation]) -> bool:
+    return issubclass(cls, WINDOW_OPS)
+
+
+def is_window_op(op: Operation) -> bool:
+    """`isinstance(op, WINDOW_OPS)`, cached per op class like `is_constant_op`."""
+    return _is_window_class(type(op))
+
+
+def window_reads(op: Operation) -> float:
+    """How many times a windowed op reads each element of its input, on average."""
+    n_in = graph.numel(graph.shape_of(op.operands[0]))
+    n_out = graph.numel(graph.shape_of(op.results[0]))
+    per_output = graph.numel(op.window[0]) if isinstance(op, graph.PoolOp) else 1
+    return n_out * per_output / max(n_in, 1)

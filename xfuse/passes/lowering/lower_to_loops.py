@@ -17,6 +17,11 @@ How a kernel computes its outputs:
   wrapped where torch wraps, clamped to its dim and reported through the kernel's error flag,
   docs/contracts.md) takes the place of the indexed dims, so an elementwise producer of the
   table is recomputed at the gathered position; its loads stay inside their `scf.if` branch.
+- `pad` and `pool` read their input at shifted positions: a position its bounds cannot place
+  inside the input is loaded at a clamped (or, for reflect padding, mirrored) address and
+  selected away by an `i1` test, so no load ever leaves its buffer; tests the bounds decide
+  are not emitted. A pool's window is unrolled up to `UNROLL_WINDOW` elements (each position
+  its own guard), else an `scf.for` nest carrying the accumulator.
 - Each value of the group is emitted as a scalar expression at an index, memoized per
   (value, index) in the innermost loop scope where it is valid; an expression that does not
   depend on an inner loop's variable is placed before that loop (a row's `rsqrt` is computed
