@@ -4,8 +4,9 @@ The program compiler: a fused module's `@forward` to the ordered steps of a `Pro
 Each `fusion.group`, and each lone non-extern graph op, is lowered on its own: it is wrapped in
 a temporary module whose `@forward` takes the unit's inputs and returns its outputs, `lower-to-
 loops` turns it into kernel funcs and `fusion.launch`es (docs/contracts.md), and each kernel is
-compiled through the kernel cache. A unit whose lowering or compilation fails falls back to the
-interpreter (`xfuse.runtime.fallback`). Extern ops (matmul, linear, torch_call) run eagerly;
+compiled through the kernel cache. A group whose lowering or compilation fails is compiled op by
+op (`GroupInfo.status`; fusion's `loop-structure` gate keeps such groups from forming); a unit
+that still fails falls back to the interpreter (`xfuse.runtime.fallback`). Extern ops (matmul, linear, torch_call) run eagerly;
 layout ops that only feed externs or outputs are torch views; constants are computed once.
 
 The memory plan: a kernel's output buffer goes back to the pool when the last use of every

@@ -179,8 +179,19 @@ class _Builder:
             var = self.add(graph.ReduceMeanOp(self.add(graph.MulOp(c, c)), dims, keepdim=True))
             eps = self.add(graph.ConstantOp.scalar(1e-5, f32))
             out = self.add(graph.MulOp(c, self.add(graph.RsqrtOp(self.add(graph.AddOp(var, eps))))))
-        if self.rng.random() < 0.6:
+        choice = self.rng.random()
+        if choice < 0.5:
             self.layout(out)
+        elif choice < 0.7:
+            self.heads(out)
+
+    def heads(self, v: SSAValue) -> None:
+        """Split the last dim in two (attention heads), an elementwise op, and merge it back."""
+        s = graph.shape_of(v)
+        if s[-1] % 2:
+            return self.unary()
+        split = self.add(graph.ReshapeOp(v, (*s[:-1], 2, s[-1] // 2)))
+        self.add(graph.ReshapeOp(self.add(self.rng.choice(UNARY)(split)), s))
 
     def index(self) -> None:
         """Index arithmetic (task `index`): a flip, a roll, or an iota (cast) added."""

@@ -168,6 +168,36 @@ LOOP_PROGRAMS = {
         "tensor<6x2x4xf32>",
         SOFTMAX + "\n  %t = graph.reshape %y : tensor<6x8xf32> -> tensor<6x2x4xf32>",
     ),
+    # The reduced dim split into heads and merged back: the own row.
+    "heads-round-trip": (
+        "tensor<6x8xf32>",
+        SOFTMAX
+        + """
+  %a = graph.reshape %y : tensor<6x8xf32> -> tensor<6x2x4xf32>
+  %b = graph.exp %a : tensor<6x2x4xf32>
+  %t = graph.reshape %b : tensor<6x2x4xf32> -> tensor<6x8xf32>""",
+    ),
+    # Both dims split and merged back: the same element, but lower-to-loops' index algebra
+    # does not see through the split of the outer dim, so the gate refuses it too.
+    "reshape-round-trip": (
+        "tensor<6x8xf32>",
+        SOFTMAX
+        + """
+  %a = graph.reshape %y : tensor<6x8xf32> -> tensor<3x2x2x4xf32>
+  %b = graph.exp %a : tensor<3x2x2x4xf32>
+  %t = graph.reshape %b : tensor<3x2x2x4xf32> -> tensor<6x8xf32>""",
+    ),
+    # A group norm: rows of a merged dim, normalized, merged back, scaled per channel.
+    "group-norm": (
+        "tensor<6x8xf32>",
+        """
+  %g = graph.reshape %x : tensor<6x8xf32> -> tensor<6x2x4xf32>
+  %mu = graph.reduce_mean %g dims = [2] keepdim : tensor<6x2x4xf32> -> tensor<6x2x1xf32>
+  %d = graph.sub %g, %mu : tensor<6x2x4xf32>, tensor<6x2x1xf32> -> tensor<6x2x4xf32>
+  %n = graph.reshape %d : tensor<6x2x4xf32> -> tensor<6x8xf32>
+  %w = graph.exp %x : tensor<6x8xf32>
+  %t = graph.mul %n, %w : tensor<6x8xf32>, tensor<6x8xf32> -> tensor<6x8xf32>""",
+    ),
 }
 
 
@@ -187,6 +217,9 @@ def loop_program(name: str) -> str:
         ("row-permuted", None, "%t of shape [1, 6] is neither the full shape [6, 6]"),
         ("unit-dim-reshape", 1, None),
         ("full-reshaped", 1, None),
+        ("heads-round-trip", 1, None),
+        ("reshape-round-trip", None, "would be read at another row than its own"),
+        ("group-norm", 1, None),
     ],
 )
 def test_groups_split_where_one_row_loop_cannot_compute_them(

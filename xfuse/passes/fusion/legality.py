@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Required, TypedDict, Unpack, cast
+from typing import Required, TypedDict, Unpack
 
 from xdsl.ir import Operation, SSAValue
 
@@ -311,17 +311,70 @@ def sibling_candidates(
 # Loop structure: what one row loop can compute (see the module doc)
 # ---------------------------------------------------------------------------------------------
 
-Entry = tuple[int, ...] | None
-"""Where one dim of a value is read, in terms of the row loop's index into the full shape: the
-full dims whose loop variables make it up (mixed radix, outermost first; `()` is index 0), or
-None for anything else (an offset, part of a dim, an index an op computes)."""
+Digit = tuple[int, int, int]
+"""`(k, stride, radix)`: `(v_k floordiv stride) mod radix`, a piece of the loop variable `v_k`
+of full dim `k` (the whole of it: `(k, 1, full[k])`)."""
+
+Entry = tuple[Digit, ...] | None
+"""Where one dim of a value is read, in terms of the row loop's index into the full shape:
+digits in mixed radix, outermost first (`()` is index 0; adjacent pieces of one variable are
+merged, so each value has one spelling), or None for anything else (an offset, an index an op
+computes)."""
 
 Index = tuple[Entry, ...]
 
+OPAQUE = -1
+"""The dim of a digit that stands for an unknown index (its radix the dim's size)."""
 
-def _known(digits: Sequence[tuple[int | None, int]]) -> Entry:
-    dims = tuple(d for d, _ in digits)
-    return None if None in dims else cast(tuple[int, ...], dims)
+
+def _radix(digits: Sequence[Digit]) -> int:
+    return graph.numel([r for _, _, r in digits])
+
+
+def _merged(digits: Sequence[Digit]) -> Entry:
+    """The entry of `digits` (outermost first); None if one is unknown."""
+    out: list[Digit] = []
+    for k, stride, radix in digits:
+        if k == OPAQUE:
+            return None
+        if out and out[-1][0] == k and out[-1][1] == stride * radix:
+            out[-1] = (k, stride, radix * out[-1][2])
+        else:
+            out.append((k, stride, radix))
+    return tuple(out)
+
+
+@dataclass
+class _Digits:
+    """The digits of a memory position, outermost first, cut into a shape's dims from the
+    innermost. Only the innermost digit may be cut inside (`lower-to-loops` spells the pieces
+    of the innermost loop variable so that they merge back; a cut inside another digit leaves
+    a floor division of a sum that it does not see through)."""
+
+    digits: list[Digit]
+    cuttable: bool
+
+    def take(self, size: int) -> list[Digit] | None:
+        """Pop the innermost digits that make up `size` (outermost first); None where they
+        cannot be cut there."""
+        taken: list[Digit] = []
+        got = 1
+        while got < size and self.digits:
+            need, rest = divmod(size, got)
+            if rest:
+                return None
+            k, stride, radix = self.digits.pop()
+            if radix <= need:
+                taken.append((k, stride, radix))
+                got *= radix
+                self.cuttable = False
+            elif self.cuttable and radix % need == 0:
+                taken.append((k, stride, need))
+                self.digits.append((k, stride * need, radix // need))
+                got *= need
+            else:
+                return None
+        return taken[::-1] if got == size else None
 
 
 @dataclass(frozen=True)
@@ -335,7 +388,7 @@ class RowLoop:
     @property
     def identity(self) -> Index:
         """The index of the full shape's element in the innermost loop."""
-        return tuple(() if d == 1 else (k,) for k, d in enumerate(self.full))
+        return tuple(() if d == 1 else ((k, 1, d),) for k, d in enumerate(self.full))
 
     def row(self, keepdim: bool) -> Index:
         """The index of the iteration's row in a reduction's result."""
@@ -362,35 +415,28 @@ class RowLoop:
 
     def reshape(self, index: Index, shape: tuple[int, ...], to: tuple[int, ...]) -> Index:
         """The index of the element of shape `to` at the same memory position as the element
-        of `shape` at `index`. Both shapes are cut where their trailing element counts agree;
-        a piece that is one dim of `to` made of known full dims is known."""
-        digits: list[tuple[int | None, int]] = []  # (full dim or None, radix), outermost first
+        of `shape` at `index`: the digits of the position, cut into `to`'s dims from the
+        innermost (a dim that cuts a digit of an unknown index, or that the digits cannot
+        make up, is unknown, and so are the dims outside it)."""
+        digits: list[Digit] = []
         for entry, size in zip(index, shape, strict=True):
             if size == 1:
                 continue
-            if entry is not None and graph.numel([self.full[k] for k in entry]) == size:
-                digits.extend((k, self.full[k]) for k in entry)
+            if entry is not None and _radix(entry) == size:
+                digits.extend(entry)
             else:
-                digits.append((None, size))
-        out: list[Entry] = [()] * len(to)
-        dims = [j for j, d in enumerate(to) if d != 1]
-        while dims:
-            piece = [dims.pop()]
-            count = to[piece[0]]
-            taken: list[tuple[int | None, int]] = []
-            got = 1
-            while got != count and (digits or dims):
-                if got < count and digits:
-                    taken.append(digits.pop())
-                    got *= taken[-1][1]
-                elif dims:
-                    piece.append(dims.pop())
-                    count *= to[piece[-1]]
-                else:
-                    break
-            entry = _known(taken[::-1]) if len(piece) == 1 and got == count else None
-            for j in piece:
-                out[j] = entry
+                digits.append((OPAQUE, 1, size))
+        innermost = digits[-1] if digits else (OPAQUE, 1, 1)
+        cuttable = innermost[0] != OPAQUE and innermost[1:] == (1, self.full[innermost[0]])
+        cut = _Digits(digits, cuttable)
+        out: list[Entry] = [() if d == 1 else None for d in to]
+        for j in reversed(range(len(to))):
+            if to[j] == 1:
+                continue
+            taken = cut.take(to[j])
+            if taken is None:
+                break
+            out[j] = _merged(taken)
         return tuple(out)
 
 

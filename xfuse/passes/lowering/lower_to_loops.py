@@ -41,7 +41,8 @@ How a kernel computes its outputs:
   product gives each inner loop a partial accumulator of its own (`partial_sums_nest`).
 - Group shapes this cannot express (reductions over different dims or shapes, outputs of other
   shapes, ops without a scalar lowering) raise `CodegenError` naming the kernel and the reason:
-  the runtime falls back for that group. With `keep-unsupported`, the pass instead leaves such a
+  the runtime compiles that group op by op (or falls back). Fusion's `loop-structure` gate
+  (`xfuse.passes.fusion.legality`) keeps such groups from forming. With `keep-unsupported`, the pass instead leaves such a
   group (or op) where it is, with its reason in the `xfuse.codegen_error` attribute.
 
 Constants: a splat `graph.constant` (inside a group, or outside feeding one) becomes an
