@@ -32,6 +32,7 @@ from xfuse.ir.context import make_context, parse
 from xfuse.ir.names import BLOCK_ATTR, KERNEL_ATTR
 from xfuse.passes.lowering.gpu_map_parallel import GPUMapParallelPass
 from xfuse.runtime.compiler import lower_to_loops
+from xfuse.testing.fuzz.compare import compare_outputs
 
 ARCH = "sm_90"
 PTXAS = shutil.which("ptxas")
@@ -542,7 +543,17 @@ def test_gpu_math_unary_edges(name: str, dtype: torch.dtype) -> None:
     x = edge_inputs(dtype).cuda()
     expected = MATH_UNARY[name](x)
     actual = xfuse.api.compile(MATH_UNARY[name], (x,), device="cuda:0")(x)
+    if name in REORDERED:
+        # Sums whose order differs from eager's (CUDA's var_mean is Welford's): against the
+        # f64 result, no worse than twice eager's error; the values are clamped to 1e3.
+        reference = MATH_UNARY[name](x.double()).to(dtype)
+        assert compare_outputs([actual], [expected], [reference], scale=1e3) is None
+        return
     torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+REORDERED = {"var_mean", "vector_norm_1", "vector_norm_2", "vector_norm_3"}
+"""Reductions of `MATH_UNARY` whose f32 result depends on the order of the sum."""
 
 
 @pytest.mark.gpu
