@@ -260,6 +260,15 @@ def _is_elementwise(op: Operation) -> bool:
     )
 
 
+def _is_window(op: Operation) -> bool:
+    """A rank-4 `graph.pool` or `graph.pad`: windows over NCHW's H and W."""
+    return (
+        isinstance(op, graph.PoolOp | graph.PadOp)
+        and len(op.results) == 1
+        and _is_rank4(op.results[0])
+    )
+
+
 @dataclass
 class _Layout:
     """The rewrite of one function body, op by op in block order."""
@@ -372,7 +381,8 @@ class _Layout:
         dead = {op for op in self.block.ops if _is_removable(op)}
         for conv in convolutions(self.block):
             source = conv.op.inputs[conv.input_index]
-            if isinstance(source.owner, Operation) and _is_elementwise(source.owner):
+            owner = source.owner
+            if isinstance(owner, Operation) and (_is_elementwise(owner) or _is_window(owner)):
                 self.wanted.add(source)
         for op in list(self.block.ops):
             if isinstance(op, func.ReturnOp):
@@ -385,6 +395,10 @@ class _Layout:
                 self.reduction(op)
             elif isinstance(op, graph.PermuteOp) and self.is_nhwc(op.input):
                 self.permute(op)
+            elif _is_window(op) and (
+                op.results[0] in self.wanted or any(self.is_nhwc(v) for v in op.operands)
+            ):
+                self.windowed(op)
             else:
                 self.other(op)
         self.cleanup(dead)
@@ -448,6 +462,14 @@ class _Layout:
             Rewriter.erase_op(op)
             return
         self._replace(op, graph.PermuteOp(source, perm), None)
+
+    def windowed(self, op: Operation) -> None:
+        """A pool or pad (over NCHW's trailing dims) of NHWC memory, or one a convolution
+        reads: it reads its NCHW operand as it is (the kernel's loops fold the permute) and its
+        result is written in NHWC memory."""
+        self.other(op)
+        result = self._insert(op.clone(), InsertPoint.before(op))
+        self._replace(op, graph.PermuteOp(result, TO_NHWC), TO_NCHW)
 
     def other(self, op: Operation) -> None:
         """An op that reads NCHW: a channels-last torch result is read through its view."""
