@@ -1,10 +1,13 @@
 """`graph.gather` on CUDA: PTX that ptxas accepts, the row and elementwise strategies kept
-with the kernel's error report, and (on a GPU) results equal to eager. On CUDA the runtime
-does not read the error flag (docs/gpu.md): an index out of range is clamped, never read
-outside the table."""
+with the kernel's error report, and (on a GPU) results equal to eager. On CUDA an index out
+of range stops the kernel (`trap`), as eager's device-side assert does (docs/gpu.md); it is
+clamped first, so nothing is ever read outside the table."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,13 @@ def test_gathered_columns_map_elementwise(index_dtype: torch.dtype, tmp_path: Pa
     ptxs = ptx_of(lambda x, j: x[:, j] * 2, (torch.randn(8, 64), j), tmp_path)
     shape = LaunchShape.from_ptx(ptxs[-1])
     assert shape.strategy == "elementwise"
+
+
+def test_a_bad_index_traps_on_cuda(tmp_path: Path) -> None:
+    ptxs = ptx_of(
+        lambda x, i: F.embedding(i, x) * 2, (torch.randn(8, 64), torch.tensor([1])), tmp_path
+    )
+    assert any("trap;" in p for p in ptxs)
 
 
 def test_gather_bf16_and_two_index_tensors(tmp_path: Path) -> None:
@@ -66,15 +76,30 @@ def test_gpu_gather_and_index() -> None:
     run_on_gpu(lambda x, j: x[:, j] - 1, (torch.randn(8, 64), torch.tensor([1, -1, 3, 3])))
 
 
-@pytest.mark.gpu
-@gpu
-def test_gpu_bad_index_is_clamped_not_read_outside() -> None:
+BAD_INDEX = textwrap.dedent(
+    """
+    import torch, torch.nn.functional as F
     import xfuse.api
-
     x = torch.randn(8, 64, device="cuda")
     good, bad = torch.tensor([1, 2], device="cuda"), torch.tensor([1, 10**9], device="cuda")
     program = xfuse.api.compile(lambda x, i: F.embedding(i, x) * 2, (x, good), device="cuda:0")
-    out = program(x, bad)
+    torch.testing.assert_close(program(x, good), F.embedding(good, x) * 2)
+    print("good ok", flush=True)
+    program(x, bad)
     torch.cuda.synchronize()
-    torch.testing.assert_close(out[0], x[1] * 2)
-    torch.testing.assert_close(out[1], x[0] * 2)  # clamped to row 0
+    print("bad returned", flush=True)
+    """
+)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_bad_index_stops_like_eager() -> None:
+    """A bad index on CUDA ends in a CUDA error at the next synchronisation, as eager's
+    device-side assert does (in a child process: the error leaves the context unusable)."""
+    run = subprocess.run(
+        [sys.executable, "-c", BAD_INDEX], capture_output=True, text=True, timeout=300
+    )
+    assert "good ok" in run.stdout, run.stderr[-2000:]
+    assert "bad returned" not in run.stdout
+    assert "CUDA error" in run.stderr or "CUDA" in run.stderr, run.stderr[-2000:]

@@ -8,7 +8,10 @@ memref -> pointer arithmetic, arith, cf, func, types); what differs for the GPU 
   `llvm.exp.f32` and friends); the backend links libdevice in;
 - loads and stores that `gpu-map-parallel` marked `xfuse.gpu.align` carry that alignment, so that
   LLVM's load/store vectorizer merges a thread's lanes into 128-bit `ld.global.v4`/`st.global.v4`;
-- kernel pointer arguments are `noalias` and 16-byte aligned (the loader checks the pointers).
+- kernel pointer arguments are `noalias` and 16-byte aligned (the loader checks the pointers);
+- a kernel that gathers stops with `llvm.trap` where it reports an index out of range (its
+  error flag, `ERROR_FLAG_ATTR`): like eager CUDA's device-side assert, an asynchronous CUDA
+  error that the next synchronisation raises (docs/gpu.md).
 
     %y = math.exp %x : f32   ->   %y = llvm.call @__nv_expf(%x) : (f32) -> f32
 """
@@ -40,11 +43,11 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 
 from xfuse.dialects.mlir_ops import ErfcOp, RemFOp
 from xfuse.ir.dtypes import byte_width
-from xfuse.ir.names import ALIGN_ATTR, LANE_ATTR, STRATEGY_ATTR
+from xfuse.ir.names import ALIGN_ATTR, ERROR_FLAG_ATTR, LANE_ATTR, STRATEGY_ATTR
 from xfuse.passes.llvm.convert_arith_to_llvm import (
     LLVMConversionError,
 )
@@ -258,6 +261,27 @@ def _check_mapped(kernel: func.FuncOp) -> None:
         )
 
 
+TRAP = "llvm.trap"
+
+
+def _trap_on_bad_index(kernel: func.FuncOp) -> None:
+    """After each store to the error flag (the kernel's last argument), `llvm.trap`: a bad
+    index stops the kernel, as eager's device-side assert does, instead of going on with the
+    clamped index (a CUDA kernel's flag is never read back: that would synchronise)."""
+    if ERROR_FLAG_ATTR not in kernel.attributes:
+        return
+    flag = kernel.body.block.args[-1]
+    for op in list(kernel.walk()):
+        if isinstance(op, memref.StoreOp) and op.memref == flag:
+            declare_external(op, TRAP, llvm.LLVMFunctionType([]))
+            Rewriter.insert_op(llvm.CallOp(TRAP), InsertPoint.after(op))
+
+
+def _check_and_trap(kernel: func.FuncOp) -> None:
+    _check_mapped(kernel)
+    _trap_on_bad_index(kernel)
+
+
 def _convert_kernel_types(kernel: func.FuncOp) -> None:
     rewrite_once(kernel, ConvertLLVMTypes())
     _convert_block_argument_types(kernel)
@@ -270,7 +294,7 @@ def _align_pointers(module: ModuleOp, kernels: list[str]) -> None:
 
 
 NVVM_TARGET = LLVMTarget(
-    check_kernel=_check_mapped,
+    check_kernel=_check_and_trap,
     math=lambda kernel: rewrite_once(kernel, ConvertMathToLibdevice()),
     after_cf=lambda kernel: rewrite_once(kernel, ConvertVectorLaneAccess()),
     convert_types=_convert_kernel_types,
