@@ -127,6 +127,19 @@ def test_returned_diagonal_is_a_view_of_its_input() -> None:
     torch.testing.assert_close(got, torch.diagonal(x, 1), rtol=0, atol=0)
 
 
+def test_softmax_of_an_empty_diagonal() -> None:
+    """(fuzz seed 11, program 249) An empty diagonal's log_softmax: nothing to compute."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        d = torch.diagonal(x, -1, 0, 1)
+        return torch.log_softmax(d, dim=-1), x.sum()
+
+    x = rand(1, 16, 16)
+    got, want = compile_checked(fn, (x,))(x), fn(x)
+    assert got[0].shape == want[0].shape == (16, 0)
+    torch.testing.assert_close(got[1], want[1])
+
+
 def test_arange_fuses_into_its_reader() -> None:
     """Position ids and a causal mask: the aranges are computed inside the kernels."""
     fn, shape, _ = CASES["causal_mask"]

@@ -142,3 +142,17 @@ def _eval(e, v: int) -> int:
             assert isinstance(atom, Mod)
             total += k * (_eval(atom.arg, v) % atom.modulus)
     return total
+
+
+def test_concat_of_empty_tensors_lowers() -> None:
+    """An empty diagonal concatenated (fuzz seed 7, program 2): the index's bounds pass every
+    input's offset; the loop never runs."""
+    check_random(
+        [((5, 0), torch.float32), ((5, 0), torch.float32)],
+        lambda a, b: graph.ConcatOp([a, b], 1),
+        group=False,
+    )
+    check_random(
+        [((0, 3), torch.float32), ((0, 3), torch.float32)],
+        lambda a, b: graph.FlipOp(graph.ConcatOp([a, b], 0), [0, 1]),
+    )

@@ -1174,7 +1174,7 @@ class KernelBuilder:
             offsets.append(offsets[-1] + shape_of(v)[axis])
         lo, hi = bounds(index[axis])
         k = first
-        while offsets[k + 1] <= lo:
+        while k < len(op.inputs) - 1 and offsets[k + 1] <= lo:  # (all empty: never runs)
             k += 1
         shifted = (
             index[:axis] + (add(index[axis], constant_index(-offsets[k])),) + index[axis + 1 :]
