@@ -283,6 +283,8 @@ class FusionGraph:
         # Facts of values that never change (type, owner): asked for on every gate.
         self._bytes: dict[int, int] = {}
         self._inlinable: dict[int, bool] = {}
+        self._shapes: dict[int, tuple[int, ...]] = {}
+        self._rows: dict[int, tuple[tuple[int, ...], bool] | None] = {}
         # Names of the results of groups given in the input (a group keeps its results' names).
         self._result_hints: dict[SSAValue, str | None] = {}
         # The order in which the readers of a value are listed (`readers_of`): a stamp per
@@ -533,6 +535,25 @@ class FusionGraph:
         if n is None:
             n = self._bytes[id(value)] = tensor_bytes(value)
         return n
+
+    def shape(self, value: SSAValue) -> tuple[int, ...]:
+        """`graph.shape_of`, cached (the loop-structure gate asks for every value it reads)."""
+        shape = self._shapes.get(id(value))
+        if shape is None:
+            shape = self._shapes[id(value)] = graph.shape_of(value)
+        return shape
+
+    def row_reduction(self, op: Operation) -> tuple[tuple[int, ...], bool] | None:
+        """The dims and keepdim of a reduction over some dims; None for any other op (cached:
+        reading an op's properties is slow)."""
+        key = id(op)
+        if key in self._rows:
+            return self._rows[key]
+        found = None
+        if isinstance(op, graph.ReduceOp) and op.reduce_dims:
+            found = (op.reduce_dims, op.keeps_dims)
+        self._rows[key] = found
+        return found
 
     def is_inlinable(self, value: SSAValue) -> bool:
         """`is_inlinable_constant`, cached."""
@@ -938,6 +959,8 @@ class FusionGraph:
         self._order.clear()
         self._bytes.clear()
         self._inlinable.clear()
+        self._shapes.clear()
+        self._rows.clear()
 
     def _build_group(self, node: Node, outer_of: dict[SSAValue, SSAValue]) -> GroupOp:
         """The `fusion.group` of a group node; its outputs replace the values they yield

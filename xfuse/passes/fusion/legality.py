@@ -38,9 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Required, TypedDict, Unpack
 
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
@@ -385,13 +386,21 @@ class RowLoop:
     full: tuple[int, ...]
     dims: tuple[int, ...]
 
-    @property
+    @cached_property
     def identity(self) -> Index:
         """The index of the full shape's element in the innermost loop."""
         return tuple(() if d == 1 else ((k, 1, d),) for k, d in enumerate(self.full))
 
     def row(self, keepdim: bool) -> Index:
         """The index of the iteration's row in a reduction's result."""
+        return self.rows[keepdim]
+
+    @cached_property
+    def rows(self) -> tuple[Index, Index]:
+        """`row(False)` and `row(True)`."""
+        return (self._row(False), self._row(True))
+
+    def _row(self, keepdim: bool) -> Index:
         if keepdim:
             return tuple(() if k in self.dims else e for k, e in enumerate(self.identity))
         return tuple(e for k, e in enumerate(self.identity) if k not in self.dims)
@@ -408,9 +417,9 @@ class RowLoop:
             return self.reshape(self.identity, self.full, shape)
         return None
 
-    def is_own_row(self, op: graph.ReduceOp, index: Index) -> bool:
-        want = self.row(op.keeps_dims)
-        shape = graph.shape_of(op.result)
+    def is_own_row(self, keepdim: bool, shape: tuple[int, ...], index: Index) -> bool:
+        """Whether a reduction's result of `shape` read at `index` is read at its own row."""
+        want = self.rows[keepdim]
         return all(size == 1 or got == w for got, w, size in zip(index, want, shape, strict=True))
 
     def reshape(self, index: Index, shape: tuple[int, ...], to: tuple[int, ...]) -> Index:
@@ -440,44 +449,81 @@ class RowLoop:
         return tuple(out)
 
 
-def operand_reads(op: Operation, index: Index, loop: RowLoop) -> list[tuple[SSAValue, Index]]:
+ShapeOf = Callable[[SSAValue], tuple[int, ...]]
+Reads = list[tuple[SSAValue, Index]]
+
+
+def _broadcast_in_dim_reads(
+    op: graph.BroadcastInDimOp, index: Index, loop: RowLoop, shape_of: ShapeOf
+) -> Reads:
+    in_shape = shape_of(op.input)
+    return [
+        (op.input, tuple(() if in_shape[i] == 1 else index[d] for i, d in enumerate(op.dim_map)))
+    ]
+
+
+def _reshape_reads(op: graph.ReshapeOp, index: Index, loop: RowLoop, shape_of: ShapeOf) -> Reads:
+    return [(op.input, loop.reshape(index, shape_of(op.result), shape_of(op.input)))]
+
+
+def _permute_reads(op: graph.PermuteOp, index: Index, loop: RowLoop, shape_of: ShapeOf) -> Reads:
+    src: list[Entry] = [()] * len(index)
+    for i, p in enumerate(op.permutation):
+        src[p] = index[i]
+    return [(op.input, tuple(src))]
+
+
+def _slice_reads(op: graph.SliceOp, index: Index, loop: RowLoop, shape_of: ShapeOf) -> Reads:
+    start, _, stride = op.bounds
+    return [(op.input, tuple(map(_slice_entry, index, start, stride, shape_of(op.input))))]
+
+
+def _concat_reads(op: graph.ConcatOp, index: Index, loop: RowLoop, shape_of: ShapeOf) -> Reads:
+    reads: Reads = []
+    axis, offset = op.axis, 0
+    for v in op.inputs:
+        reads.append((v, index if offset == 0 else (*index[:axis], None, *index[axis + 1 :])))
+        offset += shape_of(v)[axis]
+    return reads
+
+
+def _identity_reads(op: Operation, index: Index, loop: RowLoop, shape_of: ShapeOf) -> Reads:
+    return [(op.operands[0], index)]  # a reduction over no dims
+
+
+def _elementwise_reads(op: Operation, index: Index, loop: RowLoop, shape_of: ShapeOf) -> Reads:
+    return [(v, _broadcast(index, shape_of(v), len(index))) for v in op.operands]
+
+
+def _unknown_reads(op: Operation, index: Index, loop: RowLoop, shape_of: ShapeOf) -> Reads:
+    return [(v, tuple(() if d == 1 else None for d in shape_of(v))) for v in op.operands]
+
+
+READ_RULES: tuple[tuple[type[Operation], Callable[..., Reads]], ...] = (
+    (graph.BroadcastInDimOp, _broadcast_in_dim_reads),
+    (graph.ReshapeOp, _reshape_reads),
+    (graph.PermuteOp, _permute_reads),
+    (graph.SliceOp, _slice_reads),
+    (graph.ConcatOp, _concat_reads),
+    (graph.ReduceOp, _identity_reads),
+)
+"""How each op that moves elements reads its operands (as `lower-to-loops` indexes them)."""
+
+_rule_of_type: dict[type[Operation], Callable[..., Reads]] = {}
+
+
+def operand_reads(op: Operation, index: Index, loop: RowLoop, shape_of: ShapeOf) -> Reads:
     """The index at which `op` reads each operand to compute its result at `index` (every op
-    but real reductions): layout ops map it, elementwise ops broadcast it as torch does, and
-    an op of another kind (one that computes its own indices) reads at unknown ones."""
-    if isinstance(op, graph.BroadcastInDimOp):
-        in_shape = graph.shape_of(op.input)
-        return [
-            (
-                op.input,
-                tuple(() if in_shape[i] == 1 else index[d] for i, d in enumerate(op.dim_map)),
-            )
-        ]
-    if isinstance(op, graph.ReshapeOp):
-        out = graph.shape_of(op.result)
-        return [(op.input, loop.reshape(index, out, graph.shape_of(op.input)))]
-    if isinstance(op, graph.PermuteOp):
-        src: list[Entry] = [()] * len(index)
-        for i, p in enumerate(op.permutation):
-            src[p] = index[i]
-        return [(op.input, tuple(src))]
-    if isinstance(op, graph.SliceOp):
-        start, _, stride = op.bounds
-        sizes = graph.shape_of(op.input)
-        return [(op.input, tuple(map(_slice_entry, index, start, stride, sizes)))]
-    if isinstance(op, graph.ConcatOp):
-        reads: list[tuple[SSAValue, Index]] = []
-        offset = 0
-        for v in op.inputs:
-            shifted = index if offset == 0 else (*index[: op.axis], None, *index[op.axis + 1 :])
-            reads.append((v, shifted))
-            offset += graph.shape_of(v)[op.axis]
-        return reads
-    if isinstance(op, graph.ReduceOp):  # no dims: the identity
-        return [(op.input, index)]
-    if op_kind(op) == "elementwise":
-        out_rank = len(index)
-        return [(v, _broadcast(index, graph.shape_of(v), out_rank)) for v in op.operands]
-    return [(v, tuple(() if d == 1 else None for d in graph.shape_of(v))) for v in op.operands]
+    but real reductions): layout ops map it (`READ_RULES`), elementwise ops broadcast it as
+    torch does, and an op of another kind (one that computes its own indices) reads at
+    unknown ones. The rule is found once per op class."""
+    rule = _rule_of_type.get(type(op))
+    if rule is None:
+        found = [r for cls, r in READ_RULES if isinstance(op, cls)]
+        elementwise = op_kind(op) == "elementwise"
+        rule = found[0] if found else _elementwise_reads if elementwise else _unknown_reads
+        _rule_of_type[type(op)] = rule
+    return rule(op, index, loop, shape_of)
 
 
 def _broadcast(index: Index, shape: tuple[int, ...], out_rank: int) -> Index:
@@ -501,23 +547,36 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
         return None  # the kernel never runs
     inside = set(nodes)
     reads: list[tuple[SSAValue, Index, Operation | None]] = []
+    # Plain: elementwise ops and keepdim reductions only, outputs of the full or keepdim row
+    # shape. Every value derived from a reduction then has the full rank and is read at the
+    # full index broadcast: at its own row. The common case, decided without the walk.
+    plain_shapes = (loop.full, graph.reduced_shape(loop.full, loop.dims, True))
+    plain = True
     for node in nodes:
         for value, readers in zip(node.outputs, g.output_readers(node), strict=True):
             if all(r in inside for r in readers):
                 continue
-            shape = graph.shape_of(value)
+            shape = g.shape(value)
             index = loop.output_index(shape)
             if index is None:
                 return (
                     f"output {g.label(value)} of shape {graph.fmt_shape(shape)} is neither the "
                     f"full shape {graph.fmt_shape(loop.full)}, a row shape, nor of as many elements"
                 )
+            plain = plain and shape in plain_shapes
             reads.append((value, index, None))
         for op in node.ops if node.op is None else (node.op,):
-            if isinstance(op, graph.ReduceOp) and op.reduce_dims:
-                if (graph.shape_of(op.input), tuple(op.reduce_dims)) != (loop.full, loop.dims):
+            row = g.row_reduction(op)
+            if row is not None:
+                source = op.operands[0]
+                if (g.shape(source), row[0]) != (loop.full, loop.dims):
                     return f"{g.op_label(op)} reduces another shape or dims than {space}"
-                reads.append((op.input, loop.identity, None))
+                plain = plain and row[1]
+                reads.append((source, loop.identity, None))
+            elif plain and op_kind(op) != "elementwise":
+                plain = False
+    if plain:
+        return None
     node_of = g.node_of
     seen: set[tuple[int, Index]] = set()
     while reads:
@@ -527,10 +586,11 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
             continue
         seen.add(key)
         owner = value.owner
-        if not isinstance(owner, Operation) or node_of(owner) not in inside:
+        if isinstance(owner, Block) or node_of(owner) not in inside:
             continue  # read from outside the group: a buffer
-        if isinstance(owner, graph.ReduceOp) and owner.reduce_dims:
-            if not loop.is_own_row(owner, index):
+        row = g.row_reduction(owner)
+        if row is not None:
+            if not loop.is_own_row(row[1], g.shape(value), index):
                 through = f" (through {g.op_label(via)})" if via is not None else ""
                 return (
                     f"the result of {g.op_label(owner)} would be read at another row than its "
@@ -538,7 +598,7 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
                 )
             continue
         step = via if op_kind(owner) == "elementwise" else owner
-        reads.extend((v, i, step) for v, i in operand_reads(owner, index, loop))
+        reads.extend((v, i, step) for v, i in operand_reads(owner, index, loop, g.shape))
     return None
 
 
