@@ -28,26 +28,39 @@ def rand(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*shape, generator=_gen).to(dtype)
 
 
-# name -> (function, input shape, exact: no rounding anywhere, so bit-for-bit)
+# name -> (function, input shape, exact: no rounding anywhere, so bit-for-bit); aranges on the
+# input's device, as model code makes them (eager cannot add a CPU arange to a CUDA tensor)
 CASES: dict[str, tuple[Fn, tuple[int, ...], bool]] = {
-    "arange_add": (lambda x: x + torch.arange(x.shape[-1]), (37, 53), True),
-    "arange_negative_step": (lambda x: x * torch.arange(10, 10 - 2 * 53, -2), (37, 53), True),
-    "arange_float_step": (lambda x: x + torch.arange(-1.5, 25, 0.5), (37, 53), False),
+    "arange_add": (lambda x: x + torch.arange(x.shape[-1], device=x.device), (37, 53), True),
+    "arange_negative_step": (
+        lambda x: x * torch.arange(10, 10 - 2 * 53, -2, device=x.device),
+        (37, 53),
+        True,
+    ),
+    "arange_float_step": (
+        lambda x: x + torch.arange(-1.5, 25, 0.5, device=x.device),
+        (37, 53),
+        False,
+    ),
     "arange_float_arg_int_dtype": (
-        lambda x: torch.arange(0.5, 53.5, 1.0, dtype=torch.int32) + x.to(torch.int32),
+        lambda x: (
+            torch.arange(0.5, 53.5, 1.0, dtype=torch.int32, device=x.device) + x.to(torch.int32)
+        ),
         (4, 53),
         True,
     ),
-    "arange_alone": (lambda x: torch.arange(3, 3 + 7 * 40, 7), (1,), True),
-    "arange_empty": (lambda x: torch.arange(4, 4) + x, (0,), True),
+    "arange_alone": (lambda x: torch.arange(3, 3 + 7 * 40, 7, device=x.device), (1,), True),
+    "arange_empty": (lambda x: torch.arange(4, 4, device=x.device) + x, (0,), True),
     "position_ids": (
-        lambda x: torch.arange(x.shape[1]).unsqueeze(0).expand(x.shape[0], -1) * 2,
+        lambda x: torch.arange(x.shape[1], device=x.device).unsqueeze(0).expand(x.shape[0], -1) * 2,
         (3, 17),
         True,
     ),
     "causal_mask": (
         lambda x: x.masked_fill(
-            torch.arange(x.shape[-1])[None, :] > torch.arange(x.shape[-2])[:, None], -1e9
+            torch.arange(x.shape[-1], device=x.device)[None, :]
+            > torch.arange(x.shape[-2], device=x.device)[:, None],
+            -1e9,
         ).softmax(-1),
         (2, 9, 9),
         False,
