@@ -3,7 +3,8 @@
 // RUN: xfuse-opt %s -p fuse-greedy -o %t && xfuse-opt %t --fusion-report | filecheck %s --check-prefix=IR
 
 // `--fusion-report` prints the report in place of the program text: a row per group, the lone
-// ops, the totals, the memory traffic with and without fusion, and why pairs were refused.
+// ops, the totals, the memory traffic with and without fusion, how much of it is not in fused
+// kernels (the matmul, an extern), and why pairs were refused.
 
 // CHECK: 4 ops -> 1 groups -> 2 kernels (estimated from the IR)
 // CHECK-NEXT: unit      kind         rule                           ops  in/out  kernels  bytes unfused  bytes fused  saved        op names
@@ -11,6 +12,7 @@
 // CHECK-NEXT: lone ops  -            -                              2    -       1        768 B          768 B        0 B
 // CHECK-NEXT: total                                                 4            2        1.4 KiB        1.1 KiB      256 B (18%)
 // CHECK-NEXT: memory traffic: 1.4 KiB read+written without fusion, 1.1 KiB with fusion (saves 256 B, 18%)
+// CHECK-NEXT: not in fused kernels: 512 B of the 1.1 KiB with fusion (44%): extern 512 B
 // CHECK-NEXT: 4 candidate pairs examined: 1 fused, 3 rejected
 // CHECK-NEXT: rejected because    pairs  first pair
 // CHECK-NEXT: extern-boundary     2      %1 graph.matmul -> %2 graph.relu
