@@ -224,7 +224,9 @@ def test_cuda_channels_last_matches_eager_with_no_conversions(dtype: torch.dtype
     model, (x,) = make_resnet18(batch=4, width=16, size=64)
     model = model.to("cuda", dtype)
     x = x.to("cuda", dtype)
-    compiled = _compile(model, (x,), "cuda", cuda_graphs=False)  # the CUDA default: on
+    # The CUDA default: on for bf16; f32 (slower in NHWC) is forced.
+    forced = {"channels_last": True} if dtype == torch.float32 else {}
+    compiled = _compile(model, (x,), "cuda", cuda_graphs=False, **forced)
     # TF32 off (f32 convolutions of another layout round differently under TF32); through the
     # flags context: torch's OpInfo module forbids setting cudnn's global flags.
     with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):

@@ -115,13 +115,42 @@ CONV = (
 )
 
 
-def test_a_few_convolutions_among_many_ops_stay_nchw() -> None:
-    chain = "\n".join(f"  %r{i} = graph.neg %r{i - 1} : tensor<1x8x8x8xf32>" for i in range(1, 300))
-    module = _body(
-        "func.func @f(%x: tensor<1x8x8x8xf32>, %w: tensor<8x8x3x3xf32>) -> tensor<1x8x8x8xf32> {\n"
-        f"  %r0 = {CONV}\n{chain}\n  func.return %r299 : tensor<1x8x8x8xf32>\n}}"
+def _convs(dtype: str, count: int, ops: int = 0) -> ModuleOp:
+    """@f: `count` chained convolutions of `dtype`, then `ops` negations."""
+    t = f"tensor<1x8x8x8x{dtype}>"
+    conv = CONV.replace("f32", dtype)
+    lines = [f"  %c0 = {conv.replace('(%x, %w)', '(%x, %w)')}"]
+    for i in range(1, count):
+        lines.append(f"  %c{i} = {conv.replace('(%x, %w)', f'(%c{i - 1}, %w)')}")
+    last = f"%c{count - 1}"
+    for i in range(ops):
+        lines.append(f"  %r{i} = graph.neg {last} : {t}")
+        last = f"%r{i}"
+    w = f"tensor<8x8x3x3x{dtype}>"
+    return _body(
+        f"func.func @f(%x: {t}, %w: {w}) -> {t} {{\n"
+        + "\n".join(lines)
+        + f"\n  func.return {last} : {t}\n}}"
     )
-    assert _verdict(module) == "1 convolutions among 301 ops"
+
+
+def test_two_bf16_convolutions_go_channels_last() -> None:
+    assert _verdict(_convs("bf16", 2)) is None
+    assert _verdict(_convs("f16", 3)) is None
+
+
+def test_f32_or_single_convolutions_stay_nchw() -> None:
+    """cuDNN's NHWC f32 kernels, and one strided patch convolution, are slower (H100)."""
+    assert _verdict(_convs("f32", 2)) == (
+        "f32 convolutions (cuDNN's NHWC f32 kernels are slower: ResNet f32 on an H100)"
+    )
+    assert _verdict(_convs("bf16", 1)).startswith("one convolution")  # type: ignore[union-attr]
+    assert _verdict(_convs("f32", 1), force=True) is None
+
+
+def test_a_few_convolutions_among_many_ops_stay_nchw() -> None:
+    module = _convs("bf16", 2, ops=599)
+    assert _verdict(module) == "2 convolutions among 602 ops"  # with the return
     assert _verdict(module, force=True) is None
 
 

@@ -51,8 +51,10 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
+    BFloat16Type,
     DenseArrayBase,
     DictionaryAttr,
+    Float16Type,
     IntegerAttr,
     ModuleOp,
     StringAttr,
@@ -178,6 +180,11 @@ def layout_verdict(block: Block, force: bool = False) -> str | None:
         return f"{mutator.name} may write memory"
     if force:
         return None
+    if len(convs) < 2:
+        return "one convolution (an NHWC one is slower, and nothing is saved between two)"
+    dtypes = {graph.dtype_of(c.op.outputs[0]) for c in convs}
+    if not all(isinstance(t, Float16Type | BFloat16Type) for t in dtypes):
+        return "f32 convolutions (cuDNN's NHWC f32 kernels are slower: ResNet f32 on an H100)"
     n_ops = len(block.ops)
     if n_ops >= OPS_PER_CONVOLUTION * len(convs):
         return f"{len(convs)} convolutions among {n_ops} ops"
