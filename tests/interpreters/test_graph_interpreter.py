@@ -331,6 +331,21 @@ CASES = [
         "tensor<1x4xi64>",
         lambda a: torch.argmin(a, 0, keepdim=True),
     ),
+    Case(
+        "graph.iota",
+        (),
+        "graph.iota dim = 1 start = 2 step = -3 : tensor<3x4xi64>",
+        "tensor<3x4xi64>",
+        lambda: (2 - 3 * torch.arange(4)).expand(3, 4),
+    ),
+    Case("graph.flip", (X,), f"graph.flip %a dims = [0, 1] : {X}", X, lambda a: a.flip(0, 1)),
+    Case(
+        "graph.roll",
+        (X,),
+        f"graph.roll %a shifts = [3, 1] dims = [1, 0] : {X}",
+        X,
+        lambda a: torch.roll(a, (3, 1), (1, 0)),
+    ),
 ]
 
 

@@ -272,7 +272,7 @@ def test_channels_last_kernels_compile_to_ptx(tmp_path: Any) -> None:
 
     model, inputs = make_resnet18(width=8, size=32)
     module = import_for_xfuse(model, inputs).program.module
-    run_pipeline(DEFAULT_PIPELINE, module, layout=layout_pass(None, torch.device("cuda")))
+    run_pipeline(DEFAULT_PIPELINE, module, layout=layout_pass(True, torch.device("cuda")))
     assert "aten.permute.default" in str(module)
     lower_to_loops(module)
     names = [
