@@ -2416,6 +2416,93 @@ def pool_shape(
 
 
 # ---------------------------------------------------------------------------------------------
+# Scans (task `scan`: cumsum, cumprod, logcumsumexp, cummax, cummin)
+# ---------------------------------------------------------------------------------------------
+
+SCAN_KINDS = ("sum", "prod", "logsumexp", "max", "min", "argmax", "argmin")
+"""What a scan combines: `argmax` / `argmin` are cummax's / cummin's indices (i64)."""
+
+SCAN_ARG_KINDS = ("argmax", "argmin")
+
+
+@irdl_op_definition
+class ScanOp(IRDLOperation):
+    """Inclusive scan along `dim`: element i combines elements 0..i of its row, as eager's CPU
+    kernels do, one after the other (torch's cumsum, cumprod, logcumsumexp, and cummax's /
+    cummin's values). f16/bf16 accumulate in f32 and round each result. `max` / `min` take
+    the element when it is NaN or >= (<=) the value so far, unless that is NaN: ties and NaNs
+    take the later element; `argmax` / `argmin` are its position (i64, cummax's / cummin's
+    indices). `logsumexp` combines as eager: log1p(exp(min - max)) + max, or the element
+    when both are the same infinity.
+    `%y = graph.scan %x dim = 1 kind = "sum" : tensor<4x8xf32> -> tensor<4x8xf32>`"""
+
+    name = "graph.scan"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=(
+            "aten.cumsum.default",
+            "aten.cumprod.default",
+            "aten.logcumsumexp.default",
+            "aten.cummax.default",
+            "aten.cummin.default",
+        ),
+        fuzz=Fuzz.drawn_by("scan"),
+        without={"scalar": "lower-to-loops emits it: an scf.for along dim carrying the value"},
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    kind = prop_def(StringAttr)
+    traits = traits_def(Pure(), Reduction())
+    assembly_format = (
+        "$input `dim` `=` $dim `kind` `=` $kind attr-dict `:` type($input) `->` type($result)"
+    )
+
+    def __init__(self, input: SSAValue | Operation, dim: int, kind: str):
+        input = SSAValue.get(input)
+        rank = len(shape_of(input))
+        dtype = i64 if kind in SCAN_ARG_KINDS else dtype_of(input)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype, shape_of(input))],
+            properties={
+                "dim": IntegerAttr(dim % rank if rank else dim, i64),
+                "kind": StringAttr(kind),
+            },
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    @property
+    def combines(self) -> str:
+        """The kind: one of `SCAN_KINDS`."""
+        return self.kind.data
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        kind = self.combines
+        if kind not in SCAN_KINDS:
+            raise VerifyException(f'expected kind in {list(SCAN_KINDS)}, found "{kind}"')
+        _check_dims([self.axis], len(t.get_shape()), "dim")
+        if kind in SCAN_ARG_KINDS:
+            if dtype_of(self.result) != i64:
+                raise VerifyException(
+                    f"expected an i64 result for {kind}, found {dtype_of(self.result)}"
+                )
+        else:
+            _check_same_dtype([self.input, self.result], "operand and result")
+        if kind in ("sum", "prod") and t.element_type == i1:
+            raise VerifyException(f"expected a numeric operand for {kind}, found i1")
+        if kind == "logsumexp" and not is_float(t.element_type):
+            raise VerifyException(
+                f"expected a floating-point operand for logsumexp, found {t.element_type}"
+            )
+        _check_result_shape(self, t.get_shape())
+
+
+# ---------------------------------------------------------------------------------------------
 # Extern ops
 # ---------------------------------------------------------------------------------------------
 
@@ -3053,6 +3140,8 @@ Graph = Dialect(
         PoolOp,
         ArgMaxOp,
         ArgMinOp,
+        # task `scan`
+        ScanOp,
     ],
     [],
 )

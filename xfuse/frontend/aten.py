@@ -1208,6 +1208,59 @@ def _indexing(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 OWN_CONVERTERS[graph.GatherOp] = _indexing
 
 
+# --- task `scan`: cumsum, cumprod, logcumsumexp, cummax, cummin --------------------------------
+
+
+def _scan_along(lw: ImportBuilder, x: SSAValue, dim: int, kind: str) -> SSAValue:
+    """A graph.scan of `x` along `dim`; a 0-d tensor scans as one element, as eager."""
+    if _rank(x) == 0:
+        return lw.reshape(lw.emit(graph.ScanOp(lw.reshape(x, (1,)), 0, kind)), ())
+    return lw.emit(graph.ScanOp(x, dim, kind))
+
+
+def _cumulative(kind: str) -> Converter:
+    """cumsum / cumprod / logcumsumexp: the operand cast to the result dtype first, as eager
+    does (integers and bool give i64, `dtype=` is honoured), then scanned (f16/bf16 in f32)."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        dtype = out_type(node).element_type
+        if kind == "logsumexp" and not graph.is_float(dtype):
+            return None  # eager raises
+        return _scan_along(lw, lw.operand(a["self"], dtype), a["dim"], kind)
+
+    return convert
+
+
+def _cum_extreme(kind: str) -> Converter:
+    """cummax / cummin: a scan of the values and one of the indices, each where it is read
+    (the two read one input)."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        x = lw.tensor(a["self"])
+        used = used_outputs(node) or {0}
+        kinds = (kind, f"arg{kind}")
+        return [_scan_along(lw, x, a["dim"], k) if i in used else None for i, k in enumerate(kinds)]
+
+    return convert
+
+
+SCAN_CONVERTERS: dict[str, Converter] = {
+    "aten.cumsum.default": _cumulative("sum"),
+    "aten.cumprod.default": _cumulative("prod"),
+    "aten.logcumsumexp.default": _cumulative("logsumexp"),
+    "aten.cummax.default": _cum_extreme("max"),
+    "aten.cummin.default": _cum_extreme("min"),
+}
+
+
+def _scan(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """graph.scan's converter: the row of `SCAN_CONVERTERS` for the node."""
+    return SCAN_CONVERTERS[str(node.target)](lw, node, a)
+
+
+OWN_CONVERTERS[graph.ScanOp] = _scan
+
+
 def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
     """`str(OpOverload)` -> converter for every overload one of `ops` declares in its `aten`
     fact (`xfuse.dialects.facts`)."""

@@ -391,6 +391,28 @@ def _gather(op: Operation, xs: list[Tensor]) -> Tensor:
 OWN_IMPLS["graph.gather"] = _gather
 
 
+# --- task `scan`: cumsum, cumprod, logcumsumexp, cummax, cummin --------------------------------
+
+_SCANS: dict[str, Callable[[Tensor, int], Tensor]] = {
+    "sum": lambda x, d: torch.cumsum(x, d, dtype=x.dtype),
+    "prod": lambda x, d: torch.cumprod(x, d, dtype=x.dtype),
+    "logsumexp": torch.logcumsumexp,
+    "max": lambda x, d: torch.cummax(x, d).values,
+    "min": lambda x, d: torch.cummin(x, d).values,
+    "argmax": lambda x, d: torch.cummax(x, d).indices,
+    "argmin": lambda x, d: torch.cummin(x, d).indices,
+}
+"""Eager's scan for each kind of `graph.scan` (sum and prod keep the operand's dtype)."""
+
+
+def _scan(op: Operation, xs: list[Tensor]) -> Tensor:
+    assert isinstance(op, graph.ScanOp)
+    return _SCANS[op.combines](xs[0], op.axis)
+
+
+OWN_IMPLS["graph.scan"] = _scan
+
+
 def op_impls(ops: Iterable[type[Operation]]) -> dict[str, Impl]:
     """The interpreter's rows for `ops`: their own implementation or their `torch` fact's."""
     impls: dict[str, Impl] = {}

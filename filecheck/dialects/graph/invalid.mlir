@@ -699,3 +699,60 @@ func.func @f(%x: tensor<2x8xf32>) {
   %0 = graph.pool %x kind = "max" kernel = [3] stride = [1] padding = [0] dilation = [1] adaptive : tensor<2x8xf32> -> tensor<2x3xf32>
   func.return
 }
+
+// -----
+
+// task `scan`
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.scan' op expected kind in ['sum', 'prod', 'logsumexp', 'max', 'min', 'argmax', 'argmin'], found "mean"
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.scan %x dim = 1 kind = "mean" : tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.scan' op expected dim in [0, 2), found 2
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.scan %x dim = 2 kind = "sum" : tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.scan' op expected an i64 result for argmin, found i32
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.scan %x dim = 1 kind = "argmin" : tensor<4x8xf32> -> tensor<4x8xi32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.scan' op expected operand and result to have the same element type, found f32, f16
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.scan %x dim = 1 kind = "max" : tensor<4x8xf32> -> tensor<4x8xf16>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.scan' op expected a numeric operand for sum, found i1
+func.func @f(%x: tensor<4x8xi1>) {
+  %0 = graph.scan %x dim = 1 kind = "sum" : tensor<4x8xi1> -> tensor<4x8xi1>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.scan' op expected a floating-point operand for logsumexp, found i64
+func.func @f(%x: tensor<4x8xi64>) {
+  %0 = graph.scan %x dim = 1 kind = "logsumexp" : tensor<4x8xi64> -> tensor<4x8xi64>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.scan' op expected result shape [4, 8], found [8, 4]
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.scan %x dim = 1 kind = "prod" : tensor<4x8xf32> -> tensor<8x4xf32>
+  func.return
+}

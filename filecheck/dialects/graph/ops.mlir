@@ -313,3 +313,18 @@ func.func @arg_reductions(%x: tensor<4x8xf32>, %i: tensor<4x8xi64>) -> (tensor<4
   %1 = graph.argmin %i dims = [0] keepdim : tensor<4x8xi64> -> tensor<1x8xi64>
   func.return %0, %1 : tensor<4xi64>, tensor<1x8xi64>
 }
+
+// task `scan`: cumsum, cumprod, logcumsumexp, cummax / cummin (values and indices).
+// CHECK-LABEL: func.func @scan
+func.func @scan(%x: tensor<4x8xf32>, %b: tensor<5xi1>) -> (tensor<4x8xf32>, tensor<4x8xi64>, tensor<5xi1>) {
+  // CHECK-NEXT: %{{.*}} = graph.scan %x dim = 1 kind = "sum" : tensor<4x8xf32> -> tensor<4x8xf32>
+  %0 = graph.scan %x dim = 1 kind = "sum" : tensor<4x8xf32> -> tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.scan %x dim = 0 kind = "logsumexp" : tensor<4x8xf32> -> tensor<4x8xf32>
+  %1 = graph.scan %x dim = 0 kind = "logsumexp" : tensor<4x8xf32> -> tensor<4x8xf32>
+  // CHECK-NEXT: %{{.*}} = graph.scan %x dim = 0 kind = "argmax" : tensor<4x8xf32> -> tensor<4x8xi64>
+  %2 = graph.scan %x dim = 0 kind = "argmax" : tensor<4x8xf32> -> tensor<4x8xi64>
+  // CHECK-NEXT: %{{.*}} = graph.scan %b dim = 0 kind = "min" : tensor<5xi1> -> tensor<5xi1>
+  %3 = graph.scan %b dim = 0 kind = "min" : tensor<5xi1> -> tensor<5xi1>
+  func.return %0, %2, %3 : tensor<4x8xf32>, tensor<4x8xi64>, tensor<5xi1>
+}
+// GENERIC: "graph.scan"(%{{.*}}) <{dim = 1 : i64, kind = "sum"}> : (tensor<4x8xf32>) -> tensor<4x8xf32>

@@ -16,7 +16,10 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `arg-limit`        the merged group would take more inputs plus outputs than allowed;
 - `mutation-hazard`  fusing would move a read across an op that may write memory;
 - `would-create-cycle` a path leaves the pair and comes back (producer -> X -> consumer);
-- `loop-structure`   one kernel's loop nest cannot compute the merged group (see below).
+- `loop-structure`   one kernel's loop nest cannot compute the merged group (see below);
+- `scan`             (task `scan`) a `graph.scan` is a kernel of its own: its loop carries a
+                     value along its dim, one element after the other, which no other op's
+                     loop nest follows.
 
 A group with reductions runs as one row loop (docs/contracts.md, `lower-to-loops`): the
 reductions share one full shape and reduced dims, each iteration computes one row, a
@@ -74,6 +77,7 @@ MAX_ROUNDS = "max-rounds"
 NOT_FUSABLE = "not-fusable"
 COMPOSITE_OP = "composite-op"
 LOOP_STRUCTURE = "loop-structure"
+SCAN = "scan"  # task `scan`
 
 REASONS = (
     FUSED,
@@ -88,6 +92,7 @@ REASONS = (
     NOT_FUSABLE,
     COMPOSITE_OP,
     LOOP_STRUCTURE,
+    SCAN,
 )
 
 # Op kinds that are boundaries, with the reason that names them.
@@ -143,6 +148,8 @@ def fusability(node: Node, predicate: Predicate | None = None) -> Verdict:
         return refuse(BOUNDARY_REASONS[kind], f"{op.name} is {kind}")
     if kind not in FUSABLE_KINDS or is_constant_op(op):
         return refuse(NOT_FUSABLE, f"{op.name} is not a fusable graph op")
+    if type(op) is graph.ScanOp:  # task `scan`
+        return refuse(SCAN, f"{op.name} carries a value along dim {op.axis}: a kernel of its own")
     if predicate is not None and not predicate(op):
         return refuse(NOT_FUSABLE, f"{op.name} refused by the fusability predicate")
     return PASSED

@@ -223,7 +223,8 @@ class _Reduction:
 
 
 def _loop_reductions(loop: scf.ForOp) -> list[_Reduction] | None:
-    """The combiner of each accumulator, or None when one is not `combiner(acc, x)`."""
+    """The combiner of each accumulator, or None when one is not `combiner(acc, x)` read by
+    nothing else (a scan's running value, stored at every step, is no reduction)."""
     body = loop.body.block
     yielded = body.last_op
     assert isinstance(yielded, scf.YieldOp)
@@ -235,6 +236,7 @@ def _loop_reductions(loop: scf.ForOp) -> list[_Reduction] | None:
             or type(producer) not in REDUCTION_IDENTITIES
             or acc not in producer.operands
             or len(list(acc.uses)) != 1
+            or len(list(value.uses)) != 1  # task `scan`: a scan also stores each partial
             or acc.type not in (f32, i32)
         ):
             return None

@@ -59,10 +59,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import count, product
+from math import inf as math_inf
 from typing import TypeGuard, cast
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import arith, func, math, memref, scf
 from xdsl.dialects.builtin import (
     AnyFloat,
     FloatAttr,
@@ -555,7 +556,8 @@ def _is_supported(op: Operation) -> bool:
         | LAYOUT_OPS
         | graph.IotaOp
         | POOL_OPS
-        | graph.GatherOp,
+        | graph.GatherOp
+        | graph.ScanOp,  # task `scan`
     ) or has_scalar_rule(op.name)
 
 
@@ -750,6 +752,7 @@ class KernelBuilder:
             op for op in ops if isinstance(op, graph.ReduceOp) and op.reduce_dims
         ]
         self.error_flag = self._check_gathers(ops)
+        self.scans = [op for op in ops if isinstance(op, graph.ScanOp)]  # task `scan`
         self.domain = self._domain()
 
     def error(self, reason: str) -> LoopLoweringError:
@@ -769,6 +772,8 @@ class KernelBuilder:
     # -- structure -----------------------------------------------------------------------------
 
     def _domain(self) -> Domain:
+        if self.scans:  # task `scan`
+            return scan_domain(self)
         full, dims = self._full_shape()
         if not self.reductions and len({numel(shape_of(v)) for v in self.outputs}) == 1:
             # outputs of one element count: one flat loop, each output delinearizes it
@@ -838,6 +843,8 @@ class KernelBuilder:
         return kernel
 
     def _emit_row(self) -> None:
+        if self.scans:  # task `scan`
+            return emit_scan(self)
         for phase in _phases(self.reductions):
             self._emit_phase(phase)
         d = self.domain
@@ -1133,6 +1140,8 @@ class KernelBuilder:
             )
         if is_real_reduction(op):
             return self._row_value(op, index)
+        if isinstance(op, graph.ScanOp):  # task `scan`: emit_scan sets its value at its index
+            raise self.error(f"the result of '{op.name}' is read at another index than its own")
         if isinstance(op, graph.IotaOp):
             return iota_value(self, op, index)
         operands = [
@@ -1495,6 +1504,135 @@ def _pool_divisor(b: KernelBuilder, op: graph.PoolOp, w: Window, t: Attribute) -
     for span in spans:
         total = b.insert(arith.MuliOp(total, span))
     return b.insert(arith.SIToFPOp(b.insert(arith.IndexCastOp(total, i64)), cast(AnyFloat, t)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scans (task `scan`): cumsum, cumprod, logcumsumexp, cummax, cummin
+# ---------------------------------------------------------------------------------------------
+#
+# A kernel with a `graph.scan` runs the parallel loop over the other dims and, inside it, one
+# `scf.for` along the scan's dim carrying the value so far (and, for argmax/argmin, its
+# position) in the compute type (f32 for f16/bf16, as eager's CPU kernels): each iteration
+# combines the next element in, in order, and stores the result. Nothing else reads the
+# scan's result (fusion's `scan` gate: it is a kernel of its own), so no other index is asked.
+
+
+def scan_domain(b: KernelBuilder) -> Domain:
+    """The one scan's shape, its dim the sequential loop; every output of its shape."""
+    if len(b.scans) != 1 or b.reductions:
+        raise b.error("a scan shares its kernel with another scan or a reduction")
+    scan = b.scans[0]
+    full = shape_of(scan.result)
+    for v in b.outputs:
+        if shape_of(v) != full:
+            raise b.error(
+                f"output of shape {graph.fmt_shape(shape_of(v))} is not the scan's shape "
+                f"{graph.fmt_shape(full)}"
+            )
+    return nd_domain(full, (scan.axis,))
+
+
+def _scan_init(kind: str, t: Attribute) -> float | int:
+    """The value a scan's accumulator starts from: the identity of sum / prod / logsumexp;
+    for max / min one that the first element always replaces (-inf, the smallest integer,
+    false for max)."""
+    if kind in ("sum", "prod"):
+        one = int(kind == "prod")
+        return float(one) if is_float(t) else one
+    if kind == "logsumexp":
+        return -math_inf
+    is_max = kind in ("max", "argmax")
+    if is_float(t):
+        return -math_inf if is_max else math_inf
+    if t == i1:
+        return 0 if is_max else 1
+    bound = 2 ** (cast(IntegerType, t).width.data - 1)
+    return -bound if is_max else bound - 1
+
+
+def emit_scan(b: KernelBuilder) -> None:
+    """The scan loop (see above): the value at each index is the carried one after that
+    element, memoized there so that the outputs read it."""
+    scan, d = b.scans[0], b.domain
+    src, kind = dtype_of(scan.input), scan.combines
+    t = compute_type(src)
+    carried = [b.constant(_scan_init(kind, t), t)]
+    if kind in graph.SCAN_ARG_KINDS:
+        carried.append(b.constant(0, i64))
+
+    def step(accs: list[SSAValue]) -> list[SSAValue]:
+        x = to_compute(b, b.value_at(scan.input, d.full_index), src)
+        new = _scan_step(b, kind, accs, x, d.full_index[scan.axis])
+        value = new[1] if kind in graph.SCAN_ARG_KINDS else from_compute(b, new[0], src)
+        b.scope.memo[("value", scan.result, d.full_index)] = value
+        for i, v in enumerate(b.outputs):
+            b.store(v, i, d.full_index)
+        return new
+
+    b.for_nest(d.reduce_vars, carried, step)
+
+
+_SCAN_COMBINE: dict[tuple[str, bool], type[Operation]] = {
+    ("sum", True): arith.AddfOp,
+    ("sum", False): arith.AddiOp,
+    ("prod", True): arith.MulfOp,
+    ("prod", False): arith.MuliOp,
+}
+"""(kind, float) -> the op combining a sum or product scan's next element (no fastmath flag:
+eager's order of the terms)."""
+
+
+def _scan_step(
+    b: KernelBuilder, kind: str, accs: list[SSAValue], x: SSAValue, position: Affine
+) -> list[SSAValue]:
+    """The carried values after element `x` (at `position` along the dim)."""
+    acc = accs[0]
+    float_ = is_float(x.type)
+    if kind in ("sum", "prod"):
+        combine = cast(Callable[[SSAValue, SSAValue], Operation], _SCAN_COMBINE[kind, float_])
+        return [b.insert(combine(acc, x))]
+    if kind == "logsumexp":
+        return [_log_add_exp(b, x, acc)]
+    take = _takes(b, kind, x, acc)
+    out = [b.insert(arith.SelectOp(take, x, acc))]
+    if kind in graph.SCAN_ARG_KINDS:
+        here = b.insert(arith.IndexCastOp(b.index_value(position), i64))
+        out.append(b.insert(arith.SelectOp(take, here, accs[1])))
+    return out
+
+
+def _takes(b: KernelBuilder, kind: str, x: SSAValue, acc: SSAValue) -> SSAValue:
+    """cummax / cummin's test (eager's CPU kernel): x is NaN, or the value so far is not and
+    x >= it (<= for min): ties and NaNs take the later element."""
+    is_max = kind in ("max", "argmax")
+    if is_float(x.type):
+        x_nan = b.insert(arith.CmpfOp(x, x, "uno"))
+        acc_ordered = b.insert(arith.CmpfOp(acc, acc, "ord"))
+        beats = b.insert(arith.CmpfOp(x, acc, "oge" if is_max else "ole"))
+        return b.insert(arith.OrIOp(x_nan, b.insert(arith.AndIOp(acc_ordered, beats))))
+    signed = x.type != i1  # bool: true > false
+    predicate = ("sge" if is_max else "sle") if signed else ("uge" if is_max else "ule")
+    return b.insert(arith.CmpiOp(x, acc, predicate))
+
+
+def _log_add_exp(b: KernelBuilder, x: SSAValue, acc: SSAValue) -> SSAValue:
+    """Eager's `_log_add_exp_helper(x, acc)`: with lo / hi = min / max of the two (acc when
+    it is NaN; std::min / std::max keep x when unordered), log1p(exp(lo - hi)) + hi when
+    they differ or are finite, else x (both the same infinity)."""
+    acc_nan = b.insert(arith.CmpfOp(acc, acc, "uno"))
+    acc_lower = b.insert(arith.CmpfOp(acc, x, "olt"))
+    x_lower = b.insert(arith.CmpfOp(x, acc, "olt"))
+    lo = b.insert(arith.SelectOp(acc_nan, acc, b.insert(arith.SelectOp(acc_lower, acc, x))))
+    hi = b.insert(arith.SelectOp(acc_nan, acc, b.insert(arith.SelectOp(x_lower, acc, x))))
+    general = b.insert(
+        arith.AddfOp(
+            b.insert(math.Log1pOp(b.insert(math.ExpOp(b.insert(arith.SubfOp(lo, hi)))))), hi
+        )
+    )
+    differ = b.insert(arith.CmpfOp(lo, hi, "une"))
+    inf = b.constant(math_inf, x.type)
+    finite = b.insert(arith.CmpfOp(b.insert(math.AbsFOp(lo)), inf, "one"))
+    return b.insert(arith.SelectOp(b.insert(arith.OrIOp(differ, finite)), general, x))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ A program is Python source: `def program(x0, x1, ...)` whose body is one stateme
 `def make_inputs()` that builds seeded inputs (some transposed, expanded (stride 0) or strided
 slices). The generator picks ops from what xfuse supports (elementwise with broadcasting,
 comparisons and `where`, casts, reductions, normalisations, layout ops, matmul/linear) and some
-it does not (cumsum, flip, sort, conv1d, ...), in-place ops and views of mutated tensors. Each
+it does not (flip, sort, conv1d, ...), in-place ops and views of mutated tensors. Each
 candidate statement is run on the real inputs before it is kept, so a program never computes
 NaN/Inf or huge values (the op's domain is respected by construction).
 

@@ -244,6 +244,7 @@ class Generator:
             (1, self.gather),
         ]
         makers.append((1.5, self.index_op))  # task `index`
+        makers.append((1, self.scan))  # task `scan`
         if self.allow_unsupported:
             makers.append((0.8, self.unsupported))
         weights = [w for w, _ in makers]
@@ -611,11 +612,8 @@ class Generator:
         if not shape or 0 in shape:
             raise Rejected("unsupported op on a scalar")
         dim = self.rng.randrange(len(shape))
-        kind = self.rng.choice(("cumsum", "flip", "sort", "roll", "conv1d", "tril"))
-        if kind == "cumsum":
-            self.tolerance = RMSE_TOLERANCE
-            expr = f"torch.cumsum({a.name}, dim={dim})"
-        elif kind == "flip":
+        kind = self.rng.choice(("flip", "sort", "roll", "conv1d", "tril"))
+        if kind == "flip":
             expr = f"torch.flip({a.name}, dims=({dim},))"
         elif kind == "sort":
             expr = f"torch.sort({a.name}, dim={dim}).values"
@@ -675,6 +673,32 @@ class Generator:
         else:
             raise Rejected(f"{kind} on rank {rank}")
         return (f"index:{kind}", *self.result(expr, a.exact))
+
+    # --- task `scan`: cumsum, cumprod, logcumsumexp, cummax, cummin ---------------------------
+
+    def scan(self) -> tuple[str, str, list[Value]]:
+        """A scan along a dim (negative half of the time; a scalar's is 0 or -1): cumsum (of
+        integers and bool: int64), cumprod (floats kept near 1 so that products stay tame),
+        logcumsumexp (floats), cummax / cummin's values, or their indices where the operand is
+        exact (ties of rounded values could fall apart)."""
+        a = self.pick()
+        rank, rng = len(self.shape(a.name)), self.rng
+        dim = rng.randrange(max(rank, 1)) - (max(rank, 1) if rng.random() < 0.5 else 0)
+        is_float = self.dtype(a.name).is_floating_point
+        kind = rng.choice(("cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"))
+        operand, exact = a.name, a.exact and not is_float
+        if kind in ("cumsum", "cumprod", "logcumsumexp") and is_float:
+            self.tolerance = RMSE_TOLERANCE
+        if kind == "cumprod" and is_float:
+            operand = f"({a.name}.clamp(-2, 2) * 0.25 + 1)"
+        if kind == "logcumsumexp" and not is_float:
+            raise Rejected("logcumsumexp of integers")
+        expr = f"torch.{kind}({operand}, dim={dim})"
+        if kind in ("cummax", "cummin"):
+            indices = a.exact and rng.random() < 0.4
+            expr += ".indices" if indices else ".values"
+            exact = a.exact
+        return (f"scan:{kind}", *self.result(expr, exact))
 
     # --- padding and pooling (pool task) ---------------------------------------------------
 
