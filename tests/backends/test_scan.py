@@ -77,6 +77,22 @@ def test_size_one_and_empty_dims(name: str, shape: tuple[int, ...]) -> None:
     torch.testing.assert_close(compiled(fn, x), fn(x), equal_nan=True)
 
 
+@pytest.mark.parametrize(
+    ("fn", "count"),
+    [
+        (CASES["cumsum_in_a_program"], 1),  # relu, mul -> cumsum -> sub: one kernel
+        (lambda x: torch.cummax(torch.sin(x), 1), 2),  # one scan per kernel, sin recomputed
+        (lambda x: torch.cumsum(x, 1).flip(1), 2),  # a flip reads the scan reversed
+        (lambda x: torch.softmax(torch.cumsum(x, 1), 1), 2),  # a reduction of its own
+    ],
+)
+def test_kernels(fn: Fn, count: int) -> None:
+    x = sample((6, 9), torch.float32)
+    program = xfuse.compile(fn, (x,), "cpu", quiet=True, fallback="error")
+    assert len(program.kernels) == count
+    torch.testing.assert_close(program(x), fn(x))
+
+
 def test_a_0d_input() -> None:
     x = torch.tensor(2.5)
     for fn in (CASES["cumsum_negative_dim"], lambda a: torch.cummax(a, 0)):

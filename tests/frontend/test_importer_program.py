@@ -99,7 +99,6 @@ FALLBACK_CASES: list[tuple[str, Any, tuple[Any, ...], str]] = [
         (torch.randn(1, 3, 6, 6),),
         "aten.convolution.default",
     ),
-    ("cumsum", lambda a: torch.cumsum(a, 1) * 2, (torch.randn(3, 4),), "aten.cumsum.default"),
     (
         "max_dim_two_outputs",
         lambda a: a.max(1).values + a.max(1).indices,

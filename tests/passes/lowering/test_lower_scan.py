@@ -100,9 +100,10 @@ def test_a_scan_read_at_another_index_is_refused() -> None:
 
 
 def test_elementwise_producers_in_the_same_kernel() -> None:
-    """Lowering computes a producer at the scan's index (fusion keeps scans alone for now)."""
+    """A producer is computed at the scan's index, inside its loop (or before it, where it
+    does not depend on the scan's dim); an elementwise consumer reads the running value."""
     lowered = check_random(
         [((4, 8), torch.float32), ((8,), torch.float32)],
-        lambda x, y: graph.ScanOp(graph.MulOp(x, y), 1, "sum"),
+        lambda x, y: graph.SubOp(graph.ScanOp(graph.MulOp(x, graph.ExpOp(y)), 1, "sum"), x),
     )
     assert len(kernels(lowered)) == 1

@@ -17,9 +17,11 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `mutation-hazard`  fusing would move a read across an op that may write memory;
 - `would-create-cycle` a path leaves the pair and comes back (producer -> X -> consumer);
 - `loop-structure`   one kernel's loop nest cannot compute the merged group (see below);
-- `scan`             (task `scan`) a `graph.scan` is a kernel of its own: its loop carries a
-                     value along its dim, one element after the other, which no other op's
-                     loop nest follows.
+- `scan`             (task `scan`) a kernel holds at most one `graph.scan` and no reduction:
+                     its loop carries a value along the scan's dim and computes every other op at
+                     the scan's index. Producers that reduce nothing fuse into it; consumers
+                     only when elementwise (they read the scan at its own index), and every
+                     output has the scan's shape (see `scan_merge`).
 
 A group with reductions runs as one row loop (docs/contracts.md, `lower-to-loops`): the
 reductions share one full shape and reduced dims, each iteration computes one row, a
@@ -148,8 +150,6 @@ def fusability(node: Node, predicate: Predicate | None = None) -> Verdict:
         return refuse(BOUNDARY_REASONS[kind], f"{op.name} is {kind}")
     if kind not in FUSABLE_KINDS or is_constant_op(op):
         return refuse(NOT_FUSABLE, f"{op.name} is not a fusable graph op")
-    if type(op) is graph.ScanOp:  # task `scan`
-        return refuse(SCAN, f"{op.name} carries a value along dim {op.axis}: a kernel of its own")
     if predicate is not None and not predicate(op):
         return refuse(NOT_FUSABLE, f"{op.name} refused by the fusability predicate")
     return PASSED
@@ -252,6 +252,9 @@ def check_pair(
         args = g.merged_arg_count(first, second)
         if args > arg_limit:
             return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
+    detail = scan_merge(g, first, second)  # task `scan`
+    if detail is not None:
+        return refuse(SCAN, detail)
     if not space.reduced:
         return PASSED  # one loop over the elements: any group of one element count lowers
     detail = loop_structure(g, (first, second), space)
@@ -293,6 +296,9 @@ def check_recompute(
     args = g.recompute_arg_count(producer, consumer)
     if args > arg_limit:
         return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
+    detail = scan_merge(g, producer, consumer, recompute=True)  # task `scan`
+    if detail is not None:
+        return refuse(SCAN, detail)
     mutator = mutation_between(g, producer, consumer)
     if mutator is not None:
         return refuse(MUTATION_HAZARD, f"{g.op_label(mutator)} may write memory in between")
@@ -634,3 +640,62 @@ def window_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
         elif combine_spaces(space_of_op(reader), g.space(first)) is None:
             return False
     return windowed or any(is_window_op(op) for op in second.ops)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scans (task `scan`)
+# ---------------------------------------------------------------------------------------------
+
+
+def _ops_of(node: Node) -> Sequence[Operation]:
+    return node.ops if node.op is None else (node.op,)
+
+
+def scan_merge(g: FusionGraph, first: Node, second: Node, recompute: bool = False) -> str | None:
+    """Why one kernel cannot compute `first` and `second` around a `graph.scan` (None when it
+    can, or when neither holds one). The kernel is the scan's loop (`lower-to-loops`): a
+    parallel loop over the scan's other dims, a sequential one along its dim, every op computed
+    at the index the scan or an output reads it at. So: one scan, no reduction; what the scan's
+    node computes is read only by elementwise ops that fit inside its shape (at its own index);
+    every output, and a copied producer (`recompute`), has the scan's shape or fits inside it."""
+    if "reduction" not in (first.kind, second.kind):
+        return None  # (a scan's kind is reduction: most pairs hold none)
+    scans = [op for node in (first, second) for op in _ops_of(node) if type(op) is graph.ScanOp]
+    if not scans:
+        return None
+    if len(scans) > 1:
+        return "two scans: each is a loop of its own"
+    scan = scans[0]
+    if recompute and type(first.op) is graph.ScanOp:
+        return f"{g.op_label(scan)} is not copied into its readers"
+    shape = g.shape(scan.result)
+    holder_is_first = scan in _ops_of(first)
+    for node in (first, second):
+        for op in _ops_of(node):
+            if g.row_reduction(op) is not None:
+                return f"{g.op_label(op)} reduces: a scan's kernel loops along the scan's dim only"
+            reads_scan = holder_is_first and node is second
+            if reads_scan and not _fits_at_own_index(op, shape):
+                return (
+                    f"{g.op_label(op)} would read {g.op_label(scan)} elsewhere than at its own "
+                    "index"
+                )
+    pair = (first, second)
+    for node in pair:
+        for value, readers in zip(node.outputs, g.output_readers(node), strict=True):
+            if all(r in pair for r in readers) or g.shape(value) == shape:
+                continue
+            if not (recompute and node is first):
+                return (
+                    f"output {g.label(value)} of shape {graph.fmt_shape(g.shape(value))} is "
+                    f"not the scan's shape {graph.fmt_shape(shape)}"
+                )
+    return None
+
+
+def _fits_at_own_index(op: Operation, shape: tuple[int, ...]) -> bool:
+    """An elementwise op whose result broadcasts into `shape`: it reads the scan's value (of
+    `shape`) at the iteration's own index, if at all."""
+    if op_kind(op) != "elementwise" or is_constant_op(op):
+        return is_constant_op(op)
+    return graph.broadcast_shapes(graph.shape_of(op.results[0]), shape) == shape
