@@ -148,9 +148,13 @@ def test_cuda_kernels_assemble(name: str, tmp_path: Path) -> None:
     assert not any("shfl" in ptx for ptx in ptxs)  # a scan is no row reduction
 
 
-def test_cuda_half_kernels_assemble(tmp_path: Path) -> None:
-    for name in ("cumsum", "logcumsumexp", "cummax"):
-        ptx_of(CASES[name], (sample((8, 40), torch.bfloat16),), tmp_path)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("name", ["cumsum", "logcumsumexp", "cummax", "cumprod"])
+def test_cuda_kernels_of_other_dtypes_assemble(
+    name: str, dtype: torch.dtype, tmp_path: Path
+) -> None:
+    ptxs = ptx_of(CASES[name], (sample((8, 40), dtype),), tmp_path)
+    assert dtype != torch.float64 or all(".f64" in ptx for ptx in ptxs)
 
 
 @pytest.mark.gpu

@@ -1224,8 +1224,8 @@ def _cumulative(kind: str) -> Converter:
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         dtype = out_type(node).element_type
-        if kind == "logsumexp" and not graph.is_float(dtype):
-            return None  # eager raises
+        if (kind == "logsumexp" and not graph.is_float(dtype)) or dtype == i1:
+            return None  # eager raises (logcumsumexp of integers, `dtype=torch.bool`)
         return _scan_along(lw, lw.operand(a["self"], dtype), a["dim"], kind)
 
     return convert
