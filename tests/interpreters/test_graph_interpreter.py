@@ -346,6 +346,14 @@ CASES = [
         X,
         lambda a: torch.roll(a, (3, 1), (1, 0)),
     ),
+    # task `scan`
+    Case(
+        "graph.scan",
+        (X,),
+        f'graph.scan %a dim = 1 kind = "argmin" : {X} -> tensor<3x4xi64>',
+        "tensor<3x4xi64>",
+        lambda a: torch.cummin(a, 1).indices,
+    ),
 ]
 
 

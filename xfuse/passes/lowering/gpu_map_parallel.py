@@ -17,8 +17,9 @@ per block, and `xfuse.gpu.items`, see below):
   shared memory (address space 3). When a row fits (`elements per thread <= max-cached`) the
   loops are unrolled and loads of the same element are shared between them, so the row stays
   in registers and the input is read once. `items` = blocks (one per `rows per block` rows).
-- `serial` (anything else, e.g. column reductions): one thread per parallel iteration in a
-  grid-stride loop, the body unchanged.
+- `serial` (anything else, e.g. column reductions, and scans, whose loop stores its running
+  value at every step): one thread per parallel iteration in a grid-stride loop, the body
+  unchanged.
 
 Index arithmetic the mapping creates (ids, flattening, delinearization) is 32-bit unless the
 kernel touches more than 2^31-1 elements, then 64-bit.
