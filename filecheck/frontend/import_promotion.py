@@ -12,7 +12,7 @@ from xfuse.frontend import import_module  # noqa: E402
 
 
 def fn(i: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return i + h.float(), (h * 2.5) > 1, torch.cumsum(h, 0)
+    return i + h.float(), (h * 2.5) > 1, torch.sort(h, 0).values
 
 
 print(import_module(fn, (torch.ones(4, dtype=torch.int64), torch.ones(4, dtype=torch.float16))).module)
@@ -25,5 +25,5 @@ print(import_module(fn, (torch.ones(4, dtype=torch.int64), torch.ones(4, dtype=t
 # CHECK-NEXT:   %6 = graph.mul %1, %5 : tensor<4xf16>, tensor<f16> -> tensor<4xf16>
 # CHECK-NEXT:   %7 = graph.constant dense<1.000000e+00> : tensor<f16>
 # CHECK-NEXT:   %8 = graph.gt %6, %7 : tensor<4xf16>, tensor<f16> -> tensor<4xi1>
-# CHECK-NEXT:   %9 = graph.torch_call "aten.cumsum.default"(%1) args = ["%t0", 0 : i64] kwargs = {} : (tensor<4xf16>) -> tensor<4xf16>
+# CHECK-NEXT:   %9, %10 = graph.torch_call "aten.sort.default"(%1) args = ["%t0", 0 : i64] kwargs = {} : (tensor<4xf16>) -> (tensor<4xf16>, tensor<4xi64>)
 # CHECK-NEXT:   func.return %4, %8, %9
