@@ -195,7 +195,7 @@ def forget_calls(backend: ReferenceBackend) -> None:
 
 def test_a_dropped_output_is_recycled_by_the_next_call(tmp_path: Path) -> None:
     program, reference, backend = build(CHAIN, tmp_path)
-    pool = BufferPool()
+    pool = BufferPool(min_bytes=0)  # recycle every size (4x8 here)
     x = torch.randn(4, 8)
     (first,) = run_program(program, [x], pool)
     address = first.data_ptr()
@@ -221,7 +221,7 @@ def test_a_dropped_output_is_recycled_by_the_next_call(tmp_path: Path) -> None:
 )
 def test_an_output_still_referenced_is_not_recycled(tmp_path: Path, keep) -> None:
     program, reference, backend = build(CHAIN, tmp_path)
-    pool = BufferPool()
+    pool = BufferPool(min_bytes=0)  # recycle every size (4x8 here)
     x = torch.randn(4, 8)
     (first,) = run_program(program, [x], pool)
     address, expected = first.data_ptr(), first.clone()
@@ -242,7 +242,7 @@ def test_a_weak_reference_does_not_hold_an_output(tmp_path: Path) -> None:
     """Only the storage's life counts: a weakly referenced output that died is reused, and its
     weak reference is dead (nothing can read the memory through it)."""
     program, _, backend = build(CHAIN, tmp_path)
-    pool = BufferPool()
+    pool = BufferPool(min_bytes=0)  # recycle every size (4x8 here)
     (first,) = run_program(program, [torch.randn(4, 8)], pool)
     address, ref = first.data_ptr(), weakref.ref(first)
     del first
@@ -257,7 +257,7 @@ def test_output_recycling_is_on_unless_turned_off(tmp_path: Path, monkeypatch) -
     for setting, allocations in ((None, 2), ("1", 2), ("0", 3)):
         if setting is not None:
             monkeypatch.setenv("XFUSE_REUSE_OUTPUTS", setting)
-        pool = BufferPool()
+        pool = BufferPool(min_bytes=0)  # recycle every size (4x8 here)
         (first,) = run_program(program, [torch.randn(4, 8)], pool)
         del first
         forget_calls(backend)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 import torch
 from xdsl.dialects import func
@@ -141,6 +142,11 @@ class Program:
         return [f"{g.label}: {g.unfused}" for g in self.groups if g.unfused is not None]
 
     @cached_property
+    def runner(self) -> Runner:
+        """The steps as one Python function (`make_runner`): what the executor calls."""
+        return make_runner(self)
+
+    @cached_property
     def plan(self) -> list[PlannedStep]:
         """The steps as the executor's loop takes them, every attribute read once: (the step's
         bound `run`, its input slots, its output slots, the buffers released and the slots
@@ -151,6 +157,58 @@ class Program:
                 self.steps, self.release_after, self.drop_after, strict=True
             )
         ]
+
+
+Runner = Callable[[Sequence[Tensor], Allocate, Callable[[BufferSpec, Tensor], None]], list[Tensor]]
+"""(`@forward`'s arguments, allocate, release) -> its results."""
+
+
+def make_runner(program: Program) -> Runner:
+    """The program's `plan` as the straight-line code of one Python function, made once: each
+    step is one call of its `run` with its input slots (local variables) and its outputs
+    unpacked into theirs; buffers are released and slots dropped where the memory plan says.
+    So a call costs no per-step loop, indexing or unpacking of a plan (the executor's loop,
+    `run_program` with the step profile on, does the same step by step).
+
+        def run(args, allocate, release):
+            s0, s1 = args
+            s2, = step0([s0, s1], allocate)
+            s3, = step1([s2], allocate)
+            release(spec0, s2)
+            s2 = None
+            return [s3]
+    """
+    constants = program.constants
+    names: dict[str, object] = {}
+
+    def slot(s: int) -> str:
+        if s in constants:
+            names[f"c{s}"] = constants[s]
+            return f"c{s}"
+        return f"s{s}"
+
+    def unpack(slots: Sequence[int]) -> str:
+        return ", ".join(slot(s) for s in slots) + ("," if len(slots) == 1 else "")
+
+    lines = ["def run(args, allocate, release):"]
+    if program.arg_slots:
+        lines.append(f"    {unpack(program.arg_slots)} = args")
+    for i, (run, in_slots, out_slots, releases, drops) in enumerate(program.plan):
+        names[f"step{i}"] = run
+        call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"
+        lines.append(f"    {unpack(out_slots)} = {call}" if out_slots else f"    {call}")
+        for j, (s, spec) in enumerate(releases):
+            names[f"spec{i}_{j}"] = spec
+            lines.append(f"    release(spec{i}_{j}, {slot(s)})")
+        # A constant is never dropped (it is the program's, not the call's).
+        lines += [f"    s{s} = None" for s in drops if s not in constants]
+    # A constant is shared by every call: the caller gets its own copy.
+    results = [f"{slot(s)}.clone()" if s in constants else slot(s) for s in program.output_slots]
+    lines.append(f"    return [{', '.join(results)}]")
+    code = compile("\n".join(lines) + "\n", "<xfuse program>", "exec")
+    namespace: dict[str, object] = dict(names)
+    exec(code, namespace)  # noqa: S102 - code made above from slot numbers only
+    return cast(Runner, namespace["run"])
 
 
 def type_str(t: Attribute) -> str:
