@@ -245,10 +245,17 @@ def wrap_unit(op: Operation) -> ModuleOp:
     return ModuleOp([forward])
 
 
+CANONICAL_KERNEL = "xfuse_kernel"
+"""The symbol of every kernel as compiled (the kernel cache applies its readable name when it
+loads it): the cache key holds no name."""
+
+
 def canonical_kernel_module(kernel: func.FuncOp) -> ModuleOp:
-    """A module of a copy of the kernel without SSA name hints, so that its text (the cache
-    key) is the same for the same computation wherever it came from."""
-    module = ModuleOp([kernel.clone(clone_name_hints=False)])
+    """A module of a copy of the kernel, named `CANONICAL_KERNEL`, without SSA name hints, so
+    that its text (the cache key) is the same for the same computation wherever it came from."""
+    clone = kernel.clone(clone_name_hints=False)
+    clone.sym_name = StringAttr(CANONICAL_KERNEL)
+    module = ModuleOp([clone])
     for op in module.walk():
         for value in op.results:
             value.name_hint = None
@@ -257,6 +264,18 @@ def canonical_kernel_module(kernel: func.FuncOp) -> ModuleOp:
                 for arg in block.args:
                     arg.name_hint = None
     return module
+
+
+def kernel_name(ops: Sequence[str], symbol: str) -> str:
+    """The name profilers show for a kernel: `xfuse_` and its unit's ops (the first few, in
+    order, without repeats or constants), e.g. `xfuse_mul_add_exp`; the second kernel of a unit gets `_k1`
+    (its symbol's suffix). A C and PTX identifier."""
+    names = list(dict.fromkeys(op.rpartition(".")[2] for op in ops if op != "graph.constant"))
+    shown = names[:4] + ([f"{len(names) - 4}more"] if len(names) > 4 else [])
+    _, _, index = symbol.rpartition("_k")
+    suffix = f"_k{index}" if index.isdigit() and index != "0" else ""
+    text = "_".join(["xfuse", *shown]) + suffix
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in text)
 
 
 def _is_extern(op: Operation) -> bool:
@@ -473,7 +492,7 @@ class ProgramCompiler:
             if isinstance(inner, func.ReturnOp):
                 return [slot_of[v] for v in inner.operands]
             if isinstance(inner, fusion.LaunchOp):
-                self._launch(em, slot_of, inner, module, source, info)
+                self._launch(em, slot_of, inner, module, source, info, _unit_ops(op))
             else:
                 self._plain(em, slot_of, inner, module)
         raise XfuseError(f"lowering {source} produced an @forward without func.return")
@@ -486,13 +505,14 @@ class ProgramCompiler:
         module: ModuleOp,
         source: str,
         info: GroupInfo | None,
+        ops: Sequence[str] = (),
     ) -> None:
         name = launch.callee.root_reference.data
         kernel_func = SymbolTable.lookup_symbol(module, SymbolRefAttr(name))
         if not isinstance(kernel_func, func.FuncOp):
             raise XfuseError(f"fusion.launch @{name}: no kernel func @{name} in the module")
         kernel_module = canonical_kernel_module(kernel_func)
-        kernel = self.compile_kernel(kernel_module, name)
+        kernel = self.compile_kernel(kernel_module, kernel_name(ops or [name], name))
         inputs = tuple(slot_of[v] for v in launch.inputs)
         outputs = tuple(self._define(em, slot_of, r) for r in launch.outputs)
         specs = tuple(spec_of(r) for r in launch.outputs)
