@@ -99,9 +99,13 @@ class OutputPlan:
                 or contiguous_strides(shapes[slots[i]]) == tuple(self.rules[i].stride)
             )
         }
+        self.dynamic = tuple(
+            i for i, rule in enumerate(self.rules) if rule.base == "fresh" and i not in exact
+        )
+        """The fresh outputs to check at each call (the others are kernel buffers of their own
+        with eager's strides, known once here)."""
         self.as_is = len(exact) == len(self.rules) and hidden == 0
-        """Every result is a kernel buffer of its own with eager's strides: `apply` has nothing
-        to do (the common case, known once here)."""
+        """Every result is such a buffer: `apply` has nothing to do (the common case)."""
 
     def apply(
         self, args: Sequence[Tensor], results: Sequence[Tensor], copy_out: bool = False
@@ -118,9 +122,8 @@ class OutputPlan:
                     out[i] = self._copy(rule, out[i], set())
         else:
             taken = self._taken(args, out) if self.checks else set[int]()
-            for i, rule in enumerate(self.rules):
-                if rule.base == "fresh":
-                    out[i] = self._fresh(i, rule, out[i], taken)
+            for i in self.dynamic:
+                out[i] = self._fresh(i, self.rules[i], out[i], taken)
         for i in self.views:
             rule = self.rules[i]
             t = args[rule.index] if rule.base == "arg" else out[rule.index]
