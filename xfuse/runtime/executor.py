@@ -350,14 +350,8 @@ class CompiledProgram:
         return self.default.program.op_by_op
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        device = self.device
-        if (
-            not kwargs
-            and len(args) == self.arity
-            and all(is_plain_input(v, device) for v in args)
-            and _distinct(args)
-        ):
-            # The fast path: distinct tensors passed positionally (`_inputs`' first case).
+        if self._plain(args, kwargs):
+            # The fast path (`_inputs`' first case), with no `CallInputs` made.
             tensors: Sequence[Any] = args
             call = None
         else:
@@ -387,10 +381,19 @@ class CompiledProgram:
             raise UnsupportedInputError(
                 f"the compiled program takes {self.arity} positional input(s), got {len(args)}"
             )
-        device = self.device
-        if not kwargs and all(is_plain_input(v, device) for v in args) and _distinct(args):
+        if self._plain(args, kwargs):
             return CallInputs(args, {}, args, args, None)
-        return structured_call(args, kwargs, device)
+        return structured_call(args, kwargs, self.device)
+
+    def _plain(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether a call is distinct plain tensors passed positionally (the fast path)."""
+        device = self.device
+        return (
+            not kwargs
+            and len(args) == self.arity
+            and all(is_plain_input(v, device) for v in args)
+            and _distinct(args)
+        )
 
     def _specialise(self, sig: Any, call: CallInputs) -> Executable:
         # One build per signature even when several threads call with it at once.
