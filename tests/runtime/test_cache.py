@@ -238,3 +238,71 @@ def test_no_warning_on_a_clean_hit(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         KernelCache(tmp_path).kernel(backend, module, name)
+
+
+def test_a_kernel_is_named_at_load_time_and_the_key_holds_no_name(tmp_path: Path) -> None:
+    """(host path) One compile serves every name of the same kernel; each load has its name."""
+    backend = ReferenceBackend()
+    cache = KernelCache(tmp_path)
+    module, _ = kernel_module()
+    first = cache.kernel(backend, module, "xfuse_mul_exp")
+    second = cache.kernel(backend, module, "xfuse_other")
+    assert backend.compiles == 1 and cache.stats.memory_hits == 1
+    assert (first.name, second.name) == ("xfuse_mul_exp", "xfuse_other")
+    assert cache.kernel(backend, module, "xfuse_mul_exp") is first
+    fresh = KernelCache(tmp_path)
+    assert fresh.kernel(backend, module, "xfuse_third").name == "xfuse_third"
+    assert backend.compiles == 1 and fresh.stats.disk_hits == 1
+
+
+def test_ptx_renamed_at_load_time_assembles(tmp_path: Path) -> None:
+    """(host path) A CUDA kernel compiled under the canonical symbol, renamed for profilers:
+    its entry and launch line carry the name, and ptxas takes it."""
+    import shutil
+
+    import torch
+
+    import xfuse.api as api
+    from xfuse.backends.cuda import LAUNCH_PREFIX, CUDABackend
+    from xfuse.runtime.cache import named_artifact
+    from xfuse.runtime.compiler import CANONICAL_KERNEL, ProgramCompiler
+
+    backend = CUDABackend("sm_90")
+    artifacts: list[bytes] = []
+
+    def compile_kernel(module: ModuleOp, name: str) -> object:
+        artifact = backend.compile(module, CANONICAL_KERNEL)
+        artifacts.append(named_artifact(artifact, CANONICAL_KERNEL, name))
+        raise CodegenError("not loaded here")  # the program falls back; the PTX is kept
+
+    imported = api.import_for_xfuse(lambda x: torch.softmax(x * 2, -1), (torch.randn(4, 8),), {})
+    api.run_pipeline(api.DEFAULT_PIPELINE, imported.program.module)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ProgramCompiler(compile_kernel, device="meta").compile(imported.program.module)
+    assert artifacts
+    ptx = artifacts[0].decode()
+    launch = json.loads(ptx.splitlines()[0].removeprefix(LAUNCH_PREFIX))
+    assert launch["kernel"].startswith("xfuse_mul_reduce_max")
+    assert f".entry {launch['kernel']}(" in ptx and CANONICAL_KERNEL not in ptx.split("(")[0]
+    ptxas = shutil.which("ptxas")
+    if ptxas is not None:
+        source = tmp_path / "k.ptx"
+        source.write_text(ptx)
+        done = subprocess.run(
+            [ptxas, "-arch=sm_90", str(source), "-o", str(tmp_path / "k.cubin")],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+
+
+def test_cpu_kernels_are_named_for_their_ops() -> None:
+    """(host path) Kernels carry their unit's ops, not `forward_k0`."""
+    import torch
+
+    import xfuse
+
+    compiled = xfuse.compile(lambda x: torch.softmax(x * 2, -1), (torch.randn(4, 8),), quiet=True)
+    names = [step.kernel.name for step in compiled.default.program.steps if hasattr(step, "kernel")]
+    assert names and all(n.startswith("xfuse_mul_reduce_max") for n in names), names

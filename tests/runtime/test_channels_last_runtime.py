@@ -92,10 +92,12 @@ def traced(compiled: CompiledProgram, inputs: Sequence[Tensor]) -> tuple[Any, Tr
 
         plan.append((record, ins, outs, releases, drops))
     program.__dict__["plan"] = plan  # the instance's plan replaces the cached one
+    program.__dict__.pop("runner", None)  # and the runner is made from it
     try:
         return compiled(*inputs), trace
     finally:
         del program.__dict__["plan"]
+        program.__dict__.pop("runner", None)
 
 
 def check_no_layout_changes(compiled: CompiledProgram, trace: Trace) -> None:

@@ -195,7 +195,7 @@ def forget_calls(backend: ReferenceBackend) -> None:
 
 def test_a_dropped_output_is_recycled_by_the_next_call(tmp_path: Path) -> None:
     program, reference, backend = build(CHAIN, tmp_path)
-    pool = BufferPool()
+    pool = BufferPool(min_bytes=0)  # recycle every size (4x8 here)
     x = torch.randn(4, 8)
     (first,) = run_program(program, [x], pool)
     address = first.data_ptr()
@@ -221,7 +221,7 @@ def test_a_dropped_output_is_recycled_by_the_next_call(tmp_path: Path) -> None:
 )
 def test_an_output_still_referenced_is_not_recycled(tmp_path: Path, keep) -> None:
     program, reference, backend = build(CHAIN, tmp_path)
-    pool = BufferPool()
+    pool = BufferPool(min_bytes=0)  # recycle every size (4x8 here)
     x = torch.randn(4, 8)
     (first,) = run_program(program, [x], pool)
     address, expected = first.data_ptr(), first.clone()
@@ -242,7 +242,7 @@ def test_a_weak_reference_does_not_hold_an_output(tmp_path: Path) -> None:
     """Only the storage's life counts: a weakly referenced output that died is reused, and its
     weak reference is dead (nothing can read the memory through it)."""
     program, _, backend = build(CHAIN, tmp_path)
-    pool = BufferPool()
+    pool = BufferPool(min_bytes=0)  # recycle every size (4x8 here)
     (first,) = run_program(program, [torch.randn(4, 8)], pool)
     address, ref = first.data_ptr(), weakref.ref(first)
     del first
@@ -257,7 +257,7 @@ def test_output_recycling_is_on_unless_turned_off(tmp_path: Path, monkeypatch) -
     for setting, allocations in ((None, 2), ("1", 2), ("0", 3)):
         if setting is not None:
             monkeypatch.setenv("XFUSE_REUSE_OUTPUTS", setting)
-        pool = BufferPool()
+        pool = BufferPool(min_bytes=0)  # recycle every size (4x8 here)
         (first,) = run_program(program, [torch.randn(4, 8)], pool)
         del first
         forget_calls(backend)
@@ -310,3 +310,65 @@ def test_fast_input_check_agrees_with_the_full_check(value: object) -> None:
         accepted = False
     assert is_plain_input(value, device) == accepted
     assert not is_plain_input(value, torch.device("meta"))
+
+
+# (host path) ---------------------------------------------------------------------------------
+
+
+def test_small_outputs_are_plain_torch_memory_large_ones_pool_memory() -> None:
+    from xfuse.runtime.steps import RECYCLE_MIN_BYTES, BufferSpec
+
+    pool = BufferPool()
+    small = pool.allocate(BufferSpec((4, 8), torch.float32))
+    side = int((RECYCLE_MIN_BYTES // 4) ** 0.5) + 1
+    large = pool.allocate(BufferSpec((side, side), torch.float32))
+    address = large.data_ptr()
+    assert large.is_contiguous() and large.shape == (side, side)
+    del small, large
+    again = pool.allocate(BufferSpec((side, side), torch.float32))
+    assert again.data_ptr() == address  # its storage was freed: the block came back
+    bf16 = pool.allocate(BufferSpec((side, side), torch.bfloat16))  # no numpy dtype: bytes
+    assert bf16.dtype == torch.bfloat16 and bf16.shape == (side, side) and bf16.is_contiguous()
+
+
+def test_the_runner_is_the_plan_in_straight_line_code(tmp_path: Path) -> None:
+    from xfuse.runtime import executor
+
+    program, reference, _ = build(MIXED, tmp_path)
+    args = [torch.randn(8, 16), torch.randn(4, 8)]
+    fast = program.runner(args, BufferPool().allocate, BufferPool().release)
+    slow = executor.run_steps(program, args, BufferPool(), None)
+    for a, b, want in zip(fast, slow, interpret(reference, args), strict=True):
+        torch.testing.assert_close(a, want)
+        torch.testing.assert_close(b, want)
+
+
+def test_graph_memory_is_copied_once_with_eager_strides() -> None:
+    """`copy_out` (a CUDA graph's results): every fresh output is new memory with eager's
+    strides, views are rebuilt on them."""
+    import xfuse
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) * 2  # channels-last result
+        return h, h[0]
+
+    x = torch.randn(2, 3, 4, 5)
+    compiled = xfuse.compile(f, (x,), quiet=True)
+    plan = compiled.default.outputs
+    assert plan is not None
+    args = compiled.default.bind((x,), ())
+    results = run_program(compiled.default.program, args, BufferPool())
+    h, h0 = plan.apply(args, results, copy_out=True)
+    want_h, _ = f(x)
+    assert h.stride() == want_h.stride()
+    assert all(h.data_ptr() != r.data_ptr() for r in results)
+    assert h0.data_ptr() == h.data_ptr()  # a view of the copy, as eager's
+    torch.testing.assert_close(h, want_h)
+
+
+def test_extern_torch_calls_use_torchs_own_bindings() -> None:
+    from xfuse.dialects.torch_args import direct_torch_op
+
+    assert direct_torch_op("aten.convolution.default") is torch.convolution
+    # Several non-out overloads: the binding might pick another; the overload itself runs.
+    assert direct_torch_op("aten.add.Tensor") is torch.ops.aten.add.Tensor

@@ -21,17 +21,22 @@ import xfuse
 Tensor = torch.Tensor
 
 
+SHAPE = (256, 256)
+"""256 KiB of f32: outputs this large are pool memory (`RECYCLE_MIN_BYTES`; smaller ones are
+plain torch memory)."""
+
+
 def affine(x: Tensor) -> Tensor:
     return x * 2 + 1
 
 
 @pytest.fixture(scope="module")
 def program() -> Any:
-    return xfuse.compile(affine, (torch.randn(64, 64),), quiet=True)
+    return xfuse.compile(affine, (torch.randn(*SHAPE),), quiet=True)
 
 
 def test_a_dropped_output_is_reused(program: Any) -> None:
-    x = torch.randn(64, 64)
+    x = torch.randn(*SHAPE)
     address = program(x).data_ptr()  # dropped at once
     assert program(x).data_ptr() == address
 
@@ -50,13 +55,13 @@ def test_a_dropped_output_is_reused(program: Any) -> None:
     ids=["slice", "transpose", "numpy", "numpy-view", "dlpack-capsule", "from-dlpack", "storage"],
 )
 def test_memory_held_any_way_is_not_reused(program: Any, hold: Callable[[Tensor], Any]) -> None:
-    x = torch.randn(64, 64)
+    x = torch.randn(*SHAPE)
     y = program(x)
     expected = read_back(hold(affine(x))).clone()
     held, address = hold(y), y.data_ptr()
     del y
     for _ in range(3):
-        assert program(torch.randn(64, 64)).data_ptr() != address
+        assert program(torch.randn(*SHAPE)).data_ptr() != address
     assert torch.equal(read_back(held), expected)
 
 
@@ -69,7 +74,7 @@ def read_back(held: Any) -> Tensor:
 
 
 def test_a_weak_reference_holds_nothing(program: Any) -> None:
-    x = torch.randn(64, 64)
+    x = torch.randn(*SHAPE)
     y = program(x)
     ref, address = weakref.ref(y), y.data_ptr()
     assert program(x).data_ptr() != address  # y is alive
@@ -84,7 +89,7 @@ def test_threads_never_see_each_others_results(program: Any) -> None:
     def work(seed: int) -> None:
         kept = []
         for i in range(40):
-            x = torch.full((64, 64), float(seed * 100 + i))
+            x = torch.full(SHAPE, float(seed * 100 + i))
             kept.append((x, program(x)))
             if i % 3:
                 kept.pop(0)  # dropped: recycled while the other threads run
@@ -124,8 +129,8 @@ if __name__ == "__main__":
     queue, results, got, go = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
     consumer = ctx.Process(target=consume, args=(queue, got, go, results))
     consumer.start()
-    program = xfuse.compile(affine, (torch.randn(256),), quiet=True)
-    x = torch.randn(256)
+    program = xfuse.compile(affine, (torch.randn(256, 256),), quiet=True)
+    x = torch.randn(256, 256)
     y = program(x)
     if sys.argv[1] == "share":
         y.share_memory_()
@@ -133,7 +138,7 @@ if __name__ == "__main__":
     got.wait()
     del y
     for i in range(5):
-        program(torch.full((256,), float(i)))  # dropped: recycled
+        program(torch.full((256, 256), float(i)))  # dropped: recycled
     go.set()
     seen = results.get()
     consumer.join()

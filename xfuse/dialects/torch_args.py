@@ -132,6 +132,30 @@ def resolve_torch_op(target: str) -> Callable[..., Any]:
     return obj
 
 
+def direct_torch_op(target: str) -> Callable[..., Any]:
+    """`resolve_torch_op(target)` for calling many times: the operator's generated Python
+    binding (`torch.convolution` for `aten.convolution.default`), which parses its arguments in
+    C++ as eager's calls do, where that binding can reach no other overload (the operator's
+    others are `out=` variants, which it picks only given `out`); else the `OpOverload`, whose
+    call boxes every argument through the dispatcher's generic entry (several µs more for
+    a convolution)."""
+    import torch
+
+    op = resolve_torch_op(target)
+    namespace, name, overload = (target.split(".") + ["", ""])[:3]
+    packet = getattr(op, "overloadpacket", None)
+    if namespace != "aten" or packet is None:
+        return op
+    others = [o for o in packet.overloads() if o != overload]
+    if any(o != "out" and not o.endswith("_out") for o in others):
+        return op
+    for bindings in (torch._C._VariableFunctions, torch._C._nn):
+        binding = getattr(bindings, name, None)
+        if binding is not None:
+            return cast(Callable[..., Any], binding)
+    return op
+
+
 @cache
 def target_may_mutate(target: str) -> bool:
     """Whether the torch operator `target` may write one of its arguments (its schema says

@@ -16,7 +16,12 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, IntegerAttr, ModuleO
 from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import fusion, graph
-from xfuse.dialects.torch_args import decode_args, prepare_args, resolve_torch_op
+from xfuse.dialects.torch_args import (
+    decode_args,
+    direct_torch_op,
+    prepare_args,
+    resolve_torch_op,
+)
 from xfuse.errors import IndexOutOfRangeError, InterpretError, XfuseError
 from xfuse.ir import dtypes
 
@@ -487,7 +492,7 @@ def prepare_op(op: Operation) -> PreparedOp:
 
 
 def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
-    fn = resolve_torch_op(op.target.data)
+    fn = direct_torch_op(op.target.data)
     fill = prepare_args(op.args, op.kwargs)
     n_results = len(op.results)
 

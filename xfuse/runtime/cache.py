@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import re
 import struct
 import sys
 import tempfile
@@ -29,10 +30,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, Kernel
 from xfuse.errors import KernelCacheWarning, XfuseError
+from xfuse.ir.names import KERNEL_ATTR
 
 MAGIC = b"XFUSEKC\x00"
 ENTRY_FORMAT = 1
@@ -132,7 +135,9 @@ class KernelCache:
         self.directory = directory
         self.stats = CacheStats()
         self._lock = threading.Lock()
-        self._kernels: dict[str, Kernel] = {}
+        self._kernels: dict[tuple[str, str], Kernel] = {}
+        """(key, name) -> the kernel loaded under that name."""
+        self._artifacts: dict[str, bytes] = {}
         self._pending: dict[str, Future[Kernel]] = {}
         self._disk_ok = directory is not None
 
@@ -141,29 +146,44 @@ class KernelCache:
 
     def kernel(self, backend: Backend, module: ModuleOp, name: str) -> Kernel:
         """The kernel `@name` of `module` for `backend`: from memory, from disk, or compiled
-        (once, however many threads ask at the same time)."""
+        (once, however many threads ask at the same time).
+
+        A module of one kernel may name it otherwise (the runtime's canonical symbol, so that
+        the same computation has one key wherever it came from): the kernel is compiled under
+        its own symbol and `name` is applied when it is loaded (`named_artifact`), so that
+        profilers show it and the key never holds it."""
+        symbol = _only_kernel(module) or name
         key = self.key(backend, module)
         with self._lock:
-            found = self._kernels.get(key)
+            found = self._kernels.get((key, name))
             if found is not None:
                 self.stats.memory_hits += 1
                 return found
+            artifact = self._artifacts.get(key)
+        if artifact is not None:  # compiled already, under another name
+            kernel = _load_named(backend, artifact, symbol, name)
+            with self._lock:
+                self.stats.memory_hits += 1
+                return self._kernels.setdefault((key, name), kernel)
+        with self._lock:
             future = self._pending.get(key)
             owner = future is None
             if future is None:
                 future = Future()
                 self._pending[key] = future
         if not owner:
-            return future.result()
+            future.result()
+            return self.kernel(backend, module, name)
         try:
-            kernel = self._build(backend, module, name, key)
+            artifact, kernel = self._build(backend, module, symbol, name, key)
         except BaseException as e:
             with self._lock:
                 del self._pending[key]
             future.set_exception(e)
             raise
         with self._lock:
-            self._kernels[key] = kernel
+            self._kernels[(key, name)] = kernel
+            self._artifacts[key] = artifact
             del self._pending[key]
         future.set_result(kernel)
         return kernel
@@ -171,27 +191,30 @@ class KernelCache:
     def clear_memory(self) -> None:
         with self._lock:
             self._kernels.clear()
+            self._artifacts.clear()
 
     def entry_path(self, key: str) -> Path:
         assert self.directory is not None
         return self.directory / key[:2] / f"{key}.kernel"
 
-    def _build(self, backend: Backend, module: ModuleOp, name: str, key: str) -> Kernel:
+    def _build(
+        self, backend: Backend, module: ModuleOp, symbol: str, name: str, key: str
+    ) -> tuple[bytes, Kernel]:
         artifact = self._read(key)
         if artifact is not None:
             try:
-                kernel = backend.load(artifact, name)
+                kernel = _load_named(backend, artifact, symbol, name)
             except Exception as e:
                 self._discard(key, f"the backend could not load it ({type(e).__name__}: {e})")
             else:
                 with self._lock:
                     self.stats.disk_hits += 1
-                return kernel
-        artifact = backend.compile(module, name)
+                return artifact, kernel
+        artifact = backend.compile(module, symbol)
         with self._lock:
             self.stats.compiles += 1
         self._write(key, artifact)
-        return backend.load(artifact, name)
+        return artifact, _load_named(backend, artifact, symbol, name)
 
     def _read(self, key: str) -> bytes | None:
         if not self._disk_ok:
@@ -245,6 +268,36 @@ class KernelCache:
             KernelCacheWarning,
             stacklevel=4,
         )
+
+
+def _only_kernel(module: ModuleOp) -> str | None:
+    """The symbol of the module's kernel when it holds exactly one."""
+    symbols = [
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    ]
+    return symbols[0] if len(symbols) == 1 else None
+
+
+def named_artifact(artifact: bytes, symbol: str, name: str) -> bytes:
+    """A PTX artifact (text: its launch line and PTX) whose kernel `symbol` is called `name`
+    (the entry and the launch line; parameter names, which are local, stay)."""
+    pattern = re.compile(rb"(?<![\w$.])" + re.escape(symbol.encode()) + rb"(?![\w$])")
+    return pattern.sub(name.encode(), artifact)
+
+
+def _load_named(backend: Backend, artifact: bytes, symbol: str, name: str) -> Kernel:
+    """`artifact`'s kernel `symbol`, loaded under `name`: renamed in the code where the code is
+    text that profilers show (CUDA's PTX), else named so in Python (a CPU kernel's object file
+    keeps its symbol; its name is what errors and the step profile show)."""
+    if name == symbol:
+        return backend.load(artifact, name)
+    if backend.target.startswith("cuda"):
+        return backend.load(named_artifact(artifact, symbol, name), name)
+    kernel = backend.load(artifact, symbol)
+    kernel.name = name
+    return kernel
 
 
 _caches: dict[Path, KernelCache] = {}

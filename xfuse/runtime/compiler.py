@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 import torch
 from xdsl.dialects import func
@@ -141,6 +142,11 @@ class Program:
         return [f"{g.label}: {g.unfused}" for g in self.groups if g.unfused is not None]
 
     @cached_property
+    def runner(self) -> Runner:
+        """The steps as one Python function (`make_runner`): what the executor calls."""
+        return make_runner(self)
+
+    @cached_property
     def plan(self) -> list[PlannedStep]:
         """The steps as the executor's loop takes them, every attribute read once: (the step's
         bound `run`, its input slots, its output slots, the buffers released and the slots
@@ -151,6 +157,58 @@ class Program:
                 self.steps, self.release_after, self.drop_after, strict=True
             )
         ]
+
+
+Runner = Callable[[Sequence[Tensor], Allocate, Callable[[BufferSpec, Tensor], None]], list[Tensor]]
+"""(`@forward`'s arguments, allocate, release) -> its results."""
+
+
+def make_runner(program: Program) -> Runner:
+    """The program's `plan` as the straight-line code of one Python function, made once: each
+    step is one call of its `run` with its input slots (local variables) and its outputs
+    unpacked into theirs; buffers are released and slots dropped where the memory plan says.
+    So a call costs no per-step loop, indexing or unpacking of a plan (the executor's loop,
+    `run_program` with the step profile on, does the same step by step).
+
+        def run(args, allocate, release):
+            s0, s1 = args
+            s2, = step0([s0, s1], allocate)
+            s3, = step1([s2], allocate)
+            release(spec0, s2)
+            s2 = None
+            return [s3]
+    """
+    constants = program.constants
+    names: dict[str, object] = {}
+
+    def slot(s: int) -> str:
+        if s in constants:
+            names[f"c{s}"] = constants[s]
+            return f"c{s}"
+        return f"s{s}"
+
+    def unpack(slots: Sequence[int]) -> str:
+        return ", ".join(slot(s) for s in slots) + ("," if len(slots) == 1 else "")
+
+    lines = ["def run(args, allocate, release):"]
+    if program.arg_slots:
+        lines.append(f"    {unpack(program.arg_slots)} = args")
+    for i, (run, in_slots, out_slots, releases, drops) in enumerate(program.plan):
+        names[f"step{i}"] = run
+        call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"
+        lines.append(f"    {unpack(out_slots)} = {call}" if out_slots else f"    {call}")
+        for j, (s, spec) in enumerate(releases):
+            names[f"spec{i}_{j}"] = spec
+            lines.append(f"    release(spec{i}_{j}, {slot(s)})")
+        # A constant is never dropped (it is the program's, not the call's).
+        lines += [f"    s{s} = None" for s in drops if s not in constants]
+    # A constant is shared by every call: the caller gets its own copy.
+    results = [f"{slot(s)}.clone()" if s in constants else slot(s) for s in program.output_slots]
+    lines.append(f"    return [{', '.join(results)}]")
+    code = compile("\n".join(lines) + "\n", "<xfuse program>", "exec")
+    namespace: dict[str, object] = dict(names)
+    exec(code, namespace)  # noqa: S102 - code made above from slot numbers only
+    return cast(Runner, namespace["run"])
 
 
 def type_str(t: Attribute) -> str:
@@ -187,10 +245,17 @@ def wrap_unit(op: Operation) -> ModuleOp:
     return ModuleOp([forward])
 
 
+CANONICAL_KERNEL = "xfuse_kernel"
+"""The symbol of every kernel as compiled (the kernel cache applies its readable name when it
+loads it): the cache key holds no name."""
+
+
 def canonical_kernel_module(kernel: func.FuncOp) -> ModuleOp:
-    """A module of a copy of the kernel without SSA name hints, so that its text (the cache
-    key) is the same for the same computation wherever it came from."""
-    module = ModuleOp([kernel.clone(clone_name_hints=False)])
+    """A module of a copy of the kernel, named `CANONICAL_KERNEL`, without SSA name hints, so
+    that its text (the cache key) is the same for the same computation wherever it came from."""
+    clone = kernel.clone(clone_name_hints=False)
+    clone.sym_name = StringAttr(CANONICAL_KERNEL)
+    module = ModuleOp([clone])
     for op in module.walk():
         for value in op.results:
             value.name_hint = None
@@ -199,6 +264,18 @@ def canonical_kernel_module(kernel: func.FuncOp) -> ModuleOp:
                 for arg in block.args:
                     arg.name_hint = None
     return module
+
+
+def kernel_name(ops: Sequence[str], symbol: str) -> str:
+    """The name profilers show for a kernel: `xfuse_` and its unit's ops (the first few, in
+    order, without repeats or constants), e.g. `xfuse_mul_add_exp`; the second kernel of a unit gets `_k1`
+    (its symbol's suffix). A C and PTX identifier."""
+    names = list(dict.fromkeys(op.rpartition(".")[2] for op in ops if op != "graph.constant"))
+    shown = names[:4] + ([f"{len(names) - 4}more"] if len(names) > 4 else [])
+    _, _, index = symbol.rpartition("_k")
+    suffix = f"_k{index}" if index.isdigit() and index != "0" else ""
+    text = "_".join(["xfuse", *shown]) + suffix
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in text)
 
 
 def _is_extern(op: Operation) -> bool:
@@ -415,7 +492,7 @@ class ProgramCompiler:
             if isinstance(inner, func.ReturnOp):
                 return [slot_of[v] for v in inner.operands]
             if isinstance(inner, fusion.LaunchOp):
-                self._launch(em, slot_of, inner, module, source, info)
+                self._launch(em, slot_of, inner, module, source, info, _unit_ops(op))
             else:
                 self._plain(em, slot_of, inner, module)
         raise XfuseError(f"lowering {source} produced an @forward without func.return")
@@ -428,13 +505,14 @@ class ProgramCompiler:
         module: ModuleOp,
         source: str,
         info: GroupInfo | None,
+        ops: Sequence[str] = (),
     ) -> None:
         name = launch.callee.root_reference.data
         kernel_func = SymbolTable.lookup_symbol(module, SymbolRefAttr(name))
         if not isinstance(kernel_func, func.FuncOp):
             raise XfuseError(f"fusion.launch @{name}: no kernel func @{name} in the module")
         kernel_module = canonical_kernel_module(kernel_func)
-        kernel = self.compile_kernel(kernel_module, name)
+        kernel = self.compile_kernel(kernel_module, kernel_name(ops or [name], name))
         inputs = tuple(slot_of[v] for v in launch.inputs)
         outputs = tuple(self._define(em, slot_of, r) for r in launch.outputs)
         specs = tuple(spec_of(r) for r in launch.outputs)

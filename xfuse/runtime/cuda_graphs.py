@@ -10,8 +10,9 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
   tensors may live anywhere); module parameters and buffers are read where they are, and a call
   whose parameter has moved (a reassigned `nn.Parameter`) captures anew;
 - every output is copied out of the graph's memory after the replay, so that an output the
-  caller keeps is never overwritten by a later call (outputs that are views of inputs are
-  rebuilt on the real inputs by `xfuse.runtime.outputs`, as without graphs);
+  caller keeps is never overwritten by a later call: `run` says its results are the graph's
+  memory, and `xfuse.runtime.outputs` makes the one copy of each, with eager's strides
+  (outputs that are views of inputs are rebuilt on the real inputs there, as without graphs);
 - a program that may write memory it does not own (an in-place torch op on an input) is never
   captured: its writes would land in the graph's copies. Neither is a program whose capture
   fails (a step that synchronises with the host). `reason` says why, and the program runs step
@@ -94,14 +95,16 @@ class GraphRunner:
 
     def run(
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool
-    ) -> list[Tensor]:
+    ) -> tuple[list[Tensor], bool]:
         """The program's results for `args`, bound from the user's inputs and the module's
-        `state` (state is read where it is; inputs are copied into the graph's buffers)."""
+        `state` (state is read where it is; inputs are copied into the graph's buffers), and
+        whether they are the graph's own memory (which the next replay overwrites: the caller
+        must copy them out before handing them on)."""
         if self.reason is not None:
-            return self.run_steps(self.program, args, pool)
+            return self.run_steps(self.program, args, pool), False
         if not self._warm:
             self._warm = True
-            return self.run_steps(self.program, args, pool)
+            return self.run_steps(self.program, args, pool), False
         captured = self._captured
         if captured is None or any(args[i].data_ptr() != p for i, p in captured.addresses):
             self._captured = None  # drop the old graph's memory before capturing anew
@@ -110,12 +113,12 @@ class GraphRunner:
             except Exception as e:  # noqa: BLE001 - any failure: run step by step, say why
                 self.reason = f"CUDA graph capture failed: {reason_of(e)}"
                 torch.cuda.synchronize()
-                return self.run_steps(self.program, args, pool)
+                return self.run_steps(self.program, args, pool), False
         for i in captured.copied:
             captured.inputs[i].copy_(args[i])
         captured.graph.replay()
         self.replays += 1
-        return [out.clone() for out in captured.outputs]
+        return list(captured.outputs), True
 
     def _capture(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> _Captured:
         state_ids = {id(t) for t in state}

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch.utils import _pytree as pytree
@@ -73,7 +73,19 @@ PROFILE = _start_profile()
 
 
 def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> list[Tensor]:
-    """Run the steps on `@forward`'s arguments; returns its results (kernel buffers, no copies)."""
+    """Run the steps on `@forward`'s arguments; returns its results (kernel buffers, no copies).
+    One call of the program's straight-line runner (`Program.runner`); with the step profile
+    on, the steps one by one, each timed."""
+    if PROFILE is None:
+        return program.runner(args, pool.allocate, pool.release)
+    return run_steps(program, args, pool, PROFILE)
+
+
+def run_steps(
+    program: Program, args: Sequence[Tensor], pool: BufferPool, profile: StepProfile | None
+) -> list[Tensor]:
+    """The steps one by one, over a list of slots (what `Program.runner` does in straight-line
+    code), each timed into `profile` if given."""
     env: list[Tensor | None] = [None] * program.n_slots
     for slot, value in program.constants.items():
         env[slot] = value
@@ -83,12 +95,12 @@ def run_program(program: Program, args: Sequence[Tensor], pool: BufferPool) -> l
     for i, (run, in_slots, out_slots, releases, drops) in enumerate(program.plan):
         # A step's inputs are set (by the arguments, constants or earlier steps) before it runs.
         ins = cast("list[Tensor]", [env[s] for s in in_slots])
-        if PROFILE is None:
+        if profile is None:
             outs = run(ins, allocate)
         else:
             start = time.perf_counter()
             outs = run(ins, allocate)
-            PROFILE.add(program, program.steps[i].label, time.perf_counter() - start)
+            profile.add(program, program.steps[i].label, time.perf_counter() - start)
         for slot, value in zip(out_slots, outs, strict=True):
             env[slot] = value
         for slot, spec in releases:
@@ -122,24 +134,28 @@ class Executable:
     graphs: GraphRunner | None = None
     """Runs the program as a CUDA graph (`xfuse.runtime.cuda_graphs`); None: step by step."""
     _pools: list[BufferPool] = field(default_factory=list[BufferPool])
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, inputs: Sequence[Tensor], state: Sequence[Tensor] = ()) -> Any:
         args = self.bind(inputs, state)
-        # Each running call takes a pool of its own, so concurrent calls never share a buffer.
-        with self._lock:
-            device = args[0].device if args else "cpu"  # kernels' outputs live with the inputs
-            pool = self._pools.pop() if self._pools else BufferPool(device)
+        # Each running call takes a pool of its own, so concurrent calls never share a buffer
+        # (a list's pop and append are atomic).
+        pools = self._pools
         try:
+            pool = pools.pop()
+        except IndexError:
+            pool = BufferPool(args[0].device if args else "cpu")  # outputs live with inputs
+        try:
+            graph_memory = False
             if self.graphs is not None and args and args[0].is_cuda:
-                outputs = self.graphs.run(args, state, pool)
+                outputs, graph_memory = self.graphs.run(args, state, pool)
             else:
                 outputs = run_program(self.program, args, pool)
             if self.outputs is not None:
-                outputs = self.outputs.apply(args, outputs)
+                outputs = self.outputs.apply(args, outputs, graph_memory)
+            elif graph_memory:
+                outputs = [out.clone() for out in outputs]
         finally:
-            with self._lock:
-                self._pools.append(pool)
+            pools.append(pool)
         return self.unflatten(outputs)
 
 
@@ -175,7 +191,7 @@ def check_input(name: str, value: Tensor, device: torch.device) -> Tensor:
 def signature_of(inputs: Sequence[Tensor]) -> Signature:
     """Shapes, strides (eager's output strides follow its inputs') and dtypes."""
     # torch.Size is a tuple: it hashes and compares like one.
-    return tuple((t.shape, t.stride(), t.dtype) for t in inputs)
+    return tuple([(t.shape, t.stride(), t.dtype) for t in inputs])
 
 
 def _supported_dtypes() -> frozenset[torch.dtype]:
@@ -217,8 +233,7 @@ def check_no_autograd(inputs: Sequence[Tensor], state: Sequence[Tensor]) -> None
             )
 
 
-@dataclass(frozen=True)
-class CallInputs:
+class CallInputs(NamedTuple):
     """One call's inputs as torch.export sees them: the positional and keyword arguments, their
     pytree leaves (tensors and Python constants, in export's order), the tensor leaves, and
     the structure a program is specialised on (None for distinct tensors passed positionally:
@@ -309,7 +324,9 @@ class CompiledProgram:
         self.specialisations: dict[Any, Executable] = {}
         call = self._inputs(tuple(example_inputs), example_kwargs or {})
         tensors = self.state.tensors() if self.state is not None else []
-        self.default = self._specialise(self._signature(call, tensors), call)
+        self.default = self._specialise(
+            self._signature(call.tensors, call.structure, tensors), call
+        )
 
     @property
     def groups(self) -> list[GroupInfo]:
@@ -333,20 +350,28 @@ class CompiledProgram:
         return self.default.program.op_by_op
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        call = self._inputs(args, kwargs)
-        state = self.state.tensors() if self.state is not None else []
+        if self._plain(args, kwargs):
+            # The fast path (`_inputs`' first case), with no `CallInputs` made.
+            tensors: Sequence[Any] = args
+            call = None
+        else:
+            call = self._inputs(args, kwargs)
+            tensors = call.tensors
+        state = self.state.tensors() if self.state is not None else ()
         if torch.is_grad_enabled():
-            check_no_autograd(call.tensors, state)
-        sig = self._signature(call, state)
+            check_no_autograd(tensors, state)
+        sig = self._signature(tensors, None if call is None else call.structure, state)
         executable = self.specialisations.get(sig)
         if executable is None:
-            executable = self._specialise(sig, call)
-        return executable.run(call.leaves, state)
+            executable = self._specialise(sig, call or CallInputs(args, {}, args, args, None))
+        return executable.run(args if call is None else call.leaves, state)
 
-    def _signature(self, call: CallInputs, state: Sequence[Tensor]) -> Any:
-        sig: Any = signature_of(call.tensors)
-        if call.structure is not None:
-            sig = (call.structure, sig)
+    def _signature(
+        self, tensors: Sequence[Tensor], structure: Hashable, state: Sequence[Tensor]
+    ) -> Any:
+        sig: Any = signature_of(tensors)
+        if structure is not None:
+            sig = (structure, sig)
         if self.state is None:
             return sig
         return sig, self.state.key(state)
@@ -356,10 +381,19 @@ class CompiledProgram:
             raise UnsupportedInputError(
                 f"the compiled program takes {self.arity} positional input(s), got {len(args)}"
             )
-        device = self.device
-        if not kwargs and all(is_plain_input(v, device) for v in args) and _distinct(args):
+        if self._plain(args, kwargs):
             return CallInputs(args, {}, args, args, None)
-        return structured_call(args, kwargs, device)
+        return structured_call(args, kwargs, self.device)
+
+    def _plain(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether a call is distinct plain tensors passed positionally (the fast path)."""
+        device = self.device
+        return (
+            not kwargs
+            and len(args) == self.arity
+            and all(is_plain_input(v, device) for v in args)
+            and _distinct(args)
+        )
 
     def _specialise(self, sig: Any, call: CallInputs) -> Executable:
         # One build per signature even when several threads call with it at once.

@@ -11,11 +11,16 @@ program has run, `OutputPlan.apply` makes its results so.
 - fresh: the program's result when it is memory of its own with eager's strides, else a copy
   (a result that shares storage with an argument, a constant or another output, as an
   identity `clone` gives, or that has other strides, as a kernel's contiguous buffer for a
-  channels-last result).
+  channels-last result). A result that is a CUDA graph's memory is always copied, once,
+  straight into eager's strides.
+
+Which outputs need no check at all (kernel buffers of their own, contiguous as eager's) is
+known once per program: then `apply` returns the results as they are.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -43,6 +48,27 @@ def _owned_slots(program: Program) -> set[int]:
     return owned - set(program.constants)
 
 
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides, as torch gives a contiguous tensor of `shape`."""
+    strides: list[int] = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _kernel_shapes(program: Program) -> dict[int, tuple[int, ...]]:
+    """Slot -> shape of the kernel buffers (contiguous by construction)."""
+    shapes: dict[int, tuple[int, ...]] = {}
+    for step in program.steps:
+        if isinstance(step, KernelStep):
+            shapes.update(
+                (s, spec.shape) for s, spec in zip(step.outputs, step.out_specs, strict=True)
+            )
+    return shapes
+
+
 class OutputPlan:
     """Applies the output rules of one program (see the module docstring); the last `hidden`
     rules and results are the hidden outputs."""
@@ -63,13 +89,41 @@ class OutputPlan:
             r.base == "fresh" and i not in self.unchecked for i, r in enumerate(rules)
         )
         self.views = tuple(i for i, r in enumerate(self.rules) if r.base != "fresh")
+        shapes = _kernel_shapes(program)
+        exact = {
+            i
+            for i in self.unchecked
+            if slots[i] in shapes
+            and (
+                math.prod(shapes[slots[i]]) <= 1
+                or contiguous_strides(shapes[slots[i]]) == tuple(self.rules[i].stride)
+            )
+        }
+        self.dynamic = tuple(
+            i for i, rule in enumerate(self.rules) if rule.base == "fresh" and i not in exact
+        )
+        """The fresh outputs to check at each call (the others are kernel buffers of their own
+        with eager's strides, known once here)."""
+        self.as_is = len(exact) == len(self.rules) and hidden == 0
+        """Every result is such a buffer: `apply` has nothing to do (the common case)."""
 
-    def apply(self, args: Sequence[Tensor], results: Sequence[Tensor]) -> list[Tensor]:
+    def apply(
+        self, args: Sequence[Tensor], results: Sequence[Tensor], copy_out: bool = False
+    ) -> list[Tensor]:
+        """The caller's outputs from the program's `results` for `args`. `copy_out`: the results
+        are memory the program keeps (a CUDA graph's, overwritten by its next replay): every
+        fresh output is copied, once, into memory of its own with eager's strides."""
+        if self.as_is and not copy_out:
+            return list(results)
         out = list(results)
-        taken = self._taken(args, out) if self.checks else set[int]()
-        for i, rule in enumerate(self.rules):
-            if rule.base == "fresh":
-                out[i] = self._fresh(i, rule, out[i], taken)
+        if copy_out:
+            for i, rule in enumerate(self.rules):
+                if rule.base == "fresh":
+                    out[i] = self._copy(rule, out[i], set())
+        else:
+            taken = self._taken(args, out) if self.checks else set[int]()
+            for i in self.dynamic:
+                out[i] = self._fresh(i, self.rules[i], out[i], taken)
         for i in self.views:
             rule = self.rules[i]
             t = args[rule.index] if rule.base == "arg" else out[rule.index]

@@ -29,8 +29,9 @@ class ModuleState:
 
     def tensors(self) -> list[Tensor]:
         values = [getattr(owner, attr) for owner, attr in self._slots]
-        for name, value in zip(self.names, values, strict=True):
+        for i, value in enumerate(values):
             if not isinstance(value, Tensor):
+                name = self.names[i]
                 raise XfuseError(
                     f"module state '{name}' is now a {type(value).__name__}, not a tensor"
                 )
@@ -38,7 +39,7 @@ class ModuleState:
 
     def key(self, tensors: Sequence[Tensor]) -> tuple[object, ...]:
         """What a program depends on: `training`, and each tensor's layout, dtype and device."""
-        layouts = tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+        layouts = tuple([(t.shape, t.stride(), t.dtype, t.device) for t in tensors])
         return (self.module.training, layouts)
 
 

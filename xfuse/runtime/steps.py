@@ -15,7 +15,9 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+import numpy as np
 import torch
 from xdsl.ir import Operation
 
@@ -27,9 +29,9 @@ from xfuse.interpreters.graph import PreparedOp, prepare_op
 Tensor = torch.Tensor
 
 
-@dataclass(frozen=True)
-class BufferSpec:
-    """The shape and dtype of a buffer a kernel writes."""
+class BufferSpec(NamedTuple):
+    """The shape and dtype of a buffer a kernel writes (a named tuple: the pool hashes it on
+    every allocation, in C)."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype
@@ -50,56 +52,105 @@ def reuse_outputs_enabled() -> bool:
     return REUSE_OUTPUTS_DEFAULT if setting is None else setting != "0"
 
 
+RECYCLE_MIN_BYTES = 128 << 10
+"""Outputs smaller than this are plain `torch.empty` memory, as eager's: malloc serves them from
+memory it keeps (glibc's mmap threshold starts at 128 KiB), so they cost no page faults, and
+lending pool memory would cost more than it saves."""
+
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.float16: np.dtype(np.float16),
+    torch.int64: np.dtype(np.int64),
+    torch.int32: np.dtype(np.int32),
+    torch.int16: np.dtype(np.int16),
+    torch.int8: np.dtype(np.int8),
+    torch.uint8: np.dtype(np.uint8),
+    torch.bool: np.dtype(np.bool_),
+}
+"""torch dtypes numpy has, so that a lent array has the tensor's dtype (others, bf16, are
+lent as bytes and viewed by torch)."""
+
+
 class BufferPool:
     """Free intermediate buffers by (shape, dtype), reused by later kernel outputs; and, on the
-    CPU, the memory of returned outputs once their storage is freed.
+    CPU, the memory of returned outputs of `min_bytes` or more once their storage is freed.
 
     A fresh large buffer costs a page fault per 4 KiB page on first write, which costs more
-    than the kernels that fill it; torch's CPU allocator does not cache. So a CPU buffer is a
-    block of pool memory (`_Block`) seen through a numpy array that only the tensor's storage
-    holds (`torch.from_numpy`): the storage's deleter drops the array, and the array's
-    finalizer hands the block back. Memory returns exactly when the storage is freed, whoever
+    than the kernels that fill it; torch's CPU allocator does not cache. So a large CPU buffer
+    is a block of pool memory seen through a numpy array that only the tensor's storage holds
+    (`torch.from_numpy`): the storage's deleter drops the array, and a weak reference's
+    callback hands the block back. Memory returns exactly when the storage is freed, whoever
     held it (views, numpy arrays, DLPack capsules, weak references change nothing; after
     `share_memory_` the storage is another memory and the block returns at once), never by
-    judging from reference counts.
+    judging from reference counts. Smaller outputs are fresh `torch.empty` memory (see
+    `RECYCLE_MIN_BYTES`).
     """
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, device: torch.device | str = "cpu", min_bytes: int | None = None) -> None:
         self._free: dict[BufferSpec, list[Tensor]] = {}
         self.allocations = 0
         self.device = torch.device(device)
         self.recycle = self.device.type == "cpu" and reuse_outputs_enabled()
-        self._returned: dict[int, deque[Tensor]] = {}
-        """nbytes -> blocks whose tensors' storage was freed (appended by finalizers, from any
-        thread: deque's append and pop are atomic)."""
+        self.min_bytes = RECYCLE_MIN_BYTES if min_bytes is None else min_bytes
+        self._lanes: dict[BufferSpec, deque[np.ndarray] | None] = {}
+        """spec -> the blocks of its size whose tensors' storage was freed (appended by weak
+        reference callbacks, from any thread: deque's append and pop are atomic); None for a
+        spec that is not recycled."""
+        self._returned: dict[int, deque[np.ndarray]] = {}
+        self._lent: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray, deque[np.ndarray]]] = {}
+        """id(weak reference) -> the reference (kept alive so that its callback runs), the
+        block, and where it returns."""
 
     def allocate(self, spec: BufferSpec) -> Tensor:
         free = self._free.get(spec)
         if free:
             return free.pop()
-        nbytes = math.prod(spec.shape) * spec.dtype.itemsize
-        if not self.recycle or nbytes == 0:
+        try:
+            lane = self._lanes[spec]
+        except KeyError:
+            lane = self._lane(spec)
+        if lane is None:
             self.allocations += 1
             return torch.empty(spec.shape, dtype=spec.dtype, device=self.device)
-        returned = self._returned.setdefault(nbytes, deque())
         try:
-            block = returned.pop()
+            block = lane.pop()
         except IndexError:
             self.allocations += 1
-            block = torch.empty(nbytes, dtype=torch.uint8)
-        return _lend(block, spec, returned)
+            nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+            # The array holds the tensor: torch's (aligned) memory.
+            block = torch.empty(nbytes, dtype=torch.uint8).numpy()
+        return self._lend(block, spec, lane)
+
+    def _lane(self, spec: BufferSpec) -> deque[np.ndarray] | None:
+        nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+        lane = None
+        if self.recycle and nbytes and nbytes >= self.min_bytes:
+            lane = self._returned.setdefault(nbytes, deque())
+        self._lanes[spec] = lane
+        return lane
+
+    def _lend(self, block: np.ndarray, spec: BufferSpec, lane: deque[np.ndarray]) -> Tensor:
+        """A tensor of `spec` over `block`'s memory whose storage alone holds the numpy array
+        it was made from; when that storage is freed, the array dies and `block` goes back to
+        `lane`."""
+        np_dtype = _NUMPY_DTYPES.get(spec.dtype)
+        if np_dtype is not None:
+            array = np.ndarray(spec.shape, np_dtype, block)
+            tensor = torch.from_numpy(array)
+        else:
+            array = block[:]
+            tensor = torch.from_numpy(array).view(spec.dtype).view(spec.shape)
+        ref = weakref.ref(array, self._returns)
+        self._lent[id(ref)] = (ref, block, lane)
+        return tensor
+
+    def _returns(self, ref: weakref.ref[np.ndarray]) -> None:
+        _, block, lane = self._lent.pop(id(ref))
+        lane.append(block)
 
     def release(self, spec: BufferSpec, buffer: Tensor) -> None:
         self._free.setdefault(spec, []).append(buffer)
-
-
-def _lend(block: Tensor, spec: BufferSpec, returned: deque[Tensor]) -> Tensor:
-    """A tensor of `spec` over `block`'s memory whose storage alone holds the numpy array it
-    was made from; when that storage is freed, the array dies and `block` goes to `returned`."""
-    array = block.numpy()
-    tensor = torch.from_numpy(array).view(spec.dtype).view(spec.shape)
-    weakref.finalize(array, returned.append, block).atexit = False
-    return tensor
 
 
 @dataclass
@@ -165,7 +216,7 @@ class EagerStep:
         self.call = prepare_op(self.op)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
-        if args and args[0].device.type != "cpu":
+        if args and not args[0].is_cpu:
             with args[0].device:  # constants made inside (a group's) on the inputs' device
                 return self.call(args)
         return self.call(args)

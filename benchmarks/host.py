@@ -1,0 +1,283 @@
+"""
+The runtime's host cost on the CPU: what a compiled program's call costs beyond its kernels.
+
+    python -m benchmarks.host [--runs 200] [--model gpt2] [--no-model] [--profile] [--threads 1]
+
+Four measurements, each the median of interleaved rounds in one process (every function once
+per round, so that load that comes and goes on a shared machine affects every column alike):
+
+- **chains of N tiny kernels** (N = 1, 10, 50; 8-element f32 tensors, `pipeline="decompose"` so
+  that no op fuses: one kernel per op): xfuse's µs per call against eager's, and the cost per
+  step (the slope between N = 1 and N = 50) and per call (the N = 1 call less one step);
+- **extern calls** (`F.linear`, `F.conv2d`, a matmul, small shapes): xfuse's µs per call against
+  the same op run eagerly; the difference is what the runtime adds around one extern step;
+- **a zoo model** (`benchmarks/models.py`, small config, f32): ms per forward of eager and
+  xfuse, and where xfuse's host time goes: the steps by kind (kernel launch, extern call,
+  view) timed one by one, the rest of the call (input checks, signature, binding, output
+  rules) by difference;
+- with `--profile`, the functions of the zoo model's call by own time (cProfile).
+
+One thread by default (torch's and xfuse's): the host path does not depend on it, and on a
+shared machine threads waiting for each other blur every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import platform
+import pstats
+import statistics
+import sys
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import xfuse
+import xfuse.runtime.executor as executor
+
+Tensor = torch.Tensor
+Fn = Callable[[], Any]
+CHAIN_LENGTHS = (1, 10, 50)
+
+
+def interleaved_us(fns: dict[str, Fn], runs: int, warmup: int = 20) -> dict[str, float]:
+    """Median µs per call of each function, every function once per round."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    clock = time.perf_counter
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = clock()
+            fn()
+            times[name].append(1e6 * (clock() - start))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def compile_quietly(fn: Any, inputs: tuple[Any, ...], **options: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return xfuse.compile(fn, inputs, quiet=True, fallback="error", **options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains of tiny kernels
+# ---------------------------------------------------------------------------------------------
+
+
+def chain(n: int) -> Callable[[Tensor], Tensor]:
+    """n elementwise ops in a row (each its own kernel without fusion)."""
+
+    def f(x: Tensor) -> Tensor:
+        for i in range(n):
+            x = x * 1.5 if i % 2 else x + 0.5
+        return x
+
+    return f
+
+
+def bench_chains(runs: int) -> list[str]:
+    x = torch.randn(8)
+    fns: dict[str, Fn] = {}
+    for n in CHAIN_LENGTHS:
+        f = chain(n)
+        compiled = compile_quietly(f, (x,), pipeline="decompose")
+        assert len(compiled.kernels) == n, (n, len(compiled.kernels))
+        torch.testing.assert_close(compiled(x), f(x))
+        fns[f"eager {n}"] = lambda f=f: f(x)
+        fns[f"xfuse {n}"] = lambda c=compiled: c(x)
+    us = interleaved_us(fns, runs)
+    lo, hi = CHAIN_LENGTHS[0], CHAIN_LENGTHS[-1]
+    step = (us[f"xfuse {hi}"] - us[f"xfuse {lo}"]) / (hi - lo)
+    eager_op = (us[f"eager {hi}"] - us[f"eager {lo}"]) / (hi - lo)
+    lines = [
+        "| kernels | eager µs | xfuse µs | xfuse / eager |",
+        "|---|---|---|---|",
+    ]
+    for n in CHAIN_LENGTHS:
+        e, c = us[f"eager {n}"], us[f"xfuse {n}"]
+        lines.append(f"| {n} | {e:.1f} | {c:.1f} | {c / e:.2f} |")
+    lines.append("")
+    lines.append(
+        f"Per kernel step (slope {lo}->{hi}): xfuse {step:.2f} µs, eager {eager_op:.2f} µs per "
+        f"op; per call (the {lo}-kernel call less one step): {us[f'xfuse {lo}'] - step:.2f} µs."
+    )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Extern calls
+# ---------------------------------------------------------------------------------------------
+
+
+def extern_cases() -> dict[str, tuple[Callable[..., Tensor], tuple[Tensor, ...]]]:
+    torch.manual_seed(0)
+    return {
+        "linear 1x64 @ 64x64 + b": (
+            F.linear,
+            (torch.randn(1, 64), torch.randn(64, 64), torch.randn(64)),
+        ),
+        "matmul 16x32 @ 32x16": (torch.matmul, (torch.randn(16, 32), torch.randn(32, 16))),
+        "conv2d 1x8x8x8, 8x8x3x3": (
+            lambda x, w: F.conv2d(x, w, padding=1),
+            (torch.randn(1, 8, 8, 8), torch.randn(8, 8, 3, 3)),
+        ),
+    }
+
+
+def bench_externs(runs: int) -> list[str]:
+    fns: dict[str, Fn] = {}
+    cases = extern_cases()
+    for name, (f, inputs) in cases.items():
+        compiled = compile_quietly(f, inputs)
+        torch.testing.assert_close(compiled(*inputs), f(*inputs))
+        fns[f"eager {name}"] = lambda f=f, a=inputs: f(*a)
+        fns[f"xfuse {name}"] = lambda c=compiled, a=inputs: c(*a)
+    us = interleaved_us(fns, runs)
+    lines = ["| extern | eager µs | xfuse µs | runtime adds µs |", "|---|---|---|---|"]
+    for name in cases:
+        e, c = us[f"eager {name}"], us[f"xfuse {name}"]
+        lines.append(f"| {name} | {e:.1f} | {c:.1f} | {c - e:.1f} |")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# A zoo model
+# ---------------------------------------------------------------------------------------------
+
+
+def _kind(label: str) -> str:
+    if label.startswith("kernel"):
+        return "kernel launch"
+    if label.startswith("view"):
+        return "view"
+    if "(fallback)" in label:
+        return "fallback"
+    return "extern call"
+
+
+def step_breakdown(compiled: Any, inputs: tuple[Tensor, ...], calls: int) -> dict[str, float]:
+    """Median µs per call by step kind, each step timed on its own (`XFUSE_PROFILE`'s hook),
+    and the rest of the same call (everything but the steps) by difference."""
+    per_call: dict[str, list[float]] = defaultdict(list)
+    counts: dict[str, int] = {}
+    saved = executor.PROFILE
+    try:
+        for _ in range(calls):
+            profile = executor.PROFILE = executor.StepProfile()
+            start = time.perf_counter()
+            compiled(*inputs)
+            total = 1e6 * (time.perf_counter() - start)
+            by_kind: dict[str, float] = defaultdict(float)
+            n: dict[str, int] = defaultdict(int)
+            for (_, label), ts in profile.times.items():
+                by_kind[_kind(label)] += 1e6 * sum(ts)
+                n[_kind(label)] += len(ts)
+            for kind, us in by_kind.items():
+                per_call[kind].append(us)
+            per_call["rest"].append(total - sum(by_kind.values()))
+            counts = dict(n)
+    finally:
+        executor.PROFILE = saved
+    return {
+        (f"{kind} x{counts[kind]}" if kind in counts else kind): statistics.median(us)
+        for kind, us in per_call.items()
+    }
+
+
+def bench_model(name: str, runs: int, profile: bool) -> list[str]:
+    from benchmarks.models import build
+
+    model, inputs = build(name, "small", "cpu", torch.float32)
+    with torch.no_grad():
+        compiled = compile_quietly(model, inputs)
+        want = model(*inputs)
+        got = compiled(*inputs)
+        torch.testing.assert_close(
+            got.logits if hasattr(got, "logits") else got[0],
+            want.logits if hasattr(want, "logits") else want[0],
+        )
+        fns: dict[str, Fn] = {"eager": lambda: model(*inputs), "xfuse": lambda: compiled(*inputs)}
+        us = interleaved_us(fns, runs, warmup=5)
+        steps = step_breakdown(compiled, inputs, runs)
+        executable = next(iter(compiled.specialisations.values()))
+        program = executable.program
+        kinds = ", ".join(k for k in steps if k != "rest")
+        lines = [
+            f"{name} (small config, f32): {len(program.steps)} steps ({kinds}), "
+            f"{len(program.kernels)} kernels.",
+            "",
+            "| | µs per forward |",
+            "|---|---|",
+            f"| eager | {us['eager']:.0f} |",
+            f"| xfuse | {us['xfuse']:.0f} |",
+        ]
+        for kind, t in steps.items():
+            what = (
+                "rest of the call: checks, signature, binding, output rules"
+                if kind == "rest"
+                else f"{kind}, timed one by one"
+            )
+            lines.append(f"| xfuse with the step profile on: {what} | {t:.0f} |")
+        if profile:
+            lines += ["", "```", cprofile_top(lambda: compiled(*inputs), 200), "```"]
+    return lines
+
+
+def cprofile_top(fn: Fn, calls: int, top: int = 25) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue().strip()
+
+
+def machine() -> str:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores, torch "
+        f"{torch.__version__} ({torch.get_num_threads()} threads), Python "
+        f"{platform.python_version()}; load average {load}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.host", description=__doc__)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--model", default="gpt2")
+    parser.add_argument("--no-model", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="cProfile the model's call")
+    parser.add_argument("--only", choices=("chains", "externs", "model"))
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch's and xfuse's CPU threads (default 1)"
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.environ["XFUSE_NUM_THREADS"] = str(args.threads)  # read when the first kernel loads
+    sections: list[tuple[str, Callable[[], list[str]]]] = [
+        ("chains", lambda: bench_chains(args.runs)),
+        ("externs", lambda: bench_externs(args.runs)),
+        ("model", lambda: bench_model(args.model, max(20, args.runs // 4), args.profile)),
+    ]
+    for name, run in sections:
+        if args.only not in (None, name) or (name == "model" and args.no_model):
+            continue
+        print("\n".join(run()) + "\n", flush=True)
+    print(machine())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
