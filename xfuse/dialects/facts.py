@@ -106,6 +106,10 @@ class Fuzz:
     """How many entries of the pool it takes."""
     random_graph: bool = False
     """Also drawn by `random_graph`'s programs (unary, binary and reduction pools)."""
+    exact_operands: bool = False
+    """Drawn on exact operands only: the op jumps where an operand crosses a point (fmod's
+    and remainder's multiples of the divisor) and amplifies its divisor's rounding by the
+    quotient, so a reassociated (inexact) operand gives a result no tolerance can judge."""
 
     @staticmethod
     def unary(
@@ -114,8 +118,16 @@ class Fuzz:
         return Fuzz(spelling, "unary", exact=exact, positive=positive, random_graph=random_graph)
 
     @staticmethod
-    def binary(spelling: str, *, exact: bool = False, random_graph: bool = False) -> Fuzz:
-        return Fuzz(spelling, "binary", exact=exact, random_graph=random_graph)
+    def binary(
+        spelling: str,
+        *,
+        exact: bool = False,
+        random_graph: bool = False,
+        exact_operands: bool = False,
+    ) -> Fuzz:
+        return Fuzz(
+            spelling, "binary", exact=exact, random_graph=random_graph, exact_operands=exact_operands
+        )
 
     @staticmethod
     def compare(spelling: str) -> Fuzz:

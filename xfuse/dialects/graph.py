@@ -1401,7 +1401,7 @@ class FmodOp(NumericBinaryOp):
         torch="torch.fmod",
         aten=("aten.fmod.Tensor", "aten.fmod.Scalar"),
         scalar=ScalarRule(binary(RemFOp), binary(arith.RemSIOp)),
-        fuzz=Fuzz.binary("torch.fmod", exact=True),
+        fuzz=Fuzz.binary("torch.fmod", exact=True, exact_operands=True),
     )
 
 
@@ -1415,7 +1415,7 @@ class RemainderOp(NumericBinaryOp):
         torch="torch.remainder",
         aten=("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor"),
         scalar=ScalarRule(_remainder_f, _remainder_i),
-        fuzz=Fuzz.binary("torch.remainder"),
+        fuzz=Fuzz.binary("torch.remainder", exact_operands=True),
     )
 
 

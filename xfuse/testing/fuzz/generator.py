@@ -272,6 +272,8 @@ class Generator:
         a = self.pick(lambda v: self.dtype(v.name) != torch.bool)
         b, b_exact = self.operand_for(a)
         op = self.rng.choice(BINARY)
+        if op in EXACT_OPERANDS and not (a.exact and b_exact):
+            raise Rejected(f"{op} of an inexact operand")
         exact = a.exact and b_exact and op in EXACT_BINARY
         if op == "/":
             expr = f"{a.name} / {self.positive(b)}"
@@ -800,6 +802,7 @@ EXACT_UNARY = _spellings("unary", lambda f: f.exact)
 POSITIVE_DOMAIN = _spellings("unary", lambda f: f.positive)
 BINARY = _spellings("binary")
 EXACT_BINARY = _spellings("binary", lambda f: f.exact)
+EXACT_OPERANDS = _spellings("binary", lambda f: f.exact_operands)
 COMPARISONS = _spellings("compare")
 REDUCTIONS = _spellings("reduction")
 EXACT_REDUCTIONS = _spellings("reduction", lambda f: f.exact)
