@@ -78,3 +78,20 @@ def test_repeated_kv_heads_is_one_kernel() -> None:
         return kv[:, :, None].expand(1, 2, 2, 16, 16).reshape(1, 4, 16, 16)
 
     _one_kernel(repeat_kv, torch.randn(1, 16, 32))
+
+
+def test_query_key_value_heads_are_one_kernel() -> None:
+    """BERT's attention input: three GEMMs, each followed by its bias add and transpose into
+    heads; the three groups share no tensor and merge horizontally into one kernel."""
+    torch.manual_seed(0)
+    projections = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(3))
+
+    def heads(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(p(x).view(1, 16, 4, 16).transpose(1, 2).contiguous() for p in projections)
+
+    x = torch.randn(1, 16, 64)
+    compiled = xfuse.compile(heads, (x,), quiet=True, fallback="error")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), heads(x))
+    assert len(compiled.kernels) == 1, [g.ops for g in compiled.groups]
+    assert [g.rule for g in compiled.groups] == ["fuse-scored:horizontal"]
