@@ -9,6 +9,11 @@ For each model, entry point, device and dtype (cpu: f32; cuda: f32 with TF32 off
 prints: match with eager (f32: assert_close at 1e-4 relative to the output's magnitude, bf16:
 3e-2), graphs (dynamo's; graph breaks = graphs - 1), groups, kernels, extern ops by name,
 torch_calls by aten op, fallbacks (graphs and groups run eagerly), groups run op by op, compile time, and the
+kernels and compile times beside Inductor's (`kernels` row: xfuse's kernels per forward and
+Inductor's kernel launches per forward, C++ kernels on the CPU and Triton kernels on CUDA,
+counted from its output code, with its `generated_kernel_count` metric; xfuse's cold compile
+into an empty disk kernel cache, its warm start from that cache with the in-memory caches
+new, and Inductor's compile with its caches disabled, first call included), and the
 median time per forward of eager, Inductor and xfuse, run interleaved in one process (CUDA
 events on the GPU). On CUDA, Inductor runs in its default mode and with `mode="reduce-overhead"` (its CUDA graphs),
 and xfuse with its CUDA graphs (on by default). `tests/models/test_zoo.py` runs the small
@@ -18,12 +23,15 @@ configs in CI.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import tempfile
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +41,7 @@ import xfuse
 import xfuse.api
 import xfuse.dynamo
 from xfuse.errors import FallbackWarning
+from xfuse.runtime.cache import KernelCache
 
 Tensor = torch.Tensor
 Built = tuple[torch.nn.Module, tuple[Tensor, ...]]
@@ -193,6 +202,8 @@ class Report:
     op_by_op: list[str] = field(default_factory=list[str])
     """Groups compiled op by op (their lowering refused them; fusion should form none)."""
     compile_s: float = 0.0
+    warm_s: float | None = None
+    """`xfuse.compile` again from the disk kernel cache (None: not measured)."""
     match: str = "-"
 
     def add(self, compiled: xfuse.api.CompiledProgram) -> None:
@@ -213,10 +224,20 @@ class Report:
 def via_xfuse_compile(
     model: torch.nn.Module, inputs: tuple[Tensor, ...], device: str, fallback: str | None
 ) -> tuple[Callable[..., Any], Report]:
+    """`xfuse.compile` cold (an empty disk kernel cache), then again from that cache with
+    new in-memory caches (the warm start of a second process, less its imports)."""
     report = Report()
-    start = time.perf_counter()
-    compiled = xfuse.compile(model, inputs, device, quiet=True, fallback=fallback)
-    report.compile_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="xfuse-models-") as directory:
+        start = time.perf_counter()
+        xfuse.compile(
+            model, inputs, device, quiet=True, fallback=fallback, cache=KernelCache(Path(directory))
+        )
+        report.compile_s = time.perf_counter() - start
+        start = time.perf_counter()
+        compiled = xfuse.compile(
+            model, inputs, device, quiet=True, fallback=fallback, cache=KernelCache(Path(directory))
+        )
+        report.warm_s = time.perf_counter() - start
     report.add(compiled)
     return compiled, report
 
@@ -247,6 +268,43 @@ def via_torch_compile(
         fn(*inputs)
     report.compile_s = time.perf_counter() - start
     return fn, report
+
+
+@dataclass
+class InductorCompile:
+    """Inductor's compile of one model: its kernel launches per forward (counted in its output
+    code: the calls of the kernels it defines, C++ on the CPU, Triton on CUDA), its
+    `generated_kernel_count` metric (on the CPU it counts each loop nest of a fused C++ kernel),
+    and the seconds to compile with its caches disabled, first call included."""
+
+    fn: Callable[..., Any]
+    kernels: int
+    metric: int
+    compile_s: float
+
+
+def kernel_launches(code: str) -> int:
+    """Calls of the kernels an Inductor output module defines (`name = async_compile.*(...)`,
+    called as `name(...)` on the CPU and `name.run(...)` for Triton)."""
+    names = re.findall(r"^(\w+) = async_compile\.\w+\(", code, re.MULTILINE)
+    return sum(
+        len(re.findall(rf"^\s+{re.escape(n)}(?:\.run)?\(", code, re.MULTILINE)) for n in names
+    )
+
+
+def inductor_compile(model: torch.nn.Module, inputs: tuple[Tensor, ...]) -> InductorCompile:
+    from torch._inductor import config, metrics
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    metrics.reset()
+    start = time.perf_counter()
+    with config.patch(force_disable_caches=True), torch.no_grad():
+        fn = torch.compile(model)
+        _, codes = run_and_get_code(fn, *inputs)
+    seconds = time.perf_counter() - start
+    kernels = sum(kernel_launches(code) for code in codes)
+    return InductorCompile(fn, kernels, metrics.generated_kernel_count, seconds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +351,7 @@ def run_one(
         want = model(*inputs)
     rows: list[str] = []
     fns: dict[str, Callable[[], Any]] = {"eager": lambda: model(*inputs)}
+    direct: Report | None = None
     for entry, make in (
         ("xfuse.compile", lambda: via_xfuse_compile(model, inputs, device, fallback)),
         ("torch.compile", lambda: via_torch_compile(model, inputs, fallback)),
@@ -313,13 +372,14 @@ def run_one(
             continue
         if entry == "xfuse.compile":
             fns["xfuse"] = lambda fn=fn: fn(*inputs)
+            direct = report
         rows.append(_row(name, entry, device, dtype, report))
     if not args.no_inductor:
-        torch._dynamo.reset()
-        inductor = torch.compile(model)
-        with torch.no_grad():
-            inductor(*inputs)
+        ind = inductor_compile(model, inputs)
+        inductor = ind.fn
         fns["inductor"] = lambda: inductor(*inputs)
+        if direct is not None:
+            rows.append(_kernels_row(name, device, dtype, direct, ind))
         if device.startswith("cuda"):  # Inductor with its CUDA graphs, beside xfuse's
             overhead = torch.compile(model, mode="reduce-overhead")
             with torch.no_grad():
@@ -345,6 +405,10 @@ def _counts(c: Counter[str]) -> str:
     return ", ".join(f"{k} x{v}" for k, v in c.most_common()) or "-"
 
 
+def _warm(r: Report) -> str:
+    return "" if r.warm_s is None else f" (warm {r.warm_s:.2f} s)"
+
+
 def _row(name: str, entry: str, device: str, dtype: torch.dtype, r: Report) -> str:
     fallbacks = len(r.graph_fallbacks) + len(r.group_fallbacks)
     detail = "; ".join(r.graph_fallbacks + r.group_fallbacks)[:300]
@@ -353,7 +417,18 @@ def _row(name: str, entry: str, device: str, dtype: torch.dtype, r: Report) -> s
         f"groups {r.groups} | kernels {r.kernels} | fallbacks {fallbacks} "
         f"({len(r.graph_fallbacks)} graph, {len(r.group_fallbacks)} group){': ' + detail if detail else ''} | "
         f"op by op {len(r.op_by_op)} | "
-        f"compile {r.compile_s:.2f} s | externs: {_counts(r.externs)} |"
+        f"compile {r.compile_s:.2f} s{_warm(r)} | externs: {_counts(r.externs)} |"
+    )
+
+
+def _kernels_row(
+    name: str, device: str, dtype: torch.dtype, r: Report, ind: InductorCompile
+) -> str:
+    warm = "-" if r.warm_s is None else f"{r.warm_s:.2f} s"
+    return (
+        f"| {name} | kernels | {device} {_dtype(dtype)} | xfuse {r.kernels}, Inductor "
+        f"{ind.kernels} (generated_kernel_count {ind.metric}) | compile: xfuse cold "
+        f"{r.compile_s:.2f} s, warm {warm}; Inductor {ind.compile_s:.2f} s |"
     )
 
 

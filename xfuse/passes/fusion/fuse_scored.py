@@ -9,6 +9,12 @@ a round costs O(window * n), not O(n^2). Every candidate goes through the gates 
 saved, closeness) and applied greedily from the best, skipping pairs whose nodes this round
 already consumed (the gates that depend on the rest of the graph are checked again first).
 Rounds repeat until one merges nothing or `max-rounds` have run.
+
+Then (`horizontal`, issue 17) groups that share no tensor but run over the same space, at most
+`window` positions apart, merge pairwise when the gates allow it (no path between them): BERT's
+query, key and value heads (three bias adds and transposes after three GEMMs) become one
+kernel. Each such merge saves a launch; it runs last so that the merges that save memory
+traffic choose first.
 """
 
 from __future__ import annotations
@@ -48,10 +54,11 @@ PRODUCER_CONSUMER = "producer-consumer"
 MULTI_OUTPUT = "multi-output"
 RECOMPUTE = "recompute"
 SIBLING = "sibling"
+HORIZONTAL = "horizontal"
 
 # The first component of a score: vertical fusion removes a tensor from memory altogether,
 # multi-output and recompute remove reads, siblings share one input.
-PRIORITY = {PRODUCER_CONSUMER: 3, MULTI_OUTPUT: 2, RECOMPUTE: 2, SIBLING: 1}
+PRIORITY = {PRODUCER_CONSUMER: 3, MULTI_OUTPUT: 2, RECOMPUTE: 2, SIBLING: 1, HORIZONTAL: 0}
 
 
 @dataclass(slots=True)
@@ -123,6 +130,8 @@ class ScoredFuser:
                 break
         for c in skipped or ():
             self.log.record(*c.labels, MAX_ROUNDS, c.rule, c.score, "rounds ran out")
+        if self.max_rounds:
+            self.horizontal()
         self.g.finish()
         self.log.settle()
         # Only the decisions are read from now on (see `FusionGraph._release`).
@@ -248,6 +257,45 @@ class ScoredFuser:
             self.log.record(*labels, verdict.reason, SIBLING, detail=verdict.detail)
             return None
         return Candidate(a, b, SIBLING, (PRIORITY[SIBLING], saved, -distance), labels)
+
+    # --- horizontal fusion (issue 17: fewer kernels) -----------------------------------------
+
+    def horizontal(self) -> None:
+        """Merge groups over the same space that share no tensor, each with the nearest later
+        one (at most `window` positions on) that the gates allow, until none merges."""
+        g = self.g
+        merged = True
+        while merged:
+            merged = False
+            g.renumber()
+            groups = [n for n in g.nodes() if n.is_group]
+            taken: set[Node] = set()
+            for i, a in enumerate(groups):
+                if a in taken:
+                    continue
+                for b in groups[i + 1 :]:
+                    if b.pos - a.pos > self.window:
+                        break
+                    if b not in taken and self.merge_horizontal(a, b):
+                        taken.update((a, b))
+                        merged = True
+                        break
+
+    def merge_horizontal(self, a: Node, b: Node) -> bool:
+        g = self.g
+        if g.space(a) != g.space(b) or directly_connected(g, a, b):
+            return False
+        verdict, saved = self.gate(a, b, sibling=True)
+        if verdict.ok:
+            verdict = check_order(g, a, b)
+        if not verdict.ok or not self.may_fuse():
+            return False
+        score = Score(PRIORITY[HORIZONTAL], saved, int(b.pos - a.pos))
+        labels = (a.representative(), b.representative())
+        group = g.merge(a, b, f"{PASS}:{HORIZONTAL}", verdict.moved, saved)
+        self.log.record(*labels, FUSED, HORIZONTAL, score)
+        self.forget_gates({a, b, group})
+        return True
 
     # --- application -------------------------------------------------------------------------
 

@@ -7,9 +7,11 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `composite-op`     a `Composite` op (softmax, layer_norm, ...) must be decomposed first;
 - `not-fusable`      not a graph op, or refused by the caller's fusability predicate;
 - `shape-mismatch`   the two iteration spaces are unrelated (see `combine_spaces`) and the
-                     consumer is no pad or pool taking in its producer (`window_absorbs`), or a
-                     slice, concat or gather reads its producer elsewhere than the group
-                     iterates (a gather's table from a reduction: see `gather_mismatch`);
+                     consumer is no pad or pool taking in its producer (`window_absorbs`) nor
+                     a consumer computing a producer that reduces nothing where it reads it
+                     (`inline_absorbs`),
+                     or a slice, concat or gather reads a reducing producer elsewhere than the
+                     group iterates (a gather's table of another shape: see `gather_mismatch`);
 - `max-group-size`   the merged group would hold more ops than allowed;
 - `window`           (fuse-scored) the pair is further apart in the block than the window;
 - `max-rounds`       (fuse-scored) the pair was still waiting when the rounds ran out;
@@ -155,11 +157,18 @@ def fusability(node: Node, predicate: Predicate | None = None) -> Verdict:
     return PASSED
 
 
-def edge_gather_mismatch(g: FusionGraph, first: Node, second: Node) -> str | None:
-    """`gather_mismatch` over the ops of `second` that read values of `first`."""
+def edge_gather_mismatch(
+    g: FusionGraph, first: Node, second: Node, *, inline: bool = False
+) -> str | None:
+    """`gather_mismatch` over the ops of `second` that read values of `first`. With `inline`
+    (a merge, not a copy), slices and concats may compute a producer that reduces nothing and
+    that nothing else reads where they read it (`lower-to-loops` computes every value at the
+    index it is read at; issue 17)."""
     if not second.gathers:
         return None  # most nodes hold no slice or concat: skip the walk over the uses
-    return gather_mismatch(g.edge_readers(first, second), bool(g.space(first).reduced))
+    reduces = bool(g.space(first).reduced)
+    inline = inline and not reduces and all(r == (second,) for r in g.output_readers(first))
+    return gather_mismatch(g.edge_readers(first, second), reduces, inline)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,10 +246,10 @@ def check_pair(
         return refuse(SHAPE_MISMATCH, f"siblings iterate {a} and {b}")
     space = combine_spaces(a, b)
     if space is None:
-        if sibling or not window_absorbs(g, first, second):
+        if sibling or not (window_absorbs(g, first, second) or inline_absorbs(g, first, second)):
             return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
-        space = b  # the windowed consumer's space is the group's
-    detail = edge_gather_mismatch(g, first, second)
+        space = b  # the windowed or inlining consumer's space is the group's
+    detail = edge_gather_mismatch(g, first, second, inline=not sibling)
     if detail is not None:
         return refuse(SHAPE_MISMATCH, detail)
     if max_group_size is not None:
@@ -613,6 +622,41 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
         step = via if op_kind(owner) == "elementwise" else owner
         reads.extend((v, i, step) for v, i in operand_reads(owner, index, loop, g.shape))
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Consumers that compute their producer where they read it (issue 17: fewer kernels)
+# ---------------------------------------------------------------------------------------------
+
+MAX_INLINE_READS = 4.0
+"""A consumer takes in a producer of another space only when its ops read each of the
+producer's elements at most this many times on average (Inductor's `realize_reads_threshold`):
+the kernel computes the producer's elements where they are read, so a broadcast reading each
+element twice (Llama's key/value heads repeated for grouped-query attention) computes it
+twice."""
+
+
+def inline_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
+    """Whether `second` may take in its producer `first` although their spaces differ, because
+    `lower-to-loops` computes each value of a group without reductions at the index it is read
+    at: GPT-2's split of the fused QKV projection into heads (slices), Llama's rotate-half
+    (slices and a concat) and repeated key/value heads (a broadcast). Only when neither node
+    reduces (a reduction's rows are the loop), nothing else reads `first` (the merged group
+    has `second`'s outputs only), no gather reads it at computed positions, and `second`'s
+    ops read each element of `first` at most `MAX_INLINE_READS` times."""
+    if g.space(first).reduced or g.space(second).reduced or not second.outputs:
+        return False
+    if any(readers != (second,) for readers in g.output_readers(first)):
+        return False
+    reads: dict[SSAValue, int] = {}
+    for reader, value in g.edge_readers(first, second):
+        if isinstance(reader, graph.GatherOp) or not reader.results:
+            return False
+        read = value if isinstance(reader, graph.ConcatOp) else reader.results[0]
+        reads[value] = reads.get(value, 0) + graph.numel(g.shape(read))
+    return bool(reads) and all(
+        n <= MAX_INLINE_READS * graph.numel(g.shape(v)) for v, n in reads.items()
+    )
 
 
 # ---------------------------------------------------------------------------------------------

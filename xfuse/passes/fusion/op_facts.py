@@ -142,11 +142,25 @@ def is_gather_op(op: Operation) -> bool:
     return _is_gather_class(type(op))
 
 
+@cache
+def _is_slice_class(cls: type[Operation]) -> bool:
+    return issubclass(cls, graph.SliceOp | graph.ConcatOp)
+
+
+def _is_slice(op: Operation) -> bool:
+    """A slice or concat (issue 17): it reads its input at its own positions, shifted."""
+    return _is_slice_class(type(op))
+
+
 def gather_mismatch(
-    readers: Iterable[tuple[Operation, SSAValue]], producer_reduces: bool = False
+    readers: Iterable[tuple[Operation, SSAValue]],
+    producer_reduces: bool = False,
+    inline_slices: bool = False,
 ) -> str | None:
     """A slice or concat reading a value of another shape cannot fold its producer: the kernel
     iterates the slice's output, not the producer's. Returns a detail when that happens.
+    With `inline_slices` (a producer that reduces nothing and that only the slicing node reads,
+    `legality.edge_gather_mismatch`), slices and concats compute it where they read it.
     `graph.gather` reads its index tensors elementwise (the usual rules) and its table at
     computed positions: like a slice for the table's shape, and never from a producer that
     reduces (a reduction's value exists for one row at a time; recomputing an elementwise
@@ -159,7 +173,7 @@ def gather_mismatch(
                 "graph.gather reads its table at computed indices, not at the row a "
                 "reduction's value exists for"
             )
-        if is_gather_op(reader):
+        if is_gather_op(reader) and not (inline_slices and _is_slice(reader)):
             out, src = graph.shape_of(reader.results[0]), graph.shape_of(value)
             if out != src:
                 return f"{reader.name} reads {graph.fmt_shape(src)} into {graph.fmt_shape(out)}"

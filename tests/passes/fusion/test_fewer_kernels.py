@@ -1,0 +1,97 @@
+"""Groupings that cut the zoo's kernel count (issue 17, fewer kernels than Inductor): a
+consumer computes a producer that reduces nothing where it reads it (`inline_absorbs`): slices
+and concats (GPT-2's QKV split, Llama's rotate-half) and broadcasts (Llama's repeated key/value
+heads); and each program below compiles to one kernel that matches eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xfuse
+from tests.passes.fusion.test_legality import node
+from xfuse.ir.context import parse
+from xfuse.passes.fusion.graph import FusionGraph
+from xfuse.passes.fusion.legality import FUSED, SHAPE_MISMATCH, check_merge
+
+GRAPH = """func.func @forward(%x: tensor<4x8xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>, tensor<2x4xf32>) {
+  %e = graph.exp %x : tensor<4x8xf32>
+  %s = graph.slice %e start = [0, 0] limit = [4, 4] stride = [1, 1] : tensor<4x8xf32> -> tensor<4x4xf32>
+  %n = graph.neg %x : tensor<4x8xf32>
+  %t = graph.slice %n start = [0, 4] limit = [4, 8] stride = [1, 1] : tensor<4x8xf32> -> tensor<4x4xf32>
+  %a = graph.abs %x : tensor<4x8xf32>
+  %u = graph.slice %a start = [0, 0] limit = [2, 4] stride = [1, 1] : tensor<4x8xf32> -> tensor<2x4xf32>
+  func.return %s, %t, %n, %u : tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>, tensor<2x4xf32>
+}"""
+
+
+@pytest.fixture
+def g() -> FusionGraph:
+    m = parse(GRAPH)
+    return FusionGraph(m.body.block.first_op.body.block)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "reason"),
+    [
+        ("e", "s", FUSED),  # exp computed where the slice reads it
+        ("n", "t", SHAPE_MISMATCH),  # %n is an output too: it would be computed twice
+        ("a", "u", FUSED),
+    ],
+)
+def test_inline_absorbs(g: FusionGraph, first: str, second: str, reason: str) -> None:
+    assert check_merge(g, node(g, first), node(g, second), arg_limit=128).reason == reason
+
+
+def _one_kernel(fn: object, *inputs: torch.Tensor) -> None:
+    compiled = xfuse.compile(fn, inputs, quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(*inputs), fn(*inputs))  # type: ignore[operator]
+    assert len(compiled.kernels) == 1, [g.ops for g in compiled.groups]
+
+
+def test_qkv_split_into_heads_is_one_kernel() -> None:
+    """GPT-2's attention input: bias add, split into q, k, v, each into heads."""
+
+    def split(y: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q, k, v = (y + b).split(64, dim=-1)
+        return tuple(t.view(1, 16, 4, 16).transpose(1, 2).contiguous() for t in (q, k, v))
+
+    _one_kernel(split, torch.randn(1, 16, 192), torch.randn(192))
+
+
+def test_rotary_embedding_is_one_kernel() -> None:
+    """Llama's rotary embedding of the query heads: rotate-half is two slices and a concat."""
+
+    def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        q = x.view(1, 16, 4, 16).transpose(1, 2)
+        half = torch.cat((-q[..., 8:], q[..., :8]), dim=-1)
+        return q * cos + half * sin
+
+    _one_kernel(rope, torch.randn(1, 16, 64), torch.randn(1, 1, 16, 16), torch.randn(1, 1, 16, 16))
+
+
+def test_repeated_kv_heads_is_one_kernel() -> None:
+    """Llama's grouped-query attention: key/value heads transposed, then each repeated twice."""
+
+    def repeat_kv(x: torch.Tensor) -> torch.Tensor:
+        kv = x.view(1, 16, 2, 16).transpose(1, 2)
+        return kv[:, :, None].expand(1, 2, 2, 16, 16).reshape(1, 4, 16, 16)
+
+    _one_kernel(repeat_kv, torch.randn(1, 16, 32))
+
+
+def test_query_key_value_heads_are_one_kernel() -> None:
+    """BERT's attention input: three GEMMs, each followed by its bias add and transpose into
+    heads; the three groups share no tensor and merge horizontally into one kernel."""
+    torch.manual_seed(0)
+    projections = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(3))
+
+    def heads(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(p(x).view(1, 16, 4, 16).transpose(1, 2).contiguous() for p in projections)
+
+    x = torch.randn(1, 16, 64)
+    compiled = xfuse.compile(heads, (x,), quiet=True, fallback="error")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), heads(x))
+    assert len(compiled.kernels) == 1, [g.ops for g in compiled.groups]
+    assert [g.rule for g in compiled.groups] == ["fuse-scored:horizontal"]
