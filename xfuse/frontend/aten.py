@@ -1208,6 +1208,136 @@ def _indexing(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 OWN_CONVERTERS[graph.GatherOp] = _indexing
 
 
+# --- scatter task: scatters with affine indices ----------------------------------------------
+# slice_scatter, select_scatter and diagonal_scatter write `src` into a strided region of
+# `self`: `where(region, src spread into place, self)`, where both the region (a splat of
+# True) and `src` are padded into place, stride > 1 spreading each element with stride - 1
+# padding after it (a reshape). In the loop nest that is index arithmetic with a select, exact
+# and fusable like an elementwise op; nothing is copied. `copy` (functionalised `x[...] = y`)
+# is `src` cast and broadcast to `self`.
+
+
+def _spread(lw: ImportBuilder, x: SSAValue, dim: int, start: int, step: int, size: int) -> SSAValue:
+    """`x` along `dim` of length `size`: element k at `start + k * step`, zero (False)
+    elsewhere."""
+    shape = list(graph.shape_of(x))
+    rank, m = len(shape), shape[dim]
+    if step > 1:  # [.., m, ..] -> [.., m, step, ..] (padded after) -> [.., m * step, ..]
+        x = lw.reshape(x, [*shape[: dim + 1], 1, *shape[dim + 1 :]])
+        after = [0] * (rank + 1)
+        after[dim + 1] = step - 1
+        x = lw.emit(graph.PadOp(x, [0] * (rank + 1), after))
+        shape[dim] = m * step
+        x = lw.reshape(x, shape)
+    low, high = [0] * rank, [0] * rank
+    low[dim], high[dim] = start, size - start - shape[dim]  # (negative: crops the spread tail)
+    if not low[dim] and not high[dim]:
+        return x
+    return lw.emit(graph.PadOp(x, low, high))
+
+
+def _emit_slice_scatter(
+    lw: ImportBuilder, x: SSAValue, src: SSAValue, dim: int, start: int, end: int, step: int
+) -> SSAValue | None:
+    """`x` with `x[.., start:end:step, ..] = src` along `dim` (torch's clamping of start and
+    end); None where the shapes do not fit (eager raises)."""
+    shape = graph.shape_of(x)
+    size = shape[dim]
+    start = min(max(start + size if start < 0 else start, 0), size)
+    end = min(max(end + size if end < 0 else end, start), size)
+    m = len(range(start, end, step)) if step > 0 else -1
+    if graph.shape_of(src) != tuple(m if k == dim else d for k, d in enumerate(shape)):
+        return None
+    src = lw.cast(src, graph.dtype_of(x))
+    if graph.numel(graph.shape_of(src)) == 0:
+        return x  # nothing written
+    if m == size:  # every element written
+        return src
+    region = lw.constant(True, i1, [m if k == dim else 1 for k in range(len(shape))])
+    return lw.emit(
+        graph.WhereOp(
+            _spread(lw, region, dim, start, step, size),
+            _spread(lw, src, dim, start, step, size),
+            x,
+        )
+    )
+
+
+def _slice_scatter(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    start, end, step = a.get("start"), a.get("end"), a.get("step", 1)
+    if _rank(x) == 0 or not all(v is None or isinstance(v, int) for v in (start, end, step)):
+        return None
+    dim = a.get("dim", 0) % _rank(x)
+    size = graph.shape_of(x)[dim]
+    return _emit_slice_scatter(
+        lw,
+        x,
+        lw.tensor(a["src"]),
+        dim,
+        0 if start is None else start,
+        size if end is None else end,
+        1 if step is None else step,
+    )
+
+
+def _select_scatter(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    if _rank(x) == 0 or not isinstance(a["index"], int):
+        return None
+    dim = a["dim"] % _rank(x)
+    shape = graph.shape_of(x)
+    if not -shape[dim] <= a["index"] < shape[dim]:
+        return None  # eager raises
+    index = a["index"] % shape[dim]
+    src = lw.reshape(lw.tensor(a["src"]), [1 if k == dim else d for k, d in enumerate(shape)])
+    return _emit_slice_scatter(lw, x, src, dim, index, index + 1, 1)
+
+
+def _diagonal_scatter(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """The slice of stride m + 1 that `_diagonal` reads, written: dim1 and dim2 moved last and
+    flattened, a slice scatter there, and back."""
+    x, src = lw.tensor(a["self"]), lw.tensor(a["src"])
+    rank, offset = _rank(x), a.get("offset", 0)
+    if rank < 2 or not isinstance(offset, int) or _rank(src) != rank - 1:
+        return None
+    d1, d2 = a.get("dim1", 0) % rank, a.get("dim2", 1) % rank
+    if d1 == d2:
+        return None
+    shape = graph.shape_of(x)
+    rest = [d for d in range(rank) if d not in (d1, d2)]
+    n, m = shape[d1], shape[d2]
+    length = graph.shape_of(src)[-1]
+    if length == 0 or graph.numel(shape) == 0:
+        return x if graph.shape_of(src)[:-1] == tuple(shape[d] for d in rest) else None
+    perm = [*rest, d1, d2]
+    flat = lw.reshape(_permute_dims(lw, x, perm), [shape[d] for d in rest] + [n * m])
+    start = offset if offset >= 0 else -offset * m
+    limit = start + (length - 1) * (m + 1) + 1
+    out = _emit_slice_scatter(lw, flat, src, len(rest), start, limit, m + 1)
+    if out is None:
+        return None
+    out = lw.reshape(out, [shape[d] for d in perm])
+    return _permute_dims(lw, out, [perm.index(k) for k in range(rank)])
+
+
+def _copy(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """aten.copy (functional copy_): `src` cast to `self`'s dtype and broadcast to its shape."""
+    x = lw.tensor(a["self"])
+    src = lw.cast(lw.tensor(a["src"]), graph.dtype_of(x))
+    if graph.broadcast_shapes(graph.shape_of(src), graph.shape_of(x)) != graph.shape_of(x):
+        return None
+    return _expand_to(lw, src, graph.shape_of(x))
+
+
+SCATTER_CONVERTERS: dict[str, Converter] = {
+    "aten.slice_scatter.default": _slice_scatter,
+    "aten.select_scatter.default": _select_scatter,
+    "aten.diagonal_scatter.default": _diagonal_scatter,
+    "aten.copy.default": _copy,
+}
+
+
 def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
     """`str(OpOverload)` -> converter for every overload one of `ops` declares in its `aten`
     fact (`xfuse.dialects.facts`)."""
@@ -1274,6 +1404,7 @@ CONVERTERS: dict[str, Converter] = {
     # task `index`
     "aten.repeat.default": _repeat,
     "aten.diagonal.default": _diagonal,
+    **SCATTER_CONVERTERS,  # scatter task
 }
 
 # Nodes without a value that only check what export already guarantees.

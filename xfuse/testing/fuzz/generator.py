@@ -244,6 +244,7 @@ class Generator:
             (1, self.gather),
         ]
         makers.append((1.5, self.index_op))  # task `index`
+        makers.append((1, self.scatter))  # scatter task
         if self.allow_unsupported:
             makers.append((0.8, self.unsupported))
         weights = [w for w, _ in makers]
@@ -738,6 +739,38 @@ class Generator:
             expr = f"F.max_pool{n}d({a.name}, {args}, return_indices=True)[1]"
             return ("pool:argmax", *self.result(expr, True))
         return (f"pool:{kind}", *self.result(expr, a.exact and kind == "max"))
+
+    # --- scatter task: scatters with affine indices ------------------------------------------
+
+    def scatter(self) -> tuple[str, str, list[Value]]:
+        """slice_scatter (start, end and step drawn, negative ones too), select_scatter or
+        diagonal_scatter of a value, the source a new input cast to its dtype."""
+        a = self.pick(lambda v: len(self.shape(v.name)) >= 1 and 0 not in self.shape(v.name))
+        shape, rng = self.shape(a.name), self.rng
+        rank = len(shape)
+        dim = rng.randrange(rank)
+        n = shape[dim]
+        kind = rng.choice(("slice", "slice", "select", "diagonal"))
+        if kind == "slice":
+            start, end = rng.randint(-n, n - 1), rng.choice((None, rng.randint(-n, n + 2)))
+            step = rng.choice((1, 1, 2, 3))
+            size = len(range(*slice(start, end, step).indices(n)))
+            src_shape = tuple(size if k == dim else d for k, d in enumerate(shape))
+            args = f"{dim}, {start}, {end}, {step}"
+        elif kind == "select":
+            src_shape = tuple(d for k, d in enumerate(shape) if k != dim)
+            args = f"{dim}, {rng.randrange(-n, n)}"
+        elif rank >= 2:
+            d1, d2 = rng.sample(range(rank), 2)
+            offset = rng.randint(-3, 3)
+            length = torch.diagonal(self.env[a.name], offset, d1, d2).shape[-1]
+            src_shape = (*(d for k, d in enumerate(shape) if k not in (d1, d2)), length)
+            args = f"{offset}, {d1}, {d2}"
+        else:
+            raise Rejected(f"{kind}_scatter on rank {rank}")
+        src = self.new_input(src_shape)
+        expr = f"torch.{kind}_scatter({a.name}, {src.name}.to({a.name}.dtype), {args})"
+        return (f"scatter:{kind}", *self.result(expr, a.exact))
 
     # --- aliasing --------------------------------------------------------------------------
 
