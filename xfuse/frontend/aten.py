@@ -1330,12 +1330,305 @@ def _copy(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return _expand_to(lw, src, graph.shape_of(x))
 
 
+# --- scatter task: scatters with computed indices --------------------------------------------
+# scatter, scatter_add, scatter_reduce and index_put (index_add, index_copy and index_fill
+# arrive as index_put) are a search, not a store: every output element compares its position
+# with the K source positions that may write it (the index's length along the scattered dim,
+# or the broadcast index tensors' element count) and combines the matches in source order.
+# For K up to SEARCH_LIMIT that is a reduction over K in the loop nest: no indirect store, so
+# no race and no atomics, duplicates handled deterministically; without accumulation the last
+# match wins (eager's CPU result). Each index passes through a `graph.gather` of an iota: out
+# of range raises like eager (IndexError on the CPU, a trap on CUDA), and negative indices
+# wrap where torch wraps them (index_put).
+
+SEARCH_LIMIT = 64
+"""The most source positions one output element searches; larger scatters stay eager (the
+search reads K indices per output element: an indirect store would read each once)."""
+
+SCATTER_REDUCTIONS = ("copy", "sum", "prod", "mean", "amax", "amin")
+
+
+def _positions(lw: ImportBuilder, index: SSAValue, n: int, wrap: bool) -> SSAValue:
+    """`index` as i64 positions in [0, n), checked (and wrapped if `wrap`) as `graph.gather`
+    checks its indices."""
+    shape = graph.shape_of(index)
+    count = graph.numel(shape)
+    flat = lw.reshape(index, [count])
+    table = lw.emit(graph.IotaOp(TensorType(i64, [n])))
+    return lw.reshape(lw.emit(graph.GatherOp(table, [flat], 0, [count], wrap)), shape)
+
+
+def _lowest(dtype: Attribute, highest: bool = False) -> float | int:
+    if dtype == i1:
+        return int(highest)
+    if graph.is_float(dtype):
+        return float("inf") if highest else float("-inf")
+    width = cast(IntegerType, dtype).width.data
+    return 2 ** (width - 1) - 1 if highest else -(2 ** (width - 1))
+
+
+def _rounds_like_eager(dtype: Attribute, reduce: str, count: int) -> bool:
+    """Eager accumulates f16/bf16 scatters in their own type, rounding after every source
+    element; a fused sum, product or mean rounds once. They stay eager where an element may
+    take more than one source element."""
+    half = isinstance(dtype, Float16Type | BFloat16Type)
+    return count <= 1 or reduce not in ("sum", "mean", "prod") or not half
+
+
+def _scatter_search(
+    lw: ImportBuilder,
+    x: SSAValue,
+    match: SSAValue,
+    src: SSAValue,
+    reduce: str,
+    include_self: bool = True,
+) -> SSAValue:
+    """`x` where each element combines the `src` values of the source positions that `match`
+    it: both broadcast to `[*x.shape, K]`, source positions last, in source order."""
+    shape = graph.shape_of(x)
+    rank, t = len(shape), graph.dtype_of(x)
+    full = [*shape, graph.shape_of(match)[-1]]
+    match, src = _expand_to(lw, match, full), _expand_to(lw, lw.cast(src, t), full)
+    if reduce == "copy":  # the last match wins: its position, then its value (a max over
+        # the one position that equals it, so exact: NaN, -0.0 and infinities kept)
+        k = lw.emit(graph.IotaOp(TensorType(i64, full), rank))
+        unmatched = lw.constant(-1, i64)
+        last = lw.emit(graph.ReduceMaxOp(lw.emit(graph.WhereOp(match, k, unmatched)), [rank], True))
+        at_last = lw.emit(graph.EqOp(k, last))
+        only = lw.emit(graph.WhereOp(at_last, src, lw.constant(_lowest(t), t)))
+        picked = lw.emit(graph.ReduceMaxOp(only, [rank]))
+        found = lw.reshape(lw.emit(graph.GeOp(last, lw.constant(0, i64))), shape)
+        return lw.emit(graph.WhereOp(found, picked, x))
+    identity: float | int = {"sum": 0, "mean": 0, "prod": 1}.get(reduce, 0)
+    if reduce in ("amax", "amin"):
+        identity = _lowest(t, highest=reduce == "amin")
+    reduce_op = {
+        "sum": graph.ReduceSumOp,
+        "mean": graph.ReduceSumOp,
+        "prod": graph.ReduceProdOp,
+        "amax": graph.ReduceMaxOp,
+        "amin": graph.ReduceMinOp,
+    }[reduce]
+    picked = lw.emit(graph.WhereOp(match, src, lw.constant(identity, t)))
+    acc = lw.emit(reduce_op(picked, [rank]))
+    count = lw.emit(graph.ReduceSumOp(lw.cast(match, i64), [rank]))
+    if include_self:
+        combine = {
+            "sum": graph.AddOp,
+            "mean": graph.AddOp,
+            "prod": graph.MulOp,
+            "amax": graph.MaximumOp,
+            "amin": graph.MinimumOp,
+        }[reduce]
+        acc = lw.emit(combine(x, acc))
+    if reduce == "mean":
+        total = count
+        if include_self:
+            total = lw.emit(graph.AddOp(count, lw.constant(1, i64)))
+        acc = lw.emit(graph.DivOp(acc, lw.cast(total, t)))
+    written = lw.emit(graph.GtOp(count, lw.constant(0, i64)))
+    return lw.emit(graph.WhereOp(written, acc, x))
+
+
+def _torch_scatter(reduce: str | None) -> Converter:
+    """scatter (src and value), scatter_add, scatter_reduce.two: `index` (of x's rank, no
+    larger than x outside `dim` and than src) moved last along `dim`, padded with -1 (never
+    matches) to x's size in the other dims."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        x, index = lw.tensor(a["self"]), lw.tensor(a["index"])
+        how = reduce or a.get("reduce", "sum")
+        shape, ishape = graph.shape_of(x), graph.shape_of(index)
+        rank, t = len(shape), graph.dtype_of(x)
+        if rank == 0 or len(ishape) != rank or not _index_tensor(index):
+            return None  # (0-d: left to torch)
+        dim = a["dim"] % rank
+        if how not in SCATTER_REDUCTIONS or any(
+            i > s for k, (i, s) in enumerate(zip(ishape, shape, strict=True)) if k != dim
+        ):
+            return None
+        if (how != "copy" and t == i1) or (how == "mean" and not graph.is_float(t)):
+            return None
+        if graph.numel(ishape) == 0:
+            return x
+        if ishape[dim] > SEARCH_LIMIT or shape[dim] == 0:
+            return None
+        if not _rounds_like_eager(t, how, ishape[dim]):
+            return None
+        positions = _positions(lw, index, shape[dim], wrap=False)
+        value = a.get("src", a.get("value"))
+        if isinstance(value, torch.fx.Node):
+            src = lw.tensor(value)
+            if len(graph.shape_of(src)) != rank or any(
+                i > s for i, s in zip(ishape, graph.shape_of(src), strict=True)
+            ):
+                return None
+            for k, n in enumerate(ishape):
+                src = _slice_dim(lw, src, k, 0, n)
+            src = lw.cast(src, t)
+        elif isinstance(value, bool | int | float):
+            src = lw.constant(value, t, ishape)
+        else:
+            return None
+        perm = [*(k for k in range(rank) if k != dim), dim]
+        last = [*(1 if k == dim else n for k, n in enumerate(ishape)), ishape[dim]]
+        high = [*(s - i for s, i in zip(shape, ishape, strict=True)), 0]
+        high[dim] = 0
+
+        def searched(v: SSAValue, fill: float) -> SSAValue:
+            v = lw.reshape(_permute_dims(lw, v, perm), last)
+            return lw.emit(graph.PadOp(v, [0] * (rank + 1), high, value=fill)) if any(high) else v
+
+        pos = lw.emit(graph.IotaOp(TensorType(i64, [*shape, 1]), dim))
+        match = lw.emit(graph.EqOp(searched(positions, -1), pos))
+        return _scatter_search(
+            lw, x, match, searched(src, 0), how, bool(a.get("include_self", True))
+        )
+
+    return convert
+
+
+def _index_put(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """x[i0, .., ik-1] = values (or +=): integer index tensors (broadcast to B, flattened to
+    K, wrapped where negative) on adjacent dims or not (then B leads the values, as torch
+    puts it), or one boolean mask (a select: no search)."""
+    x, values = lw.tensor(a["self"]), lw.tensor(a["values"])
+    accumulate = bool(a.get("accumulate", False))
+    shape = graph.shape_of(x)
+    rank, t = len(shape), graph.dtype_of(x)
+    entries: list[Any] = list(a["indices"])
+    if rank == 0 or (accumulate and t == i1) or len(entries) > rank:
+        return None
+    values = lw.cast(values, t)
+    tensors = {k: lw.tensor(e) for k, e in enumerate(entries) if e is not None}
+    if not tensors:
+        return None
+    if len(tensors) == 1 and graph.dtype_of(next(iter(tensors.values()))) == i1:
+        return _masked_put(lw, x, *next(iter(tensors.items())), values, accumulate)
+    if not all(_index_tensor(v) for v in tensors.values()):
+        return None
+    b = graph.broadcast_shapes(*(graph.shape_of(v) for v in tensors.values()))
+    if b is None:
+        return None
+    count, dims = graph.numel(b), sorted(tensors)
+    if count > SEARCH_LIMIT or any(shape[d] == 0 for d in dims):
+        return None
+    if not _rounds_like_eager(t, "sum" if accumulate else "copy", count):
+        return None
+    if count == 0 or graph.numel(shape) == 0:
+        return x
+    match: SSAValue | None = None
+    for d in dims:
+        flat = lw.reshape(_expand_to(lw, tensors[d], b), [count])
+        positions = lw.reshape(_positions(lw, flat, shape[d], wrap=True), [1] * rank + [count])
+        pos = lw.emit(graph.IotaOp(TensorType(i64, [*shape, 1]), d))
+        eq = lw.emit(graph.EqOp(positions, pos))
+        match = eq if match is None else lw.emit(graph.BitwiseAndOp(match, eq))
+    assert match is not None
+    rest = [k for k in range(rank) if k not in dims]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    lead = dims[0] if adjacent else 0  # where B sits among the values' dims
+    target = [*(shape[k] for k in rest[:lead]), *b, *(shape[k] for k in rest[lead:])]
+    if graph.broadcast_shapes(graph.shape_of(values), target) != tuple(target):
+        return None
+    v = lw.reshape(
+        _expand_to(lw, values, target), [*target[:lead], count, *target[lead + len(b) :]]
+    )
+    v = _permute_dims(lw, v, [*(k for k in range(len(rest) + 1) if k != lead), lead])
+    v = lw.reshape(v, [*(1 if k in dims else shape[k] for k in range(rank)), count])
+    return _scatter_search(lw, x, match, v, "sum" if accumulate else "copy")
+
+
+def _index_along(reduce: str) -> Converter:
+    """index_add (`alpha` scales the source), index_copy and index_fill, kept whole: index_add
+    and index_copy reject negative indices, unlike index_put, which they decompose into, and
+    index_fill (which wraps them) decomposes into index_copy."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        x, index = lw.tensor(a["self"]), lw.tensor(a["index"])
+        shape = graph.shape_of(x)
+        rank, t = len(shape), graph.dtype_of(x)
+        if rank == 0 or not _index_tensor(index) or (reduce == "sum" and t == i1):
+            return None
+        dim, count = a["dim"] % rank, graph.numel(graph.shape_of(index))
+        sized = [*(1 if k == dim else n for k, n in enumerate(shape)), count]
+        if reduce == "fill":
+            value = a["value"]
+            if isinstance(value, torch.fx.Node):
+                src = lw.reshape(lw.cast(lw.tensor(value), t), [1] * (rank + 1))
+            elif isinstance(value, bool | int | float):
+                src = lw.constant(value, t, [1] * (rank + 1))
+            else:
+                return None
+        else:
+            src = lw.tensor(a["source"])
+            if graph.shape_of(src) != tuple(count if k == dim else n for k, n in enumerate(shape)):
+                return None
+        if count == 0 or graph.numel(shape) == 0:
+            return x
+        if count > SEARCH_LIMIT or not _rounds_like_eager(t, reduce, count):
+            return None
+        positions = _positions(lw, index, shape[dim], wrap=reduce == "fill")
+        positions = lw.reshape(positions, [1] * rank + [count])
+        pos = lw.emit(graph.IotaOp(TensorType(i64, [*shape, 1]), dim))
+        if reduce != "fill":
+            src = lw.cast(src, t)
+            alpha = a.get("alpha", 1)
+            if alpha != 1:
+                src = lw.emit(graph.MulOp(src, lw.constant(alpha, t)))
+            src = _permute_dims(lw, src, [*(k for k in range(rank) if k != dim), dim])
+            src = lw.reshape(src, sized)
+        how = "sum" if reduce == "sum" else "copy"
+        return _scatter_search(lw, x, lw.emit(graph.EqOp(positions, pos)), src, how)
+
+    return convert
+
+
+def _masked_put(
+    lw: ImportBuilder, x: SSAValue, first: int, mask: SSAValue, values: SSAValue, accumulate: bool
+) -> Value:
+    """x[.., mask] = values with a boolean mask on dims first.. (torch.export keeps its shape
+    static): a select, where values do not depend on which masked element they go to (they
+    broadcast to the dims after the mask)."""
+    shape, mshape = graph.shape_of(x), graph.shape_of(mask)
+    after = first + len(mshape)
+    if after > len(shape) or tuple(shape[first:after]) != mshape:
+        return None
+    vshape = list(graph.shape_of(values))
+    while vshape and vshape[0] == 1 and len(vshape) > len(shape) - after:
+        vshape.pop(0)
+    if len(vshape) > len(shape) - after:
+        return None
+    values = lw.reshape(values, vshape)
+    if graph.broadcast_shapes(vshape, shape[after:]) != tuple(shape[after:]):
+        return None
+    mask = lw.reshape(mask, [*([1] * first), *mshape, *([1] * (len(shape) - after))])
+    if accumulate:
+        values = lw.emit(graph.AddOp(x, values))
+    return lw.cast(lw.emit(graph.WhereOp(mask, values, x)), graph.dtype_of(x))
+
+
 SCATTER_CONVERTERS: dict[str, Converter] = {
     "aten.slice_scatter.default": _slice_scatter,
     "aten.select_scatter.default": _select_scatter,
     "aten.diagonal_scatter.default": _diagonal_scatter,
     "aten.copy.default": _copy,
+    "aten.scatter.src": _torch_scatter("copy"),
+    "aten.scatter.value": _torch_scatter("copy"),
+    "aten.scatter_add.default": _torch_scatter("sum"),
+    "aten.scatter_reduce.two": _torch_scatter(None),
+    "aten.index_put.default": _index_put,
+    "aten.index_add.default": _index_along("sum"),
+    "aten.index_copy.default": _index_along("copy"),
+    "aten.index_fill.int_Scalar": _index_along("fill"),
+    "aten.index_fill.int_Tensor": _index_along("fill"),
 }
+SCATTER_KEPT_COMPOSITES = (
+    "aten.index_add.default",
+    "aten.index_copy.default",
+    "aten.index_fill.int_Scalar",
+    "aten.index_fill.int_Tensor",
+)
 
 
 def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
@@ -1433,4 +1726,5 @@ KEPT_COMPOSITES: tuple[str, ...] = (
     SDPA,  # an extern: torch picks the fused kernel for the device (xfuse/frontend/attention.py)
     "aten.roll.default",  # task `index`: a graph.roll, not index_select
     *POOL_KEPT_COMPOSITES,  # pool task
+    *SCATTER_KEPT_COMPOSITES,  # scatter task: their own index checks
 )
