@@ -314,3 +314,15 @@ def test_half_accumulation_of_several_sources_stays_eager(dtype: torch.dtype) ->
         (rand(3, 4, dtype=dtype), _ints(0, 0, 1, 0, 2, 2).reshape(3, 2), rand(3, 2, dtype=dtype)),
     )
     assert "graph.torch_call" in op_names(imported)
+
+
+@pytest.mark.parametrize("how", ["add", "multiply"])
+def test_deprecated_scatter_reduce_argument(how: str) -> None:
+    x, i = rand(3, 4), _ints(1, 1, 0, 3, 2, 2).reshape(3, 2)
+    for fn in (
+        lambda x, i, v: torch.scatter(x, 1, i, v, reduce=how),
+        lambda x, i: torch.scatter(x, 1, i, 1.5, reduce=how),
+    ):
+        inputs = (x, i, rand(3, 2)) if fn.__code__.co_argcount == 3 else (x, i)
+        imported = check_against_eager(fn, inputs)
+        assert "graph.torch_call" not in op_names(imported), op_names(imported)

@@ -1431,13 +1431,13 @@ def _scatter_search(
 
 
 def _torch_scatter(reduce: str | None) -> Converter:
-    """scatter (src and value), scatter_add, scatter_reduce.two: `index` (of x's rank, no
-    larger than x outside `dim` and than src) moved last along `dim`, padded with -1 (never
-    matches) to x's size in the other dims."""
+    """scatter (src and value, and their deprecated `reduce` forms), scatter_add,
+    scatter_reduce.two: `index` (of x's rank, no larger than x outside `dim` and than src)
+    moved last along `dim`, padded with -1 (never matches) to x's size in the other dims."""
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         x, index = lw.tensor(a["self"]), lw.tensor(a["index"])
-        how = reduce or a.get("reduce", "sum")
+        how = reduce or {"add": "sum", "multiply": "prod"}.get(a["reduce"], a["reduce"])
         shape, ishape = graph.shape_of(x), graph.shape_of(index)
         rank, t = len(shape), graph.dtype_of(x)
         if rank == 0 or len(ishape) != rank or not _index_tensor(index):
@@ -1617,6 +1617,8 @@ SCATTER_CONVERTERS: dict[str, Converter] = {
     "aten.scatter.value": _torch_scatter("copy"),
     "aten.scatter_add.default": _torch_scatter("sum"),
     "aten.scatter_reduce.two": _torch_scatter(None),
+    "aten.scatter.reduce": _torch_scatter(None),  # reduce="add" / "multiply" (deprecated)
+    "aten.scatter.value_reduce": _torch_scatter(None),
     "aten.index_put.default": _index_put,
     "aten.index_add.default": _index_along("sum"),
     "aten.index_copy.default": _index_along("copy"),
