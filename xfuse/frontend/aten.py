@@ -1331,19 +1331,20 @@ def _copy(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 
 # --- scatter task: scatters with computed indices --------------------------------------------
-# scatter, scatter_add, scatter_reduce and index_put (index_add, index_copy and index_fill
-# arrive as index_put) are a search, not a store: every output element compares its position
-# with the K source positions that may write it (the index's length along the scattered dim,
-# or the broadcast index tensors' element count) and combines the matches in source order.
-# For K up to SEARCH_LIMIT that is a reduction over K in the loop nest: no indirect store, so
-# no race and no atomics, duplicates handled deterministically; without accumulation the last
-# match wins (eager's CPU result). Each index passes through a `graph.gather` of an iota: out
-# of range raises like eager (IndexError on the CPU, a trap on CUDA), and negative indices
-# wrap where torch wraps them (index_put).
+# scatter, scatter_add, scatter_reduce and index_put (and index_add, index_copy and
+# index_fill, kept whole for their own index checks) are a search, not a store: every output
+# element compares its position with the K source positions that may write it (the index's
+# length along the scattered dim, or the broadcast index tensors' element count) and combines
+# the matches in source order, unrolled over K (up to SEARCH_LIMIT) as elementwise selects:
+# no indirect store, so no race and no atomics; duplicates combine in eager's own order (the
+# last match wins without accumulation: eager's CPU result). Each index passes through a
+# `graph.gather` of an iota: out of range raises like eager (IndexError on the CPU, a trap on
+# CUDA), and negative indices wrap where torch wraps them (index_put, index_fill).
 
-SEARCH_LIMIT = 64
-"""The most source positions one output element searches; larger scatters stay eager (the
-search reads K indices per output element: an indirect store would read each once)."""
+SEARCH_LIMIT = 16
+"""The most source positions one output element searches (unrolled); larger scatters stay
+eager (the search reads K indices per output element: an indirect store would read each
+once)."""
 
 SCATTER_REDUCTIONS = ("copy", "sum", "prod", "mean", "amax", "amin")
 
@@ -1375,59 +1376,69 @@ def _rounds_like_eager(dtype: Attribute, reduce: str, count: int) -> bool:
     return count <= 1 or reduce not in ("sum", "mean", "prod") or not half
 
 
+_COMBINE: dict[str, type[graph.BinaryOp]] = {
+    "sum": graph.AddOp,
+    "mean": graph.AddOp,
+    "prod": graph.MulOp,
+    "amax": graph.MaximumOp,
+    "amin": graph.MinimumOp,
+}
+
+
 def _scatter_search(
     lw: ImportBuilder,
     x: SSAValue,
-    match: SSAValue,
+    keys: Sequence[tuple[SSAValue, int]],
     src: SSAValue,
     reduce: str,
     include_self: bool = True,
 ) -> SSAValue:
-    """`x` where each element combines the `src` values of the source positions that `match`
-    it: both broadcast to `[*x.shape, K]`, source positions last, in source order."""
+    """`x` where each element combines, in source order, the `src` values of the source
+    positions whose `keys` (positions, and the dim of x each gives) all equal its own
+    index: every tensor broadcasts to `[*x.shape, K]`, source positions last. Unrolled over
+    K, in eager's own sequence: a copy takes the last match, a reduction starts from `x`
+    (include_self) or from its identity where anything matches."""
     shape = graph.shape_of(x)
     rank, t = len(shape), graph.dtype_of(x)
-    full = [*shape, graph.shape_of(match)[-1]]
-    match, src = _expand_to(lw, match, full), _expand_to(lw, lw.cast(src, t), full)
-    if reduce == "copy":  # the last match wins: its position, then its value (a max over
-        # the one position that equals it, so exact: NaN, -0.0 and infinities kept)
-        k = lw.emit(graph.IotaOp(TensorType(i64, full), rank))
-        unmatched = lw.constant(-1, i64)
-        last = lw.emit(graph.ReduceMaxOp(lw.emit(graph.WhereOp(match, k, unmatched)), [rank], True))
-        at_last = lw.emit(graph.EqOp(k, last))
-        only = lw.emit(graph.WhereOp(at_last, src, lw.constant(_lowest(t), t)))
-        picked = lw.emit(graph.ReduceMaxOp(only, [rank]))
-        found = lw.reshape(lw.emit(graph.GeOp(last, lw.constant(0, i64))), shape)
-        return lw.emit(graph.WhereOp(found, picked, x))
-    identity: float | int = {"sum": 0, "mean": 0, "prod": 1}.get(reduce, 0)
-    if reduce in ("amax", "amin"):
-        identity = _lowest(t, highest=reduce == "amin")
-    reduce_op = {
-        "sum": graph.ReduceSumOp,
-        "mean": graph.ReduceSumOp,
-        "prod": graph.ReduceProdOp,
-        "amax": graph.ReduceMaxOp,
-        "amin": graph.ReduceMinOp,
-    }[reduce]
-    picked = lw.emit(graph.WhereOp(match, src, lw.constant(identity, t)))
-    acc = lw.emit(reduce_op(picked, [rank]))
-    count = lw.emit(graph.ReduceSumOp(lw.cast(match, i64), [rank]))
-    if include_self:
-        combine = {
-            "sum": graph.AddOp,
-            "mean": graph.AddOp,
-            "prod": graph.MulOp,
-            "amax": graph.MaximumOp,
-            "amin": graph.MinimumOp,
-        }[reduce]
-        acc = lw.emit(combine(x, acc))
+    count = graph.shape_of(keys[0][0])[-1]
+    src = lw.cast(src, t)
+    here = {d: lw.emit(graph.IotaOp(TensorType(i64, shape), d)) for _, d in keys}
+
+    def at(v: SSAValue, k: int) -> SSAValue:
+        """Source position k of `v` (or its only one), broadcast to x's shape."""
+        k = k if graph.shape_of(v)[-1] > 1 else 0
+        picked = _slice_dim(lw, v, rank, k, k + 1)
+        return _expand_to(lw, lw.reshape(picked, graph.shape_of(picked)[:-1]), shape)
+
+    matches: list[SSAValue] = []
+    for k in range(count):
+        eqs = [lw.emit(graph.EqOp(at(positions, k), here[d])) for positions, d in keys]
+        while len(eqs) > 1:
+            eqs = [lw.emit(graph.BitwiseAndOp(eqs[0], eqs[1])), *eqs[2:]]
+        matches.append(eqs[0])
+    if reduce == "copy":
+        acc = x
+        for k, m in enumerate(matches):
+            acc = lw.emit(graph.WhereOp(m, at(src, k), acc))
+        return acc
+    written = matches[0]
+    for m in matches[1:]:
+        written = lw.emit(graph.BitwiseOrOp(written, m))
+    acc = x
+    if not include_self:  # eager first sets the written elements to the identity
+        identity: float | int = _lowest(t, highest=True) if reduce == "amin" else 0
+        if reduce in ("prod", "amax"):
+            identity = 1 if reduce == "prod" else _lowest(t)
+        acc = lw.emit(graph.WhereOp(written, lw.constant(identity, t), x))
+    combine = _COMBINE[reduce]
+    for k, m in enumerate(matches):
+        acc = lw.emit(graph.WhereOp(m, lw.emit(combine(acc, at(src, k))), acc))
     if reduce == "mean":
-        total = count
-        if include_self:
-            total = lw.emit(graph.AddOp(count, lw.constant(1, i64)))
-        acc = lw.emit(graph.DivOp(acc, lw.cast(total, t)))
-    written = lw.emit(graph.GtOp(count, lw.constant(0, i64)))
-    return lw.emit(graph.WhereOp(written, acc, x))
+        total: SSAValue = lw.constant(int(include_self), i64)
+        for m in matches:
+            total = lw.emit(graph.AddOp(total, lw.cast(m, i64)))
+        acc = lw.emit(graph.WhereOp(written, lw.emit(graph.DivOp(acc, lw.cast(total, t))), acc))
+    return acc
 
 
 def _torch_scatter(reduce: str | None) -> Converter:
@@ -1479,10 +1490,9 @@ def _torch_scatter(reduce: str | None) -> Converter:
             v = lw.reshape(_permute_dims(lw, v, perm), last)
             return lw.emit(graph.PadOp(v, [0] * (rank + 1), high, value=fill)) if any(high) else v
 
-        pos = lw.emit(graph.IotaOp(TensorType(i64, [*shape, 1]), dim))
-        match = lw.emit(graph.EqOp(searched(positions, -1), pos))
+        keys = [(searched(positions, -1), dim)]
         return _scatter_search(
-            lw, x, match, searched(src, 0), how, bool(a.get("include_self", True))
+            lw, x, keys, searched(src, 0), how, bool(a.get("include_self", True))
         )
 
     return convert
@@ -1517,14 +1527,11 @@ def _index_put(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         return None
     if count == 0 or graph.numel(shape) == 0:
         return x
-    match: SSAValue | None = None
+    keys: list[tuple[SSAValue, int]] = []
     for d in dims:
         flat = lw.reshape(_expand_to(lw, tensors[d], b), [count])
         positions = lw.reshape(_positions(lw, flat, shape[d], wrap=True), [1] * rank + [count])
-        pos = lw.emit(graph.IotaOp(TensorType(i64, [*shape, 1]), d))
-        eq = lw.emit(graph.EqOp(positions, pos))
-        match = eq if match is None else lw.emit(graph.BitwiseAndOp(match, eq))
-    assert match is not None
+        keys.append((positions, d))
     rest = [k for k in range(rank) if k not in dims]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     lead = dims[0] if adjacent else 0  # where B sits among the values' dims
@@ -1536,7 +1543,7 @@ def _index_put(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     )
     v = _permute_dims(lw, v, [*(k for k in range(len(rest) + 1) if k != lead), lead])
     v = lw.reshape(v, [*(1 if k in dims else shape[k] for k in range(rank)), count])
-    return _scatter_search(lw, x, match, v, "sum" if accumulate else "copy")
+    return _scatter_search(lw, x, keys, v, "sum" if accumulate else "copy")
 
 
 def _index_along(reduce: str) -> Converter:
@@ -1570,7 +1577,6 @@ def _index_along(reduce: str) -> Converter:
             return None
         positions = _positions(lw, index, shape[dim], wrap=reduce == "fill")
         positions = lw.reshape(positions, [1] * rank + [count])
-        pos = lw.emit(graph.IotaOp(TensorType(i64, [*shape, 1]), dim))
         if reduce != "fill":
             src = lw.cast(src, t)
             alpha = a.get("alpha", 1)
@@ -1579,7 +1585,7 @@ def _index_along(reduce: str) -> Converter:
             src = _permute_dims(lw, src, [*(k for k in range(rank) if k != dim), dim])
             src = lw.reshape(src, sized)
         how = "sum" if reduce == "sum" else "copy"
-        return _scatter_search(lw, x, lw.emit(graph.EqOp(positions, pos)), src, how)
+        return _scatter_search(lw, x, [(positions, dim)], src, how)
 
     return convert
 
