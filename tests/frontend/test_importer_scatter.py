@@ -326,3 +326,10 @@ def test_deprecated_scatter_reduce_argument(how: str) -> None:
         inputs = (x, i, rand(3, 2)) if fn.__code__.co_argcount == 3 else (x, i)
         imported = check_against_eager(fn, inputs)
         assert "graph.torch_call" not in op_names(imported), op_names(imported)
+
+
+@pytest.mark.parametrize("how", ["sum", "amax"])
+def test_scatter_of_0d_tensors(how: str) -> None:
+    fn = lambda x, i, v: torch.scatter_reduce(x, 0, i, v, how)  # noqa: E731
+    imported = check_against_eager(fn, (rand(1)[0], torch.tensor(0), rand(1)[0]))
+    assert "graph.torch_call" not in op_names(imported), op_names(imported)

@@ -1443,59 +1443,78 @@ def _scatter_search(
 
 def _torch_scatter(reduce: str | None) -> Converter:
     """scatter (src and value, and their deprecated `reduce` forms), scatter_add,
-    scatter_reduce.two: `index` (of x's rank, no larger than x outside `dim` and than src)
-    moved last along `dim`, padded with -1 (never matches) to x's size in the other dims."""
+    scatter_reduce.two (0-d tensors read as [1])."""
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         x, index = lw.tensor(a["self"]), lw.tensor(a["index"])
-        how = reduce or {"add": "sum", "multiply": "prod"}.get(a["reduce"], a["reduce"])
-        shape, ishape = graph.shape_of(x), graph.shape_of(index)
-        rank, t = len(shape), graph.dtype_of(x)
-        if rank == 0 or len(ishape) != rank or not _index_tensor(index):
-            return None  # (0-d: left to torch)
-        dim = a["dim"] % rank
-        if how not in SCATTER_REDUCTIONS or any(
-            i > s for k, (i, s) in enumerate(zip(ishape, shape, strict=True)) if k != dim
-        ):
-            return None
-        if (how != "copy" and t == i1) or (how == "mean" and not graph.is_float(t)):
-            return None
-        if graph.numel(ishape) == 0:
-            return x
-        if ishape[dim] > SEARCH_LIMIT or shape[dim] == 0:
-            return None
-        if not _rounds_like_eager(t, how, ishape[dim]):
-            return None
-        positions = _positions(lw, index, shape[dim], wrap=False)
+        how = str(reduce or {"add": "sum", "multiply": "prod"}.get(a["reduce"], a["reduce"]))
         value = a.get("src", a.get("value"))
-        if isinstance(value, torch.fx.Node):
-            src = lw.tensor(value)
-            if len(graph.shape_of(src)) != rank or any(
-                i > s for i, s in zip(ishape, graph.shape_of(src), strict=True)
-            ):
-                return None
-            for k, n in enumerate(ishape):
-                src = _slice_dim(lw, src, k, 0, n)
-            src = lw.cast(src, t)
-        elif isinstance(value, bool | int | float):
-            src = lw.constant(value, t, ishape)
-        else:
-            return None
-        perm = [*(k for k in range(rank) if k != dim), dim]
-        last = [*(1 if k == dim else n for k, n in enumerate(ishape)), ishape[dim]]
-        high = [*(s - i for s, i in zip(shape, ishape, strict=True)), 0]
-        high[dim] = 0
-
-        def searched(v: SSAValue, fill: float) -> SSAValue:
-            v = lw.reshape(_permute_dims(lw, v, perm), last)
-            return lw.emit(graph.PadOp(v, [0] * (rank + 1), high, value=fill)) if any(high) else v
-
-        keys = [(searched(positions, -1), dim)]
-        return _scatter_search(
-            lw, x, keys, searched(src, 0), how, bool(a.get("include_self", True))
-        )
+        src = lw.tensor(value) if isinstance(value, torch.fx.Node) else value
+        include_self = bool(a.get("include_self", True))
+        if _rank(x) or _rank(index) or (isinstance(src, SSAValue) and _rank(src)):
+            return _scatter_along(lw, x, a["dim"], index, src, how, include_self)
+        if isinstance(src, SSAValue):
+            src = lw.reshape(src, [1])
+        x1, index1 = lw.reshape(x, [1]), lw.reshape(index, [1])
+        out = _scatter_along(lw, x1, 0, index1, src, how, include_self)
+        return None if out is None else lw.reshape(out, [])
 
     return convert
+
+
+def _scatter_along(
+    lw: ImportBuilder,
+    x: SSAValue,
+    dim: int,
+    index: SSAValue,
+    value: Any,
+    how: str,
+    include_self: bool,
+) -> SSAValue | None:
+    """`index` (of x's rank, no larger than x outside `dim` and than src) moved last along
+    `dim`, padded with -1 (never matches) to x's size in the other dims; so is the source."""
+    shape, ishape = graph.shape_of(x), graph.shape_of(index)
+    rank, t = len(shape), graph.dtype_of(x)
+    if rank == 0 or len(ishape) != rank or not _index_tensor(index):
+        return None
+    dim %= rank
+    if how not in SCATTER_REDUCTIONS or any(
+        i > s for k, (i, s) in enumerate(zip(ishape, shape, strict=True)) if k != dim
+    ):
+        return None
+    if (how != "copy" and t == i1) or (how == "mean" and not graph.is_float(t)):
+        return None
+    if graph.numel(ishape) == 0:
+        return x
+    if ishape[dim] > SEARCH_LIMIT or shape[dim] == 0:
+        return None
+    if not _rounds_like_eager(t, how, ishape[dim]):
+        return None
+    if isinstance(value, SSAValue):
+        src = value
+        if len(graph.shape_of(src)) != rank or any(
+            i > s for i, s in zip(ishape, graph.shape_of(src), strict=True)
+        ):
+            return None
+        for k, n in enumerate(ishape):
+            src = _slice_dim(lw, src, k, 0, n)
+        src = lw.cast(src, t)
+    elif isinstance(value, bool | int | float):
+        src = lw.constant(value, t, ishape)
+    else:
+        return None
+    positions = _positions(lw, index, shape[dim], wrap=False)
+    perm = [*(k for k in range(rank) if k != dim), dim]
+    last = [*(1 if k == dim else n for k, n in enumerate(ishape)), ishape[dim]]
+    high = [*(s - i for s, i in zip(shape, ishape, strict=True)), 0]
+    high[dim] = 0
+
+    def searched(v: SSAValue, fill: float) -> SSAValue:
+        v = lw.reshape(_permute_dims(lw, v, perm), last)
+        return lw.emit(graph.PadOp(v, [0] * (rank + 1), high, value=fill)) if any(high) else v
+
+    keys = [(searched(positions, -1), dim)]
+    return _scatter_search(lw, x, keys, searched(src, 0), how, include_self)
 
 
 def _index_put(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
