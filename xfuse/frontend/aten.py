@@ -1370,10 +1370,12 @@ def _lowest(dtype: Attribute, highest: bool = False) -> float | int:
 
 def _rounds_like_eager(dtype: Attribute, reduce: str, count: int) -> bool:
     """Eager accumulates f16/bf16 scatters in their own type, rounding after every source
-    element; a fused sum, product or mean rounds once. They stay eager where an element may
-    take more than one source element."""
+    element (and a mean again after its division); a kernel keeps f32 between fused ops and
+    rounds once. They stay eager where an element may take more than one rounding."""
     half = isinstance(dtype, Float16Type | BFloat16Type)
-    return count <= 1 or reduce not in ("sum", "mean", "prod") or not half
+    if not half or reduce not in ("sum", "mean", "prod"):
+        return True
+    return count <= 1 and reduce != "mean"
 
 
 _COMBINE: dict[str, type[graph.BinaryOp]] = {
