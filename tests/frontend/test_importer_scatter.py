@@ -333,3 +333,10 @@ def test_scatter_of_0d_tensors(how: str) -> None:
     fn = lambda x, i, v: torch.scatter_reduce(x, 0, i, v, how)  # noqa: E731
     imported = check_against_eager(fn, (rand(1)[0], torch.tensor(0), rand(1)[0]))
     assert "graph.torch_call" not in op_names(imported), op_names(imported)
+
+
+def test_scatter_of_a_number_into_bools() -> None:
+    """The value is cast to the tensor's dtype (any non-zero number is True)."""
+    fn = lambda x, i: torch.scatter(x, 0, i, 2) | torch.index_fill(x, 1, i[0], 3)  # noqa: E731
+    imported = check_against_eager(fn, (rand(4, 4) > 0, _ints(1, 0, 3).reshape(1, 3)))
+    assert "graph.torch_call" not in op_names(imported), op_names(imported)

@@ -1502,7 +1502,7 @@ def _scatter_along(
             src = _slice_dim(lw, src, k, 0, n)
         src = lw.cast(src, t)
     elif isinstance(value, bool | int | float):
-        src = lw.constant(value, t, ishape)
+        src = lw.constant(bool(value) if t == i1 else value, t, ishape)
     else:
         return None
     positions = _positions(lw, index, shape[dim], wrap=False)
@@ -1585,7 +1585,7 @@ def _index_along(reduce: str) -> Converter:
             if isinstance(value, torch.fx.Node):
                 src = lw.reshape(lw.cast(lw.tensor(value), t), [1] * (rank + 1))
             elif isinstance(value, bool | int | float):
-                src = lw.constant(value, t, [1] * (rank + 1))
+                src = lw.constant(bool(value) if t == i1 else value, t, [1] * (rank + 1))
             else:
                 return None
         else:
