@@ -245,6 +245,7 @@ class Generator:
         ]
         makers.append((1.5, self.index_op))  # task `index`
         makers.append((1, self.scan))  # task `scan`
+        makers.append((1, self.scatter))  # scatter task
         if self.allow_unsupported:
             makers.append((0.8, self.unsupported))
         weights = [w for w, _ in makers]
@@ -764,6 +765,124 @@ class Generator:
             expr = f"F.max_pool{n}d({a.name}, {args}, return_indices=True)[1]"
             return ("pool:argmax", *self.result(expr, True))
         return (f"pool:{kind}", *self.result(expr, a.exact and kind == "max"))
+
+    # --- scatter task: scatters with affine indices ------------------------------------------
+
+    def scatter(self) -> tuple[str, str, list[Value]]:
+        """slice_scatter (start, end and step drawn, negative ones too), select_scatter or
+        diagonal_scatter of a value, the source a new input cast to its dtype."""
+        a = self.pick(lambda v: len(self.shape(v.name)) >= 1 and 0 not in self.shape(v.name))
+        shape, rng = self.shape(a.name), self.rng
+        rank = len(shape)
+        dim = rng.randrange(rank)
+        n = shape[dim]
+        kind = rng.choice(("slice", "slice", "select", "diagonal", "computed", "computed"))
+        if kind == "computed":
+            return self.computed_scatter(a, dim)
+        if kind == "slice":
+            start, end = rng.randint(-n, n - 1), rng.choice((None, rng.randint(-n, n + 2)))
+            step = rng.choice((1, 1, 2, 3))
+            size = len(range(*slice(start, end, step).indices(n)))
+            src_shape = tuple(size if k == dim else d for k, d in enumerate(shape))
+            args = f"{dim}, {start}, {end}, {step}"
+        elif kind == "select":
+            src_shape = tuple(d for k, d in enumerate(shape) if k != dim)
+            args = f"{dim}, {rng.randrange(-n, n)}"
+        elif rank >= 2:
+            d1, d2 = rng.sample(range(rank), 2)
+            offset = rng.randint(-3, 3)
+            length = torch.diagonal(self.env[a.name], offset, d1, d2).shape[-1]
+            src_shape = (*(d for k, d in enumerate(shape) if k not in (d1, d2)), length)
+            args = f"{offset}, {d1}, {d2}"
+        else:
+            raise Rejected(f"{kind}_scatter on rank {rank}")
+        src = self.new_input(src_shape)
+        expr = f"torch.{kind}_scatter({a.name}, {src.name}.to({a.name}.dtype), {args})"
+        return (f"scatter:{kind}", *self.result(expr, a.exact))
+
+    def computed_scatter(self, a: Value, dim: int) -> tuple[str, str, list[Value]]:
+        """scatter (src or value), scatter_add, scatter_reduce, index_put (int indices with
+        negative and repeated ones, accumulate or not, or a boolean mask), index_add,
+        index_copy or index_fill along `dim`, with constant index tensors."""
+        shape, rng, name = self.shape(a.name), self.rng, a.name
+        n, dtype = shape[dim], self.dtype(a.name)
+        k = rng.choice((1, 2, 3, 5))
+
+        def ints(count: int, wrap: bool = False) -> list[int]:
+            return [rng.randrange(-n if wrap else 0, n) for _ in range(count)]
+
+        def source(src_shape: tuple[int, ...]) -> str:
+            return f"{self.new_input(src_shape).name}.to({name}.dtype)"
+
+        kind = rng.choice(
+            ("scatter", "scatter_add", "scatter_reduce", "index_put", "index_add", "index_copy")
+            + ("index_fill", "mask")
+        )
+        if kind in ("scatter_add", "index_add", "scatter_reduce") and dtype == torch.bool:
+            raise Rejected(f"{kind} of bools")
+        exact = a.exact
+        if kind in ("scatter", "scatter_add", "scatter_reduce"):
+            sizes = [k if d == dim else rng.randint(1, s) for d, s in enumerate(shape)]
+            index = torch.tensor(ints(math.prod(sizes))).reshape(sizes).tolist()
+            if kind == "scatter":  # distinct along dim: CUDA eager's winner is unspecified
+                if k > n:
+                    raise Rejected("scatter of more distinct indices than the dim has")
+                columns = math.prod(sizes) // k
+                distinct = torch.tensor([rng.sample(range(n), k) for _ in range(columns)])
+                others = [s for d, s in enumerate(sizes) if d != dim]
+                index = distinct.reshape(*others, k).movedim(-1, dim).tolist()
+            idx = f"torch.tensor({index})"
+            if kind == "scatter" and rng.random() < 0.3:
+                expr = f"torch.scatter({name}, {dim}, {idx}, {rng.choice((2, -1))})"
+            elif kind == "scatter":
+                expr = f"torch.scatter({name}, {dim}, {idx}, {source(tuple(sizes))})"
+            elif kind == "scatter_add":
+                expr = f"torch.scatter_add({name}, {dim}, {idx}, {source(tuple(sizes))})"
+            else:
+                how = rng.choice(("sum", "prod", "mean", "amax", "amin"))
+                if how == "mean" and not dtype.is_floating_point:
+                    raise Rejected("scatter mean of integers")
+                include = rng.random() < 0.5
+                expr = (
+                    f"torch.scatter_reduce({name}, {dim}, {idx}, {source(tuple(sizes))}, "
+                    f"{how!r}, include_self={include})"
+                )
+                exact = exact and how in ("amax", "amin")
+            exact = exact and kind == "scatter"
+        elif kind in ("index_add", "index_copy", "index_fill"):
+            picked = ints(k, wrap=kind == "index_fill")
+            if kind == "index_copy":  # distinct: CUDA eager's winner is unspecified
+                picked = rng.sample(range(n), min(k, n))
+                k = len(picked)
+            idx = f"torch.tensor({picked})"
+            sized = tuple(k if d == dim else s for d, s in enumerate(shape))
+            if kind == "index_fill":
+                expr = f"torch.index_fill({name}, {dim}, {idx}, {rng.choice((0, 3))})"
+            else:
+                expr = f"torch.{kind}({name}, {dim}, {idx}, {source(sized)})"
+                exact = exact and kind == "index_copy"
+        elif kind == "index_put":  # along dim 0: x[idx] = values (broadcast) or +=
+            accumulate = dtype != torch.bool and rng.random() < 0.5
+            if dim != 0:
+                raise Rejected("index_put along another dim than 0")
+            picked = ints(k, wrap=True)
+            if not accumulate:  # distinct rows (-1 and n - 1 are one row)
+                picked = [r - n * rng.randint(0, 1) for r in rng.sample(range(n), min(k, n))]
+                k = len(picked)
+            idx = f"torch.tensor({picked})"
+            rows = (k, *shape[1:]) if rng.random() < 0.7 else shape[1:]
+            expr = f"torch.index_put({name}, ({idx},), {source(rows)}, {accumulate})"
+            exact = exact and not accumulate
+        else:  # x[mask] = value: a boolean mask of the value's own signs
+            value, accumulate = rng.choice((0, 2)), rng.random() < 0.3 and dtype != torch.bool
+            expr = (
+                f"torch.index_put({name}, ({name} > 0,), torch.tensor({value}, "
+                f"dtype={name}.dtype), {accumulate})"
+            )
+            exact = exact and not accumulate
+        if not exact:
+            self.tolerance = RMSE_TOLERANCE
+        return (f"scatter:{kind}", *self.result(expr, exact))
 
     # --- aliasing --------------------------------------------------------------------------
 
