@@ -1,9 +1,12 @@
 """
 Parallel execution of CPU kernels: a kernel `k(lo, hi, ptrs...)` runs its outermost parallel
 loop over `[lo, hi)`, so the range `[0, extent)` is cut into one contiguous chunk per thread (a
-few per thread for large kernels, taken dynamically) and the chunks run on a shared pool.
-ctypes releases the GIL during the foreign call, so the chunks really run at the same time. Small kernels (less work than `min_work` elements) run on the
-calling thread: waking threads costs more than they save.
+few per thread for large kernels, taken dynamically) and the chunks run on threads. Where the
+process has torch's OpenMP runtime, a kernel's own entry runs them on its threads
+(`xfuse.backends.openmp`: one foreign call, no Python per chunk); else on a shared Python
+pool, where ctypes releases the GIL during each foreign call, so the chunks really run at the
+same time. Small kernels (less work than `min_work` elements) run on the calling thread:
+waking threads costs more than they save.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+
+from xfuse.backends.openmp import openmp_parallel_address
 
 DEFAULT_MIN_WORK = 1 << 20
 """Elements (inputs plus outputs) below which a kernel runs single-threaded."""
@@ -24,6 +29,12 @@ BALANCE_FACTOR = 64
 chunks per thread; smaller ones into one chunk per thread (each chunk costs a foreign call)."""
 
 RangeFunction = Callable[[int, int], None]
+
+
+def openmp_enabled() -> bool:
+    """Whether kernels run on torch's OpenMP threads (`xfuse.backends.openmp`): where the
+    process has them, unless `XFUSE_OPENMP=0`."""
+    return os.environ.get("XFUSE_OPENMP") != "0" and openmp_parallel_address() is not None
 
 
 def default_thread_count() -> int:
@@ -42,11 +53,19 @@ def split_range(extent: int, parts: int) -> list[tuple[int, int]]:
 
 
 class RangePool:
-    """Runs a range function over [0, extent) on up to `threads` threads (the caller is one)."""
+    """Runs a range function over [0, extent) on up to `threads` threads (the caller is one).
+    `openmp`: kernels that have an OpenMP entry run on torch's OpenMP threads instead (the
+    same chunks; None: `openmp_enabled()`)."""
 
-    def __init__(self, threads: int | None = None, min_work: int = DEFAULT_MIN_WORK) -> None:
+    def __init__(
+        self,
+        threads: int | None = None,
+        min_work: int = DEFAULT_MIN_WORK,
+        openmp: bool | None = None,
+    ) -> None:
         self.threads = threads if threads is not None else default_thread_count()
         self.min_work = min_work
+        self.openmp = openmp_enabled() if openmp is None else openmp
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -63,6 +82,14 @@ class RangePool:
         extent) (a non-empty range too small, or too short, to be worth other threads)."""
         return extent > 0 and (self.threads <= 1 or extent == 1 or work < self.min_work)
 
+    def chunk_count(self, extent: int, work: int) -> int:
+        """How many chunks a range of `extent` with `work` elements is cut into when it runs
+        on threads: one per thread, `CHUNKS_PER_THREAD` per thread for large work."""
+        parts = self.threads
+        if work >= self.min_work * BALANCE_FACTOR:
+            parts *= CHUNKS_PER_THREAD
+        return max(1, min(parts, extent))
+
     def run(self, function: RangeFunction, extent: int, work: int) -> None:
         """Call `function(lo, hi)` on chunks covering [0, extent) exactly once each."""
         if extent <= 0:
@@ -70,10 +97,7 @@ class RangePool:
         if self.runs_inline(extent, work):
             function(0, extent)
             return
-        parts = self.threads
-        if work >= self.min_work * BALANCE_FACTOR:
-            parts *= CHUNKS_PER_THREAD
-        chunks = split_range(extent, parts)
+        chunks = split_range(extent, self.chunk_count(extent, work))
         if len(chunks) <= self.threads:
             pool = self._pool()
             futures = [pool.submit(function, lo, hi) for lo, hi in chunks[1:]]
