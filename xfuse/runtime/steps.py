@@ -23,6 +23,7 @@ from xfuse.backends import Kernel
 from xfuse.dialects import graph
 from xfuse.errors import IndexOutOfRangeError
 from xfuse.interpreters.graph import PreparedOp, prepare_op
+from xfuse.runtime.memory import empty_cpu
 
 Tensor = torch.Tensor
 
@@ -80,13 +81,15 @@ class BufferPool:
         nbytes = math.prod(spec.shape) * spec.dtype.itemsize
         if not self.recycle or nbytes == 0:
             self.allocations += 1
+            if self.device.type == "cpu":
+                return empty_cpu(spec.shape, spec.dtype)  # large ones in huge pages
             return torch.empty(spec.shape, dtype=spec.dtype, device=self.device)
         returned = self._returned.setdefault(nbytes, deque())
         try:
             block = returned.pop()
         except IndexError:
             self.allocations += 1
-            block = torch.empty(nbytes, dtype=torch.uint8)
+            block = empty_cpu((nbytes,), torch.uint8)
         return _lend(block, spec, returned)
 
     def release(self, spec: BufferSpec, buffer: Tensor) -> None:
