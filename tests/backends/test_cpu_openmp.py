@@ -96,3 +96,15 @@ def test_openmp_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not RangePool().openmp
     monkeypatch.delenv("XFUSE_OPENMP")
     assert openmp_enabled() == (openmp_parallel_address() is not None)
+
+
+def test_openmp_threads_start_at_less_work_than_the_python_pool() -> None:
+    from xfuse.backends.threadpool import DEFAULT_MIN_WORK, OPENMP_MIN_WORK
+
+    assert OPENMP_MIN_WORK < DEFAULT_MIN_WORK
+    on, off = RangePool(threads=2, openmp=True), RangePool(threads=2, openmp=False)
+    assert (on.min_work, off.min_work) == (OPENMP_MIN_WORK, DEFAULT_MIN_WORK)
+    assert not on.runs_inline(extent=64, work=OPENMP_MIN_WORK)
+    assert on.runs_inline(extent=64, work=OPENMP_MIN_WORK - 1)
+    assert off.runs_inline(extent=64, work=OPENMP_MIN_WORK)
+    assert RangePool(threads=2, min_work=5, openmp=True).min_work == 5

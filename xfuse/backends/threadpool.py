@@ -19,7 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from xfuse.backends.openmp import openmp_parallel_address
 
 DEFAULT_MIN_WORK = 1 << 20
-"""Elements (inputs plus outputs) below which a kernel runs single-threaded."""
+"""Elements (inputs plus outputs) below which a kernel runs single-threaded on the Python
+pool (waking a pool thread costs tens of microseconds, and its chunks cost a foreign call each)."""
+
+OPENMP_MIN_WORK = 1 << 16
+"""The same on OpenMP threads, which start at once when torch's last operator left them
+spinning (torch's own operators go parallel from 32768 elements, `at::internal::GRAIN_SIZE`)."""
 
 CHUNKS_PER_THREAD = 4
 """Large kernels are cut into this many chunks per thread, taken dynamically (load balance)."""
@@ -55,17 +60,20 @@ def split_range(extent: int, parts: int) -> list[tuple[int, int]]:
 class RangePool:
     """Runs a range function over [0, extent) on up to `threads` threads (the caller is one).
     `openmp`: kernels that have an OpenMP entry run on torch's OpenMP threads instead (the
-    same chunks; None: `openmp_enabled()`)."""
+    same chunks; None: `openmp_enabled()`). `min_work` (None: `OPENMP_MIN_WORK` on OpenMP
+    threads, else `DEFAULT_MIN_WORK`): less work runs on the caller alone."""
 
     def __init__(
         self,
         threads: int | None = None,
-        min_work: int = DEFAULT_MIN_WORK,
+        min_work: int | None = None,
         openmp: bool | None = None,
     ) -> None:
         self.threads = threads if threads is not None else default_thread_count()
-        self.min_work = min_work
         self.openmp = openmp_enabled() if openmp is None else openmp
+        if min_work is None:
+            min_work = OPENMP_MIN_WORK if self.openmp else DEFAULT_MIN_WORK
+        self.min_work = min_work
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
