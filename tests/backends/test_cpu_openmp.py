@@ -9,7 +9,15 @@ import torch
 from tests.backends.test_cpu import gelu_sigmoid, row_sum_kernel, unary_f32
 from xfuse.backends.cpu import CPUBackend, CPUKernel
 from xfuse.backends.openmp import openmp_parallel_address
-from xfuse.backends.threadpool import BALANCE_FACTOR, CHUNKS_PER_THREAD, RangePool, openmp_enabled
+from xfuse.backends.threadpool import (
+    BALANCE_FACTOR,
+    CHUNKS_PER_THREAD,
+    OVERSUBSCRIBED_LOAD,
+    LoadWatch,
+    RangePool,
+    openmp_enabled,
+    openmp_setting,
+)
 from xfuse.ir.context import parse
 
 needs_openmp = pytest.mark.skipif(
@@ -93,7 +101,7 @@ def test_chunk_count_is_one_per_thread_more_for_large_work() -> None:
 def test_openmp_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XFUSE_OPENMP", "0")
     assert not openmp_enabled()
-    assert not RangePool().openmp
+    assert not RangePool().openmp and not RangePool().on_openmp()
     monkeypatch.delenv("XFUSE_OPENMP")
     assert openmp_enabled() == (openmp_parallel_address() is not None)
 
@@ -102,9 +110,101 @@ def test_openmp_threads_start_at_less_work_than_the_python_pool() -> None:
     from xfuse.backends.threadpool import DEFAULT_MIN_WORK, OPENMP_MIN_WORK
 
     assert OPENMP_MIN_WORK < DEFAULT_MIN_WORK
-    on, off = RangePool(threads=2, openmp=True), RangePool(threads=2, openmp=False)
-    assert (on.min_work, off.min_work) == (OPENMP_MIN_WORK, DEFAULT_MIN_WORK)
-    assert not on.runs_inline(extent=64, work=OPENMP_MIN_WORK)
-    assert on.runs_inline(extent=64, work=OPENMP_MIN_WORK - 1)
-    assert off.runs_inline(extent=64, work=OPENMP_MIN_WORK)
-    assert RangePool(threads=2, min_work=5, openmp=True).min_work == 5
+    pool = RangePool(threads=2)
+    assert (pool.min_work_for(True), pool.min_work_for(False)) == (
+        OPENMP_MIN_WORK,
+        DEFAULT_MIN_WORK,
+    )
+    assert not pool.runs_inline(extent=64, work=OPENMP_MIN_WORK, openmp=True)
+    assert pool.runs_inline(extent=64, work=OPENMP_MIN_WORK - 1, openmp=True)
+    assert pool.runs_inline(extent=64, work=OPENMP_MIN_WORK)
+    assert RangePool(threads=2, min_work=5).min_work_for(True) == 5
+
+
+class FakeLoad(LoadWatch):
+    def __init__(self, oversubscribed: bool) -> None:
+        super().__init__()
+        self.value = oversubscribed
+
+    def oversubscribed(self) -> bool:
+        return self.value
+
+
+def test_an_oversubscribed_machine_keeps_kernels_off_openmp_threads() -> None:
+    pool = RangePool(threads=2, openmp=True, follow_load=True)
+    pool.load = FakeLoad(True)
+    assert not pool.on_openmp()
+    pool.load = FakeLoad(False)
+    assert pool.on_openmp()
+    pinned = RangePool(threads=2, openmp=True)  # an explicit choice does not follow the load
+    pinned.load = FakeLoad(True)
+    assert pinned.on_openmp() and not pinned.follow_load
+    assert not RangePool(threads=2, openmp=False, follow_load=True).on_openmp()
+
+
+def test_the_load_is_read_at_most_once_a_second() -> None:
+    import os
+
+    readings = iter([1000.0, 0.0])
+    clock = iter([100.0, 100.5, 101.5])
+    watch = LoadWatch(lambda: next(readings), lambda: next(clock))
+    assert watch.oversubscribed()  # 1000 runnable threads
+    assert watch.oversubscribed()  # half a second later: not read again
+    assert not watch.oversubscribed()  # read again: idle
+    assert LoadWatch(lambda: 0.0).oversubscribed() is False
+    cpus = os.cpu_count() or 1
+    assert LoadWatch(lambda: OVERSUBSCRIBED_LOAD * cpus + 0.5).oversubscribed()
+
+
+def test_xfuse_openmp_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value, setting in [("0", "0"), ("1", "1"), ("auto", "auto"), ("yes", "auto")]:
+        monkeypatch.setenv("XFUSE_OPENMP", value)
+        assert openmp_setting() == setting
+    monkeypatch.setenv("XFUSE_OPENMP", "1")
+    assert not RangePool().follow_load
+    monkeypatch.delenv("XFUSE_OPENMP")
+    assert RangePool().follow_load == openmp_enabled()
+
+
+@needs_openmp
+def test_a_kernel_on_an_oversubscribed_machine_runs_on_the_python_pool() -> None:
+    pool = RangePool(threads=2, min_work=100, openmp=True, follow_load=True)
+    pool.load = FakeLoad(True)
+    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
+    calls: list[int] = []
+    entry = kernel_.parallel
+    assert entry is not None
+    kernel_.parallel = lambda *args: calls.append(1) or entry(*args)  # type: ignore[assignment]
+    x, out = torch.rand(1000), torch.empty(1000)
+    kernel_([x, out])
+    torch.testing.assert_close(out, x.sqrt())
+    assert calls == []
+    pool.load = FakeLoad(False)
+    kernel_([x, out])
+    assert calls == [1]
+    pool.shutdown()
+
+
+def test_the_caller_does_not_wait_for_a_pool_thread_that_has_not_started() -> None:
+    import threading
+
+    pool = RangePool(threads=2, min_work=1, openmp=False)
+    busy = threading.Event()
+    pool._pool().submit(busy.wait)  # the pool's one thread is taken
+    seen: list[tuple[int, int]] = []
+    pool.run(lambda lo, hi: seen.append((lo, hi)), extent=10, work=10)
+    assert sorted(seen) == [(0, 5), (5, 10)]  # all on the caller, without waiting
+    busy.set()
+    pool.shutdown()
+
+
+def test_an_error_in_a_chunk_reaches_the_caller() -> None:
+    pool = RangePool(threads=2, min_work=1, openmp=False)
+
+    def fail(lo: int, hi: int) -> None:
+        if lo == 0:
+            raise ValueError("chunk 0")
+
+    with pytest.raises(ValueError, match="chunk 0"):
+        pool.run(fail, extent=10, work=10)
+    pool.shutdown()

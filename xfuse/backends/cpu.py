@@ -77,13 +77,15 @@ class CPUKernel:
                 raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")
             pointers.append(buffer.data_ptr())
             work += buffer.numel()
-        function = self.function
-        if self.pool.runs_inline(self.extent, work):
+        function, pool = self.function, self.pool
+        openmp = self.parallel is not None and pool.on_openmp()
+        if pool.runs_inline(self.extent, work, openmp):
             # Small work: one foreign call on this thread, no range function, no hand-off.
             function(0, self.extent, *pointers)
             return
-        if self.parallel is not None and self.pool.openmp:
-            self.parallel(self.pool.threads, self.pool.chunk_count(self.extent, work), *pointers)
+        if openmp:
+            assert self.parallel is not None
+            self.parallel(pool.threads, pool.chunk_count(self.extent, work, openmp), *pointers)
             return
 
         def run_range(lo: int, hi: int) -> None:
