@@ -208,3 +208,31 @@ def test_an_error_in_a_chunk_reaches_the_caller() -> None:
     with pytest.raises(ValueError, match="chunk 0"):
         pool.run(fail, extent=10, work=10)
     pool.shutdown()
+
+
+@needs_openmp
+def test_a_forked_child_runs_kernels_without_waiting_for_missing_threads() -> None:
+    import os
+
+    pool = RangePool(threads=2, min_work=100, openmp=True)
+    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
+    x, out = torch.rand(1000), torch.empty(1000)
+    kernel_([x, out])  # OpenMP's team exists now
+    python_pool = RangePool(threads=2, min_work=1, openmp=False)
+    python_pool.run(lambda lo, hi: None, extent=4, work=4)  # and the pool's thread
+    pid = os.fork()
+    if pid == 0:  # the child: both must work (and not hang)
+        code = 1
+        try:
+            assert not pool.on_openmp()
+            out.zero_()
+            kernel_([x, out])
+            seen: list[int] = []
+            python_pool.run(lambda lo, hi: seen.append(hi - lo), extent=4, work=4)
+            code = 0 if torch.allclose(out, x.sqrt()) and sum(seen) == 4 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert pool.on_openmp()
+    python_pool.shutdown()

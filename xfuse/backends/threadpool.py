@@ -61,6 +61,20 @@ def openmp_enabled() -> bool:
     return openmp_setting() != "0" and openmp_parallel_address() is not None
 
 
+_forked_child = False
+"""Whether this process is a fork of one that imported xfuse: OpenMP's threads (and the Python
+pool's) do not exist in a child, and libgomp would wait for them, so kernels keep off OpenMP
+threads there and the pool starts new threads."""
+
+
+def _after_fork_in_child() -> None:
+    global _forked_child
+    _forked_child = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class LoadWatch:
     """Whether the machine is oversubscribed (`OVERSUBSCRIBED_LOAD`), read at most once per
     `LOAD_CHECK_SECONDS`."""
@@ -127,19 +141,25 @@ class RangePool:
         self.min_work = min_work
         self.load = LoadWatch()
         self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = 0
         self._lock = threading.Lock()
 
     def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is not None and self._executor_pid != os.getpid():
+            self._executor, self._lock = None, threading.Lock()  # made before a fork
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     max_workers=max(1, self.threads - 1), thread_name_prefix="xfuse-cpu"
                 )
+                self._executor_pid = os.getpid()
             return self._executor
 
     def on_openmp(self) -> bool:
         """Whether a kernel with an OpenMP entry runs on OpenMP threads now."""
-        return self.openmp and not (self.follow_load and self.load.oversubscribed())
+        if not self.openmp or _forked_child:
+            return False
+        return not (self.follow_load and self.load.oversubscribed())
 
     def min_work_for(self, openmp: bool) -> int:
         """Elements of work from which a kernel runs on threads (OpenMP's or the pool's)."""
