@@ -262,10 +262,14 @@ def table(rows: list[Row]) -> str:
 
 def threading_note() -> str:
     pool = shared_pool()
-    where = "torch's OpenMP threads" if pool.openmp else "xfuse's Python pool"
+    openmp = pool.on_openmp()
+    where = "torch's OpenMP threads" if openmp else "xfuse's Python pool"
+    if pool.openmp and not openmp:
+        where += " (the machine is oversubscribed: `XFUSE_OPENMP=1` forces OpenMP threads)"
     return (
-        f"xfuse kernels run on {where}, {pool.threads} threads, from {pool.min_work} elements "
-        f"of work; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}."
+        f"At the end xfuse kernels ran on {where}, {pool.threads} threads, from "
+        f"{pool.min_work_for(openmp)} elements of work; "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}."
     )
 
 
