@@ -44,6 +44,7 @@ import xfuse  # noqa: E402
 from benchmarks.timing import interleaved_ms  # noqa: E402
 from examples.mlp import make_mlp  # noqa: E402
 from examples.transformer import make_transformer_block  # noqa: E402
+from xfuse.backends.threadpool import shared_pool  # noqa: E402
 from xfuse.runtime.cache import KernelCache  # noqa: E402
 from xfuse.runtime.steps import REUSE_OUTPUTS_DEFAULT, reuse_outputs_enabled  # noqa: E402
 
@@ -141,6 +142,9 @@ class Row:
     fallbacks: int
     xfuse_fresh_ms: float
     """xfuse with output recycling off (every output fresh memory, as eager's)."""
+    xfuse_pool_ms: float | None = None
+    """The same on xfuse's Python thread pool instead of torch's OpenMP threads (None: this
+    torch has no OpenMP)."""
 
 
 def interleaved_median_ms(
@@ -166,8 +170,10 @@ def bench(case: Case, runs: int, bandwidth: float) -> Row:
     fns: dict[str, Fn] = {
         "eager": case.fn,
         "xfuse": compiled,
-        "xfuse fresh": without_recycling(case.fn, case.inputs),
+        "xfuse fresh": (fresh := without_recycling(case.fn, case.inputs)),
     }
+    if shared_pool().openmp:
+        fns["xfuse pool"] = on_python_pool(fresh)
     inductor_cold: float | None = None
     try:
         torch._dynamo.reset()
@@ -192,6 +198,7 @@ def bench(case: Case, runs: int, bandwidth: float) -> Row:
         len(compiled.kernels),
         len(compiled.fallbacks),
         medians["xfuse fresh"],
+        medians.get("xfuse pool"),
     )
 
 
@@ -211,6 +218,21 @@ def without_recycling(fn: Fn, inputs: tuple[torch.Tensor, ...]) -> Fn:
     return program
 
 
+def on_python_pool(program: Fn) -> Fn:
+    """`program` with its kernels' chunks on xfuse's Python thread pool instead of torch's
+    OpenMP threads (`xfuse.backends.openmp`), for comparison in the same rounds."""
+    pool = shared_pool()
+
+    def run(*inputs: torch.Tensor) -> Any:
+        pool.openmp, saved = False, pool.openmp
+        try:
+            return program(*inputs)
+        finally:
+            pool.openmp = saved
+
+    return run
+
+
 def fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -219,7 +241,8 @@ def table(rows: list[Row]) -> str:
     header = (
         "| case | eager ms | Inductor ms | xfuse ms | xfuse/eager | xfuse/Inductor "
         "| xfuse % copy BW | cold compile xfuse s | cold compile Inductor s "
-        "| groups/kernels/fallbacks | max err | xfuse ms, recycling off | recycling saves |"
+        "| groups/kernels/fallbacks | max err | xfuse ms, recycling off | recycling saves "
+        "| recycling off / Inductor | recycling off, Python pool ms |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
@@ -230,9 +253,24 @@ def table(rows: list[Row]) -> str:
             f"| {100 * r.bandwidth_fraction:.0f}% | {r.xfuse_cold_s:.2f} "
             f"| {fmt(r.inductor_cold_s, '.2f')} | {r.groups}/{r.kernels}/{r.fallbacks} "
             f"| {r.max_error:.1e} | {r.xfuse_fresh_ms:.1f} "
-            f"| {100 * (1 - r.xfuse_ms / r.xfuse_fresh_ms):.0f}% |"
+            f"| {100 * (1 - r.xfuse_ms / r.xfuse_fresh_ms):.0f}% "
+            f"| {fmt(r.xfuse_fresh_ms / r.inductor_ms if r.inductor_ms else None, '.2f')} "
+            f"| {fmt(r.xfuse_pool_ms, '.1f')} |"
         )
     return "\n".join(lines)
+
+
+def threading_note() -> str:
+    pool = shared_pool()
+    openmp = pool.on_openmp()
+    where = "torch's OpenMP threads" if openmp else "xfuse's Python pool"
+    if pool.openmp and not openmp:
+        where += " (the machine is oversubscribed: `XFUSE_OPENMP=1` forces OpenMP threads)"
+    return (
+        f"At the end xfuse kernels ran on {where}, {pool.threads} threads, from "
+        f"{pool.min_work_for(openmp)} elements of work; "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}."
+    )
 
 
 def machine() -> str:
@@ -279,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         "xfuse/eager and xfuse/Inductor are time ratios (below 1: xfuse is faster). "
         f"xfuse output recycling: {'on' if reuse_outputs_enabled() else 'off'} in this run "
         f"(shipped default: {'on' if REUSE_OUTPUTS_DEFAULT else 'off'}; `XFUSE_REUSE_OUTPUTS=0` turns "
-        "it off); the last two columns time xfuse with recycling off (every output fresh "
-        "memory, as eager's) in the same rounds, and the share of that time recycling saves."
+        "it off); the last four columns time xfuse with recycling off (every output fresh "
+        "memory, as eager's) in the same rounds, the share of that time recycling saves, its "
+        "ratio to Inductor's time, and the same with the kernels' chunks on xfuse's Python "
+        "thread pool instead of torch's OpenMP threads (`XFUSE_OPENMP=0`). "
+        f"{threading_note()}"
         "\n\n" + table(rows)
     )
     print(text)

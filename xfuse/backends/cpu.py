@@ -1,7 +1,9 @@
 """
 The CPU backend: a kernel of loop IR -> `lower-to-llvm{target=cpu}` -> LLVM IR for the host CPU
--> O3 with vectorization -> an object file (the artifact). Loading adds the object to an MCJIT
-engine and wraps the function `void k(i64 lo, i64 hi, ptr...)` for the thread pool.
+(plus, where the process has torch's OpenMP runtime, the entry `k.parallel` that runs the
+kernel's range on its threads: `xfuse.backends.openmp`) -> O3 with vectorization -> an object
+file (the artifact). Loading adds the object to an MCJIT engine and wraps the function
+`void k(i64 lo, i64 hi, ptr...)` (and `k.parallel`) for the thread pool.
 
     python -m xfuse.backends.cpu kernel.mlir --emit=llvm|opt-llvm|asm [--kernel NAME]
 
@@ -29,8 +31,9 @@ from xfuse.backends.llvm import (
     host_target_name,
     new_host_target_machine,
     optimize,
-    to_llvm_ir,
+    to_llvm_module,
 )
+from xfuse.backends.openmp import add_parallel_entry, openmp_parallel_address, parallel_symbol
 from xfuse.backends.threadpool import RangePool, shared_pool
 from xfuse.errors import CodegenError
 from xfuse.ir.names import KERNEL_ATTR
@@ -60,6 +63,9 @@ class CPUKernel:
     function: ctypes._CFuncPtr  # type: ignore[name-defined]  # typeshed keeps ctypes's name private
     engine: llvm.ExecutionEngine
     pool: RangePool
+    parallel: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+    """`k.parallel(threads, chunks, ptrs...)`: the range on OpenMP threads (None: the artifact
+    has no such entry)."""
 
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
         if len(buffers) != self.arity:
@@ -71,10 +77,15 @@ class CPUKernel:
                 raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")
             pointers.append(buffer.data_ptr())
             work += buffer.numel()
-        function = self.function
-        if self.pool.runs_inline(self.extent, work):
+        function, pool = self.function, self.pool
+        openmp = self.parallel is not None and pool.on_openmp()
+        if pool.runs_inline(self.extent, work, openmp):
             # Small work: one foreign call on this thread, no range function, no hand-off.
             function(0, self.extent, *pointers)
+            return
+        if openmp:
+            assert self.parallel is not None
+            self.parallel(pool.threads, pool.chunk_count(self.extent, work, openmp), *pointers)
             return
 
         def run_range(lo: int, hi: int) -> None:
@@ -88,7 +99,9 @@ class CPUBackend:
 
     def __init__(self, pool: RangePool | None = None) -> None:
         self.target_machine = host_target_machine()
-        self.target = host_target_name()
+        self.openmp = openmp_parallel_address() is not None
+        """Whether kernels get an OpenMP entry (the process has torch's OpenMP runtime)."""
+        self.target = host_target_name() + ("+openmp" if self.openmp else "")
         self.pool = pool if pool is not None else shared_pool()
         self._engine_lock = threading.Lock()
 
@@ -102,7 +115,12 @@ class CPUBackend:
         return lowered
 
     def llvm_ir(self, module: ModuleOp, name: str) -> str:
-        return to_llvm_ir(self.lower(module, name), self.target_machine)
+        converted = to_llvm_module(self.lower(module, name), self.target_machine)
+        if self.openmp:
+            arity = converted.get_global(arity_symbol(name)).initializer.constant
+            extent = converted.get_global(extent_symbol(name)).initializer.constant
+            add_parallel_entry(converted, name, arity, extent)
+        return str(converted)
 
     def optimized(self, module: ModuleOp, name: str) -> llvm.ModuleRef:
         ir = self.llvm_ir(module, name)
@@ -132,7 +150,9 @@ class CPUBackend:
         signature = ctypes.CFUNCTYPE(
             None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * arity)
         )
-        return CPUKernel(name, extent, arity, signature(address), engine, self.pool)
+        parallel_address = engine.get_function_address(parallel_symbol(name))
+        parallel = signature(parallel_address) if parallel_address else None
+        return CPUKernel(name, extent, arity, signature(address), engine, self.pool, parallel)
 
 
 EMITTERS = {

@@ -53,8 +53,9 @@ def host_target_name() -> str:
     return f"cpu-{arch}-{llvm.get_host_cpu_name()}-{digest}"
 
 
-def to_llvm_ir(module: ModuleOp, tm: llvm.TargetMachine) -> str:
-    """LLVM IR text of a module of `llvm.func`/`llvm.mlir.global`, for the target's triple."""
+def to_llvm_module(module: ModuleOp, tm: llvm.TargetMachine) -> ir.Module:
+    """An llvmlite module of a module of `llvm.func`/`llvm.mlir.global`, for the target's
+    triple (a backend may add functions to it before printing it)."""
     converted = convert_module(
         module, fallback_target_triple=tm.triple, data_layout=str(tm.target_data)
     )
@@ -64,7 +65,12 @@ def to_llvm_ir(module: ModuleOp, tm: llvm.TargetMachine) -> str:
         if isinstance(value, ir.GlobalVariable) and value.initializer is not None:
             if value.linkage == "external":
                 value.linkage = ""
-    return str(converted)
+    return converted
+
+
+def to_llvm_ir(module: ModuleOp, tm: llvm.TargetMachine) -> str:
+    """LLVM IR text of a module of `llvm.func`/`llvm.mlir.global`, for the target's triple."""
+    return str(to_llvm_module(module, tm))
 
 
 def parse_verified(ir: str) -> llvm.ModuleRef:

@@ -25,6 +25,7 @@ from xfuse.backends import Kernel
 from xfuse.dialects import graph
 from xfuse.errors import IndexOutOfRangeError
 from xfuse.interpreters.graph import PreparedOp, prepare_op
+from xfuse.runtime.memory import empty_cpu
 
 Tensor = torch.Tensor
 
@@ -112,14 +113,16 @@ class BufferPool:
             lane = self._lane(spec)
         if lane is None:
             self.allocations += 1
+            if self.device.type == "cpu":
+                return empty_cpu(spec.shape, spec.dtype)  # large ones in huge pages
             return torch.empty(spec.shape, dtype=spec.dtype, device=self.device)
         try:
             block = lane.pop()
         except IndexError:
             self.allocations += 1
             nbytes = math.prod(spec.shape) * spec.dtype.itemsize
-            # The array holds the tensor: torch's (aligned) memory.
-            block = torch.empty(nbytes, dtype=torch.uint8).numpy()
+            # The array holds the tensor: torch's (aligned) memory, large ones in huge pages.
+            block = empty_cpu((nbytes,), torch.uint8).numpy()
         return self._lend(block, spec, lane)
 
     def _lane(self, spec: BufferSpec) -> deque[np.ndarray] | None:

@@ -1,0 +1,238 @@
+"""CPU kernels on torch's OpenMP threads (`xfuse.backends.openmp`): the `k.parallel` entry
+covers the range exactly once, for any thread and chunk count, and the pool picks it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.backends.test_cpu import gelu_sigmoid, row_sum_kernel, unary_f32
+from xfuse.backends.cpu import CPUBackend, CPUKernel
+from xfuse.backends.openmp import openmp_parallel_address
+from xfuse.backends.threadpool import (
+    BALANCE_FACTOR,
+    CHUNKS_PER_THREAD,
+    OVERSUBSCRIBED_LOAD,
+    LoadWatch,
+    RangePool,
+    openmp_enabled,
+    openmp_setting,
+)
+from xfuse.ir.context import parse
+
+needs_openmp = pytest.mark.skipif(
+    openmp_parallel_address() is None, reason="this torch has no OpenMP runtime"
+)
+
+
+def build(pool: RangePool, text: str, name: str) -> CPUKernel:
+    backend = CPUBackend(pool=pool)
+    return backend.load(backend.compile(parse(text), name), name)
+
+
+@needs_openmp
+def test_the_artifact_has_an_openmp_entry() -> None:
+    backend = CPUBackend(pool=RangePool(threads=1))
+    assert backend.openmp and backend.target.endswith("+openmp")
+    ir = str(backend.optimized(parse(unary_f32("math.sqrt", 100)), "k"))
+    assert "define void @k.parallel(i64 %.1, i64 %.2, ptr %.3, ptr %.4)" in ir
+    assert "call void @GOMP_parallel(ptr nonnull @k.chunks" in ir
+    assert "atomicrmw add" in ir
+    kernel_ = build(RangePool(threads=1), unary_f32("math.sqrt", 100), "k")
+    assert kernel_.parallel is not None
+
+
+@needs_openmp
+@pytest.mark.parametrize(("threads", "chunks"), [(1, 1), (2, 2), (2, 8), (3, 7), (4, 515)])
+def test_the_openmp_entry_covers_the_range_once(threads: int, chunks: int) -> None:
+    kernel_ = build(RangePool(threads=1), gelu_sigmoid(515, 256), "gelu_sigmoid")
+    x, w, b = torch.randn(515, 256), torch.randn(256), torch.randn(256)
+    single, parallel = torch.empty(515, 256), torch.full((515, 256), float("nan"))
+    kernel_([x, w, b, single])
+    assert kernel_.parallel is not None
+    pointers = [t.data_ptr() for t in (x, w, b, parallel)]
+    kernel_.parallel(threads, chunks, *pointers)
+    assert torch.equal(single, parallel)
+
+
+@needs_openmp
+def test_a_row_reduction_on_openmp_threads_equals_one_thread() -> None:
+    text = row_sum_kernel(37, 300)
+    x = torch.randn(37, 300).bfloat16()
+    results = []
+    for pool in (RangePool(threads=1), RangePool(threads=2, min_work=0, openmp=True)):
+        kernel_ = build(pool, text, "row_sum")
+        total, best = torch.empty(37), torch.empty(37)
+        kernel_([x, total, best])
+        results.append((total, best))
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+
+
+@needs_openmp
+@pytest.mark.parametrize("openmp", [True, False])
+def test_the_pool_chooses_the_openmp_entry_or_its_threads(openmp: bool) -> None:
+    pool = RangePool(threads=2, min_work=100, openmp=openmp)
+    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
+    assert kernel_.parallel is not None
+    calls: list[tuple[int, int]] = []
+    entry = kernel_.parallel
+
+    def record(threads: int, chunks: int, *pointers: int) -> None:
+        calls.append((threads, chunks))
+        entry(threads, chunks, *pointers)
+
+    kernel_.parallel = record  # type: ignore[assignment]
+    x, out = torch.rand(1000), torch.empty(1000)
+    kernel_([x, out])
+    torch.testing.assert_close(out, x.sqrt())
+    assert calls == ([(2, 2)] if openmp else [])
+    pool.shutdown()
+
+
+def test_chunk_count_is_one_per_thread_more_for_large_work() -> None:
+    pool = RangePool(threads=2, min_work=10, openmp=False)
+    assert pool.chunk_count(extent=100, work=10) == 2
+    assert pool.chunk_count(extent=100, work=10 * BALANCE_FACTOR) == 2 * CHUNKS_PER_THREAD
+    assert pool.chunk_count(extent=3, work=10 * BALANCE_FACTOR) == 3  # no empty chunks
+    assert pool.chunk_count(extent=1, work=10) == 1
+
+
+def test_openmp_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XFUSE_OPENMP", "0")
+    assert not openmp_enabled()
+    assert not RangePool().openmp and not RangePool().on_openmp()
+    monkeypatch.delenv("XFUSE_OPENMP")
+    assert openmp_enabled() == (openmp_parallel_address() is not None)
+
+
+def test_openmp_threads_start_at_less_work_than_the_python_pool() -> None:
+    from xfuse.backends.threadpool import DEFAULT_MIN_WORK, OPENMP_MIN_WORK
+
+    assert OPENMP_MIN_WORK < DEFAULT_MIN_WORK
+    pool = RangePool(threads=2)
+    assert (pool.min_work_for(True), pool.min_work_for(False)) == (
+        OPENMP_MIN_WORK,
+        DEFAULT_MIN_WORK,
+    )
+    assert not pool.runs_inline(extent=64, work=OPENMP_MIN_WORK, openmp=True)
+    assert pool.runs_inline(extent=64, work=OPENMP_MIN_WORK - 1, openmp=True)
+    assert pool.runs_inline(extent=64, work=OPENMP_MIN_WORK)
+    assert RangePool(threads=2, min_work=5).min_work_for(True) == 5
+
+
+class FakeLoad(LoadWatch):
+    def __init__(self, oversubscribed: bool) -> None:
+        super().__init__()
+        self.value = oversubscribed
+
+    def oversubscribed(self) -> bool:
+        return self.value
+
+
+def test_an_oversubscribed_machine_keeps_kernels_off_openmp_threads() -> None:
+    pool = RangePool(threads=2, openmp=True, follow_load=True)
+    pool.load = FakeLoad(True)
+    assert not pool.on_openmp()
+    pool.load = FakeLoad(False)
+    assert pool.on_openmp()
+    pinned = RangePool(threads=2, openmp=True)  # an explicit choice does not follow the load
+    pinned.load = FakeLoad(True)
+    assert pinned.on_openmp() and not pinned.follow_load
+    assert not RangePool(threads=2, openmp=False, follow_load=True).on_openmp()
+
+
+def test_the_load_is_read_at_most_once_a_second() -> None:
+    import os
+
+    readings = iter([1000.0, 0.0])
+    clock = iter([100.0, 100.5, 101.5])
+    watch = LoadWatch(lambda: next(readings), lambda: next(clock))
+    assert watch.oversubscribed()  # 1000 runnable threads
+    assert watch.oversubscribed()  # half a second later: not read again
+    assert not watch.oversubscribed()  # read again: idle
+    assert LoadWatch(lambda: 0.0).oversubscribed() is False
+    cpus = os.cpu_count() or 1
+    assert LoadWatch(lambda: OVERSUBSCRIBED_LOAD * cpus + 0.5).oversubscribed()
+
+
+def test_xfuse_openmp_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value, setting in [("0", "0"), ("1", "1"), ("auto", "auto"), ("yes", "auto")]:
+        monkeypatch.setenv("XFUSE_OPENMP", value)
+        assert openmp_setting() == setting
+    monkeypatch.setenv("XFUSE_OPENMP", "1")
+    assert not RangePool().follow_load
+    monkeypatch.delenv("XFUSE_OPENMP")
+    assert RangePool().follow_load == openmp_enabled()
+
+
+@needs_openmp
+def test_a_kernel_on_an_oversubscribed_machine_runs_on_the_python_pool() -> None:
+    pool = RangePool(threads=2, min_work=100, openmp=True, follow_load=True)
+    pool.load = FakeLoad(True)
+    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
+    calls: list[int] = []
+    entry = kernel_.parallel
+    assert entry is not None
+    kernel_.parallel = lambda *args: calls.append(1) or entry(*args)  # type: ignore[assignment]
+    x, out = torch.rand(1000), torch.empty(1000)
+    kernel_([x, out])
+    torch.testing.assert_close(out, x.sqrt())
+    assert calls == []
+    pool.load = FakeLoad(False)
+    kernel_([x, out])
+    assert calls == [1]
+    pool.shutdown()
+
+
+def test_the_caller_does_not_wait_for_a_pool_thread_that_has_not_started() -> None:
+    import threading
+
+    pool = RangePool(threads=2, min_work=1, openmp=False)
+    busy = threading.Event()
+    pool._pool().submit(busy.wait)  # the pool's one thread is taken
+    seen: list[tuple[int, int]] = []
+    pool.run(lambda lo, hi: seen.append((lo, hi)), extent=10, work=10)
+    assert sorted(seen) == [(0, 5), (5, 10)]  # all on the caller, without waiting
+    busy.set()
+    pool.shutdown()
+
+
+def test_an_error_in_a_chunk_reaches_the_caller() -> None:
+    pool = RangePool(threads=2, min_work=1, openmp=False)
+
+    def fail(lo: int, hi: int) -> None:
+        if lo == 0:
+            raise ValueError("chunk 0")
+
+    with pytest.raises(ValueError, match="chunk 0"):
+        pool.run(fail, extent=10, work=10)
+    pool.shutdown()
+
+
+@needs_openmp
+def test_a_forked_child_runs_kernels_without_waiting_for_missing_threads() -> None:
+    import os
+
+    pool = RangePool(threads=2, min_work=100, openmp=True)
+    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
+    x, out = torch.rand(1000), torch.empty(1000)
+    kernel_([x, out])  # OpenMP's team exists now
+    python_pool = RangePool(threads=2, min_work=1, openmp=False)
+    python_pool.run(lambda lo, hi: None, extent=4, work=4)  # and the pool's thread
+    pid = os.fork()
+    if pid == 0:  # the child: both must work (and not hang)
+        code = 1
+        try:
+            assert not pool.on_openmp()
+            out.zero_()
+            kernel_([x, out])
+            seen: list[int] = []
+            python_pool.run(lambda lo, hi: seen.append(hi - lo), extent=4, work=4)
+            code = 0 if torch.allclose(out, x.sqrt()) and sum(seen) == 4 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert pool.on_openmp()
+    python_pool.shutdown()
