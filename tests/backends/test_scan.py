@@ -13,6 +13,7 @@ import torch
 
 import xfuse
 from tests.backends.test_cuda import ptx_of
+from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
 
 Fn = Callable[[torch.Tensor], Any]
 NAN, INF = float("nan"), float("inf")
@@ -167,7 +168,15 @@ def test_matches_eager_on_cuda(name: str, dtype: torch.dtype) -> None:
         pytest.skip("eager raises")
     fn = CASES[name]
     for x in (sample((5, 300), dtype, "cuda"), sample((300, 5), dtype, "cuda").t()):
-        torch.testing.assert_close(compiled(fn, x, "cuda"), fn(x), equal_nan=True)
+        got, want = compiled(fn, x, "cuda"), fn(x)
+        if dtype in (torch.float16, torch.bfloat16):
+            # CUDA eager scans f16/bf16 in its own order (a parallel scan over the row, in
+            # the element type), xfuse in f32 along the row: judged against the f64 result,
+            # no further from it than eager (the README's rule for reassociated reductions).
+            reference = flat_tensors(fn(x.double()))
+            assert compare_outputs(flat_tensors(got), flat_tensors(want), reference) is None
+        else:
+            torch.testing.assert_close(got, want, equal_nan=True)
 
 
 @pytest.mark.gpu

@@ -219,8 +219,10 @@ def test_the_semantics_mode_catches_views_returned_as_copies(
 
     apply = OutputPlan.apply
 
-    def copies(self: OutputPlan, args: Any, results: Any) -> list[torch.Tensor]:
-        return [t.clone() for t in apply(self, args, results)]
+    def copies(
+        self: OutputPlan, args: Any, results: Any, copy_out: bool = False
+    ) -> list[torch.Tensor]:
+        return [t.clone() for t in apply(self, args, results, copy_out)]
 
     monkeypatch.setattr(OutputPlan, "apply", copies)
     assert check_source(ALIASING_SOURCE, ["cpu"]).status == "pass"  # values are right
