@@ -1,0 +1,89 @@
+"""Decompositions the importer adds to torch.export's core-aten table (issue 15: lower what
+Inductor lowers).
+
+torch.export's default table stops at core aten, so ops such as `native_group_norm`,
+`upsample_bilinear2d` or `empty` reach the importer whole and would run eagerly. Inductor
+decomposes them (or lowers them directly); xfuse does the same here, into aten ops the importer
+maps:
+
+- `TORCH_DECOMPOSED`: ops whose decomposition in torch's own tables (`torch._decomp`, the one
+  Inductor uses) is exact and built of mapped ops;
+- `OWN_DECOMPOSITIONS`: the few with no such entry, written here (each as Inductor lowers it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+TORCH_DECOMPOSED: tuple[str, ...] = (
+    "aten.native_group_norm.default",
+    "aten.upsample_bilinear2d.vec",
+    "aten.upsample_bilinear2d.default",
+    "aten.addmv.default",
+    "aten.dist.default",
+    "aten.view_copy.default",
+    "aten.permute_copy.default",
+    "aten.narrow_copy.default",
+    "aten.unbind_copy.int",
+    "aten.as_strided_copy.default",
+    "aten.grid_sampler_2d.default",
+)
+
+
+def _empty(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """empty/empty_permuted: a fresh tensor whose values are undefined; zeros are such values
+    (no memory is read that the program did not write)."""
+    size = args[0]
+    return torch.zeros(
+        size, dtype=kwargs.get("dtype"), device=kwargs.get("device"), layout=kwargs.get("layout")
+    )
+
+
+def _new_empty(x: torch.Tensor, size: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """new_empty_strided: `_empty` in `x`'s dtype unless one is given."""
+    return torch.zeros(size, dtype=kwargs.get("dtype") or x.dtype, device=x.device)
+
+
+def _reduce_with_index(values: Any, index: Any) -> Callable[..., Any]:
+    """max.dim / min.dim: the extreme value and the index of its first occurrence (NaN counts
+    as the extreme, as eager's kernel has it), as amax/argmax do."""
+
+    def decompose(x: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[Any, Any]:
+        return values(x, [dim], keepdim), index(x, dim, keepdim)
+
+    return decompose
+
+
+def _copy(x: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """Functional copy: `src` broadcast to `x`'s shape in `x`'s dtype."""
+    return aten.expand.default(aten._to_copy.default(src, dtype=x.dtype), list(x.shape)).clone()
+
+
+OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
+    "aten.empty.memory_format": _empty,
+    "aten.empty_permuted.default": _empty,
+    "aten.empty_strided.default": _empty,
+    "aten.new_empty_strided.default": _new_empty,
+    "aten.max.dim": _reduce_with_index(aten.amax.default, aten.argmax.default),
+    "aten.min.dim": _reduce_with_index(aten.amin.default, aten.argmin.default),
+    "aten.copy.default": _copy,
+}
+
+
+def _overload(name: str) -> torch._ops.OpOverload:
+    _, op, overload = name.split(".")
+    return getattr(getattr(aten, op), overload)
+
+
+def extra_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
+    """The decompositions added to torch.export's table, by overload."""
+    from torch._decomp import decomposition_table
+
+    table = {_overload(n): decomposition_table[_overload(n)] for n in TORCH_DECOMPOSED}
+    table.update({_overload(n): fn for n, fn in OWN_DECOMPOSITIONS.items()})
+    return table
