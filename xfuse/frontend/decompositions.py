@@ -13,6 +13,7 @@ maps:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,8 @@ TORCH_DECOMPOSED: tuple[str, ...] = (
     "aten.narrow_copy.default",
     "aten.unbind_copy.int",
     "aten.as_strided_copy.default",
+    "aten.ldexp.Tensor",
+    "aten.max_pool2d_with_indices_backward.default",
     "aten.grid_sampler_2d.default",
 )
 
@@ -64,6 +67,16 @@ def _copy(x: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> tor
     return aten.expand.default(aten._to_copy.default(src, dtype=x.dtype), list(x.shape)).clone()
 
 
+def _angle(x: torch.Tensor) -> Any:
+    """The argument of a real number: pi below 0, NaN for NaN, else 0 (Inductor's)."""
+    if x.is_complex():
+        return NotImplemented
+    dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    pi = torch.scalar_tensor(math.pi, dtype=dtype, device=x.device)
+    zero = torch.scalar_tensor(0.0, dtype=dtype, device=x.device)
+    return torch.where(torch.isnan(x), x.to(dtype), torch.where(x < 0, pi, zero))
+
+
 OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "aten.empty.memory_format": _empty,
     "aten.empty_permuted.default": _empty,
@@ -72,6 +85,7 @@ OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "aten.max.dim": _reduce_with_index(aten.amax.default, aten.argmax.default),
     "aten.min.dim": _reduce_with_index(aten.amin.default, aten.argmin.default),
     "aten.copy.default": _copy,
+    "aten.angle.default": _angle,
 }
 
 
