@@ -125,3 +125,23 @@ def test_lgamma_over_the_range(dtype: torch.dtype) -> None:
 def test_lgamma_of_integers_is_float() -> None:
     x = torch.arange(-3, 6)
     check_against_eager(torch.lgamma, (x,))
+
+
+BESSEL = [torch.i0, torch.special.i1, torch.special.modified_bessel_i0, torch.special.modified_bessel_i1]  # fmt: skip
+
+
+@pytest.mark.parametrize("fn", BESSEL, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_bessel_i_over_the_range(fn: Callable[..., Any], dtype: torch.dtype) -> None:
+    """Both Chebyshev series and their seam at 8, overflow near 89 in f32, infinities, NaN."""
+    edges = [0.0, -0.0, 1e-45, 8.0, -8.0, 8.000001, 88.0, 89.0, 92.0, -100.0, 1e30, -3e38]
+    x = torch.cat(
+        [torch.tensor(edges + [math.inf, -math.inf, math.nan]), torch.linspace(-30, 30, 601)]
+    )
+    x = x.to(dtype)
+    try:
+        want = fn(x)
+    except NotImplementedError:
+        pytest.skip("no eager kernel for this dtype")
+    assert "graph.torch_call" not in op_names(import_module(fn, (x,)))
+    torch.testing.assert_close(xfuse.compile(fn, (x,), quiet=True)(x), want, equal_nan=True)

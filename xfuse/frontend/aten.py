@@ -1209,7 +1209,7 @@ OWN_CONVERTERS[graph.GatherOp] = _indexing
 
 
 # task `ind90` (issue 15, what Inductor lowers): as_strided and unfold as a gather from the
-# flattened input at computed offsets (`offset + sum_k i_k * stride_k`).
+# flattened input at computed offsets (`offset + sum_k i_k * stride_k`); prims' cast.
 
 
 def _strided_gather(
@@ -1267,9 +1267,15 @@ def _unfold(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return _strided_gather(lw, node, x, out, new_stride, 0)
 
 
-STRIDED_CONVERTERS: dict[str, Converter] = {
+def _convert_element_type(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """prims.convert_element_type (some of torch's decompositions leave it): a cast."""
+    return lw.cast(lw.tensor(a["a"]), out_type(node).element_type)
+
+
+INDUCTOR_CONVERTERS: dict[str, Converter] = {
     "aten.as_strided.default": _as_strided,
     "aten.unfold.default": _unfold,
+    "prims.convert_element_type.default": _convert_element_type,
 }
 
 
@@ -1339,7 +1345,7 @@ CONVERTERS: dict[str, Converter] = {
     # task `index`
     "aten.repeat.default": _repeat,
     "aten.diagonal.default": _diagonal,
-    **STRIDED_CONVERTERS,  # task `ind90`
+    **INDUCTOR_CONVERTERS,  # task `ind90`
 }
 
 # Nodes without a value that only check what export already guarantees.
