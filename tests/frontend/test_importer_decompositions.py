@@ -145,3 +145,15 @@ def test_bessel_i_over_the_range(fn: Callable[..., Any], dtype: torch.dtype) -> 
         pytest.skip("no eager kernel for this dtype")
     assert "graph.torch_call" not in op_names(import_module(fn, (x,)))
     torch.testing.assert_close(xfuse.compile(fn, (x,), quiet=True)(x), want, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_erfinv_over_the_range(dtype: torch.dtype) -> None:
+    """Both first guesses and their seam at 0.7, the ill-conditioned ends near +-1, +-1
+    itself, beyond it, signed zeros, subnormals, infinities, NaN."""
+    edges = [0.0, -0.0, 1e-45, -1e-45, 0.7, -0.7, 0.70000005, 1.0, -1.0, 1.0000001, -2.0,
+             0.99999994, -0.99999994, 0.9999999, math.inf, -math.inf, math.nan]  # fmt: skip
+    x = torch.cat([torch.tensor(edges), torch.linspace(-1, 1, 4001)]).to(dtype)
+    assert "graph.torch_call" not in op_names(import_module(torch.erfinv, (x,)))
+    got = xfuse.compile(torch.erfinv, (x,), quiet=True)(x)
+    torch.testing.assert_close(got, torch.erfinv(x), equal_nan=True)

@@ -273,6 +273,35 @@ def _bessel_i(order: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return decompose
 
 
+def _poly(z: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
+    """Horner's rule, highest coefficient first."""
+    value = torch.full_like(z, coefficients[0])
+    for c in coefficients[1:]:
+        value = value * z + c
+    return value
+
+
+def _erfinv(y: torch.Tensor) -> torch.Tensor:
+    """The inverse error function as ATen's `calc_erfinv` (and Inductor's lowering of it):
+    a rational first guess (central for |y| <= 0.7, a tail one in sqrt(-log((1 - |y|) / 2))
+    otherwise), two Newton steps on erf, +-inf at +-1 and NaN beyond. Always in f64: near +-1
+    f32 Newton steps stall on erf's rounding (eager's f32 kernel is correctly rounded there)."""
+    dtype = y.dtype if y.is_floating_point() else torch.get_default_dtype()
+    y = y.to(torch.float64)
+    a = torch.abs(y)
+    z = y * y
+    central = y * _poly(z, (-0.140543331, 0.914624893, -1.645349621, 0.886226899))
+    central = central / _poly(z, (0.012229801, -0.329097515, 1.442710462, -2.118377725, 1.0))
+    t = torch.sqrt(-torch.log((1.0 - a) / 2.0))
+    tail = torch.copysign(_poly(t, (1.641345311, 3.429567803, -1.624906493, -1.970840454)), y)
+    tail = tail / _poly(t, (1.637067800, 3.543889200, 1.0))
+    x = torch.where(a <= 0.7, central, tail)
+    for _ in range(2):
+        x = x - (torch.erf(x) - y) / ((2.0 / math.sqrt(math.pi)) * torch.exp(-x * x))
+    x = torch.where(a == 1.0, torch.copysign(torch.full_like(y, math.inf), y), x)
+    return torch.where(a > 1.0, math.nan, x).to(dtype)
+
+
 OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "aten.empty.memory_format": _empty,
     "aten.empty_permuted.default": _empty,
@@ -283,6 +312,7 @@ OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "aten.copy.default": _copy,
     "aten.angle.default": _angle,
     "aten.lgamma.default": _lgamma,
+    "aten.erfinv.default": _erfinv,
     "aten.i0.default": _bessel_i(0),
     "aten.special_i1.default": _bessel_i(1),
     "aten.special_modified_bessel_i0.default": _bessel_i(0),
