@@ -157,3 +157,23 @@ def test_erfinv_over_the_range(dtype: torch.dtype) -> None:
     assert "graph.torch_call" not in op_names(import_module(torch.erfinv, (x,)))
     got = xfuse.compile(torch.erfinv, (x,), quiet=True)(x)
     torch.testing.assert_close(got, torch.erfinv(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_frexp_is_exact(dtype: torch.dtype) -> None:
+    """Zeros, subnormals, the smallest normal, powers of two and their neighbours, the largest
+    finite values, infinities and NaN: mantissa and exponent bit for bit."""
+    edges = [0.0, -0.0, 1e-45, -1e-45, 1.17549435e-38, 1.1754942e-38, 0.5, 1.0, -1.0, 2.0,
+             0.99999994, 1.0000001, 3.4028235e38, -3e38, 8.0, 7.9999995, math.inf, -math.inf,
+             math.nan]  # fmt: skip
+    x = torch.cat([torch.tensor(edges), rand(2000) * 1e3, rand(200) * 1e-30]).to(dtype)
+    assert "graph.torch_call" not in op_names(import_module(torch.frexp, (x,)))
+    mantissa, exponent = xfuse.compile(torch.frexp, (x,), quiet=True)(x)
+    want = torch.frexp(x)
+    torch.testing.assert_close(mantissa, want.mantissa, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(exponent, want.exponent, rtol=0, atol=0)
+
+
+def test_frexp_of_f64_stays_with_torch() -> None:
+    x = torch.tensor([1e-310, 3.0], dtype=torch.float64)
+    assert "graph.torch_call" in op_names(import_module(torch.frexp, (x,)))

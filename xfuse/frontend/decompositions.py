@@ -302,6 +302,22 @@ def _erfinv(y: torch.Tensor) -> torch.Tensor:
     return torch.where(a > 1.0, math.nan, x).to(dtype)
 
 
+def _frexp(x: torch.Tensor) -> Any:
+    """(mantissa, exponent) with x = m * 2**e and 1/2 <= |m| < 1 (m = x, e = 0 for zeros,
+    infinities and NaN), for f32 and narrower inputs: the exponent from log2 in f64, then moved
+    by one where log2 rounded across a power of two; the scaling by 2**-e is exact in f64."""
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return NotImplemented  # an f64 subnormal's 2**-e overflows f64: torch keeps it
+    y = x.to(torch.float64)
+    a = torch.abs(y)
+    regular = (a > 0) & torch.isfinite(y)
+    e = torch.where(regular, torch.floor(torch.log2(torch.where(regular, a, 1.0))) + 1, 0.0)
+    m = torch.abs(y * torch.exp2(-e))
+    e = torch.where(regular & (m >= 1.0), e + 1, torch.where(regular & (m < 0.5), e - 1, e))
+    m = torch.where(regular, y * torch.exp2(-e), y)
+    return m.to(x.dtype), e.to(torch.int32)
+
+
 OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "aten.empty.memory_format": _empty,
     "aten.empty_permuted.default": _empty,
@@ -313,6 +329,7 @@ OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
     "aten.angle.default": _angle,
     "aten.lgamma.default": _lgamma,
     "aten.erfinv.default": _erfinv,
+    "aten.frexp.Tensor": _frexp,
     "aten.i0.default": _bessel_i(0),
     "aten.special_i1.default": _bessel_i(1),
     "aten.special_modified_bessel_i0.default": _bessel_i(0),
