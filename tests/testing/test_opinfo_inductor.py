@@ -62,5 +62,16 @@ def test_report_counts_lowered_samples() -> None:
     ]
     report = inductor_report(results, infos)
     assert "f32: 1 Inductor-lowered samples of 2, xfuse fuses 0 (0.0%)" in report
+    assert "with the 0 convolution/attention extern calls: 0.0%" in report
     assert "sin\teager\taten.sin.default" in report
     assert "aten._linalg_svd.default 1" in report
+
+
+def test_later_tables_override(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from xfuse.testing.opinfo import main, write_expected
+
+    first, second = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    write_expected([Result("sin", "", "f32", 0, "eager", "aten.sin.default")], first)
+    write_expected([Result("sin", "", "f32", 0, "fused")], second)
+    assert main(["--ops", "sin", "--inductor", "--table", str(first), "--table", str(second)]) == 0
+    assert "f32: 1 Inductor-lowered samples of 1, xfuse fuses 1 (100.0%)" in capsys.readouterr().out
