@@ -177,3 +177,14 @@ def test_frexp_is_exact(dtype: torch.dtype) -> None:
 def test_frexp_of_f64_stays_with_torch() -> None:
     x = torch.tensor([1e-310, 3.0], dtype=torch.float64)
     assert "graph.torch_call" in op_names(import_module(torch.frexp, (x,)))
+
+
+def test_a_mapped_op_is_never_decomposed() -> None:
+    """A converter (another task's, say) wins over an added decomposition of the same op."""
+    from xfuse.frontend.aten import CONVERTERS
+    from xfuse.frontend.importer import decomposition_table
+
+    table = {str(op) for op in decomposition_table()}
+    assert not {name for name in CONVERTERS if name in table} - {
+        str(op) for op in torch.export.default_decompositions()
+    }

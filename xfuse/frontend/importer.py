@@ -223,7 +223,8 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table = torch.export.default_decompositions()
     for name in KEPT_COMPOSITES:
         table.pop(resolve_overload(name), None)
-    table.update(extra_decompositions())  # issue 15: what Inductor decomposes past core aten
+    # issue 15: what Inductor decomposes past core aten (an op the importer maps stays whole)
+    table.update({op: f for op, f in extra_decompositions().items() if str(op) not in CONVERTERS})
     return table  # pyright: ignore[reportReturnType]
 
 
