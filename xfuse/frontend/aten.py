@@ -1713,6 +1713,77 @@ SCATTER_KEPT_COMPOSITES = (
 )
 
 
+# task `ind90` (issue 15, what Inductor lowers): as_strided and unfold as a gather from the
+# flattened input at computed offsets (`offset + sum_k i_k * stride_k`); prims' cast.
+
+
+def _strided_gather(
+    lw: ImportBuilder,
+    node: torch.fx.Node,
+    x: SSAValue,
+    size: Sequence[int],
+    stride: Sequence[int],
+    offset: int,
+) -> Value:
+    """The elements of `x` (contiguous, of `n` elements) at `offset + sum_k i_k * stride_k`
+    for every index `i` of `size`, as a tensor of `size`; None (torch runs it) when `x` is not
+    contiguous in eager (its storage is not its logical order) or an offset leaves `[0, n)`."""
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != 0:
+        return None
+    n = graph.numel(graph.shape_of(x))
+    count = graph.numel(size)
+    last = offset + sum((k - 1) * s for k, s in zip(size, stride, strict=True) if k > 0)
+    if count == 0 or n == 0 or min(stride, default=0) < 0 or not 0 <= offset <= last < n:
+        return None
+    shape = list(size)
+    index: SSAValue | None = None
+    for dim, step in enumerate(stride):
+        if shape[dim] == 1 or step == 0:
+            continue
+        along = lw.emit(graph.IotaOp(TensorType(i64, shape), dim, 0, step))
+        index = along if index is None else lw.emit(graph.AddOp(index, along))
+    if index is None:
+        index = lw.constant(offset, i64, shape)
+    elif offset:
+        index = lw.emit(graph.AddOp(index, lw.constant(offset, i64)))
+    flat_index = lw.reshape(index, [count])
+    rows = lw.emit(graph.GatherOp(lw.reshape(x, [n]), [flat_index], 0, [count]))
+    return lw.reshape(rows, out_type(node).get_shape())
+
+
+def _as_strided(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    offset = a.get("storage_offset") or 0
+    if not all(isinstance(v, int) for v in [*a["size"], *a["stride"], offset]):
+        return None
+    return _strided_gather(lw, node, lw.tensor(a["self"]), a["size"], a["stride"], offset)
+
+
+def _unfold(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """Windows of `size` every `step` along `dim`, as a new last dim (contiguous strides)."""
+    x = lw.tensor(a["self"])
+    shape = list(graph.shape_of(x)) or [1]
+    dim, step = a["dimension"] % len(shape), a["step"]
+    strides = [graph.numel(shape[k + 1 :]) for k in range(len(shape))]
+    out = list(out_type(node).get_shape())
+    if not graph.shape_of(x):  # a 0-d input: one window of its one element
+        return lw.reshape(x, out)
+    new_stride = [*strides[:dim], strides[dim] * step, *strides[dim + 1 :], strides[dim]]
+    return _strided_gather(lw, node, x, out, new_stride, 0)
+
+
+def _convert_element_type(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """prims.convert_element_type (some of torch's decompositions leave it): a cast."""
+    return lw.cast(lw.tensor(a["a"]), out_type(node).element_type)
+
+
+INDUCTOR_CONVERTERS: dict[str, Converter] = {
+    "aten.as_strided.default": _as_strided,
+    "aten.unfold.default": _unfold,
+    "prims.convert_element_type.default": _convert_element_type,
+}
+
+
 def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
     """`str(OpOverload)` -> converter for every overload one of `ops` declares in its `aten`
     fact (`xfuse.dialects.facts`)."""
@@ -1780,6 +1851,7 @@ CONVERTERS: dict[str, Converter] = {
     "aten.repeat.default": _repeat,
     "aten.diagonal.default": _diagonal,
     **SCATTER_CONVERTERS,  # scatter task
+    **INDUCTOR_CONVERTERS,  # task `ind90`
 }
 
 # Nodes without a value that only check what export already guarantees.

@@ -38,6 +38,7 @@ from xfuse.frontend.builder import (
     result_types,
     tensor_type_of_val,
 )
+from xfuse.frontend.decompositions import extra_decompositions
 from xfuse.frontend.outputs import OutputRule, output_rules
 from xfuse.frontend.pytrees import export_support
 from xfuse.interpreters.graph import bind_arguments
@@ -222,6 +223,8 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table = torch.export.default_decompositions()
     for name in KEPT_COMPOSITES:
         table.pop(resolve_overload(name), None)
+    # issue 15: what Inductor decomposes past core aten (an op the importer maps stays whole)
+    table.update({op: f for op, f in extra_decompositions().items() if str(op) not in CONVERTERS})
     return table  # pyright: ignore[reportReturnType]
 
 

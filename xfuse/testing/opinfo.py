@@ -16,11 +16,29 @@ expectations table (`tests/testing/opinfo_expected.tsv`) so that a change shows 
 
     python -m xfuse.testing.opinfo                       # the coverage table (CI's subset)
     python -m xfuse.testing.opinfo --full --write PATH   # every sample and dtype, to a table
+    python -m xfuse.testing.opinfo --inductor            # the share of what Inductor lowers
+
+Against Inductor (`--inductor`, issue 15's measure): a sample is *Inductor-lowered* when every
+aten (and prims) op of its function, traced by `make_fx` on the real sample after
+functionalisation (as AOTAutograd hands Inductor its graph) with Inductor's decomposition table
+(`torch._inductor.decomposition.select_decomp_table()`), has a lowering in
+`torch._inductor.lowering.lowerings` and is not one of `torch._inductor.lowering.fallbacks`
+(the ops Inductor registers as running eagerly, such as `_linalg_svd`, `nonzero`, `cumsum` on
+some paths, `rand`). Ops Inductor runs as extern kernels by design count as lowered, as xfuse
+counts its own by-design externs (matmul) as `fused`: mm/bmm/addmm/baddbmm/convolution have
+lowerings that call the extern kernel and are not in `fallbacks` anyway, and the CPU and CUDA
+attention kernels (`INDUCTOR_EXTERNS`) are counted as lowered although Inductor lists them as
+fallbacks. A sample eager refuses, or that `make_fx` cannot trace, is not Inductor-lowered.
+The report gives, per dtype, the Inductor-lowered samples, how many of them xfuse fuses (no
+eager part), the share, and the rest with xfuse's outcome and its detail; `--table PATH` takes
+xfuse's outcomes from a table written by `--write` instead of compiling again (given twice,
+the second table's rows replace the first's: a rerun of some ops over a whole sweep).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import warnings
 from collections import Counter
@@ -152,6 +170,14 @@ UNDEFINED_VALUES = ("aten.empty", "aten.new_empty", "aten.empty_like")
 """torch ops whose results hold whatever the memory held (only their sizes and dtypes count)."""
 
 
+UNDEFINED_OPINFOS = frozenset(
+    {"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided"}
+)
+"""OpInfos whose results' values are undefined (eager may happen to repeat its garbage, so
+`_deterministic` cannot tell): only sizes and dtypes compare, whether xfuse runs torch's op or
+its own fresh tensor."""
+
+
 def _draws_random(compiled: Any) -> bool:
     """Whether the program calls a torch op that draws from the RNG or leaves values undefined."""
     from xfuse.dialects.torch_args import resolve_torch_op
@@ -206,7 +232,11 @@ def run_sample(info: Any, sample: Any, dtype: str, index: int, device: str = "cp
         reference = _flat_tensors(fn(*(_wide(t) for t in tensors)))
     except Exception:  # the op has no f64 kernel: torch's tolerance alone
         reference = None
-    if _draws_random(compiled) or not _deterministic(fn, tensors, flat_expected):
+    if (
+        info.name in UNDEFINED_OPINFOS
+        or _draws_random(compiled)
+        or not _deterministic(fn, tensors, flat_expected)
+    ):
         # Random values (OpInfo seeds inside the op, which torch.export does not trace), or
         # values eager itself does not repeat (torch.empty's): only sizes and dtypes compare.
         problem = compare_outputs([_meta(t) for t in flat_got], [_meta(t) for t in flat_expected])
@@ -286,6 +316,159 @@ def coverage_table(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------------
+# Against Inductor: which samples Inductor lowers with no eager fallback
+# ---------------------------------------------------------------------------------------------
+
+INDUCTOR_EXTERNS = frozenset(
+    {
+        "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        "aten._scaled_dot_product_flash_attention.default",
+        "aten._scaled_dot_product_efficient_attention.default",
+        "aten._scaled_dot_product_cudnn_attention.default",
+        "aten._flash_attention_forward.default",
+        "aten._efficient_attention_forward.default",
+    }
+)
+"""Attention kernels Inductor calls as externs by design (it lists them among its fallbacks):
+counted as lowered, as the matmul and convolution externs are."""
+
+
+@functools.cache
+def _inductor_lowers(target: Any) -> bool:
+    """Whether Inductor lowers one traced op (an OpOverload) with no eager fallback."""
+    from torch._inductor.lowering import fallbacks, lowerings
+
+    if not isinstance(target, torch._ops.OpOverload):
+        return True  # operator.getitem and other Python glue of the traced graph
+    if str(target) in INDUCTOR_EXTERNS:
+        return True
+    return target in lowerings and target not in fallbacks
+
+
+@functools.cache
+def _inductor_decompositions() -> dict[Any, Any]:
+    from torch._inductor.decomposition import select_decomp_table
+
+    return dict(select_decomp_table())
+
+
+def inductor_unlowered(fn: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> list[str]:
+    """The ops of `fn(*tensors)` Inductor does not lower (empty: the sample is Inductor-lowered).
+
+    `fn` is traced on the real tensors (data-dependent ops need their values) after
+    functionalisation, with Inductor's decompositions (composite ops included, under the Python
+    dispatcher as AOTAutograd traces); a function eager or the tracer refuses
+    gives one entry naming the error."""
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    try:  # the Python dispatcher applies the table's decompositions of composite ops too
+        with warnings.catch_warnings(), enable_python_dispatcher():
+            warnings.simplefilter("ignore")
+            traced = make_fx(
+                torch.func.functionalize(fn, remove="mutations"),
+                decomposition_table=_inductor_decompositions(),
+                tracing_mode="real",
+            )(*tensors)
+    except Exception as e:
+        return [f"untraceable: {type(e).__name__}"]
+    targets = {n.target for n in traced.graph.nodes if n.op == "call_function"}
+    return sorted(str(t) for t in targets if not _inductor_lowers(t))
+
+
+_UNLOWERED: dict[tuple[str, str, int, str], list[str]] = {}
+
+
+def inductor_lowered(info: Any, dtype: str, index: int, device: str = "cpu") -> list[str]:
+    """`inductor_unlowered` of one OpInfo sample, cached (one tracing per sample; the per-op
+    verdicts are cached too)."""
+    key = (op_name(info), dtype, index, device)
+    if key not in _UNLOWERED:
+        _UNLOWERED[key] = _classify(info, dtype, index, device)
+    return _UNLOWERED[key]
+
+
+def _classify(info: Any, dtype: str, index: int, device: str) -> list[str]:
+    try:
+        sample = list(info.sample_inputs(device, DTYPES[dtype], requires_grad=False))[index]
+    except Exception as e:
+        return [f"no sample: {type(e).__name__}"]
+    fn, tensors = _as_function(info, sample)
+    try:
+        _seeded(fn, tensors)
+    except Exception as e:
+        return [f"eager raises {type(e).__name__}"]
+    return inductor_unlowered(fn, tensors)
+
+
+EXTERN_CALLS = frozenset({"aten.convolution.default", "aten.scaled_dot_product_attention.default"})
+"""torch_calls xfuse makes on purpose (torch picks the device's kernel), where Inductor calls
+an extern kernel too: the report counts the samples they alone keep from `fused` apart."""
+
+
+def inductor_report(results: Sequence[Result], infos: Iterable[Any], device: str = "cpu") -> str:
+    """Per dtype: the Inductor-lowered samples, how many xfuse fuses, and the rest (sorted by
+    what runs eagerly)."""
+    by_name = {(i.name, i.variant_test_name): i for i in infos}
+    lines = []
+    for dtype in sorted({r.dtype for r in results}):
+        lowered, unlowered = [], Counter[str]()
+        for r in (r for r in results if r.dtype == dtype):
+            info = by_name.get((r.op, r.variant))
+            missing = (
+                ["unknown op"] if info is None else inductor_lowered(info, dtype, r.index, device)
+            )
+            if missing:
+                unlowered.update(missing)
+            else:
+                lowered.append(r)
+        fused = [r for r in lowered if r.outcome == "fused"]
+        rest = sorted((r for r in lowered if r.outcome != "fused"), key=lambda r: (r.detail, r.key))
+        externs = [
+            r for r in rest if r.outcome == "eager" and set(r.detail.split(", ")) <= EXTERN_CALLS
+        ]
+        lines.append(
+            f"{dtype}: {len(lowered)} Inductor-lowered samples of {len(results_of(results, dtype))}, "
+            f"xfuse fuses {len(fused)} ({_share(fused, lowered)}); with the {len(externs)} "
+            f"convolution/attention extern calls: {_share(fused + externs, lowered)}"
+        )
+        lines.extend(
+            f"  {r.op}{'.' + r.variant if r.variant else ''}\t{r.outcome}\t{r.brief}" for r in rest
+        )
+        lines.append(
+            "  not Inductor-lowered (samples by op): "
+            + ", ".join(f"{k} {v}" for k, v in unlowered.most_common())
+        )
+    return "\n".join(lines)
+
+
+def _share(part: Sequence[Any], whole: Sequence[Any]) -> str:
+    return f"{100.0 * len(part) / len(whole):.1f}%" if whole else "-"
+
+
+def results_of(results: Sequence[Result], dtype: str) -> list[Result]:
+    return [r for r in results if r.dtype == dtype]
+
+
+def _recorded(
+    infos: Iterable[Any],
+    dtypes: Sequence[str],
+    device: str,
+    samples: int | None,
+    recorded: dict[tuple[str, str, str, int], Result],
+) -> Iterator[Result]:
+    """The results a table records for these ops and dtypes (the first `samples` of each)."""
+    names = {(i.name, i.variant_test_name) for i in infos}
+    for r in sorted(recorded.values(), key=lambda r: r.key):
+        if (
+            (r.op, r.variant) in names
+            and r.dtype in dtypes
+            and (samples is None or r.index < samples)
+        ):
+            yield r
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m xfuse.testing.opinfo", description=__doc__)
     parser.add_argument("--full", action="store_true", help="every sample of every dtype")
@@ -293,6 +476,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ops", default=None, help="comma-separated op names (default: all)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--write", type=Path, default=None, help="write the expectations table")
+    parser.add_argument(
+        "--inductor", action="store_true", help="the share of Inductor-lowered samples fused"
+    )
+    parser.add_argument(
+        "--table",
+        type=Path,
+        action="append",
+        default=None,
+        help="xfuse's outcomes from this table (no compile); a later --table overrides",
+    )
     args = parser.parse_args(argv)
     dtypes = args.dtypes.split(",") if args.dtypes else (list(DTYPES) if args.full else ["f32"])
     infos = op_db()
@@ -300,11 +493,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         wanted = set(args.ops.split(","))
         infos = [i for i in infos if i.name in wanted or op_name(i) in wanted]
     results = []
-    for r in sweep(infos, dtypes, device=args.device, samples=None if args.full else 1):
+    samples = None if args.full else 1
+    if args.table is not None:
+        recorded = {k: r for path in args.table for k, r in read_expected(path).items()}
+        sweep_ = _recorded(infos, dtypes, args.device, samples, recorded)
+    else:
+        sweep_ = sweep(infos, dtypes, device=args.device, samples=samples)
+    for r in sweep_:
         results.append(r)
         if r.outcome in BUGS:
             print(r.row(), file=sys.stderr)
     print(coverage_table(results))
+    if args.inductor:
+        print(inductor_report(results, infos, device=args.device))
     if args.write is not None:
         write_expected(results, args.write)
     return 1 if any(r.outcome in BUGS for r in results) else 0
