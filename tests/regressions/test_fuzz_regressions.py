@@ -223,3 +223,18 @@ def test_sums_over_several_dims_are_as_accurate_as_eager(source: str, semantics:
     outcome = check_source(source, ["cpu"], semantics=semantics)
     assert outcome.status == "pass", str(outcome)
     assert "loops" in outcome.stages or semantics
+
+
+@pytest.mark.parametrize("expr", ["x.any(dim=1)", "x.all(dim=1)", "x.any()", "x.all(dim=0)"])
+def test_any_and_all_over_nothing_are_the_identity(expr: str) -> None:
+    """fuzz seed 101 program 2625: `any` over an empty dim was a bool max of nothing, which the
+    interpreter (torch.amax) refuses; eager gives False (any) and True (all)."""
+
+    def fn(x: Tensor) -> Tensor:
+        return eval(expr)  # noqa: S307 - the expression under test
+
+    x = torch.rand(3, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xfuse.compile(fn, (x,), fallback="error")(x)
+    assert torch.equal(got, fn(x))

@@ -602,6 +602,8 @@ def _any_all(op_cls: type[graph.ReduceMaxOp] | type[graph.ReduceMinOp]) -> Conve
         if out_type(node).element_type != i1:
             return None
         x = lw.operand(a["self"], i1)
+        if graph.numel(graph.shape_of(x)) == 0:  # OR's / AND's identity: a max/min of nothing
+            return lw.constant(op_cls is graph.ReduceMinOp, i1, out_type(node).get_shape())
         dim = a.get("dim")
         dims = [] if isinstance(dim, list | tuple) and not dim else _norm_dims(dim, _rank(x))
         return lw.emit(op_cls(x, dims, bool(a.get("keepdim", False))))

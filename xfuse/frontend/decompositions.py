@@ -337,15 +337,24 @@ OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _overload(name: str) -> torch._ops.OpOverload:
+def _overload(name: str) -> torch._ops.OpOverload | None:
+    """`aten.op.overload`'s OpOverload, None where this torch has no such op."""
     _, op, overload = name.split(".")
-    return getattr(getattr(aten, op), overload)
+    return getattr(getattr(aten, op, None), overload, None)
 
 
 def extra_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
     """The decompositions added to torch.export's table, by overload."""
     from torch._decomp import decomposition_table
 
-    table = {_overload(n): decomposition_table[_overload(n)] for n in TORCH_DECOMPOSED}
-    table.update({_overload(n): fn for n, fn in OWN_DECOMPOSITIONS.items()})
+    # torch's table differs between releases (2.11 has no decomposition of
+    # max_pool2d_with_indices_backward): an op this torch lacks, or has no decomposition of,
+    # stays as it is (a torch_call).
+    ops = {n: _overload(n) for n in (*TORCH_DECOMPOSED, *OWN_DECOMPOSITIONS)}
+    table = {
+        ops[n]: decomposition_table[ops[n]]
+        for n in TORCH_DECOMPOSED
+        if ops[n] is not None and ops[n] in decomposition_table
+    }
+    table.update({ops[n]: fn for n, fn in OWN_DECOMPOSITIONS.items() if ops[n] is not None})
     return table
