@@ -126,7 +126,11 @@ class Fuzz:
         exact_operands: bool = False,
     ) -> Fuzz:
         return Fuzz(
-            spelling, "binary", exact=exact, random_graph=random_graph, exact_operands=exact_operands
+            spelling,
+            "binary",
+            exact=exact,
+            random_graph=random_graph,
+            exact_operands=exact_operands,
         )
 
     @staticmethod

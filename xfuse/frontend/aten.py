@@ -1690,7 +1690,7 @@ def _masked_put(
     return lw.cast(lw.emit(graph.WhereOp(mask, values, x)), graph.dtype_of(x))
 
 
-SCATTERS_VERIFIED = torch.torch_version.TorchVersion(torch.__version__) >= (2, 13)
+SCATTERS_VERIFIED = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
 """The scatter converters are checked against eager on torch 2.13 (CI's). On the GPU machine's
 torch 2.11, `xfuse-fuzz` found wrong slice/select/diagonal scatters whose cause is not found
 yet (2026-11-24: seed 95 program 474, seed 101 programs 1132 and 2038): there they stay

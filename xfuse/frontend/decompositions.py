@@ -350,11 +350,13 @@ def extra_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
     # torch's table differs between releases (2.11 has no decomposition of
     # max_pool2d_with_indices_backward): an op this torch lacks, or has no decomposition of,
     # stays as it is (a torch_call).
-    ops = {n: _overload(n) for n in (*TORCH_DECOMPOSED, *OWN_DECOMPOSITIONS)}
-    table = {
-        ops[n]: decomposition_table[ops[n]]
-        for n in TORCH_DECOMPOSED
-        if ops[n] is not None and ops[n] in decomposition_table
-    }
-    table.update({ops[n]: fn for n, fn in OWN_DECOMPOSITIONS.items() if ops[n] is not None})
+    table: dict[torch._ops.OpOverload, Callable[..., Any]] = {}
+    for name in TORCH_DECOMPOSED:
+        op = _overload(name)
+        if op is not None and op in decomposition_table:
+            table[op] = decomposition_table[op]
+    for name, fn in OWN_DECOMPOSITIONS.items():
+        op = _overload(name)
+        if op is not None:
+            table[op] = fn
     return table
