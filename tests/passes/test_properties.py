@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -19,6 +19,7 @@ from xfuse.passes.fusion.fuse_scored import FuseScoredPass
 from xfuse.passes.fusion.group_cleanup import GroupCleanupPass
 from xfuse.passes.fusion.op_facts import KIND_RANK
 from xfuse.testing import RandomProgram, programs
+from xfuse.testing.random_graph import random_program
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -124,6 +125,9 @@ def lowering_refusals(module: ModuleOp) -> list[str]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(max_ops=20, rows=True), st.sampled_from(["fuse-greedy", "fuse-scored"]))
+# Horizontal fusion once merged a pair out of block order (an earlier merge had moved one of
+# them below the other) and placed the group above a producer of its inputs.
+@example(random_program(5821, 17, externs=True, mutation=False, rows=True), "fuse-scored")
 def test_every_group_fusion_forms_lowers(program: RandomProgram, fuser: str) -> None:
     """Fusion never forms a group its lowering refuses (its `loop-structure` gate splits a
     softmax from the permute after it): no group runs op by op or falls back, on programs

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from hypothesis import strategies as st
@@ -41,6 +41,11 @@ class RandomProgram:
 
     def __repr__(self) -> str:
         return self.call
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Hypothesis prints a failing example with this, not field by field (which walks the
+        whole xDSL module and takes minutes)."""
+        printer.text(self.call)
 
     def inputs(self) -> list[torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed)

@@ -283,6 +283,9 @@ class ScoredFuser:
 
     def merge_horizontal(self, a: Node, b: Node) -> bool:
         g = self.g
+        # An earlier merge this sweep may have moved nodes below the group it made: order the
+        # pair by position now (`check_order` and `merge` take the earlier node first).
+        a, b = sorted((a, b), key=by_position)
         if g.space(a) != g.space(b) or directly_connected(g, a, b):
             return False
         verdict, saved = self.gate(a, b, sibling=True)
