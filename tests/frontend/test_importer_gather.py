@@ -39,7 +39,6 @@ CASES: list[Case] = [
         lambda: (rand(3, 5, 2), idx([4, 0, 0, 2])),
     ),
     ("index_select_0d", lambda x, i: torch.index_select(x, 0, i), lambda: (rand(5), idx(3))),
-    ("index_select_empty", lambda x, i: torch.index_select(x, 0, i), lambda: (rand(5, 2), idx([]))),
     (
         "gather",
         lambda x, i: torch.gather(x, 1, i),
@@ -73,7 +72,6 @@ CASES: list[Case] = [
         lambda x, i, j: x[i, :, j],
         lambda: (rand(5, 6, 7), idx([[1], [2]]), idx([0, 6, -7])),
     ),
-    ("index_empty", lambda x, i: x[i], lambda: (rand(5, 3), idx([], torch.int64))),
 ]
 
 
@@ -83,6 +81,19 @@ def test_indexing_imports_as_gather(fn: Callable[..., Any], make_inputs: Callabl
     names = op_names(imported)
     assert "graph.torch_call" not in names or "aten.remainder" in str(imported.module), names
     assert "graph.gather" in names, names
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x, i: torch.index_select(x, 0, i) + 1, lambda x, i: x[i] * 2],
+    ids=["index_select", "index"],
+)
+def test_an_index_of_nothing_is_an_empty_constant(fn: Callable[..., Any]) -> None:
+    """Results that hold no element are constants (`fold_empty_results`): no gather reads the
+    source."""
+    imported = check_against_eager(fn, (rand(5, 2), idx([], torch.int64)))
+    names = op_names(imported)
+    assert "graph.gather" not in names and "graph.constant" in names, names
 
 
 BAD: list[tuple[str, Callable[..., Any], tuple[Any, ...], tuple[Any, ...], type[Exception]]] = [

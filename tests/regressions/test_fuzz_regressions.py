@@ -238,3 +238,33 @@ def test_any_and_all_over_nothing_are_the_identity(expr: str) -> None:
         warnings.simplefilter("ignore")
         got = xfuse.compile(fn, (x,), fallback="error")(x)
     assert torch.equal(got, fn(x))
+
+
+FUZZ_111_276 = """import torch
+
+TOLERANCE = "rmse"
+
+
+def program(x0, x2):
+    v2 = torch.cosh(x2)
+    v3 = v2.repeat((3,))
+    v5 = x0.sum(dim=(0,), keepdim=False)
+    v6 = v2.prod(dim=0, keepdim=False)
+    return (v3, v5, v6, v2, )
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(111000609)
+    x0 = (torch.rand((8, 1, 1), generator=g) * 1.5 + 0.5)
+    x2 = (torch.rand((0,), generator=g) * 1.5 + 0.5)
+    return (x0, x2, )
+"""
+
+
+def test_fuzz_seed_111_program_276() -> None:
+    """An empty tensor repeated: the lowered loops hoisted the load of the broadcast row out
+    of the output's empty loop and read element 0 of an empty buffer (a null pointer on the
+    CPU). Ops whose results hold no element are constants now (`fold_empty_results`)."""
+    outcome = check_source(FUZZ_111_276, ["cpu"], semantics=True)
+    assert outcome.status == "pass", outcome.message
+    assert "loops" in outcome.stages

@@ -109,7 +109,9 @@ class Fuzz:
     exact_operands: bool = False
     """Drawn on exact operands only: the op jumps where an operand crosses a point (fmod's
     and remainder's multiples of the divisor) and amplifies its divisor's rounding by the
-    quotient, so a reassociated (inexact) operand gives a result no tolerance can judge."""
+    quotient, or (prod) adds up its n operands' relative errors, which are correlated where an
+    operand repeats a value: a one-ulp difference of an inexact operand (xfuse's expm1 against
+    eager's) comes out n ulps apart, and no tolerance can judge it."""
 
     @staticmethod
     def unary(
@@ -139,9 +141,21 @@ class Fuzz:
 
     @staticmethod
     def reduction(
-        spelling: str, *, exact: bool = False, weight: int = 1, random_graph: bool = False
+        spelling: str,
+        *,
+        exact: bool = False,
+        weight: int = 1,
+        random_graph: bool = False,
+        exact_operands: bool = False,
     ) -> Fuzz:
-        return Fuzz(spelling, "reduction", exact=exact, weight=weight, random_graph=random_graph)
+        return Fuzz(
+            spelling,
+            "reduction",
+            exact=exact,
+            weight=weight,
+            random_graph=random_graph,
+            exact_operands=exact_operands,
+        )
 
     @staticmethod
     def drawn_by(method: str) -> Fuzz:

@@ -1605,7 +1605,7 @@ class ReduceProdOp(ReduceOp):
     name = "graph.reduce_prod"
     FACTS: ClassVar[OpFacts] = OpFacts(
         aten=("aten.prod.dim_int", "aten.prod.default"),
-        fuzz=Fuzz.reduction("prod"),
+        fuzz=Fuzz.reduction("prod", exact_operands=True),
     )
 
 

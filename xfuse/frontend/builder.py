@@ -16,6 +16,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.torch_args import encode_args
 from xfuse.errors import UnsupportedArgument, UnsupportedProgram
 from xfuse.ir import dtypes
@@ -174,3 +175,35 @@ class ImportBuilder:
         if graph.shape_of(value) == tuple(shape):
             return value
         return self.emit(graph.ReshapeOp(value, shape))
+
+
+def fold_empty_results(block: Block) -> None:
+    """Every pure graph op whose results hold no element becomes a constant of its type, and
+    the ops only it read go: such an op's loop nest has no iteration, but a value lowering
+    hoists out of the empty loops (the row of a broadcast of an empty tensor) would still read
+    an empty buffer (a null pointer on the CPU). Views the caller sees are replayed on the real
+    base by the runtime, so an empty view stays a view."""
+    dead: list[Operation] = []
+    for op in list(block.ops):
+        if _is_pure_graph_op(op) and not isinstance(op, graph.ConstantOp) and op.results:
+            if all(_is_empty(r) for r in op.results):
+                for r in op.results:
+                    const = graph.ConstantOp.scalar(0, graph.dtype_of(r), graph.shape_of(r))
+                    block.insert_op_before(const, op)
+                    r.replace_all_uses_with(const.results[0])
+                dead.append(op)
+    while dead:
+        op = dead.pop()
+        if op.parent is None or any(r.uses for r in op.results):
+            continue
+        owners = {v.owner for v in op.operands if isinstance(v.owner, Operation)}
+        block.erase_op(op)
+        dead.extend(o for o in owners if _is_pure_graph_op(o))
+
+
+def _is_pure_graph_op(op: Operation) -> bool:
+    return op.name.startswith("graph.") and not may_mutate(op)
+
+
+def _is_empty(value: SSAValue) -> bool:
+    return isinstance(value.type, TensorType) and graph.numel(graph.shape_of(value)) == 0

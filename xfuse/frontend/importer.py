@@ -34,6 +34,7 @@ from xfuse.frontend.builder import (
     UnsupportedProgram,
     Value,
     bind,
+    fold_empty_results,
     node_error,
     result_types,
     tensor_type_of_val,
@@ -301,6 +302,7 @@ class Importer:
         rules = output_rules([n for i, n in enumerate(returned) if i not in constants], arg_of)
         outputs += [lowering.tensor(node) for node in rules.hidden]
         block.add_op(func.ReturnOp(*outputs))
+        fold_empty_results(block)
         function = func.FuncOp(
             "forward",
             (arg_types, [v.type for v in outputs]),

@@ -262,6 +262,10 @@ class Generator:
             expr, exact = f"torch.exp({a.name}.clamp(-6, 6))", False
         elif fn == "torch.tan":  # off its poles, where it multiplies an operand's rounding
             expr, exact = f"torch.tan({a.name}.clamp(-1.4, 1.4))", False
+        elif fn in ILL_CONDITIONED_AT_ONE and not a.exact:
+            # acos(1 - d) ~ sqrt(2 d): one ulp of an inexact operand near +-1 (sin's, eager's
+            # against xfuse's) moves the result by 3e-4 (fuzz seed 112 program 114)
+            expr, exact = f"{fn}({a.name}.clamp(-0.95, 0.95))", False
         elif fn == "torch.clamp":
             expr, exact = f"torch.clamp({a.name}, -0.5, 0.75)", a.exact
         elif fn == "F.gelu":
@@ -421,6 +425,8 @@ class Generator:
                 expr = f"{a.name}.prod(dim={dims[0]}, keepdim={keep})"
         if fn in ("mean", "var") and not self.dtype(a.name).is_floating_point:
             raise Rejected("mean of integers")
+        if fn in EXACT_OPERAND_REDUCTIONS and not a.exact:
+            raise Rejected(f"{fn} of an inexact operand")
         self.tolerance = RMSE_TOLERANCE
         exact = a.exact and fn in EXACT_REDUCTIONS
         return (f"reduce:{fn}", *self.result(expr, exact))
@@ -598,7 +604,15 @@ class Generator:
             if self.rng.random() < 0.3 and shape:
                 operand = f"{target.name}.flip(0)"  # reads the storage it writes
             else:
-                b = self.pick(lambda v: _broadcasts_into(self.shape(v.name), shape))
+                # Not another view of the target's memory: eager reads such an operand while
+                # writing it (the result depends on its loop order), torch.export reads it
+                # whole first.
+                b = self.pick(
+                    lambda v: (
+                        _broadcasts_into(self.shape(v.name), shape)
+                        and (v.name == target.name or not self.aliases(v.name, target.name))
+                    )
+                )
                 operand = b.name
             statement = f"{target.name}.{op}({operand})"
             exact = False
@@ -924,6 +938,8 @@ POSITIVE_DOMAIN = _spellings("unary", lambda f: f.positive)
 BINARY = _spellings("binary")
 EXACT_BINARY = _spellings("binary", lambda f: f.exact)
 EXACT_OPERANDS = _spellings("binary", lambda f: f.exact_operands)
+EXACT_OPERAND_REDUCTIONS = _spellings("reduction", lambda f: f.exact_operands)
+ILL_CONDITIONED_AT_ONE = ("torch.acos", "torch.asin", "torch.atanh")
 COMPARISONS = _spellings("compare")
 REDUCTIONS = _spellings("reduction")
 EXACT_REDUCTIONS = _spellings("reduction", lambda f: f.exact)
