@@ -3034,6 +3034,28 @@ class VarOp(IRDLOperation):
         _check_result_shape(self, reduced_shape(t.get_shape(), self.reduce_dims, self.keeps_dims))
 
 
+STRIDED_VIEWS: tuple[type[Operation], ...] = (ReshapeOp, PermuteOp, SliceOp)
+"""Layout ops torch computes as a view of a strided tensor (`reshape` copies where the strides
+allow no view). Outside groups, where only externs (and the return) read them, the runtime runs
+them as torch views: no kernel, and an extern output's own strides (the CPU flash attention's
+(B, S, H, D) layout) may make the view free."""
+
+
+def read_only_by_externs(op: Operation, *, or_return: bool = False) -> bool:
+    """Whether every reader of `op`'s results is an extern (or, with `or_return`, the return),
+    looking through readers that are `STRIDED_VIEWS` themselves."""
+    for result in op.results:
+        for use in result.uses:
+            user = use.operation
+            if op_kind(user) == "extern" or (or_return and user.name == "func.return"):
+                continue
+            if not isinstance(user, STRIDED_VIEWS) or not read_only_by_externs(
+                user, or_return=or_return
+            ):
+                return False
+    return True
+
+
 def op_facts(op: type[Operation] | Operation) -> OpFacts:
     """The facts a graph op class declares (see `xfuse.dialects.facts`); none for other ops."""
     cls = op if isinstance(op, type) else type(op)

@@ -282,19 +282,10 @@ def _is_extern(op: Operation) -> bool:
     return graph.op_kind(op) == "extern"
 
 
-def _feeds_only_externs_or_return(op: Operation) -> bool:
-    for result in op.results:
-        for use in result.uses:
-            user = use.operation
-            if not (isinstance(user, func.ReturnOp) or _is_extern(user)):
-                return False
-    return True
-
-
 def _is_view(op: Operation) -> bool:
     if op.name == "graph.reshape":
         return True
-    return op.name in VIEW_IMPLS and _feeds_only_externs_or_return(op)
+    return op.name in VIEW_IMPLS and graph.read_only_by_externs(op, or_return=True)
 
 
 def _is_lone_kernel_op(op: Operation) -> bool:

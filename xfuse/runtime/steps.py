@@ -252,6 +252,7 @@ VIEW_IMPLS: dict[str, Callable[[Operation], View]] = {
     "graph.slice": _slice_view,
 }
 """Layout op name -> the torch view it is, made once from the op's attributes."""
+assert set(VIEW_IMPLS) == {op.name for op in graph.STRIDED_VIEWS}
 
 
 @dataclass

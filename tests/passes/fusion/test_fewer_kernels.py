@@ -95,3 +95,24 @@ def test_query_key_value_heads_are_one_kernel() -> None:
         torch.testing.assert_close(compiled(x), heads(x))
     assert len(compiled.kernels) == 1, [g.ops for g in compiled.groups]
     assert [g.rule for g in compiled.groups] == ["fuse-scored:horizontal"]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_layout_between_externs_is_views_not_kernels(bias: bool) -> None:
+    """Attention's output transposed back into the output projection's input (and, without a
+    bias, the heads split for the attention) are torch views of the externs' outputs: no
+    kernel, torch copies only where the real strides allow no view (issue 17)."""
+    import torch.nn.functional as F
+
+    x, w, o = torch.randn(2, 8, 32), torch.randn(32, 32), torch.randn(32, 32)
+    b = torch.randn(32) if bias else None
+
+    def fn(x: torch.Tensor, w: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        q = F.linear(x, w, b).reshape(2, 8, 4, 8).permute(0, 2, 1, 3)
+        a = F.scaled_dot_product_attention(q, q, q)
+        return F.linear(a.permute(0, 2, 1, 3).reshape(2, 8, 32), o)
+
+    compiled = xfuse.compile(fn, (x, w, o), quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(x, w, o), fn(x, w, o))
+    # with a bias, the bias add and the heads' split stay one kernel
+    assert len(compiled.kernels) == (1 if bias else 0), [g.ops for g in compiled.groups]

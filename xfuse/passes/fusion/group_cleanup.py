@@ -15,6 +15,11 @@ shape, e.g. a row loop of a split reduction reads its row's elements at (row, i)
 A group without reductions whose outputs differ in element count is split into one group per
 count (each recomputing what it needs): one loop nest cannot write both.
 
+A group left with only layout ops that torch runs as views (`graph.STRIDED_VIEWS`: the
+permute and reshape between two attention GEMMs), whose results only externs read, is
+dissolved: the runtime runs those ops as torch views of the extern's real output, which is
+free where that output's strides allow it (torch copies where they do not, as eager does).
+
 Sharing one tensor between two outputs (pooling, CSE, duplicate outputs) is only safe when no
 op may write memory: in a function holding an in-place `torch_call` (or any op that may
 mutate), only dead code and unused inputs/outputs are removed.
@@ -208,6 +213,30 @@ def split_by_output_size(group: GroupOp, *, share: bool) -> list[GroupOp]:
     return cleaned
 
 
+def _only_views_read_by_externs(group: GroupOp) -> bool:
+    body = [op for op in group.block.ops if op is not group.yield_op]
+    return (
+        bool(body)
+        and all(isinstance(op, graph.STRIDED_VIEWS) for op in body)
+        and graph.read_only_by_externs(group)
+    )
+
+
+def dissolve_view_group(group: GroupOp) -> None:
+    """The group's ops move out in front of it, reading its inputs; the group goes."""
+    parent = group.parent_block()
+    assert parent is not None
+    for arg, outer in zip(group.block.args, group.inputs, strict=True):
+        arg.replace_all_uses_with(outer)
+    for op in [op for op in group.block.ops if op is not group.yield_op]:
+        op.detach()
+        parent.insert_op_before(op, group)
+    for res, inner in zip(group.results, group.yield_op.values, strict=True):
+        res.replace_all_uses_with(inner)
+    group.detach()
+    group.erase()
+
+
 def clean_function(f: func.FuncOp) -> None:
     block = f.body.block
     share = not any(may_mutate(op) for op in block.ops)
@@ -216,7 +245,10 @@ def clean_function(f: func.FuncOp) -> None:
         assert isinstance(group, GroupOp)
         cleaned = clean_group(group, share=share)
         if cleaned is not None:
-            split_by_output_size(cleaned, share=share)
+            for part in split_by_output_size(cleaned, share=share):
+                # (a view aliases its base: only where no op may write memory)
+                if share and _only_views_read_by_externs(part):
+                    dissolve_view_group(part)
 
 
 @dataclass(frozen=True)
