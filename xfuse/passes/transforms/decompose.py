@@ -188,10 +188,15 @@ class DecomposeRMSNorm(RewritePattern):
 
 
 class DecomposeLinear(RewritePattern):
-    """linear(x, w, b) = x @ permute(w) + b; a 1-D x is a row for the matmul."""
+    """linear(x, w, b) = x @ permute(w) + b; a 1-D x is a row for the matmul. A linear read
+    only by externs, directly or through views (BERT's query/key/value heads: reshaped and
+    transposed for the attention), stays whole: its bias add has nothing to fuse with, and in
+    the GEMM's epilogue it leaves the views free (`group-cleanup`)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.LinearOp, rewriter: PatternRewriter) -> None:
+        if op.bias is not None and graph.read_only_by_externs(op):
+            return
         ops = OpList()
         x = op.input
         if len(graph.shape_of(x)) == 1:
