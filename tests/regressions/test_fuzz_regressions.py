@@ -268,3 +268,34 @@ def test_fuzz_seed_111_program_276() -> None:
     outcome = check_source(FUZZ_111_276, ["cpu"], semantics=True)
     assert outcome.status == "pass", outcome.message
     assert "loops" in outcome.stages
+
+
+@pytest.mark.parametrize(
+    ("x_dtype", "w_dtype"),
+    [
+        (torch.float16, torch.float16),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+    ],
+    ids=str,
+)
+def test_low_precision_rms_norm_rounds_once_like_eager(
+    x_dtype: torch.dtype, w_dtype: torch.dtype
+) -> None:
+    """fuzz seed 135 program 1413: an f16 rms_norm with an f32 weight. Eager (torch 2.13)
+    multiplies by the weight in f32 and rounds once; the importer rounded the weight to f16, and
+    `decompose` rounded the normalised value before the product: one ulp off in 5 of 16."""
+    import torch.nn.functional as F
+
+    def fn(x: Tensor, w: Tensor) -> Tensor:
+        return F.rms_norm(x, (64,), w, eps=1e-5)
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 64, generator=gen).to(x_dtype)
+    w = (torch.rand(64, generator=gen) * 2).to(w_dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xfuse.compile(fn, (x, w), fallback="error")(x, w)
+        want = fn(x, w)
+    assert torch.equal(got, want)

@@ -470,11 +470,20 @@ def _batch_norm_eval(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 
 def _rms_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """A weight of another dtype than the input's (f32 on f16) multiplies unrounded, as in
+    eager: the norm runs in the wider compute type, and its result is cast once."""
     dtype = out_type(node).element_type
     x = lw.operand(a["input"], dtype)
-    w = lw.operand(a["weight"], dtype) if a["weight"] is not None else None
     eps = a["eps"] if a["eps"] is not None else torch.finfo(node.meta["val"].dtype).eps
-    return lw.emit(graph.RMSNormOp(x, len(a["normalized_shape"]), float(eps), w))
+    rank = len(a["normalized_shape"])
+    if a["weight"] is None:
+        return lw.emit(graph.RMSNormOp(x, rank, float(eps)))
+    w = lw.tensor(a["weight"])
+    if graph.dtype_of(w) == dtype:
+        return lw.emit(graph.RMSNormOp(x, rank, float(eps), w))
+    compute = f64 if f64 in (dtype, graph.dtype_of(w)) else f32
+    y = graph.RMSNormOp(lw.cast(x, compute), rank, float(eps), lw.cast(w, compute))
+    return lw.cast(lw.emit(y), dtype)
 
 
 def _gelu(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:

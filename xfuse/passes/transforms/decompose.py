@@ -171,7 +171,9 @@ class DecomposeUpcast(RewritePattern):
 
 
 class DecomposeRMSNorm(RewritePattern):
-    """x * rsqrt(mean(x^2) + eps), cast back to x's type, then * weight (torch's order)."""
+    """x * rsqrt(mean(x^2) + eps) * weight in f32 for f16/bf16, cast back to x's type once
+    (torch 2.13's order, eager and its decomposition alike: casting before the weight's
+    product was one ulp off eager in f16 and bf16)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.RMSNormOp, rewriter: PatternRewriter) -> None:
@@ -181,10 +183,10 @@ class DecomposeRMSNorm(RewritePattern):
         inv_rms = ops.add(
             graph.RsqrtOp(ops.add(graph.AddOp(mean_square, ops.const(op.epsilon, mean_square))))
         )
-        y = ops.cast(ops.mul(x, inv_rms), graph.dtype_of(op.input))
+        y = ops.mul(x, inv_rms)
         if op.weight is not None:
-            y = ops.mul(y, op.weight)
-        _replace(rewriter, op, ops, y)
+            y = ops.mul(y, ops.upcast(op.weight))
+        _replace(rewriter, op, ops, ops.cast(y, graph.dtype_of(op.input)))
 
 
 class DecomposeLinear(RewritePattern):
