@@ -299,3 +299,20 @@ def test_low_precision_rms_norm_rounds_once_like_eager(
         got = xfuse.compile(fn, (x, w), fallback="error")(x, w)
         want = fn(x, w)
     assert torch.equal(got, want)
+
+
+def test_an_extern_with_an_empty_result_still_raises_as_eager() -> None:
+    """`fold_empty_results` folds xfuse's own ops only: a solve for no right-hand side still
+    checks its matrix, and a singular one raises as in eager."""
+
+    def fn(a: Tensor, b: Tensor) -> Tensor:
+        return torch.linalg.solve_ex(a, b, check_errors=True)[0] * 2
+
+    b = torch.randn(3, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = xfuse.compile(fn, (torch.eye(3), b))
+        with pytest.raises(torch.linalg.LinAlgError):
+            fn(torch.zeros(3, 3), b)
+        with pytest.raises(torch.linalg.LinAlgError):
+            compiled(torch.zeros(3, 3), b)

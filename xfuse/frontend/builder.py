@@ -182,7 +182,9 @@ def fold_empty_results(block: Block) -> None:
     the ops only it read go: such an op's loop nest has no iteration, but a value lowering
     hoists out of the empty loops (the row of a broadcast of an empty tensor) would still read
     an empty buffer (a null pointer on the CPU). Views the caller sees are replayed on the real
-    base by the runtime, so an empty view stays a view."""
+    base by the runtime, so an empty view stays a view. Externs stay, even dead: torch's code
+    may raise on its inputs whatever the result's size (a singular matrix solved for no
+    right-hand side), and eager's errors are kept."""
     dead: list[Operation] = []
     for op in list(block.ops):
         if _is_pure_graph_op(op) and not isinstance(op, graph.ConstantOp) and op.results:
@@ -202,7 +204,8 @@ def fold_empty_results(block: Block) -> None:
 
 
 def _is_pure_graph_op(op: Operation) -> bool:
-    return op.name.startswith("graph.") and not may_mutate(op)
+    """A graph op xfuse computes itself, with no effect: not an extern, not an in-place op."""
+    return op.name.startswith("graph.") and graph.op_kind(op) != "extern" and not may_mutate(op)
 
 
 def _is_empty(value: SSAValue) -> bool:
