@@ -11,12 +11,6 @@ import torch
 
 import xfuse
 from tests.backends.test_cuda import ptx_of
-from xfuse.frontend.aten import SCATTERS_VERIFIED
-
-verified_torch = pytest.mark.skipif(
-    not SCATTERS_VERIFIED,
-    reason="scatters are lowered on torch >= 2.13 only (xfuse.frontend.aten.SCATTERS_VERIFIED)",
-)
 
 Fn = Callable[..., torch.Tensor]
 
@@ -79,7 +73,6 @@ def test_cuda_affine_scatter_kernels_assemble(name: str, tmp_path: Path) -> None
     assert all("selp" in ptx or "@%p" in ptx for ptx in ptxs)
 
 
-@verified_torch
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(AFFINE))
@@ -188,7 +181,6 @@ def test_cuda_computed_scatter_kernels_assemble_and_trap(name: str, tmp_path: Pa
     assert any("trap;" in ptx for ptx in ptxs)
 
 
-@verified_torch
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(COMPUTED))

@@ -1699,12 +1699,6 @@ def _masked_put(
     return lw.cast(lw.emit(graph.WhereOp(mask, values, x)), graph.dtype_of(x))
 
 
-SCATTERS_VERIFIED = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
-"""The scatter converters are checked against eager on torch 2.13 (CI's). On the GPU machine's
-torch 2.11, `xfuse-fuzz` found wrong slice/select/diagonal scatters whose cause is not found
-yet (2026-11-24: seed 95 program 474, seed 101 programs 1132 and 2038): there they stay
-torch_calls, eager's own kernels."""
-
 SCATTER_CONVERTERS: dict[str, Converter] = {
     "aten.slice_scatter.default": _slice_scatter,
     "aten.select_scatter.default": _select_scatter,
@@ -1867,7 +1861,7 @@ CONVERTERS: dict[str, Converter] = {
     # task `index`
     "aten.repeat.default": _repeat,
     "aten.diagonal.default": _diagonal,
-    **(SCATTER_CONVERTERS if SCATTERS_VERIFIED else {}),  # scatter task
+    **SCATTER_CONVERTERS,  # scatter task
     **INDUCTOR_CONVERTERS,  # task `ind90`
 }
 

@@ -162,4 +162,39 @@ def output_rules(
 
 
 def _stride(node: torch.fx.Node) -> tuple[int, ...]:
-    return tuple(node.meta["val"].stride())
+    """Eager's strides of a fresh output. An op that is no view never returns memory that
+    overlaps itself in eager (it clones an overlapping input contiguous), but some of torch's
+    meta functions keep an expanded input's stride of 0 (torch 2.11's `slice_scatter`,
+    `select_scatter`, `diagonal_scatter`): there the traced strides are not eager's, and the
+    output is contiguous."""
+    value = node.meta["val"]
+    stride = tuple(value.stride())
+    if _replay_step(node) is None and overlaps(tuple(value.shape), stride):
+        return contiguous_strides(tuple(value.shape))
+    return stride
+
+
+def overlaps(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether two indices of a tensor of `shape` and `stride` may reach one element of memory:
+    each dim's step must lie beyond what the dims of smaller steps reach (a layout this cannot
+    tell apart counts as overlapping)."""
+    if 0 in shape:
+        return False
+    reach = 0  # the farthest offset the dims seen so far reach
+    for size, step in sorted(
+        ((n, abs(s)) for n, s in zip(shape, stride, strict=True) if n > 1), key=lambda d: d[1]
+    ):
+        if step <= reach:
+            return True
+        reach += step * (size - 1)
+    return False
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides, as torch gives a contiguous tensor of `shape`."""
+    strides: list[int] = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))

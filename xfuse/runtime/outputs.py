@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
-from xfuse.frontend.outputs import OutputRule
+from xfuse.frontend.outputs import OutputRule, contiguous_strides
 from xfuse.runtime.compiler import FRESH_EXTERNS, Program
 from xfuse.runtime.steps import EagerStep, KernelStep
 
@@ -46,16 +46,6 @@ def _owned_slots(program: Program) -> set[int]:
         ):
             owned.update(step.outputs)
     return owned - set(program.constants)
-
-
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major strides, as torch gives a contiguous tensor of `shape`."""
-    strides: list[int] = []
-    step = 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _kernel_shapes(program: Program) -> dict[int, tuple[int, ...]]:

@@ -1,0 +1,83 @@
+"""Eager's layout of each output, read from the FX graph (xfuse.frontend.outputs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import xfuse
+from xfuse.frontend.outputs import contiguous_strides, output_rules, overlaps
+
+
+@pytest.mark.parametrize(
+    ("shape", "stride", "expected"),
+    [
+        ((4, 8), (8, 1), False),
+        ((4, 8), (1, 4), False),
+        ((4, 8), (1, 0), True),
+        ((4, 1, 5), (1, 1, 0), True),
+        ((2, 2), (1, 1), True),
+        ((2, 2), (3, 2), False),
+        ((0, 8), (0, 0), False),
+        ((1, 8), (0, 1), False),
+        ((), (), False),
+    ],
+)
+def test_overlaps(shape: tuple[int, ...], stride: tuple[int, ...], expected: bool) -> None:
+    assert overlaps(shape, stride) is expected
+
+
+def test_an_overlapping_traced_stride_of_a_fresh_output_is_not_eagers() -> None:
+    """torch 2.11's meta `slice_scatter` keeps an expanded input's stride of 0; eager returns
+    contiguous memory, and so must the output's rule."""
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.slice_scatter(x, y, 0, 1, 2, 1)
+
+    x, y = torch.randn(4, 1).expand(4, 8), torch.rand(1, 8)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f, tracing_mode="fake")(x, y)
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    node.meta["val"] = torch.empty(4, 1).expand(4, 8)  # as torch 2.11's meta gives it
+    (rule,) = output_rules([node], {}).rules
+    assert rule.base == "fresh"
+    assert rule.stride == contiguous_strides((4, 8)) == (8, 1)
+
+
+def test_an_expand_keeps_its_stride_of_zero() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).expand(4, 8)
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f, tracing_mode="fake")(torch.randn(4, 1))
+    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+    out = output.args[0]
+    (rule,) = output_rules([out], {}).rules
+    assert rule.base == "fresh" and rule.stride == (1, 0)
+
+
+SCATTERS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "slice": lambda x, y: torch.slice_scatter(x, y, 0, 1, 2, 1),
+    "select": lambda x, y: torch.select_scatter(x, y[0], 0, 2),
+    "diagonal": lambda x, y: torch.diagonal_scatter(x, y[0, :4], 0, 0, 1),
+}
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", list(SCATTERS))
+def test_a_scatter_into_an_expanded_input_matches_eager(name: str, device: str) -> None:
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    fn = SCATTERS[name]
+    x = torch.randn(4, 1, device=device).expand(4, 8)
+    y = torch.rand(1, 8, device=device)
+    compiled = xfuse.compile(fn, (x, y), device, quiet=True, fallback="error")
+    module = compiled.default.program.module
+    assert not [op for op in module.walk() if op.name == "graph.torch_call"]
+    for _ in range(3):  # on CUDA, the second call on runs as a CUDA graph
+        got, want = compiled(x, y), fn(x, y)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got.stride() == want.stride() == (8, 1)
