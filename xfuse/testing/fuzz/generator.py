@@ -220,6 +220,13 @@ class Generator:
             return name
         return f"({name}.abs() + 0.5)"
 
+    @staticmethod
+    def tensor(literal: object, like: str, dtype: str | None = None) -> str:
+        """A tensor the program builds from `literal`, on the device of its value `like` (as
+        real code does: an index of another device is an error in eager on CUDA)."""
+        typed = f", dtype={dtype}" if dtype else ""
+        return f"torch.tensor({literal}{typed}, device={like}.device)"
+
     def result(self, expr: str, exact: bool) -> tuple[str, list[Value]]:
         name = self.fresh()
         return f"{name} = {expr}", [Value(name, exact)]
@@ -549,19 +556,19 @@ class Generator:
         if kind == "embedding" and len(shape) == 2 and self.dtype(a.name).is_floating_point:
             rows = rng.choice((1, 2))
             index = [[rng.randrange(shape[0]) for _ in range(count)] for _ in range(rows)]
-            expr = f"F.embedding(torch.tensor({index}), {a.name})"
+            expr = f"F.embedding({self.tensor(index, a.name)}, {a.name})"
         elif kind == "gather":
             sizes = [count if k == dim else rng.randint(1, d) for k, d in enumerate(shape)]
             flat = ints(math.prod(sizes))
             index = torch.tensor(flat, dtype=torch.int64).reshape(sizes).tolist()
-            expr = f"torch.gather({a.name}, {dim}, torch.tensor({index}))"
+            expr = f"torch.gather({a.name}, {dim}, {self.tensor(index, a.name)})"
         elif kind == "index":
-            lead = ", ".join([":"] * dim + [f"torch.tensor({ints(count, wrap=True)})"])
+            lead = ", ".join([":"] * dim + [self.tensor(ints(count, wrap=True), a.name)])
             expr = f"{a.name}[{lead}]"
         else:
             dtype = rng.choice(("torch.int64", "torch.int32"))
             expr = (
-                f"torch.index_select({a.name}, {dim}, torch.tensor({ints(count)}, dtype={dtype}))"
+                f"torch.index_select({a.name}, {dim}, {self.tensor(ints(count), a.name, dtype)})"
             )
         return ("gather", *self.result(expr, a.exact))
 
@@ -666,7 +673,10 @@ class Generator:
             dtype = rng.choice(("", ", dtype=torch.float32", ", dtype=torch.int32"))
             if rng.random() < 0.3:
                 start, step, dtype = start / 2, step / 2, ""  # exact float steps
-            expr = f"{a.name} + torch.arange({start}, {start + n * step}, {step}{dtype})"
+            expr = (
+                f"{a.name} + torch.arange({start}, {start + n * step}, {step}{dtype}, "
+                f"device={a.name}.device)"
+            )
         elif kind == "flip" and rank >= 1:
             dims = rng.sample(range(rank), rng.randint(1, rank))
             expr = f"torch.flip({a.name}, dims={tuple(dims)})"
@@ -847,7 +857,7 @@ class Generator:
                 distinct = torch.tensor([rng.sample(range(n), k) for _ in range(columns)])
                 others = [s for d, s in enumerate(sizes) if d != dim]
                 index = distinct.reshape(*others, k).movedim(-1, dim).tolist()
-            idx = f"torch.tensor({index})"
+            idx = self.tensor(index, name)
             if kind == "scatter" and rng.random() < 0.3:
                 expr = f"torch.scatter({name}, {dim}, {idx}, {rng.choice((2, -1))})"
             elif kind == "scatter":
@@ -870,7 +880,7 @@ class Generator:
             if kind == "index_copy":  # distinct: CUDA eager's winner is unspecified
                 picked = rng.sample(range(n), min(k, n))
                 k = len(picked)
-            idx = f"torch.tensor({picked})"
+            idx = self.tensor(picked, name)
             sized = tuple(k if d == dim else s for d, s in enumerate(shape))
             if kind == "index_fill":
                 expr = f"torch.index_fill({name}, {dim}, {idx}, {rng.choice((0, 3))})"
@@ -885,7 +895,7 @@ class Generator:
             if not accumulate:  # distinct rows (-1 and n - 1 are one row)
                 picked = [r - n * rng.randint(0, 1) for r in rng.sample(range(n), min(k, n))]
                 k = len(picked)
-            idx = f"torch.tensor({picked})"
+            idx = self.tensor(picked, name)
             rows = (k, *shape[1:]) if rng.random() < 0.7 else shape[1:]
             expr = f"torch.index_put({name}, ({idx},), {source(rows)}, {accumulate})"
             exact = exact and not accumulate
