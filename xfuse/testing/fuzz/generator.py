@@ -567,9 +567,7 @@ class Generator:
             expr = f"{a.name}[{lead}]"
         else:
             dtype = rng.choice(("torch.int64", "torch.int32"))
-            expr = (
-                f"torch.index_select({a.name}, {dim}, {self.tensor(ints(count), a.name, dtype)})"
-            )
+            expr = f"torch.index_select({a.name}, {dim}, {self.tensor(ints(count), a.name, dtype)})"
         return ("gather", *self.result(expr, a.exact))
 
     def matmul(self) -> tuple[str, str, list[Value]]:

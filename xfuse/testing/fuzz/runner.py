@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,10 +198,10 @@ class Differential:
         import xfuse
 
         def on_device() -> tuple[Tensor, ...]:
-            return tuple(t.to(device) for t in self.fresh_inputs())
+            return tuple(same_layout_on(t, device) for t in self.fresh_inputs())
 
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), full_f32_on(device):
                 warnings.simplefilter("ignore")
                 compiled = xfuse.compile(
                     self.program, on_device(), device=device, pipeline=self.pipeline
@@ -228,13 +229,41 @@ class Differential:
         for i in range(len(self.expected)):
             want = write_effects(self.program, self.fresh_inputs, i)
             try:
-                got = write_effects(compiled, on_device, i)
+                with full_f32_on(device):
+                    got = write_effects(compiled, on_device, i)
             except Exception as e:
                 raise StageFailure(stage, _one_line(e) + _where(e)) from e
             problem = compare_effects(i, want, got, n_inputs)
             if problem is not None:
                 raise StageFailure(stage, problem)
-        self.check(f"{device} (after writes)", flat_tensors(compiled(*on_device())))
+        with full_f32_on(device):
+            after = flat_tensors(compiled(*on_device()))
+        self.check(f"{device} (after writes)", after)
+
+
+def same_layout_on(t: Tensor, device: str) -> Tensor:
+    """`t` on `device` with its sizes, strides and storage offset: its whole storage moved,
+    viewed as `t` views it. (`t.to(device)` makes an expanded or gapped input dense, and eager's
+    aliasing and strides on the device would then not be those of the CPU reference.)"""
+    if t.device == torch.device(device):
+        return t
+    flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
+    return flat.to(device).as_strided(t.size(), t.stride(), t.storage_offset())
+
+
+@contextmanager
+def full_f32_on(device: str) -> Iterator[None]:
+    """f32 matmuls and convolutions in full f32 on CUDA (no TF32), as the CPU reference computes
+    them: cuDNN's default TF32 convolutions are 1e-3 off it, in eager as in xfuse."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def magnitude(t: Tensor) -> float:
