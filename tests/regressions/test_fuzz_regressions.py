@@ -301,6 +301,29 @@ def test_low_precision_rms_norm_rounds_once_like_eager(
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+def test_low_precision_layer_norm_with_f32_affine_rounds_once_like_eager(
+    x_dtype: torch.dtype, bias: bool
+) -> None:
+    """fuzz seed 147 program 39: an f16 layer_norm with an f32 weight and bias. Eager uses them
+    in f32 and rounds once; the importer rounded them to f16 first: 3 of 17 one ulp off."""
+    import torch.nn.functional as F
+
+    def fn(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+        return F.layer_norm(x, (17,), w, b)
+
+    gen = torch.Generator().manual_seed(147)
+    x = torch.sin(torch.randn(6, 17, generator=gen) * 3).to(x_dtype)
+    w, b = torch.rand(17, generator=gen) * 1.5 + 0.5, torch.rand(17, generator=gen) * 1.5 + 0.5
+    args = (x, w, b if bias else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xfuse.compile(fn, args, fallback="error")(*args)
+        want = fn(*args)
+    assert torch.equal(got, want)
+
+
 def test_an_extern_with_an_empty_result_still_raises_as_eager() -> None:
     """`fold_empty_results` folds xfuse's own ops only: a solve for no right-hand side still
     checks its matrix, and a singular one raises as in eager."""

@@ -437,10 +437,15 @@ def _layer_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if used_outputs(node) - {0}:
         return None  # native_layer_norm's mean and rstd are read: leave it to torch.
     dtype = result_types(node)[0].element_type
-    x = lw.operand(a["input"], dtype)
-    w = lw.operand(a["weight"], dtype) if a["weight"] is not None else None
-    b = lw.operand(a["bias"], dtype) if a["bias"] is not None else None
+    affine = [lw.tensor(a[k]) if a[k] is not None else None for k in ("weight", "bias")]
+    types = {dtype, *(graph.dtype_of(v) for v in affine if v is not None)}
+    # A weight or bias of another dtype than the input's (f32 on f16) is used unrounded, as in
+    # eager: the norm runs in the wider compute type, and its result is cast once.
+    compute = dtype if len(types) == 1 else f64 if f64 in types else f32
+    x = lw.operand(a["input"], compute)
+    w, b = (lw.cast(v, compute) if v is not None else None for v in affine)
     y = lw.emit(graph.LayerNormOp(x, len(a["normalized_shape"]), float(a["eps"]), w, b))
+    y = lw.cast(y, dtype)
     if isinstance(node.meta["val"], tuple):
         return [y, None, None]
     return y
