@@ -41,6 +41,7 @@ from xfuse.report.op_index import OpIndex, collect_decisions
 from xfuse.report.render import render_dot
 from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import KernelCache, default_cache
+from xfuse.runtime.compile_workers import can_compile_ahead
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
 from xfuse.runtime.executor import (
@@ -255,9 +256,10 @@ def _builder(
         decisions = run_pipeline(spec, program_ir.module, index.observe, layout)
         groups = summarize(program_ir.module).groups
         progress.stage(f"{len(groups)} groups formed; compiling kernels")
-        program = ProgramCompiler(compile_kernel, fallback=fallback, device=device).compile(
-            program_ir.module
-        )
+        compiler = ProgramCompiler(compile_kernel, fallback=fallback, device=device)
+        if can_compile_ahead(backend):
+            cache.compile_ahead(backend, compiler.kernel_modules(program_ir.module))
+        program = compiler.compile(program_ir.module)
         progress.finish(
             f"{len(imported.op_names)} ops -> {len(groups)} groups -> "
             f"{len(program.kernels)} kernels"

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import cache
@@ -36,6 +37,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xfuse.backends import Backend, Kernel
 from xfuse.errors import KernelCacheWarning, XfuseError
 from xfuse.ir.names import KERNEL_ATTR
+from xfuse.runtime.compile_workers import MIN_JOBS, backend_spec, compile_in_workers, workers
 
 MAGIC = b"XFUSEKC\x00"
 ENTRY_FORMAT = 1
@@ -187,6 +189,39 @@ class KernelCache:
             del self._pending[key]
         future.set_result(kernel)
         return kernel
+
+    def compile_ahead(self, backend: Backend, modules: Sequence[ModuleOp]) -> int:
+        """Compile in worker processes (`xfuse.runtime.compile_workers`) the kernels of `modules`
+        (one canonical kernel each) that neither memory nor disk holds, and keep them as
+        `kernel` would; returns how many. Nothing happens for a backend no worker can rebuild,
+        with fewer than two workers, or for fewer than `MIN_JOBS` such kernels."""
+        spec, processes = backend_spec(backend), workers()
+        if spec is None or processes < 2:
+            return 0
+        version = backend_version(backend)
+        todo: dict[str, tuple[str, str]] = {}
+        for module in modules:
+            symbol = _only_kernel(module)
+            text = str(module)
+            key = kernel_key(text, backend.target, version)
+            with self._lock:
+                known = key in self._artifacts
+            on_disk = self._disk_ok and self.entry_path(key).exists()
+            if symbol is not None and not known and not on_disk:
+                todo.setdefault(key, (text, symbol))
+        if len(todo) < MIN_JOBS:
+            return 0
+        done = 0
+        artifacts = compile_in_workers(spec, list(todo.values()), processes)
+        for key, artifact in zip(todo, artifacts, strict=True):
+            if artifact is None:
+                continue  # `kernel` compiles it in this process, and reports its error
+            self._write(key, artifact)
+            with self._lock:
+                self._artifacts.setdefault(key, artifact)
+                self.stats.compiles += 1
+            done += 1
+        return done
 
     def clear_memory(self) -> None:
         with self._lock:

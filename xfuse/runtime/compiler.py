@@ -31,7 +31,7 @@ from xfuse.dialects import fusion, graph
 from xfuse.errors import XfuseError
 from xfuse.interpreters.graph import OP_IMPLS, find_function, run_op
 from xfuse.ir import dtypes
-from xfuse.ir.names import ERROR_FLAG_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.ir.names import ERROR_FLAG_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
 from xfuse.runtime.steps import (
     VIEW_IMPLS,
@@ -350,6 +350,30 @@ class ProgramCompiler:
         """Where the program's constants live (with its inputs and kernels)."""
         self.lower = lower if lower is not None else lower_to_loops
         self.function = function
+        self._lowered: dict[Operation, ModuleOp] = {}
+        """Units lowered ahead by `kernel_modules`, which `compile` takes instead of lowering
+        them again."""
+
+    def kernel_modules(self, module: ModuleOp) -> list[ModuleOp]:
+        """The canonical module of each kernel that `compile` will ask `compile_kernel` for,
+        each unit lowered as there (and kept for it); a unit whose lowering fails is left to
+        `compile`. For compiling kernels ahead, in parallel (`xfuse.runtime.compile_workers`)."""
+        found: list[ModuleOp] = []
+        for op in find_function(module, self.function).body.block.ops:
+            if not (isinstance(op, fusion.GroupOp) or _is_lone_kernel_op(op)):
+                continue
+            lowered = wrap_unit(op)
+            try:
+                self.lower(lowered)
+            except Exception:  # noqa: BLE001 - `compile` lowers it again and handles the error
+                continue
+            self._lowered[op] = lowered
+            found += [
+                canonical_kernel_module(f)
+                for f in lowered.ops
+                if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes
+            ]
+        return found
 
     def compile(self, module: ModuleOp) -> Program:
         forward = find_function(module, self.function)
@@ -474,8 +498,10 @@ class ProgramCompiler:
     def _lowered_unit(
         self, em: _Emitter, op: Operation, inputs: tuple[int, ...], info: GroupInfo | None
     ) -> list[int]:
-        module = wrap_unit(op)
-        self.lower(module)
+        module = self._lowered.pop(op, None)
+        if module is None:
+            module = wrap_unit(op)
+            self.lower(module)
         forward = find_function(module, "forward")
         slot_of: dict[SSAValue, int] = dict(zip(forward.body.block.args, inputs, strict=True))
         source = f"group {info.index}" if info is not None else op.name
