@@ -105,3 +105,25 @@ def test_kernels_run_on_a_user_stream() -> None:
         y = compiled(x)
     stream.synchronize()
     torch.testing.assert_close(y, torch.tanh(x) * 3)
+
+
+@gpu
+@pytest.mark.gpu
+def test_an_expanded_input_is_captured_and_replays_match_eager() -> None:
+    """An input that overlaps itself (stride 0) cannot be `copy_`-ed into the graph's buffer:
+    the memory it spans is copied instead, so the program still runs as a graph."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 2, dim=-1) + x
+
+    def expanded(seed: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed)
+        return torch.randn(8, 2, 1, generator=gen).cuda().expand(8, 2, 16)[1:]
+
+    compiled = xfuse.compile(fn, (expanded(0),), device="cuda", quiet=True)
+    inputs = [expanded(seed) for seed in range(4)]
+    kept = [compiled(x) for x in inputs]
+    runner = _runner(compiled)
+    assert runner.reason is None and runner.captures == 1 and runner.replays == 3
+    for got, x in zip(kept, inputs, strict=True):
+        torch.testing.assert_close(got, fn(x))

@@ -7,7 +7,7 @@ handles); the second captures the steps into a `torch.cuda.CUDAGraph` on torch's
 and replays it; later calls replay it. Eager semantics are kept exactly:
 
 - user inputs are copied into the graph's own input buffers before each replay (the caller's
-  tensors may live anywhere); module parameters and buffers are read where they are, and a call
+  tensors may live anywhere; an expanded one as the memory it spans); module parameters and buffers are read where they are, and a call
   whose parameter has moved (a reassigned `nn.Parameter`) captures anew;
 - every output is copied out of the graph's memory after the replay, so that an output the
   caller keeps is never overwritten by a later call: `run` says its results are the graph's
@@ -31,6 +31,7 @@ import torch
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.dialects.effects import may_mutate
+from xfuse.frontend.outputs import overlaps
 from xfuse.ir.functions import function_bodies
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.runtime.compiler import Program
@@ -62,9 +63,32 @@ def why_not_capturable(module: ModuleOp) -> str | None:
     return None
 
 
-def _like(t: Tensor) -> Tensor:
-    """An uninitialised tensor with `t`'s sizes, strides, dtype and device."""
-    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+def _span(t: Tensor) -> int:
+    """How many elements of memory `t` reaches, from its first (its storage offset) on."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+
+
+def _static_copy(t: Tensor) -> Tensor:
+    """The graph's own buffer for user input `t`: `t`'s sizes, strides, dtype and device, its
+    values copied in. An input that overlaps itself (an expand: stride 0) gets memory of the
+    same layout, its span copied element for element (`copy_` refuses to write it)."""
+    if not overlaps(tuple(t.shape), tuple(t.stride())):
+        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+    memory = torch.empty(_span(t), dtype=t.dtype, device=t.device)
+    static = memory.as_strided(t.size(), t.stride(), 0)
+    _refresh(static, t)
+    return static
+
+
+def _refresh(static: Tensor, t: Tensor) -> None:
+    """`t`'s values into the graph's buffer `static` (same sizes and strides: the signature)."""
+    if overlaps(tuple(t.shape), tuple(t.stride())):
+        span = _span(t)
+        static.as_strided((span,), (1,)).copy_(t.as_strided((span,), (1,)))
+    else:
+        static.copy_(t)
 
 
 @dataclass
@@ -115,7 +139,7 @@ class GraphRunner:
                 torch.cuda.synchronize()
                 return self.run_steps(self.program, args, pool), False
         for i in captured.copied:
-            captured.inputs[i].copy_(args[i])
+            _refresh(captured.inputs[i], args[i])
         captured.graph.replay()
         self.replays += 1
         return list(captured.outputs), True
@@ -123,7 +147,7 @@ class GraphRunner:
     def _capture(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> _Captured:
         state_ids = {id(t) for t in state}
         in_place = [id(a) in state_ids for a in args]
-        inputs = [a if keep else _like(a).copy_(a) for a, keep in zip(args, in_place, strict=True)]
+        inputs = [a if keep else _static_copy(a) for a, keep in zip(args, in_place, strict=True)]
         device = args[0].device
         # Once on a side stream first: kernels load for launches off the default stream, and
         # libraries make the handles they need there, before anything is captured.
