@@ -31,7 +31,7 @@ from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.decisions import FusionDecision, aligned_table
 from xfuse.passes.fusion.graph import tensor_bytes
 from xfuse.passes.fusion.op_facts import is_inlinable_constant
-from xfuse.runtime.compiler import EAGER, FUSED, OP_BY_OP
+from xfuse.runtime.compiler import CONSTANT, EAGER, FUSED, OP_BY_OP
 
 TORCH_CALL, EXTERN = "torch_call", "extern"
 NOT_FUSED_PARTS = (TORCH_CALL, EXTERN, EAGER, OP_BY_OP)
@@ -167,8 +167,9 @@ def not_fused_part(op: Operation) -> str | None:
 
 
 def with_status(g: GroupTraffic, kernels: list[str], status: str) -> GroupTraffic:
-    """`g` as it ran: a group that did not run as its kernel moves what its ops move."""
-    fused = g.bytes_fused if status == FUSED else g.bytes_unfused
+    """`g` as it ran: a group that did not run as its kernel moves what its ops move, one
+    computed at compile time nothing."""
+    fused = 0 if status == CONSTANT else g.bytes_fused if status == FUSED else g.bytes_unfused
     return GroupTraffic(**{**asdict(g), "kernels": kernels, "status": status, "bytes_fused": fused})
 
 
@@ -221,7 +222,7 @@ def summarize(
         if part is not None:
             not_fused[part] += op_traffic(op)
     for g in groups:
-        if g.status != FUSED:
+        if g.status not in (FUSED, CONSTANT):
             not_fused[g.status] += g.bytes_fused
     leaf_ops = sum(len(g.ops) for g in groups) + len(lone)
     estimate = len(groups) + sum(1 for op in lone if becomes_kernel(op))
@@ -278,6 +279,8 @@ def kernels_cell(g: GroupTraffic, estimated: bool) -> str:
     kernels = ", ".join(f"@{k}" for k in g.kernels)
     if g.status == OP_BY_OP:
         return f"op by op: {kernels}" if kernels else OP_BY_OP
+    if g.status == CONSTANT:
+        return "none: computed at compile time"
     return kernels or EAGER
 
 

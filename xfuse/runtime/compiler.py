@@ -29,7 +29,7 @@ from xdsl.traits import SymbolTable
 from xfuse.backends import Kernel
 from xfuse.dialects import fusion, graph
 from xfuse.errors import XfuseError
-from xfuse.interpreters.graph import OP_IMPLS, find_function, run_op
+from xfuse.interpreters.graph import OP_IMPLS, find_function, interpret, run_op
 from xfuse.ir import dtypes
 from xfuse.ir.names import ERROR_FLAG_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
@@ -62,7 +62,7 @@ def lower_to_loops(module: ModuleOp) -> None:
     LowerToLoopsPass().apply(make_context(), module)
 
 
-FUSED, OP_BY_OP, EAGER = "fused", "op by op", "eager"
+FUSED, OP_BY_OP, EAGER, CONSTANT = "fused", "op by op", "eager", "constant"
 """How a group runs (`GroupInfo.status`)."""
 
 
@@ -81,6 +81,8 @@ class GroupInfo:
     fallback: str | None = None
     unfused: str | None = None
     """Why the group's lowering refused it, when it was compiled op by op instead."""
+    constant: bool = False
+    """Its results were computed once, at compile time (`ProgramCompiler._fold`): no kernel."""
 
     @property
     def label(self) -> str:
@@ -89,7 +91,10 @@ class GroupInfo:
     @property
     def status(self) -> str:
         """How the group runs: `fused` (its kernel), `op by op` (a kernel, view or extern per
-        op: the safety net when its lowering refused it) or `eager` (it fell back)."""
+        op: the safety net when its lowering refused it), `eager` (it fell back) or `constant`
+        (it reads nothing the call gives, so its results were computed at compile time)."""
+        if self.constant:
+            return CONSTANT
         if self.fallback is not None:
             return EAGER
         return OP_BY_OP if self.unfused is not None else FUSED
@@ -288,6 +293,28 @@ def _is_view(op: Operation) -> bool:
     return op.name in VIEW_IMPLS and graph.read_only_by_externs(op, or_return=True)
 
 
+FOLD_LIMIT_BYTES = 1 << 24
+"""The most bytes of results a group folded at compile time may hold (`_fold`)."""
+
+
+def folds(group: fusion.GroupOp) -> bool:
+    """Whether `ProgramCompiler._fold` computes the group at compile time (see there)."""
+    if group.inputs or not all(_foldable(op) for op in group.block.ops):
+        return False
+    size = sum(
+        graph.numel(graph.shape_of(r)) * dtypes.byte_width(graph.dtype_of(r)) for r in group.results
+    )
+    return size <= FOLD_LIMIT_BYTES
+
+
+def _foldable(op: Operation) -> bool:
+    """An op whose value depends on its operands alone: a graph op other than an extern
+    (torch's own kernels may read global state or raise)."""
+    if isinstance(op, fusion.YieldOp):
+        return True
+    return op.name.startswith("graph.") and not _is_extern(op) and op.name != "graph.torch_call"
+
+
 def _is_lone_kernel_op(op: Operation) -> bool:
     """A graph op outside groups that becomes a kernel of its own (lower-to-loops' contract)."""
     return (
@@ -360,6 +387,8 @@ class ProgramCompiler:
         `compile`. For compiling kernels ahead, in parallel (`xfuse.runtime.compile_workers`)."""
         found: list[ModuleOp] = []
         for op in find_function(module, self.function).body.block.ops:
+            if isinstance(op, fusion.GroupOp) and folds(op):
+                continue
             if not (isinstance(op, fusion.GroupOp) or _is_lone_kernel_op(op)):
                 continue
             lowered = wrap_unit(op)
@@ -390,7 +419,9 @@ class ProgramCompiler:
             elif isinstance(op, fusion.GroupOp):
                 info = self._group_info(op, len(groups))
                 groups.append(info)
-                self._unit(top, slot_of, op, info, fallbacks)
+                info.constant = self._fold(top, slot_of, op)
+                if not info.constant:
+                    self._unit(top, slot_of, op, info, fallbacks)
             elif _is_lone_kernel_op(op):
                 self._unit(top, slot_of, op, None, fallbacks)
             else:
@@ -429,6 +460,22 @@ class ProgramCompiler:
             rule=op.rule.data,
             attributes=_group_attributes(op),
         )
+
+    def _fold(self, em: _Emitter, slot_of: dict[SSAValue, int], group: fusion.GroupOp) -> bool:
+        """A group that reads no value of the call (an attention mask made of `iota` and
+        compares: Inductor folds it too) computed once, here, by the graph interpreter (eager's
+        own ops): its results become program constants, and no kernel runs for it. False, with
+        nothing done, for a group with inputs, one with an op that is no pure graph op, or
+        results over `FOLD_LIMIT_BYTES` (memory held for the program's life)."""
+        if not folds(group):
+            return False
+        try:
+            values = interpret(wrap_unit(group), [])
+        except Exception:  # noqa: BLE001 - compiled as a kernel instead, errors reported there
+            return False
+        for r, value in zip(group.results, values, strict=True):
+            em.constants[self._define(em, slot_of, r)] = value.to(self.device)
+        return True
 
     def _unit(
         self,
