@@ -437,13 +437,8 @@ def _layer_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if used_outputs(node) - {0}:
         return None  # native_layer_norm's mean and rstd are read: leave it to torch.
     dtype = result_types(node)[0].element_type
-    affine = [lw.tensor(a[k]) if a[k] is not None else None for k in ("weight", "bias")]
-    types = {dtype, *(graph.dtype_of(v) for v in affine if v is not None)}
-    # A weight or bias of another dtype than the input's (f32 on f16) is used unrounded, as in
-    # eager: the norm runs in the wider compute type, and its result is cast once.
-    compute = dtype if len(types) == 1 else f64 if f64 in types else f32
+    compute, (w, b) = _norm_parameters(lw, dtype, a["weight"], a["bias"])
     x = lw.operand(a["input"], compute)
-    w, b = (lw.cast(v, compute) if v is not None else None for v in affine)
     y = lw.emit(graph.LayerNormOp(x, len(a["normalized_shape"]), float(a["eps"]), w, b))
     y = lw.cast(y, dtype)
     if isinstance(node.meta["val"], tuple):
@@ -475,20 +470,25 @@ def _batch_norm_eval(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 
 def _rms_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
-    """A weight of another dtype than the input's (f32 on f16) multiplies unrounded, as in
-    eager: the norm runs in the wider compute type, and its result is cast once."""
     dtype = out_type(node).element_type
-    x = lw.operand(a["input"], dtype)
+    compute, (w,) = _norm_parameters(lw, dtype, a["weight"])
+    x = lw.operand(a["input"], compute)
     eps = a["eps"] if a["eps"] is not None else torch.finfo(node.meta["val"].dtype).eps
-    rank = len(a["normalized_shape"])
-    if a["weight"] is None:
-        return lw.emit(graph.RMSNormOp(x, rank, float(eps)))
-    w = lw.tensor(a["weight"])
-    if graph.dtype_of(w) == dtype:
-        return lw.emit(graph.RMSNormOp(x, rank, float(eps), w))
-    compute = f64 if f64 in (dtype, graph.dtype_of(w)) else f32
-    y = graph.RMSNormOp(lw.cast(x, compute), rank, float(eps), lw.cast(w, compute))
-    return lw.cast(lw.emit(y), dtype)
+    y = lw.emit(graph.RMSNormOp(x, len(a["normalized_shape"]), float(eps), w))
+    return lw.cast(y, dtype)
+
+
+def _norm_parameters(
+    lw: ImportBuilder, dtype: Attribute, *params: torch.fx.Node | None
+) -> tuple[Attribute, list[SSAValue | None]]:
+    """The type a norm of a `dtype` input runs in, and its weight / bias tensors in it. A
+    parameter of another dtype than the input's (f32 on f16) is used unrounded, as in eager:
+    the norm runs in the wider type (f32, f64 if any is), and its result is cast once (fuzz
+    seeds 135 and 147: rounding the parameters to f16 first was one ulp off)."""
+    values = [lw.tensor(p) if p is not None else None for p in params]
+    types = {dtype, *(graph.dtype_of(v) for v in values if v is not None)}
+    compute = dtype if len(types) == 1 else f64 if f64 in types else f32
+    return compute, [lw.cast(v, compute) if v is not None else None for v in values]
 
 
 def _gelu(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
