@@ -31,3 +31,10 @@ def may_mutate(op: Operation) -> bool:
         assert isinstance(op, graph.TorchCallOp)
         return target_may_mutate(op.target.data)
     return flag
+
+
+def computed_by_xfuse(op: Operation) -> bool:
+    """A graph op xfuse computes itself: its value depends on its operands alone, and running it
+    has no effect (externs are torch's own kernels, which may raise on their inputs, read global
+    state or, as `torch_call`s, write memory)."""
+    return op.dialect_name() == "graph" and graph.op_kind(op) != "extern"

@@ -16,7 +16,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.effects import may_mutate
+from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import encode_args
 from xfuse.errors import UnsupportedArgument, UnsupportedProgram
 from xfuse.ir import dtypes
@@ -187,7 +187,7 @@ def fold_empty_results(block: Block) -> None:
     right-hand side), and eager's errors are kept."""
     dead: list[Operation] = []
     for op in list(block.ops):
-        if _is_pure_graph_op(op) and not isinstance(op, graph.ConstantOp) and op.results:
+        if computed_by_xfuse(op) and not isinstance(op, graph.ConstantOp) and op.results:
             if all(_is_empty(r) for r in op.results):
                 for r in op.results:
                     const = graph.ConstantOp.scalar(0, graph.dtype_of(r), graph.shape_of(r))
@@ -200,12 +200,7 @@ def fold_empty_results(block: Block) -> None:
             continue
         owners = {v.owner for v in op.operands if isinstance(v.owner, Operation)}
         block.erase_op(op)
-        dead.extend(o for o in owners if _is_pure_graph_op(o))
-
-
-def _is_pure_graph_op(op: Operation) -> bool:
-    """A graph op xfuse computes itself, with no effect: not an extern, not an in-place op."""
-    return op.name.startswith("graph.") and graph.op_kind(op) != "extern" and not may_mutate(op)
+        dead.extend(o for o in owners if computed_by_xfuse(o))
 
 
 def _is_empty(value: SSAValue) -> bool:

@@ -28,6 +28,7 @@ from xdsl.traits import SymbolTable
 
 from xfuse.backends import Kernel
 from xfuse.dialects import fusion, graph
+from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.errors import XfuseError
 from xfuse.interpreters.graph import OP_IMPLS, find_function, interpret, run_op
 from xfuse.ir import dtypes
@@ -299,20 +300,13 @@ FOLD_LIMIT_BYTES = 1 << 24
 
 def folds(group: fusion.GroupOp) -> bool:
     """Whether `ProgramCompiler._fold` computes the group at compile time (see there)."""
-    if group.inputs or not all(_foldable(op) for op in group.block.ops):
+    ops = (op for op in group.block.ops if op is not group.yield_op)
+    if group.inputs or not all(computed_by_xfuse(op) for op in ops):
         return False
     size = sum(
         graph.numel(graph.shape_of(r)) * dtypes.byte_width(graph.dtype_of(r)) for r in group.results
     )
     return size <= FOLD_LIMIT_BYTES
-
-
-def _foldable(op: Operation) -> bool:
-    """An op whose value depends on its operands alone: a graph op other than an extern
-    (torch's own kernels may read global state or raise)."""
-    if isinstance(op, fusion.YieldOp):
-        return True
-    return op.name.startswith("graph.") and not _is_extern(op) and op.name != "graph.torch_call"
 
 
 def _is_lone_kernel_op(op: Operation) -> bool:
