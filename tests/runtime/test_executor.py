@@ -84,8 +84,7 @@ def test_steps_of_a_mixed_program(tmp_path: Path) -> None:
     assert kinds == [
         "KernelStep",  # the group
         "EagerStep",  # matmul
-        "ViewStep",  # reshape: always a view
-        "KernelStep",  # exp
+        "KernelStep",  # exp, reading the matmul's result (its reshape is no step)
         "KernelStep",  # permute feeding sin: a kernel
         "KernelStep",  # sin
         "ViewStep",  # permute feeding only the return: a view
@@ -127,9 +126,42 @@ def test_intermediate_buffers_are_reused(tmp_path: Path) -> None:
 
 def test_a_buffer_seen_through_a_view_is_not_reused_early(tmp_path: Path) -> None:
     program, reference, _ = build(ALIASED, tmp_path)
-    assert any(isinstance(s, ViewStep) for s in program.steps)
     x = torch.randn(4, 8)
     torch.testing.assert_close(run(program, [x])[0], interpret(reference, [x])[0])
+
+
+def test_reshapes_that_only_kernels_read_are_no_steps(tmp_path: Path) -> None:
+    """A kernel reads the reshape's input buffer (the same elements in the same order), so the
+    program runs no view for it; the buffer lives until that kernel has read it."""
+    program, reference, _ = build(ALIASED, tmp_path)
+    assert not any(isinstance(s, ViewStep) for s in program.steps)
+    exp, sin, add = program.steps
+    assert add.inputs == (exp.outputs[0], sin.outputs[0])
+    assert not program.release_after[1]  # exp's buffer is not released before add runs
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(run(program, [x])[0], interpret(reference, [x])[0])
+
+
+PARAM_RESHAPE = """
+func.func @forward(%w: tensor<8xf32> {graph.param = "w"}, %x: tensor<2x8x3xf32> {graph.input = "x"}) -> (tensor<2x8x3xf32>, tensor<8x1xf32>) {
+  %r = graph.reshape %w : tensor<8xf32> -> tensor<8x1xf32>
+  %m = graph.mul %x, %r : tensor<2x8x3xf32>, tensor<8x1xf32> -> tensor<2x8x3xf32>
+  %k = graph.reshape %w : tensor<8xf32> -> tensor<8x1xf32>
+  func.return %m, %k : tensor<2x8x3xf32>, tensor<8x1xf32>
+}
+"""
+
+
+def test_reshaped_strided_input_read_by_a_kernel(tmp_path: Path) -> None:
+    """A strided parameter whose reshape only a kernel reads: the kernel gets it contiguous,
+    in the reshape's element order. A reshape the program returns stays a view step."""
+    program, reference, _ = build(PARAM_RESHAPE, tmp_path)
+    assert [type(s).__name__ for s in program.steps] == ["KernelStep", "ViewStep"]
+    w = torch.randn(16)[::2]
+    assert not w.is_contiguous()
+    args = [w, torch.randn(2, 8, 3)]
+    for got, want in zip(run(program, args), interpret(reference, args), strict=True):
+        torch.testing.assert_close(got, want)
 
 
 def test_non_contiguous_inputs_reach_kernels_contiguous(tmp_path: Path) -> None:

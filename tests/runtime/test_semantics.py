@@ -181,6 +181,27 @@ def test_integer_division_by_zero_raises_like_eager() -> None:
     ]
 
 
+class Double(torch.nn.Module):
+    def forward(self, w: Tensor) -> Tensor:
+        return 2 * w
+
+
+def _weight_becomes_a_buffer(model: torch.nn.Module) -> None:
+    del model.fc.weight
+    model.fc.register_buffer("weight", torch.full((3, 4), 3.0))
+
+
+def _weight_becomes_a_property(model: torch.nn.Module) -> None:
+    """The module's class changes to one whose `weight` is a property (the parameter stays)."""
+
+    class Scaled(torch.nn.Linear):
+        @property
+        def weight(self) -> Tensor:  # type: ignore[override]
+            return self._parameters["weight"] * 4  # type: ignore[operator]
+
+    model.fc.__class__ = Scaled
+
+
 class Affine(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -207,8 +228,21 @@ def eager_no_grad(model: torch.nn.Module, x: Tensor) -> Tensor:
         ),
         lambda m: setattr(m.fc.weight, "data", torch.full((3, 4), 2.0)),
         lambda m: setattr(m, "shift", torch.full((3,), 5.0)),
+        lambda m: torch.nn.utils.parametrize.register_parametrization(m.fc, "weight", Double()),
+        lambda m: object.__setattr__(m, "shift", torch.full((3,), 7.0)),  # shadows the buffer
+        _weight_becomes_a_buffer,
+        _weight_becomes_a_property,
     ],
-    ids=["parameter", "load_state_dict-assign", "weight-data", "buffer"],
+    ids=[
+        "parameter",
+        "load_state_dict-assign",
+        "weight-data",
+        "buffer",
+        "parametrization",
+        "instance-attribute",
+        "parameter-to-buffer",
+        "class-property",
+    ],
 )
 def test_reassigned_module_state_is_seen(change: Callable[[torch.nn.Module], Any]) -> None:
     model = Affine().eval()

@@ -17,7 +17,7 @@ import ctypes
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import llvmlite.binding as llvm
@@ -66,17 +66,24 @@ class CPUKernel:
     parallel: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
     """`k.parallel(threads, chunks, ptrs...)`: the range on OpenMP threads (None: the artifact
     has no such entry)."""
+    inline_below: int | float = field(init=False)
+    """`pool.inline_below`, read once: less work runs on the caller with no decision made."""
+
+    def __post_init__(self) -> None:
+        self.inline_below = self.pool.inline_below
 
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
         if len(buffers) != self.arity:
             raise ValueError(f"kernel {self.name} takes {self.arity} buffers, got {len(buffers)}")
-        pointers: list[int] = []
-        work = 0
-        for i, buffer in enumerate(buffers):
-            if not buffer.is_contiguous() or buffer.device.type != "cpu":
-                raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")
-            pointers.append(buffer.data_ptr())
-            work += buffer.numel()
+        # `is_cpu`, not `device.type`: about 0.25 us less per buffer on every launch.
+        if not all([b.is_cpu and b.is_contiguous() for b in buffers]):
+            i = next(i for i, b in enumerate(buffers) if not (b.is_cpu and b.is_contiguous()))
+            raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")
+        pointers = [b.data_ptr() for b in buffers]
+        work = sum([b.numel() for b in buffers])
+        if 0 < work < self.inline_below:
+            self.function(0, self.extent, *pointers)
+            return
         function, pool = self.function, self.pool
         openmp = self.parallel is not None and pool.on_openmp()
         if pool.runs_inline(self.extent, work, openmp):

@@ -161,6 +161,14 @@ class RangePool:
             return False
         return not (self.follow_load and self.load.oversubscribed())
 
+    @property
+    def inline_below(self) -> int | float:
+        """Work under which every kernel runs on the caller, on OpenMP threads or not (the
+        launch's fast path: no thread or load decision to make)."""
+        if self.threads <= 1:
+            return float("inf")
+        return min(self.min_work_for(True), self.min_work_for(False))
+
     def min_work_for(self, openmp: bool) -> int:
         """Elements of work from which a kernel runs on threads (OpenMP's or the pool's)."""
         if self.min_work is not None:

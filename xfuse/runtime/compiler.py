@@ -424,9 +424,10 @@ class ProgramCompiler:
             kernel.name = f"kernel_{i}"
         for info in groups:
             info.kernels = [k.name for k in top.kernels if k.group == info.index]
-        plan = _MemoryPlan(top.steps, arg_slots, output_slots, set(top.constants))
+        steps = elide_kernel_reshapes(top.steps, set(output_slots))
+        plan = _MemoryPlan(steps, arg_slots, output_slots, set(top.constants))
         return Program(
-            steps=top.steps,
+            steps=steps,
             n_slots=counter[0],
             arg_slots=arg_slots,
             output_slots=output_slots,
@@ -608,6 +609,34 @@ class ProgramCompiler:
             em.steps.append(EagerStep(op, inputs, outputs, f"eager {op.name}"))
         else:
             raise XfuseError(f"xfuse cannot run op '{op.name}' (neither a kernel nor a torch op)")
+
+
+def elide_kernel_reshapes(steps: Sequence[Step], keep: set[int]) -> list[Step]:
+    """`steps` without the reshape views that only kernels read (not the program's results,
+    `keep`): those kernels read the reshape's input instead. A kernel reads a contiguous
+    buffer of its input's elements in row-major order (`KernelStep` makes a strided one
+    contiguous), and a reshape keeps that order, so the buffer is the same bytes: the view
+    was a torch call per step for nothing (batch norm's four `[C] -> [C, 1, 1]` parameter
+    reshapes, hoisted out of their groups by `group-cleanup`)."""
+    readers: dict[int, list[Step]] = {}
+    for step in steps:
+        for s in step.inputs:
+            readers.setdefault(s, []).append(step)
+    alias: dict[int, int] = {}
+    kept: list[Step] = []
+    for step in steps:
+        if alias and isinstance(step, KernelStep):
+            step.inputs = tuple(alias.get(s, s) for s in step.inputs)
+        if (
+            isinstance(step, ViewStep)
+            and step.op.name == "graph.reshape"
+            and step.outputs[0] not in keep
+            and all(isinstance(r, KernelStep) for r in readers.get(step.outputs[0], ()))
+        ):
+            alias[step.outputs[0]] = step.inputs[0]
+            continue
+        kept.append(step)
+    return kept
 
 
 class _MemoryPlan:
