@@ -2,10 +2,11 @@
 CUDA benchmark: torch eager, torch.compile (Inductor/Triton) and xfuse side by side on one GPU,
 in one process, timed with CUDA events.
 
-    python benchmarks/cuda.py [--runs 20] [--size 16384] [--skip-inductor] [--cases softmax,mlp] [--batch 1]
+    python benchmarks/cuda.py [--runs 20] [--size 16384] [--skip-inductor] [--cases softmax,mlp]
+                              [--batch 1] [--dtypes f32,bf16]
 
 Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
-size x size f32, w and b per column), a column sum and a full sum of x, the bundled MLP and
+size x size, in each of `--dtypes`, w and b per column), a column sum and a full sum of x, the bundled MLP and
 transformer block (`--cases` picks some by name). For each: the
 median of `--runs` timed calls after warm-up (in rounds that call eager, xfuse and Inductor
 once each in turn), the ratios xfuse/eager and xfuse/Inductor (below 1:
@@ -45,6 +46,7 @@ class Case:
     fn: Fn
     inputs: tuple[torch.Tensor, ...]
     traffic_bytes: int
+    dtype: str = "f32"
 
 
 def timed_ms(fn: Callable[[], Any], batch: int = 1) -> float:
@@ -97,13 +99,17 @@ def _nbytes(ts: Any) -> int:
     return 0
 
 
-def kernel_cases(size: int) -> list[Case]:
-    x = torch.randn(size, size, device="cuda:0")
-    w = torch.randn(size, device="cuda:0")
-    b = torch.randn(size, device="cuda:0")
-    xb = x.numel() * 4
-    wb = size * 4
-    return [
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def kernel_cases(size: int, dtype: str = "f32") -> list[Case]:
+    t = DTYPES[dtype]
+    x = torch.randn(size, size, device="cuda:0", dtype=t)
+    w = torch.randn(size, device="cuda:0", dtype=t)
+    b = torch.randn(size, device="cuda:0", dtype=t)
+    xb = x.numel() * x.element_size()
+    wb = size * x.element_size()
+    cases = [
         Case(
             "pointwise",
             lambda x, w, b: F.gelu(x * w + b) * torch.sigmoid(x),
@@ -121,8 +127,11 @@ def kernel_cases(size: int) -> list[Case]:
             2 * xb + wb,
         ),
         Case("column sum", lambda x: x.sum(0), (x,), xb + wb),
-        Case("full sum", lambda x: x.sum(), (x,), xb + 4),
+        Case("full sum", lambda x: x.sum(), (x,), xb + x.element_size()),
     ]
+    for case in cases:
+        case.dtype = dtype
+    return cases
 
 
 def model_cases() -> list[Case]:
@@ -141,14 +150,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     bandwidth = copy_bandwidth(args.runs)
     print(f"device: {torch.cuda.get_device_name()}; copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     rows = []
-    for case in kernel_cases(args.size) + model_cases():
+    cases = [c for d in args.dtypes for c in kernel_cases(args.size, d)]
+    for case in cases + model_cases():
         if args.cases and case.name not in args.cases:
             continue
         with torch.no_grad():
             expected = case.fn(*case.inputs)
             compiled = xfuse.api.compile(case.fn, case.inputs, device="cuda:0")
             got = compiled(*case.inputs)
-            error = (got - expected).abs().max().item()
+            error = (got.float() - expected.float()).abs().max().item()
             fns = [lambda c=case: c.fn(*c.inputs), lambda c=case, f=compiled: f(*c.inputs)]
             if not args.skip_inductor:
                 fast = torch.compile(case.fn)
@@ -157,6 +167,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             inductor = rest[0] if rest else float("nan")
         row = {
             "case": case.name,
+            "dtype": case.dtype,
             "eager_ms": eager,
             "inductor_ms": inductor,
             "xfuse_ms": ours,
@@ -175,14 +186,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 HEADER = (
-    "| case | eager ms | Inductor ms | xfuse ms | xfuse/eager | xfuse/Inductor "
-    "| eager %BW | Inductor %BW | xfuse %BW | max err |\n|---|---|---|---|---|---|---|---|---|---|"
+    "| case | dtype | eager ms | Inductor ms | xfuse ms | xfuse/eager | xfuse/Inductor "
+    "| eager %BW | Inductor %BW | xfuse %BW | max err |\n|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def format_row(r: dict[str, Any]) -> str:
     return (
-        f"| {r['case']} | {r['eager_ms']:.3f} | {r['inductor_ms']:.3f} | {r['xfuse_ms']:.3f} "
+        f"| {r['case']} | {r['dtype']} | {r['eager_ms']:.3f} | {r['inductor_ms']:.3f} | {r['xfuse_ms']:.3f} "
         f"| {r['xfuse/eager']:.2f} | {r['xfuse/inductor']:.2f} | {100 * r['eager_bw']:.0f}% "
         f"| {100 * r['inductor_bw']:.0f}% | {100 * r['xfuse_bw']:.0f}% | {r['max_err']:.1e} |"
     )
@@ -201,6 +212,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--cases", type=lambda s: s.split(","), default=[], help="comma-separated case names"
+    )
+    parser.add_argument(
+        "--dtypes",
+        type=lambda s: s.split(","),
+        default=["f32"],
+        help=f"comma-separated dtypes of the kernel cases ({', '.join(DTYPES)})",
     )
     args = parser.parse_args()
     print(HEADER)
