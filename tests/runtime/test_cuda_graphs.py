@@ -11,7 +11,7 @@ import xfuse
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
 from xfuse.ir.context import parse
-from xfuse.runtime.cuda_graphs import GraphRunner, why_not_capturable
+from xfuse.runtime.cuda_graphs import GraphRunner, graph_pays, why_not_capturable
 
 
 def _has_gpu() -> bool:
@@ -82,6 +82,27 @@ def test_a_reassigned_parameter_is_seen_and_captured_anew() -> None:
         model[0].weight = torch.nn.Parameter(torch.randn(16, 16, device="cuda"))
         torch.testing.assert_close(compiled(x), model(x))
     assert _runner(compiled).captures == 2
+
+
+def test_graphs_pay_for_small_copies_only() -> None:
+    assert graph_pays(1 << 20, 1)  # a MiB in and out: 0.5 us of copies, 4 us of launch
+    assert graph_pays(64 << 20, 20)  # 34 us of copies, 80 us of launches
+    assert not graph_pays(2 << 30, 6)  # a 1 GiB input and output: a millisecond of copies
+
+
+@gpu
+@pytest.mark.gpu
+def test_a_program_of_large_tensors_runs_step_by_step() -> None:
+    """Copying a 1 GiB input into the graph and its output out would cost 1 ms at every call,
+    more than the launches a graph saves: the program runs without one, and says why."""
+    x = torch.randn(1 << 28, device="cuda")
+    compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (x,), device="cuda", quiet=True)
+    for _ in range(3):
+        y = compiled(x)
+    runner = _runner(compiled)
+    assert runner.captures == 0 and runner.reason is not None
+    assert "copying its inputs and outputs (2048.0 MiB)" in runner.reason
+    torch.testing.assert_close(y, torch.sigmoid(x) * 2)
 
 
 @gpu

@@ -13,6 +13,9 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
   caller keeps is never overwritten by a later call: `run` says its results are the graph's
   memory, and `xfuse.runtime.outputs` makes the one copy of each, with eager's strides
   (outputs that are views of inputs are rebuilt on the real inputs there, as without graphs);
+- a program whose inputs and outputs are so large that copying them in and out of the graph
+  costs more GPU time than the host time its launches take (`graph_pays`) runs step by step:
+  a replay saves a few microseconds per step, a copy of 1 GiB takes a millisecond;
 - a program that may write memory it does not own (an in-place torch op on an input) is never
   captured: its writes would land in the graph's copies. Neither is a program whose capture
   fails (a step that synchronises with the host). `reason` says why, and the program runs step
@@ -45,6 +48,25 @@ RunSteps = Callable[[Program, Sequence[Tensor], BufferPool], list[Tensor]]
 def cuda_graphs_enabled(asked: bool = True) -> bool:
     """Graphs are on unless turned off by the caller or `XFUSE_CUDA_GRAPHS=0`."""
     return asked and os.environ.get("XFUSE_CUDA_GRAPHS", "1") != "0"
+
+
+STEP_HOST_SECONDS = 4e-6
+"""Host time a replay saves per step: the runtime's launch of a kernel, or its call of a torch
+op, measured at 3-10 us on the H100 machine's host (benchmarks/RESULTS.md)."""
+
+COPY_BYTES_PER_SECOND = 2e12
+"""What a device-to-device copy moves per second, counting each byte once (read and written:
+the H100's measured copy bandwidth is 2.6-3 TB/s; below it, to favour graphs)."""
+
+
+def graph_pays(copied_bytes: int, steps: int) -> bool:
+    """Whether a replay's copies (the user's inputs in, the outputs out: `copied_bytes`)
+    take less GPU time than the host time that replaying `steps` steps saves."""
+    return copied_bytes / COPY_BYTES_PER_SECOND < steps * STEP_HOST_SECONDS
+
+
+def _nbytes(tensors: Sequence[Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def why_not_capturable(module: ModuleOp) -> str | None:
@@ -128,7 +150,16 @@ class GraphRunner:
             return self.run_steps(self.program, args, pool), False
         if not self._warm:
             self._warm = True
-            return self.run_steps(self.program, args, pool), False
+            outputs = self.run_steps(self.program, args, pool)
+            state_ids = {id(t) for t in state}
+            copied = _nbytes([a for a in args if id(a) not in state_ids]) + _nbytes(outputs)
+            steps = len(self.program.steps)
+            if not graph_pays(copied, steps):
+                self.reason = (
+                    f"copying its inputs and outputs ({copied / 2**20:.1f} MiB) at every replay "
+                    f"would cost more GPU time than the host time of its {steps} steps"
+                )
+            return outputs, False
         captured = self._captured
         if captured is None or any(args[i].data_ptr() != p for i, p in captured.addresses):
             self._captured = None  # drop the old graph's memory before capturing anew
