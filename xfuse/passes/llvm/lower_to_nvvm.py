@@ -141,9 +141,12 @@ class ConvertMathToLibdevice(RewritePattern):
 
 
 def _float_constant(value: SSAValue) -> float | None:
-    """The value of a float constant (through an `arith.extf`), else None."""
+    """The value of a float constant seen through `arith.extf`s and `arith.truncf`s (a bf16
+    constant is the `truncf` of an f32 one by then: `PromoteLowPrecisionFloatOp`), else None.
+    A truncation may have rounded it: compare the result only with values that every float
+    type holds exactly (small integers)."""
     owner = value.owner
-    if isinstance(owner, arith.ExtFOp):
+    while isinstance(owner, arith.ExtFOp | arith.TruncFOp):
         owner = owner.input.owner
     if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, FloatAttr):
         return owner.value.value.data
