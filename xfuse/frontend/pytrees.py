@@ -115,23 +115,50 @@ def _dynamic_cache(cache_type: type, children: list[Any], context: Any) -> Any:
     if any(window is not None for window in layout) or list(keys) != ["key_cache", "value_cache"]:
         return None
     key_states, value_states = children
-    if len(key_states) != len(layout) or not _plain_layers_match():
+    fields = _plain_layer_fields()
+    if len(key_states) != len(layout) or fields is None:
         return None
     cache = cache_type([(None, None)] * len(layout))
     for layer, k, v in zip(cache.layers, key_states, value_states, strict=True):
-        layer.device, layer.keys, layer.values, layer.is_initialized = k.device, k, v, True
+        _fill_layer(layer, fields, k, v)
     return cache
 
 
+LAYER_FIELDS = ("keys", "values", "device", "dtype", "is_initialized")
+"""What a `DynamicLayer`'s first `update` may set (transformers 5.17 sets `dtype`, 5.24 not)."""
+
+
+def _fill_layer(layer: Any, fields: tuple[str, ...], keys: Any, values: Any) -> None:
+    known = {
+        "keys": keys,
+        "values": values,
+        "device": keys.device,
+        "dtype": keys.dtype,
+        "is_initialized": True,
+    }
+    for name in fields:
+        setattr(layer, name, known[name])
+
+
 @functools.cache
-def _plain_layers_match() -> bool:
-    """Whether a layer filled as `_dynamic_cache` does has the attributes of one transformers
-    fills by `update` (checked once: the layer's fields differ between releases)."""
+def _plain_layer_fields() -> tuple[str, ...] | None:
+    """The attributes that transformers' first `update` of a `DynamicLayer` sets, which
+    `_dynamic_cache` sets the same way (checked once: they differ between releases); None
+    where that update sets one it does not know, or leaves the layer otherwise unlike ours."""
     import torch
     from transformers.cache_utils import DynamicLayer
 
     k = torch.zeros(1, 1, 2, 2)
-    theirs, ours = DynamicLayer(), DynamicLayer()
+    fresh, theirs = vars(DynamicLayer()), DynamicLayer()
     theirs.update(k, k)
-    ours.device, ours.keys, ours.values, ours.is_initialized = k.device, k, k, True
-    return sorted(vars(theirs)) == sorted(vars(ours))
+    fields = tuple(n for n, v in vars(theirs).items() if n not in fresh or fresh[n] is not v)
+    if not set(fields) <= set(LAYER_FIELDS):
+        return None
+    ours = DynamicLayer()
+    _fill_layer(ours, fields, k, k)
+    same = all(
+        type(getattr(ours, n)) is type(getattr(theirs, n))
+        and (isinstance(getattr(ours, n), torch.Tensor) or getattr(ours, n) == getattr(theirs, n))
+        for n in vars(theirs)
+    )
+    return fields if same and sorted(vars(ours)) == sorted(vars(theirs)) else None
