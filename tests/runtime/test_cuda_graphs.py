@@ -1,6 +1,7 @@
 """CUDA graphs (`xfuse.runtime.cuda_graphs`): replays match eager, outputs the caller keeps
-survive later calls, moved parameters capture anew, programs that write memory are never
-captured (and say why), and launches go to whatever stream torch is on."""
+survive later calls (a graph whose memory the caller holds is never replayed), outputs the
+caller dropped are handed over with no copy, moved parameters capture anew, programs that write
+memory are never captured (and say why), and launches go to whatever stream torch is on."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import xfuse
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
 from xfuse.ir.context import parse
-from xfuse.runtime.cuda_graphs import GraphRunner, graph_pays, why_not_capturable
+from xfuse.runtime.cuda_graphs import GraphMemory, GraphRunner, graph_pays, why_not_capturable
 
 
 def _has_gpu() -> bool:
@@ -64,10 +65,111 @@ def test_replays_match_eager_and_kept_outputs_survive(make: object) -> None:
         kept = [compiled(x) for x in inputs]  # warm-up, capture, then replays
         expected = [model(x) for x in inputs]
     runner = _runner(compiled)
-    assert runner.reason is None and runner.captures == 1 and runner.replays == 4
+    # Calls 2 and 3 hand over their graph's memory; the third capture's outputs are copied.
+    assert runner.reason is None and runner.captures == 3 and runner.replays == 4
+    assert runner.handed == 2
     for got, want in zip(kept, expected, strict=True):
         torch.testing.assert_close(got, want)  # each kept output is still its call's value
     assert len({t.data_ptr() for t in kept}) == len(kept)
+
+
+def test_graph_memory_is_free_only_when_nothing_of_the_callers_refers_to_it() -> None:
+    """The runner's test of whether a replay may overwrite a graph's memory, on CPU tensors:
+    a tensor, a view or the storage object the caller keeps holds it."""
+    out, copy = torch.randn(8), torch.randn(4)
+    memory = GraphMemory([out, copy, out])
+    assert memory.free()
+    handed = out.detach()
+    assert not memory.free()
+    del handed
+    assert memory.free()
+    view = out.detach()[2:]
+    assert not memory.free()
+    del view
+    storage = out.detach().untyped_storage()
+    assert not memory.free()
+    del storage
+    row = copy.detach().view(2, 2)[1]
+    assert not memory.free()
+    del row
+    assert memory.free()
+
+
+def _mlp_on_gpu() -> tuple[torch.nn.Module, torch.Tensor, xfuse.api.CompiledProgram]:
+    model, (example,) = make_mlp()
+    model = model.cuda().eval()
+    with torch.no_grad():
+        compiled = xfuse.compile(model, (example.cuda(),), device="cuda", quiet=True)
+    return model, example.cuda(), compiled
+
+
+@gpu
+@pytest.mark.gpu
+def test_outputs_the_caller_dropped_are_handed_over_with_no_copy() -> None:
+    model, x, compiled = _mlp_on_gpu()
+    with torch.no_grad():
+        pointers = {compiled(torch.randn_like(x)).data_ptr() for _ in range(6)}
+        got = compiled(x)
+        torch.testing.assert_close(got, model(x))
+    runner = _runner(compiled)
+    assert runner.captures == 1 and runner.handed == runner.replays == 5
+    assert len(pointers) == 2  # the warm-up's memory, then the graph's
+
+
+@gpu
+@pytest.mark.gpu
+def test_the_last_output_held_through_the_next_call_survives_it() -> None:
+    """`y = f(x)` in a loop holds the old `y` while the next call runs: a second capture takes
+    every other call, and both hand their outputs over."""
+    model, x, compiled = _mlp_on_gpu()
+    inputs = [torch.randn_like(x) for _ in range(8)]
+    with torch.no_grad():
+        expected = [model(i) for i in inputs]
+        y = compiled(inputs[0])
+        for i in range(1, len(inputs)):
+            previous, y = y, compiled(inputs[i])
+            torch.testing.assert_close(previous, expected[i - 1])
+            torch.testing.assert_close(y, expected[i])
+            del previous
+    runner = _runner(compiled)
+    assert runner.captures == 2 and runner.handed == runner.replays == 7
+
+
+@gpu
+@pytest.mark.gpu
+def test_a_kept_view_or_storage_of_an_output_holds_its_graph() -> None:
+    model, x, compiled = _mlp_on_gpu()
+    a, b = torch.randn_like(x), torch.randn_like(x)
+    with torch.no_grad():
+        compiled(a)
+        row = compiled(a)[1]  # a view of a handed-over output
+        storage = compiled(b).untyped_storage()  # and a storage object
+        for _ in range(4):
+            compiled(torch.randn_like(x))
+        torch.testing.assert_close(row, model(a)[1])
+        want = model(b)
+        kept = torch.empty(0, device=x.device, dtype=x.dtype).set_(
+            storage, 0, want.shape, want.stride()
+        )
+        torch.testing.assert_close(kept, want)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("capture_mode", ["no_grad", "inference_mode"])
+def test_outputs_are_inference_tensors_as_in_eager(capture_mode: str) -> None:
+    """Outputs are inference tensors exactly when the call runs in inference mode, whichever
+    mode the graph was captured in (a handed-over output keeps the capture's)."""
+    model, x, compiled = _mlp_on_gpu()
+    capture = torch.no_grad if capture_mode == "no_grad" else torch.inference_mode
+    with capture():
+        compiled(x)
+        compiled(x)
+    for mode in (torch.no_grad, torch.inference_mode, torch.no_grad):
+        with mode():
+            got, want = compiled(x), model(x)
+        assert got.is_inference() == want.is_inference()
+        torch.testing.assert_close(got, want)
 
 
 @gpu

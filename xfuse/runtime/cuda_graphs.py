@@ -1,5 +1,5 @@
 """
-A program on CUDA runs as one captured CUDA graph: one replay issues every step (kernels and
+A program on CUDA runs as a captured CUDA graph: one replay issues every step (kernels and
 externs) with no per-step host work.
 
 The first call of a specialisation runs step by step (a warm-up: modules load, cuBLAS makes its
@@ -7,12 +7,19 @@ handles); the second captures the steps into a `torch.cuda.CUDAGraph` on torch's
 and replays it; later calls replay it. Eager semantics are kept exactly:
 
 - user inputs are copied into the graph's own input buffers before each replay (the caller's
-  tensors may live anywhere; an expanded one as the memory it spans); module parameters and buffers are read where they are, and a call
-  whose parameter has moved (a reassigned `nn.Parameter`) captures anew;
-- every output is copied out of the graph's memory after the replay, so that an output the
-  caller keeps is never overwritten by a later call: `run` says its results are the graph's
-  memory, and `xfuse.runtime.outputs` makes the one copy of each, with eager's strides
-  (outputs that are views of inputs are rebuilt on the real inputs there, as without graphs);
+  tensors may live anywhere; an expanded one as the memory it spans); module parameters and
+  buffers are read where they are, and a call whose parameter has moved (a reassigned
+  `nn.Parameter`) captures anew;
+- a replay overwrites the graph's memory, so it runs only on a graph whose memory nobody but
+  the runner holds (`GraphMemory.free`: the use counts of its output and input storages, as
+  Inductor's CUDA-graph trees read them). The outputs of such a replay are handed to the
+  caller as they are, with no copy: they are fresh memory for the caller until it drops them
+  (views, `untyped_storage()` objects and DLPack capsules all count as holding them). A
+  caller that still holds the last call's outputs (`y = f(x)` in a loop holds the old `y`
+  while the next call runs) gets a second capture of its own memory; one that keeps every
+  output (a list of results) a third, whose outputs are always copied out, once, with eager's
+  strides (`xfuse.runtime.outputs`), so that it is never held. A program whose capture holds
+  `RING_MAX_BYTES` or more captures once and always copies, as before;
 - a program whose inputs and outputs are so large that copying them in and out of the graph
   costs more GPU time than the host time its launches take (`graph_pays`) runs step by step:
   a replay saves a few microseconds per step, a copy of 1 GiB takes a millisecond;
@@ -27,7 +34,8 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -113,6 +121,45 @@ def _refresh(static: Tensor, t: Tensor) -> None:
         static.copy_(t)
 
 
+RING_MAX_BYTES = 256 << 20
+"""A program whose capture holds this much GPU memory or more (its buffers, inputs and outputs)
+is captured once, and its outputs are always copied out: a second and third capture, which let
+replays hand their outputs over with no copy, would hold as much again each."""
+
+RING_SIZE = 3
+"""Captures of one program at most: two that hand their outputs over (a caller that holds the
+last call's outputs while it makes the next call), and a third that always copies them out."""
+
+
+class GraphMemory:
+    """The storages a replay writes that a result may be (the graph's outputs and its copies of
+    user inputs), and how often each is referred to while only the runner holds it: the memory
+    is free when every count is back there. A caller's tensor or view of it raises the
+    storage's use count; its `untyped_storage()` object is the one Python object torch keeps
+    per storage, whose reference count rises instead (the runner holds that object too)."""
+
+    def __init__(self, tensors: Sequence[Tensor]) -> None:
+        unique = {id(s): s for s in (t.untyped_storage() for t in tensors)}
+        self.storages = tuple(unique.values())
+        del unique  # counted with no reference but the runner's
+        self.counts = tuple(self._counts())
+
+    def _counts(self) -> Iterator[tuple[int, int]]:
+        for s in self.storages:
+            yield torch._C._storage_Use_Count(s._cdata), sys.getrefcount(s)
+
+    def free(self) -> bool:
+        return all(now == then for now, then in zip(self._counts(), self.counts, strict=True))
+
+
+def _written_memory(captured: _Captured, state: Sequence[Tensor]) -> GraphMemory:
+    """The memory of `captured` that a replay writes and a result may be: its outputs (but for
+    those that are a parameter's or buffer's memory, read in place) and its input copies."""
+    read_in_place = {t.untyped_storage().data_ptr() for t in state}
+    outputs = [t for t in captured.outputs if t.untyped_storage().data_ptr() not in read_in_place]
+    return GraphMemory(outputs + [captured.inputs[i] for i in captured.copied])
+
+
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
@@ -124,10 +171,15 @@ class _Captured:
     outputs: list[Tensor]
     pool: BufferPool
     """The graph's intermediate buffers (kept alive with it)."""
+    inference: bool
+    """Whether it was captured in inference mode (its outputs are inference tensors)."""
+    nbytes: int
+    """The GPU memory the capture holds."""
+    memory: GraphMemory | None = None
 
 
 class GraphRunner:
-    """Runs one specialisation's program through a CUDA graph (see the module docstring)."""
+    """Runs one specialisation's program through CUDA graphs (see the module docstring)."""
 
     def __init__(self, program: Program, run_steps: RunSteps) -> None:
         self.program = program
@@ -136,50 +188,74 @@ class GraphRunner:
         """Why the program runs step by step, or None while graphs serve it."""
         self.captures = 0
         self.replays = 0
+        self.handed = 0
+        """Replays whose outputs went to the caller with no copy."""
         self._warm = False
-        self._captured: _Captured | None = None
+        self._ring: list[_Captured] = []
+        self._size = RING_SIZE
 
     def run(
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool
     ) -> tuple[list[Tensor], bool]:
         """The program's results for `args`, bound from the user's inputs and the module's
         `state` (state is read where it is; inputs are copied into the graph's buffers), and
-        whether they are the graph's own memory (which the next replay overwrites: the caller
-        must copy them out before handing them on)."""
+        whether they are graph memory the runner keeps (which a later replay overwrites: the
+        caller must copy them out before handing them on). Results handed over are the
+        caller's: the graph is not replayed again while anything of them is held."""
         if self.reason is not None:
             return self.run_steps(self.program, args, pool), False
         if not self._warm:
-            self._warm = True
-            outputs = self.run_steps(self.program, args, pool)
-            state_ids = {id(t) for t in state}
-            copied = _nbytes([a for a in args if id(a) not in state_ids]) + _nbytes(outputs)
-            steps = len(self.program.steps)
-            if not graph_pays(copied, steps):
-                self.reason = (
-                    f"copying its inputs and outputs ({copied / 2**20:.1f} MiB) at every replay "
-                    f"would cost more GPU time than the host time of its {steps} steps"
-                )
-            return outputs, False
-        captured = self._captured
-        if captured is None or any(args[i].data_ptr() != p for i, p in captured.addresses):
-            self._captured = None  # drop the old graph's memory before capturing anew
+            return self._warm_up(args, state, pool), False
+        ring = self._ring
+        if ring and any(args[i].data_ptr() != p for i, p in ring[0].addresses):
+            ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
+        free = [c for c in ring if c.memory is None or c.memory.free()]
+        if not free and len(ring) < self._size:
             try:
-                captured = self._captured = self._capture(args, state)
+                captured = self._capture(args, state)
             except Exception as e:  # noqa: BLE001 - any failure: run step by step, say why
+                ring.clear()
                 self.reason = f"CUDA graph capture failed: {reason_of(e)}"
                 torch.cuda.synchronize()
                 return self.run_steps(self.program, args, pool), False
+            ring.append(captured)
+            free = [captured]
+        if not free:  # every capture's memory is held (by tensors of the caller's)
+            return self.run_steps(self.program, args, pool), False
+        captured = free[0]
         for i in captured.copied:
             _refresh(captured.inputs[i], args[i])
         captured.graph.replay()
         self.replays += 1
-        return list(captured.outputs), True
+        if captured.memory is None:  # counted once the capture's own temporaries are gone
+            captured.memory = _written_memory(captured, state)
+        last = len(free) == 1 and len(ring) == self._size
+        if last or captured.inference != torch.is_inference_mode_enabled():
+            return list(captured.outputs), True  # this capture stays free: copied out
+        self.handed += 1
+        return [t.detach() for t in captured.outputs], False
+
+    def _warm_up(
+        self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool
+    ) -> list[Tensor]:
+        self._warm = True
+        outputs = self.run_steps(self.program, args, pool)
+        state_ids = {id(t) for t in state}
+        copied = _nbytes([a for a in args if id(a) not in state_ids]) + _nbytes(outputs)
+        steps = len(self.program.steps)
+        if not graph_pays(copied, steps):
+            self.reason = (
+                f"copying its inputs and outputs ({copied / 2**20:.1f} MiB) at every replay "
+                f"would cost more GPU time than the host time of its {steps} steps"
+            )
+        return outputs
 
     def _capture(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> _Captured:
+        device = args[0].device
+        before = torch.cuda.memory_allocated(device)
         state_ids = {id(t) for t in state}
         in_place = [id(a) in state_ids for a in args]
         inputs = [a if keep else _static_copy(a) for a, keep in zip(args, in_place, strict=True)]
-        device = args[0].device
         # Once on a side stream first: kernels load for launches off the default stream, and
         # libraries make the handles they need there, before anything is captured.
         side = torch.cuda.Stream(device)
@@ -192,6 +268,9 @@ class GraphRunner:
         with torch.cuda.graph(graph):
             outputs = self.run_steps(self.program, inputs, pool)
         self.captures += 1
+        nbytes = torch.cuda.memory_allocated(device) - before
+        if nbytes >= RING_MAX_BYTES:
+            self._size = 1
         return _Captured(
             graph,
             inputs,
@@ -199,4 +278,6 @@ class GraphRunner:
             tuple((i, a.data_ptr()) for i, a in enumerate(args) if in_place[i]),
             outputs,
             pool,
+            torch.is_inference_mode_enabled(),
+            nbytes,
         )
