@@ -103,7 +103,13 @@ def _span(t: Tensor) -> int:
 def _static_copy(t: Tensor) -> Tensor:
     """The graph's own buffer for user input `t`: `t`'s sizes, strides, dtype and device, its
     values copied in. An input that overlaps itself (an expand: stride 0) gets memory of the
-    same layout, its span copied element for element (`copy_` refuses to write it)."""
+    same layout, its span copied element for element (`copy_` refuses to write it). Never an
+    inference tensor, which a call outside inference mode could not copy into."""
+    with torch.inference_mode(False), torch.no_grad():
+        return _static_buffer(t)
+
+
+def _static_buffer(t: Tensor) -> Tensor:
     if not overlaps(tuple(t.shape), tuple(t.stride())):
         return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
     memory = torch.empty(_span(t), dtype=t.dtype, device=t.device)
@@ -160,14 +166,20 @@ def _written_memory(captured: _Captured, state: Sequence[Tensor]) -> GraphMemory
     return GraphMemory(outputs + [captured.inputs[i] for i in captured.copied])
 
 
+def _addresses(args: Sequence[Tensor], positions: Sequence[int]) -> list[int]:
+    return list(map(Tensor.data_ptr, [args[i] for i in positions]))
+
+
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
     inputs: list[Tensor]
     """What the graph reads: its own copies of user inputs, the state tensors themselves."""
     copied: tuple[int, ...]
-    addresses: tuple[tuple[int, int], ...]
-    """(argument position, data pointer) of every argument read in place."""
+    in_place: tuple[int, ...]
+    """The positions of the arguments read in place (parameters and buffers)."""
+    addresses: list[int]
+    """Their data pointers."""
     outputs: list[Tensor]
     pool: BufferPool
     """The graph's intermediate buffers (kept alive with it)."""
@@ -207,7 +219,7 @@ class GraphRunner:
         if not self._warm:
             return self._warm_up(args, state, pool), False
         ring = self._ring
-        if ring and any(args[i].data_ptr() != p for i, p in ring[0].addresses):
+        if ring and _addresses(args, ring[0].in_place) != ring[0].addresses:
             ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
         free = [c for c in ring if c.memory is None or c.memory.free()]
         if not free and len(ring) < self._size:
@@ -271,11 +283,13 @@ class GraphRunner:
         nbytes = torch.cuda.memory_allocated(device) - before
         if nbytes >= RING_MAX_BYTES:
             self._size = 1
+        read_in_place = tuple(i for i, keep in enumerate(in_place) if keep)
         return _Captured(
             graph,
             inputs,
             tuple(i for i, keep in enumerate(in_place) if not keep),
-            tuple((i, a.data_ptr()) for i, a in enumerate(args) if in_place[i]),
+            read_in_place,
+            _addresses(args, read_in_place),
             outputs,
             pool,
             torch.is_inference_mode_enabled(),

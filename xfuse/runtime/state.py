@@ -10,7 +10,10 @@ signature, so a change there compiles a new program.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 
@@ -29,6 +32,10 @@ class ModuleState:
         self._slots = tuple(_owner(module, name) for name in self.names)
         self._owners = tuple({id(o): (o, type(o)) for o, _ in self._slots}.values())
         self._direct = tuple(_direct(owner, attr) for owner, attr in self._slots)
+        self._tokens: dict[tuple[object, ...], int] = {}
+        self._lock = threading.Lock()
+        self._fast: tuple[tuple[Any, int], ...] = ()
+        """(guard, token) of recent layouts, newest first (`key`)."""
 
     def tensors(self) -> list[Tensor]:
         values = self._read_direct()
@@ -62,9 +69,62 @@ class ModuleState:
         return values
 
     def key(self, tensors: Sequence[Tensor]) -> tuple[object, ...]:
-        """What a program depends on: `training`, and each tensor's layout, dtype and device."""
+        """What a program depends on: `training`, and each tensor's layout, dtype and device
+        (as a small number: the same layouts, the same number). A call whose tensors pass a
+        guard of an earlier call's (`torch._C._dynamo.guards.TensorGuards`, dynamo's C++
+        check of sizes, strides, dtype, device, dispatch keys and requires_grad) has that
+        call's layouts: MobileNetV2's 312 tensors in 36 us against 99 us read in Python, and a
+        key of two fields to hash instead of 312."""
+        for guard, token in self._fast:
+            if guard.check(*tensors):
+                return (self.module.training, token)
         layouts = tuple([(t.shape, t.stride(), t.dtype, t.device) for t in tensors])
-        return (self.module.training, layouts)
+        with self._lock:
+            token = self._tokens.setdefault(layouts, len(self._tokens))
+        guard = _guard(tensors)
+        if guard is not None:
+            # One assignment (threads read the tuple whole); the newest first, a few kept: a
+            # guard also checks the dispatch keys that inference mode and grad mode set.
+            self._fast = ((guard, token), *self._fast[: FAST_KEYS - 1])
+        return (self.module.training, token)
+
+
+FAST_KEYS = 4
+"""Guards `ModuleState.key` keeps (calls in and out of inference mode each pass their own)."""
+
+
+def _guard(tensors: Sequence[Tensor]) -> Any:
+    """A C++ check that tensors have `tensors`' sizes, strides, dtypes and devices, or None
+    where this torch has none that behaves so (it is private to dynamo: `_guards_work`)."""
+    if not _guards_work():
+        return None
+    return _tensor_guards(tensors)
+
+
+def _tensor_guards(tensors: Sequence[Tensor]) -> Any:
+    from torch._C._dynamo import guards
+
+    # Static sizes and strides are given as numbers (dynamo's None would leave a dim unchecked).
+    return cast(Any, guards).TensorGuards(
+        *tensors,
+        dynamic_dims_sizes=[list(t.shape) for t in tensors],
+        dynamic_dims_strides=[list(t.stride()) for t in tensors],
+    )
+
+
+@functools.cache
+def _guards_work() -> bool:
+    """Whether this torch's `TensorGuards` pass the same layouts and refuse other sizes,
+    strides and dtypes (checked once; any error: no)."""
+    try:
+        x = torch.zeros(2, 3)
+        guard = _tensor_guards([x, x])
+        others = (torch.zeros(3, 2), torch.zeros(3, 2).t(), torch.zeros(2, 3, dtype=torch.float64))
+        return bool(guard.check(x, torch.ones(2, 3))) and not any(
+            guard.check(x, other) for other in others
+        )
+    except Exception:  # noqa: BLE001 - a private API: anything unexpected means no guards
+        return False
 
 
 def _direct(owner: torch.nn.Module, attr: str) -> tuple[dict[str, object] | None, str, str]:

@@ -1,0 +1,64 @@
+"""Module state (`xfuse.runtime.state`): the key of a call's parameters and buffers is the same
+for the same layouts, whichever way it was found (the C++ guard of an earlier call, or read in
+Python), and differs when any size, stride, dtype or the training flag does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xfuse.runtime import state as state_module
+from xfuse.runtime.state import ModuleState
+
+
+def _model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).eval()
+
+
+def test_this_torch_has_guards_that_work() -> None:
+    # CI's torch (2.13) and the GPU machine's (2.11) both do; elsewhere the key is read in Python.
+    assert state_module._guards_work()
+
+
+def test_the_same_layouts_give_the_same_key_and_others_another() -> None:
+    model = _model()
+    state = ModuleState(model)
+    first = state.key(state.tensors())
+    assert state.key(state.tensors()) == first  # through the guard
+    assert state._fast and ModuleState(model).key(state.tensors()) == (False, 0)
+    weight = model[0].weight
+    weight.data = torch.randn(4, 3).t()  # same sizes, other strides
+    strided = state.key(state.tensors())
+    assert strided != first
+    weight.data = torch.randn(3, 4)  # back: the first key again, from the table
+    assert state.key(state.tensors()) == first
+    model[1].running_mean = torch.zeros(3, dtype=torch.float64)
+    assert state.key(state.tensors()) not in (first, strided)
+    model[1].running_mean = torch.zeros(3)
+    model.train()
+    assert state.key(state.tensors()) == (True, first[1])
+
+
+def test_calls_in_and_out_of_inference_mode_each_keep_a_guard() -> None:
+    model = _model()
+    state = ModuleState(model)
+    with torch.no_grad():
+        plain = state.key(state.tensors())
+    with torch.inference_mode():
+        inference = state.key(state.tensors())
+    assert plain == inference and len(state._fast) == 2
+    for _ in range(3):
+        with torch.inference_mode():
+            assert state.key(state.tensors()) == plain
+        assert state.key(state.tensors()) == plain
+    assert len(state._fast) == 2  # both found by their guards: no new ones
+
+
+def test_without_guards_the_key_is_read_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state_module, "_guards_work", lambda: False)
+    model = _model()
+    state = ModuleState(model)
+    key = state.key(state.tensors())
+    assert state.key(state.tensors()) == key and not state._fast
+    model[0].weight.data = torch.randn(3, 5)
+    assert state.key(state.tensors()) != key
