@@ -62,3 +62,20 @@ def test_without_guards_the_key_is_read_in_python(monkeypatch: pytest.MonkeyPatc
     assert state.key(state.tensors()) == key and not state._fast
     model[0].weight.data = torch.randn(3, 5)
     assert state.key(state.tensors()) != key
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_state_that_is_no_tensor_any_more_is_refused_in_one_line(grad: bool) -> None:
+    import xfuse
+    from xfuse.errors import XfuseError
+
+    model = _model()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(2, 4)
+    compiled = xfuse.compile(model, (x,), quiet=True)
+    compiled(x)
+    model[0].bias = None  # the dict still holds the name: read directly, it is None
+    with torch.set_grad_enabled(grad), pytest.raises(XfuseError) as caught:
+        compiled(x)
+    assert str(caught.value) == "module state '0.bias' is now a NoneType, not a tensor"

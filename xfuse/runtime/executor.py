@@ -358,9 +358,10 @@ class CompiledProgram:
             call = self._inputs(args, kwargs)
             tensors = call.tensors
         state = self.state.tensors() if self.state is not None else ()
+        # The signature first: it refuses module state that is no tensor any more.
+        sig = self._signature(tensors, None if call is None else call.structure, state)
         if torch.is_grad_enabled():
             check_no_autograd(tensors, state)
-        sig = self._signature(tensors, None if call is None else call.structure, state)
         executable = self.specialisations.get(sig)
         if executable is None:
             executable = self._specialise(sig, call or CallInputs(args, {}, args, args, None))
