@@ -5,6 +5,9 @@ memory are never captured (and say why), and launches go to whatever stream torc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import pytest
 import torch
 
@@ -12,7 +15,15 @@ import xfuse
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
 from xfuse.ir.context import parse
-from xfuse.runtime.cuda_graphs import GraphMemory, GraphRunner, graph_pays, why_not_capturable
+from xfuse.runtime.cuda_graphs import (
+    GraphMemory,
+    GraphRunner,
+    _Captured,
+    graph_pays,
+    why_not_capturable,
+)
+from xfuse.runtime.executor import run_program
+from xfuse.runtime.steps import BufferPool
 
 
 def _has_gpu() -> bool:
@@ -93,6 +104,79 @@ def test_graph_memory_is_free_only_when_nothing_of_the_callers_refers_to_it() ->
     assert not memory.free()
     del row
     assert memory.free()
+
+
+class _ReplayedSteps:
+    """A stand-in for a captured CUDA graph on the CPU: a replay runs the steps again and writes
+    their results into the memory of the captured outputs, as a real replay does."""
+
+    def __init__(self, rerun: Callable[[], list[torch.Tensor]], outputs: list[torch.Tensor]):
+        self.rerun, self.outputs = rerun, outputs
+
+    def replay(self) -> None:
+        for out, new in zip(self.outputs, self.rerun(), strict=True):
+            out.copy_(new)
+
+
+class _CPURunner(GraphRunner):
+    """`GraphRunner` with captures made of `_ReplayedSteps`: its choice of capture, its
+    hand-over and its copies, tested with no GPU."""
+
+    def _capture(self, args: Sequence[torch.Tensor], state: Sequence[torch.Tensor]) -> Any:
+        inputs = [a.clone() for a in args]
+        pool = BufferPool("cpu")
+        outputs = self.run_steps(self.program, inputs, pool)
+        graph = _ReplayedSteps(lambda: self.run_steps(self.program, inputs, pool), outputs)
+        self.captures += 1
+        return _Captured(graph, inputs, tuple(range(len(args))), (), [], outputs, pool, False, 0)  # type: ignore[arg-type]
+
+
+def _cpu_runner() -> tuple[_CPURunner, Callable[[torch.Tensor], torch.Tensor]]:
+    compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (torch.randn(16),), quiet=True)
+    runner = _CPURunner(compiled.default.program, run_program)
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        def finish(results: list[torch.Tensor], copy_out: bool) -> list[torch.Tensor]:
+            return [r.clone() for r in results] if copy_out else results
+
+        with torch.no_grad():
+            (y,) = runner.run([x], [], BufferPool("cpu"), finish)
+        return y
+
+    return runner, call
+
+
+def test_ring_hands_over_what_the_caller_dropped_and_never_overwrites_what_it_holds() -> None:
+    runner, call = _cpu_runner()
+    xs = [torch.randn(16) for _ in range(12)]
+    want = [torch.sigmoid(x) * 2 for x in xs]
+    call(xs[0])  # the warm-up: fresh memory
+    for x, w in zip(xs[1:4], want[1:4], strict=True):  # dropped at once: one capture serves
+        torch.testing.assert_close(call(x), w)
+    assert runner.captures == 1 and runner.handed == 3
+    y = call(xs[4])
+    for i in range(5, 8):  # `y = f(x)`: the last result held through the next call
+        previous, y = y, call(xs[i])
+        torch.testing.assert_close(previous, want[i - 1])
+        torch.testing.assert_close(y, want[i])
+        del previous
+    assert runner.captures == 2 and runner.handed == 7
+    kept = [call(x) for x in xs[8:]]  # every result kept: the third capture copies out
+    for got, w in zip(kept, want[8:], strict=True):
+        torch.testing.assert_close(got, w)
+    assert runner.captures == 3 and runner.replays == 11 and runner.handed < runner.replays
+
+
+def test_ring_serves_threads_one_replay_at_a_time() -> None:
+    import concurrent.futures
+
+    runner, call = _cpu_runner()
+    xs = [torch.randn(16) for _ in range(64)]
+    call(xs[0])
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(call, xs))
+    for y, x in zip(got, xs, strict=True):
+        torch.testing.assert_close(y, torch.sigmoid(x) * 2)
 
 
 def _mlp_on_gpu() -> tuple[torch.nn.Module, torch.Tensor, xfuse.api.CompiledProgram]:

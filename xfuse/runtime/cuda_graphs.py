@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -51,6 +52,8 @@ from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor
 RunSteps = Callable[[Program, Sequence[Tensor], BufferPool], list[Tensor]]
+Finish = Callable[[list[Tensor], bool], list[Tensor]]
+"""(results, whether they are graph memory to copy out) -> the caller's outputs."""
 
 
 def cuda_graphs_enabled(asked: bool = True) -> bool:
@@ -205,19 +208,27 @@ class GraphRunner:
         self._warm = False
         self._ring: list[_Captured] = []
         self._size = RING_SIZE
+        self._lock = threading.Lock()
 
     def run(
-        self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool
-    ) -> tuple[list[Tensor], bool]:
+        self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool, finish: Finish
+    ) -> list[Tensor]:
         """The program's results for `args`, bound from the user's inputs and the module's
-        `state` (state is read where it is; inputs are copied into the graph's buffers), and
-        whether they are graph memory the runner keeps (which a later replay overwrites: the
-        caller must copy them out before handing them on). Results handed over are the
-        caller's: the graph is not replayed again while anything of them is held."""
+        `state` (state is read where it is; inputs are copied into the graph's buffers), made
+        the caller's by `finish(results, copy_out)`: `copy_out` says they are graph memory the
+        runner keeps (which a later replay overwrites), to be copied out. Results handed over
+        are the caller's: the graph is not replayed again while anything of them is held. One
+        call at a time chooses, replays and finishes (threads may share a program)."""
         if self.reason is not None:
-            return self.run_steps(self.program, args, pool), False
-        if not self._warm:
-            return self._warm_up(args, state, pool), False
+            return finish(self.run_steps(self.program, args, pool), False)
+        with self._lock:
+            if not self._warm:
+                return finish(self._warm_up(args, state, pool), False)
+            return self._replay(args, state, pool, finish)
+
+    def _replay(
+        self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool, finish: Finish
+    ) -> list[Tensor]:
         ring = self._ring
         if ring and _addresses(args, ring[0].in_place) != ring[0].addresses:
             ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
@@ -229,11 +240,11 @@ class GraphRunner:
                 ring.clear()
                 self.reason = f"CUDA graph capture failed: {reason_of(e)}"
                 torch.cuda.synchronize()
-                return self.run_steps(self.program, args, pool), False
+                return finish(self.run_steps(self.program, args, pool), False)
             ring.append(captured)
             free = [captured]
         if not free:  # every capture's memory is held (by tensors of the caller's)
-            return self.run_steps(self.program, args, pool), False
+            return finish(self.run_steps(self.program, args, pool), False)
         captured = free[0]
         for i in captured.copied:
             _refresh(captured.inputs[i], args[i])
@@ -243,9 +254,9 @@ class GraphRunner:
             captured.memory = _written_memory(captured, state)
         last = len(free) == 1 and len(ring) == self._size
         if last or captured.inference != torch.is_inference_mode_enabled():
-            return list(captured.outputs), True  # this capture stays free: copied out
+            return finish(list(captured.outputs), True)  # copied out: this capture stays free
         self.handed += 1
-        return [t.detach() for t in captured.outputs], False
+        return finish([t.detach() for t in captured.outputs], False)
 
     def _warm_up(
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool

@@ -145,18 +145,26 @@ class Executable:
         except IndexError:
             pool = BufferPool(args[0].device if args else "cpu")  # outputs live with inputs
         try:
-            graph_memory = False
             if self.graphs is not None and args and args[0].is_cuda:
-                outputs, graph_memory = self.graphs.run(args, state, pool)
+                outputs = self.graphs.run(
+                    args,
+                    state,
+                    pool,
+                    lambda results, copy_out: self._finish(args, results, copy_out),
+                )
             else:
-                outputs = run_program(self.program, args, pool)
-            if self.outputs is not None:
-                outputs = self.outputs.apply(args, outputs, graph_memory)
-            elif graph_memory:
-                outputs = [out.clone() for out in outputs]
+                outputs = self._finish(args, run_program(self.program, args, pool), False)
         finally:
             pools.append(pool)
         return self.unflatten(outputs)
+
+    def _finish(
+        self, args: Sequence[Tensor], results: list[Tensor], copy_out: bool
+    ) -> list[Tensor]:
+        """The caller's outputs: the output rules applied, graph memory (`copy_out`) copied."""
+        if self.outputs is not None:
+            return self.outputs.apply(args, results, copy_out)
+        return [out.clone() for out in results] if copy_out else results
 
 
 def describe(t: Tensor) -> str:
