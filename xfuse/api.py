@@ -137,17 +137,17 @@ def run_pipeline(
     spec: str,
     module: ModuleOp,
     observer: PassObserver | None = None,
-    layout: ModulePass | None = None,
+    extra: Sequence[ModulePass] = (),
 ) -> list[FusionDecision]:
     """Run a pipeline on `module` in place (verifying after every pass); returns the decision
-    records of the fusion passes in it (`decisions` on their pass instances). `layout` (the
-    `channels-last` pass of `layout_pass`) runs after `decompose`, or first without one."""
+    records of the fusion passes in it (`decisions` on their pass instances). The `extra`
+    passes (`device_passes`) run after `decompose`, or first without one."""
     from dataclasses import replace
 
     from xfuse.pipeline import pipeline
 
     built = pipeline(spec)
-    passes = replace(built, passes=with_layout(built.passes, layout), observer=observer)
+    passes = replace(built, passes=after_decompose(built.passes, extra), observer=observer)
     passes.apply(module)
     return collect_decisions(passes.passes)
 
@@ -179,14 +179,26 @@ def layout_pass(asked: bool | None, device: torch.device) -> ModulePass | None:
     return ChannelsLastPass(force=True) if asked else None
 
 
-def with_layout(
-    passes: tuple[ModulePass, ...], layout: ModulePass | None
+def device_passes(channels_last: bool | None, device: torch.device) -> tuple[ModulePass, ...]:
+    """What `xfuse.compile` runs after `decompose` for `device`: the `channels-last` pass of
+    `layout_pass`, and on the CPU `attention-gqa` (attention reads repeated key and value heads
+    unrepeated: bit for bit the same there; on CUDA a mask and `enable_gqa` together leave
+    torch's fused kernels)."""
+    from xfuse.passes.transforms.attention_gqa import AttentionGQAPass
+
+    layout = layout_pass(channels_last, device)
+    attention = AttentionGQAPass() if device.type == "cpu" else None
+    return tuple(p for p in (layout, attention) if p is not None)
+
+
+def after_decompose(
+    passes: tuple[ModulePass, ...], extra: Sequence[ModulePass]
 ) -> tuple[ModulePass, ...]:
-    """`passes` with `layout` after the last `decompose` (first when there is none)."""
-    if layout is None:
+    """`passes` with `extra` after the last `decompose` (first when there is none)."""
+    if not extra:
         return passes
     at = max((i + 1 for i, p in enumerate(passes) if p.name == "decompose"), default=0)
-    return (*passes[:at], layout, *passes[at:])
+    return (*passes[:at], *extra, *passes[at:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +247,7 @@ def _builder(
     state: ModuleState | None = None,
     cuda_graphs: bool = True,
     fallback: FallbackMode = "eager",
-    layout: ModulePass | None = None,
+    extra: Sequence[ModulePass] = (),
 ) -> Callable[[CallInputs], Executable]:
     def build(call: CallInputs) -> Executable:
         with Progress.create(quiet) as progress:
@@ -253,7 +265,7 @@ def _builder(
         program_ir = imported.program
         program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
         index = OpIndex()
-        decisions = run_pipeline(spec, program_ir.module, index.observe, layout)
+        decisions = run_pipeline(spec, program_ir.module, index.observe, extra)
         groups = summarize(program_ir.module).groups
         progress.stage(f"{len(groups)} groups formed; compiling kernels")
         compiler = ProgramCompiler(compile_kernel, fallback=fallback, device=device)
@@ -350,7 +362,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         state,
         cuda_graphs,
         fallback_mode(fallback),
-        layout_pass(channels_last, torch.device(device)),
+        device_passes(channels_last, torch.device(device)),
     )
     return CompiledProgram(build, tuple(example_inputs), device, state, example_kwargs)
 

@@ -267,14 +267,15 @@ def test_channels_last_kernels_compile_to_ptx(tmp_path: Any) -> None:
 
     from xdsl.dialects import func
 
-    from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, layout_pass, run_pipeline
+    from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
     from xfuse.backends.cuda import CUDABackend
     from xfuse.ir.names import KERNEL_ATTR
+    from xfuse.passes.transforms.channels_last import ChannelsLastPass
     from xfuse.runtime.compiler import lower_to_loops
 
     model, inputs = make_resnet18(width=8, size=32)
     module = import_for_xfuse(model, inputs).program.module
-    run_pipeline(DEFAULT_PIPELINE, module, layout=layout_pass(True, torch.device("cuda")))
+    run_pipeline(DEFAULT_PIPELINE, module, extra=[ChannelsLastPass(force=True)])
     assert "aten.permute.default" in str(module)
     lower_to_loops(module)
     names = [

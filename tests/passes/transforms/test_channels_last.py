@@ -15,7 +15,7 @@ from xdsl.dialects.builtin import ModuleOp
 from examples.convnet import make_convnet
 from examples.resnet import make_resnet18
 from xfuse import interpret
-from xfuse.api import CHANNELS_LAST_ENV, layout_pass, run_pipeline, with_layout
+from xfuse.api import CHANNELS_LAST_ENV, after_decompose, layout_pass, run_pipeline
 from xfuse.dialects import graph
 from xfuse.errors import XfuseError
 from xfuse.frontend import import_module
@@ -185,13 +185,13 @@ def test_the_compile_option_picks_the_pass(monkeypatch: pytest.MonkeyPatch) -> N
 def test_the_pass_runs_after_decompose() -> None:
     layout = ChannelsLastPass()
     passes = pipeline("decompose,fuse-scored").passes
-    assert [p.name for p in with_layout(passes, layout)] == [
+    assert [p.name for p in after_decompose(passes, [layout])] == [
         "decompose",
         "channels-last",
         "fuse-scored",
     ]
-    assert [p.name for p in with_layout(pipeline("fuse-greedy").passes, layout)] == [
+    assert [p.name for p in after_decompose(pipeline("fuse-greedy").passes, [layout])] == [
         "channels-last",
         "fuse-greedy",
     ]
-    assert with_layout(passes, None) == passes
+    assert after_decompose(passes, ()) == passes
