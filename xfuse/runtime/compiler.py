@@ -169,6 +169,15 @@ Runner = Callable[[Sequence[Tensor], Allocate, Callable[[BufferSpec, Tensor], No
 """(`@forward`'s arguments, allocate, release) -> its results."""
 
 
+def _eager_label(op: Operation) -> str:
+    """A step's name in profiles: the op, and for a torch call its operator and result shape
+    (`eager graph.torch_call aten.convolution.default -> 1x96x16x16`)."""
+    if isinstance(op, graph.TorchCallOp):
+        shape = "x".join(map(str, graph.shape_of(op.outputs[0]))) if op.outputs else ""
+        return f"eager {op.name} {op.target.data} -> {shape}"
+    return f"eager {op.name}"
+
+
 def make_runner(program: Program) -> Runner:
     """The program's `plan` as the straight-line code of one Python function, made once: each
     step is one call of its `run` with its input slots (local variables) and its outputs
@@ -606,7 +615,7 @@ class ProgramCompiler:
         elif _is_view(op):
             em.steps.append(ViewStep(op, inputs, outputs, f"view {op.name}"))
         elif op.name in OP_IMPLS or isinstance(op, fusion.GroupOp):
-            em.steps.append(EagerStep(op, inputs, outputs, f"eager {op.name}"))
+            em.steps.append(EagerStep(op, inputs, outputs, _eager_label(op)))
         else:
             raise XfuseError(f"xfuse cannot run op '{op.name}' (neither a kernel nor a torch op)")
 
