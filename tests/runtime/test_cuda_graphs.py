@@ -179,6 +179,25 @@ def test_ring_serves_threads_one_replay_at_a_time() -> None:
         torch.testing.assert_close(y, torch.sigmoid(x) * 2)
 
 
+def test_threads_that_waited_for_the_warm_up_respect_its_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first call decides that graphs do not pay; the calls that waited for it run step by
+    step too, and none captures."""
+    import concurrent.futures
+
+    from xfuse.runtime import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "graph_pays", lambda copied, steps: False)
+    runner, call = _cpu_runner()
+    xs = [torch.randn(16) for _ in range(32)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(call, xs))
+    for y, x in zip(got, xs, strict=True):
+        torch.testing.assert_close(y, torch.sigmoid(x) * 2)
+    assert runner.reason is not None and runner.captures == 0
+
+
 def _mlp_on_gpu() -> tuple[torch.nn.Module, torch.Tensor, xfuse.api.CompiledProgram]:
     model, (example,) = make_mlp()
     model = model.cuda().eval()

@@ -224,6 +224,8 @@ class GraphRunner:
         with self._lock:
             if not self._warm:
                 return finish(self._warm_up(args, state, pool), False)
+            if self.reason is not None:  # decided by a call this one waited for
+                return finish(self.run_steps(self.program, args, pool), False)
             return self._replay(args, state, pool, finish)
 
     def _replay(
@@ -252,7 +254,7 @@ class GraphRunner:
         self.replays += 1
         if captured.memory is None:  # counted once the capture's own temporaries are gone
             captured.memory = _written_memory(captured, state)
-        last = len(free) == 1 and len(ring) == self._size
+        last = len(free) == 1 and len(ring) >= self._size
         if last or captured.inference != torch.is_inference_mode_enabled():
             return finish(list(captured.outputs), True)  # copied out: this capture stays free
         self.handed += 1
