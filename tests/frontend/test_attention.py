@@ -100,3 +100,23 @@ def test_sdpa_on_cuda_compiles_strict(dtype: torch.dtype) -> None:
     fn = KERNELS["composite"]
     got = xfuse.compile(fn, (q, k, v), "cuda", quiet=True, fallback="error")(q, k, v)
     torch.testing.assert_close(got, fn(q, k, v))
+
+
+def test_a_program_of_mapped_ops_and_attention_is_not_decomposed() -> None:
+    """Decomposing is the slow part of an import (GPT-2: half of a warm start); attention is an
+    extern either way, so a program of mapped ops and attention is imported as exported, to
+    the same attention call."""
+    from xfuse.frontend.importer import needs_decomposition
+    from xfuse.frontend.pytrees import export_support
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q * 2, k, v, is_causal=True).relu()
+
+    q, k, v = _qkv()
+    with export_support():
+        exported = torch.export.export(xfuse.frontend.importer.wrap_function(f), (q, k, v))
+    assert not needs_decomposition(exported)
+    imported = import_module(f, (q, k, v))
+    calls = [op for op in imported.module.walk() if op.name == "graph.torch_call"]
+    assert [op.target.data for op in calls] == [SDPA]  # type: ignore[attr-defined]
+    torch.testing.assert_close(xfuse.compile(f, (q, k, v), quiet=True)(q, k, v), f(q, k, v))

@@ -101,6 +101,13 @@ CASES: list[Case] = [
     ("masked_fill", lambda a: a.masked_fill(a > 0, -1.0), lambda: (rand(8),), "graph.where"),
     ("to_f16", lambda a: a.to(torch.float16), lambda: (rand(8),), "graph.cast"),
     ("to_i32", lambda a: a.to(torch.int32), lambda: (rand(8) * 4,), "graph.cast"),
+    (
+        "to_device_f16",  # aten.to.device onto the device it is on: a cast
+        lambda a: a.to(a.device, torch.float16) * 2,
+        lambda: (rand(8),),
+        "graph.cast",
+    ),
+    ("to_same_device", lambda a: a.to(a.device) * 2, lambda: (rand(8),), "graph.mul"),
     ("float_of_bool", lambda a: (a > 0).float(), lambda: (rand(8),), "graph.cast"),
     ("expand", lambda a: a.expand(3, 4, 5), lambda: (rand(4, 1),), "graph.broadcast_in_dim"),
     (

@@ -242,6 +242,17 @@ def _cast(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.cast(lw.tensor(a["self"]), out_type(node).element_type)
 
 
+def _to_device(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """`Tensor.to(device, dtype)` onto the device the tensor is on (Llama's rotary tables): a
+    cast, or nothing; a move to another device stays a torch call."""
+    source, result = a["self"].meta.get("val"), node.meta.get("val")
+    if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor):
+        return None
+    if source.device != result.device:
+        return None
+    return _cast(lw, node, a)
+
+
 def _identity(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.tensor(a["self"] if "self" in a else a["input"])
 
@@ -1842,6 +1853,7 @@ CONVERTERS: dict[str, Converter] = {
         _identity,
     ),
     "aten.dropout.default": _dropout,
+    "aten.to.device": _to_device,
     "aten.scalar_tensor.default": _constant("s"),
     **_each(
         ["aten.full.default", "aten.full_like.default", "aten.new_full.default"],
