@@ -256,29 +256,14 @@ def _to_device(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 CONVOLUTION = "aten.convolution.default"
 
 
-def _pair(value: Any) -> list[Any]:
-    """A conv2d size argument as two numbers (one given stands for both)."""
-    values = list(value) if isinstance(value, list | tuple) else [value]
-    return values * 2 if len(values) == 1 else values
-
-
 def _conv2d(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """`conv2d` of a batch as the extern `aten.convolution` call that torch's decomposition
     makes of it (so that a program needs no decomposition for it); an unbatched one stays a
     torch call of itself."""
-    if len(out_type(node).get_shape()) != 4:
+    sizes = [_window_arg(a[name], 2) for name in ("stride", "padding", "dilation")]
+    if len(out_type(node).get_shape()) != 4 or None in sizes:
         return None
-    args = [
-        a["input"],
-        a["weight"],
-        a["bias"],
-        _pair(a["stride"]),
-        _pair(a["padding"]),
-        _pair(a["dilation"]),
-        False,
-        [0, 0],
-        a["groups"],
-    ]
+    args = [a["input"], a["weight"], a["bias"], *sizes, False, [0, 0], a["groups"]]
     (out,) = lw.torch_call(CONVOLUTION, args, {}, [out_type(node)], node)
     return out
 
