@@ -188,8 +188,6 @@ class _Captured:
     """The graph's intermediate buffers (kept alive with it)."""
     inference: bool
     """Whether it was captured in inference mode (its outputs are inference tensors)."""
-    nbytes: int
-    """The GPU memory the capture holds."""
     memory: GraphMemory | None = None
 
 
@@ -293,8 +291,7 @@ class GraphRunner:
         with torch.cuda.graph(graph):
             outputs = self.run_steps(self.program, inputs, pool)
         self.captures += 1
-        nbytes = torch.cuda.memory_allocated(device) - before
-        if nbytes >= RING_MAX_BYTES:
+        if torch.cuda.memory_allocated(device) - before >= RING_MAX_BYTES:
             self._size = 1
         read_in_place = tuple(i for i, keep in enumerate(in_place) if keep)
         return _Captured(
@@ -306,5 +303,4 @@ class GraphRunner:
             outputs,
             pool,
             torch.is_inference_mode_enabled(),
-            nbytes,
         )
