@@ -69,6 +69,7 @@ from xfuse.dialects.facts import (
 )
 from xfuse.dialects.mlir_ops import ErfcOp as MathErfcOp
 from xfuse.dialects.mlir_ops import RemFOp
+from xfuse.dialects.torch_args import tensor_ref
 
 # ---------------------------------------------------------------------------------------------
 # Op-kind traits, read by fusion (xfuse/passes/fusion/legality.py)
@@ -2673,8 +2674,9 @@ class TorchCallOp(IRDLOperation):
 
 def _tensor_refs(attr: Attribute) -> set[int]:
     """Operand indices named by `"%tN"` strings anywhere inside an attribute."""
-    if isinstance(attr, StringAttr) and attr.data.startswith("%t") and attr.data[2:].isdigit():
-        return {int(attr.data[2:])}
+    index = tensor_ref(attr)
+    if index is not None:
+        return {index}
     if isinstance(attr, ArrayAttr):
         return set().union(*(_tensor_refs(a) for a in attr.data))
     if isinstance(attr, DictionaryAttr):

@@ -31,8 +31,15 @@ from xfuse.errors import InterpretError, UnsupportedArgument
 _PREFIXES = ("dtype:", "device:", "layout:", "memory_format:", "str:")
 
 
+def tensor_ref(attr: Attribute) -> int | None:
+    """The operand index an argument names (`"%t2"` -> 2), or None for any other argument."""
+    if isinstance(attr, StringAttr) and attr.data.startswith("%t") and attr.data[2:].isdigit():
+        return int(attr.data[2:])
+    return None
+
+
 def _is_special(s: str) -> bool:
-    return s.startswith(_PREFIXES) or (s.startswith("%t") and s[2:].isdigit())
+    return s.startswith(_PREFIXES) or tensor_ref(StringAttr(s)) is not None
 
 
 def encode_arg(value: Any, tensor_index: Callable[[Any], int | None]) -> Attribute:
@@ -93,10 +100,11 @@ def decode_arg(attr: Attribute, tensors: Operands) -> Any:
         return float(attr.value.data)  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
     if isinstance(attr, ArrayAttr):
         return [decode_arg(a, tensors) for a in attr.data]  # pyright: ignore[reportUnknownVariableType]
+    index = tensor_ref(attr)
+    if index is not None:
+        return tensors[index]
     if isinstance(attr, StringAttr):
         s = attr.data
-        if s.startswith("%t") and s[2:].isdigit():
-            return tensors[int(s[2:])]
         kind, _, name = s.partition(":")
         if kind == "str":
             return name

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i1
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i1
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -39,6 +39,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
+from xfuse.dialects.torch_args import tensor_ref
 from xfuse.frontend.attention import SDPA
 
 GQA = "enable_gqa"
@@ -82,12 +83,7 @@ def repeated_heads(value: SSAValue) -> tuple[SSAValue, int] | None:
 
 def _operand(op: graph.TorchCallOp, position: int) -> int | None:
     """The operand index of positional argument `position`, if it is a tensor."""
-    if len(op.args.data) <= position:
-        return None
-    arg = op.args.data[position]
-    if isinstance(arg, StringAttr) and arg.data.startswith("%t") and arg.data[2:].isdigit():
-        return int(arg.data[2:])
-    return None
+    return tensor_ref(op.args.data[position]) if position < len(op.args.data) else None
 
 
 class RepeatedKeyValueIntoGQA(RewritePattern):
