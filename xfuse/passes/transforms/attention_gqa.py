@@ -88,7 +88,8 @@ def _operand(op: graph.TorchCallOp, position: int) -> int | None:
 
 class RepeatedKeyValueIntoGQA(RewritePattern):
     """Attention on `repeat_kv` copies of the key and value heads -> on the heads themselves,
-    with `enable_gqa=True` (the copies are erased once nothing else reads them)."""
+    with `enable_gqa=True` (the walker's dead-code elimination erases the copies once nothing
+    else reads them)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
@@ -105,21 +106,10 @@ class RepeatedKeyValueIntoGQA(RewritePattern):
         inputs = list(op.inputs)
         inputs[key], inputs[value] = keys[0], values[0]
         kwargs = DictionaryAttr({**op.kwargs.data, GQA: IntegerAttr(1, i1)})
-        dead = [op.inputs[key].owner, op.inputs[value].owner]
         rewriter.replace(
             op,
             graph.TorchCallOp(op.target.data, inputs, [op.outputs[0].type], op.args, kwargs),
         )
-        for reshape in dead:
-            _erase_unused_chain(reshape, rewriter)
-
-
-def _erase_unused_chain(op: object, rewriter: PatternRewriter) -> None:
-    """The reshape, broadcast and reshape of a repeat, from the last, while nothing reads them."""
-    while isinstance(op, graph.ReshapeOp | graph.BroadcastInDimOp) and not op.result.uses:
-        source = op.input.owner
-        rewriter.erase(op)
-        op = source
 
 
 @dataclass(frozen=True)
