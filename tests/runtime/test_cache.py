@@ -22,6 +22,7 @@ from xfuse.ir.context import parse
 from xfuse.runtime.cache import (
     CorruptEntry,
     KernelCache,
+    codegen_sources,
     decode_entry,
     default_cache,
     default_cache_dir,
@@ -306,3 +307,17 @@ def test_cpu_kernels_are_named_for_their_ops() -> None:
     compiled = xfuse.compile(lambda x: torch.softmax(x * 2, -1), (torch.randn(4, 8),), quiet=True)
     names = [step.kernel.name for step in compiled.default.program.steps if hasattr(step, "kernel")]
     assert names and all(n.startswith("xfuse_mul_reduce_max") for n in names), names
+
+
+def test_code_that_maps_and_lowers_kernels_keys_the_cache() -> None:
+    # the GPU mapping and the LLVM lowering live in subpackages of xfuse.passes: editing them
+    # must invalidate cached kernels as editing the backends does
+    names = {(p.parent.name, p.name) for p in codegen_sources()}
+    for module in [
+        ("lowering", "gpu_map_parallel.py"),
+        ("lowering", "lower_to_loops.py"),
+        ("llvm", "lower_to_nvvm.py"),
+        ("backends", "cuda.py"),
+        ("passes", "options.py"),
+    ]:
+        assert module in names

@@ -77,11 +77,24 @@ def _sources_digest(files: tuple[Path, ...]) -> str:
     return h.hexdigest()
 
 
+CODEGEN_PACKAGES = ("backends", "passes", "dialects", "ir")
+"""xfuse's packages whose code turns loop IR into artifacts (the GPU mapping and the LLVM
+lowering live in `passes`' subpackages)."""
+
+
+def codegen_sources() -> tuple[Path, ...]:
+    """The source files `backend_version` digests: every module of `CODEGEN_PACKAGES`, at any
+    depth."""
+    files = {
+        p.resolve() for package in CODEGEN_PACKAGES for p in (_XFUSE_ROOT / package).rglob("*.py")
+    }
+    return tuple(sorted(files))
+
+
 def backend_version(backend: Backend) -> str:
     """A digest of the code that turns loop IR into artifacts: the backend class's module and
-    xfuse's backends and passes (the LLVM lowering lives there). Editing them invalidates entries."""
-    files = {p.resolve() for p in (_XFUSE_ROOT / "backends").glob("*.py")}
-    files |= {p.resolve() for p in (_XFUSE_ROOT / "passes").glob("*.py")}
+    `codegen_sources()`. Editing them invalidates entries."""
+    files = set(codegen_sources())
     source = inspect.getsourcefile(type(backend))
     if source is not None:
         files.add(Path(source).resolve())
