@@ -4,7 +4,8 @@ with several `Tuning`s of the CUDA backend, checked against torch (output poison
 timed with CUDA events; prints a table, the best elementwise and rows choices as an
 `XFUSE_CUDA_TUNING` string (`--best FILE` writes it), and the per-launch host overhead.
 
-    python benchmarks/cuda_tune.py [--size 16384] [--runs 30] [--best best.txt]
+    python benchmarks/cuda_tune.py [--size 16384] [--runs 30] [--dtype bf16] [--rows SPECS]
+        [--best best.txt]
 """
 
 from __future__ import annotations
@@ -44,7 +45,14 @@ ROWS = [
     "row_threads=256,max_cached=64,rows_min_blocks=2",
     "max_cached=8,rows_min_blocks=2",
     "row_threads=512,max_cached=8,rows_min_blocks=0",
+    "row_threads=512",
+    "row_threads=256",
+    "row_threads=256,max_cached=64",
+    "row_threads=128,max_cached=128",
 ]
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+TOLERANCE = {"f32": 1e-3, "bf16": 6e-2, "f16": 1e-2}
+"""Largest error against torch a variant may have (one 16-bit ulp at layernorm's magnitude)."""
 
 
 def loop_ir(fn, inputs):  # type: ignore[no-untyped-def]
@@ -91,6 +99,13 @@ def main() -> None:
         "'spec:waves;spec:waves' (e.g. 'unroll=2:8;unroll=1,block_size=1024:1000')",
     )
     parser.add_argument("--cases", help="comma-separated subset of the four cases")
+    parser.add_argument(
+        "--cols", type=int, help="row length (default --size): x is size*size/cols x cols"
+    )
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
+    parser.add_argument(
+        "--rows", help="rows variants to try instead of the built-in list, as 'spec;spec'"
+    )
     args = parser.parse_args()
     elementwise = ELEMENTWISE
     if args.elementwise:
@@ -98,14 +113,19 @@ def main() -> None:
             (spec, int(waves))
             for spec, _, waves in (v.rpartition(":") for v in args.elementwise.split(";"))
         ]
-    n = args.size
-    x = torch.randn(n, n, device="cuda:0")
-    w = torch.randn(n, device="cuda:0")
-    b = torch.randn(n, device="cuda:0")
+    rows = args.rows.split(";") if args.rows else ROWS
+    n = args.cols or args.size
+    dtype = DTYPES[args.dtype]
+    x = torch.randn(args.size * args.size // n, n, device="cuda:0", dtype=dtype)
+    w = torch.randn(n, device="cuda:0", dtype=dtype)
+    b = torch.randn(n, device="cuda:0", dtype=dtype)
     src = torch.empty_like(x)
     copy_ms = median_ms(lambda: src.copy_(x), args.runs)
-    bandwidth = 2 * x.numel() * 4 / (copy_ms * 1e-3)
-    print(f"device: {torch.cuda.get_device_name()}; copy {bandwidth / 1e12:.2f} TB/s")
+    bandwidth = 2 * x.numel() * x.element_size() / (copy_ms * 1e-3)
+    print(
+        f"device: {torch.cuda.get_device_name()}; copy {bandwidth / 1e12:.2f} TB/s; "
+        f"x {tuple(x.shape)} {args.dtype}"
+    )
     cases = {
         "pointwise": (lambda x, w, b: F.gelu(x * w + b) * torch.sigmoid(x), (x, w, b)),
         "softmax": (lambda x: torch.softmax(x, -1), (x,)),
@@ -123,7 +143,7 @@ def main() -> None:
         module, kernel_name = loop_ir(fn, inputs)
         expected = fn(*inputs)
         out = torch.empty_like(x)
-        variants = list(elementwise) if name == "pointwise" else [(s, 4) for s in ROWS]
+        variants = list(elementwise) if name == "pointwise" else [(s, 4) for s in rows]
         for spec, waves in variants:
             label = spec + (f",waves={waves}" if name == "pointwise" else "")
             try:
@@ -141,10 +161,11 @@ def main() -> None:
             except Exception as e:  # report and go on: one variant must not stop the sweep
                 print(f"| {name} | {label} | failed: {type(e).__name__}: {str(e)[:200]} |")
                 continue
-            traffic = (2 * x.numel() + sum(t.numel() for t in inputs[1:]) * 2) * 4
+            traffic = (2 * x.numel() + sum(t.numel() for t in inputs[1:]) * 2) * x.element_size()
             bw = traffic / (ms * 1e-3) / bandwidth
             print(f"| {name} | {label} | {ms:.3f} ms | {100 * bw:.1f}% | err {error:.1e} |")
-            results.setdefault(label, {})[name] = ms if error < 1e-3 else float("inf")
+            ok = error < TOLERANCE[args.dtype]
+            results.setdefault(label, {})[name] = ms if ok else float("inf")
             kind = "elementwise" if name == "pointwise" else "rows"
             best_total[kind].setdefault(label, 0.0)
             best_total[kind][label] += results[label][name]

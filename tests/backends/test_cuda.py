@@ -188,12 +188,12 @@ def test_short_rows_reduce_within_a_warp(tmp_path: Path) -> None:
 def test_long_rows_reduce_through_shared_memory_and_stay_in_registers(tmp_path: Path) -> None:
     (ptx,) = ptx_of(lambda x: torch.softmax(x, -1), (_x(4, 16384),), tmp_path)
     shape = LaunchShape.from_ptx(ptx)
-    assert (shape.strategy, shape.block, shape.items) == ("rows", 1024, 4)
+    assert (shape.strategy, shape.block, shape.items) == ("rows", 256, 4)
     assert ".shared" in ptx and "bar.sync" in ptx
-    # 16 elements per thread as four 128-bit loads, read once for the max, the sum and the
+    # 64 elements per thread as sixteen 128-bit loads, read once for the max, the sum and the
     # output; the division by the row's sum is a multiplication by its reciprocal
-    assert ptx.count("ld.global") == 4 and ptx.count("ld.global.nc.v4") == 4
-    assert ptx.count("st.global.v4") == 4
+    assert ptx.count("ld.global") == 16 and ptx.count("ld.global.nc.v4") == 16
+    assert ptx.count("st.global.v4") == 16
     assert ptx.count("div.rn.f32") + ptx.count("rcp.rn.f32") == 1
 
 
@@ -201,7 +201,7 @@ def test_rmsnorm_squares_without_powf(tmp_path: Path) -> None:
     fn = lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w  # noqa: E731
     (ptx,) = ptx_of(fn, (_x(4, 4096), _x(4096)), tmp_path)
     assert "lg2" not in ptx and "ex2" not in ptx  # no libdevice powf
-    assert ptx.count("ld.global.nc.v4") == 2 * 4096 // (4 * 512)  # x and w, vectorized
+    assert ptx.count("ld.global.nc.v4") == 2 * 4096 // (4 * 64)  # x and w, vectorized
 
 
 def test_unrolled_pointwise_guards_each_chunk_and_keeps_vectors(tmp_path: Path) -> None:
@@ -212,9 +212,11 @@ def test_unrolled_pointwise_guards_each_chunk_and_keeps_vectors(tmp_path: Path) 
 
 
 def test_very_long_rows_are_re_read(tmp_path: Path) -> None:
-    # 48K elements a row: longer than a block keeps in registers (1024 threads x 32), shorter
-    # than split-reductions' min-length (65536), which would make it two stages of short rows.
-    (ptx,) = ptx_of(lambda x: x.sum(-1), (_x(2, 49152),), tmp_path)
+    # 48K elements a row: longer than a block keeps in registers with 16 elements a thread
+    # (1024 threads x 16), shorter than split-reductions' min-length (65536), which would make
+    # it two stages of short rows.
+    tuning = Tuning(max_cached=16)
+    (ptx,) = ptx_of(lambda x: x.sum(-1), (_x(2, 49152),), tmp_path, tuning)
     assert LaunchShape.from_ptx(ptx).strategy == "rows"
     assert ptx.count("ld.global") < 8
 

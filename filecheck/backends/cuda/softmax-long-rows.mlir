@@ -1,5 +1,5 @@
 // RUN: python -m xfuse.backends.cuda %s | filecheck %s
-// Rows of 16384: a block of 1024 threads per row, 16 elements each kept in registers as four
+// Rows of 16384: a block of 256 threads per row, 64 elements each kept in registers as sixteen
 // 128-bit loads (one load per element for the max, the sum and the output), warp shuffles then
 // shared memory; the division by the sum is a multiplication by its reciprocal.
 
@@ -38,12 +38,12 @@ builtin.module {
   }
 }
 
-// CHECK:      // xfuse-launch {"block": 1024, "items": 8, "kernel": "softmax", "strategy": "rows"}
+// CHECK:      // xfuse-launch {"block": 256, "items": 8, "kernel": "softmax", "strategy": "rows"}
 // CHECK:      .visible .entry softmax(
-// CHECK:      .maxntid 1024
+// CHECK:      .maxntid 256
 // CHECK-NOT:  .minnctapersm
 // CHECK:      .shared .align 4 .b8 __xfuse_smem_softmax_0[128];
-// CHECK-COUNT-4: ld.global.nc.v4.b32
+// CHECK-COUNT-16: ld.global.nc.v4.b32
 // CHECK-NOT:  ld.global
 // CHECK:      shfl.sync.bfly.b32 {{.*}}, 16, 31, -1;
 // CHECK:      st.shared.b32
@@ -52,4 +52,4 @@ builtin.module {
 // CHECK:      bar.sync 0;
 // CHECK:      rcp.rn.f32
 // CHECK-NOT:  div.rn.f32
-// CHECK-COUNT-4: st.global.v4.b32
+// CHECK-COUNT-16: st.global.v4.b32
