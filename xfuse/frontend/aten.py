@@ -31,6 +31,8 @@ from xfuse.frontend.attention import ATTENTION_CONVERTERS, SDPA
 from xfuse.frontend.builder import (
     ImportBuilder,
     Value,
+    bind,
+    node_error,
     out_type,
     promoted_dtype,
     result_types,
@@ -474,7 +476,13 @@ def _layer_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 def _batch_norm_eval(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """Eval-mode batch norm as (x - mean) * rsqrt(var + eps) * weight + bias, the per-channel
-    vectors reshaped to broadcast along dim 1: elementwise ops that fuse with their neighbours."""
+    vectors reshaped to broadcast along dim 1: elementwise ops that fuse with their neighbours.
+    `_native_batch_norm_legit_no_training` (three results, the first read), or `batch_norm`
+    with `training` False, which eager and torch's decomposition compute as that. A training
+    one (batch statistics, running ones updated) is refused: `CONVERTED_WHEN` has the program
+    decomposed instead, as ever."""
+    if a.get("training"):
+        raise node_error(node, "batch_norm in training mode is imported decomposed")
     dtype = result_types(node)[0].element_type
     x = lw.tensor(a["input"])
     if used_outputs(node) - {0} or not graph.is_float(dtype) or _rank(x) < 2:
@@ -492,7 +500,7 @@ def _batch_norm_eval(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         y = lw.emit(graph.MulOp(y, per_channel("weight")))
     if a["bias"] is not None:
         y = lw.emit(graph.AddOp(y, per_channel("bias")))
-    return [y, None, None]
+    return [y, None, None] if isinstance(node.meta.get("val"), list | tuple) else y
 
 
 def _rms_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
@@ -922,6 +930,22 @@ def _mode_pad(mode: str) -> Converter:
     return convert
 
 
+PAD_MODES = ("constant", "reflect", "replicate")
+"""`pad`'s modes that map (to `constant_pad_nd` and the `{reflection,replication}_pad{n}d` ops
+eager calls); a circular one is decomposed (`CONVERTED_WHEN`)."""
+
+
+def _pad(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """`F.pad` as the op eager and torch's decomposition call: `constant_pad_nd` with the fill
+    (none: 0.0), or the `PAD_MODES` op of the mode on the same pad list."""
+    if a["mode"] == "constant":
+        value = 0.0 if a["value"] is None else a["value"]
+        return _constant_pad(lw, node, {"self": a["self"], "pad": a["pad"], "value": value})
+    if a["mode"] not in PAD_MODES:
+        return None  # (decomposed: CONVERTED_WHEN)
+    return _mode_pad(a["mode"])(lw, node, {"self": a["self"], "padding": a["pad"]})
+
+
 def _window_arg(value: Any, n: int, default: int | None = None) -> list[int] | None:
     """A pooling argument (an int or a list of 1 or n ints; [] = `default`) as n ints."""
     if isinstance(value, int):
@@ -987,11 +1011,12 @@ def _max_and_argmax(
     ]
     if any(pools[i] is None for i in used):
         return None
-    return pools
+    return pools if isinstance(node.meta.get("val"), list | tuple) else pools[0]
 
 
 def _max_pool(n: int) -> Converter:
-    """max_pool{2,3}d_with_indices."""
+    """max_pool{2,3}d_with_indices, and max_pool2d (its values only: what eager and torch's
+    decomposition compute it as)."""
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         kernel, stride = _kernel_stride(a, n)
@@ -1063,6 +1088,15 @@ def _adaptive_pool(kind: str, n: int) -> Converter:
         return _max_and_argmax(lw, node, x, window, **options)
 
     return convert
+
+
+def _adaptive_avg_pool2d(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """`adaptive_avg_pool2d` as eager and torch's decomposition compute it: a 1x1 output is
+    `mean` over the last two dims, any other `_adaptive_avg_pool2d`."""
+    if list(a["output_size"]) == [1, 1]:
+        mean = {"self": a["self"], "dim": [-1, -2], "keepdim": True, "dtype": None}
+        return CONVERTERS["aten.mean.dim"](lw, node, mean)
+    return _adaptive_pool("avg", 2)(lw, node, a)
 
 
 _HALF = (Float16Type, BFloat16Type)
@@ -1870,6 +1904,11 @@ CONVERTERS: dict[str, Converter] = {
     "aten.dropout.default": _dropout,
     "aten.to.device": _to_device,
     "aten.conv2d.default": _conv2d,
+    # composites that torch.export gives whole (CONVERTED_WHEN)
+    "aten.batch_norm.default": _batch_norm_eval,
+    "aten.pad.default": _pad,
+    "aten.max_pool2d.default": _max_pool(2),
+    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
     "aten.scalar_tensor.default": _constant("s"),
     **_each(
         ["aten.full.default", "aten.full_like.default", "aten.new_full.default"],
@@ -1926,3 +1965,11 @@ KEPT_COMPOSITES: tuple[str, ...] = (
     *POOL_KEPT_COMPOSITES,  # pool task
     *SCATTER_KEPT_COMPOSITES,  # scatter task: their own index checks
 )
+
+# Ops of the table that a program is imported with, as torch.export gives them, only where the
+# check holds of their node; a program with a node that fails it is decomposed first, as one
+# with an unmapped op is (`importer.needs_decomposition`).
+CONVERTED_WHEN: dict[str, Callable[[torch.fx.Node], bool]] = {
+    "aten.batch_norm.default": lambda node: not bind(node)["training"],
+    "aten.pad.default": lambda node: bind(node)["mode"] in PAD_MODES,
+}

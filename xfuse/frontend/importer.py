@@ -28,7 +28,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
-from xfuse.frontend.aten import CONVERTERS, KEPT_COMPOSITES, SKIPPED
+from xfuse.frontend.aten import CONVERTED_WHEN, CONVERTERS, KEPT_COMPOSITES, SKIPPED
 from xfuse.frontend.builder import (
     ImportBuilder,
     UnsupportedProgram,
@@ -182,15 +182,23 @@ decomposition (attention: a `graph.torch_call` of itself either way)."""
 
 
 def needs_decomposition(program: ExportedProgram) -> bool:
-    """Whether some node is none of `IMPORTED_AS_IS` (decomposing is the slow part of an
-    import: GPT-2's 0.5 s of a 1 s warm start; a program of such ops only is already in the
-    form the importer reads, its attention calls included)."""
+    """Whether some node is not `read_as_exported` (decomposing is the slow part of an import:
+    GPT-2's 0.5 s of a 1 s warm start; a program of such ops only is already in the form the
+    importer reads, its attention calls included)."""
     return any(
         node.op == "call_function"
         and node.target is not operator.getitem
-        and str(node.target) not in IMPORTED_AS_IS
+        and not read_as_exported(node)
         for node in program.graph.nodes
     )
+
+
+def read_as_exported(node: torch.fx.Node) -> bool:
+    """Whether the node's op is one of `IMPORTED_AS_IS` and passes its `CONVERTED_WHEN` check,
+    if it has one (a training batch norm, a circular pad do not)."""
+    name = str(node.target)
+    check = CONVERTED_WHEN.get(name)
+    return name in IMPORTED_AS_IS and (check is None or check(node))
 
 
 class FunctionModule(torch.nn.Module):

@@ -1,0 +1,144 @@
+"""The convnet ops torch.export gives undecomposed (eval `batch_norm`, `pad`, `max_pool2d`,
+`adaptive_avg_pool2d`) import as exported, to the IR that the decomposed program imports to,
+so MobileNetV2 needs no decomposition. The forms a converter cannot take as eager computes them
+(a training batch norm, a circular pad) still have the program decomposed, as before."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import xfuse
+from xfuse.frontend.builder import UnsupportedProgram
+from xfuse.frontend.importer import (
+    Importer,
+    decomposition_table,
+    import_module,
+    needs_decomposition,
+    wrap_function,
+)
+from xfuse.frontend.pytrees import export_support
+
+_gen = torch.Generator().manual_seed(0)
+
+
+def rand(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=_gen).to(dtype)
+
+
+def _export(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> Any:
+    module = fn if isinstance(fn, nn.Module) else wrap_function(fn)
+    with export_support():
+        return torch.export.export(module, inputs, strict=False)
+
+
+def _decomposed_ir(exported: Any) -> str:
+    with export_support():
+        return str(Importer(exported.run_decompositions(decomposition_table())).run().module)
+
+
+def _batch_norm(bn: nn.Module) -> nn.Module:
+    """A batch norm in eval mode with running statistics other than 0 and 1."""
+    bn.running_mean.uniform_(-1, 1, generator=_gen)  # type: ignore[operator]
+    bn.running_var.uniform_(0.5, 2, generator=_gen)  # type: ignore[operator]
+    return bn.eval()
+
+
+# (id, function or module, inputs)
+AS_EXPORTED: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]] = [
+    (
+        "batch_norm",
+        nn.Sequential(nn.Conv2d(3, 4, 3), _batch_norm(nn.BatchNorm2d(4))).eval(),
+        lambda: (rand(2, 3, 8, 8),),
+    ),
+    (
+        "batch_norm_1d_no_affine",
+        _batch_norm(nn.BatchNorm1d(5, affine=False)),
+        lambda: (rand(4, 5, 3),),
+    ),
+    ("pad_constant", lambda x: F.pad(x, (0, 1, 0, 1)) * 2, lambda: (rand(1, 3, 5, 5),)),
+    ("pad_zero", lambda x: F.pad(x, (0, 0, 0, 0)) * 2, lambda: (rand(1, 3, 5, 5),)),
+    ("pad_value", lambda x: F.pad(x, (1, 2, 0, 1), value=-1.5), lambda: (rand(2, 3, 4),)),
+    ("pad_reflect", lambda x: F.pad(x, (1, 2, 2, 1), mode="reflect"), lambda: (rand(2, 3, 5, 6),)),
+    ("pad_replicate", lambda x: F.pad(x, (2, 1), mode="replicate"), lambda: (rand(2, 3, 5),)),
+    ("max_pool2d", lambda x: F.max_pool2d(x, 3, 2, 1), lambda: (rand(2, 3, 9, 9),)),
+    (
+        "max_pool2d_ceil_unbatched",
+        lambda x: F.max_pool2d(x, (3, 2), ceil_mode=True),
+        lambda: (rand(3, 8, 7),),
+    ),
+    ("adaptive_avg_pool2d_1x1", lambda x: F.adaptive_avg_pool2d(x, 1), lambda: (rand(2, 3, 7, 7),)),
+    (
+        "adaptive_avg_pool2d_uneven",
+        lambda x: F.adaptive_avg_pool2d(x, (3, 2)),
+        lambda: (rand(1, 2, 7, 7),),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("fn", "make"), [c[1:] for c in AS_EXPORTED], ids=[c[0] for c in AS_EXPORTED]
+)
+def test_imported_as_exported_to_the_decomposition_s_ir(
+    fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]]
+) -> None:
+    inputs = make()
+    exported = _export(fn, inputs)
+    assert not needs_decomposition(exported)
+    assert str(Importer(exported).run().module) == _decomposed_ir(exported)
+    with torch.no_grad():
+        want = fn(*inputs)
+        got = xfuse.compile(fn, inputs, quiet=True, fallback="error")(*inputs)
+    torch.testing.assert_close(got, want)
+
+
+def _train_batch_norm(x: torch.Tensor) -> torch.Tensor:
+    return F.batch_norm(x, None, None, training=True)  # batch statistics, nothing to update
+
+
+# (id, function or module, inputs, what its compile does: "eager" (matches eager), or "refused"
+# (the program mutates an input or a buffer))
+DECOMPOSED: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]], str]] = [
+    ("batch_norm_training", nn.BatchNorm2d(3).train(), lambda: (rand(2, 3, 4, 4),), "refused"),
+    ("batch_norm_batch_statistics", _train_batch_norm, lambda: (rand(4, 3, 5),), "eager"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fn", "make", "compiled"), [c[1:] for c in DECOMPOSED], ids=[c[0] for c in DECOMPOSED]
+)
+def test_forms_left_to_the_decomposition(
+    fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], compiled: str
+) -> None:
+    """The program is decomposed, as before; the converters refuse these nodes if given them
+    (a torch call of a training batch norm would write into its running statistics)."""
+    exported = _export(fn, make())
+    assert needs_decomposition(exported)
+    with pytest.raises(UnsupportedProgram):
+        Importer(exported).run()
+    _compiles_as_before(fn, make, compiled)
+
+
+def test_a_circular_pad_is_decomposed() -> None:
+    fn = lambda x: F.pad(x, (1, 2, 2, 1), mode="circular")  # noqa: E731
+    x = rand(1, 2, 5, 6)
+    assert needs_decomposition(_export(fn, (x,)))
+    _compiles_as_before(fn, lambda: (x,), "eager")
+
+
+def _compiles_as_before(
+    fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], compiled: str
+) -> None:
+    if compiled == "refused":
+        with pytest.raises(UnsupportedProgram, match="mutates"):
+            import_module(fn, make())
+    elif compiled == "eager":
+        inputs = make()
+        want = fn(*[x.clone() for x in inputs])
+        got = xfuse.compile(fn, inputs, quiet=True, fallback="error")(*inputs)
+        torch.testing.assert_close(got, want)
