@@ -128,7 +128,9 @@ class _CPURunner(GraphRunner):
         outputs = self.run_steps(self.program, inputs, pool)
         graph = _ReplayedSteps(lambda: self.run_steps(self.program, inputs, pool), outputs)
         self.captures += 1
-        return _Captured(graph, inputs, tuple(range(len(args))), (), [], outputs, pool, False)  # type: ignore[arg-type]
+        return _Captured(
+            graph, inputs, tuple(range(len(args))), (), [], lambda a: [], outputs, pool, False
+        )  # type: ignore[arg-type]
 
 
 def _cpu_runner() -> tuple[_CPURunner, Callable[[torch.Tensor], torch.Tensor]]:

@@ -79,3 +79,36 @@ def test_state_that_is_no_tensor_any_more_is_refused_in_one_line(grad: bool) -> 
     with torch.set_grad_enabled(grad), pytest.raises(XfuseError) as caught:
         compiled(x)
     assert str(caught.value) == "module state '0.bias' is now a NoneType, not a tensor"
+
+
+def test_this_torch_reads_dict_versions() -> None:
+    # CI's torch (2.13) and the GPU machine's (2.11) both do; elsewhere every call reads the dicts.
+    assert state_module._versions_work()
+
+
+def test_unwritten_dicts_give_the_last_read_and_any_write_a_new_one() -> None:
+    model = _model()
+    state = ModuleState(model)
+    first = state.tensors()
+    assert state.tensors() is first  # no dict written: the same tensors, not read again
+    new_weight = torch.nn.Parameter(torch.ones(3, 4))
+    model[0].weight = new_weight  # a write of the parameter dict
+    second = state.tensors()
+    assert second is not first and second[state.names.index("0.weight")] is new_weight
+    model[1].momentum = 0.5  # a write of an owner's instance dict: read again, the same values
+    third = state.tensors()
+    assert third is not second and third == second
+    shadow = torch.zeros(3)
+    object.__setattr__(model[1], "running_mean", shadow)  # shadows the buffer: read by getattr
+    assert state.tensors()[state.names.index("1.running_mean")] is shadow
+    assert state.tensors()[state.names.index("1.running_mean")] is shadow
+
+
+def test_without_dict_versions_every_call_reads_the_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state_module, "_versions_work", lambda: False)
+    model = _model()
+    state = ModuleState(model)
+    first = state.tensors()
+    assert state.tensors() is not first and state.tensors() == first
+    model[0].weight = torch.nn.Parameter(torch.ones(3, 4))
+    assert state.tensors()[state.names.index("0.weight")] is model[0].weight

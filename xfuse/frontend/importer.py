@@ -104,22 +104,31 @@ class ImportedProgram:
         attribute lookups per call): the call path of a compiled program. A parameter or buffer
         named in `state_names` is taken from the call's state list (read from the module at
         each call); the others (lifted constants) are the exported values."""
+        # One C call picks every argument from inputs + state + the lifted constants.
         positions = iter([i for i in range(arity) if i not in self.constant_inputs])
-        index = {name: i for i, name in enumerate(state_names)}
-        plan: list[tuple[int, Any]] = []
+        index = {name: arity + i for i, name in enumerate(state_names)}
+        constants: list[torch.Tensor] = []
+        picks: list[int] = []
         for i in range(len(self.function.body.block.args)):
             name = self.param_names.get(i)
             if name is None:
-                plan.append((0, next(positions)))
+                picks.append(next(positions))
             elif name in index:
-                plan.append((1, index[name]))
+                picks.append(index[name])
             else:
-                plan.append((2, self.params[name]))
+                picks.append(arity + len(state_names) + len(constants))
+                constants.append(self.params[name])
+        pick: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]]
+        if len(picks) >= 2:
+            pick = operator.itemgetter(*picks)
+        else:  # itemgetter of one index gives a value, not a tuple (of none: an error)
+            pick = lambda values: [values[i] for i in picks]  # noqa: E731
 
         def bind(
             inputs: Sequence[torch.Tensor], state: Sequence[torch.Tensor] = ()
         ) -> list[torch.Tensor]:
-            return [inputs[v] if k == 0 else state[v] if k == 1 else v for k, v in plan]
+            assert len(inputs) == arity and len(state) == len(state_names)
+            return list(pick([*inputs, *state, *constants]))
 
         return bind
 
@@ -195,7 +204,8 @@ def needs_decomposition(program: ExportedProgram) -> bool:
 
 def read_as_exported(node: torch.fx.Node) -> bool:
     """Whether the node's op is one of `IMPORTED_AS_IS` and passes its `CONVERTED_WHEN` check,
-    if it has one (a training batch norm, a circular pad do not)."""
+    if it has one (a training batch norm, a circular pad, an in-place add on memory others
+    see do not)."""
     name = str(node.target)
     check = CONVERTED_WHEN.get(name)
     return name in IMPORTED_AS_IS and (check is None or check(node))

@@ -33,6 +33,7 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
@@ -170,7 +171,14 @@ def _written_memory(captured: _Captured, state: Sequence[Tensor]) -> GraphMemory
 
 
 def _addresses(args: Sequence[Tensor], positions: Sequence[int]) -> list[int]:
-    return list(map(Tensor.data_ptr, [args[i] for i in positions]))
+    return list(map(Tensor.data_ptr, _picker(positions)(args)))
+
+
+def _picker(positions: Sequence[int]) -> Callable[[Sequence[Tensor]], Sequence[Tensor]]:
+    """The arguments at `positions`, picked in one C call."""
+    if len(positions) >= 2:
+        return operator.itemgetter(*positions)
+    return lambda args: [args[i] for i in positions]
 
 
 @dataclass
@@ -183,6 +191,8 @@ class _Captured:
     """The positions of the arguments read in place (parameters and buffers)."""
     addresses: list[int]
     """Their data pointers."""
+    pick_in_place: Callable[[Sequence[Tensor]], Sequence[Tensor]]
+    """Picks them from a call's arguments."""
     outputs: list[Tensor]
     pool: BufferPool
     """The graph's intermediate buffers (kept alive with it)."""
@@ -230,7 +240,7 @@ class GraphRunner:
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool, finish: Finish
     ) -> list[Tensor]:
         ring = self._ring
-        if ring and _addresses(args, ring[0].in_place) != ring[0].addresses:
+        if ring and list(map(Tensor.data_ptr, ring[0].pick_in_place(args))) != ring[0].addresses:
             ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
         free = [c for c in ring if c.memory is None or c.memory.free()]
         if not free and len(ring) < self._size:
@@ -300,6 +310,7 @@ class GraphRunner:
             tuple(i for i, keep in enumerate(in_place) if not keep),
             read_in_place,
             _addresses(args, read_in_place),
+            _picker(read_in_place),
             outputs,
             pool,
             torch.is_inference_mode_enabled(),
