@@ -1,7 +1,8 @@
 """The convnet ops torch.export gives undecomposed (eval `batch_norm`, `pad`, `max_pool2d`,
-`adaptive_avg_pool2d`) import as exported, to the IR that the decomposed program imports to,
-so MobileNetV2 needs no decomposition. The forms a converter cannot take as eager computes them
-(a training batch norm, a circular pad) still have the program decomposed, as before."""
+`adaptive_avg_pool2d`, a residual `add_`) import as exported, to the IR that the decomposed
+program imports to, so ResNet and MobileNetV2 need no decomposition. The forms a converter
+cannot take as eager computes them (a training batch norm, a circular pad, an in-place add on
+memory something else sees) still have the program decomposed, as before."""
 
 from __future__ import annotations
 
@@ -42,11 +43,31 @@ def _decomposed_ir(exported: Any) -> str:
         return str(Importer(exported.run_decompositions(decomposition_table())).run().module)
 
 
+class _Residual(nn.Module):
+    """ResNet's bottleneck tail: `hidden = bn(conv(x)); hidden += shortcut(x)`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.bn = _batch_norm(nn.BatchNorm2d(4))
+        self.shortcut = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.bn(self.conv(x))
+        hidden += self.shortcut(x)
+        return hidden.relu()
+
+
 def _batch_norm(bn: nn.Module) -> nn.Module:
     """A batch norm in eval mode with running statistics other than 0 and 1."""
     bn.running_mean.uniform_(-1, 1, generator=_gen)  # type: ignore[operator]
     bn.running_var.uniform_(0.5, 2, generator=_gen)  # type: ignore[operator]
     return bn.eval()
+
+
+def _conv_add(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    y = F.conv2d(x, w, padding=1)
+    return y.add_(x, alpha=0.5)
 
 
 # (id, function or module, inputs)
@@ -78,6 +99,9 @@ AS_EXPORTED: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor
         lambda x: F.adaptive_avg_pool2d(x, (3, 2)),
         lambda: (rand(1, 2, 7, 7),),
     ),
+    ("residual_add_", _Residual().eval(), lambda: (rand(1, 4, 6, 6),)),
+    ("conv2d_add_alpha", _conv_add, lambda: (rand(1, 4, 6, 6), rand(4, 4, 3, 3))),
+    ("mul_add_", lambda x, y: (x * 2).add_(y).relu(), lambda: (rand(3, 4), rand(4))),
 ]
 
 
@@ -97,15 +121,41 @@ def test_imported_as_exported_to_the_decomposition_s_ir(
     torch.testing.assert_close(got, want)
 
 
+def _on_input(x: torch.Tensor) -> torch.Tensor:
+    return x.add_(1)  # the caller's tensor
+
+
+def _viewed(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    a = x * 2
+    row = a[0]  # a view: it sees the add
+    b = a.add_(y)
+    return a * 3 + b + row  # (export reads a, after the add, as the add_ node)
+
+
+def _onto_dropout(x: torch.Tensor) -> torch.Tensor:
+    t = x * 2
+    d = F.dropout(t, 0.5, training=False)  # eager: t itself, so add_ writes into t
+    return d.add_(1) * t
+
+
+def _promoted(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x * 2).add_(y)  # f16 += f32: eager adds in f32 and rounds once
+
+
 def _train_batch_norm(x: torch.Tensor) -> torch.Tensor:
     return F.batch_norm(x, None, None, training=True)  # batch statistics, nothing to update
 
 
-# (id, function or module, inputs, what its compile does: "eager" (matches eager), or "refused"
-# (the program mutates an input or a buffer))
+# (id, function or module, inputs, what its compile does: "eager" (matches eager), "refused"
+# (the program mutates an input or a buffer), or "-" (not checked: torch.export's decomposition
+# copies the dropout's result, where eager's add_ writes into t)
 DECOMPOSED: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]], str]] = [
     ("batch_norm_training", nn.BatchNorm2d(3).train(), lambda: (rand(2, 3, 4, 4),), "refused"),
     ("batch_norm_batch_statistics", _train_batch_norm, lambda: (rand(4, 3, 5),), "eager"),
+    ("add_on_input", _on_input, lambda: (rand(3, 4),), "refused"),
+    ("add_viewed", _viewed, lambda: (rand(3, 4), rand(3, 4)), "eager"),
+    ("add_onto_dropout", _onto_dropout, lambda: (rand(3, 4),), "-"),
+    ("add_promoted", _promoted, lambda: (rand(3, 4, dtype=torch.float16), rand(3, 4)), "eager"),
 ]
 
 
@@ -116,7 +166,7 @@ def test_forms_left_to_the_decomposition(
     fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], compiled: str
 ) -> None:
     """The program is decomposed, as before; the converters refuse these nodes if given them
-    (a torch call of a training batch norm would write into its running statistics)."""
+    (a torch call of a training batch norm or an in-place add would write into memory)."""
     exported = _export(fn, make())
     assert needs_decomposition(exported)
     with pytest.raises(UnsupportedProgram):

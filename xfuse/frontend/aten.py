@@ -32,6 +32,7 @@ from xfuse.frontend.builder import (
     ImportBuilder,
     Value,
     bind,
+    meta_tensor,
     node_error,
     out_type,
     promoted_dtype,
@@ -268,6 +269,49 @@ def _conv2d(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     args = [a["input"], a["weight"], a["bias"], *sizes, False, [0, 0], a["groups"]]
     (out,) = lw.torch_call(CONVOLUTION, args, {}, [out_type(node)], node)
     return out
+
+
+NEW_TENSOR_COMPOSITES = frozenset(
+    {"aten.batch_norm.default", "aten.conv2d.default", "aten.linear.default"}
+)
+"""Composite ops (CompositeImplicitAutograd) whose eager result is always new memory. A
+composite's schema does not promise that: eval-mode `dropout` returns its input itself."""
+
+
+def _adds_to_unseen_tensor(node: torch.fx.Node) -> bool:
+    """Whether `self.add_(other)` is eager's `self + other` (ResNet's residual `+=`): self is
+    new memory, the result of an op that makes a new tensor (an aten op whose schema says it
+    does not alias, not a composite but those of `NEW_TENSOR_COMPOSITES`), that no node but
+    this one reads or views; and the sum has self's dtype (no rounding to it). torch.export
+    gives in-place ops as traced; any other is left to the decomposition, which functionalises
+    it (copies back into inputs and buffers)."""
+    a = bind(node)
+    source, other = a["self"], a["other"]
+    if not isinstance(source, torch.fx.Node) or set(source.users) != {node}:
+        return False
+    op = source.target
+    if source.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+        return False
+    if any(r.alias_info is not None for r in op._schema.returns):
+        return False
+    composite = torch._C._dispatch_has_kernel_for_dispatch_key(
+        op.name(), "CompositeImplicitAutograd"
+    )
+    if composite and str(op) not in NEW_TENSOR_COMPOSITES:
+        return False
+    val = source.meta.get("val")
+    other_val = other.meta.get("val") if isinstance(other, torch.fx.Node) else other
+    if not isinstance(val, torch.Tensor) or not isinstance(other_val, torch.Tensor | int | float):
+        return False
+    return torch.result_type(meta_tensor(source), meta_tensor(other)) == val.dtype
+
+
+def _add_in_place(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """`add_` where `_adds_to_unseen_tensor`: the `add` that torch's functionalisation makes of
+    it. Any other is refused (a torch call would write into memory the program shares)."""
+    if not _adds_to_unseen_tensor(node):
+        raise node_error(node, "an in-place add on memory other nodes see is imported decomposed")
+    return CONVERTERS["aten.add.Tensor"](lw, node, a)
 
 
 def _identity(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
@@ -1904,11 +1948,12 @@ CONVERTERS: dict[str, Converter] = {
     "aten.dropout.default": _dropout,
     "aten.to.device": _to_device,
     "aten.conv2d.default": _conv2d,
-    # composites that torch.export gives whole (CONVERTED_WHEN)
+    # composites and an in-place op that torch.export gives as traced (CONVERTED_WHEN)
     "aten.batch_norm.default": _batch_norm_eval,
     "aten.pad.default": _pad,
     "aten.max_pool2d.default": _max_pool(2),
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
+    "aten.add_.Tensor": _add_in_place,
     "aten.scalar_tensor.default": _constant("s"),
     **_each(
         ["aten.full.default", "aten.full_like.default", "aten.new_full.default"],
@@ -1972,4 +2017,5 @@ KEPT_COMPOSITES: tuple[str, ...] = (
 CONVERTED_WHEN: dict[str, Callable[[torch.fx.Node], bool]] = {
     "aten.batch_norm.default": lambda node: not bind(node)["training"],
     "aten.pad.default": lambda node: bind(node)["mode"] in PAD_MODES,
+    "aten.add_.Tensor": _adds_to_unseen_tensor,
 }
