@@ -1,7 +1,9 @@
 """
 Where the host time of a replayed xfuse call goes, for zoo models on CUDA: the median host time
-of the whole call, of the CUDA graph's `replay()` alone, and a cProfile of many calls (functions
-by their own time), each call's result dropped before the next.
+of the whole call, of the CUDA graph's `replay()` alone, of each part of the call timed alone
+(reading the module state, its key, binding the arguments, checking the state's addresses,
+copying the inputs in, replaying, the output rules, the output structure), and a cProfile of
+many calls (functions by their own time), each call's result dropped before the next.
 
     python -m benchmarks.replay_profile [--models mobilenet_v2,gpt2] [--dtype f32] [--calls 300]
 """
@@ -52,6 +54,7 @@ def profile_model(name: str, dtype: torch.dtype, calls: int) -> str:
             f"replay() alone {host_us(graph.replay, calls):.1f} us, "
             f"Inductor reduce-overhead call {host_us(lambda: overhead(*inputs), calls):.1f} us",
         ]
+        lines.append(host_parts(compiled, inputs, calls))
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(calls):
@@ -61,6 +64,27 @@ def profile_model(name: str, dtype: torch.dtype, calls: int) -> str:
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
     return "\n".join(lines) + "\n" + out.getvalue()
+
+
+def host_parts(compiled: Any, inputs: tuple[Any, ...], calls: int) -> str:
+    """The median host microseconds of each part of a replayed call, each timed alone."""
+    executable, state = compiled.default, compiled.state
+    captured = executable.graphs._ring[0]
+    tensors = state.tensors() if state is not None else []
+    args = executable.bind(inputs, tensors)
+    outputs = list(captured.outputs)
+    parts: dict[str, Callable[[], Any]] = {
+        "state read": state.tensors if state is not None else lambda: None,
+        "state key": (lambda: state.key(tensors)) if state is not None else lambda: None,
+        "bind": lambda: executable.bind(inputs, tensors),
+        "addresses": lambda: list(map(torch.Tensor.data_ptr, captured.pick_in_place(args))),
+        "memory free": captured.memory.free,
+        "inputs in": lambda: [captured.inputs[i].copy_(args[i]) for i in captured.copied],
+        "replay": captured.graph.replay,
+        "output rules": lambda: executable._finish(args, [o.detach() for o in outputs], False),
+        "output structure": lambda: executable.unflatten(list(outputs)),
+    }
+    return "parts (us): " + ", ".join(f"{k} {host_us(f, calls):.1f}" for k, f in parts.items())
 
 
 def main(argv: list[str] | None = None) -> None:
