@@ -20,7 +20,7 @@ from examples.resnet import make_resnet18
 from xfuse.dialects import graph
 from xfuse.runtime.compiler import Program
 from xfuse.runtime.executor import CompiledProgram
-from xfuse.runtime.steps import Allocate, EagerStep, KernelStep
+from xfuse.runtime.steps import Allocate, EagerStep, KernelStep, ViewStep
 
 Tensor = torch.Tensor
 
@@ -50,8 +50,8 @@ class ResNetBlock(nn.Module):
 
 
 def _target(step: Any) -> str | None:
-    """The torch operator an eager step calls (None for other steps)."""
-    if isinstance(step, EagerStep) and isinstance(step.op, graph.TorchCallOp):
+    """The torch operator an eager or view step calls (None for other steps)."""
+    if isinstance(step, EagerStep | ViewStep) and isinstance(step.op, graph.TorchCallOp):
         return step.op.target.data
     return None
 
@@ -146,7 +146,11 @@ def test_cpu_forced_channels_last_matches_eager_with_no_conversions(
     assert got.stride() == want.stride()
     check_no_layout_changes(compiled, trace)
     targets = [_target(step) for step, _, _ in trace.calls]
-    assert "aten.permute.default" in targets  # the NHWC views
+    assert "aten.permute.default" in targets  # the NHWC views, run as views
+    for step, args, results in trace.calls:
+        if _target(step) == "aten.permute.default":
+            assert isinstance(step, ViewStep), step.label
+            assert results[0].untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr()
 
 
 def test_a_channels_last_input_gets_eager_output_strides() -> None:

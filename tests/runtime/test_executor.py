@@ -6,19 +6,21 @@ from __future__ import annotations
 import warnings
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from runtime_fakes import ReferenceBackend, fake_lower_to_loops
 from xdsl.dialects.builtin import ModuleOp
 
+from xfuse.dialects import graph
 from xfuse.errors import FallbackWarning
 from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import parse
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.compiler import Program, ProgramCompiler
 from xfuse.runtime.executor import run_program
-from xfuse.runtime.steps import BufferPool, EagerStep, KernelStep, ViewStep
+from xfuse.runtime.steps import BufferPool, EagerStep, KernelStep, ViewStep, torch_call_view
 
 MIXED = """
 func.func @forward(%w: tensor<8x16xf32> {graph.param = "w"}, %x: tensor<4x8xf32> {graph.input = "x"}) -> (tensor<64xf32>, tensor<16x4xf32>, tensor<16x4xf32>) {
@@ -404,3 +406,26 @@ def test_extern_torch_calls_use_torchs_own_bindings() -> None:
     assert direct_torch_op("aten.convolution.default") is torch.convolution
     # Several non-out overloads: the binding might pick another; the overload itself runs.
     assert direct_torch_op("aten.add.Tensor") is torch.ops.aten.add.Tensor
+
+
+def _torch_call(target: str, args: str) -> Any:
+    module = parse(
+        "func.func @forward(%y: tensor<2x4x8x8xf32>) -> tensor<2x8x8x4xf32> {\n"
+        f'  %v = graph.torch_call "{target}"(%y) args = {args} kwargs = {{}} '
+        ": (tensor<2x4x8x8xf32>) -> tensor<2x8x8x4xf32>\n"
+        "  func.return %v : tensor<2x8x8x4xf32>\n}"
+    )
+    return next(op for op in module.walk() if isinstance(op, graph.TorchCallOp))
+
+
+def test_a_torch_call_permute_by_constant_dims_runs_as_a_view() -> None:
+    op = _torch_call("aten.permute.default", '["%t0", [0 : i64, 2 : i64, 3 : i64, 1 : i64]]')
+    view = torch_call_view(op)
+    assert view is not None
+    x = torch.randn(2, 4, 8, 8)
+    y = view(x)
+    assert y.data_ptr() == x.data_ptr() and torch.equal(y, x.permute(0, 2, 3, 1))
+
+
+def test_other_torch_calls_are_no_views() -> None:
+    assert torch_call_view(_torch_call("aten.clone.default", '["%t0"]')) is None

@@ -42,6 +42,7 @@ from xfuse.runtime.steps import (
     KernelStep,
     Step,
     ViewStep,
+    torch_call_view,
 )
 
 Tensor = torch.Tensor
@@ -614,6 +615,8 @@ class ProgramCompiler:
             em.constants[outputs[0]] = run_op(op, [])[0].to(self.device)
         elif _is_view(op):
             em.steps.append(ViewStep(op, inputs, outputs, f"view {op.name}"))
+        elif torch_call_view(op) is not None:
+            em.steps.append(ViewStep(op, inputs, outputs, "view " + _eager_label(op)[6:]))
         elif op.name in OP_IMPLS or isinstance(op, fusion.GroupOp):
             em.steps.append(EagerStep(op, inputs, outputs, _eager_label(op)))
         else:
