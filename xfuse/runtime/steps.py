@@ -262,9 +262,11 @@ class _Operand:
 
 def _torch_permute_view(op: graph.TorchCallOp) -> View | None:
     """`aten.permute.default` of its one operand by constant dims (channels-last's twins)."""
+    if len(op.operands) != 1:
+        return None
     operand = _Operand()
     args, kwargs = prepare_args(op.args, op.kwargs)([operand])
-    if len(op.operands) != 1 or kwargs or len(args) != 2 or args[0] is not operand:
+    if kwargs or len(args) != 2 or args[0] is not operand:
         return None
     dims = args[1]
     if not isinstance(dims, list | tuple) or not all(type(d) is int for d in dims):
