@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import operator
 import sys
 import threading
 from collections.abc import Sequence
@@ -53,6 +54,10 @@ def kernel_module(module: ModuleOp, name: str) -> ModuleOp:
     raise CodegenError(f"no function @{name} in the module")
 
 
+_DATA_PTR = operator.methodcaller("data_ptr")
+_NUMEL = operator.methodcaller("numel")
+
+
 @dataclass
 class CPUKernel:
     """A loaded kernel: call it with its buffers (inputs, then outputs), contiguous tensors."""
@@ -79,8 +84,13 @@ class CPUKernel:
         if not all([b.is_cpu and b.is_contiguous() for b in buffers]):
             i = next(i for i, b in enumerate(buffers) if not (b.is_cpu and b.is_contiguous()))
             raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")
-        pointers = [b.data_ptr() for b in buffers]
-        work = sum([b.numel() for b in buffers])
+        self.launch(buffers)
+
+    def launch(self, buffers: Sequence[torch.Tensor]) -> None:
+        """`self(buffers)` for a caller that has made them the kernel's: its arity, contiguous
+        CPU tensors (`KernelStep`, whose program runs on the CPU)."""
+        pointers = list(map(_DATA_PTR, buffers))
+        work = sum(map(_NUMEL, buffers))
         if 0 < work < self.inline_below:
             self.function(0, self.extent, *pointers)
             return

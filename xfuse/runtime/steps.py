@@ -15,6 +15,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -26,7 +27,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.torch_args import prepare_args
 from xfuse.errors import IndexOutOfRangeError
 from xfuse.interpreters.graph import PreparedOp, prepare_op
-from xfuse.runtime.memory import empty_cpu
+from xfuse.runtime.memory import HUGE_PAGE_MIN_BYTES, empty_cpu
 
 Tensor = torch.Tensor
 
@@ -95,6 +96,9 @@ class BufferPool:
         self.device = torch.device(device)
         self.recycle = self.device.type == "cpu" and reuse_outputs_enabled()
         self.min_bytes = RECYCLE_MIN_BYTES if min_bytes is None else min_bytes
+        self._fresh: dict[BufferSpec, Callable[[], Tensor]] = {}
+        """spec -> a fresh buffer of it, for specs that are not recycled (made once per spec:
+        one call per allocation, no decisions)."""
         self._lanes: dict[BufferSpec, deque[np.ndarray] | None] = {}
         """spec -> the blocks of its size whose tensors' storage was freed (appended by weak
         reference callbacks, from any thread: deque's append and pop are atomic); None for a
@@ -108,15 +112,17 @@ class BufferPool:
         free = self._free.get(spec)
         if free:
             return free.pop()
+        fresh = self._fresh.get(spec)
+        if fresh is not None:
+            self.allocations += 1
+            return fresh()
         try:
             lane = self._lanes[spec]
         except KeyError:
             lane = self._lane(spec)
         if lane is None:
             self.allocations += 1
-            if self.device.type == "cpu":
-                return empty_cpu(spec.shape, spec.dtype)  # large ones in huge pages
-            return torch.empty(spec.shape, dtype=spec.dtype, device=self.device)
+            return self._fresh[spec]()
         try:
             block = lane.pop()
         except IndexError:
@@ -131,6 +137,12 @@ class BufferPool:
         lane = None
         if self.recycle and nbytes and nbytes >= self.min_bytes:
             lane = self._returned.setdefault(nbytes, deque())
+        elif self.device.type == "cpu" and nbytes >= HUGE_PAGE_MIN_BYTES:
+            self._fresh[spec] = partial(empty_cpu, spec.shape, spec.dtype)  # in huge pages
+        else:
+            self._fresh[spec] = partial(
+                torch.empty, spec.shape, dtype=spec.dtype, device=self.device
+            )
         self._lanes[spec] = lane
         return lane
 
@@ -173,20 +185,24 @@ class KernelStep:
 
     def __post_init__(self) -> None:
         self.writes = any(math.prod(spec.shape) for spec in self.out_specs)
+        self._launch = getattr(self.kernel, "launch", self.kernel)
 
     error_flag: bool = False
     """The kernel takes an error flag after its outputs (it gathers, docs/contracts.md)."""
     _device_flag: Tensor | None = field(default=None, init=False, repr=False)
+    _launch: Callable[[list[Tensor]], None] = field(init=False, repr=False)
+    """The kernel's `launch` where it has one (the CPU's: no checks of what `run` ensures),
+    else the kernel."""
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         buffers = [a if a.is_contiguous() else a.contiguous() for a in args]
-        outs = [allocate(spec) for spec in self.out_specs]
+        outs = list(map(allocate, self.out_specs))
         if self.writes:
             buffers += outs
             if self.error_flag:
                 self._run_checked(buffers, outs[0].device)
             else:
-                self.kernel(buffers)
+                self._launch(buffers)
         return outs
 
     def _run_checked(self, buffers: list[Tensor], device: torch.device) -> None:
