@@ -173,6 +173,7 @@ def _first_line(e: Exception) -> str:
 
 def import_program(program: ExportedProgram) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps)."""
+    check_no_write_through_returned_input(program)
     if needs_decomposition(program):
         try:
             # export_support: decomposing retraces, rebuilding library outputs (a DynamicCache).
@@ -183,6 +184,68 @@ def import_program(program: ExportedProgram) -> ImportedProgram:
                 f"torch.export failed while decomposing: {_first_line(e)}"
             ) from e
     return Importer(program).run()
+
+
+MAY_RETURN_INPUT = frozenset(
+    {
+        "aten.dropout.default",
+        "aten.alpha_dropout.default",
+        "aten.feature_dropout.default",
+        "aten.feature_alpha_dropout.default",
+        "aten.contiguous.default",
+        "aten.flatten.using_ints",
+        "aten.type_as.default",
+        "aten.to.dtype",
+        "aten.to.device",
+        "aten.to.dtype_layout",
+        "aten.to.other",
+    }
+)
+"""Composite ops whose eager result can be their input itself (dropout in eval mode, a
+`contiguous` or `to` that changes nothing), which their schemas do not say."""
+
+
+def _may_be_its_input(value: torch.fx.Node, source: torch.fx.Node) -> bool:
+    """Whether `value`, a call with `source` as its first argument, may be `source` itself in
+    eager: a `MAY_RETURN_INPUT` op that is dropout out of training (or of p = 0), or another
+    whose result has its input's layout (so it changed nothing); unknown layouts: yes."""
+    name = str(value.target) if value.op == "call_function" else ""
+    if name not in MAY_RETURN_INPUT:
+        return False
+    if "dropout" in name:
+        p, train = (list(value.args[1:3]) + [None, None])[:2]
+        return not (isinstance(train, bool) and train and isinstance(p, int | float) and p > 0)
+    a, b = source.meta.get("val"), value.meta.get("val")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return True
+    return (a.shape, a.stride(), a.dtype, a.device) == (b.shape, b.stride(), b.dtype, b.device)
+
+
+def check_no_write_through_returned_input(program: ExportedProgram) -> None:
+    """Refuse an in-place op on the result of a `MAY_RETURN_INPUT` op whose input is read
+    after the write (or is a program input or output). In eager the write may change that
+    input too (`d = F.dropout(t, training=False); d.add_(1)` changes `t`); torch.export's
+    functionalisation, not knowing that the result is the input, would leave it unchanged."""
+    nodes = list(program.graph.nodes)
+    order = {node: i for i, node in enumerate(nodes)}
+    for node in nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        arguments = node.target._schema.arguments
+        for argument, value in zip(arguments, node.args, strict=False):
+            written = argument.alias_info is not None and argument.alias_info.is_write
+            if not written or not isinstance(value, torch.fx.Node):
+                continue
+            source = value.args[0] if value.args else None
+            if not isinstance(source, torch.fx.Node) or not _may_be_its_input(value, source):
+                continue
+            later = [u for u in source.users if u is not value and order[u] > order[node]]
+            if source.op == "placeholder" or later:
+                raise UnsupportedProgram(
+                    f"{node.target} writes into the result of {value.target}, which eager may "
+                    f"return as its input '{source.name}' itself (read again after the write); "
+                    "xfuse cannot keep that aliasing: write the update out of place"
+                )
 
 
 IMPORTED_AS_IS = frozenset(CONVERTERS) | SKIPPED | frozenset(KEPT_COMPOSITES)
