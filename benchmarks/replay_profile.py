@@ -77,7 +77,7 @@ def host_parts(compiled: Any, inputs: tuple[Any, ...], calls: int) -> str:
         "state read": state.tensors if state is not None else lambda: None,
         "state key": (lambda: state.key(tensors)) if state is not None else lambda: None,
         "bind": lambda: executable.bind(inputs, tensors),
-        "addresses": lambda: list(map(torch.Tensor.data_ptr, captured.pick_in_place(args))),
+        "addresses": lambda: captured.moved(args),
         "memory free": captured.memory.free,
         "inputs in": lambda: [captured.inputs[i].copy_(args[i]) for i in captured.copied],
         "replay": captured.graph.replay,

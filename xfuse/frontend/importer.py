@@ -41,7 +41,7 @@ from xfuse.frontend.builder import (
 )
 from xfuse.frontend.decompositions import extra_decompositions
 from xfuse.frontend.outputs import OutputRule, output_rules
-from xfuse.frontend.pytrees import export_support
+from xfuse.frontend.pytrees import export_support, picker
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.ir.dtypes import tensor_input_problem
 
@@ -118,11 +118,7 @@ class ImportedProgram:
             else:
                 picks.append(arity + len(state_names) + len(constants))
                 constants.append(self.params[name])
-        pick: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]]
-        if len(picks) >= 2:
-            pick = operator.itemgetter(*picks)
-        else:  # itemgetter of one index gives a value, not a tuple (of none: an error)
-            pick = lambda values: [values[i] for i in picks]  # noqa: E731
+        pick = picker(picks)
 
         def bind(
             inputs: Sequence[torch.Tensor], state: Sequence[torch.Tensor] = ()

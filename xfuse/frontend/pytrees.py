@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from torch.utils import _pytree as pytree
@@ -162,3 +163,13 @@ def _plain_layer_fields() -> tuple[str, ...] | None:
         for n in vars(theirs)
     )
     return fields if same and sorted(vars(ours)) == sorted(vars(theirs)) else None
+
+
+def picker(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """The items at `keys` of a sequence or mapping, as a tuple, in one C call where there are
+    two keys or more (`operator.itemgetter`, which gives a bare value for one key and refuses
+    none)."""
+    if len(keys) >= 2:
+        return operator.itemgetter(*keys)
+    fixed = tuple(keys)
+    return lambda items: tuple(items[k] for k in fixed)

@@ -33,7 +33,6 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 
 from __future__ import annotations
 
-import operator
 import os
 import sys
 import threading
@@ -45,6 +44,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.dialects.effects import may_mutate
 from xfuse.frontend.outputs import overlaps
+from xfuse.frontend.pytrees import picker
 from xfuse.ir.functions import function_bodies
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.runtime.compiler import Program
@@ -170,35 +170,30 @@ def _written_memory(captured: _Captured, state: Sequence[Tensor]) -> GraphMemory
     return GraphMemory(outputs + [captured.inputs[i] for i in captured.copied])
 
 
-def _addresses(args: Sequence[Tensor], positions: Sequence[int]) -> list[int]:
-    return list(map(Tensor.data_ptr, _picker(positions)(args)))
-
-
-def _picker(positions: Sequence[int]) -> Callable[[Sequence[Tensor]], Sequence[Tensor]]:
-    """The arguments at `positions`, picked in one C call."""
-    if len(positions) >= 2:
-        return operator.itemgetter(*positions)
-    return lambda args: [args[i] for i in positions]
-
-
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
     inputs: list[Tensor]
     """What the graph reads: its own copies of user inputs, the state tensors themselves."""
     copied: tuple[int, ...]
-    in_place: tuple[int, ...]
-    """The positions of the arguments read in place (parameters and buffers)."""
+    pick_in_place: Callable[[Sequence[Tensor]], tuple[Tensor, ...]]
+    """Picks the arguments read in place (parameters and buffers) from a call's arguments."""
     addresses: list[int]
     """Their data pointers."""
-    pick_in_place: Callable[[Sequence[Tensor]], Sequence[Tensor]]
-    """Picks them from a call's arguments."""
     outputs: list[Tensor]
     pool: BufferPool
     """The graph's intermediate buffers (kept alive with it)."""
     inference: bool
     """Whether it was captured in inference mode (its outputs are inference tensors)."""
     memory: GraphMemory | None = None
+
+    def moved(self, args: Sequence[Tensor]) -> bool:
+        """Whether a parameter or buffer the graph reads in place is elsewhere in `args`."""
+        return _addresses(self.pick_in_place(args)) != self.addresses
+
+
+def _addresses(tensors: Sequence[Tensor]) -> list[int]:
+    return list(map(Tensor.data_ptr, tensors))
 
 
 class GraphRunner:
@@ -240,7 +235,7 @@ class GraphRunner:
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool, finish: Finish
     ) -> list[Tensor]:
         ring = self._ring
-        if ring and list(map(Tensor.data_ptr, ring[0].pick_in_place(args))) != ring[0].addresses:
+        if ring and ring[0].moved(args):
             ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
         free = [c for c in ring if c.memory is None or c.memory.free()]
         if not free and len(ring) < self._size:
@@ -303,14 +298,13 @@ class GraphRunner:
         self.captures += 1
         if torch.cuda.memory_allocated(device) - before >= RING_MAX_BYTES:
             self._size = 1
-        read_in_place = tuple(i for i, keep in enumerate(in_place) if keep)
+        pick_in_place = picker([i for i, keep in enumerate(in_place) if keep])
         return _Captured(
             graph,
             inputs,
             tuple(i for i, keep in enumerate(in_place) if not keep),
-            read_in_place,
-            _addresses(args, read_in_place),
-            _picker(read_in_place),
+            pick_in_place,
+            _addresses(pick_in_place(args)),
             outputs,
             pool,
             torch.is_inference_mode_enabled(),

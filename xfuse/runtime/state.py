@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, cast
 import torch
 
 from xfuse.errors import XfuseError
+from xfuse.frontend.pytrees import picker
 
 Tensor = torch.Tensor
 
@@ -236,8 +237,7 @@ def _read_plan(owner: torch.nn.Module, kind: str, attrs: list[str]) -> ReadPlan:
         and cls.__getattribute__ is object.__getattribute__
         and not any(attr in vars(k) for k in cls.__mro__ for attr in attrs)
     )
-    getter = operator.itemgetter(*attrs)
-    get = getter if len(attrs) > 1 else lambda d: (getter(d),)
+    get = picker(attrs)
     return ReadPlan(owner, cls, vars(owner) if plain else None, kind, get, frozenset(attrs))
 
 
