@@ -277,6 +277,24 @@ NEW_TENSOR_COMPOSITES = frozenset(
 """Composite ops (CompositeImplicitAutograd) whose eager result is always new memory. A
 composite's schema does not promise that: eval-mode `dropout` returns its input itself."""
 
+MAY_RETURN_INPUT = frozenset(
+    {
+        "aten.dropout.default",
+        "aten.alpha_dropout.default",
+        "aten.feature_dropout.default",
+        "aten.feature_alpha_dropout.default",
+        "aten.contiguous.default",
+        "aten.flatten.using_ints",
+        "aten.type_as.default",
+        "aten.to.dtype",
+        "aten.to.device",
+        "aten.to.dtype_layout",
+        "aten.to.other",
+    }
+)
+"""Composite ops whose eager result can be their input itself (dropout in eval mode, a
+`contiguous` or `to` that changes nothing), which their schemas do not say."""
+
 
 def _adds_to_unseen_tensor(node: torch.fx.Node) -> bool:
     """Whether `self.add_(other)` is eager's `self + other` (ResNet's residual `+=`): self is

@@ -28,7 +28,13 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
-from xfuse.frontend.aten import CONVERTED_WHEN, CONVERTERS, KEPT_COMPOSITES, SKIPPED
+from xfuse.frontend.aten import (
+    CONVERTED_WHEN,
+    CONVERTERS,
+    KEPT_COMPOSITES,
+    MAY_RETURN_INPUT,
+    SKIPPED,
+)
 from xfuse.frontend.builder import (
     ImportBuilder,
     UnsupportedProgram,
@@ -180,25 +186,6 @@ def import_program(program: ExportedProgram) -> ImportedProgram:
                 f"torch.export failed while decomposing: {_first_line(e)}"
             ) from e
     return Importer(program).run()
-
-
-MAY_RETURN_INPUT = frozenset(
-    {
-        "aten.dropout.default",
-        "aten.alpha_dropout.default",
-        "aten.feature_dropout.default",
-        "aten.feature_alpha_dropout.default",
-        "aten.contiguous.default",
-        "aten.flatten.using_ints",
-        "aten.type_as.default",
-        "aten.to.dtype",
-        "aten.to.device",
-        "aten.to.dtype_layout",
-        "aten.to.other",
-    }
-)
-"""Composite ops whose eager result can be their input itself (dropout in eval mode, a
-`contiguous` or `to` that changes nothing), which their schemas do not say."""
 
 
 def _may_be_its_input(value: torch.fx.Node, source: torch.fx.Node) -> bool:
