@@ -20,11 +20,12 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr
 from xdsl.ir import Operation
 
 from xfuse.backends import Kernel
 from xfuse.dialects import graph
-from xfuse.dialects.torch_args import prepare_args
+from xfuse.dialects.torch_args import decode_arg, tensor_ref
 from xfuse.errors import IndexOutOfRangeError
 from xfuse.interpreters.graph import PreparedOp, prepare_op
 from xfuse.runtime.memory import HUGE_PAGE_MIN_BYTES, empty_cpu
@@ -272,22 +273,18 @@ VIEW_IMPLS: dict[str, Callable[[Operation], View]] = {
 assert set(VIEW_IMPLS) == {op.name for op in graph.STRIDED_VIEWS}
 
 
-class _Operand:
-    """Stands for the torch call's tensor operand while its arguments are read."""
-
-
 def _torch_permute_view(op: graph.TorchCallOp) -> View | None:
     """`aten.permute.default` of its one operand by constant dims (channels-last's twins)."""
-    if len(op.operands) != 1:
+    args = op.args.data
+    if len(op.operands) != 1 or op.kwargs.data or len(args) != 2 or tensor_ref(args[0]) != 0:
         return None
-    operand = _Operand()
-    args, kwargs = prepare_args(op.args, op.kwargs)([operand])
-    if kwargs or len(args) != 2 or args[0] is not operand:
+    if not isinstance(args[1], ArrayAttr) or not all(
+        isinstance(a, IntegerAttr) for a in args[1].data
+    ):
         return None
-    dims = args[1]
-    if not isinstance(dims, list | tuple) or not all(type(d) is int for d in dims):
+    dims = tuple(decode_arg(args[1], ()))
+    if not all(type(d) is int for d in dims):  # a bool among them: no permute
         return None
-    dims = tuple(dims)
     return lambda x: x.permute(dims)
 
 
