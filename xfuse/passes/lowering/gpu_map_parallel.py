@@ -559,17 +559,15 @@ def _is_row_loop_body(loop: scf.ForOp) -> bool:
     return True
 
 
-def _row_threads(
-    length: int, max_cached: int, width: int = 1, row_threads: int = 0, row_elements: int = 64
-) -> int:
+def _row_threads(length: int, width: int, mapping: GPUMapping) -> int:
     """Threads per row: a warp for short rows, else enough that each holds about
-    `row_elements` elements (`row_threads`, a power of two of at least 64, overrides that for
-    long rows)."""
-    if length <= WARP * max_cached and length <= MAX_BLOCK * width:
+    `mapping.row_elements` elements (`mapping.row_threads`, a power of two of at least 64,
+    overrides that for long rows)."""
+    if length <= WARP * mapping.max_cached and length <= MAX_BLOCK * width:
         return WARP
-    if row_threads:
-        return row_threads
-    threads = 1 << max(0, math.ceil(math.log2(math.ceil(length / row_elements))))
+    if mapping.row_threads:
+        return mapping.row_threads
+    threads = 1 << max(0, math.ceil(math.log2(math.ceil(length / mapping.row_elements))))
     return max(2 * WARP, min(MAX_BLOCK, threads))
 
 
@@ -624,22 +622,20 @@ def _map_rows(
     par: scf.ParallelOp,
     shape: list[int],
     plan: _RowPlan,
-    max_cached: int,
-    rows_block: int,
-    row_threads: int = 0,
-    row_elements: int = 64,
+    mapping: GPUMapping,
 ) -> None:
+    max_cached = mapping.max_cached
     loops = [op for op in _body_ops(par.body.block) if isinstance(op, scf.ForOp)]
     _hoist_row_invariant_divisions(loops)
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     rows = numel(shape)
     width = _row_width(loops, plan.length)
-    threads = _row_threads(plan.length, max_cached, width, row_threads, row_elements)
+    threads = _row_threads(plan.length, width, mapping)
     if math.ceil(plan.length / (threads * width)) * width > max_cached:
         width = 1  # re-read: the strided loop takes one element at a time
-        threads = _row_threads(plan.length, max_cached, 1, row_threads, row_elements)
-    rows_per_block = max(1, rows_block // threads) if threads == WARP else 1
+        threads = _row_threads(plan.length, 1, mapping)
+    rows_per_block = max(1, mapping.rows_block // threads) if threads == WARP else 1
     blocks = math.ceil(rows / rows_per_block)
     int_type = _index_type_for(kernel, rows + MAX_BLOCK)
     e = _Emit(Builder(InsertPoint.before(par)), int_type)
@@ -926,11 +922,6 @@ class GPUMapping:
 def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUMapping()) -> str:
     """Map one kernel; returns the strategy chosen."""
     block_size, unroll = mapping.block_size, mapping.unroll
-    max_cached, rows_block, row_threads = (
-        mapping.max_cached,
-        mapping.rows_block,
-        mapping.row_threads,
-    )
     par = _outer_parallel(kernel)
     if par is None:
         _map_single_thread(kernel)
@@ -953,17 +944,7 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
     plan = _row_plan(body)
     if plan is not None:
         scratch = _SharedScratch(module, kernel.sym_name.data)
-        _map_rows(
-            kernel,
-            scratch,
-            par,
-            shape,
-            plan,
-            max_cached,
-            rows_block,
-            row_threads,
-            mapping.row_elements,
-        )
+        _map_rows(kernel, scratch, par, shape, plan, mapping)
         return "rows"
     _map_grid_stride(kernel, par, shape, 1, block_size)
     return "serial"
