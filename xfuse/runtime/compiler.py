@@ -170,13 +170,13 @@ Runner = Callable[[Sequence[Tensor], Allocate, Callable[[BufferSpec, Tensor], No
 """(`@forward`'s arguments, allocate, release) -> its results."""
 
 
-def _eager_label(op: Operation) -> str:
-    """A step's name in profiles: the op, and for a torch call its operator and result shape
-    (`eager graph.torch_call aten.convolution.default -> 1x96x16x16`)."""
+def _step_label(kind: str, op: Operation) -> str:
+    """A step's name in profiles: its kind and op, and for a torch call its operator and result
+    shape (`eager graph.torch_call aten.convolution.default -> 1x96x16x16`)."""
     if isinstance(op, graph.TorchCallOp):
         shape = "x".join(map(str, graph.shape_of(op.outputs[0]))) if op.outputs else ""
-        return f"eager {op.name} {op.target.data} -> {shape}"
-    return f"eager {op.name}"
+        return f"{kind} {op.name} {op.target.data} -> {shape}"
+    return f"{kind} {op.name}"
 
 
 def make_runner(program: Program) -> Runner:
@@ -613,12 +613,10 @@ class ProgramCompiler:
         outputs = tuple(self._define(em, slot_of, r) for r in op.results)
         if op.name == "graph.constant":
             em.constants[outputs[0]] = run_op(op, [])[0].to(self.device)
-        elif _is_view(op):
-            em.steps.append(ViewStep(op, inputs, outputs, f"view {op.name}"))
-        elif torch_call_view(op) is not None:
-            em.steps.append(ViewStep(op, inputs, outputs, "view " + _eager_label(op)[6:]))
+        elif _is_view(op) or torch_call_view(op) is not None:
+            em.steps.append(ViewStep(op, inputs, outputs, _step_label("view", op)))
         elif op.name in OP_IMPLS or isinstance(op, fusion.GroupOp):
-            em.steps.append(EagerStep(op, inputs, outputs, _eager_label(op)))
+            em.steps.append(EagerStep(op, inputs, outputs, _step_label("eager", op)))
         else:
             raise XfuseError(f"xfuse cannot run op '{op.name}' (neither a kernel nor a torch op)")
 
