@@ -102,7 +102,7 @@ def _check_options(pass_class: type[ModulePass], spec: ArgSpec) -> None:
         name = option.replace("_", "-")
         if name not in known:
             raise PipelineError(
-                f"pass '{spec.name}' has no option '{option}' "
+                f"pass '{spec.name}' has no option '{name}' "
                 f"(its options: {', '.join(known) or 'none'})"
             )
         if name in callables:

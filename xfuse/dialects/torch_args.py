@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     NoneAttr,
+    NoneType,
     StringAttr,
     f64,
     i1,
@@ -91,7 +92,7 @@ def decode_arg(attr: Attribute, tensors: Operands) -> Any:
     """The torch value of an encoded argument, with `tensors` the call's operand values."""
     import torch
 
-    if isinstance(attr, NoneAttr):
+    if isinstance(attr, NoneAttr | NoneType):  # `none` prints NoneAttr and parses as NoneType
         return None
     if isinstance(attr, IntegerAttr):
         value = attr.value.data  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]

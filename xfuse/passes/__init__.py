@@ -2,7 +2,7 @@
 xfuse's passes, one module each, in one folder per level of the pipeline:
 
     transforms/  graph -> graph              decompose, split-reductions, fold-linear,
-                                             channels-last, attention-gqa
+                                             channels-last, depthwise-stencil, attention-gqa
     fusion/      graph -> fusion.group       fuse-greedy, fuse-scored, group-cleanup, fusion-report
     lowering/    fusion.group -> loops       lower-to-loops; loops -> GPU: gpu-map-parallel
     llvm/        loops -> llvm dialect       lower-to-llvm (CPU), lower-to-nvvm (CUDA), expand-math,
@@ -42,6 +42,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xfuse.passes.transforms.channels_last import ChannelsLastPass
 
         return ChannelsLastPass
+
+    def depthwise_stencil() -> type[ModulePass]:
+        from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
+
+        return DepthwiseStencilPass
 
     def attention_gqa() -> type[ModulePass]:
         from xfuse.passes.transforms.attention_gqa import AttentionGQAPass
@@ -123,6 +128,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "split-reductions": split_reductions,
         "fold-linear": fold_linear,
         "channels-last": channels_last,
+        "depthwise-stencil": depthwise_stencil,
         "attention-gqa": attention_gqa,
         "fuse-greedy": fuse_greedy,
         "fuse-scored": fuse_scored,

@@ -77,5 +77,5 @@ def test_xfuse_compile_runs_it_on_the_cpu_and_matches_eager() -> None:
 
 def test_only_the_cpu_runs_it() -> None:
     names = [p.name for p in device_passes(False, torch.device("cpu"))]
-    assert names == ["attention-gqa"]
+    assert "attention-gqa" in names
     assert "attention-gqa" not in [p.name for p in device_passes(False, torch.device("cuda"))]

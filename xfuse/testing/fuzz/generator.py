@@ -248,6 +248,7 @@ class Generator:
             (1, self.integer_or_logical),
             (0.8, self.pad),  # pool task
             (0.8, self.pool),  # pool task
+            (0.6, self.depthwise),
             (1, self.gather),
         ]
         makers.append((1.5, self.index_op))  # task `index`
@@ -793,6 +794,37 @@ class Generator:
             expr = f"F.max_pool{n}d({a.name}, {args}, return_indices=True)[1]"
             return ("pool:argmax", *self.result(expr, True))
         return (f"pool:{kind}", *self.result(expr, a.exact and kind == "max"))
+
+    def depthwise(self) -> tuple[str, str, list[Value]]:
+        """A depthwise convolution (`groups` = channels; kernel, stride, padding, dilation and
+        the bias drawn) of a value of rank 3 to 5, which `depthwise-stencil` rewrites."""
+        a = self.pick_float()
+        shape = self.shape(a.name)
+        if not 3 <= len(shape) <= 5 or 0 in shape:
+            raise Rejected("depthwise convolution of rank < 3 or > 5")
+        n, channels, rng = len(shape) - 2, shape[1], self.rng
+        dilation = tuple(rng.randint(1, 2) for _ in range(n))
+        kernel = tuple(
+            rng.randint(1, max(1, min(3, (s + d - 1) // d)))
+            for s, d in zip(shape[2:], dilation, strict=True)
+        )
+        padding = tuple(rng.randint(0, k // 2 + 1) for k in kernel)
+        stride = tuple(rng.randint(1, 2) for _ in range(n))
+        if any(
+            s + 2 * p < d * (k - 1) + 1
+            for s, p, d, k in zip(shape[2:], padding, dilation, kernel, strict=True)
+        ):
+            raise Rejected("depthwise window larger than the padded input")
+        self.tolerance = RMSE_TOLERANCE
+        w = f"{self.new_input((channels, 1, *kernel), 'normal').name}.to({a.name}.dtype)"
+        bias = "None"
+        if rng.random() < 0.5:
+            bias = f"{self.new_input((channels,), 'normal').name}.to({a.name}.dtype)"
+        expr = (
+            f"F.conv{n}d({a.name}, {w}, {bias}, stride={stride}, padding={padding}, "
+            f"dilation={dilation}, groups={channels})"
+        )
+        return ("depthwise", *self.result(expr, False))
 
     # --- scatter task: scatters with affine indices ------------------------------------------
 

@@ -153,10 +153,13 @@ class Differential:
         self.check(stage, got)
 
     def run_passes(self, imported: Any) -> list[str]:
+        from xfuse.api import after_decompose, device_passes
         from xfuse.pipeline import Pipeline, parse_passes
 
+        # the passes xfuse.compile adds for the first device (depthwise-stencil, ...) too
+        extra = device_passes(None, torch.device(self.devices[0]))
         stages: list[str] = []
-        for module_pass in parse_passes(self.pipeline):
+        for module_pass in after_decompose(parse_passes(self.pipeline), extra):
             stage = f"after {module_pass.name}"
             try:
                 Pipeline((module_pass,)).apply(imported.module)

@@ -1,0 +1,197 @@
+"""
+`depthwise-stencil`: a depthwise convolution with a small window becomes a sum of shifted
+products (a stencil), which fuses into the kernels around it instead of running as a library
+call.
+
+A depthwise convolution (`groups` = input channels = output channels, MobileNet's and
+ConvNeXt's) does `prod(kernel)` multiply-adds per output element: far too little work for a
+library call's fixed costs. On the 2-core CPU oneDNN takes 60-100 us for a 3x3 one of a few
+thousand elements, NCHW or NHWC; and on either device the call stands between the batch norm
+and activation before it and those after it, so they cannot share a kernel. Written as
+`pad`, strided `slice`s of the input, products with a weight column each and a sum, it is
+elementwise work that fusion places in one kernel with its neighbours (the input's producer
+stays a kernel of its own: fusion does not recompute it for each tap).
+
+    %y = graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, [1, 1], [1, 1], [1, 1], false, [0, 0], 8] ... -> tensor<1x8x6x6xf32>
+      ->
+    %p = graph.pad %x low = [0, 0, 1, 1] high = [0, 0, 1, 1] ...
+    %x00 = graph.slice %p start = [0, 0, 0, 0] limit = [1, 8, 6, 6] stride = [1, 1, 1, 1] ...
+    %w00 = graph.slice %w start = [0, 0, 0, 0] limit = [8, 1, 1, 1] stride = [1, 1, 1, 1] ...
+    %c00 = graph.reshape %w00 : tensor<8x1x1x1xf32> -> tensor<8x1x1xf32>
+    %t00 = graph.mul %x00, %c00 ...
+    %s00 = graph.add %zero, %t00 ...
+    ... (one product per tap, in row-major window order, summed from +0 in that order; the
+    bias last)
+
+Half-precision (f16, bf16) convolutions compute in f32 and round once at the end, as the
+library kernels do (their accumulators are f32); f32 and f64 compute in their own type. Only
+the summation order differs from the library's, as between any two convolution algorithms.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, ModuleOp, TensorType
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from xfuse.dialects import graph
+from xfuse.dialects.torch_args import decode_arg
+from xfuse.passes.options import NON_NEGATIVE, option
+
+CONVOLUTION = "aten.convolution.default"
+
+
+@dataclass(frozen=True)
+class Depthwise:
+    """A depthwise convolution's operands and window, read from its `torch_call`."""
+
+    input: SSAValue
+    weight: SSAValue
+    bias: SSAValue | None
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+
+    @property
+    def kernel(self) -> tuple[int, ...]:
+        return graph.shape_of(self.weight)[2:]
+
+
+def depthwise(op: graph.TorchCallOp) -> Depthwise | None:
+    """The convolution `op` as a `Depthwise`, when it is one: not transposed, 1 to 3 window
+    dims, `groups` = input channels = output channels (weight `[C, 1, *kernel]`), a float
+    type shared by input, weight, bias and result."""
+    if op.target.data != CONVOLUTION or len(op.outputs) != 1 or len(op.args.data) != 9:
+        return None
+    try:
+        x, w, b, stride, padding, dilation, transposed, _, groups = (
+            decode_arg(a, op.inputs) for a in op.args.data
+        )
+    except Exception:  # an argument this pass does not read: leave the call alone
+        return None
+    if not isinstance(x, SSAValue) or not isinstance(w, SSAValue) or transposed:
+        return None
+    if b is not None and not isinstance(b, SSAValue):
+        return None
+    shape, wshape = graph.shape_of(x), graph.shape_of(w)
+    n = len(shape) - 2
+    if not 1 <= n <= 3 or len(wshape) != n + 2:
+        return None
+    channels = shape[1]
+    if groups != channels or wshape[:2] != (channels, 1):
+        return None
+    windows = [list(v) if isinstance(v, list) else [v] * n for v in (stride, padding, dilation)]
+    if any(len(v) != n or not all(isinstance(i, int) for i in v) for v in windows):
+        return None
+    dtype = graph.dtype_of(x)
+    values = [x, w, op.outputs[0]] + ([b] if b is not None else [])
+    if not graph.is_float(dtype) or any(graph.dtype_of(v) != dtype for v in values):
+        return None
+    s, p, d = (tuple(v) for v in windows)
+    return Depthwise(x, w, b, s, p, d)
+
+
+def compute_type(dtype: Attribute) -> Attribute:
+    """The type the taps are summed in: f32 for half types, else the type itself."""
+    return Float32Type() if isinstance(dtype, Float16Type | BFloat16Type) else dtype
+
+
+def _cast(value: SSAValue, dtype: Attribute, ops: list[Operation]) -> SSAValue:
+    if graph.dtype_of(value) == dtype:
+        return value
+    ops.append(cast := graph.CastOp(value, dtype))
+    return cast.result
+
+
+def stencil(conv: Depthwise, result: TensorType[Attribute]) -> tuple[list[Operation], SSAValue]:
+    """The ops that compute `conv` as a sum of shifted products, and the value of the sum
+    (of `result`'s type)."""
+    ops: list[Operation] = []
+    acc_type = compute_type(graph.dtype_of(conv.input))
+    x = _cast(conv.input, acc_type, ops)
+    w = _cast(conv.weight, acc_type, ops)
+    n = len(conv.kernel)
+    if any(conv.padding):
+        ops.append(pad := graph.PadOp(x, [0, 0, *conv.padding], [0, 0, *conv.padding]))
+        x = pad.result
+    shape, out = graph.shape_of(x), result.get_shape()
+    channels = shape[1]
+    # The sum starts at +0, as a library's accumulator does: a window of padding alone times a
+    # negative weight gives +0 as in eager, not -0.
+    ops.append(zero := graph.ConstantOp.scalar(0.0, acc_type))
+    acc: SSAValue = zero.result
+    for tap in itertools.product(*(range(k) for k in conv.kernel)):
+        start = [0, 0, *(t * d for t, d in zip(tap, conv.dilation, strict=True))]
+        limit = [
+            shape[0],
+            channels,
+            *(
+                b + max(s * (o - 1) + 1, 0)
+                for b, s, o in zip(start[2:], conv.stride, out[2:], strict=True)
+            ),
+        ]
+        ops.append(window := graph.SliceOp(x, start, limit, [1, 1, *conv.stride]))
+        ops.append(
+            column := graph.SliceOp(
+                w, [0, 0, *tap], [channels, 1, *(t + 1 for t in tap)], [1] * (n + 2)
+            )
+        )
+        ops.append(weight := graph.ReshapeOp(column, [channels, *[1] * n]))
+        ops.append(product := graph.MulOp(window, weight))
+        ops.append(total := graph.AddOp(acc, product))
+        acc = total.result
+    if conv.bias is not None:
+        bias = _cast(conv.bias, acc_type, ops)
+        ops.append(bias_column := graph.ReshapeOp(bias, [channels, *[1] * n]))
+        ops.append(biased := graph.AddOp(acc, bias_column))
+        acc = biased.result
+    return ops, _cast(acc, result.element_type, ops)
+
+
+class DepthwiseConvolutionIntoStencil(RewritePattern):
+    """A depthwise `aten.convolution` of at most `max_taps` window elements -> pad, slices,
+    products and a sum."""
+
+    def __init__(self, max_taps: int):
+        self.max_taps = max_taps
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
+        conv = depthwise(op)
+        if conv is None or math.prod(conv.kernel) > self.max_taps:
+            return
+        result = op.outputs[0].type
+        assert isinstance(result, TensorType)
+        ops, value = stencil(conv, result)
+        if value.type != result:  # a result shape the window does not give: not ours to fix
+            return
+        rewriter.replace(op, ops, [value])
+
+
+@dataclass(frozen=True)
+class DepthwiseStencilPass(ModulePass):
+    """Depthwise convolutions of small windows as stencils that fuse with their neighbours.
+
+    Options: `max-taps` (the largest window rewritten, in elements: 49 takes ConvNeXt's 7x7; 0 rewrites none).
+    `xfuse.compile` runs this pass after `decompose` on every device."""
+
+    name = "depthwise-stencil"
+
+    max_taps: int = option(49, NON_NEGATIVE)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([DepthwiseConvolutionIntoStencil(self.max_taps)])
+        ).rewrite_module(op)
