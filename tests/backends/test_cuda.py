@@ -161,15 +161,25 @@ def test_low_precision_groups_compile(dtype: torch.dtype, tmp_path: Path) -> Non
 
 def test_pointwise_group_uses_128_bit_accesses(tmp_path: Path) -> None:
     fn = lambda x, w, b: F.gelu(x * w + b) * torch.sigmoid(x)  # noqa: E731
-    (ptx,) = ptx_of(fn, (_x(64, 256), _x(256), _x(256)), tmp_path)
+    # 512x256 elements: at 4 a thread, the 32768 threads of `min-threads` (a smaller kernel
+    # spreads over more threads instead)
+    (ptx,) = ptx_of(fn, (_x(512, 256), _x(256), _x(256)), tmp_path)
     assert "ld.global.nc.v4.b32" in ptx or "ld.global.nc.v4.f32" in ptx
     assert "st.global.v4" in ptx
     assert '"strategy": "elementwise"' in ptx.splitlines()[0]
 
 
 def test_half_pointwise_uses_128_bit_accesses(tmp_path: Path) -> None:
-    (ptx,) = ptx_of(lambda x: torch.tanh(x) * 2, (_x(16, 128, dtype=torch.float16),), tmp_path)
+    (ptx,) = ptx_of(lambda x: torch.tanh(x) * 2, (_x(512, 512, dtype=torch.float16),), tmp_path)
     assert "ld.global.nc.v4.b32" in ptx or "ld.global.nc.v8" in ptx
+
+
+def test_small_pointwise_spreads_over_threads(tmp_path: Path) -> None:
+    """Under `min-threads` elements' worth of vectors, one element a thread: more blocks."""
+    (ptx,) = ptx_of(lambda x: torch.tanh(x) * 2, (_x(16, 128, dtype=torch.float16),), tmp_path)
+    shape = LaunchShape.from_ptx(ptx)
+    assert (shape.strategy, shape.items) == ("elementwise", 16 * 128)
+    assert ".v4" not in ptx and ".v8" not in ptx
 
 
 def test_odd_width_pointwise_stays_scalar(tmp_path: Path) -> None:
@@ -205,9 +215,9 @@ def test_rmsnorm_squares_without_powf(tmp_path: Path) -> None:
 
 
 def test_unrolled_pointwise_guards_each_chunk_and_keeps_vectors(tmp_path: Path) -> None:
-    (ptx,) = ptx_of(lambda x: torch.sigmoid(x) * 2, (_x(1000, 64),), tmp_path, Tuning(unroll=2))
+    (ptx,) = ptx_of(lambda x: torch.sigmoid(x) * 2, (_x(4000, 64),), tmp_path, Tuning(unroll=2))
     shape = LaunchShape.from_ptx(ptx)
-    assert shape.items == 1000 * 64 // 4 // 2  # thread-steps of two v4 chunks
+    assert shape.items == 4000 * 64 // 4 // 2  # thread-steps of two v4 chunks
     assert ptx.count("ld.global.nc.v4") == 2 and ptx.count("st.global.v4") == 2
 
 
@@ -268,10 +278,10 @@ def test_kernel_beyond_2_31_elements_compiles(tmp_path: Path) -> None:
 
 
 def test_artifact_carries_its_launch_shape(tmp_path: Path) -> None:
-    module, (name,) = loop_ir(lambda x: x + 1, (_x(32, 64),))
+    module, (name,) = loop_ir(lambda x: x + 1, (_x(512, 256),))
     ptx = CUDABackend(ARCH).compile(module, name).decode()
     shape = LaunchShape.from_ptx(ptx)
-    assert shape.kernel == name and shape.block == 256 and shape.items == 32 * 64 // 4
+    assert shape.kernel == name and shape.block == 256 and shape.items == 512 * 256 // 4
     assert LaunchShape.from_ptx(shape.to_comment() + "\n") == shape
 
 

@@ -5,16 +5,16 @@
 // 128-bit stores; libdevice's erff inlined.
 
 builtin.module {
-  func.func @pointwise(%x: memref<64x128xf32>, %w: memref<128xf32>, %b: memref<128xf32>, %y: memref<64x128xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64} {
+  func.func @pointwise(%x: memref<256x512xf32>, %w: memref<512xf32>, %b: memref<512xf32>, %y: memref<256x512xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64} {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
-    %c64 = arith.constant 64 : index
-    %c128 = arith.constant 128 : index
-    "scf.parallel"(%c0, %c0, %c64, %c128, %c1, %c1) <{operandSegmentSizes = array<i32: 2, 2, 2, 0>}> ({
+    %c256 = arith.constant 256 : index
+    %c512 = arith.constant 512 : index
+    "scf.parallel"(%c0, %c0, %c256, %c512, %c1, %c1) <{operandSegmentSizes = array<i32: 2, 2, 2, 0>}> ({
     ^bb0(%i: index, %j: index):
-      %xv = memref.load %x[%i, %j] : memref<64x128xf32>
-      %wv = memref.load %w[%j] : memref<128xf32>
-      %bv = memref.load %b[%j] : memref<128xf32>
+      %xv = memref.load %x[%i, %j] : memref<256x512xf32>
+      %wv = memref.load %w[%j] : memref<512xf32>
+      %bv = memref.load %b[%j] : memref<512xf32>
       %t = arith.mulf %xv, %wv : f32
       %u = arith.addf %t, %bv : f32
       %half = arith.constant 0.5 : f32
@@ -30,14 +30,14 @@ builtin.module {
       %den = arith.addf %ex, %one : f32
       %sg = arith.divf %one, %den : f32
       %r = arith.mulf %g, %sg : f32
-      memref.store %r, %y[%i, %j] : memref<64x128xf32>
+      memref.store %r, %y[%i, %j] : memref<256x512xf32>
       scf.reduce
     }) : (index, index, index, index, index, index) -> ()
     func.return
   }
 }
 
-// CHECK:      // xfuse-launch {"block": 256, "items": 2048, "kernel": "pointwise", "strategy": "elementwise"}
+// CHECK:      // xfuse-launch {"block": 256, "items": 32768, "kernel": "pointwise", "strategy": "elementwise"}
 // CHECK:      .visible .entry pointwise(
 // CHECK-NEXT: .param .u64 .ptr .align 16 pointwise_param_0
 // CHECK:      mov.u32 {{.*}}, %ctaid.x;

@@ -3,15 +3,15 @@
 
 // A mapped elementwise kernel: thread and block ids from NVVM intrinsics, 16-byte aligned
 // noalias pointers, a thread's four lanes loaded as one aligned chunk, exp through libdevice.
-func.func @k(%x: memref<1024xf32>, %out: memref<1024xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
+func.func @k(%x: memref<131072xf32>, %out: memref<131072xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %n = arith.constant 1024 : index
+  %n = arith.constant 131072 : index
   "scf.parallel"(%c0, %n, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
   ^bb0(%i: index):
-    %a = memref.load %x[%i] : memref<1024xf32>
+    %a = memref.load %x[%i] : memref<131072xf32>
     %e = math.exp %a : f32
-    memref.store %e, %out[%i] : memref<1024xf32>
+    memref.store %e, %out[%i] : memref<131072xf32>
     scf.reduce
   }) : (index, index, index) -> ()
   func.return
