@@ -118,3 +118,28 @@ def test_layout_between_externs_is_views_not_kernels(bias: bool) -> None:
     assert not compiled.kernels, [g.ops for g in compiled.groups]
     ops = compiled.default.op_names
     assert ops.count("graph.linear") == 2 and "graph.add" not in ops, ops
+
+
+def test_a_consumer_reads_a_moved_producer_in_place_however_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A depthwise stencil's weight columns (slices of the weight seen as [1, C, 3, 3]) are
+    read 100 times per element, over `MAX_INLINE_READS`: they only move values, so the
+    stencil's group reads them in place. Without that rule they are a group of their own, a
+    kernel that copies them."""
+    from tests.passes.transforms.test_depthwise_stencil import Conv
+    from xfuse.api import run_pipeline
+    from xfuse.dialects.fusion import GroupOp
+    from xfuse.frontend import import_module
+    from xfuse.passes.fusion import legality
+
+    model = Conv(8, (3, 3), padding=1)  # MobileNet's: activation, convolution, batch norm
+
+    def groups() -> int:
+        imported = import_module(model.eval(), (torch.randn(1, 8, 10, 10),))
+        run_pipeline("decompose,depthwise-stencil,fuse-scored", imported.module)
+        return sum(isinstance(op, GroupOp) for op in imported.module.walk())
+
+    assert groups() == 2  # the activation (read 9 times per element); the stencil and after
+    monkeypatch.setattr(legality, "moves_only", lambda node: False)
+    assert groups() == 3

@@ -155,11 +155,16 @@ def test_a_bad_option_is_one_line(spec: str, message: str) -> None:
     assert "\n" not in str(e.value)
 
 
-def test_xfuse_compile_fuses_it_with_its_neighbours_and_matches_eager() -> None:
-    """One kernel for the activation before the convolution, one for the padded stencil and
-    what follows it; no library call."""
+@pytest.mark.parametrize(("stride", "kernels"), [(1, 2), (2, 1)])
+def test_xfuse_compile_fuses_it_with_its_neighbours_and_matches_eager(
+    stride: int, kernels: int
+) -> None:
+    """No library call: the stencil, its weight columns and what follows it are one kernel.
+    The activation before it is a kernel of its own where the stencil would compute each of
+    its elements 9 times (stride 1), and computed where it is read at stride 2 (2.25 times,
+    under fusion's `MAX_INLINE_READS`)."""
     torch.manual_seed(2)
-    model = Conv(8, (3, 3), stride=2, padding=1).eval()
+    model = Conv(8, (3, 3), stride=stride, padding=1).eval()
     x = torch.randn(2, 8, 10, 10)
     with torch.no_grad():
         compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
@@ -167,7 +172,7 @@ def test_xfuse_compile_fuses_it_with_its_neighbours_and_matches_eager() -> None:
         model.conv.weight.mul_(-1)  # the weight is read at each call, not folded in
         torch.testing.assert_close(compiled(x), model(x))
     assert _convolutions(compiled.default.program.module) == 0
-    assert len(compiled.kernels) == 2
+    assert len(compiled.kernels) == kernels
 
 
 def test_both_devices_run_it_before_the_layout_pass() -> None:

@@ -643,7 +643,9 @@ def inline_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
     (slices and a concat) and repeated key/value heads (a broadcast). Only when neither node
     reduces (a reduction's rows are the loop), nothing else reads `first` (the merged group
     has `second`'s outputs only), no gather reads it at computed positions, and `second`'s
-    ops read each element of `first` at most `MAX_INLINE_READS` times."""
+    ops read each element of `first` at most `MAX_INLINE_READS` times, unless `first` only
+    moves elements (`moves_only`: recomputing it is index arithmetic, no arithmetic on values;
+    a depthwise stencil's weight columns, read once per output element)."""
     if g.space(first).reduced or g.space(second).reduced or not second.outputs:
         return False
     if any(readers != (second,) for readers in g.output_readers(first)):
@@ -654,9 +656,18 @@ def inline_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
             return False
         read = value if isinstance(reader, graph.ConcatOp) else reader.results[0]
         reads[value] = reads.get(value, 0) + graph.numel(g.shape(read))
-    return bool(reads) and all(
-        n <= MAX_INLINE_READS * graph.numel(g.shape(v)) for v, n in reads.items()
+    return bool(reads) and (
+        moves_only(first)
+        or all(n <= MAX_INLINE_READS * graph.numel(g.shape(v)) for v, n in reads.items())
     )
+
+
+MOVING_OPS = (graph.ReshapeOp, graph.SliceOp, graph.PermuteOp, graph.BroadcastInDimOp)
+"""Ops whose values are their input's, moved: a consumer that recomputes them reads memory."""
+
+
+def moves_only(node: Node) -> bool:
+    return all(isinstance(op, MOVING_OPS) for op in _ops_of(node))
 
 
 # ---------------------------------------------------------------------------------------------

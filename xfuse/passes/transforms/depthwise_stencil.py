@@ -9,23 +9,26 @@ library call's fixed costs. On the 2-core CPU oneDNN takes 60-100 us for a 3x3 o
 thousand elements, NCHW or NHWC; and on either device the call stands between the batch norm
 and activation before it and those after it, so they cannot share a kernel. Written as
 `pad`, strided `slice`s of the input, products with a weight column each and a sum, it is
-elementwise work that fusion places in one kernel with its neighbours (the input's producer
-stays a kernel of its own: fusion does not recompute it for each tap).
+elementwise work that fusion places in one kernel with its neighbours. The weight columns
+are slices of the weight seen as `[1, C, *kernel]`: each broadcasts into the output, and
+fusion reads it in place (`legality.moves_only`).
 
     %y = graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, [1, 1], [1, 1], [1, 1], false, [0, 0], 8] ... -> tensor<1x8x6x6xf32>
       ->
+    %w1 = graph.reshape %w : tensor<8x1x3x3xf32> -> tensor<1x8x3x3xf32>
     %p = graph.pad %x low = [0, 0, 1, 1] high = [0, 0, 1, 1] ...
+    %zero = graph.constant dense<0.000000e+00> : tensor<f32>
     %x00 = graph.slice %p start = [0, 0, 0, 0] limit = [1, 8, 6, 6] stride = [1, 1, 1, 1] ...
-    %w00 = graph.slice %w start = [0, 0, 0, 0] limit = [8, 1, 1, 1] stride = [1, 1, 1, 1] ...
-    %c00 = graph.reshape %w00 : tensor<8x1x1x1xf32> -> tensor<8x1x1xf32>
-    %t00 = graph.mul %x00, %c00 ...
+    %c00 = graph.slice %w1 start = [0, 0, 0, 0] limit = [1, 8, 1, 1] stride = [1, 1, 1, 1] ...
+    %t00 = graph.mul %x00, %c00 : tensor<1x8x6x6xf32>, tensor<1x8x1x1xf32> -> tensor<1x8x6x6xf32>
     %s00 = graph.add %zero, %t00 ...
     ... (one product per tap, in row-major window order, summed from +0 in that order; the
     bias last)
 
 Half-precision (f16, bf16) convolutions compute in f32 and round once at the end, as the
-library kernels do (their accumulators are f32); f32 and f64 compute in their own type. Only
-the summation order differs from the library's, as between any two convolution algorithms.
+library kernels do (their accumulators are f32): input and weight are widened where they are
+read, so they stay half-width in memory. f32 and f64 compute in their own type. Only the
+summation order differs from the library's, as between any two convolution algorithms.
 """
 
 from __future__ import annotations
@@ -120,9 +123,9 @@ def stencil(conv: Depthwise, result: TensorType[Attribute]) -> tuple[list[Operat
     (of `result`'s type)."""
     ops: list[Operation] = []
     acc_type = compute_type(graph.dtype_of(conv.input))
-    x = _cast(conv.input, acc_type, ops)
-    w = _cast(conv.weight, acc_type, ops)
-    n = len(conv.kernel)
+    x, n = conv.input, len(conv.kernel)
+    ops.append(columns := graph.ReshapeOp(conv.weight, [1, graph.shape_of(x)[1], *conv.kernel]))
+    w = columns.result
     if any(conv.padding):
         ops.append(pad := graph.PadOp(x, [0, 0, *conv.padding], [0, 0, *conv.padding]))
         x = pad.result
@@ -143,18 +146,29 @@ def stencil(conv: Depthwise, result: TensorType[Attribute]) -> tuple[list[Operat
             ),
         ]
         ops.append(window := graph.SliceOp(x, start, limit, [1, 1, *conv.stride]))
+        # The weight as [1, C, *kernel]: each tap's column [1, C, 1, ...] broadcasts into the
+        # output, so fusion reads it inside the stencil's kernel (a [C, 1, 1, 1] slice would be
+        # a space of its own, and a kernel that copies it).
         ops.append(
             column := graph.SliceOp(
-                w, [0, 0, *tap], [channels, 1, *(t + 1 for t in tap)], [1] * (n + 2)
+                w, [0, 0, *tap], [1, channels, *(t + 1 for t in tap)], [1] * (n + 2)
             )
         )
-        ops.append(weight := graph.ReshapeOp(column, [channels, *[1] * n]))
-        ops.append(product := graph.MulOp(window, weight))
+        inputs: SSAValue = window.result
+        weight: SSAValue = column.result
+        if acc_type != graph.dtype_of(x):
+            # Half types are widened where they are read, element by element of the output
+            # (the column spread over it first, so that the widening is elementwise work of
+            # the stencil's own kernel): the input and the weight stay half-width in memory.
+            full = graph.shape_of(inputs)
+            ops.append(spread := graph.BroadcastInDimOp(weight, full, range(n + 2)))
+            inputs, weight = _cast(inputs, acc_type, ops), _cast(spread.result, acc_type, ops)
+        ops.append(product := graph.MulOp(inputs, weight))
         ops.append(total := graph.AddOp(acc, product))
         acc = total.result
     if conv.bias is not None:
         bias = _cast(conv.bias, acc_type, ops)
-        ops.append(bias_column := graph.ReshapeOp(bias, [channels, *[1] * n]))
+        ops.append(bias_column := graph.ReshapeOp(bias, [1, channels, *[1] * n]))
         ops.append(biased := graph.AddOp(acc, bias_column))
         acc = biased.result
     return ops, _cast(acc, result.element_type, ops)
