@@ -128,6 +128,36 @@ def test_names_the_pass_that_broke_the_ir() -> None:
     assert isinstance(error, VerifyException)
 
 
+def test_verify_end_verifies_once_and_still_names_the_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataclasses import replace
+
+    from xdsl.dialects.builtin import ModuleOp
+
+    calls: list[int] = []
+    verify = ModuleOp.verify
+
+    def counted(self: ModuleOp, verify_nested_ops: bool = True) -> None:
+        calls.append(1)
+        verify(self, verify_nested_ops)
+
+    monkeypatch.setattr(ModuleOp, "verify", counted)
+    good = replace(xfuse.pipeline("cse,canonicalize,cse"), verify_each=False, verify_end=True)
+    module = xfuse.parse(TEXT)
+    calls.clear()
+    good(module)
+    assert len(calls) == 1  # the result only
+    bad = replace(
+        xfuse.pipeline("cse,test-break-exp", passes=TEST_PASSES),
+        verify_each=False,
+        verify_end=True,
+    )
+    with pytest.raises(InvalidIRError) as info:
+        bad(xfuse.parse(TEXT))
+    assert info.value.pass_name == "test-break-exp"
+
+
 def test_verify_each_off_lets_invalid_ir_through() -> None:
     module = xfuse.parse(TEXT)
     xfuse.pipeline("test-break-exp", verify_each=False, passes=TEST_PASSES)(module)

@@ -139,7 +139,7 @@ def run_pipeline(
     observer: PassObserver | None = None,
     extra: Sequence[ModulePass] = (),
 ) -> list[FusionDecision]:
-    """Run a pipeline on `module` in place (verifying after every pass); returns the decision
+    """Run a pipeline on `module` in place (its result verified: `Pipeline.verify_end`); returns the decision
     records of the fusion passes in it (`decisions` on their pass instances). The `extra`
     passes (`device_passes`) run after `decompose`, or first without one."""
     from dataclasses import replace
@@ -147,7 +147,13 @@ def run_pipeline(
     from xfuse.pipeline import pipeline
 
     built = pipeline(spec)
-    passes = replace(built, passes=after_decompose(built.passes, extra), observer=observer)
+    passes = replace(
+        built,
+        passes=after_decompose(built.passes, extra),
+        observer=observer,
+        verify_each=False,
+        verify_end=True,
+    )
     passes.apply(module)
     return collect_decisions(passes.passes)
 
