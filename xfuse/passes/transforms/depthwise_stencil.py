@@ -51,6 +51,7 @@ from xdsl.pattern_rewriter import (
 
 from xfuse.dialects import graph
 from xfuse.dialects.torch_args import decode_arg
+from xfuse.errors import UnsupportedArgument
 from xfuse.passes.options import NON_NEGATIVE, option
 
 CONVOLUTION = "aten.convolution.default"
@@ -82,7 +83,7 @@ def depthwise(op: graph.TorchCallOp) -> Depthwise | None:
         x, w, b, stride, padding, dilation, transposed, _, groups = (
             decode_arg(a, op.inputs) for a in op.args.data
         )
-    except Exception:  # an argument this pass does not read: leave the call alone
+    except UnsupportedArgument:  # an argument this pass does not read: leave the call alone
         return None
     if not isinstance(x, SSAValue) or not isinstance(w, SSAValue) or transposed:
         return None
