@@ -248,7 +248,8 @@ class Pipeline:
                 module.verify()
             except VerifyException:
                 replace(self, verify_each=True, verify_end=False, observer=None).apply(original)
-                verify_module(module)  # the passes did not repeat their error: say what is wrong
+                # The passes did not repeat their error: blame the pipeline as a whole.
+                verify_module(module, str(self), self.locate)
             return module
         return self._apply(module)
 
