@@ -39,7 +39,7 @@ from xfuse.frontend.builder import (
     result_types,
     used_outputs,
 )
-from xfuse.ir.dtypes import to_torch
+from xfuse.ir.dtypes import opmath_type, to_torch
 
 Args = dict[str, Any]
 Converter = Callable[[ImportBuilder, torch.fx.Node, Args], Value]
@@ -195,11 +195,6 @@ def _leaky_relu(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return lw.emit(graph.WhereOp(positive, x, scaled))
 
 
-def _opmath_type(dtype: Attribute) -> Attribute:
-    """Eager computes an f16/bf16 formula in f32 and rounds once at the end."""
-    return f32 if isinstance(dtype, Float16Type | BFloat16Type) else dtype
-
-
 def _scaled(lw: ImportBuilder, x: SSAValue, factor: float) -> SSAValue:
     if factor == 1:
         return x
@@ -213,7 +208,7 @@ def _elu(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if not graph.is_float(dtype):
         return None
     alpha, scale, input_scale = (float(a.get(k, 1)) for k in ("alpha", "scale", "input_scale"))
-    compute = _opmath_type(dtype)
+    compute = opmath_type(dtype)
     x = lw.operand(a["self"], compute)
     negative = lw.emit(graph.Expm1Op(_scaled(lw, x, input_scale)))
     negative = _scaled(lw, negative, alpha * scale)
@@ -231,7 +226,7 @@ def _round_decimals(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     decimals = int(a.get("decimals", 0))
     val = node.meta.get("val")
     on_cuda = isinstance(val, torch.Tensor) and val.device.type == "cuda"
-    compute = dtype if on_cuda else _opmath_type(dtype)
+    compute = dtype if on_cuda else opmath_type(dtype)
     x = lw.operand(a["self"], compute)
     if decimals == 0:
         return lw.cast(lw.emit(graph.RoundOp(x)), dtype)
@@ -742,7 +737,7 @@ def _vector_norm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if not graph.is_float(dtype) or not _is_number(ord_):
         return None
     p = float(ord_)
-    compute = _opmath_type(dtype)
+    compute = opmath_type(dtype)
     x = lw.cast(lw.operand(a["self"], dtype), compute)
     dims, keepdim = _norm_dims(a["dim"], _rank(x)), bool(a["keepdim"])
     magnitude = lw.emit(graph.AbsOp(x))

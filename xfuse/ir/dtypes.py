@@ -37,6 +37,12 @@ _NAMES: tuple[tuple[Attribute, str], ...] = (
 )
 
 
+def opmath_type(element_type: Attribute) -> Attribute:
+    """The type torch computes a formula of `element_type` in (its "opmath" type): f32 for
+    f16 and bf16, rounded once at the end; every other type itself."""
+    return f32 if isinstance(element_type, Float16Type | BFloat16Type) else element_type
+
+
 def to_torch(element_type: Attribute) -> torch.dtype:
     import torch
 

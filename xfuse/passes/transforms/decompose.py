@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp, f32
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -27,6 +27,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
+from xfuse.ir.dtypes import opmath_type
 
 
 @dataclass
@@ -48,10 +49,9 @@ class OpList:
         return self.add(graph.CastOp(value, dtype))
 
     def upcast(self, value: SSAValue) -> SSAValue:
-        """f16/bf16 to f32 (torch's compute type for them); other types unchanged."""
-        if isinstance(graph.dtype_of(value), Float16Type | BFloat16Type):
-            return self.cast(value, f32)
-        return value
+        """f16/bf16 to f32 (torch's compute type for them, `opmath_type`); other types
+        unchanged."""
+        return self.cast(value, opmath_type(graph.dtype_of(value)))
 
     def mul(self, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.add(graph.MulOp(a, b))

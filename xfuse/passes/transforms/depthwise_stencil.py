@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -52,7 +52,9 @@ from xdsl.pattern_rewriter import (
 from xfuse.dialects import graph
 from xfuse.dialects.torch_args import decode_arg
 from xfuse.errors import UnsupportedArgument
+from xfuse.ir.dtypes import opmath_type
 from xfuse.passes.options import NON_NEGATIVE, option
+from xfuse.passes.transforms.decompose import OpList
 
 CONVOLUTION = "aten.convolution.default"
 
@@ -107,35 +109,20 @@ def depthwise(op: graph.TorchCallOp) -> Depthwise | None:
     return Depthwise(x, w, b, s, p, d)
 
 
-def compute_type(dtype: Attribute) -> Attribute:
-    """The type the taps are summed in: f32 for half types, else the type itself."""
-    return Float32Type() if isinstance(dtype, Float16Type | BFloat16Type) else dtype
-
-
-def _cast(value: SSAValue, dtype: Attribute, ops: list[Operation]) -> SSAValue:
-    if graph.dtype_of(value) == dtype:
-        return value
-    ops.append(cast := graph.CastOp(value, dtype))
-    return cast.result
-
-
 def stencil(conv: Depthwise, result: TensorType[Attribute]) -> tuple[list[Operation], SSAValue]:
     """The ops that compute `conv` as a sum of shifted products, and the value of the sum
     (of `result`'s type)."""
-    ops: list[Operation] = []
-    acc_type = compute_type(graph.dtype_of(conv.input))
+    ops = OpList()
     x, n = conv.input, len(conv.kernel)
-    ops.append(columns := graph.ReshapeOp(conv.weight, [1, graph.shape_of(x)[1], *conv.kernel]))
-    w = columns.result
+    acc_type = opmath_type(graph.dtype_of(x))
+    w = ops.add(graph.ReshapeOp(conv.weight, [1, graph.shape_of(x)[1], *conv.kernel]))
     if any(conv.padding):
-        ops.append(pad := graph.PadOp(x, [0, 0, *conv.padding], [0, 0, *conv.padding]))
-        x = pad.result
+        x = ops.add(graph.PadOp(x, [0, 0, *conv.padding], [0, 0, *conv.padding]))
     shape, out = graph.shape_of(x), result.get_shape()
     channels = shape[1]
     # The sum starts at +0, as a library's accumulator does: a window of padding alone times a
     # negative weight gives +0 as in eager, not -0.
-    ops.append(zero := graph.ConstantOp.scalar(0.0, acc_type))
-    acc: SSAValue = zero.result
+    acc = ops.add(graph.ConstantOp.scalar(0.0, acc_type))
     for tap in itertools.product(*(range(k) for k in conv.kernel)):
         start = [0, 0, *(t * d for t, d in zip(tap, conv.dilation, strict=True))]
         limit = [
@@ -146,33 +133,23 @@ def stencil(conv: Depthwise, result: TensorType[Attribute]) -> tuple[list[Operat
                 for b, s, o in zip(start[2:], conv.stride, out[2:], strict=True)
             ),
         ]
-        ops.append(window := graph.SliceOp(x, start, limit, [1, 1, *conv.stride]))
+        window = ops.add(graph.SliceOp(x, start, limit, [1, 1, *conv.stride]))
         # The weight as [1, C, *kernel]: each tap's column [1, C, 1, ...] broadcasts into the
         # output, so fusion reads it inside the stencil's kernel (a [C, 1, 1, 1] slice would be
         # a space of its own, and a kernel that copies it).
-        ops.append(
-            column := graph.SliceOp(
-                w, [0, 0, *tap], [1, channels, *(t + 1 for t in tap)], [1] * (n + 2)
-            )
-        )
-        inputs: SSAValue = window.result
-        weight: SSAValue = column.result
+        column = [1, channels, *(t + 1 for t in tap)]
+        weight = ops.add(graph.SliceOp(w, [0, 0, *tap], column, [1] * (n + 2)))
         if acc_type != graph.dtype_of(x):
             # Half types are widened where they are read, element by element of the output
             # (the column spread over it first, so that the widening is elementwise work of
             # the stencil's own kernel): the input and the weight stay half-width in memory.
-            full = graph.shape_of(inputs)
-            ops.append(spread := graph.BroadcastInDimOp(weight, full, range(n + 2)))
-            inputs, weight = _cast(inputs, acc_type, ops), _cast(spread.result, acc_type, ops)
-        ops.append(product := graph.MulOp(inputs, weight))
-        ops.append(total := graph.AddOp(acc, product))
-        acc = total.result
+            spread = ops.add(graph.BroadcastInDimOp(weight, graph.shape_of(window), range(n + 2)))
+            window, weight = ops.cast(window, acc_type), ops.cast(spread, acc_type)
+        acc = ops.add(graph.AddOp(acc, ops.mul(window, weight)))
     if conv.bias is not None:
-        bias = _cast(conv.bias, acc_type, ops)
-        ops.append(bias_column := graph.ReshapeOp(bias, [1, channels, *[1] * n]))
-        ops.append(biased := graph.AddOp(acc, bias_column))
-        acc = biased.result
-    return ops, _cast(acc, result.element_type, ops)
+        bias = ops.add(graph.ReshapeOp(ops.cast(conv.bias, acc_type), [1, channels, *[1] * n]))
+        acc = ops.add(graph.AddOp(acc, bias))
+    return ops.ops, ops.cast(acc, result.element_type)
 
 
 class DepthwiseConvolutionIntoStencil(RewritePattern):
