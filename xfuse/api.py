@@ -139,9 +139,10 @@ def run_pipeline(
     observer: PassObserver | None = None,
     extra: Sequence[ModulePass] = (),
 ) -> list[FusionDecision]:
-    """Run a pipeline on `module` in place (its result verified: `Pipeline.verify_end`); returns the decision
-    records of the fusion passes in it (`decisions` on their pass instances). The `extra`
-    passes (`device_passes`) run after `decompose`, or first without one."""
+    """Run a pipeline on `module` in place (its result verified: `Pipeline.verify_end`);
+    returns the decision records of the fusion passes in it (`decisions` on their pass
+    instances). The `extra` passes (`device_passes`) run after `decompose`, or first without
+    one."""
     from dataclasses import replace
 
     from xfuse.pipeline import pipeline

@@ -100,10 +100,10 @@ class BufferPool:
         self._fresh: dict[BufferSpec, Callable[[], Tensor]] = {}
         """spec -> a fresh buffer of it, for specs that are not recycled (made once per spec:
         one call per allocation, no decisions)."""
-        self._lanes: dict[BufferSpec, deque[np.ndarray] | None] = {}
+        self._lanes: dict[BufferSpec, deque[np.ndarray]] = {}
         """spec -> the blocks of its size whose tensors' storage was freed (appended by weak
-        reference callbacks, from any thread: deque's append and pop are atomic); None for a
-        spec that is not recycled."""
+        reference callbacks, from any thread: deque's append and pop are atomic), for specs
+        that are recycled. A spec is in `_fresh` or here from its first allocation on."""
         self._returned: dict[int, deque[np.ndarray]] = {}
         self._lent: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray, deque[np.ndarray]]] = {}
         """id(weak reference) -> the reference (kept alive so that its callback runs), the
@@ -117,13 +117,10 @@ class BufferPool:
         if fresh is not None:
             self.allocations += 1
             return fresh()
-        try:
-            lane = self._lanes[spec]
-        except KeyError:
-            lane = self._lane(spec)
-        if lane is None:
-            self.allocations += 1
-            return self._fresh[spec]()
+        lane = self._lanes.get(spec)
+        if lane is None:  # the spec's first allocation
+            self._classify(spec)
+            return self.allocate(spec)
         try:
             block = lane.pop()
         except IndexError:
@@ -133,19 +130,17 @@ class BufferPool:
             block = empty_cpu((nbytes,), torch.uint8).numpy()
         return self._lend(block, spec, lane)
 
-    def _lane(self, spec: BufferSpec) -> deque[np.ndarray] | None:
+    def _classify(self, spec: BufferSpec) -> None:
+        """Recycled (a lane of returned blocks of its size) or made fresh on each allocation."""
         nbytes = math.prod(spec.shape) * spec.dtype.itemsize
-        lane = None
         if self.recycle and nbytes and nbytes >= self.min_bytes:
-            lane = self._returned.setdefault(nbytes, deque())
+            self._lanes[spec] = self._returned.setdefault(nbytes, deque())
         elif self.device.type == "cpu" and nbytes >= HUGE_PAGE_MIN_BYTES:
             self._fresh[spec] = partial(empty_cpu, spec.shape, spec.dtype)  # in huge pages
         else:
             self._fresh[spec] = partial(
                 torch.empty, spec.shape, dtype=spec.dtype, device=self.device
             )
-        self._lanes[spec] = lane
-        return lane
 
     def _lend(self, block: np.ndarray, spec: BufferSpec, lane: deque[np.ndarray]) -> Tensor:
         """A tensor of `spec` over `block`'s memory whose storage alone holds the numpy array
