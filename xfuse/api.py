@@ -11,12 +11,14 @@ A compiled program is for inference: its results carry no autograd history.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,7 +42,7 @@ from xfuse.report.dot import program_dot
 from xfuse.report.op_index import OpIndex, collect_decisions
 from xfuse.report.render import render_dot
 from xfuse.report.summary import FusionSummary, format_summary, summarize
-from xfuse.runtime.cache import KernelCache, default_cache
+from xfuse.runtime.cache import KernelCache, KernelSource, default_cache
 from xfuse.runtime.compile_workers import can_compile_ahead
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
@@ -259,12 +261,12 @@ def _builder(
     extra: Sequence[ModulePass] = (),
 ) -> Callable[[CallInputs], Executable]:
     def build(call: CallInputs) -> Executable:
-        with Progress.create(quiet) as progress:
+        with Progress.create(quiet) as progress, collector_paused():
             return build_with(call, progress)
 
     def build_with(call: CallInputs, progress: Progress) -> Executable:
-        def compile_kernel(module: ModuleOp, name: str) -> Any:
-            kernel = cache.kernel(backend, module, name)
+        def compile_kernel(source: KernelSource, name: str) -> Any:
+            kernel = cache.kernel(backend, source, name)
             progress.count("kernels compiled")
             return kernel
 
@@ -300,6 +302,21 @@ def _builder(
         )
 
     return build
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while a program compiles (on again after, unless it was
+    off before). Compiling makes hundreds of thousands of IR objects that live to its end,
+    and each collection walked them all again: 0.3 s of MobileNetV2's 1.7-2.0 s warm start
+    on the CPU. What became garbage meanwhile is collected once the collector is back on."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def live_state(

@@ -22,6 +22,7 @@ from xfuse.ir.context import parse
 from xfuse.runtime.cache import (
     CorruptEntry,
     KernelCache,
+    KernelSource,
     codegen_sources,
     decode_entry,
     default_cache,
@@ -271,8 +272,8 @@ def test_ptx_renamed_at_load_time_assembles(tmp_path: Path) -> None:
     backend = CUDABackend("sm_90")
     artifacts: list[bytes] = []
 
-    def compile_kernel(module: ModuleOp, name: str) -> object:
-        artifact = backend.compile(module, CANONICAL_KERNEL)
+    def compile_kernel(source: KernelSource, name: str) -> object:
+        artifact = backend.compile(source.module, CANONICAL_KERNEL)
         artifacts.append(named_artifact(artifact, CANONICAL_KERNEL, name))
         raise CodegenError("not loaded here")  # the program falls back; the PTX is kept
 

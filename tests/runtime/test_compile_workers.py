@@ -14,7 +14,7 @@ from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends.cpu import CPUBackend
 from xfuse.backends.cuda import CUDABackend
 from xfuse.errors import XfuseError
-from xfuse.runtime.cache import KernelCache, _only_kernel
+from xfuse.runtime.cache import KernelCache, KernelSource, _only_kernel
 from xfuse.runtime.compile_workers import (
     WORKERS_ENV,
     backend_spec,
@@ -32,7 +32,7 @@ def _program(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.tanh(h @ w).sum(dim=0)
 
 
-def _kernel_modules() -> list:  # type: ignore[type-arg]
+def _kernel_modules() -> list[KernelSource]:
     x, w = torch.randn(8, 16), torch.randn(16, 16)
     module = import_for_xfuse(_program, (x, w), {}).program.module
     run_pipeline(DEFAULT_PIPELINE, module)
@@ -48,12 +48,14 @@ def test_workers_compile_what_the_process_would(
     assert len(modules) >= 4
     backend = CUDABackend("sm_90")
     cache = KernelCache(tmp_path)
-    assert cache.compile_ahead(backend, modules) == len({str(m) for m in modules})
-    for module in modules:
-        key = cache.key(backend, module)
-        symbol = _only_kernel(module)
+    assert cache.compile_ahead(backend, modules) == len({m.text for m in modules})
+    for source in modules:
+        assert source.text == str(source.module)  # what the key is made of
+        key = cache.key(backend, source)
+        assert key == cache.key(backend, source.module)
+        symbol = _only_kernel(source.module)
         assert symbol is not None
-        assert cache._artifacts[key] == backend.compile(module, symbol)
+        assert cache._artifacts[key] == backend.compile(source.module, symbol)
         assert cache.entry_path(key).exists()
     # a second time, everything is cached: no work
     assert cache.compile_ahead(backend, modules) == 0

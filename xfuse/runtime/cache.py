@@ -59,6 +59,7 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "xfuse"
 
 
+@cache
 def xfuse_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -82,9 +83,10 @@ CODEGEN_PACKAGES = ("backends", "passes", "dialects", "ir")
 lowering live in `passes`' subpackages)."""
 
 
+@cache
 def codegen_sources() -> tuple[Path, ...]:
     """The source files `backend_version` digests: every module of `CODEGEN_PACKAGES`, at any
-    depth."""
+    depth (listed once per process: a warm start keys dozens of kernels)."""
     files = {
         p.resolve() for package in CODEGEN_PACKAGES for p in (_XFUSE_ROOT / package).rglob("*.py")
     }
@@ -99,6 +101,19 @@ def backend_version(backend: Backend) -> str:
     if source is not None:
         files.add(Path(source).resolve())
     return _sources_digest(tuple(sorted(files)))
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A module of loop IR with its text, printed once: a kernel's key is made of that text, and
+    printing is most of the cost of keying a kernel found in the cache."""
+
+    module: ModuleOp
+    text: str
+
+    @staticmethod
+    def of(module: ModuleOp | KernelSource) -> KernelSource:
+        return module if isinstance(module, KernelSource) else KernelSource(module, str(module))
 
 
 def kernel_key(ir_text: str, target: str, backend_code: str) -> str:
@@ -156,10 +171,10 @@ class KernelCache:
         self._pending: dict[str, Future[Kernel]] = {}
         self._disk_ok = directory is not None
 
-    def key(self, backend: Backend, module: ModuleOp) -> str:
-        return kernel_key(str(module), backend.target, backend_version(backend))
+    def key(self, backend: Backend, module: ModuleOp | KernelSource) -> str:
+        return kernel_key(KernelSource.of(module).text, backend.target, backend_version(backend))
 
-    def kernel(self, backend: Backend, module: ModuleOp, name: str) -> Kernel:
+    def kernel(self, backend: Backend, source: ModuleOp | KernelSource, name: str) -> Kernel:
         """The kernel `@name` of `module` for `backend`: from memory, from disk, or compiled
         (once, however many threads ask at the same time).
 
@@ -167,8 +182,10 @@ class KernelCache:
         the same computation has one key wherever it came from): the kernel is compiled under
         its own symbol and `name` is applied when it is loaded (`named_artifact`), so that
         profilers show it and the key never holds it."""
+        known = KernelSource.of(source)
+        module = known.module
         symbol = _only_kernel(module) or name
-        key = self.key(backend, module)
+        key = self.key(backend, known)
         with self._lock:
             found = self._kernels.get((key, name))
             if found is not None:
@@ -188,7 +205,7 @@ class KernelCache:
                 self._pending[key] = future
         if not owner:
             future.result()
-            return self.kernel(backend, module, name)
+            return self.kernel(backend, known, name)
         try:
             artifact, kernel = self._build(backend, module, symbol, name, key)
         except BaseException as e:
@@ -203,7 +220,7 @@ class KernelCache:
         future.set_result(kernel)
         return kernel
 
-    def compile_ahead(self, backend: Backend, modules: Sequence[ModuleOp]) -> int:
+    def compile_ahead(self, backend: Backend, modules: Sequence[ModuleOp | KernelSource]) -> int:
         """Compile in worker processes (`xfuse.runtime.compile_workers`) the kernels of `modules`
         (one canonical kernel each) that neither memory nor disk holds, and keep them as
         `kernel` would; returns how many. Nothing happens for a backend no worker can rebuild,
@@ -213,9 +230,8 @@ class KernelCache:
             return 0
         version = backend_version(backend)
         todo: dict[str, tuple[str, str]] = {}
-        for module in modules:
-            symbol = _only_kernel(module)
-            text = str(module)
+        for source in map(KernelSource.of, modules):
+            symbol, text = _only_kernel(source.module), source.text
             key = kernel_key(text, backend.target, version)
             with self._lock:
                 known = key in self._artifacts

@@ -33,6 +33,7 @@ from xfuse.errors import XfuseError
 from xfuse.interpreters.graph import OP_IMPLS, find_function, interpret, run_op
 from xfuse.ir import dtypes
 from xfuse.ir.names import ERROR_FLAG_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.runtime.cache import KernelSource
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
 from xfuse.runtime.steps import (
     VIEW_IMPLS,
@@ -47,8 +48,8 @@ from xfuse.runtime.steps import (
 
 Tensor = torch.Tensor
 
-KernelCompiler = Callable[[ModuleOp, str], Kernel]
-"""Compiles the kernel `@name` of a module of loop IR (through the kernel cache)."""
+KernelCompiler = Callable[[KernelSource, str], Kernel]
+"""Compiles the kernel of a module of loop IR (through the kernel cache), loaded as `name`."""
 
 LowerToLoops = Callable[[ModuleOp], None]
 """Lowers a module's `@forward` to kernels + fusion.launch, in place (lower-to-loops)."""
@@ -381,15 +382,25 @@ class ProgramCompiler:
         """Where the program's constants live (with its inputs and kernels)."""
         self.lower = lower if lower is not None else lower_to_loops
         self.function = function
+        self._canonical: dict[func.FuncOp, KernelSource] = {}
+        """Each kernel's canonical module and text, made once (`kernel_modules` and `compile`
+        both need them)."""
         self._lowered: dict[Operation, ModuleOp] = {}
         """Units lowered ahead by `kernel_modules`, which `compile` takes instead of lowering
         them again."""
 
-    def kernel_modules(self, module: ModuleOp) -> list[ModuleOp]:
+    def canonical(self, kernel: func.FuncOp) -> KernelSource:
+        """The kernel's `canonical_kernel_module` and its text, made once per kernel."""
+        found = self._canonical.get(kernel)
+        if found is None:
+            found = self._canonical[kernel] = KernelSource.of(canonical_kernel_module(kernel))
+        return found
+
+    def kernel_modules(self, module: ModuleOp) -> list[KernelSource]:
         """The canonical module of each kernel that `compile` will ask `compile_kernel` for,
         each unit lowered as there (and kept for it); a unit whose lowering fails is left to
         `compile`. For compiling kernels ahead, in parallel (`xfuse.runtime.compile_workers`)."""
-        found: list[ModuleOp] = []
+        found: list[KernelSource] = []
         for op in find_function(module, self.function).body.block.ops:
             if isinstance(op, fusion.GroupOp) and folds(op):
                 continue
@@ -402,7 +413,7 @@ class ProgramCompiler:
                 continue
             self._lowered[op] = lowered
             found += [
-                canonical_kernel_module(f)
+                self.canonical(f)
                 for f in lowered.ops
                 if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes
             ]
@@ -580,8 +591,8 @@ class ProgramCompiler:
         kernel_func = SymbolTable.lookup_symbol(module, SymbolRefAttr(name))
         if not isinstance(kernel_func, func.FuncOp):
             raise XfuseError(f"fusion.launch @{name}: no kernel func @{name} in the module")
-        kernel_module = canonical_kernel_module(kernel_func)
-        kernel = self.compile_kernel(kernel_module, kernel_name(ops or [name], name))
+        canonical = self.canonical(kernel_func)
+        kernel = self.compile_kernel(canonical, kernel_name(ops or [name], name))
         inputs = tuple(slot_of[v] for v in launch.inputs)
         outputs = tuple(self._define(em, slot_of, r) for r in launch.outputs)
         specs = tuple(spec_of(r) for r in launch.outputs)
@@ -598,7 +609,7 @@ class ProgramCompiler:
                 inputs=[type_str(v.type) for v in launch.inputs],
                 outputs=[type_str(r.type) for r in launch.outputs],
                 parallel_dims=dims.value.data if isinstance(dims, IntegerAttr) else None,
-                loop_ir=str(kernel_module),
+                loop_ir=canonical.text,
             )
         )
 
