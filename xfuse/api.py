@@ -43,7 +43,7 @@ from xfuse.report.op_index import OpIndex, collect_decisions
 from xfuse.report.render import render_dot
 from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import KernelCache, KernelSource, default_cache
-from xfuse.runtime.compile_workers import can_compile_ahead
+from xfuse.runtime.compile_workers import can_compile_ahead, start_workers
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
 from xfuse.runtime.executor import (
@@ -270,6 +270,7 @@ def _builder(
             progress.count("kernels compiled")
             return kernel
 
+        start_workers(backend)  # their imports overlap exporting and fusing
         progress.stage("exporting the program (torch.export)")
         imported = import_for_xfuse(model_or_fn, call.args, call.kwargs)
         progress.stage(f"imported {len(imported.op_names)} ops; fusing")

@@ -1,9 +1,10 @@
 """Kernels compiled ahead in worker processes (xfuse.runtime.compile_workers): the same PTX as
-in-process, put in the kernel cache, and nothing changed where a worker fails. PTX needs no
-GPU, so this runs everywhere."""
+in-process, put in the kernel cache, nothing changed where a worker fails, and a pool of
+workers started ahead and kept between programs. PTX needs no GPU, so this runs everywhere."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,18 @@ from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends.cpu import CPUBackend
 from xfuse.backends.cuda import CUDABackend
 from xfuse.errors import XfuseError
+from xfuse.runtime import compile_workers
 from xfuse.runtime.cache import KernelCache, KernelSource, _only_kernel
 from xfuse.runtime.compile_workers import (
+    POOL,
     WORKERS_ENV,
     backend_spec,
     can_compile_ahead,
     compile_in_workers,
+    start_workers,
     workers,
 )
-from xfuse.runtime.compiler import ProgramCompiler
+from xfuse.runtime.compiler import CANONICAL_KERNEL, ProgramCompiler
 
 
 def _program(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -88,3 +92,70 @@ def test_the_worker_count_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         workers()
     monkeypatch.delenv(WORKERS_ENV)
     assert 0 <= workers() <= 8
+
+
+def _pids() -> list[int]:
+    return [w.process.pid for w in POOL._workers if w.alive()]
+
+
+def test_the_pool_keeps_its_workers_between_programs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    modules = _kernel_modules()
+    spec = backend_spec(CUDABackend("sm_90"))
+    assert spec is not None
+    jobs = [(m.text, CANONICAL_KERNEL) for m in modules]
+    first = compile_in_workers(spec, jobs, 2)
+    assert all(a is not None for a in first)
+    started = _pids()
+    assert len(started) >= 2
+    assert compile_in_workers(spec, jobs, 2) == first
+    assert _pids() == started  # the same processes served the second program
+    # one that died meanwhile is replaced, and its share still compiles
+    POOL._workers[0].process.kill()
+    POOL._workers[0].process.wait()
+    assert compile_in_workers(spec, jobs, 2) == first
+    assert started[0] not in _pids()
+
+
+def test_start_workers_starts_them_for_backends_that_compile_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    POOL.stop()
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    start_workers(CPUBackend())
+    assert _pids() == []
+    start_workers(CUDABackend("sm_90"))
+    assert len(_pids()) == 2
+    monkeypatch.setenv(WORKERS_ENV, "0")
+    POOL.stop()
+    start_workers(CUDABackend("sm_90"))
+    assert _pids() == []
+
+
+def test_an_idle_worker_exits(monkeypatch: pytest.MonkeyPatch) -> None:
+    POOL.stop()
+    monkeypatch.setattr(compile_workers, "IDLE_EXIT_S", 0.2)
+    POOL.start(1)
+    worker = POOL._workers[0]
+    assert worker.process.wait(timeout=30) == 0
+    # the pool starts another for the next batch
+    spec = backend_spec(CUDABackend("sm_90"))
+    assert spec is not None
+    assert compile_in_workers(spec, [("not IR", "k")], 1) == [None]
+    POOL.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_a_forked_child_leaves_the_parents_workers_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    POOL.start(1)
+    parent = _pids()
+    pid = os.fork()
+    if pid == 0:  # the child: stopping its pool must not stop the parent's workers
+        POOL.stop()
+        os._exit(0 if POOL._workers == [] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert _pids() == parent
+    POOL.stop()

@@ -4,9 +4,15 @@ Kernels compiled ahead in worker processes, as Inductor compiles its kernels in 
 Lowering a kernel to LLVM is mostly xDSL pattern walks in Python: a bf16 channels-last kernel
 takes about a second, and a program of fifty such kernels a minute, one after another. Before
 the runtime's `ProgramCompiler` walks the program, `compile_ahead` hands the kernels that no
-cache holds to `workers()` fresh Python processes (`python -m xfuse.runtime.compile_workers`,
-jobs and artifacts pickled over their stdin and stdout) and puts what they return in the kernel
-cache; the walk then only loads them.
+cache holds to `workers()` Python processes (`python -m xfuse.runtime.compile_workers`, jobs and
+artifacts pickled over their stdin and stdout) and puts what they return in the kernel cache;
+the walk then only loads them.
+
+- The workers are a pool (`POOL`) that `xfuse.compile` starts before it exports a program
+  (`start_workers`), so that their start, about half a second of imports, overlaps exporting
+  and fusing instead of following them. They stay for the process's later programs (the
+  graphs of one `torch.compile`d model), and each exits once idle for `IDLE_EXIT_S`, or with
+  the process.
 
 - Only backends that a process can rebuild exactly from a picklable spec take part
   (`backend_spec`: CUDA's PTX, a function of the architecture and the tuning). A CPU kernel's
@@ -19,19 +25,25 @@ cache; the walk then only loads them.
 - `XFUSE_COMPILE_WORKERS=N` sets the number of processes (0 or 1: none); by default one per
   CPU core but one, at most 8, and only for programs of at least `MIN_JOBS` kernels to compile.
 
-    python -m xfuse.runtime.compile_workers < jobs.pickle > artifacts.pickle
+    python -m xfuse.runtime.compile_workers   # a worker: messages (8-byte length, pickle) on
+                                              # stdin: (spec, jobs); on stdout: artifacts
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
+import select
+import struct
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 WORKERS_ENV = "XFUSE_COMPILE_WORKERS"
 MAX_WORKERS = 8
@@ -82,8 +94,9 @@ def _rebuild(spec: tuple[str, Any]) -> Any:
 def compile_in_workers(
     spec: tuple[str, Any], jobs: Sequence[Job], processes: int
 ) -> list[bytes | None]:
-    """Each job's artifact (None where it failed), compiled by up to `processes` workers; the
-    jobs are dealt longest first to the least loaded worker (their text's length for cost)."""
+    """Each job's artifact (None where it failed), compiled by up to `processes` workers of the
+    pool (`POOL`); the jobs are dealt longest first to the least loaded worker (their text's
+    length for cost)."""
     shares: list[list[int]] = [[] for _ in range(min(processes, len(jobs)))]
     loads = [0] * len(shares)
     for i in sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0])):
@@ -91,43 +104,168 @@ def compile_in_workers(
         shares[k].append(i)
         loads[k] += len(jobs[i][0])
     results: list[bytes | None] = [None] * len(jobs)
+    with POOL.lease(len(shares)) as pool:
 
-    def run(share: list[int]) -> None:
-        outputs = _run_worker(spec, [jobs[i] for i in share])
-        for i, artifact in zip(share, outputs, strict=True):
-            results[i] = artifact
+        def run(k: int) -> None:
+            share = shares[k]
+            outputs = pool[k].run(spec, [jobs[i] for i in share])
+            for i, artifact in zip(share, outputs, strict=True):
+                results[i] = artifact
 
-    with ThreadPoolExecutor(len(shares)) as pool:
-        list(pool.map(run, shares))
+        with ThreadPoolExecutor(len(shares)) as threads:
+            list(threads.map(run, range(len(shares))))
     return results
 
 
-def _run_worker(spec: tuple[str, Any], jobs: list[Job]) -> list[bytes | None]:
-    """One worker process's artifacts for `jobs` (all None if the process fails)."""
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "xfuse.runtime.compile_workers"],
-            input=pickle.dumps((spec, jobs)),
-            capture_output=True,
-            env=env,
-            check=True,
+# ---------------------------------------------------------------------------------------------
+# The pool: workers started ahead, kept between programs
+# ---------------------------------------------------------------------------------------------
+
+IDLE_EXIT_S = 300.0
+"""A worker that gets no work for this long exits; the pool starts another when it is needed."""
+
+_LENGTH = struct.Struct("<Q")
+
+
+class Worker:
+    """One worker process: started at once, it imports what compiling needs while the caller
+    exports and fuses, then compiles batches of jobs sent over its stdin (length-prefixed
+    pickles, answered on its stdout) until its stdin closes or it idles `IDLE_EXIT_S`."""
+
+    def __init__(self) -> None:
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p
         )
-        outputs: list[bytes | None] = pickle.loads(done.stdout)
-    except (OSError, subprocess.CalledProcessError, pickle.UnpicklingError, EOFError):
-        return [None] * len(jobs)
-    if len(outputs) != len(jobs):
-        return [None] * len(jobs)
-    return outputs
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "xfuse.runtime.compile_workers", "--idle", str(IDLE_EXIT_S)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def run(self, spec: tuple[str, Any], jobs: list[Job]) -> list[bytes | None]:
+        """The artifacts of `jobs` (all None, and the worker stopped, if it fails)."""
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        try:
+            _write_message(stdin, (spec, jobs))
+            outputs = _read_message(stdout)
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
+            self.stop()
+            return [None] * len(jobs)
+        if not isinstance(outputs, list) or len(outputs) != len(jobs):
+            self.stop()
+            return [None] * len(jobs)
+        return outputs
+
+    def stop(self) -> None:
+        if self.alive():
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+class WorkerPool:
+    """Worker processes kept for the process's compilations: `start` them ahead (before
+    exporting a program, so that their imports overlap it), `lease` them for one batch. A
+    second batch at the same time waits for the first."""
+
+    def __init__(self) -> None:
+        self._workers: list[Worker] = []
+        self._lock = threading.Lock()
+        self._busy = threading.Lock()
+        self._pid = os.getpid()
+
+    def _own(self) -> None:
+        """In a forked child, forget the parent's workers: they are the parent's to talk to."""
+        if self._pid != os.getpid():
+            self._workers = []
+            self._pid = os.getpid()
+
+    def start(self, count: int) -> None:
+        """Have `count` live workers (starting the missing ones, which returns at once)."""
+        with self._lock:
+            self._ensure(count)
+
+    def _ensure(self, count: int) -> list[Worker]:
+        self._own()
+        for worker in [w for w in self._workers if not w.alive()]:
+            worker.stop()
+            self._workers.remove(worker)
+        while len(self._workers) < count:
+            self._workers.append(Worker())
+        return self._workers[:count]
+
+    @contextmanager
+    def lease(self, count: int) -> Iterator[list[Worker]]:
+        with self._busy:
+            with self._lock:
+                leased = self._ensure(count)
+            yield leased
+
+    def stop(self) -> None:
+        with self._lock:
+            self._own()
+            for worker in self._workers:
+                worker.stop()
+            self._workers.clear()
+
+
+POOL = WorkerPool()
+atexit.register(POOL.stop)
+
+
+def start_workers(backend: object) -> None:
+    """Start the workers that `KernelCache.compile_ahead` will use for `backend`, if any, so
+    that their start (about half a second) overlaps exporting and fusing the program."""
+    if can_compile_ahead(backend):
+        POOL.start(workers())
+
+
+def _write_message(stream: IO[bytes], value: object) -> None:
+    data = pickle.dumps(value)
+    stream.write(_LENGTH.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read_message(stream: IO[bytes]) -> Any:
+    header = _read_exactly(stream, _LENGTH.size)
+    (length,) = _LENGTH.unpack(header)
+    return pickle.loads(_read_exactly(stream, length))
+
+
+def _read_exactly(stream: IO[bytes], size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = stream.read(size - len(data))
+        if not chunk:
+            raise EOFError(f"stream ended {size - len(data)} bytes short")
+        data += chunk
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker's side
+# ---------------------------------------------------------------------------------------------
 
 
 def _serve(spec: tuple[str, Any], jobs: list[Job]) -> list[bytes | None]:
-    """A worker's work: each job compiled, None where compiling it raised."""
+    """A worker's work: each job compiled, None where compiling it (or making the backend)
+    raised."""
     from xfuse.ir.context import parse
 
-    backend = _rebuild(spec)
+    try:
+        backend = _rebuild(spec)
+    except Exception:  # noqa: BLE001 - the caller compiles the jobs itself
+        return [None] * len(jobs)
     outputs: list[bytes | None] = []
     for text, symbol in jobs:
         try:
@@ -137,10 +275,31 @@ def _serve(spec: tuple[str, Any], jobs: list[Job]) -> list[bytes | None]:
     return outputs
 
 
-def main() -> int:
-    spec, jobs = pickle.loads(sys.stdin.buffer.read())
-    sys.stdout.buffer.write(pickle.dumps(_serve(spec, jobs)))
-    sys.stdout.buffer.flush()
+def _idle(stream: IO[bytes], seconds: float) -> bool:
+    """Whether no job came within `seconds` (never on systems without `select` on pipes)."""
+    if os.name != "posix":
+        return False
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return not ready
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    import xfuse.backends.cuda  # noqa: F401 - what every job needs, imported before the first
+    import xfuse.ir.context  # noqa: F401
+
+    parser = argparse.ArgumentParser(prog="python -m xfuse.runtime.compile_workers")
+    parser.add_argument("--idle", type=float, default=IDLE_EXIT_S, help="seconds, then exit")
+    idle = parser.parse_args(argv).idle
+    stdin = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)  # no read-ahead: select
+    stdout = sys.stdout.buffer
+    while not _idle(stdin, idle):
+        try:
+            spec, jobs = _read_message(stdin)
+        except EOFError:
+            return 0
+        _write_message(stdout, _serve(spec, jobs))
     return 0
 
 
