@@ -42,6 +42,7 @@ import xfuse.api
 import xfuse.dynamo
 from xfuse.errors import FallbackWarning
 from xfuse.runtime.cache import KernelCache
+from xfuse.runtime.compile_workers import POOL
 
 Tensor = torch.Tensor
 Built = tuple[torch.nn.Module, tuple[Tensor, ...]]
@@ -224,9 +225,11 @@ class Report:
 def via_xfuse_compile(
     model: torch.nn.Module, inputs: tuple[Tensor, ...], device: str, fallback: str | None
 ) -> tuple[Callable[..., Any], Report]:
-    """`xfuse.compile` cold (an empty disk kernel cache), then again from that cache with
-    new in-memory caches (the warm start of a second process, less its imports)."""
+    """`xfuse.compile` cold (an empty disk kernel cache, no compile workers running), then
+    again from that cache with new in-memory caches (the warm start of a second process, less
+    its imports)."""
     report = Report()
+    POOL.stop()  # cold: the compile workers start with the compilation, as in a new process
     with tempfile.TemporaryDirectory(prefix="xfuse-models-") as directory:
         start = time.perf_counter()
         xfuse.compile(
