@@ -277,6 +277,41 @@ def test_a_parameter_that_requires_grad_raises_with_grad_enabled() -> None:
         c(x)
 
 
+class GradModeBranch(torch.nn.Module):
+    """A forward that branches on grad mode, as eager runs it in each mode."""
+
+    def __init__(self, requires_grad: bool):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(4), requires_grad=requires_grad)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.w + (1.0 if torch.is_grad_enabled() else 2.0)
+
+
+def test_a_module_that_requires_grad_is_traced_as_its_calls_run() -> None:
+    # compiled with grad on, but every call it accepts runs with grad off (else it raises)
+    model, x = GradModeBranch(requires_grad=True), torch.zeros(4)
+    c = xfuse.compile(model, (x,), quiet=True)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), model(x))
+    with torch.inference_mode():
+        torch.testing.assert_close(c(x), torch.full((4,), 2.0))
+    assert len(c.specialisations) == 1
+
+
+def test_grad_mode_is_part_of_the_signature() -> None:
+    model, x = GradModeBranch(requires_grad=False), torch.zeros(4)
+    c = xfuse.compile(model, (x,), quiet=True)
+    torch.testing.assert_close(c(x), model(x))  # grad on: + 1
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), model(x))  # grad off: + 2
+    assert len(c.specialisations) == 2
+    with torch.no_grad():
+        c2 = xfuse.compile(model, (x,), quiet=True)
+        torch.testing.assert_close(c2(x), torch.full((4,), 2.0))
+    torch.testing.assert_close(c2(x), torch.full((4,), 1.0))
+
+
 def test_new_shapes_from_eight_threads_all_compile() -> None:
     import concurrent.futures
 

@@ -4,8 +4,8 @@ returns.
 
 Kernels are specialised to the shapes and dtypes they were compiled for. `CompiledProgram`
 checks every call's inputs (count, type, layout, dtype, device) and keys specialisations by the
-inputs' signature (shapes, strides and dtypes): a call with a new signature builds a new specialisation,
-never runs a kernel on shapes it was not made for. Non-contiguous inputs are made contiguous by
+inputs' signature (shapes, strides and dtypes) and grad mode: a call with a new signature builds a
+new specialisation, never runs a kernel on shapes it was not made for. Non-contiguous inputs are made contiguous by
 the kernels that read them (views and externs take them as they are).
 """
 
@@ -332,8 +332,13 @@ class CompiledProgram:
         self.specialisations: dict[Any, Executable] = {}
         call = self._inputs(tuple(example_inputs), example_kwargs or {})
         tensors = self.state.tensors() if self.state is not None else []
+        # Built for the grad mode its calls will have: off where an input or parameter
+        # requires grad, since calls with grad on are refused then (`check_no_autograd`).
+        grad = torch.is_grad_enabled() and not any(
+            t.requires_grad for t in (*call.tensors, *tensors)
+        )
         self.default = self._specialise(
-            self._signature(call.tensors, call.structure, tensors), call
+            self._signature(call.tensors, call.structure, tensors, grad), call, grad
         )
 
     @property
@@ -366,19 +371,24 @@ class CompiledProgram:
             call = self._inputs(args, kwargs)
             tensors = call.tensors
         state = self.state.tensors() if self.state is not None else ()
+        grad = torch.is_grad_enabled()
         # The signature first: it refuses module state that is no tensor any more.
-        sig = self._signature(tensors, None if call is None else call.structure, state)
-        if torch.is_grad_enabled():
+        sig = self._signature(tensors, None if call is None else call.structure, state, grad)
+        if grad:
             check_no_autograd(tensors, state)
         executable = self.specialisations.get(sig)
         if executable is None:
-            executable = self._specialise(sig, call or CallInputs(args, {}, args, args, None))
+            call = call or CallInputs(args, {}, args, args, None)
+            executable = self._specialise(sig, call, grad)
         return executable.run(args if call is None else call.leaves, state)
 
     def _signature(
-        self, tensors: Sequence[Tensor], structure: Hashable, state: Sequence[Tensor]
+        self, tensors: Sequence[Tensor], structure: Hashable, state: Sequence[Tensor], grad: bool
     ) -> Any:
-        sig: Any = signature_of(tensors)
+        """What a program is specialised on: the inputs' and the module state's layouts, the
+        inputs' structure, and grad mode (a forward may branch on it, and export traces the
+        branch of the mode it runs in)."""
+        sig: Any = (signature_of(tensors), grad)
         if structure is not None:
             sig = (structure, sig)
         if self.state is None:
@@ -404,13 +414,15 @@ class CompiledProgram:
             and _distinct(args)
         )
 
-    def _specialise(self, sig: Any, call: CallInputs) -> Executable:
+    def _specialise(self, sig: Any, call: CallInputs, grad: bool) -> Executable:
+        """The program for `sig`, built (and exported) in grad mode `grad`."""
         # One build per signature even when several threads call with it at once.
         with self._lock:
             lock = self._building.setdefault(sig, threading.Lock())
         with lock:
             found = self.specialisations.get(sig)
             if found is None:
-                found = self._build(call)
+                with torch.set_grad_enabled(grad):
+                    found = self._build(call)
                 self.specialisations[sig] = found
             return found
