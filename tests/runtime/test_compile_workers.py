@@ -72,6 +72,13 @@ def test_a_job_that_fails_is_left_to_the_caller() -> None:
     assert compile_in_workers(spec, [("not IR", "k"), ("nor this", "k")], 2) == [None, None]
 
 
+def test_no_jobs_or_no_workers_compile_nothing() -> None:
+    spec = backend_spec(CUDABackend("sm_90"))
+    assert spec is not None
+    assert compile_in_workers(spec, [], 2) == []
+    assert compile_in_workers(spec, [("x", "k")], 0) == [None]
+
+
 def test_a_worker_that_fails_changes_nothing() -> None:
     assert compile_in_workers(("no such backend", None), [("x", "k")], 2) == [None]
 

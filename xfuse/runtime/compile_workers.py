@@ -97,6 +97,8 @@ def compile_in_workers(
     """Each job's artifact (None where it failed), compiled by up to `processes` workers of the
     pool (`POOL`); the jobs are dealt longest first to the least loaded worker (their text's
     length for cost)."""
+    if not jobs or processes < 1:
+        return [None] * len(jobs)
     shares: list[list[int]] = [[] for _ in range(min(processes, len(jobs)))]
     loads = [0] * len(shares)
     for i in sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0])):
