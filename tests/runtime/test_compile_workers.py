@@ -166,3 +166,16 @@ def test_a_forked_child_leaves_the_parents_workers_alone(monkeypatch: pytest.Mon
     assert status == 0
     assert _pids() == parent
     POOL.stop()
+
+
+def test_workers_that_cannot_start_leave_the_work_to_the_caller(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    POOL.stop()
+    monkeypatch.setattr(compile_workers.sys, "executable", str(tmp_path / "no-such-python"))
+    spec = backend_spec(CUDABackend("sm_90"))
+    assert spec is not None
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    start_workers(CUDABackend("sm_90"))  # no error: compiling goes on without them
+    assert compile_in_workers(spec, [("x", "k"), ("y", "k")], 2) == [None, None]
+    assert POOL._workers == []

@@ -112,6 +112,8 @@ def compile_in_workers(
     with POOL.lease(len(shares)) as pool:
 
         def run(k: int) -> None:
+            if k >= len(pool):  # a worker that could not start: the caller compiles its share
+                return
             share = shares[k]
             outputs = pool[k].run(spec, [jobs[i] for i in share])
             for i, artifact in zip(share, outputs, strict=True):
@@ -201,12 +203,17 @@ class WorkerPool:
             self._ensure(count)
 
     def _ensure(self, count: int) -> list[Worker]:
+        """Up to `count` live workers: fewer where a process cannot be started (no usable
+        `sys.executable`, no process slots), which leaves their work to the caller."""
         self._own()
         for worker in [w for w in self._workers if not w.alive()]:
             worker.stop()
             self._workers.remove(worker)
-        while len(self._workers) < count:
-            self._workers.append(Worker())
+        try:
+            while len(self._workers) < count:
+                self._workers.append(Worker())
+        except OSError:
+            pass
         return self._workers[:count]
 
     @contextmanager
