@@ -175,8 +175,9 @@ class KernelCache:
         return kernel_key(KernelSource.of(module).text, backend.target, backend_version(backend))
 
     def kernel(self, backend: Backend, source: ModuleOp | KernelSource, name: str) -> Kernel:
-        """The kernel `@name` of `module` for `backend`: from memory, from disk, or compiled
-        (once, however many threads ask at the same time).
+        """The kernel `@name` of `source` (a module of loop IR, or a `KernelSource` that has
+        its text already) for `backend`: from memory, from disk, or compiled (once, however
+        many threads ask at the same time).
 
         A module of one kernel may name it otherwise (the runtime's canonical symbol, so that
         the same computation has one key wherever it came from): the kernel is compiled under
