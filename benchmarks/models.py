@@ -205,6 +205,8 @@ class Report:
     compile_s: float = 0.0
     warm_s: float | None = None
     """`xfuse.compile` again from the disk kernel cache (None: not measured)."""
+    warm_phases: dict[str, float] = field(default_factory=dict[str, float])
+    """Where the warm start's time went (`CompiledProgram.compile_times`)."""
     match: str = "-"
 
     def add(self, compiled: xfuse.api.CompiledProgram) -> None:
@@ -241,6 +243,7 @@ def via_xfuse_compile(
             model, inputs, device, quiet=True, fallback=fallback, cache=KernelCache(Path(directory))
         )
         report.warm_s = time.perf_counter() - start
+        report.warm_phases = compiled.compile_times
     report.add(compiled)
     return compiled, report
 
@@ -409,7 +412,10 @@ def _counts(c: Counter[str]) -> str:
 
 
 def _warm(r: Report) -> str:
-    return "" if r.warm_s is None else f" (warm {r.warm_s:.2f} s)"
+    if r.warm_s is None:
+        return ""
+    phases = "".join(f", {k} {v:.2f}" for k, v in r.warm_phases.items())
+    return f" (warm {r.warm_s:.2f} s{phases})"
 
 
 def _row(name: str, entry: str, device: str, dtype: torch.dtype, r: Report) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 import warnings
 
 import pytest
@@ -120,3 +121,27 @@ def test_compile_is_quiet_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(ENV_QUIET, "1")
         xfuse.compile(fn, (torch.randn(2, 8),))
     assert "xfuse:" not in stream.getvalue()
+
+
+def test_phases_are_kept_and_shown_on_the_last_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_QUIET, raising=False)
+    plain = io.StringIO()
+    with Progress.create(quiet=False, stream=plain) as progress:
+        first = progress.lap("export")
+        progress.stage("fusing")
+        second = progress.lap("fusion")
+        progress.finish("12 ops -> 2 groups -> 3 kernels")
+    assert progress.phases == {"export": first, "fusion": second}
+    assert first >= 0 and second >= 0
+    last = plain.getvalue().splitlines()[-1]
+    assert last.startswith("xfuse: 12 ops -> 2 groups -> 3 kernels (")
+    assert ", export " in last and ", fusion " in last and last.endswith(")")
+
+
+def test_a_compiled_program_says_where_its_compile_time_went() -> None:
+    start = time.perf_counter()
+    c = xfuse.compile(lambda x: torch.tanh(x) * 2, (torch.randn(4, 8),), quiet=True)
+    total = time.perf_counter() - start
+    times = c.compile_times
+    assert list(times) == ["export", "fusion", "kernels"]
+    assert all(t >= 0 for t in times.values()) and sum(times.values()) <= total

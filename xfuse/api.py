@@ -273,17 +273,20 @@ def _builder(
         start_workers(backend)  # their imports overlap exporting and fusing
         progress.stage("exporting the program (torch.export)")
         imported = import_for_xfuse(model_or_fn, call.args, call.kwargs)
+        progress.lap("export")
         progress.stage(f"imported {len(imported.op_names)} ops; fusing")
         program_ir = imported.program
         program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
         index = OpIndex()
         decisions = run_pipeline(spec, program_ir.module, index.observe, extra)
         groups = summarize(program_ir.module).groups
+        progress.lap("fusion")
         progress.stage(f"{len(groups)} groups formed; compiling kernels")
         compiler = ProgramCompiler(compile_kernel, fallback=fallback, device=device)
         if can_compile_ahead(backend):
             cache.compile_ahead(backend, compiler.kernel_modules(program_ir.module))
         program = compiler.compile(program_ir.module)
+        progress.lap("kernels")
         progress.finish(
             f"{len(imported.op_names)} ops -> {len(groups)} groups -> "
             f"{len(program.kernels)} kernels"
@@ -294,6 +297,7 @@ def _builder(
             unflatten=unflattener(imported),
             report=FusionReport(decisions, list(program.fallbacks), index, program.op_by_op),
             op_names=imported.op_names,
+            compile_times=dict(progress.phases),
             outputs=OutputPlan(program_ir.output_rules, program, program_ir.hidden_outputs),
             graphs=(
                 GraphRunner(program, run_program)

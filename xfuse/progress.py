@@ -4,7 +4,9 @@ Progress of long compilations, on the terminal.
     with Progress.create(quiet) as progress:
         progress.stage("imported 1234 ops")     # replaces the status line
         progress.count("kernels compiled")      # 1, 2, 3, ... (redrawn at most every 0.1 s)
-        progress.finish("1234 ops -> 56 groups -> 60 kernels")  # the line that stays
+        progress.lap("export")                  # a phase ends: its seconds in `phases`
+        progress.finish("1234 ops -> 56 groups -> 60 kernels")  # the line that stays,
+                                                # with the total and each phase's seconds
 
 On a terminal (stderr is a TTY) one status line is redrawn in place. It is quiet when stderr
 is not a TTY, when `XFUSE_QUIET` is set (to anything but 0), or with `quiet=True`; `quiet=False`
@@ -47,6 +49,9 @@ class Progress:
     min_interval: float = 0.1
     started: float = field(default_factory=time.perf_counter)
     counts: dict[str, int] = field(default_factory=dict[str, int])
+    phases: dict[str, float] = field(default_factory=dict[str, float])
+    """Seconds of each phase of the work, in order (`lap`), quiet or not."""
+    _lap_at: float = field(default=-1.0, init=False)
     _drawn_at: float = field(default=-1.0, init=False)
     _open_line: bool = field(default=False, init=False)
 
@@ -67,6 +72,15 @@ class Progress:
         """A new stage of the work: always drawn."""
         self._draw(text, force=True)
 
+    def lap(self, phase: str) -> float:
+        """End `phase`, begun at the last `lap` (or at the start): its seconds are kept in
+        `phases`, and the last line shows them. Returns them."""
+        now = time.perf_counter()
+        seconds = now - (self.started if self._lap_at < 0 else self._lap_at)
+        self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+        self._lap_at = now
+        return seconds
+
     def count(self, what: str, step: int = 1) -> int:
         """Add `step` to the counter `what` and show it (throttled); returns the new count."""
         n = self.counts.get(what, 0) + step
@@ -79,7 +93,8 @@ class Progress:
         """The last line, with the time taken; it stays on the terminal."""
         if not self.enabled:
             return
-        line = f"{PREFIX}{text} ({time.perf_counter() - self.started:.1f} s)"
+        laps = "".join(f", {name} {t:.1f}" for name, t in self.phases.items())
+        line = f"{PREFIX}{text} ({time.perf_counter() - self.started:.1f} s{laps})"
         self._write((CLEAR_LINE if self.live else "") + line + "\n")
         self._open_line = False
 

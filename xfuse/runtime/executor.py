@@ -129,6 +129,9 @@ class Executable:
     """The fusion report of this specialisation (`xfuse.api.FusionReport`), if one was made."""
     op_names: list[str] = field(default_factory=list[str])
     """The ops of the imported program, before fusion (for explanations)."""
+    compile_times: dict[str, float] = field(default_factory=dict[str, float])
+    """Seconds its build spent in each phase: `export` (torch.export and the import),
+    `fusion` (the pass pipeline), `kernels` (lowering, compiling or loading kernels)."""
     outputs: OutputPlan | None = None
     """Makes the results alias what eager's would (`xfuse.runtime.outputs`)."""
     graphs: GraphRunner | None = None
@@ -356,6 +359,12 @@ class CompiledProgram:
     @property
     def fallbacks(self) -> list[str]:
         return self.default.program.fallbacks
+
+    @property
+    def compile_times(self) -> dict[str, float]:
+        """Seconds the first specialisation's build spent in each phase (`export`, `fusion`,
+        `kernels`): where a compile's time went."""
+        return self.default.compile_times
 
     @property
     def op_by_op(self) -> list[str]:
