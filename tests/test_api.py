@@ -326,3 +326,28 @@ def test_torch_compile_does_not_share_a_program_between_models_of_other_weights(
     with torch.no_grad():
         for model in (first, second):
             torch.testing.assert_close(torch.compile(model, backend="xfuse")(x), model(x))
+
+
+def test_the_cycle_collector_is_paused_while_compiling_and_restored_after() -> None:
+    import gc
+
+    seen: list[bool] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        seen.append(gc.isenabled())  # runs while torch.export traces it
+        return torch.tanh(x) * 2
+
+    assert gc.isenabled()
+    xfuse.compile(fn, (torch.randn(4),), quiet=True)
+    assert seen == [False] and gc.isenabled()
+    # a compile that fails turns it back on too
+    with pytest.raises(xfuse.errors.ExportError):
+        xfuse.compile(lambda x: x.numpy(), (torch.randn(4),), quiet=True)
+    assert gc.isenabled()
+    # and one that was off before stays off
+    gc.disable()
+    try:
+        xfuse.compile(fn, (torch.randn(4),), quiet=True)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
