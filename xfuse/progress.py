@@ -51,9 +51,12 @@ class Progress:
     counts: dict[str, int] = field(default_factory=dict[str, int])
     phases: dict[str, float] = field(default_factory=dict[str, float])
     """Seconds of each phase of the work, in order (`lap`), quiet or not."""
-    _lap_at: float = field(default=-1.0, init=False)
+    _lap_at: float = field(default=0.0, init=False)
     _drawn_at: float = field(default=-1.0, init=False)
     _open_line: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self._lap_at = self.started
 
     @classmethod
     def create(cls, quiet: bool | None = None, stream: TextIO | None = None) -> Progress:
@@ -76,7 +79,7 @@ class Progress:
         """End `phase`, begun at the last `lap` (or at the start): its seconds are kept in
         `phases`, and the last line shows them. Returns them."""
         now = time.perf_counter()
-        seconds = now - (self.started if self._lap_at < 0 else self._lap_at)
+        seconds = now - self._lap_at
         self.phases[phase] = self.phases.get(phase, 0.0) + seconds
         self._lap_at = now
         return seconds

@@ -255,13 +255,13 @@ def _read_message(stream: IO[bytes]) -> Any:
 
 
 def _read_exactly(stream: IO[bytes], size: int) -> bytes:
-    data = b""
+    data = bytearray()
     while len(data) < size:
         chunk = stream.read(size - len(data))
         if not chunk:
             raise EOFError(f"stream ended {size - len(data)} bytes short")
         data += chunk
-    return data
+    return bytes(data)
 
 
 # ---------------------------------------------------------------------------------------------

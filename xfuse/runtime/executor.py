@@ -232,11 +232,15 @@ def is_plain_input(value: Any, device: torch.device) -> bool:
     )
 
 
+def requires_grad(tensors: Sequence[Tensor]) -> bool:
+    return any(t.requires_grad for t in tensors)
+
+
 def check_no_autograd(inputs: Sequence[Tensor], state: Sequence[Tensor]) -> None:
     """With grad enabled, no input or parameter may require grad: the results would carry no
     history and backward would silently miss them."""
     for what, tensors in (("an input", inputs), ("a parameter", state)):
-        if any(t.requires_grad for t in tensors):
+        if requires_grad(tensors):
             raise AutogradUnsupportedError(
                 f"{what} requires grad, but compiled programs are for inference (their results "
                 "carry no autograd history): call it under torch.no_grad() or "
@@ -337,9 +341,7 @@ class CompiledProgram:
         tensors = self.state.tensors() if self.state is not None else []
         # Built for the grad mode its calls will have: off where an input or parameter
         # requires grad, since calls with grad on are refused then (`check_no_autograd`).
-        grad = torch.is_grad_enabled() and not any(
-            t.requires_grad for t in (*call.tensors, *tensors)
-        )
+        grad = torch.is_grad_enabled() and not requires_grad([*call.tensors, *tensors])
         self.default = self._specialise(
             self._signature(call.tensors, call.structure, tensors, grad), call, grad
         )
@@ -387,8 +389,7 @@ class CompiledProgram:
             check_no_autograd(tensors, state)
         executable = self.specialisations.get(sig)
         if executable is None:
-            call = call or CallInputs(args, {}, args, args, None)
-            executable = self._specialise(sig, call, grad)
+            executable = self._specialise(sig, call or CallInputs(args, {}, args, args, None), grad)
         return executable.run(args if call is None else call.leaves, state)
 
     def _signature(
