@@ -5,8 +5,9 @@ given by an `LLVMTarget`.
 
 1. `prepare_module`: the target's own preparation of the module (CPU: `[lo, hi)` range
    arguments; CUDA: a check that `gpu-map-parallel` ran);
-2. f16/bf16 arithmetic and math computed in f32 (`PromoteLowPrecisionFloatOp`), bf16 constants
-   as rounded f32 ones;
+2. small constant powers as eager's pow kernels compute them (`SmallPowerAsProducts`: `x ** 3`
+   is `x * x * x`, `x ** -0.5` an rsqrt), then f16/bf16 arithmetic and math computed in f32
+   (`PromoteLowPrecisionFloatOp`), bf16 constants as rounded f32 ones;
 3. `math`: math functions (CPU: vectorizable expansions; CUDA: libdevice calls);
 4. `convert-scf-to-cf`, then `after_cf` (CUDA: vector lane accesses), then
    `convert-memref-to-llvm`;
@@ -20,9 +21,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, func
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, FloatAttr, ModuleOp, f32
-from xdsl.ir import Attribute, Operation
+from xdsl.dialects import arith, func, math
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    ModuleOp,
+    f32,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -60,6 +69,9 @@ class LLVMTarget:
     after_cf: KernelStep = _nothing
     convert_types: KernelStep = _nothing
     contract: bool = True
+    power_rounds_each: frozenset[type[Attribute]] = frozenset()
+    """The f16/bf16 types whose small powers round after each product, as eager's pow kernel
+    of the target computes them (`SmallPowerAsProducts`); the others round once."""
     finish_module: Callable[[ModuleOp, list[str]], None] = _finish_nothing
 
 
@@ -74,6 +86,7 @@ def lower_kernels(module: ModuleOp, target: LLVMTarget) -> list[str]:
     kernels = kernel_functions(module)
     for kernel in kernels:
         target.check_kernel(kernel)
+        rewrite_once(kernel, SmallPowerAsProducts(target.power_rounds_each))
         rewrite_once(kernel, PromoteLowPrecisionFloatOp())
         target.math(kernel)
         PatternRewriteWalker(
@@ -139,3 +152,104 @@ class PromoteLowPrecisionFloatOp(RewritePattern):
             for new, old in zip(wide_op.results, op.results, strict=True)
         ]
         rewriter.replace(op, (), results)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every target: small constant powers as eager computes them
+# ---------------------------------------------------------------------------------------------
+
+
+def _float_constant(value: SSAValue) -> float | None:
+    """The value of a float `arith.constant` (seen through `arith.extf`/`arith.truncf`), else
+    None. A truncation may have rounded it: compare the result only with values that every
+    float type holds exactly (small integers and halves)."""
+    owner = value.owner
+    while isinstance(owner, arith.ExtFOp | arith.TruncFOp):
+        owner = owner.input.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, FloatAttr):
+        return owner.value.value.data
+    return None
+
+
+SMALL_POWERS = (0.0, 1.0, 2.0, 3.0, -2.0, 0.5, -0.5, -1.0)
+"""The exponents that eager's `pow(Tensor, Scalar)` kernels (CPU and CUDA) special-case: 0 fills
+ones, 1 copies, 2, 3 and -2 are products (`x * x * x`, `1 / (x * x)`), 0.5, -0.5 and -1 run
+the sqrt, rsqrt and reciprocal kernels (not for f16 on the CPU: `ROOT_POWERS`). Other exponents
+call pow."""
+
+ROOT_POWERS = (0.5, -0.5, -1.0)
+
+
+def _narrow_type(op: math.PowFOp) -> Attribute | None:
+    """The f16/bf16 type that `op` computes in: its own, or, once lowering has promoted it to
+    f32 (`truncf(powf(extf(x)))`), the type its operand comes from and its result goes to."""
+    t = op.result.type
+    if _is_low_precision(t):
+        return t
+    source = op.lhs.owner
+    if not isinstance(source, arith.ExtFOp) or not _is_low_precision(source.input.type):
+        return None
+    narrow = source.input.type
+    uses = [use.operation for use in op.result.uses]
+    if uses and all(isinstance(u, arith.TruncFOp) and u.result.type == narrow for u in uses):
+        return narrow
+    return None
+
+
+@dataclass
+class SmallPowerAsProducts(RewritePattern):
+    """`math.powf %x, c` with a constant `c` of `SMALL_POWERS` -> eager's special case, so that
+    the result is eager's bit for bit (a pow call rounds `x ** 3` once, eager's product twice)
+    and the loop stays vectorizable (on the CPU pow is a scalar libm call). The products are
+    computed in f32; where the op computes in a `rounds_each` type (f16/bf16, before or after
+    promotion to f32), each intermediate product is rounded to it, as eager's kernel does.
+
+        %y = math.powf %x, %c3 : f32   ->   %s = arith.mulf %x, %x   %y = arith.mulf %s, %x
+    """
+
+    rounds_each: frozenset[type[Attribute]]
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, math.PowFOp):
+            return
+        exponent = _float_constant(op.rhs)
+        if exponent not in SMALL_POWERS:
+            return
+        narrow = _narrow_type(op)
+        if isinstance(narrow, Float16Type) and exponent in ROOT_POWERS:
+            return  # eager's f16 pow: pow(-inf, -0.5) is +0 there, not rsqrt's NaN
+
+        def emit(new: Operation) -> SSAValue:
+            return rewriter.insert(new).results[0]
+
+        def rounded(v: SSAValue) -> SSAValue:
+            if narrow is None or type(narrow) not in self.rounds_each:
+                return v
+            return emit(arith.ExtFOp(emit(arith.TruncFOp(v, narrow)), f32))
+
+        x = op.lhs
+        if _is_low_precision(x.type):
+            x = emit(arith.ExtFOp(x, f32))
+        wide = x.type
+        assert isinstance(wide, Float32Type | Float64Type)
+        one = emit(arith.ConstantOp(FloatAttr(1.0, wide))) if exponent in (0, -1, -2) else x
+        fm = op.fastmath
+        if exponent == 0.0:
+            y = one
+        elif exponent == 1.0:
+            y = x
+        elif exponent == 0.5:
+            y = emit(math.SqrtOp(x, fm))
+        elif exponent == -0.5:
+            y = emit(math.RsqrtOp(x, fm))
+        elif exponent == -1.0:
+            y = emit(arith.DivfOp(one, x, fm))
+        else:
+            y = emit(arith.MulfOp(x, x, fm))
+            if exponent == 3.0:
+                y = emit(arith.MulfOp(rounded(y), x, fm))
+            elif exponent == -2.0:
+                y = emit(arith.DivfOp(one, rounded(y), fm))
+        if y.type != op.result.type:
+            y = emit(arith.TruncFOp(y, op.result.type))
+        rewriter.replace(op, (), (y,))

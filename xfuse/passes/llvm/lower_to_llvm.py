@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, func, llvm, memref, scf
 from xdsl.dialects.builtin import (
+    BFloat16Type,
     DictionaryAttr,
     FloatAttr,
     IndexType,
@@ -395,6 +396,7 @@ def lower_kernels_to_llvm(module: ModuleOp, target: str = "cpu", *, contract: bo
             math=expand_math,
             convert_types=convert_types,
             contract=contract,
+            power_rounds_each=frozenset({BFloat16Type}),  # ATen's CPU kernel: f16 in f32
         ),
     )
 

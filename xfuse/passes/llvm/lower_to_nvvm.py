@@ -21,7 +21,6 @@ memref -> pointer arithmetic, arith, cf, func, types); what differs for the GPU 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -32,7 +31,6 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     DictionaryAttr,
     Float32Type,
-    FloatAttr,
     IntegerAttr,
     IntegerType,
     MemRefType,
@@ -126,9 +124,6 @@ class ConvertMathToLibdevice(RewritePattern):
     """Float `math` ops -> calls of libdevice (`math.fpowi` -> `__nv_powi[f]`)."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if isinstance(op, math.PowFOp) and (square := _small_power(op)) is not None:
-            rewriter.replace(op, (), (square(rewriter),))
-            return
         if type(op) in LIBDEVICE_FLOAT:
             name = libdevice_name(LIBDEVICE_FLOAT[type(op)], op.results[0].type)
             rewriter.replace(op, (), (_call(op, rewriter, name, list(op.operands)),))
@@ -138,39 +133,6 @@ class ConvertMathToLibdevice(RewritePattern):
                 exponent = rewriter.insert(llvm.TruncOp(exponent, i32)).res
             name = libdevice_name("powi", op.results[0].type)
             rewriter.replace(op, (), (_call(op, rewriter, name, [base, exponent]),))
-
-
-def _float_constant(value: SSAValue) -> float | None:
-    """The value of a float constant seen through `arith.extf`s and `arith.truncf`s (a bf16
-    constant is the `truncf` of an f32 one by then: `PromoteLowPrecisionFloatOp`), else None.
-    A truncation may have rounded it: compare the result only with values that every float
-    type holds exactly (small integers)."""
-    owner = value.owner
-    while isinstance(owner, arith.ExtFOp | arith.TruncFOp):
-        owner = owner.input.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, FloatAttr):
-        return owner.value.value.data
-    return None
-
-
-def _small_power(op: math.PowFOp) -> Callable[[PatternRewriter], SSAValue] | None:
-    """`x ** 1`, `x ** 2`, `x ** 3` as multiplications (libdevice's powf is a few hundred
-    instructions; RMSNorm's `x.pow(2)` is a square)."""
-    exponent = _float_constant(op.rhs)
-    if exponent not in (1.0, 2.0, 3.0):
-        return None
-    x = op.lhs
-    fastmath = op.fastmath
-
-    def build(rewriter: PatternRewriter) -> SSAValue:
-        if exponent == 1.0:
-            return x
-        result = rewriter.insert(arith.MulfOp(x, x, fastmath)).result
-        if exponent == 3.0:
-            result = rewriter.insert(arith.MulfOp(result, x, fastmath)).result
-        return result
-
-    return build
 
 
 def _lane_address(
