@@ -21,8 +21,8 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 
 import xfuse.api
 from tests.backends.test_cpu_math_ops import BINARY as MATH_BINARY
+from tests.backends.test_cpu_math_ops import POWERS, edge_inputs
 from tests.backends.test_cpu_math_ops import UNARY as MATH_UNARY
-from tests.backends.test_cpu_math_ops import edge_inputs
 from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends import get_backend
 from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape, Tuning
@@ -212,6 +212,36 @@ def test_rmsnorm_squares_without_powf(tmp_path: Path) -> None:
     (ptx,) = ptx_of(fn, (_x(4, 4096), _x(4096)), tmp_path)
     assert "lg2" not in ptx and "ex2" not in ptx  # no libdevice powf
     assert ptx.count("ld.global.nc.v4") == 2 * 4096 // (4 * 64)  # x and w, vectorized
+
+
+def test_sqrt_is_correctly_rounded_as_eager(tmp_path: Path) -> None:
+    """f32 sqrt is `sqrt.rn` (libdevice asked as nvcc's `-prec-sqrt=true` builds eager's
+    kernels), not `sqrt.approx`; a cube is two multiplications, not libdevice's powf."""
+    (ptx,) = ptx_of(torch.sqrt, (_x(256),), tmp_path)
+    assert "sqrt.rn.f32" in ptx and "sqrt.approx" not in ptx
+    (ptx,) = ptx_of(lambda x: torch.hypot(x, x * 2), (_x(256),), tmp_path)
+    assert "sqrt.approx" not in ptx
+    (ptx,) = ptx_of(lambda x: torch.pow(x, 3.0), (_x(256),), tmp_path)
+    assert "lg2" not in ptx and "ex2" not in ptx and ptx.count("mul.f32") == 2
+
+
+def test_bf16_rounding_read_back_is_one_cvt(tmp_path: Path) -> None:
+    """A bf16 result that the kernel reads again (x * 2, then + 1) is rounded and read back in
+    one `cvt.rn.bf16x2.f32` (bf16(x) over a zero half: the rounded f32), not a 16-bit cvt and
+    a shift; bf16 constants are rounded at compile time; the stored result keeps its cvt."""
+    (ptx,) = ptx_of(lambda x: (x * 2 + 1) * x, (_x(64, 64, dtype=torch.bfloat16),), tmp_path)
+    assert ptx.count("cvt.rn.bf16x2.f32") == 2  # x * 2 and + 1, each read by the next op
+    assert ptx.count("cvt.rn.bf16.f32") == 1  # the product, stored
+
+
+def test_bf16_constants_round_as_torch() -> None:
+    from xfuse.passes.llvm.lower_to_nvvm import bf16_rounded
+
+    g = torch.Generator().manual_seed(0)
+    values = torch.cat([torch.randn(20000, generator=g) * 1e3, edge_inputs(torch.float32)])
+    want = values.to(torch.bfloat16).float()
+    got = torch.tensor([bf16_rounded(v) for v in values.tolist()])
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
 
 
 def test_unrolled_pointwise_guards_each_chunk_and_keeps_vectors(tmp_path: Path) -> None:
@@ -582,3 +612,28 @@ def test_gpu_math_binary_edges(name: str, dtype: torch.dtype) -> None:
     expected = MATH_BINARY[name](x, y)
     actual = xfuse.api.compile(MATH_BINARY[name], (x, y), device="cuda:0")(x, y)
     torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
+@pytest.mark.parametrize("exponent", POWERS, ids=str)
+def test_gpu_small_powers_are_eager_bit_for_bit(exponent: float, dtype: torch.dtype) -> None:
+    """`x ** c` for the exponents eager's CUDA pow kernel special-cases, bit for bit at every
+    edge value: f16 and bf16 products rounded after each product, 0.5 and -0.5 through the
+    correctly rounded sqrt and the rsqrt eager uses."""
+    x = (edge_inputs(dtype) * 3).cuda()
+    fn: Callable[[torch.Tensor], torch.Tensor] = lambda x: torch.pow(x, exponent)  # noqa: E731
+    got = xfuse.api.compile(fn, (x,), device="cuda:0", fallback="error")(x)
+    want = fn(x)
+    same = (got == want) | (got.isnan() & want.isnan())
+    assert bool(same.all()), f"{int((~same).sum())} elements differ from eager"
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.float64), ids=str)
+def test_gpu_sqrt_is_eager_bit_for_bit(dtype: torch.dtype) -> None:
+    x = edge_inputs(dtype).abs().cuda()
+    got = xfuse.api.compile(torch.sqrt, (x,), device="cuda:0", fallback="error")(x)
+    assert torch.equal(got.nan_to_num(), torch.sqrt(x).nan_to_num())

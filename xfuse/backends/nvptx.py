@@ -61,10 +61,18 @@ def find_libdevice() -> Path:
     raise LibdeviceNotFound(f"libdevice not found (set CUDA_HOME); looked at {searched}")
 
 
+NVCC_REFLECT = "-nvvm-reflect-add=__CUDA_PREC_SQRT=1"
+"""libdevice's `__nvvm_reflect("__CUDA_PREC_SQRT")` answers 1, as under nvcc's default
+`-prec-sqrt=true` with which eager's CUDA kernels are built: `__nv_sqrtf` (and `__nv_hypotf`)
+are `sqrt.rn`, not `sqrt.approx`. LLVM reads no module flag for it, only this option (process
+wide, set once with the NVPTX target). `__CUDA_FTZ` stays 0: subnormals are kept, as eager."""
+
+
 @cache
 def _initialize_nvptx() -> None:
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
+    llvm.set_option("xfuse", NVCC_REFLECT)
 
 
 @cache

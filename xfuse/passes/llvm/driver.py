@@ -19,7 +19,7 @@ given by an `LLVMTarget`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.dialects import arith, func, math
 from xdsl.dialects.builtin import (
@@ -60,6 +60,17 @@ def _finish_nothing(module: ModuleOp, kernels: list[str]) -> None:
 
 
 @dataclass(frozen=True)
+class PowerRules:
+    """How eager's `pow(Tensor, Scalar)` kernel on a target computes the small constant powers
+    it special-cases (`SMALL_POWERS`; `SmallPowerAsProducts` follows it): the f16/bf16 types
+    whose products (`x ** 3`, `x ** -2`) round after each product, not once; and the types
+    for which 0.5, -0.5 and -1 call pow rather than sqrt, rsqrt and reciprocal."""
+
+    rounds_each: frozenset[type[Attribute]] = frozenset()
+    roots_call_pow: frozenset[type[Attribute]] = frozenset()
+
+
+@dataclass(frozen=True)
 class LLVMTarget:
     """What differs between targets in `lower_kernels` (see the module docstring)."""
 
@@ -69,9 +80,8 @@ class LLVMTarget:
     after_cf: KernelStep = _nothing
     convert_types: KernelStep = _nothing
     contract: bool = True
-    power_rounds_each: frozenset[type[Attribute]] = frozenset()
-    """The f16/bf16 types whose small powers round after each product, as eager's pow kernel
-    of the target computes them (`SmallPowerAsProducts`); the others round once."""
+    powers: PowerRules = field(default_factory=lambda: PowerRules())
+    """How eager's pow kernel of the target computes small constant powers."""
     finish_module: Callable[[ModuleOp, list[str]], None] = _finish_nothing
 
 
@@ -86,7 +96,7 @@ def lower_kernels(module: ModuleOp, target: LLVMTarget) -> list[str]:
     kernels = kernel_functions(module)
     for kernel in kernels:
         target.check_kernel(kernel)
-        rewrite_once(kernel, SmallPowerAsProducts(target.power_rounds_each))
+        rewrite_once(kernel, SmallPowerAsProducts(target.powers))
         rewrite_once(kernel, PromoteLowPrecisionFloatOp())
         target.math(kernel)
         PatternRewriteWalker(
@@ -173,9 +183,9 @@ def _float_constant(value: SSAValue) -> float | None:
 
 SMALL_POWERS = (0.0, 1.0, 2.0, 3.0, -2.0, 0.5, -0.5, -1.0)
 """The exponents that eager's `pow(Tensor, Scalar)` kernels (CPU and CUDA) special-case: 0 fills
-ones, 1 copies, 2, 3 and -2 are products (`x * x * x`, `1 / (x * x)`), 0.5, -0.5 and -1 run
-the sqrt, rsqrt and reciprocal kernels (not for f16 on the CPU: `ROOT_POWERS`). Other exponents
-call pow."""
+ones, 1 copies, 2, 3 and -2 are products (`x * x * x`, `1 / (x * x)`), 0.5, -0.5 and -1
+(`ROOT_POWERS`) run the sqrt, rsqrt and reciprocal kernels (where `PowerRules.roots_call_pow`
+says so). Other exponents call pow."""
 
 ROOT_POWERS = (0.5, -0.5, -1.0)
 
@@ -201,13 +211,13 @@ class SmallPowerAsProducts(RewritePattern):
     """`math.powf %x, c` with a constant `c` of `SMALL_POWERS` -> eager's special case, so that
     the result is eager's bit for bit (a pow call rounds `x ** 3` once, eager's product twice)
     and the loop stays vectorizable (on the CPU pow is a scalar libm call). The products are
-    computed in f32; where the op computes in a `rounds_each` type (f16/bf16, before or after
-    promotion to f32), each intermediate product is rounded to it, as eager's kernel does.
+    computed in f32; where the op computes in a type of `rules.rounds_each` (f16/bf16, before
+    or after promotion to f32), each intermediate product is rounded to it, as eager does.
 
         %y = math.powf %x, %c3 : f32   ->   %s = arith.mulf %x, %x   %y = arith.mulf %s, %x
     """
 
-    rounds_each: frozenset[type[Attribute]]
+    rules: PowerRules
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if not isinstance(op, math.PowFOp):
@@ -216,14 +226,14 @@ class SmallPowerAsProducts(RewritePattern):
         if exponent not in SMALL_POWERS:
             return
         narrow = _narrow_type(op)
-        if isinstance(narrow, Float16Type) and exponent in ROOT_POWERS:
-            return  # eager's f16 pow: pow(-inf, -0.5) is +0 there, not rsqrt's NaN
+        if exponent in ROOT_POWERS and type(narrow or op.result.type) in self.rules.roots_call_pow:
+            return
 
         def emit(new: Operation) -> SSAValue:
             return rewriter.insert(new).results[0]
 
         def rounded(v: SSAValue) -> SSAValue:
-            if narrow is None or type(narrow) not in self.rounds_each:
+            if narrow is None or type(narrow) not in self.rules.rounds_each:
                 return v
             return emit(arith.ExtFOp(emit(arith.TruncFOp(v, narrow)), f32))
 

@@ -35,6 +35,7 @@ from xdsl.dialects import arith, func, llvm, memref, scf
 from xdsl.dialects.builtin import (
     BFloat16Type,
     DictionaryAttr,
+    Float16Type,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -60,7 +61,7 @@ from xfuse.passes.llvm.convert_func_to_llvm import (
     convert_types,
     rewrite_once,
 )
-from xfuse.passes.llvm.driver import LLVMTarget, lower_kernels
+from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
 from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op
 
@@ -396,9 +397,16 @@ def lower_kernels_to_llvm(module: ModuleOp, target: str = "cpu", *, contract: bo
             math=expand_math,
             convert_types=convert_types,
             contract=contract,
-            power_rounds_each=frozenset({BFloat16Type}),  # ATen's CPU kernel: f16 in f32
+            powers=CPU_POWERS,
         ),
     )
+
+
+CPU_POWERS = PowerRules(
+    rounds_each=frozenset({BFloat16Type}), roots_call_pow=frozenset({Float16Type})
+)
+"""ATen's CPU pow kernel: bf16 products round after each product, f16 ones once (in f32); f16
+0.5, -0.5 and -1 call pow (`pow(-inf, -0.5)` is +0 there, not rsqrt's NaN)."""
 
 
 @dataclass(frozen=True)
