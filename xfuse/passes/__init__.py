@@ -2,7 +2,8 @@
 xfuse's passes, one module each, in one folder per level of the pipeline:
 
     transforms/  graph -> graph              decompose, split-reductions, fold-linear,
-                                             channels-last, depthwise-stencil, attention-gqa
+                                             channels-last, depthwise-stencil, attention-gqa,
+                                             attention-mask
     fusion/      graph -> fusion.group       fuse-greedy, fuse-scored, group-cleanup, fusion-report
     lowering/    fusion.group -> loops       lower-to-loops; loops -> GPU: gpu-map-parallel
     llvm/        loops -> llvm dialect       lower-to-llvm (CPU), lower-to-nvvm (CUDA), expand-math,
@@ -52,6 +53,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xfuse.passes.transforms.attention_gqa import AttentionGQAPass
 
         return AttentionGQAPass
+
+    def attention_mask() -> type[ModulePass]:
+        from xfuse.passes.transforms.attention_mask import AttentionMaskPass
+
+        return AttentionMaskPass
 
     def fuse_greedy() -> type[ModulePass]:
         from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
@@ -130,6 +136,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "channels-last": channels_last,
         "depthwise-stencil": depthwise_stencil,
         "attention-gqa": attention_gqa,
+        "attention-mask": attention_mask,
         "fuse-greedy": fuse_greedy,
         "fuse-scored": fuse_scored,
         "group-cleanup": group_cleanup,

@@ -1,0 +1,108 @@
+"""`attention-mask`: attention with a constant boolean mask that hides nothing runs without it,
+with a constant causal one as `is_causal=True`; the program computes what it did, bit for bit
+(the graph interpreter, and `xfuse.compile` against eager); other masks are left alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xfuse
+from xfuse import interpret
+from xfuse.api import run_pipeline
+from xfuse.dialects import graph
+from xfuse.frontend import import_module
+from xfuse.passes.transforms.attention_mask import mask_kind
+
+Mask = Callable[[int, int], torch.Tensor]
+
+
+def causal(length: int, source: int) -> torch.Tensor:
+    """transformers' traced causal mask: query i sees keys j <= i (iotas and a compare)."""
+    return torch.arange(source)[None, :] <= torch.arange(length)[:, None]
+
+
+def visible(length: int, source: int) -> torch.Tensor:
+    return torch.arange(source)[None, :] >= 0  # [1, S]: every key, every query
+
+
+def below(length: int, source: int) -> torch.Tensor:
+    return torch.arange(source)[None, :] < torch.arange(length)[:, None]  # hides the diagonal
+
+
+def attention(mask: Mask) -> Callable[..., torch.Tensor]:
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        m = mask(q.shape[-2], k.shape[-2])[None, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    return f
+
+
+def _sdpa_calls(module: object) -> list[graph.TorchCallOp]:
+    return [
+        op
+        for op in module.walk()  # type: ignore[attr-defined]
+        if isinstance(op, graph.TorchCallOp) and "scaled_dot_product" in op.target.data
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mask", "kind", "length", "source"),
+    [(causal, "causal", 8, 8), (causal, "causal", 5, 8), (visible, "none", 8, 8)],
+    ids=["causal", "causal-5x8", "visible"],
+)
+def test_the_mask_goes_and_the_values_stay_bit_for_bit(
+    mask: Mask, kind: str, length: int, source: int
+) -> None:
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, length, 16, generator=g)
+    k, v = (torch.randn(2, 4, source, 16, generator=g) for _ in range(2))
+    fn = attention(mask)
+    imported = import_module(fn, (q, k, v))
+    args = imported.arguments(q, k, v)
+    run_pipeline("decompose", imported.module)
+    before = interpret(imported.module, args)
+    run_pipeline("attention-mask", imported.module)
+    imported.module.verify()
+    (call,) = _sdpa_calls(imported.module)
+    assert len(call.inputs) == 3  # q, k, v: no mask operand
+    assert ("is_causal" in call.kwargs.data) == (kind == "causal")
+    after = interpret(imported.module, args)
+    assert torch.equal(after[0], before[0])
+    compiled = xfuse.compile(fn, (q, k, v), fallback="error")
+    assert torch.equal(compiled(q, k, v), fn(q, k, v))
+
+
+@pytest.mark.parametrize("mask", [below], ids=["strictly-below"])
+def test_other_constant_masks_stay(mask: Mask) -> None:
+    q = torch.randn(1, 2, 8, 16)
+    imported = import_module(attention(mask), (q, q.clone(), q.clone()))
+    run_pipeline("decompose,attention-mask", imported.module)
+    (call,) = _sdpa_calls(imported.module)
+    assert len(call.inputs) == 4 and "is_causal" not in call.kwargs.data
+
+
+def test_a_mask_the_call_computes_stays() -> None:
+    def f(q: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        m = torch.arange(q.shape[-2])[None, :] < lengths[:, None]  # padding from an input
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=m[:, None, None, :])
+
+    q, lengths = torch.randn(2, 2, 8, 16), torch.tensor([8, 5])
+    imported = import_module(f, (q, lengths))
+    run_pipeline("decompose,attention-mask", imported.module)
+    (call,) = _sdpa_calls(imported.module)
+    assert len(call.inputs) == 2  # q (read three times) and the mask
+    compiled = xfuse.compile(f, (q, lengths), fallback="error")
+    assert torch.equal(compiled(q, lengths), f(q, lengths))
+
+
+def test_mask_kinds() -> None:
+    assert mask_kind(causal(4, 4)[None, None].expand(2, 3, 4, 4), 4, 4) == "causal"
+    assert mask_kind(causal(4, 6), 4, 6) == "causal"
+    assert mask_kind(causal(4, 4), 4, 6) is None  # not the shape is_causal applies
+    assert mask_kind(torch.ones(1, 4, dtype=torch.bool), 4, 4) == "none"
+    assert mask_kind(below(4, 4), 4, 4) is None
+    assert mask_kind(torch.zeros(4, 4), 4, 4) is None  # an additive float mask: not boolean
