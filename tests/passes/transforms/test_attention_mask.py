@@ -35,7 +35,7 @@ def below(length: int, source: int) -> torch.Tensor:
 
 def attention(mask: Mask) -> Callable[..., torch.Tensor]:
     def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        m = mask(q.shape[-2], k.shape[-2])[None, None]
+        m = mask(q.shape[-2], k.shape[-2])[None, None].to(q.device)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
 
     return f
@@ -106,3 +106,24 @@ def test_mask_kinds() -> None:
     assert mask_kind(torch.ones(1, 4, dtype=torch.bool), 4, 4) == "none"
     assert mask_kind(below(4, 4), 4, 4) is None
     assert mask_kind(torch.zeros(4, 4), 4, 4) is None  # an additive float mask: not boolean
+
+
+def _has_gpu() -> bool:
+    try:
+        import pycuda.driver  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gpu_causal_mask_runs_eagers_causal_kernel(dtype: torch.dtype) -> None:
+    """On CUDA the traced causal mask runs as `is_causal=True`: the kernel eager's call (no
+    mask) runs, bit for bit, not the memory-efficient one a mask selects."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 64, generator=g, device="cuda", dtype=dtype) for _ in range(3))
+    compiled = xfuse.compile(attention(causal), (q, k, v), device="cuda", fallback="error")
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.equal(compiled(q, k, v), want)
