@@ -351,3 +351,24 @@ def test_the_cycle_collector_is_paused_while_compiling_and_restored_after() -> N
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_export_records_no_stack_traces_and_restores_the_setting() -> None:
+    """torch.fx captures no stack trace per node while xfuse exports (xfuse reads none); the
+    caller's setting is back after, a failed export included."""
+    import torch.fx.config as fx_config
+
+    seen: list[bool] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        seen.append(fx_config.do_not_emit_stack_traces)  # runs while torch.export traces it
+        return torch.tanh(x) * 2
+
+    assert fx_config.do_not_emit_stack_traces is False
+    compiled = xfuse.compile(fn, (torch.randn(4),), quiet=True)
+    assert seen == [True] and fx_config.do_not_emit_stack_traces is False
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), fn(x))
+    with pytest.raises(xfuse.errors.ExportError):
+        xfuse.compile(lambda x: x.numpy(), (torch.randn(4),), quiet=True)
+    assert fx_config.do_not_emit_stack_traces is False
