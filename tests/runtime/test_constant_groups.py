@@ -14,11 +14,12 @@ from xfuse.runtime.compiler import CONSTANT, FUSED
 
 
 def _masked(x: torch.Tensor) -> torch.Tensor:
-    """Causal attention as GPT-2 builds it: the mask goes to an extern (SDPA), so it is a
-    group of its own, with no input."""
+    """Sliding-window causal attention as Mistral builds it: the mask goes to an extern (SDPA),
+    so it is a group of its own, with no input (a plain causal mask would not be: the
+    `attention-mask` pass runs it as `is_causal`)."""
     rows = torch.arange(x.shape[-2], device=x.device)
-    causal = rows[:, None] >= rows[None, :]
-    return F.scaled_dot_product_attention(x, x * 2, x + 1, attn_mask=causal)
+    window = (rows[:, None] >= rows[None, :]) & (rows[:, None] - rows[None, :] < 4)
+    return F.scaled_dot_product_attention(x, x * 2, x + 1, attn_mask=window)
 
 
 def test_a_mask_of_no_input_is_computed_at_compile_time() -> None:
