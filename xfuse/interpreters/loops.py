@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,6 +40,7 @@ from xfuse.dialects import fusion, graph
 from xfuse.errors import IndexOutOfRangeError, InterpretError
 from xfuse.interpreters.graph import find_function, run_op
 from xfuse.ir import dtypes
+from xfuse.ir.dtypes import bf16_round
 from xfuse.ir.names import ERROR_FLAG_ATTR
 
 Tensor = torch.Tensor
@@ -48,17 +49,6 @@ Env = dict[SSAValue, Any]
 # ---------------------------------------------------------------------------------------------
 # Scalars
 # ---------------------------------------------------------------------------------------------
-
-
-def bf16_round(x: Any) -> np.float32:
-    """Round to the nearest bf16 (ties to even), kept as an f32 value."""
-    x = np.float32(x)
-    if np.isnan(x):
-        return np.float32("nan")
-    bits = int(np.array(x).view(np.uint32))
-    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000) & 0xFFFFFFFF
-    # [()] of a 0-d array is its scalar; numpy's stubs type it as an array.
-    return cast(np.float32, np.array(bits, dtype=np.uint32).view(np.float32)[()])
 
 
 def round_float(t: Attribute, x: Any) -> Any:
@@ -70,7 +60,7 @@ def round_float(t: Attribute, x: Any) -> Any:
     if isinstance(t, Float16Type):
         return np.float16(x)
     if isinstance(t, BFloat16Type):
-        return bf16_round(x)
+        return np.float32(bf16_round(float(np.float32(x))))  # via f32, as truncf to f32 then bf16
     raise InterpretError(f"not a float type: {t}")
 
 

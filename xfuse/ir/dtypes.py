@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import struct
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import (
@@ -88,3 +90,15 @@ def tensor_input_problem(name: str, value: torch.Tensor) -> str | None:
     if value.is_complex():
         return f"{name} has complex dtype {value.dtype}; complex tensors are not supported"
     return None
+
+
+def bf16_round(x: float) -> float:
+    """`x`, an f32 value, rounded to the nearest bf16 (ties to even, as torch), as an f32
+    value; NaN stays NaN. The one home of this rounding on the host (the loop interpreter,
+    bf16 constants folded by `lower-to-nvvm`); plain Python, so that the compile workers, which
+    import no numpy or torch, have it too."""
+    if math.isnan(x):
+        return x
+    (bits,) = struct.unpack("<I", struct.pack("<f", x))
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])

@@ -17,9 +17,10 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xfuse import interpret
 from xfuse.dialects import fusion, graph
 from xfuse.errors import CodegenError
-from xfuse.interpreters.loops import bf16_round, run_lowered
+from xfuse.interpreters.loops import run_lowered
 from xfuse.ir import dtypes
 from xfuse.ir.context import make_context, parse
+from xfuse.ir.dtypes import bf16_round
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.passes import get_all_passes
 from xfuse.passes.lowering.lower_to_loops import (

@@ -100,12 +100,14 @@ def test_a_mask_the_call_computes_stays() -> None:
 
 
 def test_mask_kinds() -> None:
-    assert mask_kind(causal(4, 4)[None, None].expand(2, 3, 4, 4), 4, 4) == "causal"
-    assert mask_kind(causal(4, 6), 4, 6) == "causal"
-    assert mask_kind(causal(4, 4), 4, 6) is None  # not the shape is_causal applies
-    assert mask_kind(torch.ones(1, 4, dtype=torch.bool), 4, 4) == "none"
-    assert mask_kind(below(4, 4), 4, 4) is None
-    assert mask_kind(torch.zeros(4, 4), 4, 4) is None  # an additive float mask: not boolean
+    assert mask_kind(causal(4, 4)[None, None].expand(2, 3, 4, 4), (2, 3, 4, 4)) == "causal"
+    assert mask_kind(causal(4, 6), (1, 2, 4, 6)) == "causal"
+    assert mask_kind(causal(4, 4), (1, 2, 4, 6)) is None  # not the shape is_causal applies
+    assert mask_kind(torch.ones(1, 4, dtype=torch.bool), (1, 2, 4, 4)) == "none"
+    assert mask_kind(below(4, 4), (1, 2, 4, 4)) is None
+    assert mask_kind(torch.zeros(4, 4), (1, 2, 4, 4)) is None  # an additive float mask
+    # a mask with more batches than the query would shape the result: it stays
+    assert mask_kind(torch.ones(3, 2, 4, 4, dtype=torch.bool), (1, 2, 4, 4)) is None
 
 
 def _has_gpu() -> bool:

@@ -19,7 +19,7 @@ given by an `LLVMTarget`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from xdsl.dialects import arith, func, math
 from xdsl.dialects.builtin import (
@@ -80,7 +80,7 @@ class LLVMTarget:
     after_cf: KernelStep = _nothing
     convert_types: KernelStep = _nothing
     contract: bool = True
-    powers: PowerRules = field(default_factory=lambda: PowerRules())
+    powers: PowerRules = PowerRules()
     """How eager's pow kernel of the target computes small constant powers."""
     finish_module: Callable[[ModuleOp, list[str]], None] = _finish_nothing
 

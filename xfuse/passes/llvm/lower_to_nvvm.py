@@ -21,8 +21,6 @@ memref -> pointer arithmetic, arith, cf, func, types); what differs for the GPU 
 
 from __future__ import annotations
 
-import math as pymath
-import struct
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -55,7 +53,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xfuse.dialects.mlir_ops import ErfcOp, RemFOp
-from xfuse.ir.dtypes import byte_width
+from xfuse.ir.dtypes import bf16_round, byte_width
 from xfuse.ir.names import ALIGN_ATTR, ERROR_FLAG_ATTR, LANE_ATTR, STRATEGY_ATTR
 from xfuse.passes.llvm.convert_arith_to_llvm import (
     LLVMConversionError,
@@ -188,16 +186,6 @@ class RoundToBF16WithCvt(RewritePattern):
         rewriter.replace(op, arith.BitcastOp(bits, op.result.type))
 
 
-def bf16_rounded(value: float) -> float:
-    """`value` rounded to the nearest bf16 (ties to even), as an f32 value; NaN stays NaN."""
-    if pymath.isnan(value):
-        return value
-    (bits,) = struct.unpack("<I", struct.pack("<f", value))
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    (rounded,) = struct.unpack("<f", struct.pack("<I", bits))
-    return float(rounded)
-
-
 class RoundTripBF16WithCvt(RewritePattern):
     """f32 rounded to bf16 and read back as f32 (an f16/bf16 op's result that the next op of
     the kernel reads): the rounded value in one `cvt.rn.bf16x2.f32` of the value and 0, whose
@@ -224,7 +212,7 @@ class RoundTripBF16WithCvt(RewritePattern):
             return
         source = trunc.input.owner
         if isinstance(source, arith.ConstantOp) and isinstance(source.value, FloatAttr):
-            rounded = FloatAttr(bf16_rounded(source.value.value.data), f32)
+            rounded = FloatAttr(float(bf16_round(source.value.value.data)), f32)
             rewriter.replace(op, arith.ConstantOp(rounded))  # a bf16 constant: folded here
             return
         zero = rewriter.insert(arith.ConstantOp(FloatAttr(0.0, f32))).result

@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 
 MAX_MASK_OPS = 64
 MAX_MASK_ELEMENTS = 1 << 22
-"""A mask is computed at compile time only from at most this many ops and elements."""
+"""A mask is computed at compile time only from at most this many ops, none with a result of
+more elements."""
 
 SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
 """The leading parameters of `aten.scaled_dot_product_attention`, in order."""
@@ -74,12 +75,16 @@ def constant_value(value: SSAValue) -> torch.Tensor | None:
         if op in seen:
             return True
         seen.add(op)
-        if len(seen) > MAX_MASK_OPS or not all(visit(o) for o in op.operands):
+        if len(seen) > MAX_MASK_OPS or any(
+            graph.numel(graph.shape_of(r)) > MAX_MASK_ELEMENTS for r in op.results
+        ):
+            return False
+        if not all(visit(o) for o in op.operands):
             return False
         order.append(op)
         return True
 
-    if not visit(value) or graph.numel(graph.shape_of(value)) > MAX_MASK_ELEMENTS:
+    if not visit(value):
         return None
     values: dict[SSAValue, torch.Tensor] = {}
     for op in order:
@@ -87,13 +92,21 @@ def constant_value(value: SSAValue) -> torch.Tensor | None:
     return values[value]
 
 
-def mask_kind(mask: torch.Tensor, length: int, source_length: int) -> str | None:
+def mask_kind(mask: torch.Tensor, weights: tuple[int, ...]) -> str | None:
     """ "none" for a boolean mask that hides nothing, "causal" for `tril(ones(L, S))` seen over
-    every batch and head (the mask `is_causal=True` applies), else None."""
+    every batch and head (the mask `is_causal=True` applies), else None; `weights` is the shape
+    of the attention weights, `[..., L, S]`, which the mask must not enlarge by broadcasting
+    (it would then shape the result, and could not go)."""
     import torch
 
     if mask.dtype != torch.bool:
         return None
+    try:
+        if torch.broadcast_shapes(mask.shape, weights) != weights:
+            return None
+    except RuntimeError:  # not broadcastable to the weights: torch refuses the call itself
+        return None
+    length, source_length = weights[-2:]
     if bool(mask.all()):
         return "none"
     if tuple(mask.shape[-2:]) != (length, source_length):
@@ -132,8 +145,9 @@ class ConstantMaskIntoCausalOrNone(RewritePattern):
         if query is None or key is None:
             return
         mask = constant_value(op.inputs[position])
-        length, source_length = (graph.shape_of(op.inputs[i])[-2] for i in (query, key))
-        kind = None if mask is None else mask_kind(mask, length, source_length)
+        query_shape = graph.shape_of(op.inputs[query])
+        weights = (*query_shape[:-1], graph.shape_of(op.inputs[key])[-2])
+        kind = None if mask is None else mask_kind(mask, weights)
         if kind is None:
             return
         inputs = [v for i, v in enumerate(op.inputs) if i != position]
