@@ -92,7 +92,7 @@ def test_fallback_mode_has_one_default_and_the_environment_makes_it_strict(
         fallback_mode("loud")
 
 
-def _broken_lowering(module: Any) -> None:
+def _broken_lowering(module: Any, device: Any = None) -> None:
     raise RuntimeError("injected lowering failure")
 
 

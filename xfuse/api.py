@@ -211,17 +211,21 @@ def device_passes(channels_last: bool | None, device: torch.device) -> tuple[Mod
     """What `xfuse.compile` runs after `decompose` for `device`: `depthwise-stencil`
     (depthwise convolutions fuse with their neighbours instead of running as library calls),
     the `channels-last` pass of `layout_pass` (which weighs the convolutions left),
-    `attention-mask` (attention drops a constant mask that hides nothing and runs a causal one
-    as `is_causal`, as eager's call had them), and on the CPU `attention-gqa` (attention reads
-    repeated key and value heads unrepeated: bit for bit the same there; on CUDA a mask and
-    `enable_gqa` together leave torch's fused kernels)."""
+    on the CPU without it `convolution-matmul` (a batch-1 1x1 convolution that torch runs as
+    one matrix product is that product), `attention-mask` (attention drops a constant mask that
+    hides nothing and runs a causal one as `is_causal`, as eager's call had them), and on the
+    CPU `attention-gqa` (attention reads repeated key and value heads unrepeated: bit for bit
+    the same there; on CUDA a mask and `enable_gqa` together leave torch's fused kernels)."""
     from xfuse.passes.transforms.attention_gqa import AttentionGQAPass
     from xfuse.passes.transforms.attention_mask import AttentionMaskPass
+    from xfuse.passes.transforms.convolution_matmul import ConvolutionMatmulPass
     from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
 
     layout = layout_pass(channels_last, device)
-    gqa = AttentionGQAPass() if device.type == "cpu" else None
-    passes = (DepthwiseStencilPass(), layout, AttentionMaskPass(), gqa)
+    cpu = device.type == "cpu"
+    gqa = AttentionGQAPass() if cpu else None
+    matmul = ConvolutionMatmulPass() if cpu and layout is None else None
+    passes = (DepthwiseStencilPass(), layout, matmul, AttentionMaskPass(), gqa)
     return tuple(p for p in passes if p is not None)
 
 

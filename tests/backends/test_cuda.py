@@ -43,7 +43,7 @@ def loop_ir(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> tuple[M
     imported = import_for_xfuse(fn, inputs)
     module = imported.program.module
     run_pipeline(DEFAULT_PIPELINE, module)
-    lower_to_loops(module)
+    lower_to_loops(module, "cuda")
     names = [
         op.sym_name.data
         for op in module.ops

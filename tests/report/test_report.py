@@ -226,10 +226,10 @@ def test_explain_counts_torch_calls_externs_and_fallen_back_groups(
     # The tanh group cannot be lowered, nor can its ops one by one: it falls back to eager.
     lower = compiler.lower_to_loops
 
-    def refuse_tanh(m: ModuleOp) -> None:
+    def refuse_tanh(m: ModuleOp, device: torch.device | str = "cpu") -> None:
         if any(op.name == "graph.tanh" for op in m.walk()):
             raise CodegenError("no tanh today")
-        lower(m)
+        lower(m, device)
 
     monkeypatch.setattr(compiler, "lower_to_loops", refuse_tanh)
     explanation = xfuse.explain(_with_torch_call, (x, w), quiet=True)

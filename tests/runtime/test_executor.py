@@ -377,6 +377,30 @@ def test_the_runner_is_the_plan_in_straight_line_code(tmp_path: Path) -> None:
         torch.testing.assert_close(b, want)
 
 
+def test_the_runner_calls_a_views_method_itself() -> None:
+    """A view step is its view's method call in the runner's code (no step call, no lists),
+    with the same results as the step-by-step loop; a wrapped plan entry is called instead."""
+    import xfuse
+    from xfuse.runtime import executor
+    from xfuse.runtime.steps import ViewStep
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x.reshape(4, 6) @ w.permute(1, 0)).relu()
+
+    x, w = torch.randn(2, 12), torch.randn(5, 6)
+    compiled = xfuse.compile(f, (x, w), quiet=True, fallback="error")
+    program = compiled.default.program
+    views = [i for i, step in enumerate(program.steps) if isinstance(step, ViewStep)]
+    assert views
+    names = program.runner.__code__.co_names + tuple(program.runner.__globals__)
+    for i in views:
+        assert f"arg{i}" in names and f"step{i}" not in names
+    fast = program.runner([x, w], BufferPool().allocate, BufferPool().release)
+    slow = executor.run_steps(program, [x, w], BufferPool(), None)
+    torch.testing.assert_close(fast[0], slow[0])
+    torch.testing.assert_close(compiled(x, w), f(x, w))
+
+
 def test_graph_memory_is_copied_once_with_eager_strides() -> None:
     """`copy_out` (a CUDA graph's results): every fresh output is new memory with eager's
     strides, views are rebuilt on them."""

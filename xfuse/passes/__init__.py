@@ -3,7 +3,7 @@ xfuse's passes, one module each, in one folder per level of the pipeline:
 
     transforms/  graph -> graph              decompose, split-reductions, fold-linear,
                                              channels-last, depthwise-stencil, attention-gqa,
-                                             attention-mask
+                                             attention-mask, convolution-matmul
     fusion/      graph -> fusion.group       fuse-greedy, fuse-scored, group-cleanup, fusion-report
     lowering/    fusion.group -> loops       lower-to-loops; loops -> GPU: gpu-map-parallel
     llvm/        loops -> llvm dialect       lower-to-llvm (CPU), lower-to-nvvm (CUDA), expand-math,
@@ -58,6 +58,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xfuse.passes.transforms.attention_mask import AttentionMaskPass
 
         return AttentionMaskPass
+
+    def convolution_matmul() -> type[ModulePass]:
+        from xfuse.passes.transforms.convolution_matmul import ConvolutionMatmulPass
+
+        return ConvolutionMatmulPass
 
     def fuse_greedy() -> type[ModulePass]:
         from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
@@ -137,6 +142,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "depthwise-stencil": depthwise_stencil,
         "attention-gqa": attention_gqa,
         "attention-mask": attention_mask,
+        "convolution-matmul": convolution_matmul,
         "fuse-greedy": fuse_greedy,
         "fuse-scored": fuse_scored,
         "group-cleanup": group_cleanup,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import cast
 
 import torch
@@ -58,11 +58,14 @@ FRESH_EXTERNS = frozenset({"graph.matmul", "graph.linear"})
 """Eager ops whose results never alias their inputs; other eager results may be views."""
 
 
-def lower_to_loops(module: ModuleOp) -> None:
+def lower_to_loops(module: ModuleOp, device: torch.device | str = "cpu") -> None:
+    """lower-to-loops as the runtime runs it for `device` (dims merged except on CUDA, see
+    `LowerToLoopsPass.merge_dims`)."""
     from xfuse.ir.context import make_context
-    from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass
+    from xfuse.passes.lowering.lower_to_loops import MERGE_DIMS, LowerToLoopsPass
 
-    LowerToLoopsPass().apply(make_context(), module)
+    merge = MERGE_DIMS and torch.device(device).type != "cuda"
+    LowerToLoopsPass(merge_dims=merge).apply(make_context(), module)
 
 
 FUSED, OP_BY_OP, EAGER, CONSTANT = "fused", "op by op", "eager", "constant"
@@ -184,8 +187,9 @@ def make_runner(program: Program) -> Runner:
     """The program's `plan` as the straight-line code of one Python function, made once: each
     step is one call of its `run` with its input slots (local variables) and its outputs
     unpacked into theirs; buffers are released and slots dropped where the memory plan says.
-    So a call costs no per-step loop, indexing or unpacking of a plan (the executor's loop,
-    `run_program` with the step profile on, does the same step by step).
+    A view step is its view's method call (`s4 = s3.reshape(arg2)`). So a call costs no
+    per-step loop, indexing or unpacking of a plan (the executor's loop, `run_program` with
+    the step profile on, does the same step by step).
 
         def run(args, allocate, release):
             s0, s1 = args
@@ -193,7 +197,8 @@ def make_runner(program: Program) -> Runner:
             s3, = step1([s2], allocate)
             release(spec0, s2)
             s2 = None
-            return [s3]
+            s4 = s3.reshape(arg2)
+            return [s4]
     """
     constants = program.constants
     names: dict[str, object] = {}
@@ -211,9 +216,15 @@ def make_runner(program: Program) -> Runner:
     if program.arg_slots:
         lines.append(f"    {unpack(program.arg_slots)} = args")
     for i, (run, in_slots, out_slots, releases, drops) in enumerate(program.plan):
-        names[f"step{i}"] = run
-        call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"
-        lines.append(f"    {unpack(out_slots)} = {call}" if out_slots else f"    {call}")
+        step = program.steps[i]
+        if isinstance(step, ViewStep) and run == step.run:  # its view's method, called in place
+            names[f"arg{i}"] = step.view.argument
+            view = f"{slot(in_slots[0])}.{step.view.method}(arg{i})"
+            lines.append(f"    {slot(out_slots[0])} = {view}")
+        else:
+            names[f"step{i}"] = run
+            call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"
+            lines.append(f"    {unpack(out_slots)} = {call}" if out_slots else f"    {call}")
         for j, (s, spec) in enumerate(releases):
             names[f"spec{i}_{j}"] = spec
             lines.append(f"    release(spec{i}_{j}, {slot(s)})")
@@ -380,7 +391,7 @@ class ProgramCompiler:
         self.fallback = fallback
         self.device = torch.device(device)
         """Where the program's constants live (with its inputs and kernels)."""
-        self.lower = lower if lower is not None else lower_to_loops
+        self.lower = lower if lower is not None else partial(lower_to_loops, device=self.device)
         self.function = function
         self._canonical: dict[func.FuncOp, KernelSource] = {}
         """Each kernel's canonical module and text, made once (`kernel_modules` and `compile`

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import torch
@@ -238,25 +238,32 @@ class EagerStep:
         return self.call(args)
 
 
-View = Callable[[Tensor], Tensor]
+class View(NamedTuple):
+    """A torch view as a method call: `getattr(x, method)(argument)` (a reshape, permute or
+    indexing), so that the program's runner can call the method itself
+    (`xfuse.runtime.compiler.make_runner`)."""
+
+    method: str
+    argument: object
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return cast(Tensor, getattr(x, self.method)(self.argument))
 
 
 def _reshape_view(op: Operation) -> View:
-    shape = graph.shape_of(op.results[0])
-    return lambda x: x.reshape(shape)
+    return View("reshape", graph.shape_of(op.results[0]))
 
 
 def _permute_view(op: Operation) -> View:
     assert isinstance(op, graph.PermuteOp)
-    permutation = op.permutation
-    return lambda x: x.permute(permutation)
+    return View("permute", op.permutation)
 
 
 def _slice_view(op: Operation) -> View:
     assert isinstance(op, graph.SliceOp)
     start, limit, stride = op.bounds
     index = tuple(slice(s, e, k) for s, e, k in zip(start, limit, stride, strict=True))
-    return lambda x: x[index]
+    return View("__getitem__", index)
 
 
 VIEW_IMPLS: dict[str, Callable[[Operation], View]] = {
@@ -280,7 +287,7 @@ def _torch_permute_view(op: graph.TorchCallOp) -> View | None:
     dims = tuple(decode_arg(args[1], ()))
     if not all(type(d) is int for d in dims):  # a bool among them: no permute
         return None
-    return lambda x: x.permute(dims)
+    return View("permute", dims)
 
 
 TORCH_CALL_VIEWS: dict[str, Callable[[graph.TorchCallOp], View | None]] = {
@@ -301,7 +308,8 @@ def torch_call_view(op: Operation) -> View | None:
 @dataclass
 class ViewStep:
     """A layout op, or a torch call that is a view (`torch_call_view`), as a torch view of its
-    input (no copy); kernels make it contiguous."""
+    input (no copy); kernels make it contiguous. The program's runner calls the view's method
+    in its own code (no step call)."""
 
     op: Operation
     inputs: tuple[int, ...]

@@ -658,15 +658,21 @@ def test_registered():
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(program=programs(max_ops=12), fuser=st.sampled_from([None, "fuse-greedy", "fuse-scored"]))
-def test_property_lowering_preserves_results(program: RandomProgram, fuser: str | None):
-    """interpret(lower-to-loops(fuse(G))) == interpret(G); groups one kernel cannot express
-    stay for the fallback (keep-unsupported), lone ops always lower."""
+@given(
+    program=programs(max_ops=12),
+    fuser=st.sampled_from([None, "fuse-greedy", "fuse-scored"]),
+    merge_dims=st.booleans(),
+)
+def test_property_lowering_preserves_results(
+    program: RandomProgram, fuser: str | None, merge_dims: bool
+):
+    """interpret(lower-to-loops(fuse(G))) == interpret(G), dims merged or not; groups one
+    kernel cannot express stay for the fallback (keep-unsupported), lone ops always lower."""
     want = interpret(program.module, program.inputs())
     module = program.module.clone()
     if fuser is not None:
         get_all_passes()[fuser]()().apply(make_context(), module)
-    lowered = lower(module, keep_unsupported=True)
+    lowered = lower(module, keep_unsupported=True, merge_dims=merge_dims)
     forward = next(op for op in lowered.ops if isinstance(op, func.FuncOp))
     assert not [op for op in forward.body.block.ops if is_lone_kernel_op(op)]
     got = run_lowered(lowered, program.inputs())
@@ -693,3 +699,44 @@ def test_full_size_outputs_of_another_shape_lower(
     x = torch.randn(shape)
     compiled = xfuse.compile(fn, (x,), quiet=True, fallback="error")
     torch.testing.assert_close(compiled(x), fn(x))
+
+
+def _parallel_extents(module: ModuleOp) -> list[int]:
+    (kernel,) = [
+        op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    ]
+    (loop,) = [op for op in kernel.walk() if isinstance(op, scf.ParallelOp)]
+    extents: list[int] = []
+    for bound in loop.upperBound:
+        assert isinstance(bound.owner, Operation)
+        extents.append(bound.owner.properties["value"].value.data)  # type: ignore[union-attr]
+    return extents
+
+
+@pytest.mark.parametrize(
+    ("shapes", "merged"),
+    [
+        (((2, 6, 5, 7), (6, 1, 1)), [2, 6, 35]),  # channels: [N, C, H*W]
+        (((1, 6, 5, 7), (1, 6, 5, 1)), [30, 7]),  # a value per row of W: [C*H, W]
+        (((3, 4, 5), (3, 1, 5)), [3, 4, 5]),  # broadcast in the middle: nothing merges
+        (((4, 5, 6), (5, 6)), [4, 30]),  # trailing dims: [N, H*W]
+    ],
+)
+def test_merged_dims_read_every_buffer_without_dividing(
+    shapes: tuple[tuple[int, ...], tuple[int, ...]], merged: list[int]
+) -> None:
+    """An elementwise kernel loops over adjacent dims merged wherever every access stays a
+    plain sum of loop variables, over 1-D buffers; values as without merging."""
+    x_shape, p_shape = shapes
+    module = make_module(
+        [(x_shape, torch.float32), (p_shape, torch.float32)],
+        lambda x, p: graph.ReluOp(graph.MulOp(graph.SubOp(x, p), p)),
+    )
+    gen = torch.Generator().manual_seed(0)
+    inputs = [sample(x_shape, torch.float32, gen), sample(p_shape, torch.float32, gen)]
+    lowered = check(module, inputs)
+    assert _parallel_extents(lowered) == merged
+    text = str(lowered)
+    assert "arith.divui" not in text and "arith.remui" not in text
+    unmerged = check(module, inputs, merge_dims=False)
+    assert _parallel_extents(unmerged) == [d for d in x_shape if d != 1]

@@ -385,7 +385,7 @@ TARGET_PREPARATIONS: dict[str, Callable[[ModuleOp], None]] = {"cpu": prepare_cpu
 # ---------------------------------------------------------------------------------------------
 
 
-def lower_kernels_to_llvm(module: ModuleOp, target: str = "cpu", *, contract: bool = True) -> None:
+def lower_kernels_to_llvm(module: ModuleOp, target: str = "cpu", *, contract: bool = False) -> None:
     """Lower every `xfuse.kernel` function of `module` to `llvm.func` for `target`."""
     if target not in TARGET_PREPARATIONS:
         known = ", ".join(sorted(TARGET_PREPARATIONS))
@@ -418,8 +418,10 @@ class LowerToLLVMPass(ModulePass):
     target: str = "cpu"
     """What the kernels are for: "cpu" (`[lo, hi)` range arguments)."""
 
-    contract: bool = True
-    """Allow LLVM to contract a*b+c into FMAs."""
+    contract: bool = False
+    """Allow LLVM to contract a*b+c into FMAs. Off by default: eager's CPU kernels round
+    each op's result (`x * 0.75 - 0.1` is two roundings, an FMA one), and so does Inductor's
+    C++ (`-ffp-contract=off`, its default)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         check_lowered_to_loops(op)

@@ -601,6 +601,7 @@ class Domain:
     reduce_vars: list[LoopVar]
     full_index: Index
     flat: bool
+    """Buffers are 1-D and read at linear offsets (`flat_domain`, `collapsed_domain`)."""
 
     def row_index(self, keepdim: bool) -> Index:
         if keepdim:
@@ -625,10 +626,10 @@ class Domain:
 
     def output_index(self, shape: tuple[int, ...]) -> Index:
         """The index of the output element computed by one iteration."""
-        if self.flat:
-            return delinearize(var_index(self.parallel[0]), shape)
         if shape == self.full_shape:
             return self.full_index
+        if self.flat:
+            return delinearize(linearize(self.full_index, self.full_shape), shape)
         if self.is_row_shape(shape):
             return self.row_index(shape == self.row_shape(True))
         return delinearize(linearize(self.full_index, self.full_shape), shape)
@@ -701,6 +702,84 @@ def _loads_are_flat(
     return True
 
 
+def merged_domain(full: tuple[int, ...], runs: Sequence[Sequence[int]]) -> Domain:
+    """An elementwise domain of one loop variable per run of adjacent dims of `full` (the
+    runs cover its dims of extent != 1, in order), over 1-D buffers."""
+    index: list[Affine] = [ZERO] * len(full)
+    parallel: list[LoopVar] = []
+    for run in runs:
+        sizes = [full[k] for k in run]
+        v = LoopVar(run[0], numel(sizes))
+        parallel.append(v)
+        for k, e in zip(run, delinearize(var_index(v), sizes), strict=True):
+            index[k] = e
+    if not parallel:
+        parallel.append(LoopVar(len(full), 1))
+    return Domain(full, (), parallel, [], tuple(index), flat=True)
+
+
+def _has_divmod(e: Affine) -> bool:
+    """Whether computing `e` divides (a floor division or modulo anywhere in it)."""
+    for atom, _ in e.terms:
+        if isinstance(atom, FloorDiv | Mod):
+            return True
+        if isinstance(atom, Clamp | Reflect) and _has_divmod(atom.arg):
+            return True
+    return False
+
+
+def _offsets(
+    dom: Domain, outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf]
+) -> list[Affine] | None:
+    """The linear offset of every buffer access of an elementwise kernel over `dom` (None
+    when an op reads its operands at indices this does not follow: concat, pad, pool,
+    gather)."""
+    found: list[Affine] = []
+    seen: set[tuple[SSAValue, Index]] = set()
+    todo = [(v, dom.output_index(shape_of(v))) for v in outputs]
+    found += [linearize(i, shape_of(v)) for v, i in todo]
+    while todo:
+        v, index = todo.pop()
+        if (v, index) in seen:
+            continue
+        seen.add((v, index))
+        leaf = leaves.get(v)
+        if leaf is not None:
+            if leaf.arg is not None:
+                found.append(linearize(index, shape_of(v)))
+            continue
+        op = v.owner
+        assert isinstance(op, Operation)
+        if isinstance(op, graph.ConcatOp | graph.GatherOp | POOL_OPS):
+            return None
+        todo.extend(zip(op.operands, operand_indices(op, index), strict=True))
+    return found
+
+
+MERGE_DIMS = True
+"""`lower-to-loops`' `merge-dims` default (see `LowerToLoopsPass`)."""
+
+
+def collapsed_domain(
+    full: tuple[int, ...], outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf]
+) -> tuple[Domain, bool] | None:
+    """An elementwise kernel's loops with adjacent dims merged wherever every buffer is
+    still read and written without a division (NCHW batch norm: `[C, H*W]`, a long inner
+    loop and the channel's values loaded once per row), and whether no access divides at all;
+    None where an op reads its operands at indices `_offsets` does not follow."""
+    runs = [[k] for k, d in enumerate(full) if d != 1]
+    offsets = _offsets(merged_domain(full, runs), outputs, leaves)
+    if offsets is None:
+        return None
+    clean = not any(_has_divmod(e) for e in offsets)
+    for k in range(len(runs) - 1, 0, -1):
+        trial = [*runs[: k - 1], runs[k - 1] + runs[k], *runs[k + 1 :]]
+        merged = _offsets(merged_domain(full, trial), outputs, leaves)
+        if merged is not None and not any(_has_divmod(e) for e in merged):
+            runs, clean = trial, True
+    return merged_domain(full, runs), clean
+
+
 # ---------------------------------------------------------------------------------------------
 # Kernel building
 # ---------------------------------------------------------------------------------------------
@@ -744,8 +823,10 @@ class KernelBuilder:
         group: fusion.GroupOp,
         leaves: dict[SSAValue, Leaf],
         buffers: list[SSAValue],
+        merge_dims: bool,
     ):
         self.name = name
+        self.merge_dims = merge_dims
         self.group = group
         self.leaves = leaves
         self.buffers = buffers
@@ -783,9 +864,21 @@ class KernelBuilder:
             return scan_domain(self)
         full, dims = self._full_shape()
         if not self.reductions and len({numel(shape_of(v)) for v in self.outputs}) == 1:
-            # outputs of one element count: one flat loop, each output delinearizes it
+            # outputs of one element count: one flat loop where every access is at the
+            # loop's position; else adjacent dims merged where no access divides; else one
+            # flat loop for outputs of different shapes
+            if _loads_are_flat(self.outputs, self.leaves, full):
+                return flat_domain(full)
             same_shape = all(shape_of(v) == full for v in self.outputs)
-            if not same_shape or _loads_are_flat(self.outputs, self.leaves, full):
+            collapsed = (
+                collapsed_domain(full, self.outputs, self.leaves) if self.merge_dims else None
+            )
+            if collapsed is not None:
+                domain, clean = collapsed
+                merged = len(domain.parallel) < len(nd_domain(full, ()).parallel)
+                if clean and (merged or not same_shape):
+                    return domain
+            if not same_shape:
                 return flat_domain(full)
         allowed = {full, reduced_shape(full, dims, True), reduced_shape(full, dims, False)}
         for v in self.outputs:
@@ -1665,8 +1758,9 @@ class LoweredGroup:
     """Non-splat constants of the group body, to be placed before the launch."""
 
 
-def lower_group(group: fusion.GroupOp, name: str) -> LoweredGroup:
-    """The kernel `@name` of `group` and the values its launch takes (raises CodegenError)."""
+def lower_group(group: fusion.GroupOp, name: str, *, merge_dims: bool = MERGE_DIMS) -> LoweredGroup:
+    """The kernel `@name` of `group` and the values its launch takes (raises CodegenError);
+    `merge_dims` as `LowerToLoopsPass`'s."""
     leaves: dict[SSAValue, Leaf] = {}
     buffers: list[SSAValue] = []
     launch_inputs: list[SSAValue] = []
@@ -1691,7 +1785,7 @@ def lower_group(group: fusion.GroupOp, name: str) -> LoweredGroup:
             buffers.append(op.result)
             hoisted.append(copy)
             launch_inputs.append(copy.result)
-    kernel = KernelBuilder(name, group, leaves, buffers).build()
+    kernel = KernelBuilder(name, group, leaves, buffers, merge_dims).build()
     return LoweredGroup(kernel, launch_inputs, hoisted)
 
 
@@ -1727,6 +1821,7 @@ class FunctionLowering:
     function: func.FuncOp
     module: ModuleOp
     keep_unsupported: bool
+    merge_dims: bool
     count: int = 0
     inlined: set[graph.ConstantOp] = field(default_factory=set[graph.ConstantOp])
     """Constants of the function that kernels read as arith.constant (erased once unused)."""
@@ -1756,7 +1851,7 @@ class FunctionLowering:
     def lower(self, group: fusion.GroupOp, replaced: Operation) -> None:
         name = self.kernel_name()
         try:
-            lowered = lower_group(group, name)
+            lowered = lower_group(group, name, merge_dims=self.merge_dims)
         except CodegenError as e:
             if not self.keep_unsupported:
                 raise
@@ -1785,8 +1880,15 @@ class LowerToLoopsPass(ModulePass):
     """Leave groups that cannot be lowered in place (reason in `xfuse.codegen_error`) instead
     of raising CodegenError."""
 
+    merge_dims: bool = MERGE_DIMS
+    """Merge adjacent dims of an elementwise kernel's loops where no buffer access divides
+    (an NCHW batch norm loops over `[C, H*W]`: long inner loops for the CPU's vectorizer, the
+    channel's values loaded once per row). `xfuse.compile` turns it off on CUDA, whose
+    `gpu-map-parallel` flattens the loops itself and vectorizes the accesses indexed by the
+    innermost loop variable."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         functions = [f for f in op.ops if isinstance(f, func.FuncOp) and not is_kernel(f)]
         for f in functions:
             if f.body.blocks:
-                FunctionLowering(f, op, self.keep_unsupported).run()
+                FunctionLowering(f, op, self.keep_unsupported, self.merge_dims).run()

@@ -1,4 +1,5 @@
 // RUN: xfuse-opt %s -p lower-to-llvm | filecheck %s
+// RUN: xfuse-opt %s -p "lower-to-llvm{contract=true}" | filecheck %s --check-prefix=CONTRACT
 
 // The first parallel dim runs over [lo, hi); the rest become loops; memrefs are noalias pointers.
 func.func @forward(%t: memref<4x8xf32>) {
@@ -32,7 +33,8 @@ func.func @scale(%x: memref<4x8xf32>, %w: memref<8xf32>, %out: memref<4x8xf32>) 
 // CHECK-NEXT:   %[[LIN:.*]] = llvm.add %[[ROW]], %j overflow<nsw> : i64
 // CHECK-NEXT:   %[[PX:.*]] = llvm.getelementptr inbounds %x[%[[LIN]]] : (!llvm.ptr, i64) -> !llvm.ptr, f32
 // CHECK-NEXT:   %a = llvm.load %[[PX]] {alignment = 4 : i64} : !llvm.ptr -> f32
-// CHECK:        %m = llvm.fmul %a, %b {fastmathFlags = #llvm.fastmath<contract>} : f32
+// CHECK:        %m = llvm.fmul %a, %b : f32
+// CONTRACT:     %m = llvm.fmul %a, %b {fastmathFlags = #llvm.fastmath<contract>} : f32
 // CHECK-NEXT:   %r = llvm.call_intrinsic "llvm.sqrt.f32"(%m) : (f32) -> f32
 // CHECK:        llvm.store %r, %{{.*}} {alignment = 4 : i64} : f32, !llvm.ptr
 // CHECK:        llvm.return

@@ -1,8 +1,9 @@
-// RUN: xfuse-opt %s -p lower-to-llvm | filecheck %s
+// RUN: xfuse-opt %s -p "lower-to-llvm{contract=true}" | filecheck %s
 
 // f16 stays half in memory and is extended; bf16 travels as i16 bits; f16 arithmetic runs in f32
-// and is rounded back after each op. An op rounded back gets no `contract`: LLVM narrows it to a
-// native f16 op on CPUs that have them (AVX512-FP16) and would fuse mul+add into one rounding.
+// and is rounded back after each op. With `contract` (off by default), an op rounded back still
+// gets none: LLVM narrows it to a native f16 op on CPUs that have them (AVX512-FP16) and would
+// fuse mul+add into one rounding.
 func.func @k(%h: memref<8xf16>, %b: memref<8xbf16>, %out: memref<8xbf16>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index

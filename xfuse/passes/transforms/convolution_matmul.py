@@ -1,0 +1,176 @@
+"""
+`convolution-matmul`: a 1x1 convolution that torch runs with its slow im2col path becomes the
+one matrix product that path computes.
+
+For a small batch-1 input torch's CPU convolution leaves oneDNN for `_slow_conv2d_forward`
+(`torch._C._select_conv_backend` says `Slow2d`): it multiplies the weight, seen as
+`[O, C*kh*kw]`, by the input's patches with one BLAS call. For a 1x1 window of stride 1
+without padding the patches are the input itself, seen as `[C, H*W]`, so the convolution is
+that product alone. On the 2-core CPU the convolution call costs 7-12 us for ResNet's and
+MobileNetV2's 1x1 convolutions (8-256 channels, 2x2 to 32x32) where the product takes 4-7 us:
+the rest is the call's dispatch and checks. The product is the same BLAS call on the same
+matrices, so the values are eager's bit for bit; a bias is added by `addmm`, which fills the
+result with it and accumulates the product onto it, as the slow path does.
+
+    %y = graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, [1, 1], [0, 0], [1, 1], false, [0, 0], 1] ... -> tensor<1x8x4x4xf32>
+      ->
+    %c = graph.reshape %x : tensor<1x16x4x4xf32> -> tensor<16x16xf32>
+    %w2 = graph.reshape %w : tensor<8x16x1x1xf32> -> tensor<8x16xf32>
+    %m = graph.matmul %w2, %c : tensor<8x16xf32>, tensor<16x16xf32> -> tensor<8x16xf32>
+    %y = graph.reshape %m : tensor<8x16xf32> -> tensor<1x8x4x4xf32>
+
+Larger windows and strides are left to torch: their patches need a copy (a strided slice per
+window element, concatenated), and measured on the zoo's ResNet that copy, fused with the
+batch norm before it, cost more than the call saves (a 3x3 one's patch kernel 19 us against
+torch's 14 us for the whole convolution). By default only the convolutions torch would run on
+its slow path are rewritten (the backend torch picks for this input, weight and thread count
+at compile time); oneDNN's stay library calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    Float32Type,
+    Float64Type,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from xfuse.dialects import graph
+from xfuse.dialects.torch_args import decode_arg
+from xfuse.errors import UnsupportedArgument
+from xfuse.ir import dtypes
+from xfuse.passes.transforms.decompose import OpList
+
+CONVOLUTION = "aten.convolution.default"
+ADDMM = "aten.addmm.default"
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    """A batch-1, 2-D, ungrouped convolution of a 1x1 window, stride 1 and no padding."""
+
+    input: SSAValue
+    weight: SSAValue
+    bias: SSAValue | None
+
+
+def _is_pair(value: object, pair: tuple[int, int]) -> bool:
+    """Whether a window argument (an int or a list of two) is `pair`."""
+    values = list(value) if isinstance(value, list) else [value, value]
+    return len(values) == 2 and all(type(v) is int for v in values) and tuple(values) == pair
+
+
+def pointwise(op: graph.TorchCallOp) -> Pointwise | None:
+    """The convolution `op` as a `Pointwise` one, when it is: `aten.convolution`, not
+    transposed, one group, a batch of one `[1, C, H, W]` input, weight `[O, C, 1, 1]`,
+    stride 1, no padding, and f32 or f64 throughout."""
+    if op.target.data != CONVOLUTION or len(op.outputs) != 1 or len(op.args.data) != 9:
+        return None
+    try:
+        x, w, b, stride, padding, _, transposed, _, groups = (
+            decode_arg(a, op.inputs) for a in op.args.data
+        )
+    except UnsupportedArgument:  # an argument this pass does not read: leave the call alone
+        return None
+    if not isinstance(x, SSAValue) or not isinstance(w, SSAValue) or transposed or groups != 1:
+        return None
+    if b is not None and not isinstance(b, SSAValue):
+        return None
+    shape, wshape = graph.shape_of(x), graph.shape_of(w)
+    out = graph.shape_of(op.outputs[0])
+    if len(shape) != 4 or shape[0] != 1 or wshape != (out[1], shape[1], 1, 1) or 0 in shape:
+        return None
+    if out != (1, wshape[0], *shape[2:]) or not _is_pair(stride, (1, 1)):
+        return None
+    if not _is_pair(padding, (0, 0)):
+        return None
+    dtype = graph.dtype_of(x)
+    values = [x, w, op.outputs[0]] + ([b] if b is not None else [])
+    if not isinstance(dtype, Float32Type | Float64Type):
+        return None
+    if any(graph.dtype_of(v) != dtype for v in values):
+        return None
+    if b is not None and graph.shape_of(b) != (wshape[0],):
+        return None
+    return Pointwise(x, w, b)
+
+
+def torch_runs_slow_path(conv: Pointwise) -> bool:
+    """Whether torch runs `conv` with `_slow_conv2d_forward` (one matrix product) on the CPU,
+    as it decides for these shapes and this process's thread count."""
+    import torch
+
+    dtype = dtypes.to_torch(graph.dtype_of(conv.input))
+    x = torch.empty(graph.shape_of(conv.input), dtype=dtype)
+    w = torch.empty(graph.shape_of(conv.weight), dtype=dtype)
+    b = torch.empty(graph.shape_of(conv.bias), dtype=dtype) if conv.bias is not None else None
+    select = getattr(torch._C, "_select_conv_backend")  # noqa: B009 - private, not in the stubs
+    backend = select(x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    return getattr(backend, "name", None) == "Slow2d"
+
+
+def as_matmul(conv: Pointwise, out: tuple[int, ...]) -> tuple[list[Operation], SSAValue]:
+    """The ops that compute `conv` (of result shape `out`) as a matrix product, and its value."""
+    ops = OpList()
+    _, channels, height, width = graph.shape_of(conv.input)
+    outs = graph.shape_of(conv.weight)[0]
+    cols = ops.add(graph.ReshapeOp(conv.input, [channels, height * width]))
+    weight = ops.add(graph.ReshapeOp(conv.weight, [outs, channels]))
+    if conv.bias is None:
+        product = ops.add(graph.MatmulOp(weight, cols))
+    else:
+        bias = ops.add(graph.ReshapeOp(conv.bias, [outs, 1]))
+        result = TensorType(graph.dtype_of(cols), [outs, height * width])
+        refs: list[Attribute] = [StringAttr(f"%t{i}") for i in range(3)]
+        call = graph.TorchCallOp(ADDMM, [bias, weight, cols], [result], ArrayAttr(refs))
+        product = ops.add(call)
+    return ops.ops, ops.add(graph.ReshapeOp(product, out))
+
+
+class PointwiseConvolutionIntoMatmul(RewritePattern):
+    """A pointwise batch-1 `aten.convolution` (that torch runs on its slow path, unless
+    `every`) -> a matrix product of reshapes."""
+
+    def __init__(self, every: bool):
+        self.every = every
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
+        conv = pointwise(op)
+        if conv is None or not (self.every or torch_runs_slow_path(conv)):
+            return
+        ops, value = as_matmul(conv, graph.shape_of(op.outputs[0]))
+        rewriter.replace(op, ops, [value])
+
+
+@dataclass(frozen=True)
+class ConvolutionMatmulPass(ModulePass):
+    """1x1 convolutions that torch runs with one matrix product as that product alone.
+
+    Options: `every` (rewrite every batch-1 f32/f64 1x1 convolution of stride 1, not only those
+    torch would run on its slow path with this process's threads; for tests).
+    `xfuse.compile` runs this pass after `decompose` on the CPU (NCHW programs)."""
+
+    name = "convolution-matmul"
+
+    every: bool = False
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([PointwiseConvolutionIntoMatmul(self.every)])
+        ).rewrite_module(op)
