@@ -112,6 +112,18 @@ def test_by_default_only_what_torch_runs_on_its_slow_path() -> None:
                 assert matmuls == int(rewritten[channels]), (n, channels)
 
 
+def test_large_inputs_stay_library_calls_without_asking_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from xfuse.passes.transforms import convolution_matmul
+
+    monkeypatch.setattr(convolution_matmul, "ASK_TORCH_MAX_ELEMENTS", 16 * 18 * 18 - 1)
+    with threads(1):  # torch's slow path, were it asked
+        imported = import_module(Block(16, 8, False).eval(), (torch.randn(1, 16, 18, 18),))
+        run_pipeline("decompose,convolution-matmul", imported.module)
+    assert _count(imported.module, "graph.torch_call", CONV) == 1
+
+
 def test_xfuse_compile_runs_it_on_the_cpu_and_matches_eager() -> None:
     """The product reads the weight at each call (a changed weight changes the result), and
     the values are eager's bit for bit."""

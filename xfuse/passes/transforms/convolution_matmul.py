@@ -24,7 +24,8 @@ window element, concatenated), and measured on the zoo's ResNet that copy, fused
 batch norm before it, cost more than the call saves (a 3x3 one's patch kernel 19 us against
 torch's 14 us for the whole convolution). By default only the convolutions torch would run on
 its slow path are rewritten (the backend torch picks for this input, weight and thread count
-at compile time); oneDNN's stay library calls.
+at compile time, asked for inputs of up to `ASK_TORCH_MAX_ELEMENTS`); oneDNN's stay library
+calls.
 """
 
 from __future__ import annotations
@@ -110,11 +111,18 @@ def pointwise(op: graph.TorchCallOp) -> Pointwise | None:
     return Pointwise(x, w, b)
 
 
+ASK_TORCH_MAX_ELEMENTS = 1 << 22
+"""Larger inputs are left to torch without asking it (asking allocates the input's size): a
+call's fixed costs, which the rewrite saves, are nothing beside their work."""
+
+
 def torch_runs_slow_path(conv: Pointwise) -> bool:
     """Whether torch runs `conv` with `_slow_conv2d_forward` (one matrix product) on the CPU,
     as it decides for these shapes and this process's thread count."""
     import torch
 
+    if graph.numel(graph.shape_of(conv.input)) > ASK_TORCH_MAX_ELEMENTS:
+        return False
     dtype = dtypes.to_torch(graph.dtype_of(conv.input))
     x = torch.empty(graph.shape_of(conv.input), dtype=dtype)
     w = torch.empty(graph.shape_of(conv.weight), dtype=dtype)
