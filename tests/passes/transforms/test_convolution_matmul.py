@@ -31,6 +31,17 @@ class Block(nn.Module):
         return F.relu(self.conv(F.relu(x * 0.5 + 0.25)) * 0.75 - 0.1)
 
 
+class AfterRelu(nn.Module):
+    """A module's layer applied to a value the program makes (`relu` of the argument)."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(F.relu(x))
+
+
 def _count(module: object, name: str, target: str | None = None) -> int:
     return sum(
         op.name == name and (target is None or op.target.data == target)  # type: ignore[attr-defined]
@@ -90,11 +101,26 @@ def test_other_convolutions_stay_library_calls(
     shape: tuple[int, ...],
     dtype: torch.dtype,
 ) -> None:
-    model = nn.Conv2d(channels, out, **{"kernel_size": 1, **conv}).eval().to(dtype)
+    model = AfterRelu(nn.Conv2d(channels, out, **{"kernel_size": 1, **conv})).eval().to(dtype)
     imported = import_module(model, (torch.randn(shape, dtype=dtype),))
     run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
     assert _count(imported.module, "graph.torch_call", CONV) == 1, name
     assert _count(imported.module, "graph.matmul") == 0, name
+
+
+def test_an_input_the_call_gives_stays_a_library_call() -> None:
+    """An argument may come channels-last (then eager's convolution takes oneDNN): only a
+    value the program makes (a contiguous kernel buffer) becomes the product's operand."""
+    torch.manual_seed(2)
+    model = nn.Conv2d(8, 4, 1).eval()
+    x = torch.randn(1, 8, 6, 6)
+    imported = import_module(model, (x,))
+    run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
+    assert _count(imported.module, "graph.torch_call", CONV) == 1
+    with torch.no_grad():
+        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
+        cl = x.contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(compiled(cl), model(cl), rtol=0, atol=0)
 
 
 def test_by_default_only_what_torch_runs_on_its_slow_path() -> None:

@@ -10,7 +10,11 @@ that product alone. On the 2-core CPU the convolution call costs 7-12 us for Res
 MobileNetV2's 1x1 convolutions (8-256 channels, 2x2 to 32x32) where the product takes 4-7 us:
 the rest is the call's dispatch and checks. The product is the same BLAS call on the same
 matrices, so the values are eager's bit for bit; a bias is added by `addmm`, which fills the
-result with it and accumulates the product onto it, as the slow path does.
+result with it and accumulates the product onto it, as the slow path does. The input must be
+made by the program (a kernel's contiguous buffer: an argument could come channels-last, and
+then eager takes oneDNN); torch's choice is asked for contiguous tensors, so a weight kept
+channels-last (`model.to(memory_format=torch.channels_last)`) gives the slow path's values,
+not oneDNN's (the same to `assert_close`, not bit for bit).
 
     %y = graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, [1, 1], [0, 0], [1, 1], false, [0, 0], 1] ... -> tensor<1x8x4x4xf32>
       ->
@@ -108,7 +112,20 @@ def pointwise(op: graph.TorchCallOp) -> Pointwise | None:
         return None
     if b is not None and graph.shape_of(b) != (wshape[0],):
         return None
+    if not made_contiguous(x):
+        return None
     return Pointwise(x, w, b)
+
+
+def made_contiguous(value: SSAValue) -> bool:
+    """Whether `value` is a contiguous tensor at run time whatever the call's arguments: made by
+    an op of the program that is neither a view the runtime may keep (`STRIDED_VIEWS`) nor a
+    torch call (an argument may be channels-last, say, and then torch's convolution takes
+    oneDNN, whose values the product would not reproduce)."""
+    owner = value.owner
+    return isinstance(owner, Operation) and not isinstance(
+        owner, (*graph.STRIDED_VIEWS, graph.TorchCallOp)
+    )
 
 
 ASK_TORCH_MAX_ELEMENTS = 1 << 22
