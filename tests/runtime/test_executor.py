@@ -401,6 +401,34 @@ def test_the_runner_calls_a_views_method_itself() -> None:
     torch.testing.assert_close(compiled(x, w), f(x, w))
 
 
+def test_the_runner_calls_a_small_kernel_itself() -> None:
+    """A CPU kernel whose fixed work runs on the caller is one foreign call in the runner's code
+    (`KernelStep.direct_call`); an input that may not be contiguous (an argument) is made so
+    and held until the call returns; results as the step-by-step loop's, with a transposed
+    argument too."""
+    import xfuse
+    from xfuse.runtime import executor
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((x * 2).relu() @ y).sigmoid() + 1
+
+    x, y = torch.randn(6, 5), torch.randn(5, 4)
+    compiled = xfuse.compile(f, (x, y), quiet=True, fallback="error")
+    program = compiled.default.program
+    kernels = [i for i, s in enumerate(program.steps) if isinstance(s, KernelStep)]
+    assert len(kernels) == 2
+    runner = program.runner
+    assert all(f"kernel{i}" in runner.__globals__ for i in kernels)
+    assert not any(f"step{i}" in runner.__globals__ for i in kernels)
+    fast = runner([x, y], BufferPool().allocate, BufferPool().release)
+    slow = executor.run_steps(program, [x, y], BufferPool(), None)
+    torch.testing.assert_close(fast[0], slow[0], rtol=0, atol=0)
+    xt = torch.randn(5, 6).t()  # not contiguous: a specialisation of its own
+    for _ in range(2):
+        torch.testing.assert_close(compiled(xt, y), f(xt, y))
+    torch.testing.assert_close(compiled(x, y), f(x, y))
+
+
 def test_graph_memory_is_copied_once_with_eager_strides() -> None:
     """`copy_out` (a CUDA graph's results): every fresh output is new memory with eager's
     strides, views are rebuilt on them."""

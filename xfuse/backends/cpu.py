@@ -86,6 +86,11 @@ class CPUKernel:
             raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")
         self.launch(buffers)
 
+    def inline_entry(self, work: int) -> tuple[ctypes._CFuncPtr, int] | None:  # type: ignore[name-defined]
+        """`(function, extent)` when a launch over `work` elements (its buffers' elements) is the
+        one call `function(0, extent, *pointers)` on the caller (`launch`'s first branch)."""
+        return (self.function, self.extent) if 0 < work < self.inline_below else None
+
     def launch(self, buffers: Sequence[torch.Tensor]) -> None:
         """`self(buffers)` for a caller that has made them the kernel's: its arity, contiguous
         CPU tensors (`KernelStep`, whose program runs on the CPU)."""

@@ -215,12 +215,40 @@ def make_runner(program: Program) -> Runner:
     lines = ["def run(args, allocate, release):"]
     if program.arg_slots:
         lines.append(f"    {unpack(program.arg_slots)} = args")
+    contiguous: set[int] = set()
+    """Slots that hold a kernel's output (contiguous) at the point the code has reached."""
     for i, (run, in_slots, out_slots, releases, drops) in enumerate(program.plan):
         step = program.steps[i]
+        direct = step.direct_call() if isinstance(step, KernelStep) else None
         if isinstance(step, ViewStep) and run == step.run:  # its view's method, called in place
             names[f"arg{i}"] = step.view.argument
             view = f"{slot(in_slots[0])}.{step.view.method}(arg{i})"
             lines.append(f"    {slot(out_slots[0])} = {view}")
+        elif direct is not None and run == step.run:
+            # One foreign call on this thread (`KernelStep.direct_call`): inputs that may not be
+            # contiguous (not a kernel's output) made so and held in a local until the call
+            # returns, outputs allocated, then the kernel called with every buffer's address.
+            assert isinstance(step, KernelStep)
+            names[f"kernel{i}"] = direct[0]
+            buffers: list[str] = []
+            for s in in_slots:
+                if s in contiguous:
+                    buffers.append(slot(s))
+                    continue
+                held = f"b{len(buffers)}"
+                lines.append(
+                    f"    {held} = {slot(s)} if {slot(s)}.is_contiguous() else {slot(s)}.contiguous()"
+                )
+                buffers.append(held)
+            for j, (s, spec) in enumerate(zip(out_slots, step.out_specs, strict=True)):
+                names[f"out{i}_{j}"] = spec
+                lines.append(f"    {slot(s)} = allocate(out{i}_{j})")
+            pointers = ", ".join(f"{b}.data_ptr()" for b in (*buffers, *map(slot, out_slots)))
+            lines.append(f"    kernel{i}(0, {direct[1]}, {pointers})")
+            if len(buffers) > len([s for s in in_slots if s in contiguous]):
+                lines.append(
+                    "    " + " = ".join(b for b in buffers if b.startswith("b")) + " = None"
+                )
         else:
             names[f"step{i}"] = run
             call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"
@@ -230,6 +258,10 @@ def make_runner(program: Program) -> Runner:
             lines.append(f"    release(spec{i}_{j}, {slot(s)})")
         # A constant is never dropped (it is the program's, not the call's).
         lines += [f"    s{s} = None" for s in drops if s not in constants]
+        if isinstance(step, KernelStep):
+            contiguous.update(s for s in out_slots if s not in constants)
+        else:
+            contiguous.difference_update(out_slots)
     # A constant is shared by every call: the caller gets its own copy.
     results = [f"{slot(s)}.clone()" if s in constants else slot(s) for s in program.output_slots]
     lines.append(f"    return [{', '.join(results)}]")
@@ -609,6 +641,7 @@ class ProgramCompiler:
         specs = tuple(spec_of(r) for r in launch.outputs)
         step = KernelStep(kernel, inputs, outputs, specs, f"kernel @{name} ({source})")
         step.error_flag = ERROR_FLAG_ATTR in kernel_func.attributes  # (task gather)
+        step.in_elements = sum(graph.numel(graph.shape_of(v)) for v in launch.inputs)
         em.steps.append(step)
         dims = kernel_func.attributes.get(PARALLEL_DIMS_ATTR)
         em.kernels.append(

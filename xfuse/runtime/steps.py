@@ -185,6 +185,9 @@ class KernelStep:
 
     error_flag: bool = False
     """The kernel takes an error flag after its outputs (it gathers, docs/contracts.md)."""
+    in_elements: int = 0
+    """The elements of its inputs (fixed by the program's shapes): with its outputs', the work
+    a launch reports to the kernel (`direct_call`)."""
     _device_flag: Tensor | None = field(default=None, init=False, repr=False)
     _launch: Callable[[list[Tensor]], None] = field(init=False, repr=False)
     """The kernel's `launch` where it has one (the CPU's: no checks of what `run` ensures),
@@ -200,6 +203,19 @@ class KernelStep:
             else:
                 self._launch(buffers)
         return outs
+
+    def direct_call(self) -> tuple[Callable[..., object], int] | None:
+        """(function, extent) when every run is one foreign call `function(0, extent, *pointers)`
+        on the caller, with nothing decided per call: a kernel whose fixed work runs inline
+        (`inline_entry`, the CPU's), no error flag, outputs with elements. The program's runner
+        then makes that call itself (`xfuse.runtime.compiler.make_runner`)."""
+        entry = getattr(self.kernel, "inline_entry", None)
+        if entry is None or self.error_flag or not self.writes:
+            return None
+        out_elements = sum(math.prod(spec.shape) for spec in self.out_specs)
+        return cast(
+            "tuple[Callable[..., object], int] | None", entry(self.in_elements + out_elements)
+        )
 
     def _run_checked(self, buffers: list[Tensor], device: torch.device) -> None:
         """(task gather) On the CPU an index out of range raises like eager once the kernel
