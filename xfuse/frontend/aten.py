@@ -39,6 +39,7 @@ from xfuse.frontend.builder import (
     result_types,
     used_outputs,
 )
+from xfuse.frontend.convolution import CONVOLUTION
 from xfuse.ir.dtypes import opmath_type, to_torch
 
 Args = dict[str, Any]
@@ -249,9 +250,6 @@ def _to_device(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if source.device != result.device:
         return None
     return _cast(lw, node, a)
-
-
-CONVOLUTION = "aten.convolution.default"
 
 
 def _conv2d(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:

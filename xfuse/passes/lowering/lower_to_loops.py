@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import count, product
 from math import inf as math_inf
+from types import UnionType
 from typing import TypeGuard, cast
 
 from xdsl.context import Context
@@ -681,6 +682,20 @@ def _loads_are_flat(
     or at a constant one (then 1-D buffers make every access direct)."""
     dom = flat_domain(full)
     f = var_index(dom.parallel[0])
+    loads = _load_offsets(dom, outputs, leaves, graph.ConcatOp | POOL_OPS)
+    return loads is not None and all(not e.terms or e == f for e in loads)
+
+
+def _load_offsets(
+    dom: Domain,
+    outputs: Sequence[SSAValue],
+    leaves: dict[SSAValue, Leaf],
+    unfollowed: type[Operation] | UnionType,
+) -> list[Affine] | None:
+    """The linear offset of every buffer load of an elementwise kernel over `dom`, found by
+    walking back from its outputs (None when an op of kind `unfollowed` is reached: one that
+    reads its operands at indices this does not follow)."""
+    found: list[Affine] = []
     seen: set[tuple[SSAValue, Index]] = set()
     todo = [(v, dom.output_index(shape_of(v))) for v in outputs]
     while todo:
@@ -690,16 +705,15 @@ def _loads_are_flat(
         seen.add((v, index))
         leaf = leaves.get(v)
         if leaf is not None:
-            offset = linearize(index, shape_of(v))
-            if leaf.arg is not None and offset.terms and offset != f:
-                return False
+            if leaf.arg is not None:
+                found.append(linearize(index, shape_of(v)))
             continue
         op = v.owner
         assert isinstance(op, Operation)
-        if isinstance(op, graph.ConcatOp | POOL_OPS):
-            return False
+        if isinstance(op, unfollowed):
+            return None
         todo.extend(zip(op.operands, operand_indices(op, index), strict=True))
-    return True
+    return found
 
 
 def merged_domain(full: tuple[int, ...], runs: Sequence[Sequence[int]]) -> Domain:
@@ -731,29 +745,12 @@ def _has_divmod(e: Affine) -> bool:
 def _offsets(
     dom: Domain, outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf]
 ) -> list[Affine] | None:
-    """The linear offset of every buffer access of an elementwise kernel over `dom` (None
-    when an op reads its operands at indices this does not follow: concat, pad, pool,
-    gather)."""
-    found: list[Affine] = []
-    seen: set[tuple[SSAValue, Index]] = set()
-    todo = [(v, dom.output_index(shape_of(v))) for v in outputs]
-    found += [linearize(i, shape_of(v)) for v, i in todo]
-    while todo:
-        v, index = todo.pop()
-        if (v, index) in seen:
-            continue
-        seen.add((v, index))
-        leaf = leaves.get(v)
-        if leaf is not None:
-            if leaf.arg is not None:
-                found.append(linearize(index, shape_of(v)))
-            continue
-        op = v.owner
-        assert isinstance(op, Operation)
-        if isinstance(op, graph.ConcatOp | graph.GatherOp | POOL_OPS):
-            return None
-        todo.extend(zip(op.operands, operand_indices(op, index), strict=True))
-    return found
+    """The linear offset of every buffer access of an elementwise kernel over `dom`: its
+    stores and its loads (None through concat, pad, pool or gather)."""
+    loads = _load_offsets(dom, outputs, leaves, graph.ConcatOp | graph.GatherOp | POOL_OPS)
+    if loads is None:
+        return None
+    return [linearize(dom.output_index(shape_of(v)), shape_of(v)) for v in outputs] + loads
 
 
 MERGE_DIMS = True

@@ -56,65 +56,36 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
-from xfuse.dialects.torch_args import decode_arg
-from xfuse.errors import UnsupportedArgument
+from xfuse.frontend.convolution import ConvolutionCall
 from xfuse.ir import dtypes
 from xfuse.passes.transforms.decompose import OpList
 
-CONVOLUTION = "aten.convolution.default"
 ADDMM = "aten.addmm.default"
 
 
-@dataclass(frozen=True)
-class Pointwise:
-    """A batch-1, 2-D, ungrouped convolution of a 1x1 window, stride 1 and no padding."""
-
-    input: SSAValue
-    weight: SSAValue
-    bias: SSAValue | None
-
-
-def _is_pair(value: object, pair: tuple[int, int]) -> bool:
-    """Whether a window argument (an int or a list of two) is `pair`."""
-    values = list(value) if isinstance(value, list) else [value, value]
-    return len(values) == 2 and all(type(v) is int for v in values) and tuple(values) == pair
-
-
-def pointwise(op: graph.TorchCallOp) -> Pointwise | None:
-    """The convolution `op` as a `Pointwise` one, when it is: `aten.convolution`, not
-    transposed, one group, a batch of one `[1, C, H, W]` input, weight `[O, C, 1, 1]`,
+def pointwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
+    """The convolution `op` (`ConvolutionCall.of`) when it is a batch-1, 2-D, ungrouped one
+    of a `[1, C, H, W]` input the program makes (`made_contiguous`), weight `[O, C, 1, 1]`,
     stride 1, no padding, and f32 or f64 throughout."""
-    if op.target.data != CONVOLUTION or len(op.outputs) != 1 or len(op.args.data) != 9:
+    conv = ConvolutionCall.of(op)
+    if conv is None or conv.groups != 1 or conv.stride != (1, 1) or conv.padding != (0, 0):
         return None
-    try:
-        x, w, b, stride, padding, _, transposed, _, groups = (
-            decode_arg(a, op.inputs) for a in op.args.data
-        )
-    except UnsupportedArgument:  # an argument this pass does not read: leave the call alone
-        return None
-    if not isinstance(x, SSAValue) or not isinstance(w, SSAValue) or transposed or groups != 1:
-        return None
-    if b is not None and not isinstance(b, SSAValue):
-        return None
-    shape, wshape = graph.shape_of(x), graph.shape_of(w)
+    shape, wshape = graph.shape_of(conv.input), graph.shape_of(conv.weight)
     out = graph.shape_of(op.outputs[0])
     if len(shape) != 4 or shape[0] != 1 or wshape != (out[1], shape[1], 1, 1) or 0 in shape:
         return None
-    if out != (1, wshape[0], *shape[2:]) or not _is_pair(stride, (1, 1)):
+    if out != (1, wshape[0], *shape[2:]):
         return None
-    if not _is_pair(padding, (0, 0)):
-        return None
-    dtype = graph.dtype_of(x)
-    values = [x, w, op.outputs[0]] + ([b] if b is not None else [])
+    dtype = graph.dtype_of(conv.input)
+    values = [conv.input, conv.weight, op.outputs[0]]
+    values += [conv.bias] if conv.bias is not None else []
     if not isinstance(dtype, Float32Type | Float64Type):
         return None
     if any(graph.dtype_of(v) != dtype for v in values):
         return None
-    if b is not None and graph.shape_of(b) != (wshape[0],):
+    if conv.bias is not None and graph.shape_of(conv.bias) != (wshape[0],):
         return None
-    if not made_contiguous(x):
-        return None
-    return Pointwise(x, w, b)
+    return conv if made_contiguous(conv.input) else None
 
 
 def made_contiguous(value: SSAValue) -> bool:
@@ -133,7 +104,7 @@ ASK_TORCH_MAX_ELEMENTS = 1 << 22
 call's fixed costs, which the rewrite saves, are nothing beside their work."""
 
 
-def torch_runs_slow_path(conv: Pointwise) -> bool:
+def torch_runs_slow_path(conv: ConvolutionCall) -> bool:
     """Whether torch runs `conv` with `_slow_conv2d_forward` (one matrix product) on the CPU,
     as it decides for these shapes and this process's thread count."""
     import torch
@@ -149,7 +120,7 @@ def torch_runs_slow_path(conv: Pointwise) -> bool:
     return getattr(backend, "name", None) == "Slow2d"
 
 
-def as_matmul(conv: Pointwise, out: tuple[int, ...]) -> tuple[list[Operation], SSAValue]:
+def as_matmul(conv: ConvolutionCall, out: tuple[int, ...]) -> tuple[list[Operation], SSAValue]:
     """The ops that compute `conv` (of result shape `out`) as a matrix product, and its value."""
     ops = OpList()
     _, channels, height, width = graph.shape_of(conv.input)

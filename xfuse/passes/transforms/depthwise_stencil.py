@@ -50,66 +50,37 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
-from xfuse.dialects.torch_args import decode_arg
-from xfuse.errors import UnsupportedArgument
+from xfuse.frontend.convolution import ConvolutionCall
 from xfuse.ir.dtypes import opmath_type
 from xfuse.passes.options import NON_NEGATIVE, option
 from xfuse.passes.transforms.decompose import OpList
 
-CONVOLUTION = "aten.convolution.default"
 
-
-@dataclass(frozen=True)
-class Depthwise:
-    """A depthwise convolution's operands and window, read from its `torch_call`."""
-
-    input: SSAValue
-    weight: SSAValue
-    bias: SSAValue | None
-    stride: tuple[int, ...]
-    padding: tuple[int, ...]
-    dilation: tuple[int, ...]
-
-    @property
-    def kernel(self) -> tuple[int, ...]:
-        return graph.shape_of(self.weight)[2:]
-
-
-def depthwise(op: graph.TorchCallOp) -> Depthwise | None:
-    """The convolution `op` as a `Depthwise`, when it is one: not transposed, 1 to 3 window
-    dims, `groups` = input channels = output channels (weight `[C, 1, *kernel]`), a float
-    type shared by input, weight, bias and result."""
-    if op.target.data != CONVOLUTION or len(op.outputs) != 1 or len(op.args.data) != 9:
+def depthwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
+    """The convolution `op` (`ConvolutionCall.of`) when it is depthwise: 1 to 3 window dims,
+    `groups` = input channels = output channels (weight `[C, 1, *kernel]`), a float type
+    shared by input, weight, bias and result."""
+    conv = ConvolutionCall.of(op)
+    if conv is None:
         return None
-    try:
-        x, w, b, stride, padding, dilation, transposed, _, groups = (
-            decode_arg(a, op.inputs) for a in op.args.data
-        )
-    except UnsupportedArgument:  # an argument this pass does not read: leave the call alone
-        return None
-    if not isinstance(x, SSAValue) or not isinstance(w, SSAValue) or transposed:
-        return None
-    if b is not None and not isinstance(b, SSAValue):
-        return None
-    shape, wshape = graph.shape_of(x), graph.shape_of(w)
+    shape, wshape = graph.shape_of(conv.input), graph.shape_of(conv.weight)
     n = len(shape) - 2
     if not 1 <= n <= 3 or len(wshape) != n + 2:
         return None
     channels = shape[1]
-    if groups != channels or wshape[:2] != (channels, 1):
+    if conv.groups != channels or wshape[:2] != (channels, 1):
         return None
-    windows = [list(v) if isinstance(v, list) else [v] * n for v in (stride, padding, dilation)]
-    if any(len(v) != n or not all(isinstance(i, int) for i in v) for v in windows):
-        return None
-    dtype = graph.dtype_of(x)
-    values = [x, w, op.outputs[0]] + ([b] if b is not None else [])
+    dtype = graph.dtype_of(conv.input)
+    values = [conv.input, conv.weight, op.outputs[0]]
+    values += [conv.bias] if conv.bias is not None else []
     if not graph.is_float(dtype) or any(graph.dtype_of(v) != dtype for v in values):
         return None
-    s, p, d = (tuple(v) for v in windows)
-    return Depthwise(x, w, b, s, p, d)
+    return conv
 
 
-def stencil(conv: Depthwise, result: TensorType[Attribute]) -> tuple[list[Operation], SSAValue]:
+def stencil(
+    conv: ConvolutionCall, result: TensorType[Attribute]
+) -> tuple[list[Operation], SSAValue]:
     """The ops that compute `conv` as a sum of shifted products, and the value of the sum
     (of `result`'s type)."""
     ops = OpList()
