@@ -187,9 +187,10 @@ def make_runner(program: Program) -> Runner:
     """The program's `plan` as the straight-line code of one Python function, made once: each
     step is one call of its `run` with its input slots (local variables) and its outputs
     unpacked into theirs; buffers are released and slots dropped where the memory plan says.
-    A view step is its view's method call (`s4 = s3.reshape(arg2)`). So a call costs no
-    per-step loop, indexing or unpacking of a plan (the executor's loop, `run_program` with
-    the step profile on, does the same step by step).
+    A view step is its view's method call (`s4 = s3.reshape(arg2)`), and a CPU kernel whose
+    work runs on this thread is its one foreign call (`KernelStep.direct_call`). So a call
+    costs no per-step loop, indexing or unpacking of a plan (the executor's loop,
+    `run_program` with the step profile on, does the same step by step).
 
         def run(args, allocate, release):
             s0, s1 = args
@@ -198,7 +199,11 @@ def make_runner(program: Program) -> Runner:
             release(spec0, s2)
             s2 = None
             s4 = s3.reshape(arg2)
-            return [s4]
+            b0 = s1 if s1.is_contiguous() else s1.contiguous()
+            s5 = allocate(out4_0)
+            kernel4(0, 64, s3.data_ptr(), b0.data_ptr(), s5.data_ptr())
+            b0 = None
+            return [s4, s5]
     """
     constants = program.constants
     names: dict[str, object] = {}
