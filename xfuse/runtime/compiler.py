@@ -235,25 +235,20 @@ def make_runner(program: Program) -> Runner:
             # returns, outputs allocated, then the kernel called with every buffer's address.
             assert isinstance(step, KernelStep)
             names[f"kernel{i}"] = direct[0]
-            buffers: list[str] = []
-            for s in in_slots:
-                if s in contiguous:
-                    buffers.append(slot(s))
-                    continue
-                held = f"b{len(buffers)}"
-                lines.append(
-                    f"    {held} = {slot(s)} if {slot(s)}.is_contiguous() else {slot(s)}.contiguous()"
-                )
-                buffers.append(held)
+            buffers = [slot(s) if s in contiguous else f"b{k}" for k, s in enumerate(in_slots)]
+            held = [b for b in buffers if b.startswith("b")]
+            for b, s in zip(buffers, in_slots, strict=True):
+                if b in held:
+                    lines.append(
+                        f"    {b} = {slot(s)} if {slot(s)}.is_contiguous() else {slot(s)}.contiguous()"
+                    )
             for j, (s, spec) in enumerate(zip(out_slots, step.out_specs, strict=True)):
                 names[f"out{i}_{j}"] = spec
                 lines.append(f"    {slot(s)} = allocate(out{i}_{j})")
             pointers = ", ".join(f"{b}.data_ptr()" for b in (*buffers, *map(slot, out_slots)))
             lines.append(f"    kernel{i}(0, {direct[1]}, {pointers})")
-            if len(buffers) > len([s for s in in_slots if s in contiguous]):
-                lines.append(
-                    "    " + " = ".join(b for b in buffers if b.startswith("b")) + " = None"
-                )
+            if held:
+                lines.append(f"    {' = '.join(held)} = None")
         else:
             names[f"step{i}"] = run
             call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"

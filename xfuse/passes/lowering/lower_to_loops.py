@@ -629,8 +629,6 @@ class Domain:
         """The index of the output element computed by one iteration."""
         if shape == self.full_shape:
             return self.full_index
-        if self.flat:
-            return delinearize(linearize(self.full_index, self.full_shape), shape)
         if self.is_row_shape(shape):
             return self.row_index(shape == self.row_shape(True))
         return delinearize(linearize(self.full_index, self.full_shape), shape)
@@ -759,22 +757,23 @@ MERGE_DIMS = True
 
 def collapsed_domain(
     full: tuple[int, ...], outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf]
-) -> tuple[Domain, bool] | None:
+) -> Domain | None:
     """An elementwise kernel's loops with adjacent dims merged wherever every buffer is
     still read and written without a division (NCHW batch norm: `[C, H*W]`, a long inner
-    loop and the channel's values loaded once per row), and whether no access divides at all;
-    None where an op reads its operands at indices `_offsets` does not follow."""
+    loop and the channel's values loaded once per row); None when some access divides however
+    the dims are merged, or an op reads its operands at indices `_offsets` does not follow."""
+
+    def divides(runs: list[list[int]]) -> bool:
+        offsets = _offsets(merged_domain(full, runs), outputs, leaves)
+        return offsets is None or any(_has_divmod(e) for e in offsets)
+
     runs = [[k] for k, d in enumerate(full) if d != 1]
-    offsets = _offsets(merged_domain(full, runs), outputs, leaves)
-    if offsets is None:
-        return None
-    clean = not any(_has_divmod(e) for e in offsets)
+    clean = not divides(runs)
     for k in range(len(runs) - 1, 0, -1):
         trial = [*runs[: k - 1], runs[k - 1] + runs[k], *runs[k + 1 :]]
-        merged = _offsets(merged_domain(full, trial), outputs, leaves)
-        if merged is not None and not any(_has_divmod(e) for e in merged):
+        if not divides(trial):
             runs, clean = trial, True
-    return merged_domain(full, runs), clean
+    return merged_domain(full, runs) if clean else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -867,14 +866,10 @@ class KernelBuilder:
             if _loads_are_flat(self.outputs, self.leaves, full):
                 return flat_domain(full)
             same_shape = all(shape_of(v) == full for v in self.outputs)
-            collapsed = (
-                collapsed_domain(full, self.outputs, self.leaves) if self.merge_dims else None
-            )
-            if collapsed is not None:
-                domain, clean = collapsed
-                merged = len(domain.parallel) < len(nd_domain(full, ()).parallel)
-                if clean and (merged or not same_shape):
-                    return domain
+            merged = collapsed_domain(full, self.outputs, self.leaves) if self.merge_dims else None
+            loops = sum(d != 1 for d in full)  # nd_domain's
+            if merged is not None and (len(merged.parallel) < loops or not same_shape):
+                return merged
             if not same_shape:
                 return flat_domain(full)
         allowed = {full, reduced_shape(full, dims, True), reduced_shape(full, dims, False)}

@@ -72,7 +72,7 @@ def pointwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
         return None
     shape, wshape = graph.shape_of(conv.input), graph.shape_of(conv.weight)
     out = graph.shape_of(op.outputs[0])
-    if len(shape) != 4 or shape[0] != 1 or wshape != (out[1], shape[1], 1, 1) or 0 in shape:
+    if len(shape) != 4 or shape[0] != 1 or 0 in shape or wshape[1:] != (shape[1], 1, 1):
         return None
     if out != (1, wshape[0], *shape[2:]):
         return None
