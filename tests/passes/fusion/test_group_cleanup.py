@@ -8,6 +8,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.fusion import GroupOp
 from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import make_context, parse
+from xfuse.passes import get_all_passes
 from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
 from xfuse.passes.fusion.group_cleanup import GroupCleanupPass
 
@@ -104,3 +105,47 @@ def test_a_reduction_over_no_dims_does_not_keep_a_group_from_splitting() -> None
     x, s = torch.randn(4, 8), torch.randn(())
     for got, want in zip(interpret(m, [x, s]), interpret(parse(text), [x, s]), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_an_output_and_its_reshape_are_written_once() -> None:
+    """A value that the next block reads and a 1x1 convolution's product reads reshaped: the
+    group yields it once, and its reshape is a view after the group (the kernel wrote both
+    shapes before). Values and aliasing as eager's: the returned reshape is a view of the
+    returned value, as it is in eager."""
+    import xfuse
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.relu(x * 2.0)
+        flat = y.reshape(4, 16)
+        return w @ flat, y, flat
+
+    x, w = torch.randn(1, 4, 4, 4), torch.randn(3, 4)
+    imported = xfuse.api.import_for_xfuse(f, (x, w)).program.module
+    for name in ("decompose", "fuse-scored", "group-cleanup"):
+        get_all_passes()[name]()().apply(make_context(), imported)
+    (group,) = [op for op in imported.walk() if isinstance(op, GroupOp)]
+    assert [graph.shape_of(r) for r in group.results] == [(1, 4, 4, 4)]
+    assert group.kind.data == "elementwise"
+    compiled = xfuse.compile(f, (x, w), quiet=True, fallback="error")
+    got, want = compiled(x, w), f(x, w)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+        assert g.stride() == e.stride()
+    assert got[2].data_ptr() == got[1].data_ptr()
+
+
+def test_output_reshapes_stay_inside_where_an_op_may_write_memory() -> None:
+    """Sharing one buffer between two outputs is only safe where nothing writes in place."""
+    m = parse("""func.func @f(%x: tensor<1x4x2x2xf32>, %t: tensor<4xf32>) -> (tensor<1x4x2x2xf32>, tensor<4x4xf32>, tensor<4xf32>) {
+  %p, %q = fusion.group(%x) kind = "injective" rule = "fuse-scored:producer-consumer" : (tensor<1x4x2x2xf32>) -> (tensor<1x4x2x2xf32>, tensor<4x4xf32>) {
+  ^bb0(%a: tensor<1x4x2x2xf32>):
+    %r = graph.relu %a : tensor<1x4x2x2xf32>
+    %v = graph.reshape %r : tensor<1x4x2x2xf32> -> tensor<4x4xf32>
+    fusion.yield %r, %v : tensor<1x4x2x2xf32>, tensor<4x4xf32>
+  }
+  %u = graph.torch_call "aten.relu_.default"(%t) args = ["%t0"] kwargs = {} : (tensor<4xf32>) -> tensor<4xf32>
+  func.return %p, %q, %u : tensor<1x4x2x2xf32>, tensor<4x4xf32>, tensor<4xf32>
+}""")
+    GroupCleanupPass().apply(make_context(), m)
+    (group,) = [op for op in m.walk() if isinstance(op, GroupOp)]
+    assert len(group.results) == 2

@@ -7,8 +7,9 @@ subexpressions are eliminated (a producer recomputed into several readers that l
 one group is computed once), and dead ops are removed. At the boundary: outputs nothing reads
 and duplicate outputs are dropped, an output that only passes an input through is replaced by
 that input, unused and duplicate inputs are dropped, and a group whose results are all unused
-is erased. An input that the group reads only through `graph.reshape`s to one shape is reshaped
-outside instead (the runtime's reshape is a view): the kernel then indexes the buffer in that
+is erased. An output that is the reshape of another output is that output's reshape after the
+group (a view: the kernel writes the values once). An input that the group reads only through
+`graph.reshape`s to one shape is reshaped outside instead (the runtime's reshape is a view): the kernel then indexes the buffer in that
 shape, e.g. a row loop of a split reduction reads its row's elements at (row, i), which is what
 `gpu-map-parallel` maps onto the `rows` strategy.
 
@@ -167,16 +168,46 @@ def hoist_input_reshapes(group: GroupOp) -> None:
         group.operands = [*group.operands[:i], view.result, *group.operands[i + 1 :]]
 
 
+def hoist_output_reshapes(group: GroupOp) -> bool:
+    """An output that is a `graph.reshape` of another output is that output's reshape after
+    the group (a view), so that the kernel writes the values once (a batch norm whose result
+    both the next block and a 1x1 convolution's matrix product read wrote them twice, in
+    each shape). True when one was hoisted (its output is then unused)."""
+    yielded = list(group.yield_op.values)
+    result_of = dict(zip(yielded, group.results, strict=True))
+    hoisted = False
+    for inner, res in zip(yielded, group.results, strict=True):
+        reshape = inner.owner
+        if not isinstance(reshape, graph.ReshapeOp) or res.first_use is None:
+            continue
+        source = result_of.get(reshape.input)
+        if source is None or source.first_use is None:
+            continue
+        view = graph.ReshapeOp(source, graph.shape_of(res))
+        parent = group.parent_block()
+        assert parent is not None
+        parent.insert_op_after(view, group)
+        res.replace_all_uses_with(view.result)
+        hoisted = True
+    return hoisted
+
+
 def clean_group(group: GroupOp, *, share: bool) -> GroupOp | None:
     merge_duplicate_inputs(group)
+    hoisted = False
     if share:
         hoist_input_reshapes(group)
+        hoisted = hoist_output_reshapes(group)
     if share:
         pool_constants(group.block)
         cse(group.body)
     region_dce(group.body)
     group.properties["kind"] = StringAttr(group_kind(group))
-    return clean_boundary(group, share=share)
+    cleaned = clean_boundary(group, share=share)
+    if hoisted and cleaned is not None:  # the hoisted reshapes, no longer yielded
+        region_dce(cleaned.body)
+        cleaned.properties["kind"] = StringAttr(group_kind(cleaned))
+    return cleaned
 
 
 def split_by_output_size(group: GroupOp, *, share: bool) -> list[GroupOp]:
