@@ -149,3 +149,23 @@ def test_output_reshapes_stay_inside_where_an_op_may_write_memory() -> None:
     GroupCleanupPass().apply(make_context(), m)
     (group,) = [op for op in m.walk() if isinstance(op, GroupOp)]
     assert len(group.results) == 2
+
+
+def test_a_lone_reshaped_output_is_computed_in_its_own_shape() -> None:
+    """A max pool whose `[C, H*W]` reshape alone is read (by a 1x1 convolution's product): the
+    kernel loops over the pool's `[1, C, H, W]` (no flat index divided to find the window),
+    and the reshape is a view after the group. Values as eager's, bit for bit."""
+    import xfuse
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.max_pool2d(torch.relu(x), 3, 2, 1)
+        return w @ y.reshape(4, 64)
+
+    x, w = torch.randn(1, 4, 16, 16), torch.randn(3, 4)
+    imported = xfuse.api.import_for_xfuse(f, (x, w)).program.module
+    for name in ("decompose", "fuse-scored", "group-cleanup"):
+        get_all_passes()[name]()().apply(make_context(), imported)
+    (group,) = [op for op in imported.walk() if isinstance(op, GroupOp)]
+    assert [graph.shape_of(r) for r in group.results] == [(1, 4, 8, 8)]
+    compiled = xfuse.compile(f, (x, w), quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(x, w), f(x, w), rtol=0, atol=0)

@@ -7,8 +7,9 @@ subexpressions are eliminated (a producer recomputed into several readers that l
 one group is computed once), and dead ops are removed. At the boundary: outputs nothing reads
 and duplicate outputs are dropped, an output that only passes an input through is replaced by
 that input, unused and duplicate inputs are dropped, and a group whose results are all unused
-is erased. An output that is the reshape of another output is that output's reshape after the
-group (a view: the kernel writes the values once). An input that the group reads only through
+is erased. An output that is the reshape of another output, or the only output (of a group
+without reductions), is a reshape after the group (a view) of the value the group computes:
+the kernel writes the values once, looping over their own shape. An input that the group reads only through
 `graph.reshape`s to one shape is reshaped outside instead (the runtime's reshape is a view): the kernel then indexes the buffer in that
 shape, e.g. a row loop of a split reduction reads its row's elements at (row, i), which is what
 `gpu-map-parallel` maps onto the `rows` strategy.
@@ -168,44 +169,81 @@ def hoist_input_reshapes(group: GroupOp) -> None:
         group.operands = [*group.operands[:i], view.result, *group.operands[i + 1 :]]
 
 
-def hoist_output_reshapes(group: GroupOp) -> bool:
-    """An output that is a `graph.reshape` of another output is that output's reshape after
-    the group (a view), so that the kernel writes the values once (a batch norm whose result
-    both the next block and a 1x1 convolution's matrix product read wrote them twice, in
-    each shape). True when one was hoisted (its output is then unused)."""
+def _hoistable_reshape(group: GroupOp, inner: SSAValue) -> graph.ReshapeOp | None:
+    """The reshape that yielded `inner` is, when the kernel may write its input instead: its
+    input is another output, or it is the only output of a group without reductions and
+    nothing else in the group reads it."""
+    reshape = inner.owner
+    if not isinstance(reshape, graph.ReshapeOp) or reshape.parent_block() is not group.block:
+        return None
+    source = reshape.input
+    if isinstance(source, BlockArgument):
+        return None
     yielded = list(group.yield_op.values)
-    result_of = dict(zip(yielded, group.results, strict=True))
-    hoisted = False
-    for inner, res in zip(yielded, group.results, strict=True):
-        reshape = inner.owner
-        if not isinstance(reshape, graph.ReshapeOp) or res.first_use is None:
-            continue
-        source = result_of.get(reshape.input)
-        if source is None or source.first_use is None:
-            continue
-        view = graph.ReshapeOp(source, graph.shape_of(res))
-        parent = group.parent_block()
-        assert parent is not None
+    if source in yielded:
+        return reshape
+    alone = len(yielded) == 1 and not group_space(group).reduced
+    return reshape if alone and len(list(inner.uses)) == 1 else None
+
+
+def hoist_output_reshapes(group: GroupOp) -> GroupOp:
+    """An output that is a `graph.reshape` of a value the group computes becomes that value's
+    reshape after the group (a view), so that the kernel loops over the value's own shape and
+    writes it once:
+    - a batch norm whose result the next block and a 1x1 convolution's matrix product both
+      read (reshaped) wrote its values twice, in each shape;
+    - a max pool whose `[C, H*W]` reshape alone is read looped over `[C, H*W]`, and found its
+      window's rows and columns by dividing the flat index.
+    Returns the group, rebuilt when an output was added."""
+    hoists = [
+        (i, reshape)
+        for i, (inner, res) in enumerate(zip(group.yield_op.values, group.results, strict=True))
+        if res.first_use is not None and (reshape := _hoistable_reshape(group, inner))
+    ]
+    if not hoists:
+        return group
+    sources = [r.input for _, r in hoists if r.input not in group.yield_op.values]
+    if sources:
+        group = add_outputs(group, list(dict.fromkeys(sources)))
+    result_of = dict(zip(group.yield_op.values, group.results, strict=True))
+    parent = group.parent_block()
+    assert parent is not None
+    for i, reshape in hoists:
+        res = group.results[i]
+        view = graph.ReshapeOp(result_of[reshape.input], graph.shape_of(res))
         parent.insert_op_after(view, group)
         res.replace_all_uses_with(view.result)
-        hoisted = True
-    return hoisted
+    return group
+
+
+def add_outputs(group: GroupOp, values: list[SSAValue]) -> GroupOp:
+    """The group rebuilt with `values` (computed inside) yielded after its outputs."""
+    region = group.detach_region(group.body)
+    types = [r.type for r in group.results] + [v.type for v in values]
+    new = GroupOp(list(group.inputs), types, region, group.kind.data, group.rule.data)
+    new.attributes.update(group.attributes)
+    parent = group.parent_block()
+    assert parent is not None
+    parent.insert_op_before(new, group)
+    new.yield_op.operands = [*new.yield_op.values, *values]
+    for old, res in zip(group.results, new.results, strict=False):
+        old.replace_all_uses_with(res)
+    group.detach()
+    group.erase()
+    return new
 
 
 def clean_group(group: GroupOp, *, share: bool) -> GroupOp | None:
     merge_duplicate_inputs(group)
-    hoisted = False
     if share:
         hoist_input_reshapes(group)
-        hoisted = hoist_output_reshapes(group)
-    if share:
+        group = hoist_output_reshapes(group)
         pool_constants(group.block)
         cse(group.body)
     region_dce(group.body)
-    group.properties["kind"] = StringAttr(group_kind(group))
     cleaned = clean_boundary(group, share=share)
-    if hoisted and cleaned is not None:  # the hoisted reshapes, no longer yielded
-        region_dce(cleaned.body)
+    if cleaned is not None:
+        region_dce(cleaned.body)  # what only the dropped outputs read
         cleaned.properties["kind"] = StringAttr(group_kind(cleaned))
     return cleaned
 
