@@ -182,7 +182,7 @@ def _hoistable_reshape(group: GroupOp, inner: SSAValue) -> graph.ReshapeOp | Non
     yielded = list(group.yield_op.values)
     if source in yielded:
         return reshape
-    alone = len(yielded) == 1 and not group_space(group).reduced
+    alone = len(yielded) == 1 and group_kind(group) != "reduction"
     return reshape if alone and len(list(inner.uses)) == 1 else None
 
 
@@ -237,11 +237,12 @@ def clean_group(group: GroupOp, *, share: bool) -> GroupOp | None:
     merge_duplicate_inputs(group)
     if share:
         hoist_input_reshapes(group)
-        group = hoist_output_reshapes(group)
         pool_constants(group.block)
         cse(group.body)
     region_dce(group.body)
     cleaned = clean_boundary(group, share=share)
+    if cleaned is not None and share:  # on the minimal boundary (one output per value)
+        cleaned = clean_boundary(hoist_output_reshapes(cleaned), share=share)
     if cleaned is not None:
         region_dce(cleaned.body)  # what only the dropped outputs read
         cleaned.properties["kind"] = StringAttr(group_kind(cleaned))
