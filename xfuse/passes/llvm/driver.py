@@ -79,7 +79,9 @@ class LLVMTarget:
     math: KernelStep = _nothing
     after_cf: KernelStep = _nothing
     convert_types: KernelStep = _nothing
-    contract: bool = True
+    contract: bool = False
+    """Let LLVM contract `a * b + c` into one FMA (one rounding). Off for both targets: eager
+    rounds each op's result, so a fused `x * w + b` rounds twice (docs/contracts.md)."""
     powers: PowerRules = PowerRules()
     """How eager's pow kernel of the target computes small constant powers."""
     finish_module: Callable[[ModuleOp, list[str]], None] = _finish_nothing
