@@ -429,6 +429,44 @@ def test_the_runner_calls_a_small_kernel_itself() -> None:
     torch.testing.assert_close(compiled(x, y), f(x, y))
 
 
+def test_the_runner_calls_an_extern_itself() -> None:
+    """An extern that is one torch call of its operands is that call in the runner's code
+    (`EagerStep.direct`: a convolution, a product of matrices, a linear layer); one whose
+    operands go inside a list, or that returns several results, runs its step. Results bit
+    for bit the step-by-step loop's and eager's."""
+    import xfuse
+    from xfuse.runtime import executor
+
+    def f(x: torch.Tensor, w: torch.Tensor, m: torch.Tensor, lw: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.conv2d(x, w, padding=1).relu()
+        z = y.reshape(4, 16) @ m
+        return torch.nn.functional.linear(z, lw).sigmoid()
+
+    args = (torch.randn(1, 3, 4, 4), torch.randn(4, 3, 3, 3), torch.randn(16, 5), torch.randn(2, 5))
+    compiled = xfuse.compile(f, args, quiet=True, fallback="error")
+    program = compiled.default.program
+    externs = {
+        s.op.target.data if isinstance(s.op, graph.TorchCallOp) else s.op.name: i
+        for i, s in enumerate(program.steps)
+        if isinstance(s, EagerStep)
+    }
+    runner = program.runner
+    for name in ("aten.convolution.default", "graph.matmul", "graph.linear"):
+        i = externs[name]
+        assert f"ext{i}" in runner.__globals__ and f"step{i}" not in runner.__globals__, name
+    others = parse("""func.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<4xf32>, tensor<f32>, tensor<i64>) {
+  %c = graph.torch_call "aten.cat.default"(%a, %b) args = [["%t0", "%t1"], 0] kwargs = {} : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>
+  %m, %i = graph.torch_call "aten.max.dim"(%a) args = ["%t0", 0] kwargs = {} : (tensor<2xf32>) -> (tensor<f32>, tensor<i64>)
+  func.return %c, %m, %i : tensor<4xf32>, tensor<f32>, tensor<i64>
+}""")
+    calls = [op for op in others.walk() if isinstance(op, graph.TorchCallOp)]
+    assert len(calls) == 2 and all(EagerStep(op, (), (), "").direct is None for op in calls)
+    fast = runner(list(args), BufferPool().allocate, BufferPool().release)
+    slow = executor.run_steps(program, list(args), BufferPool(), None)
+    torch.testing.assert_close(fast[0], slow[0], rtol=0, atol=0)
+    torch.testing.assert_close(compiled(*args), f(*args))
+
+
 def test_graph_memory_is_copied_once_with_eager_strides() -> None:
     """`copy_out` (a CUDA graph's results): every fresh output is new memory with eager's
     strides, views are rebuilt on them."""

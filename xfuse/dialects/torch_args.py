@@ -178,7 +178,7 @@ def target_may_mutate(target: str) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
-class _Operand:
+class Operand:
     """Stands for the call's `index`-th operand in arguments decoded ahead of the call."""
 
     __slots__ = ("index",)
@@ -188,10 +188,10 @@ class _Operand:
 
 
 class _Operands:
-    """A sequence whose items are `_Operand` placeholders (for `decode_arg` ahead of a call)."""
+    """A sequence whose items are `Operand` placeholders (for `decode_arg` ahead of a call)."""
 
-    def __getitem__(self, index: int) -> _Operand:
-        return _Operand(index)
+    def __getitem__(self, index: int) -> Operand:
+        return Operand(index)
 
 
 Filler = Callable[[Sequence[Any]], Any]
@@ -200,7 +200,7 @@ Filler = Callable[[Sequence[Any]], Any]
 
 def _filler(value: Any) -> Filler | None:
     """How to build `value` (decoded with placeholders) from the operands; None: a constant."""
-    if isinstance(value, _Operand):
+    if isinstance(value, Operand):
         index = value.index
         return lambda tensors: tensors[index]
     if isinstance(value, list):
@@ -216,17 +216,30 @@ def _filler(value: Any) -> Filler | None:
 PreparedArgs = Callable[[Sequence[Any]], tuple[list[Any], dict[str, Any]]]
 
 
+def direct_arguments(
+    args: ArrayAttr[Attribute], kwargs: DictionaryAttr
+) -> tuple[list[Any], dict[str, Any]] | None:
+    """The call's arguments decoded ahead, an `Operand` wherever an operand is a whole
+    positional argument, when that is the only place operands go (none inside a list or a
+    keyword): a call its caller can write out as `fn(s3, c4, [1, 1], ...)`; None otherwise."""
+    placeholders = _Operands()
+    fixed_args = [decode_arg(a, placeholders) for a in args.data]
+    fixed_kwargs = {k: decode_arg(v, placeholders) for k, v in kwargs.data.items()}
+    if any(_filler(v) is not None for v in fixed_kwargs.values()):
+        return None
+    if any(_filler(a) is not None and not isinstance(a, Operand) for a in fixed_args):
+        return None
+    return fixed_args, fixed_kwargs
+
+
 def prepare_args(args: ArrayAttr[Attribute], kwargs: DictionaryAttr) -> PreparedArgs:
     """`decode_args` done once: a function of the operand values that only puts them in place
     (the constants decoded ahead, shared by every call: torch ops do not change their
     non-tensor arguments)."""
-    placeholders = _Operands()
-    fixed_args = [decode_arg(a, placeholders) for a in args.data]
-    fixed_kwargs = {k: decode_arg(v, placeholders) for k, v in kwargs.data.items()}
-    arg_fills = [(i, f) for i, a in enumerate(fixed_args) if (f := _filler(a)) is not None]
-    kwarg_fills = [(k, f) for k, v in fixed_kwargs.items() if (f := _filler(v)) is not None]
-    if not kwarg_fills and all(isinstance(fixed_args[i], _Operand) for i, _ in arg_fills):
-        direct = [(i, cast(_Operand, fixed_args[i]).index) for i, _ in arg_fills]
+    found = direct_arguments(args, kwargs)
+    if found is not None:
+        fixed_args, fixed_kwargs = found
+        direct = [(i, a.index) for i, a in enumerate(fixed_args) if isinstance(a, Operand)]
 
         def fill_direct(tensors: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
             out = fixed_args.copy()
@@ -235,6 +248,12 @@ def prepare_args(args: ArrayAttr[Attribute], kwargs: DictionaryAttr) -> Prepared
             return out, fixed_kwargs
 
         return fill_direct
+
+    placeholders = _Operands()
+    fixed_args = [decode_arg(a, placeholders) for a in args.data]
+    fixed_kwargs = {k: decode_arg(v, placeholders) for k, v in kwargs.data.items()}
+    arg_fills = [(i, f) for i, a in enumerate(fixed_args) if (f := _filler(a)) is not None]
+    kwarg_fills = [(k, f) for k, v in fixed_kwargs.items() if (f := _filler(v)) is not None]
 
     def fill(tensors: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
         out = fixed_args.copy()

@@ -17,7 +17,9 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.torch_args import (
+    Operand,
     decode_args,
+    direct_arguments,
     direct_torch_op,
     prepare_args,
     resolve_torch_op,
@@ -499,6 +501,38 @@ def prepare_op(op: Operation) -> PreparedOp:
         return [out] if isinstance(out, Tensor) else _results(op, out)
 
     return run_one
+
+
+DirectCall = tuple[Callable[..., Any], list[Any], dict[str, Any]]
+"""One torch call of an op's operands: the function, its positional arguments (an `Operand`
+where an operand goes) and its keyword arguments."""
+
+
+def direct_call(op: Operation) -> DirectCall | None:
+    """The op as one torch call that returns its one tensor result, for a caller that writes
+    the call out itself (the runner: `s7 = ext7(s5, c3, a7_2, ...)`): a `graph.torch_call`
+    whose operands are whole positional arguments and whose operator returns one tensor, a
+    product of two matrices (`torch.mm`, as `_prepare_matmul`), or a `graph.linear`. None for
+    any other op (`prepare_op` runs it)."""
+    if isinstance(op, graph.MatmulOp):
+        if len(graph.shape_of(op.lhs)) == len(graph.shape_of(op.rhs)) == 2:
+            return torch.mm, [Operand(0), Operand(1)], {}
+        return None
+    if isinstance(op, graph.LinearOp):
+        bias = [Operand(2)] if len(op.operands) > 2 else [None]
+        return torch.nn.functional.linear, [Operand(0), Operand(1), *bias], {}
+    if not isinstance(op, graph.TorchCallOp) or len(op.results) != 1:
+        return None
+    try:
+        schema = getattr(resolve_torch_op(op.target.data), "_schema", None)
+        found = direct_arguments(op.args, op.kwargs)
+        fn = direct_torch_op(op.target.data)
+    except XfuseError:
+        return None
+    returns = [] if schema is None else schema.returns
+    if found is None or len(returns) != 1 or str(returns[0].type) != "Tensor":
+        return None
+    return fn, *found
 
 
 def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:

@@ -29,6 +29,7 @@ from xdsl.traits import SymbolTable
 from xfuse.backends import Kernel
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.effects import computed_by_xfuse
+from xfuse.dialects.torch_args import Operand
 from xfuse.errors import XfuseError
 from xfuse.interpreters.graph import OP_IMPLS, find_function, interpret, run_op
 from xfuse.ir import dtypes
@@ -187,8 +188,10 @@ def make_runner(program: Program) -> Runner:
     """The program's `plan` as the straight-line code of one Python function, made once: each
     step is one call of its `run` with its input slots (local variables) and its outputs
     unpacked into theirs; buffers are released and slots dropped where the memory plan says.
-    A view step is its view's method call (`s4 = s3.reshape(arg2)`), and a CPU kernel whose
-    work runs on this thread is its one foreign call (`KernelStep.direct_call`). So a call
+    A view step is its view's method call (`s4 = s3.reshape(arg2)`), an extern that is one
+    torch call of its operands is that call (`s7 = ext7(s5, c3, a7_2)`, `EagerStep.direct`),
+    and a CPU kernel whose work runs on this thread is its one foreign call
+    (`KernelStep.direct_call`). So a call
     costs no per-step loop, indexing or unpacking of a plan (the executor's loop,
     `run_program` with the step profile on, does the same step by step).
 
@@ -249,6 +252,21 @@ def make_runner(program: Program) -> Runner:
             lines.append(f"    kernel{i}(0, {direct[1]}, {pointers})")
             if held:
                 lines.append(f"    {' = '.join(held)} = None")
+        elif isinstance(step, EagerStep) and run == step.run and step.direct is not None:
+            # One torch call (`EagerStep.direct`): `s7 = ext7(s5, c3, a7_2, ...)`.
+            fn, arguments, keywords = step.direct
+            names[f"ext{i}"] = fn
+            parts = []
+            for j, a in enumerate(arguments):
+                if isinstance(a, Operand):
+                    parts.append(slot(in_slots[a.index]))
+                else:
+                    names[f"a{i}_{j}"] = a
+                    parts.append(f"a{i}_{j}")
+            if keywords:
+                names[f"kw{i}"] = keywords
+                parts.append(f"**kw{i}")
+            lines.append(f"    {slot(out_slots[0])} = ext{i}({', '.join(parts)})")
         else:
             names[f"step{i}"] = run
             call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"

@@ -27,7 +27,7 @@ from xfuse.backends import Kernel
 from xfuse.dialects import graph
 from xfuse.dialects.torch_args import decode_arg, tensor_ref
 from xfuse.errors import IndexOutOfRangeError
-from xfuse.interpreters.graph import PreparedOp, prepare_op
+from xfuse.interpreters.graph import DirectCall, PreparedOp, direct_call, prepare_op
 from xfuse.runtime.memory import HUGE_PAGE_MIN_BYTES, empty_cpu
 
 Tensor = torch.Tensor
@@ -243,9 +243,13 @@ class EagerStep:
     owns_outputs: bool = field(default=False, init=False)
     call: PreparedOp = field(init=False, repr=False)
     """The op prepared once (arguments decoded, operator resolved): operands -> results."""
+    direct: DirectCall | None = field(init=False, repr=False)
+    """The op as one torch call of its operands, which the program's runner writes out
+    itself (`direct_call`; None: the runner calls `run`)."""
 
     def __post_init__(self) -> None:
         self.call = prepare_op(self.op)
+        self.direct = direct_call(self.op)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         if args and not args[0].is_cpu:
