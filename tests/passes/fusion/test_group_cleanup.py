@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from xfuse.dialects import graph
@@ -20,6 +23,17 @@ TEXT = """func.func @forward(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %r = graph.sub %p, %q : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
   func.return %r : tensor<4x8xf32>
 }"""
+
+
+def fused_groups(f: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> list[GroupOp]:
+    """The groups of `f` imported, decomposed, fused and cleaned up (as `xfuse.compile` runs
+    those passes)."""
+    import xfuse
+
+    imported = xfuse.api.import_for_xfuse(f, args).program.module
+    for name in ("decompose", "fuse-scored", "group-cleanup"):
+        get_all_passes()[name]()().apply(make_context(), imported)
+    return [op for op in imported.walk() if isinstance(op, GroupOp)]
 
 
 def count(module, kind: type) -> int:  # type: ignore[no-untyped-def]
@@ -60,8 +74,6 @@ def test_outputs_of_different_element_counts_become_one_group_each() -> None:
     import torch
 
     import xfuse
-    from xfuse.ir.context import make_context
-    from xfuse.passes import get_all_passes
 
     def f(x: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y = torch.sin(x) * c
@@ -71,10 +83,7 @@ def test_outputs_of_different_element_counts_become_one_group_each() -> None:
     compiled = xfuse.compile(f, (x, c), quiet=True, fallback="error")
     for got, want in zip(compiled(x, c), f(x, c), strict=True):
         torch.testing.assert_close(got, want)
-    imported = xfuse.api.import_for_xfuse(f, (x, c)).program.module
-    for name in ("decompose", "fuse-scored", "group-cleanup"):
-        get_all_passes()[name]()().apply(make_context(), imported)
-    groups = [op for op in imported.walk() if isinstance(op, GroupOp)]
+    groups = fused_groups(f, (x, c))
     assert groups
     for group in groups:
         assert len({graph.numel(graph.shape_of(r)) for r in group.results}) == 1
@@ -120,10 +129,7 @@ def test_an_output_and_its_reshape_are_written_once() -> None:
         return w @ flat, y, flat
 
     x, w = torch.randn(1, 4, 4, 4), torch.randn(3, 4)
-    imported = xfuse.api.import_for_xfuse(f, (x, w)).program.module
-    for name in ("decompose", "fuse-scored", "group-cleanup"):
-        get_all_passes()[name]()().apply(make_context(), imported)
-    (group,) = [op for op in imported.walk() if isinstance(op, GroupOp)]
+    (group,) = fused_groups(f, (x, w))
     assert [graph.shape_of(r) for r in group.results] == [(1, 4, 4, 4)]
     assert group.kind.data == "elementwise"
     compiled = xfuse.compile(f, (x, w), quiet=True, fallback="error")
@@ -162,10 +168,7 @@ def test_a_lone_reshaped_output_is_computed_in_its_own_shape() -> None:
         return w @ y.reshape(4, 64)
 
     x, w = torch.randn(1, 4, 16, 16), torch.randn(3, 4)
-    imported = xfuse.api.import_for_xfuse(f, (x, w)).program.module
-    for name in ("decompose", "fuse-scored", "group-cleanup"):
-        get_all_passes()[name]()().apply(make_context(), imported)
-    (group,) = [op for op in imported.walk() if isinstance(op, GroupOp)]
+    (group,) = fused_groups(f, (x, w))
     assert [graph.shape_of(r) for r in group.results] == [(1, 4, 8, 8)]
     compiled = xfuse.compile(f, (x, w), quiet=True, fallback="error")
     torch.testing.assert_close(compiled(x, w), f(x, w), rtol=0, atol=0)
