@@ -322,3 +322,51 @@ def test_cube_is_products_not_a_pow_call() -> None:
     assert "pow" not in ir
     assert "fmul" in ir
     torch.testing.assert_close(compiled(x), fn(x))
+
+
+SIGNED_ZERO_FNS: dict[str, Fn] = {
+    "relu": torch.relu,
+    "relu6": F.relu6,
+    "clamp": lambda x: torch.clamp(x, 0, 6),
+    "clamp_max": lambda x: torch.clamp_max(x, 0),
+    "hardtanh": lambda x: F.hardtanh(x, -1, 0),
+    "atan2_of_relu": lambda x: torch.atan2(torch.relu(x), torch.full_like(x, -1.0)),
+}
+
+
+def signed_zero_inputs(dtype: torch.dtype) -> torch.Tensor:
+    """-0.0 and +0.0 among NaN and values each side of the bounds, in a tensor long enough for
+    the vectorized loop and its remainder."""
+    return torch.tensor([-0.0, 0.0, float("nan"), -1.5, 7.0, -0.0]).repeat(11).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("name", sorted(SIGNED_ZERO_FNS))
+def test_clamps_keep_the_sign_of_zero(name: str, dtype: torch.dtype) -> None:
+    """relu, clamp, hardtanh and relu6 return their input where it ties a bound, as eager's
+    kernels do (`x < 0 ? 0 : x`): -0.0 stays -0.0, which `atan2` turns into -pi where +0.0
+    gives pi (found by xfuse-fuzz: IEEE `maximum(-0.0, 0.0)` is +0.0)."""
+    x = signed_zero_inputs(dtype)
+    fn = SIGNED_ZERO_FNS[name]
+    got, want = xfuse.compile(fn, (x,), quiet=True, fallback="error")(x), fn(x)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    assert same_signs(got, want)
+
+
+def same_signs(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal sign bits wherever the value is a number (a NaN's sign is not one)."""
+    number = ~want.isnan()
+    return torch.equal(torch.signbit(got[number]), torch.signbit(want[number]))
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_minimum_ties_and_nan_as_eager_scalar_kernel(name: str) -> None:
+    """A tie of -0.0 and +0.0 gives the first operand (eager's scalar kernel; its vectorized
+    loop gives the second, so a tensor of one element is compared) and NaN on either side
+    propagates."""
+    fn = getattr(torch, name)
+    for a, b in [(-0.0, 0.0), (0.0, -0.0), (float("nan"), 1.0), (1.0, float("nan"))]:
+        x, y = torch.tensor([a]), torch.tensor([b])
+        got, want = xfuse.compile(fn, (x, y), quiet=True, fallback="error")(x, y), fn(x, y)
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+        assert same_signs(got, want), (a, b)

@@ -21,7 +21,13 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 
 import xfuse.api
 from tests.backends.test_cpu_math_ops import BINARY as MATH_BINARY
-from tests.backends.test_cpu_math_ops import POWERS, edge_inputs
+from tests.backends.test_cpu_math_ops import (
+    POWERS,
+    SIGNED_ZERO_FNS,
+    edge_inputs,
+    same_signs,
+    signed_zero_inputs,
+)
 from tests.backends.test_cpu_math_ops import UNARY as MATH_UNARY
 from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends import get_backend
@@ -562,6 +568,20 @@ def test_gpu_multiply_add_chain_is_eager_bit_for_bit() -> None:
     x, w, b = (t.cuda() for t in (_x(256, 1024), _x(1024), _x(1024)))
     compiled = xfuse.api.compile(fn, (x, w, b), device="cuda:0")
     torch.testing.assert_close(compiled(x, w, b), fn(x, w, b), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gpu_clamps_keep_the_sign_of_zero(dtype: torch.dtype) -> None:
+    """relu, clamp, hardtanh and relu6 keep -0.0 where eager's CUDA kernels do (the CPU test
+    of the same name has the reason)."""
+    x = signed_zero_inputs(dtype).cuda()
+    for name, fn in SIGNED_ZERO_FNS.items():
+        got = xfuse.api.compile(fn, (x,), device="cuda:0", quiet=True, fallback="error")(x)
+        want = fn(x)
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0, msg=name)
+        assert same_signs(got, want), name
 
 
 # ---------------------------------------------------------------------------------------------

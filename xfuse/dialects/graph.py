@@ -61,6 +61,7 @@ from xfuse.dialects.facts import (
     Fuzz,
     OpFacts,
     ScalarBuilder,
+    ScalarFn,
     ScalarRule,
     binary,
     cmpf,
@@ -70,6 +71,7 @@ from xfuse.dialects.facts import (
 from xfuse.dialects.mlir_ops import ErfcOp as MathErfcOp
 from xfuse.dialects.mlir_ops import RemFOp
 from xfuse.dialects.torch_args import tensor_ref
+from xfuse.ir.names import TIES_KEEP_FIRST_ATTR
 
 # ---------------------------------------------------------------------------------------------
 # Op-kind traits, read by fusion (xfuse/passes/fusion/legality.py)
@@ -250,8 +252,20 @@ def _i64_array(values: Sequence[int]) -> DenseArrayBase:  # pyright: ignore[repo
 # ---------------------------------------------------------------------------------------------
 
 
+def _ties_keep_first(op: Operation) -> Operation:
+    op.attributes[TIES_KEEP_FIRST_ATTR] = UnitAttr()
+    return op
+
+
 def _relu_f(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
-    return b.insert(arith.MaximumfOp(xs[0], b.constant(0.0, t)))
+    """max(x, 0), keeping x where it ties 0 on the CPU (eager's `x < 0 ? 0 : x` keeps -0.0)."""
+    return b.insert(_ties_keep_first(arith.MaximumfOp(xs[0], b.constant(0.0, t))))
+
+
+def _max_min_f(op: type[arith.MaximumfOp] | type[arith.MinimumfOp]) -> ScalarFn:
+    """IEEE maximum / minimum (NaN from either side propagates), whose tie of -0.0 and +0.0
+    keeps the first operand on the CPU, as eager's scalar kernel and clamp do."""
+    return lambda b, xs, t: b.insert(_ties_keep_first(op(xs[0], xs[1])))
 
 
 def _relu_i(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> SSAValue:
@@ -1019,7 +1033,7 @@ class MaximumOp(BinaryOp):
     FACTS: ClassVar[OpFacts] = OpFacts(
         torch="torch.maximum",
         aten=("aten.maximum.default",),
-        scalar=ScalarRule(binary(arith.MaximumfOp), binary(arith.MaxSIOp), binary(arith.OrIOp)),
+        scalar=ScalarRule(_max_min_f(arith.MaximumfOp), binary(arith.MaxSIOp), binary(arith.OrIOp)),
         fuzz=Fuzz.binary("torch.maximum", exact=True, random_graph=True),
     )
 
@@ -1032,7 +1046,9 @@ class MinimumOp(BinaryOp):
     FACTS: ClassVar[OpFacts] = OpFacts(
         torch="torch.minimum",
         aten=("aten.minimum.default",),
-        scalar=ScalarRule(binary(arith.MinimumfOp), binary(arith.MinSIOp), binary(arith.AndIOp)),
+        scalar=ScalarRule(
+            _max_min_f(arith.MinimumfOp), binary(arith.MinSIOp), binary(arith.AndIOp)
+        ),
         fuzz=Fuzz.binary("torch.minimum", exact=True),
     )
 

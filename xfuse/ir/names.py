@@ -24,6 +24,12 @@ the caller zeroes it, the kernel sets it to 1 on an index out of range, the call
 RANGE_ARGS_ATTR = "xfuse.range_args"
 """A CPU kernel whose first two arguments are the `[lo, hi)` range of its parallel loop."""
 
+TIES_KEEP_FIRST_ATTR = "xfuse.ties_keep_first"
+"""On an `arith.maximumf` / `arith.minimumf` of an elementwise op (relu, maximum, minimum, and
+so clamp, hardtanh, relu6): where eager's CPU kernel keeps its first operand when the two tie
+(-0.0 and +0.0); the CPU lowering honours it (`lower-to-llvm`), CUDA's eager kernels are
+IEEE's maximum and minimum, as the op is."""
+
 # --- GPU mapping (gpu-map-parallel writes them; lower-to-nvvm and the CUDA backend read them) --
 
 STRATEGY_ATTR = "xfuse.gpu.strategy"

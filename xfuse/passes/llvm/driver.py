@@ -41,7 +41,7 @@ from xdsl.pattern_rewriter import (
 from xdsl.transforms.convert_scf_to_cf import ForLowering, IfLowering, SwitchLowering
 from xdsl.transforms.reconcile_unrealized_casts import reconcile_unrealized_casts
 
-from xfuse.ir.names import KERNEL_ATTR
+from xfuse.ir.names import KERNEL_ATTR, TIES_KEEP_FIRST_ATTR
 from xfuse.passes.llvm.convert_arith_to_llvm import convert_arith_ops, lower_before_type_conversion
 from xfuse.passes.llvm.convert_cf_to_llvm import convert_cf_ops
 from xfuse.passes.llvm.convert_func_to_llvm import convert_funcs, rewrite_once
@@ -84,6 +84,10 @@ class LLVMTarget:
     rounds each op's result, so a fused `x * w + b` rounds twice (docs/contracts.md)."""
     powers: PowerRules = PowerRules()
     """How eager's pow kernel of the target computes small constant powers."""
+    ties_keep_first: bool = False
+    """Eager's elementwise max and min on this target keep their first operand where -0.0 and
+    +0.0 tie (the CPU's `a < b ? b : a`; CUDA's are IEEE maximum and minimum): the ops marked
+    `TIES_KEEP_FIRST_ATTR` become compare-and-select (`TiesKeepFirst`)."""
     finish_module: Callable[[ModuleOp, list[str]], None] = _finish_nothing
 
 
@@ -100,6 +104,8 @@ def lower_kernels(module: ModuleOp, target: LLVMTarget) -> list[str]:
         target.check_kernel(kernel)
         rewrite_once(kernel, SmallPowerAsProducts(target.powers))
         rewrite_once(kernel, PromoteLowPrecisionFloatOp())
+        if target.ties_keep_first:
+            rewrite_once(kernel, TiesKeepFirst())
         target.math(kernel)
         PatternRewriteWalker(
             GreedyRewritePatternApplier([SwitchLowering(), IfLowering(), ForLowering()])
@@ -164,6 +170,24 @@ class PromoteLowPrecisionFloatOp(RewritePattern):
             for new, old in zip(wide_op.results, op.results, strict=True)
         ]
         rewriter.replace(op, (), results)
+
+
+class TiesKeepFirst(RewritePattern):
+    """A marked `maximumf(a, b)` -> `a < b or b is NaN ? b : a` (`minimumf`: `a > b`): NaN from
+    either side propagates, and a tie of -0.0 and +0.0 keeps `a`, as eager's CPU kernels
+    (relu of -0.0 is -0.0 there; IEEE's maximum gives +0.0)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, arith.MaximumfOp | arith.MinimumfOp):
+            return
+        if TIES_KEEP_FIRST_ATTR not in op.attributes:
+            return
+        a, b = op.operands
+        predicate = "olt" if isinstance(op, arith.MaximumfOp) else "ogt"
+        beats = rewriter.insert(arith.CmpfOp(a, b, predicate))
+        nan = rewriter.insert(arith.CmpfOp(b, b, "uno"))
+        take_b = rewriter.insert(arith.OrIOp(beats, nan))
+        rewriter.replace(op, arith.SelectOp(take_b, b, a))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -398,6 +398,7 @@ def lower_kernels_to_llvm(module: ModuleOp, target: str = "cpu", *, contract: bo
             convert_types=convert_types,
             contract=contract,
             powers=CPU_POWERS,
+            ties_keep_first=True,
         ),
     )
 
