@@ -9,10 +9,11 @@ and duplicate outputs are dropped, an output that only passes an input through i
 that input, unused and duplicate inputs are dropped, and a group whose results are all unused
 is erased. An output that is the reshape of another output, or the only output (of a group
 without reductions), is a reshape after the group (a view) of the value the group computes:
-the kernel writes the values once, looping over their own shape. An input that the group reads only through
-`graph.reshape`s to one shape is reshaped outside instead (the runtime's reshape is a view): the kernel then indexes the buffer in that
-shape, e.g. a row loop of a split reduction reads its row's elements at (row, i), which is what
-`gpu-map-parallel` maps onto the `rows` strategy.
+the kernel writes the values once, looping over their own shape. An input that the group reads
+only through `graph.reshape`s to one shape is reshaped outside instead (the runtime's reshape
+is a view): the kernel then indexes the buffer in that shape, e.g. a row loop of a split
+reduction reads its row's elements at (row, i), which is what `gpu-map-parallel` maps onto the
+`rows` strategy.
 
 A group without reductions whose outputs differ in element count is split into one group per
 count (each recomputing what it needs): one loop nest cannot write both.
