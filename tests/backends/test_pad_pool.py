@@ -9,9 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from xdsl.dialects import func
 
 import xfuse
 from tests.backends.test_cuda import ptx_of
+from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
+from xfuse.backends.cpu import CPUBackend
+from xfuse.ir.names import KERNEL_ATTR
+from xfuse.runtime.compiler import lower_to_loops
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -83,6 +88,24 @@ def test_integer_max_pool_and_pad() -> None:
 def test_a_window_of_minus_infinity_stays_minus_infinity() -> None:
     x = torch.full((1, 1, 4, 4), float("-inf"))
     fn: Fn = lambda x: F.max_pool2d(x, 2, 2, 1)  # noqa: E731
+    torch.testing.assert_close(_compiled(fn, x), fn(x))
+
+
+def test_a_padded_stride_2_window_loads_vectors_not_gathers() -> None:
+    """ResNet's max pool: the vectorizer loads each window row's strided elements as masked
+    vectors and shuffles them apart (`MASKED_INTERLEAVED`), rather than gathering them one by
+    one (it gathered without the option, at 2.1x the kernel's time)."""
+    fn, x = (lambda x: F.max_pool2d(x, 3, 2, 1)), torch.randn(1, 16, 32, 32)
+    module = import_for_xfuse(fn, (x,)).program.module
+    run_pipeline(DEFAULT_PIPELINE, module)
+    lower_to_loops(module, "cpu")
+    (name,) = [
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    ]
+    optimized = str(CPUBackend().optimized(module, name))
+    assert "llvm.masked.gather" not in optimized
     torch.testing.assert_close(_compiled(fn, x), fn(x))
 
 
