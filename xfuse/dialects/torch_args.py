@@ -222,23 +222,33 @@ def direct_arguments(
     """The call's arguments decoded ahead, an `Operand` wherever an operand is a whole
     positional argument, when that is the only place operands go (none inside a list or a
     keyword): a call its caller can write out as `fn(s3, c4, [1, 1], ...)`; None otherwise."""
+    decoded = _decoded(args, kwargs)
+    return decoded if _is_direct(*decoded) else None
+
+
+def _decoded(
+    args: ArrayAttr[Attribute], kwargs: DictionaryAttr
+) -> tuple[list[Any], dict[str, Any]]:
+    """The call's arguments and keywords decoded, with an `Operand` for each operand."""
     placeholders = _Operands()
     fixed_args = [decode_arg(a, placeholders) for a in args.data]
     fixed_kwargs = {k: decode_arg(v, placeholders) for k, v in kwargs.data.items()}
-    if any(_filler(v) is not None for v in fixed_kwargs.values()):
-        return None
-    if any(_filler(a) is not None and not isinstance(a, Operand) for a in fixed_args):
-        return None
     return fixed_args, fixed_kwargs
+
+
+def _is_direct(fixed_args: list[Any], fixed_kwargs: dict[str, Any]) -> bool:
+    """Whether operands go only in whole positional arguments (see `direct_arguments`)."""
+    if any(_filler(v) is not None for v in fixed_kwargs.values()):
+        return False
+    return all(_filler(a) is None or isinstance(a, Operand) for a in fixed_args)
 
 
 def prepare_args(args: ArrayAttr[Attribute], kwargs: DictionaryAttr) -> PreparedArgs:
     """`decode_args` done once: a function of the operand values that only puts them in place
     (the constants decoded ahead, shared by every call: torch ops do not change their
     non-tensor arguments)."""
-    found = direct_arguments(args, kwargs)
-    if found is not None:
-        fixed_args, fixed_kwargs = found
+    fixed_args, fixed_kwargs = _decoded(args, kwargs)
+    if _is_direct(fixed_args, fixed_kwargs):
         direct = [(i, a.index) for i, a in enumerate(fixed_args) if isinstance(a, Operand)]
 
         def fill_direct(tensors: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -249,9 +259,6 @@ def prepare_args(args: ArrayAttr[Attribute], kwargs: DictionaryAttr) -> Prepared
 
         return fill_direct
 
-    placeholders = _Operands()
-    fixed_args = [decode_arg(a, placeholders) for a in args.data]
-    fixed_kwargs = {k: decode_arg(v, placeholders) for k, v in kwargs.data.items()}
     arg_fills = [(i, f) for i, a in enumerate(fixed_args) if (f := _filler(a)) is not None]
     kwarg_fills = [(k, f) for k, v in fixed_kwargs.items() if (f := _filler(v)) is not None]
 

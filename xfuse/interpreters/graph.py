@@ -68,12 +68,26 @@ def _prepare_reshape(op: Operation) -> Prepared:
 
 
 def _prepare_matmul(op: Operation) -> Prepared:
-    """`torch.matmul`, as `torch.mm` where both operands are matrices (what matmul calls for
-    them, without its dispatch on ranks: about half a microsecond less a call on the CPU)."""
-    assert isinstance(op, graph.MatmulOp)
-    if len(graph.shape_of(op.lhs)) == len(graph.shape_of(op.rhs)) == 2:
-        return lambda xs: torch.mm(xs[0], xs[1])
+    """`torch.matmul`; a product of two matrices is its `direct_call` (`torch.mm`)."""
+    if direct_call(op) is not None:
+        return _prepare_direct(op)
     return lambda xs: torch.matmul(xs[0], xs[1])
+
+
+def _prepare_direct(op: Operation) -> Prepared:
+    """The op's `direct_call` as a function of its operands."""
+    call = direct_call(op)
+    assert call is not None
+    fn, args, kwargs = call
+    slots = [(i, a.index) for i, a in enumerate(args) if isinstance(a, Operand)]
+
+    def run(xs: Sequence[Tensor]) -> Tensor:
+        filled = list(args)
+        for i, j in slots:
+            filled[i] = xs[j]
+        return fn(*filled, **kwargs)
+
+    return run
 
 
 def _prepare_constant(op: Operation) -> Prepared:
@@ -151,10 +165,6 @@ def constant_tensor(attr: DenseIntOrFPElementsAttr) -> Tensor:  # pyright: ignor
 def _dim(op: Operation) -> int:
     """The `dim` property of a softmax-like op (an i64 IntegerAttr)."""
     return cast(IntegerAttr, op.properties["dim"]).value.data
-
-
-def _linear(op: Operation, xs: list[Tensor]) -> Tensor:
-    return torch.nn.functional.linear(xs[0], xs[1], xs[2] if len(xs) > 2 else None)
 
 
 def _layer_norm(op: Operation, xs: list[Tensor]) -> Tensor:
@@ -271,6 +281,7 @@ OWN_PREPARERS: dict[str, Preparer] = {
     "graph.reshape": _prepare_reshape,
     "graph.constant": _prepare_constant,
     "graph.matmul": _prepare_matmul,
+    "graph.linear": _prepare_direct,
 }
 
 # The ops that declare no `torch` fact: each is its own torch code.
@@ -353,7 +364,6 @@ OWN_IMPLS: dict[str, Impl] = {
     "graph.permute": _permute,
     "graph.slice": _slice,
     "graph.concat": _concat,
-    "graph.linear": _linear,
     "graph.torch_call": _torch_call,
     "graph.softmax": lambda op, xs: torch.softmax(xs[0], dim=_dim(op)),
     "graph.log_softmax": lambda op, xs: torch.log_softmax(xs[0], dim=_dim(op)),
@@ -512,8 +522,9 @@ def direct_call(op: Operation) -> DirectCall | None:
     """The op as one torch call that returns its one tensor result, for a caller that writes
     the call out itself (the runner: `s7 = ext7(s5, c3, a7_2, ...)`): a `graph.torch_call`
     whose operands are whole positional arguments and whose operator returns one tensor, a
-    product of two matrices (`torch.mm`, as `_prepare_matmul`), or a `graph.linear`. None for
-    any other op (`prepare_op` runs it)."""
+    product of two matrices (`torch.mm`: what `torch.matmul` calls for them, without its
+    dispatch on ranks, about half a microsecond less a call on the CPU), or a `graph.linear`.
+    None for any other op (`prepare_op` runs it; `_prepare_direct` prepares these too)."""
     if isinstance(op, graph.MatmulOp):
         if len(graph.shape_of(op.lhs)) == len(graph.shape_of(op.rhs)) == 2:
             return torch.mm, [Operand(0), Operand(1)], {}

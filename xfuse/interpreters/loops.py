@@ -41,7 +41,7 @@ from xfuse.errors import IndexOutOfRangeError, InterpretError
 from xfuse.interpreters.graph import find_function, run_op
 from xfuse.ir import dtypes
 from xfuse.ir.dtypes import bf16_round
-from xfuse.ir.names import ERROR_FLAG_ATTR
+from xfuse.ir.names import ERROR_FLAG_ATTR, TIES_KEEP_FIRST_ATTR
 
 Tensor = torch.Tensor
 Env = dict[SSAValue, Any]
@@ -99,12 +99,24 @@ def _div_trunc(a: int, b: int) -> int:
     return q if (a >= 0) == (b >= 0) else -q
 
 
-def _nan_max(a: Any, b: Any) -> Any:
-    return a if np.isnan(a) else b if np.isnan(b) else max(a, b)
+def _extremum(larger: bool) -> Callable[[Operation, list[Any]], Any]:
+    """`arith.maximumf` (`larger`) or `arith.minimumf`: NaN from either side; where zeros of
+    both signs tie, IEEE's +0.0 (maximum) or -0.0 (minimum), or the first operand where the op
+    carries `xfuse.ties_keep_first` (as the CPU lowering's `TiesKeepFirst` makes it)."""
 
+    def run(op: Operation, xs: list[Any]) -> Any:
+        a, b = xs
+        if np.isnan(a) or np.isnan(b):
+            value = a if np.isnan(a) else b
+        elif a != b:
+            value = max(a, b) if larger else min(a, b)
+        elif TIES_KEEP_FIRST_ATTR in op.attributes:
+            value = a
+        else:
+            value = a if (math.copysign(1.0, a) > 0) == larger else b
+        return round_float(_result_type(op), value)
 
-def _nan_min(a: Any, b: Any) -> Any:
-    return a if np.isnan(a) else b if np.isnan(b) else min(a, b)
+    return run
 
 
 def _fptosi(t: Attribute, x: Any) -> int:
@@ -234,8 +246,8 @@ SCALAR_IMPLS: dict[str, Callable[[Operation, list[Any]], Any]] = {
     "arith.subf": _float_binary(lambda a, b: a - b),
     "arith.mulf": _float_binary(lambda a, b: a * b),
     "arith.divf": _float_binary(lambda a, b: a / b),
-    "arith.maximumf": _float_binary(_nan_max),
-    "arith.minimumf": _float_binary(_nan_min),
+    "arith.maximumf": _extremum(larger=True),
+    "arith.minimumf": _extremum(larger=False),
     "arith.negf": lambda op, xs: round_float(_result_type(op), -xs[0]),
     "arith.cmpi": _cmpi,
     "arith.cmpf": _cmpf,

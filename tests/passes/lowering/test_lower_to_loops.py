@@ -279,6 +279,36 @@ def test_nan_semantics_of_elementwise_ops():
     check(make_module([((4,), torch.float32)] * 2, build), [x, y])
 
 
+def test_signed_zero_ties_as_the_cpu_kernels():
+    """relu, maximum and minimum keep their first operand where -0.0 and +0.0 tie
+    (`xfuse.ties_keep_first`), as eager's CPU kernels; the loop interpreter follows the mark,
+    so its values keep the sign that the compiled CPU kernel gives (compared by sign here,
+    which `assert_close` does not see)."""
+    x = torch.tensor([-0.0, 0.0, -0.0, 0.0, 1.0])
+    y = torch.tensor([0.0, -0.0, -0.0, 0.0, -1.0])
+
+    def build(a: SSAValue, b: SSAValue):
+        return [graph.ReluOp(a), graph.MaximumOp(a, b), graph.MinimumOp(a, b)]
+
+    module = make_module([((5,), torch.float32)] * 2, build)
+    want = [torch.relu(x), torch.maximum(x, y), torch.minimum(x, y)]
+    got = run_lowered(lower(module), [x, y])
+    for w, g in zip(want, got, strict=True):
+        assert torch.equal(g.signbit(), w.signbit()) and torch.equal(g, w), (g, w)
+    assert torch.equal(got[1].signbit(), x.signbit())  # the first operand's sign on each tie
+
+
+def test_ieee_zero_ties_without_the_mark():
+    """An unmarked `maximumf`/`minimumf` (a reduction, or a CUDA kernel) is IEEE's: +0.0 is the
+    larger zero, -0.0 the smaller."""
+    x = torch.tensor([[-0.0, 0.0], [0.0, -0.0]])
+    for op, sign in ((graph.ReduceMaxOp, False), (graph.ReduceMinOp, True)):
+        (got,) = run_lowered(
+            lower(make_module([((2, 2), torch.float32)], lambda v: op(v, [1]))), [x]
+        )
+        assert got.tolist() == [0.0, 0.0] and got.signbit().tolist() == [sign, sign]
+
+
 def test_broadcast_in_dim():
     check_random(
         [((3, 1), torch.float32)],
