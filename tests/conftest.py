@@ -27,3 +27,19 @@ def _session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
         del os.environ["XFUSE_CACHE_DIR"]
     else:
         os.environ["XFUSE_CACHE_DIR"] = before
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_when_patched(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A test that patches code (it uses `monkeypatch`) gets a cache directory of its own: the
+    cache keys fused programs by xfuse's sources, not by what a test patches at run time, so
+    a program fused before the patch must not stand in for what the patched code makes."""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("own-cache")))
+    yield
+    patch.undo()

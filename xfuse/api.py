@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -35,6 +35,7 @@ from xfuse.errors import (
     XfuseError,
 )
 from xfuse.frontend import pytrees
+from xfuse.ir import serialize
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver
 from xfuse.progress import Progress
@@ -42,7 +43,7 @@ from xfuse.report.dot import program_dot
 from xfuse.report.op_index import OpIndex, collect_decisions
 from xfuse.report.render import render_dot
 from xfuse.report.summary import FusionSummary, format_summary, summarize
-from xfuse.runtime.cache import KernelCache, KernelSource, default_cache
+from xfuse.runtime.cache import KernelCache, KernelSource, default_cache, program_key
 from xfuse.runtime.compile_workers import can_compile_ahead, start_workers
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
@@ -56,6 +57,9 @@ from xfuse.runtime.executor import (
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import ModuleState
+
+if TYPE_CHECKING:
+    from xfuse.frontend.importer import ImportedProgram
 
 Tensor = torch.Tensor
 ModelOrFn = torch.nn.Module | Callable[..., Any]
@@ -304,12 +308,11 @@ def _builder(
         progress.stage(f"imported {len(imported.op_names)} ops; fusing")
         program_ir = imported.program
         program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
-        index = OpIndex()
-        decisions = run_pipeline(spec, program_ir.module, index.observe, extra)
+        compiler = ProgramCompiler(compile_kernel, fallback=fallback, device=device)
+        decisions, index = fuse_and_lower(program_ir, spec, extra, cache, compiler)
         groups = summarize(program_ir.module).groups
         progress.lap("fusion")
         progress.stage(f"{len(groups)} groups formed; compiling kernels")
-        compiler = ProgramCompiler(compile_kernel, fallback=fallback, device=device)
         if can_compile_ahead(backend):
             cache.compile_ahead(backend, compiler.kernel_modules(program_ir.module))
         program = compiler.compile(program_ir.module)
@@ -334,6 +337,40 @@ def _builder(
         )
 
     return build
+
+
+def fuse_and_lower(
+    program_ir: ImportedProgram,
+    spec: str,
+    extra: Sequence[ModulePass],
+    cache: KernelCache,
+    compiler: ProgramCompiler,
+) -> tuple[list[FusionDecision], OpIndex]:
+    """Run the passes on the imported module and lower its units for `compiler` (which keeps
+    them for `compile`), or take both from the cache's fused program for the same module,
+    passes and device (`program_key`): a warm start skips fusing and lowering. The decisions
+    and the index of the ops they name, as the passes made them."""
+    passes = " ".join([spec, *map(repr, extra)])
+    key = program_key(str(program_ir.module), passes, compiler.device.type)
+    data = cache.program(key)
+    if data is not None:
+        try:
+            module, lowered, decisions, index = serialize.loads(data)
+        except Exception as e:  # noqa: BLE001 - made again below, the entry replaced
+            cache.discard_program(key, f"it does not load: {type(e).__name__}: {e}")
+        else:
+            program_ir.module = module
+            compiler.adopt(lowered)
+            return decisions, index
+    index = OpIndex()
+    decisions = run_pipeline(spec, program_ir.module, index.observe, extra)
+    lowered = compiler.lower_ahead(program_ir.module)
+    try:
+        data = serialize.dumps((program_ir.module, lowered, decisions, index))
+    except Exception:  # noqa: BLE001 - something in it does not pickle: nothing is cached
+        return decisions, index
+    cache.store_program(key, data)
+    return decisions, index
 
 
 @contextmanager

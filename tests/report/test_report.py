@@ -207,7 +207,7 @@ def _with_torch_call(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def test_explain_counts_torch_calls_externs_and_fallen_back_groups(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from xfuse.errors import CodegenError
     from xfuse.report.summary import op_traffic
@@ -232,6 +232,8 @@ def test_explain_counts_torch_calls_externs_and_fallen_back_groups(
         lower(m, device)
 
     monkeypatch.setattr(compiler, "lower_to_loops", refuse_tanh)
+    # A cache of its own: the one above holds this program fused and lowered unpatched.
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
     explanation = xfuse.explain(_with_torch_call, (x, w), quiet=True)
     (fell,) = [g for g in explanation.groups if g.fallback is not None]
     t = explanation.summary()

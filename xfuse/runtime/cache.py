@@ -8,6 +8,10 @@ once per process, however many threads ask for it at the same time (a future per
 most once per machine: artifacts are stored under `$XFUSE_CACHE_DIR` (default: the user's cache
 directory, e.g. `~/.cache/xfuse`) so that a second process skips LLVM.
 
+The same cache holds fused programs (`program`, keyed by `program_key`): a program's module
+after the fusion passes with its units lowered to loop IR (`xfuse.ir.serialize`), so that a
+second process compiling the same imported program skips the passes and the lowering too.
+
 A disk entry is a header (magic, entry format, payload length, key, payload sha256) and the
 artifact, written to a temporary file and renamed into place, so a reader sees a whole entry or
 none. An entry that is truncated, corrupt, for another key, or that the backend cannot load is
@@ -27,7 +31,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -36,9 +40,13 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, Kernel
 from xfuse.errors import KernelCacheWarning, XfuseError
+from xfuse.ir.context import parse
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.runtime.compile_workers import MIN_JOBS, backend_spec, compile_in_workers, workers
 
+KERNEL, PROGRAM = "kernel", "program"
+"""The two kinds of entry, by file suffix: a kernel's artifact, and a fused program (its
+module after the passes and its kernels' loop IR, `xfuse.ir.serialize`)."""
 MAGIC = b"XFUSEKC\x00"
 ENTRY_FORMAT = 1
 _HEADER = struct.Struct("<8sIQ32s32s")  # magic, entry format, payload length, key, sha256
@@ -93,6 +101,34 @@ def codegen_sources() -> tuple[Path, ...]:
     return tuple(sorted(files))
 
 
+@cache
+def xfuse_sources() -> tuple[Path, ...]:
+    """Every source file of xfuse: what a fused program (`program_key`) may depend on."""
+    return tuple(sorted(p.resolve() for p in _XFUSE_ROOT.rglob("*.py")))
+
+
+def program_key(module_text: str, passes: str, device: str) -> str:
+    """The key of a fused program (`KernelCache.program`): the imported module's text, the
+    passes run on it (pipeline text and the device's passes with their options), the device
+    type it is lowered for, and the code and versions that made it (every source of xfuse;
+    torch, xDSL and Python, whose classes the entry pickles)."""
+    import torch
+    import xdsl
+
+    parts = (
+        "program",
+        module_text,
+        passes,
+        device,
+        _sources_digest(xfuse_sources()),
+        torch.__version__,
+        str(getattr(xdsl, "__version__", "?")),
+        sys.version,
+        str(ENTRY_FORMAT),
+    )
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
 def backend_version(backend: Backend) -> str:
     """A digest of the code that turns loop IR into artifacts: the backend class's module and
     `codegen_sources()`. Editing them invalidates entries."""
@@ -106,14 +142,30 @@ def backend_version(backend: Backend) -> str:
 @dataclass(frozen=True)
 class KernelSource:
     """A module of loop IR with its text, printed once: a kernel's key is made of that text, and
-    printing is most of the cost of keying a kernel found in the cache."""
+    printing is most of the cost of keying a kernel found in the cache. Pickled (in a fused
+    program) as its text and symbol: the module is parsed again only where it is needed, to
+    compile a kernel that no cache holds."""
 
-    module: ModuleOp
     text: str
+    symbol: str | None
+    """The symbol of the module's only kernel (None: it holds none or several)."""
+    parsed: ModuleOp | None = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def of(module: ModuleOp | KernelSource) -> KernelSource:
-        return module if isinstance(module, KernelSource) else KernelSource(module, str(module))
+        if isinstance(module, KernelSource):
+            return module
+        return KernelSource(str(module), _only_kernel(module), module)
+
+    @property
+    def module(self) -> ModuleOp:
+        if self.parsed is None:
+            object.__setattr__(self, "parsed", parse(self.text))
+        assert self.parsed is not None
+        return self.parsed
+
+    def __reduce__(self) -> tuple[type[KernelSource], tuple[str, str | None]]:
+        return KernelSource, (self.text, self.symbol)
 
 
 def kernel_key(ir_text: str, target: str, backend_code: str) -> str:
@@ -127,6 +179,8 @@ class CacheStats:
     disk_hits: int = 0
     compiles: int = 0
     rebuilt: int = 0
+    program_hits: int = 0
+    """Fused programs found (`KernelCache.program`): compilations that skipped the passes."""
 
 
 class CorruptEntry(XfuseError):
@@ -168,6 +222,8 @@ class KernelCache:
         self._kernels: dict[tuple[str, str], Kernel] = {}
         """(key, name) -> the kernel loaded under that name."""
         self._artifacts: dict[str, bytes] = {}
+        self._programs: dict[str, bytes] = {}
+        """Fused programs by `program_key` (see `program`)."""
         self._pending: dict[str, Future[Kernel]] = {}
         self._disk_ok = directory is not None
 
@@ -184,8 +240,7 @@ class KernelCache:
         its own symbol and `name` is applied when it is loaded (`named_artifact`), so that
         profilers show it and the key never holds it."""
         known = KernelSource.of(source)
-        module = known.module
-        symbol = _only_kernel(module) or name
+        symbol = known.symbol or name
         key = self.key(backend, known)
         with self._lock:
             found = self._kernels.get((key, name))
@@ -208,7 +263,7 @@ class KernelCache:
             future.result()
             return self.kernel(backend, known, name)
         try:
-            artifact, kernel = self._build(backend, module, symbol, name, key)
+            artifact, kernel = self._build(backend, known, symbol, name, key)
         except BaseException as e:
             with self._lock:
                 del self._pending[key]
@@ -232,7 +287,7 @@ class KernelCache:
         version = backend_version(backend)
         todo: dict[str, tuple[str, str]] = {}
         for source in map(KernelSource.of, modules):
-            symbol, text = _only_kernel(source.module), source.text
+            symbol, text = source.symbol, source.text
             key = kernel_key(text, backend.target, version)
             with self._lock:
                 known = key in self._artifacts
@@ -253,17 +308,46 @@ class KernelCache:
             done += 1
         return done
 
+    def program(self, key: str) -> bytes | None:
+        """The fused program stored under `key` (`program_key`; `xfuse.api` writes and reads
+        it), from disk (or from memory, where the cache has no usable disk); None where
+        neither holds it."""
+        with self._lock:
+            found = self._programs.get(key)
+        if found is None:
+            found = self._read(key, PROGRAM)
+        if found is not None:
+            with self._lock:
+                self.stats.program_hits += 1
+        return found
+
+    def store_program(self, key: str, data: bytes) -> None:
+        """Keep a fused program: on disk, or in memory where the cache has no usable disk (a
+        process that compiles thousands of programs, as the fuzzer does, keeps none of them
+        in memory otherwise)."""
+        self._write(key, data, PROGRAM)
+        if not self._disk_ok:
+            with self._lock:
+                self._programs[key] = data
+
+    def discard_program(self, key: str, reason: str) -> None:
+        """Forget a program entry its reader could not use (with a `KernelCacheWarning`)."""
+        with self._lock:
+            self._programs.pop(key, None)
+        self._discard(key, reason, PROGRAM)
+
     def clear_memory(self) -> None:
         with self._lock:
             self._kernels.clear()
             self._artifacts.clear()
+            self._programs.clear()
 
-    def entry_path(self, key: str) -> Path:
+    def entry_path(self, key: str, kind: str = KERNEL) -> Path:
         assert self.directory is not None
-        return self.directory / key[:2] / f"{key}.kernel"
+        return self.directory / key[:2] / f"{key}.{kind}"
 
     def _build(
-        self, backend: Backend, module: ModuleOp, symbol: str, name: str, key: str
+        self, backend: Backend, source: KernelSource, symbol: str, name: str, key: str
     ) -> tuple[bytes, Kernel]:
         artifact = self._read(key)
         if artifact is not None:
@@ -275,16 +359,16 @@ class KernelCache:
                 with self._lock:
                     self.stats.disk_hits += 1
                 return artifact, kernel
-        artifact = backend.compile(module, symbol)
+        artifact = backend.compile(source.module, symbol)
         with self._lock:
             self.stats.compiles += 1
         self._write(key, artifact)
         return artifact, _load_named(backend, artifact, symbol, name)
 
-    def _read(self, key: str) -> bytes | None:
+    def _read(self, key: str, kind: str = KERNEL) -> bytes | None:
         if not self._disk_ok:
             return None
-        path = self.entry_path(key)
+        path = self.entry_path(key, kind)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -295,11 +379,11 @@ class KernelCache:
         try:
             return decode_entry(key, data)
         except CorruptEntry as e:
-            self._discard(key, str(e))
+            self._discard(key, str(e), kind)
             return None
 
-    def _discard(self, key: str, reason: str) -> None:
-        path = self.entry_path(key)
+    def _discard(self, key: str, reason: str, kind: str = KERNEL) -> None:
+        path = self.entry_path(key, kind)
         warnings.warn(
             f"xfuse: kernel cache entry {path} is unusable ({reason}); rebuilding it",
             KernelCacheWarning,
@@ -309,13 +393,13 @@ class KernelCache:
             self.stats.rebuilt += 1
         path.unlink(missing_ok=True)
 
-    def _write(self, key: str, artifact: bytes) -> None:
+    def _write(self, key: str, artifact: bytes, kind: str = KERNEL) -> None:
         if not self._disk_ok:
             return
-        path = self.entry_path(key)
+        path = self.entry_path(key, kind)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".kernel")
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=f".{kind}")
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(encode_entry(key, artifact))

@@ -457,15 +457,11 @@ class ProgramCompiler:
             found = self._canonical[kernel] = KernelSource.of(canonical_kernel_module(kernel))
         return found
 
-    def kernel_modules(self, module: ModuleOp) -> list[KernelSource]:
-        """The canonical module of each kernel that `compile` will ask `compile_kernel` for,
-        each unit lowered as there (and kept for it); a unit whose lowering fails is left to
-        `compile`. For compiling kernels ahead, in parallel (`xfuse.runtime.compile_workers`)."""
-        found: list[KernelSource] = []
+    def lower_ahead(self, module: ModuleOp) -> LoweredUnits:
+        """Lower each unit that `compile` will lower, with its kernels' canonical modules (kept
+        for `compile`); a unit whose lowering fails is left to `compile`, which reports it."""
         for op in find_function(module, self.function).body.block.ops:
-            if isinstance(op, fusion.GroupOp) and folds(op):
-                continue
-            if not (isinstance(op, fusion.GroupOp) or _is_lone_kernel_op(op)):
+            if op in self._lowered or not _is_lowered_unit(op):
                 continue
             lowered = wrap_unit(op)
             try:
@@ -473,12 +469,28 @@ class ProgramCompiler:
             except Exception:  # noqa: BLE001 - `compile` lowers it again and handles the error
                 continue
             self._lowered[op] = lowered
-            found += [
+            for f in _kernels_of(lowered):
                 self.canonical(f)
-                for f in lowered.ops
-                if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes
-            ]
-        return found
+                _drop_body(f)
+        return LoweredUnits(dict(self._lowered), dict(self._canonical))
+
+    def adopt(self, lowered: LoweredUnits) -> None:
+        """Units lowered already (by `lower_ahead`, in this process or in one whose fused
+        program the cache holds), which `compile` takes instead of lowering them."""
+        self._lowered.update(lowered.units)
+        self._canonical.update(lowered.sources)
+
+    def kernel_modules(self, module: ModuleOp) -> list[KernelSource]:
+        """The canonical module of each kernel that `compile` will ask `compile_kernel` for
+        (`lower_ahead` first). For compiling kernels ahead, in parallel
+        (`xfuse.runtime.compile_workers`)."""
+        self.lower_ahead(module)
+        return [
+            self.canonical(f)
+            for op in find_function(module, self.function).body.block.ops
+            if (lowered := self._lowered.get(op)) is not None
+            for f in _kernels_of(lowered)
+        ]
 
     def compile(self, module: ModuleOp) -> Program:
         forward = find_function(module, self.function)
@@ -692,6 +704,35 @@ class ProgramCompiler:
             em.steps.append(EagerStep(op, inputs, outputs, _step_label("eager", op)))
         else:
             raise XfuseError(f"xfuse cannot run op '{op.name}' (neither a kernel nor a torch op)")
+
+
+@dataclass
+class LoweredUnits:
+    """What `ProgramCompiler.lower_ahead` made: each unit's lowered module, by the unit's op,
+    and the canonical module of each of their kernels."""
+
+    units: dict[Operation, ModuleOp]
+    sources: dict[func.FuncOp, KernelSource]
+
+
+def _drop_body(kernel: func.FuncOp) -> None:
+    """Empty a kernel whose canonical module is made: `compile` reads only its symbol and
+    attributes, the loops live on in the canonical module (so a cached fused program does not
+    hold them twice)."""
+    for block in list(kernel.body.blocks):
+        kernel.body.detach_block(block)
+        block.erase(safe_erase=False)
+
+
+def _kernels_of(module: ModuleOp) -> list[func.FuncOp]:
+    return [f for f in module.ops if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes]
+
+
+def _is_lowered_unit(op: Operation) -> bool:
+    """A group (one that is not folded into constants) or a lone op that `compile` lowers."""
+    if isinstance(op, fusion.GroupOp):
+        return not folds(op)
+    return _is_lone_kernel_op(op)
 
 
 def elide_kernel_reshapes(steps: Sequence[Step], keep: set[int]) -> list[Step]:

@@ -298,15 +298,16 @@ def test_signed_zero_ties_as_the_cpu_kernels():
     assert torch.equal(got[1].signbit(), x.signbit())  # the first operand's sign on each tie
 
 
-def test_ieee_zero_ties_without_the_mark():
+@pytest.mark.parametrize(
+    ("op", "negative"), [(graph.ReduceMaxOp, False), (graph.ReduceMinOp, True)]
+)
+def test_ieee_zero_ties_without_the_mark(op: type[graph.ReduceOp], negative: bool):
     """An unmarked `maximumf`/`minimumf` (a reduction, or a CUDA kernel) is IEEE's: +0.0 is the
     larger zero, -0.0 the smaller."""
     x = torch.tensor([[-0.0, 0.0], [0.0, -0.0]])
-    for op, sign in ((graph.ReduceMaxOp, False), (graph.ReduceMinOp, True)):
-        (got,) = run_lowered(
-            lower(make_module([((2, 2), torch.float32)], lambda v: op(v, [1]))), [x]
-        )
-        assert got.tolist() == [0.0, 0.0] and got.signbit().tolist() == [sign, sign]
+    module = make_module([((2, 2), torch.float32)], lambda v: op(v, [1]))
+    (got,) = run_lowered(lower(module), [x])
+    assert got.tolist() == [0.0, 0.0] and got.signbit().tolist() == [negative, negative]
 
 
 def test_broadcast_in_dim():

@@ -1,0 +1,165 @@
+"""Fused programs in the kernel cache (`xfuse.api.fuse_and_lower`): a second compilation of the
+same program, in this process or another, skips the passes and the lowering and makes the
+same program; other passes or devices never share an entry; an unusable entry is rebuilt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xfuse
+import xfuse.api
+from xfuse.errors import KernelCacheWarning
+from xfuse.runtime.cache import PROGRAM, KernelCache, decode_entry
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.up = torch.nn.Linear(16, 32)
+        self.requires_grad_(False)  # compiled programs are for inference
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = F.gelu(self.up(self.norm(x)))
+        return torch.softmax(h, -1), h.view(2, 4, 32)
+
+
+def _inputs() -> tuple[torch.Tensor]:
+    return (torch.randn(8, 16),)
+
+
+def _compile(cache: KernelCache, **options: Any) -> xfuse.api.CompiledProgram:
+    torch.manual_seed(0)
+    model = Block().eval()
+    return xfuse.compile(model, _inputs(), quiet=True, fallback="error", cache=cache, **options)
+
+
+def _explained(compiled: xfuse.api.CompiledProgram) -> tuple[Any, ...]:
+    """What `xfuse.explain` shows of a compiled program."""
+    return (
+        compiled.default.op_names,
+        [(g.ops, g.inputs, g.outputs, g.kind, g.rule, g.kernels) for g in compiled.groups],
+        [(k.name, k.inputs, k.outputs, k.loop_ir) for k in compiled.kernels],
+        compiled.report.to_dict(),
+        compiled.fallbacks,
+        str(compiled.default.program.module),
+    )
+
+
+def test_a_second_compilation_skips_the_passes_and_makes_the_same_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cold = _compile(KernelCache(tmp_path))
+    assert list(tmp_path.glob(f"*/*.{PROGRAM}"))
+
+    def no_passes(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the passes ran: the fused program was not taken from the cache")
+
+    monkeypatch.setattr(xfuse.api, "run_pipeline", no_passes)
+    fresh = KernelCache(tmp_path)  # as a second process would: nothing in memory
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warm = _compile(fresh)
+    assert fresh.stats.program_hits == 1 and fresh.stats.compiles == 0
+    assert _explained(warm) == _explained(cold)
+    x = _inputs()[0]
+    torch.manual_seed(0)
+    want = Block().eval()(x)
+    for got in (cold(x), warm(x)):
+        torch.testing.assert_close(got, want)
+
+
+def test_other_passes_or_devices_do_not_share_a_fused_program(tmp_path: Path) -> None:
+    _compile(KernelCache(tmp_path))
+    other_pipeline = KernelCache(tmp_path)
+    _compile(other_pipeline, pipeline="fuse-greedy,group-cleanup")
+    assert other_pipeline.stats.program_hits == 0
+    other_layout = KernelCache(tmp_path)
+    _compile(other_layout, channels_last=True)
+    assert other_layout.stats.program_hits == 0
+    same = KernelCache(tmp_path)
+    _compile(same)
+    assert same.stats.program_hits == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [(None, "checksum mismatch"), (b"not a pickle", "does not load")],
+)
+def test_an_unusable_entry_is_rebuilt(tmp_path: Path, payload: bytes | None, reason: str) -> None:
+    _compile(KernelCache(tmp_path))
+    (path,) = tmp_path.glob(f"*/*.{PROGRAM}")
+    good = path.read_bytes()
+    if payload is None:
+        path.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))  # a flipped bit
+    else:
+        cache = KernelCache(tmp_path)
+        cache.store_program(path.stem, payload)
+    cache = KernelCache(tmp_path)
+    with pytest.warns(KernelCacheWarning, match=reason):
+        compiled = _compile(cache)
+    assert cache.stats.program_hits == (0 if payload is None else 1)
+    x = _inputs()[0]
+    torch.manual_seed(0)
+    torch.testing.assert_close(compiled(x), Block().eval()(x))
+    assert decode_entry(path.stem, path.read_bytes()) != payload  # written again, whole
+    again = KernelCache(tmp_path)
+    _compile(again)
+    assert again.stats.program_hits == 1
+
+
+_SECOND_PROCESS = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from test_program_cache import Block, _inputs
+import torch, xfuse
+from xfuse.runtime.cache import default_cache
+torch.manual_seed(0)
+model = Block().eval()
+compiled = xfuse.compile(model, _inputs(), quiet=True, fallback="error")
+x = _inputs()[0]
+torch.testing.assert_close(compiled(x), model(x))
+stats = default_cache().stats
+print(json.dumps({{"program_hits": stats.program_hits, "compiles": stats.compiles}}))
+"""
+
+
+def test_a_second_process_skips_the_passes(tmp_path: Path) -> None:
+    script = _SECOND_PROCESS.format(tests=str(Path(__file__).parent))
+    env = {**os.environ, "XFUSE_CACHE_DIR": str(tmp_path), "XFUSE_COMPILE_WORKERS": "0"}
+
+    def run() -> dict[str, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["program_hits"] == 0 and first["compiles"] > 0
+    assert second == {"program_hits": 1, "compiles": 0}
+
+
+def test_a_cache_without_a_disk_keeps_fused_programs_in_memory() -> None:
+    cache = KernelCache(None)
+    _compile(cache)
+    assert cache.stats.program_hits == 0
+    warm = _compile(cache)
+    assert cache.stats.program_hits == 1
+    x = _inputs()[0]
+    torch.manual_seed(0)
+    torch.testing.assert_close(warm(x), Block().eval()(x))
