@@ -32,6 +32,7 @@ from xfuse.backends import Backend, get_backend
 from xfuse.errors import (
     ExportError,
     FallbackWarning,
+    KernelCacheWarning,
     XfuseError,
 )
 from xfuse.frontend import pytrees
@@ -367,7 +368,13 @@ def fuse_and_lower(
     lowered = compiler.lower_ahead(program_ir.module)
     try:
         data = serialize.dumps((program_ir.module, lowered, decisions, index))
-    except Exception:  # noqa: BLE001 - something in it does not pickle: nothing is cached
+    except Exception as e:  # noqa: BLE001 - the compilation goes on, its program uncached
+        warnings.warn(
+            f"xfuse: the fused program is not cached ({type(e).__name__}: {e}); "
+            "a warm start will fuse it again",
+            KernelCacheWarning,
+            stacklevel=2,
+        )
         return decisions, index
     cache.store_program(key, data)
     return decisions, index

@@ -125,3 +125,31 @@ def test_loaded_ir_can_be_rewritten() -> None:
     new: Operation = add.clone()
     block.insert_op_before(new, sub)
     got.verify()
+
+
+def test_an_op_dropped_without_erasing_adds_no_use() -> None:
+    """A pass may drop an op without erasing it: it keeps its operands, but their use lists no
+    longer hold it. Pickled along (an index of ops still names it), it must not come back as
+    a use: a value read only by externs would look read by something else (BERT's permutes
+    became kernels that way)."""
+    module = parse(
+        """builtin.module {
+  func.func @f(%a: f32) -> f32 {
+    %b = arith.addf %a, %a : f32
+    %c = arith.mulf %b, %b : f32
+    func.return %b : f32
+  }
+}"""
+    )
+    (f,) = [op for op in module.ops if isinstance(op, func.FuncOp)]
+    add, mul, _ = list(f.body.block.ops)
+    for value, use in zip(mul.operands, mul._operand_uses, strict=True):  # noqa: SLF001
+        value.remove_use(use)  # dropped from the lists, its operands kept
+    mul.detach()
+    assert len(list(add.results[0].uses)) == 1
+    got_module, got_mul = loads(dumps((module, mul)))
+    assert_same(got_module, module)
+    (got_f,) = [op for op in got_module.ops if isinstance(op, func.FuncOp)]
+    got_add = next(iter(got_f.body.block.ops))
+    assert [u.operation.name for u in got_add.results[0].uses] == ["func.return"]
+    assert got_mul.operands[0] is got_add.results[0] and got_mul.parent is None

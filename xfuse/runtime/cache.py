@@ -308,6 +308,11 @@ class KernelCache:
             done += 1
         return done
 
+    @property
+    def on_disk(self) -> bool:
+        """Whether entries go to disk (a directory, and no error has turned it off)."""
+        return self._disk_ok
+
     def program(self, key: str) -> bytes | None:
         """The fused program stored under `key` (`program_key`; `xfuse.api` writes and reads
         it), from disk (or from memory, where the cache has no usable disk); None where

@@ -211,6 +211,7 @@ class Differential:
                 )
                 first = flat_tensors(compiled(*on_device()))
                 self.check(device, first)
+                self.check_cached(device, compiled, first, on_device)
                 second = flat_tensors(compiled(*on_device()))
         except StageFailure:
             raise
@@ -220,6 +221,38 @@ class Differential:
         if self.semantics:
             del first, second  # dropped: the next calls recycle their memory
             self.check_aliasing(device, compiled, on_device)
+
+    def check_cached(
+        self,
+        device: str,
+        compiled: Any,
+        first: Sequence[Tensor],
+        on_device: Callable[[], tuple[Tensor, ...]],
+    ) -> None:
+        """The program compiled again as a second process would (a cache with nothing in
+        memory), its fused program loaded from the disk cache (`xfuse.api.fuse_and_lower`):
+        the same groups, kernels and steps as `compiled`; on the CPU its results are `first`
+        bit for bit, elsewhere they pass the same check (atomics may order sums otherwise)."""
+        import xfuse
+        from xfuse.runtime.cache import KernelCache, default_cache
+
+        stage = f"{device} (fused program from the cache)"
+        shared = default_cache()
+        cache = KernelCache(shared.directory)
+        again = xfuse.compile(
+            self.program, on_device(), device=device, pipeline=self.pipeline, cache=cache
+        )
+        if shared.on_disk and cache.stats.program_hits != 1:
+            raise StageFailure(stage, "the fused program was not in the disk cache")
+        if _structure(again) != _structure(compiled):
+            raise StageFailure(stage, "not the program the first compilation made")
+        got = flat_tensors(again(*on_device()))
+        if device != "cpu":
+            self.check(stage, got)
+            return
+        for i, (a, b) in enumerate(zip(got, first, strict=True)):
+            if not _same_bits(a, b):
+                raise StageFailure(stage, f"output {i} differs from the first compilation's")
 
     def check_aliasing(
         self, device: str, compiled: Any, on_device: Callable[[], tuple[Tensor, ...]]
@@ -252,6 +285,25 @@ def same_layout_on(t: Tensor, device: str) -> Tensor:
         return t
     flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
     return flat.to(device).as_strided(t.size(), t.stride(), t.storage_offset())
+
+
+def _structure(compiled: Any) -> tuple[Any, ...]:
+    """A compiled program's groups, kernels (their loop IR) and steps."""
+    return (
+        [(g.ops, g.status, g.kernels) for g in compiled.groups],
+        [(k.source, k.loop_ir) for k in compiled.kernels],
+        [s.label for s in compiled.default.program.steps],
+    )
+
+
+def _same_bits(a: Tensor, b: Tensor) -> bool:
+    """Same dtype, shape, strides and bits (NaNs and signed zeros included)."""
+    if (a.dtype, a.shape, a.stride()) != (b.dtype, b.shape, b.stride()):
+        return False
+    x, y = (torch.empty(t.numel(), dtype=t.dtype).copy_(t.reshape(-1)) for t in (a, b))
+    if x.is_floating_point() or x.is_complex():
+        x, y = x.view(torch.uint8), y.view(torch.uint8)
+    return torch.equal(x, y)
 
 
 @contextmanager
