@@ -1,14 +1,10 @@
 """Fused programs in the kernel cache (`xfuse.api.fuse_and_lower`): a second compilation of the
 same program, in this process or another, skips the passes and the lowering and makes the
-same program; other passes or devices never share an entry; an unusable entry is rebuilt."""
+same program; other passes or devices never share an entry; an unusable entry is rebuilt.
+(A second process: tests/runtime/test_cache.py.)"""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
@@ -117,41 +113,6 @@ def test_an_unusable_entry_is_rebuilt(tmp_path: Path, payload: bytes | None, rea
     again = KernelCache(tmp_path)
     _compile(again)
     assert again.stats.program_hits == 1
-
-
-_SECOND_PROCESS = """
-import json, sys
-sys.path.insert(0, {tests!r})
-from test_program_cache import Block, _inputs
-import torch, xfuse
-from xfuse.runtime.cache import default_cache
-torch.manual_seed(0)
-model = Block().eval()
-compiled = xfuse.compile(model, _inputs(), quiet=True, fallback="error")
-x = _inputs()[0]
-torch.testing.assert_close(compiled(x), model(x))
-stats = default_cache().stats
-print(json.dumps({{"program_hits": stats.program_hits, "compiles": stats.compiles}}))
-"""
-
-
-def test_a_second_process_skips_the_passes(tmp_path: Path) -> None:
-    script = _SECOND_PROCESS.format(tests=str(Path(__file__).parent))
-    env = {**os.environ, "XFUSE_CACHE_DIR": str(tmp_path), "XFUSE_COMPILE_WORKERS": "0"}
-
-    def run() -> dict[str, int]:
-        out = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(script)],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    first, second = run(), run()
-    assert first["program_hits"] == 0 and first["compiles"] > 0
-    assert second == {"program_hits": 1, "compiles": 0}
 
 
 def test_a_cache_without_a_disk_keeps_fused_programs_in_memory() -> None:

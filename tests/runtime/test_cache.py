@@ -213,24 +213,46 @@ print(json.dumps({{"compiles": backend.compiles, "disk_hits": cache.stats.disk_h
 """
 
 
+def _in_a_new_process(script: str, cache_dir: Path) -> dict[str, object]:
+    """What `script` prints last (a JSON object), run by a new Python over `cache_dir`."""
+    env = {**os.environ, "XFUSE_CACHE_DIR": str(cache_dir), "XFUSE_COMPILE_WORKERS": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_a_second_process_hits_the_disk_cache(tmp_path: Path) -> None:
-    tests = str(Path(__file__).parent)
-    script = _SECOND_PROCESS.format(tests=tests)
-    env = {**os.environ, "XFUSE_CACHE_DIR": str(tmp_path)}
-
-    def run() -> dict[str, object]:
-        out = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(script)],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    first, second = run(), run()
+    script = _SECOND_PROCESS.format(tests=str(Path(__file__).parent))
+    first, second = _in_a_new_process(script, tmp_path), _in_a_new_process(script, tmp_path)
     assert first == {"compiles": 1, "disk_hits": 0, "dir": str(tmp_path)}
     assert second == {"compiles": 0, "disk_hits": 1, "dir": str(tmp_path)}
+
+
+_FUSED_IN_A_NEW_PROCESS = """
+import json
+import torch, xfuse
+from xfuse.runtime.cache import default_cache
+def f(x):
+    return torch.softmax(x * 2, -1) + x.sum(0)
+x = torch.randn(4, 8)
+compiled = xfuse.compile(f, (x,), quiet=True, fallback="error")
+torch.testing.assert_close(compiled(x), f(x))
+stats = default_cache().stats
+print(json.dumps({"program_hits": stats.program_hits, "compiles": stats.compiles}))
+"""
+
+
+def test_a_second_process_takes_the_fused_program_from_the_disk(tmp_path: Path) -> None:
+    """(`xfuse.api.fuse_and_lower`) The second process neither fuses nor compiles a kernel."""
+    first = _in_a_new_process(_FUSED_IN_A_NEW_PROCESS, tmp_path)
+    second = _in_a_new_process(_FUSED_IN_A_NEW_PROCESS, tmp_path)
+    assert first["program_hits"] == 0 and first["compiles"] != 0
+    assert second == {"program_hits": 1, "compiles": 0}
 
 
 def test_no_warning_on_a_clean_hit(tmp_path: Path) -> None:
