@@ -1,0 +1,139 @@
+"""
+Each CPU kernel of a zoo model timed alone: its foreign call on the buffers a real forward
+gave it, again and again, so that the model's externs and the runner's host path stay out.
+
+    python -m benchmarks.kernel_times [--models resnet,mobilenet_v2] [--rounds 400]
+                                      [--llvm-option -enable-masked-interleaved-mem-accesses=false]
+
+Per kernel: its step's label and the median time of a call (us). With `--llvm-option`, the
+model is compiled a second time after that LLVM option is set (process wide, into a cache of
+its own) and both columns are timed in the same rounds, alternating which goes first: how a
+code generation option changes each kernel, which whole-model timings cannot resolve (their
+ratios move by some 5% with the order of the programs in the rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import xfuse
+from benchmarks.models import ZOO, build
+from xfuse.runtime import executor
+from xfuse.runtime.cache import KernelCache
+from xfuse.runtime.steps import KernelStep
+
+Call = Callable[[], Any]
+
+
+def kernel_calls(
+    compiled: xfuse.api.CompiledProgram, inputs: tuple[Any, ...]
+) -> list[tuple[str, Call]]:
+    """Each kernel step of one forward, as (label, a call of its kernel on that forward's
+    buffers)."""
+    seen: dict[str, Any] = {}
+    real = executor.run_program
+
+    def spy(program: Any, args: Any, pool: Any) -> Any:
+        seen.update(program=program, args=list(args), pool=pool)
+        return real(program, args, pool)
+
+    executor.run_program = spy
+    try:
+        compiled(*inputs)
+    finally:
+        executor.run_program = real
+    program, pool = seen["program"], seen["pool"]
+    env: list[Any] = [None] * program.n_slots
+    for slot, value in program.constants.items():
+        env[slot] = value
+    for slot, value in zip(program.arg_slots, seen["args"], strict=True):
+        env[slot] = value
+    calls: list[tuple[str, Call]] = []
+    for step, (run, ins, outs, *_) in zip(program.steps, program.plan, strict=True):
+        xs = [env[s] for s in ins]
+        results = run(xs, pool.allocate)
+        for slot, value in zip(outs, results, strict=True):
+            env[slot] = value
+        if isinstance(step, KernelStep):
+            calls.append((step.label, _call(step, [t.contiguous() for t in xs] + list(results))))
+    return calls
+
+
+def _call(step: KernelStep, buffers: list[Any]) -> Call:
+    """The kernel's call as the runner makes it: its one foreign call where it has one
+    (`KernelStep.direct_call`), else the kernel's launch (threads, an error flag)."""
+    direct = step.direct_call()
+    if direct is not None:
+        function, extent = direct
+        pointers = [t.data_ptr() for t in buffers]
+        return lambda: (function(0, extent, *pointers), buffers)
+    if step.error_flag:
+        buffers = [*buffers, torch.zeros(1, dtype=torch.uint8)]
+    return lambda: step.kernel(buffers)
+
+
+def median_us(columns: list[Call], rounds: int) -> list[float]:
+    """The median time of each call, over `rounds` rounds that each call every one of them
+    once, alternating which goes first."""
+    times: list[list[int]] = [[] for _ in columns]
+    for r in range(rounds):
+        order = range(len(columns)) if r % 2 == 0 else reversed(range(len(columns)))
+        for i in order:
+            start = time.perf_counter_ns()
+            columns[i]()
+            times[i].append(time.perf_counter_ns() - start)
+    return [statistics.median(t) / 1000 for t in times]
+
+
+def compiled_for(name: str) -> tuple[xfuse.api.CompiledProgram, tuple[Any, ...]]:
+    model, inputs = build(name, "small", "cpu", torch.float32)
+    cache = KernelCache(Path(tempfile.mkdtemp(prefix="xfuse-kernel-times-")))
+    return xfuse.compile(model, inputs, quiet=True, fallback="error", cache=cache), inputs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--models", default="resnet,mobilenet_v2,vit")
+    parser.add_argument("--rounds", type=int, default=400)
+    parser.add_argument("--llvm-option", default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("XFUSE_COMPILE_WORKERS", "0")  # both programs from this process
+    with torch.no_grad():
+        for name in args.models.split(","):
+            if name not in ZOO:
+                raise SystemExit(f"unknown model {name!r}: one of {', '.join(ZOO)}")
+            first, inputs = compiled_for(name)
+            calls = kernel_calls(first, inputs)
+            second: list[tuple[str, Call]] = []
+            if args.llvm_option:
+                import llvmlite.binding as llvm
+
+                llvm.set_option("xfuse", args.llvm_option)
+                other, _ = compiled_for(name)
+                second = kernel_calls(other, inputs)
+                assert [label for label, _ in second] == [label for label, _ in calls]
+            head = "| model | kernel | us |" + (
+                f" us with `{args.llvm_option}` |" if second else ""
+            )
+            print(head)
+            print("|---" * (head.count("|") - 1) + "|")
+            total = [0.0, 0.0]
+            for i, (label, call) in enumerate(calls):
+                times = median_us([call] + ([second[i][1]] if second else []), args.rounds)
+                total = [a + b for a, b in zip(total, times + [0.0], strict=False)]
+                print(f"| {name} | {label} | " + " | ".join(f"{t:.2f}" for t in times) + " |")
+            shown = total[: 2 if second else 1]
+            print(f"| {name} | all {len(calls)} | " + " | ".join(f"{t:.1f}" for t in shown) + " |")
+
+
+if __name__ == "__main__":
+    main()
