@@ -124,3 +124,20 @@ def test_a_cache_without_a_disk_keeps_fused_programs_in_memory() -> None:
     x = _inputs()[0]
     torch.manual_seed(0)
     torch.testing.assert_close(warm(x), Block().eval()(x))
+
+
+def test_a_kernel_emptied_ahead_is_never_compiled_from_its_empty_body() -> None:
+    """`lower_ahead` empties each kernel once its canonical module is made; a compiler without
+    that module (a cached program without its sources) refuses the emptied kernel and
+    compiles the group op by op, never an empty kernel."""
+    from xfuse.runtime.compiler import LoweredUnits, ProgramCompiler
+
+    x = torch.randn(4, 8)
+    imported = xfuse.api.import_for_xfuse(lambda a: torch.exp(a) * 2, (x,))
+    module = imported.program.module
+    xfuse.api.run_pipeline(xfuse.api.DEFAULT_PIPELINE, module)
+    units = ProgramCompiler(lambda source, name: None).lower_ahead(module)
+    fresh = ProgramCompiler(lambda source, name: None, fallback="error")
+    fresh.adopt(LoweredUnits(units.units, {}))
+    (refused,) = fresh.compile(module).op_by_op
+    assert "has no body to compile" in refused

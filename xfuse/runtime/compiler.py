@@ -454,6 +454,8 @@ class ProgramCompiler:
         """The kernel's `canonical_kernel_module` and its text, made once per kernel."""
         found = self._canonical.get(kernel)
         if found is None:
+            if not kernel.body.blocks:  # emptied by `lower_ahead`: its loops are not here
+                raise XfuseError(f"kernel @{kernel.sym_name.data} has no body to compile")
             found = self._canonical[kernel] = KernelSource.of(canonical_kernel_module(kernel))
         return found
 
