@@ -105,6 +105,21 @@ def no_stack_traces() -> Iterator[None]:
             fx_config.do_not_emit_stack_traces = saved
 
 
+@contextmanager
+def lazy_graph_modules() -> Iterator[None]:
+    """torch.export's graph modules write and compile their Python code only if called
+    (`torch.fx._lazy_graph_module`, on by default under torch.compile; where this torch has
+    it): export builds a couple of dozen of them and calls few, and the importer reads their
+    nodes, not their code (Llama: 0.21 -> 0.18 s of export, MobileNetV2 0.47 -> 0.41 s)."""
+    try:
+        from torch.fx._lazy_graph_module import _use_lazy_graph_module
+    except ImportError:
+        yield
+        return
+    with _use_lazy_graph_module(True):
+        yield
+
+
 @dataclass
 class Imported:
     """An imported program plus what the runtime needs beyond `ImportedProgram`."""
@@ -125,7 +140,8 @@ def import_for_xfuse(
     from xfuse.frontend.pytrees import export_support
 
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
-    with EXPORT_LOCK, no_stack_traces():  # torch.export (and decomposing) is not thread-safe
+    # torch.export (and decomposing) is not thread-safe
+    with EXPORT_LOCK, no_stack_traces(), lazy_graph_modules():
         try:
             with export_support():
                 exported = torch.export.export(model, example_inputs, example_kwargs, strict=False)
