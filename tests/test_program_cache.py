@@ -105,7 +105,7 @@ def test_an_unusable_entry_is_rebuilt(tmp_path: Path, payload: bytes | None, rea
     cache = KernelCache(tmp_path)
     with pytest.warns(KernelCacheWarning, match=reason):
         compiled = _compile(cache)
-    assert cache.stats.program_hits == (0 if payload is None else 1)
+    assert cache.stats.program_hits == 0  # an entry that does not load is no hit
     x = _inputs()[0]
     torch.manual_seed(0)
     torch.testing.assert_close(compiled(x), Block().eval()(x))

@@ -369,16 +369,12 @@ def fuse_and_lower(
     and the index of the ops they name, as the passes made them."""
     passes = " ".join([spec, *map(repr, extra)])
     key = program_key(str(program_ir.module), passes, compiler.device.type)
-    data = cache.program(key)
-    if data is not None:
-        try:
-            module, lowered, decisions, index = serialize.loads(data)
-        except Exception as e:  # noqa: BLE001 - made again below, the entry replaced
-            cache.discard_program(key, f"it does not load: {type(e).__name__}: {e}")
-        else:
-            program_ir.module = module
-            compiler.adopt(lowered)
-            return decisions, index
+    found = cache.program(key, serialize.loads)
+    if found is not None:
+        module, lowered, decisions, index = found
+        program_ir.module = module
+        compiler.adopt(lowered)
+        return decisions, index
     index = OpIndex()
     decisions = run_pipeline(spec, program_ir.module, index.observe, extra)
     lowered = compiler.lower_ahead(program_ir.module)

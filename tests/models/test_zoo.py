@@ -24,9 +24,9 @@ from benchmarks.models import (  # noqa: E402
     via_torch_compile,
     via_xfuse_compile,
 )
-from xfuse.api import CompiledProgram  # noqa: E402
 from xfuse.errors import FallbackWarning  # noqa: E402
 from xfuse.runtime.cache import KernelCache  # noqa: E402
+from xfuse.testing.fuzz.runner import program_structure  # noqa: E402
 
 
 def _check(name: str, entry: str, device: str, dtype: torch.dtype, fallback: str | None) -> None:
@@ -60,15 +60,6 @@ def test_zoo_matches_eager_on_cpu_with_fallbacks(name: str) -> None:
         _check(name, "xfuse.compile", "cpu", torch.float32, "eager")
 
 
-def _structure(compiled: CompiledProgram) -> tuple[object, ...]:
-    program = compiled.default.program
-    return (
-        [(g.ops, g.status, g.kernels) for g in compiled.groups],
-        [(k.source, k.inputs, k.outputs, k.loop_ir) for k in compiled.kernels],
-        [s.label for s in program.steps],
-    )
-
-
 @pytest.mark.parametrize("name", list(ZOO))
 def test_a_warm_start_makes_the_program_a_cold_one_makes(name: str, tmp_path: Path) -> None:
     """The fused program taken from the cache (`xfuse.api.fuse_and_lower`) is the program
@@ -82,7 +73,7 @@ def test_a_warm_start_makes_the_program_a_cold_one_makes(name: str, tmp_path: Pa
         cache = KernelCache(tmp_path)
         warm = xfuse.compile(model, inputs, quiet=True, fallback="error", cache=cache)
         assert cache.stats.program_hits == 1 and cache.stats.compiles == 0
-        assert _structure(warm) == _structure(cold)
+        assert program_structure(warm) == program_structure(cold)
         for a, b in zip(tensors_of(cold(*inputs)), tensors_of(warm(*inputs)), strict=True):
             assert torch.equal(a, b)
 

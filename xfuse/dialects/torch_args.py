@@ -243,21 +243,28 @@ def _is_direct(fixed_args: list[Any], fixed_kwargs: dict[str, Any]) -> bool:
     return all(_filler(a) is None or isinstance(a, Operand) for a in fixed_args)
 
 
+def operand_filler(template: list[Any]) -> Callable[[Sequence[Any]], list[Any]]:
+    """A function of the operand values: `template` (direct arguments, `direct_arguments`)
+    with each `Operand` replaced by its operand."""
+    slots = [(i, a.index) for i, a in enumerate(template) if isinstance(a, Operand)]
+
+    def fill(values: Sequence[Any]) -> list[Any]:
+        out = template.copy()
+        for i, j in slots:
+            out[i] = values[j]
+        return out
+
+    return fill
+
+
 def prepare_args(args: ArrayAttr[Attribute], kwargs: DictionaryAttr) -> PreparedArgs:
     """`decode_args` done once: a function of the operand values that only puts them in place
     (the constants decoded ahead, shared by every call: torch ops do not change their
     non-tensor arguments)."""
     fixed_args, fixed_kwargs = _decoded(args, kwargs)
     if _is_direct(fixed_args, fixed_kwargs):
-        direct = [(i, a.index) for i, a in enumerate(fixed_args) if isinstance(a, Operand)]
-
-        def fill_direct(tensors: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
-            out = fixed_args.copy()
-            for i, j in direct:
-                out[i] = tensors[j]
-            return out, fixed_kwargs
-
-        return fill_direct
+        positional = operand_filler(fixed_args)
+        return lambda tensors: (positional(tensors), fixed_kwargs)
 
     arg_fills = [(i, f) for i, a in enumerate(fixed_args) if (f := _filler(a)) is not None]
     kwarg_fills = [(k, f) for k, v in fixed_kwargs.items() if (f := _filler(v)) is not None]

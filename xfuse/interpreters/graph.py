@@ -21,6 +21,7 @@ from xfuse.dialects.torch_args import (
     decode_args,
     direct_arguments,
     direct_torch_op,
+    operand_filler,
     prepare_args,
     resolve_torch_op,
 )
@@ -79,15 +80,8 @@ def _prepare_direct(op: Operation) -> Prepared:
     call = direct_call(op)
     assert call is not None
     fn, args, kwargs = call
-    slots = [(i, a.index) for i, a in enumerate(args) if isinstance(a, Operand)]
-
-    def run(xs: Sequence[Tensor]) -> Tensor:
-        filled = list(args)
-        for i, j in slots:
-            filled[i] = xs[j]
-        return fn(*filled, **kwargs)
-
-    return run
+    fill = operand_filler(args)
+    return lambda xs: fn(*fill(xs), **kwargs)
 
 
 def _prepare_constant(op: Operation) -> Prepared:

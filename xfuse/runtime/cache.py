@@ -29,11 +29,12 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -43,6 +44,8 @@ from xfuse.errors import KernelCacheWarning, XfuseError
 from xfuse.ir.context import parse
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.runtime.compile_workers import MIN_JOBS, backend_spec, compile_in_workers, workers
+
+T = TypeVar("T")
 
 KERNEL, PROGRAM = "kernel", "program"
 """The two kinds of entry, by file suffix: a kernel's artifact, and a fused program (its
@@ -313,17 +316,27 @@ class KernelCache:
         """Whether entries go to disk (a directory, and no error has turned it off)."""
         return self._disk_ok
 
-    def program(self, key: str) -> bytes | None:
+    def program(self, key: str, load: Callable[[bytes], T]) -> T | None:
         """The fused program stored under `key` (`program_key`; `xfuse.api` writes and reads
-        it), from disk (or from memory, where the cache has no usable disk); None where
-        neither holds it."""
+        it), from disk (or from memory, where the cache has no usable disk), as `load` makes
+        it of the entry's bytes; None where neither holds it. An entry `load` fails on is
+        deleted with a `KernelCacheWarning` (as a kernel the backend cannot load), and None
+        returned: the caller makes the program again."""
         with self._lock:
-            found = self._programs.get(key)
-        if found is None:
-            found = self._read(key, PROGRAM)
-        if found is not None:
+            data = self._programs.get(key)
+        if data is None:
+            data = self._read(key, PROGRAM)
+        if data is None:
+            return None
+        try:
+            found = load(data)
+        except Exception as e:  # noqa: BLE001 - rebuilt by the caller, the entry replaced
             with self._lock:
-                self.stats.program_hits += 1
+                self._programs.pop(key, None)
+            self._discard(key, f"it does not load: {type(e).__name__}: {e}", PROGRAM)
+            return None
+        with self._lock:
+            self.stats.program_hits += 1
         return found
 
     def store_program(self, key: str, data: bytes) -> None:
@@ -334,12 +347,6 @@ class KernelCache:
         if not self._disk_ok:
             with self._lock:
                 self._programs[key] = data
-
-    def discard_program(self, key: str, reason: str) -> None:
-        """Forget a program entry its reader could not use (with a `KernelCacheWarning`)."""
-        with self._lock:
-            self._programs.pop(key, None)
-        self._discard(key, reason, PROGRAM)
 
     def clear_memory(self) -> None:
         with self._lock:

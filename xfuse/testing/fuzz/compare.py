@@ -74,3 +74,13 @@ def _rmse_ok(got: Tensor, eager: Tensor, reference: Tensor, scale: float) -> boo
     unit = max(float(torch.finfo(eager.dtype).eps), float(torch.finfo(torch.float32).eps))
     eps = 4 * unit * (max(float(ref.abs().mean()), scale) + 1.0) if ref.numel() else 0.0
     return rmse(got.cpu(), ref) <= 2 * rmse(eager.cpu(), ref) + eps
+
+
+def same_bits(a: Tensor, b: Tensor) -> bool:
+    """Same dtype, shape, strides and bits (NaNs and signed zeros included)."""
+    if (a.dtype, a.shape, a.stride()) != (b.dtype, b.shape, b.stride()):
+        return False
+    x, y = (torch.empty(t.numel(), dtype=t.dtype).copy_(t.reshape(-1)) for t in (a, b))
+    if x.is_floating_point() or x.is_complex():
+        x, y = x.view(torch.uint8), y.view(torch.uint8)
+    return torch.equal(x, y)

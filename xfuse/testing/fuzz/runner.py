@@ -16,7 +16,7 @@ import torch
 # ---------------------------------------------------------------------------------------------
 from xfuse.api import DEFAULT_PIPELINE  # the pipeline xfuse.compile runs
 from xfuse.errors import XfuseError
-from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
+from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors, same_bits
 from xfuse.testing.fuzz.program import RMSE_TOLERANCE, Tensor, load_source
 
 
@@ -244,14 +244,14 @@ class Differential:
         )
         if shared.on_disk and cache.stats.program_hits != 1:
             raise StageFailure(stage, "the fused program was not in the disk cache")
-        if _structure(again) != _structure(compiled):
+        if program_structure(again) != program_structure(compiled):
             raise StageFailure(stage, "not the program the first compilation made")
         got = flat_tensors(again(*on_device()))
         if device != "cpu":
             self.check(stage, got)
             return
         for i, (a, b) in enumerate(zip(got, first, strict=True)):
-            if not _same_bits(a, b):
+            if not same_bits(a, b):
                 raise StageFailure(stage, f"output {i} differs from the first compilation's")
 
     def check_aliasing(
@@ -287,23 +287,14 @@ def same_layout_on(t: Tensor, device: str) -> Tensor:
     return flat.to(device).as_strided(t.size(), t.stride(), t.storage_offset())
 
 
-def _structure(compiled: Any) -> tuple[Any, ...]:
-    """A compiled program's groups, kernels (their loop IR) and steps."""
+def program_structure(compiled: Any) -> tuple[Any, ...]:
+    """A compiled program's groups, kernels (their operand types and loop IR) and steps: what
+    two compilations of one program must share (a warm start's and a cold one's)."""
     return (
         [(g.ops, g.status, g.kernels) for g in compiled.groups],
-        [(k.source, k.loop_ir) for k in compiled.kernels],
+        [(k.source, k.inputs, k.outputs, k.loop_ir) for k in compiled.kernels],
         [s.label for s in compiled.default.program.steps],
     )
-
-
-def _same_bits(a: Tensor, b: Tensor) -> bool:
-    """Same dtype, shape, strides and bits (NaNs and signed zeros included)."""
-    if (a.dtype, a.shape, a.stride()) != (b.dtype, b.shape, b.stride()):
-        return False
-    x, y = (torch.empty(t.numel(), dtype=t.dtype).copy_(t.reshape(-1)) for t in (a, b))
-    if x.is_floating_point() or x.is_complex():
-        x, y = x.view(torch.uint8), y.view(torch.uint8)
-    return torch.equal(x, y)
 
 
 @contextmanager
