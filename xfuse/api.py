@@ -37,13 +37,14 @@ from xfuse.errors import (
 )
 from xfuse.frontend import pytrees
 from xfuse.ir import serialize
+from xfuse.ir.fingerprint import fingerprint
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
-from xfuse.pipeline import PassObserver
+from xfuse.pipeline import PassObserver, verify_module
 from xfuse.progress import Progress
 from xfuse.report.dot import program_dot
 from xfuse.report.op_index import OpIndex, collect_decisions
 from xfuse.report.render import render_dot
-from xfuse.report.summary import FusionSummary, format_summary, summarize
+from xfuse.report.summary import FusionSummary, format_summary, group_count, summarize
 from xfuse.runtime.cache import KernelCache, KernelSource, default_cache, program_key
 from xfuse.runtime.compile_workers import can_compile_ahead, start_workers
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
@@ -133,8 +134,10 @@ def import_for_xfuse(
     model_or_fn: ModelOrFn,
     example_inputs: tuple[Any, ...],
     example_kwargs: dict[str, Any] | None = None,
+    verify: bool = True,
 ) -> Imported:
-    """torch.export, then the importer; any failure is one `ExportError` line."""
+    """torch.export, then the importer (its module verified unless `verify` is off); any
+    failure is one `ExportError` line."""
     from xfuse.errors import UnsupportedProgram
     from xfuse.frontend.importer import import_program, wrap_function
     from xfuse.frontend.pytrees import export_support
@@ -150,7 +153,7 @@ def import_for_xfuse(
                 f"xfuse: torch.export could not export the program: {reason_of(e)}"
             ) from e
         try:
-            program = import_program(exported)
+            program = import_program(exported, verify)
         except UnsupportedProgram as e:
             raise ExportError(f"xfuse: cannot import the program: {e}") from e
     return Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
@@ -320,23 +323,23 @@ def _builder(
 
         start_workers(backend)  # their imports overlap exporting and fusing
         progress.stage("exporting the program (torch.export)")
-        imported = import_for_xfuse(model_or_fn, call.args, call.kwargs)
+        # unverified: fuse_and_lower verifies it unless the cache holds its fused program
+        imported = import_for_xfuse(model_or_fn, call.args, call.kwargs, verify=False)
         progress.lap("export")
         progress.stage(f"imported {len(imported.op_names)} ops; fusing")
         program_ir = imported.program
         program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
         compiler = ProgramCompiler(compile_kernel, fallback=fallback, device=device)
         decisions, index = fuse_and_lower(program_ir, spec, extra, cache, compiler)
-        groups = summarize(program_ir.module).groups
+        groups = group_count(program_ir.module)
         progress.lap("fusion")
-        progress.stage(f"{len(groups)} groups formed; compiling kernels")
+        progress.stage(f"{groups} groups formed; compiling kernels")
         if can_compile_ahead(backend):
             cache.compile_ahead(backend, compiler.kernel_modules(program_ir.module))
         program = compiler.compile(program_ir.module)
         progress.lap("kernels")
         progress.finish(
-            f"{len(imported.op_names)} ops -> {len(groups)} groups -> "
-            f"{len(program.kernels)} kernels"
+            f"{len(imported.op_names)} ops -> {groups} groups -> {len(program.kernels)} kernels"
         )
         return Executable(
             program,
@@ -366,15 +369,18 @@ def fuse_and_lower(
     """Run the passes on the imported module and lower its units for `compiler` (which keeps
     them for `compile`), or take both from the cache's fused program for the same module,
     passes and device (`program_key`): a warm start skips fusing and lowering. The decisions
-    and the index of the ops they name, as the passes made them."""
+    and the index of the ops they name, as the passes made them. The imported module is
+    verified here, before the passes; a cached program's module verified when it was made, as
+    one with the same text."""
     passes = " ".join([spec, *map(repr, extra)])
-    key = program_key(str(program_ir.module), passes, compiler.device.type)
+    key = program_key(fingerprint(program_ir.module), passes, compiler.device.type)
     found = cache.program(key, serialize.loads)
     if found is not None:
         module, lowered, decisions, index = found
         program_ir.module = module
         compiler.adopt(lowered)
         return decisions, index
+    verify_module(program_ir.module)
     index = OpIndex()
     decisions = run_pipeline(spec, program_ir.module, index.observe, extra)
     lowered = compiler.lower_ahead(program_ir.module)

@@ -40,14 +40,22 @@ def host_target_machine(opt: int = 3) -> llvm.TargetMachine:
     return new_host_target_machine(opt)
 
 
+@cache
+def host_cpu() -> tuple[str, str]:
+    """This CPU's name and its features (AVX2, AVX-512, FMA, ...) as LLVM names them: asked
+    once (0.2 ms a time, and every kernel a warm start loads made its own target machine)."""
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
 def new_host_target_machine(opt: int = 3) -> llvm.TargetMachine:
-    """A target machine for this CPU: its name and features (AVX2, AVX-512, FMA, ...). An MCJIT
-    engine takes ownership of the one it is created with, so each engine needs its own."""
+    """A target machine for this CPU (`host_cpu`). An MCJIT engine takes ownership of the one
+    it is created with, so each engine needs its own."""
     _initialize_native()
     target = llvm.Target.from_default_triple()
+    name, features = host_cpu()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
+        cpu=name,
+        features=features,
         opt=opt,
         reloc="static",
         codemodel="jitdefault",
@@ -56,10 +64,10 @@ def new_host_target_machine(opt: int = 3) -> llvm.TargetMachine:
 
 def host_target_name() -> str:
     """`cpu-<arch>-<cpu name>-<hash of the feature set>`: code for one is wrong for another."""
-    features = llvm.get_host_cpu_features().flatten()
+    name, features = host_cpu()
     digest = hashlib.sha256(features.encode()).hexdigest()[:12]
     arch = llvm.get_default_triple().split("-")[0]
-    return f"cpu-{arch}-{llvm.get_host_cpu_name()}-{digest}"
+    return f"cpu-{arch}-{name}-{digest}"
 
 
 def to_llvm_module(module: ModuleOp, tm: llvm.TargetMachine) -> ir.Module:

@@ -173,8 +173,10 @@ def _first_line(e: Exception) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def import_program(program: ExportedProgram) -> ImportedProgram:
-    """Import an exported program (decomposed here to the aten ops the importer maps)."""
+def import_program(program: ExportedProgram, verify: bool = True) -> ImportedProgram:
+    """Import an exported program (decomposed here to the aten ops the importer maps); its
+    module verified unless `verify` is off (`xfuse.api.fuse_and_lower` verifies it only when
+    no cached program has the same text, since that one verified)."""
     check_no_write_through_returned_input(program)
     if needs_decomposition(program):
         try:
@@ -185,7 +187,7 @@ def import_program(program: ExportedProgram) -> ImportedProgram:
             raise UnsupportedProgram(
                 f"torch.export failed while decomposing: {_first_line(e)}"
             ) from e
-    return Importer(program).run()
+    return Importer(program).run(verify)
 
 
 def _may_be_its_input(value: torch.fx.Node, source: torch.fx.Node) -> bool:
@@ -325,7 +327,7 @@ class Importer:
         self.program = program
         self.signature = program.graph_signature
 
-    def run(self) -> ImportedProgram:
+    def run(self, verify: bool = True) -> ImportedProgram:
         placeholders = [n for n in self.program.graph.nodes if n.op == "placeholder"]
         specs = self.signature.input_specs
         if len(specs) != len(placeholders):
@@ -379,7 +381,8 @@ class Importer:
             arg_attrs=ArrayAttr(arg_attrs),
         )
         module = ModuleOp([function])
-        module.verify()
+        if verify:
+            module.verify()
         return ImportedProgram(
             module,
             param_names,

@@ -188,6 +188,11 @@ def rejections(decisions: Sequence[FusionDecision]) -> list[Rejection]:
     ]
 
 
+def group_count(module: ModuleOp) -> int:
+    """How many groups `summarize` finds in `module`, without weighing their traffic."""
+    return sum(isinstance(op, GroupOp) for f in function_bodies(module) for op in f.body.block.ops)
+
+
 def summarize(
     module: ModuleOp,
     decisions: Sequence[FusionDecision] = (),

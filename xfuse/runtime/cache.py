@@ -111,9 +111,9 @@ def xfuse_sources() -> tuple[Path, ...]:
 
 
 def program_key(module_text: str, passes: str, device: str) -> str:
-    """The key of a fused program (`KernelCache.program`): the imported module's text, the
-    passes run on it (pipeline text and the device's passes with their options), the device
-    type it is lowered for, and the code and versions that made it (every source of xfuse;
+    """The key of a fused program (`KernelCache.program`): the imported module's text (its
+    `xfuse.ir.fingerprint`), the passes run on it (pipeline text and the device's passes with
+    their options), the device type it is lowered for, and the code and versions that made it (every source of xfuse;
     torch, xDSL and Python, whose classes the entry pickles)."""
     import torch
     import xdsl
@@ -135,8 +135,14 @@ def program_key(module_text: str, passes: str, device: str) -> str:
 def backend_version(backend: Backend) -> str:
     """A digest of the code that turns loop IR into artifacts: the backend class's module and
     `codegen_sources()`. Editing them invalidates entries."""
+    return _backend_version(type(backend))
+
+
+@cache
+def _backend_version(kind: type) -> str:
+    """`backend_version` of a backend class (once per process: every kernel's key has it)."""
     files = set(codegen_sources())
-    source = inspect.getsourcefile(type(backend))
+    source = inspect.getsourcefile(kind)
     if source is not None:
         files.add(Path(source).resolve())
     return _sources_digest(tuple(sorted(files)))
