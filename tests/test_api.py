@@ -372,3 +372,25 @@ def test_export_records_no_stack_traces_and_restores_the_setting() -> None:
     with pytest.raises(xfuse.errors.ExportError):
         xfuse.compile(lambda x: x.numpy(), (torch.randn(4),), quiet=True)
     assert fx_config.do_not_emit_stack_traces is False
+
+
+def test_tracers_record_no_stack_traces_where_torch_has_no_setting_for_it() -> None:
+    """The way for a torch without `do_not_emit_stack_traces` (2.11): torch.export's nodes get
+    no stack trace, and tracers record them again after, a failed export included."""
+    from xfuse.api import tracers_record_none
+    from xfuse.frontend.importer import wrap_function
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2
+
+    def traces() -> list[str | None]:
+        exported = torch.export.export(wrap_function(fn), (torch.randn(4),), strict=False)
+        return [n.meta.get("stack_trace") for n in exported.graph.nodes if n.op == "call_function"]
+
+    assert len(traces()) == 2 and all(traces())  # recorded by default
+    with tracers_record_none():
+        assert traces() == [None, None]
+    assert all(traces())
+    with pytest.raises(RuntimeError), tracers_record_none():
+        raise RuntimeError
+    assert all(traces())

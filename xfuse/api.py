@@ -90,20 +90,38 @@ EXPORT_LOCK = threading.Lock()
 @contextmanager
 def no_stack_traces() -> Iterator[None]:
     """torch.fx records no Python stack trace per traced node (`torch.fx.config`'s
-    `do_not_emit_stack_traces`, where this torch has it): xfuse reads none, and capturing and
-    symbolizing them was 15% of torch.export's time (MobileNetV2: 0.47 -> 0.39 s). Restored
-    after, for the caller's own tracing."""
+    `do_not_emit_stack_traces`; a torch without it, 2.11 say, by `tracers_record_none`): xfuse
+    reads none, and capturing and symbolizing them was 15% of torch.export's time
+    (MobileNetV2: 0.47 -> 0.39 s). Restored after, for the caller's own tracing."""
     import torch.fx.config as fx_config
 
     saved = getattr(fx_config, "do_not_emit_stack_traces", None)
+    if saved is None:
+        with tracers_record_none():
+            yield
+        return
     fx_config.do_not_emit_stack_traces = True
     try:
         yield
     finally:
-        if saved is None:
-            del fx_config.do_not_emit_stack_traces
-        else:
-            fx_config.do_not_emit_stack_traces = saved
+        fx_config.do_not_emit_stack_traces = saved
+
+
+@contextmanager
+def tracers_record_none() -> Iterator[None]:
+    """Every torch.fx tracer reads `record_stack_traces` as False for the duration, and setting
+    it does nothing: torch 2.11's export sets it on its tracer, and has no setting that stops
+    it (there, stack traces were 15-20% of exporting MobileNetV2 and Llama on an H200's host).
+    A property on `TracerBase` overrides what a tracer's own `__init__` sets; the class's
+    default is put back after."""
+    from torch.fx.proxy import TracerBase
+
+    saved = TracerBase.__dict__.get("record_stack_traces", False)
+    setattr(TracerBase, "record_stack_traces", property(lambda _: False, lambda _, __: None))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(TracerBase, "record_stack_traces", saved)  # noqa: B010
 
 
 @contextmanager
