@@ -261,7 +261,10 @@ def via_xfuse_compile(
     return compiled, report
 
 
-WARM_IMPORTS = ("torch.export._trace", "xfuse.api", "xfuse.backends.cpu")
+WARM_IMPORTS = {
+    "cpu": ("torch.export._trace", "xfuse.api", "xfuse.backends.cpu"),
+    "cuda": ("torch.export._trace", "xfuse.api", "xfuse.backends.cuda"),
+}
 """What a new process imports before its warm start is timed (xfuse's entry points import the
 rest of it when called): the benchmark's warm start is that of a process less its imports."""
 
@@ -284,7 +287,7 @@ def _warm_child(spec: str) -> None:
     name, size, dtype, device, fallback, directory = json.loads(spec)
     import importlib
 
-    for module in WARM_IMPORTS:
+    for module in WARM_IMPORTS[device]:
         importlib.import_module(module)
     model, inputs = build(name, size, device, DTYPES[dtype])
     cache = KernelCache(Path(directory))
