@@ -113,8 +113,8 @@ def xfuse_sources() -> tuple[Path, ...]:
 def program_key(module_text: str, passes: str, device: str) -> str:
     """The key of a fused program (`KernelCache.program`): the imported module's text (its
     `xfuse.ir.fingerprint`), the passes run on it (pipeline text and the device's passes with
-    their options), the device type it is lowered for, and the code and versions that made it (every source of xfuse;
-    torch, xDSL and Python, whose classes the entry pickles)."""
+    their options), the device type it is lowered for, and the code and versions that made it
+    (every source of xfuse; torch, xDSL and Python, whose classes the entry pickles)."""
     import torch
     import xdsl
 
