@@ -141,3 +141,24 @@ def test_a_kernel_emptied_ahead_is_never_compiled_from_its_empty_body() -> None:
     fresh.adopt(LoweredUnits(units.units, {}))
     (refused,) = fresh.compile(module).op_by_op
     assert "has no body to compile" in refused
+
+
+def test_the_imported_module_is_verified_before_the_passes_unless_its_program_is_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`xfuse.compile` imports without verifying; `fuse_and_lower` verifies the module before
+    the passes, and not on a warm start (the cached program's module verified when made)."""
+    verified: list[str] = []
+    real = xfuse.api.verify_module
+
+    def recording(module: Any, *args: Any) -> None:
+        verified.append(str(module))
+        real(module, *args)
+
+    monkeypatch.setattr(xfuse.api, "verify_module", recording)
+    cold = _compile(KernelCache(tmp_path))
+    assert len(verified) == 1 and "fusion.group" not in verified[0]  # before the passes
+    assert "fusion.group" in str(cold.default.program.module)
+    warm = KernelCache(tmp_path)
+    _compile(warm)
+    assert warm.stats.program_hits == 1 and len(verified) == 1
