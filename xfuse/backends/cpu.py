@@ -37,6 +37,7 @@ from xfuse.backends.llvm import (
 from xfuse.backends.openmp import add_parallel_entry, openmp_parallel_address, parallel_symbol
 from xfuse.backends.threadpool import RangePool, shared_pool
 from xfuse.errors import CodegenError
+from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.passes.llvm.lower_to_llvm import arity_symbol, extent_symbol, lower_kernels_to_llvm
 
@@ -200,11 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ParseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    names = [
-        op.sym_name.data
-        for op in module.ops
-        if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
-    ]
+    names = [f.sym_name.data for f in kernel_functions(module)]
     backend = CPUBackend()
     for name in [args.kernel] if args.kernel else names:
         try:

@@ -32,7 +32,8 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 from xfuse.backends.cuda_driver import DriverFunction
 from xfuse.backends.nvptx import compile_to_ptx
 from xfuse.errors import CodegenError, CUDALaunchError, CUDAUnavailable
-from xfuse.ir.names import BLOCK_ATTR, ITEMS_ATTR, KERNEL_ATTR, STRATEGY_ATTR
+from xfuse.ir.functions import kernel_functions
+from xfuse.ir.names import BLOCK_ATTR, ITEMS_ATTR, STRATEGY_ATTR
 from xfuse.passes.llvm.lower_to_nvvm import POINTER_ALIGNMENT, lower_kernels_to_nvvm
 from xfuse.passes.lowering.gpu_map_parallel import (
     GPUMapping,
@@ -329,9 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = parse(f.read(), name=args.file)
     backend = CUDABackend(args.arch)
     try:
-        for op in module.ops:
-            if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes:
-                sys.stdout.write(backend.compile(module, op.sym_name.data).decode())
+        for kernel in kernel_functions(module):
+            sys.stdout.write(backend.compile(module, kernel.sym_name.data).decode())
     except CodegenError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -36,13 +36,12 @@ from functools import cache
 from pathlib import Path
 from typing import TypeVar
 
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, Kernel
 from xfuse.errors import KernelCacheWarning, XfuseError
 from xfuse.ir.context import parse
-from xfuse.ir.names import KERNEL_ATTR
+from xfuse.ir.functions import kernel_functions
 from xfuse.runtime.compile_workers import MIN_JOBS, backend_spec, compile_in_workers, workers
 
 T = TypeVar("T")
@@ -110,7 +109,7 @@ def xfuse_sources() -> tuple[Path, ...]:
     return tuple(sorted(p.resolve() for p in _XFUSE_ROOT.rglob("*.py")))
 
 
-def program_key(module_text: str, passes: str, device: str) -> str:
+def program_key(module_fingerprint: str, passes: str, device: str) -> str:
     """The key of a fused program (`KernelCache.program`): the imported module's text (its
     `xfuse.ir.fingerprint`), the passes run on it (pipeline text and the device's passes with
     their options), the device type it is lowered for, and the code and versions that made it
@@ -120,7 +119,7 @@ def program_key(module_text: str, passes: str, device: str) -> str:
 
     parts = (
         "program",
-        module_text,
+        module_fingerprint,
         passes,
         device,
         _sources_digest(xfuse_sources()),
@@ -439,12 +438,8 @@ class KernelCache:
 
 def _only_kernel(module: ModuleOp) -> str | None:
     """The symbol of the module's kernel when it holds exactly one."""
-    symbols = [
-        op.sym_name.data
-        for op in module.ops
-        if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
-    ]
-    return symbols[0] if len(symbols) == 1 else None
+    kernels = kernel_functions(module)
+    return kernels[0].sym_name.data if len(kernels) == 1 else None
 
 
 def named_artifact(artifact: bytes, symbol: str, name: str) -> bytes:

@@ -33,7 +33,8 @@ from xfuse.dialects.torch_args import Operand
 from xfuse.errors import XfuseError
 from xfuse.interpreters.graph import OP_IMPLS, find_function, interpret, run_op
 from xfuse.ir import dtypes
-from xfuse.ir.names import ERROR_FLAG_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.ir.functions import kernel_functions
+from xfuse.ir.names import ERROR_FLAG_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.runtime.cache import KernelSource
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
 from xfuse.runtime.steps import (
@@ -474,7 +475,7 @@ class ProgramCompiler:
             except Exception:  # noqa: BLE001 - `compile` lowers it again and handles the error
                 continue
             self._lowered[op] = lowered
-            for f in _kernels_of(lowered):
+            for f in kernel_functions(lowered):
                 self.canonical(f)
                 _drop_body(f)
         return LoweredUnits(dict(self._lowered), dict(self._canonical))
@@ -494,7 +495,7 @@ class ProgramCompiler:
             self.canonical(f)
             for op in find_function(module, self.function).body.block.ops
             if (lowered := self._lowered.get(op)) is not None
-            for f in _kernels_of(lowered)
+            for f in kernel_functions(lowered)
         ]
 
     def compile(self, module: ModuleOp) -> Program:
@@ -727,10 +728,6 @@ def _drop_body(kernel: func.FuncOp) -> None:
     for block in list(kernel.body.blocks):
         kernel.body.detach_block(block)
         block.erase(safe_erase=False)
-
-
-def _kernels_of(module: ModuleOp) -> list[func.FuncOp]:
-    return [f for f in module.ops if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes]
 
 
 def _is_lowered_unit(op: Operation) -> bool:

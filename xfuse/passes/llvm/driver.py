@@ -41,7 +41,8 @@ from xdsl.pattern_rewriter import (
 from xdsl.transforms.convert_scf_to_cf import ForLowering, IfLowering, SwitchLowering
 from xdsl.transforms.reconcile_unrealized_casts import reconcile_unrealized_casts
 
-from xfuse.ir.names import KERNEL_ATTR, TIES_KEEP_FIRST_ATTR
+from xfuse.ir.functions import kernel_functions
+from xfuse.ir.names import TIES_KEEP_FIRST_ATTR
 from xfuse.passes.llvm.convert_arith_to_llvm import convert_arith_ops, lower_before_type_conversion
 from xfuse.passes.llvm.convert_cf_to_llvm import convert_cf_ops
 from xfuse.passes.llvm.convert_func_to_llvm import convert_funcs, rewrite_once
@@ -89,11 +90,6 @@ class LLVMTarget:
     +0.0 tie (the CPU's `a < b ? b : a`; CUDA's are IEEE maximum and minimum): the ops marked
     `TIES_KEEP_FIRST_ATTR` become compare-and-select (`TiesKeepFirst`)."""
     finish_module: Callable[[ModuleOp, list[str]], None] = _finish_nothing
-
-
-def kernel_functions(module: ModuleOp) -> list[func.FuncOp]:
-    """The module's top-level `xfuse.kernel` functions, in order."""
-    return [op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes]
 
 
 def lower_kernels(module: ModuleOp, target: LLVMTarget) -> list[str]:

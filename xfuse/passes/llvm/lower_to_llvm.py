@@ -56,6 +56,7 @@ from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 
 from xfuse.dialects import fusion
+from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, RANGE_ARGS_ATTR
 from xfuse.passes.llvm.convert_func_to_llvm import (
     convert_types,
@@ -369,8 +370,7 @@ def divide_by_reciprocal(loop: scf.ForOp) -> None:
 
 
 def prepare_cpu_kernels(module: ModuleOp) -> None:
-    kernels = [o for o in module.ops if isinstance(o, func.FuncOp) and KERNEL_ATTR in o.attributes]
-    for kernel in kernels:
+    for kernel in kernel_functions(module):
         for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
             reuse_reduction_values(parallel)
         for loop in [o for o in kernel.walk() if isinstance(o, scf.ForOp)]:

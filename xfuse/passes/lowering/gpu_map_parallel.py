@@ -61,7 +61,8 @@ from xdsl.utils.exceptions import DiagnosticException
 from xfuse.dialects.graph import numel
 from xfuse.errors import XfuseError
 from xfuse.ir.dtypes import byte_width
-from xfuse.ir.names import ALIGN_ATTR, BLOCK_ATTR, ITEMS_ATTR, KERNEL_ATTR, LANE_ATTR, STRATEGY_ATTR
+from xfuse.ir.functions import kernel_functions
+from xfuse.ir.names import ALIGN_ATTR, BLOCK_ATTR, ITEMS_ATTR, LANE_ATTR, STRATEGY_ATTR
 from xfuse.passes.lowering.scalar_ops import REDUCTION_IDENTITIES, reduction_identity
 from xfuse.passes.options import BLOCK_THREADS, NON_NEGATIVE, POSITIVE, ROW_THREADS, option
 
@@ -967,12 +968,7 @@ class GPUMapParallelPass(GPUMapping, ModulePass):
     name = "gpu-map-parallel"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        kernels = [
-            f
-            for f in op.body.block.ops
-            if isinstance(f, func.FuncOp) and KERNEL_ATTR in f.attributes
-        ]
-        for kernel in kernels:
+        for kernel in kernel_functions(op):
             map_kernel(kernel, op, self.mapping())
 
     def mapping(self) -> GPUMapping:
