@@ -289,6 +289,18 @@ CASES = [
         "tensor<3x2xf32>",
         lambda a: F.max_pool1d(a, 3, 2, 1),
     ),
+    Case(
+        "graph.patches",
+        ("tensor<2x3x4xf32>",),
+        "graph.patches %a kernel = [2, 3] stride = [2, 1] padding = [1, 1] : tensor<2x3x4xf32> "
+        "-> tensor<2x4x2x2x3xf32>",
+        "tensor<2x4x2x2x3xf32>",
+        lambda a: (
+            F.unfold(a[None], (2, 3), padding=(1, 1), stride=(2, 1))
+            .reshape(2, 2, 3, 2, 4)
+            .permute(3, 4, 0, 1, 2)
+        ),
+    ),
     # (task gather) random i64 inputs are 0 or 1: valid rows of X.
     Case(
         "graph.gather",

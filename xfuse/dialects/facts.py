@@ -29,6 +29,14 @@ FACT_NAMES = ("torch", "aten", "scalar", "fuzz")
 """The facts an op declares in `OpFacts` (or explains in `OpFacts.without`)."""
 
 
+MAX_WINDOW_READS = 4.0
+"""A windowed op (pad, pool, patches) absorbs its producers into its kernel (computing them at
+each position it reads) only when it reads each input element at most this many times on
+average: a 3x3 / stride-2 max pool reads 2.25 times; a 5x5 / stride-1 pool (25 times) reads a
+buffer instead. Fusion applies it (`legality.window_absorbs`), and `convolution-matmul` makes
+patches only where it holds (so that they add no kernel)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Scalar rules: one element of an elementwise op as arith / math ops
 # ---------------------------------------------------------------------------------------------

@@ -2402,6 +2402,79 @@ class PoolOp(IRDLOperation):
             )
 
 
+@irdl_op_definition
+class PatchesOp(IRDLOperation):
+    """The windows a 2-D convolution multiplies (im2col), one per output position, of a
+    `[C, H, W]` input: element `[oh, ow, c, i, j]` is `x[c, oh * sh + i - ph, ow * sw + j - pw]`,
+    0 outside the input. Seen as `[OH * OW, C * KH * KW]` (a reshape, no copy), it is the
+    matrix that the convolution's weight, seen as `[O, C * KH * KW]`, multiplies.
+    `%p = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<8x4x4xf32> -> tensor<2x2x8x3x3xf32>`"""
+
+    name = "graph.patches"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        fuzz=Fuzz.drawn_by("convolution"),
+        without={
+            "aten": "made by convolution-matmul from a convolution torch runs on its slow path",
+            "scalar": "lower-to-loops emits it: the input read at the window position, guarded",
+        },
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase[I64])
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = (
+        "$input `kernel` `=` $kernel `stride` `=` $stride `padding` `=` $padding attr-dict "
+        "`:` type($input) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+    ):
+        input = SSAValue.get(input)
+        channels, *spatial = shape_of(input)
+        out = pool_shape(spatial, kernel, stride, padding, (1, 1), False)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), (*out, channels, *kernel))],
+            properties={
+                "kernel": _i64_array(kernel),
+                "stride": _i64_array(stride),
+                "padding": _i64_array(padding),
+            },
+        )
+
+    @property
+    def window(self) -> tuple[tuple[int, ...], ...]:
+        """kernel, stride, padding."""
+        return (_ints(self.kernel), _ints(self.stride), _ints(self.padding))
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        kernel, stride, padding = self.window
+        shape = t.get_shape()
+        if len(shape) != 3 or not len(kernel) == len(stride) == len(padding) == 2:
+            raise VerifyException(
+                f"expected a [C, H, W] operand and 2 kernel, stride and padding values, found "
+                f"{fmt_shape(shape)}, {list(kernel)}, {list(stride)}, {list(padding)}"
+            )
+        for i, (k, st, pd) in enumerate(zip(kernel, stride, padding, strict=True)):
+            if min(k, st) <= 0 or not 0 <= pd <= k // 2:
+                raise VerifyException(
+                    f"expected kernel, stride > 0 and 0 <= padding <= kernel / 2 in window dim "
+                    f"{i}, found {k}, {st}, {pd}"
+                )
+        out = pool_shape(shape[1:], kernel, stride, padding, (1, 1), False)
+        _check_result_shape(self, (*out, shape[0], *kernel))
+
+
 def adaptive_window(size: int, out: int) -> int:
     """The largest window of an adaptive pool of `size` elements into `out`."""
     return max(-(-(o + 1) * size // out) - o * size // out for o in range(out)) if out else 0
@@ -3178,6 +3251,7 @@ Graph = Dialect(
         # pool task: padding and pooling
         PadOp,
         PoolOp,
+        PatchesOp,
         ArgMaxOp,
         ArgMinOp,
         # task `scan`

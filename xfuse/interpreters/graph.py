@@ -348,7 +348,17 @@ def _pool(op: Operation, xs: list[Tensor]) -> Tensor:
     return y.reshape(out).contiguous()
 
 
-POOL_IMPLS: dict[str, Impl] = {"graph.pad": _pad, "graph.pool": _pool}
+def _patches(op: Operation, xs: list[Tensor]) -> Tensor:
+    """graph.patches: the zero-padded input's windows (`Tensor.unfold` along H, then W),
+    `[C, OH, OW, KH, KW]`, laid out as `[OH, OW, C, KH, KW]`."""
+    assert isinstance(op, graph.PatchesOp)
+    (kh, kw), (sh, sw), (ph, pw) = op.window
+    padded = torch.nn.functional.pad(xs[0], [pw, pw, ph, ph])
+    windows = padded.unfold(1, kh, sh).unfold(2, kw, sw)
+    return windows.permute(1, 2, 0, 3, 4).contiguous()
+
+
+POOL_IMPLS: dict[str, Impl] = {"graph.pad": _pad, "graph.pool": _pool, "graph.patches": _patches}
 
 
 OWN_IMPLS: dict[str, Impl] = {

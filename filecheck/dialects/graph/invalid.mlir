@@ -756,3 +756,27 @@ func.func @f(%x: tensor<4x8xf32>) {
   %0 = graph.scan %x dim = 1 kind = "prod" : tensor<4x8xf32> -> tensor<8x4xf32>
   func.return
 }
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.patches' op expected a [C, H, W] operand and 2 kernel, stride and padding values, found [1, 8, 4, 4], [3, 3], [2, 2], [1, 1]
+func.func @f(%x: tensor<1x8x4x4xf32>) {
+  %0 = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<1x8x4x4xf32> -> tensor<2x2x8x3x3xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.patches' op expected kernel, stride > 0 and 0 <= padding <= kernel / 2 in window dim 1, found 3, 2, 2
+func.func @f(%x: tensor<8x4x4xf32>) {
+  %0 = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 2] : tensor<8x4x4xf32> -> tensor<2x3x8x3x3xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.patches' op expected result shape [2, 2, 8, 3, 3], found [4, 8, 3, 3]
+func.func @f(%x: tensor<8x4x4xf32>) {
+  %0 = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<8x4x4xf32> -> tensor<4x8x3x3xf32>
+  func.return
+}

@@ -291,6 +291,17 @@ func.func @pad_pool(%x: tensor<4x8xf32>, %y: tensor<1x4x9x9xf32>, %i: tensor<4x8
 // GENERIC: "graph.pad"
 // GENERIC: "graph.pool"
 
+// convolution-matmul: a convolution's windows (im2col), one per output position.
+// CHECK-LABEL: func.func @patches
+func.func @patches(%x: tensor<8x4x4xf32>, %y: tensor<3x10x9xf64>) -> (tensor<2x2x8x3x3xf32>, tensor<4x2x3x5x5xf64>) {
+  // CHECK-NEXT: %{{.*}} = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<8x4x4xf32> -> tensor<2x2x8x3x3xf32>
+  %0 = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<8x4x4xf32> -> tensor<2x2x8x3x3xf32>
+  // CHECK-NEXT: %{{.*}} = graph.patches %y kernel = [5, 5] stride = [3, 3] padding = [2, 0] : tensor<3x10x9xf64> -> tensor<4x2x3x5x5xf64>
+  %1 = graph.patches %y kernel = [5, 5] stride = [3, 3] padding = [2, 0] : tensor<3x10x9xf64> -> tensor<4x2x3x5x5xf64>
+  func.return %0, %1 : tensor<2x2x8x3x3xf32>, tensor<4x2x3x5x5xf64>
+}
+// GENERIC: "graph.patches"
+
 // (task gather) graph.gather: one index tensor, a `wrap` one, two index tensors.
 // CHECK-LABEL: func.func @gather
 func.func @gather(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>, %j: tensor<1x3xi32>, %y: tensor<5x6x7xbf16>, %a: tensor<6x1xi64>) -> (tensor<6x4xf32>, tensor<10x3xf32>, tensor<6x7xbf16>) {

@@ -1,11 +1,13 @@
 """`convolution-matmul`: a batch-1 1x1 convolution that torch runs on its slow path becomes the
-matrix product that path computes, bit for bit eager's values; others stay library calls; and
-`xfuse.compile` runs it on the CPU."""
+matrix product that path computes, bit for bit eager's values (of stride 2: the product at full
+resolution, sampled); a larger window of stride 2 becomes its patches times the weight,
+transposed; others stay library calls; and `xfuse.compile` runs it on the CPU."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import torch
@@ -21,11 +23,12 @@ CONV = "aten.convolution.default"
 
 
 class Block(nn.Module):
-    """A 1x1 convolution between eval batch-norm-like affines and ReLUs (ResNet's bottleneck)."""
+    """A convolution (1x1 unless told) between eval batch-norm-like affines and ReLUs (ResNet's
+    bottleneck)."""
 
-    def __init__(self, channels: int, out: int, bias: bool, **conv: int) -> None:
+    def __init__(self, channels: int, out: int, bias: bool, **conv: Any) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(channels, out, 1, bias=bias, **conv)
+        self.conv = nn.Conv2d(channels, out, bias=bias, **{"kernel_size": 1, **conv})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.relu(self.conv(F.relu(x * 0.5 + 0.25)) * 0.75 - 0.1)
@@ -85,9 +88,25 @@ def test_the_product_is_the_convolution_bit_for_bit(bias: bool, dtype: torch.dty
 @pytest.mark.parametrize(
     ("name", "channels", "out", "conv", "shape", "dtype"),
     [
-        ("3x3 window", 4, 4, {"kernel_size": 3}, (1, 4, 8, 8), torch.float32),
-        ("stride 2", 4, 4, {"stride": 2}, (1, 4, 8, 8), torch.float32),
+        ("3x3 window of stride 1", 4, 4, {"kernel_size": 3}, (1, 4, 8, 8), torch.float32),
+        ("stride 3", 4, 4, {"stride": 3}, (1, 4, 8, 8), torch.float32),
         ("padding", 4, 4, {"padding": 1}, (1, 4, 8, 8), torch.float32),
+        (
+            "dilation",
+            4,
+            4,
+            {"kernel_size": 3, "stride": 2, "dilation": 2},
+            (1, 4, 8, 8),
+            torch.float32,
+        ),
+        (
+            "5x5 window of stride 2",
+            4,
+            4,
+            {"kernel_size": 5, "stride": 2},
+            (1, 4, 9, 9),
+            torch.float32,
+        ),
         ("grouped", 4, 4, {"groups": 2}, (1, 4, 8, 8), torch.float32),
         ("batch 2", 4, 4, {}, (2, 4, 8, 8), torch.float32),
         ("bf16", 4, 4, {}, (1, 4, 8, 8), torch.bfloat16),
@@ -106,48 +125,120 @@ def test_other_convolutions_stay_library_calls(
     run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
     assert _count(imported.module, "graph.torch_call", CONV) == 1, name
     assert _count(imported.module, "graph.matmul") == 0, name
+    assert _count(imported.module, "graph.patches") == 0, name
 
 
-def test_an_input_the_call_gives_stays_a_library_call() -> None:
-    """An argument may come channels-last (then eager's convolution takes oneDNN): only a
-    value the program makes (a contiguous kernel buffer) becomes the product's operand."""
-    torch.manual_seed(2)
-    model = nn.Conv2d(8, 4, 1).eval()
-    x = torch.randn(1, 8, 6, 6)
-    imported = import_module(model, (x,))
-    run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
-    assert _count(imported.module, "graph.torch_call", CONV) == 1
-    with torch.no_grad():
-        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
-        cl = x.contiguous(memory_format=torch.channels_last)
-        torch.testing.assert_close(compiled(cl), model(cl), rtol=0, atol=0)
-
-
-def test_by_default_only_what_torch_runs_on_its_slow_path() -> None:
-    """With two threads torch runs a batch-1 1x1 convolution of more than 20480 input elements
-    with oneDNN, a smaller one on its slow path; with one thread, both on its slow path."""
-    small = Block(16, 8, False).eval()
-    large = Block(64, 8, False).eval()
-    for n, rewritten in ((2, {16: True, 64: False}), (1, {16: True, 64: True})):
-        with threads(n):
-            for model, channels in ((small, 16), (large, 64)):
-                x = torch.randn(1, channels, 18, 18)
-                imported = import_module(model, (x,))
-                run_pipeline("decompose,convolution-matmul", imported.module)
-                matmuls = _count(imported.module, "graph.matmul")
-                assert matmuls == int(rewritten[channels]), (n, channels)
-
-
-def test_large_inputs_stay_library_calls_without_asking_torch(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(1, 16, 8, 8), (1, 16, 7, 9)])
+def test_a_strided_one_is_the_full_product_sampled(
+    bias: bool, dtype: torch.dtype, shape: tuple[int, ...]
 ) -> None:
-    from xfuse.passes.transforms import convolution_matmul
+    """Stride 2: the product at full resolution (odd sizes too), every second pixel read; the
+    same dot products, so eager's values to `assert_close` (BLAS may order them otherwise)."""
+    torch.manual_seed(3)
+    model = Block(16, 24, bias, stride=2).eval().to(dtype)
+    x = torch.randn(shape, dtype=dtype)
+    imported = import_module(model, (x,))
+    args = imported.arguments(x)
+    run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
+    imported.module.verify()
+    assert _count(imported.module, "graph.torch_call", CONV) == 0
+    assert _count(imported.module, "graph.slice") == 1
+    (got,) = interpret(imported.module, args)
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x))
 
-    monkeypatch.setattr(convolution_matmul, "ASK_TORCH_MAX_ELEMENTS", 16 * 18 * 18 - 1)
-    with threads(1):  # torch's slow path, were it asked
-        imported = import_module(Block(16, 8, False).eval(), (torch.randn(1, 16, 18, 18),))
-        run_pipeline("decompose,convolution-matmul", imported.module)
-    assert _count(imported.module, "graph.torch_call", CONV) == 1
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding", "shape"),
+    [
+        (3, 2, 1, (1, 8, 8, 8)),
+        (3, 2, 0, (1, 5, 7, 9)),
+        (2, 2, 0, (1, 6, 6, 5)),
+        ((3, 1), (2, 1), (1, 0), (1, 4, 9, 4)),
+        (5, 3, 2, (1, 3, 10, 11)),
+    ],
+)
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_larger_window_is_its_patches_times_the_weight(
+    kernel: Any, stride: Any, padding: Any, shape: tuple[int, ...], bias: bool
+) -> None:
+    """A window whose patches read each element at most 4 times: `graph.patches`, seen as a
+    matrix, times the weight; eager's values, from the interpreter and from compiled kernels."""
+    torch.manual_seed(4)
+    conv = {"kernel_size": kernel, "stride": stride, "padding": padding}
+    model = Block(shape[1], 6, bias, **conv).eval()
+    x = torch.randn(shape)
+    imported = import_module(model, (x,))
+    args = imported.arguments(x)
+    run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
+    imported.module.verify()
+    assert _count(imported.module, "graph.torch_call", CONV) == 0
+    assert _count(imported.module, "graph.patches") == 1
+    (got,) = interpret(imported.module, args)
+    with torch.no_grad():
+        want = model(x)
+        torch.testing.assert_close(got, want)
+        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
+        torch.testing.assert_close(compiled(x), want)
+
+
+def test_patches_are_torch_unfold_laid_out_by_position() -> None:
+    """The interpreter's `graph.patches` against `F.unfold`'s columns, integers included."""
+    from xfuse.dialects import graph
+    from xfuse.interpreters.graph import POOL_IMPLS
+
+    for dtype in (torch.float32, torch.int64):
+        x = torch.randint(-9, 9, (3, 7, 6)).to(dtype)
+        op = graph.PatchesOp(_typed_input(x), (3, 2), (2, 2), (1, 1))
+        got = POOL_IMPLS["graph.patches"](op, [x])
+        cols = F.unfold(x.double()[None], (3, 2), padding=(1, 1), stride=(2, 2))[0]
+        oh, ow = got.shape[:2]
+        want = cols.reshape(3, 3, 2, oh, ow).permute(3, 4, 0, 1, 2).to(dtype)
+        assert got.is_contiguous() and torch.equal(got, want)
+
+
+def _typed_input(x: torch.Tensor) -> Any:
+    """A block argument of `x`'s tensor type (an operand for building an op)."""
+    from xdsl.dialects.builtin import TensorType
+    from xdsl.ir import Block
+
+    from xfuse.ir import dtypes
+
+    return Block(arg_types=[TensorType(dtypes.from_torch(x.dtype), x.shape)]).args[0]
+
+
+def test_patches_take_in_their_producer_so_no_kernel_is_added() -> None:
+    """ResNet's downsampling shapes, compiled: an affine and ReLU read only by a 3x3
+    convolution of stride 2 are computed where its patch kernel reads them, and a sum reads a
+    1x1 convolution of stride 2's sampled product in place: two kernels each, as with the
+    library calls (one before the convolution, one after)."""
+
+    class Down(nn.Module):
+        def __init__(self, window: int) -> None:
+            super().__init__()
+            padding = window // 2
+            self.conv = nn.Conv2d(16, 32, window, stride=2, padding=padding, bias=False)
+            self.up = nn.Conv2d(16, 32, 1, stride=2, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = F.relu(x * 0.5 + 0.25)
+            if self.conv.kernel_size == (1, 1):  # two sampled products of y, summed
+                return F.relu(self.conv(y) * 0.75 + self.up(y) * 0.25)
+            return F.relu(self.conv(y) * 0.75 - 0.1)
+
+    torch.manual_seed(5)
+    x = torch.randn(1, 16, 8, 8)
+    for window, rewritten, count in ((3, "graph.patches", 1), (1, "graph.slice", 2)):
+        model = Down(window).eval()
+        with torch.no_grad(), threads(2):
+            compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
+            torch.testing.assert_close(compiled(x), model(x))
+        module = compiled.default.program.module
+        assert _count(module, "graph.torch_call", CONV) == 0, window
+        assert _count(module, rewritten) == count, window
+        assert len(compiled.kernels) == 2, window
 
 
 def test_xfuse_compile_runs_it_on_the_cpu_and_matches_eager() -> None:

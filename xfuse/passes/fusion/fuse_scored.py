@@ -365,7 +365,7 @@ class FuseScoredPass(ModulePass):
     name = "fuse-scored"
 
     window: int = option(64, POSITIVE)
-    max_rounds: int = option(10, NON_NEGATIVE)
+    max_rounds: int = option(16, NON_NEGATIVE)
     arg_limit: int = option(128, POSITIVE)
     max_group_size: int = option(256, POSITIVE)
     max_fusions: int = option(-1, LIMIT_OR_ALL)

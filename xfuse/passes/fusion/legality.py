@@ -51,10 +51,10 @@ from typing import Required, TypedDict, Unpack
 from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.dialects.facts import MAX_WINDOW_READS
 from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
 from xfuse.passes.fusion.op_facts import (
     FUSABLE_KINDS,
-    MAX_WINDOW_READS,
     Space,
     combine_spaces,
     gather_mismatch,

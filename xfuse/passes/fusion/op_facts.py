@@ -184,12 +184,7 @@ def gather_mismatch(
 # Windowed ops (pool task): pad and pool read their input at shifted, clamped positions
 # ---------------------------------------------------------------------------------------------
 
-WINDOW_OPS = (graph.PadOp, graph.PoolOp)
-
-MAX_WINDOW_READS = 4.0
-"""A windowed op absorbs its producers (computing them at each position it reads) only when
-it reads each input element at most this many times on average: a 3x3 / stride-2 max pool
-reads 2.25 times; a 5x5 / stride-1 pool (25 times) reads a buffer instead."""
+WINDOW_OPS = (graph.PadOp, graph.PoolOp, graph.PatchesOp)
 
 
 @cache

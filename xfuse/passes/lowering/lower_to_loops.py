@@ -1225,11 +1225,11 @@ class KernelBuilder:
         if isinstance(op, graph.ConcatOp):
             return self._concat_at(op, index, 0)
         if isinstance(op, POOL_OPS):
-            return (
-                pad_value_at(self, op, index)
-                if isinstance(op, graph.PadOp)
-                else pool_value_at(self, op, index)
-            )
+            if isinstance(op, graph.PadOp):
+                return pad_value_at(self, op, index)
+            if isinstance(op, graph.PatchesOp):
+                return patches_value_at(self, op, index)
+            return pool_value_at(self, op, index)
         if is_real_reduction(op):
             return self._row_value(op, index)
         if isinstance(op, graph.ScanOp):  # task `scan`: emit_scan sets its value at its index
@@ -1306,7 +1306,7 @@ class KernelBuilder:
 # Padding and pooling (pool task)
 # ---------------------------------------------------------------------------------------------
 
-POOL_OPS = graph.PadOp | graph.PoolOp
+POOL_OPS = graph.PadOp | graph.PoolOp | graph.PatchesOp
 
 UNROLL_WINDOW = 32
 """Windows of up to this many elements are unrolled (each position's guard decided or folded
@@ -1414,6 +1414,26 @@ def pad_value_at(b: KernelBuilder, op: graph.PadOp, index: Index) -> SSAValue:
         return _fill(b, op.fill, t)
     x, inside = guarded
     return x if inside is None else b.insert(arith.SelectOp(inside, x, _fill(b, op.fill, t)))
+
+
+def patches_value_at(b: KernelBuilder, op: graph.PatchesOp, index: Index) -> SSAValue:
+    """select(inside, x[c, clamp(oh * sh + i - ph), clamp(ow * sw + j - pw)], 0) at
+    `[oh, ow, c, i, j]`, with only the guards the positions' bounds leave open."""
+    oh, ow, c, i, j = index
+    _, stride, padding = op.window
+    src = [
+        c,
+        *(
+            add(add(scale(o, s), k), constant_index(-p))
+            for o, k, s, p in zip((oh, ow), (i, j), stride, padding, strict=True)
+        ),
+    ]
+    t = dtype_of(op.result)
+    guarded = _guarded_value(b, op.input, src, shape_of(op.input)[1:])
+    if guarded is None:
+        return _fill(b, 0.0, t)
+    x, inside = guarded
+    return x if inside is None else b.insert(arith.SelectOp(inside, x, _fill(b, 0.0, t)))
 
 
 def _pool_combiner(

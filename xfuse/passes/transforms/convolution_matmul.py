@@ -1,6 +1,7 @@
 """
 `convolution-matmul`: a 1x1 convolution that torch runs with its slow im2col path becomes the
-one matrix product that path computes.
+one matrix product that path computes (a strided one: that product at full resolution, every
+`s`-th pixel of it read).
 
 For a small batch-1 input torch's CPU convolution leaves oneDNN for `_slow_conv2d_forward`
 (`torch._C._select_conv_backend` says `Slow2d`): it multiplies the weight, seen as
@@ -23,13 +24,25 @@ not oneDNN's (the same to `assert_close`, not bit for bit).
     %m = graph.matmul %w2, %c : tensor<8x16xf32>, tensor<16x16xf32> -> tensor<8x16xf32>
     %y = graph.reshape %m : tensor<8x16xf32> -> tensor<1x8x4x4xf32>
 
-Larger windows and strides are left to torch: their patches need a copy (a strided slice per
-window element, concatenated), and measured on the zoo's ResNet that copy, fused with the
-batch norm before it, cost more than the call saves (a 3x3 one's patch kernel 19 us against
-torch's 14 us for the whole convolution). By default only the convolutions torch would run on
-its slow path are rewritten (the backend torch picks for this input, weight and thread count
-at compile time, asked for inputs of up to `ASK_TORCH_MAX_ELEMENTS`); oneDNN's stay library
-calls.
+A 1x1 window of stride 2 (ResNet's shortcut convolutions) samples its input: its patches are a
+strided copy. Its value is the full-resolution product read every second row and column
+(`graph.slice`, which the consumer's kernel reads in place): 4x the multiplications, but one
+BLAS call and no copy, and torch's slow path is slower still for these shapes, its product
+having as few rows as the output has pixels (BLAS's worst shape; 2-core CPU, ResNet's three:
+14.8 -> 13.0 us at 16x16, 13.6 -> 10.3 us at 8x8, 33.9 -> 9.7 us at 4x4). Each value is the
+same dot product; BLAS sums it in the same order for the two larger ones (bit for bit eager's)
+but not at 4x4 (the same to `assert_close`).
+
+    %m = graph.matmul %w2, %c : tensor<8x16xf32>, tensor<16x16xf32> -> tensor<8x16xf32>
+    %f = graph.reshape %m : tensor<8x16xf32> -> tensor<1x8x4x4xf32>
+    %y = graph.slice %f start = [0, 0, 0, 0] limit = [1, 8, 4, 4] stride = [1, 1, 2, 2] : tensor<1x8x4x4xf32> -> tensor<1x8x2x2xf32>
+
+Larger windows are left to torch: their patches need a copy (a strided slice per window
+element, concatenated), and measured on the zoo's ResNet that copy, fused with the batch norm
+before it, cost more than the call saves (a 3x3 one's patch kernel 19 us against torch's 14 us
+for the whole convolution). By default only the convolutions torch would run on its slow path
+are rewritten (the backend torch picks for this input, weight and thread count at compile time,
+asked for inputs of up to `ASK_TORCH_MAX_ELEMENTS`); oneDNN's stay library calls.
 """
 
 from __future__ import annotations
@@ -56,6 +69,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
+from xfuse.dialects.facts import MAX_WINDOW_READS
 from xfuse.frontend.convolution import ConvolutionCall
 from xfuse.ir import dtypes
 from xfuse.passes.transforms.decompose import OpList
@@ -63,18 +77,20 @@ from xfuse.passes.transforms.decompose import OpList
 ADDMM = "aten.addmm.default"
 
 
-def pointwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
-    """The convolution `op` (`ConvolutionCall.of`) when it is a batch-1, 2-D, ungrouped one
-    of a `[1, C, H, W]` input the program makes (`made_contiguous`), weight `[O, C, 1, 1]`,
-    stride 1, no padding, and f32 or f64 throughout."""
+MAX_STRIDE = 2
+"""Strides of a 1x1 window up to this are rewritten: the full-resolution product does
+`stride**2` times the multiplications the convolution needs."""
+
+
+def _slow_path_candidate(op: graph.TorchCallOp) -> ConvolutionCall | None:
+    """The convolution `op` (`ConvolutionCall.of`) when it is a batch-1, 2-D, ungrouped,
+    undilated one of a non-empty `[1, C, H, W]` input the program makes (`made_contiguous`),
+    f32 or f64 throughout (a bias `[O]`)."""
     conv = ConvolutionCall.of(op)
-    if conv is None or conv.groups != 1 or conv.stride != (1, 1) or conv.padding != (0, 0):
+    if conv is None or conv.groups != 1 or len(conv.stride) != 2 or conv.dilation != (1, 1):
         return None
     shape, wshape = graph.shape_of(conv.input), graph.shape_of(conv.weight)
-    out = graph.shape_of(op.outputs[0])
-    if len(shape) != 4 or shape[0] != 1 or 0 in shape or wshape[1:] != (shape[1], 1, 1):
-        return None
-    if out != (1, wshape[0], *shape[2:]):
+    if len(shape) != 4 or shape[0] != 1 or 0 in shape or 0 in wshape or wshape[1] != shape[1]:
         return None
     dtype = graph.dtype_of(conv.input)
     values = [conv.input, conv.weight, op.outputs[0]]
@@ -86,6 +102,31 @@ def pointwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
     if conv.bias is not None and graph.shape_of(conv.bias) != (wshape[0],):
         return None
     return conv if made_contiguous(conv.input) else None
+
+
+def pointwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
+    """`_slow_path_candidate`'s convolution when its window is 1x1, its stride 1 or 2
+    (`MAX_STRIDE`) along each dim and it has no padding."""
+    conv = _slow_path_candidate(op)
+    if conv is None or conv.kernel != (1, 1) or conv.padding != (0, 0):
+        return None
+    if not all(1 <= s <= MAX_STRIDE for s in conv.stride):
+        return None
+    return conv
+
+
+def windowed(op: graph.TorchCallOp) -> ConvolutionCall | None:
+    """`_slow_path_candidate`'s convolution when its window is larger than 1x1 and its
+    patches read each input element at most `MAX_WINDOW_READS` times (a 3x3 window of stride
+    2: 2.25 times), so that their kernel computes its producer where it reads it instead of
+    adding a kernel (a 3x3 one of stride 1 reads each element 9 times)."""
+    conv = _slow_path_candidate(op)
+    if conv is None or conv.kernel == (1, 1):
+        return None
+    if any(p > k // 2 for p, k in zip(conv.padding, conv.kernel, strict=True)):
+        return None
+    reads = graph.numel(conv.kernel) / graph.numel(conv.stride)
+    return conv if reads <= MAX_WINDOW_READS else None
 
 
 def made_contiguous(value: SSAValue) -> bool:
@@ -116,12 +157,13 @@ def torch_runs_slow_path(conv: ConvolutionCall) -> bool:
     w = torch.empty(graph.shape_of(conv.weight), dtype=dtype)
     b = torch.empty(graph.shape_of(conv.bias), dtype=dtype) if conv.bias is not None else None
     select = getattr(torch._C, "_select_conv_backend")  # noqa: B009 - private, not in the stubs
-    backend = select(x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    backend = select(x, w, b, list(conv.stride), list(conv.padding), [1, 1], False, [0, 0], 1)
     return getattr(backend, "name", None) == "Slow2d"
 
 
-def as_matmul(conv: ConvolutionCall, out: tuple[int, ...]) -> tuple[list[Operation], SSAValue]:
-    """The ops that compute `conv` (of result shape `out`) as a matrix product, and its value."""
+def as_matmul(conv: ConvolutionCall) -> tuple[list[Operation], SSAValue]:
+    """The ops that compute `conv` as a matrix product (at full resolution, then sampled every
+    `stride` pixels), and its value."""
     ops = OpList()
     _, channels, height, width = graph.shape_of(conv.input)
     outs = graph.shape_of(conv.weight)[0]
@@ -135,7 +177,55 @@ def as_matmul(conv: ConvolutionCall, out: tuple[int, ...]) -> tuple[list[Operati
         refs: list[Attribute] = [StringAttr(f"%t{i}") for i in range(3)]
         call = graph.TorchCallOp(ADDMM, [bias, weight, cols], [result], ArrayAttr(refs))
         product = ops.add(call)
-    return ops.ops, ops.add(graph.ReshapeOp(product, out))
+    full = ops.add(graph.ReshapeOp(product, [1, outs, height, width]))
+    if conv.stride == (1, 1):
+        return ops.ops, full
+    shape = [1, outs, height, width]
+    sampled = ops.add(graph.SliceOp(full, [0] * 4, shape, [1, 1, *conv.stride]))
+    return ops.ops, sampled
+
+
+def as_patch_product(conv: ConvolutionCall) -> tuple[list[Operation], SSAValue]:
+    """The ops that compute `conv` as its patches (`[OH * OW, C * KH * KW]`) times its weight
+    transposed, and its value: the `[OH * OW, O]` product is the output channels-last, read
+    as NCHW through a permute (no copy: its readers' kernels index it)."""
+    ops = OpList()
+    _, channels, height, width = graph.shape_of(conv.input)
+    outs = graph.shape_of(conv.weight)[0]
+    image = ops.add(graph.ReshapeOp(conv.input, [channels, height, width]))
+    patches = ops.add(graph.PatchesOp(image, conv.kernel, conv.stride, conv.padding))
+    oh, ow = graph.shape_of(patches)[:2]
+    depth = channels * graph.numel(conv.kernel)
+    rows = ops.add(graph.ReshapeOp(patches, [oh * ow, depth]))
+    weight = ops.add(graph.ReshapeOp(conv.weight, [outs, depth]))
+    weight_t = ops.add(graph.PermuteOp(weight, [1, 0]))
+    if conv.bias is None:
+        product = ops.add(graph.MatmulOp(rows, weight_t))
+    else:
+        result = TensorType(graph.dtype_of(rows), [oh * ow, outs])
+        refs: list[Attribute] = [StringAttr(f"%t{i}") for i in range(3)]
+        call = graph.TorchCallOp(ADDMM, [conv.bias, rows, weight_t], [result], ArrayAttr(refs))
+        product = ops.add(call)
+    pixels = ops.add(graph.ReshapeOp(product, [oh, ow, outs]))
+    planes = ops.add(graph.PermuteOp(pixels, [2, 0, 1]))
+    return ops.ops, ops.add(graph.ReshapeOp(planes, [1, outs, oh, ow]))
+
+
+class WindowedConvolutionIntoPatchProduct(RewritePattern):
+    """A batch-1 `aten.convolution` of a window larger than 1x1 and a stride that reads each
+    input element a few times (that torch runs on its slow path, unless `every`) -> its
+    patches times its weight, transposed."""
+
+    def __init__(self, every: bool):
+        self.every = every
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
+        conv = windowed(op)
+        if conv is None or not (self.every or torch_runs_slow_path(conv)):
+            return
+        ops, value = as_patch_product(conv)
+        rewriter.replace(op, ops, [value])
 
 
 class PointwiseConvolutionIntoMatmul(RewritePattern):
@@ -150,7 +240,7 @@ class PointwiseConvolutionIntoMatmul(RewritePattern):
         conv = pointwise(op)
         if conv is None or not (self.every or torch_runs_slow_path(conv)):
             return
-        ops, value = as_matmul(conv, graph.shape_of(op.outputs[0]))
+        ops, value = as_matmul(conv)
         rewriter.replace(op, ops, [value])
 
 
@@ -158,7 +248,7 @@ class PointwiseConvolutionIntoMatmul(RewritePattern):
 class ConvolutionMatmulPass(ModulePass):
     """1x1 convolutions that torch runs with one matrix product as that product alone.
 
-    Options: `every` (rewrite every batch-1 f32/f64 1x1 convolution of stride 1, not only those
+    Options: `every` (rewrite every batch-1 f32/f64 1x1 convolution of stride 1 or 2, not only those
     torch would run on its slow path with this process's threads; for tests).
     `xfuse.compile` runs this pass after `decompose` on the CPU (NCHW programs)."""
 
@@ -168,5 +258,10 @@ class ConvolutionMatmulPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([PointwiseConvolutionIntoMatmul(self.every)])
+            GreedyRewritePatternApplier(
+                [
+                    PointwiseConvolutionIntoMatmul(self.every),
+                    WindowedConvolutionIntoPatchProduct(self.every),
+                ]
+            )
         ).rewrite_module(op)

@@ -249,6 +249,7 @@ class Generator:
             (0.8, self.pad),  # pool task
             (0.8, self.pool),  # pool task
             (0.6, self.depthwise),
+            (0.6, self.convolution),
             (1, self.gather),
         ]
         makers.append((1.5, self.index_op))  # task `index`
@@ -825,6 +826,35 @@ class Generator:
             f"dilation={dilation}, groups={channels})"
         )
         return ("depthwise", *self.result(expr, False))
+
+    def convolution(self) -> tuple[str, str, list[Value]]:
+        """A batch-1, ungrouped 2-D convolution (window, stride, padding, output channels and
+        the bias drawn) of the ReLU of a value of rank 3 (unsqueezed) or 4 (batch 1), which
+        `convolution-matmul` rewrites on the CPU where torch runs it on its slow path: a 1x1
+        window into one product, a larger one of stride 2 into patches times the weight."""
+        a = self.pick_float()
+        shape, rng = self.shape(a.name), self.rng
+        if len(shape) == 4 and shape[0] == 1:
+            x = f"F.relu({a.name})"
+        elif len(shape) == 3:
+            x, shape = f"F.relu({a.name}).unsqueeze(0)", (1, *shape)
+        else:
+            raise Rejected("convolution of a value neither [C, H, W] nor [1, C, H, W]")
+        if 0 in shape:
+            raise Rejected("convolution of an empty value")
+        kernel = tuple(rng.choice((1, 1, 2, 3)) for _ in range(2))
+        stride = tuple(rng.randint(1, 2) for _ in range(2))
+        padding = tuple(rng.randint(0, k // 2) for k in kernel)
+        if any(s + 2 * p < k for s, p, k in zip(shape[2:], padding, kernel, strict=True)):
+            raise Rejected("convolution window larger than the padded input")
+        self.tolerance = RMSE_TOLERANCE
+        outs = rng.randint(1, 4)
+        w = f"{self.new_input((outs, shape[1], *kernel), 'normal').name}.to({a.name}.dtype)"
+        bias = "None"
+        if rng.random() < 0.5:
+            bias = f"{self.new_input((outs,), 'normal').name}.to({a.name}.dtype)"
+        expr = f"F.conv2d({x}, {w}, {bias}, stride={stride}, padding={padding})"
+        return ("convolution", *self.result(expr, False))
 
     # --- scatter task: scatters with affine indices ------------------------------------------
 

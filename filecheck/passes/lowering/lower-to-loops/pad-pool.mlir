@@ -52,3 +52,23 @@ func.func @avgpool(%x: tensor<2x12x12xf32>) -> tensor<2x3x3xf32> {
   %0 = graph.pool %x kind = "avg" kernel = [6, 6] stride = [4, 4] padding = [2, 2] dilation = [1, 1] : tensor<2x12x12xf32> -> tensor<2x3x3xf32>
   func.return %0 : tensor<2x3x3xf32>
 }
+
+// convolution-matmul's patches: element [oh, ow, c, i, j] is x[c, 2*oh + i - 1, 2*ow + j - 1],
+// loaded at a clamped address and selected against 0; a window of stride 2 over 4 rows never
+// passes the last one (2*1 + 2 - 1 = 3), so only the low side is tested.
+// CHECK-LABEL: func.func @patches_k0
+// CHECK:         ^bb0(%[[OH:.*]]: index, %[[OW:.*]]: index, %[[C:.*]]: index, %[[I:.*]]: index, %[[J:.*]]: index):
+// CHECK-NEXT:      %[[A:.*]] = arith.muli %[[OH]], %{{.*}} : index
+// CHECK-NEXT:      %[[B:.*]] = arith.addi %[[A]], %[[I]] : index
+// CHECK-NEXT:      %[[H:.*]] = arith.addi %[[B]], %{{.*}} : index
+// CHECK-NEXT:      %[[HIN:.*]] = arith.cmpi sge, %[[H]], %{{.*}} : index
+// CHECK:           %[[WIN:.*]] = arith.cmpi sge, %{{.*}}, %{{.*}} : index
+// CHECK-NOT:       arith.cmpi sle
+// CHECK:           %[[X:.*]] = memref.load %{{.*}}[%[[C]], %{{.*}}, %{{.*}}] : memref<2x4x4xf32>
+// CHECK-NEXT:      %[[IN:.*]] = arith.andi %[[HIN]], %[[WIN]] : i1
+// CHECK-NEXT:      %[[V:.*]] = arith.select %[[IN]], %[[X]], %{{.*}} : f32
+// CHECK-NEXT:      memref.store %[[V]], %{{.*}}[%[[OH]], %[[OW]], %[[C]], %[[I]], %[[J]]] : memref<2x2x2x3x3xf32>
+func.func @patches(%x: tensor<2x4x4xf32>) -> tensor<2x2x2x3x3xf32> {
+  %0 = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<2x4x4xf32> -> tensor<2x2x2x3x3xf32>
+  func.return %0 : tensor<2x2x2x3x3xf32>
+}
