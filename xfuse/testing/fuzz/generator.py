@@ -843,7 +843,8 @@ class Generator:
         if 0 in shape:
             raise Rejected("convolution of an empty value")
         kernel = tuple(rng.choice((1, 1, 2, 3)) for _ in range(2))
-        stride = tuple(rng.randint(1, 2) for _ in range(2))
+        square = rng.random() < 0.5  # ResNet's stride 2 along both dims, more often
+        stride = (2, 2) if square else tuple(rng.randint(1, 2) for _ in range(2))
         padding = tuple(rng.randint(0, k // 2) for k in kernel)
         if any(s + 2 * p < k for s, p, k in zip(shape[2:], padding, kernel, strict=True)):
             raise Rejected("convolution window larger than the padded input")
