@@ -33,8 +33,13 @@ MAX_WINDOW_READS = 4.0
 """A windowed op (pad, pool, patches) absorbs its producers into its kernel (computing them at
 each position it reads) only when it reads each input element at most this many times on
 average: a 3x3 / stride-2 max pool reads 2.25 times; a 5x5 / stride-1 pool (25 times) reads a
-buffer instead. Fusion applies it (`legality.window_absorbs`), and `convolution-matmul` makes
-patches only where it holds (so that they add no kernel)."""
+buffer instead. Fusion applies it (`legality.window_absorbs`)."""
+
+MAX_PATCH_READS = 9.0
+"""The same for `graph.patches` (a 3x3 window of stride 1 reads each element 9 times): each
+patch element is multiplied by every output channel's weight next, so recomputing a producer's
+few elementwise ops at each read costs little beside the product. `convolution-matmul` makes
+patches of a value the program makes only where it holds (so that they add no kernel)."""
 
 
 # ---------------------------------------------------------------------------------------------

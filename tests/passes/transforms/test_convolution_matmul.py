@@ -88,7 +88,7 @@ def test_the_product_is_the_convolution_bit_for_bit(bias: bool, dtype: torch.dty
 @pytest.mark.parametrize(
     ("name", "channels", "out", "conv", "shape", "dtype"),
     [
-        ("3x3 window of stride 1", 4, 4, {"kernel_size": 3}, (1, 4, 8, 8), torch.float32),
+        ("5x5 window of stride 1", 4, 4, {"kernel_size": 5}, (1, 4, 8, 8), torch.float32),
         ("stride 3", 4, 4, {"stride": 3}, (1, 4, 8, 8), torch.float32),
         ("padding", 4, 4, {"padding": 1}, (1, 4, 8, 8), torch.float32),
         (
@@ -99,14 +99,7 @@ def test_the_product_is_the_convolution_bit_for_bit(bias: bool, dtype: torch.dty
             (1, 4, 8, 8),
             torch.float32,
         ),
-        (
-            "5x5 window of stride 2",
-            4,
-            4,
-            {"kernel_size": 5, "stride": 2},
-            (1, 4, 9, 9),
-            torch.float32,
-        ),
+        ("large patches", 64, 4, {"kernel_size": 3}, (1, 64, 24, 24), torch.float32),
         ("grouped", 4, 4, {"groups": 2}, (1, 4, 8, 8), torch.float32),
         ("batch 2", 4, 4, {}, (2, 4, 8, 8), torch.float32),
         ("bf16", 4, 4, {}, (1, 4, 8, 8), torch.bfloat16),
@@ -182,6 +175,24 @@ def test_a_larger_window_is_its_patches_times_the_weight(
         torch.testing.assert_close(got, want)
         compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
         torch.testing.assert_close(compiled(x), want)
+
+
+def test_a_program_input_gets_patches_of_its_own() -> None:
+    """ResNet's stem (a 7x7 window of stride 2 on the image), whatever backend torch would
+    pick: its patches are a kernel of their own (there is no producer to compute), the product
+    runs in BLAS's faster orientation, and a channels-last argument gives the same values."""
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
+        torch.testing.assert_close(compiled(x), model(x))
+        cl = x.contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(compiled(cl), model(cl))
+    module = compiled.default.program.module
+    assert _count(module, "graph.torch_call", CONV) == 0
+    assert _count(module, "graph.patches") == 1
+    assert len(compiled.kernels) == 2  # the patches; the ReLU, reading the product as NCHW
 
 
 def test_patches_are_torch_unfold_laid_out_by_position() -> None:

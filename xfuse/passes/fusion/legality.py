@@ -51,7 +51,6 @@ from typing import Required, TypedDict, Unpack
 from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.facts import MAX_WINDOW_READS
 from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
 from xfuse.passes.fusion.op_facts import (
     FUSABLE_KINDS,
@@ -60,6 +59,7 @@ from xfuse.passes.fusion.op_facts import (
     gather_mismatch,
     is_constant_op,
     is_window_op,
+    max_window_reads,
     op_kind,
     space_of_op,
     window_reads,
@@ -689,7 +689,7 @@ def window_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
     windowed = False
     for reader, _ in g.edge_readers(first, second):
         if is_window_op(reader):
-            if window_reads(reader) > MAX_WINDOW_READS:
+            if window_reads(reader) > max_window_reads(reader):
                 return False
             windowed = True
         elif combine_spaces(space_of_op(reader), g.space(first)) is None:

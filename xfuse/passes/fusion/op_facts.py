@@ -14,6 +14,7 @@ from functools import cache
 from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.dialects.facts import MAX_PATCH_READS, MAX_WINDOW_READS
 
 # Kinds that may join a group, weakest first; a group's kind is the strongest inside.
 FUSABLE_KINDS = ("elementwise", "broadcast", "injective", "reduction")
@@ -195,6 +196,11 @@ def _is_window_class(cls: type[Operation]) -> bool:
 def is_window_op(op: Operation) -> bool:
     """`isinstance(op, WINDOW_OPS)`, cached per op class like `is_constant_op`."""
     return _is_window_class(type(op))
+
+
+def max_window_reads(op: Operation) -> float:
+    """How many times a windowed op may read each element of a producer it absorbs."""
+    return MAX_PATCH_READS if isinstance(op, graph.PatchesOp) else MAX_WINDOW_READS
 
 
 def window_reads(op: Operation) -> float:

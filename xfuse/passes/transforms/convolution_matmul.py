@@ -1,7 +1,8 @@
 """
-`convolution-matmul`: a 1x1 convolution that torch runs with its slow im2col path becomes the
-one matrix product that path computes (a strided one: that product at full resolution, every
-`s`-th pixel of it read).
+`convolution-matmul`: a batch-1 convolution on the CPU becomes one matrix product: a 1x1 one
+that torch runs with its slow im2col path, the product that path computes (of stride 2, that
+product at full resolution, every second pixel of it read); a larger window with small patches,
+its patches times the weight, in the orientation BLAS runs faster.
 
 For a small batch-1 input torch's CPU convolution leaves oneDNN for `_slow_conv2d_forward`
 (`torch._C._select_conv_backend` says `Slow2d`): it multiplies the weight, seen as
@@ -37,12 +38,31 @@ but not at 4x4 (the same to `assert_close`).
     %f = graph.reshape %m : tensor<8x16xf32> -> tensor<1x8x4x4xf32>
     %y = graph.slice %f start = [0, 0, 0, 0] limit = [1, 8, 4, 4] stride = [1, 1, 2, 2] : tensor<1x8x4x4xf32> -> tensor<1x8x2x2xf32>
 
-Larger windows are left to torch: their patches need a copy (a strided slice per window
-element, concatenated), and measured on the zoo's ResNet that copy, fused with the batch norm
-before it, cost more than the call saves (a 3x3 one's patch kernel 19 us against torch's 14 us
-for the whole convolution). By default only the convolutions torch would run on its slow path
-are rewritten (the backend torch picks for this input, weight and thread count at compile time,
-asked for inputs of up to `ASK_TORCH_MAX_ELEMENTS`); oneDNN's stay library calls.
+A larger window becomes `graph.patches` (im2col, one row of `C*kh*kw` per output position),
+seen as `[OH*OW, C*kh*kw]`, times the weight seen as `[O, C*kh*kw]` and transposed (a view):
+the `[OH*OW, O]` product is the output channels-last, which its readers' kernels read as NCHW
+through a permute. This is the orientation torch's slow path takes for channels-last input
+(Inductor's layout on the CPU): BLAS runs it up to 2x faster than the NCHW one for few output
+pixels (ResNet's 3x3 window of stride 2 at 4x4: 27 -> 12 us). The patch kernel computes a
+producer that only the convolution reads where it reads it (a windowed op, up to
+`MAX_PATCH_READS` reads of each element), so the batch norm and ReLU before it become the patch
+kernel and no kernel is added; of a program input (ResNet's stem, ViT's patch embedding) the
+patch kernel is one more kernel. Only small patches (`MAX_PATCH_ELEMENTS`, L2-resident) are
+made, whatever backend torch would pick (its oneDNN path reorders the weight on every call:
+ResNet's 7x7 stem, ViT's 16x16 patches). The products are not eager's BLAS calls: the values
+are eager's to `assert_close`, not bit for bit.
+
+    %i = graph.reshape %x : tensor<1x4x5x5xf32> -> tensor<4x5x5xf32>
+    %p = graph.patches %i kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<4x5x5xf32> -> tensor<3x3x4x3x3xf32>
+    %rows = graph.reshape %p : tensor<3x3x4x3x3xf32> -> tensor<9x36xf32>
+    %w2 = graph.reshape %w : tensor<6x4x3x3xf32> -> tensor<6x36xf32>
+    %wt = graph.permute %w2 perm = [1, 0] : tensor<6x36xf32> -> tensor<36x6xf32>
+    %m = graph.matmul %rows, %wt : tensor<9x36xf32>, tensor<36x6xf32> -> tensor<9x6xf32>
+    %y = (reshape [3, 3, 6], permute [2, 0, 1], reshape [1, 6, 3, 3]) %m
+
+1x1 convolutions are rewritten only where torch would run them on its slow path (the backend
+torch picks for this input, weight and thread count at compile time, asked for inputs of up to
+`ASK_TORCH_MAX_ELEMENTS`), unless `every`; oneDNN's stay library calls.
 """
 
 from __future__ import annotations
@@ -69,7 +89,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
-from xfuse.dialects.facts import MAX_WINDOW_READS
+from xfuse.dialects.facts import MAX_PATCH_READS
 from xfuse.frontend.convolution import ConvolutionCall
 from xfuse.ir import dtypes
 from xfuse.passes.transforms.decompose import OpList
@@ -82,10 +102,15 @@ MAX_STRIDE = 2
 `stride**2` times the multiplications the convolution needs."""
 
 
-def _slow_path_candidate(op: graph.TorchCallOp) -> ConvolutionCall | None:
+MAX_PATCH_ELEMENTS = 1 << 18
+"""Patches of up to this many elements (1 MiB of f32: they stay in a core's L2 between the
+kernel that writes them and the product that reads them) replace a convolution whatever
+backend torch would pick."""
+
+
+def _batch_one(op: graph.TorchCallOp) -> ConvolutionCall | None:
     """The convolution `op` (`ConvolutionCall.of`) when it is a batch-1, 2-D, ungrouped,
-    undilated one of a non-empty `[1, C, H, W]` input the program makes (`made_contiguous`),
-    f32 or f64 throughout (a bias `[O]`)."""
+    undilated one of a non-empty `[1, C, H, W]` input, f32 or f64 throughout (a bias `[O]`)."""
     conv = ConvolutionCall.of(op)
     if conv is None or conv.groups != 1 or len(conv.stride) != 2 or conv.dilation != (1, 1):
         return None
@@ -101,32 +126,39 @@ def _slow_path_candidate(op: graph.TorchCallOp) -> ConvolutionCall | None:
         return None
     if conv.bias is not None and graph.shape_of(conv.bias) != (wshape[0],):
         return None
-    return conv if made_contiguous(conv.input) else None
+    return conv
 
 
 def pointwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
-    """`_slow_path_candidate`'s convolution when its window is 1x1, its stride 1 or 2
-    (`MAX_STRIDE`) along each dim and it has no padding."""
-    conv = _slow_path_candidate(op)
+    """`_batch_one`'s convolution when its window is 1x1, its stride 1 or 2 (`MAX_STRIDE`)
+    along each dim, it has no padding, and the program makes its input (`made_contiguous`:
+    then it is the slow path's operand, bit for bit)."""
+    conv = _batch_one(op)
     if conv is None or conv.kernel != (1, 1) or conv.padding != (0, 0):
         return None
     if not all(1 <= s <= MAX_STRIDE for s in conv.stride):
         return None
-    return conv
+    return conv if made_contiguous(conv.input) else None
 
 
 def windowed(op: graph.TorchCallOp) -> ConvolutionCall | None:
-    """`_slow_path_candidate`'s convolution when its window is larger than 1x1 and its
-    patches read each input element at most `MAX_WINDOW_READS` times (a 3x3 window of stride
-    2: 2.25 times), so that their kernel computes its producer where it reads it instead of
-    adding a kernel (a 3x3 one of stride 1 reads each element 9 times)."""
-    conv = _slow_path_candidate(op)
+    """`_batch_one`'s convolution when its window is larger than 1x1 and its patches are
+    small (`MAX_PATCH_ELEMENTS`). The program may make its input (the patch kernel then
+    computes the producer where it reads it, up to `MAX_PATCH_READS` reads of each element:
+    no kernel is added) or not (a program input: the patch kernel is one more kernel)."""
+    conv = _batch_one(op)
     if conv is None or conv.kernel == (1, 1):
         return None
     if any(p > k // 2 for p, k in zip(conv.padding, conv.kernel, strict=True)):
         return None
-    reads = graph.numel(conv.kernel) / graph.numel(conv.stride)
-    return conv if reads <= MAX_WINDOW_READS else None
+    _, channels, height, width = graph.shape_of(conv.input)
+    out = graph.pool_shape((height, width), conv.kernel, conv.stride, conv.padding, (1, 1), False)
+    if graph.numel(out) * channels * graph.numel(conv.kernel) > MAX_PATCH_ELEMENTS:
+        return None
+    if made_contiguous(conv.input):
+        reads = graph.numel(conv.kernel) / graph.numel(conv.stride)
+        return conv if reads <= MAX_PATCH_READS else None
+    return conv
 
 
 def made_contiguous(value: SSAValue) -> bool:
@@ -212,17 +244,13 @@ def as_patch_product(conv: ConvolutionCall) -> tuple[list[Operation], SSAValue]:
 
 
 class WindowedConvolutionIntoPatchProduct(RewritePattern):
-    """A batch-1 `aten.convolution` of a window larger than 1x1 and a stride that reads each
-    input element a few times (that torch runs on its slow path, unless `every`) -> its
-    patches times its weight, transposed."""
-
-    def __init__(self, every: bool):
-        self.every = every
+    """A batch-1 `aten.convolution` of a window larger than 1x1 with small patches
+    (`windowed`) -> its patches times its weight, transposed."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
         conv = windowed(op)
-        if conv is None or not (self.every or torch_runs_slow_path(conv)):
+        if conv is None:
             return
         ops, value = as_patch_product(conv)
         rewriter.replace(op, ops, [value])
@@ -246,10 +274,11 @@ class PointwiseConvolutionIntoMatmul(RewritePattern):
 
 @dataclass(frozen=True)
 class ConvolutionMatmulPass(ModulePass):
-    """1x1 convolutions that torch runs with one matrix product as that product alone.
+    """Batch-1 convolutions as one matrix product: a 1x1 one that torch runs with one
+    product, that product; a larger window with small patches, its patches times the weight.
 
-    Options: `every` (rewrite every batch-1 f32/f64 1x1 convolution of stride 1 or 2, not only those
-    torch would run on its slow path with this process's threads; for tests).
+    Options: `every` (rewrite every batch-1 f32/f64 1x1 convolution of stride 1 or 2, not only
+    those torch would run on its slow path with this process's threads; for tests).
     `xfuse.compile` runs this pass after `decompose` on the CPU (NCHW programs)."""
 
     name = "convolution-matmul"
@@ -261,7 +290,7 @@ class ConvolutionMatmulPass(ModulePass):
             GreedyRewritePatternApplier(
                 [
                     PointwiseConvolutionIntoMatmul(self.every),
-                    WindowedConvolutionIntoPatchProduct(self.every),
+                    WindowedConvolutionIntoPatchProduct(),
                 ]
             )
         ).rewrite_module(op)

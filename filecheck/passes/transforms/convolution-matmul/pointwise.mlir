@@ -38,19 +38,19 @@ func.func @bias(%x: tensor<1x4x2x3xf64>, %w: tensor<6x4x1x1xf64>, %b: tensor<6xf
 // CHECK-NEXT:    %[[M:.*]] = graph.torch_call "aten.addmm.default"(%[[B]], %[[W]], %[[C]]) args = ["%t0", "%t1", "%t2"] kwargs = {} : (tensor<6x1xf64>, tensor<6x4xf64>, tensor<4x6xf64>) -> tensor<6x6xf64>
 // CHECK-NEXT:    %[[Y:.*]] = graph.reshape %[[M]] : tensor<6x6xf64> -> tensor<1x6x2x3xf64>
 
-// Left to torch: a 3x3 window of stride 1 (its patches would read each element 9 times), a
-// 1x1 one of stride 3, a batch of 2, f16, and an input the call gives (it may come
-// channels-last, and then torch takes oneDNN).
-func.func @kept(%x: tensor<1x4x6x6xf32>, %w3: tensor<4x4x3x3xf32>, %w1: tensor<4x4x1x1xf32>, %x2: tensor<2x4x6x6xf32>, %h: tensor<1x4x6x6xf16>, %wh: tensor<4x4x1x1xf16>) -> (tensor<1x4x4x4xf32>, tensor<1x4x2x2xf32>, tensor<2x4x6x6xf32>, tensor<1x4x6x6xf16>, tensor<1x4x6x6xf32>) {
+// Left to torch: a 5x5 window of stride 1 (its patches would read each element 25 times), a
+// 1x1 one of stride 3, a batch of 2, f16, and a 1x1 one of an input the call gives (it may
+// come channels-last, and then torch takes oneDNN).
+func.func @kept(%x: tensor<1x4x6x6xf32>, %w3: tensor<4x4x5x5xf32>, %w1: tensor<4x4x1x1xf32>, %x2: tensor<2x4x6x6xf32>, %h: tensor<1x4x6x6xf16>, %wh: tensor<4x4x1x1xf16>) -> (tensor<1x4x2x2xf32>, tensor<1x4x2x2xf32>, tensor<2x4x6x6xf32>, tensor<1x4x6x6xf16>, tensor<1x4x6x6xf32>) {
   %r = graph.relu %x : tensor<1x4x6x6xf32>
   %r2 = graph.relu %x2 : tensor<2x4x6x6xf32>
   %rh = graph.relu %h : tensor<1x4x6x6xf16>
-  %a = graph.torch_call "aten.convolution.default"(%r, %w3) args = ["%t0", "%t1", none, [1 : i64, 1 : i64], [0 : i64, 0 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x4x6x6xf32>, tensor<4x4x3x3xf32>) -> tensor<1x4x4x4xf32>
+  %a = graph.torch_call "aten.convolution.default"(%r, %w3) args = ["%t0", "%t1", none, [1 : i64, 1 : i64], [0 : i64, 0 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x4x6x6xf32>, tensor<4x4x5x5xf32>) -> tensor<1x4x2x2xf32>
   %b = graph.torch_call "aten.convolution.default"(%r, %w1) args = ["%t0", "%t1", none, [3 : i64, 3 : i64], [0 : i64, 0 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x4x6x6xf32>, tensor<4x4x1x1xf32>) -> tensor<1x4x2x2xf32>
   %c = graph.torch_call "aten.convolution.default"(%r2, %w1) args = ["%t0", "%t1", none, [1 : i64, 1 : i64], [0 : i64, 0 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<2x4x6x6xf32>, tensor<4x4x1x1xf32>) -> tensor<2x4x6x6xf32>
   %d = graph.torch_call "aten.convolution.default"(%rh, %wh) args = ["%t0", "%t1", none, [1 : i64, 1 : i64], [0 : i64, 0 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x4x6x6xf16>, tensor<4x4x1x1xf16>) -> tensor<1x4x6x6xf16>
   %e = graph.torch_call "aten.convolution.default"(%x, %w1) args = ["%t0", "%t1", none, [1 : i64, 1 : i64], [0 : i64, 0 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x4x6x6xf32>, tensor<4x4x1x1xf32>) -> tensor<1x4x6x6xf32>
-  func.return %a, %b, %c, %d, %e : tensor<1x4x4x4xf32>, tensor<1x4x2x2xf32>, tensor<2x4x6x6xf32>, tensor<1x4x6x6xf16>, tensor<1x4x6x6xf32>
+  func.return %a, %b, %c, %d, %e : tensor<1x4x2x2xf32>, tensor<1x4x2x2xf32>, tensor<2x4x6x6xf32>, tensor<1x4x6x6xf16>, tensor<1x4x6x6xf32>
 }
 
 // CHECK-LABEL: func.func @kept
@@ -74,9 +74,9 @@ func.func @strided(%x: tensor<1x16x5x4xf32>, %w: tensor<8x16x1x1xf32>) -> tensor
 // CHECK-NEXT:    %[[Y:.*]] = graph.slice %[[F]] start = [0, 0, 0, 0] limit = [1, 8, 5, 4] stride = [1, 1, 2, 2] : tensor<1x8x5x4xf32> -> tensor<1x8x3x2xf32>
 // CHECK-NEXT:    func.return %[[Y]] : tensor<1x8x3x2xf32>
 
-// A 3x3 window of stride 2 (its patches read each element 2.25 times): the patches, seen as
-// [OH*OW, C*9], times the weight, seen as [O, C*9] and transposed; the [OH*OW, O] product is
-// the result channels-last, read as NCHW through a permute.
+// A 3x3 window of stride 2 (small patches, which read each element 2.25 times): the patches,
+// seen as [OH*OW, C*9], times the weight, seen as [O, C*9] and transposed; the [OH*OW, O]
+// product is the result channels-last, read as NCHW through a permute.
 func.func @windowed(%x: tensor<1x4x5x5xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor<6xf32>) -> tensor<1x6x3x3xf32> {
   %r = graph.relu %x : tensor<1x4x5x5xf32>
   %y = graph.torch_call "aten.convolution.default"(%r, %w, %b) args = ["%t0", "%t1", "%t2", [2 : i64, 2 : i64], [1 : i64, 1 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x4x5x5xf32>, tensor<6x4x3x3xf32>, tensor<6xf32>) -> tensor<1x6x3x3xf32>
@@ -95,3 +95,14 @@ func.func @windowed(%x: tensor<1x4x5x5xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor
 // CHECK-NEXT:    %[[PL:.*]] = graph.permute %[[PIX]] perm = [2, 0, 1] : tensor<3x3x6xf32> -> tensor<6x3x3xf32>
 // CHECK-NEXT:    %[[Y:.*]] = graph.reshape %[[PL]] : tensor<6x3x3xf32> -> tensor<1x6x3x3xf32>
 // CHECK-NEXT:    func.return %[[Y]] : tensor<1x6x3x3xf32>
+
+// A program input's window (ResNet's stem) becomes patches too, whatever torch would pick.
+func.func @stem(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x7x7xf32>) -> tensor<1x4x4x4xf32> {
+  %y = graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, [2 : i64, 2 : i64], [3 : i64, 3 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x3x8x8xf32>, tensor<4x3x7x7xf32>) -> tensor<1x4x4x4xf32>
+  func.return %y : tensor<1x4x4x4xf32>
+}
+
+// CHECK-LABEL: func.func @stem
+// CHECK:         graph.patches %{{.*}} kernel = [7, 7] stride = [2, 2] padding = [3, 3] : tensor<3x8x8xf32> -> tensor<4x4x3x7x7xf32>
+// CHECK:         graph.matmul %{{.*}}, %{{.*}} : tensor<16x147xf32>, tensor<147x4xf32> -> tensor<16x4xf32>
+// CHECK-NOT:     aten.convolution
