@@ -117,6 +117,9 @@ def _batch_one(op: graph.TorchCallOp) -> ConvolutionCall | None:
     shape, wshape = graph.shape_of(conv.input), graph.shape_of(conv.weight)
     if len(shape) != 4 or shape[0] != 1 or 0 in shape or 0 in wshape or wshape[1] != shape[1]:
         return None
+    spatial = graph.pool_shape(shape[2:], conv.kernel, conv.stride, conv.padding, (1, 1), False)
+    if graph.shape_of(op.outputs[0]) != (1, wshape[0], *spatial) or 0 in spatial:
+        return None
     dtype = graph.dtype_of(conv.input)
     values = [conv.input, conv.weight, op.outputs[0]]
     values += [conv.bias] if conv.bias is not None else []
