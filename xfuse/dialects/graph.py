@@ -2414,7 +2414,7 @@ class PatchesOp(IRDLOperation):
     FACTS: ClassVar[OpFacts] = OpFacts(
         fuzz=Fuzz.drawn_by("convolution"),
         without={
-            "aten": "made by convolution-matmul from a convolution torch runs on its slow path",
+            "aten": "made by convolution-matmul from a batch-1 convolution with small patches",
             "scalar": "lower-to-loops emits it: the input read at the window position, guarded",
         },
     )

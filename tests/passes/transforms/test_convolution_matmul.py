@@ -63,6 +63,18 @@ def threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _rewritten(model: nn.Module, x: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """`model` imported, decomposed and through `convolution-matmul{every=true}` (verified, no
+    convolution left), and the interpreter's result of the rewritten module on `x`."""
+    imported = import_module(model, (x,))
+    args = imported.arguments(x)
+    run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
+    imported.module.verify()
+    assert _count(imported.module, "graph.torch_call", CONV) == 0
+    (got,) = interpret(imported.module, args)
+    return imported.module, got
+
+
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_product_is_the_convolution_bit_for_bit(bias: bool, dtype: torch.dtype) -> None:
@@ -132,13 +144,8 @@ def test_a_strided_one_is_the_full_product_sampled(
     torch.manual_seed(3)
     model = Block(16, 24, bias, stride=2).eval().to(dtype)
     x = torch.randn(shape, dtype=dtype)
-    imported = import_module(model, (x,))
-    args = imported.arguments(x)
-    run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
-    imported.module.verify()
-    assert _count(imported.module, "graph.torch_call", CONV) == 0
-    assert _count(imported.module, "graph.slice") == 1
-    (got,) = interpret(imported.module, args)
+    module, got = _rewritten(model, x)
+    assert _count(module, "graph.slice") == 1
     with torch.no_grad():
         torch.testing.assert_close(got, model(x))
 
@@ -157,19 +164,15 @@ def test_a_strided_one_is_the_full_product_sampled(
 def test_a_larger_window_is_its_patches_times_the_weight(
     kernel: Any, stride: Any, padding: Any, shape: tuple[int, ...], bias: bool
 ) -> None:
-    """A window whose patches read each element at most 4 times: `graph.patches`, seen as a
-    matrix, times the weight; eager's values, from the interpreter and from compiled kernels."""
+    """A window larger than 1x1 (of a value the program makes, read at most 9 times per
+    element): `graph.patches`, seen as a matrix, times the weight; eager's values, from the
+    interpreter and from compiled kernels."""
     torch.manual_seed(4)
     conv = {"kernel_size": kernel, "stride": stride, "padding": padding}
     model = Block(shape[1], 6, bias, **conv).eval()
     x = torch.randn(shape)
-    imported = import_module(model, (x,))
-    args = imported.arguments(x)
-    run_pipeline("decompose,convolution-matmul{every=true}", imported.module)
-    imported.module.verify()
-    assert _count(imported.module, "graph.torch_call", CONV) == 0
-    assert _count(imported.module, "graph.patches") == 1
-    (got,) = interpret(imported.module, args)
+    module, got = _rewritten(model, x)
+    assert _count(module, "graph.patches") == 1
     with torch.no_grad():
         want = model(x)
         torch.testing.assert_close(got, want)
