@@ -439,10 +439,11 @@ def test_the_runner_calls_an_extern_itself() -> None:
 
     def f(x: torch.Tensor, w: torch.Tensor, m: torch.Tensor, lw: torch.Tensor) -> torch.Tensor:
         y = torch.nn.functional.conv2d(x, w, padding=1).relu()
-        z = y.reshape(4, 16) @ m
+        z = y.reshape(8, 16) @ m
         return torch.nn.functional.linear(z, lw).sigmoid()
 
-    args = (torch.randn(1, 3, 4, 4), torch.randn(4, 3, 3, 3), torch.randn(16, 5), torch.randn(2, 5))
+    # a batch of 2: the CPU keeps the convolution a library call (convolution-matmul takes batch 1)
+    args = (torch.randn(2, 3, 4, 4), torch.randn(4, 3, 3, 3), torch.randn(16, 5), torch.randn(2, 5))
     compiled = xfuse.compile(f, args, quiet=True, fallback="error")
     program = compiled.default.program
     externs = {
