@@ -111,7 +111,8 @@ def test_the_product_is_the_convolution_bit_for_bit(bias: bool, dtype: torch.dty
             (1, 4, 8, 8),
             torch.float32,
         ),
-        ("large patches", 64, 4, {"kernel_size": 3}, (1, 64, 24, 24), torch.float32),
+        ("large patches", 64, 128, {"kernel_size": 3}, (1, 64, 24, 24), torch.float32),
+        ("many pixels per channel", 4, 4, {"kernel_size": 3}, (1, 4, 16, 16), torch.float32),
         ("grouped", 4, 4, {"groups": 2}, (1, 4, 8, 8), torch.float32),
         ("batch 2", 4, 4, {}, (2, 4, 8, 8), torch.float32),
         ("bf16", 4, 4, {}, (1, 4, 8, 8), torch.bfloat16),
@@ -181,11 +182,12 @@ def test_a_larger_window_is_its_patches_times_the_weight(
 
 
 def test_a_program_input_gets_patches_of_its_own() -> None:
-    """ResNet's stem (a 7x7 window of stride 2 on the image), whatever backend torch would
-    pick: its patches are a kernel of their own (there is no producer to compute), the product
-    runs in BLAS's faster orientation, and a channels-last argument gives the same values."""
+    """ViT's patch embedding (a 4x4 window of stride 4 on the image), whatever backend torch
+    would pick: its patches are a kernel of their own (there is no producer to compute), the
+    product runs in BLAS's faster orientation, and a channels-last argument gives the same
+    values."""
     torch.manual_seed(6)
-    model = nn.Sequential(nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False), nn.ReLU()).eval()
+    model = nn.Sequential(nn.Conv2d(3, 32, 4, stride=4, bias=False), nn.ReLU()).eval()
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")

@@ -42,15 +42,16 @@ A larger window becomes `graph.patches` (im2col, one row of `C*kh*kw` per output
 seen as `[OH*OW, C*kh*kw]`, times the weight seen as `[O, C*kh*kw]` and transposed (a view):
 the `[OH*OW, O]` product is the output channels-last, which its readers' kernels read as NCHW
 through a permute. This is the orientation torch's slow path takes for channels-last input
-(Inductor's layout on the CPU): BLAS runs it up to 2x faster than the NCHW one for few output
-pixels (ResNet's 3x3 window of stride 2 at 4x4: 27 -> 12 us). The patch kernel computes a
-producer that only the convolution reads where it reads it (a windowed op, up to
-`MAX_PATCH_READS` reads of each element), so the batch norm and ReLU before it become the patch
-kernel and no kernel is added; of a program input (ResNet's stem, ViT's patch embedding) the
-patch kernel is one more kernel. Only small patches (`MAX_PATCH_ELEMENTS`, L2-resident) are
-made, whatever backend torch would pick (its oneDNN path reorders the weight on every call:
-ResNet's 7x7 stem, ViT's 16x16 patches). The products are not eager's BLAS calls: the values
-are eager's to `assert_close`, not bit for bit.
+(Inductor's layout on the CPU): BLAS runs it up to 2x faster than the NCHW one where the output
+has few pixels per channel (ResNet's 3x3 window of stride 2 at 4x4: 27 -> 12 us), and slower
+where it has many (`PIXELS_PER_CHANNEL`). The patch kernel computes a producer that only the
+convolution reads where it reads it (a windowed op, up to `MAX_PATCH_READS` reads of each
+element), so the batch norm and ReLU before it become the patch kernel and no kernel is added;
+of a program input (ViT's patch embedding) the patch kernel is one more kernel. Only small
+patches (`MAX_PATCH_ELEMENTS`, L2-resident) are made, whatever backend torch would pick (its
+oneDNN path reorders the weight on every call: ViT's 16x16 patches, 0.78 -> 0.59x Inductor).
+The products are not eager's BLAS calls: the values are eager's to `assert_close`, not bit for
+bit.
 
     %i = graph.reshape %x : tensor<1x4x5x5xf32> -> tensor<4x5x5xf32>
     %p = graph.patches %i kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<4x5x5xf32> -> tensor<3x3x4x3x3xf32>
@@ -107,6 +108,15 @@ MAX_PATCH_ELEMENTS = 1 << 18
 kernel that writes them and the product that reads them) replace a convolution whatever
 backend torch would pick."""
 
+PIXELS_PER_CHANNEL = 4
+"""Patches replace a convolution only when its output has at most this many pixels per output
+channel: the product's rows (BLAS's `m`) are then the output channels, and they are many
+enough. Measured on the 2-core CPU, with a batch norm and ReLU on each side, patches against
+the library call: 64 channels at 4x4, stride 2 (4 pixels): 0.58x; 32 at 8x8 (16): 0.92x; 16
+at 16x16 (64): 0.94x; 256 at 7x7, stride 1 (49): 0.89x; 64 at 14x14 (196): 0.80x; but 16 at
+32x32, stride 1 (1024 pixels): 1.41x, 8 at 16x16 (256): 1.10x, ResNet's 7x7 stem (16
+channels, 1024 pixels): 1.42x, where torch's own orientation has the pixels as rows."""
+
 
 def _batch_one(op: graph.TorchCallOp) -> ConvolutionCall | None:
     """The convolution `op` (`ConvolutionCall.of`) when it is a batch-1, 2-D, ungrouped,
@@ -145,8 +155,9 @@ def pointwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
 
 
 def windowed(op: graph.TorchCallOp) -> ConvolutionCall | None:
-    """`_batch_one`'s convolution when its window is larger than 1x1 and its patches are
-    small (`MAX_PATCH_ELEMENTS`). The program may make its input (the patch kernel then
+    """`_batch_one`'s convolution when its window is larger than 1x1, its patches are small
+    (`MAX_PATCH_ELEMENTS`) and its output has few pixels per output channel
+    (`PIXELS_PER_CHANNEL`). The program may make its input (the patch kernel then
     computes the producer where it reads it, up to `MAX_PATCH_READS` reads of each element:
     no kernel is added) or not (a program input: the patch kernel is one more kernel)."""
     conv = _batch_one(op)
@@ -157,6 +168,8 @@ def windowed(op: graph.TorchCallOp) -> ConvolutionCall | None:
     _, channels, height, width = graph.shape_of(conv.input)
     out = graph.pool_shape((height, width), conv.kernel, conv.stride, conv.padding, (1, 1), False)
     if graph.numel(out) * channels * graph.numel(conv.kernel) > MAX_PATCH_ELEMENTS:
+        return None
+    if graph.numel(out) > PIXELS_PER_CHANNEL * graph.shape_of(conv.weight)[0]:
         return None
     if made_contiguous(conv.input):
         reads = graph.numel(conv.kernel) / graph.numel(conv.stride)

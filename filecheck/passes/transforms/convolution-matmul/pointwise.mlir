@@ -96,7 +96,8 @@ func.func @windowed(%x: tensor<1x4x5x5xf32>, %w: tensor<6x4x3x3xf32>, %b: tensor
 // CHECK-NEXT:    %[[Y:.*]] = graph.reshape %[[PL]] : tensor<6x3x3xf32> -> tensor<1x6x3x3xf32>
 // CHECK-NEXT:    func.return %[[Y]] : tensor<1x6x3x3xf32>
 
-// A program input's window (ResNet's stem) becomes patches too, whatever torch would pick.
+// A program input's window becomes patches too, whatever torch would pick (16 output pixels
+// for 4 channels: few enough per channel).
 func.func @stem(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x7x7xf32>) -> tensor<1x4x4x4xf32> {
   %y = graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, [2 : i64, 2 : i64], [3 : i64, 3 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x3x8x8xf32>, tensor<4x3x7x7xf32>) -> tensor<1x4x4x4xf32>
   func.return %y : tensor<1x4x4x4xf32>
@@ -106,3 +107,15 @@ func.func @stem(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x7x7xf32>) -> tensor<1x4x
 // CHECK:         graph.patches %{{.*}} kernel = [7, 7] stride = [2, 2] padding = [3, 3] : tensor<3x8x8xf32> -> tensor<4x4x3x7x7xf32>
 // CHECK:         graph.matmul %{{.*}}, %{{.*}} : tensor<16x147xf32>, tensor<147x4xf32> -> tensor<16x4xf32>
 // CHECK-NOT:     aten.convolution
+
+// Many output pixels per output channel (64 for 2): left to torch, whose own orientation has
+// the pixels as BLAS's rows.
+func.func @many_pixels(%x: tensor<1x2x8x8xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x8x8xf32> {
+  %r = graph.relu %x : tensor<1x2x8x8xf32>
+  %y = graph.torch_call "aten.convolution.default"(%r, %w) args = ["%t0", "%t1", none, [1 : i64, 1 : i64], [1 : i64, 1 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x2x8x8xf32>, tensor<2x2x3x3xf32>) -> tensor<1x2x8x8xf32>
+  func.return %y : tensor<1x2x8x8xf32>
+}
+
+// CHECK-LABEL: func.func @many_pixels
+// CHECK:         graph.torch_call "aten.convolution.default"
+// CHECK-NOT:     graph.patches
