@@ -48,10 +48,12 @@ where it has many (`PIXELS_PER_CHANNEL`). The patch kernel computes a producer t
 convolution reads where it reads it (a windowed op, up to `MAX_PATCH_READS` reads of each
 element), so the batch norm and ReLU before it become the patch kernel and no kernel is added;
 of a program input (ViT's patch embedding) the patch kernel is one more kernel. Only small
-patches (`MAX_PATCH_ELEMENTS`, L2-resident) are made, whatever backend torch would pick (its
-oneDNN path reorders the weight on every call: ViT's 16x16 patches, 0.78 -> 0.59x Inductor).
-The products are not eager's BLAS calls: the values are eager's to `assert_close`, not bit for
-bit.
+patches (`MAX_PATCH_ELEMENTS`, L2-resident) are made, of convolutions torch runs on its slow
+path, or whose windows do not overlap whatever torch would pick (their patches are the input
+permuted, and torch's oneDNN path reorders the weight on every call: ViT's 16x16 patches,
+0.78 -> 0.59x Inductor; a 3x3 window over 128 channels at 14x14, which torch runs with
+oneDNN, was 1.17x slower as patches). The products are not eager's BLAS calls: the values are
+eager's to `assert_close`, not bit for bit.
 
     %i = graph.reshape %x : tensor<1x4x5x5xf32> -> tensor<4x5x5xf32>
     %p = graph.patches %i kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<4x5x5xf32> -> tensor<3x3x4x3x3xf32>
@@ -61,9 +63,9 @@ bit.
     %m = graph.matmul %rows, %wt : tensor<9x36xf32>, tensor<36x6xf32> -> tensor<9x6xf32>
     %y = (reshape [3, 3, 6], permute [2, 0, 1], reshape [1, 6, 3, 3]) %m
 
-1x1 convolutions are rewritten only where torch would run them on its slow path (the backend
-torch picks for this input, weight and thread count at compile time, asked for inputs of up to
-`ASK_TORCH_MAX_ELEMENTS`), unless `every`; oneDNN's stay library calls.
+The slow path is the backend torch picks for this input, weight and thread count at compile
+time (asked for inputs of up to `ASK_TORCH_MAX_ELEMENTS`); `every` rewrites without asking
+(tests).
 """
 
 from __future__ import annotations
@@ -259,14 +261,27 @@ def as_patch_product(conv: ConvolutionCall) -> tuple[list[Operation], SSAValue]:
     return ops.ops, ops.add(graph.ReshapeOp(planes, [1, outs, oh, ow]))
 
 
+def disjoint_windows(conv: ConvolutionCall) -> bool:
+    """Whether `conv`'s windows do not overlap (stride >= window, ViT's patch embedding): its
+    patches are its input, permuted."""
+    return all(s >= k for s, k in zip(conv.stride, conv.kernel, strict=True))
+
+
 class WindowedConvolutionIntoPatchProduct(RewritePattern):
     """A batch-1 `aten.convolution` of a window larger than 1x1 with small patches
-    (`windowed`) -> its patches times its weight, transposed."""
+    (`windowed`) that torch runs on its slow path, or whose windows do not overlap (torch's
+    oneDNN path reorders the weight on every call) -> its patches times its weight,
+    transposed (any small one with `every`)."""
+
+    def __init__(self, every: bool):
+        self.every = every
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
         conv = windowed(op)
         if conv is None:
+            return
+        if not (self.every or disjoint_windows(conv) or torch_runs_slow_path(conv)):
             return
         ops, value = as_patch_product(conv)
         rewriter.replace(op, ops, [value])
@@ -293,8 +308,8 @@ class ConvolutionMatmulPass(ModulePass):
     """Batch-1 convolutions as one matrix product: a 1x1 one that torch runs with one
     product, that product; a larger window with small patches, its patches times the weight.
 
-    Options: `every` (rewrite every batch-1 f32/f64 1x1 convolution of stride 1 or 2, not only
-    those torch would run on its slow path with this process's threads; for tests).
+    Options: `every` (rewrite every batch-1 f32/f64 convolution the rules allow, not only those
+    torch would run on its slow path with this process's threads; for tests).
     `xfuse.compile` runs this pass after `decompose` on the CPU (NCHW programs)."""
 
     name = "convolution-matmul"
@@ -306,7 +321,7 @@ class ConvolutionMatmulPass(ModulePass):
             GreedyRewritePatternApplier(
                 [
                     PointwiseConvolutionIntoMatmul(self.every),
-                    WindowedConvolutionIntoPatchProduct(),
+                    WindowedConvolutionIntoPatchProduct(self.every),
                 ]
             )
         ).rewrite_module(op)
