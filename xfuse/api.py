@@ -256,10 +256,10 @@ def device_passes(channels_last: bool | None, device: torch.device) -> tuple[Mod
     on the CPU without it `convolution-matmul` (a batch-1 convolution as one matrix product: a
     1x1 one that torch runs as one product, that product; a larger window with few output
     pixels per channel, its patches times the weight), `attention-mask` (attention drops a
-    constant mask that
-    hides nothing and runs a causal one as `is_causal`, as eager's call had them), and on the
-    CPU `attention-gqa` (attention reads repeated key and value heads unrepeated: bit for bit
-    the same there; on CUDA a mask and `enable_gqa` together leave torch's fused kernels)."""
+    constant mask that hides nothing and runs a causal one as `is_causal`, as eager's call had
+    them), and on the CPU `attention-gqa` (attention reads repeated key and value heads
+    unrepeated: bit for bit the same there; on CUDA a mask and `enable_gqa` together leave
+    torch's fused kernels)."""
     from xfuse.passes.transforms.attention_gqa import AttentionGQAPass
     from xfuse.passes.transforms.attention_mask import AttentionMaskPass
     from xfuse.passes.transforms.convolution_matmul import ConvolutionMatmulPass
