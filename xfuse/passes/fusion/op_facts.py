@@ -182,7 +182,7 @@ def gather_mismatch(
 
 
 # ---------------------------------------------------------------------------------------------
-# Windowed ops (pool task): pad and pool read their input at shifted, clamped positions
+# Windowed ops (pool task): pad, pool and patches read their input at shifted, clamped positions
 # ---------------------------------------------------------------------------------------------
 
 WINDOW_OPS = (graph.PadOp, graph.PoolOp, graph.PatchesOp)

@@ -1390,6 +1390,23 @@ def _fill(b: KernelBuilder, value: float, t: Attribute) -> SSAValue:
     return b.constant(value if is_float(t) else int(bool(value)) if t == i1 else int(value), t)
 
 
+def _value_or_fill(
+    b: KernelBuilder,
+    v: SSAValue,
+    index: Sequence[Affine],
+    sizes: Sequence[int],
+    fill: float,
+    t: Attribute,
+) -> SSAValue:
+    """select(inside, v[index clamped], fill) (`_guarded_value`): constant padding's value,
+    and a patch's."""
+    guarded = _guarded_value(b, v, index, sizes)
+    if guarded is None:
+        return _fill(b, fill, t)
+    x, inside = guarded
+    return x if inside is None else b.insert(arith.SelectOp(inside, x, _fill(b, fill, t)))
+
+
 def pad_value_at(b: KernelBuilder, op: graph.PadOp, index: Index) -> SSAValue:
     """select(inside, x[clamp(i - low)], value), or x[reflect / clamp(i - low)]."""
     low, _ = op.pads
@@ -1409,11 +1426,7 @@ def pad_value_at(b: KernelBuilder, op: graph.PadOp, index: Index) -> SSAValue:
         ]
     if mode != "constant":
         return b.value_at(op.input, tuple(src))
-    guarded = _guarded_value(b, op.input, src, shape)
-    if guarded is None:
-        return _fill(b, op.fill, t)
-    x, inside = guarded
-    return x if inside is None else b.insert(arith.SelectOp(inside, x, _fill(b, op.fill, t)))
+    return _value_or_fill(b, op.input, src, shape, op.fill, t)
 
 
 def patches_value_at(b: KernelBuilder, op: graph.PatchesOp, index: Index) -> SSAValue:
@@ -1428,12 +1441,7 @@ def patches_value_at(b: KernelBuilder, op: graph.PatchesOp, index: Index) -> SSA
             for o, k, s, p in zip((oh, ow), (i, j), stride, padding, strict=True)
         ),
     ]
-    t = dtype_of(op.result)
-    guarded = _guarded_value(b, op.input, src, shape_of(op.input)[1:])
-    if guarded is None:
-        return _fill(b, 0.0, t)
-    x, inside = guarded
-    return x if inside is None else b.insert(arith.SelectOp(inside, x, _fill(b, 0.0, t)))
+    return _value_or_fill(b, op.input, src, shape_of(op.input)[1:], 0.0, dtype_of(op.result))
 
 
 def _pool_combiner(

@@ -167,11 +167,11 @@ def windowed(op: graph.TorchCallOp) -> ConvolutionCall | None:
         return None
     if any(p > k // 2 for p, k in zip(conv.padding, conv.kernel, strict=True)):
         return None
-    _, channels, height, width = graph.shape_of(conv.input)
-    out = graph.pool_shape((height, width), conv.kernel, conv.stride, conv.padding, (1, 1), False)
-    if graph.numel(out) * channels * graph.numel(conv.kernel) > MAX_PATCH_ELEMENTS:
+    _, outs, *spatial = graph.shape_of(op.outputs[0])
+    pixels, channels = graph.numel(spatial), graph.shape_of(conv.input)[1]
+    if pixels * channels * graph.numel(conv.kernel) > MAX_PATCH_ELEMENTS:
         return None
-    if graph.numel(out) > PIXELS_PER_CHANNEL * graph.shape_of(conv.weight)[0]:
+    if pixels > PIXELS_PER_CHANNEL * outs:
         return None
     if made_contiguous(conv.input):
         reads = graph.numel(conv.kernel) / graph.numel(conv.stride)
@@ -211,6 +211,16 @@ def torch_runs_slow_path(conv: ConvolutionCall) -> bool:
     return getattr(backend, "name", None) == "Slow2d"
 
 
+def _product(ops: OpList, a: SSAValue, b: SSAValue, bias: SSAValue | None) -> SSAValue:
+    """`a @ b`, or `addmm(bias, a, b)` (the result filled with the bias, broadcast, and the
+    product accumulated onto it, as torch's slow path adds a convolution's bias)."""
+    if bias is None:
+        return ops.add(graph.MatmulOp(a, b))
+    result = TensorType(graph.dtype_of(a), [graph.shape_of(a)[0], graph.shape_of(b)[1]])
+    refs: list[Attribute] = [StringAttr(f"%t{i}") for i in range(3)]
+    return ops.add(graph.TorchCallOp(ADDMM, [bias, a, b], [result], ArrayAttr(refs)))
+
+
 def as_matmul(conv: ConvolutionCall) -> tuple[list[Operation], SSAValue]:
     """The ops that compute `conv` as a matrix product (at full resolution, then sampled every
     `stride` pixels), and its value."""
@@ -219,20 +229,12 @@ def as_matmul(conv: ConvolutionCall) -> tuple[list[Operation], SSAValue]:
     outs = graph.shape_of(conv.weight)[0]
     cols = ops.add(graph.ReshapeOp(conv.input, [channels, height * width]))
     weight = ops.add(graph.ReshapeOp(conv.weight, [outs, channels]))
-    if conv.bias is None:
-        product = ops.add(graph.MatmulOp(weight, cols))
-    else:
-        bias = ops.add(graph.ReshapeOp(conv.bias, [outs, 1]))
-        result = TensorType(graph.dtype_of(cols), [outs, height * width])
-        refs: list[Attribute] = [StringAttr(f"%t{i}") for i in range(3)]
-        call = graph.TorchCallOp(ADDMM, [bias, weight, cols], [result], ArrayAttr(refs))
-        product = ops.add(call)
-    full = ops.add(graph.ReshapeOp(product, [1, outs, height, width]))
+    bias = None if conv.bias is None else ops.add(graph.ReshapeOp(conv.bias, [outs, 1]))
+    shape = [1, outs, height, width]
+    full = ops.add(graph.ReshapeOp(_product(ops, weight, cols, bias), shape))
     if conv.stride == (1, 1):
         return ops.ops, full
-    shape = [1, outs, height, width]
-    sampled = ops.add(graph.SliceOp(full, [0] * 4, shape, [1, 1, *conv.stride]))
-    return ops.ops, sampled
+    return ops.ops, ops.add(graph.SliceOp(full, [0] * 4, shape, [1, 1, *conv.stride]))
 
 
 def as_patch_product(conv: ConvolutionCall) -> tuple[list[Operation], SSAValue]:
@@ -249,13 +251,7 @@ def as_patch_product(conv: ConvolutionCall) -> tuple[list[Operation], SSAValue]:
     rows = ops.add(graph.ReshapeOp(patches, [oh * ow, depth]))
     weight = ops.add(graph.ReshapeOp(conv.weight, [outs, depth]))
     weight_t = ops.add(graph.PermuteOp(weight, [1, 0]))
-    if conv.bias is None:
-        product = ops.add(graph.MatmulOp(rows, weight_t))
-    else:
-        result = TensorType(graph.dtype_of(rows), [oh * ow, outs])
-        refs: list[Attribute] = [StringAttr(f"%t{i}") for i in range(3)]
-        call = graph.TorchCallOp(ADDMM, [conv.bias, rows, weight_t], [result], ArrayAttr(refs))
-        product = ops.add(call)
+    product = _product(ops, rows, weight_t, conv.bias)
     pixels = ops.add(graph.ReshapeOp(product, [oh, ow, outs]))
     planes = ops.add(graph.PermuteOp(pixels, [2, 0, 1]))
     return ops.ops, ops.add(graph.ReshapeOp(planes, [1, outs, oh, ow]))
@@ -267,39 +263,25 @@ def disjoint_windows(conv: ConvolutionCall) -> bool:
     return all(s >= k for s, k in zip(conv.stride, conv.kernel, strict=True))
 
 
-class WindowedConvolutionIntoPatchProduct(RewritePattern):
-    """A batch-1 `aten.convolution` of a window larger than 1x1 with small patches
-    (`windowed`) that torch runs on its slow path, or whose windows do not overlap (torch's
-    oneDNN path reorders the weight on every call) -> its patches times its weight,
-    transposed (any small one with `every`)."""
+class ConvolutionIntoProduct(RewritePattern):
+    """A batch-1 `aten.convolution` -> one matrix product: a 1x1 one (`pointwise`) that torch
+    runs on its slow path, its product (`as_matmul`); a larger window with small patches
+    (`windowed`) that torch runs on its slow path or whose windows do not overlap (torch's
+    oneDNN path reorders the weight on every call), its patches times its weight
+    (`as_patch_product`). With `every`, torch is not asked."""
 
     def __init__(self, every: bool):
         self.every = every
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
-        conv = windowed(op)
+        conv, build, disjoint = pointwise(op), as_matmul, False
         if conv is None:
+            conv, build = windowed(op), as_patch_product
+            disjoint = conv is not None and disjoint_windows(conv)
+        if conv is None or not (self.every or disjoint or torch_runs_slow_path(conv)):
             return
-        if not (self.every or disjoint_windows(conv) or torch_runs_slow_path(conv)):
-            return
-        ops, value = as_patch_product(conv)
-        rewriter.replace(op, ops, [value])
-
-
-class PointwiseConvolutionIntoMatmul(RewritePattern):
-    """A pointwise batch-1 `aten.convolution` (that torch runs on its slow path, unless
-    `every`) -> a matrix product of reshapes."""
-
-    def __init__(self, every: bool):
-        self.every = every
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
-        conv = pointwise(op)
-        if conv is None or not (self.every or torch_runs_slow_path(conv)):
-            return
-        ops, value = as_matmul(conv)
+        ops, value = build(conv)
         rewriter.replace(op, ops, [value])
 
 
@@ -318,10 +300,5 @@ class ConvolutionMatmulPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier(
-                [
-                    PointwiseConvolutionIntoMatmul(self.every),
-                    WindowedConvolutionIntoPatchProduct(self.every),
-                ]
-            )
+            GreedyRewritePatternApplier([ConvolutionIntoProduct(self.every)])
         ).rewrite_module(op)
