@@ -301,6 +301,7 @@ def _warm_child(spec: str) -> None:
                 "s": seconds,
                 "phases": compiled.compile_times,
                 "program_hits": stats.program_hits,
+                "import_hits": stats.import_hits,
                 "compiles": stats.compiles,
             }
         )
@@ -490,8 +491,9 @@ def _fresh(r: Report) -> str:
         return ""
     phases = "".join(f", {k} {v:.2f}" for k, v in r.fresh["phases"].items())
     hit = r.fresh["program_hits"] == 1 and r.fresh["compiles"] == 0
+    exported = "" if r.fresh.get("import_hits") else ", exported"
     missed = "" if hit else f" NOT FROM THE CACHE: {r.fresh}"
-    return f"; new process {r.fresh['s']:.2f} s{phases}{missed}"
+    return f"; new process {r.fresh['s']:.2f} s{phases}{exported}{missed}"
 
 
 def _row(name: str, entry: str, device: str, dtype: torch.dtype, r: Report) -> str:

@@ -334,12 +334,12 @@ def test_the_cycle_collector_is_paused_while_compiling_and_restored_after() -> N
     seen: list[bool] = []
 
     def fn(x: torch.Tensor) -> torch.Tensor:
-        seen.append(gc.isenabled())  # runs while torch.export traces it
+        seen.append(gc.isenabled())  # runs while the export key's replay, torch.export trace it
         return torch.tanh(x) * 2
 
     assert gc.isenabled()
     xfuse.compile(fn, (torch.randn(4),), quiet=True)
-    assert seen == [False] and gc.isenabled()
+    assert seen and not any(seen) and gc.isenabled()
     # a compile that fails turns it back on too
     with pytest.raises(xfuse.errors.ExportError):
         xfuse.compile(lambda x: x.numpy(), (torch.randn(4),), quiet=True)

@@ -1,7 +1,9 @@
 """Fused programs in the kernel cache (`xfuse.api.fuse_and_lower`): a second compilation of the
 same program, in this process or another, skips the passes and the lowering and makes the
 same program; other passes or devices never share an entry; an unusable entry is rebuilt.
-(A second process: tests/runtime/test_cache.py.)"""
+Imported programs too (`xfuse.api.import_for_xfuse`, under their `export_key`): a second
+compilation skips torch.export, binds the state of the module it is given, and exports
+again where the computation changed. (A second process: tests/runtime/test_cache.py.)"""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import torch.nn.functional as F
 
 import xfuse
 import xfuse.api
+from tests.backends.test_cuda import gpu
 from xfuse.errors import KernelCacheWarning
-from xfuse.runtime.cache import PROGRAM, KernelCache, decode_entry
+from xfuse.runtime.cache import IMPORT, PROGRAM, KernelCache, decode_entry
 
 
 class Block(torch.nn.Module):
@@ -162,3 +165,93 @@ def test_the_imported_module_is_verified_before_the_passes_unless_its_program_is
     warm = KernelCache(tmp_path)
     _compile(warm)
     assert warm.stats.program_hits == 1 and len(verified) == 1
+
+
+def _no_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("torch.export ran: the imported program was not in the cache")
+
+    monkeypatch.setattr(torch.export, "export", refuse)
+
+
+def test_a_second_compilation_skips_the_export_and_binds_its_own_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cold = _compile(KernelCache(tmp_path))
+    assert list(tmp_path.glob(f"*/*.{IMPORT}"))
+    _no_export(monkeypatch)
+    fresh = KernelCache(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warm = _compile(fresh)
+    assert fresh.stats.import_hits == 1 and fresh.stats.program_hits == 1
+    assert _explained(warm) == _explained(cold)
+    other = Block().eval()  # other weights: the program reads this module's
+    again = xfuse.compile(
+        other, _inputs(), quiet=True, fallback="error", cache=KernelCache(tmp_path)
+    )
+    x = _inputs()[0]
+    for got, want in zip(again(x), other(x), strict=True):
+        torch.testing.assert_close(got, want)
+    with torch.no_grad():
+        other.up.bias.add_(1.0)  # and its state as it is at each call
+    for got, want in zip(again(x), other(x), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_changed_computation_is_exported_again(tmp_path: Path) -> None:
+    held = torch.arange(8.0)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * held
+
+    x = torch.randn(4, 8)
+    xfuse.compile(f, (x,), quiet=True, fallback="error", cache=KernelCache(tmp_path))
+    held.mul_(-1)  # the lifted constant's value is the program's: another key
+    cache = KernelCache(tmp_path)
+    compiled = xfuse.compile(f, (x,), quiet=True, fallback="error", cache=cache)
+    assert cache.stats.import_hits == 0
+    torch.testing.assert_close(compiled(x), f(x))
+    same = KernelCache(tmp_path)
+    compiled = xfuse.compile(f, (x,), quiet=True, fallback="error", cache=same)
+    assert same.stats.import_hits == 1
+    torch.testing.assert_close(compiled(x), f(x))
+    other_shape = KernelCache(tmp_path)
+    xfuse.compile(f, (torch.randn(2, 8),), quiet=True, fallback="error", cache=other_shape)
+    assert other_shape.stats.import_hits == 0
+
+
+def test_a_program_without_a_key_is_exported_each_time(tmp_path: Path) -> None:
+    class Counting(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1  # the replay cannot vouch for it
+            return x * 2
+
+    model, x = Counting(), torch.randn(3)
+    for _ in range(2):
+        cache = KernelCache(tmp_path)
+        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error", cache=cache)
+        assert cache.stats.import_hits == 0
+        torch.testing.assert_close(compiled(x), x * 2)
+    assert not list(tmp_path.glob(f"*/*.{IMPORT}"))
+
+
+@gpu
+@pytest.mark.gpu
+def test_a_cuda_program_is_taken_from_the_cache_with_its_state_bound(tmp_path: Path) -> None:
+    """On CUDA the replay's shadows show the inputs' device, and the second compilation binds
+    the CUDA module it is given."""
+    torch.manual_seed(0)
+    cold, warm = Block().eval().cuda(), Block().eval().cuda()
+    x = _inputs()[0].cuda()
+    xfuse.compile(cold, (x,), "cuda", quiet=True, fallback="error", cache=KernelCache(tmp_path))
+    cache = KernelCache(tmp_path)
+    compiled = xfuse.compile(warm, (x,), "cuda", quiet=True, fallback="error", cache=cache)
+    assert cache.stats.import_hits == 1 and cache.stats.program_hits == 1
+    for _ in range(3):  # CUDA graphs from the second call on
+        for got, want in zip(compiled(x), warm(x), strict=True):
+            torch.testing.assert_close(got, want)

@@ -19,7 +19,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -45,7 +45,14 @@ from xfuse.report.dot import program_dot
 from xfuse.report.op_index import OpIndex, collect_decisions
 from xfuse.report.render import render_dot
 from xfuse.report.summary import FusionSummary, format_summary, group_count, summarize
-from xfuse.runtime.cache import KernelCache, KernelSource, default_cache, program_key
+from xfuse.runtime.cache import (
+    IMPORT,
+    KernelCache,
+    KernelSource,
+    default_cache,
+    import_key,
+    program_key,
+)
 from xfuse.runtime.compile_workers import can_compile_ahead, start_workers
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, ProgramCompiler
 from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
@@ -61,6 +68,7 @@ from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import ModuleState
 
 if TYPE_CHECKING:
+    from xfuse.frontend.export_key import ExportKey
     from xfuse.frontend.importer import ImportedProgram
 
 Tensor = torch.Tensor
@@ -153,16 +161,26 @@ def import_for_xfuse(
     example_inputs: tuple[Any, ...],
     example_kwargs: dict[str, Any] | None = None,
     verify: bool = True,
+    cache: KernelCache | None = None,
 ) -> Imported:
     """torch.export, then the importer (its module verified unless `verify` is off); any
-    failure is one `ExportError` line."""
+    failure is one `ExportError` line. With a `cache`, the imported program is kept there
+    under its `export_key` and taken from there when the key is found (no export then)."""
     from xfuse.errors import UnsupportedProgram
+    from xfuse.frontend.export_key import export_key
     from xfuse.frontend.importer import import_program, wrap_function
     from xfuse.frontend.pytrees import export_support
 
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     # torch.export (and decomposing) is not thread-safe
     with EXPORT_LOCK, no_stack_traces(), lazy_graph_modules():
+        key = None if cache is None else export_key(model, example_inputs, example_kwargs)
+        if key is not None and cache is not None:
+            found = cache.program(
+                import_key(key.digest), lambda data: _load(data, model, key), IMPORT
+            )
+            if found is not None:
+                return found
         try:
             with export_support():
                 exported = torch.export.export(model, example_inputs, example_kwargs, strict=False)
@@ -174,7 +192,36 @@ def import_for_xfuse(
             program = import_program(exported, verify)
         except UnsupportedProgram as e:
             raise ExportError(f"xfuse: cannot import the program: {e}") from e
-    return Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
+    imported = Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
+    if key is not None and cache is not None and str(key.out_spec) == str(imported.out_spec):
+        _store(cache, import_key(key.digest), imported, model)
+    return imported
+
+
+def _store(cache: KernelCache, key: str, imported: Imported, model: torch.nn.Module) -> None:
+    """Keep `imported` under `key` (`import_key`): the module's state tensors by name (bound
+    again from the module that loads it), the lifted constants by value, the output structure
+    not at all (the key's replay gives it). One that does not pickle is not kept: the next
+    compile exports it again."""
+    program = imported.program
+    state = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    state |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    constants = {k: v.cpu() for k, v in program.params.items() if k not in state}
+    stored = replace(program, params=constants)
+    try:
+        data = serialize.dumps((stored, sorted(program.params), imported.op_names))
+    except Exception:  # noqa: BLE001 - uncached, as the docstring says
+        return
+    cache.store_program(key, data, IMPORT)
+
+
+def _load(data: bytes, model: torch.nn.Module, key: ExportKey) -> Imported:
+    """What `_store` kept, its state bound to `model`'s tensors of those names."""
+    stored, names, op_names = serialize.loads(data)
+    state: dict[str, Tensor] = dict(model.named_parameters(remove_duplicate=False))
+    state.update(model.named_buffers(remove_duplicate=False))
+    params = {n: stored.params[n] if n in stored.params else state[n].detach() for n in names}
+    return Imported(replace(stored, params=params), key.out_spec, op_names)
 
 
 def unflattener(imported: Imported) -> Callable[[list[Tensor]], Any]:
@@ -344,7 +391,7 @@ def _builder(
         start_workers(backend)  # their imports overlap exporting and fusing
         progress.stage("exporting the program (torch.export)")
         # unverified: fuse_and_lower verifies it unless the cache holds its fused program
-        imported = import_for_xfuse(model_or_fn, call.args, call.kwargs, verify=False)
+        imported = import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
         progress.lap("export")
         progress.stage(f"imported {len(imported.op_names)} ops; fusing")
         program_ir = imported.program

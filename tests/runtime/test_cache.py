@@ -243,16 +243,18 @@ x = torch.randn(4, 8)
 compiled = xfuse.compile(f, (x,), quiet=True, fallback="error")
 torch.testing.assert_close(compiled(x), f(x))
 stats = default_cache().stats
-print(json.dumps({"program_hits": stats.program_hits, "compiles": stats.compiles}))
+print(json.dumps({"program_hits": stats.program_hits, "import_hits": stats.import_hits,
+                  "compiles": stats.compiles}))
 """
 
 
 def test_a_second_process_takes_the_fused_program_from_the_disk(tmp_path: Path) -> None:
-    """(`xfuse.api.fuse_and_lower`) The second process neither fuses nor compiles a kernel."""
+    """(`xfuse.api.fuse_and_lower`, `import_for_xfuse`) The second process neither exports,
+    fuses nor compiles a kernel."""
     first = _in_a_new_process(_FUSED_IN_A_NEW_PROCESS, tmp_path)
     second = _in_a_new_process(_FUSED_IN_A_NEW_PROCESS, tmp_path)
-    assert first["program_hits"] == 0 and first["compiles"] != 0
-    assert second == {"program_hits": 1, "compiles": 0}
+    assert first["program_hits"] == first["import_hits"] == 0 and first["compiles"] != 0
+    assert second == {"program_hits": 1, "import_hits": 1, "compiles": 0}
 
 
 def test_no_warning_on_a_clean_hit(tmp_path: Path) -> None:

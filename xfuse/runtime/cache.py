@@ -10,7 +10,8 @@ directory, e.g. `~/.cache/xfuse`) so that a second process skips LLVM.
 
 The same cache holds fused programs (`program`, keyed by `program_key`): a program's module
 after the fusion passes with its units lowered to loop IR (`xfuse.ir.serialize`), so that a
-second process compiling the same imported program skips the passes and the lowering too.
+second process compiling the same imported program skips the passes and the lowering too;
+and imported programs (keyed by `import_key`), so that it skips torch.export as well.
 
 A disk entry is a header (magic, entry format, payload length, key, payload sha256) and the
 artifact, written to a temporary file and renamed into place, so a reader sees a whole entry or
@@ -46,9 +47,10 @@ from xfuse.runtime.compile_workers import MIN_JOBS, backend_spec, compile_in_wor
 
 T = TypeVar("T")
 
-KERNEL, PROGRAM = "kernel", "program"
-"""The two kinds of entry, by file suffix: a kernel's artifact, and a fused program (its
-module after the passes and its kernels' loop IR, `xfuse.ir.serialize`)."""
+KERNEL, PROGRAM, IMPORT = "kernel", "program", "import"
+"""The three kinds of entry, by file suffix: a kernel's artifact, a fused program (its module
+after the passes and its kernels' loop IR, `xfuse.ir.serialize`), and an imported program
+(`xfuse.api.import_for_xfuse`)."""
 MAGIC = b"XFUSEKC\x00"
 ENTRY_FORMAT = 1
 _HEADER = struct.Struct("<8sIQ32s32s")  # magic, entry format, payload length, key, sha256
@@ -113,22 +115,33 @@ def program_key(module_fingerprint: str, passes: str, device: str) -> str:
     """The key of a fused program (`KernelCache.program`): the imported module's text (its
     `xfuse.ir.fingerprint`), the passes run on it (pipeline text and the device's passes with
     their options), the device type it is lowered for, and the code and versions that made it
-    (every source of xfuse; torch, xDSL and Python, whose classes the entry pickles)."""
+    (`_made_by`)."""
+    return _entry_key("program", module_fingerprint, passes, device)
+
+
+def import_key(export_key: str) -> str:
+    """The key of an imported program (held in the cache as fused programs are): the
+    `xfuse.frontend.export_key` of the program torch.export traced, and the code and versions
+    that exported and imported it (`_made_by`)."""
+    return _entry_key("import", export_key)
+
+
+def _entry_key(*parts: str) -> str:
+    return hashlib.sha256("\x00".join([*parts, *_made_by()]).encode()).hexdigest()
+
+
+def _made_by() -> tuple[str, ...]:
+    """Every source of xfuse; torch, xDSL and Python, whose classes an entry pickles."""
     import torch
     import xdsl
 
-    parts = (
-        "program",
-        module_fingerprint,
-        passes,
-        device,
+    return (
         _sources_digest(xfuse_sources()),
         torch.__version__,
         str(getattr(xdsl, "__version__", "?")),
         sys.version,
         str(ENTRY_FORMAT),
     )
-    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
 def backend_version(backend: Backend) -> str:
@@ -189,6 +202,9 @@ class CacheStats:
     rebuilt: int = 0
     program_hits: int = 0
     """Fused programs found (`KernelCache.program`): compilations that skipped the passes."""
+    import_hits: int = 0
+    """Imported programs found (`KernelCache.program` of `IMPORT`): compilations that skipped
+    torch.export."""
 
 
 class CorruptEntry(XfuseError):
@@ -321,16 +337,17 @@ class KernelCache:
         """Whether entries go to disk (a directory, and no error has turned it off)."""
         return self._disk_ok
 
-    def program(self, key: str, load: Callable[[bytes], T]) -> T | None:
-        """The fused program stored under `key` (`program_key`; `xfuse.api` writes and reads
-        it), from disk (or from memory, where the cache has no usable disk), as `load` makes
-        it of the entry's bytes; None where neither holds it. An entry `load` fails on is
-        deleted with a `KernelCacheWarning` (as a kernel the backend cannot load), and None
-        returned: the caller makes the program again."""
+    def program(self, key: str, load: Callable[[bytes], T], kind: str = PROGRAM) -> T | None:
+        """The fused program (or, with `kind` `IMPORT`, the imported program) stored under
+        `key` (`program_key`, `import_key`; `xfuse.api` writes and reads them), from disk (or
+        from memory, where the cache has no usable disk), as `load` makes it of the entry's
+        bytes; None where neither holds it. An entry `load` fails on is deleted with a
+        `KernelCacheWarning` (as a kernel the backend cannot load), and None returned: the
+        caller makes the program again."""
         with self._lock:
             data = self._programs.get(key)
         if data is None:
-            data = self._read(key, PROGRAM)
+            data = self._read(key, kind)
         if data is None:
             return None
         try:
@@ -338,17 +355,20 @@ class KernelCache:
         except Exception as e:  # noqa: BLE001 - rebuilt by the caller, the entry replaced
             with self._lock:
                 self._programs.pop(key, None)
-            self._discard(key, f"it does not load: {type(e).__name__}: {e}", PROGRAM)
+            self._discard(key, f"it does not load: {type(e).__name__}: {e}", kind)
             return None
         with self._lock:
-            self.stats.program_hits += 1
+            if kind == IMPORT:
+                self.stats.import_hits += 1
+            else:
+                self.stats.program_hits += 1
         return found
 
-    def store_program(self, key: str, data: bytes) -> None:
-        """Keep a fused program: on disk, or in memory where the cache has no usable disk (a
-        process that compiles thousands of programs, as the fuzzer does, keeps none of them
-        in memory otherwise)."""
-        self._write(key, data, PROGRAM)
+    def store_program(self, key: str, data: bytes, kind: str = PROGRAM) -> None:
+        """Keep a fused (or imported) program: on disk, or in memory where the cache has no
+        usable disk (a process that compiles thousands of programs, as the fuzzer does, keeps
+        none of them in memory otherwise)."""
+        self._write(key, data, kind)
         if not self._disk_ok:
             with self._lock:
                 self._programs[key] = data
