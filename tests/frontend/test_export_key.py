@@ -187,3 +187,18 @@ def test_a_new_process_finds_the_same_key() -> None:
 def test_no_key_for_a_value_its_repr_does_not_tell_apart() -> None:
     _none(lambda x, o: x + 1, x(3), object())
     assert export_key(wrap_function(lambda x, o: x + o), (x(3), 1.5), None) is not None
+
+
+def test_conjugate_and_negative_bits_are_in_the_key() -> None:
+    module = wrap_function(lambda z: z * 2)
+    z = torch.randn(3, dtype=torch.cfloat)
+    keys = {_digest(module, z), _digest(module, z.conj()), _digest(module, torch.randn(3))}
+    assert len(keys) == 3
+
+
+def test_no_key_for_a_tensor_subclass_or_another_layout() -> None:
+    class Tagged(torch.Tensor):
+        pass
+
+    _none(lambda x: x + 1, torch.randn(3).as_subclass(Tagged))
+    _none(lambda x: x * 2, torch.randn(3, 3).to_sparse())

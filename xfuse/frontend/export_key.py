@@ -89,7 +89,13 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
 
 
 def _layout(t: torch.Tensor) -> tuple[Any, ...]:
-    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad)
+    """What the record holds of a tensor: all Python sees of it but its values. Only plain
+    strided tensors have a layout: a subclass (its own metadata) or another layout leaves
+    the program without a key."""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter, Shadow) or t.layout != torch.strided:
+        raise NoKey(f"a {type(t).__name__} of layout {t.layout}")
+    shape = (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device)
+    return (*shape, t.requires_grad, t.is_conj(), t.is_neg())
 
 
 class Replay(TorchDispatchMode):
@@ -199,11 +205,13 @@ def _result_device(kwargs: dict[str, Any], devices: Sequence[torch.device]) -> t
 
 
 def _digest(t: torch.Tensor) -> str:
+    layout = _layout(t)
     nbytes = t.numel() * t.element_size()
     if nbytes > MAX_CONSTANT_BYTES:
         raise NoKey(f"the program holds a tensor of {nbytes} bytes")
-    data = t.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-    return hashlib.sha256(repr(_layout(t)).encode() + data).hexdigest()[:32]
+    values = t.detach().resolve_conj().resolve_neg().to("cpu").contiguous()
+    data = values.view(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.sha256(repr(layout).encode() + data).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -252,11 +260,12 @@ def _shadow_state(
     shadows: dict[str, torch.Tensor] = {}
     record: list[Any] = []
     for name, t in _state(model):
+        layout = _layout(t)
         if id(t) not in by_id:
             _claim(storages, t)
             by_id[id(t)] = replay.shadow(_meta_of(t), t.device, name)
         shadows[name] = by_id[id(t)]
-        record.append((name, replay.names[id(by_id[id(t)])], _layout(t)))
+        record.append((name, replay.names[id(by_id[id(t)])], layout))
     return shadows, record
 
 
@@ -271,12 +280,12 @@ def _shadow_inputs(
         if not isinstance(leaf, torch.Tensor):
             record.append(_plain(leaf))
             continue
+        record.append(_layout(leaf))
         if id(leaf) in by_id:
             raise NoKey("a tensor is passed twice, or is passed and is state")
         _claim(storages, leaf)
         by_id[id(leaf)] = replay.shadow(_meta_of(leaf), leaf.device, f"in{i}")
         leaves[i] = by_id[id(leaf)]
-        record.append(_layout(leaf))
     return pytree.tree_unflatten(leaves, spec), [*record, str(spec)]
 
 
