@@ -62,9 +62,10 @@ def test_zoo_matches_eager_on_cpu_with_fallbacks(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_a_warm_start_makes_the_program_a_cold_one_makes(name: str, tmp_path: Path) -> None:
-    """The fused program taken from the cache (`xfuse.api.fuse_and_lower`) is the program
-    fusing and lowering make: the same groups, kernels (loop IR) and steps, and the same
-    results bit for bit."""
+    """The imported and the fused program taken from the cache (`xfuse.api.import_for_xfuse`,
+    `fuse_and_lower`) are the programs export, fusing and lowering make: the same groups,
+    kernels (loop IR) and steps, and the same results bit for bit; and the warm program reads
+    the module's state as it is at each call."""
     model, inputs = build(name, "small", "cpu", torch.float32)
     with torch.no_grad():
         cold = xfuse.compile(
@@ -72,10 +73,14 @@ def test_a_warm_start_makes_the_program_a_cold_one_makes(name: str, tmp_path: Pa
         )
         cache = KernelCache(tmp_path)
         warm = xfuse.compile(model, inputs, quiet=True, fallback="error", cache=cache)
-        assert cache.stats.program_hits == 1 and cache.stats.compiles == 0
+        assert cache.stats.import_hits == cache.stats.program_hits == 1
+        assert cache.stats.compiles == 0
         assert program_structure(warm) == program_structure(cold)
         for a, b in zip(tensors_of(cold(*inputs)), tensors_of(warm(*inputs)), strict=True):
             assert torch.equal(a, b)
+        for p in model.parameters():
+            p.mul_(1.5)
+        assert_matches(warm(*inputs), model(*inputs), torch.float32)
 
 
 def test_a_causal_lm_with_its_default_cache_returns_the_cache() -> None:
