@@ -24,7 +24,9 @@ No key (None) where the replay cannot vouch for the program, and the program is 
 - an op reads data (`.item()`, a data-dependent shape), or changes a tensor's metadata in
   place (`unsqueeze_`, `resize_`, `set_`): meta tensors cannot follow the first, shadows
   the second;
-- two distinct inputs or state tensors share memory;
+- two distinct inputs or state tensors share memory, or one tensor is passed twice;
+- a tensor is a subclass's (its own metadata) or not strided (sparse);
+- a value's repr does not tell it apart from others (`PLAIN` lists those whose does);
 - the run changed an attribute of one of the program's modules (it is put back);
 - a tensor the program holds is larger than `MAX_CONSTANT_BYTES`;
 - anything else raised.
@@ -45,6 +47,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from xfuse.errors import XfuseError
 from xfuse.frontend.pytrees import export_support
 
 MAX_CONSTANT_BYTES = 1 << 24
@@ -52,8 +55,9 @@ MAX_CONSTANT_BYTES = 1 << 24
 the key hashes; a larger one leaves the program without a key."""
 
 
-class NoKey(Exception):
-    """The replay cannot vouch for the program (see the module's docstring)."""
+class NoKey(XfuseError):
+    """The replay cannot vouch for the program (see the module's docstring); `export_key`
+    answers None, never raises it."""
 
 
 class Shadow(torch.Tensor):
