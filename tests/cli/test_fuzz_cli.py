@@ -18,6 +18,8 @@ def test_a_clean_run_ends_with_the_counts(capsys: pytest.CaptureFixture[str]) ->
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "3 passed, 0 failed", lines
     assert lines[0] == "0 skipped (torch.export rejects them)"
+    # the second compilation of each took its imported program from the cache
+    assert "cpu import cached x3" in lines[1], lines
     assert status == 0
 
 

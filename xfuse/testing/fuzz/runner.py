@@ -95,8 +95,7 @@ class Differential:
             passed.append("import")
             passed += self.run_passes(imported)
             for device in self.devices:
-                self.run_compiled(device)
-                passed.append(device)
+                passed += self.run_compiled(device)
         except StageFailure as failure:
             return Outcome("fail", failure.stage, failure.message, passed)
         return Outcome("pass", stages=passed)
@@ -197,7 +196,9 @@ class Differential:
         self.check("loops", got)
         return True
 
-    def run_compiled(self, device: str) -> None:
+    def run_compiled(self, device: str) -> list[str]:
+        """The stages passed: `device`, and "<device> import cached" where the second
+        compilation took the imported program from the cache (its export key found)."""
         import xfuse
 
         def on_device() -> tuple[Tensor, ...]:
@@ -211,7 +212,7 @@ class Differential:
                 )
                 first = flat_tensors(compiled(*on_device()))
                 self.check(device, first)
-                self.check_cached(device, compiled, first, on_device)
+                cached_import = self.check_cached(device, compiled, first, on_device)
                 second = flat_tensors(compiled(*on_device()))
         except StageFailure:
             raise
@@ -221,6 +222,7 @@ class Differential:
         if self.semantics:
             del first, second  # dropped: the next calls recycle their memory
             self.check_aliasing(device, compiled, on_device)
+        return [device, *([f"{device} import cached"] if cached_import else [])]
 
     def check_cached(
         self,
@@ -228,11 +230,13 @@ class Differential:
         compiled: Any,
         first: Sequence[Tensor],
         on_device: Callable[[], tuple[Tensor, ...]],
-    ) -> None:
+    ) -> bool:
         """The program compiled again as a second process would (a cache with nothing in
         memory), its fused program loaded from the disk cache (`xfuse.api.fuse_and_lower`):
         the same groups, kernels and steps as `compiled`; on the CPU its results are `first`
-        bit for bit, elsewhere they pass the same check (atomics may order sums otherwise)."""
+        bit for bit, elsewhere they pass the same check (atomics may order sums otherwise).
+        Whether its imported program came from the cache too (`import_for_xfuse`: a program
+        without an export key is exported again)."""
         import xfuse
         from xfuse.runtime.cache import KernelCache, default_cache
 
@@ -249,10 +253,11 @@ class Differential:
         got = flat_tensors(again(*on_device()))
         if device != "cpu":
             self.check(stage, got)
-            return
+            return cache.stats.import_hits == 1
         for i, (a, b) in enumerate(zip(got, first, strict=True)):
             if not same_bits(a, b):
                 raise StageFailure(stage, f"output {i} differs from the first compilation's")
+        return cache.stats.import_hits == 1
 
     def check_aliasing(
         self, device: str, compiled: Any, on_device: Callable[[], tuple[Tensor, ...]]
