@@ -209,7 +209,7 @@ def _store(cache: KernelCache, key: str, imported: Imported, model: torch.nn.Mod
     constants = {k: v.cpu() for k, v in program.params.items() if k not in state}
     stored = replace(program, params=constants)
     try:
-        data = serialize.dumps((stored, sorted(program.params), imported.op_names))
+        data = serialize.dumps((stored, list(program.params), imported.op_names))
     except Exception:  # noqa: BLE001 - uncached, as the docstring says
         return
     cache.store_program(key, data, IMPORT)
