@@ -202,3 +202,13 @@ def test_no_key_for_a_tensor_subclass_or_another_layout() -> None:
 
     _none(lambda x: x + 1, torch.randn(3).as_subclass(Tagged))
     _none(lambda x: x * 2, torch.randn(3, 3).to_sparse())
+
+
+def test_no_key_where_an_out_argument_is_resized() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(0)
+        torch.add(x, 1, out=out)  # resizes out
+        return out
+
+    _none(f, x(3))
+    assert export_key(wrap_function(lambda x: x.add_(1)), (x(3),), None) is not None

@@ -36,6 +36,7 @@ No key (None) where the replay cannot vouch for the program, and the program is 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from collections.abc import Iterator, Sequence
@@ -124,7 +125,8 @@ class Replay(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if torch.Tag.inplace_view in func.tags or func.name() in ("aten::resize_", "aten::set_"):
+        moves, writes = _kind(func)
+        if moves:
             raise NoKey(f"{func} changes a tensor's metadata in place")
         devices: list[torch.device] = []
         metas = [self.argument(a, devices) for a in args]
@@ -138,6 +140,8 @@ class Replay(TorchDispatchMode):
             out = func(*metas, **meta_kwargs)
         except Exception as e:
             raise NoKey(f"{func} does not run on meta tensors: {e}") from e
+        if writes:
+            _check_unmoved(func, [*args, *kwargs.values()])
         results = self.results(out, device)
         self.record.append((str(func), self.encode(args), self.encode(kwargs), results[1]))
         return results[0]
@@ -192,6 +196,27 @@ def _plain(value: Any) -> tuple[str, str]:
     if type(value) not in PLAIN:
         raise NoKey(f"a {type(value).__name__} in the program's calls")
     return (type(value).__name__, repr(value))
+
+
+@functools.cache
+def _kind(func: Any) -> tuple[bool, bool]:
+    """Whether an op changes a tensor's metadata in place, and whether it writes a tensor."""
+    moves = torch.Tag.inplace_view in func.tags or func.name() in ("aten::resize_", "aten::set_")
+    return moves, bool(func._schema.is_mutable)
+
+
+def _check_unmoved(func: Any, args: Sequence[Any]) -> None:
+    """An op that writes a shadow (an `out=` it resizes) must leave its metadata as the
+    shadow shows it."""
+    for a in args:
+        if isinstance(a, list | tuple):
+            _check_unmoved(func, a)
+        elif isinstance(a, Shadow) and _geometry(a.meta) != _geometry(a):
+            raise NoKey(f"{func} changed a tensor's metadata")
+
+
+def _geometry(t: torch.Tensor) -> tuple[Any, ...]:
+    return (t.shape, t.stride(), t.storage_offset())
 
 
 def _result_device(kwargs: dict[str, Any], devices: Sequence[torch.device]) -> torch.device:
