@@ -214,6 +214,21 @@ def test_target_names_the_host_cpu(backend: CPUBackend) -> None:
     assert llvm.get_host_cpu_name() in backend.target
 
 
+def test_vectors_are_of_full_width_with_avx512(backend: CPUBackend) -> None:
+    """`FULL_WIDTH`: LLVM's tuning for Intel's AVX-512 cores would vectorize 8 wide in ymm
+    registers; xfuse asks for 16 wide wherever the CPU has AVX-512 (and leaves others alone)."""
+    import llvmlite.binding as llvm
+
+    from xfuse.backends.llvm import FULL_WIDTH, host_cpu
+
+    avx512 = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    assert (FULL_WIDTH in host_cpu()[1].split(",")) == avx512
+    if not avx512:
+        pytest.skip("no AVX-512 on this CPU")
+    assembly = backend.assembly(parse(gelu_sigmoid(64, 256)), "gelu_sigmoid")
+    assert "%zmm" in assembly
+
+
 def test_pointwise_chain_with_broadcast(backend: CPUBackend) -> None:
     kernel_ = build(backend, gelu_sigmoid(33, 70), "gelu_sigmoid")
     x, w, b = torch.randn(33, 70), torch.randn(70), torch.randn(70)
