@@ -485,8 +485,9 @@ def _warm(r: Report) -> str:
 
 
 def _fresh(r: Report) -> str:
-    """The new process's warm start: seconds, phases, and whether it skipped the passes and
-    compiled nothing (else it was no warm start, and the row says so)."""
+    """The new process's warm start: seconds, phases, whether it exported (no export key, or
+    none found), and whether it skipped the passes and compiled nothing (else it was no warm
+    start, and the row says so)."""
     if r.fresh is None:
         return ""
     phases = "".join(f", {k} {v:.2f}" for k, v in r.fresh["phases"].items())

@@ -175,10 +175,9 @@ def import_for_xfuse(
     # torch.export (and decomposing) is not thread-safe
     with EXPORT_LOCK, no_stack_traces(), lazy_graph_modules():
         key = None if cache is None else export_key(model, example_inputs, example_kwargs)
-        if key is not None and cache is not None:
-            found = cache.program(
-                import_key(key.digest), lambda data: _load(data, model, key), IMPORT
-            )
+        entry = None if key is None else import_key(key.digest)
+        if cache is not None and key is not None and entry is not None:
+            found = cache.program(entry, lambda data: _load(data, model, key), IMPORT)
             if found is not None:
                 return found
         try:
@@ -193,8 +192,9 @@ def import_for_xfuse(
         except UnsupportedProgram as e:
             raise ExportError(f"xfuse: cannot import the program: {e}") from e
     imported = Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
-    if key is not None and cache is not None and str(key.out_spec) == str(imported.out_spec):
-        _store(cache, import_key(key.digest), imported, model)
+    if cache is not None and key is not None and entry is not None:
+        if str(key.out_spec) == str(imported.out_spec):  # else the key's replay is not export's
+            _store(cache, entry, imported, model)
     return imported
 
 
@@ -203,9 +203,10 @@ def _store(cache: KernelCache, key: str, imported: Imported, model: torch.nn.Mod
     again from the module that loads it), the lifted constants by value, the output structure
     not at all (the key's replay gives it). One that does not pickle is not kept: the next
     compile exports it again."""
+    from xfuse.frontend.export_key import state_of
+
     program = imported.program
-    state = {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    state |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    state = {name for name, _ in state_of(model)}
     constants = {k: v.cpu() for k, v in program.params.items() if k not in state}
     stored = replace(program, params=constants)
     try:
@@ -217,9 +218,10 @@ def _store(cache: KernelCache, key: str, imported: Imported, model: torch.nn.Mod
 
 def _load(data: bytes, model: torch.nn.Module, key: ExportKey) -> Imported:
     """What `_store` kept, its state bound to `model`'s tensors of those names."""
+    from xfuse.frontend.export_key import state_of
+
     stored, names, op_names = serialize.loads(data)
-    state: dict[str, Tensor] = dict(model.named_parameters(remove_duplicate=False))
-    state.update(model.named_buffers(remove_duplicate=False))
+    state = dict(state_of(model))
     params = {n: stored.params[n] if n in stored.params else state[n].detach() for n in names}
     return Imported(replace(stored, params=params), key.out_spec, op_names)
 

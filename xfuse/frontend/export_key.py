@@ -99,28 +99,27 @@ def _layout(t: torch.Tensor) -> tuple[Any, ...]:
     the program without a key."""
     if type(t) not in (torch.Tensor, torch.nn.Parameter, Shadow) or t.layout != torch.strided:
         raise NoKey(f"a {type(t).__name__} of layout {t.layout}")
-    shape = (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device)
-    return (*shape, t.requires_grad, t.is_conj(), t.is_neg())
+    return (*_geometry(t), t.dtype, t.device, t.requires_grad, t.is_conj(), t.is_neg())
 
 
 class Replay(TorchDispatchMode):
     """Runs every op on the meta tensors of its shadows and records it (`record`)."""
 
-    def __init__(self, names: dict[int, str]):
+    def __init__(self) -> None:
         super().__init__()
         self.record: list[Any] = []
-        self.names = names
+        self.names: dict[int, str] = {}
         """id(shadow) -> its name in the record (inputs and state by name, results by
         position, held tensors by their hash)."""
         self.shadows: dict[int, Shadow] = {}
         """id(meta) -> its shadow: an op that returns an input returns its shadow."""
-        self.kept: list[Any] = []  # what the ids name stays alive to the end
+        self.kept: list[Any] = []  # what the ids name (shadows, held tensors) lives to the end
 
     def shadow(self, meta: torch.Tensor, device: torch.device, name: str) -> Shadow:
         s = Shadow(meta, device)
         self.names[id(s)] = name
         self.shadows[id(meta)] = s
-        self.kept += [s, meta]
+        self.kept.append(s)  # and its meta tensor with it
         return s
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -216,7 +215,7 @@ def _check_unmoved(func: Any, args: Sequence[Any]) -> None:
 
 
 def _geometry(t: torch.Tensor) -> tuple[Any, ...]:
-    return (t.shape, t.stride(), t.storage_offset())
+    return (tuple(t.shape), t.stride(), t.storage_offset())
 
 
 def _result_device(kwargs: dict[str, Any], devices: Sequence[torch.device]) -> torch.device:
@@ -268,7 +267,7 @@ def _replay(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[list[Any], pytree.TreeSpec]:
     """The record of one call of `model` on shadows, and its outputs' structure."""
-    replay = Replay({})
+    replay = Replay()
     storages: set[Any] = set()
     by_id: dict[int, Shadow] = {}
     state, bound = _shadow_state(model, replay, storages, by_id)
@@ -288,7 +287,7 @@ def _shadow_state(
     name, the name of the shadow bound there, layout."""
     shadows: dict[str, torch.Tensor] = {}
     record: list[Any] = []
-    for name, t in _state(model):
+    for name, t in state_of(model):
         layout = _layout(t)
         if id(t) not in by_id:
             _claim(storages, t)
@@ -322,7 +321,8 @@ def _meta_of(t: torch.Tensor) -> torch.Tensor:
     return _meta_like(t).requires_grad_(t.requires_grad)
 
 
-def _state(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+def state_of(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The module's parameters and buffers by every name they have (ties under each)."""
     return [
         *model.named_parameters(remove_duplicate=False),
         *model.named_buffers(remove_duplicate=False),

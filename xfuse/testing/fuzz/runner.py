@@ -248,16 +248,17 @@ class Differential:
         )
         if shared.on_disk and cache.stats.program_hits != 1:
             raise StageFailure(stage, "the fused program was not in the disk cache")
+        cached_import = cache.stats.import_hits == 1
         if program_structure(again) != program_structure(compiled):
             raise StageFailure(stage, "not the program the first compilation made")
         got = flat_tensors(again(*on_device()))
         if device != "cpu":
             self.check(stage, got)
-            return cache.stats.import_hits == 1
+            return cached_import
         for i, (a, b) in enumerate(zip(got, first, strict=True)):
             if not same_bits(a, b):
                 raise StageFailure(stage, f"output {i} differs from the first compilation's")
-        return cache.stats.import_hits == 1
+        return cached_import
 
     def check_aliasing(
         self, device: str, compiled: Any, on_device: Callable[[], tuple[Tensor, ...]]
