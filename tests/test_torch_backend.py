@@ -17,7 +17,13 @@ import xfuse
 import xfuse.api
 import xfuse.dynamo
 import xfuse.runtime.compiler
-from xfuse.errors import EagerFallbackError, ExportError, FallbackWarning, XfuseError
+from xfuse.errors import (
+    EagerFallbackError,
+    ExportError,
+    FallbackWarning,
+    InvalidArgumentError,
+    XfuseError,
+)
 from xfuse.runtime.fallback import fallback_mode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,3 +158,57 @@ def _in_chain(error: BaseException | None, kind: type[BaseException]) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+class _Layer(torch.nn.Module):
+    """A module whose parameters require grad: a call with grad enabled needs autograd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(self.linear(x))
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_strict_torch_compile_refuses_a_call_that_would_run_eagerly_for_autograd(
+    how: str, dynamic: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Strict mode: a call with grad enabled on parameters that require grad is an
+    `EagerFallbackError` naming why, not a warning and an eager run; under no_grad it runs."""
+    model = _Layer()
+    options: dict[str, Any] | None = {"fallback": "error"}
+    if how == "environment":
+        monkeypatch.setenv("XFUSE_STRICT", "1")
+        options = None
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend="xfuse", options=options, dynamic=dynamic)
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        with pytest.raises(Exception, match=r"would run this call eagerly.*requires grad") as info:
+            fn(x)
+        assert _in_chain(info.value, EagerFallbackError)
+        assert "\n" not in str(info.value)
+        with torch.no_grad():
+            torch.testing.assert_close(fn(x), model(x))
+
+
+def test_torch_compile_runs_a_call_that_needs_autograd_eagerly_with_one_warning() -> None:
+    model = _Layer()
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend="xfuse")
+    x = torch.randn(4, 8)
+    with pytest.warns(FallbackWarning, match="runs this graph eagerly.*requires grad"):
+        got = fn(x)
+    assert got.requires_grad  # eager's result, with its autograd history
+    torch.testing.assert_close(got, model(x))
+
+
+def test_torch_compile_options_that_are_no_dict_are_refused() -> None:
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    with pytest.raises(InvalidArgumentError, match="options for xfuse must be a dict") as info:
+        xfuse.dynamo.dynamo_backend(gm, [torch.randn(2)], options=["fallback"])  # type: ignore[arg-type]
+    assert isinstance(info.value, TypeError | ValueError)

@@ -14,7 +14,13 @@ from typing import Any
 import torch
 
 from xfuse.api import compile
-from xfuse.errors import AutogradUnsupportedError, EagerFallbackError, FallbackWarning, XfuseError
+from xfuse.errors import (
+    AutogradUnsupportedError,
+    EagerFallbackError,
+    FallbackWarning,
+    InvalidArgumentError,
+)
+from xfuse.frontend.eager_rules import EagerArgumentError
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 
@@ -58,14 +64,12 @@ def dynamo_backend(
     """The `torch.compile` backend: the FX graph through `xfuse.compile`, for the device of its
     inputs; on any failure a warning and `gm.forward` (eager), or with
     `options={"fallback": "error"}` (or `XFUSE_STRICT=1`) an `EagerFallbackError`. Calls that
-    need autograd run eagerly, with one warning that says so. A graph with dynamic shapes
+    need autograd run eagerly, with one warning that says so (strict: an `EagerFallbackError`
+    at the call). A graph with dynamic shapes
     (SymInt inputs or sizes) is compiled per concrete shape at call time. A graph dynamo hands
     over again (same code, same attribute tensors, same input signature) gets what the first
     time got (`BACKEND_PROGRAMS`)."""
-    opts = dict(options or {})
-    mode = fallback_mode(opts.pop("fallback", None))
-    if opts:
-        raise XfuseError(f"unknown torch.compile options for xfuse: {', '.join(sorted(opts))}")
+    mode = backend_mode(options)
     key = (graph_key(gm, example_inputs), mode)
     found = BACKEND_PROGRAMS.get(key)
     if found is not None:
@@ -74,6 +78,28 @@ def dynamo_backend(
     if getattr(result, "compiled", None) is not None or hasattr(result, "programs"):
         BACKEND_PROGRAMS[key] = result
     return result
+
+
+BACKEND_OPTIONS = ("fallback",)
+"""The `torch.compile(..., options=...)` keys the backend takes."""
+
+
+def backend_mode(options: Any) -> FallbackMode:
+    """The fallback mode `torch.compile`'s `options` ask for; a one-line `InvalidArgumentError`
+    for options that are no dict or name keys the backend does not take."""
+    if options is None:
+        return fallback_mode()
+    if not isinstance(options, dict):
+        raise InvalidArgumentError(
+            f"torch.compile options for xfuse must be a dict, got a {type(options).__name__}"
+        )
+    unknown = sorted(str(k) for k in options if k not in BACKEND_OPTIONS)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown torch.compile options for xfuse: {', '.join(unknown)} "
+            f"(it takes: {', '.join(BACKEND_OPTIONS)})"
+        )
+    return fallback_mode(options.get("fallback"))
 
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Hashable:
@@ -118,22 +144,17 @@ def _backend(
             fallback=mode,
         )
     except Exception as e:
-        _graph_runs_eagerly(e, mode)
+        if not _eager_refuses(e):
+            _graph_runs_eagerly(e, mode)
         return gm.forward
 
-    warned: list[bool] = []
+    warned: set[str] = set()
 
     def run(*args: Any) -> Any:
         try:
             return compiled(*args)
         except AutogradUnsupportedError as e:  # raised before anything ran
-            if not warned:
-                warned.append(True)
-                warnings.warn(
-                    f"xfuse: torch.compile backend runs this graph eagerly: {e}",
-                    FallbackWarning,
-                    stacklevel=2,
-                )
+            _call_runs_eagerly(e, mode, warned)
             return gm.forward(*args)
 
     run.compiled = compiled  # type: ignore[attr-defined]
@@ -144,6 +165,13 @@ def _is_symbolic(value: Any) -> bool:
     if isinstance(value, Tensor):
         return not all(isinstance(d, int) for d in (*value.shape, *value.stride()))
     return isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def _eager_refuses(error: Exception) -> bool:
+    """Arguments eager refuses (`EagerArgumentError`): the graph is handed back to run as
+    eager does, which raises eager's own error at the call (dynamo would wrap an error raised
+    here in its own); no warning, and no strict-mode error, since nothing would compute."""
+    return isinstance(error, EagerArgumentError)
 
 
 def _graph_runs_eagerly(error: Exception, mode: FallbackMode) -> None:
@@ -158,11 +186,25 @@ def _graph_runs_eagerly(error: Exception, mode: FallbackMode) -> None:
     _eager_warning(reason_of(error))
 
 
-def _eager_warning(reason: str) -> None:
+def _call_runs_eagerly(
+    error: AutogradUnsupportedError, mode: FallbackMode, warned: set[str]
+) -> None:
+    """A call the compiled graph refuses (it needs autograd): in strict mode an
+    `EagerFallbackError`, else one warning per graph (the call runs eagerly)."""
+    if mode == "error":
+        raise EagerFallbackError(
+            f"xfuse: torch.compile backend would run this call eagerly (fallback='error'): {error}"
+        ) from error
+    if "grad" not in warned:
+        warned.add("grad")
+        _eager_warning(str(error), stacklevel=4)
+
+
+def _eager_warning(reason: str, stacklevel: int = 3) -> None:
     warnings.warn(
         f"xfuse: torch.compile backend runs this graph eagerly: {reason}",
         FallbackWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
 
 
@@ -199,7 +241,8 @@ def _per_shape(
                 fixed, tuple(args[i] for i in tensors), str(device), quiet=True, fallback=mode
             )
         except Exception as e:
-            _graph_runs_eagerly(e, mode)
+            if not _eager_refuses(e):
+                _graph_runs_eagerly(e, mode)
             return None
 
     def run(*args: Any) -> Any:
@@ -209,9 +252,7 @@ def _per_shape(
         try:
             return program(*(a for a in args if isinstance(a, Tensor)))
         except AutogradUnsupportedError as e:
-            if "grad" not in warned:
-                warned.add("grad")
-                _eager_warning(str(e))
+            _call_runs_eagerly(e, mode, warned)
             return gm.forward(*args)
 
     run.programs = programs  # type: ignore[attr-defined]

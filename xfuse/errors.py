@@ -77,6 +77,16 @@ class ExportError(XfuseError):
     """The model or function could not be imported (torch.export failed)."""
 
 
+class InputMismatchError(ExportError, RuntimeError):
+    """A call whose inputs the model refuses though its example inputs export (a wrong shape:
+    eager raises RuntimeError there too): torch's reason, with the inputs given and expected."""
+
+
+class InvalidArgumentError(XfuseError, ValueError, TypeError):
+    """An argument of the public API that it does not take (an unknown device, options that
+    are no dict): a ValueError or TypeError, as Python's own checks would raise."""
+
+
 class EagerFallbackError(XfuseError, RuntimeError):
     """Strict mode (`fallback="error"`, `XFUSE_STRICT=1`): a graph or group would run eagerly."""
 

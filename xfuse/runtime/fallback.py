@@ -13,7 +13,7 @@ from typing import Literal, cast, get_args
 
 from xdsl.ir import Operation
 
-from xfuse.errors import EagerFallbackError, FallbackWarning, XfuseError
+from xfuse.errors import EagerFallbackError, FallbackWarning, InvalidArgumentError
 from xfuse.runtime.steps import EagerStep
 
 FallbackMode = Literal["eager", "error"]
@@ -30,7 +30,9 @@ def fallback_mode(requested: str | None = None) -> FallbackMode:
         strict = os.environ.get(STRICT_ENV, "0") not in ("", "0")
         return "error" if strict else DEFAULT_FALLBACK
     if requested not in get_args(FallbackMode):
-        raise XfuseError(f"fallback must be one of {get_args(FallbackMode)}, got {requested!r}")
+        raise InvalidArgumentError(
+            f"fallback must be one of {get_args(FallbackMode)}, got {requested!r}"
+        )
     return cast(FallbackMode, requested)
 
 
