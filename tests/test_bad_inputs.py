@@ -4,6 +4,7 @@ errors, unknown ops, passes and options, a missing file, and bad call arguments)
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,8 @@ from xfuse.errors import (
     AutogradUnsupportedError,
     ExportError,
     FallbackWarning,
+    InputMismatchError,
+    InvalidArgumentError,
     KernelCacheWarning,
     UnsupportedInputError,
     XfuseError,
@@ -342,3 +345,115 @@ def test_a_corrupt_kernel_cache_is_rebuilt_with_the_right_result(
     with pytest.warns(KernelCacheWarning):
         again = compile_quietly(program, (x, y), cache=KernelCache(tmp_path))
     torch.testing.assert_close(again(x, y), program(x, y))
+
+
+# ---------------------------------------------------------------------------------------------
+# One line: a model that refuses its inputs, at compile time and at call time
+# ---------------------------------------------------------------------------------------------
+
+
+def _expects_64_features() -> torch.nn.Module:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).eval()
+    model.requires_grad_(False)
+    return model
+
+
+def _torch_noise(text: str) -> list[str]:
+    """Lines of torch's own logging or of a traceback through torch's internals."""
+    return [
+        line
+        for line in text.splitlines()
+        if "fake_tensor.py" in line or "site-packages/torch" in line or "Traceback" in line
+    ]
+
+
+def test_compiling_for_inputs_the_model_refuses_is_one_line_and_logs_nothing(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    import traceback
+
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    with pytest.raises(ExportError) as info:
+        compile_quietly(_expects_64_features(), (torch.randn(8, 32),))
+    error = info.value
+    assert len(str(error).splitlines()) == 1, str(error)
+    assert "a and b must have same reduction dim, but got [8, 32] X [64, 64]" in str(error)
+    assert isinstance(error.__cause__, RuntimeError)  # torch's error, kept for those who want it
+    printed = "".join(traceback.format_exception(error))
+    assert not _torch_noise(printed.split("The above exception")[0]), printed
+    assert len(printed.splitlines()) < 40, printed
+    out, err = capfd.readouterr()
+    assert not _torch_noise(out + err), err
+    assert logger.level == level  # torch's logging as it was
+
+
+def test_xfuse_traceback_keeps_torchs_whole_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    import traceback
+
+    monkeypatch.setenv("XFUSE_TRACEBACK", "1")
+    with pytest.raises(ExportError) as info:
+        compile_quietly(_expects_64_features(), (torch.randn(8, 32),))
+    assert _torch_noise("".join(traceback.format_exception(info.value)))
+
+
+def test_calling_with_inputs_the_model_refuses_is_one_line_as_eager_raises(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    model = _expects_64_features()
+    compiled = compile_quietly(model, (torch.randn(8, 64),))
+    capfd.readouterr()
+    with pytest.raises(RuntimeError):  # what eager raises for it
+        model(torch.randn(8, 32))
+    with pytest.raises(InputMismatchError) as info:
+        compiled(torch.randn(8, 32))
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    assert isinstance(info.value, RuntimeError | ExportError)
+    assert "float32[8, 32] (compiled for float32[8, 64])" in message
+    assert "a and b must have same reduction dim" in message
+    out, err = capfd.readouterr()
+    assert not _torch_noise(out + err), err
+    x = torch.randn(3, 64)  # a shape the model takes compiles, as before
+    torch.testing.assert_close(compiled(x), model(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments of the public API
+# ---------------------------------------------------------------------------------------------
+
+BAD_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
+    "an unknown device": (
+        {"device": "mps"},
+        "unknown device 'mps': xfuse compiles for 'cpu' or 'cuda'",
+    ),
+    "a device torch does not know": ({"device": "gpu"}, "unknown device 'gpu'"),
+    "a device of no device type": ({"device": 0}, "device must be a string or torch.device"),
+    "a pipeline that is no string": ({"pipeline": 3}, "pipeline must be a string"),
+    "a cache that is no cache": (
+        {"cache": "dir"},
+        "cache must be an xfuse.runtime.cache.KernelCache",
+    ),
+    "example kwargs that are no dict": ({"example_kwargs": [1]}, "example_kwargs must be a dict"),
+    "a fallback mode that does not exist": ({"fallback": "loud"}, "fallback must be one of"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ARGUMENTS))
+@pytest.mark.parametrize("entry", ["compile", "explain"])
+def test_public_api_arguments_of_the_wrong_kind_are_one_line_xfuse_errors(
+    case: str, entry: str
+) -> None:
+    kwargs, expected = BAD_ARGUMENTS[case]
+    if entry == "explain" and set(kwargs) - {"device", "pipeline"}:
+        pytest.skip("explain takes no such argument")
+    run = xfuse.compile if entry == "compile" else xfuse.explain
+    with pytest.raises(InvalidArgumentError) as info:
+        run(relu2, (torch.randn(4),), quiet=True, **kwargs)
+    assert isinstance(info.value, ValueError)  # an old `except ValueError` still catches it
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_torch_device_is_taken_as_its_name() -> None:
+    compiled = compile_quietly(relu2, (torch.randn(4),), device=torch.device("cpu"))
+    assert compiled.device == torch.device("cpu")

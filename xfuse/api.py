@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import threading
 import warnings
@@ -29,9 +30,12 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, get_backend
+from xfuse.choices import Choice, choose_passes
 from xfuse.errors import (
+    CUDAUnavailable,
     ExportError,
     FallbackWarning,
+    InvalidArgumentError,
     KernelCacheWarning,
     XfuseError,
 )
@@ -147,6 +151,42 @@ def lazy_graph_modules() -> Iterator[None]:
         yield
 
 
+QUIET_LOGGERS = ("torch._subclasses.fake_tensor",)
+"""torch loggers that log a failure of the program being exported (a shape error found while
+running its meta functions: a 20-line traceback at ERROR) which xfuse raises as one line."""
+
+
+@contextmanager
+def torch_logs_quiet() -> Iterator[None]:
+    """The `QUIET_LOGGERS` silenced while torch.export runs; their levels restored after."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    saved = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, saved, strict=True):
+            logger.setLevel(level)
+
+
+TRACEBACK_ENV = "XFUSE_TRACEBACK"
+"""Set to 1, an xfuse error's cause keeps its whole traceback and chain (`short_cause`)."""
+
+
+def short_cause(error: BaseException) -> BaseException:
+    """`error` as the `__cause__` of a one-line xfuse error: its type and message kept, its
+    traceback and its own chain dropped (torch.export's are hundreds of lines of torch's
+    internals, printed above the xfuse error). Whole under `XFUSE_TRACEBACK=1`."""
+    if os.environ.get(TRACEBACK_ENV) == "1":
+        return error
+    error.__traceback__ = None
+    error.__cause__ = None
+    error.__context__ = None
+    error.__suppress_context__ = True
+    return error
+
+
 @dataclass
 class Imported:
     """An imported program plus what the runtime needs beyond `ImportedProgram`."""
@@ -181,16 +221,16 @@ def import_for_xfuse(
             if found is not None:
                 return found
         try:
-            with export_support():
+            with export_support(), torch_logs_quiet():
                 exported = torch.export.export(model, example_inputs, example_kwargs, strict=False)
         except Exception as e:
             raise ExportError(
                 f"xfuse: torch.export could not export the program: {reason_of(e)}"
-            ) from e
+            ) from short_cause(e)
         try:
             program = import_program(exported, verify)
         except UnsupportedProgram as e:
-            raise ExportError(f"xfuse: cannot import the program: {e}") from e
+            raise ExportError(f"xfuse: cannot import the program: {e}") from short_cause(e)
     imported = Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
     if cache is not None and key is not None and entry is not None:
         if str(key.out_spec) == str(imported.out_spec):  # else the key's replay is not export's
@@ -348,18 +388,22 @@ class FusionReport:
     """The ops the decisions name (to draw refused pairs, `Explanation.to_dot`)."""
     op_by_op: list[str] = field(default_factory=list[str])
     """Groups compiled op by op because their lowering refused them (the safety net)."""
+    choices: list[Choice] = field(default_factory=list[Choice])
+    """Library call or xfuse's kernel, as measured at compile time (`xfuse.choices`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "decisions": [d.to_dict() for d in self.decisions],
             "fallbacks": list(self.fallbacks),
             "op_by_op": list(self.op_by_op),
+            "choices": [str(c) for c in self.choices],
         }
 
     def __str__(self) -> str:
         lines = [format_report(self.decisions)]
         lines += [f"fallback: {f}" for f in self.fallbacks]
         lines += [f"op by op: {f}" for f in self.op_by_op]
+        lines += [f"measured: {c}" for c in self.choices]
         return "\n".join(lines)
 
 
@@ -399,7 +443,8 @@ def _builder(
         program_ir = imported.program
         program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
         compiler = ProgramCompiler(compile_kernel, fallback=fallback, device=device)
-        decisions, index = fuse_and_lower(program_ir, spec, extra, cache, compiler)
+        passes, choices = choose_passes(extra, program_ir.module, device, cache, compile)
+        decisions, index = fuse_and_lower(program_ir, spec, passes, cache, compiler)
         groups = group_count(program_ir.module)
         progress.lap("fusion")
         progress.stage(f"{groups} groups formed; compiling kernels")
@@ -414,7 +459,9 @@ def _builder(
             program,
             bind=program_ir.binder(len(call.leaves), live_state(state, program_ir.params, device)),
             unflatten=unflattener(imported),
-            report=FusionReport(decisions, list(program.fallbacks), index, program.op_by_op),
+            report=FusionReport(
+                decisions, list(program.fallbacks), index, program.op_by_op, choices
+            ),
             op_names=imported.op_names,
             compile_times=dict(progress.phases),
             outputs=OutputPlan(program_ir.output_rules, program, program_ir.hidden_outputs),
@@ -497,20 +544,61 @@ def live_state(
     )
 
 
-def _check_device(device: str) -> None:
-    """Running on CUDA needs a CUDA build of torch and a GPU; say so before anything else.
-    (Generating PTX needs neither: see xfuse.backends.cuda.)"""
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise XfuseError(
+SUPPORTED_DEVICES = ("cpu", "cuda")
+"""The device types xfuse compiles for (`cuda` with an index or not: `cuda:1`)."""
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """The device asked for, or a one-line error: an `InvalidArgumentError` for one xfuse does
+    not compile for, `CUDAUnavailable` for CUDA without a CUDA build of torch and a GPU
+    (generating PTX needs neither: see xfuse.backends.cuda)."""
+    supported = " or ".join(f"'{d}'" for d in SUPPORTED_DEVICES)
+    if not isinstance(device, str | torch.device):
+        raise InvalidArgumentError(
+            f"device must be a string or torch.device ({supported}), got a {type(device).__name__}"
+        )
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:  # torch's own "Invalid device string", several lines long
+        parsed = None
+    if parsed is None or parsed.type not in SUPPORTED_DEVICES:
+        raise InvalidArgumentError(
+            f"unknown device '{device}': xfuse compiles for {supported} (or 'cuda:N')"
+        )
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise CUDAUnavailable(
             f"device '{device}' was asked for, but torch sees no CUDA device here "
             f"(torch {torch.__version__}, {'a CPU build' if torch.version.cuda is None else 'no GPU'})"
+        )
+    return parsed
+
+
+def check_arguments(example_inputs: Any, example_kwargs: Any, pipeline: Any, cache: Any) -> None:
+    """`compile`'s arguments of the wrong type, as one-line `InvalidArgumentError`s (not an
+    AttributeError from deep inside)."""
+    if not isinstance(example_inputs, list | tuple):
+        raise InvalidArgumentError(
+            f"example_inputs must be a tuple of inputs, got a {type(example_inputs).__name__}"
+        )
+    if example_kwargs is not None and not isinstance(example_kwargs, dict):
+        raise InvalidArgumentError(
+            f"example_kwargs must be a dict, got a {type(example_kwargs).__name__}"
+        )
+    if pipeline is not None and not isinstance(pipeline, str):
+        raise InvalidArgumentError(
+            f"pipeline must be a string of passes (xfuse-opt -p syntax), got a "
+            f"{type(pipeline).__name__}"
+        )
+    if cache is not None and not isinstance(cache, KernelCache):
+        raise InvalidArgumentError(
+            f"cache must be an xfuse.runtime.cache.KernelCache, got a {type(cache).__name__}"
         )
 
 
 def compile(  # noqa: A001 - the public name, as in torch.compile
     model_or_fn: ModelOrFn,
     example_inputs: Sequence[Any],
-    device: str = "cpu",
+    device: str | torch.device = "cpu",
     pipeline: str | None = None,
     *,
     example_kwargs: dict[str, Any] | None = None,
@@ -531,29 +619,26 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     A group that cannot be compiled runs eagerly with a `FallbackWarning`; with
     `fallback="error"` (the default under `XFUSE_STRICT=1`) it is an `EagerFallbackError`.
     `channels_last` keeps the activations between convolutions in NHWC memory: None (the
-    default) where the device profits (CUDA), True always, False never (`layout_pass`)."""
-    if not isinstance(example_inputs, list | tuple):
-        raise XfuseError(
-            f"example_inputs must be a tuple of inputs, got a {type(example_inputs).__name__}"
-        )
-    if example_kwargs is not None and not isinstance(example_kwargs, dict):
-        raise XfuseError(f"example_kwargs must be a dict, got a {type(example_kwargs).__name__}")
-    _check_device(device)
-    backend = get_backend(device)
+    default) where the device profits (CUDA), True always, False never (`layout_pass`).
+    `device` is "cpu", "cuda" or "cuda:N" (a string or torch.device); arguments of the wrong
+    kind are an `InvalidArgumentError` (a ValueError and TypeError too)."""
+    check_arguments(example_inputs, example_kwargs, pipeline, cache)
+    target = check_device(device)
+    backend = get_backend(str(target))
     state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
     build = _builder(
         model_or_fn,
         backend,
-        torch.device(device),
+        target,
         DEFAULT_PIPELINE if pipeline is None else pipeline,
         default_cache() if cache is None else cache,
         quiet,
         state,
         cuda_graphs,
         fallback_mode(fallback),
-        device_passes(channels_last, torch.device(device)),
+        device_passes(channels_last, target),
     )
-    return CompiledProgram(build, tuple(example_inputs), device, state, example_kwargs)
+    return CompiledProgram(build, tuple(example_inputs), target, state, example_kwargs)
 
 
 @dataclass
@@ -621,7 +706,7 @@ class Explanation:
 def explain(
     model_or_fn: ModelOrFn,
     example_inputs: Sequence[Tensor],
-    device: str = "cpu",
+    device: str | torch.device = "cpu",
     pipeline: str | None = None,
     *,
     quiet: bool | None = None,

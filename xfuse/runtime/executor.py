@@ -23,11 +23,18 @@ from typing import Any, NamedTuple, cast
 import torch
 from torch.utils import _pytree as pytree
 
-from xfuse.errors import AutogradUnsupportedError, UnsupportedInputError
+from xfuse.errors import (
+    AutogradUnsupportedError,
+    ExportError,
+    InputMismatchError,
+    UnsupportedInputError,
+    XfuseError,
+)
 from xfuse.ir import dtypes
 from xfuse.ir.dtypes import tensor_input_problem
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
 from xfuse.runtime.cuda_graphs import GraphRunner
+from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
@@ -172,6 +179,11 @@ class Executable:
 
 def describe(t: Tensor) -> str:
     return f"{t.dtype} {list(t.shape)} on {t.device}"
+
+
+def inputs_text(tensors: Sequence[Tensor]) -> str:
+    """Tensors' dtypes and shapes, as one-line errors name them: `float32[8, 32], int64[8]`."""
+    return ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for t in tensors)
 
 
 def normalize_device(device: str | torch.device) -> torch.device:
@@ -338,6 +350,8 @@ class CompiledProgram:
         self._building: dict[Any, threading.Lock] = {}
         self.specialisations: dict[Any, Executable] = {}
         call = self._inputs(tuple(example_inputs), example_kwargs or {})
+        self.example_inputs = inputs_text(call.tensors)
+        """The example inputs' dtypes and shapes, as errors name them."""
         tensors = self.state.tensors() if self.state is not None else []
         # Built for the grad mode its calls will have: off where an input or parameter
         # requires grad, since calls with grad on are refused then (`check_no_autograd`).
@@ -389,8 +403,25 @@ class CompiledProgram:
             check_no_autograd(tensors, state)
         executable = self.specialisations.get(sig)
         if executable is None:
-            executable = self._specialise(sig, call or CallInputs(args, {}, args, args, None), grad)
+            executable = self._new_specialisation(
+                sig, call or CallInputs(args, {}, args, args, None), grad
+            )
         return executable.run(args if call is None else call.leaves, state)
+
+    def _new_specialisation(self, sig: Any, call: CallInputs, grad: bool) -> Executable:
+        """`_specialise` for a call's new signature. Where torch.export fails on it (its
+        example inputs' exported), the model refuses these inputs, as eager would: an
+        `InputMismatchError` naming the inputs given and those compiled for."""
+        try:
+            return self._specialise(sig, call, grad)
+        except ExportError as e:
+            cause = e.__cause__
+            if cause is None or isinstance(cause, XfuseError):  # xfuse's limit, not the inputs'
+                raise
+            raise InputMismatchError(
+                f"xfuse: the program refuses inputs {inputs_text(call.tensors)} (compiled for "
+                f"{self.example_inputs}): {reason_of(cause)}"
+            ) from cause
 
     def _signature(
         self, tensors: Sequence[Tensor], structure: Hashable, state: Sequence[Tensor], grad: bool
