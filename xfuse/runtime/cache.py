@@ -17,6 +17,12 @@ A disk entry is a header (magic, entry format, payload length, key, payload sha2
 artifact, written to a temporary file and renamed into place, so a reader sees a whole entry or
 none. An entry that is truncated, corrupt, for another key, or that the backend cannot load is
 deleted and rebuilt with a `KernelCacheWarning`; the cache never makes a call fail.
+
+Entries run code when they are loaded, so the cache reads and writes only a directory that no
+one but the user (or root) can write (`xfuse.runtime.cache_trust`, checked once per directory
+and process): it makes its directories owner-only (0700) and its entries 0600, and where a
+directory or an entry fails the check it loads nothing from there, writes nothing there, says
+so once (`KernelCacheWarning`) and works in memory.
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ from xfuse.backends import Backend, Kernel
 from xfuse.errors import KernelCacheWarning, XfuseError
 from xfuse.ir.context import parse
 from xfuse.ir.functions import kernel_functions
+from xfuse.runtime.cache_trust import (
+    Untrusted,
+    check_folder,
+    check_root,
+    read_entry,
+    real_root,
+    warn_untrusted,
+)
 from xfuse.runtime.compile_workers import MIN_JOBS, backend_spec, compile_in_workers, workers
 
 T = TypeVar("T")
@@ -250,6 +264,8 @@ class KernelCache:
         """Fused programs by `program_key` (see `program`)."""
         self._pending: dict[str, Future[Kernel]] = {}
         self._disk_ok = directory is not None
+        self._root: Path | None = None
+        """`directory`'s real path once the trust check passed it (`_trusted_root`)."""
 
     def key(self, backend: Backend, module: ModuleOp | KernelSource) -> str:
         return kernel_key(KernelSource.of(module).text, backend.target, backend_version(backend))
@@ -315,7 +331,8 @@ class KernelCache:
             key = kernel_key(text, backend.target, version)
             with self._lock:
                 known = key in self._artifacts
-            on_disk = self._disk_ok and self.entry_path(key).exists()
+            root = self._trusted_root(create=False)
+            on_disk = root is not None and _entry_at(root, key, KERNEL).exists()
             if symbol is not None and not known and not on_disk:
                 todo.setdefault(key, (text, symbol))
         if len(todo) < MIN_JOBS:
@@ -334,7 +351,9 @@ class KernelCache:
 
     @property
     def on_disk(self) -> bool:
-        """Whether entries go to disk (a directory, and no error has turned it off)."""
+        """Whether entries go to disk: a directory that the trust check passes (or that does
+        not exist yet: the cache makes it owner-only), and no error has turned it off."""
+        self._trusted_root(create=False)
         return self._disk_ok
 
     def program(self, key: str, load: Callable[[bytes], T], kind: str = PROGRAM) -> T | None:
@@ -381,7 +400,29 @@ class KernelCache:
 
     def entry_path(self, key: str, kind: str = KERNEL) -> Path:
         assert self.directory is not None
-        return self.directory / key[:2] / f"{key}.{kind}"
+        return _entry_at(self.directory, key, kind)
+
+    def _trusted_root(self, create: bool) -> Path | None:
+        """The real path of `directory` where the disk is in use and the trust check passes
+        it (made owner-only, with its missing parents, where `create`); else None. A root
+        that fails turns the disk off with a warning; one that does not exist yet does not."""
+        if not self._disk_ok or self.directory is None:
+            return None
+        if self._root is not None:
+            return self._root
+        root = real_root(self.directory)
+        try:
+            check_root(root, create)
+        except FileNotFoundError:
+            return None
+        except Untrusted as e:
+            self._distrust(root, e)
+            return None
+        except OSError as e:
+            self._disable_disk(f"cannot use {root}: {e}")
+            return None
+        self._root = root
+        return root
 
     def _build(
         self, backend: Backend, source: KernelSource, symbol: str, name: str, key: str
@@ -403,12 +444,17 @@ class KernelCache:
         return artifact, _load_named(backend, artifact, symbol, name)
 
     def _read(self, key: str, kind: str = KERNEL) -> bytes | None:
-        if not self._disk_ok:
+        root = self._trusted_root(create=False)
+        if root is None:
             return None
-        path = self.entry_path(key, kind)
+        path = _entry_at(root, key, kind)
         try:
-            data = path.read_bytes()
+            check_folder(path.parent, create=False)
+            data = read_entry(path)
         except FileNotFoundError:
+            return None
+        except Untrusted as e:
+            self._distrust(root, e)
             return None
         except OSError as e:
             self._disable_disk(f"cannot read {path}: {e}")
@@ -420,22 +466,28 @@ class KernelCache:
             return None
 
     def _discard(self, key: str, reason: str, kind: str = KERNEL) -> None:
-        path = self.entry_path(key, kind)
+        """Warn that the entry for `key` is unusable and delete it (from a trusted disk; one
+        kept in memory only is forgotten by the caller)."""
+        root = self._root if self._disk_ok else None
+        path = _entry_at(root, key, kind) if root is not None else None
         warnings.warn(
-            f"xfuse: kernel cache entry {path} is unusable ({reason}); rebuilding it",
+            f"xfuse: kernel cache entry {path or key} is unusable ({reason}); rebuilding it",
             KernelCacheWarning,
             stacklevel=4,
         )
         with self._lock:
             self.stats.rebuilt += 1
-        path.unlink(missing_ok=True)
+        if path is not None:
+            path.unlink(missing_ok=True)
 
     def _write(self, key: str, artifact: bytes, kind: str = KERNEL) -> None:
-        if not self._disk_ok:
+        """Store an entry (0600, in owner-only folders) where the disk is trusted."""
+        root = self._trusted_root(create=True)
+        if root is None:
             return
-        path = self.entry_path(key, kind)
+        path = _entry_at(root, key, kind)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            check_folder(path.parent, create=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=f".{kind}")
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -444,6 +496,8 @@ class KernelCache:
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
+        except Untrusted as e:
+            self._distrust(root, e)
         except OSError as e:
             self._disable_disk(f"cannot write {path}: {e}")
 
@@ -454,6 +508,15 @@ class KernelCache:
             KernelCacheWarning,
             stacklevel=4,
         )
+
+    def _distrust(self, root: Path, problem: Untrusted) -> None:
+        """Turn the disk off: someone else could write `root` (`problem` says where and how)."""
+        self._disk_ok = False
+        warn_untrusted(root, problem)
+
+
+def _entry_at(root: Path, key: str, kind: str) -> Path:
+    return root / key[:2] / f"{key}.{kind}"
 
 
 def _only_kernel(module: ModuleOp) -> str | None:
