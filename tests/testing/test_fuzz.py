@@ -25,8 +25,15 @@ def test_a_seed_names_one_program() -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_programs_run_eagerly_and_stay_tame(seed: int) -> None:
-    namespace = load_source(generate(seed).source)
-    outputs = flat_tensors(namespace["program"](*namespace["make_inputs"]()))
+    program = generate(seed)
+    namespace = load_source(program.source)
+    try:
+        outputs = flat_tensors(namespace["program"](*namespace["make_inputs"]()))
+    except Exception:
+        # only a last statement of mismatched dtypes may raise (the runner checks xfuse does)
+        assert program.ops[-1].startswith("mismatch:")
+        assert len(program.ops) == len(program.body)
+        return
     assert outputs
     for t in outputs:
         if t.is_floating_point():
@@ -310,3 +317,65 @@ def test_fmod_and_remainder_are_drawn_on_exact_operands_only(op: str) -> None:
         g.binary()
     g.values[-1] = Value("s", True)
     assert op in g.binary()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Mismatched dtypes: xfuse raises where eager raises
+# ---------------------------------------------------------------------------------------------
+
+MISMATCHED = """import torch
+TOLERANCE = "strict"
+
+
+def program(x0, x1):
+    return (torch.mm(x0, x1.to(torch.float64)),)
+
+
+def make_inputs():
+    return (torch.ones(2, 3), torch.ones(3, 4))
+"""
+
+
+def test_a_program_eager_refuses_passes_when_xfuse_raises_the_same() -> None:
+    outcome = check_source(MISMATCHED, ["cpu"])
+    assert outcome.status == "pass", str(outcome)
+    assert outcome.stages == ["eager raises", "import raises", "cpu raises"]
+
+
+def test_computing_what_eager_refuses_is_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    from xfuse.frontend import importer
+
+    monkeypatch.setattr(importer, "check_eager_rules", lambda program: None)
+    outcome = check_source(MISMATCHED, ["cpu"])
+    assert (outcome.status, outcome.stage) == ("fail", "import")
+    assert "imports what eager refuses: RuntimeError: expected m1 and m2" in outcome.message
+
+
+def test_another_error_type_than_eagers_is_a_failure() -> None:
+    with pytest.raises(StageFailure, match="raises ValueError: x where eager raises IndexError"):
+        runner.Differential.same_error("cpu", ValueError("x"), IndexError("y"))
+    runner.Differential.same_error("cpu", RuntimeError("any"), RuntimeError("eager's"))
+
+
+def test_the_generator_draws_mismatched_dtypes() -> None:
+    """Some programs end with an op on mismatched dtypes; eager refuses some, takes others."""
+    raised = computed = 0
+    for seed in range(80):
+        program = generate(seed, n_ops=1)
+        if not program.ops or not program.ops[-1].startswith("mismatch:"):
+            continue
+        namespace = load_source(program.source)
+        try:
+            namespace["program"](*namespace["make_inputs"]())
+            computed += 1
+        except Exception:  # noqa: BLE001 - eager refusing the dtypes
+            raised += 1
+    assert raised > 0 and computed > 0
+
+
+@pytest.mark.parametrize("seed", [5, 12, 19])
+def test_generated_mismatches_pass(seed: int) -> None:
+    program = generate(seed)
+    assert program.ops[-1].startswith("mismatch:")
+    outcome = check_source(program.source, ["cpu"])
+    assert outcome.status in ("pass", "skip"), str(outcome)

@@ -46,6 +46,7 @@ from xfuse.frontend.builder import (
     tensor_type_of_val,
 )
 from xfuse.frontend.decompositions import extra_decompositions
+from xfuse.frontend.eager_rules import check_eager_rules
 from xfuse.frontend.outputs import OutputRule, output_rules
 from xfuse.frontend.pytrees import export_support, picker
 from xfuse.interpreters.graph import bind_arguments
@@ -149,7 +150,7 @@ def import_module(
     check_inputs(pytree.tree_leaves((example_inputs, kwargs or {})))
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     try:
-        with export_support():
+        with _quiet("torch._subclasses.fake_tensor"), export_support():
             program = torch.export.export(model, example_inputs, kwargs, strict=False)
     except Exception as e:  # export's own errors are long; keep the first line
         raise UnsupportedProgram(f"torch.export failed: {_first_line(e)}") from e
@@ -176,8 +177,10 @@ def _first_line(e: Exception) -> str:
 def import_program(program: ExportedProgram, verify: bool = True) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps); its
     module verified unless `verify` is off (`xfuse.api.fuse_and_lower` verifies it only when
-    no cached program has the same text, since that one verified)."""
+    no cached program has the same text, since that one verified). Arguments that eager
+    refuses raise eager's error (`xfuse.frontend.eager_rules`)."""
     check_no_write_through_returned_input(program)
+    check_eager_rules(program)
     if needs_decomposition(program):
         try:
             # export_support: decomposing retraces, rebuilding library outputs (a DynamicCache).

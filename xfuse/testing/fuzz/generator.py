@@ -75,6 +75,8 @@ class Generator:
         while len(self.body) < n and attempts < 40 * n:
             attempts += 1
             self.try_one()
+        if self.rng.random() < MISMATCH_RATE:
+            self.try_mismatch()
         return FuzzProgram(
             self.seed,
             self.inputs,
@@ -104,6 +106,30 @@ class Generator:
             self.inputs, self.body, self.ops, self.values = saved
             self.tolerance = saved_tolerance
             self.replay()
+
+    def try_mismatch(self) -> None:
+        """End the program with an op on new inputs cast to random dtypes (`MISMATCHES`):
+        kept as the program's last statement when eager refuses the dtypes (the program
+        raises: xfuse must raise the same), as any statement when eager computes tamely."""
+        saved = (list(self.inputs), list(self.body), list(self.ops), list(self.values))
+        saved_tolerance = self.tolerance
+        kind, statement, produced = self.mismatch()
+        self.body.append(statement)
+        self.ops.append(kind)
+        try:
+            self.replay()
+        except Exception:  # eager refuses these dtypes: the program ends raising
+            self.values += produced
+            return
+        try:
+            self.check_tame(produced)
+        except Rejected:
+            self.inputs, self.body, self.ops, self.values = saved
+            self.tolerance = saved_tolerance
+            self.replay()
+            return
+        self.values += produced
+        self.tolerance = RMSE_TOLERANCE
 
     def replay(self) -> None:
         """Run the program so far on fresh inputs; `env` holds every variable afterwards."""
@@ -977,6 +1003,25 @@ class Generator:
 
     # --- aliasing --------------------------------------------------------------------------
 
+    def mismatch(self) -> tuple[str, str, list[Value]]:
+        """A `MISMATCHES` op on new positive inputs of its shapes, each cast to a dtype drawn
+        from `MISMATCH_DTYPES` (an index operand to 0s and 1s first)."""
+        name = self.rng.choice(list(MISMATCHES))
+        shapes, template = MISMATCHES[name]
+        m, k, n, b = (self.rng.choice((2, 3, 4)) for _ in range(4))
+        dims = {"m": m, "k": k, "n": n, "b": b}
+        operands: list[str] = []
+        for i, shape in enumerate(shapes):
+            sizes = tuple(dims[d] if isinstance(d, str) else d for d in shape)
+            x = self.new_input(sizes, "positive").name
+            dtype = self.rng.choice(MISMATCH_DTYPES)
+            value = f"({x} > 1)" if f"{{i{i}}}" in template else f"({x} * 3)"
+            operands.append(f"{value}.to({dtype})")
+        expr = template.format(
+            **dims, **{f"{c}{i}": o for i, o in enumerate(operands) for c in "xi"}
+        )
+        return (f"mismatch:{name}", *self.result(expr, False))
+
     def writable(self, name: str) -> bool:
         t = self.env[name]
         if any(s == 0 and d > 1 for s, d in zip(t.stride(), t.shape, strict=True)):
@@ -1021,6 +1066,58 @@ COMPARISONS = _spellings("compare")
 REDUCTIONS = _spellings("reduction")
 EXACT_REDUCTIONS = _spellings("reduction", lambda f: f.exact)
 INPLACE = ("add_", "mul_", "sub_", "relu_", "neg_", "clamp_", "abs_")
+
+
+MISMATCH_RATE = 0.3
+"""The share of programs that end with a `MISMATCHES` op on inputs of random dtypes."""
+MISMATCH_DTYPES = (
+    *("torch.float32",) * 3,
+    *("torch.float64",) * 2,
+    *("torch.int64",) * 2,
+    "torch.float16",
+    "torch.bfloat16",
+    "torch.int32",
+    "torch.bool",
+)
+MISMATCHES: dict[str, tuple[tuple[tuple[int | str, ...], ...], str]] = {
+    "mm": ((("m", "k"), ("k", "n")), "torch.mm({x0}, {x1})"),
+    "matmul": ((("b", "m", "k"), ("k", "n")), "torch.matmul({x0}, {x1})"),
+    "bmm": ((("b", "m", "k"), ("b", "k", "n")), "torch.bmm({x0}, {x1})"),
+    "addmm": ((("m", "n"), ("m", "k"), ("k", "n")), "torch.addmm({x0}, {x1}, {x2})"),
+    "baddbmm": (
+        (("b", "m", "n"), ("b", "m", "k"), ("b", "k", "n")),
+        "torch.baddbmm({x0}, {x1}, {x2})",
+    ),
+    "linear": ((("m", "k"), ("n", "k"), ("n",)), "F.linear({x0}, {x1}, {x2})"),
+    "conv2d": (((1, "k", 4, 4), ("n", "k", 2, 2)), "F.conv2d({x0}, {x1})"),
+    "cat": ((("m", "k"), ("n", "k")), "torch.cat([{x0}, {x1}])"),
+    "stack": ((("m", "k"), ("m", "k")), "torch.stack([{x0}, {x1}], 1)"),
+    "where": ((("m", "k"), ("m", "k"), ("m", "k")), "torch.where({x0}, {x1}, {x2})"),
+    "index_select": ((("m", "k"), ("n",)), "torch.index_select({x0}, 0, {i1})"),
+    "gather": ((("m", "k"), ("m", "k")), "torch.gather({x0}, 1, {i1})"),
+    "index": ((("m", "k"), ("n",)), "{x0}[{i1}]"),
+    "embedding": ((("n",), ("m", "k")), "F.embedding({i0}, {x1})"),
+    "layer_norm": ((("m", "k"), ("k",), ("k",)), "F.layer_norm({x0}, ({k},), {x1}, {x2})"),
+    "group_norm": (((2, "k", 4), ("k",), ("k",)), "F.group_norm({x0}, 1, {x1}, {x2})"),
+    "batch_norm": (
+        ((2, "k", 4), ("k",), ("k",)),
+        "F.batch_norm({x0}, {x1}, {x2}, training=False)",
+    ),
+    "attention": (
+        ((1, "m", "k"), (1, "n", "k"), (1, "n", "k")),
+        "F.scaled_dot_product_attention({x0}, {x1}, {x2})",
+    ),
+    "softmax": ((("m", "k"),), "torch.softmax({x0}, -1)"),
+    "add": ((("m", "k"), ("m", "k")), "{x0} + {x1}"),
+    "sub": ((("m", "k"), ("m", "k")), "{x0} - {x1}"),
+    "div": ((("m", "k"), ("m", "k")), "{x0} / {x1}"),
+    "floor_divide": ((("m", "k"), ("m", "k")), "{x0} // {x1}"),
+    "less": ((("m", "k"), ("m", "k")), "{x0} < {x1}"),
+    "bitwise_and": ((("m", "k"), ("m", "k")), "{x0} & {x1}"),
+}
+"""Ops whose eager kernels refuse some mixes of dtypes (or promote them): each operand's shape
+(letters are dims drawn per statement) and the expression, `{xI}` operand I as a value and
+`{iI}` as an index (0s and 1s; every indexed dim is at least 2)."""
 
 
 def _mentions(statement: str, name: str) -> bool:

@@ -87,7 +87,9 @@ class Differential:
     def run(self) -> Outcome:
         passed: list[str] = []
         try:
-            self.run_eager()
+            refused = self.run_eager()
+            if refused is not None:
+                return self.run_refused(refused)
             passed.append("eager")
             imported = self.run_import()
             if imported is None:
@@ -108,13 +110,73 @@ class Differential:
         if problem is not None:
             raise StageFailure(stage, problem)
 
-    def run_eager(self) -> None:
+    def run_eager(self) -> Exception | None:
+        """Eager's outputs (`expected`), or the error eager raises."""
         try:
             self.expected = flat_tensors(self.program(*self.fresh_inputs()))
-        except Exception as e:
-            raise StageFailure("eager", _one_line(e)) from e
+        except Exception as e:  # noqa: BLE001 - xfuse must raise it too (`run_refused`)
+            return e
         if self.namespace.get("TOLERANCE") == RMSE_TOLERANCE:
             self.reference = self.run_f64()
+        return None
+
+    # --- where eager raises ------------------------------------------------------------------
+
+    def run_refused(self, error: Exception) -> Outcome:
+        """A program eager refuses: the import and `xfuse.compile` (and its call) on each
+        device must raise eager's error type, and an `EagerArgumentError` eager's first line.
+        A program torch.export rejects is skipped, as elsewhere."""
+        from xfuse.frontend import UnsupportedProgram, import_module
+
+        passed = ["eager raises"]
+        try:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    import_module(self.program, self.fresh_inputs())
+            except UnsupportedProgram as e:
+                if str(e).startswith("torch.export failed"):
+                    return Outcome("skip", "export", "torch.export rejects the program")
+                self.same_error("import", e, error)
+            except Exception as e:  # noqa: BLE001 - compared with eager's
+                self.same_error("import", e, error)
+            else:
+                raise StageFailure("import", f"imports what eager refuses: {_one_line(error)}")
+            passed.append("import raises")
+            for device in self.devices:
+                self.compile_refused(device, error)
+                passed.append(f"{device} raises")
+        except StageFailure as failure:
+            return Outcome("fail", failure.stage, failure.message, passed)
+        return Outcome("pass", stages=passed)
+
+    def compile_refused(self, device: str, error: Exception) -> None:
+        import xfuse
+
+        inputs = tuple(same_layout_on(t, device) for t in self.fresh_inputs())
+        try:
+            with warnings.catch_warnings(), full_f32_on(device):
+                warnings.simplefilter("ignore")
+                xfuse.compile(self.program, inputs, device=device, pipeline=self.pipeline)(*inputs)
+        except Exception as e:  # noqa: BLE001 - compared with eager's
+            self.same_error(device, e, error)
+            return
+        raise StageFailure(device, f"computes what eager refuses: {_one_line(error)}")
+
+    @staticmethod
+    def same_error(stage: str, got: Exception, want: Exception) -> None:
+        """`got` must be of eager's type, and an `EagerArgumentError` say eager's first line."""
+        from xfuse.frontend.eager_rules import EagerArgumentError
+
+        if not isinstance(got, type(want)):
+            raise StageFailure(
+                stage, f"raises {_one_line(got)}{_where(got)} where eager raises {_one_line(want)}"
+            )
+        lines = str(want).strip().splitlines()
+        if isinstance(got, EagerArgumentError) and str(got) != (lines[0] if lines else ""):
+            raise StageFailure(stage, f"says {_one_line(got)} where eager says {_one_line(want)}")
+
+    # --- where eager computes ----------------------------------------------------------------
 
     def run_f64(self) -> list[Tensor] | None:
         inputs = [t.double() if t.dtype == torch.float32 else t for t in self.fresh_inputs()]

@@ -1,0 +1,235 @@
+"""Errors exactly where eager raises them: arguments eager refuses (mismatched dtypes, dtypes a
+kernel lacks, index and condition dtypes) raise eager's error type and first line through
+import, `xfuse.compile` (at compile time, and at call time for a call with other dtypes) and
+`torch.compile(backend="xfuse")`; arguments eager takes compute eager's result dtype."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import xfuse
+from xfuse.errors import XfuseError
+from xfuse.frontend import import_module
+from xfuse.frontend.eager_rules import (
+    PROBED,
+    EagerArgumentError,
+    EagerNotImplementedError,
+    eager_error,
+)
+
+f32, f64, i64, i32 = torch.float32, torch.float64, torch.int64, torch.int32
+
+
+def eager_failure(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> BaseException:
+    with torch.no_grad():
+        try:
+            fn(*inputs)
+        except Exception as e:  # noqa: BLE001 - the error under test
+            return e
+    raise AssertionError("eager computes this")
+
+
+def first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0]
+
+
+def assert_same_error(got: BaseException, want: BaseException) -> None:
+    assert isinstance(got, XfuseError), f"{type(got).__name__}: {got}"
+    assert isinstance(got, type(want)), f"{type(got).__mro__} is no {type(want).__name__}"
+    assert str(got) == first_line(want)
+
+
+def compile_error(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> BaseException:
+    with torch.no_grad(), pytest.raises(Exception) as info:
+        xfuse.compile(fn, inputs, quiet=True)(*inputs)
+    return info.value
+
+
+# ---------------------------------------------------------------------------------------------
+# The issue's Linear, through every entry point
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [i64, f64])
+def test_linear_with_another_input_dtype_raises_eagers_error(dtype: torch.dtype) -> None:
+    m = nn.Linear(4, 3).eval()
+    x = torch.ones(2, 4, dtype=dtype)
+    want = eager_failure(m, (x,))
+    assert_same_error(compile_error(m, (x,)), want)
+    with pytest.raises(EagerArgumentError) as info:
+        import_module(m, (x,))
+    assert_same_error(info.value, want)
+
+
+@pytest.mark.parametrize("dtype", [i64, f64])
+def test_linear_through_torch_compile_raises_eagers_error(dtype: torch.dtype) -> None:
+    torch._dynamo.reset()
+    m = nn.Linear(4, 3).eval()
+    x = torch.ones(2, 4, dtype=dtype)
+    want = eager_failure(m, (x,))
+    compiled = torch.compile(m, backend="xfuse", options={"fallback": "error"})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: eager would raise as well
+        with pytest.raises(type(want)) as info:
+            compiled(x)
+    assert first_line(info.value) == first_line(want)
+
+
+def test_a_call_with_another_dtype_raises_where_eager_raises() -> None:
+    """Compiled for f32, called with f64: the call raises, it does not compute."""
+    m = nn.Linear(4, 3).eval()
+    with torch.no_grad():
+        compiled = xfuse.compile(m, (torch.ones(2, 4),), quiet=True)
+        x = torch.ones(2, 4, dtype=f64)
+        with pytest.raises(EagerArgumentError) as info:
+            compiled(x)
+        assert_same_error(info.value, eager_failure(m, (x,)))
+        torch.testing.assert_close(compiled(torch.ones(2, 4)), m(torch.ones(2, 4)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops whose eager kernels refuse some dtypes
+# ---------------------------------------------------------------------------------------------
+
+REFUSED: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+    "mm f32 @ f64": (torch.mm, (torch.ones(2, 3), torch.ones(3, 4, dtype=f64))),
+    "matmul f64 @ f32": (torch.matmul, (torch.ones(2, 3, dtype=f64), torch.ones(3, 4))),
+    "mm of bools": (torch.mm, (torch.ones(2, 3, dtype=torch.bool), torch.ones(3, 2).bool())),
+    "addmm f16 bias": (
+        torch.addmm,
+        (torch.ones(2, 4, dtype=torch.half), torch.ones(2, 3), torch.ones(3, 4)),
+    ),
+    "conv2d f64 input, f32 weight": (
+        F.conv2d,
+        (torch.ones(1, 2, 5, 5, dtype=f64), torch.ones(3, 2, 3, 3)),
+    ),
+    "index_select with a float index": (
+        lambda x, i: torch.index_select(x, 0, i),
+        (torch.ones(3, 2), torch.zeros(2)),
+    ),
+    "layer_norm f64 input, f32 weight": (
+        lambda x, w: F.layer_norm(x, (3,), w),
+        (torch.ones(2, 3, dtype=f64), torch.ones(3)),
+    ),
+    "group_norm f64 input, f32 weight": (
+        lambda x, w: F.group_norm(x, 1, w),
+        (torch.ones(2, 3, 4, dtype=f64), torch.ones(3)),
+    ),
+    "batch_norm f64 input, f32 stats": (
+        lambda x, m, v: F.batch_norm(x, m, v, training=False),
+        (torch.ones(2, 3, 4, dtype=f64), torch.zeros(3), torch.ones(3)),
+    ),
+    "softmax of int64": (lambda x: torch.softmax(x, -1), (torch.ones(2, 3, dtype=i64),)),
+    "bf16 - bool": (lambda x, y: x - y, (torch.ones(2, 3).bfloat16(), torch.ones(2, 3).bool())),
+    "bitwise and of floats": (lambda x, y: x & y, (torch.ones(2, 3), torch.ones(2, 3))),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_refused_arguments_raise_eagers_error(case: str) -> None:
+    fn, inputs = REFUSED[case]
+    assert_same_error(compile_error(fn, inputs), eager_failure(fn, inputs))
+
+
+def test_not_implemented_keeps_its_type() -> None:
+    fn, inputs = REFUSED["softmax of int64"]
+    assert isinstance(compile_error(fn, inputs), EagerNotImplementedError)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mixed dtypes eager takes: eager's result dtype and values
+# ---------------------------------------------------------------------------------------------
+
+ACCEPTED: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+    "cat f32 and f64": (
+        lambda a, b: torch.cat([a, b]),
+        (torch.ones(2, 3), torch.ones(1, 3, dtype=f64)),
+    ),
+    "cat f32 and bool": (
+        lambda a, b: torch.cat([a, b]),
+        (torch.randn(2, 3), torch.ones(1, 3, dtype=torch.bool)),
+    ),
+    "cat int32 and int64": (
+        lambda a, b: torch.cat([a, b], 1),
+        (torch.arange(6, dtype=i32).view(2, 3), torch.arange(2, dtype=i64).view(2, 1)),
+    ),
+    "stack f32 and int64": (
+        lambda a, b: torch.stack([a, b]),
+        (torch.randn(2, 3), torch.arange(6).view(2, 3)),
+    ),
+    "int + float": (lambda a, b: a + b, (torch.arange(6).view(2, 3), torch.randn(2, 3))),
+    "int32 + int64": (lambda a, b: a + b, (torch.arange(3, dtype=i32), torch.arange(3))),
+    "int / int": (lambda a, b: a / b, (torch.arange(6).view(2, 3), torch.full((2, 3), 4))),
+    "int // int": (lambda a, b: a // b, (torch.arange(6).view(2, 3) - 3, torch.full((2, 3), 2))),
+    "bool + bool": (
+        lambda a, b: a + b,
+        (torch.tensor([True, True, False]), torch.tensor([True, False, False])),
+    ),
+    "bool * float": (lambda a, b: a * b, (torch.tensor([True, False]), torch.randn(2))),
+    "f16 + f32": (lambda a, b: a + b, (torch.randn(4).half(), torch.randn(4))),
+    "int < float": (lambda a, b: a < b, (torch.arange(4), torch.randn(4))),
+    "bool == int": (lambda a, b: a == b, (torch.tensor([True, False]), torch.tensor([1, 1]))),
+    "int tensor * float scalar": (lambda a: a * 2.5, (torch.arange(4),)),
+    "where with f32 and f64": (
+        lambda c, a, b: torch.where(c, a, b),
+        (torch.tensor([True, False]), torch.randn(2), torch.randn(2, dtype=f64)),
+    ),
+    "index_select with an int32 index": (
+        lambda x, i: torch.index_select(x, 0, i),
+        (torch.randn(3, 2), torch.tensor([2, 0], dtype=i32)),
+    ),
+    "embedding with int32 indices": (
+        lambda i, w: F.embedding(i, w),
+        (torch.tensor([1, 0, 2], dtype=i32), torch.randn(3, 4)),
+    ),
+    "layer_norm bf16 input, f32 weight": (
+        lambda x, w: F.layer_norm(x, (3,), w),
+        (torch.randn(2, 3).bfloat16(), torch.ones(3)),
+    ),
+    "conv2d of int64": (
+        F.conv2d,
+        (torch.ones(1, 2, 5, 5, dtype=i64), torch.ones(3, 2, 3, 3, dtype=i64)),
+    ),
+    "mm of int64": (torch.mm, (torch.arange(6).view(2, 3), torch.arange(6).view(3, 2))),
+}
+
+
+@pytest.mark.parametrize("case", list(ACCEPTED))
+def test_accepted_mixed_dtypes_compute_eagers_result(case: str) -> None:
+    fn, inputs = ACCEPTED[case]
+    with torch.no_grad():
+        want = fn(*inputs)
+        got = xfuse.compile(fn, inputs, quiet=True)(*inputs)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules themselves
+# ---------------------------------------------------------------------------------------------
+
+
+def test_probed_ops_are_aten_overloads() -> None:
+    from xfuse.frontend.importer import resolve_overload
+
+    for name in PROBED:
+        assert str(resolve_overload(name)) == name
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours"),
+    [(RuntimeError, RuntimeError), (IndexError, IndexError), (TypeError, TypeError)],
+)
+def test_eager_error_is_eagers_type_under_the_root(
+    theirs: type[Exception], ours: type[Exception]
+) -> None:
+    error = eager_error(theirs("first line\nsecond line"))
+    assert isinstance(error, ours) and isinstance(error, XfuseError)
+    assert str(error) == "first line"
