@@ -123,17 +123,49 @@ def stencil(
     return ops.ops, ops.cast(acc, result.element_type)
 
 
-class DepthwiseConvolutionIntoStencil(RewritePattern):
-    """A depthwise `aten.convolution` of at most `max_taps` window elements -> pad, slices,
-    products and a sum."""
+def signature(conv: ConvolutionCall) -> str:
+    """What a depthwise convolution's speed depends on, as text: the input's shape and dtype,
+    the window, stride, padding, dilation and whether it has a bias (`f32 1x8x6x6 k3x3 s1x1
+    p1x1 d1x1 bias`). `library` names convolutions by it."""
+    dims = "x".join(map(str, graph.shape_of(conv.input)))
+    window = " ".join(
+        f"{tag}{'x'.join(map(str, v))}"
+        for tag, v in (
+            ("k", conv.kernel),
+            ("s", conv.stride),
+            ("p", conv.padding),
+            ("d", conv.dilation),
+        )
+    )
+    bias = " bias" if conv.bias is not None else ""
+    return f"{graph.dtype_of(conv.input)} {dims} {window}{bias}"
 
-    def __init__(self, max_taps: int):
+
+def candidates(module: ModuleOp, max_taps: int = 49) -> list[ConvolutionCall]:
+    """The depthwise convolutions of `module` that `depthwise-stencil` would rewrite."""
+    found = []
+    for op in module.walk():
+        if isinstance(op, graph.TorchCallOp):
+            conv = depthwise(op)
+            if conv is not None and math.prod(conv.kernel) <= max_taps:
+                found.append(conv)
+    return found
+
+
+class DepthwiseConvolutionIntoStencil(RewritePattern):
+    """A depthwise `aten.convolution` of at most `max_taps` window elements, whose `signature`
+    is not in `library` -> pad, slices, products and a sum."""
+
+    def __init__(self, max_taps: int, library: frozenset[str] = frozenset()):
         self.max_taps = max_taps
+        self.library = library
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
         conv = depthwise(op)
         if conv is None or math.prod(conv.kernel) > self.max_taps:
+            return
+        if self.library and signature(conv) in self.library:
             return
         result = op.outputs[0].type
         assert isinstance(result, TensorType)
@@ -147,14 +179,16 @@ class DepthwiseConvolutionIntoStencil(RewritePattern):
 class DepthwiseStencilPass(ModulePass):
     """Depthwise convolutions of small windows as stencils that fuse with their neighbours.
 
-    Options: `max-taps` (the largest window rewritten, in elements: 49 takes ConvNeXt's 7x7; 0 rewrites none).
-    `xfuse.compile` runs this pass after `decompose` on every device."""
+    Options: `max-taps` (the largest window rewritten, in elements: 49 takes ConvNeXt's 7x7; 0
+    rewrites none); `library` (the `signature`s of convolutions that stay library calls).
+    `xfuse.compile` runs this pass after `decompose` on every device, with `library` the
+    convolutions whose library call it measured faster than their stencil (`xfuse.choices`)."""
 
     name = "depthwise-stencil"
 
     max_taps: int = option(49, NON_NEGATIVE)
+    library: tuple[str, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(
-            GreedyRewritePatternApplier([DepthwiseConvolutionIntoStencil(self.max_taps)])
-        ).rewrite_module(op)
+        pattern = DepthwiseConvolutionIntoStencil(self.max_taps, frozenset(self.library))
+        PatternRewriteWalker(GreedyRewritePatternApplier([pattern])).rewrite_module(op)

@@ -1,0 +1,259 @@
+"""
+Third-party models of every family through `torch.compile(backend="xfuse")`, at the sizes people
+run (throughput: images 32x3x224x224, text 8x512 tokens; latency: batch 1), against eager,
+Inductor and Inductor's reduce-overhead, side by side in one process:
+
+    python -m benchmarks.families [--device cuda] [--dtype bf16|f32] [--sizes throughput,latency]
+                                  [--models convnext_t,...] [--columns eager,inductor,...]
+                                  [--profile] [--runs 20]
+
+Models come from torchvision and timm where installed (the GPU machine) and from transformers
+(configs, random weights, never downloaded) everywhere. Each row: the median ms per forward
+(whole calls, host time included, the GPU waited for), the host ms of a call (the GPU not
+waited for), and with `--profile` xfuse's ten slowest GPU kernels (torch.profiler).
+Columns: `eager`, `inductor`, `inductor-ro` (reduce-overhead), `xfuse` (torch.compile), `xfuse.compile`
+(xfuse's own entry point) and `no-stencil` (xfuse.compile without `depthwise-stencil`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+Tensor = torch.Tensor
+Fn = Callable[..., Any]
+
+IMAGE = {"throughput": 32, "latency": 1}
+TEXT = {"throughput": (8, 512), "latency": (1, 128)}
+
+
+def _tv(name: str) -> Callable[[], torch.nn.Module]:
+    def make() -> torch.nn.Module:
+        import torchvision.models as tvm
+
+        return getattr(tvm, name)(weights=None)
+
+    return make
+
+
+def _timm(name: str) -> Callable[[], torch.nn.Module]:
+    def make() -> torch.nn.Module:
+        import timm
+
+        return timm.create_model(name, pretrained=False)
+
+    return make
+
+
+def _hf_vision(config: str, model: str, **kw: Any) -> Callable[[], torch.nn.Module]:
+    def make() -> torch.nn.Module:
+        import transformers
+
+        cfg = getattr(transformers, config)(**kw)
+        return getattr(transformers, model)(cfg)
+
+    return make
+
+
+def _hf_text(config: str, model: str, **kw: Any) -> Callable[[], torch.nn.Module]:
+    def make() -> torch.nn.Module:
+        import transformers
+
+        cfg = getattr(transformers, config)(**kw)
+        return _Logits(getattr(transformers, model)(cfg))
+
+    return make
+
+
+class _Logits(torch.nn.Module):
+    """A language model's first output tensor (logits or hidden states), from token ids."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: Tensor) -> Tensor:
+        out = self.model(input_ids=ids)
+        return out[0]
+
+
+IMAGES: dict[str, Callable[[], torch.nn.Module]] = {
+    "resnet18_tv": _tv("resnet18"),
+    "resnet50_tv": _tv("resnet50"),
+    "convnext_t_tv": _tv("convnext_tiny"),
+    "efficientnet_b0_timm": _timm("efficientnet_b0"),
+    "mobilenetv3_timm": _timm("mobilenetv3_large_100"),
+    "regnet_tv": _tv("regnet_y_800mf"),
+    "swin_t_timm": _timm("swin_tiny_patch4_window7_224"),
+    "vit_b_tv": _tv("vit_b_16"),
+    "deit_s_timm": _timm("deit_small_patch16_224"),
+    "convnext_hf": _hf_vision("ConvNextConfig", "ConvNextModel"),
+    "efficientnet_hf": _hf_vision("EfficientNetConfig", "EfficientNetModel"),
+    "swin_hf": _hf_vision("SwinConfig", "SwinModel"),
+}
+TEXTS: dict[str, Callable[[], torch.nn.Module]] = {
+    "gpt2_hf": _hf_text("GPT2Config", "GPT2LMHeadModel", n_layer=4),
+    "llama_hf": _hf_text(
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        num_hidden_layers=4,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        vocab_size=32000,
+    ),
+    "bert_hf": _hf_text("BertConfig", "BertModel", num_hidden_layers=4),
+}
+
+
+def inputs_for(name: str, size: str, device: str, dtype: torch.dtype) -> tuple[Tensor, ...]:
+    if name in TEXTS:
+        b, s = TEXT[size]
+        return (torch.randint(0, 1000, (b, s), device=device),)
+    return (torch.randn(IMAGE[size], 3, 224, 224, device=device, dtype=dtype),)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fns: dict[str, Fn], args: tuple[Tensor, ...], runs: int, device: str) -> dict[str, Any]:
+    """Median wall ms (GPU waited for) and host ms (not waited for) of each fn, interleaved."""
+    wall: dict[str, list[float]] = {n: [] for n in fns}
+    host: dict[str, list[float]] = {n: [] for n in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            _sync(device)
+            start = time.perf_counter()
+            fn(*args)
+            host[name].append(1000 * (time.perf_counter() - start))
+            _sync(device)
+            wall[name].append(1000 * (time.perf_counter() - start))
+    return {n: (statistics.median(wall[n]), statistics.median(host[n])) for n in fns}
+
+
+def top_kernels(fn: Fn, args: tuple[Tensor, ...], count: int = 10) -> list[tuple[str, float, int]]:
+    """The `count` kernels of most GPU time in one call of `fn`: (name, ms, launches)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    rows: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            rows.setdefault(e.name[:70], []).append(e.device_time_total / 1000)
+    ranked = sorted(rows.items(), key=lambda kv: -sum(kv[1]))[:count]
+    return [(n, sum(t), len(t)) for n, t in ranked]
+
+
+_DEVICE_PASSES: list[Any] = []
+"""`xfuse.api.device_passes` itself, while `no-stencil` replaces it."""
+
+
+def _without_stencil(channels_last: Any, device: torch.device) -> Any:
+    passes = _DEVICE_PASSES[0](channels_last, device)
+    return tuple(p for p in passes if p.name != "depthwise-stencil")
+
+
+def columns(
+    model: torch.nn.Module, args: tuple[Tensor, ...], device: str, wanted: list[str]
+) -> dict[str, Fn]:
+    import xfuse
+    import xfuse.api
+
+    fns: dict[str, Fn] = {}
+    for c in wanted:
+        if c == "eager":
+            fns[c] = model
+        elif c == "inductor":
+            fns[c] = torch.compile(model, backend="inductor")
+        elif c == "inductor-ro":
+            fns[c] = torch.compile(model, backend="inductor", mode="reduce-overhead")
+        elif c == "xfuse":
+            fns[c] = torch.compile(model, backend="xfuse")
+        elif c == "xfuse.compile":
+            fns[c] = xfuse.compile(model, args, device, quiet=True)
+        elif c == "no-stencil":
+            real = xfuse.api.device_passes
+            _DEVICE_PASSES[:] = [real]
+            xfuse.api.device_passes = _without_stencil  # type: ignore[assignment]
+            try:
+                fns[c] = xfuse.compile(model, args, device, quiet=True)
+            finally:
+                xfuse.api.device_passes = real  # type: ignore[assignment]
+    return fns
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
+    p.add_argument("--sizes", default="throughput,latency")
+    p.add_argument("--models", default=",".join([*IMAGES, *TEXTS]))
+    p.add_argument("--columns", default="eager,inductor,inductor-ro,xfuse,xfuse.compile")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--runs", type=int, default=20)
+    a = p.parse_args(argv)
+    dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[a.dtype]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    wanted = a.columns.split(",")
+    print(
+        f"device {a.device} ({torch.cuda.get_device_name() if a.device == 'cuda' else 'cpu'}), "
+        f"torch {torch.__version__}, {a.dtype}, columns {wanted}",
+        flush=True,
+    )
+    for name in a.models.split(","):
+        make = IMAGES.get(name) or TEXTS[name]
+        try:
+            model = make().eval().to(a.device)
+        except Exception as e:  # noqa: BLE001 - a model this machine lacks
+            print(f"{name}: not built: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            continue
+        if name in IMAGES:
+            model = model.to(dtype)
+        elif dtype != torch.float32:
+            model = model.to(dtype)
+        for size in a.sizes.split(","):
+            args = inputs_for(name, size, a.device, dtype)
+            torch._dynamo.reset()
+            with torch.no_grad():
+                start = time.perf_counter()
+                try:
+                    fns = columns(model, args, a.device, wanted)
+                    compile_s = {}
+                    for n, fn in fns.items():
+                        t0 = time.perf_counter()
+                        fn(*args)
+                        _sync(a.device)
+                        compile_s[n] = time.perf_counter() - t0
+                    result = timed(fns, args, a.runs, a.device)
+                except Exception as e:  # noqa: BLE001 - report and go on to the next model
+                    print(
+                        f"{name} {size}: failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                        flush=True,
+                    )
+                    continue
+                cells = "  ".join(
+                    f"{n} {w:.2f} (host {h:.2f}, first {compile_s[n]:.1f}s)"
+                    for n, (w, h) in result.items()
+                )
+                print(f"{name} {size}: {cells}", flush=True)
+                if a.profile and a.device == "cuda":
+                    for col in [c for c in ("xfuse", "xfuse.compile", "eager") if c in fns]:
+                        print(f"  top kernels of {col}:")
+                        for kname, ms, launches in top_kernels(fns[col], args):
+                            print(f"    {ms:8.3f} ms {launches:4d}x  {kname}")
+            print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Choices measured at compile time (`xfuse.choices`): a depthwise convolution stays the library's
+call where that was measured faster than its stencil; each verdict is cached and explained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import xfuse
+import xfuse.choices as choices
+from xfuse.choices import Choice
+from xfuse.dialects import graph
+from xfuse.frontend import import_module
+from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
+from xfuse.runtime.cache import KernelCache
+
+
+class DepthwiseBlock(torch.nn.Module):
+    def __init__(self, channels: int = 8, kernel: int = 3) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(channels, channels, kernel, padding=kernel // 2, groups=channels)
+        self.pw = torch.nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pw(torch.relu(self.dw(x)))
+
+
+def _convolution_calls(module: Any) -> int:
+    return sum(
+        1
+        for op in module.walk()
+        if isinstance(op, graph.TorchCallOp) and "convolution" in op.target.data
+    )
+
+
+def test_signature_names_what_speed_depends_on() -> None:
+    imported = import_module(DepthwiseBlock(8, 3).eval(), (torch.randn(1, 8, 6, 6),))
+    (conv,) = candidates(imported.module)
+    assert signature(conv) == "f32 1x8x6x6 k3x3 s1x1 p1x1 d1x1 bias"
+
+
+def test_library_convolutions_stay_library_calls() -> None:
+    model, x = DepthwiseBlock(8, 3).eval(), torch.randn(1, 8, 6, 6)
+    module = import_module(model, (x,)).module
+    (conv,) = candidates(module)
+    kept = module.clone()
+    DepthwiseStencilPass(library=(signature(conv),)).apply(xfuse.make_context(), kept)
+    DepthwiseStencilPass().apply(xfuse.make_context(), module)
+    assert _convolution_calls(kept) == 2  # the depthwise one and the 1x1 one
+    assert _convolution_calls(module) == 1  # the depthwise one became a stencil
+
+
+@pytest.mark.parametrize("library_faster", [True, False])
+def test_the_faster_side_is_kept_and_explained(
+    library_faster: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    measured: list[str] = []
+
+    def fake_measure(conv: Any, device: Any, channels_last: bool, compile_fn: Any) -> Choice:
+        measured.append(signature(conv))
+        fast, slow = 0.01, 0.02
+        return Choice(signature(conv), *((fast, slow) if library_faster else (slow, fast)))
+
+    monkeypatch.setattr(choices, "measure", fake_measure)
+    model, x = DepthwiseBlock(8, 3).eval(), torch.randn(1, 8, 6, 6)
+    with torch.no_grad():
+        program = xfuse.compile(model, (x,), quiet=True, cache=KernelCache(tmp_path))
+        torch.testing.assert_close(program(x), model(x))
+    depthwise_calls = len(candidates(program.default.program.module))
+    assert depthwise_calls == (1 if library_faster else 0)
+    assert measured == ["f32 1x8x6x6 k3x3 s1x1 p1x1 d1x1 bias"]
+    (choice,) = program.report.choices
+    assert choice.kept == ("library" if library_faster else "stencil")
+    assert f"measured: depthwise convolution {measured[0]}: {choice.kept}" in str(program.report)
+    # A second compile (a new process's cache object, same folder) reads the verdict.
+    with torch.no_grad():
+        again = xfuse.compile(model, (x,), quiet=True, cache=KernelCache(tmp_path))
+    assert len(measured) == 1
+    assert again.report.choices == program.report.choices
+
+
+def test_measure_times_both_sides_on_the_cpu(tmp_path: Path) -> None:
+    model, x = DepthwiseBlock(4, 3).eval(), torch.randn(1, 4, 5, 5)
+    (conv,) = candidates(import_module(model, (x,)).module)
+    choice = choices.measure(conv, torch.device("cpu"), False, xfuse.compile)
+    assert choice.library_ms > 0 and choice.stencil_ms > 0
+    assert choice.signature == signature(conv)

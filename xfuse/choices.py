@@ -1,0 +1,199 @@
+"""
+Choices measured at compile time: where xfuse's kernel competes with the library call it would
+replace, both run once at the program's shapes and the faster is kept.
+
+A depthwise convolution either becomes a stencil that fuses with its neighbours
+(`depthwise-stencil`) or stays the library's call (cuDNN, oneDNN, or torch's own depthwise
+kernel). Which is faster depends on the device, the shapes and the layout: a 3x3 window over a
+few thousand elements at batch 1 is far too little work for a library call's fixed costs, while
+ConvNeXt's 7x7 window over a batch of 32 images runs in cuDNN at a fraction of the stencil's
+time. `library_convolutions` times each distinct convolution of a program (`signature`) both
+ways, alone, on random data of its shapes, dtype and the layout the program will give it, and
+returns those whose library call was faster; `depthwise-stencil` leaves those alone. Each
+verdict is kept in the kernel cache beside the kernels (`CHOICE` entries, keyed by the
+signature, the device's name and torch's version), so it is measured once per machine, and
+`Executable.choices` (shown by `explain()`) lists every verdict with its two times.
+
+Timing the stencil alone leaves out what fusing it with its neighbours saves, so a near tie
+goes to the library call: the stencil is kept where it was faster alone.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from xfuse.dialects import graph
+from xfuse.frontend.convolution import ConvolutionCall
+from xfuse.ir.dtypes import to_torch
+from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
+from xfuse.runtime.cache import KernelCache
+
+Tensor = torch.Tensor
+CHOICE = "choice"
+"""The kernel cache's kind (file suffix) of a measured verdict."""
+
+RUNS = 15
+"""Timed calls of each side (after two warm-up calls); the median decides."""
+
+_measuring: contextvars.ContextVar[bool] = contextvars.ContextVar("measuring", default=False)
+"""True while a choice is being measured: the stencil compiled for it is not measured again."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One measured verdict: `signature`'s library call and stencil, in ms per call."""
+
+    signature: str
+    library_ms: float
+    stencil_ms: float
+
+    @property
+    def kept(self) -> str:
+        return "library" if self.library_ms <= self.stencil_ms else "stencil"
+
+    def __str__(self) -> str:
+        return (
+            f"depthwise convolution {self.signature}: {self.kept} "
+            f"(library {self.library_ms:.4f} ms, stencil {self.stencil_ms:.4f} ms)"
+        )
+
+
+Compile = Callable[..., Callable[..., Any]]
+"""`xfuse.compile`, passed in (this module sits beside `xfuse.api`, which imports it)."""
+
+
+@contextmanager
+def measuring() -> Iterator[None]:
+    token = _measuring.set(True)
+    try:
+        yield
+    finally:
+        _measuring.reset(token)
+
+
+def choose_passes(
+    passes: Sequence[ModulePass],
+    module: ModuleOp,
+    device: torch.device,
+    cache: KernelCache,
+    compile_fn: Compile,
+) -> tuple[tuple[ModulePass, ...], list[Choice]]:
+    """`passes` with `depthwise-stencil`'s `library` set to the convolutions of `module` whose
+    library call is faster on `device`, and every verdict. Unchanged while measuring (the
+    stencil being timed is compiled with these passes)."""
+    stencil = next((p for p in passes if isinstance(p, DepthwiseStencilPass)), None)
+    if stencil is None or _measuring.get():
+        return tuple(passes), []
+    choices = library_convolutions(module, device, cache, compile_fn, stencil.max_taps)
+    library = tuple(sorted({c.signature for c in choices if c.kept == "library"}))
+    if not library:
+        return tuple(passes), choices
+    chosen = DepthwiseStencilPass(stencil.max_taps, library)
+    return tuple(chosen if p is stencil else p for p in passes), choices
+
+
+def library_convolutions(
+    module: ModuleOp,
+    device: torch.device,
+    cache: KernelCache,
+    compile_fn: Compile,
+    max_taps: int = 49,
+) -> list[Choice]:
+    """The verdict for each distinct depthwise convolution of `module` that the stencil pass
+    would rewrite: from the cache, or measured now and stored."""
+    found: dict[str, Choice] = {}
+    channels_last = _channels_last(module, device)
+    for conv in candidates(module, max_taps):
+        sig = signature(conv)
+        if sig in found:
+            continue
+        key = _key(sig, device, channels_last)
+        choice = cache.program(key, _load, CHOICE)
+        if choice is None:
+            choice = measure(conv, device, channels_last, compile_fn)
+            cache.store_program(key, _dump(choice), CHOICE)
+        found[sig] = choice
+    return list(found.values())
+
+
+def _channels_last(module: ModuleOp, device: torch.device) -> bool:
+    """The layout the program's convolutions will have: NHWC on CUDA in half precision (the
+    `channels-last` pass's verdict for such programs), NCHW elsewhere."""
+    if device.type != "cuda":
+        return False
+    return any(
+        to_torch(graph.dtype_of(c.input)) in (torch.bfloat16, torch.float16)
+        and len(graph.shape_of(c.input)) == 4
+        for c in candidates(module)
+    )
+
+
+def _key(sig: str, device: torch.device, channels_last: bool) -> str:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    text = f"depthwise {sig} on {name} nhwc={channels_last} torch {torch.__version__}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _dump(choice: Choice) -> bytes:
+    return json.dumps([choice.signature, choice.library_ms, choice.stencil_ms]).encode()
+
+
+def _load(data: bytes) -> Choice:
+    sig, library_ms, stencil_ms = json.loads(data)
+    return Choice(str(sig), float(library_ms), float(stencil_ms))
+
+
+def measure(
+    conv: ConvolutionCall, device: torch.device, channels_last: bool, compile_fn: Compile
+) -> Choice:
+    """Time `conv` as the library's call and as xfuse's stencil, on random data."""
+    dtype = to_torch(graph.dtype_of(conv.input))
+    shape = graph.shape_of(conv.input)
+    x = torch.randn(shape, dtype=dtype, device=device)
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(graph.shape_of(conv.weight), dtype=dtype, device=device)
+    b = torch.randn(shape[1], dtype=dtype, device=device) if conv.bias is not None else None
+    stride, padding, dilation = list(conv.stride), list(conv.padding), list(conv.dilation)
+    zeros = [0] * len(stride)
+
+    def library(x: Tensor) -> Tensor:
+        return torch.ops.aten.convolution(
+            x, w, b, stride, padding, dilation, False, zeros, conv.groups
+        )
+
+    with measuring(), torch.no_grad():
+        stencil = compile_fn(library, (x,), str(device), quiet=True, cuda_graphs=False)
+        return Choice(signature(conv), _time(library, x, device), _time(stencil, x, device))
+
+
+def _time(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> float:
+    """The median ms of one call of `fn(x)`, the device waited for."""
+    for _ in range(2):
+        fn(x)
+    samples = []
+    for _ in range(RUNS):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(x)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn(x)
+            samples.append(1000 * (time.perf_counter() - t0))
+    return statistics.median(samples)
