@@ -12,7 +12,14 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "xfuse"
 
 LEVELS = [
-    ["xfuse.errors", "xfuse.ir.dtypes", "xfuse.ir.names", "xfuse.ir.functions", "xfuse.progress"],
+    [
+        "xfuse.errors",
+        "xfuse.lazy",
+        "xfuse.ir.dtypes",
+        "xfuse.ir.names",
+        "xfuse.ir.functions",
+        "xfuse.progress",
+    ],
     ["xfuse.dialects"],
     ["xfuse.ir.context", "xfuse.ir", "xfuse.interpreters"],
     ["xfuse.frontend"],

@@ -1,9 +1,11 @@
 """xfuse: an operator-fusion compiler for PyTorch programs, built on xDSL."""
 
+import importlib
 import sys
 from typing import Any
 
 from xfuse.ir.context import make_context, parse
+from xfuse.lazy import submodule_access
 from xfuse.pipeline import Pipeline, PipelineError, pipeline
 
 __all__ = [
@@ -20,13 +22,20 @@ __all__ = [
 # torch loads on first use of these, so that `xfuse-opt` and IR-only users start fast.
 _LAZY = {"compile": "xfuse.api", "explain": "xfuse.api", "interpret": "xfuse.interpreters.graph"}
 
+# Every submodule and subpackage (`xfuse.frontend`, `xfuse.api`, ...) is an attribute after
+# `import xfuse`, imported on first access: the docs' dotted names work while `import xfuse`
+# itself stays light.
+_submodule, _dir = submodule_access(__name__, __path__)
+
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'xfuse' has no attribute '{name}'")
+    return _submodule(name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*_dir(), *_LAZY})
 
 
 # `torch.compile(backend="xfuse")`. With the package's `torch_dynamo_backends` entry point
