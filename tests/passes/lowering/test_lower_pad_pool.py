@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith, memref, scf
 
-from tests.passes.lowering.test_lower_to_loops import check_random, kernels, op_names
+from tests.passes.lowering.test_lower_to_loops import (
+    check_random,
+    kernels,
+    lower,
+    make_module,
+    op_names,
+)
 from xfuse.dialects import graph
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
@@ -120,3 +126,71 @@ def test_adaptive_pool(kind: str, shape: tuple[int, ...], sizes: tuple[int, ...]
         [(shape, torch.float32)],
         lambda x: graph.PoolOp(x, kind, [1] * n, [1] * n, [0] * n, [1] * n, adaptive=sizes),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows larger than their input: the window loop walks the input's positions only
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("include", [True, False])
+@pytest.mark.parametrize("divisor", [None, 3])
+@pytest.mark.parametrize(
+    ("shape", "kernel", "stride", "padding"),
+    [
+        ((2, 2, 3), (40, 40), (40, 40), (0, 0)),  # one window covering the input (ceil)
+        ((2, 5, 7), (9, 8), (2, 3), (4, 4)),  # padded windows larger than the input
+        ((2, 11), (40,), (3,), (20,)),
+    ],
+)
+def test_avg_pool_of_a_window_larger_than_the_input(
+    shape: tuple[int, ...],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    include: bool,
+    divisor: int | None,
+) -> None:
+    n = len(kernel)
+    check_random(
+        [(shape, torch.float32)],
+        lambda x: graph.PoolOp(x, "avg", kernel, stride, padding, (1,) * n, True, include, divisor),
+    )
+
+
+@pytest.mark.parametrize("kind", ["max", "argmax"])
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding", "dilation"),
+    [((12, 9), (5, 4), (6, 4), (1, 1)), ((6, 6), (3, 2), (3, 3), (2, 2))],
+)
+def test_max_pool_of_a_window_larger_than_the_input(
+    kind: str,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> None:
+    check_random(
+        [((2, 3, 5, 6), torch.float32)],
+        lambda x: graph.PoolOp(x, kind, kernel, stride, padding, dilation, True),
+    )
+
+
+def test_a_huge_window_loops_over_the_input_only() -> None:
+    """AvgPool2d(1280, ceil_mode=True) over a 2x2 map (EfficientNet's head in transformers):
+    each window loop runs from the first to the last position inside the input, unguarded,
+    and the divisor (the window clipped to the input, count_include_pad off) is a constant."""
+
+    def build(x: object) -> object:
+        act = graph.MulOp(x, graph.SigmoidOp(x))
+        return graph.PoolOp(act, "avg", (1280, 1280), (1280, 1280), (0, 0), (1, 1), True)
+
+    args = [((1, 4, 2, 2), torch.float32)]
+    (kernel,) = kernels(lower(make_module(args, build)))  # looked at before it runs
+    loops = [op for op in kernel.walk() if isinstance(op, scf.ForOp)]
+    assert len(loops) == 2
+    for loop in loops:
+        assert isinstance(loop.ub.owner, arith.ConstantOp)
+        assert loop.ub.owner.value.value.data == 2  # pyright: ignore[reportAttributeAccessIssue]
+    assert not [op for op in kernel.walk() if isinstance(op, arith.SelectOp | arith.MinSIOp)]
+    check_random(args, build)

@@ -21,7 +21,10 @@ How a kernel computes its outputs:
   inside the input is loaded at a clamped (or, for reflect padding, mirrored) address and
   selected away by an `i1` test, so no load ever leaves its buffer; tests the bounds decide
   are not emitted. A pool's window is unrolled up to `UNROLL_WINDOW` elements (each position
-  its own guard), else an `scf.for` nest carrying the accumulator.
+  its own guard), else an `scf.for` nest carrying the accumulator whose loops are clipped to
+  the input, as eager's kernels and Inductor's: from max(start, 0) (the first tap inside, with
+  a dilation) to min(start + kernel, size), so that its loads need no guard and a window far
+  larger than its input (a global pool written as `AvgPool2d(1280)`) walks the input only.
 - Each value of the group is emitted as a scalar expression at an index, memoized per
   (value, index) in the innermost loop scope where it is valid; an expression that does not
   depend on an inner loop's variable is placed before that loop (a row's `rsqrt` is computed
@@ -1491,47 +1494,132 @@ def pool_window(op: graph.PoolOp, index: Index) -> Window:
 
 
 def _window_element(
-    b: KernelBuilder, op: graph.PoolOp, index: Index, w: Window, offsets: Sequence[Affine]
-) -> tuple[SSAValue, SSAValue | None, list[Affine]] | None:
-    """The input element at window `offsets` (in the compute type), the i1 that says whether
-    it is inside the input and the window (None: always), and its positions; None when it
-    never is."""
-    t, dilation = dtype_of(op.input), op.window[3]
-    positions = [add(a, scale(o, d)) for a, o, d in zip(w.starts, offsets, dilation, strict=True)]
+    b: KernelBuilder,
+    op: graph.PoolOp,
+    index: Index,
+    w: Window,
+    positions: Sequence[Affine],
+    offsets: Sequence[Affine] | None = None,
+) -> tuple[SSAValue, SSAValue | None] | None:
+    """The input element at window `positions` (in the compute type) and the i1 that says
+    whether it is inside the input and the window (None: always); None when it never is. An
+    adaptive window's end is tested at unrolled `offsets` (a clipped loop stops there)."""
     guarded = _guarded_value(b, op.input, (*index[: -len(w.sizes)], *positions), w.sizes)
     if guarded is None:
         return None
     conds = [guarded[1]] if guarded[1] is not None else []
-    for pos, off, end, always in zip(positions, offsets, w.ends, w.always, strict=True):
-        if end is not None and bounds(off)[1] >= always:
+    for pos, off, end, always in zip(
+        positions, offsets or positions, w.ends, w.always, strict=True
+    ):
+        if offsets is not None and end is not None and bounds(off)[1] >= always:
             conds.append(b.insert(arith.CmpiOp(b.index_value(pos), b.index_value(end), "slt")))
-    return to_compute(b, guarded[0], t), _all(b, conds), positions
+    return to_compute(b, guarded[0], dtype_of(op.input)), _all(b, conds)
 
 
-def _window_offsets(kernel: Sequence[int], loop: bool) -> tuple[list[LoopVar], list[list[Affine]]]:
-    """The window's offsets in order: unrolled (constants), or one `scf.for` variable per
-    window dim (`loop`)."""
-    if not loop:
-        return [], [
-            [constant_index(o) for o in offsets] for offsets in product(*map(range, kernel))
-        ]
-    window = [LoopVar(next(_window_idents), k) for k in kernel]
-    return window, [[var_index(v) for v in window]]
+@dataclass(frozen=True)
+class WindowSpan:
+    """The positions one window dim reads inside the input: `first` to `stop` (exclusive) by
+    `step` (the dilation), where `var` (a loop variable over the dim's size) walks them."""
+
+    var: LoopVar
+    first: SSAValue
+    stop: SSAValue
+    step: int
+
+
+def _clipped_index(b: KernelBuilder, e: Affine, low: int | None, high: int | None) -> SSAValue:
+    """min(max(e, low), high) (None: no such side), with only the sides `e`'s bounds leave
+    open: a side `e` always passes is a constant."""
+    lo, hi = bounds(e)
+    if low is not None and hi <= low:
+        return b.index_constant(low)
+    if high is not None and lo >= high:
+        return b.index_constant(high)
+    v = b.index_value(e)
+    if low is not None and lo < low:
+        v = b.insert(arith.MaxSIOp(v, b.index_constant(low)))
+    if high is not None and hi > high:
+        v = b.insert(arith.MinSIOp(v, b.index_constant(high)))
+    return v
+
+
+def _window_span(
+    b: KernelBuilder, start: Affine, end: Affine | None, k: int, d: int, size: int
+) -> WindowSpan:
+    """A window dim clipped to the input, as eager's kernels walk it: its first position
+    start + d * ceil(max(0, -start) / d) and its end min(start + (k - 1) * d + 1, size) (an
+    adaptive window's own end), each corrected only where the start's bounds leave it open."""
+    var = LoopVar(next(_window_idents), size)
+    if end is not None:  # adaptive: the window lies inside the input
+        return WindowSpan(var, b.index_value(start), b.index_value(end), 1)
+    stop = _clipped_index(b, add(start, constant_index((k - 1) * d + 1)), None, size)
+    if d == 1 or bounds(start)[0] >= 0:
+        return WindowSpan(var, _clipped_index(b, start, 0, None), stop, d)
+    # skip the taps before the input: ceil(max(0, -start) / d) of them
+    before = _clipped_index(b, scale(start, -1), 0, None)
+    skip = b.insert(arith.AddiOp(before, b.index_constant(d - 1)))
+    skip = b.insert(arith.DivUIOp(skip, b.index_constant(d)))
+    skip = b.insert(arith.MuliOp(skip, b.index_constant(d)))
+    return WindowSpan(var, b.insert(arith.AddiOp(b.index_value(start), skip)), stop, d)
+
+
+def _clipped_nest(
+    b: KernelBuilder,
+    spans: Sequence[WindowSpan],
+    carried: list[SSAValue],
+    body: Callable[[list[SSAValue]], list[SSAValue]],
+) -> list[SSAValue]:
+    """Nested `scf.for` over `spans` (outer first), each from its first position to its stop,
+    carrying `carried` as iter_args; an empty span runs no iteration."""
+    if not spans:
+        return body(carried)
+    span = spans[0]
+    block = Block(arg_types=[IndexType(), *(c.type for c in carried)])
+    loop = scf.ForOp(span.first, span.stop, b.index_constant(span.step), carried, block)
+    b.scope.insert(loop)
+    with b.child_scope(block, loop, {span.var.ident: block.args[0]}):
+        results = _clipped_nest(b, spans[1:], list(block.args[1:]), body)
+        b.scope.insert(scf.YieldOp(*results))
+    return list(loop.results)
+
+
+Element = tuple[SSAValue, SSAValue | None, list[Affine]] | None
+"""A window element (`_window_element`) with its positions, or None where it never is one."""
 
 
 def _walk_window(
     b: KernelBuilder,
-    kernel: Sequence[int],
+    op: graph.PoolOp,
+    index: Index,
+    w: Window,
     init: list[SSAValue],
-    step: Callable[[list[SSAValue], Sequence[Affine]], list[SSAValue]],
+    step: Callable[[list[SSAValue], Element], list[SSAValue]],
 ) -> list[SSAValue]:
-    """Fold `step` over the window's offsets in order, unrolled or in an scf.for nest."""
-    window, offsets = _window_offsets(kernel, numel(kernel) > UNROLL_WINDOW)
-    if window:
-        return b.for_nest(window, init, lambda carried: step(carried, offsets[0]))
+    """Fold `step` over the window's elements in row-major order: unrolled (each position's
+    guard decided or folded at compile time), or, above `UNROLL_WINDOW` elements, an scf.for
+    nest over the positions inside the input only (a window much larger than its input, as a
+    global pool written with a huge kernel, costs what the input holds)."""
+    kernel, dilation = op.window[0], op.window[3]
+    if numel(kernel) > UNROLL_WINDOW:
+        spans = [
+            _window_span(b, start, end, k, d, size)
+            for start, end, k, d, size in zip(
+                w.starts, w.ends, kernel, dilation, w.sizes, strict=True
+            )
+        ]
+        positions = [var_index(s.var) for s in spans]
+
+        def body(carried: list[SSAValue]) -> list[SSAValue]:
+            element = _window_element(b, op, index, w, positions)
+            return step(carried, None if element is None else (*element, positions))
+
+        return _clipped_nest(b, spans, init, body)
     carried = init
-    for o in offsets:
-        carried = step(carried, o)
+    for taps in product(*map(range, kernel)):
+        offsets = [constant_index(o) for o in taps]
+        at = [add(a, scale(o, d)) for a, o, d in zip(w.starts, offsets, dilation, strict=True)]
+        element = _window_element(b, op, index, w, at, offsets)
+        carried = step(carried, None if element is None else (*element, at))
     return carried
 
 
@@ -1544,8 +1632,7 @@ def pool_value_at(b: KernelBuilder, op: graph.PoolOp, index: Index) -> SSAValue:
     combine, identity = _pool_combiner(op)
     init = b.constant(identity, compute_type(dtype_of(op.input)))
 
-    def step(carried: list[SSAValue], offsets: Sequence[Affine]) -> list[SSAValue]:
-        element = _window_element(b, op, index, w, offsets)
+    def step(carried: list[SSAValue], element: Element) -> list[SSAValue]:
         if element is None:
             return carried
         x, inside, _ = element
@@ -1553,7 +1640,7 @@ def pool_value_at(b: KernelBuilder, op: graph.PoolOp, index: Index) -> SSAValue:
             x = b.insert(arith.SelectOp(inside, x, init))
         return [b.insert(combine(carried[0], x))]
 
-    (acc,) = _walk_window(b, op.window[0], [init], step)
+    (acc,) = _walk_window(b, op, index, w, [init], step)
     if op.kind.data == "avg":
         acc = b.insert(arith.DivfOp(acc, _pool_divisor(b, op, w, acc.type)))
     return from_compute(b, acc, dtype_of(op.result))
@@ -1566,9 +1653,8 @@ def _argmax_at(b: KernelBuilder, op: graph.PoolOp, index: Index, w: Window) -> S
     t = dtype_of(op.input)
     _, identity = _pool_combiner(op)
 
-    def step(carried: list[SSAValue], offsets: Sequence[Affine]) -> list[SSAValue]:
+    def step(carried: list[SSAValue], element: Element) -> list[SSAValue]:
         acc, best = carried
-        element = _window_element(b, op, index, w, offsets)
         if element is None:
             return carried
         x, inside, positions = element
@@ -1585,7 +1671,27 @@ def _argmax_at(b: KernelBuilder, op: graph.PoolOp, index: Index, w: Window) -> S
         return [b.insert(arith.SelectOp(take, x, acc)), b.insert(arith.SelectOp(take, flat, best))]
 
     init = [b.constant(identity, compute_type(t)), b.constant(-1, i64)]
-    return _walk_window(b, op.window[0], init, step)[1]
+    return _walk_window(b, op, index, w, init, step)[1]
+
+
+def _static_clip(e: Affine, low: int | None, high: int | None) -> int | None:
+    """min(max(e, low), high) where `e`'s bounds make it one value, else None."""
+    lo, hi = bounds(e)
+    if low is not None:
+        lo, hi = max(lo, low), max(hi, low)
+    if high is not None:
+        lo, hi = min(lo, high), min(hi, high)
+    return lo if lo == hi else None
+
+
+def _static_span(start: Affine, k: int, low: int | None, high: int) -> int | None:
+    """min(start + k, high) - max(start, low) where the bounds of `start` decide it (the same
+    for every window of the dim), else None."""
+    end = add(start, constant_index(k))
+    if bounds(end)[1] <= high and (low is None or bounds(start)[0] >= low):
+        return k
+    e, s = _static_clip(end, None, high), _static_clip(start, low, None)
+    return None if e is None or s is None else e - s
 
 
 def _pool_divisor(b: KernelBuilder, op: graph.PoolOp, w: Window, t: Attribute) -> SSAValue:
@@ -1605,19 +1711,14 @@ def _pool_divisor(b: KernelBuilder, op: graph.PoolOp, w: Window, t: Attribute) -
             else:
                 spans.append(b.insert(arith.SubiOp(b.index_value(stop), b.index_value(start))))
             continue
-        end_limit = size + p if include else size
-        end = add(start, constant_index(k))
-        clip_end, clip_start = bounds(end)[1] > end_limit, not include and bounds(start)[0] < 0
-        if not clip_end and not clip_start:
-            static *= k
+        end, end_limit = add(start, constant_index(k)), size + p if include else size
+        begin = None if include else 0
+        span = _static_span(start, k, begin, end_limit)
+        if span is not None:
+            static *= span
             continue
-        e = b.index_value(end)
-        if clip_end:
-            e = b.insert(arith.MinSIOp(e, b.index_constant(end_limit)))
-        s = b.index_value(start)
-        if clip_start:
-            s = b.insert(arith.MaxSIOp(s, b.index_constant(0)))
-        spans.append(b.insert(arith.SubiOp(e, s)))
+        e = _clipped_index(b, end, None, end_limit)
+        spans.append(b.insert(arith.SubiOp(e, _clipped_index(b, start, begin, None))))
     if not spans:
         return b.constant(float(static), t)
     total = b.index_constant(static)

@@ -72,3 +72,35 @@ func.func @patches(%x: tensor<2x4x4xf32>) -> tensor<2x2x2x3x3xf32> {
   %0 = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<2x4x4xf32> -> tensor<2x2x2x3x3xf32>
   func.return %0 : tensor<2x2x2x3x3xf32>
 }
+
+// A looped window walks the input's positions only, as eager's kernels do: each window loop
+// runs from max(start, 0) to min(start + kernel, size), and its loads need no guard. A window
+// larger than the input (AvgPool2d(40, ceil_mode=True) over 2x3) loops over the input, and
+// its divisor (clipped to the input) is a constant.
+// CHECK-LABEL: func.func @window_over_input_k0
+// CHECK-DAG:     %[[C2:.*]] = arith.constant 2 : index
+// CHECK-DAG:     %[[C3:.*]] = arith.constant 3 : index
+// CHECK-DAG:     %[[SIX:.*]] = arith.constant 6.000000e+00 : f32
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %[[C2]]
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[C3]]
+// CHECK-NOT:         arith.select
+// CHECK:             memref.load
+// CHECK:         arith.divf %{{.*}}, %[[SIX]]
+func.func @window_over_input(%x: tensor<2x8x2x3xf32>) -> tensor<2x8x1x1xf32> {
+  %0 = graph.pool %x kind = "avg" kernel = [40, 40] stride = [40, 40] padding = [0, 0] dilation = [1, 1] : tensor<2x8x2x3xf32> -> tensor<2x8x1x1xf32>
+  func.return %0 : tensor<2x8x1x1xf32>
+}
+
+// With a dilation, the first position is the first tap inside the input:
+// start + d * ceil(max(0, -start) / d), stepping by d up to min(start + (k - 1) * d + 1, size).
+// CHECK-LABEL: func.func @dilated_window_k0
+// CHECK-DAG:     %[[C2:.*]] = arith.constant 2 : index
+// CHECK:         %[[SKIP:.*]] = arith.divui %{{.*}}, %[[C2]]
+// CHECK:         scf.for
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %{{.*}} step %[[C2]] iter_args
+// CHECK-NOT:         arith.select
+// CHECK:             arith.maximumf
+func.func @dilated_window(%x: tensor<1x9x10xf32>) -> tensor<1x4x2xf32> {
+  %0 = graph.pool %x kind = "max" kernel = [6, 6] stride = [3, 3] padding = [3, 2] dilation = [1, 2] : tensor<1x9x10xf32> -> tensor<1x4x2xf32>
+  func.return %0 : tensor<1x4x2xf32>
+}
