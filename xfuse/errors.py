@@ -33,6 +33,11 @@ class UnsupportedProgram(XfuseError, ValueError):
     """A program (or one node of it) that xfuse cannot import, with a one-line reason."""
 
 
+class IRParseError(XfuseError, ValueError):
+    """IR text that does not parse or does not verify (`xfuse.parse`): one line,
+    `name:line:col: error: message`; xDSL's own error is the `__cause__`."""
+
+
 class InterpretError(XfuseError, RuntimeError):
     """The interpreter met an op it does not know or inputs that do not fit."""
 

@@ -21,17 +21,21 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
+from types import NoneType, UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.universe import Universe
-from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
+from xdsl.utils.arg_spec import ArgSpec, ParameterListType, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, VerifyException
+from xdsl.utils.hints import isa
 
 from xfuse.errors import PipelineError
 from xfuse.ir.context import make_context
+from xfuse.ir.diagnostics import error_line, first_invalid_op, op_message
 from xfuse.passes import get_all_passes
 from xfuse.passes.options import option_rule
 
@@ -56,10 +60,8 @@ class InvalidIRError(PipelineError, VerifyException):
         self.op = op
         self.location = location
         self.message = message
-        where = f"{location}: " if location is not None else ""
         blame = f"pass '{pass_name}' produced invalid IR: " if pass_name is not None else ""
-        what = f"'{op.name}' op " if op is not None else ""
-        super().__init__(f"{where}error: {blame}{what}{message}")
+        super().__init__(error_line(blame + op_message(op, message), location))
 
 
 class PassFailedError(PipelineError, DiagnosticException):
@@ -155,6 +157,45 @@ def check_pass_options(module_pass: ModulePass) -> None:
                 raise PipelineError(f"{where} must be {rule.expected}, found {value}")
 
 
+def _describe(hint: object) -> str:
+    """What a value of type `hint` is, as a pipeline spec writes it ("an integer")."""
+    simple = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if isinstance(hint, type) and hint in simple:
+        return simple[hint]
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (Union, UnionType):
+        return " or ".join(_describe(a) for a in args if a is not NoneType)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return f"a comma-separated list ({_describe(args[0])} each)"
+    return f"a value of type {getattr(hint, '__name__', hint)}"
+
+
+def _spec_text(values: ParameterListType) -> str:
+    """Option values as a pipeline spec writes them: `true`, `3`, `'abc'`, `1,2`."""
+    return ",".join(str(v).lower() if isinstance(v, bool) else repr(v) for v in values)
+
+
+def _fits(values: ParameterListType, hint: Any) -> bool:
+    """Whether `from_spec` takes `values` for a field of type `hint` (xDSL's rule)."""
+    if not values:
+        return NoneType in get_args(hint)
+    return (len(values) == 1 and isa(values[0], hint)) or isa(values, hint)
+
+
+def _option_type_error(pass_class: type[ModulePass], spec: ArgSpec) -> str | None:
+    """One line for the first option of `spec` whose value has the wrong type, if any."""
+    hints = get_type_hints(pass_class)
+    for option, values in spec.normalize_parameter_names().parameters.items():
+        hint = hints.get(option)
+        if hint is not None and not _fits(values, hint):
+            shown = _spec_text(values) or "no value"
+            name = option.replace("_", "-")
+            return f"pass '{spec.name}': option '{name}' must be {_describe(hint)}, found {shown}"
+    return None
+
+
 def _spec_syntax_message(error: ArgSpecParseError, spec: str) -> str:
     # xDSL's message is a header, a location line, the spec, a caret line, then the reason.
     lines = [line for line in str(error).splitlines() if line.strip()]
@@ -170,6 +211,11 @@ def parse_passes(spec: str, available: PassFactories | None = None) -> tuple[Mod
         specs = list(parse_pipeline(spec))
     except ArgSpecParseError as e:
         raise PipelineError(_spec_syntax_message(e, spec)) from None
+    if spec.rstrip().endswith(","):  # xDSL's parser reads a trailing comma as the end
+        column = len(spec.rstrip()) + 1
+        raise PipelineError(
+            f"invalid pass pipeline '{spec}' at column {column}: Expected pass name here"
+        )
     passes: list[ModulePass] = []
     for pass_spec in specs:
         if pass_spec.name not in available:
@@ -179,7 +225,8 @@ def parse_passes(spec: str, available: PassFactories | None = None) -> tuple[Mod
         try:
             module_pass = pass_class.from_pass_spec(pass_spec)
         except (ValueError, TypeError) as e:
-            raise PipelineError(f"pass '{pass_spec.name}': {e}") from None
+            message = _option_type_error(pass_class, pass_spec) or f"pass '{pass_spec.name}': {e}"
+            raise PipelineError(message) from None
         check_pass_options(module_pass)
         passes.append(module_pass)
     return tuple(passes)
@@ -193,16 +240,6 @@ def file_line_col(op: Operation) -> str | None:
     return None
 
 
-def _first_invalid_op(module: ModuleOp) -> tuple[Operation, VerifyException] | None:
-    # Nested ops first, as `Operation.verify` does, so the innermost culprit is named.
-    for op in module.walk(region_first=True):
-        try:
-            op.verify(verify_nested_ops=False)
-        except VerifyException as e:
-            return op, e
-    return None
-
-
 def verify_module(
     module: ModuleOp, pass_name: str | None = None, locate: OpLocator = file_line_col
 ) -> None:
@@ -211,7 +248,7 @@ def verify_module(
     try:
         module.verify()
     except VerifyException as e:
-        culprit = _first_invalid_op(module)
+        culprit = first_invalid_op(module)
         if culprit is None:
             raise InvalidIRError(pass_name, None, None, str(e)) from None
         op, op_error = culprit

@@ -124,10 +124,45 @@ def test_unknown_option(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     )
 
 
-def test_bad_option_value(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            "convert-memref-to-ptr{lower_func=3}",
+            "error: pass 'convert-memref-to-ptr': option 'lower-func' must be true or false, "
+            "found 3\n",
+        ),
+        (
+            "fuse-greedy{arg-limit=abc}",
+            "error: pass 'fuse-greedy': option 'arg-limit' must be an integer, found 'abc'\n",
+        ),
+        (
+            "fuse-greedy{arg-limit=1.5}",
+            "error: pass 'fuse-greedy': option 'arg-limit' must be an integer, found 1.5\n",
+        ),
+        (
+            "fuse-greedy{arg-limit}",
+            "error: pass 'fuse-greedy': option 'arg-limit' must be an integer, found no value\n",
+        ),
+    ],
+)
+def test_option_value_of_the_wrong_type(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, expected: str
+) -> None:
+    """The option and the type it takes, as a pipeline spec writes them (no Python repr)."""
+    status, out, err = run_opt(capsys, write(tmp_path, VALID), "-p", spec)
+    assert (status, out, err) == (1, "", expected)
+
+
+@pytest.mark.parametrize(
+    ("spec", "column"), [("decompose,", 11), (",decompose", 1), ("cse,,decompose", 5)]
+)
+def test_empty_pass_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, spec: str, column: int
+) -> None:
     assert_one_line_error(
-        *run_opt(capsys, write(tmp_path, VALID), "-p", "convert-memref-to-ptr{lower_func=3}"),
-        "error: pass 'convert-memref-to-ptr': Incompatible types",
+        *run_opt(capsys, write(tmp_path, VALID), "-p", spec),
+        f"error: invalid pass pipeline '{spec}' at column {column}: Expected pass name here",
     )
 
 
@@ -216,3 +251,96 @@ def test_a_bug_in_a_pass_is_one_line_and_status_70(
     monkeypatch.setenv("XFUSE_TRACEBACK", "1")
     with pytest.raises(TypeError):
         main([path, "-p", "group-cleanup"])
+
+
+# --- usage errors, input files, output pipes, --help ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--emit=png"], "xfuse-opt: error: argument --emit: invalid choice: 'png'"),
+        (["--no-such-flag"], "xfuse-opt: error: unrecognized arguments: --no-such-flag"),
+        (["-t", "no-such-target"], "xfuse-opt: error: argument -t/--target: invalid choice"),
+        (["--fusion-report=xml"], "xfuse-opt: error: argument --fusion-report: invalid choice"),
+    ],
+)
+def test_usage_error_is_one_line_and_status_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], expected: str
+) -> None:
+    """argparse's errors as every other bad input: one line (no usage block), status 1."""
+    assert_one_line_error(*run_opt(capsys, write(tmp_path, VALID), *argv), expected)
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n", "// only a comment\n"])
+def test_empty_input_is_an_empty_module(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str
+) -> None:
+    """As in mlir-opt: a file with no op is an empty module."""
+    status, out, err = run_opt(capsys, write(tmp_path, text), "-p", "decompose,fuse-greedy")
+    assert (status, out.strip(), err) == (0, "builtin.module {\n}", "")
+
+
+def test_empty_input_without_implicit_module(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = write(tmp_path, "")
+    assert_one_line_error(
+        *run_opt(capsys, path, "--no-implicit-module"),
+        f"{path}:1:1: error: the input is empty: expected a builtin.module operation",
+    )
+
+
+def test_unreadable_inputs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A directory and a file that is not text: one line naming the input, no traceback."""
+    assert_one_line_error(
+        *run_opt(capsys, str(tmp_path)), f"error: cannot read '{tmp_path}': Is a directory"
+    )
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"\xff\xfe\x00graph")
+    assert_one_line_error(
+        *run_opt(capsys, str(binary)), f"error: cannot read '{binary}': not UTF-8 text (byte 0)"
+    )
+
+
+def test_closed_output_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`xfuse-opt ... | head -2`: no message when the reader goes away, and the status of a tool
+    killed by SIGPIPE (as `cat`), 141."""
+    lines = [
+        "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {",
+        "  %v0 = graph.exp %x : tensor<4xf32>",
+    ]
+    lines += [f"  %v{i} = graph.exp %v{i - 1} : tensor<4xf32>" for i in range(1, 3000)]
+    lines += ["  func.return %v2999 : tensor<4xf32>", "}"]
+    path = write(
+        tmp_path, "\n".join(lines) + "\n"
+    )  # some 300 KiB of output: more than a pipe holds
+    process = subprocess.Popen(
+        [sys.executable, "-m", "xfuse.cli.opt", path, "-p", "decompose,decompose"]
+        + ["--print-between-passes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline() == "// IR after decompose:\n"
+    process.stdout.close()
+    assert process.wait(timeout=120) == 141
+    assert process.stderr.read() == ""
+
+
+def test_help_lists_xfuse_passes_first_with_what_they_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from xfuse.passes import get_all_passes
+
+    status, out, _ = run_opt(capsys, "--help")
+    assert status == 0
+    ours, xdsl = out.split("xfuse passes (-p):\n")[1].split("xDSL passes (-p), also available:")
+    rows = [line.split() for line in ours.splitlines() if line.startswith("  ") and line[2] != " "]
+    assert [row[0] for row in rows] == list(get_all_passes())  # every name whole, on its row
+    assert ["fuse-greedy", "Greedy", "producer-consumer"] == rows[8][:3]
+    assert all(len(row) > 1 for row in rows)  # each with its description
+    assert "fuse-greedy" not in xdsl and "canonicalize," in xdsl and "cse," in xdsl
+    assert not any(line.rstrip().endswith("-") for line in out.splitlines())  # no name split
+    assert "-v, --version         Print the version of xDSL" in out

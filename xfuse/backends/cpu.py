@@ -186,8 +186,7 @@ EMITTERS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from xdsl.utils.exceptions import ParseError
-
+    from xfuse.errors import IRParseError
     from xfuse.ir.context import parse
 
     parser = argparse.ArgumentParser(prog="python -m xfuse.backends.cpu", description=__doc__)
@@ -198,8 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = sys.stdin.read() if args.file == "-" else open(args.file).read()
     try:
         module = parse(text, name=args.file)
-    except ParseError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except IRParseError as error:  # one line, `file:line:col: error: ...`
+        print(error, file=sys.stderr)
         return 1
     names = [f.sym_name.data for f in kernel_functions(module)]
     backend = CPUBackend()

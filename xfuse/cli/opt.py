@@ -24,27 +24,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
+import signal
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from typing import IO, NoReturn
 
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Dialect, Operation
-from xdsl.parser import Parser
 from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
+from xdsl.utils.exceptions import DiagnosticException, ParseError
 from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from xfuse.dialects.mlir_ops import EXTRA_OPS
 from xfuse.errors import XfuseError
 from xfuse.ir.context import DIALECTS
+from xfuse.ir.diagnostics import LocatingParser, error_line, span_location
 from xfuse.passes import get_all_passes
 from xfuse.passes.fusion.decisions import FusionDecision
 from xfuse.pipeline import (
     InvalidIRError,
+    PassFactories,
     PassFailedError,
     Pipeline,
     PipelineError,
@@ -61,33 +65,11 @@ EXIT_INTERNAL = 70
 """A bug in xfuse (sysexits.h EX_SOFTWARE), told apart from bad input."""
 
 
-class LocatingParser(Parser):
-    """A parser that remembers where each operation starts, so diagnostics can point there."""
-
-    def __init__(
-        self, ctx: Context, text: str | bytes, name: str, spans: dict[Operation, Span[str]]
-    ):
-        super().__init__(ctx, text, name)
-        self.spans = spans
-
-    def parse_operation(self) -> Operation:
-        start = self._current_token.span
-        try:
-            op = super().parse_operation()
-        except VerifyException as e:
-            # A type constraint checked while parsing (e.g. `tensor<*xf32>` where a ranked
-            # tensor is required): report it at the op, like any other parse error.
-            raise ParseError(start, str(e)) from None
-        self.spans[op] = start
-        return op
-
-
 class SourceError(XfuseError, ParseError):
     """A parse error that prints as one line, `file:line:col: error: message`."""
 
     def __str__(self) -> str:
-        loc = self.span.get_location()
-        return f"{loc.file}:{loc.line}:{loc.col}: error: {self.msg}"
+        return error_line(self.msg, span_location(self.span))
 
 
 def _dialect_factory(dialect: Dialect) -> Callable[[], Dialect]:
@@ -104,8 +86,75 @@ def diagnostic_line(error: Exception) -> str:
         return str(SourceError(error.span, error.msg))
     if isinstance(error, InvalidIRError | PassFailedError):
         return str(error)  # already `[file:line:col: ]error: ...`
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return "error: " + (lines[0] if lines else type(error).__name__)
+    return error_line(str(error) or type(error).__name__)
+
+
+# --- arguments and --help ----------------------------------------------------------------------
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, without breaking pass and flag names at their hyphens."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """xfuse-opt's arguments: a usage error is one line, `xfuse-opt: error: ...`, with status 1
+    (as every other bad input), and `--help` ends with the passes, xfuse's first, each with the
+    first sentence of its docstring."""
+
+    passes: PassFactories
+
+    @classmethod
+    def adopt(cls, parser: argparse.ArgumentParser, passes: PassFactories) -> ArgumentParser:
+        """`parser` made one of these, in place: `xDSLOptMain` builds a plain ArgumentParser."""
+        parser.__class__ = cls
+        assert isinstance(parser, cls)
+        parser.passes = passes
+        parser.prog = "xfuse-opt"
+        parser.formatter_class = HelpFormatter
+        return parser
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+    def format_help(self) -> str:
+        width = max(shutil.get_terminal_size().columns - 2, 40)
+        return super().format_help() + "\n" + pass_listing(self.passes, width)
+
+
+def pass_summary(pass_class: type[ModulePass]) -> str:
+    """The first sentence of a pass's docstring (its reference entry's summary)."""
+    paragraph = " ".join((pass_class.__doc__ or "").strip().split("\n\n")[0].split())
+    return re.split(r"(?<=\.)\s", paragraph, maxsplit=1)[0]
+
+
+def pass_listing(passes: PassFactories, width: int) -> str:
+    """xfuse's passes, one per row with its summary, then the names of xDSL's other passes."""
+    ours = get_all_passes()
+    column = max(len(name) for name in ours) + 4
+    rows = [
+        textwrap.fill(
+            pass_summary(factory()),
+            width,
+            initial_indent=f"  {name}".ljust(column),
+            subsequent_indent=" " * column,
+            break_on_hyphens=False,
+        )
+        for name, factory in ours.items()
+    ]
+    others = textwrap.fill(
+        ", ".join(sorted(set(passes) - set(ours))),
+        width,
+        initial_indent="  ",
+        subsequent_indent="  ",
+        break_on_hyphens=False,
+    )
+    return (
+        "xfuse passes (-p):\n" + "\n".join(rows) + "\n\nxDSL passes (-p), also available:\n"
+        f"{others}\n"
+    )
 
 
 class XfuseOptMain(xDSLOptMain):
@@ -143,6 +192,16 @@ class XfuseOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
+        parser = ArgumentParser.adopt(arg_parser, self.available_passes)
+        # xDSL's help for these lists every pass (or nothing): `--help` lists the passes last.
+        helps = {
+            "-p": "The pass pipeline, `pass{option=value ...},pass,...`: xfuse's passes and "
+            "xDSL's, listed below.",
+            "-v": "Print the version of xDSL that xfuse-opt is built on, and exit.",
+            "--disable-verify": "Verify nothing: neither the input nor the IR after each pass.",
+        }
+        for flag, text in helps.items():
+            parser._option_string_actions[flag].help = text  # pyright: ignore[reportPrivateUsage]
         arg_parser.add_argument(
             "--no-verify-each",
             dest="verify_each",
@@ -270,6 +329,8 @@ class XfuseOptMain(xDSLOptMain):
             super().run()
         except (ParseError, PipelineError, DiagnosticException, CliError) as e:
             fail(diagnostic_line(e))
+        except BrokenPipeError:
+            raise  # the reader of the output went away: `main` ends quietly
         except OSError as e:
             fail(diagnostic_line(CliError(f"cannot write '{self.args.output_file}': {e.strerror}")))
 
@@ -279,10 +340,29 @@ def fail(line: str) -> NoReturn:
     raise SystemExit(EXIT_ERROR)
 
 
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+"""The status of a tool killed by SIGPIPE (`cat` when its reader closes the pipe)."""
+
+
+def silence_stdout() -> None:
+    """Send what is left for stdout to /dev/null, so Python's flush at exit raises no error."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `xfuse-opt`; returns the exit status."""
     try:
         XfuseOptMain(argv).run()
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:  # `xfuse-opt ... | head`: stop quietly, as Unix tools do
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
     except PipelineError as e:  # from building the pipeline, before any input is read
         print(diagnostic_line(e), file=sys.stderr)
         return EXIT_ERROR

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from xdsl.context import Context
@@ -14,11 +15,22 @@ from xdsl.dialects.math import Math
 from xdsl.dialects.memref import MemRef
 from xdsl.dialects.ptr import Ptr
 from xdsl.dialects.scf import Scf
-from xdsl.parser import AttrParser, Parser
+from xdsl.ir import Operation
+from xdsl.parser import AttrParser
+from xdsl.utils.exceptions import ParseError, VerifyException
+from xdsl.utils.lexer import Span
 
 from xfuse.dialects.fusion import Fusion
 from xfuse.dialects.graph import Graph
 from xfuse.dialects.mlir_ops import EXTRA_OPS
+from xfuse.errors import IRParseError
+from xfuse.ir.diagnostics import (
+    LocatingParser,
+    error_line,
+    first_invalid_op,
+    op_message,
+    span_location,
+)
 
 
 def _read_hex_float_elements() -> None:
@@ -62,8 +74,26 @@ def make_context() -> Context:
 
 
 def parse(text: str, *, verify: bool = True, name: str = "<string>") -> ModuleOp:
-    """Parse IR text into a module (verified unless asked otherwise)."""
-    module = Parser(make_context(), text, name).parse_module()
+    """Parse IR text into a module (verified unless asked otherwise). Text that does not parse
+    or verify raises `IRParseError`, one line as `xfuse-opt` prints it:
+    `name:line:col: error: 'graph.add' op ...`. Text with no op is an empty module."""
+    spans: dict[Operation, Span[str]] = {}
+    try:
+        module = LocatingParser(make_context(), text, name, spans).parse_module()
+    except ParseError as e:
+        raise IRParseError(error_line(e.msg, span_location(e.span))) from e
     if verify:
-        module.verify()
+        verify_parsed(module, spans, name)
     return module
+
+
+def verify_parsed(module: ModuleOp, spans: Mapping[Operation, Span[str]], name: str) -> None:
+    """Verify a parsed module; raise `IRParseError` naming the first op that does not verify
+    and where `spans` says it starts."""
+    try:
+        module.verify()
+    except VerifyException as e:
+        op, error = first_invalid_op(module) or (None, e)
+        span = spans.get(op) if op is not None else None
+        location = span_location(span) if span is not None else name
+        raise IRParseError(error_line(op_message(op, str(error)), location)) from error
