@@ -29,6 +29,7 @@ from xfuse.errors import (
     UnsupportedInputError,
     XfuseError,
 )
+from xfuse.report.counts import headline
 from xfuse.runtime.executor import CompiledProgram
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,11 +105,21 @@ def test_explain_describes_groups_kernels_and_decisions() -> None:
     assert any(d.fused for d in explanation.report.decisions)
     assert any(not d.fused and d.reason for d in explanation.report.decisions)
     data = json.loads(explanation.to_json())
-    assert set(data) == {"ops", "groups", "kernels", "report", "fallbacks", "cuda_graph", "summary"}
+    assert set(data) == {
+        "ops",
+        "imported_ops",
+        "groups",
+        "kernels",
+        "report",
+        "fallbacks",
+        "cuda_graph",
+        "summary",
+    }
     assert data["cuda_graph"] is None  # a CPU program
     assert len(data["groups"]) == len(explanation.groups)
     text = str(explanation)
-    assert text.startswith(f"{len(explanation.ops)} ops -> {len(explanation.groups)} groups")
+    counts = len(explanation.ops), len(explanation.groups), len(explanation.kernels)
+    assert text.startswith(headline(*counts))
     assert "group 0" in text
 
 

@@ -17,6 +17,7 @@ from examples.gpt2 import make_gpt2
 from examples.resnet import make_resnet18
 from xfuse.api import Explanation
 from xfuse.errors import FallbackWarning
+from xfuse.report.counts import headline
 from xfuse.runtime.executor import CompiledProgram
 
 Maker = Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
@@ -154,7 +155,8 @@ def test_fusion_report_and_picture_of_each_model(
 ) -> None:
     explanation = explanations[name]
     text = str(explanation)
-    assert text.startswith(f"{len(explanation.ops)} ops -> {len(explanation.groups)} groups")
+    counts = len(explanation.ops), len(explanation.groups), len(explanation.kernels)
+    assert text.startswith(headline(*counts))
     assert "memory traffic:" in text
     dot = explanation.to_dot()
     assert dot.count("subgraph cluster_") == len(explanation.groups)

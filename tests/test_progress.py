@@ -12,6 +12,7 @@ import torch
 
 import xfuse
 from xfuse.progress import CLEAR_LINE, ENV_QUIET, Progress
+from xfuse.report.counts import plural
 
 
 class Terminal(io.StringIO):
@@ -106,9 +107,10 @@ def test_compile_shows_progress_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -
         compiled = xfuse.compile(fn, (torch.randn(4, 8),))
     out = stream.getvalue()
     assert "xfuse: exporting the program" in out
-    assert "ops; fusing" in out and "groups formed; compiling kernels" in out
+    assert "ops; fusing" in out and "formed; compiling kernels" in out
     last = out.splitlines()[-1]
-    assert f"-> {len(compiled.groups)} groups -> {len(compiled.kernels)} kernels (" in last
+    groups, kernels = plural(len(compiled.groups), "group"), plural(len(compiled.kernels), "kernel")
+    assert f"-> {groups} -> {kernels} (" in last
 
 
 def test_compile_is_quiet_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:

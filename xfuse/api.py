@@ -45,10 +45,18 @@ from xfuse.ir.fingerprint import fingerprint
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
 from xfuse.pipeline import PassObserver, verify_module
 from xfuse.progress import Progress
+from xfuse.report.counts import (
+    group_count,
+    headline,
+    kernel_count,
+    op_count,
+    plural,
+    program_ops,
+)
 from xfuse.report.dot import program_dot
 from xfuse.report.op_index import OpIndex, collect_decisions
 from xfuse.report.render import render_dot
-from xfuse.report.summary import FusionSummary, format_summary, group_count, summarize
+from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import (
     IMPORT,
     KernelCache,
@@ -447,14 +455,12 @@ def _builder(
         decisions, index = fuse_and_lower(program_ir, spec, passes, cache, compiler)
         groups = group_count(program_ir.module)
         progress.lap("fusion")
-        progress.stage(f"{groups} groups formed; compiling kernels")
+        progress.stage(f"{plural(groups, 'group')} formed; compiling kernels")
         if can_compile_ahead(backend):
             cache.compile_ahead(backend, compiler.kernel_modules(program_ir.module))
         program = compiler.compile(program_ir.module)
         progress.lap("kernels")
-        progress.finish(
-            f"{len(imported.op_names)} ops -> {groups} groups -> {len(program.kernels)} kernels"
-        )
+        progress.finish(headline(op_count(program_ir.module), groups, kernel_count(program)))
         return Executable(
             program,
             bind=program_ir.binder(len(call.leaves), live_state(state, program_ir.params, device)),
@@ -643,9 +649,11 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
 
 @dataclass
 class Explanation:
-    """What xfuse makes of a program: ops -> groups -> kernels, and why."""
+    """What xfuse makes of a program: ops -> groups -> kernels (as `xfuse.report.counts`
+    defines them), and why."""
 
     ops: list[str]
+    """The ops the headline counts: the program's graph ops after the fusion pipeline."""
     groups: list[GroupInfo]
     kernels: list[KernelInfo]
     report: FusionReport
@@ -654,13 +662,14 @@ class Explanation:
     """The program after fusion (graph and fusion IR), as the kernels were made from it."""
     cuda_graph: str | None = None
     """On CUDA: whether the program runs as a captured CUDA graph, or why not (None: CPU)."""
+    imported_ops: list[str] = field(default_factory=list[str])
+    """The ops of the program as imported, before the pipeline decomposed and fused them."""
 
     def summary(self) -> FusionSummary:
         """Groups, kernels, bytes moved with and without fusion, and why pairs were refused."""
         return summarize(
             self.module if self.module is not None else ModuleOp([]),
             self.report.decisions,
-            ops=len(self.ops),
             group_kernels={g.index: list(g.kernels) for g in self.groups},
             kernels=len(self.kernels),
             fallbacks=self.fallbacks,
@@ -684,6 +693,7 @@ class Explanation:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ops": self.ops,
+            "imported_ops": self.imported_ops,
             "groups": [asdict(g) for g in self.groups],
             "kernels": [asdict(k) for k in self.kernels],
             "report": self.report.to_dict(),
@@ -696,11 +706,10 @@ class Explanation:
         return json.dumps(self.to_dict(), indent=indent)
 
     def __str__(self) -> str:
-        counts = Counter(self.ops)
-        headline, *table = format_summary(self.summary()).splitlines()
-        ops = "ops: " + ", ".join(f"{n} x{c}" for n, c in counts.most_common())
+        first, *table = format_summary(self.summary()).splitlines()
+        ops = f"ops: {op_names(self.ops)} (imported: {op_names(self.imported_ops)})"
         graph = [] if self.cuda_graph is None else [f"CUDA graph: {self.cuda_graph}"]
-        return "\n".join([headline, ops, *graph, *table])
+        return "\n".join([first, ops, *graph, *table])
 
 
 def explain(
@@ -724,15 +733,23 @@ def explain(
             channels_last=channels_last,
         )
     executable = compiled.default
+    module = executable.program.module
     return Explanation(
-        ops=list(executable.op_names),
+        ops=[op.name for op in program_ops(module)],
         groups=compiled.groups,
         kernels=compiled.kernels,
         report=compiled.report,
         fallbacks=compiled.fallbacks,
-        module=executable.program.module,
+        module=module,
         cuda_graph=graph_status(executable.graphs, compiled.device),
+        imported_ops=list(executable.op_names),
     )
+
+
+def op_names(names: Sequence[str]) -> str:
+    """`linear x2, gelu`: op names by count, most common first, without `graph.`."""
+    counts = Counter(name.removeprefix("graph.") for name in names)
+    return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.most_common()) or "none"
 
 
 def graph_status(graphs: GraphRunner | None, device: torch.device) -> str | None:

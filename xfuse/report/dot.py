@@ -21,8 +21,9 @@ from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.decisions import FusionDecision
 from xfuse.passes.fusion.graph import ssa_labels
 from xfuse.passes.fusion.op_facts import is_inlinable_constant
+from xfuse.report.counts import inner_ops
 from xfuse.report.op_index import OpIndex
-from xfuse.report.summary import group_traffic, human_bytes, inner_ops, short_name
+from xfuse.report.summary import group_traffic, human_bytes, short_name
 
 KIND_COLOURS = {
     "elementwise": "#cfe2ff",

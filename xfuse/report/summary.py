@@ -12,7 +12,8 @@ count. A group that did not run as its kernel (it fell back to eager, or ran op 
 credited nothing: its fused bytes are its unfused ones. The parts of the program that do not
 run as fused kernels (`torch_call`s, other extern ops, groups that fell back or ran op by op)
 are counted apart (`FusionSummary.not_fused`), so that the report shows how much of the traffic
-still runs eagerly.
+still runs eagerly. The headline's ops, groups and kernels are those `xfuse.report.counts`
+defines.
 """
 
 from __future__ import annotations
@@ -26,22 +27,26 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.fusion import GroupOp, YieldOp
+from xfuse.dialects.fusion import GroupOp
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.decisions import FusionDecision, aligned_table
 from xfuse.passes.fusion.graph import tensor_bytes
 from xfuse.passes.fusion.op_facts import is_inlinable_constant
-from xfuse.runtime.compiler import CONSTANT, EAGER, FUSED, OP_BY_OP
+from xfuse.report.counts import (
+    group_ops,
+    groups_of,
+    headline,
+    is_graph_op,
+    kernel_estimate,
+    op_count,
+)
+from xfuse.runtime.compiler import CONSTANT, EAGER, FUSED, OP_BY_OP, folds
 
 TORCH_CALL, EXTERN = "torch_call", "extern"
 NOT_FUSED_PARTS = (TORCH_CALL, EXTERN, EAGER, OP_BY_OP)
 """The parts of a program that do not run as fused kernels, as `FusionSummary.not_fused` names
 them: torch_calls, other extern ops (matmul, linear, ...), groups run eagerly (fell back), and
 groups run op by op."""
-
-
-def is_graph_op(op: Operation) -> bool:
-    return op.name.startswith("graph.") and not isinstance(op, graph.ConstantOp)
 
 
 def traffic_bytes(values: Iterable[SSAValue]) -> int:
@@ -62,10 +67,6 @@ def short_name(op: Operation) -> str:
     if isinstance(op, graph.TorchCallOp):
         return f"torch_call {op.target.data}"  # pyright: ignore[reportAttributeAccessIssue]
     return name
-
-
-def inner_ops(group: GroupOp) -> list[Operation]:
-    return [op for op in group.block.ops if not isinstance(op, YieldOp)]
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ class FusionSummary:
 
 
 def group_traffic(function: str, index: int, group: GroupOp) -> GroupTraffic:
-    ops = [op for op in inner_ops(group) if is_graph_op(op)]
+    ops = group_ops(group)
     return GroupTraffic(
         function=function,
         index=index,
@@ -173,11 +174,6 @@ def with_status(g: GroupTraffic, kernels: list[str], status: str) -> GroupTraffi
     return GroupTraffic(**{**asdict(g), "kernels": kernels, "status": status, "bytes_fused": fused})
 
 
-def becomes_kernel(op: Operation) -> bool:
-    """A lone graph op lower-to-loops makes a kernel of (docs/contracts.md): not extern."""
-    return is_graph_op(op) and graph.op_kind(op) != "extern"
-
-
 def rejections(decisions: Sequence[FusionDecision]) -> list[Rejection]:
     refused = [d for d in decisions if not d.fused]
     counts = Counter(d.reason for d in refused)
@@ -188,25 +184,20 @@ def rejections(decisions: Sequence[FusionDecision]) -> list[Rejection]:
     ]
 
 
-def group_count(module: ModuleOp) -> int:
-    """How many groups `summarize` finds in `module`, without weighing their traffic."""
-    return sum(isinstance(op, GroupOp) for f in function_bodies(module) for op in f.body.block.ops)
-
-
 def summarize(
     module: ModuleOp,
     decisions: Sequence[FusionDecision] = (),
     *,
-    ops: int | None = None,
     group_kernels: Mapping[int, list[str]] | None = None,
     kernels: int | None = None,
     fallbacks: Sequence[str] = (),
     group_status: Mapping[int, str] | None = None,
     op_by_op: Sequence[str] = (),
 ) -> FusionSummary:
-    """The summary of a fused module. A compiled program gives `ops` (before fusion), the
-    kernels of each group (by group index), how each group runs (`GroupInfo.status`) and the
-    kernel count; without them they come from the IR (every group fused)."""
+    """The summary of a fused module, its counts as `xfuse.report.counts` defines them. A
+    compiled program gives the kernels of each group (by group index), how each group runs
+    (`GroupInfo.status`) and the kernel count; without them they come from the IR (every group
+    fused, but those the runtime computes at compile time)."""
     groups: list[GroupTraffic] = []
     lone: list[Operation] = []
     for f in function_bodies(module):
@@ -215,7 +206,12 @@ def summarize(
                 groups.append(group_traffic(f.sym_name.data, len(groups), op))
             elif is_graph_op(op):
                 lone.append(op)
-    if group_kernels is not None or group_status is not None:
+    if group_kernels is None and group_status is None:
+        folded = [folds(op) for op in groups_of(module)]
+        groups = [
+            with_status(g, [], CONSTANT) if f else g for g, f in zip(groups, folded, strict=True)
+        ]
+    else:
         kernels_of, status_of = group_kernels or {}, group_status or {}
         groups = [
             with_status(g, list(kernels_of.get(g.index, [])), status_of.get(g.index, FUSED))
@@ -229,14 +225,12 @@ def summarize(
     for g in groups:
         if g.status not in (FUSED, CONSTANT):
             not_fused[g.status] += g.bytes_fused
-    leaf_ops = sum(len(g.ops) for g in groups) + len(lone)
-    estimate = len(groups) + sum(1 for op in lone if becomes_kernel(op))
     return FusionSummary(
-        ops=leaf_ops if ops is None else ops,
+        ops=op_count(module),
         groups=groups,
         lone_ops=len(lone),
         lone_bytes=sum(op_traffic(op) for op in lone),
-        kernels=estimate if kernels is None else kernels,
+        kernels=kernel_estimate(module) if kernels is None else kernels,
         kernels_estimated=kernels is None,
         examined=len(decisions),
         fused_pairs=sum(1 for d in decisions if d.fused),
@@ -279,7 +273,7 @@ SUMMARY_COLUMNS = (
 
 
 def kernels_cell(g: GroupTraffic, estimated: bool) -> str:
-    if estimated:
+    if estimated and g.status != CONSTANT:
         return "1"
     kernels = ", ".join(f"@{k}" for k in g.kernels)
     if g.status == OP_BY_OP:
@@ -308,7 +302,11 @@ def group_row(g: GroupTraffic, multi_function: bool, estimated: bool) -> tuple[s
 def summary_rows(s: FusionSummary) -> list[tuple[str, ...]]:
     multi = len({g.function for g in s.groups}) > 1
     rows = [group_row(g, multi, s.kernels_estimated) for g in s.groups]
-    in_groups = len(s.groups) if s.kernels_estimated else sum(len(g.kernels) for g in s.groups)
+    in_groups = (
+        sum(g.status != CONSTANT for g in s.groups)
+        if s.kernels_estimated
+        else sum(len(g.kernels) for g in s.groups)
+    )
     lone_bytes = human_bytes(s.lone_bytes)
     rows.append(
         ("lone ops", "-", "-", str(s.lone_ops), "-", str(s.kernels - in_groups))
@@ -336,11 +334,15 @@ def rejection_lines(s: FusionSummary) -> list[str]:
 
 def format_summary(s: FusionSummary) -> str:
     """The fusion report: one headline, a row per group, the traffic and the rejections."""
-    estimated = " (estimated from the IR)" if s.kernels_estimated else ""
     saved = s.bytes_unfused - s.bytes_fused
     lines = [
-        f"{s.ops} ops -> {len(s.groups)} groups -> {s.kernels} kernels{estimated}"
-        + (f" ({len(s.fallbacks)} fallbacks)" if s.fallbacks else ""),
+        headline(
+            s.ops,
+            len(s.groups),
+            s.kernels,
+            estimated=s.kernels_estimated,
+            fallbacks=len(s.fallbacks),
+        ),
         *aligned_table(SUMMARY_COLUMNS, summary_rows(s)),
         f"memory traffic: {human_bytes(s.bytes_unfused)} read+written without fusion, "
         f"{human_bytes(s.bytes_fused)} with fusion (saves {human_bytes(saved)}, "

@@ -385,7 +385,7 @@ def folds(group: fusion.GroupOp) -> bool:
     return size <= FOLD_LIMIT_BYTES
 
 
-def _is_lone_kernel_op(op: Operation) -> bool:
+def is_lone_kernel_op(op: Operation) -> bool:
     """A graph op outside groups that becomes a kernel of its own (lower-to-loops' contract)."""
     return (
         op.name.startswith("graph.")
@@ -516,7 +516,7 @@ class ProgramCompiler:
                 info.constant = self._fold(top, slot_of, op)
                 if not info.constant:
                     self._unit(top, slot_of, op, info, fallbacks)
-            elif _is_lone_kernel_op(op):
+            elif is_lone_kernel_op(op):
                 self._unit(top, slot_of, op, None, fallbacks)
             else:
                 self._plain(top, slot_of, op, module)
@@ -623,7 +623,7 @@ class ProgramCompiler:
                 if isinstance(op, fusion.YieldOp):
                     results = [inner[v] for v in op.values]
                     break
-                if _is_lone_kernel_op(op):
+                if is_lone_kernel_op(op):
                     kernel_inputs = tuple(inner[v] for v in unit_inputs(op))
                     outs = self._lowered_unit(child, op, kernel_inputs, info)
                     inner.update(zip(op.results, outs, strict=True))
@@ -734,7 +734,7 @@ def _is_lowered_unit(op: Operation) -> bool:
     """A group (one that is not folded into constants) or a lone op that `compile` lowers."""
     if isinstance(op, fusion.GroupOp):
         return not folds(op)
-    return _is_lone_kernel_op(op)
+    return is_lone_kernel_op(op)
 
 
 def elide_kernel_reshapes(steps: Sequence[Step], keep: set[int]) -> list[Step]:

@@ -6,7 +6,7 @@
 // ops, the totals, the memory traffic with and without fusion, how much of it is not in fused
 // kernels (the matmul, an extern), and why pairs were refused.
 
-// CHECK: 4 ops -> 1 groups -> 2 kernels (estimated from the IR)
+// CHECK: 4 ops -> 1 group -> 2 kernels (estimated from the IR)
 // CHECK-NEXT: unit      kind         rule                           ops  in/out  kernels  bytes unfused  bytes fused  saved        op names
 // CHECK-NEXT: group 0   elementwise  fuse-greedy:producer-consumer  2    2/1     1        640 B          384 B        256 B (40%)  relu, add
 // CHECK-NEXT: lone ops  -            -                              2    -       1        768 B          768 B        0 B
@@ -35,7 +35,7 @@
 
 // IR input that is already fused, with no fusion pass in the pipeline: the groups found in the
 // IR, and no decision records.
-// IR: 4 ops -> 1 groups -> 2 kernels (estimated from the IR)
+// IR: 4 ops -> 1 group -> 2 kernels (estimated from the IR)
 // IR: group 0   elementwise  fuse-greedy:producer-consumer  2
 // IR: no fusion decisions recorded (no fusion pass ran in this pipeline)
 
