@@ -24,6 +24,10 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/python -m examples.demo
 
+# The sample IR that the README's Python API reads: the bundled MLP, imported (text, no weights).
+examples/mlp.mlir: examples/mlp.py examples/to_mlir.py | setup
+	$(BIN)/python -m examples.to_mlir mlp > $@.tmp && mv $@.tmp $@
+
 # Both suites run; the target fails if either fails.
 test: setup
 	status=0; \
