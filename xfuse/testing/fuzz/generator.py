@@ -1014,8 +1014,9 @@ class Generator:
         for i, shape in enumerate(shapes):
             sizes = tuple(dims[d] if isinstance(d, str) else d for d in shape)
             x = self.new_input(sizes, "positive").name
-            dtype = self.rng.choice(MISMATCH_DTYPES)
-            value = f"({x} > 1)" if f"{{i{i}}}" in template else f"({x} * 3)"
+            index = f"{{i{i}}}" in template
+            dtype = self.rng.choice(MASKLESS_DTYPES if index and name in MASKS else MISMATCH_DTYPES)
+            value = f"({x} > 1)" if index else f"({x} * 3)"
             operands.append(f"{value}.to({dtype})")
         expr = template.format(
             **dims, **{f"{c}{i}": o for i, o in enumerate(operands) for c in "xi"}
@@ -1079,6 +1080,9 @@ MISMATCH_DTYPES = (
     "torch.int32",
     "torch.bool",
 )
+MASKS = ("index",)
+"""Ops whose bool index is a mask, of a data-dependent shape (which xfuse does not import)."""
+MASKLESS_DTYPES = tuple(d for d in MISMATCH_DTYPES if d != "torch.bool")
 MISMATCHES: dict[str, tuple[tuple[tuple[int | str, ...], ...], str]] = {
     "mm": ((("m", "k"), ("k", "n")), "torch.mm({x0}, {x1})"),
     "matmul": ((("b", "m", "k"), ("k", "n")), "torch.matmul({x0}, {x1})"),
