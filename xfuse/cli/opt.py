@@ -7,8 +7,10 @@
 
 Every xDSL dialect, pass and target stays available. The IR is verified after parsing and
 after every pass (`--no-verify-each` keeps only the first). Bad input -- a syntax error, an
-unknown op, IR that does not verify, an unknown pass or option, a missing file -- prints one
-line, `file:line:col: error: message` where there is a location, and exits with status 1.
+unknown op, IR that does not verify, an unknown pass or option, a missing file, a usage error --
+prints one line, `file:line:col: error: message` where there is a location, and exits with
+status 1. An input with no op is an empty module (as in mlir-opt); a closed output pipe
+(`| head`) ends quietly with status 141, as `cat` does.
 
 `--emit=dot` prints the program after the pipeline as a Graphviz picture instead of IR, and
 `--fusion-report` (`=json` for JSON) prints the fusion report instead: groups, kernels, bytes
