@@ -19,6 +19,10 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `mutation-hazard`  fusing would move a read across an op that may write memory;
 - `would-create-cycle` a path leaves the pair and comes back (producer -> X -> consumer);
 - `loop-structure`   one kernel's loop nest cannot compute the merged group (see below);
+- `window-recompute` a windowed consumer (pool, pad, patches, a stencil's slices) would
+                     recompute its producer at every window reading an element: refused where
+                     the extra work (`recompute_cost`) passes the consumer's budget
+                     (`RECOMPUTE_BUDGET`), as for a transcendental producer read 9 times;
 - `scan`             (task `scan`) a kernel holds at most one `graph.scan` and no reduction:
                      its loop carries a value along the scan's dim and computes every other op at
                      the scan's index. Producers that reduce nothing fuse into it; consumers
@@ -82,6 +86,7 @@ NOT_FUSABLE = "not-fusable"
 COMPOSITE_OP = "composite-op"
 LOOP_STRUCTURE = "loop-structure"
 SCAN = "scan"  # task `scan`
+WINDOW_RECOMPUTE = "window-recompute"
 
 REASONS = (
     FUSED,
@@ -97,6 +102,7 @@ REASONS = (
     COMPOSITE_OP,
     LOOP_STRUCTURE,
     SCAN,
+    WINDOW_RECOMPUTE,
 )
 
 # Op kinds that are boundaries, with the reason that names them.
@@ -244,11 +250,14 @@ def check_pair(
     a, b = g.space(first), g.space(second)
     if sibling and a.domain != b.domain:
         return refuse(SHAPE_MISMATCH, f"siblings iterate {a} and {b}")
-    space = combine_spaces(a, b)
+    space, inline = combine_spaces(a, b), False
     if space is None:
         if sibling or not (window_absorbs(g, first, second) or inline_absorbs(g, first, second)):
             return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
-        space = b  # the windowed or inlining consumer's space is the group's
+        inline, space = True, b  # the windowed or inlining consumer's space is the group's
+    detail = None if sibling else window_recompute(g, first, second, inline)
+    if detail is not None:
+        return refuse(WINDOW_RECOMPUTE, detail)
     detail = edge_gather_mismatch(g, first, second, inline=not sibling)
     if detail is not None:
         return refuse(SHAPE_MISMATCH, detail)
@@ -299,6 +308,9 @@ def check_recompute(
     a, b = g.space(producer), g.space(consumer)
     if combine_spaces(a, b) is None:
         return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
+    detail = window_recompute(g, producer, consumer)
+    if detail is not None:
+        return refuse(WINDOW_RECOMPUTE, detail)
     detail = edge_gather_mismatch(g, producer, consumer)
     if detail is not None:
         return refuse(SHAPE_MISMATCH, detail)
@@ -689,12 +701,162 @@ def window_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
     windowed = False
     for reader, _ in g.edge_readers(first, second):
         if is_window_op(reader):
-            if window_reads(reader) > max_window_reads(reader):
+            if clipped_window_reads(reader) > max_window_reads(reader):
                 return False
             windowed = True
         elif combine_spaces(space_of_op(reader), g.space(first)) is None:
             return False
     return windowed or any(is_window_op(op) for op in second.ops)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a window recomputes: a consumer reading each element of its producer several times
+# ---------------------------------------------------------------------------------------------
+
+TRANSCENDENTAL_OPS = (
+    graph.ExpOp, graph.Exp2Op, graph.Expm1Op, graph.LogOp, graph.Log1pOp, graph.Log2Op,
+    graph.Log10Op, graph.TanhOp, graph.SigmoidOp, graph.SiluOp, graph.GeluOp, graph.ErfOp,
+    graph.ErfcOp, graph.PowOp, graph.SinOp, graph.CosOp, graph.AsinOp, graph.AcosOp,
+    graph.AtanOp, graph.Atan2Op, graph.SinhOp, graph.CoshOp, graph.AsinhOp, graph.AcoshOp,
+    graph.AtanhOp,
+)  # fmt: skip
+"""Ops whose element is a polynomial approximation or a library call (dozens of
+instructions)."""
+
+DIVIDING_OPS = (graph.DivOp, graph.RemainderOp, graph.FloorDivideOp, graph.SqrtOp, graph.RsqrtOp)
+
+OP_COSTS: tuple[tuple[tuple[type[Operation], ...], float], ...] = (
+    (MOVING_OPS, 0.0),  # index arithmetic only
+    (TRANSCENDENTAL_OPS, 4.0),
+    (DIVIDING_OPS, 2.0),
+)
+"""What computing one element of an op costs, in elementwise ops (the first row that names
+its class; any other op costs 1)."""
+
+RECOMPUTE_BUDGET: tuple[tuple[type[Operation], float], ...] = (
+    (graph.PatchesOp, 48.0),
+    (graph.PoolOp, 12.0),
+    (graph.PadOp, 12.0),
+)
+"""How much recomputation a consumer may take on per element of a producer it absorbs:
+(reads - 1) * cost per element (`recompute_cost`), in elementwise ops, per windowed op class;
+other readers (a stencil's slices, inlining consumers) have `INLINE_RECOMPUTE_BUDGET`. A
+3x3 / stride-2 max pool (2.25 reads) takes in a batch norm and ReLU (5 ops) or SiLU (9); a
+3x3 stencil or a 2x2 / stride-1 pool (4 reads) only cheap chains. Patches' budget is larger:
+each patch element is multiplied by every output channel's weight next, so a batch norm and
+ReLU recomputed at 9 reads (40) costs little beside the product, but not a GELU (64)."""
+
+INLINE_RECOMPUTE_BUDGET = 12.0
+
+
+def op_cost(op: Operation) -> float:
+    for classes, cost in OP_COSTS:
+        if isinstance(op, classes):
+            return cost
+    return 0.0 if is_constant_op(op) else 1.0
+
+
+def recompute_cost(g: FusionGraph, node: Node) -> float:
+    """What computing one element of `node`'s values costs where a consumer reads it: its
+    ops over its whole space (ops over fewer elements, a batch norm's per-channel scale, are
+    computed once outside the window loop), a windowed op its reads per element more."""
+    full = graph.numel(g.space(node).domain)
+    cost = 0.0
+    for op in _ops_of(node):
+        if not op.results or graph.numel(g.shape(op.results[0])) < full:
+            continue
+        reads = clipped_window_reads(op) if is_window_op(op) else 1.0
+        cost += op_cost(op) * max(reads, 1.0)
+    return cost
+
+
+def recompute_budget(op: Operation) -> float:
+    for cls, budget in RECOMPUTE_BUDGET:
+        if isinstance(op, cls):
+            return budget
+    return INLINE_RECOMPUTE_BUDGET
+
+
+def clipped_window_reads(op: Operation) -> float:
+    """How many times a windowed op reads each element of its input, on average, counting
+    only the window positions inside the input (a window larger than its input, a global
+    pool written as `AvgPool2d(1280)`, reads each element once); `window_reads` for pad and
+    patches."""
+    if not isinstance(op, graph.PoolOp):
+        return window_reads(op)
+    kernel, stride, padding, dilation = op.window
+    n = len(kernel)
+    shape, out = graph.shape_of(op.input), graph.shape_of(op.result)
+    reads = graph.numel(out[:-n])
+    for k, st, p, d, size, o_size in zip(
+        kernel, stride, padding, dilation, shape[-n:], out[-n:], strict=True
+    ):
+        if op.adaptive is not None:
+            spans = (
+                hi - lo
+                for lo, hi in (graph.adaptive_bounds(o, size, o_size) for o in range(o_size))
+            )
+        else:
+            spans = (
+                sum(1 for t in range(k) if 0 <= o * st - p + t * d < size) for o in range(o_size)
+            )
+        reads *= sum(spans)
+    return reads / max(graph.numel(shape), 1)
+
+
+def _element_reads(g: FusionGraph, second: Node, reader: Operation, value: SSAValue) -> float:
+    """How many times `second` reads each element of `value` through `reader`, on average:
+    a windowed op's reads, also where `reader` is an op over `value`'s own space whose result
+    a window of `second` reads (a producer the window already absorbed)."""
+    if is_window_op(reader):
+        return clipped_window_reads(reader)
+    size, inside = graph.numel(g.shape(value)), set(_ops_of(second))
+    reads, stack, seen = 1.0, [reader], set()
+    while stack:
+        op = stack.pop()
+        if op in seen or not op.results or graph.numel(g.shape(op.results[0])) != size:
+            continue
+        seen.add(op)
+        for use in op.results[0].uses:
+            user = use.operation
+            if user not in inside:
+                continue
+            if is_window_op(user):
+                reads = max(reads, clipped_window_reads(user))
+            else:
+                stack.append(user)
+    return reads
+
+
+def _inline_reads(g: FusionGraph, reader: Operation, value: SSAValue) -> float:
+    """How many times an inlining consumer's op reads each element of `value`, on average."""
+    if isinstance(reader, graph.ConcatOp) or not reader.results:
+        return 1.0
+    return graph.numel(g.shape(reader.results[0])) / max(graph.numel(g.shape(value)), 1)
+
+
+def window_recompute(g: FusionGraph, first: Node, second: Node, inline: bool = False) -> str | None:
+    """Why `second` may not compute `first`'s values where it reads them (None when it may):
+    it reads each element more than once through a window (or, `inline`, through any op of
+    an inlining consumer), and the extra work, (reads - 1) times `first`'s cost per element,
+    passes that reader's `recompute_budget`. Each input element of a 3x3 pool of stride 1 is
+    recomputed once per window covering it: 9 times."""
+    cost = None
+    for reader, value in g.edge_readers(first, second):
+        reads = _element_reads(g, second, reader, value)
+        if inline and not is_window_op(reader):
+            reads = max(reads, _inline_reads(g, reader, value))
+        if reads <= 1.0:
+            continue
+        if cost is None:
+            cost = recompute_cost(g, first)
+        extra, budget = (reads - 1.0) * cost, recompute_budget(reader)
+        if extra > budget:
+            return (
+                f"{g.op_label(reader)} reads each element {reads:.2f} times: recomputing "
+                f"{g.op_label(first)} there costs {extra:.1f} ops per element > {budget:g}"
+            )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
