@@ -250,7 +250,8 @@ def test_torch_compile_calls_needing_autograd_run_eagerly() -> None:
     model = torch.nn.Linear(8, 4)
     compiled = torch.compile(model, backend="xfuse")
     x = torch.randn(2, 8)
-    compiled(x).sum().backward()
+    with pytest.warns(FallbackWarning, match="runs this graph eagerly: an input requires grad"):
+        compiled(x).sum().backward()
     assert model.weight.grad is not None
     torch.testing.assert_close(compiled(x), model(x))
 
