@@ -1,4 +1,5 @@
-# xfuse: set-up, demo, tests. Needs only Python >= 3.11, gcc and pip on the machine.
+# xfuse: set-up, demo, tests. Needs Python >= 3.11, gcc and pip on the machine; the set-up also
+# tries to install Graphviz (best effort: without it, fusion pictures are written as DOT text).
 # `make demo` and `make test` create .venv on first use.
 
 PYTHON ?= python3
