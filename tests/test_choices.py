@@ -76,9 +76,12 @@ def test_the_faster_side_is_kept_and_explained(
     assert choice.kept == ("library" if library_faster else "stencil")
     assert f"measured: depthwise convolution {measured[0]}: {choice.kept}" in str(program.report)
     # A second compile (a new process's cache object, same folder) reads the verdict.
+    second = KernelCache(tmp_path)
     with torch.no_grad():
-        again = xfuse.compile(model, (x,), quiet=True, cache=KernelCache(tmp_path))
+        again = xfuse.compile(model, (x,), quiet=True, cache=second)
     assert len(measured) == 1
+    # A verdict read is no fused program read: a warm start reads one of each.
+    assert second.stats.choice_hits == 1 and second.stats.program_hits == 1
     assert again.report.choices == program.report.choices
 
 

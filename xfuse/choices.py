@@ -38,12 +38,9 @@ from xfuse.dialects import graph
 from xfuse.frontend.convolution import ConvolutionCall
 from xfuse.ir.dtypes import to_torch
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
-from xfuse.runtime.cache import KernelCache
+from xfuse.runtime.cache import CHOICE, KernelCache
 
 Tensor = torch.Tensor
-CHOICE = "choice"
-"""The kernel cache's kind (file suffix) of a measured verdict."""
-
 RUNS = 15
 """Timed calls of each side (after two warm-up calls); the median decides."""
 

@@ -61,10 +61,10 @@ from xfuse.runtime.compile_workers import MIN_JOBS, backend_spec, compile_in_wor
 
 T = TypeVar("T")
 
-KERNEL, PROGRAM, IMPORT = "kernel", "program", "import"
-"""The three kinds of entry, by file suffix: a kernel's artifact, a fused program (its module
-after the passes and its kernels' loop IR, `xfuse.ir.serialize`), and an imported program
-(`xfuse.api.import_for_xfuse`)."""
+KERNEL, PROGRAM, IMPORT, CHOICE = "kernel", "program", "import", "choice"
+"""The four kinds of entry, by file suffix: a kernel's artifact, a fused program (its module
+after the passes and its kernels' loop IR, `xfuse.ir.serialize`), an imported program
+(`xfuse.api.import_for_xfuse`), and a choice measured at compile time (`xfuse.choices`)."""
 MAGIC = b"XFUSEKC\x00"
 ENTRY_FORMAT = 1
 _HEADER = struct.Struct("<8sIQ32s32s")  # magic, entry format, payload length, key, sha256
@@ -219,6 +219,8 @@ class CacheStats:
     import_hits: int = 0
     """Imported programs found (`KernelCache.program` of `IMPORT`): compilations that skipped
     torch.export."""
+    choice_hits: int = 0
+    """Choices measured at compile time, read from the cache (`xfuse.choices`)."""
 
 
 class CorruptEntry(XfuseError):
@@ -379,6 +381,8 @@ class KernelCache:
         with self._lock:
             if kind == IMPORT:
                 self.stats.import_hits += 1
+            elif kind == CHOICE:
+                self.stats.choice_hits += 1
             else:
                 self.stats.program_hits += 1
         return found
