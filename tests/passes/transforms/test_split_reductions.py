@@ -149,6 +149,16 @@ def test_unsupported_reductions_are_left_alone(
     assert str(split(module)) == str(module)
 
 
+def test_inner_dims_split_into_stages_beside_the_kept_dims() -> None:
+    """A channels-last image's spatial mean (`[N, H, W, C]` over H and W) with few results:
+    stage 1 reduces C of `[N, B, C, K]` (many results, neighbouring threads read neighbouring
+    channels), stage 2 B."""
+    module = reduction_module("mean", (2, 112, 112, 32), [1, 2], True, torch.float32)
+    first, second = reductions(split(module))
+    assert graph.shape_of(first.input) == (2, 112, 112, 32) and first.reduce_dims == (2,)
+    assert graph.shape_of(second.input) == (2, 112, 32) and second.reduce_dims == (1,)
+
+
 def test_stages_reduce_rows_then_their_partial_results() -> None:
     module = reduction_module("mean", (1 << 16,), [0], False, torch.float32)
     first, second = reductions(split(module, min_length=1 << 16))
@@ -238,15 +248,18 @@ def reduction_cases(draw: st.DrawFn) -> tuple[str, tuple[int, ...], list[int], b
 
 @st.composite
 def column_cases(draw: st.DrawFn) -> tuple[str, tuple[int, ...], list[int], bool, torch.dtype]:
-    """Reductions over the leading dims (not all of them), with the column split forced."""
-    rank = draw(st.integers(2, 3))
+    """Reductions over the leading dims (not all of them) or over consecutive inner dims (a
+    channels-last image's H and W), with the column split forced."""
+    rank = draw(st.integers(2, 4))
     shape = tuple(draw(st.lists(st.integers(1, 40), min_size=rank, max_size=rank)))
-    reduced = draw(st.integers(1, rank - 1))
+    first = draw(st.integers(0, rank - 2))
+    last = draw(st.integers(first, rank - 2))
     kind = draw(st.sampled_from(sorted(REDUCTIONS)))
     dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
     if kind != "mean":
         dtypes.append(torch.int64)
-    return kind, shape, list(range(reduced)), draw(st.booleans()), draw(st.sampled_from(dtypes))
+    dims = list(range(first, last + 1))
+    return kind, shape, dims, draw(st.booleans()), draw(st.sampled_from(dtypes))
 
 
 def assert_split_keeps_meaning(

@@ -59,3 +59,18 @@ func.func @wide(%x: tensor<4096x300000xf32>) -> tensor<300000xf32> {
 // CHECK-LABEL: func.func @wide
 // CHECK-NEXT:    %[[Y:.*]] = graph.reduce_max %x dims = [0] : tensor<4096x300000xf32> -> tensor<300000xf32>
 // CHECK-NEXT:    func.return %[[Y]] : tensor<300000xf32>
+
+// Consecutive inner dims with few results (a channels-last image's spatial mean, `[N, H, W, C]`
+// over H and W) split the same way beside the dims kept before them: stage 1 reduces C of
+// [N, B, C, K], stage 2 B.
+
+func.func @inner(%x: tensor<2x112x112x32xf32>) -> tensor<2x1x1x32xf32> {
+  %y = graph.reduce_sum %x dims = [1, 2] keepdim : tensor<2x112x112x32xf32> -> tensor<2x1x1x32xf32>
+  func.return %y : tensor<2x1x1x32xf32>
+}
+
+// CHECK-LABEL: func.func @inner
+// CHECK-NEXT:    %[[P:.*]] = graph.reduce_sum %x dims = [2] : tensor<2x112x112x32xf32> -> tensor<2x112x32xf32>
+// CHECK-NEXT:    %[[S:.*]] = graph.reduce_sum %[[P]] dims = [1] : tensor<2x112x32xf32> -> tensor<2x32xf32>
+// CHECK-NEXT:    %[[Y:.*]] = graph.reshape %[[S]] : tensor<2x32xf32> -> tensor<2x1x1x32xf32>
+// CHECK-NEXT:    func.return %[[Y]] : tensor<2x1x1x32xf32>
