@@ -344,3 +344,40 @@ def test_help_lists_xfuse_passes_first_with_what_they_do(
     assert "fuse-greedy" not in xdsl and "canonicalize," in xdsl and "cse," in xdsl
     assert not any(line.rstrip().endswith("-") for line in out.splitlines())  # no name split
     assert "-v, --version         Print the version of xDSL" in out
+
+
+def test_unreadable_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file the user may not read (simulated: the tests may run as root, who reads all)."""
+    from xdsl.tools import command_line_tool
+
+    def denied(path: str, mode: str = "r") -> object:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(command_line_tool, "open", denied, raising=False)
+    path = write(tmp_path, VALID)
+    assert_one_line_error(*run_opt(capsys, path), f"error: cannot read '{path}': Permission denied")
+
+
+def test_dash_reads_stdin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-` is stdin, as in mlir-opt; its errors are located in `stdin`."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(VALID.encode())))
+    status, out, err = run_opt(capsys, "-")
+    assert (status, err) == (0, "") and "graph.add" in out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"func.func @f(\n")))
+    assert_one_line_error(*run_opt(capsys, "-"), "stdin:2:1: error:")
+
+
+def test_a_target_that_cannot_print_the_program_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An xDSL target that does not handle graph IR: one line and status 1, not an internal error."""
+    assert_one_line_error(
+        *run_opt(capsys, write(tmp_path, VALID), "-t", "llvm"),
+        "error: target 'llvm' cannot print this program: Conversion not implemented for op",
+    )

@@ -272,7 +272,10 @@ class XfuseOptMain(xDSLOptMain):
             return json.dumps(report, indent=2) + "\n"
         if self.args.fusion_report == "text":
             return format_summary(summarize(prog, decisions)) + "\n"
-        return super().output_resulting_program(prog)
+        try:
+            return super().output_resulting_program(prog)
+        except NotImplementedError as e:  # an xDSL target that cannot print these ops
+            raise CliError(f"target '{self.args.target}' cannot print this program: {e}") from e
 
     def fusion_decisions(self) -> list[FusionDecision]:
         """The decisions of the fusion passes of the pipeline's last run."""
@@ -281,6 +284,8 @@ class XfuseOptMain(xDSLOptMain):
     # --- input -------------------------------------------------------------------------------
 
     def get_input_stream(self) -> tuple[IO[bytes], str]:
+        if self.args.input_file == "-":  # stdin, as in mlir-opt
+            self.args.input_file = None
         try:
             stream, extension = super().get_input_stream()
         except OSError as e:
