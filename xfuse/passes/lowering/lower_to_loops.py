@@ -1702,7 +1702,7 @@ def _pool_divisor(b: KernelBuilder, op: graph.PoolOp, w: Window, t: Attribute) -
         return b.constant(float(op.divisor_value), t)
     kernel, _, padding, _ = op.window
     include = op.count_include_pad is not None
-    static, spans = 1, []
+    static, spans = 1, list[SSAValue]()
     dims = zip(w.starts, w.ends, w.always, kernel, padding, w.sizes, strict=True)
     for start, stop, always, k, p, size in dims:
         if stop is not None:  # adaptive: every window of the dim as large, or its own size
@@ -1713,9 +1713,9 @@ def _pool_divisor(b: KernelBuilder, op: graph.PoolOp, w: Window, t: Attribute) -
             continue
         end, end_limit = add(start, constant_index(k)), size + p if include else size
         begin = None if include else 0
-        span = _static_span(start, k, begin, end_limit)
-        if span is not None:
-            static *= span
+        known = _static_span(start, k, begin, end_limit)
+        if known is not None:
+            static *= known
             continue
         e = _clipped_index(b, end, None, end_limit)
         spans.append(b.insert(arith.SubiOp(e, _clipped_index(b, start, begin, None))))
