@@ -31,7 +31,7 @@ from tests.backends.test_cpu_math_ops import (
 from tests.backends.test_cpu_math_ops import UNARY as MATH_UNARY
 from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends import get_backend
-from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape, Tuning
+from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape, Tuning, compile_kernel
 from xfuse.backends.nvptx import LibdeviceNotFound, compile_to_ptx, find_libdevice
 from xfuse.errors import CodegenError
 from xfuse.ir.context import make_context, parse
@@ -255,6 +255,47 @@ def test_very_long_rows_are_re_read(tmp_path: Path) -> None:
     (ptx,) = ptx_of(lambda x: x.sum(-1), (_x(2, 49152),), tmp_path, tuning)
     assert LaunchShape.from_ptx(ptx).strategy == "rows"
     assert ptx.count("ld.global") < 8
+
+
+ROWS_THROUGH_A_PERMUTE = """
+builtin.module {
+  func.func @xfuse_kernel(%x: memref<2x4x16x32xf32>, %y: memref<2x64x1xf32>) attributes {xfuse.kernel} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c32 = arith.constant 32 : index
+    %c64 = arith.constant 64 : index
+    %c16 = arith.constant 16 : index
+    %c512 = arith.constant 512 : index
+    %zero = arith.constant 0.000000e+00 : f32
+    "scf.parallel"(%c0, %c0, %c2, %c64, %c1, %c1) <{operandSegmentSizes = array<i32: 2, 2, 2, 0>}> ({
+    ^bb0(%n: index, %r: index):
+      %w = arith.remui %r, %c16 : index
+      %s = scf.for %k = %c0 to %c32 step %c1 iter_args(%acc = %zero) -> (f32) {
+        %flat = arith.muli %r, %c32 : index
+        %pos = arith.addi %flat, %k : index
+        %h = arith.divui %pos, %c512 : index
+        %v = memref.load %x[%n, %h, %w, %k] : memref<2x4x16x32xf32>
+        %a = arith.addf %acc, %v : f32
+        scf.yield %a : f32
+      }
+      memref.store %s, %y[%n, %r, %c0] : memref<2x64x1xf32>
+      scf.reduce
+    }) : (index, index, index, index, index, index) -> ()
+    func.return
+  }
+}"""
+"""A row sum whose row is read through a reshape and a permute (Swin's window reverse before
+its layer norm): the row's position `r` and the loop index `k` meet in index arithmetic."""
+
+
+def test_rows_read_through_a_permute_reduce_within_a_warp() -> None:
+    """A warp a row, as for any row (one thread a row walked Swin-T's 96-wide rows alone: 1 ms a
+    kernel at batch 32 on an H200), element by element (a chunk of such a row is no vector of
+    consecutive memory)."""
+    ptx = compile_kernel(parse(ROWS_THROUGH_A_PERMUTE), "xfuse_kernel", "sm_90")
+    assert LaunchShape.from_ptx(ptx).strategy == "rows"
+    assert "shfl.sync.bfly" in ptx and ".v4" not in ptx and ".v2" not in ptx
 
 
 def test_column_reduction_runs_one_thread_per_column(tmp_path: Path) -> None:

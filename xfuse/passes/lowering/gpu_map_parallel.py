@@ -543,14 +543,32 @@ def _row_plan(body: list[Operation]) -> _RowPlan | None:
 
 
 def _is_row_loop_body(loop: scf.ForOp) -> bool:
-    """Straight-line arith/math/memref code that uses the loop index only as the innermost
-    index of its loads and stores (so that a row's threads access it coalesced)."""
-    iv = loop.body.block.args[0]
+    """Straight-line arith/math/memref code that walks a row: the loop index is the innermost
+    index of some load or store, and no outer index of one (a column walk, which one thread
+    per column reads coalesced); it may also reach other indices through index arithmetic (a
+    reshape or a permute inside the row: `_indexes_directly` tells whether it does)."""
     for op in loop.body.block.ops:
         if _has_control_flow(op) or not (
             isinstance(op, (*_ROW_LOOP_OPS, scf.IfOp)) or op.dialect_name() in ("arith", "math")
         ):
             return False
+    iv = loop.body.block.args[0]
+    innermost = False
+    for use in iv.uses:
+        user = use.operation
+        if isinstance(user, memref.LoadOp | memref.StoreOp):
+            if iv in list(user.indices)[:-1]:
+                return False
+            innermost = True
+        elif user.dialect_name() != "arith":
+            return False
+    return innermost
+
+
+def _indexes_directly(loop: scf.ForOp) -> bool:
+    """Whether the loop index is used only as the innermost index of loads and stores, so
+    that a chunk of consecutive indices is a vector access of consecutive elements."""
+    iv = loop.body.block.args[0]
     for use in iv.uses:
         user = use.operation
         if not isinstance(user, memref.LoadOp | memref.StoreOp):
@@ -576,7 +594,7 @@ def _row_width(loops: Sequence[scf.ForOp], length: int) -> int:
     """Elements per vector access of the row loops: 128 bits of the widest element they touch,
     where every access indexed by the loop index has a multiple of that many columns."""
     accesses = _accesses(loops)
-    if not accesses:
+    if not accesses or not all(_indexes_directly(loop) for loop in loops):
         return 1
     width = max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
     while width > 1:
