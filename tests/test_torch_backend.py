@@ -212,3 +212,61 @@ def test_torch_compile_options_that_are_no_dict_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="options for xfuse must be a dict") as info:
         xfuse.dynamo.dynamo_backend(gm, [torch.randn(2)], options=["fallback"])  # type: ignore[arg-type]
     assert isinstance(info.value, TypeError | ValueError)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lifted parameters: static inputs, and calls that skip their per-tensor checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _backend_run(model: torch.nn.Module, x: torch.Tensor) -> Any:
+    """What the xfuse backend returned for `model`'s one graph (its `run`)."""
+    from xfuse.dynamo import dynamo_backend
+
+    seen: list[Any] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        seen.append(dynamo_backend(gm, example_inputs))
+        return seen[-1]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        compiled(x)
+    (run,) = seen
+    return compiled, run
+
+
+def test_dynamo_marks_lifted_parameters_static() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    _, run = _backend_run(model.eval(), torch.randn(2, 8))
+    program = run.compiled
+    assert len(program.static_inputs) == 4  # two weights and two biases
+    assert program.arity == 5  # and the user's input, not static
+
+
+def test_calls_after_the_first_skip_the_checks_of_static_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8)
+    compiled, run = _backend_run(model, x)
+    checked: list[int] = []
+    program = run.compiled
+    real_call = type(program).__call__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        checked.append(1)
+        return real_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(program), "__call__", counting)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+        assert checked == []  # the first call (in `_backend_run`) recorded the static inputs
+        # Another tensor in a parameter's place (same layout, no recompile) takes the checked
+        # path once, and computes with it.
+        model[0].weight = torch.nn.Parameter(torch.randn(8, 8))
+        torch.testing.assert_close(compiled(x), model(x))
+        torch.testing.assert_close(compiled(x), model(x))
+    assert len(checked) == 1

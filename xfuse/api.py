@@ -601,6 +601,15 @@ def check_arguments(example_inputs: Any, example_kwargs: Any, pipeline: Any, cac
         )
 
 
+def check_static(positions: Sequence[int], count: int) -> tuple[int, ...]:
+    """`compile`'s `static_inputs`, each the position of an example input."""
+    if any(type(p) is not int or not 0 <= p < count for p in positions):
+        raise InvalidArgumentError(
+            f"static_inputs must be positions of the {count} example inputs, got {list(positions)}"
+        )
+    return tuple(positions)
+
+
 def compile(  # noqa: A001 - the public name, as in torch.compile
     model_or_fn: ModelOrFn,
     example_inputs: Sequence[Any],
@@ -613,6 +622,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     cuda_graphs: bool = True,
     fallback: str | None = None,
     channels_last: bool | None = None,
+    static_inputs: Sequence[int] = (),
 ) -> CompiledProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
     compile on first use). Inputs are as torch.export takes them: tensors, Python scalars
@@ -626,6 +636,9 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     `fallback="error"` (the default under `XFUSE_STRICT=1`) it is an `EagerFallbackError`.
     `channels_last` keeps the activations between convolutions in NHWC memory: None (the
     default) where the device profits (CUDA), True always, False never (`layout_pass`).
+    `static_inputs` are the positions of inputs that stay where they are between calls (a
+    model's parameters and buffers passed as inputs, as `torch.compile` passes them): a CUDA
+    graph reads them in place instead of copying them in, and captures anew where one moved.
     `device` is "cpu", "cuda" or "cuda:N" (a string or torch.device); arguments of the wrong
     kind are an `InvalidArgumentError` (a ValueError and TypeError too)."""
     check_arguments(example_inputs, example_kwargs, pipeline, cache)
@@ -644,7 +657,14 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         fallback_mode(fallback),
         device_passes(channels_last, target),
     )
-    return CompiledProgram(build, tuple(example_inputs), target, state, example_kwargs)
+    return CompiledProgram(
+        build,
+        tuple(example_inputs),
+        target,
+        state,
+        example_kwargs,
+        check_static(static_inputs, len(example_inputs)),
+    )
 
 
 @dataclass

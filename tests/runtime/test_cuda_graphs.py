@@ -356,3 +356,45 @@ def test_an_expanded_input_is_captured_and_replays_match_eager() -> None:
     assert runner.reason is None and runner.replays == 3
     for got, x in zip(kept, inputs, strict=True):
         torch.testing.assert_close(got, fn(x))
+
+
+def _function_of_its_weights(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x @ w.t() + b)
+
+
+@gpu
+@pytest.mark.gpu
+def test_static_inputs_are_read_in_place_and_a_moved_one_captures_anew() -> None:
+    """Inputs named static (the parameters `torch.compile` passes as inputs) are not copied
+    into the graph: an in-place update is what the next replay reads, and another tensor in
+    their place captures anew."""
+    x, w, b = (torch.randn(*s, device="cuda") for s in ((4, 16), (16, 16), (16,)))
+    with torch.no_grad():
+        compiled = xfuse.compile(
+            _function_of_its_weights, (x, w, b), device="cuda", quiet=True, static_inputs=(1, 2)
+        )
+        for _ in range(3):
+            compiled(x, w, b)
+        runner = _runner(compiled)
+        (captured,) = runner._ring
+        assert captured.copied == (0,)
+        w.add_(1.0)
+        torch.testing.assert_close(compiled(x, w, b), _function_of_its_weights(x, w, b))
+        assert runner.captures == 1
+        other = torch.randn(16, 16, device="cuda")
+        torch.testing.assert_close(compiled(x, other, b), _function_of_its_weights(x, other, b))
+        assert runner.captures == 2
+
+
+@gpu
+@pytest.mark.gpu
+def test_torch_compile_reads_lifted_parameters_in_place() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).cuda().eval()
+    x = torch.randn(4, 16, device="cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="xfuse")
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        model[0].weight.mul_(2.0)
+        torch.testing.assert_close(compiled(x), model(x))

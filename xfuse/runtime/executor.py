@@ -145,7 +145,13 @@ class Executable:
     """Runs the program as a CUDA graph (`xfuse.runtime.cuda_graphs`); None: step by step."""
     _pools: list[BufferPool] = field(default_factory=list[BufferPool])
 
-    def run(self, inputs: Sequence[Tensor], state: Sequence[Tensor] = ()) -> Any:
+    def run(
+        self, inputs: Sequence[Tensor], state: Sequence[Tensor] = (), static: Sequence[int] = ()
+    ) -> Any:
+        """The program's outputs for the user's `inputs` and the module's `state`. Inputs at
+        the positions `static` stay where they are between calls (parameters and buffers
+        passed as inputs): a CUDA graph reads them in place, like `state`, and captures anew
+        where one has moved."""
         args = self.bind(inputs, state)
         # Each running call takes a pool of its own, so concurrent calls never share a buffer
         # (a list's pop and append are atomic).
@@ -156,9 +162,10 @@ class Executable:
             pool = BufferPool(args[0].device if args else "cpu")  # outputs live with inputs
         try:
             if self.graphs is not None and args and args[0].is_cuda:
+                in_place = [*state, *(inputs[i] for i in static)] if static else state
                 outputs = self.graphs.run(
                     args,
-                    state,
+                    in_place,
                     pool,
                     lambda results, copy_out: self._finish(args, results, copy_out),
                 )
@@ -340,10 +347,13 @@ class CompiledProgram:
         device: str | torch.device = "cpu",
         state: ModuleState | None = None,
         example_kwargs: dict[str, Any] | None = None,
+        static_inputs: Sequence[int] = (),
     ):
         self._build = build
         self.state = state
         """The module's parameters and buffers, bound at every call (None for a function)."""
+        self.static_inputs = tuple(static_inputs)
+        """Positions of the inputs whose memory stays put between calls (`Executable.run`)."""
         self.device = normalize_device(device)
         self.arity = len(example_inputs)
         self._lock = threading.Lock()
@@ -356,6 +366,8 @@ class CompiledProgram:
         # Built for the grad mode its calls will have: off where an input or parameter
         # requires grad, since calls with grad on are refused then (`check_no_autograd`).
         grad = torch.is_grad_enabled() and not requires_grad([*call.tensors, *tensors])
+        self.default_grad = grad
+        """The grad mode `default` was built for."""
         self.default = self._specialise(
             self._signature(call.tensors, call.structure, tensors, grad), call, grad
         )
@@ -406,7 +418,9 @@ class CompiledProgram:
             executable = self._new_specialisation(
                 sig, call or CallInputs(args, {}, args, args, None), grad
             )
-        return executable.run(args if call is None else call.leaves, state)
+        if call is None:
+            return executable.run(args, state, self.static_inputs)
+        return executable.run(call.leaves, state)
 
     def _new_specialisation(self, sig: Any, call: CallInputs, grad: bool) -> Executable:
         """`_specialise` for a call's new signature. Where torch.export fails on it (its
