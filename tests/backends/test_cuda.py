@@ -299,8 +299,17 @@ def test_rows_read_through_a_permute_reduce_within_a_warp() -> None:
 
 
 def test_column_reduction_runs_one_thread_per_column(tmp_path: Path) -> None:
-    (ptx,) = ptx_of(lambda x: x.sum(0), (_x(64, 128),), tmp_path)
+    """Neighbouring threads walk neighbouring columns: each load of theirs is coalesced."""
+    (ptx,) = ptx_of(lambda x: x.sum(0), (_x(64, 32768),), tmp_path)
     assert LaunchShape.from_ptx(ptx).strategy == "serial"
+
+
+def test_few_columns_run_a_warp_each(tmp_path: Path) -> None:
+    """Fewer columns than `min-threads` (a layer norm over the channels of a small NCHW image
+    ran as 196 threads walking 384 channels each): a warp a column, 32 times the threads."""
+    (ptx,) = ptx_of(lambda x: x.sum(0), (_x(64, 128),), tmp_path)
+    assert LaunchShape.from_ptx(ptx).strategy == "rows"
+    assert "shfl.sync.bfly" in ptx
 
 
 def flat_kernel(n: int) -> str:

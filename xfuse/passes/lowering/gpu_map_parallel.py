@@ -514,7 +514,9 @@ class _RowPlan:
 _ROW_LOOP_OPS = (arith.ConstantOp, memref.LoadOp, memref.StoreOp, scf.YieldOp)
 
 
-def _row_plan(body: list[Operation]) -> _RowPlan | None:
+def _row_plan(body: list[Operation], columns: bool = False) -> _RowPlan | None:
+    """How the row loops of a parallel body map to threads, or None where they are no row
+    loops (`_is_row_loop_body`; with `columns`, loops that walk a column are taken too)."""
     loops = [op for op in body if isinstance(op, scf.ForOp)]
     if not loops:
         return None
@@ -527,7 +529,7 @@ def _row_plan(body: list[Operation]) -> _RowPlan | None:
     for loop in loops:
         if _const_int(loop.lb) != 0 or _const_int(loop.step) != 1:
             return None
-        if not _is_row_loop_body(loop):
+        if not _is_row_loop_body(loop, columns):
             return None
         reductions = _loop_reductions(loop)
         if reductions is None:
@@ -542,22 +544,23 @@ def _row_plan(body: list[Operation]) -> _RowPlan | None:
     return _RowPlan(length, plan)
 
 
-def _is_row_loop_body(loop: scf.ForOp) -> bool:
+def _is_row_loop_body(loop: scf.ForOp, columns: bool = False) -> bool:
     """Straight-line arith/math/memref code that walks a row: the loop index is the innermost
     index of some load or store, and no outer index of one (a column walk, which one thread
-    per column reads coalesced); it may also reach other indices through index arithmetic (a
-    reshape or a permute inside the row: `_indexes_directly` tells whether it does)."""
+    per column reads coalesced) unless `columns`; it may also reach other indices through
+    index arithmetic (a reshape or a permute inside the row: `_indexes_directly` tells whether
+    it does)."""
     for op in loop.body.block.ops:
         if _has_control_flow(op) or not (
             isinstance(op, (*_ROW_LOOP_OPS, scf.IfOp)) or op.dialect_name() in ("arith", "math")
         ):
             return False
     iv = loop.body.block.args[0]
-    innermost = False
+    innermost = columns
     for use in iv.uses:
         user = use.operation
         if isinstance(user, memref.LoadOp | memref.StoreOp):
-            if iv in list(user.indices)[:-1]:
+            if iv in list(user.indices)[:-1] and not columns:
                 return False
             innermost = True
         elif user.dialect_name() != "arith":
@@ -942,7 +945,9 @@ class GPUMapping:
     is halved (down to one element a thread) until it has this many, about a block of 256 on
     each SM of an H100 or H200 (132). A small kernel is bound by latency, not by the width of
     its accesses: on an H200, MobileNetV2's (a few thousand elements each, bf16) took 0.112 ms
-    at 8 elements a thread and 0.073 ms so (0.065 against 0.070 ms in f32)."""
+    at 8 elements a thread and 0.073 ms so (0.065 against 0.070 ms in f32). A kernel of
+    fewer rows than this maps a warp to each row even where its rows walk columns of memory
+    (`_row_plan`'s `columns`)."""
 
 
 def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUMapping()) -> str:
@@ -969,7 +974,11 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
         steps = max(1, unroll) if independent and chunks >= 2 * block_size else 1
         _map_grid_stride(kernel, par, shape, width, block_size, steps)
         return "elementwise"
-    plan = _row_plan(body)
+    # A thread per row walks a column coalesced with its neighbours, but where there are
+    # fewer rows than `min-threads` (a layer norm over a 56x56 image's channels, read from
+    # NCHW memory: 3136 threads of 96 x 49 loads each), a warp per row runs 32 times as many.
+    few = numel(shape) < mapping.min_threads
+    plan = _row_plan(body, columns=few)
     if plan is not None:
         scratch = _SharedScratch(module, kernel.sym_name.data)
         _map_rows(kernel, scratch, par, shape, plan, mapping)
