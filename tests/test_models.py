@@ -84,7 +84,7 @@ def test_resnet18_convolutions_stay_extern_while_batchnorm_relu_and_adds_fuse(
     explanation = explanations["resnet18"]
     # 20 convolutions (17 3x3/7x7, 3 downsampling 1x1) run through torch (the max-pool is a
     # graph.pool).
-    assert explanation.ops.count("graph.torch_call") == 20
+    assert explanation.imported_ops.count("graph.torch_call") == 20
     assert all("graph.torch_call" not in g.ops for g in explanation.groups)
     # Every BatchNorm (20) is in a group with its ReLU or residual add: none stays alone.
     bn_groups = [g for g in explanation.groups if "graph.rsqrt" in g.ops]

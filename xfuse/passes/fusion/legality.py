@@ -835,6 +835,17 @@ def _inline_reads(g: FusionGraph, reader: Operation, value: SSAValue) -> float:
     return graph.numel(g.shape(reader.results[0])) / max(graph.numel(g.shape(value)), 1)
 
 
+def _reader_budget(consumer: Node, reader: Operation, through_window: bool) -> float:
+    """The recompute budget for `reader`: its own where it is windowed, or where its reads
+    are an inlining consumer's own; where it reads each element several times through the
+    windows of the consumer's group after it (a batch norm's residual add before ResNet's
+    patches), the smallest budget of those windowed ops."""
+    if is_window_op(reader) or not through_window:
+        return recompute_budget(reader)
+    windows = [recompute_budget(op) for op in _ops_of(consumer) if is_window_op(op)]
+    return min(windows, default=recompute_budget(reader))
+
+
 def window_recompute(g: FusionGraph, first: Node, second: Node, inline: bool = False) -> str | None:
     """Why `second` may not compute `first`'s values where it reads them (None when it may):
     it reads each element more than once through a window (or, `inline`, through any op of
@@ -843,14 +854,16 @@ def window_recompute(g: FusionGraph, first: Node, second: Node, inline: bool = F
     recomputed once per window covering it: 9 times."""
     cost = None
     for reader, value in g.edge_readers(first, second):
-        reads = _element_reads(g, second, reader, value)
+        window_reads = _element_reads(g, second, reader, value)
+        reads = window_reads
         if inline and not is_window_op(reader):
             reads = max(reads, _inline_reads(g, reader, value))
         if reads <= 1.0:
             continue
         if cost is None:
             cost = recompute_cost(g, first)
-        extra, budget = (reads - 1.0) * cost, recompute_budget(reader)
+        through_window = window_reads >= reads
+        extra, budget = (reads - 1.0) * cost, _reader_budget(second, reader, through_window)
         if extra > budget:
             return (
                 f"{g.op_label(reader)} reads each element {reads:.2f} times: recomputing "
