@@ -344,16 +344,16 @@ def test_torch_compile_warns_once_and_runs_eagerly_when_grad_is_needed() -> None
 
 
 def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    from xfuse.runtime.executor import CompiledProgram
+    from xfuse.runtime.executor import Executable
 
     calls: list[int] = []
-    real_call = CompiledProgram.__call__
+    real_run = Executable.run
 
-    def counting_call(self: CompiledProgram, *args: Any) -> Any:
+    def counting_run(self: Executable, *args: Any) -> Any:
         calls.append(1)
-        return real_call(self, *args)
+        return real_run(self, *args)
 
-    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+    monkeypatch.setattr(Executable, "run", counting_run)
 
     def f(x: Tensor, w: Tensor) -> Tensor:
         return torch.relu(x @ w + 1).sum(1)
@@ -467,16 +467,16 @@ def test_views_of_an_intermediate_share_it_like_eager(f: Callable[..., Any]) -> 
 def test_torch_compile_views_of_an_intermediate_share_it_like_eager(
     f: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from xfuse.runtime.executor import CompiledProgram
+    from xfuse.runtime.executor import Executable
 
     calls: list[int] = []
-    real_call = CompiledProgram.__call__
+    real_run = Executable.run
 
-    def counting_call(self: CompiledProgram, *args: Any) -> Any:
+    def counting_run(self: Executable, *args: Any) -> Any:
         calls.append(1)
-        return real_call(self, *args)
+        return real_run(self, *args)
 
-    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+    monkeypatch.setattr(Executable, "run", counting_run)
     torch._dynamo.reset()
     x = torch.randn(3, 4)
     fn = torch.compile(f, backend="xfuse")

@@ -49,10 +49,12 @@ class Generator:
     """Builds one program statement by statement; every candidate is run on the real inputs
     (the whole program so far, from fresh inputs) and kept only if it is valid and tame."""
 
-    def __init__(self, seed: int, allow_unsupported: bool = True):
+    def __init__(self, seed: int, allow_unsupported: bool = True, mismatches: bool = True):
         self.rng = random.Random(seed)
         self.seed = seed
         self.allow_unsupported = allow_unsupported
+        self.mismatches = mismatches
+        """Whether a program may end with an op on mismatched dtypes (`try_mismatch`)."""
         self.inputs: list[InputSpec] = []
         self.body: list[str] = []
         self.ops: list[str] = []
@@ -75,7 +77,7 @@ class Generator:
         while len(self.body) < n and attempts < 40 * n:
             attempts += 1
             self.try_one()
-        if self.rng.random() < MISMATCH_RATE:
+        if self.mismatches and self.rng.random() < MISMATCH_RATE:
             self.try_mismatch()
         return FuzzProgram(
             self.seed,
@@ -1168,6 +1170,10 @@ def _random_slice(rng: random.Random, shape: tuple[int, ...]) -> str:
     return ", ".join(parts)
 
 
-def generate(seed: int, n_ops: int | None = None, allow_unsupported: bool = True) -> FuzzProgram:
-    """The program a seed names (the same on every machine with the same torch)."""
-    return Generator(seed, allow_unsupported).generate(n_ops)
+def generate(
+    seed: int, n_ops: int | None = None, allow_unsupported: bool = True, mismatches: bool = True
+) -> FuzzProgram:
+    """The program a seed names (the same on every machine with the same torch). Without
+    `mismatches`, the program drawn before mismatched dtypes were drawn (no dtype-mismatch
+    tail, the same body and outputs as then)."""
+    return Generator(seed, allow_unsupported, mismatches).generate(n_ops)
