@@ -192,6 +192,19 @@ def columns(
     return fns
 
 
+def dump(program: Any, path: str) -> None:
+    """Every kernel of `program` (its group's ops and loop IR) and its measured choices."""
+    from xfuse.runtime.compiler import kernel_name
+
+    compiled = program.default.program
+    with open(path, "w") as out:
+        for choice in program.report.choices:
+            out.write(f"measured: {choice}\n")
+        for k in compiled.kernels:
+            ops = compiled.groups[k.group].ops if k.group is not None else [k.source]
+            out.write(f"==== {kernel_name(ops, k.symbol)} {k.name} ops {ops}\n{k.loop_ir}\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     p.add_argument("--device", default="cuda")
@@ -201,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--columns", default="eager,inductor,inductor-ro,xfuse,xfuse.compile")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--dump", help="a folder: xfuse.compile's kernels' loop IR and choices")
     a = p.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[a.dtype]
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -247,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
                     for n, (w, h) in result.items()
                 )
                 print(f"{name} {size}: {cells}", flush=True)
+                if a.dump and "xfuse.compile" in fns:
+                    dump(fns["xfuse.compile"], f"{a.dump}/{name}_{size}.txt")
                 if a.profile and a.device == "cuda":
                     for col in [c for c in ("xfuse", "xfuse.compile", "eager") if c in fns]:
                         print(f"  top kernels of {col}:")
