@@ -233,3 +233,19 @@ def test_eager_error_is_eagers_type_under_the_root(
     error = eager_error(theirs("first line\nsecond line"))
     assert isinstance(error, ours) and isinstance(error, XfuseError)
     assert str(error) == "first line"
+
+
+def test_probes_lay_out_their_stand_ins_as_the_program_does() -> None:
+    """Eager picks a linear's path by layout: a contiguous int bias goes to `addmm`, which
+    refuses it; an expanded one (stride 0) to a matmul and a promoting add. The probe's
+    stand-ins have the program's strides, so xfuse raises exactly where eager does."""
+    x, w = torch.randn(4, 4, 2, 8), torch.randn(3, 8)
+    expanded = torch.tensor([2], dtype=torch.int32).expand(3)
+    with torch.no_grad():
+        want = F.linear(x, w, expanded)
+        got = xfuse.compile(F.linear, (x, w, expanded), quiet=True)(x, w, expanded)
+    torch.testing.assert_close(got, want)
+    contiguous = torch.tensor([1, 2, 3], dtype=torch.int32)
+    assert_same_error(
+        compile_error(F.linear, (x, w, contiguous)), eager_failure(F.linear, (x, w, contiguous))
+    )

@@ -274,9 +274,7 @@ def probe(node: torch.fx.Node) -> None:
             continue
         if not runnable_here(val.device):
             return
-        stand_ins[arg] = torch.zeros(
-            tuple(int(d) for d in val.shape), dtype=val.dtype, device=val.device
-        )
+        stand_ins[arg] = stand_in(val)
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: stand_ins.get(n, n))
     try:
         with torch.no_grad(), warnings.catch_warnings():
@@ -284,6 +282,18 @@ def probe(node: torch.fx.Node) -> None:
             node.target(*args, **kwargs)  # type: ignore[operator]  # pyright: ignore[reportCallIssue]
     except Exception as e:  # noqa: BLE001 - every error eager raises is the user's error
         raise eager_error(e) from e
+
+
+def stand_in(val: torch.Tensor) -> torch.Tensor:
+    """Zeros laid out as `val` is: its shape, dtype, device and strides, since eager's kernels
+    choose their path by layout too (a linear of a contiguous 3-D input with a bias is one
+    `addmm`, which refuses an int bias; with an expanded bias it is a matmul and a promoting
+    add)."""
+    shape = tuple(int(d) for d in val.shape)
+    strides = tuple(int(s) for s in val.stride())
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) if all(shape) else 0
+    memory = torch.zeros(span, dtype=val.dtype, device=val.device)
+    return memory.as_strided(shape, strides)
 
 
 def runnable_here(device: torch.device) -> bool:
