@@ -93,7 +93,14 @@ IMAGES: dict[str, Callable[[], torch.nn.Module]] = {
     "vit_b_tv": _tv("vit_b_16"),
     "deit_s_timm": _timm("deit_small_patch16_224"),
     "convnext_hf": _hf_vision("ConvNextConfig", "ConvNextModel"),
-    "efficientnet_hf": _hf_vision("EfficientNetConfig", "EfficientNetModel"),
+    "efficientnet_hf": _hf_vision(  # B0 (the config's defaults are B7's)
+        "EfficientNetConfig",
+        "EfficientNetModel",
+        width_coefficient=1.0,
+        depth_coefficient=1.0,
+        hidden_dim=1280,
+    ),
+    "mobilenetv2_hf": _hf_vision("MobileNetV2Config", "MobileNetV2Model"),
     "swin_hf": _hf_vision("SwinConfig", "SwinModel"),
 }
 TEXTS: dict[str, Callable[[], torch.nn.Module]] = {

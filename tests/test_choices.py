@@ -91,3 +91,9 @@ def test_measure_times_both_sides_on_the_cpu(tmp_path: Path) -> None:
     choice = choices.measure(conv, torch.device("cpu"), False, xfuse.compile)
     assert choice.library_ms > 0 and choice.stencil_ms > 0
     assert choice.signature == signature(conv)
+
+
+def test_a_near_tie_goes_to_the_library() -> None:
+    assert Choice("s", library_ms=1.0, stencil_ms=0.95).kept == "library"
+    assert Choice("s", library_ms=1.0, stencil_ms=1.05).kept == "library"
+    assert Choice("s", library_ms=1.0, stencil_ms=0.5).kept == "stencil"
