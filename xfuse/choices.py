@@ -51,6 +51,9 @@ stencil fused into a normalization after it is computed again at each of its pas
 variance, output): ConvNeXt's 7x7 stencils fused into their layer norms took 8.9 ms a call
 on the CPU where alone they took 1.1, so a near tie goes to the library."""
 
+MEASUREMENT = 2
+"""How choices are measured (`measure`, `_time`); a verdict measured otherwise is not reused."""
+
 REPLAYS = 10
 """Graph replays per sample on CUDA."""
 
@@ -149,7 +152,10 @@ def _channels_last(module: ModuleOp, device: torch.device) -> bool:
 
 def _key(sig: str, device: torch.device, channels_last: bool) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    text = f"depthwise {sig} on {name} nhwc={channels_last} torch {torch.__version__}"
+    text = (
+        f"depthwise {sig} on {name} nhwc={channels_last} torch {torch.__version__} "
+        f"measured by {MEASUREMENT}"
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
