@@ -38,6 +38,8 @@ from xdsl.passes import ModulePass
 from xfuse.dialects import graph
 from xfuse.frontend.convolution import ConvolutionCall
 from xfuse.ir.dtypes import to_torch
+from xfuse.ir.functions import function_bodies
+from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
 from xfuse.runtime.cache import CHOICE, KernelCache
 
@@ -106,7 +108,10 @@ def choose_passes(
     stencil = next((p for p in passes if isinstance(p, DepthwiseStencilPass)), None)
     if stencil is None or _measuring.get():
         return tuple(passes), []
-    choices = library_convolutions(module, device, cache, compile_fn, stencil.max_taps)
+    channels_last = _channels_last(module, passes)
+    choices = library_convolutions(
+        module, device, cache, compile_fn, stencil.max_taps, channels_last
+    )
     library = tuple(sorted({c.signature for c in choices if c.kept == "library"}))
     if not library:
         return tuple(passes), choices
@@ -120,11 +125,12 @@ def library_convolutions(
     cache: KernelCache,
     compile_fn: Compile,
     max_taps: int = 49,
+    channels_last: bool = False,
 ) -> list[Choice]:
     """The verdict for each distinct depthwise convolution of `module` that the stencil pass
-    would rewrite: from the cache, or measured now and stored."""
+    would rewrite, with its input `channels_last` or not: from the cache, or measured now and
+    stored."""
     found: dict[str, Choice] = {}
-    channels_last = _channels_last(module, device)
     for conv in candidates(module, max_taps):
         sig = signature(conv)
         if sig in found:
@@ -138,16 +144,14 @@ def library_convolutions(
     return list(found.values())
 
 
-def _channels_last(module: ModuleOp, device: torch.device) -> bool:
-    """The layout the program's convolutions will have: NHWC on CUDA in half precision (the
-    `channels-last` pass's verdict for such programs), NCHW elsewhere."""
-    if device.type != "cuda":
+def _channels_last(module: ModuleOp, passes: Sequence[ModulePass]) -> bool:
+    """Whether the program's convolutions will be NHWC: the verdict of its `channels-last`
+    pass, if it runs one (`layout_verdict`, on the program as imported: every depthwise
+    convolution still a convolution, as those the library keeps will be)."""
+    layout = next((p for p in passes if isinstance(p, ChannelsLastPass)), None)
+    if layout is None:
         return False
-    return any(
-        to_torch(graph.dtype_of(c.input)) in (torch.bfloat16, torch.float16)
-        and len(graph.shape_of(c.input)) == 4
-        for c in candidates(module)
-    )
+    return any(layout_verdict(f.body.block, layout.force) is None for f in function_bodies(module))
 
 
 def _key(sig: str, device: torch.device, channels_last: bool) -> str:
