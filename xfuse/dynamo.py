@@ -17,11 +17,11 @@ import torch
 from xfuse.api import compile
 from xfuse.errors import (
     AutogradUnsupportedError,
+    EagerArgumentError,
     EagerFallbackError,
     FallbackWarning,
     InvalidArgumentError,
 )
-from xfuse.frontend.eager_rules import EagerArgumentError
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 

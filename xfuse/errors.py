@@ -119,3 +119,30 @@ class GraphvizMissingWarning(XfuseWarning):
 class AutogradUnsupportedError(XfuseError, RuntimeError):
     """A call that needs autograd (grad enabled, an input or parameter requires grad): compiled
     programs are for inference and their results would carry no history."""
+
+
+# --- eager's argument rules (`xfuse.frontend.eager_rules`) -------------------------------
+
+
+class EagerArgumentError(XfuseError):
+    """An op's arguments that eager refuses: eager's first line, raised where eager raises."""
+
+
+class EagerRuntimeError(EagerArgumentError, RuntimeError):
+    """Eager refused the arguments with a RuntimeError (mismatched dtypes, most often)."""
+
+
+class EagerNotImplementedError(EagerArgumentError, NotImplementedError):
+    """Eager has no kernel for the dtype (`"addmm_impl_cpu_" not implemented for 'Bool'`)."""
+
+
+class EagerTypeError(EagerArgumentError, TypeError):
+    """Eager refused the arguments with a TypeError."""
+
+
+class EagerValueError(EagerArgumentError, ValueError):
+    """Eager refused the arguments with a ValueError."""
+
+
+class EagerIndexError(EagerArgumentError, IndexError):
+    """Eager refused the arguments with an IndexError (indices of a non-integer dtype)."""

@@ -6,7 +6,8 @@ let the program through.
 
 The rules are eager's, not a copy: each op of `PROBED` has a trigger, a cheap test of its
 arguments' dtypes that holds wherever eager might refuse them; when it holds, the real aten op
-runs eagerly on zero tensors of the node's shapes, dtypes and device, and what it raises is
+runs eagerly on zero tensors laid out as the node's arguments (shapes, strides, dtypes and
+device), and what it raises is
 re-raised as an `EagerArgumentError` that is also the Python type eager raised. Meta kernels
 cannot stand in for the probe: most of them check no dtypes (that is why export accepts these
 programs). A call with other dtypes than the example's is imported again
@@ -22,36 +23,14 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 
-from xfuse.errors import XfuseError
-
-# ---------------------------------------------------------------------------------------------
-# The errors: eager's type, under xfuse's root
-# ---------------------------------------------------------------------------------------------
-
-
-class EagerArgumentError(XfuseError):
-    """An op's arguments that eager refuses: eager's first line, raised where eager raises."""
-
-
-class EagerRuntimeError(EagerArgumentError, RuntimeError):
-    """Eager refused the arguments with a RuntimeError (mismatched dtypes, most often)."""
-
-
-class EagerNotImplementedError(EagerArgumentError, NotImplementedError):
-    """Eager has no kernel for the dtype (`"addmm_impl_cpu_" not implemented for 'Bool'`)."""
-
-
-class EagerTypeError(EagerArgumentError, TypeError):
-    """Eager refused the arguments with a TypeError."""
-
-
-class EagerValueError(EagerArgumentError, ValueError):
-    """Eager refused the arguments with a ValueError."""
-
-
-class EagerIndexError(EagerArgumentError, IndexError):
-    """Eager refused the arguments with an IndexError (indices of a non-integer dtype)."""
-
+from xfuse.errors import (
+    EagerArgumentError,
+    EagerIndexError,
+    EagerNotImplementedError,
+    EagerRuntimeError,
+    EagerTypeError,
+    EagerValueError,
+)
 
 ERROR_TYPES: tuple[tuple[type[BaseException], type[EagerArgumentError]], ...] = (
     (IndexError, EagerIndexError),
@@ -264,8 +243,8 @@ def argument_dtypes(node: torch.fx.Node) -> Dtypes:
 
 
 def probe(node: torch.fx.Node) -> None:
-    """Run the node's op eagerly on zero tensors of its arguments' shapes, dtypes and devices
-    (its other arguments as they are); re-raise what eager raises. A node on a device this
+    """Run the node's op eagerly on zero tensors laid out as its arguments (`stand_in`; its
+    other arguments as they are); re-raise what eager raises. A node on a device this
     process cannot run is not probed."""
     stand_ins: dict[torch.fx.Node, torch.Tensor] = {}
     for arg in node.all_input_nodes:

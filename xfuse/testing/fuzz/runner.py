@@ -166,7 +166,7 @@ class Differential:
     @staticmethod
     def same_error(stage: str, got: Exception, want: Exception) -> None:
         """`got` must be of eager's type, and an `EagerArgumentError` say eager's first line."""
-        from xfuse.frontend.eager_rules import EagerArgumentError
+        from xfuse.errors import EagerArgumentError
 
         if not isinstance(got, type(want)):
             raise StageFailure(
