@@ -16,9 +16,9 @@ from xfuse.passes.fusion.legality import (
     FUSED,
     WINDOW_RECOMPUTE,
     check_merge,
-    clipped_window_reads,
     recompute_cost,
 )
+from xfuse.passes.fusion.op_facts import window_reads
 
 POOL = (
     'graph.pool %{src} kind = "{kind}" kernel = [{k}, {k}] stride = [{s}, {s}] '
@@ -66,11 +66,11 @@ def test_a_window_larger_than_its_input_reads_each_element_once() -> None:
     g = pool_graph(RELU, "avg", 40, 40, 0, 1)
     pool = node(g, "y").op
     assert pool is not None
-    assert clipped_window_reads(pool) == 1.0
+    assert window_reads(pool) == 1.0
     g = pool_graph(RELU, "max", 3, 2, 1, 4)
     pool = node(g, "y").op
     assert pool is not None
-    assert clipped_window_reads(pool) == pytest.approx(121 / 64)  # 11 of 12 taps per dim inside
+    assert window_reads(pool) == pytest.approx(121 / 64)  # 11 of 12 taps per dim inside
 
 
 def test_a_transcendental_costs_more_than_a_chain_of_cheap_ops() -> None:

@@ -701,7 +701,7 @@ def window_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
     windowed = False
     for reader, _ in g.edge_readers(first, second):
         if is_window_op(reader):
-            if clipped_window_reads(reader) > max_window_reads(reader):
+            if window_reads(reader) > max_window_reads(reader):
                 return False
             windowed = True
         elif combine_spaces(space_of_op(reader), g.space(first)) is None:
@@ -765,7 +765,7 @@ def recompute_cost(g: FusionGraph, node: Node) -> float:
     for op in _ops_of(node):
         if not op.results or graph.numel(g.shape(op.results[0])) < full:
             continue
-        reads = clipped_window_reads(op) if is_window_op(op) else 1.0
+        reads = window_reads(op) if is_window_op(op) else 1.0
         cost += op_cost(op) * max(reads, 1.0)
     return cost
 
@@ -777,39 +777,12 @@ def recompute_budget(op: Operation) -> float:
     return INLINE_RECOMPUTE_BUDGET
 
 
-def clipped_window_reads(op: Operation) -> float:
-    """How many times a windowed op reads each element of its input, on average, counting
-    only the window positions inside the input (a window larger than its input, a global
-    pool written as `AvgPool2d(1280)`, reads each element once); `window_reads` for pad and
-    patches."""
-    if not isinstance(op, graph.PoolOp):
-        return window_reads(op)
-    kernel, stride, padding, dilation = op.window
-    n = len(kernel)
-    shape, out = graph.shape_of(op.input), graph.shape_of(op.result)
-    reads = graph.numel(out[:-n])
-    for k, st, p, d, size, o_size in zip(
-        kernel, stride, padding, dilation, shape[-n:], out[-n:], strict=True
-    ):
-        if op.adaptive is not None:
-            spans = (
-                hi - lo
-                for lo, hi in (graph.adaptive_bounds(o, size, o_size) for o in range(o_size))
-            )
-        else:
-            spans = (
-                sum(1 for t in range(k) if 0 <= o * st - p + t * d < size) for o in range(o_size)
-            )
-        reads *= sum(spans)
-    return reads / max(graph.numel(shape), 1)
-
-
 def _element_reads(g: FusionGraph, second: Node, reader: Operation, value: SSAValue) -> float:
     """How many times `second` reads each element of `value` through `reader`, on average:
     a windowed op's reads, also where `reader` is an op over `value`'s own space whose result
     a window of `second` reads (a producer the window already absorbed)."""
     if is_window_op(reader):
-        return clipped_window_reads(reader)
+        return window_reads(reader)
     size, inside = graph.numel(g.shape(value)), set(_ops_of(second))
     reads, stack, seen = 1.0, [reader], set()
     while stack:
@@ -822,7 +795,7 @@ def _element_reads(g: FusionGraph, second: Node, reader: Operation, value: SSAVa
             if user not in inside:
                 continue
             if is_window_op(user):
-                reads = max(reads, clipped_window_reads(user))
+                reads = max(reads, window_reads(user))
             else:
                 stack.append(user)
     return reads
@@ -854,15 +827,15 @@ def window_recompute(g: FusionGraph, first: Node, second: Node, inline: bool = F
     recomputed once per window covering it: 9 times."""
     cost = None
     for reader, value in g.edge_readers(first, second):
-        window_reads = _element_reads(g, second, reader, value)
-        reads = window_reads
+        through = _element_reads(g, second, reader, value)
+        reads = through
         if inline and not is_window_op(reader):
             reads = max(reads, _inline_reads(g, reader, value))
         if reads <= 1.0:
             continue
         if cost is None:
             cost = recompute_cost(g, first)
-        through_window = window_reads >= reads
+        through_window = through >= reads
         extra, budget = (reads - 1.0) * cost, _reader_budget(second, reader, through_window)
         if extra > budget:
             return (

@@ -204,8 +204,31 @@ def max_window_reads(op: Operation) -> float:
 
 
 def window_reads(op: Operation) -> float:
-    """How many times a windowed op reads each element of its input, on average."""
+    """How many times a windowed op reads each element of its input, on average. A pool counts
+    only its window positions inside the input (a window larger than its input, a global
+    pool written as `AvgPool2d(1280)`, reads each element once)."""
+    if isinstance(op, graph.PoolOp):
+        return _pool_reads(op)
     n_in = graph.numel(graph.shape_of(op.operands[0]))
-    n_out = graph.numel(graph.shape_of(op.results[0]))
-    per_output = graph.numel(op.window[0]) if isinstance(op, graph.PoolOp) else 1
-    return n_out * per_output / max(n_in, 1)
+    return graph.numel(graph.shape_of(op.results[0])) / max(n_in, 1)
+
+
+def _pool_reads(op: graph.PoolOp) -> float:
+    kernel, stride, padding, dilation = op.window
+    n = len(kernel)
+    shape, out = graph.shape_of(op.input), graph.shape_of(op.result)
+    reads = graph.numel(out[:-n])
+    for k, st, p, d, size, o_size in zip(
+        kernel, stride, padding, dilation, shape[-n:], out[-n:], strict=True
+    ):
+        if op.adaptive is not None:
+            spans: Iterable[int] = (
+                hi - lo
+                for lo, hi in (graph.adaptive_bounds(o, size, o_size) for o in range(o_size))
+            )
+        else:
+            spans = (
+                sum(1 for t in range(k) if 0 <= o * st - p + t * d < size) for o in range(o_size)
+            )
+        reads *= sum(spans)
+    return reads / max(graph.numel(shape), 1)
