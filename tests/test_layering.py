@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "xfuse"
 LEVELS = [
     [
         "xfuse.errors",
+        "xfuse.collector",
         "xfuse.lazy",
         "xfuse.ir.dtypes",
         "xfuse.ir.names",

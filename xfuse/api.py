@@ -11,7 +11,6 @@ A compiled program is for inference: its results carry no autograd history.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, get_backend
 from xfuse.choices import Choice, choose_passes
+from xfuse.collector import collector_paused
 from xfuse.errors import (
     CUDAUnavailable,
     ExportError,
@@ -518,21 +518,6 @@ def fuse_and_lower(
         return decisions, index
     cache.store_program(key, data)
     return decisions, index
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a program compiles (on again after, unless it was
-    off before). Compiling makes hundreds of thousands of IR objects that live to its end,
-    and each collection walked them all again: 0.3 s of MobileNetV2's 1.7-2.0 s warm start
-    on the CPU. What became garbage meanwhile is collected once the collector is back on."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def live_state(

@@ -19,10 +19,8 @@ whose outputs stay the same keeps its identity (a merge that changes them makes 
 
 from __future__ import annotations
 
-import gc
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from itertools import pairwise
@@ -33,6 +31,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue, Use
 from xdsl.traits import IsolatedFromAbove
 
+from xfuse.collector import collector_paused
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.fusion import GroupOp, YieldOp
@@ -146,20 +145,6 @@ class RecomputePlan:
     @property
     def prefers_recompute(self) -> bool:
         return self.recompute_saving > self.multi_output_saving
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Run without the cyclic garbage collector: fusion allocates many small objects that live
-    until the pass ends, and the collector's passes over them cost a fifth of the run (and more
-    as the graph grows). Reference counting still frees what the merges drop."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1001,9 +986,9 @@ def directly_connected(g: FusionGraph, first: Node, second: Node) -> bool:
 
 def fuse_each_function(module: ModuleOp, fuse: Callable[[FusionGraph], Iterable[T]]) -> list[T]:
     """Run `fuse` on the fusion graph of every function body of `module` (the collector
-    paused, see `paused_gc`); returns what the runs return (their decision records), in order."""
+    paused: `collector_paused`); returns what the runs return (their decision records), in order."""
     found: list[T] = []
     for f in function_bodies(module):
-        with paused_gc():
+        with collector_paused():
             found.extend(fuse(FusionGraph(f.body.block)))
     return found
