@@ -3,7 +3,7 @@ How fast can the bf16 pointwise chain gelu(x*w+b)*sigmoid(x) run, with eager's v
 without? (issue 17: ">= 92% of copy bandwidth in bf16").
 
 Hand-written Triton kernels of the chain at 16384x16384 bf16, each row of x scaled by w and
-shifted by b (as `benchmarks/cuda.py` times it), against eager, xfuse and a device copy:
+shifted by b (as `benchmarks/gpu_kernels.py` times it), against eager, xfuse and a device copy:
 
 - `eager's math`: libdevice erf and exp, an IEEE division, a rounding to bf16 after each of
   the five ops, as eager computes it (xfuse's own kernel, timed beside it, gives eager's
@@ -23,14 +23,14 @@ elements differ from eager's result (and the largest difference). Needs a GPU an
 from __future__ import annotations
 
 import argparse
-import statistics
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 import xfuse
-from benchmarks.cuda import copy_bandwidth
+from benchmarks.gpu_kernels import copy_bandwidth
+from benchmarks.timing import bound, cuda_ms, interleaved, medians
 
 
 def _kernels() -> dict[str, Callable[..., torch.Tensor]]:
@@ -96,15 +96,6 @@ def eager(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.gelu(x * w + b) * torch.sigmoid(x)
 
 
-def _time(fn: Callable[[], object]) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=16384)
@@ -121,17 +112,12 @@ def main() -> None:
     cases: dict[str, Callable[..., torch.Tensor]] = {"eager": eager, "xfuse": compiled}
     cases.update(_kernels())
     want = eager(x, w, b)
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for fn in cases.values():
-        fn(x, w, b)  # compile, warm up
-    for _ in range(args.rounds):
-        for name, fn in cases.items():
-            times[name].append(_time(lambda fn=fn: fn(x, w, b)))
+    ms_of = medians(interleaved(bound(cases, (x, w, b)), args.rounds, warmup=1, clock=cuda_ms))
     print(f"device: {torch.cuda.get_device_name()}; copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     print("| chain | ms | % copy BW | elements differing from eager | largest difference |")
     print("|---|---|---|---|---|")
     for name, fn in cases.items():
-        ms = statistics.median(times[name])
+        ms = ms_of[name]
         got = fn(x, w, b)
         differ = (got != want).float().mean().item()
         largest = (got.float() - want.float()).abs().max().item()

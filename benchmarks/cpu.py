@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,22 +30,18 @@ from typing import Any
 
 # Inductor reads its cache directory from the environment: a fresh one makes its compile cold.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-bench-"))
-ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, this folder is sys.path[0]; its cuda.py would shadow the `cuda` package that
-# torch imports. Put the project root there instead.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-import xfuse  # noqa: E402
-from benchmarks.timing import interleaved_ms  # noqa: E402
-from examples.mlp import make_mlp  # noqa: E402
-from examples.transformer import make_transformer_block  # noqa: E402
-from xfuse.backends.threadpool import shared_pool  # noqa: E402
-from xfuse.runtime.cache import KernelCache  # noqa: E402
-from xfuse.runtime.steps import REUSE_OUTPUTS_DEFAULT, reuse_outputs_enabled  # noqa: E402
+import xfuse
+from benchmarks import timing
+from benchmarks.timing import interleaved_ms, median_ms
+from examples.mlp import make_mlp
+from examples.transformer import make_transformer_block
+from xfuse.backends.threadpool import shared_pool
+from xfuse.runtime.cache import KernelCache
+from xfuse.runtime.steps import REUSE_OUTPUTS_DEFAULT, reuse_outputs_enabled
 
 Fn = Callable[..., Any]
 
@@ -91,25 +86,14 @@ def cases(size: int) -> list[Case]:
     ]
 
 
-def median_ms(fn: Fn, inputs: tuple[torch.Tensor, ...], runs: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn(*inputs)
-    times: list[float] = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn(*inputs)
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
 def copy_bandwidth(size: int, runs: int) -> tuple[float, float]:
     """Bytes per second (one read + one write) of a copy into an existing buffer
     (`y.copy_(x)`) and into a fresh one (`torch.empty_like(x).copy_(x)`, which also pays the
     page faults of new memory)."""
     x = torch.randn(size, size)
     y = torch.empty_like(x)
-    existing = median_ms(lambda t: y.copy_(t), (x,), runs)
-    fresh = median_ms(lambda t: torch.empty_like(t).copy_(t), (x,), runs)
+    existing = median_ms(lambda: y.copy_(x), runs, warmup=2)
+    fresh = median_ms(lambda: torch.empty_like(x).copy_(x), runs, warmup=2)
     return 2 * x.nbytes / (existing / 1000), 2 * x.nbytes / (fresh / 1000)
 
 
@@ -147,14 +131,6 @@ class Row:
     torch has no OpenMP)."""
 
 
-def interleaved_median_ms(
-    fns: dict[str, Fn], inputs: tuple[torch.Tensor, ...], runs: int, warmup: int = 2
-) -> dict[str, float]:
-    """Median ms of each function (`benchmarks.timing.interleaved_ms`)."""
-    times = interleaved_ms(fns, inputs, runs, warmup)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
 def bench(case: Case, runs: int, bandwidth: float) -> Row:
     expected = case.fn(*case.inputs)
     with tempfile.TemporaryDirectory(prefix="xfuse-bench-") as cache_dir:
@@ -182,7 +158,7 @@ def bench(case: Case, runs: int, bandwidth: float) -> Row:
         fns["inductor"] = inductor
     except Exception as e:  # Inductor needs a C++ compiler; report, do not stop
         print(f"  inductor failed on {case.name}: {type(e).__name__}: {e}", file=sys.stderr)
-    medians = interleaved_median_ms(fns, case.inputs, runs)
+    medians = timing.medians(interleaved_ms(fns, case.inputs, runs))
     eager_ms, xfuse_ms, inductor_ms = medians["eager"], medians["xfuse"], medians.get("inductor")
     moved = tensors_bytes(case.inputs) + tensors_bytes(case.params) + tensors_bytes(expected)
     return Row(

@@ -15,25 +15,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, this folder is sys.path[0]; its cuda.py would shadow the `cuda` package that
-# torch imports. Put the project root there instead.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-import xfuse  # noqa: E402
-from benchmarks.timing import interleaved_ms, median_and_spread  # noqa: E402
-from examples.convnet import make_convnet  # noqa: E402
-from examples.mlp import make_mlp  # noqa: E402
-from examples.transformer import make_transformer_block  # noqa: E402
+import xfuse
+from benchmarks.timing import interleaved_ms, median_and_spread
+from examples.convnet import make_convnet
+from examples.mlp import make_mlp
+from examples.transformer import make_transformer_block
 
 Fn = Callable[..., Any]
 Model = tuple[torch.nn.Module, tuple[torch.Tensor, ...]]
@@ -92,15 +84,6 @@ MODELS: dict[str, Callable[[], Model]] = {
 }
 
 
-def interleaved_median_ms(
-    fns: dict[str, Fn], inputs: tuple[torch.Tensor, ...], runs: int, warmup: int = 3
-) -> dict[str, tuple[float, float]]:
-    """(median ms, spread between the quartiles in ms) of each function
-    (`benchmarks.timing.interleaved_ms`)."""
-    times = interleaved_ms(fns, inputs, runs, warmup)
-    return {name: median_and_spread(ts) for name, ts in times.items()}
-
-
 def max_error(a: Any, b: Any) -> float:
     return float((a - b).abs().max())
 
@@ -118,7 +101,8 @@ def bench(name: str, runs: int, inductor: bool) -> str:
                 warnings.simplefilter("ignore")
                 fns["inductor"] = torch.compile(model)
                 fns["inductor"](*inputs)
-        medians = interleaved_median_ms(fns, inputs, runs)
+        times = interleaved_ms(fns, inputs, runs, warmup=3)
+        medians = {name: median_and_spread(ts) for name, ts in times.items()}
     eager, ours = medians["eager"][0], medians["xfuse"][0]
     cells = [f"{name:12s}"]
     for column in ("eager", "inductor", "xfuse"):

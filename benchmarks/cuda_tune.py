@@ -1,32 +1,27 @@
 """
-CUDA code-generation sweep: the four kernels of benchmarks/cuda.py (16384x16384 f32) compiled
+CUDA code-generation sweep: the four kernels of benchmarks/gpu_kernels.py (16384x16384 f32) compiled
 with several `Tuning`s of the CUDA backend, checked against torch (output poisoned first) and
 timed with CUDA events; prints a table, the best elementwise and rows choices as an
 `XFUSE_CUDA_TUNING` string (`--best FILE` writes it), and the per-launch host overhead.
 
-    python benchmarks/cuda_tune.py [--size 16384] [--runs 30] [--dtype bf16] [--rows SPECS]
+    python -m benchmarks.cuda_tune [--size 16384] [--runs 30] [--dtype bf16] [--rows SPECS]
         [--best best.txt]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
+import torch
+import torch.nn.functional as F
+from xdsl.dialects import func
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from xdsl.dialects import func  # noqa: E402
-
-import xfuse.backends.cuda as cuda  # noqa: E402
-from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline  # noqa: E402
-from xfuse.runtime.compiler import lower_to_loops  # noqa: E402
+import xfuse.backends.cuda as cuda
+from benchmarks.timing import cuda_ms, median_ms
+from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
+from xfuse.runtime.compiler import lower_to_loops
 
 ELEMENTWISE = [
     ("unroll=1", 4),
@@ -73,21 +68,6 @@ def tuning(spec: str) -> cuda.Tuning:
     return cuda.Tuning(**{k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)})
 
 
-def median_ms(fn, runs: int) -> float:  # type: ignore[no-untyped-def]
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=16384)
@@ -120,7 +100,7 @@ def main() -> None:
     w = torch.randn(n, device="cuda:0", dtype=dtype)
     b = torch.randn(n, device="cuda:0", dtype=dtype)
     src = torch.empty_like(x)
-    copy_ms = median_ms(lambda: src.copy_(x), args.runs)
+    copy_ms = median_ms(lambda: src.copy_(x), args.runs, warmup=5, clock=cuda_ms)
     bandwidth = 2 * x.numel() * x.element_size() / (copy_ms * 1e-3)
     print(
         f"device: {torch.cuda.get_device_name()}; copy {bandwidth / 1e12:.2f} TB/s; "
@@ -157,7 +137,9 @@ def main() -> None:
                 kernel([*ordered, out])
                 torch.cuda.synchronize()
                 error = (out - expected).abs().max().item()
-                ms = median_ms(lambda k=kernel, a=[*ordered, out]: k(a), args.runs)
+                ms = median_ms(
+                    lambda k=kernel, a=[*ordered, out]: k(a), args.runs, warmup=5, clock=cuda_ms
+                )
             except Exception as e:  # report and go on: one variant must not stop the sweep
                 print(f"| {name} | {label} | failed: {type(e).__name__}: {str(e)[:200]} |")
                 continue

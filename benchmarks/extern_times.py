@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import xfuse
 from benchmarks.models import ZOO, build
+from benchmarks.timing import device_ms, median_ms
 
 ALLOCATIONS = ("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::zeros")
 RUNTIME = frozenset(
@@ -45,23 +45,6 @@ class ExternTime:
     """Calls per forward."""
     host_ms: float
     gpu_ms: float
-
-
-def median_ms(fn: Callable[[], Any], device: str, runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(float(start.elapsed_time(end)))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(1000 * (time.perf_counter() - t0))
-    return statistics.median(times)
 
 
 def extern_times(fn: Callable[[], Any], device: str, calls: int) -> list[ExternTime]:
@@ -108,7 +91,7 @@ def run(name: str, size: str, device: str, dtype: torch.dtype, calls: int) -> li
 
         for _ in range(3):
             forward()
-        total = median_ms(forward, device, calls)
+        total = median_ms(forward, calls, clock=device_ms(device))
         externs = extern_times(forward, device, calls)
     label = f"{name} {'bf16' if dtype == torch.bfloat16 else 'f32'}"
     runtime = [e for e in externs if e.name.startswith("runtime")]

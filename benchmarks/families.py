@@ -18,12 +18,13 @@ Columns: `eager`, `inductor`, `inductor-ro` (reduce-overhead), `xfuse` (torch.co
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from benchmarks.timing import bound, interleaved, median_columns, sync, wall_and_host_ms
 
 Tensor = torch.Tensor
 Fn = Callable[..., Any]
@@ -124,26 +125,6 @@ def inputs_for(name: str, size: str, device: str, dtype: torch.dtype) -> tuple[T
         b, s = TEXT[size]
         return (torch.randint(0, 1000, (b, s), device=device),)
     return (torch.randn(IMAGE[size], 3, 224, 224, device=device, dtype=dtype),)
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fns: dict[str, Fn], args: tuple[Tensor, ...], runs: int, device: str) -> dict[str, Any]:
-    """Median wall ms (GPU waited for) and host ms (not waited for) of each fn, interleaved."""
-    wall: dict[str, list[float]] = {n: [] for n in fns}
-    host: dict[str, list[float]] = {n: [] for n in fns}
-    for _ in range(runs):
-        for name, fn in fns.items():
-            _sync(device)
-            start = time.perf_counter()
-            fn(*args)
-            host[name].append(1000 * (time.perf_counter() - start))
-            _sync(device)
-            wall[name].append(1000 * (time.perf_counter() - start))
-    return {n: (statistics.median(wall[n]), statistics.median(host[n])) for n in fns}
 
 
 def top_kernels(fn: Fn, args: tuple[Tensor, ...], count: int = 10) -> list[tuple[str, float, int]]:
@@ -254,9 +235,10 @@ def main(argv: list[str] | None = None) -> None:
                     for n, fn in fns.items():
                         t0 = time.perf_counter()
                         fn(*args)
-                        _sync(a.device)
+                        sync()
                         compile_s[n] = time.perf_counter() - t0
-                    result = timed(fns, args, a.runs, a.device)
+                    calls = bound(fns, args)
+                    result = median_columns(interleaved(calls, a.runs, clock=wall_and_host_ms))
                 except Exception as e:  # noqa: BLE001 - report and go on to the next model
                     print(
                         f"{name} {size}: failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}",

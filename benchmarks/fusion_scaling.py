@@ -1,4 +1,3 @@
-# ruff: noqa: E402  (imports follow the sys.path fix below)
 """
 How the fusion passes scale: synthetic `graph` programs of 1k, 10k and 100k ops (chains, wide
 diamonds, transformer-like repeated blocks); prints the time of each pass per size, the time
@@ -16,15 +15,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import sys
 import time
 from collections.abc import Callable
-
-# Run as a script, this directory comes first on sys.path, and its `cuda.py` would shadow the
-# `cuda` package that torch imports.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType, f32

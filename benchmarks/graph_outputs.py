@@ -16,8 +16,6 @@ serving loop does.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
@@ -26,21 +24,10 @@ import torch
 
 import xfuse
 from benchmarks.models import ZOO, assert_matches, build
+from benchmarks.timing import events_and_host_ms, interleaved, median_columns, warm_up
 from xfuse.runtime import cuda_graphs
 
 Fn = Callable[[], Any]
-
-
-def _times(fn: Fn) -> tuple[float, float]:
-    """(ms per forward with the GPU's tail, host ms of the call)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    t0 = time.perf_counter()
-    fn()
-    host = 1000 * (time.perf_counter() - t0)
-    end.record()
-    torch.cuda.synchronize()
-    return float(start.elapsed_time(end)), host
 
 
 def compare(name: str, dtype: torch.dtype, runs: int) -> str:
@@ -57,17 +44,13 @@ def compare(name: str, dtype: torch.dtype, runs: int) -> str:
             "xfuse copy-out": lambda: copied(*inputs),
             "xfuse hand-over": lambda: handed(*inputs),
         }
-        for fn in fns.values():
-            for _ in range(3):
-                fn()
+        warm_up(fns.values(), 3)
         assert_matches(handed(*inputs), want, dtype)
         assert_matches(copied(*inputs), want, dtype)
-        samples: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
-        for _ in range(runs):
-            for key, fn in fns.items():
-                samples[key].append(_times(fn))
-    ms = {k: statistics.median(s[0] for s in v) for k, v in samples.items()}
-    host = {k: statistics.median(s[1] for s in v) for k, v in samples.items()}
+        samples = interleaved(fns, runs, clock=events_and_host_ms)
+    timed = median_columns(samples)
+    ms = {k: t[0] for k, t in timed.items()}
+    host = {k: t[1] for k, t in timed.items()}
     runners = {k: p.default.graphs for k, p in (("copy", copied), ("hand", handed))}
     counts = ", ".join(
         f"{k}: {r.captures} captures, {r.handed}/{r.replays} handed over"

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 import xfuse
 import xfuse.runtime.executor as executor
+from benchmarks.timing import interleaved, medians
 
 Tensor = torch.Tensor
 Fn = Callable[[], Any]
@@ -50,17 +51,7 @@ CHAIN_LENGTHS = (1, 10, 50)
 
 def interleaved_us(fns: dict[str, Fn], runs: int, warmup: int = 20) -> dict[str, float]:
     """Median µs per call of each function, every function once per round."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    clock = time.perf_counter
-    for _ in range(runs):
-        for name, fn in fns.items():
-            start = clock()
-            fn()
-            times[name].append(1e6 * (clock() - start))
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return {name: 1000 * ms for name, ms in medians(interleaved(fns, runs, warmup)).items()}
 
 
 def compile_quietly(fn: Any, inputs: tuple[Any, ...], **options: Any) -> Any:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import torch
 
 import xfuse
 from benchmarks.models import ZOO, build
+from benchmarks.timing import interleaved, medians
 from xfuse.runtime import executor
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.steps import KernelStep
@@ -84,14 +83,8 @@ def _call(step: KernelStep, buffers: list[Any]) -> Call:
 def median_us(columns: list[Call], rounds: int) -> list[float]:
     """The median time of each call, over `rounds` rounds that each call every one of them
     once, alternating which goes first."""
-    times: list[list[int]] = [[] for _ in columns]
-    for r in range(rounds):
-        order = range(len(columns)) if r % 2 == 0 else reversed(range(len(columns)))
-        for i in order:
-            start = time.perf_counter_ns()
-            columns[i]()
-            times[i].append(time.perf_counter_ns() - start)
-    return [statistics.median(t) / 1000 for t in times]
+    times = interleaved(dict(enumerate(columns)), rounds, alternate=True)  # type: ignore[arg-type]
+    return [1000 * ms for ms in medians(times).values()]
 
 
 def compiled_for(name: str) -> tuple[xfuse.api.CompiledProgram, tuple[Any, ...]]:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +28,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import xfuse
-from benchmarks.cuda import copy_bandwidth
+from benchmarks.gpu_kernels import copy_bandwidth
 from benchmarks.models import ZOO, build
+from benchmarks.timing import cuda_ms, median_ms, synced_host_ms
 
 Tensor = torch.Tensor
 BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i8": 1, "i1": 1, "ui8": 1}
@@ -60,22 +59,8 @@ def tensor_bytes(type_text: str) -> int:
 
 
 def profile_calls(fn: Callable[[], Any], calls: int) -> Profile:
-    torch.cuda.synchronize()
-    host: list[float] = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        host.append(1000 * (time.perf_counter() - t0))
-    torch.cuda.synchronize()
-    wall: list[float] = []
-    for _ in range(calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        wall.append(float(start.elapsed_time(end)))
+    host = median_ms(fn, calls, clock=synced_host_ms)
+    wall = median_ms(fn, calls, clock=cuda_ms)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
@@ -92,8 +77,8 @@ def profile_calls(fn: Callable[[], Any], calls: int) -> Profile:
     return Profile(
         count / calls,
         busy_us / 1000 / calls,
-        statistics.median(host),
-        statistics.median(wall),
+        host,
+        wall,
         by_name,
     )
 

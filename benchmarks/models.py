@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from torch.utils import _pytree as pytree
 import xfuse
 import xfuse.api
 import xfuse.dynamo
+from benchmarks.timing import device_ms, interleaved, medians
 from xfuse.errors import FallbackWarning
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.compile_workers import POOL
@@ -380,27 +380,7 @@ def inductor_compile(model: torch.nn.Module, inputs: tuple[Tensor, ...]) -> Indu
 
 def time_interleaved(fns: dict[str, Callable[[], Any]], runs: int, device: str) -> dict[str, float]:
     """Median ms per call of each function, the functions run in turn in each round."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():  # warm-up
-        fn()
-        fn()
-    for _ in range(runs):
-        for name, fn in fns.items():
-            times[name].append(_time_one(fn, device))
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def _time_one(fn: Callable[[], Any], device: str) -> float:
-    if device.startswith("cuda"):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        return float(start.elapsed_time(end))
-    t0 = time.perf_counter()
-    fn()
-    return 1000 * (time.perf_counter() - t0)
+    return medians(interleaved(fns, runs, warmup=2, clock=device_ms(device)))
 
 
 # ---------------------------------------------------------------------------------------------

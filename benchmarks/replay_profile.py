@@ -14,8 +14,6 @@ import argparse
 import cProfile
 import io
 import pstats
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,17 +21,12 @@ import torch
 
 import xfuse
 from benchmarks.models import build
+from benchmarks.timing import median_ms, synced_host_ms
 
 
 def host_us(fn: Callable[[], Any], calls: int) -> float:
     """Median host microseconds of `fn`, the GPU waited for between calls (not timed)."""
-    times = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        times.append(1e6 * (time.perf_counter() - start))
-    return statistics.median(times)
+    return 1000 * median_ms(fn, calls, clock=synced_host_ms)
 
 
 def profile_model(name: str, dtype: torch.dtype, calls: int) -> str:

@@ -2,8 +2,8 @@
 CUDA benchmark: torch eager, torch.compile (Inductor/Triton) and xfuse side by side on one GPU,
 in one process, timed with CUDA events.
 
-    python benchmarks/cuda.py [--runs 20] [--size 16384] [--skip-inductor] [--cases softmax,mlp]
-                              [--batch 1] [--dtypes f32,bf16]
+    python -m benchmarks.gpu_kernels [--runs 20] [--size 16384] [--skip-inductor]
+        [--cases softmax,mlp] [--batch 1] [--dtypes f32,bf16]
 
 Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
 size x size, in each of `--dtypes`, w and b per column), a column sum and a full sum of x, the bundled MLP and
@@ -17,25 +17,18 @@ every input and parameter + one write of every output, against `torch.empty_like
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, this folder is sys.path[0]; its cuda.py would shadow the `cuda` package that
-# torch imports. Put the project root there instead.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import xfuse.api  # noqa: E402
-from examples.mlp import make_mlp  # noqa: E402
-from examples.transformer import make_transformer_block  # noqa: E402
+import xfuse.api
+from benchmarks.timing import cuda_ms, interleaved, median_ms, medians
+from examples.mlp import make_mlp
+from examples.transformer import make_transformer_block
 
 Fn = Callable[..., Any]
 
@@ -49,45 +42,11 @@ class Case:
     dtype: str = "f32"
 
 
-def timed_ms(fn: Callable[[], Any], batch: int = 1) -> float:
-    """The time per call of `batch` calls in a row, with CUDA events. One call: the GPU is
-    idle before it, and the host time before its launch counts (latency); several: the GPU
-    stays busy while the host queues the next ones (throughput, the kernels' own time)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(batch):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / batch
-
-
-def median_ms(fn: Callable[[], Any], runs: int, warmup: int = 3) -> float:
-    return interleaved_medians([fn], runs, warmup)[0]
-
-
-def interleaved_medians(
-    fns: list[Callable[[], Any]], runs: int, warmup: int = 3, batch: int = 1
-) -> list[float]:
-    """The median time of each of `fns`, timed in rounds that call each once (or `batch`
-    times) in turn, so that a drift of the GPU's clocks or of the machine's load reaches all
-    of them alike."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    torch.cuda.synchronize()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(runs):
-        for fn, ts in zip(fns, times, strict=True):
-            ts.append(timed_ms(fn, batch))
-    return [statistics.median(ts) for ts in times]
-
-
 def copy_bandwidth(runs: int) -> float:
     """Bytes per second of a device-to-device copy of 1 GiB (read + write)."""
     x = torch.empty(2**28, device="cuda:0")
     y = torch.empty_like(x)
-    ms = median_ms(lambda: y.copy_(x), runs)
+    ms = median_ms(lambda: y.copy_(x), runs, warmup=3, clock=cuda_ms)
     return 2 * x.numel() * 4 / (ms * 1e-3)
 
 
@@ -159,12 +118,17 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             compiled = xfuse.api.compile(case.fn, case.inputs, device="cuda:0")
             got = compiled(*case.inputs)
             error = (got.float() - expected.float()).abs().max().item()
-            fns = [lambda c=case: c.fn(*c.inputs), lambda c=case, f=compiled: f(*c.inputs)]
+            fns = {
+                "eager": lambda c=case: c.fn(*c.inputs),
+                "xfuse": lambda c=case, f=compiled: f(*c.inputs),
+            }
             if not args.skip_inductor:
                 fast = torch.compile(case.fn)
-                fns.append(lambda c=case, f=fast: f(*c.inputs))
-            eager, ours, *rest = interleaved_medians(fns, args.runs, batch=args.batch)
-            inductor = rest[0] if rest else float("nan")
+                fns["inductor"] = lambda c=case, f=fast: f(*c.inputs)
+            clock = functools.partial(cuda_ms, batch=args.batch)
+            ms = medians(interleaved(fns, args.runs, warmup=3, clock=clock))
+            eager, ours = ms["eager"], ms["xfuse"]
+            inductor = ms.get("inductor", float("nan"))
         row = {
             "case": case.name,
             "dtype": case.dtype,
