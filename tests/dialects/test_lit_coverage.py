@@ -37,10 +37,21 @@ def test_every_op_round_trips_in_lit(dialect: Dialect, name: str) -> None:
     assert not missing, f"ops without a round-trip test in {name}/ops.mlir: {missing}"
 
 
+def module_sources(module_path: Path) -> list[Path]:
+    """A module's source file, or every source file of a package (its `__init__.py`)."""
+    if module_path.name == "__init__.py":
+        return sorted(module_path.parent.glob("*.py"))
+    return [module_path]
+
+
 def verifier_messages(module_path: Path) -> list[str]:
-    """The message templates of every `raise VerifyException(...)` in a module."""
+    """The message templates of every `raise VerifyException(...)` in a module (a package:
+    in each of its modules)."""
     messages: list[str] = []
-    for node in ast.walk(ast.parse(module_path.read_text())):
+    nodes = (
+        n for path in module_sources(module_path) for n in ast.walk(ast.parse(path.read_text()))
+    )
+    for node in nodes:
         if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
             func = node.exc.func
             if isinstance(func, ast.Name) and func.id == "VerifyException" and node.exc.args:

@@ -25,6 +25,7 @@ from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, 
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.testing.fuzz.draw_order import draw_rank
 
 _Op = TypeVar("_Op", bound=Operation)
 
@@ -53,15 +54,18 @@ class RandomProgram:
 
 
 def _drawn(family: type[_Op]) -> tuple[type[_Op], ...]:
-    """The ops of a family whose `fuzz` fact puts them in random programs, in dialect order."""
-    return tuple(
-        op
+    """The ops of a family whose `fuzz` fact puts them in random programs, in their pools'
+    draw order (`xfuse.testing.fuzz.draw_order`)."""
+    drawn = [
+        (draw_rank(f.pool, op.name), op)
         for op in graph.Graph.operations
         if issubclass(op, family)
         and not issubclass(op, graph.ComparisonOp)
         and (f := graph.op_facts(op).fuzz) is not None
         and f.random_graph
-    )
+        and f.pool is not None
+    ]
+    return tuple(op for _, op in sorted(drawn, key=lambda entry: entry[0]))
 
 
 UNARY = _drawn(graph.UnaryOp)

@@ -14,6 +14,7 @@ from xdsl.ir import Operation
 from xfuse.dialects import graph
 from xfuse.dialects.facts import Fuzz, FuzzPool
 from xfuse.errors import XfuseError
+from xfuse.testing.fuzz.draw_order import draw_rank
 from xfuse.testing.fuzz.program import (
     DIMS,
     MAX_MAGNITUDE,
@@ -1040,11 +1041,13 @@ class Generator:
 
 
 def pool(name: FuzzPool, ops: Iterable[type[Operation]] | None = None) -> list[Fuzz]:
-    """The `fuzz` facts of `ops` (by default the graph dialect's) drawn from one pool, in
-    their order."""
+    """The `fuzz` facts of `ops` (by default the graph dialect's) drawn from one pool, in the
+    pool's draw order (`draw_order.DRAW_ORDER`), whatever the order of `ops`."""
     ops = graph.Graph.operations if ops is None else ops
-    facts = (graph.op_facts(op).fuzz for op in ops)
-    return [f for f in facts if f is not None and f.pool == name]
+    drawn = [
+        (op.name, f) for op in ops if (f := graph.op_facts(op).fuzz) is not None and f.pool == name
+    ]
+    return [f for _, f in sorted(drawn, key=lambda entry: draw_rank(name, entry[0]))]
 
 
 def _spellings(name: FuzzPool, where: Callable[[Fuzz], bool] = lambda f: True) -> tuple[str, ...]:
@@ -1055,7 +1058,7 @@ def _spellings(name: FuzzPool, where: Callable[[Fuzz], bool] = lambda f: True) -
 # importer formulas (no op of their own).
 UNARY = (*_spellings("unary"), "torch.clamp", "F.leaky_relu")
 ELEM_KINDS = ("bitwise", "logical_any", "int_by_number")
-"""The kinds of `Generator.bitwise_division_any` (issue 15) among `integer_or_logical`'s."""
+"""The kinds of `Generator.bitwise_division_any` among `integer_or_logical`'s."""
 EXACT_UNARY = _spellings("unary", lambda f: f.exact)
 POSITIVE_DOMAIN = _spellings("unary", lambda f: f.positive)
 BINARY = _spellings("binary")

@@ -1,0 +1,221 @@
+"""What every graph op shares: the op-kind traits fusion reads, the element types, shape
+helpers and verifier checks, and `op_facts`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseArrayBase,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntegerType,
+    Signedness,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.traits import OpTrait
+from xdsl.utils.exceptions import VerifyException
+
+from xfuse.dialects.facts import (
+    OpFacts,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Op-kind traits, read by fusion (xfuse/passes/fusion/legality.py)
+# ---------------------------------------------------------------------------------------------
+
+
+class OpKind(OpTrait):
+    """The fusion kind of an op; `kind` is the name used in reports and group attributes."""
+
+    kind: ClassVar[str] = "opaque"
+
+
+class Elementwise(OpKind):
+    """Each output element depends on the input elements at the same (broadcast) index."""
+
+    kind: ClassVar[str] = "elementwise"
+
+
+class Broadcast(OpKind):
+    """Replicates its input along new or size-1 dims: index arithmetic, no data movement."""
+
+    kind: ClassVar[str] = "broadcast"
+
+
+class Injective(OpKind):
+    """A layout op (reshape, permute, slice, concat): each output element reads one input element."""
+
+    kind: ClassVar[str] = "injective"
+
+
+class Reduction(OpKind):
+    """Combines the elements along some dims into one."""
+
+    kind: ClassVar[str] = "reduction"
+
+
+class Extern(OpKind):
+    """Runs through a library or an eager torch call; a fusion boundary."""
+
+    kind: ClassVar[str] = "extern"
+
+
+class Composite(OpKind):
+    """A composite op (softmax, layer_norm, ...) that `decompose` rewrites into primitives."""
+
+    kind: ClassVar[str] = "composite"
+
+
+KIND_TRAITS: tuple[type[OpKind], ...] = (
+    Elementwise,
+    Broadcast,
+    Injective,
+    Reduction,
+    Extern,
+    Composite,
+)
+
+
+def op_kind(op: Operation) -> str:
+    """The kind name of a graph op ("elementwise", ...), or "opaque" for any other op."""
+    for trait in KIND_TRAITS:
+        if op.has_trait(trait):
+            return trait.kind
+    return OpKind.kind
+
+
+# ---------------------------------------------------------------------------------------------
+# Types and shape helpers
+# ---------------------------------------------------------------------------------------------
+
+
+FLOAT_TYPES = (Float32Type, Float16Type, BFloat16Type, Float64Type)
+
+
+DTYPE_NAMES = "f32, f16, bf16, f64, i32, i64, i1"
+
+
+def is_float(t: Attribute) -> bool:
+    return isinstance(t, FLOAT_TYPES)
+
+
+def is_supported_element_type(t: Attribute) -> bool:
+    if is_float(t):
+        return True
+    return (
+        isinstance(t, IntegerType)
+        and t.width.data in (1, 32, 64)
+        and t.signedness.data == Signedness.SIGNLESS
+    )
+
+
+def tensor_type(value: SSAValue | Attribute) -> TensorType[Attribute]:
+    t = value.type if isinstance(value, SSAValue) else value
+    assert isinstance(t, TensorType)
+    return t  # pyright: ignore[reportUnknownVariableType]
+
+
+def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
+    return tuple(tensor_type(value).get_shape())
+
+
+def dtype_of(value: SSAValue | Attribute) -> Attribute:
+    return tensor_type(value).element_type
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """Torch's broadcasting of shapes, or None when they do not broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[int] = []
+    for i in range(rank):
+        size = 1
+        for s in shapes:
+            d = s[i - rank + len(s)] if i - rank + len(s) >= 0 else 1
+            if d == 1:
+                continue
+            if size not in (1, d):
+                return None
+            size = d
+        out.append(size)
+    return tuple(out)
+
+
+def reduced_shape(shape: Sequence[int], dims: Sequence[int], keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if i in dims else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in dims)
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _check_tensor(value: SSAValue, what: str) -> TensorType[Attribute]:
+    t = value.type
+    if not isinstance(t, TensorType):
+        raise VerifyException(f"expected {what} to be a ranked tensor, found {t}")
+    if any(d < 0 for d in t.get_shape()):
+        raise VerifyException(f"expected {what} to have a static shape, found {t}")
+    if not is_supported_element_type(t.element_type):
+        raise VerifyException(
+            f"expected {what} element type to be one of {DTYPE_NAMES}, found {t.element_type}"
+        )
+    return t  # pyright: ignore[reportUnknownVariableType]
+
+
+def _check_same_dtype(values: Sequence[SSAValue], what: str) -> None:
+    dtypes = [dtype_of(v) for v in values]
+    if any(d != dtypes[0] for d in dtypes):
+        raise VerifyException(
+            f"expected {what} to have the same element type, found "
+            + ", ".join(str(d) for d in dtypes)
+        )
+
+
+def _check_dims(dims: Sequence[int], rank: int, what: str = "dims") -> None:
+    for d in dims:
+        if not 0 <= d < rank:
+            raise VerifyException(f"expected {what} in [0, {rank}), found {d}")
+    if len(set(dims)) != len(dims):
+        raise VerifyException(f"expected {what} to be unique, found {list(dims)}")
+
+
+def _check_result_shape(op: Operation, expected: Sequence[int]) -> None:
+    found = shape_of(op.results[0])
+    if tuple(expected) != found:
+        raise VerifyException(
+            f"expected result shape {fmt_shape(expected)}, found {fmt_shape(found)}"
+        )
+
+
+def _ints(attr: DenseArrayBase[IntegerType]) -> tuple[int, ...]:
+    return tuple(int(x) for x in attr.get_values())
+
+
+def _i64_array(values: Sequence[int]) -> DenseArrayBase:  # pyright: ignore[reportMissingTypeArgument]
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts
+# ---------------------------------------------------------------------------------------------
+
+
+def op_facts(op: type[Operation] | Operation) -> OpFacts:
+    """The facts a graph op class declares (see `xfuse.dialects.facts`); none for other ops."""
+    cls = op if isinstance(op, type) else type(op)
+    facts = getattr(cls, "FACTS", None)
+    return facts if isinstance(facts, OpFacts) else OpFacts()

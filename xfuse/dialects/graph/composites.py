@@ -1,0 +1,352 @@
+"""Composite ops: softmax, log-softmax, layer and RMS norm, GELU, SiLU and variance, kept whole
+by the importer; `decompose` rewrites them into the primitives of the other families."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    DenseArrayBase,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Operation, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.irdl.operations import AttrSizedOperandSegments
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+from xfuse.dialects.facts import (
+    Fuzz,
+    OpFacts,
+)
+from xfuse.dialects.graph.base import (
+    Composite,
+    _check_dims,
+    _check_result_shape,
+    _check_same_dtype,
+    _check_tensor,
+    _i64_array,
+    _ints,
+    dtype_of,
+    fmt_shape,
+    is_float,
+    reduced_shape,
+    shape_of,
+)
+from xfuse.dialects.graph.elementwise import FloatUnaryOp
+
+
+class _DimCompositeOp(IRDLOperation):
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    dim = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure(), Composite())
+    assembly_format = "$input `dim` `=` $dim attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation, dim: int):
+        input = SSAValue.get(input)
+        rank = len(shape_of(input))
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={"dim": IntegerAttr(dim % rank if rank else 0, i64)},
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        if not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        _check_dims([self.axis], max(1, len(t.get_shape())), "dim")
+
+
+@irdl_op_definition
+class SoftmaxOp(_DimCompositeOp):
+    """Softmax along `dim`. `%y = graph.softmax %x dim = 1 : tensor<4x8xf32>`"""
+
+    name = "graph.softmax"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.softmax.int", "aten._softmax.default"),
+        fuzz=Fuzz.drawn_by("normalization"),
+    )
+
+
+@irdl_op_definition
+class LogSoftmaxOp(_DimCompositeOp):
+    """Log-softmax along `dim`. `%y = graph.log_softmax %x dim = 1 : tensor<4x8xf32>`"""
+
+    name = "graph.log_softmax"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.log_softmax.int", "aten._log_softmax.default"),
+        fuzz=Fuzz.drawn_by("normalization"),
+    )
+
+
+class _NormOp(IRDLOperation):
+    """Normalisation over the last `rank` dims with optional affine weight (and bias)."""
+
+    @property
+    def normalized_rank(self) -> int:
+        rank = self.properties["rank"]
+        assert isinstance(rank, IntegerAttr)
+        return rank.value.data
+
+    @property
+    def epsilon(self) -> float:
+        eps = self.properties["eps"]
+        assert isinstance(eps, FloatAttr)
+        return eps.value.data
+
+    def _check_norm(self, affine: Sequence[SSAValue | None]) -> None:
+        t = _check_tensor(self.operands[0], "operand")
+        if not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        shape, r = t.get_shape(), self.normalized_rank
+
+        if not 1 <= r <= len(shape):
+            raise VerifyException(f"expected rank in [1, {len(shape)}], found {r}")
+        normalized = tuple(shape[len(shape) - r :])
+        for name, v in zip(("weight", "bias"), affine, strict=False):
+            if v is None:
+                continue
+            _check_tensor(v, name)
+            if shape_of(v) != normalized:
+                raise VerifyException(
+                    f"expected {name} of shape {fmt_shape(normalized)}, found {fmt_shape(shape_of(v))}"
+                )
+            if dtype_of(v) != t.element_type:
+                raise VerifyException(
+                    f"expected {name} of element type {t.element_type}, found {dtype_of(v)}"
+                )
+
+
+@irdl_op_definition
+class LayerNormOp(_NormOp):
+    """Layer normalisation over the last `rank` dims.
+    `%y = graph.layer_norm %x weight(%w : tensor<8xf32>) bias(%b : tensor<8xf32>) rank = 1 eps = 1.0e-05 : tensor<4x8xf32>`"""
+
+    name = "graph.layer_norm"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.layer_norm.default", "aten.native_layer_norm.default"),
+        fuzz=Fuzz.drawn_by("normalization"),
+    )
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    weight = opt_operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    result = result_def(T)
+    rank = prop_def(IntegerAttr[I64])
+    eps = prop_def(FloatAttr[Float64Type])
+    traits = traits_def(Pure(), Composite())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = (
+        "$input (`weight` `(` $weight^ `:` type($weight) `)`)? "
+        "(`bias` `(` $bias^ `:` type($bias) `)`)? `rank` `=` $rank `eps` `=` $eps "
+        "attr-dict `:` type($input)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        rank: int,
+        eps: float,
+        weight: SSAValue | Operation | None = None,
+        bias: SSAValue | Operation | None = None,
+    ):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[
+                input,
+                [SSAValue.get(weight)] if weight is not None else [],
+                [SSAValue.get(bias)] if bias is not None else [],
+            ],
+            result_types=[input.type],
+            properties={"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())},
+        )
+
+    def verify_(self) -> None:
+        self._check_norm([self.weight, self.bias])
+
+
+@irdl_op_definition
+class RMSNormOp(_NormOp):
+    """RMS normalisation over the last `rank` dims.
+    `%y = graph.rms_norm %x weight(%w : tensor<8xf32>) rank = 1 eps = 1.0e-06 : tensor<4x8xf32>`"""
+
+    name = "graph.rms_norm"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.rms_norm.default",),
+        fuzz=Fuzz.drawn_by("normalization"),
+    )
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    weight = opt_operand_def(TensorType)
+    result = result_def(T)
+    rank = prop_def(IntegerAttr[I64])
+    eps = prop_def(FloatAttr[Float64Type])
+    traits = traits_def(Pure(), Composite())
+    assembly_format = (
+        "$input (`weight` `(` $weight^ `:` type($weight) `)`)? `rank` `=` $rank `eps` `=` $eps "
+        "attr-dict `:` type($input)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        rank: int,
+        eps: float,
+        weight: SSAValue | Operation | None = None,
+    ):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input, [SSAValue.get(weight)] if weight is not None else []],
+            result_types=[input.type],
+            properties={"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())},
+        )
+
+    def verify_(self) -> None:
+        self._check_norm([self.weight])
+
+
+@irdl_op_definition
+class GeluOp(IRDLOperation):
+    """GELU, exact (erf) or `approximate = "tanh"`.
+    `%y = graph.gelu %x approximate = "tanh" : tensor<4xf32>`"""
+
+    name = "graph.gelu"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.gelu.default",),
+        fuzz=Fuzz.unary("F.gelu"),
+    )
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    approximate = prop_def(StringAttr)
+    traits = traits_def(Pure(), Composite())
+    assembly_format = "$input `approximate` `=` $approximate attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation, approximate: str = "none"):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={"approximate": StringAttr(approximate)},
+        )
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        if not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        if self.approximate.data not in ("none", "tanh"):
+            raise VerifyException(
+                f'expected approximate to be "none" or "tanh", found "{self.approximate.data}"'
+            )
+
+
+@irdl_op_definition
+class SiluOp(FloatUnaryOp):
+    """x * sigmoid(x). `%y = graph.silu %x : tensor<4xf32>`"""
+
+    name = "graph.silu"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.nn.functional.silu",
+        aten=("aten.silu.default",),
+        fuzz=Fuzz.unary("F.silu"),
+    )
+    traits = traits_def(Pure(), Composite())
+
+
+@irdl_op_definition
+class VarOp(IRDLOperation):
+    """Variance over `dims` with Bessel's `correction` (torch.var).
+    `%y = graph.var %x dims = [1] correction = 1 keepdim : tensor<4x8xf32> -> tensor<4x1xf32>`"""
+
+    name = "graph.var"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.var.dim", "aten.var.correction", "aten.var.default"),
+        fuzz=Fuzz.reduction("var"),
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dims = prop_def(DenseArrayBase[I64])
+    correction = prop_def(IntegerAttr[I64])
+    keepdim = opt_prop_def(UnitAttr)
+    traits = traits_def(Pure(), Composite())
+    assembly_format = (
+        "$input `dims` `=` $dims `correction` `=` $correction (`keepdim` $keepdim^)? attr-dict "
+        "`:` type($input) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        dims: Sequence[int],
+        correction: int = 1,
+        keepdim: bool = False,
+    ):
+        input = SSAValue.get(input)
+        rank = len(shape_of(input))
+        dims = sorted(d % rank for d in dims) if rank else []
+        super().__init__(
+            operands=[input],
+            result_types=[
+                TensorType(dtype_of(input), reduced_shape(shape_of(input), dims, keepdim))
+            ],
+            properties={
+                "dims": _i64_array(dims),
+                "correction": IntegerAttr(correction, i64),
+                "keepdim": UnitAttr() if keepdim else None,
+            },
+        )
+
+    @property
+    def reduce_dims(self) -> tuple[int, ...]:
+        return _ints(self.dims)
+
+    @property
+    def keeps_dims(self) -> bool:
+        return self.keepdim is not None
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        if not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        _check_dims(self.reduce_dims, len(t.get_shape()))
+        _check_result_shape(self, reduced_shape(t.get_shape(), self.reduce_dims, self.keeps_dims))
+
+
+COMPOSITE_OPS: tuple[type[IRDLOperation], ...] = (
+    SoftmaxOp,
+    LogSoftmaxOp,
+    LayerNormOp,
+    RMSNormOp,
+    GeluOp,
+    SiluOp,
+    VarOp,
+)
+"""The composite ops, in the `Graph` dialect's op list."""

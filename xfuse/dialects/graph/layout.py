@@ -1,0 +1,591 @@
+"""Layout and indexing ops: broadcast, reshape, permute, slice, concat, gather, and the index
+arithmetic of iota, flip and roll."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    DenseArrayBase,
+    IntegerAttr,
+    IntegerType,
+    TensorType,
+    UnitAttr,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+from xfuse.dialects.facts import (
+    Fuzz,
+    OpFacts,
+)
+from xfuse.dialects.graph.base import (
+    Broadcast,
+    Elementwise,
+    Injective,
+    _check_dims,
+    _check_result_shape,
+    _check_same_dtype,
+    _check_tensor,
+    _i64_array,
+    _ints,
+    dtype_of,
+    fmt_shape,
+    numel,
+    op_kind,
+    shape_of,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Broadcast
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class BroadcastInDimOp(IRDLOperation):
+    """Broadcast: operand dim i becomes result dim dims[i] (size 1 or equal); other result
+    dims are new. `%y = graph.broadcast_in_dim %x dims = [1] : tensor<4xf32> -> tensor<3x4xf32>`"""
+
+    name = "graph.broadcast_in_dim"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.expand.default",),
+        fuzz=Fuzz.drawn_by("layout_op"),
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dims = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Broadcast())
+    assembly_format = "$input `dims` `=` $dims attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, shape: Sequence[int], dims: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), shape)],
+            properties={"dims": _i64_array(dims)},
+        )
+
+    @property
+    def dim_map(self) -> tuple[int, ...]:
+        return _ints(self.dims)
+
+    def verify_(self) -> None:
+        src = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        dims = self.dim_map
+        in_shape, out_shape = src.get_shape(), shape_of(self.result)
+        if len(dims) != len(in_shape):
+            raise VerifyException(
+                f"expected {len(in_shape)} dims (the operand's rank), found {len(dims)}"
+            )
+        _check_dims(dims, len(out_shape))
+        if list(dims) != sorted(dims):
+            raise VerifyException(f"expected increasing dims, found {list(dims)}")
+        for i, d in enumerate(dims):
+            if in_shape[i] not in (1, out_shape[d]):
+                raise VerifyException(
+                    f"operand dim {i} of size {in_shape[i]} cannot broadcast to result dim "
+                    f"{d} of size {out_shape[d]}"
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout (injective) ops
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ReshapeOp(IRDLOperation):
+    """Row-major reshape (torch's view/reshape on a contiguous tensor).
+    `%y = graph.reshape %x : tensor<4x8xf32> -> tensor<32xf32>`"""
+
+    name = "graph.reshape"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=(
+            "aten.view.default",
+            "aten.reshape.default",
+            "aten._unsafe_view.default",
+            "aten.unsqueeze.default",
+            "aten.squeeze.default",
+            "aten.squeeze.dim",
+            "aten.squeeze.dims",
+            "aten.flatten.using_ints",
+        ),
+        fuzz=Fuzz.drawn_by("layout_op"),
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, shape: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(operands=[input], result_types=[TensorType(dtype_of(input), shape)])
+
+    def verify_(self) -> None:
+        _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        n_in, n_out = numel(shape_of(self.input)), numel(shape_of(self.result))
+        if n_in != n_out:
+            raise VerifyException(
+                f"expected the result to have {n_in} elements like the operand, found {n_out}"
+            )
+
+
+@irdl_op_definition
+class PermuteOp(IRDLOperation):
+    """Dim permutation: result dim i is operand dim perm[i].
+    `%y = graph.permute %x perm = [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>`"""
+
+    name = "graph.permute"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.permute.default",),
+        fuzz=Fuzz.drawn_by("layout_op"),
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    perm = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$input `perm` `=` $perm attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue | Operation, perm: Sequence[int]):
+        input = SSAValue.get(input)
+        shape = [shape_of(input)[p] for p in perm]
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), shape)],
+            properties={"perm": _i64_array(perm)},
+        )
+
+    @property
+    def permutation(self) -> tuple[int, ...]:
+        return _ints(self.perm)
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        perm, shape = self.permutation, t.get_shape()
+        if sorted(perm) != list(range(len(shape))):
+            raise VerifyException(
+                f"expected a permutation of [0, {len(shape)}), found {list(perm)}"
+            )
+        _check_result_shape(self, [shape[p] for p in perm])
+
+
+@irdl_op_definition
+class SliceOp(IRDLOperation):
+    """Strided slice, per dim `start:limit:stride` (stride > 0).
+    `%y = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>`"""
+
+    name = "graph.slice"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.slice.Tensor",),
+        fuzz=Fuzz.drawn_by("layout_op"),
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    start = prop_def(DenseArrayBase[I64])
+    limit = prop_def(DenseArrayBase[I64])
+    stride = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = (
+        "$input `start` `=` $start `limit` `=` $limit `stride` `=` $stride attr-dict "
+        "`:` type($input) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        start: Sequence[int],
+        limit: Sequence[int],
+        stride: Sequence[int],
+    ):
+        input = SSAValue.get(input)
+        shape = slice_shape(start, limit, stride)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), shape)],
+            properties={
+                "start": _i64_array(start),
+                "limit": _i64_array(limit),
+                "stride": _i64_array(stride),
+            },
+        )
+
+    @property
+    def bounds(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        return _ints(self.start), _ints(self.limit), _ints(self.stride)
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        shape = t.get_shape()
+        start, limit, stride = self.bounds
+        for name, arr in (("start", start), ("limit", limit), ("stride", stride)):
+            if len(arr) != len(shape):
+                raise VerifyException(
+                    f"expected {len(shape)} {name} values (the operand's rank), found {len(arr)}"
+                )
+        for i, (s, e, k) in enumerate(zip(start, limit, stride, strict=True)):
+            if k <= 0:
+                raise VerifyException(f"expected a positive stride in dim {i}, found {k}")
+            if not 0 <= s <= e <= shape[i]:
+                raise VerifyException(
+                    f"expected 0 <= start <= limit <= {shape[i]} in dim {i}, found {s}:{e}"
+                )
+        _check_result_shape(self, slice_shape(start, limit, stride))
+
+
+def slice_shape(
+    start: Sequence[int], limit: Sequence[int], stride: Sequence[int]
+) -> tuple[int, ...]:
+    return tuple(max(0, (e - s + k - 1) // k) for s, e, k in zip(start, limit, stride, strict=True))
+
+
+@irdl_op_definition
+class ConcatOp(IRDLOperation):
+    """Concatenation along `dim`.
+    `%y = graph.concat %a, %b dim = 0 : tensor<2x4xf32>, tensor<3x4xf32> -> tensor<5x4xf32>`"""
+
+    name = "graph.concat"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.cat.default",),
+        fuzz=Fuzz.drawn_by("concat"),
+    )
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$inputs `dim` `=` $dim attr-dict `:` type($inputs) `->` type($result)"
+
+    def __init__(self, inputs: Sequence[SSAValue | Operation], dim: int):
+        values = [SSAValue.get(v) for v in inputs]
+        shape = list(shape_of(values[0]))
+        shape[dim] = sum(shape_of(v)[dim] for v in values)
+        super().__init__(
+            operands=[values],
+            result_types=[TensorType(dtype_of(values[0]), shape)],
+            properties={"dim": IntegerAttr(dim, i64)},
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    def verify_(self) -> None:
+        if not self.inputs:
+            raise VerifyException("expected at least one operand")
+        types = [_check_tensor(v, f"operand {i}") for i, v in enumerate(self.inputs)]
+        _check_tensor(self.result, "result")
+        _check_same_dtype([*self.inputs, self.result], "operands and result")
+        rank = len(types[0].get_shape())
+        if not 0 <= self.axis < rank:
+            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        first = types[0].get_shape()
+        for i, t in enumerate(types):
+            s = t.get_shape()
+            if len(s) != rank or any(
+                a != b for j, (a, b) in enumerate(zip(s, first, strict=True)) if j != self.axis
+            ):
+                raise VerifyException(
+                    f"expected operand {i} of shape {fmt_shape(s)} to match "
+                    f"{fmt_shape(first)} outside dim {self.axis}"
+                )
+        shape = list(first)
+        shape[self.axis] = sum(t.get_shape()[self.axis] for t in types)
+        _check_result_shape(self, shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gather: indexing with computed indices
+# ---------------------------------------------------------------------------------------------
+
+
+INDEX_DTYPES = ("i32", "i64")
+"""The element types of an index tensor (torch indexes with int32 and int64 tensors)."""
+
+
+@irdl_op_definition
+class GatherOp(IRDLOperation):
+    """Indirect load: `k` index tensors pick table dims `dim .. dim+k-1`, and the result has
+    one dim in their place: `result[p] = table[p[:dim], i0[p], .., ik-1[p], p[dim+1:]]`. Each
+    index tensor broadcasts to the result (every dim of size 1 or the result's); so does the
+    table outside the indexed dims (a dim of size 1 is read at 0, a larger one at `p`, as
+    torch.gather reads an input larger than its index). An index must lie in `[0, n)` (`n`
+    the size of the dim it indexes), or in `[-n, n)` with `wrap` (a negative one counts from
+    the end, as `x[idx]` does); any other raises like eager (`index out of range in self`).
+    embedding, index_select, gather and advanced indexing are this op between reshapes and
+    broadcasts.
+    `%y = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x4xf32>`"""
+
+    name = "graph.gather"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=(
+            "aten.gather.default",
+            "aten.embedding.default",
+            "aten.index_select.default",
+            "aten.index.Tensor",
+        ),
+        fuzz=Fuzz.drawn_by("gather"),
+        without={"torch": "OWN_IMPLS (checks every index like eager, then indexes)"},
+    )
+    table = operand_def(TensorType)
+    indices = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    wrap = opt_prop_def(UnitAttr)
+    traits = traits_def(Pure(), Injective())
+    assembly_format = (
+        "$table `[` $indices `]` `dim` `=` $dim (`wrap` $wrap^)? attr-dict `:` type($table) `,` "
+        "type($indices) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        table: SSAValue | Operation,
+        indices: Sequence[SSAValue | Operation],
+        dim: int,
+        shape: Sequence[int],
+        wrap: bool = False,
+    ):
+        table = SSAValue.get(table)
+        super().__init__(
+            operands=[table, [SSAValue.get(i) for i in indices]],
+            result_types=[TensorType(dtype_of(table), shape)],
+            properties={"dim": IntegerAttr(dim, i64), "wrap": UnitAttr() if wrap else None},
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    @property
+    def wraps(self) -> bool:
+        return self.wrap is not None
+
+    def table_dim(self, m: int) -> int:
+        """The table dim that result dim `m` (not the indexed one) reads."""
+        return m if m < self.axis else m + len(self.indices) - 1
+
+    def verify_(self) -> None:
+        table = _check_tensor(self.table, "table").get_shape()
+        out = _check_tensor(self.result, "result").get_shape()
+        _check_same_dtype([self.table, self.result], "table and result")
+        k, rank = len(self.indices), len(out)
+        if k == 0:
+            raise VerifyException("expected at least one index tensor")
+        if rank == 0 or len(table) != rank + k - 1:
+            raise VerifyException(
+                f"expected a table of rank {rank + k - 1} (the result's rank {rank} + "
+                f"{k - 1}) and a result of rank >= 1, found {len(table)}"
+            )
+        if not 0 <= self.axis < rank:
+            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        for j, v in enumerate(self.indices):
+            shape = _check_tensor(v, f"index {j}").get_shape()
+            if str(dtype_of(v)) not in INDEX_DTYPES:
+                raise VerifyException(f"expected index {j} of type i32 or i64, found {dtype_of(v)}")
+            if len(shape) != rank or any(a not in (1, b) for a, b in zip(shape, out, strict=True)):
+                raise VerifyException(
+                    f"index {j} of shape {fmt_shape(shape)} does not broadcast to the result "
+                    f"shape {fmt_shape(out)}"
+                )
+        for m in range(rank):
+            size = table[self.table_dim(m)]
+            if m != self.axis and size != 1 and size < out[m]:
+                raise VerifyException(
+                    f"table dim {self.table_dim(m)} of size {size} is smaller than result "
+                    f"dim {m} of size {out[m]} (it must be 1 or at least as large)"
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+# Index arithmetic: arange, flip, roll
+# ---------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class IotaOp(IRDLOperation):
+    """Integers counting along `dim`: the element at index i is `start + i[dim] * step`, the
+    same along the other dims (torch.arange, broadcast). No operands: a kernel computes it
+    from the loop index. `%y = graph.iota dim = 0 start = 2 step = 3 : tensor<4xi64>`"""
+
+    name = "graph.iota"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.arange.start_step", "aten.arange.start", "aten.arange.default"),
+        fuzz=Fuzz.drawn_by("index_op"),
+        without={"scalar": "lower-to-loops computes it from the loop index"},
+    )
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    start = prop_def(IntegerAttr[I64])
+    step = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = (
+        "`dim` `=` $dim `start` `=` $start `step` `=` $step attr-dict `:` type($result)"
+    )
+
+    def __init__(self, result_type: Attribute, dim: int = 0, start: int = 0, step: int = 1):
+        super().__init__(
+            result_types=[result_type],
+            properties={
+                "dim": IntegerAttr(dim, i64),
+                "start": IntegerAttr(start, i64),
+                "step": IntegerAttr(step, i64),
+            },
+        )
+
+    @property
+    def axis(self) -> int:
+        return self.dim.value.data
+
+    @property
+    def counting(self) -> tuple[int, int]:
+        """(start, step)."""
+        return self.start.value.data, self.step.value.data
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.result, "result")
+        if not isinstance(t.element_type, IntegerType) or t.element_type == i1:
+            raise VerifyException(f"expected an i32 or i64 result, found {t.element_type}")
+        rank = len(t.get_shape())
+        if not 0 <= self.axis < rank:
+            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        if self.counting[1] == 0:
+            raise VerifyException("expected a non-zero step")
+
+
+@irdl_op_definition
+class FlipOp(IRDLOperation):
+    """Reverses the order of the elements along `dims` (torch.flip).
+    `%y = graph.flip %x dims = [1] : tensor<4x8xf32>`"""
+
+    name = "graph.flip"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.flip.default",),
+        fuzz=Fuzz.drawn_by("index_op"),
+    )
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    dims = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$input `dims` `=` $dims attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation, dims: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input], result_types=[input.type], properties={"dims": _i64_array(dims)}
+        )
+
+    @property
+    def flipped(self) -> tuple[int, ...]:
+        return _ints(self.dims)
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_dims(self.flipped, len(t.get_shape()))
+
+
+@irdl_op_definition
+class RollOp(IRDLOperation):
+    """Rotates the elements along each of `dims` by its `shifts` (torch.roll with dims): the
+    element at i comes from (i - shift) mod n.
+    `%y = graph.roll %x shifts = [2] dims = [1] : tensor<4x8xf32>`"""
+
+    name = "graph.roll"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=("aten.roll.default",),
+        fuzz=Fuzz.drawn_by("index_op"),
+    )
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+    shifts = prop_def(DenseArrayBase[I64])
+    dims = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = "$input `shifts` `=` $shifts `dims` `=` $dims attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue | Operation, shifts: Sequence[int], dims: Sequence[int]):
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={"shifts": _i64_array(shifts), "dims": _i64_array(dims)},
+        )
+
+    @property
+    def rolled(self) -> tuple[tuple[int, int], ...]:
+        """(dim, shift) pairs."""
+        return tuple(zip(_ints(self.dims), _ints(self.shifts), strict=True))
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        dims, shifts = _ints(self.dims), _ints(self.shifts)
+        if len(dims) != len(shifts):
+            raise VerifyException(
+                f"expected as many shifts as dims, found {len(shifts)} and {len(dims)}"
+            )
+        _check_dims(dims, len(t.get_shape()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Views
+# ---------------------------------------------------------------------------------------------
+
+
+STRIDED_VIEWS: tuple[type[Operation], ...] = (ReshapeOp, PermuteOp, SliceOp)
+"""Layout ops torch computes as a view of a strided tensor (`reshape` copies where the strides
+allow no view). Outside groups, where only externs (and the return) read them, the runtime runs
+them as torch views: no kernel, and an extern output's own strides (the CPU flash attention's
+(B, S, H, D) layout) may make the view free."""
+
+
+def read_only_by_externs(op: Operation, *, or_return: bool = False) -> bool:
+    """Whether every reader of `op`'s results is an extern (or, with `or_return`, the return),
+    looking through readers that are `STRIDED_VIEWS` themselves."""
+    for result in op.results:
+        for use in result.uses:
+            user = use.operation
+            if op_kind(user) == "extern" or (or_return and user.name == "func.return"):
+                continue
+            if not isinstance(user, STRIDED_VIEWS) or not read_only_by_externs(
+                user, or_return=or_return
+            ):
+                return False
+    return True
+
+
+LAYOUT_OPS: tuple[type[IRDLOperation], ...] = (
+    BroadcastInDimOp,
+    ReshapeOp,
+    PermuteOp,
+    SliceOp,
+    ConcatOp,
+    GatherOp,
+    IotaOp,
+    FlipOp,
+    RollOp,
+)
+"""The layout and indexing ops, in the `Graph` dialect's op list."""

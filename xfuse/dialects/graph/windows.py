@@ -1,0 +1,442 @@
+"""Window ops: padding (constant, reflect, replicate), pooling (windowed reductions) and the
+patches of a convolution's windows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    DenseArrayBase,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    i1,
+    i64,
+)
+from xdsl.ir import Operation, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+from xfuse.dialects.facts import (
+    Fuzz,
+    OpFacts,
+)
+from xfuse.dialects.graph.base import (
+    Injective,
+    _check_result_shape,
+    _check_same_dtype,
+    _check_tensor,
+    _i64_array,
+    _ints,
+    dtype_of,
+    fmt_shape,
+    is_float,
+    shape_of,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Padding
+# ---------------------------------------------------------------------------------------------
+
+
+PAD_MODES = ("constant", "reflect", "replicate")
+
+
+@irdl_op_definition
+class PadOp(IRDLOperation):
+    """Padding by `low` / `high` elements per dim (negative: cropping): with the element
+    `value` (`mode = "constant"`), the input mirrored without repeating the edge (`"reflect"`)
+    or its edge repeated (`"replicate"`). Never reads outside the input.
+    `%y = graph.pad %x low = [0, 1] high = [0, -1] mode = "constant" value = 0.0 : f64 : tensor<4x8xf32> -> tensor<4x8xf32>`"""
+
+    name = "graph.pad"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=(
+            "aten.constant_pad_nd.default",
+            "aten.reflection_pad1d.default",
+            "aten.reflection_pad2d.default",
+            "aten.reflection_pad3d.default",
+            "aten.replication_pad1d.default",
+            "aten.replication_pad2d.default",
+            "aten.replication_pad3d.default",
+        ),
+        fuzz=Fuzz.drawn_by("pad"),
+        without={"scalar": "lower-to-loops emits it: a clamped or reflected index, a select"},
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    low = prop_def(DenseArrayBase[I64])
+    high = prop_def(DenseArrayBase[I64])
+    mode = prop_def(StringAttr)
+    value = prop_def(FloatAttr)
+    traits = traits_def(Pure(), Injective())
+    assembly_format = (
+        "$input `low` `=` $low `high` `=` $high `mode` `=` $mode `value` `=` $value attr-dict "
+        "`:` type($input) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        low: Sequence[int],
+        high: Sequence[int],
+        mode: str = "constant",
+        value: float = 0.0,
+    ):
+        input = SSAValue.get(input)
+        shape = pad_shape(shape_of(input), low, high)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), shape)],
+            properties={
+                "low": _i64_array(low),
+                "high": _i64_array(high),
+                "mode": StringAttr(mode),
+                "value": FloatAttr(float(value), Float64Type()),
+            },
+        )
+
+    @property
+    def pads(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return _ints(self.low), _ints(self.high)
+
+    @property
+    def fill(self) -> float:
+        return self.value.value.data
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        shape, (low, high) = t.get_shape(), self.pads
+        for name, arr in (("low", low), ("high", high)):
+            if len(arr) != len(shape):
+                raise VerifyException(
+                    f"expected {len(shape)} {name} values (the operand's rank), found {len(arr)}"
+                )
+        mode = self.mode.data
+        if mode not in PAD_MODES:
+            raise VerifyException(f'expected mode in {list(PAD_MODES)}, found "{mode}"')
+        for i, (n, lo, hi) in enumerate(zip(shape, low, high, strict=True)):
+            if n + lo + hi < 0:
+                raise VerifyException(f"expected a size >= 0 in dim {i}, found {n + lo + hi}")
+            if mode == "reflect" and (lo >= n or hi >= n) and (lo > 0 or hi > 0):
+                raise VerifyException(
+                    f"expected reflect padding below the size {n} of dim {i}, found {lo}, {hi}"
+                )
+            if mode == "replicate" and n == 0 and (lo > 0 or hi > 0):
+                raise VerifyException(f"expected a non-empty dim {i} to replicate")
+        if not isinstance(self.value.type, Float64Type):
+            raise VerifyException(f"expected an f64 value, found {self.value.type}")
+        fill = self.fill
+        if not is_float(t.element_type) and fill == fill and fill != int(fill):
+            raise VerifyException(f"expected an integral value for {t.element_type}, found {fill}")
+        _check_result_shape(self, pad_shape(shape, low, high))
+
+
+def pad_shape(shape: Sequence[int], low: Sequence[int], high: Sequence[int]) -> tuple[int, ...]:
+    return tuple(n + lo + hi for n, lo, hi in zip(shape, low, high, strict=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling and patches
+# ---------------------------------------------------------------------------------------------
+
+
+POOL_KINDS = ("max", "avg", "argmax")
+
+
+@irdl_op_definition
+class PoolOp(IRDLOperation):
+    """Max, average or argmax over windows of the trailing `len(kernel)` dims (1 to 3), torch's
+    max_pool / avg_pool: window `o` of a dim starts at `o * stride - padding` and takes `kernel`
+    elements `dilation` apart; elements outside the input are skipped (max propagates NaN). An
+    output one longer than the floor formula is torch's ceil_mode. Average divides by
+    `divisor`, else by the window's size clipped to the padded input (`count_include_pad`) or
+    to the input. Argmax is max_pool's indices (i64): the row-major position in the window
+    dims of the first maximum, or of the last NaN. With `adaptive` (torch's adaptive pools),
+    window `o` of a dim of size `n` pooled to `m` is [floor(o * n / m), ceil((o + 1) * n / m)),
+    `kernel` is the largest of them, the stride 1 and the padding 0.
+    `%y = graph.pool %x kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>`"""
+
+    name = "graph.pool"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        aten=(
+            "aten.max_pool2d_with_indices.default",
+            "aten.max_pool3d_with_indices.default",
+            "aten.avg_pool2d.default",
+            "aten.avg_pool3d.default",
+            "aten._adaptive_avg_pool2d.default",
+            "aten._adaptive_avg_pool3d.default",
+            "aten.adaptive_max_pool2d.default",
+            "aten.adaptive_max_pool3d.default",
+        ),
+        fuzz=Fuzz.drawn_by("pool"),
+        without={"scalar": "lower-to-loops emits it: the window unrolled or an scf.for nest"},
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kind = prop_def(StringAttr)
+    kernel = prop_def(DenseArrayBase[I64])
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    dilation = prop_def(DenseArrayBase[I64])
+    count_include_pad = opt_prop_def(UnitAttr)
+    divisor = opt_prop_def(IntegerAttr[I64])
+    adaptive = opt_prop_def(UnitAttr)
+    traits = traits_def(Pure(), Injective())
+    assembly_format = (
+        "$input `kind` `=` $kind `kernel` `=` $kernel `stride` `=` $stride `padding` `=` "
+        "$padding `dilation` `=` $dilation (`adaptive` $adaptive^)? "
+        "(`count_include_pad` $count_include_pad^)? "
+        "(`divisor` `=` $divisor^)? attr-dict `:` type($input) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        kind: str,
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor: int | None = None,
+        adaptive: Sequence[int] | None = None,
+    ):
+        """`adaptive`: the output sizes of an adaptive pool (kernel and the rest follow)."""
+        input = SSAValue.get(input)
+        shape = shape_of(input)
+        n = len(kernel) if adaptive is None else len(adaptive)
+        if adaptive is None:
+            spatial = pool_shape(shape[-n:], kernel, stride, padding, dilation, ceil_mode)
+        else:
+            spatial = tuple(adaptive)
+            kernel = [adaptive_window(i, o) for i, o in zip(shape[-n:], adaptive, strict=True)]
+            stride, padding, dilation = [1] * n, [0] * n, [1] * n
+        super().__init__(
+            operands=[input],
+            result_types=[
+                TensorType(
+                    i64 if kind == "argmax" else dtype_of(input),
+                    (*shape[: len(shape) - n], *spatial),
+                )
+            ],
+            properties={
+                "kind": StringAttr(kind),
+                "kernel": _i64_array(kernel),
+                "stride": _i64_array(stride),
+                "padding": _i64_array(padding),
+                "dilation": _i64_array(dilation),
+                "count_include_pad": (
+                    UnitAttr() if count_include_pad and kind == "avg" and adaptive is None else None
+                ),
+                "divisor": IntegerAttr(divisor, i64) if divisor is not None else None,
+                "adaptive": UnitAttr() if adaptive is not None else None,
+            },
+        )
+
+    @property
+    def window(self) -> tuple[tuple[int, ...], ...]:
+        """kernel, stride, padding, dilation."""
+        return (_ints(self.kernel), _ints(self.stride), _ints(self.padding), _ints(self.dilation))
+
+    @property
+    def divisor_value(self) -> int | None:
+        return self.divisor.value.data if self.divisor is not None else None
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        kind = self.kind.data
+        if kind != "argmax":
+            _check_same_dtype([self.input, self.result], "operand and result")
+        elif dtype_of(self.result) != i64:
+            raise VerifyException(
+                f"expected an i64 result for argmax, found {dtype_of(self.result)}"
+            )
+        if kind not in POOL_KINDS:
+            raise VerifyException(f'expected kind in {list(POOL_KINDS)}, found "{kind}"')
+        kernel, stride, padding, dilation = self.window
+        n, shape = len(kernel), t.get_shape()
+        if not 1 <= n <= min(3, len(shape)):
+            raise VerifyException(
+                f"expected 1 to {min(3, len(shape))} window dims (the operand's rank), found {n}"
+            )
+        for name, arr in (("stride", stride), ("padding", padding), ("dilation", dilation)):
+            if len(arr) != n:
+                raise VerifyException(
+                    f"expected {n} {name} values (the kernel's), found {len(arr)}"
+                )
+        for i, (k, s, p, d) in enumerate(zip(kernel, stride, padding, dilation, strict=True)):
+            if min(k, s, d) <= 0 or not 0 <= p <= k // 2:
+                raise VerifyException(
+                    f"expected kernel, stride, dilation > 0 and 0 <= padding <= kernel / 2 in "
+                    f"window dim {i}, found {k}, {s}, {d}, {p}"
+                )
+        if kind == "avg":
+            if any(d != 1 for d in dilation):
+                raise VerifyException(f"expected no dilation for avg, found {list(dilation)}")
+            if not is_float(t.element_type):
+                raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+            if self.divisor_value == 0:
+                raise VerifyException("expected a non-zero divisor")
+        elif self.divisor is not None or self.count_include_pad is not None:  # max, argmax
+            raise VerifyException(f"expected no divisor or count_include_pad for {kind}")
+        if t.element_type == i1:
+            raise VerifyException("expected a numeric operand, found i1")
+        lead, out = shape[: len(shape) - n], shape_of(self.result)
+        spatial = shape[len(shape) - n :]
+        if self.adaptive is not None:
+            self._verify_adaptive(spatial, out[len(out) - n :])
+            _check_result_shape(self, (*lead, *out[len(out) - n :]))
+            return
+        allowed = {
+            (*lead, *pool_shape(spatial, kernel, stride, padding, dilation, ceil))
+            for ceil in (False, True)
+        }
+        if out not in allowed:
+            raise VerifyException(
+                f"expected result shape {' or '.join(fmt_shape(s) for s in sorted(allowed))}, "
+                f"found {fmt_shape(out)}"
+            )
+
+    def _verify_adaptive(self, spatial: Sequence[int], out: Sequence[int]) -> None:
+        kernel, stride, padding, dilation = self.window
+        if any(s != 1 for s in stride) or any(padding) or any(d != 1 for d in dilation):
+            raise VerifyException("expected stride 1, padding 0, dilation 1 for an adaptive pool")
+        if self.divisor is not None or self.count_include_pad is not None:
+            raise VerifyException("expected no divisor or count_include_pad for an adaptive pool")
+        if 0 in spatial or 0 in out:
+            raise VerifyException("expected non-empty window dims for an adaptive pool")
+        want = [adaptive_window(i, o) for i, o in zip(spatial, out, strict=True)]
+        if list(kernel) != want:
+            raise VerifyException(
+                f"expected kernel {want} (the largest adaptive window), found {list(kernel)}"
+            )
+
+
+@irdl_op_definition
+class PatchesOp(IRDLOperation):
+    """The windows a 2-D convolution multiplies (im2col), one per output position, of a
+    `[C, H, W]` input: element `[oh, ow, c, i, j]` is `x[c, oh * sh + i - ph, ow * sw + j - pw]`,
+    0 outside the input. Seen as `[OH * OW, C * KH * KW]` (a reshape, no copy), it is the
+    matrix that the convolution's weight, seen as `[O, C * KH * KW]`, multiplies.
+    `%p = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<8x4x4xf32> -> tensor<2x2x8x3x3xf32>`"""
+
+    name = "graph.patches"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        fuzz=Fuzz.drawn_by("convolution"),
+        without={
+            "aten": "made by convolution-matmul from a batch-1 convolution with small patches",
+            "scalar": "lower-to-loops emits it: the input read at the window position, guarded",
+        },
+    )
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase[I64])
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), Injective())
+    assembly_format = (
+        "$input `kernel` `=` $kernel `stride` `=` $stride `padding` `=` $padding attr-dict "
+        "`:` type($input) `->` type($result)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+    ):
+        input = SSAValue.get(input)
+        channels, *spatial = shape_of(input)
+        out = pool_shape(spatial, kernel, stride, padding, (1, 1), False)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input), (*out, channels, *kernel))],
+            properties={
+                "kernel": _i64_array(kernel),
+                "stride": _i64_array(stride),
+                "padding": _i64_array(padding),
+            },
+        )
+
+    @property
+    def window(self) -> tuple[tuple[int, ...], ...]:
+        """kernel, stride, padding."""
+        return (_ints(self.kernel), _ints(self.stride), _ints(self.padding))
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        _check_same_dtype([self.input, self.result], "operand and result")
+        kernel, stride, padding = self.window
+        shape = t.get_shape()
+        if len(shape) != 3 or not len(kernel) == len(stride) == len(padding) == 2:
+            raise VerifyException(
+                f"expected a [C, H, W] operand and 2 kernel, stride and padding values, found "
+                f"{fmt_shape(shape)}, {list(kernel)}, {list(stride)}, {list(padding)}"
+            )
+        for i, (k, st, pd) in enumerate(zip(kernel, stride, padding, strict=True)):
+            if min(k, st) <= 0 or not 0 <= pd <= k // 2:
+                raise VerifyException(
+                    f"expected kernel, stride > 0 and 0 <= padding <= kernel / 2 in window dim "
+                    f"{i}, found {k}, {st}, {pd}"
+                )
+        out = pool_shape(shape[1:], kernel, stride, padding, (1, 1), False)
+        _check_result_shape(self, (*out, shape[0], *kernel))
+
+
+def adaptive_window(size: int, out: int) -> int:
+    """The largest window of an adaptive pool of `size` elements into `out`."""
+    return max(-(-(o + 1) * size // out) - o * size // out for o in range(out)) if out else 0
+
+
+def adaptive_bounds(o: int, size: int, out: int) -> tuple[int, int]:
+    """Window `o`'s [start, end) in an adaptive pool (torch's start_index / end_index)."""
+    return o * size // out, -(-(o + 1) * size // out)
+
+
+def pool_shape(
+    shape: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+) -> tuple[int, ...]:
+    """torch's pooling output size per window dim (at least 0): a last window that would
+    start in the right padding is dropped in ceil mode."""
+    out: list[int] = []
+    for n, k, s, p, d in zip(shape, kernel, stride, padding, dilation, strict=True):
+        span = n + 2 * p - d * (k - 1) - 1
+        size = (span + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (size - 1) * s >= n + p:
+            size -= 1
+        out.append(max(0, size))
+    return tuple(out)
+
+
+WINDOW_OPS: tuple[type[IRDLOperation], ...] = (
+    PadOp,
+    PoolOp,
+    PatchesOp,
+)
+"""The window ops, in the `Graph` dialect's op list."""
