@@ -1,7 +1,7 @@
 """
 CPU benchmark: torch eager, torch.compile (Inductor) and xfuse side by side, in one process.
 
-    python benchmarks/cpu.py [--runs 10] [--size 4096] [--write benchmarks/RESULTS.md]
+    python -m benchmarks.cpu [--runs 10] [--size 4096] [--write benchmarks/RESULTS.md]
 
 Cases: the pointwise chain gelu(x*w+b)*sigmoid(x), softmax, layernorm and RMSNorm (x of
 size x size f32, w and b per column), the bundled MLP and transformer block. For each: the
@@ -312,7 +312,7 @@ SECTION = "## CPU: eager vs Inductor vs xfuse"
 def write_section(path: Path, text: str) -> None:
     """Replace (or add) this benchmark's section of the results file; other sections stay."""
     old = path.read_text() if path.exists() else "# Benchmark results\n"
-    body = f"{SECTION}\n\n`python benchmarks/cpu.py --write {path}`\n\n{text}\n"
+    body = f"{SECTION}\n\n`python -m benchmarks.cpu --write {path}`\n\n{text}\n"
     if SECTION in old:
         before, rest = old.split(SECTION, 1)
         after = rest[rest.find("\n## ") :] if "\n## " in rest else ""

@@ -1,7 +1,7 @@
 """
 Whole models on the CPU: torch eager, torch.compile (Inductor) and xfuse side by side.
 
-    python benchmarks/cpu_models.py [--runs 50] [--models mlp,gpt2] [--no-inductor] [--profile]
+    python -m benchmarks.cpu_models [--runs 50] [--models mlp,gpt2] [--no-inductor] [--profile]
 
 Models: the bundled examples (MLP, transformer block, convnet) and small Hugging Face models
 built from configs with random weights (GPT-2 and BERT: 2 layers, width 128, 4 heads, 32

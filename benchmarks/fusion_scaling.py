@@ -3,7 +3,7 @@ How the fusion passes scale: synthetic `graph` programs of 1k, 10k and 100k ops 
 diamonds, transformer-like repeated blocks); prints the time of each pass per size, the time
 per op, and the groups formed. A benchmark, not a timed test.
 
-    python benchmarks/fusion_scaling.py [--sizes 1000,10000,100000] [--families chain,...]
+    python -m benchmarks.fusion_scaling [--sizes 1000,10000,100000] [--families chain,...]
 
 Targets (issue 3): 10k ops fused in under 2 s on one core, and the time per op at 100k no
 more than 1.5x that at 1k. Both the wall-clock and the CPU time of the pass are printed; the
