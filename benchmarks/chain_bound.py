@@ -1,6 +1,6 @@
 """
 How fast can the bf16 pointwise chain gelu(x*w+b)*sigmoid(x) run, with eager's values and
-without? (issue 17: ">= 92% of copy bandwidth in bf16").
+without, as a fraction of copy bandwidth?
 
 Hand-written Triton kernels of the chain at 16384x16384 bf16, each row of x scaled by w and
 shifted by b (as `benchmarks/gpu_kernels.py` times it), against eager, xfuse and a device copy:

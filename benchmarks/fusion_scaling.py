@@ -5,7 +5,7 @@ per op, and the groups formed. A benchmark, not a timed test.
 
     python -m benchmarks.fusion_scaling [--sizes 1000,10000,100000] [--families chain,...]
 
-Targets (issue 3): 10k ops fused in under 2 s on one core, and the time per op at 100k no
+The targets: 10k ops fused in under 2 s on one core, and the time per op at 100k no
 more than 1.5x that at 1k. Both the wall-clock and the CPU time of the pass are printed; the
 time per op and its ratio to 1k use CPU time, which a busy shared machine disturbs less
 (run under `taskset -c 0` to stay on one core).

@@ -81,7 +81,7 @@ class CPUKernel:
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
         if len(buffers) != self.arity:
             raise ValueError(f"kernel {self.name} takes {self.arity} buffers, got {len(buffers)}")
-        # `is_cpu`, not `device.type`: about 0.25 us less per buffer on every launch.
+        # `is_cpu`, not `device.type`: the cheaper check, per buffer on every launch.
         if not all([b.is_cpu and b.is_contiguous() for b in buffers]):
             i = next(i for i, b in enumerate(buffers) if not (b.is_cpu and b.is_contiguous()))
             raise ValueError(f"kernel {self.name}: buffer {i} is not a contiguous CPU tensor")

@@ -118,8 +118,9 @@ class Tuning(GPUMapping):
 
     rows_min_blocks: int = 0
     """Blocks of a `rows` kernel that must fit on an SM at once: ptxas caps registers so
-    (0: ptxas chooses). On an H100, forcing two blocks of 1024 threads (32 registers) made
-    layernorm spill and run 30% slower; ptxas's own choice was the fastest for all three."""
+    (0: ptxas chooses). Forcing two blocks of 1024 threads (32 registers) makes layernorm
+    spill and run slower; ptxas's own choice was the fastest for softmax, layernorm and RMSNorm
+    (`python -m benchmarks.cuda_tune`)."""
     elementwise_min_blocks: int = 0
     """Likewise for grid-stride kernels."""
 
@@ -258,7 +259,7 @@ class CUDAKernel:
         if any(p % POINTER_ALIGNMENT for p in pointers):
             self._call_misaligned(buffers)
             return
-        # torch's current stream, as a raw handle (a `torch.cuda.Stream` object costs ~6 us).
+        # torch's current stream, as a raw handle (cheaper than a `torch.cuda.Stream` object).
         stream = torch._C._cuda_getCurrentRawStream(device)  # pyright: ignore[reportAttributeAccessIssue]
         if stream == loaded.default_stream:
             self._launch(loaded, pointers)

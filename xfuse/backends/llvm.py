@@ -21,9 +21,9 @@ from xdsl.dialects.builtin import ModuleOp
 MASKED_INTERLEAVED = "-enable-masked-interleaved-mem-accesses"
 """The loop vectorizer may load a strided group of a loop under a condition as whole vectors
 and shuffle them apart (a masked interleaved group), where it would otherwise gather element
-by element. A stride-2 window with padding is such a loop: ResNet's max pool kernel went
-from 19.9 to 9.5 us, MobileNetV2's biggest depthwise kernel from 51 to 19 us, other kernels
-the same (measured kernel by kernel on a 2-core EPYC). Process wide, set once with the
+by element. A stride-2 window with padding is such a loop (ResNet's max pool, MobileNetV2's
+stride-2 depthwise convolutions: `python -m benchmarks.kernel_times`, benchmarks/RESULTS.md);
+no kernel is slower with it. Process wide, set once with the
 native target; NVPTX, which groups no interleaved accesses, is left as it was."""
 
 
@@ -44,15 +44,16 @@ FULL_WIDTH = "-prefer-256-bit"
 """Where the CPU has AVX-512, vectors of its full width. LLVM's tuning for Intel's AVX-512
 cores (Skylake-SP to Sapphire Rapids, and what a VM reports of them) prefers 256-bit vectors,
 so loops vectorized 8 wide in ymm registers, where Inductor's C++ (ATen's `Vectorized`)
-runs 16 wide: on a 2-core Xeon VM that LLVM names `rocketlake`, the bundled pointwise chain
-at 2048x2048 took 1.2-1.4x Inductor's time. AMD's Zen 4 tuning has no such preference."""
+runs 16 wide, and the bundled pointwise chain fell behind Inductor's on a Xeon VM that LLVM
+names `rocketlake` (benchmarks/RESULTS.md, the CPU section). AMD's Zen 4 tuning has no such
+preference."""
 
 
 @cache
 def host_cpu() -> tuple[str, str]:
     """This CPU's name and its features (AVX2, AVX-512, FMA, ...) as LLVM names them, vectors
-    of full width where it has AVX-512 (`FULL_WIDTH`): asked once (0.2 ms a time, and every
-    kernel a warm start loads made its own target machine)."""
+    of full width where it has AVX-512 (`FULL_WIDTH`): asked once per process (LLVM's query is
+    slow, and a warm start loads many kernels)."""
     features = llvm.get_host_cpu_features().flatten()
     if "+avx512f" in features.split(","):
         features += "," + FULL_WIDTH

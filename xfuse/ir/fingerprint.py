@@ -1,11 +1,11 @@
 """
-A module's text for keying it: what the printer shows, three times faster to make.
+A module's text for keying it: what the printer shows, faster to make than the printed text.
 
     key = sha256(fingerprint(module).encode())    # fingerprint(a) == fingerprint(b)
                                                   # only if str(a) == str(b)
 
 The fused-program cache keys an imported module by its content (`xfuse.api.fuse_and_lower`),
-and printing MobileNetV2's imported module took 55 ms of a warm start. The fingerprint walks
+and printing a large imported module was a large part of a warm start. The fingerprint walks
 what the generic printer prints (each op's name, operands, successors, properties, attributes,
 result types and regions, each block's argument types, each value's name hint) and prints
 each distinct attribute once (attributes are values: equal ones share their text); bytes

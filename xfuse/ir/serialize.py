@@ -14,9 +14,8 @@ outside it, so they are pickled already).
     data = dumps((module, {group: lowered}))
     module, lowered = loads(data)     # str(module) as before, uses and all
 
-Reading is far faster than parsing the IR's text (MobileNetV2's fused program with its
-lowered units: some 40 ms, where parsing the units alone took 0.8 s), which is what makes a
-cached program worth loading (`xfuse.api.fuse_and_lower`).
+Reading is far faster than parsing the IR's text, which is what makes a cached program worth
+loading (`xfuse.api.fuse_and_lower`).
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return FoldLinearPass
 
-    # channels-last convolutions (issue 17, layout)
     def channels_last() -> type[ModulePass]:
         from xfuse.passes.transforms.channels_last import ChannelsLastPass
 

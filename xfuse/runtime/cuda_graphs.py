@@ -64,7 +64,7 @@ def cuda_graphs_enabled(asked: bool = True) -> bool:
 
 STEP_HOST_SECONDS = 4e-6
 """Host time a replay saves per step: the runtime's launch of a kernel, or its call of a torch
-op, measured at 3-10 us on the H100 machine's host (benchmarks/RESULTS.md)."""
+op, a few microseconds on a GPU machine's host."""
 
 COPY_BYTES_PER_SECOND = 2e12
 """What a device-to-device copy moves per second, counting each byte once (read and written:

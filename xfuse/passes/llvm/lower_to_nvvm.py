@@ -11,7 +11,7 @@ memref -> pointer arithmetic, arith, cf, func, types); what differs for the GPU 
 - kernel pointer arguments are `noalias` and 16-byte aligned (the loader checks the pointers);
 - rounding f32 to bf16 is one `cvt.rn.bf16.f32` (sm_80 on; what eager's CUDA kernels use),
   not the generic integer expansion of `ExpandBF16Conversion` (about ten instructions, which
-  made bf16 channels-last kernels' PTX 7-13x larger and 5x slower to compile);
+  made bf16 channels-last kernels' PTX several times larger and slower to compile);
 - a kernel that gathers stops with `llvm.trap` where it reports an index out of range (its
   error flag, `ERROR_FLAG_ATTR`): like eager CUDA's device-side assert, an asynchronous CUDA
   error that the next synchronisation raises (docs/gpu.md).

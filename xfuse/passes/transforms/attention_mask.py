@@ -6,7 +6,7 @@ Run eagerly, transformers gives `scaled_dot_product_attention` no mask where non
 (`attn_mask=None`, or `is_causal=True` for a causal one). Traced by torch.export, it builds the
 mask from `iota`s and compares instead, and the program would call attention with it: torch
 then turns the boolean mask into an additive one on every call (two `where` kernels on the
-CPU, about 4 us of GPT-2's 9 us attention at 16 tokens), and on CUDA it leaves the flash
+CPU, much of a small model's attention call), and on CUDA it leaves the flash
 kernel that eager ran for the memory-efficient one. Here the mask's ops, which read no value
 of the call, are computed at compile time (the graph interpreter, as `ProgramCompiler` folds
 such groups), and a mask that is all true, or is `tril(ones(L, S))` over every batch and head,

@@ -8,9 +8,9 @@ For a small batch-1 input torch's CPU convolution leaves oneDNN for `_slow_conv2
 (`torch._C._select_conv_backend` says `Slow2d`): it multiplies the weight, seen as
 `[O, C*kh*kw]`, by the input's patches with one BLAS call. For a 1x1 window of stride 1
 without padding the patches are the input itself, seen as `[C, H*W]`, so the convolution is
-that product alone. On the 2-core CPU the convolution call costs 7-12 us for ResNet's and
-MobileNetV2's 1x1 convolutions (8-256 channels, 2x2 to 32x32) where the product takes 4-7 us:
-the rest is the call's dispatch and checks. The product is the same BLAS call on the same
+that product alone. For ResNet's and MobileNetV2's 1x1 convolutions (8-256 channels, 2x2 to
+32x32) the convolution call takes longer than the product alone: the rest is the call's
+dispatch and checks. The product is the same BLAS call on the same
 matrices, so the values are eager's bit for bit; a bias is added by `addmm`, which fills the
 result with it and accumulates the product onto it, as the slow path does. The input must be
 made by the program (a kernel's contiguous buffer: an argument could come channels-last, and
@@ -29,8 +29,8 @@ A 1x1 window of stride 2 (ResNet's shortcut convolutions) samples its input: its
 strided copy. Its value is the full-resolution product read every second row and column
 (`graph.slice`, which the consumer's kernel reads in place): 4x the multiplications, but one
 BLAS call and no copy, and torch's slow path is slower still for these shapes, its product
-having as few rows as the output has pixels (BLAS's worst shape; 2-core CPU, ResNet's three:
-14.8 -> 13.0 us at 16x16, 13.6 -> 10.3 us at 8x8, 33.9 -> 9.7 us at 4x4). Each value is the
+having as few rows as the output has pixels (BLAS's worst shape; faster so for ResNet's three
+at 16x16, 8x8 and 4x4 on the CPU). Each value is the
 same dot product; BLAS sums it in the same order for the two larger ones (bit for bit eager's)
 but not at 4x4 (the same to `assert_close`).
 
@@ -42,17 +42,17 @@ A larger window becomes `graph.patches` (im2col, one row of `C*kh*kw` per output
 seen as `[OH*OW, C*kh*kw]`, times the weight seen as `[O, C*kh*kw]` and transposed (a view):
 the `[OH*OW, O]` product is the output channels-last, which its readers' kernels read as NCHW
 through a permute. This is the orientation torch's slow path takes for channels-last input
-(Inductor's layout on the CPU): BLAS runs it up to 2x faster than the NCHW one where the output
-has few pixels per channel (ResNet's 3x3 window of stride 2 at 4x4: 27 -> 12 us), and slower
-where it has many (`PIXELS_PER_CHANNEL`). The patch kernel computes a producer that only the
+(Inductor's layout on the CPU): BLAS runs it faster than the NCHW one where the output has
+few pixels per channel (ResNet's 3x3 window of stride 2 at 4x4), and slower where it has many
+(`PIXELS_PER_CHANNEL`). The patch kernel computes a producer that only the
 convolution reads where it reads it (a windowed op, up to `MAX_PATCH_READS` reads of each
 element), so the batch norm and ReLU before it become the patch kernel and no kernel is added;
 of a program input (ViT's patch embedding) the patch kernel is one more kernel. Only small
 patches (`MAX_PATCH_ELEMENTS`, L2-resident) are made, of convolutions torch runs on its slow
 path, or whose windows do not overlap whatever torch would pick (their patches are the input
-permuted, and torch's oneDNN path reorders the weight on every call: ViT's 16x16 patches,
-0.78 -> 0.59x Inductor; a 3x3 window over 128 channels at 14x14, which torch runs with
-oneDNN, was 1.17x slower as patches). The products are not eager's BLAS calls: the values are
+permuted, and torch's oneDNN path reorders the weight on every call, as for ViT's 16x16
+patches; a 3x3 window over 128 channels at 14x14, which torch runs with oneDNN, is slower as
+patches). The products are not eager's BLAS calls: the values are
 eager's to `assert_close`, not bit for bit.
 
     %i = graph.reshape %x : tensor<1x4x5x5xf32> -> tensor<4x5x5xf32>
@@ -113,11 +113,9 @@ backend torch would pick."""
 PIXELS_PER_CHANNEL = 4
 """Patches replace a convolution only when its output has at most this many pixels per output
 channel: the product's rows (BLAS's `m`) are then the output channels, and they are many
-enough. Measured on the 2-core CPU, with a batch norm and ReLU on each side, patches against
-the library call: 64 channels at 4x4, stride 2 (4 pixels): 0.58x; 32 at 8x8 (16): 0.92x; 16
-at 16x16 (64): 0.94x; 256 at 7x7, stride 1 (49): 0.89x; 64 at 14x14 (196): 0.80x; but 16 at
-32x32, stride 1 (1024 pixels): 1.41x, 8 at 16x16 (256): 1.10x, ResNet's 7x7 stem (16
-channels, 1024 pixels): 1.42x, where torch's own orientation has the pixels as rows."""
+enough. Where the pixels outnumber them torch's own orientation, the pixels as rows, is the
+faster (each convolution alone on the CPU, patches against the library call:
+benchmarks/RESULTS.md, "Convolutions as patches on the CPU")."""
 
 
 def _batch_one(op: graph.TorchCallOp) -> ConvolutionCall | None:

@@ -5,8 +5,8 @@ call.
 
 A depthwise convolution (`groups` = input channels = output channels, MobileNet's and
 ConvNeXt's) does `prod(kernel)` multiply-adds per output element: far too little work for a
-library call's fixed costs. On the 2-core CPU oneDNN takes 60-100 us for a 3x3 one of a few
-thousand elements, NCHW or NHWC; and on either device the call stands between the batch norm
+library call's fixed costs, which dominate a 3x3 one of a few thousand elements on the CPU,
+NCHW or NHWC; and on either device the call stands between the batch norm
 and activation before it and those after it, so they cannot share a kernel. Written as
 `pad`, strided `slice`s of the input, products with a weight column each and a sum, it is
 elementwise work that fusion places in one kernel with its neighbours. The weight columns

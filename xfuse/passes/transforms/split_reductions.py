@@ -41,7 +41,7 @@ results per kept row), then the B dim (stage 2):
   `[N, H, W, C]` over H and W) are split as leading dims are, beside the kept dims before
   them: `[*lead, B, C, *kept]`, C reduced, then B. Without it, each of the N x C results is
   one GPU thread walking H x W elements (EfficientNet's squeeze-and-excitation means at batch
-  32: 1024 threads over 12544 elements each, 1 ms a kernel).
+  32: 1024 threads over 12544 elements each).
 - Left alone: reductions over dims that are not consecutive, bool
   (i1) reductions, those shorter than `min-length` (`min-column-length`), and normalizations
   (softmax's max and sum, layer norm's means: the result meets the input again) of at least
@@ -390,8 +390,8 @@ class SplitReductionsPass(ModulePass):
     """Shortest reduced length of a reduction over leading or inner dims that is split (with
     fewer than `column-parallelism / 2` results). Unsplit, each result is one GPU thread
     walking its whole length, over nested loops where several dims are reduced: EfficientNet's
-    squeeze-and-excitation means at batch 1 (96 to 1152 results of 196 to 3136 elements) took
-    5 of its 5.6 ms on an H200 so."""
+    squeeze-and-excitation means at batch 1 (96 to 1152 results of 196 to 3136 elements) were
+    most of its GPU time so."""
 
     column_parallelism: int = option(1 << 19, POSITIVE)
     """About how many partial results stage 1 of a split column reduction computes (about what
