@@ -18,7 +18,7 @@ from xfuse.dialects import graph
 from xfuse.errors import CodegenError, IndexOutOfRangeError
 from xfuse.interpreters.loops import run_lowered
 from xfuse.ir.names import ERROR_FLAG_ATTR
-from xfuse.passes.lowering.lower_to_loops import (
+from xfuse.passes.lowering.index_algebra import (
     Affine,
     Gathered,
     bounds,

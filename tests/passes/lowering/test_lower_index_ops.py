@@ -16,18 +16,17 @@ from tests.passes.lowering.test_lower_to_loops import (
     op_names,
 )
 from xfuse.dialects import graph
-from xfuse.passes.lowering.lower_to_loops import (
+from xfuse.passes.lowering.index_algebra import (
     LoopVar,
     add,
     bounds,
     constant_index,
-    flipped_index,
     floordiv,
     mod,
-    rolled_index,
     scale,
     var_index,
 )
+from xfuse.passes.lowering.operand_index import flipped_index, rolled_index
 
 
 @pytest.mark.parametrize(
@@ -130,7 +129,7 @@ def test_counting_down_has_the_right_bounds() -> None:
 
 def _eval(e, v: int) -> int:
     """The value of an affine expression of one loop variable at `v`."""
-    from xfuse.passes.lowering.lower_to_loops import FloorDiv, LoopVar, Mod
+    from xfuse.passes.lowering.index_algebra import FloorDiv, LoopVar, Mod
 
     total = e.const
     for atom, k in e.terms:

@@ -23,17 +23,16 @@ from xfuse.ir.context import make_context, parse
 from xfuse.ir.dtypes import bf16_round
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.passes import get_all_passes
-from xfuse.passes.lowering.lower_to_loops import (
+from xfuse.passes.lowering.index_algebra import (
     Affine,
     LoopVar,
-    LowerToLoopsPass,
     delinearize,
     floordiv,
-    is_lone_kernel_op,
     linearize,
     mod,
     var_index,
 )
+from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.testing.random_graph import RandomProgram, programs
 
 Build = Callable[..., Sequence[SSAValue | Operation] | SSAValue | Operation]

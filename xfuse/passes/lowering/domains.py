@@ -1,0 +1,216 @@
+"""
+The iteration space of a kernel (`Domain`): one loop variable per dim (`nd_domain`), one
+flat loop over the elements (`flat_domain`), or adjacent dims merged where no buffer access
+divides (`collapsed_domain`); and the leaves a kernel reads (`Leaf`: a buffer argument or a
+splat constant).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.ir import Operation, SSAValue
+
+from xfuse.dialects import graph
+from xfuse.dialects.graph import numel, reduced_shape, shape_of
+from xfuse.dialects.op_kinds import OpGroup
+from xfuse.passes.lowering.index_algebra import (
+    ZERO,
+    Affine,
+    Clamp,
+    FloorDiv,
+    Index,
+    LoopVar,
+    Mod,
+    Reflect,
+    delinearize,
+    linearize,
+    var_index,
+)
+from xfuse.passes.lowering.operand_index import operand_indices
+
+
+@dataclass
+class Domain:
+    """The iteration space of a kernel: the full shape, its reduced dims, and the symbolic
+    index of the full shape's element in terms of the loop variables."""
+
+    full_shape: tuple[int, ...]
+    reduce_dims: tuple[int, ...]
+    parallel: list[LoopVar]
+    reduce_vars: list[LoopVar]
+    full_index: Index
+    flat: bool
+    """Buffers are 1-D and read at linear offsets (`flat_domain`, `collapsed_domain`)."""
+
+    def row_index(self, keepdim: bool) -> Index:
+        if keepdim:
+            return tuple(
+                ZERO if k in self.reduce_dims else e for k, e in enumerate(self.full_index)
+            )
+        return tuple(e for k, e in enumerate(self.full_index) if k not in self.reduce_dims)
+
+    def row_shape(self, keepdim: bool) -> tuple[int, ...]:
+        return reduced_shape(self.full_shape, self.reduce_dims, keepdim)
+
+    def is_row_shape(self, shape: tuple[int, ...]) -> bool:
+        return bool(self.reduce_dims) and shape in (self.row_shape(True), self.row_shape(False))
+
+    def writes_per_element(self, shape: tuple[int, ...]) -> bool:
+        """Whether an output of `shape` is written in the innermost loop (else once per row):
+        the full shape, or another shape of as many elements (a reshape of a full-shape value,
+        written at the same position in memory)."""
+        if self.flat or shape == self.full_shape:
+            return True
+        return not self.is_row_shape(shape) and numel(shape) == numel(self.full_shape)
+
+    def output_index(self, shape: tuple[int, ...]) -> Index:
+        """The index of the output element computed by one iteration."""
+        if shape == self.full_shape:
+            return self.full_index
+        if self.is_row_shape(shape):
+            return self.row_index(shape == self.row_shape(True))
+        return delinearize(linearize(self.full_index, self.full_shape), shape)
+
+
+def nd_domain(full: tuple[int, ...], reduce_dims: tuple[int, ...]) -> Domain:
+    """One loop variable per dim of extent != 1: parallel for kept dims, scf.for for reduced."""
+    parallel: list[LoopVar] = []
+    reduce_vars: list[LoopVar] = []
+    index: list[Affine] = []
+    for k, d in enumerate(full):
+        if d == 1:
+            index.append(ZERO)
+            continue
+        v = LoopVar(k, d)
+        (reduce_vars if k in reduce_dims else parallel).append(v)
+        index.append(var_index(v))
+    if not parallel:
+        parallel.append(LoopVar(len(full), 1))
+    return Domain(full, reduce_dims, parallel, reduce_vars, tuple(index), flat=False)
+
+
+def flat_domain(full: tuple[int, ...]) -> Domain:
+    f = LoopVar(0, numel(full))
+    return Domain(full, (), [f], [], delinearize(var_index(f), full), flat=True)
+
+
+@dataclass
+class Leaf:
+    """A value the kernel reads from a buffer (`arg` = kernel argument number) or that is a
+    splat constant (`splat`)."""
+
+    arg: int | None = None
+    splat: float | int | None = None
+
+
+def splat_value(op: graph.ConstantOp) -> float | int | None:
+    values = op.value.get_values()
+    first = values[0] if values else None
+    if first is None or any(v != first for v in values):
+        return None
+    return first
+
+
+def loads_are_flat(
+    outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf], full: tuple[int, ...]
+) -> bool:
+    """Whether, with a flat loop over `full`, every buffer is read at the loop's own position
+    or at a constant one (then 1-D buffers make every access direct)."""
+    dom = flat_domain(full)
+    f = var_index(dom.parallel[0])
+    loads = _load_offsets(dom, outputs, leaves, (graph.ConcatOp, *OpGroup.WINDOW))
+    return loads is not None and all(not e.terms or e == f for e in loads)
+
+
+def _load_offsets(
+    dom: Domain,
+    outputs: Sequence[SSAValue],
+    leaves: dict[SSAValue, Leaf],
+    unfollowed: tuple[type[Operation], ...],
+) -> list[Affine] | None:
+    """The linear offset of every buffer load of an elementwise kernel over `dom`, found by
+    walking back from its outputs (None when an op of kind `unfollowed` is reached: one that
+    reads its operands at indices this does not follow)."""
+    found: list[Affine] = []
+    seen: set[tuple[SSAValue, Index]] = set()
+    todo = [(v, dom.output_index(shape_of(v))) for v in outputs]
+    while todo:
+        v, index = todo.pop()
+        if (v, index) in seen:
+            continue
+        seen.add((v, index))
+        leaf = leaves.get(v)
+        if leaf is not None:
+            if leaf.arg is not None:
+                found.append(linearize(index, shape_of(v)))
+            continue
+        op = v.owner
+        assert isinstance(op, Operation)
+        if isinstance(op, unfollowed):
+            return None
+        todo.extend(zip(op.operands, operand_indices(op, index), strict=True))
+    return found
+
+
+def merged_domain(full: tuple[int, ...], runs: Sequence[Sequence[int]]) -> Domain:
+    """An elementwise domain of one loop variable per run of adjacent dims of `full` (the
+    runs cover its dims of extent != 1, in order), over 1-D buffers."""
+    index: list[Affine] = [ZERO] * len(full)
+    parallel: list[LoopVar] = []
+    for run in runs:
+        sizes = [full[k] for k in run]
+        v = LoopVar(run[0], numel(sizes))
+        parallel.append(v)
+        for k, e in zip(run, delinearize(var_index(v), sizes), strict=True):
+            index[k] = e
+    if not parallel:
+        parallel.append(LoopVar(len(full), 1))
+    return Domain(full, (), parallel, [], tuple(index), flat=True)
+
+
+def _has_divmod(e: Affine) -> bool:
+    """Whether computing `e` divides (a floor division or modulo anywhere in it)."""
+    for atom, _ in e.terms:
+        if isinstance(atom, FloorDiv | Mod):
+            return True
+        if isinstance(atom, Clamp | Reflect) and _has_divmod(atom.arg):
+            return True
+    return False
+
+
+def _offsets(
+    dom: Domain, outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf]
+) -> list[Affine] | None:
+    """The linear offset of every buffer access of an elementwise kernel over `dom`: its
+    stores and its loads (None through concat, pad, pool or gather)."""
+    loads = _load_offsets(dom, outputs, leaves, (graph.ConcatOp, graph.GatherOp, *OpGroup.WINDOW))
+    if loads is None:
+        return None
+    return [linearize(dom.output_index(shape_of(v)), shape_of(v)) for v in outputs] + loads
+
+
+MERGE_DIMS = True
+"""`lower-to-loops`' `merge-dims` default (see `LowerToLoopsPass`)."""
+
+
+def collapsed_domain(
+    full: tuple[int, ...], outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf]
+) -> Domain | None:
+    """An elementwise kernel's loops with adjacent dims merged wherever every buffer is
+    still read and written without a division (NCHW batch norm: `[C, H*W]`, a long inner
+    loop and the channel's values loaded once per row); None when some access divides however
+    the dims are merged, or an op reads its operands at indices `_offsets` does not follow."""
+
+    def divides(runs: list[list[int]]) -> bool:
+        offsets = _offsets(merged_domain(full, runs), outputs, leaves)
+        return offsets is None or any(_has_divmod(e) for e in offsets)
+
+    runs = [[k] for k, d in enumerate(full) if d != 1]
+    clean = not divides(runs)
+    for k in range(len(runs) - 1, 0, -1):
+        trial = [*runs[: k - 1], runs[k - 1] + runs[k], *runs[k + 1 :]]
+        if not divides(trial):
+            runs, clean = trial, True
+    return merged_domain(full, runs) if clean else None

@@ -1,0 +1,262 @@
+"""
+Affine index expressions of loop variables, as `lower-to-loops` indexes buffers: `Affine` is
+const + sum(coef * atom), its atoms loop variables, floor divisions and moduli by constants,
+clamped or reflected indices (windows) and gathered ones (`graph.gather`). `floordiv`, `mod`
+and the recombination of `x mod a + a * (x floordiv a)` into `x` simplify, so that a reshape
+chain that ends where it started costs nothing; `bounds` gives an expression's range over its
+variables' extents, which decides the tests a window's guards need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from xdsl.ir import SSAValue
+
+
+@dataclass(frozen=True)
+class LoopVar:
+    """The induction variable of one loop, over [0, extent)."""
+
+    ident: int
+    extent: int
+
+
+@dataclass(frozen=True)
+class FloorDiv:
+    arg: Affine
+    divisor: int
+
+
+@dataclass(frozen=True)
+class Mod:
+    arg: Affine
+    modulus: int
+
+
+@dataclass(frozen=True)
+class Clamp:
+    """min(max(arg, low), high): replicate padding, and the in-bounds address of a guarded
+    load (pool task)."""
+
+    arg: Affine
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class Reflect:
+    """`arg` mirrored into [0, size) without repeating the edge, for arg in
+    (-size, 2 * size - 1): (size - 1) - |(size - 1) - |arg|| (pool task)."""
+
+    arg: Affine
+    size: int
+
+
+@dataclass(frozen=True, repr=False)
+class Gathered:
+    """A data-dependent index (`graph.gather`): the element of the group's value `indices`
+    at `at`, wrapped when negative (`wrap`) and clamped to [0, size), so that a load at it
+    never leaves its buffer (an index outside is reported through the kernel's error flag)."""
+
+    indices: SSAValue
+    at: Index
+    size: int
+    wrap: bool
+
+    def __repr__(self) -> str:  # the sort key of `make_affine`: stable, cheap
+        return f"Gathered({id(self.indices)}, {self.at}, {self.size}, {self.wrap})"
+
+
+Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect | Gathered
+
+
+@dataclass(frozen=True)
+class Affine:
+    """const + sum(coef * atom): atoms are non-negative; a coefficient is negative only where
+    an index counts down (a flipped dim's `n - 1 - i`), and the arguments of floor division
+    and modulo have positive coefficients (see `floordiv`, `mod`)."""
+
+    terms: tuple[tuple[Atom, int], ...] = ()
+    const: int = 0
+
+
+Index = tuple[Affine, ...]
+ZERO = Affine()
+
+index_cache = lru_cache(maxsize=1 << 16)
+"""The memo of the functions of `Affine` expressions: bounded, since a `Gathered` atom holds an
+SSA value of the group it was made for (an unbounded cache would keep every program alive)."""
+
+
+def constant_index(c: int) -> Affine:
+    return Affine((), c)
+
+
+def var_index(v: LoopVar) -> Affine:
+    return Affine(((v, 1),), 0)
+
+
+@index_cache
+def bounds(e: Affine) -> tuple[int, int]:
+    """Smallest and largest value of `e` over its variables' ranges."""
+    lo = hi = e.const
+    for atom, k in e.terms:
+        a_lo, a_hi = _atom_bounds(atom)
+        lo, hi = lo + min(k * a_lo, k * a_hi), hi + max(k * a_lo, k * a_hi)
+    return lo, hi
+
+
+def _atom_bounds(a: Atom) -> tuple[int, int]:
+    if isinstance(a, LoopVar):
+        return 0, max(0, a.extent - 1)
+    if isinstance(a, FloorDiv):
+        lo, hi = bounds(a.arg)
+        return lo // a.divisor, hi // a.divisor
+    if isinstance(a, Clamp):
+        lo, hi = bounds(a.arg)
+        return min(max(lo, a.low), a.high), min(max(hi, a.low), a.high)
+    if isinstance(a, Reflect):
+        return 0, max(0, a.size - 1)
+    if isinstance(a, Gathered):
+        return 0, max(0, a.size - 1)
+    return 0, a.modulus - 1
+
+
+@index_cache
+def loop_vars(e: Affine) -> frozenset[int]:
+    out: set[int] = set()
+    for atom, _ in e.terms:
+        if isinstance(atom, LoopVar):
+            out.add(atom.ident)
+        elif isinstance(atom, Gathered):
+            out |= index_vars(atom.at)
+        else:
+            out |= loop_vars(atom.arg)
+    return frozenset(out)
+
+
+@index_cache
+def is_gathered(e: Affine) -> bool:
+    """Whether `e` reads an index tensor (then it is computed only where its loads may run)."""
+    return any(
+        isinstance(a, Gathered) or (not isinstance(a, LoopVar) and is_gathered(a.arg))
+        for a, _ in e.terms
+    )
+
+
+def index_vars(index: Sequence[Affine]) -> frozenset[int]:
+    return frozenset().union(*(loop_vars(e) for e in index))
+
+
+def make_affine(terms: dict[Atom, int], const: int = 0) -> Affine:
+    terms, const = _recombine({a: k for a, k in terms.items() if k}, const)
+    return Affine(tuple(sorted(terms.items(), key=lambda t: repr(t[0]))), const)
+
+
+def add(*es: Affine) -> Affine:
+    terms: dict[Atom, int] = {}
+    const = 0
+    for e in es:
+        for a, k in e.terms:
+            terms[a] = terms.get(a, 0) + k
+        const += e.const
+    return make_affine(terms, const)
+
+
+def scale(e: Affine, k: int) -> Affine:
+    return make_affine({a: c * k for a, c in e.terms}, e.const * k)
+
+
+def floordiv(e: Affine, c: int) -> Affine:
+    """floor(e / c), simplified: multiples of c leave the division, and a remainder known to
+    lie in [0, c) vanishes."""
+    if c == 1:
+        return e
+    quotient = {a: k // c for a, k in e.terms}
+    whole, rest_const = divmod(e.const, c)
+    rest = make_affine({a: k % c for a, k in e.terms}, rest_const)
+    if bounds(rest)[1] < c:
+        remainder = ZERO
+    elif (
+        rest.const == 0
+        and len(rest.terms) == 1
+        and rest.terms[0][1] == 1
+        and isinstance(rest.terms[0][0], FloorDiv)
+    ):
+        inner = rest.terms[0][0]
+        remainder = floordiv(inner.arg, inner.divisor * c)
+    else:
+        remainder = Affine(((FloorDiv(rest, c), 1),))
+    return add(make_affine(quotient, whole), remainder)
+
+
+def mod(e: Affine, c: int) -> Affine:
+    """e mod c (non-negative), simplified like `floordiv`."""
+    if c == 1:
+        return ZERO
+    rest = make_affine({a: k % c for a, k in e.terms}, e.const % c)
+    if bounds(rest)[1] < c:
+        return rest
+    if rest.const == 0 and len(rest.terms) == 1 and rest.terms[0][1] == 1:
+        inner = rest.terms[0][0]
+        if isinstance(inner, Mod) and inner.modulus % c == 0:
+            return mod(inner.arg, c)
+    return Affine(((Mod(rest, c), 1),))
+
+
+def _recombine(terms: dict[Atom, int], const: int) -> tuple[dict[Atom, int], int]:
+    """Fold `k*(x mod a) + k*a*(x floordiv a)` into `k*x` and `k*(x mod a) + k*a*((x floordiv
+    a) mod b)` into `k*(x mod a*b)`: what linearizing a delinearized index leaves."""
+    changed = True
+    while changed:
+        changed = False
+        for atom, k in list(terms.items()):
+            if not isinstance(atom, Mod):
+                continue
+            x, a = atom.arg, atom.modulus
+            div = FloorDiv(x, a)
+            if terms.get(div) == k * a:
+                del terms[atom], terms[div]
+                merged = scale(x, k)
+            else:
+                outer = next(
+                    (
+                        o
+                        for o, ko in terms.items()
+                        if isinstance(o, Mod) and ko == k * a and o.arg == Affine(((div, 1),))
+                    ),
+                    None,
+                )
+                if outer is None:
+                    continue
+                del terms[atom], terms[outer]
+                merged = scale(mod(x, a * outer.modulus), k)
+            for t, c in merged.terms:
+                terms[t] = terms.get(t, 0) + c
+            const += merged.const
+            changed = True
+            break
+    return terms, const
+
+
+def strides_of(shape: Sequence[int]) -> list[int]:
+    strides = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    return strides
+
+
+def linearize(index: Sequence[Affine], shape: Sequence[int]) -> Affine:
+    return add(*(scale(e, s) for e, s in zip(index, strides_of(shape), strict=True)))
+
+
+def delinearize(e: Affine, shape: Sequence[int]) -> Index:
+    if 0 in shape:  # no element: the loop never runs (and strides_of has zeros)
+        return (ZERO,) * len(shape)
+    return tuple(
+        ZERO if d <= 1 else mod(floordiv(e, s), d)  # (size 0: never runs)
+        for d, s in zip(shape, strides_of(shape), strict=True)
+    )

@@ -1,0 +1,622 @@
+"""
+The kernel of one group (`KernelBuilder`): each value of the group is emitted as a scalar
+expression at an index, memoized per (value, index) in the innermost loop scope where it is
+valid; an expression that does not depend on an inner loop's variable is placed before that
+loop (a row's `rsqrt` is computed once per row). Code inside an `scf.if` branch stays in the
+branch. `lower_to_loops`' module docstring describes the loop nests it builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import cast
+
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import (
+    FloatAttr,
+    FunctionType,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    UnitAttr,
+    i1,
+    i8,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from xfuse.dialects import fusion, graph
+from xfuse.dialects.graph import dtype_of, is_float, numel, reduced_shape, shape_of
+from xfuse.dialects.op_kinds import OpGroup
+from xfuse.ir.names import ERROR_FLAG_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.passes.lowering.domains import (
+    Domain,
+    Leaf,
+    collapsed_domain,
+    flat_domain,
+    loads_are_flat,
+    nd_domain,
+)
+from xfuse.passes.lowering.emitter import ERROR_FLAG_TYPE, LoopLoweringError, Scope
+from xfuse.passes.lowering.index_algebra import (
+    Affine,
+    Atom,
+    Clamp,
+    FloorDiv,
+    Gathered,
+    Index,
+    LoopVar,
+    Reflect,
+    add,
+    bounds,
+    constant_index,
+    index_vars,
+    is_gathered,
+    linearize,
+    loop_vars,
+)
+from xfuse.passes.lowering.operand_index import operand_indices
+from xfuse.passes.lowering.reductions import (
+    accumulator_type,
+    is_real_reduction,
+    phases,
+    reassociates,
+    reduction_combiner,
+    reduction_init,
+)
+from xfuse.passes.lowering.scalar_ops import (
+    UnsupportedScalarOp,
+    emit_cast,
+    emit_elementwise,
+    emit_select,
+    from_compute,
+    has_scalar_rule,
+    to_compute,
+)
+from xfuse.passes.lowering.scans import emit_scan, scan_domain
+from xfuse.passes.lowering.windows import (
+    emit_window_index,
+    pad_value_at,
+    patches_value_at,
+    pool_value_at,
+)
+
+
+def buffer_type(value: SSAValue, flat: bool) -> MemRefType[Attribute]:
+    t = dtype_of(value)
+    shape = [numel(shape_of(value))] if flat else list(shape_of(value))
+    return MemRefType(i8 if t == i1 else t, shape)
+
+
+SUPPORTED_OPS: tuple[type[Operation], ...] = (
+    graph.ConstantOp,
+    graph.ConcatOp,
+    graph.ReduceOp,
+    *OpGroup.LAYOUT,
+    graph.IotaOp,
+    *OpGroup.WINDOW,
+    graph.GatherOp,
+    graph.ScanOp,
+)
+"""The ops a kernel computes besides those with a scalar rule (`scalar_ops`)."""
+
+MOVES_ITS_OPERAND: tuple[type[Operation], ...] = (*OpGroup.LAYOUT, graph.ReduceOp, graph.GatherOp)
+"""Ops whose element is their first operand's element at the index `operand_indices` maps
+(a reduction over no dims: at the same index)."""
+
+
+def is_supported(op: Operation) -> bool:
+    return isinstance(op, SUPPORTED_OPS) or has_scalar_rule(op.name)
+
+
+def iota_value(b: KernelBuilder, op: graph.IotaOp, index: Index) -> SSAValue:
+    """`start + i * step` of the loop index along the iota's dim, in i64 (then the result
+    type), placed in the outermost scope where that index is known."""
+    counted = index[op.axis]
+    start, step = op.counting
+    t = dtype_of(op.result)
+
+    def compute() -> SSAValue:
+        x = b.insert(arith.IndexCastOp(b.index_value(counted), i64))
+        if step != 1:
+            x = b.insert(arith.MuliOp(x, b.constant(step, i64)))
+        if start != 0:
+            x = b.insert(arith.AddiOp(x, b.constant(start, i64)))
+        return x if t == i64 else b.insert(arith.TruncIOp(x, cast(IntegerType, t)))
+
+    return b.memoized(("iota", start, step, t, counted), loop_vars(counted), True, compute)
+
+
+class KernelBuilder:
+    """Builds the kernel of one group (see the module docstring); implements
+    `xfuse.dialects.facts.ScalarBuilder`."""
+
+    def __init__(
+        self,
+        name: str,
+        group: fusion.GroupOp,
+        leaves: dict[SSAValue, Leaf],
+        buffers: list[SSAValue],
+        merge_dims: bool,
+    ):
+        self.name = name
+        self.merge_dims = merge_dims
+        self.group = group
+        self.leaves = leaves
+        self.buffers = buffers
+        self.outputs = list(group.yield_op.values)
+        self.row_values: dict[Operation, SSAValue] = {}
+        ops = [op for op in group.block.ops if not isinstance(op, fusion.YieldOp)]
+        for op in ops:
+            if not is_supported(op):
+                raise self.error(f"'{op.name}' has no loop lowering")
+        self.reductions: list[graph.ReduceOp] = [
+            op for op in ops if isinstance(op, graph.ReduceOp) and op.reduce_dims
+        ]
+        self.error_flag = self._check_gathers(ops)
+        self.scans = [op for op in ops if isinstance(op, graph.ScanOp)]  # task `scan`
+        self.domain = self._domain()
+
+    def error(self, reason: str) -> LoopLoweringError:
+        return LoopLoweringError(f"cannot lower @{self.name} to loops: {reason}")
+
+    def _check_gathers(self, ops: Sequence[Operation]) -> bool:
+        """Whether the kernel gathers (then it takes an error flag after its outputs)."""
+        gathers = [op for op in ops if isinstance(op, graph.GatherOp)]
+        for op in gathers:
+            table = shape_of(op.table)
+            if 0 in table[op.axis : op.axis + len(op.indices)] and numel(shape_of(op.result)):
+                raise self.error(
+                    "'graph.gather' indexes an empty dim (every index is out of range)"
+                )
+        return bool(gathers)
+
+    # -- structure -----------------------------------------------------------------------------
+
+    def _domain(self) -> Domain:
+        if self.scans:  # task `scan`
+            return scan_domain(self)
+        full, dims = self._full_shape()
+        if not self.reductions and len({numel(shape_of(v)) for v in self.outputs}) == 1:
+            # outputs of one element count: one flat loop where every access is at the
+            # loop's position; else adjacent dims merged where no access divides; else one
+            # flat loop for outputs of different shapes
+            if loads_are_flat(self.outputs, self.leaves, full):
+                return flat_domain(full)
+            same_shape = all(shape_of(v) == full for v in self.outputs)
+            merged = collapsed_domain(full, self.outputs, self.leaves) if self.merge_dims else None
+            loops = sum(d != 1 for d in full)  # nd_domain's
+            if merged is not None and (len(merged.parallel) < loops or not same_shape):
+                return merged
+            if not same_shape:
+                return flat_domain(full)
+        allowed = {full, reduced_shape(full, dims, True), reduced_shape(full, dims, False)}
+        for v in self.outputs:
+            if shape_of(v) not in allowed and numel(shape_of(v)) != numel(full):
+                raise self.error(
+                    f"output of shape {graph.fmt_shape(shape_of(v))} is neither the group's "
+                    f"full shape {graph.fmt_shape(full)}, its row shape, nor of as many elements"
+                )
+        return nd_domain(full, dims)
+
+    def _full_shape(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The shape the reductions reduce and their dims (the first output's shape, no dims,
+        without reductions)."""
+        if not self.reductions:
+            return shape_of(self.outputs[0]), ()
+        first = self.reductions[0]
+        full, dims = shape_of(first.input), first.reduce_dims
+        for r in self.reductions[1:]:
+            if (shape_of(r.input), r.reduce_dims) != (full, dims):
+                raise self.error(
+                    f"reductions over different dims or shapes ({graph.fmt_shape(full)} dims "
+                    f"{list(dims)} and {graph.fmt_shape(shape_of(r.input))} dims "
+                    f"{list(r.reduce_dims)}) do not share one row loop"
+                )
+        return full, dims
+
+    def build(self) -> func.FuncOp:
+        d = self.domain
+        arg_types = [buffer_type(v, d.flat) for v in [*self.buffers, *self.outputs]]
+        if self.error_flag:
+            arg_types.append(ERROR_FLAG_TYPE)
+        kernel = func.FuncOp(self.name, FunctionType.from_lists(arg_types, []))
+        kernel.attributes[KERNEL_ATTR] = UnitAttr()
+        if self.error_flag:
+            kernel.attributes[ERROR_FLAG_ATTR] = UnitAttr()
+        kernel.attributes[PARALLEL_DIMS_ATTR] = IntegerAttr(len(d.parallel), i64)
+        entry = kernel.body.block
+        self.args = list(entry.args)
+        self.scope = Scope(entry, None)
+        zero, one = self.index_constant(0), self.index_constant(1)
+        body = Block(arg_types=[IndexType()] * len(d.parallel))
+        loop = scf.ParallelOp(
+            [zero] * len(d.parallel),
+            [self.index_constant(v.extent) for v in d.parallel],
+            [one] * len(d.parallel),
+            Region(body),
+        )
+        entry.add_op(loop)
+        entry.add_op(func.ReturnOp())
+        self.scope.anchor = loop
+        self.scope = Scope(
+            body,
+            self.scope,
+            {v.ident: a for v, a in zip(d.parallel, body.args, strict=True)},
+            root=True,
+        )
+        try:
+            self._emit_row()
+        except UnsupportedScalarOp as e:
+            raise self.error(str(e)) from None
+        body.add_op(scf.ReduceOp())
+        return kernel
+
+    def _emit_row(self) -> None:
+        if self.scans:  # task `scan`
+            return emit_scan(self)
+        for phase in phases(self.reductions):
+            self._emit_phase(phase)
+        d = self.domain
+        full = [(v, i) for i, v in enumerate(self.outputs) if d.writes_per_element(shape_of(v))]
+        for i, v in enumerate(self.outputs):
+            if not d.writes_per_element(shape_of(v)):
+                self.store(v, i, d.output_index(shape_of(v)))
+
+        def write_full(_: list[SSAValue]) -> list[SSAValue]:
+            for v, i in full:
+                self.store(v, i, d.output_index(shape_of(v)))
+            return []
+
+        if full:
+            self.for_nest(d.reduce_vars, [], write_full)
+
+    def _emit_phase(self, phase: list[graph.ReduceOp]) -> None:
+        inits: list[SSAValue] = []
+        for r in phase:
+            inits.append(self.constant(reduction_init(r), accumulator_type(r)))
+            if isinstance(r, graph.ArgReduceOp):  # and the index of the value so far
+                inits.append(self.constant(0, i64))
+
+        def accumulate(accs: list[SSAValue]) -> list[SSAValue]:
+            out: list[SSAValue] = []
+            carried = iter(accs)
+            for r in phase:
+                x = self.value_at(r.input, self.domain.full_index)
+                x = to_compute(self, x, dtype_of(r.input))
+                if isinstance(r, graph.ArgReduceOp):
+                    out += self._arg_step(r, next(carried), next(carried), x)
+                else:
+                    out.append(self.insert(reduction_combiner(r)(next(carried), x)))
+            return out
+
+        loop_vars = self.domain.reduce_vars
+        arg_reduces = any(isinstance(r, graph.ArgReduceOp) for r in phase)
+        if not arg_reduces and reassociates(phase):
+            accs = self.partial_sums_nest(phase, loop_vars, inits, accumulate)
+        else:
+            accs = self.for_nest(loop_vars, inits, accumulate)
+        results = iter(accs)
+        for r in phase:
+            acc = next(results)
+            self.row_values[r] = (
+                next(results) if isinstance(r, graph.ArgReduceOp) else self._finalize(r, acc)
+            )
+
+    def _arg_step(
+        self, r: graph.ArgReduceOp, acc: SSAValue, index: SSAValue, x: SSAValue
+    ) -> list[SSAValue]:
+        """argmax/argmin (issue 15): take x and its position where it beats the value so far
+        strictly (the first of equal ones stays), or is the first NaN."""
+        dim = r.reduce_dims[0]
+        position = self.insert(
+            arith.IndexCastOp(self.index_value(self.domain.full_index[dim]), i64)
+        )
+        is_max = isinstance(r, graph.ArgMaxOp)
+        if is_float(x.type):
+            take = self.insert(arith.CmpfOp(x, acc, "ogt" if is_max else "olt"))
+            first_nan = self.insert(
+                arith.AndIOp(
+                    self.insert(arith.CmpfOp(x, x, "uno")),
+                    self.insert(arith.CmpfOp(acc, acc, "ord")),
+                )
+            )
+            take = self.insert(arith.OrIOp(take, first_nan))
+        else:
+            take = self.insert(arith.CmpiOp(x, acc, "sgt" if is_max else "slt"))
+        return [
+            self.insert(arith.SelectOp(take, x, acc)),
+            self.insert(arith.SelectOp(take, position, index)),
+        ]
+
+    def partial_sums_nest(
+        self,
+        phase: list[graph.ReduceOp],
+        loop_vars: Sequence[LoopVar],
+        carried: list[SSAValue],
+        body: Callable[[list[SSAValue]], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """`for_nest` for accumulators of float sums or products over several reduced dims:
+        each inner loop starts from the identity and its partial result is combined into the
+        enclosing loop's accumulator (blocked summation, as torch's cascade sum), so that the
+        rounding error grows with the sum of the extents, not their product. One carried
+        accumulator through the whole nest adds a 6x33 sum's 198 values one by one; of many
+        equal values its rounding errors add up (seed 70, program 87: 32 ulps; eager 0.6)."""
+        if len(loop_vars) < 2:
+            return self.for_nest(loop_vars, carried, body)
+        identities = [self.constant(reduction_init(r), accumulator_type(r)) for r in phase]
+
+        def outer(accs: list[SSAValue]) -> list[SSAValue]:
+            partials = self.partial_sums_nest(phase, loop_vars[1:], identities, body)
+            return [
+                self.insert(reduction_combiner(r)(acc, partial))
+                for r, acc, partial in zip(phase, accs, partials, strict=True)
+            ]
+
+        return self.for_nest(loop_vars[:1], carried, outer)
+
+    def _finalize(self, r: graph.ReduceOp, acc: SSAValue) -> SSAValue:
+        if isinstance(r, graph.ReduceMeanOp):
+            count = numel([shape_of(r.input)[k] for k in r.reduce_dims])
+            acc = self.insert(arith.DivfOp(acc, self.constant(float(count), acc.type)))
+        return from_compute(self, acc, dtype_of(r.result))
+
+    def for_nest(
+        self,
+        loop_vars: Sequence[LoopVar],
+        carried: list[SSAValue],
+        body: Callable[[list[SSAValue]], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """Nested `scf.for` over `loop_vars` (outer first) carrying `carried` as iter_args;
+        `body` maps the innermost iteration's carried values to the next ones."""
+        if not loop_vars:
+            return body(carried)
+        v = loop_vars[0]
+        block = Block(arg_types=[IndexType(), *(c.type for c in carried)])
+        loop = scf.ForOp(
+            self.index_constant(0),
+            self.index_constant(v.extent),
+            self.index_constant(1),
+            carried,
+            block,
+        )
+        self.scope.insert(loop)
+        with self.child_scope(block, loop, {v.ident: block.args[0]}):
+            results = self.for_nest(loop_vars[1:], list(block.args[1:]), body)
+            self.scope.insert(scf.YieldOp(*results))
+        return list(loop.results)
+
+    # -- scopes --------------------------------------------------------------------------------
+
+    @contextmanager
+    def child_scope(
+        self, block: Block, op: Operation, var_values: dict[int, SSAValue], barrier: bool = False
+    ) -> Iterator[Scope]:
+        """Fill `block` of `op` (already inserted in the current scope)."""
+        parent = self.scope
+        saved, parent.anchor = parent.anchor, op
+        self.scope = Scope(block, parent, var_values, barrier=barrier)
+        try:
+            yield self.scope
+        finally:
+            self.scope, parent.anchor = parent, saved
+
+    @contextmanager
+    def in_scope(self, scope: Scope) -> Iterator[None]:
+        saved, self.scope = self.scope, scope
+        try:
+            yield
+        finally:
+            self.scope = saved
+
+    def lookup(self, key: object) -> SSAValue | None:
+        s: Scope | None = self.scope
+        while s is not None:
+            if key in s.memo:
+                return s.memo[key]
+            s = s.parent
+        return None
+
+    def target_scope(self, needed: frozenset[int], pure: bool) -> Scope:
+        """The outermost scope where a value needing loop variables `needed` may go: the one
+        defining the innermost of them, not beyond an scf.if branch unless `pure`."""
+        s = self.scope
+        while not (needed & s.var_values.keys() or s.root or (s.barrier and not pure)):
+            assert s.parent is not None
+            s = s.parent
+        return s
+
+    def memoized(
+        self, key: object, needed: frozenset[int], pure: bool, compute: Callable[[], SSAValue]
+    ) -> SSAValue:
+        hit = self.lookup(key)
+        if hit is not None:
+            return hit
+        target = self.target_scope(needed, pure)
+        with self.in_scope(target):
+            value = compute()
+        target.memo[key] = value
+        return value
+
+    # -- ScalarBuilder -------------------------------------------------------------------------
+
+    def insert(self, op: Operation) -> SSAValue:
+        self.scope.insert(op)
+        return op.results[0]
+
+    def constant(self, value: float | int, type: Attribute) -> SSAValue:
+        entry = self.scope
+        while entry.parent is not None:
+            entry = entry.parent
+        key = ("constant", repr(value), type)
+        if key not in entry.memo:
+            attr = (
+                FloatAttr(float(value), type)  # type: ignore[call-overload]
+                if is_float(type)
+                else IntegerAttr(int(value), type)  # type: ignore[call-overload]
+            )
+            op = arith.ConstantOp(attr)  # pyright: ignore[reportArgumentType]
+            entry.insert(op)
+            entry.memo[key] = op.result
+        return entry.memo[key]
+
+    def index_constant(self, value: int) -> SSAValue:
+        return self.constant(value, IndexType())
+
+    # -- indices -------------------------------------------------------------------------------
+
+    def index_value(self, e: Affine) -> SSAValue:
+        if not e.terms:
+            return self.index_constant(e.const)
+        pure = not is_gathered(e)  # an index tensor's load stays in its scf.if branch
+        return self.memoized(("index", e), loop_vars(e), pure, lambda: self._compute_index(e))
+
+    def _compute_index(self, e: Affine) -> SSAValue:
+        if e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1:
+            return self._compute_atom(e.terms[0][0])
+        acc: SSAValue | None = None
+        for atom, k in e.terms:
+            v = self.index_value(Affine(((atom, 1),)))
+            if k != 1:
+                v = self.insert(arith.MuliOp(v, self.index_constant(k)))
+            acc = v if acc is None else self.insert(arith.AddiOp(acc, v))
+        assert acc is not None
+        if e.const:
+            acc = self.insert(arith.AddiOp(acc, self.index_constant(e.const)))
+        return acc
+
+    def _compute_atom(self, a: Atom) -> SSAValue:
+        if isinstance(a, LoopVar):
+            s: Scope | None = self.scope
+            while s is not None:
+                if a.ident in s.var_values:
+                    return s.var_values[a.ident]
+                s = s.parent
+            raise AssertionError(f"loop variable {a} is not defined here")
+        if isinstance(a, Clamp | Reflect):
+            return emit_window_index(self, a)
+        if isinstance(a, Gathered):
+            return self._gathered(a)
+        op = arith.DivUIOp if isinstance(a, FloorDiv) else arith.RemUIOp
+        c = a.divisor if isinstance(a, FloorDiv) else a.modulus
+        return self.insert(op(self.index_value(a.arg), self.index_constant(c)))
+
+    def _gathered(self, a: Gathered) -> SSAValue:
+        """The index tensor's element as an index in [0, size): wrapped where torch wraps,
+        clamped (to 0) when outside, which also sets the kernel's error flag."""
+        i = self.insert(arith.IndexCastOp(self.value_at(a.indices, a.at), IndexType()))
+        zero, size = self.index_constant(0), self.index_constant(a.size)
+        if a.wrap:
+            negative = self.insert(arith.CmpiOp(i, zero, "slt"))
+            i = self.insert(arith.SelectOp(negative, self.insert(arith.AddiOp(i, size)), i))
+        bad = self.insert(arith.CmpiOp(i, size, "uge"))  # negative ones are large unsigned
+        report = Block()
+        report.add_ops(
+            [
+                memref.StoreOp.get(self.constant(1, i8), self.args[-1], [zero]),
+                scf.YieldOp(),
+            ]
+        )
+        self.scope.insert(scf.IfOp(bad, [], Region(report)))
+        return self.insert(arith.SelectOp(bad, zero, i))
+
+    def access(self, value: SSAValue, index: Index) -> list[SSAValue]:
+        """memref indices of `value`'s element at `index` in its buffer."""
+        if self.domain.flat:
+            return [self.index_value(linearize(index, shape_of(value)))]
+        return [self.index_value(e) for e in index]
+
+    # -- values --------------------------------------------------------------------------------
+
+    def value_at(self, v: SSAValue, index: Index) -> SSAValue:
+        """The scalar value of `v`'s element at `index`."""
+        return self.memoized(
+            ("value", v, index), index_vars(index), False, lambda: self._compute_value(v, index)
+        )
+
+    def _compute_value(self, v: SSAValue, index: Index) -> SSAValue:
+        leaf = self.leaves.get(v)
+        if leaf is not None:
+            return self._leaf_at(leaf, v, index)
+        op = v.owner
+        assert isinstance(op, Operation)
+        if isinstance(op, graph.ConcatOp):
+            return self._concat_at(op, index, 0)
+        if isinstance(op, graph.PadOp):
+            return pad_value_at(self, op, index)
+        if isinstance(op, graph.PatchesOp):
+            return patches_value_at(self, op, index)
+        if isinstance(op, graph.PoolOp):
+            return pool_value_at(self, op, index)
+        if is_real_reduction(op):
+            return self._row_value(op, index)
+        if isinstance(op, graph.ScanOp):  # task `scan`: emit_scan sets its value at its index
+            raise self.error(f"the result of '{op.name}' is read at another index than its own")
+        if isinstance(op, graph.IotaOp):
+            return iota_value(self, op, index)
+        operands = [
+            self.value_at(o, i)
+            for o, i in zip(op.operands, operand_indices(op, index), strict=True)
+        ]
+        if isinstance(op, MOVES_ITS_OPERAND):
+            return operands[0]
+        if isinstance(op, graph.CastOp):
+            return emit_cast(self, operands[0], dtype_of(op.input), dtype_of(op.result))
+        if isinstance(op, graph.WhereOp):
+            return emit_select(self, *operands)
+        return emit_elementwise(self, op.name, operands, dtype_of(op.operands[0]))
+
+    def _leaf_at(self, leaf: Leaf, v: SSAValue, index: Index) -> SSAValue:
+        t = dtype_of(v)
+        if leaf.splat is not None:
+            return self.constant(leaf.splat, t)
+        assert leaf.arg is not None
+        loaded = self.insert(memref.LoadOp.get(self.args[leaf.arg], self.access(v, index)))
+        return self.insert(arith.TruncIOp(loaded, i1)) if t == i1 else loaded
+
+    def _row_value(self, op: graph.ReduceOp, index: Index) -> SSAValue:
+        want = self.domain.row_index(op.keeps_dims)
+        for got, expected, size in zip(index, want, shape_of(op.result), strict=True):
+            if size != 1 and got != expected:
+                raise self.error(
+                    f"the result of '{op.name}' is read at another row than its own "
+                    "(one row loop cannot express it)"
+                )
+        return self.row_values[op]
+
+    def _concat_at(self, op: graph.ConcatOp, index: Index, first: int) -> SSAValue:
+        """`scf.if` chain over the inputs from `first` on, skipping the tests the index's
+        bounds already decide."""
+        axis = op.axis
+        offsets = [0]
+        for v in op.inputs:
+            offsets.append(offsets[-1] + shape_of(v)[axis])
+        lo, hi = bounds(index[axis])
+        k = first
+        while k < len(op.inputs) - 1 and offsets[k + 1] <= lo:  # (all empty: never runs)
+            k += 1
+        shifted = (
+            index[:axis] + (add(index[axis], constant_index(-offsets[k])),) + index[axis + 1 :]
+        )
+        if k == len(op.inputs) - 1 or hi < offsets[k + 1]:
+            return self.value_at(op.inputs[k], shifted)
+        cond = self.insert(
+            arith.CmpiOp(self.index_value(index[axis]), self.index_constant(offsets[k + 1]), "ult")
+        )
+        then_block, else_block = Block(), Block()
+        branch = scf.IfOp(cond, [dtype_of(op.result)], Region(then_block), Region(else_block))
+        self.scope.insert(branch)
+        with self.child_scope(then_block, branch, {}, barrier=True):
+            self.scope.insert(scf.YieldOp(self.value_at(op.inputs[k], shifted)))
+        with self.child_scope(else_block, branch, {}, barrier=True):
+            self.scope.insert(scf.YieldOp(self._concat_at(op, index, k + 1)))
+        return branch.results[0]
+
+    def store(self, v: SSAValue, output: int, index: Index) -> None:
+        x = self.value_at(v, index)
+        if dtype_of(v) == i1:
+            x = self.insert(arith.ExtUIOp(x, i8))
+        ref = self.args[len(self.buffers) + output]
+        self.scope.insert(memref.StoreOp.get(x, ref, self.access(v, index)))

@@ -1,0 +1,113 @@
+"""
+Reductions in a kernel: the accumulator type, initial value, combining op (a float sum or
+product with `fastmath<reassoc>`, so that LLVM may vectorize it) and the phases in which a
+group's reductions run (a reduction that needs another's result comes in a later phase).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeGuard, cast
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import i1
+from xdsl.dialects.utils.fast_math import FastMathFlag
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from xfuse.dialects import graph
+from xfuse.dialects.graph import dtype_of, is_float
+from xfuse.passes.lowering.scalar_ops import UnsupportedScalarOp, compute_type, reduction_identity
+
+_FLOAT_COMBINE: dict[str, type[Operation]] = {
+    "graph.reduce_sum": arith.AddfOp,
+    "graph.reduce_mean": arith.AddfOp,
+    "graph.reduce_prod": arith.MulfOp,
+    "graph.reduce_max": arith.MaximumfOp,
+    "graph.reduce_min": arith.MinimumfOp,
+}
+_INT_COMBINE: dict[str, type[Operation]] = {
+    "graph.reduce_sum": arith.AddiOp,
+    "graph.reduce_prod": arith.MuliOp,
+    "graph.reduce_max": arith.MaxSIOp,
+    "graph.reduce_min": arith.MinSIOp,
+}
+# torch reduces bools as integers and casts back: sum/max are `or`, prod/min are `and`.
+_BOOL_COMBINE: dict[str, type[Operation]] = {
+    "graph.reduce_sum": arith.OrIOp,
+    "graph.reduce_prod": arith.AndIOp,
+    "graph.reduce_max": arith.OrIOp,
+    "graph.reduce_min": arith.AndIOp,
+}
+
+
+def accumulator_type(op: graph.ReduceOp) -> Attribute:
+    return compute_type(dtype_of(op.input))
+
+
+def reduction_init(op: graph.ReduceOp) -> float | int:
+    """The identity of the reduction's combining op, for its input's element type."""
+    return reduction_identity(_combiner_class(op), dtype_of(op.input))
+
+
+REASSOC = arith.FastMathFlagsAttr([FastMathFlag.REASSOC])
+"""The flags of a float sum/product accumulation: the reduction may be reassociated (split into
+vector lanes and partial sums), which is what lets LLVM vectorize it. Only the accumulating op
+carries them; max/min need none (`llvm.maximum`/`llvm.minimum` vectorize as they are, NaN
+propagating like torch)."""
+
+
+_ARG_COMBINE: dict[str, tuple[type[Operation], type[Operation]]] = {
+    "graph.argmax": (arith.MaximumfOp, arith.MaxSIOp),
+    "graph.argmin": (arith.MinimumfOp, arith.MinSIOp),
+}
+"""argmax/argmin (issue 15): the combiner whose identity starts the value accumulator (float,
+int); the accumulation itself is `KernelBuilder._arg_step`."""
+
+
+def _combiner_class(op: graph.ReduceOp) -> type[Operation]:
+    t = dtype_of(op.input)
+    if op.name in _ARG_COMBINE:
+        return _ARG_COMBINE[op.name][0 if is_float(t) else 1]
+    table = _FLOAT_COMBINE if is_float(t) else _BOOL_COMBINE if t == i1 else _INT_COMBINE
+    if op.name not in table:
+        raise UnsupportedScalarOp(f"'{op.name}' on {t} has no loop lowering")
+    return table[op.name]
+
+
+def reassociates(phase: Sequence[graph.ReduceOp]) -> bool:
+    """Whether some reduction of the phase is a float sum or product (whose rounding error
+    depends on the order of its terms)."""
+    return any(_combiner_class(r) in (arith.AddfOp, arith.MulfOp) for r in phase)
+
+
+def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Operation]:
+    combine = cast(Callable[..., Operation], _combiner_class(op))
+    if combine in (arith.AddfOp, arith.MulfOp):
+        return lambda acc, x: combine(acc, x, REASSOC)
+    return combine
+
+
+def is_real_reduction(op: Operation) -> TypeGuard[graph.ReduceOp]:
+    return isinstance(op, graph.ReduceOp) and bool(op.reduce_dims)
+
+
+def phases(reductions: Sequence[graph.ReduceOp]) -> list[list[graph.ReduceOp]]:
+    """Reductions grouped by phase: 1 + the latest phase of a reduction their input needs."""
+    depth: dict[SSAValue, int] = {}
+
+    def depth_of(v: SSAValue) -> int:
+        if v in depth:
+            return depth[v]
+        op = v.owner
+        d = 0
+        if isinstance(op, Operation):
+            d = max((depth_of(o) for o in op.operands), default=0)
+            if is_real_reduction(op):
+                d += 1
+        depth[v] = d
+        return d
+
+    phases: dict[int, list[graph.ReduceOp]] = {}
+    for r in reductions:
+        phases.setdefault(depth_of(r.result), []).append(r)
+    return [phases[k] for k in sorted(phases)]
