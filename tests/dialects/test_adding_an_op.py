@@ -1,12 +1,15 @@
 """docs/adding-an-op.md's claim: an elementwise op declared only in its dialect class (with
-its facts) imports, interprets, lowers to loops and compiles for the CPU, and is fuzzed.
+its facts) imports, interprets, lowers to loops and compiles for the CPU, and is fuzzed; the
+files the page names exist, and its model op lives in the module it names.
 
 The toy op lives in this file alone; the tables every level reads are rebuilt from its facts
 with the same functions that build them from the graph dialect."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -77,3 +80,20 @@ def test_a_toy_op_declared_in_its_class_imports_interprets_and_lowers(toy_op: No
 def test_a_toy_op_declared_in_its_class_is_fuzzed() -> None:
     drawn = generator.pool("unary", [*graph.Graph.operations, ToyLog1pOp])
     assert drawn[-1].spelling == "torch.log1p" and drawn[-1].positive
+
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "adding-an-op.md"
+
+
+def test_the_files_the_page_names_exist() -> None:
+    root = PAGE.parent.parent
+    named = set(re.findall(r"`((?:xfuse|tests|filecheck)/[\w/.-]+)`", PAGE.read_text()))
+    assert named, "the page names no files"
+    assert sorted(p for p in named if not (root / p).exists()) == []
+
+
+def test_the_model_op_lives_in_the_module_the_page_names() -> None:
+    module = graph.SinOp.__module__.replace(".", "/") + ".py"
+    assert module == "xfuse/dialects/graph/elementwise.py"
+    assert f"`{module}`" in PAGE.read_text()
+    assert graph.SinOp in graph.ELEMENTWISE_OPS

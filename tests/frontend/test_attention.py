@@ -103,7 +103,7 @@ def test_sdpa_on_cuda_compiles_strict(dtype: torch.dtype) -> None:
 
 
 def test_a_program_of_mapped_ops_and_attention_is_not_decomposed() -> None:
-    """Decomposing is the slow part of an import (GPT-2: half of a warm start); attention is an
+    """Decomposing is the slow part of an import; attention is an
     extern either way, so a program of mapped ops and attention is imported as exported, to
     the same attention call."""
     from xfuse.frontend.importer import needs_decomposition

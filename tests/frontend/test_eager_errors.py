@@ -53,7 +53,7 @@ def compile_error(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> BaseExcept
 
 
 # ---------------------------------------------------------------------------------------------
-# The Linear, through every entry point
+# A Linear of a wrong input, through every entry point
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Ops Inductor lowers past core aten (issue 15) import with no torch_call, through
+"""Ops Inductor lowers past core aten import with no torch_call, through
 `xfuse.frontend.decompositions` (torch's exact decompositions, and a few written there) or the
 strided-gather converters (as_strided, unfold), and interpret and compile equal to eager."""
 
@@ -180,7 +180,7 @@ def test_frexp_of_f64_stays_with_torch() -> None:
 
 
 def test_a_mapped_op_is_never_decomposed() -> None:
-    """A converter (another task's, say) wins over an added decomposition of the same op."""
+    """A converter wins over an added decomposition of the same op."""
     from xfuse.frontend.aten import CONVERTERS
     from xfuse.frontend.importer import decomposition_table
 

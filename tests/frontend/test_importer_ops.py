@@ -267,7 +267,7 @@ CASES: list[Case] = [
         lambda: (rand(3, 4).abs() - 0.1,),
         "graph.softmax",
     ),
-    *[  # issue 15 (elem)
+    *[  # bitwise and logical ops, any/all, fmod, remainder, floor division, erfc
         ("logical_not", torch.logical_not, lambda: (rand(3, 4),), "graph.bitwise_not"),
         ("logical_and", torch.logical_and, lambda: (rand(3, 4), ints(4)), "graph.bitwise_and"),
         ("logical_or", torch.logical_or, lambda: (ints(3, 4), ints(4)), "graph.bitwise_or"),

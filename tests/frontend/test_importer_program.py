@@ -62,7 +62,7 @@ def test_module_prints_and_parses_back() -> None:
 
 def test_module_with_infinite_constant_parses_back() -> None:
     # xDSL 0.74 prints non-finite elements as hex bits and parses them back as integers:
-    # graph.constant re-reads them as bits (graph.py, _reread_hex_floats).
+    # the context reads them as bits (xfuse/ir/context.py, _read_hex_float_elements).
     imported = import_module(lambda a: a.masked_fill(a < 0, float("-inf")), (torch.randn(3, 4),))
     text = str(imported.module)
     assert str(parse(text)) == text

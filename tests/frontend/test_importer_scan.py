@@ -1,4 +1,4 @@
-"""cumsum, cumprod, logcumsumexp, cummax and cummin (task `scan`): imported as graph.scan with
+"""cumsum, cumprod, logcumsumexp, cummax and cummin: imported as graph.scan with
 eager's dtype rules, interpreted equal to eager."""
 
 from __future__ import annotations

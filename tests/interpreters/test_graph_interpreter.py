@@ -272,7 +272,7 @@ CASES = [
         "tensor<3xf32>",
         lambda a: torch.var(a, 1, correction=1),
     ),
-    # pool task: padding and pooling
+    # padding and pooling
     Case(
         "graph.pad",
         (X,),
@@ -301,7 +301,7 @@ CASES = [
             .permute(3, 4, 0, 1, 2)
         ),
     ),
-    # (task gather) random i64 inputs are 0 or 1: valid rows of X.
+    # (gather) random i64 inputs are 0 or 1: valid rows of X.
     Case(
         "graph.gather",
         (X, "tensor<5x1xi64>"),
@@ -309,7 +309,7 @@ CASES = [
         "tensor<5x4xf32>",
         lambda a, i: a[i[:, 0]],
     ),
-    # issue 15 (elem)
+    # bitwise and logical ops, division with rounding, erfc, argmax/argmin, index arithmetic
     unary("bitwise_not", torch.bitwise_not, "tensor<3x4xi1>"),
     *[
         Case(
@@ -358,7 +358,7 @@ CASES = [
         X,
         lambda a: torch.roll(a, (3, 1), (1, 0)),
     ),
-    # task `scan`
+    # scans
     Case(
         "graph.scan",
         (X,),

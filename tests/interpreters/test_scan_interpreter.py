@@ -1,4 +1,4 @@
-"""graph.scan in the graph interpreter (task `scan`): eager's cumsum, cumprod, logcumsumexp,
+"""graph.scan in the graph interpreter: eager's cumsum, cumprod, logcumsumexp,
 cummax and cummin, the operand's dtype kept (the importer casts integers to i64 first)."""
 
 from __future__ import annotations

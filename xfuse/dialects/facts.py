@@ -104,8 +104,8 @@ class Fuzz:
     """How `xfuse-fuzz` (and the property tests' `random_graph`) draw an op.
 
     An op in a `pool` is drawn by that pool's generator from its eager spelling (`torch.neg`
-    for unary ops, an operator or function for binary ops, a method name for reductions);
-    pools keep the order of the dialect's op list. Any other op names the generator method
+    for unary ops, an operator or function for binary ops, a method name for reductions), in
+    the pool's order of `xfuse.testing.fuzz.draw_order`. Any other op names the generator method
     of `xfuse.testing.fuzz` that writes the torch code that imports as it (`by`)."""
 
     spelling: str = ""

@@ -1,5 +1,5 @@
-"""Decompositions the importer adds to torch.export's core-aten table (issue 15: lower what
-Inductor lowers).
+"""Decompositions the importer adds to torch.export's core-aten table, so that what Inductor
+lowers is imported as graph ops too.
 
 torch.export's default table stops at core aten, so ops such as `native_group_norm`,
 `upsample_bilinear2d` or `empty` reach the importer whole and would run eagerly. Inductor

@@ -1,6 +1,6 @@
 """
 The torch importer: a `torch.export.ExportedProgram` becomes one `func.func @forward` of graph
-ops (docs/contracts.md). Mapped aten ops become graph ops (xfuse/frontend/aten.py); any other
+ops (docs/contracts.md). Mapped aten ops become graph ops (xfuse/frontend/aten/); any other
 tensor op becomes `graph.torch_call`; what even that cannot hold raises `UnsupportedProgram`.
 """
 
@@ -242,9 +242,9 @@ decomposition (attention: a `graph.torch_call` of itself either way)."""
 
 
 def needs_decomposition(program: ExportedProgram) -> bool:
-    """Whether some node is not `read_as_exported` (decomposing is the slow part of an import:
-    GPT-2's 0.5 s of a 1 s warm start; a program of such ops only is already in the form the
-    importer reads, its attention calls included)."""
+    """Whether some node is not `read_as_exported` (decomposing is the slow part of an import;
+    a program of such ops only is already in the form the importer reads, its attention calls
+    included)."""
     return any(
         node.op == "call_function"
         and node.target is not operator.getitem
@@ -298,7 +298,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table = torch.export.default_decompositions()
     for name in KEPT_COMPOSITES:
         table.pop(resolve_overload(name), None)
-    # issue 15: what Inductor decomposes past core aten (an op the importer maps stays whole)
+    # What Inductor decomposes past core aten (an op the importer maps stays whole).
     table.update({op: f for op, f in extra_decompositions().items() if str(op) not in CONVERTERS})
     return table  # pyright: ignore[reportReturnType]
 

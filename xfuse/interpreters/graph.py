@@ -188,7 +188,7 @@ def _var(op: Operation, xs: list[Tensor]) -> Tensor:
 
 
 def _arg_reduce(fn: Callable[..., Tensor], op: Operation, xs: list[Tensor]) -> Tensor:
-    """argmax / argmin along the op's one dim (issue 15)."""
+    """argmax / argmin along the op's one dim."""
     assert isinstance(op, graph.ArgReduceOp)
     return fn(xs[0], dim=op.reduce_dims[0], keepdim=op.keeps_dims)
 
@@ -201,7 +201,7 @@ def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
     return tuple(out) if isinstance(out, list | tuple) else out
 
 
-# --- task `index`: arange, flip, roll ----------------------------------------------------
+# --- index arithmetic: arange, flip, roll -------------------------------------------------
 
 
 def _iota(op: Operation, xs: list[Tensor]) -> Tensor:
@@ -279,7 +279,7 @@ OWN_PREPARERS: dict[str, Preparer] = {
 }
 
 # The ops that declare no `torch` fact: each is its own torch code.
-# -- pool task: padding and pooling ------------------------------------------------------------
+# --- padding and pooling --------------------------------------------------------------
 
 
 def _pad(op: Operation, xs: list[Tensor]) -> Tensor:
@@ -375,17 +375,16 @@ OWN_IMPLS: dict[str, Impl] = {
     "graph.rms_norm": _rms_norm,
     "graph.gelu": _gelu,
     "graph.var": _var,
-    # task `index`
     "graph.iota": _iota,
     "graph.flip": _flip,
     "graph.roll": _roll,
-    **POOL_IMPLS,  # pool task
+    **POOL_IMPLS,
     "graph.argmax": lambda op, xs: _arg_reduce(torch.argmax, op, xs),
     "graph.argmin": lambda op, xs: _arg_reduce(torch.argmin, op, xs),
 }
 
 
-# --- gather (task: indexing with computed indices) -------------------------------------------
+# --- gather: indexing with computed indices -------------------------------------------------
 
 
 def check_indices(indices: Tensor, size: int, wrap: bool) -> Tensor:
@@ -422,7 +421,7 @@ def _gather(op: Operation, xs: list[Tensor]) -> Tensor:
 OWN_IMPLS["graph.gather"] = _gather
 
 
-# --- task `scan`: cumsum, cumprod, logcumsumexp, cummax, cummin --------------------------------
+# --- scans: cumsum, cumprod, logcumsumexp, cummax, cummin --------------------------------
 
 _SCANS: dict[str, Callable[[Tensor, int], Tensor]] = {
     "sum": lambda x, d: torch.cumsum(x, d, dtype=x.dtype),

@@ -18,21 +18,21 @@ expectations table (`tests/testing/opinfo_expected.tsv`) so that a change shows 
     python -m xfuse.testing.opinfo --full --write PATH   # every sample and dtype, to a table
     python -m xfuse.testing.opinfo --inductor            # the share of what Inductor lowers
 
-Against Inductor (`--inductor`, issue 15's measure): a sample is *Inductor-lowered* when every
-aten (and prims) op of its function, traced by `make_fx` on the real sample after
-functionalisation (as AOTAutograd hands Inductor its graph) with Inductor's decomposition table
-(`torch._inductor.decomposition.select_decomp_table()`), has a lowering in
+Against Inductor (`--inductor`: how much of what Inductor lowers xfuse lowers too): a sample is
+*Inductor-lowered* when every aten (and prims) op of its function, traced by `make_fx` on the
+real sample after functionalisation (as AOTAutograd hands Inductor its graph) with Inductor's
+decomposition table (`torch._inductor.decomposition.select_decomp_table()`), has a lowering in
 `torch._inductor.lowering.lowerings` and is not one of `torch._inductor.lowering.fallbacks`
 (the ops Inductor registers as running eagerly, such as `_linalg_svd`, `nonzero`, `cumsum` on
 some paths, `rand`). Ops Inductor runs as extern kernels by design count as lowered, as xfuse
 counts its own by-design externs (matmul) as `fused`: mm/bmm/addmm/baddbmm/convolution have
 lowerings that call the extern kernel and are not in `fallbacks` anyway, and the CPU and CUDA
 attention kernels (`INDUCTOR_EXTERNS`) are counted as lowered although Inductor lists them as
-fallbacks. A sample eager refuses, or that `make_fx` cannot trace, is not Inductor-lowered.
-The report gives, per dtype, the Inductor-lowered samples, how many of them xfuse fuses (no
-eager part), the share, and the rest with xfuse's outcome and its detail; `--table PATH` takes
-xfuse's outcomes from a table written by `--write` instead of compiling again (given twice,
-the second table's rows replace the first's: a rerun of some ops over a whole sweep).
+fallbacks. A sample eager refuses, or that `make_fx` cannot trace, is not Inductor-lowered. The
+report gives, per dtype, the Inductor-lowered samples, how many of them xfuse fuses (no eager
+part), the share, and the rest with xfuse's outcome and its detail; `--table PATH` takes
+xfuse's outcomes from a table written by `--write` instead of compiling again (given twice, the
+second table's rows replace the first's: a rerun of some ops over a whole sweep).
 """
 
 from __future__ import annotations

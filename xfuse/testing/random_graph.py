@@ -100,7 +100,7 @@ class _Builder:
 
     def step(self) -> None:
         makers = [self.unary, self.binary, self.binary, self.reduce, self.broadcast, self.layout]
-        makers += [self.index]  # task `index`
+        makers += [self.index]
         if self.externs:
             makers += [self.extern]
         if self.mutation:
@@ -203,7 +203,7 @@ class _Builder:
         self.add(graph.ReshapeOp(self.add(self.rng.choice(UNARY)(split)), s))
 
     def index(self) -> None:
-        """Index arithmetic (task `index`): a flip, a roll, or an iota (cast) added."""
+        """Index arithmetic: a flip, a roll, or an iota (cast) added."""
         v = self.pick(lambda v: len(graph.shape_of(v)) >= 1)
         if v is None:
             return self.unary()

@@ -275,15 +275,15 @@ class Generator:
             (1.2, self.matmul),
             (1.5, self.inplace),
             (1, self.integer_or_logical),
-            (0.8, self.pad),  # pool task
-            (0.8, self.pool),  # pool task
+            (0.8, self.pad),
+            (0.8, self.pool),
             (0.6, self.depthwise),
             (0.6, self.convolution),
             (1, self.gather),
         ]
-        makers.append((1.5, self.index_op))  # task `index`
-        makers.append((1, self.scan))  # task `scan`
-        makers.append((1, self.scatter))  # scatter task
+        makers.append((1.5, self.index_op))
+        makers.append((1, self.scan))
+        makers.append((1, self.scatter))
         if self.allow_unsupported:
             makers.append((0.8, self.unsupported))
         weights = [w for w, _ in makers]
@@ -414,7 +414,7 @@ class Generator:
         expr = f"{a.name}.argmax(dim={self.rng.randrange(rank)})"
         return ("int:argmax", *self.result(expr, True))
 
-    # issue 15 (elem): bitwise ops on integers, logical ops of any dtype, any/all, integer
+    # Bitwise ops on integers, logical ops of any dtype, any/all, integer
     # division and remainder by a number (by a tensor it stays in torch: it may divide by 0)
     def bitwise_division_any(self, kind: str) -> tuple[str, str, list[Value]]:
         if kind == "bitwise":
@@ -573,7 +573,7 @@ class Generator:
         exact = all(v.exact for v in self.values if v.name in parts)
         return ("cat", *self.result(f"torch.cat([{', '.join(parts)}], dim={dim})", exact))
 
-    # --- gather (task: indexing with computed indices) -----------------------------------
+    # --- gather: indexing with computed indices -----------------------------------------
 
     def gather(self) -> tuple[str, str, list[Value]]:
         """embedding, index_select, gather or advanced indexing of a value, with constant
@@ -689,7 +689,7 @@ class Generator:
         exact = a.exact and kind in ("flip", "sort", "roll", "tril")
         return (f"unsupported:{kind}", *self.result(expr, exact))
 
-    # --- task `index`: index arithmetic ------------------------------------------------------
+    # --- index arithmetic ------------------------------------------------------------
 
     def index_op(self) -> tuple[str, str, list[Value]]:
         """arange (added to a value), flip, roll, rot90, tril/triu, repeat/tile, diagonal."""
@@ -736,7 +736,7 @@ class Generator:
             raise Rejected(f"{kind} on rank {rank}")
         return (f"index:{kind}", *self.result(expr, a.exact))
 
-    # --- task `scan`: cumsum, cumprod, logcumsumexp, cummax, cummin ---------------------------
+    # --- scans: cumsum, cumprod, logcumsumexp, cummax, cummin ---------------------------
 
     def scan(self) -> tuple[str, str, list[Value]]:
         """A scan along a dim (negative half of the time; a scalar's is 0 or -1): cumsum (of
@@ -762,7 +762,7 @@ class Generator:
             exact = a.exact
         return (f"scan:{kind}", *self.result(expr, exact))
 
-    # --- padding and pooling (pool task) ---------------------------------------------------
+    # --- padding and pooling ---------------------------------------------------------------
 
     def pad(self) -> tuple[str, str, list[Value]]:
         """F.pad: constant (any rank, negative pads crop), reflect or replicate (floats, the
@@ -886,7 +886,7 @@ class Generator:
         expr = f"F.conv2d({x}, {w}, {bias}, stride={stride}, padding={padding})"
         return ("convolution", *self.result(expr, False))
 
-    # --- scatter task: scatters with affine indices ------------------------------------------
+    # --- scatters with affine indices ------------------------------------------------------
 
     def scatter(self) -> tuple[str, str, list[Value]]:
         """slice_scatter (start, end and step drawn, negative ones too), select_scatter or

@@ -1,0 +1,98 @@
+"""Converters of extern ops: matrix products (mm, bmm, matmul, addmm, linear), convolution as
+the extern `aten.convolution` call, and scaled dot-product attention (`xfuse.frontend.attention`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch.fx
+from xdsl.ir import Operation, SSAValue
+
+from xfuse.dialects import graph
+from xfuse.frontend.aten.common import Args, Converter, _rank
+from xfuse.frontend.aten.windows import _window_arg
+from xfuse.frontend.attention import ATTENTION_CONVERTERS
+from xfuse.frontend.builder import (
+    ImportBuilder,
+    Value,
+    out_type,
+)
+from xfuse.frontend.convolution import CONVOLUTION
+
+
+def _matmul_values(
+    lw: ImportBuilder, lhs: SSAValue, rhs: SSAValue, shape: Sequence[int]
+) -> SSAValue:
+    """torch.matmul: 1-D operands become a row / a column, then the result is reshaped."""
+    if _rank(lhs) == 1:
+        lhs = lw.reshape(lhs, (1, graph.shape_of(lhs)[0]))
+    if _rank(rhs) == 1:
+        rhs = lw.reshape(rhs, (graph.shape_of(rhs)[0], 1))
+    return lw.reshape(lw.emit(graph.MatmulOp(lhs, rhs)), shape)
+
+
+def _matmul(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    t = out_type(node)
+    lhs, rhs = lw.operand(a["self"], t.element_type), lw.operand(a[_second(a)], t.element_type)
+    return _matmul_values(lw, lhs, rhs, t.get_shape())
+
+
+def _second(a: Args) -> str:
+    return "mat2" if "mat2" in a else "other"
+
+
+def _addmm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """beta * input + alpha * (mat1 @ mat2)."""
+    t = out_type(node)
+    dtype = t.element_type
+    y = _matmul_values(
+        lw, lw.operand(a["mat1"], dtype), lw.operand(a["mat2"], dtype), t.get_shape()
+    )
+    if a["alpha"] != 1:
+        y = lw.emit(graph.MulOp(y, lw.constant(a["alpha"], dtype)))
+    if a["beta"] == 0:
+        return y
+    bias = lw.operand(a["self"], dtype)
+    if a["beta"] != 1:
+        bias = lw.emit(graph.MulOp(bias, lw.constant(a["beta"], dtype)))
+    return lw.emit(graph.AddOp(y, bias))
+
+
+def _linear(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    dtype = out_type(node).element_type
+    x, w = lw.operand(a["input"], dtype), lw.operand(a["weight"], dtype)
+    if _rank(x) == 0 or _rank(w) != 2:
+        return None
+    b = lw.operand(a["bias"], dtype) if a["bias"] is not None else None
+    return lw.emit(graph.LinearOp(x, w, b))
+
+
+def _conv2d(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """`conv2d` of a batch as the extern `aten.convolution` call that torch's decomposition
+    makes of it (so that a program needs no decomposition for it); an unbatched one stays a
+    torch call of itself."""
+    sizes = [_window_arg(a[name], 2) for name in ("stride", "padding", "dilation")]
+    if len(out_type(node).get_shape()) != 4 or None in sizes:
+        return None
+    args = [a["input"], a["weight"], a["bias"], *sizes, False, [0, 0], a["groups"]]
+    (out,) = lw.torch_call(CONVOLUTION, args, {}, [out_type(node)], node)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The family's rows of the table
+# ---------------------------------------------------------------------------------------------
+
+OWN_CONVERTERS: dict[type[Operation], Converter] = {
+    graph.MatmulOp: _matmul,
+    graph.LinearOp: _linear,
+}
+"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
+the overloads in their `aten` facts."""
+
+FORMULAS: dict[str, Converter] = {
+    "aten.conv2d.default": _conv2d,
+    "aten.addmm.default": _addmm,
+    **ATTENTION_CONVERTERS,
+}
+"""Aten ops that are extern calls or formulas of them."""

@@ -1,0 +1,353 @@
+"""Converters of layout ops (reshape, expand, permute, slices, split, cat), index arithmetic
+(arange, flip, roll, repeat, diagonal) and strided views taken as a gather (as_strided,
+unfold)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch.fx
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    TensorType,
+    f32,
+    f64,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from xfuse.dialects import graph
+from xfuse.frontend.aten.common import Args, Converter, _each, _is_number, _norm_dims, _rank
+from xfuse.frontend.builder import (
+    ImportBuilder,
+    Value,
+    out_type,
+    result_types,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Layout
+# ---------------------------------------------------------------------------------------------
+
+
+def _reshape(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    return lw.reshape(lw.tensor(a["self"]), out_type(node).get_shape())
+
+
+def _expand(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x, shape = lw.tensor(a["self"]), tuple(out_type(node).get_shape())
+    if graph.shape_of(x) == shape:
+        return x
+    dims = range(len(shape) - _rank(x), len(shape))
+    return lw.emit(graph.BroadcastInDimOp(x, shape, list(dims)))
+
+
+def _permute_dims(lw: ImportBuilder, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+    if list(perm) == list(range(len(perm))):
+        return x
+    return lw.emit(graph.PermuteOp(x, perm))
+
+
+def _permute(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    return _permute_dims(lw, x, [d % _rank(x) for d in a["dims"]])
+
+
+def _transpose(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    rank = _rank(x)
+    if rank < 2:
+        return x
+    d0, d1 = a.get("dim0", 0) % rank, a.get("dim1", 1) % rank
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permute_dims(lw, x, perm)
+
+
+def _slice_dim(
+    lw: ImportBuilder, x: SSAValue, dim: int, start: int, end: int, step: int = 1
+) -> SSAValue:
+    """x[..., start:end:step, ...] along `dim`, with torch's clamping of start and end."""
+    shape = graph.shape_of(x)
+    size = shape[dim]
+    start = min(max(start + size if start < 0 else start, 0), size)
+    end = min(max(end + size if end < 0 else end, start), size)
+    if (start, end, step) == (0, size, 1):
+        return x
+    starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
+    starts[dim], limits[dim], strides[dim] = start, end, step
+    return lw.emit(graph.SliceOp(x, starts, limits, strides))
+
+
+def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    if _rank(x) == 0 or not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
+        return None
+    size = graph.shape_of(x)[a["dim"] % _rank(x)]
+    start = 0 if a["start"] is None else a["start"]
+    end = size if a["end"] is None else a["end"]
+    return _slice_dim(lw, x, a["dim"] % _rank(x), start, end, a["step"])
+
+
+def _select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    dim = a["dim"] % _rank(x)
+    index = a["index"] % graph.shape_of(x)[dim]
+    sliced = _slice_dim(lw, x, dim, index, index + 1)
+    return lw.reshape(sliced, out_type(node).get_shape())
+
+
+def _narrow(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    dim = a["dim"] % _rank(x)
+    start = a["start"] % graph.shape_of(x)[dim] if a["start"] < 0 else a["start"]
+    return _slice_dim(lw, x, dim, start, start + a["length"])
+
+
+def _split(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """split / split_with_sizes: one slice per piece."""
+    x = lw.tensor(a["self"])
+    dim = a["dim"] % _rank(x)
+    sizes = [int(t.get_shape()[dim]) for t in result_types(node)]
+    pieces: list[SSAValue | None] = []
+    start = 0
+    for size in sizes:
+        pieces.append(_slice_dim(lw, x, dim, start, start + size))
+        start += size
+    return pieces
+
+
+def _unbind(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    dim = a["dim"] % _rank(x)
+    shape = [d for i, d in enumerate(graph.shape_of(x)) if i != dim]
+    return [
+        lw.reshape(_slice_dim(lw, x, dim, i, i + 1), shape) for i in range(graph.shape_of(x)[dim])
+    ]
+
+
+def _cat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    t = out_type(node)
+    rank = len(t.get_shape())
+    # torch.cat skips legacy empty 1-D tensors of shape [0].
+    inputs = [
+        lw.operand(n, t.element_type)
+        for n in a["tensors"]
+        if not (rank != 1 and tuple(n.meta["val"].shape) == (0,))
+    ]
+    if len(inputs) == 1:
+        return inputs[0]
+    return lw.emit(graph.ConcatOp(inputs, a["dim"] % rank))
+
+
+# ---------------------------------------------------------------------------------------------
+# Index arithmetic: arange, flip, roll, repeat, diagonal
+# ---------------------------------------------------------------------------------------------
+
+
+def _arange_compute_type(dtype: Attribute, node: torch.fx.Node) -> Attribute:
+    """The type eager's float arange computes `start + step * i` in (its `acc_type` for the
+    device): f64 on the CPU for f32 and f64, f32 for f16/bf16 and on CUDA (f64 stays f64)."""
+    if dtype == f64:
+        return f64
+    val = node.meta.get("val")
+    on_cuda = isinstance(val, torch.Tensor) and val.device.type == "cuda"
+    return f32 if on_cuda or isinstance(dtype, Float16Type | BFloat16Type) else f64
+
+
+def _arange(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """arange as a `graph.iota` (its length is the exported shape's). Integer dtypes count in
+    i64 from start and step truncated to integers, as eager does; float dtypes compute
+    `start + step * i` in eager's accumulation type and round once."""
+    t = out_type(node)
+    dtype, (n,) = t.element_type, t.get_shape()
+    start, step = a.get("start", 0), a.get("step", 1)
+    if not (_is_number(start) and _is_number(step)) or dtype == i1:
+        return None
+    if not graph.is_float(dtype):
+        if int(step) == 0:
+            return None
+        return lw.emit(graph.IotaOp(t, 0, int(start), int(step)))
+    compute = _arange_compute_type(dtype, node)
+    index = lw.cast(lw.emit(graph.IotaOp(TensorType(i64, [n]))), compute)
+    scaled = lw.emit(graph.MulOp(index, lw.constant(step, compute)))
+    return lw.cast(lw.emit(graph.AddOp(lw.constant(start, compute), scaled)), dtype)
+
+
+def _flip(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    dims = [d for d in _norm_dims(a["dims"], _rank(x)) if graph.shape_of(x)[d] > 1]
+    if not a["dims"] or not dims:
+        return x
+    return lw.emit(graph.FlipOp(x, dims))
+
+
+def _roll(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """roll as a `graph.roll` over the dims whose shift moves something; with no dims, of the
+    flattened tensor, reshaped back."""
+    x = lw.tensor(a["self"])
+    shifts, dims = list(a["shifts"]), list(a.get("dims") or [])
+    if not all(isinstance(v, int) for v in (*shifts, *dims)):
+        return None
+    shape = graph.shape_of(x)
+    if not dims:
+        if len(shifts) != 1:
+            return None
+        flat = lw.reshape(x, [graph.numel(shape)])
+        return lw.reshape(_roll_dims(lw, flat, shifts, [0]), shape)
+    if len(shifts) != len(dims):
+        return None
+    return _roll_dims(lw, x, shifts, [d % _rank(x) for d in dims])
+
+
+def _roll_dims(
+    lw: ImportBuilder, x: SSAValue, shifts: Sequence[int], dims: Sequence[int]
+) -> SSAValue:
+    """One shift per dim (torch adds repeated dims' shifts up), reduced modulo its size."""
+    total: dict[int, int] = {}
+    for shift, dim in zip(shifts, dims, strict=True):
+        total[dim] = total.get(dim, 0) + shift
+    shape = graph.shape_of(x)
+    moved = {d: s % shape[d] for d, s in total.items() if shape[d] > 1 and s % shape[d]}
+    if not moved:
+        return x
+    return lw.emit(graph.RollOp(x, list(moved.values()), list(moved)))
+
+
+def _repeat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """repeat (and tile): the input broadcast along a new dim before each repeated dim, then
+    reshaped to the result: index arithmetic, no copy."""
+    x, repeats = lw.tensor(a["self"]), list(a["repeats"])
+    if not all(isinstance(r, int) for r in repeats) or len(repeats) < _rank(x):
+        return None
+    x = lw.reshape(x, (1,) * (len(repeats) - _rank(x)) + graph.shape_of(x))
+    spread: list[int] = []
+    dims: list[int] = []
+    for r, d in zip(repeats, graph.shape_of(x), strict=True):
+        if r != 1:
+            spread.append(r)
+        dims.append(len(spread))
+        spread.append(d)
+    if len(spread) != len(dims):
+        x = lw.emit(graph.BroadcastInDimOp(x, spread, dims))
+    return lw.reshape(x, out_type(node).get_shape())
+
+
+def _diagonal(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """diagonal: dim1 and dim2 moved last and flattened, then a slice of stride m + 1 from
+    the first element of the diagonal (a returned diagonal is still a view of its base: the
+    runtime replays the view, docs/contracts.md)."""
+    x = lw.tensor(a["self"])
+    rank, offset = _rank(x), a["offset"]
+    if rank < 2 or not isinstance(offset, int):
+        return None
+    d1, d2 = a["dim1"] % rank, a["dim2"] % rank
+    if d1 == d2:
+        return None
+    shape = graph.shape_of(x)
+    rest = [d for d in range(rank) if d not in (d1, d2)]
+    n, m = shape[d1], shape[d2]
+    x = _permute_dims(lw, x, [*rest, d1, d2])
+    x = lw.reshape(x, [shape[d] for d in rest] + [n * m])
+    length = out_type(node).get_shape()[-1]
+    start = offset if offset >= 0 else -offset * m
+    if length == 0:
+        start = limit = 0
+    else:
+        limit = start + (length - 1) * (m + 1) + 1
+    starts, limits = [0] * len(rest) + [start], [shape[d] for d in rest] + [limit]
+    return lw.emit(graph.SliceOp(x, starts, limits, [1] * len(rest) + [m + 1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Strided views: as_strided and unfold as a gather from the flattened input at computed
+# offsets (`offset + sum_k i_k * stride_k`)
+# ---------------------------------------------------------------------------------------------
+
+
+def _strided_gather(
+    lw: ImportBuilder,
+    node: torch.fx.Node,
+    x: SSAValue,
+    size: Sequence[int],
+    stride: Sequence[int],
+    offset: int,
+) -> Value:
+    """The elements of `x` (contiguous, of `n` elements) at `offset + sum_k i_k * stride_k`
+    for every index `i` of `size`, as a tensor of `size`; None (torch runs it) when `x` is not
+    contiguous in eager (its storage is not its logical order) or an offset leaves `[0, n)`."""
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != 0:
+        return None
+    n = graph.numel(graph.shape_of(x))
+    count = graph.numel(size)
+    last = offset + sum((k - 1) * s for k, s in zip(size, stride, strict=True) if k > 0)
+    if count == 0 or n == 0 or min(stride, default=0) < 0 or not 0 <= offset <= last < n:
+        return None
+    shape = list(size)
+    index: SSAValue | None = None
+    for dim, step in enumerate(stride):
+        if shape[dim] == 1 or step == 0:
+            continue
+        along = lw.emit(graph.IotaOp(TensorType(i64, shape), dim, 0, step))
+        index = along if index is None else lw.emit(graph.AddOp(index, along))
+    if index is None:
+        index = lw.constant(offset, i64, shape)
+    elif offset:
+        index = lw.emit(graph.AddOp(index, lw.constant(offset, i64)))
+    flat_index = lw.reshape(index, [count])
+    rows = lw.emit(graph.GatherOp(lw.reshape(x, [n]), [flat_index], 0, [count]))
+    return lw.reshape(rows, out_type(node).get_shape())
+
+
+def _as_strided(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    offset = a.get("storage_offset") or 0
+    if not all(isinstance(v, int) for v in [*a["size"], *a["stride"], offset]):
+        return None
+    return _strided_gather(lw, node, lw.tensor(a["self"]), a["size"], a["stride"], offset)
+
+
+def _unfold(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """Windows of `size` every `step` along `dim`, as a new last dim (contiguous strides)."""
+    x = lw.tensor(a["self"])
+    shape = list(graph.shape_of(x)) or [1]
+    dim, step = a["dimension"] % len(shape), a["step"]
+    strides = [graph.numel(shape[k + 1 :]) for k in range(len(shape))]
+    out = list(out_type(node).get_shape())
+    if not graph.shape_of(x):  # a 0-d input: one window of its one element
+        return lw.reshape(x, out)
+    new_stride = [*strides[:dim], strides[dim] * step, *strides[dim + 1 :], strides[dim]]
+    return _strided_gather(lw, node, x, out, new_stride, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The family's rows of the table
+# ---------------------------------------------------------------------------------------------
+
+OWN_CONVERTERS: dict[type[Operation], Converter] = {
+    graph.BroadcastInDimOp: _expand,
+    graph.ReshapeOp: _reshape,
+    graph.PermuteOp: _permute,
+    graph.SliceOp: _slice,
+    graph.ConcatOp: _cat,
+    graph.IotaOp: _arange,
+    graph.FlipOp: _flip,
+    graph.RollOp: _roll,
+}
+"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
+the overloads in their `aten` facts."""
+
+FORMULAS: dict[str, Converter] = {
+    **_each(["aten.transpose.int", "aten.t.default"], _transpose),
+    "aten.select.int": _select,
+    "aten.narrow.default": _narrow,
+    **_each(["aten.split.Tensor", "aten.split_with_sizes.default"], _split),
+    "aten.unbind.int": _unbind,
+    "aten.repeat.default": _repeat,
+    "aten.diagonal.default": _diagonal,
+    "aten.as_strided.default": _as_strided,
+    "aten.unfold.default": _unfold,
+}
+"""Aten ops that are formulas of layout and gather ops."""

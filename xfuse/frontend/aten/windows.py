@@ -1,0 +1,310 @@
+"""Converters of window ops: constant, reflect and replicate padding, and max, average and
+adaptive pooling."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import torch.fx
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    IntegerType,
+    i1,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from xfuse.dialects import graph
+from xfuse.dialects.graph import PAD_MODES
+from xfuse.frontend.aten.common import Args, Converter, _is_number, _rank
+from xfuse.frontend.aten.reductions import _reduce
+from xfuse.frontend.builder import (
+    ImportBuilder,
+    Value,
+    out_type,
+    result_types,
+    used_outputs,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Padding
+# ---------------------------------------------------------------------------------------------
+
+
+def _pad_value(value: Any, dtype: Attribute) -> float | None:
+    """constant_pad_nd's fill as the op's f64 `value`: None where f64 cannot hold it exactly
+    (an i64 beyond 2^53) or it is no number (left to torch)."""
+    if not _is_number(value):
+        return None
+    if dtype == i1:
+        return float(bool(value))  # torch: any non-zero fill is True
+    fill = float(value)
+    if graph.is_float(dtype):
+        return fill
+    width = cast(IntegerType, dtype).width.data
+    if fill != fill or int(value) != fill or not -(2 ** (width - 1)) <= fill < 2 ** (width - 1):
+        return None
+    return fill
+
+
+def _pads_of(pad: Sequence[int], rank: int) -> tuple[list[int], list[int]] | None:
+    """torch's pad list (last dim first, (before, after) pairs) as per-dim low and high."""
+    if len(pad) % 2 or len(pad) // 2 > rank:
+        return None
+    low, high = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        low[rank - 1 - i], high[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    return low, high
+
+
+def _emit_pad(
+    lw: ImportBuilder, node: torch.fx.Node, x: SSAValue, pad: Sequence[int], mode: str, fill: float
+) -> Value:
+    t = out_type(node)
+    pads = _pads_of(pad, _rank(x))
+    if pads is None or 0 in t.get_shape()[1:]:
+        return None  # (an empty inner dim: lower-to-loops's strides cannot express it)
+    if graph.numel(graph.shape_of(x)) == 0 < graph.numel(t.get_shape()):  # all padding
+        return lw.constant(fill, t.element_type, t.get_shape()) if mode == "constant" else None
+    low, high = pads
+    if not any(low) and not any(high):
+        return x
+    op = graph.PadOp(x, low, high, mode, fill)
+    try:
+        op.verify()
+    except VerifyException:
+        return None  # out of torch's range (eager raises): left to torch
+    return lw.emit(op)
+
+
+def _constant_pad(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    x = lw.tensor(a["self"])
+    fill = _pad_value(a.get("value", 0), graph.dtype_of(x))
+    if fill is None:
+        return None
+    return _emit_pad(lw, node, x, a["pad"], "constant", fill)
+
+
+def _mode_pad(mode: str) -> Converter:
+    """reflection_pad{1,2,3}d / replication_pad{1,2,3}d: `padding` of the trailing dims."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        return _emit_pad(lw, node, lw.tensor(a["self"]), a["padding"], mode, 0.0)
+
+    return convert
+
+
+def _pad(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """`F.pad` as the op eager and torch's decomposition call: `constant_pad_nd` with the fill
+    (none: 0.0), or the `PAD_MODES` op of the mode on the same pad list."""
+    if a["mode"] == "constant":
+        value = 0.0 if a["value"] is None else a["value"]
+        return _constant_pad(lw, node, {"self": a["self"], "pad": a["pad"], "value": value})
+    if a["mode"] not in PAD_MODES:
+        return None  # (decomposed: CONVERTED_WHEN)
+    return _mode_pad(a["mode"])(lw, node, {"self": a["self"], "padding": a["pad"]})
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling
+# ---------------------------------------------------------------------------------------------
+
+
+def _window_arg(value: Any, n: int, default: int | None = None) -> list[int] | None:
+    """A pooling argument (an int or a list of 1 or n ints; [] = `default`) as n ints."""
+    if isinstance(value, int):
+        value = [value]
+    values = list(value) if isinstance(value, list | tuple) else []  # pyright: ignore[reportUnknownArgumentType]
+    if not values and default is not None:
+        return [default] * n
+    if len(values) == 1:
+        values = values * n
+    if len(values) != n or not all(isinstance(v, int) for v in values):
+        return None
+    return [int(v) for v in values]
+
+
+def _kernel_stride(a: Args, n: int) -> tuple[list[int] | None, list[int] | None]:
+    """kernel_size and stride (an empty stride is the kernel's)."""
+    kernel = _window_arg(a["kernel_size"], n)
+    stride = _window_arg(a.get("stride", []), n, 0)
+    return kernel, kernel if stride == [0] * n else stride
+
+
+def _emit_pool(
+    lw: ImportBuilder,
+    node: torch.fx.Node,
+    x: SSAValue,
+    kind: str,
+    window: Sequence[Sequence[int] | None],
+    **options: Any,
+) -> SSAValue | None:
+    """A graph.pool of `window` (kernel, stride, padding, dilation), or None where the op
+    would not verify (eager raises) or its result is not the node's."""
+    if any(w is None for w in window) or graph.dtype_of(x) == i1:
+        return None
+    kernel, stride, padding, dilation = (cast(Sequence[int], w) for w in window)
+    n = len(kernel)
+    types = result_types(node)
+    shape = tuple(types[1 if kind == "argmax" else 0].get_shape())
+    if _rank(x) not in (n + 1, n + 2) or 0 in shape[1:]:
+        return None
+    op = graph.PoolOp(x, kind, kernel, stride, padding, dilation, **options)
+    try:
+        op.verify()
+    except VerifyException:
+        return None
+    if graph.shape_of(op.result) != shape:
+        return None
+    return lw.emit(op)
+
+
+def _max_and_argmax(
+    lw: ImportBuilder,
+    node: torch.fx.Node,
+    x: SSAValue,
+    window: Sequence[Sequence[int] | None],
+    **options: Any,
+) -> Value:
+    """The values and indices a max pool node's readers use: a graph.pool of kind max and
+    one of kind argmax (two ops reading one input: they fuse into one kernel)."""
+    used = used_outputs(node) or {0}
+    pools = [
+        _emit_pool(lw, node, x, kind, window, **options) if i in used else None
+        for i, kind in enumerate(("max", "argmax"))
+    ]
+    if any(pools[i] is None for i in used):
+        return None
+    return pools if isinstance(node.meta.get("val"), list | tuple) else pools[0]
+
+
+def _max_pool(n: int) -> Converter:
+    """max_pool{2,3}d_with_indices, and max_pool2d (its values only: what eager and torch's
+    decomposition compute it as)."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        kernel, stride = _kernel_stride(a, n)
+        padding, dilation = (
+            _window_arg(a.get("padding", 0), n),
+            _window_arg(a.get("dilation", 1), n),
+        )
+        window = (kernel, stride, padding, dilation)
+        x = lw.tensor(a["self"])
+        return _max_and_argmax(lw, node, x, window, ceil_mode=bool(a.get("ceil_mode", False)))
+
+    return convert
+
+
+def _avg_pool(n: int) -> Converter:
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        x = lw.tensor(a["self"])
+        if not graph.is_float(graph.dtype_of(x)):
+            return None
+        kernel, stride = _kernel_stride(a, n)
+        window = (kernel, stride, _window_arg(a.get("padding", 0), n), [1] * n)
+        divisor = a.get("divisor_override")
+        return _emit_pool(
+            lw,
+            node,
+            x,
+            "avg",
+            window,
+            ceil_mode=bool(a.get("ceil_mode", False)),
+            count_include_pad=bool(a.get("count_include_pad", True)),
+            divisor=int(divisor) if divisor is not None else None,
+        )
+
+    return convert
+
+
+def _adaptive_pool(kind: str, n: int) -> Converter:
+    """_adaptive_avg_pool / adaptive_max_pool: a reduction for a whole plane, a pool of
+    kernel = stride = input / output size where that divides evenly, else an adaptive pool
+    (windows of varying size)."""
+
+    def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+        x = lw.tensor(a["self"])
+        if kind == "avg" and not graph.is_float(graph.dtype_of(x)):
+            return None
+        spatial = graph.shape_of(x)[_rank(x) - n :]
+        sizes = tuple(result_types(node)[0].get_shape())[-n:]  # (None in output_size: kept)
+        if _rank(x) not in (n + 1, n + 2) or 0 in spatial or 0 in sizes:
+            return None
+        uneven = any(i % o for i, o in zip(spatial, sizes, strict=True))
+        kernel = [i // o for i, o in zip(spatial, sizes, strict=True)]
+        options = {"adaptive": sizes} if uneven else {}
+        val = node.meta.get("val")
+        val = val[0] if isinstance(val, list | tuple) else val
+        on_cpu = isinstance(val, torch.Tensor) and val.device.type == "cpu"
+        if kind == "avg" and n == 3 and on_cpu and isinstance(graph.dtype_of(x), _HALF):
+            return None  # eager's CPU kernel sums f16/bf16 in their own precision
+        window = (kernel, kernel, [0] * n, [1] * n)
+        whole = all(o == 1 for o in sizes) and graph.dtype_of(x) != i1
+        dims = list(range(_rank(x) - n, _rank(x)))
+        if kind == "avg":
+            return (
+                lw.emit(graph.ReduceMeanOp(x, dims, True))
+                if whole
+                else _emit_pool(lw, node, x, kind, window, **options)
+            )
+        if whole and used_outputs(node) <= {0}:
+            return [lw.emit(graph.ReduceMaxOp(x, dims, keepdim=True)), None]
+        return _max_and_argmax(lw, node, x, window, **options)
+
+    return convert
+
+
+def _adaptive_avg_pool2d(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """`adaptive_avg_pool2d` as eager and torch's decomposition compute it: a 1x1 output is
+    `mean` over the last two dims, any other `_adaptive_avg_pool2d`."""
+    if list(a["output_size"]) == [1, 1]:
+        mean = {"self": a["self"], "dim": [-1, -2], "keepdim": True, "dtype": None}
+        return _reduce(graph.ReduceMeanOp)(lw, node, mean)
+    return _adaptive_pool("avg", 2)(lw, node, a)
+
+
+_HALF = (Float16Type, BFloat16Type)
+
+
+POOL_CONVERTERS: dict[str, Converter] = {
+    "aten.constant_pad_nd.default": _constant_pad,
+    **{f"aten.reflection_pad{n}d.default": _mode_pad("reflect") for n in (1, 2, 3)},
+    **{f"aten.replication_pad{n}d.default": _mode_pad("replicate") for n in (1, 2, 3)},
+    **{f"aten.max_pool{n}d_with_indices.default": _max_pool(n) for n in (2, 3)},
+    **{f"aten.avg_pool{n}d.default": _avg_pool(n) for n in (2, 3)},
+    **{f"aten._adaptive_avg_pool{n}d.default": _adaptive_pool("avg", n) for n in (2, 3)},
+    **{f"aten.adaptive_max_pool{n}d.default": _adaptive_pool("max", n) for n in (2, 3)},
+}
+
+
+def _pool_converter(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """graph.pad's and graph.pool's converter: the row of `POOL_CONVERTERS` for the node."""
+    return POOL_CONVERTERS[str(node.target)](lw, node, a)
+
+
+# Composite aten ops kept whole (their core decompositions index with computed tensors).
+POOL_KEPT_COMPOSITES: tuple[str, ...] = tuple(
+    f"aten.{mode}_pad{n}d.default" for mode in ("reflection", "replication") for n in (1, 2, 3)
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The family's rows of the table
+# ---------------------------------------------------------------------------------------------
+
+OWN_CONVERTERS: dict[type[Operation], Converter] = {
+    graph.PadOp: _pool_converter,
+    graph.PoolOp: _pool_converter,
+}
+"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
+the overloads in their `aten` facts."""
+
+FORMULAS: dict[str, Converter] = {
+    "aten.pad.default": _pad,
+    "aten.max_pool2d.default": _max_pool(2),
+    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool2d,
+}
+"""Composite aten ops that torch.export gives whole, as pads and pools (`pad` only where
+`CONVERTED_WHEN` holds)."""
