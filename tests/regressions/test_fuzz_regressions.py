@@ -27,7 +27,7 @@ Tensor = torch.Tensor
 def test_low_precision_ops_with_a_wider_scalar_operand_round_like_eager(expr: str) -> None:
     """fuzz seed 1 program 490: eager's bf16/f16 mul and div keep a 0-d f32 tensor or a
     Python float unrounded (computed in f32, rounded once); the importer rounded it to bf16
-    first, one bf16 ulp off (xfuse/frontend/aten.py `_opmath`)."""
+    first, one bf16 ulp off (xfuse/frontend/aten/elementwise.py `_opmath`)."""
 
     def fn(a: Tensor, s: Tensor) -> Tensor:
         return eval(expr)  # noqa: S307 - the expression under test

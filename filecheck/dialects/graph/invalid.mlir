@@ -1,6 +1,6 @@
 // RUN: xfuse-opt %s --split-input-file --verify-diagnostics | filecheck %s
 
-// One case per verifier message of the graph dialect (xfuse/dialects/graph.py). Each error
+// One case per verifier message of the graph dialect (xfuse/dialects/graph/). Each error
 // points at the op that does not verify.
 
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op expected operand to have a static shape, found tensor<?xf32>
