@@ -296,7 +296,7 @@ SCALAR_IMPLS: dict[str, Callable[[Operation, list[Any]], Any]] = {
     "math.powf": lambda op, xs: round_float(
         _result_type(op), np.power(np.float64(xs[0]), np.float64(xs[1]))
     ),
-    # issue 15 (elem): fmod, erfc (xfuse.dialects.mlir_ops), floor division
+    # fmod, erfc (xfuse.dialects.mlir_ops), floor division
     "arith.remf": _float_binary(lambda a, b: np.fmod(np.float64(a), np.float64(b))),
     "math.erfc": _float_math(lambda x: math.erfc(float(x))),
     "arith.floordivsi": _int_binary(lambda a, b: a // b),

@@ -293,7 +293,7 @@ def make_runner(program: Program) -> Runner:
 @lru_cache(maxsize=4096)
 def type_str(t: Attribute) -> str:
     """A type's text, printed once per distinct type (a warm start shows each kernel's
-    operand types: 12 ms of MobileNetV2's printing them again)."""
+    operand types, and printing a type is slow)."""
     return str(t)
 
 

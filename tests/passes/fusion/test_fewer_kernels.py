@@ -1,4 +1,4 @@
-"""Groupings that cut the zoo's kernel count (issue 17, fewer kernels than Inductor): a
+"""Groupings that cut the zoo's kernel count (fewer kernels than Inductor): a
 consumer computes a producer that reduces nothing where it reads it (`inline_absorbs`): slices
 and concats (GPT-2's QKV split, Llama's rotate-half) and broadcasts (Llama's repeated key/value
 heads); and each program below compiles to one kernel that matches eager."""
@@ -101,7 +101,7 @@ def test_query_key_value_heads_are_one_kernel() -> None:
 def test_layout_between_externs_is_views_not_kernels(bias: bool) -> None:
     """Attention's output transposed back into the output projection's input, and the heads
     split for the attention, are torch views of the externs' outputs: no kernel, torch copies
-    only where the real strides allow no view (issue 17). The query projection's bias stays in
+    only where the real strides allow no view. The query projection's bias stays in
     its GEMM (`decompose` keeps a linear whole that only externs read, through views)."""
     import torch.nn.functional as F
 
@@ -128,10 +128,10 @@ def test_a_consumer_reads_a_moved_producer_in_place_however_often(
     stencil's group reads them in place. Without that rule they are a group of their own, a
     kernel that copies them."""
     from tests.passes.transforms.test_depthwise_stencil import Conv
-    from xfuse.api import run_pipeline
     from xfuse.dialects.fusion import GroupOp
     from xfuse.frontend import import_module
     from xfuse.passes.fusion import legality
+    from xfuse.runtime.driver import run_pipeline
 
     model = Conv(8, (3, 3), padding=1)  # MobileNet's: activation, convolution, batch norm
 

@@ -1,4 +1,4 @@
-"""Fusion around a graph.scan (task `scan`): producers that reduce nothing fuse into it,
+"""Fusion around a graph.scan: producers that reduce nothing fuse into it,
 elementwise consumers too; anything that would read the scan elsewhere than at its own
 index, a reduction, a second scan or an output of another shape is refused with `scan`; and
 every group fusion forms lowers."""

@@ -1,4 +1,4 @@
-"""lower-to-loops of graph.scan (task `scan`): the loop interpreter agrees with the graph
+"""lower-to-loops of graph.scan: the loop interpreter agrees with the graph
 interpreter (eager's cumsum, cumprod, logcumsumexp, cummax, cummin) for every kind, dtype and
 dim, and the loop is sequential along the dim inside the parallel loop over the others."""
 

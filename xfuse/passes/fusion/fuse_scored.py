@@ -10,7 +10,7 @@ saved, closeness) and applied greedily from the best, skipping pairs whose nodes
 already consumed (the gates that depend on the rest of the graph are checked again first).
 Rounds repeat until one merges nothing or `max-rounds` have run.
 
-Then (`horizontal`, issue 17) groups that share no tensor but run over the same space, at most
+Then (`horizontal`) groups that share no tensor but run over the same space, at most
 `window` positions apart, merge pairwise when the gates allow it (no path between them): BERT's
 query, key and value heads (three bias adds and transposes after three GEMMs) become one
 kernel. Each such merge saves a launch; it runs last so that the merges that save memory
@@ -66,8 +66,8 @@ class Candidate:
     """A legal pair (or, for `recompute`, a producer and all its readers) with its score.
 
     The score is kept as its sort key (`Score.key()`) and made a `Score` only for the
-    candidates a decision names: a round builds tens of thousands of candidates, and a frozen
-    dataclass costs microseconds to build."""
+    candidates a decision names: a round builds many candidates, and a frozen dataclass is
+    slow to build."""
 
     first: Node
     second: Node
@@ -258,7 +258,7 @@ class ScoredFuser:
             return None
         return Candidate(a, b, SIBLING, (PRIORITY[SIBLING], saved, -distance), labels)
 
-    # --- horizontal fusion (issue 17: fewer kernels) -----------------------------------------
+    # --- horizontal fusion: fewer kernels ---------------------------------------------------
 
     def horizontal(self) -> None:
         """Merge groups over the same space that share no tensor, each with the nearest later

@@ -23,17 +23,18 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
                      recompute its producer at every window reading an element: refused where
                      the extra work (`recompute_cost`) passes the consumer's budget
                      (`RECOMPUTE_BUDGET`), as for a transcendental producer read 9 times;
-- `scan`             (task `scan`) a kernel holds at most one `graph.scan` and no reduction:
+- `scan`             a kernel holds at most one `graph.scan` and no reduction:
                      its loop carries a value along the scan's dim and computes every other op at
                      the scan's index. Producers that reduce nothing fuse into it; consumers
                      only when elementwise (they read the scan at its own index), and every
                      output has the scan's shape (see `scan_merge`).
 
-A group with reductions runs as one row loop (docs/contracts.md, `lower-to-loops`): the
-reductions share one full shape and reduced dims, each iteration computes one row, a
-reduction's result is known only for the iteration's own row, and each output is of the full
-shape, a row shape, or another shape of as many elements (written at the same memory position).
-`loop_structure` checks that of a merged group: it follows the index at which each value is
+A group with reductions runs as one row loop (docs/contracts.md, `lower-to-loops`), by the
+rules of `kernel_loops`, which `lower-to-loops` builds its loops by: the reductions share one
+full shape and reduced dims, each iteration computes one row, a reduction's result is known
+only for the iteration's own row, and each output is of the full shape, a row shape, or
+another shape of as many elements (written at the same memory position). `loop_structure`
+checks that of a merged group: it follows the index at which each value is
 read, from the outputs and the reductions' inputs back through the group's ops (layout ops map
 it, torch broadcasting drops dims), and refuses when a reduction's result would be read at
 another row, or an output has another shape. Groups without reductions run as one loop over
@@ -56,6 +57,12 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
+from xfuse.passes.fusion.kernel_loops import (
+    ROW_PLACES,
+    OutputPlace,
+    RowShape,
+    reads_own_row,
+)
 from xfuse.passes.fusion.op_facts import (
     FUSABLE_KINDS,
     Space,
@@ -85,7 +92,7 @@ MAX_ROUNDS = "max-rounds"
 NOT_FUSABLE = "not-fusable"
 COMPOSITE_OP = "composite-op"
 LOOP_STRUCTURE = "loop-structure"
-SCAN = "scan"  # task `scan`
+SCAN = "scan"
 WINDOW_RECOMPUTE = "window-recompute"
 
 REASONS = (
@@ -130,8 +137,8 @@ def refuse(reason: str, detail: str = "") -> Verdict:
 
 
 PASSED = Verdict(FUSED)
-"""The answer of a gate that passed with nothing to move (shared: a frozen dataclass costs a
-few microseconds to build, and the gates answer hundreds of thousands of times)."""
+"""The answer of a gate that passed with nothing to move (shared: a frozen dataclass is slow
+to build, and the gates answer for every pair fusion looks at)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,7 +176,7 @@ def edge_gather_mismatch(
     """`gather_mismatch` over the ops of `second` that read values of `first`. With `inline`
     (a merge, not a copy), slices and concats may compute a producer that reduces nothing and
     that nothing else reads where they read it (`lower-to-loops` computes every value at the
-    index it is read at; issue 17)."""
+    index it is read at)."""
     if not second.gathers:
         return None  # most nodes hold no slice or concat: skip the walk over the uses
     reduces = bool(g.space(first).reduced)
@@ -270,7 +277,7 @@ def check_pair(
         args = g.merged_arg_count(first, second)
         if args > arg_limit:
             return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
-    detail = scan_merge(g, first, second)  # task `scan`
+    detail = scan_merge(g, first, second)
     if detail is not None:
         return refuse(SCAN, detail)
     if not space.reduced:
@@ -317,7 +324,7 @@ def check_recompute(
     args = g.recompute_arg_count(producer, consumer)
     if args > arg_limit:
         return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
-    detail = scan_merge(g, producer, consumer, recompute=True)  # task `scan`
+    detail = scan_merge(g, producer, consumer, recompute=True)
     if detail is not None:
         return refuse(SCAN, detail)
     mutator = mutation_between(g, producer, consumer)
@@ -413,12 +420,9 @@ class _Digits:
 
 
 @dataclass(frozen=True)
-class RowLoop:
-    """The loop nest of a group with reductions: `full` is the shape the reductions reduce,
-    `dims` the dims they fold; one iteration computes one row (the kept dims)."""
-
-    full: tuple[int, ...]
-    dims: tuple[int, ...]
+class RowLoop(RowShape):
+    """The loop nest of a group with reductions (`kernel_loops.RowShape`), with the index
+    each value is read at in its digits; one iteration computes one row (the kept dims)."""
 
     @cached_property
     def identity(self) -> Index:
@@ -441,20 +445,20 @@ class RowLoop:
 
     def output_index(self, shape: tuple[int, ...]) -> Index | None:
         """Where an output of `shape` is written: the full shape, a row shape, or as many
-        elements at the same memory position; None for any other shape."""
-        if shape == self.full:
+        elements at the same memory position (`RowShape.output_place`); None for any other
+        shape."""
+        place = self.output_place(shape)
+        if place is OutputPlace.FULL:
             return self.identity
-        for keepdim in (True, False):
-            if shape == graph.reduced_shape(self.full, self.dims, keepdim):
-                return self.row(keepdim)
-        if graph.numel(shape) == graph.numel(self.full):
+        if place in ROW_PLACES:
+            return self.row(place is OutputPlace.ROW_KEEPDIM)
+        if place is OutputPlace.SAME_ELEMENTS:
             return self.reshape(self.identity, self.full, shape)
         return None
 
     def is_own_row(self, keepdim: bool, shape: tuple[int, ...], index: Index) -> bool:
         """Whether a reduction's result of `shape` read at `index` is read at its own row."""
-        want = self.rows[keepdim]
-        return all(size == 1 or got == w for got, w, size in zip(index, want, shape, strict=True))
+        return reads_own_row(index, self.rows[keepdim], shape)
 
     def reshape(self, index: Index, shape: tuple[int, ...], to: tuple[int, ...]) -> Index:
         """The index of the element of shape `to` at the same memory position as the element
@@ -603,7 +607,7 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
             row = g.row_reduction(op)
             if row is not None:
                 source = op.operands[0]
-                if (g.shape(source), row[0]) != (loop.full, loop.dims):
+                if not loop.holds(g.shape(source), row[0]):
                     return f"{g.op_label(op)} reduces another shape or dims than {space}"
                 plain = plain and row[1]
                 reads.append((source, loop.identity, None))
@@ -637,7 +641,7 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
 
 
 # ---------------------------------------------------------------------------------------------
-# Consumers that compute their producer where they read it (issue 17: fewer kernels)
+# Consumers that compute their producer where they read it (fewer kernels)
 # ---------------------------------------------------------------------------------------------
 
 MAX_INLINE_READS = 4.0
@@ -683,7 +687,7 @@ def moves_only(node: Node) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Windowed consumers (pool task)
+# Windowed consumers
 # ---------------------------------------------------------------------------------------------
 
 
@@ -846,7 +850,7 @@ def window_recompute(g: FusionGraph, first: Node, second: Node, inline: bool = F
 
 
 # ---------------------------------------------------------------------------------------------
-# Scans (task `scan`)
+# Scans
 # ---------------------------------------------------------------------------------------------
 
 

@@ -58,7 +58,7 @@ def stronger_kind(a: str, b: str) -> str:
 def is_inlinable_constant(value: SSAValue) -> bool:
     """Scalar constants are copied into the groups that use them instead of becoming inputs,
     and so are iotas (arange: a kernel computes them from the loop index, cheaper than a
-    load; task `index`)."""
+    load)."""
     owner = value.owner
     if isinstance(owner, graph.IotaOp):
         return True
@@ -149,7 +149,7 @@ def _is_slice_class(cls: type[Operation]) -> bool:
 
 
 def _is_slice(op: Operation) -> bool:
-    """A slice or concat (issue 17): it reads its input at its own positions, shifted."""
+    """A slice or concat: it reads its input at its own positions, shifted."""
     return _is_slice_class(type(op))
 
 
@@ -182,7 +182,7 @@ def gather_mismatch(
 
 
 # ---------------------------------------------------------------------------------------------
-# Windowed ops (pool task): pad, pool and patches read their input at shifted, clamped positions
+# Windowed ops: pad, pool and patches read their input at shifted, clamped positions
 # ---------------------------------------------------------------------------------------------
 
 WINDOW_OPS = (graph.PadOp, graph.PoolOp, graph.PatchesOp)

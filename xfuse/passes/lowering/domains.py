@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.graph import numel, reduced_shape, shape_of
+from xfuse.dialects.graph import numel, shape_of
 from xfuse.dialects.op_kinds import OpGroup
+from xfuse.passes.fusion.kernel_loops import ROW_PLACES, OutputPlace, RowShape
 from xfuse.passes.lowering.index_algebra import (
     ZERO,
     Affine,
@@ -51,26 +52,24 @@ class Domain:
             )
         return tuple(e for k, e in enumerate(self.full_index) if k not in self.reduce_dims)
 
-    def row_shape(self, keepdim: bool) -> tuple[int, ...]:
-        return reduced_shape(self.full_shape, self.reduce_dims, keepdim)
-
-    def is_row_shape(self, shape: tuple[int, ...]) -> bool:
-        return bool(self.reduce_dims) and shape in (self.row_shape(True), self.row_shape(False))
+    @property
+    def rows(self) -> RowShape:
+        """The row loop's shapes (`kernel_loops`: where each output is written)."""
+        return RowShape(self.full_shape, self.reduce_dims)
 
     def writes_per_element(self, shape: tuple[int, ...]) -> bool:
         """Whether an output of `shape` is written in the innermost loop (else once per row):
         the full shape, or another shape of as many elements (a reshape of a full-shape value,
         written at the same position in memory)."""
-        if self.flat or shape == self.full_shape:
-            return True
-        return not self.is_row_shape(shape) and numel(shape) == numel(self.full_shape)
+        return self.flat or self.rows.output_place(shape) not in (*ROW_PLACES, None)
 
     def output_index(self, shape: tuple[int, ...]) -> Index:
         """The index of the output element computed by one iteration."""
-        if shape == self.full_shape:
+        place = self.rows.output_place(shape)
+        if place is OutputPlace.FULL:
             return self.full_index
-        if self.is_row_shape(shape):
-            return self.row_index(shape == self.row_shape(True))
+        if place in ROW_PLACES:
+            return self.row_index(place is OutputPlace.ROW_KEEPDIM)
         return delinearize(linearize(self.full_index, self.full_shape), shape)
 
 

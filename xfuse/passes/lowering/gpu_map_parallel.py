@@ -238,7 +238,7 @@ def _loop_reductions(loop: scf.ForOp) -> list[_Reduction] | None:
             or type(producer) not in REDUCTION_IDENTITIES
             or acc not in producer.operands
             or len(list(acc.uses)) != 1
-            or len(list(value.uses)) != 1  # task `scan`: a scan also stores each partial
+            or len(list(value.uses)) != 1  # a scan also stores each partial
             or acc.type not in (f32, i32)
         ):
             return None
@@ -927,8 +927,8 @@ class GPUMapping:
     max_cached: int = option(64, POSITIVE)
     """Most row elements one thread keeps in registers; longer rows are re-read. With
     `row_elements` it was chosen by an H200 sweep of softmax, layernorm and RMSNorm over rows of
-    2048 to 32768 elements in f32 and bf16 (`benchmarks/cuda_tune.py`): 95-102% of copy
-    bandwidth from 2048 to 16384, where 32 and 8 reached 51-86% on bf16 rows."""
+    2048 to 32768 elements in f32 and bf16 (`benchmarks/cuda_tune.py`): near copy bandwidth
+    up to 16384, where smaller settings fell well short on bf16 rows."""
 
     unroll: int = option(1, POSITIVE)
     """Vector chunks an elementwise thread loads per grid-stride step (bytes in flight; an
@@ -944,8 +944,8 @@ class GPUMapping:
     """Fewest threads an elementwise kernel is spread over where it can be: its vector width
     is halved (down to one element a thread) until it has this many, about a block of 256 on
     each SM of an H100 or H200 (132). A small kernel is bound by latency, not by the width of
-    its accesses: on an H200, MobileNetV2's (a few thousand elements each, bf16) took 0.112 ms
-    at 8 elements a thread and 0.073 ms so (0.065 against 0.070 ms in f32). A kernel of
+    its accesses (MobileNetV2's, a few thousand elements each, run faster spread thin than at
+    8 elements a thread). A kernel of
     fewer rows than this maps a warp to each row even where its rows walk columns of memory
     (`_row_plan`'s `columns`)."""
 

@@ -39,7 +39,7 @@ class Mod:
 @dataclass(frozen=True)
 class Clamp:
     """min(max(arg, low), high): replicate padding, and the in-bounds address of a guarded
-    load (pool task)."""
+    load."""
 
     arg: Affine
     low: int
@@ -49,7 +49,7 @@ class Clamp:
 @dataclass(frozen=True)
 class Reflect:
     """`arg` mirrored into [0, size) without repeating the edge, for arg in
-    (-size, 2 * size - 1): (size - 1) - |(size - 1) - |arg|| (pool task)."""
+    (-size, 2 * size - 1): (size - 1) - |(size - 1) - |arg||."""
 
     arg: Affine
     size: int

@@ -28,9 +28,10 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from xfuse.dialects import fusion, graph
-from xfuse.dialects.graph import dtype_of, is_float, numel, reduced_shape, shape_of
+from xfuse.dialects.graph import dtype_of, is_float, numel, shape_of
 from xfuse.dialects.op_kinds import OpGroup
 from xfuse.ir.names import ERROR_FLAG_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.passes.fusion.kernel_loops import RowShape, reads_own_row
 from xfuse.passes.lowering.domains import (
     Domain,
     Leaf,
@@ -156,7 +157,7 @@ class KernelBuilder:
             op for op in ops if isinstance(op, graph.ReduceOp) and op.reduce_dims
         ]
         self.error_flag = self._check_gathers(ops)
-        self.scans = [op for op in ops if isinstance(op, graph.ScanOp)]  # task `scan`
+        self.scans = [op for op in ops if isinstance(op, graph.ScanOp)]
         self.domain = self._domain()
 
     def error(self, reason: str) -> LoopLoweringError:
@@ -176,9 +177,10 @@ class KernelBuilder:
     # -- structure -----------------------------------------------------------------------------
 
     def _domain(self) -> Domain:
-        if self.scans:  # task `scan`
+        if self.scans:
             return scan_domain(self)
-        full, dims = self._full_shape()
+        rows = self._row_shape()
+        full = rows.full
         if not self.reductions and len({numel(shape_of(v)) for v in self.outputs}) == 1:
             # outputs of one element count: one flat loop where every access is at the
             # loop's position; else adjacent dims merged where no access divides; else one
@@ -192,30 +194,29 @@ class KernelBuilder:
                 return merged
             if not same_shape:
                 return flat_domain(full)
-        allowed = {full, reduced_shape(full, dims, True), reduced_shape(full, dims, False)}
         for v in self.outputs:
-            if shape_of(v) not in allowed and numel(shape_of(v)) != numel(full):
+            if rows.output_place(shape_of(v)) is None:
                 raise self.error(
                     f"output of shape {graph.fmt_shape(shape_of(v))} is neither the group's "
                     f"full shape {graph.fmt_shape(full)}, its row shape, nor of as many elements"
                 )
-        return nd_domain(full, dims)
+        return nd_domain(full, rows.dims)
 
-    def _full_shape(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _row_shape(self) -> RowShape:
         """The shape the reductions reduce and their dims (the first output's shape, no dims,
         without reductions)."""
         if not self.reductions:
-            return shape_of(self.outputs[0]), ()
+            return RowShape(shape_of(self.outputs[0]), ())
         first = self.reductions[0]
-        full, dims = shape_of(first.input), first.reduce_dims
+        rows = RowShape(shape_of(first.input), tuple(first.reduce_dims))
         for r in self.reductions[1:]:
-            if (shape_of(r.input), r.reduce_dims) != (full, dims):
+            if not rows.holds(shape_of(r.input), r.reduce_dims):
                 raise self.error(
-                    f"reductions over different dims or shapes ({graph.fmt_shape(full)} dims "
-                    f"{list(dims)} and {graph.fmt_shape(shape_of(r.input))} dims "
+                    f"reductions over different dims or shapes ({graph.fmt_shape(rows.full)} "
+                    f"dims {list(rows.dims)} and {graph.fmt_shape(shape_of(r.input))} dims "
                     f"{list(r.reduce_dims)}) do not share one row loop"
                 )
-        return full, dims
+        return rows
 
     def build(self) -> func.FuncOp:
         d = self.domain
@@ -255,7 +256,7 @@ class KernelBuilder:
         return kernel
 
     def _emit_row(self) -> None:
-        if self.scans:  # task `scan`
+        if self.scans:
             return emit_scan(self)
         for phase in phases(self.reductions):
             self._emit_phase(phase)
@@ -308,7 +309,7 @@ class KernelBuilder:
     def _arg_step(
         self, r: graph.ArgReduceOp, acc: SSAValue, index: SSAValue, x: SSAValue
     ) -> list[SSAValue]:
-        """argmax/argmin (issue 15): take x and its position where it beats the value so far
+        """argmax/argmin: take x and its position where it beats the value so far
         strictly (the first of equal ones stays), or is the first NaN."""
         dim = r.reduce_dims[0]
         position = self.insert(
@@ -342,8 +343,8 @@ class KernelBuilder:
         each inner loop starts from the identity and its partial result is combined into the
         enclosing loop's accumulator (blocked summation, as torch's cascade sum), so that the
         rounding error grows with the sum of the extents, not their product. One carried
-        accumulator through the whole nest adds a 6x33 sum's 198 values one by one; of many
-        equal values its rounding errors add up (seed 70, program 87: 32 ulps; eager 0.6)."""
+        accumulator through the whole nest would add a 6x33 sum's 198 values one by one, and
+        of many equal values its rounding errors add up far past eager's."""
         if len(loop_vars) < 2:
             return self.for_nest(loop_vars, carried, body)
         identities = [self.constant(reduction_init(r), accumulator_type(r)) for r in phase]
@@ -552,7 +553,7 @@ class KernelBuilder:
             return pool_value_at(self, op, index)
         if is_real_reduction(op):
             return self._row_value(op, index)
-        if isinstance(op, graph.ScanOp):  # task `scan`: emit_scan sets its value at its index
+        if isinstance(op, graph.ScanOp):  # emit_scan sets its value at its own index
             raise self.error(f"the result of '{op.name}' is read at another index than its own")
         if isinstance(op, graph.IotaOp):
             return iota_value(self, op, index)
@@ -577,13 +578,11 @@ class KernelBuilder:
         return self.insert(arith.TruncIOp(loaded, i1)) if t == i1 else loaded
 
     def _row_value(self, op: graph.ReduceOp, index: Index) -> SSAValue:
-        want = self.domain.row_index(op.keeps_dims)
-        for got, expected, size in zip(index, want, shape_of(op.result), strict=True):
-            if size != 1 and got != expected:
-                raise self.error(
-                    f"the result of '{op.name}' is read at another row than its own "
-                    "(one row loop cannot express it)"
-                )
+        if not reads_own_row(index, self.domain.row_index(op.keeps_dims), shape_of(op.result)):
+            raise self.error(
+                f"the result of '{op.name}' is read at another row than its own "
+                "(one row loop cannot express it)"
+            )
         return self.row_values[op]
 
     def _concat_at(self, op: graph.ConcatOp, index: Index, first: int) -> SSAValue:

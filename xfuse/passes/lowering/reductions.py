@@ -60,7 +60,7 @@ _ARG_COMBINE: dict[str, tuple[type[Operation], type[Operation]]] = {
     "graph.argmax": (arith.MaximumfOp, arith.MaxSIOp),
     "graph.argmin": (arith.MinimumfOp, arith.MinSIOp),
 }
-"""argmax/argmin (issue 15): the combiner whose identity starts the value accumulator (float,
+"""argmax/argmin: the combiner whose identity starts the value accumulator (float,
 int); the accumulation itself is `KernelBuilder._arg_step`."""
 
 

@@ -1,0 +1,76 @@
+"""
+What one kernel's row loop can compute, written once: `lower-to-loops` builds a group's loops
+by these rules (`xfuse.passes.lowering.kernel_builder`), and fusion's `loop-structure` gate
+checks a merged group against them (`legality.loop_structure`), so that fusion forms only
+groups that lower.
+
+A group with reductions runs as one row loop: its reductions reduce one full shape over the
+same dims (`RowShape.holds`), each iteration computes one row, a reduction's result is known
+only at the iteration's own row (`reads_own_row`), and each output is of the full shape, of a
+row shape (keepdim or not), or of another shape with as many elements, written at the same
+memory position (`RowShape.output_place`; any other shape is refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeVar
+
+from xfuse.dialects import graph
+
+
+class OutputPlace(Enum):
+    """Where a row loop writes an output of a given shape."""
+
+    FULL = "full"
+    """At every element of the full shape (in the innermost loop)."""
+    ROW_KEEPDIM = "row-keepdim"
+    """Once per row, the reduced dims kept as size 1."""
+    ROW = "row"
+    """Once per row, the reduced dims dropped."""
+    SAME_ELEMENTS = "same-elements"
+    """At every element, as a shape of as many elements as the full one (a reshape of a value
+    of the full shape), at the same memory position."""
+
+
+ROW_PLACES = frozenset({OutputPlace.ROW_KEEPDIM, OutputPlace.ROW})
+"""The places written once per row; the others are written at every element."""
+
+
+@dataclass(frozen=True)
+class RowShape:
+    """The row loop of a group: `full` is the shape its reductions reduce, `dims` the dims
+    they fold (none: a loop over the elements)."""
+
+    full: tuple[int, ...]
+    dims: tuple[int, ...]
+
+    def row_shape(self, keepdim: bool) -> tuple[int, ...]:
+        return graph.reduced_shape(self.full, self.dims, keepdim)
+
+    def output_place(self, shape: tuple[int, ...]) -> OutputPlace | None:
+        """Where an output of `shape` is written; None when one row loop cannot write it."""
+        if shape == self.full:
+            return OutputPlace.FULL
+        if shape == self.row_shape(True):
+            return OutputPlace.ROW_KEEPDIM
+        if shape == self.row_shape(False):
+            return OutputPlace.ROW
+        if graph.numel(shape) == graph.numel(self.full):
+            return OutputPlace.SAME_ELEMENTS
+        return None
+
+    def holds(self, full: tuple[int, ...], dims: Sequence[int]) -> bool:
+        """Whether a reduction of `full` over `dims` runs in this row loop."""
+        return (full, tuple(dims)) == (self.full, self.dims)
+
+
+T = TypeVar("T")
+
+
+def reads_own_row(index: Sequence[T], row: Sequence[T], shape: Sequence[int]) -> bool:
+    """Whether a reduction's result of `shape`, read at `index`, is read at the iteration's
+    own row `row` (the index of its row in the result; a dim of size 1 is read at 0)."""
+    return all(size == 1 or got == want for got, want, size in zip(index, row, shape, strict=True))
