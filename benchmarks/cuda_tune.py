@@ -20,8 +20,10 @@ from xdsl.dialects import func
 
 import xfuse.backends.cuda as cuda
 from benchmarks.timing import cuda_ms, median_ms
-from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
+from xfuse.frontend.export import import_for_xfuse
+from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime.compiler import lower_to_loops
+from xfuse.runtime.driver import run_pipeline
 
 ELEMENTWISE = [
     ("unroll=1", 4),

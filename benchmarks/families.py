@@ -142,20 +142,12 @@ def top_kernels(fn: Fn, args: tuple[Tensor, ...], count: int = 10) -> list[tuple
     return [(n, sum(t), len(t)) for n, t in ranked]
 
 
-_DEVICE_PASSES: list[Any] = []
-"""`xfuse.api.device_passes` itself, while `no-stencil` replaces it."""
-
-
-def _without_stencil(channels_last: Any, device: torch.device) -> Any:
-    passes = _DEVICE_PASSES[0](channels_last, device)
-    return tuple(p for p in passes if p.name != "depthwise-stencil")
-
-
 def columns(
     model: torch.nn.Module, args: tuple[Tensor, ...], device: str, wanted: list[str]
 ) -> dict[str, Fn]:
     import xfuse
-    import xfuse.api
+    from xfuse.pipeline import PipelineOptions
+    from xfuse.runtime.driver import compile_program
 
     fns: dict[str, Fn] = {}
     for c in wanted:
@@ -170,13 +162,9 @@ def columns(
         elif c == "xfuse.compile":
             fns[c] = xfuse.compile(model, args, device, quiet=True)
         elif c == "no-stencil":
-            real = xfuse.api.device_passes
-            _DEVICE_PASSES[:] = [real]
-            xfuse.api.device_passes = _without_stencil  # type: ignore[assignment]
-            try:
-                fns[c] = xfuse.compile(model, args, device, quiet=True)
-            finally:
-                xfuse.api.device_passes = real  # type: ignore[assignment]
+            # compile's pipeline without its `depthwise-stencil` pass
+            options = PipelineOptions(without=("depthwise-stencil",))
+            fns[c] = compile_program(model, args, torch.device(device), options, quiet=True)
     return fns
 
 

@@ -389,7 +389,7 @@ def test_export_records_no_stack_traces_and_restores_the_setting() -> None:
 def test_tracers_record_no_stack_traces_where_torch_has_no_setting_for_it() -> None:
     """The way for a torch without `do_not_emit_stack_traces` (2.11): torch.export's nodes get
     no stack trace, and tracers record them again after, a failed export included."""
-    from xfuse.api import tracers_record_none
+    from xfuse.frontend.export import tracers_record_none
     from xfuse.frontend.importer import wrap_function
 
     def fn(x: torch.Tensor) -> torch.Tensor:

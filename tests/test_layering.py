@@ -32,6 +32,8 @@ LEVELS = [
     ["xfuse.backends"],
     ["xfuse.runtime"],
     ["xfuse.report"],
+    ["xfuse.frontend.export", "xfuse.choices"],
+    ["xfuse.runtime.driver"],
     ["xfuse.api", "xfuse"],
     ["xfuse.dynamo"],
     ["xfuse.testing"],

@@ -210,3 +210,96 @@ def test_file_line_col_of_an_op_with_a_location() -> None:
         "}\n"
     )
     assert [file_line_col(op) for op in module.walk()] == [None, None, "model.py:12:5", None]
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline xfuse.compile runs
+# ---------------------------------------------------------------------------------------------
+
+
+def test_compile_pipeline_puts_the_device_passes_after_decompose() -> None:
+    from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions, compile_pipeline
+
+    fusion = [p.name for p in xfuse.pipeline(DEFAULT_PIPELINE).passes]
+    cpu = [p.name for p in compile_pipeline("cpu").passes]
+    device = ["depthwise-stencil", "convolution-matmul", "attention-mask", "attention-gqa"]
+    assert cpu == [fusion[0], *device, *fusion[1:]]
+    cuda = [p.name for p in compile_pipeline("cuda:1", PipelineOptions(channels_last=False)).passes]
+    assert cuda == [fusion[0], "depthwise-stencil", "attention-mask", *fusion[1:]]
+    no_decompose = compile_pipeline("cpu", PipelineOptions("fuse-greedy", without=device[1:]))
+    assert [p.name for p in no_decompose.passes] == ["depthwise-stencil", "fuse-greedy"]
+
+
+def test_compile_pipeline_options_reach_the_passes() -> None:
+    from xfuse.passes.transforms.channels_last import ChannelsLastPass
+    from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
+    from xfuse.pipeline import PipelineOptions, compile_pipeline
+
+    options = PipelineOptions("decompose", channels_last=True, library=("conv a",))
+    passes = compile_pipeline("cpu", options).passes
+    assert DepthwiseStencilPass(library=("conv a",)) in passes
+    assert ChannelsLastPass(force=True) in passes
+    assert "convolution-matmul" not in [p.name for p in passes]  # NHWC programs keep theirs
+
+
+def test_the_description_spells_every_option_and_reads_back() -> None:
+    from xfuse.pipeline import PipelineOptions, compile_pipeline
+
+    built = compile_pipeline("cpu", PipelineOptions(library=("x",)))
+    text = built.description()
+    assert "fuse-scored{window=64" in text and "depthwise-stencil{max_taps=49" in text
+    assert parse_passes(text) == built.passes
+    assert parse_passes(str(built)) == built.passes
+    assert compile_pipeline("cpu").description() != text
+
+
+def test_the_bisector_replays_the_passes_compile_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU, for a program with a depthwise convolution and attention: the passes the
+    bisector applies one by one are those `xfuse.compile` ran, with its measured choices."""
+    import torch
+    import torch.nn.functional as F
+
+    from xfuse.errors import BisectError
+    from xfuse.frontend import import_module
+    from xfuse.runtime.cache import KernelCache
+    from xfuse.testing import bisect
+    from xfuse.testing.bisect import Bisector
+
+    class DepthwiseAttention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.depthwise = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.depthwise(x).flatten(2).transpose(1, 2).reshape(1, 16, 2, 4).transpose(1, 2)
+            return F.scaled_dot_product_attention(h, h, h, is_causal=True)
+
+    ran: list[str] = []
+    real_apply = Pipeline._apply
+
+    def recording(self: Pipeline, module: ModuleOp) -> ModuleOp:
+        ran.append(self.description())
+        return real_apply(self, module)
+
+    model, x = DepthwiseAttention().eval().requires_grad_(False), torch.randn(1, 8, 4, 4)
+    monkeypatch.setattr(Pipeline, "_apply", recording)
+    compiled = xfuse.compile(model, (x,), cache=KernelCache(None), quiet=True)
+    monkeypatch.undo()
+    assert compiled.report.options is not None and compiled.report.choices  # measured
+    assert ran[-1] == compiled.report.pipeline  # the last run is the program's own
+
+    bisector = Bisector.replaying(compiled.report.options, "cpu")
+    names = [p.name for p in bisector.compile_passes()]
+    assert {"depthwise-stencil", "attention-mask", "attention-gqa"} <= set(names)
+    applied: list[str] = []
+    real_pass = bisect.apply_pass
+
+    def applying(module_pass: ModulePass, module: ModuleOp) -> ModuleOp:
+        applied.append(str(module_pass.pipeline_pass_spec(include_default=True)))
+        return real_pass(module_pass, module)
+
+    monkeypatch.setattr(bisect, "apply_pass", applying)
+    imported = import_module(model, (x,))
+    with pytest.raises(BisectError, match="does not fail"):
+        bisector.bisect_module(imported.module, imported.arguments(x), [model(x)])
+    assert ",".join(applied) == compiled.report.pipeline

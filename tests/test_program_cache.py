@@ -1,7 +1,7 @@
-"""Fused programs in the kernel cache (`xfuse.api.fuse_and_lower`): a second compilation of the
+"""Fused programs in the kernel cache (`xfuse.runtime.driver.fuse_and_lower`): a second compilation of the
 same program, in this process or another, skips the passes and the lowering and makes the
 same program; other passes or devices never share an entry; an unusable entry is rebuilt.
-Imported programs too (`xfuse.api.import_for_xfuse`, under their `export_key`): a second
+Imported programs too (`xfuse.frontend.export.import_for_xfuse`, under their `export_key`): a second
 compilation skips torch.export, binds the state of the module it is given, and exports
 again where the computation changed. (A second process: tests/runtime/test_cache.py.)"""
 
@@ -17,8 +17,11 @@ import torch.nn.functional as F
 
 import xfuse
 import xfuse.api
+import xfuse.runtime.driver as driver
 from tests.backends.test_cuda import gpu
 from xfuse.errors import KernelCacheWarning
+from xfuse.frontend.export import import_for_xfuse
+from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime.cache import IMPORT, PROGRAM, KernelCache, decode_entry
 
 
@@ -65,7 +68,7 @@ def test_a_second_compilation_skips_the_passes_and_makes_the_same_program(
     def no_passes(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the passes ran: the fused program was not taken from the cache")
 
-    monkeypatch.setattr(xfuse.api, "run_pipeline", no_passes)
+    monkeypatch.setattr(driver, "run_pipeline", no_passes)
     fresh = KernelCache(tmp_path)  # as a second process would: nothing in memory
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -136,9 +139,9 @@ def test_a_kernel_emptied_ahead_is_never_compiled_from_its_empty_body() -> None:
     from xfuse.runtime.compiler import LoweredUnits, ProgramCompiler
 
     x = torch.randn(4, 8)
-    imported = xfuse.api.import_for_xfuse(lambda a: torch.exp(a) * 2, (x,))
+    imported = import_for_xfuse(lambda a: torch.exp(a) * 2, (x,))
     module = imported.program.module
-    xfuse.api.run_pipeline(xfuse.api.DEFAULT_PIPELINE, module)
+    driver.run_pipeline(DEFAULT_PIPELINE, module)
     units = ProgramCompiler(lambda source, name: None).lower_ahead(module)
     fresh = ProgramCompiler(lambda source, name: None, fallback="error")
     fresh.adopt(LoweredUnits(units.units, {}))
@@ -152,13 +155,13 @@ def test_the_imported_module_is_verified_before_the_passes_unless_its_program_is
     """`xfuse.compile` imports without verifying; `fuse_and_lower` verifies the module before
     the passes, and not on a warm start (the cached program's module verified when made)."""
     verified: list[str] = []
-    real = xfuse.api.verify_module
+    real = driver.verify_module
 
     def recording(module: Any, *args: Any) -> None:
         verified.append(str(module))
         real(module, *args)
 
-    monkeypatch.setattr(xfuse.api, "verify_module", recording)
+    monkeypatch.setattr(driver, "verify_module", recording)
     cold = _compile(KernelCache(tmp_path))
     assert len(verified) == 1 and "fusion.group" not in verified[0]  # before the passes
     assert "fusion.group" in str(cold.default.program.module)

@@ -83,7 +83,7 @@ class Choice:
 
 
 Compile = Callable[..., Callable[..., Any]]
-"""`xfuse.compile`, passed in (this module sits beside `xfuse.api`, which imports it)."""
+"""`xfuse.compile`, passed in (`xfuse.runtime.driver`, which imports this module, passes it)."""
 
 
 @contextmanager

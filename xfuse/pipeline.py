@@ -10,6 +10,10 @@ an unknown pass or option, or an option value the pass cannot use (the rule decl
 `fuse-scored{window=-1}`), when the pipeline is built, `InvalidIRError` (naming the pass that
 produced the invalid IR and the op that does not verify) when it runs.
 
+`compile_pipeline(device, options)` is the pipeline `xfuse.compile` runs: `DEFAULT_PIPELINE` (or
+the text given instead) with the device's own passes after `decompose`. The fuzzer's runner and
+the bisector build theirs with it too, and its `description` keys the fused-program cache.
+
 Import names from this module with `from xfuse.pipeline import Pipeline`: the package attribute
 `xfuse.pipeline` is the function below, not this module.
 """
@@ -18,11 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from types import NoneType, UnionType
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
@@ -33,11 +38,14 @@ from xdsl.utils.arg_spec import ArgSpec, ParameterListType, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, VerifyException
 from xdsl.utils.hints import isa
 
-from xfuse.errors import PipelineError
+from xfuse.errors import PipelineError, XfuseError
 from xfuse.ir.context import make_context
 from xfuse.ir.diagnostics import error_line, first_invalid_op, op_message
 from xfuse.passes import get_all_passes
 from xfuse.passes.options import option_rule
+
+if TYPE_CHECKING:
+    import torch
 
 PassFactories = Mapping[str, Callable[[], type[ModulePass]]]
 """Pass name -> factory of the pass class, the form `xDSLOptMain.available_passes` uses."""
@@ -262,8 +270,8 @@ class Pipeline:
 
     With `verify_end` instead (`verify_each` off), the result is verified once; when it does
     not verify, the passes run again on a copy of the input, verifying after each, so that the
-    error still names the pass that broke the IR. `xfuse.compile` runs so: a verification of
-    MobileNetV2's IR takes about 75 ms, and there were eight of them in its warm start."""
+    error still names the pass that broke the IR. `xfuse.compile` runs so: one verification of
+    a large program's IR instead of one per pass."""
 
     passes: tuple[ModulePass, ...]
     verify_each: bool = True
@@ -316,6 +324,11 @@ class Pipeline:
     def __str__(self) -> str:
         return ",".join(str(p.pipeline_pass_spec()) for p in self.passes)
 
+    def description(self) -> str:
+        """Every pass with every option, defaults included, as pipeline text: what two runs
+        must share to make the same program (the fused-program cache's key holds it)."""
+        return ",".join(str(p.pipeline_pass_spec(include_default=True)) for p in self.passes)
+
 
 def pipeline(
     spec: str,
@@ -326,3 +339,124 @@ def pipeline(
     """A `Pipeline` from `xfuse-opt -p` syntax, e.g. "decompose,fuse-greedy{arg-limit=64}".
     `passes` replaces the passes it may name (default: `known_passes()`)."""
     return Pipeline(parse_passes(spec, passes), verify_each)
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline xfuse.compile runs
+# ---------------------------------------------------------------------------------------------
+
+DEFAULT_PIPELINE = "decompose,split-reductions,fuse-scored,group-cleanup,fold-linear"
+"""The fusion pipeline `xfuse.compile` runs unless given another (`xfuse-opt -p` text)."""
+
+CHANNELS_LAST_ENV = "XFUSE_CHANNELS_LAST"
+"""`1`, `0` or `auto`: `channels_last` for a compile that gives none (`channels_last_setting`)."""
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """What the pipeline `xfuse.compile` runs is made of, besides the device."""
+
+    spec: str = DEFAULT_PIPELINE
+    """The fusion pipeline, `xfuse-opt -p` text (`compile`'s `pipeline`)."""
+    channels_last: bool | None = None
+    """`compile`'s `channels_last`: True, False, or None for the device's default
+    (`layout_pass`)."""
+    library: tuple[str, ...] = ()
+    """The depthwise convolutions (by `depthwise_stencil.signature`) that stay library calls:
+    those measured faster so (`xfuse.choices`)."""
+    without: tuple[str, ...] = ()
+    """Device passes left out, by name (a benchmark's column without `depthwise-stencil`)."""
+
+
+def device_type(device: str | torch.device) -> str:
+    """`cpu` or `cuda` for a device or its name (`cuda:1`), without importing torch."""
+    return device.split(":")[0] if isinstance(device, str) else device.type
+
+
+def channels_last_setting(asked: bool | None) -> bool | None:
+    """`asked`, or where it is None the `XFUSE_CHANNELS_LAST` setting: `1` True, `0` False,
+    `auto` (and unset) None; any other value is an `XfuseError`."""
+    if asked is not None:
+        return asked
+    setting = os.environ.get(CHANNELS_LAST_ENV, "auto").strip().lower()
+    if setting not in ("0", "1", "auto"):
+        raise XfuseError(f"{CHANNELS_LAST_ENV} must be 0, 1 or auto, found {setting!r}")
+    return None if setting == "auto" else setting == "1"
+
+
+def layout_pass(asked: bool | None, device: str | torch.device) -> ModulePass | None:
+    """The `channels-last` pass that `xfuse.compile(..., channels_last=asked)` runs, or None.
+
+    True: every program with a 2-D convolution goes channels-last (`force`); False: none does;
+    None (the default): `XFUSE_CHANNELS_LAST` (`1`, `0` or `auto`) when set, else auto: on
+    CUDA, programs of two or more f16/bf16 convolutions that favour it as Inductor weighs them
+    (`layout_verdict`: cuDNN runs f16/bf16 convolutions in NHWC, and converts NCHW tensors
+    around each one; its NHWC f32 kernels are slower, and so is one strided patch
+    convolution); on the CPU none: torch converts every weight to channels-last on every call
+    there."""
+    from xfuse.passes.transforms.channels_last import ChannelsLastPass
+
+    setting = channels_last_setting(asked)
+    if setting is None:
+        return ChannelsLastPass() if device_type(device) == "cuda" else None
+    return ChannelsLastPass(force=True) if setting else None
+
+
+def device_passes(
+    channels_last: bool | None, device: str | torch.device, library: tuple[str, ...] = ()
+) -> tuple[ModulePass, ...]:
+    """What `xfuse.compile` runs after `decompose` for `device`: `depthwise-stencil`
+    (depthwise convolutions fuse with their neighbours instead of running as library calls;
+    those of `library` stay library calls), the `channels-last` pass of `layout_pass` (which
+    weighs the convolutions left), on the CPU without it `convolution-matmul` (a batch-1
+    convolution as one matrix product: a 1x1 one that torch runs as one product, that product;
+    a larger window with few output pixels per channel, its patches times the weight),
+    `attention-mask` (attention drops a constant mask that hides nothing and runs a causal one
+    as `is_causal`, as eager's call had them), and on the CPU `attention-gqa` (attention reads
+    repeated key and value heads unrepeated: bit for bit the same there; on CUDA a mask and
+    `enable_gqa` together leave torch's fused kernels)."""
+    from xfuse.passes.transforms.attention_gqa import AttentionGQAPass
+    from xfuse.passes.transforms.attention_mask import AttentionMaskPass
+    from xfuse.passes.transforms.convolution_matmul import ConvolutionMatmulPass
+    from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
+
+    layout = layout_pass(channels_last, device)
+    cpu = device_type(device) == "cpu"
+    gqa = AttentionGQAPass() if cpu else None
+    matmul = ConvolutionMatmulPass() if cpu and layout is None else None
+    stencil = DepthwiseStencilPass(library=tuple(library))
+    passes = (stencil, layout, matmul, AttentionMaskPass(), gqa)
+    return tuple(p for p in passes if p is not None)
+
+
+def after_decompose(
+    passes: tuple[ModulePass, ...], extra: Sequence[ModulePass]
+) -> tuple[ModulePass, ...]:
+    """`passes` with `extra` after the last `decompose` (first when there is none)."""
+    if not extra:
+        return passes
+    at = max((i + 1 for i, p in enumerate(passes) if p.name == "decompose"), default=0)
+    return (*passes[:at], *extra, *passes[at:])
+
+
+def compile_device_passes(
+    device: str | torch.device, options: PipelineOptions
+) -> tuple[ModulePass, ...]:
+    """The device's passes of `compile_pipeline`, those `options.without` names left out."""
+    passes = device_passes(options.channels_last, device, options.library)
+    return tuple(p for p in passes if p.name not in options.without)
+
+
+def compile_pipeline(
+    device: str | torch.device,
+    options: PipelineOptions = PipelineOptions(),  # noqa: B008 - frozen, never mutated
+    *,
+    passes: PassFactories | None = None,
+) -> Pipeline:
+    """The pipeline `xfuse.compile` runs for `device`: the passes `options.spec` names, with
+    the device's own (`compile_device_passes`) after its last `decompose`. New pass instances
+    each call (fusion passes keep their decisions on themselves). `passes` replaces the passes
+    the spec may name (default: `known_passes()`)."""
+    return Pipeline(
+        after_decompose(parse_passes(options.spec, passes), compile_device_passes(device, options))
+    )

@@ -29,15 +29,17 @@ from tests.backends.test_cpu_math_ops import (
     signed_zero_inputs,
 )
 from tests.backends.test_cpu_math_ops import UNARY as MATH_UNARY
-from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends import get_backend
 from xfuse.backends.cuda import CUDABackend, CUDAUnavailable, LaunchShape, Tuning, compile_kernel
 from xfuse.backends.nvptx import LibdeviceNotFound, compile_to_ptx, find_libdevice
 from xfuse.errors import CodegenError
+from xfuse.frontend.export import import_for_xfuse
 from xfuse.ir.context import make_context, parse
 from xfuse.ir.names import BLOCK_ATTR, KERNEL_ATTR
 from xfuse.passes.lowering.gpu_map_parallel import GPUMapParallelPass
+from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime.compiler import lower_to_loops
+from xfuse.runtime.driver import run_pipeline
 from xfuse.testing.fuzz.compare import compare_outputs
 
 ARCH = "sm_90"

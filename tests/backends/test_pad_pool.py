@@ -13,10 +13,12 @@ from xdsl.dialects import func
 
 import xfuse
 from tests.backends.test_cuda import ptx_of
-from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends.cpu import CPUBackend
+from xfuse.frontend.export import import_for_xfuse
 from xfuse.ir.names import KERNEL_ATTR
+from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime.compiler import lower_to_loops
+from xfuse.runtime.driver import run_pipeline
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from xdsl.dialects.builtin import ModuleOp
 
-from xfuse.api import DEFAULT_PIPELINE, run_pipeline
 from xfuse.ir.context import parse
 from xfuse.ir.fingerprint import fingerprint
+from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime.compiler import ProgramCompiler
+from xfuse.runtime.driver import run_pipeline
 from xfuse.testing.random_graph import random_program
 
 CONSTANT = """

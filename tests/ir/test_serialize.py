@@ -12,10 +12,12 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation
 
-from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
+from xfuse.frontend.export import import_for_xfuse
 from xfuse.ir.context import parse
 from xfuse.ir.serialize import dumps, loads
+from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime.compiler import ProgramCompiler
+from xfuse.runtime.driver import run_pipeline
 
 
 def uses_of(module: ModuleOp) -> list[list[tuple[int, int]]]:

@@ -62,7 +62,7 @@ def test_zoo_matches_eager_on_cpu_with_fallbacks(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_a_warm_start_makes_the_program_a_cold_one_makes(name: str, tmp_path: Path) -> None:
-    """The imported and the fused program taken from the cache (`xfuse.api.import_for_xfuse`,
+    """The imported and the fused program taken from the cache (`xfuse.frontend.export.import_for_xfuse`,
     `fuse_and_lower`) are the programs export, fusing and lowering make: the same groups,
     kernels (loop IR) and steps, and the same results bit for bit; and the warm program reads
     the module's state as it is at each call."""

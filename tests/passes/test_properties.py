@@ -149,8 +149,9 @@ FUZZ_SEEDS = (1017, 1023, 1076, 1094, 1235, 1241)
 def test_generated_torch_programs_fuse_into_groups_that_lower(seed: int) -> None:
     import warnings
 
-    from xfuse.api import DEFAULT_PIPELINE, run_pipeline
     from xfuse.frontend import UnsupportedProgram, import_module
+    from xfuse.pipeline import DEFAULT_PIPELINE
+    from xfuse.runtime.driver import run_pipeline
     from xfuse.testing.fuzz.generator import generate
     from xfuse.testing.fuzz.program import load_source
 

@@ -13,13 +13,13 @@ import torch
 from xdsl.dialects.builtin import ModuleOp
 
 import xfuse
-from xfuse.api import run_pipeline
 from xfuse.errors import GraphvizMissingWarning, RenderError
 from xfuse.passes.fusion.decisions import FusionDecision
 from xfuse.report.dot import KIND_COLOURS, program_dot
 from xfuse.report.op_index import OpIndex
 from xfuse.report.render import render_dot
 from xfuse.report.summary import format_summary, summarize
+from xfuse.runtime.driver import run_pipeline
 
 # relu and add fuse (elementwise); exp stays alone (the extern matmul is between it and them);
 # exp and reduce_sum of w form a second group (a reduction); the slice after the reduction

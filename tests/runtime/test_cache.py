@@ -249,7 +249,7 @@ print(json.dumps({"program_hits": stats.program_hits, "import_hits": stats.impor
 
 
 def test_a_second_process_takes_the_fused_program_from_the_disk(tmp_path: Path) -> None:
-    """(`xfuse.api.fuse_and_lower`, `import_for_xfuse`) The second process neither exports,
+    """(`xfuse.runtime.driver.fuse_and_lower`, `xfuse.frontend.export.import_for_xfuse`) The second process neither exports,
     fuses nor compiles a kernel."""
     first = _in_a_new_process(_FUSED_IN_A_NEW_PROCESS, tmp_path)
     second = _in_a_new_process(_FUSED_IN_A_NEW_PROCESS, tmp_path)
@@ -288,10 +288,12 @@ def test_ptx_renamed_at_load_time_assembles(tmp_path: Path) -> None:
 
     import torch
 
-    import xfuse.api as api
     from xfuse.backends.cuda import LAUNCH_PREFIX, CUDABackend
+    from xfuse.frontend.export import import_for_xfuse
+    from xfuse.pipeline import DEFAULT_PIPELINE
     from xfuse.runtime.cache import named_artifact
     from xfuse.runtime.compiler import CANONICAL_KERNEL, ProgramCompiler
+    from xfuse.runtime.driver import run_pipeline
 
     backend = CUDABackend("sm_90")
     artifacts: list[bytes] = []
@@ -301,8 +303,8 @@ def test_ptx_renamed_at_load_time_assembles(tmp_path: Path) -> None:
         artifacts.append(named_artifact(artifact, CANONICAL_KERNEL, name))
         raise CodegenError("not loaded here")  # the program falls back; the PTX is kept
 
-    imported = api.import_for_xfuse(lambda x: torch.softmax(x * 2, -1), (torch.randn(4, 8),), {})
-    api.run_pipeline(api.DEFAULT_PIPELINE, imported.program.module)
+    imported = import_for_xfuse(lambda x: torch.softmax(x * 2, -1), (torch.randn(4, 8),), {})
+    run_pipeline(DEFAULT_PIPELINE, imported.program.module)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ProgramCompiler(compile_kernel, device="meta").compile(imported.program.module)

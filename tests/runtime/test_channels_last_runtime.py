@@ -271,11 +271,13 @@ def test_channels_last_kernels_compile_to_ptx(tmp_path: Any) -> None:
 
     from xdsl.dialects import func
 
-    from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
     from xfuse.backends.cuda import CUDABackend
+    from xfuse.frontend.export import import_for_xfuse
     from xfuse.ir.names import KERNEL_ATTR
     from xfuse.passes.transforms.channels_last import ChannelsLastPass
+    from xfuse.pipeline import DEFAULT_PIPELINE
     from xfuse.runtime.compiler import lower_to_loops
+    from xfuse.runtime.driver import run_pipeline
 
     model, inputs = make_resnet18(width=8, size=32)
     module = import_for_xfuse(model, inputs).program.module

@@ -11,10 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xfuse.api import DEFAULT_PIPELINE, import_for_xfuse, run_pipeline
 from xfuse.backends.cpu import CPUBackend
 from xfuse.backends.cuda import CUDABackend
 from xfuse.errors import XfuseError
+from xfuse.frontend.export import import_for_xfuse
+from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime import compile_workers
 from xfuse.runtime.cache import KernelCache, KernelSource, _only_kernel
 from xfuse.runtime.compile_workers import (
@@ -27,6 +28,7 @@ from xfuse.runtime.compile_workers import (
     workers,
 )
 from xfuse.runtime.compiler import CANONICAL_KERNEL, ProgramCompiler
+from xfuse.runtime.driver import run_pipeline
 
 
 def _program(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

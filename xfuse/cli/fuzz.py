@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xfuse.api import DEFAULT_PIPELINE
+from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.testing.fuzz.generator import generate
 from xfuse.testing.fuzz.reproducer import reproducer, reproducer_name
 from xfuse.testing.fuzz.runner import Outcome, available_devices, check_source
@@ -124,7 +124,8 @@ def bisect_file(args: argparse.Namespace) -> int:
     from xfuse.testing.bisect import BisectError, bisect_reproducer
 
     try:
-        report = bisect_reproducer(Path(args.bisect), pipeline=args.pipeline)
+        device = args.device or "cpu"
+        report = bisect_reproducer(Path(args.bisect), pipeline=args.pipeline, device=device)
     except (BisectError, OSError) as e:
         print(f"xfuse-fuzz: error: {e}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ signature, and the global state torch's tracing reads (grad mode, default dtype,
 
 Two processes that record the same have made the same torch calls with the same values, so
 the program torch.export traced for one is the program of the other: its imported form can be
-reused (`xfuse.api.import_for_xfuse`, the cache's `import_key`). The replay runs under
+reused (`xfuse.frontend.export.import_for_xfuse`, the cache's `import_key`). The replay runs under
 torch.export's compiling flags (`torch.compiler.is_exporting()`) and `export_support`, as
 the export's trace does, so the code takes export's branches.
 

@@ -176,7 +176,7 @@ def _first_line(e: Exception) -> str:
 
 def import_program(program: ExportedProgram, verify: bool = True) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps); its
-    module verified unless `verify` is off (`xfuse.api.fuse_and_lower` verifies it only when
+    module verified unless `verify` is off (`xfuse.runtime.driver.fuse_and_lower` verifies it only when
     no cached program has the same text, since that one verified). Arguments that eager
     refuses raise eager's error (`xfuse.frontend.eager_rules`)."""
     check_no_write_through_returned_input(program)

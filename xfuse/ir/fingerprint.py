@@ -4,7 +4,7 @@ A module's text for keying it: what the printer shows, faster to make than the p
     key = sha256(fingerprint(module).encode())    # fingerprint(a) == fingerprint(b)
                                                   # only if str(a) == str(b)
 
-The fused-program cache keys an imported module by its content (`xfuse.api.fuse_and_lower`),
+The fused-program cache keys an imported module by its content (`xfuse.runtime.driver.fuse_and_lower`),
 and printing a large imported module was a large part of a warm start. The fingerprint walks
 what the generic printer prints (each op's name, operands, successors, properties, attributes,
 result types and regions, each block's argument types, each value's name hint) and prints

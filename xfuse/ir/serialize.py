@@ -15,7 +15,7 @@ outside it, so they are pickled already).
     module, lowered = loads(data)     # str(module) as before, uses and all
 
 Reading is far faster than parsing the IR's text, which is what makes a cached program worth
-loading (`xfuse.api.fuse_and_lower`).
+loading (`xfuse.runtime.driver.fuse_and_lower`).
 """
 
 from __future__ import annotations

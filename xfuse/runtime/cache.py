@@ -64,7 +64,8 @@ T = TypeVar("T")
 KERNEL, PROGRAM, IMPORT, CHOICE = "kernel", "program", "import", "choice"
 """The four kinds of entry, by file suffix: a kernel's artifact, a fused program (its module
 after the passes and its kernels' loop IR, `xfuse.ir.serialize`), an imported program
-(`xfuse.api.import_for_xfuse`), and a choice measured at compile time (`xfuse.choices`)."""
+(`xfuse.frontend.export.import_for_xfuse`), and a choice measured at compile time
+(`xfuse.choices`)."""
 MAGIC = b"XFUSEKC\x00"
 ENTRY_FORMAT = 1
 _HEADER = struct.Struct("<8sIQ32s32s")  # magic, entry format, payload length, key, sha256
@@ -360,11 +361,11 @@ class KernelCache:
 
     def program(self, key: str, load: Callable[[bytes], T], kind: str = PROGRAM) -> T | None:
         """The fused program (or, with `kind` `IMPORT`, the imported program) stored under
-        `key` (`program_key`, `import_key`; `xfuse.api` writes and reads them), from disk (or
-        from memory, where the cache has no usable disk), as `load` makes it of the entry's
-        bytes; None where neither holds it. An entry `load` fails on is deleted with a
-        `KernelCacheWarning` (as a kernel the backend cannot load), and None returned: the
-        caller makes the program again."""
+        `key` (`program_key`, `import_key`; `xfuse.runtime.driver` and `xfuse.frontend.export`
+        write and read them), from disk (or from memory, where the cache has no usable disk), as
+        `load` makes it of the entry's bytes; None where neither holds it. An entry `load`
+        fails on is deleted with a `KernelCacheWarning` (as a kernel the backend cannot load),
+        and None returned: the caller makes the program again."""
         with self._lock:
             data = self._programs.get(key)
         if data is None:

@@ -6,7 +6,8 @@ minimal IR as a lit test.
     report = bisect_reproducer(Path("fail_1_17.py"))   # an `xfuse-fuzz` reproducer
     print(report)                                      # culprit, decision, lit test
 
-1. Pass: the program is imported and the pipeline applied one pass at a time; after each, the
+1. Pass: the program is imported and the pipeline `xfuse.compile` runs (`compile_pipeline`: the
+   fusion pipeline with the device's own passes) applied one pass at a time; after each, the
    interpreter must still agree with eager. The first pass after which it does not (or that
    crashes) is the culprit. When every pass is fine, the culprit is the backend (the lowered
    loops are checked with the loop interpreter to tell lower-to-loops from code generation).
@@ -32,9 +33,14 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, Modul
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from xfuse.api import DEFAULT_PIPELINE
 from xfuse.errors import BisectError
-from xfuse.pipeline import PassFactories, Pipeline, known_passes, parse_passes
+from xfuse.pipeline import (
+    DEFAULT_PIPELINE,
+    PassFactories,
+    Pipeline,
+    PipelineOptions,
+    compile_pipeline,
+)
 from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
 from xfuse.testing.fuzz.program import RMSE_TOLERANCE, load_source
 from xfuse.testing.fuzz.reproducer import program_part
@@ -443,11 +449,32 @@ def describe_decision(module_pass: ModulePass, case: Case, n: int) -> str:
 
 @dataclass
 class Bisector:
-    """Bisects one program: eager `expected` outputs, the imported program and its inputs."""
+    """Bisects one program: eager `expected` outputs, the imported program and its inputs.
+
+    The passes are those `xfuse.compile` runs on `device` (`compile_pipeline`): `pipeline`,
+    the device's passes after `decompose`, with `channels_last` and the convolutions kept as
+    library calls (`library`) as compile's options had them (`FusionReport.options`).
+    `passes` replaces the passes `pipeline` may name."""
 
     pipeline: str = DEFAULT_PIPELINE
     passes: PassFactories | None = None
     device: str = "cpu"
+    channels_last: bool | None = None
+    library: tuple[str, ...] = ()
+
+    @classmethod
+    def replaying(cls, options: PipelineOptions, device: str = "cpu") -> Bisector:
+        """A bisector of the passes a compile with `options` ran on `device`."""
+        return cls(options.spec, None, device, options.channels_last, options.library)
+
+    def compile_passes(self) -> tuple[ModulePass, ...]:
+        """The passes bisected, in order: new instances each call."""
+        options = PipelineOptions(self.pipeline, self.channels_last, self.library)
+        return compile_pipeline(self.device, options, passes=self.passes).passes
+
+    def pipeline_text(self) -> str:
+        """`compile_passes` as `xfuse-opt -p` text."""
+        return ",".join(spec_text(p) for p in self.compile_passes())
 
     def bisect_source(self, source: str) -> BisectReport:
         from xfuse.frontend import import_module
@@ -479,8 +506,7 @@ class Bisector:
         problem = self._problem(lambda: run_ir(case.module, case.inputs), expected, reference)
         if problem is not None:
             return BisectReport("import", problem)
-        available = known_passes() if self.passes is None else self.passes
-        for module_pass in parse_passes(self.pipeline, available):
+        for module_pass in self.compile_passes():
             try:
                 after = apply_pass(module_pass, case.module)
             except Exception as e:
@@ -540,7 +566,8 @@ class Bisector:
         if problem is None:
             raise BisectError("the program does not fail: nothing to bisect")
         crashes = problem.startswith("crash:")
-        passes = parse_passes(self.pipeline, known_passes() if self.passes is None else self.passes)
+        passes = self.compile_passes()
+        text = self.pipeline_text()
 
         def fused(runner: Callable[[ModuleOp, Sequence[Tensor]], list[Tensor]]) -> Oracle:
             def through_pipeline(m: ModuleOp, xs: Sequence[Tensor]) -> list[Tensor]:
@@ -556,23 +583,27 @@ class Bisector:
         else:
             culprit = f"codegen ({self.device})"
             oracle = fused(lambda m, xs: run_backend(m, xs, self.device))
-        report = BisectReport(culprit, problem, self.pipeline, original_size=start.size)
+        report = BisectReport(culprit, problem, text, original_size=start.size)
         if oracle(start.module, start.inputs) is None:
             report.notes.append("the backend agrees with the interpreter on the fused IR")
             return report
         report.case = shrink(start, oracle)
         report.problem = oracle(report.case.module, report.case.inputs) or problem
         report.notes.append(
-            f"the IR below is the imported program; `-p '{self.pipeline}'` fuses it, and the "
+            f"the IR below is the imported program; `-p '{text}'` fuses it, and the "
             f"{self.device} backend then computes something else than the interpreter"
         )
         return report
 
 
 def bisect_reproducer(
-    path: Path, pipeline: str = DEFAULT_PIPELINE, passes: PassFactories | None = None
+    path: Path,
+    pipeline: str = DEFAULT_PIPELINE,
+    passes: PassFactories | None = None,
+    device: str = "cpu",
 ) -> BisectReport:
-    """Bisect an `xfuse-fuzz` reproducer (or any file defining `program` and `make_inputs`)."""
+    """Bisect an `xfuse-fuzz` reproducer (or any file defining `program` and `make_inputs`)
+    through the passes `xfuse.compile` runs on `device` with `pipeline`."""
     text = path.read_text()
     source = program_part(text)
     try:
@@ -581,4 +612,4 @@ def bisect_reproducer(
         raise BisectError(f"cannot load {path}: {crash_line(e)}") from None
     if "program" not in namespace or "make_inputs" not in namespace:
         raise BisectError(f"{path} defines no `program` and `make_inputs`")
-    return Bisector(pipeline, passes).bisect_source(source)
+    return Bisector(pipeline, passes, device).bisect_source(source)

@@ -28,9 +28,9 @@ TEXT = """func.func @forward(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 def fused_groups(f: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> list[GroupOp]:
     """The groups of `f` imported, decomposed, fused and cleaned up (as `xfuse.compile` runs
     those passes)."""
-    import xfuse
+    from xfuse.frontend.export import import_for_xfuse
 
-    imported = xfuse.api.import_for_xfuse(f, args).program.module
+    imported = import_for_xfuse(f, args).program.module
     for name in ("decompose", "fuse-scored", "group-cleanup"):
         get_all_passes()[name]()().apply(make_context(), imported)
     return [op for op in imported.walk() if isinstance(op, GroupOp)]

@@ -11,10 +11,11 @@ from torch import nn
 
 import xfuse
 from xfuse import interpret
-from xfuse.api import device_passes, run_pipeline
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
 from xfuse.passes.transforms.attention_gqa import torch_has_gqa
+from xfuse.pipeline import device_passes
+from xfuse.runtime.driver import run_pipeline
 
 pytestmark = pytest.mark.skipif(not torch_has_gqa(), reason="torch's attention has no enable_gqa")
 

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 
 import xfuse
 from xfuse import interpret
-from xfuse.api import run_pipeline
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
 from xfuse.passes.transforms.attention_mask import mask_kind
+from xfuse.runtime.driver import run_pipeline
 
 Mask = Callable[[int, int], torch.Tensor]
 

@@ -15,13 +15,13 @@ from xdsl.dialects.builtin import ModuleOp
 from examples.convnet import make_convnet
 from examples.resnet import make_resnet18
 from xfuse import interpret
-from xfuse.api import CHANNELS_LAST_ENV, after_decompose, layout_pass, run_pipeline
 from xfuse.dialects import graph
 from xfuse.errors import XfuseError
 from xfuse.frontend import import_module
 from xfuse.ir.context import parse
 from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
-from xfuse.pipeline import pipeline
+from xfuse.pipeline import CHANNELS_LAST_ENV, after_decompose, layout_pass, pipeline
+from xfuse.runtime.driver import run_pipeline
 
 Built = tuple[nn.Module, tuple[torch.Tensor, ...]]
 

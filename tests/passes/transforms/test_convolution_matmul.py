@@ -16,8 +16,9 @@ from torch import nn
 
 import xfuse
 from xfuse import interpret
-from xfuse.api import device_passes, run_pipeline
 from xfuse.frontend import import_module
+from xfuse.pipeline import device_passes
+from xfuse.runtime.driver import run_pipeline
 
 CONV = "aten.convolution.default"
 

@@ -11,10 +11,10 @@ from torch import nn
 
 import xfuse
 from xfuse import interpret
-from xfuse.api import device_passes, run_pipeline
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
-from xfuse.pipeline import pipeline
+from xfuse.pipeline import device_passes, pipeline
+from xfuse.runtime.driver import run_pipeline
 
 CONV = "aten.convolution.default"
 

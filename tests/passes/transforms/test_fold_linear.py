@@ -12,9 +12,9 @@ from xdsl.dialects.builtin import ModuleOp
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
 from xfuse import interpret
-from xfuse.api import run_pipeline
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
+from xfuse.runtime.driver import run_pipeline
 
 FUSED = "decompose,fuse-scored,group-cleanup"
 

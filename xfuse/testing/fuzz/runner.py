@@ -11,11 +11,8 @@ from typing import Any
 
 import torch
 
-# ---------------------------------------------------------------------------------------------
-# The differential runner
-# ---------------------------------------------------------------------------------------------
-from xfuse.api import DEFAULT_PIPELINE  # the pipeline xfuse.compile runs
 from xfuse.errors import XfuseError
+from xfuse.pipeline import DEFAULT_PIPELINE, Pipeline, PipelineOptions, compile_pipeline
 from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors, same_bits
 from xfuse.testing.fuzz.program import RMSE_TOLERANCE, Tensor, load_source
 
@@ -214,13 +211,11 @@ class Differential:
         self.check(stage, got)
 
     def run_passes(self, imported: Any) -> list[str]:
-        from xfuse.api import after_decompose, device_passes
-        from xfuse.pipeline import Pipeline, parse_passes
-
-        # the passes xfuse.compile adds for the first device (depthwise-stencil, ...) too
-        extra = device_passes(None, torch.device(self.devices[0]))
+        """The passes `xfuse.compile` runs on the first device, one at a time, the interpreter
+        checked after each."""
         stages: list[str] = []
-        for module_pass in after_decompose(parse_passes(self.pipeline), extra):
+        passes = compile_pipeline(self.devices[0], PipelineOptions(self.pipeline)).passes
+        for module_pass in passes:
             stage = f"after {module_pass.name}"
             try:
                 Pipeline((module_pass,)).apply(imported.module)
@@ -294,7 +289,7 @@ class Differential:
         on_device: Callable[[], tuple[Tensor, ...]],
     ) -> bool:
         """The program compiled again as a second process would (a cache with nothing in
-        memory), its fused program loaded from the disk cache (`xfuse.api.fuse_and_lower`):
+        memory), its fused program loaded from the disk cache (`xfuse.runtime.driver.fuse_and_lower`):
         the same groups, kernels and steps as `compiled`; on the CPU its results are `first`
         bit for bit, elsewhere they pass the same check (atomics may order sums otherwise).
         Whether its imported program came from the cache too (`import_for_xfuse`: a program

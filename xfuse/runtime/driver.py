@@ -1,0 +1,339 @@
+"""
+The build driver: what `xfuse.compile` does for each specialisation of a program. Export and
+import it (`xfuse.frontend.export`), choose what to measure (`xfuse.choices`), run the pipeline
+of `compile_pipeline` and lower its groups (`fuse_and_lower`, or the fused program from the
+kernel cache), compile the kernels, and put together the `Executable` with its `FusionReport`.
+
+`compile_program` is `xfuse.compile` once its arguments are checked and its options gathered.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from xfuse.backends import Backend, get_backend
+from xfuse.choices import Choice, Compile, choose_passes
+from xfuse.collector import collector_paused
+from xfuse.errors import KernelCacheWarning
+from xfuse.frontend.export import ModelOrFn, import_for_xfuse, unflattener
+from xfuse.ir import serialize
+from xfuse.ir.fingerprint import fingerprint
+from xfuse.passes.fusion.decisions import FusionDecision, format_report
+from xfuse.pipeline import (
+    PassObserver,
+    Pipeline,
+    PipelineOptions,
+    after_decompose,
+    channels_last_setting,
+    compile_device_passes,
+    compile_pipeline,
+    pipeline,
+    verify_module,
+)
+from xfuse.progress import Progress
+from xfuse.report.counts import group_count, headline, kernel_count, op_count, plural
+from xfuse.report.op_index import OpIndex, collect_decisions
+from xfuse.runtime.cache import KernelCache, KernelSource, default_cache, program_key
+from xfuse.runtime.compile_workers import can_compile_ahead, start_workers
+from xfuse.runtime.compiler import ProgramCompiler
+from xfuse.runtime.cuda_graphs import GraphRunner, cuda_graphs_enabled
+from xfuse.runtime.executor import (
+    CallInputs,
+    CompiledProgram,
+    Executable,
+    normalize_device,
+    run_program,
+)
+from xfuse.runtime.fallback import FallbackMode
+from xfuse.runtime.outputs import OutputPlan
+from xfuse.runtime.state import ModuleState
+
+if TYPE_CHECKING:
+    from xfuse.frontend.importer import ImportedProgram
+
+Tensor = torch.Tensor
+
+
+# ---------------------------------------------------------------------------------------------
+# The fusion report
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FusionReport:
+    """Why the program looks as it does: every pair the fusion passes examined (fused or kept
+    apart, with the named reason), and every unit that runs eagerly because it did not compile."""
+
+    decisions: list[FusionDecision] = field(default_factory=list[FusionDecision])
+    fallbacks: list[str] = field(default_factory=list[str])
+    op_index: OpIndex | None = field(default=None, compare=False, repr=False)
+    """The ops the decisions name (to draw refused pairs, `Explanation.to_dot`)."""
+    op_by_op: list[str] = field(default_factory=list[str])
+    """Groups compiled op by op because their lowering refused them (the safety net)."""
+    choices: list[Choice] = field(default_factory=list[Choice])
+    """Library call or xfuse's kernel, as measured at compile time (`xfuse.choices`)."""
+    options: PipelineOptions | None = field(default=None, compare=False, repr=False)
+    """What the pipeline was made of (`compile_pipeline(device, options)` makes it again:
+    the bisector replays it so), its measured choices included."""
+    pipeline: str = field(default="", compare=False, repr=False)
+    """The passes that made the program, every option spelled (`Pipeline.description`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decisions": [d.to_dict() for d in self.decisions],
+            "fallbacks": list(self.fallbacks),
+            "op_by_op": list(self.op_by_op),
+            "choices": [str(c) for c in self.choices],
+        }
+
+    def __str__(self) -> str:
+        lines = [format_report(self.decisions)]
+        lines += [f"fallback: {f}" for f in self.fallbacks]
+        lines += [f"op by op: {f}" for f in self.op_by_op]
+        lines += [f"measured: {c}" for c in self.choices]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the pipeline
+# ---------------------------------------------------------------------------------------------
+
+
+def run_pipeline(
+    spec: str | Pipeline,
+    module: ModuleOp,
+    observer: PassObserver | None = None,
+    extra: Sequence[ModulePass] = (),
+) -> list[FusionDecision]:
+    """Run a pipeline (text, or as `compile_pipeline` made it) on `module` in place, its
+    result verified (`Pipeline.verify_end`); returns the decision records of the fusion passes
+    in it (`decisions` on their pass instances). The `extra` passes run after `decompose`, or
+    first without one."""
+    built = pipeline(spec) if isinstance(spec, str) else spec
+    passes = replace(
+        built,
+        passes=after_decompose(built.passes, extra),
+        observer=observer,
+        verify_each=False,
+        verify_end=True,
+    )
+    passes.apply(module)
+    return collect_decisions(passes.passes)
+
+
+def measured_options(
+    options: PipelineOptions,
+    module: ModuleOp,
+    device: torch.device,
+    cache: KernelCache,
+    measure_with: Compile,
+) -> tuple[PipelineOptions, list[Choice]]:
+    """`options` with the depthwise convolutions of `module` whose library call is faster on
+    `device` kept as library calls (`xfuse.choices`: measured now, or from the cache), and
+    every verdict."""
+    from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
+
+    passes = compile_device_passes(device, options)
+    chosen, choices = choose_passes(passes, module, device, cache, measure_with)
+    stencil = next((p for p in chosen if isinstance(p, DepthwiseStencilPass)), None)
+    library = options.library if stencil is None else stencil.library
+    return replace(options, library=library), choices
+
+
+def fuse_and_lower(
+    program_ir: ImportedProgram,
+    passes: Pipeline,
+    cache: KernelCache,
+    compiler: ProgramCompiler,
+) -> tuple[list[FusionDecision], OpIndex]:
+    """Run the passes on the imported module and lower its units for `compiler` (which keeps
+    them for `compile`), or take both from the cache's fused program for the same module,
+    passes (`Pipeline.description`) and device (`program_key`): a warm start skips fusing
+    and lowering. The decisions and the index of the ops they name, as the passes made them.
+    The imported module is verified here, before the passes; a cached program's module
+    verified when it was made, as one with the same text."""
+    key = program_key(fingerprint(program_ir.module), passes.description(), compiler.device.type)
+    found = cache.program(key, serialize.loads)
+    if found is not None:
+        module, lowered, decisions, index = found
+        program_ir.module = module
+        compiler.adopt(lowered)
+        return decisions, index
+    verify_module(program_ir.module)
+    index = OpIndex()
+    decisions = run_pipeline(passes, program_ir.module, index.observe)
+    lowered = compiler.lower_ahead(program_ir.module)
+    try:
+        data = serialize.dumps((program_ir.module, lowered, decisions, index))
+    except Exception as e:  # noqa: BLE001 - the compilation goes on, its program uncached
+        warnings.warn(
+            f"xfuse: the fused program is not cached ({type(e).__name__}: {e}); "
+            "a warm start will fuse it again",
+            KernelCacheWarning,
+            stacklevel=2,
+        )
+        return decisions, index
+    cache.store_program(key, data)
+    return decisions, index
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a specialisation
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What every specialisation of one compiled program is built with."""
+
+    backend: Backend
+    device: torch.device
+    options: PipelineOptions
+    cache: KernelCache
+    quiet: bool | None = None
+    state: ModuleState | None = None
+    cuda_graphs: bool = True
+    fallback: FallbackMode = "eager"
+
+
+def builder(model_or_fn: ModelOrFn, settings: BuildSettings) -> Callable[[CallInputs], Executable]:
+    """The `build` of a `CompiledProgram`: the `Executable` for one call's signature."""
+
+    def build(call: CallInputs) -> Executable:
+        with Progress.create(settings.quiet) as progress, collector_paused():
+            return build_executable(model_or_fn, settings, call, progress)
+
+    return build
+
+
+def build_executable(
+    model_or_fn: ModelOrFn, settings: BuildSettings, call: CallInputs, progress: Progress
+) -> Executable:
+    """Export, fuse, lower and compile the program for `call`'s signature."""
+    backend, device, cache = settings.backend, settings.device, settings.cache
+
+    def compile_kernel(source: KernelSource, name: str) -> Any:
+        kernel = cache.kernel(backend, source, name)
+        progress.count("kernels compiled")
+        return kernel
+
+    start_workers(backend)  # their imports overlap exporting and fusing
+    progress.stage("exporting the program (torch.export)")
+    # unverified: fuse_and_lower verifies it unless the cache holds its fused program
+    imported = import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
+    progress.lap("export")
+    progress.stage(f"imported {len(imported.op_names)} ops; fusing")
+    program_ir = imported.program
+    program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
+    compiler = ProgramCompiler(compile_kernel, fallback=settings.fallback, device=device)
+    options, choices = measured_options(
+        settings.options, program_ir.module, device, cache, _measuring_compile
+    )
+    passes = compile_pipeline(device, options)
+    decisions, index = fuse_and_lower(program_ir, passes, cache, compiler)
+    groups = group_count(program_ir.module)
+    progress.lap("fusion")
+    progress.stage(f"{plural(groups, 'group')} formed; compiling kernels")
+    if can_compile_ahead(backend):
+        cache.compile_ahead(backend, compiler.kernel_modules(program_ir.module))
+    program = compiler.compile(program_ir.module)
+    progress.lap("kernels")
+    progress.finish(headline(op_count(program_ir.module), groups, kernel_count(program)))
+    report = FusionReport(
+        decisions,
+        list(program.fallbacks),
+        index,
+        program.op_by_op,
+        choices,
+        options=options,
+        pipeline=passes.description(),
+    )
+    state = live_state(settings.state, program_ir.params, device)
+    return Executable(
+        program,
+        bind=program_ir.binder(len(call.leaves), state),
+        unflatten=unflattener(imported),
+        report=report,
+        op_names=imported.op_names,
+        compile_times=dict(progress.phases),
+        outputs=OutputPlan(program_ir.output_rules, program, program_ir.hidden_outputs),
+        graphs=(
+            GraphRunner(program, run_program)
+            if device.type == "cuda" and cuda_graphs_enabled(settings.cuda_graphs)
+            else None
+        ),
+    )
+
+
+def live_state(
+    state: ModuleState | None, exported: dict[str, Tensor], device: torch.device
+) -> tuple[str, ...]:
+    """The state tensors a program binds from the module at each call: those it reads that
+    live on its device (others are the exported values, moved there once)."""
+    if state is None:
+        return ()
+    tensors = dict(zip(state.names, state.tensors(), strict=True))
+    return tuple(
+        name
+        for name in state.names
+        if name in exported and normalize_device(tensors[name].device) == normalize_device(device)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A compiled program
+# ---------------------------------------------------------------------------------------------
+
+
+def compile_program(
+    model_or_fn: ModelOrFn,
+    example_inputs: tuple[Any, ...],
+    device: torch.device,
+    options: PipelineOptions = PipelineOptions(),  # noqa: B008 - frozen, never mutated
+    *,
+    backend: Backend | None = None,
+    example_kwargs: dict[str, Any] | None = None,
+    cache: KernelCache | None = None,
+    quiet: bool | None = None,
+    cuda_graphs: bool = True,
+    fallback: FallbackMode = "eager",
+    static_inputs: tuple[int, ...] = (),
+) -> CompiledProgram:
+    """`xfuse.compile` for arguments already checked: `model_or_fn` compiled for `device`
+    with the pipeline of `compile_pipeline(device, options)` (its `XFUSE_CHANNELS_LAST`
+    setting read once, here), the example inputs' specialisation built now."""
+    options = replace(options, channels_last=channels_last_setting(options.channels_last))
+    state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
+    settings = BuildSettings(
+        get_backend(str(device)) if backend is None else backend,
+        device,
+        options,
+        default_cache() if cache is None else cache,
+        quiet,
+        state,
+        cuda_graphs,
+        fallback,
+    )
+    return CompiledProgram(
+        builder(model_or_fn, settings),
+        example_inputs,
+        device,
+        state,
+        example_kwargs,
+        static_inputs,
+    )
+
+
+def _measuring_compile(
+    model_or_fn: ModelOrFn, example_inputs: Sequence[Any], device: str, **kwargs: Any
+) -> CompiledProgram:
+    """`xfuse.compile(model_or_fn, example_inputs, device, **kwargs)` with the default pipeline,
+    as `xfuse.choices` compiles the stencil it times."""
+    return compile_program(model_or_fn, tuple(example_inputs), torch.device(device), **kwargs)
