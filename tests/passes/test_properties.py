@@ -11,13 +11,13 @@ from xdsl.passes import ModulePass
 
 from xfuse.dialects import graph
 from xfuse.dialects.fusion import GroupOp
+from xfuse.dialects.op_kinds import KIND_RANK
 from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import make_context
 from xfuse.passes import get_all_passes
 from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
 from xfuse.passes.fusion.fuse_scored import FuseScoredPass
 from xfuse.passes.fusion.group_cleanup import GroupCleanupPass
-from xfuse.passes.fusion.op_facts import KIND_RANK
 from xfuse.testing import RandomProgram, programs
 from xfuse.testing.random_graph import random_program
 

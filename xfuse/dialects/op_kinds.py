@@ -38,10 +38,11 @@ class KindGroup:
     """Kinds that never join a group: library or eager calls, and ops `decompose` rewrites."""
 
     CHEAP = frozenset({Kind.ELEMENTWISE, Kind.BROADCAST})
-    """Kinds whose ops cost an element's arithmetic and no data movement."""
+    """Kinds of single ops cheap enough to recompute in every reader (as Inductor inlines
+    pointwise buffers)."""
 
 
-KIND_RANK = {kind: rank for rank, kind in enumerate(KindGroup.FUSABLE)}
+KIND_RANK: dict[str, int] = {kind: rank for rank, kind in enumerate(KindGroup.FUSABLE)}
 """A fusable kind's strength (`KindGroup.FUSABLE`'s order)."""
 
 _KIND_OF_TYPE: dict[type[Operation], Kind] = {}
@@ -56,7 +57,7 @@ def kind_of(op: Operation) -> Kind:
     return kind
 
 
-def stronger_kind(a: Kind, b: Kind) -> Kind:
+def stronger_kind(a: str, b: str) -> str:
     """The stronger of two kinds (`KIND_RANK`; a kind outside it is the weakest)."""
     return a if KIND_RANK.get(a, -1) >= KIND_RANK.get(b, -1) else b
 
@@ -64,8 +65,9 @@ def stronger_kind(a: Kind, b: Kind) -> Kind:
 class OpGroup:
     """Op classes that passes treat alike (tuples, for `isinstance`)."""
 
-    WINDOW: tuple[type[Operation], ...] = (graph.PadOp, graph.PoolOp, graph.PatchesOp)
-    """Ops that read their input at shifted, clamped windows of positions."""
+    WINDOW: tuple[type[Operation], ...] = graph.WINDOW_OPS
+    """Ops that read their input at shifted, clamped windows of positions (pad, pool,
+    patches)."""
 
     LAYOUT: tuple[type[Operation], ...] = (
         graph.BroadcastInDimOp,

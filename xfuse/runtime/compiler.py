@@ -35,6 +35,7 @@ from xfuse.interpreters.graph import OP_IMPLS, find_function, interpret, run_op
 from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op as lowers_to_kernel
 from xfuse.runtime.cache import KernelSource
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
 from xfuse.runtime.steps import (
@@ -360,10 +361,6 @@ def kernel_name(ops: Sequence[str], symbol: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in text)
 
 
-def _is_extern(op: Operation) -> bool:
-    return graph.op_kind(op) == "extern"
-
-
 def _is_view(op: Operation) -> bool:
     if op.name == "graph.reshape":
         return True
@@ -386,13 +383,10 @@ def folds(group: fusion.GroupOp) -> bool:
 
 
 def is_lone_kernel_op(op: Operation) -> bool:
-    """A graph op outside groups that becomes a kernel of its own (lower-to-loops' contract)."""
-    return (
-        op.name.startswith("graph.")
-        and op.name != "graph.constant"
-        and not _is_extern(op)
-        and not _is_view(op)
-    )
+    """A graph op outside groups that the program compiler lowers to a kernel of its own:
+    one `lower-to-loops` makes a kernel of (`lower_to_loops.is_lone_kernel_op`) that does not
+    run as a torch view instead."""
+    return lowers_to_kernel(op) and not _is_view(op)
 
 
 def _unit_ops(op: Operation) -> list[str]:

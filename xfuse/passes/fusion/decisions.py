@@ -21,6 +21,19 @@ from xdsl.ir import Operation
 from xfuse.dialects.fusion import GroupOp
 from xfuse.passes.fusion.legality import FUSED
 
+# The rules by which the fusion passes join nodes: a decision's `rule`, and after the pass's
+# name a group's (`fuse-scored:producer-consumer`).
+PRODUCER_CONSUMER = "producer-consumer"
+MULTI_OUTPUT = "multi-output"
+RECOMPUTE = "recompute"
+SIBLING = "sibling"
+HORIZONTAL = "horizontal"
+
+
+def group_rule(pass_name: str, rule: str) -> str:
+    """The `rule` attribute of a group that pass `pass_name` formed by `rule`."""
+    return f"{pass_name}:{rule}"
+
 
 @dataclass(frozen=True, order=True)
 class Score:

@@ -26,7 +26,15 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec
 
-from xfuse.passes.fusion.decisions import DecisionLog, FusionDecision
+from xfuse.passes.fusion.decisions import (
+    MULTI_OUTPUT,
+    PRODUCER_CONSUMER,
+    RECOMPUTE,
+    SIBLING,
+    DecisionLog,
+    FusionDecision,
+    group_rule,
+)
 from xfuse.passes.fusion.graph import (
     FusionGraph,
     Node,
@@ -46,10 +54,6 @@ from xfuse.passes.fusion.legality import (
 from xfuse.passes.options import LIMIT_OR_ALL, POSITIVE, option
 
 PASS = "fuse-greedy"
-PRODUCER_CONSUMER = "producer-consumer"
-MULTI_OUTPUT = "multi-output"
-RECOMPUTE = "recompute"
-SIBLING = "sibling"
 
 
 @dataclass
@@ -131,12 +135,12 @@ class GreedyFuser:
                 inner = g.reader_in(reader, op.results[0])
                 self.log.record(op, inner, FUSED, RECOMPUTE, detail=detail)
             groups = g.recompute(
-                producer, plan.readers, f"{PASS}:{RECOMPUTE}", plan.recompute_saving
+                producer, plan.readers, group_rule(PASS, RECOMPUTE), plan.recompute_saving
             )
             return groups[plan.readers.index(consumer)]
         rule = PRODUCER_CONSUMER if plan is None or len(plan.readers) < 2 else MULTI_OUTPUT
         saved = g.merge_saving(producer, consumer)
-        group = g.merge(producer, consumer, f"{PASS}:{rule}", verdict.moved, saved)
+        group = g.merge(producer, consumer, group_rule(PASS, rule), verdict.moved, saved)
         self.log.record(*labels, FUSED, rule, detail=f"saves {saved}B")
         return group
 
@@ -182,7 +186,7 @@ class GreedyFuser:
                 current = node
                 continue
             saved = tensor_bytes(value)
-            current = g.merge(current, node, f"{PASS}:{SIBLING}", verdict.moved, saved)
+            current = g.merge(current, node, group_rule(PASS, SIBLING), verdict.moved, saved)
             self.log.record(
                 *labels, FUSED, SIBLING, detail=f"share {g.label(value)}, saves {saved}B"
             )
@@ -200,7 +204,7 @@ class FuseGreedyPass(ModulePass):
     `decisions` holds one `FusionDecision` per examined pair.
     """
 
-    name = "fuse-greedy"
+    name = PASS
 
     arg_limit: int = option(128, POSITIVE)
     max_fusions: int = option(-1, LIMIT_OR_ALL)

@@ -27,7 +27,17 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from xfuse.passes.fusion.decisions import DecisionLog, FusionDecision, Score
+from xfuse.passes.fusion.decisions import (
+    HORIZONTAL,
+    MULTI_OUTPUT,
+    PRODUCER_CONSUMER,
+    RECOMPUTE,
+    SIBLING,
+    DecisionLog,
+    FusionDecision,
+    Score,
+    group_rule,
+)
 from xfuse.passes.fusion.graph import (
     FusionGraph,
     Node,
@@ -50,11 +60,6 @@ from xfuse.passes.fusion.legality import (
 from xfuse.passes.options import LIMIT_OR_ALL, NON_NEGATIVE, POSITIVE, option
 
 PASS = "fuse-scored"
-PRODUCER_CONSUMER = "producer-consumer"
-MULTI_OUTPUT = "multi-output"
-RECOMPUTE = "recompute"
-SIBLING = "sibling"
-HORIZONTAL = "horizontal"
 
 # The first component of a score: vertical fusion removes a tensor from memory altogether,
 # multi-output and recompute remove reads, siblings share one input.
@@ -295,7 +300,7 @@ class ScoredFuser:
             return False
         score = Score(PRIORITY[HORIZONTAL], saved, int(b.pos - a.pos))
         labels = (a.representative(), b.representative())
-        group = g.merge(a, b, f"{PASS}:{HORIZONTAL}", verdict.moved, saved)
+        group = g.merge(a, b, group_rule(PASS, HORIZONTAL), verdict.moved, saved)
         self.log.record(*labels, FUSED, HORIZONTAL, score)
         self.forget_gates({a, b, group})
         return True
@@ -326,7 +331,7 @@ class ScoredFuser:
         return skipped if merged else None
 
     def apply_one(self, c: Candidate) -> list[Node]:
-        g, rule, score = self.g, f"{PASS}:{c.rule}", c.score
+        g, rule, score = self.g, group_rule(PASS, c.rule), c.score
         if c.rule == RECOMPUTE:
             for r in c.readers:  # positions moved since enumeration: check again
                 verdict = check_recompute(g, c.first, r, arg_limit=self.arg_limit)
@@ -362,7 +367,7 @@ class FuseScoredPass(ModulePass):
     `decisions` holds one `FusionDecision` per examined pair.
     """
 
-    name = "fuse-scored"
+    name = PASS
 
     window: int = option(64, POSITIVE)
     max_rounds: int = option(16, NON_NEGATIVE)

@@ -35,6 +35,7 @@ from xfuse.collector import collector_paused
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.fusion import GroupOp, YieldOp
+from xfuse.dialects.op_kinds import KindGroup, kind_of, stronger_kind
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.op_facts import (
@@ -43,9 +44,7 @@ from xfuse.passes.fusion.op_facts import (
     is_gather_op,
     is_inlinable_constant,
     is_window_op,
-    op_kind,
     space_of_op,
-    stronger_kind,
 )
 
 T = TypeVar("T")
@@ -64,7 +63,7 @@ SCORE_ATTR = "fusion.score"
 @cache
 def _string_attr(text: str) -> StringAttr:
     """Attributes are immutable: one per distinct text (building and verifying one is slow)."""
-    return StringAttr(text)
+    return StringAttr(str(text))
 
 
 @cache
@@ -123,11 +122,6 @@ def ssa_labels(block: Block) -> dict[SSAValue, str]:
 
     number(block, 0)
     return labels
-
-
-CHEAP_KINDS = ("elementwise", "broadcast")
-"""Kinds of single ops cheap enough to recompute in every reader (as Inductor inlines
-pointwise buffers)."""
 
 
 def tensor_bytes(value: SSAValue) -> int:
@@ -326,7 +320,7 @@ class FusionGraph:
             order[node] = self._stamp
 
     def _op_node(self, op: Operation) -> Node:
-        node = Node(op, op_kind(op), list(op.results))
+        node = Node(op, kind_of(op), list(op.results))
         self._register(op, node)
         return node
 
@@ -646,7 +640,7 @@ class FusionGraph:
         """For a cheap producer (one elementwise or broadcast op) read by several nodes: the
         bytes saved by copying it into each reader versus keeping it as an extra output of
         one of them. None when the producer is not a candidate."""
-        if producer.op is None or producer.kind not in CHEAP_KINDS:
+        if producer.op is None or producer.kind not in KindGroup.CHEAP:
             return None
         readers = list(self.successors(producer))
         if len(readers) < 2:
@@ -745,7 +739,7 @@ class FusionGraph:
         """A group of the one op `op` (the op's node is no longer alive)."""
         old = self.node_of(op)
         assert old is not None
-        node = Node(None, op_kind(op), list(op.results))
+        node = Node(None, kind_of(op), list(op.results))
         node.rule, node.space, node.gathers = rule, old.space, old.gathers
         node.ops.append(op)
         old.alive, old.forward = False, node

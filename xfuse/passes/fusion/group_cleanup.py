@@ -43,8 +43,8 @@ from xdsl.transforms.dead_code_elimination import region_dce
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.fusion import GroupOp
+from xfuse.dialects.op_kinds import Kind, kind_of, stronger_kind
 from xfuse.passes.fusion.graph import group_space
-from xfuse.passes.fusion.op_facts import op_kind, stronger_kind
 
 
 def pool_constants(block: Block) -> None:
@@ -119,10 +119,10 @@ def clean_boundary(group: GroupOp, *, share: bool) -> GroupOp | None:
 
 def group_kind(group: GroupOp) -> str:
     """The strongest kind left in the group (dead code may have taken the strongest op)."""
-    kind = "elementwise"
+    kind: str = Kind.ELEMENTWISE
     for op in group.block.ops:
         if op is not group.yield_op:
-            kind = stronger_kind(kind, op_kind(op))
+            kind = stronger_kind(kind, kind_of(op))
     return kind
 
 
@@ -183,7 +183,7 @@ def _hoistable_reshape(group: GroupOp, inner: SSAValue) -> graph.ReshapeOp | Non
     yielded = list(group.yield_op.values)
     if source in yielded:
         return reshape
-    alone = len(yielded) == 1 and group_kind(group) != "reduction"
+    alone = len(yielded) == 1 and group_kind(group) != Kind.REDUCTION
     return reshape if alone and len(list(inner.uses)) == 1 else None
 
 

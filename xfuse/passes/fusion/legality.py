@@ -56,6 +56,7 @@ from typing import Required, TypedDict, Unpack
 from xdsl.ir import Block, Operation, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.dialects.op_kinds import Kind, KindGroup, OpGroup, kind_of
 from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
 from xfuse.passes.fusion.kernel_loops import (
     ROW_PLACES,
@@ -64,14 +65,12 @@ from xfuse.passes.fusion.kernel_loops import (
     reads_own_row,
 )
 from xfuse.passes.fusion.op_facts import (
-    FUSABLE_KINDS,
     Space,
     combine_spaces,
     gather_mismatch,
     is_constant_op,
     is_window_op,
     max_window_reads,
-    op_kind,
     space_of_op,
     window_reads,
 )
@@ -113,7 +112,7 @@ REASONS = (
 )
 
 # Op kinds that are boundaries, with the reason that names them.
-BOUNDARY_REASONS = {"extern": EXTERN_BOUNDARY, "composite": COMPOSITE_OP}
+BOUNDARY_REASONS: dict[str, str] = {Kind.EXTERN: EXTERN_BOUNDARY, Kind.COMPOSITE: COMPOSITE_OP}
 
 Predicate = Callable[[Operation], bool]
 
@@ -152,7 +151,7 @@ def is_candidate_node(node: Node) -> bool:
     op = node.op
     if op is None:
         return True
-    return node.kind != "opaque" and not is_constant_op(op)
+    return node.kind != Kind.OPAQUE and not is_constant_op(op)
 
 
 def fusability(node: Node, predicate: Predicate | None = None) -> Verdict:
@@ -163,7 +162,7 @@ def fusability(node: Node, predicate: Predicate | None = None) -> Verdict:
     kind = node.kind
     if kind in BOUNDARY_REASONS:
         return refuse(BOUNDARY_REASONS[kind], f"{op.name} is {kind}")
-    if kind not in FUSABLE_KINDS or is_constant_op(op):
+    if kind not in KindGroup.FUSABLE or is_constant_op(op):
         return refuse(NOT_FUSABLE, f"{op.name} is not a fusable graph op")
     if predicate is not None and not predicate(op):
         return refuse(NOT_FUSABLE, f"{op.name} refused by the fusability predicate")
@@ -558,7 +557,7 @@ def operand_reads(op: Operation, index: Index, loop: RowLoop, shape_of: ShapeOf)
     rule = _rule_of_type.get(type(op))
     if rule is None:
         found = [r for cls, r in READ_RULES if isinstance(op, cls)]
-        elementwise = op_kind(op) == "elementwise"
+        elementwise = kind_of(op) == Kind.ELEMENTWISE
         rule = found[0] if found else _elementwise_reads if elementwise else _unknown_reads
         _rule_of_type[type(op)] = rule
     return rule(op, index, loop, shape_of)
@@ -611,7 +610,7 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
                     return f"{g.op_label(op)} reduces another shape or dims than {space}"
                 plain = plain and row[1]
                 reads.append((source, loop.identity, None))
-            elif plain and op_kind(op) != "elementwise":
+            elif plain and kind_of(op) != Kind.ELEMENTWISE:
                 plain = False
     if plain:
         return None
@@ -635,7 +634,7 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
                     f"own{through}: one row loop cannot express it"
                 )
             continue
-        step = via if op_kind(owner) == "elementwise" else owner
+        step = via if kind_of(owner) == Kind.ELEMENTWISE else owner
         reads.extend((v, i, step) for v, i in operand_reads(owner, index, loop, g.shape))
     return None
 
@@ -678,12 +677,8 @@ def inline_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
     )
 
 
-MOVING_OPS = (graph.ReshapeOp, graph.SliceOp, graph.PermuteOp, graph.BroadcastInDimOp)
-"""Ops whose values are their input's, moved: a consumer that recomputes them reads memory."""
-
-
 def moves_only(node: Node) -> bool:
-    return all(isinstance(op, MOVING_OPS) for op in _ops_of(node))
+    return all(isinstance(op, OpGroup.MOVING) for op in _ops_of(node))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -717,22 +712,10 @@ def window_absorbs(g: FusionGraph, first: Node, second: Node) -> bool:
 # What a window recomputes: a consumer reading each element of its producer several times
 # ---------------------------------------------------------------------------------------------
 
-TRANSCENDENTAL_OPS = (
-    graph.ExpOp, graph.Exp2Op, graph.Expm1Op, graph.LogOp, graph.Log1pOp, graph.Log2Op,
-    graph.Log10Op, graph.TanhOp, graph.SigmoidOp, graph.SiluOp, graph.GeluOp, graph.ErfOp,
-    graph.ErfcOp, graph.PowOp, graph.SinOp, graph.CosOp, graph.AsinOp, graph.AcosOp,
-    graph.AtanOp, graph.Atan2Op, graph.SinhOp, graph.CoshOp, graph.AsinhOp, graph.AcoshOp,
-    graph.AtanhOp,
-)  # fmt: skip
-"""Ops whose element is a polynomial approximation or a library call (dozens of
-instructions)."""
-
-DIVIDING_OPS = (graph.DivOp, graph.RemainderOp, graph.FloorDivideOp, graph.SqrtOp, graph.RsqrtOp)
-
 OP_COSTS: tuple[tuple[tuple[type[Operation], ...], float], ...] = (
-    (MOVING_OPS, 0.0),  # index arithmetic only
-    (TRANSCENDENTAL_OPS, 4.0),
-    (DIVIDING_OPS, 2.0),
+    (OpGroup.MOVING, 0.0),  # index arithmetic only
+    (OpGroup.TRANSCENDENTAL, 4.0),
+    (OpGroup.DIVIDING, 2.0),
 )
 """What computing one element of an op costs, in elementwise ops (the first row that names
 its class; any other op costs 1)."""
@@ -865,7 +848,7 @@ def scan_merge(g: FusionGraph, first: Node, second: Node, recompute: bool = Fals
     at the index the scan or an output reads it at. So: one scan, no reduction; what the scan's
     node computes is read only by elementwise ops that fit inside its shape (at its own index);
     every output, and a copied producer (`recompute`), has the scan's shape or fits inside it."""
-    if "reduction" not in (first.kind, second.kind):
+    if Kind.REDUCTION not in (first.kind, second.kind):
         return None  # (a scan's kind is reduction: most pairs hold none)
     scans = [op for node in (first, second) for op in _ops_of(node) if type(op) is graph.ScanOp]
     if not scans:
@@ -903,6 +886,6 @@ def scan_merge(g: FusionGraph, first: Node, second: Node, recompute: bool = Fals
 def _fits_at_own_index(op: Operation, shape: tuple[int, ...]) -> bool:
     """An elementwise op whose result broadcasts into `shape`: it reads the scan's value (of
     `shape`) at the iteration's own index, if at all."""
-    if op_kind(op) != "elementwise" or is_constant_op(op):
+    if kind_of(op) != Kind.ELEMENTWISE or is_constant_op(op):
         return is_constant_op(op)
     return graph.broadcast_shapes(graph.shape_of(op.results[0]), shape) == shape

@@ -1,7 +1,7 @@
 """
 What fusion knows of one op, decided by its class (and for `graph.torch_call`, its target):
-its kind, the iteration space it runs, whether it is a scalar constant, a gather (slice or
-concat), or may write memory. Each is cached per op class: fusion asks for every pair it
+the iteration space it runs, whether it is a scalar constant, a gather (slice or concat) or a
+window op, or may write memory (its kind is `xfuse.dialects.op_kinds.kind_of`'s). Each is cached per op class: fusion asks for every pair it
 looks at. `legality` decides on pairs of nodes from these facts.
 """
 
@@ -15,27 +15,7 @@ from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.dialects.facts import MAX_PATCH_READS, MAX_WINDOW_READS
-
-# Kinds that may join a group, weakest first; a group's kind is the strongest inside.
-FUSABLE_KINDS = ("elementwise", "broadcast", "injective", "reduction")
-KIND_RANK = {kind: rank for rank, kind in enumerate(FUSABLE_KINDS)}
-
-
-# ---------------------------------------------------------------------------------------------
-# Kinds
-# ---------------------------------------------------------------------------------------------
-
-
-_KIND_OF_TYPE: dict[type[Operation], str] = {}
-
-
-def op_kind(op: Operation) -> str:
-    """`graph.op_kind`, cached per op class (trait lookups are slow and fusion asks often)."""
-    kind = _KIND_OF_TYPE.get(type(op))
-    if kind is None:
-        kind = _KIND_OF_TYPE[type(op)] = graph.op_kind(op)
-    return kind
-
+from xfuse.dialects.op_kinds import OpGroup
 
 # Facts that an op's class decides, cached per class: `isinstance` on an op class goes
 # through `ABCMeta`, and fusion asks for every pair it looks at.
@@ -49,10 +29,6 @@ def _is_constant_class(cls: type[Operation]) -> bool:
 def is_constant_op(op: Operation) -> bool:
     """`isinstance(op, graph.ConstantOp)`, cached per op class."""
     return _is_constant_class(type(op))
-
-
-def stronger_kind(a: str, b: str) -> str:
-    return a if KIND_RANK.get(a, -1) >= KIND_RANK.get(b, -1) else b
 
 
 def is_inlinable_constant(value: SSAValue) -> bool:
@@ -130,22 +106,19 @@ def combine_spaces(a: Space, b: Space) -> Space | None:
     return None
 
 
-GATHER_OPS = (graph.SliceOp, graph.ConcatOp, graph.GatherOp)
-
-
 @cache
 def _is_gather_class(cls: type[Operation]) -> bool:
-    return issubclass(cls, GATHER_OPS)
+    return issubclass(cls, OpGroup.GATHER)
 
 
 def is_gather_op(op: Operation) -> bool:
-    """`isinstance(op, GATHER_OPS)`, cached per op class like `is_constant_op`."""
+    """`isinstance(op, OpGroup.GATHER)`, cached per op class like `is_constant_op`."""
     return _is_gather_class(type(op))
 
 
 @cache
 def _is_slice_class(cls: type[Operation]) -> bool:
-    return issubclass(cls, graph.SliceOp | graph.ConcatOp)
+    return issubclass(cls, OpGroup.SLICE)
 
 
 def _is_slice(op: Operation) -> bool:
@@ -185,16 +158,14 @@ def gather_mismatch(
 # Windowed ops: pad, pool and patches read their input at shifted, clamped positions
 # ---------------------------------------------------------------------------------------------
 
-WINDOW_OPS = (graph.PadOp, graph.PoolOp, graph.PatchesOp)
-
 
 @cache
 def _is_window_class(cls: type[Operation]) -> bool:
-    return issubclass(cls, WINDOW_OPS)
+    return issubclass(cls, OpGroup.WINDOW)
 
 
 def is_window_op(op: Operation) -> bool:
-    """`isinstance(op, WINDOW_OPS)`, cached per op class like `is_constant_op`."""
+    """`isinstance(op, OpGroup.WINDOW)`, cached per op class like `is_constant_op`."""
     return _is_window_class(type(op))
 
 

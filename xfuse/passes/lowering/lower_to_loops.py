@@ -78,6 +78,7 @@ from xdsl.passes import ModulePass
 from xdsl.traits import SymbolTable
 
 from xfuse.dialects import fusion, graph
+from xfuse.dialects.op_kinds import KindGroup, kind_of
 from xfuse.errors import CodegenError
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR
 from xfuse.passes.lowering.domains import MERGE_DIMS, Leaf, splat_value
@@ -144,15 +145,16 @@ def wrap_in_group(op: Operation) -> fusion.GroupOp:
         inputs,
         [r.type for r in op.results],
         Region(block),
-        graph.op_kind(op),
+        kind_of(op).value,
         "lower-to-loops:lone-op",
     )
 
 
 def is_lone_kernel_op(op: Operation) -> bool:
-    return graph.op_kind(op) in ("elementwise", "broadcast", "injective", "reduction") and not (
-        isinstance(op, graph.ConstantOp)
-    )
+    """A graph op outside groups that becomes a kernel of its own: one of a kind that may join
+    a group (`KindGroup.FUSABLE`), other than a constant (data, read by the kernels). The one
+    definition: the program compiler and `lower-to-llvm` ask it too."""
+    return kind_of(op) in KindGroup.FUSABLE and not isinstance(op, graph.ConstantOp)
 
 
 def is_kernel(op: Operation) -> bool:
