@@ -455,7 +455,7 @@ def launch(module: ModuleOp, op: fusion.LaunchOp, inputs: Sequence[Tensor]) -> l
     if ERROR_FLAG_ATTR not in kernel.attributes:
         run_kernel(kernel, [*inputs, *outputs])
         return outputs
-    flag = torch.zeros(1, dtype=torch.int8)  # (task gather) the kernel sets it on a bad index
+    flag = torch.zeros(1, dtype=torch.int8)  # the kernel sets it on a bad index
     run_kernel(kernel, [*inputs, *outputs, flag])
     if flag.item():
         raise IndexOutOfRangeError.in_kernel(f"kernel @{name}")

@@ -670,7 +670,7 @@ class ProgramCompiler:
         outputs = tuple(self._define(em, slot_of, r) for r in launch.outputs)
         specs = tuple(spec_of(r) for r in launch.outputs)
         step = KernelStep(kernel, inputs, outputs, specs, f"kernel @{name} ({source})")
-        step.error_flag = ERROR_FLAG_ATTR in kernel_func.attributes  # (task gather)
+        step.error_flag = ERROR_FLAG_ATTR in kernel_func.attributes  # a gathering kernel
         step.in_elements = sum(graph.numel(graph.shape_of(v)) for v in launch.inputs)
         em.steps.append(step)
         dims = kernel_func.attributes.get(PARALLEL_DIMS_ATTR)

@@ -1,4 +1,4 @@
-"""Legality of `graph.gather` (task gather): its index tensors are read elementwise (the usual
+"""Legality of `graph.gather`: its index tensors are read elementwise (the usual
 rules), its table at computed positions: an elementwise producer of the table may join, a
 producer that reduces may not, nor a table of another shape (as for a slice)."""
 

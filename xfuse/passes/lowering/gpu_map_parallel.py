@@ -156,7 +156,7 @@ def _accesses(ops: Sequence[Operation]) -> list[memref.LoadOp | memref.StoreOp]:
 
 
 def _is_flag_report(op: Operation) -> bool:
-    """(task gather) `scf.if %bad { memref.store %c1, %flag[%c0] }`: a kernel's error report
+    """`scf.if %bad { memref.store %c1, %flag[%c0] }`: a kernel's error report
     (lower-to-loops, `ERROR_FLAG_ATTR`). Every thread that meets a bad index stores the same
     byte, so any strategy may clone it into its lanes and rows as it is."""
     if not isinstance(op, scf.IfOp) or op.results or op.false_region.blocks:
