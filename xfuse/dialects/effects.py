@@ -12,6 +12,7 @@ from xdsl.dialects import func
 from xdsl.ir import Operation
 
 from xfuse.dialects import fusion, graph
+from xfuse.dialects.op_kinds import Kind, kind_of
 from xfuse.dialects.torch_args import target_may_mutate
 
 
@@ -37,4 +38,4 @@ def computed_by_xfuse(op: Operation) -> bool:
     """A graph op xfuse computes itself: its value depends on its operands alone, and running it
     has no effect (externs are torch's own kernels, which may raise on their inputs, read global
     state or, as `torch_call`s, write memory)."""
-    return op.dialect_name() == "graph" and graph.op_kind(op) != "extern"
+    return op.dialect_name() == "graph" and kind_of(op) != Kind.EXTERN

@@ -37,6 +37,10 @@ class KindGroup:
     BOUNDARY = frozenset({Kind.EXTERN, Kind.COMPOSITE})
     """Kinds that never join a group: library or eager calls, and ops `decompose` rewrites."""
 
+    NON_REDUCING = frozenset({Kind.ELEMENTWISE, Kind.BROADCAST, Kind.INJECTIVE})
+    """Fusable kinds that reduce nothing: each element is computed from elements at positions
+    its own index gives."""
+
     CHEAP = frozenset({Kind.ELEMENTWISE, Kind.BROADCAST})
     """Kinds of single ops cheap enough to recompute in every reader (as Inductor inlines
     pointwise buffers)."""

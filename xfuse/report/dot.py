@@ -17,6 +17,7 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAVal
 
 from xfuse.dialects import graph
 from xfuse.dialects.fusion import GroupOp
+from xfuse.dialects.op_kinds import Kind, kind_of
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.decisions import FusionDecision
 from xfuse.passes.fusion.graph import ssa_labels
@@ -107,7 +108,7 @@ class DotWriter:
         self.line(indent, f"{self.node_id(arg)} {attrs(label=label, shape='oval', style=style)};")
 
     def op_node(self, op: Operation, indent: str) -> None:
-        extern = graph.op_kind(op) == "extern"
+        extern = kind_of(op) == Kind.EXTERN
         label = f"{self.value_label(op)} {short_name(op)}"
         fill = EXTERN_COLOUR if extern else OTHER_COLOUR
         shape = "box3d" if extern else "box"

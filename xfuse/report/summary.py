@@ -28,6 +28,7 @@ from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.dialects.fusion import GroupOp
+from xfuse.dialects.op_kinds import Kind, kind_of
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.decisions import FusionDecision, aligned_table
 from xfuse.passes.fusion.graph import tensor_bytes
@@ -164,7 +165,7 @@ def not_fused_part(op: Operation) -> str | None:
     kind is a kernel of its own, or a view)."""
     if isinstance(op, graph.TorchCallOp):
         return TORCH_CALL
-    return EXTERN if is_graph_op(op) and graph.op_kind(op) == "extern" else None
+    return EXTERN if is_graph_op(op) and kind_of(op) == Kind.EXTERN else None
 
 
 def with_status(g: GroupTraffic, kernels: list[str], status: str) -> GroupTraffic:

@@ -67,6 +67,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
+from xfuse.dialects.op_kinds import Kind, kind_of
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
@@ -259,7 +260,7 @@ def layouts_differ(shape: Sequence[int]) -> bool:
 
 def _is_elementwise(op: Operation) -> bool:
     return (
-        graph.op_kind(op) == "elementwise"
+        kind_of(op) == Kind.ELEMENTWISE
         and not isinstance(op, graph.ConstantOp)
         and len(op.results) == 1
         and _is_rank4(op.results[0])
@@ -394,7 +395,7 @@ class _Layout:
         for op in list(self.block.ops):
             if isinstance(op, func.ReturnOp):
                 continue
-            if graph.op_kind(op) == "extern":
+            if kind_of(op) == Kind.EXTERN:
                 self.extern(op)
             elif _is_elementwise(op):
                 self.elementwise(op)

@@ -65,6 +65,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.graph import dtype_of, numel, shape_of
+from xfuse.dialects.op_kinds import Kind, KindGroup, kind_of
 from xfuse.passes.options import NON_NEGATIVE, POSITIVE, option
 
 DIVISOR_SPREAD = 4
@@ -182,7 +183,7 @@ def is_normalization(op: graph.ReduceOp) -> bool:
         for value in frontier:
             for use in value.uses:
                 user = use.operation
-                if graph.op_kind(user) not in ("elementwise", "broadcast", "injective"):
+                if kind_of(user) not in KindGroup.NON_REDUCING:
                     continue
                 if any(o is not value and shape_of(o) == full for o in user.operands):
                     return True
@@ -266,7 +267,7 @@ class _Relayout:
         return (
             self.budget > 0
             and isinstance(op, Operation)
-            and graph.op_kind(op) == "elementwise"
+            and kind_of(op) == Kind.ELEMENTWISE
             and not isinstance(op, graph.ConstantOp)
             and len(op.results) == 1
             and all(use.operation is reader for use in value.uses)
@@ -280,7 +281,7 @@ def _erase_dead(value: SSAValue) -> None:
     op = value.owner
     if not isinstance(op, Operation) or op.parent is None or any(r.uses for r in op.results):
         return
-    if not op.name.startswith("graph.") or graph.op_kind(op) == "extern":
+    if not op.name.startswith("graph.") or kind_of(op) == Kind.EXTERN:
         return
     operands = list(dict.fromkeys(op.operands))
     op.detach()
