@@ -1,8 +1,9 @@
 """
 What fusion knows of one op, decided by its class (and for `graph.torch_call`, its target):
 the iteration space it runs, whether it is a scalar constant, a gather (slice or concat) or a
-window op, or may write memory (its kind is `xfuse.dialects.op_kinds.kind_of`'s). Each is cached per op class: fusion asks for every pair it
-looks at. `legality` decides on pairs of nodes from these facts.
+window op, or may write memory (its kind is `xfuse.dialects.op_kinds.kind_of`'s). Each is
+cached per op class: fusion asks for every pair it looks at. `legality` decides on pairs of
+nodes from these facts.
 """
 
 from __future__ import annotations

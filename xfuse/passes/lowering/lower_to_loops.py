@@ -39,14 +39,16 @@ How a kernel computes its outputs:
   reduced dims writes the outputs of the full shape, and outputs of another shape with as many
   elements (a layer norm's output reshaped) at the same position in memory. Outputs of the row
   shape (keepdim or not) are written once per row. A reduction's result may only be read at
-  its own row. A float sum or product accumulates with `fastmath<reassoc>` (that op only), so that LLVM may vectorize
-  it into partial sums; max/min need no flag. Over several reduced dims, a float sum or
-  product gives each inner loop a partial accumulator of its own (`partial_sums_nest`).
-- Groups with a scan (cumsum, cumprod, logcumsumexp, cummax, cummin): the scan's
-  other dims are the parallel loop, and one `scf.for` along its dim carries the running value
-  (f32 for f16/bf16, as eager's CPU kernels) and, for cummax's / cummin's indices, its
-  position; each iteration combines the next element in eager's order (no fastmath flag),
-  then stores it and the outputs computed from it at that index (`emit_scan`).
+  its own row (these rules are `xfuse.passes.fusion.kernel_loops`', which fusion checks a
+  group against too). A float sum or product accumulates with `fastmath<reassoc>` (that op
+  only), so that LLVM may vectorize it into partial sums; max/min need no flag. Over several
+  reduced dims, a float sum or product gives each inner loop a partial accumulator of its own
+  (`partial_sums_nest`).
+- Groups with a scan (cumsum, cumprod, logcumsumexp, cummax, cummin): the scan's other dims
+  are the parallel loop, and one `scf.for` along its dim carries the running value (f32 for
+  f16/bf16, as eager's CPU kernels) and, for cummax's / cummin's indices, its position; each
+  iteration combines the next element in eager's order (no fastmath flag), then stores it and
+  the outputs computed from it at that index (`emit_scan`).
 - Group shapes this cannot express (reductions over different dims or shapes, outputs of other
   shapes, ops without a scalar lowering) raise `CodegenError` naming the kernel and the reason:
   the runtime compiles that group op by op (or falls back). Fusion's `loop-structure` gate
