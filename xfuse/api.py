@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import get_backend
 from xfuse.errors import CUDAUnavailable, FallbackWarning, InvalidArgumentError, XfuseError
+from xfuse.frontend.export import ModelOrFn
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.report.counts import program_ops
 from xfuse.report.dot import program_dot
@@ -38,7 +39,6 @@ from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import fallback_mode
 
 Tensor = torch.Tensor
-ModelOrFn = torch.nn.Module | Callable[..., Any]
 
 __all__ = [
     "DEFAULT_PIPELINE",
