@@ -414,18 +414,22 @@ def device_passes(
     `attention-mask` (attention drops a constant mask that hides nothing and runs a causal one
     as `is_causal`, as eager's call had them), and on the CPU `attention-gqa` (attention reads
     repeated key and value heads unrepeated: bit for bit the same there; on CUDA a mask and
-    `enable_gqa` together leave torch's fused kernels)."""
+    `enable_gqa` together leave torch's fused kernels), and on CUDA `pad-matmul` (16-bit
+    products whose rows are not whole 16-byte vectors run padded: cuBLAS has no fast kernel
+    for such rows)."""
     from xfuse.passes.transforms.attention_gqa import AttentionGQAPass
     from xfuse.passes.transforms.attention_mask import AttentionMaskPass
     from xfuse.passes.transforms.convolution_matmul import ConvolutionMatmulPass
     from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
+    from xfuse.passes.transforms.pad_matmul import PadMatmulPass
 
     layout = layout_pass(channels_last, device)
     cpu = device_type(device) == "cpu"
     gqa = AttentionGQAPass() if cpu else None
     matmul = ConvolutionMatmulPass() if cpu and layout is None else None
     stencil = DepthwiseStencilPass(library=tuple(library))
-    passes = (stencil, layout, matmul, AttentionMaskPass(), gqa)
+    pad = None if cpu else PadMatmulPass()
+    passes = (stencil, layout, matmul, AttentionMaskPass(), gqa, pad)
     return tuple(p for p in passes if p is not None)
 
 

@@ -1,0 +1,143 @@
+"""
+`pad-matmul`: a 16-bit matrix product whose result rows are not a whole number of 16-byte
+vectors long (a language model's head over a 50,257-token vocabulary) runs on a right-hand
+side padded with zero columns, and the result is sliced back, as Inductor's `pad_mm` does.
+
+cuBLAS has no tensor-core kernel for such a row length and falls back to a slow generic one;
+the padded product takes the fast kernels, and its extra columns are zeros that the slice
+drops. The values are the same: each kept column is the same dot product. The pad of the
+weight (a parameter: padded at every call) and the slice are kernels of their own, or fuse
+with their neighbours (the slice with what reads the product).
+
+    %y = graph.matmul %x, %w : tensor<8x16xbf16>, tensor<16x13xbf16> -> tensor<8x13xbf16>
+      ->
+    %wp = graph.pad %w low = [0, 0] high = [0, 3] mode = "constant" value = 0.0 : f64 : tensor<16x13xbf16> -> tensor<16x16xbf16>
+    %yp = graph.matmul %x, %wp : tensor<8x16xbf16>, tensor<16x16xbf16> -> tensor<8x16xbf16>
+    %y = graph.slice %yp start = [0, 0] limit = [8, 13] stride = [1, 1] : tensor<8x16xbf16> -> tensor<8x13xbf16>
+
+Run on CUDA only (`xfuse.pipeline.compile_pipeline`): the CPU's GEMMs take any row length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from xfuse.dialects import graph
+from xfuse.passes.options import POSITIVE, option
+from xfuse.passes.transforms.fold_linear import transposed_weight
+
+SIXTEEN_BIT = (BFloat16Type, Float16Type)
+"""The element types whose GEMMs need rows of whole 16-byte vectors (8 elements)."""
+
+
+def padding(columns: int, alignment: int, minimum: int) -> int:
+    """How many zero columns make a row of `columns` a multiple of `alignment` long; 0 for a
+    row already aligned, or one shorter than `minimum` (too little work to gain from it)."""
+    if columns < minimum or columns % alignment == 0:
+        return 0
+    return alignment - columns % alignment
+
+
+def sliced_back(padded: Operation, columns: int) -> graph.SliceOp:
+    """`padded`'s result with its last dim cut back to `columns`."""
+    shape = graph.shape_of(padded.results[0])
+    limit = (*shape[:-1], columns)
+    return graph.SliceOp(padded.results[0], [0] * len(shape), limit, [1] * len(shape))
+
+
+def pad_dim(value: SSAValue, dim: int, extra: int) -> graph.PadOp:
+    """`value` with `extra` zeros after the end of dim `dim`."""
+    rank = len(graph.shape_of(value))
+    high = [extra if d == dim else 0 for d in range(rank)]
+    return graph.PadOp(value, [0] * rank, high)
+
+
+@dataclass(frozen=True)
+class PadMatmulColumns(RewritePattern):
+    """`matmul(x, w)` with a 16-bit `w` of `N` columns, N not a multiple of `alignment` ->
+    `slice(matmul(x, pad(w)))`; `matmul(x, permute(w, [1, 0]))` -> `slice(linear(x, pad(w)))`
+    (the pad copies `w` as it lies, where padding its transpose would copy it transposed)."""
+
+    alignment: int
+    minimum: int
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.MatmulOp, rewriter: PatternRewriter) -> None:
+        if not isinstance(graph.dtype_of(op.rhs), SIXTEEN_BIT):
+            return
+        columns = graph.shape_of(op.rhs)[-1]
+        extra = padding(columns, self.alignment, self.minimum)
+        if extra == 0 or len(graph.shape_of(op.lhs)) < 2:
+            return
+        w = transposed_weight(op.rhs)
+        if w is not None:  # x @ w^T: w padded as it lies, and one `linear` reads it
+            pad = pad_dim(w, 0, extra)
+            product: Operation = graph.LinearOp(op.lhs, pad)
+        else:
+            pad = pad_dim(op.rhs, len(graph.shape_of(op.rhs)) - 1, extra)
+            product = graph.MatmulOp(op.lhs, pad)
+        transpose = op.rhs.owner
+        rewriter.replace(op, [pad, product, sliced_back(product, columns)])
+        if isinstance(transpose, graph.PermuteOp) and not transpose.result.uses:
+            rewriter.erase(transpose)
+
+
+@dataclass(frozen=True)
+class PadLinearRows(RewritePattern):
+    """`linear(x, w[, b])` with a 16-bit weight of `N` rows, N not a multiple of `alignment`
+    -> `slice(linear(x, pad(w)[, pad(b)]))`."""
+
+    alignment: int
+    minimum: int
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.LinearOp, rewriter: PatternRewriter) -> None:
+        if not isinstance(graph.dtype_of(op.weight), SIXTEEN_BIT):
+            return
+        rows = graph.shape_of(op.weight)[0]
+        extra = padding(rows, self.alignment, self.minimum)
+        if extra == 0:
+            return
+        new: list[Operation] = [pad_dim(op.weight, 0, extra)]
+        bias = None
+        if op.bias is not None and graph.shape_of(op.bias) == (rows,):
+            new.append(pad_dim(op.bias, 0, extra))
+            bias = new[-1].results[0]
+        elif op.bias is not None:
+            return  # a broadcast scalar bias: left as it is
+        product = graph.LinearOp(op.input, new[0].results[0], bias)
+        rewriter.replace(op, [*new, product, sliced_back(product, rows)])
+
+
+@dataclass(frozen=True)
+class PadMatmulPass(ModulePass):
+    """Pad the columns of 16-bit matrix products to whole 16-byte vectors, slicing back."""
+
+    name = "pad-matmul"
+
+    alignment: int = option(8, POSITIVE)
+    """Row lengths are padded to a multiple of this many elements (16 bytes of bf16/f16)."""
+
+    min_columns: int = option(256, POSITIVE)
+    """Rows shorter than this are left alone: a small product gains less than the pad costs."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        patterns = [
+            PadMatmulColumns(self.alignment, self.min_columns),
+            PadLinearRows(self.alignment, self.min_columns),
+        ]
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier(list(patterns)), apply_recursively=False
+        ).rewrite_module(op)
