@@ -17,6 +17,7 @@ import xfuse
 from xfuse.cli.opt import main as opt_main
 from xfuse.errors import (
     AutogradUnsupportedError,
+    EagerRuntimeError,
     ExportError,
     FallbackWarning,
     InputMismatchError,
@@ -230,10 +231,10 @@ BAD_COMPILES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         UnsupportedInputError,
         "input 0[1] is a object",
     ),
-    "inputs on different devices": (
+    "inputs on different devices (eager's error)": (
         lambda: compile_quietly(add, (torch.randn(4), torch.randn(4, device="meta"))),
-        UnsupportedInputError,
-        "input 1 is on meta, but the program was compiled for cpu",
+        EagerRuntimeError,
+        "Tensor on device meta is not on the expected device cpu!",
     ),
     "a sparse CSR input": (
         lambda: compile_quietly(relu2, (torch.randn(4, 4).to_sparse_csr(),)),

@@ -68,6 +68,12 @@ class UnsupportedInputError(XfuseError, TypeError):
     """An input that compiled programs cannot take (sparse, complex, wrong device or count)."""
 
 
+class InputDeviceError(UnsupportedInputError):
+    """A tensor of a call (an input, a parameter or a buffer) on another device than the
+    program's, where eager accepts the call (a CPU scalar or index it moves for the op);
+    where eager refuses it, its own error is raised instead (`EagerArgumentError`)."""
+
+
 class IndexOutOfRangeError(XfuseError, IndexError, RuntimeError):
     """An index tensor holds an index outside the indexed dim (`graph.gather`): eager raises
     IndexError (embedding, `x[idx]`) or RuntimeError (gather, index_select); this is both."""

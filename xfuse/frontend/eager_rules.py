@@ -263,6 +263,19 @@ def probe(node: torch.fx.Node) -> None:
         raise eager_error(e) from e
 
 
+def eager_call_error(fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> EagerArgumentError | None:
+    """What eager raises when it runs `fn(*args, **kwargs)` (without grad), as the
+    `EagerArgumentError` of its type; None where eager runs it. For calls whose tensors lie
+    on several devices, whose agreement eager's kernels check as they run."""
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - every error eager raises is the user's error
+        return eager_error(e)
+    return None
+
+
 def stand_in(val: torch.Tensor) -> torch.Tensor:
     """Zeros laid out as `val` is: its shape, dtype, device and strides, since eager's kernels
     choose their path by layout too (a linear of a contiguous 3-D input with a bias is one

@@ -328,6 +328,7 @@ def compile_program(
         state,
         example_kwargs,
         static_inputs,
+        eager=model_or_fn,
     )
 
 

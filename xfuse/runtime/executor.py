@@ -27,9 +27,11 @@ from xfuse.errors import (
     AutogradUnsupportedError,
     ExportError,
     InputMismatchError,
+    InputDeviceError,
     UnsupportedInputError,
     XfuseError,
 )
+from xfuse.frontend.eager_rules import eager_call_error
 from xfuse.ir import dtypes
 from xfuse.ir.dtypes import tensor_input_problem
 from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
@@ -212,7 +214,7 @@ def check_input(name: str, value: Tensor, device: torch.device) -> Tensor:
     except dtypes.UnsupportedDtype as e:
         raise UnsupportedInputError(f"{name}: {e}") from None
     if value.device != device:
-        raise UnsupportedInputError(
+        raise InputDeviceError(
             f"{name} is on {value.device}, but the program was compiled for {device}"
         )
     return value
@@ -348,8 +350,12 @@ class CompiledProgram:
         state: ModuleState | None = None,
         example_kwargs: dict[str, Any] | None = None,
         static_inputs: Sequence[int] = (),
+        eager: Callable[..., Any] | None = None,
     ):
         self._build = build
+        self.eager = eager
+        """The model or function compiled: run to learn eager's error for a call whose tensors
+        lie on another device than the program's (`_device_error`)."""
         self.state = state
         """The module's parameters and buffers, bound at every call (None for a function)."""
         self.static_inputs = tuple(static_inputs)
@@ -363,6 +369,7 @@ class CompiledProgram:
         self.example_inputs = inputs_text(call.tensors)
         """The example inputs' dtypes and shapes, as errors name them."""
         tensors = self.state.tensors() if self.state is not None else []
+        self._check_state_devices(call, tensors)
         # Built for the grad mode its calls will have: off where an input or parameter
         # requires grad, since calls with grad on are refused then (`check_no_autograd`).
         grad = torch.is_grad_enabled() and not requires_grad([*call.tensors, *tensors])
@@ -426,6 +433,8 @@ class CompiledProgram:
         """`_specialise` for a call's new signature. Where torch.export fails on it (its
         example inputs' exported), the model refuses these inputs, as eager would: an
         `InputMismatchError` naming the inputs given and those compiled for."""
+        if self.state is not None:
+            self._check_state_devices(call, self.state.tensors())
         try:
             return self._specialise(sig, call, grad)
         except ExportError as e:
@@ -457,7 +466,35 @@ class CompiledProgram:
             )
         if self._plain(args, kwargs):
             return CallInputs(args, {}, args, args, None)
-        return structured_call(args, kwargs, self.device)
+        try:
+            return structured_call(args, kwargs, self.device)
+        except InputDeviceError as e:
+            raise self._device_error(args, kwargs, e) from None
+
+    def _check_state_devices(self, call: CallInputs, state: Sequence[Tensor]) -> None:
+        """The module's parameters and buffers on the program's device, or `_device_error`."""
+        for name, t in zip(self.state.names if self.state else (), state, strict=False):
+            if isinstance(t, Tensor) and t.device != self.device:
+                problem = InputDeviceError(
+                    f"'{name}' is on {t.device}, but the program was compiled for {self.device}"
+                )
+                raise self._device_error(call.args, call.kwargs, problem) from None
+
+    def _device_error(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], problem: InputDeviceError
+    ) -> Exception:
+        """A call with a tensor on another device than the program's: eager's own error where
+        eager refuses the call (its kernels check that their tensors share a device), else
+        `problem`, saying that eager would have moved it."""
+        if self.eager is None:
+            return problem
+        found = eager_call_error(self.eager, args, kwargs)
+        if found is not None:
+            return found
+        return InputDeviceError(
+            f"{problem}; eager accepts this call (it moves a CPU scalar or index to the other "
+            f"tensors' device), a compiled program does not: pass it on {self.device}"
+        )
 
     def _plain(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether a call is distinct plain tensors passed positionally (the fast path)."""

@@ -1,0 +1,112 @@
+"""Tensors on another device than the program's: where eager refuses the call, the compiled
+program raises eager's error (type and first line); where eager accepts it (a CPU scalar or
+index it moves), a one-line `InputDeviceError` says so. Never a result computed on the wrong
+device, never torch.export's fake-tensor message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xfuse
+from xfuse.errors import EagerArgumentError, InputDeviceError
+from tests.backends.test_cuda import gpu
+
+
+def eager_error(fn: Callable[..., Any], *args: Any) -> BaseException:
+    with pytest.raises(Exception) as info:  # noqa: PT011 - whatever eager raises
+        fn(*args)
+    return info.value
+
+
+def assert_raises_as_eager(compiled: Callable[..., Any], fn: Callable[..., Any], *args: Any) -> None:
+    expected = eager_error(fn, *args)
+    with pytest.raises(type(expected)) as info:
+        compiled(*args)
+    assert isinstance(info.value, EagerArgumentError)
+    assert str(info.value) == str(expected).strip().splitlines()[0]
+
+
+def test_call_with_a_meta_tensor_raises_eagers_error() -> None:
+    a = torch.randn(3)
+    add = xfuse.compile(lambda x, y: x + y, (a, a), quiet=True)
+    assert_raises_as_eager(add, lambda x, y: x + y, a, torch.empty(3, device="meta"))
+    torch.testing.assert_close(add(a, a), a + a)  # and the program still runs
+
+
+def test_module_whose_parameters_moved_raises_eagers_error() -> None:
+    model = torch.nn.Linear(4, 3).eval()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled = xfuse.compile(model, (x,), quiet=True)
+        model.to("meta")
+        expected = eager_error(model, x)
+        with pytest.raises(type(expected)) as info:
+            compiled(x)
+    assert isinstance(info.value, EagerArgumentError)
+    assert str(info.value) == str(expected).strip().splitlines()[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# On a GPU: CPU and CUDA tensors mixed
+# ---------------------------------------------------------------------------------------------
+
+MIXED: dict[str, tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]] = {
+    "add": (lambda a, b: a + b, lambda: (torch.randn(4, 4, device="cuda"), torch.randn(4, 4))),
+    "mm": (lambda a, b: a @ b, lambda: (torch.randn(4, 4, device="cuda"), torch.randn(4, 4))),
+    "linear": (
+        lambda a, w: F.linear(a, w),
+        lambda: (torch.randn(4, 4, device="cuda"), torch.randn(3, 4)),
+    ),
+    "cat": (
+        lambda a, b: torch.cat([a, b]),
+        lambda: (torch.randn(2, 4, device="cuda"), torch.randn(2, 4)),
+    ),
+    "where": (
+        lambda c, a: torch.where(c, a, 0.0),
+        lambda: (torch.rand(4) > 0.5, torch.randn(4, device="cuda")),
+    ),
+}
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("name", list(MIXED))
+def test_gpu_mixed_devices_raise_eagers_error(name: str) -> None:
+    fn, make = MIXED[name]
+    args = make()
+    for device in ("cuda", "cpu"):
+        with pytest.raises(RuntimeError) as info:
+            xfuse.compile(fn, args, device=device, quiet=True)
+        assert isinstance(info.value, EagerArgumentError)
+        assert "device" in str(info.value)
+    # compiled where every tensor agrees, then called with mixed ones
+    same = tuple(a.to("cuda") for a in args)
+    compiled = xfuse.compile(fn, same, device="cuda", quiet=True)
+    assert_raises_as_eager(compiled, fn, *args)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_cpu_scalar_eager_moves_is_refused_in_one_line() -> None:
+    x, s = torch.randn(4, 4, device="cuda"), torch.tensor(2.0)
+    (x + s)  # eager moves the CPU scalar
+    with pytest.raises(InputDeviceError, match="eager accepts this call"):
+        xfuse.compile(lambda a, b: a + b, (x, s), device="cuda", quiet=True)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_module_on_cpu_input_on_cuda_raises_eagers_error() -> None:
+    model = torch.nn.Linear(4, 3).eval()
+    x = torch.randn(2, 4, device="cuda")
+    with torch.no_grad():
+        expected = eager_error(model, x)
+        with pytest.raises(type(expected)) as info:
+            xfuse.compile(model, (x,), device="cuda", quiet=True)
+    assert isinstance(info.value, EagerArgumentError)
+    assert str(info.value) == str(expected).strip().splitlines()[0]
