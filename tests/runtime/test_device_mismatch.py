@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 import xfuse
-from xfuse.errors import EagerArgumentError, InputDeviceError
 from tests.backends.test_cuda import gpu
+from xfuse.errors import EagerArgumentError, InputDeviceError
 
 
 def eager_error(fn: Callable[..., Any], *args: Any) -> BaseException:
@@ -23,7 +23,9 @@ def eager_error(fn: Callable[..., Any], *args: Any) -> BaseException:
     return info.value
 
 
-def assert_raises_as_eager(compiled: Callable[..., Any], fn: Callable[..., Any], *args: Any) -> None:
+def assert_raises_as_eager(
+    compiled: Callable[..., Any], fn: Callable[..., Any], *args: Any
+) -> None:
     expected = eager_error(fn, *args)
     with pytest.raises(type(expected)) as info:
         compiled(*args)

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import xfuse
+from tests.backends.test_cuda import gpu
 from xfuse import interpret
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
@@ -86,3 +87,19 @@ def test_f32_and_aligned_products_are_left_alone() -> None:
         imported = import_module(model, (torch.randn(4, 64, dtype=dtype),))
         xfuse.pipeline("decompose,pad-matmul{min-columns=8}")(imported.module)
         assert ops(imported.module, graph.PadOp) == 0
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_compile_pads_an_unaligned_bf16_head() -> None:
+    model = Head(bias=True).to("cuda", torch.bfloat16).eval()
+    x = torch.randn(3, 5, 64, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        compiled = xfuse.compile(model, (x,), device="cuda", quiet=True)
+        got = [compiled(x) for _ in range(3)]  # step by step, captured, replayed
+        product = F.linear(torch.relu(x), model.proj.weight)
+        spelled = (product + model.proj.bias) * 2
+    assert any(op.startswith("graph.pad") for op in xfuse.explain(model, (x,), "cuda").ops)
+    for y in got:
+        assert y.stride() == spelled.stride()
+        torch.testing.assert_close(y, spelled)

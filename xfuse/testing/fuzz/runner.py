@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import traceback
 import warnings
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -95,6 +96,8 @@ class Differential:
             passed += self.run_passes(imported)
             for device in self.devices:
                 passed += self.run_compiled(device)
+            for device in self.devices:
+                passed += self.run_mixed_devices(device)
         except StageFailure as failure:
             return Outcome("fail", failure.stage, failure.message, passed)
         return Outcome("pass", stages=passed)
@@ -159,6 +162,57 @@ class Differential:
             self.same_error(device, e, error)
             return
         raise StageFailure(device, f"computes what eager refuses: {_one_line(error)}")
+
+    def run_mixed_devices(self, device: str) -> list[str]:
+        """On a GPU, one input (drawn from the source's hash) on the CPU and the rest on
+        `device`: where eager refuses the call, compiling it and calling a program compiled
+        for agreeing inputs must raise eager's error; where eager computes (a CPU scalar it
+        moves), both must refuse with an `InputDeviceError` or compute eager's values."""
+        import xfuse
+        from xfuse.errors import InputDeviceError
+
+        inputs = self.fresh_inputs()
+        if device == "cpu" or len(inputs) < 2:
+            return []
+        moved = zlib.crc32(self.source.encode()) % len(inputs)
+        mixed = tuple(t if i == moved else same_layout_on(t, device) for i, t in enumerate(inputs))
+        agreeing = tuple(same_layout_on(t, device) for t in inputs)
+        stage = f"{device} mixed devices"
+        try:
+            want: Exception | list[Tensor] = flat_tensors(self.program(*mixed))
+        except Exception as e:  # noqa: BLE001 - xfuse must raise it too
+            want = e
+        with warnings.catch_warnings(), full_f32_on(device):
+            warnings.simplefilter("ignore")
+            compiled = xfuse.compile(self.program, agreeing, device=device, pipeline=self.pipeline)
+            calls = {
+                "compile": lambda: xfuse.compile(
+                    self.program, mixed, device=device, pipeline=self.pipeline
+                )(*mixed),
+                "call": lambda: compiled(*mixed),
+            }
+            for what, call in calls.items():
+                try:
+                    got = flat_tensors(call())
+                except InputDeviceError:
+                    if isinstance(want, Exception):
+                        raise StageFailure(
+                            stage, f"{what}: refuses where eager raises {_one_line(want)}"
+                        ) from None
+                    continue
+                except Exception as e:  # noqa: BLE001 - compared with eager's
+                    if not isinstance(want, Exception):
+                        raise StageFailure(
+                            stage, f"{what}: raises {_one_line(e)}{_where(e)} where eager computes"
+                        ) from e
+                    self.same_error(f"{stage} ({what})", e, want)
+                    continue
+                if isinstance(want, Exception):
+                    raise StageFailure(
+                        stage, f"{what}: computes what eager refuses: {_one_line(want)}"
+                    )
+                self.check(f"{stage} ({what})", got)
+        return [stage]
 
     @staticmethod
     def same_error(stage: str, got: Exception, want: Exception) -> None:
