@@ -94,6 +94,7 @@ class Differential:
                 return Outcome("skip", "export", "torch.export rejects the program")
             passed.append("import")
             passed += self.run_passes(imported)
+            computed = []
             for device in self.devices:
                 refused_here = self.eager_error_on(device)
                 if refused_here is not None:  # eager's kernels for `device` refuse it
@@ -101,7 +102,8 @@ class Differential:
                     passed.append(f"{device} raises")
                 else:
                     passed += self.run_compiled(device)
-            for device in self.devices:
+                    computed.append(device)
+            for device in computed:
                 passed += self.run_mixed_devices(device)
         except StageFailure as failure:
             return Outcome("fail", failure.stage, failure.message, passed)
