@@ -1,4 +1,4 @@
-"""The elementwise math ops of issue 15 through the whole CPU path, at the edges of their
+"""Elementwise math ops through the whole CPU path, at the edges of their
 ranges (±0, ±inf, NaN, subnormals, huge arguments, the ends of each function's domain) and
 over a wide sweep of magnitudes, in f32, f16, bf16 and f64, against eager at torch's
 tolerances. Each must compile to kernels with no eager part."""
@@ -101,7 +101,7 @@ UNARY: dict[str, Fn] = {
     "hardsigmoid": F.hardsigmoid,
     "hardswish": F.hardswish,
     "leaky_relu": F.leaky_relu,
-    # issue 15 (elem)
+    # erfc, logical_not, and reductions of the edge values (any/all, var_mean, vector norms)
     "erfc": torch.erfc,
     "logical_not": torch.logical_not,
     "any": lambda x: x.any(),
@@ -128,7 +128,7 @@ BINARY: dict[str, Fn] = {
     "fmax": torch.fmax,
     "fmin": torch.fmin,
     "hypot": torch.hypot,
-    # issue 15 (elem)
+    # division and remainder (by a finite quotient), logical ops, logaddexp, heaviside
     "fmod": lambda a, b: torch.fmod(a, finite_quotient(a, b)),
     "remainder": lambda a, b: torch.remainder(a, finite_quotient(a, b)),
     "floor_divide": torch.floor_divide,
@@ -179,7 +179,7 @@ def test_int_operands_of_float_ops(dtype: torch.dtype) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Integer and bool ops of issue 15 (elem): bitwise/logical ops, any/all, division by numbers
+# Integer and bool ops: bitwise/logical ops, any/all, division by numbers
 # ---------------------------------------------------------------------------------------------
 
 INT_EDGES = [0, 1, -1, 2, -2, 7, -7, 100, -100]

@@ -134,7 +134,7 @@ REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "layernorm": lambda x: F.layer_norm(x, x.shape[-1:]),
     "rmsnorm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
     "column_sum": lambda x: x.sum(0),
-    "argmax": lambda x: x.argmax(-1),  # issue 15: a value and an index accumulator (serial)
+    "argmax": lambda x: x.argmax(-1),  # a value and an index accumulator (serial)
     "any": lambda x: (x > 0).any(-1),
 }
 
@@ -637,7 +637,7 @@ def test_gpu_clamps_keep_the_sign_of_zero(dtype: torch.dtype) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The math ops of issue 15 (tests/backends/test_cpu_math_ops.py has their edge values)
+# The math ops of tests/backends/test_cpu_math_ops.py (which has their edge values) on CUDA
 # ---------------------------------------------------------------------------------------------
 
 

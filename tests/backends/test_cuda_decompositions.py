@@ -1,4 +1,4 @@
-"""The decompositions of ops Inductor lowers (issue 15, `xfuse.frontend.decompositions`) on
+"""The decompositions of ops Inductor lowers (`xfuse.frontend.decompositions`) on
 CUDA: PTX that ptxas accepts (f64 transcendentals through libdevice included), and on a GPU
 results equal to eager."""
 

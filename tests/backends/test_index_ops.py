@@ -103,7 +103,7 @@ def compile_checked(fn: Fn, inputs: tuple[torch.Tensor, ...], device: str = "cpu
 def applies(name: str, dtype: torch.dtype) -> bool:
     """Float math (softmax, sin, a float arange added) needs a float input; bool masks."""
     floats_only = ("causal_mask", "rot90_3", "arange_float_step", "trace", "tril_then_sum")
-    # bool tril/triu/diag masks decompose to aten.logical_and (lowered by another task)
+    # bool tril/triu/diag masks decompose to aten.logical_and: left to test_cpu_math_ops.py
     not_bool = ("tril", "triu", "diag")
     if dtype == torch.bool and name.startswith(not_bool):
         return False

@@ -1,4 +1,4 @@
-"""cumsum, cumprod, logcumsumexp, cummax and cummin (task `scan`) compiled end to end
+"""cumsum, cumprod, logcumsumexp, cummax and cummin compiled end to end
 (xfuse.compile, strict: no eager part) against eager on the CPU, their CUDA kernels assembled
 by ptxas, and on a GPU against eager."""
 

@@ -22,7 +22,7 @@ def _setitem(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x + 1
 
 
-# --- scatter task: scatters with affine indices ----------------------------------------------
+# --- scatters with affine indices -----------------------------------------------------------
 
 AFFINE: dict[str, tuple[Fn, tuple[int, ...], tuple[int, ...]]] = {
     "slice_scatter": (lambda x, y: torch.slice_scatter(x, y, 1, 2, 5) * 2, (4, 8), (4, 3)),
@@ -84,7 +84,7 @@ def test_affine_scatter_matches_eager_on_cuda(name: str, dtype: torch.dtype) -> 
     torch.testing.assert_close(_compiled(fn, *args, device="cuda")(*args), fn(*args))
 
 
-# --- scatter task: scatters with computed indices --------------------------------------------
+# --- scatters with computed indices ---------------------------------------------------------
 
 
 def _put_mask(x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Inputs and outputs like torch.export's (issue 14): keyword arguments, Python scalars
+"""Inputs and outputs like torch.export's: keyword arguments, Python scalars
 (specialised), nested containers of tensors, non-tensor outputs, one tensor passed twice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Output recycling is exact (issue 14): a returned buffer's memory goes back to the pool only
+"""Output recycling is exact: a returned buffer's memory goes back to the pool only
 when its storage is freed, whoever held it: another process, DLPack, numpy, views, weak
 references, threads."""
 

@@ -1,4 +1,4 @@
-"""A compiled program behaves like eager PyTorch: what its outputs alias (issue 14)."""
+"""A compiled program behaves like eager PyTorch: what its outputs alias."""
 
 from __future__ import annotations
 

@@ -218,9 +218,10 @@ class KernelStep:
         )
 
     def _run_checked(self, buffers: list[Tensor], device: torch.device) -> None:
-        """(task gather) On the CPU an index out of range raises like eager once the kernel
-        is done; on CUDA the flag is not read (that would synchronise every call): the kernel
-        traps where it sets it, as eager's device-side assert (docs/gpu.md)."""
+        """Run a kernel that flags an index out of range (a gather's). On the CPU such an index
+        raises like eager once the kernel is done; on CUDA the flag is not read (that would
+        synchronise every call): the kernel traps where it sets it, as eager's device-side
+        assert (docs/gpu.md)."""
         if device.type != "cpu":
             if self._device_flag is None or self._device_flag.device != device:
                 self._device_flag = torch.zeros(1, dtype=torch.uint8, device=device)

@@ -395,7 +395,7 @@ func.func @f(%x: tensor<4xi64>) {
 
 // -----
 
-// Index arithmetic (task `index`).
+// Index arithmetic: iota.
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.iota' op expected an i32 or i64 result, found f32
 func.func @f() {
   %0 = graph.iota dim = 0 start = 0 step = 1 : tensor<4xf32>
@@ -443,7 +443,7 @@ func.func @f(%x: tensor<4x8xf32>) {
 }
 
 // -----
-// pool task: padding and pooling
+// Padding and pooling
 
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected mode in ['constant', 'reflect', 'replicate'], found "wrap"
 func.func @f(%x: tensor<4xf32>) {
@@ -589,7 +589,7 @@ func.func @f(%x: tensor<2x8xf32>) {
 
 // -----
 
-// (task gather) graph.gather
+// graph.gather
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op expected table and result to have the same element type, found f32, f16
 func.func @f(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>) {
   %0 = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x4xf16>
@@ -702,7 +702,7 @@ func.func @f(%x: tensor<2x8xf32>) {
 
 // -----
 
-// task `scan`
+// graph.scan: cumsum, cumprod, logcumsumexp, cummax / cummin
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.scan' op expected kind in ['sum', 'prod', 'logsumexp', 'max', 'min', 'argmax', 'argmin'], found "mean"
 func.func @f(%x: tensor<4x8xf32>) {
   %0 = graph.scan %x dim = 1 kind = "mean" : tensor<4x8xf32> -> tensor<4x8xf32>

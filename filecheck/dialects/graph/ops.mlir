@@ -230,7 +230,7 @@ func.func @math(%x: tensor<4xf32>, %i: tensor<4xi64>) -> tensor<4xf32> {
   func.return %26 : tensor<4xf32>
 }
 
-// Logical/bitwise ops, fmod, remainder, floor division and erfc (issue 15).
+// Logical/bitwise ops, fmod, remainder, floor division and erfc.
 // CHECK-LABEL: func.func @bitwise_division
 func.func @bitwise_division(%p: tensor<4xi1>, %q: tensor<4xi1>, %i: tensor<4xi64>, %j: tensor<i64>, %x: tensor<4xf32>, %s: tensor<f32>) -> (tensor<4xi1>, tensor<4xi64>, tensor<4xf32>) {
   // CHECK-NEXT: %{{.*}} = graph.bitwise_not %p : tensor<4xi1>
@@ -254,7 +254,7 @@ func.func @bitwise_division(%p: tensor<4xi1>, %q: tensor<4xi1>, %i: tensor<4xi64
   func.return %2, %5, %8 : tensor<4xi1>, tensor<4xi64>, tensor<4xf32>
 }
 
-// Index arithmetic (task `index`).
+// Index arithmetic: iota.
 // CHECK-LABEL: func.func @index_ops
 func.func @index_ops(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   // CHECK-NEXT: %{{.*}} = graph.iota dim = 0 start = 2 step = -3 : tensor<4xi64>
@@ -268,7 +268,7 @@ func.func @index_ops(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   func.return %3 : tensor<4x8xf32>
 }
 
-// pool task: padding and pooling
+// Padding and pooling
 
 // CHECK-LABEL: func.func @pad_pool
 func.func @pad_pool(%x: tensor<4x8xf32>, %y: tensor<1x4x9x9xf32>, %i: tensor<4x8xi64>) -> (tensor<4x8xf32>, tensor<7x12xf32>, tensor<7x12xi64>, tensor<1x4x5x5xf32>, tensor<1x4x5x5xf32>) {
@@ -302,7 +302,7 @@ func.func @patches(%x: tensor<8x4x4xf32>, %y: tensor<3x10x9xf64>) -> (tensor<2x2
 }
 // GENERIC: "graph.patches"
 
-// (task gather) graph.gather: one index tensor, a `wrap` one, two index tensors.
+// graph.gather: one index tensor, a `wrap` one, two index tensors.
 // CHECK-LABEL: func.func @gather
 func.func @gather(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>, %j: tensor<1x3xi32>, %y: tensor<5x6x7xbf16>, %a: tensor<6x1xi64>) -> (tensor<6x4xf32>, tensor<10x3xf32>, tensor<6x7xbf16>) {
   // CHECK-NEXT: %{{.*}} = graph.gather %t[%i] dim = 0 : tensor<10x4xf32>, tensor<6x1xi64> -> tensor<6x4xf32>
@@ -315,7 +315,7 @@ func.func @gather(%t: tensor<10x4xf32>, %i: tensor<6x1xi64>, %j: tensor<1x3xi32>
 }
 // GENERIC: "graph.gather"(%{{.*}}, %{{.*}}) <{dim = 1 : i64, wrap}> : (tensor<10x4xf32>, tensor<1x3xi32>) -> tensor<10x3xf32>
 
-// argmax and argmin: i64 indices along one dim (issue 15).
+// argmax and argmin: i64 indices along one dim.
 // CHECK-LABEL: func.func @arg_reductions
 func.func @arg_reductions(%x: tensor<4x8xf32>, %i: tensor<4x8xi64>) -> (tensor<4xi64>, tensor<1x8xi64>) {
   // CHECK-NEXT: %{{.*}} = graph.argmax %x dims = [1] : tensor<4x8xf32> -> tensor<4xi64>
@@ -325,7 +325,7 @@ func.func @arg_reductions(%x: tensor<4x8xf32>, %i: tensor<4x8xi64>) -> (tensor<4
   func.return %0, %1 : tensor<4xi64>, tensor<1x8xi64>
 }
 
-// task `scan`: cumsum, cumprod, logcumsumexp, cummax / cummin (values and indices).
+// graph.scan: cumsum, cumprod, logcumsumexp, cummax / cummin (values and indices).
 // CHECK-LABEL: func.func @scan
 func.func @scan(%x: tensor<4x8xf32>, %b: tensor<5xi1>) -> (tensor<4x8xf32>, tensor<4x8xi64>, tensor<5xi1>) {
   // CHECK-NEXT: %{{.*}} = graph.scan %x dim = 1 kind = "sum" : tensor<4x8xf32> -> tensor<4x8xf32>

@@ -42,7 +42,7 @@ FUNCTIONS = {
     "math.erf": torch.erf,
     "math.sin": torch.sin,
     "math.cos": torch.cos,
-    "math.erfc": torch.erfc,  # issue 15: accurate where 1 - erf cancels (up to 10.05)
+    "math.erfc": torch.erfc,  # accurate where 1 - erf cancels (up to 10.05)
 }
 
 SPECIAL_VALUES = [

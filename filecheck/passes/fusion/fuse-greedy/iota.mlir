@@ -1,7 +1,7 @@
 // RUN: xfuse-opt %s -p fuse-greedy | filecheck %s
 
 // An iota and the cast of it read by two groups: recomputed in each (no group input or
-// extra output carries it). (task `index`)
+// extra output carries it).
 func.func @forward(%x: tensor<4x8xf32>, %y: tensor<8x3xf32>) -> (tensor<4x8xf32>, tensor<8x3xf32>) {
   %i = graph.iota dim = 0 start = 0 step = 1 : tensor<8xi64>
   %f = graph.cast %i : tensor<8xi64> to tensor<8xf32>

@@ -2,7 +2,7 @@
 
 // An iota (arange) has no inputs: like a scalar constant it is copied into every group that
 // reads it (a kernel computes it from the loop index), never a group input or output, and
-// the original is erased once nothing reads it. (task `index`)
+// the original is erased once nothing reads it.
 func.func @forward(%x: tensor<4x8xf32>, %y: tensor<8x3xi64>) -> (tensor<4x8xf32>, tensor<8x3xi64>) {
   %i = graph.iota dim = 0 start = 0 step = 1 : tensor<8xi64>
   %f = graph.cast %i : tensor<8xi64> to tensor<8xf32>

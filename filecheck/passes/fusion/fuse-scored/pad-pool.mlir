@@ -1,7 +1,7 @@
 // RUN: xfuse-opt %s -p fuse-scored | filecheck %s
 // RUN: xfuse-opt %s -p fuse-greedy | filecheck %s --check-prefix=GREEDY
 
-// pool task: a pad or pool takes in its producers although their spaces differ (it computes
+// A pad or pool takes in its producers although their spaces differ (it computes
 // them at the positions its windows read): a batch norm + relu and the max pool after it are
 // one group, an exp and the pad after it another. A producer whose value is also read
 // elsewhere (%s, returned) stays out: the group would have an output of another shape.

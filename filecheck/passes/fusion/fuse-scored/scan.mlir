@@ -1,7 +1,7 @@
 // RUN: xfuse-opt %s -p fuse-scored | filecheck %s
 // RUN: xfuse-opt %s -p fuse-greedy | filecheck %s --check-prefix=GREEDY
 
-// task `scan`: a scan's kernel takes its producers (computed at the scan's index) and its
+// A scan's kernel takes its producers (computed at the scan's index) and its
 // elementwise consumers (which read the running value at its own index). A flip reads the
 // scan reversed and a second scan is a loop of its own: both stay out (reason `scan`).
 func.func @forward(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xi64>) {

@@ -1,6 +1,6 @@
 // RUN: xfuse-opt %s -p lower-to-loops | filecheck %s
 
-// pool task: a constant pad is a select between the element, loaded at a clamped address (no
+// A constant pad is a select between the element, loaded at a clamped address (no
 // read outside the buffer ever), and the fill; only the sides an index can leave are tested.
 // A pool's window is unrolled: each position's guard is decided at compile time where it can
 // be (the middle element of this window is always inside), max starts from -inf.

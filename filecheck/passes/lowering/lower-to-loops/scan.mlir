@@ -1,6 +1,6 @@
 // RUN: xfuse-opt %s -p lower-to-loops | filecheck %s
 
-// task `scan`: the parallel loop runs over the other dims, an scf.for along the scan's dim
+// A scan: the parallel loop runs over the other dims, an scf.for along the scan's dim
 // carries the running value (f32 for f16, as eager's CPU kernel) and stores it rounded at every
 // step; no fastmath flag: the terms are added in eager's order.
 
