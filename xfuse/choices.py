@@ -50,8 +50,8 @@ RUNS = 15
 STENCIL_MARGIN = 0.9
 """The stencil is kept where it took under this fraction of the library call's time alone. A
 stencil fused into a normalization after it is computed again at each of its passes (mean,
-variance, output): ConvNeXt's 7x7 stencils fused into their layer norms took 8.9 ms a call
-on the CPU where alone they took 1.1, so a near tie goes to the library."""
+variance, output), so it can take several times its time alone there (benchmarks/RESULTS.md
+has ConvNeXt's): a near tie goes to the library."""
 
 MEASUREMENT = 2
 """How choices are measured (`measure`, `_time`); a verdict measured otherwise is not reused."""
@@ -200,8 +200,9 @@ def _time(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> float
     """The ms of one call of `fn(x)`: on CUDA the median time of its kernels, replayed from
     a captured CUDA graph (programs replay theirs: the host's launches are not what is chosen
     between); elsewhere the fastest call's, since on a loaded machine a call's time is its
-    own plus whatever else ran (a library call of 0.8 ms measured 92 ms as the median of 15
-    on a 2-core machine shared with other work, and the verdict is kept in the cache)."""
+    own plus whatever else ran, and a median can be many times the call's own time on a
+    machine shared with other work (benchmarks/RESULTS.md has a case); the verdict is kept in
+    the cache."""
     for _ in range(2):
         fn(x)
     if device.type == "cuda":
