@@ -39,6 +39,7 @@ from xfuse.dialects.facts import (
 from xfuse.dialects.graph.base import (
     Broadcast,
     Elementwise,
+    Extern,
     Injective,
     _check_dims,
     _check_result_shape,
@@ -49,7 +50,6 @@ from xfuse.dialects.graph.base import (
     dtype_of,
     fmt_shape,
     numel,
-    op_kind,
     shape_of,
 )
 
@@ -568,7 +568,8 @@ def read_only_by_externs(op: Operation, *, or_return: bool = False) -> bool:
     for result in op.results:
         for use in result.uses:
             user = use.operation
-            if op_kind(user) == "extern" or (or_return and user.name == "func.return"):
+            extern = user.has_trait(Extern, value_if_unregistered=False)
+            if extern or (or_return and user.name == "func.return"):
                 continue
             if not isinstance(user, STRIDED_VIEWS) or not read_only_by_externs(
                 user, or_return=or_return
