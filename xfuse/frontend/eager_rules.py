@@ -263,7 +263,9 @@ def probe(node: torch.fx.Node) -> None:
         raise eager_error(e) from e
 
 
-def eager_call_error(fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> EagerArgumentError | None:
+def eager_call_error(
+    fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+) -> EagerArgumentError | None:
     """What eager raises when it runs `fn(*args, **kwargs)` (without grad), as the
     `EagerArgumentError` of its type; None where eager runs it. For calls whose tensors lie
     on several devices, whose agreement eager's kernels check as they run."""

@@ -26,8 +26,8 @@ from torch.utils import _pytree as pytree
 from xfuse.errors import (
     AutogradUnsupportedError,
     ExportError,
-    InputMismatchError,
     InputDeviceError,
+    InputMismatchError,
     UnsupportedInputError,
     XfuseError,
 )
