@@ -35,7 +35,7 @@ LEVELS = [
     ["xfuse.frontend.export", "xfuse.choices"],
     ["xfuse.runtime.driver"],
     ["xfuse.api", "xfuse"],
-    ["xfuse.dynamo"],
+    ["xfuse.backend_inputs", "xfuse.training", "xfuse.dynamo"],
     ["xfuse.testing"],
     ["xfuse.cli"],
 ]

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from xfuse.api import compile
+from xfuse.backend_inputs import graph_device, is_symbolic, real_input
 from xfuse.errors import (
     AutogradUnsupportedError,
     EagerArgumentError,
@@ -24,32 +25,13 @@ from xfuse.errors import (
 )
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
+from xfuse.training import needs_autograd, training_backend
 
 Tensor = torch.Tensor
 
 # ---------------------------------------------------------------------------------------------
 # torch.compile(backend="xfuse")
 # ---------------------------------------------------------------------------------------------
-
-
-def _real(t: Any) -> Any:
-    """Dynamo may hand fake tensors to backends: a real tensor of the same shape and dtype."""
-    from torch._subclasses.fake_tensor import is_fake
-
-    if isinstance(t, Tensor) and is_fake(t):
-        return torch.zeros(tuple(int(d) for d in t.shape), dtype=t.dtype, device=t.device)
-    return t
-
-
-def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.device:
-    """The device a dynamo graph runs on: its first tensor input's, else its first parameter's
-    or buffer's, else the CPU."""
-    for t in example_inputs:
-        if isinstance(t, Tensor):
-            return t.device
-    for t in (*gm.parameters(), *gm.buffers()):
-        return t.device
-    return torch.device("cpu")
 
 
 BACKEND_PROGRAMS: weakref.WeakValueDictionary[Hashable, Callable[..., Any]] = (
@@ -124,7 +106,7 @@ def _attribute(gm: torch.nn.Module, target: str) -> Any:
 
 def _input_key(value: Any) -> Hashable:
     if isinstance(value, Tensor):
-        if _is_symbolic(value):
+        if is_symbolic(value):
             return ("dynamic", value.dim(), value.dtype, value.device)
         return (tuple(value.shape), value.stride(), value.dtype, value.device)
     if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
@@ -135,12 +117,14 @@ def _input_key(value: Any) -> Hashable:
 def _backend(
     gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
 ) -> Callable[..., Any]:
-    if any(_is_symbolic(t) for t in example_inputs):
+    if needs_autograd(example_inputs):
+        return training_backend(gm, example_inputs, mode, _graph_runs_eagerly)
+    if any(is_symbolic(t) for t in example_inputs):
         return _per_shape(gm, graph_device(gm, example_inputs), mode)
     try:
         compiled = compile(
             gm,
-            tuple(_real(t) for t in example_inputs),
+            tuple(real_input(t) for t in example_inputs),
             str(graph_device(gm, example_inputs)),
             fallback=mode,
             static_inputs=static_positions(gm),
@@ -217,12 +201,6 @@ def _layout(value: Any) -> Hashable:
     if not isinstance(value, Tensor) or value.layout != torch.strided:
         return None
     return (tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad)
-
-
-def _is_symbolic(value: Any) -> bool:
-    if isinstance(value, Tensor):
-        return not all(isinstance(d, int) for d in (*value.shape, *value.stride()))
-    return isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool)
 
 
 def _eager_refuses(error: Exception) -> bool:

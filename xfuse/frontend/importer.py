@@ -293,10 +293,18 @@ def wrap_function(fn: Callable[..., Any]) -> torch.nn.Module:
     return named(fn)
 
 
+LIBRARY_KERNELS = ("aten._scaled_dot_product_flash_attention_for_cpu.default",)
+"""Ops that are one library kernel, kept whole (a `graph.torch_call`) where they arrive
+lowered already (AOTAutograd's graphs hold the CPU's flash attention and its logsumexp, which
+the backward reads): their decompositions give other output strides than their kernels do,
+so that the views after them would not hold."""
+
+
 def decomposition_table() -> dict[Any, Callable[..., Any]]:
-    """torch.export's core-aten table without the composite ops graph keeps whole."""
+    """torch.export's core-aten table without the composite ops graph keeps whole and the
+    library kernels (`LIBRARY_KERNELS`)."""
     table = torch.export.default_decompositions()
-    for name in KEPT_COMPOSITES:
+    for name in (*KEPT_COMPOSITES, *LIBRARY_KERNELS):
         table.pop(resolve_overload(name), None)
     # What Inductor decomposes past core aten (an op the importer maps stays whole).
     table.update({op: f for op, f in extra_decompositions().items() if str(op) not in CONVERTERS})
@@ -475,10 +483,15 @@ def check_types(node: torch.fx.Node, value: Value) -> None:
 
 
 def torch_call(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
-    """The node as an opaque `graph.torch_call`, its tensor arguments as operands."""
-    results = lowering.torch_call(
-        str(node.target), node.args, dict(node.kwargs), result_types(node), node
-    )
-    if isinstance(node.meta.get("val"), list | tuple):
-        return [*results]
-    return results[0]
+    """The node as an opaque `graph.torch_call`, its tensor arguments as operands. A tuple
+    result that the operator leaves None (an output its mask does not ask for) has no SSA
+    value: the call's results are its tensors alone."""
+    val = node.meta.get("val")
+    if not isinstance(val, list | tuple) or all(v is not None for v in val):
+        types = result_types(node)
+    else:
+        types = [tensor_type_of_val(v, node) for v in val if v is not None]
+    results = iter(lowering.torch_call(str(node.target), node.args, dict(node.kwargs), types, node))
+    if isinstance(val, list | tuple):
+        return [None if v is None else next(results) for v in val]
+    return next(results)

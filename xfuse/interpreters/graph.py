@@ -198,7 +198,16 @@ def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
     fn = resolve_torch_op(op.target.data)
     args, kwargs = decode_args(op.args, op.kwargs, xs)
     out = fn(*args, **kwargs)
-    return tuple(out) if isinstance(out, list | tuple) else out
+    return tensor_results(out)
+
+
+def tensor_results(out: Any) -> Tensor | tuple[Tensor, ...]:
+    """A torch operator's result(s) as a `graph.torch_call`'s: a tuple of its tensors, with
+    the results it leaves None dropped (`convolution_backward` where `output_mask` asks for
+    no input gradient; the importer gives such a result no SSA value)."""
+    if isinstance(out, list | tuple):
+        return tuple(t for t in out if t is not None)
+    return out
 
 
 # --- index arithmetic: arange, flip, roll -------------------------------------------------
@@ -559,7 +568,7 @@ def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
         out = fn(*args, **kwargs)
         if n_results == 1 and isinstance(out, Tensor):
             return [out]
-        return _results(op, tuple(out) if isinstance(out, list | tuple) else out)
+        return _results(op, tensor_results(out))
 
     return call
 

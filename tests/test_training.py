@@ -1,0 +1,140 @@
+"""Training through `torch.compile(backend="xfuse")` (`xfuse.training`): forward and backward
+compiled by xfuse through AOTAutograd give eager's losses, gradients, optimizer updates and
+buffer updates, in strict mode (no eager graph, no eager group)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from xfuse.errors import FallbackWarning
+from xfuse.runtime.executor import CompiledProgram
+from xfuse.training import PartCompiler
+
+transformers = pytest.importorskip("transformers")
+
+STRICT = {"fallback": "error"}
+
+
+@pytest.fixture
+def parts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, CompiledProgram]]]:
+    """The parts xfuse compiles, as (part, program), in order."""
+    compiled: list[tuple[str, CompiledProgram]] = []
+    real = PartCompiler.compile
+
+    def recording(self: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> CompiledProgram:
+        program = real(self, gm, inputs)
+        compiled.append((self.part, program))
+        return program
+
+    monkeypatch.setattr(PartCompiler, "compile", recording)
+    torch._dynamo.reset()
+    yield compiled
+    torch._dynamo.reset()
+
+
+def train(
+    model: torch.nn.Module, step: Callable[[torch.nn.Module], torch.Tensor], steps: int
+) -> list[torch.Tensor]:
+    """`steps` AdamW steps of `step`'s loss, each after seeding torch's RNG alike."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for i in range(steps):
+        torch.manual_seed(100 + i)
+        loss = step(model)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    return losses
+
+
+def compare_training(
+    model: torch.nn.Module, step: Callable[[torch.nn.Module], torch.Tensor], steps: int = 3
+) -> None:
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="xfuse", options=STRICT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        got = train(compiled, step, steps)
+    want = train(reference, step, steps)
+    torch.testing.assert_close(got, want)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, msg=lambda m, name=name: f"{name}: {m}")
+    for b, c in zip(model.buffers(), reference.buffers(), strict=True):
+        torch.testing.assert_close(b, c)
+
+
+def backward_groups(parts: list[tuple[str, CompiledProgram]]) -> int:
+    return sum(len(p.groups) for part, p in parts if part == "backward")
+
+
+def test_gpt2_trains_with_eagers_losses_and_dropout(parts: list[Any]) -> None:
+    """Dropout's masks are torch's own kernel's: the same seed draws eager's."""
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=32, resid_pdrop=0.1
+    )
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).train()
+    ids = torch.randint(0, 128, (2, 16))
+    compare_training(model, lambda m: m(input_ids=ids, labels=ids).loss)
+    assert {part for part, _ in parts} == {"forward", "backward"}
+    assert backward_groups(parts) >= 10  # the backward's elementwise ops and sums, fused
+
+
+def test_llama_trains_with_eagers_losses(parts: list[Any]) -> None:
+    config = transformers.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).train()
+    ids = torch.randint(0, 128, (2, 16))
+    compare_training(model, lambda m: m(input_ids=ids, labels=ids).loss)
+    assert backward_groups(parts) > 0
+
+
+def conv_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),  # (batch norm follows, as in real nets)
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 4, 3),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4 * 10 * 10, 5),
+    ).train()
+
+
+def test_batch_norm_in_train_mode_updates_its_running_statistics(parts: list[Any]) -> None:
+    """Batch norm's running mean, variance and `num_batches_tracked` (input mutations that
+    AOTAutograd functionalises) get eager's values; the first convolution's backward computes
+    no input gradient (`convolution_backward` leaves it None)."""
+    x = torch.randn(4, 3, 12, 12)
+    target = torch.randn(4, 5)
+    model = conv_net()
+    compare_training(model, lambda m: torch.nn.functional.mse_loss(m(x), target))
+    assert int(model[1].num_batches_tracked) == 3
+
+
+def test_gradient_accumulation_over_micro_batches(parts: list[Any]) -> None:
+    model, reference = conv_net(), conv_net()
+    compiled = torch.compile(model, backend="xfuse", options=STRICT)
+    batches = [torch.randn(2, 3, 12, 12) for _ in range(3)]
+    for net in (compiled, reference):
+        for x in batches:
+            net(x).square().mean().backward()  # gradients add up
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    with torch.no_grad():  # the same module, compiled for inference
+        x = batches[0]
+        torch.testing.assert_close(compiled.eval()(x), reference.eval()(x))
