@@ -9,6 +9,10 @@ same dims (`RowShape.holds`), each iteration computes one row, a reduction's res
 only at the iteration's own row (`reads_own_row`), and each output is of the full shape, of a
 row shape (keepdim or not), or of another shape with as many elements, written at the same
 memory position (`RowShape.output_place`; any other shape is refused).
+
+A group with a `graph.scan` runs as the scan's loop (`ScanLoop`): `lower-to-loops` builds it
+(`xfuse.passes.lowering.scans`) and fusion's `scan` gate checks a merged group against it
+(`legality.scan_merge`).
 """
 
 from __future__ import annotations
@@ -74,3 +78,28 @@ def reads_own_row(index: Sequence[T], row: Sequence[T], shape: Sequence[int]) ->
     """Whether a reduction's result of `shape`, read at `index`, is read at the iteration's
     own row `row` (the index of its row in the result; a dim of size 1 is read at 0)."""
     return all(size == 1 or got == want for got, want, size in zip(index, row, shape, strict=True))
+
+
+@dataclass(frozen=True)
+class ScanLoop:
+    """The loop of a group with a `graph.scan`: a parallel loop over the scan's other dims and,
+    inside it, a sequential one along its dim `axis` carrying the value so far; every other op
+    is computed at the scan's index. So such a group holds one scan and no reduction
+    (`computes`), and each output is of the scan's shape `shape` (`writes`)."""
+
+    shape: tuple[int, ...]
+    axis: int
+
+    @classmethod
+    def of(cls, scan: graph.ScanOp) -> ScanLoop:
+        return cls(graph.shape_of(scan.result), scan.axis)
+
+    @staticmethod
+    def computes(scans: int, reductions: int) -> bool:
+        """Whether one scan loop computes a group of `scans` scans and `reductions`
+        reductions: each other scan, and a reduction's row loop, is a loop of its own."""
+        return scans == 1 and reductions == 0
+
+    def writes(self, shape: tuple[int, ...]) -> bool:
+        """Whether this loop writes an output of `shape`: at the scan's own index only."""
+        return shape == self.shape

@@ -62,6 +62,7 @@ from xfuse.passes.fusion.kernel_loops import (
     ROW_PLACES,
     OutputPlace,
     RowShape,
+    ScanLoop,
     reads_own_row,
 )
 from xfuse.passes.fusion.op_facts import (
@@ -847,22 +848,27 @@ def scan_merge(g: FusionGraph, first: Node, second: Node, recompute: bool = Fals
     parallel loop over the scan's other dims, a sequential one along its dim, every op computed
     at the index the scan or an output reads it at. So: one scan, no reduction; what the scan's
     node computes is read only by elementwise ops that fit inside its shape (at its own index);
-    every output, and a copied producer (`recompute`), has the scan's shape or fits inside it."""
+    every output, and a copied producer (`recompute`), has the scan's shape or fits inside it.
+    The loop's own rule (one scan, no reduction, outputs of its shape) is `ScanLoop`'s, which
+    `lower-to-loops` builds by."""
     if Kind.REDUCTION not in (first.kind, second.kind):
         return None  # (a scan's kind is reduction: most pairs hold none)
     scans = [op for node in (first, second) for op in _ops_of(node) if type(op) is graph.ScanOp]
     if not scans:
         return None
-    if len(scans) > 1:
+    if not ScanLoop.computes(len(scans), 0):
         return "two scans: each is a loop of its own"
     scan = scans[0]
     if recompute and type(first.op) is graph.ScanOp:
         return f"{g.op_label(scan)} is not copied into its readers"
-    shape = g.shape(scan.result)
+    loop = ScanLoop.of(scan)
+    shape = loop.shape
     holder_is_first = scan in _ops_of(first)
+    reductions = 0
     for node in (first, second):
         for op in _ops_of(node):
-            if g.row_reduction(op) is not None:
+            reductions += g.row_reduction(op) is not None
+            if not ScanLoop.computes(len(scans), reductions):
                 return f"{g.op_label(op)} reduces: a scan's kernel loops along the scan's dim only"
             reads_scan = holder_is_first and node is second
             if reads_scan and not _fits_at_own_index(op, shape):
@@ -873,7 +879,7 @@ def scan_merge(g: FusionGraph, first: Node, second: Node, recompute: bool = Fals
     pair = (first, second)
     for node in pair:
         for value, readers in zip(node.outputs, g.output_readers(node), strict=True):
-            if all(r in pair for r in readers) or g.shape(value) == shape:
+            if all(r in pair for r in readers) or loop.writes(g.shape(value)):
                 continue
             if not (recompute and node is first):
                 return (

@@ -20,6 +20,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.dialects.graph import dtype_of, is_float, shape_of
+from xfuse.passes.fusion.kernel_loops import ScanLoop
 from xfuse.passes.lowering.domains import Domain, nd_domain
 from xfuse.passes.lowering.emitter import LoopEmitter
 from xfuse.passes.lowering.index_algebra import Affine
@@ -27,18 +28,18 @@ from xfuse.passes.lowering.scalar_ops import compute_type, emit_cast
 
 
 def scan_domain(b: LoopEmitter) -> Domain:
-    """The one scan's shape, its dim the sequential loop; every output of its shape."""
-    if len(b.scans) != 1 or b.reductions:
+    """The one scan's shape, its dim the sequential loop; every output of its shape (the rule
+    is `ScanLoop`'s, which fusion's `scan` gate checks too)."""
+    if not ScanLoop.computes(len(b.scans), len(b.reductions)):
         raise b.error("a scan shares its kernel with another scan or a reduction")
-    scan = b.scans[0]
-    full = shape_of(scan.result)
+    loop = ScanLoop.of(b.scans[0])
     for v in b.outputs:
-        if shape_of(v) != full:
+        if not loop.writes(shape_of(v)):
             raise b.error(
                 f"output of shape {graph.fmt_shape(shape_of(v))} is not the scan's shape "
-                f"{graph.fmt_shape(full)}"
+                f"{graph.fmt_shape(loop.shape)}"
             )
-    return nd_domain(full, (scan.axis,))
+    return nd_domain(loop.shape, (loop.axis,))
 
 
 def _scan_init(kind: str, t: Attribute) -> float | int:
