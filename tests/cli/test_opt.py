@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from xfuse.cli.opt import XfuseOptMain, main
+from xfuse.pipeline import Pipeline
 
 VALID = """\
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -339,7 +340,8 @@ def test_help_lists_xfuse_passes_first_with_what_they_do(
     ours, xdsl = out.split("xfuse passes (-p):\n")[1].split("xDSL passes (-p), also available:")
     rows = [line.split() for line in ours.splitlines() if line.startswith("  ") and line[2] != " "]
     assert [row[0] for row in rows] == list(get_all_passes())  # every name whole, on its row
-    assert ["fuse-greedy", "Greedy", "producer-consumer"] == rows[8][:3]
+    greedy = list(get_all_passes()).index("fuse-greedy")
+    assert ["fuse-greedy", "Greedy", "producer-consumer"] == rows[greedy][:3]
     assert all(len(row) > 1 for row in rows)  # each with its description
     assert "fuse-greedy" not in xdsl and "canonicalize," in xdsl and "cse," in xdsl
     assert not any(line.rstrip().endswith("-") for line in out.splitlines())  # no name split
@@ -380,4 +382,65 @@ def test_a_target_that_cannot_print_the_program_is_bad_input(
     assert_one_line_error(
         *run_opt(capsys, write(tmp_path, VALID), "-t", "llvm"),
         "error: target 'llvm' cannot print this program: Conversion not implemented for op",
+    )
+
+
+PADDED = """\
+func.func @f(%x: tensor<4x16xbf16>, %w: tensor<16x300xbf16>) -> tensor<4x300xbf16> {
+  %y = graph.matmul %x, %w : tensor<4x16xbf16>, tensor<16x300xbf16> -> tensor<4x300xbf16>
+  func.return %y : tensor<4x300xbf16>
+}
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_compile_pipeline_runs_what_xfuse_compile_runs(
+    device: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """`--compile-pipeline DEVICE` builds `compile_pipeline(DEVICE)` and prints the IR after
+    it: the same as `-p` with that pipeline's text."""
+    from xfuse.pipeline import compile_pipeline
+
+    monkeypatch.delenv("XFUSE_CHANNELS_LAST", raising=False)
+    path = write(tmp_path, PADDED)
+    built = XfuseOptMain([path, "--compile-pipeline", device]).xfuse_pipeline
+    expected = compile_pipeline(device)
+    assert Pipeline(built.passes).description() == expected.description()
+    status, out, err = run_opt(capsys, path, "--compile-pipeline", device)
+    assert (status, err) == (0, "")
+    assert run_opt(capsys, path, "-p", str(expected)) == (0, out, "")
+    assert ("graph.pad" in out) == (device == "cuda")  # pad-matmul runs on CUDA only
+
+
+def test_compile_pipeline_takes_p_as_its_fusion_pipeline(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from xfuse.pipeline import PipelineOptions, compile_pipeline
+
+    monkeypatch.delenv("XFUSE_CHANNELS_LAST", raising=False)
+    path = write(tmp_path, PADDED)
+    built = XfuseOptMain([path, "--compile-pipeline", "cpu", "-p", "decompose,cse"])
+    expected = compile_pipeline("cpu", PipelineOptions("decompose,cse"))
+    assert Pipeline(built.xfuse_pipeline.passes).description() == expected.description()
+
+
+def test_compile_pipeline_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = write(tmp_path, PADDED)
+    assert_one_line_error(
+        *run_opt(capsys, path, "--compile-pipeline", "tpu"),
+        "xfuse-opt: error: argument --compile-pipeline: invalid choice: 'tpu'",
+    )
+    assert_one_line_error(
+        *run_opt(capsys, path, "--compile-pipeline", "cpu", "-p", "decompose,nope"),
+        "error: unknown pass 'nope'",
+    )
+    monkeypatch.setenv("XFUSE_CHANNELS_LAST", "sometimes")
+    assert_one_line_error(
+        *run_opt(capsys, path, "--compile-pipeline", "cuda"),
+        "error: XFUSE_CHANNELS_LAST must be 0, 1 or auto, found 'sometimes'",
     )

@@ -4,6 +4,7 @@
     xfuse-opt model.mlir -p 'decompose,fuse-greedy{arg-limit=64}' -o fused.mlir
     xfuse-opt model.mlir -p decompose,fuse-scored --emit=dot | dot -Tsvg -o fused.svg
     xfuse-opt model.mlir -p decompose,fuse-scored --fusion-report[=json]
+    xfuse-opt model.mlir --compile-pipeline cpu    # the passes xfuse.compile runs on the CPU
 
 Every xDSL dialect, pass and target stays available. The IR is verified after parsing and
 after every pass (`--no-verify-each` keeps only the first). Bad input -- a syntax error, an
@@ -11,6 +12,10 @@ unknown op, IR that does not verify, an unknown pass or option, a missing file, 
 prints one line, `file:line:col: error: message` where there is a location, and exits with
 status 1. An input with no op is an empty module (as in mlir-opt); a closed output pipe
 (`| head`) ends quietly with status 141, as `cat` does.
+
+`--compile-pipeline DEVICE` runs the pipeline `xfuse.compile` runs for DEVICE (cpu or cuda;
+`xfuse.pipeline.compile_pipeline`): `-p`'s passes, or `DEFAULT_PIPELINE` without `-p`, with the
+device's own passes after `decompose`.
 
 `--emit=dot` prints the program after the pipeline as a Graphviz picture instead of IR, and
 `--fusion-report` (`=json` for JSON) prints the fusion report instead: groups, kernels, bytes
@@ -49,11 +54,14 @@ from xfuse.ir.diagnostics import LocatingParser, error_line, span_location
 from xfuse.passes import get_all_passes
 from xfuse.passes.fusion.decisions import FusionDecision
 from xfuse.pipeline import (
+    DEFAULT_PIPELINE,
     InvalidIRError,
     PassFactories,
     PassFailedError,
     Pipeline,
     PipelineError,
+    PipelineOptions,
+    compile_pipeline,
     file_line_col,
     parse_passes,
     verify_module,
@@ -63,6 +71,8 @@ from xfuse.report.op_index import OpIndex, collect_decisions
 from xfuse.report.summary import format_summary, summarize
 
 EXIT_ERROR = 1
+DEVICES = ("cpu", "cuda")
+"""The devices `--compile-pipeline` builds `xfuse.compile`'s pipeline for."""
 EXIT_INTERNAL = 70
 """A bug in xfuse (sysexits.h EX_SOFTWARE), told apart from bad input."""
 
@@ -212,6 +222,15 @@ class XfuseOptMain(xDSLOptMain):
             help="Verify the IR only after parsing, not after every pass (faster).",
         )
         arg_parser.add_argument(
+            "--compile-pipeline",
+            metavar="DEVICE",
+            choices=DEVICES,
+            default=None,
+            help="Run the pipeline `xfuse.compile` runs for DEVICE (cpu or cuda): the fusion "
+            "pipeline (`-p`'s passes where given, else xfuse.compile's default) with the "
+            "device's own passes after `decompose`.",
+        )
+        arg_parser.add_argument(
             "--emit",
             choices=("ir", "dot"),
             default="ir",
@@ -234,11 +253,25 @@ class XfuseOptMain(xDSLOptMain):
     def setup_pipeline(self) -> None:
         # Raises PipelineError (reported by `main`) for an unknown pass or option.
         self.xfuse_pipeline = Pipeline(
-            parse_passes(self.args.passes, self.available_passes),
+            self.pipeline_passes(),
             verify_each=self.args.verify_each and not self.args.disable_verify,
             locate=self.locate,
             observer=self.between_passes,
         )
+
+    def pipeline_passes(self) -> tuple[ModulePass, ...]:
+        """`-p`'s passes, or with `--compile-pipeline DEVICE` those of `compile_pipeline`:
+        `-p`'s (else `DEFAULT_PIPELINE`) with the device's own after `decompose`."""
+        device = self.args.compile_pipeline
+        if device is None:
+            return parse_passes(self.args.passes, self.available_passes)
+        options = PipelineOptions(self.args.passes or DEFAULT_PIPELINE)
+        try:
+            return compile_pipeline(device, options, passes=self.available_passes).passes
+        except PipelineError:
+            raise
+        except XfuseError as e:  # a bad XFUSE_CHANNELS_LAST
+            raise PipelineError(str(e)) from None
 
     def apply_passes(self, prog: ModuleOp) -> None:
         self.op_index = OpIndex()
