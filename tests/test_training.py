@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.backends.test_cuda import gpu
 from xfuse.errors import FallbackWarning
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.training import PartCompiler
@@ -138,3 +139,14 @@ def test_gradient_accumulation_over_micro_batches(parts: list[Any]) -> None:
     with torch.no_grad():  # the same module, compiled for inference
         x = batches[0]
         torch.testing.assert_close(compiled.eval()(x), reference.eval()(x))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_gpt2_trains_with_eagers_losses(parts: list[Any]) -> None:
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=32)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).cuda().train()
+    ids = torch.randint(0, 128, (2, 16), device="cuda")
+    compare_training(model, lambda m: m(input_ids=ids, labels=ids).loss)
+    assert backward_groups(parts) >= 10

@@ -70,7 +70,8 @@ class UnsupportedInputError(XfuseError, TypeError):
 
 class InputDeviceError(UnsupportedInputError):
     """A tensor of a call (an input, a parameter or a buffer) on another device than the
-    program's, where eager accepts the call (a CPU scalar or index it moves for the op);
+    program's, where eager accepts the call (a CPU index it moves for the op; a CPU scalar
+    the program moves itself);
     where eager refuses it, its own error is raised instead (`EagerArgumentError`)."""
 
 

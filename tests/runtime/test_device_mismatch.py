@@ -94,11 +94,20 @@ def test_gpu_mixed_devices_raise_eagers_error(name: str) -> None:
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_cpu_scalar_eager_moves_is_refused_in_one_line() -> None:
+def test_gpu_cpu_scalar_is_moved_as_eager_moves_it() -> None:
     x, s = torch.randn(4, 4, device="cuda"), torch.tensor(2.0)
-    (x + s)  # eager moves the CPU scalar
+    compiled = xfuse.compile(lambda a, b: a * b + 1, (x, s), device="cuda", quiet=True)
+    for scale in (s, torch.tensor(3.0)):  # step by step, then captured
+        torch.testing.assert_close(compiled(x, scale), x * scale + 1)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_cpu_index_eager_moves_is_refused_in_one_line() -> None:
+    x, i = torch.randn(5, 4, device="cuda"), torch.tensor([0, 2])
+    x[i]  # eager moves the CPU index
     with pytest.raises(InputDeviceError, match="eager accepts this call"):
-        xfuse.compile(lambda a, b: a + b, (x, s), device="cuda", quiet=True)
+        xfuse.compile(lambda a, b: a[b], (x, i), device="cuda", quiet=True)
 
 
 @pytest.mark.gpu

@@ -214,6 +214,9 @@ def check_input(name: str, value: Tensor, device: torch.device) -> Tensor:
     except dtypes.UnsupportedDtype as e:
         raise UnsupportedInputError(f"{name}: {e}") from None
     if value.device != device:
+        if value.dim() == 0 and value.device.type == "cpu":
+            # A CPU scalar, which eager's kernels on `device` take as a value: moved there.
+            return value.to(device)
         raise InputDeviceError(
             f"{name} is on {value.device}, but the program was compiled for {device}"
         )
@@ -321,7 +324,8 @@ def structured_call(
     for i, (path, leaf) in enumerate(paths):
         name = _leaf_name(path[1:])
         if isinstance(leaf, Tensor):
-            tensors.append(check_input(name, leaf, device))
+            leaves[i] = check_input(name, leaf, device)
+            tensors.append(leaves[i])
             pattern.append(first.setdefault(id(leaf), i))
         elif isinstance(leaf, CONSTANT_TYPES):
             pattern.append(_constant_key(leaf))
@@ -492,8 +496,8 @@ class CompiledProgram:
         if found is not None:
             return found
         return InputDeviceError(
-            f"{problem}; eager accepts this call (it moves a CPU scalar or index to the other "
-            f"tensors' device), a compiled program does not: pass it on {self.device}"
+            f"{problem}; eager accepts this call (it moves a CPU index to the other tensors' "
+            f"device), a compiled program does not: pass it on {self.device}"
         )
 
     def _plain(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

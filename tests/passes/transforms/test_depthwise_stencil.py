@@ -185,11 +185,15 @@ def test_both_devices_run_it_before_the_layout_pass() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_matches_eager(dtype: torch.dtype) -> None:
-    """f32 to assert_close's tolerance; bf16 no further from an f64 reference than eager."""
+    """The stencil's CUDA kernel (every convolution rewritten, as while `xfuse.choices` times
+    it, whatever the measured verdict on this GPU): f32 to assert_close's tolerance; bf16 no
+    further from an f64 reference than eager."""
+    from xfuse.choices import measuring
+
     torch.manual_seed(3)
     model = Conv(32, (3, 3), stride=2, padding=1).eval().cuda()
     x = torch.randn(4, 32, 17, 17, device="cuda")
-    with torch.no_grad():
+    with torch.no_grad(), measuring():
         reference = model.double()(x.double())
         model, x = model.to(dtype), x.to(dtype)
         compiled = xfuse.compile(model, (x,), "cuda", quiet=True, fallback="error")

@@ -1,0 +1,116 @@
+"""
+Training steps through `torch.compile`: eager, Inductor and xfuse side by side in one process,
+interleaved (forward, backward and an AdamW step, `zero_grad(set_to_none=True)`):
+
+    python -m benchmarks.training [--device cpu|cuda] [--models gpt2,bert,llama]
+                                  [--size tiny|small] [--runs 20]
+
+Models are transformers' (configs, random weights, never downloaded). `tiny`: 2 layers, 64
+wide, 2x32 tokens (the CPU); `small`: 4 layers, 512 wide, 8x256 tokens (the GPU). Each row:
+the median ms per step (the GPU waited for), and the first step's seconds (compiles included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from benchmarks.timing import interleaved, medians, sync, wall_and_host_ms
+
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"layers": 2, "width": 64, "heads": 2, "batch": 2, "tokens": 32, "vocab": 1000},
+    "small": {"layers": 4, "width": 512, "heads": 8, "batch": 8, "tokens": 256, "vocab": 8000},
+}
+
+
+def make_model(name: str, size: dict[str, int]) -> torch.nn.Module:
+    import transformers
+
+    layers, width, heads, vocab = size["layers"], size["width"], size["heads"], size["vocab"]
+    if name == "gpt2":
+        config: Any = transformers.GPT2Config(
+            n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=1024
+        )
+        return transformers.GPT2LMHeadModel(config)
+    if name == "bert":
+        config = transformers.BertConfig(
+            num_hidden_layers=layers,
+            hidden_size=width,
+            num_attention_heads=heads,
+            intermediate_size=4 * width,
+            vocab_size=vocab,
+        )
+        return transformers.BertForMaskedLM(config)
+    if name == "llama":
+        config = transformers.LlamaConfig(
+            num_hidden_layers=layers,
+            hidden_size=width,
+            intermediate_size=3 * width,
+            num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2),
+            vocab_size=vocab,
+        )
+        return transformers.LlamaForCausalLM(config)
+    raise SystemExit(f"unknown model {name!r} (gpt2, bert, llama)")
+
+
+def stepper(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+    """One training step of `model` (AdamW) on `ids` as input and labels."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def columns(base: torch.nn.Module, ids: torch.Tensor, wanted: list[str]) -> dict[str, Any]:
+    import xfuse  # noqa: F401 - registers the backend
+
+    steps: dict[str, Any] = {}
+    for column in wanted:
+        model = copy.deepcopy(base).train()
+        if column != "eager":
+            model = torch.compile(model, backend=column)  # type: ignore[assignment]
+        steps[column] = stepper(model, ids)
+    return steps
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--models", default="gpt2,bert,llama")
+    p.add_argument("--size", default=None, choices=list(SIZES))
+    p.add_argument("--columns", default="eager,inductor,xfuse")
+    p.add_argument("--runs", type=int, default=20)
+    args = p.parse_args(argv)
+    size = SIZES[args.size or ("small" if args.device.startswith("cuda") else "tiny")]
+    print(f"device {args.device}, torch {torch.__version__}, size {size}")
+    for name in args.models.split(","):
+        torch.manual_seed(0)
+        base = make_model(name, size).to(args.device)
+        ids = torch.randint(0, size["vocab"], (size["batch"], size["tokens"]), device=args.device)
+        steps = columns(base, ids, args.columns.split(","))
+        first: dict[str, float] = {}
+        for column, step in steps.items():
+            start = time.perf_counter()
+            step()
+            sync()
+            first[column] = time.perf_counter() - start
+        times = interleaved(steps, args.runs, warmup=2, clock=wall_and_host_ms)
+        wall = medians({c: [w for w, _ in ts] for c, ts in times.items()})
+        row = "  ".join(f"{c} {wall[c]:.2f} (first {first[c]:.1f}s)" for c in steps)
+        ratio = wall.get("xfuse", 0) / wall["inductor"] if "inductor" in wall else float("nan")
+        print(f"{name}: {row}  xfuse/inductor {ratio:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
