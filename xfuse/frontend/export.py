@@ -141,9 +141,12 @@ def import_for_xfuse(
     cache: KernelCache | None = None,
 ) -> Imported:
     """torch.export, then the importer (its module verified unless `verify` is off); any
-    failure is one `ExportError` line. With a `cache`, the imported program is kept there
+    failure is one `ExportError` line, or, where torch.export fails on arguments that eager's
+    kernels refuse too (`bmm` of f32 and f64, whose fake-tensor check speaks first), eager's
+    own error (the model run once eagerly to learn it, `eager_call_error`). With a `cache`, the imported program is kept there
     under its `export_key` and taken from there when the key is found (no export then)."""
     from xfuse.errors import UnsupportedProgram
+    from xfuse.frontend.eager_rules import eager_call_error
     from xfuse.frontend.export_key import export_key
     from xfuse.frontend.importer import import_program, wrap_function
     from xfuse.frontend.pytrees import export_support
@@ -161,6 +164,9 @@ def import_for_xfuse(
             with export_support(), torch_logs_quiet():
                 exported = torch.export.export(model, example_inputs, example_kwargs, strict=False)
         except Exception as e:
+            refused = eager_call_error(model, example_inputs, example_kwargs or {})
+            if refused is not None:  # eager refuses these arguments too: its own error
+                raise refused from short_cause(e)
             raise ExportError(
                 f"xfuse: torch.export could not export the program: {reason_of(e)}"
             ) from short_cause(e)
