@@ -153,6 +153,7 @@ def import_for_xfuse(
 
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     # torch.export (and decomposing) is not thread-safe
+    failed: Exception | None = None
     with EXPORT_LOCK, no_stack_traces(), lazy_graph_modules():
         key = None if cache is None else export_key(model, example_inputs, example_kwargs)
         entry = None if key is None else import_key(key.digest)
@@ -163,17 +164,21 @@ def import_for_xfuse(
         try:
             with export_support(), torch_logs_quiet():
                 exported = torch.export.export(model, example_inputs, example_kwargs, strict=False)
-        except Exception as e:
-            refused = eager_call_error(model, example_inputs, example_kwargs or {})
-            if refused is not None:  # eager refuses these arguments too: its own error
-                raise refused from short_cause(e)
-            raise ExportError(
-                f"xfuse: torch.export could not export the program: {reason_of(e)}"
-            ) from short_cause(e)
-        try:
-            program = import_program(exported, verify)
-        except UnsupportedProgram as e:
-            raise ExportError(f"xfuse: cannot import the program: {e}") from short_cause(e)
+        except Exception as e:  # noqa: BLE001 - asked of eager below, outside the lock
+            failed = e
+        else:
+            try:
+                program = import_program(exported, verify)
+            except UnsupportedProgram as e:
+                raise ExportError(f"xfuse: cannot import the program: {e}") from short_cause(e)
+    if failed is not None:
+        # The model runs eagerly once, with no other export waiting on the lock meanwhile.
+        refused = eager_call_error(model, example_inputs, example_kwargs or {})
+        if refused is not None:  # eager refuses these arguments too: its own error
+            raise refused from short_cause(failed)
+        raise ExportError(
+            f"xfuse: torch.export could not export the program: {reason_of(failed)}"
+        ) from short_cause(failed)
     imported = Imported(program, exported.call_spec.out_spec, forward_op_names(program.module))
     if cache is not None and key is not None and entry is not None:
         if str(key.out_spec) == str(imported.out_spec):  # else the key's replay is not export's
