@@ -21,9 +21,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.traits import OpTrait
 from xdsl.utils.exceptions import VerifyException
 
-from xfuse.dialects.facts import (
-    OpFacts,
-)
+from xfuse.dialects.facts import OpFacts
 
 # ---------------------------------------------------------------------------------------------
 # Op-kind traits, read by fusion (xfuse/passes/fusion/legality.py)

@@ -34,10 +34,7 @@ from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from xfuse.dialects.facts import (
-    Fuzz,
-    OpFacts,
-)
+from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
     Composite,
     _check_dims,

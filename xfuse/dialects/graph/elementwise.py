@@ -9,12 +9,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import (
-    Float64Type,
-    TensorType,
-    UnitAttr,
-    i1,
-)
+from xdsl.dialects.builtin import Float64Type, TensorType, UnitAttr, i1
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,

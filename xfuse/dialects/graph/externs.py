@@ -31,10 +31,7 @@ from xdsl.printer import Printer
 from xdsl.traits import ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from xfuse.dialects.facts import (
-    Fuzz,
-    OpFacts,
-)
+from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
     FLOAT_TYPES,
     Elementwise,

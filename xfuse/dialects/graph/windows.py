@@ -31,10 +31,7 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from xfuse.dialects.facts import (
-    Fuzz,
-    OpFacts,
-)
+from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
     Injective,
     _check_result_shape,

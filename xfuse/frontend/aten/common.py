@@ -9,10 +9,7 @@ import torch.fx
 from xdsl.ir import SSAValue
 
 from xfuse.dialects import graph
-from xfuse.frontend.builder import (
-    ImportBuilder,
-    Value,
-)
+from xfuse.frontend.builder import ImportBuilder, Value
 
 Args = dict[str, Any]
 

@@ -4,10 +4,7 @@ splits them later) and eval-mode batch norm as a formula of elementwise ops."""
 from __future__ import annotations
 
 import torch.fx
-from xdsl.dialects.builtin import (
-    f32,
-    f64,
-)
+from xdsl.dialects.builtin import f32, f64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph

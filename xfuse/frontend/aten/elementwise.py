@@ -7,24 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch.fx
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    f32,
-    f64,
-    i1,
-    i64,
-)
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, f32, f64, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each
-from xfuse.frontend.builder import (
-    ImportBuilder,
-    Value,
-    out_type,
-    promoted_dtype,
-)
+from xfuse.frontend.builder import ImportBuilder, Value, out_type, promoted_dtype
 from xfuse.ir.dtypes import opmath_type, to_torch
 
 # ---------------------------------------------------------------------------------------------

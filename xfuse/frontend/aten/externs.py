@@ -12,11 +12,7 @@ from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _rank
 from xfuse.frontend.aten.windows import _window_arg
 from xfuse.frontend.attention import ATTENTION_CONVERTERS
-from xfuse.frontend.builder import (
-    ImportBuilder,
-    Value,
-    out_type,
-)
+from xfuse.frontend.builder import ImportBuilder, Value, out_type
 from xfuse.frontend.convolution import CONVOLUTION
 
 

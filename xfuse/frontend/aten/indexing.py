@@ -8,24 +8,13 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import torch.fx
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    IntegerType,
-    TensorType,
-    i1,
-    i64,
-)
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, TensorType, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _rank
 from xfuse.frontend.aten.layout import _permute_dims, _slice_dim
-from xfuse.frontend.builder import (
-    ImportBuilder,
-    Value,
-    out_type,
-)
+from xfuse.frontend.builder import ImportBuilder, Value, out_type
 
 # ---------------------------------------------------------------------------------------------
 # Gather: embedding, index_select, gather and advanced indexing are `graph.gather` between

@@ -7,25 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch.fx
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    TensorType,
-    f32,
-    f64,
-    i1,
-    i64,
-)
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, TensorType, f32, f64, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each, _is_number, _norm_dims, _rank
-from xfuse.frontend.builder import (
-    ImportBuilder,
-    Value,
-    out_type,
-    result_types,
-)
+from xfuse.frontend.builder import ImportBuilder, Value, out_type, result_types
 
 # ---------------------------------------------------------------------------------------------
 # Layout

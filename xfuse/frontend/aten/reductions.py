@@ -4,20 +4,12 @@ argmax/argmin) and scans (cumsum, cumprod, logcumsumexp, cummax, cummin)."""
 from __future__ import annotations
 
 import torch.fx
-from xdsl.dialects.builtin import (
-    i1,
-)
+from xdsl.dialects.builtin import i1
 from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _is_number, _norm_dims, _rank
-from xfuse.frontend.builder import (
-    ImportBuilder,
-    Value,
-    out_type,
-    result_types,
-    used_outputs,
-)
+from xfuse.frontend.builder import ImportBuilder, Value, out_type, result_types, used_outputs
 from xfuse.ir.dtypes import opmath_type
 
 # ---------------------------------------------------------------------------------------------

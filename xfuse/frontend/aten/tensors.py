@@ -9,14 +9,7 @@ import torch.fx
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each, _is_number
 from xfuse.frontend.aten.elementwise import _binary, _cast
-from xfuse.frontend.builder import (
-    ImportBuilder,
-    Value,
-    bind,
-    meta_tensor,
-    node_error,
-    out_type,
-)
+from xfuse.frontend.builder import ImportBuilder, Value, bind, meta_tensor, node_error, out_type
 
 NEW_TENSOR_COMPOSITES = frozenset(
     {"aten.batch_norm.default", "aten.conv2d.default", "aten.linear.default"}

@@ -7,12 +7,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import torch.fx
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    IntegerType,
-    i1,
-)
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, i1
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -20,13 +15,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.graph import PAD_MODES
 from xfuse.frontend.aten.common import Args, Converter, _is_number, _rank
 from xfuse.frontend.aten.reductions import _reduce
-from xfuse.frontend.builder import (
-    ImportBuilder,
-    Value,
-    out_type,
-    result_types,
-    used_outputs,
-)
+from xfuse.frontend.builder import ImportBuilder, Value, out_type, result_types, used_outputs
 
 # ---------------------------------------------------------------------------------------------
 # Padding

@@ -39,11 +39,7 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.utils.fast_math import FastMathFlag
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    PatternRewriter,
-    RewritePattern,
-    op_type_rewrite_pattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 from xdsl.utils.exceptions import DiagnosticException
 
 from xfuse.dialects.mlir_ops import RemFOp

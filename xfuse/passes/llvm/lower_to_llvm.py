@@ -47,21 +47,14 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    PatternRewriter,
-    RewritePattern,
-    op_type_rewrite_pattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 
 from xfuse.dialects import fusion
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, RANGE_ARGS_ATTR
-from xfuse.passes.llvm.convert_func_to_llvm import (
-    convert_types,
-    rewrite_once,
-)
+from xfuse.passes.llvm.convert_func_to_llvm import convert_types, rewrite_once
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
 from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op

@@ -45,24 +45,14 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    PatternRewriter,
-    RewritePattern,
-    op_type_rewrite_pattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xfuse.dialects.mlir_ops import ErfcOp, RemFOp
 from xfuse.ir.dtypes import bf16_round, byte_width
 from xfuse.ir.names import ALIGN_ATTR, ERROR_FLAG_ATTR, LANE_ATTR, STRATEGY_ATTR
-from xfuse.passes.llvm.convert_arith_to_llvm import (
-    LLVMConversionError,
-)
-from xfuse.passes.llvm.convert_func_to_llvm import (
-    ConvertLLVMTypes,
-    convert_llvm_type,
-    rewrite_once,
-)
+from xfuse.passes.llvm.convert_arith_to_llvm import LLVMConversionError
+from xfuse.passes.llvm.convert_func_to_llvm import ConvertLLVMTypes, convert_llvm_type, rewrite_once
 from xfuse.passes.llvm.convert_math_to_llvm import declare_external
 from xfuse.passes.llvm.convert_memref_to_llvm import element_address
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
