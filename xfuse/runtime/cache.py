@@ -416,18 +416,27 @@ class KernelCache:
         if self._root is not None:
             return self._root
         root = real_root(self.directory)
-        try:
+
+        def checked() -> Path:
             check_root(root, create)
+            return root
+
+        self._root = self._on_disk(root, f"cannot use {root}", checked)
+        return self._root
+
+    def _on_disk(self, root: Path, failing: str, action: Callable[[], T]) -> T | None:
+        """`action()` on the disk under `root`, or None: where what it looks for does not
+        exist, and where it fails, which turns the disk off with a warning (the trust one for
+        an `Untrusted` path, else `failing`, e.g. "cannot read <path>", and the error)."""
+        try:
+            return action()
         except FileNotFoundError:
             return None
         except Untrusted as e:
             self._distrust(root, e)
-            return None
         except OSError as e:
-            self._disable_disk(f"cannot use {root}: {e}")
-            return None
-        self._root = root
-        return root
+            self._disable_disk(f"{failing}: {e}")
+        return None
 
     def _build(
         self, backend: Backend, source: KernelSource, symbol: str, name: str, key: str
@@ -453,16 +462,13 @@ class KernelCache:
         if root is None:
             return None
         path = _entry_at(root, key, kind)
-        try:
+
+        def entry() -> bytes:
             check_folder(path.parent, create=False)
-            data = read_entry(path)
-        except FileNotFoundError:
-            return None
-        except Untrusted as e:
-            self._distrust(root, e)
-            return None
-        except OSError as e:
-            self._disable_disk(f"cannot read {path}: {e}")
+            return read_entry(path)
+
+        data = self._on_disk(root, f"cannot read {path}", entry)
+        if data is None:
             return None
         try:
             return decode_entry(key, data)
