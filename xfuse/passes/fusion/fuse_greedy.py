@@ -31,10 +31,10 @@ from xfuse.passes.fusion.decisions import (
     PRODUCER_CONSUMER,
     RECOMPUTE,
     SIBLING,
-    DecisionLog,
     FusionDecision,
     group_rule,
 )
+from xfuse.passes.fusion.fuser import Fuser
 from xfuse.passes.fusion.graph import (
     FusionGraph,
     Node,
@@ -57,33 +57,20 @@ PASS = "fuse-greedy"
 
 
 @dataclass
-class GreedyFuser:
+class GreedyFuser(Fuser):
     """One run of the greedy algorithm over one function body."""
 
-    g: FusionGraph
+    pass_name = PASS
+
     arg_limit: int
     predicate: Predicate | None
-    max_fusions: int = -1
-    fusions: int = field(default=0, init=False)
-    log: DecisionLog = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.log = DecisionLog(PASS, self.g.op_label)
-
-    def run(self) -> None:
+    def run(self) -> list[FusionDecision]:
         changed = True
         while changed:
             changed = self.fuse_vertically()
             changed = self.fuse_siblings() or changed
-        self.g.finish()
-        self.log.settle()
-
-    def may_fuse(self) -> bool:
-        """Count one more fusion against `max_fusions` (a bisection aid); False once spent."""
-        if 0 <= self.max_fusions <= self.fusions:
-            return False
-        self.fusions += 1
-        return True
+        return self.finish()
 
     # --- producer into consumer --------------------------------------------------------------
 
@@ -215,9 +202,7 @@ class FuseGreedyPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         def fuse(g: FusionGraph) -> list[FusionDecision]:
-            fuser = GreedyFuser(g, self.arg_limit, self.fusable, self.max_fusions)
-            fuser.run()
-            return fuser.log.decisions
+            return GreedyFuser(g, self.arg_limit, self.fusable, max_fusions=self.max_fusions).run()
 
         self.decisions[:] = fuse_each_function(op, fuse)
 

@@ -33,11 +33,11 @@ from xfuse.passes.fusion.decisions import (
     PRODUCER_CONSUMER,
     RECOMPUTE,
     SIBLING,
-    DecisionLog,
     FusionDecision,
     Score,
     group_rule,
 )
+from xfuse.passes.fusion.fuser import Fuser
 from xfuse.passes.fusion.graph import (
     FusionGraph,
     Node,
@@ -101,17 +101,15 @@ _BY_KEY = attrgetter("key")
 
 
 @dataclass
-class ScoredFuser:
+class ScoredFuser(Fuser):
     """One run of the scored algorithm over one function body."""
 
-    g: FusionGraph
+    pass_name = PASS
+
     window: int
     max_rounds: int
     arg_limit: int
     max_group_size: int
-    max_fusions: int = -1
-    fusions: int = field(default=0, init=False)
-    log: DecisionLog = field(init=False)
     # Gates that depend only on the two nodes, remembered across rounds; a merge forgets the
     # entries of the nodes it touched (`forget_gates`), since a group merged into keeps its
     # identity but not its space.
@@ -123,10 +121,7 @@ class ScoredFuser:
     # reader, the same answer while one round's candidates are enumerated (nothing changes).
     _plans: dict[Node, tuple[RecomputePlan | None, bool]] = field(init=False, default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.log = DecisionLog(PASS, self.g.op_label)
-
-    def run(self) -> None:
+    def run(self) -> list[FusionDecision]:
         skipped: list[Candidate] | None = []
         for _ in range(self.max_rounds):
             self.g.renumber()
@@ -137,12 +132,12 @@ class ScoredFuser:
             self.log.record(*c.labels, MAX_ROUNDS, c.rule, c.score, "rounds ran out")
         if self.max_rounds:
             self.horizontal()
-        self.g.finish()
-        self.log.settle()
+        decisions = self.finish()
         # Only the decisions are read from now on (see `FusionGraph._release`).
         self._pair_gates.clear()
         self._gates_of.clear()
         self._plans.clear()
+        return decisions
 
     # --- enumeration -------------------------------------------------------------------------
 
@@ -307,13 +302,6 @@ class ScoredFuser:
 
     # --- application -------------------------------------------------------------------------
 
-    def may_fuse(self) -> bool:
-        """Count one more fusion against `max_fusions` (a bisection aid); False once spent."""
-        if 0 <= self.max_fusions <= self.fusions:
-            return False
-        self.fusions += 1
-        return True
-
     def apply(self, candidates: list[Candidate]) -> list[Candidate] | None:
         """Apply the best candidates first; the ones skipped (None when nothing merged)."""
         consumed: set[Node] = set()
@@ -386,9 +374,8 @@ class FuseScoredPass(ModulePass):
                 self.max_rounds,
                 self.arg_limit,
                 self.max_group_size,
-                self.max_fusions,
+                max_fusions=self.max_fusions,
             )
-            fuser.run()
-            return fuser.log.decisions
+            return fuser.run()
 
         self.decisions[:] = fuse_each_function(op, fuse)
