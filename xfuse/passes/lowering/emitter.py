@@ -11,7 +11,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from xdsl.dialects.builtin import MemRefType, i8
+from xdsl.dialects import scf
+from xdsl.dialects.builtin import IndexType, MemRefType, i8
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
@@ -25,6 +26,11 @@ ERROR_FLAG_TYPE = MemRefType(i8, [1])
 """The error flag of a kernel with `ERROR_FLAG_ATTR`: its last argument, zeroed by the caller,
 set to 1 by an iteration that met an index outside its dim (every writer stores the same
 byte, and nothing reads it before the kernel has finished)."""
+
+
+LoopBody = Callable[[list[SSAValue]], list[SSAValue]]
+"""The body of a loop nest: the values carried into its innermost iteration to those carried
+on to the next one."""
 
 
 class LoopLoweringError(CodegenError, DiagnosticException):
@@ -91,10 +97,7 @@ class LoopEmitter(ScalarBuilder, Protocol):
         ...
 
     def for_nest(
-        self,
-        loop_vars: Sequence[LoopVar],
-        carried: list[SSAValue],
-        body: Callable[[list[SSAValue]], list[SSAValue]],
+        self, loop_vars: Sequence[LoopVar], carried: list[SSAValue], body: LoopBody
     ) -> list[SSAValue]:
         """Nested `scf.for` over `loop_vars` (outer first) carrying `carried` as iter_args."""
         ...
@@ -102,3 +105,21 @@ class LoopEmitter(ScalarBuilder, Protocol):
     def store(self, v: SSAValue, output: int, index: Index) -> None:
         """Store `v`'s element at `index` into output buffer `output`."""
         ...
+
+
+def emit_for(
+    b: LoopEmitter,
+    var: LoopVar,
+    limits: tuple[SSAValue, SSAValue, SSAValue],
+    carried: list[SSAValue],
+    body: LoopBody,
+) -> list[SSAValue]:
+    """One `scf.for` of `var` over `limits` (lower, upper, step), in the current scope,
+    carrying `carried` as iter_args; `body` fills it (in its own scope). Its results."""
+    block = Block(arg_types=[IndexType(), *(c.type for c in carried)])
+    loop = scf.ForOp(*limits, carried, block)
+    b.scope.insert(loop)
+    with b.child_scope(block, loop, {var.ident: block.args[0]}):
+        results = body(list(block.args[1:]))
+        b.scope.insert(scf.YieldOp(*results))
+    return list(loop.results)

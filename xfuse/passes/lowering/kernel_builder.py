@@ -40,7 +40,13 @@ from xfuse.passes.lowering.domains import (
     loads_are_flat,
     nd_domain,
 )
-from xfuse.passes.lowering.emitter import ERROR_FLAG_TYPE, LoopLoweringError, Scope
+from xfuse.passes.lowering.emitter import (
+    ERROR_FLAG_TYPE,
+    LoopBody,
+    LoopLoweringError,
+    Scope,
+    emit_for,
+)
 from xfuse.passes.lowering.index_algebra import (
     Affine,
     Atom,
@@ -337,7 +343,7 @@ class KernelBuilder:
         phase: list[graph.ReduceOp],
         loop_vars: Sequence[LoopVar],
         carried: list[SSAValue],
-        body: Callable[[list[SSAValue]], list[SSAValue]],
+        body: LoopBody,
     ) -> list[SSAValue]:
         """`for_nest` for accumulators of float sums or products over several reduced dims:
         each inner loop starts from the identity and its partial result is combined into the
@@ -365,29 +371,17 @@ class KernelBuilder:
         return from_compute(self, acc, dtype_of(r.result))
 
     def for_nest(
-        self,
-        loop_vars: Sequence[LoopVar],
-        carried: list[SSAValue],
-        body: Callable[[list[SSAValue]], list[SSAValue]],
+        self, loop_vars: Sequence[LoopVar], carried: list[SSAValue], body: LoopBody
     ) -> list[SSAValue]:
         """Nested `scf.for` over `loop_vars` (outer first) carrying `carried` as iter_args;
         `body` maps the innermost iteration's carried values to the next ones."""
         if not loop_vars:
             return body(carried)
         v = loop_vars[0]
-        block = Block(arg_types=[IndexType(), *(c.type for c in carried)])
-        loop = scf.ForOp(
-            self.index_constant(0),
-            self.index_constant(v.extent),
-            self.index_constant(1),
-            carried,
-            block,
+        limits = (self.index_constant(0), self.index_constant(v.extent), self.index_constant(1))
+        return emit_for(
+            self, v, limits, carried, lambda inner: self.for_nest(loop_vars[1:], inner, body)
         )
-        self.scope.insert(loop)
-        with self.child_scope(block, loop, {v.ident: block.args[0]}):
-            results = self.for_nest(loop_vars[1:], list(block.args[1:]), body)
-            self.scope.insert(scf.YieldOp(*results))
-        return list(loop.results)
 
     # -- scopes --------------------------------------------------------------------------------
 

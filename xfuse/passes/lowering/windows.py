@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from itertools import count, product
 from typing import cast
 
-from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import AnyFloat, IndexType, IntegerType, i1, i64
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import AnyFloat, IntegerType, i1, i64
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.dialects.graph import dtype_of, is_float, numel, shape_of
-from xfuse.passes.lowering.emitter import LoopEmitter
+from xfuse.passes.lowering.emitter import LoopBody, LoopEmitter, emit_for
 from xfuse.passes.lowering.index_algebra import (
     Affine,
     Clamp,
@@ -292,23 +292,17 @@ def _window_span(
 
 
 def _clipped_nest(
-    b: LoopEmitter,
-    spans: Sequence[WindowSpan],
-    carried: list[SSAValue],
-    body: Callable[[list[SSAValue]], list[SSAValue]],
+    b: LoopEmitter, spans: Sequence[WindowSpan], carried: list[SSAValue], body: LoopBody
 ) -> list[SSAValue]:
     """Nested `scf.for` over `spans` (outer first), each from its first position to its stop,
     carrying `carried` as iter_args; an empty span runs no iteration."""
     if not spans:
         return body(carried)
     span = spans[0]
-    block = Block(arg_types=[IndexType(), *(c.type for c in carried)])
-    loop = scf.ForOp(span.first, span.stop, b.index_constant(span.step), carried, block)
-    b.scope.insert(loop)
-    with b.child_scope(block, loop, {span.var.ident: block.args[0]}):
-        results = _clipped_nest(b, spans[1:], list(block.args[1:]), body)
-        b.scope.insert(scf.YieldOp(*results))
-    return list(loop.results)
+    limits = (span.first, span.stop, b.index_constant(span.step))
+    return emit_for(
+        b, span.var, limits, carried, lambda inner: _clipped_nest(b, spans[1:], inner, body)
+    )
 
 
 Element = tuple[SSAValue, SSAValue | None, list[Affine]] | None
