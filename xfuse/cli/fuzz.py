@@ -5,9 +5,14 @@ bisector.
     xfuse-fuzz --seconds 600 --seed 1 --out failures/      # fuzz; one reproducer per failure
     xfuse-fuzz --programs 50 --seed 3 --device cpu         # a fixed number of programs
     xfuse-fuzz --bisect failures/fail_1_17.py              # the pass, the fusion, a lit test
+    xfuse-fuzz --training --seconds 900 --seed 1           # forward and backward vs eager's
 
 The fuzz run ends with the line `N passed, M failed` and exits 1 when M > 0. Programs that
-torch.export rejects are counted as skipped, on a line of their own.
+torch.export rejects are counted as skipped, on a line of their own. With `--training`, each
+program's outputs and input gradients through `torch.compile(backend="xfuse")` in strict mode
+(AOTAutograd's forward and backward parts) are compared with eager's
+(`xfuse.testing.fuzz.training`); skips are counted by reason, and parts xfuse cannot compile
+(`EagerFallbackError`: coverage gaps, not failures) by the op they name.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.testing.fuzz.generator import generate
 from xfuse.testing.fuzz.reproducer import reproducer, reproducer_name
 from xfuse.testing.fuzz.runner import Outcome, available_devices, check_source
+from xfuse.testing.fuzz.training import check_training, gap_ops
 from xfuse.testing.limits import ProgramTimeout, time_limit
 
 
@@ -42,29 +48,41 @@ class FuzzRun:
     pipeline: str = DEFAULT_PIPELINE
     allow_unsupported: bool = True
     semantics: bool = False
+    training: bool = False
     per_program_s: int = 120
     verbose: bool = False
     passed: int = 0
     failed: int = 0
     skipped: int = 0
+    gaps: int = 0
     stages: Counter[str] = field(default_factory=Counter[str])
     signatures: Counter[str] = field(default_factory=Counter[str])
+    skip_reasons: Counter[str] = field(default_factory=Counter[str])
+    gap_ops: Counter[str] = field(default_factory=Counter[str])
 
     def run_one(self, index: int) -> Outcome:
         program = generate(program_seed(self.seed, index), allow_unsupported=self.allow_unsupported)
         try:
             with time_limit(self.per_program_s):
-                outcome = check_source(
-                    program.source, self.devices, self.pipeline, semantics=self.semantics
-                )
+                outcome = self.check(program.source)
         except ProgramTimeout as e:
             outcome = Outcome("fail", "timeout", str(e))
         self.record(index, program.source, outcome)
         return outcome
 
+    def check(self, source: str) -> Outcome:
+        if self.training:
+            return check_training(source, self.devices)
+        return check_source(source, self.devices, self.pipeline, semantics=self.semantics)
+
     def record(self, index: int, source: str, outcome: Outcome) -> None:
         if outcome.status == "skip":
             self.skipped += 1
+            self.skip_reasons[outcome.message] += 1
+        elif outcome.status == "gap":
+            self.gaps += 1
+            self.gap_ops.update(f"{outcome.stage}: {op}" for op in gap_ops(outcome.message))
+            print(f"GAP program {index} at {outcome.stage}: {outcome.message[:300]}", flush=True)
         elif outcome.status == "pass":
             self.passed += 1
             self.stages.update(outcome.stages)
@@ -84,11 +102,17 @@ class FuzzRun:
             return ""
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / reproducer_name(self.seed, index)
-        path.write_text(reproducer(source, outcome, self.seed, index))
+        path.write_text(reproducer(source, outcome, self.seed, index, self.training))
         return f" -> {path}"
 
     def summary(self) -> list[str]:
-        lines = [f"{self.skipped} skipped (torch.export rejects them)"]
+        if self.training:
+            lines = [f"{self.skipped} skipped"]
+            lines += [f"  {n} x {why}" for why, n in self.skip_reasons.most_common()]
+            lines.append(f"{self.gaps} coverage gaps (EagerFallbackError in strict mode)")
+            lines += [f"  {n} x {op}" for op, n in self.gap_ops.most_common()]
+        else:
+            lines = [f"{self.skipped} skipped (torch.export rejects them)"]
         if self.stages:
             lines.append(
                 "stages checked: " + ", ".join(f"{k} x{v}" for k, v in self.stages.items())
@@ -106,6 +130,7 @@ def fuzz(args: argparse.Namespace) -> int:
         pipeline=args.pipeline,
         allow_unsupported=not args.supported_only,
         semantics=args.semantics,
+        training=args.training,
         verbose=args.verbose,
     )
     deadline = time.monotonic() + args.seconds
@@ -150,6 +175,11 @@ def parser() -> argparse.ArgumentParser:
         "--semantics",
         action="store_true",
         help="also check aliasing: write into every output, compare what changes with eager",
+    )
+    p.add_argument(
+        "--training",
+        action="store_true",
+        help="check forward and backward through torch.compile against eager's gradients",
     )
     p.add_argument("--supported-only", action="store_true", help="only ops xfuse compiles")
     p.add_argument("--bisect", metavar="FILE", default=None, help="bisect a failing reproducer")

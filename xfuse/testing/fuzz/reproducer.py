@@ -11,14 +11,20 @@ from xfuse.testing.fuzz.runner import Outcome, check_source
 # ---------------------------------------------------------------------------------------------
 
 
-def reproducer(source: str, outcome: Outcome, seed: int, index: int) -> str:
+def reproducer(source: str, outcome: Outcome, seed: int, index: int, training: bool = False) -> str:
     """A standalone script: the program, then a main that runs it eagerly and through xfuse
-    and exits non-zero while they differ."""
+    (with `training`, its forward and backward: `check_training`) and exits non-zero while
+    they differ."""
+    name = reproducer_name(seed, index)
+    how = (
+        "its forward and backward through torch.compile (xfuse-fuzz --training)"
+        if training
+        else f"`xfuse-fuzz --bisect {name}` finds the pass and shrinks it"
+    )
     header = (
         f'"""xfuse-fuzz reproducer: seed {seed}, program {index}.\n\n'
         f"Failed at: {outcome.stage}\n{_wrap(outcome.message)}\n\n"
-        f"Run `python {reproducer_name(seed, index)}` (exits non-zero while it fails);\n"
-        f"`xfuse-fuzz --bisect {reproducer_name(seed, index)}` finds the pass and shrinks it.\n"
+        f"Run `python {name}` (exits non-zero while it fails);\n{how}.\n"
         '"""\n'
     )
     main = (
@@ -26,7 +32,7 @@ def reproducer(source: str, outcome: Outcome, seed: int, index: int) -> str:
         'if __name__ == "__main__":\n'
         "    import sys\n\n"
         "    from xfuse.testing.fuzz.reproducer import check_file\n\n"
-        "    sys.exit(check_file(__file__))\n"
+        f"    sys.exit(check_file(__file__{', training=True' if training else ''}))\n"
     )
     return header + source + main
 
@@ -51,10 +57,16 @@ def program_part(text: str) -> str:
     return body.rstrip("\n") + "\n"
 
 
-def check_file(path: str, devices: Sequence[str] | None = None) -> int:
-    """Run a reproducer's program through xfuse; print the outcome; 0 when it passes."""
+def check_file(path: str, devices: Sequence[str] | None = None, training: bool = False) -> int:
+    """Run a reproducer's program through xfuse (with `training`, its forward and backward on
+    the CPU, or `devices`); print the outcome; 0 when it passes."""
+    from xfuse.testing.fuzz.training import check_training
+
     with open(path) as f:
         source = program_part(f.read())
-    outcome = check_source(source, devices)
+    if training:
+        outcome = check_training(source, devices or ("cpu",))
+    else:
+        outcome = check_source(source, devices)
     print(outcome)
     return 0 if outcome.status != "fail" else 1

@@ -1,0 +1,214 @@
+"""The fuzzer's training mode (`xfuse.testing.fuzz.training`, `xfuse-fuzz --training`): forward
+and backward through `torch.compile(backend="xfuse")` in strict mode against eager's outputs and
+input gradients."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from xfuse.cli import fuzz as cli
+from xfuse.errors import XfuseError
+from xfuse.runtime.executor import CompiledProgram
+from xfuse.testing.fuzz import reproducer
+from xfuse.testing.fuzz.generator import generate
+from xfuse.testing.fuzz.program import InputSpec, program_source
+from xfuse.testing.fuzz.runner import Outcome
+from xfuse.testing.fuzz.training import check_training, compare_grads, gap_ops, skip_reason
+from xfuse.training import PartCompiler
+
+Tensor = torch.Tensor
+
+
+def source(body: list[str], outputs: list[str], *inputs: InputSpec) -> str:
+    specs = inputs or (InputSpec("x0", (4, 6)), InputSpec("x1", (6,)))
+    return program_source(7, specs, body, outputs, "strict")
+
+
+BROADCAST = source(["v1 = torch.sin(x0) * x1", "v2 = torch.exp(v1) + x1"], ["v1", "v2"])
+"""Two inputs, one broadcast (its gradient is a sum), two outputs that need grad."""
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """`plant(part, change, from_run=1)`: every tensor the compiled `part` ("forward",
+    "backward") returns passed through `change`, from its `from_run`th run on."""
+    real = PartCompiler.compile
+
+    def plant(part: str, change: Callable[[Tensor], Tensor], from_run: int = 1) -> None:
+        def compile_part(self: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> Any:
+            program = real(self, gm, inputs)
+            if self.part != part:
+                return program
+            runs: list[int] = []
+
+            def run(*args: Any) -> Any:
+                runs.append(1)
+                results = program(*args)
+                if len(runs) < from_run:
+                    return results
+                return tuple(change(t) if isinstance(t, Tensor) else t for t in results)
+
+            return run
+
+        monkeypatch.setattr(PartCompiler, "compile", compile_part)
+
+    return plant
+
+
+def test_forward_and_backward_match_eager() -> None:
+    outcome = check_training(BROADCAST)
+    assert outcome.status == "pass", str(outcome)
+    assert outcome.stages == ["cpu first step", "cpu second step"]
+
+
+def test_every_part_is_compiled_by_xfuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    parts: list[str] = []
+    real = PartCompiler.compile
+
+    def recording(self: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> CompiledProgram:
+        parts.append(self.part)
+        return real(self, gm, inputs)
+
+    monkeypatch.setattr(PartCompiler, "compile", recording)
+    assert check_training(BROADCAST).status == "pass"
+    assert parts == ["forward", "backward"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_generated_programs_train_as_eager_does(seed: int) -> None:
+    outcome = check_training(generate(seed).source)
+    assert outcome.status == "pass", str(outcome)
+
+
+def test_a_wrong_gradient_is_a_failure(planted: Callable[..., None]) -> None:
+    planted("backward", lambda t: t * 1.01)
+    outcome = check_training(BROADCAST)
+    assert (outcome.status, outcome.stage) == ("fail", "first step backward"), str(outcome)
+    assert re.match(r"gradient of input \d: Tensor-likes are not close", outcome.message)
+
+
+def test_a_wrong_output_of_the_training_forward_is_a_failure(
+    planted: Callable[..., None],
+) -> None:
+    planted("forward", lambda t: t + 1e-3)
+    outcome = check_training(BROADCAST)
+    assert (outcome.status, outcome.stage) == ("fail", "first step forward"), str(outcome)
+    assert outcome.message.startswith("output 0: Tensor-likes are not close")
+
+
+def test_a_wrong_gradient_of_the_second_step_is_a_failure(planted: Callable[..., None]) -> None:
+    planted("backward", lambda t: t * 1.01, from_run=2)
+    outcome = check_training(BROADCAST)
+    assert (outcome.status, outcome.stage) == ("fail", "second step backward"), str(outcome)
+    assert outcome.stages == ["first step"]
+
+
+def test_a_part_xfuse_cannot_compile_is_a_coverage_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = PartCompiler.compile
+
+    def refuse_backward(self: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> Any:
+        if self.part == "backward":
+            raise XfuseError("no lowering for aten.planted_backward.default")
+        return real(self, gm, inputs)
+
+    monkeypatch.setattr(PartCompiler, "compile", refuse_backward)
+    outcome = check_training(BROADCAST)
+    assert (outcome.status, outcome.stage) == ("gap", "first step gap"), str(outcome)
+    assert "would run this graph eagerly (fallback='error')" in outcome.message
+    assert gap_ops(outcome.message) == ["aten.planted_backward.default"]
+
+
+@pytest.mark.parametrize(
+    ("body", "outputs", "reason"),
+    [
+        (["v1 = torch.floor_divide(x0, x1)"], ["v1"], "no derivative: aten::floor_divide"),
+        (["v1 = x0 > x1"], ["v1"], "no output needs grad"),
+        (
+            ["v1 = torch.exp(x0)", "v1.add_(1)"],
+            ["v1"],
+            "a tensor the backward saves is modified in place",
+        ),
+        (["x0.add_(1)"], ["x0"], "an in-place write into an input that requires grad"),
+        (["v1 = x0 @ x1.long()"], ["v1"], "eager refuses the program (with or without grad)"),
+    ],
+)
+def test_what_eager_cannot_differentiate_is_skipped_with_its_reason(
+    body: list[str], outputs: list[str], reason: str
+) -> None:
+    outcome = check_training(source(body, outputs))
+    assert (outcome.status, outcome.message) == ("skip", reason)
+
+
+def test_a_program_without_floating_inputs_is_skipped() -> None:
+    program = source(["v1 = x0 + 1"], ["v1"], InputSpec("x0", (4,), kind="int"))
+    assert check_training(program).message == "no floating input"
+
+
+def test_skip_reasons_name_the_op_without_a_derivative() -> None:
+    error = RuntimeError("derivative for aten::bucketize is not implemented")
+    assert skip_reason("backward", error) == "no derivative: aten::bucketize"
+    assert skip_reason("backward", ValueError("odd")) == "eager's backward raises ValueError"
+
+
+def test_gradients_compare_none_and_values_as_eager() -> None:
+    x = torch.linspace(0, 1, 50)
+    assert compare_grads([x, None], [x, None], None, 1.0) is None
+    assert "None" in (compare_grads([x, x], [x, None], None, 1.0) or "")
+    problem = compare_grads([None, x + 1e-3], [None, x], None, 1.0) or ""
+    assert problem.startswith("gradient of input 1: Tensor-likes are not close")
+
+
+def test_a_summed_gradient_passes_by_the_f64_rule() -> None:
+    """A gradient eager rounds 1e-4 off the f64 value: xfuse's, as far off the other way,
+    passes (the RMSE rule), and one 100x further off fails."""
+    reference = torch.linspace(0, 1, 1000, dtype=torch.float64)
+    eager = (reference + 1e-4 * torch.sin(reference * 50)).float()
+    close = (reference - 1e-4 * torch.sin(reference * 50)).float()
+    far = (reference + 1e-2 * torch.sin(reference * 50)).float()
+    assert compare_grads([close], [eager], [reference], 1.0) is None
+    assert compare_grads([far], [eager], [reference], 1.0) is not None
+
+
+def test_the_cli_training_run_ends_with_the_counts(capsys: pytest.CaptureFixture[str]) -> None:
+    status = cli.main(["--training", "--programs", "3", "--seed", "1", "--seconds", "600"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert status == 0
+    assert lines[-1] == "3 passed, 0 failed", lines
+    assert lines[0] == "0 skipped"
+    assert "0 coverage gaps (EagerFallbackError in strict mode)" in lines
+    assert "stages checked: cpu first step x3, cpu second step x3" in lines
+
+
+def test_the_cli_writes_a_training_reproducer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], planted: Callable[..., None]
+) -> None:
+    planted("backward", lambda t: t * 1.01)
+    status = cli.main(
+        ["--training", "--programs", "1", "--seed", "1", "--out", str(tmp_path), "--device", "cpu"]
+    )
+    out = capsys.readouterr().out.strip().splitlines()
+    assert status == 1
+    assert out[-1] == "0 passed, 1 failed"
+    text = (tmp_path / "fail_1_0.py").read_text()
+    assert "Failed at: first step backward" in text
+    assert "check_file(__file__, training=True)" in text
+    assert reproducer.program_part(text) == generate(cli.program_seed(1, 0)).source
+
+
+def test_a_training_reproducer_fails_while_the_bug_is_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], planted: Callable[..., None]
+) -> None:
+    path = tmp_path / "fail_3_0.py"
+    failed = Outcome("fail", "first step backward", "planted")
+    path.write_text(reproducer.reproducer(BROADCAST, failed, 3, 0, training=True))
+    assert reproducer.check_file(str(path), training=True) == 0
+    assert capsys.readouterr().out.startswith("pass")
+    planted("backward", lambda t: t * 1.01)
+    assert reproducer.check_file(str(path), training=True) == 1
+    assert capsys.readouterr().out.startswith("fail at first step backward: gradient of input")

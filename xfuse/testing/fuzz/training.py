@@ -1,0 +1,317 @@
+"""The training mode of the differential runner: a program's forward and backward through
+`torch.compile(program, backend="xfuse", options={"fallback": "error"})` (AOTAutograd's
+forward and backward parts, each compiled by xfuse; `xfuse.training`) against eager's outputs
+and input gradients.
+
+Some floating inputs (drawn from the source's hash, at least one) become leaves that require
+grad; the loss is the sum of each output that needs grad times fixed random f64 weights,
+computed eagerly outside the compiled program, so the gradient of every input is the
+program's backward alone. Two steps run (the second reuses the compiled parts), and each
+compares the outputs (`compare_outputs`, as the forward fuzzer does) and then each input's
+gradient: against eager's, or where eager's rounding differs, against an f64 run by the RMSE
+rule of `compare._rmse_ok` (a broadcast input's gradient is a sum, so every gradient gets the
+f64 reference), with the larger of the program's scale and the gradient's own magnitude as
+the values its backward computes.
+
+    outcome = check_training(source)      # an `Outcome`
+    outcome.status                        # pass | fail | skip | gap
+
+A program eager cannot differentiate (no output needs grad, an op without a derivative, a
+saved tensor modified in place) is skipped with a reason (`skip_reason`). A part xfuse cannot
+compile raises `EagerFallbackError` in strict mode: that is a `gap` (a coverage gap, not a
+wrong result), its message kept to say which op.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import warnings
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from xfuse.errors import EagerFallbackError
+from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
+from xfuse.testing.fuzz.program import RMSE_TOLERANCE, Tensor, load_source
+from xfuse.testing.fuzz.runner import (
+    Float64Casts,
+    Outcome,
+    StageFailure,
+    _one_line,
+    _where,
+    full_f32_on,
+    magnitude,
+    same_layout_on,
+)
+
+STRICT: dict[str, str | int | bool | Callable[..., Any]] = {"fallback": "error"}
+"""The backend's options: a part that would run eagerly raises `EagerFallbackError`."""
+
+GRAD_RATE = 0.75
+"""The chance that a floating input requires grad (one always does)."""
+
+STEPS = ("first step", "second step")
+"""Each compiles nothing new the second time: dynamo's guards and xfuse's parts are reused."""
+
+SKIP_REASONS: tuple[tuple[str, str], ...] = (
+    (r"derivative for (aten::\w+) is not implemented", r"no derivative: \1"),
+    (r"modified by an inplace operation", "a tensor the backward saves is modified in place"),
+    (r"leaf Variable that requires grad", "an in-place write into an input that requires grad"),
+    (r"is not differentiable with respect to argument", "an input is not differentiable"),
+)
+"""(pattern of eager's error, the skip's reason) in order: the first match names the reason
+(its groups substituted); any other error is "eager raises" and its type."""
+
+
+def skip_reason(stage: str, error: Exception) -> str:
+    """Why eager cannot run `stage` ("forward", "backward") of a program with grad: a rule of
+    `SKIP_REASONS`, else the error's type."""
+    text = str(error)
+    for pattern, reason in SKIP_REASONS:
+        found = re.search(pattern, text)
+        if found is not None:
+            return found.expand(reason)
+    return f"eager's {stage} raises {type(error).__name__}"
+
+
+def fallback_error(error: BaseException) -> EagerFallbackError | None:
+    """The `EagerFallbackError` `error` is, or was raised from (dynamo wraps a backend's
+    errors at compile time); None when it is none."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, EagerFallbackError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def gap_ops(message: str) -> list[str]:
+    """The aten ops a strict-mode `EagerFallbackError` names (its message), else its reason:
+    what a run counts the coverage gap by."""
+    ops = sorted(set(re.findall(r"aten[.:]+\w+(?:\.\w+)?", message)))
+    if ops:
+        return ops
+    reason = message.split("(fallback='error'): ", 1)[-1]
+    return [reason.splitlines()[0][:120] if reason else "(no message)"]
+
+
+@dataclass
+class Step:
+    """One step's outputs and each grad input's gradient (None where the loss does not reach
+    it)."""
+
+    outputs: list[Tensor]
+    grads: list[Tensor | None]
+
+
+@dataclass
+class TrainingDifferential:
+    """One program's forward and backward through xfuse (`torch.compile`) against eager's on
+    `device`."""
+
+    source: str
+    device: str = "cpu"
+    namespace: dict[str, Any] = field(init=False)
+    grad_inputs: list[int] = field(init=False)
+    needs_grad: list[bool] | None = field(init=False, default=None)
+    """Which of eager's outputs need grad (set by eager's step): the loss weighs those."""
+    weights: list[Tensor] = field(init=False, default_factory=list[Tensor])
+
+    def __post_init__(self) -> None:
+        self.namespace = load_source(self.source)
+
+    @property
+    def program(self) -> Callable[..., Any]:
+        return self.namespace["program"]
+
+    def leaves(self, dtype: torch.dtype | None = None) -> tuple[Tensor, ...]:
+        """Fresh inputs on the device (their layouts kept), the grad inputs leaves that
+        require grad; with `dtype`, f32 inputs in that dtype (the f64 reference)."""
+        inputs = [same_layout_on(t, self.device) for t in self.namespace["make_inputs"]()]
+        if dtype is not None:
+            inputs = [t.to(dtype) if t.dtype == torch.float32 else t for t in inputs]
+        for i in self.grad_inputs:
+            inputs[i].requires_grad_(True)
+        return tuple(inputs)
+
+    def choose_grad_inputs(self) -> list[int]:
+        """Each floating input with chance `GRAD_RATE` (by the source's hash), at least one."""
+        inputs = self.namespace["make_inputs"]()
+        floating = [i for i, t in enumerate(inputs) if t.is_floating_point()]
+        rng = random.Random(zlib.crc32(self.source.encode()))
+        chosen = [i for i in floating if rng.random() < GRAD_RATE]
+        return chosen or floating[:1]
+
+    def loss(self, outputs: Sequence[Tensor]) -> Tensor:
+        """The sum of each output that needs grad times its weights, in f64."""
+        grads = [o for o in outputs if o.requires_grad]
+        if not self.weights:
+            rng = torch.Generator().manual_seed(zlib.crc32(self.source.encode()))
+            self.weights = [
+                torch.randn(o.shape, generator=rng, dtype=torch.float64).to(o.device) for o in grads
+            ]
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for o, w in zip(grads, self.weights, strict=True):
+            total = total + (o.double() * w).sum()
+        return total
+
+    def step(self, run: Callable[..., Any], inputs: tuple[Tensor, ...]) -> Step:
+        """Outputs of `run` on `inputs` and the gradients of the loss by the grad inputs; a
+        "forward" `StageFailure` where other outputs than eager's need grad."""
+        outputs = flat_tensors(run(*inputs))
+        needs = [o.requires_grad for o in outputs]
+        if self.needs_grad is None:
+            self.needs_grad = needs
+        elif needs != self.needs_grad:
+            raise StageFailure(
+                "forward", f"outputs needing grad: {needs}, eager's: {self.needs_grad}"
+            )
+        grads = torch.autograd.grad(
+            self.loss(outputs), [inputs[i] for i in self.grad_inputs], allow_unused=True
+        )
+        return Step([o.detach() for o in outputs], list(grads))
+
+    # --- the run -----------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        self.grad_inputs = self.choose_grad_inputs()
+        if not self.grad_inputs:
+            return Outcome("skip", "eager", "no floating input")
+        with full_f32_on(self.device):
+            expected = self.run_eager()
+            if isinstance(expected, Outcome):
+                return expected
+            reference = self.run_f64()
+            return self.run_compiled(expected, reference)
+
+    def run_eager(self) -> Step | Outcome:
+        inputs = self.leaves()
+        try:
+            outputs = flat_tensors(self.program(*inputs))
+        except Exception as e:  # noqa: BLE001 - a program eager cannot run with grad
+            return Outcome("skip", "eager", self.refused_reason(e))
+        if not any(o.requires_grad for o in outputs):
+            return Outcome("skip", "eager", "no output needs grad")
+        try:
+            return self.step(self.program, self.leaves())
+        except Exception as e:  # noqa: BLE001 - a program eager cannot differentiate
+            return Outcome("skip", "eager", skip_reason("backward", e))
+
+    def refused_reason(self, error: Exception) -> str:
+        """Why eager's forward raises with grad: the program's dtypes, which it refuses
+        without grad too (the forward fuzzer checks xfuse raises as eager does), or
+        `skip_reason`."""
+        try:
+            self.program(*self.namespace["make_inputs"]())
+        except Exception:  # noqa: BLE001 - eager refuses the program itself
+            return "eager refuses the program (with or without grad)"
+        return skip_reason("forward", error)
+
+    def run_f64(self) -> Step | None:
+        """The step in f64 (f32 inputs, and the program's own casts to floating dtypes), for
+        the RMSE rule; None where it does not run or gives other shapes."""
+        try:
+            with warnings.catch_warnings(), Float64Casts():
+                warnings.simplefilter("ignore")
+                return self.step(self.program, self.leaves(torch.float64))
+        except Exception:  # noqa: BLE001 - the rule then is assert_close alone
+            return None
+
+    def run_compiled(self, expected: Step, reference: Step | None) -> Outcome:
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        compiled = torch.compile(self.program, backend="xfuse", options=STRICT)
+        traced = counters["aot_autograd"]["total"]
+        passed: list[str] = []
+        try:
+            for name in STEPS:
+                got = self.compiled_step(name, compiled)
+                self.check(name, got, expected, reference)
+                passed.append(name)
+        except StageFailure as failure:
+            status = "gap" if failure.stage.endswith(" gap") else "fail"
+            return Outcome(status, failure.stage, failure.message, passed)
+        finally:
+            torch._dynamo.reset()
+        if counters["aot_autograd"]["total"] == traced:
+            return Outcome("skip", "dynamo", "no graph went through AOTAutograd")
+        return Outcome("pass", stages=passed)
+
+    def compiled_step(self, name: str, compiled: Callable[..., Any]) -> Step:
+        """The step through the compiled program; a strict-mode `EagerFallbackError` is a
+        "<name> gap" stage failure, any other error a failure of the step."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return self.step(compiled, self.leaves())
+        except StageFailure as failure:
+            raise StageFailure(f"{name} {failure.stage}", failure.message) from failure
+        except Exception as e:  # noqa: BLE001 - a gap or a crash
+            fallback = fallback_error(e)
+            if fallback is not None:
+                raise StageFailure(f"{name} gap", str(fallback)) from e
+            raise StageFailure(name, _one_line(e) + _where(e)) from e
+
+    def check(self, name: str, got: Step, want: Step, reference: Step | None) -> None:
+        scale = float(self.namespace.get("SCALE", 1.0))
+        rmse = self.namespace.get("TOLERANCE") == RMSE_TOLERANCE
+        forward_reference = reference.outputs if reference is not None and rmse else None
+        problem = compare_outputs(got.outputs, want.outputs, forward_reference, scale)
+        if problem is not None:
+            raise StageFailure(f"{name} forward", problem)
+        problem = compare_grads(
+            got.grads, want.grads, reference.grads if reference is not None else None, scale
+        )
+        if problem is not None:
+            raise StageFailure(f"{name} backward", problem)
+
+
+def compare_grads(
+    got: Sequence[Tensor | None],
+    want: Sequence[Tensor | None],
+    reference: Sequence[Tensor | None] | None,
+    scale: float,
+) -> str | None:
+    """None when each gradient matches eager's (None where eager's is: the loss does not
+    reach that input), by `compare_outputs` with the f64 `reference`, each at the larger of
+    `scale` and its own magnitude."""
+    if [g is None for g in got] != [w is None for w in want]:
+        return f"gradients that are None: {[g is None for g in got]}, eager's: {[w is None for w in want]}"
+    present = [i for i, w in enumerate(want) if w is not None]
+    refs = None
+    if reference is not None and all(reference[i] is not None for i in present):
+        refs = [_tensor(reference[i]) for i in present]
+    problem = compare_outputs(
+        [_tensor(got[i]) for i in present],
+        [_tensor(want[i]) for i in present],
+        refs,
+        [max(scale, magnitude(_tensor(want[i]))) for i in present],
+    )
+    if problem is None:
+        return None
+    return re.sub(r"^output (\d+)", lambda m: f"gradient of input {present[int(m[1])]}", problem)
+
+
+def _tensor(t: Tensor | None) -> Tensor:
+    assert t is not None
+    return t
+
+
+def check_training(source: str, devices: Sequence[str] = ("cpu",)) -> Outcome:
+    """A program's training step through xfuse against eager's on each device (the first
+    outcome that is no pass); never raises for a failure."""
+    stages: list[str] = []
+    for device in devices:
+        try:
+            outcome = TrainingDifferential(source, device).run()
+        except Exception as e:  # the harness itself: report it, do not stop the fuzzer
+            return Outcome("fail", "harness", _one_line(e) + _where(e), stages)
+        if outcome.status != "pass":
+            return outcome
+        stages += [f"{device} {stage}" for stage in outcome.stages]
+    return Outcome("pass", stages=stages)
