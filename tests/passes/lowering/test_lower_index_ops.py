@@ -17,12 +17,16 @@ from tests.passes.lowering.test_lower_to_loops import (
 )
 from xfuse.dialects import graph
 from xfuse.passes.lowering.index_algebra import (
+    Clamp,
     LoopVar,
+    Reflect,
     add,
     bounds,
+    clamp,
     constant_index,
     floordiv,
     mod,
+    reflect,
     scale,
     var_index,
 )
@@ -125,6 +129,16 @@ def test_counting_down_has_the_right_bounds() -> None:
         assert _eval(mod(e, 4), v) == (5 - v) % 4
     (r,) = rolled_index((i,), (6,), {0: 2})
     assert [_eval(r, v) for v in range(6)] == [(v - 2) % 6 for v in range(6)]
+
+
+def test_clamp_and_reflect_keep_an_index_in_range() -> None:
+    i = var_index(LoopVar(0, 6))
+    assert clamp(i, 0, 5) == i and reflect(i, 6) == i
+    shifted = add(i, constant_index(-2))
+    ((clamped, _),) = clamp(shifted, 0, 5).terms
+    assert clamped == Clamp(shifted, 0, 5) and bounds(clamp(shifted, 0, 5)) == (0, 3)
+    ((reflected, _),) = reflect(shifted, 6).terms
+    assert reflected == Reflect(shifted, 6)
 
 
 def _eval(e, v: int) -> int:

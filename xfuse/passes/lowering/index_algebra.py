@@ -207,6 +207,18 @@ def mod(e: Affine, c: int) -> Affine:
     return Affine(((Mod(rest, c), 1),))
 
 
+def clamp(e: Affine, low: int, high: int) -> Affine:
+    """min(max(e, low), high): `e` itself where its bounds lie in [low, high]."""
+    lo, hi = bounds(e)
+    return e if low <= lo and hi <= high else Affine(((Clamp(e, low, high), 1),))
+
+
+def reflect(e: Affine, size: int) -> Affine:
+    """`e` mirrored into [0, size) (`Reflect`): `e` itself where its bounds lie in [0, size)."""
+    lo, hi = bounds(e)
+    return e if 0 <= lo and hi < size else Affine(((Reflect(e, size), 1),))
+
+
 def _recombine(terms: dict[Atom, int], const: int) -> tuple[dict[Atom, int], int]:
     """Fold `k*(x mod a) + k*a*(x floordiv a)` into `k*x` and `k*(x mod a) + k*a*((x floordiv
     a) mod b)` into `k*(x mod a*b)`: what linearizing a delinearized index leaves."""

@@ -32,10 +32,12 @@ from xfuse.passes.lowering.index_algebra import (
     Reflect,
     add,
     bounds,
+    clamp,
     constant_index,
     floordiv,
     linearize,
     loop_vars,
+    reflect,
     scale,
     var_index,
 )
@@ -90,7 +92,7 @@ def _guarded_index(b: LoopEmitter, pos: Affine, size: int) -> tuple[Affine, SSAV
         return conds[0] if len(conds) == 1 else b.insert(arith.AndIOp(conds[0], conds[1]))
 
     cond = b.memoized(("inside", pos, size), loop_vars(pos), True, inside)
-    return Affine(((Clamp(pos, 0, size - 1), 1),)), cond
+    return clamp(pos, 0, size - 1), cond
 
 
 def _all(b: LoopEmitter, conds: Sequence[SSAValue]) -> SSAValue | None:
@@ -144,17 +146,9 @@ def pad_value_at(b: LoopEmitter, op: graph.PadOp, index: Index) -> SSAValue:
     shape, t, mode = shape_of(op.input), dtype_of(op.result), op.mode.data
     src = [add(e, constant_index(-lo)) for e, lo in zip(index, low, strict=True)]
     if mode == "reflect":
-        src = [
-            e if 0 <= bounds(e)[0] and bounds(e)[1] < n else Affine(((Reflect(e, n), 1),))
-            for e, n in zip(src, shape, strict=True)
-        ]
+        src = [reflect(e, n) for e, n in zip(src, shape, strict=True)]
     elif mode == "replicate":
-        src = [
-            Affine(((Clamp(e, 0, n - 1), 1),))
-            if not (0 <= bounds(e)[0] and bounds(e)[1] < n)
-            else e
-            for e, n in zip(src, shape, strict=True)
-        ]
+        src = [clamp(e, 0, n - 1) for e, n in zip(src, shape, strict=True)]
     if mode != "constant":
         return b.value_at(op.input, tuple(src))
     return _value_or_fill(b, op.input, src, shape, op.fill, t)
