@@ -8,8 +8,9 @@ from there and operands are cast to it.
 
 The converters live in one module per family of ops (`elementwise`, `tensors`, `layout`,
 `indexing`, `reductions`, `windows`, `externs`, `composites`; shared helpers in `common`); each
-gives its `OWN_CONVERTERS` (op class -> converter) and its `FORMULAS` (aten ops that are
-formulas of graph ops). This package builds the table from them and the ops' `aten` facts.
+gives its `OWN_CONVERTERS` (op class -> converter, for the ops outside the unary, binary,
+comparison and reduce families) and its `FORMULAS` (aten ops that are formulas of graph ops).
+This package builds the table from them and the ops' `aten` facts.
 """
 
 from __future__ import annotations

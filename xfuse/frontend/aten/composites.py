@@ -108,8 +108,6 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.RMSNormOp: _rms_norm,
     graph.GeluOp: _gelu,
 }
-"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
-the overloads in their `aten` facts."""
 
 FORMULAS: dict[str, Converter] = {
     "aten.batch_norm.default": _batch_norm_eval,

@@ -270,8 +270,6 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.RemainderOp: _division(graph.RemainderOp),
     graph.FloorDivideOp: _division(graph.FloorDivideOp),
 }
-"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
-the overloads in their `aten` facts."""
 
 FORMULAS: dict[str, Converter] = {
     "aten.rsub.Tensor": _rsub,

@@ -83,8 +83,6 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.MatmulOp: _matmul,
     graph.LinearOp: _linear,
 }
-"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
-the overloads in their `aten` facts."""
 
 FORMULAS: dict[str, Converter] = {
     "aten.conv2d.default": _conv2d,

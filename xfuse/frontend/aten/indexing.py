@@ -591,8 +591,6 @@ SCATTER_KEPT_COMPOSITES = (
 OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.GatherOp: _indexing,
 }
-"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
-the overloads in their `aten` facts."""
 
 FORMULAS: dict[str, Converter] = {
     **SCATTER_CONVERTERS,

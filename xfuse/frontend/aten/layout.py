@@ -323,8 +323,6 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.FlipOp: _flip,
     graph.RollOp: _roll,
 }
-"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
-the overloads in their `aten` facts."""
 
 FORMULAS: dict[str, Converter] = {
     **_each(["aten.transpose.int", "aten.t.default"], _transpose),

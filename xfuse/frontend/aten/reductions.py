@@ -189,8 +189,6 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.ArgMinOp: _arg_reduce(graph.ArgMinOp),
     graph.ScanOp: _scan,
 }
-"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
-the overloads in their `aten` facts."""
 
 FORMULAS: dict[str, Converter] = {
     **dict.fromkeys(

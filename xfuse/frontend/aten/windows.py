@@ -287,8 +287,6 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.PadOp: _pool_converter,
     graph.PoolOp: _pool_converter,
 }
-"""The converters of this family's ops that are no unary, binary, comparison or reduce op, for
-the overloads in their `aten` facts."""
 
 FORMULAS: dict[str, Converter] = {
     "aten.pad.default": _pad,
