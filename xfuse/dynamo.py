@@ -179,16 +179,11 @@ class FastPath:
         self.dynamic = [i for i in range(self.count) if i not in static]
         self.layouts = [_layout(example_inputs[i]) for i in self.dynamic]
         self.static = sorted(static)
-        self.usable = all(
-            not isinstance(t, Tensor) or t.device == compiled.device for t in example_inputs
-        )
-        """False where an input is a CPU scalar of a CUDA program, which the checked path
-        moves to the GPU."""
         self.seen: list[Any] | None = None
         """The static inputs of the last call that took the checked path."""
 
     def takes(self, args: tuple[Any, ...]) -> bool:
-        if not self.usable or len(args) != self.count or torch.is_grad_enabled() != self.grad:
+        if len(args) != self.count or torch.is_grad_enabled() != self.grad:
             return False
         for i, layout in zip(self.dynamic, self.layouts, strict=True):
             if _layout(args[i]) != layout:

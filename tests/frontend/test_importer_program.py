@@ -12,6 +12,7 @@ from frontend_util import check_against_eager, op_names
 from test_importer_ops import CASES
 from torch import nn
 
+import xfuse
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
 from xfuse import interpret, parse
@@ -234,3 +235,37 @@ def test_example_imports_without_torch_call(make: Any) -> None:
     model, inputs = make()
     imported = check_against_eager(model, inputs, atol=1e-4, rtol=1e-4)
     assert "graph.torch_call" not in op_names(imported)
+
+
+def _library_op_with_an_int_result() -> Any:
+    """`xfuse_probe::with_len(x) -> (x * 2, len(x))`: a library op whose tuple result holds an
+    int beside its tensor, as CUDA's attention kernels report the longest sequence."""
+    lib = torch.library.Library("xfuse_probe", "FRAGMENT")
+    lib.define("with_len(Tensor x) -> (Tensor, SymInt)")
+    lib.impl("with_len", lambda x: (x * 2, x.shape[0]), "CompositeExplicitAutograd")
+    lib.impl("with_len", lambda x: (torch.empty_like(x), x.shape[0]), "Meta")
+    return lib
+
+
+WITH_LEN = _library_op_with_an_int_result()
+
+
+def test_an_unread_int_result_of_a_library_call_gets_no_value() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y, _ = torch.ops.xfuse_probe.with_len(x)
+        return y + 1
+
+    x = torch.randn(4, 3)
+    program = xfuse.compile(f, (x,), fallback="error")
+    torch.testing.assert_close(program(x), f(x))
+
+
+def test_a_read_int_result_of_a_library_call_is_the_static_size_it_reports() -> None:
+    """torch.export specialises the int to the size it is at these shapes."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y, n = torch.ops.xfuse_probe.with_len(x)
+        return y * n
+
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(xfuse.compile(f, (x,), fallback="error")(x), f(x))

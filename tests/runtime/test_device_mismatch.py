@@ -94,10 +94,12 @@ def test_gpu_mixed_devices_raise_eagers_error(name: str) -> None:
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_cpu_scalar_is_moved_as_eager_moves_it() -> None:
+def test_gpu_cpu_scalar_is_taken_as_eager_takes_it() -> None:
+    """Kernels read a copy on the GPU; the program runs step by step at every call (a CUDA
+    graph replays device work only)."""
     x, s = torch.randn(4, 4, device="cuda"), torch.tensor(2.0)
     compiled = xfuse.compile(lambda a, b: a * b + 1, (x, s), device="cuda", quiet=True)
-    for scale in (s, torch.tensor(3.0)):  # step by step, then captured
+    for scale in (s, torch.tensor(3.0), torch.tensor(4.0)):
         torch.testing.assert_close(compiled(x, scale), x * scale + 1)
 
 

@@ -44,6 +44,7 @@ from xfuse.frontend.builder import (
     node_error,
     result_types,
     tensor_type_of_val,
+    used_outputs,
 )
 from xfuse.frontend.decompositions import extra_decompositions
 from xfuse.frontend.eager_rules import check_eager_rules
@@ -484,14 +485,24 @@ def check_types(node: torch.fx.Node, value: Value) -> None:
 
 def torch_call(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     """The node as an opaque `graph.torch_call`, its tensor arguments as operands. A tuple
-    result that the operator leaves None (an output its mask does not ask for) has no SSA
-    value: the call's results are its tensors alone."""
+    result that is no tensor (None where the operator's mask asks for no output, or an int
+    such as the longest sequence a CUDA attention kernel reports) has no SSA value, and
+    nothing may read it: the call's results are its tensors alone."""
     val = node.meta.get("val")
-    if not isinstance(val, list | tuple) or all(v is not None for v in val):
+    if not isinstance(val, list | tuple):
         types = result_types(node)
     else:
-        types = [tensor_type_of_val(v, node) for v in val if v is not None]
+        check_unread_non_tensors(node, val)
+        types = [tensor_type_of_val(v, node) for v in val if isinstance(v, torch.Tensor)]
     results = iter(lowering.torch_call(str(node.target), node.args, dict(node.kwargs), types, node))
     if isinstance(val, list | tuple):
-        return [None if v is None else next(results) for v in val]
+        return [next(results) if isinstance(v, torch.Tensor) else None for v in val]
     return next(results)
+
+
+def check_unread_non_tensors(node: torch.fx.Node, val: Sequence[Any]) -> None:
+    """A tuple result that is no tensor must be None or unread: graph values are tensors."""
+    read = used_outputs(node)
+    for i, v in enumerate(val):
+        if v is not None and not isinstance(v, torch.Tensor) and i in read:
+            raise node_error(node, f"produces a {type(v).__name__} at result {i}, not a tensor")

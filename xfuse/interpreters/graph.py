@@ -203,10 +203,11 @@ def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
 
 def tensor_results(out: Any) -> Tensor | tuple[Tensor, ...]:
     """A torch operator's result(s) as a `graph.torch_call`'s: a tuple of its tensors, with
-    the results it leaves None dropped (`convolution_backward` where `output_mask` asks for
-    no input gradient; the importer gives such a result no SSA value)."""
+    the results that are no tensor dropped (None where `convolution_backward`'s `output_mask`
+    asks for no input gradient, the ints a CUDA attention kernel reports; the importer gives
+    such a result no SSA value)."""
     if isinstance(out, list | tuple):
-        return tuple(t for t in out if t is not None)
+        return tuple(t for t in out if isinstance(t, Tensor))
     return out
 
 

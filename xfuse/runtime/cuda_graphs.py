@@ -23,6 +23,9 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 - a program whose inputs and outputs are so large that copying them in and out of the graph
   costs more GPU time than the host time its launches take (`graph_pays`) runs step by step:
   a replay saves a few microseconds per step, a copy of 1 GiB takes a millisecond;
+- a program that reads or returns a CPU tensor (a 0-d scalar input, or the RNG state that
+  attention with dropout hands its backward, which the backward reads on the host) runs step
+  by step: a graph replays device work only;
 - a program that may write memory it does not own (an in-place torch op on an input) is never
   captured: its writes would land in the graph's copies. Neither is a program whose capture
   fails (a step that synchronises with the host). `reason` says why, and the program runs step
@@ -268,6 +271,13 @@ class GraphRunner:
     ) -> list[Tensor]:
         self._warm = True
         outputs = self.run_steps(self.program, args, pool)
+        host = [t for t in (*args, *outputs) if not t.is_cuda]
+        if host:
+            self.reason = (
+                f"it reads or returns a CPU tensor ({list(host[0].shape)}, {host[0].dtype}: a "
+                "scalar, or a library kernel's RNG state), which a CUDA graph cannot replay"
+            )
+            return outputs
         state_ids = {id(t) for t in state}
         copied = _nbytes([a for a in args if id(a) not in state_ids]) + _nbytes(outputs)
         steps = len(self.program.steps)

@@ -215,8 +215,10 @@ def check_input(name: str, value: Tensor, device: torch.device) -> Tensor:
         raise UnsupportedInputError(f"{name}: {e}") from None
     if value.device != device:
         if value.dim() == 0 and value.device.type == "cpu":
-            # A CPU scalar, which eager's kernels on `device` take as a value: moved there.
-            return value.to(device)
+            # A CPU scalar, which eager's kernels on `device` take as a value: library calls
+            # get it as it is (attention reads its RNG state on the host), kernels a copy on
+            # their device (`KernelStep`).
+            return value
         raise InputDeviceError(
             f"{name} is on {value.device}, but the program was compiled for {device}"
         )

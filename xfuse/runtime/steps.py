@@ -194,10 +194,10 @@ class KernelStep:
     else the kernel."""
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
-        buffers = [a if a.is_contiguous() else a.contiguous() for a in args]
         outs = list(map(allocate, self.out_specs))
         if self.writes:
-            buffers += outs
+            device = outs[0].device
+            buffers = [kernel_buffer(a, device) for a in args] + outs
             if self.error_flag:
                 self._run_checked(buffers, outs[0].device)
             else:
@@ -231,6 +231,14 @@ class KernelStep:
         self.kernel([*buffers, flag])
         if flag.item():
             raise IndexOutOfRangeError.in_kernel(self.label)
+
+
+def kernel_buffer(t: Tensor, device: torch.device) -> Tensor:
+    """`t` as a kernel on `device` reads it: contiguous, and there (a program's CPU scalar
+    input, which library calls take where it is, is copied to a GPU kernel's device)."""
+    if t.device != device:
+        t = t.to(device)
+    return t if t.is_contiguous() else t.contiguous()
 
 
 @dataclass
