@@ -244,6 +244,10 @@ def _library_op_with_an_int_result() -> Any:
     lib.define("with_len(Tensor x) -> (Tensor, SymInt)")
     lib.impl("with_len", lambda x: (x * 2, x.shape[0]), "CompositeExplicitAutograd")
     lib.impl("with_len", lambda x: (torch.empty_like(x), x.shape[0]), "Meta")
+    # A kernel that returns a tensor where its trace says None (CUDA's cuDNN attention does).
+    lib.define("with_unused(Tensor x) -> (Tensor, Tensor, Tensor)")
+    lib.impl("with_unused", lambda x: (x * 2, x.new_empty(0), x + 1), "CompositeExplicitAutograd")
+    lib.impl("with_unused", lambda x: (torch.empty_like(x), None, torch.empty_like(x)), "Meta")
     return lib
 
 
@@ -269,3 +273,16 @@ def test_a_read_int_result_of_a_library_call_is_the_static_size_it_reports() -> 
 
     x = torch.randn(4, 3)
     torch.testing.assert_close(xfuse.compile(f, (x,), fallback="error")(x), f(x))
+
+
+def test_a_library_call_that_returns_more_tensors_than_its_trace_picks_by_position() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        a, _, b = torch.ops.xfuse_probe.with_unused(x)
+        return a - b
+
+    x = torch.randn(4, 3)
+    program = xfuse.compile(f, (x,), fallback="error")
+    torch.testing.assert_close(program(x), f(x))
+    text = str(import_module(f, (x,)).module)
+    assert "picks = [0 : i64, 2 : i64]" in text
+    assert parse(text).is_structurally_equivalent(parse(text))  # it parses back

@@ -150,8 +150,10 @@ class ImportBuilder:
         kwargs: dict[str, Any],
         types: Sequence[TensorType[Attribute]],
         node: torch.fx.Node,
+        picks: Sequence[int] | None = None,
     ) -> list[SSAValue]:
-        """A `graph.torch_call` of `target` on FX-level arguments (nodes are its operands)."""
+        """A `graph.torch_call` of `target` on FX-level arguments (nodes are its operands);
+        `picks`: the positions of the operator's tuple result that are its results."""
         tensors: list[torch.fx.Node] = []
 
         def tensor_index(value: Any) -> int | None:
@@ -166,7 +168,7 @@ class ImportBuilder:
         except UnsupportedArgument as e:
             raise node_error(node, str(e)) from None
         op = graph.TorchCallOp(
-            target, [self.tensor(t) for t in tensors], types, encoded_args, encoded_kwargs
+            target, [self.tensor(t) for t in tensors], types, encoded_args, encoded_kwargs, picks
         )
         self.block.add_op(op)
         return list(op.results)

@@ -485,16 +485,22 @@ def check_types(node: torch.fx.Node, value: Value) -> None:
 
 def torch_call(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     """The node as an opaque `graph.torch_call`, its tensor arguments as operands. A tuple
-    result that is no tensor (None where the operator's mask asks for no output, or an int
-    such as the longest sequence a CUDA attention kernel reports) has no SSA value, and
-    nothing may read it: the call's results are its tensors alone."""
+    result that is no tensor in torch's trace (None where the operator's mask asks for no
+    output, an int such as the longest sequence a CUDA attention kernel reports) has no SSA
+    value, and nothing may read it: the call's results are its tensors alone, picked by
+    position (the kernel itself may return tensors where its trace says None)."""
     val = node.meta.get("val")
+    picks: list[int] | None = None
     if not isinstance(val, list | tuple):
         types = result_types(node)
     else:
         check_unread_non_tensors(node, val)
-        types = [tensor_type_of_val(v, node) for v in val if isinstance(v, torch.Tensor)]
-    results = iter(lowering.torch_call(str(node.target), node.args, dict(node.kwargs), types, node))
+        picks = [i for i, v in enumerate(val) if isinstance(v, torch.Tensor)]
+        types = [tensor_type_of_val(val[i], node) for i in picks]
+        if len(picks) == len(val):
+            picks = None  # every item is a result
+    target, args, kwargs = str(node.target), node.args, dict(node.kwargs)
+    results = iter(lowering.torch_call(target, args, kwargs, types, node, picks))
     if isinstance(val, list | tuple):
         return [next(results) if isinstance(v, torch.Tensor) else None for v in val]
     return next(results)

@@ -197,8 +197,16 @@ def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
     assert isinstance(op, graph.TorchCallOp)
     fn = resolve_torch_op(op.target.data)
     args, kwargs = decode_args(op.args, op.kwargs, xs)
-    out = fn(*args, **kwargs)
-    return tensor_results(out)
+    return picked_results(op, fn(*args, **kwargs))
+
+
+def picked_results(op: graph.TorchCallOp, out: Any) -> Tensor | tuple[Tensor, ...]:
+    """A torch call's results: the items of the operator's tuple at the op's `picks`, else
+    its tensors (`tensor_results`)."""
+    picked = op.picked
+    if picked is None:
+        return tensor_results(out)
+    return tuple(out[i] for i in picked)
 
 
 def tensor_results(out: Any) -> Tensor | tuple[Tensor, ...]:
@@ -569,7 +577,7 @@ def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
         out = fn(*args, **kwargs)
         if n_results == 1 and isinstance(out, Tensor):
             return [out]
-        return _results(op, tensor_results(out))
+        return _results(op, picked_results(op, out))
 
     return call
 

@@ -267,6 +267,14 @@ func.func @f(%x: tensor<4xf32>) {
 
 // -----
 
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.torch_call' op picks names 2 positions for 1 results
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.torch_call "aten.sort.default"(%x) args = ["%t0"] kwargs = {} picks = [0 : i64, 1 : i64] : (tensor<4xf32>) -> tensor<4xf32>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.torch_call' op expected tensor references below 1, found %t1
 func.func @f(%x: tensor<4xf32>) {
   %0 = graph.torch_call "aten.add.Tensor"(%x) args = ["%t0", "%t1"] kwargs = {} : (tensor<4xf32>) -> tensor<4xf32>

@@ -9,6 +9,7 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseIntOrFPElementsAttr,
     DictionaryAttr,
+    IntegerAttr,
     IntegerType,
     StringAttr,
     TensorType,
@@ -19,6 +20,7 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -164,7 +166,10 @@ class TorchCallOp(IRDLOperation):
     `target` names the operator in `torch.ops` (`aten.cumsum.default`); `args` and `kwargs` hold
     its other arguments as attributes (xfuse/dialects/torch_args.py): `"%t0"` is operand 0,
     `"dtype:float32"` a dtype, ints, floats, bools, strings and lists as builtin attributes.
-    `%y = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1] kwargs = {} : (tensor<4x8xf32>) -> tensor<4x8xf32>`"""
+    `%y = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1] kwargs = {} : (tensor<4x8xf32>) -> tensor<4x8xf32>`
+    Where the operator returns a tuple of which only some items are the op's results (others
+    None or ints, as CUDA's attention kernels report), `picks` holds their positions:
+    `... kwargs = {} picks = [0 : i64, 1 : i64, 6 : i64, 7 : i64] : ...`."""
 
     name = "graph.torch_call"
     FACTS: ClassVar[OpFacts] = OpFacts(
@@ -176,10 +181,11 @@ class TorchCallOp(IRDLOperation):
     outputs = var_result_def(TensorType)
     args = prop_def(ArrayAttr)
     kwargs = prop_def(DictionaryAttr)
+    picks = opt_prop_def(ArrayAttr[IntegerAttr])
     traits = traits_def(Extern())
     assembly_format = (
-        "$target `(` $inputs `)` `args` `=` $args `kwargs` `=` $kwargs attr-dict `:` "
-        "functional-type($inputs, $outputs)"
+        "$target `(` $inputs `)` `args` `=` $args `kwargs` `=` $kwargs "
+        "(`picks` `=` $picks^)? attr-dict `:` functional-type($inputs, $outputs)"
     )
 
     def __init__(
@@ -189,22 +195,36 @@ class TorchCallOp(IRDLOperation):
         result_types: Sequence[Attribute],
         args: ArrayAttr[Attribute] | None = None,
         kwargs: DictionaryAttr | None = None,
+        picks: Sequence[int] | None = None,
     ):
+        properties: dict[str, Attribute] = {
+            "target": StringAttr(target),
+            "args": args if args is not None else ArrayAttr([]),
+            "kwargs": kwargs if kwargs is not None else DictionaryAttr({}),
+        }
+        if picks is not None:
+            properties["picks"] = ArrayAttr([IntegerAttr(i, 64) for i in picks])
         super().__init__(
             operands=[[SSAValue.get(v) for v in inputs]],
             result_types=[list(result_types)],
-            properties={
-                "target": StringAttr(target),
-                "args": args if args is not None else ArrayAttr([]),
-                "kwargs": kwargs if kwargs is not None else DictionaryAttr({}),
-            },
+            properties=properties,
         )
+
+    @property
+    def picked(self) -> tuple[int, ...] | None:
+        """The positions of the operator's tuple result that are the op's results (None: its
+        tensors, in order)."""
+        return None if self.picks is None else tuple(a.value.data for a in self.picks.data)
 
     def verify_(self) -> None:
         for i, v in enumerate(self.inputs):
             _check_tensor(v, f"operand {i}")
         for i, v in enumerate(self.outputs):
             _check_tensor(v, f"result {i}")
+        if self.picks is not None and len(self.picks.data) != len(self.outputs):
+            raise VerifyException(
+                f"picks names {len(self.picks.data)} positions for {len(self.outputs)} results"
+            )
         if not self.target.data:
             raise VerifyException("expected a non-empty target")
         used = _tensor_refs(self.args) | _tensor_refs(self.kwargs)
