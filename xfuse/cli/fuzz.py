@@ -29,7 +29,7 @@ from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.testing.fuzz.generator import generate
 from xfuse.testing.fuzz.reproducer import reproducer, reproducer_name
 from xfuse.testing.fuzz.runner import Outcome, available_devices, check_source
-from xfuse.testing.fuzz.training import check_training, gap_ops
+from xfuse.testing.fuzz.training import REFUSED, check_training, gap_ops
 from xfuse.testing.limits import ProgramTimeout, time_limit
 
 
@@ -61,14 +61,24 @@ class FuzzRun:
     gap_ops: Counter[str] = field(default_factory=Counter[str])
 
     def run_one(self, index: int) -> Outcome:
-        program = generate(program_seed(self.seed, index), allow_unsupported=self.allow_unsupported)
+        seed = program_seed(self.seed, index)
+        source = generate(seed, allow_unsupported=self.allow_unsupported).source
+        outcome = self.check_in_time(source)
+        if self.training and outcome.status == "skip" and outcome.message == REFUSED:
+            # The program drawn before its tail of dtypes eager refuses: one it differentiates.
+            source = generate(
+                seed, allow_unsupported=self.allow_unsupported, mismatches=False
+            ).source
+            outcome = self.check_in_time(source)
+        self.record(index, source, outcome)
+        return outcome
+
+    def check_in_time(self, source: str) -> Outcome:
         try:
             with time_limit(self.per_program_s):
-                outcome = self.check(program.source)
+                return self.check(source)
         except ProgramTimeout as e:
-            outcome = Outcome("fail", "timeout", str(e))
-        self.record(index, program.source, outcome)
-        return outcome
+            return Outcome("fail", "timeout", str(e))
 
     def check(self, source: str) -> Outcome:
         if self.training:

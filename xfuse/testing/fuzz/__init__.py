@@ -21,7 +21,12 @@ defaults; for programs with reductions, matmuls or low precision, an output that
 passes when its RMSE against an f64 run is at most 2x eager's plus a floor of a few ulps of
 its magnitude (`compare._rmse_ok` explains the rule).
 
+The training mode (`xfuse-fuzz --training`, `training.check_training`) runs each program's
+forward and backward through `torch.compile(backend="xfuse")` in strict mode and compares its
+outputs and input gradients with eager's.
+
 One module per part: `program.py` (program text), `generator.py`, `draw_order.py` (the order
 each pool draws its ops in), `compare.py`, `runner.py` (the differential runner, and the
-`--semantics` aliasing check), `reproducer.py`; this package names what they export.
+`--semantics` aliasing check), `training.py` (the training mode), `reproducer.py`; this package
+names what they export.
 """
