@@ -1,5 +1,5 @@
 """What every graph op shares: the op-kind traits fusion reads, the element types, shape
-helpers and verifier checks, and `op_facts`."""
+helpers and verifier checks, the bases of the ops of one tensor operand, and `op_facts`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.irdl import IRDLOperation, VarConstraint, base, operand_def, result_def
 from xdsl.traits import OpTrait
 from xdsl.utils.exceptions import VerifyException
 
@@ -29,45 +30,38 @@ from xfuse.dialects.facts import OpFacts
 
 
 class OpKind(OpTrait):
-    """The fusion kind of an op; `kind` is the name used in reports and group attributes."""
+    """The fusion kind of an op; `kind`, the name used in reports and group attributes, is
+    the kind trait's class name in lower case."""
 
     kind: ClassVar[str] = "opaque"
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls.kind = cls.__name__.lower()
 
 
 class Elementwise(OpKind):
     """Each output element depends on the input elements at the same (broadcast) index."""
 
-    kind: ClassVar[str] = "elementwise"
-
 
 class Broadcast(OpKind):
     """Replicates its input along new or size-1 dims: index arithmetic, no data movement."""
-
-    kind: ClassVar[str] = "broadcast"
 
 
 class Injective(OpKind):
     """A layout op (reshape, permute, slice, concat): each output element reads one input element."""
 
-    kind: ClassVar[str] = "injective"
-
 
 class Reduction(OpKind):
     """Combines the elements along some dims into one."""
-
-    kind: ClassVar[str] = "reduction"
 
 
 class Extern(OpKind):
     """Runs through a library or an eager torch call; a fusion boundary."""
 
-    kind: ClassVar[str] = "extern"
-
 
 class Composite(OpKind):
     """A composite op (softmax, layer_norm, ...) that `decompose` rewrites into primitives."""
-
-    kind: ClassVar[str] = "composite"
 
 
 KIND_TRAITS: tuple[type[OpKind], ...] = (
@@ -205,6 +199,55 @@ def _ints(attr: DenseArrayBase[IntegerType]) -> tuple[int, ...]:
 
 def _i64_array(values: Sequence[int]) -> DenseArrayBase:  # pyright: ignore[reportMissingTypeArgument]
     return DenseArrayBase.from_list(i64, list(values))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bases of the ops of one tensor operand
+# ---------------------------------------------------------------------------------------------
+
+
+class OneTensorOp(IRDLOperation):
+    """Base of ops of one tensor operand `input` and one tensor result `result` of another
+    shape (or element type)."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        shape: Sequence[int],
+        dtype: Attribute | None = None,
+        **properties: Attribute | None,
+    ):
+        """The op of `input`, its result of `shape` and `dtype` (the operand's by default)."""
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(dtype_of(input) if dtype is None else dtype, shape)],
+            properties=properties,
+        )
+
+    def _check_tensors(self, same_dtype: bool = True) -> TensorType[Attribute]:
+        """Check that the operand and the result are graph tensors (of one element type where
+        `same_dtype`); the operand's type."""
+        t = _check_tensor(self.input, "operand")
+        _check_tensor(self.result, "result")
+        if same_dtype:
+            _check_same_dtype([self.input, self.result], "operand and result")
+        return t
+
+
+class SameTypeOp(IRDLOperation):
+    """Base of ops of one tensor operand `input` whose `result` has its type."""
+
+    T: ClassVar = VarConstraint("T", base(TensorType))
+    input = operand_def(T)
+    result = result_def(T)
+
+    def __init__(self, input: SSAValue | Operation, **properties: Attribute | None):
+        input = SSAValue.get(input)
+        super().__init__(operands=[input], result_types=[input.type], properties=properties)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,16 +8,14 @@ from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
-    DenseArrayBase,
     Float64Type,
     FloatAttr,
     IntegerAttr,
     StringAttr,
     TensorType,
-    UnitAttr,
     i64,
 )
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     VarConstraint,
@@ -25,7 +23,6 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
-    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -37,37 +34,26 @@ from xdsl.utils.exceptions import VerifyException
 from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
     Composite,
+    SameTypeOp,
     _check_dims,
-    _check_result_shape,
-    _check_same_dtype,
     _check_tensor,
-    _i64_array,
-    _ints,
     dtype_of,
     fmt_shape,
     is_float,
-    reduced_shape,
     shape_of,
 )
 from xfuse.dialects.graph.elementwise import FloatUnaryOp
+from xfuse.dialects.graph.reductions import ReducingOp
 
 
-class _DimCompositeOp(IRDLOperation):
-    T: ClassVar = VarConstraint("T", base(TensorType))
-    input = operand_def(T)
-    result = result_def(T)
+class _DimCompositeOp(SameTypeOp):
     dim = prop_def(IntegerAttr[I64])
     traits = traits_def(Pure(), Composite())
     assembly_format = "$input `dim` `=` $dim attr-dict `:` type($input)"
 
     def __init__(self, input: SSAValue | Operation, dim: int):
-        input = SSAValue.get(input)
-        rank = len(shape_of(input))
-        super().__init__(
-            operands=[input],
-            result_types=[input.type],
-            properties={"dim": IntegerAttr(dim % rank if rank else 0, i64)},
-        )
+        rank = len(shape_of(SSAValue.get(input)))
+        super().__init__(input, dim=IntegerAttr(dim % rank if rank else 0, i64))
 
     @property
     def axis(self) -> int:
@@ -105,17 +91,21 @@ class LogSoftmaxOp(_DimCompositeOp):
 class _NormOp(IRDLOperation):
     """Normalisation over the last `rank` dims with optional affine weight (and bias)."""
 
+    rank = prop_def(IntegerAttr[I64])
+    eps = prop_def(FloatAttr[Float64Type])
+    traits = traits_def(Pure(), Composite())
+
+    @staticmethod
+    def _properties(rank: int, eps: float) -> dict[str, Attribute]:
+        return {"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())}
+
     @property
     def normalized_rank(self) -> int:
-        rank = self.properties["rank"]
-        assert isinstance(rank, IntegerAttr)
-        return rank.value.data
+        return self.rank.value.data
 
     @property
     def epsilon(self) -> float:
-        eps = self.properties["eps"]
-        assert isinstance(eps, FloatAttr)
-        return eps.value.data
+        return self.eps.value.data
 
     def _check_norm(self, affine: Sequence[SSAValue | None]) -> None:
         t = _check_tensor(self.operands[0], "operand")
@@ -155,9 +145,6 @@ class LayerNormOp(_NormOp):
     weight = opt_operand_def(TensorType)
     bias = opt_operand_def(TensorType)
     result = result_def(T)
-    rank = prop_def(IntegerAttr[I64])
-    eps = prop_def(FloatAttr[Float64Type])
-    traits = traits_def(Pure(), Composite())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     assembly_format = (
         "$input (`weight` `(` $weight^ `:` type($weight) `)`)? "
@@ -181,7 +168,7 @@ class LayerNormOp(_NormOp):
                 [SSAValue.get(bias)] if bias is not None else [],
             ],
             result_types=[input.type],
-            properties={"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())},
+            properties=self._properties(rank, eps),
         )
 
     def verify_(self) -> None:
@@ -202,9 +189,6 @@ class RMSNormOp(_NormOp):
     input = operand_def(T)
     weight = opt_operand_def(TensorType)
     result = result_def(T)
-    rank = prop_def(IntegerAttr[I64])
-    eps = prop_def(FloatAttr[Float64Type])
-    traits = traits_def(Pure(), Composite())
     assembly_format = (
         "$input (`weight` `(` $weight^ `:` type($weight) `)`)? `rank` `=` $rank `eps` `=` $eps "
         "attr-dict `:` type($input)"
@@ -221,7 +205,7 @@ class RMSNormOp(_NormOp):
         super().__init__(
             operands=[input, [SSAValue.get(weight)] if weight is not None else []],
             result_types=[input.type],
-            properties={"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())},
+            properties=self._properties(rank, eps),
         )
 
     def verify_(self) -> None:
@@ -229,7 +213,7 @@ class RMSNormOp(_NormOp):
 
 
 @irdl_op_definition
-class GeluOp(IRDLOperation):
+class GeluOp(SameTypeOp):
     """GELU, exact (erf) or `approximate = "tanh"`.
     `%y = graph.gelu %x approximate = "tanh" : tensor<4xf32>`"""
 
@@ -238,20 +222,12 @@ class GeluOp(IRDLOperation):
         aten=("aten.gelu.default",),
         fuzz=Fuzz.unary("F.gelu"),
     )
-    T: ClassVar = VarConstraint("T", base(TensorType))
-    input = operand_def(T)
-    result = result_def(T)
     approximate = prop_def(StringAttr)
     traits = traits_def(Pure(), Composite())
     assembly_format = "$input `approximate` `=` $approximate attr-dict `:` type($input)"
 
     def __init__(self, input: SSAValue | Operation, approximate: str = "none"):
-        input = SSAValue.get(input)
-        super().__init__(
-            operands=[input],
-            result_types=[input.type],
-            properties={"approximate": StringAttr(approximate)},
-        )
+        super().__init__(input, approximate=StringAttr(approximate))
 
     def verify_(self) -> None:
         t = _check_tensor(self.input, "operand")
@@ -277,7 +253,7 @@ class SiluOp(FloatUnaryOp):
 
 
 @irdl_op_definition
-class VarOp(IRDLOperation):
+class VarOp(ReducingOp):
     """Variance over `dims` with Bessel's `correction` (torch.var).
     `%y = graph.var %x dims = [1] correction = 1 keepdim : tensor<4x8xf32> -> tensor<4x1xf32>`"""
 
@@ -286,11 +262,7 @@ class VarOp(IRDLOperation):
         aten=("aten.var.dim", "aten.var.correction", "aten.var.default"),
         fuzz=Fuzz.reduction("var"),
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    dims = prop_def(DenseArrayBase[I64])
     correction = prop_def(IntegerAttr[I64])
-    keepdim = opt_prop_def(UnitAttr)
     traits = traits_def(Pure(), Composite())
     assembly_format = (
         "$input `dims` `=` $dims `correction` `=` $correction (`keepdim` $keepdim^)? attr-dict "
@@ -304,37 +276,13 @@ class VarOp(IRDLOperation):
         correction: int = 1,
         keepdim: bool = False,
     ):
-        input = SSAValue.get(input)
-        rank = len(shape_of(input))
-        dims = sorted(d % rank for d in dims) if rank else []
-        super().__init__(
-            operands=[input],
-            result_types=[
-                TensorType(dtype_of(input), reduced_shape(shape_of(input), dims, keepdim))
-            ],
-            properties={
-                "dims": _i64_array(dims),
-                "correction": IntegerAttr(correction, i64),
-                "keepdim": UnitAttr() if keepdim else None,
-            },
-        )
-
-    @property
-    def reduce_dims(self) -> tuple[int, ...]:
-        return _ints(self.dims)
-
-    @property
-    def keeps_dims(self) -> bool:
-        return self.keepdim is not None
+        super().__init__(input, dims, keepdim, correction=IntegerAttr(correction, i64))
 
     def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
+        t = self._check_tensors()
         if not is_float(t.element_type):
             raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
-        _check_dims(self.reduce_dims, len(t.get_shape()))
-        _check_result_shape(self, reduced_shape(t.get_shape(), self.reduce_dims, self.keeps_dims))
+        self._check_reduced(t.get_shape())
 
 
 COMPOSITE_OPS: tuple[type[IRDLOperation], ...] = (

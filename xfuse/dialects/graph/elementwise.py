@@ -36,6 +36,8 @@ from xfuse.dialects.facts import (
 )
 from xfuse.dialects.graph.base import (
     Elementwise,
+    OneTensorOp,
+    SameTypeOp,
     _check_result_shape,
     _check_same_dtype,
     _check_tensor,
@@ -235,20 +237,13 @@ def _floor_divide_f(b: ScalarBuilder, xs: Sequence[SSAValue], t: Attribute) -> S
 # ---------------------------------------------------------------------------------------------
 
 
-class UnaryOp(IRDLOperation):
+class UnaryOp(SameTypeOp):
     """Base of elementwise unary ops: result type equals operand type."""
 
-    T: ClassVar = VarConstraint("T", base(TensorType))
-    input = operand_def(T)
-    result = result_def(T)
     traits = traits_def(Pure(), Elementwise())
     assembly_format = "$input attr-dict `:` type($input)"
 
     FLOAT_ONLY: ClassVar[bool] = False
-
-    def __init__(self, input: SSAValue | Operation):
-        input = SSAValue.get(input)
-        super().__init__(operands=[input], result_types=[input.type])
 
     def verify_(self) -> None:
         t = _check_tensor(self.input, "operand")
@@ -781,7 +776,7 @@ class SignbitOp(UnaryPredicateOp):
 
 
 @irdl_op_definition
-class CastOp(IRDLOperation):
+class CastOp(OneTensorOp):
     """Element type conversion, as torch's `Tensor.to(dtype)`.
     `%y = graph.cast %x : tensor<4xf32> to tensor<4xf16>`"""
 
@@ -796,18 +791,15 @@ class CastOp(IRDLOperation):
         fuzz=Fuzz.drawn_by("cast"),
         without={"scalar": "lower-to-loops emits it with scalar_ops.emit_cast"},
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     traits = traits_def(Pure(), Elementwise())
     assembly_format = "$input attr-dict `:` type($input) `to` type($result)"
 
     def __init__(self, input: SSAValue | Operation, dtype: Attribute):
         input = SSAValue.get(input)
-        super().__init__(operands=[input], result_types=[TensorType(dtype, shape_of(input))])
+        super().__init__(input, shape_of(input), dtype)
 
     def verify_(self) -> None:
-        _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
+        self._check_tensors(same_dtype=False)
         _check_result_shape(self, shape_of(self.input))
 
 

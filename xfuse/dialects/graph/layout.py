@@ -19,8 +19,6 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
-    VarConstraint,
-    base,
     irdl_op_definition,
     operand_def,
     opt_prop_def,
@@ -38,6 +36,8 @@ from xfuse.dialects.graph.base import (
     Elementwise,
     Extern,
     Injective,
+    OneTensorOp,
+    SameTypeOp,
     _check_dims,
     _check_result_shape,
     _check_same_dtype,
@@ -56,7 +56,7 @@ from xfuse.dialects.graph.base import (
 
 
 @irdl_op_definition
-class BroadcastInDimOp(IRDLOperation):
+class BroadcastInDimOp(OneTensorOp):
     """Broadcast: operand dim i becomes result dim dims[i] (size 1 or equal); other result
     dims are new. `%y = graph.broadcast_in_dim %x dims = [1] : tensor<4xf32> -> tensor<3x4xf32>`"""
 
@@ -65,28 +65,19 @@ class BroadcastInDimOp(IRDLOperation):
         aten=("aten.expand.default",),
         fuzz=Fuzz.drawn_by("layout_op"),
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     dims = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Broadcast())
     assembly_format = "$input `dims` `=` $dims attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue | Operation, shape: Sequence[int], dims: Sequence[int]):
-        input = SSAValue.get(input)
-        super().__init__(
-            operands=[input],
-            result_types=[TensorType(dtype_of(input), shape)],
-            properties={"dims": _i64_array(dims)},
-        )
+        super().__init__(input, shape, dims=_i64_array(dims))
 
     @property
     def dim_map(self) -> tuple[int, ...]:
         return _ints(self.dims)
 
     def verify_(self) -> None:
-        src = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
+        src = self._check_tensors()
         dims = self.dim_map
         in_shape, out_shape = src.get_shape(), shape_of(self.result)
         if len(dims) != len(in_shape):
@@ -110,7 +101,7 @@ class BroadcastInDimOp(IRDLOperation):
 
 
 @irdl_op_definition
-class ReshapeOp(IRDLOperation):
+class ReshapeOp(OneTensorOp):
     """Row-major reshape (torch's view/reshape on a contiguous tensor).
     `%y = graph.reshape %x : tensor<4x8xf32> -> tensor<32xf32>`"""
 
@@ -128,19 +119,14 @@ class ReshapeOp(IRDLOperation):
         ),
         fuzz=Fuzz.drawn_by("layout_op"),
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     traits = traits_def(Pure(), Injective())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue | Operation, shape: Sequence[int]):
-        input = SSAValue.get(input)
-        super().__init__(operands=[input], result_types=[TensorType(dtype_of(input), shape)])
+        super().__init__(input, shape)
 
     def verify_(self) -> None:
-        _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
+        self._check_tensors()
         n_in, n_out = numel(shape_of(self.input)), numel(shape_of(self.result))
         if n_in != n_out:
             raise VerifyException(
@@ -149,7 +135,7 @@ class ReshapeOp(IRDLOperation):
 
 
 @irdl_op_definition
-class PermuteOp(IRDLOperation):
+class PermuteOp(OneTensorOp):
     """Dim permutation: result dim i is operand dim perm[i].
     `%y = graph.permute %x perm = [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>`"""
 
@@ -158,30 +144,20 @@ class PermuteOp(IRDLOperation):
         aten=("aten.permute.default",),
         fuzz=Fuzz.drawn_by("layout_op"),
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     perm = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Injective())
     assembly_format = "$input `perm` `=` $perm attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue | Operation, perm: Sequence[int]):
         input = SSAValue.get(input)
-        shape = [shape_of(input)[p] for p in perm]
-        super().__init__(
-            operands=[input],
-            result_types=[TensorType(dtype_of(input), shape)],
-            properties={"perm": _i64_array(perm)},
-        )
+        super().__init__(input, [shape_of(input)[p] for p in perm], perm=_i64_array(perm))
 
     @property
     def permutation(self) -> tuple[int, ...]:
         return _ints(self.perm)
 
     def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
-        perm, shape = self.permutation, t.get_shape()
+        shape, perm = self._check_tensors().get_shape(), self.permutation
         if sorted(perm) != list(range(len(shape))):
             raise VerifyException(
                 f"expected a permutation of [0, {len(shape)}), found {list(perm)}"
@@ -190,7 +166,7 @@ class PermuteOp(IRDLOperation):
 
 
 @irdl_op_definition
-class SliceOp(IRDLOperation):
+class SliceOp(OneTensorOp):
     """Strided slice, per dim `start:limit:stride` (stride > 0).
     `%y = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>`"""
 
@@ -199,8 +175,6 @@ class SliceOp(IRDLOperation):
         aten=("aten.slice.Tensor",),
         fuzz=Fuzz.drawn_by("layout_op"),
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     start = prop_def(DenseArrayBase[I64])
     limit = prop_def(DenseArrayBase[I64])
     stride = prop_def(DenseArrayBase[I64])
@@ -217,16 +191,12 @@ class SliceOp(IRDLOperation):
         limit: Sequence[int],
         stride: Sequence[int],
     ):
-        input = SSAValue.get(input)
-        shape = slice_shape(start, limit, stride)
         super().__init__(
-            operands=[input],
-            result_types=[TensorType(dtype_of(input), shape)],
-            properties={
-                "start": _i64_array(start),
-                "limit": _i64_array(limit),
-                "stride": _i64_array(stride),
-            },
+            input,
+            slice_shape(start, limit, stride),
+            start=_i64_array(start),
+            limit=_i64_array(limit),
+            stride=_i64_array(stride),
         )
 
     @property
@@ -234,10 +204,7 @@ class SliceOp(IRDLOperation):
         return _ints(self.start), _ints(self.limit), _ints(self.stride)
 
     def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
-        shape = t.get_shape()
+        shape = self._check_tensors().get_shape()
         start, limit, stride = self.bounds
         for name, arr in (("start", start), ("limit", limit), ("stride", stride)):
             if len(arr) != len(shape):
@@ -474,7 +441,7 @@ class IotaOp(IRDLOperation):
 
 
 @irdl_op_definition
-class FlipOp(IRDLOperation):
+class FlipOp(SameTypeOp):
     """Reverses the order of the elements along `dims` (torch.flip).
     `%y = graph.flip %x dims = [1] : tensor<4x8xf32>`"""
 
@@ -483,18 +450,12 @@ class FlipOp(IRDLOperation):
         aten=("aten.flip.default",),
         fuzz=Fuzz.drawn_by("index_op"),
     )
-    T: ClassVar = VarConstraint("T", base(TensorType))
-    input = operand_def(T)
-    result = result_def(T)
     dims = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Injective())
     assembly_format = "$input `dims` `=` $dims attr-dict `:` type($input)"
 
     def __init__(self, input: SSAValue | Operation, dims: Sequence[int]):
-        input = SSAValue.get(input)
-        super().__init__(
-            operands=[input], result_types=[input.type], properties={"dims": _i64_array(dims)}
-        )
+        super().__init__(input, dims=_i64_array(dims))
 
     @property
     def flipped(self) -> tuple[int, ...]:
@@ -506,7 +467,7 @@ class FlipOp(IRDLOperation):
 
 
 @irdl_op_definition
-class RollOp(IRDLOperation):
+class RollOp(SameTypeOp):
     """Rotates the elements along each of `dims` by its `shifts` (torch.roll with dims): the
     element at i comes from (i - shift) mod n.
     `%y = graph.roll %x shifts = [2] dims = [1] : tensor<4x8xf32>`"""
@@ -516,21 +477,13 @@ class RollOp(IRDLOperation):
         aten=("aten.roll.default",),
         fuzz=Fuzz.drawn_by("index_op"),
     )
-    T: ClassVar = VarConstraint("T", base(TensorType))
-    input = operand_def(T)
-    result = result_def(T)
     shifts = prop_def(DenseArrayBase[I64])
     dims = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Injective())
     assembly_format = "$input `shifts` `=` $shifts `dims` `=` $dims attr-dict `:` type($input)"
 
     def __init__(self, input: SSAValue | Operation, shifts: Sequence[int], dims: Sequence[int]):
-        input = SSAValue.get(input)
-        super().__init__(
-            operands=[input],
-            result_types=[input.type],
-            properties={"shifts": _i64_array(shifts), "dims": _i64_array(dims)},
-        )
+        super().__init__(input, shifts=_i64_array(shifts), dims=_i64_array(dims))
 
     @property
     def rolled(self) -> tuple[tuple[int, int], ...]:

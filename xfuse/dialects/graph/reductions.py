@@ -11,19 +11,16 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     IntegerAttr,
     StringAttr,
-    TensorType,
     UnitAttr,
     i1,
     i64,
 )
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
-    operand_def,
     opt_prop_def,
     prop_def,
-    result_def,
     traits_def,
 )
 from xdsl.traits import Pure
@@ -31,11 +28,11 @@ from xdsl.utils.exceptions import VerifyException
 
 from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
+    OneTensorOp,
     Reduction,
     _check_dims,
     _check_result_shape,
     _check_same_dtype,
-    _check_tensor,
     _i64_array,
     _ints,
     dtype_of,
@@ -49,29 +46,32 @@ from xfuse.dialects.graph.base import (
 # ---------------------------------------------------------------------------------------------
 
 
-class ReduceOp(IRDLOperation):
-    """Base of reductions over `dims`, keeping them as size 1 when `keepdim` is set."""
+class ReducingOp(OneTensorOp):
+    """Base of ops that reduce their operand over `dims`, keeping them as size 1 where
+    `keepdim` is set: the reductions and `var`."""
 
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     dims = prop_def(DenseArrayBase[I64])
     keepdim = opt_prop_def(UnitAttr)
-    traits = traits_def(Pure(), Reduction())
-    assembly_format = (
-        "$input `dims` `=` $dims (`keepdim` $keepdim^)? attr-dict `:` type($input) "
-        "`->` type($result)"
-    )
 
-    FLOAT_ONLY: ClassVar[bool] = False
-
-    def __init__(self, input: SSAValue | Operation, dims: Sequence[int], keepdim: bool = False):
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        dims: Sequence[int],
+        keepdim: bool = False,
+        dtype: Attribute | None = None,
+        **properties: Attribute | None,
+    ):
+        """`dims` may count from the end; a rank-0 operand has none."""
         input = SSAValue.get(input)
-        dims = sorted(d % len(shape_of(input)) for d in dims) if shape_of(input) else []
-        shape = reduced_shape(shape_of(input), dims, keepdim)
+        rank = len(shape_of(input))
+        dims = sorted(d % rank for d in dims) if rank else []
         super().__init__(
-            operands=[input],
-            result_types=[TensorType(dtype_of(input), shape)],
-            properties={"dims": _i64_array(dims), "keepdim": UnitAttr() if keepdim else None},
+            input,
+            reduced_shape(shape_of(input), dims, keepdim),
+            dtype,
+            dims=_i64_array(dims),
+            keepdim=UnitAttr() if keepdim else None,
+            **properties,
         )
 
     @property
@@ -82,15 +82,28 @@ class ReduceOp(IRDLOperation):
     def keeps_dims(self) -> bool:
         return self.keepdim is not None
 
-    def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
-        if self.FLOAT_ONLY and not is_float(t.element_type):
-            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
-        shape = t.get_shape()
+    def _check_reduced(self, shape: Sequence[int]) -> None:
+        """Check that `dims` are dims of `shape` and the result has its reduced shape."""
         _check_dims(self.reduce_dims, len(shape))
         _check_result_shape(self, reduced_shape(shape, self.reduce_dims, self.keeps_dims))
+
+
+class ReduceOp(ReducingOp):
+    """Base of reductions over `dims`, keeping them as size 1 when `keepdim` is set."""
+
+    traits = traits_def(Pure(), Reduction())
+    assembly_format = (
+        "$input `dims` `=` $dims (`keepdim` $keepdim^)? attr-dict `:` type($input) "
+        "`->` type($result)"
+    )
+
+    FLOAT_ONLY: ClassVar[bool] = False
+
+    def verify_(self) -> None:
+        t = self._check_tensors()
+        if self.FLOAT_ONLY and not is_float(t.element_type):
+            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        self._check_reduced(t.get_shape())
 
 
 @irdl_op_definition
@@ -159,25 +172,17 @@ class ArgReduceOp(ReduceOp):
 
     def __init__(self, input: SSAValue | Operation, dim: int, keepdim: bool = False):
         input = SSAValue.get(input)
-        dims = [dim % len(shape_of(input))]
-        IRDLOperation.__init__(
-            self,
-            operands=[input],
-            result_types=[TensorType(i64, reduced_shape(shape_of(input), dims, keepdim))],
-            properties={"dims": _i64_array(dims), "keepdim": UnitAttr() if keepdim else None},
-        )
+        ReducingOp.__init__(self, input, [dim % len(shape_of(input))], keepdim, i64)
 
     def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
+        t = self._check_tensors(same_dtype=False)
         if t.element_type == i1:
             raise VerifyException("expected a numeric operand, found i1")
         if dtype_of(self.result) != i64:
             raise VerifyException(f"expected an i64 result, found {dtype_of(self.result)}")
         if len(self.reduce_dims) != 1:
             raise VerifyException(f"expected one dim, found {list(self.reduce_dims)}")
-        _check_dims(self.reduce_dims, len(t.get_shape()))
-        _check_result_shape(self, reduced_shape(t.get_shape(), self.reduce_dims, self.keeps_dims))
+        self._check_reduced(t.get_shape())
 
 
 @irdl_op_definition
@@ -215,7 +220,7 @@ SCAN_ARG_KINDS = ("argmax", "argmin")
 
 
 @irdl_op_definition
-class ScanOp(IRDLOperation):
+class ScanOp(OneTensorOp):
     """Inclusive scan along `dim`: element i combines elements 0..i of its row, as eager's CPU
     kernels do, one after the other (torch's cumsum, cumprod, logcumsumexp, and cummax's /
     cummin's values). f16/bf16 accumulate in f32 and round each result. `max` / `min` take
@@ -237,8 +242,6 @@ class ScanOp(IRDLOperation):
         fuzz=Fuzz.drawn_by("scan"),
         without={"scalar": "lower-to-loops emits it: an scf.for along dim carrying the value"},
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     dim = prop_def(IntegerAttr[I64])
     kind = prop_def(StringAttr)
     traits = traits_def(Pure(), Reduction())
@@ -249,14 +252,12 @@ class ScanOp(IRDLOperation):
     def __init__(self, input: SSAValue | Operation, dim: int, kind: str):
         input = SSAValue.get(input)
         rank = len(shape_of(input))
-        dtype = i64 if kind in SCAN_ARG_KINDS else dtype_of(input)
         super().__init__(
-            operands=[input],
-            result_types=[TensorType(dtype, shape_of(input))],
-            properties={
-                "dim": IntegerAttr(dim % rank if rank else dim, i64),
-                "kind": StringAttr(kind),
-            },
+            input,
+            shape_of(input),
+            i64 if kind in SCAN_ARG_KINDS else None,
+            dim=IntegerAttr(dim % rank if rank else dim, i64),
+            kind=StringAttr(kind),
         )
 
     @property
@@ -269,8 +270,7 @@ class ScanOp(IRDLOperation):
         return self.kind.data
 
     def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
+        t = self._check_tensors(same_dtype=False)
         kind = self.combines
         if kind not in SCAN_KINDS:
             raise VerifyException(f'expected kind in {list(SCAN_KINDS)}, found "{kind}"')

@@ -13,7 +13,6 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     StringAttr,
-    TensorType,
     UnitAttr,
     i1,
     i64,
@@ -22,10 +21,8 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
-    operand_def,
     opt_prop_def,
     prop_def,
-    result_def,
     traits_def,
 )
 from xdsl.traits import Pure
@@ -34,9 +31,8 @@ from xdsl.utils.exceptions import VerifyException
 from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
     Injective,
+    OneTensorOp,
     _check_result_shape,
-    _check_same_dtype,
-    _check_tensor,
     _i64_array,
     _ints,
     dtype_of,
@@ -54,7 +50,7 @@ PAD_MODES = ("constant", "reflect", "replicate")
 
 
 @irdl_op_definition
-class PadOp(IRDLOperation):
+class PadOp(OneTensorOp):
     """Padding by `low` / `high` elements per dim (negative: cropping): with the element
     `value` (`mode = "constant"`), the input mirrored without repeating the edge (`"reflect"`)
     or its edge repeated (`"replicate"`). Never reads outside the input.
@@ -74,8 +70,6 @@ class PadOp(IRDLOperation):
         fuzz=Fuzz.drawn_by("pad"),
         without={"scalar": "lower-to-loops emits it: a clamped or reflected index, a select"},
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     low = prop_def(DenseArrayBase[I64])
     high = prop_def(DenseArrayBase[I64])
     mode = prop_def(StringAttr)
@@ -95,16 +89,13 @@ class PadOp(IRDLOperation):
         value: float = 0.0,
     ):
         input = SSAValue.get(input)
-        shape = pad_shape(shape_of(input), low, high)
         super().__init__(
-            operands=[input],
-            result_types=[TensorType(dtype_of(input), shape)],
-            properties={
-                "low": _i64_array(low),
-                "high": _i64_array(high),
-                "mode": StringAttr(mode),
-                "value": FloatAttr(float(value), Float64Type()),
-            },
+            input,
+            pad_shape(shape_of(input), low, high),
+            low=_i64_array(low),
+            high=_i64_array(high),
+            mode=StringAttr(mode),
+            value=FloatAttr(float(value), Float64Type()),
         )
 
     @property
@@ -116,9 +107,7 @@ class PadOp(IRDLOperation):
         return self.value.value.data
 
     def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
+        t = self._check_tensors()
         shape, (low, high) = t.get_shape(), self.pads
         for name, arr in (("low", low), ("high", high)):
             if len(arr) != len(shape):
@@ -158,7 +147,7 @@ POOL_KINDS = ("max", "avg", "argmax")
 
 
 @irdl_op_definition
-class PoolOp(IRDLOperation):
+class PoolOp(OneTensorOp):
     """Max, average or argmax over windows of the trailing `len(kernel)` dims (1 to 3), torch's
     max_pool / avg_pool: window `o` of a dim starts at `o * stride - padding` and takes `kernel`
     elements `dilation` apart; elements outside the input are skipped (max propagates NaN). An
@@ -185,8 +174,6 @@ class PoolOp(IRDLOperation):
         fuzz=Fuzz.drawn_by("pool"),
         without={"scalar": "lower-to-loops emits it: the window unrolled or an scf.for nest"},
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     kind = prop_def(StringAttr)
     kernel = prop_def(DenseArrayBase[I64])
     stride = prop_def(DenseArrayBase[I64])
@@ -227,25 +214,19 @@ class PoolOp(IRDLOperation):
             kernel = [adaptive_window(i, o) for i, o in zip(shape[-n:], adaptive, strict=True)]
             stride, padding, dilation = [1] * n, [0] * n, [1] * n
         super().__init__(
-            operands=[input],
-            result_types=[
-                TensorType(
-                    i64 if kind == "argmax" else dtype_of(input),
-                    (*shape[: len(shape) - n], *spatial),
-                )
-            ],
-            properties={
-                "kind": StringAttr(kind),
-                "kernel": _i64_array(kernel),
-                "stride": _i64_array(stride),
-                "padding": _i64_array(padding),
-                "dilation": _i64_array(dilation),
-                "count_include_pad": (
-                    UnitAttr() if count_include_pad and kind == "avg" and adaptive is None else None
-                ),
-                "divisor": IntegerAttr(divisor, i64) if divisor is not None else None,
-                "adaptive": UnitAttr() if adaptive is not None else None,
-            },
+            input,
+            (*shape[: len(shape) - n], *spatial),
+            i64 if kind == "argmax" else None,
+            kind=StringAttr(kind),
+            kernel=_i64_array(kernel),
+            stride=_i64_array(stride),
+            padding=_i64_array(padding),
+            dilation=_i64_array(dilation),
+            count_include_pad=(
+                UnitAttr() if count_include_pad and kind == "avg" and adaptive is None else None
+            ),
+            divisor=IntegerAttr(divisor, i64) if divisor is not None else None,
+            adaptive=UnitAttr() if adaptive is not None else None,
         )
 
     @property
@@ -258,12 +239,9 @@ class PoolOp(IRDLOperation):
         return self.divisor.value.data if self.divisor is not None else None
 
     def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
         kind = self.kind.data
-        if kind != "argmax":
-            _check_same_dtype([self.input, self.result], "operand and result")
-        elif dtype_of(self.result) != i64:
+        t = self._check_tensors(same_dtype=kind != "argmax")
+        if kind == "argmax" and dtype_of(self.result) != i64:
             raise VerifyException(
                 f"expected an i64 result for argmax, found {dtype_of(self.result)}"
             )
@@ -329,7 +307,7 @@ class PoolOp(IRDLOperation):
 
 
 @irdl_op_definition
-class PatchesOp(IRDLOperation):
+class PatchesOp(OneTensorOp):
     """The windows a 2-D convolution multiplies (im2col), one per output position, of a
     `[C, H, W]` input: element `[oh, ow, c, i, j]` is `x[c, oh * sh + i - ph, ow * sw + j - pw]`,
     0 outside the input. Seen as `[OH * OW, C * KH * KW]` (a reshape, no copy), it is the
@@ -344,8 +322,6 @@ class PatchesOp(IRDLOperation):
             "scalar": "lower-to-loops emits it: the input read at the window position, guarded",
         },
     )
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
     kernel = prop_def(DenseArrayBase[I64])
     stride = prop_def(DenseArrayBase[I64])
     padding = prop_def(DenseArrayBase[I64])
@@ -366,13 +342,11 @@ class PatchesOp(IRDLOperation):
         channels, *spatial = shape_of(input)
         out = pool_shape(spatial, kernel, stride, padding, (1, 1), False)
         super().__init__(
-            operands=[input],
-            result_types=[TensorType(dtype_of(input), (*out, channels, *kernel))],
-            properties={
-                "kernel": _i64_array(kernel),
-                "stride": _i64_array(stride),
-                "padding": _i64_array(padding),
-            },
+            input,
+            (*out, channels, *kernel),
+            kernel=_i64_array(kernel),
+            stride=_i64_array(stride),
+            padding=_i64_array(padding),
         )
 
     @property
@@ -381,9 +355,7 @@ class PatchesOp(IRDLOperation):
         return (_ints(self.kernel), _ints(self.stride), _ints(self.padding))
 
     def verify_(self) -> None:
-        t = _check_tensor(self.input, "operand")
-        _check_tensor(self.result, "result")
-        _check_same_dtype([self.input, self.result], "operand and result")
+        t = self._check_tensors()
         kernel, stride, padding = self.window
         shape = t.get_shape()
         if len(shape) != 3 or not len(kernel) == len(stride) == len(padding) == 2:
