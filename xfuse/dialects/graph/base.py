@@ -3,7 +3,7 @@ helpers and verifier checks, the bases of the ops of one tensor operand, and `op
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -191,6 +191,22 @@ def _check_result_shape(op: Operation, expected: Sequence[int]) -> None:
         raise VerifyException(
             f"expected result shape {fmt_shape(expected)}, found {fmt_shape(found)}"
         )
+
+
+def _check_shape_rule(
+    op: Operation,
+    rule: Callable[..., tuple[int, ...] | None],
+    operands: Sequence[SSAValue],
+    fails: str,
+) -> None:
+    """Check that the operands' shapes fit `rule` (which gives the result's shape, or None:
+    "operand shapes [..] and [..] `fails`") and that the result has its shape."""
+    shapes = [shape_of(v) for v in operands]
+    shape = rule(*shapes)
+    if shape is None:
+        *rest, last = (fmt_shape(s) for s in shapes)
+        raise VerifyException(f"operand shapes {', '.join(rest)} and {last} {fails}")
+    _check_result_shape(op, shape)
 
 
 def _ints(attr: DenseArrayBase[IntegerType]) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     VarConstraint,
@@ -95,9 +95,20 @@ class _NormOp(IRDLOperation):
     eps = prop_def(FloatAttr[Float64Type])
     traits = traits_def(Pure(), Composite())
 
-    @staticmethod
-    def _properties(rank: int, eps: float) -> dict[str, Attribute]:
-        return {"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())}
+    def __init__(
+        self,
+        input: SSAValue | Operation,
+        rank: int,
+        eps: float,
+        affine: Sequence[SSAValue | Operation | None],
+    ):
+        """The op of `input` and its optional `affine` operands (weight, and bias)."""
+        input = SSAValue.get(input)
+        super().__init__(
+            operands=[input, *([SSAValue.get(v)] if v is not None else [] for v in affine)],
+            result_types=[input.type],
+            properties={"rank": IntegerAttr(rank, i64), "eps": FloatAttr(eps, Float64Type())},
+        )
 
     @property
     def normalized_rank(self) -> int:
@@ -160,16 +171,7 @@ class LayerNormOp(_NormOp):
         weight: SSAValue | Operation | None = None,
         bias: SSAValue | Operation | None = None,
     ):
-        input = SSAValue.get(input)
-        super().__init__(
-            operands=[
-                input,
-                [SSAValue.get(weight)] if weight is not None else [],
-                [SSAValue.get(bias)] if bias is not None else [],
-            ],
-            result_types=[input.type],
-            properties=self._properties(rank, eps),
-        )
+        super().__init__(input, rank, eps, [weight, bias])
 
     def verify_(self) -> None:
         self._check_norm([self.weight, self.bias])
@@ -201,12 +203,7 @@ class RMSNormOp(_NormOp):
         eps: float,
         weight: SSAValue | Operation | None = None,
     ):
-        input = SSAValue.get(input)
-        super().__init__(
-            operands=[input, [SSAValue.get(weight)] if weight is not None else []],
-            result_types=[input.type],
-            properties=self._properties(rank, eps),
-        )
+        super().__init__(input, rank, eps, [weight])
 
     def verify_(self) -> None:
         self._check_norm([self.weight])

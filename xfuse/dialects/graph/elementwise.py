@@ -40,6 +40,7 @@ from xfuse.dialects.graph.base import (
     SameTypeOp,
     _check_result_shape,
     _check_same_dtype,
+    _check_shape_rule,
     _check_tensor,
     broadcast_shapes,
     dtype_of,
@@ -842,13 +843,7 @@ class BinaryOp(IRDLOperation):
             )
         if self.FLOAT_ONLY and not is_float(lt.element_type):
             raise VerifyException(f"expected floating-point operands, found {lt.element_type}")
-        shape = broadcast_shapes(lt.get_shape(), rt.get_shape())
-        if shape is None:
-            raise VerifyException(
-                f"operand shapes {fmt_shape(lt.get_shape())} and {fmt_shape(rt.get_shape())} "
-                "do not broadcast"
-            )
-        _check_result_shape(self, shape)
+        _check_shape_rule(self, broadcast_shapes, [self.lhs, self.rhs], "do not broadcast")
         want = i1 if self.IS_COMPARISON else lt.element_type
         if dtype_of(self.result) != want:
             raise VerifyException(
@@ -1254,13 +1249,8 @@ class WhereOp(IRDLOperation):
         if ct.element_type != i1:
             raise VerifyException(f"expected an i1 condition, found {ct.element_type}")
         _check_same_dtype([self.lhs, self.rhs, self.result], "lhs, rhs and result")
-        shape = broadcast_shapes(shape_of(self.cond), shape_of(self.lhs), shape_of(self.rhs))
-        if shape is None:
-            raise VerifyException(
-                f"operand shapes {fmt_shape(shape_of(self.cond))}, {fmt_shape(shape_of(self.lhs))}"
-                f" and {fmt_shape(shape_of(self.rhs))} do not broadcast"
-            )
-        _check_result_shape(self, shape)
+        operands = [self.cond, self.lhs, self.rhs]
+        _check_shape_rule(self, broadcast_shapes, operands, "do not broadcast")
 
 
 ELEMENTWISE_OPS: tuple[type[IRDLOperation], ...] = (

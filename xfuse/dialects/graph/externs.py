@@ -40,6 +40,7 @@ from xfuse.dialects.graph.base import (
     Extern,
     _check_result_shape,
     _check_same_dtype,
+    _check_shape_rule,
     _check_tensor,
     broadcast_shapes,
     dtype_of,
@@ -87,13 +88,7 @@ class MatmulOp(IRDLOperation):
                 f"expected operands of rank >= 2, found ranks {len(lt.get_shape())} "
                 f"and {len(rt.get_shape())}"
             )
-        shape = matmul_shape(lt.get_shape(), rt.get_shape())
-        if shape is None:
-            raise VerifyException(
-                f"operand shapes {fmt_shape(lt.get_shape())} and {fmt_shape(rt.get_shape())} "
-                "do not match for matmul"
-            )
-        _check_result_shape(self, shape)
+        _check_shape_rule(self, matmul_shape, [self.lhs, self.rhs], "do not match for matmul")
 
 
 def matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
