@@ -15,6 +15,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     Signedness,
     TensorType,
+    i1,
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -166,6 +167,26 @@ def _check_tensor(value: SSAValue, what: str) -> TensorType[Attribute]:
             f"expected {what} element type to be one of {DTYPE_NAMES}, found {t.element_type}"
         )
     return t  # pyright: ignore[reportUnknownVariableType]
+
+
+def _check_float(t: TensorType[Attribute]) -> None:
+    """Check that an operand of type `t` holds floating-point elements."""
+    if not is_float(t.element_type):
+        raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+
+
+def _check_numeric(t: TensorType[Attribute]) -> None:
+    """Check that an operand of type `t` holds numbers, not bools."""
+    if t.element_type == i1:
+        raise VerifyException("expected a numeric operand, found i1")
+
+
+def _check_counts(n: int, why: str, **values: Sequence[int]) -> None:
+    """Check that each of `values` (property name -> its values) has `n` of them (`why`: "the
+    operand's rank")."""
+    for name, arr in values.items():
+        if len(arr) != n:
+            raise VerifyException(f"expected {n} {name} values ({why}), found {len(arr)}")
 
 
 def _check_same_dtype(values: Sequence[SSAValue], what: str) -> None:

@@ -36,10 +36,10 @@ from xfuse.dialects.graph.base import (
     Composite,
     SameTypeOp,
     _check_dims,
+    _check_float,
     _check_tensor,
     dtype_of,
     fmt_shape,
-    is_float,
     shape_of,
 )
 from xfuse.dialects.graph.elementwise import FloatUnaryOp
@@ -61,8 +61,7 @@ class _DimCompositeOp(SameTypeOp):
 
     def verify_(self) -> None:
         t = _check_tensor(self.input, "operand")
-        if not is_float(t.element_type):
-            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        _check_float(t)
         _check_dims([self.axis], max(1, len(t.get_shape())), "dim")
 
 
@@ -120,8 +119,7 @@ class _NormOp(IRDLOperation):
 
     def _check_norm(self, affine: Sequence[SSAValue | None]) -> None:
         t = _check_tensor(self.operands[0], "operand")
-        if not is_float(t.element_type):
-            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        _check_float(t)
         shape, r = t.get_shape(), self.normalized_rank
 
         if not 1 <= r <= len(shape):
@@ -228,8 +226,7 @@ class GeluOp(SameTypeOp):
 
     def verify_(self) -> None:
         t = _check_tensor(self.input, "operand")
-        if not is_float(t.element_type):
-            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        _check_float(t)
         if self.approximate.data not in ("none", "tanh"):
             raise VerifyException(
                 f'expected approximate to be "none" or "tanh", found "{self.approximate.data}"'
@@ -277,8 +274,7 @@ class VarOp(ReducingOp):
 
     def verify_(self) -> None:
         t = self._check_tensors()
-        if not is_float(t.element_type):
-            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        _check_float(t)
         self._check_reduced(t.get_shape())
 
 

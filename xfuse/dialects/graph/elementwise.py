@@ -38,6 +38,8 @@ from xfuse.dialects.graph.base import (
     Elementwise,
     OneTensorOp,
     SameTypeOp,
+    _check_float,
+    _check_numeric,
     _check_result_shape,
     _check_same_dtype,
     _check_shape_rule,
@@ -248,10 +250,9 @@ class UnaryOp(SameTypeOp):
 
     def verify_(self) -> None:
         t = _check_tensor(self.input, "operand")
-        if self.FLOAT_ONLY and not is_float(t.element_type):
-            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
-        if t.element_type == i1:
-            raise VerifyException("expected a numeric operand, found i1")
+        if self.FLOAT_ONLY:
+            _check_float(t)
+        _check_numeric(t)
 
 
 class FloatUnaryOp(UnaryOp):

@@ -38,6 +38,7 @@ from xfuse.dialects.graph.base import (
     Injective,
     OneTensorOp,
     SameTypeOp,
+    _check_counts,
     _check_dims,
     _check_result_shape,
     _check_same_dtype,
@@ -206,11 +207,7 @@ class SliceOp(OneTensorOp):
     def verify_(self) -> None:
         shape = self._check_tensors().get_shape()
         start, limit, stride = self.bounds
-        for name, arr in (("start", start), ("limit", limit), ("stride", stride)):
-            if len(arr) != len(shape):
-                raise VerifyException(
-                    f"expected {len(shape)} {name} values (the operand's rank), found {len(arr)}"
-                )
+        _check_counts(len(shape), "the operand's rank", start=start, limit=limit, stride=stride)
         for i, (s, e, k) in enumerate(zip(start, limit, stride, strict=True)):
             if k <= 0:
                 raise VerifyException(f"expected a positive stride in dim {i}, found {k}")
@@ -264,8 +261,7 @@ class ConcatOp(IRDLOperation):
         _check_tensor(self.result, "result")
         _check_same_dtype([*self.inputs, self.result], "operands and result")
         rank = len(types[0].get_shape())
-        if not 0 <= self.axis < rank:
-            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        _check_dims([self.axis], rank, "dim")
         first = types[0].get_shape()
         for i, t in enumerate(types):
             s = t.get_shape()
@@ -364,8 +360,7 @@ class GatherOp(IRDLOperation):
                 f"expected a table of rank {rank + k - 1} (the result's rank {rank} + "
                 f"{k - 1}) and a result of rank >= 1, found {len(table)}"
             )
-        if not 0 <= self.axis < rank:
-            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        _check_dims([self.axis], rank, "dim")
         for j, v in enumerate(self.indices):
             shape = _check_tensor(v, f"index {j}").get_shape()
             if str(dtype_of(v)) not in INDEX_DTYPES:
@@ -434,8 +429,7 @@ class IotaOp(IRDLOperation):
         if not isinstance(t.element_type, IntegerType) or t.element_type == i1:
             raise VerifyException(f"expected an i32 or i64 result, found {t.element_type}")
         rank = len(t.get_shape())
-        if not 0 <= self.axis < rank:
-            raise VerifyException(f"expected dim in [0, {rank}), found {self.axis}")
+        _check_dims([self.axis], rank, "dim")
         if self.counting[1] == 0:
             raise VerifyException("expected a non-zero step")
 

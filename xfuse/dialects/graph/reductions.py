@@ -31,6 +31,8 @@ from xfuse.dialects.graph.base import (
     OneTensorOp,
     Reduction,
     _check_dims,
+    _check_float,
+    _check_numeric,
     _check_result_shape,
     _check_same_dtype,
     _i64_array,
@@ -101,8 +103,8 @@ class ReduceOp(ReducingOp):
 
     def verify_(self) -> None:
         t = self._check_tensors()
-        if self.FLOAT_ONLY and not is_float(t.element_type):
-            raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+        if self.FLOAT_ONLY:
+            _check_float(t)
         self._check_reduced(t.get_shape())
 
 
@@ -176,8 +178,7 @@ class ArgReduceOp(ReduceOp):
 
     def verify_(self) -> None:
         t = self._check_tensors(same_dtype=False)
-        if t.element_type == i1:
-            raise VerifyException("expected a numeric operand, found i1")
+        _check_numeric(t)
         if dtype_of(self.result) != i64:
             raise VerifyException(f"expected an i64 result, found {dtype_of(self.result)}")
         if len(self.reduce_dims) != 1:

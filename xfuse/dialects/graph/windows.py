@@ -14,7 +14,6 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     StringAttr,
     UnitAttr,
-    i1,
     i64,
 )
 from xdsl.ir import Operation, SSAValue
@@ -32,6 +31,9 @@ from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
     Injective,
     OneTensorOp,
+    _check_counts,
+    _check_float,
+    _check_numeric,
     _check_result_shape,
     _i64_array,
     _ints,
@@ -109,11 +111,7 @@ class PadOp(OneTensorOp):
     def verify_(self) -> None:
         t = self._check_tensors()
         shape, (low, high) = t.get_shape(), self.pads
-        for name, arr in (("low", low), ("high", high)):
-            if len(arr) != len(shape):
-                raise VerifyException(
-                    f"expected {len(shape)} {name} values (the operand's rank), found {len(arr)}"
-                )
+        _check_counts(len(shape), "the operand's rank", low=low, high=high)
         mode = self.mode.data
         if mode not in PAD_MODES:
             raise VerifyException(f'expected mode in {list(PAD_MODES)}, found "{mode}"')
@@ -253,11 +251,7 @@ class PoolOp(OneTensorOp):
             raise VerifyException(
                 f"expected 1 to {min(3, len(shape))} window dims (the operand's rank), found {n}"
             )
-        for name, arr in (("stride", stride), ("padding", padding), ("dilation", dilation)):
-            if len(arr) != n:
-                raise VerifyException(
-                    f"expected {n} {name} values (the kernel's), found {len(arr)}"
-                )
+        _check_counts(n, "the kernel's", stride=stride, padding=padding, dilation=dilation)
         for i, (k, s, p, d) in enumerate(zip(kernel, stride, padding, dilation, strict=True)):
             if min(k, s, d) <= 0 or not 0 <= p <= k // 2:
                 raise VerifyException(
@@ -267,14 +261,12 @@ class PoolOp(OneTensorOp):
         if kind == "avg":
             if any(d != 1 for d in dilation):
                 raise VerifyException(f"expected no dilation for avg, found {list(dilation)}")
-            if not is_float(t.element_type):
-                raise VerifyException(f"expected a floating-point operand, found {t.element_type}")
+            _check_float(t)
             if self.divisor_value == 0:
                 raise VerifyException("expected a non-zero divisor")
         elif self.divisor is not None or self.count_include_pad is not None:  # max, argmax
             raise VerifyException(f"expected no divisor or count_include_pad for {kind}")
-        if t.element_type == i1:
-            raise VerifyException("expected a numeric operand, found i1")
+        _check_numeric(t)
         lead, out = shape[: len(shape) - n], shape_of(self.result)
         spatial = shape[len(shape) - n :]
         if self.adaptive is not None:
