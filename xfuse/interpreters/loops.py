@@ -205,20 +205,15 @@ def _constant(op: Operation, xs: list[Any]) -> Any:
     return wrap(attr.type, attr.value.data)
 
 
-def _int_to_float(is_signed: bool) -> Callable[[Operation, list[Any]], Any]:
+def _from_int(
+    convert: Callable[[Attribute, int], Any], is_signed: bool
+) -> Callable[[Operation, list[Any]], Any]:
+    """A conversion of one integer operand, read as signed or unsigned, to the result type by
+    `convert` (`round_float` for sitofp and uitofp, `wrap` for extsi, extui and index_cast)."""
+
     def run(op: Operation, xs: list[Any]) -> Any:
         src = op.operands[0].type
-        v = signed(src, xs[0]) if is_signed else unsigned(src, xs[0])
-        return round_float(_result_type(op), v)
-
-    return run
-
-
-def _extend(is_signed: bool) -> Callable[[Operation, list[Any]], int]:
-    def run(op: Operation, xs: list[Any]) -> int:
-        src = op.operands[0].type
-        v = signed(src, xs[0]) if is_signed else unsigned(src, xs[0])
-        return wrap(_result_type(op), v)
+        return convert(_result_type(op), signed(src, xs[0]) if is_signed else unsigned(src, xs[0]))
 
     return run
 
@@ -254,13 +249,13 @@ SCALAR_IMPLS: dict[str, Callable[[Operation, list[Any]], Any]] = {
     "arith.select": lambda op, xs: xs[1] if xs[0] else xs[2],
     "arith.extf": lambda op, xs: round_float(_result_type(op), xs[0]),
     "arith.truncf": lambda op, xs: round_float(_result_type(op), xs[0]),
-    "arith.sitofp": _int_to_float(True),
-    "arith.uitofp": _int_to_float(False),
+    "arith.sitofp": _from_int(round_float, True),
+    "arith.uitofp": _from_int(round_float, False),
     "arith.fptosi": lambda op, xs: _fptosi(_result_type(op), xs[0]),
-    "arith.extsi": _extend(True),
-    "arith.extui": _extend(False),
+    "arith.extsi": _from_int(wrap, True),
+    "arith.extui": _from_int(wrap, False),
     "arith.trunci": lambda op, xs: wrap(_result_type(op), xs[0]),
-    "arith.index_cast": _extend(True),
+    "arith.index_cast": _from_int(wrap, True),
     "math.absf": lambda op, xs: round_float(_result_type(op), abs(xs[0])),
     "math.absi": lambda op, xs: wrap(_result_type(op), abs(xs[0])),
     "math.exp": _float_math(np.exp),
