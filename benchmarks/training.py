@@ -3,17 +3,23 @@ Training steps through `torch.compile`: eager, Inductor and xfuse side by side i
 interleaved (forward, backward and an AdamW step, `zero_grad(set_to_none=True)`):
 
     python -m benchmarks.training [--device cpu|cuda] [--models gpt2,bert,llama]
-                                  [--size tiny|small] [--runs 20]
+                                  [--size tiny|small|base] [--runs 20] [--dtype f32|bf16]
+                                  [--profile]
 
 Models are transformers' (configs, random weights, never downloaded). `tiny`: 2 layers, 64
-wide, 2x32 tokens (the CPU); `small`: 4 layers, 512 wide, 8x256 tokens (the GPU). Each row:
+wide, 2x32 tokens (the CPU); `small`: 4 layers, 512 wide, 8x256 tokens (the GPU); `base`: 4
+layers, 768 wide, 8x1024 tokens. `--dtype bf16` runs forward and loss under autocast. Each row:
 the median ms per step (the GPU waited for), and the first step's seconds (compiles included).
+`--profile` (CUDA) adds, per column, the GPU operations per step, their busy ms, and the
+heaviest kernels by GPU ms per step.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +31,9 @@ from benchmarks.timing import interleaved, medians, sync, wall_and_host_ms
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {"layers": 2, "width": 64, "heads": 2, "batch": 2, "tokens": 32, "vocab": 1000},
     "small": {"layers": 4, "width": 512, "heads": 8, "batch": 8, "tokens": 256, "vocab": 8000},
+    "base": {"layers": 4, "width": 768, "heads": 12, "batch": 8, "tokens": 1024, "vocab": 50304},
 }
+DTYPES = {"f32": None, "bf16": torch.bfloat16}
 
 
 def make_model(name: str, size: dict[str, int]) -> torch.nn.Module:
@@ -59,12 +67,21 @@ def make_model(name: str, size: dict[str, int]) -> torch.nn.Module:
     raise SystemExit(f"unknown model {name!r} (gpt2, bert, llama)")
 
 
-def stepper(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
-    """One training step of `model` (AdamW) on `ids` as input and labels."""
+def stepper(
+    model: torch.nn.Module, ids: torch.Tensor, dtype: torch.dtype | None = None
+) -> Callable[[], None]:
+    """One training step of `model` (AdamW) on `ids` as input and labels, forward and loss
+    under autocast to `dtype` (None: off)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cast = (
+        contextlib.nullcontext
+        if dtype is None
+        else functools.partial(torch.autocast, ids.device.type, dtype=dtype)
+    )
 
     def step() -> None:
-        loss = model(input_ids=ids, labels=ids).loss
+        with cast():
+            loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -72,7 +89,9 @@ def stepper(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
     return step
 
 
-def columns(base: torch.nn.Module, ids: torch.Tensor, wanted: list[str]) -> dict[str, Any]:
+def columns(
+    base: torch.nn.Module, ids: torch.Tensor, wanted: list[str], dtype: torch.dtype | None
+) -> dict[str, Any]:
     import xfuse  # noqa: F401 - registers the backend
 
     steps: dict[str, Any] = {}
@@ -80,7 +99,7 @@ def columns(base: torch.nn.Module, ids: torch.Tensor, wanted: list[str]) -> dict
         model = copy.deepcopy(base).train()
         if column != "eager":
             model = torch.compile(model, backend=column)  # type: ignore[assignment]
-        steps[column] = stepper(model, ids)
+        steps[column] = stepper(model, ids, dtype)
     return steps
 
 
@@ -91,14 +110,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--size", default=None, choices=list(SIZES))
     p.add_argument("--columns", default="eager,inductor,xfuse")
     p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--dtype", default="f32", choices=list(DTYPES))
+    p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
     size = SIZES[args.size or ("small" if args.device.startswith("cuda") else "tiny")]
-    print(f"device {args.device}, torch {torch.__version__}, size {size}")
+    print(f"device {args.device}, torch {torch.__version__}, {args.dtype}, size {size}")
     for name in args.models.split(","):
         torch.manual_seed(0)
         base = make_model(name, size).to(args.device)
         ids = torch.randint(0, size["vocab"], (size["batch"], size["tokens"]), device=args.device)
-        steps = columns(base, ids, args.columns.split(","))
+        steps = columns(base, ids, args.columns.split(","), DTYPES[args.dtype])
         first: dict[str, float] = {}
         for column, step in steps.items():
             start = time.perf_counter()
@@ -110,6 +131,20 @@ def main(argv: list[str] | None = None) -> None:
         row = "  ".join(f"{c} {wall[c]:.2f} (first {first[c]:.1f}s)" for c in steps)
         ratio = wall.get("xfuse", 0) / wall["inductor"] if "inductor" in wall else float("nan")
         print(f"{name}: {row}  xfuse/inductor {ratio:.2f}", flush=True)
+        if args.profile:
+            for column, step in steps.items():
+                print_profile(column, step)
+
+
+def print_profile(column: str, step: Callable[[], None], calls: int = 3, top: int = 12) -> None:
+    """GPU operations per step, their busy ms, and the heaviest kernels."""
+    from benchmarks.model_profile import profile_calls
+
+    found = profile_calls(step, calls)
+    print(f"  {column}: {found.kernels:.0f} GPU ops/step, busy {found.gpu_ms:.2f} ms")
+    heaviest = sorted(found.by_name.items(), key=lambda kv: -kv[1])[:top]
+    for kernel, ms in heaviest:
+        print(f"    {ms:7.3f} ms  {kernel[:110]}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from xfuse.training import PartCompiler
 transformers = pytest.importorskip("transformers")
 
 STRICT = {"fallback": "error"}
+LR = 1e-3
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def train(
     model: torch.nn.Module, step: Callable[[torch.nn.Module], torch.Tensor], steps: int
 ) -> list[torch.Tensor]:
     """`steps` AdamW steps of `step`'s loss, each after seeding torch's RNG alike."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
     losses = []
     for i in range(steps):
         torch.manual_seed(100 + i)
@@ -65,8 +66,13 @@ def compare_training(
         got = train(compiled, step, steps)
     want = train(reference, step, steps)
     torch.testing.assert_close(got, want)
+    # AdamW divides each gradient element by its running RMS, so a gradient of rounding size
+    # (sums reassociated: the GPU's kernels reduce in other orders than eager's) can move its
+    # element by up to the learning rate in a step: the parameters agree to a tenth of a step.
     for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p, q, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            p, q, rtol=1.3e-6, atol=LR / 10, msg=lambda m, name=name: f"{name}: {m}"
+        )
     for b, c in zip(model.buffers(), reference.buffers(), strict=True):
         torch.testing.assert_close(b, c)
 
