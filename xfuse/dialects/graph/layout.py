@@ -123,9 +123,6 @@ class ReshapeOp(OneTensorOp):
     traits = traits_def(Pure(), Injective())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
-    def __init__(self, input: SSAValue | Operation, shape: Sequence[int]):
-        super().__init__(input, shape)
-
     def verify_(self) -> None:
         self._check_tensors()
         n_in, n_out = numel(shape_of(self.input)), numel(shape_of(self.result))
