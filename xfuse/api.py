@@ -6,8 +6,10 @@ xfuse's public API.
     print(xfuse.explain(model, (x,)))               # ops -> groups -> kernels, with reasons
     torch.compile(model, backend="xfuse")           # through `xfuse.dynamo.dynamo_backend`
 
-A compiled program is for inference: its results carry no autograd history. What compiling
-does is elsewhere: the pipeline in `xfuse.pipeline` (`compile_pipeline`), torch.export in
+A call that needs autograd (grad enabled, and an input or parameter that requires grad) runs
+xfuse's forward and backward programs, as AOTAutograd cuts them (`xfuse.differentiable`): its
+results carry a `grad_fn`, and `backward()` gives eager's gradients. What compiling does is
+elsewhere: the pipeline in `xfuse.pipeline` (`compile_pipeline`), torch.export in
 `xfuse.frontend.export`, the build of each specialisation in `xfuse.runtime.driver`.
 """
 
@@ -24,6 +26,7 @@ import torch
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import get_backend
+from xfuse.differentiable import DifferentiableProgram, compile_differentiable
 from xfuse.errors import CUDAUnavailable, FallbackWarning, InvalidArgumentError, XfuseError
 from xfuse.frontend.export import ModelOrFn
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
@@ -34,7 +37,7 @@ from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.compiler import GroupInfo, KernelInfo
 from xfuse.runtime.cuda_graphs import GraphRunner
-from xfuse.runtime.driver import FusionReport, compile_program
+from xfuse.runtime.driver import FusionReport
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import fallback_mode
 
@@ -123,7 +126,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     fallback: str | None = None,
     channels_last: bool | None = None,
     static_inputs: Sequence[int] = (),
-) -> CompiledProgram:
+) -> DifferentiableProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
     compile on first use). Inputs are as torch.export takes them: tensors, Python scalars
     (specialised: another value compiles another program) and tuples, lists and dicts of
@@ -141,11 +144,15 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     `static_inputs` are the positions of inputs that stay where they are between calls (a
     model's parameters and buffers passed as inputs, as `torch.compile` passes them): a CUDA
     graph reads them in place instead of copying them in, and captures anew where one moved.
+    A call with grad enabled and an input, parameter or buffer that requires grad, or under
+    `torch.autocast`, runs through AOTAutograd (`xfuse.differentiable`): outputs carry a
+    `grad_fn`, `backward()` runs xfuse's backward program and gives eager's gradients, and
+    autocast casts as in eager; under `torch.no_grad()` the inference program alone runs.
     `device` is "cpu", "cuda" or "cuda:N" (a string or torch.device); arguments of the wrong
     kind are an `InvalidArgumentError` (a ValueError and TypeError too)."""
     check_arguments(example_inputs, example_kwargs, pipeline, cache)
     target = check_device(device)
-    return compile_program(
+    return compile_differentiable(
         model_or_fn,
         tuple(example_inputs),
         target,

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from xfuse.aot import graph_device, is_symbolic, real_input
 from xfuse.api import compile
-from xfuse.backend_inputs import graph_device, is_symbolic, real_input
 from xfuse.errors import (
     AutogradUnsupportedError,
     EagerArgumentError,
@@ -25,7 +25,7 @@ from xfuse.errors import (
 )
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
-from xfuse.training import needs_autograd, training_backend
+from xfuse.training import needs_aot, training_backend
 
 Tensor = torch.Tensor
 
@@ -117,7 +117,7 @@ def _input_key(value: Any) -> Hashable:
 def _backend(
     gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
 ) -> Callable[..., Any]:
-    if needs_autograd(example_inputs):
+    if needs_aot(example_inputs):
         return training_backend(gm, example_inputs, mode, _graph_runs_eagerly)
     if any(is_symbolic(t) for t in example_inputs):
         return _per_shape(gm, graph_device(gm, example_inputs), mode)

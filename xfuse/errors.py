@@ -128,6 +128,13 @@ class AutogradUnsupportedError(XfuseError, RuntimeError):
     programs are for inference and their results would carry no history."""
 
 
+class GradientUnsupportedError(AutogradUnsupportedError):
+    """A call that needs autograd which xfuse cannot differentiate as eager would (a module
+    with a backward hook, a tensor that requires grad but is no input, parameter or buffer, an
+    op AOTAutograd cannot differentiate): one line saying why. Under `torch.no_grad()` the
+    inference program runs."""
+
+
 # --- eager's argument rules (`xfuse.frontend.eager_rules`) -------------------------------
 
 
