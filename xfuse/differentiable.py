@@ -100,6 +100,8 @@ class DifferentiableProgram(CompiledProgram):
 
     def _traced_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = self._inputs(args, kwargs)
+        if torch.is_grad_enabled() and isinstance(self.eager, torch.nn.Module):
+            check_hooks(self.eager)  # each call: a hook may be registered at any time
         state = self.state.tensors() if self.state is not None else []
         sig = self._signature(call.tensors, call.structure, state, torch.is_grad_enabled())
         grads = tuple(t.requires_grad for t in (*call.tensors, *state))
@@ -397,14 +399,9 @@ def export_graph(model: torch.nn.Module, call: CallInputs) -> torch.export.Expor
 
 
 def check_differentiable(model: torch.nn.Module, exported: torch.export.ExportedProgram) -> None:
-    """A `GradientUnsupportedError` where eager's autograd would do what the traced program
-    cannot: call a module's backward hooks, or give a gradient to a tensor that is no input,
-    parameter or buffer (a tensor attribute, a captured tensor)."""
-    hooked = backward_hooked(model)
-    if hooked is not None:
-        raise GradientUnsupportedError(
-            f"xfuse: {hooked} has a backward hook, which the compiled backward would not call"
-        )
+    """A `GradientUnsupportedError` where eager's autograd would give a gradient to a tensor
+    the traced program takes as a constant: one that requires grad but is no input, parameter
+    or buffer (a tensor attribute, a captured tensor)."""
     for name, value in exported.constants.items():
         if isinstance(value, Tensor) and value.requires_grad:
             raise GradientUnsupportedError(
@@ -426,13 +423,22 @@ def state_names(model: torch.nn.Module) -> list[str]:
     ]
 
 
-def backward_hooked(model: torch.nn.Module) -> str | None:
-    """The module (by name) with a backward hook (or any, for a global one), or None."""
+def check_hooks(model: torch.nn.Module) -> None:
+    """A `GradientUnsupportedError` where a module has a backward hook (or every module, a
+    global one), which the compiled backward would not call."""
     from torch.nn.modules import module as modules
 
+    hooked = next(
+        (
+            f"module '{name}'" if name else "the model"
+            for name, sub in model.named_modules()
+            if sub._backward_hooks or sub._backward_pre_hooks
+        ),
+        None,
+    )
     if modules._global_backward_hooks or modules._global_backward_pre_hooks:
-        return "every module"
-    for name, sub in model.named_modules():
-        if sub._backward_hooks or sub._backward_pre_hooks:
-            return f"module '{name}'" if name else "the model"
-    return None
+        hooked = "every module"
+    if hooked is not None:
+        raise GradientUnsupportedError(
+            f"xfuse: {hooked} has a backward hook, which the compiled backward would not call"
+        )
