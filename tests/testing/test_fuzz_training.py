@@ -200,6 +200,24 @@ def test_the_cli_training_run_ends_with_the_counts(capsys: pytest.CaptureFixture
     assert "stages checked: cpu first step x3, cpu second step x3" in lines
 
 
+def test_the_cli_trains_the_program_drawn_before_dtypes_eager_refuses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seed 2's program 2 ends on dtypes eager refuses: the run checks it as drawn before."""
+    checked: list[str] = []
+    real = cli.check_training
+
+    def recording(source: str, devices: Any) -> Outcome:
+        checked.append(source)
+        return real(source, devices)
+
+    monkeypatch.setattr(cli, "check_training", recording)
+    assert cli.main(["--training", "--programs", "1", "--start", "2", "--seed", "2"]) == 0
+    seed = cli.program_seed(2, 2)
+    assert checked == [generate(seed).source, generate(seed, mismatches=False).source]
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "1 passed, 0 failed"
+
+
 def test_the_cli_writes_a_training_reproducer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], planted: Callable[..., None]
 ) -> None:
