@@ -370,3 +370,38 @@ def test_training_with_dynamic_shapes_is_refused_in_strict_mode() -> None:
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="dynamic shapes") as info:
         net(torch.randn(8, 16)).sum().backward()
     assert isinstance(info.value.inner_exception, EagerFallbackError)  # dynamo wraps it
+
+
+# ---------------------------------------------------------------------------------------------
+# xfuse.explain of a training call
+# ---------------------------------------------------------------------------------------------
+
+
+def test_explain_shows_the_forward_and_backward_programs_and_the_partition() -> None:
+    model = conv_net()
+    x = torch.randn(2, 3, 12, 12)
+    buffers = [b.clone() for b in model.buffers()]
+    explanation = xfuse.explain(model, (x,), quiet=True, training=True)
+    assert list(explanation.parts) == ["forward", "backward"]
+    forward, backward = explanation.parts["forward"], explanation.parts["backward"]
+    assert explanation.groups == forward.groups  # its own fields are the forward's
+    assert forward.kernels and backward.kernels and backward.groups
+    assert any(s.startswith("primals_") and "'0.weight'" in s for s in explanation.saved)
+    assert any("aten.convolution" in s for s in explanation.saved), explanation.saved
+    text = str(explanation)
+    assert text.startswith("forward: ") and "\nbackward: " in text
+    assert f"saved for the backward ({len(explanation.saved)}): " in text
+    assert "recomputed in the backward" in text
+    assert set(explanation.to_dict()["parts"]) == {"forward", "backward"}
+    # Nothing ran: no gradient, the running statistics as they were.
+    assert all(p.grad is None for p in model.parameters())
+    for b, before in zip(model.buffers(), buffers, strict=True):
+        torch.testing.assert_close(b, before)
+
+
+def test_explain_names_what_the_backward_recomputes() -> None:
+    """The min-cut partitioner saves a layer norm's input and statistics and computes the GELU
+    before it again in the backward."""
+    explanation = xfuse.explain(mlp(), (torch.randn(8, 16),), quiet=True, training=True)
+    assert any(r.startswith("gelu (aten.gelu") for r in explanation.recomputed)
+    assert any(": aten.var_mean.correction[1] " in s for s in explanation.saved)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -38,6 +38,18 @@ Tensor = torch.Tensor
 
 OnEager = Callable[[Exception, FallbackMode], None]
 """Warns, or raises in strict mode, for a part that runs eagerly (the error, the mode)."""
+
+
+class CompiledPart(NamedTuple):
+    """A part as AOTAutograd cut it and as xfuse compiled it."""
+
+    graph: torch.fx.GraphModule
+    program: Any
+    """Its `CompiledProgram` (what `PartCompiler.compile` returned)."""
+
+
+Record = Callable[[str, CompiledPart], None]
+"""Told each part (`PARTS`) xfuse compiled."""
 
 
 def decompositions() -> dict[Any, Callable[..., Any]]:
@@ -145,8 +157,8 @@ class PartCompiler:
     mode: FallbackMode
     on_eager: OnEager
     settings: PartSettings = field(default_factory=PartSettings)
-    record: Callable[[str, Any], None] | None = None
-    """Told each part compiled, and its program (`xfuse.differentiable` keeps them)."""
+    record: Record | None = None
+    """Told each part compiled (`xfuse.differentiable` keeps them)."""
 
     def __call__(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
@@ -160,7 +172,7 @@ class PartCompiler:
                 self.on_eager(e, self.mode)
                 return boxed(gm)
         if self.record is not None:
-            self.record(self.part, program)
+            self.record(self.part, CompiledPart(gm, program))
         return boxed_program(program)
 
     def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledProgram:
@@ -204,7 +216,7 @@ def aot_options(
     mode: FallbackMode,
     on_eager: OnEager,
     settings: PartSettings | None = None,
-    record: Callable[[str, Any], None] | None = None,
+    record: Record | None = None,
 ) -> dict[str, Any]:
     """AOTAutograd's arguments: a `PartCompiler` per part, the min-cut partitioner and
     `decompositions`."""

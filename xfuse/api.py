@@ -15,28 +15,19 @@ elsewhere: the pipeline in `xfuse.pipeline` (`compile_pipeline`), torch.export i
 
 from __future__ import annotations
 
-import json
 import warnings
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import get_backend
 from xfuse.differentiable import DifferentiableProgram, compile_differentiable
-from xfuse.errors import CUDAUnavailable, FallbackWarning, InvalidArgumentError, XfuseError
+from xfuse.errors import CUDAUnavailable, FallbackWarning, InvalidArgumentError
+from xfuse.explanation import Explanation, explanation_of, training_explanation
 from xfuse.frontend.export import ModelOrFn
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
-from xfuse.report.counts import program_ops
-from xfuse.report.dot import program_dot
-from xfuse.report.render import render_dot
-from xfuse.report.summary import FusionSummary, format_summary, summarize
 from xfuse.runtime.cache import KernelCache
-from xfuse.runtime.compiler import GroupInfo, KernelInfo
-from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.driver import FusionReport
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import fallback_mode
@@ -167,71 +158,6 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     )
 
 
-@dataclass
-class Explanation:
-    """What xfuse makes of a program: ops -> groups -> kernels (as `xfuse.report.counts`
-    defines them), and why."""
-
-    ops: list[str]
-    """The ops the headline counts: the program's graph ops after the fusion pipeline."""
-    groups: list[GroupInfo]
-    kernels: list[KernelInfo]
-    report: FusionReport
-    fallbacks: list[str]
-    module: ModuleOp | None = field(default=None, compare=False, repr=False)
-    """The program after fusion (graph and fusion IR), as the kernels were made from it."""
-    cuda_graph: str | None = None
-    """On CUDA: whether the program runs as a captured CUDA graph, or why not (None: CPU)."""
-    imported_ops: list[str] = field(default_factory=list[str])
-    """The ops of the program as imported, before the pipeline decomposed and fused them."""
-
-    def summary(self) -> FusionSummary:
-        """Groups, kernels, bytes moved with and without fusion, and why pairs were refused."""
-        return summarize(
-            self.module if self.module is not None else ModuleOp([]),
-            self.report.decisions,
-            group_kernels={g.index: list(g.kernels) for g in self.groups},
-            kernels=len(self.kernels),
-            fallbacks=self.fallbacks,
-            group_status={g.index: g.status for g in self.groups},
-            op_by_op=self.report.op_by_op,
-        )
-
-    def to_dot(self, *, show_params: bool = False) -> str:
-        """The fused program as Graphviz DOT (see `xfuse.report.dot.program_dot`)."""
-        if self.module is None:
-            raise XfuseError("this explanation has no module to draw")
-        return program_dot(
-            self.module, self.report.decisions, self.report.op_index, show_params=show_params
-        )
-
-    def render(self, path: str, *, show_params: bool = False) -> str:
-        """Draw the program to `path` (.svg, .png, .pdf through Graphviz, or .dot); without
-        Graphviz, writes the .dot text and warns. Returns the path written."""
-        return str(render_dot(self.to_dot(show_params=show_params), path))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ops": self.ops,
-            "imported_ops": self.imported_ops,
-            "groups": [asdict(g) for g in self.groups],
-            "kernels": [asdict(k) for k in self.kernels],
-            "report": self.report.to_dict(),
-            "fallbacks": self.fallbacks,
-            "cuda_graph": self.cuda_graph,
-            "summary": self.summary().to_dict(),
-        }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    def __str__(self) -> str:
-        first, *table = format_summary(self.summary()).splitlines()
-        ops = f"ops: {op_names(self.ops)} (imported: {op_names(self.imported_ops)})"
-        graph = [] if self.cuda_graph is None else [f"CUDA graph: {self.cuda_graph}"]
-        return "\n".join([first, ops, *graph, *table])
-
-
 def explain(
     model_or_fn: ModelOrFn,
     example_inputs: Sequence[Tensor],
@@ -240,8 +166,12 @@ def explain(
     *,
     quiet: bool | None = None,
     channels_last: bool | None = None,
+    training: bool = False,
 ) -> Explanation:
-    """Compile (kernels come from the cache when already built) and describe the result."""
+    """Compile (kernels come from the cache when already built) and describe the result. With
+    `training`, describe what a call with grad enabled runs: AOTAutograd's forward and backward
+    programs (`Explanation.parts`), and what its partitioner saved for the backward and what
+    the backward recomputes; nothing runs."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)  # the explanation lists fallbacks
         compiled = compile(
@@ -252,32 +182,7 @@ def explain(
             quiet=quiet,
             channels_last=channels_last,
         )
-    executable = compiled.default
-    module = executable.program.module
-    return Explanation(
-        ops=[op.name for op in program_ops(module)],
-        groups=compiled.groups,
-        kernels=compiled.kernels,
-        report=compiled.report,
-        fallbacks=compiled.fallbacks,
-        module=module,
-        cuda_graph=graph_status(executable.graphs, compiled.device),
-        imported_ops=list(executable.op_names),
-    )
-
-
-def op_names(names: Sequence[str]) -> str:
-    """`linear x2, gelu`: op names by count, most common first, without `graph.`."""
-    counts = Counter(name.removeprefix("graph.") for name in names)
-    return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.most_common()) or "none"
-
-
-def graph_status(graphs: GraphRunner | None, device: torch.device) -> str | None:
-    """`Explanation.cuda_graph`: None on the CPU; on CUDA, whether graphs run it, or why not."""
-    if device.type != "cuda":
-        return None
-    if graphs is None:
-        return "off (cuda_graphs=False or XFUSE_CUDA_GRAPHS=0): steps run one by one"
-    if graphs.reason is not None:
-        return f"not used: {graphs.reason}"
-    return "captured on the second call, replayed from then on"
+        if training:
+            with torch.enable_grad():
+                return training_explanation(compiled.trace(*example_inputs))
+    return explanation_of(compiled)

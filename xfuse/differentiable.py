@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from xfuse.aot import PartSettings, aot_options
+from xfuse.aot import CompiledPart, PartSettings, aot_options
 from xfuse.backends import Backend
 from xfuse.errors import EagerFallbackError, ExportError, GradientUnsupportedError, XfuseError
 from xfuse.frontend.export import ModelOrFn
@@ -121,6 +121,16 @@ class DifferentiableProgram(CompiledProgram):
                 self.traced[key] = found
             return found
 
+    def trace(self, *args: Any, **kwargs: Any) -> TracedCall:
+        """A new `TracedCall` for a call, in the grad mode it is made in, its backward
+        compiled now too: what `xfuse.explain(..., training=True)` describes. Nothing runs."""
+        from torch._functorch import config
+
+        call = self._inputs(args, kwargs)
+        state = self.state.tensors() if self.state is not None else []
+        with config.patch(force_non_lazy_backward_lowering=True):
+            return self._traced_for(call, state)
+
     def _traced_for(self, call: CallInputs, state: Sequence[Tensor]) -> TracedCall:
         assert self.eager is not None
         model = as_module(self.eager)
@@ -187,9 +197,9 @@ def build_or_trace(
             raise refused
         traced = TracedCall(exported, state.names, call.leaves, state.tensors(), parts, mode)
         found = traced.parts.get("inference")
-        if not isinstance(found, CompiledProgram):  # it runs eagerly (with a warning)
+        if found is None:  # it runs eagerly (with a warning)
             raise refused
-        return TracedExecutable.of(found, traced)
+        return TracedExecutable.of(found.program, traced)
 
     return made
 
@@ -267,6 +277,7 @@ class TracedCall:
         from xfuse.frontend.pytrees import unflattener
 
         self.graph = FlatGraph(exported.module())
+        self.state_names = tuple(names)
         self.names = tuple(f"program.{n}" for n in names)
         self.leaves = list(leaves)
         """The call's leaves: its constants, and its tensors' places (`slots`)."""
@@ -274,7 +285,7 @@ class TracedCall:
         self.unflatten = unflattener(exported.call_spec.out_spec)
         self.outputs: list[Any] = []
         """The graph's flat outputs as traced: `TENSOR` where a tensor is, the other values."""
-        self.parts: dict[str, Any] = {}
+        self.parts: dict[str, CompiledPart] = {}
         inputs = [*state, *distinct_tensors(leaves)]
         self.function = self._compile(inputs, replace(settings, state_inputs=len(names)), mode)
 
@@ -313,6 +324,14 @@ class TracedCall:
     def __call__(self, state: Sequence[Tensor], leaves: Sequence[Any]) -> Any:
         found = iter(self.function(*state, *distinct_tensors(leaves)))
         return self.unflatten([next(found) if o is TENSOR else o for o in self.outputs])
+
+    def input_name(self, index: int) -> str:
+        """AOTAutograd's flat input `index`: a state tensor's name, or the call's distinct
+        tensor's place."""
+        count = len(self.state_names)
+        if index < count:
+            return f"'{self.state_names[index]}'"
+        return f"input {index - count}"
 
 
 def trace_error(error: Exception) -> XfuseError:
