@@ -90,10 +90,15 @@ class Explanation:
             "fallbacks": self.fallbacks,
             "cuda_graph": self.cuda_graph,
             "summary": self.summary().to_dict(),
-            "parts": {name: part.to_dict() for name, part in self.parts.items()},
-            "saved": self.saved,
-            "recomputed": self.recomputed,
+            **self.partition_dict(),
         }
+
+    def partition_dict(self) -> dict[str, Any]:
+        """A training explanation's parts and partition (nothing for one program)."""
+        if not self.parts:
+            return {}
+        parts = {name: part.to_dict() for name, part in self.parts.items()}
+        return {"parts": parts, "saved": self.saved, "recomputed": self.recomputed}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
