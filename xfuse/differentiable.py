@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 from typing import Any
 
 import torch
@@ -87,16 +88,17 @@ class DifferentiableProgram(CompiledProgram):
         super().__init__(build, example_inputs, device, state, example_kwargs, static_inputs, eager)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if autocast_key() or (torch.is_grad_enabled() and self._needs_grad(args, kwargs)):
+        # One C call for autocast (a private one: `autocast_key` takes a microsecond).
+        autocast = torch._C._is_any_autocast_enabled()
+        if autocast or (torch.is_grad_enabled() and self._needs_grad(args, kwargs)):
             return self._traced_call(args, kwargs)
         return super().__call__(*args, **kwargs)
 
     def _needs_grad(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        plain = not kwargs and all(isinstance(a, Tensor) for a in args)
+        leaves = args if plain else pytree.tree_leaves((args, kwargs))
         state = self.state.tensors() if self.state is not None else ()
-        return any(
-            isinstance(t, Tensor) and t.requires_grad
-            for t in (*state, *pytree.tree_leaves((args, kwargs)))
-        )
+        return any(isinstance(t, Tensor) and t.requires_grad for t in chain(leaves, state))
 
     def _traced_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         call = self._inputs(args, kwargs)
