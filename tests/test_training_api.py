@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import xfuse
+from tests.backends.test_cuda import gpu
 from xfuse.errors import (
     EagerFallbackError,
     FallbackWarning,
@@ -73,7 +74,8 @@ def mlp() -> torch.nn.Sequential:
 
 def compiled(front_end: str, model: torch.nn.Module, example: Tensor) -> Callable[..., Any]:
     if front_end == "xfuse.compile":
-        return xfuse.compile(model, (example,), quiet=True, fallback="error")
+        device = example.device
+        return xfuse.compile(model, (example,), device, quiet=True, fallback="error")
     return torch.compile(model, backend="xfuse", options={"fallback": "error"})
 
 
@@ -260,6 +262,50 @@ def test_a_bfloat16_addmm_rounds_once_as_eagers() -> None:
     program = xfuse.compile(model, (x,), quiet=True, fallback="error")
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         torch.testing.assert_close(program(x), model(x), **BF16)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_gpu_training_steps_match_eager(front_end: str) -> None:
+    """On CUDA the forward runs as a CUDA graph from its second call (its parameters read in
+    place), while the tensors it saved for the backward of earlier micro-batches stay alive."""
+    model, reference = conv_net().cuda(), conv_net().cuda()
+    batches = [torch.randn(2, 3, 12, 12, device="cuda") for _ in range(3)]
+    net = compiled(front_end, model, batches[0])
+    for run, params in ((net, model), (reference, reference)):
+        optimizer = torch.optim.SGD(params.parameters(), lr=0.1)
+        for step in range(3):
+            for i, x in enumerate(batches):
+                torch.manual_seed(10 * step + i)
+                (run(x).square().mean() / len(batches)).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+    for b, c in zip(model.buffers(), reference.buffers(), strict=True):
+        torch.testing.assert_close(b, c)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_gpu_autocast_to_bfloat16_matches_eager_under_autocast(front_end: str) -> None:
+    model, reference = mlp().cuda(), mlp().cuda()
+    x = torch.randn(8, 16, device="cuda")
+    net = compiled(front_end, model, x)
+    outputs = []
+    for run in (net, reference):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = run(x)
+            loss = y.float().square().mean()
+        loss.backward()
+        outputs.append((y, loss))
+    (got, got_loss), (want, want_loss) = outputs
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got_loss, want_loss, **BF16)
+    torch.testing.assert_close(got, want, **BF16_SCALE)
+    assert_same_grads(model, reference, **BF16_SCALE)
 
 
 # ---------------------------------------------------------------------------------------------
