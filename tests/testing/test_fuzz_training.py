@@ -21,6 +21,7 @@ from xfuse.testing.fuzz.program import InputSpec, program_source
 from xfuse.testing.fuzz.runner import Outcome
 from xfuse.testing.fuzz.training import (
     UNTAMED,
+    TrainingDifferential,
     check_training,
     compare_grads,
     gap_ops,
@@ -188,6 +189,24 @@ def test_a_summed_gradient_passes_by_the_f64_rule() -> None:
     far = (reference + 1e-2 * torch.sin(reference * 50)).float()
     assert compare_grads([close], [eager], [reference], 1.0) is None
     assert compare_grads([far], [eager], [reference], 1.0) is not None
+
+
+def test_the_f64_reference_computes_in_f64_what_the_program_makes_of_integers() -> None:
+    """A float made of an integer input and a 0-d constant (f32 in eager) meets an f64 weight
+    in the f64 run: the default dtype there is f64, so the run has gradients to rule by."""
+    program = source(
+        ["v1 = torch.copysign(x0, torch.tensor(2.0))", "v2 = F.linear(v1, x1)"],
+        ["v2"],
+        InputSpec("x0", (64, 1), kind="int"),
+        InputSpec("x1", (8, 1)),
+    )
+    differential = TrainingDifferential(program)
+    differential.grad_inputs = differential.choose_grad_inputs()
+    assert differential.run_eager() is not None
+    reference = differential.run_f64()
+    assert reference is not None
+    assert [g.dtype for g in reference.grads if g is not None] == [torch.float64]
+    assert torch.get_default_dtype() == torch.float32
 
 
 def test_the_cli_training_run_ends_with_the_counts(capsys: pytest.CaptureFixture[str]) -> None:

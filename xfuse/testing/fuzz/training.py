@@ -29,7 +29,8 @@ import random
 import re
 import warnings
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,10 +227,11 @@ class TrainingDifferential:
         return skip_reason("forward", error)
 
     def run_f64(self) -> Step | None:
-        """The step in f64 (f32 inputs, and the program's own casts to floating dtypes), for
-        the RMSE rule; None where it does not run or gives other shapes."""
+        """The step in f64 (f32 inputs, the program's own casts to floating dtypes, and the
+        floats it makes of integers and Python numbers), for the RMSE rule; None where it does
+        not run."""
         try:
-            with warnings.catch_warnings(), Float64Casts():
+            with warnings.catch_warnings(), Float64Casts(), default_dtype(torch.float64):
                 warnings.simplefilter("ignore")
                 return self.step(self.program, self.leaves(torch.float64))
         except Exception:  # noqa: BLE001 - the rule then is assert_close alone
@@ -293,6 +295,18 @@ def tame_gradients(eager: Step, reference: Step | None) -> bool:
     """Whether every gradient is finite, in eager and in the f64 `reference`."""
     steps = [eager] if reference is None else [eager, reference]
     return all(g is None or bool(g.isfinite().all()) for step in steps for g in step.grads)
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default floating dtype `dtype` in the block (`torch.tensor(2.0)`, an integer
+    tensor's promotion with a float)."""
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
 
 
 def compare_grads(
