@@ -230,10 +230,11 @@ class TrainingDifferential:
         """The step in f64 (f32 inputs, the program's own casts to floating dtypes, and the
         floats it makes of integers and Python numbers), for the RMSE rule; None where it does
         not run."""
+        inputs = self.leaves(torch.float64)  # eager's values: drawn as f32, then widened
         try:
             with warnings.catch_warnings(), Float64Casts(), default_dtype(torch.float64):
                 warnings.simplefilter("ignore")
-                return self.step(self.program, self.leaves(torch.float64))
+                return self.step(self.program, inputs)
         except Exception:  # noqa: BLE001 - the rule then is assert_close alone
             return None
 
