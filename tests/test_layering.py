@@ -17,6 +17,7 @@ LEVELS = [
         "xfuse.collector",
         "xfuse.lazy",
         "xfuse.ir.dtypes",
+        "xfuse.ir.dense",
         "xfuse.ir.names",
         "xfuse.ir.functions",
         "xfuse.progress",

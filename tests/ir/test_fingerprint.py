@@ -92,3 +92,28 @@ def test_attributes_that_compare_equal_as_floats_keep_their_own_text_in_one_modu
     """Equal attributes share their printed text: 0.0 and -0.0 must not be equal."""
     zeros, signed = (parse(TWO_CONSTANTS.replace("VALUE", v)) for v in ("0.0", "-0.0"))
     assert fingerprint(zeros) != fingerprint(signed)
+
+
+SPLAT = """
+func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %c = graph.constant dense<VALUE> : tensor<4xf32>
+  %y = graph.add %x, %c : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+  func.return %y : tensor<4xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("[1.0, 1.0, 1.0, 1.0]", "1.0", True),  # stored whole or as one element: one text
+        ("[1.0, 1.0, 1.0, 2.0]", "1.0", False),
+        ("[1.0, 2.0, 3.0, 4.0]", "[1.0, 2.0, 3.0, 5.0]", False),
+    ],
+)
+def test_dense_constants_share_a_fingerprint_exactly_when_they_print_the_same(
+    a: str, b: str, same: bool
+) -> None:
+    first, second = (parse(SPLAT.replace("VALUE", v)) for v in (a, b))
+    assert (str(first) == str(second)) == same
+    assert (fingerprint(first) == fingerprint(second)) == same

@@ -27,6 +27,7 @@ from xfuse.dialects.torch_args import (
 )
 from xfuse.errors import IndexOutOfRangeError, InterpretError, XfuseError
 from xfuse.ir import dtypes
+from xfuse.ir.dense import compact_splat
 
 Tensor = torch.Tensor
 _T = TypeVar("_T")
@@ -148,7 +149,7 @@ def _concat(op: Operation, xs: list[Tensor]) -> Tensor:
 def constant_tensor(attr: DenseIntOrFPElementsAttr) -> Tensor:  # pyright: ignore[reportMissingTypeArgument]
     t = graph.tensor_type(attr.type)
     dtype = dtypes.to_torch(t.element_type)
-    values = attr.get_values()
+    values = compact_splat(attr).get_values()
     shape = tuple(t.get_shape())
     if len(values) == 1:
         # Graph constants are real: no (re, im) tuples among the values.

@@ -9,16 +9,21 @@ and printing a large imported module was a large part of a warm start. The finge
 what the generic printer prints (each op's name, operands, successors, properties, attributes,
 result types and regions, each block's argument types, each value's name hint) and prints
 each distinct attribute once (attributes are values: equal ones share their text); bytes
-(dense constants) are written as hex, where the printer escapes them a character at a time.
+are written as hex, where the printer escapes them a character at a time, and a dense
+constant as a digest of its elements' bytes.
 It is not IR that parses, only text that differs wherever two modules' printed text does.
 """
 
 from __future__ import annotations
 
+import hashlib
 from io import StringIO
 
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.printer import Printer
+
+from xfuse.ir.dense import element_bytes
 
 
 class _KeyPrinter(Printer):
@@ -45,11 +50,18 @@ class _Fingerprint:
         text = self.texts[attribute] = self._print(attribute)
         return text
 
-    @staticmethod
-    def _print(attribute: Attribute) -> str:
+    def _print(self, attribute: Attribute) -> str:
+        if isinstance(attribute, DenseIntOrFPElementsAttr):
+            return self._dense(attribute)
         stream = StringIO()
         _KeyPrinter(stream=stream).print_attribute(attribute)
         return stream.getvalue()
+
+    def _dense(self, attribute: DenseIntOrFPElementsAttr) -> str:  # pyright: ignore[reportMissingTypeArgument]
+        """A dense constant as its type and a digest of its elements' bytes (a splat's one
+        element's, however it is stored), never its elements decoded one by one."""
+        digest = hashlib.blake2b(element_bytes(attribute), digest_size=20).hexdigest()
+        return f"dense[{self.attribute(attribute.type)}]{digest}"
 
     def name(self, value: SSAValue) -> str:
         """A value's number: where it is defined, or where first used (a use before its

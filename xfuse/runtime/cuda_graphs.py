@@ -271,11 +271,11 @@ class GraphRunner:
     ) -> list[Tensor]:
         self._warm = True
         outputs = self.run_steps(self.program, args, pool)
-        host = [t for t in (*args, *outputs) if not t.is_cuda]
-        if host:
+        devices = {t.device for t in (*args, *outputs)}
+        if len(devices) > 1:
             self.reason = (
-                f"it reads or returns a CPU tensor ({list(host[0].shape)}, {host[0].dtype}: a "
-                "scalar, or a library kernel's RNG state), which a CUDA graph cannot replay"
+                f"it reads or returns tensors on {len(devices)} devices (a CPU scalar, or the "
+                "RNG state a library kernel keeps on the host), which a CUDA graph cannot replay"
             )
             return outputs
         state_ids = {id(t) for t in state}

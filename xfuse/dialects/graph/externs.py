@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, cast
+from typing import Any, ClassVar, cast
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
+    BytesAttr,
     DenseIntOrFPElementsAttr,
     DictionaryAttr,
     IntegerAttr,
@@ -45,9 +46,11 @@ from xfuse.dialects.graph.base import (
     broadcast_shapes,
     dtype_of,
     fmt_shape,
+    numel,
     shape_of,
 )
 from xfuse.dialects.torch_args import tensor_ref
+from xfuse.ir.dense import compact_splat
 
 # ---------------------------------------------------------------------------------------------
 # Extern ops
@@ -270,7 +273,7 @@ class ConstantOp(IRDLOperation):
         if not isinstance(value, DenseIntOrFPElementsAttr):
             parser.raise_error("expected a dense tensor attribute", pos, parser.pos)
         attrs = parser.parse_optional_attr_dict()
-        op = cls(value)  # pyright: ignore[reportUnknownArgumentType]
+        op = cls(compact_splat(value))
         op.attributes.update(attrs)
         return op
 
@@ -286,15 +289,18 @@ class ConstantOp(IRDLOperation):
     def scalar(
         value: float | int | bool, dtype: Attribute, shape: Sequence[int] = ()
     ) -> ConstantOp:
+        """A constant of `shape` whose elements are all `value`, its bytes one element's."""
+        one: DenseIntOrFPElementsAttr  # pyright: ignore[reportMissingTypeArgument]
+        whole: TensorType[Any]
         if isinstance(dtype, FLOAT_TYPES):  # is_float(dtype), narrowed for the checker
-            return ConstantOp(
-                DenseIntOrFPElementsAttr.from_list(TensorType(dtype, shape), [float(value)])
-            )
-        # Every other graph element type is a signless integer (i1, i32, i64).
-        int_type = cast(IntegerType, dtype)
-        return ConstantOp(
-            DenseIntOrFPElementsAttr.from_list(TensorType(int_type, shape), [int(value)])
-        )
+            one = DenseIntOrFPElementsAttr.from_list(TensorType(dtype, ()), [float(value)])
+            whole = TensorType(dtype, shape)
+        else:  # every other graph element type is a signless integer (i1, i32, i64)
+            int_type = cast(IntegerType, dtype)
+            one = DenseIntOrFPElementsAttr.from_list(TensorType(int_type, ()), [int(value)])
+            whole = TensorType(int_type, shape)
+        data = one.data if numel(shape) else BytesAttr(b"")  # no elements: no bytes
+        return ConstantOp(DenseIntOrFPElementsAttr(whole, data))
 
     def verify_(self) -> None:
         _check_tensor(self.result, "result")

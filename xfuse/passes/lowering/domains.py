@@ -15,6 +15,7 @@ from xdsl.ir import Operation, SSAValue
 from xfuse.dialects import graph
 from xfuse.dialects.graph import numel, shape_of
 from xfuse.dialects.op_kinds import OpGroup
+from xfuse.ir import dense
 from xfuse.passes.fusion.kernel_loops import ROW_PLACES, OutputPlace, RowShape
 from xfuse.passes.lowering.index_algebra import (
     ZERO,
@@ -105,11 +106,8 @@ class Leaf:
 
 
 def splat_value(op: graph.ConstantOp) -> float | int | None:
-    values = op.value.get_values()
-    first = values[0] if values else None
-    if first is None or any(v != first for v in values):
-        return None
-    return first
+    """The one value of a constant whose elements are all equal, else None."""
+    return dense.splat_value(op.value)
 
 
 def loads_are_flat(
