@@ -168,7 +168,7 @@ def train(step: Callable[[int], Tensor], steps: int) -> list[float]:
 def counting_parts() -> Iterator[list[str]]:
     """The parts (`forward`, `backward`, `inference`) xfuse compiles in the block, in order."""
     from xfuse.runtime.executor import CompiledProgram
-    from xfuse.training import PartCompiler
+    from xfuse.aot import PartCompiler
 
     seen: list[str] = []
     real = PartCompiler.compile
