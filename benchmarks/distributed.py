@@ -5,7 +5,7 @@ copy of the model (same initial weights) wrapped by DDP or sharded by FSDP2
 (`xfuse.testing.distributed`). Run with torchrun, one process per GPU:
 
     torchrun --nproc-per-node 2 -m benchmarks.distributed --strategy ddp|fsdp2
-        [--model gpt2|llama] [--layers 12] [--width 768] [--batch 8] [--tokens 1024]
+        [--model gpt2|llama|bert] [--layers 12] [--width 768] [--batch 8] [--tokens 1024]
         [--dtype bf16|f32] [--steps 50] [--columns eager,inductor,xfuse] [--device cuda|cpu]
 
 Rank 0 prints, per column: the median ms per step (forward, backward, AdamW step, the GPU
@@ -22,36 +22,11 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
+from benchmarks.training import DTYPES, make_model
 from xfuse.testing import distributed as d
-
-DTYPES = {"bf16": torch.bfloat16, "f32": None}
-
-
-def make_model(name: str, layers: int, width: int, vocab: int, tokens: int) -> torch.nn.Module:
-    import transformers
-
-    heads = max(1, width // 64)
-    if name == "gpt2":
-        config: Any = transformers.GPT2Config(
-            n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=tokens
-        )
-        return transformers.GPT2LMHeadModel(config)
-    if name == "llama":
-        config = transformers.LlamaConfig(
-            num_hidden_layers=layers,
-            hidden_size=width,
-            intermediate_size=4 * width,
-            num_attention_heads=heads,
-            num_key_value_heads=heads,
-            vocab_size=vocab,
-            max_position_embeddings=tokens,
-        )
-        return transformers.LlamaForCausalLM(config)
-    raise SystemExit(f"unknown model {name!r} (gpt2, llama)")
 
 
 def sync(rank: d.Rank) -> None:
@@ -104,7 +79,13 @@ def main(argv: list[str] | None = None) -> None:
     steps: dict[str, Callable[[int], torch.Tensor]] = {}
     for column in columns:
         torch.manual_seed(0)
-        model = make_model(args.model, args.layers, args.width, args.vocab, args.tokens)
+        size = {
+            "layers": args.layers,
+            "width": args.width,
+            "heads": max(1, args.width // 64),
+            "vocab": args.vocab,
+        }
+        model = make_model(args.model, size)
         model = d.parallelize(
             model.to(rank.device), args.strategy, None if column == "eager" else column, rank
         )
