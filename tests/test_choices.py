@@ -97,3 +97,18 @@ def test_a_near_tie_goes_to_the_library() -> None:
     assert Choice("s", library_ms=1.0, stencil_ms=0.95).kept == "library"
     assert Choice("s", library_ms=1.0, stencil_ms=1.05).kept == "library"
     assert Choice("s", library_ms=1.0, stencil_ms=0.5).kept == "stencil"
+
+
+def test_a_depthwise_convolution_through_torch_compile_is_measured_on_a_cold_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The measurement compiles the library's call while dynamo's trace of the caller is in
+    progress: its weights must be a module's, which torch.export lifts, not tensors a function
+    closes over (those met the trace's fake tensors: export failed, strict mode raised)."""
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    model, x = DepthwiseBlock(4, 3).eval(), torch.randn(1, 4, 5, 5)
+    compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    torch._dynamo.reset()

@@ -181,19 +181,40 @@ def measure(
     x = torch.randn(shape, dtype=dtype, device=device)
     if channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
-    w = torch.randn(graph.shape_of(conv.weight), dtype=dtype, device=device)
-    b = torch.randn(shape[1], dtype=dtype, device=device) if conv.bias is not None else None
-    stride, padding, dilation = list(conv.stride), list(conv.padding), list(conv.dilation)
-    zeros = [0] * len(stride)
-
-    def library(x: Tensor) -> Tensor:
-        return torch.ops.aten.convolution(
-            x, w, b, stride, padding, dilation, False, zeros, conv.groups
-        )
-
+    library = _Convolution(conv, dtype, device)
     with measuring(), torch.no_grad():
         stencil = compile_fn(library, (x,), str(device), quiet=True, cuda_graphs=False)
         return Choice(signature(conv), _time(library, x, device), _time(stencil, x, device))
+
+
+class _Convolution(torch.nn.Module):
+    """`conv` as the library's call, on random weights held as buffers (as a model holds
+    them: torch.export lifts them, where a tensor a function closes over would meet the fake
+    tensors of a `torch.compile` trace in progress)."""
+
+    def __init__(self, conv: ConvolutionCall, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        weight = torch.randn(graph.shape_of(conv.weight), dtype=dtype, device=device)
+        channels = graph.shape_of(conv.input)[1]
+        bias = torch.randn(channels, dtype=dtype, device=device) if conv.bias is not None else None
+        self.register_buffer("weight", weight)
+        self.register_buffer("bias", bias)
+        self.stride, self.padding = list(conv.stride), list(conv.padding)
+        self.dilation, self.groups = list(conv.dilation), conv.groups
+
+    def forward(self, x: Tensor) -> Tensor:
+        zeros = [0] * len(self.stride)
+        return torch.ops.aten.convolution(
+            x,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.dilation,
+            False,
+            zeros,
+            self.groups,
+        )
 
 
 def _time(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> float:
