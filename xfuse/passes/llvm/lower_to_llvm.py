@@ -36,13 +36,10 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     DictionaryAttr,
     Float16Type,
-    FloatAttr,
     IndexType,
     IntegerAttr,
     ModuleOp,
     UnitAttr,
-    f32,
-    f64,
     i64,
 )
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
@@ -57,6 +54,7 @@ from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, RANGE_ARGS_ATTR
 from xfuse.passes.llvm.convert_func_to_llvm import convert_types, rewrite_once
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
+from xfuse.passes.lowering.divisions import divide_by_reciprocal
 from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op
 
 
@@ -339,27 +337,6 @@ def reuse_reduction_values(op: scf.ParallelOp) -> None:
         write_block.insert_op_before(reload, candidate)
         value.replace_all_uses_with(reload.res)
     _erase_dead(write_block)
-
-
-def divide_by_reciprocal(loop: scf.ForOp) -> None:
-    """`x / s` in a loop, with `s` (f32/f64) defined outside it -> `x * (1 / s)`: one division
-    per loop instead of one per element (within an ulp or two of the quotient)."""
-    body = loop.body.block
-    for op in list(body.ops):
-        if not isinstance(op, arith.DivfOp) or op.rhs.type not in (f32, f64):
-            continue
-        if _defined_in(op.rhs, body):
-            continue
-        one = arith.ConstantOp(FloatAttr(1.0, op.rhs.type))  # pyright: ignore[reportArgumentType]
-        reciprocal = arith.DivfOp(one.result, op.rhs)
-        parent = loop.parent_block()
-        assert parent is not None
-        parent.insert_ops_before([one, reciprocal], loop)
-        product = arith.MulfOp(op.lhs, reciprocal.result, op.fastmath)
-        body.insert_op_before(product, op)
-        op.result.replace_all_uses_with(product.result)
-        op.detach()
-        op.erase()
 
 
 def prepare_cpu_kernels(module: ModuleOp) -> None:

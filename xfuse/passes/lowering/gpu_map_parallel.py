@@ -63,6 +63,7 @@ from xfuse.errors import XfuseError
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ALIGN_ATTR, BLOCK_ATTR, ITEMS_ATTR, LANE_ATTR, STRATEGY_ATTR
+from xfuse.passes.lowering.divisions import divide_by_reciprocal
 from xfuse.passes.lowering.scalar_ops import REDUCTION_IDENTITIES, reduction_identity
 from xfuse.passes.options import BLOCK_THREADS, NON_NEGATIVE, POSITIVE, ROW_THREADS, option
 
@@ -613,31 +614,6 @@ def _row_width(loops: Sequence[scf.ForOp], length: int) -> int:
     return 1
 
 
-def _hoist_row_invariant_divisions(loops: Sequence[scf.ForOp]) -> None:
-    """`x / s` with `s` defined outside the row loop -> `x * (1 / s)`, one division per row
-    (f32/f64; a multiply costs a cycle, an IEEE division a dozen instructions per element)."""
-    for loop in loops:
-        body = loop.body.block
-        for op in list(body.ops):
-            # A divf of these loops is scalar: its operand type is a float type, with a bitwidth.
-            if not isinstance(op, arith.DivfOp) or op.rhs.type.bitwidth < 32:  # type: ignore[attr-defined]
-                continue
-            divisor = op.rhs
-            owner = divisor.owner
-            inside = owner.parent_block() is body if isinstance(owner, Operation) else owner is body
-            if inside:
-                continue
-            one = arith.ConstantOp(FloatAttr(1.0, divisor.type))  # type: ignore[call-overload]
-            reciprocal = arith.DivfOp(one.result, divisor)
-            Builder(InsertPoint.before(loop)).insert(one)
-            Builder(InsertPoint.before(loop)).insert(reciprocal)
-            product = arith.MulfOp(op.lhs, reciprocal.result, op.fastmath)
-            Builder(InsertPoint.before(op)).insert(product)
-            op.result.replace_all_uses_with(product.result)
-            op.detach()
-            op.erase()
-
-
 def _map_rows(
     kernel: func.FuncOp,
     scratch: _SharedScratch,
@@ -648,7 +624,8 @@ def _map_rows(
 ) -> None:
     max_cached = mapping.max_cached
     loops = [op for op in _body_ops(par.body.block) if isinstance(op, scf.ForOp)]
-    _hoist_row_invariant_divisions(loops)
+    for loop in loops:  # one division per row (an IEEE division is a dozen instructions)
+        divide_by_reciprocal(loop)
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     rows = numel(shape)
