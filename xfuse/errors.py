@@ -124,8 +124,10 @@ class GraphvizMissingWarning(XfuseWarning):
 
 
 class AutogradUnsupportedError(XfuseError, RuntimeError):
-    """A call that needs autograd (grad enabled, an input or parameter requires grad): compiled
-    programs are for inference and their results would carry no history."""
+    """A call that needs autograd (grad enabled, an input or parameter requires grad) of a
+    program compiled for inference alone (what `xfuse.compile` builds for a call without grad,
+    called directly): its results would carry no history. `xfuse.compile`'s own result
+    differentiates such calls (`xfuse.differentiable`)."""
 
 
 class GradientUnsupportedError(AutogradUnsupportedError):

@@ -167,8 +167,8 @@ def train(step: Callable[[int], Tensor], steps: int) -> list[float]:
 @contextmanager
 def counting_parts() -> Iterator[list[str]]:
     """The parts (`forward`, `backward`, `inference`) xfuse compiles in the block, in order."""
-    from xfuse.runtime.executor import CompiledProgram
     from xfuse.aot import PartCompiler
+    from xfuse.runtime.executor import CompiledProgram
 
     seen: list[str] = []
     real = PartCompiler.compile
