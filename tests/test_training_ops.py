@@ -30,10 +30,7 @@ Tensor = torch.Tensor
 
 STRICT: dict[str, Any] = {"fallback": "error"}
 
-KNOWN: dict[str, str] = {
-    "sgn": "the backward is aten._efficientzerotensor, whose result (a ZeroTensor) has no "
-    "storage: the runtime's output check reads its data pointer and raises",
-}
+KNOWN: dict[str, str] = {}
 """Ops whose training step xfuse does not yet get right, by OpInfo name: why (xfail, strict)."""
 
 

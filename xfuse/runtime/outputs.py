@@ -33,6 +33,10 @@ Tensor = torch.Tensor
 
 
 def _storage(t: Tensor) -> int:
+    """The address of `t`'s memory; for a ZeroTensor (the gradient `sgn`'s backward returns),
+    which has none and aliases nothing, a key no memory has (a negative number)."""
+    if t._is_zerotensor():
+        return -1 - id(t)
     return t.untyped_storage().data_ptr()
 
 
