@@ -22,13 +22,13 @@ from typing import Any
 import torch
 
 from xfuse.backends import get_backend
-from xfuse.differentiable import DifferentiableProgram, compile_differentiable
+from xfuse.differentiable import DifferentiableProgram, differentiable_program
 from xfuse.errors import CUDAUnavailable, FallbackWarning, InvalidArgumentError
 from xfuse.explanation import Explanation, explanation_of, training_explanation
 from xfuse.frontend.export import ModelOrFn
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.runtime.cache import KernelCache
-from xfuse.runtime.driver import FusionReport
+from xfuse.runtime.driver import FusionReport, compile_program
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import fallback_mode
 
@@ -143,7 +143,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     kind are an `InvalidArgumentError` (a ValueError and TypeError too)."""
     check_arguments(example_inputs, example_kwargs, pipeline, cache)
     target = check_device(device)
-    return compile_differentiable(
+    program = compile_program(
         model_or_fn,
         tuple(example_inputs),
         target,
@@ -155,7 +155,10 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         cuda_graphs=cuda_graphs,
         fallback=fallback_mode(fallback),
         static_inputs=check_static(static_inputs, len(example_inputs)),
+        program=differentiable_program,
     )
+    assert isinstance(program, DifferentiableProgram)
+    return program
 
 
 def explain(

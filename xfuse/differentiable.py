@@ -33,11 +33,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from xfuse.aot import CompiledPart, PartSettings, aot_options
-from xfuse.backends import Backend
 from xfuse.errors import EagerFallbackError, ExportError, GradientUnsupportedError, XfuseError
 from xfuse.frontend.export import ModelOrFn
-from xfuse.pipeline import PipelineOptions, channels_last_setting
-from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.driver import BuildSettings, builder
 from xfuse.runtime.executor import CallInputs, CompiledProgram, Executable
 from xfuse.runtime.fallback import FallbackMode, eager_or_error, reason_of
@@ -143,28 +140,26 @@ class DifferentiableProgram(CompiledProgram):
         return TracedCall(exported, names, call.leaves, state, self.parts, self.mode)
 
 
-def compile_differentiable(
+def differentiable_program(
     model_or_fn: ModelOrFn,
+    settings: BuildSettings,
     example_inputs: tuple[Any, ...],
-    device: torch.device,
-    options: PipelineOptions,
-    *,
-    backend: Backend,
     example_kwargs: dict[str, Any] | None,
-    cache: KernelCache | None,
-    quiet: bool | None,
-    cuda_graphs: bool,
-    fallback: FallbackMode,
     static_inputs: tuple[int, ...],
 ) -> DifferentiableProgram:
-    """`xfuse.runtime.driver.compile_program`, as a `DifferentiableProgram` whose AOTAutograd
-    parts compile with the same options, and whose inference programs that update their
-    module's buffers are AOTAutograd's (`build_or_trace`)."""
-    options = replace(options, channels_last=channels_last_setting(options.channels_last))
-    state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
-    cache = default_cache() if cache is None else cache
-    settings = BuildSettings(backend, device, options, cache, quiet, state, cuda_graphs, fallback)
-    parts = PartSettings(device, options, cache, quiet, cuda_graphs, backend)
+    """The program of `xfuse.compile` (`xfuse.runtime.driver.compile_program`'s `program`): a
+    `DifferentiableProgram` whose AOTAutograd parts compile with its own settings, and whose
+    inference programs that update their module's buffers are AOTAutograd's
+    (`build_or_trace`)."""
+    device, state, fallback = settings.device, settings.state, settings.fallback
+    parts = PartSettings(
+        device,
+        settings.options,
+        settings.cache,
+        settings.quiet,
+        settings.cuda_graphs,
+        settings.backend,
+    )
     return DifferentiableProgram(
         build_or_trace(builder(model_or_fn, settings), model_or_fn, state, parts, fallback),
         example_inputs,

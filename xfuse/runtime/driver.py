@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from xdsl.dialects.builtin import ModuleOp
@@ -292,6 +292,39 @@ def live_state(
 # ---------------------------------------------------------------------------------------------
 
 
+class ProgramMaker(Protocol):
+    """What makes the program `compile_program` returns from its `BuildSettings`: the class,
+    and how it builds each specialisation."""
+
+    def __call__(
+        self,
+        model_or_fn: ModelOrFn,
+        settings: BuildSettings,
+        example_inputs: tuple[Any, ...],
+        example_kwargs: dict[str, Any] | None,
+        static_inputs: tuple[int, ...],
+    ) -> CompiledProgram: ...
+
+
+def inference_program(
+    model_or_fn: ModelOrFn,
+    settings: BuildSettings,
+    example_inputs: tuple[Any, ...],
+    example_kwargs: dict[str, Any] | None,
+    static_inputs: tuple[int, ...],
+) -> CompiledProgram:
+    """A `CompiledProgram` whose specialisations `builder` builds."""
+    return CompiledProgram(
+        builder(model_or_fn, settings),
+        example_inputs,
+        settings.device,
+        settings.state,
+        example_kwargs,
+        static_inputs,
+        eager=model_or_fn,
+    )
+
+
 def compile_program(
     model_or_fn: ModelOrFn,
     example_inputs: tuple[Any, ...],
@@ -305,10 +338,12 @@ def compile_program(
     cuda_graphs: bool = True,
     fallback: FallbackMode = "eager",
     static_inputs: tuple[int, ...] = (),
+    program: ProgramMaker = inference_program,
 ) -> CompiledProgram:
     """`xfuse.compile` for arguments already checked: `model_or_fn` compiled for `device`
     with the pipeline of `compile_pipeline(device, options)` (its `XFUSE_CHANNELS_LAST`
-    setting read once, here), the example inputs' specialisation built now."""
+    setting read once, here), as the program `program` makes (`xfuse.differentiable`'s for
+    `xfuse.compile`), the example inputs' specialisation built now."""
     options = replace(options, channels_last=channels_last_setting(options.channels_last))
     state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
     settings = BuildSettings(
@@ -321,15 +356,7 @@ def compile_program(
         cuda_graphs,
         fallback,
     )
-    return CompiledProgram(
-        builder(model_or_fn, settings),
-        example_inputs,
-        device,
-        state,
-        example_kwargs,
-        static_inputs,
-        eager=model_or_fn,
-    )
+    return program(model_or_fn, settings, example_inputs, example_kwargs, static_inputs)
 
 
 def _measuring_compile(
