@@ -16,14 +16,12 @@ import torch
 
 import xfuse
 from tests.backends.test_cuda import gpu
+from tests.part_compilers import refuse_the_backward
 from xfuse.errors import (
     EagerFallbackError,
     FallbackWarning,
     GradientUnsupportedError,
-    XfuseError,
 )
-from xfuse.runtime.executor import CompiledProgram
-from xfuse.training import PartCompiler
 
 Tensor = torch.Tensor
 
@@ -230,14 +228,15 @@ def test_zero_grad_set_to_none_starts_the_gradients_afresh(front_end: str) -> No
     assert_same_grads(model, reference)
 
 
-@pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_autocast_to_bfloat16_matches_eager_under_autocast(front_end: str) -> None:
-    model, reference = mlp(), mlp()
-    x = torch.randn(8, 16)
+def assert_autocast_matches_eager(front_end: str, device: str) -> torch.nn.Module:
+    """A step of the MLP under autocast to bfloat16 on `device`, compiled and eager: the
+    outputs, losses and gradients agree. The compiled model, its gradients set."""
+    model, reference = mlp().to(device), mlp().to(device)
+    x = torch.randn(8, 16, device=device)
     net = compiled(front_end, model, x)
     outputs = []
     for run in (net, reference):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             y = run(x)
             loss = y.float().square().mean()
         loss.backward()
@@ -247,6 +246,12 @@ def test_autocast_to_bfloat16_matches_eager_under_autocast(front_end: str) -> No
     torch.testing.assert_close(got_loss, want_loss, **BF16)
     torch.testing.assert_close(got, want, **BF16_SCALE)
     assert_same_grads(model, reference, **BF16_SCALE)
+    return model
+
+
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_autocast_to_bfloat16_matches_eager_under_autocast(front_end: str) -> None:
+    model = assert_autocast_matches_eager(front_end, "cpu")
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
 
 
@@ -291,21 +296,7 @@ def test_gpu_training_steps_match_eager(front_end: str) -> None:
 @gpu
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_gpu_autocast_to_bfloat16_matches_eager_under_autocast(front_end: str) -> None:
-    model, reference = mlp().cuda(), mlp().cuda()
-    x = torch.randn(8, 16, device="cuda")
-    net = compiled(front_end, model, x)
-    outputs = []
-    for run in (net, reference):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            y = run(x)
-            loss = y.float().square().mean()
-        loss.backward()
-        outputs.append((y, loss))
-    (got, got_loss), (want, want_loss) = outputs
-    assert got.dtype == want.dtype == torch.bfloat16
-    torch.testing.assert_close(got_loss, want_loss, **BF16)
-    torch.testing.assert_close(got, want, **BF16_SCALE)
-    assert_same_grads(model, reference, **BF16_SCALE)
+    assert_autocast_matches_eager(front_end, "cuda")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,17 +362,6 @@ def test_double_backward_is_refused() -> None:
     (grad,) = torch.autograd.grad(program(x).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         grad.sum().backward()
-
-
-def refuse_the_backward(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = PartCompiler.compile
-
-    def refuse(self: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> CompiledProgram:
-        if self.part == "backward":
-            raise XfuseError("no lowering for aten.planted_backward.default")
-        return real(self, gm, inputs)
-
-    monkeypatch.setattr(PartCompiler, "compile", refuse)
 
 
 def test_a_part_that_runs_eagerly_is_an_error_in_strict_mode(

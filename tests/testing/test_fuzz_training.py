@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
+from tests.part_compilers import refuse_the_backward
 from xfuse.cli import fuzz as cli
-from xfuse.errors import XfuseError
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.testing.fuzz import reproducer
 from xfuse.testing.fuzz.generator import generate
@@ -118,14 +118,7 @@ def test_a_wrong_gradient_of_the_second_step_is_a_failure(planted: Callable[...,
 
 
 def test_a_part_xfuse_cannot_compile_is_a_coverage_gap(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = PartCompiler.compile
-
-    def refuse_backward(self: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> Any:
-        if self.part == "backward":
-            raise XfuseError("no lowering for aten.planted_backward.default")
-        return real(self, gm, inputs)
-
-    monkeypatch.setattr(PartCompiler, "compile", refuse_backward)
+    refuse_the_backward(monkeypatch)
     outcome = check_training(BROADCAST)
     assert (outcome.status, outcome.stage) == ("gap", "first step gap"), str(outcome)
     assert "would run this graph eagerly (fallback='error')" in outcome.message
