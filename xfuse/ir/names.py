@@ -6,6 +6,12 @@ The attribute names that more than one level of xfuse writes or reads, each defi
 
 from __future__ import annotations
 
+# --- graph IR ---------------------------------------------------------------------------------
+
+SIZES_ATTR = "graph.sizes"
+"""The table of size symbols of a `func.func` with dynamic dims (a `#graph.sizes<...>`,
+xfuse/dialects/graph/sizes.py; docs/dynamic-shapes.md)."""
+
 # --- kernels (lower-to-loops writes them; the LLVM passes, backends and runtime read them) ---
 
 KERNEL_ATTR = "xfuse.kernel"

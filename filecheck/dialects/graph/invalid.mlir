@@ -788,3 +788,152 @@ func.func @f(%x: tensor<8x4x4xf32>) {
   %0 = graph.patches %x kernel = [3, 3] stride = [2, 2] padding = [1, 1] : tensor<8x4x4xf32> -> tensor<4x8x3x3xf32>
   func.return
 }
+
+// -----
+
+// Symbolic sizes (docs/dynamic-shapes.md).
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op graph.pad does not take symbolic sizes yet (operand 0 is tensor<?x8xf32, #graph.syms<s0>>)
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.pad %x low = [0, 1] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op operand 0 names size symbols (s0) but the function has no graph.sizes table
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) {
+  %0 = graph.neg %x : tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 's1' of operand 0 is not in the function's graph.sizes table
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s1>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 4>} {
+  %0 = graph.neg %x : tensor<?x8xf32, #graph.syms<s1>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 's0' is read from input(0, 1), which is tensor<?x8xf32, #graph.syms<s0>>
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 4>} {
+  %0 = graph.neg %x : tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op expected operand to name one size symbol per dynamic dim, found tensor<?x?xf32, #graph.syms<s0>>
+func.func @f(%x: tensor<?x?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.neg %x : tensor<?x?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// Two symbols are equal only where they are one symbol: s0 and s1 may differ.
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.add' op operand shapes [s0, 8] and [s1, 8] do not broadcast for every size of their symbols
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>, %y: tensor<?x8xf32, #graph.syms<s1>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = input(1, 0) hint 4>} {
+  %0 = graph.add %x, %y : tensor<?x8xf32, #graph.syms<s0>>, tensor<?x8xf32, #graph.syms<s1>> -> tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// A symbol (never 1) against a static size other than 1: not provable.
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.mul' op operand shapes [s0, 8] and [4, 8] do not broadcast for every size of their symbols
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>, %y: tensor<4x8xf32>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.mul %x, %y : tensor<?x8xf32, #graph.syms<s0>>, tensor<4x8xf32> -> tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.reshape' op expected the result to have 8 * s0 elements like the operand, found 4 * s0 (not equal for every size of their symbols)
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.reshape %x : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x4xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.concat' op expected result dim 0 of size s0 + s1, found s2 (not equal for every size of their symbols)
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>, %y: tensor<?x8xf32, #graph.syms<s1>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = input(1, 0) hint 4, s2 = 2 * s0>} {
+  %0 = graph.concat %x, %y dim = 0 : tensor<?x8xf32, #graph.syms<s0>>, tensor<?x8xf32, #graph.syms<s1>> -> tensor<?x8xf32, #graph.syms<s2>>
+  func.return
+}
+
+// -----
+
+// The table itself: errors point at the first op that reads it.
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op expected a size symbol name, found 's$0'
+func.func @f(%x: tensor<?xf32, #graph.syms<s$0>>) attributes {graph.sizes = #graph.sizes<s$0 = input(0, 0) hint 4>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s$0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 's0' is defined twice
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s0 = 2 * s0>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 's1' = 2 * s2 uses 's2', which is not defined before it
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = 2 * s2>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 's1' = 3 is the constant 3: write it as a static size
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = s0 - s0 + 3>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbols 's1' and 's2' are the same size (2 * s0): use one symbol
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = 2 * s0, s2 = s0 + s0>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 's0' has range [1, ...]: a symbol's range starts at 2 or more (sizes 0 and 1 are specialised)
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [1, 8]>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 's0' has an empty range [8, 4]
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [8, 4]>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 's0' has hint 1 outside its range [2, inf]
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 1>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbols 's0' and 's1' both read input(0, 0)
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = input(0, 0) hint 4>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}

@@ -1,7 +1,9 @@
 """
 The `graph` dialect: tensor-level operations of a PyTorch program.
 
-Values are builtin ranked tensors with static shapes and one of the dtypes in `DTYPES`.
+Values are builtin ranked tensors with static shapes and one of the dtypes in `DTYPES`, or
+with dynamic dims whose size symbols the type's `#graph.syms<...>` encoding names and the
+function's `graph.sizes` table defines (`sizes`, docs/dynamic-shapes.md).
 Every op carries an op-kind trait (`Elementwise`, `Broadcast`, `Injective`, `Reduction`,
 `Extern`, `Composite`) that the fusion passes read; TVM's pattern kinds are the model.
 
@@ -25,21 +27,28 @@ from xfuse.dialects.graph.base import (
     KIND_TRAITS,
     Broadcast,
     Composite,
+    Dim,
     Elementwise,
     Extern,
     Injective,
     OpKind,
     Reduction,
     broadcast_shapes,
+    dims_numel,
+    dims_of,
     dtype_of,
     fmt_shape,
+    hinted_shape_of,
     is_float,
     is_supported_element_type,
+    is_symbolic,
     numel,
     op_facts,
     op_kind,
     reduced_shape,
     shape_of,
+    size_table,
+    tensor_of,
     tensor_type,
 )
 from xfuse.dialects.graph.composites import (
@@ -165,6 +174,13 @@ from xfuse.dialects.graph.reductions import (
     ReduceSumOp,
     ScanOp,
 )
+from xfuse.dialects.graph.sizes import (
+    MIN_SIZE,
+    SizeExpr,
+    SizesAttr,
+    SizeSymbol,
+    SymsAttr,
+)
 from xfuse.dialects.graph.windows import (
     PAD_MODES,
     POOL_KINDS,
@@ -189,7 +205,7 @@ OPS: tuple[type[IRDLOperation], ...] = (
 """Every graph op, family by family. The random program generators draw in the order of
 their own tables (`xfuse.testing.fuzz.draw_order`), not in this one."""
 
-Graph = Dialect("graph", list(OPS), [])
+Graph = Dialect("graph", list(OPS), [SymsAttr, SizesAttr])
 
 __all__ = [
     "Graph",
@@ -207,16 +223,28 @@ __all__ = [
     "OpKind",
     "Reduction",
     "broadcast_shapes",
+    "Dim",
+    "dims_numel",
+    "dims_of",
     "dtype_of",
     "fmt_shape",
+    "hinted_shape_of",
     "is_float",
     "is_supported_element_type",
+    "is_symbolic",
     "numel",
     "op_facts",
     "op_kind",
     "reduced_shape",
     "shape_of",
+    "size_table",
+    "tensor_of",
     "tensor_type",
+    "MIN_SIZE",
+    "SizeExpr",
+    "SizesAttr",
+    "SizeSymbol",
+    "SymsAttr",
     "AbsOp",
     "AcosOp",
     "AcoshOp",

@@ -4,7 +4,7 @@ helpers and verifier checks, the bases of the ops of one tensor operand, and `op
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from xdsl.dialects.builtin import (
     BFloat16Type,
@@ -18,12 +18,15 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.irdl import IRDLOperation, VarConstraint, base, operand_def, result_def
 from xdsl.traits import OpTrait
 from xdsl.utils.exceptions import VerifyException
 
 from xfuse.dialects.facts import OpFacts
+from xfuse.dialects.graph.sizes import SizeExpr, SizesAttr, SymsAttr
+from xfuse.ir.names import SIZES_ATTR
 
 # ---------------------------------------------------------------------------------------------
 # Op-kind traits, read by fusion (xfuse/passes/fusion/legality.py)
@@ -39,6 +42,27 @@ class OpKind(OpTrait):
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
         cls.kind = cls.__name__.lower()
+
+    def verify(self, op: Operation) -> None:
+        """Symbolic sizes (docs/dynamic-shapes.md): an op whose class does not declare
+        `SYMBOLIC_SIZES` takes no dynamic dim; the size symbols of one that does are in its
+        function's `graph.sizes` table, and an input symbol's argument holds it."""
+        values = [("operand", i, v) for i, v in enumerate(op.operands)]
+        values += [("result", i, v) for i, v in enumerate(op.results)]
+        # A dynamic dim without its size symbol is `_check_tensor`'s to report.
+        symbolic = [(w, i, v) for w, i, v in values if _names_symbols(v)]
+        if not symbolic:
+            return
+        if not getattr(type(op), "SYMBOLIC_SIZES", False):
+            what, i, v = symbolic[0]
+            raise VerifyException(
+                f"{op.name} does not take symbolic sizes yet ({what} {i} is {v.type})"
+            )
+        table = size_table(op)
+        if table is not None and table.problem is not None:
+            raise table.problem
+        for what, i, v in symbolic:
+            _check_symbols(v, f"{what} {i}", table, op)
 
 
 class Elementwise(OpKind):
@@ -122,16 +146,126 @@ def dtype_of(value: SSAValue | Attribute) -> Attribute:
     return tensor_type(value).element_type
 
 
-def fmt_shape(shape: Sequence[int]) -> str:
+Dim = int | str
+"""A dim of a shape: a static size, or the name of a size symbol (docs/dynamic-shapes.md)."""
+
+DimT = TypeVar("DimT", int, Dim)
+
+
+def is_symbolic(value: SSAValue | Attribute) -> bool:
+    """Whether a value (or type) is a tensor with a dynamic dim."""
+    t = value.type if isinstance(value, SSAValue) else value
+    return isinstance(t, TensorType) and any(d < 0 for d in t.get_shape())
+
+
+def _names_symbols(value: SSAValue) -> bool:
+    """Whether a value's type is a tensor whose dynamic dims each name a size symbol."""
+    t = value.type
+    if not isinstance(t, TensorType) or not isinstance(t.encoding, SymsAttr):
+        return False
+    return len(t.encoding.data) == sum(1 for d in t.get_shape() if d < 0) > 0
+
+
+def dims_of(value: SSAValue | Attribute) -> tuple[Dim, ...]:
+    """The shape of a tensor with each dynamic dim as its size symbol's name (for a static
+    tensor, `shape_of`)."""
+    t = tensor_type(value)
+    shape = t.get_shape()
+    if all(d >= 0 for d in shape):
+        return tuple(shape)
+    names = iter(t.encoding.data if isinstance(t.encoding, SymsAttr) else ())
+    return tuple(d if d >= 0 else next(names, "?") for d in shape)
+
+
+def tensor_of(dtype: Attribute, dims: Sequence[Dim]) -> TensorType[Attribute]:
+    """The tensor type of `dims` (a symbol name becomes `?` and is named in the encoding);
+    a static shape is a plain tensor type."""
+    names = tuple(d for d in dims if isinstance(d, str))
+    if not names:
+        return TensorType(dtype, [d for d in dims if isinstance(d, int)])
+    shape = [-1 if isinstance(d, str) else d for d in dims]
+    return TensorType(dtype, shape, SymsAttr(names))
+
+
+def size_table(op: Operation) -> SizesAttr | None:
+    """The `graph.sizes` table of the function `op` is in, if any."""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, FuncOp):
+        parent = parent.parent_op()
+    if parent is None:
+        return None
+    table = parent.attributes.get(SIZES_ATTR)
+    return table if isinstance(table, SizesAttr) else None
+
+
+def hinted_shape_of(value: SSAValue | Attribute, table: SizesAttr | None) -> tuple[int, ...]:
+    """The shape with each size symbol at its hint (what byte counts and scores use); a
+    static shape as it is."""
+    dims = dims_of(value)
+    if all(isinstance(d, int) for d in dims):
+        return tuple(d for d in dims if isinstance(d, int))
+    hints = table.hints if table is not None else {}
+    return tuple(d if isinstance(d, int) else hints.get(d, 0) for d in dims)
+
+
+def dims_numel(dims: Sequence[Dim]) -> SizeExpr:
+    """The element count of a shape as a polynomial of its symbols."""
+    total = SizeExpr.constant(1)
+    for d in dims:
+        total = total * SizeExpr.dim(d)
+    return total
+
+
+def _check_symbols(value: SSAValue, what: str, table: SizesAttr | None, op: Operation) -> None:
+    """Check that each size symbol of `value`'s type is in `table`, and that an input
+    symbol's argument holds it at its dim."""
+    names = [d for d in dims_of(value) if isinstance(d, str)]
+    if table is None:
+        raise VerifyException(
+            f"{what} names size symbols ({', '.join(names)}) but the function has no "
+            f"{SIZES_ATTR} table"
+        )
+    for name in names:
+        entry = table.by_name.get(name)
+        if entry is None:
+            raise VerifyException(
+                f"size symbol '{name}' of {what} is not in the function's {SIZES_ATTR} table"
+            )
+        if entry.source is not None:
+            _check_source(name, entry.source, op)
+
+
+def _check_source(name: str, source: tuple[int, int], op: Operation) -> None:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, FuncOp):
+        parent = parent.parent_op()
+    if parent is None or not parent.body.blocks:
+        return
+    block: Block = parent.body.blocks[0]
+    arg, dim = source
+    found = (
+        dims_of(block.args[arg])
+        if arg < len(block.args) and isinstance(block.args[arg].type, TensorType)
+        else None
+    )
+    if found is None or dim >= len(found) or found[dim] != name:
+        have = block.args[arg].type if arg < len(block.args) else "no such argument"
+        raise VerifyException(
+            f"size symbol '{name}' is read from input({arg}, {dim}), which is {have}"
+        )
+
+
+def fmt_shape(shape: Sequence[Dim]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...] | None:
-    """Torch's broadcasting of shapes, or None when they do not broadcast."""
+def broadcast_shapes(*shapes: Sequence[DimT]) -> tuple[DimT, ...] | None:
+    """Torch's broadcasting of shapes, or None when they do not broadcast. A size symbol
+    (never 1) broadcasts against 1 and itself only: anything else is not provable."""
     rank = max((len(s) for s in shapes), default=0)
-    out: list[int] = []
+    out: list[DimT] = []
     for i in range(rank):
-        size = 1
+        size: DimT = 1
         for s in shapes:
             d = s[i - rank + len(s)] if i - rank + len(s) >= 0 else 1
             if d == 1:
@@ -143,7 +277,7 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def reduced_shape(shape: Sequence[int], dims: Sequence[int], keepdim: bool) -> tuple[int, ...]:
+def reduced_shape(shape: Sequence[DimT], dims: Sequence[int], keepdim: bool) -> tuple[DimT, ...]:
     if keepdim:
         return tuple(1 if i in dims else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in dims)
@@ -160,8 +294,12 @@ def _check_tensor(value: SSAValue, what: str) -> TensorType[Attribute]:
     t = value.type
     if not isinstance(t, TensorType):
         raise VerifyException(f"expected {what} to be a ranked tensor, found {t}")
-    if any(d < 0 for d in t.get_shape()):
+    dynamic = sum(1 for d in t.get_shape() if d < 0)
+    encoding = t.encoding
+    if dynamic and not isinstance(encoding, SymsAttr):
         raise VerifyException(f"expected {what} to have a static shape, found {t}")
+    if dynamic and isinstance(encoding, SymsAttr) and len(encoding.data) != dynamic:
+        raise VerifyException(f"expected {what} to name one size symbol per dynamic dim, found {t}")
     if not is_supported_element_type(t.element_type):
         raise VerifyException(
             f"expected {what} element type to be one of {DTYPE_NAMES}, found {t.element_type}"
@@ -206,8 +344,8 @@ def _check_dims(dims: Sequence[int], rank: int, what: str = "dims") -> None:
         raise VerifyException(f"expected {what} to be unique, found {list(dims)}")
 
 
-def _check_result_shape(op: Operation, expected: Sequence[int]) -> None:
-    found = shape_of(op.results[0])
+def _check_result_shape(op: Operation, expected: Sequence[Dim]) -> None:
+    found = dims_of(op.results[0])
     if tuple(expected) != found:
         raise VerifyException(
             f"expected result shape {fmt_shape(expected)}, found {fmt_shape(found)}"
@@ -216,17 +354,20 @@ def _check_result_shape(op: Operation, expected: Sequence[int]) -> None:
 
 def _check_shape_rule(
     op: Operation,
-    rule: Callable[..., tuple[int, ...] | None],
+    rule: Callable[..., tuple[Dim, ...] | None],
     operands: Sequence[SSAValue],
     fails: str,
 ) -> None:
     """Check that the operands' shapes fit `rule` (which gives the result's shape, or None:
-    "operand shapes [..] and [..] `fails`") and that the result has its shape."""
-    shapes = [shape_of(v) for v in operands]
+    "operand shapes [..] and [..] `fails`", "for every size of their symbols" where one has
+    a size symbol) and that the result has its shape."""
+    shapes = [dims_of(v) for v in operands]
     shape = rule(*shapes)
     if shape is None:
         *rest, last = (fmt_shape(s) for s in shapes)
-        raise VerifyException(f"operand shapes {', '.join(rest)} and {last} {fails}")
+        symbolic = any(isinstance(d, str) for s in shapes for d in s)
+        suffix = " for every size of their symbols" if symbolic else ""
+        raise VerifyException(f"operand shapes {', '.join(rest)} and {last} {fails}{suffix}")
     _check_result_shape(op, shape)
 
 
@@ -253,7 +394,7 @@ class OneTensorOp(IRDLOperation):
     def __init__(
         self,
         input: SSAValue | Operation,
-        shape: Sequence[int],
+        shape: Sequence[Dim],
         dtype: Attribute | None = None,
         **properties: Attribute | None,
     ):
@@ -261,7 +402,7 @@ class OneTensorOp(IRDLOperation):
         input = SSAValue.get(input)
         super().__init__(
             operands=[input],
-            result_types=[TensorType(dtype_of(input) if dtype is None else dtype, shape)],
+            result_types=[tensor_of(dtype_of(input) if dtype is None else dtype, shape)],
             properties=properties,
         )
 

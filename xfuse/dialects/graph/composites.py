@@ -38,6 +38,7 @@ from xfuse.dialects.graph.base import (
     _check_dims,
     _check_float,
     _check_tensor,
+    dims_of,
     dtype_of,
     fmt_shape,
     shape_of,
@@ -50,6 +51,7 @@ class _DimCompositeOp(SameTypeOp):
     dim = prop_def(IntegerAttr[I64])
     traits = traits_def(Pure(), Composite())
     assembly_format = "$input `dim` `=` $dim attr-dict `:` type($input)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue | Operation, dim: int):
         rank = len(shape_of(SSAValue.get(input)))
@@ -93,6 +95,7 @@ class _NormOp(IRDLOperation):
     rank = prop_def(IntegerAttr[I64])
     eps = prop_def(FloatAttr[Float64Type])
     traits = traits_def(Pure(), Composite())
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -120,7 +123,7 @@ class _NormOp(IRDLOperation):
     def _check_norm(self, affine: Sequence[SSAValue | None]) -> None:
         t = _check_tensor(self.operands[0], "operand")
         _check_float(t)
-        shape, r = t.get_shape(), self.normalized_rank
+        shape, r = dims_of(self.operands[0]), self.normalized_rank
 
         if not 1 <= r <= len(shape):
             raise VerifyException(f"expected rank in [1, {len(shape)}], found {r}")
@@ -129,9 +132,9 @@ class _NormOp(IRDLOperation):
             if v is None:
                 continue
             _check_tensor(v, name)
-            if shape_of(v) != normalized:
+            if dims_of(v) != normalized:
                 raise VerifyException(
-                    f"expected {name} of shape {fmt_shape(normalized)}, found {fmt_shape(shape_of(v))}"
+                    f"expected {name} of shape {fmt_shape(normalized)}, found {fmt_shape(dims_of(v))}"
                 )
             if dtype_of(v) != t.element_type:
                 raise VerifyException(
@@ -220,6 +223,7 @@ class GeluOp(SameTypeOp):
     approximate = prop_def(StringAttr)
     traits = traits_def(Pure(), Composite())
     assembly_format = "$input `approximate` `=` $approximate attr-dict `:` type($input)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue | Operation, approximate: str = "none"):
         super().__init__(input, approximate=StringAttr(approximate))
@@ -275,7 +279,7 @@ class VarOp(ReducingOp):
     def verify_(self) -> None:
         t = self._check_tensors()
         _check_float(t)
-        self._check_reduced(t.get_shape())
+        self._check_reduced(dims_of(self.input))
 
 
 COMPOSITE_OPS: tuple[type[IRDLOperation], ...] = (

@@ -45,11 +45,11 @@ from xfuse.dialects.graph.base import (
     _check_shape_rule,
     _check_tensor,
     broadcast_shapes,
+    dims_of,
     dtype_of,
     fmt_shape,
     is_float,
-    shape_of,
-    tensor_type,
+    tensor_of,
 )
 from xfuse.dialects.mlir_ops import ErfcOp as MathErfcOp
 from xfuse.dialects.mlir_ops import RemFOp
@@ -247,6 +247,7 @@ class UnaryOp(SameTypeOp):
     assembly_format = "$input attr-dict `:` type($input)"
 
     FLOAT_ONLY: ClassVar[bool] = False
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def verify_(self) -> None:
         t = _check_tensor(self.input, "operand")
@@ -278,12 +279,11 @@ class UnaryPredicateOp(UnaryOp):
 
     def __init__(self, input: SSAValue | Operation):
         input = SSAValue.get(input)
-        t = tensor_type(input)
-        IRDLOperation.__init__(self, operands=[input], result_types=[TensorType(i1, t.get_shape())])
+        IRDLOperation.__init__(self, operands=[input], result_types=[tensor_of(i1, dims_of(input))])
 
     def verify_(self) -> None:
         super().verify_()
-        _check_result_shape(self, shape_of(self.input))
+        _check_result_shape(self, dims_of(self.input))
         if dtype_of(self.result) != i1:
             raise VerifyException(f"expected an i1 result, found {dtype_of(self.result)}")
 
@@ -795,14 +795,15 @@ class CastOp(OneTensorOp):
     )
     traits = traits_def(Pure(), Elementwise())
     assembly_format = "$input attr-dict `:` type($input) `to` type($result)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue | Operation, dtype: Attribute):
         input = SSAValue.get(input)
-        super().__init__(input, shape_of(input), dtype)
+        super().__init__(input, dims_of(input), dtype)
 
     def verify_(self) -> None:
         self._check_tensors(same_dtype=False)
-        _check_result_shape(self, shape_of(self.input))
+        _check_result_shape(self, dims_of(self.input))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -821,17 +822,18 @@ class BinaryOp(IRDLOperation):
 
     FLOAT_ONLY: ClassVar[bool] = False
     IS_COMPARISON: ClassVar[bool] = False
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
         lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
-        shape = broadcast_shapes(shape_of(lhs), shape_of(rhs))
+        shape = broadcast_shapes(dims_of(lhs), dims_of(rhs))
         if shape is None:
             raise ValueError(
-                f"{self.name}: shapes {fmt_shape(shape_of(lhs))} and "
-                f"{fmt_shape(shape_of(rhs))} do not broadcast"
+                f"{self.name}: shapes {fmt_shape(dims_of(lhs))} and "
+                f"{fmt_shape(dims_of(rhs))} do not broadcast"
             )
         dtype = i1 if self.IS_COMPARISON else dtype_of(lhs)
-        super().__init__(operands=[lhs, rhs], result_types=[TensorType(dtype, shape)])
+        super().__init__(operands=[lhs, rhs], result_types=[tensor_of(dtype, shape)])
 
     def verify_(self) -> None:
         lt = _check_tensor(self.lhs, "lhs")
@@ -1229,6 +1231,7 @@ class WhereOp(IRDLOperation):
         "$cond `,` $lhs `,` $rhs attr-dict `:` type($cond) `,` type($lhs) `,` type($rhs) "
         "`->` type($result)"
     )
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -1237,10 +1240,10 @@ class WhereOp(IRDLOperation):
         rhs: SSAValue | Operation,
     ):
         cond, lhs, rhs = SSAValue.get(cond), SSAValue.get(lhs), SSAValue.get(rhs)
-        shape = broadcast_shapes(shape_of(cond), shape_of(lhs), shape_of(rhs))
+        shape = broadcast_shapes(dims_of(cond), dims_of(lhs), dims_of(rhs))
         if shape is None:
             raise ValueError("graph.where: operand shapes do not broadcast")
-        super().__init__(operands=[cond, lhs, rhs], result_types=[TensorType(dtype_of(lhs), shape)])
+        super().__init__(operands=[cond, lhs, rhs], result_types=[tensor_of(dtype_of(lhs), shape)])
 
     def verify_(self) -> None:
         ct = _check_tensor(self.cond, "condition")

@@ -37,6 +37,7 @@ from xdsl.utils.exceptions import VerifyException
 from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
     FLOAT_TYPES,
+    Dim,
     Elementwise,
     Extern,
     _check_result_shape,
@@ -44,10 +45,11 @@ from xfuse.dialects.graph.base import (
     _check_shape_rule,
     _check_tensor,
     broadcast_shapes,
+    dims_of,
     dtype_of,
     fmt_shape,
     numel,
-    shape_of,
+    tensor_of,
 )
 from xfuse.dialects.torch_args import tensor_ref
 from xfuse.ir.dense import compact_splat
@@ -73,13 +75,14 @@ class MatmulOp(IRDLOperation):
     result = result_def(TensorType)
     traits = traits_def(Pure(), Extern())
     assembly_format = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, lhs: SSAValue | Operation, rhs: SSAValue | Operation):
         lhs, rhs = SSAValue.get(lhs), SSAValue.get(rhs)
-        shape = matmul_shape(shape_of(lhs), shape_of(rhs))
+        shape = matmul_shape(dims_of(lhs), dims_of(rhs))
         if shape is None:
             raise ValueError("graph.matmul: operand shapes do not match")
-        super().__init__(operands=[lhs, rhs], result_types=[TensorType(dtype_of(lhs), shape)])
+        super().__init__(operands=[lhs, rhs], result_types=[tensor_of(dtype_of(lhs), shape)])
 
     def verify_(self) -> None:
         lt = _check_tensor(self.lhs, "lhs")
@@ -94,10 +97,10 @@ class MatmulOp(IRDLOperation):
         _check_shape_rule(self, matmul_shape, [self.lhs, self.rhs], "do not match for matmul")
 
 
-def matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
+def matmul_shape(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...] | None:
     if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
         return None
-    batch = broadcast_shapes(a[:-2], b[:-2])
+    batch = broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
     if batch is None:
         return None
     return (*batch, a[-2], b[-1])
@@ -119,6 +122,7 @@ class LinearOp(IRDLOperation):
     result = result_def(TensorType)
     traits = traits_def(Pure(), Extern())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    SYMBOLIC_SIZES: ClassVar[bool] = True
     assembly_format = (
         "$input `,` $weight (`bias` `(` $bias^ `:` type($bias) `)`)? attr-dict `:` "
         "type($input) `,` type($weight) `->` type($result)"
@@ -131,10 +135,10 @@ class LinearOp(IRDLOperation):
         bias: SSAValue | Operation | None = None,
     ):
         input, weight = SSAValue.get(input), SSAValue.get(weight)
-        shape = (*shape_of(input)[:-1], shape_of(weight)[0])
+        shape = (*dims_of(input)[:-1], dims_of(weight)[0])
         super().__init__(
             operands=[input, weight, [SSAValue.get(bias)] if bias is not None else []],
-            result_types=[TensorType(dtype_of(input), shape)],
+            result_types=[tensor_of(dtype_of(input), shape)],
         )
 
     def verify_(self) -> None:
@@ -145,12 +149,12 @@ class LinearOp(IRDLOperation):
         if self.bias is not None:
             bt = _check_tensor(self.bias, "bias")
             values.append(self.bias)
-            if tuple(bt.get_shape()) not in ((wt.get_shape()[0],), ()):
+            if dims_of(bt) not in ((dims_of(wt)[0],), ()):
                 raise VerifyException(
-                    f"expected bias of shape [{wt.get_shape()[0]}], found {fmt_shape(bt.get_shape())}"
+                    f"expected bias of shape [{dims_of(wt)[0]}], found {fmt_shape(dims_of(bt))}"
                 )
         _check_same_dtype(values, "operands and result")
-        xs, ws = xt.get_shape(), wt.get_shape()
+        xs, ws = dims_of(xt), dims_of(wt)
         if len(xs) < 1 or len(ws) != 2 or xs[-1] != ws[1]:
             raise VerifyException(
                 f"expected input [..., K] and weight [N, K], found {fmt_shape(xs)} and {fmt_shape(ws)}"
@@ -181,6 +185,7 @@ class TorchCallOp(IRDLOperation):
     kwargs = prop_def(DictionaryAttr)
     picks = opt_prop_def(ArrayAttr[IntegerAttr])
     traits = traits_def(Extern())
+    SYMBOLIC_SIZES: ClassVar[bool] = True
     assembly_format = (
         "$target `(` $inputs `)` `args` `=` $args `kwargs` `=` $kwargs "
         "(`picks` `=` $picks^)? attr-dict `:` functional-type($inputs, $outputs)"

@@ -33,6 +33,7 @@ from xdsl.utils.exceptions import VerifyException
 from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
     Broadcast,
+    Dim,
     Elementwise,
     Extern,
     Injective,
@@ -45,11 +46,17 @@ from xfuse.dialects.graph.base import (
     _check_tensor,
     _i64_array,
     _ints,
+    dims_numel,
+    dims_of,
     dtype_of,
     fmt_shape,
+    is_symbolic,
     numel,
     shape_of,
+    size_table,
+    tensor_of,
 )
+from xfuse.dialects.graph.sizes import SizeExpr
 
 # ---------------------------------------------------------------------------------------------
 # Broadcast
@@ -69,8 +76,9 @@ class BroadcastInDimOp(OneTensorOp):
     dims = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Broadcast())
     assembly_format = "$input `dims` `=` $dims attr-dict `:` type($input) `->` type($result)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
-    def __init__(self, input: SSAValue | Operation, shape: Sequence[int], dims: Sequence[int]):
+    def __init__(self, input: SSAValue | Operation, shape: Sequence[Dim], dims: Sequence[int]):
         super().__init__(input, shape, dims=_i64_array(dims))
 
     @property
@@ -78,9 +86,9 @@ class BroadcastInDimOp(OneTensorOp):
         return _ints(self.dims)
 
     def verify_(self) -> None:
-        src = self._check_tensors()
+        self._check_tensors()
         dims = self.dim_map
-        in_shape, out_shape = src.get_shape(), shape_of(self.result)
+        in_shape, out_shape = dims_of(self.input), dims_of(self.result)
         if len(dims) != len(in_shape):
             raise VerifyException(
                 f"expected {len(in_shape)} dims (the operand's rank), found {len(dims)}"
@@ -122,13 +130,27 @@ class ReshapeOp(OneTensorOp):
     )
     traits = traits_def(Pure(), Injective())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def verify_(self) -> None:
         self._check_tensors()
+        if is_symbolic(self.input) or is_symbolic(self.result):
+            self._check_symbolic_numel()
+            return
         n_in, n_out = numel(shape_of(self.input)), numel(shape_of(self.result))
         if n_in != n_out:
             raise VerifyException(
                 f"expected the result to have {n_in} elements like the operand, found {n_out}"
+            )
+
+    def _check_symbolic_numel(self) -> None:
+        """The element counts, as polynomials of input symbols, are equal."""
+        table = size_table(self)
+        n_in, n_out = dims_numel(dims_of(self.input)), dims_numel(dims_of(self.result))
+        if table is None or table.expand(n_in) != table.expand(n_out):
+            raise VerifyException(
+                f"expected the result to have {n_in} elements like the operand, found "
+                f"{n_out} (not equal for every size of their symbols)"
             )
 
 
@@ -145,17 +167,19 @@ class PermuteOp(OneTensorOp):
     perm = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Injective())
     assembly_format = "$input `perm` `=` $perm attr-dict `:` type($input) `->` type($result)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue | Operation, perm: Sequence[int]):
         input = SSAValue.get(input)
-        super().__init__(input, [shape_of(input)[p] for p in perm], perm=_i64_array(perm))
+        super().__init__(input, [dims_of(input)[p] for p in perm], perm=_i64_array(perm))
 
     @property
     def permutation(self) -> tuple[int, ...]:
         return _ints(self.perm)
 
     def verify_(self) -> None:
-        shape, perm = self._check_tensors().get_shape(), self.permutation
+        self._check_tensors()
+        shape, perm = dims_of(self.input), self.permutation
         if sorted(perm) != list(range(len(shape))):
             raise VerifyException(
                 f"expected a permutation of [0, {len(shape)}), found {list(perm)}"
@@ -236,14 +260,22 @@ class ConcatOp(IRDLOperation):
     dim = prop_def(IntegerAttr[I64])
     traits = traits_def(Pure(), Injective())
     assembly_format = "$inputs `dim` `=` $dim attr-dict `:` type($inputs) `->` type($result)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
-    def __init__(self, inputs: Sequence[SSAValue | Operation], dim: int):
+    def __init__(self, inputs: Sequence[SSAValue | Operation], dim: int, size: Dim | None = None):
+        """The concatenation along `dim`; `size`, the result's size there, where an operand's
+        is symbolic (a symbol of the table whose polynomial is their sum)."""
         values = [SSAValue.get(v) for v in inputs]
-        shape = list(shape_of(values[0]))
-        shape[dim] = sum(shape_of(v)[dim] for v in values)
+        shape = list(dims_of(values[0]))
+        sizes = [dims_of(v)[dim] for v in values]
+        if size is None:
+            if not all(isinstance(d, int) for d in sizes):
+                raise ValueError("graph.concat: a symbolic dim needs the result's size symbol")
+            size = sum(d for d in sizes if isinstance(d, int))
+        shape[dim] = size
         super().__init__(
             operands=[values],
-            result_types=[TensorType(dtype_of(values[0]), shape)],
+            result_types=[tensor_of(dtype_of(values[0]), shape)],
             properties={"dim": IntegerAttr(dim, i64)},
         )
 
@@ -259,19 +291,34 @@ class ConcatOp(IRDLOperation):
         _check_same_dtype([*self.inputs, self.result], "operands and result")
         rank = len(types[0].get_shape())
         _check_dims([self.axis], rank, "dim")
-        first = types[0].get_shape()
-        for i, t in enumerate(types):
-            s = t.get_shape()
-            if len(s) != rank or any(
+        first = dims_of(self.inputs[0])
+        for i, (v, t) in enumerate(zip(self.inputs, types, strict=True)):
+            s = dims_of(v)
+            if len(t.get_shape()) != rank or any(
                 a != b for j, (a, b) in enumerate(zip(s, first, strict=True)) if j != self.axis
             ):
                 raise VerifyException(
                     f"expected operand {i} of shape {fmt_shape(s)} to match "
                     f"{fmt_shape(first)} outside dim {self.axis}"
                 )
+        sizes = [dims_of(v)[self.axis] for v in self.inputs]
         shape = list(first)
-        shape[self.axis] = sum(t.get_shape()[self.axis] for t in types)
+        if all(isinstance(d, int) for d in sizes):
+            shape[self.axis] = sum(d for d in sizes if isinstance(d, int))
+            _check_result_shape(self, shape)
+            return
+        found = dims_of(self.result)
+        shape[self.axis] = found[self.axis]
         _check_result_shape(self, shape)
+        total = SizeExpr()
+        for d in sizes:
+            total = total + SizeExpr.dim(d)
+        table = size_table(self)
+        if table is None or table.expand(total) != table.expand(SizeExpr.dim(found[self.axis])):
+            raise VerifyException(
+                f"expected result dim {self.axis} of size {total}, found {found[self.axis]} "
+                "(not equal for every size of their symbols)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,6 +491,7 @@ class FlipOp(SameTypeOp):
     dims = prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Injective())
     assembly_format = "$input `dims` `=` $dims attr-dict `:` type($input)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue | Operation, dims: Sequence[int]):
         super().__init__(input, dims=_i64_array(dims))

@@ -14,6 +14,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
+    Dim,
     OneTensorOp,
     Reduction,
     _check_dims,
@@ -23,6 +24,7 @@ from xfuse.dialects.graph.base import (
     _check_same_dtype,
     _i64_array,
     _ints,
+    dims_of,
     dtype_of,
     is_float,
     reduced_shape,
@@ -40,6 +42,7 @@ class ReducingOp(OneTensorOp):
 
     dims = prop_def(DenseArrayBase[I64])
     keepdim = opt_prop_def(UnitAttr)
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -55,7 +58,7 @@ class ReducingOp(OneTensorOp):
         dims = sorted(d % rank for d in dims) if rank else []
         super().__init__(
             input,
-            reduced_shape(shape_of(input), dims, keepdim),
+            reduced_shape(dims_of(input), dims, keepdim),
             dtype,
             dims=_i64_array(dims),
             keepdim=UnitAttr() if keepdim else None,
@@ -70,7 +73,7 @@ class ReducingOp(OneTensorOp):
     def keeps_dims(self) -> bool:
         return self.keepdim is not None
 
-    def _check_reduced(self, shape: Sequence[int]) -> None:
+    def _check_reduced(self, shape: Sequence[Dim]) -> None:
         """Check that `dims` are dims of `shape` and the result has its reduced shape."""
         _check_dims(self.reduce_dims, len(shape))
         _check_result_shape(self, reduced_shape(shape, self.reduce_dims, self.keeps_dims))
@@ -91,7 +94,7 @@ class ReduceOp(ReducingOp):
         t = self._check_tensors()
         if self.FLOAT_ONLY:
             _check_float(t)
-        self._check_reduced(t.get_shape())
+        self._check_reduced(dims_of(self.input))
 
 
 @irdl_op_definition
@@ -169,7 +172,7 @@ class ArgReduceOp(ReduceOp):
             raise VerifyException(f"expected an i64 result, found {dtype_of(self.result)}")
         if len(self.reduce_dims) != 1:
             raise VerifyException(f"expected one dim, found {list(self.reduce_dims)}")
-        self._check_reduced(t.get_shape())
+        self._check_reduced(dims_of(self.input))
 
 
 @irdl_op_definition
@@ -235,13 +238,14 @@ class ScanOp(OneTensorOp):
     assembly_format = (
         "$input `dim` `=` $dim `kind` `=` $kind attr-dict `:` type($input) `->` type($result)"
     )
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue | Operation, dim: int, kind: str):
         input = SSAValue.get(input)
         rank = len(shape_of(input))
         super().__init__(
             input,
-            shape_of(input),
+            dims_of(input),
             i64 if kind in SCAN_ARG_KINDS else None,
             dim=IntegerAttr(dim % rank if rank else dim, i64),
             kind=StringAttr(kind),
@@ -275,7 +279,7 @@ class ScanOp(OneTensorOp):
             raise VerifyException(
                 f"expected a floating-point operand for logsumexp, found {t.element_type}"
             )
-        _check_result_shape(self, t.get_shape())
+        _check_result_shape(self, dims_of(self.input))
 
 
 REDUCTION_OPS: tuple[type[IRDLOperation], ...] = (

@@ -1,0 +1,87 @@
+// RUN: xfuse-opt %s | xfuse-opt | filecheck %s
+// RUN: xfuse-opt %s --print-op-generic | xfuse-opt | filecheck %s
+
+// Symbolic sizes (docs/dynamic-shapes.md): dynamic dims name their size symbols in the type's
+// #graph.syms encoding; the function's graph.sizes table defines them. Every op that takes
+// symbolic sizes, printed and read back.
+
+// CHECK-LABEL: func.func @elementwise
+// CHECK-SAME: attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [2, 4096], s1 = input(0, 1) hint 16 range [2, inf]>}
+func.func @elementwise(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %b: tensor<?xf32, #graph.syms<s1>>, %c: tensor<?x1xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [2, 4096], s1 = input(0, 1) hint 16>} {
+  // A symbol broadcasts against itself and against 1.
+  // CHECK-NEXT: %0 = graph.add %x, %b : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?xf32, #graph.syms<s1>> -> tensor<?x?xf32, #graph.syms<s0, s1>>
+  %0 = graph.add %x, %b : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?xf32, #graph.syms<s1>> -> tensor<?x?xf32, #graph.syms<s0, s1>>
+  // CHECK-NEXT: %1 = graph.mul %0, %c : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x1xf32, #graph.syms<s0>> -> tensor<?x?xf32, #graph.syms<s0, s1>>
+  %1 = graph.mul %0, %c : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x1xf32, #graph.syms<s0>> -> tensor<?x?xf32, #graph.syms<s0, s1>>
+  // CHECK-NEXT: %2 = graph.exp %1 : tensor<?x?xf32, #graph.syms<s0, s1>>
+  %2 = graph.exp %1 : tensor<?x?xf32, #graph.syms<s0, s1>>
+  // CHECK-NEXT: %3 = graph.isnan %2 : tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?x?xi1, #graph.syms<s0, s1>>
+  %3 = graph.isnan %2 : tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?x?xi1, #graph.syms<s0, s1>>
+  // CHECK-NEXT: %4 = graph.where %3, %x, %2 : tensor<?x?xi1, #graph.syms<s0, s1>>, tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?x?xf32, #graph.syms<s0, s1>>
+  %4 = graph.where %3, %x, %2 : tensor<?x?xi1, #graph.syms<s0, s1>>, tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?x?xf32, #graph.syms<s0, s1>>
+  // CHECK-NEXT: %5 = graph.cast %4 : tensor<?x?xf32, #graph.syms<s0, s1>> to tensor<?x?xf16, #graph.syms<s0, s1>>
+  %5 = graph.cast %4 : tensor<?x?xf32, #graph.syms<s0, s1>> to tensor<?x?xf16, #graph.syms<s0, s1>>
+  func.return
+}
+
+// CHECK-LABEL: func.func @reductions
+func.func @reductions(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  // CHECK-NEXT: %0 = graph.reduce_sum %x dims = [1] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?xf32, #graph.syms<s0>>
+  %0 = graph.reduce_sum %x dims = [1] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?xf32, #graph.syms<s0>>
+  // Reducing the symbolic dim leaves a static shape.
+  // CHECK-NEXT: %1 = graph.reduce_max %x dims = [0] keepdim : tensor<?x8xf32, #graph.syms<s0>> -> tensor<1x8xf32>
+  %1 = graph.reduce_max %x dims = [0] keepdim : tensor<?x8xf32, #graph.syms<s0>> -> tensor<1x8xf32>
+  // CHECK-NEXT: %2 = graph.argmax %x dims = [0] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8xi64>
+  %2 = graph.argmax %x dims = [0] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8xi64>
+  // CHECK-NEXT: %3 = graph.scan %x dim = 0 kind = "sum" : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x8xf32, #graph.syms<s0>>
+  %3 = graph.scan %x dim = 0 kind = "sum" : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x8xf32, #graph.syms<s0>>
+  // CHECK-NEXT: %4 = graph.var %x dims = [1] correction = 1 keepdim : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x1xf32, #graph.syms<s0>>
+  %4 = graph.var %x dims = [1] correction = 1 keepdim : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x1xf32, #graph.syms<s0>>
+  // CHECK-NEXT: %5 = graph.softmax %x dim = 1 : tensor<?x8xf32, #graph.syms<s0>>
+  %5 = graph.softmax %x dim = 1 : tensor<?x8xf32, #graph.syms<s0>>
+  // CHECK-NEXT: %6 = graph.gelu %x approximate = "tanh" : tensor<?x8xf32, #graph.syms<s0>>
+  %6 = graph.gelu %x approximate = "tanh" : tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// CHECK-LABEL: func.func @norms
+func.func @norms(%x: tensor<?x8xf32, #graph.syms<s0>>, %w: tensor<8xf32>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  // CHECK-NEXT: %0 = graph.layer_norm %x weight(%w : tensor<8xf32>) rank = 1 eps = 1.000000e-05 : tensor<?x8xf32, #graph.syms<s0>>
+  %0 = graph.layer_norm %x weight(%w : tensor<8xf32>) rank = 1 eps = 1.0e-05 : tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// Derived symbols: a reshape's element counts and a concatenation's sum are equal
+// polynomials of the input symbols.
+// CHECK-LABEL: func.func @layout
+// CHECK-SAME: s2 = 8 * s0, s3 = s0 + s1, s4 = s0 * s1>
+func.func @layout(%x: tensor<?x8xf32, #graph.syms<s0>>, %y: tensor<?x8xf32, #graph.syms<s1>>, %v: tensor<8xf32>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = input(1, 0) hint 3, s2 = 8 * s0, s3 = s0 + s1, s4 = s0 * s1>} {
+  // CHECK-NEXT: %0 = graph.reshape %x : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?xf32, #graph.syms<s2>>
+  %0 = graph.reshape %x : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?xf32, #graph.syms<s2>>
+  // CHECK-NEXT: %1 = graph.reshape %x : tensor<?x8xf32, #graph.syms<s0>> -> tensor<2x?x4xf32, #graph.syms<s0>>
+  %1 = graph.reshape %x : tensor<?x8xf32, #graph.syms<s0>> -> tensor<2x?x4xf32, #graph.syms<s0>>
+  // CHECK-NEXT: %2 = graph.concat %x, %y dim = 0 : tensor<?x8xf32, #graph.syms<s0>>, tensor<?x8xf32, #graph.syms<s1>> -> tensor<?x8xf32, #graph.syms<s3>>
+  %2 = graph.concat %x, %y dim = 0 : tensor<?x8xf32, #graph.syms<s0>>, tensor<?x8xf32, #graph.syms<s1>> -> tensor<?x8xf32, #graph.syms<s3>>
+  // CHECK-NEXT: %3 = graph.permute %x perm = [1, 0] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8x?xf32, #graph.syms<s0>>
+  %3 = graph.permute %x perm = [1, 0] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8x?xf32, #graph.syms<s0>>
+  // CHECK-NEXT: %4 = graph.broadcast_in_dim %v dims = [1] : tensor<8xf32> -> tensor<?x8xf32, #graph.syms<s0>>
+  %4 = graph.broadcast_in_dim %v dims = [1] : tensor<8xf32> -> tensor<?x8xf32, #graph.syms<s0>>
+  // CHECK-NEXT: %5 = graph.flip %x dims = [0] : tensor<?x8xf32, #graph.syms<s0>>
+  %5 = graph.flip %x dims = [0] : tensor<?x8xf32, #graph.syms<s0>>
+  // CHECK-NEXT: %6 = graph.matmul %x, %3 : tensor<?x8xf32, #graph.syms<s0>>, tensor<8x?xf32, #graph.syms<s0>> -> tensor<?x?xf32, #graph.syms<s0, s0>>
+  %6 = graph.matmul %x, %3 : tensor<?x8xf32, #graph.syms<s0>>, tensor<8x?xf32, #graph.syms<s0>> -> tensor<?x?xf32, #graph.syms<s0, s0>>
+  %7 = graph.permute %y perm = [1, 0] : tensor<?x8xf32, #graph.syms<s1>> -> tensor<8x?xf32, #graph.syms<s1>>
+  %8 = graph.matmul %x, %7 : tensor<?x8xf32, #graph.syms<s0>>, tensor<8x?xf32, #graph.syms<s1>> -> tensor<?x?xf32, #graph.syms<s0, s1>>
+  // CHECK: %{{.*}} = graph.reshape %{{.*}} : tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?xf32, #graph.syms<s4>>
+  %9 = graph.reshape %8 : tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?xf32, #graph.syms<s4>>
+  func.return
+}
+
+// CHECK-LABEL: func.func @externs
+func.func @externs(%x: tensor<?x16xf32, #graph.syms<s0>>, %w: tensor<4x16xf32>, %b: tensor<4xf32>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 8>} {
+  // CHECK-NEXT: %0 = graph.linear %x, %w bias(%b : tensor<4xf32>) : tensor<?x16xf32, #graph.syms<s0>>, tensor<4x16xf32> -> tensor<?x4xf32, #graph.syms<s0>>
+  %0 = graph.linear %x, %w bias(%b : tensor<4xf32>) : tensor<?x16xf32, #graph.syms<s0>>, tensor<4x16xf32> -> tensor<?x4xf32, #graph.syms<s0>>
+  // CHECK-NEXT: %1 = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1 : i64] kwargs = {} : (tensor<?x16xf32, #graph.syms<s0>>) -> tensor<?x16xf32, #graph.syms<s0>>
+  %1 = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1] kwargs = {} : (tensor<?x16xf32, #graph.syms<s0>>) -> tensor<?x16xf32, #graph.syms<s0>>
+  func.return
+}

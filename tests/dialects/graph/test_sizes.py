@@ -1,0 +1,157 @@
+"""Symbolic sizes in the graph dialect (xfuse/dialects/graph/sizes.py and the symbolic checks
+of xfuse/dialects/graph/base.py): polynomials, the table, types, and ops built in Python."""
+
+from __future__ import annotations
+
+import pytest
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType, f32
+from xdsl.ir import Block, Region
+from xdsl.utils.exceptions import VerifyException
+
+from xfuse.dialects import graph
+from xfuse.dialects.graph import SizeExpr, SizesAttr, SizeSymbol, SymsAttr
+from xfuse.ir.context import parse
+from xfuse.ir.names import SIZES_ATTR
+
+s0, s1 = SizeExpr.symbol("s0"), SizeExpr.symbol("s1")
+
+
+def test_polynomials_are_canonical() -> None:
+    assert s0 + s1 == s1 + s0
+    assert (s0 + s1) * (s0 - s1) == s0 * s0 - s1 * s1
+    assert (s0 * SizeExpr.constant(8)).scale(1) == s0.scale(8)
+    assert (s0 - s0).as_constant == 0
+    assert str(s0 * s1.scale(2) + SizeExpr.constant(3) - s0) == "2 * s0 * s1 - s0 + 3"
+    assert str(SizeExpr.constant(-4) - s0) == "-s0 - 4"
+    assert (s0 * s1 + s0).evaluate({"s0": 3, "s1": 5}) == 18
+
+
+def test_table_expands_derived_symbols() -> None:
+    table = SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 0, hint=4),
+            SizeSymbol.input("s1", 1, 0, hint=3, high=64),
+            SizeSymbol.derived("s2", s0.scale(8)),
+            SizeSymbol.derived("s3", SizeExpr.symbol("s2") + s1),
+        )
+    )
+    assert table.problem is None
+    assert table.expand(SizeExpr.symbol("s3")) == s0.scale(8) + s1
+    assert table.hints == {"s0": 4, "s1": 3, "s2": 32, "s3": 35}
+    assert table.symbol_for(s1 + s0.scale(8)) == "s3"
+    assert table.symbol_for(s0 * s1) is None
+    assert table.evaluate({"s0": 2, "s1": 5})["s3"] == 21
+    assert [s.name for s in table.inputs()] == ["s0", "s1"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ((SizeSymbol.input("s0", 0, 0, hint=1),), "hint 1 outside its range [2, inf]"),
+        ((SizeSymbol.input("s0", 0, 0, hint=4, low=1),), "a symbol's range starts at 2"),
+        (
+            (SizeSymbol.input("s0", 0, 0, hint=4), SizeSymbol.derived("s1", s0 + s0 - s0)),
+            "'s0' and 's1' are the same size (s0)",
+        ),
+        ((SizeSymbol.derived("s1", s0),), "uses 's0', which is not defined before it"),
+    ],
+)
+def test_table_problems(entries: tuple[SizeSymbol, ...], message: str) -> None:
+    problem = SizesAttr(entries).problem
+    assert problem is not None and message in str(problem)
+
+
+def test_types_name_their_symbols() -> None:
+    t = graph.tensor_of(f32, ["s0", 8, "s1"])
+    assert t == TensorType(f32, [-1, 8, -1], SymsAttr(("s0", "s1")))
+    assert graph.dims_of(t) == ("s0", 8, "s1")
+    assert graph.is_symbolic(t)
+    # A static shape is the plain type, as before.
+    assert graph.tensor_of(f32, [4, 8]) == TensorType(f32, [4, 8])
+    assert not graph.is_symbolic(TensorType(f32, [4, 8]))
+
+
+def test_broadcasting_of_symbols() -> None:
+    assert graph.broadcast_shapes(("s0", 8), (8,)) == ("s0", 8)
+    assert graph.broadcast_shapes(("s0", 1), (1, "s1")) == ("s0", "s1")
+    assert graph.broadcast_shapes(("s0", 8), ("s0", 8)) == ("s0", 8)
+    assert graph.broadcast_shapes(("s0",), ("s1",)) is None
+    assert graph.broadcast_shapes(("s0",), (4,)) is None
+
+
+def function_of(types: list[TensorType], table: SizesAttr) -> tuple[func.FuncOp, Block]:
+    block = Block(arg_types=types)
+    function = func.FuncOp("f", (types, []), Region(block))
+    function.attributes[SIZES_ATTR] = table
+    return function, block
+
+
+def test_ops_built_in_python_carry_symbols() -> None:
+    table = SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 0, hint=4),
+            SizeSymbol.input("s1", 1, 0, hint=2),
+            SizeSymbol.derived("s2", s0 + s1),
+        )
+    )
+    x, y = graph.tensor_of(f32, ["s0", 8]), graph.tensor_of(f32, ["s1", 8])
+    function, block = function_of([x, y], table)
+    b = block.args[0]
+    ops = [
+        add := graph.AddOp(b, b),
+        red := graph.ReduceSumOp(add, [1]),
+        graph.CastOp(red, graph.dtype_of(b)),
+        graph.PermuteOp(add, [1, 0]),
+        graph.ConcatOp([add, block.args[1]], 0, "s2"),
+        graph.IsNanOp(add),
+    ]
+    for op in ops:
+        block.add_op(op)
+    block.add_op(func.ReturnOp())
+    ModuleOp([function]).verify()
+    assert graph.dims_of(red.results[0]) == ("s0",)
+    assert graph.dims_of(ops[3].results[0]) == (8, "s0")
+    assert graph.dims_of(ops[4].results[0]) == ("s2", 8)
+    with pytest.raises(ValueError, match="needs the result's size symbol"):
+        graph.ConcatOp([add, block.args[1]], 0)
+
+
+def test_ops_without_symbolic_rules_refuse() -> None:
+    text = """
+    func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+      %0 = graph.pad %x low = [0, 1] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>
+      func.return
+    }"""
+    with pytest.raises(Exception, match="graph.pad does not take symbolic sizes yet"):
+        parse(text)
+
+
+def test_static_messages_are_unchanged() -> None:
+    text = """
+    func.func @f(%x: tensor<?xf32>) {
+      %0 = graph.neg %x : tensor<?xf32>
+      func.return
+    }"""
+    with pytest.raises(Exception, match="expected operand to have a static shape"):
+        parse(text)
+
+
+def test_reshape_proves_element_counts() -> None:
+    text = """
+    func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = 4 * s0>} {
+      %0 = graph.reshape %x : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x2xf32, #graph.syms<s1>>
+      func.return
+    }"""
+    parse(text)
+    with pytest.raises(Exception, match="not equal for every size of their symbols"):
+        parse(text.replace("tensor<?x2xf32", "tensor<?x4xf32"))
+
+
+def test_verify_exception_is_raised_for_a_bad_symbol_source() -> None:
+    table = SizesAttr((SizeSymbol.input("s0", 0, 1, hint=4),))
+    function, block = function_of([graph.tensor_of(f32, ["s0", 8])], table)
+    block.add_op(graph.NegOp(block.args[0]))
+    block.add_op(func.ReturnOp())
+    with pytest.raises(VerifyException, match=r"read from input\(0, 1\)"):
+        ModuleOp([function]).verify()
