@@ -15,7 +15,7 @@ from xfuse.ir.context import parse
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.compiler import ProgramCompiler
 from xfuse.runtime.executor import run_program
-from xfuse.runtime.steps import BufferPool, EagerStep
+from xfuse.runtime.steps import BufferPool, EagerStep, KernelStep
 
 PROGRAM = """
 func.func @forward(%x: tensor<4x8xf32> {graph.input = "x"}) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
@@ -61,3 +61,37 @@ def test_constants_stay_on_the_cpu_by_default(tmp_path: Path) -> None:
     got, c = run_program(program, [x], BufferPool("cpu"))
     torch.testing.assert_close(got, 3 * x)
     torch.testing.assert_close(c, torch.full((4, 8), 2.0))
+
+
+SCALED = """
+func.func @forward(%x: tensor<4xf32> {graph.input = "x"}, %s: tensor<f32> {graph.input = "s"}) -> tensor<4xf32> {
+  %g = fusion.group (%x, %s) kind = "elementwise" rule = "test:chain" : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<f32>):
+    %m = graph.mul %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+    fusion.yield %m : tensor<4xf32>
+  }
+  func.return %g : tensor<4xf32>
+}
+"""
+
+
+def test_a_gpu_programs_kernels_read_its_0d_inputs_on_its_device(tmp_path: Path) -> None:
+    """A call may pass a GPU program's 0-d input as a CPU scalar (as eager takes one): which
+    kernel inputs those are is decided when the program is built (`KernelStep.copied`), and
+    the kernel reads a copy on the program's device."""
+    cache = KernelCache(tmp_path)
+    backend = ReferenceBackend()
+    programs, copied = {}, {}
+    for device in ("meta", "cpu"):
+        compiler = ProgramCompiler(
+            lambda m, n: cache.kernel(backend, m, n), lower=fake_lower_to_loops, device=device
+        )
+        programs[device] = compiler.compile(parse(SCALED))
+        kernels = [step for step in programs[device].steps if isinstance(step, KernelStep)]
+        copied[device] = [step.copied for step in kernels]
+    assert copied == {"meta": [(1,)], "cpu": [()]}
+    x, s = torch.empty(4, device="meta"), torch.tensor(2.0)
+    (out,) = run_program(programs["meta"], [x, s], BufferPool("meta"))
+    assert out.device.type == "meta"
+    (kernel,) = (step.kernel for step in programs["meta"].steps if isinstance(step, KernelStep))
+    assert [b.device.type for b in kernel.calls[-1]] == ["meta", "meta", "meta"]

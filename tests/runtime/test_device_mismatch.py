@@ -15,6 +15,7 @@ import torch.nn.functional as F
 import xfuse
 from tests.backends.test_cuda import gpu
 from xfuse.errors import EagerArgumentError, InputDeviceError
+from xfuse.runtime.steps import KernelStep
 
 
 def eager_error(fn: Callable[..., Any], *args: Any) -> BaseException:
@@ -99,8 +100,23 @@ def test_gpu_cpu_scalar_is_taken_as_eager_takes_it() -> None:
     graph replays device work only)."""
     x, s = torch.randn(4, 4, device="cuda"), torch.tensor(2.0)
     compiled = xfuse.compile(lambda a, b: a * b + 1, (x, s), device="cuda", quiet=True)
-    for scale in (s, torch.tensor(3.0), torch.tensor(4.0)):
+    for scale in (s, torch.tensor(3.0), torch.tensor(4.0), torch.tensor(5.0, device="cuda")):
         torch.testing.assert_close(compiled(x, scale), x * scale + 1)
+    program = compiled.default.program
+    kernels = [step for step in program.steps if isinstance(step, KernelStep)]
+    # decided when the program was built: the kernel reads a copy of the scalar, `b`
+    assert [[step.inputs[k] for k in step.copied] for step in kernels] == [[program.arg_slots[1]]]
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_cpu_scalar_where_the_example_had_a_gpu_one() -> None:
+    """AOTAutograd's example inputs may hold on the GPU a 0-d input that its calls pass on the
+    CPU (attention's RNG state): a kernel reads it on the GPU either way."""
+    x, s = torch.randn(4, 4, device="cuda"), torch.tensor(2.0)
+    compiled = xfuse.compile(lambda a, b: a * b + 1, (x, s.cuda()), device="cuda", quiet=True)
+    for scale in (s, s.cuda()):
+        torch.testing.assert_close(compiled(x, scale), x * s.cuda() + 1)
 
 
 @pytest.mark.gpu

@@ -519,6 +519,9 @@ class ProgramCompiler:
         for info in groups:
             info.kernels = [k.name for k in top.kernels if k.group == info.index]
         steps = elide_kernel_reshapes(top.steps, set(output_slots))
+        if self.device.type != "cpu":
+            args = zip(arg_slots, forward.body.block.args, strict=True)
+            copy_scalar_inputs(steps, {s for s, a in args if not graph.shape_of(a)})
         plan = _MemoryPlan(steps, arg_slots, output_slots, set(top.constants))
         return Program(
             steps=steps,
@@ -757,6 +760,19 @@ def elide_kernel_reshapes(steps: Sequence[Step], keep: set[int]) -> list[Step]:
             continue
         kept.append(step)
     return kept
+
+
+def copy_scalar_inputs(steps: Sequence[Step], scalars: set[int]) -> None:
+    """Each kernel step's `copied` inputs on a GPU program: the slots of its 0-d arguments
+    (`scalars`) and views of them. A call may pass a CPU scalar there, which eager's kernels
+    take as a value and `check_input` accepts: library calls take it where it is (attention
+    reads its RNG state on the host), kernels a copy on their device. Which arguments are 0-d
+    is fixed by the program's types, so it is decided here, once, not at every launch."""
+    for step in steps:
+        if isinstance(step, ViewStep) and step.inputs[0] in scalars:
+            scalars.update(step.outputs)
+        elif isinstance(step, KernelStep):
+            step.copied = tuple(k for k, s in enumerate(step.inputs) if s in scalars)
 
 
 class _MemoryPlan:

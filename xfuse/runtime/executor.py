@@ -217,7 +217,7 @@ def check_input(name: str, value: Tensor, device: torch.device) -> Tensor:
         if value.dim() == 0 and value.device.type == "cpu":
             # A CPU scalar, which eager's kernels on `device` take as a value: library calls
             # get it as it is (attention reads its RNG state on the host), kernels a copy on
-            # their device (`KernelStep`).
+            # their device (`KernelStep.copied`).
             return value
         raise InputDeviceError(
             f"{name} is on {value.device}, but the program was compiled for {device}"

@@ -188,6 +188,10 @@ class KernelStep:
     in_elements: int = 0
     """The elements of its inputs (fixed by the program's shapes): with its outputs', the work
     a launch reports to the kernel (`direct_call`)."""
+    copied: tuple[int, ...] = ()
+    """The inputs a call may pass as CPU scalars (a GPU program's 0-d arguments,
+    `xfuse.runtime.compiler.copy_scalar_inputs`): the kernel reads them on its device (a
+    copy, where one is on the CPU)."""
     _device_flag: Tensor | None = field(default=None, init=False, repr=False)
     _launch: Callable[[list[Tensor]], None] = field(init=False, repr=False)
     """The kernel's `launch` where it has one (the CPU's: no checks of what `run` ensures),
@@ -196,8 +200,10 @@ class KernelStep:
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         outs = list(map(allocate, self.out_specs))
         if self.writes:
-            device = outs[0].device
-            buffers = [kernel_buffer(a, device) for a in args] + outs
+            buffers = [a if a.is_contiguous() else a.contiguous() for a in args]
+            for k in self.copied:
+                buffers[k] = buffers[k].to(outs[0].device)
+            buffers += outs
             if self.error_flag:
                 self._run_checked(buffers, outs[0].device)
             else:
@@ -207,10 +213,10 @@ class KernelStep:
     def direct_call(self) -> tuple[Callable[..., object], int] | None:
         """(function, extent) when every run is one foreign call `function(0, extent, *pointers)`
         on the caller, with nothing decided per call: a kernel whose fixed work runs inline
-        (`inline_entry`, the CPU's), no error flag, outputs with elements. The program's runner
-        then makes that call itself (`xfuse.runtime.compiler.make_runner`)."""
+        (`inline_entry`, the CPU's), no error flag, no input `copied`, outputs with elements.
+        The program's runner then makes that call itself (`xfuse.runtime.compiler.make_runner`)."""
         entry = getattr(self.kernel, "inline_entry", None)
-        if entry is None or self.error_flag or not self.writes:
+        if entry is None or self.error_flag or not self.writes or self.copied:
             return None
         out_elements = sum(math.prod(spec.shape) for spec in self.out_specs)
         return cast(
@@ -231,14 +237,6 @@ class KernelStep:
         self.kernel([*buffers, flag])
         if flag.item():
             raise IndexOutOfRangeError.in_kernel(self.label)
-
-
-def kernel_buffer(t: Tensor, device: torch.device) -> Tensor:
-    """`t` as a kernel on `device` reads it: contiguous, and there (a program's CPU scalar
-    input, which library calls take where it is, is copied to a GPU kernel's device)."""
-    if t.device != device:
-        t = t.to(device)
-    return t if t.is_contiguous() else t.contiguous()
 
 
 @dataclass
