@@ -33,6 +33,12 @@ class UnsupportedProgram(XfuseError, ValueError):
     """A program (or one node of it) that xfuse cannot import, with a one-line reason."""
 
 
+class SymbolicSizeError(UnsupportedProgram):
+    """A symbolic size (docs/dynamic-shapes.md) that a stage cannot handle yet: an op whose
+    converter or lowering needs static sizes, a size expression that is no polynomial. One
+    line naming the op."""
+
+
 class IRParseError(XfuseError, ValueError):
     """IR text that does not parse or does not verify (`xfuse.parse`): one line,
     `name:line:col: error: message`; xDSL's own error is the `__cause__`."""

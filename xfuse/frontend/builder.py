@@ -5,8 +5,10 @@ and the small helpers every aten conversion uses (casts, scalar constants, resha
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +20,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xfuse.dialects import graph
 from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import encode_args
-from xfuse.errors import UnsupportedArgument, UnsupportedProgram
+from xfuse.errors import SymbolicSizeError, UnsupportedArgument, UnsupportedProgram
 from xfuse.ir import dtypes
 
 Value = SSAValue | list[SSAValue | None] | None
@@ -29,21 +31,135 @@ def node_error(node: torch.fx.Node, reason: str) -> UnsupportedProgram:
     return UnsupportedProgram(f"cannot import node '{node.name}' ({target}): {reason}")
 
 
+# ---------------------------------------------------------------------------------------------
+# Symbolic sizes (docs/dynamic-shapes.md)
+# ---------------------------------------------------------------------------------------------
+
+
+class SizeSymbols:
+    """The size symbols of one import: each free symbol of torch's shape environment that an
+    input's dim holds is an input symbol (named as torch names it, `s77`), each other size
+    expression a derived symbol (`e0`, `e1`, ...), a polynomial of input symbols."""
+
+    def __init__(self) -> None:
+        self.inputs: list[graph.SizeSymbol] = []
+        self.derived: list[graph.SizeSymbol] = []
+        self.by_expr: dict[graph.SizeExpr, str] = {}
+        self.origins: dict[Operation, str] = {}
+        """The op of each graph op a symbolic node became (`convert_symbolic_node`), for
+        the one line that refuses it."""
+
+    def add_inputs(self, arg: int, val: Any) -> None:
+        """Record the input symbols that argument `arg`'s fake value holds (first come)."""
+        if not isinstance(val, torch.Tensor):
+            return
+        for dim, size in enumerate(val.shape):
+            if not isinstance(size, torch.SymInt):
+                continue
+            expr = size.node.expr
+            if not getattr(expr, "is_Symbol", False) or str(expr) in self.names:
+                continue
+            env = size.node.shape_env
+            hint = int(env.backed_var_to_val[expr])
+            bounds = env.var_to_range.get(expr)
+            low = max(graph.MIN_SIZE, int(bounds.lower)) if bounds is not None else graph.MIN_SIZE
+            upper = bounds.upper if bounds is not None else None
+            finite = isinstance(upper, int) or bool(getattr(upper, "is_Integer", False))
+            high = int(upper) if finite else None  # torch's int_oo: no bound
+            symbol = graph.SizeSymbol.input(str(expr), arg, dim, hint, low, high)
+            self.inputs.append(symbol)
+            self.by_expr[graph.SizeExpr.symbol(symbol.name)] = symbol.name
+
+    @property
+    def names(self) -> set[str]:
+        return {s.name for s in self.inputs}
+
+    def dim(self, size: int | torch.SymInt, node: torch.fx.Node) -> graph.Dim:
+        """A dim of a fake value: an int, or the symbol of its expression."""
+        if isinstance(size, int):
+            return size
+        expr = self.polynomial(size.node.expr, node)
+        constant = expr.as_constant
+        if constant is not None:
+            return constant
+        name = self.by_expr.get(expr)
+        if name is None:
+            name = f"e{len(self.derived)}"
+            self.derived.append(graph.SizeSymbol.derived(name, expr))
+            self.by_expr[expr] = name
+        return name
+
+    def polynomial(self, expr: Any, node: torch.fx.Node) -> graph.SizeExpr:
+        """A sympy size expression of input symbols as a polynomial, or SymbolicSizeError."""
+        if expr.is_Integer:
+            return graph.SizeExpr.constant(int(expr))
+        if expr.is_Symbol and str(expr) in self.names:
+            return graph.SizeExpr.symbol(str(expr))
+        if expr.is_Add or expr.is_Mul:
+            parts = [self.polynomial(a, node) for a in expr.args]
+            total = parts[0]
+            for p in parts[1:]:
+                total = total + p if expr.is_Add else total * p
+            return total
+        if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) >= 0:
+            base, out = self.polynomial(expr.base, node), graph.SizeExpr.constant(1)
+            for _ in range(int(expr.exp)):
+                out = out * base
+            return out
+        raise SymbolicSizeError(
+            f"cannot import node '{node.name}' ({node.target}): its size {expr} is no "
+            "polynomial of the input sizes"
+        )
+
+    def table(self) -> graph.SizesAttr:
+        return graph.SizesAttr((*self.inputs, *self.derived))
+
+
+SIZE_SYMBOLS: contextvars.ContextVar[SizeSymbols | None] = contextvars.ContextVar(
+    "xfuse_size_symbols", default=None
+)
+"""The size symbols of the import in progress, where it imports symbolic sizes."""
+
+
+@contextlib.contextmanager
+def importing_sizes(symbols: SizeSymbols) -> Iterator[SizeSymbols]:
+    token = SIZE_SYMBOLS.set(symbols)
+    try:
+        yield symbols
+    finally:
+        SIZE_SYMBOLS.reset(token)
+
+
+def has_symbolic_size(value: Any) -> bool:
+    """Whether a node's fake value is (or holds) a SymInt or a tensor of symbolic shape."""
+    if isinstance(value, torch.SymInt):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in value.shape)
+    if isinstance(value, list | tuple):
+        return any(has_symbolic_size(v) for v in value)
+    return False
+
+
 def tensor_type_of_val(val: Any, node: torch.fx.Node) -> TensorType[Attribute]:
-    """The graph tensor type of a node's fake value (`node.meta["val"]`)."""
+    """The graph tensor type of a node's fake value (`node.meta["val"]`); a symbolic size is
+    a dynamic dim naming its size symbol where the import reads symbolic sizes."""
     if not isinstance(val, torch.Tensor):
         raise node_error(node, f"produces a {type(val).__name__}, not a tensor")
     if val.layout != torch.strided:
         raise node_error(node, f"produces a {val.layout} tensor; only dense tensors are supported")
     if val.is_complex():
         raise node_error(node, f"produces a tensor of complex dtype {val.dtype}")
-    if not all(isinstance(d, int) for d in val.shape):
+    symbols = SIZE_SYMBOLS.get()
+    if symbols is None and not all(isinstance(d, int) for d in val.shape):
         raise node_error(node, f"has a symbolic shape {list(val.shape)}; shapes must be static")
     try:
         element_type = dtypes.from_torch(val.dtype)
     except dtypes.UnsupportedDtype as e:
         raise node_error(node, str(e)) from None
-    return TensorType(element_type, list(val.shape))
+    if symbols is None:
+        return TensorType(element_type, list(val.shape))
+    return graph.tensor_of(element_type, [symbols.dim(d, node) for d in val.shape])
 
 
 def result_types(node: torch.fx.Node) -> list[TensorType[Attribute]]:
@@ -111,10 +227,33 @@ class ImportBuilder:
 
     block: Block
     values: dict[torch.fx.Node, Value] = field(default_factory=dict[torch.fx.Node, Value])
+    symbolic_result: TensorType[Attribute] | None = None
+    """The symbolic type of the node being converted, where the import reads symbolic sizes:
+    a converter that builds an op from `out_type(node).get_shape()` gives it `?` dims without
+    their symbols, which `emit` takes from here (the verifiers check the result)."""
 
     def emit(self, op: Operation) -> SSAValue:
+        op = self.with_symbols(op)
         self.block.add_op(op)
         return op.results[0]
+
+    def with_symbols(self, op: Operation) -> Operation:
+        """`op`, or a copy whose one result names the symbols of `symbolic_result` where it
+        has that shape with its dynamic dims unnamed."""
+        want = self.symbolic_result
+        if want is None or len(op.results) != 1:
+            return op
+        t = op.results[0].type
+        if not (isinstance(t, TensorType) and graph.is_symbolic(t)) or t.encoding == want.encoding:
+            return op
+        if tuple(t.get_shape()) != tuple(want.get_shape()):
+            return op
+        return type(op).create(
+            operands=list(op.operands),
+            result_types=[TensorType(t.element_type, want.get_shape(), want.encoding)],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+        )
 
     def tensor(self, node: Any) -> SSAValue:
         """The SSA value of a tensor-producing FX node."""

@@ -28,6 +28,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
+from xfuse.errors import SymbolicSizeError, XfuseError
 from xfuse.frontend.aten import (
     CONVERTED_WHEN,
     CONVERTERS,
@@ -36,11 +37,15 @@ from xfuse.frontend.aten import (
     SKIPPED,
 )
 from xfuse.frontend.builder import (
+    SIZE_SYMBOLS,
     ImportBuilder,
+    SizeSymbols,
     UnsupportedProgram,
     Value,
     bind,
     fold_empty_results,
+    has_symbolic_size,
+    importing_sizes,
     node_error,
     result_types,
     tensor_type_of_val,
@@ -52,6 +57,7 @@ from xfuse.frontend.outputs import OutputRule, output_rules
 from xfuse.frontend.pytrees import export_support, picker
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.ir.dtypes import tensor_input_problem
+from xfuse.ir.names import SIZES_ATTR
 
 PARAM_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
@@ -146,16 +152,22 @@ def import_module(
     model_or_fn: torch.nn.Module | Callable[..., Any],
     example_inputs: tuple[Any, ...],
     kwargs: dict[str, Any] | None = None,
+    dynamic_shapes: Any = None,
 ) -> ImportedProgram:
-    """Export a module (or a plain function) with static example shapes and import it."""
+    """Export a module (or a plain function) and import it: with static example shapes, or
+    with the symbolic sizes `dynamic_shapes` asks for (torch.export's argument, `Dim`s; an
+    internal option for now, docs/dynamic-shapes.md): `@forward` then has dynamic dims and a
+    `graph.sizes` table."""
     check_inputs(pytree.tree_leaves((example_inputs, kwargs or {})))
     model = model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
     try:
         with _quiet("torch._subclasses.fake_tensor"), export_support():
-            program = torch.export.export(model, example_inputs, kwargs, strict=False)
+            program = torch.export.export(
+                model, example_inputs, kwargs, strict=False, dynamic_shapes=dynamic_shapes
+            )
     except Exception as e:  # export's own errors are long; keep the first line
         raise UnsupportedProgram(f"torch.export failed: {_first_line(e)}") from e
-    return import_program(program)
+    return import_program(program, symbolic=dynamic_shapes is not None)
 
 
 @contextlib.contextmanager
@@ -175,7 +187,9 @@ def _first_line(e: Exception) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def import_program(program: ExportedProgram, verify: bool = True) -> ImportedProgram:
+def import_program(
+    program: ExportedProgram, verify: bool = True, symbolic: bool = False
+) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps); its
     module verified unless `verify` is off (`xfuse.runtime.driver.fuse_and_lower` verifies it only when
     no cached program has the same text, since that one verified). Arguments that eager
@@ -191,6 +205,9 @@ def import_program(program: ExportedProgram, verify: bool = True) -> ImportedPro
             raise UnsupportedProgram(
                 f"torch.export failed while decomposing: {_first_line(e)}"
             ) from e
+    if symbolic:
+        with importing_sizes(SizeSymbols()):
+            return Importer(program).run(verify)
     return Importer(program).run(verify)
 
 
@@ -366,6 +383,9 @@ class Importer:
                 attr = {"graph.param": StringAttr(spec.target)}
             else:
                 raise node_error(node, f"inputs of kind {spec.kind.name} are not supported")
+            symbols = SIZE_SYMBOLS.get()
+            if symbols is not None:
+                symbols.add_inputs(len(arg_types), node.meta.get("val"))
             arg_types.append(tensor_type_of_val(node.meta.get("val"), node))
             arg_attrs.append(DictionaryAttr(attr))
 
@@ -392,7 +412,12 @@ class Importer:
             Region(block),
             arg_attrs=ArrayAttr(arg_attrs),
         )
+        symbols = SIZE_SYMBOLS.get()
+        if symbols is not None and symbols.inputs:
+            function.attributes[SIZES_ATTR] = symbols.table()
         module = ModuleOp([function])
+        if symbols is not None and verify:
+            verify_symbolic(function, symbols)
         if verify:
             module.verify()
         return ImportedProgram(
@@ -444,6 +469,69 @@ def convert_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     """The value of one call_function node: a mapped graph op, getitem, or a torch_call."""
     if node.target is operator.getitem:
         return select_output(lowering, node)
+    if SIZE_SYMBOLS.get() is not None:
+        return convert_symbolic_node(lowering, node)
+    return convert_aten_node(lowering, node)
+
+
+def convert_symbolic_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
+    """`convert_aten_node` where the import reads symbolic sizes: a size computation
+    (`sym_size`, `operator.mul` of sizes) has no graph value (the types of the tensors
+    carry their sizes); an op that involves a symbolic size and whose converter fails,
+    produces other types than torch's or ops that do not verify, or that would be a
+    `torch_call` with a size argument (its arguments are constants), refuses in one line."""
+    if isinstance(node.meta.get("val"), torch.SymInt):
+        return None
+    involved = has_symbolic_size(node.meta.get("val")) or any(
+        has_symbolic_size(a.meta.get("val")) for a in node.all_input_nodes
+    )
+    if not involved:
+        return convert_aten_node(lowering, node)
+    name = str(node.target)
+
+    def refuse(why: str) -> SymbolicSizeError:
+        return SymbolicSizeError(
+            f"{name} cannot import symbolic sizes yet (node '{node.name}'): {why}"
+        )
+
+    sizes = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.SymInt)]
+    if sizes and CONVERTERS.get(name) is None:
+        raise refuse(f"a size argument ('{sizes[0].name}') of a call torch runs")
+    first = len(lowering.block.ops)
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        lowering.symbolic_result = tensor_type_of_val(val, node)
+    try:
+        value = convert_aten_node(lowering, node)
+    except XfuseError:
+        raise
+    except AssertionError as e:  # check_types: the converter computed a size itself
+        raise refuse(_first_line(e)) from e
+    except Exception as e:  # a converter that does arithmetic on a SymInt
+        raise refuse(f"{type(e).__name__}: {_first_line(e)}") from e
+    finally:
+        lowering.symbolic_result = None
+    symbols = SIZE_SYMBOLS.get()
+    assert symbols is not None
+    for op in list(lowering.block.ops)[first:]:
+        symbols.origins[op] = f"{name} cannot import symbolic sizes yet (node '{node.name}')"
+    return value
+
+
+def verify_symbolic(function: func.FuncOp, symbols: SizeSymbols) -> None:
+    """Verify each op of a symbolic `@forward` (its table in place); an op that does not
+    refuses the aten op it came from in one line."""
+    for op in function.body.block.ops:
+        try:
+            op.verify()
+        except Exception as e:
+            why = _first_line(e).removeprefix("Operation does not verify: ")
+            origin = symbols.origins.get(op, f"{op.name} does not verify")
+            raise SymbolicSizeError(f"{origin}: {why}") from e
+
+
+def convert_aten_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
+    """The value of one call_function node that is no getitem."""
     if not isinstance(node.target, torch._ops.OpOverload):
         raise node_error(node, "only aten operators can be imported")
     name = str(node.target)

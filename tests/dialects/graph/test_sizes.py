@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, TensorType, f32
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType, f32
 from xdsl.ir import Block, Region
 from xdsl.utils.exceptions import VerifyException
 
@@ -64,7 +64,7 @@ def test_table_problems(entries: tuple[SizeSymbol, ...], message: str) -> None:
 
 def test_types_name_their_symbols() -> None:
     t = graph.tensor_of(f32, ["s0", 8, "s1"])
-    assert t == TensorType(f32, [-1, 8, -1], SymsAttr(("s0", "s1")))
+    assert t == TensorType(f32, [DYNAMIC_INDEX, 8, DYNAMIC_INDEX], SymsAttr(("s0", "s1")))
     assert graph.dims_of(t) == ("s0", 8, "s1")
     assert graph.is_symbolic(t)
     # A static shape is the plain type, as before.
@@ -113,8 +113,11 @@ def test_ops_built_in_python_carry_symbols() -> None:
     assert graph.dims_of(red.results[0]) == ("s0",)
     assert graph.dims_of(ops[3].results[0]) == (8, "s0")
     assert graph.dims_of(ops[4].results[0]) == ("s2", 8)
-    with pytest.raises(ValueError, match="needs the result's size symbol"):
-        graph.ConcatOp([add, block.args[1]], 0)
+    # Without the result's symbol, the dim is `?` unnamed: the verifier refuses it.
+    unnamed = graph.ConcatOp([add, block.args[1]], 0)
+    block.insert_op_before(unnamed, block.last_op)  # pyright: ignore[reportArgumentType]
+    with pytest.raises(VerifyException, match="expected result to have a static shape"):
+        unnamed.verify()
 
 
 def test_ops_without_symbolic_rules_refuse() -> None:

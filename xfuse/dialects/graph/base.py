@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, TypeVar
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     BFloat16Type,
     DenseArrayBase,
     Float16Type,
@@ -180,10 +181,11 @@ def dims_of(value: SSAValue | Attribute) -> tuple[Dim, ...]:
 def tensor_of(dtype: Attribute, dims: Sequence[Dim]) -> TensorType[Attribute]:
     """The tensor type of `dims` (a symbol name becomes `?` and is named in the encoding);
     a static shape is a plain tensor type."""
+    # A negative int is a dynamic dim without its symbol (see ConcatOp).
+    shape = [DYNAMIC_INDEX if isinstance(d, str) or d < 0 else d for d in dims]
     names = tuple(d for d in dims if isinstance(d, str))
     if not names:
-        return TensorType(dtype, [d for d in dims if isinstance(d, int)])
-    shape = [-1 if isinstance(d, str) else d for d in dims]
+        return TensorType(dtype, shape)
     return TensorType(dtype, shape, SymsAttr(names))
 
 

@@ -279,7 +279,14 @@ class VarOp(ReducingOp):
     def verify_(self) -> None:
         t = self._check_tensors()
         _check_float(t)
-        self._check_reduced(dims_of(self.input))
+        dims = dims_of(self.input)
+        self._check_reduced(dims)
+        symbolic = [d for d in self.reduce_dims if isinstance(dims[d], str)]
+        if symbolic:
+            raise VerifyException(
+                f"expected static reduced dims (the count divides), found dim {symbolic[0]} of "
+                f"size {dims[symbolic[0]]}"
+            )
 
 
 COMPOSITE_OPS: tuple[type[IRDLOperation], ...] = (

@@ -264,14 +264,15 @@ class ConcatOp(IRDLOperation):
 
     def __init__(self, inputs: Sequence[SSAValue | Operation], dim: int, size: Dim | None = None):
         """The concatenation along `dim`; `size`, the result's size there, where an operand's
-        is symbolic (a symbol of the table whose polynomial is their sum)."""
+        is symbolic (a symbol of the table whose polynomial is their sum). Without it that dim
+        is `?` without its symbol, which the verifier refuses until it is named (the importer
+        names it from torch's type)."""
         values = [SSAValue.get(v) for v in inputs]
         shape = list(dims_of(values[0]))
         sizes = [dims_of(v)[dim] for v in values]
         if size is None:
-            if not all(isinstance(d, int) for d in sizes):
-                raise ValueError("graph.concat: a symbolic dim needs the result's size symbol")
-            size = sum(d for d in sizes if isinstance(d, int))
+            symbolic = not all(isinstance(d, int) for d in sizes)
+            size = -1 if symbolic else sum(d for d in sizes if isinstance(d, int))
         shape[dim] = size
         super().__init__(
             operands=[values],

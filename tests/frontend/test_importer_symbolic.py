@@ -1,0 +1,100 @@
+"""Importing torch.export's symbolic sizes (`import_module(..., dynamic_shapes=...)`,
+docs/dynamic-shapes.md): dynamic dims naming their size symbols, the `graph.sizes` table with
+torch's hints and ranges, and one-line refusals naming the aten op."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.export import Dim
+
+from xfuse.dialects import graph
+from xfuse.errors import SymbolicSizeError
+from xfuse.frontend.importer import import_module
+from xfuse.ir.context import parse
+from xfuse.ir.names import SIZES_ATTR
+
+
+class Block(torch.nn.Module):
+    def forward(self, x: torch.Tensor, b: torch.Tensor) -> Any:
+        y = torch.relu(x + b)
+        return y.reshape(-1).sum(), y.view(x.shape[0] * 2, 4), torch.cat([x, x], 0), y.softmax(-1)
+
+
+def test_dims_become_size_symbols_with_torch_hints_and_ranges() -> None:
+    batch = Dim("batch", min=2, max=4096)
+    program = import_module(
+        Block(), (torch.randn(4, 8), torch.randn(8)), dynamic_shapes={"x": {0: batch}, "b": None}
+    )
+    function = program.function
+    table = function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    (symbol,) = table.inputs()
+    assert (symbol.source, symbol.hint, symbol.low, symbol.high) == ((0, 0), 4, 2, 4096)
+    s = symbol.name
+    x = function.body.block.args[0]
+    assert graph.dims_of(x) == (s, 8)
+    results = [graph.dims_of(t) for t in function.function_type.outputs.data]
+    flat, doubled = (
+        table.symbol_for(graph.SizeExpr.symbol(s).scale(8)),
+        table.symbol_for(graph.SizeExpr.symbol(s).scale(2)),
+    )
+    assert flat is not None and doubled is not None
+    assert results == [(), (doubled, 4), (doubled, 8), (s, 8)]
+    assert any(
+        isinstance(op, graph.ReshapeOp) and graph.dims_of(op.results[0]) == (flat,)
+        for op in function.body.block.ops
+    )
+    # The text reads back as the same program.
+    assert str(parse(str(program.module))) == str(program.module)
+
+
+def test_two_inputs_sharing_a_dim_share_its_symbol() -> None:
+    seq = Dim("seq", min=2, max=512)
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * b + 1
+
+    program = import_module(
+        f, (torch.randn(6, 4), torch.randn(6, 4)), dynamic_shapes={"a": {0: seq}, "b": {0: seq}}
+    )
+    a, b = program.function.body.block.args
+    assert graph.dims_of(a) == graph.dims_of(b)
+    assert isinstance(graph.dims_of(a)[0], str)
+
+
+def test_a_size_below_two_is_raised_to_two() -> None:
+    program = import_module(
+        lambda x: x.exp(), (torch.randn(5, 3),), dynamic_shapes={"x": {0: Dim("n", max=64)}}
+    )
+    (symbol,) = program.function.attributes[SIZES_ATTR].inputs()  # pyright: ignore[reportAttributeAccessIssue]
+    assert (symbol.low, symbol.high, symbol.hint) == (2, 64, 5)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x[1:], lambda x: torch.arange(x.shape[0]) * x[:, 0]])
+def test_ops_without_symbolic_rules_refuse_in_one_line(fn: Any) -> None:
+    with pytest.raises(
+        SymbolicSizeError, match=r"^aten\.slice\.Tensor cannot import symbolic sizes yet"
+    ) as e:
+        import_module(fn, (torch.randn(6, 4),), dynamic_shapes={"x": {0: Dim.AUTO}})
+    assert "\n" not in str(e.value)
+
+
+def test_a_torch_call_takes_symbolic_tensors() -> None:
+    program = import_module(
+        lambda x: F.pad(x, (1, 1)), (torch.randn(6, 4),), dynamic_shapes={"x": {0: Dim.AUTO}}
+    )
+    (call, _) = program.function.body.block.ops
+    assert isinstance(call, graph.TorchCallOp)
+    (symbol,) = program.function.attributes[SIZES_ATTR].inputs()  # pyright: ignore[reportAttributeAccessIssue]
+    assert symbol.high is None  # Dim.AUTO: no upper bound
+    assert graph.dims_of(call.results[0]) == (symbol.name, 6)
+
+
+def test_static_imports_have_no_table() -> None:
+    program = import_module(Block(), (torch.randn(4, 8), torch.randn(8)))
+    assert SIZES_ATTR not in program.function.attributes
+    assert not any(graph.is_symbolic(a) for a in program.function.body.block.args)
