@@ -14,6 +14,7 @@ from torch.export import Dim
 from xfuse.dialects import graph
 from xfuse.errors import SymbolicSizeError
 from xfuse.frontend.importer import import_module
+from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import parse
 from xfuse.ir.names import SIZES_ATTR
 
@@ -98,3 +99,15 @@ def test_static_imports_have_no_table() -> None:
     program = import_module(Block(), (torch.randn(4, 8), torch.randn(8)))
     assert SIZES_ATTR not in program.function.attributes
     assert not any(graph.is_symbolic(a) for a in program.function.body.block.args)
+
+
+@pytest.mark.parametrize("n", [2, 3, 9])
+def test_an_imported_symbolic_program_matches_eager_at_every_size(n: int) -> None:
+    batch = Dim("batch", min=2, max=4096)
+    program = import_module(
+        Block(), (torch.randn(4, 8), torch.randn(8)), dynamic_shapes={"x": {0: batch}, "b": None}
+    )
+    x, b = torch.randn(n, 8), torch.randn(8)
+    got = interpret(program.module, program.arguments(x, b))
+    for g, w in zip(got, Block()(x, b), strict=True):
+        torch.testing.assert_close(g, w)

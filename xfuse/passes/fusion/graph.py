@@ -46,6 +46,7 @@ from xfuse.passes.fusion.op_facts import (
     is_window_op,
     space_of_op,
 )
+from xfuse.passes.fusion.symbolic import hinted_numel, static_proxies
 
 T = TypeVar("T")
 
@@ -125,7 +126,8 @@ def ssa_labels(block: Block) -> dict[SSAValue, str]:
 
 
 def tensor_bytes(value: SSAValue) -> int:
-    return graph.numel(graph.shape_of(value)) * byte_width(graph.dtype_of(value))
+    """The bytes of a tensor; a symbolic one's at its symbols' hints (`symbolic`)."""
+    return hinted_numel(graph.shape_of(value)) * byte_width(graph.dtype_of(value))
 
 
 @dataclass(frozen=True)
@@ -983,6 +985,6 @@ def fuse_each_function(module: ModuleOp, fuse: Callable[[FusionGraph], Iterable[
     paused: `collector_paused`); returns what the runs return (their decision records), in order."""
     found: list[T] = []
     for f in function_bodies(module):
-        with collector_paused():
+        with collector_paused(), static_proxies(f):
             found.extend(fuse(FusionGraph(f.body.block)))
     return found

@@ -45,6 +45,7 @@ from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.fusion import GroupOp
 from xfuse.dialects.op_kinds import Kind, kind_of, stronger_kind
 from xfuse.passes.fusion.graph import group_space
+from xfuse.passes.fusion.symbolic import static_proxies
 
 
 def pool_constants(block: Block) -> None:
@@ -331,4 +332,5 @@ class GroupCleanupPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in op.walk():
             if isinstance(f, func.FuncOp) and f.body.blocks:
-                clean_function(f)
+                with static_proxies(f):
+                    clean_function(f)

@@ -82,7 +82,8 @@ from xdsl.traits import SymbolTable
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.op_kinds import KindGroup, kind_of
 from xfuse.errors import CodegenError
-from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR
+from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, SIZES_ATTR
+from xfuse.passes.fusion.symbolic import SymbolicPassError
 from xfuse.passes.lowering.domains import MERGE_DIMS, Leaf, splat_value
 from xfuse.passes.lowering.kernel_builder import KernelBuilder
 
@@ -219,6 +220,19 @@ class FunctionLowering:
         self.module.body.block.add_op(lowered.kernel)
 
 
+def refuse_symbolic_sizes(f: func.FuncOp) -> None:
+    """Kernels take static shapes only, for now: a function with size symbols (its
+    `graph.sizes` table, docs/dynamic-shapes.md) is refused in one line."""
+    table = f.attributes.get(SIZES_ATTR)
+    if isinstance(table, graph.SizesAttr):
+        names = ", ".join(s.name for s in table.data)
+        raise SymbolicPassError(
+            f"lower-to-loops does not take symbolic sizes yet: @{f.sym_name.data} has size "
+            f"symbols {names} (kernels with size arguments come in the next slice of "
+            "docs/dynamic-shapes.md)"
+        )
+
+
 @dataclass(frozen=True)
 class LowerToLoopsPass(ModulePass):
     """Groups and lone graph ops to kernels of loop IR launched with `fusion.launch`."""
@@ -238,6 +252,8 @@ class LowerToLoopsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         functions = [f for f in op.ops if isinstance(f, func.FuncOp) and not is_kernel(f)]
+        for f in functions:
+            refuse_symbolic_sizes(f)
         for f in functions:
             if f.body.blocks:
                 FunctionLowering(f, op, self.keep_unsupported, self.merge_dims).run()

@@ -1,0 +1,44 @@
+"""The graph interpreter on symbolic programs (docs/dynamic-shapes.md): sizes bound from the
+inputs per call, checked against each other and the symbols' ranges, derived sizes computed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xfuse.errors import InterpretError
+from xfuse.interpreters.graph import interpret
+from xfuse.ir.context import parse
+
+PROGRAM = """
+func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>, %y: tensor<?x8xf32, #graph.syms<s0>>, %v: tensor<8xf32>) -> (tensor<?xf32, #graph.syms<s1>>, tensor<2x?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [2, 64], s1 = 8 * s0>} {
+  %0 = graph.mul %x, %y : tensor<?x8xf32, #graph.syms<s0>>, tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x8xf32, #graph.syms<s0>>
+  %1 = graph.reshape %0 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?xf32, #graph.syms<s1>>
+  %2 = graph.broadcast_in_dim %v dims = [2] : tensor<8xf32> -> tensor<2x?x8xf32, #graph.syms<s0>>
+  func.return %1, %2 : tensor<?xf32, #graph.syms<s1>>, tensor<2x?x8xf32, #graph.syms<s0>>
+}"""
+
+
+@pytest.mark.parametrize("n", [2, 5, 64])
+def test_one_program_runs_at_every_size(n: int) -> None:
+    x, y, v = torch.randn(n, 8), torch.randn(n, 8), torch.randn(8)
+    flat, spread = interpret(parse(PROGRAM), [x, y, v])
+    torch.testing.assert_close(flat, (x * y).reshape(-1))
+    torch.testing.assert_close(spread, v.expand(2, n, 8))
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        (((1, 8), (1, 8)), r"'s0' is 1, outside its range \[2, 64\]"),
+        (((65, 8), (65, 8)), r"'s0' is 65, outside its range \[2, 64\]"),
+        (((4, 8), (5, 8)), r"'s0' is 4 in one argument and 5 in argument 1 \(dim 0\)"),
+        (((4, 8), (4, 7)), r"argument 1 of @forward expects"),
+    ],
+)
+def test_sizes_that_do_not_fit_are_refused(
+    shapes: tuple[tuple[int, int], tuple[int, int]], message: str
+) -> None:
+    inputs = [torch.randn(*shapes[0]), torch.randn(*shapes[1]), torch.randn(8)]
+    with pytest.raises(InterpretError, match=message):
+        interpret(parse(PROGRAM), inputs)
