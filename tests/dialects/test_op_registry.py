@@ -134,6 +134,8 @@ def test_every_fuzz_fact_reaches_a_generator(op: type[Operation]) -> None:
         return
     if f.by is not None:
         assert callable(getattr(generator.Generator, f.by, None)), f"{op.name}: no fuzz.{f.by}"
+        if f.draw is not None:  # one of the method's kinds, drawn by the fact
+            assert generator.FACT_KINDS[f.by][f.kind] is f.draw, op.name
         return
     pools = {
         "unary": generator.UNARY,

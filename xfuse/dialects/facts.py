@@ -12,6 +12,11 @@ Each level builds its table from these declarations instead of keeping its own r
 - the random program generators (`xfuse.testing.fuzz`, `xfuse.testing.random_graph`) draw
   the op as `fuzz` says.
 
+A structural op (layout, windows) declares the same three in its own terms, as plain functions
+beside its class: `torch_args` (its attributes as its `torch` function takes them), `convert`
+(its aten overloads' arguments as the op, through an `OpBuilder`) and `Fuzz.kind` (the torch
+code a generator method draws for it). Only its lowering lives elsewhere.
+
 An op without one of these facts says why in `without` (fact name -> reason); the test
 `tests/dialects/test_op_registry.py` fails for an op that has neither.
 """
@@ -20,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from random import Random
+from typing import Any, Literal, Protocol
 
 from xdsl.dialects import arith
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -98,6 +104,10 @@ def cmpi(predicate: str) -> ScalarFn:
 
 FuzzPool = Literal["unary", "binary", "compare", "reduction"]
 
+FuzzDraw = Callable[[Random, str, tuple[int, ...]], str | None]
+"""(the generator's random source, an operand's name, its shape) -> the torch expression of
+the op on it, or None where the op cannot take that operand."""
+
 
 @dataclass(frozen=True)
 class Fuzz:
@@ -111,6 +121,10 @@ class Fuzz:
     spelling: str = ""
     pool: FuzzPool | None = None
     by: str | None = None
+    kind: str = ""
+    """The op's name among the kinds of the generator method `by` (`Fuzz.drawn_in`)."""
+    draw: FuzzDraw | None = None
+    """The torch code that method writes for the op (`Fuzz.drawn_in`)."""
     exact: bool = False
     """Exact inputs give an exact result (compared bit for bit)."""
     positive: bool = False
@@ -174,6 +188,39 @@ class Fuzz:
     def drawn_by(method: str) -> Fuzz:
         return Fuzz(by=method)
 
+    @staticmethod
+    def drawn_in(method: str, kind: str, draw: FuzzDraw) -> Fuzz:
+        """One of the kinds the generator method `method` draws from (in the order of its
+        table, a new kind after those it lists): `draw` writes the op's torch code."""
+        return Fuzz(by=method, kind=kind, draw=draw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Importing a structural op: what its converter asks of the importer
+# ---------------------------------------------------------------------------------------------
+
+
+class OpBuilder(Protocol):
+    """What a structural op's `convert` asks of the importer (`xfuse.frontend.builder`'s
+    `ImportBuilder` implements it)."""
+
+    def tensor(self, node: Any) -> SSAValue:
+        """The value of a tensor argument of the aten node."""
+        ...
+
+    def emit(self, op: Operation) -> SSAValue:
+        """Append `op` to the program; its (single) result."""
+        ...
+
+    def reshape(self, value: SSAValue, shape: Sequence[int]) -> SSAValue:
+        """`value` with `shape` (itself where it has it)."""
+        ...
+
+
+OpConverter = Callable[[OpBuilder, Mapping[str, Any]], SSAValue | None]
+"""(importer, the aten node's arguments by name) -> the node's value, or None to leave the
+node to `graph.torch_call` (an argument the op cannot take)."""
+
 
 # ---------------------------------------------------------------------------------------------
 # The facts of one op
@@ -187,8 +234,13 @@ class OpFacts:
     torch: str | None = None
     """The eager torch function (`"torch.neg"`) that the op's family implementation calls in
     the interpreter; None where the interpreter has the op's own implementation."""
+    torch_args: Callable[[Any], tuple[Any, ...]] | None = None
+    """A structural op's attributes as its `torch` function takes them after its operands:
+    the interpreter calls `torch(*operands, *torch_args(op))`."""
     aten: tuple[str, ...] = ()
     """The aten overloads (`str(OpOverload)`) the importer maps one to one to this op."""
+    convert: OpConverter | None = None
+    """A structural op's converter of its `aten` overloads (where no family's fits)."""
     scalar: ScalarRule | None = None
     """One element of an elementwise op, for `lower-to-loops`."""
     fuzz: Fuzz | None = None

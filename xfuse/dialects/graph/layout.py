@@ -3,8 +3,9 @@ arithmetic of iota, flip and roll."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from random import Random
+from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
@@ -30,7 +31,7 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from xfuse.dialects.facts import Fuzz, OpFacts
+from xfuse.dialects.facts import Fuzz, OpBuilder, OpFacts
 from xfuse.dialects.graph.base import (
     Broadcast,
     Dim,
@@ -506,6 +507,56 @@ class FlipOp(SameTypeOp):
         _check_dims(self.flipped, len(t.get_shape()))
 
 
+def _roll_from_aten(b: OpBuilder, a: Mapping[str, Any]) -> SSAValue | None:
+    """aten.roll as a `graph.roll` over the dims whose shift moves something; with no dims, of
+    the flattened tensor, reshaped back."""
+    x = b.tensor(a["self"])
+    shifts, dims = list(a["shifts"]), list(a.get("dims") or [])
+    if not all(isinstance(v, int) for v in (*shifts, *dims)):
+        return None
+    shape = shape_of(x)
+    if not dims:
+        if len(shifts) != 1:
+            return None
+        flat = b.reshape(x, [numel(shape)])
+        return b.reshape(_roll_dims(b, flat, shifts, [0]), shape)
+    if len(shifts) != len(dims):
+        return None
+    return _roll_dims(b, x, shifts, [d % len(shape) for d in dims])
+
+
+def _roll_dims(b: OpBuilder, x: SSAValue, shifts: Sequence[int], dims: Sequence[int]) -> SSAValue:
+    """One shift per dim (torch adds repeated dims' shifts up), reduced modulo its size."""
+    total: dict[int, int] = {}
+    for shift, dim in zip(shifts, dims, strict=True):
+        total[dim] = total.get(dim, 0) + shift
+    shape = shape_of(x)
+    moved = {d: s % shape[d] for d, s in total.items() if shape[d] > 1 and s % shape[d]}
+    if not moved:
+        return x
+    return b.emit(RollOp(x, list(moved.values()), list(moved)))
+
+
+def _roll_torch_args(op: RollOp) -> tuple[Any, ...]:
+    """torch.roll's shifts and dims after the operand; with no dims, a roll by 0 (a copy)."""
+    if not op.rolled:
+        return (0,)
+    dims, shifts = zip(*op.rolled, strict=True)
+    return (shifts, dims)
+
+
+def _draw_roll(rng: Random, x: str, shape: tuple[int, ...]) -> str | None:
+    """torch.roll of one or two dims by up to 40 either way; of a 0-d value, flattened."""
+    rank = len(shape)
+    if rank >= 1:
+        dims = rng.sample(range(rank), rng.randint(1, min(2, rank)))
+        shifts = tuple(rng.randint(-40, 40) for _ in dims)
+        return f"torch.roll({x}, shifts={shifts}, dims={tuple(dims)})"
+    if rng.random() < 0.5:
+        return f"torch.roll({x}, {rng.randint(-5, 5)})"
+    return None
+
+
 @irdl_op_definition
 class RollOp(SameTypeOp):
     """Rotates the elements along each of `dims` by its `shifts` (torch.roll with dims): the
@@ -514,8 +565,11 @@ class RollOp(SameTypeOp):
 
     name = "graph.roll"
     FACTS: ClassVar[OpFacts] = OpFacts(
+        torch="torch.roll",
+        torch_args=_roll_torch_args,
         aten=("aten.roll.default",),
-        fuzz=Fuzz.drawn_by("index_op"),
+        convert=_roll_from_aten,
+        fuzz=Fuzz.drawn_in("index_op", "roll", _draw_roll),
     )
     shifts = prop_def(DenseArrayBase[I64])
     dims = prop_def(DenseArrayBase[I64])

@@ -77,6 +77,15 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
 overloads in their `aten` facts."""
 
 
+def _fact_converter(op: type[Operation]) -> Converter | None:
+    """The converter a structural op declares in its `convert` fact, given the node's
+    arguments."""
+    convert = graph.op_facts(op).convert
+    if convert is None:
+        return None
+    return lambda lw, node, a: convert(lw, a)
+
+
 def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
     """`str(OpOverload)` -> converter for every overload one of `ops` declares in its `aten`
     fact (`xfuse.dialects.facts`)."""
@@ -85,7 +94,7 @@ def op_converters(ops: Iterable[type[Operation]]) -> dict[str, Converter]:
         overloads = graph.op_facts(op).aten
         if not overloads:
             continue
-        convert = OWN_CONVERTERS.get(op) or _family_converter(op)
+        convert = OWN_CONVERTERS.get(op) or _fact_converter(op) or _family_converter(op)
         if convert is None:
             raise ValueError(f"'{op.name}' declares aten overloads but has no converter")
         table.update(dict.fromkeys(overloads, convert))

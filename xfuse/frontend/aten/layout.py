@@ -1,6 +1,6 @@
 """Converters of layout ops (reshape, expand, permute, slices, split, cat), index arithmetic
-(arange, flip, roll, repeat, diagonal) and strided views taken as a gather (as_strided,
-unfold)."""
+(arange, flip, repeat, diagonal) and strided views taken as a gather (as_strided, unfold).
+`graph.roll` declares its converter with its class (its `convert` fact)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _cat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 
 # ---------------------------------------------------------------------------------------------
-# Index arithmetic: arange, flip, roll, repeat, diagonal
+# Index arithmetic: arange, flip, repeat, diagonal
 # ---------------------------------------------------------------------------------------------
 
 
@@ -169,38 +169,6 @@ def _flip(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if not a["dims"] or not dims:
         return x
     return lw.emit(graph.FlipOp(x, dims))
-
-
-def _roll(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
-    """roll as a `graph.roll` over the dims whose shift moves something; with no dims, of the
-    flattened tensor, reshaped back."""
-    x = lw.tensor(a["self"])
-    shifts, dims = list(a["shifts"]), list(a.get("dims") or [])
-    if not all(isinstance(v, int) for v in (*shifts, *dims)):
-        return None
-    shape = graph.shape_of(x)
-    if not dims:
-        if len(shifts) != 1:
-            return None
-        flat = lw.reshape(x, [graph.numel(shape)])
-        return lw.reshape(_roll_dims(lw, flat, shifts, [0]), shape)
-    if len(shifts) != len(dims):
-        return None
-    return _roll_dims(lw, x, shifts, [d % _rank(x) for d in dims])
-
-
-def _roll_dims(
-    lw: ImportBuilder, x: SSAValue, shifts: Sequence[int], dims: Sequence[int]
-) -> SSAValue:
-    """One shift per dim (torch adds repeated dims' shifts up), reduced modulo its size."""
-    total: dict[int, int] = {}
-    for shift, dim in zip(shifts, dims, strict=True):
-        total[dim] = total.get(dim, 0) + shift
-    shape = graph.shape_of(x)
-    moved = {d: s % shape[d] for d, s in total.items() if shape[d] > 1 and s % shape[d]}
-    if not moved:
-        return x
-    return lw.emit(graph.RollOp(x, list(moved.values()), list(moved)))
 
 
 def _repeat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
@@ -321,7 +289,6 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
     graph.ConcatOp: _cat,
     graph.IotaOp: _arange,
     graph.FlipOp: _flip,
-    graph.RollOp: _roll,
 }
 
 FORMULAS: dict[str, Converter] = {

@@ -12,7 +12,7 @@ import torch
 from xdsl.ir import Operation
 
 from xfuse.dialects import graph
-from xfuse.dialects.facts import Fuzz, FuzzPool
+from xfuse.dialects.facts import Fuzz, FuzzDraw, FuzzPool
 from xfuse.errors import XfuseError
 from xfuse.testing.fuzz.draw_order import draw_rank
 from xfuse.testing.fuzz.program import (
@@ -696,10 +696,13 @@ class Generator:
         a = self.pick()
         shape = self.shape(a.name)
         rank, rng = len(shape), self.rng
-        kind = rng.choice(
-            ("arange", "flip", "roll", "rot90", "tril", "triu", "repeat", "tile", "diagonal")
-        )
-        if kind == "arange" and rank >= 1 and self.dtype(a.name) != torch.bool:
+        drawn = FACT_KINDS.get("index_op", {})
+        kind = rng.choice(kinds_of(INDEX_KINDS, drawn))
+        if kind in drawn:
+            expr = drawn[kind](rng, a.name, shape)
+            if expr is None:
+                raise Rejected(f"{kind} on rank {rank}")
+        elif kind == "arange" and rank >= 1 and self.dtype(a.name) != torch.bool:
             n = shape[-1]
             start: float = rng.choice((0, 3, -2))
             step: float = rng.choice((1, 2, -1, -3))
@@ -713,12 +716,6 @@ class Generator:
         elif kind == "flip" and rank >= 1:
             dims = rng.sample(range(rank), rng.randint(1, rank))
             expr = f"torch.flip({a.name}, dims={tuple(dims)})"
-        elif kind == "roll" and rank >= 1:
-            dims = rng.sample(range(rank), rng.randint(1, min(2, rank)))
-            shifts = tuple(rng.randint(-40, 40) for _ in dims)
-            expr = f"torch.roll({a.name}, shifts={shifts}, dims={tuple(dims)})"
-        elif kind == "roll" and rng.random() < 0.5:
-            expr = f"torch.roll({a.name}, {rng.randint(-5, 5)})"
         elif kind == "rot90" and rank >= 2:
             d0, d1 = rng.sample(range(rank), 2)
             expr = f"torch.rot90({a.name}, {rng.randint(-2, 3)}, ({d0}, {d1}))"
@@ -1048,6 +1045,32 @@ def pool(name: FuzzPool, ops: Iterable[type[Operation]] | None = None) -> list[F
         (op.name, f) for op in ops if (f := graph.op_facts(op).fuzz) is not None and f.pool == name
     ]
     return [f for _, f in sorted(drawn, key=lambda entry: draw_rank(name, entry[0]))]
+
+
+def fact_kinds(ops: Iterable[type[Operation]] | None = None) -> dict[str, dict[str, FuzzDraw]]:
+    """Generator method -> the kinds it draws through the `fuzz` facts of `ops` (by default
+    the graph dialect's; `Fuzz.drawn_in`) -> the function that writes each kind's torch
+    code."""
+    ops = graph.Graph.operations if ops is None else ops
+    table: dict[str, dict[str, FuzzDraw]] = {}
+    for op in ops:
+        f = graph.op_facts(op).fuzz
+        if f is not None and f.by is not None and f.draw is not None:
+            table.setdefault(f.by, {})[f.kind] = f.draw
+    return table
+
+
+FACT_KINDS = fact_kinds()
+
+
+def kinds_of(listed: tuple[str, ...], drawn: Iterable[str]) -> tuple[str, ...]:
+    """A generator method's kinds: those its table lists, in that order, then the kinds the
+    ops' facts add (by name), so that a new kind changes no draw of the others."""
+    return listed + tuple(sorted(k for k in drawn if k not in listed))
+
+
+INDEX_KINDS = ("arange", "flip", "roll", "rot90", "tril", "triu", "repeat", "tile", "diagonal")
+"""The kinds `index_op` draws, in its draw order; roll's torch code is its op's fuzz fact."""
 
 
 def _spellings(name: FuzzPool, where: Callable[[Fuzz], bool] = lambda f: True) -> tuple[str, ...]:
