@@ -7,6 +7,7 @@ being obviously right over being fast: each op is one torch call, written as a t
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
@@ -28,9 +29,58 @@ from xfuse.dialects.torch_args import (
 from xfuse.errors import IndexOutOfRangeError, InterpretError, XfuseError
 from xfuse.ir import dtypes
 from xfuse.ir.dense import compact_splat
+from xfuse.ir.names import SIZES_ATTR
 
 Tensor = torch.Tensor
 _T = TypeVar("_T")
+
+SIZES: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar(
+    "xfuse_interpreter_sizes", default=None
+)
+"""The sizes of the symbols of the function `interpret` runs (docs/dynamic-shapes.md)."""
+
+
+def concrete_shape(value: SSAValue) -> tuple[int, ...]:
+    """A value's shape with each size symbol at its size in the running call."""
+    dims = graph.dims_of(value)
+    if all(isinstance(d, int) for d in dims):
+        return graph.shape_of(value)
+    sizes = SIZES.get() or {}
+    missing = [d for d in dims if isinstance(d, str) and d not in sizes]
+    if missing:
+        raise InterpretError(
+            f"size symbol '{missing[0]}' has no size: run its function through interpret"
+        )
+    return tuple(d if isinstance(d, int) else sizes[d] for d in dims)
+
+
+def bind_sizes(f: func.FuncOp, inputs: Sequence[Tensor]) -> dict[str, int] | None:
+    """The size of every symbol of `f`'s `graph.sizes` table in a call of `inputs` (None for
+    a function without one): read from the inputs, checked against each other and the
+    symbols' ranges, derived symbols computed."""
+    table = f.attributes.get(SIZES_ATTR)
+    if not isinstance(table, graph.SizesAttr):
+        return None
+    found: dict[str, int] = {}
+    for i, (value, t) in enumerate(zip(f.body.block.args, inputs, strict=True)):
+        for d, (dim, n) in enumerate(zip(graph.dims_of(value), t.shape, strict=False)):
+            if isinstance(dim, str) and found.setdefault(dim, n) != n:
+                raise InterpretError(
+                    f"size symbol '{dim}' is {found[dim]} in one argument and {n} in "
+                    f"argument {i} (dim {d}) of @{f.sym_name.data}"
+                )
+    for s in table.inputs():
+        size = found.get(s.name)
+        if size is None:
+            arg, dim = s.source or (0, 0)
+            raise InterpretError(f"size symbol '{s.name}' of input({arg}, {dim}) has no size")
+        if size < s.low or (s.high is not None and size > s.high):
+            high = "inf" if s.high is None else s.high
+            raise InterpretError(
+                f"size symbol '{s.name}' is {size}, outside its range [{s.low}, {high}] "
+                "(sizes 0 and 1 are specialised: a program for them is static)"
+            )
+    return table.evaluate({s.name: found[s.name] for s in table.inputs()})
 
 
 def _unary(fn: Callable[[Tensor], Tensor]) -> Callable[[Operation, list[Tensor]], Tensor]:
@@ -65,6 +115,9 @@ def _prepare_cast(op: Operation) -> Prepared:
 
 
 def _prepare_reshape(op: Operation) -> Prepared:
+    if graph.is_symbolic(op.results[0]):
+        result = op.results[0]
+        return lambda xs: xs[0].reshape(concrete_shape(result)).contiguous()
     shape = graph.shape_of(op.results[0])
     return lambda xs: xs[0].reshape(shape).contiguous()
 
@@ -122,7 +175,7 @@ def _reduce_prod(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
 
 def _broadcast_in_dim(op: Operation, xs: list[Tensor]) -> Tensor:
     assert isinstance(op, graph.BroadcastInDimOp)
-    out_shape = graph.shape_of(op.result)
+    out_shape = concrete_shape(op.result)
     view = [1] * len(out_shape)
     for i, d in enumerate(op.dim_map):
         view[d] = xs[0].shape[i]
@@ -646,16 +699,26 @@ def interpret(
         raise InterpretError(
             f"@{f.sym_name.data} takes {len(block.args)} arguments, got {len(inputs)}"
         )
+    sizes = bind_sizes(f, inputs)
     for i, (arg, t) in enumerate(zip(block.args, inputs, strict=True)):
         want = graph.tensor_type(arg.type)
-        if tuple(t.shape) != tuple(want.get_shape()) or t.dtype != dtypes.to_torch(
-            want.element_type
-        ):
+        shape = tuple(want.get_shape()) if sizes is None else _sized(arg, sizes)
+        if tuple(t.shape) != shape or t.dtype != dtypes.to_torch(want.element_type):
             raise InterpretError(
                 f"argument {i} of @{f.sym_name.data} expects {want}, got a tensor of shape "
                 f"{list(t.shape)} and dtype {t.dtype}"
             )
-    return run_block(block, inputs)
+    if sizes is None:
+        return run_block(block, inputs)
+    token = SIZES.set(sizes)
+    try:
+        return run_block(block, inputs)
+    finally:
+        SIZES.reset(token)
+
+
+def _sized(value: SSAValue, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else sizes.get(d, -1) for d in graph.dims_of(value))
 
 
 def bind_arguments(
