@@ -111,3 +111,21 @@ def test_an_imported_symbolic_program_matches_eager_at_every_size(n: int) -> Non
     got = interpret(program.module, program.arguments(x, b))
     for g, w in zip(got, Block()(x, b), strict=True):
         torch.testing.assert_close(g, w)
+
+
+def test_two_symbols_through_a_transpose_and_a_product() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x.t().exp() @ x).reshape(-1)
+
+    program = import_module(
+        f, (torch.randn(3, 5),), dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}}
+    )
+    table = program.function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    rows, cols = (s.name for s in table.inputs())
+    (out,) = program.function.function_type.outputs.data
+    square = graph.SizeExpr.symbol(cols) * graph.SizeExpr.symbol(cols)
+    assert graph.dims_of(out) == (table.symbol_for(square),)
+    for n, m in ((2, 2), (4, 7)):
+        x = torch.randn(n, m)
+        torch.testing.assert_close(interpret(program.module, [x])[0], f(x))

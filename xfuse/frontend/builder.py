@@ -244,7 +244,11 @@ class ImportBuilder:
         if want is None or len(op.results) != 1:
             return op
         t = op.results[0].type
-        if not (isinstance(t, TensorType) and graph.is_symbolic(t)) or t.encoding == want.encoding:
+        # Only a result none of whose dynamic dims is named: one the op named itself (from
+        # its operands' symbols) may order them otherwise than the node's result.
+        if not (isinstance(t, TensorType) and graph.is_symbolic(t)) or isinstance(
+            t.encoding, graph.SymsAttr
+        ):
             return op
         if tuple(t.get_shape()) != tuple(want.get_shape()):
             return op
