@@ -158,3 +158,19 @@ def test_verify_exception_is_raised_for_a_bad_symbol_source() -> None:
     block.add_op(func.ReturnOp())
     with pytest.raises(VerifyException, match=r"read from input\(0, 1\)"):
         ModuleOp([function]).verify()
+
+
+def test_ops_built_from_shape_of_keep_the_symbols() -> None:
+    table = SizesAttr((SizeSymbol.input("s0", 0, 0, hint=4), SizeSymbol.derived("s1", s0.scale(8))))
+    x, flat = graph.tensor_of(f32, ["s0", 8]), graph.tensor_of(f32, ["s1"])
+    function, block = function_of([x, flat], table)
+    shape = graph.shape_of(block.args[1])
+    assert isinstance(shape, graph.SymbolicShape) and shape.dims == ("s1",)
+    assert shape == graph.shape_of(block.args[1]) != graph.shape_of(block.args[0])
+    reshaped = graph.ReshapeOp(block.args[0], shape)
+    block.add_op(reshaped)
+    block.add_op(func.ReturnOp())
+    ModuleOp([function]).verify()
+    assert reshaped.result.type == flat
+    # Static shapes are plain tuples, as before.
+    assert type(graph.shape_of(TensorType(f32, [4, 8]))) is tuple

@@ -140,7 +140,37 @@ def tensor_type(value: SSAValue | Attribute) -> TensorType[Attribute]:
 
 
 def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
-    return tuple(tensor_type(value).get_shape())
+    """The static shape of a tensor; of one with dynamic dims, a `SymbolicShape` (`?` as
+    xDSL's DYNAMIC_INDEX, the symbols kept), so that an op built with it (`ReshapeOp(x,
+    shape_of(y))`) has `y`'s symbolic type."""
+    t = tensor_type(value)
+    shape = t.get_shape()
+    if isinstance(t.encoding, SymsAttr) and any(d < 0 for d in shape):
+        return SymbolicShape(dims_of(t))
+    return tuple(shape)
+
+
+class SymbolicShape(tuple[int, ...]):
+    """`shape_of` of a tensor with dynamic dims: its ints, `?` as DYNAMIC_INDEX, and `dims`,
+    with each size symbol's name. Two are equal when their dims are."""
+
+    dims: tuple[Dim, ...]
+
+    def __new__(cls, dims: Sequence[Dim]) -> SymbolicShape:
+        shape = super().__new__(cls, (DYNAMIC_INDEX if isinstance(d, str) else d for d in dims))
+        shape.dims = tuple(dims)
+        return shape
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SymbolicShape):
+            return self.dims == other.dims
+        return tuple.__eq__(self, other)  # pyright: ignore[reportArgumentType]
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self.dims)
 
 
 def dtype_of(value: SSAValue | Attribute) -> Attribute:
@@ -181,6 +211,8 @@ def dims_of(value: SSAValue | Attribute) -> tuple[Dim, ...]:
 def tensor_of(dtype: Attribute, dims: Sequence[Dim]) -> TensorType[Attribute]:
     """The tensor type of `dims` (a symbol name becomes `?` and is named in the encoding);
     a static shape is a plain tensor type."""
+    if isinstance(dims, SymbolicShape):
+        dims = dims.dims
     # A negative int is a dynamic dim without its symbol (see ConcatOp).
     shape = [DYNAMIC_INDEX if isinstance(d, str) or d < 0 else d for d in dims]
     names = tuple(d for d in dims if isinstance(d, str))
