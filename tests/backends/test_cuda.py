@@ -300,6 +300,34 @@ def test_rows_read_through_a_permute_reduce_within_a_warp() -> None:
     assert "shfl.sync.bfly" in ptx and ".v4" not in ptx and ".v2" not in ptx
 
 
+def _nll_mean(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """A language model's loss: the mean over tokens (an f32 sum and an i64 count of the
+    tokens not ignored) of the picked log-probabilities."""
+    return F.cross_entropy(logits, targets, ignore_index=-100)
+
+
+def test_64_bit_row_sums_share_partials_in_two_halves(tmp_path: Path) -> None:
+    """An i64 count and an f64 sum reduce across a row's threads (a shuffle moves 32 bits: each
+    step moves both halves) instead of running on one thread."""
+    sums: list[tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]] = [
+        (lambda x: (x > 0).sum(-1), _x(4, 8192)),
+        (lambda x: x.sum(-1), _x(4, 4096).double()),
+    ]
+    for fn, x in sums:
+        (ptx,) = ptx_of(fn, (x,), tmp_path)
+        assert LaunchShape.from_ptx(ptx).strategy == "rows"
+        assert ptx.count("shfl.sync.bfly.b32") == 2 * 5  # 32 lanes: 5 steps, of two halves
+
+
+def test_a_loss_over_all_tokens_reduces_on_a_block(tmp_path: Path) -> None:
+    """The loss's sum and count over 8192 tokens, each a gather from its row: one row of 8192
+    elements over a block's threads (one thread walking them took 2.2 ms on an H200)."""
+    logits, targets = _x(8192, 64), torch.randint(0, 64, (8192,))
+    ptxs = ptx_of(_nll_mean, (logits, targets), tmp_path)
+    strategies = [LaunchShape.from_ptx(ptx).strategy for ptx in ptxs]
+    assert "serial" not in strategies, strategies
+
+
 def test_column_reduction_runs_one_thread_per_column(tmp_path: Path) -> None:
     """Neighbouring threads walk neighbouring columns: each load of theirs is coalesced."""
     (ptx,) = ptx_of(lambda x: x.sum(0), (_x(64, 32768),), tmp_path)
@@ -486,6 +514,23 @@ def test_gpu_binary(name: str, dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
 def test_gpu_reduction(name: str, length: int, dtype: torch.dtype) -> None:
     run_on_gpu(REDUCTIONS[name], (_x(7, length, dtype=dtype),), reduction=True)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("length", [100, 8192, 40000])
+def test_gpu_64_bit_row_reductions(length: int) -> None:
+    x = _x(7, length)
+    run_on_gpu(lambda a: (a > 0).sum(-1), (x,))
+    run_on_gpu(lambda a: a.sum(-1), (x.double(),), reduction=True)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_loss_over_all_tokens() -> None:
+    targets = torch.randint(0, 64, (8192,))
+    targets[::7] = -100
+    run_on_gpu(_nll_mean, (_x(8192, 64), targets), reduction=True)
 
 
 @pytest.mark.gpu

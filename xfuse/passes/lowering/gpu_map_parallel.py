@@ -50,6 +50,7 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     StringAttr,
     f32,
+    f64,
     i32,
     i64,
 )
@@ -69,6 +70,8 @@ from xfuse.passes.options import BLOCK_THREADS, NON_NEGATIVE, POSITIVE, ROW_THRE
 
 WARP = 32
 MAX_BLOCK = 1024
+SHUFFLED_TYPES = (f32, i32, f64, i64)
+"""Accumulator types whose partial results the row's threads exchange (64-bit in two halves)."""
 INT32_LIMIT = 2**31 - 1
 VECTOR_BYTES = 16
 
@@ -240,7 +243,7 @@ def _loop_reductions(loop: scf.ForOp) -> list[_Reduction] | None:
             or acc not in producer.operands
             or len(list(acc.uses)) != 1
             or len(list(value.uses)) != 1  # a scan also stores each partial
-            or acc.type not in (f32, i32)
+            or acc.type not in SHUFFLED_TYPES
         ):
             return None
         reductions.append(_Reduction(type(producer), acc.type))
@@ -248,6 +251,20 @@ def _loop_reductions(loop: scf.ForOp) -> list[_Reduction] | None:
 
 
 def _shuffle_xor(e: _Emit, value: SSAValue, offset: int) -> SSAValue:
+    """`value` of the lane whose id differs from this one's in bit `offset`; 64-bit values
+    travel as two 32-bit halves (the shuffle moves 32 bits)."""
+    if value.type in (f32, i32):
+        return _shuffle_xor_32(e, value, offset)
+    bits = value if value.type == i64 else e.op(arith.BitcastOp(value, i64))
+    low = e.op(arith.TruncIOp(bits, i32))
+    high = e.op(arith.TruncIOp(e.op(arith.ShRUIOp(bits, e.const(32, i64))), i32))
+    low, high = _shuffle_xor_32(e, low, offset), _shuffle_xor_32(e, high, offset)
+    high_bits = e.op(arith.ShLIOp(e.op(arith.ExtUIOp(high, i64)), e.const(32, i64)))
+    joined = e.op(arith.OrIOp(high_bits, e.op(arith.ExtUIOp(low, i64))))
+    return joined if value.type == i64 else e.op(arith.BitcastOp(joined, value.type))
+
+
+def _shuffle_xor_32(e: _Emit, value: SSAValue, offset: int) -> SSAValue:
     kind = "f32" if value.type == f32 else "i32"
     args = [e.const(-1, i32), value, e.const(offset, i32), e.const(WARP - 1, i32)]
     return e.op(llvm.CallIntrinsicOp(f"llvm.nvvm.shfl.sync.bfly.{kind}", args, [value.type]))
