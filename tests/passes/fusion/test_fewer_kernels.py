@@ -12,7 +12,7 @@ import xfuse
 from tests.passes.fusion.test_legality import node
 from xfuse.ir.context import parse
 from xfuse.passes.fusion.graph import FusionGraph
-from xfuse.passes.fusion.legality import FUSED, SHAPE_MISMATCH, check_merge
+from xfuse.passes.fusion.legality import FUSED, SHAPE_MISMATCH, VIEW_FOR_EXTERN, check_merge
 
 GRAPH = """func.func @forward(%x: tensor<4x8xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>, tensor<2x4xf32>) {
   %e = graph.exp %x : tensor<4x8xf32>
@@ -143,3 +143,42 @@ def test_a_consumer_reads_a_moved_producer_in_place_however_often(
     assert groups() == 2  # the activation (read 9 times per element); the stencil and after
     monkeypatch.setattr(legality, "moves_only", lambda node: False)
     assert groups() == 3
+
+
+def test_a_row_kernel_writes_a_reshape_of_its_rows_where_it_computes_them() -> None:
+    """A softmax's backward cast to bfloat16 and reshaped so that its rows are cut (autocast's
+    backward of a language model's loss: [B*T, V] -> [B, T, V]): the output is the row
+    value at the iteration's own element, so the reduction and its readers share one kernel."""
+
+    def backward(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        s = (g * y).sum(-1, keepdim=True)
+        return (torch.exp(y) * s - g).reshape(2, 16, 100).to(torch.bfloat16)
+
+    _one_kernel(backward, torch.randn(32, 100), torch.randn(32, 100))
+
+
+VIEWED_TWICE = """func.func @forward(%x: tensor<8x4xf32>, %w: tensor<4x4xf32>, %v: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<4x4xf32>) {
+  %e = graph.exp %x : tensor<8x4xf32>
+  %t = graph.permute %e perm = [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+  %a = graph.matmul %e, %w : tensor<8x4xf32>, tensor<4x4xf32> -> tensor<8x4xf32>
+  %b = graph.matmul %t, %v : tensor<4x8xf32>, tensor<8x4xf32> -> tensor<4x4xf32>
+  func.return %a, %b : tensor<8x4xf32>, tensor<4x4xf32>
+}"""
+
+
+def test_a_transpose_for_a_matmul_of_a_value_written_anyway_stays_a_view() -> None:
+    """The gradient of a linear layer's input and weight read one tensor, as it is and
+    transposed: fused, its group would write it twice; as a view, once."""
+    g = FusionGraph(parse(VIEWED_TWICE).body.block.first_op.body.block)  # type: ignore[union-attr]
+    verdict = check_merge(g, node(g, "e"), node(g, "t"), arg_limit=128)
+    assert verdict.reason == VIEW_FOR_EXTERN, verdict
+
+    def grads(x: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        e = torch.exp(x)
+        return e @ w, e.t() @ v
+
+    inputs = (torch.randn(8, 4), torch.randn(4, 4), torch.randn(8, 4))
+    compiled = xfuse.compile(grads, inputs, quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(*inputs), grads(*inputs))
+    assert len(compiled.kernels) == 1  # the exp's; the transpose is a view of its output
+    assert not any("permute" in op for g in compiled.groups for op in g.ops)

@@ -15,7 +15,7 @@ from xdsl.ir import Attribute, Block, Region, SSAValue
 from xfuse import interpret
 from xfuse.dialects import graph
 from xfuse.ir import dtypes
-from xfuse.ir.context import make_context
+from xfuse.ir.context import make_context, parse
 from xfuse.passes import get_all_passes
 from xfuse.passes.transforms.decompose import DecomposePass
 
@@ -180,3 +180,19 @@ def test_decompose_property_random_shapes(
     ]
     build, shapes = data.draw(st.sampled_from(choices), label="op")
     check_decomposition(build, shapes, torch.float16 if half else torch.float32)
+
+
+def test_a_cast_of_a_reshape_becomes_a_reshape_of_the_cast() -> None:
+    text = """func.func @forward(%x: tensor<32x100xf32>) -> (tensor<2x16x100xbf16>, tensor<4x800xf32>) {
+      %r = graph.reshape %x : tensor<32x100xf32> -> tensor<2x16x100xf32>
+      %c = graph.cast %r : tensor<2x16x100xf32> to tensor<2x16x100xbf16>
+      %s = graph.reshape %x : tensor<32x100xf32> -> tensor<4x800xf32>
+      func.return %c, %s : tensor<2x16x100xbf16>, tensor<4x800xf32>
+    }"""
+    module = parse(text)
+    out = decompose(module)
+    ops = [op.name for op in out.walk() if op.name.startswith("graph.")]
+    assert ops == ["graph.cast", "graph.reshape", "graph.reshape"], ops
+    x = torch.randn(32, 100)
+    for got, want in zip(interpret(out, [x]), interpret(module, [x]), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

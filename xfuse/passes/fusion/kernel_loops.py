@@ -8,7 +8,10 @@ A group with reductions runs as one row loop: its reductions reduce one full sha
 same dims (`RowShape.holds`), each iteration computes one row, a reduction's result is known
 only at the iteration's own row (`reads_own_row`), and each output is of the full shape, of a
 row shape (keepdim or not), or of another shape with as many elements, written at the same
-memory position (`RowShape.output_place`; any other shape is refused).
+memory position (`RowShape.output_place`; any other shape is refused). Such an output that
+reshapes a value of the full shape inside the group is that value, computed at the iteration's
+own element and stored at its memory position (`written_value`): the reshape's index
+arithmetic, which may cut the row's dims, is never followed.
 
 A group with a `graph.scan` runs as the scan's loop (`ScanLoop`): `lower-to-loops` builds it
 (`xfuse.passes.lowering.scans`) and fusion's `scan` gate checks a merged group against it
@@ -17,10 +20,12 @@ A group with a `graph.scan` runs as the scan's loop (`ScanLoop`): `lower-to-loop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
+
+from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
 
@@ -69,6 +74,17 @@ class RowShape:
     def holds(self, full: tuple[int, ...], dims: Sequence[int]) -> bool:
         """Whether a reduction of `full` over `dims` runs in this row loop."""
         return (full, tuple(dims)) == (self.full, self.dims)
+
+    def written_value(self, output: SSAValue, inside: Callable[[Operation], bool]) -> SSAValue:
+        """The value an output of `OutputPlace.SAME_ELEMENTS` stores: through reshapes that
+        `inside` holds, the first value of the full shape, else the output itself."""
+        value = output
+        while graph.shape_of(value) != self.full:
+            owner = value.owner
+            if not isinstance(owner, graph.ReshapeOp) or not inside(owner):
+                return output
+            value = owner.input
+        return value
 
 
 T = TypeVar("T")

@@ -23,6 +23,9 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
                      recompute its producer at every window reading an element: refused where
                      the extra work (`recompute_cost`) passes the consumer's budget
                      (`RECOMPUTE_BUDGET`), as for a transcendental producer read 9 times;
+- `view-for-extern`  a permute or slice read only by externs (as a matmul reads a transpose)
+                     stays a torch view where the value it views leaves the group anyway:
+                     fused, the group would write that value twice, once in the view's layout;
 - `scan`             a kernel holds at most one `graph.scan` and no reduction:
                      its loop carries a value along the scan's dim and computes every other op at
                      the scan's index. Producers that reduce nothing fuse into it; consumers
@@ -94,6 +97,7 @@ COMPOSITE_OP = "composite-op"
 LOOP_STRUCTURE = "loop-structure"
 SCAN = "scan"
 WINDOW_RECOMPUTE = "window-recompute"
+VIEW_FOR_EXTERN = "view-for-extern"
 
 REASONS = (
     FUSED,
@@ -110,7 +114,12 @@ REASONS = (
     LOOP_STRUCTURE,
     SCAN,
     WINDOW_RECOMPUTE,
+    VIEW_FOR_EXTERN,
 )
+
+VIEWS_OF_EXTERNS = (graph.PermuteOp, graph.SliceOp)
+"""Strided views an extern reads in place (a reshape keeps its input's layout: no copy to
+save)."""
 
 # Op kinds that are boundaries, with the reason that names them.
 BOUNDARY_REASONS: dict[str, str] = {Kind.EXTERN: EXTERN_BOUNDARY, Kind.COMPOSITE: COMPOSITE_OP}
@@ -265,6 +274,9 @@ def check_pair(
     detail = None if sibling else window_recompute(g, first, second, inline)
     if detail is not None:
         return refuse(WINDOW_RECOMPUTE, detail)
+    detail = None if sibling else view_for_extern(g, first, second)
+    if detail is not None:
+        return refuse(VIEW_FOR_EXTERN, detail)
     detail = edge_gather_mismatch(g, first, second, inline=not sibling)
     if detail is not None:
         return refuse(SHAPE_MISMATCH, detail)
@@ -284,6 +296,25 @@ def check_pair(
         return PASSED  # one loop over the elements: any group of one element count lowers
     detail = loop_structure(g, (first, second), space)
     return PASSED if detail is None else refuse(LOOP_STRUCTURE, detail)
+
+
+def view_for_extern(g: FusionGraph, first: Node, second: Node) -> str | None:
+    """Why consumer `second`, a permute or slice that only externs read (through further
+    views), stays a torch view of a value `first` writes for other readers anyway (None
+    where it may fuse). The runtime runs such a view in place (`runtime.compiler`'s views):
+    fused, it would be one more output of the group, as many bytes written again."""
+    op = second.op
+    if op is None or not isinstance(op, VIEWS_OF_EXTERNS):
+        return None
+    if not graph.read_only_by_externs(op, or_return=True):
+        return None
+    value = op.operands[0]
+    if g.owner_node(value) is not first:
+        return None
+    others = [reader for reader in g.readers_of(value) if reader is not second]
+    if not others:
+        return None
+    return f"{g.op_label(op)} views {g.label(value)}, which {g.op_label(others[0])} reads too"
 
 
 def check_order(g: FusionGraph, first: Node, second: Node) -> Verdict:
@@ -584,6 +615,7 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
     if graph.numel(loop.full) == 0:
         return None  # the kernel never runs
     inside = set(nodes)
+    node_of = g.node_of
     reads: list[tuple[SSAValue, Index, Operation | None]] = []
     # Plain: elementwise ops and keepdim reductions only, outputs of the full or keepdim row
     # shape. Every value derived from a reduction then has the full rank and is read at the
@@ -602,6 +634,9 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
                     f"full shape {graph.fmt_shape(loop.full)}, a row shape, nor of as many elements"
                 )
             plain = plain and shape in plain_shapes
+            written = loop.written_value(value, lambda op: node_of(op) in inside)
+            if written is not value:
+                value, index = written, loop.identity
             reads.append((value, index, None))
         for op in node.ops if node.op is None else (node.op,):
             row = g.row_reduction(op)
@@ -615,7 +650,6 @@ def loop_structure(g: FusionGraph, nodes: tuple[Node, ...], space: Space) -> str
                 plain = False
     if plain:
         return None
-    node_of = g.node_of
     seen: set[tuple[int, Index]] = set()
     while reads:
         value, index, via = reads.pop()

@@ -608,7 +608,9 @@ class KernelBuilder:
         return branch.results[0]
 
     def store(self, v: SSAValue, output: int, index: Index) -> None:
-        x = self.value_at(v, index)
+        d = self.domain
+        written = v if d.flat else d.rows.written_value(v, lambda op: True)
+        x = self.value_at(v, index) if written is v else self.value_at(written, d.full_index)
         if dtype_of(v) == i1:
             x = self.insert(arith.ExtUIOp(x, i8))
         ref = self.args[len(self.buffers) + output]

@@ -211,16 +211,36 @@ class DecomposeLinear(RewritePattern):
         _replace(rewriter, op, ops, y)
 
 
+class ReshapeThenCast(RewritePattern):
+    """`cast(reshape(x))` -> `reshape(cast(x))`, the reshape read by the cast alone: a cast
+    commutes with a reshape, and below it the reshape may stay a view of the cast's result. A
+    row kernel (a softmax's backward) whose rows the reshape cuts, cast on its way out as
+    autocast's backward does, then writes its rows where it computes them (fusion's
+    `loop-structure` cannot follow a row split by a reshape)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.CastOp, rewriter: PatternRewriter) -> None:
+        reshape = op.input.owner
+        if not isinstance(reshape, graph.ReshapeOp) or len(list(reshape.result.uses)) != 1:
+            return
+        cast = graph.CastOp(reshape.input, graph.dtype_of(op.result))
+        moved = graph.ReshapeOp(cast.result, graph.shape_of(op.result))
+        rewriter.replace_op(op, [cast, moved])
+        rewriter.erase(reshape)
+
+
 DECOMPOSITIONS: tuple[type[RewritePattern], ...] = (
     DecomposeUpcast,
     DecomposeRMSNorm,
     DecomposeLinear,
+    ReshapeThenCast,
 )
 
 
 @dataclass(frozen=True)
 class DecomposePass(ModulePass):
-    """Rewrite every composite graph op into graph primitives."""
+    """Rewrite every composite graph op into graph primitives (and casts of reshapes into
+    reshapes of casts: `ReshapeThenCast`)."""
 
     name = "decompose"
 
