@@ -20,6 +20,7 @@ made (eagerly) with a `FallbackWarning`, or, in strict mode, raises `EagerFallba
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -53,20 +54,24 @@ Record = Callable[[str, CompiledPart], None]
 
 
 def decompositions() -> dict[Any, Callable[..., Any]]:
-    """The aten ops AOTAutograd decomposes while it traces (torch's own decompositions): the
+    """The aten ops AOTAutograd decomposes while it traces (torch's own decompositions, and
+    `dtype_conversion` for `_to_copy`): the
     normalizations whose statistics the backward reads, and the backward ops, into the
-    elementwise ops and reductions xfuse fuses. Dropout is kept whole: its mask is drawn by
-    torch's own kernel, so the same seed gives eager's numbers."""
+    elementwise ops and reductions xfuse fuses. `_log_softmax` too, so that the partitioner
+    may save a loss's inputs and its row statistics instead of the f32 log-probabilities (the
+    backward computes them again where it reads them). Dropout is kept whole: its mask is drawn
+    by torch's own kernel, so the same seed gives eager's numbers."""
     from torch._decomp import get_decompositions
 
     aten = torch.ops.aten
-    return get_decompositions(
+    table = get_decompositions(
         [
             aten.native_layer_norm,
             aten.native_layer_norm_backward,
             aten.native_group_norm,
             aten.native_group_norm_backward,
             aten.native_batch_norm_backward,
+            aten._log_softmax,
             aten._softmax_backward_data,
             aten._log_softmax_backward_data,
             aten.gelu_backward,
@@ -81,8 +86,65 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
             aten.nll_loss_backward,
             aten.embedding_dense_backward,
             aten.native_dropout_backward,
+            aten.detach,
         ]
     )
+    table[aten._to_copy.default] = dtype_conversion
+    table[aten.zeros_like.default] = functools.partial(filled_like, fill_value=0)
+    table[aten.full_like.default] = filled_like
+    return table
+
+
+def filled_like(
+    x: Tensor,
+    fill_value: float | bool = 0,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | str | None = None,
+    pin_memory: bool | None = False,
+    memory_format: torch.memory_format | None = None,
+) -> Any:
+    """`zeros_like` and `full_like` of a contiguous tensor as `aten.full` of its shape: the
+    partitioner then sees that the tensor's values are not read (the backward of a loss fills a
+    tensor like the log-probabilities, which it would otherwise keep alive). Any other stays as
+    it is (NotImplemented)."""
+    if layout not in (None, torch.strided) or pin_memory:
+        return NotImplemented
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        return NotImplemented
+    if memory_format is not torch.contiguous_format and not x.is_contiguous():
+        return NotImplemented
+    return torch.ops.aten.full.default(
+        x.shape,
+        fill_value,
+        dtype=x.dtype if dtype is None else dtype,
+        layout=torch.strided,
+        device=x.device if device is None else device,
+        pin_memory=False,
+    )
+
+
+def dtype_conversion(
+    x: Tensor,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | str | None = None,
+    pin_memory: bool | None = False,
+    non_blocking: bool = False,
+    memory_format: torch.memory_format | None = None,
+) -> Any:
+    """`aten._to_copy` that only changes the element type, as `prims.convert_element_type`
+    (the same cast, strides kept): the partitioner takes that for pointwise and recomputes it
+    in the backward, where it would save the converted copy (autocast's f32 logits of a loss,
+    twice the bytes of the bf16 ones). Any other copy stays `_to_copy` (NotImplemented)."""
+    same_device = device is None or torch.device(device) == x.device
+    if dtype is None or not same_device or pin_memory or layout not in (None, x.layout):
+        return NotImplemented
+    if memory_format not in (None, torch.preserve_format):
+        return NotImplemented
+    return torch.ops.prims.convert_element_type.default(x, dtype)
 
 
 PARTS = ("forward", "backward", "inference")
