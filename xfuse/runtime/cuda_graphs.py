@@ -23,6 +23,9 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 - a program whose inputs and outputs are so large that copying them in and out of the graph
   costs more GPU time than the host time its launches take (`graph_pays`) runs step by step:
   a replay saves a few microseconds per step, a copy of 1 GiB takes a millisecond;
+- random numbers (dropout) are eager's: a replay draws from the generator's state at the
+  call (torch's graph-safe RNG: `manual_seed` before a call gives eager's mask), and the run
+  that precedes a capture leaves the generator as it found it;
 - a program that reads or returns a CPU tensor (a 0-d scalar input, or the RNG state that
   attention with dropout hands its backward, which the backward reads on the host) runs step
   by step: a graph replays device work only;
@@ -296,11 +299,15 @@ class GraphRunner:
         inputs = [a if keep else _static_copy(a) for a, keep in zip(args, in_place, strict=True)]
         # Once on a side stream first: kernels load for launches off the default stream, and
         # libraries make the handles they need there, before anything is captured.
+        # The run draws from the RNG (dropout) as a call would: the generator is put back,
+        # so that the replay below draws what an eager call from this state draws.
+        rng = torch.cuda.get_rng_state(device)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             self.run_steps(self.program, inputs, BufferPool(device))
         torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.set_rng_state(rng, device)
         pool = BufferPool(device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
