@@ -19,7 +19,7 @@ import pytest
 import torch
 from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import I64, IntegerAttr
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import irdl_op_definition, prop_def, traits_def
 from xdsl.traits import Pure
 
@@ -51,16 +51,19 @@ class ToyLog1pOp(graph.FloatUnaryOp):
     )
 
 
+def add_rows(monkeypatch: pytest.MonkeyPatch, op: type[Operation]) -> None:
+    """A toy op's rows, made by the generators of the real tables, added to them."""
+    for name, impl in graph_interpreter.op_impls([op]).items():
+        monkeypatch.setitem(graph_interpreter.OP_IMPLS, name, impl)
+    for name, convert in aten.op_converters([op]).items():
+        monkeypatch.setitem(aten.CONVERTERS, name, convert)
+    for name, rule in scalar_ops.scalar_rules([op]).items():
+        monkeypatch.setitem(scalar_ops.SCALAR_RULES, name, rule)
+
+
 @pytest.fixture
 def toy_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy op's rows, made by the generators of the real tables, added to them."""
-    ops = [ToyLog1pOp]
-    for name, impl in graph_interpreter.op_impls(ops).items():
-        monkeypatch.setitem(graph_interpreter.OP_IMPLS, name, impl)
-    for name, convert in aten.op_converters(ops).items():
-        monkeypatch.setitem(aten.CONVERTERS, name, convert)
-    for name, rule in scalar_ops.scalar_rules(ops).items():
-        monkeypatch.setitem(scalar_ops.SCALAR_RULES, name, rule)
+    add_rows(monkeypatch, ToyLog1pOp)
 
 
 SOURCE = """
@@ -144,12 +147,7 @@ class ToyRollOp(SameTypeOp):
 
 @pytest.fixture
 def toy_structural_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy structural op's rows, made by the generators of the real tables."""
-    ops = [ToyRollOp]
-    for name, impl in graph_interpreter.op_impls(ops).items():
-        monkeypatch.setitem(graph_interpreter.OP_IMPLS, name, impl)
-    for name, convert in aten.op_converters(ops).items():
-        monkeypatch.setitem(aten.CONVERTERS, name, convert)
+    add_rows(monkeypatch, ToyRollOp)
 
 
 def test_a_toy_structural_op_declared_in_its_class_imports_and_interprets(

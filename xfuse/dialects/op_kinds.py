@@ -73,14 +73,7 @@ class OpGroup:
     """Ops that read their input at shifted, clamped windows of positions (pad, pool,
     patches)."""
 
-    LAYOUT: tuple[type[Operation], ...] = (
-        graph.BroadcastInDimOp,
-        graph.ReshapeOp,
-        graph.PermuteOp,
-        graph.SliceOp,
-        graph.FlipOp,
-        graph.RollOp,
-    )
+    LAYOUT: tuple[type[Operation], ...] = graph.INDEX_MAP_OPS
     """Ops whose element is one element of their input, at an index computed from theirs."""
 
     MOVING: tuple[type[Operation], ...] = (

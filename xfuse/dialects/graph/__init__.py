@@ -146,6 +146,7 @@ from xfuse.dialects.graph.externs import (
 )
 from xfuse.dialects.graph.layout import (
     INDEX_DTYPES,
+    INDEX_MAP_OPS,
     LAYOUT_OPS,
     STRIDED_VIEWS,
     BroadcastInDimOp,
@@ -338,6 +339,7 @@ __all__ = [
     "GatherOp",
     "INDEX_DTYPES",
     "IotaOp",
+    "INDEX_MAP_OPS",
     "LAYOUT_OPS",
     "PermuteOp",
     "ReshapeOp",

@@ -634,3 +634,14 @@ LAYOUT_OPS: tuple[type[IRDLOperation], ...] = (
     RollOp,
 )
 """The layout and indexing ops, in the `Graph` dialect's op list."""
+
+INDEX_MAP_OPS: tuple[type[IRDLOperation], ...] = (
+    BroadcastInDimOp,
+    ReshapeOp,
+    PermuteOp,
+    SliceOp,
+    FlipOp,
+    RollOp,
+)
+"""Ops whose element is one element of their input, at an index computed from theirs (its
+map is the op's lowering, `xfuse/passes/lowering/operand_index.py`)."""
