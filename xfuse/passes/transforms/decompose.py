@@ -225,7 +225,7 @@ class ReshapeThenCast(RewritePattern):
             return
         cast = graph.CastOp(reshape.input, graph.dtype_of(op.result))
         moved = graph.ReshapeOp(cast.result, graph.shape_of(op.result))
-        rewriter.replace_op(op, [cast, moved])
+        rewriter.replace(op, [cast, moved])
         rewriter.erase(reshape)
 
 
