@@ -27,6 +27,14 @@ ERROR_FLAG_ATTR = "xfuse.error_flag"
 """A kernel whose last argument is a `memref<1xi8>` error flag after its outputs (it gathers):
 the caller zeroes it, the kernel sets it to 1 on an index out of range, the caller raises."""
 
+SIZE_ARGS_ATTR = "xfuse.size_args"
+"""A kernel with symbolic sizes (docs/dynamic-shapes.md): the names of its trailing `index`
+arguments, input size symbols of the function's `graph.sizes` table, in the table's order."""
+
+EXTENT_ATTR = "xfuse.extent"
+"""A kernel with symbolic sizes whose outer parallel loop runs over a size symbol: that
+symbol's name (the runtime splits `[0, extent)` at the call's size)."""
+
 RANGE_ARGS_ATTR = "xfuse.range_args"
 """A CPU kernel whose first two arguments are the `[lo, hi)` range of its parallel loop."""
 

@@ -10,7 +10,7 @@ variables' extents, which decides the tests a window's guards need.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from xdsl.ir import SSAValue
@@ -18,10 +18,12 @@ from xdsl.ir import SSAValue
 
 @dataclass(frozen=True)
 class LoopVar:
-    """The induction variable of one loop, over [0, extent)."""
+    """The induction variable of one loop, over [0, extent); over a symbolic size, `size`
+    names its symbol and `extent` is an upper bound of it (what `bounds` reasons with)."""
 
     ident: int
     extent: int
+    size: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -266,9 +268,17 @@ def linearize(index: Sequence[Affine], shape: Sequence[int]) -> Affine:
 
 
 def delinearize(e: Affine, shape: Sequence[int]) -> Index:
+    """The index of the element at linear offset `e` of `shape`. A dynamic dim (negative) may
+    only be the first: its element is `e` divided by its static stride (no modulo, `e` being
+    less than the element count)."""
     if 0 in shape:  # no element: the loop never runs (and strides_of has zeros)
         return (ZERO,) * len(shape)
+    assert all(d >= 0 for d in shape[1:]), f"a dynamic dim after the first in {list(shape)}"
     return tuple(
-        ZERO if d <= 1 else mod(floordiv(e, s), d)  # (size 0: never runs)
+        floordiv(e, s)
+        if d < 0
+        else ZERO
+        if d <= 1
+        else mod(floordiv(e, s), d)  # (size 0: never runs)
         for d, s in zip(shape, strides_of(shape), strict=True)
     )

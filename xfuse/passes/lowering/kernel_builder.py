@@ -14,12 +14,14 @@ from typing import cast
 
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     FloatAttr,
     FunctionType,
     IndexType,
     IntegerAttr,
     IntegerType,
     MemRefType,
+    StringAttr,
     UnitAttr,
     i1,
     i8,
@@ -28,9 +30,23 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from xfuse.dialects import fusion, graph
-from xfuse.dialects.graph import dtype_of, is_float, numel, shape_of
+from xfuse.dialects.graph import (
+    SizesAttr,
+    dims_of,
+    dtype_of,
+    is_float,
+    is_symbolic,
+    numel,
+    shape_of,
+)
 from xfuse.dialects.op_kinds import OpGroup
-from xfuse.ir.names import ERROR_FLAG_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
+from xfuse.ir.names import (
+    ERROR_FLAG_ATTR,
+    EXTENT_ATTR,
+    KERNEL_ATTR,
+    PARALLEL_DIMS_ATTR,
+    SIZE_ARGS_ATTR,
+)
 from xfuse.passes.fusion.kernel_loops import RowShape, reads_own_row
 from xfuse.passes.lowering.domains import (
     Domain,
@@ -83,6 +99,14 @@ from xfuse.passes.lowering.scalar_ops import (
     to_compute,
 )
 from xfuse.passes.lowering.scans import emit_scan, scan_domain
+from xfuse.passes.lowering.symbolic_kernels import (
+    SizeValues,
+    check_symbolic,
+    is_symbolic_group,
+    size_args,
+    symbolic_buffer_type,
+    symbolic_domain,
+)
 from xfuse.passes.lowering.windows import (
     emit_window_index,
     pad_value_at,
@@ -147,6 +171,7 @@ class KernelBuilder:
         leaves: dict[SSAValue, Leaf],
         buffers: list[SSAValue],
         merge_dims: bool,
+        sizes: SizesAttr | None = None,
     ):
         self.name = name
         self.merge_dims = merge_dims
@@ -156,6 +181,11 @@ class KernelBuilder:
         self.outputs = list(group.yield_op.values)
         self.row_values: dict[Operation, SSAValue] = {}
         ops = [op for op in group.block.ops if not isinstance(op, fusion.YieldOp)]
+        self.sizes: SizeValues | None = None
+        self.table = sizes if is_symbolic_group(group) else None
+        """The function's size symbols, for a group with symbolic sizes (`symbolic_kernels`)."""
+        if self.table is not None:
+            check_symbolic(self)
         for op in ops:
             if not is_supported(op):
                 raise self.error(f"'{op.name}' has no loop lowering")
@@ -183,9 +213,11 @@ class KernelBuilder:
     # -- structure -----------------------------------------------------------------------------
 
     def _domain(self) -> Domain:
+        if self.table is not None:
+            return symbolic_domain(self, self.table)
         if self.scans:
             return scan_domain(self)
-        rows = self._row_shape()
+        rows = self.row_shape()
         full = rows.full
         if not self.reductions and len({numel(shape_of(v)) for v in self.outputs}) == 1:
             # outputs of one element count: one flat loop where every access is at the
@@ -208,7 +240,7 @@ class KernelBuilder:
                 )
         return nd_domain(full, rows.dims)
 
-    def _row_shape(self) -> RowShape:
+    def row_shape(self) -> RowShape:
         """The shape the reductions reduce and their dims (the first output's shape, no dims,
         without reductions)."""
         if not self.reductions:
@@ -226,14 +258,26 @@ class KernelBuilder:
 
     def build(self) -> func.FuncOp:
         d = self.domain
-        arg_types = [buffer_type(v, d.flat) for v in [*self.buffers, *self.outputs]]
+        arg_types: list[Attribute] = [
+            symbolic_buffer_type(v) if is_symbolic(v) else buffer_type(v, d.flat)
+            for v in [*self.buffers, *self.outputs]
+        ]
         if self.error_flag:
             arg_types.append(ERROR_FLAG_TYPE)
+        names = size_args(self.group, self.table) if self.table is not None else []
+        self.sizes = (
+            SizeValues(self, self.table, names, len(arg_types)) if self.table is not None else None
+        )
+        arg_types += [IndexType()] * len(names)
         kernel = func.FuncOp(self.name, FunctionType.from_lists(arg_types, []))
         kernel.attributes[KERNEL_ATTR] = UnitAttr()
         if self.error_flag:
             kernel.attributes[ERROR_FLAG_ATTR] = UnitAttr()
         kernel.attributes[PARALLEL_DIMS_ATTR] = IntegerAttr(len(d.parallel), i64)
+        if self.table is not None:
+            kernel.attributes[SIZE_ARGS_ATTR] = ArrayAttr([StringAttr(n) for n in names])
+            if d.parallel[0].size is not None:
+                kernel.attributes[EXTENT_ATTR] = StringAttr(d.parallel[0].size)
         entry = kernel.body.block
         self.args = list(entry.args)
         self.scope = Scope(entry, None)
@@ -241,7 +285,7 @@ class KernelBuilder:
         body = Block(arg_types=[IndexType()] * len(d.parallel))
         loop = scf.ParallelOp(
             [zero] * len(d.parallel),
-            [self.index_constant(v.extent) for v in d.parallel],
+            [self.loop_extent(v) for v in d.parallel],
             [one] * len(d.parallel),
             Region(body),
         )
@@ -366,8 +410,13 @@ class KernelBuilder:
 
     def _finalize(self, r: graph.ReduceOp, acc: SSAValue) -> SSAValue:
         if isinstance(r, graph.ReduceMeanOp):
-            count = numel([shape_of(r.input)[k] for k in r.reduce_dims])
-            acc = self.insert(arith.DivfOp(acc, self.constant(float(count), acc.type)))
+            reduced = tuple(dims_of(r.input)[k] for k in r.reduce_dims)
+            if self.sizes is not None and any(isinstance(d, str) for d in reduced):
+                divisor = self.sizes.count(reduced, acc.type)
+            else:
+                count = numel([shape_of(r.input)[k] for k in r.reduce_dims])
+                divisor = self.constant(float(count), acc.type)
+            acc = self.insert(arith.DivfOp(acc, divisor))
         return from_compute(self, acc, dtype_of(r.result))
 
     def for_nest(
@@ -378,7 +427,7 @@ class KernelBuilder:
         if not loop_vars:
             return body(carried)
         v = loop_vars[0]
-        limits = (self.index_constant(0), self.index_constant(v.extent), self.index_constant(1))
+        limits = (self.index_constant(0), self.loop_extent(v), self.index_constant(1))
         return emit_for(
             self, v, limits, carried, lambda inner: self.for_nest(loop_vars[1:], inner, body)
         )
@@ -460,6 +509,22 @@ class KernelBuilder:
     def index_constant(self, value: int) -> SSAValue:
         return self.constant(value, IndexType())
 
+    def entry_value(self, key: object, compute: Callable[[], SSAValue]) -> SSAValue:
+        """`compute()` once per `key`, in the kernel's entry block (before its loop)."""
+        entry = self.scope
+        while entry.parent is not None:
+            entry = entry.parent
+        if key not in entry.memo:
+            with self.in_scope(entry):
+                entry.memo[key] = compute()
+        return entry.memo[key]
+
+    def loop_extent(self, v: LoopVar) -> SSAValue:
+        """The trip count of `v`'s loop: its static extent, or its symbol's runtime size."""
+        if v.size is not None and self.sizes is not None:
+            return self.sizes.of(v.size)
+        return self.index_constant(v.extent)
+
     # -- indices -------------------------------------------------------------------------------
 
     def index_value(self, e: Affine) -> SSAValue:
@@ -519,6 +584,15 @@ class KernelBuilder:
 
     def access(self, value: SSAValue, index: Index) -> list[SSAValue]:
         """memref indices of `value`'s element at `index` in its buffer."""
+        if self.sizes is not None and is_symbolic(value):
+            sizes, dims = self.sizes, dims_of(value)
+            offset = self.memoized(
+                ("offset", dims, index),
+                index_vars(index),
+                not any(is_gathered(e) for e in index),
+                lambda: sizes.offset(dims, index),
+            )
+            return [offset]
         if self.domain.flat:
             return [self.index_value(linearize(index, shape_of(value)))]
         return [self.index_value(e) for e in index]

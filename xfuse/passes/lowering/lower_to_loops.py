@@ -49,6 +49,9 @@ How a kernel computes its outputs:
   f16/bf16, as eager's CPU kernels) and, for cummax's / cummin's indices, its position; each
   iteration combines the next element in eager's order (no fastmath flag), then stores it and
   the outputs computed from it at that index (`emit_scan`).
+- Groups with symbolic sizes (a function with a `graph.sizes` table, docs/dynamic-shapes.md)
+  make kernels that take their sizes as `index` arguments (`symbolic_kernels`): elementwise,
+  broadcast and row-reduction groups; other ops are refused in one line naming the op.
 - Group shapes this cannot express (reductions over different dims or shapes, outputs of other
   shapes, ops without a scalar lowering) raise `CodegenError` naming the kernel and the reason:
   the runtime compiles that group op by op (or falls back). Fusion's `loop-structure` gate
@@ -83,7 +86,6 @@ from xfuse.dialects import fusion, graph
 from xfuse.dialects.op_kinds import KindGroup, kind_of
 from xfuse.errors import CodegenError
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, SIZES_ATTR
-from xfuse.passes.fusion.symbolic import SymbolicPassError
 from xfuse.passes.lowering.domains import MERGE_DIMS, Leaf, splat_value
 from xfuse.passes.lowering.kernel_builder import KernelBuilder
 
@@ -107,9 +109,16 @@ class LoweredGroup:
     """Non-splat constants of the group body, to be placed before the launch."""
 
 
-def lower_group(group: fusion.GroupOp, name: str, *, merge_dims: bool = MERGE_DIMS) -> LoweredGroup:
+def lower_group(
+    group: fusion.GroupOp,
+    name: str,
+    *,
+    merge_dims: bool = MERGE_DIMS,
+    sizes: graph.SizesAttr | None = None,
+) -> LoweredGroup:
     """The kernel `@name` of `group` and the values its launch takes (raises CodegenError);
-    `merge_dims` as `LowerToLoopsPass`'s."""
+    `merge_dims` as `LowerToLoopsPass`'s; `sizes` the function's size symbols (by default the
+    table of the function the group is in), which a group with symbolic sizes needs."""
     leaves: dict[SSAValue, Leaf] = {}
     buffers: list[SSAValue] = []
     launch_inputs: list[SSAValue] = []
@@ -134,7 +143,9 @@ def lower_group(group: fusion.GroupOp, name: str, *, merge_dims: bool = MERGE_DI
             buffers.append(op.result)
             hoisted.append(copy)
             launch_inputs.append(copy.result)
-    kernel = KernelBuilder(name, group, leaves, buffers, merge_dims).build()
+    if sizes is None:
+        sizes = graph.size_table(group)
+    kernel = KernelBuilder(name, group, leaves, buffers, merge_dims, sizes).build()
     return LoweredGroup(kernel, launch_inputs, hoisted)
 
 
@@ -176,6 +187,11 @@ class FunctionLowering:
     inlined: set[graph.ConstantOp] = field(default_factory=set[graph.ConstantOp])
     """Constants of the function that kernels read as arith.constant (erased once unused)."""
 
+    @property
+    def sizes(self) -> graph.SizesAttr | None:
+        table = self.function.attributes.get(SIZES_ATTR)
+        return table if isinstance(table, graph.SizesAttr) else None
+
     def run(self) -> None:
         for op in list(self.function.body.block.ops):
             if isinstance(op, fusion.GroupOp):
@@ -201,7 +217,7 @@ class FunctionLowering:
     def lower(self, group: fusion.GroupOp, replaced: Operation) -> None:
         name = self.kernel_name()
         try:
-            lowered = lower_group(group, name, merge_dims=self.merge_dims)
+            lowered = lower_group(group, name, merge_dims=self.merge_dims, sizes=self.sizes)
         except CodegenError as e:
             if not self.keep_unsupported:
                 raise
@@ -218,19 +234,6 @@ class FunctionLowering:
         replaced.detach()
         replaced.erase()
         self.module.body.block.add_op(lowered.kernel)
-
-
-def refuse_symbolic_sizes(f: func.FuncOp) -> None:
-    """Kernels take static shapes only, for now: a function with size symbols (its
-    `graph.sizes` table, docs/dynamic-shapes.md) is refused in one line."""
-    table = f.attributes.get(SIZES_ATTR)
-    if isinstance(table, graph.SizesAttr):
-        names = ", ".join(s.name for s in table.data)
-        raise SymbolicPassError(
-            f"lower-to-loops does not take symbolic sizes yet: @{f.sym_name.data} has size "
-            f"symbols {names} (kernels with size arguments come in the next slice of "
-            "docs/dynamic-shapes.md)"
-        )
 
 
 @dataclass(frozen=True)
@@ -252,8 +255,6 @@ class LowerToLoopsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         functions = [f for f in op.ops if isinstance(f, func.FuncOp) and not is_kernel(f)]
-        for f in functions:
-            refuse_symbolic_sizes(f)
         for f in functions:
             if f.body.blocks:
                 FunctionLowering(f, op, self.keep_unsupported, self.merge_dims).run()

@@ -1,10 +1,88 @@
-// RUN: not xfuse-opt %s -p fuse-greedy,lower-to-loops 2>&1 | filecheck %s
+// RUN: xfuse-opt %s --split-input-file -p fuse-greedy,lower-to-loops | filecheck %s
 
-// Kernels take static shapes only, for now (docs/dynamic-shapes.md): a function with size
-// symbols is refused in one line.
-func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?x8xf32, #graph.syms<s0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
-  %0 = graph.exp %x : tensor<?x8xf32, #graph.syms<s0>>
-  func.return %0 : tensor<?x8xf32, #graph.syms<s0>>
+// A kernel of a group with symbolic sizes takes its input size symbols as index arguments
+// after its buffers (`xfuse.size_args`); a buffer with a dynamic dim is a 1-D memref<?xT> read
+// at a linear offset; the row loop runs to the runtime size, the mean divides by the
+// runtime count (here static: 8).
+
+func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>, %b: tensor<8xf32>) -> tensor<?xf32, #graph.syms<s0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [2, 4096]>} {
+  %0 = graph.add %x, %b : tensor<?x8xf32, #graph.syms<s0>>, tensor<8xf32> -> tensor<?x8xf32, #graph.syms<s0>>
+  %1 = graph.relu %0 : tensor<?x8xf32, #graph.syms<s0>>
+  %2 = graph.reduce_mean %1 dims = [1] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?xf32, #graph.syms<s0>>
+  func.return %2 : tensor<?xf32, #graph.syms<s0>>
 }
 
-// CHECK: error: pass 'lower-to-loops' failed: lower-to-loops does not take symbolic sizes yet: @forward has size symbols s0 (kernels with size arguments come in the next slice of docs/dynamic-shapes.md)
+// CHECK:      %0 = fusion.launch @forward_k0(%x, %b) : (tensor<?x8xf32, #graph.syms<s0>>, tensor<8xf32>) -> tensor<?xf32, #graph.syms<s0>>
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<8xf32>, %2: memref<?xf32>, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0"} {
+// CHECK:        %[[C0:.*]] = arith.constant 0 : index
+// CHECK:        %[[C1:.*]] = arith.constant 1 : index
+// CHECK:        %[[C8:.*]] = arith.constant 8 : index
+// CHECK:        "scf.parallel"(%[[C0]], %3, %[[C1]])
+// CHECK-NEXT:   ^bb0(%[[ROW:.*]]: index):
+// CHECK-NEXT:     %{{.*}} = scf.for %[[COL:.*]] = %[[C0]] to %[[C8]] step %[[C1]]
+// CHECK-NEXT:       %[[BASE:.*]] = arith.muli %[[ROW]], %[[C8]] : index
+// CHECK-NEXT:       %[[AT:.*]] = arith.addi %[[BASE]], %[[COL]] : index
+// CHECK-NEXT:       %{{.*}} = memref.load %0[%[[AT]]] : memref<?xf32>
+// CHECK-NEXT:       %{{.*}} = memref.load %1[%[[COL]]] : memref<8xf32>
+// CHECK:          memref.store %{{.*}}, %2[%[[ROW]]] : memref<?xf32>
+
+// -----
+
+// A reduction over a symbolic dim: its loop runs to the size argument s1, the mean divides by
+// s1 converted once in the entry block; the row stride is s1.
+
+func.func @forward(%x: tensor<?x?xf32, #graph.syms<s0, s1>>) -> tensor<?x1xf32, #graph.syms<s0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = input(0, 1) hint 6>} {
+  %0 = graph.exp %x : tensor<?x?xf32, #graph.syms<s0, s1>>
+  %1 = graph.reduce_mean %0 dims = [1] keepdim : tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?x1xf32, #graph.syms<s0>>
+  func.return %1 : tensor<?x1xf32, #graph.syms<s0>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0"} {
+// CHECK:        %[[N:.*]] = arith.index_cast %3 : index to i64
+// CHECK-NEXT:   %[[COUNT:.*]] = arith.sitofp %[[N]] : i64 to f32
+// CHECK-NEXT:   "scf.parallel"(%{{.*}}, %2, %{{.*}})
+// CHECK-NEXT:   ^bb0(%[[ROW:.*]]: index):
+// CHECK-NEXT:     %[[BASE:.*]] = arith.muli %[[ROW]], %3 : index
+// CHECK-NEXT:     %[[SUM:.*]] = scf.for %[[COL:.*]] = %{{.*}} to %3 step
+// CHECK-NEXT:       arith.addi %[[BASE]], %[[COL]] : index
+// CHECK:          arith.divf %[[SUM]], %[[COUNT]] : f32
+
+// -----
+
+// A derived symbol (s2 = 8 * s0) is computed in the kernel from its input symbol; a reshape
+// whose symbolic dims are leading keeps static strides and its index folds away.
+
+func.func @forward(%y: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?xf32, #graph.syms<s2>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s2 = 8 * s0>} {
+  %0 = graph.reshape %y : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?xf32, #graph.syms<s2>>
+  %1 = graph.neg %0 : tensor<?xf32, #graph.syms<s2>>
+  func.return %1 : tensor<?xf32, #graph.syms<s2>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s2"} {
+// CHECK:        %[[C8:.*]] = arith.constant 8 : index
+// CHECK-NEXT:   %[[S2:.*]] = arith.muli %2, %[[C8]] : index
+// CHECK-NEXT:   "scf.parallel"(%{{.*}}, %[[S2]], %{{.*}})
+// CHECK-NEXT:   ^bb0(%[[I:.*]]: index):
+// CHECK-NEXT:     %{{.*}} = memref.load %0[%[[I]]] : memref<?xf32>
+// CHECK-NEXT:     %[[V:.*]] = arith.negf
+// CHECK-NEXT:     memref.store %[[V]], %1[%[[I]]] : memref<?xf32>
+
+// -----
+
+// A transpose of two symbols: the strides are the runtime sizes (s1 to read, s0 to write).
+
+func.func @forward(%x: tensor<?x?xf32, #graph.syms<s0, s1>>) -> tensor<?x?xf32, #graph.syms<s1, s0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = input(0, 1) hint 6>} {
+  %0 = graph.permute %x perm = [1, 0] : tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?x?xf32, #graph.syms<s1, s0>>
+  %1 = graph.neg %0 : tensor<?x?xf32, #graph.syms<s1, s0>>
+  func.return %1 : tensor<?x?xf32, #graph.syms<s1, s0>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s1"} {
+// CHECK:        "scf.parallel"(%{{.*}}, %{{.*}}, %3, %2, %{{.*}}, %{{.*}})
+// CHECK-NEXT:   ^bb0(%[[I:.*]]: index, %[[J:.*]]: index):
+// CHECK-NEXT:     %[[R:.*]] = arith.muli %[[J]], %3 : index
+// CHECK-NEXT:     %[[AT:.*]] = arith.addi %[[R]], %[[I]] : index
+// CHECK-NEXT:     memref.load %0[%[[AT]]] : memref<?xf32>
+// CHECK:          %[[W:.*]] = arith.muli %[[I]], %2 : index
+// CHECK-NEXT:     %[[TO:.*]] = arith.addi %[[W]], %[[J]] : index
+// CHECK-NEXT:     memref.store %{{.*}}, %1[%[[TO]]] : memref<?xf32>

@@ -1,0 +1,253 @@
+"""
+Kernels of groups with symbolic sizes (docs/dynamic-shapes.md, "loops"): one kernel serves
+every size of its symbols.
+
+- The kernel takes, after its buffers (and error flag), one `index` argument per input size
+  symbol of the function's `graph.sizes` table that its types name (directly or through a
+  derived symbol), in the table's order; `xfuse.size_args` names them. A derived symbol is
+  computed once in the kernel's entry block from those arguments by its polynomial.
+- A buffer with a dynamic dim is a 1-D `memref<?xT>` read and written at a linear offset
+  that the kernel computes from its index and the runtime sizes (the stride of a dim is the
+  product of the sizes after it); a static buffer keeps its static type. So the LLVM lowering
+  needs nothing but a pointer and an offset, as it does for static buffers.
+- The loops are one per dim (`symbolic_domain`, never flattened or merged: those decisions
+  divide by sizes): the parallel loop over the kept dims and `scf.for`s over the reduced dims,
+  bounded by the runtime sizes; a loop variable over a symbol knows an upper bound of it
+  (`LoopVar.size`, `upper_bound`) for the index algebra's simplifications, which are then valid
+  for every size in range. A mean divides by its runtime count.
+- Ops: those with a scalar rule, splat and static constants, reductions (all over the same dims
+  of one shape, as static kernels), `broadcast_in_dim`, `permute`, and `reshape` where only the
+  first dim of each side is symbolic (the strides stay static). An output is of the full shape
+  or the row shape. Anything else is refused in one line naming the op (`check_symbolic`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, i1, i8, i64
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from xfuse.dialects import fusion, graph
+from xfuse.dialects.graph import Dim, SizeExpr, SizesAttr, dims_of, dtype_of, is_symbolic
+from xfuse.passes.lowering.domains import Domain
+from xfuse.passes.lowering.index_algebra import (
+    ZERO,
+    Affine,
+    Index,
+    LoopVar,
+    linearize,
+    loop_vars,
+    var_index,
+)
+from xfuse.passes.lowering.scalar_ops import has_scalar_rule
+
+if TYPE_CHECKING:
+    from xfuse.passes.lowering.kernel_builder import KernelBuilder
+
+UNBOUNDED = 1 << 62
+"""The upper bound of a symbol without a finite one (buffers are smaller than 2^63 bytes)."""
+
+SYMBOLIC_OPS: tuple[type[Operation], ...] = (
+    graph.ConstantOp,
+    graph.ReduceOp,
+    graph.BroadcastInDimOp,
+    graph.PermuteOp,
+    graph.ReshapeOp,
+)
+"""The ops a symbolic kernel computes besides those with a scalar rule."""
+
+
+def group_values(group: fusion.GroupOp) -> Iterator[SSAValue]:
+    yield from group.block.args
+    for op in group.block.ops:
+        yield from op.results
+
+
+def is_symbolic_group(group: fusion.GroupOp) -> bool:
+    return any(is_symbolic(v) for v in group_values(group))
+
+
+def upper_bound(table: SizesAttr, name: str) -> int:
+    """An upper bound of symbol `name`: its polynomial at the input symbols' range ends where
+    every coefficient is positive and every range finite, else `UNBOUNDED`."""
+    expansion = table.expansions[name]
+    highs = {s.name: s.high for s in table.inputs()}
+    if any(c < 0 for _, c in expansion.terms):
+        return UNBOUNDED
+    values: dict[str, int] = {}
+    for s in expansion.symbols:
+        high = highs.get(s)
+        if high is None:
+            return UNBOUNDED
+        values[s] = high
+    return min(expansion.evaluate(values), UNBOUNDED)
+
+
+def size_args(group: fusion.GroupOp, table: SizesAttr) -> list[str]:
+    """The input symbols the group's sizes depend on, in the table's order."""
+    needed: set[str] = set()
+    for v in group_values(group):
+        for d in dims_of(v) if is_symbolic(v) else ():
+            if isinstance(d, str):
+                needed |= table.expansions[d].symbols
+    return [s.name for s in table.inputs() if s.name in needed]
+
+
+def symbolic_buffer_type(value: SSAValue) -> MemRefType[Attribute]:
+    t = dtype_of(value)
+    return MemRefType(i8 if t == i1 else t, [DYNAMIC_INDEX])
+
+
+def check_symbolic(b: KernelBuilder) -> None:
+    """Refuse (one line naming the op) what a symbolic kernel does not compute yet."""
+    for op in b.group.block.ops:
+        if isinstance(op, fusion.YieldOp):
+            continue
+        if not (has_scalar_rule(op.name) or isinstance(op, SYMBOLIC_OPS)):
+            raise b.error(f"'{op.name}' on symbolic sizes has no loop lowering yet")
+        if isinstance(op, graph.ReshapeOp):
+            for v in (op.input, op.result):
+                if any(isinstance(d, str) for d in dims_of(v)[1:]):
+                    raise b.error(
+                        f"'graph.reshape' of {graph.fmt_shape(dims_of(op.input))} to "
+                        f"{graph.fmt_shape(dims_of(op.result))} has a symbolic dim after the "
+                        "first (its strides would be symbolic): no loop lowering yet"
+                    )
+
+
+def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
+    """One loop per dim of size != 1 of the group's full shape (`nd_domain`'s loops, the
+    symbolic dims bounded by their runtime sizes); every output of the full or the row shape."""
+    rows = b.row_shape()  # (the same reductions rule as static kernels)
+    full = dims_of(b.reductions[0].input) if b.reductions else dims_of(b.outputs[0])
+    dims = rows.dims
+    row_keep = tuple(1 if k in dims else d for k, d in enumerate(full))
+    row = tuple(d for k, d in enumerate(full) if k not in dims)
+    for v in b.outputs:
+        if dims_of(v) not in (full, row_keep, row):
+            raise b.error(
+                f"output of shape {graph.fmt_shape(dims_of(v))} is neither the group's full "
+                f"shape {graph.fmt_shape(full)} nor its row shape (symbolic sizes)"
+            )
+    parallel: list[LoopVar] = []
+    reduce_vars: list[LoopVar] = []
+    index: list[Affine] = []
+    for k, d in enumerate(full):
+        if d == 1:
+            index.append(ZERO)
+            continue
+        var = LoopVar(k, upper_bound(table, d), d) if isinstance(d, str) else LoopVar(k, d)
+        (reduce_vars if k in dims else parallel).append(var)
+        index.append(var_index(var))
+    if not parallel:
+        parallel.append(LoopVar(len(full), 1))
+    return Domain(rows.full, dims, parallel, reduce_vars, tuple(index), flat=False)
+
+
+class SizeValues:
+    """The runtime sizes of one kernel as `index` values of its entry block."""
+
+    def __init__(self, b: KernelBuilder, table: SizesAttr, args: list[str], first: int) -> None:
+        self.b = b
+        self.table = table
+        self.args = args
+        self.first = first
+        """The position of the first size argument among the kernel's arguments."""
+
+    def of(self, name: str) -> SSAValue:
+        """Symbol `name`'s size (an input symbol's argument, a derived one's polynomial)."""
+        return self.b.entry_value(("size", name), lambda: self._compute(name))
+
+    def _compute(self, name: str) -> SSAValue:
+        if name in self.args:
+            return self.b.args[self.first + self.args.index(name)]
+        return self.polynomial(self.table.expansions[name])
+
+    def polynomial(self, e: SizeExpr) -> SSAValue:
+        b = self.b
+        total: SSAValue | None = None
+        for mono, coeff in e.terms:
+            term: SSAValue | None = None
+            for s in mono:
+                x = self.of(s)
+                term = x if term is None else b.insert(arith.MuliOp(term, x))
+            if term is None:
+                term = b.index_constant(coeff)
+            elif coeff != 1:
+                term = b.insert(arith.MuliOp(term, b.index_constant(coeff)))
+            total = term if total is None else b.insert(arith.AddiOp(total, term))
+        return total if total is not None else b.index_constant(0)
+
+    def product(self, dims: tuple[Dim, ...]) -> SSAValue:
+        """The product of `dims` (static sizes and symbols)."""
+        return self.b.entry_value(("product", dims), lambda: self._product(dims))
+
+    def _product(self, dims: tuple[Dim, ...]) -> SSAValue:
+        static = 1
+        for d in dims:
+            if isinstance(d, int):
+                static *= d
+        names = [d for d in dims if isinstance(d, str)]
+        if not names:
+            return self.b.index_constant(static)
+        if len(names) > 1:
+            value = self.b.insert(arith.MuliOp(self.product(tuple(names[:-1])), self.of(names[-1])))
+        else:
+            value = self.of(names[0])
+        if static != 1:
+            value = self.b.insert(arith.MuliOp(value, self.b.index_constant(static)))
+        return value
+
+    def extent(self, v: LoopVar) -> SSAValue:
+        return self.of(v.size) if v.size is not None else self.b.index_constant(v.extent)
+
+    def offset(self, dims: tuple[Dim, ...], index: Index) -> SSAValue:
+        """The linear offset of the element at `index` of a row-major buffer of `dims`: an
+        affine index where only the first dim is symbolic (its strides are static, and a
+        reshape's index folds back as in static kernels), else a sum of index * stride."""
+        b = self.b
+        if all(isinstance(d, int) for d in dims[1:]):
+            return b.index_value(linearize(index, [d if isinstance(d, int) else -1 for d in dims]))
+        total: SSAValue | None = None
+        for k, e in enumerate(index):
+            if e == ZERO:
+                continue
+            term = self._strided(e, dims[k + 1 :])
+            total = term if total is None else b.insert(arith.AddiOp(total, term))
+        return total if total is not None else b.index_constant(0)
+
+    def _strided(self, e: Affine, stride: tuple[Dim, ...]) -> SSAValue:
+        """`e * product(stride)`, placed where `e` is known."""
+        b = self.b
+        if all(d == 1 for d in stride):
+            return b.index_value(e)
+
+        def compute() -> SSAValue:
+            return b.insert(arith.MuliOp(b.index_value(e), self.product(stride)))
+
+        return b.memoized(("strided", e, stride), loop_vars(e), True, compute)
+
+    def count(self, dims: tuple[Dim, ...], type: Attribute) -> SSAValue:
+        """The product of `dims` as a float of `type` (a mean's divisor)."""
+        b = self.b
+
+        def compute() -> SSAValue:
+            n = b.insert(arith.IndexCastOp(self.product(dims), i64))
+            return b.insert(arith.SIToFPOp(n, type))  # type: ignore[arg-type]  # a float type
+
+        return b.entry_value(("count", dims, type), compute)
+
+
+__all__ = [
+    "SYMBOLIC_OPS",
+    "SizeValues",
+    "check_symbolic",
+    "is_symbolic_group",
+    "size_args",
+    "symbolic_buffer_type",
+    "symbolic_domain",
+    "upper_bound",
+]
