@@ -196,3 +196,73 @@ def test_a_cast_of_a_reshape_becomes_a_reshape_of_the_cast() -> None:
     x = torch.randn(32, 100)
     for got, want in zip(interpret(out, [x]), interpret(module, [x]), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+GATHER_OF_ELEMENTWISE = """func.func @forward(%x: tensor<8x50xbf16>, %i: tensor<8x1xi64>) -> (tensor<8x1xf32>, tensor<8x1xf32>) {
+  %c = graph.cast %x : tensor<8x50xbf16> to tensor<8x50xf32>
+  %m = graph.reduce_max %c dims = [1] keepdim : tensor<8x50xf32> -> tensor<8x1xf32>
+  %s = graph.sub %c, %m : tensor<8x50xf32>, tensor<8x1xf32> -> tensor<8x50xf32>
+  %e = graph.exp %s : tensor<8x50xf32>
+  %z = graph.reduce_sum %e dims = [1] keepdim : tensor<8x50xf32> -> tensor<8x1xf32>
+  %l = graph.log %z : tensor<8x1xf32>
+  %p = graph.sub %s, %l : tensor<8x50xf32>, tensor<8x1xf32> -> tensor<8x50xf32>
+  %g = graph.gather %p[%i] dim = 1 : tensor<8x50xf32>, tensor<8x1xi64> -> tensor<8x1xf32>
+  func.return %g, %l : tensor<8x1xf32>, tensor<8x1xf32>
+}"""
+
+
+def test_a_gather_of_log_probabilities_reads_the_logits_at_the_labels() -> None:
+    """The loss's pick of log-probabilities is computed at the picked positions: the gather
+    reads the logits, and the [8 x 50] log-probabilities are read by nothing."""
+    module = parse(GATHER_OF_ELEMENTWISE)
+    out = decompose(module)
+    gathers = [op for op in out.walk() if isinstance(op, graph.GatherOp)]
+    assert [str(g.table.type) for g in gathers] == ["tensor<8x50xbf16>"]
+    p = next(op for op in out.walk() if op.results and op.results[0].name_hint == "p")
+    assert not list(p.results[0].uses)
+    x, i = torch.randn(8, 50).to(torch.bfloat16), torch.randint(0, 50, (8, 1))
+    for got, want in zip(interpret(out, [x, i]), interpret(module, [x, i]), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_gather_of_two_gathered_operands_and_out_of_range_indices() -> None:
+    """Both operands of the product vary along the gathered dim: each is gathered, and an
+    index out of range still raises as eager's gather does."""
+    text = """func.func @forward(%a: tensor<4x6xf32>, %b: tensor<4x6xf32>, %i: tensor<4x3xi64>) -> tensor<4x3xf32> {
+      %p = graph.mul %a, %b : tensor<4x6xf32>, tensor<4x6xf32> -> tensor<4x6xf32>
+      %g = graph.gather %p[%i] dim = 1 : tensor<4x6xf32>, tensor<4x3xi64> -> tensor<4x3xf32>
+      func.return %g : tensor<4x3xf32>
+    }"""
+    module = parse(text)
+    out = decompose(module)
+    assert sum(isinstance(op, graph.GatherOp) for op in out.walk()) == 2
+    a, b, i = torch.randn(4, 6), torch.randn(4, 6), torch.randint(0, 6, (4, 3))
+    torch.testing.assert_close(interpret(out, [a, b, i])[0], torch.gather(a * b, 1, i))
+    with pytest.raises(Exception, match="index"):
+        interpret(out, [a, b, i + 6])
+
+
+def test_a_gather_whose_index_is_smaller_than_the_table_stays() -> None:
+    """torch.gather's index may be smaller than the table in the other dims: left alone."""
+    text = """func.func @forward(%a: tensor<4x6xf32>, %i: tensor<2x1xi64>) -> tensor<2x1xf32> {
+      %p = graph.exp %a : tensor<4x6xf32>
+      %g = graph.gather %p[%i] dim = 1 : tensor<4x6xf32>, tensor<2x1xi64> -> tensor<2x1xf32>
+      func.return %g : tensor<2x1xf32>
+    }"""
+    out = decompose(parse(text))
+    gather = next(op for op in out.walk() if isinstance(op, graph.GatherOp))
+    assert str(gather.table.type) == "tensor<4x6xf32>"
+
+
+def test_a_gather_of_an_iota_stays() -> None:
+    """An iota's value is its position, not a function of operands there: `iota[labels]` is
+    the labels (the one-hot gradient of a loss compares them with the columns)."""
+    text = """func.func @forward(%i: tensor<6xi64>) -> tensor<6xi64> {
+      %r = graph.iota dim = 0 start = 0 step = 1 : tensor<10xi64>
+      %g = graph.gather %r[%i] dim = 0 : tensor<10xi64>, tensor<6xi64> -> tensor<6xi64>
+      func.return %g : tensor<6xi64>
+    }"""
+    module = parse(text)
+    out = decompose(module)
+    i = torch.randint(0, 10, (6,))
+    assert torch.equal(interpret(out, [i])[0], i)

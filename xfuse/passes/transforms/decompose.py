@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -25,6 +25,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
+from xdsl.traits import Pure
 
 from xfuse.dialects import graph
 from xfuse.ir.dtypes import opmath_type
@@ -229,18 +230,149 @@ class ReshapeThenCast(RewritePattern):
         rewriter.erase(reshape)
 
 
+MAX_GATHERED_OPS = 16
+"""Most elementwise ops `GatherThroughElementwise` computes again at the gathered positions."""
+
+
+def _of_elements(op: Operation) -> bool:
+    """Whether each element of `op`'s result is a function of its operands' elements there
+    alone: a pure elementwise op that reads tensors (not an iota, whose value is its
+    position)."""
+    return (
+        graph.op_kind(op) == "elementwise"
+        and op.has_trait(Pure)
+        and bool(op.operands)
+        and not isinstance(op, graph.IotaOp)
+    )
+
+
+@dataclass
+class _Gathering:
+    """Values read at a gather's positions (`GatherThroughElementwise`): the index tensors,
+    the first indexed dim, the table's and the result's shapes; elementwise ops are computed
+    again there from their operands gathered, and new ops go into `ops` (in order)."""
+
+    indices: list[SSAValue]
+    dim: int
+    table: tuple[int, ...]
+    result: tuple[int, ...]
+    wrap: bool
+    ops: list[Operation] = field(default_factory=list[Operation])
+    pushed: list[int] = field(default_factory=lambda: [0])
+    """Elementwise ops computed again so far (shared with the gatherings it makes)."""
+
+    @property
+    def indexed(self) -> range:
+        return range(self.dim, self.dim + len(self.indices))
+
+    def value(self, v: SSAValue) -> SSAValue | None:
+        """`v` (broadcast to the table) read at the gathered positions, in the result's shape;
+        None where it cannot be."""
+        shape = (1,) * (len(self.table) - len(graph.shape_of(v))) + tuple(graph.shape_of(v))
+        sizes = {shape[k] for k in self.indexed}
+        if sizes == {1}:
+            return self._broadcast(v, shape)
+        if len(sizes) != 1:
+            return None  # some indexed dims broadcast, some not
+        owner = v.owner
+        if self.pushed[0] < MAX_GATHERED_OPS and isinstance(owner, Operation):
+            if _of_elements(owner):
+                return self._elementwise(owner)
+            if isinstance(owner, graph.ReshapeOp) and shape == tuple(graph.shape_of(v)):
+                through = self._through_reshape(owner)
+                if through is not None:
+                    return through
+        if len(shape) != len(graph.shape_of(v)):
+            v = self._add(graph.ReshapeOp(v, shape))
+        return self._add(graph.GatherOp(v, self.indices, self.dim, self.result, wrap=self.wrap))
+
+    def _elementwise(self, op: Operation) -> SSAValue | None:
+        self.pushed[0] += 1
+        operands = [self.value(o) for o in op.operands]
+        if any(o is None for o in operands):
+            return None
+        clone = type(op).create(
+            operands=operands,
+            result_types=[TensorType(graph.dtype_of(op.results[0]), self.result)],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+        )
+        return self._add(clone)
+
+    def _through_reshape(self, op: graph.ReshapeOp) -> SSAValue | None:
+        """A reshape that regroups only the dims before the indexed ones (a [B*T, V] view of
+        [B, T, V] logits): the gather reads its input, indices reshaped alike."""
+        source = tuple(graph.shape_of(op.input))
+        suffix = self.table[self.dim :]
+        if len(source) < len(suffix) or source[len(source) - len(suffix) :] != suffix:
+            return None
+        if any(tuple(graph.shape_of(i)) != self.result for i in self.indices):
+            return None  # an index broadcasts: its reshape is no plain regrouping
+        prefix = source[: len(source) - len(suffix)]
+        result = (*prefix, *self.result[self.dim :])
+        indices = [self._add(graph.ReshapeOp(i, result)) for i in self.indices]
+        inner = _Gathering(indices, len(prefix), source, result, self.wrap, self.ops, self.pushed)
+        value = inner.value(op.input)
+        return None if value is None else self._add(graph.ReshapeOp(value, self.result))
+
+    def _broadcast(self, v: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+        """`v`, whose indexed dims are 1, as the result's broadcast operand: those dims made
+        one of size 1."""
+        if len(self.indexed) == 1 or graph.numel(graph.shape_of(v)) == 1:
+            return v  # torch broadcasting reads it as it is
+        kept = (*shape[: self.dim], 1, *shape[self.indexed.stop :])
+        return self._add(graph.ReshapeOp(v, kept))
+
+    def _add(self, op: Operation) -> SSAValue:
+        self.ops.append(op)
+        return op.results[0]
+
+
+class GatherThroughElementwise(RewritePattern):
+    """`gather(f(a, m), idx)` -> `f(gather(a, idx), m)`: an elementwise op read only at
+    gathered positions is computed there, from its operands gathered (an operand that is 1
+    along the gathered dims, a row statistic, is read as it is; a reshape that regroups the
+    dims before them is gathered through). A loss's log-probabilities `x - max - log(sum(exp))`
+    picked at the labels then read the logits at the labels alone, and the log-softmax's
+    kernel writes its two row statistics, not the [tokens x vocab] tensor. Only where the
+    table's other dims are the result's (torch.gather's index may be smaller) and an indexed
+    dim is larger than 1 (so a gather, and its bounds check, stays)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.GatherOp, rewriter: PatternRewriter) -> None:
+        producer = op.table.owner
+        if not isinstance(producer, Operation) or not _of_elements(producer):
+            return
+        table, result = tuple(graph.shape_of(op.table)), tuple(graph.shape_of(op.result))
+        dim = op.dim.value.data
+        gathering = _Gathering(list(op.indices), dim, table, result, op.wrap is not None)
+        indexed = gathering.indexed
+        outside = [k for k in range(len(table)) if k not in indexed]
+        kept = [k for k in range(len(result)) if k != dim]
+        if [table[k] for k in outside] != [result[k] for k in kept]:
+            return
+        if all(table[k] == 1 for k in indexed):
+            return
+        value = gathering.value(op.table)
+        if value is None:
+            return
+        rewriter.replace(op, gathering.ops, [value])
+
+
 DECOMPOSITIONS: tuple[type[RewritePattern], ...] = (
     DecomposeUpcast,
     DecomposeRMSNorm,
     DecomposeLinear,
     ReshapeThenCast,
+    GatherThroughElementwise,
 )
 
 
 @dataclass(frozen=True)
 class DecomposePass(ModulePass):
     """Rewrite every composite graph op into graph primitives (and casts of reshapes into
-    reshapes of casts: `ReshapeThenCast`)."""
+    reshapes of casts, gathers of elementwise ops into elementwise ops of gathers:
+    `ReshapeThenCast`, `GatherThroughElementwise`)."""
 
     name = "decompose"
 
