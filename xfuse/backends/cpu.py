@@ -39,7 +39,12 @@ from xfuse.backends.threadpool import RangePool, shared_pool
 from xfuse.errors import CodegenError
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import KERNEL_ATTR
-from xfuse.passes.llvm.lower_to_llvm import arity_symbol, extent_symbol, lower_kernels_to_llvm
+from xfuse.passes.llvm.lower_to_llvm import (
+    arity_symbol,
+    extent_symbol,
+    lower_kernels_to_llvm,
+    sizes_symbol,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -72,6 +77,10 @@ class CPUKernel:
     parallel: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
     """`k.parallel(threads, chunks, ptrs...)`: the range on OpenMP threads (None: the artifact
     has no such entry)."""
+    sizes: int = 0
+    """How many size arguments (i64s after the pointers) the kernel takes: a kernel with
+    symbolic sizes (docs/dynamic-shapes.md), whose `extent` is `SYMBOLIC_EXTENT`; launched by
+    `launch_sized`."""
     inline_below: int | float = field(init=False)
     """`pool.inline_below`, read once: less work runs on the caller with no decision made."""
 
@@ -79,6 +88,8 @@ class CPUKernel:
         self.inline_below = self.pool.inline_below
 
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
+        if self.sizes:
+            raise ValueError(f"kernel {self.name} takes {self.sizes} sizes: use launch_sized")
         if len(buffers) != self.arity:
             raise ValueError(f"kernel {self.name} takes {self.arity} buffers, got {len(buffers)}")
         # `is_cpu`, not `device.type`: the cheaper check, per buffer on every launch.
@@ -116,6 +127,29 @@ class CPUKernel:
 
         self.pool.run(run_range, self.extent, work)
 
+    def launch_sized(
+        self, buffers: Sequence[torch.Tensor], sizes: Sequence[int], extent: int
+    ) -> None:
+        """Launch a kernel with symbolic sizes: its buffers (contiguous CPU tensors, as for
+        `launch`), the values of its size arguments, and the trip count of its split loop at
+        those sizes. The range runs on the caller or the Python pool (no OpenMP entry yet)."""
+        if len(buffers) != self.arity or len(sizes) != self.sizes:
+            raise ValueError(
+                f"kernel {self.name} takes {self.arity} buffers and {self.sizes} sizes, got "
+                f"{len(buffers)} and {len(sizes)}"
+            )
+        arguments = [*map(_DATA_PTR, buffers), *sizes]
+        work = sum(map(_NUMEL, buffers))
+        function = self.function
+        if work < self.inline_below or self.pool.runs_inline(extent, work, False):
+            function(0, extent, *arguments)
+            return
+
+        def run_range(lo: int, hi: int) -> None:
+            function(lo, hi, *arguments)
+
+        self.pool.run(run_range, extent, work)
+
 
 class CPUBackend:
     """Kernels for the CPU this process runs on (see `xfuse.backends.Backend`)."""
@@ -139,7 +173,7 @@ class CPUBackend:
 
     def llvm_ir(self, module: ModuleOp, name: str) -> str:
         converted = to_llvm_module(self.lower(module, name), self.target_machine)
-        if self.openmp:
+        if self.openmp and sizes_symbol(name) not in converted.globals:
             arity = converted.get_global(arity_symbol(name)).initializer.constant
             extent = converted.get_global(extent_symbol(name)).initializer.constant
             add_parallel_entry(converted, name, arity, extent)
@@ -170,12 +204,20 @@ class CPUBackend:
             raise CodegenError(f"the artifact has no CPU kernel @{name}")
         extent = ctypes.c_int64.from_address(extent_address).value
         arity = ctypes.c_int64.from_address(arity_address).value
+        sizes_address = engine.get_global_value_address(sizes_symbol(name))
+        sizes = ctypes.c_int64.from_address(sizes_address).value if sizes_address else 0
         signature = ctypes.CFUNCTYPE(
-            None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * arity)
+            None,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            *([ctypes.c_void_p] * arity),
+            *([ctypes.c_int64] * sizes),
         )
         parallel_address = engine.get_function_address(parallel_symbol(name))
         parallel = signature(parallel_address) if parallel_address else None
-        return CPUKernel(name, extent, arity, signature(address), engine, self.pool, parallel)
+        return CPUKernel(
+            name, extent, arity, signature(address), engine, self.pool, parallel, sizes
+        )
 
 
 EMITTERS = {

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, llvm, memref
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     IndexType,
     IntegerAttr,
     MemRefType,
     ModuleOp,
+    NoneAttr,
     UnrealizedConversionCastOp,
     i64,
 )
@@ -45,6 +47,8 @@ _NSW = arith.IntegerOverflowAttr([arith.IntegerOverflowFlag.NSW])
 
 
 def _static_layout(t: MemRefType[Attribute]) -> tuple[Sequence[int], int]:
+    if t.get_shape() == (DYNAMIC_INDEX,) and isinstance(t.layout, NoneAttr):
+        return [1], 0  # a kernel's buffer of symbolic size (docs/dynamic-shapes.md)
     strides = t.get_strides()
     offset = t.get_offset()
     if strides is None or offset is None or any(s is None for s in strides):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, func, llvm, memref, scf
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     BFloat16Type,
     DictionaryAttr,
     Float16Type,
@@ -50,7 +51,7 @@ from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 
 from xfuse.dialects import fusion
 from xfuse.ir.functions import kernel_functions
-from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, RANGE_ARGS_ATTR
+from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, RANGE_ARGS_ATTR, SIZE_ARGS_ATTR
 from xfuse.passes.llvm.convert_func_to_llvm import convert_types, rewrite_once
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
@@ -66,6 +67,16 @@ def extent_symbol(kernel_name: str) -> str:
 def arity_symbol(kernel_name: str) -> str:
     """The constant i64 global holding the number of buffer (pointer) arguments."""
     return f"{kernel_name}.arity"
+
+
+def sizes_symbol(kernel_name: str) -> str:
+    """The constant i64 global of a kernel with symbolic sizes holding the number of its size
+    arguments (i64s after the pointers); a static kernel has none."""
+    return f"{kernel_name}.sizes"
+
+
+SYMBOLIC_EXTENT = -1
+"""`@k.extent` of a kernel whose split loop runs to a size argument: the runtime computes it."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,7 +135,11 @@ class ParallelLoopToRangeArgs(RewritePattern):
                 f"@{op.sym_name.data}: expected one scf.parallel, found {len(loops)}"
             )
         extent = self._split(loops[0], lo, hi, rewriter) if loops else 1
-        arity = len(op.function_type.inputs) - 2
+        size_args = op.attributes.get(SIZE_ARGS_ATTR)
+        sizes = len(size_args) if isinstance(size_args, ArrayAttr) else 0
+        arity = len(op.function_type.inputs) - 2 - sizes
+        if isinstance(size_args, ArrayAttr):
+            self._add_global(op, sizes_symbol(op.sym_name.data), sizes, rewriter)
         self._add_global(op, arity_symbol(op.sym_name.data), arity, rewriter)
         self._add_global(op, extent_symbol(op.sym_name.data), extent, rewriter)
 
@@ -135,9 +150,12 @@ class ParallelLoopToRangeArgs(RewritePattern):
         lb0 = _constant_index(loop.lowerBound[0])
         ub0 = _constant_index(loop.upperBound[0])
         step0 = _constant_index(loop.step[0])
-        if lb0 != 0 or step0 != 1 or ub0 is None:
+        kernel = loop.parent_op()
+        symbolic = ub0 is None and kernel is not None and SIZE_ARGS_ATTR in kernel.attributes
+        if lb0 != 0 or step0 != 1 or (ub0 is None and not symbolic):
             raise DiagnosticException(
-                "expected the first parallel dimension to run from 0 by 1 to a constant"
+                "expected the first parallel dimension to run from 0 by 1 to a constant "
+                "or a size argument"
             )
         bounds = [(lo, hi, loop.step[0])]
         bounds += list(zip(loop.lowerBound[1:], loop.upperBound[1:], loop.step[1:], strict=True))
@@ -150,7 +168,7 @@ class ParallelLoopToRangeArgs(RewritePattern):
         rewriter.inline_block(body, InsertPoint.at_end(innermost), ivs)
         innermost.add_op(scf.YieldOp())
         rewriter.erase(loop)
-        return ub0
+        return SYMBOLIC_EXTENT if ub0 is None else ub0
 
     @staticmethod
     def _add_global(op: func.FuncOp, name: str, value: int, rewriter: PatternRewriter) -> None:
