@@ -23,16 +23,18 @@ every size of its symbols.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, i1, i8, i64
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.graph import Dim, SizeExpr, SizesAttr, dims_of, dtype_of, is_symbolic
+from xfuse.passes.fusion.kernel_loops import RowShape
 from xfuse.passes.lowering.domains import Domain
+from xfuse.passes.lowering.emitter import LoopLoweringError
 from xfuse.passes.lowering.index_algebra import (
     ZERO,
     Affine,
@@ -44,8 +46,31 @@ from xfuse.passes.lowering.index_algebra import (
 )
 from xfuse.passes.lowering.scalar_ops import has_scalar_rule
 
-if TYPE_CHECKING:
-    from xfuse.passes.lowering.kernel_builder import KernelBuilder
+
+class KernelBuilder(Protocol):
+    """What this module asks of `kernel_builder.KernelBuilder`."""
+
+    group: fusion.GroupOp
+    outputs: list[SSAValue]
+    reductions: list[graph.ReduceOp]
+    args: list[BlockArgument]
+
+    def error(self, reason: str) -> LoopLoweringError: ...
+
+    def row_shape(self) -> RowShape: ...
+
+    def insert(self, op: Operation) -> SSAValue: ...
+
+    def index_constant(self, value: int) -> SSAValue: ...
+
+    def index_value(self, e: Affine) -> SSAValue: ...
+
+    def entry_value(self, key: object, compute: Callable[[], SSAValue]) -> SSAValue: ...
+
+    def memoized(
+        self, key: object, needed: frozenset[int], pure: bool, compute: Callable[[], SSAValue]
+    ) -> SSAValue: ...
+
 
 UNBOUNDED = 1 << 62
 """The upper bound of a symbol without a finite one (buffers are smaller than 2^63 bytes)."""

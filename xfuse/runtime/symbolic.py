@@ -1,0 +1,200 @@
+"""
+Programs with symbolic sizes on the CPU (docs/dynamic-shapes.md, "runtime"): an internal path,
+not yet `xfuse.compile`'s. `SymbolicProgram` fuses and lowers a `@forward` with a `graph.sizes`
+table once, compiles each kernel once, and runs every call at the call's sizes:
+
+- the sizes of a call are read from its inputs: each input symbol from the argument and dim
+  that hold it, equal symbols agreeing, each in its range (which starts at 2: a size of 0 or
+  1, or one outside the range, raises `SymbolicSizeError`; a later slice re-specialises
+  instead), static dims and dtypes as declared; derived symbols are computed;
+- a kernel launch allocates its outputs from their symbolic shapes at those sizes and passes
+  the kernel's size arguments (`xfuse.size_args`) and the trip count of its split loop
+  (`xfuse.extent`'s symbol, or the kernel's static extent);
+- every other op of `@forward` (externs such as `graph.linear`, views) runs eagerly through the
+  graph interpreter's prepared ops, with the call's sizes bound.
+
+A group that `lower-to-loops` cannot lower on symbolic sizes is refused (the pass's one line):
+the static runtime's op-by-op fallback is not wired to symbolic programs yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import SSAValue
+
+from xfuse.backends.cpu import CPUBackend, CPUKernel
+from xfuse.dialects import fusion, graph
+from xfuse.errors import SymbolicSizeError
+from xfuse.interpreters.graph import SIZES, find_function, prepare_op
+from xfuse.ir import dtypes
+from xfuse.ir.functions import kernel_functions
+from xfuse.ir.names import EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
+from xfuse.pipeline import pipeline
+
+DEFAULT_PASSES = "decompose,fuse-greedy,group-cleanup"
+"""The fusion passes a symbolic program is built with (before `lower-to-loops`)."""
+
+
+@dataclass
+class _Launch:
+    kernel: CPUKernel
+    inputs: list[int]
+    outputs: list[int]
+    shapes: list[tuple[graph.Dim, ...]]
+    dtypes: list[torch.dtype]
+    size_args: list[str]
+    extent: str | int
+
+    def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
+        buffers = [_tensor(values[i]).contiguous() for i in self.inputs]
+        outs = [
+            torch.empty([d if isinstance(d, int) else sizes[d] for d in shape], dtype=t)
+            for shape, t in zip(self.shapes, self.dtypes, strict=True)
+        ]
+        extent = self.extent if isinstance(self.extent, int) else sizes[self.extent]
+        self.kernel.launch_sized([*buffers, *outs], [sizes[s] for s in self.size_args], extent)
+        for slot, out in zip(self.outputs, outs, strict=True):
+            values[slot] = out
+
+
+@dataclass
+class _Eager:
+    run_op: Callable[[list[torch.Tensor]], list[torch.Tensor]]
+    inputs: list[int]
+    outputs: list[int]
+
+    def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
+        results = self.run_op([_tensor(values[i]) for i in self.inputs])
+        for slot, out in zip(self.outputs, results, strict=True):
+            values[slot] = out
+
+
+def _tensor(value: torch.Tensor | None) -> torch.Tensor:
+    assert value is not None, "a value used before the step that computes it"
+    return value
+
+
+class SymbolicProgram:
+    """`@forward` of a module with size symbols, fused, lowered and compiled once for the CPU;
+    call it with tensors of any sizes its symbols allow (see the module docstring)."""
+
+    def __init__(
+        self,
+        module: ModuleOp,
+        *,
+        passes: str = DEFAULT_PASSES,
+        backend: CPUBackend | None = None,
+    ) -> None:
+        module = module.clone()
+        forward = find_function(module, "forward")
+        table = forward.attributes.get(SIZES_ATTR)
+        if not isinstance(table, graph.SizesAttr):
+            raise SymbolicSizeError(
+                "a symbolic program needs a function with size symbols (a graph.sizes table); "
+                "@forward has none"
+            )
+        self.table = table
+        self.arguments = [graph.dims_of(a) for a in forward.body.block.args]
+        self.argument_dtypes = [dtypes.to_torch(graph.dtype_of(a)) for a in forward.body.block.args]
+        pipeline(f"{passes},lower-to-loops")(module)
+        self.module = module
+        self.backend = backend if backend is not None else CPUBackend()
+        self.kernels: dict[str, CPUKernel] = {}
+        for kernel in kernel_functions(module):
+            name = kernel.sym_name.data
+            self.kernels[name] = self.backend.load(self.backend.compile(module, name), name)
+        self.steps: list[_Launch | _Eager] = []
+        self.results: list[int] = []
+        self._plan(forward)
+
+    @property
+    def kernel_count(self) -> int:
+        """How many kernels were compiled (once, when the program was built)."""
+        return len(self.kernels)
+
+    def _plan(self, forward: func.FuncOp) -> None:
+        slots: dict[SSAValue, int] = {a: i for i, a in enumerate(forward.body.block.args)}
+
+        def slot_of(v: SSAValue) -> int:
+            return slots.setdefault(v, len(slots))
+
+        kernels = {k.sym_name.data: k for k in kernel_functions(self.module)}
+        for op in forward.body.block.ops:
+            if isinstance(op, func.ReturnOp):
+                self.results = [slots[v] for v in op.operands]
+                continue
+            inputs = [slots[v] for v in op.operands]
+            outputs = [slot_of(r) for r in op.results]
+            if isinstance(op, fusion.LaunchOp):
+                name = op.callee.root_reference.data
+                ir = kernels[name]
+                size_args = ir.attributes.get(SIZE_ARGS_ATTR)
+                extent = ir.attributes.get(EXTENT_ATTR)
+                kernel = self.kernels[name]
+                self.steps.append(
+                    _Launch(
+                        kernel,
+                        inputs,
+                        outputs,
+                        [graph.dims_of(r) for r in op.results],
+                        [dtypes.to_torch(graph.dtype_of(r)) for r in op.results],
+                        [s.data for s in size_args] if isinstance(size_args, ArrayAttr) else [],  # pyright: ignore[reportUnknownMemberType]
+                        extent.data if isinstance(extent, StringAttr) else kernel.extent,
+                    )
+                )
+            else:
+                self.steps.append(_Eager(prepare_op(op), inputs, outputs))
+        self.slot_count = len(slots)
+
+    def bind(self, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
+        """Every symbol's size in a call of `inputs`, checked (see the module docstring)."""
+        if len(inputs) != len(self.arguments):
+            raise SymbolicSizeError(
+                f"@forward takes {len(self.arguments)} arguments, got {len(inputs)}"
+            )
+        found: dict[str, int] = {}
+        for i, (dims, t, dtype) in enumerate(
+            zip(self.arguments, inputs, self.argument_dtypes, strict=True)
+        ):
+            if t.dim() != len(dims) or t.dtype != dtype:
+                raise SymbolicSizeError(
+                    f"argument {i} expects a {dtype} tensor of shape {graph.fmt_shape(dims)}, "
+                    f"got {t.dtype} {list(t.shape)}"
+                )
+            for k, (d, n) in enumerate(zip(dims, t.shape, strict=True)):
+                if isinstance(d, int):
+                    if d != n:
+                        raise SymbolicSizeError(
+                            f"argument {i} dim {k} is static {d}, got size {n} "
+                            f"(shape {list(t.shape)})"
+                        )
+                elif found.setdefault(d, n) != n:
+                    raise SymbolicSizeError(
+                        f"size symbol '{d}' is {found[d]} in one argument and {n} in argument "
+                        f"{i} (dim {k})"
+                    )
+        for s in self.table.inputs():
+            size = found[s.name]
+            if size < s.low or (s.high is not None and size > s.high):
+                high = "inf" if s.high is None else s.high
+                raise SymbolicSizeError(
+                    f"size symbol '{s.name}' is {size}, outside its range [{s.low}, {high}] "
+                    "(sizes 0 and 1 are specialised: this program does not run them)"
+                )
+        return self.table.evaluate({s.name: found[s.name] for s in self.table.inputs()})
+
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        sizes = self.bind(inputs)
+        values: list[torch.Tensor | None] = [*inputs, *[None] * (self.slot_count - len(inputs))]
+        token = SIZES.set(sizes)
+        try:
+            for step in self.steps:
+                step.run(values, sizes)
+        finally:
+            SIZES.reset(token)
+        return [_tensor(values[i]) for i in self.results]
