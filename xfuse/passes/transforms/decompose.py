@@ -288,9 +288,12 @@ class _Gathering:
 
     def _elementwise(self, op: Operation) -> SSAValue | None:
         self.pushed[0] += 1
-        operands = [self.value(o) for o in op.operands]
-        if any(o is None for o in operands):
-            return None
+        operands: list[SSAValue] = []
+        for o in op.operands:
+            gathered = self.value(o)
+            if gathered is None:
+                return None
+            operands.append(gathered)
         clone = type(op).create(
             operands=operands,
             result_types=[TensorType(graph.dtype_of(op.results[0]), self.result)],
