@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
@@ -31,6 +31,9 @@ from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.driver import FusionReport, compile_program
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import fallback_mode
+
+if TYPE_CHECKING:
+    from xfuse.runtime.dynamic import DynamicProgram
 
 Tensor = torch.Tensor
 
@@ -104,6 +107,42 @@ def check_static(positions: Sequence[int], count: int) -> tuple[int, ...]:
     return tuple(positions)
 
 
+@overload
+def compile(  # noqa: A001
+    model_or_fn: ModelOrFn,
+    example_inputs: Sequence[Any],
+    device: str | torch.device = "cpu",
+    pipeline: str | None = None,
+    *,
+    example_kwargs: dict[str, Any] | None = None,
+    cache: KernelCache | None = None,
+    quiet: bool | None = None,
+    cuda_graphs: bool = True,
+    fallback: str | None = None,
+    channels_last: bool | None = None,
+    static_inputs: Sequence[int] = (),
+    dynamic_shapes: None = None,
+) -> DifferentiableProgram: ...
+
+
+@overload
+def compile(  # noqa: A001
+    model_or_fn: ModelOrFn,
+    example_inputs: Sequence[Any],
+    device: str | torch.device = "cpu",
+    pipeline: str | None = None,
+    *,
+    example_kwargs: dict[str, Any] | None = None,
+    cache: KernelCache | None = None,
+    quiet: bool | None = None,
+    cuda_graphs: bool = True,
+    fallback: str | None = None,
+    channels_last: bool | None = None,
+    static_inputs: Sequence[int] = (),
+    dynamic_shapes: dict[str, Any] | Sequence[Any],
+) -> DynamicProgram: ...
+
+
 def compile(  # noqa: A001 - the public name, as in torch.compile
     model_or_fn: ModelOrFn,
     example_inputs: Sequence[Any],
@@ -117,7 +156,8 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     fallback: str | None = None,
     channels_last: bool | None = None,
     static_inputs: Sequence[int] = (),
-) -> DifferentiableProgram:
+    dynamic_shapes: dict[str, Any] | Sequence[Any] | None = None,
+) -> DifferentiableProgram | DynamicProgram:
     """Compile a model or function for its example inputs' shapes and dtypes (other shapes
     compile on first use). Inputs are as torch.export takes them: tensors, Python scalars
     (specialised: another value compiles another program) and tuples, lists and dicts of
@@ -140,8 +180,25 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     `grad_fn`, `backward()` runs xfuse's backward program and gives eager's gradients, and
     autocast casts as in eager; under `torch.no_grad()` the inference program alone runs.
     `device` is "cpu", "cuda" or "cuda:N" (a string or torch.device); arguments of the wrong
-    kind are an `InvalidArgumentError` (a ValueError and TypeError too)."""
+    kind are an `InvalidArgumentError` (a ValueError and TypeError too).
+    `dynamic_shapes` (torch.export's: `{"x": {0: Dim("batch", min=2, max=1024)}}`) compiles
+    once for every size in the ranges, on the CPU, for inference: a `DynamicProgram`
+    (`xfuse.runtime.dynamic`, which lists what it refuses)."""
     check_arguments(example_inputs, example_kwargs, pipeline, cache)
+    mode, static = fallback_mode(fallback), check_static(static_inputs, len(example_inputs))
+    if dynamic_shapes is not None:  # CPU programs need neither: no eager groups, no graphs
+        from xfuse.runtime.dynamic import compile_dynamic  # its imports only when asked for
+
+        return compile_dynamic(
+            model_or_fn,
+            example_inputs,
+            device,
+            dynamic_shapes,
+            pipeline=pipeline,
+            cache=cache,
+            channels_last=channels_last,
+            example_kwargs=example_kwargs,
+        )
     target = check_device(device)
     program = compile_program(
         model_or_fn,
@@ -153,8 +210,8 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
         cache=cache,
         quiet=quiet,
         cuda_graphs=cuda_graphs,
-        fallback=fallback_mode(fallback),
-        static_inputs=check_static(static_inputs, len(example_inputs)),
+        fallback=mode,
+        static_inputs=static,
         program=differentiable_program,
     )
     assert isinstance(program, DifferentiableProgram)

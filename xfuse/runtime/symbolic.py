@@ -1,7 +1,8 @@
 """
-Programs with symbolic sizes on the CPU (docs/dynamic-shapes.md, "runtime"): an internal path,
-not yet `xfuse.compile`'s. `SymbolicProgram` fuses and lowers a `@forward` with a `graph.sizes`
-table once, compiles each kernel once, and runs every call at the call's sizes:
+Programs with symbolic sizes on the CPU (docs/dynamic-shapes.md, "runtime"): what
+`xfuse.compile(..., dynamic_shapes=...)` runs (`xfuse.runtime.dynamic`). `SymbolicProgram`
+fuses and lowers a `@forward` with a `graph.sizes` table once, compiles each kernel once, and
+runs every call at the call's sizes:
 
 - the sizes of a call are read from its inputs: each input symbol from the argument and dim
   that hold it, equal symbols agreeing, each in its range (which starts at 2: a size of 0 or

@@ -1,0 +1,181 @@
+"""`xfuse.compile(..., dynamic_shapes=...)` on the CPU (xfuse/runtime/dynamic.py): one export
+and one compile serve every size in the ranges and match eager; what the symbolic path cannot
+honour is refused in one line at compile time, sizes outside the ranges at call time; a compile
+without `dynamic_shapes` is the static one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.export import Dim
+from xdsl.dialects.builtin import ModuleOp
+
+import xfuse
+from xfuse.backends.cpu import CPUBackend
+from xfuse.differentiable import DifferentiableProgram
+from xfuse.errors import (
+    AutogradUnsupportedError,
+    InvalidArgumentError,
+    SymbolicSizeError,
+    UnsupportedInputError,
+    XfuseError,
+)
+from xfuse.runtime import dynamic
+from xfuse.runtime.cache import KernelCache
+from xfuse.runtime.dynamic import DynamicProgram
+
+BATCH = {"x": {0: Dim("batch", min=2, max=64)}}
+
+
+class Block(torch.nn.Module):
+    """An MLP with a layer norm and a softmax: linears between fused groups with elementwise
+    ops and row reductions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.l2 = torch.nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(torch.nn.functional.gelu(self.l1(x)))
+        return torch.softmax(self.l2(h) * 0.5, dim=-1)
+
+
+def one_line(error: pytest.ExceptionInfo[BaseException]) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.fixture(scope="module")
+def block() -> tuple[torch.nn.Module, DynamicProgram]:
+    torch.manual_seed(0)
+    model = Block().eval()
+    return model, xfuse.compile(model, (torch.randn(5, 16),), dynamic_shapes=BATCH)
+
+
+def test_one_compile_matches_eager_at_every_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[str] = []
+    builds: list[ModuleOp] = []
+    compile_kernel = CPUBackend.compile
+    build = dynamic.SymbolicProgram
+
+    def counting_compile(self: CPUBackend, module: ModuleOp, name: str) -> bytes:
+        compiled.append(name)
+        return compile_kernel(self, module, name)
+
+    def counting_build(module: ModuleOp, **kwargs: Any) -> dynamic.SymbolicProgram:
+        builds.append(module)
+        return build(module, **kwargs)
+
+    monkeypatch.setattr(CPUBackend, "compile", counting_compile)
+    monkeypatch.setattr(dynamic, "SymbolicProgram", counting_build)
+    torch.manual_seed(0)
+    model = Block().eval()
+    program = xfuse.compile(model, (torch.randn(5, 16),), dynamic_shapes=BATCH)
+    assert isinstance(program, DynamicProgram)
+    assert len(builds) == 1 and program.kernel_count >= 2
+    assert len(compiled) == program.kernel_count
+    assert "range [2, 64]" in program.symbols
+    with torch.no_grad():
+        for batch in (2, 3, 7, 16, 33, 64):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(program(x), model(x))
+    assert len(builds) == 1 and len(compiled) == program.kernel_count  # nothing compiled again
+
+
+def test_a_tuple_of_dims_and_two_inputs_sharing_a_symbol() -> None:
+    batch = Dim("batch", min=2, max=128)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = torch.relu(x * y + 1.0)
+        return z, z.sum(-1)
+
+    program = xfuse.compile(
+        fn, (torch.randn(4, 8), torch.randn(4, 8)), dynamic_shapes=({0: batch}, {0: batch})
+    )
+    for n in (2, 9, 128):
+        x, y = torch.randn(n, 8), torch.randn(n, 8)
+        got = program(x, y)
+        assert isinstance(got, tuple)
+        torch.testing.assert_close(got, fn(x, y))
+    with pytest.raises(SymbolicSizeError, match="is 3 in one argument and 4") as e:
+        program(torch.randn(3, 8), torch.randn(4, 8))
+    one_line(e)
+
+
+@pytest.mark.parametrize("batch", [0, 1, 65])
+def test_a_size_outside_the_range_is_refused_at_the_call(
+    block: tuple[torch.nn.Module, DynamicProgram], batch: int
+) -> None:
+    _, program = block
+    with (
+        torch.no_grad(),
+        pytest.raises(SymbolicSizeError, match=r"outside its range \[2, 64\]") as e,
+    ):
+        program(torch.randn(batch, 16))
+    one_line(e)
+
+
+def test_a_call_that_needs_autograd_is_refused(
+    block: tuple[torch.nn.Module, DynamicProgram],
+) -> None:
+    _, program = block
+    with pytest.raises(AutogradUnsupportedError, match="inference only") as e:
+        program(torch.randn(4, 16))
+    one_line(e)
+
+
+def test_a_scalar_other_than_the_example_is_refused() -> None:
+    program = xfuse.compile(
+        lambda x, k: (x * k).exp(), (torch.randn(4, 8), 2.0), dynamic_shapes=(BATCH["x"], None)
+    )
+    x = torch.randn(6, 8)
+    torch.testing.assert_close(program(x, 2.0), (x * 2.0).exp())
+    with pytest.raises(UnsupportedInputError, match="compiled for 2.0") as e:
+        program(x, 3.0)
+    one_line(e)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"device": "cuda"}, "CPU only yet, device 'cuda'"),
+        ({"device": "meta"}, "CPU only yet, device 'meta'"),
+        ({"pipeline": "decompose,fuse-greedy"}, "does not take a pipeline"),
+        ({"cache": KernelCache(None)}, "does not take a kernel cache"),
+        ({"channels_last": True}, "does not take channels_last=True"),
+        ({"dynamic_shapes": "batch"}, "dynamic_shapes must be torch.export's"),
+    ],
+)
+def test_options_it_cannot_honour_are_refused_at_compile_time(
+    options: dict[str, Any], message: str
+) -> None:
+    kwargs: dict[str, Any] = {"dynamic_shapes": BATCH, **options}
+    with pytest.raises(InvalidArgumentError, match=message) as e:
+        xfuse.compile(Block().eval(), (torch.randn(5, 16),), **kwargs)
+    one_line(e)
+
+
+def test_a_group_the_symbolic_lowering_refuses_is_refused_at_compile_time() -> None:
+    with pytest.raises(
+        XfuseError, match=r"cannot lower @forward_k\d+ to loops: 'graph\.\w+' on symbolic sizes"
+    ) as e:
+        xfuse.compile(
+            lambda x: torch.cumsum(x.exp(), 1), (torch.randn(5, 16),), dynamic_shapes=BATCH
+        )
+    one_line(e)
+
+
+def test_without_dynamic_shapes_compile_is_the_static_one() -> None:
+    torch.manual_seed(0)
+    model = Block().eval()
+    program = xfuse.compile(model, (torch.randn(5, 16),), quiet=True)
+    assert isinstance(program, DifferentiableProgram)
+    with torch.no_grad():
+        for batch in (5, 0, 1):  # other sizes, 0 and 1 among them, compile another program
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(program(x), model(x))

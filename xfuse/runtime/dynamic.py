@@ -1,0 +1,194 @@
+"""
+`xfuse.compile(..., dynamic_shapes=...)` on the CPU (docs/dynamic-shapes.md, "runtime"): the
+program is exported once with torch.export's `dynamic_shapes` (`Dim`s), imported with size
+symbols, fused, lowered and compiled once (`SymbolicProgram`), and every call runs those kernels
+at the call's sizes. `DynamicProgram` is what `compile` returns then.
+
+Refused at compile time, in one line (`InvalidArgumentError`), rather than compiled statically
+where the result would differ: a device other than the CPU, a `pipeline`, a `cache` or
+`channels_last=True` (options the symbolic path does not honour yet). A group that the symbolic
+lowering cannot lower refuses the program (`lower-to-loops`' line). At call time: a size outside
+a symbol's range (0 and 1 among them) raises `SymbolicSizeError`; a call that needs autograd or
+runs under `torch.autocast`, a tensor off the CPU, inputs of another structure, or a Python
+scalar other than the example's (torch.export specialised it) raise their own one-line errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from xfuse.backends.cpu import CPUBackend
+from xfuse.errors import (
+    AutogradUnsupportedError,
+    ExportError,
+    InputDeviceError,
+    InvalidArgumentError,
+    UnsupportedInputError,
+)
+from xfuse.frontend.export import (
+    EXPORT_LOCK,
+    Imported,
+    ModelOrFn,
+    no_stack_traces,
+    short_cause,
+    torch_logs_quiet,
+    unflattener,
+)
+from xfuse.runtime.fallback import reason_of
+from xfuse.runtime.state import ModuleState
+from xfuse.runtime.symbolic import SymbolicProgram
+
+Tensor = torch.Tensor
+
+
+def check_dynamic_options(
+    device: Any,
+    dynamic_shapes: Any,
+    *,
+    pipeline: str | None = None,
+    cache: Any = None,
+    channels_last: bool | None = None,
+) -> None:
+    """`compile`'s options that a program with symbolic sizes cannot honour yet, refused in one
+    `InvalidArgumentError` line each."""
+    if not isinstance(dynamic_shapes, dict | tuple | list):
+        raise InvalidArgumentError(
+            "dynamic_shapes must be torch.export's: a dict or tuple of {dim: torch.export.Dim} "
+            f"per input, got a {type(dynamic_shapes).__name__}"
+        )
+    try:
+        parsed = torch.device(device) if isinstance(device, str | torch.device) else None
+    except RuntimeError:  # torch's own "Invalid device string"
+        parsed = None
+    if parsed is None or parsed.type != "cpu":
+        raise InvalidArgumentError(
+            f"dynamic_shapes compiles for the CPU only yet, device '{device}' was asked for "
+            "(compile without dynamic_shapes for a program per shape there)"
+        )
+    refused = [
+        (pipeline is not None, "a pipeline (symbolic programs are fused with the default one)"),
+        (cache is not None, "a kernel cache (symbolic programs' kernels are not cached yet)"),
+        (channels_last is True, "channels_last=True (no layout pass on symbolic programs yet)"),
+    ]
+    for asked, what in refused:
+        if asked:
+            raise InvalidArgumentError(f"dynamic_shapes does not take {what}")
+
+
+class DynamicProgram:
+    """A model or function compiled once for every size its `dynamic_shapes` allow, on the CPU;
+    call it like the model (see the module docstring). `kernel_count` kernels were compiled,
+    once, when it was built; `symbols` are the program's size symbols (`graph.sizes`)."""
+
+    def __init__(
+        self,
+        model_or_fn: ModelOrFn,
+        example_inputs: tuple[Any, ...],
+        dynamic_shapes: Any,
+        example_kwargs: dict[str, Any] | None = None,
+        backend: CPUBackend | None = None,
+    ) -> None:
+        from xfuse.frontend.importer import import_program, wrap_function
+        from xfuse.frontend.pytrees import export_support
+
+        model = (
+            model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
+        )
+        kwargs = example_kwargs or {}
+        with EXPORT_LOCK, no_stack_traces(), torch.no_grad():
+            try:
+                with export_support(), torch_logs_quiet():
+                    exported = torch.export.export(
+                        model, example_inputs, kwargs, strict=False, dynamic_shapes=dynamic_shapes
+                    )
+            except Exception as e:  # noqa: BLE001 - torch.export's errors are long: one line
+                raise ExportError(
+                    f"xfuse: torch.export could not export the program with dynamic_shapes: "
+                    f"{reason_of(e)}"
+                ) from short_cause(e)
+            program = import_program(exported, symbolic=True)  # its refusals are one line
+        self.program = program
+        self.compiled = SymbolicProgram(program.module, backend=backend)
+        self.in_spec = pytree.tree_flatten((example_inputs, kwargs))[1]
+        leaves = pytree.tree_leaves((example_inputs, kwargs))
+        self.constants = {i: leaves[i] for i in sorted(program.constant_inputs)}
+        self.state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
+        self.training = model_or_fn.training if isinstance(model_or_fn, torch.nn.Module) else None
+        self.bind = program.binder(len(leaves), self.state.names if self.state else ())
+        self.unflatten = unflattener(Imported(program, exported.call_spec.out_spec, []))
+
+    @property
+    def kernel_count(self) -> int:
+        """How many kernels were compiled (once, when the program was built)."""
+        return self.compiled.kernel_count
+
+    @property
+    def symbols(self) -> str:
+        """The size symbols, as the `graph.sizes` table prints them."""
+        return ", ".join(str(s) for s in self.compiled.table.data)
+
+    def _tensors(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
+        """The call's tensor leaves and state, checked, as `@forward`'s arguments."""
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self.in_spec:
+            raise UnsupportedInputError(
+                f"a call with {len(leaves)} inputs of another structure than the example "
+                f"inputs' ({self.in_spec.num_leaves}): dynamic_shapes compiles one structure"
+            )
+        for i, value in self.constants.items():
+            if type(leaves[i]) is not type(value) or leaves[i] != value:
+                raise UnsupportedInputError(
+                    f"input {i} is {leaves[i]!r}, the program was compiled for {value!r} "
+                    "(torch.export specialises Python scalars)"
+                )
+        state = self.state.tensors() if self.state is not None else []
+        if self.state is not None and self.state.module.training != self.training:
+            raise UnsupportedInputError(
+                f"the module is in {'training' if self.state.module.training else 'eval'} mode "
+                "now; dynamic_shapes compiled it in the other"
+            )
+        tensors = [x for i, x in enumerate(leaves) if i not in self.constants]
+        for x in [*tensors, *state]:
+            if not isinstance(x, Tensor):
+                raise UnsupportedInputError(f"an input is a {type(x).__name__}, not a tensor")
+            if x.device.type != "cpu":
+                raise InputDeviceError(
+                    f"a tensor on {x.device} in a call of a program compiled for the CPU"
+                )
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in [*tensors, *state])
+        if needs_grad:
+            raise AutogradUnsupportedError(
+                "a call with grad enabled and an input or parameter that requires grad: "
+                "dynamic_shapes compiles inference only yet (call under torch.no_grad())"
+            )
+        if torch.is_autocast_enabled("cpu"):
+            raise AutogradUnsupportedError(
+                "a call under torch.autocast: dynamic_shapes compiles no autocast yet"
+            )
+        return self.bind(leaves, state)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        results = self.compiled(*self._tensors(args, kwargs))
+        return self.unflatten(self.program.visible(results))
+
+
+def compile_dynamic(
+    model_or_fn: ModelOrFn,
+    example_inputs: Sequence[Any],
+    device: Any,
+    dynamic_shapes: Any,
+    *,
+    pipeline: str | None = None,
+    cache: Any = None,
+    channels_last: bool | None = None,
+    example_kwargs: dict[str, Any] | None = None,
+) -> DynamicProgram:
+    """`xfuse.compile` with `dynamic_shapes`: its options checked, the program built."""
+    check_dynamic_options(
+        device, dynamic_shapes, pipeline=pipeline, cache=cache, channels_last=channels_last
+    )
+    return DynamicProgram(model_or_fn, tuple(example_inputs), dynamic_shapes, example_kwargs)
