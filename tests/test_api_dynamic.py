@@ -20,6 +20,7 @@ from xfuse.errors import (
     InvalidArgumentError,
     SymbolicSizeError,
     UnsupportedInputError,
+    UnsupportedProgram,
     XfuseError,
 )
 from xfuse.runtime import dynamic
@@ -168,6 +169,32 @@ def test_a_group_the_symbolic_lowering_refuses_is_refused_at_compile_time() -> N
             lambda x: torch.cumsum(x.exp(), 1), (torch.randn(5, 16),), dynamic_shapes=BATCH
         )
     one_line(e)
+
+
+def _and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x * 2
+    return y, y.view(-1)
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (lambda x: (x.view(-1), x * 2), r"output 0 is a view of an input in eager"),
+        (_and_its_view, r"output 1 is a view of another output in eager"),
+        (lambda x: x.t() * 2, r"eager returns output 0 with strides \(1, 16\)"),
+    ],
+    ids=["view-of-input", "view-of-output", "strided"],
+)
+def test_outputs_eager_returns_otherwise_are_refused_at_compile_time(fn: Any, message: str) -> None:
+    """A dynamic program's results are fresh contiguous tensors: where eager's are views or
+    strided, it refuses (never a silent difference in aliasing or strides); compiling (which
+    runs the program eagerly once to see its outputs) leaves the caller's RNG as it was."""
+    x = torch.randn(5, 16)
+    state = torch.random.get_rng_state()
+    with pytest.raises(UnsupportedProgram, match=message) as e:
+        xfuse.compile(fn, (x,), dynamic_shapes=BATCH)
+    one_line(e)
+    assert torch.equal(torch.random.get_rng_state(), state)
 
 
 def test_without_dynamic_shapes_compile_is_the_static_one() -> None:

@@ -7,7 +7,9 @@ at the call's sizes. `DynamicProgram` is what `compile` returns then.
 Refused at compile time, in one line (`InvalidArgumentError`), rather than compiled statically
 where the result would differ: a device other than the CPU, a `pipeline`, a `cache` or
 `channels_last=True` (options the symbolic path does not honour yet). A group that the symbolic
-lowering cannot lower refuses the program (`lower-to-loops`' line). At call time: a size outside
+lowering cannot lower refuses the program (`lower-to-loops`' line), and so does one whose
+eager outputs a dynamic program would not return alike (`check_outputs`: a view of an input or
+of another output, or strides that are not contiguous). At call time: a size outside
 a symbol's range (0 and 1 among them) raises `SymbolicSizeError`; a call that needs autograd or
 runs under `torch.autocast`, a tensor off the CPU, inputs of another structure, or a Python
 scalar other than the example's (torch.export specialised it) raise their own one-line errors.
@@ -28,6 +30,7 @@ from xfuse.errors import (
     InputDeviceError,
     InvalidArgumentError,
     UnsupportedInputError,
+    UnsupportedProgram,
 )
 from xfuse.frontend.export import (
     EXPORT_LOCK,
@@ -38,6 +41,7 @@ from xfuse.frontend.export import (
     torch_logs_quiet,
     unflattener,
 )
+from xfuse.frontend.outputs import OutputRule
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.symbolic import SymbolicProgram
@@ -111,6 +115,9 @@ class DynamicProgram:
                     f"{reason_of(e)}"
                 ) from short_cause(e)
             program = import_program(exported, symbolic=True)  # its refusals are one line
+            with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
+                eager = model(*example_inputs, **kwargs)
+            check_outputs(program.output_rules, eager)
         self.program = program
         self.compiled = SymbolicProgram(program.module, backend=backend)
         self.in_spec = pytree.tree_flatten((example_inputs, kwargs))[1]
@@ -174,6 +181,25 @@ class DynamicProgram:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         results = self.compiled(*self._tensors(args, kwargs))
         return self.unflatten(self.program.visible(results))
+
+
+def check_outputs(rules: Sequence[OutputRule], eager: Any) -> None:
+    """Refuse, in one line, outputs that eager returns as memory a dynamic program would not
+    return alike: a view of an input or of another output (its results are fresh tensors), or
+    a fresh tensor whose strides are not contiguous (its results are)."""
+    for i, rule in enumerate(rules):
+        if rule.base != "fresh":
+            what = "an input" if rule.base == "arg" else "another output"
+            raise UnsupportedProgram(
+                f"output {i} is a view of {what} in eager, which dynamic_shapes does not "
+                "return as a view yet"
+            )
+    for i, t in enumerate(x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)):
+        if not t.is_contiguous():
+            raise UnsupportedProgram(
+                f"eager returns output {i} with strides {tuple(t.stride())} (not contiguous), "
+                "which dynamic_shapes does not reproduce yet"
+            )
 
 
 def compile_dynamic(
