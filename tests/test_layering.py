@@ -34,7 +34,7 @@ LEVELS = [
     ["xfuse.runtime"],
     ["xfuse.report"],
     ["xfuse.frontend.export", "xfuse.choices"],
-    ["xfuse.runtime.driver"],
+    ["xfuse.runtime.driver", "xfuse.runtime.dynamic"],
     ["xfuse.api", "xfuse"],
     ["xfuse.backend_inputs", "xfuse.training", "xfuse.dynamo"],
     ["xfuse.testing"],
