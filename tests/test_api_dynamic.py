@@ -13,6 +13,7 @@ from torch.export import Dim
 from xdsl.dialects.builtin import ModuleOp
 
 import xfuse
+from tests.runtime.test_symbolic_program import Block
 from xfuse.backends.cpu import CPUBackend
 from xfuse.differentiable import DifferentiableProgram
 from xfuse.errors import (
@@ -28,21 +29,6 @@ from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.dynamic import DynamicProgram
 
 BATCH = {"x": {0: Dim("batch", min=2, max=64)}}
-
-
-class Block(torch.nn.Module):
-    """An MLP with a layer norm and a softmax: linears between fused groups with elementwise
-    ops and row reductions."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.l1 = torch.nn.Linear(16, 32)
-        self.norm = torch.nn.LayerNorm(32)
-        self.l2 = torch.nn.Linear(32, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.norm(torch.nn.functional.gelu(self.l1(x)))
-        return torch.softmax(self.l2(h) * 0.5, dim=-1)
 
 
 def one_line(error: pytest.ExceptionInfo[BaseException]) -> str:

@@ -7,8 +7,9 @@ splat constant).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from xdsl.ir import Operation, SSAValue
 
@@ -74,16 +75,23 @@ class Domain:
         return delinearize(linearize(self.full_index, self.full_shape), shape)
 
 
-def nd_domain(full: tuple[int, ...], reduce_dims: tuple[int, ...]) -> Domain:
-    """One loop variable per dim of extent != 1: parallel for kept dims, scf.for for reduced."""
+def nd_domain(
+    full: tuple[int, ...],
+    reduce_dims: tuple[int, ...],
+    dims: Sequence[int | str] | None = None,
+    loop_var: Callable[[int, Any], LoopVar] = LoopVar,
+) -> Domain:
+    """One loop variable per dim of extent != 1: parallel for kept dims, scf.for for reduced.
+    `dims` (default `full`) are the loops' extents, size symbols among them, whose variable
+    `loop_var(k, extent)` makes (a symbolic kernel's bounded by its runtime size)."""
     parallel: list[LoopVar] = []
     reduce_vars: list[LoopVar] = []
     index: list[Affine] = []
-    for k, d in enumerate(full):
+    for k, d in enumerate(full if dims is None else dims):
         if d == 1:
             index.append(ZERO)
             continue
-        v = LoopVar(k, d)
+        v = loop_var(k, d)
         (reduce_vars if k in reduce_dims else parallel).append(v)
         index.append(var_index(v))
     if not parallel:

@@ -33,7 +33,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.graph import Dim, SizeExpr, SizesAttr, dims_of, dtype_of, is_symbolic
 from xfuse.passes.fusion.kernel_loops import RowShape
-from xfuse.passes.lowering.domains import Domain
+from xfuse.passes.lowering.domains import Domain, nd_domain
 from xfuse.passes.lowering.emitter import LoopLoweringError
 from xfuse.passes.lowering.index_algebra import (
     ZERO,
@@ -42,7 +42,6 @@ from xfuse.passes.lowering.index_algebra import (
     LoopVar,
     linearize,
     loop_vars,
-    var_index,
 )
 from xfuse.passes.lowering.scalar_ops import has_scalar_rule
 
@@ -157,19 +156,11 @@ def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
                 f"output of shape {graph.fmt_shape(dims_of(v))} is neither the group's full "
                 f"shape {graph.fmt_shape(full)} nor its row shape (symbolic sizes)"
             )
-    parallel: list[LoopVar] = []
-    reduce_vars: list[LoopVar] = []
-    index: list[Affine] = []
-    for k, d in enumerate(full):
-        if d == 1:
-            index.append(ZERO)
-            continue
-        var = LoopVar(k, upper_bound(table, d), d) if isinstance(d, str) else LoopVar(k, d)
-        (reduce_vars if k in dims else parallel).append(var)
-        index.append(var_index(var))
-    if not parallel:
-        parallel.append(LoopVar(len(full), 1))
-    return Domain(rows.full, dims, parallel, reduce_vars, tuple(index), flat=False)
+
+    def loop_var(k: int, d: Dim) -> LoopVar:
+        return LoopVar(k, upper_bound(table, d), d) if isinstance(d, str) else LoopVar(k, d)
+
+    return nd_domain(rows.full, dims, full, loop_var)
 
 
 class SizeValues:
