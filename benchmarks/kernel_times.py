@@ -28,16 +28,19 @@ from benchmarks.models import ZOO, build
 from benchmarks.timing import interleaved, medians
 from xfuse.runtime import executor
 from xfuse.runtime.cache import KernelCache
-from xfuse.runtime.steps import KernelStep
+from xfuse.runtime.compiler import Program
+from xfuse.runtime.steps import BufferPool, KernelStep
 
 Call = Callable[[], Any]
 
 
-def kernel_calls(
+def captured_forward(
     compiled: xfuse.api.CompiledProgram, inputs: tuple[Any, ...]
-) -> list[tuple[str, Call]]:
-    """Each kernel step of one forward, as (label, a call of its kernel on that forward's
-    buffers)."""
+) -> tuple[Program, list[Any], BufferPool]:
+    """One forward of `compiled` on `inputs`, with the program it ran, its `@forward`
+    arguments (the inputs bound to the module's state) and its buffer pool (a CUDA program
+    must be compiled with `cuda_graphs=False`: a graph replay does not go through
+    `executor.run_program`)."""
     seen: dict[str, Any] = {}
     real = executor.run_program
 
@@ -50,40 +53,70 @@ def kernel_calls(
         compiled(*inputs)
     finally:
         executor.run_program = real
-    program, pool = seen["program"], seen["pool"]
+    if not seen:
+        raise RuntimeError("the forward did not run a program (a CUDA graph replayed it?)")
+    return seen["program"], seen["args"], seen["pool"]
+
+
+def kernel_steps(
+    program: Program, args: list[Any], pool: BufferPool
+) -> tuple[list[tuple[KernelStep, Call]], list[Any]]:
+    """The program's steps run one by one on `args`: each kernel step with a call of its
+    kernel alone on the buffers this run gave it (inputs made contiguous beforehand), and the
+    program's results."""
     env: list[Any] = [None] * program.n_slots
     for slot, value in program.constants.items():
         env[slot] = value
-    for slot, value in zip(program.arg_slots, seen["args"], strict=True):
+    for slot, value in zip(program.arg_slots, args, strict=True):
         env[slot] = value
-    calls: list[tuple[str, Call]] = []
+    calls: list[tuple[KernelStep, Call]] = []
     for step, (run, ins, outs, *_) in zip(program.steps, program.plan, strict=True):
         xs = [env[s] for s in ins]
         results = run(xs, pool.allocate)
         for slot, value in zip(outs, results, strict=True):
             env[slot] = value
         if isinstance(step, KernelStep):
-            calls.append((step.label, _call(step, [t.contiguous() for t in xs] + list(results))))
-    return calls
+            calls.append((step, _call(step, _kernel_inputs(step, xs, results))))
+    return calls, [env[s] for s in program.output_slots]
+
+
+def kernel_calls(
+    compiled: xfuse.api.CompiledProgram, inputs: tuple[Any, ...]
+) -> list[tuple[str, Call]]:
+    """Each kernel step of one forward, as (label, a call of its kernel on that forward's
+    buffers)."""
+    calls, _ = kernel_steps(*captured_forward(compiled, inputs))
+    return [(step.label, call) for step, call in calls]
+
+
+def _kernel_inputs(step: KernelStep, xs: list[Any], results: list[Any]) -> list[Any]:
+    """The buffers a kernel step passes its kernel, as `KernelStep.run` makes them: inputs
+    contiguous (CPU scalars it copies moved to the outputs' device), then its outputs."""
+    buffers = [t.contiguous() for t in xs]
+    for k in step.copied:
+        buffers[k] = buffers[k].to(results[0].device)
+    return buffers + list(results)
 
 
 def _call(step: KernelStep, buffers: list[Any]) -> Call:
     """The kernel's call as the runner makes it: its one foreign call where it has one
-    (`KernelStep.direct_call`), else the kernel's launch (threads, an error flag)."""
+    (`KernelStep.direct_call`, the CPU's), else the kernel's launch (threads, an error flag
+    on the buffers' device, a CUDA launch on the current stream)."""
     direct = step.direct_call()
     if direct is not None:
         function, extent = direct
         pointers = [t.data_ptr() for t in buffers]
         return lambda: (function(0, extent, *pointers), buffers)
     if step.error_flag:
-        buffers = [*buffers, torch.zeros(1, dtype=torch.uint8)]
+        buffers = [*buffers, torch.zeros(1, dtype=torch.uint8, device=buffers[-1].device)]
     return lambda: step.kernel(buffers)
 
 
 def median_us(columns: list[Call], rounds: int) -> list[float]:
     """The median time of each call, over `rounds` rounds that each call every one of them
     once, alternating which goes first."""
-    times = interleaved(dict(enumerate(columns)), rounds, alternate=True)  # type: ignore[arg-type]
+    calls = {str(i): c for i, c in enumerate(columns)}
+    times: dict[str, list[float]] = interleaved(calls, rounds, alternate=True)
     return [1000 * ms for ms in medians(times).values()]
 
 
