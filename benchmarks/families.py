@@ -5,12 +5,13 @@ Inductor and Inductor's reduce-overhead, side by side in one process:
 
     python -m benchmarks.families [--device cuda] [--dtype bf16|f32] [--sizes throughput,latency]
                                   [--models convnext_t,...] [--columns eager,inductor,...]
-                                  [--profile] [--runs 20]
+                                  [--profile] [--host-profile] [--runs 20]
 
 Models come from torchvision and timm where installed (the GPU machine) and from transformers
 (configs, random weights, never downloaded) everywhere. Each row: the median ms per forward
 (whole calls, host time included, the GPU waited for), the host ms of a call (the GPU not
-waited for), and with `--profile` xfuse's ten slowest GPU kernels (torch.profiler).
+waited for), with `--profile` each column's GPU busy time, operation count and ten slowest
+GPU kernels (torch.profiler), and with `--host-profile` a cProfile of xfuse's calls.
 Columns: `eager`, `inductor`, `inductor-ro` (reduce-overhead), `xfuse` (torch.compile), `xfuse.compile`
 (xfuse's own entry point) and `no-stencil` (xfuse.compile without `depthwise-stencil`).
 """
@@ -127,8 +128,8 @@ def inputs_for(name: str, size: str, device: str, dtype: torch.dtype) -> tuple[T
     return (torch.randn(IMAGE[size], 3, 224, 224, device=device, dtype=dtype),)
 
 
-def top_kernels(fn: Fn, args: tuple[Tensor, ...], count: int = 10) -> list[tuple[str, float, int]]:
-    """The `count` kernels of most GPU time in one call of `fn`: (name, ms, launches)."""
+def gpu_kernels(fn: Fn, args: tuple[Tensor, ...]) -> dict[str, list[float]]:
+    """The GPU operations of one call of `fn` (graph replays included): name -> ms of each."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -137,9 +138,31 @@ def top_kernels(fn: Fn, args: tuple[Tensor, ...], count: int = 10) -> list[tuple
     rows: dict[str, list[float]] = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            rows.setdefault(e.name[:70], []).append(e.device_time_total / 1000)
+            rows.setdefault(e.name[:90], []).append(e.device_time_total / 1000)
+    return rows
+
+
+def top_kernels(rows: dict[str, list[float]], count: int = 10) -> list[tuple[str, float, int]]:
+    """The `count` kernels of most GPU time: (name, ms, launches)."""
     ranked = sorted(rows.items(), key=lambda kv: -sum(kv[1]))[:count]
     return [(n, sum(t), len(t)) for n, t in ranked]
+
+
+def host_profile(fn: Fn, args: tuple[Tensor, ...], calls: int = 50, count: int = 14) -> str:
+    """A cProfile of `calls` calls of `fn` (the GPU waited for after each), by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    for _ in range(calls):
+        profiler.enable()
+        fn(*args)
+        profiler.disable()
+        sync()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(count)
+    return out.getvalue()
 
 
 def columns(
@@ -189,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default=",".join([*IMAGES, *TEXTS]))
     p.add_argument("--columns", default="eager,inductor,inductor-ro,xfuse,xfuse.compile")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--host-profile", action="store_true", help="a cProfile of xfuse's calls")
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--dump", help="a folder: xfuse.compile's kernels' loop IR and choices")
     a = p.parse_args(argv)
@@ -241,10 +265,16 @@ def main(argv: list[str] | None = None) -> None:
                 if a.dump and "xfuse.compile" in fns:
                     dump(fns["xfuse.compile"], f"{a.dump}/{name}_{size}.txt")
                 if a.profile and a.device == "cuda":
-                    for col in [c for c in ("xfuse", "xfuse.compile", "eager") if c in fns]:
-                        print(f"  top kernels of {col}:")
-                        for kname, ms, launches in top_kernels(fns[col], args):
-                            print(f"    {ms:8.3f} ms {launches:4d}x  {kname}")
+                    profiled = ("xfuse", "xfuse.compile", "inductor-ro", "inductor", "eager")
+                    for col in [c for c in profiled if c in fns]:
+                        rows = gpu_kernels(fns[col], args)
+                        busy = sum(sum(t) for t in rows.values())
+                        launches = sum(len(t) for t in rows.values())
+                        print(f"  {col}: GPU busy {busy:.3f} ms in {launches} operations; top:")
+                        for kname, ms, n in top_kernels(rows):
+                            print(f"    {ms:8.3f} ms {n:4d}x  {kname}")
+                if a.host_profile and "xfuse" in fns:
+                    print(host_profile(fns["xfuse"], args), flush=True)
             print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 
 

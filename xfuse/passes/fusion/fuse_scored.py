@@ -360,7 +360,7 @@ class FuseScoredPass(ModulePass):
     window: int = option(64, POSITIVE)
     max_rounds: int = option(16, NON_NEGATIVE)
     arg_limit: int = option(128, POSITIVE)
-    max_group_size: int = option(256, POSITIVE)
+    max_group_size: int = option(512, POSITIVE)
     max_fusions: int = option(-1, LIMIT_OR_ALL)
     decisions: list[FusionDecision] = field(
         default_factory=list, init=False, compare=False, repr=False

@@ -272,6 +272,8 @@ def check_pair(
             return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
         inline, space = True, b  # the windowed or inlining consumer's space is the group's
     detail = None if sibling else window_recompute(g, first, second, inline)
+    if detail is None and not sibling:
+        detail = row_recompute(g, first, second)
     if detail is not None:
         return refuse(WINDOW_RECOMPUTE, detail)
     detail = None if sibling else view_for_extern(g, first, second)
@@ -346,7 +348,7 @@ def check_recompute(
     a, b = g.space(producer), g.space(consumer)
     if combine_spaces(a, b) is None:
         return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
-    detail = window_recompute(g, producer, consumer)
+    detail = window_recompute(g, producer, consumer) or row_recompute(g, producer, consumer)
     if detail is not None:
         return refuse(WINDOW_RECOMPUTE, detail)
     detail = edge_gather_mismatch(g, producer, consumer)
@@ -865,6 +867,63 @@ def window_recompute(g: FusionGraph, first: Node, second: Node, inline: bool = F
                 f"{g.op_label(first)} there costs {extra:.1f} ops per element > {budget:g}"
             )
     return None
+
+
+ROW_RECOMPUTE_BUDGET = 48.0
+"""How much recomputation a row kernel (one with reductions) may take on per element: its
+loops over a row (one per reduction, one more to write values over the row) each compute
+again the values its reductions read, from the group's inputs (`row_recompute`). A layer
+norm's four passes over a residual add, a bias and casts (about 15) are cheap beside its
+memory traffic; a depthwise stencil's products (4 ops per tap: 36 for 3x3, 196 for 7x7) are
+not."""
+
+
+def row_recompute(g: FusionGraph, first: Node, second: Node) -> str | None:
+    """Why `first` and `second` may not make one row kernel (None when they may): its ops
+    that no reduction of the pair feeds but a reduction reads (the values each pass over a
+    row computes again from the inputs) cost more per element, times the passes after the
+    first, than `ROW_RECOMPUTE_BUDGET`."""
+    ops = [*_ops_of(first), *_ops_of(second)]
+    reductions = [op for op in ops if g.row_reduction(op) is not None]
+    if not reductions:
+        return None
+    full = max(graph.numel(g.shape(op.operands[0])) for op in reductions)
+    passes = len(reductions) + _writes_rows(g, first, second, full)
+    extra = (passes - 1) * _pass_cost(g, ops, reductions, full)
+    if extra <= ROW_RECOMPUTE_BUDGET:
+        return None
+    return (
+        f"one kernel of {g.op_label(first)} and {g.op_label(second)} reads each row {passes} "
+        f"times: recomputing what its reductions read costs {extra:.1f} ops per element > "
+        f"{ROW_RECOMPUTE_BUDGET:g}"
+    )
+
+
+def _pass_cost(
+    g: FusionGraph, ops: Sequence[Operation], reductions: Sequence[Operation], full: int
+) -> float:
+    """What one pass over a row computes again per element: the cost (`op_cost`) of the ops
+    of `ops` (in program order) of `full` elements that depend on none of `reductions`."""
+    after: set[Operation] = set(reductions)
+    cost = 0.0
+    for op in ops:
+        if op in after or any(v.owner in after for v in op.operands):
+            after.add(op)
+        elif op.results and graph.numel(g.shape(op.results[0])) >= full:
+            cost += op_cost(op)
+    return cost
+
+
+def _writes_rows(g: FusionGraph, first: Node, second: Node, full: int) -> bool:
+    """Whether a kernel of `first` and `second` writes a value of `full` elements (a pass of
+    its own after the reductions'): an output of `second`, or one of `first` that others than
+    `second` read."""
+    outputs = list(second.outputs) + [
+        v
+        for v, readers in zip(first.outputs, g.output_readers(first), strict=True)
+        if any(r is not second for r in readers)
+    ]
+    return any(graph.numel(g.shape(v)) >= full for v in outputs)
 
 
 # ---------------------------------------------------------------------------------------------
