@@ -147,9 +147,14 @@ class OutputPlan:
     def _copy(rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
         """`t` in memory of its own with eager's strides. A stride of 0 (eager's result is an
         expand of a value not returned) makes one element of memory serve a whole dimension:
-        that dimension's first index is what is copied."""
+        that dimension's first index is what is copied. The copy's version counter is set back
+        to 0, as a fresh result of eager's has it (the `copy_` that fills it counts as a write,
+        which `_version` and autograd's checks of saved tensors would see); an inference
+        tensor (made under `torch.inference_mode`) has no version counter."""
         copy = torch.empty_strided(t.shape, rule.stride, dtype=t.dtype, device=t.device)
         once = tuple(slice(0, 1) if s == 0 else slice(None) for s in rule.stride)
         copy[once].copy_(t[once])
+        if not copy.is_inference():
+            torch._C._autograd._unsafe_set_version_counter((copy,), (0,))
         taken.add(_storage(copy))
         return copy
