@@ -378,6 +378,25 @@ def test_a_copied_output_of_an_inference_program_is_at_version_0() -> None:
         torch.testing.assert_close(program(x), model(x))
 
 
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_a_channels_last_output_and_input_gradient_have_eagers_strides(front_end: str) -> None:
+    """A convolution of a channels-last input: its output and the input's gradient are
+    channels-last as eager's, the output at version 0."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last).requires_grad_()
+    x_eager = x.detach().clone(memory_format=torch.preserve_format).requires_grad_()
+    y, expected = compiled(front_end, conv, x)(x), conv(x_eager)
+    assert (y.stride(), y._version) == (expected.stride(), 0)
+    torch.testing.assert_close(y, expected)
+    grad = torch.randn_like(expected)
+    y.backward(grad)
+    expected.backward(grad)
+    assert x.grad is not None and x_eager.grad is not None
+    assert x.grad.stride() == x_eager.grad.stride()
+    torch.testing.assert_close(x.grad, x_eager.grad)
+
+
 # ---------------------------------------------------------------------------------------------
 # In-place writes after the forward, before the backward
 # ---------------------------------------------------------------------------------------------
