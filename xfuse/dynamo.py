@@ -5,12 +5,16 @@ over with `xfuse.compile` (its registration under the name is in `xfuse/__init__
 
 from __future__ import annotations
 
+import copy
+import inspect
 import operator
 import threading
 import warnings
 import weakref
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,14 +22,21 @@ from xfuse.aot import graph_device, is_symbolic, real_input
 from xfuse.api import compile
 from xfuse.errors import (
     AutogradUnsupportedError,
+    DynamicShapesWarning,
     EagerArgumentError,
     EagerFallbackError,
     FallbackWarning,
     InvalidArgumentError,
+    SymbolicSizeError,
+    UnsupportedInputError,
+    UnsupportedProgram,
 )
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 from xfuse.training import needs_aot, training_backend
+
+if TYPE_CHECKING:
+    from xfuse.runtime.dynamic import DynamicProgram
 
 Tensor = torch.Tensor
 
@@ -48,8 +59,9 @@ def dynamo_backend(
     inputs; on any failure a warning and `gm.forward` (eager), or with
     `options={"fallback": "error"}` (or `XFUSE_STRICT=1`) an `EagerFallbackError`. Calls that
     need autograd run eagerly, with one warning that says so (strict: an `EagerFallbackError`
-    at the call). A graph with dynamic shapes
-    (SymInt inputs or sizes) is compiled per concrete shape at call time. A graph dynamo hands
+    at the call). A graph with dynamic shapes (SymInt inputs or sizes) on the CPU is compiled
+    once for its size symbols (`_dynamic`); where that path refuses it, per concrete shape at
+    call time (`_per_shape`), with a `DynamicShapesWarning` that says why. A graph dynamo hands
     over again (same code, same attribute tensors, same input signature) gets what the first
     time got (`BACKEND_PROGRAMS`)."""
     mode = backend_mode(options)
@@ -120,7 +132,7 @@ def _backend(
     if needs_aot(example_inputs):
         return training_backend(gm, example_inputs, mode, _graph_runs_eagerly)
     if any(is_symbolic(t) for t in example_inputs):
-        return _per_shape(gm, graph_device(gm, example_inputs), mode)
+        return _dynamic(gm, example_inputs, mode)
     try:
         compiled = compile(
             gm,
@@ -244,6 +256,280 @@ def _eager_warning(reason: str, stacklevel: int = 3) -> None:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Dynamic shapes: one symbolic program, or one program per shape
+# ---------------------------------------------------------------------------------------------
+
+COMPILES: Counter[str] = Counter()
+"""How many programs the backend compiled for graphs with dynamic shapes: "symbolic" (one per
+graph, serving every size in range) and "per-shape" (one per concrete call signature)."""
+
+CALL_REFUSALS = (SymbolicSizeError, UnsupportedInputError, AutogradUnsupportedError)
+"""What a symbolic program raises, before anything ran, for a call it does not take (a size
+out of range, a tensor off the CPU, a call that needs autograd): the per-shape path runs it."""
+
+
+@dataclass(frozen=True)
+class SymbolicInputs:
+    """How a graph's inputs map to a program with size symbols: its tensor inputs (positions
+    and placeholder names), where each SymInt input is read from (a tensor input's dim: dynamo
+    lifts the sizes it made symbolic into inputs of their own, equal to those dims at every
+    call) and torch.export's `dynamic_shapes` for the tensors (one `Dim` per symbol, with the
+    range dynamo's ShapeEnv gives it)."""
+
+    tensors: tuple[int, ...]
+    names: tuple[str, ...]
+    sizes: dict[int, tuple[int, int]]
+    """SymInt input position -> (index into `tensors`, dim)."""
+    dynamic_shapes: dict[str, dict[int, Any] | None]
+
+    def function(self, gm: torch.fx.GraphModule, count: int) -> Callable[..., Any]:
+        """`gm` as a function of the tensor inputs alone (named as its placeholders), which
+        computes each SymInt input from the dim that holds it."""
+        tensors, sizes = self.tensors, self.sizes
+
+        def fn(*ts: Tensor) -> Any:
+            full: list[Any] = [None] * count
+            for i, t in zip(tensors, ts, strict=True):
+                full[i] = t
+            for i, (j, d) in sizes.items():
+                full[i] = ts[j].size(d)
+            return gm(*full)
+
+        positional = inspect.Parameter.POSITIONAL_ONLY
+        fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # pyright: ignore[reportFunctionMemberAccess]
+            [inspect.Parameter(name, positional) for name in self.names]
+        )
+        return fn
+
+
+def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> SymbolicInputs:
+    """The inputs of a graph dynamo traced with symbolic sizes, as `SymbolicInputs`; an
+    `UnsupportedProgram` (one line) where a symbolic program cannot take them: a SymFloat or
+    SymBool input, a SymInt that no tensor dim holds, or a size that is an expression of
+    symbols (`2*s0`) rather than one."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise UnsupportedProgram(
+            f"the graph has {len(placeholders)} placeholders for {len(example_inputs)} inputs"
+        )
+    fakes = [_symbolic_value(n, x) for n, x in zip(placeholders, example_inputs, strict=True)]
+    tensors = tuple(i for i, v in enumerate(fakes) if isinstance(v, Tensor))
+    names = tuple(f"in{k}_{placeholders[i].name}" for k, i in enumerate(tensors))
+    held: dict[Any, tuple[int, int]] = {}
+    shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
+    dims: dict[Any, Any] = {}
+    for k, i in enumerate(tensors):
+        for d, size in enumerate(fakes[i].shape):
+            if not isinstance(size, torch.SymInt):
+                continue
+            expr = size.node.expr
+            if expr.is_number:  # a size dynamo specialised
+                continue
+            if not expr.is_Symbol:
+                raise UnsupportedProgram(
+                    f"input {placeholders[i].name} has size {expr} at dim {d}, an expression of "
+                    "size symbols (only single symbols are compiled symbolically yet)"
+                )
+            held.setdefault(expr, (k, d))
+            if expr not in dims:
+                dims[expr] = _dim_of(size)
+            shapes[names[k]] = {**(shapes[names[k]] or {}), d: dims[expr]}
+    sizes: dict[int, tuple[int, int]] = {}
+    for i, value in enumerate(fakes):
+        if isinstance(value, Tensor):
+            continue
+        if isinstance(value, torch.SymFloat | torch.SymBool):
+            raise UnsupportedProgram(
+                f"input {placeholders[i].name} is a {type(value).__name__}, which a symbolic "
+                "program does not take"
+            )
+        if isinstance(value, torch.SymInt):
+            found = held.get(value.node.expr)
+            if found is None:
+                raise UnsupportedProgram(
+                    f"input {placeholders[i].name} is the size {value.node.expr}, which no "
+                    "tensor input's dim holds (a dynamic Python int)"
+                )
+            sizes[i] = found
+        else:
+            raise UnsupportedProgram(
+                f"input {placeholders[i].name} is a {type(value).__name__}, not a tensor or size"
+            )
+    return SymbolicInputs(tensors, names, sizes, shapes)
+
+
+def _symbolic_value(node: torch.fx.Node, example: Any) -> Any:
+    """What dynamo traced a placeholder with: its fake value (symbolic sizes), else the
+    example."""
+    value = node.meta.get("example_value")
+    return value if value is not None else example
+
+
+def _dim_of(size: torch.SymInt) -> Any:
+    """torch.export's `Dim` for one of dynamo's size symbols, over the range its ShapeEnv
+    knows (from 2: sizes 0 and 1 are specialised)."""
+    expr = size.node.expr
+    found = size.node.shape_env.var_to_range.get(expr)
+    low = max(2, int(found.lower)) if found is not None and _finite(found.lower) else 2
+    if found is not None and _finite(found.upper):
+        return torch.export.Dim(str(expr), min=low, max=int(found.upper))
+    return torch.export.Dim(str(expr), min=low)
+
+
+def _finite(bound: Any) -> bool:
+    """A range bound that is a plain integer (not sympy's or torch's infinity)."""
+    import sympy
+
+    return isinstance(bound, sympy.Integer)
+
+
+def symbolic_program(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> tuple[DynamicProgram, SymbolicInputs]:
+    """A graph with symbolic sizes compiled once (`xfuse.compile` with `dynamic_shapes`, for
+    the CPU) for every size in its symbols' ranges; its refusals raise (one line)."""
+    from xfuse.runtime.dynamic import compile_dynamic  # its imports only when asked for
+
+    device = graph_device(gm, example_inputs)
+    if device.type != "cpu":
+        raise UnsupportedProgram(f"symbolic programs compile for the CPU only yet, not {device}")
+    inputs = symbolic_inputs(gm, example_inputs)
+    examples = tuple(real_input(example_inputs[i]) for i in inputs.tensors)
+    fn = inputs.function(gm, len(example_inputs))
+    with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's
+        program = compile_dynamic(fn, examples, "cpu", inputs.dynamic_shapes)
+    COMPILES["symbolic"] += 1
+    return program, inputs
+
+
+def specialised_scalars(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> tuple[torch.fx.GraphModule, dict[int, float | int | bool]]:
+    """`gm` with the Python scalars dynamo passes as 0-d tensors (with `dynamic=True` it does
+    not specialise floats: a layer norm's `eps` arrives as an input whose `.item()` the graph
+    reads) replaced by their example values, which torch.export then specialises on as it
+    does on scalars; and those values by input position, which a call must match. `gm`
+    itself where there are none."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found: dict[int, float | int | bool] = {}
+    for i, (node, example) in enumerate(zip(placeholders, example_inputs, strict=False)):
+        arg = node.meta.get("grapharg")
+        if not getattr(arg, "pass_arg_as_tensor", False) or not _is_real_scalar(example):
+            continue
+        if node.users and all(_is_item(u) for u in node.users):
+            found[i] = example.item()
+    if not found:
+        return gm, found
+    graph = copy.deepcopy(gm.graph)
+    nodes = [n for n in graph.nodes if n.op == "placeholder"]
+    for i, value in found.items():
+        for item in list(nodes[i].users):
+            _replace_uses(item, value)
+            graph.erase_node(item)
+    return torch.fx.GraphModule(gm, graph), found
+
+
+def _replace_uses(node: torch.fx.Node, value: Any) -> None:
+    """Every use of `node` as an argument replaced by the constant `value`."""
+
+    def swap(n: torch.fx.Node) -> Any:
+        return value if n is node else n
+
+    for user in list(node.users):
+        user.args = torch.fx.node.map_arg(user.args, swap)
+        user.kwargs = torch.fx.node.map_arg(user.kwargs, swap)
+
+
+def _is_real_scalar(value: Any) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return isinstance(value, Tensor) and value.dim() == 0 and not is_fake(value)
+
+
+def _is_item(node: torch.fx.Node) -> bool:
+    """A node that reads a 0-d tensor's Python value (`t.item()`)."""
+    if node.op == "call_method":
+        return node.target == "item"
+    return node.op == "call_function" and node.target in (
+        Tensor.item,
+        torch.ops.aten.item.default,
+    )
+
+
+def _dynamic(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
+) -> Callable[..., Any]:
+    """A graph with dynamic shapes: its Python scalars specialised (`specialised_scalars`; a
+    call with other values runs eagerly, with one `FallbackWarning`), then one symbolic
+    program for every size in range, whose calls out of range (or that it otherwise refuses)
+    run per shape; where the symbolic path refuses the graph, per shape only. Each refusal
+    warns once (`DynamicShapesWarning`)."""
+    specialised, scalars = specialised_scalars(gm, example_inputs)
+    compiled = _symbolic_or_per_shape(specialised, example_inputs, mode)
+    if not scalars:
+        return compiled
+    warned: set[str] = set()
+
+    def run(*args: Any) -> Any:
+        for i, value in scalars.items():
+            if args[i].item() != value:
+                if "scalar" not in warned:
+                    warned.add("scalar")
+                    _eager_warning(
+                        f"a call whose Python scalar input {i} is {args[i].item()!r}, where the "
+                        f"graph was compiled for {value!r}",
+                        stacklevel=3,
+                    )
+                return gm.forward(*args)
+        return compiled(*args)
+
+    for name in ("dynamic", "programs", "symbolic_reason"):
+        setattr(run, name, getattr(compiled, name))
+    return run
+
+
+def _symbolic_or_per_shape(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
+) -> Callable[..., Any]:
+    """One symbolic program for every size in range, whose calls out of range (or that it
+    otherwise refuses) run per shape; per shape only where the symbolic path refuses `gm`."""
+    per_shape = _per_shape(gm, graph_device(gm, example_inputs), mode)
+    try:
+        program, inputs = symbolic_program(gm, example_inputs)
+    except Exception as e:  # noqa: BLE001 - any refusal: the per-shape path compiles it
+        reason = reason_of(e)
+        if not _eager_refuses(e):  # else eager raises at the call, as per shape it does
+            _per_shape_warning(f"the symbolic compile refused it: {reason}")
+        per_shape.symbolic_reason = reason  # type: ignore[attr-defined]
+        per_shape.dynamic = None  # type: ignore[attr-defined]
+        return per_shape
+    tensors = inputs.tensors
+    warned: set[str] = set()
+
+    def run(*args: Any) -> Any:
+        try:
+            return program(*[args[i] for i in tensors])
+        except CALL_REFUSALS as e:  # raised before anything ran
+            if type(e).__name__ not in warned:
+                warned.add(type(e).__name__)
+                _per_shape_warning(f"a call the symbolic program refuses: {e}", stacklevel=3)
+            return per_shape(*args)
+
+    run.dynamic = program  # type: ignore[attr-defined]
+    run.programs = per_shape.programs  # type: ignore[attr-defined]
+    run.symbolic_reason = None  # type: ignore[attr-defined]
+    return run
+
+
+def _per_shape_warning(reason: str, stacklevel: int = 4) -> None:
+    warnings.warn(
+        f"xfuse: torch.compile backend compiles this dynamic-shape graph per shape: {reason}",
+        DynamicShapesWarning,
+        stacklevel=stacklevel,
+    )
+
+
 def _per_shape(
     gm: torch.fx.GraphModule, device: torch.device, mode: FallbackMode
 ) -> Callable[..., Any]:
@@ -272,6 +558,7 @@ def _per_shape(
                 full[i] = t
             return gm(*full)
 
+        COMPILES["per-shape"] += 1
         try:
             return compile(
                 fixed, tuple(args[i] for i in tensors), str(device), quiet=True, fallback=mode

@@ -125,6 +125,11 @@ class FallbackWarning(XfuseWarning):
     """A fusion group could not be compiled and runs eagerly instead (results stay right)."""
 
 
+class DynamicShapesWarning(XfuseWarning):
+    """A graph with dynamic shapes is compiled per concrete shape, not once for its size
+    symbols, because the symbolic path refused it (results stay right; each new size compiles)."""
+
+
 class GraphvizMissingWarning(XfuseWarning):
     """Graphviz's `dot` is not installed: the DOT text was written instead of a picture."""
 

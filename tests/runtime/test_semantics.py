@@ -350,15 +350,21 @@ def test_torch_compile_differentiates_an_input_that_requires_grad() -> None:
 
 def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
     from xfuse.runtime.executor import Executable
+    from xfuse.runtime.symbolic import SymbolicProgram
 
     calls: list[int] = []
-    real_run = Executable.run
+    real_run, real_symbolic = Executable.run, SymbolicProgram.__call__
 
     def counting_run(self: Executable, *args: Any) -> Any:
         calls.append(1)
         return real_run(self, *args)
 
+    def counting_symbolic(self: SymbolicProgram, *args: Any) -> Any:
+        calls.append(1)
+        return real_symbolic(self, *args)
+
     monkeypatch.setattr(Executable, "run", counting_run)
+    monkeypatch.setattr(SymbolicProgram, "__call__", counting_symbolic)
 
     def f(x: Tensor, w: Tensor) -> Tensor:
         return torch.relu(x @ w + 1).sum(1)
@@ -366,7 +372,8 @@ def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.Monke
     torch._dynamo.reset()
     fn = torch.compile(f, backend="xfuse")
     w = torch.randn(4, 3)
-    sizes = (2, 3, 4, 5, 7)  # from the second on, dynamo hands the backend SymInts
+    sizes = (2, 3, 4, 5, 7)  # from the second on, dynamo hands the backend SymInts: one
+    # symbolic program runs them (xfuse.runtime.symbolic)
     with torch.no_grad():
         for n in sizes:
             x = torch.randn(n, 4)

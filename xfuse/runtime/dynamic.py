@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends.cpu import CPUBackend
 from xfuse.errors import (
@@ -29,6 +31,7 @@ from xfuse.errors import (
     ExportError,
     InputDeviceError,
     InvalidArgumentError,
+    SymbolicSizeError,
     UnsupportedInputError,
     UnsupportedProgram,
 )
@@ -42,6 +45,7 @@ from xfuse.frontend.export import (
     unflattener,
 )
 from xfuse.frontend.outputs import OutputRule
+from xfuse.ir.names import SIZES_ATTR
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.symbolic import SymbolicProgram
@@ -115,6 +119,7 @@ class DynamicProgram:
                     f"{reason_of(e)}"
                 ) from short_cause(e)
             program = import_program(exported, symbolic=True)  # its refusals are one line
+            check_symbolic(program.module)
             with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
                 eager = model(*example_inputs, **kwargs)
             check_outputs(program.output_rules, eager)
@@ -181,6 +186,21 @@ class DynamicProgram:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         results = self.compiled(*self._tensors(args, kwargs))
         return self.unflatten(self.program.visible(results))
+
+
+def check_symbolic(module: ModuleOp) -> None:
+    """Refuse, in one line, an imported program without size symbols: torch.export or the
+    decompositions after it specialised every dynamic dim to the example's size (the program
+    would serve that size alone)."""
+    forward = next(
+        (op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == "forward"),
+        None,
+    )
+    if forward is None or SIZES_ATTR not in forward.attributes:
+        raise SymbolicSizeError(
+            "the imported program has no size symbols: torch.export or its decompositions "
+            "specialised every dynamic dim to the example's size"
+        )
 
 
 def check_outputs(rules: Sequence[OutputRule], eager: Any) -> None:

@@ -1,0 +1,193 @@
+"""`torch.compile(backend="xfuse")` with dynamic shapes on the CPU (xfuse/dynamo.py): a graph
+dynamo hands over with symbolic sizes compiles once for its size symbols, and every later size
+runs the same kernels; where the symbolic path refuses a graph or a call, the per-shape path
+runs it, with one `DynamicShapesWarning` naming the reason; values match eager at every size."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from xdsl.dialects.builtin import ModuleOp
+
+from xfuse import dynamo
+from xfuse.backends.cpu import CPUBackend
+from xfuse.errors import DynamicShapesWarning, FallbackWarning
+
+transformers = pytest.importorskip("transformers")
+
+
+class MLP(torch.nn.Module):
+    """Two linear layers around a layer norm and a GELU, then a softmax: kernels and library
+    calls, and a Python float (the norm's `eps`) that `dynamic=True` does not specialise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32)
+        self.norm = torch.nn.LayerNorm(32)
+        self.down = torch.nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.gelu(self.norm(self.up(x)))
+        return torch.softmax(self.down(h), dim=-1)
+
+
+class Counts:
+    """What the backend compiled: kernels (`CPUBackend.compile`), and the programs for
+    dynamic-shape graphs (`dynamo.COMPILES`), from when the fixture started."""
+
+    def __init__(self) -> None:
+        self.kernels = 0
+        self.start = dict(dynamo.COMPILES)
+
+    def programs(self, kind: str) -> int:
+        return dynamo.COMPILES[kind] - self.start.get(kind, 0)
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counts]:
+    torch._dynamo.reset()
+    found = Counts()
+    compile_kernel = CPUBackend.compile
+
+    def counting(self: CPUBackend, module: ModuleOp, name: str) -> bytes:
+        found.kernels += 1
+        return compile_kernel(self, module, name)
+
+    monkeypatch.setattr(CPUBackend, "compile", counting)
+    yield found
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("options", [None, {"fallback": "error"}])
+def test_dynamic_true_compiles_once_for_every_batch_size(
+    counts: Counts, options: dict[str, Any] | None
+) -> None:
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True, options=options)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        x = torch.randn(2, 16)
+        torch.testing.assert_close(compiled(x), model(x))
+        kernels = counts.kernels
+        assert counts.programs("symbolic") == 1 and kernels >= 1
+        for batch in range(3, 10):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert counts.kernels == kernels  # every later size ran the same kernels
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
+def test_automatic_dynamic_compiles_once_after_the_first_recompile(counts: Counts) -> None:
+    """dynamo's default (`dynamic=None`): the first size compiles static; the second marks the
+    batch dynamic, and that graph's symbolic program serves every later size."""
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="xfuse")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for batch in (2, 3):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+        kernels = counts.kernels
+        assert counts.programs("symbolic") == 1
+        for batch in range(4, 10):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert counts.kernels == kernels
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
+def test_a_size_out_of_the_symbolic_range_runs_per_shape(
+    counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call the symbolic program refuses (here a size past its range, which dynamo's own
+    guards would not catch) compiles that shape alone, with one warning saying why."""
+    make_dim = dynamo._dim_of
+
+    def bounded(size: torch.SymInt) -> Any:
+        return torch.export.Dim(make_dim(size).__name__, min=2, max=5)
+
+    monkeypatch.setattr(dynamo, "_dim_of", bounded)
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with torch.no_grad():
+        for batch in (2, 5):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+        assert counts.programs("per-shape") == 0
+        with pytest.warns(DynamicShapesWarning, match="outside its range") as record:
+            for batch in (6, 7, 7):
+                x = torch.randn(batch, 16)
+                torch.testing.assert_close(compiled(x), model(x))
+    assert len([w for w in record if w.category is DynamicShapesWarning]) == 1
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 2
+
+
+def test_a_graph_the_symbolic_path_refuses_runs_per_shape(counts: Counts) -> None:
+    """An output that eager returns as a view of another is refused by the symbolic path:
+    one warning names the reason, and each shape compiles alone with eager's values."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.tanh(x) * 2
+        return y, y.t()
+
+    compiled = torch.compile(fn, backend="xfuse", dynamic=True)
+    with pytest.warns(DynamicShapesWarning, match="symbolic compile refused it") as record:
+        for batch in (2, 3, 4):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert len([w for w in record if w.category is DynamicShapesWarning]) == 1
+    assert counts.programs("symbolic") == 0 and counts.programs("per-shape") == 3
+
+
+def test_a_changed_python_float_runs_eagerly() -> None:
+    """`dynamic=True` passes Python floats as tensors without guarding their values; the
+    program is specialised on the first value, and a call with another runs eagerly."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with torch.no_grad():
+        x = torch.randn(3, 16)
+        torch.testing.assert_close(compiled(x), model(x))
+        model.norm.eps = 0.5
+        with pytest.warns(FallbackWarning, match="Python scalar"):
+            torch.testing.assert_close(compiled(x), model(x))
+    torch._dynamo.reset()
+
+
+def gpt2() -> torch.nn.Module:
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=64, use_cache=False
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_gpt2_over_sequence_lengths(counts: Counts, dynamic: bool | None) -> None:
+    """A 2-layer GPT-2 over sequence lengths 3..20. Its graph does not go symbolic yet: the
+    decompositions after torch.export specialise the sequence length (transformers' mask
+    building; gathers, `iota`, `cumsum` and `index` have no symbolic lowering either), which
+    one `DynamicShapesWarning` says, and each length compiles per shape with eager's values."""
+    model = gpt2()
+    compiled = torch.compile(model, backend="xfuse", dynamic=dynamic)
+    lengths = (3, 8, 20)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", DynamicShapesWarning)
+        for length in lengths:
+            ids = torch.randint(0, 128, (2, length))
+            torch.testing.assert_close(compiled(ids).logits, model(ids).logits)
+    reasons = [str(w.message) for w in record if w.category is DynamicShapesWarning]
+    assert len(reasons) == 1 and "no size symbols" in reasons[0], reasons
+    assert counts.programs("symbolic") == 0
+    # dynamic=None compiles the first length static, outside the per-shape path.
+    assert counts.programs("per-shape") == len(lengths) - (dynamic is None)
