@@ -1,0 +1,156 @@
+"""
+Dynamic shapes through `torch.compile` on the CPU: a model called with a new size on every
+call, static xfuse (`dynamic=False`: a program per size), dynamic xfuse (`dynamic=True`: one
+symbolic program where xfuse takes the graph, else a program per size) and Inductor
+(`dynamic=True`), side by side:
+
+    python -m benchmarks.dynamic [--models mlp,lm] [--columns xfuse-static,...]
+                                 [--mlp-sizes 2,5,...] [--lm-sizes 3,9,...] [--runs 10]
+
+For each model and column, in a fresh dynamo: each size of the sweep in turn, the ms of its
+first call (compiling included, by the host clock) and then its steady-state median ms per call
+(`--runs` calls); the first call's values are checked against eager. One table per model: a row per size, then the sum of the first calls (the
+sweep's compile time) and the median steady-state ms. The MLP's sweep is over the batch size,
+the language model's (a small GPT-2 from its config, random weights) over the sequence length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from benchmarks.timing import host_ms, median_ms
+
+Tensor = torch.Tensor
+
+
+class MLP(torch.nn.Module):
+    """Linear, layer norm, GELU, linear: the shape of a transformer's MLP block."""
+
+    def __init__(self, width: int = 256, hidden: int = 1024) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(width, hidden)
+        self.norm = torch.nn.LayerNorm(hidden)
+        self.down = torch.nn.Linear(hidden, width)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(torch.nn.functional.gelu(self.norm(self.up(x))))
+
+
+class LM(torch.nn.Module):
+    """A small GPT-2 (2 layers, 128 wide; from its config, never downloaded): logits from ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers
+
+        config = transformers.GPT2Config(
+            n_layer=2, n_embd=128, n_head=4, vocab_size=1024, n_positions=512, use_cache=False
+        )
+        self.model = transformers.GPT2LMHeadModel(config)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.model(input_ids=ids).logits
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model and the inputs of one size of its sweep."""
+
+    make: Callable[[], torch.nn.Module]
+    inputs: Callable[[int], tuple[Tensor, ...]]
+    dim: str
+
+
+WORKLOADS: dict[str, Workload] = {
+    "mlp": Workload(MLP, lambda n: (torch.randn(n, 256),), "batch"),
+    "lm": Workload(LM, lambda n: (torch.randint(0, 1024, (2, n)),), "seq"),
+}
+DEFAULT_SIZES = {"mlp": "2,5,9,17,33,64,100", "lm": "3,9,17,33,64,100"}
+
+COLUMNS: dict[str, dict[str, Any]] = {
+    "xfuse-static": {"backend": "xfuse", "dynamic": False},
+    "xfuse-dynamic": {"backend": "xfuse", "dynamic": True},
+    "inductor-dynamic": {"backend": "inductor", "dynamic": True},
+}
+
+
+@dataclass
+class Sweep:
+    """One column's times over a sweep: per size, the first call's ms and the steady ms."""
+
+    first: list[float]
+    steady: list[float]
+
+
+def sweep(
+    model: torch.nn.Module, workload: Workload, sizes: list[int], column: str, runs: int
+) -> Sweep:
+    """`model` compiled as `column` says, in a fresh dynamo, called at each size in turn."""
+    torch._dynamo.reset()
+    compiled = torch.compile(model, **COLUMNS[column])
+    first: list[float] = []
+    steady: list[float] = []
+    for n in sizes:
+        call = functools.partial(compiled, *workload.inputs(n))
+        out: list[Any] = []
+        first.append(host_ms(functools.partial(_keep, call, out)))
+        torch.testing.assert_close(out[0], model(*call.args), rtol=1e-4, atol=1e-4)
+        steady.append(median_ms(call, runs, warmup=1))
+    torch._dynamo.reset()
+    return Sweep(first, steady)
+
+
+def _keep(call: Callable[[], Any], out: list[Any]) -> None:
+    out.append(call())
+
+
+def table(name: str, workload: Workload, sizes: list[int], results: dict[str, Sweep]) -> str:
+    """The rows of one model: per size each column's first-call ms and steady ms."""
+    columns = list(results)
+    header = f"{workload.dim:>6} | " + " | ".join(f"{c + ' first / ms':>30}" for c in columns)
+    lines = [f"## {name} (first-call ms / steady ms per call)", header, "-" * len(header)]
+    for i, n in enumerate(sizes):
+        cells = [f"{results[c].first[i]:>16.1f} / {results[c].steady[i]:>11.3f}" for c in columns]
+        lines.append(f"{n:>6} | " + " | ".join(f"{cell:>30}" for cell in cells))
+    totals = [
+        f"{sum(results[c].first):>16.1f} / {statistics.median(results[c].steady):>11.3f}"
+        for c in columns
+    ]
+    lines.append("-" * len(header))
+    lines.append(f"{'sum/med':>6} | " + " | ".join(f"{cell:>30}" for cell in totals))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import xfuse  # noqa: F401  (registers the backend)
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="mlp,lm")
+    parser.add_argument("--columns", default=",".join(COLUMNS))
+    parser.add_argument("--mlp-sizes", default=DEFAULT_SIZES["mlp"])
+    parser.add_argument("--lm-sizes", default=DEFAULT_SIZES["lm"])
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args(argv)
+    torch._dynamo.config.recompile_limit = 64  # the static column compiles once per size
+    for name in args.models.split(","):
+        workload = WORKLOADS[name]
+        sizes = [int(s) for s in getattr(args, f"{name}_sizes").split(",")]
+        torch.manual_seed(0)
+        model = workload.make().eval()
+        results: dict[str, Sweep] = {}
+        with torch.no_grad():
+            for column in args.columns.split(","):
+                results[column] = sweep(model, workload, sizes, column, args.runs)
+        print(table(name, workload, sizes, results), flush=True)
+        print()
+
+
+if __name__ == "__main__":
+    main()
