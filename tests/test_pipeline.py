@@ -225,7 +225,8 @@ def test_compile_pipeline_puts_the_device_passes_after_decompose() -> None:
     device = ["depthwise-stencil", "convolution-matmul", "attention-mask", "attention-gqa"]
     assert cpu == [fusion[0], *device, *fusion[1:]]
     cuda = [p.name for p in compile_pipeline("cuda:1", PipelineOptions(channels_last=False)).passes]
-    assert cuda == [fusion[0], "depthwise-stencil", "attention-mask", "pad-matmul", *fusion[1:]]
+    cuda_passes = ["depthwise-stencil", "convolution-bias", "attention-mask", "pad-matmul"]
+    assert cuda == [fusion[0], *cuda_passes, *fusion[1:]]
     no_decompose = compile_pipeline("cpu", PipelineOptions("fuse-greedy", without=device[1:]))
     assert [p.name for p in no_decompose.passes] == ["depthwise-stencil", "fuse-greedy"]
 

@@ -416,9 +416,11 @@ def device_passes(
     repeated key and value heads unrepeated: bit for bit the same there; on CUDA a mask and
     `enable_gqa` together leave torch's fused kernels), and on CUDA `pad-matmul` (16-bit
     products whose rows are not whole 16-byte vectors run padded: cuBLAS has no fast kernel
-    for such rows)."""
+    for such rows) and `convolution-bias` (library convolutions leave their bias to a graph
+    add that fuses with what reads them, where cuDNN's would add it in a kernel of its own)."""
     from xfuse.passes.transforms.attention_gqa import AttentionGQAPass
     from xfuse.passes.transforms.attention_mask import AttentionMaskPass
+    from xfuse.passes.transforms.convolution_bias import ConvolutionBiasPass
     from xfuse.passes.transforms.convolution_matmul import ConvolutionMatmulPass
     from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
     from xfuse.passes.transforms.pad_matmul import PadMatmulPass
@@ -429,7 +431,8 @@ def device_passes(
     matmul = ConvolutionMatmulPass() if cpu and layout is None else None
     stencil = DepthwiseStencilPass(library=tuple(library))
     pad = None if cpu else PadMatmulPass()
-    passes = (stencil, layout, matmul, AttentionMaskPass(), gqa, pad)
+    bias = None if cpu else ConvolutionBiasPass()
+    passes = (stencil, bias, layout, matmul, AttentionMaskPass(), gqa, pad)
     return tuple(p for p in passes if p is not None)
 
 

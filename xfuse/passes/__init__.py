@@ -4,7 +4,7 @@ xfuse's passes, one module each, in one folder per level of the pipeline:
     transforms/  graph -> graph              decompose, split-reductions, fold-linear,
                                              channels-last, depthwise-stencil, attention-gqa,
                                              attention-mask, convolution-matmul,
-                                             pad-matmul
+                                             pad-matmul, convolution-bias
     fusion/      graph -> fusion.group       fuse-greedy, fuse-scored, group-cleanup, fusion-report
     lowering/    fusion.group -> loops       lower-to-loops; loops -> GPU: gpu-map-parallel
     llvm/        loops -> llvm dialect       lower-to-llvm (CPU), lower-to-nvvm (CUDA), expand-math,
@@ -68,6 +68,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xfuse.passes.transforms.pad_matmul import PadMatmulPass
 
         return PadMatmulPass
+
+    def convolution_bias() -> type[ModulePass]:
+        from xfuse.passes.transforms.convolution_bias import ConvolutionBiasPass
+
+        return ConvolutionBiasPass
 
     def fuse_greedy() -> type[ModulePass]:
         from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
@@ -146,6 +151,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "channels-last": channels_last,
         "depthwise-stencil": depthwise_stencil,
         "pad-matmul": pad_matmul,
+        "convolution-bias": convolution_bias,
         "attention-gqa": attention_gqa,
         "attention-mask": attention_mask,
         "convolution-matmul": convolution_matmul,
