@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import xfuse
+from tests.backends.test_cuda import gpu
 from xfuse import interpret
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
@@ -73,3 +74,19 @@ def test_bf16_is_as_close_to_the_exact_result_as_eager() -> None:
         exact.load_state_dict(model.state_dict())
         want = exact(x.double())
         assert rmse(compiled(x), want) <= 2 * rmse(model(x), want)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("groups", [1, 8])
+def test_cuda_program_adds_the_bias_in_the_readers_kernel(groups: int) -> None:
+    """On CUDA `xfuse.compile` runs the pass: cuDNN's convolution, then one kernel of the
+    bias and the GELU, with eager's values (which add the bias after cuDNN's result too)."""
+    model = ConvNorm(groups).to("cuda", torch.bfloat16).eval()
+    x = torch.randn(4, 8, 16, 16, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        explained = xfuse.explain(model, (x,), "cuda")
+        compiled = xfuse.compile(model, (x,), "cuda", quiet=True)
+        torch.testing.assert_close(compiled(x), model(x))
+    assert any({"graph.add", "graph.erf"} <= set(g.ops) for g in explained.groups)
+    assert not any("convolution" in op and "%t2" in op for op in explained.ops)
