@@ -37,8 +37,11 @@ from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
 from xfuse.pipeline import pipeline
 
-DEFAULT_PASSES = "decompose,fuse-greedy,group-cleanup"
-"""The fusion passes a symbolic program is built with (before `lower-to-loops`)."""
+DEFAULT_PASSES = "decompose,fuse-greedy,group-cleanup,fold-linear"
+"""The fusion passes a symbolic program is built with (before `lower-to-loops`): `fold-linear`
+puts a transposed weight's matmul and a bias add that fusion left alone back into one
+`graph.linear` (a library GEMM), where the transpose would be a kernel copying the weight at
+every call."""
 
 
 @dataclass
