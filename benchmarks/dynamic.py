@@ -7,9 +7,11 @@ symbolic program where xfuse takes the graph, else a program per size) and Induc
     python -m benchmarks.dynamic [--models mlp,lm] [--columns xfuse-static,...]
                                  [--mlp-sizes 2,5,...] [--lm-sizes 3,9,...] [--runs 10]
 
-For each model and column, in a fresh dynamo: each size of the sweep in turn, the ms of its
-first call (compiling included, by the host clock) and then its steady-state median ms per call
-(`--runs` calls); the first call's values are checked against eager. One table per model: a row per size, then the sum of the first calls (the
+For each model and column, in a new process with empty kernel caches (xfuse's and Inductor's:
+cold compiles, and no column's compile workers or threads beside another's timing): each size
+of the sweep in turn, the ms of its first call (compiling included, by the host clock) and then
+its steady-state median ms per call (`--runs` calls); the first call's values are checked
+against eager. One table per model: a row per size, then the sum of the first calls (the
 sweep's compile time) and the median steady-state ms. The MLP's sweep is over the batch size,
 the language model's (a small GPT-2 from its config, random weights) over the sequence length.
 """
@@ -18,7 +20,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -128,27 +135,58 @@ def table(name: str, workload: Workload, sizes: list[int], results: dict[str, Sw
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def run_column(name: str, column: str, sizes: list[int], runs: int) -> Sweep:
+    """One model's sweep for one column in this process."""
     import xfuse  # noqa: F401  (registers the backend)
 
+    torch._dynamo.config.recompile_limit = 64  # the static column compiles once per size
+    workload = WORKLOADS[name]
+    torch.manual_seed(0)
+    model = workload.make().eval()
+    with torch.no_grad():
+        return sweep(model, workload, sizes, column, runs)
+
+
+def run_isolated(name: str, column: str, sizes: list[int], runs: int) -> Sweep:
+    """`run_column` in a new process with empty kernel caches (xfuse's and Inductor's): every
+    column compiles cold, as on a first run, and no column's worker processes or threads
+    share the CPU with another's timing."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {
+            **os.environ,
+            "XFUSE_CACHE_DIR": os.path.join(cache, "xfuse"),
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+        }
+        command = [sys.executable, "-m", "benchmarks.dynamic", "--one", name, "--columns"]
+        command += [column, f"--{name}-sizes", ",".join(map(str, sizes)), "--runs", str(runs)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} / {column} failed: {done.stderr.strip().splitlines()[-1:]}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return Sweep(found["first"], found["steady"])
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="mlp,lm")
     parser.add_argument("--columns", default=",".join(COLUMNS))
     parser.add_argument("--mlp-sizes", default=DEFAULT_SIZES["mlp"])
     parser.add_argument("--lm-sizes", default=DEFAULT_SIZES["lm"])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a model, in the child process
     args = parser.parse_args(argv)
-    torch._dynamo.config.recompile_limit = 64  # the static column compiles once per size
+    if args.one is not None:
+        sizes = [int(s) for s in getattr(args, f"{args.one}_sizes").split(",")]
+        result = run_column(args.one, args.columns, sizes, args.runs)
+        print(json.dumps({"first": result.first, "steady": result.steady}))
+        return
     for name in args.models.split(","):
-        workload = WORKLOADS[name]
         sizes = [int(s) for s in getattr(args, f"{name}_sizes").split(",")]
-        torch.manual_seed(0)
-        model = workload.make().eval()
-        results: dict[str, Sweep] = {}
-        with torch.no_grad():
-            for column in args.columns.split(","):
-                results[column] = sweep(model, workload, sizes, column, args.runs)
-        print(table(name, workload, sizes, results), flush=True)
+        results = {
+            column: run_isolated(name, column, sizes, args.runs)
+            for column in args.columns.split(",")
+        }
+        print(table(name, WORKLOADS[name], sizes, results), flush=True)
         print()
 
 
