@@ -173,6 +173,19 @@ def _has_control_flow(op: Operation) -> bool:
     return bool(op.regions) and not _is_flag_report(op)
 
 
+def _is_select(op: Operation) -> bool:
+    """`scf.if %c -> (f32) { %a = memref.load ... } else { %b = memref.load ... }`: a value
+    read from one of two places (a concat's element), straight-line loads and arithmetic in
+    both branches. A row loop may hold it: each thread takes its branch per element."""
+    if not isinstance(op, scf.IfOp) or not op.results or not op.false_region.blocks:
+        return False
+    return all(
+        isinstance(o, memref.LoadOp | scf.YieldOp) or o.dialect_name() in ("arith", "math")
+        for region in op.regions
+        for o in region.block.ops
+    )
+
+
 def _memref_type(access: memref.LoadOp | memref.StoreOp) -> MemRefType[Attribute]:
     t = access.memref.type
     assert isinstance(t, MemRefType)
@@ -563,13 +576,13 @@ def _row_plan(body: list[Operation], columns: bool = False) -> _RowPlan | None:
 
 
 def _is_row_loop_body(loop: scf.ForOp, columns: bool = False) -> bool:
-    """Straight-line arith/math/memref code that walks a row: the loop index is the innermost
+    """Straight-line arith/math/memref code (and `_is_select`'s reads) that walks a row: the loop index is the innermost
     index of some load or store, and no outer index of one (a column walk, which one thread
     per column reads coalesced) unless `columns`; it may also reach other indices through
     index arithmetic (a reshape or a permute inside the row: `_indexes_directly` tells whether
     it does)."""
     for op in loop.body.block.ops:
-        if _has_control_flow(op) or not (
+        if (_has_control_flow(op) and not _is_select(op)) or not (
             isinstance(op, (*_ROW_LOOP_OPS, scf.IfOp)) or op.dialect_name() in ("arith", "math")
         ):
             return False
