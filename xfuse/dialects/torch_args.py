@@ -39,6 +39,17 @@ def tensor_ref(attr: Attribute) -> int | None:
     return None
 
 
+def renumbered(attr: Attribute, new_index: Callable[[int], int]) -> Attribute:
+    """`attr` with each tensor reference `%tK` (also inside lists) renamed `%t{new_index(K)}`:
+    an argument list after operands were dropped from the call."""
+    index = tensor_ref(attr)
+    if index is not None:
+        return StringAttr(f"%t{new_index(index)}")
+    if isinstance(attr, ArrayAttr):
+        return ArrayAttr([renumbered(a, new_index) for a in attr.data])
+    return attr
+
+
 def _is_special(s: str) -> bool:
     return s.startswith(_PREFIXES) or tensor_ref(StringAttr(s)) is not None
 

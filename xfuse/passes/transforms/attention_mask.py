@@ -31,10 +31,9 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     ModuleOp,
     NoneAttr,
-    StringAttr,
     i1,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -46,7 +45,7 @@ from xdsl.pattern_rewriter import (
 
 from xfuse.dialects import graph
 from xfuse.dialects.effects import computed_by_xfuse
-from xfuse.dialects.torch_args import decode_arg, tensor_ref
+from xfuse.dialects.torch_args import decode_arg, renumbered, tensor_ref
 from xfuse.frontend.attention import SDPA
 from xfuse.interpreters.graph import run_op
 
@@ -115,16 +114,6 @@ def mask_kind(mask: torch.Tensor, weights: tuple[int, ...]) -> str | None:
     return "causal" if bool((mask == causal).all()) else None
 
 
-def _renumbered(attr: Attribute, new_index: dict[int, int]) -> Attribute:
-    """`attr` with its tensor references renumbered (a dropped operand's are not expected)."""
-    index = tensor_ref(attr)
-    if index is not None:
-        return StringAttr(f"%t{new_index[index]}")
-    if isinstance(attr, ArrayAttr):
-        return ArrayAttr([_renumbered(a, new_index) for a in attr.data])
-    return attr
-
-
 class ConstantMaskIntoCausalOrNone(RewritePattern):
     """Attention with a constant boolean mask that hides nothing -> without it; with a causal
     one -> `is_causal=True` (the mask's ops are erased once nothing else reads them)."""
@@ -163,8 +152,8 @@ class ConstantMaskIntoCausalOrNone(RewritePattern):
             op.target.data,
             inputs,
             [op.outputs[0].type],
-            ArrayAttr([_renumbered(a, new_index) for a in args]),
-            DictionaryAttr({k: _renumbered(a, new_index) for k, a in kwargs.items()}),
+            ArrayAttr([renumbered(a, new_index.__getitem__) for a in args]),
+            DictionaryAttr({k: renumbered(a, new_index.__getitem__) for k, a in kwargs.items()}),
         )
         rewriter.replace(op, new)
 

@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, NoneAttr, StringAttr
-from xdsl.ir import Attribute
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, NoneAttr
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -32,21 +31,11 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
-from xfuse.dialects.torch_args import tensor_ref
+from xfuse.dialects.torch_args import renumbered, tensor_ref
 from xfuse.frontend.convolution import ConvolutionCall
 
 BIAS = 2
 """The bias's position among `aten.convolution`'s arguments."""
-
-
-def renumbered(attr: Attribute, dropped: int) -> Attribute:
-    """`attr` with its references to tensor operands after `dropped` moved down by one."""
-    index = tensor_ref(attr)
-    if index is not None:
-        return StringAttr(f"%t{index - (index > dropped)}")
-    if isinstance(attr, ArrayAttr):
-        return ArrayAttr([renumbered(a, dropped) for a in attr.data])
-    return attr
 
 
 class ConvolutionBiasIntoAdd(RewritePattern):
@@ -70,8 +59,10 @@ class ConvolutionBiasIntoAdd(RewritePattern):
         ):
             return
         inputs = [v for i, v in enumerate(op.inputs) if i != position]
+        dropped: int = position
         new_args = [
-            NoneAttr() if i == BIAS else renumbered(a, position) for i, a in enumerate(args)
+            NoneAttr() if i == BIAS else renumbered(a, lambda k: k - (k > dropped))
+            for i, a in enumerate(args)
         ]
         call = graph.TorchCallOp(op.target.data, inputs, [result], ArrayAttr(new_args))
         rank = len(graph.shape_of(op.outputs[0]))
