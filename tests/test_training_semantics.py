@@ -419,43 +419,27 @@ WRITES: dict[str, Callable[[Tensor, Tensor], Any]] = {
     "tanh of the input": lambda x, w: torch.tanh(x) * w,
 }
 
-SAVED_OTHERWISE = (
-    "the min-cut partitioner saves other tensors than eager's autograd: a write that eager's "
-    "backward would refuse is not seen (relu's output, where the partitioner saves its mask; "
-    "a quotient's dividend, where it saves x / w / w), and one it would accept is refused "
-    "(tanh's input, which it saves to recompute tanh)"
-)
-"""Why the compiled backward reacts otherwise than eager's to some writes after the forward.
-Where it does not raise, its gradients are those of the forward as it ran (what eager's
-would be had it not refused); where it raises, it is eager's version-counter error."""
-
-KNOWN_DIFFERENCES = {
-    ("relu", "output"),
-    ("tanh transposed", "output"),
-    ("division", "input"),
-    ("tanh of the input", "input"),
-}
+TARGETS = ("output", "input", "weight")
+"""What is written after the forward: the first output, `x` (which does not require grad), or
+`w` (which does, written with grad off)."""
 
 
 def write_cases() -> list[Any]:
-    """Each (case, target) of `WRITES`; those of `KNOWN_DIFFERENCES` expected to fail."""
+    """Each (case, target) of `WRITES`."""
     return [
-        pytest.param(
-            case,
-            target,
-            marks=[pytest.mark.xfail(strict=True, reason=SAVED_OTHERWISE)]
-            if (case, target) in KNOWN_DIFFERENCES
-            else [],
-            id=f"{case}-{target}",
-        )
-        for case in WRITES
-        for target in ("output", "input")
+        pytest.param(case, target, id=f"{case}-{target}") for case in WRITES for target in TARGETS
     ]
 
 
+def write(target: str, outputs: list[Tensor], x: Tensor, w: Tensor) -> None:
+    """`mul_(2)` on the target (`TARGETS`)."""
+    with torch.no_grad():
+        {"output": outputs[0], "input": x, "weight": w}[target].mul_(2)
+
+
 def run_write(front_end: str | None, body: Callable[[Tensor, Tensor], Any], target: str) -> Outcome:
-    """`body(x, w)`, then `mul_(2)` on its first output or on `x` (which does not require
-    grad), then the backward of the outputs' sum: eager's error or its gradient of `w`."""
+    """`body(x, w)`, then a write of `target` (`write`), then the backward of the outputs'
+    sum: eager's error or its gradient of `w`."""
     torch.manual_seed(0)
     w = torch.randn(3, 4, requires_grad=True)
     x = torch.randn(3, 4)
@@ -463,7 +447,7 @@ def run_write(front_end: str | None, body: Callable[[Tensor, Tensor], Any], targ
     outputs = outputs_of(program(x, w))
 
     def action() -> Tensor:
-        (outputs[0] if target == "output" else x).mul_(2)
+        write(target, outputs, x, w)
         torch.stack([o.sum() for o in outputs]).sum().backward()
         assert w.grad is not None
         return w.grad
@@ -490,20 +474,61 @@ def test_a_write_before_the_backward_is_seen_as_eagers(
     assert_same_outcome(run_write(front_end, WRITES[case], target), expected)
 
 
-AS_RAN: dict[tuple[str, str], Callable[[Tensor, Tensor], Any]] = {
-    ("relu", "output"): lambda x, w: torch.relu(x * w).clone(),
-    ("tanh transposed", "output"): lambda x, w: torch.tanh(x * w).t().clone(),
-    ("division", "input"): lambda x, w: x.clone() / w,
-}
-"""The known differences where the compiled backward does not raise, each with the same
-forward that eager differentiates whatever the write (the written tensor copied first)."""
+class WithWeight(torch.nn.Module):
+    """`body(x, w)` of a parameter `w` (3, 4)."""
+
+    def __init__(self, body: Callable[[Tensor, Tensor], Any]) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+        self.body = body
+
+    def forward(self, x: Tensor) -> Any:
+        return self.body(x, self.w)
 
 
-@pytest.mark.parametrize(("case", "target"), AS_RAN)
+def run_parameter_write(front_end: str | None, body: Callable[[Tensor, Tensor], Any]) -> Outcome:
+    """A model's forward, its parameter written (grad off), then the backward of the outputs'
+    sum: eager's error or the parameter's gradient."""
+    model = WithWeight(body)
+    torch.manual_seed(1)
+    x = torch.randn(3, 4)
+    program = model if front_end is None else compiled(front_end, model, x)
+    outputs = outputs_of(program(x))
+
+    def action() -> Tensor:
+        write("weight", outputs, x, model.w)
+        torch.stack([o.sum() for o in outputs]).sum().backward()
+        assert model.w.grad is not None
+        return model.w.grad
+
+    return outcome(action)
+
+
+@pytest.mark.parametrize("case", WRITES)
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
-def test_a_write_eager_would_refuse_leaves_the_gradients_of_the_forward_as_it_ran(
-    front_end: str, case: str, target: str
+def test_a_parameter_written_before_the_backward_is_seen_as_eagers(
+    front_end: str, case: str
 ) -> None:
-    """No gradient the write changed: those of the forward the program ran."""
-    expected = run_write(None, AS_RAN[case, target], target)
-    assert_same_outcome(run_write(front_end, WRITES[case], target), expected)
+    """Eager's error where its backward reads the parameter (`x @ w.t()` saves `w.t()`),
+    else its gradient."""
+    expected = run_parameter_write(None, WRITES[case])
+    assert_same_outcome(run_parameter_write(front_end, WRITES[case]), expected)
+
+
+@pytest.mark.parametrize("front_end", FRONT_ENDS)
+def test_a_saved_tensor_written_twice_is_reported_at_its_versions(front_end: str) -> None:
+    """The error names eager's saved tensor and versions: the parameter that `x @ w.t()`
+    saves as `w.t()` where `x` requires grad, written twice."""
+    model = WithWeight(WRITES["matmul"])
+    x = torch.randn(3, 4, requires_grad=True)
+    eager_model = WithWeight(WRITES["matmul"])
+    errors = []
+    for program, m in ((compiled(front_end, model, x), model), (eager_model, eager_model)):
+        y = program(x)
+        with torch.no_grad():
+            m.w.add_(1).add_(1)
+        errors.append(outcome(lambda y=y: y.sum().backward()).error)
+    assert isinstance(errors[0], RuntimeError) and isinstance(errors[1], RuntimeError)
+    assert str(errors[0]) == str(errors[1])
+    assert "is at version 2; expected version 0 instead" in str(errors[1])

@@ -21,6 +21,7 @@ made (eagerly) with a `FallbackWarning`, or, in strict mode, raises `EagerFallba
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -279,17 +280,18 @@ def aot_options(
     on_eager: OnEager,
     settings: PartSettings | None = None,
     record: Record | None = None,
+    saved: EagerSaved | None = None,
+    user_inputs: int = 0,
 ) -> dict[str, Any]:
-    """AOTAutograd's arguments: a `PartCompiler` per part, the min-cut partitioner and
-    `decompositions`."""
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
+    """AOTAutograd's arguments: a `PartCompiler` per part, the min-cut partitioner (its saved
+    inputs as eager's where `saved` says what eager saves of the `user_inputs` flat inputs:
+    `partition_as_eager`) and `decompositions`."""
     made = PartSettings() if settings is None else settings
     return {
         "fw_compiler": PartCompiler("forward", mode, on_eager, made, record),
         "bw_compiler": PartCompiler("backward", mode, on_eager, made, record),
         "inference_compiler": PartCompiler("inference", mode, on_eager, made, record),
-        "partition_fn": min_cut_rematerialization_partition,
+        "partition_fn": partition_as_eager(saved, user_inputs),
         "decompositions": decompositions(),
     }
 
@@ -315,3 +317,269 @@ def boxed(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
     from torch._functorch.aot_autograd import make_boxed_func
 
     return make_boxed_func(gm)
+
+
+# ---------------------------------------------------------------------------------------------
+# In-place writes between the forward and the backward
+# ---------------------------------------------------------------------------------------------
+
+NO_VERSION_CHECK = "saved_tensor_with_no_vc_check"
+"""The node meta that makes AOTAutograd keep a saved tensor without autograd's version-counter
+check (on `ctx`, not through `save_for_backward`)."""
+
+
+@dataclass(frozen=True)
+class EagerSaved:
+    """The tensors a caller holds that eager's autograd saves for the backward (a tensor that
+    shares memory, so the version counter, with one it saves): AOTAutograd's flat inputs and
+    outputs by index, each with what eager's version-counter error calls the saved tensor
+    (None: the input itself, described at the call)."""
+
+    inputs: dict[int, str | None] = field(default_factory=dict)
+    outputs: dict[int, str | None] = field(default_factory=dict)
+
+
+def eager_saved(function: Callable[..., Sequence[Any]], inputs: Sequence[Any]) -> EagerSaved:
+    """Which of `inputs` and of `function`'s flat outputs eager's autograd saves: `function`
+    run once, eagerly, on fake tensors of the inputs' layouts (those that require grad do), its
+    saved tensors caught by `saved_tensors_hooks` and matched by storage."""
+    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+
+    saved: list[Tensor] = []
+
+    def pack(t: Tensor) -> int:
+        saved.append(t)
+        return len(saved) - 1
+
+    with unset_fake_temporarily(), FakeTensorMode(allow_non_fake_inputs=True):
+        fakes = [fake_like(t) for t in inputs]
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, saved.__getitem__):
+            results = function(*fakes)
+        if not isinstance(results, list | tuple):
+            results = [results]
+        by_storage: dict[int, Tensor] = {}
+        for t in reversed(saved):
+            by_storage[storage_key(t)] = t
+        found_inputs = matched(fakes, saved, by_storage, describe_inputs=False)
+        found_outputs = matched(list(results), saved, by_storage, describe_inputs=True)
+    return EagerSaved(found_inputs, found_outputs)
+
+
+def fake_like(t: Any) -> Any:
+    """A tensor of `t`'s sizes, strides, dtype and device (made in the fake mode in force),
+    that requires grad where `t` does; anything else as it is."""
+    if not isinstance(t, Tensor):
+        return t
+    shape = tuple(int(d) for d in t.shape)
+    strides = tuple(int(s) for s in t.stride())
+    made = torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device)
+    return made.requires_grad_(t.requires_grad)
+
+
+def storage_key(t: Tensor) -> int:
+    """The identity of a tensor's storage (views share it, and their version counter)."""
+    return int(t.untyped_storage()._cdata)
+
+
+def matched(
+    tensors: Sequence[Any],
+    saved: Sequence[Tensor],
+    by_storage: dict[int, Tensor],
+    describe_inputs: bool,
+) -> dict[int, str | None]:
+    """Each of `tensors` that shares memory with a saved tensor, with eager's description of
+    that saved tensor: None where it is the input itself (`describe_inputs` False), whose
+    autograd history is known only at the call."""
+    found: dict[int, str | None] = {}
+    for index, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            continue
+        if not describe_inputs and any(s is t for s in saved):
+            found[index] = None
+            continue
+        other = by_storage.get(storage_key(t))
+        if other is not None:
+            found[index] = saved_description(other)
+    return found
+
+
+def saved_description(t: Tensor) -> str:
+    """What eager's version-counter error calls a saved tensor once written: its type and
+    sizes, and the node and output that made it where it has a history (a view's, rebuilt
+    after the write, is `AsStrided`)."""
+    sizes = ", ".join(str(int(d)) for d in t.shape)
+    text = f"[{t.type()} [{sizes}]]"
+    if t.grad_fn is not None:
+        name = "AsStrided" if t._base is not None else node_name(t.grad_fn)
+        text += f", which is output {t.output_nr} of {name},"
+    return text
+
+
+def node_name(node: Any) -> str:
+    """An autograd node as eager's version-counter error names it (`TanhBackward0`: `Tanh`)."""
+    return re.sub(r"Backward\d*$", "", node.name())
+
+
+def version_error(description: str, version: int, expected: int) -> RuntimeError:
+    """Eager's error for a saved tensor written after the forward
+    (torch/csrc/autograd/saved_variable.cpp)."""
+    if torch.is_anomaly_enabled():
+        hint = (
+            "Hint: the backtrace further above shows the operation that failed to compute its "
+            "gradient. The variable in question was changed in there or anywhere later. Good luck!"
+        )
+    else:
+        hint = (
+            "Hint: enable anomaly detection to find the operation that failed to compute its "
+            "gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False)."
+        )
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: {description} is at version {version}; expected version {expected} "
+        f"instead. {hint}"
+    )
+
+
+class VersionCheck:
+    """The versions, at the end of one call's forward, of the caller's tensors that eager
+    saves; called before the backward (a pre-hook of AOTAutograd's node), it raises eager's
+    error where one was written since. It holds detached aliases (the same version counter,
+    no autograd history: no reference cycle through the node)."""
+
+    def __init__(self, watched: Sequence[tuple[Tensor, str]]):
+        self.watched = [(t.detach(), t._version, text) for t, text in watched]
+
+    def __call__(self, grad_outputs: Any) -> None:
+        for alias, expected, text in self.watched:
+            if alias._version != expected:
+                raise version_error(text, alias._version, expected)
+
+
+def watch_versions(saved: EagerSaved, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+    """After a call of AOTAutograd's function: a `VersionCheck` of the inputs and outputs
+    eager saves, run before the call's backward node (none where no output has a backward,
+    or eager saves none of them)."""
+    if not (saved.inputs or saved.outputs):
+        return
+    node = compiled_node(inputs, outputs)
+    if node is None:
+        return
+    watched = [
+        (inputs[i], text if text is not None else saved_description(inputs[i]))
+        for i, text in saved.inputs.items()
+    ]
+    watched += [
+        (outputs[i], text or saved_description(outputs[i])) for i, text in saved.outputs.items()
+    ]
+    node.register_prehook(VersionCheck(watched))
+
+
+def compiled_node(inputs: Sequence[Any], outputs: Sequence[Any]) -> Any:
+    """The backward node of this call's AOTAutograd function: an output's `grad_fn`, or the
+    node an output's view node reads (an output AOTAutograd makes a view of an intermediate),
+    never an input's own."""
+    theirs = [t.grad_fn for t in inputs if isinstance(t, Tensor) and t.grad_fn is not None]
+    candidates: list[Any] = []
+    for out in outputs:
+        if isinstance(out, Tensor) and out.grad_fn is not None:
+            candidates.append(out.grad_fn)
+            candidates.extend(n for n, _ in out.grad_fn.next_functions if n is not None)
+    for node in candidates:
+        if type(node).__name__ == "CompiledFunctionBackward" and not any(
+            node is other for other in theirs
+        ):
+            return node
+    return None
+
+
+Partition = Callable[..., tuple[torch.fx.GraphModule, torch.fx.GraphModule]]
+
+
+def partition_as_eager(saved: EagerSaved | None, user_inputs: int) -> Partition:
+    """The min-cut partitioner, its forward's saved tensors that a caller holds (AOTAutograd's
+    flat inputs, the last `user_inputs` primals, and views of them) kept without autograd's
+    version check: `VersionCheck` raises where eager does. A caller's input that it saves and
+    eager does not (tanh's input, where eager saves its output) is saved as a copy, so that a
+    write after the forward changes no gradient. With `saved` None, as the partitioner makes
+    them."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    def partition(
+        joint: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any
+    ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+        primals = [n for n in joint.graph.find_nodes(op="placeholder") if "primals" in n.name]
+        offset = len(primals) - user_inputs
+        if saved is None or not joint_inputs or offset < 0:
+            return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+        places = {n.name: i - offset for i, n in enumerate(primals) if i >= offset}
+        for node in joint.graph.nodes:
+            root = view_root(node)
+            if root is not None and root.name in places:
+                node.meta[NO_VERSION_CHECK] = True
+        forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+        copy_saved_inputs(forward, kwargs["num_fwd_outputs"], places, saved.inputs.keys())
+        return forward, backward
+
+    return partition
+
+
+def view_root(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The placeholder a node is (a chain of view ops of it), else None."""
+    while node.op == "call_function":
+        target = node.target
+        if not (isinstance(target, torch._ops.OpOverload) and target.is_view) or not node.args:
+            return None
+        first = node.args[0]
+        if not isinstance(first, torch.fx.Node):
+            return None
+        node = first
+    return node if node.op == "placeholder" else None
+
+
+def copy_saved_inputs(
+    forward: torch.fx.GraphModule, returns: int, places: dict[str, int], kept: Any
+) -> None:
+    """In the forward graph, each saved tensor that is (a view of) an input at a place not in
+    `kept` replaced by a clone of it."""
+    output = forward.graph.output_node()
+    values = list(output.args[0])  # type: ignore[arg-type]
+    for index in range(returns, len(values)):
+        value = values[index]
+        if not isinstance(value, torch.fx.Node):
+            continue
+        root = view_root(value)
+        if root is None or root.name not in places or places[root.name] in kept:
+            continue
+        with forward.graph.inserting_before(output):
+            copy = forward.graph.call_function(torch.ops.aten.clone.default, (value,))
+        copy.meta = {**value.meta, "val": cloned_meta(value.meta.get("val"))}
+        values[index] = copy
+    output.args = (tuple(values), *output.args[1:])
+    forward.recompile()
+
+
+def cloned_meta(value: Any) -> Any:
+    """A node's fake value as `aten.clone` makes it (its strides where dense, else
+    contiguous)."""
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode([value]) if isinstance(value, Tensor) else None
+    if mode is None:
+        return value
+    with mode:
+        return torch.ops.aten.clone.default(value)
+
+
+def saved_for_training(function: Callable[..., Any], inputs: Sequence[Any]) -> EagerSaved | None:
+    """`eager_saved` for a program traced for training (grad on, an input requires grad, every
+    size static); None otherwise, or where running it on fake tensors fails: then the
+    partitioner's saved tensors keep autograd's own version check."""
+    tensors = [t for t in inputs if isinstance(t, Tensor)]
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
+        return None
+    if any(is_symbolic(t) for t in inputs) or len(tensors) != len(inputs):
+        return None
+    try:
+        return eager_saved(function, inputs)
+    except Exception:  # noqa: BLE001 - no probe: autograd's own checks, as before
+        return None

@@ -32,7 +32,14 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from xfuse.aot import CompiledPart, PartSettings, aot_options
+from xfuse.aot import (
+    CompiledPart,
+    EagerSaved,
+    PartSettings,
+    aot_options,
+    saved_for_training,
+    watch_versions,
+)
 from xfuse.errors import EagerFallbackError, ExportError, GradientUnsupportedError, XfuseError
 from xfuse.frontend.export import ModelOrFn
 from xfuse.runtime.driver import BuildSettings, builder
@@ -284,6 +291,8 @@ class TracedCall:
         """The graph's flat outputs as traced: `TENSOR` where a tensor is, the other values."""
         self.parts: dict[str, CompiledPart] = {}
         inputs = [*state, *distinct_tensors(leaves)]
+        self.saved: EagerSaved | None = saved_for_training(self.flat, inputs)
+        """The inputs and outputs eager's autograd saves (`xfuse.aot.eager_saved`)."""
         self.function = self._compile(inputs, replace(settings, state_inputs=len(names)), mode)
 
     def _compile(
@@ -293,7 +302,9 @@ class TracedCall:
         an error of its tracing is one line."""
         from torch._functorch.aot_autograd import aot_module_simplified
 
-        options = aot_options(mode, part_runs_eagerly, settings, self.parts.__setitem__)
+        options = aot_options(
+            mode, part_runs_eagerly, settings, self.parts.__setitem__, self.saved, len(inputs)
+        )
         try:
             # Typed for a GraphModule; any module is called the same way.
             module: Any = FlatInputs(self.flat)
@@ -319,7 +330,11 @@ class TracedCall:
         return [r for r in results if isinstance(r, Tensor)]
 
     def __call__(self, state: Sequence[Tensor], leaves: Sequence[Any]) -> Any:
-        found = iter(self.function(*state, *distinct_tensors(leaves)))
+        inputs = [*state, *distinct_tensors(leaves)]
+        results = self.function(*inputs)
+        if self.saved is not None:
+            watch_versions(self.saved, inputs, results)
+        found = iter(results)
         return self.unflatten([next(found) if o is TENSOR else o for o in self.outputs])
 
     def input_name(self, index: int) -> str:

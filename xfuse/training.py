@@ -19,7 +19,15 @@ from typing import Any
 
 import torch
 
-from xfuse.aot import PARTS, PartCompiler, aot_options, decompositions
+from xfuse.aot import (
+    PARTS,
+    EagerSaved,
+    PartCompiler,
+    aot_options,
+    decompositions,
+    saved_for_training,
+    watch_versions,
+)
 from xfuse.differentiable import autocast_key
 from xfuse.runtime.fallback import FallbackMode
 
@@ -46,7 +54,25 @@ def training_backend(
 ) -> Callable[..., Any]:
     """The forward and backward of dynamo's graph `gm`, each compiled by xfuse (`PartCompiler`),
     through AOTAutograd. `on_eager(error, mode)` warns or raises (strict mode) for a part that
-    runs eagerly."""
+    runs eagerly. Where eager's autograd saves inputs or outputs for the backward, the function
+    checks their versions before its backward (`watching`)."""
     from torch._dynamo.backends.common import aot_autograd
 
-    return aot_autograd(**aot_options(mode, on_eager))(gm, list(example_inputs))
+    saved = saved_for_training(gm, example_inputs)
+    options = aot_options(mode, on_eager, saved=saved, user_inputs=len(example_inputs))
+    function = aot_autograd(**options)(gm, list(example_inputs))
+    if saved is None or not (saved.inputs or saved.outputs):
+        return function
+    return watching(function, saved)
+
+
+def watching(function: Callable[..., Any], saved: EagerSaved) -> Callable[..., Any]:
+    """`function` (AOTAutograd's, dynamo's calling convention), each call's inputs and
+    outputs that eager saves watched for writes before the backward (`watch_versions`)."""
+
+    def run(*args: Any) -> Any:
+        results = function(*args)
+        watch_versions(saved, args, results)
+        return results
+
+    return torch._dynamo.disable(run, reason="do not trace AOT-compiled graph")
