@@ -157,7 +157,8 @@ class Node:
     last of those reading each (`reader`: reports name it), and its outputs (values its ops
     compute that others read, in result order). A node absorbed by a merge, or one a
     merge replaced, is no longer `alive`; `forward` leads to the node that holds its ops now.
-    `gathers` says whether one of its ops is a slice, concat or gather (see `gather_mismatch`).
+    `gathers` says whether one of its ops is a slice, concat or gather (see `gather_mismatch`),
+    `windows` whether one is a pad, pool or patches (see `window_recompute`).
     `pos` is its topological position (see `FusionGraph.renumber`), and `out_readers` the
     nodes reading each output (`FusionGraph.output_readers`, None until asked for), both kept on
     the node since the passes ask for them with nearly every pair they look at (a lookup in
@@ -170,6 +171,7 @@ class Node:
         "alive",
         "forward",
         "gathers",
+        "windows",
         "input_set",
         "inputs",
         "kind",
@@ -207,6 +209,7 @@ class Node:
         self.alive = True
         self.forward: Node | None = None
         self.gathers = op is not None and is_gather_op(op)
+        self.windows = op is not None and is_window_op(op)
         self.prev: Node | None = None
         self.next: Node | None = None
         self.pos = 0.0
@@ -230,7 +233,7 @@ class Node:
         new.reader = self.reader
         new.rule, new.score, new.size, new.space = self.rule, self.score, self.size, self.space
         new.attributes, new.arg_hints, new.unused = self.attributes, self.arg_hints, self.unused
-        new.gathers = self.gathers
+        new.gathers, new.windows = self.gathers, self.windows
         self.alive, self.forward = False, new
         return new
 
@@ -354,6 +357,7 @@ class FusionGraph:
             self._register(op, node)
         node.size = len(node.ops)
         node.gathers = any(is_gather_op(op) for op in node.ops)
+        node.windows = any(is_window_op(op) for op in node.ops)
         group.detach()
         group.erase()
         return node
@@ -743,6 +747,7 @@ class FusionGraph:
         assert old is not None
         node = Node(None, kind_of(op), list(op.results))
         node.rule, node.space, node.gathers = rule, old.space, old.gathers
+        node.windows = old.windows
         node.ops.append(op)
         old.alive, old.forward = False, node
         for res in op.results:  # the group's results replace the op's
@@ -760,6 +765,7 @@ class FusionGraph:
         else:
             group.ops.extend(ops)
         group.gathers = group.gathers or other.gathers
+        group.windows = group.windows or other.windows
         other.alive, other.forward = False, group
         return self._reconnect(group, ops, source=other)
 
@@ -838,6 +844,7 @@ class FusionGraph:
                 target = self._singleton(consumer.op, rule)
             target.ops.appendleft(clone)
             target.gathers = target.gathers or producer.gathers
+            target.windows = target.windows or producer.windows
             self._register(clone, target)
             same = self._reconnect(target, [clone]) or target is not consumer
             group = target if same else target.renewed()

@@ -807,6 +807,8 @@ def _element_reads(g: FusionGraph, second: Node, reader: Operation, value: SSAVa
     a window of `second` reads (a producer the window already absorbed)."""
     if is_window_op(reader):
         return window_reads(reader)
+    if not second.windows:
+        return 1.0  # no window in `second` reads what `reader` computes
     size, inside = graph.numel(g.shape(value)), set(_ops_of(second))
     reads, stack, seen = 1.0, [reader], set()
     while stack:
@@ -883,6 +885,8 @@ def row_recompute(g: FusionGraph, first: Node, second: Node) -> str | None:
     that no reduction of the pair feeds but a reduction reads (the values each pass over a
     row computes again from the inputs) cost more per element, times the passes after the
     first, than `ROW_RECOMPUTE_BUDGET`."""
+    if not (g.space(first).reduced or g.space(second).reduced):
+        return None  # no row kernel (and no walk over the ops of long elementwise chains)
     ops = [*_ops_of(first), *_ops_of(second)]
     reductions = [op for op in ops if g.row_reduction(op) is not None]
     if not reductions:
