@@ -10,7 +10,7 @@ import pytest
 from tests.passes.fusion.test_legality import node
 from xfuse.ir.context import parse
 from xfuse.passes.fusion.graph import FusionGraph, Node
-from xfuse.passes.fusion.legality import FUSED, WINDOW_RECOMPUTE, check_merge
+from xfuse.passes.fusion.legality import FUSED, ROW_RECOMPUTE, check_merge
 
 T = "tensor<4x16xf32>"
 R = "tensor<4x1xf32>"
@@ -69,7 +69,7 @@ def groups(g: FusionGraph) -> list[Node]:
     [
         (2, FUSED),  # a residual add and a cast: 2 ops again at each later pass
         (17, FUSED),  # 17 ops at 2 later passes: 34, within the budget
-        (30, WINDOW_RECOMPUTE),  # 60: a stencil's taps
+        (30, ROW_RECOMPUTE),  # 60: a stencil's taps
     ],
 )
 def test_a_normalization_takes_in_only_a_cheap_producer(ops: int, reason: str) -> None:
@@ -90,5 +90,5 @@ def test_the_passes_of_the_pair_count() -> None:
     g = normalized(60, grouped=False)
     (first,) = groups(g)
     verdict = check_merge(g, first, node(g, "m"), arg_limit=128)
-    assert verdict.reason == WINDOW_RECOMPUTE
+    assert verdict.reason == ROW_RECOMPUTE
     assert "2 times" in verdict.detail

@@ -98,6 +98,7 @@ LOOP_STRUCTURE = "loop-structure"
 SCAN = "scan"
 WINDOW_RECOMPUTE = "window-recompute"
 VIEW_FOR_EXTERN = "view-for-extern"
+ROW_RECOMPUTE = "row-recompute"
 
 REASONS = (
     FUSED,
@@ -115,6 +116,7 @@ REASONS = (
     SCAN,
     WINDOW_RECOMPUTE,
     VIEW_FOR_EXTERN,
+    ROW_RECOMPUTE,
 )
 
 VIEWS_OF_EXTERNS = (graph.PermuteOp, graph.SliceOp)
@@ -272,10 +274,11 @@ def check_pair(
             return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
         inline, space = True, b  # the windowed or inlining consumer's space is the group's
     detail = None if sibling else window_recompute(g, first, second, inline)
-    if detail is None and not sibling:
-        detail = row_recompute(g, first, second)
     if detail is not None:
         return refuse(WINDOW_RECOMPUTE, detail)
+    detail = None if sibling else row_recompute(g, first, second)
+    if detail is not None:
+        return refuse(ROW_RECOMPUTE, detail)
     detail = None if sibling else view_for_extern(g, first, second)
     if detail is not None:
         return refuse(VIEW_FOR_EXTERN, detail)
@@ -348,9 +351,12 @@ def check_recompute(
     a, b = g.space(producer), g.space(consumer)
     if combine_spaces(a, b) is None:
         return refuse(SHAPE_MISMATCH, f"{a} vs {b}")
-    detail = window_recompute(g, producer, consumer) or row_recompute(g, producer, consumer)
+    detail = window_recompute(g, producer, consumer)
     if detail is not None:
         return refuse(WINDOW_RECOMPUTE, detail)
+    detail = row_recompute(g, producer, consumer)
+    if detail is not None:
+        return refuse(ROW_RECOMPUTE, detail)
     detail = edge_gather_mismatch(g, producer, consumer)
     if detail is not None:
         return refuse(SHAPE_MISMATCH, detail)
