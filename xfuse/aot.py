@@ -323,10 +323,6 @@ def boxed(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Any]:
 # In-place writes between the forward and the backward
 # ---------------------------------------------------------------------------------------------
 
-NO_VERSION_CHECK = "saved_tensor_with_no_vc_check"
-"""The node meta that makes AOTAutograd keep a saved tensor without autograd's version-counter
-check (on `ctx`, not through `save_for_backward`)."""
-
 
 @dataclass(frozen=True)
 class EagerSaved:
@@ -442,8 +438,8 @@ def version_error(description: str, version: int, expected: int) -> RuntimeError
 
 class VersionCheck:
     """The versions, at the end of one call's forward, of the caller's tensors that eager
-    saves; called before the backward (a pre-hook of AOTAutograd's node), it raises eager's
-    error where one was written since. It holds detached aliases (the same version counter,
+    saves; called before the backward (a pre-hook of AOTAutograd's node, before autograd's own
+    checks of what the partitioner saved), it raises eager's error where one was written since. It holds detached aliases (the same version counter,
     no autograd history: no reference cycle through the node)."""
 
     def __init__(self, watched: Sequence[tuple[Tensor, str]]):
@@ -459,7 +455,7 @@ def watch_versions(saved: EagerSaved, inputs: Sequence[Any], outputs: Sequence[A
     """After a call of AOTAutograd's function: a `VersionCheck` of the inputs and outputs
     eager saves, run before the call's backward node (none where no output has a backward,
     or eager saves none of them)."""
-    if not (saved.inputs or saved.outputs):
+    if not (saved.inputs or saved.outputs) or saved_tensor_hooks_on():
         return
     node = compiled_node(inputs, outputs)
     if node is None:
@@ -472,6 +468,12 @@ def watch_versions(saved: EagerSaved, inputs: Sequence[Any], outputs: Sequence[A
         (outputs[i], text or saved_description(outputs[i])) for i, text in saved.outputs.items()
     ]
     node.register_prehook(VersionCheck(watched))
+
+
+def saved_tensor_hooks_on() -> bool:
+    """Whether `saved_tensors_hooks` are in force: eager's autograd then checks no saved
+    tensor's version (the hooks keep what they will)."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(True) is not None
 
 
 def compiled_node(inputs: Sequence[Any], outputs: Sequence[Any]) -> Any:
@@ -496,59 +498,87 @@ Partition = Callable[..., tuple[torch.fx.GraphModule, torch.fx.GraphModule]]
 
 
 def partition_as_eager(saved: EagerSaved | None, user_inputs: int) -> Partition:
-    """The min-cut partitioner, its forward's saved tensors that a caller holds (AOTAutograd's
-    flat inputs, the last `user_inputs` primals, and views of them) kept without autograd's
-    version check: `VersionCheck` raises where eager does. A caller's input that it saves and
-    eager does not (tanh's input, where eager saves its output) is saved as a copy, so that a
-    write after the forward changes no gradient. With `saved` None, as the partitioner makes
-    them."""
+    """The min-cut partitioner, where `saved` says what eager saves of AOTAutograd's flat
+    inputs (the last `user_inputs` primals) and outputs: a tensor the caller holds that it saves
+    for the backward (or a view of one) and eager does not (tanh's input, where eager saves
+    tanh's output) is saved as a copy, so that a write after the forward neither changes a
+    gradient nor meets autograd's version check where eager's backward would not. With `saved`
+    None, as the partitioner makes them."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     def partition(
         joint: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any
     ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+        forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
         primals = [n for n in joint.graph.find_nodes(op="placeholder") if "primals" in n.name]
         offset = len(primals) - user_inputs
-        if saved is None or not joint_inputs or offset < 0:
-            return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
-        places = {n.name: i - offset for i, n in enumerate(primals) if i >= offset}
-        for node in joint.graph.nodes:
-            root = view_root(node)
-            if root is not None and root.name in places:
-                node.meta[NO_VERSION_CHECK] = True
-        forward, backward = min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
-        copy_saved_inputs(forward, kwargs["num_fwd_outputs"], places, saved.inputs.keys())
+        if saved is not None and joint_inputs and offset >= 0:
+            inputs = {n.name: i - offset for i, n in enumerate(primals) if i >= offset}
+            copy_saved(forward, kwargs["num_fwd_outputs"], inputs, saved)
         return forward, backward
 
     return partition
 
 
-def view_root(node: torch.fx.Node) -> torch.fx.Node | None:
-    """The placeholder a node is (a chain of view ops of it), else None."""
-    while node.op == "call_function":
+Held = tuple[str, int]
+"""A tensor the caller holds: ("input", its flat input index) or ("output", its flat output
+index)."""
+
+
+def held_tensors(
+    forward: torch.fx.GraphModule, returns: int, inputs: dict[str, int]
+) -> dict[torch.fx.Node, Held]:
+    """The forward graph's nodes that are tensors the caller holds: the primals at `inputs`
+    (by name), and the user outputs among its first `returns` outputs (by their descriptors,
+    where AOTAutograd gives them)."""
+    from torch._functorch._aot_autograd.descriptors import PlainAOTOutput
+
+    output = forward.graph.output_node()
+    held: dict[torch.fx.Node, Held] = {}
+    descriptors = output.meta.get("desc") or []
+    returned: list[Any] = list(output.args[0])[:returns]  # type: ignore[arg-type]
+    for value, descriptor in zip(returned, descriptors, strict=False):
+        if isinstance(value, torch.fx.Node) and isinstance(descriptor, PlainAOTOutput):
+            held.setdefault(value, ("output", descriptor.idx))
+    for node in forward.graph.find_nodes(op="placeholder"):
+        if node.name in inputs:
+            held[node] = ("input", inputs[node.name])
+    return held
+
+
+def holder(node: torch.fx.Node, held: dict[torch.fx.Node, Held]) -> Held | None:
+    """The tensor the caller holds that `node` is, or is a chain of views of; else None."""
+    while node not in held:
         target = node.target
-        if not (isinstance(target, torch._ops.OpOverload) and target.is_view) or not node.args:
+        if node.op != "call_function" or not node.args:
+            return None
+        if not (isinstance(target, torch._ops.OpOverload) and target.is_view):
             return None
         first = node.args[0]
         if not isinstance(first, torch.fx.Node):
             return None
         node = first
-    return node if node.op == "placeholder" else None
+    return held[node]
 
 
-def copy_saved_inputs(
-    forward: torch.fx.GraphModule, returns: int, places: dict[str, int], kept: Any
+def copy_saved(
+    forward: torch.fx.GraphModule, returns: int, inputs: dict[str, int], saved: EagerSaved
 ) -> None:
-    """In the forward graph, each saved tensor that is (a view of) an input at a place not in
-    `kept` replaced by a clone of it."""
+    """In the forward graph (its first `returns` outputs returned, the rest saved), each saved
+    tensor that is (a view of) an input or output the caller holds and eager does not save
+    replaced by a clone of it."""
+    held = held_tensors(forward, returns, inputs)
     output = forward.graph.output_node()
     values = list(output.args[0])  # type: ignore[arg-type]
     for index in range(returns, len(values)):
         value = values[index]
-        if not isinstance(value, torch.fx.Node):
+        if not isinstance(value, torch.fx.Node) or not isinstance(value.meta.get("val"), Tensor):
             continue
-        root = view_root(value)
-        if root is None or root.name not in places or places[root.name] in kept:
+        found = holder(value, held)
+        if found is None:
+            continue
+        kind, place = found
+        if place in (saved.inputs if kind == "input" else saved.outputs):
             continue
         with forward.graph.inserting_before(output):
             copy = forward.graph.call_function(torch.ops.aten.clone.default, (value,))
