@@ -10,7 +10,11 @@ through AOTAutograd) against eager in what a training step sees besides values:
   an input returned: `._base`, `is_leaf`, `requires_grad`, `grad_fn` or not, strides,
   storage offsets, shared memory, version counters; and what an in-place op on an output
   does afterwards (eager's error on a view of a leaf, writes seen through the views), and
-  the gradients after it.
+  the gradients after it;
+- a write between the forward and the backward (of an output, an input, a parameter):
+  eager's version-counter error exactly where eager's backward reads what was written, else
+  eager's gradients, though the partitioner saves other tensors than eager's autograd; under
+  saved tensors hooks, as eager, no check.
 
 A single view of an intermediate that no other output views is fresh memory in a compiled
 program (docs/contracts.md, "Outputs and aliasing"): its `._base` is None where eager's is the

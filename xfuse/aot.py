@@ -12,6 +12,12 @@ Two front ends hand it programs: the torch.compile backend, a graph dynamo captu
 training (`xfuse.training`), and `xfuse.compile`, a call that needs autograd or runs under
 autocast (`xfuse.differentiable`).
 
+The min-cut partitioner saves other tensors for the backward than eager's autograd (relu's
+mask, not its output; tanh's input, to compute tanh again). What eager saves of a program's
+inputs, parameters and outputs is found once, on fake tensors (`eager_saved`); their versions
+after each forward are checked before its backward (`VersionCheck`, eager's error), and an
+input or output only the partitioner saves is saved as a copy (`partition_as_eager`).
+
 AOTAutograd calls a part's compiled function with the boxed calling convention (one list of
 arguments, which the callee may clear so that saved tensors die early); it compiles the
 backward at the first backward. A part xfuse cannot compile runs as the FX graph AOTAutograd
@@ -439,34 +445,34 @@ def version_error(description: str, version: int, expected: int) -> RuntimeError
 class VersionCheck:
     """The versions, at the end of one call's forward, of the caller's tensors that eager
     saves; called before the backward (a pre-hook of AOTAutograd's node, before autograd's own
-    checks of what the partitioner saved), it raises eager's error where one was written since. It holds detached aliases (the same version counter,
-    no autograd history: no reference cycle through the node)."""
+    checks of what the partitioner saved), it raises eager's error where one was written
+    since. It holds detached aliases (the same version counter, no autograd history: no
+    reference cycle through the node), and an input eager saves itself, described at the
+    error (its own history)."""
 
-    def __init__(self, watched: Sequence[tuple[Tensor, str]]):
-        self.watched = [(t.detach(), t._version, text) for t, text in watched]
+    def __init__(self, watched: Sequence[tuple[Tensor, str | None]]):
+        self.watched = [
+            (t.detach(), t._version, text, t if text is None else None) for t, text in watched
+        ]
 
     def __call__(self, grad_outputs: Any) -> None:
-        for alias, expected, text in self.watched:
+        for alias, expected, text, tensor in self.watched:
             if alias._version != expected:
-                raise version_error(text, alias._version, expected)
+                described = text if tensor is None else saved_description(tensor)
+                raise version_error(described or "", alias._version, expected)
 
 
 def watch_versions(saved: EagerSaved, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
     """After a call of AOTAutograd's function: a `VersionCheck` of the inputs and outputs
     eager saves, run before the call's backward node (none where no output has a backward,
-    or eager saves none of them)."""
+    or eager saves none of them, or saved tensors hooks are in force)."""
     if not (saved.inputs or saved.outputs) or saved_tensor_hooks_on():
         return
     node = compiled_node(inputs, outputs)
     if node is None:
         return
-    watched = [
-        (inputs[i], text if text is not None else saved_description(inputs[i]))
-        for i, text in saved.inputs.items()
-    ]
-    watched += [
-        (outputs[i], text or saved_description(outputs[i])) for i, text in saved.outputs.items()
-    ]
+    watched = [(inputs[i], text) for i, text in saved.inputs.items()]
+    watched += [(outputs[i], text) for i, text in saved.outputs.items()]
     node.register_prehook(VersionCheck(watched))
 
 
@@ -477,21 +483,21 @@ def saved_tensor_hooks_on() -> bool:
 
 
 def compiled_node(inputs: Sequence[Any], outputs: Sequence[Any]) -> Any:
-    """The backward node of this call's AOTAutograd function: an output's `grad_fn`, or the
+    """The backward node of this call's AOTAutograd function: an output's `grad_fn`, else the
     node an output's view node reads (an output AOTAutograd makes a view of an intermediate),
-    never an input's own."""
+    never an input's own (an input returned, from another compiled program)."""
+    nodes = [o.grad_fn for o in outputs if isinstance(o, Tensor) and o.grad_fn is not None]
     theirs = [t.grad_fn for t in inputs if isinstance(t, Tensor) and t.grad_fn is not None]
-    candidates: list[Any] = []
-    for out in outputs:
-        if isinstance(out, Tensor) and out.grad_fn is not None:
-            candidates.append(out.grad_fn)
-            candidates.extend(n for n, _ in out.grad_fn.next_functions if n is not None)
-    for node in candidates:
-        if type(node).__name__ == "CompiledFunctionBackward" and not any(
+
+    def ours(node: Any) -> bool:
+        return type(node).__name__ == "CompiledFunctionBackward" and not any(
             node is other for other in theirs
-        ):
-            return node
-    return None
+        )
+
+    found = next((n for n in nodes if ours(n)), None)
+    if found is None:
+        found = next((n for v in nodes for n, _ in v.next_functions if ours(n)), None)
+    return found
 
 
 Partition = Callable[..., tuple[torch.fx.GraphModule, torch.fx.GraphModule]]

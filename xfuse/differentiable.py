@@ -14,7 +14,9 @@ exported graph with the module's parameters and buffers as inputs (`TracedCall`)
 signature: the inputs' and the module state's layouts, the inputs' structure, `training`,
 grad mode, which tensors require grad, and autocast's settings. The forward is compiled then,
 the backward at the first backward. What eager's autograd would do that the programs cannot
-is refused in one line (`GradientUnsupportedError`), never run otherwise.
+is refused in one line (`GradientUnsupportedError`), never run otherwise. A write between
+the forward and the backward raises eager's version-counter error where eager's would, whatever
+the partitioner saved (`xfuse.aot.eager_saved`, `VersionCheck`).
 
 An inference program that updates its module's buffers (batch norm's running statistics in
 training mode), which the importer refuses, is AOTAutograd's functional program too: its
