@@ -13,7 +13,9 @@ from torch.export import Dim
 
 from xfuse.dialects import graph
 from xfuse.errors import SymbolicSizeError
-from xfuse.frontend.importer import import_module
+from xfuse.frontend.eager_rules import check_eager_rules
+from xfuse.frontend.importer import decomposition_table, import_module
+from xfuse.frontend.pytrees import export_support
 from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import parse
 from xfuse.ir.names import SIZES_ATTR
@@ -75,7 +77,7 @@ def test_a_size_below_two_is_raised_to_two() -> None:
     assert (symbol.low, symbol.high, symbol.hint) == (2, 64, 5)
 
 
-@pytest.mark.parametrize("fn", [lambda x: x[1:], lambda x: torch.arange(x.shape[0]) * x[:, 0]])
+@pytest.mark.parametrize("fn", [lambda x: x[1:], lambda x: x[:-1] * 2])
 def test_ops_without_symbolic_rules_refuse_in_one_line(fn: Any) -> None:
     with pytest.raises(
         SymbolicSizeError, match=r"^aten\.slice\.Tensor cannot import symbolic sizes yet"
@@ -129,3 +131,102 @@ def test_two_symbols_through_a_transpose_and_a_product() -> None:
     for n, m in ((2, 2), (4, 7)):
         x = torch.randn(n, m)
         torch.testing.assert_close(interpret(program.module, [x])[0], f(x))
+
+
+def test_an_arange_and_a_slice_of_a_static_dim_keep_the_symbol() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.arange(x.shape[0]) * x[:, 1] + x[:, 2:].sum(1)
+
+    program = import_module(f, (torch.randn(6, 4),), dynamic_shapes={"x": {0: Dim.AUTO}})
+    table = program.function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    (symbol,) = table.inputs()
+    (out,) = program.function.function_type.outputs.data
+    assert graph.dims_of(out) == (symbol.name,)
+    for n in (2, 5, 11):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(interpret(program.module, [x])[0], f(x))
+
+
+def gpt2() -> torch.nn.Module:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=64, use_cache=False
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def test_gpt2_keeps_its_sequence_symbol() -> None:
+    """torch.export keeps GPT-2's sequence length symbolic, and so do the import's checks of
+    eager's argument rules (their probe of the attention runs at the example's size without
+    guarding on it) and its decompositions: the import has one input symbol, read from the
+    token ids' dim 1, the logits are `[2, seq, vocab]` of it, and the imported program
+    matches eager at other lengths."""
+    model = gpt2()
+    ids = torch.randint(0, 128, (2, 8))
+    dynamic = {"input_ids": {1: Dim("seq", min=2, max=64)}}
+    with export_support():
+        exported = torch.export.export(model, (ids,), strict=False, dynamic_shapes=dynamic)
+        check_eager_rules(exported)
+        decomposed = exported.run_decompositions(decomposition_table(symbolic=True))
+    for program in (exported, decomposed):
+        (tokens,) = [n for n in program.graph.nodes if n.name == "input_ids"]
+        assert isinstance(tokens.meta["val"].shape[1], torch.SymInt)
+    imported = import_module(model, (ids,), dynamic_shapes=dynamic)
+    table = imported.function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    (symbol,) = table.inputs()
+    assert (symbol.source[1] if symbol.source else None, symbol.hint) == (1, 8)
+    logits = imported.function.function_type.outputs.data[0]
+    assert graph.dims_of(logits) == (2, symbol.name, 128)
+    with torch.no_grad():
+        for n in (3, 13):
+            x = torch.randint(0, 128, (2, n))
+            got = interpret(imported.module, imported.arguments(x))[0]
+            torch.testing.assert_close(got, model(x).logits)
+
+
+def test_eager_rule_probes_do_not_specialise_sizes() -> None:
+    """An attention with a boolean mask is probed against eager's argument rules at import;
+    the probe runs at the example's sizes without guarding on them, so the sizes stay
+    symbolic."""
+
+    def f(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+    seq = Dim("seq", min=2, max=64)
+    program = import_module(
+        f,
+        (torch.randn(1, 2, 8, 4), torch.ones(8, 8, dtype=torch.bool).tril()),
+        dynamic_shapes={"q": {2: seq}, "mask": {0: seq, 1: seq}},
+    )
+    assert SIZES_ATTR in program.function.attributes
+    for n in (3, 11):
+        q, mask = torch.randn(1, 2, n, 4), torch.ones(n, n, dtype=torch.bool).tril()
+        torch.testing.assert_close(interpret(program.module, [q, mask])[0], f(q, mask))
+
+
+def test_packed_sequence_ids_keep_their_symbol() -> None:
+    """transformers' packed-sequence ids: a `diff` of the positions with one element prepended
+    (decomposed without slicing by the symbol), a `cumsum` along the sequence, and a mask of
+    them gathered by two broadcast index tensors."""
+
+    def f(positions: torch.Tensor) -> torch.Tensor:
+        first = positions[:, :1] - 1
+        ids = (torch.diff(positions, prepend=first, dim=-1) != 1).cumsum(-1)
+        seq = torch.arange(positions.shape[1])
+        rows = torch.arange(2)[:, None, None]
+        return ids[rows, seq[None, :, None]] == ids[rows, seq[None, None, :]]
+
+    program = import_module(
+        f, (torch.arange(7).expand(2, 7),), dynamic_shapes={"positions": {1: Dim("seq", min=2)}}
+    )
+    table = program.function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    (symbol,) = table.inputs()
+    (out,) = program.function.function_type.outputs.data
+    assert graph.dims_of(out) == (2, symbol.name, symbol.name)
+    for n in (2, 5, 9):
+        positions = torch.cat([torch.arange(n // 2), torch.arange(n - n // 2)]).expand(2, n)
+        torch.testing.assert_close(interpret(program.module, [positions])[0], f(positions))

@@ -91,7 +91,7 @@ def test_a_static_program_is_refused() -> None:
 
 def test_a_group_without_a_symbolic_lowering_is_refused_in_one_line() -> None:
     program = import_module(
-        lambda x: torch.cumsum(x.exp(), 1),
+        lambda x: torch.flip(x.exp(), [0]),
         (torch.randn(5, 16),),
         dynamic_shapes={"x": {0: Dim("batch", min=2, max=64)}},
     )
@@ -100,3 +100,99 @@ def test_a_group_without_a_symbolic_lowering_is_refused_in_one_line() -> None:
     ) as e:
         SymbolicProgram(program.module)
     assert "\n" not in str(e.value)
+
+
+class Embeddings(torch.nn.Module):
+    """A language model's input: token and position embeddings (gathers from static tables at
+    symbolic positions, an iota over the sequence), the attention's head split (a reshape and
+    a permute of symbolic dims after the first) and a causal mask (iotas compared)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = torch.nn.Embedding(50, 16)
+        self.positions = torch.nn.Embedding(32, 16)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seq = ids.shape[1]
+        h = self.tokens(ids) + self.positions(torch.arange(seq).unsqueeze(0))
+        heads = h.view(ids.shape[0], seq, 2, 8).transpose(1, 2)
+        q, k = heads.split(4, dim=-1)
+        causal = torch.arange(seq).unsqueeze(0) <= torch.arange(seq).unsqueeze(1)
+        return (q * k.exp()).contiguous(), causal.to(torch.float32)
+
+
+def test_embeddings_heads_and_masks_compile_once_and_match_eager() -> None:
+    torch.manual_seed(0)
+    model = Embeddings().eval()
+    program = import_module(
+        model,
+        (torch.randint(0, 50, (2, 7)),),
+        dynamic_shapes={"ids": {1: Dim("seq", min=2, max=32)}},
+    )
+    backend = CountingBackend()
+    compiled = SymbolicProgram(program.module, backend=backend)
+    kernels = sorted(backend.compiled)
+    for seq in (2, 3, 8, 17, 32):
+        ids = torch.randint(0, 50, (2, seq))
+        got = compiled(*bind_arguments(program.function, [ids], program.params))
+        with torch.no_grad():
+            for g, want in zip(got, model(ids), strict=True):
+                torch.testing.assert_close(g, want)
+    assert sorted(backend.compiled) == kernels
+
+
+def test_a_token_out_of_range_raises_like_eager() -> None:
+    model = Embeddings().eval()
+    program = import_module(
+        model,
+        (torch.randint(0, 50, (2, 7)),),
+        dynamic_shapes={"ids": {1: Dim("seq", min=2, max=32)}},
+    )
+    compiled = SymbolicProgram(program.module)
+    ids = torch.randint(0, 50, (2, 5))
+    ids[1, 3] = 50
+    with pytest.raises(IndexError, match="index out of range"):
+        compiled(*bind_arguments(program.function, [ids], program.params))
+
+
+def test_a_scan_and_a_gather_along_the_symbol_compile_once_and_match_eager() -> None:
+    """A cumsum along the symbolic dim (its sequential loop to the runtime size) read back
+    through a gather along that dim (each index checked against the runtime size)."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.cumsum(0)[torch.arange(x.shape[0]) // 2] * 2
+
+    program = import_module(
+        f, (torch.randn(5, 4),), dynamic_shapes={"x": {0: Dim("n", min=2, max=64)}}
+    )
+    backend = CountingBackend()
+    compiled = SymbolicProgram(program.module, backend=backend)
+    kernels = sorted(backend.compiled)
+    for n in (2, 3, 17, 64):
+        x = torch.randn(n, 4)
+        (out,) = compiled(*bind_arguments(program.function, [x], program.params))
+        torch.testing.assert_close(out, f(x))
+    assert sorted(backend.compiled) == kernels
+
+
+def test_an_addmm_between_merging_reshapes_compiles_once_and_matches_eager() -> None:
+    """transformers' `Conv1D`: a layer norm's output viewed as `[2 * s, 16]`, an `addmm`, and
+    the result viewed back as `[2, s, 8]`: the import multiplies the unmerged input, so no
+    kernel reads through a reshape that merges the sequence with the batch."""
+    norm = torch.nn.LayerNorm(16).eval()
+    weight, bias = torch.randn(16, 8), torch.randn(8)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        h = norm(x)
+        y = torch.addmm(bias, h.view(-1, 16), weight).view(2, x.shape[1], 8)
+        return torch.tanh(y) + h[..., :8]
+
+    program = import_module(
+        f, (torch.randn(2, 5, 16),), dynamic_shapes={"x": {1: Dim("seq", min=2, max=64)}}
+    )
+    compiled = SymbolicProgram(program.module)
+    for n in (2, 7, 33):
+        x = torch.randn(2, n, 16)
+        (out,) = compiled(*bind_arguments(program.function, [x], program.params))
+        with torch.no_grad():
+            torch.testing.assert_close(out, f(x))

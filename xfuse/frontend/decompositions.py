@@ -337,10 +337,54 @@ OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+def _diff_keeping_size(
+    x: torch.Tensor,
+    n: int = 1,
+    dim: int = -1,
+    prepend: torch.Tensor | None = None,
+    append: torch.Tensor | None = None,
+) -> Any:
+    """`torch.diff(x, dim=dim, prepend=p)` with one element prepended, as an op of `x`'s own
+    shape: element i is `x[i] - x[i - 1]`, and `x[0] - p` at 0, where the previous elements are
+    `x` gathered at `max(i - 1, 0)` (torch's decomposition concatenates `p` and slices the
+    result by the symbolic size, which a symbolic import cannot hold). Other forms decompose
+    as torch's."""
+    one = prepend is not None and append is None and n == 1 and prepend.shape[dim] == 1
+    if not one:
+        return aten.diff.default.decompose(x, n, dim, prepend, append)
+    assert prepend is not None
+    dim = dim % x.dim()
+    count = x.shape[dim]
+    positions = torch.arange(count, device=x.device)
+    earlier = torch.clamp(positions - 1, min=0)
+    previous = aten.index.Tensor(x, [None] * dim + [earlier])
+    first = (positions == 0).reshape([count] + [1] * (x.dim() - dim - 1))
+    previous = torch.where(first, prepend.to(x.dtype), previous)
+    return x - previous if x.dtype != torch.bool else torch.logical_xor(x, previous)
+
+
+SYMBOLIC_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
+    "aten.diff.default": _diff_keeping_size,
+}
+"""Decompositions a symbolic import uses in place of torch's, whose results keep their sizes
+(no slice by a symbolic size): transformers' packed-sequence ids take a `diff` of the
+positions with one element prepended."""
+
+
 def _overload(name: str) -> torch._ops.OpOverload | None:
     """`aten.op.overload`'s OpOverload, None where this torch has no such op."""
     _, op, overload = name.split(".")
     return getattr(getattr(aten, op, None), overload, None)
+
+
+def symbolic_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
+    """`SYMBOLIC_DECOMPOSITIONS` by overload."""
+    table: dict[torch._ops.OpOverload, Callable[..., Any]] = {}
+    for name, fn in SYMBOLIC_DECOMPOSITIONS.items():
+        op = _overload(name)
+        if op is not None:
+            table[op] = fn
+    return table
 
 
 def extra_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:

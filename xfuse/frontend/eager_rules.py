@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -246,14 +247,21 @@ def probe(node: torch.fx.Node) -> None:
     """Run the node's op eagerly on zero tensors laid out as its arguments (`stand_in`; its
     other arguments as they are); re-raise what eager raises. A node on a device this
     process cannot run is not probed."""
-    stand_ins: dict[torch.fx.Node, torch.Tensor] = {}
+    stand_ins: dict[torch.fx.Node, Any] = {}
     for arg in node.all_input_nodes:
         val = arg.meta.get("val")
+        if isinstance(val, torch.SymInt):  # a symbolic size argument: at its example's size
+            size = size_hint(val)
+            if size is None:
+                return
+            stand_ins[arg] = size
+            continue
         if not isinstance(val, torch.Tensor):
             continue
-        if not runnable_here(val.device):
+        made = stand_in(val) if runnable_here(val.device) else None
+        if made is None:
             return
-        stand_ins[arg] = stand_in(val)
+        stand_ins[arg] = made
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: stand_ins.get(n, n))
     try:
         with torch.no_grad(), warnings.catch_warnings():
@@ -278,13 +286,27 @@ def eager_call_error(
     return None
 
 
-def stand_in(val: torch.Tensor) -> torch.Tensor:
+def size_hint(size: int | torch.SymInt) -> int | None:
+    """A size as an int: a symbolic one at its example's value (its hint), read without the
+    guard that `int()` would record (which would specialise the exported program to that
+    size); None for a symbol without a hint."""
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        return None if hint is None else int(hint)
+    return int(size)
+
+
+def stand_in(val: torch.Tensor) -> torch.Tensor | None:
     """Zeros laid out as `val` is: its shape, dtype, device and strides, since eager's kernels
     choose their path by layout too (a linear of a contiguous 3-D input with a bias is one
     `addmm`, which refuses an int bias; with an expanded bias it is a matmul and a promoting
-    add)."""
-    shape = tuple(int(d) for d in val.shape)
-    strides = tuple(int(s) for s in val.stride())
+    add). Symbolic sizes are taken at their examples' values, without guarding on them; None
+    where one has no such value."""
+    hinted = [size_hint(d) for d in (*val.shape, *val.stride())]
+    if any(h is None for h in hinted):
+        return None
+    shape = tuple(cast("list[int]", hinted[: val.dim()]))
+    strides = tuple(cast("list[int]", hinted[val.dim() :]))
     span = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) if all(shape) else 0
     memory = torch.zeros(span, dtype=val.dtype, device=val.device)
     return memory.as_strided(shape, strides)

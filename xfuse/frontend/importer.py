@@ -51,7 +51,7 @@ from xfuse.frontend.builder import (
     tensor_type_of_val,
     used_outputs,
 )
-from xfuse.frontend.decompositions import extra_decompositions
+from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
 from xfuse.frontend.eager_rules import check_eager_rules
 from xfuse.frontend.outputs import OutputRule, output_rules
 from xfuse.frontend.pytrees import export_support, picker
@@ -200,7 +200,7 @@ def import_program(
         try:
             # export_support: decomposing retraces, rebuilding library outputs (a DynamicCache).
             with _quiet("torch._subclasses.fake_tensor"), export_support():
-                program = program.run_decompositions(decomposition_table())
+                program = program.run_decompositions(decomposition_table(symbolic))
         except Exception as e:  # torch's own limits (e.g. in-place ops on expanded bool views)
             raise UnsupportedProgram(
                 f"torch.export failed while decomposing: {_first_line(e)}"
@@ -318,14 +318,17 @@ the backward reads): their decompositions give other output strides than their k
 so that the views after them would not hold."""
 
 
-def decomposition_table() -> dict[Any, Callable[..., Any]]:
+def decomposition_table(symbolic: bool = False) -> dict[Any, Callable[..., Any]]:
     """torch.export's core-aten table without the composite ops graph keeps whole and the
-    library kernels (`LIBRARY_KERNELS`)."""
+    library kernels (`LIBRARY_KERNELS`); for a symbolic import, with the decompositions that
+    keep sizes (`SYMBOLIC_DECOMPOSITIONS`)."""
     table = torch.export.default_decompositions()
     for name in (*KEPT_COMPOSITES, *LIBRARY_KERNELS):
         table.pop(resolve_overload(name), None)
     # What Inductor decomposes past core aten (an op the importer maps stays whole).
     table.update({op: f for op, f in extra_decompositions().items() if str(op) not in CONVERTERS})
+    if symbolic:
+        table.update(symbolic_decompositions())
     return table  # pyright: ignore[reportReturnType]
 
 

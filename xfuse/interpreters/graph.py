@@ -185,7 +185,10 @@ def _broadcast_in_dim(op: Operation, xs: list[Tensor]) -> Tensor:
 def _slice(op: Operation, xs: list[Tensor]) -> Tensor:
     assert isinstance(op, graph.SliceOp)
     start, limit, stride = op.bounds
-    index = tuple(slice(s, e, k) for s, e, k in zip(start, limit, stride, strict=True))
+    # A negative limit is a symbolic dim kept whole (graph.WHOLE_SYMBOLIC_DIM).
+    index = tuple(
+        slice(s, e if e >= 0 else None, k) for s, e, k in zip(start, limit, stride, strict=True)
+    )
     return xs[0][index].contiguous()
 
 
@@ -279,7 +282,7 @@ def tensor_results(out: Any) -> Tensor | tuple[Tensor, ...]:
 def _iota(op: Operation, xs: list[Tensor]) -> Tensor:
     """torch.arange (in i64, as eager's integer arange computes) along `dim`, broadcast."""
     assert isinstance(op, graph.IotaOp)
-    shape, dim = graph.shape_of(op.result), op.axis
+    shape, dim = concrete_shape(op.result), op.axis
     start, step = op.counting
     n = shape[dim]
     values = torch.arange(start, start + n * step, step, dtype=torch.int64)
@@ -472,7 +475,7 @@ def check_indices(indices: Tensor, size: int, wrap: bool) -> Tensor:
 def _gather(op: Operation, xs: list[Tensor]) -> Tensor:
     assert isinstance(op, graph.GatherOp)
     table, indices = xs[0], xs[1:]
-    dim, out = op.axis, graph.shape_of(op.result)
+    dim, out = op.axis, concrete_shape(op.result)
     index: list[Tensor] = []
     for m, size in enumerate(out):
         if m == dim:

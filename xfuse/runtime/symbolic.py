@@ -30,11 +30,11 @@ from xdsl.ir import SSAValue
 
 from xfuse.backends.cpu import CPUBackend, CPUKernel
 from xfuse.dialects import fusion, graph
-from xfuse.errors import SymbolicSizeError
+from xfuse.errors import IndexOutOfRangeError, SymbolicSizeError
 from xfuse.interpreters.graph import SIZES, find_function, prepare_op
 from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
-from xfuse.ir.names import EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
+from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
 from xfuse.pipeline import pipeline
 
 DEFAULT_PASSES = "decompose,fuse-greedy,group-cleanup,fold-linear"
@@ -53,6 +53,9 @@ class _Launch:
     dtypes: list[torch.dtype]
     size_args: list[str]
     extent: str | int
+    error_flag: bool = False
+    """The kernel takes an error flag after its outputs (it gathers): set, the launch raises
+    eager's index error."""
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
         buffers = [_tensor(values[i]).contiguous() for i in self.inputs]
@@ -60,8 +63,13 @@ class _Launch:
             torch.empty([d if isinstance(d, int) else sizes[d] for d in shape], dtype=t)
             for shape, t in zip(self.shapes, self.dtypes, strict=True)
         ]
+        flag = [torch.zeros(1, dtype=torch.uint8)] if self.error_flag else []
         extent = self.extent if isinstance(self.extent, int) else sizes[self.extent]
-        self.kernel.launch_sized([*buffers, *outs], [sizes[s] for s in self.size_args], extent)
+        self.kernel.launch_sized(
+            [*buffers, *outs, *flag], [sizes[s] for s in self.size_args], extent
+        )
+        if flag and flag[0].item():
+            raise IndexOutOfRangeError.in_kernel(self.kernel.name)
         for slot, out in zip(self.outputs, outs, strict=True):
             values[slot] = out
 
@@ -149,6 +157,7 @@ class SymbolicProgram:
                         [dtypes.to_torch(graph.dtype_of(r)) for r in op.results],
                         [s.data for s in size_args] if isinstance(size_args, ArrayAttr) else [],  # pyright: ignore[reportUnknownMemberType]
                         extent.data if isinstance(extent, StringAttr) else kernel.extent,
+                        ERROR_FLAG_ATTR in ir.attributes,
                     )
                 )
             else:

@@ -4,11 +4,13 @@ programs at two sizes of their symbol."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, SSAValue
 
 import xfuse
 from xfuse.dialects import graph
@@ -176,7 +178,8 @@ def test_fusion_keeps_the_meaning_of_random_symbolic_programs(spec: str) -> None
         if program is None:
             continue
         fused = xfuse.pipeline(spec)(parse(str(program)))
-        assert any(graph.is_symbolic(v) for v in fused.walk() for v in v.results)
+        # (dead code may go: a symbolic input whose readers all reduce it is a group's)
+        assert any(graph.is_symbolic(cast(SSAValue, v)) for v in all_values(fused))
         for n in (SIZE, 5):
             want = interpret(program, inputs_at(program, {"s0": n}, seed))
             got = interpret(fused, inputs_at(program, {"s0": n}, seed))

@@ -149,6 +149,7 @@ from xfuse.dialects.graph.layout import (
     INDEX_MAP_OPS,
     LAYOUT_OPS,
     STRIDED_VIEWS,
+    WHOLE_SYMBOLIC_DIM,
     BroadcastInDimOp,
     ConcatOp,
     FlipOp,
@@ -159,6 +160,7 @@ from xfuse.dialects.graph.layout import (
     RollOp,
     SliceOp,
     read_only_by_externs,
+    slice_dims,
     slice_shape,
 )
 from xfuse.dialects.graph.reductions import (
@@ -347,6 +349,8 @@ __all__ = [
     "STRIDED_VIEWS",
     "SliceOp",
     "read_only_by_externs",
+    "WHOLE_SYMBOLIC_DIM",
+    "slice_dims",
     "slice_shape",
     "PAD_MODES",
     "POOL_KINDS",

@@ -57,7 +57,7 @@ from xfuse.dialects.graph.base import (
     size_table,
     tensor_of,
 )
-from xfuse.dialects.graph.sizes import SizeExpr
+from xfuse.dialects.graph.sizes import MIN_SIZE, SizeExpr
 
 # ---------------------------------------------------------------------------------------------
 # Broadcast
@@ -190,7 +190,9 @@ class PermuteOp(OneTensorOp):
 
 @irdl_op_definition
 class SliceOp(OneTensorOp):
-    """Strided slice, per dim `start:limit:stride` (stride > 0).
+    """Strided slice, per dim `start:limit:stride` (stride > 0). A symbolic dim is kept
+    whole, `0:-1:1` there (`WHOLE_SYMBOLIC_DIM`), the result naming its symbol; or sliced
+    within its first `MIN_SIZE` elements (which every size has), a static result dim.
     `%y = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>`"""
 
     name = "graph.slice"
@@ -206,6 +208,7 @@ class SliceOp(OneTensorOp):
         "$input `start` `=` $start `limit` `=` $limit `stride` `=` $stride attr-dict "
         "`:` type($input) `->` type($result)"
     )
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -214,9 +217,14 @@ class SliceOp(OneTensorOp):
         limit: Sequence[int],
         stride: Sequence[int],
     ):
+        dims = dims_of(SSAValue.get(input))
+        # a symbolic dim's limit (DYNAMIC_INDEX where it is `shape_of`'s) as the verifier has it
+        limit = [
+            -1 if isinstance(d, str) and e < 0 else e for d, e in zip(dims, limit, strict=True)
+        ]
         super().__init__(
             input,
-            slice_shape(start, limit, stride),
+            slice_dims(dims, start, limit, stride),
             start=_i64_array(start),
             limit=_i64_array(limit),
             stride=_i64_array(stride),
@@ -227,23 +235,45 @@ class SliceOp(OneTensorOp):
         return _ints(self.start), _ints(self.limit), _ints(self.stride)
 
     def verify_(self) -> None:
-        shape = self._check_tensors().get_shape()
+        self._check_tensors()
+        dims = dims_of(self.input)
         start, limit, stride = self.bounds
-        _check_counts(len(shape), "the operand's rank", start=start, limit=limit, stride=stride)
+        _check_counts(len(dims), "the operand's rank", start=start, limit=limit, stride=stride)
         for i, (s, e, k) in enumerate(zip(start, limit, stride, strict=True)):
+            d = dims[i]
+            if (s, e, k) == WHOLE_SYMBOLIC_DIM and isinstance(d, str):
+                continue
+            # a symbolic dim is at least MIN_SIZE long: a slice within that is static
+            size = MIN_SIZE if isinstance(d, str) else d
             if k <= 0:
                 raise VerifyException(f"expected a positive stride in dim {i}, found {k}")
-            if not 0 <= s <= e <= shape[i]:
+            if not 0 <= s <= e <= size:
                 raise VerifyException(
-                    f"expected 0 <= start <= limit <= {shape[i]} in dim {i}, found {s}:{e}"
+                    f"expected 0 <= start <= limit <= {size} in dim {i}, found {s}:{e}"
                 )
-        _check_result_shape(self, slice_shape(start, limit, stride))
+        _check_result_shape(self, slice_dims(dims, start, limit, stride))
 
 
 def slice_shape(
     start: Sequence[int], limit: Sequence[int], stride: Sequence[int]
 ) -> tuple[int, ...]:
     return tuple(max(0, (e - s + k - 1) // k) for s, e, k in zip(start, limit, stride, strict=True))
+
+
+WHOLE_SYMBOLIC_DIM = (0, -1, 1)
+"""A slice's `start:limit:stride` along a symbolic dim: the whole dim."""
+
+
+def slice_dims(
+    dims: Sequence[Dim], start: Sequence[int], limit: Sequence[int], stride: Sequence[int]
+) -> tuple[Dim, ...]:
+    """A slice's result dims: a symbolic dim kept whole stays itself, others as
+    `slice_shape`."""
+    static = slice_shape(start, limit, stride)
+    return tuple(
+        d if isinstance(d, str) and bounds == WHOLE_SYMBOLIC_DIM else n
+        for d, n, bounds in zip(dims, static, zip(start, limit, stride, strict=True), strict=True)
+    )
 
 
 @irdl_op_definition
@@ -366,19 +396,20 @@ class GatherOp(IRDLOperation):
         "$table `[` $indices `]` `dim` `=` $dim (`wrap` $wrap^)? attr-dict `:` type($table) `,` "
         "type($indices) `->` type($result)"
     )
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(
         self,
         table: SSAValue | Operation,
         indices: Sequence[SSAValue | Operation],
         dim: int,
-        shape: Sequence[int],
+        shape: Sequence[Dim],
         wrap: bool = False,
     ):
         table = SSAValue.get(table)
         super().__init__(
             operands=[table, [SSAValue.get(i) for i in indices]],
-            result_types=[TensorType(dtype_of(table), shape)],
+            result_types=[tensor_of(dtype_of(table), shape)],
             properties={"dim": IntegerAttr(dim, i64), "wrap": UnitAttr() if wrap else None},
         )
 
@@ -407,22 +438,33 @@ class GatherOp(IRDLOperation):
                 f"{k - 1}) and a result of rank >= 1, found {len(table)}"
             )
         _check_dims([self.axis], rank, "dim")
+        result = dims_of(self.result)
         for j, v in enumerate(self.indices):
-            shape = _check_tensor(v, f"index {j}").get_shape()
+            _check_tensor(v, f"index {j}")
+            shape = dims_of(v)
             if str(dtype_of(v)) not in INDEX_DTYPES:
                 raise VerifyException(f"expected index {j} of type i32 or i64, found {dtype_of(v)}")
-            if len(shape) != rank or any(a not in (1, b) for a, b in zip(shape, out, strict=True)):
+            if len(shape) != rank or any(
+                a not in (1, b) for a, b in zip(shape, result, strict=True)
+            ):
                 raise VerifyException(
                     f"index {j} of shape {fmt_shape(shape)} does not broadcast to the result "
-                    f"shape {fmt_shape(out)}"
+                    f"shape {fmt_shape(result)}"
                 )
         for m in range(rank):
-            size = table[self.table_dim(m)]
-            if m != self.axis and size != 1 and size < out[m]:
-                raise VerifyException(
-                    f"table dim {self.table_dim(m)} of size {size} is smaller than result "
-                    f"dim {m} of size {out[m]} (it must be 1 or at least as large)"
-                )
+            self._check_table_dim(m, dims_of(self.table)[self.table_dim(m)], result[m])
+
+    def _check_table_dim(self, m: int, size: Dim, out: Dim) -> None:
+        """A table dim outside the indexed ones is 1, or at least as large as the result's
+        (a symbolic one: the result's own symbol)."""
+        if m == self.axis or size == 1 or size == out:
+            return
+        if isinstance(size, int) and isinstance(out, int) and size >= out:
+            return
+        raise VerifyException(
+            f"table dim {self.table_dim(m)} of size {size} is smaller than result "
+            f"dim {m} of size {out} (it must be 1 or at least as large)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,6 +492,7 @@ class IotaOp(IRDLOperation):
     assembly_format = (
         "`dim` `=` $dim `start` `=` $start `step` `=` $step attr-dict `:` type($result)"
     )
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(self, result_type: Attribute, dim: int = 0, start: int = 0, step: int = 1):
         super().__init__(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch.fx
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _rank
@@ -37,13 +37,39 @@ def _second(a: Args) -> str:
     return "mat2" if "mat2" in a else "other"
 
 
+def _unmerged(x: SSAValue) -> SSAValue | None:
+    """The input of the reshape that made `x` (`[e, C]`) by merging leading dims with a size
+    symbol (`[2, s, C]`, `e = 2 * s`), else None. A symbolic import multiplies that input
+    instead: the merged dim would be a reshape whose index divides by the symbol, which the
+    loops of the layer norms and bias adds fused with it cannot compute."""
+    owner = x.owner
+    if not (isinstance(owner, graph.ReshapeOp) and graph.is_symbolic(x) and _rank(x) == 2):
+        return None
+    source = graph.dims_of(owner.input)
+    if len(source) < 3 or source[-1] != graph.dims_of(x)[-1]:
+        return None
+    return owner.input
+
+
 def _addmm(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
-    """beta * input + alpha * (mat1 @ mat2)."""
+    """beta * input + alpha * (mat1 @ mat2); where mat1 merged leading dims with a size symbol,
+    the product of the unmerged input, reshaped to the merged result at the end (a reshape
+    back, transformers' `Conv1D`, then gives the unmerged result: `layout._reshape`)."""
     t = out_type(node)
     dtype = t.element_type
-    y = _matmul_values(
-        lw, lw.operand(a["mat1"], dtype), lw.operand(a["mat2"], dtype), t.get_shape()
-    )
+    mat1, mat2 = lw.operand(a["mat1"], dtype), lw.operand(a["mat2"], dtype)
+    bias = a["self"].meta.get("val") if isinstance(a["self"], torch.fx.Node) else None
+    by_row = isinstance(bias, torch.Tensor) and bias.dim() == 2 and bias.shape[0] != 1
+    unmerged = _unmerged(mat1) if _rank(mat2) == 2 and not by_row else None
+    if unmerged is not None:
+        y = lw.emit(graph.MatmulOp(unmerged, mat2))
+        return lw.reshape(_scaled_sum(lw, a, y, dtype), t.get_shape())
+    y = _matmul_values(lw, mat1, mat2, t.get_shape())
+    return _scaled_sum(lw, a, y, dtype)
+
+
+def _scaled_sum(lw: ImportBuilder, a: Args, y: SSAValue, dtype: Attribute) -> SSAValue:
+    """addmm's `beta * input + alpha * y`."""
     if a["alpha"] != 1:
         y = lw.emit(graph.MulOp(y, lw.constant(a["alpha"], dtype)))
     if a["beta"] == 0:

@@ -53,8 +53,23 @@ def _embedding(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     weight, indices = lw.tensor(a["weight"]), lw.tensor(a["indices"])
     if _rank(weight) != 2 or not _index_tensor(indices):
         return None
+    if graph.is_symbolic(indices) and not graph.is_symbolic(weight):
+        return _symbolic_embedding(lw, weight, indices)
     rows = _gather_dim(lw, weight, _column(lw, indices, 2, 0), 0)
     return lw.reshape(rows, out_type(node).get_shape())
+
+
+def _symbolic_embedding(lw: ImportBuilder, weight: SSAValue, indices: SSAValue) -> SSAValue:
+    """An embedding of indices with symbolic sizes, without flattening them (that would be a
+    reshape whose index divides by a symbol): the weight `[V, D]` viewed as `[1, .., 1, V,
+    D]` is gathered along its `V` dim by the indices broadcast to `[*I, 1]`, giving `[*I, D]`
+    with the indices' own size symbols."""
+    dims = graph.dims_of(indices)
+    rank = len(dims)  # >= 1: a symbolic tensor has a dim
+    vocab, width = graph.shape_of(weight)
+    table = lw.reshape(weight, [1] * (rank - 1) + [vocab, width])
+    column = lw.emit(graph.BroadcastInDimOp(indices, [*dims, 1], list(range(rank))))
+    return lw.emit(graph.GatherOp(table, [column], rank - 1, [*dims, width]))
 
 
 def _index_select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
@@ -105,12 +120,61 @@ def _advanced_index(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         x = _permute_dims(lw, x, positions + rest)
         positions = list(range(len(positions)))
     first, k = positions[0], len(positions)
+    if graph.is_symbolic(x) or any(graph.is_symbolic(t) for t in tensors):
+        return _symbolic_advanced_index(lw, x, tensors, first)
     table = graph.shape_of(x)
     rank = len(table) - k + 1
     columns = [_column(lw, _expand_to(lw, t, shape), rank, first) for t in tensors]
     out = [*table[:first], graph.numel(shape), *table[first + k :]]
     value = lw.emit(graph.GatherOp(x, columns, first, out, wrap=True))
     return lw.reshape(value, out_type(node).get_shape())
+
+
+def _broadcast_dims(shapes: Sequence[tuple[graph.Dim, ...]]) -> tuple[graph.Dim, ...] | None:
+    """Torch broadcasting of shapes with size symbols (aligned on the right; 1 against a size
+    is that size, equal sizes are themselves), None where two differ."""
+    rank = max(len(s) for s in shapes)
+    out: list[graph.Dim] = []
+    for k in range(rank):
+        sizes = {s[k - rank + len(s)] for s in shapes if k - rank + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def _with_ones(lw: ImportBuilder, x: SSAValue, before: int, ones: int, after: int) -> SSAValue:
+    """`x` with `ones` dims of size 1 before its dims from `before` on (a broadcast, which
+    keeps its size symbols), then padded with 1s to `after` dims after those."""
+    dims = graph.dims_of(x)
+    shape = [*dims[:before], *[1] * ones, *dims[before:]]
+    shape += [1] * (after - len(shape))
+    if len(shape) == len(dims):
+        return x
+    mapping = [k if k < before else k + ones for k in range(len(dims))]
+    return lw.emit(graph.BroadcastInDimOp(x, shape, mapping))
+
+
+def _symbolic_advanced_index(
+    lw: ImportBuilder, x: SSAValue, tensors: list[SSAValue], first: int
+) -> Value:
+    """`x[..., i0, .., ik-1, ...]` (indexed dims `first`..`first+k-1`) with size symbols,
+    without flattening the indices (a reshape that would divide by a symbol): the index
+    tensors broadcast to `B` (rank r), the table gets r - 1 dims of size 1 before the indexed
+    ones, each index is laid out as `[1] * first + B + [1] * rest`, and one gather along the
+    last of the new dims gives `x`'s dims before, `B`, and `x`'s dims after, as torch does."""
+    shape = _broadcast_dims([graph.dims_of(t) for t in tensors])
+    if shape is None:
+        return None
+    k, r = len(tensors), len(shape)
+    dims = graph.dims_of(x)
+    rest = len(dims) - first - k
+    table = _with_ones(lw, x, first, r - 1, 0)
+    columns = [
+        _with_ones(lw, t, 0, first + r - len(graph.dims_of(t)), first + r + rest) for t in tensors
+    ]
+    out = [*dims[:first], *shape, *dims[first + k :]]
+    return lw.emit(graph.GatherOp(table, columns, first + r - 1, out, wrap=True))
 
 
 _INDEXING: dict[str, Converter] = {

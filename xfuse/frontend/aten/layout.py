@@ -20,7 +20,19 @@ from xfuse.frontend.builder import ImportBuilder, Value, out_type, result_types
 
 
 def _reshape(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
-    return lw.reshape(lw.tensor(a["self"]), out_type(node).get_shape())
+    x, t = lw.tensor(a["self"]), out_type(node)
+    undone = _round_trip(x, t)
+    return undone if undone is not None else lw.reshape(x, t.get_shape())
+
+
+def _round_trip(x: SSAValue, t: TensorType[Attribute]) -> SSAValue | None:
+    """Where `x` has symbolic sizes and is a reshape of a value of `t`'s dims: that value (a
+    reshape there and back is no op; through a dim merged with a symbol, two reshapes the
+    loops cannot lower)."""
+    owner = x.owner
+    if not (isinstance(owner, graph.ReshapeOp) and graph.is_symbolic(x)):
+        return None
+    return owner.input if graph.dims_of(owner.input) == graph.dims_of(t) else None
 
 
 def _expand(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
@@ -53,16 +65,38 @@ def _transpose(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     return _permute_dims(lw, x, perm)
 
 
+UNBOUNDED_END = 1 << 62
+"""An end at or past which a slice of a symbolic dim reaches its end (torch writes `x[a:]` as
+an end of 2^63 - 1)."""
+
+
 def _slice_dim(
     lw: ImportBuilder, x: SSAValue, dim: int, start: int, end: int, step: int = 1
 ) -> SSAValue:
-    """x[..., start:end:step, ...] along `dim`, with torch's clamping of start and end."""
+    """x[..., start:end:step, ...] along `dim`, with torch's clamping of start and end. A
+    symbolic dim (size unknown here) is taken whole, or within its first `MIN_SIZE` elements,
+    which every size has; the other dims of `x` may be symbolic (a `graph.slice` keeps them
+    whole)."""
     shape = graph.shape_of(x)
     size = shape[dim]
+    if size < 0:
+        if start == 0 and end >= UNBOUNDED_END and step == 1:
+            return x
+        if not 0 <= start <= end <= graph.MIN_SIZE:
+            raise ValueError(f"a slice {start}:{end}:{step} of symbolic dim {dim}")
+        return _emit_slice(lw, x, dim, start, end, step)
     start = min(max(start + size if start < 0 else start, 0), size)
     end = min(max(end + size if end < 0 else end, start), size)
     if (start, end, step) == (0, size, 1):
         return x
+    return _emit_slice(lw, x, dim, start, end, step)
+
+
+def _emit_slice(
+    lw: ImportBuilder, x: SSAValue, dim: int, start: int, end: int, step: int
+) -> SSAValue:
+    """A `graph.slice` of `dim`, the other dims whole."""
+    shape = graph.shape_of(x)
     starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
     starts[dim], limits[dim], strides[dim] = start, end, step
     return lw.emit(graph.SliceOp(x, starts, limits, strides))
@@ -74,7 +108,8 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         return None
     size = graph.shape_of(x)[a["dim"] % _rank(x)]
     start = 0 if a["start"] is None else a["start"]
-    end = size if a["end"] is None else a["end"]
+    whole = size if size >= 0 else UNBOUNDED_END  # a symbolic dim's end
+    end = whole if a["end"] is None else a["end"]
     return _slice_dim(lw, x, a["dim"] % _rank(x), start, end, a["step"])
 
 
@@ -165,7 +200,8 @@ def _arange(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 def _flip(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
-    dims = [d for d in _norm_dims(a["dims"], _rank(x)) if graph.shape_of(x)[d] > 1]
+    sizes = graph.shape_of(x)  # a symbolic dim (negative here) is longer than 1
+    dims = [d for d in _norm_dims(a["dims"], _rank(x)) if sizes[d] > 1 or sizes[d] < 0]
     if not a["dims"] or not dims:
         return x
     return lw.emit(graph.FlipOp(x, dims))

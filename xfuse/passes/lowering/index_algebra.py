@@ -66,13 +66,21 @@ class Gathered:
     indices: SSAValue
     at: Index
     size: int
+    """The indexed dim's size; of a symbolic one (`symbol`), an upper bound of it."""
     wrap: bool
+    symbol: str | None = None
+    """The size symbol of a symbolic indexed dim, whose runtime size the index is checked
+    against (docs/dynamic-shapes.md)."""
 
     def __repr__(self) -> str:  # the sort key of `make_affine`: stable, cheap
-        return f"Gathered({id(self.indices)}, {self.at}, {self.size}, {self.wrap})"
+        return f"Gathered({id(self.indices)}, {self.at}, {self.size}, {self.wrap}, {self.symbol})"
 
 
 Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect | Gathered
+
+UNBOUNDED = 1 << 62
+"""The upper bound of a size symbol without a finite one (buffers are smaller than 2^63
+bytes)."""
 
 
 @dataclass(frozen=True)

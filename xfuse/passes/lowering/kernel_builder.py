@@ -563,11 +563,21 @@ class KernelBuilder:
         c = a.divisor if isinstance(a, FloorDiv) else a.modulus
         return self.insert(op(self.index_value(a.arg), self.index_constant(c)))
 
+    @property
+    def error_flag_position(self) -> int:
+        """The error flag's argument: after the buffers and outputs (size arguments follow)."""
+        return len(self.buffers) + len(self.outputs)
+
     def _gathered(self, a: Gathered) -> SSAValue:
         """The index tensor's element as an index in [0, size): wrapped where torch wraps,
         clamped (to 0) when outside, which also sets the kernel's error flag."""
         i = self.insert(arith.IndexCastOp(self.value_at(a.indices, a.at), IndexType()))
-        zero, size = self.index_constant(0), self.index_constant(a.size)
+        zero = self.index_constant(0)
+        size = (
+            self.sizes.of(a.symbol)
+            if a.symbol is not None and self.sizes is not None
+            else self.index_constant(a.size)
+        )
         if a.wrap:
             negative = self.insert(arith.CmpiOp(i, zero, "slt"))
             i = self.insert(arith.SelectOp(negative, self.insert(arith.AddiOp(i, size)), i))
@@ -575,7 +585,9 @@ class KernelBuilder:
         report = Block()
         report.add_ops(
             [
-                memref.StoreOp.get(self.constant(1, i8), self.args[-1], [zero]),
+                memref.StoreOp.get(
+                    self.constant(1, i8), self.args[self.error_flag_position], [zero]
+                ),
                 scf.YieldOp(),
             ]
         )

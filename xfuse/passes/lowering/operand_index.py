@@ -7,13 +7,16 @@ flip, roll) and torch broadcasting map the index; `graph.gather` reads its table
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import cast
 
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.graph import shape_of
+from xfuse.dialects.graph import Dim, dims_of, shape_of
 from xfuse.passes.lowering.index_algebra import (
+    UNBOUNDED,
     ZERO,
     Affine,
     Gathered,
@@ -41,6 +44,9 @@ def operand_indices(op: Operation, index: Index) -> list[Index]:
         in_shape = shape_of(op.input)
         return [tuple(ZERO if in_shape[i] == 1 else index[d] for i, d in enumerate(op.dim_map))]
     if isinstance(op, graph.ReshapeOp):
+        runs = symbol_runs(dims_of(op.input), dims_of(op.result))
+        if runs is not None:
+            return [run_reshape_index(index, runs)]
         return [delinearize(linearize(index, out_shape), shape_of(op.input))]
     if isinstance(op, graph.PermuteOp):
         src = [ZERO] * len(index)
@@ -66,6 +72,63 @@ def operand_indices(op: Operation, index: Index) -> list[Index]:
     return [broadcast_index(index, shape_of(v), out_shape) for v in op.operands]
 
 
+Run = tuple[tuple[int, ...], tuple[int, ...], tuple[Dim, ...], tuple[Dim, ...]]
+"""Positions of a run of dims in a reshape's input and result, and their sizes."""
+
+
+def _split_at_symbols(dims: tuple[Dim, ...]) -> list[tuple[int, ...]]:
+    """Positions of `dims` as alternating runs: static dims (maybe none), one symbolic dim,
+    static dims, ..., ending with a run of static dims."""
+    runs: list[tuple[int, ...]] = []
+    static: list[int] = []
+    for k, d in enumerate(dims):
+        if isinstance(d, str):
+            runs += [tuple(static), (k,)]
+            static = []
+        else:
+            static.append(k)
+    return [*runs, tuple(static)]
+
+
+def symbol_runs(src: tuple[Dim, ...], dst: tuple[Dim, ...]) -> list[Run] | None:
+    """A reshape of symbolic dims after the first as runs that map on their own: each
+    symbolic dim of the result is the same symbol of the input, in the same order, and the
+    static dims between two of them have the same product on both sides (`[2, s, 64]` to `[2,
+    s, 2, 32]`). None where that does not hold, or where no dim after the first is symbolic
+    (the static index arithmetic serves)."""
+    if all(isinstance(d, int) for d in (*src[1:], *dst[1:])):
+        return None
+    a, b = _split_at_symbols(src), _split_at_symbols(dst)
+    if len(a) != len(b):
+        return None
+    runs: list[Run] = []
+    for ra, rb in zip(a, b, strict=True):
+        da, db = tuple(src[k] for k in ra), tuple(dst[k] for k in rb)
+        if len(ra) == 1 and isinstance(da[0], str) or len(rb) == 1 and isinstance(db[0], str):
+            if da != db:
+                return None
+        elif math.prod(cast("tuple[int, ...]", da)) != math.prod(cast("tuple[int, ...]", db)):
+            return None
+        runs.append((ra, rb, da, db))
+    return runs
+
+
+def run_reshape_index(index: Index, runs: list[Run]) -> Index:
+    """The input index of a reshape's result element at `index`, run by run (`symbol_runs`):
+    a symbolic dim reads its own index, static runs the static reshape's."""
+    src: dict[int, Affine] = {}
+    for ra, rb, da, db in runs:
+        if not ra:
+            continue
+        if isinstance(da[0], str):
+            src[ra[0]] = index[rb[0]]
+            continue
+        static_in, static_out = cast("tuple[int, ...]", da), cast("tuple[int, ...]", db)
+        flat = linearize([index[k] for k in rb], static_out) if rb else ZERO
+        src.update(zip(ra, delinearize(flat, static_in), strict=True))
+    return tuple(src[k] for k in range(len(src)))
+
+
 def flipped_index(index: Index, shape: Sequence[int], dims: Sequence[int]) -> Index:
     """Element i of a dim of size n flipped reads element n - 1 - i."""
     return tuple(
@@ -82,12 +145,21 @@ def rolled_index(index: Index, shape: Sequence[int], shifts: dict[int, int]) -> 
     )
 
 
+def _gathered(indices: SSAValue, at: Index, size: Dim, wrap: bool) -> Gathered:
+    """The data-dependent index into a table dim of `size` (a symbolic one: checked against
+    its runtime size, bounded by `UNBOUNDED` for the index algebra)."""
+    if isinstance(size, str):
+        return Gathered(indices, at, UNBOUNDED, wrap, size)
+    return Gathered(indices, at, size, wrap)
+
+
 def gather_indices(op: graph.GatherOp, index: Index) -> list[Index]:
     """The table's index (a `Gathered` atom per indexed dim) and each index tensor's."""
     table = shape_of(op.table)
+    dims = dims_of(op.table)
     reads = [broadcast_index(index, shape_of(v), shape_of(op.result)) for v in op.indices]
     picked = [
-        Affine(((Gathered(v, at, table[op.axis + j], op.wraps), 1),))
+        Affine(((_gathered(v, at, dims[op.axis + j], op.wraps), 1),))
         for j, (v, at) in enumerate(zip(op.indices, reads, strict=True))
     ]
     outer = [ZERO if table[op.table_dim(m)] == 1 else e for m, e in enumerate(index)]

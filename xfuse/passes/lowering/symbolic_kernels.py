@@ -16,9 +16,15 @@ every size of its symbols.
   (`LoopVar.size`, `upper_bound`) for the index algebra's simplifications, which are then valid
   for every size in range. A mean divides by its runtime count.
 - Ops: those with a scalar rule, splat and static constants, reductions (all over the same dims
-  of one shape, as static kernels), `broadcast_in_dim`, `permute`, and `reshape` where only the
-  first dim of each side is symbolic (the strides stay static). An output is of the full shape
-  or the row shape. Anything else is refused in one line naming the op (`check_symbolic`).
+  of one shape, as static kernels), `broadcast_in_dim`, `permute`, `reshape` where only the
+  first dim of each side is symbolic (the strides stay static) or whose symbolic dims stay
+  themselves between static runs of equal products (`[2, s, 64]` to `[2, s, 2, 32]`), `slice`
+  (a symbolic dim kept whole, or within its first `MIN_SIZE` elements), `iota` (the loop
+  index), `gather` (an index is checked against the indexed dim's size, a symbolic one's at
+  run time, and reported through the kernel's error flag, which comes after the outputs and
+  before the size arguments) and one scan along any dim (`ScanLoop`'s rule: its dim the
+  sequential loop). An output is of the full shape or the row shape. Anything else is
+  refused in one line naming the op (`check_symbolic`).
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.graph import Dim, SizeExpr, SizesAttr, dims_of, dtype_of, is_symbolic
-from xfuse.passes.fusion.kernel_loops import RowShape
+from xfuse.passes.fusion.kernel_loops import RowShape, ScanLoop
 from xfuse.passes.lowering.domains import Domain, nd_domain
 from xfuse.passes.lowering.emitter import LoopLoweringError
 from xfuse.passes.lowering.index_algebra import (
+    UNBOUNDED,
     ZERO,
     Affine,
     Index,
@@ -43,6 +50,7 @@ from xfuse.passes.lowering.index_algebra import (
     linearize,
     loop_vars,
 )
+from xfuse.passes.lowering.operand_index import symbol_runs
 from xfuse.passes.lowering.scalar_ops import has_scalar_rule
 
 
@@ -52,6 +60,7 @@ class KernelBuilder(Protocol):
     group: fusion.GroupOp
     outputs: list[SSAValue]
     reductions: list[graph.ReduceOp]
+    scans: list[graph.ScanOp]
     args: list[BlockArgument]
 
     def error(self, reason: str) -> LoopLoweringError: ...
@@ -71,17 +80,20 @@ class KernelBuilder(Protocol):
     ) -> SSAValue: ...
 
 
-UNBOUNDED = 1 << 62
-"""The upper bound of a symbol without a finite one (buffers are smaller than 2^63 bytes)."""
-
 SYMBOLIC_OPS: tuple[type[Operation], ...] = (
     graph.ConstantOp,
     graph.ReduceOp,
     graph.BroadcastInDimOp,
     graph.PermuteOp,
     graph.ReshapeOp,
+    graph.SliceOp,
+    graph.IotaOp,
+    graph.GatherOp,
+    graph.ScanOp,
 )
-"""The ops a symbolic kernel computes besides those with a scalar rule."""
+"""The ops a symbolic kernel computes besides those with a scalar rule (a slice keeps its
+symbolic dims whole or static, an iota counts along its loop index whatever its length, a
+gather checks an index against a symbolic dim's runtime size, a scan runs to it)."""
 
 
 def group_values(group: fusion.GroupOp) -> Iterator[SSAValue]:
@@ -132,7 +144,10 @@ def check_symbolic(b: KernelBuilder) -> None:
             continue
         if not (has_scalar_rule(op.name) or isinstance(op, SYMBOLIC_OPS)):
             raise b.error(f"'{op.name}' on symbolic sizes has no loop lowering yet")
-        if isinstance(op, graph.ReshapeOp):
+        if (
+            isinstance(op, graph.ReshapeOp)
+            and symbol_runs(dims_of(op.input), dims_of(op.result)) is None
+        ):
             for v in (op.input, op.result):
                 if any(isinstance(d, str) for d in dims_of(v)[1:]):
                     raise b.error(
@@ -144,7 +159,14 @@ def check_symbolic(b: KernelBuilder) -> None:
 
 def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
     """One loop per dim of size != 1 of the group's full shape (`nd_domain`'s loops, the
-    symbolic dims bounded by their runtime sizes); every output of the full or the row shape."""
+    symbolic dims bounded by their runtime sizes); every output of the full or the row shape.
+    A scan's group: its dim the sequential loop, every output of its shape (`ScanLoop`)."""
+
+    def loop_var(k: int, d: Dim) -> LoopVar:
+        return LoopVar(k, upper_bound(table, d), d) if isinstance(d, str) else LoopVar(k, d)
+
+    if b.scans:
+        return _scan_domain(b, loop_var)
     rows = b.row_shape()  # (the same reductions rule as static kernels)
     full = dims_of(b.reductions[0].input) if b.reductions else dims_of(b.outputs[0])
     dims = rows.dims
@@ -157,10 +179,22 @@ def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
                 f"shape {graph.fmt_shape(full)} nor its row shape (symbolic sizes)"
             )
 
-    def loop_var(k: int, d: Dim) -> LoopVar:
-        return LoopVar(k, upper_bound(table, d), d) if isinstance(d, str) else LoopVar(k, d)
-
     return nd_domain(rows.full, dims, full, loop_var)
+
+
+def _scan_domain(b: KernelBuilder, loop_var: Callable[[int, Dim], LoopVar]) -> Domain:
+    """The one scan's shape, its dim the sequential loop (as `scans.scan_domain`, on dims)."""
+    if not ScanLoop.computes(len(b.scans), len(b.reductions)):
+        raise b.error("a scan shares its kernel with another scan or a reduction")
+    scan = b.scans[0]
+    full = dims_of(scan.result)
+    for v in b.outputs:
+        if dims_of(v) != full:
+            raise b.error(
+                f"output of shape {graph.fmt_shape(dims_of(v))} is not the scan's shape "
+                f"{graph.fmt_shape(full)}"
+            )
+    return nd_domain(graph.shape_of(scan.result), (scan.axis,), full, loop_var)
 
 
 class SizeValues:
