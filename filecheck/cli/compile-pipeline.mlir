@@ -37,6 +37,7 @@
 
 // CUDA-PASSES:      // pass decompose took
 // CUDA-PASSES-NEXT: // pass depthwise-stencil took
+// CUDA-PASSES-NEXT: // pass convolution-bias took
 // CUDA-PASSES-NEXT: // pass channels-last took
 // CUDA-PASSES-NEXT: // pass attention-mask took
 // CUDA-PASSES-NEXT: // pass pad-matmul took
@@ -48,6 +49,7 @@
 
 // SPEC:      // pass decompose took
 // SPEC-NEXT: // pass depthwise-stencil took
+// SPEC-NEXT: // pass convolution-bias took
 // SPEC-NEXT: // pass channels-last took
 // SPEC-NEXT: // pass attention-mask took
 // SPEC-NEXT: // pass pad-matmul took
