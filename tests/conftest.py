@@ -1,14 +1,19 @@
-"""Shared pytest set-up: deterministic randomness for every test, and a kernel cache directory
-of the test session's own (compiled kernels never land in the user's cache)."""
+"""Shared pytest set-up: deterministic randomness for every test, a kernel cache directory
+of the test session's own (compiled kernels never land in the user's cache), and
+`no_fallback`, the strict mode a module asks for with
+`pytestmark = pytest.mark.usefixtures("no_fallback")`."""
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+
+from xfuse.errors import FallbackWarning
 
 
 @pytest.fixture(autouse=True)
@@ -43,3 +48,14 @@ def _own_cache_when_patched(
     patch.setenv("XFUSE_CACHE_DIR", str(tmp_path_factory.mktemp("own-cache")))
     yield
     patch.undo()
+
+
+@pytest.fixture
+def no_fallback() -> Iterator[None]:
+    """No part, no group runs eagerly unnoticed: a `FallbackWarning` fails the test (dynamo's
+    caches are reset around it, so no earlier test's graphs serve it)."""
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        yield
+    torch._dynamo.reset()

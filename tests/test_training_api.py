@@ -7,8 +7,7 @@ cannot do is refused in one line."""
 from __future__ import annotations
 
 import copy
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,14 +36,7 @@ rounds the product to bfloat16 before it adds the bias, eager's rounds once:
 `test_a_bfloat16_addmm_rounds_once_as_eagers`)."""
 
 
-@pytest.fixture(autouse=True)
-def strict() -> Iterator[None]:
-    """No part, no group runs eagerly unnoticed: a `FallbackWarning` fails the test."""
-    torch._dynamo.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FallbackWarning)
-        yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def conv_net() -> torch.nn.Sequential:

@@ -24,8 +24,7 @@ tensor the caller holds (an input, a parameter, another output)."""
 from __future__ import annotations
 
 import re
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,21 +32,13 @@ import pytest
 import torch
 
 import xfuse
-from xfuse.errors import FallbackWarning
 
 Tensor = torch.Tensor
 
 FRONT_ENDS = ("xfuse.compile", "torch.compile")
 
 
-@pytest.fixture(autouse=True)
-def strict() -> Iterator[None]:
-    """No part, no group runs eagerly unnoticed: a `FallbackWarning` fails the test."""
-    torch._dynamo.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FallbackWarning)
-        yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def compiled(front_end: str, model: torch.nn.Module, *example: Tensor) -> Callable[..., Any]:
