@@ -4,6 +4,8 @@ layers (they differ between releases)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,3 +65,31 @@ def test_a_release_with_an_unknown_field_falls_back(
 ) -> None:
     _patched_lazy_init(monkeypatch, {"max_length": 7})
     assert pytrees._plain_layer_fields() is None
+
+
+MISSED_OUTPUT_TYPES = """
+from unittest import mock
+import torch
+with mock.patch("torch.compiler.is_compiling", return_value=True):  # imported inside a trace
+    from transformers import GPT2Config, GPT2LMHeadModel
+from torch.utils import _pytree as pytree
+from transformers.modeling_outputs import CausalLMOutputWithCrossAttentions
+from xfuse.frontend.pytrees import export_support
+assert CausalLMOutputWithCrossAttentions not in pytree.SUPPORTED_NODES
+config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, use_cache=False)
+model = GPT2LMHeadModel(config).eval()
+with export_support():
+    torch.export.export(model, (torch.randint(0, 64, (1, 8)),), strict=False)
+print("exported")
+"""
+
+
+def test_output_types_transformers_made_inside_a_compile_are_registered() -> None:
+    """Transformers skips registering its output types as pytrees while torch compiles: a
+    model module first imported inside a `torch.compile` trace (a fresh process here) would
+    leave them unknown to torch.export; `export_support` registers them."""
+    pytest.importorskip("transformers")
+    result = subprocess.run(
+        [sys.executable, "-c", MISSED_OUTPUT_TYPES], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and "exported" in result.stdout, result.stderr[-2000:]

@@ -13,6 +13,11 @@ When a compiled program returns, `unflattener` rebuilds the cache from its resul
 layer holding them as they are: transformers' own unflatten `cat`s every state onto an empty
 tensor again, a copy (a kernel on CUDA) per state and call.
 
+Transformers registers each `ModelOutput` subclass as a pytree when the class is made, but not
+while torch is compiling (`torch.compiler.is_compiling()`): a model module first imported
+inside a `torch.compile` trace leaves its output types unknown to torch.export ("not a known
+type"). `export_support` registers those that were missed.
+
 Only libraries already imported are touched (xfuse never imports one for a program that does
 not use it).
 """
@@ -40,6 +45,7 @@ def export_support() -> Iterator[None]:
         yield
         return
     _register_transformers()
+    _register_model_outputs()
     with _PATCH_LOCK, _traceable_cache_layers():
         yield
 
@@ -49,6 +55,22 @@ def _register_transformers() -> None:
     from transformers.integrations.executorch import register_dynamic_cache_export_support
 
     register_dynamic_cache_export_support()
+
+
+def _register_model_outputs() -> None:
+    """Every `ModelOutput` subclass made so far a pytree node, as transformers makes it one
+    when the class is created outside a compile (those created inside one it skips)."""
+    from transformers.utils import generic
+
+    register = getattr(generic, "_register_model_output_pytree_node", None)
+    if register is None:
+        return
+    stack = list(generic.ModelOutput.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if cls not in pytree.SUPPORTED_NODES:
+            register(cls)
 
 
 @contextlib.contextmanager
