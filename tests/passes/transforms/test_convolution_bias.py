@@ -80,13 +80,18 @@ def test_bf16_is_as_close_to_the_exact_result_as_eager() -> None:
 @gpu
 @pytest.mark.parametrize("groups", [1, 8])
 def test_cuda_program_adds_the_bias_in_the_readers_kernel(groups: int) -> None:
-    """On CUDA `xfuse.compile` runs the pass: cuDNN's convolution, then one kernel of the
-    bias and the GELU, with eager's values (which add the bias after cuDNN's result too)."""
+    """On CUDA `xfuse.compile` runs the pass: the convolution (cuDNN's, or the depthwise
+    stencil, which sums in f32 and rounds once), then one kernel of the bias and the GELU. In
+    bf16 eager rounds the convolution and the add apart, so against the f64 result the
+    program's error is no worse than twice eager's."""
     model = ConvNorm(groups).to("cuda", torch.bfloat16).eval()
     x = torch.randn(4, 8, 16, 16, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         explained = xfuse.explain(model, (x,), "cuda")
         compiled = xfuse.compile(model, (x,), "cuda", quiet=True)
-        torch.testing.assert_close(compiled(x), model(x))
+        exact = ConvNorm(groups).to("cuda", torch.float64).eval()
+        exact.load_state_dict(model.state_dict())
+        want = exact(x.double())
+        assert rmse(compiled(x), want) <= 2 * rmse(model(x), want)
     assert any({"graph.add", "graph.erf"} <= set(g.ops) for g in explained.groups)
     assert not any("convolution" in op and "%t2" in op for op in explained.ops)
