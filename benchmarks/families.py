@@ -11,7 +11,8 @@ Models come from torchvision and timm where installed (the GPU machine) and from
 (configs, random weights, never downloaded) everywhere. Each row: the median ms per forward
 (whole calls, host time included, the GPU waited for), the host ms of a call (the GPU not
 waited for), with `--profile` each column's GPU busy time, operation count and ten slowest
-GPU kernels (torch.profiler), and with `--host-profile` a cProfile of xfuse's calls.
+GPU kernels (torch.profiler), and with `--host-profile` a cProfile of xfuse's calls. A column whose first call warned
+`FallbackWarning` (part of the model ran eagerly) is named under its row.
 Columns: `eager`, `inductor`, `inductor-ro` (reduce-overhead), `xfuse` (torch.compile), `xfuse.compile`
 (xfuse's own entry point) and `no-stencil` (xfuse.compile without `depthwise-stencil`).
 """
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from benchmarks.timing import bound, interleaved, median_columns, sync, wall_and_host_ms
+from xfuse.errors import FallbackWarning
 
 Tensor = torch.Tensor
 Fn = Callable[..., Any]
@@ -244,11 +247,15 @@ def main(argv: list[str] | None = None) -> None:
                 try:
                     fns = columns(model, args, a.device, wanted)
                     compile_s = {}
+                    fallbacks: dict[str, int] = {}
                     for n, fn in fns.items():
                         t0 = time.perf_counter()
-                        fn(*args)
+                        with warnings.catch_warnings(record=True) as caught:
+                            warnings.simplefilter("always", FallbackWarning)
+                            fn(*args)
                         sync()
                         compile_s[n] = time.perf_counter() - t0
+                        fallbacks[n] = sum(isinstance(w.message, FallbackWarning) for w in caught)
                     calls = bound(fns, args)
                     result = median_columns(interleaved(calls, a.runs, clock=wall_and_host_ms))
                 except Exception as e:  # noqa: BLE001 - report and go on to the next model
@@ -262,6 +269,9 @@ def main(argv: list[str] | None = None) -> None:
                     for n, (w, h) in result.items()
                 )
                 print(f"{name} {size}: {cells}", flush=True)
+                for n, count in fallbacks.items():
+                    if count:
+                        print(f"  {n}: {count} FallbackWarning(s): ran parts eagerly", flush=True)
                 if a.dump and "xfuse.compile" in fns:
                     dump(fns["xfuse.compile"], f"{a.dump}/{name}_{size}.txt")
                 if a.profile and a.device == "cuda":
