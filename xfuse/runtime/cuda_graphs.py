@@ -50,7 +50,6 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.dialects.effects import may_mutate
 from xfuse.frontend.outputs import overlaps
-from xfuse.frontend.pytrees import picker
 from xfuse.ir.functions import function_bodies
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.runtime.compiler import Program
@@ -182,8 +181,8 @@ class _Captured:
     inputs: list[Tensor]
     """What the graph reads: its own copies of user inputs, the state tensors themselves."""
     copied: tuple[int, ...]
-    pick_in_place: Callable[[Sequence[Tensor]], tuple[Tensor, ...]]
-    """Picks the arguments read in place (parameters and buffers) from a call's arguments."""
+    in_place: list[int]
+    """The positions of the arguments read in place (parameters and buffers)."""
     addresses: list[int]
     """Their data pointers."""
     outputs: list[Tensor]
@@ -195,11 +194,14 @@ class _Captured:
 
     def moved(self, args: Sequence[Tensor]) -> bool:
         """Whether a parameter or buffer the graph reads in place is elsewhere in `args`."""
-        return _addresses(self.pick_in_place(args)) != self.addresses
+        if _pointers_equal is not None:
+            return not _pointers_equal(args, self.addresses, self.in_place)
+        return [args[i].data_ptr() for i in self.in_place] != self.addresses
 
 
-def _addresses(tensors: Sequence[Tensor]) -> list[int]:
-    return list(map(Tensor.data_ptr, tensors))
+_pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+"""CUDA builds' C++ check that `tensors[i].data_ptr() == pointers[k]` for each `i = indices[k]`
+(cudagraph trees' check of static inputs): a model's hundreds of parameters in microseconds."""
 
 
 class GraphRunner:
@@ -315,13 +317,13 @@ class GraphRunner:
         self.captures += 1
         if torch.cuda.memory_allocated(device) - before >= RING_MAX_BYTES:
             self._size = 1
-        pick_in_place = picker([i for i, keep in enumerate(in_place) if keep])
+        read_in_place = [i for i, keep in enumerate(in_place) if keep]
         return _Captured(
             graph,
             inputs,
             tuple(i for i, keep in enumerate(in_place) if not keep),
-            pick_in_place,
-            _addresses(pick_in_place(args)),
+            read_in_place,
+            [args[i].data_ptr() for i in read_in_place],
             outputs,
             pool,
             torch.is_inference_mode_enabled(),

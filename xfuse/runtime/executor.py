@@ -164,7 +164,7 @@ class Executable:
             pool = BufferPool(args[0].device if args else "cpu")  # outputs live with inputs
         try:
             if self.graphs is not None and args and args[0].is_cuda:
-                in_place = [*state, *(inputs[i] for i in static)] if static else state
+                in_place = [*state, *[inputs[i] for i in static]] if static else state
                 outputs = self.graphs.run(
                     args,
                     in_place,
