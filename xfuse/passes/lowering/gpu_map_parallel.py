@@ -575,6 +575,145 @@ def _row_plan(body: list[Operation], columns: bool = False) -> _RowPlan | None:
     return _RowPlan(length, plan)
 
 
+# A reduction over several dims (an NCHW image's spatial mean: `mean(x, (2, 3))`) is a nest of
+# `scf.for` loops; the `rows` mapping needs one loop per pass over the row, so a perfect nest
+# becomes one loop over the product of its lengths (MLIR's loop coalescing).
+
+
+def _nest_inner(loop: scf.ForOp) -> scf.ForOp | None:
+    """The loop directly inside `loop` when the two coalesce: both from 0 by 1 to a constant;
+    the outer's body is loads and arithmetic of the outer index, then the inner loop, whose
+    accumulators either start from the outer's (which yields the inner's results) or start
+    from the combiner's identity (the outer combines each inner result into its own, with the
+    inner's combiner: the reassociation of a sum that lower-to-loops marks `reassoc`)."""
+    ops = _body_ops(loop.body.block)
+    loops = [i for i, op in enumerate(ops) if isinstance(op, scf.ForOp)]
+    if len(loops) != 1:
+        return None
+    inner = ops[loops[0]]
+    assert isinstance(inner, scf.ForOp)
+    bounds = (loop.lb, loop.ub, loop.step, inner.lb, inner.ub, inner.step)
+    if [_const_int(v) for v in bounds][::3] != [0, 0] or None in map(_const_int, bounds):
+        return None
+    if (_const_int(loop.step), _const_int(inner.step)) != (1, 1):
+        return None
+    for op in ops[: loops[0]]:
+        if op.regions or not (
+            isinstance(op, memref.LoadOp) or op.dialect_name() in ("arith", "math")
+        ):
+            return None
+    combines = ops[loops[0] + 1 :]
+    accs = list(loop.body.block.args[1:])
+    yielded = loop.body.block.last_op
+    assert isinstance(yielded, scf.YieldOp)
+    if len(inner.iter_args) != len(accs) or any(len(list(a.uses)) != 1 for a in accs):
+        return None
+    inner_yield = inner.body.block.last_op
+    assert isinstance(inner_yield, scf.YieldOp)
+    used = 0
+    for acc, init, result, value, step in zip(
+        accs, inner.iter_args, inner.res, yielded.operands, inner_yield.operands, strict=True
+    ):
+        if init is acc and value is result:
+            continue
+        combine = value.owner
+        if (
+            combine not in combines
+            or not isinstance(combine, Operation)
+            or set(combine.operands) != {acc, result}
+            or type(step.owner) is not type(combine)
+            or not _is_identity(init, type(combine))
+        ):
+            return None
+        used += 1
+    return inner if used == len(combines) else None
+
+
+def _is_identity(value: SSAValue, combiner: type[Operation]) -> bool:
+    op = value.owner
+    if combiner not in REDUCTION_IDENTITIES or not isinstance(op, arith.ConstantOp):
+        return False
+    attr = op.value
+    if not isinstance(attr, IntegerAttr | FloatAttr):
+        return False
+    return attr.value.data == reduction_identity(combiner, value.type)
+
+
+def _coalesce_nest(loop: scf.ForOp) -> scf.ForOp | None:
+    """One loop for the perfect nest `loop` (None where it is no nest): `k` from 0 to A * B,
+    the outer index `k / B` and the inner `k % B`, the outer's leading ops computed at each
+    step (they are loads and index arithmetic)."""
+    inner = _nest_inner(loop)
+    if inner is None:
+        return None
+    if (flat_inner := _coalesce_nest(inner)) is not None:
+        inner = flat_inner
+    outer_len, inner_len = _const_int(loop.ub), _const_int(inner.ub)
+    assert outer_len is not None and inner_len is not None
+    body = Block(arg_types=[IndexType(), *(a.type for a in loop.iter_args)])
+    e = _Emit(Builder(InsertPoint.at_end(body)), i32)
+    k = body.args[0]
+    b = e.const(inner_len, IndexType())
+    mapper: dict[SSAValue, SSAValue] = {
+        loop.body.block.args[0]: e.op(arith.DivUIOp(k, b)),
+        inner.body.block.args[0]: e.op(arith.RemUIOp(k, b)),
+    }
+    mapper.update(zip(inner.body.block.args[1:], body.args[1:], strict=True))
+    ops = _body_ops(loop.body.block)
+    leading = ops[: next(i for i, op in enumerate(ops) if isinstance(op, scf.ForOp))]
+    for op in [*leading, *_body_ops(inner.body.block)]:
+        body.add_op(op.clone(mapper))
+    yielded = inner.body.block.last_op
+    assert isinstance(yielded, scf.YieldOp)
+    body.add_op(scf.YieldOp(*(mapper.get(v, v) for v in yielded.operands)))
+    length = arith.ConstantOp(IntegerAttr(outer_len * inner_len, IndexType()))
+    flat = scf.ForOp(loop.lb, length.result, loop.step, list(loop.iter_args), body)
+    if flat_inner is not None:  # a copy made for this one, now cloned into it
+        flat_inner.erase(safe_erase=False)
+    return flat
+
+
+def _coalesced(par: scf.ParallelOp) -> scf.ParallelOp | None:
+    """A copy of `par` whose loop nests are single loops, or None where it has none."""
+    if not any(
+        isinstance(op, scf.ForOp) and _nest_inner(op) is not None
+        for op in _body_ops(par.body.block)
+    ):
+        return None
+    copy = par.clone()
+    for op in _body_ops(copy.body.block):
+        if isinstance(op, scf.ForOp) and (flat := _coalesce_nest(op)) is not None:
+            length = flat.ub.owner
+            assert isinstance(length, Operation)
+            copy.body.block.insert_ops_before([length, flat], op)
+            for old, new in zip(op.results, flat.results, strict=True):
+                old.replace_all_uses_with(new)
+            op.detach()
+            op.erase()
+    return copy
+
+
+def _walks_rows(par: scf.ParallelOp) -> bool:
+    """Whether each loop of `par`'s body, or the innermost loop of each nest, walks a row of
+    memory (`_is_row_loop_body` without columns)."""
+    for op in _body_ops(par.body.block):
+        if isinstance(op, scf.ForOp):
+            while (inner := _nest_inner(op)) is not None:
+                op = inner
+            if not _is_row_loop_body(op):
+                return False
+    return True
+
+
+def _replace(par: scf.ParallelOp, new: scf.ParallelOp) -> scf.ParallelOp:
+    block = par.parent_block()
+    assert block is not None
+    block.insert_op_before(new, par)
+    par.detach()
+    par.erase()
+    return new
+
+
 def _is_row_loop_body(loop: scf.ForOp, columns: bool = False) -> bool:
     """Straight-line arith/math/memref code (and `_is_select`'s reads) that walks a row: the loop index is the innermost
     index of some load or store, and no outer index of one (a column walk, which one thread
@@ -986,6 +1125,14 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
     # NCHW memory: 3136 threads of 96 x 49 loads each), a warp per row runs 32 times as many.
     few = numel(shape) < mapping.min_threads
     plan = _row_plan(body, columns=few)
+    if plan is None and (flat := _coalesced(par)) is not None:
+        # where the nests' single loops map to rows, the kernel takes them
+        flat_plan = _row_plan(_body_ops(flat.body.block), columns=True)
+        if flat_plan is not None and (few or _walks_rows(par)):
+            par = _replace(par, flat)
+            plan = flat_plan
+        else:
+            flat.erase(safe_erase=False)  # the trial copy: its uses of outer values go too
     if plan is not None:
         scratch = _SharedScratch(module, kernel.sym_name.data)
         _map_rows(kernel, scratch, par, shape, plan, mapping)
