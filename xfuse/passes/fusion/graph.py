@@ -39,11 +39,12 @@ from xfuse.dialects.op_kinds import KindGroup, kind_of, stronger_kind
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.op_facts import (
+    OpClass,
     Space,
     combine_spaces,
-    is_gather_op,
     is_inlinable_constant,
     is_window_op,
+    op_classes,
     space_of_op,
 )
 from xfuse.passes.fusion.symbolic import hinted_numel, static_proxies
@@ -157,8 +158,8 @@ class Node:
     last of those reading each (`reader`: reports name it), and its outputs (values its ops
     compute that others read, in result order). A node absorbed by a merge, or one a
     merge replaced, is no longer `alive`; `forward` leads to the node that holds its ops now.
-    `gathers` says whether one of its ops is a slice, concat or gather (see `gather_mismatch`),
-    `windows` whether one is a pad, pool or patches (see `window_recompute`).
+    `classes` are the op classes (`OpClass`) of the ops it holds: a gate that concerns a
+    class (a slice's `gather_mismatch`, a window's `window_recompute`) reads it there.
     `pos` is its topological position (see `FusionGraph.renumber`), and `out_readers` the
     nodes reading each output (`FusionGraph.output_readers`, None until asked for), both kept on
     the node since the passes ask for them with nearly every pair they look at (a lookup in
@@ -169,9 +170,8 @@ class Node:
         "arg_hints",
         "attributes",
         "alive",
+        "classes",
         "forward",
-        "gathers",
-        "windows",
         "input_set",
         "inputs",
         "kind",
@@ -208,8 +208,7 @@ class Node:
         self.unused: set[SSAValue] = set()
         self.alive = True
         self.forward: Node | None = None
-        self.gathers = op is not None and is_gather_op(op)
-        self.windows = op is not None and is_window_op(op)
+        self.classes: frozenset[OpClass] = op_classes(op) if op is not None else frozenset()
         self.prev: Node | None = None
         self.next: Node | None = None
         self.pos = 0.0
@@ -233,9 +232,15 @@ class Node:
         new.reader = self.reader
         new.rule, new.score, new.size, new.space = self.rule, self.score, self.size, self.space
         new.attributes, new.arg_hints, new.unused = self.attributes, self.arg_hints, self.unused
-        new.gathers, new.windows = self.gathers, self.windows
+        new.add_classes(self.classes)
         self.alive, self.forward = False, new
         return new
+
+    def add_classes(self, classes: frozenset[OpClass]) -> None:
+        """Record the op classes of ops that joined the node (the only place `classes`
+        grows)."""
+        if not classes <= self.classes:
+            self.classes = self.classes | classes
 
     def __repr__(self) -> str:
         return f"<Node {self.representative().name}{' group' if self.is_group else ''}>"
@@ -354,10 +359,9 @@ class FusionGraph:
         for op in [op for op in block.ops if not isinstance(op, YieldOp)]:
             op.detach()
             node.ops.append(op)
+            node.add_classes(op_classes(op))
             self._register(op, node)
         node.size = len(node.ops)
-        node.gathers = any(is_gather_op(op) for op in node.ops)
-        node.windows = any(is_window_op(op) for op in node.ops)
         group.detach()
         group.erase()
         return node
@@ -706,6 +710,7 @@ class FusionGraph:
                         assert isinstance(owner, Operation)  # a constant op
                         clone = owner.clone()
                         group.ops.appendleft(clone)
+                        group.add_classes(op_classes(clone))
                         self._register(clone, group)
                         copy = copies[value] = clone.results[0]
                     op.operands[i] = copy
@@ -746,9 +751,9 @@ class FusionGraph:
         old = self.node_of(op)
         assert old is not None
         node = Node(None, kind_of(op), list(op.results))
-        node.rule, node.space, node.gathers = rule, old.space, old.gathers
-        node.windows = old.windows
+        node.rule, node.space = rule, old.space
         node.ops.append(op)
+        node.add_classes(old.classes)
         old.alive, old.forward = False, node
         for res in op.results:  # the group's results replace the op's
             self._order.setdefault(res, {})
@@ -764,8 +769,7 @@ class FusionGraph:
             group.ops.extendleft(reversed(ops))
         else:
             group.ops.extend(ops)
-        group.gathers = group.gathers or other.gathers
-        group.windows = group.windows or other.windows
+        group.add_classes(other.classes)
         other.alive, other.forward = False, group
         return self._reconnect(group, ops, source=other)
 
@@ -843,8 +847,7 @@ class FusionGraph:
                 assert consumer.op is not None
                 target = self._singleton(consumer.op, rule)
             target.ops.appendleft(clone)
-            target.gathers = target.gathers or producer.gathers
-            target.windows = target.windows or producer.windows
+            target.add_classes(producer.classes)
             self._register(clone, target)
             same = self._reconnect(target, [clone]) or target is not consumer
             group = target if same else target.renewed()

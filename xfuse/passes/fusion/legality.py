@@ -69,6 +69,7 @@ from xfuse.passes.fusion.kernel_loops import (
     reads_own_row,
 )
 from xfuse.passes.fusion.op_facts import (
+    OpClass,
     Space,
     combine_spaces,
     gather_mismatch,
@@ -188,7 +189,7 @@ def edge_gather_mismatch(
     (a merge, not a copy), slices and concats may compute a producer that reduces nothing and
     that nothing else reads where they read it (`lower-to-loops` computes every value at the
     index it is read at)."""
-    if not second.gathers:
+    if OpClass.GATHER not in second.classes:
         return None  # most nodes hold no slice or concat: skip the walk over the uses
     reduces = bool(g.space(first).reduced)
     inline = inline and not reduces and all(r == (second,) for r in g.output_readers(first))
@@ -813,7 +814,7 @@ def _element_reads(g: FusionGraph, second: Node, reader: Operation, value: SSAVa
     a window of `second` reads (a producer the window already absorbed)."""
     if is_window_op(reader):
         return window_reads(reader)
-    if not second.windows:
+    if OpClass.WINDOW not in second.classes:
         return 1.0  # no window in `second` reads what `reader` computes
     size, inside = graph.numel(g.shape(value)), set(_ops_of(second))
     reads, stack, seen = 1.0, [reader], set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from functools import cache
 
 from xdsl.ir import Operation, SSAValue
@@ -22,14 +23,42 @@ from xfuse.dialects.op_kinds import OpGroup
 # through `ABCMeta`, and fusion asks for every pair it looks at.
 
 
+class OpClass(Enum):
+    """A class of ops that fusion's gates treat alike (`op_classes`). A fusion node keeps the
+    classes of the ops it holds (`graph.Node.classes`), so that a gate that only concerns
+    some class skips the walk over a node's ops when it holds none."""
+
+    CONSTANT = "constant"
+    """`graph.constant`."""
+    GATHER = "gather"
+    """`OpGroup.GATHER`: a slice, concat or gather (see `gather_mismatch`)."""
+    SLICE = "slice"
+    """`OpGroup.SLICE`: a slice or concat, reading its input at its own positions, shifted."""
+    WINDOW = "window"
+    """`OpGroup.WINDOW`: a pad, pool or patches (see `legality.window_recompute`)."""
+
+
+_CLASS_OPS: tuple[tuple[OpClass, type[Operation] | tuple[type[Operation], ...]], ...] = (
+    (OpClass.CONSTANT, graph.ConstantOp),
+    (OpClass.GATHER, OpGroup.GATHER),
+    (OpClass.SLICE, OpGroup.SLICE),
+    (OpClass.WINDOW, OpGroup.WINDOW),
+)
+
+
 @cache
-def _is_constant_class(cls: type[Operation]) -> bool:
-    return issubclass(cls, graph.ConstantOp)
+def _classes_of_class(cls: type[Operation]) -> frozenset[OpClass]:
+    return frozenset(c for c, ops in _CLASS_OPS if issubclass(cls, ops))
+
+
+def op_classes(op: Operation) -> frozenset[OpClass]:
+    """The classes `op` belongs to, cached per op class."""
+    return _classes_of_class(type(op))
 
 
 def is_constant_op(op: Operation) -> bool:
     """`isinstance(op, graph.ConstantOp)`, cached per op class."""
-    return _is_constant_class(type(op))
+    return OpClass.CONSTANT in _classes_of_class(type(op))
 
 
 def is_inlinable_constant(value: SSAValue) -> bool:
@@ -107,24 +136,14 @@ def combine_spaces(a: Space, b: Space) -> Space | None:
     return None
 
 
-@cache
-def _is_gather_class(cls: type[Operation]) -> bool:
-    return issubclass(cls, OpGroup.GATHER)
-
-
 def is_gather_op(op: Operation) -> bool:
-    """`isinstance(op, OpGroup.GATHER)`, cached per op class like `is_constant_op`."""
-    return _is_gather_class(type(op))
-
-
-@cache
-def _is_slice_class(cls: type[Operation]) -> bool:
-    return issubclass(cls, OpGroup.SLICE)
+    """`isinstance(op, OpGroup.GATHER)`, cached per op class (`op_classes`)."""
+    return OpClass.GATHER in _classes_of_class(type(op))
 
 
 def _is_slice(op: Operation) -> bool:
     """A slice or concat: it reads its input at its own positions, shifted."""
-    return _is_slice_class(type(op))
+    return OpClass.SLICE in _classes_of_class(type(op))
 
 
 def gather_mismatch(
@@ -160,14 +179,9 @@ def gather_mismatch(
 # ---------------------------------------------------------------------------------------------
 
 
-@cache
-def _is_window_class(cls: type[Operation]) -> bool:
-    return issubclass(cls, OpGroup.WINDOW)
-
-
 def is_window_op(op: Operation) -> bool:
-    """`isinstance(op, OpGroup.WINDOW)`, cached per op class like `is_constant_op`."""
-    return _is_window_class(type(op))
+    """`isinstance(op, OpGroup.WINDOW)`, cached per op class (`op_classes`)."""
+    return OpClass.WINDOW in _classes_of_class(type(op))
 
 
 def max_window_reads(op: Operation) -> float:
