@@ -192,3 +192,58 @@ def test_without_dynamic_shapes_compile_is_the_static_one() -> None:
         for batch in (5, 0, 1):  # other sizes, 0 and 1 among them, compile another program
             x = torch.randn(batch, 16)
             torch.testing.assert_close(program(x), model(x))
+
+
+def test_explain_names_the_symbols_and_what_a_call_is_guarded_on() -> None:
+    torch.manual_seed(0)
+    explanation = xfuse.explain(Block().eval(), (torch.randn(5, 16),), dynamic_shapes=BATCH)
+    [symbol] = explanation.symbols
+    assert (symbol.source, symbol.dim, symbol.low, symbol.high, symbol.hint) == (
+        "x dim 0",
+        "batch",
+        2,
+        64,
+        5,
+    )
+    assert explanation.guards[:2] == [
+        f"{symbol.name} >= 2 and <= 64 (x dim 0)",
+        f"{symbol.name} (x dim 0) is not 0 or 1: sizes 0 and 1 specialise, as Inductor's do "
+        "(xfuse.compile refuses such a call; torch.compile traces another graph for it)",
+    ]
+    assert "x dim 1 == 16 (static)" in explanation.guards
+    text = str(explanation)
+    assert f"symbolic sizes (1; bytes below at the hints):\n  {symbol}" in text
+    assert "guards (" in text and "x dim 1 == 16 (static)" in text
+    assert explanation.kernels and explanation.fallbacks == []
+    assert all(k.group is None or explanation.groups[k.group].kernels for k in explanation.kernels)
+    assert explanation.summary().bytes_fused > 0  # symbols counted at their hints
+    data = explanation.to_dict()
+    assert data["symbols"][0]["dim"] == "batch" and data["guards"] == explanation.guards
+
+
+def test_explain_names_dims_that_share_a_symbol_and_a_size_asked_from_1() -> None:
+    batch = Dim("batch", min=1, max=128)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x * y + 1.0)
+
+    explanation = xfuse.explain(
+        fn, (torch.randn(4, 8), torch.randn(4, 8)), dynamic_shapes=({0: batch}, {0: batch})
+    )
+    [symbol] = explanation.symbols
+    assert symbol.low == 2 and symbol.dim == "batch"
+    assert any("'batch' was asked from 1" in g for g in explanation.guards)
+    shared = [g for g in explanation.guards if g.endswith(f"(both {symbol.name})")]
+    assert shared == [f"y dim 0 == x dim 0 (both {symbol.name})"]
+
+
+def test_a_static_explanation_has_no_symbols() -> None:
+    explanation = xfuse.explain(Block().eval(), (torch.randn(5, 16),), quiet=True)
+    assert explanation.symbols == [] and explanation.guards == []
+    assert "symbolic sizes" not in str(explanation) and "symbols" not in explanation.to_dict()
+
+
+def test_explain_refuses_training_with_dynamic_shapes() -> None:
+    with pytest.raises(InvalidArgumentError, match="inference only") as e:
+        xfuse.explain(Block().eval(), (torch.randn(5, 16),), training=True, dynamic_shapes=BATCH)
+    one_line(e)

@@ -24,7 +24,12 @@ import torch
 from xfuse.backends import get_backend
 from xfuse.differentiable import DifferentiableProgram, differentiable_program
 from xfuse.errors import CUDAUnavailable, FallbackWarning, InvalidArgumentError
-from xfuse.explanation import Explanation, explanation_of, training_explanation
+from xfuse.explanation import (
+    Explanation,
+    dynamic_explanation,
+    explanation_of,
+    training_explanation,
+)
 from xfuse.frontend.export import ModelOrFn
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.runtime.cache import KernelCache
@@ -227,11 +232,30 @@ def explain(
     quiet: bool | None = None,
     channels_last: bool | None = None,
     training: bool = False,
+    dynamic_shapes: dict[str, Any] | Sequence[Any] | None = None,
 ) -> Explanation:
     """Compile (kernels come from the cache when already built) and describe the result. With
     `training`, describe what a call with grad enabled runs: AOTAutograd's forward and backward
     programs (`Explanation.parts`), and what its partitioner saved for the backward and what
-    the backward recomputes; nothing runs."""
+    the backward recomputes; nothing runs. With `dynamic_shapes` (as `compile` takes them),
+    describe the program compiled once for every size in their ranges, with its size symbols
+    (`Explanation.symbols`) and what a call is guarded on (`Explanation.guards`)."""
+    if dynamic_shapes is not None:
+        if training:
+            raise InvalidArgumentError(
+                "explain(training=True) does not take dynamic_shapes: dynamic_shapes compiles "
+                "inference only yet"
+            )
+        dynamic = compile(
+            model_or_fn,
+            example_inputs,
+            device,
+            pipeline,
+            quiet=quiet,
+            channels_last=channels_last,
+            dynamic_shapes=dynamic_shapes,
+        )
+        return dynamic_explanation(dynamic)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)  # the explanation lists fallbacks
         compiled = compile(

@@ -399,8 +399,33 @@ def symbolic_program(
     fn = inputs.function(gm, len(example_inputs))
     with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's
         program = compile_dynamic(fn, examples, "cpu", inputs.dynamic_shapes)
+    program.guards += dynamo_guards(gm, example_inputs)
     COMPILES["symbolic"] += 1
     return program, inputs
+
+
+def dynamo_guards(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[str]:
+    """The guards on size symbols that dynamo's trace of a graph recorded (its `ShapeEnv`'s,
+    as sympy prints them, over the symbols of its placeholders' dims, which name the `Dim`s),
+    one line each after `dynamo: `: a size-dependent choice in the traced code (a
+    convolution's backend picked by the batch size) bounds the sizes this graph serves, and
+    dynamo traces another graph past them."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fakes = [_symbolic_value(n, x) for n, x in zip(placeholders, example_inputs, strict=False)]
+    symbols: set[Any] = set()
+    env = None
+    for value in fakes:
+        for size in value.shape if isinstance(value, Tensor) else ():
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                symbols.add(size.node.expr)
+                env = size.node.shape_env
+    if env is None:
+        return []
+    return [
+        f"dynamo: {g.expr}"
+        for g in env.guards
+        if g.expr.free_symbols and g.expr.free_symbols <= symbols
+    ]
 
 
 def specialised_scalars(

@@ -389,6 +389,19 @@ def is_lone_kernel_op(op: Operation) -> bool:
     return lowers_to_kernel(op) and not _is_view(op)
 
 
+def group_info(op: fusion.GroupOp, index: int) -> GroupInfo:
+    """What a fusion group holds, as `GroupInfo` (what became of it is filled in later)."""
+    return GroupInfo(
+        index=index,
+        ops=_unit_ops(op),
+        inputs=[type_str(v.type) for v in op.inputs],
+        outputs=[type_str(r.type) for r in op.results],
+        kind=op.kind.data,
+        rule=op.rule.data,
+        attributes=_group_attributes(op),
+    )
+
+
 def _unit_ops(op: Operation) -> list[str]:
     if isinstance(op, fusion.GroupOp):
         return [o.name for o in op.block.ops if not isinstance(o, fusion.YieldOp)]
@@ -543,15 +556,7 @@ class ProgramCompiler:
         return slot_of[value]
 
     def _group_info(self, op: fusion.GroupOp, index: int) -> GroupInfo:
-        return GroupInfo(
-            index=index,
-            ops=_unit_ops(op),
-            inputs=[type_str(v.type) for v in op.inputs],
-            outputs=[type_str(r.type) for r in op.results],
-            kind=op.kind.data,
-            rule=op.rule.data,
-            attributes=_group_attributes(op),
-        )
+        return group_info(op, index)
 
     def _fold(self, em: _Emitter, slot_of: dict[SSAValue, int], group: fusion.GroupOp) -> bool:
         """A group that reads no value of the call (an attention mask made of `iota` and

@@ -18,6 +18,7 @@ scalar other than the example's (torch.export specialised it) raise their own on
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,6 +47,7 @@ from xfuse.frontend.export import (
 )
 from xfuse.frontend.outputs import OutputRule
 from xfuse.ir.names import SIZES_ATTR
+from xfuse.report.op_index import OpIndex
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.symbolic import SymbolicProgram
@@ -87,6 +89,60 @@ def check_dynamic_options(
             raise InvalidArgumentError(f"dynamic_shapes does not take {what}")
 
 
+@dataclass(frozen=True)
+class AskedDim:
+    """A dim that `dynamic_shapes` made dynamic: the `Dim`'s name and the range it asked for
+    (None: no bound given)."""
+
+    name: str
+    low: int | None
+    high: int | None
+
+
+def asked_dims(dynamic_shapes: Any, input_names: Sequence[str]) -> dict[tuple[str, int], AskedDim]:
+    """The `Dim`s of `dynamic_shapes` by (input name, dim), for the inputs named as `@forward`'s
+    arguments: a dict's entries by name, a tuple's by position (where it has one per input);
+    entries of nested inputs, or that are no `Dim`, are left out."""
+    if isinstance(dynamic_shapes, dict):
+        entries = [(name, dynamic_shapes.get(name)) for name in input_names]
+    elif len(dynamic_shapes) == len(input_names):
+        entries = list(zip(input_names, dynamic_shapes, strict=True))
+    else:
+        entries = []
+    found: dict[tuple[str, int], AskedDim] = {}
+    for name, spec in entries:
+        if not isinstance(spec, dict):
+            continue
+        for dim, value in spec.items():
+            label = getattr(value, "__name__", None)
+            if isinstance(dim, int) and isinstance(label, str):
+                low, high = getattr(value, "min", None), getattr(value, "max", None)
+                found[(name, dim)] = AskedDim(label, _bound(low), _bound(high))
+    return found
+
+
+def _bound(value: Any) -> int | None:
+    """A `Dim`'s bound as an int; None for none or an unbounded one (torch's int64 max)."""
+    if isinstance(value, int) and 0 <= value < 2**62:
+        return value
+    return None
+
+
+def export_guards(exported: torch.export.ExportedProgram) -> list[str]:
+    """The guards on size symbols that torch.export's trace recorded (its `ShapeEnv`'s, as
+    sympy prints them, after `torch.export: `): the relations between sizes the program was
+    traced under."""
+    for node in exported.graph.nodes:
+        value = node.meta.get("val")
+        if not isinstance(value, Tensor):
+            continue
+        for size in value.shape:
+            if isinstance(size, torch.SymInt):
+                env = size.node.shape_env
+                return [f"torch.export: {g.expr}" for g in env.guards if g.expr.free_symbols]
+    return []
+
+
 class DynamicProgram:
     """A model or function compiled once for every size its `dynamic_shapes` allow, on the CPU;
     call it like the model (see the module docstring). `kernel_count` kernels were compiled,
@@ -124,7 +180,16 @@ class DynamicProgram:
                 eager = model(*example_inputs, **kwargs)
             check_outputs(program.output_rules, eager)
         self.program = program
-        self.compiled = SymbolicProgram(program.module, backend=backend)
+        self.op_index = OpIndex()
+        """The ops the fusion decisions name (for `xfuse.explain`)."""
+        self.compiled = SymbolicProgram(
+            program.module, backend=backend, observer=self.op_index.observe
+        )
+        self.asked = asked_dims(dynamic_shapes, program.input_names)
+        """The `Dim`s asked for, by (input name, dim)."""
+        self.guards = export_guards(exported)
+        """The guards on size symbols the trace recorded, one line each: torch.export's
+        (`export_guards`), and those of dynamo's trace where torch.compile made the program."""
         self.in_spec = pytree.tree_flatten((example_inputs, kwargs))[1]
         leaves = pytree.tree_leaves((example_inputs, kwargs))
         self.constants = {i: leaves[i] for i in sorted(program.constant_inputs)}

@@ -21,7 +21,7 @@ the static runtime's op-by-op fallback is not wired to symbolic programs yet.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from xdsl.dialects import func
@@ -35,7 +35,7 @@ from xfuse.interpreters.graph import SIZES, find_function, prepare_op
 from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
-from xfuse.pipeline import pipeline
+from xfuse.pipeline import PassObserver, pipeline
 
 DEFAULT_PASSES = "decompose,fuse-greedy,group-cleanup,fold-linear"
 """The fusion passes a symbolic program is built with (before `lower-to-loops`): `fold-linear`
@@ -93,7 +93,8 @@ def _tensor(value: torch.Tensor | None) -> torch.Tensor:
 
 class SymbolicProgram:
     """`@forward` of a module with size symbols, fused, lowered and compiled once for the CPU;
-    call it with tensors of any sizes its symbols allow (see the module docstring)."""
+    call it with tensors of any sizes its symbols allow (see the module docstring). `observer`
+    is called around each fusion pass (`xfuse.pipeline.PassObserver`)."""
 
     def __init__(
         self,
@@ -101,6 +102,7 @@ class SymbolicProgram:
         *,
         passes: str = DEFAULT_PASSES,
         backend: CPUBackend | None = None,
+        observer: PassObserver | None = None,
     ) -> None:
         module = module.clone()
         forward = find_function(module, "forward")
@@ -113,7 +115,13 @@ class SymbolicProgram:
         self.table = table
         self.arguments = [graph.dims_of(a) for a in forward.body.block.args]
         self.argument_dtypes = [dtypes.to_torch(graph.dtype_of(a)) for a in forward.body.block.args]
-        pipeline(f"{passes},lower-to-loops")(module)
+        fusion_passes = replace(pipeline(passes), observer=observer)
+        fusion_passes.apply(module)
+        self.fusion_passes = fusion_passes.passes
+        """The fusion passes as they ran (their `decisions`, for an explanation)."""
+        self.fused = module.clone()
+        """The module after fusion, before `lower-to-loops`: groups, not kernels."""
+        pipeline("lower-to-loops")(module)
         self.module = module
         self.backend = backend if backend is not None else CPUBackend()
         self.kernels: dict[str, CPUKernel] = {}
