@@ -208,7 +208,7 @@ def test_explain_names_the_symbols_and_what_a_call_is_guarded_on() -> None:
     assert explanation.guards[:2] == [
         f"{symbol.name} >= 2 and <= 64 (x dim 0)",
         f"{symbol.name} (x dim 0) is not 0 or 1: sizes 0 and 1 specialise, as Inductor's do "
-        "(xfuse.compile refuses such a call; torch.compile traces another graph for it)",
+        "(a call with one is refused; under torch.compile, dynamo traces another graph for it)",
     ]
     assert "x dim 1 == 16 (static)" in explanation.guards
     text = str(explanation)
@@ -232,7 +232,8 @@ def test_explain_names_dims_that_share_a_symbol_and_a_size_asked_from_1() -> Non
     )
     [symbol] = explanation.symbols
     assert symbol.low == 2 and symbol.dim == "batch"
-    assert any("'batch' was asked from 1" in g for g in explanation.guards)
+    asked = "'batch' was asked from 1: a call with one runs a static program compiled for its"
+    assert any(asked in g for g in explanation.guards)
     shared = [g for g in explanation.guards if g.endswith(f"(both {symbol.name})")]
     assert shared == [f"y dim 0 == x dim 0 (both {symbol.name})"]
 
@@ -247,3 +248,21 @@ def test_explain_refuses_training_with_dynamic_shapes() -> None:
     with pytest.raises(InvalidArgumentError, match="inference only") as e:
         xfuse.explain(Block().eval(), (torch.randn(5, 16),), training=True, dynamic_shapes=BATCH)
     one_line(e)
+
+
+def test_a_size_of_1_its_dim_allows_runs_a_static_program_for_its_shape() -> None:
+    """Sizes 0 and 1 specialise: where the `Dim` allows them, such a call runs a static
+    program compiled for its shape (once per shape), the others the symbolic program."""
+    batch = Dim("batch", min=0, max=64)
+    torch.manual_seed(0)
+    model = Block().eval()
+    program = xfuse.compile(
+        model, (torch.randn(5, 16),), dynamic_shapes={"x": {0: batch}}, fallback="error"
+    )
+    assert program.specialised is None
+    with torch.no_grad():
+        for n in (1, 4, 1, 0):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(program(x), model(x))
+    assert program.specialised is not None
+    assert len(program.specialised.specialisations) == 2  # batch 1 and batch 0, once each

@@ -2,8 +2,9 @@
 average pooling, linear head) compiled with its batch and its image's height and width
 symbolic, on the CPU: its kernels are compiled once for batch sizes 2..64 and three image
 sizes, every call matches eager, and no group runs eagerly (strict mode). Batch size 1
-specialises, as Inductor's does: `xfuse.compile` refuses it in one line, `torch.compile`
-compiles another graph for it (dynamo's own specialisation), again without eager groups.
+specialises, as Inductor's does: `xfuse.compile` runs it through a static program compiled
+per shape, `torch.compile` through another graph (dynamo's own specialisation), again without
+eager groups.
 Through `torch.compile`, dynamo's trace guards the batch at 16 (torch picks a convolution
 backend by it), so batch sizes 2..64 are two graphs, each compiled once."""
 
@@ -88,8 +89,14 @@ def test_compile_with_dynamic_shapes_compiles_once_for_every_size(kernels: Kerne
                 x = torch.randn(batch, 3, height, width)
                 torch.testing.assert_close(program(x), model(x))
         assert kernels.count == compiled  # nothing compiled again
-        with pytest.raises(SymbolicSizeError, match=r"is 1, outside its range \[2, 64\]"):
-            program(torch.randn(1, 3, 8, 10))
+        assert program.specialised is None
+        for height, width in IMAGES:  # batch 1 specialises: a static program per shape
+            x = torch.randn(1, 3, height, width)
+            torch.testing.assert_close(program(x), model(x))
+        assert program.specialised is not None
+        assert len(program.specialised.specialisations) == len(IMAGES)
+        with pytest.raises(SymbolicSizeError, match=r"is 65, outside its range \[2, 64\]"):
+            program(torch.randn(65, 3, 8, 10))
     explanation = dynamic_explanation(program)
     assert [(s.source, s.dim, s.low, s.high) for s in explanation.symbols] == [
         ("x dim 0", "batch", 2, 64),

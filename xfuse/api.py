@@ -203,6 +203,7 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
             cache=cache,
             channels_last=channels_last,
             example_kwargs=example_kwargs,
+            fallback=mode,
         )
     target = check_device(device)
     program = compile_program(

@@ -325,11 +325,16 @@ def dynamic_guards(forward: func.FuncOp, program: DynamicProgram) -> list[str]:
         asked = program.asked.get((name, s.source[1])) if name is not None else None
         if s.low == MIN_SIZE:
             below = asked is not None and asked.low is not None and asked.low < MIN_SIZE
-            from_ = f", '{asked.name}' was asked from {asked.low}" if below and asked else ""
+            what = (
+                f"'{asked.name}' was asked from {asked.low}: a call with one runs a static "
+                "program compiled for its shape"
+                if below and asked is not None
+                else "a call with one is refused; under torch.compile, dynamo traces another "
+                "graph for it"
+            )
             lines.append(
                 f"{s.name} ({where}) is not 0 or 1: sizes 0 and 1 specialise, as Inductor's "
-                f"do{from_} (xfuse.compile refuses such a call; torch.compile traces another "
-                "graph for it)"
+                f"do ({what})"
             )
     for i, arg in enumerate(forward.body.block.args):
         attrs = arg_attrs_of(forward, i)

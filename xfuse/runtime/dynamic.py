@@ -9,8 +9,10 @@ where the result would differ: a device other than the CPU, a `pipeline`, a `cac
 `channels_last=True` (options the symbolic path does not honour yet). A group that the symbolic
 lowering cannot lower refuses the program (`lower-to-loops`' line), and so does one whose
 eager outputs a dynamic program would not return alike (`check_outputs`: a view of an input or
-of another output, or strides that are not contiguous). At call time: a size outside
-a symbol's range (0 and 1 among them) raises `SymbolicSizeError`; a call that needs autograd or
+of another output, or strides that are not contiguous). At call time: a size of 0 or 1 that
+the input's `Dim` allows specialises, as Inductor's does (`DynamicProgram.specialises`: a
+static program compiled for the call's shape runs it); a size outside a symbol's range (0 and
+1 where the `Dim` does not allow them) raises `SymbolicSizeError`; a call that needs autograd or
 runs under `torch.autocast`, a tensor off the CPU, inputs of another structure, or a Python
 scalar other than the example's (torch.export specialised it) raise their own one-line errors.
 """
@@ -47,8 +49,10 @@ from xfuse.frontend.export import (
 )
 from xfuse.frontend.outputs import OutputRule
 from xfuse.ir.names import SIZES_ATTR
+from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.report.op_index import OpIndex
-from xfuse.runtime.fallback import reason_of
+from xfuse.runtime.executor import CompiledProgram
+from xfuse.runtime.fallback import FallbackMode, reason_of
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.symbolic import SymbolicProgram
 
@@ -155,6 +159,7 @@ class DynamicProgram:
         dynamic_shapes: Any,
         example_kwargs: dict[str, Any] | None = None,
         backend: CPUBackend | None = None,
+        fallback: FallbackMode = "eager",
     ) -> None:
         from xfuse.frontend.importer import import_program, wrap_function
         from xfuse.frontend.pytrees import export_support
@@ -185,8 +190,17 @@ class DynamicProgram:
         self.compiled = SymbolicProgram(
             program.module, backend=backend, observer=self.op_index.observe
         )
+        arguments = range(len(program.function.body.block.args))
+        users = [i for i in arguments if i not in program.param_names]
+        self.input_args = dict(zip(users, program.input_names, strict=False))
+        """`@forward`'s argument -> the name of the user input bound there."""
         self.asked = asked_dims(dynamic_shapes, program.input_names)
         """The `Dim`s asked for, by (input name, dim)."""
+        self.model = model_or_fn
+        self.fallback: FallbackMode = fallback
+        self.specialised: CompiledProgram | None = None
+        """The static program of calls with a size of 0 or 1 (`specialises`), built at the
+        first such call; it compiles each of their shapes once."""
         self.guards = export_guards(exported)
         """The guards on size symbols the trace recorded, one line each: torch.export's
         (`export_guards`), and those of dynamo's trace where torch.compile made the program."""
@@ -248,9 +262,46 @@ class DynamicProgram:
             )
         return self.bind(leaves, state)
 
+    def specialises(self, tensors: Sequence[Tensor]) -> bool:
+        """Whether a call of `@forward`'s arguments `tensors` has a size of 0 or 1 where a
+        symbol is read, and its `Dim` was asked from that size or lower: the program runs such
+        sizes specialised, as Inductor does (a static program compiled for the call's shape),
+        where its symbols start at 2. A size its `Dim` does not allow is refused at the call."""
+        for symbol in self.compiled.table.inputs():
+            assert symbol.source is not None
+            arg, dim = symbol.source
+            if arg >= len(tensors) or dim >= tensors[arg].dim():
+                continue
+            size = tensors[arg].shape[dim]
+            name = self.input_args.get(arg)
+            asked = self.asked.get((name, dim)) if name is not None else None
+            if size < 2 and asked is not None and asked.low is not None and asked.low <= size:
+                return True
+        return False
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        results = self.compiled(*self._tensors(args, kwargs))
+        tensors = self._tensors(args, kwargs)
+        if self.specialises(tensors):
+            return self._specialised(args, kwargs)(*args, **kwargs)
+        results = self.compiled(*tensors)
         return self.unflatten(self.program.visible(results))
+
+    def _specialised(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompiledProgram:
+        """The static program of the calls `specialises` picks, compiled at the first of them
+        (from its inputs) with the default pipeline and this program's fallback mode."""
+        if self.specialised is None:
+            from xfuse.runtime.driver import compile_program
+
+            self.specialised = compile_program(
+                self.model,
+                args,
+                torch.device("cpu"),
+                PipelineOptions(DEFAULT_PIPELINE),
+                example_kwargs=kwargs,
+                quiet=True,
+                fallback=self.fallback,
+            )
+        return self.specialised
 
 
 def check_symbolic(module: ModuleOp) -> None:
@@ -297,9 +348,12 @@ def compile_dynamic(
     cache: Any = None,
     channels_last: bool | None = None,
     example_kwargs: dict[str, Any] | None = None,
+    fallback: FallbackMode = "eager",
 ) -> DynamicProgram:
     """`xfuse.compile` with `dynamic_shapes`: its options checked, the program built."""
     check_dynamic_options(
         device, dynamic_shapes, pipeline=pipeline, cache=cache, channels_last=channels_last
     )
-    return DynamicProgram(model_or_fn, tuple(example_inputs), dynamic_shapes, example_kwargs)
+    return DynamicProgram(
+        model_or_fn, tuple(example_inputs), dynamic_shapes, example_kwargs, fallback=fallback
+    )
