@@ -14,7 +14,6 @@ import torch
 import xfuse
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
-from xfuse.frontend.pytrees import picker
 from xfuse.ir.context import parse
 from xfuse.runtime.cuda_graphs import (
     GraphMemory,
@@ -130,7 +129,7 @@ class _CPURunner(GraphRunner):
         graph = _ReplayedSteps(lambda: self.run_steps(self.program, inputs, pool), outputs)
         self.captures += 1
         return _Captured(
-            graph, inputs, tuple(range(len(args))), picker([]), [], outputs, pool, False
+            graph, inputs, tuple(range(len(args))), [], [None] * len(args), outputs, pool, False
         )  # type: ignore[arg-type]
 
 

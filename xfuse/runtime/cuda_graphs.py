@@ -183,8 +183,8 @@ class _Captured:
     copied: tuple[int, ...]
     in_place: list[int]
     """The positions of the arguments read in place (parameters and buffers)."""
-    addresses: list[int]
-    """Their data pointers."""
+    addresses: list[int | None]
+    """Each argument's data pointer at capture where it is read in place (None elsewhere)."""
     outputs: list[Tensor]
     pool: BufferPool
     """The graph's intermediate buffers (kept alive with it)."""
@@ -196,11 +196,11 @@ class _Captured:
         """Whether a parameter or buffer the graph reads in place is elsewhere in `args`."""
         if _pointers_equal is not None:
             return not _pointers_equal(args, self.addresses, self.in_place)
-        return [args[i].data_ptr() for i in self.in_place] != self.addresses
+        return any(args[i].data_ptr() != self.addresses[i] for i in self.in_place)
 
 
 _pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
-"""CUDA builds' C++ check that `tensors[i].data_ptr() == pointers[k]` for each `i = indices[k]`
+"""CUDA builds' C++ check that `tensors[i].data_ptr() == pointers[i]` for each `i` of `indices`
 (cudagraph trees' check of static inputs): a model's hundreds of parameters in microseconds."""
 
 
@@ -323,7 +323,7 @@ class GraphRunner:
             inputs,
             tuple(i for i, keep in enumerate(in_place) if not keep),
             read_in_place,
-            [args[i].data_ptr() for i in read_in_place],
+            [a.data_ptr() if keep else None for a, keep in zip(args, in_place, strict=True)],
             outputs,
             pool,
             torch.is_inference_mode_enabled(),
