@@ -693,6 +693,27 @@ def _coalesced(par: scf.ParallelOp) -> scf.ParallelOp | None:
     return copy
 
 
+def _transposes_cached_rows(body: list[Operation], mapping: GPUMapping) -> bool:
+    """Whether the body's row loops read a column of memory but write a row (a layer norm
+    over an NCHW image's channels written channels-last: Swin's and ConvNeXt's patch
+    embeddings), on rows short enough that a warp keeps them in registers. A thread per row
+    would read coalesced, once per loop, and write each row's elements a row apart; a warp
+    per row reads the row once and writes it coalesced."""
+    loops = [op for op in body if isinstance(op, scf.ForOp)]
+    lengths = {_const_int(loop.ub) for loop in loops}
+    if len(lengths) != 1 or None in lengths:
+        return False
+    length = lengths.pop()
+    assert length is not None
+    if length > WARP * mapping.max_cached:
+        return False
+    return any(
+        isinstance(access, memref.StoreOp) and list(access.indices)[-1] == loop.body.block.args[0]
+        for loop in loops
+        for access in _accesses([loop])
+    )
+
+
 def _walks_rows(par: scf.ParallelOp) -> bool:
     """Whether each loop of `par`'s body, or the innermost loop of each nest, walks a row of
     memory (`_is_row_loop_body` without columns)."""
@@ -1124,7 +1145,7 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
     # fewer rows than `min-threads` (a layer norm over a 56x56 image's channels, read from
     # NCHW memory: 3136 threads of 96 x 49 loads each), a warp per row runs 32 times as many.
     few = numel(shape) < mapping.min_threads
-    plan = _row_plan(body, columns=few)
+    plan = _row_plan(body, columns=few or _transposes_cached_rows(body, mapping))
     if plan is None and (flat := _coalesced(par)) is not None:
         # where the nests' single loops map to rows, the kernel takes them
         flat_plan = _row_plan(_body_ops(flat.body.block), columns=True)
