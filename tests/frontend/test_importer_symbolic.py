@@ -242,3 +242,24 @@ def test_packed_sequence_ids_keep_their_symbol() -> None:
     for n in (2, 5, 9):
         positions = torch.cat([torch.arange(n // 2), torch.arange(n - n // 2)]).expand(2, n)
         torch.testing.assert_close(interpret(program.module, [positions])[0], f(positions))
+
+
+@pytest.mark.parametrize("n", [2, 5])
+def test_a_concatenation_along_an_inner_symbolic_dim_names_the_sum(n: int) -> None:
+    """A concatenation along a symbolic dim of a tensor with other symbolic dims: the result
+    names the table's symbol of the sum there, and each other dim's own symbol."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x.exp()], 2) * 2
+
+    shapes = {"x": {0: Dim("b", min=2, max=64), 2: Dim("h", min=2, max=64), 3: Dim("w", max=64)}}
+    program = import_module(f, (torch.randn(3, 4, 6, 5),), dynamic_shapes=shapes)
+    table = program.function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    b, h, w = (s.name for s in table.inputs())
+    doubled = table.symbol_for(graph.SizeExpr.symbol(h).scale(2))
+    [concat] = [op for op in program.function.body.block.ops if isinstance(op, graph.ConcatOp)]
+    assert graph.dims_of(concat.result) == (b, 4, doubled, w)
+    x = torch.randn(n, 4, n + 1, 7)
+    [got] = interpret(program.module, program.arguments(x))
+    torch.testing.assert_close(got, f(x))

@@ -161,7 +161,11 @@ def _cat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     ]
     if len(inputs) == 1:
         return inputs[0]
-    return lw.emit(graph.ConcatOp(inputs, a["dim"] % rank))
+    dim = a["dim"] % rank
+    # The result's size along `dim` as torch's type names it: the table's symbol of the sum
+    # where an input is symbolic there (the op alone cannot name it).
+    size = graph.dims_of(t)[dim] if graph.is_symbolic(t) else None
+    return lw.emit(graph.ConcatOp(inputs, dim, size))
 
 
 # ---------------------------------------------------------------------------------------------
