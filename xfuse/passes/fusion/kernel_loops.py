@@ -13,6 +13,11 @@ reshapes a value of the full shape inside the group is that value, computed at t
 own element and stored at its memory position (`written_value`): the reshape's index
 arithmetic, which may cut the row's dims, is never followed.
 
+Within a row, the kernel makes one loop over the row per phase of its reductions, then one
+that writes the outputs stored at every element (`RowPasses`): `lower-to-loops` emits these
+loops, and fusion's `row-recompute` gate counts them (`legality.row_recompute`), since each
+loop computes again the values it reads from the group's inputs.
+
 A group with a `graph.scan` runs as the scan's loop (`ScanLoop`): `lower-to-loops` builds it
 (`xfuse.passes.lowering.scans`) and fusion's `scan` gate checks a merged group against it
 (`legality.scan_merge`).
@@ -20,7 +25,7 @@ A group with a `graph.scan` runs as the scan's loop (`ScanLoop`): `lower-to-loop
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
@@ -85,6 +90,41 @@ class RowShape:
                 return output
             value = owner.input
         return value
+
+
+@dataclass(frozen=True)
+class RowPasses:
+    """The loops a row kernel makes over each row, in order: one per phase of its reductions
+    (`phases`: the reductions each loop folds), then, when it writes an output at every
+    element (`writes`), one that writes those."""
+
+    phases: tuple[tuple[graph.ReduceOp, ...], ...]
+    writes: bool
+
+    @classmethod
+    def of(
+        cls, ops: Iterable[Operation], reductions: Sequence[graph.ReduceOp], writes: bool
+    ) -> RowPasses:
+        """The passes of a kernel computing `ops` (in program order), of which `reductions`
+        (in program order) reduce over some dims: each reduction is in the phase after the
+        latest phase of a reduction of `ops` its input depends on (one that depends on none:
+        the first)."""
+        folds = set(reductions)
+        depth: dict[SSAValue, int] = {}
+        for op in ops:
+            d = max((depth.get(v, 0) for v in op.operands), default=0) + (op in folds)
+            if d:
+                for res in op.results:
+                    depth[res] = d
+        phases: dict[int, list[graph.ReduceOp]] = {}
+        for r in reductions:
+            phases.setdefault(depth[r.result], []).append(r)
+        return cls(tuple(tuple(phases[k]) for k in sorted(phases)), writes)
+
+    @property
+    def count(self) -> int:
+        """How many loops over a row the kernel makes."""
+        return len(self.phases) + self.writes
 
 
 T = TypeVar("T")

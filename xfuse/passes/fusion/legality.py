@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Required, TypedDict, Unpack
+from typing import Required, TypedDict, Unpack, cast
 
 from xdsl.ir import Block, Operation, SSAValue
 
@@ -64,6 +64,7 @@ from xfuse.passes.fusion.graph import FusionGraph, Node, by_position
 from xfuse.passes.fusion.kernel_loops import (
     ROW_PLACES,
     OutputPlace,
+    RowPasses,
     RowShape,
     ScanLoop,
     reads_own_row,
@@ -880,27 +881,45 @@ def window_recompute(g: FusionGraph, first: Node, second: Node, inline: bool = F
 
 ROW_RECOMPUTE_BUDGET = 48.0
 """How much recomputation a row kernel (one with reductions) may take on per element: its
-loops over a row (one per reduction, one more to write values over the row) each compute
-again the values its reductions read, from the group's inputs (`row_recompute`). A layer
+loops over a row (`RowPasses`: one per phase of its reductions, one more to write values over
+the row) each compute again the values its reductions read, from the group's inputs
+(`row_recompute`). A layer
 norm's four passes over a residual add, a bias and casts (about 15) are cheap beside its
 memory traffic; a depthwise stencil's products (4 ops per tap: 36 for 3x3, 196 for 7x7) are
 not."""
+
+
+def row_passes(g: FusionGraph, first: Node, second: Node) -> RowPasses | None:
+    """The loops over a row that one kernel of `first` and `second` makes (`RowPasses`, as
+    `lower-to-loops` emits them), or None when neither holds a reduction over some dims."""
+    if not (g.space(first).reduced or g.space(second).reduced):
+        return None  # no row kernel (and no walk over the ops of long elementwise chains)
+    ops = [*_ops_of(first), *_ops_of(second)]
+    # (`row_reduction` answers only for a `graph.ReduceOp`)
+    reductions = cast(list[graph.ReduceOp], [op for op in ops if g.row_reduction(op) is not None])
+    if not reductions:
+        return None
+    writes = _writes_rows(g, first, second, _row_elements(g, reductions))
+    return RowPasses.of(ops, reductions, writes)
+
+
+def _row_elements(g: FusionGraph, reductions: Sequence[Operation]) -> int:
+    """The number of elements of the largest input of `reductions`."""
+    return max(graph.numel(g.shape(op.operands[0])) for op in reductions)
 
 
 def row_recompute(g: FusionGraph, first: Node, second: Node) -> str | None:
     """Why `first` and `second` may not make one row kernel (None when they may): its ops
     that no reduction of the pair feeds but a reduction reads (the values each pass over a
     row computes again from the inputs) cost more per element, times the passes after the
-    first, than `ROW_RECOMPUTE_BUDGET`."""
-    if not (g.space(first).reduced or g.space(second).reduced):
-        return None  # no row kernel (and no walk over the ops of long elementwise chains)
-    ops = [*_ops_of(first), *_ops_of(second)]
-    reductions = [op for op in ops if g.row_reduction(op) is not None]
-    if not reductions:
+    first (`row_passes`), than `ROW_RECOMPUTE_BUDGET`."""
+    plan = row_passes(g, first, second)
+    if plan is None:
         return None
-    full = max(graph.numel(g.shape(op.operands[0])) for op in reductions)
-    passes = len(reductions) + _writes_rows(g, first, second, full)
-    extra = (passes - 1) * _pass_cost(g, ops, reductions, full)
+    ops = [*_ops_of(first), *_ops_of(second)]
+    reductions = [r for phase in plan.phases for r in phase]
+    passes = plan.count
+    extra = (passes - 1) * _pass_cost(g, ops, reductions, _row_elements(g, reductions))
     if extra <= ROW_RECOMPUTE_BUDGET:
         return None
     return (

@@ -47,7 +47,7 @@ from xfuse.ir.names import (
     PARALLEL_DIMS_ATTR,
     SIZE_ARGS_ATTR,
 )
-from xfuse.passes.fusion.kernel_loops import RowShape, reads_own_row
+from xfuse.passes.fusion.kernel_loops import RowPasses, RowShape, reads_own_row
 from xfuse.passes.lowering.domains import (
     Domain,
     Leaf,
@@ -84,7 +84,6 @@ from xfuse.passes.lowering.operand_index import operand_indices
 from xfuse.passes.lowering.reductions import (
     accumulator_type,
     is_real_reduction,
-    phases,
     reassociates,
     reduction_combiner,
     reduction_init,
@@ -305,10 +304,18 @@ class KernelBuilder:
         body.add_op(scf.ReduceOp())
         return kernel
 
+    def row_passes(self) -> RowPasses:
+        """The loops over a row that `_emit_row` makes: one per phase of the reductions, then
+        one writing the outputs stored at every element, if any."""
+        d = self.domain
+        writes = any(d.writes_per_element(shape_of(v)) for v in self.outputs)
+        return RowPasses.of(self.group.block.ops, self.reductions, writes)
+
     def _emit_row(self) -> None:
         if self.scans:
             return emit_scan(self)
-        for phase in phases(self.reductions):
+        passes = self.row_passes()
+        for phase in passes.phases:
             self._emit_phase(phase)
         d = self.domain
         full = [(v, i) for i, v in enumerate(self.outputs) if d.writes_per_element(shape_of(v))]
@@ -321,10 +328,10 @@ class KernelBuilder:
                 self.store(v, i, d.output_index(shape_of(v)))
             return []
 
-        if full:
+        if passes.writes:
             self.for_nest(d.reduce_vars, [], write_full)
 
-    def _emit_phase(self, phase: list[graph.ReduceOp]) -> None:
+    def _emit_phase(self, phase: Sequence[graph.ReduceOp]) -> None:
         inits: list[SSAValue] = []
         for r in phase:
             inits.append(self.constant(reduction_init(r), accumulator_type(r)))
@@ -384,7 +391,7 @@ class KernelBuilder:
 
     def partial_sums_nest(
         self,
-        phase: list[graph.ReduceOp],
+        phase: Sequence[graph.ReduceOp],
         loop_vars: Sequence[LoopVar],
         carried: list[SSAValue],
         body: LoopBody,

@@ -1,7 +1,7 @@
 """
 Reductions in a kernel: the accumulator type, initial value, combining op (a float sum or
-product with `fastmath<reassoc>`, so that LLVM may vectorize it) and the phases in which a
-group's reductions run (a reduction that needs another's result comes in a later phase).
+product with `fastmath<reassoc>`, so that LLVM may vectorize it). The phases in which a
+group's reductions run are `xfuse.passes.fusion.kernel_loops.RowPasses`'.
 """
 
 from __future__ import annotations
@@ -89,25 +89,3 @@ def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Ope
 
 def is_real_reduction(op: Operation) -> TypeGuard[graph.ReduceOp]:
     return isinstance(op, graph.ReduceOp) and bool(op.reduce_dims)
-
-
-def phases(reductions: Sequence[graph.ReduceOp]) -> list[list[graph.ReduceOp]]:
-    """Reductions grouped by phase: 1 + the latest phase of a reduction their input needs."""
-    depth: dict[SSAValue, int] = {}
-
-    def depth_of(v: SSAValue) -> int:
-        if v in depth:
-            return depth[v]
-        op = v.owner
-        d = 0
-        if isinstance(op, Operation):
-            d = max((depth_of(o) for o in op.operands), default=0)
-            if is_real_reduction(op):
-                d += 1
-        depth[v] = d
-        return d
-
-    phases: dict[int, list[graph.ReduceOp]] = {}
-    for r in reductions:
-        phases.setdefault(depth_of(r.result), []).append(r)
-    return [phases[k] for k in sorted(phases)]
