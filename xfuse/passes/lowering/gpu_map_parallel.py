@@ -17,6 +17,10 @@ per block, and `xfuse.gpu.items`, see below):
   shared memory (address space 3). When a row fits (`elements per thread <= max-cached`) the
   loops are unrolled and loads of the same element are shared between them, so the row stays
   in registers and the input is read once. `items` = blocks (one per `rows per block` rows).
+  A perfect nest of such loops (a reduction over several dims: a mean over an NCHW image's H
+  and W) is first made one loop over the row. Rows that walk a column of memory take this
+  mapping where there are few of them (fewer than `min-threads`), or where they write a row
+  and fit in registers (a layer norm over NCHW channels written channels-last).
 - `serial` (anything else, e.g. column reductions, and scans, whose loop stores its running
   value at every step): one thread per parallel iteration in a grid-stride loop, the body
   unchanged.
