@@ -4,12 +4,16 @@ ranges (0 and 1 among them) are refused in one line."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch.export import Dim
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends.cpu import CPUBackend
+from xfuse.dialects import graph
 from xfuse.errors import SymbolicSizeError, XfuseError
 from xfuse.frontend import import_module
 from xfuse.frontend.importer import ImportedProgram
@@ -196,3 +200,40 @@ def test_an_addmm_between_merging_reshapes_compiles_once_and_matches_eager() -> 
         (out,) = compiled(*bind_arguments(program.function, [x], program.params))
         with torch.no_grad():
             torch.testing.assert_close(out, f(x))
+
+
+def _cat_inner(x: torch.Tensor) -> torch.Tensor:
+    """Along an inner symbolic dim of a tensor with two more symbolic dims."""
+    return torch.cat([x, x.exp()], 2) * 2
+
+
+def _cat_three(x: torch.Tensor) -> torch.Tensor:
+    """Along the symbolic batch: a symbolic input, a static one, a symbolic one again."""
+    return torch.cat([x.relu(), torch.ones(3, 4, 5, 6), x * 3], 0).sigmoid()
+
+
+def _cat_static_dim(x: torch.Tensor) -> torch.Tensor:
+    """Along a static dim of tensors with symbolic ones (offsets stay static)."""
+    return torch.cat([x, x[:, :2].neg()], 1).sum(1)
+
+
+@pytest.mark.parametrize("f", [_cat_inner, _cat_three, _cat_static_dim])
+def test_a_concatenation_along_symbolic_dims_compiles_once_and_matches_eager(f: Any) -> None:
+    """A concatenation fused with its producers and readers: each input's offset along the
+    axis is the runtime sum of the sizes before it, each element read from the input the
+    index falls in, at every size."""
+    batch = Dim("b", min=2, max=16)
+    image = {2: Dim("h", min=2, max=16), 3: Dim("w", max=16)} if f is not _cat_three else {}
+    program = import_module(
+        f, (torch.randn(3, 4, 5, 6),), dynamic_shapes={"x": {0: batch, **image}}
+    )
+    backend = CountingBackend()
+    compiled = SymbolicProgram(program.module, backend=backend)
+    kernels = sorted(backend.compiled)
+    forward = next(op for op in compiled.module.ops if isinstance(op, func.FuncOp))
+    assert kernels and not any(isinstance(op, graph.ConcatOp) for op in forward.body.ops)
+    for b, h, w in ((2, 2, 2), (3, 7, 5), (16, 3, 16)):
+        x = torch.randn(b, 4, h, w) if image else torch.randn(b, 4, 5, 6)
+        (out,) = compiled(*bind_arguments(program.function, [x], program.params))
+        torch.testing.assert_close(out, f(x))
+    assert sorted(backend.compiled) == kernels

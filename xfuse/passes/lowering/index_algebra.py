@@ -76,7 +76,18 @@ class Gathered:
         return f"Gathered({id(self.indices)}, {self.at}, {self.size}, {self.wrap}, {self.symbol})"
 
 
-Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect | Gathered
+@dataclass(frozen=True)
+class Size:
+    """The runtime size of symbol `name` (a kernel's size argument, or a derived symbol's
+    polynomial of them), in [low, high]: the offset of a concatenation's input along a
+    symbolic dim."""
+
+    name: str
+    low: int
+    high: int
+
+
+Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect | Gathered | Size
 
 UNBOUNDED = 1 << 62
 """The upper bound of a size symbol without a finite one (buffers are smaller than 2^63
@@ -132,6 +143,8 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
         return 0, max(0, a.size - 1)
     if isinstance(a, Gathered):
         return 0, max(0, a.size - 1)
+    if isinstance(a, Size):
+        return a.low, a.high
     return 0, a.modulus - 1
 
 
@@ -143,7 +156,7 @@ def loop_vars(e: Affine) -> frozenset[int]:
             out.add(atom.ident)
         elif isinstance(atom, Gathered):
             out |= index_vars(atom.at)
-        else:
+        elif not isinstance(atom, Size):
             out |= loop_vars(atom.arg)
     return frozenset(out)
 
@@ -152,7 +165,7 @@ def loop_vars(e: Affine) -> frozenset[int]:
 def is_gathered(e: Affine) -> bool:
     """Whether `e` reads an index tensor (then it is computed only where its loads may run)."""
     return any(
-        isinstance(a, Gathered) or (not isinstance(a, LoopVar) and is_gathered(a.arg))
+        isinstance(a, Gathered) or (not isinstance(a, LoopVar | Size) and is_gathered(a.arg))
         for a, _ in e.terms
     )
 

@@ -72,6 +72,7 @@ from xfuse.passes.lowering.index_algebra import (
     Index,
     LoopVar,
     Reflect,
+    Size,
     add,
     bounds,
     constant_index,
@@ -79,6 +80,7 @@ from xfuse.passes.lowering.index_algebra import (
     is_gathered,
     linearize,
     loop_vars,
+    scale,
 )
 from xfuse.passes.lowering.operand_index import operand_indices
 from xfuse.passes.lowering.reductions import (
@@ -103,6 +105,7 @@ from xfuse.passes.lowering.symbolic_kernels import (
     check_symbolic,
     is_symbolic_group,
     size_args,
+    size_index,
     symbolic_buffer_type,
     symbolic_domain,
 )
@@ -566,6 +569,9 @@ class KernelBuilder:
             return emit_window_index(self, a)
         if isinstance(a, Gathered):
             return self._gathered(a)
+        if isinstance(a, Size):
+            assert self.sizes is not None, f"size {a.name} in a kernel without size arguments"
+            return self.sizes.of(a.name)
         op = arith.DivUIOp if isinstance(a, FloorDiv) else arith.RemUIOp
         c = a.divisor if isinstance(a, FloorDiv) else a.modulus
         return self.insert(op(self.index_value(a.arg), self.index_constant(c)))
@@ -674,22 +680,21 @@ class KernelBuilder:
 
     def _concat_at(self, op: graph.ConcatOp, index: Index, first: int) -> SSAValue:
         """`scf.if` chain over the inputs from `first` on, skipping the tests the index's
-        bounds already decide."""
+        bounds already decide. An input's offset is the sum of the sizes before it along the
+        axis: static, or with the runtime sizes of symbolic ones (`size_index`)."""
         axis = op.axis
-        offsets = [0]
+        offsets = [constant_index(0)]
         for v in op.inputs:
-            offsets.append(offsets[-1] + shape_of(v)[axis])
+            offsets.append(add(offsets[-1], self._size_index(dims_of(v)[axis])))
         lo, hi = bounds(index[axis])
         k = first
-        while k < len(op.inputs) - 1 and offsets[k + 1] <= lo:  # (all empty: never runs)
+        while k < len(op.inputs) - 1 and bounds(offsets[k + 1])[1] <= lo:  # (all empty: never runs)
             k += 1
-        shifted = (
-            index[:axis] + (add(index[axis], constant_index(-offsets[k])),) + index[axis + 1 :]
-        )
-        if k == len(op.inputs) - 1 or hi < offsets[k + 1]:
+        shifted = index[:axis] + (add(index[axis], scale(offsets[k], -1)),) + index[axis + 1 :]
+        if k == len(op.inputs) - 1 or hi < bounds(offsets[k + 1])[0]:
             return self.value_at(op.inputs[k], shifted)
         cond = self.insert(
-            arith.CmpiOp(self.index_value(index[axis]), self.index_constant(offsets[k + 1]), "ult")
+            arith.CmpiOp(self.index_value(index[axis]), self.index_value(offsets[k + 1]), "ult")
         )
         then_block, else_block = Block(), Block()
         branch = scf.IfOp(cond, [dtype_of(op.result)], Region(then_block), Region(else_block))
@@ -699,6 +704,13 @@ class KernelBuilder:
         with self.child_scope(else_block, branch, {}, barrier=True):
             self.scope.insert(scf.YieldOp(self._concat_at(op, index, k + 1)))
         return branch.results[0]
+
+    def _size_index(self, d: graph.Dim) -> Affine:
+        """A dim's size as an index: a constant, or a symbol's runtime size."""
+        if isinstance(d, int):
+            return constant_index(d)
+        assert self.sizes is not None, f"symbolic size {d} in a kernel without size arguments"
+        return size_index(self.sizes.table, d)
 
     def store(self, v: SSAValue, output: int, index: Index) -> None:
         d = self.domain

@@ -22,9 +22,11 @@ every size of its symbols.
   (a symbolic dim kept whole, or within its first `MIN_SIZE` elements), `iota` (the loop
   index), `gather` (an index is checked against the indexed dim's size, a symbolic one's at
   run time, and reported through the kernel's error flag, which comes after the outputs and
-  before the size arguments) and one scan along any dim (`ScanLoop`'s rule: its dim the
-  sequential loop). An output is of the full shape or the row shape. Anything else is
-  refused in one line naming the op (`check_symbolic`).
+  before the size arguments), one scan along any dim (`ScanLoop`'s rule: its dim the
+  sequential loop) and `concat` (an input's offset along the axis the sum of the sizes before it,
+  a symbol's as a `Size` atom of the index algebra, bounded by its range). An output is of
+  the full shape or the row shape. Anything else is refused in one line naming the op
+  (`check_symbolic`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from xfuse.passes.lowering.index_algebra import (
     Affine,
     Index,
     LoopVar,
+    Size,
     linearize,
     loop_vars,
 )
@@ -82,6 +85,7 @@ class KernelBuilder(Protocol):
 
 SYMBOLIC_OPS: tuple[type[Operation], ...] = (
     graph.ConstantOp,
+    graph.ConcatOp,
     graph.ReduceOp,
     graph.BroadcastInDimOp,
     graph.PermuteOp,
@@ -120,6 +124,14 @@ def upper_bound(table: SizesAttr, name: str) -> int:
             return UNBOUNDED
         values[s] = high
     return min(expansion.evaluate(values), UNBOUNDED)
+
+
+def size_index(table: SizesAttr, name: str) -> Affine:
+    """Symbol `name`'s runtime size as an index (a `Size` atom): within its range for an input
+    symbol, and from 0 up to its upper bound (`upper_bound`) for a derived one."""
+    symbol = table.by_name[name]
+    low = symbol.low if symbol.expr is None else 0
+    return Affine(((Size(name, low, upper_bound(table, name)), 1),))
 
 
 def size_args(group: fusion.GroupOp, table: SizesAttr) -> list[str]:
@@ -297,6 +309,7 @@ __all__ = [
     "check_symbolic",
     "is_symbolic_group",
     "size_args",
+    "size_index",
     "symbolic_buffer_type",
     "symbolic_domain",
     "upper_bound",

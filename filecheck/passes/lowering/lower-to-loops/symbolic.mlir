@@ -86,3 +86,28 @@ func.func @forward(%x: tensor<?x?xf32, #graph.syms<s0, s1>>) -> tensor<?x?xf32, 
 // CHECK:          %[[W:.*]] = arith.muli %[[I]], %2 : index
 // CHECK-NEXT:     %[[TO:.*]] = arith.addi %[[W]], %[[J]] : index
 // CHECK-NEXT:     memref.store %{{.*}}, %1[%[[TO]]] : memref<?xf32>
+
+// -----
+
+// A concatenation along a symbolic dim: the second input's offset is the runtime size s0, the
+// loop runs to s1 = s0 + 3 (computed in the entry block), and an element is read from the
+// input its index falls in, at the index less the offset.
+
+func.func @forward(%x: tensor<?x4xf32, #graph.syms<s0>>, %y: tensor<3x4xf32>) -> tensor<?x4xf32, #graph.syms<s1>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 5 range [2, 64], s1 = s0 + 3>} {
+  %0 = graph.exp %x : tensor<?x4xf32, #graph.syms<s0>>
+  %1 = graph.concat %0, %y dim = 0 : tensor<?x4xf32, #graph.syms<s0>>, tensor<3x4xf32> -> tensor<?x4xf32, #graph.syms<s1>>
+  func.return %1 : tensor<?x4xf32, #graph.syms<s1>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<3x4xf32>, %1: memref<?xf32>, %2: memref<?xf32>, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s1"} {
+// CHECK:        %[[S1:.*]] = arith.addi %{{.*}}, %3 : index
+// CHECK:        "scf.parallel"(%{{.*}}, %{{.*}}, %[[S1]],
+// CHECK-NEXT:   ^bb0(%[[ROW:.*]]: index, %[[COL:.*]]: index):
+// CHECK-NEXT:     %[[FIRST:.*]] = arith.cmpi ult, %[[ROW]], %3 : index
+// CHECK:          %[[MINUS:.*]] = arith.muli %3, %{{.*}} : index
+// CHECK-NEXT:     %[[SHIFTED:.*]] = arith.addi %[[ROW]], %[[MINUS]] : index
+// CHECK-NEXT:     %{{.*}} = scf.if %[[FIRST]] -> (f32) {
+// CHECK-NEXT:       %{{.*}} = memref.load %1[%{{.*}}] : memref<?xf32>
+// CHECK-NEXT:       %{{.*}} = math.exp
+// CHECK:          } else {
+// CHECK-NEXT:       %{{.*}} = memref.load %0[%[[SHIFTED]], %[[COL]]] : memref<3x4xf32>
