@@ -414,6 +414,9 @@ def test_rows_read_down_columns_and_written_along_rows_run_a_warp_each(tmp_path:
     apart (Swin-T's first kernel: 0.32 ms at batch 32 on an H200)."""
     (ptx,) = ptx_of(_patch_norm, (_x(8, 96, 64, 64), _x(96), _x(96)), tmp_path)
     assert LaunchShape.from_ptx(ptx).strategy == "rows"
+    # rows of 3 channels would leave 29 of a warp's 32 lanes idle: a thread a row
+    (ptx,) = ptx_of(_patch_norm, (_x(8, 3, 128, 128), _x(3), _x(3)), tmp_path)
+    assert LaunchShape.from_ptx(ptx).strategy == "serial"
 
 
 def flat_kernel(n: int) -> str:

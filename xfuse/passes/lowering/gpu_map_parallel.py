@@ -700,7 +700,7 @@ def _coalesced(par: scf.ParallelOp) -> scf.ParallelOp | None:
 def _transposes_cached_rows(body: list[Operation], mapping: GPUMapping) -> bool:
     """Whether the body's row loops read a column of memory but write a row (a layer norm
     over an NCHW image's channels written channels-last: Swin's and ConvNeXt's patch
-    embeddings), on rows short enough that a warp keeps them in registers. A thread per row
+    embeddings), on rows that fill a warp and that it keeps in registers. A thread per row
     would read coalesced, once per loop, and write each row's elements a row apart; a warp
     per row reads the row once and writes it coalesced."""
     loops = [op for op in body if isinstance(op, scf.ForOp)]
@@ -709,7 +709,7 @@ def _transposes_cached_rows(body: list[Operation], mapping: GPUMapping) -> bool:
         return False
     length = lengths.pop()
     assert length is not None
-    if length > WARP * mapping.max_cached:
+    if not WARP <= length <= WARP * mapping.max_cached:  # shorter rows would idle lanes
         return False
     return any(
         isinstance(access, memref.StoreOp) and list(access.indices)[-1] == loop.body.block.args[0]
