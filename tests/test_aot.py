@@ -1,12 +1,15 @@
 """AOTAutograd's decompositions for xfuse (`xfuse.aot.decompositions`): what the partitioner
-saves for a language model's loss, and the two decompositions of xfuse's own."""
+saves for a language model's loss, and the two decompositions of xfuse's own; and how the
+backward node of a call is found (`xfuse.aot.compiled_node`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 import xfuse
-from xfuse.aot import dtype_conversion, filled_like
+from xfuse.aot import ForwardReturns, compiled_node, dtype_conversion, filled_like
 
 Tensor = torch.Tensor
 
@@ -76,3 +79,67 @@ def test_zeros_like_of_a_contiguous_tensor_is_a_full() -> None:
     assert torch.equal(filled, torch.full_like(x, 2.0)) and filled.dtype == x.dtype
     assert filled_like(x.t(), 0) is NotImplemented  # its strides would differ from full's
     assert filled_like(x, 0, dtype=torch.int32).dtype == torch.int32
+
+
+class Program(torch.autograd.Function):
+    """A forward part run inside an `autograd.Function`, as AOTAutograd runs one, under a name
+    of its own (its node is `ProgramBackward`): it returns `tanh(x)`, `x` itself (a tensor it
+    saves, say) and `x * 2`, which the Function returns as `_unsafe_view`, as AOTAutograd
+    returns a view of an intermediate."""
+
+    @staticmethod
+    def forward(ctx: Any, part: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+        y, same, doubled = part([x])
+        assert same is x
+        ctx.save_for_backward(y)
+        return y, torch.ops.aten._unsafe_view(doubled, doubled.shape)
+
+    @staticmethod
+    def backward(ctx: Any, dy: Tensor, dz: Tensor) -> tuple[None, Tensor]:
+        (y,) = ctx.saved_tensors
+        return None, dy * (1 - y * y) + 2 * dz
+
+
+def forward_part(args: list[Any]) -> tuple[Tensor, Tensor, Tensor]:
+    (x,) = args
+    args.clear()
+    return x.tanh(), x, x * 2
+
+
+def test_the_backward_node_is_the_grad_fn_of_what_the_forward_returned() -> None:
+    """Not an input's node (the input is itself a function's output), whatever the Function's
+    node class is called."""
+    returns = ForwardReturns()
+    part = returns.telling(forward_part)
+    x = torch.randn(3, requires_grad=True) * 1
+    with returns.calling() as returned:
+        y, z = Program.apply(part, x)
+    assert [t.shape for t in returned] == [(3,), (3,)]  # tanh(x) and x * 2, not x
+    node = compiled_node([x], [y, z], returned)
+    assert node is y.grad_fn and type(node).__name__ == "ProgramBackward"
+    assert node is not x.grad_fn
+
+
+def test_an_output_made_anew_from_what_the_forward_returned_has_its_node() -> None:
+    """An `_unsafe_view` of a tensor the forward returned (not itself an output, no grad_fn)
+    is the call's output: its memory names it."""
+    returns = ForwardReturns()
+    part = returns.telling(forward_part)
+    x = torch.randn(3, requires_grad=True)
+    with returns.calling() as returned:
+        y, z = Program.apply(part, x)
+    doubled = returned[1]
+    assert doubled.grad_fn is None and z._base is None
+    assert compiled_node([x], [z], [doubled]) is z.grad_fn is y.grad_fn
+
+
+def test_the_forward_tells_nothing_outside_a_call() -> None:
+    """Outside `calling` nothing it returns is kept (its tensors free as they would)."""
+    returns = ForwardReturns()
+    part = returns.telling(forward_part)
+    x = torch.randn(3, requires_grad=True)
+    Program.apply(part, x)
+    with returns.calling() as returned:
+        pass
+    assert returned == []
+    assert compiled_node([x], [], []) is None

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -228,6 +230,8 @@ class PartCompiler:
     settings: PartSettings = field(default_factory=PartSettings)
     record: Record | None = None
     """Told each part compiled (`xfuse.differentiable` keeps them)."""
+    returns: ForwardReturns | None = None
+    """Told what the forward part returns at each run (`ForwardReturns`)."""
 
     def __call__(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
@@ -239,10 +243,17 @@ class PartCompiler:
                 program = self.compile(gm, example_inputs)
             except Exception as e:  # noqa: BLE001 - any failure: this part runs eagerly
                 self.on_eager(e, self.mode)
-                return boxed(gm)
+                return self.told(boxed(gm))
         if self.record is not None:
             self.record(self.part, CompiledPart(gm, program))
-        return boxed_program(program)
+        return self.told(boxed_program(program))
+
+    def told(self, function: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        """The forward part's `function`, telling `returns` what each run returns; any other
+        part's as it is."""
+        if self.part != "forward" or self.returns is None:
+            return function
+        return self.returns.telling(function)
 
     def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledProgram:
         if any(is_symbolic(t) for t in example_inputs):
@@ -288,13 +299,15 @@ def aot_options(
     record: Record | None = None,
     saved: EagerSaved | None = None,
     user_inputs: int = 0,
+    returns: ForwardReturns | None = None,
 ) -> dict[str, Any]:
-    """AOTAutograd's arguments: a `PartCompiler` per part, the min-cut partitioner (its saved
-    inputs as eager's where `saved` says what eager saves of the `user_inputs` flat inputs:
-    `partition_as_eager`) and `decompositions`."""
+    """AOTAutograd's arguments: a `PartCompiler` per part (the forward's telling `returns`
+    what it returns), the min-cut partitioner (its saved inputs as eager's where `saved` says
+    what eager saves of the `user_inputs` flat inputs: `partition_as_eager`) and
+    `decompositions`."""
     made = PartSettings() if settings is None else settings
     return {
-        "fw_compiler": PartCompiler("forward", mode, on_eager, made, record),
+        "fw_compiler": PartCompiler("forward", mode, on_eager, made, record, returns),
         "bw_compiler": PartCompiler("backward", mode, on_eager, made, record),
         "inference_compiler": PartCompiler("inference", mode, on_eager, made, record),
         "partition_fn": partition_as_eager(saved, user_inputs),
@@ -462,13 +475,56 @@ class VersionCheck:
                 raise version_error(described or "", alias._version, expected)
 
 
-def watch_versions(saved: EagerSaved, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-    """After a call of AOTAutograd's function: a `VersionCheck` of the inputs and outputs
-    eager saves, run before the call's backward node (none where no output has a backward,
-    or eager saves none of them, or saved tensors hooks are in force)."""
+class ForwardReturns:
+    """The tensors a program's forward part returned, other than its own inputs, while a call
+    of AOTAutograd's function runs (`calling`; on this thread, nothing kept otherwise).
+    AOTAutograd runs the forward inside an `autograd.Function`, which makes each such tensor
+    that is differentiable an output of the call's backward node: its `grad_fn` is that node
+    (`compiled_node`)."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    @contextmanager
+    def calling(self) -> Iterator[list[Tensor]]:
+        """While in force, the forward's runs add what they return to the list it gives."""
+        returned: list[Tensor] = []
+        before = getattr(self.local, "returned", None)
+        self.local.returned = returned
+        try:
+            yield returned
+        finally:
+            self.local.returned = before
+
+    def telling(self, function: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        """The forward part's `function` (boxed), adding what it returns to the list of the
+        `calling` in force."""
+
+        def run(args: list[Any]) -> Any:
+            returned: list[Tensor] | None = getattr(self.local, "returned", None)
+            if returned is None:
+                return function(args)
+            inputs = {id(t) for t in args if isinstance(t, Tensor)}
+            results = function(args)
+            returned += [t for t in results if isinstance(t, Tensor) and id(t) not in inputs]
+            return results
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        if hasattr(function, "program"):
+            run.program = function.program  # type: ignore[attr-defined]
+        return run
+
+
+def watch_versions(
+    saved: EagerSaved, inputs: Sequence[Any], outputs: Sequence[Any], returned: Sequence[Tensor]
+) -> None:
+    """After a call of AOTAutograd's function (its forward returned `returned`): a
+    `VersionCheck` of the inputs and outputs eager saves, run before the call's backward node
+    (none where no output has a backward, or eager saves none of them, or saved tensors hooks
+    are in force)."""
     if not (saved.inputs or saved.outputs) or saved_tensor_hooks_on():
         return
-    node = compiled_node(inputs, outputs)
+    node = compiled_node(inputs, outputs, returned)
     if node is None:
         return
     watched = [(inputs[i], text) for i, text in saved.inputs.items()]
@@ -482,22 +538,31 @@ def saved_tensor_hooks_on() -> bool:
     return torch._C._autograd._top_saved_tensors_default_hooks(True) is not None
 
 
-def compiled_node(inputs: Sequence[Any], outputs: Sequence[Any]) -> Any:
-    """The backward node of this call's AOTAutograd function: an output's `grad_fn`, else the
-    node an output's view node reads (an output AOTAutograd makes a view of an intermediate),
-    never an input's own (an input returned, from another compiled program)."""
-    nodes = [o.grad_fn for o in outputs if isinstance(o, Tensor) and o.grad_fn is not None]
+def compiled_node(inputs: Sequence[Any], outputs: Sequence[Any], returned: Sequence[Tensor]) -> Any:
+    """The backward node of this call's AOTAutograd function: the `grad_fn` of a tensor its
+    forward `returned` (`ForwardReturns`), else of an output that is no view and shares
+    memory with one (AOTAutograd returns a view of an intermediate as a new tensor,
+    `_unsafe_view`), never an input's own node (an input returned, from another compiled
+    program); None where none has one."""
     theirs = [t.grad_fn for t in inputs if isinstance(t, Tensor) and t.grad_fn is not None]
 
     def ours(node: Any) -> bool:
-        return type(node).__name__ == "CompiledFunctionBackward" and not any(
-            node is other for other in theirs
-        )
+        return node is not None and not any(node is other for other in theirs)
 
-    found = next((n for n in nodes if ours(n)), None)
-    if found is None:
-        found = next((n for v in nodes for n, _ in v.next_functions if ours(n)), None)
-    return found
+    found = next((t.grad_fn for t in returned if ours(t.grad_fn)), None)
+    if found is not None:
+        return found
+    memory = {storage_key(t) for t in returned if has_storage(t)}
+    for o in outputs:
+        if isinstance(o, Tensor) and o._base is None and ours(o.grad_fn) and has_storage(o):
+            if storage_key(o) in memory:
+                return o.grad_fn
+    return None
+
+
+def has_storage(t: Tensor) -> bool:
+    """Whether a tensor has memory of its own to compare (a dense tensor, not a ZeroTensor)."""
+    return t.layout == torch.strided and not t._is_zerotensor() and not t.is_meta
 
 
 Partition = Callable[..., tuple[torch.fx.GraphModule, torch.fx.GraphModule]]

@@ -37,6 +37,7 @@ from torch.utils import _pytree as pytree
 from xfuse.aot import (
     CompiledPart,
     EagerSaved,
+    ForwardReturns,
     PartSettings,
     aot_options,
     saved_for_training,
@@ -295,6 +296,8 @@ class TracedCall:
         inputs = [*state, *distinct_tensors(leaves)]
         self.saved: EagerSaved | None = saved_for_training(self.flat, inputs)
         """The inputs and outputs eager's autograd saves (`xfuse.aot.eager_saved`)."""
+        self.returns = ForwardReturns()
+        """What the forward part returns at each call (`xfuse.aot.compiled_node`)."""
         self.function = self._compile(inputs, replace(settings, state_inputs=len(names)), mode)
 
     def _compile(
@@ -305,7 +308,13 @@ class TracedCall:
         from torch._functorch.aot_autograd import aot_module_simplified
 
         options = aot_options(
-            mode, part_runs_eagerly, settings, self.parts.__setitem__, self.saved, len(inputs)
+            mode,
+            part_runs_eagerly,
+            settings,
+            self.parts.__setitem__,
+            self.saved,
+            len(inputs),
+            self.returns,
         )
         try:
             # Typed for a GraphModule; any module is called the same way.
@@ -333,9 +342,12 @@ class TracedCall:
 
     def __call__(self, state: Sequence[Tensor], leaves: Sequence[Any]) -> Any:
         inputs = [*state, *distinct_tensors(leaves)]
-        results = self.function(*inputs)
-        if self.saved is not None:
-            watch_versions(self.saved, inputs, results)
+        if self.saved is None:
+            results = self.function(*inputs)
+        else:
+            with self.returns.calling() as returned:
+                results = self.function(*inputs)
+            watch_versions(self.saved, inputs, results, returned)
         found = iter(results)
         return self.unflatten([next(found) if o is TENSOR else o for o in self.outputs])
 

@@ -22,6 +22,7 @@ import torch
 from xfuse.aot import (
     PARTS,
     EagerSaved,
+    ForwardReturns,
     PartCompiler,
     aot_options,
     decompositions,
@@ -59,20 +60,28 @@ def training_backend(
     from torch._dynamo.backends.common import aot_autograd
 
     saved = saved_for_training(gm, example_inputs)
-    options = aot_options(mode, on_eager, saved=saved, user_inputs=len(example_inputs))
+    watched = saved is not None and bool(saved.inputs or saved.outputs)
+    returns = ForwardReturns() if watched else None
+    options = aot_options(
+        mode, on_eager, saved=saved, user_inputs=len(example_inputs), returns=returns
+    )
     function = aot_autograd(**options)(gm, list(example_inputs))
-    if saved is None or not (saved.inputs or saved.outputs):
+    if saved is None or returns is None:
         return function
-    return watching(function, saved)
+    return watching(function, saved, returns)
 
 
-def watching(function: Callable[..., Any], saved: EagerSaved) -> Callable[..., Any]:
+def watching(
+    function: Callable[..., Any], saved: EagerSaved, returns: ForwardReturns
+) -> Callable[..., Any]:
     """`function` (AOTAutograd's, dynamo's calling convention), each call's inputs and
-    outputs that eager saves watched for writes before the backward (`watch_versions`)."""
+    outputs that eager saves watched for writes before the backward (`watch_versions`; its
+    forward part tells `returns` what it returned)."""
 
     def run(*args: Any) -> Any:
-        results = function(*args)
-        watch_versions(saved, args, results)
+        with returns.calling() as returned:
+            results = function(*args)
+        watch_versions(saved, args, results, returned)
         return results
 
     return torch._dynamo.disable(run, reason="do not trace AOT-compiled graph")
