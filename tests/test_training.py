@@ -83,6 +83,13 @@ def named(name: str) -> Callable[[str], str]:
     return lambda message: f"{name}: {message}"
 
 
+def assert_whole(parts: list[tuple[str, CompiledProgram]]) -> None:
+    """No part has a group that ran eagerly or that its lowering refused (compiled op by op)."""
+    for part, program in parts:
+        assert not program.fallbacks, f"{part}: {program.fallbacks}"
+        assert not program.op_by_op, f"{part}: {program.op_by_op}"
+
+
 def backward_groups(parts: list[tuple[str, CompiledProgram]]) -> int:
     return sum(len(p.groups) for part, p in parts if part == "backward")
 
@@ -97,6 +104,7 @@ def test_gpt2_trains_with_eagers_losses_and_dropout(parts: list[Any]) -> None:
     ids = torch.randint(0, 128, (2, 16))
     compare_training(model, lambda m: m(input_ids=ids, labels=ids).loss)
     assert {part for part, _ in parts} == {"forward", "backward"}
+    assert_whole(parts)
     assert backward_groups(parts) >= 10  # the backward's elementwise ops and sums, fused
 
 
@@ -173,6 +181,7 @@ def test_bert_masked_lm_trains_with_eagers_losses(parts: list[Any]) -> None:
     labels[:, 3::4] = ids[:, 3::4]
     compare_training(model, lambda m: m(input_ids=ids, attention_mask=mask, labels=labels).loss)
     assert {part for part, _ in parts} == {"forward", "backward"}
+    assert_whole(parts)
     assert backward_groups(parts) >= 10
 
 
@@ -195,6 +204,7 @@ def test_vit_image_classification_trains_with_eagers_losses(parts: list[Any]) ->
     labels = torch.randint(0, 5, (2,))
     compare_training(model, lambda m: m(pixel_values=x, labels=labels).loss)
     assert {part for part, _ in parts} == {"forward", "backward"}
+    assert_whole(parts)
     assert backward_groups(parts) > 0
 
 
@@ -222,6 +232,7 @@ def test_resnet_trains_with_eagers_losses_and_running_statistics(parts: list[Any
     norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert norms and all(int(cast(torch.Tensor, m.num_batches_tracked)) == 20 for m in norms)
     assert {part for part, _ in parts} == {"forward", "backward"}
+    assert_whole(parts)
     assert backward_groups(parts) > 0
 
 
@@ -244,6 +255,7 @@ def test_conv_net_with_dropout_trains_with_eagers_losses(parts: list[Any]) -> No
     labels = torch.randint(0, 5, (4,))
     compare_training(model, lambda m: torch.nn.functional.cross_entropy(m(x), labels))
     assert {part for part, _ in parts} == {"forward", "backward"}
+    assert_whole(parts)
     assert backward_groups(parts) > 0
 
 
@@ -268,3 +280,4 @@ def test_a_zero_tensor_gradient_is_returned_as_eager_returns_it(parts: list[Any]
     (want,) = torch.autograd.grad(torch.sgn(x).sum(), x)
     torch.testing.assert_close(got, want)
     assert {part for part, _ in parts} == {"forward", "backward"}
+    assert_whole(parts)
