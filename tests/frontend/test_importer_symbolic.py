@@ -263,3 +263,20 @@ def test_a_concatenation_along_an_inner_symbolic_dim_names_the_sum(n: int) -> No
     x = torch.randn(n, 4, n + 1, 7)
     [got] = interpret(program.module, program.arguments(x))
     torch.testing.assert_close(got, f(x))
+
+
+@pytest.mark.parametrize("dims", [(0,), (0, 1), ()])
+def test_a_roll_of_a_symbolic_dim_keeps_its_shift(dims: tuple[int, ...]) -> None:
+    """`graph.roll` has no rule for symbolic sizes: a roll along a symbolic dim (or of the
+    flattened tensor) is torch's own call, not dropped as a roll of a size-1 dim would be."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        shifts = [1 + d for d in dims] if dims else 3
+        return torch.roll(x.exp(), shifts, dims) * 2
+
+    shapes = {"x": {0: Dim("b", min=2, max=64)}}
+    program = import_module(f, (torch.randn(5, 6),), dynamic_shapes=shapes)
+    for n in (2, 7):
+        x = torch.randn(n, 6)
+        [got] = interpret(program.module, program.arguments(x))
+        torch.testing.assert_close(got, f(x))

@@ -558,6 +558,9 @@ def _roll_from_aten(b: OpBuilder, a: Mapping[str, Any]) -> SSAValue | None:
     if not all(isinstance(v, int) for v in (*shifts, *dims)):
         return None
     shape = shape_of(x)
+    rolled = dims if dims else range(len(shape))
+    if any(shape[d % len(shape)] < 0 for d in rolled):  # a symbolic size: no `graph.roll` rule
+        return None
     if not dims:
         if len(shifts) != 1:
             return None

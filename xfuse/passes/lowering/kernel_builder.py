@@ -652,7 +652,7 @@ class KernelBuilder:
             return iota_value(self, op, index)
         operands = [
             self.value_at(o, i)
-            for o, i in zip(op.operands, operand_indices(op, index), strict=True)
+            for o, i in zip(op.operands, operand_indices(op, index, self._size_index), strict=True)
         ]
         if isinstance(op, MOVES_ITS_OPERAND):
             return operands[0]

@@ -8,7 +8,7 @@ flip, roll) and torch broadcasting map the index; `graph.gather` reads its table
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from xdsl.ir import Operation, SSAValue
@@ -36,9 +36,19 @@ def broadcast_index(index: Index, in_shape: Sequence[int], out_shape: Sequence[i
     return tuple(ZERO if d == 1 else index[lead + k] for k, d in enumerate(in_shape))
 
 
-def operand_indices(op: Operation, index: Index) -> list[Index]:
+SizeOf = Callable[[Dim], Affine]
+"""A dim's size as an index: a constant, or a symbol's runtime size (a symbolic kernel's)."""
+
+
+def static_size(d: Dim) -> Affine:
+    assert isinstance(d, int), f"the size of symbolic dim {d} outside a symbolic kernel"
+    return constant_index(d)
+
+
+def operand_indices(op: Operation, index: Index, size_of: SizeOf = static_size) -> list[Index]:
     """The index of each operand's element that the result element at `index` reads (every
-    op but concat and real reductions)."""
+    op but concat and real reductions); `size_of` gives the size of a dim a flip counts down
+    from (a symbolic one's at run time)."""
     out_shape = shape_of(op.results[0])
     if isinstance(op, graph.BroadcastInDimOp):
         in_shape = shape_of(op.input)
@@ -64,7 +74,7 @@ def operand_indices(op: Operation, index: Index) -> list[Index]:
     if isinstance(op, graph.ReduceOp):  # no dims: the identity
         return [index]
     if isinstance(op, graph.FlipOp):
-        return [flipped_index(index, shape_of(op.input), op.flipped)]
+        return [flipped_index(index, dims_of(op.input), op.flipped, size_of)]
     if isinstance(op, graph.RollOp):
         return [rolled_index(index, shape_of(op.input), dict(op.rolled))]
     if isinstance(op, graph.GatherOp):
@@ -129,10 +139,13 @@ def run_reshape_index(index: Index, runs: list[Run]) -> Index:
     return tuple(src[k] for k in range(len(src)))
 
 
-def flipped_index(index: Index, shape: Sequence[int], dims: Sequence[int]) -> Index:
-    """Element i of a dim of size n flipped reads element n - 1 - i."""
+def flipped_index(
+    index: Index, shape: Sequence[Dim], dims: Sequence[int], size_of: SizeOf = static_size
+) -> Index:
+    """Element i of a dim of size n flipped reads element n - 1 - i (n static, or a symbol's
+    runtime size: `size_of`)."""
     return tuple(
-        add(constant_index(shape[k] - 1), scale(e, -1)) if k in dims else e
+        add(size_of(shape[k]), constant_index(-1), scale(e, -1)) if k in dims else e
         for k, e in enumerate(index)
     )
 

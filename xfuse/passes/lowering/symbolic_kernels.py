@@ -23,9 +23,10 @@ every size of its symbols.
   index), `gather` (an index is checked against the indexed dim's size, a symbolic one's at
   run time, and reported through the kernel's error flag, which comes after the outputs and
   before the size arguments), one scan along any dim (`ScanLoop`'s rule: its dim the
-  sequential loop) and `concat` (an input's offset along the axis the sum of the sizes before it,
-  a symbol's as a `Size` atom of the index algebra, bounded by its range). An output is of
-  the full shape or the row shape. Anything else is refused in one line naming the op
+  sequential loop), `concat` (an input's offset along the axis the sum of the sizes before it,
+  a symbol's as a `Size` atom of the index algebra, bounded by its range) and `flip` (element
+  i of a dim of size n reads n - 1 - i, n a `Size` atom where the dim is symbolic). An output
+  is of the full shape or the row shape. Anything else is refused in one line naming the op
   (`check_symbolic`).
 """
 
@@ -86,6 +87,7 @@ class KernelBuilder(Protocol):
 SYMBOLIC_OPS: tuple[type[Operation], ...] = (
     graph.ConstantOp,
     graph.ConcatOp,
+    graph.FlipOp,
     graph.ReduceOp,
     graph.BroadcastInDimOp,
     graph.PermuteOp,

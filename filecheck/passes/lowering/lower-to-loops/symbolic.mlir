@@ -111,3 +111,24 @@ func.func @forward(%x: tensor<?x4xf32, #graph.syms<s0>>, %y: tensor<3x4xf32>) ->
 // CHECK-NEXT:       %{{.*}} = math.exp
 // CHECK:          } else {
 // CHECK-NEXT:       %{{.*}} = memref.load %0[%[[SHIFTED]], %[[COL]]] : memref<3x4xf32>
+
+// -----
+
+// A flip of a symbolic dim: element i reads element s0 - 1 - i, at the linear offset
+// 8 * (s0 - 1 - i) + j of the runtime size s0.
+
+func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?x8xf32, #graph.syms<s0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [2, 64]>} {
+  %0 = graph.flip %x dims = [0] : tensor<?x8xf32, #graph.syms<s0>>
+  func.return %0 : tensor<?x8xf32, #graph.syms<s0>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0"} {
+// CHECK:        %[[C8:.*]] = arith.constant 8 : index
+// CHECK-NEXT:   %[[M8:.*]] = arith.constant -8 : index
+// CHECK:        ^bb0(%[[ROW:.*]]: index, %[[COL:.*]]: index):
+// CHECK-NEXT:     %[[DOWN:.*]] = arith.muli %[[ROW]], %[[M8]] : index
+// CHECK-NEXT:     %[[A:.*]] = arith.addi %[[DOWN]], %[[COL]] : index
+// CHECK-NEXT:     %[[END:.*]] = arith.muli %2, %[[C8]] : index
+// CHECK-NEXT:     %[[B:.*]] = arith.addi %[[A]], %[[END]] : index
+// CHECK-NEXT:     %[[AT:.*]] = arith.addi %[[B]], %[[M8]] : index
+// CHECK-NEXT:     %{{.*}} = memref.load %0[%[[AT]]] : memref<?xf32>
