@@ -219,10 +219,10 @@ def dynamic_explanation(program: DynamicProgram) -> Explanation:
     lowered = {k.sym_name.data: k for k in kernel_functions(compiled.module)}
     names = iter(sorted(lowered, key=_kernel_number))
     for op in forward.body.block.ops:
-        is_group = isinstance(op, fusion.GroupOp)
-        if not is_group and not is_lone_kernel_op(op):
+        if not isinstance(op, fusion.GroupOp) and not is_lone_kernel_op(op):
             continue
-        symbol = next(names)
+        symbol = next(names, None)  # lower-to-loops made a kernel of each, in this order
+        assert symbol is not None, f"no kernel for {op.name} in the lowered program"
         index = len(kernels)
         info = group_info(op, len(groups)) if isinstance(op, fusion.GroupOp) else None
         if info is not None:
