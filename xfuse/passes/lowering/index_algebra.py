@@ -1,7 +1,9 @@
 """
 Affine index expressions of loop variables, as `lower-to-loops` indexes buffers: `Affine` is
 const + sum(coef * atom), its atoms loop variables, floor divisions and moduli by constants,
-clamped or reflected indices (windows) and gathered ones (`graph.gather`). `floordiv`, `mod`
+clamped or reflected indices (windows), gathered ones (`graph.gather`) and, in kernels with
+symbolic sizes, a symbol's runtime size (`Size`) and products, floor divisions and moduli by
+runtime sizes (`SizedMul`, `SizedDiv`, `SizedMod`). `floordiv`, `mod`
 and the recombination of `x mod a + a * (x floordiv a)` into `x` simplify, so that a reshape
 chain that ends where it started costs nothing; `bounds` gives an expression's range over its
 variables' extents, which decides the tests a window's guards need.
@@ -87,7 +89,39 @@ class Size:
     high: int
 
 
-Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect | Gathered | Size
+Dims = tuple[int | str, ...]
+"""Static sizes and size symbols, whose product a `Sized*` atom takes at run time."""
+
+
+@dataclass(frozen=True)
+class SizedMul:
+    """arg * product(factor), the product in [low, high]: a linear offset's term where the
+    strides hold size symbols."""
+
+    arg: Affine
+    factor: Dims
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class SizedDiv:
+    """floor(arg / product(divisor)) of a non-negative `arg`, the product taken at run time."""
+
+    arg: Affine
+    divisor: Dims
+
+
+@dataclass(frozen=True)
+class SizedMod:
+    """arg mod product(modulus) of a non-negative `arg`, the product at most `high`."""
+
+    arg: Affine
+    modulus: Dims
+    high: int
+
+
+Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect | Gathered | Size | SizedMul | SizedDiv | SizedMod
 
 UNBOUNDED = 1 << 62
 """The upper bound of a size symbol without a finite one (buffers are smaller than 2^63
@@ -145,6 +179,14 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
         return 0, max(0, a.size - 1)
     if isinstance(a, Size):
         return a.low, a.high
+    if isinstance(a, SizedMul):
+        lo, hi = bounds(a.arg)
+        ends = (lo * a.low, lo * a.high, hi * a.low, hi * a.high)
+        return min(ends), max(ends)
+    if isinstance(a, SizedDiv):
+        return 0, max(0, bounds(a.arg)[1])
+    if isinstance(a, SizedMod):
+        return 0, max(0, min(bounds(a.arg)[1], a.high - 1))
     return 0, a.modulus - 1
 
 

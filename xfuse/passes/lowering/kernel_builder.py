@@ -73,6 +73,9 @@ from xfuse.passes.lowering.index_algebra import (
     LoopVar,
     Reflect,
     Size,
+    SizedDiv,
+    SizedMod,
+    SizedMul,
     add,
     bounds,
     constant_index,
@@ -572,6 +575,14 @@ class KernelBuilder:
         if isinstance(a, Size):
             assert self.sizes is not None, f"size {a.name} in a kernel without size arguments"
             return self.sizes.of(a.name)
+        if isinstance(a, SizedMul | SizedDiv | SizedMod):
+            assert self.sizes is not None, "runtime sizes in a kernel without size arguments"
+            arg = self.index_value(a.arg)
+            if isinstance(a, SizedMul):
+                return self.insert(arith.MuliOp(arg, self.sizes.product(a.factor)))
+            if isinstance(a, SizedDiv):
+                return self.insert(arith.DivUIOp(arg, self.sizes.product(a.divisor)))
+            return self.insert(arith.RemUIOp(arg, self.sizes.product(a.modulus)))
         op = arith.DivUIOp if isinstance(a, FloorDiv) else arith.RemUIOp
         c = a.divisor if isinstance(a, FloorDiv) else a.modulus
         return self.insert(op(self.index_value(a.arg), self.index_constant(c)))

@@ -21,9 +21,14 @@ from xfuse.passes.lowering.index_algebra import (
     Affine,
     Gathered,
     Index,
+    SizedDiv,
+    SizedMod,
+    SizedMul,
     add,
+    bounds,
     constant_index,
     delinearize,
+    floordiv,
     linearize,
     mod,
     scale,
@@ -54,9 +59,13 @@ def operand_indices(op: Operation, index: Index, size_of: SizeOf = static_size) 
         in_shape = shape_of(op.input)
         return [tuple(ZERO if in_shape[i] == 1 else index[d] for i, d in enumerate(op.dim_map))]
     if isinstance(op, graph.ReshapeOp):
-        runs = symbol_runs(dims_of(op.input), dims_of(op.result))
+        before, after = dims_of(op.input), dims_of(op.result)
+        runs = symbol_runs(before, after)
         if runs is not None:
             return [run_reshape_index(index, runs)]
+        if any(isinstance(d, str) for d in (*before[1:], *after[1:])):
+            flat = sized_linearize(index, after, size_of)
+            return [sized_delinearize(flat, before, size_of)]
         return [delinearize(linearize(index, out_shape), shape_of(op.input))]
     if isinstance(op, graph.PermuteOp):
         src = [ZERO] * len(index)
@@ -137,6 +146,51 @@ def run_reshape_index(index: Index, runs: list[Run]) -> Index:
         flat = linearize([index[k] for k in rb], static_out) if rb else ZERO
         src.update(zip(ra, delinearize(flat, static_in), strict=True))
     return tuple(src[k] for k in range(len(src)))
+
+
+def _product_bounds(dims: Sequence[Dim], size_of: SizeOf) -> tuple[int, int]:
+    low = high = 1
+    for d in dims:
+        lo, hi = bounds(size_of(d))
+        low, high = low * lo, min(high * hi, UNBOUNDED)
+    return low, high
+
+
+def sized_linearize(index: Index, dims: Sequence[Dim], size_of: SizeOf) -> Affine:
+    """The linear offset of `index` in a row-major tensor of `dims`, whose strides hold size
+    symbols: each such term a `SizedMul` by the runtime product."""
+    terms: list[Affine] = []
+    for k, e in enumerate(index):
+        after = tuple(dims[k + 1 :])
+        if e == ZERO:
+            continue
+        if all(isinstance(d, int) for d in after):
+            terms.append(scale(e, math.prod(cast(tuple[int, ...], after))))
+        else:
+            low, high = _product_bounds(after, size_of)
+            terms.append(Affine(((SizedMul(e, after, low, high), 1),)))
+    return add(*terms)
+
+
+def sized_delinearize(e: Affine, dims: Sequence[Dim], size_of: SizeOf) -> Index:
+    """The index of the element at linear offset `e` of a row-major tensor of `dims` with size
+    symbols after the first: divisions and moduli by runtime products (`SizedDiv`,
+    `SizedMod`) where a symbol is among the sizes; the first dim's without a modulo (`e` is
+    less than the element count)."""
+    out: list[Affine] = []
+    for k, d in enumerate(dims):
+        after = tuple(dims[k + 1 :])
+        if all(isinstance(x, int) for x in after):
+            q = floordiv(e, math.prod(cast(tuple[int, ...], after)))
+        else:
+            q = Affine(((SizedDiv(e, after), 1),))
+        if k == 0:
+            out.append(q)
+        elif isinstance(d, int):
+            out.append(ZERO if d <= 1 else mod(q, d))
+        else:
+            out.append(Affine(((SizedMod(q, (d,), bounds(size_of(d))[1]), 1),)))
+    return tuple(out)
 
 
 def flipped_index(

@@ -16,9 +16,11 @@ every size of its symbols.
   (`LoopVar.size`, `upper_bound`) for the index algebra's simplifications, which are then valid
   for every size in range. A mean divides by its runtime count.
 - Ops: those with a scalar rule, splat and static constants, reductions (all over the same dims
-  of one shape, as static kernels), `broadcast_in_dim`, `permute`, `reshape` where only the
-  first dim of each side is symbolic (the strides stay static) or whose symbolic dims stay
-  themselves between static runs of equal products (`[2, s, 64]` to `[2, s, 2, 32]`), `slice`
+  of one shape, as static kernels), `broadcast_in_dim`, `permute`, `reshape` (where only the
+  first dim of each side is symbolic, the strides stay static; where its symbolic dims stay
+  themselves between static runs of equal products, `[2, s, 64]` to `[2, s, 2, 32]`, each run
+  maps on its own; else the linear offset maps through divisions and moduli by runtime
+  sizes, `operand_index.sized_delinearize`, which `SizeValues.offset` folds back), `slice`
   (a symbolic dim kept whole, or within its first `MIN_SIZE` elements), `iota` (the loop
   index), `gather` (an index is checked against the indexed dim's size, a symbolic one's at
   run time, and reported through the kernel's error flag, which comes after the outputs and
@@ -51,10 +53,12 @@ from xfuse.passes.lowering.index_algebra import (
     Index,
     LoopVar,
     Size,
+    SizedDiv,
+    constant_index,
     linearize,
     loop_vars,
 )
-from xfuse.passes.lowering.operand_index import symbol_runs
+from xfuse.passes.lowering.operand_index import sized_delinearize
 from xfuse.passes.lowering.scalar_ops import has_scalar_rule
 
 
@@ -158,17 +162,6 @@ def check_symbolic(b: KernelBuilder) -> None:
             continue
         if not (has_scalar_rule(op.name) or isinstance(op, SYMBOLIC_OPS)):
             raise b.error(f"'{op.name}' on symbolic sizes has no loop lowering yet")
-        if (
-            isinstance(op, graph.ReshapeOp)
-            and symbol_runs(dims_of(op.input), dims_of(op.result)) is None
-        ):
-            for v in (op.input, op.result):
-                if any(isinstance(d, str) for d in dims_of(v)[1:]):
-                    raise b.error(
-                        f"'graph.reshape' of {graph.fmt_shape(dims_of(op.input))} to "
-                        f"{graph.fmt_shape(dims_of(op.result))} has a symbolic dim after the "
-                        "first (its strides would be symbolic): no loop lowering yet"
-                    )
 
 
 def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
@@ -275,6 +268,9 @@ class SizeValues:
         b = self.b
         if all(isinstance(d, int) for d in dims[1:]):
             return b.index_value(linearize(index, [d if isinstance(d, int) else -1 for d in dims]))
+        linear = self._linear_of(index, dims)
+        if linear is not None:
+            return b.index_value(linear)
         total: SSAValue | None = None
         for k, e in enumerate(index):
             if e == ZERO:
@@ -282,6 +278,21 @@ class SizeValues:
             term = self._strided(e, dims[k + 1 :])
             total = term if total is None else b.insert(arith.AddiOp(total, term))
         return total if total is not None else b.index_constant(0)
+
+    def size_of(self, d: Dim) -> Affine:
+        return constant_index(d) if isinstance(d, int) else size_index(self.table, d)
+
+    def _linear_of(self, index: Index, dims: tuple[Dim, ...]) -> Affine | None:
+        """The linear offset `L` where `index` is the element at `L` of a tensor of `dims`, as
+        a reshape with symbolic strides reads it (`sized_delinearize`): the offset without
+        the divisions and moduli that would compute it again. None otherwise."""
+        first = index[0] if index else None
+        if first is None or first.const != 0 or len(first.terms) != 1:
+            return None
+        atom, k = first.terms[0]
+        if k != 1 or not isinstance(atom, SizedDiv):
+            return None
+        return atom.arg if sized_delinearize(atom.arg, dims, self.size_of) == index else None
 
     def _strided(self, e: Affine, stride: tuple[Dim, ...]) -> SSAValue:
         """`e * product(stride)`, placed where `e` is known."""

@@ -132,3 +132,26 @@ func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?x8xf32, #gra
 // CHECK-NEXT:     %[[B:.*]] = arith.addi %[[A]], %[[END]] : index
 // CHECK-NEXT:     %[[AT:.*]] = arith.addi %[[B]], %[[M8]] : index
 // CHECK-NEXT:     %{{.*}} = memref.load %0[%[[AT]]] : memref<?xf32>
+
+// -----
+
+// A reshape with a symbolic dim after the first (a flatten of [s0, s1, 2] to [s2, 2]): the
+// result's element at linear offset 2 * i + j reads the input's at the same offset, the
+// divisions and moduli by s1 folded back to it.
+
+func.func @forward(%x: tensor<?x?x2xf32, #graph.syms<s0, s1>>) -> tensor<?x2xf32, #graph.syms<s2>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = input(0, 1) hint 6, s2 = s0 * s1>} {
+  %0 = graph.exp %x : tensor<?x?x2xf32, #graph.syms<s0, s1>>
+  %1 = graph.reshape %0 : tensor<?x?x2xf32, #graph.syms<s0, s1>> -> tensor<?x2xf32, #graph.syms<s2>>
+  %2 = graph.sin %1 : tensor<?x2xf32, #graph.syms<s2>>
+  func.return %2 : tensor<?x2xf32, #graph.syms<s2>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s2"} {
+// CHECK:        %[[S2:.*]] = arith.muli %2, %3 : index
+// CHECK:        "scf.parallel"(%{{.*}}, %{{.*}}, %[[S2]],
+// CHECK-NEXT:   ^bb0(%[[ROW:.*]]: index, %[[COL:.*]]: index):
+// CHECK-NEXT:     %[[BASE:.*]] = arith.muli %[[ROW]], %{{.*}} : index
+// CHECK-NEXT:     %[[AT:.*]] = arith.addi %[[BASE]], %[[COL]] : index
+// CHECK-NEXT:     %{{.*}} = memref.load %0[%[[AT]]] : memref<?xf32>
+// CHECK-NOT:      arith.divui
+// CHECK:          memref.store %{{.*}}, %1[%[[AT]]] : memref<?xf32>
