@@ -382,12 +382,23 @@ def test_a_part_that_runs_eagerly_warns_and_gives_eagers_gradients(
     assert_same_grads(model, reference)
 
 
-def test_training_with_dynamic_shapes_is_refused_in_strict_mode() -> None:
-    model = mlp()
-    net = torch.compile(model, backend="xfuse", dynamic=True, options={"fallback": "error"})
-    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="dynamic shapes") as info:
-        net(torch.randn(8, 16)).sum().backward()
-    assert isinstance(info.value.inner_exception, EagerFallbackError)  # dynamo wraps it
+def test_a_part_compiler_without_a_symbolic_one_refuses_dynamic_shapes() -> None:
+    """`xfuse.compile`'s part compilers have no `symbolic` compiler (its calls compile per
+    shape): a part with symbolic sizes is refused in one line (the torch.compile backend's
+    compile it: `tests/test_training_dynamic.py`)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from xfuse.aot import PartCompiler
+    from xfuse.errors import XfuseError
+
+    def never(error: Exception, mode: Any) -> None:
+        raise AssertionError("not called")
+
+    gm = make_fx(lambda t: t * 2, tracing_mode="symbolic")(torch.randn(8, 16))
+    inputs = [n.meta["val"] for n in gm.graph.find_nodes(op="placeholder")]
+    assert isinstance(inputs[0].shape[0], torch.SymInt)
+    with pytest.raises(XfuseError, match="the forward graph has dynamic shapes"):
+        PartCompiler("forward", "error", never).compile(gm, inputs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,14 @@ AOTAutograd calls a part's compiled function with the boxed calling convention (
 arguments, which the callee may clear so that saved tensors die early); it compiles the
 backward at the first backward. A part xfuse cannot compile runs as the FX graph AOTAutograd
 made (eagerly) with a `FallbackWarning`, or, in strict mode, raises `EagerFallbackError`.
+
+A graph dynamo traced with symbolic sizes (`dynamic=True`, or its automatic dynamic shapes)
+gives parts whose example inputs are SymInts and fake tensors with symbolic sizes: the torch.compile
+backend's part compilers hand them to `PartCompiler.symbolic` (`xfuse.dynamo.training_part`),
+which compiles each part once for every size, or per shape where the symbolic path refuses it.
+Their example values are read without guards (`size_hint`), so dynamo keeps one graph for every
+size. The version checks are not made for such graphs (`saved_for_training`): their saved
+tensors keep autograd's own.
 """
 
 from __future__ import annotations
@@ -55,11 +63,19 @@ class CompiledPart(NamedTuple):
 
     graph: torch.fx.GraphModule
     program: Any
-    """Its `CompiledProgram` (what `PartCompiler.compile` returned)."""
+    """Its `CompiledProgram` (what `PartCompiler.compile` returned), or for a part with
+    symbolic sizes the function `PartCompiler.symbolic` made."""
 
 
 Record = Callable[[str, CompiledPart], None]
 """Told each part (`PARTS`) xfuse compiled."""
+
+SymbolicCompile = Callable[
+    ["PartCompiler", torch.fx.GraphModule, Sequence[Any]], Callable[..., Any]
+]
+"""Compiles a part whose example inputs have symbolic sizes (SymInt inputs, tensors with
+symbolic sizes): the part compiler, its FX graph and example inputs, to a function of the
+part's inputs (positional, as AOTAutograd passes them) that returns all its outputs."""
 
 
 def decompositions() -> dict[Any, Callable[..., Any]]:
@@ -168,14 +184,24 @@ alone where no output needs grad."""
 
 def real_input(t: Any) -> Any:
     """Dynamo and AOTAutograd may hand fake tensors to backends: zeros of the same sizes,
-    strides, dtype and device (a program is specialised on its inputs' strides)."""
+    strides, dtype and device (a program is specialised on its inputs' strides). A symbolic
+    size or stride is its example value (`size_hint`: no guard on it)."""
     from torch._subclasses.fake_tensor import is_fake
 
     if isinstance(t, Tensor) and is_fake(t):
-        shape = tuple(int(d) for d in t.shape)
-        strides = tuple(int(s) for s in t.stride())
+        shape = tuple(size_hint(d) for d in t.shape)
+        strides = tuple(size_hint(s) for s in t.stride())
         return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).zero_()
     return t
+
+
+def size_hint(size: int | torch.SymInt) -> int:
+    """A size's example value. `int()` of a SymInt would add a guard that it equals that
+    value (dynamo would then compile again at the next size); this reads the value its
+    ShapeEnv keeps, with no guard."""
+    from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw
+
+    return int(guarding_hint_or_throw(size))
 
 
 def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.device:
@@ -187,6 +213,14 @@ def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tor
     for t in (*gm.parameters(), *gm.buffers()):
         return t.device
     return torch.device("cpu")
+
+
+def graph_device_of(function: Callable[..., Any], inputs: Sequence[Any]) -> torch.device:
+    """`graph_device` of a graph, or for any other function its first tensor input's device
+    (else the CPU)."""
+    if isinstance(function, torch.fx.GraphModule):
+        return graph_device(function, inputs)
+    return next((t.device for t in inputs if isinstance(t, Tensor)), torch.device("cpu"))
 
 
 def is_symbolic(value: Any) -> bool:
@@ -232,6 +266,9 @@ class PartCompiler:
     """Told each part compiled (`xfuse.differentiable` keeps them)."""
     returns: ForwardReturns | None = None
     """Told what the forward part returns at each run (`ForwardReturns`)."""
+    symbolic: SymbolicCompile | None = None
+    """Compiles a part with symbolic sizes (the torch.compile backend's, `xfuse.dynamo`); None:
+    such a part is refused (it runs eagerly)."""
 
     def __call__(
         self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
@@ -240,7 +277,7 @@ class PartCompiler:
 
         with unset_fake_temporarily(), torch.no_grad():
             try:
-                program = self.compile(gm, example_inputs)
+                program = self.build(gm, example_inputs)
             except Exception as e:  # noqa: BLE001 - any failure: this part runs eagerly
                 self.on_eager(e, self.mode)
                 return self.told(boxed(gm))
@@ -255,25 +292,40 @@ class PartCompiler:
             return function
         return self.returns.telling(function)
 
+    def build(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        """The part's program: where its example inputs have symbolic sizes and this compiler
+        has a `symbolic` one, what that makes of it; else `compile`'s."""
+        if self.symbolic is not None and any(is_symbolic(t) for t in example_inputs):
+            return self.symbolic(self, gm, example_inputs)
+        return self.compile(gm, example_inputs)
+
     def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledProgram:
+        """The part's program for its example inputs' shapes (refused for symbolic sizes)."""
         if any(is_symbolic(t) for t in example_inputs):
             raise XfuseError(
-                f"the {self.part} graph has dynamic shapes, which training programs do not "
-                "compile yet"
+                f"the {self.part} graph has dynamic shapes, which this part compiler does not "
+                "compile (xfuse.compile's training programs are compiled per shape)"
             )
         inputs = tuple(real_input(t) for t in example_inputs)
+        return self.compile_shape(gm, inputs, self.static_inputs(len(inputs)))
+
+    def compile_shape(
+        self, function: Callable[..., Any], inputs: Sequence[Tensor], static: tuple[int, ...]
+    ) -> CompiledProgram:
+        """`function` compiled for the shapes of `inputs` (real tensors) with this part's
+        settings and fallback mode, the inputs at positions `static` kept in place."""
         settings = self.settings
         return compile_program(
-            gm,
-            inputs,
-            settings.device or graph_device(gm, inputs),
+            function,
+            tuple(inputs),
+            settings.device or graph_device_of(function, inputs),
             settings.options,
             cache=settings.cache,
             quiet=settings.quiet,
             backend=settings.backend,
             cuda_graphs=settings.cuda_graphs,
             fallback=self.mode,
-            static_inputs=self.static_inputs(len(inputs)),
+            static_inputs=static,
         )
 
     def static_inputs(self, count: int) -> tuple[int, ...]:
@@ -300,16 +352,21 @@ def aot_options(
     saved: EagerSaved | None = None,
     user_inputs: int = 0,
     returns: ForwardReturns | None = None,
+    symbolic: SymbolicCompile | None = None,
 ) -> dict[str, Any]:
     """AOTAutograd's arguments: a `PartCompiler` per part (the forward's telling `returns`
-    what it returns), the min-cut partitioner (its saved inputs as eager's where `saved` says
-    what eager saves of the `user_inputs` flat inputs: `partition_as_eager`) and
-    `decompositions`."""
+    what it returns; parts with symbolic sizes compiled by `symbolic`), the min-cut
+    partitioner (its saved inputs as eager's where `saved` says what eager saves of the
+    `user_inputs` flat inputs: `partition_as_eager`) and `decompositions`."""
     made = PartSettings() if settings is None else settings
+
+    def compiler(part: str, told: ForwardReturns | None = None) -> PartCompiler:
+        return PartCompiler(part, mode, on_eager, made, record, told, symbolic)
+
     return {
-        "fw_compiler": PartCompiler("forward", mode, on_eager, made, record, returns),
-        "bw_compiler": PartCompiler("backward", mode, on_eager, made, record),
-        "inference_compiler": PartCompiler("inference", mode, on_eager, made, record),
+        "fw_compiler": compiler("forward", returns),
+        "bw_compiler": compiler("backward"),
+        "inference_compiler": compiler("inference"),
         "partition_fn": partition_as_eager(saved, user_inputs),
         "decompositions": decompositions(),
     }

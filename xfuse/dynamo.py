@@ -36,6 +36,7 @@ from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 from xfuse.training import needs_aot, training_backend
 
 if TYPE_CHECKING:
+    from xfuse.aot import PartCompiler
     from xfuse.runtime.dynamic import DynamicProgram
 
 Tensor = torch.Tensor
@@ -130,7 +131,7 @@ def _backend(
     gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
 ) -> Callable[..., Any]:
     if needs_aot(example_inputs):
-        return training_backend(gm, example_inputs, mode, _graph_runs_eagerly)
+        return training_backend(gm, example_inputs, mode, _graph_runs_eagerly, training_part)
     if any(is_symbolic(t) for t in example_inputs):
         return _dynamic(gm, example_inputs, mode)
     try:
@@ -605,6 +606,227 @@ def _per_shape(
 
     run.programs = programs  # type: ignore[attr-defined]
     return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Dynamic shapes in training: the parts AOTAutograd cuts from a graph with symbolic sizes
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartOutputs:
+    """Where each output of an AOTAutograd part with symbolic sizes comes from: ("program", k)
+    the k-th tensor the compiled program returns, ("input", i) the part's input i returned as
+    it is (a parameter or a SymInt the forward saves for the backward), ("size", expr) a size
+    the forward saves, computed from the call's sizes, ("constant", value) a value the graph
+    returns as it is (None for a gradient that is none)."""
+
+    sources: tuple[tuple[str, Any], ...]
+    symbols: dict[Any, tuple[int, int | None]]
+    """Each size symbol -> where a call holds it: (input position, dim), or (position, None)
+    for a SymInt input."""
+
+    def assemble(self, args: Sequence[Any], results: Sequence[Any]) -> list[Any]:
+        """The part's outputs for a call of `args` whose program returned `results`."""
+        values: dict[Any, int] = {}
+        out: list[Any] = []
+        for kind, where in self.sources:
+            if kind == "program":
+                out.append(results[where])
+            elif kind == "input":
+                out.append(args[where])
+            elif kind == "size":
+                if not values:
+                    values = self.sizes(args)
+                out.append(int(where.xreplace(values)))
+            else:
+                out.append(where)
+        return out
+
+    def sizes(self, args: Sequence[Any]) -> dict[Any, Any]:
+        """Each size symbol's value in a call of `args` (sympy integers)."""
+        import sympy
+
+        found: dict[Any, Any] = {}
+        for symbol, (i, dim) in self.symbols.items():
+            found[symbol] = sympy.Integer(int(args[i] if dim is None else args[i].shape[dim]))
+        return found
+
+
+def part_outputs(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> tuple[torch.fx.GraphModule, PartOutputs]:
+    """An AOTAutograd part split into what a program computes and what its calls assemble:
+    a copy of `gm` that returns only the tensors it computes (not its inputs, sizes or
+    Nones), and `PartOutputs` for the rest. An `UnsupportedProgram` (one line) where a size it
+    returns is of a symbol no input holds (a data-dependent size)."""
+    symbols: dict[Any, tuple[int, int | None]] = {}
+    for i, value in enumerate(example_inputs):
+        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+            symbols.setdefault(value.node.expr, (i, None))
+        for d, size in enumerate(value.shape if isinstance(value, Tensor) else ()):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                symbols.setdefault(size.node.expr, (i, d))
+    graph = copy.deepcopy(gm.graph)
+    placeholders = {n: i for i, n in enumerate(graph.find_nodes(op="placeholder"))}
+    output = graph.output_node()
+    returned = output.args[0]
+    values = list(returned) if isinstance(returned, tuple | list) else [returned]
+    sources: list[tuple[str, Any]] = []
+    computed: list[torch.fx.Node] = []
+    for value in values:
+        if not isinstance(value, torch.fx.Node):
+            sources.append(("constant", value))
+        elif value in placeholders:
+            sources.append(("input", placeholders[value]))
+        elif isinstance(value.meta.get("val"), Tensor):
+            sources.append(("program", len(computed)))
+            computed.append(value)
+        else:
+            sources.append(("size", _size_of(value, symbols)))
+    output.args = (tuple(computed),)
+    graph.eliminate_dead_code()
+    return torch.fx.GraphModule(gm, graph), PartOutputs(tuple(sources), symbols)
+
+
+def _size_of(node: torch.fx.Node, symbols: dict[Any, tuple[int, int | None]]) -> Any:
+    """The sympy expression of a size a part returns, over symbols in `symbols`."""
+    import sympy
+
+    value = node.meta.get("val")
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    if not isinstance(value, torch.SymInt):
+        raise UnsupportedProgram(
+            f"the part returns {node.name}, a {type(value).__name__}, not a tensor or a size"
+        )
+    expr = value.node.expr
+    unknown = sorted(str(s) for s in expr.free_symbols if s not in symbols)
+    if unknown:
+        raise UnsupportedProgram(
+            f"the part returns the size {expr}, whose symbols {', '.join(unknown)} no input "
+            "holds (a data-dependent size)"
+        )
+    return expr
+
+
+def training_part(
+    compiler: PartCompiler, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> Callable[..., Any]:
+    """A part AOTAutograd cut from a graph with symbolic sizes (`PartCompiler.symbolic`): one
+    symbolic program for every size in range, as for inference graphs (`symbolic_program`),
+    whose calls it refuses run per shape; per shape only where the symbolic path refuses the
+    part, with a `DynamicShapesWarning` that says why. Per shape, each call signature compiles
+    with the part's settings (`PartCompiler.compile_shape`); where that fails, the part runs
+    eagerly for that signature (`PartCompiler.on_eager`: a `FallbackWarning`, or in strict
+    mode an `EagerFallbackError`)."""
+    program_graph, outputs = part_outputs(gm, example_inputs)
+    static = compiler.static_inputs(len(example_inputs))
+    per_shape = _PartPerShape(compiler, program_graph, static)
+    try:
+        program, inputs = symbolic_program(program_graph, example_inputs)
+    except Exception as e:  # noqa: BLE001 - any refusal: the per-shape path compiles it
+        _per_shape_warning(
+            f"the symbolic compile refused the {compiler.part} part: {reason_of(e)}", stacklevel=2
+        )
+
+        def shaped(*args: Any) -> list[Any]:
+            return outputs.assemble(args, per_shape(args))
+
+        shaped.dynamic = None  # type: ignore[attr-defined]
+        shaped.programs = per_shape.programs  # type: ignore[attr-defined]
+        shaped.symbolic_reason = reason_of(e)  # type: ignore[attr-defined]
+        return shaped
+    tensors = inputs.tensors
+    warned: set[str] = set()
+
+    def run(*args: Any) -> list[Any]:
+        try:
+            results = program(*[args[i] for i in tensors])
+        except CALL_REFUSALS as e:  # raised before anything ran
+            if type(e).__name__ not in warned:
+                warned.add(type(e).__name__)
+                _per_shape_warning(
+                    f"a call of the {compiler.part} part the symbolic program refuses: {e}",
+                    stacklevel=2,
+                )
+            results = per_shape(args)
+        return outputs.assemble(args, results)
+
+    run.dynamic = program  # type: ignore[attr-defined]
+    run.programs = per_shape.programs  # type: ignore[attr-defined]
+    run.symbolic_reason = None  # type: ignore[attr-defined]
+    return run
+
+
+class _PartPerShape:
+    """A part's program graph (`part_outputs`) run by one program per concrete call
+    signature: tensor shapes, strides and dtypes, and the values of its SymInt inputs, which
+    each program is specialised on. A signature whose compile fails runs the graph eagerly."""
+
+    def __init__(
+        self, compiler: PartCompiler, gm: torch.fx.GraphModule, static: tuple[int, ...]
+    ) -> None:
+        self.compiler = compiler
+        self.gm = gm
+        self.static = static
+        self.programs: dict[tuple[Any, ...], CompiledProgram | None] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, args: Sequence[Any]) -> Any:
+        key = tuple(
+            (a.shape, a.stride(), a.dtype) if isinstance(a, Tensor) else (type(a), a) for a in args
+        )
+        with self.lock:
+            if key not in self.programs:
+                self.programs[key] = self.specialised(tuple(args))
+            program = self.programs[key]
+        if program is None:
+            return self.gm(*args)
+        return program(*(a for a in args if isinstance(a, Tensor)))
+
+    def specialised(self, args: tuple[Any, ...]) -> CompiledProgram | None:
+        tensors = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        gm = self.gm
+
+        def fixed(*ts: Tensor) -> Any:
+            full = list(args)
+            for i, t in zip(tensors, ts, strict=True):
+                full[i] = t
+            return gm(*full)
+
+        static = tuple(k for k, i in enumerate(tensors) if i in self.static)
+        COMPILES["per-shape"] += 1
+        try:
+            return on_own_thread(
+                lambda: self.compiler.compile_shape(fixed, [args[i] for i in tensors], static)
+            )
+        except Exception as e:  # noqa: BLE001 - any failure: this signature runs eagerly
+            self.compiler.on_eager(e, self.compiler.mode)
+            return None
+
+
+def on_own_thread(function: Callable[[], CompiledProgram]) -> CompiledProgram:
+    """`function()` run on a thread of its own, which this one waits for: a part's compile at
+    call time runs inside AOTAutograd's `autograd.Function`, whose dispatcher state (thread
+    local) torch.export's functionalization cannot trace under; a new thread starts from
+    torch's defaults (grad on, no modes). Its exception is raised here."""
+    result: list[CompiledProgram] = []
+    failed: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            with torch.no_grad():
+                result.append(function())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(e)
+
+    worker = threading.Thread(target=target, name="xfuse-part-compile")
+    worker.start()
+    worker.join()
+    if failed:
+        raise failed[0]
+    return result[0]
 
 
 import xfuse as _xfuse  # noqa: E402  (the name registration lives at the package root)

@@ -24,6 +24,7 @@ from xfuse.aot import (
     EagerSaved,
     ForwardReturns,
     PartCompiler,
+    SymbolicCompile,
     aot_options,
     decompositions,
     saved_for_training,
@@ -52,18 +53,26 @@ def training_backend(
     example_inputs: Sequence[Any],
     mode: FallbackMode,
     on_eager: Callable[[Exception, FallbackMode], None],
+    symbolic: SymbolicCompile | None = None,
 ) -> Callable[..., Any]:
     """The forward and backward of dynamo's graph `gm`, each compiled by xfuse (`PartCompiler`),
     through AOTAutograd. `on_eager(error, mode)` warns or raises (strict mode) for a part that
-    runs eagerly. Where eager's autograd saves inputs or outputs for the backward, the function
-    checks their versions before its backward (`watching`)."""
+    runs eagerly; `symbolic` compiles the parts of a graph with symbolic sizes (None: they run
+    eagerly). Where eager's autograd saves inputs or outputs for the backward, the function
+    checks their versions before its backward (`watching`; not for a graph with symbolic
+    sizes, whose saved tensors keep autograd's own checks: `saved_for_training`)."""
     from torch._dynamo.backends.common import aot_autograd
 
     saved = saved_for_training(gm, example_inputs)
     watched = saved is not None and bool(saved.inputs or saved.outputs)
     returns = ForwardReturns() if watched else None
     options = aot_options(
-        mode, on_eager, saved=saved, user_inputs=len(example_inputs), returns=returns
+        mode,
+        on_eager,
+        saved=saved,
+        user_inputs=len(example_inputs),
+        returns=returns,
+        symbolic=symbolic,
     )
     function = aot_autograd(**options)(gm, list(example_inputs))
     if saved is None or returns is None:

@@ -1,0 +1,184 @@
+"""Training through `torch.compile(backend="xfuse", dynamic=True)`: AOTAutograd's forward and
+backward of a graph with symbolic sizes compile once each for every size (`dynamo.COMPILES`
+counts "symbolic" programs), or per shape with one `DynamicShapesWarning` where the symbolic
+path refuses a part; at every batch and sequence size, AdamW steps give eager's losses and
+gradients in strict mode."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import transformers
+
+from xfuse import dynamo
+from xfuse.errors import DynamicShapesWarning, EagerFallbackError, XfuseError
+from xfuse.training import PartCompiler
+
+Tensor = torch.Tensor
+
+pytestmark = pytest.mark.usefixtures("no_fallback")
+
+STRICT: dict[str, Any] = {"fallback": "error"}
+
+
+class Compiles:
+    """The programs the backend compiled for dynamic-shape graphs since the fixture began."""
+
+    def __init__(self) -> None:
+        self.start = dict(dynamo.COMPILES)
+
+    def __call__(self, kind: str) -> int:
+        return dynamo.COMPILES[kind] - self.start.get(kind, 0)
+
+
+@pytest.fixture
+def compiles() -> Iterator[Compiles]:
+    yield Compiles()
+
+
+def norm_net() -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.LayerNorm(16))
+
+
+def mlp() -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32),
+        torch.nn.GELU(),
+        torch.nn.LayerNorm(32),
+        torch.nn.Linear(32, 4),
+    )
+
+
+def gpt2() -> transformers.GPT2LMHeadModel:
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=2,
+        vocab_size=128,
+        n_positions=64,
+        use_cache=False,
+        attn_pdrop=0.0,
+        embd_pdrop=0.0,
+        resid_pdrop=0.0,
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).train()
+
+
+Loss = Callable[[Callable[..., Any], Tensor], Tensor]
+
+
+def squares(model: Callable[..., Any], x: Tensor) -> Tensor:
+    return model(x).pow(2).mean()
+
+
+def lm_loss(model: Callable[..., Any], ids: Tensor) -> Tensor:
+    return model(ids, labels=ids).loss
+
+
+LR = 1e-2
+
+
+def at(shape: tuple[int, ...], name: str) -> Callable[[str], str]:
+    """`assert_close`'s message: its own, after the input's shape and the tensor's name."""
+    return lambda message: f"{shape}, {name}: {message}"
+
+
+def train_alike(model: torch.nn.Module, inputs: list[Tensor], loss: Loss) -> None:
+    """One AdamW step per input of `model` compiled by xfuse (`dynamic=True`, strict mode)
+    and of an eager copy, from the same parameters at each step: the same loss and gradients,
+    then parameters that agree to a tenth of a step (AdamW divides each gradient element by
+    its running RMS, so a gradient of rounding size can move its element by up to the
+    learning rate); the copy then takes the compiled model's parameters, so that each size's
+    gradients are compared at the same point."""
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
+    ours = torch.optim.AdamW(model.parameters(), lr=LR)
+    theirs = torch.optim.AdamW(reference.parameters(), lr=LR)
+    for x in inputs:
+        for opt in (ours, theirs):
+            opt.zero_grad(set_to_none=True)
+        got = loss(compiled, x)
+        got.backward()
+        expected = loss(reference, x)
+        expected.backward()
+        shape = tuple(x.shape)
+        torch.testing.assert_close(got, expected, msg=at(shape, "loss"))
+        pairs = list(zip(model.named_parameters(), reference.parameters(), strict=True))
+        for (name, p), q in pairs:
+            assert (p.grad is None) == (q.grad is None), name
+            if p.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, msg=at(shape, f"{name}.grad"))
+        ours.step()
+        theirs.step()
+        with torch.no_grad():
+            for (name, p), q in pairs:
+                torch.testing.assert_close(p, q, rtol=1.3e-6, atol=LR / 10, msg=at(shape, name))
+                q.copy_(p)
+
+
+def test_each_part_compiles_once_for_every_batch_size(compiles: Compiles) -> None:
+    """Layer norms and a GELU trained at batch sizes 8, 5, 12 and 3: the forward and the
+    backward compile one symbolic program each, which serve every size with eager's losses
+    and gradients; no warning, nothing compiled per shape."""
+    torch.manual_seed(1)
+    inputs = [torch.randn(b, 16) for b in (8, 5, 12, 3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        train_alike(norm_net(), inputs, squares)
+    assert compiles("symbolic") == 2
+    assert compiles("per-shape") == 0
+
+
+def test_an_mlp_trains_at_every_batch_size_with_eagers_results(compiles: Compiles) -> None:
+    """An MLP trained at batch sizes 8, 5, 12 and 8 again: its forward compiles once,
+    symbolically; its backward, whose weight gradient of the first linear layer reads a
+    transposed output of a fused group that the symbolic lowering does not write yet,
+    compiles per shape, with one `DynamicShapesWarning` that names that refusal."""
+    torch.manual_seed(1)
+    inputs = [torch.randn(b, 16) for b in (8, 5, 12, 8)]
+    with pytest.warns(DynamicShapesWarning, match="backward part: .*lower-to-loops") as caught:
+        train_alike(mlp(), inputs, squares)
+    assert len([w for w in caught if w.category is DynamicShapesWarning]) == 1
+    assert compiles("symbolic") == 1
+    assert compiles("per-shape") == 3  # one backward program per batch size
+
+
+def test_gpt2_trains_at_several_batch_and_sequence_sizes(compiles: Compiles) -> None:
+    """A 2-layer GPT-2 trained at (batch, sequence) sizes (2, 8), (3, 12) and (4, 5) with
+    `dynamic=True` in strict mode: eager's losses and gradients at each size. Its parts go per
+    shape (each refusal of the symbolic path named in a `DynamicShapesWarning`)."""
+    torch.manual_seed(1)
+    inputs = [torch.randint(0, 128, (b, t)) for b, t in ((2, 8), (3, 12), (4, 5))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DynamicShapesWarning)
+        train_alike(gpt2(), inputs, lm_loss)
+    assert compiles("per-shape") > 0
+
+
+def test_a_part_that_fails_per_shape_is_an_error_in_strict_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the symbolic path refuses a part and its per-shape compile fails too, strict mode
+    raises `EagerFallbackError` at the call (nothing runs eagerly unnoticed)."""
+    real = PartCompiler.compile_shape
+
+    def refuse(self: PartCompiler, *args: Any) -> Any:
+        if self.part == "backward":
+            raise XfuseError("no lowering for aten.planted_backward.default")
+        return real(self, *args)
+
+    monkeypatch.setattr(PartCompiler, "compile_shape", refuse)
+    model = mlp()
+    net = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
+    with pytest.warns(DynamicShapesWarning, match="backward part"):  # compiled with the forward
+        loss = net(torch.randn(8, 16)).sum()
+    with pytest.raises(EagerFallbackError, match="planted_backward"):
+        loss.backward()
