@@ -163,6 +163,45 @@ def test_gpt2_trains_at_several_batch_and_sequence_sizes(compiles: Compiles) -> 
     assert compiles("per-shape") > 0
 
 
+class Flattening(torch.nn.Module):
+    """A layer norm over [batch, sequence, 8], whose output is flattened to [batch, 8 *
+    sequence]: the backward takes the gradient of that output, whose second size is a
+    product of symbols (`8*s1`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.nn.functional.gelu(self.norm(x).flatten(0, 1))
+        return y.reshape(x.shape[0], x.shape[1] * 8)
+
+
+def test_a_backward_input_of_a_product_of_sizes_compiles_symbolically(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backward's input of size [s0, 8*s1] is taken as [s0, 8, s1] (a view at each call)
+    and reshaped back in the program: the backward compiles once, symbolically, and gives
+    eager's gradients at every (batch, sequence) size."""
+    made: dict[str, Any] = {}
+    real = dynamo.training_part
+
+    def recording(compiler: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> Any:
+        made[compiler.part] = real(compiler, gm, inputs)
+        return made[compiler.part]
+
+    monkeypatch.setattr(dynamo, "training_part", recording)
+    torch.manual_seed(1)
+    inputs = [torch.randn(b, t, 8) for b, t in ((4, 3), (5, 6), (2, 9))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DynamicShapesWarning)  # the forward may go per shape
+        train_alike(Flattening(), inputs, squares)
+    backward = made["backward"]
+    assert backward.dynamic is not None, backward.symbolic_reason
+    assert not backward.programs  # no call went per shape
+
+
 def test_a_part_that_fails_per_shape_is_an_error_in_strict_mode(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

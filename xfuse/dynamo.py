@@ -6,6 +6,7 @@ over with `xfuse.compile` (its registration under the name is in `xfuse/__init__
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import operator
 import threading
@@ -13,12 +14,12 @@ import warnings
 import weakref
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from xfuse.aot import graph_device, is_symbolic, real_input
+from xfuse.aot import graph_device, is_symbolic, real_input, size_hint
 from xfuse.api import compile
 from xfuse.errors import (
     AutogradUnsupportedError,
@@ -283,18 +284,65 @@ class SymbolicInputs:
     sizes: dict[int, tuple[int, int]]
     """SymInt input position -> (index into `tensors`, dim)."""
     dynamic_shapes: dict[str, dict[int, Any] | None]
+    derived: dict[int, Any] = field(default_factory=dict)
+    """SymInt input position -> its sympy expression, of symbols `holders` finds (an
+    AOTAutograd backward takes sizes such as `s0*s1` the forward saved), or a number where
+    dynamo specialised it."""
+    holders: dict[Any, tuple[int, int]] = field(default_factory=dict)
+    """Each size symbol -> (index into `tensors`, dim) of a program input's dim that is that
+    symbol."""
+    plans: dict[int, tuple[tuple[Any, ...] | None, ...]] = field(default_factory=dict)
+    """Index into `tensors` -> for each of the input's dims, None, or the factors (size
+    symbols, an integer) of a size that is their product (an AOTAutograd backward takes
+    `[s0*s1, 64]` views the forward saved): the program takes the input with such a dim split
+    into one dim per factor (`arguments`), and reshapes it back."""
+    held: dict[Any, tuple[int, int | None]] = field(default_factory=dict)
+    """Each size symbol -> where a call of the graph holds it: (input position, dim) of a
+    tensor's dim that is that symbol, or (position, None) of a SymInt input."""
+
+    def arguments(self, args: Sequence[Any]) -> list[Any]:
+        """The program's inputs for a call of the graph's `args`: its tensors, each dim that
+        `plans` splits viewed as its factors' sizes; an `UnsupportedInputError` (before anything
+        ran) where a tensor's strides do not allow that view."""
+        found = [args[i] for i in self.tensors]
+        if not self.plans:
+            return found
+        values = {s: args[i] if d is None else args[i].shape[d] for s, (i, d) in self.held.items()}
+        for k, plan in self.plans.items():
+            t = found[k]
+            shape: list[int] = []
+            for d, entry in enumerate(plan):
+                if entry is None:
+                    shape.append(t.shape[d])
+                else:
+                    shape += [f if isinstance(f, int) else values[f] for f in entry]
+            try:
+                found[k] = t.view(shape)
+            except RuntimeError as e:
+                raise UnsupportedInputError(
+                    f"input {self.names[k]} of shape {tuple(t.shape)} and strides {t.stride()} "
+                    f"cannot be viewed as {tuple(shape)}, the sizes the program takes"
+                ) from e
+        return found
 
     def function(self, gm: torch.fx.GraphModule, count: int) -> Callable[..., Any]:
         """`gm` as a function of the tensor inputs alone (named as its placeholders), which
-        computes each SymInt input from the dim that holds it."""
-        tensors, sizes = self.tensors, self.sizes
+        computes each SymInt input from the dims that hold its symbols."""
+        tensors, sizes, derived, holders = self.tensors, self.sizes, self.derived, self.holders
+        plans = self.plans
 
         def fn(*ts: Tensor) -> Any:
             full: list[Any] = [None] * count
             for i, t in zip(tensors, ts, strict=True):
                 full[i] = t
+            for k, plan in plans.items():
+                full[tensors[k]] = joined(ts[k], plan)
             for i, (j, d) in sizes.items():
                 full[i] = ts[j].size(d)
+            if derived:
+                values = {s: ts[j].size(d) for s, (j, d) in holders.items()}
+                for i, expr in derived.items():
+                    full[i] = size_value(expr, values)
             return gm(*full)
 
         positional = inspect.Parameter.POSITIONAL_ONLY
@@ -317,26 +365,46 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     fakes = [_symbolic_value(n, x) for n, x in zip(placeholders, example_inputs, strict=True)]
     tensors = tuple(i for i, v in enumerate(fakes) if isinstance(v, Tensor))
     names = tuple(f"in{k}_{placeholders[i].name}" for k, i in enumerate(tensors))
-    held: dict[Any, tuple[int, int]] = {}
-    shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
+    held: dict[Any, tuple[int, int | None]] = {}
     dims: dict[Any, Any] = {}
-    for k, i in enumerate(tensors):
+    for i in tensors:
         for d, size in enumerate(fakes[i].shape):
-            if not isinstance(size, torch.SymInt):
-                continue
-            expr = size.node.expr
-            if expr.is_number:  # a size dynamo specialised
-                continue
-            if not expr.is_Symbol:
-                raise UnsupportedProgram(
-                    f"input {placeholders[i].name} has size {expr} at dim {d}, an expression of "
-                    "size symbols (only single symbols are compiled symbolically yet)"
-                )
-            held.setdefault(expr, (k, d))
-            if expr not in dims:
-                dims[expr] = _dim_of(size)
-            shapes[names[k]] = {**(shapes[names[k]] or {}), d: dims[expr]}
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                held.setdefault(size.node.expr, (i, d))
+                dims.setdefault(size.node.expr, _dim_of(size))
+    scalars: dict[Any, torch.SymInt] = {}
+    for i, value in enumerate(fakes):
+        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+            held.setdefault(value.node.expr, (i, None))
+            scalars.setdefault(value.node.expr, value)
+    shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
+    plans: dict[int, tuple[tuple[Any, ...] | None, ...]] = {}
+    holders: dict[Any, tuple[int, int]] = {}
+    for k, i in enumerate(tensors):
+        entries: list[tuple[Any, ...] | None] = []
+        for d, size in enumerate(fakes[i].shape):
+            expr = size.node.expr if isinstance(size, torch.SymInt) else None
+            if expr is None or expr.is_number or expr.is_Symbol:  # a number: dynamo specialised
+                entries.append(None)
+            else:
+                entries.append(_factors(expr, held, placeholders[i].name, d))
+        if any(e is not None for e in entries):
+            plans[k] = tuple(entries)
+        spec: dict[int, Any] = {}
+        new = 0
+        for d, size in enumerate(fakes[i].shape):
+            entry = entries[d]
+            parts = (size.node.expr if isinstance(size, torch.SymInt) else size,)
+            for part in parts if entry is None else entry:
+                if not isinstance(part, int) and part.is_Symbol:
+                    if part not in dims:  # a symbol only a SymInt input held
+                        dims[part] = _dim_of(scalars[part])
+                    spec[new] = dims[part]
+                    holders.setdefault(part, (k, new))
+                new += 1
+        shapes[names[k]] = spec or None
     sizes: dict[int, tuple[int, int]] = {}
+    derived: dict[int, Any] = {}
     for i, value in enumerate(fakes):
         if isinstance(value, Tensor):
             continue
@@ -346,18 +414,75 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
                 "program does not take"
             )
         if isinstance(value, torch.SymInt):
-            found = held.get(value.node.expr)
-            if found is None:
+            expr = value.node.expr
+            found = holders.get(expr)
+            if found is not None:
+                sizes[i] = found
+                continue
+            if not expr.free_symbols <= holders.keys():
                 raise UnsupportedProgram(
-                    f"input {placeholders[i].name} is the size {value.node.expr}, which no "
-                    "tensor input's dim holds (a dynamic Python int)"
+                    f"input {placeholders[i].name} is the size {expr}, which no tensor "
+                    "input's dims hold (a dynamic Python int)"
                 )
-            sizes[i] = found
+            size_value(expr, dict.fromkeys(holders, 2))  # its operations are ones computed here
+            derived[i] = expr
         else:
             raise UnsupportedProgram(
                 f"input {placeholders[i].name} is a {type(value).__name__}, not a tensor or size"
             )
-    return SymbolicInputs(tensors, names, sizes, shapes)
+    return SymbolicInputs(tensors, names, sizes, shapes, derived, holders, plans, held)
+
+
+def _factors(
+    expr: Any, held: dict[Any, tuple[int, int | None]], name: str, dim: int
+) -> tuple[Any, ...]:
+    """The factors of a dim whose size is a product of size symbols that inputs hold (a tensor
+    dim, a SymInt input), and of an integer (`8*s0*s1`: (8, s0, s1), the integer first where it is not 1); an
+    `UnsupportedProgram` (one line) for any other expression."""
+    coefficient, factors = expr.as_coeff_mul()
+    if not (
+        coefficient.is_Integer
+        and int(coefficient) >= 1
+        and all(f.is_Symbol and f in held for f in factors)
+    ):
+        raise UnsupportedProgram(
+            f"input {name} has size {expr} at dim {dim}, an expression of size symbols other "
+            "than a product of symbols that inputs hold"
+        )
+    return (*([int(coefficient)] if coefficient != 1 else []), *factors)
+
+
+def joined(t: Tensor, plan: tuple[tuple[Any, ...] | None, ...]) -> Tensor:
+    """A program input whose dims `plan` split (`SymbolicInputs.plans`) reshaped back to the
+    graph input's sizes: each split dim the product of its factors' dims."""
+    shape: list[Any] = []
+    new = 0
+    for entry in plan:
+        count = 1 if entry is None else len(entry)
+        shape.append(functools.reduce(operator.mul, [t.size(new + j) for j in range(count)], 1))
+        new += count
+    return t.reshape(shape)
+
+
+def size_value(expr: Any, values: dict[Any, Any]) -> Any:
+    """A sympy expression of size symbols (sums, products, floor divisions of them and of
+    integers) computed from each symbol's value in `values` (ints, or SymInts while
+    torch.export traces); an `UnsupportedProgram` for any other operation."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return values[expr]
+    args = [size_value(a, values) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return functools.reduce(operator.add, args)
+    if isinstance(expr, sympy.Mul):
+        return functools.reduce(operator.mul, args)
+    if isinstance(expr, FloorDiv):
+        return args[0] // args[1]
+    raise UnsupportedProgram(f"the size {expr} has an operation no symbolic program computes")
 
 
 def _symbolic_value(node: torch.fx.Node, example: Any) -> Any:
@@ -396,13 +521,21 @@ def symbolic_program(
     if device.type != "cpu":
         raise UnsupportedProgram(f"symbolic programs compile for the CPU only yet, not {device}")
     inputs = symbolic_inputs(gm, example_inputs)
-    examples = tuple(real_input(example_inputs[i]) for i in inputs.tensors)
+    examples = tuple(inputs.arguments([example_value(x) for x in example_inputs]))
     fn = inputs.function(gm, len(example_inputs))
     with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's
         program = compile_dynamic(fn, examples, "cpu", inputs.dynamic_shapes)
     program.guards += dynamo_guards(gm, example_inputs)
     COMPILES["symbolic"] += 1
     return program, inputs
+
+
+def example_value(value: Any) -> Any:
+    """A real tensor of a fake one's example sizes (`real_input`), a SymInt's example value
+    (`size_hint`), anything else as it is."""
+    if isinstance(value, torch.SymInt):
+        return size_hint(value)
+    return real_input(value)
 
 
 def dynamo_guards(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[str]:
@@ -530,12 +663,11 @@ def _symbolic_or_per_shape(
         per_shape.symbolic_reason = reason  # type: ignore[attr-defined]
         per_shape.dynamic = None  # type: ignore[attr-defined]
         return per_shape
-    tensors = inputs.tensors
     warned: set[str] = set()
 
     def run(*args: Any) -> Any:
         try:
-            return program(*[args[i] for i in tensors])
+            return program(*inputs.arguments(args))
         except CALL_REFUSALS as e:  # raised before anything ran
             if type(e).__name__ not in warned:
                 warned.add(type(e).__name__)
@@ -737,12 +869,11 @@ def training_part(
         shaped.programs = per_shape.programs  # type: ignore[attr-defined]
         shaped.symbolic_reason = reason_of(e)  # type: ignore[attr-defined]
         return shaped
-    tensors = inputs.tensors
     warned: set[str] = set()
 
     def run(*args: Any) -> list[Any]:
         try:
-            results = program(*[args[i] for i in tensors])
+            results = program(*inputs.arguments(args))
         except CALL_REFUSALS as e:  # raised before anything ran
             if type(e).__name__ not in warned:
                 warned.add(type(e).__name__)
