@@ -91,15 +91,17 @@ def at(shape: tuple[int, ...], name: str) -> Callable[[str], str]:
     return lambda message: f"{shape}, {name}: {message}"
 
 
-def train_alike(model: torch.nn.Module, inputs: list[Tensor], loss: Loss) -> None:
-    """One AdamW step per input of `model` compiled by xfuse (`dynamic=True`, strict mode)
+def train_alike(
+    model: torch.nn.Module, inputs: list[Tensor], loss: Loss, dynamic: bool | None = True
+) -> None:
+    """One AdamW step per input of `model` compiled by xfuse (`dynamic`, strict mode)
     and of an eager copy, from the same parameters at each step: the same loss and gradients,
     then parameters that agree to a tenth of a step (AdamW divides each gradient element by
     its running RMS, so a gradient of rounding size can move its element by up to the
     learning rate); the copy then takes the compiled model's parameters, so that each size's
     gradients are compared at the same point."""
     reference = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
+    compiled = torch.compile(model, backend="xfuse", dynamic=dynamic, options=STRICT)
     ours = torch.optim.AdamW(model.parameters(), lr=LR)
     theirs = torch.optim.AdamW(reference.parameters(), lr=LR)
     for x in inputs:
@@ -133,6 +135,21 @@ def test_each_part_compiles_once_for_every_batch_size(compiles: Compiles) -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("error", DynamicShapesWarning)
         train_alike(norm_net(), inputs, squares)
+    assert compiles("symbolic") == 2
+    assert compiles("per-shape") == 0
+
+
+def test_automatic_dynamic_shapes_compile_each_part_once_after_the_first_size(
+    compiles: Compiles,
+) -> None:
+    """With the default `dynamic=None`, the first batch size compiles static parts; dynamo's
+    recompile for the second hands over symbolic sizes, whose parts compile once each and
+    serve every later size."""
+    torch.manual_seed(1)
+    inputs = [torch.randn(b, 16) for b in (8, 5, 12, 3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        train_alike(norm_net(), inputs, squares, dynamic=None)
     assert compiles("symbolic") == 2
     assert compiles("per-shape") == 0
 
