@@ -198,22 +198,25 @@ def test_strict_torch_compile_trains_compiled(how: str, monkeypatch: pytest.Monk
             torch.testing.assert_close(fn(x), model(x))
 
 
-def test_strict_torch_compile_refuses_training_with_dynamic_shapes() -> None:
-    """Training programs are compiled for static shapes: with `dynamic=True` strict mode says
-    so in one line (an `EagerFallbackError`), where the default warns and runs the part
-    eagerly."""
+def test_strict_torch_compile_trains_with_dynamic_shapes() -> None:
+    """With `dynamic=True`, strict mode trains too: the forward and backward parts compile for
+    symbolic sizes (or per shape, with a `DynamicShapesWarning`; nothing runs eagerly), with
+    eager's values and gradients at each batch size (`tests/test_training_dynamic.py`)."""
     torch._dynamo.reset()
-    fn = torch.compile(_Layer(), backend="xfuse", options={"fallback": "error"}, dynamic=True)
-    with pytest.raises(Exception, match="dynamic shapes") as info:
-        fn(torch.randn(4, 8))
-    error: BaseException | None = info.value  # dynamo's BackendCompilerFailed, around ours
-    while error is not None and not isinstance(error, EagerFallbackError):
-        error = error.__cause__ or error.__context__
-    assert error is not None and "\n" not in str(error)
+    model = _Layer()
+    reference = copy.deepcopy(model)
+    fn = torch.compile(model, backend="xfuse", options={"fallback": "error"}, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for batch in (4, 6, 3):
+            x = torch.randn(batch, 8)
+            got = fn(x)
+            torch.testing.assert_close(got, reference(x))
+            got.square().sum().backward()
+            reference(x).square().sum().backward()
+            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad)
     torch._dynamo.reset()
-    fn = torch.compile(_Layer(), backend="xfuse", dynamic=True)
-    with pytest.warns(FallbackWarning, match="dynamic shapes"):
-        fn(torch.randn(4, 8)).sum().backward()
 
 
 def test_torch_compile_options_that_are_no_dict_are_refused() -> None:
