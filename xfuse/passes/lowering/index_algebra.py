@@ -11,6 +11,7 @@ variables' extents, which decides the tests a window's guards need.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -235,9 +236,24 @@ def scale(e: Affine, k: int) -> Affine:
     return make_affine({a: c * k for a, c in e.terms}, e.const * k)
 
 
+def _common_factor(e: Affine, c: int) -> tuple[int, Affine, Affine] | None:
+    """`e` as `g * high + low` with `g` a divisor of `c` (above 1) and `low` in [0, g): the
+    terms whose coefficients `g` divides, divided by it, and the rest (a row's offset times
+    its width plus a column: `96 * r + c` over a multiple of 96). None where no such split is."""
+    candidates = sorted({math.gcd(c, k) for _, k in e.terms if k > 0} - {1}, reverse=True)
+    for g in candidates:
+        high = make_affine({a: k // g for a, k in e.terms if k % g == 0})
+        low = make_affine({a: k for a, k in e.terms if k % g}, e.const)
+        low_lo, low_hi = bounds(low)
+        if high.terms and 0 <= low_lo and low_hi < g and bounds(high)[0] >= 0:
+            return g, high, low
+    return None
+
+
 def floordiv(e: Affine, c: int) -> Affine:
-    """floor(e / c), simplified: multiples of c leave the division, and a remainder known to
-    lie in [0, c) vanishes."""
+    """floor(e / c), simplified: multiples of c leave the division, a remainder known to lie
+    in [0, c) vanishes, and so does a part below a common factor of c and the other terms
+    (`floor((g*h + l) / c) = floor(h / (c/g))` for `l` in [0, g))."""
     if c == 1:
         return e
     quotient = {a: k // c for a, k in e.terms}
@@ -245,6 +261,9 @@ def floordiv(e: Affine, c: int) -> Affine:
     rest = make_affine({a: k % c for a, k in e.terms}, rest_const)
     if bounds(rest)[1] < c:
         remainder = ZERO
+    elif (split := _common_factor(rest, c)) is not None:
+        g, high, _ = split
+        remainder = floordiv(high, c // g)
     elif (
         rest.const == 0
         and len(rest.terms) == 1
@@ -265,6 +284,9 @@ def mod(e: Affine, c: int) -> Affine:
     rest = make_affine({a: k % c for a, k in e.terms}, e.const % c)
     if bounds(rest)[1] < c:
         return rest
+    if (split := _common_factor(rest, c)) is not None:
+        g, high, low = split
+        return add(scale(mod(high, c // g), g), low)
     if rest.const == 0 and len(rest.terms) == 1 and rest.terms[0][1] == 1:
         inner = rest.terms[0][0]
         if isinstance(inner, Mod) and inner.modulus % c == 0:
