@@ -249,22 +249,6 @@ def _flip(x: torch.Tensor) -> torch.Tensor:
     return torch.flip(x.exp(), [0, 1, 2]) + x
 
 
-@pytest.mark.parametrize("f", [_flip, lambda x: torch.flip(x, [2]).sigmoid()])
-def test_a_flip_of_symbolic_dims_compiles_once_and_matches_eager(f: Any) -> None:
-    """Element i of a flipped dim of runtime size n reads element n - 1 - i."""
-    shapes = {"x": {0: Dim("b", min=2, max=16), 2: Dim("h", min=2, max=16)}}
-    program = import_module(f, (torch.randn(3, 4, 5),), dynamic_shapes=shapes)
-    backend = CountingBackend()
-    compiled = SymbolicProgram(program.module, backend=backend)
-    kernels = sorted(backend.compiled)
-    assert kernels
-    for b, h in ((2, 2), (3, 7), (16, 16)):
-        x = torch.randn(b, 4, h)
-        (out,) = compiled(*bind_arguments(program.function, [x], program.params))
-        torch.testing.assert_close(out, f(x))
-    assert sorted(backend.compiled) == kernels
-
-
 def _flatten_image(x: torch.Tensor) -> torch.Tensor:
     """A conv net's flatten of channels and a symbolic image, then a softmax over it."""
     return (x.exp().flatten(1) * 2).softmax(-1)
@@ -280,11 +264,21 @@ def _transpose_and_flatten(x: torch.Tensor) -> torch.Tensor:
     return x.exp().transpose(1, 2).reshape(x.shape[0], -1).sum(-1)
 
 
-@pytest.mark.parametrize("f", [_flatten_image, _flatten_and_back, _transpose_and_flatten])
-def test_reshapes_that_divide_by_a_symbol_compile_once_and_match_eager(f: Any) -> None:
-    """A reshape with symbolic dims after the first inside a group: the element of the
-    result at a linear offset reads the input's at the same one, through divisions and
-    moduli by the runtime sizes, which a leaf's offset folds back to the linear offset."""
+@pytest.mark.parametrize(
+    "f",
+    [
+        _flip,
+        lambda x: torch.flip(x, [2]).sigmoid(),
+        _flatten_image,
+        _flatten_and_back,
+        _transpose_and_flatten,
+    ],
+)
+def test_flips_and_reshapes_of_symbolic_dims_compile_once_and_match_eager(f: Any) -> None:
+    """Element i of a flipped dim of runtime size n reads element n - 1 - i. A reshape with
+    symbolic dims after the first inside a group: the element of the result at a linear offset
+    reads the input's at the same one, through divisions and moduli by the runtime sizes,
+    which a leaf's offset folds back to the linear offset."""
     shapes = {"x": {0: Dim("b", min=2, max=16), 2: Dim("h", min=2, max=16)}}
     program = import_module(f, (torch.randn(3, 4, 5),), dynamic_shapes=shapes)
     backend = CountingBackend()
