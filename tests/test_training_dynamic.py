@@ -15,6 +15,7 @@ import pytest
 import torch
 import transformers
 
+from tests.test_training_api import mlp
 from xfuse import dynamo
 from xfuse.errors import DynamicShapesWarning, EagerFallbackError, XfuseError
 from xfuse.training import PartCompiler
@@ -44,16 +45,6 @@ def compiles() -> Iterator[Compiles]:
 def norm_net() -> torch.nn.Sequential:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.LayerNorm(16))
-
-
-def mlp() -> torch.nn.Sequential:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(16, 32),
-        torch.nn.GELU(),
-        torch.nn.LayerNorm(32),
-        torch.nn.Linear(32, 4),
-    )
 
 
 def gpt2() -> transformers.GPT2LMHeadModel:

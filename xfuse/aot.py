@@ -46,6 +46,7 @@ import torch
 
 from xfuse.backends import Backend
 from xfuse.errors import XfuseError
+from xfuse.frontend.eager_rules import size_hint as eager_size_hint
 from xfuse.pipeline import PipelineOptions
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.driver import compile_program
@@ -196,12 +197,13 @@ def real_input(t: Any) -> Any:
 
 
 def size_hint(size: int | torch.SymInt) -> int:
-    """A size's example value. `int()` of a SymInt would add a guard that it equals that
-    value (dynamo would then compile again at the next size); this reads the value its
-    ShapeEnv keeps, with no guard."""
-    from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw
-
-    return int(guarding_hint_or_throw(size))
+    """A size's example value, read with no guard (`eager_rules.size_hint`: `int()` of a
+    SymInt would guard that it equals that value, and dynamo would compile again at the next
+    size); an `XfuseError` for a symbol without one (a data-dependent size)."""
+    hint = eager_size_hint(size)
+    if hint is None:
+        raise XfuseError(f"the size {size} has no example value (a data-dependent size)")
+    return hint
 
 
 def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.device:

@@ -596,10 +596,8 @@ def _nest_inner(loop: scf.ForOp) -> scf.ForOp | None:
         return None
     inner = ops[loops[0]]
     assert isinstance(inner, scf.ForOp)
-    bounds = (loop.lb, loop.ub, loop.step, inner.lb, inner.ub, inner.step)
-    if [_const_int(v) for v in bounds][::3] != [0, 0] or None in map(_const_int, bounds):
-        return None
-    if (_const_int(loop.step), _const_int(inner.step)) != (1, 1):
+    starts_steps = [_const_int(v) for v in (loop.lb, loop.step, inner.lb, inner.step)]
+    if starts_steps != [0, 1, 0, 1] or None in (_const_int(loop.ub), _const_int(inner.ub)):
         return None
     for op in ops[: loops[0]]:
         if op.regions or not (
