@@ -328,6 +328,7 @@ class PartCompiler:
             cuda_graphs=settings.cuda_graphs,
             fallback=self.mode,
             static_inputs=static,
+            outputs_released=self.part == "forward",
         )
 
     def static_inputs(self, count: int) -> tuple[int, ...]:

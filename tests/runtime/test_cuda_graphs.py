@@ -133,9 +133,11 @@ class _CPURunner(GraphRunner):
         )  # type: ignore[arg-type]
 
 
-def _cpu_runner() -> tuple[_CPURunner, Callable[[torch.Tensor], torch.Tensor]]:
+def _cpu_runner(
+    released: bool = False,
+) -> tuple[_CPURunner, Callable[[torch.Tensor], torch.Tensor]]:
     compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (torch.randn(16),), quiet=True)
-    runner = _CPURunner(compiled.default.program, run_program)
+    runner = _CPURunner(compiled.default.program, run_program, released=released)
 
     def call(x: torch.Tensor) -> torch.Tensor:
         def finish(results: list[torch.Tensor], copy_out: bool) -> list[torch.Tensor]:
@@ -167,6 +169,33 @@ def test_ring_hands_over_what_the_caller_dropped_and_never_overwrites_what_it_ho
     for got, w in zip(kept, want[8:], strict=True):
         torch.testing.assert_close(got, w)
     assert runner.captures == 3 and runner.replays == 11 and runner.handed < runner.replays
+
+
+def test_a_released_programs_outputs_are_always_handed_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A training step's forward (`released`): its outputs count for nothing in whether graphs
+    pay, none is ever copied out, and with both captures held a call runs step by step."""
+    from xfuse.runtime import cuda_graphs
+
+    priced: list[int] = []
+    monkeypatch.setattr(cuda_graphs, "graph_pays", lambda copied, steps: not priced.append(copied))
+    runner, call = _cpu_runner(released=True)
+    xs = [torch.randn(16) for _ in range(10)]
+    want = [torch.sigmoid(x) * 2 for x in xs]
+    torch.testing.assert_close(call(xs[0]), want[0])
+    assert priced == [16 * 4]  # the input alone
+    y = call(xs[1])
+    for i in range(2, 5):  # the last step's outputs held through the next: two captures
+        previous, y = y, call(xs[i])
+        torch.testing.assert_close(previous, want[i - 1])
+        torch.testing.assert_close(y, want[i])
+        del previous
+    assert runner.captures == 2 and runner.handed == runner.replays == 4
+    kept = [call(x) for x in xs[5:]]  # every result kept: step by step once both are held
+    for got, w in zip(kept, want[5:], strict=True):
+        torch.testing.assert_close(got, w)
+    assert runner.captures == 2 and runner.handed == runner.replays
 
 
 def test_ring_serves_threads_one_replay_at_a_time() -> None:

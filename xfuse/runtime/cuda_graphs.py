@@ -20,8 +20,13 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
   output (a list of results) a third, whose outputs are always copied out, once, with eager's
   strides (`xfuse.runtime.outputs`), so that it is never held. A program whose capture holds
   `RING_MAX_BYTES` or more captures once and always copies, as before;
-- a program whose inputs and outputs are so large that copying them in and out of the graph
-  costs more GPU time than the host time its launches take (`graph_pays`) runs step by step:
+- a program whose caller releases its outputs before it calls again (`released`: the forward
+  of a training step, whose saved tensors the backward frees) always hands its outputs over,
+  whatever their size: with no capture free (the caller held them after all) the call runs
+  step by step, and no more than `RELEASED_RING_SIZE` captures are made;
+- a program whose inputs and outputs (its inputs alone, for a `released` program) are so large
+  that copying them in and out of the graph costs more GPU time than the host time its
+  launches take (`graph_pays`) runs step by step:
   a replay saves a few microseconds per step, a copy of 1 GiB takes a millisecond;
 - random numbers (dropout) are eager's: a replay draws from the generator's state at the
   call (torch's graph-safe RNG: `manual_seed` before a call gives eager's mask), and the run
@@ -145,6 +150,10 @@ RING_SIZE = 3
 """Captures of one program at most: two that hand their outputs over (a caller that holds the
 last call's outputs while it makes the next call), and a third that always copies them out."""
 
+RELEASED_RING_SIZE = 2
+"""Captures of a `released` program at most, whatever their size: both hand their outputs over
+(a training loop that holds the last step's outputs while it runs the next forward)."""
+
 
 class GraphMemory:
     """The storages a replay writes that a result may be (the graph's outputs and its copies of
@@ -207,9 +216,12 @@ _pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 class GraphRunner:
     """Runs one specialisation's program through CUDA graphs (see the module docstring)."""
 
-    def __init__(self, program: Program, run_steps: RunSteps) -> None:
+    def __init__(self, program: Program, run_steps: RunSteps, released: bool = False) -> None:
         self.program = program
         self.run_steps = run_steps
+        self.released = released
+        """The caller releases the outputs before it calls again: they are always handed
+        over, never copied out."""
         self.reason = why_not_capturable(program.module)
         """Why the program runs step by step, or None while graphs serve it."""
         self.captures = 0
@@ -218,7 +230,7 @@ class GraphRunner:
         """Replays whose outputs went to the caller with no copy."""
         self._warm = False
         self._ring: list[_Captured] = []
-        self._size = RING_SIZE
+        self._size = RELEASED_RING_SIZE if released else RING_SIZE
         self._lock = threading.Lock()
 
     def run(
@@ -265,7 +277,7 @@ class GraphRunner:
         self.replays += 1
         if captured.memory is None:  # counted once the capture's own temporaries are gone
             captured.memory = _written_memory(captured, state)
-        last = len(free) == 1 and len(ring) >= self._size
+        last = len(free) == 1 and len(ring) >= self._size and not self.released
         if last or captured.inference != torch.is_inference_mode_enabled():
             return finish(list(captured.outputs), True)  # copied out: this capture stays free
         self.handed += 1
@@ -284,7 +296,9 @@ class GraphRunner:
             )
             return outputs
         state_ids = {id(t) for t in state}
-        copied = _nbytes([a for a in args if id(a) not in state_ids]) + _nbytes(outputs)
+        copied = _nbytes([a for a in args if id(a) not in state_ids])
+        if not self.released:
+            copied += _nbytes(outputs)
         steps = len(self.program.steps)
         if not graph_pays(copied, steps):
             self.reason = (
@@ -315,7 +329,7 @@ class GraphRunner:
         with torch.cuda.graph(graph):
             outputs = self.run_steps(self.program, inputs, pool)
         self.captures += 1
-        if torch.cuda.memory_allocated(device) - before >= RING_MAX_BYTES:
+        if torch.cuda.memory_allocated(device) - before >= RING_MAX_BYTES and not self.released:
             self._size = 1
         read_in_place = [i for i, keep in enumerate(in_place) if keep]
         return _Captured(

@@ -201,6 +201,9 @@ class BuildSettings:
     state: ModuleState | None = None
     cuda_graphs: bool = True
     fallback: FallbackMode = "eager"
+    outputs_released: bool = False
+    """The caller releases a call's outputs before its next call (a training step's forward:
+    the backward frees what it saved), so CUDA graphs hand them over whatever their size."""
 
 
 def builder(model_or_fn: ModelOrFn, settings: BuildSettings) -> Callable[[CallInputs], Executable]:
@@ -265,7 +268,7 @@ def build_executable(
         compile_times=dict(progress.phases),
         outputs=OutputPlan(program_ir.output_rules, program, program_ir.hidden_outputs),
         graphs=(
-            GraphRunner(program, run_program)
+            GraphRunner(program, run_program, released=settings.outputs_released)
             if device.type == "cuda" and cuda_graphs_enabled(settings.cuda_graphs)
             else None
         ),
@@ -339,6 +342,7 @@ def compile_program(
     fallback: FallbackMode = "eager",
     static_inputs: tuple[int, ...] = (),
     program: ProgramMaker = inference_program,
+    outputs_released: bool = False,
 ) -> CompiledProgram:
     """`xfuse.compile` for arguments already checked: `model_or_fn` compiled for `device`
     with the pipeline of `compile_pipeline(device, options)` (its `XFUSE_CHANNELS_LAST`
@@ -355,6 +359,7 @@ def compile_program(
         state,
         cuda_graphs,
         fallback,
+        outputs_released,
     )
     return program(model_or_fn, settings, example_inputs, example_kwargs, static_inputs)
 
