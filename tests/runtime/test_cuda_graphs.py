@@ -416,6 +416,28 @@ def test_static_inputs_are_read_in_place_and_a_moved_one_captures_anew() -> None
 
 @gpu
 @pytest.mark.gpu
+def test_parameters_that_move_at_every_call_run_step_by_step() -> None:
+    """Weights gathered anew at each call (FSDP's) move every time: once they have moved at
+    two calls in a row the program stops capturing, says why, and keeps eager's values."""
+    x, w, b = (torch.randn(*s, device="cuda") for s in ((4, 16), (16, 16), (16,)))
+    with torch.no_grad():
+        compiled = xfuse.compile(
+            _function_of_its_weights, (x, w, b), device="cuda", quiet=True, static_inputs=(1, 2)
+        )
+        held = []
+        for _ in range(6):
+            moved = torch.randn(16, 16, device="cuda")
+            held.append(moved)  # a new address at every call
+            got = compiled(x, moved, b)
+            torch.testing.assert_close(got, _function_of_its_weights(x, moved, b))
+        runner = _runner(compiled)
+        # The warm-up, a capture, a move that captures anew, and a second move in a row.
+        assert runner.captures == 2
+        assert runner.reason is not None and "two calls in a row" in runner.reason
+
+
+@gpu
+@pytest.mark.gpu
 def test_torch_compile_reads_lifted_parameters_in_place() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).cuda().eval()
     x = torch.randn(4, 16, device="cuda")

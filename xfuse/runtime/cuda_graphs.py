@@ -9,7 +9,8 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 - user inputs are copied into the graph's own input buffers before each replay (the caller's
   tensors may live anywhere; an expanded one as the memory it spans); module parameters and
   buffers are read where they are, and a call whose parameter has moved (a reassigned
-  `nn.Parameter`) captures anew;
+  `nn.Parameter`) captures anew; one whose parameters moved at two calls in a row (FSDP
+  gathers its weights anew at each call) runs step by step;
 - a replay overwrites the graph's memory, so it runs only on a graph whose memory nobody but
   the runner holds (`GraphMemory.free`: the use counts of its output and input storages, as
   Inductor's CUDA-graph trees read them). The outputs of such a replay are handed to the
@@ -229,6 +230,8 @@ class GraphRunner:
         self.handed = 0
         """Replays whose outputs went to the caller with no copy."""
         self._warm = False
+        self._moved_last = False
+        """Whether the last replayed call found a parameter moved."""
         self._ring: list[_Captured] = []
         self._size = RELEASED_RING_SIZE if released else RING_SIZE
         self._lock = threading.Lock()
@@ -255,8 +258,17 @@ class GraphRunner:
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool, finish: Finish
     ) -> list[Tensor]:
         ring = self._ring
-        if ring and ring[0].moved(args):
+        moved = bool(ring) and ring[0].moved(args)
+        if moved:
             ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
+            if self._moved_last:
+                self.reason = (
+                    "its parameters moved at two calls in a row (weights gathered anew at "
+                    "each call, as FSDP's are): capturing anew each time costs more than it "
+                    "saves"
+                )
+                return finish(self.run_steps(self.program, args, pool), False)
+        self._moved_last = moved
         free = [c for c in ring if c.memory is None or c.memory.free()]
         if not free and len(ring) < self._size:
             try:
