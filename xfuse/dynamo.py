@@ -271,6 +271,30 @@ CALL_REFUSALS = (SymbolicSizeError, UnsupportedInputError, AutogradUnsupportedEr
 out of range, a tensor off the CPU, a call that needs autograd): the per-shape path runs it."""
 
 
+Held = dict[Any, tuple[int, int | None]]
+"""Each size symbol -> where a call holds it: (input position, dim) of a tensor's dim that is
+that symbol, or (position, None) of a SymInt input that is it."""
+
+
+def held_symbols(values: Sequence[Any]) -> Held:
+    """Where the size symbols of a graph's example inputs (fake tensors, SymInts) are held:
+    the first tensor dim that is each symbol, else the first SymInt input that is it."""
+    held: Held = {}
+    for i, value in enumerate(values):
+        for d, size in enumerate(value.shape if isinstance(value, Tensor) else ()):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                held.setdefault(size.node.expr, (i, d))
+    for i, value in enumerate(values):
+        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+            held.setdefault(value.node.expr, (i, None))
+    return held
+
+
+def symbol_values(held: Held, args: Sequence[Any]) -> dict[Any, Any]:
+    """Each symbol of `held` -> its value in a call of `args`."""
+    return {s: args[i] if d is None else args[i].shape[d] for s, (i, d) in held.items()}
+
+
 @dataclass(frozen=True)
 class SymbolicInputs:
     """How a graph's inputs map to a program with size symbols: its tensor inputs (positions
@@ -296,9 +320,8 @@ class SymbolicInputs:
     symbols, an integer) of a size that is their product (an AOTAutograd backward takes
     `[s0*s1, 64]` views the forward saved): the program takes the input with such a dim split
     into one dim per factor (`arguments`), and reshapes it back."""
-    held: dict[Any, tuple[int, int | None]] = field(default_factory=dict)
-    """Each size symbol -> where a call of the graph holds it: (input position, dim) of a
-    tensor's dim that is that symbol, or (position, None) of a SymInt input."""
+    held: Held = field(default_factory=dict)
+    """Each size symbol -> where a call of the graph holds it (`held_symbols`)."""
 
     def arguments(self, args: Sequence[Any]) -> list[Any]:
         """The program's inputs for a call of the graph's `args`: its tensors, each dim that
@@ -307,7 +330,7 @@ class SymbolicInputs:
         found = [args[i] for i in self.tensors]
         if not self.plans:
             return found
-        values = {s: args[i] if d is None else args[i].shape[d] for s, (i, d) in self.held.items()}
+        values = symbol_values(self.held, args)
         for k, plan in self.plans.items():
             t = found[k]
             shape: list[int] = []
@@ -355,8 +378,8 @@ class SymbolicInputs:
 def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> SymbolicInputs:
     """The inputs of a graph dynamo traced with symbolic sizes, as `SymbolicInputs`; an
     `UnsupportedProgram` (one line) where a symbolic program cannot take them: a SymFloat or
-    SymBool input, a SymInt that no tensor dim holds, or a size that is an expression of
-    symbols (`2*s0`) rather than one."""
+    SymBool input, a SymInt that no tensor dim holds, or a tensor's size that is an
+    expression of symbols other than a product of held ones (`s0 + 1`)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise UnsupportedProgram(
@@ -365,18 +388,8 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     fakes = [_symbolic_value(n, x) for n, x in zip(placeholders, example_inputs, strict=True)]
     tensors = tuple(i for i, v in enumerate(fakes) if isinstance(v, Tensor))
     names = tuple(f"in{k}_{placeholders[i].name}" for k, i in enumerate(tensors))
-    held: dict[Any, tuple[int, int | None]] = {}
-    dims: dict[Any, Any] = {}
-    for i in tensors:
-        for d, size in enumerate(fakes[i].shape):
-            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                held.setdefault(size.node.expr, (i, d))
-                dims.setdefault(size.node.expr, _dim_of(size))
-    scalars: dict[Any, torch.SymInt] = {}
-    for i, value in enumerate(fakes):
-        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
-            held.setdefault(value.node.expr, (i, None))
-            scalars.setdefault(value.node.expr, value)
+    held = held_symbols(fakes)
+    dims = {s: _dim_of(fakes[i] if d is None else fakes[i].shape[d]) for s, (i, d) in held.items()}
     shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
     plans: dict[int, tuple[tuple[Any, ...] | None, ...]] = {}
     holders: dict[Any, tuple[int, int]] = {}
@@ -397,8 +410,6 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             parts = (size.node.expr if isinstance(size, torch.SymInt) else size,)
             for part in parts if entry is None else entry:
                 if not isinstance(part, int) and part.is_Symbol:
-                    if part not in dims:  # a symbol only a SymInt input held
-                        dims[part] = _dim_of(scalars[part])
                     spec[new] = dims[part]
                     holders.setdefault(part, (k, new))
                 new += 1
@@ -433,9 +444,7 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     return SymbolicInputs(tensors, names, sizes, shapes, derived, holders, plans, held)
 
 
-def _factors(
-    expr: Any, held: dict[Any, tuple[int, int | None]], name: str, dim: int
-) -> tuple[Any, ...]:
+def _factors(expr: Any, held: Held, name: str, dim: int) -> tuple[Any, ...]:
     """The factors of a dim whose size is a product of size symbols that inputs hold (a tensor
     dim, a SymInt input), and of an integer (`8*s0*s1`: (8, s0, s1), the integer first where it is not 1); an
     `UnsupportedProgram` (one line) for any other expression."""
@@ -754,13 +763,12 @@ class PartOutputs:
     returns as it is (None for a gradient that is none)."""
 
     sources: tuple[tuple[str, Any], ...]
-    symbols: dict[Any, tuple[int, int | None]]
-    """Each size symbol -> where a call holds it: (input position, dim), or (position, None)
-    for a SymInt input."""
+    symbols: Held
+    """Each size symbol -> where a call holds it (`held_symbols`)."""
 
     def assemble(self, args: Sequence[Any], results: Sequence[Any]) -> list[Any]:
         """The part's outputs for a call of `args` whose program returned `results`."""
-        values: dict[Any, int] = {}
+        values: dict[Any, Any] = {}
         out: list[Any] = []
         for kind, where in self.sources:
             if kind == "program":
@@ -769,20 +777,11 @@ class PartOutputs:
                 out.append(args[where])
             elif kind == "size":
                 if not values:
-                    values = self.sizes(args)
-                out.append(int(where.xreplace(values)))
+                    values = symbol_values(self.symbols, args)
+                out.append(int(size_value(where, values)))
             else:
                 out.append(where)
         return out
-
-    def sizes(self, args: Sequence[Any]) -> dict[Any, Any]:
-        """Each size symbol's value in a call of `args` (sympy integers)."""
-        import sympy
-
-        found: dict[Any, Any] = {}
-        for symbol, (i, dim) in self.symbols.items():
-            found[symbol] = sympy.Integer(int(args[i] if dim is None else args[i].shape[dim]))
-        return found
 
 
 def part_outputs(
@@ -792,13 +791,7 @@ def part_outputs(
     a copy of `gm` that returns only the tensors it computes (not its inputs, sizes or
     Nones), and `PartOutputs` for the rest. An `UnsupportedProgram` (one line) where a size it
     returns is of a symbol no input holds (a data-dependent size)."""
-    symbols: dict[Any, tuple[int, int | None]] = {}
-    for i, value in enumerate(example_inputs):
-        if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
-            symbols.setdefault(value.node.expr, (i, None))
-        for d, size in enumerate(value.shape if isinstance(value, Tensor) else ()):
-            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                symbols.setdefault(size.node.expr, (i, d))
+    symbols = held_symbols(example_inputs)
     graph = copy.deepcopy(gm.graph)
     placeholders = {n: i for i, n in enumerate(graph.find_nodes(op="placeholder"))}
     output = graph.output_node()
@@ -821,7 +814,7 @@ def part_outputs(
     return torch.fx.GraphModule(gm, graph), PartOutputs(tuple(sources), symbols)
 
 
-def _size_of(node: torch.fx.Node, symbols: dict[Any, tuple[int, int | None]]) -> Any:
+def _size_of(node: torch.fx.Node, symbols: Held) -> Any:
     """The sympy expression of a size a part returns, over symbols in `symbols`."""
     import sympy
 

@@ -518,7 +518,7 @@ class ProgramCompiler:
             if isinstance(op, func.ReturnOp):
                 output_slots = tuple(slot_of[v] for v in op.operands)
             elif isinstance(op, fusion.GroupOp):
-                info = self._group_info(op, len(groups))
+                info = group_info(op, len(groups))
                 groups.append(info)
                 info.constant = self._fold(top, slot_of, op)
                 if not info.constant:
@@ -554,9 +554,6 @@ class ProgramCompiler:
     def _define(em: _Emitter, slot_of: dict[SSAValue, int], value: SSAValue) -> int:
         slot_of[value] = em.new_slot()
         return slot_of[value]
-
-    def _group_info(self, op: fusion.GroupOp, index: int) -> GroupInfo:
-        return group_info(op, index)
 
     def _fold(self, em: _Emitter, slot_of: dict[SSAValue, int], group: fusion.GroupOp) -> bool:
         """A group that reads no value of the call (an attention mask made of `iota` and
