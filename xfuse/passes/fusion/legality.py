@@ -889,9 +889,20 @@ memory traffic; a depthwise stencil's products (4 ops per tap: 36 for 3x3, 196 f
 not."""
 
 
-def row_passes(g: FusionGraph, first: Node, second: Node) -> RowPasses | None:
-    """The loops over a row that one kernel of `first` and `second` makes (`RowPasses`, as
-    `lower-to-loops` emits them), or None when neither holds a reduction over some dims."""
+@dataclass(frozen=True)
+class _RowKernel:
+    """What one row kernel of a pair computes: its ops (in program order), its reductions
+    over some dims, the element count of their largest input, and its loops over a row."""
+
+    ops: list[Operation]
+    reductions: list[graph.ReduceOp]
+    full: int
+    passes: RowPasses
+
+
+def _row_kernel(g: FusionGraph, first: Node, second: Node) -> _RowKernel | None:
+    """The row kernel of `first` and `second`, or None when neither holds a reduction over
+    some dims."""
     if not (g.space(first).reduced or g.space(second).reduced):
         return None  # no row kernel (and no walk over the ops of long elementwise chains)
     ops = [*_ops_of(first), *_ops_of(second)]
@@ -899,13 +910,16 @@ def row_passes(g: FusionGraph, first: Node, second: Node) -> RowPasses | None:
     reductions = cast(list[graph.ReduceOp], [op for op in ops if g.row_reduction(op) is not None])
     if not reductions:
         return None
-    writes = _writes_rows(g, first, second, _row_elements(g, reductions))
-    return RowPasses.of(ops, reductions, writes)
+    full = max(graph.numel(g.shape(op.operands[0])) for op in reductions)
+    writes = _writes_rows(g, first, second, full)
+    return _RowKernel(ops, reductions, full, RowPasses.of(ops, reductions, writes))
 
 
-def _row_elements(g: FusionGraph, reductions: Sequence[Operation]) -> int:
-    """The number of elements of the largest input of `reductions`."""
-    return max(graph.numel(g.shape(op.operands[0])) for op in reductions)
+def row_passes(g: FusionGraph, first: Node, second: Node) -> RowPasses | None:
+    """The loops over a row that one kernel of `first` and `second` makes (`RowPasses`, as
+    `lower-to-loops` emits them), or None when neither holds a reduction over some dims."""
+    kernel = _row_kernel(g, first, second)
+    return None if kernel is None else kernel.passes
 
 
 def row_recompute(g: FusionGraph, first: Node, second: Node) -> str | None:
@@ -913,13 +927,11 @@ def row_recompute(g: FusionGraph, first: Node, second: Node) -> str | None:
     that no reduction of the pair feeds but a reduction reads (the values each pass over a
     row computes again from the inputs) cost more per element, times the passes after the
     first (`row_passes`), than `ROW_RECOMPUTE_BUDGET`."""
-    plan = row_passes(g, first, second)
-    if plan is None:
+    kernel = _row_kernel(g, first, second)
+    if kernel is None:
         return None
-    ops = [*_ops_of(first), *_ops_of(second)]
-    reductions = [r for phase in plan.phases for r in phase]
-    passes = plan.count
-    extra = (passes - 1) * _pass_cost(g, ops, reductions, _row_elements(g, reductions))
+    passes = kernel.passes.count
+    extra = (passes - 1) * _pass_cost(g, kernel.ops, kernel.reductions, kernel.full)
     if extra <= ROW_RECOMPUTE_BUDGET:
         return None
     return (
