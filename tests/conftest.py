@@ -59,3 +59,22 @@ def no_fallback() -> Iterator[None]:
         warnings.simplefilter("error", FallbackWarning)
         yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def compiled_kernels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the kernels the CPU backend compiles during the test, in order (a counter
+    of compiles: a kernel served by the cache is not compiled again)."""
+    from xdsl.dialects.builtin import ModuleOp
+
+    from xfuse.backends.cpu import CPUBackend
+
+    names: list[str] = []
+    compile_kernel = CPUBackend.compile
+
+    def counting(self: CPUBackend, module: ModuleOp, name: str) -> bytes:
+        names.append(name)
+        return compile_kernel(self, module, name)
+
+    monkeypatch.setattr(CPUBackend, "compile", counting)
+    return names
