@@ -6,9 +6,10 @@ interleaved (forward, backward and an AdamW step, `zero_grad(set_to_none=True)`)
                                   [--size tiny|small|base] [--runs 20] [--dtype f32|bf16]
                                   [--profile]
 
-Models are transformers' (configs, random weights, never downloaded). `tiny`: 2 layers, 64
-wide, 2x32 tokens (the CPU); `small`: 4 layers, 512 wide, 8x256 tokens (the GPU); `base`: 4
-layers, 768 wide, 8x1024 tokens. `--dtype bf16` runs forward and loss under autocast. Each row:
+Models are transformers' (configs, random weights, never downloaded); xfuse runs in strict
+mode (`xfuse.testing.distributed.compiled`: a part or group that would run eagerly raises).
+`tiny`: 2 layers, 64 wide, 2x32 tokens (the CPU); `small`: 4 layers, 512 wide, 8x256 tokens
+(the GPU); `base`: 4 layers, 768 wide, 8x1024 tokens. `--dtype bf16` runs forward and loss under autocast. Each row:
 the median ms per step (the GPU waited for), and the first step's seconds (compiles included).
 `--profile` (CUDA) adds, per column, the GPU operations per step, their busy ms, and the
 heaviest kernels by GPU ms per step.
@@ -93,12 +94,13 @@ def columns(
     base: torch.nn.Module, ids: torch.Tensor, wanted: list[str], dtype: torch.dtype | None
 ) -> dict[str, Any]:
     import xfuse  # noqa: F401 - registers the backend
+    from xfuse.testing.distributed import compiled
 
     steps: dict[str, Any] = {}
     for column in wanted:
         model = copy.deepcopy(base).train()
         if column != "eager":
-            model = torch.compile(model, backend=column)  # type: ignore[assignment]
+            model = compiled(model, column)
         steps[column] = stepper(model, ids, dtype)
     return steps
 
