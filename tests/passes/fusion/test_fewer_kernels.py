@@ -120,6 +120,49 @@ def test_layout_between_externs_is_views_not_kernels(bias: bool) -> None:
     assert ops.count("graph.linear") == 2 and "graph.add" not in ops, ops
 
 
+class _TorchClones(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the clones torch makes under it (a reshape that cannot view, `.contiguous()`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten.clone.default:
+            self.copies += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_heads_torch_would_copy_are_written_by_one_kernel_in_eagers_layout() -> None:
+    """`nn.MultiheadAttention` splits its packed projection into heads through a permute and
+    `.contiguous()`; as views of the GEMM's row-major result, the reshape into heads is a copy
+    torch makes with its strided copy, one per query, key and value. One kernel writes all
+    three in eager's layout instead, and the views after it (the heads' transpose, which the
+    attention reads in place) stay torch views: the compiled call makes no torch copy, where
+    eager makes one."""
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+
+    def attend(x: torch.Tensor) -> torch.Tensor:
+        return attention(x, x, x, need_weights=False)[0]
+
+    x = torch.randn(2, 10, 64)
+    eager, xfused = _TorchClones(), _TorchClones()
+    with eager:
+        expected = attend(x)
+    with torch.no_grad():
+        compiled = xfuse.compile(attend, (x,), quiet=True, fallback="error")
+        with xfused:
+            torch.testing.assert_close(compiled(x), expected)
+    assert eager.copies >= 1 and xfused.copies == 0, (eager.copies, xfused.copies)
+    heads = [g for g in compiled.groups if "graph.slice" in g.ops]
+    assert len(heads) == 1 and set(heads[0].ops) <= {
+        "graph.reshape",
+        "graph.permute",
+        "graph.slice",
+    }
+
+
 def test_a_consumer_reads_a_moved_producer_in_place_however_often(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -160,8 +160,11 @@ from xfuse.dialects.graph.layout import (
     RollOp,
     SliceOp,
     read_only_by_externs,
+    reshape_strides,
+    row_major_strides,
     slice_dims,
     slice_shape,
+    view_strides,
 )
 from xfuse.dialects.graph.reductions import (
     REDUCTION_OPS,
@@ -349,6 +352,9 @@ __all__ = [
     "STRIDED_VIEWS",
     "SliceOp",
     "read_only_by_externs",
+    "reshape_strides",
+    "row_major_strides",
+    "view_strides",
     "WHOLE_SYMBOLIC_DIM",
     "slice_dims",
     "slice_shape",

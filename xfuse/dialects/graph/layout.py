@@ -3,6 +3,7 @@ arithmetic of iota, flip and roll."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from random import Random
 from typing import Any, ClassVar
@@ -666,6 +667,53 @@ def read_only_by_externs(op: Operation, *, or_return: bool = False) -> bool:
             ):
                 return False
     return True
+
+
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a row-major (contiguous) tensor of `shape`, in elements."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def reshape_strides(
+    shape: Sequence[int], strides: Sequence[int], new_shape: Sequence[int]
+) -> tuple[int, ...] | None:
+    """The strides of `new_shape` viewing memory laid out as (`shape`, `strides`), or None where
+    no view exists and torch's reshape copies (ATen's `computeStride`: each run of dims that
+    are contiguous with one another may be split or merged, never one dim across runs)."""
+    if math.prod(shape) == 0 or not shape:
+        return row_major_strides(new_shape)
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_stride = strides[-1]
+    tensor_numel = view_numel = 1
+    for d in reversed(range(len(shape))):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_stride = strides[d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(new_strides) if view_d == -1 else None
+
+
+def view_strides(op: Operation, strides: Sequence[int]) -> tuple[int, ...] | None:
+    """The strides of the result of `op`, one of `STRIDED_VIEWS`, run as a torch view of an
+    input with `strides`; None for a reshape that torch can only run as a copy."""
+    if isinstance(op, PermuteOp):
+        return tuple(strides[d] for d in op.permutation)
+    if isinstance(op, SliceOp):
+        return tuple(s * k for s, k in zip(strides, op.bounds[2], strict=True))
+    assert isinstance(op, ReshapeOp)
+    return reshape_strides(shape_of(op.input), strides, shape_of(op.result))
 
 
 LAYOUT_OPS: tuple[type[IRDLOperation], ...] = (

@@ -22,6 +22,9 @@ A group left with only layout ops that torch runs as views (`graph.STRIDED_VIEWS
 permute and reshape between two attention GEMMs), whose results only externs read, is
 dissolved: the runtime runs those ops as torch views of the extern's real output, which is
 free where that output's strides allow it (torch copies where they do not, as eager does).
+Where the strides are known at compile time (a `linear`'s row-major product) and a reshape
+could only run as torch's strided copy, the group stays: it writes what those reshapes give,
+and the views after them run as torch views of its outputs.
 
 Sharing one tensor between two outputs (pooling, CSE, duplicate outputs) is only safe when no
 op may write memory: in a function holding an in-place `torch_call` (or any op that may
@@ -294,6 +297,86 @@ def _only_views_read_by_externs(group: GroupOp) -> bool:
     )
 
 
+def _writes_row_major(op: Operation) -> bool:
+    """Whether `op`'s results are row-major at run time whatever its inputs' strides: a
+    kernel's buffers, `linear`'s product, and `matmul`'s where torch does not compute it
+    transposed (its left operand has no fewer dims than its right)."""
+    if isinstance(op, GroupOp | graph.LinearOp):
+        return True
+    return isinstance(op, graph.MatmulOp) and len(graph.shape_of(op.lhs)) >= len(
+        graph.shape_of(op.rhs)
+    )
+
+
+def _run_time_strides(value: SSAValue) -> tuple[int, ...] | None:
+    """`value`'s strides at run time where they are known: row-major where its op writes so
+    (`_writes_row_major`), or a torch view of such a value outside groups (a reshape torch
+    copies is row-major); None where they depend on an extern or the caller."""
+    owner = value.owner
+    if graph.is_symbolic(value) or not isinstance(owner, Operation):
+        return None
+    shape = graph.shape_of(value)
+    if _writes_row_major(owner):
+        return graph.row_major_strides(shape)
+    if not isinstance(owner, graph.STRIDED_VIEWS) or isinstance(owner.parent_op(), GroupOp):
+        return None
+    base = _run_time_strides(owner.operands[0])
+    if base is None:
+        return None
+    return graph.view_strides(owner, base) or graph.row_major_strides(shape)
+
+
+def copying_reshapes(group: GroupOp) -> list[Operation]:
+    """The reshapes of a group of views that torch could only run as copies, given the
+    strides its inputs have at run time (`_run_time_strides`; none where those are unknown):
+    the heads of a row-major `linear` result that `nn.MultiheadAttention` splits apart."""
+    strides: dict[SSAValue, tuple[int, ...] | None] = {
+        arg: _run_time_strides(outer)
+        for arg, outer in zip(group.block.args, group.inputs, strict=True)
+    }
+    copies: list[Operation] = []
+    for op in group.block.ops:
+        if op is group.yield_op:
+            continue
+        known = strides.get(op.operands[0])
+        result = graph.view_strides(op, known) if known is not None else None
+        if known is not None and result is None:
+            copies.append(op)
+            result = graph.row_major_strides(graph.shape_of(op.results[0]))
+        strides[op.results[0]] = result
+    return copies
+
+
+def hoist_views_after_copies(group: GroupOp, copies: list[Operation]) -> GroupOp | None:
+    """The group of views writes the results of its `copies` (row-major, coalesced) and the
+    views after them run outside as torch views of those, as eager's `.contiguous()` would
+    have them: torch's strided copy is left with nothing to copy."""
+    after: list[Operation] = []
+    reached = {c.results[0] for c in copies}
+    for op in group.block.ops:
+        if op is not group.yield_op and op not in copies and reached & set(op.operands):
+            after.append(op)
+            reached.update(op.results)
+    group = add_outputs(group, [c.results[0] for c in copies])
+    result_of = dict(zip(group.yield_op.values, group.results, strict=False))
+    outside: dict[SSAValue, SSAValue] = {c.results[0]: result_of[c.results[0]] for c in copies}
+    parent = group.parent_block()
+    assert parent is not None
+    anchor: Operation = group
+    for op in after:
+        moved = op.clone(value_mapper=dict(outside))
+        parent.insert_op_after(moved, anchor)
+        anchor = moved
+        outside.update(zip(op.results, moved.results, strict=True))
+    for inner, res in zip(group.yield_op.values, group.results, strict=True):
+        if inner in outside and res is not outside[inner]:
+            res.replace_all_uses_with(outside[inner])
+    cleaned = clean_boundary(group, share=True)
+    if cleaned is not None:
+        region_dce(cleaned.body)
+    return cleaned
+
+
 def dissolve_view_group(group: GroupOp) -> None:
     """The group's ops move out in front of it, reading its inputs; the group goes."""
     parent = group.parent_block()
@@ -319,7 +402,12 @@ def clean_function(f: func.FuncOp) -> None:
         if cleaned is not None:
             for part in split_by_output_size(cleaned, share=share):
                 # (a view aliases its base: only where no op may write memory)
-                if share and _only_views_read_by_externs(part):
+                if not (share and _only_views_read_by_externs(part)):
+                    continue
+                copies = copying_reshapes(part)
+                if copies:
+                    hoist_views_after_copies(part, copies)
+                else:
                     dissolve_view_group(part)
 
 
