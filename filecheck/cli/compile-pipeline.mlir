@@ -10,7 +10,8 @@
 // `--compile-pipeline DEVICE` runs the pipeline xfuse.compile runs on DEVICE
 // (`xfuse.pipeline.compile_pipeline`) and prints the IR after it: the default fusion pipeline
 // (or `-p`'s) with the device's own passes after `decompose`. On CUDA `pad-matmul` pads the
-// bf16 product's 300 columns to 304; on both the softmax and the relu after it form one group.
+// bf16 product's 300 columns to 304 and slices the returned product back in a group of its
+// own; on both the softmax and the relu after it form one group.
 
 // CPU-LABEL: func.func @f
 // CPU-NEXT:    graph.matmul %x, %w : tensor<4x16xbf16>, tensor<16x300xbf16> -> tensor<4x300xbf16>
@@ -21,8 +22,9 @@
 // CUDA-LABEL: func.func @f
 // CUDA-NEXT:    graph.pad %w low = [0, 0] high = [0, 4] {{.*}} -> tensor<16x304xbf16>
 // CUDA-NEXT:    graph.matmul %x, %{{.*}} : tensor<4x16xbf16>, tensor<16x304xbf16> -> tensor<4x304xbf16>
-// CUDA-NEXT:    graph.slice %{{.*}} limit = [4, 300]
-// CUDA-NEXT:    fusion.group(%s) kind = "reduction" rule = "fuse-scored:producer-consumer"
+// CUDA-NEXT:    fusion.group(%{{.*}}) kind = "injective" rule = "pad-matmul:returned"
+// CUDA:           graph.slice %{{.*}} limit = [4, 300]
+// CUDA:         fusion.group(%s) kind = "reduction" rule = "fuse-scored:producer-consumer"
 
 // CPU-PASSES:      // pass decompose took
 // CPU-PASSES-NEXT: // pass depthwise-stencil took

@@ -469,3 +469,30 @@ def test_dropout_draws_eagers_mask_at_every_call(grad: bool) -> None:
         held.append(program(x))
         torch.manual_seed(seed)
         torch.testing.assert_close(held[-1], fn(x), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("limit", [64 << 10, 1 << 30])
+def test_a_capture_over_its_gpus_share_is_made_once_and_copies_out(
+    monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """A program whose capture holds `ring_max_bytes` of the GPU or more (a share of its
+    memory) is captured once and copies its outputs out; below it, a caller that holds the
+    last call's output gets a second capture and every output is handed over."""
+    from xfuse.runtime import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "ring_max_bytes", lambda device: limit)
+    x = torch.randn(1 << 16, device="cuda")  # 256 KiB in, 256 KiB out
+    with torch.no_grad():
+        compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (x,), device="cuda", quiet=True)
+        y = compiled(x)
+        for _ in range(4):  # `y = f(x)`: the last result held through the next call
+            previous, y = y, compiled(x)
+            torch.testing.assert_close(previous, torch.sigmoid(x) * 2)
+            del previous
+    runner = _runner(compiled)
+    if limit < 1 << 20:
+        assert runner.captures == 1 and runner.handed == 0 and runner.replays == 4
+    else:
+        assert runner.captures == 2 and runner.handed == runner.replays == 4

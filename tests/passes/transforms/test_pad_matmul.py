@@ -67,6 +67,36 @@ def test_compiled_padded_head_matches_eager(bias: bool) -> None:
     torch.testing.assert_close(got, spelled)
 
 
+class _Copies(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts torch's `copy_` calls under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += func is torch.ops.aten.copy_.default
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_returned_padded_product_is_written_row_major_by_a_kernel() -> None:
+    """Logits the program returns: the slice back from the padded product is a kernel's
+    (its rows row-major, as eager's), not a view whose rows lie a padded row apart, which
+    the runtime would copy into eager's strides with torch's `copy_`."""
+    model = torch.nn.Linear(64, 301, bias=False).to(torch.bfloat16).eval()
+    x = torch.randn(3, 5, 64, dtype=torch.bfloat16)
+    copies = _Copies()
+    with torch.no_grad():
+        compiled = xfuse.compile(model, (x,), pipeline=PADDED, quiet=True)
+        with copies:
+            got = compiled(x)
+        want = model(x)
+    assert [g.ops for g in compiled.groups] == [["graph.slice"]]
+    assert copies.count == 0
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want)
+
+
 def test_matmul_of_a_plain_rhs_is_padded_in_its_columns() -> None:
     def product(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.gelu(x @ w)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -34,7 +34,8 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 
-from xfuse.dialects import graph
+from xfuse.dialects import fusion, graph
+from xfuse.dialects.op_kinds import Kind
 from xfuse.passes.options import POSITIVE, option
 from xfuse.passes.transforms.fold_linear import transposed_weight
 
@@ -50,11 +51,25 @@ def padding(columns: int, alignment: int, minimum: int) -> int:
     return alignment - columns % alignment
 
 
-def sliced_back(padded: Operation, columns: int) -> graph.SliceOp:
-    """`padded`'s result with its last dim cut back to `columns`."""
+def sliced_back(padded: Operation, columns: int, returned: bool) -> Operation:
+    """`padded`'s result with its last dim cut back to `columns`. Where the program returns
+    it (a language model's logits), the slice is a one-op group: a kernel writes the rows
+    row-major, as eager's product has them. As a torch view its rows would lie a padded row
+    apart, and the runtime would copy them into eager's strides with torch's strided copy."""
     shape = graph.shape_of(padded.results[0])
     limit = (*shape[:-1], columns)
-    return graph.SliceOp(padded.results[0], [0] * len(shape), limit, [1] * len(shape))
+    if not returned:
+        return graph.SliceOp(padded.results[0], [0] * len(shape), limit, [1] * len(shape))
+    block = Block(arg_types=[padded.results[0].type])
+    cut = graph.SliceOp(block.args[0], [0] * len(shape), limit, [1] * len(shape))
+    block.add_ops([cut, fusion.YieldOp(cut.result)])
+    return fusion.GroupOp(
+        [padded.results[0]], [cut.result.type], Region(block), Kind.INJECTIVE, "pad-matmul:returned"
+    )
+
+
+def _returned(op: Operation) -> bool:
+    return any(use.operation.name == "func.return" for r in op.results for use in r.uses)
 
 
 def pad_dim(value: SSAValue, dim: int, extra: int) -> graph.PadOp:
@@ -89,7 +104,7 @@ class PadMatmulColumns(RewritePattern):
             pad = pad_dim(op.rhs, len(graph.shape_of(op.rhs)) - 1, extra)
             product = graph.MatmulOp(op.lhs, pad)
         transpose = op.rhs.owner
-        rewriter.replace(op, [pad, product, sliced_back(product, columns)])
+        rewriter.replace(op, [pad, product, sliced_back(product, columns, _returned(op))])
         if isinstance(transpose, graph.PermuteOp) and not transpose.result.uses:
             rewriter.erase(transpose)
 
@@ -118,7 +133,7 @@ class PadLinearRows(RewritePattern):
         elif op.bias is not None:
             return  # a broadcast scalar bias: left as it is
         product = graph.LinearOp(op.input, new[0].results[0], bias)
-        rewriter.replace(op, [*new, product, sliced_back(product, rows)])
+        rewriter.replace(op, [*new, product, sliced_back(product, rows, _returned(op))])
 
 
 @dataclass(frozen=True)
