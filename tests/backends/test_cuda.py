@@ -195,6 +195,26 @@ def test_odd_width_pointwise_stays_scalar(tmp_path: Path) -> None:
     assert ".v4" not in ptx
 
 
+ODD_ROWS: dict[str, tuple[Callable[..., Any], tuple[int, ...]]] = {
+    "pointwise": (lambda x: torch.tanh(x) * 2, (512, 1001)),
+    "slice": (lambda x: x[..., :1001] + 1, (512, 1008)),  # a padded product sliced back
+}
+"""Kernels whose rows (1,001 bf16) take no vector access, over a loop a multiple of 8 long."""
+
+
+@pytest.mark.parametrize("name", sorted(ODD_ROWS))
+def test_odd_rows_store_vectors_over_the_flattened_loop(name: str, tmp_path: Path) -> None:
+    """A chunk of a thread is 8 consecutive elements of the flattened loop (across rows):
+    its stores at its own elements are one 128-bit store, and so are its loads of a buffer of
+    the loop's shape; the slice's loads of the padded rows stay one element each."""
+    fn, shape = ODD_ROWS[name]
+    (ptx,) = ptx_of(fn, (_x(*shape, dtype=torch.bfloat16),), tmp_path)
+    assert LaunchShape.from_ptx(ptx).items == 512 * 1001 // 8
+    assert ptx.count("st.global.v4") == 1 and ptx.count("st.global") == 1
+    loads = (1, 1) if name == "pointwise" else (8, 0)
+    assert (ptx.count("ld.global"), ptx.count("ld.global.nc.v4")) == loads
+
+
 def test_short_rows_reduce_within_a_warp(tmp_path: Path) -> None:
     (ptx,) = ptx_of(lambda x: torch.softmax(x, -1), (_x(64, 512),), tmp_path)
     shape = LaunchShape.from_ptx(ptx)
@@ -576,6 +596,14 @@ def run_on_gpu(
 @pytest.mark.parametrize("name", sorted(UNARY))
 def test_gpu_unary(name: str, dtype: torch.dtype) -> None:
     run_on_gpu(UNARY[name], (_x(33, 256, dtype=dtype),))
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("name", sorted(ODD_ROWS))
+def test_gpu_odd_rows_over_the_flattened_loop(name: str) -> None:
+    fn, shape = ODD_ROWS[name]
+    run_on_gpu(fn, (_x(*shape, dtype=torch.bfloat16),))
 
 
 @pytest.mark.gpu

@@ -9,7 +9,10 @@ per block, and `xfuse.gpu.items`, see below):
   index space, `width` consecutive elements per thread and step, so that loads and stores of
   the innermost dimension become 128-bit vector accesses (the first lane's access carries
   `xfuse.gpu.align`, the byte alignment it may assume). `items` = elements / width; any grid
-  and block size are valid, so the runtime picks them.
+  and block size are valid, so the runtime picks them. Where the innermost dimension takes no
+  vector (rows of 50,257 logits) but the loop's element count does, the lanes of a chunk are
+  consecutive elements of the flattened loop, each with its own indices, and the accesses at
+  the iteration's own element are the vectors (`flat` lanes).
 - `rows` (row reductions: the body is `scf.for` loops with `iter_args` over the innermost
   dimension, as lower-to-loops emits for softmax, layernorm, RMSNorm): `threads` threads per
   row (a warp for short rows, up to a block of 1024), each striding over the row; partial
@@ -372,32 +375,39 @@ class _Cloner:
     loads: dict[tuple[SSAValue, ...], SSAValue] = field(default_factory=dict)
     marks: dict[Operation, dict[str, Attribute]] = field(default_factory=dict)
     """Attributes for the clones of some ops (vector lanes)."""
+    indices: dict[Operation, list[SSAValue]] = field(default_factory=dict)
+    """The indices of the clones of some accesses, in place of their mapped ones (a flat lane's
+    access at the iteration's own element: `_flat_lane_indices`)."""
     row_positions: dict[int, tuple[list[SSAValue], SSAValue | None]] = field(default_factory=dict)
     """k -> (columns of this thread's k-th chunk, whether it is inside the row): shared by
     all loops of a row so that their loads of one element are one load."""
 
     def clone(self, op: Operation, store_guard: SSAValue | None) -> None:
         if isinstance(op, memref.LoadOp) and op.memref in self.read_only:
-            key = (op.memref, *(self.mapper.get(i, i) for i in op.indices))
+            indices = self.indices.get(op) or [self.mapper.get(i, i) for i in op.indices]
+            key = (op.memref, *indices)
             if key in self.loads:
                 self.mapper[op.res] = self.loads[key]
                 return
-            load = self.e.builder.insert(op.clone(self.mapper))
-            self._annotate(op, load)
-            self.loads[key] = load.res
+            load = self.e.builder.insert(self._clone(op))
+            self.loads[key] = load.results[0]
             return
         if isinstance(op, memref.StoreOp) and store_guard is not None:
             then = Block()
-            store = op.clone(self.mapper)
-            then.add_ops([store, scf.YieldOp()])
-            self._annotate(op, store)
+            then.add_ops([self._clone(op), scf.YieldOp()])
             self.e.builder.insert(scf.IfOp(store_guard, [], [then]))
             return
-        new = self.e.builder.insert(op.clone(self.mapper))
-        self._annotate(op, new)
+        self.e.builder.insert(self._clone(op))
 
-    def _annotate(self, old: Operation, new: Operation) -> None:
-        new.attributes.update(self.marks.get(old, {}))
+    def _clone(self, op: Operation) -> Operation:
+        """`op` cloned through the mapper, with its marks and its overriding indices."""
+        new = op.clone(self.mapper)
+        new.attributes.update(self.marks.get(op, {}))
+        if op in self.indices:
+            assert isinstance(new, memref.LoadOp | memref.StoreOp)
+            kept = len(new.operands) - len(new.indices)
+            new.operands = [*new.operands[:kept], *self.indices[op]]
+        return new
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,6 +434,46 @@ def _vector_width(body: list[Operation], shape: Sequence[int]) -> int:
     return width
 
 
+def _own_element_accesses(
+    body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[int]
+) -> list[memref.LoadOp | memref.StoreOp]:
+    """Accesses of a row-major buffer of the loop's shape at the iteration's own element."""
+    return [
+        a
+        for a in _accesses(body)
+        if list(a.indices) == list(ivs) and tuple(_memref_type(a).get_shape()) == tuple(shape)
+    ]
+
+
+def _flat_width(body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[int]) -> int:
+    """Elements per thread and step for `flat` lanes, where the innermost dim takes no vector
+    (`_vector_width` is 1: logits of 50,257 bf16 a row): 128 bits of the widest element
+    where the loop's element count is a multiple of them, the body has no loop and stores
+    only at the iteration's own element (the lanes of a chunk are consecutive elements of
+    the flattened loop, so those stores are one vector access), else 1."""
+    accesses = _accesses(body)
+    own = _own_element_accesses(body, ivs, shape)
+    stores = [a for a in accesses if isinstance(a, memref.StoreOp)]
+    if not stores or any(s not in own for s in stores) or len(shape) < 2:
+        return 1
+    if any(isinstance(op, scf.ForOp) for op in body):
+        return 1
+    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
+    if loaded & _stored_memrefs(body):
+        return 1
+    width = max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+    return width if numel(shape) % width == 0 else 1
+
+
+def _flat_lane_indices(base: list[SSAValue], e: _Emit, lane: int) -> list[SSAValue]:
+    """Lane `lane`'s indices into a row-major buffer of the loop's shape, as `&m[..., j +
+    lane]` of the chunk's first element: the same address as its own element's (which may
+    lie in the next row), and one LLVM sees is adjacent to the first lane's."""
+    if lane == 0:
+        return base
+    return [*base[:-1], e.op(arith.AddiOp(base[-1], e.const(lane, IndexType())))]
+
+
 def _aligned_accesses(
     body: list[Operation], innermost: SSAValue, width: int
 ) -> dict[Operation, int]:
@@ -448,8 +498,14 @@ def _map_grid_stride(
     width: int,
     block: int,
     unroll: int = 1,
+    flat: bool = False,
 ) -> None:
     """`elementwise` (width > 1 when vectorizable) and `serial` (width 1).
+
+    With `flat`, a chunk's `width` lanes are consecutive elements of the flattened loop (each
+    lane's indices its own), and the accesses at the iteration's own element take the first
+    lane's indices plus the lane (`_flat_lane_indices`), so that they are vector accesses
+    whatever the innermost dim's length.
 
     With `unroll` > 1 a thread handles `unroll` chunks of `width` elements per step, `nthreads`
     chunks apart (coalesced), all chunks' loads first so that more bytes are in flight; chunks
@@ -466,7 +522,14 @@ def _map_grid_stride(
     loop_body = Block(arg_types=[int_type])
     e.builder.insert(scf.ForOp(gtid, e.const(items), step, [], loop_body))
     inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
-    aligned = _aligned_accesses(body, ivs[-1], width) if width > 1 else {}
+    own = _own_element_accesses(body, ivs, shape) if flat else []
+    aligned: dict[Operation, int] = (
+        {a: width * byte_width(_memref_type(a).element_type) for a in own}  # chunks start at
+        if flat  # a multiple of `width` elements of a row-major buffer of the loop's shape
+        else _aligned_accesses(body, ivs[-1], width)
+        if width > 1
+        else {}
+    )
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     # Lanes are cloned op by op (all lanes' loads first, their stores last) so that a lane's
     # accesses share a basic block with the others' even where math adds branches.
@@ -480,16 +543,18 @@ def _map_grid_stride(
             clamped = inner.min(position, inner.const(items - 1))
         else:
             clamped = position
-        flat = inner.mul(clamped, inner.const(width)) if width > 1 else clamped
-        base = _delinearize(inner, flat, shape)
+        first = inner.mul(clamped, inner.const(width)) if width > 1 else clamped
+        base = _delinearize(inner, first, shape)
         cloners: list[_Cloner] = []
         for lane in range(width):
-            lane_ivs = base[:-1] + [
-                base[-1]
-                if lane == 0
-                else inner.op(arith.AddiOp(base[-1], inner.const(lane, IndexType())))
-            ]
+            naive = _flat_lane_indices(base, inner, lane)
+            lane_ivs = (
+                _delinearize(inner, inner.add(first, inner.const(lane)), shape)
+                if flat and lane > 0
+                else naive
+            )
             cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
+            cloner.indices = {a: naive for a in own}
             cloner.marks = {
                 op: {ALIGN_ATTR: IntegerAttr(align, i64)}
                 if lane == 0
@@ -1135,13 +1200,17 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
         return "elementwise"
     if not any(_has_control_flow(op) for op in body):
         width = _vector_width(body, shape)
+        ivs = list(par.body.block.args)
+        flat_lanes = width == 1 and (width := _flat_width(body, ivs, shape)) > 1
         while width > 1 and numel(shape) // width < mapping.min_threads:
             width //= 2
         loaded = {a.memref for a in _accesses(body) if isinstance(a, memref.LoadOp)}
         independent = not (loaded & _stored_memrefs(body))
         chunks = numel(shape) // width
         steps = max(1, unroll) if independent and chunks >= 2 * block_size else 1
-        _map_grid_stride(kernel, par, shape, width, block_size, steps)
+        _map_grid_stride(
+            kernel, par, shape, width, block_size, steps, flat=flat_lanes and width > 1
+        )
         return "elementwise"
     # A thread per row walks a column coalesced with its neighbours, but where there are
     # fewer rows than `min-threads` (a layer norm over a 56x56 image's channels, read from
