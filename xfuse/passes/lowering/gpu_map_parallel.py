@@ -55,6 +55,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    NoneAttr,
     StringAttr,
     f32,
     f64,
@@ -441,7 +442,9 @@ def _own_element_accesses(
     return [
         a
         for a in _accesses(body)
-        if list(a.indices) == list(ivs) and tuple(_memref_type(a).get_shape()) == tuple(shape)
+        if list(a.indices) == list(ivs)
+        and tuple(_memref_type(a).get_shape()) == tuple(shape)
+        and isinstance(_memref_type(a).layout, NoneAttr)
     ]
 
 
@@ -454,7 +457,7 @@ def _flat_width(body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[
     accesses = _accesses(body)
     own = _own_element_accesses(body, ivs, shape)
     stores = [a for a in accesses if isinstance(a, memref.StoreOp)]
-    if not stores or any(s not in own for s in stores) or len(shape) < 2:
+    if not stores or any(s not in own for s in stores) or len(shape) < 2 or min(shape) < 1:
         return 1
     if any(isinstance(op, scf.ForOp) for op in body):
         return 1
