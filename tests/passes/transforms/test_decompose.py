@@ -266,3 +266,30 @@ def test_a_gather_of_an_iota_stays() -> None:
     out = decompose(module)
     i = torch.randint(0, 10, (6,))
     assert torch.equal(interpret(out, [i])[0], i)
+
+
+def test_a_gather_through_a_reshape_broadcast_along_the_rows() -> None:
+    """The backward of `scatter_add` along dim 1: a [1, 8] comparison of the columns with 3,
+    broadcast to the [3, 8] table of a `where`, gathered at [3, 1] indices. The reshape under
+    the comparison ([8] -> [1, 8]) is broadcast along the rows, so the gather does not go
+    through it (the indices' 3 rows are not the reshape's 1): it reads the [1, 8] comparison
+    at each row's index."""
+    text = """func.func @forward(%i: tensor<3x1xi64>, %t: tensor<3xf32>) -> tensor<3x1xf32> {
+      %r = graph.iota dim = 0 start = 0 step = 1 : tensor<8xi64>
+      %c = graph.reshape %r : tensor<8xi64> -> tensor<1x8xi64>
+      %k = graph.constant dense<3> : tensor<i64>
+      %m = graph.eq %c, %k : tensor<1x8xi64>, tensor<i64> -> tensor<1x8xi1>
+      %u = graph.reshape %t : tensor<3xf32> -> tensor<3x1xf32>
+      %b = graph.broadcast_in_dim %u dims = [0, 1] : tensor<3x1xf32> -> tensor<3x8xf32>
+      %z = graph.constant dense<0.0> : tensor<3x8xf32>
+      %w = graph.where %m, %b, %z : tensor<1x8xi1>, tensor<3x8xf32>, tensor<3x8xf32> -> tensor<3x8xf32>
+      %g = graph.gather %w[%i] dim = 1 : tensor<3x8xf32>, tensor<3x1xi64> -> tensor<3x1xf32>
+      func.return %g : tensor<3x1xf32>
+    }"""
+    module = parse(text)
+    out = decompose(module)
+    out.verify()
+    i, t = torch.tensor([[3], [5], [3]]), torch.randn(3)
+    want = torch.where(torch.arange(8)[None] == 3, t[:, None].expand(3, 8), 0.0).gather(1, i)
+    torch.testing.assert_close(interpret(out, [i, t])[0], want)
+    torch.testing.assert_close(interpret(module, [i, t])[0], want)

@@ -278,7 +278,7 @@ class _Gathering:
         if self.pushed[0] < MAX_GATHERED_OPS and isinstance(owner, Operation):
             if _of_elements(owner):
                 return self._elementwise(owner)
-            if isinstance(owner, graph.ReshapeOp) and shape == tuple(graph.shape_of(v)):
+            if isinstance(owner, graph.ReshapeOp) and shape == self.table == graph.shape_of(v):
                 through = self._through_reshape(owner)
                 if through is not None:
                     return through
@@ -303,8 +303,9 @@ class _Gathering:
         return self._add(clone)
 
     def _through_reshape(self, op: graph.ReshapeOp) -> SSAValue | None:
-        """A reshape that regroups only the dims before the indexed ones (a [B*T, V] view of
-        [B, T, V] logits): the gather reads its input, indices reshaped alike."""
+        """A reshape of the table's whole shape (not broadcast along the rows: those rows are
+        the indices' too) that regroups only the dims before the indexed ones (a [B*T, V] view
+        of [B, T, V] logits): the gather reads its input, indices reshaped alike."""
         source = tuple(graph.shape_of(op.input))
         suffix = self.table[self.dim :]
         if len(source) < len(suffix) or source[len(source) - len(suffix) :] != suffix:
