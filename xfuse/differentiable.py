@@ -243,6 +243,7 @@ class TracedExecutable(Executable):
             report=default.report,
             op_names=default.op_names,
             compile_times=default.compile_times,
+            device=default.device,
             traced=traced,
         )
 

@@ -137,7 +137,9 @@ def _cpu_runner(
     released: bool = False,
 ) -> tuple[_CPURunner, Callable[[torch.Tensor], torch.Tensor]]:
     compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (torch.randn(16),), quiet=True)
-    runner = _CPURunner(compiled.default.program, run_program, released=released)
+    runner = _CPURunner(
+        compiled.default.program, run_program, torch.device("cpu"), released=released
+    )
 
     def call(x: torch.Tensor) -> torch.Tensor:
         def finish(results: list[torch.Tensor], copy_out: bool) -> list[torch.Tensor]:

@@ -14,7 +14,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xfuse.ir.context import parse
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.compiler import ProgramCompiler
-from xfuse.runtime.executor import run_program
+from xfuse.runtime.executor import Executable, cpu_outputs, run_program
 from xfuse.runtime.steps import BufferPool, EagerStep, KernelStep
 
 PROGRAM = """
@@ -95,3 +95,71 @@ def test_a_gpu_programs_kernels_read_its_0d_inputs_on_its_device(tmp_path: Path)
     assert out.device.type == "meta"
     (kernel,) = (step.kernel for step in programs["meta"].steps if isinstance(step, KernelStep))
     assert [b.device.type for b in kernel.calls[-1]] == ["meta", "meta", "meta"]
+
+
+SCALE = """
+  %g = fusion.group (%x, %s) kind = "elementwise" rule = "test:chain" : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<f32>):
+    %m = graph.mul %a, %b : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+    fusion.yield %m : tensor<4xf32>
+  }"""
+SCALAR_FIRST_ARGS = '%s: tensor<f32> {graph.input = "s"}, %x: tensor<4xf32> {graph.input = "x"}'
+SCALED_BY_SCALAR_FIRST = f"""
+func.func @forward({SCALAR_FIRST_ARGS}) -> tensor<4xf32> {{{SCALE}
+  func.return %g : tensor<4xf32>
+}}
+"""
+SCALAR_FIRST = f"""
+func.func @forward({SCALAR_FIRST_ARGS}) -> (tensor<4xf32>, tensor<f32>) {{{SCALE}
+  %h = fusion.group (%s) kind = "elementwise" rule = "test:chain" : (tensor<f32>) -> tensor<f32> {{
+  ^bb0(%b: tensor<f32>):
+    %n = graph.mul %b, %b : tensor<f32>, tensor<f32> -> tensor<f32>
+    fusion.yield %n : tensor<f32>
+  }}
+  func.return %g, %h : tensor<4xf32>, tensor<f32>
+}}
+"""
+
+
+def _executable(tmp_path: Path, source: str, device: str) -> Executable:
+    cache = KernelCache(tmp_path)
+    backend = ReferenceBackend()
+    compiler = ProgramCompiler(
+        lambda m, n: cache.kernel(backend, m, n), lower=fake_lower_to_loops, device=device
+    )
+    return Executable(
+        compiler.compile(parse(source)),
+        bind=lambda inputs, state: list(inputs),
+        unflatten=lambda outs: outs,
+        device=torch.device(device),
+    )
+
+
+def test_a_gpu_programs_buffers_live_on_its_device_whatever_its_first_input(
+    tmp_path: Path,
+) -> None:
+    """A CPU scalar passed first makes no kernel's buffers CPU memory: outputs computed with
+    a tensor on the program's device are there, as eager's."""
+    executable = _executable(tmp_path, SCALED_BY_SCALAR_FIRST, "meta")
+    assert executable.program.scalar_args == (0,)
+    (out,) = executable.run([torch.tensor(2.0), torch.empty(4, device="meta")])
+    assert out.device.type == "meta"
+
+
+def test_outputs_of_cpu_scalars_alone_are_the_ones_eager_computes_on_the_cpu(
+    tmp_path: Path,
+) -> None:
+    """Eager computes an op of CPU scalars alone on the CPU: which outputs a call makes of its
+    CPU scalars alone is read from the program's results one by one (a group's results
+    apart). The CPU's programs take no notice."""
+    executable = _executable(tmp_path, SCALAR_FIRST, "meta")
+    program = executable.program
+    assert program.scalar_args == (0,)
+    assert program.output_sources == (frozenset({0, 1}), frozenset({0}))
+    x = torch.empty(4, device="meta")
+    assert cpu_outputs(program, [torch.tensor(2.0), x]) == [1]
+    assert cpu_outputs(program, [torch.tensor(2.0, device="meta"), x]) == []
+    on_cpu = _executable(tmp_path, SCALAR_FIRST, "cpu")
+    assert on_cpu.program.scalar_args == ()
+    _, square = on_cpu.run([torch.tensor(3.0), torch.ones(4)])
+    assert square.item() == 9.0

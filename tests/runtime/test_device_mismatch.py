@@ -121,6 +121,58 @@ def test_gpu_cpu_scalar_where_the_example_had_a_gpu_one() -> None:
 
 @pytest.mark.gpu
 @gpu
+def test_gpu_cpu_scalar_first_keeps_the_kernels_on_the_gpu() -> None:
+    """A CPU scalar as the first input, at the first call or once graphs replay: kernels
+    write GPU memory and the results are eager's, on the GPU."""
+    x, s = torch.randn(4, 4, device="cuda"), torch.tensor(2.0)
+
+    def fn(b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return (a * b + 1).exp()
+
+    for example in (s, s.cuda()):
+        compiled = xfuse.compile(fn, (example, x), device="cuda", quiet=True)
+        for scale in (s.cuda(), s.cuda(), torch.tensor(3.0), torch.tensor(4.0), s):
+            got = compiled(scale, x)
+            assert got.device == x.device
+            torch.testing.assert_close(got, fn(scale, x))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_output_of_cpu_scalars_alone_is_on_the_cpu_as_eagers() -> None:
+    """Eager returns `b * 2` on the CPU when `b` is a CPU scalar, and so does the GPU program,
+    whether its kernel writes `a * b` too or not; `b` on the GPU, on the GPU."""
+    x, s = torch.randn(4, device="cuda"), torch.tensor(2.0)
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (a * b).exp(), b * 2
+
+    for example in (s, s.cuda()):
+        compiled = xfuse.compile(fn, (x, example), device="cuda", quiet=True)
+        for scale in (s.cuda(), s.cuda(), s, torch.tensor(3.0), s.cuda()):
+            got, want = compiled(x, scale), fn(x, scale)
+            assert [t.device for t in got] == [t.device for t in want]
+            torch.testing.assert_close(got, want)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_cpu_scalar_that_export_cannot_trace_is_traced_on_the_gpu() -> None:
+    """`select_scatter` decomposes to a `where` of the CPU scalar and GPU tensors, which
+    torch.export's fake tensors refuse and eager's kernel computes: the program is exported
+    with the scalar on the GPU and takes it from either device."""
+    v, s = torch.randn(8, device="cuda"), torch.tensor(3.0)
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.select_scatter(a * 2, b, 0, -2)
+
+    compiled = xfuse.compile(fn, (v, s), device="cuda", quiet=True)
+    for scale in (s, s.cuda(), torch.tensor(-1.0)):
+        torch.testing.assert_close(compiled(v, scale), fn(v, scale))
+
+
+@pytest.mark.gpu
+@gpu
 def test_gpu_cpu_index_eager_moves_is_refused_in_one_line() -> None:
     x, i = torch.randn(5, 4, device="cuda"), torch.tensor([0, 2])
     x[i]  # eager moves the CPU index

@@ -148,6 +148,14 @@ class Program:
     kernels: list[KernelInfo]
     fallbacks: list[str]
     module: ModuleOp
+    scalar_args: tuple[int, ...] = ()
+    """On a GPU, the positions of its 0-d arguments: a call may pass them as CPU scalars."""
+    output_sources: tuple[frozenset[int], ...] = ()
+    """Where `scalar_args` are, the positions of the arguments each output is computed from."""
+
+    def outputs_only_from(self, args: frozenset[int]) -> list[int]:
+        """The outputs computed from arguments, all of them at the positions `args`."""
+        return [k for k, read in enumerate(self.output_sources) if read and read <= args]
 
     @property
     def op_by_op(self) -> list[str]:
@@ -532,9 +540,13 @@ class ProgramCompiler:
         for info in groups:
             info.kernels = [k.name for k in top.kernels if k.group == info.index]
         steps = elide_kernel_reshapes(top.steps, set(output_slots))
+        scalar_args: tuple[int, ...] = ()
         if self.device.type != "cpu":
-            args = zip(arg_slots, forward.body.block.args, strict=True)
-            copy_scalar_inputs(steps, {s for s, a in args if not graph.shape_of(a)})
+            scalar_args = tuple(
+                k for k, a in enumerate(forward.body.block.args) if not graph.shape_of(a)
+            )
+            copy_scalar_inputs(steps, {arg_slots[k] for k in scalar_args})
+        sources = output_sources(forward) if scalar_args else ()
         plan = _MemoryPlan(steps, arg_slots, output_slots, set(top.constants))
         return Program(
             steps=steps,
@@ -548,6 +560,8 @@ class ProgramCompiler:
             kernels=top.kernels,
             fallbacks=fallbacks,
             module=module,
+            scalar_args=scalar_args,
+            output_sources=sources,
         )
 
     @staticmethod
@@ -762,6 +776,32 @@ def elide_kernel_reshapes(steps: Sequence[Step], keep: set[int]) -> list[Step]:
             continue
         kept.append(step)
     return kept
+
+
+def output_sources(forward: func.FuncOp) -> tuple[frozenset[int], ...]:
+    """For each result of `forward`, the positions of the arguments it is computed from
+    (through a group, from what its own result reads)."""
+    sources: dict[SSAValue, frozenset[int]] = {
+        a: frozenset([k]) for k, a in enumerate(forward.body.block.args)
+    }
+
+    def read(op: Operation) -> frozenset[int]:
+        return frozenset().union(*(sources.get(v, frozenset()) for v in op.operands))
+
+    def visit(block: Block) -> None:
+        for op in block.ops:
+            if isinstance(op, fusion.GroupOp):
+                inner = zip(op.block.args, map(sources.__getitem__, op.inputs), strict=True)
+                sources.update(inner)
+                visit(op.block)
+                made = map(sources.__getitem__, op.yield_op.operands)
+                sources.update(zip(op.results, made, strict=True))
+            else:
+                sources.update(dict.fromkeys(op.results, read(op)))
+
+    visit(forward.body.block)
+    (ret,) = (op for op in forward.body.block.ops if isinstance(op, func.ReturnOp))
+    return tuple(sources[v] for v in ret.operands)
 
 
 def copy_scalar_inputs(steps: Sequence[Step], scalars: set[int]) -> None:

@@ -226,9 +226,12 @@ _pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 class GraphRunner:
     """Runs one specialisation's program through CUDA graphs (see the module docstring)."""
 
-    def __init__(self, program: Program, run_steps: RunSteps, released: bool = False) -> None:
+    def __init__(
+        self, program: Program, run_steps: RunSteps, device: torch.device, released: bool = False
+    ) -> None:
         self.program = program
         self.run_steps = run_steps
+        self.device = device
         self.released = released
         """The caller releases the outputs before it calls again: they are always handed
         over, never copied out."""
@@ -329,11 +332,15 @@ class GraphRunner:
         return outputs
 
     def _capture(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> _Captured:
-        device = args[0].device
+        device = self.device
         before = torch.cuda.memory_allocated(device)
         state_ids = {id(t) for t in state}
         in_place = [id(a) in state_ids for a in args]
-        inputs = [a if keep else _static_copy(a) for a, keep in zip(args, in_place, strict=True)]
+        # A CPU scalar (a value to the kernels) gets its graph buffer on the device.
+        inputs = [
+            a if keep else _static_copy(a.to(device) if a.is_cpu else a)
+            for a, keep in zip(args, in_place, strict=True)
+        ]
         # Once on a side stream first: kernels load for launches off the default stream, and
         # libraries make the handles they need there, before anything is captured.
         # The run draws from the RNG (dropout) as a call would: the generator is put back,

@@ -15,14 +15,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+from torch.utils import _pytree as pytree
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, get_backend
 from xfuse.choices import Choice, Compile, choose_passes
 from xfuse.collector import collector_paused
-from xfuse.errors import KernelCacheWarning
-from xfuse.frontend.export import ModelOrFn, import_for_xfuse, unflattener
+from xfuse.errors import ExportError, KernelCacheWarning
+from xfuse.frontend.export import Imported, ModelOrFn, import_for_xfuse, unflattener
 from xfuse.ir import serialize
 from xfuse.ir.fingerprint import fingerprint
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
@@ -230,7 +231,7 @@ def build_executable(
     start_workers(backend)  # their imports overlap exporting and fusing
     progress.stage("exporting the program (torch.export)")
     # unverified: fuse_and_lower verifies it unless the cache holds its fused program
-    imported = import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
+    imported = import_on(model_or_fn, call, device, cache)
     progress.lap("export")
     progress.stage(f"imported {len(imported.op_names)} ops; fusing")
     program_ir = imported.program
@@ -268,11 +269,36 @@ def build_executable(
         compile_times=dict(progress.phases),
         outputs=OutputPlan(program_ir.output_rules, program, program_ir.hidden_outputs),
         graphs=(
-            GraphRunner(program, run_program, released=settings.outputs_released)
+            GraphRunner(program, run_program, device, released=settings.outputs_released)
             if device.type == "cuda" and cuda_graphs_enabled(settings.cuda_graphs)
             else None
         ),
+        device=device,
     )
+
+
+def import_on(
+    model_or_fn: ModelOrFn, call: CallInputs, device: torch.device, cache: KernelCache
+) -> Imported:
+    """The program imported for `call`; for a GPU program that torch.export cannot trace with
+    the call's CPU scalars (a decomposition that puts one in a `where` with GPU tensors, where
+    eager's kernel takes it as a value), imported with those scalars on the device (the
+    kernels read them there either way: `KernelStep.copied`)."""
+    try:
+        return import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
+    except ExportError:
+        if device.type == "cpu" or not any(is_cpu_scalar(t) for t in call.tensors):
+            raise
+
+    def on_device(t: Any) -> Any:
+        return t.to(device) if is_cpu_scalar(t) else t
+
+    args, kwargs = pytree.tree_map(on_device, (call.args, call.kwargs))
+    return import_for_xfuse(model_or_fn, args, kwargs, False, cache)
+
+
+def is_cpu_scalar(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 0 and t.is_cpu
 
 
 def live_state(

@@ -145,6 +145,8 @@ class Executable:
     """Makes the results alias what eager's would (`xfuse.runtime.outputs`)."""
     graphs: GraphRunner | None = None
     """Runs the program as a CUDA graph (`xfuse.runtime.cuda_graphs`); None: step by step."""
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    """Where its kernels run and its buffers live."""
     _pools: list[BufferPool] = field(default_factory=list[BufferPool])
 
     def run(
@@ -155,24 +157,26 @@ class Executable:
         passed as inputs): a CUDA graph reads them in place, like `state`, and captures anew
         where one has moved."""
         args = self.bind(inputs, state)
+        to_cpu = cpu_outputs(self.program, args) if self.program.scalar_args else []
+
+        def finish(results: list[Tensor], copy_out: bool) -> list[Tensor]:
+            for k in to_cpu:
+                results[k] = results[k].cpu()
+            return self._finish(args, results, copy_out)
+
         # Each running call takes a pool of its own, so concurrent calls never share a buffer
         # (a list's pop and append are atomic).
         pools = self._pools
         try:
             pool = pools.pop()
         except IndexError:
-            pool = BufferPool(args[0].device if args else "cpu")  # outputs live with inputs
+            pool = BufferPool(self.device)
         try:
-            if self.graphs is not None and args and args[0].is_cuda:
+            if self.graphs is not None:
                 in_place = [*state, *[inputs[i] for i in static]] if static else state
-                outputs = self.graphs.run(
-                    args,
-                    in_place,
-                    pool,
-                    lambda results, copy_out: self._finish(args, results, copy_out),
-                )
+                outputs = self.graphs.run(args, in_place, pool, finish)
             else:
-                outputs = self._finish(args, run_program(self.program, args, pool), False)
+                outputs = finish(run_program(self.program, args, pool), False)
         finally:
             pools.append(pool)
         return self.unflatten(outputs)
@@ -184,6 +188,14 @@ class Executable:
         if self.outputs is not None:
             return self.outputs.apply(args, results, copy_out)
         return [out.clone() for out in results] if copy_out else results
+
+
+def cpu_outputs(program: Program, args: Sequence[Tensor]) -> list[int]:
+    """The outputs that eager computes on the CPU for this call: those computed from CPU
+    scalars alone (combined with a tensor on the device, a CPU scalar is a value to eager's
+    kernels and the program's)."""
+    on_cpu = frozenset(k for k in program.scalar_args if args[k].is_cpu)
+    return program.outputs_only_from(on_cpu) if on_cpu else []
 
 
 def describe(t: Tensor) -> str:
