@@ -62,6 +62,7 @@ def compare_training(
     """`steps` AdamW steps of `model` compiled by xfuse in strict mode (a `FallbackWarning`
     fails too) and of an eager copy: the same losses at each step, then the same parameters
     and buffers."""
+    initial = copy.deepcopy(model)
     reference = copy.deepcopy(model)
     compiled = cast(torch.nn.Module, torch.compile(model, backend="xfuse", options=STRICT))
     with warnings.catch_warnings():
@@ -69,13 +70,40 @@ def compare_training(
         got = train(compiled, step, steps)
     want = train(reference, step, steps)
     torch.testing.assert_close(got, want)
-    # AdamW divides each gradient element by its running RMS, so a gradient of rounding size
-    # (sums reassociated: the GPU's kernels reduce in other orders than eager's) can move its
-    # element by up to the learning rate in a step: the parameters agree to a tenth of a step.
+    exact: dict[str, torch.Tensor] = {}
     for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p, q, rtol=1.3e-6, atol=LR / 10, msg=named(name))
+        try:
+            torch.testing.assert_close(p, q, rtol=1.3e-6, atol=LR / 10, msg=named(name))
+        except AssertionError:
+            # AdamW divides each gradient element by its running RMS, so a gradient of
+            # rounding size (a key projection's bias, whose gradient is zero in exact
+            # arithmetic) moves its element by up to the learning rate in a step, in
+            # directions the sums' order decides: such a parameter is held to the model
+            # trained in f64, no further from it than twice eager's.
+            exact = exact or trained_in_f64(initial, step, steps)
+            assert rmse(p, exact[name]) <= 2 * rmse(q, exact[name]), name
     for b, c in zip(model.buffers(), reference.buffers(), strict=True):
         torch.testing.assert_close(b, c)
+
+
+def trained_in_f64(
+    model: torch.nn.Module, step: Callable[[torch.nn.Module], torch.Tensor], steps: int
+) -> dict[str, torch.Tensor]:
+    """The parameters of `model` after `steps` eager steps in f64 (its float inputs cast)."""
+
+    def to_f64(module: torch.nn.Module, args: Any, kwargs: Any) -> Any:
+        return torch.utils._pytree.tree_map_only(
+            torch.Tensor, lambda t: t.double() if t.is_floating_point() else t, (args, kwargs)
+        )
+
+    exact = model.double()
+    exact.register_forward_pre_hook(to_f64, with_kwargs=True)
+    train(exact, step, steps)
+    return {name: p.detach() for name, p in exact.named_parameters()}
+
+
+def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).pow(2).mean().sqrt().item()
 
 
 def named(name: str) -> Callable[[str], str]:
