@@ -23,7 +23,7 @@ from xfuse.backends import Backend, get_backend
 from xfuse.choices import Choice, Compile, choose_passes
 from xfuse.collector import collector_paused
 from xfuse.errors import ExportError, KernelCacheWarning
-from xfuse.frontend.export import Imported, ModelOrFn, import_for_xfuse, unflattener
+from xfuse.frontend.export import ModelOrFn, import_for_xfuse, unflattener
 from xfuse.ir import serialize
 from xfuse.ir.fingerprint import fingerprint
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
@@ -231,7 +231,13 @@ def build_executable(
     start_workers(backend)  # their imports overlap exporting and fusing
     progress.stage("exporting the program (torch.export)")
     # unverified: fuse_and_lower verifies it unless the cache holds its fused program
-    imported = import_on(model_or_fn, call, device, cache)
+    try:
+        imported = import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
+    except ExportError:
+        moved = scalars_on(call, device)
+        if moved is None:
+            raise
+        imported = import_for_xfuse(model_or_fn, *moved, False, cache)
     progress.lap("export")
     progress.stage(f"imported {len(imported.op_names)} ops; fusing")
     program_ir = imported.program
@@ -277,24 +283,21 @@ def build_executable(
     )
 
 
-def import_on(
-    model_or_fn: ModelOrFn, call: CallInputs, device: torch.device, cache: KernelCache
-) -> Imported:
-    """The program imported for `call`; for a GPU program that torch.export cannot trace with
-    the call's CPU scalars (a decomposition that puts one in a `where` with GPU tensors, where
-    eager's kernel takes it as a value), imported with those scalars on the device (the
-    kernels read them there either way: `KernelStep.copied`)."""
-    try:
-        return import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
-    except ExportError:
-        if device.type == "cpu" or not any(is_cpu_scalar(t) for t in call.tensors):
-            raise
+def scalars_on(
+    call: CallInputs, device: torch.device
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """`call`'s arguments with its CPU scalars on `device`, for a GPU program that torch.export
+    cannot trace with them on the CPU (a decomposition that puts one in a `where` with GPU
+    tensors, where eager's kernel takes it as a value); the kernels read them on the device
+    either way (`KernelStep.copied`). None where there is none to move."""
+    if device.type == "cpu" or not any(is_cpu_scalar(t) for t in call.tensors):
+        return None
 
     def on_device(t: Any) -> Any:
         return t.to(device) if is_cpu_scalar(t) else t
 
     args, kwargs = pytree.tree_map(on_device, (call.args, call.kwargs))
-    return import_for_xfuse(model_or_fn, args, kwargs, False, cache)
+    return args, kwargs
 
 
 def is_cpu_scalar(t: Any) -> bool:
