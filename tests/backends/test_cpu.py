@@ -438,3 +438,19 @@ def test_a_sum_of_negative_zeros_is_positive_zero_as_eagers(shape: tuple[int, ..
     for fn in (lambda t: t.sum(), lambda t: t.sum(-1), lambda t: t.mean(-1)):
         got = xfuse.compile(fn, (x,), quiet=True)(x)
         assert torch.equal(torch.signbit(got), torch.signbit(fn(x))), fn
+
+
+def test_an_activation_beside_its_channel_sums_is_one_pass_of_eagers_values() -> None:
+    """A squeeze-excitation's activation and its mean over each channel's image, channels-last:
+    one kernel reads each element once, writing the activation as it sums (the activation
+    reads no sum, so the reductions' loop writes it)."""
+    x = torch.randn(2, 6, 5, 16).permute(0, 3, 1, 2)
+
+    def fn(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.nn.functional.silu(t * 1.5 + 0.25)
+        return y, y.mean((2, 3), keepdim=True)
+
+    compiled = xfuse.compile(fn, (x,), quiet=True)
+    torch.testing.assert_close(compiled(x), fn(x))
+    (kernel,) = compiled.default.program.kernels
+    assert kernel.loop_ir.count("scf.for") == kernel.loop_ir.count("iter_args")

@@ -10,7 +10,7 @@ import pytest
 from tests.passes.fusion.test_legality import node
 from xfuse.ir.context import parse
 from xfuse.passes.fusion.graph import FusionGraph, Node
-from xfuse.passes.fusion.legality import FUSED, ROW_RECOMPUTE, check_merge
+from xfuse.passes.fusion.legality import FUSED, ROW_RECOMPUTE, check_merge, row_passes
 
 T = "tensor<4x16xf32>"
 R = "tensor<4x1xf32>"
@@ -81,14 +81,13 @@ def test_a_normalization_takes_in_only_a_cheap_producer(ops: int, reason: str) -
     assert verdict.reason == reason, verdict.detail
 
 
-def test_the_passes_of_the_pair_count() -> None:
-    """The mean alone reads each row once, but the producer's value is also read after it (by
-    the subtraction): the kernel of the two writes it in a second pass, computing it again."""
-    g = normalized(30, grouped=False)
-    (first,) = groups(g)
-    assert check_merge(g, first, node(g, "m"), arg_limit=128).reason == FUSED
+def test_a_value_no_reduction_feeds_is_written_in_the_reductions_pass() -> None:
+    """The mean reads each row once; the producer's value is also read after it (by the
+    subtraction), but depends on no reduction: the same pass writes it, so even a costly
+    producer is computed once per element."""
     g = normalized(60, grouped=False)
     (first,) = groups(g)
-    verdict = check_merge(g, first, node(g, "m"), arg_limit=128)
-    assert verdict.reason == ROW_RECOMPUTE
-    assert "2 times" in verdict.detail
+    passes = row_passes(g, first, node(g, "m"))
+    assert passes is not None
+    assert (len(passes.phases), passes.writes, passes.in_last, passes.count) == (1, False, True, 1)
+    assert check_merge(g, first, node(g, "m"), arg_limit=128).reason == FUSED

@@ -14,7 +14,8 @@ own element and stored at its memory position (`written_value`): the reshape's i
 arithmetic, which may cut the row's dims, is never followed.
 
 Within a row, the kernel makes one loop over the row per phase of its reductions, then one
-that writes the outputs stored at every element (`RowPasses`): `lower-to-loops` emits these
+that writes the outputs stored at every element, where one of them reads the last phase's
+results; else the last phase's loop writes them (`RowPasses`): `lower-to-loops` emits these
 loops, and fusion's `row-recompute` gate counts them (`legality.row_recompute`), since each
 loop computes again the values it reads from the group's inputs.
 
@@ -96,19 +97,24 @@ class RowShape:
 class RowPasses:
     """The loops a row kernel makes over each row, in order: one per phase of its reductions
     (`phases`: the reductions each loop folds), then, when it writes an output at every
-    element (`writes`), one that writes those."""
+    element that reads the last phase's results (`writes`), one that writes the outputs. Where
+    none does (`y = f(x)` and `y.sum(-1)`), the last phase's loop writes them (`in_last`)."""
 
     phases: tuple[tuple[graph.ReduceOp, ...], ...]
     writes: bool
+    in_last: bool = False
 
     @classmethod
     def of(
-        cls, ops: Iterable[Operation], reductions: Sequence[graph.ReduceOp], writes: bool
+        cls,
+        ops: Iterable[Operation],
+        reductions: Sequence[graph.ReduceOp],
+        written: Iterable[SSAValue],
     ) -> RowPasses:
         """The passes of a kernel computing `ops` (in program order), of which `reductions`
-        (in program order) reduce over some dims: each reduction is in the phase after the
-        latest phase of a reduction of `ops` its input depends on (one that depends on none:
-        the first)."""
+        (in program order) reduce over some dims, and writing `written` at every element:
+        each reduction is in the phase after the latest phase of a reduction of `ops` its
+        input depends on (one that depends on none: the first)."""
         folds = set(reductions)
         depth: dict[SSAValue, int] = {}
         for op in ops:
@@ -119,7 +125,12 @@ class RowPasses:
         phases: dict[int, list[graph.ReduceOp]] = {}
         for r in reductions:
             phases.setdefault(depth[r.result], []).append(r)
-        return cls(tuple(tuple(phases[k]) for k in sorted(phases)), writes)
+        last = max(phases, default=0)
+        needs = [depth.get(v, 0) for v in written]
+        writes = any(d >= last for d in needs) or (bool(needs) and not phases)
+        return cls(
+            tuple(tuple(phases[k]) for k in sorted(phases)), writes, bool(needs) and not writes
+        )
 
     @property
     def count(self) -> int:

@@ -911,8 +911,8 @@ def _row_kernel(g: FusionGraph, first: Node, second: Node) -> _RowKernel | None:
     if not reductions:
         return None
     full = max(graph.numel(g.shape(op.operands[0])) for op in reductions)
-    writes = _writes_rows(g, first, second, full)
-    return _RowKernel(ops, reductions, full, RowPasses.of(ops, reductions, writes))
+    written = _written_rows(g, first, second, full)
+    return _RowKernel(ops, reductions, full, RowPasses.of(ops, reductions, written))
 
 
 def row_passes(g: FusionGraph, first: Node, second: Node) -> RowPasses | None:
@@ -956,16 +956,15 @@ def _pass_cost(
     return cost
 
 
-def _writes_rows(g: FusionGraph, first: Node, second: Node, full: int) -> bool:
-    """Whether a kernel of `first` and `second` writes a value of `full` elements (a pass of
-    its own after the reductions'): an output of `second`, or one of `first` that others than
-    `second` read."""
+def _written_rows(g: FusionGraph, first: Node, second: Node, full: int) -> list[SSAValue]:
+    """The values of `full` elements a kernel of `first` and `second` writes: outputs of
+    `second`, and those of `first` that others than `second` read."""
     outputs = list(second.outputs) + [
         v
         for v, readers in zip(first.outputs, g.output_readers(first), strict=True)
         if any(r is not second for r in readers)
     ]
-    return any(graph.numel(g.shape(v)) >= full for v in outputs)
+    return [v for v in outputs if graph.numel(g.shape(v)) >= full]
 
 
 # ---------------------------------------------------------------------------------------------

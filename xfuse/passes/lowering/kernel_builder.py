@@ -313,32 +313,41 @@ class KernelBuilder:
 
     def row_passes(self) -> RowPasses:
         """The loops over a row that `_emit_row` makes: one per phase of the reductions, then
-        one writing the outputs stored at every element, if any."""
+        one writing the outputs stored at every element, where one reads the last phase's
+        results (else the last phase's loop writes them)."""
         d = self.domain
-        writes = any(d.writes_per_element(shape_of(v)) for v in self.outputs)
-        return RowPasses.of(self.group.block.ops, self.reductions, writes)
+        written = [v for v in self.outputs if d.writes_per_element(shape_of(v))]
+        return RowPasses.of(self.group.block.ops, self.reductions, written)
 
     def _emit_row(self) -> None:
         if self.scans:
             return emit_scan(self)
         passes = self.row_passes()
-        for phase in passes.phases:
-            self._emit_phase(phase)
         d = self.domain
         full = [(v, i) for i, v in enumerate(self.outputs) if d.writes_per_element(shape_of(v))]
+
+        def write_full() -> None:
+            for v, i in full:
+                self.store(v, i, d.output_index(shape_of(v)))
+
+        def write_loop(_: list[SSAValue]) -> list[SSAValue]:
+            write_full()
+            return []
+
+        for k, phase in enumerate(passes.phases):
+            last = k == len(passes.phases) - 1
+            self._emit_phase(phase, write_full if last and passes.in_last else None)
         for i, v in enumerate(self.outputs):
             if not d.writes_per_element(shape_of(v)):
                 self.store(v, i, d.output_index(shape_of(v)))
-
-        def write_full(_: list[SSAValue]) -> list[SSAValue]:
-            for v, i in full:
-                self.store(v, i, d.output_index(shape_of(v)))
-            return []
-
         if passes.writes:
-            self.for_nest(d.reduce_vars, [], write_full)
+            self.for_nest(d.reduce_vars, [], write_loop)
 
-    def _emit_phase(self, phase: Sequence[graph.ReduceOp]) -> None:
+    def _emit_phase(
+        self, phase: Sequence[graph.ReduceOp], also: Callable[[], None] | None = None
+    ) -> None:
+        """One loop over the row folding `phase`'s reductions; `also` emits more at each
+        element (the outputs' stores)."""
         inits: list[SSAValue] = []
         for r in phase:
             inits.append(self.constant(reduction_init(r), accumulator_type(r)))
@@ -355,6 +364,8 @@ class KernelBuilder:
                     out += self._arg_step(r, next(carried), next(carried), x)
                 else:
                     out.append(self.insert(reduction_combiner(r)(next(carried), x)))
+            if also is not None:
+                also()
             return out
 
         loop_vars = self.domain.reduce_vars

@@ -37,7 +37,9 @@ How a kernel computes its outputs:
   `scf.for` nest per reduction phase (reductions that need another one's result come in a later
   phase) carries the accumulators (`f32` for f16/bf16 data) as `iter_args`; a last nest over the
   reduced dims writes the outputs of the full shape, and outputs of another shape with as many
-  elements (a layer norm's output reshaped) at the same position in memory. Outputs of the row
+  elements (a layer norm's output reshaped) at the same position in memory, where one of them
+  reads the last phase's results; else the last phase's nest writes them (an activation beside
+  its channel sum: each element read and computed once). Outputs of the row
   shape (keepdim or not) are written once per row. A reduction's result may only be read at
   its own row (these rules are `xfuse.passes.fusion.kernel_loops`', which fusion checks a
   group against too). A float sum or product accumulates with `fastmath<reassoc>` (that op
