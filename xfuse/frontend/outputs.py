@@ -27,6 +27,8 @@ import torch
 import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from xfuse.dialects.graph.layout import row_major_strides
+
 
 @dataclass(frozen=True)
 class ViewReplay:
@@ -170,7 +172,7 @@ def _stride(node: torch.fx.Node) -> tuple[int, ...]:
     value = node.meta["val"]
     stride = tuple(value.stride())
     if _replay_step(node) is None and overlaps(tuple(value.shape), stride):
-        return contiguous_strides(tuple(value.shape))
+        return row_major_strides(tuple(value.shape))
     return stride
 
 
@@ -188,13 +190,3 @@ def overlaps(shape: Sequence[int], stride: Sequence[int]) -> bool:
             return True
         reach += step * (size - 1)
     return False
-
-
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major strides, as torch gives a contiguous tensor of `shape`."""
-    strides: list[int] = []
-    step = 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 
 import torch
 
-from xfuse.frontend.outputs import OutputRule, contiguous_strides
+from xfuse.dialects.graph import row_major_strides
+from xfuse.frontend.outputs import OutputRule
 from xfuse.runtime.compiler import FRESH_EXTERNS, Program
 from xfuse.runtime.steps import EagerStep, KernelStep
 
@@ -90,7 +91,7 @@ class OutputPlan:
             if slots[i] in shapes
             and (
                 math.prod(shapes[slots[i]]) <= 1
-                or contiguous_strides(shapes[slots[i]]) == tuple(self.rules[i].stride)
+                or row_major_strides(shapes[slots[i]]) == tuple(self.rules[i].stride)
             )
         }
         self.dynamic = tuple(

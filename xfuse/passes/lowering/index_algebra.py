@@ -18,6 +18,8 @@ from functools import lru_cache
 
 from xdsl.ir import SSAValue
 
+from xfuse.dialects.graph.layout import row_major_strides
+
 
 @dataclass(frozen=True)
 class LoopVar:
@@ -341,22 +343,15 @@ def _recombine(terms: dict[Atom, int], const: int) -> tuple[dict[Atom, int], int
     return terms, const
 
 
-def strides_of(shape: Sequence[int]) -> list[int]:
-    strides = [1] * len(shape)
-    for k in range(len(shape) - 2, -1, -1):
-        strides[k] = strides[k + 1] * shape[k + 1]
-    return strides
-
-
 def linearize(index: Sequence[Affine], shape: Sequence[int]) -> Affine:
-    return add(*(scale(e, s) for e, s in zip(index, strides_of(shape), strict=True)))
+    return add(*(scale(e, s) for e, s in zip(index, row_major_strides(shape), strict=True)))
 
 
 def delinearize(e: Affine, shape: Sequence[int]) -> Index:
     """The index of the element at linear offset `e` of `shape`. A dynamic dim (negative) may
     only be the first: its element is `e` divided by its static stride (no modulo, `e` being
     less than the element count)."""
-    if 0 in shape:  # no element: the loop never runs (and strides_of has zeros)
+    if 0 in shape:  # no element: the loop never runs (and its dims no strides)
         return (ZERO,) * len(shape)
     assert all(d >= 0 for d in shape[1:]), f"a dynamic dim after the first in {list(shape)}"
     return tuple(
@@ -365,5 +360,5 @@ def delinearize(e: Affine, shape: Sequence[int]) -> Index:
         else ZERO
         if d <= 1
         else mod(floordiv(e, s), d)  # (size 0: never runs)
-        for d, s in zip(shape, strides_of(shape), strict=True)
+        for d, s in zip(shape, row_major_strides(shape), strict=True)
     )
