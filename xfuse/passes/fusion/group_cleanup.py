@@ -300,7 +300,10 @@ def _only_views_read_by_externs(group: GroupOp) -> bool:
 def _writes_row_major(op: Operation) -> bool:
     """Whether `op`'s results are row-major at run time whatever its inputs' strides: a
     kernel's buffers, `linear`'s product, and `matmul`'s where torch does not compute it
-    transposed (its left operand has no fewer dims than its right)."""
+    transposed (its left operand has no fewer dims than its right). A group read by another
+    group's views stays a kernel (`clean_function` dissolves only groups read by externs
+    alone, readers first), and a channels-last kernel's buffer is row-major in its NHWC
+    shape, the NCHW tensor a permute of it outside groups."""
     if isinstance(op, GroupOp | graph.LinearOp):
         return True
     return isinstance(op, graph.MatmulOp) and len(graph.shape_of(op.lhs)) >= len(
