@@ -92,7 +92,6 @@ from xfuse.passes.lowering.reductions import (
     reassociates,
     reduction_combiner,
     reduction_init,
-    sums_floats,
 )
 from xfuse.passes.lowering.scalar_ops import (
     UnsupportedScalarOp,
@@ -434,10 +433,6 @@ class KernelBuilder:
         return self.for_nest(loop_vars[:1], carried, outer)
 
     def _finalize(self, r: graph.ReduceOp, acc: SSAValue) -> SSAValue:
-        if sums_floats(r):
-            # `+ 0.0` with no flags: eager's sum starts from +0.0, so one whose every term is
-            # -0.0 is +0.0; accumulated under `SUM_FLAGS` it may come out -0.0.
-            acc = self.insert(arith.AddfOp(acc, self.constant(0.0, acc.type)))
         if isinstance(r, graph.ReduceMeanOp):
             reduced = tuple(dims_of(r.input)[k] for k in r.reduce_dims)
             if self.sizes is not None and any(isinstance(d, str) for d in reduced):

@@ -43,8 +43,7 @@ How a kernel computes its outputs:
   shape (keepdim or not) are written once per row. A reduction's result may only be read at
   its own row (these rules are `xfuse.passes.fusion.kernel_loops`', which fusion checks a
   group against too). A float sum or product accumulates with `fastmath<reassoc>` (that op
-  only; a sum also `nsz`, its result then `+ 0.0` as eager's), so that LLVM may vectorize it
-  into partial sums; max/min need no flag. Over several
+  only), so that LLVM may vectorize it into partial sums; max/min need no flag. Over several
   reduced dims, a float sum or product gives each inner loop a partial accumulator of its own
   (`partial_sums_nest`).
 - Groups with a scan (cumsum, cumprod, logcumsumexp, cummax, cummin): the scan's other dims

@@ -1,7 +1,6 @@
 """
 Reductions in a kernel: the accumulator type, initial value, combining op (a float sum or
-product with `fastmath<reassoc>`, a sum with `nsz` too, so that LLVM may vectorize it). The
-phases in which a
+product with `fastmath<reassoc>`, so that LLVM may vectorize it). The phases in which a
 group's reductions run are `xfuse.passes.fusion.kernel_loops.RowPasses`'.
 """
 
@@ -51,16 +50,10 @@ def reduction_init(op: graph.ReduceOp) -> float | int:
 
 
 REASSOC = arith.FastMathFlagsAttr([FastMathFlag.REASSOC])
-"""The flags of a float product's accumulation: the reduction may be reassociated (split into
-vector lanes and partial products), which is what lets LLVM vectorize it. Only the
-accumulating op carries them; max/min need none (`llvm.maximum`/`llvm.minimum` vectorize as
-they are, NaN propagating like torch)."""
-
-SUM_FLAGS = arith.FastMathFlagsAttr([FastMathFlag.REASSOC, FastMathFlag.NO_SIGNED_ZEROS])
-"""A float sum's: `REASSOC` and no signed zeros, which LLVM's SLP vectorizer asks of a chain
-it makes a tree reduction of: a row of a constant 64 elements, which LLVM unrolls whole before
-its loop vectorizer sees it, is otherwise added one by one (of 64 equal values, 40x eager's
-error). The sign of a zero sum is put back to eager's (`KernelBuilder._finalize`)."""
+"""The flags of a float sum/product accumulation: the reduction may be reassociated (split into
+vector lanes and partial sums), which is what lets LLVM vectorize it. Only the accumulating op
+carries them; max/min need none (`llvm.maximum`/`llvm.minimum` vectorize as they are, NaN
+propagating like torch)."""
 
 
 _ARG_COMBINE: dict[str, tuple[type[Operation], type[Operation]]] = {
@@ -89,16 +82,9 @@ def reassociates(phase: Sequence[graph.ReduceOp]) -> bool:
 
 def reduction_combiner(op: graph.ReduceOp) -> Callable[[SSAValue, SSAValue], Operation]:
     combine = cast(Callable[..., Operation], _combiner_class(op))
-    if combine is arith.AddfOp:
-        return lambda acc, x: combine(acc, x, SUM_FLAGS)
-    if combine is arith.MulfOp:
+    if combine in (arith.AddfOp, arith.MulfOp):
         return lambda acc, x: combine(acc, x, REASSOC)
     return combine
-
-
-def sums_floats(op: graph.ReduceOp) -> bool:
-    """Whether the reduction accumulates with `SUM_FLAGS` (a float sum or mean)."""
-    return _combiner_class(op) is arith.AddfOp
 
 
 def is_real_reduction(op: Operation) -> TypeGuard[graph.ReduceOp]:
