@@ -49,6 +49,7 @@ from xfuse.runtime.executor import (
     CallInputs,
     CompiledProgram,
     Executable,
+    is_cpu_scalar,
     normalize_device,
     run_program,
 )
@@ -298,10 +299,6 @@ def scalars_on(
 
     args, kwargs = pytree.tree_map(on_device, (call.args, call.kwargs))
     return args, kwargs
-
-
-def is_cpu_scalar(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == 0 and t.is_cpu
 
 
 def live_state(

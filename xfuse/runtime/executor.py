@@ -198,6 +198,11 @@ def cpu_outputs(program: Program, args: Sequence[Tensor]) -> list[int]:
     return program.outputs_only_from(on_cpu) if on_cpu else []
 
 
+def is_cpu_scalar(t: Any) -> bool:
+    """A 0-d CPU tensor, which eager's kernels on another device take as a value."""
+    return isinstance(t, Tensor) and t.dim() == 0 and t.is_cpu
+
+
 def describe(t: Tensor) -> str:
     return f"{t.dtype} {list(t.shape)} on {t.device}"
 
@@ -226,7 +231,7 @@ def check_input(name: str, value: Tensor, device: torch.device) -> Tensor:
     except dtypes.UnsupportedDtype as e:
         raise UnsupportedInputError(f"{name}: {e}") from None
     if value.device != device:
-        if value.dim() == 0 and value.device.type == "cpu":
+        if is_cpu_scalar(value):
             # A CPU scalar, which eager's kernels on `device` take as a value: library calls
             # get it as it is (attention reads its RNG state on the host), kernels a copy on
             # their device (`KernelStep.copied`).

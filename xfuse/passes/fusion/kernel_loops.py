@@ -127,10 +127,9 @@ class RowPasses:
             phases.setdefault(depth[r.result], []).append(r)
         last = max(phases, default=0)
         needs = [depth.get(v, 0) for v in written]
-        writes = any(d >= last for d in needs) or (bool(needs) and not phases)
-        return cls(
-            tuple(tuple(phases[k]) for k in sorted(phases)), writes, bool(needs) and not writes
-        )
+        writes = any(d >= last for d in needs)
+        in_last = bool(needs) and not writes
+        return cls(tuple(tuple(phases[k]) for k in sorted(phases)), writes, in_last)
 
     @property
     def count(self) -> int:
