@@ -287,13 +287,6 @@ class TrainingDifferential:
             reference.grads if reference is not None else None,
             scale,
             self.grad_inputs,
-            coarsest(
-                [
-                    o.dtype
-                    for o, needs in zip(want.outputs, self.needs_grad or [], strict=False)
-                    if needs and o.is_floating_point()
-                ]
-            ),
         )
         if problem is not None:
             raise StageFailure(f"{name} backward", problem)
@@ -323,13 +316,11 @@ def compare_grads(
     reference: Sequence[Tensor | None] | None,
     scale: float,
     inputs: Sequence[int] | None = None,
-    rounded: torch.dtype | None = None,
 ) -> str | None:
     """None when each gradient matches eager's (None where eager's is: the loss does not
     reach that input), by `compare_outputs` with the f64 `reference`, each at the larger of
     `scale` and its own magnitude. `inputs` are the program's input indices of the gradients
-    (what the message names); `rounded`, the coarsest dtype of the outputs, whose tangents
-    the backward reads."""
+    (what the message names)."""
     inputs = range(len(want)) if inputs is None else inputs
     if [g is None for g in got] != [w is None for w in want]:
         return f"gradients that are None: {[g is None for g in got]}, eager's: {[w is None for w in want]}"
@@ -342,18 +333,12 @@ def compare_grads(
         [_tensor(want[i]) for i in present],
         refs,
         [max(scale, magnitude(_tensor(want[i]))) for i in present],
-        rounded,
     )
     if problem is None:
         return None
     return re.sub(
         r"^output (\d+)", lambda m: f"gradient of input {inputs[present[int(m[1])]]}", problem
     )
-
-
-def coarsest(dtypes: Sequence[torch.dtype]) -> torch.dtype | None:
-    """The float dtype of the largest epsilon among `dtypes` (None for none)."""
-    return max(dtypes, key=lambda d: torch.finfo(d).eps, default=None)
 
 
 def _tensor(t: Tensor | None) -> Tensor:
