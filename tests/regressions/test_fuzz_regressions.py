@@ -339,3 +339,26 @@ def test_an_extern_with_an_empty_result_still_raises_as_eager() -> None:
             fn(torch.zeros(3, 3), b)
         with pytest.raises(torch.linalg.LinAlgError):
             compiled(torch.zeros(3, 3), b)
+
+
+@pytest.mark.parametrize("cols", [16, 64, 100])
+def test_a_short_row_of_equal_values_sums_in_vector_lanes(cols: int) -> None:
+    """fuzz seed 443 program 183 (training mode): a sum over rows of 64 equal values. LLVM
+    unrolled the 64-trip loop fully before vectorizing and added the 64 values in one serial
+    chain, about 8x eager's error from f64; the loop is now kept for the vectorizer
+    (`xfuse.backends.loop_hints`), whose lanes sum as eager's do."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(4096, 1, generator=gen) * 10).repeat(1, cols)
+
+    def fn(x: Tensor) -> Tensor:
+        return x.sum(-1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xfuse.compile(fn, (x,))(x)
+    reference = fn(x.double())
+
+    def rmse(t: Tensor) -> float:
+        return float((t.double() - reference).pow(2).mean().sqrt())
+
+    assert rmse(got) <= 2 * rmse(fn(x))

@@ -34,6 +34,7 @@ from xfuse.backends.llvm import (
     optimize,
     to_llvm_module,
 )
+from xfuse.backends.loop_hints import keep_sum_loops
 from xfuse.backends.openmp import add_parallel_entry, openmp_parallel_address, parallel_symbol
 from xfuse.backends.threadpool import RangePool, shared_pool
 from xfuse.errors import CodegenError
@@ -173,6 +174,7 @@ class CPUBackend:
 
     def llvm_ir(self, module: ModuleOp, name: str) -> str:
         converted = to_llvm_module(self.lower(module, name), self.target_machine)
+        keep_sum_loops(converted)
         if self.openmp and sizes_symbol(name) not in converted.globals:
             arity = converted.get_global(arity_symbol(name)).initializer.constant
             extent = converted.get_global(extent_symbol(name)).initializer.constant
