@@ -26,12 +26,14 @@ from xfuse.errors import (
     DynamicShapesWarning,
     EagerArgumentError,
     EagerFallbackError,
+    ExportError,
     FallbackWarning,
     InvalidArgumentError,
     SymbolicSizeError,
     UnsupportedInputError,
     UnsupportedProgram,
 )
+from xfuse.frontend.builder import guarded_low
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 from xfuse.training import needs_aot, training_backend
@@ -505,10 +507,13 @@ def _dim_of(size: torch.SymInt) -> Any:
     """torch.export's `Dim` for one of dynamo's size symbols, over the range its ShapeEnv
     knows (from 2: sizes 0 and 1 are specialised)."""
     expr = size.node.expr
-    found = size.node.shape_env.var_to_range.get(expr)
+    env = size.node.shape_env
+    found = env.var_to_range.get(expr)
     low = max(2, int(found.lower)) if found is not None and _finite(found.lower) else 2
-    if found is not None and _finite(found.upper):
-        return torch.export.Dim(str(expr), min=low, max=int(found.upper))
+    high = int(found.upper) if found is not None and _finite(found.upper) else None
+    low = guarded_low(env, expr, low, high)
+    if high is not None:
+        return torch.export.Dim(str(expr), min=low, max=high)
     return torch.export.Dim(str(expr), min=low)
 
 
@@ -533,10 +538,45 @@ def symbolic_program(
     examples = tuple(inputs.arguments([example_value(x) for x in example_inputs]))
     fn = inputs.function(gm, len(example_inputs))
     with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's
-        program = compile_dynamic(fn, examples, "cpu", inputs.dynamic_shapes)
+        try:
+            program = compile_dynamic(fn, examples, "cpu", inputs.dynamic_shapes)
+        except ExportError as e:
+            refined = _refined_ranges(e, inputs.dynamic_shapes)
+            if refined is None:
+                raise
+            program = compile_dynamic(fn, examples, "cpu", refined)
     program.guards += dynamo_guards(gm, example_inputs)
     COMPILES["symbolic"] += 1
     return program, inputs
+
+
+def _refined_ranges(
+    error: ExportError, shapes: dict[str, dict[int, Any] | None]
+) -> dict[str, dict[int, Any] | None] | None:
+    """Where torch.export refused dynamo's ranges because a guard of its trace holds on part
+    of a range only (a stride-4 pooling's output `(s - 1) // 4 + 1 != 1` below 5, which
+    dynamo's trace did not guard), the same dims as `Dim.AUTO` over the same ranges: export
+    then keeps the guard, and the importer starts each symbol's range where the guards on it
+    hold (`guarded_low`); dynamo's graph is served per shape below. None for another error."""
+    from torch._dynamo.exc import UserError
+
+    cause = error.__cause__
+    if not isinstance(cause, UserError) or "Constraints violated" not in str(cause):
+        return None
+    auto: dict[str, dict[int, Any] | None] = {}
+    for name, dims in shapes.items():
+        auto[name] = (
+            None
+            if dims is None
+            else {k: torch.export.Dim.AUTO(min=d.min, max=_dim_max(d)) for k, d in dims.items()}
+        )
+    return auto
+
+
+def _dim_max(dim: Any) -> int | None:
+    """A `Dim`'s range end, None for none."""
+    high = getattr(dim, "max", None)
+    return high if isinstance(high, int) and high < 1 << 62 else None
 
 
 def example_value(value: Any) -> Any:

@@ -290,7 +290,7 @@ def symbol_infos(forward: func.FuncOp, program: DynamicProgram) -> list[SymbolIn
     for s in table.data:
         hint = table.hints[s.name]
         if s.expr is not None:
-            found.append(SymbolInfo(s.name, str(s.expr), hint, derived=True))
+            found.append(SymbolInfo(s.name, s.definition, hint, derived=True))
             continue
         assert s.source is not None
         arg, dim = s.source

@@ -290,3 +290,30 @@ def test_flips_and_reshapes_of_symbolic_dims_compile_once_and_match_eager(f: Any
         (out,) = compiled(*bind_arguments(program.function, [x], program.params))
         torch.testing.assert_close(out, f(x))
     assert sorted(backend.compiled) == kernels
+
+
+POOLED = """
+func.func @forward(%x: tensor<2x?xf32, #graph.syms<s0>>) -> tensor<2x?xf32, #graph.syms<e0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 9 range [2, 64], e0 = (s0 + 1) floordiv 2>} {
+  %0 = graph.torch_call "aten.max_pool1d.default"(%x) args = ["%t0", [3], [2], [1]] kwargs = {} : (tensor<2x?xf32, #graph.syms<s0>>) -> tensor<2x?xf32, #graph.syms<e0>>
+  %1 = graph.exp %0 : tensor<2x?xf32, #graph.syms<e0>>
+  func.return %1 : tensor<2x?xf32, #graph.syms<e0>>
+}"""
+"""A stride-2 pooling, then a kernel over its output, whose size is a floor division of the
+input's: the kernel computes it from its size argument."""
+
+
+def test_a_kernel_over_a_floor_division_symbol_compiles_once() -> None:
+    from xfuse.ir.context import parse
+
+    backend = CountingBackend()
+    program = SymbolicProgram(parse(POOLED), backend=backend)
+    assert program.kernel_count == len(backend.compiled) == 1
+    for n in (3, 4, 9, 10, 63, 64):
+        x = torch.randn(2, n)
+        (got,) = program(x)
+        torch.testing.assert_close(got, torch.nn.functional.max_pool1d(x, 3, 2, 1).exp())
+    assert len(backend.compiled) == 1
+    with pytest.raises(
+        SymbolicSizeError, match=r"^size symbol 'e0' = \(s0 \+ 1\) floordiv 2 is 1 at s0 = 2: "
+    ):
+        program(torch.randn(2, 2))

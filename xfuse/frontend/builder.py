@@ -39,7 +39,10 @@ def node_error(node: torch.fx.Node, reason: str) -> UnsupportedProgram:
 class SizeSymbols:
     """The size symbols of one import: each free symbol of torch's shape environment that an
     input's dim holds is an input symbol (named as torch names it, `s77`), each other size
-    expression a derived symbol (`e0`, `e1`, ...), a polynomial of input symbols."""
+    expression a derived symbol (`e0`, `e1`, ...), a polynomial of atoms: input symbols and
+    the floor divisions (`FloorDiv(p, k)`, `k` a positive integer) the expressions hold, each a
+    derived symbol of its own in canonical form (`graph.split_floordiv`), one per canonical
+    (polynomial, divisor)."""
 
     def __init__(self) -> None:
         self.inputs: list[graph.SizeSymbol] = []
@@ -66,6 +69,7 @@ class SizeSymbols:
             upper = bounds.upper if bounds is not None else None
             finite = isinstance(upper, int) or bool(getattr(upper, "is_Integer", False))
             high = int(upper) if finite else None  # torch's int_oo: no bound
+            low = guarded_low(env, expr, low, high)
             symbol = graph.SizeSymbol.input(str(expr), arg, dim, hint, low, high)
             self.inputs.append(symbol)
             self.by_expr[graph.SizeExpr.symbol(symbol.name)] = symbol.name
@@ -84,10 +88,43 @@ class SizeSymbols:
             return constant
         name = self.by_expr.get(expr)
         if name is None:
-            name = f"e{len(self.derived)}"
-            self.derived.append(graph.SizeSymbol.derived(name, expr))
+            name = self._add(graph.SizeSymbol.derived(f"e{len(self.derived)}", expr))
             self.by_expr[expr] = name
         return name
+
+    def _add(self, symbol: graph.SizeSymbol) -> str:
+        self.derived.append(symbol)
+        return symbol.name
+
+    @property
+    def atoms(self) -> dict[str, tuple[graph.SizeExpr, int]]:
+        """The floor divisions so far: (polynomial of atoms, divisor) by name."""
+        return {
+            s.name: (s.expr, s.divisor)
+            for s in self.derived
+            if s.expr is not None and s.divisor is not None
+        }
+
+    def floordiv(self, expr: Any, node: torch.fx.Node) -> graph.SizeExpr:
+        """`FloorDiv(p, k)` as a polynomial of atoms: its quotient plus the symbol of its
+        canonical floor division (an existing one where the pair is known)."""
+        base, divisor = expr.args
+        if not (divisor.is_Integer and int(divisor) > 0):
+            raise SymbolicSizeError(
+                f"cannot import node '{node.name}' ({node.target}): its size {expr} divides "
+                "by a divisor other than a positive integer"
+            )
+        atoms = self.atoms
+        quotient, residue, d = graph.split_floordiv(
+            self.polynomial(base, node), int(divisor), atoms
+        )
+        if residue is None:
+            return quotient
+        name = next((n for n, atom in atoms.items() if atom == (residue, d)), None)
+        if name is None:
+            name = self._add(graph.SizeSymbol.floordiv(f"e{len(self.derived)}", residue, d))
+            self.by_expr[graph.SizeExpr.symbol(name)] = name
+        return quotient + graph.SizeExpr.symbol(name)
 
     def polynomial(self, expr: Any, node: torch.fx.Node) -> graph.SizeExpr:
         """A sympy size expression of input symbols as a polynomial, or SymbolicSizeError."""
@@ -106,6 +143,8 @@ class SizeSymbols:
             for _ in range(int(expr.exp)):
                 out = out * base
             return out
+        if _is_floordiv(expr):
+            return self.floordiv(expr, node)
         raise SymbolicSizeError(
             f"cannot import node '{node.name}' ({node.target}): its size {expr} is no "
             "polynomial of the input sizes"
@@ -113,6 +152,32 @@ class SizeSymbols:
 
     def table(self) -> graph.SizesAttr:
         return graph.SizesAttr((*self.inputs, *self.derived))
+
+
+GUARDED_LOW_STEPS = 64
+"""How far `guarded_low` raises a range's start at most."""
+
+
+def guarded_low(env: Any, expr: Any, low: int, high: int | None) -> int:
+    """The smallest size from `low` at which every guard of torch's shape environment `env` on
+    symbol `expr` alone holds (a stride-2 convolution's `(s - 1) // 2 + 1 != 1`: its output is
+    never 1), or `low` where none holds within `GUARDED_LOW_STEPS` sizes: a range over which
+    the traced program's guards hold."""
+    guards = [g.expr for g in env.guards if g.expr.free_symbols == {expr}]
+    if not guards:
+        return low
+    end = low + GUARDED_LOW_STEPS if high is None else min(high, low + GUARDED_LOW_STEPS)
+    for size in range(low, end + 1):
+        if all(bool(g.subs(expr, size)) for g in guards):
+            return size
+    return low
+
+
+def _is_floordiv(expr: Any) -> bool:
+    """Whether a sympy size expression is torch's `FloorDiv` (or its exact `CleanDiv`)."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    return isinstance(expr, FloorDiv)
 
 
 SIZE_SYMBOLS: contextvars.ContextVar[SizeSymbols | None] = contextvars.ContextVar(

@@ -57,7 +57,7 @@ def concrete_shape(value: SSAValue) -> tuple[int, ...]:
 def bind_sizes(f: func.FuncOp, inputs: Sequence[Tensor]) -> dict[str, int] | None:
     """The size of every symbol of `f`'s `graph.sizes` table in a call of `inputs` (None for
     a function without one): read from the inputs, checked against each other and the
-    symbols' ranges, derived symbols computed."""
+    symbols' ranges, derived symbols computed (each 2 or more)."""
     table = f.attributes.get(SIZES_ATTR)
     if not isinstance(table, graph.SizesAttr):
         return None
@@ -80,7 +80,16 @@ def bind_sizes(f: func.FuncOp, inputs: Sequence[Tensor]) -> dict[str, int] | Non
                 f"size symbol '{s.name}' is {size}, outside its range [{s.low}, {high}] "
                 "(sizes 0 and 1 are specialised: a program for them is static)"
             )
-    return table.evaluate({s.name: found[s.name] for s in table.inputs()})
+    sizes = table.evaluate({s.name: found[s.name] for s in table.inputs()})
+    small = table.too_small(sizes)
+    if small is not None:
+        assert small.expr is not None
+        raise InterpretError(
+            f"size symbol '{small.name}' = {small.definition} is {sizes[small.name]}: a "
+            f"symbol's size is {graph.MIN_SIZE} or more (sizes 0 and 1 are specialised: a "
+            "program for them is static)"
+        )
+    return sizes
 
 
 def _unary(fn: Callable[[Tensor], Tensor]) -> Callable[[Operation, list[Tensor]], Tensor]:

@@ -6,8 +6,10 @@ runs every call at the call's sizes:
 
 - the sizes of a call are read from its inputs: each input symbol from the argument and dim
   that hold it, equal symbols agreeing, each in its range (which starts at 2: a size of 0 or
-  1, or one outside the range, raises `SymbolicSizeError`; a later slice re-specialises
-  instead), static dims and dtypes as declared; derived symbols are computed;
+  1, or one outside the range, raises `SymbolicSizeError`; `DynamicProgram` specialises
+  instead), static dims and dtypes as declared; derived symbols are computed, and one of 0 or
+  1 (a floor division at a small input: `(s0 + 1) floordiv 2` at `s0 = 2`) raises
+  `SymbolicSizeError` as well;
 - a kernel launch allocates its outputs from their symbolic shapes at those sizes and passes
   the kernel's size arguments (`xfuse.size_args`) and the trip count of its split loop
   (`xfuse.extent`'s symbol, or the kernel's static extent);
@@ -84,6 +86,22 @@ class _Eager:
         results = self.run_op([_tensor(values[i]) for i in self.inputs])
         for slot, out in zip(self.outputs, results, strict=True):
             values[slot] = out
+
+
+def small_size_message(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> str:
+    """Why a call whose derived symbol `symbol` is 0 or 1 (or less) is refused."""
+    inputs = ", ".join(f"{name} = {sizes[name]}" for name in sorted(symbol_inputs(symbol, sizes)))
+    return (
+        f"size symbol '{symbol.name}' = {symbol.definition} is {sizes[symbol.name]} at {inputs}: "
+        f"a symbol's size is {graph.MIN_SIZE} or more (sizes 0 and 1 are specialised: this "
+        "program does not run them)"
+    )
+
+
+def symbol_inputs(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> set[str]:
+    """The symbols `symbol`'s definition names (those a message shows the sizes of)."""
+    assert symbol.expr is not None
+    return {name for name in symbol.expr.symbols if name in sizes}
 
 
 def _tensor(value: torch.Tensor | None) -> torch.Tensor:
@@ -207,7 +225,11 @@ class SymbolicProgram:
                     f"size symbol '{s.name}' is {size}, outside its range [{s.low}, {high}] "
                     "(sizes 0 and 1 are specialised: this program does not run them)"
                 )
-        return self.table.evaluate({s.name: found[s.name] for s in self.table.inputs()})
+        sizes = self.table.evaluate({s.name: found[s.name] for s in self.table.inputs()})
+        small = self.table.too_small(sizes)
+        if small is not None:
+            raise SymbolicSizeError(small_size_message(small, sizes))
+        return sizes
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         sizes = self.bind(inputs)

@@ -793,6 +793,30 @@ func.func @f(%x: tensor<8x4x4xf32>) {
 
 // Symbolic sizes (docs/dynamic-shapes.md).
 
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 'e0' = (s0 - 1) floordiv 2 is not in canonical form: it is -1 + (s0 + 1) floordiv 2 (in input symbols and floor divisions)
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = (s0 - 1) floordiv 2>} {
+  %0 = graph.neg %x : tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbol 'e0' = (s0) floordiv 1 divides by 1: a floor division's divisor is 2 or more
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = (s0) floordiv 1>} {
+  %0 = graph.neg %x : tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op size symbols 'e0' and 'e1' are the same size ((s0 + 1) floordiv 2): use one symbol
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = (s0 + 1) floordiv 2, e1 = (s0 + 1) floordiv 2>} {
+  %0 = graph.neg %x : tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op graph.pad does not take symbolic sizes yet (operand 0 is tensor<?x8xf32, #graph.syms<s0>>)
 func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
   %0 = graph.pad %x low = [0, 1] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>

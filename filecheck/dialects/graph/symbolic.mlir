@@ -85,3 +85,19 @@ func.func @externs(%x: tensor<?x16xf32, #graph.syms<s0>>, %w: tensor<4x16xf32>, 
   %1 = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1] kwargs = {} : (tensor<?x16xf32, #graph.syms<s0>>) -> tensor<?x16xf32, #graph.syms<s0>>
   func.return
 }
+
+// A floor division of a polynomial by an integer: the output size of a stride-2 convolution
+// and of the pooling after it, an atom of later polynomials.
+// CHECK-LABEL: func.func @floordiv
+// CHECK-SAME: graph.sizes = #graph.sizes<s0 = input(0, 0) hint 2 range [2, 64], s1 = input(0, 2) hint 32 range [8, 512], e0 = (s1 + 1) floordiv 2, e1 = (s1 + 3) floordiv 4, e2 = 8 * e1>
+func.func @floordiv(%x: tensor<?x3x?xf32, #graph.syms<s0, s1>>, %w: tensor<8x3x3xf32>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 2 range [2, 64], s1 = input(0, 2) hint 32 range [8, 512], e0 = (s1 + 1) floordiv 2, e1 = (s1 + 3) floordiv 4, e2 = 8 * e1>} {
+  // CHECK-NEXT: %0 = graph.torch_call "aten.convolution.default"(%x, %w) {{.*}} -> tensor<?x8x?xf32, #graph.syms<s0, e0>>
+  %0 = graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, [2], [1], [1], false, [0], 1] kwargs = {} : (tensor<?x3x?xf32, #graph.syms<s0, s1>>, tensor<8x3x3xf32>) -> tensor<?x8x?xf32, #graph.syms<s0, e0>>
+  // CHECK-NEXT: %1 = graph.relu %0 : tensor<?x8x?xf32, #graph.syms<s0, e0>>
+  %1 = graph.relu %0 : tensor<?x8x?xf32, #graph.syms<s0, e0>>
+  // CHECK-NEXT: %2 = graph.torch_call "aten.max_pool1d.default"(%1) {{.*}} -> tensor<?x8x?xf32, #graph.syms<s0, e1>>
+  %2 = graph.torch_call "aten.max_pool1d.default"(%1) args = ["%t0", [3], [2], [1]] kwargs = {} : (tensor<?x8x?xf32, #graph.syms<s0, e0>>) -> tensor<?x8x?xf32, #graph.syms<s0, e1>>
+  // CHECK-NEXT: %3 = graph.reshape %2 : tensor<?x8x?xf32, #graph.syms<s0, e1>> -> tensor<?x?xf32, #graph.syms<s0, e2>>
+  %3 = graph.reshape %2 : tensor<?x8x?xf32, #graph.syms<s0, e1>> -> tensor<?x?xf32, #graph.syms<s0, e2>>
+  func.return
+}

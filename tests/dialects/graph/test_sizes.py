@@ -174,3 +174,98 @@ def test_ops_built_from_shape_of_keep_the_symbols() -> None:
     assert reshaped.result.type == flat
     # Static shapes are plain tuples, as before.
     assert type(graph.shape_of(TensorType(f32, [4, 8]))) is tuple
+
+
+# ---------------------------------------------------------------------------------------------
+# Floor divisions
+# ---------------------------------------------------------------------------------------------
+
+ONE = SizeExpr.constant(1)
+
+
+def floordiv_table() -> SizesAttr:
+    return SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 2, hint=32, high=512),
+            SizeSymbol.floordiv("s1", s0 + ONE, 2),
+            SizeSymbol.floordiv("s2", s0 + SizeExpr.constant(3), 4),
+            SizeSymbol.derived("s3", SizeExpr.symbol("s1") * SizeExpr.symbol("s1")),
+        )
+    )
+
+
+def test_floordiv_symbols_print_and_parse_back() -> None:
+    table = floordiv_table()
+    text = str(table)
+    assert "s1 = (s0 + 1) floordiv 2, s2 = (s0 + 3) floordiv 4, s3 = s1 * s1" in text
+    module = parse(
+        "func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes "
+        f"{{graph.sizes = {text}}} {{\n  func.return\n}}"
+    )
+    function = next(iter(module.ops))
+    assert isinstance(function, func.FuncOp)
+    assert function.attributes[SIZES_ATTR] == table
+    assert table.problem is None
+
+
+def test_floordiv_symbols_evaluate_as_floor_divisions_and_are_atoms() -> None:
+    table = floordiv_table()
+    assert table.evaluate({"s0": 9}) == {"s0": 9, "s1": 5, "s2": 3, "s3": 25}
+    assert table.hints == {"s0": 32, "s1": 16, "s2": 8, "s3": 256}
+    # An atom: later polynomials use it as a variable, it expands to itself.
+    assert table.expansions["s1"] == SizeExpr.symbol("s1")
+    assert table.expansions["s3"] == SizeExpr.symbol("s1") * SizeExpr.symbol("s1")
+    assert table.input_dependencies["s3"] == frozenset({"s0"})
+    assert table.too_small(table.evaluate({"s0": 2})) == table.by_name["s1"]  # 3 // 2
+    assert table.too_small(table.evaluate({"s0": 4})) == table.by_name["s2"]  # 7 // 4
+    assert table.too_small(table.evaluate({"s0": 5})) is None
+
+
+def test_floordiv_canonical_forms() -> None:
+    table = floordiv_table()
+    s1 = SizeExpr.symbol("s1")
+    # (s0 - 1) // 2 + 1 is (s0 + 1) // 2: s1
+    assert table.floordiv(s0 - ONE, 2) == s1 - ONE
+    assert table.floordiv(s0.scale(2) + SizeExpr.constant(2), 4) == s1
+    # nested: ((s0 + 1) // 2 + 1) // 2 == (s0 + 3) // 4
+    assert table.floordiv(s1 + ONE, 2) == SizeExpr.symbol("s2")
+    assert table.floordiv(s0.scale(4) + SizeExpr.constant(7), 2) == s0.scale(2) + SizeExpr.constant(
+        3
+    )
+    assert table.floordiv(s0, 3) is None  # no symbol of the table
+    assert graph.split_floordiv(s0 - SizeExpr.constant(5), 2, {}) == (
+        SizeExpr.constant(-3),
+        s0 + ONE,
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        (
+            (SizeSymbol.input("s0", 0, 0, hint=4), SizeSymbol.floordiv("s1", s0 - ONE, 2)),
+            "'s1' = (s0 - 1) floordiv 2 is not in canonical form: it is -1 + (s0 + 1) floordiv 2",
+        ),
+        (
+            (SizeSymbol.input("s0", 0, 0, hint=4), SizeSymbol.floordiv("s1", s0.scale(2), 4)),
+            "it is 0 + (s0) floordiv 2",
+        ),
+        (
+            (SizeSymbol.input("s0", 0, 0, hint=4), SizeSymbol.floordiv("s1", s0, 1)),
+            "a floor division's divisor is 2 or more",
+        ),
+        (
+            (
+                SizeSymbol.input("s0", 0, 0, hint=4),
+                SizeSymbol.floordiv("s1", s0 + ONE, 2),
+                SizeSymbol.derived("s2", s0 + ONE),
+                SizeSymbol.floordiv("s3", SizeExpr.symbol("s2"), 2),
+            ),
+            "size symbols 's1' and 's3' are the same size",
+        ),
+    ],
+)
+def test_floordiv_table_problems(entries: tuple[SizeSymbol, ...], message: str) -> None:
+    problem = SizesAttr(entries).problem
+    assert problem is not None and message in str(problem)

@@ -187,6 +187,7 @@ from xfuse.dialects.graph.sizes import (
     SizesAttr,
     SizeSymbol,
     SymsAttr,
+    split_floordiv,
 )
 from xfuse.dialects.graph.windows import (
     PAD_MODES,
@@ -251,6 +252,7 @@ __all__ = [
     "SizeExpr",
     "SizesAttr",
     "SizeSymbol",
+    "split_floordiv",
     "SymsAttr",
     "SymbolicShape",
     "AbsOp",

@@ -4,9 +4,21 @@ function's table of size symbols (`graph.sizes = #graph.sizes<s0 = input(0, 0) h
 [2, 4096], s1 = 8 * s0>`).
 
 An input symbol is read from a dim of an argument of `@forward`; a derived one is a
-polynomial with integer coefficients of earlier symbols. No two symbols of a table have the
-same polynomial once derived symbols are expanded into input ones, so two dynamic dims are
-equal exactly when they name the same symbol."""
+polynomial with integer coefficients of earlier symbols, or the floor division of such a
+polynomial by an integer of 2 or more (`s1 = (s0 + 1) floordiv 2`: the output size of a
+stride-2 convolution or pooling). A floor division is an *atom* as an input symbol is: the
+polynomials of later symbols use it as a variable, and a table expands every derived polynomial
+into atoms. A floor division is written in its canonical form (`split_floordiv`): its
+polynomial's coefficients in [0, divisor) with no common factor with the divisor, and no
+floor division nested in it with coefficient 1 (`((s0 + 1) floordiv 2 + 1) floordiv 2` is
+`(s0 + 3) floordiv 4`), so that equal canonical (polynomial, divisor) pairs are one symbol.
+No two symbols of a table have the same expansion (and no two floor divisions the same
+canonical pair), so two dynamic dims are equal exactly when they name the same symbol (or
+provably so: a floor division only equals what its canonical form shows).
+
+A symbol's size at a call is at least 2 (`MIN_SIZE`): input symbols by their range, derived
+ones checked when a call computes them (`SizesAttr.too_small`); a floor division or a
+difference can be 0 or 1 at small inputs, and such a call is refused or specialised."""
 
 from __future__ import annotations
 
@@ -14,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from math import gcd
 
 from xdsl.ir import Data
 from xdsl.irdl import irdl_attr_definition
@@ -70,6 +83,16 @@ class SizeExpr:
 
     def scale(self, factor: int) -> SizeExpr:
         return SizeExpr.of((m, c * factor) for m, c in self.terms)
+
+    def divide_exact(self, divisor: int) -> SizeExpr:
+        """The polynomial divided by `divisor`, which divides every coefficient."""
+        assert all(c % divisor == 0 for _, c in self.terms)
+        return SizeExpr.of((m, c // divisor) for m, c in self.terms)
+
+    @property
+    def content(self) -> int:
+        """The greatest common divisor of the coefficients (0 for the zero polynomial)."""
+        return gcd(*(c for _, c in self.terms))
 
     @property
     def symbols(self) -> frozenset[str]:
@@ -153,6 +176,49 @@ def parse_size_expr(parser: AttrParser) -> SizeExpr:
     return expression()
 
 
+Atoms = Mapping[str, tuple[SizeExpr, int]]
+"""The floor divisions of a table by name: (polynomial of atoms, divisor)."""
+
+
+def split_floordiv(
+    expr: SizeExpr, divisor: int, atoms: Atoms
+) -> tuple[SizeExpr, SizeExpr | None, int]:
+    """floor(expr / divisor) as `quotient + floor(residue / d)`: (quotient, residue, d), with
+    `residue` None where the division leaves no floor (floor(r / d) is 0 for a constant r in
+    [0, d)). `expr` is a polynomial of atoms (input symbols and `atoms`' floor divisions);
+    `residue / d` is canonical: every coefficient in [0, d), no factor common to all of them
+    and `d`, and no floor division of `atoms` in it alone with coefficient 1, which nests:
+    floor((floor(p / a) + q) / k) = floor((p + a * q) / (a * k)) for integer-valued q."""
+    if divisor <= 0:
+        raise ValueError(f"a floor division of sizes by {divisor}: the divisor must be positive")
+    quotient = SizeExpr()
+    while True:
+        whole = SizeExpr.of((m, c // divisor) for m, c in expr.terms)
+        residue = SizeExpr.of((m, c % divisor) for m, c in expr.terms)
+        quotient = quotient + whole
+        if residue.as_constant is not None:
+            return quotient, None, 1
+        nested = _nested_atom(residue, atoms)
+        if nested is None:
+            break
+        inner, inner_divisor = atoms[nested]
+        rest = residue - SizeExpr.symbol(nested)
+        expr, divisor = inner + rest.scale(inner_divisor), inner_divisor * divisor
+    common = gcd(residue.content, divisor)
+    return quotient, residue.divide_exact(common), divisor // common
+
+
+def _nested_atom(residue: SizeExpr, atoms: Atoms) -> str | None:
+    """A floor division of `atoms` that `residue` holds as a term of its own with coefficient
+    1 and in no other term, if any."""
+    for mono, coeff in residue.terms:
+        if len(mono) != 1 or coeff != 1 or mono[0] not in atoms:
+            continue
+        if all(mono[0] not in other for other, _ in residue.terms if other != mono):
+            return mono[0]
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # The encoding of a tensor type with dynamic dims
 # ---------------------------------------------------------------------------------------------
@@ -185,7 +251,8 @@ class SymsAttr(Data[tuple[str, ...]]):
 @dataclass(frozen=True)
 class SizeSymbol:
     """One entry of a `graph.sizes` table: an input symbol (`source`, `hint`, range `[low,
-    high]`, `high` None for no bound) or a derived one (`expr` of earlier symbols)."""
+    high]`, `high` None for no bound) or a derived one (`expr` of earlier symbols, floor
+    divided by `divisor` where it is one)."""
 
     name: str
     source: tuple[int, int] | None = None
@@ -194,6 +261,8 @@ class SizeSymbol:
     low: int = MIN_SIZE
     high: int | None = None
     expr: SizeExpr | None = None
+    divisor: int | None = None
+    """The floor division's divisor (a derived symbol `(expr) floordiv divisor`), else None."""
 
     @staticmethod
     def input(
@@ -205,9 +274,26 @@ class SizeSymbol:
     def derived(name: str, expr: SizeExpr) -> SizeSymbol:
         return SizeSymbol(name, expr=expr)
 
+    @staticmethod
+    def floordiv(name: str, expr: SizeExpr, divisor: int) -> SizeSymbol:
+        return SizeSymbol(name, expr=expr, divisor=divisor)
+
+    @property
+    def is_atom(self) -> bool:
+        """An input symbol or a floor division: a variable of the table's polynomials."""
+        return self.expr is None or self.divisor is not None
+
+    @property
+    def definition(self) -> str:
+        """A derived symbol's right-hand side: `8 * s0`, `(s0 + 1) floordiv 2`."""
+        assert self.expr is not None
+        if self.divisor is None:
+            return str(self.expr)
+        return f"({self.expr}) floordiv {self.divisor}"
+
     def __str__(self) -> str:
         if self.expr is not None:
-            return f"{self.name} = {self.expr}"
+            return f"{self.name} = {self.definition}"
         assert self.source is not None
         high = "inf" if self.high is None else str(self.high)
         arg, dim = self.source
@@ -227,7 +313,11 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
             name = parser.parse_identifier(" (a size symbol)")
             parser.parse_punctuation("=")
             if parser.parse_optional_keyword("input") is None:
-                return SizeSymbol.derived(name, parse_size_expr(parser))
+                expr = parse_size_expr(parser)
+                if parser.parse_optional_keyword("floordiv") is None:
+                    return SizeSymbol.derived(name, expr)
+                divisor = parser.parse_integer(allow_negative=False, allow_boolean=False)
+                return SizeSymbol.floordiv(name, expr, divisor)
             parser.parse_punctuation("(")
             arg = parser.parse_integer(allow_negative=False, allow_boolean=False)
             parser.parse_punctuation(",")
@@ -260,21 +350,55 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
 
     @cached_property
     def expansions(self) -> dict[str, SizeExpr]:
-        """Each symbol as a polynomial of input symbols."""
+        """Each symbol as a polynomial of atoms (input symbols and floor divisions, each
+        itself)."""
         out: dict[str, SizeExpr] = {}
         for s in self.data:
-            out[s.name] = SizeExpr.symbol(s.name) if s.expr is None else s.expr.substitute(out)
+            out[s.name] = (
+                SizeExpr.symbol(s.name) if s.expr is None or s.is_atom else (s.expr.substitute(out))
+            )
+        return out
+
+    @cached_property
+    def atoms(self) -> dict[str, tuple[SizeExpr, int]]:
+        """Each floor division: (its polynomial expanded into atoms, its divisor)."""
+        return {
+            s.name: (self.expand(s.expr), s.divisor)
+            for s in self.data
+            if s.expr is not None and s.divisor is not None
+        }
+
+    @cached_property
+    def input_dependencies(self) -> dict[str, frozenset[str]]:
+        """Each symbol's input symbols (those its size is computed from)."""
+        out: dict[str, frozenset[str]] = {}
+        for s in self.data:
+            if s.expr is None:
+                out[s.name] = frozenset((s.name,))
+            else:
+                out[s.name] = frozenset().union(*(out[u] for u in s.expr.symbols))
         return out
 
     @cached_property
     def hints(self) -> dict[str, int]:
         """Each symbol's size at the hints of the input symbols (the example's sizes)."""
-        inputs = {s.name: s.hint for s in self.data if s.expr is None}
-        return {name: e.evaluate(inputs) for name, e in self.expansions.items()}
+        return self.evaluate({s.name: s.hint for s in self.data if s.expr is None})
 
     def expand(self, expr: SizeExpr) -> SizeExpr:
-        """`expr` with every symbol of the table expanded into input symbols."""
+        """`expr` with every symbol of the table expanded into atoms (input symbols and
+        floor divisions)."""
         return expr.substitute(self.expansions)
+
+    def floordiv(self, expr: SizeExpr, divisor: int) -> SizeExpr | None:
+        """floor(expr / divisor) (`expr` of any symbols of the table) as a polynomial of the
+        table's symbols, or None where its floor division is no symbol of the table."""
+        quotient, residue, d = split_floordiv(self.expand(expr), divisor, self.atoms)
+        if residue is None:
+            return quotient
+        for name, atom in self.atoms.items():
+            if atom == (residue, d):
+                return quotient + SizeExpr.symbol(name)
+        return None
 
     def symbol_for(self, expr: SizeExpr) -> str | None:
         """The symbol whose polynomial is `expr` (of any symbols of the table), if any."""
@@ -285,8 +409,26 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
         return None
 
     def evaluate(self, inputs: Mapping[str, int]) -> dict[str, int]:
-        """Every symbol's size, given the input symbols' sizes."""
-        return {name: e.evaluate(inputs) for name, e in self.expansions.items()}
+        """Every symbol's size, given the input symbols' sizes (floor divisions round toward
+        minus infinity, as Python's `//` and torch's `FloorDiv`)."""
+        out: dict[str, int] = {}
+        for s in self.data:
+            if s.expr is None:
+                out[s.name] = inputs[s.name]
+            elif s.divisor is None:
+                out[s.name] = s.expr.evaluate(out)
+            else:
+                out[s.name] = s.expr.evaluate(out) // s.divisor
+        return out
+
+    def too_small(self, sizes: Mapping[str, int]) -> SizeSymbol | None:
+        """The first derived symbol whose size in `sizes` (`evaluate`'s) is below `MIN_SIZE`,
+        if any: a call at such sizes is not one the table describes (a symbol is never 0 or 1,
+        so broadcasting it is unambiguous)."""
+        for s in self.data:
+            if s.expr is not None and sizes[s.name] < MIN_SIZE:
+                return s
+        return None
 
     def inputs(self) -> list[SizeSymbol]:
         return [s for s in self.data if s.expr is None]
@@ -307,6 +449,7 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
         expanded: dict[str, SizeExpr] = {}
         sources: dict[tuple[int, int], str] = {}
         names_of: dict[SizeExpr, str] = {}
+        atoms: dict[str, tuple[SizeExpr, int]] = {}
         for s in self.data:
             if not SYMBOL_NAME.fullmatch(s.name):
                 raise VerifyException(f"expected a size symbol name, found '{s.name}'")
@@ -323,7 +466,11 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
                         "defined before it"
                     )
                 expansion = s.expr.substitute(expanded)
-                if expansion.as_constant is not None:
+                if s.divisor is not None:
+                    _verify_floordiv(s, expansion, atoms)
+                    atoms[s.name] = (expansion, s.divisor)
+                    expansion = SizeExpr.symbol(s.name)
+                elif expansion.as_constant is not None:
                     raise VerifyException(
                         f"size symbol '{s.name}' = {s.expr} is the constant "
                         f"{expansion.as_constant}: write it as a static size"
@@ -335,6 +482,29 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
                 )
             names_of[expansion] = s.name
             expanded[s.name] = expansion
+
+
+def _verify_floordiv(s: SizeSymbol, expansion: SizeExpr, atoms: Atoms) -> None:
+    """A floor division is canonical (`split_floordiv`) and no other one's pair."""
+    assert s.divisor is not None
+    if s.divisor < MIN_SIZE:
+        raise VerifyException(
+            f"size symbol '{s.name}' = {s.definition} divides by {s.divisor}: a floor "
+            f"division's divisor is {MIN_SIZE} or more"
+        )
+    quotient, residue, divisor = split_floordiv(expansion, s.divisor, atoms)
+    if quotient != SizeExpr() or (residue, divisor) != (expansion, s.divisor):
+        canonical = "0" if residue is None else f"({residue}) floordiv {divisor}"
+        raise VerifyException(
+            f"size symbol '{s.name}' = {s.definition} is not in canonical form: it is "
+            f"{quotient} + {canonical} (in input symbols and floor divisions)"
+        )
+    for name, atom in atoms.items():
+        if atom == (expansion, s.divisor):
+            raise VerifyException(
+                f"size symbols '{name}' and '{s.name}' are the same size ({s.definition}): "
+                "use one symbol"
+            )
 
 
 def _verify_input_symbol(s: SizeSymbol, sources: dict[tuple[int, int], str]) -> None:

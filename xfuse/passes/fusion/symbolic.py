@@ -1,8 +1,10 @@
 """Fusion on symbolic sizes (docs/dynamic-shapes.md): the fusers and group-cleanup decide on
 a function whose size symbols stand as *proxies*, static sizes that compare as the symbols do.
 
-Each input symbol of the function's `graph.sizes` table becomes a distinct prime larger than
-every static size of the function, and each derived symbol its polynomial of those primes.
+Each atom of the function's `graph.sizes` table (an input symbol or a floor division) becomes a
+distinct prime larger than every static size of the function, and each other derived symbol
+its polynomial of those primes (a floor division is a variable of its own here: two are one
+size exactly when they are one symbol).
 A prime larger than every static size divides no product of static sizes, so a dim, a shape
 or an element count with a symbol never equals one without, and two of them are equal exactly
 when their polynomials are (checked for the table's symbols: their proxies are distinct and
@@ -67,12 +69,12 @@ def _primes_above(bound: int) -> Iterator[int]:
 
 
 def proxy_sizes(table: graph.SizesAttr, static: set[int]) -> dict[str, int]:
-    """Each symbol's proxy: input symbols distinct primes above every static size, derived
-    ones their polynomials of those. Refuses a table whose proxies collide (two symbols, or
-    a symbol and a static size, of one value)."""
+    """Each symbol's proxy: atoms (input symbols, floor divisions) distinct primes above every
+    static size, other derived symbols their polynomials of those. Refuses a table whose
+    proxies collide (two symbols, or a symbol and a static size, of one value)."""
     primes = _primes_above(max(static | {16}))
-    inputs = {s.name: next(primes) for s in table.inputs()}
-    sizes = table.evaluate(inputs)
+    inputs = {s.name: next(primes) for s in table.data if s.is_atom}
+    sizes = {name: e.evaluate(inputs) for name, e in table.expansions.items()}
     seen: dict[int, str] = {}
     for name, value in sizes.items():
         if value < graph.MIN_SIZE or value in static or value in seen:

@@ -117,18 +117,27 @@ def is_symbolic_group(group: fusion.GroupOp) -> bool:
 
 
 def upper_bound(table: SizesAttr, name: str) -> int:
-    """An upper bound of symbol `name`: its polynomial at the input symbols' range ends where
-    every coefficient is positive and every range finite, else `UNBOUNDED`."""
-    expansion = table.expansions[name]
-    highs = {s.name: s.high for s in table.inputs()}
+    """An upper bound of symbol `name`: its polynomial of atoms at their upper bounds where
+    every coefficient is positive and every bound finite, else `UNBOUNDED`. An input symbol's
+    bound is its range's end; a floor division's, its polynomial's bound floor divided."""
+    symbol = table.by_name[name]
+    if symbol.expr is None:
+        return UNBOUNDED if symbol.high is None else min(symbol.high, UNBOUNDED)
+    if symbol.divisor is not None:
+        bound = _polynomial_bound(table, table.atoms[name][0])
+        return bound if bound == UNBOUNDED else bound // symbol.divisor
+    return _polynomial_bound(table, table.expansions[name])
+
+
+def _polynomial_bound(table: SizesAttr, expansion: SizeExpr) -> int:
+    """An upper bound of a polynomial of atoms (`upper_bound`)."""
     if any(c < 0 for _, c in expansion.terms):
         return UNBOUNDED
     values: dict[str, int] = {}
     for s in expansion.symbols:
-        high = highs.get(s)
-        if high is None:
+        values[s] = upper_bound(table, s)
+        if values[s] == UNBOUNDED:
             return UNBOUNDED
-        values[s] = high
     return min(expansion.evaluate(values), UNBOUNDED)
 
 
@@ -146,7 +155,7 @@ def size_args(group: fusion.GroupOp, table: SizesAttr) -> list[str]:
     for v in group_values(group):
         for d in dims_of(v) if is_symbolic(v) else ():
             if isinstance(d, str):
-                needed |= table.expansions[d].symbols
+                needed |= table.input_dependencies[d]
     return [s.name for s in table.inputs() if s.name in needed]
 
 
@@ -221,6 +230,13 @@ class SizeValues:
     def _compute(self, name: str) -> SSAValue:
         if name in self.args:
             return self.b.args[self.first + self.args.index(name)]
+        symbol = self.table.by_name[name]
+        if symbol.expr is not None and symbol.divisor is not None:
+            # floor division of a polynomial with non-negative coefficients of sizes
+            # (canonical form): a non-negative dividend, so unsigned division floors
+            numerator = self.polynomial(self.table.atoms[name][0])
+            divisor = self.b.index_constant(symbol.divisor)
+            return self.b.insert(arith.DivUIOp(numerator, divisor))
         return self.polynomial(self.table.expansions[name])
 
     def polynomial(self, e: SizeExpr) -> SSAValue:

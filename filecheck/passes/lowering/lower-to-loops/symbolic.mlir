@@ -69,6 +69,24 @@ func.func @forward(%y: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?xf32, #graph
 
 // -----
 
+// A floor division symbol (e0 = (s0 + 1) floordiv 2, a stride-2 pooling's output size) is
+// computed in the kernel from its input symbol: its dividend is never negative (canonical
+// form), so an unsigned division floors it.
+
+func.func @forward(%y: tensor<?x2xf32, #graph.syms<e0>>, %x: tensor<?xf32, #graph.syms<s0>>) -> tensor<?x2xf32, #graph.syms<e0>> attributes {graph.sizes = #graph.sizes<s0 = input(1, 0) hint 9, e0 = (s0 + 1) floordiv 2>} {
+  %0 = graph.neg %y : tensor<?x2xf32, #graph.syms<e0>>
+  func.return %0 : tensor<?x2xf32, #graph.syms<e0>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "e0"} {
+// CHECK:        %[[C1:.*]] = arith.constant 1 : index
+// CHECK-NEXT:   %[[N:.*]] = arith.addi %[[C1]], %2 : index
+// CHECK-NEXT:   %[[C2:.*]] = arith.constant 2 : index
+// CHECK-NEXT:   %[[E0:.*]] = arith.divui %[[N]], %[[C2]] : index
+// CHECK-NEXT:   "scf.parallel"(%{{.*}}, %{{.*}}, %[[E0]], %{{.*}}
+
+// -----
+
 // A transpose of two symbols: the strides are the runtime sizes (s1 to read, s0 to write).
 
 func.func @forward(%x: tensor<?x?xf32, #graph.syms<s0, s1>>) -> tensor<?x?xf32, #graph.syms<s1, s0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, s1 = input(0, 1) hint 6>} {
