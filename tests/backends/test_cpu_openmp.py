@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.backends.test_cpu import gelu_sigmoid, row_sum_kernel, unary_f32
+from tests.backends.test_cpu_symbolic import SOFTMAX
 from xfuse.backends.cpu import CPUBackend, CPUKernel
 from xfuse.backends.openmp import openmp_parallel_address
 from xfuse.backends.threadpool import (
@@ -19,6 +20,8 @@ from xfuse.backends.threadpool import (
     openmp_setting,
 )
 from xfuse.ir.context import parse
+from xfuse.ir.functions import kernel_functions
+from xfuse.pipeline import pipeline
 
 needs_openmp = pytest.mark.skipif(
     openmp_parallel_address() is None, reason="this torch has no OpenMP runtime"
@@ -53,6 +56,52 @@ def test_the_openmp_entry_covers_the_range_once(threads: int, chunks: int) -> No
     pointers = [t.data_ptr() for t in (x, w, b, parallel)]
     kernel_.parallel(threads, chunks, *pointers)
     assert torch.equal(single, parallel)
+
+
+def sized_softmax(pool: RangePool) -> CPUKernel:
+    """The softmax kernel of `test_cpu_symbolic` (sizes s0 rows, s1 columns) on `pool`."""
+    module = pipeline("fuse-greedy,lower-to-loops")(parse(SOFTMAX))
+    (kernel,) = kernel_functions(module)
+    backend = CPUBackend(pool=pool)
+    name = kernel.sym_name.data
+    return backend.load(backend.compile(module, name), name)
+
+
+@needs_openmp
+@pytest.mark.parametrize(("threads", "chunks"), [(1, 1), (2, 2), (2, 8), (3, 37)])
+def test_the_openmp_entry_of_a_kernel_with_sizes_covers_the_range_once(
+    threads: int, chunks: int
+) -> None:
+    kernel_ = sized_softmax(RangePool(threads=1))
+    assert kernel_.parallel is not None
+    x, w = torch.randn(37, 300), torch.tensor(0.7)
+    probs, mean = torch.full((37, 300), float("nan")), torch.full((37,), float("nan"))
+    pointers = [t.data_ptr() for t in (x, w, probs, mean)]
+    kernel_.parallel(threads, chunks, 37, *pointers, 37, 300)
+    torch.testing.assert_close(probs, torch.softmax(x * w, dim=1))
+    torch.testing.assert_close(mean, (x * w).mean(dim=1))
+
+
+@needs_openmp
+@pytest.mark.parametrize("openmp", [True, False])
+def test_a_kernel_with_sizes_runs_on_the_openmp_entry_or_the_pool(openmp: bool) -> None:
+    pool = RangePool(threads=2, min_work=100, openmp=openmp)
+    kernel_ = sized_softmax(pool)
+    entry = kernel_.parallel
+    assert entry is not None
+    calls: list[tuple[int, int, int]] = []
+
+    def record(threads: int, chunks: int, extent: int, *arguments: int) -> None:
+        calls.append((threads, chunks, extent))
+        entry(threads, chunks, extent, *arguments)
+
+    kernel_.parallel = record  # type: ignore[assignment]
+    x, w = torch.randn(50, 64), torch.tensor(0.7)
+    probs, mean = torch.empty(50, 64), torch.empty(50)
+    kernel_.launch_sized([x, w, probs, mean], [50, 64], 50)
+    torch.testing.assert_close(probs, torch.softmax(x * w, dim=1))
+    assert calls == ([(2, pool.chunk_count(50, x.numel() * 2 + 51, True), 50)] if openmp else [])
+    pool.shutdown()
 
 
 @needs_openmp

@@ -76,8 +76,9 @@ class CPUKernel:
     engine: llvm.ExecutionEngine
     pool: RangePool
     parallel: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-    """`k.parallel(threads, chunks, ptrs...)`: the range on OpenMP threads (None: the artifact
-    has no such entry)."""
+    """`k.parallel(threads, chunks, ptrs...)`, or `k.parallel(threads, chunks, extent, ptrs...,
+    sizes...)` for a kernel with sizes: the range on OpenMP threads (None: the artifact has no
+    such entry)."""
     sizes: int = 0
     """How many size arguments (i64s after the pointers) the kernel takes: a kernel with
     symbolic sizes (docs/dynamic-shapes.md), whose `extent` is `SYMBOLIC_EXTENT`; launched by
@@ -133,7 +134,8 @@ class CPUKernel:
     ) -> None:
         """Launch a kernel with symbolic sizes: its buffers (contiguous CPU tensors, as for
         `launch`), the values of its size arguments, and the trip count of its split loop at
-        those sizes. The range runs on the caller or the Python pool (no OpenMP entry yet)."""
+        those sizes. The range runs on the caller, on OpenMP threads or on the Python pool, as
+        `launch`'s."""
         if len(buffers) != self.arity or len(sizes) != self.sizes:
             raise ValueError(
                 f"kernel {self.name} takes {self.arity} buffers and {self.sizes} sizes, got "
@@ -141,9 +143,14 @@ class CPUKernel:
             )
         arguments = [*map(_DATA_PTR, buffers), *sizes]
         work = sum(map(_NUMEL, buffers))
-        function = self.function
-        if work < self.inline_below or self.pool.runs_inline(extent, work, False):
+        function, pool = self.function, self.pool
+        openmp = self.parallel is not None and pool.on_openmp()
+        if work < self.inline_below or pool.runs_inline(extent, work, openmp):
             function(0, extent, *arguments)
+            return
+        if openmp:
+            assert self.parallel is not None
+            self.parallel(pool.threads, pool.chunk_count(extent, work, openmp), extent, *arguments)
             return
 
         def run_range(lo: int, hi: int) -> None:
@@ -175,10 +182,14 @@ class CPUBackend:
     def llvm_ir(self, module: ModuleOp, name: str) -> str:
         converted = to_llvm_module(self.lower(module, name), self.target_machine)
         keep_sum_loops(converted)
-        if self.openmp and sizes_symbol(name) not in converted.globals:
+        if self.openmp:
             arity = converted.get_global(arity_symbol(name)).initializer.constant
-            extent = converted.get_global(extent_symbol(name)).initializer.constant
-            add_parallel_entry(converted, name, arity, extent)
+            sized = converted.globals.get(sizes_symbol(name))
+            if sized is None:
+                extent = converted.get_global(extent_symbol(name)).initializer.constant
+                add_parallel_entry(converted, name, arity, extent)
+            else:
+                add_parallel_entry(converted, name, arity, None, sized.initializer.constant)
         return str(converted)
 
     def optimized(self, module: ModuleOp, name: str) -> llvm.ModuleRef:
@@ -215,8 +226,14 @@ class CPUBackend:
             *([ctypes.c_void_p] * arity),
             *([ctypes.c_int64] * sizes),
         )
+        parallel_signature = ctypes.CFUNCTYPE(
+            None,
+            *([ctypes.c_int64] * (3 if sizes else 2)),
+            *([ctypes.c_void_p] * arity),
+            *([ctypes.c_int64] * sizes),
+        )
         parallel_address = engine.get_function_address(parallel_symbol(name))
-        parallel = signature(parallel_address) if parallel_address else None
+        parallel = parallel_signature(parallel_address) if parallel_address else None
         return CPUKernel(
             name, extent, arity, signature(address), engine, self.pool, parallel, sizes
         )

@@ -13,6 +13,10 @@ kernels run on), the caller being one of them:
     define internal void @k.chunks(ptr %task)   ; until none is left: take the next chunk
                                                 ; (atomicrmw add), call @k(lo, hi, ptrs...)
 
+A kernel with symbolic sizes (`void k(i64 lo, i64 hi, ptr..., i64 sizes...)`, its range's
+extent known per call) gets `void k.parallel(i64 threads, i64 chunks, i64 extent, ptr...,
+i64 sizes...)`.
+
 Sharing torch's threads matters on a small machine: after each torch operator its OpenMP
 threads spin for a while waiting for the next parallel region, so a pool of other threads
 competes with them for the cores, and waking a sleeping pool thread costs tens of
@@ -68,30 +72,39 @@ I32 = ir.IntType(32)
 PTR = ir.PointerType()
 
 
-def add_parallel_entry(module: ir.Module, name: str, arity: int, extent: int) -> None:
+def add_parallel_entry(
+    module: ir.Module, name: str, arity: int, extent: int | None, sizes: int = 0
+) -> None:
     """Add `@<name>.parallel` and `@<name>.chunks` (see the module docstring) for the kernel
-    `@name(i64 lo, i64 hi, ptr x arity)` of `module`, whose range is `[0, extent)`."""
+    `@name(i64 lo, i64 hi, ptr x arity, i64 x sizes)` of `module`, whose range is `[0,
+    extent)`; `extent` None for a kernel with symbolic sizes, whose entry takes it."""
     kernel = module.get_global(name)
-    chunks = _chunks_function(module, name, kernel, arity, extent)
+    chunks = _chunks_function(module, name, kernel, arity, sizes)
     gomp = module.globals.get(GOMP_PARALLEL) or ir.Function(
         module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32]), GOMP_PARALLEL
     )
-    signature = ir.FunctionType(ir.VoidType(), [I64, I64] + [PTR] * arity)
+    leading = [I64, I64] if extent is not None else [I64, I64, I64]
+    signature = ir.FunctionType(ir.VoidType(), leading + [PTR] * arity + [I64] * sizes)
     entry = ir.Function(module, signature, parallel_symbol(name))
-    threads, count, *pointers = entry.args
+    threads, count = entry.args[:2]
+    total = ir.Constant(I64, extent) if extent is not None else entry.args[2]
+    values = entry.args[len(leading) :]
     b = ir.IRBuilder(entry.append_basic_block("entry"))
-    task = b.alloca(I64, size=TASK_BUFFERS + arity)
+    task = b.alloca(I64, size=TASK_VALUES + arity + sizes)
     b.store(ir.Constant(I64, 0), _slot(b, task, TASK_NEXT))
     b.store(count, _slot(b, task, TASK_CHUNKS))
-    for i, pointer in enumerate(pointers):
-        b.store(b.ptrtoint(pointer, I64), _slot(b, task, TASK_BUFFERS + i))
+    b.store(total, _slot(b, task, TASK_EXTENT))
+    for i, value in enumerate(values):
+        stored = b.ptrtoint(value, I64) if i < arity else value
+        b.store(stored, _slot(b, task, TASK_VALUES + i))
     b.call(gomp, [chunks, task, b.trunc(threads, I32), ir.Constant(I32, 0)])
     b.ret_void()
 
 
-TASK_NEXT, TASK_CHUNKS, TASK_BUFFERS = 0, 1, 2
-"""The task the threads share, `[2 + arity x i64]` on the caller's stack: the next chunk to
-take (atomically), the number of chunks, then the buffers' addresses."""
+TASK_NEXT, TASK_CHUNKS, TASK_EXTENT, TASK_VALUES = 0, 1, 2, 3
+"""The task the threads share, `[3 + arity + sizes x i64]` on the caller's stack: the next
+chunk to take (atomically), the number of chunks, the range's extent, then the buffers'
+addresses and the size arguments."""
 
 
 def _slot(b: ir.IRBuilder, task: ir.Value, index: int) -> ir.Value:
@@ -99,16 +112,16 @@ def _slot(b: ir.IRBuilder, task: ir.Value, index: int) -> ir.Value:
 
 
 def _chunks_function(
-    module: ir.Module, name: str, kernel: ir.Function, arity: int, extent: int
+    module: ir.Module, name: str, kernel: ir.Function, arity: int, sizes: int
 ) -> ir.Function:
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), chunks_symbol(name))
     function.linkage = "internal"
     (task,) = function.args
     b = ir.IRBuilder(function.append_basic_block("entry"))
     count = b.load(_slot(b, task, TASK_CHUNKS), typ=I64)
-    pointers = [
-        b.inttoptr(b.load(_slot(b, task, TASK_BUFFERS + i), typ=I64), PTR) for i in range(arity)
-    ]
+    total = b.load(_slot(b, task, TASK_EXTENT), typ=I64)
+    values = [b.load(_slot(b, task, TASK_VALUES + i), typ=I64) for i in range(arity + sizes)]
+    arguments = [b.inttoptr(v, PTR) for v in values[:arity]] + values[arity:]
     take, run, done = (function.append_basic_block(n) for n in ("take", "run", "done"))
     b.branch(take)
     b.position_at_end(take)
@@ -116,10 +129,9 @@ def _chunks_function(
     b.cbranch(b.icmp_signed(">=", chunk, count), done, run)
     b.position_at_end(run)
     # Chunk c is [extent * c / chunks, extent * (c + 1) / chunks): near-equal, in order.
-    total = ir.Constant(I64, extent)
     lo = b.sdiv(b.mul(total, chunk), count)
     hi = b.sdiv(b.mul(total, b.add(chunk, ir.Constant(I64, 1))), count)
-    b.call(kernel, [lo, hi, *pointers], attrs=("noinline",))  # one copy of the kernel
+    b.call(kernel, [lo, hi, *arguments], attrs=("noinline",))  # one copy of the kernel
     b.branch(take)
     b.position_at_end(done)
     b.ret_void()
