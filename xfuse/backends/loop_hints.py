@@ -10,7 +10,10 @@ equal values gathers 64 rounding errors in one direction, where eager's lanes ga
 innermost loop that carries such a sum over a constant trip count of at least
 `MIN_KEPT_TRIP` and below `FULL_UNROLL_TRIP` gets `llvm.loop.unroll.disable`: the vectorizer
 sees the loop. (The hint also keeps the vectorizer from interleaving the loop, so a longer
-loop, which LLVM does not unroll first, is left without it.)
+loop, which LLVM does not unroll first, is left without it.) Only a loop that steps through
+memory one element a trip and divides no integers (`unit_stride`) is kept: one that reads a
+column (a stride of a row) or computes a flat index's coordinates would be vectorized with
+gathers, scatters and scalarised divisions, 90x slower than its unrolled chain.
 
     .11:                                       ; the loop's header
       %acc = phi float [0.0, %.10], [%s, %.12]
@@ -23,7 +26,7 @@ loop, which LLVM does not unroll first, is left without it.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -48,8 +51,8 @@ class Loop:
 
     header: ir.Block
     latch: ir.Block
-    span: range
-    """The indices of the blocks from the header to the latch."""
+    blocks: tuple[ir.Block, ...]
+    """The blocks from the header to the latch."""
 
 
 def loops(function: ir.Function) -> list[Loop]:
@@ -63,14 +66,14 @@ def loops(function: ir.Function) -> list[Loop]:
             target = term.operands[0]
             h = index.get(id(target))
             if h is not None and h <= i:
-                found.append(Loop(target, block, range(h, i + 1)))
+                found.append(Loop(target, block, tuple(blocks[h : i + 1])))
     return found
 
 
 def innermost(found: list[Loop]) -> Iterator[Loop]:
     """The loops that hold no other loop's header."""
     for loop in found:
-        if not any(o is not loop and o.span.start in loop.span for o in found):
+        if not any(o is not loop and o.header in loop.blocks for o in found):
             yield loop
 
 
@@ -92,18 +95,75 @@ def accumulates_reassociated(loop: Loop) -> bool:
     return False
 
 
-def constant_trip(loop: Loop) -> int | None:
-    """The trip count of a header that tests `icmp slt %iv, C` with a constant C, else None."""
+def trip_test(loop: Loop) -> ir.ICMPInstr | None:
+    """The header's test `icmp slt %iv, %bound`, if it ends in one."""
     term = loop.header.terminator
     if not isinstance(term, ir.ConditionalBranch):
         return None
     cond = term.operands[0]
-    if not isinstance(cond, ir.ICMPInstr) or cond.op != "slt":
-        return None
-    bound = cond.operands[1]
+    return cond if isinstance(cond, ir.ICMPInstr) and cond.op == "slt" else None
+
+
+def constant_trip(test: ir.ICMPInstr) -> int | None:
+    """The trip count of a test `icmp slt %iv, C` with a constant C, else None."""
+    bound = test.operands[1]
     if isinstance(bound, ir.Constant) and isinstance(bound.constant, int):
         return bound.constant
     return None
+
+
+_DIVIDING = frozenset({"udiv", "sdiv", "urem", "srem"})
+
+
+def unit_stride(loop: Loop, iv: ir.Value) -> bool:
+    """Whether each load and store of `loop` addresses one element at every trip or the
+    element after the last trip's (its last index `%iv + %k` or `%iv`, `%k` and the other
+    indices the same at every trip), and no integer is divided in it."""
+    inside = {id(inst) for block in loop.blocks for inst in block.instructions}
+    varying: dict[int, bool] = {}
+
+    def varies(value: ir.Value) -> bool:
+        if value is iv:
+            return True
+        if not isinstance(value, ir.Instruction) or id(value) not in inside:
+            return False
+        if id(value) not in varying:
+            varying[id(value)] = False  # a phi's cycle back to itself adds nothing
+            varying[id(value)] = any(varies(o) for o in value.operands)
+        return varying[id(value)]
+
+    def steps_by_one(index: ir.Value) -> bool:
+        if index is iv or not varies(index):
+            return True
+        if not (isinstance(index, ir.Instruction) and index.opname == "add"):
+            return False
+        a, b = index.operands
+        return (a is iv and not varies(b)) or (b is iv and not varies(a))
+
+    for block in loop.blocks:
+        for inst in block.instructions:
+            if inst.opname in _DIVIDING:
+                return False
+            if isinstance(inst, ir.LoadInstr | ir.StoreInstr):
+                pointer = inst.operands[0 if isinstance(inst, ir.LoadInstr) else 1]
+                if not _steps_through(pointer, varies, steps_by_one):
+                    return False
+    return True
+
+
+def _steps_through(
+    pointer: ir.Value,
+    varies: Callable[[ir.Value], bool],
+    steps_by_one: Callable[[ir.Value], bool],
+) -> bool:
+    """Whether an address is the same at every trip or a GEP whose last index steps by one
+    and whose base and other indices are the same at every trip."""
+    if not varies(pointer):
+        return True
+    if not isinstance(pointer, ir.GEPInstr):
+        return False
+    *leading, last = pointer.indices
+    return not varies(pointer.pointer) and not any(map(varies, leading)) and steps_by_one(last)
 
 
 def keep_sum_loops(module: ir.Module) -> int:
@@ -116,10 +176,11 @@ def keep_sum_loops(module: ir.Module) -> int:
         if function.is_declaration:
             continue
         for loop in innermost(loops(function)):
-            trip = constant_trip(loop)
-            if trip is None or not MIN_KEPT_TRIP <= trip < FULL_UNROLL_TRIP:
+            test = trip_test(loop)
+            trip = None if test is None else constant_trip(test)
+            if test is None or trip is None or not MIN_KEPT_TRIP <= trip < FULL_UNROLL_TRIP:
                 continue
-            if not accumulates_reassociated(loop):
+            if not accumulates_reassociated(loop) or not unit_stride(loop, test.operands[0]):
                 continue
             if disable is None:
                 disable = module.add_metadata([ir.MetaDataString(module, UNROLL_DISABLE)])
