@@ -314,16 +314,21 @@ class KernelBuilder:
         """The loops over a row that `_emit_row` makes: one per phase of the reductions, then
         one writing the outputs stored at every element, where one reads the last phase's
         results (else the last phase's loop writes them)."""
-        d = self.domain
-        written = [v for v in self.outputs if d.writes_per_element(shape_of(v))]
+        written = [v for v, _ in self.per_element_outputs()]
         return RowPasses.of(self.group.block.ops, self.reductions, written)
+
+    def per_element_outputs(self) -> list[tuple[SSAValue, int]]:
+        """The outputs stored at every element of the row (not once a row), with their
+        positions among the outputs."""
+        d = self.domain
+        return [(v, i) for i, v in enumerate(self.outputs) if d.writes_per_element(shape_of(v))]
 
     def _emit_row(self) -> None:
         if self.scans:
             return emit_scan(self)
         passes = self.row_passes()
         d = self.domain
-        full = [(v, i) for i, v in enumerate(self.outputs) if d.writes_per_element(shape_of(v))]
+        full = self.per_element_outputs()
 
         def write_full() -> None:
             for v, i in full:
