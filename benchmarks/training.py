@@ -135,7 +135,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: {row}  xfuse/inductor {ratio:.2f}", flush=True)
         if args.profile:
             for column, step in steps.items():
-                print_profile(column, step)
+                if args.device.startswith("cuda"):
+                    print_profile(column, step)
+                else:
+                    print_cpu_profile(column, step)
 
 
 def print_profile(column: str, step: Callable[[], None], calls: int = 3, top: int = 12) -> None:
@@ -147,6 +150,21 @@ def print_profile(column: str, step: Callable[[], None], calls: int = 3, top: in
     heaviest = sorted(found.by_name.items(), key=lambda kv: -kv[1])[:top]
     for kernel, ms in heaviest:
         print(f"    {ms:7.3f} ms  {kernel[:110]}")
+
+
+def print_cpu_profile(column: str, step: Callable[[], None], calls: int = 5, top: int = 14) -> None:
+    """The CPU ops (torch's, and xfuse's kernel launches) of most own time per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            step()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events) / 1000 / calls
+    print(f"  {column}: {total:.2f} ms of op time/step")
+    for e in events[:top]:
+        ms = e.self_cpu_time_total / 1000 / calls
+        print(f"    {ms:7.3f} ms  {e.count // calls:4d}x  {e.key[:100]}")
 
 
 if __name__ == "__main__":
