@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.runtime.test_symbolic_program import POOLED
 from xfuse.errors import InterpretError
 from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import parse
@@ -42,15 +43,6 @@ def test_sizes_that_do_not_fit_are_refused(
     inputs = [torch.randn(*shapes[0]), torch.randn(*shapes[1]), torch.randn(8)]
     with pytest.raises(InterpretError, match=message):
         interpret(parse(PROGRAM), inputs)
-
-
-POOLED = """
-func.func @forward(%x: tensor<2x?xf32, #graph.syms<s0>>) -> tensor<2x?xf32, #graph.syms<e0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 9 range [2, 64], e0 = (s0 + 1) floordiv 2>} {
-  %0 = graph.torch_call "aten.max_pool1d.default"(%x) args = ["%t0", [3], [2], [1]] kwargs = {} : (tensor<2x?xf32, #graph.syms<s0>>) -> tensor<2x?xf32, #graph.syms<e0>>
-  %1 = graph.exp %0 : tensor<2x?xf32, #graph.syms<e0>>
-  func.return %1 : tensor<2x?xf32, #graph.syms<e0>>
-}"""
-"""A stride-2 pooling: its output size a floor division of the input's."""
 
 
 @pytest.mark.parametrize("n", [3, 4, 9, 64])
