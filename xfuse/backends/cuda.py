@@ -27,17 +27,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr
 
 from xfuse.backends.cuda_driver import DriverFunction
 from xfuse.backends.nvptx import compile_to_ptx
 from xfuse.errors import CodegenError, CUDALaunchError, CUDAUnavailable
 from xfuse.ir.functions import kernel_functions
-from xfuse.ir.names import BLOCK_ATTR, ITEMS_ATTR, STRATEGY_ATTR
+from xfuse.ir.names import (
+    BLOCK_ATTR,
+    ITEMS_ATTR,
+    ITEMS_SIZES_ATTR,
+    SIZE_ARGS_ATTR,
+    STRATEGY_ATTR,
+)
 from xfuse.passes.llvm.lower_to_nvvm import POINTER_ALIGNMENT, lower_kernels_to_nvvm
 from xfuse.passes.lowering.gpu_map_parallel import (
     GPUMapping,
     GPUMappingError,
+    evaluate_size_expression,
     map_kernel,
 )
 
@@ -62,15 +69,29 @@ at import)."""
 @dataclass(frozen=True)
 class LaunchShape:
     """How to launch a kernel: its strategy (see gpu-map-parallel), threads per block, and
-    work items (grid-stride kernels: iterations in all; `rows`: blocks)."""
+    work items (grid-stride kernels: iterations in all; `rows`: blocks). A kernel with
+    symbolic sizes takes `sizes` i64 arguments after its buffers, and its work items are
+    `items_sizes`, an expression of them (`gpu_map_parallel.SizeExpression`, as JSON) that
+    each launch evaluates (`items` is -1)."""
 
     kernel: str
     strategy: str
     block: int
     items: int
+    sizes: int = 0
+    items_sizes: str = ""
 
     def to_comment(self) -> str:
-        return LAUNCH_PREFIX + json.dumps(self.__dict__, sort_keys=True)
+        fields = dict(self.__dict__)
+        if not self.sizes:  # a static kernel's line is as it always was
+            del fields["sizes"], fields["items_sizes"]
+        return LAUNCH_PREFIX + json.dumps(fields, sort_keys=True)
+
+    def work_items(self, sizes: Sequence[int]) -> int:
+        """The work items of a launch at size arguments `sizes` (a static kernel's own)."""
+        if not self.sizes:
+            return self.items
+        return evaluate_size_expression(json.loads(self.items_sizes), sizes)
 
     @staticmethod
     def from_ptx(ptx: str) -> LaunchShape:
@@ -157,8 +178,17 @@ def compile_kernel(module: ModuleOp, name: str, arch: str, tuning: Tuning | None
         raise CodegenError(str(e)) from e
     strategy = kernel.attributes[STRATEGY_ATTR]
     assert isinstance(strategy, StringAttr)
+    size_args = kernel.attributes.get(SIZE_ARGS_ATTR)
+    items_sizes = kernel.attributes.get(ITEMS_SIZES_ATTR)
     shape = LaunchShape(
-        name, strategy.data, _int_attr(kernel, BLOCK_ATTR), _int_attr(kernel, ITEMS_ATTR)
+        name,
+        strategy.data,
+        _int_attr(kernel, BLOCK_ATTR),
+        _int_attr(kernel, ITEMS_ATTR),
+        len(size_args.data) if isinstance(size_args, ArrayAttr) else 0,
+        items_sizes.data
+        if isinstance(items_sizes, StringAttr)
+        else str(_int_attr(kernel, ITEMS_ATTR)),
     )
     try:
         lower_kernels_to_nvvm(single)
@@ -195,7 +225,8 @@ class _DeviceModule:
     grid: tuple[int, int, int] = (1, 1, 1)
     default_stream: int = 0
     pack: struct.Struct | None = None
-    """Packs the kernel's arguments (one pointer per buffer) for `_launch_kernel`."""
+    """Packs the kernel's arguments (one pointer per buffer, then its i64 size arguments) for
+    `_launch_kernel`."""
     on_streams: DriverFunction | None = None
     """The kernel loaded through the driver API, for launches on other streams (loaded on the
     first such launch)."""
@@ -236,19 +267,40 @@ class CUDAKernel:
                     driver.Context.pop()
                 sm_count = dev.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
                 loaded = _DeviceModule(context, module, function, sm_count)
-                loaded.grid = (self.grid(loaded), 1, 1)
+                loaded.grid = (self.grid_for(self.shape.items, sm_count), 1, 1)
                 loaded.default_stream = torch.cuda.default_stream(device).cuda_stream
                 self._modules[device] = loaded
             return self._modules[device]
 
-    def grid(self, loaded: _DeviceModule) -> int:
-        if self.shape.strategy == "rows" or self.shape.items <= 1:
-            return max(1, self.shape.items)
-        needed = math.ceil(self.shape.items / self.shape.block)
-        resident = loaded.sm_count * max(1, MAX_THREADS_PER_SM // self.shape.block)
+    def grid_for(self, items: int, sm_count: int) -> int:
+        """Blocks of a launch of `items` work items on a GPU of `sm_count` SMs."""
+        if self.shape.strategy == "rows" or items <= 1:
+            return max(1, items)
+        needed = math.ceil(items / self.shape.block)
+        resident = sm_count * max(1, MAX_THREADS_PER_SM // self.shape.block)
         return max(1, min(needed, resident * GRID_WAVES) if GRID_WAVES > 0 else needed)
 
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
+        if self.shape.sizes:
+            raise CodegenError(
+                f"CUDA kernel '{self.name}' takes {self.shape.sizes} size arguments: "
+                "launch it with launch_sized"
+            )
+        self._run(buffers, ())
+
+    def launch_sized(
+        self, buffers: Sequence[torch.Tensor], sizes: Sequence[int], extent: int | None = None
+    ) -> None:
+        """Launch a kernel with symbolic sizes at the size arguments `sizes` (its grid is
+        computed from them; `extent`, the CPU's split trip count, is not needed here)."""
+        if len(sizes) != self.shape.sizes:
+            raise CodegenError(
+                f"CUDA kernel '{self.name}' takes {self.shape.sizes} size arguments, "
+                f"got {len(sizes)}"
+            )
+        self._run(buffers, sizes)
+
+    def _run(self, buffers: Sequence[torch.Tensor], sizes: Sequence[int]) -> None:
         import torch
 
         if not buffers or not all(b.is_cuda for b in buffers):
@@ -257,41 +309,48 @@ class CUDAKernel:
         loaded = self._modules.get(device) or self._module_for(device)
         pointers = [b.data_ptr() for b in buffers]
         if any(p % POINTER_ALIGNMENT for p in pointers):
-            self._call_misaligned(buffers)
+            self._call_misaligned(buffers, sizes)
             return
+        items = self.shape.work_items(sizes) if sizes else self.shape.items
+        if items == 0:
+            return
+        grid = loaded.grid if not sizes else (self.grid_for(items, loaded.sm_count), 1, 1)
         # torch's current stream, as a raw handle (cheaper than a `torch.cuda.Stream` object).
         stream = torch._C._cuda_getCurrentRawStream(device)  # pyright: ignore[reportAttributeAccessIssue]
         if stream == loaded.default_stream:
-            self._launch(loaded, pointers)
+            self._launch(loaded, grid, pointers, sizes)
             return
         # Another stream (a CUDA graph being captured, a user's stream): pycuda launches on the
         # legacy default stream only, so the driver API launches on that stream directly.
-        if self.shape.items == 0:
-            return
         if loaded.on_streams is None:
             loaded.on_streams = DriverFunction.load(self.ptx, self.name, device)
-        loaded.on_streams.launch(loaded.grid, self._block, stream, pointers)
+        loaded.on_streams.launch(grid, self._block, stream, [*pointers, *sizes])
 
-    def _call_misaligned(self, buffers: Sequence[torch.Tensor]) -> None:
+    def _call_misaligned(self, buffers: Sequence[torch.Tensor], sizes: Sequence[int]) -> None:
         """Kernels assume 16-byte aligned buffers: misaligned ones (views with an offset) go
         through aligned copies, outputs copied back after the launch."""
         copies = [b if b.data_ptr() % POINTER_ALIGNMENT == 0 else b.clone() for b in buffers]
-        self(copies)
+        self._run(copies, sizes)
         for buffer, copy in zip(buffers, copies, strict=True):
             if copy is not buffer:
                 buffer.copy_(copy)
 
-    def _launch(self, loaded: _DeviceModule, pointers: list[int]) -> None:
-        if self.shape.items == 0:
-            return
+    def _launch(
+        self,
+        loaded: _DeviceModule,
+        grid: tuple[int, int, int],
+        pointers: list[int],
+        sizes: Sequence[int],
+    ) -> None:
         driver = self._driver
-        if loaded.pack is None or loaded.pack.size != 8 * len(pointers):
-            loaded.pack = struct.Struct("P" * len(pointers))
+        layout = "P" * len(pointers) + "q" * len(sizes)
+        if loaded.pack is None or loaded.pack.format != layout:
+            loaded.pack = struct.Struct(layout)
         # `prepared_call`'s own launch, without its per-call block-shape and keyword handling.
-        params = loaded.pack.pack(*pointers)
+        params = loaded.pack.pack(*pointers, *sizes)
         loaded.context.push()
         try:
-            loaded.function._launch_kernel(loaded.grid, self._block, params, 0, None)
+            loaded.function._launch_kernel(grid, self._block, params, 0, None)
             if SYNC_LAUNCHES:
                 loaded.context.synchronize()
         except driver.Error as e:

@@ -31,6 +31,11 @@ SIZE_ARGS_ATTR = "xfuse.size_args"
 """A kernel with symbolic sizes (docs/dynamic-shapes.md): the names of its trailing `index`
 arguments, input size symbols of the function's `graph.sizes` table, in the table's order."""
 
+SIZE_HINTS_ATTR = "xfuse.size_hints"
+"""A kernel with symbolic sizes: each size argument's hint (the example's size), in the order
+of `xfuse.size_args`; the GPU mapping chooses its block shape for these sizes (a shape valid
+for every size)."""
+
 EXTENT_ATTR = "xfuse.extent"
 """A kernel with symbolic sizes whose outer parallel loop runs over a size symbol: that
 symbol's name (the runtime splits `[0, extent)` at the call's size)."""
@@ -49,5 +54,8 @@ IEEE's maximum and minimum, as the op is."""
 STRATEGY_ATTR = "xfuse.gpu.strategy"
 BLOCK_ATTR = "xfuse.gpu.block"
 ITEMS_ATTR = "xfuse.gpu.items"
+ITEMS_SIZES_ATTR = "xfuse.gpu.items_sizes"
+"""A GPU kernel with symbolic sizes: its work items (`xfuse.gpu.items` is -1) as an expression
+of its size arguments (JSON), which the launch evaluates per call."""
 ALIGN_ATTR = "xfuse.gpu.align"
 LANE_ATTR = "xfuse.gpu.lane"

@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     FloatAttr,
+    IndexType,
     IntegerAttr,
     IntegerType,
     MemRefType,
@@ -279,12 +280,17 @@ class AlignKernelPointers(RewritePattern):
 
 def _convert_block_argument_types(kernel: func.FuncOp) -> None:
     """Arguments of the blocks that scf -> cf left in the kernel's own region (loop indices):
-    `ConvertLLVMTypes` converts those of the regions of the ops it visits, not the kernel's."""
+    `ConvertLLVMTypes` converts those of the regions of the ops it visits, not the kernel's.
+    Of the entry block, the `index` size arguments of a kernel with symbolic sizes become
+    i64 (its buffers stay memrefs until `_align_pointers`)."""
     for block in list(kernel.body.blocks)[1:]:
         for arg in list(block.args):
             converted = convert_llvm_type(arg.type)
             if converted != arg.type:
                 Rewriter.replace_value_with_new_type(arg, converted)
+    for arg in list(kernel.body.blocks[0].args):
+        if isinstance(arg.type, IndexType):
+            Rewriter.replace_value_with_new_type(arg, i64)
 
 
 def _check_mapped(kernel: func.FuncOp) -> None:

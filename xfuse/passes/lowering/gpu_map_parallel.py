@@ -39,6 +39,7 @@ kernel touches more than 2^31-1 elements, then 64-bit.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -48,6 +49,7 @@ from xdsl.context import Context
 from xdsl.dialects import arith, func, llvm, memref, scf
 from xdsl.dialects.builtin import (
     AnyFloat,
+    ArrayAttr,
     FloatAttr,
     IndexType,
     IntAttr,
@@ -71,7 +73,16 @@ from xfuse.dialects.graph import numel
 from xfuse.errors import XfuseError
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.functions import kernel_functions
-from xfuse.ir.names import ALIGN_ATTR, BLOCK_ATTR, ITEMS_ATTR, LANE_ATTR, STRATEGY_ATTR
+from xfuse.ir.names import (
+    ALIGN_ATTR,
+    BLOCK_ATTR,
+    ITEMS_ATTR,
+    ITEMS_SIZES_ATTR,
+    LANE_ATTR,
+    SIZE_ARGS_ATTR,
+    SIZE_HINTS_ATTR,
+    STRATEGY_ATTR,
+)
 from xfuse.passes.lowering.divisions import divide_by_reciprocal
 from xfuse.passes.lowering.scalar_ops import REDUCTION_IDENTITIES, reduction_identity
 from xfuse.passes.options import BLOCK_THREADS, NON_NEGATIVE, POSITIVE, ROW_THREADS, option
@@ -201,16 +212,32 @@ def _memref_type(access: memref.LoadOp | memref.StoreOp) -> MemRefType[Attribute
 
 
 def _index_type_for(kernel: func.FuncOp, extra: int = 0) -> IntegerType:
-    """i32 where every buffer and the mapped index space (with headroom `extra`) fit, else i64."""
+    """i32 where every buffer and the mapped index space (with headroom `extra`) fit, else i64
+    (a buffer of a dynamic size: i64)."""
     largest = extra
     for t in kernel.function_type.inputs:
         if isinstance(t, MemRefType):
+            if any(d < 0 for d in t.get_shape()):
+                return i64
             largest = max(largest, numel(t.get_shape()))
     return i32 if largest <= INT32_LIMIT else i64
 
 
-def _delinearize(e: _Emit, flat: SSAValue, shape: Sequence[int]) -> list[SSAValue]:
-    """Row-major indices (as `index`) of a flat position in `shape`."""
+Extent = int | SSAValue
+"""A parallel or row loop's trip count: a constant, or (a kernel with symbolic sizes) an
+`index` value the kernel computes from its size arguments before its loop."""
+
+
+def _extent(e: _Emit, extent: Extent) -> SSAValue:
+    """`extent` in the mapping's integer type."""
+    if isinstance(extent, int):
+        return e.const(extent)
+    return e.op(arith.IndexCastOp(extent, e.int_type))
+
+
+def _delinearize(e: _Emit, flat: SSAValue, shape: Sequence[Extent]) -> list[SSAValue]:
+    """Row-major indices (as `index`) of a flat position in `shape` (runtime extents are
+    divided by at run time)."""
     ivs: list[SSAValue] = []
     rest = flat
     for axis in reversed(range(len(shape))):
@@ -221,8 +248,13 @@ def _delinearize(e: _Emit, flat: SSAValue, shape: Sequence[int]) -> list[SSAValu
         if axis == 0:
             ivs.append(e.to_index(rest))
             break
-        ivs.append(e.to_index(e.rem(rest, e.const(extent))))
-        rest = e.div(rest, e.const(extent))
+        if isinstance(extent, int):
+            ivs.append(e.to_index(e.rem(rest, e.const(extent))))
+            rest = e.div(rest, e.const(extent))
+        else:
+            size = _extent(e, extent)
+            ivs.append(e.to_index(e.rem(rest, size)))
+            rest = e.div(rest, size)
     return ivs[::-1]
 
 
@@ -600,6 +632,21 @@ def _map_grid_stride(
     _set_launch(kernel, strategy, block, math.ceil(items / unroll))
 
 
+RUNTIME_ITEMS = -1
+"""`xfuse.gpu.items` of a kernel whose work depends on its size arguments: the launch computes
+it per call (`xfuse.gpu.items_sizes`)."""
+
+
+def _product(e: _Emit, shape: Sequence[Extent]) -> SSAValue:
+    """The product of `shape`'s extents (runtime ones multiplied at run time)."""
+    static = math.prod(d for d in shape if isinstance(d, int))
+    total = e.const(static)
+    for d in shape:
+        if isinstance(d, SSAValue):
+            total = e.mul(total, _extent(e, d))
+    return total
+
+
 def _set_launch(kernel: func.FuncOp, strategy: str, block: int, items: int) -> None:
     kernel.attributes[STRATEGY_ATTR] = StringAttr(strategy)
     kernel.attributes[BLOCK_ATTR] = IntegerAttr(block, i64)
@@ -608,22 +655,35 @@ def _set_launch(kernel: func.FuncOp, strategy: str, block: int, items: int) -> N
 
 @dataclass(frozen=True)
 class _RowPlan:
-    """A row-reduction body: its loops, their common trip count, their reductions."""
+    """A row-reduction body: its loops, their common trip count (a runtime size's value in a
+    kernel with symbolic sizes), their reductions."""
 
-    length: int
+    length: Extent
     loops: dict[scf.ForOp, list[_Reduction]]
 
 
 _ROW_LOOP_OPS = (arith.ConstantOp, memref.LoadOp, memref.StoreOp, scf.YieldOp)
 
 
-def _row_plan(body: list[Operation], columns: bool = False) -> _RowPlan | None:
+def _loop_length(loop: scf.ForOp, symbolic: bool) -> Extent | None:
+    """The trip count of a loop from 0: a constant, or with `symbolic` a value defined
+    outside the parallel body (a runtime size)."""
+    length = _const_int(loop.ub)
+    if length is not None:
+        return length
+    return loop.ub if symbolic else None
+
+
+def _row_plan(
+    body: list[Operation], columns: bool = False, symbolic: bool = False
+) -> _RowPlan | None:
     """How the row loops of a parallel body map to threads, or None where they are no row
-    loops (`_is_row_loop_body`; with `columns`, loops that walk a column are taken too)."""
+    loops (`_is_row_loop_body`; with `columns`, loops that walk a column are taken too; with
+    `symbolic`, loops may run to a runtime size)."""
     loops = [op for op in body if isinstance(op, scf.ForOp)]
     if not loops:
         return None
-    lengths = {_const_int(loop.ub) for loop in loops}
+    lengths = {_loop_length(loop, symbolic) for loop in loops}
     if len(lengths) != 1 or None in lengths:
         return None
     length = lengths.pop()
@@ -878,31 +938,47 @@ def _map_rows(
     kernel: func.FuncOp,
     scratch: _SharedScratch,
     par: scf.ParallelOp,
-    shape: list[int],
+    shape: Sequence[Extent],
     plan: _RowPlan,
     mapping: GPUMapping,
-) -> None:
+    length_hint: int = 0,
+) -> int:
+    """Map the rows (runtime extents and row lengths too: `length_hint`, the length the
+    threads per row are chosen for, is then its size at the hints); returns rows per block."""
     max_cached = mapping.max_cached
     loops = [op for op in _body_ops(par.body.block) if isinstance(op, scf.ForOp)]
     for loop in loops:  # one division per row (an IEEE division is a dozen instructions)
         divide_by_reciprocal(loop)
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
-    rows = numel(shape)
-    width = _row_width(loops, plan.length)
-    threads = _row_threads(plan.length, width, mapping)
-    if math.ceil(plan.length / (threads * width)) * width > max_cached:
-        width = 1  # re-read: the strided loop takes one element at a time
-        threads = _row_threads(plan.length, 1, mapping)
+    static = [d for d in shape if isinstance(d, int)]
+    rows = numel(static) if len(static) == len(shape) else None
+    if isinstance(plan.length, int):
+        width = _row_width(loops, plan.length)
+        threads = _row_threads(plan.length, width, mapping)
+        if math.ceil(plan.length / (threads * width)) * width > max_cached:
+            width = 1  # re-read: the strided loop takes one element at a time
+            threads = _row_threads(plan.length, 1, mapping)
+        per_thread = math.ceil(plan.length / (threads * width)) * width
+    else:  # a runtime length: one element at a time, strided, for any length
+        width = 1
+        threads = _row_threads(max(1, length_hint), 1, mapping)
+        per_thread = max_cached + 1
     rows_per_block = max(1, mapping.rows_block // threads) if threads == WARP else 1
-    blocks = math.ceil(rows / rows_per_block)
-    int_type = _index_type_for(kernel, rows + MAX_BLOCK)
+    int_type = _index_type_for(kernel, rows + MAX_BLOCK) if rows is not None else i64
     e = _Emit(Builder(InsertPoint.before(par)), int_type)
+    runtime_rows = None if rows is not None else _product(e, shape)
     tid32 = e.sreg32("tid.x")
     tid = e.widen(tid32)
     row = e.add(e.mul(e.sreg("ctaid.x"), e.const(rows_per_block)), e.div(tid, e.const(threads)))
-    row_ok = e.lt(row, e.const(rows))
-    row_ivs = _delinearize(e, e.min(row, e.const(rows - 1)), shape)
+    if runtime_rows is None:
+        assert rows is not None
+        row_ok = e.lt(row, e.const(rows))
+        row_ivs = _delinearize(e, e.min(row, e.const(rows - 1)), shape)
+    else:
+        row_ok = e.lt(row, runtime_rows)
+        last = e.op(arith.SubiOp(runtime_rows, e.const(1)))
+        row_ivs = _delinearize(e, e.min(row, last), shape)
     lane = e.op(arith.RemUIOp(tid32, e.const(threads, i32)))
     place = _RowThreads(
         threads,
@@ -910,7 +986,6 @@ def _map_rows(
         e.op(arith.DivUIOp(tid32, e.const(WARP, i32))),
         e.op(arith.RemUIOp(tid32, e.const(WARP, i32))),
     )
-    per_thread = math.ceil(plan.length / (threads * width)) * width
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     cloner = _Cloner(e, dict(zip(ivs, row_ivs, strict=True)), read_only)
     lane_index = e.to_index(lane)
@@ -934,7 +1009,9 @@ def _map_rows(
             cloner.clone(op, first_lane)
     par.detach()
     par.erase()
+    blocks = math.ceil(rows / rows_per_block) if rows is not None else RUNTIME_ITEMS
     _set_launch(kernel, "rows", rows_per_block * threads, blocks)
+    return rows_per_block
 
 
 def _map_row_loop(
@@ -952,6 +1029,7 @@ def _map_row_loop(
 ) -> None:
     reductions = plan.loops[loop]
     if per_thread <= max_cached:
+        assert isinstance(plan.length, int)
         partials = _unrolled_row_loop(
             e, cloner, loop, reductions, place, lane_index, row_ok, per_thread, plan.length, width
         )
@@ -1083,14 +1161,13 @@ def _strided_row_loop(
     lane_index: SSAValue,
     row_ok: SSAValue,
     partials: list[SSAValue],
-    length: int,
+    length: Extent,
 ) -> list[SSAValue]:
     body = loop.body.block
     new_body = Block(arg_types=[IndexType(), *(p.type for p in partials)])
     step = e.const(place.threads, IndexType())
-    new_loop = e.builder.insert(
-        scf.ForOp(lane_index, e.const(length, IndexType()), step, partials, new_body)
-    )
+    end = length if isinstance(length, SSAValue) else e.const(length, IndexType())
+    new_loop = e.builder.insert(scf.ForOp(lane_index, end, step, partials, new_body))
     inner = _Emit(Builder(InsertPoint.at_end(new_body)), e.int_type)
     mapper = dict(cloner.mapper)
     mapper.update(zip(body.args, new_body.args, strict=True))
@@ -1117,6 +1194,168 @@ def _map_single_thread(kernel: func.FuncOp) -> None:
     then.add_op(scf.YieldOp())
     e.builder.insert(scf.IfOp(first, [], [then]))
     _set_launch(kernel, "serial", 1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels with symbolic sizes: runtime extents, work items computed per launch
+# ---------------------------------------------------------------------------------------------
+
+DEFAULT_SIZE_HINT = 1024
+"""The size a runtime size is taken at where its kernel names no hints (hand-written IR)."""
+
+SizeExpression = int | list["str | int | SizeExpression"]
+"""A kernel's work items as a function of its size arguments: an int, `["arg", i]` (the i-th
+size argument), or `[op, a, b]` with op one of `add`, `sub`, `mul`, `div` (floor)."""
+
+_SIZE_OPS: dict[type[Operation], str] = {
+    arith.AddiOp: "add",
+    arith.SubiOp: "sub",
+    arith.MuliOp: "mul",
+    arith.DivUIOp: "div",
+}
+
+
+def _size_args(kernel: func.FuncOp) -> list[SSAValue]:
+    names = kernel.attributes[SIZE_ARGS_ATTR]
+    assert isinstance(names, ArrayAttr)
+    args = kernel.body.block.args
+    return list(args[len(args) - len(names.data) :])
+
+
+def size_expression(kernel: func.FuncOp, value: SSAValue) -> SizeExpression:
+    """`value` (a size the kernel computes before its loop) as an expression of its size
+    arguments; a value computed otherwise is refused."""
+    if (constant := _const_int(value)) is not None:
+        return constant
+    args = _size_args(kernel)
+    if value in args:
+        return ["arg", args.index(value)]
+    op = value.owner
+    if isinstance(op, Operation) and type(op) in _SIZE_OPS:
+        lhs, rhs = op.operands
+        return [_SIZE_OPS[type(op)], size_expression(kernel, lhs), size_expression(kernel, rhs)]
+    raise GPUMappingError(
+        f"@{kernel.sym_name.data}: a loop bound the launch cannot compute from the size arguments"
+    )
+
+
+def evaluate_size_expression(expression: SizeExpression, sizes: Sequence[int]) -> int:
+    """The value of a `SizeExpression` at the size arguments `sizes`."""
+    if isinstance(expression, int):
+        return expression
+    op, *operands = expression
+    if op == "arg":
+        index = operands[0]
+        assert isinstance(index, int)
+        return sizes[index]
+    a, b = (evaluate_size_expression(x, sizes) for x in operands)  # type: ignore[arg-type]
+    match op:
+        case "add":
+            return a + b
+        case "sub":
+            return a - b
+        case "mul":
+            return a * b
+        case "div":
+            return a // b
+    raise ValueError(f"unknown size expression operator '{op}'")
+
+
+def _hint(kernel: func.FuncOp, value: SSAValue) -> int:
+    """A runtime size at the kernel's size hints (`xfuse.size_hints`)."""
+    hints = kernel.attributes.get(SIZE_HINTS_ATTR)
+    values = (
+        [h.value.data for h in hints.data if isinstance(h, IntegerAttr)]
+        if isinstance(hints, ArrayAttr)
+        else []
+    )
+    count = len(_size_args(kernel))
+    at = values if len(values) == count else [DEFAULT_SIZE_HINT] * count
+    return evaluate_size_expression(size_expression(kernel, value), at)
+
+
+def _symbolic_shape(kernel: func.FuncOp, par: scf.ParallelOp) -> list[Extent]:
+    shape: list[Extent] = []
+    for lb, ub, step in zip(par.lowerBound, par.upperBound, par.step, strict=True):
+        if _const_int(lb) != 0 or _const_int(step) != 1:
+            raise GPUMappingError(
+                f"@{kernel.sym_name.data}: expected scf.parallel bounds from 0 step 1"
+            )
+        extent = _const_int(ub)
+        shape.append(ub if extent is None else extent)
+    if par.initVals:
+        raise GPUMappingError(
+            f"@{kernel.sym_name.data}: scf.parallel with reductions is not supported"
+        )
+    return shape
+
+
+def _shape_expression(kernel: func.FuncOp, shape: Sequence[Extent]) -> SizeExpression:
+    """The element count of `shape` as an expression of the kernel's size arguments."""
+    static = math.prod(d for d in shape if isinstance(d, int))
+    factors = [size_expression(kernel, d) for d in shape if isinstance(d, SSAValue)]
+    if static != 1 or not factors:
+        factors.insert(0, static)
+    expression = factors[0]
+    for factor in factors[1:]:
+        expression = ["mul", expression, factor]
+    return expression
+
+
+def _map_symbolic_grid_stride(
+    kernel: func.FuncOp, par: scf.ParallelOp, shape: list[Extent], block: int
+) -> str:
+    """A thread per iteration in a grid-stride loop over the flattened runtime index space
+    (one element a thread and step: a vector width would depend on the sizes)."""
+    body = _body_ops(par.body.block)
+    ivs = list(par.body.block.args)
+    e = _Emit(Builder(InsertPoint.before(par)), i64)
+    items = _product(e, shape)
+    gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
+    nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
+    loop_body = Block(arg_types=[i64])
+    e.builder.insert(scf.ForOp(gtid, items, nthreads, [], loop_body))
+    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), i64)
+    read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
+    lane_ivs = _delinearize(inner, loop_body.args[0], shape)
+    cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
+    for op in body:
+        cloner.clone(op, None)
+    loop_body.add_op(scf.YieldOp())
+    par.detach()
+    par.erase()
+    strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
+    _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
+    return strategy
+
+
+def _map_symbolic(
+    kernel: func.FuncOp, module: ModuleOp, par: scf.ParallelOp, mapping: GPUMapping
+) -> str:
+    """Map a kernel with size arguments: its block shape is chosen at the size hints and is
+    valid for every size (grid-stride loops over the runtime index space, rows of any length
+    strided over the row's threads); its work items, from which the launch computes the
+    grid, are an expression of its size arguments (`xfuse.gpu.items_sizes`)."""
+    shape = _symbolic_shape(kernel, par)
+    body = _body_ops(par.body.block)
+    plan = None
+    if any(_has_control_flow(op) for op in body):
+        # Buffers of runtime sizes are 1-D, read at linear offsets: which loops walk rows
+        # is not visible in their indices, so every loop of the row's kind is taken.
+        plan = _row_plan(body, columns=True, symbolic=True)
+    items = _shape_expression(kernel, shape)
+    if plan is None:
+        strategy = _map_symbolic_grid_stride(kernel, par, shape, mapping.block_size)
+    else:
+        hint = plan.length if isinstance(plan.length, int) else _hint(kernel, plan.length)
+        scratch = _SharedScratch(module, kernel.sym_name.data)
+        per_block = _map_rows(kernel, scratch, par, shape, plan, mapping, hint)
+        strategy = "rows"
+        if per_block > 1:
+            items = ["div", ["add", items, per_block - 1], per_block]
+    kernel.attributes[ITEMS_ATTR] = IntegerAttr(RUNTIME_ITEMS, i64)
+    kernel.attributes[ITEMS_SIZES_ATTR] = StringAttr(json.dumps(items))
+    return strategy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1194,6 +1433,8 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
     if par is None:
         _map_single_thread(kernel)
         return "serial"
+    if SIZE_ARGS_ATTR in kernel.attributes:
+        return _map_symbolic(kernel, module, par, mapping)
     shape = _parallel_shape(kernel, par)
     body = _body_ops(par.body.block)
     if numel(shape) == 0:

@@ -46,6 +46,7 @@ from xfuse.ir.names import (
     KERNEL_ATTR,
     PARALLEL_DIMS_ATTR,
     SIZE_ARGS_ATTR,
+    SIZE_HINTS_ATTR,
 )
 from xfuse.passes.fusion.kernel_loops import RowPasses, RowShape, reads_own_row
 from xfuse.passes.lowering.domains import (
@@ -283,6 +284,8 @@ class KernelBuilder:
             kernel.attributes[SIZE_ARGS_ATTR] = ArrayAttr([StringAttr(n) for n in names])
             if d.parallel[0].size is not None:
                 kernel.attributes[EXTENT_ATTR] = StringAttr(d.parallel[0].size)
+            hints = [self.table.by_name[n].hint for n in names]
+            kernel.attributes[SIZE_HINTS_ATTR] = ArrayAttr([IntegerAttr(h, i64) for h in hints])
         entry = kernel.body.block
         self.args = list(entry.args)
         self.scope = Scope(entry, None)

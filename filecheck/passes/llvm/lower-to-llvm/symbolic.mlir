@@ -5,7 +5,8 @@
 // after the pointers, its split loop runs over [lo, hi) as a static kernel's, `@k.extent` is
 // -1 (the runtime computes it from the sizes) and `@k.sizes` counts the size arguments. A
 // memref<?xf32> is its data pointer, indexed at the kernel's offset. The loop over a runtime
-// row length is vectorized with a scalar remainder; no OpenMP entry yet.
+// row length is vectorized with a scalar remainder. (Where the process has torch's OpenMP
+// runtime the module also has the entry `@k.parallel`: tests/backends/test_cpu_openmp.py.)
 
 func.func @k(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0"} {
   %4 = arith.constant 0 : index
@@ -40,4 +41,3 @@ func.func @k(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attribu
 // OPT:     vector.body:
 // OPT:     fadd reassoc <{{[0-9]+}} x float>
 // OPT:     middle.block:
-// OPT-NOT: define void @k.parallel

@@ -1,9 +1,9 @@
 // RUN: xfuse-opt %s --split-input-file -p fuse-greedy,lower-to-loops | filecheck %s
 
 // A kernel of a group with symbolic sizes takes its input size symbols as index arguments
-// after its buffers (`xfuse.size_args`); a buffer with a dynamic dim is a 1-D memref<?xT> read
-// at a linear offset; the row loop runs to the runtime size, the mean divides by the
-// runtime count (here static: 8).
+// after its buffers (`xfuse.size_args`, their hints `xfuse.size_hints`); a buffer with a
+// dynamic dim is a 1-D memref<?xT> read at a linear offset; the row loop runs to the runtime
+// size, the mean divides by the runtime count (here static: 8).
 
 func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>, %b: tensor<8xf32>) -> tensor<?xf32, #graph.syms<s0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [2, 4096]>} {
   %0 = graph.add %x, %b : tensor<?x8xf32, #graph.syms<s0>>, tensor<8xf32> -> tensor<?x8xf32, #graph.syms<s0>>
@@ -13,7 +13,7 @@ func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>, %b: tensor<8xf32>) -> t
 }
 
 // CHECK:      %0 = fusion.launch @forward_k0(%x, %b) : (tensor<?x8xf32, #graph.syms<s0>>, tensor<8xf32>) -> tensor<?xf32, #graph.syms<s0>>
-// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<8xf32>, %2: memref<?xf32>, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0"} {
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<8xf32>, %2: memref<?xf32>, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0", xfuse.size_hints = [4 : i64]} {
 // CHECK:        %[[C0:.*]] = arith.constant 0 : index
 // CHECK:        %[[C1:.*]] = arith.constant 1 : index
 // CHECK:        %[[C8:.*]] = arith.constant 8 : index
@@ -37,7 +37,7 @@ func.func @forward(%x: tensor<?x?xf32, #graph.syms<s0, s1>>) -> tensor<?x1xf32, 
   func.return %1 : tensor<?x1xf32, #graph.syms<s0>>
 }
 
-// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0"} {
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0", xfuse.size_hints = [4 : i64, 6 : i64]} {
 // CHECK:        %[[N:.*]] = arith.index_cast %3 : index to i64
 // CHECK-NEXT:   %[[COUNT:.*]] = arith.sitofp %[[N]] : i64 to f32
 // CHECK-NEXT:   "scf.parallel"(%{{.*}}, %2, %{{.*}})
@@ -58,7 +58,7 @@ func.func @forward(%y: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?xf32, #graph
   func.return %1 : tensor<?xf32, #graph.syms<s2>>
 }
 
-// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s2"} {
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s2", xfuse.size_hints = [4 : i64]} {
 // CHECK:        %[[C8:.*]] = arith.constant 8 : index
 // CHECK-NEXT:   %[[S2:.*]] = arith.muli %2, %[[C8]] : index
 // CHECK-NEXT:   "scf.parallel"(%{{.*}}, %[[S2]], %{{.*}})
@@ -78,7 +78,7 @@ func.func @forward(%y: tensor<?x2xf32, #graph.syms<e0>>, %x: tensor<?xf32, #grap
   func.return %0 : tensor<?x2xf32, #graph.syms<e0>>
 }
 
-// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "e0"} {
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "e0", xfuse.size_hints = [9 : i64]} {
 // CHECK:        %[[C1:.*]] = arith.constant 1 : index
 // CHECK-NEXT:   %[[N:.*]] = arith.addi %[[C1]], %2 : index
 // CHECK-NEXT:   %[[C2:.*]] = arith.constant 2 : index
@@ -95,7 +95,7 @@ func.func @forward(%x: tensor<?x?xf32, #graph.syms<s0, s1>>) -> tensor<?x?xf32, 
   func.return %1 : tensor<?x?xf32, #graph.syms<s1, s0>>
 }
 
-// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s1"} {
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s1", xfuse.size_hints = [4 : i64, 6 : i64]} {
 // CHECK:        "scf.parallel"(%{{.*}}, %{{.*}}, %3, %2, %{{.*}}, %{{.*}})
 // CHECK-NEXT:   ^bb0(%[[I:.*]]: index, %[[J:.*]]: index):
 // CHECK-NEXT:     %[[R:.*]] = arith.muli %[[J]], %3 : index
@@ -117,7 +117,7 @@ func.func @forward(%x: tensor<?x4xf32, #graph.syms<s0>>, %y: tensor<3x4xf32>) ->
   func.return %1 : tensor<?x4xf32, #graph.syms<s1>>
 }
 
-// CHECK:      func.func @forward_k0(%0: memref<3x4xf32>, %1: memref<?xf32>, %2: memref<?xf32>, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s1"} {
+// CHECK:      func.func @forward_k0(%0: memref<3x4xf32>, %1: memref<?xf32>, %2: memref<?xf32>, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s1", xfuse.size_hints = [5 : i64]} {
 // CHECK:        %[[S1:.*]] = arith.addi %{{.*}}, %3 : index
 // CHECK:        "scf.parallel"(%{{.*}}, %{{.*}}, %[[S1]],
 // CHECK-NEXT:   ^bb0(%[[ROW:.*]]: index, %[[COL:.*]]: index):
@@ -140,7 +140,7 @@ func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?x8xf32, #gra
   func.return %0 : tensor<?x8xf32, #graph.syms<s0>>
 }
 
-// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0"} {
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0", xfuse.size_hints = [4 : i64]} {
 // CHECK:        %[[C8:.*]] = arith.constant 8 : index
 // CHECK-NEXT:   %[[M8:.*]] = arith.constant -8 : index
 // CHECK:        ^bb0(%[[ROW:.*]]: index, %[[COL:.*]]: index):
@@ -164,7 +164,7 @@ func.func @forward(%x: tensor<?x?x2xf32, #graph.syms<s0, s1>>) -> tensor<?x2xf32
   func.return %2 : tensor<?x2xf32, #graph.syms<s2>>
 }
 
-// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s2"} {
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s2", xfuse.size_hints = [4 : i64, 6 : i64]} {
 // CHECK:        %[[S2:.*]] = arith.muli %2, %3 : index
 // CHECK:        "scf.parallel"(%{{.*}}, %{{.*}}, %[[S2]],
 // CHECK-NEXT:   ^bb0(%[[ROW:.*]]: index, %[[COL:.*]]: index):

@@ -1,0 +1,190 @@
+"""CUDA kernels with symbolic sizes (docs/dynamic-shapes.md, "GPU"): the PTX takes the sizes as
+i64 parameters after its buffers, ptxas accepts it, its launch computes the grid from the size
+arguments per call, and (on a GPU) one loaded kernel matches torch at every size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.export import Dim
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+
+from tests.backends.test_cuda import ARCH, assemble, gpu
+from xfuse.backends.cuda import CUDABackend, LaunchShape
+from xfuse.dialects import graph
+from xfuse.errors import CodegenError
+from xfuse.frontend import import_module
+from xfuse.ir.functions import kernel_functions
+from xfuse.ir.names import SIZE_ARGS_ATTR, SIZES_ATTR
+from xfuse.passes.lowering.gpu_map_parallel import evaluate_size_expression
+from xfuse.pipeline import pipeline
+from xfuse.runtime.symbolic import DEFAULT_PASSES
+
+
+class Softmax(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=-1)
+
+
+class Pointwise(torch.nn.Module):
+    def forward(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x + b) * 2
+
+
+class Norm(torch.nn.Module):
+    """A layer norm over a static row of 32, rows symbolic: the static row machinery (the row
+    kept in registers) on a runtime number of rows."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(torch.relu(x), (32,))
+
+
+class ColumnMean(torch.nn.Module):
+    """A mean over the symbolic batch: a column reduction to a runtime length."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=0) + 1
+
+
+class Cumsum(torch.nn.Module):
+    """A scan along the symbolic dim: the serial strategy over runtime extents."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x * 2, dim=1)
+
+
+def rows_and_length() -> dict[str, Any]:
+    return {"x": {0: Dim("rows", min=2, max=4096), 1: Dim("n", min=2, max=65536)}}
+
+
+CASES: dict[str, tuple[torch.nn.Module, tuple[torch.Tensor, ...], dict[str, Any]]] = {
+    "softmax": (Softmax(), (torch.randn(4, 100),), rows_and_length()),
+    "softmax_long": (Softmax(), (torch.randn(4, 8192),), rows_and_length()),
+    "pointwise": (
+        Pointwise(),
+        (torch.randn(4, 6, 8), torch.randn(8)),
+        {"x": {0: Dim("a", min=2), 1: Dim("b", min=2)}, "b": None},
+    ),
+    "layer_norm": (Norm(), (torch.randn(5, 32),), {"x": {0: Dim("batch", min=2)}}),
+    "column_mean": (ColumnMean(), (torch.randn(5, 16),), {"x": {0: Dim("batch", min=2)}}),
+    "cumsum": (Cumsum(), (torch.randn(3, 7),), rows_and_length()),
+}
+
+
+def symbolic_loop_ir(case: str) -> tuple[ModuleOp, graph.SizesAttr, list[str]]:
+    """The loop IR of a case's symbolic program (as `SymbolicProgram` builds it), its size
+    table and its kernels' names."""
+    model, inputs, dynamic = CASES[case]
+    program = import_module(model.eval(), inputs, dynamic_shapes=dynamic)
+    module = program.module.clone()
+    pipeline(DEFAULT_PASSES).apply(module)
+    table = next(op.attributes[SIZES_ATTR] for op in module.ops if isinstance(op, func.FuncOp))
+    assert isinstance(table, graph.SizesAttr)
+    pipeline("lower-to-loops")(module)
+    return module, table, [k.sym_name.data for k in kernel_functions(module)]
+
+
+def size_arguments(
+    module: ModuleOp, name: str, table: graph.SizesAttr, x: torch.Tensor
+) -> list[int]:
+    """The kernel's size arguments for a call whose first input is `x`."""
+    kernel = next(k for k in kernel_functions(module) if k.sym_name.data == name)
+    args = kernel.attributes[SIZE_ARGS_ATTR]
+    assert isinstance(args, ArrayAttr)
+    sizes: list[int] = []
+    for symbol in args.data:
+        assert isinstance(symbol, StringAttr)
+        source = table.by_name[symbol.data].source
+        assert source is not None and source[0] == 0
+        sizes.append(x.shape[source[1]])
+    return sizes
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_symbolic_kernels_take_their_sizes_and_assemble(case: str, tmp_path: Path) -> None:
+    module, _, names = symbolic_loop_ir(case)
+    assert len(names) == 1  # one kernel a case (what the GPU test launches)
+    for name in names:
+        ptx = CUDABackend(ARCH).compile(module, name).decode()
+        shape = LaunchShape.from_ptx(ptx)
+        assert shape.sizes >= 1 and shape.items == -1 and shape.items_sizes
+        params = ptx.split(f".entry {name}(", 1)[1].split(")", 1)[0]
+        trailing = [p.strip() for p in params.strip().split(",")][-shape.sizes :]
+        assert all(p.startswith(".param .u64 ") and ".ptr" not in p for p in trailing)
+        assemble(ptx, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("case", "strategy", "block", "sizes", "items"),
+    [
+        # a warp a row, 8 rows a block: ceil(rows / 8) blocks
+        ("softmax", "rows", 256, [2, 3], 1),
+        ("softmax", "rows", 256, [17, 5000], 3),
+        # rows of about 8192 (the hint): a block of 128 threads a row, a block per row
+        ("softmax_long", "rows", 128, [33, 3], 33),
+        # a grid-stride loop over 8 * a * b elements
+        ("pointwise", "elementwise", 256, [3, 5], 120),
+        # a static row of 32 a warp, rows at run time
+        ("layer_norm", "rows", 256, [9], 2),
+        ("cumsum", "serial", 256, [4, 9], 4),
+    ],
+)
+def test_the_launch_computes_its_work_from_the_sizes(
+    case: str, strategy: str, block: int, sizes: list[int], items: int
+) -> None:
+    module, _, names = symbolic_loop_ir(case)
+    shapes = [LaunchShape.from_ptx(CUDABackend(ARCH).compile(module, n).decode()) for n in names]
+    (shape,) = [s for s in shapes if s.strategy == strategy]
+    assert shape.block == block
+    assert shape.work_items(sizes) == items
+
+
+def test_size_expressions_evaluate() -> None:
+    expression = ["div", ["add", ["mul", 8, ["arg", 1]], ["sub", ["arg", 0], 1]], 2]
+    assert evaluate_size_expression(expression, [5, 3]) == (8 * 3 + 4) // 2
+
+
+def test_a_static_kernel_keeps_its_launch_line() -> None:
+    line = LaunchShape("k", "rows", 256, 8).to_comment()
+    assert line == '// xfuse-launch {"block": 256, "items": 8, "kernel": "k", "strategy": "rows"}'
+    assert LaunchShape.from_ptx(line + "\n") == LaunchShape("k", "rows", 256, 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# On the GPU
+# ---------------------------------------------------------------------------------------------
+
+SIZES: dict[str, list[tuple[int, ...]]] = {
+    "softmax": [(2, 2), (3, 100), (9, 31), (64, 1000), (5, 5000), (300, 33)],
+    "softmax_long": [(2, 2), (3, 8192), (7, 10000), (2, 65536), (100, 64)],
+    "pointwise": [(2, 2, 8), (3, 5, 8), (64, 33, 8), (1000, 7, 8)],
+    "layer_norm": [(2, 32), (9, 32), (64, 32), (4097, 32)],
+    "column_mean": [(2, 16), (9, 16), (1000, 16)],
+    "cumsum": [(2, 2), (3, 7), (64, 300)],
+}
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_one_loaded_kernel_matches_torch_at_every_size(case: str) -> None:
+    module, table, names = symbolic_loop_ir(case)
+    (name,) = names
+    backend = CUDABackend()
+    kernel = backend.load(backend.compile(module, name), name)
+    model, inputs, _ = CASES[case]
+    torch.manual_seed(0)
+    for shape in SIZES[case]:
+        x = torch.randn(*shape, device="cuda")
+        buffers = [x, *(t.cuda() for t in inputs[1:])]  # the kernel's inputs, in this order
+        expected = model(*buffers)
+        out = torch.empty_like(expected)
+        with pytest.raises(CodegenError, match="size arguments"):
+            kernel([*buffers, out])
+        kernel.launch_sized([*buffers, out], size_arguments(module, name, table, x))
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, expected, msg=lambda m, s=shape: f"{s}: {m}")
