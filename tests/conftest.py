@@ -78,3 +78,21 @@ def compiled_kernels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(CPUBackend, "compile", counting)
     return names
+
+
+@pytest.fixture
+def compiled_cuda_kernels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the kernels the CUDA backend compiles during the test, in order."""
+    from xdsl.dialects.builtin import ModuleOp
+
+    from xfuse.backends.cuda import CUDABackend
+
+    names: list[str] = []
+    compile_kernel = CUDABackend.compile
+
+    def counting(self: CUDABackend, module: ModuleOp, name: str) -> bytes:
+        names.append(name)
+        return compile_kernel(self, module, name)
+
+    monkeypatch.setattr(CUDABackend, "compile", counting)
+    return names

@@ -187,11 +187,11 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     `device` is "cpu", "cuda" or "cuda:N" (a string or torch.device); arguments of the wrong
     kind are an `InvalidArgumentError` (a ValueError and TypeError too).
     `dynamic_shapes` (torch.export's: `{"x": {0: Dim("batch", min=2, max=1024)}}`) compiles
-    once for every size in the ranges, on the CPU, for inference: a `DynamicProgram`
+    once for every size in the ranges, on the CPU or CUDA, for inference: a `DynamicProgram`
     (`xfuse.runtime.dynamic`, which lists what it refuses)."""
     check_arguments(example_inputs, example_kwargs, pipeline, cache)
     mode, static = fallback_mode(fallback), check_static(static_inputs, len(example_inputs))
-    if dynamic_shapes is not None:  # CPU programs need neither: no eager groups, no graphs
+    if dynamic_shapes is not None:  # `static` unused: symbolic programs capture no CUDA graphs
         from xfuse.runtime.dynamic import compile_dynamic  # its imports only when asked for
 
         return compile_dynamic(

@@ -63,9 +63,9 @@ def dynamo_backend(
     inputs; on any failure a warning and `gm.forward` (eager), or with
     `options={"fallback": "error"}` (or `XFUSE_STRICT=1`) an `EagerFallbackError`. Calls that
     need autograd run eagerly, with one warning that says so (strict: an `EagerFallbackError`
-    at the call). A graph with dynamic shapes (SymInt inputs or sizes) on the CPU is compiled
-    once for its size symbols (`_dynamic`); where that path refuses it, per concrete shape at
-    call time (`_per_shape`), with a `DynamicShapesWarning` that says why. A graph dynamo hands
+    at the call). A graph with dynamic shapes (SymInt inputs or sizes) on the CPU or a CUDA GPU
+    is compiled once for its size symbols (`_dynamic`); where that path refuses it, per
+    concrete shape at call time (`_per_shape`), with a `DynamicShapesWarning` that says why. A graph dynamo hands
     over again (same code, same attribute tensors, same input signature) gets what the first
     time got (`BACKEND_PROGRAMS`)."""
     mode = backend_mode(options)
@@ -270,7 +270,8 @@ graph, serving every size in range) and "per-shape" (one per concrete call signa
 
 CALL_REFUSALS = (SymbolicSizeError, UnsupportedInputError, AutogradUnsupportedError)
 """What a symbolic program raises, before anything ran, for a call it does not take (a size
-out of range, a tensor off the CPU, a call that needs autograd): the per-shape path runs it."""
+out of range, a tensor off the program's device, a call that needs autograd): the per-shape
+path runs it."""
 
 
 Held = dict[Any, tuple[int, int | None]]
@@ -528,23 +529,26 @@ def symbolic_program(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
 ) -> tuple[DynamicProgram, SymbolicInputs]:
     """A graph with symbolic sizes compiled once (`xfuse.compile` with `dynamic_shapes`, for
-    the CPU) for every size in its symbols' ranges; its refusals raise (one line)."""
+    the graph's device: the CPU or a CUDA GPU) for every size in its symbols' ranges; its
+    refusals raise (one line)."""
     from xfuse.runtime.dynamic import compile_dynamic  # its imports only when asked for
 
     device = graph_device(gm, example_inputs)
-    if device.type != "cpu":
-        raise UnsupportedProgram(f"symbolic programs compile for the CPU only yet, not {device}")
+    if device.type not in ("cpu", "cuda"):
+        raise UnsupportedProgram(
+            f"symbolic programs compile for the CPU and CUDA only, not {device}"
+        )
     inputs = symbolic_inputs(gm, example_inputs)
     examples = tuple(inputs.arguments([example_value(x) for x in example_inputs]))
     fn = inputs.function(gm, len(example_inputs))
     with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's
         try:
-            program = compile_dynamic(fn, examples, "cpu", inputs.dynamic_shapes)
+            program = compile_dynamic(fn, examples, device, inputs.dynamic_shapes)
         except ExportError as e:
             refined = _refined_ranges(e, inputs.dynamic_shapes)
             if refined is None:
                 raise
-            program = compile_dynamic(fn, examples, "cpu", refined)
+            program = compile_dynamic(fn, examples, device, refined)
     program.guards += dynamo_guards(gm, example_inputs)
     COMPILES["symbolic"] += 1
     return program, inputs

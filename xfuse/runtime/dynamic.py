@@ -1,11 +1,12 @@
 """
-`xfuse.compile(..., dynamic_shapes=...)` on the CPU (docs/dynamic-shapes.md, "runtime"): the
+`xfuse.compile(..., dynamic_shapes=...)` on the CPU or a CUDA GPU (docs/dynamic-shapes.md,
+"runtime"): the
 program is exported once with torch.export's `dynamic_shapes` (`Dim`s), imported with size
 symbols, fused, lowered and compiled once (`SymbolicProgram`), and every call runs those kernels
 at the call's sizes. `DynamicProgram` is what `compile` returns then.
 
 Refused at compile time, in one line (`InvalidArgumentError`), rather than compiled statically
-where the result would differ: a device other than the CPU, a `pipeline`, a `cache` or
+where the result would differ: a device other than the CPU or CUDA, a `pipeline`, a `cache` or
 `channels_last=True` (options the symbolic path does not honour yet). A group that the symbolic
 lowering cannot lower refuses the program (`lower-to-loops`' line), and so does one whose
 eager outputs a dynamic program would not return alike (`check_outputs`: a view of an input or
@@ -13,7 +14,7 @@ of another output, or strides that are not contiguous). At call time: a size of 
 the input's `Dim` allows specialises, as Inductor's does (`DynamicProgram.specialises`: a
 static program compiled for the call's shape runs it); a size outside a symbol's range (0 and
 1 where the `Dim` does not allow them) raises `SymbolicSizeError`; a call that needs autograd or
-runs under `torch.autocast`, a tensor off the CPU, inputs of another structure, or a Python
+runs under `torch.autocast`, a tensor off the program's device, inputs of another structure, or a Python
 scalar other than the example's (torch.export specialised it) raise their own one-line errors.
 """
 
@@ -28,7 +29,6 @@ from torch.utils import _pytree as pytree
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from xfuse.backends.cpu import CPUBackend
 from xfuse.errors import (
     AutogradUnsupportedError,
     ExportError,
@@ -54,7 +54,7 @@ from xfuse.report.op_index import OpIndex
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, reason_of
 from xfuse.runtime.state import ModuleState
-from xfuse.runtime.symbolic import SymbolicProgram
+from xfuse.runtime.symbolic import Backend, SymbolicProgram
 
 Tensor = torch.Tensor
 
@@ -66,9 +66,10 @@ def check_dynamic_options(
     pipeline: str | None = None,
     cache: Any = None,
     channels_last: bool | None = None,
-) -> None:
+) -> torch.device:
     """`compile`'s options that a program with symbolic sizes cannot honour yet, refused in one
-    `InvalidArgumentError` line each."""
+    `InvalidArgumentError` line each; returns the device (CUDA's with its index: the current
+    device where none was given)."""
     if not isinstance(dynamic_shapes, dict | tuple | list):
         raise InvalidArgumentError(
             "dynamic_shapes must be torch.export's: a dict or tuple of {dim: torch.export.Dim} "
@@ -78,10 +79,10 @@ def check_dynamic_options(
         parsed = torch.device(device) if isinstance(device, str | torch.device) else None
     except RuntimeError:  # torch's own "Invalid device string"
         parsed = None
-    if parsed is None or parsed.type != "cpu":
+    if parsed is None or parsed.type not in ("cpu", "cuda"):
         raise InvalidArgumentError(
-            f"dynamic_shapes compiles for the CPU only yet, device '{device}' was asked for "
-            "(compile without dynamic_shapes for a program per shape there)"
+            f"dynamic_shapes compiles for the CPU and CUDA only, device '{device}' was asked "
+            "for (compile without dynamic_shapes for a program per shape there)"
         )
     refused = [
         (pipeline is not None, "a pipeline (symbolic programs are fused with the default one)"),
@@ -91,6 +92,13 @@ def check_dynamic_options(
     for asked, what in refused:
         if asked:
             raise InvalidArgumentError(f"dynamic_shapes does not take {what}")
+    if parsed.type == "cuda":
+        from xfuse.api import check_device
+
+        parsed = check_device(parsed)  # CUDAUnavailable without a GPU
+        if parsed.index is None:
+            parsed = torch.device("cuda", torch.cuda.current_device())
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -148,8 +156,8 @@ def export_guards(exported: torch.export.ExportedProgram) -> list[str]:
 
 
 class DynamicProgram:
-    """A model or function compiled once for every size its `dynamic_shapes` allow, on the CPU;
-    call it like the model (see the module docstring). `kernel_count` kernels were compiled,
+    """A model or function compiled once for every size its `dynamic_shapes` allow, on the CPU
+    or a CUDA GPU (`device`); call it like the model (see the module docstring). `kernel_count` kernels were compiled,
     once, when it was built; `symbols` are the program's size symbols (`graph.sizes`)."""
 
     def __init__(
@@ -158,8 +166,9 @@ class DynamicProgram:
         example_inputs: tuple[Any, ...],
         dynamic_shapes: Any,
         example_kwargs: dict[str, Any] | None = None,
-        backend: CPUBackend | None = None,
+        backend: Backend | None = None,
         fallback: FallbackMode = "eager",
+        device: torch.device | str = "cpu",
     ) -> None:
         from xfuse.frontend.importer import import_program, wrap_function
         from xfuse.frontend.pytrees import export_support
@@ -187,8 +196,11 @@ class DynamicProgram:
         self.program = program
         self.op_index = OpIndex()
         """The ops the fusion decisions name (for `xfuse.explain`)."""
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.compiled = SymbolicProgram(
-            program.module, backend=backend, observer=self.op_index.observe
+            program.module, backend=backend, observer=self.op_index.observe, device=self.device
         )
         arguments = range(len(program.function.body.block.args))
         users = [i for i in arguments if i not in program.param_names]
@@ -246,9 +258,10 @@ class DynamicProgram:
         for x in [*tensors, *state]:
             if not isinstance(x, Tensor):
                 raise UnsupportedInputError(f"an input is a {type(x).__name__}, not a tensor")
-            if x.device.type != "cpu":
+            if x.device != self.device:
                 raise InputDeviceError(
-                    f"a tensor on {x.device} in a call of a program compiled for the CPU"
+                    f"a tensor on {x.device} in a call of a program compiled for "
+                    f"{'the CPU' if self.device.type == 'cpu' else self.device}"
                 )
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in [*tensors, *state])
         if needs_grad:
@@ -256,7 +269,7 @@ class DynamicProgram:
                 "a call with grad enabled and an input or parameter that requires grad: "
                 "dynamic_shapes compiles inference only yet (call under torch.no_grad())"
             )
-        if torch.is_autocast_enabled("cpu"):
+        if torch.is_autocast_enabled(self.device.type):
             raise AutogradUnsupportedError(
                 "a call under torch.autocast: dynamic_shapes compiles no autocast yet"
             )
@@ -295,7 +308,7 @@ class DynamicProgram:
             self.specialised = compile_program(
                 self.model,
                 args,
-                torch.device("cpu"),
+                self.device,
                 PipelineOptions(DEFAULT_PIPELINE),
                 example_kwargs=kwargs,
                 quiet=True,
@@ -351,9 +364,14 @@ def compile_dynamic(
     fallback: FallbackMode = "eager",
 ) -> DynamicProgram:
     """`xfuse.compile` with `dynamic_shapes`: its options checked, the program built."""
-    check_dynamic_options(
+    target = check_dynamic_options(
         device, dynamic_shapes, pipeline=pipeline, cache=cache, channels_last=channels_last
     )
     return DynamicProgram(
-        model_or_fn, tuple(example_inputs), dynamic_shapes, example_kwargs, fallback=fallback
+        model_or_fn,
+        tuple(example_inputs),
+        dynamic_shapes,
+        example_kwargs,
+        fallback=fallback,
+        device=target,
     )

@@ -1,8 +1,8 @@
 """
-Programs with symbolic sizes on the CPU (docs/dynamic-shapes.md, "runtime"): what
-`xfuse.compile(..., dynamic_shapes=...)` runs (`xfuse.runtime.dynamic`). `SymbolicProgram`
-fuses and lowers a `@forward` with a `graph.sizes` table once, compiles each kernel once, and
-runs every call at the call's sizes:
+Programs with symbolic sizes on the CPU or a CUDA GPU (docs/dynamic-shapes.md, "runtime"):
+what `xfuse.compile(..., dynamic_shapes=...)` runs (`xfuse.runtime.dynamic`).
+`SymbolicProgram` fuses and lowers a `@forward` with a `graph.sizes` table once, compiles each
+kernel once for its device, and runs every call at the call's sizes:
 
 - the sizes of a call are read from its inputs: each input symbol from the argument and dim
   that hold it, equal symbols agreeing, each in its range (which starts at 2: a size of 0 or
@@ -10,11 +10,15 @@ runs every call at the call's sizes:
   instead), static dims and dtypes as declared; derived symbols are computed, and one of 0 or
   1 (a floor division at a small input: `(s0 + 1) floordiv 2` at `s0 = 2`) raises
   `SymbolicSizeError` as well;
-- a kernel launch allocates its outputs from their symbolic shapes at those sizes and passes
-  the kernel's size arguments (`xfuse.size_args`) and the trip count of its split loop
-  (`xfuse.extent`'s symbol, or the kernel's static extent);
+- a kernel launch allocates its outputs on the program's device from their symbolic shapes at
+  those sizes and passes the kernel's size arguments (`xfuse.size_args`) and the trip count of
+  its split loop (`xfuse.extent`'s symbol, or the kernel's static extent: the CPU's); a CUDA
+  kernel computes its grid from the size arguments (`CUDAKernel.launch_sized`), and one that
+  gathers stops at an index out of range (`trap`, as eager's device-side assert) rather than
+  reporting it through its flag (reading the flag back would synchronise);
 - every other op of `@forward` (externs such as `graph.linear`, views) runs eagerly through the
-  graph interpreter's prepared ops, with the call's sizes bound.
+  graph interpreter's prepared ops, with the call's sizes bound, on the program's device (the
+  tensors an op makes, an iota's, are made there).
 
 A group that `lower-to-loops` cannot lower on symbolic sizes is refused (the pass's one line):
 the static runtime's op-by-op fallback is not wired to symbolic programs yet.
@@ -31,8 +35,9 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 
 from xfuse.backends.cpu import CPUBackend, CPUKernel
+from xfuse.backends.cuda import CUDABackend, CUDAKernel
 from xfuse.dialects import fusion, graph
-from xfuse.errors import IndexOutOfRangeError, SymbolicSizeError
+from xfuse.errors import IndexOutOfRangeError, InputDeviceError, SymbolicSizeError
 from xfuse.interpreters.graph import SIZES, find_function, prepare_op
 from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
@@ -46,31 +51,38 @@ puts a transposed weight's matmul and a bias add that fusion left alone back int
 every call."""
 
 
+Kernel = CPUKernel | CUDAKernel
+Backend = CPUBackend | CUDABackend
+
+
 @dataclass
 class _Launch:
-    kernel: CPUKernel
+    kernel: Kernel
     inputs: list[int]
     outputs: list[int]
     shapes: list[tuple[graph.Dim, ...]]
     dtypes: list[torch.dtype]
     size_args: list[str]
     extent: str | int
+    device: torch.device
     error_flag: bool = False
     """The kernel takes an error flag after its outputs (it gathers): set, the launch raises
-    eager's index error."""
+    eager's index error (a CUDA kernel traps instead: its flag is not read)."""
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
         buffers = [_tensor(values[i]).contiguous() for i in self.inputs]
         outs = [
-            torch.empty([d if isinstance(d, int) else sizes[d] for d in shape], dtype=t)
+            torch.empty(
+                [d if isinstance(d, int) else sizes[d] for d in shape], dtype=t, device=self.device
+            )
             for shape, t in zip(self.shapes, self.dtypes, strict=True)
         ]
-        flag = [torch.zeros(1, dtype=torch.uint8)] if self.error_flag else []
+        flag = [torch.zeros(1, dtype=torch.uint8, device=self.device)] if self.error_flag else []
         extent = self.extent if isinstance(self.extent, int) else sizes[self.extent]
         self.kernel.launch_sized(
             [*buffers, *outs, *flag], [sizes[s] for s in self.size_args], extent
         )
-        if flag and flag[0].item():
+        if flag and self.device.type == "cpu" and flag[0].item():
             raise IndexOutOfRangeError.in_kernel(self.kernel.name)
         for slot, out in zip(self.outputs, outs, strict=True):
             values[slot] = out
@@ -109,19 +121,27 @@ def _tensor(value: torch.Tensor | None) -> torch.Tensor:
     return value
 
 
+def default_backend(device: torch.device) -> Backend:
+    """The backend that compiles a symbolic program's kernels for `device`."""
+    return CUDABackend() if device.type == "cuda" else CPUBackend()
+
+
 class SymbolicProgram:
-    """`@forward` of a module with size symbols, fused, lowered and compiled once for the CPU;
-    call it with tensors of any sizes its symbols allow (see the module docstring). `observer`
-    is called around each fusion pass (`xfuse.pipeline.PassObserver`)."""
+    """`@forward` of a module with size symbols, fused, lowered and compiled once for `device`
+    (the CPU or a CUDA GPU); call it with tensors on that device of any sizes its symbols allow
+    (see the module docstring). `observer` is called around each fusion pass
+    (`xfuse.pipeline.PassObserver`)."""
 
     def __init__(
         self,
         module: ModuleOp,
         *,
         passes: str = DEFAULT_PASSES,
-        backend: CPUBackend | None = None,
+        backend: Backend | None = None,
         observer: PassObserver | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
+        self.device = torch.device(device)
         module = module.clone()
         forward = find_function(module, "forward")
         table = forward.attributes.get(SIZES_ATTR)
@@ -141,8 +161,8 @@ class SymbolicProgram:
         """The module after fusion, before `lower-to-loops`: groups, not kernels."""
         pipeline("lower-to-loops")(module)
         self.module = module
-        self.backend = backend if backend is not None else CPUBackend()
-        self.kernels: dict[str, CPUKernel] = {}
+        self.backend = backend if backend is not None else default_backend(self.device)
+        self.kernels: dict[str, Kernel] = {}
         for kernel in kernel_functions(module):
             name = kernel.sym_name.data
             self.kernels[name] = self.backend.load(self.backend.compile(module, name), name)
@@ -182,7 +202,10 @@ class SymbolicProgram:
                         [graph.dims_of(r) for r in op.results],
                         [dtypes.to_torch(graph.dtype_of(r)) for r in op.results],
                         [s.data for s in size_args] if isinstance(size_args, ArrayAttr) else [],  # pyright: ignore[reportUnknownMemberType]
-                        extent.data if isinstance(extent, StringAttr) else kernel.extent,
+                        extent.data
+                        if isinstance(extent, StringAttr)
+                        else getattr(kernel, "extent", 0),  # a CUDA kernel's grid: its own
+                        self.device,
                         ERROR_FLAG_ATTR in ir.attributes,
                     )
                 )
@@ -200,6 +223,11 @@ class SymbolicProgram:
         for i, (dims, t, dtype) in enumerate(
             zip(self.arguments, inputs, self.argument_dtypes, strict=True)
         ):
+            if t.device.type != self.device.type:
+                raise InputDeviceError(
+                    f"argument {i} is a tensor on {t.device}, the program was compiled for "
+                    f"{self.device}"
+                )
             if t.dim() != len(dims) or t.dtype != dtype:
                 raise SymbolicSizeError(
                     f"argument {i} expects a {dtype} tensor of shape {graph.fmt_shape(dims)}, "
@@ -236,8 +264,13 @@ class SymbolicProgram:
         values: list[torch.Tensor | None] = [*inputs, *[None] * (self.slot_count - len(inputs))]
         token = SIZES.set(sizes)
         try:
-            for step in self.steps:
-                step.run(values, sizes)
+            if self.device.type == "cpu":
+                for step in self.steps:
+                    step.run(values, sizes)
+            else:
+                with inputs[0].device if inputs else self.device:  # tensors ops make go there
+                    for step in self.steps:
+                        step.run(values, sizes)
         finally:
             SIZES.reset(token)
         return [_tensor(values[i]) for i in self.results]
