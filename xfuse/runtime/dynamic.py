@@ -51,7 +51,8 @@ from xfuse.frontend.outputs import OutputRule
 from xfuse.ir.names import SIZES_ATTR
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.report.op_index import OpIndex
-from xfuse.runtime.executor import CompiledProgram
+from xfuse.runtime.compiler import output_sources
+from xfuse.runtime.executor import CompiledProgram, is_cpu_scalar
 from xfuse.runtime.fallback import FallbackMode, reason_of
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.symbolic import Backend, SymbolicProgram
@@ -223,6 +224,8 @@ class DynamicProgram:
         self.training = model_or_fn.training if isinstance(model_or_fn, torch.nn.Module) else None
         self.bind = program.binder(len(leaves), self.state.names if self.state else ())
         self.unflatten = unflattener(Imported(program, exported.call_spec.out_spec, []))
+        self.sources = output_sources(program.function)
+        """The `@forward` arguments each result is computed from."""
 
     @property
     def kernel_count(self) -> int:
@@ -258,7 +261,7 @@ class DynamicProgram:
         for x in [*tensors, *state]:
             if not isinstance(x, Tensor):
                 raise UnsupportedInputError(f"an input is a {type(x).__name__}, not a tensor")
-            if x.device != self.device:
+            if x.device != self.device and not (self.on_gpu and is_cpu_scalar(x)):
                 raise InputDeviceError(
                     f"a tensor on {x.device} in a call of a program compiled for "
                     f"{'the CPU' if self.device.type == 'cpu' else self.device}"
@@ -274,6 +277,10 @@ class DynamicProgram:
                 "a call under torch.autocast: dynamic_shapes compiles no autocast yet"
             )
         return self.bind(leaves, state)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type != "cpu"
 
     def specialises(self, tensors: Sequence[Tensor]) -> bool:
         """Whether a call of `@forward`'s arguments `tensors` has a size of 0 or 1 where a
@@ -296,7 +303,15 @@ class DynamicProgram:
         tensors = self._tensors(args, kwargs)
         if self.specialises(tensors):
             return self._specialised(args, kwargs)(*args, **kwargs)
+        scalars = {k for k, x in enumerate(tensors) if is_cpu_scalar(x)} if self.on_gpu else set()
+        if scalars:  # 0-d CPU tensors, which eager's GPU kernels take as values
+            tensors = [x.to(self.device) if k in scalars else x for k, x in enumerate(tensors)]
         results = self.compiled(*tensors)
+        if scalars:  # what eager computes from CPU scalars alone, it returns on the CPU
+            results = [
+                r.cpu() if read and read <= scalars else r
+                for r, read in zip(results, self.sources, strict=True)
+            ]
         return self.unflatten(self.program.visible(results))
 
     def _specialised(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompiledProgram:
