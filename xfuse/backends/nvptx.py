@@ -122,7 +122,8 @@ def to_nvptx_ir(
 
 
 def link_and_optimize(ir_text: str, kernels: Mapping[str, int], arch: str) -> llvm.ModuleRef:
-    """Parse, link libdevice, internalize all but the kernels, run O3."""
+    """Parse, link libdevice, internalize all but the kernels, drop what they do not reach
+    (`drop_unused`), run O3."""
     tm = target_machine(arch)
     module = llvm.parse_assembly(ir_text)
     module.verify()
@@ -134,11 +135,22 @@ def link_and_optimize(ir_text: str, kernels: Mapping[str, int], arch: str) -> ll
     for variable in module.global_variables:
         if not variable.is_declaration:
             variable.linkage = llvm.Linkage.internal
+    drop_unused(module, tm)
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     pass_builder = llvm.create_pass_builder(tm, tuning)
     pass_builder.getModulePassManager().run(module, pass_builder)
     module.verify()
     return module
+
+
+def drop_unused(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    """Delete the internal functions and globals that no kernel reaches (LLVM's GlobalDCE):
+    the hundreds of libdevice's that a kernel does not call, which O3 would otherwise take
+    through its early per-function passes before its own GlobalOpt deletes them."""
+    pass_builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options())
+    manager = llvm.create_new_module_pass_manager()
+    manager.add_global_dead_code_eliminate_pass()
+    manager.run(module, pass_builder)
 
 
 def compile_to_ptx(
