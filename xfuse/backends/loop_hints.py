@@ -12,8 +12,8 @@ innermost loop that carries such a sum over a constant trip count of at least
 sees the loop. (The hint also keeps the vectorizer from interleaving the loop, so a longer
 loop, which LLVM does not unroll first, is left without it.) Only a loop that steps through
 memory one element a trip and divides no integers (`unit_stride`) is kept: one that reads a
-column (a stride of a row) or computes a flat index's coordinates would be vectorized with
-gathers, scatters and scalarised divisions, 90x slower than its unrolled chain.
+column (a stride of a row) or computes a flat index's coordinates keeps LLVM's own choice,
+where the vectorizer would need gathers, scatters and scalarised divisions.
 
     .11:                                       ; the loop's header
       %acc = phi float [0.0, %.10], [%s, %.12]
