@@ -14,8 +14,10 @@ import xfuse.choices as choices
 from xfuse.choices import Choice
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
+from xfuse.frontend.export import import_for_xfuse
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
 from xfuse.runtime.cache import KernelCache
+from xfuse.runtime.driver import measuring_compile
 
 
 class DepthwiseBlock(torch.nn.Module):
@@ -59,7 +61,9 @@ def test_the_faster_side_is_kept_and_explained(
 ) -> None:
     measured: list[str] = []
 
-    def fake_measure(conv: Any, device: Any, channels_last: bool, compile_fn: Any) -> Choice:
+    def fake_measure(
+        conv: Any, device: Any, channels_last: bool, compile_fn: Any, cache: Any
+    ) -> Choice:
         measured.append(signature(conv))
         fast, slow = 0.01, 0.02
         return Choice(signature(conv), *((fast, slow) if library_faster else (slow, fast)))
@@ -88,9 +92,90 @@ def test_the_faster_side_is_kept_and_explained(
 def test_measure_times_both_sides_on_the_cpu(tmp_path: Path) -> None:
     model, x = DepthwiseBlock(4, 3).eval(), torch.randn(1, 4, 5, 5)
     (conv,) = candidates(import_module(model, (x,)).module)
-    choice = choices.measure(conv, torch.device("cpu"), False, xfuse.compile)
+    cache = KernelCache(tmp_path)
+    choice = choices.measure(conv, torch.device("cpu"), False, measuring_compile, cache)
     assert choice.library_ms > 0 and choice.stencil_ms > 0
     assert choice.signature == signature(conv)
+    assert cache.stats.compiles > 0  # the stencil's kernels went to the cache given
+
+
+@pytest.mark.parametrize(
+    ("conv", "shape", "channels_last"),
+    [
+        (torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), (1, 8, 6, 6), False),
+        (torch.nn.Conv2d(8, 8, 5, 2, 2, groups=8, bias=False), (2, 8, 9, 9), True),
+        (torch.nn.Conv1d(4, 4, 3, groups=4), (1, 4, 10), False),
+    ],
+)
+def test_the_measured_program_is_what_export_and_the_importer_make(
+    conv: torch.nn.Module, shape: tuple[int, ...], channels_last: bool
+) -> None:
+    """The stencil measured is compiled from a program built directly, as torch.export and the
+    importer would make it from the library's call."""
+    x = torch.randn(shape)
+    (call,) = candidates(import_module(conv.eval(), (x,)).module)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    library = choices._Convolution(call, torch.float32, torch.device("cpu"))  # pyright: ignore[reportPrivateUsage]
+    exported, built = import_for_xfuse(library, (x,)), library.imported(x)
+    assert str(built.program.module) == str(exported.program.module)
+    for field in ("param_names", "input_names", "output_names", "constant_inputs"):
+        assert getattr(built.program, field) == getattr(exported.program, field)
+    assert built.program.output_rules == exported.program.output_rules
+    assert built.program.output_constants == exported.program.output_constants == {}
+    assert built.program.hidden_outputs == exported.program.hidden_outputs == 0
+    assert built.program.params.keys() == exported.program.params.keys()
+    for name, tensor in built.program.params.items():
+        assert torch.equal(tensor, exported.program.params[name])
+    assert str(built.out_spec) == str(exported.out_spec)
+    assert built.op_names == exported.op_names
+
+
+class TwoDepthwiseShapes(torch.nn.Module):
+    """Three depthwise convolutions of two signatures."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.b = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.c = torch.nn.Conv2d(4, 4, 5, padding=2, groups=4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
+def test_a_cold_compile_measures_each_signature_once_and_exports_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The program is exported once: each candidate stencil is compiled from a program built
+    directly, and a signature met twice is measured once."""
+    exports: list[object] = []
+    measured: list[str] = []
+    export, measure = torch.export.export, choices.measure
+
+    def counted_export(*args: Any, **kwargs: Any) -> Any:
+        exports.append(args[0])
+        return export(*args, **kwargs)
+
+    def counted_measure(conv: Any, *args: Any) -> Choice:
+        measured.append(signature(conv))
+        return measure(conv, *args)
+
+    monkeypatch.setattr(torch.export, "export", counted_export)
+    monkeypatch.setattr(choices, "measure", counted_measure)
+    model, x = TwoDepthwiseShapes().eval(), torch.randn(1, 4, 6, 6)
+    cache = KernelCache(tmp_path)
+    with torch.no_grad():
+        program = xfuse.compile(model, (x,), quiet=True, cache=cache)
+        torch.testing.assert_close(program(x), model(x))
+    assert exports == [model]
+    assert sorted(measured) == sorted({signature(c) for c in candidates(_imported(model, x))})
+    assert len(measured) == 2
+    assert len(program.report.choices) == 2
+
+
+def _imported(model: torch.nn.Module, x: torch.Tensor) -> Any:
+    return import_module(model, (x,)).module
 
 
 def test_a_near_tie_goes_to_the_library() -> None:

@@ -9,7 +9,10 @@ few thousand elements at batch 1 is far too little work for a library call's fix
 ConvNeXt's 7x7 window over a batch of 32 images runs in cuDNN at a fraction of the stencil's
 time. `library_convolutions` times each distinct convolution of a program (`signature`) both
 ways, alone, on random data of its shapes, dtype and the layout the program will give it, and
-returns those whose library call was faster; `depthwise-stencil` leaves those alone. Each
+returns those whose library call was faster; `depthwise-stencil` leaves those alone. The
+stencil timed is compiled from the convolution's program built as torch.export and the importer
+would make it (`_Convolution.imported`), so that the program is exported once, not once per
+convolution measured. Each
 verdict is kept in the kernel cache beside the kernels (`CHOICE` entries, keyed by the
 signature, the device's name and torch's version), so it is measured once per machine, and
 `Executable.choices` (shown by `explain()`) lists every verdict with its two times.
@@ -32,12 +35,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from xdsl.dialects.builtin import ModuleOp
+from torch.utils import _pytree as pytree
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
+from xdsl.ir import Attribute, Block, Region
 from xdsl.passes import ModulePass
 
 from xfuse.dialects import graph
-from xfuse.frontend.convolution import ConvolutionCall
-from xfuse.ir.dtypes import to_torch
+from xfuse.dialects.torch_args import encode_args
+from xfuse.frontend.convolution import CONVOLUTION, ConvolutionCall
+from xfuse.frontend.export import Imported, forward_op_names
+from xfuse.frontend.importer import ImportedProgram
+from xfuse.frontend.outputs import OutputRule
+from xfuse.ir.dtypes import from_torch, to_torch
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
@@ -83,7 +93,9 @@ class Choice:
 
 
 Compile = Callable[..., Callable[..., Any]]
-"""`xfuse.compile`, passed in (`xfuse.runtime.driver`, which imports this module, passes it)."""
+"""`compile_fn(model, example_inputs, device, imported=..., **options)`: `xfuse.compile` of
+`model` with its program for `example_inputs` given as imported (no torch.export), passed in
+(`xfuse.runtime.driver`, which imports this module, passes it)."""
 
 
 @contextmanager
@@ -138,7 +150,7 @@ def library_convolutions(
         key = _key(sig, device, channels_last)
         choice = cache.program(key, _load, CHOICE)
         if choice is None:
-            choice = measure(conv, device, channels_last, compile_fn)
+            choice = measure(conv, device, channels_last, compile_fn, cache)
             cache.store_program(key, _dump(choice), CHOICE)
         found[sig] = choice
     return list(found.values())
@@ -173,9 +185,14 @@ def _load(data: bytes) -> Choice:
 
 
 def measure(
-    conv: ConvolutionCall, device: torch.device, channels_last: bool, compile_fn: Compile
+    conv: ConvolutionCall,
+    device: torch.device,
+    channels_last: bool,
+    compile_fn: Compile,
+    cache: KernelCache | None = None,
 ) -> Choice:
-    """Time `conv` as the library's call and as xfuse's stencil, on random data."""
+    """Time `conv` as the library's call and as xfuse's stencil, on random data; the stencil's
+    kernels compiled into `cache` (the default cache without one)."""
     dtype = to_torch(graph.dtype_of(conv.input))
     shape = graph.shape_of(conv.input)
     x = torch.randn(shape, dtype=dtype, device=device)
@@ -183,7 +200,16 @@ def measure(
         x = x.contiguous(memory_format=torch.channels_last)
     library = _Convolution(conv, dtype, device)
     with measuring(), torch.no_grad():
-        stencil = compile_fn(library, (x,), str(device), quiet=True, cuda_graphs=False)
+        imported = library.imported(x)
+        stencil = compile_fn(
+            library,
+            (x,),
+            str(device),
+            imported=imported,
+            cache=cache,
+            quiet=True,
+            cuda_graphs=False,
+        )
         return Choice(signature(conv), _time(library, x, device), _time(stencil, x, device))
 
 
@@ -191,6 +217,9 @@ class _Convolution(torch.nn.Module):
     """`conv` as the library's call, on random weights held as buffers (as a model holds
     them: torch.export lifts them, where a tensor a function closes over would meet the fake
     tensors of a `torch.compile` trace in progress)."""
+
+    weight: Tensor
+    bias: Tensor | None
 
     def __init__(self, conv: ConvolutionCall, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
@@ -202,9 +231,10 @@ class _Convolution(torch.nn.Module):
         self.stride, self.padding = list(conv.stride), list(conv.padding)
         self.dilation, self.groups = list(conv.dilation), conv.groups
 
-    def forward(self, x: Tensor) -> Tensor:
+    def arguments(self, x: Any) -> list[Any]:
+        """aten.convolution's nine arguments, with `x` as the input."""
         zeros = [0] * len(self.stride)
-        return torch.ops.aten.convolution(
+        return [
             x,
             self.weight,
             self.bias,
@@ -214,7 +244,46 @@ class _Convolution(torch.nn.Module):
             False,
             zeros,
             self.groups,
+        ]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.aten.convolution(*self.arguments(x))
+
+    def imported(self, x: Tensor) -> Imported:
+        """This module's program for `x` as torch.export and the importer make it (`@forward`
+        of the weight, the bias if any, then `x`; one `aten.convolution`; its output fresh,
+        with eager's strides), built directly: no export."""
+        states = [("weight", self.weight)]
+        if self.bias is not None:
+            states.append(("bias", self.bias))
+        types = [_tensor_type(t) for _, t in states] + [_tensor_type(x)]
+        attrs = [DictionaryAttr({"graph.param": StringAttr(n)}) for n, _ in states]
+        attrs.append(DictionaryAttr({"graph.input": StringAttr("x")}))
+        block = Block(arg_types=types)
+        *params, data = block.args
+        operands = [data, *params]
+        index = {id(t): i for i, t in enumerate([x, *(t for _, t in states)])}
+        args, kwargs = encode_args(self.arguments(x), {}, lambda v: index.get(id(v)))
+        out = self(x)
+        call = graph.TorchCallOp(CONVOLUTION, operands, [_tensor_type(out)], args, kwargs)
+        block.add_ops([call, func.ReturnOp(call.outputs[0])])
+        function = func.FuncOp(
+            "forward", (types, [call.outputs[0].type]), Region(block), arg_attrs=ArrayAttr(attrs)
         )
+        module = ModuleOp([function])
+        program = ImportedProgram(
+            module,
+            {i: n for i, (n, _) in enumerate(states)},
+            {n: t.detach() for n, t in states},
+            ["x"],
+            ["convolution"],
+            output_rules=[OutputRule("fresh", 0, stride=tuple(out.stride()))],
+        )
+        return Imported(program, pytree.tree_structure(out), forward_op_names(module))
+
+
+def _tensor_type(t: Tensor) -> TensorType[Attribute]:
+    return TensorType(from_torch(t.dtype), t.shape)
 
 
 def _time(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> float:

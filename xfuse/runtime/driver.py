@@ -23,7 +23,7 @@ from xfuse.backends import Backend, get_backend
 from xfuse.choices import Choice, Compile, choose_passes
 from xfuse.collector import collector_paused
 from xfuse.errors import ExportError, KernelCacheWarning
-from xfuse.frontend.export import ModelOrFn, import_for_xfuse, unflattener
+from xfuse.frontend.export import Imported, ModelOrFn, import_for_xfuse, unflattener
 from xfuse.ir import serialize
 from xfuse.ir.fingerprint import fingerprint
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
@@ -208,20 +208,31 @@ class BuildSettings:
     the backward frees what it saved), so CUDA graphs hand them over whatever their size."""
 
 
-def builder(model_or_fn: ModelOrFn, settings: BuildSettings) -> Callable[[CallInputs], Executable]:
-    """The `build` of a `CompiledProgram`: the `Executable` for one call's signature."""
+def builder(
+    model_or_fn: ModelOrFn, settings: BuildSettings, imported: Imported | None = None
+) -> Callable[[CallInputs], Executable]:
+    """The `build` of a `CompiledProgram`: the `Executable` for one call's signature. The
+    first build (the example inputs', which `CompiledProgram` builds upfront) takes its
+    program from `imported` where given; every other exports."""
+    given = [] if imported is None else [imported]
 
     def build(call: CallInputs) -> Executable:
+        first = given.pop() if given else None
         with Progress.create(settings.quiet) as progress, collector_paused():
-            return build_executable(model_or_fn, settings, call, progress)
+            return build_executable(model_or_fn, settings, call, progress, first)
 
     return build
 
 
 def build_executable(
-    model_or_fn: ModelOrFn, settings: BuildSettings, call: CallInputs, progress: Progress
+    model_or_fn: ModelOrFn,
+    settings: BuildSettings,
+    call: CallInputs,
+    progress: Progress,
+    given: Imported | None = None,
 ) -> Executable:
-    """Export, fuse, lower and compile the program for `call`'s signature."""
+    """Export, fuse, lower and compile the program for `call`'s signature (`given`: its
+    imported program, not exported again)."""
     backend, device, cache = settings.backend, settings.device, settings.cache
 
     def compile_kernel(source: KernelSource, name: str) -> Any:
@@ -231,21 +242,14 @@ def build_executable(
 
     start_workers(backend)  # their imports overlap exporting and fusing
     progress.stage("exporting the program (torch.export)")
-    # unverified: fuse_and_lower verifies it unless the cache holds its fused program
-    try:
-        imported = import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
-    except ExportError:
-        moved = scalars_on(call, device)
-        if moved is None:
-            raise
-        imported = import_for_xfuse(model_or_fn, *moved, False, cache)
+    imported = given if given is not None else import_call(model_or_fn, call, device, cache)
     progress.lap("export")
     progress.stage(f"imported {len(imported.op_names)} ops; fusing")
     program_ir = imported.program
     program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
     compiler = ProgramCompiler(compile_kernel, fallback=settings.fallback, device=device)
     options, choices = measured_options(
-        settings.options, program_ir.module, device, cache, _measuring_compile
+        settings.options, program_ir.module, device, cache, measuring_compile
     )
     passes = compile_pipeline(device, options)
     decisions, index = fuse_and_lower(program_ir, passes, cache, compiler)
@@ -282,6 +286,20 @@ def build_executable(
         ),
         device=device,
     )
+
+
+def import_call(
+    model_or_fn: ModelOrFn, call: CallInputs, device: torch.device, cache: KernelCache
+) -> Imported:
+    """`import_for_xfuse` of `call` (unverified: `fuse_and_lower` verifies it unless the cache
+    holds its fused program), again with its CPU scalars on `device` where that fails."""
+    try:
+        return import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
+    except ExportError:
+        moved = scalars_on(call, device)
+        if moved is None:
+            raise
+        return import_for_xfuse(model_or_fn, *moved, False, cache)
 
 
 def scalars_on(
@@ -390,9 +408,34 @@ def compile_program(
     return program(model_or_fn, settings, example_inputs, example_kwargs, static_inputs)
 
 
-def _measuring_compile(
-    model_or_fn: ModelOrFn, example_inputs: Sequence[Any], device: str, **kwargs: Any
+def measuring_compile(
+    model_or_fn: ModelOrFn,
+    example_inputs: Sequence[Any],
+    device: str,
+    imported: Imported,
+    **kwargs: Any,
 ) -> CompiledProgram:
     """`xfuse.compile(model_or_fn, example_inputs, device, **kwargs)` with the default pipeline,
-    as `xfuse.choices` compiles the stencil it times."""
-    return compile_program(model_or_fn, tuple(example_inputs), torch.device(device), **kwargs)
+    its program for `example_inputs` the `imported` one (no torch.export), as `xfuse.choices`
+    compiles the stencil it times."""
+
+    def program(
+        model_or_fn: ModelOrFn,
+        settings: BuildSettings,
+        example_inputs: tuple[Any, ...],
+        example_kwargs: dict[str, Any] | None,
+        static_inputs: tuple[int, ...],
+    ) -> CompiledProgram:
+        return CompiledProgram(
+            builder(model_or_fn, settings, imported),
+            example_inputs,
+            settings.device,
+            settings.state,
+            example_kwargs,
+            static_inputs,
+            eager=model_or_fn,
+        )
+
+    return compile_program(
+        model_or_fn, tuple(example_inputs), torch.device(device), program=program, **kwargs
+    )
