@@ -123,65 +123,52 @@ def test_an_mlp_compiles_once_for_every_batch_size_on_the_gpu(
     assert len(compiled_cuda_kernels) == compiled  # no size compiled anything again
 
 
+RESNET_IMAGES = [(64, 64), (65, 97), (80, 127), (128, 70)]
+
+
 @pytest.mark.gpu
 @gpu
-def test_stride_2_convolutions_compile_once_for_every_size_on_the_gpu(
+@pytest.mark.parametrize(
+    ("model", "example", "shapes", "images", "batches", "least"),
+    [
+        pytest.param(strided_convs, (2, 3, 32, 32), IMAGE, IMAGES, (2, 3, 5, 64), 2),
+        pytest.param(
+            strided_net, (2, 3, 32, 32), IMAGE, IMAGES, (2, 3, 5, 64), 2, marks=POOL_PARITY_GUARD
+        ),
+        pytest.param(
+            resnet_like,
+            (2, 3, 64, 64),
+            RESNET_IMAGE,
+            RESNET_IMAGES,
+            (2, 7),
+            3,
+            marks=POOL_PARITY_GUARD,
+        ),
+    ],
+    ids=["strided_convs", "strided_net", "resnet_like"],
+)
+def test_a_conv_net_compiles_once_for_every_size_on_the_gpu(
+    model: Any,
+    example: tuple[int, ...],
+    shapes: Any,
+    images: list[tuple[int, int]],
+    batches: tuple[int, ...],
+    least: int,
     compiled_cuda_kernels: list[str],
 ) -> None:
-    model = strided_convs().cuda()
-    example = torch.randn(2, 3, 32, 32, device="cuda")
-    program = xfuse.compile(model, (example,), device="cuda", dynamic_shapes=IMAGE)
+    net = model().cuda()
+    example_input = torch.randn(*example, device="cuda")
+    program = xfuse.compile(net, (example_input,), device="cuda", dynamic_shapes=shapes)
     assert isinstance(program, DynamicProgram)
     compiled = len(compiled_cuda_kernels)
-    assert compiled == program.kernel_count >= 2
+    assert compiled == program.kernel_count >= least
     with torch.no_grad():
-        for height, width in IMAGES:
-            for batch in (2, 3, 5, 64):
+        for height, width in images:
+            for batch in batches:
                 x = torch.randn(batch, 3, height, width, device="cuda")
-                torch.testing.assert_close(program(x), model(x))
-    assert len(compiled_cuda_kernels) == compiled
+                torch.testing.assert_close(program(x), net(x))
+    assert len(compiled_cuda_kernels) == compiled  # no size compiled anything again
     assert program.specialised is None
-
-
-@pytest.mark.gpu
-@gpu
-@POOL_PARITY_GUARD
-def test_a_stride_2_net_compiles_once_for_every_size_on_the_gpu(
-    compiled_cuda_kernels: list[str],
-) -> None:
-    model = strided_net().cuda()
-    example = torch.randn(2, 3, 32, 32, device="cuda")
-    program = xfuse.compile(model, (example,), device="cuda", dynamic_shapes=IMAGE)
-    assert isinstance(program, DynamicProgram)
-    compiled = len(compiled_cuda_kernels)
-    assert compiled == program.kernel_count >= 2
-    with torch.no_grad():
-        for height, width in IMAGES:
-            for batch in (2, 3, 5, 64):
-                x = torch.randn(batch, 3, height, width, device="cuda")
-                torch.testing.assert_close(program(x), model(x))
-    assert len(compiled_cuda_kernels) == compiled
-    assert program.specialised is None
-
-
-@pytest.mark.gpu
-@gpu
-@POOL_PARITY_GUARD
-def test_a_resnet_like_net_compiles_once_for_every_size_on_the_gpu(
-    compiled_cuda_kernels: list[str],
-) -> None:
-    model = resnet_like().cuda()
-    example = torch.randn(2, 3, 64, 64, device="cuda")
-    program = xfuse.compile(model, (example,), device="cuda", dynamic_shapes=RESNET_IMAGE)
-    assert isinstance(program, DynamicProgram)
-    compiled = len(compiled_cuda_kernels)
-    assert compiled == program.kernel_count >= 3
-    with torch.no_grad():
-        for height, width in [(64, 64), (65, 97), (80, 127), (128, 70)]:
-            for batch in (2, 7):
-                x = torch.randn(batch, 3, height, width, device="cuda")
-                torch.testing.assert_close(program(x), model(x))
-    assert len(compiled_cuda_kernels) == compiled
 
 
 @pytest.mark.gpu

@@ -9,6 +9,7 @@ kernel cache), compile the kernels, and put together the `Executable` with its `
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -359,10 +360,12 @@ def inference_program(
     example_inputs: tuple[Any, ...],
     example_kwargs: dict[str, Any] | None,
     static_inputs: tuple[int, ...],
+    imported: Imported | None = None,
 ) -> CompiledProgram:
-    """A `CompiledProgram` whose specialisations `builder` builds."""
+    """A `CompiledProgram` whose specialisations `builder` builds (the first from `imported`
+    where given)."""
     return CompiledProgram(
-        builder(model_or_fn, settings),
+        builder(model_or_fn, settings, imported),
         example_inputs,
         settings.device,
         settings.state,
@@ -418,24 +421,7 @@ def measuring_compile(
     """`xfuse.compile(model_or_fn, example_inputs, device, **kwargs)` with the default pipeline,
     its program for `example_inputs` the `imported` one (no torch.export), as `xfuse.choices`
     compiles the stencil it times."""
-
-    def program(
-        model_or_fn: ModelOrFn,
-        settings: BuildSettings,
-        example_inputs: tuple[Any, ...],
-        example_kwargs: dict[str, Any] | None,
-        static_inputs: tuple[int, ...],
-    ) -> CompiledProgram:
-        return CompiledProgram(
-            builder(model_or_fn, settings, imported),
-            example_inputs,
-            settings.device,
-            settings.state,
-            example_kwargs,
-            static_inputs,
-            eager=model_or_fn,
-        )
-
+    program = functools.partial(inference_program, imported=imported)
     return compile_program(
         model_or_fn, tuple(example_inputs), torch.device(device), program=program, **kwargs
     )
