@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
-from xfuse.backends import get_backend
+from xfuse.backends import check_device, get_backend
 from xfuse.differentiable import DifferentiableProgram, differentiable_program
-from xfuse.errors import CUDAUnavailable, FallbackWarning, InvalidArgumentError
+from xfuse.errors import FallbackWarning, InvalidArgumentError
 from xfuse.explanation import (
     Explanation,
     dynamic_explanation,
@@ -50,35 +50,6 @@ __all__ = [
     "compile",
     "explain",
 ]
-
-
-SUPPORTED_DEVICES = ("cpu", "cuda")
-"""The device types xfuse compiles for (`cuda` with an index or not: `cuda:1`)."""
-
-
-def check_device(device: str | torch.device) -> torch.device:
-    """The device asked for, or a one-line error: an `InvalidArgumentError` for one xfuse does
-    not compile for, `CUDAUnavailable` for CUDA without a CUDA build of torch and a GPU
-    (generating PTX needs neither: see xfuse.backends.cuda)."""
-    supported = " or ".join(f"'{d}'" for d in SUPPORTED_DEVICES)
-    if not isinstance(device, str | torch.device):
-        raise InvalidArgumentError(
-            f"device must be a string or torch.device ({supported}), got a {type(device).__name__}"
-        )
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:  # torch's own "Invalid device string", several lines long
-        parsed = None
-    if parsed is None or parsed.type not in SUPPORTED_DEVICES:
-        raise InvalidArgumentError(
-            f"unknown device '{device}': xfuse compiles for {supported} (or 'cuda:N')"
-        )
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise CUDAUnavailable(
-            f"device '{device}' was asked for, but torch sees no CUDA device here "
-            f"(torch {torch.__version__}, {'a CPU build' if torch.version.cuda is None else 'no GPU'})"
-        )
-    return parsed
 
 
 def check_arguments(example_inputs: Any, example_kwargs: Any, pipeline: Any, cache: Any) -> None:

@@ -12,12 +12,12 @@ artifact into something the runtime can call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+import torch
 from xdsl.dialects.builtin import ModuleOp
 
-if TYPE_CHECKING:
-    import torch
+from xfuse.errors import CUDAUnavailable, InvalidArgumentError
 
 
 class Kernel(Protocol):
@@ -52,3 +52,32 @@ def get_backend(device: str) -> Backend:
 
         return CUDABackend()
     raise ValueError(f"unknown device '{device}' (expected 'cpu' or 'cuda')")
+
+
+SUPPORTED_DEVICES = ("cpu", "cuda")
+"""The device types xfuse compiles for (`cuda` with an index or not: `cuda:1`)."""
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """The device asked for, or a one-line error: an `InvalidArgumentError` for one xfuse does
+    not compile for, `CUDAUnavailable` for CUDA without a CUDA build of torch and a GPU
+    (generating PTX needs neither: see xfuse.backends.cuda)."""
+    supported = " or ".join(f"'{d}'" for d in SUPPORTED_DEVICES)
+    if not isinstance(device, str | torch.device):
+        raise InvalidArgumentError(
+            f"device must be a string or torch.device ({supported}), got a {type(device).__name__}"
+        )
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:  # torch's own "Invalid device string", several lines long
+        parsed = None
+    if parsed is None or parsed.type not in SUPPORTED_DEVICES:
+        raise InvalidArgumentError(
+            f"unknown device '{device}': xfuse compiles for {supported} (or 'cuda:N')"
+        )
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise CUDAUnavailable(
+            f"device '{device}' was asked for, but torch sees no CUDA device here "
+            f"(torch {torch.__version__}, {'a CPU build' if torch.version.cuda is None else 'no GPU'})"
+        )
+    return parsed

@@ -243,7 +243,18 @@ def build_executable(
 
     start_workers(backend)  # their imports overlap exporting and fusing
     progress.stage("exporting the program (torch.export)")
-    imported = given if given is not None else import_call(model_or_fn, call, device, cache)
+    # unverified: fuse_and_lower verifies it unless the cache holds its fused program; inline,
+    # not a function of its own, so that a refused program's traceback has one frame less
+    if given is not None:
+        imported = given
+    else:
+        try:
+            imported = import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
+        except ExportError:
+            moved = scalars_on(call, device)
+            if moved is None:
+                raise
+            imported = import_for_xfuse(model_or_fn, *moved, False, cache)
     progress.lap("export")
     progress.stage(f"imported {len(imported.op_names)} ops; fusing")
     program_ir = imported.program
@@ -287,20 +298,6 @@ def build_executable(
         ),
         device=device,
     )
-
-
-def import_call(
-    model_or_fn: ModelOrFn, call: CallInputs, device: torch.device, cache: KernelCache
-) -> Imported:
-    """`import_for_xfuse` of `call` (unverified: `fuse_and_lower` verifies it unless the cache
-    holds its fused program), again with its CPU scalars on `device` where that fails."""
-    try:
-        return import_for_xfuse(model_or_fn, call.args, call.kwargs, False, cache)
-    except ExportError:
-        moved = scalars_on(call, device)
-        if moved is None:
-            raise
-        return import_for_xfuse(model_or_fn, *moved, False, cache)
 
 
 def scalars_on(

@@ -94,7 +94,7 @@ def check_dynamic_options(
         if asked:
             raise InvalidArgumentError(f"dynamic_shapes does not take {what}")
     if parsed.type == "cuda":
-        from xfuse.api import check_device
+        from xfuse.backends import check_device
 
         parsed = check_device(parsed)  # CUDAUnavailable without a GPU
         if parsed.index is None:
