@@ -29,6 +29,7 @@ from torch.utils import _pytree as pytree
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
+from xfuse.backends import check_device
 from xfuse.errors import (
     AutogradUnsupportedError,
     ExportError,
@@ -94,8 +95,6 @@ def check_dynamic_options(
         if asked:
             raise InvalidArgumentError(f"dynamic_shapes does not take {what}")
     if parsed.type == "cuda":
-        from xfuse.backends import check_device
-
         parsed = check_device(parsed)  # CUDAUnavailable without a GPU
         if parsed.index is None:
             parsed = torch.device("cuda", torch.cuda.current_device())
