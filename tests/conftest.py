@@ -9,6 +9,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -61,38 +62,31 @@ def no_fallback() -> Iterator[None]:
     torch._dynamo.reset()
 
 
-@pytest.fixture
-def compiled_kernels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the kernels the CPU backend compiles during the test, in order (a counter
-    of compiles: a kernel served by the cache is not compiled again)."""
-    from xdsl.dialects.builtin import ModuleOp
-
-    from xfuse.backends.cpu import CPUBackend
-
+def counted_compiles(monkeypatch: pytest.MonkeyPatch, backend: type[Any]) -> list[str]:
+    """The names of the kernels `backend` compiles from now on, in order (a counter of
+    compiles: a kernel served by the cache is not compiled again)."""
     names: list[str] = []
-    compile_kernel = CPUBackend.compile
+    compile_kernel = backend.compile
 
-    def counting(self: CPUBackend, module: ModuleOp, name: str) -> bytes:
+    def counting(self: Any, module: Any, name: str) -> bytes:
         names.append(name)
         return compile_kernel(self, module, name)
 
-    monkeypatch.setattr(CPUBackend, "compile", counting)
+    monkeypatch.setattr(backend, "compile", counting)
     return names
+
+
+@pytest.fixture
+def compiled_kernels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the kernels the CPU backend compiles during the test, in order."""
+    from xfuse.backends.cpu import CPUBackend
+
+    return counted_compiles(monkeypatch, CPUBackend)
 
 
 @pytest.fixture
 def compiled_cuda_kernels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the kernels the CUDA backend compiles during the test, in order."""
-    from xdsl.dialects.builtin import ModuleOp
-
     from xfuse.backends.cuda import CUDABackend
 
-    names: list[str] = []
-    compile_kernel = CUDABackend.compile
-
-    def counting(self: CUDABackend, module: ModuleOp, name: str) -> bytes:
-        names.append(name)
-        return compile_kernel(self, module, name)
-
-    monkeypatch.setattr(CUDABackend, "compile", counting)
-    return names
+    return counted_compiles(monkeypatch, CUDABackend)
