@@ -11,6 +11,7 @@ import torch
 
 import xfuse
 import xfuse.choices as choices
+from tests.backends.test_cuda import gpu
 from xfuse.choices import Choice
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
@@ -197,3 +198,92 @@ def test_a_depthwise_convolution_through_torch_compile_is_measured_on_a_cold_cac
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
     torch._dynamo.reset()
+
+
+def test_the_stencils_to_measure_are_compiled_ahead_all_at_once(tmp_path: Path) -> None:
+    """Each distinct signature not in the cache is handed to `ahead` in one batch, before any
+    is timed; cached verdicts are not."""
+    model, x = TwoDepthwiseShapes().eval(), torch.randn(1, 4, 6, 6)
+    module, cache = _imported(model, x), KernelCache(tmp_path)
+    batches: list[list[str]] = []
+
+    def ahead(programs: Any, device: torch.device, given: KernelCache) -> None:
+        assert given is cache and device == torch.device("cpu")
+        batches.append([p.program.module.body.block.first_op.sym_name.data for p in programs])
+
+    cpu = torch.device("cpu")
+    first = choices.library_convolutions(module, cpu, cache, measuring_compile, ahead=ahead)
+    assert batches == [["forward", "forward"]] and len(first) == 2
+    again = choices.library_convolutions(module, cpu, cache, measuring_compile, ahead=ahead)
+    assert len(batches) == 1 and [c.signature for c in again] == [c.signature for c in first]
+
+
+def test_compiling_ahead_leaves_the_measured_builds_nothing_to_compile(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """For CUDA (whose kernels worker processes compile; PTX, no GPU needed): after
+    `compile_choices_ahead`, a measuring build of the same programs finds its fused program
+    and every kernel in the cache."""
+    from xfuse.backends.cuda import CUDABackend
+    from xfuse.pipeline import PipelineOptions, compile_pipeline
+    from xfuse.runtime import driver
+    from xfuse.runtime.compile_workers import WORKERS_ENV
+    from xfuse.runtime.compiler import ProgramCompiler
+
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    backend = CUDABackend("sm_90")
+    monkeypatch.setattr(driver, "get_backend", lambda device: backend)
+    model, x = TwoDepthwiseShapes().eval(), torch.randn(1, 4, 6, 6)
+    convs = {signature(c): c for c in candidates(_imported(model, x))}
+    cuda, cache = torch.device("cuda"), KernelCache(tmp_path)
+
+    def programs() -> list[Any]:
+        return [choices._Timed(c, torch.device("cpu"), False).imported() for c in convs.values()]
+
+    with choices.measuring():
+        driver.compile_choices_ahead(programs(), cuda, cache)
+        compiled = cache.stats.compiles
+        sources = []
+        for imported in programs():
+            compiler = ProgramCompiler(driver._no_kernel, device=cuda)
+            passes = compile_pipeline(cuda, driver.settled(PipelineOptions()))
+            hits = cache.stats.program_hits
+            driver.fuse_and_lower(imported.program, passes, cache, compiler)
+            assert cache.stats.program_hits == hits + 1
+            sources += compiler.kernel_modules(imported.program.module)
+    assert compiled == len({s.text for s in sources}) >= 2
+    assert all(cache.key(backend, s) in cache._artifacts for s in sources)
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_cold_cuda_compile_builds_no_measured_stencil_in_process(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The stencils of two signatures are compiled ahead in worker processes, together; the
+    measuring builds that follow compile nothing themselves."""
+    from xfuse.runtime.compile_workers import WORKERS_ENV
+
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    built: list[object] = []
+    build, measure = KernelCache._build, choices.measure
+
+    def counted_build(self: KernelCache, *args: Any) -> Any:
+        built.append(args)
+        return build(self, *args)
+
+    in_measuring: list[int] = []
+
+    def counted_measure(*args: Any) -> Choice:
+        before = len(built)
+        choice = measure(*args)
+        in_measuring.append(len(built) - before)
+        return choice
+
+    monkeypatch.setattr(KernelCache, "_build", counted_build)
+    monkeypatch.setattr(choices, "measure", counted_measure)
+    model, x = TwoDepthwiseShapes().eval().cuda(), torch.randn(1, 4, 6, 6, device="cuda")
+    with torch.no_grad():
+        program = xfuse.compile(model, (x,), quiet=True, cache=KernelCache(tmp_path))
+        torch.testing.assert_close(program(x), model(x))
+    assert in_measuring == [0, 0]

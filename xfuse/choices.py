@@ -12,7 +12,8 @@ ways, alone, on random data of its shapes, dtype and the layout the program will
 returns those whose library call was faster; `depthwise-stencil` leaves those alone. The
 stencil timed is compiled from the convolution's program built as torch.export and the importer
 would make it (`_Convolution.imported`), so that the program is exported once, not once per
-convolution measured. Each
+convolution measured. The stencils of all the convolutions a compile measures are compiled
+first, together (`CompileAhead`: in worker processes on CUDA), then timed one by one. Each
 verdict is kept in the kernel cache beside the kernels (`CHOICE` entries, keyed by the
 signature, the device's name and torch's version), so it is measured once per machine, and
 `Executable.choices` (shown by `explain()`) lists every verdict with its two times.
@@ -97,6 +98,12 @@ Compile = Callable[..., Callable[..., Any]]
 `model` with its program for `example_inputs` given as imported (no torch.export), passed in
 (`xfuse.runtime.driver`, which imports this module, passes it)."""
 
+CompileAhead = Callable[[Sequence[Imported], torch.device, KernelCache], None]
+"""`ahead(programs, device, cache)`: fuse and lower the imported `programs` as `compile_fn`
+will, and compile all their kernels at once into `cache` (in worker processes where the
+backend has them), so that each `compile_fn` then finds its program and kernels made. Passed
+in by `xfuse.runtime.driver`, as `compile_fn` is."""
+
 
 @contextmanager
 def measuring() -> Iterator[None]:
@@ -113,6 +120,7 @@ def choose_passes(
     device: torch.device,
     cache: KernelCache,
     compile_fn: Compile,
+    ahead: CompileAhead | None = None,
 ) -> tuple[tuple[ModulePass, ...], list[Choice]]:
     """`passes` with `depthwise-stencil`'s `library` set to the convolutions of `module` whose
     library call is faster on `device`, and every verdict. Unchanged while measuring (the
@@ -122,7 +130,7 @@ def choose_passes(
         return tuple(passes), []
     channels_last = _channels_last(module, passes)
     choices = library_convolutions(
-        module, device, cache, compile_fn, stencil.max_taps, channels_last
+        module, device, cache, compile_fn, stencil.max_taps, channels_last, ahead
     )
     library = tuple(sorted({c.signature for c in choices if c.kept == "library"}))
     if not library:
@@ -138,22 +146,32 @@ def library_convolutions(
     compile_fn: Compile,
     max_taps: int = 49,
     channels_last: bool = False,
+    ahead: CompileAhead | None = None,
 ) -> list[Choice]:
     """The verdict for each distinct depthwise convolution of `module` that the stencil pass
     would rewrite, with its input `channels_last` or not: from the cache, or measured now and
-    stored."""
-    found: dict[str, Choice] = {}
+    stored. The stencils of those to measure are compiled first, all at once (`ahead`), then
+    each is timed."""
+    found: dict[str, Choice | None] = {}
+    unmeasured: dict[str, ConvolutionCall] = {}
     for conv in candidates(module, max_taps):
         sig = signature(conv)
-        if sig in found:
-            continue
-        key = _key(sig, device, channels_last)
-        choice = cache.program(key, _load, CHOICE)
-        if choice is None:
-            choice = measure(conv, device, channels_last, compile_fn, cache)
-            cache.store_program(key, _dump(choice), CHOICE)
+        if sig not in found:
+            found[sig] = cache.program(_key(sig, device, channels_last), _load, CHOICE)
+            if found[sig] is None:
+                unmeasured[sig] = conv
+    if ahead is not None and len(unmeasured) > 1:
+        with measuring(), torch.no_grad():
+            ahead(
+                [_Timed(c, device, channels_last).imported() for c in unmeasured.values()],
+                device,
+                cache,
+            )
+    for sig, conv in unmeasured.items():
+        choice = measure(conv, device, channels_last, compile_fn, cache)
+        cache.store_program(_key(sig, device, channels_last), _dump(choice), CHOICE)
         found[sig] = choice
-    return list(found.values())
+    return [c for c in found.values() if c is not None]
 
 
 def _channels_last(module: ModuleOp, passes: Sequence[ModulePass]) -> bool:
@@ -193,24 +211,36 @@ def measure(
 ) -> Choice:
     """Time `conv` as the library's call and as xfuse's stencil, on random data; the stencil's
     kernels compiled into `cache` (the default cache without one)."""
-    dtype = to_torch(graph.dtype_of(conv.input))
-    shape = graph.shape_of(conv.input)
-    x = torch.randn(shape, dtype=dtype, device=device)
-    if channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    library = _Convolution(conv, dtype, device)
+    timed = _Timed(conv, device, channels_last)
+    library, x = timed.library, timed.x
     with measuring(), torch.no_grad():
-        imported = library.imported(x)
         stencil = compile_fn(
             library,
             (x,),
             str(device),
-            imported=imported,
+            imported=timed.imported(),
             cache=cache,
             quiet=True,
             cuda_graphs=False,
         )
         return Choice(signature(conv), _time(library, x, device), _time(stencil, x, device))
+
+
+class _Timed:
+    """What a choice times: `conv` as the library's call on random weights, and a random input
+    of its shapes and dtype (NHWC where the program's convolutions will be)."""
+
+    def __init__(self, conv: ConvolutionCall, device: torch.device, channels_last: bool) -> None:
+        dtype = to_torch(graph.dtype_of(conv.input))
+        self.x = torch.randn(graph.shape_of(conv.input), dtype=dtype, device=device)
+        if channels_last and self.x.dim() == 4:
+            self.x = self.x.contiguous(memory_format=torch.channels_last)
+        self.library = _Convolution(conv, dtype, device)
+
+    def imported(self) -> Imported:
+        """The library module's program for `x` (a new one each time: fusing changes it)."""
+        with torch.no_grad():
+            return self.library.imported(self.x)
 
 
 class _Convolution(torch.nn.Module):

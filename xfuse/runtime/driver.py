@@ -20,8 +20,8 @@ from torch.utils import _pytree as pytree
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from xfuse.backends import Backend, get_backend
-from xfuse.choices import Choice, Compile, choose_passes
+from xfuse.backends import Backend, Kernel, get_backend
+from xfuse.choices import Choice, Compile, CompileAhead, choose_passes
 from xfuse.collector import collector_paused
 from xfuse.errors import ExportError, KernelCacheWarning
 from xfuse.frontend.export import Imported, ModelOrFn, import_for_xfuse, unflattener
@@ -137,6 +137,7 @@ def measured_options(
     device: torch.device,
     cache: KernelCache,
     measure_with: Compile,
+    ahead: CompileAhead | None = None,
 ) -> tuple[PipelineOptions, list[Choice]]:
     """`options` with the depthwise convolutions of `module` whose library call is faster on
     `device` kept as library calls (`xfuse.choices`: measured now, or from the cache), and
@@ -144,7 +145,7 @@ def measured_options(
     from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
 
     passes = compile_device_passes(device, options)
-    chosen, choices = choose_passes(passes, module, device, cache, measure_with)
+    chosen, choices = choose_passes(passes, module, device, cache, measure_with, ahead)
     stencil = next((p for p in chosen if isinstance(p, DepthwiseStencilPass)), None)
     library = options.library if stencil is None else stencil.library
     return replace(options, library=library), choices
@@ -261,7 +262,7 @@ def build_executable(
     program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
     compiler = ProgramCompiler(compile_kernel, fallback=settings.fallback, device=device)
     options, choices = measured_options(
-        settings.options, program_ir.module, device, cache, measuring_compile
+        settings.options, program_ir.module, device, cache, measuring_compile, compile_choices_ahead
     )
     passes = compile_pipeline(device, options)
     decisions, index = fuse_and_lower(program_ir, passes, cache, compiler)
@@ -392,7 +393,7 @@ def compile_program(
     with the pipeline of `compile_pipeline(device, options)` (its `XFUSE_CHANNELS_LAST`
     setting read once, here), as the program `program` makes (`xfuse.differentiable`'s for
     `xfuse.compile`), the example inputs' specialisation built now."""
-    options = replace(options, channels_last=channels_last_setting(options.channels_last))
+    options = settled(options)
     state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
     settings = BuildSettings(
         get_backend(str(device)) if backend is None else backend,
@@ -406,6 +407,40 @@ def compile_program(
         outputs_released,
     )
     return program(model_or_fn, settings, example_inputs, example_kwargs, static_inputs)
+
+
+def settled(options: PipelineOptions) -> PipelineOptions:
+    """`options` with the environment's `XFUSE_CHANNELS_LAST` setting read (once per compile)."""
+    return replace(options, channels_last=channels_last_setting(options.channels_last))
+
+
+def compile_choices_ahead(
+    programs: Sequence[Imported], device: torch.device, cache: KernelCache
+) -> None:
+    """`xfuse.choices`' `CompileAhead`: the programs that `measuring_compile` will build next,
+    fused and lowered now as it will (their fused programs kept in `cache`, where its builds
+    find them), and all their kernels compiled at once in worker processes. Nothing where the
+    device's backend has no workers (the CPU's): its kernels compile in-process one by one
+    either way."""
+    backend = get_backend(str(device))
+    if not can_compile_ahead(backend):
+        return
+    sources: list[KernelSource] = []
+    for imported in programs:
+        program_ir = imported.program
+        options, _ = measured_options(
+            settled(PipelineOptions()), program_ir.module, device, cache, measuring_compile
+        )
+        compiler = ProgramCompiler(_no_kernel, device=device)
+        fuse_and_lower(program_ir, compile_pipeline(device, options), cache, compiler)
+        sources += compiler.kernel_modules(program_ir.module)
+    cache.compile_ahead(backend, sources)
+
+
+def _no_kernel(source: KernelSource, name: str) -> Kernel:
+    raise AssertionError(
+        "compile_choices_ahead lowers its programs; it compiles no kernel one by one"
+    )
 
 
 def measuring_compile(
