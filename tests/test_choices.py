@@ -284,6 +284,6 @@ def test_a_cold_cuda_compile_builds_no_measured_stencil_in_process(
     monkeypatch.setattr(choices, "measure", counted_measure)
     model, x = TwoDepthwiseShapes().eval().cuda(), torch.randn(1, 4, 6, 6, device="cuda")
     with torch.no_grad():
-        program = xfuse.compile(model, (x,), quiet=True, cache=KernelCache(tmp_path))
+        program = xfuse.compile(model, (x,), device="cuda", quiet=True, cache=KernelCache(tmp_path))
         torch.testing.assert_close(program(x), model(x))
     assert in_measuring == [0, 0]
