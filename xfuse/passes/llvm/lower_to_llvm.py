@@ -9,11 +9,12 @@ lower-to-loops would make a kernel of) is an error, not silently left alone. For
    over new leading arguments `[lo, hi)` so that a thread pool can split it, the other parallel
    dimensions become nested `scf.for`s, and a constant global `@<kernel>.extent` holds the full
    trip count of the split dimension and `@<kernel>.arity` the number of buffers (the loader
-   reads both). Before that, two rewrites that only pay on CPUs: a value that the last
+   reads both). Before that, three rewrites that only pay on CPUs: a value that the last
    reduction loop computes with a math function and the write loop computes again (softmax's
    exp(x - max)) is stored into an output by the reduction loop and loaded back by the write
    loop (`reuse_reduction_values`); `x / s` in a loop, `s` defined outside it, becomes
-   `x * (1 / s)`;
+   `x * (1 / s)`; a loop whose innermost dimension is a column of reductions takes a block of
+   columns per iteration, the row loop around a loop over the block (`column_blocks`);
 2. f16/bf16 arithmetic and math are computed in f32 (what torch does on CPUs), bf16 constants
    become rounded f32 ones;
 3. `expand-math` (vectorizable exp, log, tanh, erf, sin, cos, ...);
@@ -52,6 +53,7 @@ from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 from xfuse.dialects import fusion
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, RANGE_ARGS_ATTR, SIZE_ARGS_ATTR
+from xfuse.passes.llvm.column_blocks import block_column_reductions
 from xfuse.passes.llvm.convert_func_to_llvm import convert_types, rewrite_once
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
@@ -363,6 +365,9 @@ def prepare_cpu_kernels(module: ModuleOp) -> None:
             reuse_reduction_values(parallel)
         for loop in [o for o in kernel.walk() if isinstance(o, scf.ForOp)]:
             divide_by_reciprocal(loop)
+        if SIZE_ARGS_ATTR not in kernel.attributes:
+            for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
+                block_column_reductions(parallel)
     rewrite_once(module, ParallelLoopToRangeArgs())
 
 

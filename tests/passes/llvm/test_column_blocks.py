@@ -1,0 +1,87 @@
+"""Column reductions in blocks of columns (`xfuse.passes.llvm.column_blocks`, cpu): which kernels
+are blocked, and that a blocked kernel computes bitwise what the column-at-a-time one does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from xdsl.dialects import scf
+
+import xfuse
+from xfuse.ir.context import parse
+from xfuse.passes.llvm.column_blocks import BLOCK, block_column_reductions
+from xfuse.runtime.cache import KernelCache
+from xfuse.testing.fuzz.compare import compare_outputs
+
+Program = Callable[..., torch.Tensor]
+
+
+def _layer_norm_channels_first(x: torch.Tensor) -> torch.Tensor:
+    mean = x.mean(1, keepdim=True)
+    var = (x - mean).pow(2).mean(1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + 1e-6)
+
+
+CASES: dict[str, tuple[Program, tuple[int, ...], torch.dtype]] = {
+    "column sum": (lambda x: x.sum(0), (64, 768), torch.float32),
+    "column mean, columns not a multiple of the block": (
+        lambda x: x.mean(0),
+        (49, 100),
+        torch.float32,
+    ),
+    "fewer columns than a block": (lambda x: x.sum(0), (33, 24), torch.float32),
+    "pixel mean in NHWC": (lambda x: x.mean((1, 2)), (2, 7, 7, 130), torch.float32),
+    "column max and argmax": (lambda x: x.max(0).values + x.argmax(0), (40, 96), torch.float32),
+    "layer norm over channels first": (_layer_norm_channels_first, (2, 96, 200), torch.float32),
+    "bf16 column sum": (lambda x: x.sum(0), (50, 300), torch.bfloat16),
+    "sum of squares after a scale": (
+        lambda x: (x * 0.5).pow(2).sum(0) / 3.0,
+        (70, 129),
+        torch.float32,
+    ),
+}
+
+
+def _blocked_loops(program: xfuse.CompiledProgram) -> int:
+    count = 0
+    for kernel in program.default.program.kernels:
+        module = parse(kernel.loop_ir)
+        for parallel in [o for o in module.walk() if isinstance(o, scf.ParallelOp)]:
+            count += block_column_reductions(parallel)
+    return count
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_blocked_kernel_matches_eager(name: str, tmp_path: Path) -> None:
+    """Blocked, and within eager's tolerance (sums: no further from an f64 run than twice
+    eager's error)."""
+    fn, shape, dtype = CASES[name]
+    x = torch.randn(shape, dtype=dtype)
+    blocked = xfuse.compile(fn, (x,), quiet=True, cache=KernelCache(tmp_path / "blocked"))
+    assert _blocked_loops(blocked) >= 1
+    reference = [fn(x.double())]
+    assert compare_outputs([blocked(x)], [fn(x)], reference) is None
+
+
+@pytest.mark.parametrize(
+    ("fn", "shape"),
+    [
+        (lambda x: x.sum(1), (768, 64)),  # a row reduction: unit stride along its rows already
+        (lambda x: torch.relu(x) * 2.0, (64, 768)),  # no reduction
+        (lambda x: x.sum(0), (49, 4)),  # too few columns
+    ],
+)
+def test_rows_elementwise_kernels_and_narrow_columns_are_left_alone(
+    fn: Program, shape: tuple[int, ...]
+) -> None:
+    x = torch.randn(shape)
+    program = xfuse.compile(fn, (x,), quiet=True)
+    assert _blocked_loops(program) == 0
+    torch.testing.assert_close(program(x), fn(x))
+
+
+def test_the_block_is_a_whole_number_of_wide_vectors() -> None:
+    assert BLOCK % 16 == 0

@@ -1,0 +1,300 @@
+"""
+Column reductions in blocks of columns (cpu): a kernel whose innermost parallel dimension `c`
+walks memory with unit stride while each of its iterations reduces over rows (a sum over dim 0
+of a `[rows, columns]` tensor, a mean over an image's pixels in NHWC, a bias gradient) keeps
+one serial chain of scalar adds per column, its loads a row apart: LLVM vectorizes innermost
+loops only, and the row loop is innermost. Here each iteration of the parallel loop takes a
+block of `BLOCK` columns instead, and every phase of its body runs over the block, innermost:
+
+    scf.parallel (%i, %c) = (0, 0) to (%n, 768)         scf.parallel (%i, %b) = (0, 0) to (%n, 12)
+      %s = scf.for %r = 0 to 49 iter_args(%a = 0.0)  ->    %acc = memref.alloca() : memref<64xf32>
+        %a + x[%i, %r, %c]                                 for %j: %acc[%j] = 0.0
+      y[%i, %c] = %s / 49                                  scf.for %r = 0 to 49 { for %j: %acc[%j] += x[%i, %r, 64 %b + %j] }
+                                                           for %j: y[%i, 64 %b + %j] = %acc[%j] / 49
+
+Each column sums its rows in the order the loop IR gives them, in a vector lane of its own
+(as eager's outer reductions do); only the loop order changes. A loop without results (the
+write loop of a normalization over channels in NCHW) is blocked the same way. A float value
+that a loop reads from the part of the body before it (a mean, in the variance loop after it)
+is computed once per column into a block of its own; index arithmetic is computed again where
+it is used. Kernels that take their sizes as arguments, and bodies other than row loops
+between plain ops (a nested parallel loop, a store before the last loop), are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.dialects import arith, memref, scf
+from xdsl.dialects.builtin import IndexType, IntegerAttr
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+
+_Fill = Callable[[Block, dict[SSAValue, SSAValue], SSAValue], None]
+"""What fills the body of a loop over a block's columns: the body, the value map (old values
+to new, the column index included), and the loop's index `%j`."""
+
+BLOCK = 64
+"""Columns per block: four AVX-512 vectors of f32 (eight of AVX2), independent add chains."""
+
+MIN_COLUMNS = 8
+"""Fewer columns than this gain nothing from a vector across them."""
+
+
+def block_column_reductions(parallel: scf.ParallelOp) -> bool:
+    """Rewrite `parallel` (a kernel's loop) to take `BLOCK` columns per iteration where its
+    innermost dimension is a column of reductions (module docstring); whether it did."""
+    columns = _columns(parallel)
+    if columns is None:
+        return False
+    body = parallel.body.block
+    ops = [op for op in body.ops if not isinstance(op, scf.ReduceOp)]
+    loops = [op for op in ops if isinstance(op, scf.ForOp)]
+    if not _blockable(parallel, ops, loops):
+        return False
+    _Blocked(parallel, columns, ops, loops).build()
+    return True
+
+
+def _constant(value: SSAValue) -> int | None:
+    if isinstance(value, OpResult) and isinstance(value.op, arith.ConstantOp):
+        attr = value.op.value
+        if isinstance(attr, IntegerAttr):
+            return attr.value.data
+    return None
+
+
+def _columns(parallel: scf.ParallelOp) -> int | None:
+    """The constant trip count of the innermost parallel dimension (from 0 by 1), or None."""
+    if parallel.res or not parallel.upperBound:
+        return None
+    lb, ub, step = parallel.lowerBound[-1], parallel.upperBound[-1], parallel.step[-1]
+    columns = _constant(ub)
+    if _constant(lb) != 0 or _constant(step) != 1 or columns is None or columns < MIN_COLUMNS:
+        return None
+    return columns
+
+
+def _inside(op: Operation, ancestor: Operation) -> bool:
+    while (op := op.parent_op()) is not None:  # type: ignore[assignment]
+        if op is ancestor:
+            return True
+    return False
+
+
+def _blockable(parallel: scf.ParallelOp, ops: list[Operation], loops: list[scf.ForOp]) -> bool:
+    """Row loops (bounds from outside the parallel loop) between ops without regions, at least
+    one a reduction (results, no stores); stores only in loops without results or after the
+    last loop; some load in a loop walks the columns with unit stride."""
+    if not any(loop.results for loop in loops):
+        return False
+    last = ops.index(loops[-1])
+    for i, op in enumerate(ops):
+        if isinstance(op, scf.ForOp):
+            continue
+        if op.regions or (isinstance(op, memref.StoreOp) and i < last):
+            return False
+        if isinstance(op, memref.AllocaOp | memref.AllocOp):
+            return False
+    for loop in loops:
+        if any(isinstance(o, memref.AllocaOp | scf.ParallelOp) for o in loop.walk()):
+            return False
+        if loop.results and any(isinstance(o, memref.StoreOp) for o in loop.walk()):
+            return False
+        bounds = (loop.lb, loop.ub, loop.step)
+        if any(isinstance(v, OpResult) and _inside(v.op, parallel) for v in bounds):
+            return False
+    column = parallel.body.block.args[-1]
+    return any(
+        isinstance(o, memref.LoadOp) and o.indices and _unit_in(o.indices[-1], column)
+        for loop in loops
+        for o in loop.walk()
+    )
+
+
+def _unit_in(index: SSAValue, column: SSAValue) -> bool:
+    """Whether `index` is `column` plus values that do not depend on it."""
+    if index is column:
+        return True
+    if isinstance(index, OpResult) and isinstance(index.op, arith.AddiOp):
+        a, b = index.op.lhs, index.op.rhs
+        return (_unit_in(a, column) and not _depends(b, column)) or (
+            _unit_in(b, column) and not _depends(a, column)
+        )
+    return False
+
+
+def _depends(value: SSAValue, column: SSAValue) -> bool:
+    todo, seen = [value], set[SSAValue]()
+    while todo:
+        v = todo.pop()
+        if v is column:
+            return True
+        if v in seen or not isinstance(v, OpResult):
+            continue
+        seen.add(v)
+        todo.extend(v.op.operands)
+    return False
+
+
+class _Blocked:
+    """The new body of the parallel loop (one block of columns per iteration), built in place."""
+
+    def __init__(
+        self, parallel: scf.ParallelOp, columns: int, ops: list[Operation], loops: list[scf.ForOp]
+    ) -> None:
+        self.parallel, self.columns, self.ops, self.loops = parallel, columns, ops, loops
+        self.old = parallel.body.block
+        self.results: dict[SSAValue, SSAValue] = {}
+        """Each loop result -> the block (alloca) that holds it per column."""
+        self.kept: dict[SSAValue, SSAValue] = {}
+        """Each float value of the body a loop reads -> the block that holds it per column."""
+
+    def build(self) -> None:
+        index = IndexType()
+        new = Block(arg_types=[index] * len(self.old.args))
+        self.block = new
+        self.start = self._add(arith.MuliOp(new.args[-1], self._index(BLOCK)))
+        left = self._add(arith.SubiOp(self._index(self.columns), self.start))
+        self.count = self._add(arith.MinUIOp(left, self._index(BLOCK)))
+        for loop in self.loops:
+            self._loop(loop)
+        self._each_column(new, self._last_pass)
+        new.add_op(scf.ReduceOp())
+        blocks = -(-self.columns // BLOCK)
+        upper = list(self.parallel.upperBound)
+        upper[-1] = self._constant_before(blocks)
+        Rewriter.replace_op(
+            self.parallel,
+            scf.ParallelOp(
+                list(self.parallel.lowerBound), upper, list(self.parallel.step), Region(new)
+            ),
+        )
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _add(self, op: Operation) -> SSAValue:
+        self.block.add_op(op)
+        return op.results[0]
+
+    def _index(self, value: int) -> SSAValue:
+        return self._add(arith.ConstantOp(IntegerAttr(value, IndexType())))
+
+    def _constant_before(self, value: int) -> SSAValue:
+        op = arith.ConstantOp(IntegerAttr(value, IndexType()))
+        Rewriter.insert_op(op, InsertPoint.before(self.parallel))
+        return op.result
+
+    def _alloca(self, t: Attribute) -> SSAValue:
+        op = memref.AllocaOp.get(t, shape=[BLOCK])
+        self.block.add_op(op)
+        return op.memref
+
+    def _each_column(self, block: Block, fill: _Fill) -> None:
+        """`for %j = 0 to count`, at the end of `block`, its body made by `fill` with the old
+        column index mapped to `start + j` and the other parallel indices to the new ones."""
+        body = Block(arg_types=[IndexType()])
+        j = body.args[0]
+        column = arith.AddiOp(self.start, j)
+        body.add_op(column)
+        values: dict[SSAValue, SSAValue] = dict(zip(self.old.args, self.block.args, strict=True))
+        values[self.old.args[-1]] = column.result
+        fill(body, values, j)
+        body.add_op(scf.YieldOp())
+        zero = arith.ConstantOp(IntegerAttr(0, IndexType()))
+        one = arith.ConstantOp(IntegerAttr(1, IndexType()))
+        block.add_ops([zero, one, scf.ForOp(zero, self.count, one, [], Region(body))])
+
+    def _value(
+        self, v: SSAValue, body: Block, values: dict[SSAValue, SSAValue], j: SSAValue
+    ) -> SSAValue:
+        """`v` of the old body at the current column, in `body`: a loop result or kept value
+        loaded from its block, anything else of the old body cloned (with what it uses)."""
+        if v in values:
+            return values[v]
+        if v in self.results or v in self.kept:
+            load = memref.LoadOp.get((self.results | self.kept)[v], [j])
+            body.add_op(load)
+            values[v] = load.res
+            return load.res
+        if not isinstance(v, OpResult) or v.op.parent_block() is not self.old:
+            return v  # defined outside the parallel loop
+        for operand in v.op.operands:
+            self._value(operand, body, values, j)
+        clone = v.op.clone(value_mapper=values)
+        body.add_op(clone)
+        for old, new in zip(v.op.results, clone.results, strict=True):
+            values[old] = new
+        return values[v]
+
+    def _last_pass(self, body: Block, values: dict[SSAValue, SSAValue], j: SSAValue) -> None:
+        """Every op of the old body but its loops, in order: the results, and the stores."""
+        for op in self.ops:
+            if isinstance(op, scf.ForOp):
+                continue
+            for v in op.results or op.operands:
+                self._value(v, body, values, j)
+            if not op.results:
+                body.add_op(op.clone(value_mapper=values))
+
+    def _free(self, loop: scf.ForOp) -> list[SSAValue]:
+        """Values of the old body (or its column index) that `loop` uses."""
+        found: dict[SSAValue, None] = {}
+        for op in loop.walk():
+            for v in op.operands:
+                owner = v.op.parent_block() if isinstance(v, OpResult) else None
+                if isinstance(v, BlockArgument):
+                    owner = v.block
+                if owner is self.old:
+                    found[v] = None
+        return list(found)
+
+    def _keeps(self, v: SSAValue) -> bool:
+        """Whether a loop's use of `v` reads it from a block of its own: a value of the body
+        (not an index, a constant or another loop's result) that no earlier loop keeps."""
+        if v in self.results or v in self.kept or isinstance(v.type, IndexType):
+            return False
+        return not (isinstance(v, OpResult) and isinstance(v.op, arith.ConstantOp))
+
+    def _loop(self, loop: scf.ForOp) -> None:
+        """Blocks of the loop's accumulators, initialised per column; the float values it reads
+        from the body kept per column; then the row loop around a loop over the block."""
+        accumulators = [self._alloca(r.type) for r in loop.results]
+        kept = {v: self._alloca(v.type) for v in self._free(loop) if self._keeps(v)}
+
+        def initialise(body: Block, values: dict[SSAValue, SSAValue], j: SSAValue) -> None:
+            for init, acc in zip(loop.iter_args, accumulators, strict=True):
+                body.add_op(memref.StoreOp.get(self._value(init, body, values, j), acc, [j]))
+            for v, block in kept.items():
+                body.add_op(memref.StoreOp.get(self._value(v, body, values, j), block, [j]))
+
+        self._each_column(self.block, initialise)
+        self.kept.update(kept)
+        rows = Block(arg_types=[IndexType()])
+        old_body = loop.body.block
+
+        def step(body: Block, values: dict[SSAValue, SSAValue], j: SSAValue) -> None:
+            values[old_body.args[0]] = rows.args[0]
+            for arg, acc in zip(old_body.args[1:], accumulators, strict=True):
+                load = memref.LoadOp.get(acc, [j])
+                body.add_op(load)
+                values[arg] = load.res
+            for v in self._free(loop):
+                self._value(v, body, values, j)
+            yielded: list[SSAValue] = []
+            for op in old_body.ops:
+                if isinstance(op, scf.YieldOp):
+                    yielded = [values.get(v, v) for v in op.operands]
+                    continue
+                clone = op.clone(value_mapper=values)
+                body.add_op(clone)
+                for old, new in zip(op.results, clone.results, strict=True):
+                    values[old] = new
+            for value, acc in zip(yielded, accumulators, strict=True):
+                body.add_op(memref.StoreOp.get(value, acc, [j]))
+
+        self._each_column(rows, step)
+        rows.add_op(scf.YieldOp())
+        self.block.add_op(scf.ForOp(loop.lb, loop.ub, loop.step, [], Region(rows)))
+        for result, acc in zip(loop.results, accumulators, strict=True):
+            self.results[result] = acc
