@@ -50,6 +50,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 import torch
 from xdsl.dialects.builtin import ModuleOp
@@ -58,12 +59,28 @@ from xfuse.dialects.effects import may_mutate
 from xfuse.frontend.outputs import overlaps
 from xfuse.ir.functions import function_bodies
 from xfuse.ir.names import KERNEL_ATTR
-from xfuse.runtime.compiler import Program
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor
-RunSteps = Callable[[Program, Sequence[Tensor], BufferPool], list[Tensor]]
+
+
+class Steps(Protocol):
+    """What a `GraphRunner` runs: a program's module after fusion (what `why_not_capturable`
+    reads) and its steps (one launch or torch call each: what a replay saves host time on). A
+    static program (`xfuse.runtime.compiler.Program`) and a symbolic one
+    (`xfuse.runtime.symbolic.SymbolicProgram`) are both."""
+
+    @property
+    def module(self) -> ModuleOp: ...
+
+    @property
+    def steps(self) -> Sequence[object]: ...
+
+
+P = TypeVar("P", bound=Steps)
+RunSteps = Callable[[P, Sequence[Tensor], BufferPool], list[Tensor]]
+"""(program, `@forward`'s arguments, a buffer pool) -> the program's results, step by step."""
 Finish = Callable[[list[Tensor], bool], list[Tensor]]
 """(results, whether they are graph memory to copy out) -> the caller's outputs."""
 
@@ -223,11 +240,16 @@ _pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 (cudagraph trees' check of static inputs): a model's hundreds of parameters in microseconds."""
 
 
-class GraphRunner:
-    """Runs one specialisation's program through CUDA graphs (see the module docstring)."""
+class GraphRunner(Generic[P]):
+    """Runs one specialisation's program through CUDA graphs (see the module docstring); one
+    shape of a symbolic program's (`xfuse.runtime.shape_graphs`)."""
 
     def __init__(
-        self, program: Program, run_steps: RunSteps, device: torch.device, released: bool = False
+        self,
+        program: P,
+        run_steps: RunSteps[P],
+        device: torch.device,
+        released: bool = False,
     ) -> None:
         self.program = program
         self.run_steps = run_steps
