@@ -3,7 +3,8 @@ Small stand-ins for the lowering and a backend, faithful to docs/contracts.md, s
 runtime is tested on its own: `fake_lower_to_loops` turns each unit of `@forward` into a kernel
 func + `fusion.launch` (the func carries the unit's graph IR as `fake.source`), and
 `ReferenceBackend` "compiles" a kernel to that source and runs it with the interpreter, writing
-into the output buffers it is given. Counters and hooks let tests see and inject behaviour.
+into the output buffers it is given. `CPUGraphRunner` is a `GraphRunner` whose "CUDA graphs" run
+the steps again on the CPU. Counters and hooks let tests see and inject behaviour.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from xdsl.dialects import func
@@ -32,6 +34,8 @@ from xfuse.interpreters.graph import find_function, interpret
 from xfuse.ir.context import parse
 from xfuse.ir.names import KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.runtime.compiler import unit_inputs, wrap_unit
+from xfuse.runtime.cuda_graphs import GraphRunner, _Captured
+from xfuse.runtime.steps import BufferPool
 
 
 def _memref(t: Attribute) -> MemRefType[Attribute]:
@@ -129,3 +133,42 @@ class ReferenceBackend:
         kernel = ReferenceKernel(name, parse(artifact.decode()))
         self.kernels.append(kernel)
         return kernel
+
+
+class ReplayedSteps:
+    """A stand-in for a captured CUDA graph on the CPU: a replay runs the steps again on the
+    capture's inputs and writes their results into the memory of the captured outputs, as a
+    real replay does."""
+
+    def __init__(self, rerun: Callable[[], list[torch.Tensor]], outputs: list[torch.Tensor]):
+        self.rerun, self.outputs = rerun, outputs
+
+    def replay(self) -> None:
+        for out, new in zip(self.outputs, self.rerun(), strict=True):
+            out.copy_(new)
+
+
+class CPUGraphRunner(GraphRunner[Any]):
+    """`GraphRunner` with captures made of `ReplayedSteps`: its choice of capture, its
+    hand-over, its copies and its reads in place, tested with no GPU. As in a real capture, the
+    user's inputs get buffers of their own (refreshed before each replay) and `state` is read
+    where it is, its addresses recorded (a moved one captures anew)."""
+
+    def _capture(self, args: Sequence[torch.Tensor], state: Sequence[torch.Tensor]) -> Any:
+        state_ids = {id(t) for t in state}
+        in_place = [id(a) in state_ids for a in args]
+        inputs = [a if keep else a.clone() for a, keep in zip(args, in_place, strict=True)]
+        pool = BufferPool("cpu")
+        outputs = self.run_steps(self.program, inputs, pool)
+        graph = ReplayedSteps(lambda: self.run_steps(self.program, inputs, pool), outputs)
+        self.captures += 1
+        return _Captured(
+            graph,  # type: ignore[arg-type]
+            inputs,
+            tuple(i for i, keep in enumerate(in_place) if not keep),
+            [i for i, keep in enumerate(in_place) if keep],
+            [a.data_ptr() if keep else None for a, keep in zip(args, in_place, strict=True)],
+            outputs,
+            pool,
+            torch.is_inference_mode_enabled(),
+        )

@@ -5,8 +5,7 @@ memory are never captured (and say why), and launches go to whatever stream torc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -14,11 +13,11 @@ import torch
 import xfuse
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
+from tests.runtime.runtime_fakes import CPUGraphRunner
 from xfuse.ir.context import parse
 from xfuse.runtime.cuda_graphs import (
     GraphMemory,
     GraphRunner,
-    _Captured,
     graph_pays,
     why_not_capturable,
 )
@@ -106,38 +105,11 @@ def test_graph_memory_is_free_only_when_nothing_of_the_callers_refers_to_it() ->
     assert memory.free()
 
 
-class _ReplayedSteps:
-    """A stand-in for a captured CUDA graph on the CPU: a replay runs the steps again and writes
-    their results into the memory of the captured outputs, as a real replay does."""
-
-    def __init__(self, rerun: Callable[[], list[torch.Tensor]], outputs: list[torch.Tensor]):
-        self.rerun, self.outputs = rerun, outputs
-
-    def replay(self) -> None:
-        for out, new in zip(self.outputs, self.rerun(), strict=True):
-            out.copy_(new)
-
-
-class _CPURunner(GraphRunner):
-    """`GraphRunner` with captures made of `_ReplayedSteps`: its choice of capture, its
-    hand-over and its copies, tested with no GPU."""
-
-    def _capture(self, args: Sequence[torch.Tensor], state: Sequence[torch.Tensor]) -> Any:
-        inputs = [a.clone() for a in args]
-        pool = BufferPool("cpu")
-        outputs = self.run_steps(self.program, inputs, pool)
-        graph = _ReplayedSteps(lambda: self.run_steps(self.program, inputs, pool), outputs)
-        self.captures += 1
-        return _Captured(
-            graph, inputs, tuple(range(len(args))), [], [None] * len(args), outputs, pool, False
-        )  # type: ignore[arg-type]
-
-
 def _cpu_runner(
     released: bool = False,
-) -> tuple[_CPURunner, Callable[[torch.Tensor], torch.Tensor]]:
+) -> tuple[CPUGraphRunner, Callable[[torch.Tensor], torch.Tensor]]:
     compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (torch.randn(16),), quiet=True)
-    runner = _CPURunner(
+    runner = CPUGraphRunner(
         compiled.default.program, run_program, torch.device("cpu"), released=released
     )
 
