@@ -37,6 +37,7 @@ from xfuse.runtime.compiler import GroupInfo, KernelInfo, group_info, type_str
 from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.driver import FusionReport
 from xfuse.runtime.executor import CompiledProgram
+from xfuse.runtime.shape_graphs import ShapeGraphs
 
 if TYPE_CHECKING:
     from xfuse.runtime.dynamic import DynamicProgram
@@ -382,15 +383,26 @@ def op_names(names: Sequence[str]) -> str:
     return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.most_common()) or "none"
 
 
+GRAPHS_OFF = "off (cuda_graphs=False or XFUSE_CUDA_GRAPHS=0): steps run one by one"
+
+
 def graph_status(graphs: GraphRunner | None, device: torch.device) -> str | None:
     """`Explanation.cuda_graph`: None on the CPU; on CUDA, whether graphs run it, or why not."""
     if device.type != "cuda":
         return None
     if graphs is None:
-        return "off (cuda_graphs=False or XFUSE_CUDA_GRAPHS=0): steps run one by one"
+        return GRAPHS_OFF
     if graphs.reason is not None:
         return f"not used: {graphs.reason}"
     return "captured on the second call, replayed from then on"
+
+
+def shape_graph_status(graphs: ShapeGraphs[Any] | None, device: torch.device) -> str | None:
+    """`Explanation.cuda_graph` of a symbolic program: None on the CPU; on CUDA, how its
+    shapes are captured (`ShapeGraphs.status`), or that graphs are off."""
+    if device.type != "cuda":
+        return None
+    return GRAPHS_OFF if graphs is None else graphs.status()
 
 
 def partition(traced: TracedCall) -> tuple[list[str], list[str]]:
