@@ -159,10 +159,11 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     kind are an `InvalidArgumentError` (a ValueError and TypeError too).
     `dynamic_shapes` (torch.export's: `{"x": {0: Dim("batch", min=2, max=1024)}}`) compiles
     once for every size in the ranges, on the CPU or CUDA, for inference: a `DynamicProgram`
-    (`xfuse.runtime.dynamic`, which lists what it refuses)."""
+    (`xfuse.runtime.dynamic`, which lists what it refuses); on CUDA each shape of its calls is
+    captured as a CUDA graph, a few shapes at most (`xfuse.runtime.shape_graphs`)."""
     check_arguments(example_inputs, example_kwargs, pipeline, cache)
     mode, static = fallback_mode(fallback), check_static(static_inputs, len(example_inputs))
-    if dynamic_shapes is not None:  # `static` unused: symbolic programs capture no CUDA graphs
+    if dynamic_shapes is not None:
         from xfuse.runtime.dynamic import compile_dynamic  # its imports only when asked for
 
         return compile_dynamic(
@@ -175,6 +176,8 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
             channels_last=channels_last,
             example_kwargs=example_kwargs,
             fallback=mode,
+            cuda_graphs=cuda_graphs,
+            static_inputs=static,
         )
     target = check_device(device)
     program = compile_program(

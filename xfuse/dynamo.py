@@ -529,7 +529,8 @@ def symbolic_program(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
 ) -> tuple[DynamicProgram, SymbolicInputs]:
     """A graph with symbolic sizes compiled once (`xfuse.compile` with `dynamic_shapes`, for
-    the graph's device: the CPU or a CUDA GPU) for every size in its symbols' ranges; its
+    the graph's device: the CPU or a CUDA GPU) for every size in its symbols' ranges, the
+    parameters dynamo lifts into inputs static (a CUDA graph reads them in place); its
     refusals raise (one line)."""
     from xfuse.runtime.dynamic import compile_dynamic  # its imports only when asked for
 
@@ -541,14 +542,18 @@ def symbolic_program(
     inputs = symbolic_inputs(gm, example_inputs)
     examples = tuple(inputs.arguments([example_value(x) for x in example_inputs]))
     fn = inputs.function(gm, len(example_inputs))
+    lifted = set(static_positions(gm))
+    static = tuple(k for k, i in enumerate(inputs.tensors) if i in lifted)
     with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's
         try:
-            program = compile_dynamic(fn, examples, device, inputs.dynamic_shapes)
+            program = compile_dynamic(
+                fn, examples, device, inputs.dynamic_shapes, static_inputs=static
+            )
         except ExportError as e:
             refined = _refined_ranges(e, inputs.dynamic_shapes)
             if refined is None:
                 raise
-            program = compile_dynamic(fn, examples, device, refined)
+            program = compile_dynamic(fn, examples, device, refined, static_inputs=static)
     program.guards += dynamo_guards(gm, example_inputs)
     COMPILES["symbolic"] += 1
     return program, inputs

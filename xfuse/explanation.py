@@ -258,6 +258,7 @@ def dynamic_explanation(program: DynamicProgram) -> Explanation:
         ],
         symbols=symbol_infos(imported, program),
         guards=dynamic_guards(imported, program),
+        cuda_graph=shape_graph_status(program.graphs, program.device),
     )
 
 

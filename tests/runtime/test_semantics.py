@@ -353,7 +353,7 @@ def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.Monke
     from xfuse.runtime.symbolic import SymbolicProgram
 
     calls: list[int] = []
-    real_run, real_symbolic = Executable.run, SymbolicProgram.__call__
+    real_run, real_symbolic = Executable.run, SymbolicProgram.run
 
     def counting_run(self: Executable, *args: Any) -> Any:
         calls.append(1)
@@ -364,7 +364,7 @@ def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.Monke
         return real_symbolic(self, *args)
 
     monkeypatch.setattr(Executable, "run", counting_run)
-    monkeypatch.setattr(SymbolicProgram, "__call__", counting_symbolic)
+    monkeypatch.setattr(SymbolicProgram, "run", counting_symbolic)
 
     def f(x: Tensor, w: Tensor) -> Tensor:
         return torch.relu(x @ w + 1).sum(1)

@@ -3,7 +3,9 @@
 "runtime"): the
 program is exported once with torch.export's `dynamic_shapes` (`Dim`s), imported with size
 symbols, fused, lowered and compiled once (`SymbolicProgram`), and every call runs those kernels
-at the call's sizes. `DynamicProgram` is what `compile` returns then.
+at the call's sizes. `DynamicProgram` is what `compile` returns then. On CUDA each shape of its
+calls is captured as a CUDA graph on its second call and replayed after, for a bounded number
+of shapes; calls of other shapes run with plain launches (`xfuse.runtime.shape_graphs`).
 
 Refused at compile time, in one line (`InvalidArgumentError`), rather than compiled statically
 where the result would differ: a device other than the CPU or CUDA, a `pipeline`, a `cache` or
@@ -53,9 +55,12 @@ from xfuse.ir.names import SIZES_ATTR
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.report.op_index import OpIndex
 from xfuse.runtime.compiler import output_sources
+from xfuse.runtime.cuda_graphs import cuda_graphs_enabled
 from xfuse.runtime.executor import CompiledProgram, is_cpu_scalar
 from xfuse.runtime.fallback import FallbackMode, reason_of
+from xfuse.runtime.shape_graphs import ShapeGraphs, shape_key
 from xfuse.runtime.state import ModuleState
+from xfuse.runtime.steps import BufferPool
 from xfuse.runtime.symbolic import Backend, SymbolicProgram
 
 Tensor = torch.Tensor
@@ -158,7 +163,11 @@ def export_guards(exported: torch.export.ExportedProgram) -> list[str]:
 class DynamicProgram:
     """A model or function compiled once for every size its `dynamic_shapes` allow, on the CPU
     or a CUDA GPU (`device`); call it like the model (see the module docstring). `kernel_count` kernels were compiled,
-    once, when it was built; `symbols` are the program's size symbols (`graph.sizes`)."""
+    once, when it was built; `symbols` are the program's size symbols (`graph.sizes`). On CUDA
+    each shape of its calls runs as a CUDA graph, a few shapes at most (`graphs`), unless
+    `cuda_graphs` is False or `XFUSE_CUDA_GRAPHS=0`; the example inputs at the positions
+    `static_inputs` stay where they are between calls (parameters passed as inputs): a graph
+    reads them in place, as it reads the module's parameters and buffers."""
 
     def __init__(
         self,
@@ -169,6 +178,8 @@ class DynamicProgram:
         backend: Backend | None = None,
         fallback: FallbackMode = "eager",
         device: torch.device | str = "cpu",
+        cuda_graphs: bool = True,
+        static_inputs: tuple[int, ...] = (),
     ) -> None:
         from xfuse.frontend.importer import import_program, wrap_function
         from xfuse.frontend.pytrees import export_support
@@ -225,6 +236,22 @@ class DynamicProgram:
         self.unflatten = unflattener(Imported(program, exported.call_spec.out_spec, []))
         self.sources = output_sources(program.function)
         """The `@forward` arguments each result is computed from."""
+        self.cuda_graphs = cuda_graphs
+        self.static_inputs = static_inputs
+        self.in_place = sorted(
+            {*program.param_names, *self._static_args(example_inputs, leaves, static_inputs)}
+        )
+        """The `@forward` arguments a CUDA graph reads where they are: parameters, buffers
+        and lifted constants, and the `static_inputs`; it copies the others in."""
+        self.copied = [i for i in arguments if i not in self.in_place]
+        self.graphs = (
+            ShapeGraphs(self.compiled, run_symbolic, self.device)
+            if self.on_gpu and cuda_graphs_enabled(cuda_graphs)
+            else None
+        )
+        """The CUDA graphs of the program's shapes (`xfuse.runtime.shape_graphs`); None on the
+        CPU or with graphs off."""
+        self._pool = BufferPool(self.device)
 
     @property
     def kernel_count(self) -> int:
@@ -277,6 +304,17 @@ class DynamicProgram:
             )
         return self.bind(leaves, state)
 
+    def _static_args(
+        self, example_inputs: tuple[Any, ...], leaves: list[Any], positions: tuple[int, ...]
+    ) -> list[int]:
+        """The `@forward` arguments that the tensor example inputs at `positions` bind to (the
+        binder picks the leaves themselves, so they are found by identity, once)."""
+        found = {id(example_inputs[p]) for p in positions if isinstance(example_inputs[p], Tensor)}
+        if not found:
+            return []
+        state = self.state.tensors() if self.state is not None else []
+        return [i for i, t in enumerate(self.bind(leaves, state)) if id(t) in found]
+
     @property
     def on_gpu(self) -> bool:
         return self.device.type != "cpu"
@@ -305,13 +343,25 @@ class DynamicProgram:
         scalars = {k for k, x in enumerate(tensors) if is_cpu_scalar(x)} if self.on_gpu else set()
         if scalars:  # 0-d CPU tensors, which eager's GPU kernels take as values
             tensors = [x.to(self.device) if k in scalars else x for k, x in enumerate(tensors)]
-        results = self.compiled(*tensors)
+        results = self._run(tensors)
         if scalars:  # what eager computes from CPU scalars alone, it returns on the CPU
             results = [
                 r.cpu() if read and read <= scalars else r
                 for r, read in zip(results, self.sources, strict=True)
             ]
         return self.unflatten(self.program.visible(results))
+
+    def _run(self, tensors: list[Tensor]) -> list[Tensor]:
+        """The symbolic program's results for `@forward`'s arguments `tensors`: replayed from
+        the CUDA graph of their shape where it has one (`graphs`), else with plain launches."""
+        sizes = self.compiled.bind(tensors)
+        graphs = self.graphs
+        if graphs is None:
+            return self.compiled.run(tensors, sizes)
+        runner = graphs.runner_for(shape_key(sizes, [tensors[i] for i in self.copied]))
+        if runner is None:
+            return self.compiled.run(tensors, sizes)
+        return runner.run(tensors, [tensors[i] for i in self.in_place], self._pool, owned)
 
     def _specialised(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompiledProgram:
         """The static program of the calls `specialises` picks, compiled at the first of them
@@ -326,9 +376,26 @@ class DynamicProgram:
                 PipelineOptions(DEFAULT_PIPELINE),
                 example_kwargs=kwargs,
                 quiet=True,
+                cuda_graphs=self.cuda_graphs,
                 fallback=self.fallback,
+                static_inputs=self.static_inputs,
             )
         return self.specialised
+
+
+def run_symbolic(
+    program: SymbolicProgram, args: Sequence[Tensor], pool: BufferPool
+) -> list[Tensor]:
+    """A symbolic program's steps as a `GraphRunner` runs them (its `RunSteps`): a call, at
+    the sizes of `args` (each launch allocates its outputs: `pool` is not used)."""
+    return program(*args)
+
+
+def owned(results: list[Tensor], copy_out: bool) -> list[Tensor]:
+    """A symbolic program's results as the caller's (a `GraphRunner`'s `Finish`): graph memory
+    the runner keeps (`copy_out`) copied, as fresh contiguous tensors (what `check_outputs`
+    requires of eager's outputs)."""
+    return [r.clone() for r in results] if copy_out else results
 
 
 def check_symbolic(module: ModuleOp) -> None:
@@ -376,6 +443,8 @@ def compile_dynamic(
     channels_last: bool | None = None,
     example_kwargs: dict[str, Any] | None = None,
     fallback: FallbackMode = "eager",
+    cuda_graphs: bool = True,
+    static_inputs: tuple[int, ...] = (),
 ) -> DynamicProgram:
     """`xfuse.compile` with `dynamic_shapes`: its options checked, the program built."""
     target = check_dynamic_options(
@@ -388,4 +457,6 @@ def compile_dynamic(
         example_kwargs,
         fallback=fallback,
         device=target,
+        cuda_graphs=cuda_graphs,
+        static_inputs=static_inputs,
     )

@@ -260,7 +260,10 @@ class SymbolicProgram:
         return sizes
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        sizes = self.bind(inputs)
+        return self.run(inputs, self.bind(inputs))
+
+    def run(self, inputs: Sequence[torch.Tensor], sizes: dict[str, int]) -> list[torch.Tensor]:
+        """The results of a call of `inputs` whose sizes `bind` read (`sizes`)."""
         values: list[torch.Tensor | None] = [*inputs, *[None] * (self.slot_count - len(inputs))]
         token = SIZES.set(sizes)
         try:
