@@ -1,8 +1,9 @@
 """Programs with symbolic sizes on a CUDA GPU (docs/dynamic-shapes.md, "GPU"): one symbolic
 compile whose kernels take their sizes as arguments, compiled once and matching eager at
 every size, through `xfuse.compile(..., device="cuda", dynamic_shapes=...)` and
-`torch.compile(dynamic=True)`. On the CPU: every kernel of those programs compiles to PTX that
-ptxas accepts (what the GPU would load)."""
+`torch.compile(dynamic=True)`; each shape captured as a CUDA graph once and replayed after, a
+bounded number of shapes (`xfuse.runtime.shape_graphs`). On the CPU: every kernel of those
+programs compiles to PTX that ptxas accepts (what the GPU would load)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from xfuse import dynamo
 from xfuse.backends.cuda import CUDABackend, LaunchShape
 from xfuse.errors import DynamicShapesWarning, FallbackWarning
 from xfuse.frontend import import_module
+from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.dynamic import DynamicProgram
+from xfuse.runtime.shape_graphs import GRAPH_SHAPES_ENV, MAX_GRAPH_SHAPES
 from xfuse.runtime.symbolic import SymbolicProgram
 
 BATCH = {"x": {0: Dim("batch", min=2, max=64)}}
@@ -232,3 +235,182 @@ def test_torch_compile_dynamic_true_compiles_once_on_the_gpu(
         assert symbolic == 1 and per_shape == 0
     finally:
         torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graphs per shape (xfuse/runtime/shape_graphs.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def runner_at(program: DynamicProgram, *sizes: int) -> GraphRunner[Any]:
+    """The CUDA-graph runner of the shape whose first size symbols are `sizes`."""
+    assert program.graphs is not None
+    runners = program.graphs.runners
+    (runner,) = [r for key, r in runners.items() if key[0][: len(sizes)] == sizes]  # type: ignore[index]
+    return runner
+
+
+@pytest.mark.gpu
+@gpu
+def test_an_mlp_captures_each_batch_size_once_and_replays_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each batch size warms up at its first call, captures at its second and replays from
+    then on; past the bound (3 shapes here) a batch size runs with plain launches, and every
+    call matches eager."""
+    monkeypatch.setenv(GRAPH_SHAPES_ENV, "3")
+    torch.manual_seed(0)
+    model = Block().eval().cuda()
+    program = xfuse.compile(
+        model, (torch.randn(5, 16, device="cuda"),), device="cuda", dynamic_shapes=BATCH
+    )
+    graphs = program.graphs
+    assert graphs is not None and graphs.limit == 3 and graphs.reason is None
+    with torch.no_grad():
+        for batch in (2, 7, 33):
+            for call in range(1, 4):
+                x = torch.randn(batch, 16, device="cuda")
+                torch.testing.assert_close(program(x), model(x))
+                runner = runner_at(program, batch)
+                assert runner.reason is None
+                assert (runner.captures, runner.replays) == (min(call - 1, 1), call - 1)
+            assert runner.handed == runner.replays  # outputs dropped at once: no copy
+        assert graphs.captures == 3 and graphs.passed == 0
+        for batch in (4, 64, 4, 7):  # past the bound but for 7, which replays its graph
+            x = torch.randn(batch, 16, device="cuda")
+            torch.testing.assert_close(program(x), model(x))
+    assert graphs.passed == 3 and len(graphs.runners) == 3 and graphs.captures == 3
+    assert runner_at(program, 7).replays == 3
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_conv_net_captures_each_image_shape_once_and_replays_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two stride-2 convolutions with batch, height and width symbolic: each (batch, height,
+    width) captures once and replays; past the bound (2 shapes) calls run with plain launches;
+    every call matches eager."""
+    monkeypatch.setenv(GRAPH_SHAPES_ENV, "2")
+    net = strided_convs().cuda()
+    program = xfuse.compile(
+        net, (torch.randn(2, 3, 32, 32, device="cuda"),), device="cuda", dynamic_shapes=IMAGE
+    )
+    assert program.graphs is not None
+    shapes = [(2, 32, 32), (3, 40, 47), (2, 32, 32), (3, 40, 47), (5, 32, 32), (2, 32, 32)]
+    with torch.no_grad():
+        for batch, height, width in [*shapes, (5, 32, 32), (3, 40, 47)]:
+            x = torch.randn(batch, 3, height, width, device="cuda")
+            torch.testing.assert_close(program(x), net(x))
+    graphs = program.graphs
+    assert len(graphs.runners) == 2 and graphs.passed == 2  # (5, 32, 32) twice
+    first, second = runner_at(program, 2, 32, 32), runner_at(program, 3, 40, 47)
+    assert first.reason is None and second.reason is None
+    assert (first.captures, first.replays) == (1, 2)
+    assert (second.captures, second.replays) == (1, 2)
+
+
+@pytest.mark.gpu
+@gpu
+def test_outputs_kept_across_shapes_keep_their_values() -> None:
+    """Every output kept while two batch sizes alternate: each shape's ring captures again
+    rather than overwrite memory the caller holds (its third capture copies out), and every
+    kept output is still its call's value at the end."""
+    torch.manual_seed(0)
+    model = Block().eval().cuda()
+    program = xfuse.compile(
+        model, (torch.randn(5, 16, device="cuda"),), device="cuda", dynamic_shapes=BATCH
+    )
+    inputs = [torch.randn(batch, 16, device="cuda") for batch in (2, 3) * 5]
+    with torch.no_grad():
+        kept = [program(x) for x in inputs]
+        for got, x in zip(kept, inputs, strict=True):
+            torch.testing.assert_close(got, model(x))
+    for batch in (2, 3):
+        runner = runner_at(program, batch)
+        assert runner.captures == 3 and runner.replays == 4 and runner.handed == 2
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_replay_reads_the_calls_cpu_scalar() -> None:
+    """A CPU scalar is moved to the device and copied into the graph like any input: a
+    replay at the same batch size with another value computes with that value."""
+
+    def fn(x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.tanh(x * s), s * 2
+
+    x, s = torch.randn(5, 16, device="cuda"), torch.tensor(0.5)
+    program = xfuse.compile(fn, (x, s), device="cuda", dynamic_shapes=({0: BATCH["x"][0]}, None))
+    assert isinstance(program, DynamicProgram)
+    for batch in (3, 9):
+        for value in (0.25, 1.5, -2.0, 3.0):
+            x, s = torch.randn(batch, 16, device="cuda"), torch.tensor(value)
+            got, want = program(x, s), fn(x, s)
+            for g, w in zip(got, want, strict=True):
+                assert g.device == w.device
+                torch.testing.assert_close(g, w)
+        runner = runner_at(program, batch)
+        assert runner.reason is None and (runner.captures, runner.replays) == (1, 3)
+
+
+@pytest.mark.gpu
+@gpu
+def test_torch_compile_dynamic_captures_per_shape_and_reads_parameters_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`torch.compile(dynamic=True)` lifts the parameters into graph inputs: the symbolic
+    program's graphs read them where they are (an in-place update is what the next replay
+    reads, with no capture), and copy the input alone."""
+    made: list[DynamicProgram] = []
+    real = dynamo.symbolic_program
+
+    def recording(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        program, inputs = real(gm, example_inputs)
+        made.append(program)
+        return program, inputs
+
+    monkeypatch.setattr(dynamo, "symbolic_program", recording)
+    torch.manual_seed(0)
+    model = Block().eval().cuda()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    try:
+        with torch.no_grad():
+            for batch in (3, 3, 3, 6, 6):
+                x = torch.randn(batch, 16, device="cuda")
+                torch.testing.assert_close(compiled(x), model(x))
+            (program,) = made
+            runner = runner_at(program, 3)
+            assert runner.reason is None and (runner.captures, runner.replays) == (1, 2)
+            (captured,) = runner._ring
+            assert sorted(captured.in_place) == program.in_place
+            assert len(program.in_place) == len(list(model.parameters()))
+            model.l2.bias.add_(1.0)
+            x = torch.randn(3, 16, device="cuda")
+            torch.testing.assert_close(compiled(x), model(x))
+            assert runner.captures == 1 and runner.replays == 3
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.mark.gpu
+@gpu
+def test_graphs_of_a_symbolic_program_can_be_turned_off_and_explain_names_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(GRAPH_SHAPES_ENV, raising=False)
+    torch.manual_seed(0)
+    model = Block().eval().cuda()
+    x = torch.randn(5, 16, device="cuda")
+    off = xfuse.compile(model, (x,), device="cuda", dynamic_shapes=BATCH, cuda_graphs=False)
+    assert off.graphs is None
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(off(x), model(x))
+    monkeypatch.setenv("XFUSE_CUDA_GRAPHS", "0")
+    assert xfuse.compile(model, (x,), device="cuda", dynamic_shapes=BATCH).graphs is None
+    monkeypatch.delenv("XFUSE_CUDA_GRAPHS")
+    status = xfuse.explain(model, (x,), device="cuda", dynamic_shapes=BATCH, quiet=True).cuda_graph
+    assert status is not None and "captured per shape" in status
+    assert f"at most {MAX_GRAPH_SHAPES} shapes" in status
