@@ -149,6 +149,9 @@ def test_the_status_says_graphs_are_per_shape_and_names_the_bound() -> None:
         "off (cuda_graphs=False or XFUSE_CUDA_GRAPHS=0): steps run one by one"
     )
     assert shape_graph_status(graphs, torch.device("cuda")) == status
+    for key in "abcd":
+        graphs.runner_for(key)
+    assert graphs.status().endswith("; shapes so far: 3, captures: 0, calls past the bound: 1")
 
 
 # ---------------------------------------------------------------------------------------------

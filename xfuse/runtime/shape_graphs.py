@@ -125,14 +125,17 @@ class ShapeGraphs(Generic[P]):
         """How the program's calls run: `Explanation.cuda_graph` of a symbolic program."""
         if self.reason is not None:
             return f"not used: {self.reason}"
-        bound = (
-            f"for at most {self.limit} shapes ({GRAPH_SHAPES_ENV}); calls of other shapes run "
-            "step by step"
+        text = (
+            "captured per shape (at each shape's second call), replayed from then on, for at "
+            f"most {self.limit} shapes ({GRAPH_SHAPES_ENV}); calls of other shapes run step "
+            "by step"
         )
-        text = f"captured per shape (each shape's second call), replayed from then on, {bound}"
-        refused = {r.reason for r in self.runners.values() if r.reason is not None}
-        if self.runners:
-            text += f"; {len(self.runners)} shapes so far, {self.captures} captures"
+        if self.runners or self.passed:
+            text += (
+                f"; shapes so far: {len(self.runners)}, captures: {self.captures}, calls past "
+                f"the bound: {self.passed}"
+            )
+        refused = sorted({r.reason for r in self.runners.values() if r.reason is not None})
         if refused:
-            text += "; not used for some: " + "; ".join(sorted(refused))
+            text += "; not used for some shapes: " + "; ".join(refused)
         return text
