@@ -244,6 +244,8 @@ class DynamicProgram:
         """The `@forward` arguments a CUDA graph reads where they are: parameters, buffers
         and lifted constants, and the `static_inputs`; it copies the others in."""
         self.copied = [i for i in arguments if i not in self.in_place]
+        """The other `@forward` arguments (the user's inputs): a graph copies them into buffers
+        of its own, so their strides are part of a call's shape (`shape_key`)."""
         self.graphs = (
             ShapeGraphs(self.compiled, run_symbolic, self.device)
             if self.on_gpu and cuda_graphs_enabled(cuda_graphs)
@@ -252,6 +254,8 @@ class DynamicProgram:
         """The CUDA graphs of the program's shapes (`xfuse.runtime.shape_graphs`); None on the
         CPU or with graphs off."""
         self._pool = BufferPool(self.device)
+        """What `GraphRunner.run` passes the steps (a symbolic program's launches allocate
+        their outputs: it stays empty)."""
 
     @property
     def kernel_count(self) -> int:
@@ -355,10 +359,9 @@ class DynamicProgram:
         """The symbolic program's results for `@forward`'s arguments `tensors`: replayed from
         the CUDA graph of their shape where it has one (`graphs`), else with plain launches."""
         sizes = self.compiled.bind(tensors)
-        graphs = self.graphs
-        if graphs is None:
-            return self.compiled.run(tensors, sizes)
-        runner = graphs.runner_for(shape_key(sizes, [tensors[i] for i in self.copied]))
+        runner = None
+        if self.graphs is not None:
+            runner = self.graphs.runner_for(shape_key(sizes, [tensors[i] for i in self.copied]))
         if runner is None:
             return self.compiled.run(tensors, sizes)
         return runner.run(tensors, [tensors[i] for i in self.in_place], self._pool, owned)
