@@ -37,6 +37,14 @@ func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>, %b: tensor<8xf32>) -> t
 }
 """
 
+# a sum over the symbolic rows of an [s0, 8] input: the split loop runs over the 8 columns
+COLUMNS = """
+func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<8xf32> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.reduce_sum %x dims = [0] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8xf32>
+  func.return %0 : tensor<8xf32>
+}
+"""
+
 
 def lowered(text: str) -> tuple[CPUBackend, ModuleOp, str]:
     """The module's one kernel, lowered to loops."""
@@ -68,6 +76,24 @@ def test_derived_size_is_computed_from_the_input_symbol() -> None:
         out = torch.empty(rows * 8)
         kernel.launch_sized([x, b, out], [rows], rows * 8)  # the extent is s1 = 8 * s0
         torch.testing.assert_close(out, torch.tanh(x + b).reshape(-1))
+
+
+def test_a_static_extent_is_the_kernels_own() -> None:
+    backend, module, name = lowered(COLUMNS)
+    kernel = backend.load(backend.compile(module, name), name)
+    assert (kernel.sizes, kernel.extent) == (1, 8)
+    for rows in (2, 9, 300):
+        x = torch.randn(rows, 8)
+        out = torch.empty(8)
+        kernel.launch_sized([x, out], [rows], None)
+        torch.testing.assert_close(out, x.sum(dim=0))
+
+
+def test_a_symbolic_extent_is_passed() -> None:
+    backend, module, name = lowered(FLAT)
+    kernel = backend.load(backend.compile(module, name), name)
+    with pytest.raises(ValueError, match="pass its extent"):
+        kernel.launch_sized([torch.randn(2, 8), torch.randn(8), torch.empty(16)], [2], None)
 
 
 def test_a_symbolic_kernel_is_not_called_without_its_sizes() -> None:

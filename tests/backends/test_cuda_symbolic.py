@@ -185,6 +185,6 @@ def test_one_loaded_kernel_matches_torch_at_every_size(case: str) -> None:
         out = torch.empty_like(expected)
         with pytest.raises(CodegenError, match="size arguments"):
             kernel([*buffers, out])
-        kernel.launch_sized([*buffers, out], size_arguments(module, name, table, x))
+        kernel.launch_sized([*buffers, out], size_arguments(module, name, table, x), None)
         torch.cuda.synchronize()
         torch.testing.assert_close(out, expected, msg=lambda m, s=shape: f"{s}: {m}")

@@ -27,6 +27,16 @@ class Kernel(Protocol):
         """Run on contiguous tensors of the kernel's shapes: its inputs, then its outputs."""
         ...
 
+    def launch_sized(
+        self, buffers: Sequence[torch.Tensor], sizes: Sequence[int], extent: int | None
+    ) -> None:
+        """Run a kernel with symbolic sizes (docs/dynamic-shapes.md) on its buffers, as
+        `__call__` does, at `sizes`, the values of its size arguments (`xfuse.size_args`).
+        `extent` is the trip count of its outer parallel loop where that is a size symbol
+        (`xfuse.extent`'s, at these sizes), None where the loop's extent is static: the CPU
+        splits that loop over threads; a CUDA launch computes its grid from `sizes` alone."""
+        ...
+
 
 class Backend(Protocol):
     target: str

@@ -41,6 +41,7 @@ from xfuse.errors import CodegenError
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.passes.llvm.lower_to_llvm import (
+    SYMBOLIC_EXTENT,
     arity_symbol,
     extent_symbol,
     lower_kernels_to_llvm,
@@ -130,17 +131,23 @@ class CPUKernel:
         self.pool.run(run_range, self.extent, work)
 
     def launch_sized(
-        self, buffers: Sequence[torch.Tensor], sizes: Sequence[int], extent: int
+        self, buffers: Sequence[torch.Tensor], sizes: Sequence[int], extent: int | None
     ) -> None:
-        """Launch a kernel with symbolic sizes: its buffers (contiguous CPU tensors, as for
-        `launch`), the values of its size arguments, and the trip count of its split loop at
-        those sizes. The range runs on the caller, on OpenMP threads or on the Python pool, as
-        `launch`'s."""
+        """Launch a kernel with symbolic sizes (`xfuse.backends.Kernel.launch_sized`): its
+        buffers (contiguous CPU tensors, as for `launch`), the values of its size arguments,
+        and the trip count of its split loop at those sizes (None: its static `extent`). The
+        range runs on the caller, on OpenMP threads or on the Python pool, as `launch`'s."""
         if len(buffers) != self.arity or len(sizes) != self.sizes:
             raise ValueError(
                 f"kernel {self.name} takes {self.arity} buffers and {self.sizes} sizes, got "
                 f"{len(buffers)} and {len(sizes)}"
             )
+        if extent is None:
+            if self.extent == SYMBOLIC_EXTENT:
+                raise ValueError(
+                    f"kernel {self.name} splits a loop of symbolic size: pass its extent"
+                )
+            extent = self.extent
         arguments = [*map(_DATA_PTR, buffers), *sizes]
         work = sum(map(_NUMEL, buffers))
         function, pool = self.function, self.pool

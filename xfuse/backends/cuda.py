@@ -289,10 +289,11 @@ class CUDAKernel:
         self._run(buffers, ())
 
     def launch_sized(
-        self, buffers: Sequence[torch.Tensor], sizes: Sequence[int], extent: int | None = None
+        self, buffers: Sequence[torch.Tensor], sizes: Sequence[int], extent: int | None
     ) -> None:
-        """Launch a kernel with symbolic sizes at the size arguments `sizes` (its grid is
-        computed from them; `extent`, the CPU's split trip count, is not needed here)."""
+        """Launch a kernel with symbolic sizes (`xfuse.backends.Kernel.launch_sized`) at the
+        size arguments `sizes`: its grid is computed from them (`LaunchShape.work_items`),
+        which covers its outer loop's `extent` as well."""
         if len(sizes) != self.shape.sizes:
             raise CodegenError(
                 f"CUDA kernel '{self.name}' takes {self.shape.sizes} size arguments, "

@@ -31,7 +31,7 @@ from torch.utils import _pytree as pytree
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from xfuse.backends import check_device
+from xfuse.backends import Backend, check_device
 from xfuse.errors import (
     AutogradUnsupportedError,
     ExportError,
@@ -61,7 +61,7 @@ from xfuse.runtime.fallback import FallbackMode, reason_of
 from xfuse.runtime.shape_graphs import ShapeGraphs, shape_key
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
-from xfuse.runtime.symbolic import Backend, SymbolicProgram
+from xfuse.runtime.symbolic import SymbolicProgram
 
 Tensor = torch.Tensor
 

@@ -12,10 +12,11 @@ kernel once for its device, and runs every call at the call's sizes:
   `SymbolicSizeError` as well;
 - a kernel launch allocates its outputs on the program's device from their symbolic shapes at
   those sizes and passes the kernel's size arguments (`xfuse.size_args`) and the trip count of
-  its split loop (`xfuse.extent`'s symbol, or the kernel's static extent: the CPU's); a CUDA
-  kernel computes its grid from the size arguments (`CUDAKernel.launch_sized`), and one that
-  gathers stops at an index out of range (`trap`, as eager's device-side assert) rather than
-  reporting it through its flag (reading the flag back would synchronise);
+  its outer parallel loop (`xfuse.extent`'s symbol; None where it is static: the kernel's
+  own) to `launch_sized` (`xfuse.backends.Kernel`'s); a CUDA kernel computes its grid from the
+  size arguments, and one that gathers stops at an index out of range (`trap`, as eager's
+  device-side assert) rather than reporting it through its flag (reading the flag back would
+  synchronise);
 - every other op of `@forward` (externs such as `graph.linear`, views) runs eagerly through the
   graph interpreter's prepared ops, with the call's sizes bound, on the program's device (the
   tensors an op makes, an iota's, are made there).
@@ -34,8 +35,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import SSAValue
 
-from xfuse.backends.cpu import CPUBackend, CPUKernel
-from xfuse.backends.cuda import CUDABackend, CUDAKernel
+from xfuse.backends import Backend, Kernel, get_backend
 from xfuse.dialects import fusion, graph
 from xfuse.errors import IndexOutOfRangeError, InputDeviceError, SymbolicSizeError
 from xfuse.interpreters.graph import SIZES, find_function, prepare_op
@@ -51,10 +51,6 @@ puts a transposed weight's matmul and a bias add that fusion left alone back int
 every call."""
 
 
-Kernel = CPUKernel | CUDAKernel
-Backend = CPUBackend | CUDABackend
-
-
 @dataclass
 class _Launch:
     kernel: Kernel
@@ -63,7 +59,9 @@ class _Launch:
     shapes: list[tuple[graph.Dim, ...]]
     dtypes: list[torch.dtype]
     size_args: list[str]
-    extent: str | int
+    extent: str | None
+    """The size symbol its outer parallel loop runs over (`xfuse.extent`), None where that
+    loop's extent is static (the kernel's own)."""
     device: torch.device
     error_flag: bool = False
     """The kernel takes an error flag after its outputs (it gathers): set, the launch raises
@@ -78,7 +76,7 @@ class _Launch:
             for shape, t in zip(self.shapes, self.dtypes, strict=True)
         ]
         flag = [torch.zeros(1, dtype=torch.uint8, device=self.device)] if self.error_flag else []
-        extent = self.extent if isinstance(self.extent, int) else sizes[self.extent]
+        extent = sizes[self.extent] if self.extent is not None else None
         self.kernel.launch_sized(
             [*buffers, *outs, *flag], [sizes[s] for s in self.size_args], extent
         )
@@ -121,11 +119,6 @@ def _tensor(value: torch.Tensor | None) -> torch.Tensor:
     return value
 
 
-def default_backend(device: torch.device) -> Backend:
-    """The backend that compiles a symbolic program's kernels for `device`."""
-    return CUDABackend() if device.type == "cuda" else CPUBackend()
-
-
 class SymbolicProgram:
     """`@forward` of a module with size symbols, fused, lowered and compiled once for `device`
     (the CPU or a CUDA GPU); call it with tensors on that device of any sizes its symbols allow
@@ -161,7 +154,7 @@ class SymbolicProgram:
         """The module after fusion, before `lower-to-loops`: groups, not kernels."""
         pipeline("lower-to-loops")(module)
         self.module = module
-        self.backend = backend if backend is not None else default_backend(self.device)
+        self.backend = backend if backend is not None else get_backend(self.device.type)
         self.kernels: dict[str, Kernel] = {}
         for kernel in kernel_functions(module):
             name = kernel.sym_name.data
@@ -193,18 +186,15 @@ class SymbolicProgram:
                 ir = kernels[name]
                 size_args = ir.attributes.get(SIZE_ARGS_ATTR)
                 extent = ir.attributes.get(EXTENT_ATTR)
-                kernel = self.kernels[name]
                 self.steps.append(
                     _Launch(
-                        kernel,
+                        self.kernels[name],
                         inputs,
                         outputs,
                         [graph.dims_of(r) for r in op.results],
                         [dtypes.to_torch(graph.dtype_of(r)) for r in op.results],
                         [s.data for s in size_args] if isinstance(size_args, ArrayAttr) else [],  # pyright: ignore[reportUnknownMemberType]
-                        extent.data
-                        if isinstance(extent, StringAttr)
-                        else getattr(kernel, "extent", 0),  # a CUDA kernel's grid: its own
+                        extent.data if isinstance(extent, StringAttr) else None,
                         self.device,
                         ERROR_FLAG_ATTR in ir.attributes,
                     )
