@@ -99,6 +99,20 @@ def test_every_kernel_of_a_symbolic_program_compiles_for_the_gpu(
     assert symbolic and all(shape.items == -1 for shape in symbolic)
 
 
+def test_a_gpu_program_knows_its_scalar_arguments(tmp_path: Path) -> None:
+    """The arguments where a call may pass a CPU scalar (0-d ones) are found once, when the
+    program is built."""
+
+    def fn(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x * s)
+
+    x, s = torch.randn(5, 16), torch.tensor(0.5)
+    dynamic = ({0: BATCH["x"][0]}, None)
+    program = DynamicProgram(fn, (x, s), dynamic, backend=PTXOnly(tmp_path), device="cuda:0")
+    assert program.scalar_args == [1]
+    assert DynamicProgram(fn, (x, s), dynamic).scalar_args == []  # on the CPU: none
+
+
 # ---------------------------------------------------------------------------------------------
 # On the GPU
 # ---------------------------------------------------------------------------------------------

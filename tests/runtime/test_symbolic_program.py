@@ -87,6 +87,16 @@ def test_a_static_dim_of_another_size_is_refused() -> None:
         compiled(*bind_arguments(program.function, [torch.randn(4, 12)], program.params))
 
 
+def test_a_table_of_input_symbols_binds_them_alone() -> None:
+    program = imported(Block().eval())
+    compiled = SymbolicProgram(program.module)
+    assert not compiled.derives
+    tensors = bind_arguments(program.function, [torch.randn(7, 16)], program.params)
+    sizes = compiled.bind(tensors)
+    (symbol,) = compiled.input_symbols
+    assert sizes == compiled.table.evaluate(sizes) == {symbol.name: 7}
+
+
 def test_a_static_program_is_refused() -> None:
     program = import_module(Block().eval(), (torch.randn(5, 16),))
     with pytest.raises(SymbolicSizeError, match="has none"):
@@ -308,6 +318,7 @@ def test_a_kernel_over_a_floor_division_symbol_compiles_once() -> None:
     backend = CountingBackend()
     program = SymbolicProgram(parse(POOLED), backend=backend)
     assert program.kernel_count == len(backend.compiled) == 1
+    assert program.derives and program.bind([torch.randn(2, 9)]) == {"s0": 9, "e0": 5}
     for n in (3, 4, 9, 10, 63, 64):
         x = torch.randn(2, n)
         (got,) = program(x)

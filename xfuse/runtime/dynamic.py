@@ -65,6 +65,8 @@ from xfuse.runtime.symbolic import SymbolicProgram
 
 Tensor = torch.Tensor
 
+NO_ARGUMENTS: frozenset[int] = frozenset()
+
 
 def check_dynamic_options(
     device: Any,
@@ -213,6 +215,11 @@ class DynamicProgram:
         self.compiled = SymbolicProgram(
             program.module, backend=backend, observer=self.op_index.observe, device=self.device
         )
+        self.scalar_args = (
+            [k for k, dims in enumerate(self.compiled.arguments) if not dims] if self.on_gpu else []
+        )
+        """`@forward`'s 0-d arguments in a program on a GPU: where a call may pass a CPU scalar
+        (a 0-d CPU tensor, which eager's GPU kernels take as a value); none on the CPU."""
         arguments = range(len(program.function.body.block.args))
         users = [i for i in arguments if i not in program.param_names]
         self.input_args = dict(zip(users, program.input_names, strict=False))
@@ -328,7 +335,7 @@ class DynamicProgram:
         symbol is read, and its `Dim` was asked from that size or lower: the program runs such
         sizes specialised, as Inductor does (a static program compiled for the call's shape),
         where its symbols start at 2. A size its `Dim` does not allow is refused at the call."""
-        for symbol in self.compiled.table.inputs():
+        for symbol in self.compiled.input_symbols:
             assert symbol.source is not None
             arg, dim = symbol.source
             if arg >= len(tensors) or dim >= tensors[arg].dim():
@@ -344,7 +351,7 @@ class DynamicProgram:
         tensors = self._tensors(args, kwargs)
         if self.specialises(tensors):
             return self._specialised(args, kwargs)(*args, **kwargs)
-        scalars = {k for k, x in enumerate(tensors) if is_cpu_scalar(x)} if self.on_gpu else set()
+        scalars = self._cpu_scalars(tensors)
         if scalars:  # 0-d CPU tensors, which eager's GPU kernels take as values
             tensors = [x.to(self.device) if k in scalars else x for k, x in enumerate(tensors)]
         results = self._run(tensors)
@@ -365,6 +372,13 @@ class DynamicProgram:
         if runner is None:
             return self.compiled.run(tensors, sizes)
         return runner.run(tensors, [tensors[i] for i in self.in_place], self._pool, owned)
+
+    def _cpu_scalars(self, tensors: Sequence[Tensor]) -> frozenset[int]:
+        """The `@forward` arguments of a call that are CPU scalars: those of `scalar_args`
+        whose tensor is on the CPU (`_tensors` refused any other tensor off the device)."""
+        if not self.scalar_args:
+            return NO_ARGUMENTS
+        return frozenset(k for k in self.scalar_args if tensors[k].is_cpu)
 
     def _specialised(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompiledProgram:
         """The static program of the calls `specialises` picks, compiled at the first of them
