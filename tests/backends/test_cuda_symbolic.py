@@ -18,9 +18,9 @@ from xfuse.backends.cuda import CUDABackend, LaunchShape
 from xfuse.dialects import graph
 from xfuse.errors import CodegenError
 from xfuse.frontend import import_module
+from xfuse.ir.context import parse
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import SIZE_ARGS_ATTR, SIZES_ATTR
-from xfuse.passes.lowering.gpu_map_parallel import evaluate_size_expression
 from xfuse.pipeline import pipeline
 from xfuse.runtime.symbolic import DEFAULT_PASSES
 
@@ -143,9 +143,45 @@ def test_the_launch_computes_its_work_from_the_sizes(
     assert shape.work_items(sizes) == items
 
 
-def test_size_expressions_evaluate() -> None:
-    expression = ["div", ["add", ["mul", 8, ["arg", 1]], ["sub", ["arg", 0], 1]], 2]
-    assert evaluate_size_expression(expression, [5, 3]) == (8 * 3 + 4) // 2
+def test_the_launch_line_writes_work_items_in_the_size_syntax_of_graph_sizes() -> None:
+    line = LaunchShape(
+        "k", "rows", 256, -1, ("a", "b"), "q0 = (8 * b + a - 1) floordiv 2, items = 3 * q0"
+    ).to_comment()
+    assert line == (
+        '// xfuse-launch {"block": 256, "items": -1, "items_sizes": "q0 = (8 * b + a - 1) '
+        'floordiv 2, items = 3 * q0", "kernel": "k", "size_args": ["a", "b"], "strategy": "rows"}'
+    )
+    shape = LaunchShape.from_ptx(line + "\n")
+    assert shape.sizes == 2
+    assert shape.work_items([5, 3]) == 3 * ((8 * 3 + 5 - 1) // 2)
+
+
+def test_a_launch_line_whose_work_items_do_not_parse_is_refused() -> None:
+    line = LaunchShape("k", "rows", 256, -1, ("a",), "items = a").to_comment()
+    with pytest.raises(CodegenError, match="work items do not parse"):
+        LaunchShape.from_ptx(line.replace("items = a", "items = a +") + "\n")
+
+
+POOLED = """
+func.func @forward(%x: tensor<2x?xf32, #graph.syms<s0>>) -> tensor<2x?xf32, #graph.syms<e0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 9 range [2, 64], e0 = (s0 + 1) floordiv 2>} {
+  %0 = graph.torch_call "aten.max_pool1d.default"(%x) args = ["%t0", [3], [2], [1]] kwargs = {} : (tensor<2x?xf32, #graph.syms<s0>>) -> tensor<2x?xf32, #graph.syms<e0>>
+  %1 = graph.exp %0 : tensor<2x?xf32, #graph.syms<e0>>
+  func.return %1 : tensor<2x?xf32, #graph.syms<e0>>
+}"""
+"""A kernel over a floor-division symbol: its loop bound is computed from its size argument."""
+
+
+def test_a_floor_division_in_a_bound_is_a_symbol_of_the_launch_line(tmp_path: Path) -> None:
+    module = pipeline(f"{DEFAULT_PASSES},lower-to-loops")(parse(POOLED))
+    (name,) = [k.sym_name.data for k in kernel_functions(module)]
+    ptx = CUDABackend(ARCH).compile(module, name).decode()
+    shape = LaunchShape.from_ptx(ptx)
+    assert (shape.size_args, shape.items_sizes) == (
+        ("s0",),
+        "q0 = (s0 + 1) floordiv 2, items = 2 * q0",
+    )
+    assert [shape.work_items([n]) for n in (2, 9, 64)] == [2 * ((n + 1) // 2) for n in (2, 9, 64)]
+    assemble(ptx, tmp_path)
 
 
 def test_a_static_kernel_keeps_its_launch_line() -> None:

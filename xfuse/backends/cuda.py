@@ -23,14 +23,16 @@ import os
 import struct
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr
+from xdsl.utils.exceptions import ParseError
 
 from xfuse.backends.cuda_driver import DriverFunction
 from xfuse.backends.nvptx import compile_to_ptx
+from xfuse.dialects.graph import SizeSymbol, size_symbols_from_text
 from xfuse.errors import CodegenError, CUDALaunchError, CUDAUnavailable
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import (
@@ -44,8 +46,8 @@ from xfuse.passes.llvm.lower_to_nvvm import POINTER_ALIGNMENT, lower_kernels_to_
 from xfuse.passes.lowering.gpu_map_parallel import (
     GPUMapping,
     GPUMappingError,
-    evaluate_size_expression,
     map_kernel,
+    work_items,
 )
 
 if TYPE_CHECKING:
@@ -70,35 +72,52 @@ at import)."""
 class LaunchShape:
     """How to launch a kernel: its strategy (see gpu-map-parallel), threads per block, and
     work items (grid-stride kernels: iterations in all; `rows`: blocks). A kernel with
-    symbolic sizes takes `sizes` i64 arguments after its buffers, and its work items are
-    `items_sizes`, an expression of them (`gpu_map_parallel.SizeExpression`, as JSON) that
-    each launch evaluates (`items` is -1)."""
+    symbolic sizes takes `size_args` (their names: `xfuse.size_args`) as i64 arguments after
+    its buffers, and its work items are `items_sizes` (`items` being -1): derived size symbols
+    of those names, written as a `graph.sizes` table's entries, the last the work items
+    (`gpu_map_parallel.LaunchSizes`), which each launch evaluates."""
 
     kernel: str
     strategy: str
     block: int
     items: int
-    sizes: int = 0
+    size_args: tuple[str, ...] = ()
     items_sizes: str = ""
+    work_definitions: tuple[SizeSymbol, ...] = field(init=False, repr=False, compare=False)
+    """`items_sizes`, parsed (once, when the shape is made)."""
+
+    def __post_init__(self) -> None:
+        parsed = size_symbols_from_text(self.items_sizes) if self.items_sizes else ()
+        object.__setattr__(self, "work_definitions", parsed)
+
+    @property
+    def sizes(self) -> int:
+        """How many size arguments the kernel takes."""
+        return len(self.size_args)
 
     def to_comment(self) -> str:
-        fields = dict(self.__dict__)
-        if not self.sizes:  # a static kernel's line is as it always was
-            del fields["sizes"], fields["items_sizes"]
-        return LAUNCH_PREFIX + json.dumps(fields, sort_keys=True)
+        launch = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        if not self.size_args:  # a static kernel's line is as it always was
+            del launch["size_args"], launch["items_sizes"]
+        return LAUNCH_PREFIX + json.dumps(launch, sort_keys=True)
 
     def work_items(self, sizes: Sequence[int]) -> int:
         """The work items of a launch at size arguments `sizes` (a static kernel's own)."""
-        if not self.sizes:
+        if not self.work_definitions:
             return self.items
-        return evaluate_size_expression(json.loads(self.items_sizes), sizes)
+        return work_items(self.work_definitions, dict(zip(self.size_args, sizes, strict=True)))
 
     @staticmethod
     def from_ptx(ptx: str) -> LaunchShape:
         first = ptx.split("\n", 1)[0]
         if not first.startswith(LAUNCH_PREFIX):
             raise CodegenError("not an xfuse PTX artifact (no launch line)")
-        return LaunchShape(**json.loads(first[len(LAUNCH_PREFIX) :]))
+        launch = json.loads(first[len(LAUNCH_PREFIX) :])
+        launch["size_args"] = tuple(launch.get("size_args", ()))
+        try:
+            return LaunchShape(**launch)
+        except ParseError as e:
+            raise CodegenError(f"the launch line's work items do not parse: {e}") from e
 
 
 def default_arch() -> str:
@@ -185,10 +204,10 @@ def compile_kernel(module: ModuleOp, name: str, arch: str, tuning: Tuning | None
         strategy.data,
         _int_attr(kernel, BLOCK_ATTR),
         _int_attr(kernel, ITEMS_ATTR),
-        len(size_args.data) if isinstance(size_args, ArrayAttr) else 0,
-        items_sizes.data
-        if isinstance(items_sizes, StringAttr)
-        else str(_int_attr(kernel, ITEMS_ATTR)),
+        tuple(a.data for a in size_args.data if isinstance(a, StringAttr))
+        if isinstance(size_args, ArrayAttr)
+        else (),
+        items_sizes.data if isinstance(items_sizes, StringAttr) else "",
     )
     try:
         lower_kernels_to_nvvm(single)

@@ -55,7 +55,8 @@ STRATEGY_ATTR = "xfuse.gpu.strategy"
 BLOCK_ATTR = "xfuse.gpu.block"
 ITEMS_ATTR = "xfuse.gpu.items"
 ITEMS_SIZES_ATTR = "xfuse.gpu.items_sizes"
-"""A GPU kernel with symbolic sizes: its work items (`xfuse.gpu.items` is -1) as an expression
-of its size arguments (JSON), which the launch evaluates per call."""
+"""A GPU kernel with symbolic sizes: its work items (`xfuse.gpu.items` is -1) as derived size
+symbols of its size arguments, written as a `graph.sizes` table's entries (`q0 = (s0 + 7)
+floordiv 8, items = q0`; the last is the work items), which the launch evaluates per call."""
 ALIGN_ATTR = "xfuse.gpu.align"
 LANE_ATTR = "xfuse.gpu.lane"

@@ -3,7 +3,8 @@
 // symbolic sizes takes them as i64 parameters after its buffers. A grid-stride loop of one
 // element a thread and step (a vector width would depend on the sizes) over the flattened
 // index space, whose length is computed in the kernel from the sizes; the launch line says
-// how the launch computes the work items (8 * s0 * s1) from the size arguments, per call.
+// how the launch computes the work items (`items = 8 * s0 * s1`, in the size syntax of a
+// `graph.sizes` table) from the size arguments, named as `xfuse.size_args` names them, per call.
 
 builtin.module {
   func.func @forward_k0(%0: memref<?xf32>, %1: memref<8xf32>, %2: memref<?xf32>, %3: index, %4: index) attributes {xfuse.kernel, xfuse.parallel_dims = 3 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0", xfuse.size_hints = [4 : i64, 6 : i64]} {
@@ -37,7 +38,7 @@ builtin.module {
   }
 }
 
-// CHECK:      // xfuse-launch {"block": 256, "items": -1, "items_sizes": "[\"mul\", [\"mul\", 8, [\"arg\", 0]], [\"arg\", 1]]", "kernel": "forward_k0", "sizes": 2, "strategy": "elementwise"}
+// CHECK:      // xfuse-launch {"block": 256, "items": -1, "items_sizes": "items = 8 * s0 * s1", "kernel": "forward_k0", "size_args": ["s0", "s1"], "strategy": "elementwise"}
 // CHECK:      .visible .entry forward_k0(
 // CHECK-NEXT:   .param .u64 .ptr .align 16 forward_k0_param_0,
 // CHECK-NEXT:   .param .u64 .ptr .align 16 forward_k0_param_1,

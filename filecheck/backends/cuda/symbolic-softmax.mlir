@@ -4,8 +4,9 @@
 // time (no row kept in registers: its length is unknown), so the block shape is valid for
 // every length; it is chosen at the size hints: a warp a row (8 rows a block) for rows of
 // about 100, a block of 128 threads a row (warp shuffles, then shared memory) for rows of
-// about 8192. The launch computes its blocks from the size arguments per call:
-// ceil(s0 / 8), or s0.
+// about 8192. The launch computes its blocks from the size arguments (here named s77 and
+// s27, as torch.export names them) per call: `items = (s77 + 7) floordiv 8` (rows in blocks
+// of 8), or `items = s77`, in the size syntax of a `graph.sizes` table.
 
 builtin.module {
   func.func @softmax_short(%0: memref<?xf32>, %1: memref<?xf32>, %2: index, %3: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s77", "s27"], xfuse.extent = "s77", xfuse.size_hints = [4 : i64, 100 : i64]} {
@@ -78,7 +79,7 @@ builtin.module {
   }
 }
 
-// CHECK:      // xfuse-launch {"block": 256, "items": -1, "items_sizes": "[\"div\", [\"add\", [\"arg\", 0], 7], 8]", "kernel": "softmax_short", "sizes": 2, "strategy": "rows"}
+// CHECK:      // xfuse-launch {"block": 256, "items": -1, "items_sizes": "items = (s77 + 7) floordiv 8", "kernel": "softmax_short", "size_args": ["s77", "s27"], "strategy": "rows"}
 // CHECK:      .visible .entry softmax_short(
 // CHECK:        .param .u64 softmax_short_param_2,
 // CHECK-NEXT:   .param .u64 softmax_short_param_3
@@ -95,7 +96,7 @@ builtin.module {
 // CHECK:      st.global.b32
 // CHECK-NOT:  bar.sync
 
-// CHECK:      // xfuse-launch {"block": 128, "items": -1, "items_sizes": "[\"arg\", 0]", "kernel": "softmax_long", "sizes": 2, "strategy": "rows"}
+// CHECK:      // xfuse-launch {"block": 128, "items": -1, "items_sizes": "items = s77", "kernel": "softmax_long", "size_args": ["s77", "s27"], "strategy": "rows"}
 // CHECK:      .visible .entry softmax_long(
 // CHECK:      .maxntid 128
 // CHECK:      .shared .align 4 .b8 __xfuse_smem_softmax_long_0[128];

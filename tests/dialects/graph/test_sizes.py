@@ -7,7 +7,7 @@ import pytest
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType, f32
 from xdsl.ir import Block, Region
-from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.exceptions import ParseError, VerifyException
 
 from xfuse.dialects import graph
 from xfuse.dialects.graph import SizeExpr, SizesAttr, SizeSymbol, SymsAttr
@@ -219,6 +219,20 @@ def test_floordiv_symbols_evaluate_as_floor_divisions_and_are_atoms() -> None:
     assert table.too_small(table.evaluate({"s0": 2})) == table.by_name["s1"]  # 3 // 2
     assert table.too_small(table.evaluate({"s0": 4})) == table.by_name["s2"]  # 7 // 4
     assert table.too_small(table.evaluate({"s0": 5})) is None
+
+
+def test_size_symbols_outside_ir_parse_and_evaluate_over_given_sizes() -> None:
+    """Entries of a table written outside IR (a CUDA launch line's work items): derived
+    symbols of sizes given by name."""
+    text = "q0 = (s0 + 1) floordiv 2, items = 2 * q0 * s1 - 1"
+    symbols = graph.size_symbols_from_text(text)
+    assert ", ".join(map(str, symbols)) == text
+    assert graph.evaluate_sizes(symbols, {"s0": 9, "s1": 3}) == {"q0": 5, "items": 29}
+    assert graph.size_symbols_from_text(str(floordiv_table())[len("#graph.sizes<") : -1]) == (
+        floordiv_table().data
+    )
+    with pytest.raises(ParseError, match="end of the size symbols"):
+        graph.size_symbols_from_text("items = s0 s1")
 
 
 def test_floordiv_canonical_forms() -> None:

@@ -187,6 +187,8 @@ from xfuse.dialects.graph.sizes import (
     SizesAttr,
     SizeSymbol,
     SymsAttr,
+    evaluate_sizes,
+    size_symbols_from_text,
     split_floordiv,
 )
 from xfuse.dialects.graph.windows import (
@@ -253,6 +255,8 @@ __all__ = [
     "SizesAttr",
     "SizeSymbol",
     "split_floordiv",
+    "evaluate_sizes",
+    "size_symbols_from_text",
     "SymsAttr",
     "SymbolicShape",
     "AbsOp",

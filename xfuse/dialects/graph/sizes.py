@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from math import gcd
 
+from xdsl.context import Context
 from xdsl.ir import Data
 from xdsl.irdl import irdl_attr_definition
-from xdsl.parser import AttrParser
+from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 MIN_SIZE = 2
 """The smallest size a symbol takes: sizes 0 and 1 specialise, as in Inductor and
@@ -300,6 +302,72 @@ class SizeSymbol:
         return f"{self.name} = input({arg}, {dim}) hint {self.hint} range [{self.low}, {high}]"
 
 
+def parse_size_symbol(parser: AttrParser) -> SizeSymbol:
+    """One entry of a `graph.sizes` table: `name = input(arg, dim) hint h [range [low, high]]`
+    (`high` an integer or `inf`), `name = expr` or `name = (expr) floordiv divisor`."""
+    name = parser.parse_identifier(" (a size symbol)")
+    parser.parse_punctuation("=")
+    if parser.parse_optional_keyword("input") is None:
+        expr = parse_size_expr(parser)
+        if parser.parse_optional_keyword("floordiv") is None:
+            return SizeSymbol.derived(name, expr)
+        divisor = parser.parse_integer(allow_negative=False, allow_boolean=False)
+        return SizeSymbol.floordiv(name, expr, divisor)
+    parser.parse_punctuation("(")
+    arg = parser.parse_integer(allow_negative=False, allow_boolean=False)
+    parser.parse_punctuation(",")
+    dim = parser.parse_integer(allow_negative=False, allow_boolean=False)
+    parser.parse_punctuation(")")
+    parser.parse_keyword("hint")
+    hint = parser.parse_integer(allow_negative=False, allow_boolean=False)
+    low, high = MIN_SIZE, None
+    if parser.parse_optional_keyword("range") is not None:
+        parser.parse_punctuation("[")
+        low = parser.parse_integer(allow_negative=False, allow_boolean=False)
+        parser.parse_punctuation(",")
+        if parser.parse_optional_keyword("inf") is None:
+            high = parser.parse_integer(allow_negative=False, allow_boolean=False)
+        parser.parse_punctuation("]")
+    return SizeSymbol.input(name, arg, dim, hint, low, high)
+
+
+def parse_size_symbols(parser: AttrParser) -> tuple[SizeSymbol, ...]:
+    """Entries of a `graph.sizes` table (`parse_size_symbol`), separated by commas."""
+    entries = parser.parse_comma_separated_list(
+        parser.Delimiter.NONE, lambda: parse_size_symbol(parser)
+    )
+    return tuple(entries)
+
+
+def size_symbols_from_text(text: str) -> tuple[SizeSymbol, ...]:
+    """The entries of a `graph.sizes` table written outside IR (`", ".join` of the symbols'
+    `str`), e.g. the work items of a CUDA launch line: derived symbols of a kernel's size
+    arguments. Raises xdsl's `ParseError` for text that is not all such entries."""
+    parser = Parser(Context(), text, "size symbols")
+    entries = parse_size_symbols(parser)
+    if parser._current_token.kind != MLIRTokenKind.EOF:  # pyright: ignore[reportPrivateUsage]
+        parser.raise_error("expected ',' or the end of the size symbols")
+    return entries
+
+
+def evaluate_sizes(symbols: Iterable[SizeSymbol], inputs: Mapping[str, int]) -> dict[str, int]:
+    """The size of each of `symbols`, in order: an input symbol's from `inputs`, a derived
+    one's computed from the sizes before it and `inputs` (which may hold sizes of symbols
+    defined elsewhere: a kernel's size arguments). Floor divisions round toward minus
+    infinity, as Python's `//` and torch's `FloorDiv`."""
+    known = dict(inputs)
+    out: dict[str, int] = {}
+    for s in symbols:
+        if s.expr is None:
+            size = inputs[s.name]
+        elif s.divisor is None:
+            size = s.expr.evaluate(known)
+        else:
+            size = s.expr.evaluate(known) // s.divisor
+        out[s.name] = known[s.name] = size
+    return out
+
+
 @irdl_attr_definition
 class SizesAttr(Data[tuple[SizeSymbol, ...]]):
     """The size symbols of a function, in definition order (the `graph.sizes` attribute of
@@ -309,35 +377,8 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
 
     @classmethod
     def parse_parameter(cls, parser: AttrParser) -> tuple[SizeSymbol, ...]:
-        def entry() -> SizeSymbol:
-            name = parser.parse_identifier(" (a size symbol)")
-            parser.parse_punctuation("=")
-            if parser.parse_optional_keyword("input") is None:
-                expr = parse_size_expr(parser)
-                if parser.parse_optional_keyword("floordiv") is None:
-                    return SizeSymbol.derived(name, expr)
-                divisor = parser.parse_integer(allow_negative=False, allow_boolean=False)
-                return SizeSymbol.floordiv(name, expr, divisor)
-            parser.parse_punctuation("(")
-            arg = parser.parse_integer(allow_negative=False, allow_boolean=False)
-            parser.parse_punctuation(",")
-            dim = parser.parse_integer(allow_negative=False, allow_boolean=False)
-            parser.parse_punctuation(")")
-            parser.parse_keyword("hint")
-            hint = parser.parse_integer(allow_negative=False, allow_boolean=False)
-            low, high = MIN_SIZE, None
-            if parser.parse_optional_keyword("range") is not None:
-                parser.parse_punctuation("[")
-                low = parser.parse_integer(allow_negative=False, allow_boolean=False)
-                parser.parse_punctuation(",")
-                if parser.parse_optional_keyword("inf") is None:
-                    high = parser.parse_integer(allow_negative=False, allow_boolean=False)
-                parser.parse_punctuation("]")
-            return SizeSymbol.input(name, arg, dim, hint, low, high)
-
         with parser.in_angle_brackets():
-            entries = parser.parse_comma_separated_list(parser.Delimiter.NONE, entry)
-        return tuple(entries)
+            return parse_size_symbols(parser)
 
     def print_parameter(self, printer: Printer) -> None:
         printer.print_string("<" + ", ".join(str(s) for s in self.data) + ">")
@@ -409,17 +450,8 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
         return None
 
     def evaluate(self, inputs: Mapping[str, int]) -> dict[str, int]:
-        """Every symbol's size, given the input symbols' sizes (floor divisions round toward
-        minus infinity, as Python's `//` and torch's `FloorDiv`)."""
-        out: dict[str, int] = {}
-        for s in self.data:
-            if s.expr is None:
-                out[s.name] = inputs[s.name]
-            elif s.divisor is None:
-                out[s.name] = s.expr.evaluate(out)
-            else:
-                out[s.name] = s.expr.evaluate(out) // s.divisor
-        return out
+        """Every symbol's size, given the input symbols' sizes (`evaluate_sizes`)."""
+        return evaluate_sizes(self.data, inputs)
 
     def too_small(self, sizes: Mapping[str, int]) -> SizeSymbol | None:
         """The first derived symbol whose size in `sizes` (`evaluate`'s) is below `MIN_SIZE`,

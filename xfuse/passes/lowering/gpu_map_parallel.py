@@ -39,9 +39,8 @@ kernel touches more than 2^31-1 elements, then 64-bit.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from xdsl.builder import Builder
@@ -69,7 +68,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import DiagnosticException
 
-from xfuse.dialects.graph import numel
+from xfuse.dialects.graph import SizeExpr, SizeSymbol, evaluate_sizes, numel
 from xfuse.errors import XfuseError
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.functions import kernel_functions
@@ -1203,75 +1202,100 @@ def _map_single_thread(kernel: func.FuncOp) -> None:
 DEFAULT_SIZE_HINT = 1024
 """The size a runtime size is taken at where its kernel names no hints (hand-written IR)."""
 
-SizeExpression = int | list["str | int | SizeExpression"]
-"""A kernel's work items as a function of its size arguments: an int, `["arg", i]` (the i-th
-size argument), or `[op, a, b]` with op one of `add`, `sub`, `mul`, `div` (floor)."""
-
-_SIZE_OPS: dict[type[Operation], str] = {
-    arith.AddiOp: "add",
-    arith.SubiOp: "sub",
-    arith.MuliOp: "mul",
-    arith.DivUIOp: "div",
-}
+WORK_ITEMS = "items"
+"""The symbol of a launch's work items, the last of its definitions (`xfuse.gpu.items_sizes`)."""
 
 
-def _size_args(kernel: func.FuncOp) -> list[SSAValue]:
-    names = kernel.attributes[SIZE_ARGS_ATTR]
-    assert isinstance(names, ArrayAttr)
-    args = kernel.body.block.args
-    return list(args[len(args) - len(names.data) :])
+class LaunchSizes:
+    """Sizes a kernel with size arguments computes before its loops, in graph's size language
+    (`xfuse.dialects.graph.sizes`): polynomials of its size arguments, by their names
+    (`xfuse.size_args`), and of floor divisions, each floor division a derived symbol of
+    `divisions` (`q0 = (s0 + 1) floordiv 2`)."""
+
+    def __init__(self, kernel: func.FuncOp) -> None:
+        names = kernel.attributes[SIZE_ARGS_ATTR]
+        assert isinstance(names, ArrayAttr)
+        self.kernel = kernel
+        self.names: list[str] = [n.data for n in names.data if isinstance(n, StringAttr)]
+        args = kernel.body.block.args
+        self.args: dict[SSAValue, str] = dict(
+            zip(args[len(args) - len(self.names) :], self.names, strict=True)
+        )
+        self.divisions: list[SizeSymbol] = []
+        self.known: dict[SSAValue, SizeExpr] = {}
+
+    def of(self, value: SSAValue) -> SizeExpr:
+        """`value` (a size the kernel computes before its loop) as a polynomial of its size
+        arguments and `divisions`; a value computed otherwise is refused."""
+        if value not in self.known:
+            self.known[value] = self._compute(value)
+        return self.known[value]
+
+    def _compute(self, value: SSAValue) -> SizeExpr:
+        if (constant := _const_int(value)) is not None:
+            return SizeExpr.constant(constant)
+        if value in self.args:
+            return SizeExpr.symbol(self.args[value])
+        op = value.owner
+        if isinstance(op, arith.AddiOp):
+            return self.of(op.lhs) + self.of(op.rhs)
+        if isinstance(op, arith.SubiOp):
+            return self.of(op.lhs) - self.of(op.rhs)
+        if isinstance(op, arith.MuliOp):
+            return self.of(op.lhs) * self.of(op.rhs)
+        if isinstance(op, arith.DivUIOp) and (divisor := _const_int(op.rhs)) is not None:
+            return self.floordiv(self.of(op.lhs), divisor)
+        raise GPUMappingError(
+            f"@{self.kernel.sym_name.data}: a loop bound the launch cannot compute from the size "
+            "arguments"
+        )
+
+    def floordiv(self, expr: SizeExpr, divisor: int) -> SizeExpr:
+        """floor(expr / divisor), a new symbol of `divisions` (`expr` itself for 1)."""
+        if divisor < 1:
+            raise GPUMappingError(
+                f"@{self.kernel.sym_name.data}: a loop bound divided by {divisor}"
+            )
+        if divisor == 1:
+            return expr
+        taken = {*self.names, *(d.name for d in self.divisions), WORK_ITEMS}
+        name = next(f"q{i}" for i in range(len(taken) + 1) if f"q{i}" not in taken)
+        self.divisions.append(SizeSymbol.floordiv(name, expr, divisor))
+        return SizeExpr.symbol(name)
+
+    def definitions(self, items: SizeExpr) -> tuple[SizeSymbol, ...]:
+        """`divisions`, then `items` as the symbol `WORK_ITEMS` (the last division itself
+        where `items` is it: `items = (s0 + 7) floordiv 8`)."""
+        if self.divisions and items == SizeExpr.symbol(self.divisions[-1].name):
+            last = self.divisions[-1]
+            assert last.expr is not None and last.divisor is not None
+            items_symbol = SizeSymbol.floordiv(WORK_ITEMS, last.expr, last.divisor)
+            return (*self.divisions[:-1], items_symbol)
+        return (*self.divisions, SizeSymbol.derived(WORK_ITEMS, items))
+
+    def at(self, items: SizeExpr, sizes: Sequence[int]) -> int:
+        """`items` at the size arguments `sizes`."""
+        return work_items(self.definitions(items), dict(zip(self.names, sizes, strict=True)))
 
 
-def size_expression(kernel: func.FuncOp, value: SSAValue) -> SizeExpression:
-    """`value` (a size the kernel computes before its loop) as an expression of its size
-    arguments; a value computed otherwise is refused."""
-    if (constant := _const_int(value)) is not None:
-        return constant
-    args = _size_args(kernel)
-    if value in args:
-        return ["arg", args.index(value)]
-    op = value.owner
-    if isinstance(op, Operation) and type(op) in _SIZE_OPS:
-        lhs, rhs = op.operands
-        return [_SIZE_OPS[type(op)], size_expression(kernel, lhs), size_expression(kernel, rhs)]
-    raise GPUMappingError(
-        f"@{kernel.sym_name.data}: a loop bound the launch cannot compute from the size arguments"
-    )
+def work_items(definitions: Sequence[SizeSymbol], sizes: Mapping[str, int]) -> int:
+    """A launch's work items (`WORK_ITEMS` of its `definitions`) at its size arguments, by
+    name."""
+    return evaluate_sizes(definitions, sizes)[WORK_ITEMS]
 
 
-def evaluate_size_expression(expression: SizeExpression, sizes: Sequence[int]) -> int:
-    """The value of a `SizeExpression` at the size arguments `sizes`."""
-    if isinstance(expression, int):
-        return expression
-    op, *operands = expression
-    if op == "arg":
-        index = operands[0]
-        assert isinstance(index, int)
-        return sizes[index]
-    a, b = (evaluate_size_expression(x, sizes) for x in operands)  # type: ignore[arg-type]
-    match op:
-        case "add":
-            return a + b
-        case "sub":
-            return a - b
-        case "mul":
-            return a * b
-        case "div":
-            return a // b
-    raise ValueError(f"unknown size expression operator '{op}'")
-
-
-def _hint(kernel: func.FuncOp, value: SSAValue) -> int:
+def _hint(sizes: LaunchSizes, value: SSAValue) -> int:
     """A runtime size at the kernel's size hints (`xfuse.size_hints`)."""
-    hints = kernel.attributes.get(SIZE_HINTS_ATTR)
+    hints = sizes.kernel.attributes.get(SIZE_HINTS_ATTR)
     values = (
         [h.value.data for h in hints.data if isinstance(h, IntegerAttr)]
         if isinstance(hints, ArrayAttr)
         else []
     )
-    count = len(_size_args(kernel))
-    at = values if len(values) == count else [DEFAULT_SIZE_HINT] * count
-    return evaluate_size_expression(size_expression(kernel, value), at)
+    count = len(sizes.names)
+    return sizes.at(
+        sizes.of(value), values if len(values) == count else [DEFAULT_SIZE_HINT] * count
+    )
 
 
 def _symbolic_shape(kernel: func.FuncOp, par: scf.ParallelOp) -> list[Extent]:
@@ -1290,16 +1314,13 @@ def _symbolic_shape(kernel: func.FuncOp, par: scf.ParallelOp) -> list[Extent]:
     return shape
 
 
-def _shape_expression(kernel: func.FuncOp, shape: Sequence[Extent]) -> SizeExpression:
-    """The element count of `shape` as an expression of the kernel's size arguments."""
-    static = math.prod(d for d in shape if isinstance(d, int))
-    factors = [size_expression(kernel, d) for d in shape if isinstance(d, SSAValue)]
-    if static != 1 or not factors:
-        factors.insert(0, static)
-    expression = factors[0]
-    for factor in factors[1:]:
-        expression = ["mul", expression, factor]
-    return expression
+def _element_count(sizes: LaunchSizes, shape: Sequence[Extent]) -> SizeExpr:
+    """The element count of `shape` as a polynomial of the kernel's sizes."""
+    count = SizeExpr.constant(math.prod(d for d in shape if isinstance(d, int)))
+    for d in shape:
+        if isinstance(d, SSAValue):
+            count = count * sizes.of(d)
+    return count
 
 
 def _map_symbolic_grid_stride(
@@ -1335,7 +1356,8 @@ def _map_symbolic(
     """Map a kernel with size arguments: its block shape is chosen at the size hints and is
     valid for every size (grid-stride loops over the runtime index space, rows of any length
     strided over the row's threads); its work items, from which the launch computes the
-    grid, are an expression of its size arguments (`xfuse.gpu.items_sizes`)."""
+    grid, are a size of its size arguments (`xfuse.gpu.items_sizes`: `LaunchSizes`'
+    definitions, as a `graph.sizes` table writes its entries)."""
     shape = _symbolic_shape(kernel, par)
     body = _body_ops(par.body.block)
     plan = None
@@ -1343,18 +1365,19 @@ def _map_symbolic(
         # Buffers of runtime sizes are 1-D, read at linear offsets: which loops walk rows
         # is not visible in their indices, so every loop of the row's kind is taken.
         plan = _row_plan(body, columns=True, symbolic=True)
-    items = _shape_expression(kernel, shape)
+    sizes = LaunchSizes(kernel)
+    items = _element_count(sizes, shape)
     if plan is None:
         strategy = _map_symbolic_grid_stride(kernel, par, shape, mapping.block_size)
     else:
-        hint = plan.length if isinstance(plan.length, int) else _hint(kernel, plan.length)
+        hint = plan.length if isinstance(plan.length, int) else _hint(sizes, plan.length)
         scratch = _SharedScratch(module, kernel.sym_name.data)
         per_block = _map_rows(kernel, scratch, par, shape, plan, mapping, hint)
         strategy = "rows"
-        if per_block > 1:
-            items = ["div", ["add", items, per_block - 1], per_block]
+        items = sizes.floordiv(items + SizeExpr.constant(per_block - 1), per_block)
     kernel.attributes[ITEMS_ATTR] = IntegerAttr(RUNTIME_ITEMS, i64)
-    kernel.attributes[ITEMS_SIZES_ATTR] = StringAttr(json.dumps(items))
+    definitions = sizes.definitions(items)
+    kernel.attributes[ITEMS_SIZES_ATTR] = StringAttr(", ".join(map(str, definitions)))
     return strategy
 
 
