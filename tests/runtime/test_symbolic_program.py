@@ -12,6 +12,7 @@ from torch.export import Dim
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
+import xfuse
 from xfuse.backends.cpu import CPUBackend
 from xfuse.dialects import graph
 from xfuse.errors import SymbolicSizeError, XfuseError
@@ -328,3 +329,23 @@ def test_a_kernel_over_a_floor_division_symbol_compiles_once() -> None:
         SymbolicSizeError, match=r"^size symbol 'e0' = \(s0 \+ 1\) floordiv 2 is 1 at s0 = 2: "
     ):
         program(torch.randn(2, 2))
+
+
+def test_an_argument_dim_of_a_derived_size_is_checked() -> None:
+    """`y` is declared twice `x`'s length: a call whose `y` is shorter is refused (as the
+    exported program's guards refuse it), not run reading past its end."""
+    from torch.export import Dim
+
+    d = Dim("d", min=2, max=64)
+    program = xfuse.compile(
+        lambda x, y: torch.cat([x, x]) + y,
+        (torch.randn(4), torch.randn(8)),
+        dynamic_shapes=({0: d}, {0: 2 * d}),
+    )
+    x = torch.randn(5)
+    torch.testing.assert_close(program(x, torch.ones(10)), torch.cat([x, x]) + 1)
+    with pytest.raises(
+        SymbolicSizeError,
+        match=r"^argument 1 dim 0 is size symbol '\w+', which is 8 at this call's sizes, got size 7$",
+    ):
+        program(torch.randn(4), torch.randn(7))

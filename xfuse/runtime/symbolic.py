@@ -7,7 +7,8 @@ kernel once for its device, and runs every call at the call's sizes:
 - the sizes of a call are read from its inputs: each input symbol from the argument and dim
   that hold it, equal symbols agreeing, each in its range (which starts at 2: a size of 0 or
   1, or one outside the range, raises `SymbolicSizeError`; `DynamicProgram` specialises
-  instead), static dims and dtypes as declared; derived symbols are computed, and one of 0 or
+  instead), static dims and dtypes as declared; derived symbols are computed (an argument dim
+  that holds one must have its size: `y` of `2 * s0` is refused at any other), and one of 0 or
   1 (a floor division at a small input: `(s0 + 1) floordiv 2` at `s0 = 2`) raises
   `SymbolicSizeError` as well;
 - a kernel launch allocates its outputs on the program's device from their symbolic shapes at
@@ -254,6 +255,18 @@ class SymbolicProgram:
         small = self.table.too_small(sizes)
         if small is not None:
             raise SymbolicSizeError(small_size_message(small, sizes))
+        for name, n in found.items():  # a derived size an argument holds (y of 2 * s0)
+            if sizes[name] != n:
+                i, k = next(
+                    (i, k)
+                    for i, (dims, t) in enumerate(zip(self.arguments, inputs, strict=True))
+                    for k, (d, m) in enumerate(zip(dims, t.shape, strict=True))
+                    if d == name and m == n
+                )
+                raise SymbolicSizeError(
+                    f"argument {i} dim {k} is size symbol '{name}', which is {sizes[name]} at "
+                    f"this call's sizes, got size {n}"
+                )
         return sizes
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
