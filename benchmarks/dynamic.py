@@ -1,11 +1,12 @@
 """
-Dynamic shapes through `torch.compile` on the CPU: a model called with a new size on every
-call, static xfuse (`dynamic=False`: a program per size), dynamic xfuse (`dynamic=True`: one
+Dynamic shapes through `torch.compile` on the CPU or a CUDA GPU: a model called with a new size
+on every call, static xfuse (`dynamic=False`: a program per size), dynamic xfuse (`dynamic=True`: one
 symbolic program where xfuse takes the graph, else a program per size) and Inductor
 (`dynamic=True`), side by side:
 
     python -m benchmarks.dynamic [--models mlp,lm] [--columns xfuse-static,...]
                                  [--mlp-sizes 2,5,...] [--lm-sizes 3,9,...] [--runs 10]
+                                 [--device cuda]
 
 For each model and column, in a new process with empty kernel caches (xfuse's and Inductor's:
 cold compiles, and no column's compile workers or threads beside another's timing): each size
@@ -14,6 +15,9 @@ its steady-state median ms per call (`--runs` calls); the first call's values ar
 against eager. One table per model: a row per size, then the sum of the first calls (the
 sweep's compile time) and the median steady-state ms. The MLP's sweep is over the batch size,
 the language model's (a small GPT-2 from its config, random weights) over the sequence length.
+On CUDA (f32), the first call's ms waits for the GPU, the steady ms are one call's each with
+CUDA events (the host's launches included), and `inductor-ro-dynamic` is Inductor's
+reduce-overhead mode (CUDA graphs per shape, as xfuse's dynamic programs capture them).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.timing import host_ms, median_ms
+from benchmarks.timing import cuda_ms, host_ms, median_ms
 
 Tensor = torch.Tensor
 
@@ -85,6 +89,7 @@ COLUMNS: dict[str, dict[str, Any]] = {
     "xfuse-static": {"backend": "xfuse", "dynamic": False},
     "xfuse-dynamic": {"backend": "xfuse", "dynamic": True},
     "inductor-dynamic": {"backend": "inductor", "dynamic": True},
+    "inductor-ro-dynamic": {"backend": "inductor", "dynamic": True, "mode": "reduce-overhead"},
 }
 
 
@@ -97,25 +102,34 @@ class Sweep:
 
 
 def sweep(
-    model: torch.nn.Module, workload: Workload, sizes: list[int], column: str, runs: int
+    model: torch.nn.Module,
+    workload: Workload,
+    sizes: list[int],
+    column: str,
+    runs: int,
+    device: str = "cpu",
 ) -> Sweep:
     """`model` compiled as `column` says, in a fresh dynamo, called at each size in turn."""
     torch._dynamo.reset()
     compiled = torch.compile(model, **COLUMNS[column])
+    clock = cuda_ms if device == "cuda" else host_ms
     first: list[float] = []
     steady: list[float] = []
     for n in sizes:
-        call = functools.partial(compiled, *workload.inputs(n))
+        call = functools.partial(compiled, *(t.to(device) for t in workload.inputs(n)))
         out: list[Any] = []
-        first.append(host_ms(functools.partial(_keep, call, out)))
+        first.append(host_ms(functools.partial(_keep, call, out, device)))
         torch.testing.assert_close(out[0], model(*call.args), rtol=1e-4, atol=1e-4)
-        steady.append(median_ms(call, runs, warmup=1))
+        del out
+        steady.append(median_ms(call, runs, warmup=1, clock=clock))
     torch._dynamo.reset()
     return Sweep(first, steady)
 
 
-def _keep(call: Callable[[], Any], out: list[Any]) -> None:
+def _keep(call: Callable[[], Any], out: list[Any], device: str) -> None:
     out.append(call())
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def table(name: str, workload: Workload, sizes: list[int], results: dict[str, Sweep]) -> str:
@@ -135,19 +149,19 @@ def table(name: str, workload: Workload, sizes: list[int], results: dict[str, Sw
     return "\n".join(lines)
 
 
-def run_column(name: str, column: str, sizes: list[int], runs: int) -> Sweep:
+def run_column(name: str, column: str, sizes: list[int], runs: int, device: str) -> Sweep:
     """One model's sweep for one column in this process."""
     import xfuse  # noqa: F401  (registers the backend)
 
     torch._dynamo.config.recompile_limit = 64  # the static column compiles once per size
     workload = WORKLOADS[name]
     torch.manual_seed(0)
-    model = workload.make().eval()
+    model = workload.make().eval().to(device)
     with torch.no_grad():
-        return sweep(model, workload, sizes, column, runs)
+        return sweep(model, workload, sizes, column, runs, device)
 
 
-def run_isolated(name: str, column: str, sizes: list[int], runs: int) -> Sweep:
+def run_isolated(name: str, column: str, sizes: list[int], runs: int, device: str) -> Sweep:
     """`run_column` in a new process with empty kernel caches (xfuse's and Inductor's): every
     column compiles cold, as on a first run, and no column's worker processes or threads
     share the CPU with another's timing."""
@@ -159,6 +173,7 @@ def run_isolated(name: str, column: str, sizes: list[int], runs: int) -> Sweep:
         }
         command = [sys.executable, "-m", "benchmarks.dynamic", "--one", name, "--columns"]
         command += [column, f"--{name}-sizes", ",".join(map(str, sizes)), "--runs", str(runs)]
+        command += ["--device", device]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{name} / {column} failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -173,17 +188,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mlp-sizes", default=DEFAULT_SIZES["mlp"])
     parser.add_argument("--lm-sizes", default=DEFAULT_SIZES["lm"])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a model, in the child process
     args = parser.parse_args(argv)
     if args.one is not None:
         sizes = [int(s) for s in getattr(args, f"{args.one}_sizes").split(",")]
-        result = run_column(args.one, args.columns, sizes, args.runs)
+        result = run_column(args.one, args.columns, sizes, args.runs, args.device)
         print(json.dumps({"first": result.first, "steady": result.steady}))
         return
     for name in args.models.split(","):
         sizes = [int(s) for s in getattr(args, f"{name}_sizes").split(",")]
         results = {
-            column: run_isolated(name, column, sizes, args.runs)
+            column: run_isolated(name, column, sizes, args.runs, args.device)
             for column in args.columns.split(",")
         }
         print(table(name, WORKLOADS[name], sizes, results), flush=True)
