@@ -14,6 +14,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 
 from tests.backends.test_cuda import ARCH, assemble, gpu
+from tests.runtime.test_symbolic_program import POOLED
 from xfuse.backends.cuda import CUDABackend, LaunchShape
 from xfuse.dialects import graph
 from xfuse.errors import CodegenError
@@ -160,15 +161,6 @@ def test_a_launch_line_whose_work_items_do_not_parse_is_refused() -> None:
     line = LaunchShape("k", "rows", 256, -1, ("a",), "items = a").to_comment()
     with pytest.raises(CodegenError, match="work items do not parse"):
         LaunchShape.from_ptx(line.replace("items = a", "items = a +") + "\n")
-
-
-POOLED = """
-func.func @forward(%x: tensor<2x?xf32, #graph.syms<s0>>) -> tensor<2x?xf32, #graph.syms<e0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 9 range [2, 64], e0 = (s0 + 1) floordiv 2>} {
-  %0 = graph.torch_call "aten.max_pool1d.default"(%x) args = ["%t0", [3], [2], [1]] kwargs = {} : (tensor<2x?xf32, #graph.syms<s0>>) -> tensor<2x?xf32, #graph.syms<e0>>
-  %1 = graph.exp %0 : tensor<2x?xf32, #graph.syms<e0>>
-  func.return %1 : tensor<2x?xf32, #graph.syms<e0>>
-}"""
-"""A kernel over a floor-division symbol: its loop bound is computed from its size argument."""
 
 
 def test_a_floor_division_in_a_bound_is_a_symbol_of_the_launch_line(tmp_path: Path) -> None:
