@@ -1,0 +1,54 @@
+// RUN: xfuse-opt %s -p lower-to-llvm | filecheck %s
+
+// A column mean: each iteration of the split loop takes a block of 64 columns (768 / 64 = 12
+// blocks); the sums live in a 64-element stack block, the row loop outside the column loop.
+func.func @colmean(%x: memref<49x768xf32>, %out: memref<768xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c768 = arith.constant 768 : index
+  %c49 = arith.constant 49 : index
+  %zero = arith.constant 0.000000e+00 : f32
+  %n = arith.constant 4.900000e+01 : f32
+  "scf.parallel"(%c0, %c768, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+  ^bb0(%c: index):
+    %s = scf.for %r = %c0 to %c49 step %c1 iter_args(%a = %zero) -> (f32) {
+      %v = memref.load %x[%r, %c] : memref<49x768xf32>
+      %t = arith.addf %a, %v fastmath<reassoc> : f32
+      scf.yield %t : f32
+    }
+    %m = arith.divf %s, %n : f32
+    memref.store %m, %out[%c] : memref<768xf32>
+    scf.reduce
+  }) : (index, index, index) -> ()
+  func.return
+}
+
+// CHECK-LABEL: llvm.func @colmean(
+// CHECK-NEXT:    %[[N:.*]] = llvm.mlir.constant(64) : i64
+// CHECK-NEXT:    llvm.alloca %[[N]] x f32 {alignment = 64 : i64} : (i64) -> !llvm.ptr
+// CHECK:         llvm.fdiv
+// CHECK:       llvm.mlir.global external constant @colmean.extent(12 : i64)
+
+// A row sum reads its rows with unit stride already: one row per iteration, no block.
+func.func @rowsum(%x: memref<768x49xf32>, %out: memref<768xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c768 = arith.constant 768 : index
+  %c49 = arith.constant 49 : index
+  %zero = arith.constant 0.000000e+00 : f32
+  "scf.parallel"(%c0, %c768, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+  ^bb0(%c: index):
+    %s = scf.for %r = %c0 to %c49 step %c1 iter_args(%a = %zero) -> (f32) {
+      %v = memref.load %x[%c, %r] : memref<768x49xf32>
+      %t = arith.addf %a, %v fastmath<reassoc> : f32
+      scf.yield %t : f32
+    }
+    memref.store %s, %out[%c] : memref<768xf32>
+    scf.reduce
+  }) : (index, index, index) -> ()
+  func.return
+}
+
+// CHECK-LABEL: llvm.func @rowsum(
+// CHECK-NOT:     llvm.alloca
+// CHECK:       llvm.mlir.global external constant @rowsum.extent(768 : i64)
