@@ -29,7 +29,9 @@ the static runtime's op-by-op fallback is not wired to symbolic programs yet.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from operator import attrgetter
+from typing import NamedTuple
 
 import torch
 from xdsl.dialects import func
@@ -68,23 +70,50 @@ class _Launch:
     """The kernel takes an error flag after its outputs (it gathers): set, the launch raises
     eager's index error (a CUDA kernel traps instead: its flag is not read)."""
 
+    _sized: _SizedLaunch | None = field(default=None, repr=False, compare=False)
+    """The output shapes, size arguments and extent at the sizes of the last call (`at`)."""
+
+    def at(self, sizes: dict[str, int]) -> _SizedLaunch:
+        """The output shapes, size arguments and extent at `sizes`, worked out once per sizes
+        dict (a call whose layouts an earlier call had passes that call's: `DynamicProgram`)."""
+        sized = self._sized
+        if sized is None or sized.sizes is not sizes:
+            sized = _SizedLaunch(
+                sizes,
+                [[d if isinstance(d, int) else sizes[d] for d in shape] for shape in self.shapes],
+                [sizes[s] for s in self.size_args],
+                sizes[self.extent] if self.extent is not None else None,
+            )
+            self._sized = sized  # one assignment: threads read it whole
+        return sized
+
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
+        sized = self.at(sizes)
+        device = self.device
         buffers = [_tensor(values[i]).contiguous() for i in self.inputs]
         outs = [
-            torch.empty(
-                [d if isinstance(d, int) else sizes[d] for d in shape], dtype=t, device=self.device
-            )
-            for shape, t in zip(self.shapes, self.dtypes, strict=True)
+            torch.empty(shape, dtype=t, device=device)
+            for shape, t in zip(sized.shapes, self.dtypes, strict=True)
         ]
-        flag = [torch.zeros(1, dtype=torch.uint8, device=self.device)] if self.error_flag else []
-        extent = sizes[self.extent] if self.extent is not None else None
-        self.kernel.launch_sized(
-            [*buffers, *outs, *flag], [sizes[s] for s in self.size_args], extent
-        )
-        if flag and self.device.type == "cpu" and flag[0].item():
-            raise IndexOutOfRangeError.in_kernel(self.kernel.name)
+        if self.error_flag:
+            flag = torch.zeros(1, dtype=torch.uint8, device=device)
+            self.kernel.launch_sized([*buffers, *outs, flag], sized.size_args, sized.extent)
+            if device.type == "cpu" and flag.item():
+                raise IndexOutOfRangeError.in_kernel(self.kernel.name)
+        else:
+            self.kernel.launch_sized([*buffers, *outs], sized.size_args, sized.extent)
         for slot, out in zip(self.outputs, outs, strict=True):
             values[slot] = out
+
+
+class _SizedLaunch(NamedTuple):
+    """A launch's arguments at one call's sizes (`_Launch.at`)."""
+
+    sizes: dict[str, int]
+    """The sizes they were worked out at (compared by identity: bound sizes never change)."""
+    shapes: list[list[int]]
+    size_args: list[int]
+    extent: int | None
 
 
 @dataclass
@@ -113,6 +142,27 @@ def symbol_inputs(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> set[str]:
     """The symbols `symbol`'s definition names (those a message shows the sizes of)."""
     assert symbol.expr is not None
     return {name for name in symbol.expr.symbols if name in sizes}
+
+
+ArgumentCheck = tuple[int, torch.dtype, tuple[int, ...] | None, tuple[graph.Dim, ...]]
+"""What `SymbolicProgram.bind` checks of an argument: its rank, its dtype, its shape where
+every dim is static (one comparison checks them all; None where a symbol is among them), and
+its dims (static sizes and symbols' names)."""
+
+
+def argument_check(dims: Sequence[graph.Dim], dtype: torch.dtype) -> ArgumentCheck:
+    static = tuple(d for d in dims if isinstance(d, int))
+    return len(dims), dtype, static if len(static) == len(dims) else None, tuple(dims)
+
+
+def on_device_type(device: torch.device) -> Callable[[torch.Tensor], bool]:
+    """Whether a tensor is on a device of `device`'s type (any index): a property read for
+    the CPU and CUDA, where `tensor.device` would make a `torch.device` at every call."""
+    if device.type == "cpu":
+        return attrgetter("is_cpu")
+    if device.type == "cuda":
+        return attrgetter("is_cuda")
+    return lambda t: t.device.type == device.type
 
 
 def _tensor(value: torch.Tensor | None) -> torch.Tensor:
@@ -151,6 +201,14 @@ class SymbolicProgram:
         """Whether the table has derived symbols (a call computes and checks them)."""
         self.arguments = [graph.dims_of(a) for a in forward.body.block.args]
         self.argument_dtypes = [dtypes.to_torch(graph.dtype_of(a)) for a in forward.body.block.args]
+        self._checks = [
+            argument_check(dims, dtype)
+            for dims, dtype in zip(self.arguments, self.argument_dtypes, strict=True)
+        ]
+        """What `bind` checks of each argument, read once (`argument_check`)."""
+        self._ranges = [(s.name, s.low, s.high) for s in self.input_symbols]
+        """Each input symbol's name and range, in the table's order."""
+        self._on_device = on_device_type(self.device)
         fusion_passes = replace(pipeline(passes), observer=observer)
         fusion_passes.apply(module)
         self.fusion_passes = fusion_passes.passes
@@ -207,6 +265,7 @@ class SymbolicProgram:
             else:
                 self.steps.append(_Eager(prepare_op(op), inputs, outputs))
         self.slot_count = len(slots)
+        self._unset: tuple[None, ...] = (None,) * self.slot_count
 
     def bind(self, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
         """Every symbol's size in a call of `inputs`, checked (see the module docstring)."""
@@ -215,42 +274,54 @@ class SymbolicProgram:
                 f"@forward takes {len(self.arguments)} arguments, got {len(inputs)}"
             )
         found: dict[str, int] = {}
-        for i, (dims, t, dtype) in enumerate(
-            zip(self.arguments, inputs, self.argument_dtypes, strict=True)
+        on_device = self._on_device
+        for i, (t, (rank, dtype, static, dims)) in enumerate(
+            zip(inputs, self._checks, strict=True)
         ):
-            if t.device.type != self.device.type:
+            if not on_device(t):
                 raise InputDeviceError(
                     f"argument {i} is a tensor on {t.device}, the program was compiled for "
                     f"{self.device}"
                 )
-            if t.dim() != len(dims) or t.dtype != dtype:
+            shape = t.shape
+            if len(shape) != rank or t.dtype != dtype:
                 raise SymbolicSizeError(
-                    f"argument {i} expects a {dtype} tensor of shape {graph.fmt_shape(dims)}, "
-                    f"got {t.dtype} {list(t.shape)}"
+                    f"argument {i} expects a {dtype} tensor of shape "
+                    f"{graph.fmt_shape(self.arguments[i])}, got {t.dtype} {list(shape)}"
                 )
-            for k, (d, n) in enumerate(zip(dims, t.shape, strict=True)):
+            if static is not None and shape == static:
+                continue  # every dim static and as declared
+            for k, (d, n) in enumerate(zip(dims, shape, strict=True)):
                 if isinstance(d, int):
                     if d != n:
                         raise SymbolicSizeError(
                             f"argument {i} dim {k} is static {d}, got size {n} "
-                            f"(shape {list(t.shape)})"
+                            f"(shape {list(shape)})"
                         )
                 elif found.setdefault(d, n) != n:
                     raise SymbolicSizeError(
                         f"size symbol '{d}' is {found[d]} in one argument and {n} in argument "
                         f"{i} (dim {k})"
                     )
-        for s in self.input_symbols:
-            size = found[s.name]
-            if size < s.low or (s.high is not None and size > s.high):
-                high = "inf" if s.high is None else s.high
+        for name, low, high in self._ranges:
+            size = found[name]
+            if size < low or (high is not None and size > high):
                 raise SymbolicSizeError(
-                    f"size symbol '{s.name}' is {size}, outside its range [{s.low}, {high}] "
+                    f"size symbol '{name}' is {size}, outside its range "
+                    f"[{low}, {'inf' if high is None else high}] "
                     "(sizes 0 and 1 are specialised: this program does not run them)"
                 )
-        sizes = {s.name: found[s.name] for s in self.input_symbols}
+        sizes = {name: found[name] for name, _, _ in self._ranges}
         if not self.derives:
             return sizes
+        return self._derive(inputs, sizes, found)
+
+    def _derive(
+        self, inputs: Sequence[torch.Tensor], sizes: dict[str, int], found: dict[str, int]
+    ) -> dict[str, int]:
+        """Every symbol's size from the input symbols' (`sizes`), checked: none is below
+        `graph.MIN_SIZE`, and each argument dim that holds a derived symbol (`found`, the sizes
+        the arguments hold) has its size."""
         sizes = self.table.evaluate(sizes)
         small = self.table.too_small(sizes)
         if small is not None:
@@ -273,8 +344,9 @@ class SymbolicProgram:
         return self.run(inputs, self.bind(inputs))
 
     def run(self, inputs: Sequence[torch.Tensor], sizes: dict[str, int]) -> list[torch.Tensor]:
-        """The results of a call of `inputs` whose sizes `bind` read (`sizes`)."""
-        values: list[torch.Tensor | None] = [*inputs, *[None] * (self.slot_count - len(inputs))]
+        """The results of a call of `inputs` whose sizes `bind` read (`sizes`, which no one
+        changes after: a launch keeps its arguments at the last call's sizes, `_Launch.at`)."""
+        values: list[torch.Tensor | None] = [*inputs, *self._unset[len(inputs) :]]
         token = SIZES.set(sizes)
         try:
             if self.device.type == "cpu":
