@@ -22,9 +22,9 @@ scalar other than the example's (torch.export specialised it) raise their own on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils import _pytree as pytree
@@ -40,6 +40,7 @@ from xfuse.errors import (
     SymbolicSizeError,
     UnsupportedInputError,
     UnsupportedProgram,
+    XfuseError,
 )
 from xfuse.frontend.export import (
     EXPORT_LOCK,
@@ -51,6 +52,7 @@ from xfuse.frontend.export import (
     unflattener,
 )
 from xfuse.frontend.outputs import OutputRule
+from xfuse.frontend.pytrees import picker
 from xfuse.ir.names import SIZES_ATTR
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.report.op_index import OpIndex
@@ -58,7 +60,7 @@ from xfuse.runtime.compiler import output_sources
 from xfuse.runtime.cuda_graphs import cuda_graphs_enabled
 from xfuse.runtime.executor import CompiledProgram, is_cpu_scalar
 from xfuse.runtime.fallback import FallbackMode, reason_of
-from xfuse.runtime.shape_graphs import ShapeGraphs, shape_key
+from xfuse.runtime.shape_graphs import ShapeGraphs, ShapeKey, shape_key
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
 from xfuse.runtime.symbolic import SymbolicProgram
@@ -66,6 +68,26 @@ from xfuse.runtime.symbolic import SymbolicProgram
 Tensor = torch.Tensor
 
 NO_ARGUMENTS: frozenset[int] = frozenset()
+
+
+class CallPlan(NamedTuple):
+    """How a call runs, worked out from its `@forward` arguments' layouts alone (sizes,
+    dtypes, devices, strides), so that a later call of the same layouts runs with it."""
+
+    sizes: dict[str, int]
+    """Every size symbol's size (`SymbolicProgram.bind`)."""
+    scalars: frozenset[int]
+    """The arguments that are CPU scalars (`DynamicProgram._cpu_scalars`)."""
+    key: ShapeKey | None
+    """The shape of its CUDA graph (`shape_key`); None without graphs."""
+
+
+MAX_PLANS = 256
+"""Plain calls' plans a program keeps (`DynamicProgram.plans`)."""
+
+
+def _is_tensor(value: object) -> bool:
+    return isinstance(value, Tensor)
 
 
 def check_dynamic_options(
@@ -263,6 +285,16 @@ class DynamicProgram:
         self._pool = BufferPool(self.device)
         """What `GraphRunner.run` passes the steps (a symbolic program's launches allocate
         their outputs: it stays empty)."""
+        self._read_in_place = picker(self.in_place)
+        plain = not kwargs and not self.constants and len(users) == len(leaves)
+        self.plain_arity = len(example_inputs) if plain else -1
+        """The number of positional tensors of a plain call, -1 where the example inputs are
+        no such call: a call of that many tensors and no keywords has the example inputs'
+        structure, and binds each of them to a `@forward` argument (`plans` sees them all)."""
+        self.plans: dict[Hashable, CallPlan] = {}
+        """The plans of plain calls by their layouts (`_layouts`), `MAX_PLANS` at most: a
+        call of the same layouts as an earlier one skips the pytree walk and the checks of
+        `SymbolicProgram.bind`, which that call passed."""
 
     @property
     def kernel_count(self) -> int:
@@ -289,11 +321,7 @@ class DynamicProgram:
                     "(torch.export specialises Python scalars)"
                 )
         state = self.state.tensors() if self.state is not None else []
-        if self.state is not None and self.state.module.training != self.training:
-            raise UnsupportedInputError(
-                f"the module is in {'training' if self.state.module.training else 'eval'} mode "
-                "now; dynamic_shapes compiled it in the other"
-            )
+        self._check_training()
         tensors = [x for i, x in enumerate(leaves) if i not in self.constants]
         for x in [*tensors, *state]:
             if not isinstance(x, Tensor):
@@ -303,8 +331,20 @@ class DynamicProgram:
                     f"a tensor on {x.device} in a call of a program compiled for "
                     f"{'the CPU' if self.device.type == 'cpu' else self.device}"
                 )
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in [*tensors, *state])
-        if needs_grad:
+        self._check_modes(tensors, state)
+        return self.bind(leaves, state)
+
+    def _check_training(self) -> None:
+        """The module in the mode it was compiled in (training or eval)."""
+        if self.state is not None and self.state.module.training != self.training:
+            raise UnsupportedInputError(
+                f"the module is in {'training' if self.state.module.training else 'eval'} mode "
+                "now; dynamic_shapes compiled it in the other"
+            )
+
+    def _check_modes(self, tensors: Sequence[Tensor], state: Sequence[Tensor]) -> None:
+        """No autograd (grad enabled with a tensor that requires grad) and no autocast."""
+        if torch.is_grad_enabled() and any(t.requires_grad for t in [*tensors, *state]):
             raise AutogradUnsupportedError(
                 "a call with grad enabled and an input or parameter that requires grad: "
                 "dynamic_shapes compiles inference only yet (call under torch.no_grad())"
@@ -313,7 +353,6 @@ class DynamicProgram:
             raise AutogradUnsupportedError(
                 "a call under torch.autocast: dynamic_shapes compiles no autocast yet"
             )
-        return self.bind(leaves, state)
 
     def _static_args(
         self, example_inputs: tuple[Any, ...], leaves: list[Any], positions: tuple[int, ...]
@@ -348,13 +387,26 @@ class DynamicProgram:
         return False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        tensors = self._tensors(args, kwargs)
-        if self.specialises(tensors):
-            return self._specialised(args, kwargs)(*args, **kwargs)
-        scalars = self._cpu_scalars(tensors)
+        plan = layouts = None
+        if not kwargs and len(args) == self.plain_arity and all(map(_is_tensor, args)):
+            state = self.state.tensors() if self.state is not None else []
+            layouts = self._layouts(args, state)
+            plan = self.plans.get(layouts) if layouts is not None else None
+            if plan is not None:  # the layouts of a call that passed every check
+                self._check_training()
+                self._check_modes(args, state)
+                tensors = self.bind(args, state)
+        if plan is None:
+            tensors = self._tensors(args, kwargs)
+            if self.specialises(tensors):
+                return self._specialised(args, kwargs)(*args, **kwargs)
+            plan = self._plan(tensors)
+            if layouts is not None:
+                self._keep(layouts, plan)
+        scalars = plan.scalars
         if scalars:  # 0-d CPU tensors, which eager's GPU kernels take as values
             tensors = [x.to(self.device) if k in scalars else x for k, x in enumerate(tensors)]
-        results = self._run(tensors)
+        results = self._run(tensors, plan)
         if scalars:  # what eager computes from CPU scalars alone, it returns on the CPU
             results = [
                 r.cpu() if read and read <= scalars else r
@@ -362,16 +414,43 @@ class DynamicProgram:
             ]
         return self.unflatten(self.program.visible(results))
 
-    def _run(self, tensors: list[Tensor]) -> list[Tensor]:
+    def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
+        """What the plan of a plain call (tensors `args`) depends on: each input's Python
+        type, sizes, strides, dtype and device, and the module state's layouts and mode
+        (`ModuleState.key`); None where some state is no tensor (`_tensors` says which)."""
+        inputs = tuple([(type(t), t.shape, t.stride(), t.dtype, t.device) for t in args])
+        if self.state is None:
+            return inputs
+        try:
+            return inputs, self.state.key(state)
+        except XfuseError:  # state that is no tensor
+            return None
+
+    def _keep(self, layouts: Hashable, plan: CallPlan) -> None:
+        """Keep a plain call's plan for its layouts; all are dropped past `MAX_PLANS` (a
+        caller of ever new shapes holds no more than that)."""
+        if len(self.plans) >= MAX_PLANS:
+            self.plans.clear()
+        self.plans[layouts] = plan
+
+    def _plan(self, tensors: list[Tensor]) -> CallPlan:
+        """How a call of `@forward`'s arguments `tensors` (checked, not specialised) runs: its
+        sizes, checked (`SymbolicProgram.bind`), its CPU scalars, and its CUDA graph's shape."""
+        sizes = self.compiled.bind(tensors)
+        key = None
+        if self.graphs is not None:
+            key = shape_key(sizes, [tensors[i] for i in self.copied])
+        return CallPlan(sizes, self._cpu_scalars(tensors), key)
+
+    def _run(self, tensors: list[Tensor], plan: CallPlan) -> list[Tensor]:
         """The symbolic program's results for `@forward`'s arguments `tensors`: replayed from
         the CUDA graph of their shape where it has one (`graphs`), else with plain launches."""
-        sizes = self.compiled.bind(tensors)
         runner = None
-        if self.graphs is not None:
-            runner = self.graphs.runner_for(shape_key(sizes, [tensors[i] for i in self.copied]))
+        if self.graphs is not None and plan.key is not None:
+            runner = self.graphs.runner_for(plan.key)
         if runner is None:
-            return self.compiled.run(tensors, sizes)
-        return runner.run(tensors, [tensors[i] for i in self.in_place], self._pool, owned)
+            return self.compiled.run(tensors, plan.sizes)
+        return runner.run(tensors, self._read_in_place(tensors), self._pool, owned)
 
     def _cpu_scalars(self, tensors: Sequence[Tensor]) -> frozenset[int]:
         """The `@forward` arguments of a call that are CPU scalars: those of `scalar_args`
