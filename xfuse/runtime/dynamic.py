@@ -18,6 +18,12 @@ static program compiled for the call's shape runs it); a size outside a symbol's
 1 where the `Dim` does not allow them) raises `SymbolicSizeError`; a call that needs autograd or
 runs under `torch.autocast`, a tensor off the program's device, inputs of another structure, or a Python
 scalar other than the example's (torch.export specialised it) raise their own one-line errors.
+
+A plain call (the example's number of positional tensors, where the example is such a call)
+whose layouts an earlier call had (each input's type, sizes, strides, dtype and device, and the
+module state's: `DynamicProgram.plans`) runs with that call's plan: its sizes, checked then, its
+CPU scalars and its CUDA graph's shape; it skips the pytree walk and `SymbolicProgram.bind`.
+What layouts do not settle (the module's mode, grad and autocast) is checked at every call.
 """
 
 from __future__ import annotations
