@@ -224,6 +224,59 @@ def test_a_gpu_program_takes_a_cpu_scalar_as_eager_does() -> None:
 
 @pytest.mark.gpu
 @gpu
+def test_a_kept_plan_serves_no_call_of_another_device_or_strides() -> None:
+    """After calls whose plan is kept (`DynamicProgram.plans`), a CPU tensor of their shape is
+    refused as without one, and an input of their shape but other strides runs with a graph
+    of its own; every call matches eager."""
+    from xfuse.errors import InputDeviceError
+
+    torch.manual_seed(0)
+    model = Block().eval().cuda()
+    program = xfuse.compile(
+        model, (torch.randn(5, 16, device="cuda"),), device="cuda", dynamic_shapes=BATCH
+    )
+    assert program.graphs is not None
+    with torch.no_grad():
+        x = torch.randn(5, 16, device="cuda")
+        for _ in range(3):  # warmed up, captured, replayed
+            torch.testing.assert_close(program(x), model(x))
+        assert len(program.plans) == 1
+        with pytest.raises(InputDeviceError, match="compiled for cuda") as e:
+            program(x.cpu())
+        assert "\n" not in str(e.value)
+        strided = torch.randn(16, 5, device="cuda").t()
+        for _ in range(3):
+            torch.testing.assert_close(program(strided), model(strided))
+    assert len(program.plans) == 2 and len(program.graphs.runners) == 2
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_cpu_scalar_and_a_gpu_scalar_of_one_shape_each_run_as_eager_does() -> None:
+    """A 0-d tensor on the CPU, then on the GPU, at the same sizes: each call's plan says
+    which arguments are CPU scalars (what eager computes from one alone, it returns on the
+    CPU), none is taken for the other's."""
+
+    def fn(x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.tanh(x * s), s * 2
+
+    x = torch.randn(5, 16, device="cuda")
+    program = xfuse.compile(
+        fn, (x, torch.tensor(0.5)), device="cuda", dynamic_shapes=({0: BATCH["x"][0]}, None)
+    )
+    assert isinstance(program, DynamicProgram)
+    for value in (0.5, 1.5, -2.0):
+        for device in ("cpu", "cuda", "cpu"):
+            s = torch.tensor(value, device=device)
+            got, want = program(x, s), fn(x, s)
+            for g, w in zip(got, want, strict=True):
+                assert g.device == w.device
+                torch.testing.assert_close(g, w)
+    assert len(program.plans) == 2
+
+
+@pytest.mark.gpu
+@gpu
 def test_torch_compile_dynamic_true_compiles_once_on_the_gpu(
     compiled_cuda_kernels: list[str],
 ) -> None:
