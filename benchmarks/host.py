@@ -3,7 +3,7 @@ The runtime's host cost on the CPU: what a compiled program's call costs beyond 
 
     python -m benchmarks.host [--runs 200] [--model gpt2] [--no-model] [--profile] [--threads 1]
 
-Four measurements, each the median of interleaved rounds in one process (every function once
+Five measurements, each the median of interleaved rounds in one process (every function once
 per round, so that load that comes and goes on a shared machine affects every column alike):
 
 - **chains of N tiny kernels** (N = 1, 10, 50; 8-element f32 tensors, `pipeline="decompose"` so
@@ -15,7 +15,14 @@ per round, so that load that comes and goes on a shared machine affects every co
   xfuse, and where xfuse's host time goes: the steps by kind (kernel launch, extern call,
   view) timed one by one, the rest of the call (input checks, signature, binding, output
   rules) by difference;
-- with `--profile`, the functions of the zoo model's call by own time (cProfile).
+- **symbolic sizes** (`dynamic_shapes=`, batch 2, 8 and 16): an elementwise function (one
+  kernel) and an MLP 256-1024-256 (two extern GEMMs around one kernel), f32: µs per call of
+  the dynamic program against the static program compiled for the call's shape; their
+  difference is what a dynamic call adds: its host path (all of it at batch 2), and at larger
+  batches its memory (its intermediate buffers are fresh at every call, a static call's are
+  reused and stay in cache);
+- with `--profile`, the functions of the zoo model's call by own time (cProfile), and of the
+  dynamic MLP's at batch 8.
 
 One thread by default (torch's and xfuse's): the host path does not depend on it, and on a
 shared machine threads waiting for each other blur every figure.
@@ -142,6 +149,68 @@ def bench_externs(runs: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Symbolic sizes
+# ---------------------------------------------------------------------------------------------
+
+DYNAMIC_BATCHES = (2, 8, 16)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(256, 1024)
+        self.down = torch.nn.Linear(1024, 256)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def elementwise(x: Tensor) -> Tensor:
+    return (x * 2 + 1).relu()
+
+
+def dynamic_cases() -> dict[str, tuple[Callable[[Tensor], Tensor], int]]:
+    """Name -> (model or function, features of its input: batch x features)."""
+    torch.manual_seed(0)
+    return {"elementwise x64": (elementwise, 64), "MLP 256-1024-256": (MLP().eval(), 256)}
+
+
+def compile_dynamic(fn: Callable[[Tensor], Tensor], features: int) -> Any:
+    from torch.export import Dim
+
+    batch = Dim("batch", min=2, max=4096)
+    return compile_quietly(fn, (torch.randn(4, features),), dynamic_shapes=({0: batch},))
+
+
+def bench_dynamic(runs: int, profile: bool) -> list[str]:
+    fns: dict[str, Fn] = {}
+    cases = dynamic_cases()
+    with torch.no_grad():
+        for name, (fn, features) in cases.items():
+            dynamic = compile_dynamic(fn, features)
+            for batch in DYNAMIC_BATCHES:
+                x = torch.randn(batch, features)
+                static = compile_quietly(fn, (x,))
+                torch.testing.assert_close(dynamic(x), fn(x))
+                torch.testing.assert_close(static(x), fn(x))
+                fns[f"static {name} {batch}"] = lambda c=static, x=x: c(x)
+                fns[f"dynamic {name} {batch}"] = lambda c=dynamic, x=x: c(x)
+        us = interleaved_us(fns, runs)
+        lines = [
+            "| program | batch | static µs | dynamic µs | dynamic adds µs |",
+            "|---|---|---|---|---|",
+        ]
+        for name in cases:
+            for batch in DYNAMIC_BATCHES:
+                st, dy = us[f"static {name} {batch}"], us[f"dynamic {name} {batch}"]
+                lines.append(f"| {name} | {batch} | {st:.1f} | {dy:.1f} | {dy - st:.1f} |")
+        if profile:
+            mlp = fns[f"dynamic MLP 256-1024-256 {DYNAMIC_BATCHES[1]}"]
+            lines += ["", "```", cprofile_top(mlp, 2000), "```"]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
 # A zoo model
 # ---------------------------------------------------------------------------------------------
 
@@ -250,8 +319,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--model", default="gpt2")
     parser.add_argument("--no-model", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="cProfile the model's call")
-    parser.add_argument("--only", choices=("chains", "externs", "model"))
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile the model's and the dynamic MLP's call"
+    )
+    parser.add_argument("--only", choices=("chains", "externs", "dynamic", "model"))
     parser.add_argument(
         "--threads", type=int, default=1, help="torch's and xfuse's CPU threads (default 1)"
     )
@@ -261,6 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     sections: list[tuple[str, Callable[[], list[str]]]] = [
         ("chains", lambda: bench_chains(args.runs)),
         ("externs", lambda: bench_externs(args.runs)),
+        ("dynamic", lambda: bench_dynamic(args.runs, args.profile)),
         ("model", lambda: bench_model(args.model, max(20, args.runs // 4), args.profile)),
     ]
     for name, run in sections:
