@@ -85,3 +85,28 @@ def test_rows_elementwise_kernels_and_narrow_columns_are_left_alone(
 
 def test_the_block_is_a_whole_number_of_wide_vectors() -> None:
     assert BLOCK % 16 == 0
+
+
+def _centered_exp(x: torch.Tensor) -> torch.Tensor:
+    return (x - x.mean(0)).exp()
+
+
+def test_a_kernel_with_symbolic_rows_is_blocked_and_matches_eager() -> None:
+    """Columns of a static count over rows of a runtime count (a size argument): blocked as a
+    static kernel's (a block of columns an `alloca` of `BLOCK`), at every number of rows."""
+    from torch.export import Dim
+
+    from xfuse.backends.cpu import CPUBackend
+    from xfuse.frontend import import_module
+    from xfuse.runtime.symbolic import SymbolicProgram
+
+    program = import_module(
+        _centered_exp, (torch.randn(9, 100),), dynamic_shapes={"x": {0: Dim("rows", min=2)}}
+    )
+    compiled = SymbolicProgram(program.module)
+    (name,) = compiled.kernels
+    assert f"alloca float, i64 {BLOCK}" in CPUBackend().llvm_ir(compiled.module, name)
+    for rows in (2, 3, 17, 65, 300):
+        x = torch.randn(rows, 100)
+        (got,) = compiled(x)
+        torch.testing.assert_close(got, _centered_exp(x))

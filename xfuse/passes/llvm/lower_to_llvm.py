@@ -365,9 +365,8 @@ def prepare_cpu_kernels(module: ModuleOp) -> None:
             reuse_reduction_values(parallel)
         for loop in [o for o in kernel.walk() if isinstance(o, scf.ForOp)]:
             divide_by_reciprocal(loop)
-        if SIZE_ARGS_ATTR not in kernel.attributes:
-            for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
-                block_column_reductions(parallel)
+        for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
+            block_column_reductions(parallel)
     rewrite_once(module, ParallelLoopToRangeArgs())
 
 
