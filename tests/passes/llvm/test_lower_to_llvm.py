@@ -197,6 +197,74 @@ def test_cpu_softmax_runs_right() -> None:
     torch.testing.assert_close(out, torch.softmax(x, -1))
 
 
+SYMBOLIC_SOFTMAX = """builtin.module {
+  func.func @k(%x: memref<?xf32>, %out: memref<?xf32>, %n: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"]} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %ninf = arith.constant 0xff800000 : f32
+    %zero = arith.constant 0.000000e+00 : f32
+    "scf.parallel"(%c0, %c4, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+    ^bb0(%i: index):
+      %row = arith.muli %i, %n : index
+      %m = scf.for %j = %c0 to %n step %c1 iter_args(%a = %ninf) -> (f32) {
+        %o = arith.addi %row, %j : index
+        %v = memref.load %x[%o] : memref<?xf32>
+        %a2 = arith.maximumf %a, %v : f32
+        scf.yield %a2 : f32
+      }
+      %s = scf.for %j = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
+        %o = arith.addi %row, %j : index
+        %v = memref.load %x[%o] : memref<?xf32>
+        %d = arith.subf %v, %m : f32
+        %e = math.exp %d : f32
+        %a2 = arith.addf %a, %e fastmath<reassoc> : f32
+        scf.yield %a2 : f32
+      }
+      scf.for %j = %c0 to %n step %c1 {
+        %o = arith.addi %row, %j : index
+        %v = memref.load %x[%o] : memref<?xf32>
+        %d = arith.subf %v, %m : f32
+        %e = math.exp %d : f32
+        %q = arith.divf %e, %s : f32
+        memref.store %q, %out[%o] : memref<?xf32>
+      }
+      scf.reduce
+    }) : (index, index, index) -> ()
+    func.return
+  }
+}"""
+"""A softmax over 4 rows of a runtime length `%n` (as lower-to-loops makes it for symbolic
+sizes): its buffers are 1-D, read and written at the linear offset `row + j`."""
+
+
+def test_cpu_symbolic_softmax_computes_exp_once() -> None:
+    """The write loop's offset `row + j` is `row + j'` of the sum loop: exp is kept there."""
+    from xdsl.dialects import math, memref, scf
+
+    module = prepared(SYMBOLIC_SOFTMAX)
+    kernel = next(op for op in module.ops if isinstance(op, func.FuncOp))
+    _, _, reduce_loop, write_loop = [op for op in kernel.walk() if isinstance(op, scf.ForOp)]
+    (exp,) = [op for op in kernel.walk() if isinstance(op, math.ExpOp)]
+    assert exp.parent_op() is reduce_loop
+    (kept,) = [op for op in reduce_loop.body.block.ops if isinstance(op, memref.StoreOp)]
+    assert kept.value == exp.result and kept.memref == kernel.body.block.args[3]  # %out
+    assert not any(isinstance(op, math.ExpOp) for op in write_loop.walk())
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 100])
+def test_cpu_symbolic_softmax_runs_right(n: int) -> None:
+    import torch
+
+    from xfuse.backends.cpu import CPUBackend
+
+    backend = CPUBackend()
+    kernel = backend.load(backend.compile(parse(SYMBOLIC_SOFTMAX), "k"), "k")
+    x, out = torch.randn(4, n), torch.empty(4, n)
+    kernel.launch_sized([x, out], [n], None)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
 def test_values_are_kept_only_in_buffers_written_after_they_are_needed() -> None:
     # The write loop stores %out before it computes exp again, %out2 after: only %out2 can
     # hold exp until then.

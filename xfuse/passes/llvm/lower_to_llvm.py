@@ -246,6 +246,30 @@ def _available_before(value: SSAValue, op: Operation) -> bool:
     return False
 
 
+def _early_index(index: SSAValue, iv: SSAValue, loop: scf.ForOp) -> SSAValue | None:
+    """Where the element a write loop stores at `index` is at the same iteration of the
+    earlier `loop`: `iv` itself for the induction variable, `index` for a value defined before
+    `loop`, the offset `o` of `o + iv` (a symbolic kernel's linear offset, `o` defined before
+    `loop`); None otherwise."""
+    if index == iv:
+        return iv
+    if _available_before(index, loop):
+        return index
+    if isinstance(index, OpResult) and isinstance(index.op, arith.AddiOp):
+        a, b = index.op.lhs, index.op.rhs
+        offset = b if a == iv else a if b == iv else None
+        if offset is not None and offset != iv and _available_before(offset, loop):
+            return offset
+    return None
+
+
+def _defined_by(value: SSAValue, block: Block, position: int) -> bool:
+    """Whether `value` is defined outside `block` or by one of its first `position` ops."""
+    if not isinstance(value, OpResult) or value.op.parent_block() is not block:
+        return True
+    return block.get_operation_index(value.op) < position
+
+
 def _same_bounds(a: scf.ForOp, b: scf.ForOp) -> bool:
     return all(
         x == y or (_constant_index(x) is not None and _constant_index(x) == _constant_index(y))
@@ -283,7 +307,9 @@ def reuse_reduction_values(op: scf.ParallelOp) -> None:
     """softmax-like rows: the last reduction loop computes e = exp(x - max) for its sum and the
     write loop computes it again for `e / sum`. The reduction loop stores e into the output
     (at the element the write loop writes) and the write loop loads it back: one exp per element
-    instead of two, and the row is in cache. cpu only: the GPU mapping keeps the row in
+    instead of two, and the row is in cache. The element is the write loop's at the same
+    iteration: its index is the loop's variable, a value known before the reduction loop, or
+    one plus the variable (a symbolic kernel's linear offset `row + j`). cpu only: the GPU mapping keeps the row in
     registers instead (and wants output buffers written only)."""
     kernel = op.parent_op()
     if not isinstance(kernel, func.FuncOp) or KERNEL_ATTR not in kernel.attributes:
@@ -313,7 +339,7 @@ def reuse_reduction_values(op: scf.ParallelOp) -> None:
             != 1
         ):
             continue
-        if all(i == write_iv or _available_before(i, reduce_loop) for i in store.indices):
+        if all(_early_index(i, write_iv, reduce_loop) is not None for i in store.indices):
             slots.append(store)
     for candidate in list(write_block.ops):
         if not slots:
@@ -344,14 +370,28 @@ def reuse_reduction_values(op: scf.ParallelOp) -> None:
         )
         if slot is None:
             continue
+        anchor = by_key[key].owner
+        if not isinstance(anchor, Operation) or not all(
+            _defined_by(i, write_block, position) for i in slot.indices
+        ):
+            continue
         slots.remove(slot)
         early = by_key[key]
         reduce_iv = reduce_loop.body.block.args[0]
-        early_indices = [reduce_iv if i == write_iv else i for i in slot.indices]
+        early_indices: list[SSAValue] = []
+        for i in slot.indices:
+            offset = _early_index(i, write_iv, reduce_loop)
+            assert offset is not None  # (every index of a slot has one)
+            if offset is write_iv:
+                early_indices.append(reduce_iv)
+            elif offset is i:
+                early_indices.append(i)
+            else:  # the write loop's `offset + iv` at the reduction loop's iv
+                moved = arith.AddiOp(offset, reduce_iv)
+                reduce_loop.body.block.insert_op_after(moved, anchor)
+                anchor = moved
+                early_indices.append(moved.result)
         keep = memref.StoreOp.get(early, slot.memref, early_indices)
-        anchor = early.owner if isinstance(early, OpResult) else None
-        if anchor is None:
-            continue
         reduce_loop.body.block.insert_op_after(keep, anchor)
         reload = memref.LoadOp.get(slot.memref, list(slot.indices))
         write_block.insert_op_before(reload, candidate)
