@@ -442,11 +442,14 @@ class DynamicProgram:
     def _plan(self, tensors: list[Tensor]) -> CallPlan:
         """How a call of `@forward`'s arguments `tensors` (checked, not specialised) runs: its
         sizes, checked (`SymbolicProgram.bind`), its CPU scalars, and its CUDA graph's shape."""
+        scalars = self._cpu_scalars(tensors)
+        if scalars:  # bound as the call runs them: on the device
+            tensors = [x.to(self.device) if k in scalars else x for k, x in enumerate(tensors)]
         sizes = self.compiled.bind(tensors)
         key = None
         if self.graphs is not None:
             key = shape_key(sizes, [tensors[i] for i in self.copied])
-        return CallPlan(sizes, self._cpu_scalars(tensors), key)
+        return CallPlan(sizes, scalars, key)
 
     def _run(self, tensors: list[Tensor], plan: CallPlan) -> list[Tensor]:
         """The symbolic program's results for `@forward`'s arguments `tensors`: replayed from
