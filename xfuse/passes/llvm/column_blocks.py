@@ -33,6 +33,8 @@ from xdsl.dialects.builtin import IndexType, IntegerAttr
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from xfuse.ir.constants import int_constant
+
 _Fill = Callable[[Block, dict[SSAValue, SSAValue], SSAValue], None]
 """What fills the body of a loop over a block's columns: the body, the value map (old values
 to new, the column index included), and the loop's index `%j`."""
@@ -59,21 +61,13 @@ def block_column_reductions(parallel: scf.ParallelOp) -> bool:
     return True
 
 
-def _constant(value: SSAValue) -> int | None:
-    if isinstance(value, OpResult) and isinstance(value.op, arith.ConstantOp):
-        attr = value.op.value
-        if isinstance(attr, IntegerAttr):
-            return attr.value.data
-    return None
-
-
 def _columns(parallel: scf.ParallelOp) -> int | None:
     """The constant trip count of the innermost parallel dimension (from 0 by 1), or None."""
     if parallel.res or not parallel.upperBound:
         return None
     lb, ub, step = parallel.lowerBound[-1], parallel.upperBound[-1], parallel.step[-1]
-    columns = _constant(ub)
-    if _constant(lb) != 0 or _constant(step) != 1 or columns is None or columns < MIN_COLUMNS:
+    columns = int_constant(ub)
+    if int_constant(lb) != 0 or int_constant(step) != 1 or columns is None or columns < MIN_COLUMNS:
         return None
     return columns
 

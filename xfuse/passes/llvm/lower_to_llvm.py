@@ -51,6 +51,7 @@ from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 
 from xfuse.dialects import fusion
+from xfuse.ir.constants import int_constant
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, RANGE_ARGS_ATTR, SIZE_ARGS_ATTR
 from xfuse.passes.llvm.column_blocks import block_column_reductions
@@ -84,13 +85,6 @@ SYMBOLIC_EXTENT = -1
 # ---------------------------------------------------------------------------------------------
 # cpu: the first parallel dimension -> [lo, hi) arguments
 # ---------------------------------------------------------------------------------------------
-
-
-def _constant_index(value: SSAValue) -> int | None:
-    owner = value.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return owner.value.value.data
-    return None
 
 
 def _nest_of_fors(
@@ -149,9 +143,9 @@ class ParallelLoopToRangeArgs(RewritePattern):
     def _split(loop: scf.ParallelOp, lo: SSAValue, hi: SSAValue, rewriter: PatternRewriter) -> int:
         if loop.res:
             raise DiagnosticException("scf.parallel with reductions is not supported")
-        lb0 = _constant_index(loop.lowerBound[0])
-        ub0 = _constant_index(loop.upperBound[0])
-        step0 = _constant_index(loop.step[0])
+        lb0 = int_constant(loop.lowerBound[0])
+        ub0 = int_constant(loop.upperBound[0])
+        step0 = int_constant(loop.step[0])
         kernel = loop.parent_op()
         symbolic = ub0 is None and kernel is not None and SIZE_ARGS_ATTR in kernel.attributes
         if lb0 != 0 or step0 != 1 or (ub0 is None and not symbolic):
@@ -272,7 +266,7 @@ def _defined_by(value: SSAValue, block: Block, position: int) -> bool:
 
 def _same_bounds(a: scf.ForOp, b: scf.ForOp) -> bool:
     return all(
-        x == y or (_constant_index(x) is not None and _constant_index(x) == _constant_index(y))
+        x == y or (int_constant(x) is not None and int_constant(x) == int_constant(y))
         for x, y in ((a.lb, b.lb), (a.ub, b.ub), (a.step, b.step))
     )
 

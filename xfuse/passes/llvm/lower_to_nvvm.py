@@ -50,6 +50,7 @@ from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewri
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from xfuse.dialects.mlir_ops import ErfcOp, RemFOp
+from xfuse.ir.constants import int_constant
 from xfuse.ir.dtypes import bf16_round, byte_width
 from xfuse.ir.names import ALIGN_ATTR, ERROR_FLAG_ATTR, LANE_ATTR, STRATEGY_ATTR
 from xfuse.passes.llvm.convert_arith_to_llvm import LLVMConversionError
@@ -135,12 +136,7 @@ def _lane_address(
     """`&m[..., j + lane]` as `&m[..., j]` + lane, so that LLVM sees the lanes are adjacent."""
     *outer, last = op.indices
     producer = last.owner
-    if (
-        isinstance(producer, arith.AddiOp)
-        and isinstance(constant := producer.rhs.owner, arith.ConstantOp)
-        and isinstance(constant.value, IntegerAttr)
-        and constant.value.value.data == lane
-    ):
+    if isinstance(producer, arith.AddiOp) and int_constant(producer.rhs) == lane:
         base = element_address(rewriter, op.memref, [*outer, producer.lhs])
         element = convert_llvm_type(_element_type(op))
         offset = llvm.GEPOp(base, [lane], element, inbounds=True)

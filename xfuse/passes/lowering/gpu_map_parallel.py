@@ -70,6 +70,7 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from xfuse.dialects.graph import SizeExpr, SizeSymbol, evaluate_sizes, numel
 from xfuse.errors import XfuseError
+from xfuse.ir.constants import int_constant
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import (
@@ -159,13 +160,6 @@ class _Emit:
 
     def and_(self, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.op(arith.AndIOp(a, b))
-
-
-def _const_int(value: SSAValue) -> int | None:
-    op = value.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        return op.value.value.data
-    return None
 
 
 def _accesses(ops: Sequence[Operation]) -> list[memref.LoadOp | memref.StoreOp]:
@@ -667,7 +661,7 @@ _ROW_LOOP_OPS = (arith.ConstantOp, memref.LoadOp, memref.StoreOp, scf.YieldOp)
 def _loop_length(loop: scf.ForOp, symbolic: bool) -> Extent | None:
     """The trip count of a loop from 0: a constant, or with `symbolic` a value defined
     outside the parallel body (a runtime size)."""
-    length = _const_int(loop.ub)
+    length = int_constant(loop.ub)
     if length is not None:
         return length
     return loop.ub if symbolic else None
@@ -689,7 +683,7 @@ def _row_plan(
     assert length is not None
     plan: dict[scf.ForOp, list[_Reduction]] = {}
     for loop in loops:
-        if _const_int(loop.lb) != 0 or _const_int(loop.step) != 1:
+        if int_constant(loop.lb) != 0 or int_constant(loop.step) != 1:
             return None
         if not _is_row_loop_body(loop, columns):
             return None
@@ -723,8 +717,8 @@ def _nest_inner(loop: scf.ForOp) -> scf.ForOp | None:
         return None
     inner = ops[loops[0]]
     assert isinstance(inner, scf.ForOp)
-    starts_steps = [_const_int(v) for v in (loop.lb, loop.step, inner.lb, inner.step)]
-    if starts_steps != [0, 1, 0, 1] or None in (_const_int(loop.ub), _const_int(inner.ub)):
+    starts_steps = [int_constant(v) for v in (loop.lb, loop.step, inner.lb, inner.step)]
+    if starts_steps != [0, 1, 0, 1] or None in (int_constant(loop.ub), int_constant(inner.ub)):
         return None
     for op in ops[: loops[0]]:
         if op.regions or not (
@@ -777,7 +771,7 @@ def _coalesce_nest(loop: scf.ForOp) -> scf.ForOp | None:
         return None
     if (flat_inner := _coalesce_nest(inner)) is not None:
         inner = flat_inner
-    outer_len, inner_len = _const_int(loop.ub), _const_int(inner.ub)
+    outer_len, inner_len = int_constant(loop.ub), int_constant(inner.ub)
     assert outer_len is not None and inner_len is not None
     body = Block(arg_types=[IndexType(), *(a.type for a in loop.iter_args)])
     e = _Emit(Builder(InsertPoint.at_end(body)), i32)
@@ -829,7 +823,7 @@ def _transposes_cached_rows(body: list[Operation], mapping: GPUMapping) -> bool:
     would read coalesced, once per loop, and write each row's elements a row apart; a warp
     per row reads the row once and writes it coalesced."""
     loops = [op for op in body if isinstance(op, scf.ForOp)]
-    lengths = {_const_int(loop.ub) for loop in loops}
+    lengths = {int_constant(loop.ub) for loop in loops}
     if len(lengths) != 1 or None in lengths:
         return False
     length = lengths.pop()
@@ -1232,7 +1226,7 @@ class LaunchSizes:
         return self.known[value]
 
     def _compute(self, value: SSAValue) -> SizeExpr:
-        if (constant := _const_int(value)) is not None:
+        if (constant := int_constant(value)) is not None:
             return SizeExpr.constant(constant)
         if value in self.args:
             return SizeExpr.symbol(self.args[value])
@@ -1243,7 +1237,7 @@ class LaunchSizes:
             return self.of(op.lhs) - self.of(op.rhs)
         if isinstance(op, arith.MuliOp):
             return self.of(op.lhs) * self.of(op.rhs)
-        if isinstance(op, arith.DivUIOp) and (divisor := _const_int(op.rhs)) is not None:
+        if isinstance(op, arith.DivUIOp) and (divisor := int_constant(op.rhs)) is not None:
             return self.floordiv(self.of(op.lhs), divisor)
         raise GPUMappingError(
             f"@{self.kernel.sym_name.data}: a loop bound the launch cannot compute from the size "
@@ -1301,11 +1295,11 @@ def _hint(sizes: LaunchSizes, value: SSAValue) -> int:
 def _symbolic_shape(kernel: func.FuncOp, par: scf.ParallelOp) -> list[Extent]:
     shape: list[Extent] = []
     for lb, ub, step in zip(par.lowerBound, par.upperBound, par.step, strict=True):
-        if _const_int(lb) != 0 or _const_int(step) != 1:
+        if int_constant(lb) != 0 or int_constant(step) != 1:
             raise GPUMappingError(
                 f"@{kernel.sym_name.data}: expected scf.parallel bounds from 0 step 1"
             )
-        extent = _const_int(ub)
+        extent = int_constant(ub)
         shape.append(ub if extent is None else extent)
     if par.initVals:
         raise GPUMappingError(
@@ -1398,8 +1392,8 @@ def _outer_parallel(kernel: func.FuncOp) -> scf.ParallelOp | None:
 def _parallel_shape(kernel: func.FuncOp, par: scf.ParallelOp) -> list[int]:
     shape: list[int] = []
     for lb, ub, step in zip(par.lowerBound, par.upperBound, par.step, strict=True):
-        extent = _const_int(ub)
-        if _const_int(lb) != 0 or _const_int(step) != 1 or extent is None:
+        extent = int_constant(ub)
+        if int_constant(lb) != 0 or int_constant(step) != 1 or extent is None:
             raise GPUMappingError(
                 f"@{kernel.sym_name.data}: expected scf.parallel bounds 0 to a constant step 1"
             )
