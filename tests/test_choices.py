@@ -225,7 +225,7 @@ def test_compiling_ahead_leaves_the_measured_builds_nothing_to_compile(
     `compile_choices_ahead`, a measuring build of the same programs finds its fused program
     and every kernel in the cache."""
     from xfuse.backends.cuda import CUDABackend
-    from xfuse.pipeline import PipelineOptions, compile_pipeline
+    from xfuse.pipeline import compile_pipeline
     from xfuse.runtime import driver
     from xfuse.runtime.compile_workers import WORKERS_ENV
     from xfuse.runtime.compiler import ProgramCompiler
@@ -246,7 +246,7 @@ def test_compiling_ahead_leaves_the_measured_builds_nothing_to_compile(
         sources = []
         for imported in programs():
             compiler = ProgramCompiler(driver._no_kernel, device=cuda)
-            passes = compile_pipeline(cuda, driver.settled(PipelineOptions()))
+            passes = compile_pipeline(cuda, driver.measuring_options())
             hits = cache.stats.program_hits
             driver.fuse_and_lower(imported.program, passes, cache, compiler)
             assert cache.stats.program_hits == hits + 1

@@ -151,6 +151,19 @@ def measured_options(
     return replace(options, library=library), choices
 
 
+def measured_pipeline(
+    options: PipelineOptions,
+    module: ModuleOp,
+    device: torch.device,
+    cache: KernelCache,
+    ahead: CompileAhead | None = None,
+) -> tuple[Pipeline, PipelineOptions, list[Choice]]:
+    """The pipeline that fuses `module` for `device`: `options` with its measured choices
+    (`measured_options`, measuring with `measuring_compile`), those options and every verdict."""
+    options, choices = measured_options(options, module, device, cache, measuring_compile, ahead)
+    return compile_pipeline(device, options), options, choices
+
+
 def fuse_and_lower(
     program_ir: ImportedProgram,
     passes: Pipeline,
@@ -261,10 +274,9 @@ def build_executable(
     program_ir = imported.program
     program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
     compiler = ProgramCompiler(compile_kernel, fallback=settings.fallback, device=device)
-    options, choices = measured_options(
-        settings.options, program_ir.module, device, cache, measuring_compile, compile_choices_ahead
+    passes, options, choices = measured_pipeline(
+        settings.options, program_ir.module, device, cache, compile_choices_ahead
     )
-    passes = compile_pipeline(device, options)
     decisions, index = fuse_and_lower(program_ir, passes, cache, compiler)
     groups = group_count(program_ir.module)
     progress.lap("fusion")
@@ -428,11 +440,9 @@ def compile_choices_ahead(
     sources: list[KernelSource] = []
     for imported in programs:
         program_ir = imported.program
-        options, _ = measured_options(
-            settled(PipelineOptions()), program_ir.module, device, cache, measuring_compile
-        )
+        passes, _, _ = measured_pipeline(measuring_options(), program_ir.module, device, cache)
         compiler = ProgramCompiler(_no_kernel, device=device)
-        fuse_and_lower(program_ir, compile_pipeline(device, options), cache, compiler)
+        fuse_and_lower(program_ir, passes, cache, compiler)
         sources += compiler.kernel_modules(program_ir.module)
     cache.compile_ahead(backend, sources)
 
@@ -443,6 +453,12 @@ def _no_kernel(source: KernelSource, name: str) -> Kernel:
     )
 
 
+def measuring_options() -> PipelineOptions:
+    """The options of the programs `measuring_compile` builds: the default pipeline's, with
+    the environment's settings read."""
+    return settled(PipelineOptions())
+
+
 def measuring_compile(
     model_or_fn: ModelOrFn,
     example_inputs: Sequence[Any],
@@ -450,10 +466,15 @@ def measuring_compile(
     imported: Imported,
     **kwargs: Any,
 ) -> CompiledProgram:
-    """`xfuse.compile(model_or_fn, example_inputs, device, **kwargs)` with the default pipeline,
+    """`xfuse.compile(model_or_fn, example_inputs, device, **kwargs)` with `measuring_options`,
     its program for `example_inputs` the `imported` one (no torch.export), as `xfuse.choices`
     compiles the stencil it times."""
     program = functools.partial(inference_program, imported=imported)
     return compile_program(
-        model_or_fn, tuple(example_inputs), torch.device(device), program=program, **kwargs
+        model_or_fn,
+        tuple(example_inputs),
+        torch.device(device),
+        measuring_options(),
+        program=program,
+        **kwargs,
     )
