@@ -155,7 +155,7 @@ class Program:
 
     def outputs_only_from(self, args: frozenset[int]) -> list[int]:
         """The outputs computed from arguments, all of them at the positions `args`."""
-        return [k for k, read in enumerate(self.output_sources) if read and read <= args]
+        return outputs_only_from(self.output_sources, args)
 
     @property
     def op_by_op(self) -> list[str]:
@@ -776,6 +776,12 @@ def elide_kernel_reshapes(steps: Sequence[Step], keep: set[int]) -> list[Step]:
             continue
         kept.append(step)
     return kept
+
+
+def outputs_only_from(sources: Sequence[frozenset[int]], args: frozenset[int]) -> list[int]:
+    """The outputs, of the arguments each reads (`output_sources`), computed from arguments,
+    all of them at the positions `args`."""
+    return [k for k, read in enumerate(sources) if read and read <= args]
 
 
 def output_sources(forward: func.FuncOp) -> tuple[frozenset[int], ...]:

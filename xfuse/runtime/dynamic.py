@@ -62,7 +62,7 @@ from xfuse.frontend.pytrees import picker
 from xfuse.ir.names import SIZES_ATTR
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.report.op_index import OpIndex
-from xfuse.runtime.compiler import output_sources
+from xfuse.runtime.compiler import output_sources, outputs_only_from
 from xfuse.runtime.cuda_graphs import cuda_graphs_enabled
 from xfuse.runtime.executor import CompiledProgram, is_cpu_scalar
 from xfuse.runtime.fallback import FallbackMode, reason_of
@@ -84,6 +84,8 @@ class CallPlan(NamedTuple):
     """Every size symbol's size (`SymbolicProgram.bind`)."""
     scalars: frozenset[int]
     """The arguments that are CPU scalars (`DynamicProgram._cpu_scalars`)."""
+    cpu_results: frozenset[int]
+    """The results computed from those CPU scalars alone, which eager returns on the CPU."""
     key: ShapeKey | None
     """The shape of its CUDA graph (`shape_key`); None without graphs."""
 
@@ -401,23 +403,19 @@ class DynamicProgram:
             if plan is not None:  # the layouts of a call that passed every check
                 self._check_training()
                 self._check_modes(args, state)
-                tensors = self.bind(args, state)
+                tensors = self._on_device(self.bind(args, state), plan.scalars)
         if plan is None:
             tensors = self._tensors(args, kwargs)
             if self.specialises(tensors):
                 return self._specialised(args, kwargs)(*args, **kwargs)
-            plan = self._plan(tensors)
+            scalars = self._cpu_scalars(tensors)
+            tensors = self._on_device(tensors, scalars)
+            plan = self._plan(tensors, scalars)
             if layouts is not None:
                 self._keep(layouts, plan)
-        scalars = plan.scalars
-        if scalars:  # 0-d CPU tensors, which eager's GPU kernels take as values
-            tensors = [x.to(self.device) if k in scalars else x for k, x in enumerate(tensors)]
         results = self._run(tensors, plan)
-        if scalars:  # what eager computes from CPU scalars alone, it returns on the CPU
-            results = [
-                r.cpu() if read and read <= scalars else r
-                for r, read in zip(results, self.sources, strict=True)
-            ]
+        if plan.cpu_results:  # what eager computes from CPU scalars alone, it returns on the CPU
+            results = [r.cpu() if k in plan.cpu_results else r for k, r in enumerate(results)]
         return self.unflatten(self.program.visible(results))
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
@@ -439,17 +437,24 @@ class DynamicProgram:
             self.plans.clear()
         self.plans[layouts] = plan
 
-    def _plan(self, tensors: list[Tensor]) -> CallPlan:
-        """How a call of `@forward`'s arguments `tensors` (checked, not specialised) runs: its
-        sizes, checked (`SymbolicProgram.bind`), its CPU scalars, and its CUDA graph's shape."""
-        scalars = self._cpu_scalars(tensors)
-        if scalars:  # bound as the call runs them: on the device
-            tensors = [x.to(self.device) if k in scalars else x for k, x in enumerate(tensors)]
+    def _plan(self, tensors: list[Tensor], scalars: frozenset[int]) -> CallPlan:
+        """How a call of `@forward`'s arguments `tensors` (checked, not specialised; its CPU
+        scalars `scalars` moved to the device, as it runs them) runs: its sizes, checked
+        (`SymbolicProgram.bind`), its CPU scalars and the results computed from them alone,
+        and its CUDA graph's shape."""
         sizes = self.compiled.bind(tensors)
         key = None
         if self.graphs is not None:
             key = shape_key(sizes, [tensors[i] for i in self.copied])
-        return CallPlan(sizes, scalars, key)
+        cpu_results = frozenset(outputs_only_from(self.sources, scalars))
+        return CallPlan(sizes, scalars, cpu_results, key)
+
+    def _on_device(self, tensors: list[Tensor], scalars: frozenset[int]) -> list[Tensor]:
+        """`tensors` with the CPU scalars at the positions `scalars` moved to the device
+        (0-d CPU tensors, which eager's GPU kernels take as values)."""
+        if not scalars:
+            return tensors
+        return [x.to(self.device) if k in scalars else x for k, x in enumerate(tensors)]
 
     def _run(self, tensors: list[Tensor], plan: CallPlan) -> list[Tensor]:
         """The symbolic program's results for `@forward`'s arguments `tensors`: replayed from
