@@ -208,6 +208,12 @@ class SymbolicProgram:
         """What `bind` checks of each argument, read once (`argument_check`)."""
         self._ranges = [(s.name, s.low, s.high) for s in self.input_symbols]
         """Each input symbol's name and range, in the table's order."""
+        inputs = {s.name for s in self.input_symbols}
+        self._held_derived = sorted(
+            {d for dims in self.arguments for d in dims if isinstance(d, str) and d not in inputs}
+        )
+        """The derived symbols that some argument dim holds (`y` of `2 * s0`): a call's
+        arguments must have their computed sizes there (`_derive`)."""
         self._on_device = on_device_type(self.device)
         fusion_passes = replace(pipeline(passes), observer=observer)
         fusion_passes.apply(module)
@@ -320,14 +326,14 @@ class SymbolicProgram:
         self, inputs: Sequence[torch.Tensor], sizes: dict[str, int], found: dict[str, int]
     ) -> dict[str, int]:
         """Every symbol's size from the input symbols' (`sizes`), checked: none is below
-        `graph.MIN_SIZE`, and each argument dim that holds a derived symbol (`found`, the sizes
-        the arguments hold) has its size."""
+        `graph.MIN_SIZE`, and each argument dim that holds a derived symbol has its size
+        (`found`: the sizes the arguments hold)."""
         sizes = self.table.evaluate(sizes)
         small = self.table.too_small(sizes)
         if small is not None:
             raise SymbolicSizeError(small_size_message(small, sizes))
-        for name, n in found.items():  # a derived size an argument holds (y of 2 * s0)
-            if sizes[name] != n:
+        for name in self._held_derived:
+            if sizes[name] != (n := found[name]):
                 i, k = next(
                     (i, k)
                     for i, (dims, t) in enumerate(zip(self.arguments, inputs, strict=True))
