@@ -14,7 +14,7 @@ import torch
 from torch.export import Dim
 
 import xfuse
-from tests.runtime.test_symbolic_program import Block
+from tests.runtime.test_symbolic_program import Block, doubled_length_program
 from xfuse.errors import (
     AutogradUnsupportedError,
     InputDeviceError,
@@ -51,13 +51,20 @@ def refusal(program: DynamicProgram, *args: Any) -> tuple[type[BaseException], s
     return type(caught.value), message
 
 
+def planned(program: DynamicProgram, x: torch.Tensor) -> torch.Tensor:
+    """`x`, after a call of it (under `torch.no_grad`) whose plan `program` keeps."""
+    with torch.no_grad():
+        program(x)
+    assert program.plans
+    return x
+
+
 def refusal_after_a_plan(
     program: DynamicProgram, good: torch.Tensor, *args: Any
 ) -> tuple[type[BaseException], str]:
     """The error a call of `args` raises right after a call of `good` (whose plan is kept),
     checked to be the error it raises with no plan kept."""
-    program(good)
-    assert program.plans
+    planned(program, good)
     after = refusal(program, *args)
     program.plans.clear()
     assert refusal(program, *args) == after
@@ -95,9 +102,7 @@ def test_a_call_that_needs_autograd_or_autocast_is_refused_after_a_plan_was_kept
     block: tuple[torch.nn.Module, DynamicProgram],
 ) -> None:
     _, program = block
-    x = torch.randn(5, 16)
-    with torch.no_grad():
-        program(x)
+    x = planned(program, torch.randn(5, 16))
     assert refusal(program, x)[0] is AutogradUnsupportedError  # its parameters require grad
     with torch.no_grad(), torch.autocast("cpu"):
         found, text = refusal(program, x)
@@ -129,13 +134,12 @@ def test_a_kept_plan_skips_the_pytree_walk_and_bind(
     block: tuple[torch.nn.Module, DynamicProgram], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, program = block
-    x = torch.randn(7, 16)
+    planned(program, torch.randn(7, 16))
+
+    def refused(*args: Any) -> Any:
+        raise AssertionError("a call of known layouts walked its inputs again")
+
     with torch.no_grad():
-        program(x)
-
-        def refused(*args: Any) -> Any:
-            raise AssertionError("a call of known layouts walked its inputs again")
-
         monkeypatch.setattr(program, "_tensors", refused)
         monkeypatch.setattr(program.compiled, "bind", refused)
         y = torch.randn(7, 16)
@@ -148,9 +152,8 @@ def test_module_state_is_read_and_checked_at_every_call(
     fresh_block: tuple[torch.nn.Module, DynamicProgram],
 ) -> None:
     model, program = fresh_block
-    x = torch.randn(5, 16)
+    x = planned(program, torch.randn(5, 16))
     with torch.no_grad():
-        program(x)
         model.l1.weight = torch.nn.Parameter(torch.randn(32, 16))  # the same layout
         torch.testing.assert_close(program(x), model(x))
         model.l1.weight = torch.nn.Parameter(torch.randn(32, 12))
@@ -165,12 +168,7 @@ def test_module_state_is_read_and_checked_at_every_call(
 
 
 def test_a_derived_size_an_argument_holds_is_checked_after_a_plan_was_kept() -> None:
-    d = Dim("d", min=2, max=64)
-    program = xfuse.compile(
-        lambda x, y: torch.cat([x, x]) + y,
-        (torch.randn(4), torch.randn(8)),
-        dynamic_shapes=({0: d}, {0: 2 * d}),
-    )
+    program = doubled_length_program()
     x = torch.randn(4)
     torch.testing.assert_close(program(x, torch.ones(8)), torch.cat([x, x]) + 1)
     found, text = refusal(program, x, torch.randn(7))

@@ -19,6 +19,7 @@ from xfuse.errors import SymbolicSizeError, XfuseError
 from xfuse.frontend import import_module
 from xfuse.frontend.importer import ImportedProgram
 from xfuse.interpreters.graph import bind_arguments
+from xfuse.runtime.dynamic import DynamicProgram
 from xfuse.runtime.symbolic import SymbolicProgram
 
 
@@ -331,17 +332,21 @@ def test_a_kernel_over_a_floor_division_symbol_compiles_once() -> None:
         program(torch.randn(2, 2))
 
 
-def test_an_argument_dim_of_a_derived_size_is_checked() -> None:
-    """`y` is declared twice `x`'s length: a call whose `y` is shorter is refused (as the
-    exported program's guards refuse it), not run reading past its end."""
-    from torch.export import Dim
-
+def doubled_length_program() -> DynamicProgram:
+    """`torch.cat([x, x]) + y` compiled with `y` declared twice `x`'s length: an argument dim
+    that holds a derived size."""
     d = Dim("d", min=2, max=64)
-    program = xfuse.compile(
+    return xfuse.compile(
         lambda x, y: torch.cat([x, x]) + y,
         (torch.randn(4), torch.randn(8)),
         dynamic_shapes=({0: d}, {0: 2 * d}),
     )
+
+
+def test_an_argument_dim_of_a_derived_size_is_checked() -> None:
+    """`y` is declared twice `x`'s length: a call whose `y` is shorter is refused (as the
+    exported program's guards refuse it), not run reading past its end."""
+    program = doubled_length_program()
     x = torch.randn(5)
     torch.testing.assert_close(program(x, torch.ones(10)), torch.cat([x, x]) + 1)
     with pytest.raises(
