@@ -197,44 +197,20 @@ def test_cpu_softmax_runs_right() -> None:
     torch.testing.assert_close(out, torch.softmax(x, -1))
 
 
-SYMBOLIC_SOFTMAX = """builtin.module {
-  func.func @k(%x: memref<?xf32>, %out: memref<?xf32>, %n: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"]} {
-    %c0 = arith.constant 0 : index
-    %c1 = arith.constant 1 : index
-    %c4 = arith.constant 4 : index
-    %ninf = arith.constant 0xff800000 : f32
-    %zero = arith.constant 0.000000e+00 : f32
-    "scf.parallel"(%c0, %c4, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
-    ^bb0(%i: index):
-      %row = arith.muli %i, %n : index
-      %m = scf.for %j = %c0 to %n step %c1 iter_args(%a = %ninf) -> (f32) {
-        %o = arith.addi %row, %j : index
-        %v = memref.load %x[%o] : memref<?xf32>
-        %a2 = arith.maximumf %a, %v : f32
-        scf.yield %a2 : f32
-      }
-      %s = scf.for %j = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
-        %o = arith.addi %row, %j : index
-        %v = memref.load %x[%o] : memref<?xf32>
-        %d = arith.subf %v, %m : f32
-        %e = math.exp %d : f32
-        %a2 = arith.addf %a, %e fastmath<reassoc> : f32
-        scf.yield %a2 : f32
-      }
-      scf.for %j = %c0 to %n step %c1 {
-        %o = arith.addi %row, %j : index
-        %v = memref.load %x[%o] : memref<?xf32>
-        %d = arith.subf %v, %m : f32
-        %e = math.exp %d : f32
-        %q = arith.divf %e, %s : f32
-        memref.store %q, %out[%o] : memref<?xf32>
-      }
-      scf.reduce
-    }) : (index, index, index) -> ()
-    func.return
-  }
-}"""
-"""A softmax over 4 rows of a runtime length `%n` (as lower-to-loops makes it for symbolic
+SYMBOLIC_SOFTMAX = (
+    SOFTMAX.replace("%out: memref<4x8xf32>)", "%out: memref<4x8xf32>, %n: index)")
+    .replace("parallel_dims = 1 : i64}", 'parallel_dims = 1 : i64, xfuse.size_args = ["s0"]}')
+    .replace("    %c8 = arith.constant 8 : index\n", "")
+    .replace("%c8", "%n")
+    .replace("^bb0(%i: index):\n", "^bb0(%i: index):\n      %row = arith.muli %i, %n : index\n")
+    .replace(
+        "        %v = memref.load",
+        "        %o = arith.addi %row, %j : index\n        %v = memref.load",
+    )
+    .replace("[%i, %j]", "[%o]")
+    .replace("memref<4x8xf32>", "memref<?xf32>")
+)
+"""`SOFTMAX` over rows of a runtime length `%n` (as lower-to-loops makes it for symbolic
 sizes): its buffers are 1-D, read and written at the linear offset `row + j`."""
 
 
