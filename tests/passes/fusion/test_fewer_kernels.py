@@ -225,3 +225,52 @@ def test_a_transpose_for_a_matmul_of_a_value_written_anyway_stays_a_view() -> No
     torch.testing.assert_close(compiled(*inputs), grads(*inputs))
     assert len(compiled.kernels) == 1  # the exp's; the transpose is a view of its output
     assert not any("permute" in op for g in compiled.groups for op in g.ops)
+
+
+def test_a_transpose_only_a_matmul_reads_stays_a_view_of_its_producer() -> None:
+    """A linear layer's weight cast under autocast and transposed for its matmul (a language
+    model's head): the cast's kernel writes the weight in its own layout and the matmul reads
+    the transpose in place, as eager's `t()` is a view; fused, the kernel would write it
+    transposed. A permute of other dims stays in the group."""
+
+    def head(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w.to(torch.float64).t()
+
+    inputs = (torch.randn(8, 16, dtype=torch.float64), torch.randn(32, 16))
+    compiled = xfuse.compile(head, inputs, quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(*inputs), head(*inputs))
+    assert len(compiled.kernels) == 1  # the cast's; the transpose is a view of its output
+    assert not any("permute" in op for g in compiled.groups for op in g.ops)
+
+    def saved(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = w.to(torch.float64).t()
+        return x @ t, t.t()  # the transpose returned through another view, as saved for grads
+
+    compiled = xfuse.compile(saved, inputs, quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(*inputs), saved(*inputs))
+    assert not any("permute" in op for g in compiled.groups for op in g.ops)
+
+    def heads(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w.to(torch.float64).reshape(2, 16, 16).permute(1, 0, 2).reshape(16, 32)
+
+    inputs = (torch.randn(8, 16, dtype=torch.float64), torch.randn(32, 16))
+    compiled = xfuse.compile(heads, inputs, quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(*inputs), heads(*inputs))
+    assert any("permute" in op for g in compiled.groups for op in g.ops)
+
+
+TRANSPOSED_TWICE = """func.func @forward(%w: tensor<8x4xf32>, %x: tensor<2x4xbf16>) -> (tensor<2x8xbf16>, tensor<8x4xbf16>) {
+  %c = graph.cast %w : tensor<8x4xf32> to tensor<8x4xbf16>
+  %t = graph.permute %c perm = [1, 0] : tensor<8x4xbf16> -> tensor<4x8xbf16>
+  %y = graph.matmul %x, %t : tensor<2x4xbf16>, tensor<4x8xbf16> -> tensor<2x8xbf16>
+  %s = graph.permute %t perm = [1, 0] : tensor<4x8xbf16> -> tensor<8x4xbf16>
+  func.return %y, %s : tensor<2x8xbf16>, tensor<8x4xbf16>
+}"""
+
+
+def test_a_transpose_a_matmul_reads_and_a_view_of_it_returned_stays_a_view() -> None:
+    """Autocast's head weight as AOTAutograd's forward has it: cast, transposed for the
+    matmul, and transposed back for the backward (returned)."""
+    g = FusionGraph(parse(TRANSPOSED_TWICE).body.block.first_op.body.block)  # type: ignore[union-attr]
+    verdict = check_merge(g, node(g, "c"), node(g, "t"), arg_limit=128)
+    assert verdict.reason == VIEW_FOR_EXTERN, verdict

@@ -26,6 +26,8 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `view-for-extern`  a permute or slice read only by externs (as a matmul reads a transpose)
                      stays a torch view where the value it views leaves the group anyway:
                      fused, the group would write that value twice, once in the view's layout;
+                     and a transpose of the last two dims that only matmuls read stays one
+                     always (fused, its producer would write the value transposed);
 - `scan`             a kernel holds at most one `graph.scan` and no reduction:
                      its loop carries a value along the scan's dim and computes every other op at
                      the scan's index. Producers that reduce nothing fuse into it; consumers
@@ -319,9 +321,30 @@ def view_for_extern(g: FusionGraph, first: Node, second: Node) -> str | None:
     if g.owner_node(value) is not first:
         return None
     others = [reader for reader in g.readers_of(value) if reader is not second]
-    if not others:
-        return None
-    return f"{g.op_label(op)} views {g.label(value)}, which {g.op_label(others[0])} reads too"
+    if others:
+        return f"{g.op_label(op)} views {g.label(value)}, which {g.op_label(others[0])} reads too"
+    if transposes_for_matmuls(op):
+        return f"{g.op_label(op)} is a transpose that matmuls read in place"
+    return None
+
+
+def transposes_for_matmuls(op: Operation) -> bool:
+    """Whether `op` swaps the last two dims of its operand and is read by matmuls (and
+    perhaps returned) alone. A matmul reads such a view in place, as the library's transposed
+    operand; fused, the permute would make its producer's kernel write the value transposed
+    (a stride of a whole row between neighbouring writes) for no byte saved. Other readers
+    may be the return and further views (which `view_for_extern` has checked lead to externs
+    or the return alone)."""
+    if not isinstance(op, graph.PermuteOp):
+        return False
+    rank = len(op.permutation)
+    if rank < 2 or op.permutation != (*range(rank - 2), rank - 1, rank - 2):
+        return False
+    readers = [use.operation for use in op.result.uses]
+    return any(isinstance(reader, graph.MatmulOp) for reader in readers) and all(
+        isinstance(reader, (graph.MatmulOp, *graph.STRIDED_VIEWS)) or reader.name == "func.return"
+        for reader in readers
+    )
 
 
 def check_order(g: FusionGraph, first: Node, second: Node) -> Verdict:
