@@ -155,8 +155,7 @@ class CPUGraphRunner(GraphRunner[Any]):
     where it is, its addresses recorded (a moved one captures anew)."""
 
     def _capture(self, args: Sequence[torch.Tensor], state: Sequence[torch.Tensor]) -> Any:
-        state_ids = {id(t) for t in state}
-        in_place = [id(a) in state_ids for a in args]
+        in_place = self._in_place(args, state)
         inputs = [a if keep else a.clone() for a, keep in zip(args, in_place, strict=True)]
         pool = BufferPool("cpu")
         outputs = self.run_steps(self.program, inputs, pool)

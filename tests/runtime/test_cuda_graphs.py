@@ -172,6 +172,45 @@ def test_a_released_programs_outputs_are_always_handed_over(
     assert runner.captures == 2 and runner.handed == runner.replays
 
 
+def test_weights_that_move_at_every_call_are_copied_in_from_the_second_move(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A parameter read in place that moves at two calls in a row (FSDP's gathered weights) is
+    copied into the graph's buffers from then on: the capture made then serves every later
+    call, whose results are eager's; the copy is priced like the inputs'."""
+    from xfuse.runtime import cuda_graphs
+
+    priced: list[int] = []
+    monkeypatch.setattr(cuda_graphs, "graph_pays", lambda copied, steps: not priced.append(copied))
+    compiled = xfuse.compile(
+        lambda x, w, b: torch.relu(x @ w.t() + b),
+        (torch.randn(4, 16), torch.randn(16, 16), torch.randn(16)),
+        quiet=True,
+    )
+    runner = CPUGraphRunner(compiled.default.program, run_program, torch.device("cpu"))
+    x, b = torch.randn(4, 16), torch.randn(16)
+
+    def call(w: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            (y,) = runner.run(
+                [x, w, b], [w, b], BufferPool("cpu"), lambda r, c: [t.clone() for t in r]
+            )
+        return y
+
+    weights = [torch.randn(16, 16) for _ in range(7)]  # a new address at every call
+    for w in weights:
+        torch.testing.assert_close(call(w), torch.relu(x @ w.t() + b))
+    # The warm-up, a capture, a move (captured anew), a second move in a row (captured with
+    # the weight copied in); the last three calls replay that capture.
+    assert runner.reason is None and runner.captures == 3 and runner.replays == 6
+    (captured,) = runner._ring
+    assert captured.copied == (0, 1) and captured.in_place == [2]
+    assert priced == [4 * 16 * 4 + 4 * 16 * 4, (4 * 16 + 16 * 16) * 4 + 4 * 16 * 4]
+    b.add_(1.0)  # still read where it is
+    torch.testing.assert_close(call(weights[-1]), torch.relu(x @ weights[-1].t() + b))
+    assert runner.captures == 3
+
+
 def test_ring_serves_threads_one_replay_at_a_time() -> None:
     import concurrent.futures
 
@@ -390,9 +429,10 @@ def test_static_inputs_are_read_in_place_and_a_moved_one_captures_anew() -> None
 
 @gpu
 @pytest.mark.gpu
-def test_parameters_that_move_at_every_call_run_step_by_step() -> None:
+def test_parameters_that_move_at_every_call_are_copied_into_the_graph() -> None:
     """Weights gathered anew at each call (FSDP's) move every time: once they have moved at
-    two calls in a row the program stops capturing, says why, and keeps eager's values."""
+    two calls in a row they are copied into the graph's buffers like user inputs, and later
+    calls replay with eager's values; a parameter that stays put is still read in place."""
     x, w, b = (torch.randn(*s, device="cuda") for s in ((4, 16), (16, 16), (16,)))
     with torch.no_grad():
         compiled = xfuse.compile(
@@ -405,9 +445,40 @@ def test_parameters_that_move_at_every_call_run_step_by_step() -> None:
             got = compiled(x, moved, b)
             torch.testing.assert_close(got, _function_of_its_weights(x, moved, b))
         runner = _runner(compiled)
-        # The warm-up, a capture, a move that captures anew, and a second move in a row.
+        # The warm-up, a capture, a move that captures anew, a second move in a row that
+        # captures with the weight copied in; the last two calls replay it.
+        assert runner.reason is None and runner.captures == 3
+        (captured,) = runner._ring
+        assert captured.copied == (0, 1) and captured.in_place == [2]
+        b.add_(1.0)  # still read in place
+        torch.testing.assert_close(compiled(x, moved, b), _function_of_its_weights(x, moved, b))
+        assert runner.captures == 3
+
+
+@gpu
+@pytest.mark.gpu
+def test_moving_parameters_too_large_to_copy_run_step_by_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where copying the moving weights in would cost more GPU time than a replay saves of
+    host time, the program stops capturing, says why, and keeps eager's values."""
+    from xfuse.runtime import cuda_graphs
+
+    x, w, b = (torch.randn(*s, device="cuda") for s in ((4, 16), (16, 16), (16,)))
+    with torch.no_grad():
+        compiled = xfuse.compile(
+            _function_of_its_weights, (x, w, b), device="cuda", quiet=True, static_inputs=(1, 2)
+        )
+        compiled(x, w, b)  # the warm-up decides with the real cost
+        monkeypatch.setattr(cuda_graphs, "graph_pays", lambda copied, steps: False)
+        held = []
+        for _ in range(5):
+            moved = torch.randn(16, 16, device="cuda")
+            held.append(moved)
+            torch.testing.assert_close(compiled(x, moved, b), _function_of_its_weights(x, moved, b))
+        runner = _runner(compiled)
         assert runner.captures == 2
-        assert runner.reason is not None and "two calls in a row" in runner.reason
+        assert runner.reason is not None and "move at every call" in runner.reason
 
 
 @gpu

@@ -9,8 +9,10 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 - user inputs are copied into the graph's own input buffers before each replay (the caller's
   tensors may live anywhere; an expanded one as the memory it spans); module parameters and
   buffers are read where they are, and a call whose parameter has moved (a reassigned
-  `nn.Parameter`) captures anew; one whose parameters moved at two calls in a row (FSDP
-  gathers its weights anew at each call) runs step by step;
+  `nn.Parameter`) captures anew; parameters that moved at two calls in a row (FSDP gathers
+  its weights anew at each call) are copied into the graph's buffers like user inputs from
+  then on, where that copy costs less GPU time than the host time a replay saves (else the
+  program runs step by step);
 - a replay overwrites the graph's memory, so it runs only on a graph whose memory nobody but
   the runner holds (`GraphMemory.free`: the use counts of its output and input storages, as
   Inductor's CUDA-graph trees read them). The outputs of such a replay are handed to the
@@ -203,10 +205,10 @@ class GraphMemory:
         return all(now == then for now, then in zip(self._counts(), self.counts, strict=True))
 
 
-def _written_memory(captured: _Captured, state: Sequence[Tensor]) -> GraphMemory:
+def _written_memory(captured: _Captured) -> GraphMemory:
     """The memory of `captured` that a replay writes and a result may be: its outputs (but for
     those that are a parameter's or buffer's memory, read in place) and its input copies."""
-    read_in_place = {t.untyped_storage().data_ptr() for t in state}
+    read_in_place = {captured.inputs[i].untyped_storage().data_ptr() for i in captured.in_place}
     outputs = [t for t in captured.outputs if t.untyped_storage().data_ptr() not in read_in_place]
     return GraphMemory(outputs + [captured.inputs[i] for i in captured.copied])
 
@@ -232,7 +234,12 @@ class _Captured:
         """Whether a parameter or buffer the graph reads in place is elsewhere in `args`."""
         if _pointers_equal is not None:
             return not _pointers_equal(args, self.addresses, self.in_place)
-        return any(args[i].data_ptr() != self.addresses[i] for i in self.in_place)
+        return bool(self.moving(args))
+
+    def moving(self, args: Sequence[Tensor]) -> frozenset[int]:
+        """The positions of the parameters and buffers read in place that `args` has
+        elsewhere."""
+        return frozenset(i for i in self.in_place if args[i].data_ptr() != self.addresses[i])
 
 
 _pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
@@ -266,6 +273,9 @@ class GraphRunner(Generic[P]):
         self._warm = False
         self._moved_last = False
         """Whether the last replayed call found a parameter moved."""
+        self._copied_always: frozenset[int] = frozenset()
+        """Parameters and buffers (by argument position) that moved at two calls in a row:
+        copied into the graph's buffers at each replay, as user inputs are."""
         self._ring: list[_Captured] = []
         self._size = RELEASED_RING_SIZE if released else RING_SIZE
         self._lock = threading.Lock()
@@ -294,14 +304,18 @@ class GraphRunner(Generic[P]):
         ring = self._ring
         moved = bool(ring) and ring[0].moved(args)
         if moved:
+            moving, outputs = ring[0].moving(args), ring[0].outputs
             ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
-            if self._moved_last:
-                self.reason = (
-                    "its parameters moved at two calls in a row (weights gathered anew at "
-                    "each call, as FSDP's are): capturing anew each time costs more than it "
-                    "saves"
-                )
-                return finish(self.run_steps(self.program, args, pool), False)
+            if self._moved_last:  # twice in a row: copy those in from now on
+                self._copied_always |= moving
+                if not graph_pays(self._copied_bytes(args, state, outputs), self._steps()):
+                    self.reason = (
+                        "its parameters move at every call (weights gathered anew at each "
+                        "call, as FSDP's are), and copying them into the graph at every replay "
+                        "would cost more GPU time than the host time of its steps"
+                    )
+                    return finish(self.run_steps(self.program, args, pool), False)
+                moved = False
         self._moved_last = moved
         free = [c for c in ring if c.memory is None or c.memory.free()]
         if not free and len(ring) < self._size:
@@ -322,7 +336,7 @@ class GraphRunner(Generic[P]):
         captured.graph.replay()
         self.replays += 1
         if captured.memory is None:  # counted once the capture's own temporaries are gone
-            captured.memory = _written_memory(captured, state)
+            captured.memory = _written_memory(captured)
         last = len(free) == 1 and len(ring) >= self._size and not self.released
         if last or captured.inference != torch.is_inference_mode_enabled():
             return finish(list(captured.outputs), True)  # copied out: this capture stays free
@@ -341,11 +355,8 @@ class GraphRunner(Generic[P]):
                 "RNG state a library kernel keeps on the host), which a CUDA graph cannot replay"
             )
             return outputs
-        state_ids = {id(t) for t in state}
-        copied = _nbytes([a for a in args if id(a) not in state_ids])
-        if not self.released:
-            copied += _nbytes(outputs)
-        steps = len(self.program.steps)
+        copied = self._copied_bytes(args, state, outputs)
+        steps = self._steps()
         if not graph_pays(copied, steps):
             self.reason = (
                 f"copying its inputs and outputs ({copied / 2**20:.1f} MiB) at every replay "
@@ -353,11 +364,29 @@ class GraphRunner(Generic[P]):
             )
         return outputs
 
+    def _steps(self) -> int:
+        return len(self.program.steps)
+
+    def _in_place(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> list[bool]:
+        """Whether each of `args` is read where it is (a parameter or buffer that has not
+        moved at two calls in a row) rather than copied into the graph's buffers."""
+        state_ids = {id(t) for t in state}
+        copied_always = self._copied_always
+        return [id(a) in state_ids and i not in copied_always for i, a in enumerate(args)]
+
+    def _copied_bytes(
+        self, args: Sequence[Tensor], state: Sequence[Tensor], outputs: Sequence[Tensor]
+    ) -> int:
+        """The bytes a replay copies: the arguments not read in place, and the outputs but for
+        a `released` program's."""
+        in_place = self._in_place(args, state)
+        copied = _nbytes([a for a, keep in zip(args, in_place, strict=True) if not keep])
+        return copied if self.released else copied + _nbytes(outputs)
+
     def _capture(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> _Captured:
         device = self.device
         before = torch.cuda.memory_allocated(device)
-        state_ids = {id(t) for t in state}
-        in_place = [id(a) in state_ids for a in args]
+        in_place = self._in_place(args, state)
         # A CPU scalar (a value to the kernels) gets its graph buffer on the device.
         inputs = [
             a if keep else _static_copy(a.to(device) if a.is_cpu else a)
