@@ -27,7 +27,6 @@ from xfuse.errors import XfuseError
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import PARALLEL_DIMS_ATTR, SIZES_ATTR
 from xfuse.passes.fusion.symbolic import static_proxies
-from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op
 from xfuse.report.counts import program_ops
 from xfuse.report.dot import arg_name, program_dot
 from xfuse.report.op_index import collect_decisions
@@ -38,6 +37,7 @@ from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.driver import FusionReport
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.shape_graphs import ShapeGraphs
+from xfuse.runtime.symbolic import makes_kernel
 
 if TYPE_CHECKING:
     from xfuse.runtime.dynamic import DynamicProgram
@@ -220,7 +220,7 @@ def dynamic_explanation(program: DynamicProgram) -> Explanation:
     lowered = {k.sym_name.data: k for k in kernel_functions(compiled.module)}
     names = iter(sorted(lowered, key=_kernel_number))
     for op in forward.body.block.ops:
-        if not isinstance(op, fusion.GroupOp) and not is_lone_kernel_op(op):
+        if not isinstance(op, fusion.GroupOp) and not makes_kernel(op):
             continue
         symbol = next(names, None)  # lower-to-loops made a kernel of each, in this order
         assert symbol is not None, f"no kernel for {op.name} in the lowered program"

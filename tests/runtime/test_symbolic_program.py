@@ -354,3 +354,49 @@ def test_an_argument_dim_of_a_derived_size_is_checked() -> None:
         match=r"^argument 1 dim 0 is size symbol '\w+', which is 8 at this call's sizes, got size 7$",
     ):
         program(torch.randn(4), torch.randn(7))
+
+
+class MergedHeads(torch.nn.Module):
+    """An attention's output heads merged back before its projection (a permute and a reshape
+    read only by a matmul) and a table viewed with a leading unit dim (a reshape)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Parameter(torch.randn(16, 16))
+        self.table = torch.nn.Parameter(torch.randn(6, 16))
+
+    def forward(self, heads: torch.Tensor) -> torch.Tensor:
+        merged = heads.exp().permute(0, 2, 1, 3).reshape(heads.shape[0], heads.shape[2], 16)
+        return (merged @ self.proj + self.table[None, :1]).sin()
+
+
+def test_lone_layout_ops_run_as_views_not_copying_kernels() -> None:
+    """The static runtime's views (a reshape; a permute read only by externs) are no kernels
+    of a symbolic program either: a kernel would copy every element at every call."""
+    torch.manual_seed(0)
+    model = MergedHeads().eval()
+    shapes = {"heads": {2: Dim("seq", min=2, max=64)}}
+    program = import_module(model, (torch.randn(2, 4, 5, 4),), dynamic_shapes=shapes)
+    backend = CountingBackend()
+    compiled = SymbolicProgram(program.module, backend=backend)
+    assert compiled.kernel_count == 2  # the exp and the add's sine: no permute, no reshape
+    for seq in (2, 3, 17, 64):
+        heads = torch.randn(2, 4, seq, 4)
+        (out,) = compiled(*bind_arguments(program.function, [heads], program.params))
+        with torch.no_grad():
+            torch.testing.assert_close(out, model(heads))
+    assert len(backend.compiled) == 2
+
+
+def test_a_returned_reshape_is_a_fresh_tensor() -> None:
+    """A reshape that `@forward` returns is a kernel's copy: results never alias an input."""
+    program = import_module(
+        lambda x: x.reshape(x.shape[0], 2, 8),
+        (torch.randn(5, 16),),
+        dynamic_shapes={"x": {0: Dim("batch", min=2, max=64)}},
+    )
+    compiled = SymbolicProgram(program.module)
+    x = torch.randn(7, 16)
+    (out,) = compiled(x)
+    assert compiled.kernel_count == 1 and out.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(out, x.reshape(7, 2, 8))

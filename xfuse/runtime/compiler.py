@@ -61,14 +61,17 @@ FRESH_EXTERNS = frozenset({"graph.matmul", "graph.linear"})
 """Eager ops whose results never alias their inputs; other eager results may be views."""
 
 
-def lower_to_loops(module: ModuleOp, device: torch.device | str = "cpu") -> None:
+def lower_to_loops(
+    module: ModuleOp,
+    device: torch.device | str = "cpu",
+    leave: Callable[[Operation], bool] | None = None,
+) -> None:
     """lower-to-loops as the runtime runs it for `device` (dims merged except on CUDA, see
-    `LowerToLoopsPass.merge_dims`)."""
-    from xfuse.ir.context import make_context
-    from xfuse.passes.lowering.lower_to_loops import MERGE_DIMS, LowerToLoopsPass
+    `LowerToLoopsPass.merge_dims`), the lone ops `leave` names left in place."""
+    from xfuse.passes.lowering.lower_to_loops import MERGE_DIMS, lower_functions
 
     merge = MERGE_DIMS and torch.device(device).type != "cuda"
-    LowerToLoopsPass(merge_dims=merge).apply(make_context(), module)
+    lower_functions(module, merge_dims=merge, leave=leave)
 
 
 FUSED, OP_BY_OP, EAGER, CONSTANT = "fused", "op by op", "eager", "constant"
@@ -373,6 +376,14 @@ def _is_view(op: Operation) -> bool:
     if op.name == "graph.reshape":
         return True
     return op.name in VIEW_IMPLS and graph.read_only_by_externs(op, or_return=True)
+
+
+def is_fresh_view(op: Operation) -> bool:
+    """A lone layout op that runs as a torch view (`_is_view`'s rule) and that its function
+    does not return: a program whose results must be fresh tensors (a symbolic one) runs it so,
+    where a kernel would copy every element."""
+    returned = any(u.operation.name == "func.return" for r in op.results for u in r.uses)
+    return _is_view(op) and not returned
 
 
 FOLD_LIMIT_BYTES = 1 << 24

@@ -20,7 +20,11 @@ kernel once for its device, and runs every call at the call's sizes:
   synchronise);
 - every other op of `@forward` (externs such as `graph.linear`, views) runs eagerly through the
   graph interpreter's prepared ops, with the call's sizes bound, on the program's device (the
-  tensors an op makes, an iota's, are made there).
+  tensors an op makes, an iota's, are made there). A lone layout op that the static runtime
+  runs as a torch view (a reshape; a permute or slice read only by externs) and that
+  `@forward` does not return is no kernel either (`is_fresh_view`): a torch view, where a
+  kernel would copy every element at every call (an embedding table's `[V, D]` to
+  `[1, V, D]`, an attention's heads merged back before its projection).
 
 A group that `lower-to-loops` cannot lower on symbolic sizes is refused (the pass's one line):
 the static runtime's op-by-op fallback is not wired to symbolic programs yet.
@@ -36,7 +40,8 @@ from typing import NamedTuple
 import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
+from xdsl.utils.exceptions import DiagnosticException
 
 from xfuse.backends import Backend, Kernel, get_backend
 from xfuse.dialects import fusion, graph
@@ -45,7 +50,9 @@ from xfuse.interpreters.graph import SIZES, find_function, prepare_op
 from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
-from xfuse.pipeline import PassObserver, pipeline
+from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
+from xfuse.pipeline import PassFailedError, PassObserver, pipeline
+from xfuse.runtime.compiler import is_fresh_view, lower_to_loops
 
 DEFAULT_PASSES = "decompose,fuse-greedy,group-cleanup,fold-linear"
 """The fusion passes a symbolic program is built with (before `lower-to-loops`): `fold-linear`
@@ -126,6 +133,23 @@ class _Eager:
         results = self.run_op([_tensor(values[i]) for i in self.inputs])
         for slot, out in zip(self.outputs, results, strict=True):
             values[slot] = out
+
+
+def makes_kernel(op: Operation) -> bool:
+    """Whether a lone op of a fused `@forward` is a kernel of its symbolic program: one that
+    `lower-to-loops` lowers, other than a layout op that runs as a torch view
+    (`is_fresh_view`)."""
+    return is_lone_kernel_op(op) and not is_fresh_view(op)
+
+
+def lower_symbolic(module: ModuleOp, device: torch.device) -> None:
+    """`lower-to-loops` of a fused module for `device`, leaving the lone ops that run as torch
+    views (`makes_kernel`'s rule); a group it cannot lower is refused as the pass in a pipeline
+    refuses it (`PassFailedError`: the pass's name and its one line)."""
+    try:
+        lower_to_loops(module, device, leave=is_fresh_view)
+    except DiagnosticException as e:
+        raise PassFailedError(LowerToLoopsPass.name, str(e)) from e
 
 
 def small_size_message(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> str:
@@ -221,7 +245,7 @@ class SymbolicProgram:
         """The fusion passes as they ran (their `decisions`, for an explanation)."""
         self.fused = module.clone()
         """The module after fusion, before `lower-to-loops`: groups, not kernels."""
-        pipeline("lower-to-loops")(module)
+        lower_symbolic(module, self.device)
         self.module = module
         self.backend = backend if backend is not None else get_backend(self.device.type)
         self.kernels: dict[str, Kernel] = {}

@@ -75,6 +75,7 @@ emits a group's kernel from them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
@@ -98,6 +99,7 @@ __all__ = [
     "LoweredGroup",
     "is_kernel",
     "is_lone_kernel_op",
+    "lower_functions",
     "lower_group",
     "wrap_in_group",
 ]
@@ -185,6 +187,8 @@ class FunctionLowering:
     module: ModuleOp
     keep_unsupported: bool
     merge_dims: bool
+    leave: Callable[[Operation], bool] | None = None
+    """Lone ops left in place, no kernel made (those a runtime runs as torch views)."""
     count: int = 0
     inlined: set[graph.ConstantOp] = field(default_factory=set[graph.ConstantOp])
     """Constants of the function that kernels read as arith.constant (erased once unused)."""
@@ -198,7 +202,7 @@ class FunctionLowering:
         for op in list(self.function.body.block.ops):
             if isinstance(op, fusion.GroupOp):
                 self.lower(op, op)
-            elif is_lone_kernel_op(op):
+            elif is_lone_kernel_op(op) and not (self.leave is not None and self.leave(op)):
                 group = wrap_in_group(op)
                 try:
                     self.lower(group, op)
@@ -256,7 +260,19 @@ class LowerToLoopsPass(ModulePass):
     innermost loop variable."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        functions = [f for f in op.ops if isinstance(f, func.FuncOp) and not is_kernel(f)]
-        for f in functions:
-            if f.body.blocks:
-                FunctionLowering(f, op, self.keep_unsupported, self.merge_dims).run()
+        lower_functions(op, keep_unsupported=self.keep_unsupported, merge_dims=self.merge_dims)
+
+
+def lower_functions(
+    module: ModuleOp,
+    *,
+    keep_unsupported: bool = False,
+    merge_dims: bool = MERGE_DIMS,
+    leave: Callable[[Operation], bool] | None = None,
+) -> None:
+    """`lower-to-loops` on every function of `module` that is no kernel (the pass's options),
+    leaving in place the lone ops `leave` names."""
+    functions = [f for f in module.ops if isinstance(f, func.FuncOp) and not is_kernel(f)]
+    for f in functions:
+        if f.body.blocks:
+            FunctionLowering(f, module, keep_unsupported, merge_dims, leave).run()
