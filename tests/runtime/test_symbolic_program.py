@@ -400,3 +400,30 @@ def test_a_returned_reshape_is_a_fresh_tensor() -> None:
     (out,) = compiled(x)
     assert compiled.kernel_count == 1 and out.data_ptr() != x.data_ptr()
     torch.testing.assert_close(out, x.reshape(7, 2, 8))
+
+
+class SumAndTransposed(torch.nn.Module):
+    """A value summed over its batch and also read transposed by a matmul (an MLP backward's
+    bias and weight gradients): one group yields the sum and the value permuted, through two
+    permutes, to [8, 3, batch]."""
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x.exp() * 2
+        return y.sum(0), y.permute(2, 0, 1).transpose(1, 2) @ w
+
+
+def test_a_group_yields_a_permute_of_its_full_shape() -> None:
+    """The group's kernel writes the permuted output at each element's permuted index, in the
+    loop that sums: one kernel, eager's results at every batch size."""
+    batch = Dim("batch", min=2, max=64)
+    program = import_module(
+        SumAndTransposed(),
+        (torch.randn(5, 3, 8), torch.randn(5, 4)),
+        dynamic_shapes={"x": {0: batch}, "w": {0: batch}},
+    )
+    compiled = SymbolicProgram(program.module)
+    assert compiled.kernel_count == 1
+    for b in (2, 3, 17, 64):
+        x, w = torch.randn(b, 3, 8), torch.randn(b, 4)
+        for got, expected in zip(compiled(x, w), SumAndTransposed()(x, w), strict=True):
+            torch.testing.assert_close(got, expected)

@@ -8,7 +8,7 @@ splat constant).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.ir import Operation, SSAValue
@@ -46,6 +46,12 @@ class Domain:
     full_index: Index
     flat: bool
     """Buffers are 1-D and read at linear offsets (`flat_domain`, `collapsed_domain`)."""
+    permuted: dict[tuple[int, ...], tuple[int, ...]] = field(
+        default_factory=dict[tuple[int, ...], tuple[int, ...]]
+    )
+    """The shapes of outputs that permute a value of the full shape (a symbolic kernel's,
+    `symbolic_kernels.output_permutation`), each with its permutation: dim k of such an output
+    is dim perm[k] of the full shape, and each iteration writes its element there."""
 
     def row_index(self, keepdim: bool) -> Index:
         if keepdim:
@@ -62,11 +68,16 @@ class Domain:
     def writes_per_element(self, shape: tuple[int, ...]) -> bool:
         """Whether an output of `shape` is written in the innermost loop (else once per row):
         the full shape, or another shape of as many elements (a reshape of a full-shape value,
-        written at the same position in memory)."""
-        return self.flat or self.rows.output_place(shape) not in (*ROW_PLACES, None)
+        written at the same position in memory), or a permutation of the full shape."""
+        if self.flat or shape in self.permuted:
+            return True
+        return self.rows.output_place(shape) not in (*ROW_PLACES, None)
 
     def output_index(self, shape: tuple[int, ...]) -> Index:
         """The index of the output element computed by one iteration."""
+        perm = self.permuted.get(shape)
+        if perm is not None:
+            return tuple(self.full_index[p] for p in perm)
         place = self.rows.output_place(shape)
         if place is OutputPlace.FULL:
             return self.full_index

@@ -28,8 +28,9 @@ every size of its symbols.
   sequential loop), `concat` (an input's offset along the axis the sum of the sizes before it,
   a symbol's as a `Size` atom of the index algebra, bounded by its range) and `flip` (element
   i of a dim of size n reads n - 1 - i, n a `Size` atom where the dim is symbolic). An output
-  is of the full shape or the row shape. Anything else is refused in one line naming the op
-  (`check_symbolic`).
+  is of the full shape, the row shape, or a permute of a value of the full shape (written at
+  each element's permuted index, `output_permutation`). Anything else is refused in one line
+  naming the op (`check_symbolic`).
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ def check_symbolic(b: KernelBuilder) -> None:
 
 def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
     """One loop per dim of size != 1 of the group's full shape (`nd_domain`'s loops, the
-    symbolic dims bounded by their runtime sizes); every output of the full or the row shape.
+    symbolic dims bounded by their runtime sizes); every output of the full or the row shape,
+    or a permute of the full shape (`Domain.permuted`).
     A scan's group: its dim the sequential loop, every output of its shape (`ScanLoop`)."""
 
     def loop_var(k: int, d: Dim) -> LoopVar:
@@ -188,14 +190,32 @@ def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
     dims = rows.dims
     row_keep = tuple(1 if k in dims else d for k, d in enumerate(full))
     row = tuple(d for k, d in enumerate(full) if k not in dims)
+    domain = nd_domain(rows.full, dims, full, loop_var)
     for v in b.outputs:
-        if dims_of(v) not in (full, row_keep, row):
+        if dims_of(v) in (full, row_keep, row):
+            continue
+        perm = output_permutation(v, full)
+        if perm is None or domain.permuted.setdefault(graph.shape_of(v), perm) != perm:
             raise b.error(
                 f"output of shape {graph.fmt_shape(dims_of(v))} is neither the group's full "
-                f"shape {graph.fmt_shape(full)} nor its row shape (symbolic sizes)"
+                f"shape {graph.fmt_shape(full)}, its row shape, nor a permute of the full "
+                "shape (symbolic sizes)"
             )
+    return domain
 
-    return nd_domain(rows.full, dims, full, loop_var)
+
+def output_permutation(output: SSAValue, full: tuple[Dim, ...]) -> tuple[int, ...] | None:
+    """The permutation `perm` where `output` is a chain of `graph.permute`s of a value of dims
+    `full` (dim k of `output` is dim perm[k] of that value); None where it is not."""
+    perm = tuple(range(len(full)))
+    value = output
+    while dims_of(value) != full:
+        op = value.owner
+        if not isinstance(op, graph.PermuteOp):
+            return None
+        perm = tuple(op.permutation[k] for k in perm)
+        value = op.input
+    return perm
 
 
 def _scan_domain(b: KernelBuilder, loop_var: Callable[[int, Dim], LoopVar]) -> Domain:
@@ -337,6 +357,7 @@ __all__ = [
     "SizeValues",
     "check_symbolic",
     "is_symbolic_group",
+    "output_permutation",
     "size_args",
     "size_index",
     "symbolic_buffer_type",

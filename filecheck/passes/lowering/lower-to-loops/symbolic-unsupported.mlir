@@ -10,4 +10,4 @@ func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> (tensor<?x8xf32, #gr
   func.return %0, %2 : tensor<?x8xf32, #graph.syms<s0>>, tensor<?xf32, #graph.syms<s1>>
 }
 
-// CHECK: error: pass 'lower-to-loops' failed: cannot lower @forward_k0 to loops: output of shape [s0, 8] is neither the group's full shape [s1] nor its row shape (symbolic sizes)
+// CHECK: error: pass 'lower-to-loops' failed: cannot lower @forward_k0 to loops: output of shape [s0, 8] is neither the group's full shape [s1], its row shape, nor a permute of the full shape (symbolic sizes)

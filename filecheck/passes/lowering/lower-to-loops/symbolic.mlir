@@ -173,3 +173,26 @@ func.func @forward(%x: tensor<?x?x2xf32, #graph.syms<s0, s1>>) -> tensor<?x2xf32
 // CHECK-NEXT:     %{{.*}} = memref.load %0[%[[AT]]] : memref<?xf32>
 // CHECK-NOT:      arith.divui
 // CHECK:          memref.store %{{.*}}, %1[%[[AT]]] : memref<?xf32>
+
+// -----
+
+// A group that sums over its symbolic dim and yields its value transposed ([8, s0] of an
+// [s0, 8] group): the loop over the column's elements writes element (i, j) at (j, i) of the
+// transposed output, offset j * s0 + i, as it sums.
+
+func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> (tensor<8xf32>, tensor<8x?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [2, 4096]>} {
+  %0 = graph.exp %x : tensor<?x8xf32, #graph.syms<s0>>
+  %1 = graph.reduce_sum %0 dims = [0] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8xf32>
+  %2 = graph.permute %0 perm = [1, 0] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8x?xf32, #graph.syms<s0>>
+  func.return %1, %2 : tensor<8xf32>, tensor<8x?xf32, #graph.syms<s0>>
+}
+
+// CHECK:      %{{.*}}, %{{.*}} = fusion.launch @forward_k0(%x) : (tensor<?x8xf32, #graph.syms<s0>>) -> (tensor<8x?xf32, #graph.syms<s0>>, tensor<8xf32>)
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: memref<8xf32>, %3: index)
+// CHECK:        "scf.parallel"
+// CHECK-NEXT:   ^bb0(%[[COL:.*]]: index):
+// CHECK-NEXT:     %[[BASE:.*]] = arith.muli %[[COL]], %3 : index
+// CHECK-NEXT:     %[[SUM:.*]] = scf.for %[[ROW:.*]] = %{{.*}} to %3 step
+// CHECK:            %[[AT:.*]] = arith.addi %[[BASE]], %[[ROW]] : index
+// CHECK-NEXT:       memref.store %{{.*}}, %1[%[[AT]]] : memref<?xf32>
+// CHECK:          memref.store %[[SUM]], %2[%[[COL]]] : memref<8xf32>
