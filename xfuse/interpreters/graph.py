@@ -268,11 +268,24 @@ def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
 
 def picked_results(op: graph.TorchCallOp, out: Any) -> Tensor | tuple[Tensor, ...]:
     """A torch call's results: the items of the operator's tuple at the op's `picks`, else
-    its tensors (`tensor_results`)."""
+    its tensors (`tensor_results`), each in its memory order where the op has `orders`
+    (`in_memory_order`)."""
     picked = op.picked
-    if picked is None:
-        return tensor_results(out)
-    return tuple(out[i] for i in picked)
+    results = tensor_results(out) if picked is None else tuple(out[i] for i in picked)
+    orders = op.memory_orders
+    if orders is None:
+        return results
+    if isinstance(results, Tensor):
+        return in_memory_order(results, orders[0])
+    return tuple(in_memory_order(t, order) for t, order in zip(results, orders, strict=True))
+
+
+def in_memory_order(result: Tensor, order: tuple[int, ...] | None) -> Tensor:
+    """Torch's result seen with its dims in memory order (`graph.TorchCallOp`'s `orders`): a
+    view, contiguous where torch laid it out as traced, so that kernels read it in place.
+    Where this torch (version, backend) lays it out otherwise, the view is correct all the
+    same: a kernel makes its inputs contiguous (`KernelStep`), an extern reads any strides."""
+    return result if order is None else result.permute(order)
 
 
 def tensor_results(out: Any) -> Tensor | tuple[Tensor, ...]:
@@ -605,9 +618,10 @@ where an operand goes) and its keyword arguments."""
 def direct_call(op: Operation) -> DirectCall | None:
     """The op as one torch call that returns its one tensor result, for a caller that writes
     the call out itself (the runner: `s7 = ext7(s5, c3, a7_2, ...)`): a `graph.torch_call`
-    whose operands are whole positional arguments and whose operator returns one tensor, a
-    product of two matrices (`torch.mm`: what `torch.matmul` calls for them, without its
-    dispatch on ranks, about half a microsecond less a call on the CPU), or a `graph.linear`.
+    whose operands are whole positional arguments and whose operator returns one tensor, as
+    it is (no `orders`), a product of two matrices (`torch.mm`: what `torch.matmul` calls for
+    them, without its dispatch on ranks, about half a microsecond less a call on the CPU), or a
+    `graph.linear`.
     None for any other op (`prepare_op` runs it; `_prepare_direct` prepares these too)."""
     if isinstance(op, graph.MatmulOp):
         if len(graph.shape_of(op.lhs)) == len(graph.shape_of(op.rhs)) == 2:
@@ -616,7 +630,7 @@ def direct_call(op: Operation) -> DirectCall | None:
     if isinstance(op, graph.LinearOp):
         bias = [Operand(2)] if len(op.operands) > 2 else [None]
         return torch.nn.functional.linear, [Operand(0), Operand(1), *bias], {}
-    if not isinstance(op, graph.TorchCallOp) or len(op.results) != 1:
+    if not isinstance(op, graph.TorchCallOp) or len(op.results) != 1 or op.orders is not None:
         return None
     try:
         schema = getattr(resolve_torch_op(op.target.data), "_schema", None)
@@ -633,7 +647,8 @@ def direct_call(op: Operation) -> DirectCall | None:
 def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
     fn = direct_torch_op(op.target.data)
     fill = prepare_args(op.args, op.kwargs)
-    n_results = len(op.results)
+    # A permuted result (`orders`) goes through `picked_results`.
+    n_results = len(op.results) if op.orders is None else -1
 
     def call(xs: list[Tensor]) -> list[Tensor]:
         args, kwargs = fill(xs)

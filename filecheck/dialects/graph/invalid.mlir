@@ -275,6 +275,22 @@ func.func @f(%x: tensor<4xf32>) {
 
 // -----
 
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.torch_call' op orders names 2 orders for 1 results
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.torch_call "aten.t.default"(%x) args = ["%t0"] kwargs = {} orders = [array<i64: 1, 0>, array<i64>] : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.torch_call' op expected result 0's order to be a permutation of [0, 2), found [0, 0]
+func.func @f(%x: tensor<4x8xf32>) {
+  %0 = graph.torch_call "aten.t.default"(%x) args = ["%t0"] kwargs = {} orders = [array<i64: 0, 0>] : (tensor<4x8xf32>) -> tensor<8x4xf32>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.torch_call' op expected tensor references below 1, found %t1
 func.func @f(%x: tensor<4xf32>) {
   %0 = graph.torch_call "aten.add.Tensor"(%x) args = ["%t0", "%t1"] kwargs = {} : (tensor<4xf32>) -> tensor<4xf32>

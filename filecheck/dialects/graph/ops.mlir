@@ -120,6 +120,15 @@ func.func @extern(%x: tensor<8x16xf32>, %w: tensor<4x16xf32>, %b: tensor<4xf32>,
   func.return %0, %1, %2, %3 : tensor<8x4xf32>, tensor<8x4xf32>, tensor<2x8x4xf32>, tensor<8x16xf32>
 }
 
+// A torch call whose first result is torch's in memory order ([B, H, T] laid out [B, T, H]) and
+// whose second is as torch returns it.
+// CHECK-LABEL: func.func @extern_in_memory_order
+func.func @extern_in_memory_order(%q: tensor<1x4x16x8xf32>) -> (tensor<1x16x4x8xf32>, tensor<1x4x16xf32>) {
+  // CHECK-NEXT: %{{.*}}, %{{.*}} = graph.torch_call "aten._scaled_dot_product_flash_attention_for_cpu.default"(%q) args = ["%t0", "%t0", "%t0"] kwargs = {} orders = [array<i64: 0, 2, 1, 3>, array<i64>] : (tensor<1x4x16x8xf32>) -> (tensor<1x16x4x8xf32>, tensor<1x4x16xf32>)
+  %0, %1 = graph.torch_call "aten._scaled_dot_product_flash_attention_for_cpu.default"(%q) args = ["%t0", "%t0", "%t0"] kwargs = {} orders = [array<i64: 0, 2, 1, 3>, array<i64>] : (tensor<1x4x16x8xf32>) -> (tensor<1x16x4x8xf32>, tensor<1x4x16xf32>)
+  func.return %0, %1 : tensor<1x16x4x8xf32>, tensor<1x4x16xf32>
+}
+
 // CHECK-LABEL: func.func @constants
 func.func @constants() -> (tensor<f32>, tensor<2x2xi64>, tensor<3xi1>, tensor<3xf32>, tensor<f16>) {
   // CHECK-NEXT: %{{.*}} = graph.constant dense<2.000000e+00> : tensor<f32>

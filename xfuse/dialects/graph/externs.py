@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 from xdsl.dialects.builtin import (
+    I64,
     ArrayAttr,
     BytesAttr,
+    DenseArrayBase,
     DenseIntOrFPElementsAttr,
     DictionaryAttr,
     IntegerAttr,
@@ -44,6 +46,8 @@ from xfuse.dialects.graph.base import (
     _check_same_dtype,
     _check_shape_rule,
     _check_tensor,
+    _i64_array,
+    _ints,
     broadcast_shapes,
     dims_of,
     dtype_of,
@@ -171,7 +175,14 @@ class TorchCallOp(IRDLOperation):
     `%y = graph.torch_call "aten.cumsum.default"(%x) args = ["%t0", 1] kwargs = {} : (tensor<4x8xf32>) -> tensor<4x8xf32>`
     Where the operator returns a tuple of which only some items are the op's results (others
     None or ints, as CUDA's attention kernels report), `picks` holds their positions:
-    `... kwargs = {} picks = [0 : i64, 1 : i64, 6 : i64, 7 : i64] : ...`."""
+    `... kwargs = {} picks = [0 : i64, 1 : i64, 6 : i64, 7 : i64] : ...`.
+    Where torch lays a result out as a dense permutation of a row-major tensor (attention's
+    output, [B, H, T, D] in [B, T, H, D] memory), `orders` holds, per result, torch's dims in
+    memory order, outermost first (an empty array: the result as torch returns it): the op's
+    result is torch's permuted so, `out.permute(order)`, whose type is that memory-order shape
+    and which is contiguous where torch lays it out as traced; the importer reads it back to
+    the logical shape with a `graph.permute` (fusion then reads the memory in place):
+    `... kwargs = {} orders = [array<i64: 0, 2, 1, 3>] : (...) -> tensor<1x16x4x8xf32>`."""
 
     name = "graph.torch_call"
     FACTS: ClassVar[OpFacts] = OpFacts(
@@ -184,11 +195,13 @@ class TorchCallOp(IRDLOperation):
     args = prop_def(ArrayAttr)
     kwargs = prop_def(DictionaryAttr)
     picks = opt_prop_def(ArrayAttr[IntegerAttr])
+    orders = opt_prop_def(ArrayAttr[DenseArrayBase[I64]])
     traits = traits_def(Extern())
     SYMBOLIC_SIZES: ClassVar[bool] = True
     assembly_format = (
         "$target `(` $inputs `)` `args` `=` $args `kwargs` `=` $kwargs "
-        "(`picks` `=` $picks^)? attr-dict `:` functional-type($inputs, $outputs)"
+        "(`picks` `=` $picks^)? (`orders` `=` $orders^)? attr-dict "
+        "`:` functional-type($inputs, $outputs)"
     )
 
     def __init__(
@@ -199,6 +212,7 @@ class TorchCallOp(IRDLOperation):
         args: ArrayAttr[Attribute] | None = None,
         kwargs: DictionaryAttr | None = None,
         picks: Sequence[int] | None = None,
+        orders: Sequence[Sequence[int] | None] | None = None,
     ):
         properties: dict[str, Attribute] = {
             "target": StringAttr(target),
@@ -207,6 +221,8 @@ class TorchCallOp(IRDLOperation):
         }
         if picks is not None:
             properties["picks"] = ArrayAttr([IntegerAttr(i, 64) for i in picks])
+        if orders is not None and any(orders):
+            properties["orders"] = ArrayAttr([_i64_array(order or ()) for order in orders])
         super().__init__(
             operands=[[SSAValue.get(v) for v in inputs]],
             result_types=[list(result_types)],
@@ -219,6 +235,14 @@ class TorchCallOp(IRDLOperation):
         tensors, in order)."""
         return None if self.picks is None else tuple(a.value.data for a in self.picks.data)
 
+    @property
+    def memory_orders(self) -> tuple[tuple[int, ...] | None, ...] | None:
+        """Per result, torch's dims in memory order (`out.permute(order)` is the result; None:
+        torch's result as it is); None where no result is permuted."""
+        if self.orders is None:
+            return None
+        return tuple(_ints(order) or None for order in self.orders.data)
+
     def verify_(self) -> None:
         for i, v in enumerate(self.inputs):
             _check_tensor(v, f"operand {i}")
@@ -228,6 +252,7 @@ class TorchCallOp(IRDLOperation):
             raise VerifyException(
                 f"picks names {len(self.picks.data)} positions for {len(self.outputs)} results"
             )
+        self._verify_orders()
         if not self.target.data:
             raise VerifyException("expected a non-empty target")
         used = _tensor_refs(self.args) | _tensor_refs(self.kwargs)
@@ -236,6 +261,21 @@ class TorchCallOp(IRDLOperation):
             raise VerifyException(
                 f"expected tensor references below {len(self.inputs)}, found %t{bad[0]}"
             )
+
+    def _verify_orders(self) -> None:
+        orders = self.memory_orders
+        if orders is None:
+            return
+        if len(orders) != len(self.outputs):
+            raise VerifyException(
+                f"orders names {len(orders)} orders for {len(self.outputs)} results"
+            )
+        for i, (order, v) in enumerate(zip(orders, self.outputs, strict=True)):
+            if order is not None and sorted(order) != list(range(len(dims_of(v)))):
+                raise VerifyException(
+                    f"expected result {i}'s order to be a permutation of [0, {len(dims_of(v))}), "
+                    f"found {list(order)}"
+                )
 
 
 def _tensor_refs(attr: Attribute) -> set[int]:
