@@ -230,6 +230,27 @@ class ReshapeThenCast(RewritePattern):
         rewriter.erase(reshape)
 
 
+class ComposePermutes(RewritePattern):
+    """`permute(permute(x, p), q)` -> `permute(x, [p[i] for i in q])`, and -> `x` where that is
+    the identity: a torch call's result read back to its logical shape (`graph.TorchCallOp`'s
+    `orders`) and permuted again by the program (attention's [B, H, T, D] output back to
+    [B, T, H, D]) is then read as it lies in memory. The inner permute goes with its last
+    reader."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.PermuteOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if not isinstance(inner, graph.PermuteOp):
+            return
+        perm = [inner.permutation[i] for i in op.permutation]
+        if perm == sorted(perm):
+            rewriter.replace(op, [], [inner.input])
+        else:
+            rewriter.replace(op, graph.PermuteOp(inner.input, perm))
+        if not inner.result.uses:
+            rewriter.erase(inner)
+
+
 MAX_GATHERED_OPS = 16
 """Most elementwise ops `GatherThroughElementwise` computes again at the gathered positions."""
 
@@ -369,14 +390,16 @@ DECOMPOSITIONS: tuple[type[RewritePattern], ...] = (
     DecomposeLinear,
     ReshapeThenCast,
     GatherThroughElementwise,
+    ComposePermutes,
 )
 
 
 @dataclass(frozen=True)
 class DecomposePass(ModulePass):
     """Rewrite every composite graph op into graph primitives (and casts of reshapes into
-    reshapes of casts, gathers of elementwise ops into elementwise ops of gathers:
-    `ReshapeThenCast`, `GatherThroughElementwise`)."""
+    reshapes of casts, gathers of elementwise ops into elementwise ops of gathers, permutes
+    of permutes into one: `ReshapeThenCast`, `GatherThroughElementwise`,
+    `ComposePermutes`)."""
 
     name = "decompose"
 
