@@ -15,7 +15,7 @@ from typing import Any
 
 import torch.fx
 
-from xfuse.frontend.builder import ImportBuilder, Value, tensor_type_of_val, used_outputs
+from xfuse.frontend.builder import ImportBuilder, Value, used_outputs
 
 SDPA = "aten.scaled_dot_product_attention.default"
 
@@ -38,8 +38,7 @@ def _sdpa_kernel(lw: ImportBuilder, node: torch.fx.Node, a: dict[str, Any]) -> V
         return None
     kwargs = {"scale": a.get("scale"), "enable_gqa": bool(a.get("enable_gqa", False))}
     args = [a["query"], a["key"], a["value"], mask, 0.0, bool(a.get("is_causal", False))]
-    first = tensor_type_of_val(node.meta["val"][0], node)
-    (out,) = lw.torch_call(SDPA, args, kwargs, [first], node)
+    (out,) = lw.torch_call(SDPA, args, kwargs, [node.meta["val"][0]], node)
     n_results = len(node.meta["val"])
     return [out, *([None] * (n_results - 1))]
 

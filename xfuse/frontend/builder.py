@@ -227,6 +227,50 @@ def tensor_type_of_val(val: Any, node: torch.fx.Node) -> TensorType[Attribute]:
     return graph.tensor_of(element_type, [symbols.dim(d, node) for d in val.shape])
 
 
+def memory_order(val: Any) -> tuple[int, ...] | None:
+    """The dims of a traced tensor in memory order, outermost first, where its strides are a
+    dense permutation of a row-major layout other than its own (`val.permute(order)` is
+    contiguous); None for anything else: a contiguous, empty or symbolic tensor, or one with
+    zero strides or gaps (broadcast or sliced memory). A dim of size 1 has no place in memory:
+    its stride orders it among the others, as any order would do."""
+    if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+        return None
+    shape, strides = tuple(val.shape), tuple(val.stride())
+    if not all(type(d) is int for d in (*shape, *strides)) or 0 in shape:
+        return None
+    if val.is_contiguous():
+        return None
+    order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d], d)))
+    dense = graph.row_major_strides([shape[d] for d in order])
+    if any(shape[d] != 1 and strides[d] != dense[k] for k, d in enumerate(order)):
+        return None
+    return order
+
+
+def in_order(t: TensorType[Attribute], order: tuple[int, ...] | None) -> TensorType[Attribute]:
+    """`t` with its dims in `order` (`memory_order`; None: `t`)."""
+    if order is None:
+        return t
+    shape = t.get_shape()
+    return TensorType(t.element_type, [shape[d] for d in order])
+
+
+def inverse_permutation(perm: Sequence[int]) -> list[int]:
+    """The permutation that undoes `perm`: `x.permute(perm).permute(inverse)` is `x`."""
+    inverse = [0] * len(perm)
+    for k, d in enumerate(perm):
+        inverse[d] = k
+    return inverse
+
+
+def returns_alias(node: torch.fx.Node) -> bool:
+    """Whether the node's operator may return a view of (or write) an input: its results'
+    layouts are its inputs', which xfuse lays out its own way."""
+    schema = getattr(node.target, "_schema", None)
+    returns = [] if schema is None else schema.returns
+    return any(r.alias_info is not None for r in returns)
+
+
 def result_types(node: torch.fx.Node) -> list[TensorType[Attribute]]:
     """The tensor types of all outputs of a node (one for a tensor, several for a tuple)."""
     val = node.meta.get("val")
@@ -356,12 +400,24 @@ class ImportBuilder:
         target: str,
         args: Sequence[Any],
         kwargs: dict[str, Any],
-        types: Sequence[TensorType[Attribute]],
+        vals: Sequence[Any],
         node: torch.fx.Node,
         picks: Sequence[int] | None = None,
     ) -> list[SSAValue]:
-        """A `graph.torch_call` of `target` on FX-level arguments (nodes are its operands);
-        `picks`: the positions of the operator's tuple result that are its results."""
+        """A `graph.torch_call` of `target` on FX-level arguments (nodes are its operands),
+        whose results torch traced as `vals` (fake tensors); `picks`: the positions of the
+        operator's tuple result that are its results. The values returned are the results in
+        their logical shapes.
+
+        A result that torch lays out as a dense permutation of a row-major tensor
+        (`memory_order`: attention's output and gradients, [B, H, T, D] in [B, T, H, D]
+        memory) is the op's in that memory order (its `orders`), read back to its logical
+        shape by a `graph.permute`. The layout is one fact on the call; what it means for the
+        program is an ordinary permute, which fusion takes into the reading kernel's index
+        arithmetic (the kernel reads torch's memory in place, where a contiguous copy of the
+        strided result was made before), which `ComposePermutes` folds with the program's own
+        permute back, and which runs as a torch view where only externs read it (the same
+        strided tensor eager has). No pass, lowering or runtime step needs strides."""
         tensors: list[torch.fx.Node] = []
 
         def tensor_index(value: Any) -> int | None:
@@ -375,11 +431,25 @@ class ImportBuilder:
             encoded_args, encoded_kwargs = encode_args(args, kwargs, tensor_index)
         except UnsupportedArgument as e:
             raise node_error(node, str(e)) from None
+        orders = [None if returns_alias(node) else memory_order(v) for v in vals]
+        types = [
+            in_order(tensor_type_of_val(v, node), order)
+            for v, order in zip(vals, orders, strict=True)
+        ]
         op = graph.TorchCallOp(
-            target, [self.tensor(t) for t in tensors], types, encoded_args, encoded_kwargs, picks
+            target,
+            [self.tensor(t) for t in tensors],
+            types,
+            encoded_args,
+            encoded_kwargs,
+            picks,
+            orders,
         )
         self.block.add_op(op)
-        return list(op.results)
+        return [
+            r if order is None else self.emit(graph.PermuteOp(r, inverse_permutation(order)))
+            for r, order in zip(op.results, orders, strict=True)
+        ]
 
     def reshape(self, value: SSAValue, shape: Sequence[int]) -> SSAValue:
         if graph.shape_of(value) == tuple(shape):

@@ -47,7 +47,6 @@ from xfuse.frontend.builder import (
     has_symbolic_size,
     importing_sizes,
     node_error,
-    result_types,
     tensor_type_of_val,
     used_outputs,
 )
@@ -583,15 +582,15 @@ def torch_call(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     val = node.meta.get("val")
     picks: list[int] | None = None
     if not isinstance(val, list | tuple):
-        types = result_types(node)
+        vals = [val]
     else:
         check_unread_non_tensors(node, val)
         picks = [i for i, v in enumerate(val) if isinstance(v, torch.Tensor)]
-        types = [tensor_type_of_val(val[i], node) for i in picks]
+        vals = [val[i] for i in picks]
         if len(picks) == len(val):
             picks = None  # every item is a result
     target, args, kwargs = str(node.target), node.args, dict(node.kwargs)
-    results = iter(lowering.torch_call(target, args, kwargs, types, node, picks))
+    results = iter(lowering.torch_call(target, args, kwargs, vals, node, picks))
     if isinstance(val, list | tuple):
         return [next(results) if isinstance(v, torch.Tensor) else None for v in val]
     return next(results)

@@ -373,7 +373,12 @@ def kernel_name(ops: Sequence[str], symbol: str) -> str:
 
 
 def _is_view(op: Operation) -> bool:
-    if op.name == "graph.reshape":
+    """Whether a lone layout op runs as a torch view: a reshape (torch copies where it must),
+    a view only externs read (or the return), and the permute that gives a torch call's
+    result in memory order its dims back where fusion took no reader of it into a kernel
+    (`graph.restores_torch_layout`: torch's own tensor, which the kernels reading it copy, as
+    a kernel of the permute would)."""
+    if op.name == "graph.reshape" or graph.restores_torch_layout(op):
         return True
     return op.name in VIEW_IMPLS and graph.read_only_by_externs(op, or_return=True)
 

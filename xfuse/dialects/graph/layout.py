@@ -58,6 +58,7 @@ from xfuse.dialects.graph.base import (
     size_table,
     tensor_of,
 )
+from xfuse.dialects.graph.externs import TorchCallOp
 from xfuse.dialects.graph.sizes import MIN_SIZE, SizeExpr
 
 # ---------------------------------------------------------------------------------------------
@@ -667,6 +668,18 @@ def read_only_by_externs(op: Operation, *, or_return: bool = False) -> bool:
             ):
                 return False
     return True
+
+
+def restores_torch_layout(op: Operation) -> bool:
+    """Whether `op` is a `graph.permute` of a torch call's result in memory order back to the
+    dims torch gave it (`TorchCallOp.orders`): as a torch view, it is torch's own tensor."""
+    if not isinstance(op, PermuteOp):
+        return False
+    call = op.input.owner
+    if not isinstance(call, TorchCallOp) or call.memory_orders is None:
+        return False
+    order = call.memory_orders[call.results.index(op.input)]
+    return order is not None and [order[d] for d in op.permutation] == sorted(order)
 
 
 def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:

@@ -97,7 +97,7 @@ def _conv2d(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if len(out_type(node).get_shape()) != 4 or None in sizes:
         return None
     args = [a["input"], a["weight"], a["bias"], *sizes, False, [0, 0], a["groups"]]
-    (out,) = lw.torch_call(CONVOLUTION, args, {}, [out_type(node)], node)
+    (out,) = lw.torch_call(CONVOLUTION, args, {}, [node.meta["val"]], node)
     return out
 
 

@@ -108,7 +108,14 @@ class RepeatedKeyValueIntoGQA(RewritePattern):
         kwargs = DictionaryAttr({**op.kwargs.data, GQA: IntegerAttr(1, i1)})
         rewriter.replace(
             op,
-            graph.TorchCallOp(op.target.data, inputs, [op.outputs[0].type], op.args, kwargs),
+            graph.TorchCallOp(
+                op.target.data,
+                inputs,
+                [op.outputs[0].type],
+                op.args,
+                kwargs,
+                orders=op.memory_orders,
+            ),
         )
 
 

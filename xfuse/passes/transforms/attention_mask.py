@@ -154,6 +154,7 @@ class ConstantMaskIntoCausalOrNone(RewritePattern):
             [op.outputs[0].type],
             ArrayAttr([renumbered(a, new_index.__getitem__) for a in args]),
             DictionaryAttr({k: renumbered(a, new_index.__getitem__) for k, a in kwargs.items()}),
+            orders=op.memory_orders,
         )
         rewriter.replace(op, new)
 
