@@ -315,6 +315,27 @@ def test_grad_mode_is_part_of_the_signature() -> None:
     torch.testing.assert_close(c2(x), torch.full((4,), 1.0))
 
 
+def test_a_repeated_call_is_checked_as_the_first() -> None:
+    """A call that passes a recent call's guard (`CompiledProgram._guarded`) runs its program;
+    other strides, one tensor passed twice, and another grad mode are seen as on a first
+    call."""
+
+    def f(x: Tensor, y: Tensor) -> Tensor:
+        return x * 2 + y
+
+    x, y = torch.randn(4, 4), torch.randn(4, 4)
+    c = compiled(f, x, y)
+    for _ in range(2):
+        torch.testing.assert_close(c(x, y), f(x, y))
+    assert len(c._recent) == 1
+    torch.testing.assert_close(c(x.t(), y), f(x.t(), y))
+    torch.testing.assert_close(c(x, x), f(x, x))
+    assert len(c.specialisations) == 3
+    with torch.no_grad():
+        torch.testing.assert_close(c(x, y), f(x, y))
+    assert len(c.specialisations) == 4  # grad off
+
+
 def test_new_shapes_from_eight_threads_all_compile() -> None:
     import concurrent.futures
 

@@ -38,7 +38,7 @@ from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
 from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.outputs import OutputPlan
-from xfuse.runtime.state import ModuleState
+from xfuse.runtime.state import ModuleState, layout_guard
 from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor
@@ -356,6 +356,10 @@ def structured_call(
     return CallInputs(args, kwargs, leaves, tensors, (spec, tuple(pattern)))
 
 
+RECENT_CALLS = 4
+"""Guards of recent plain calls a `CompiledProgram` keeps (`CompiledProgram._guarded`)."""
+
+
 class CompiledProgram:
     """A compiled model or function: call it like the model, as torch.export takes it
     (tensors, Python scalars, and tuples, lists and dicts of them, positionally or by keyword).
@@ -388,6 +392,9 @@ class CompiledProgram:
         self._lock = threading.Lock()
         self._building: dict[Any, threading.Lock] = {}
         self.specialisations: dict[Any, Executable] = {}
+        self._recent: tuple[tuple[Any, Hashable, Executable], ...] = ()
+        """(guard, `_context`, specialisation) of recent plain calls, newest first: a call
+        that passes a guard in that context runs that specialisation (`_guarded`)."""
         call = self._inputs(tuple(example_inputs), example_kwargs or {})
         self.example_inputs = inputs_text(call.tensors)
         """The example inputs' dtypes and shapes, as errors name them."""
@@ -430,6 +437,11 @@ class CompiledProgram:
         return self.default.program.op_by_op
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        state = self.state.tensors() if self.state is not None else ()
+        if not kwargs and self._recent:
+            found = self._guarded(args, state)
+            if found is not None:
+                return found.run(args, state, self.static_inputs)
         if self._plain(args, kwargs):
             # The fast path (`_inputs`' first case), with no `CallInputs` made.
             tensors: Sequence[Any] = args
@@ -437,7 +449,6 @@ class CompiledProgram:
         else:
             call = self._inputs(args, kwargs)
             tensors = call.tensors
-        state = self.state.tensors() if self.state is not None else ()
         grad = torch.is_grad_enabled()
         # The signature first: it refuses module state that is no tensor any more.
         sig = self._signature(tensors, None if call is None else call.structure, state, grad)
@@ -449,8 +460,40 @@ class CompiledProgram:
                 sig, call or CallInputs(args, {}, args, args, None), grad
             )
         if call is None:
-            return executable.run(args, state, self.static_inputs)
+            outputs = executable.run(args, state, self.static_inputs)
+            self._remember(args, state, grad, executable)
+            return outputs
         return executable.run(call.leaves, state)
+
+    def _guarded(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Executable | None:
+        """The specialisation of a recent plain call whose guard `args` pass (in C++: the
+        sizes, strides, dtypes, devices, Python types, dispatch keys and requires_grad that
+        `_plain`, `_signature` and `check_no_autograd` read) in that call's grad mode and
+        module state (`_context`), where `args` are distinct tensors; else None."""
+        if len(args) != self.arity:
+            return None
+        passed = [(key, found) for guard, key, found in self._recent if guard.check(*args)]
+        if not passed or not _distinct(args):
+            return None
+        context = self._context(state, torch.is_grad_enabled())
+        return next((found for key, found in passed if key == context), None)
+
+    def _remember(
+        self, args: tuple[Any, ...], state: Sequence[Tensor], grad: bool, executable: Executable
+    ) -> None:
+        """Keep a guard of a plain call that ran (`_guarded`), unless one it passes is kept."""
+        context = self._context(state, grad)
+        if any(key == context and guard.check(*args) for guard, key, _ in self._recent):
+            return
+        guard = layout_guard(args)
+        if guard is not None:
+            # One assignment (threads read the tuple whole); the newest first, a few kept.
+            self._recent = ((guard, context, executable), *self._recent[: RECENT_CALLS - 1])
+
+    def _context(self, state: Sequence[Tensor], grad: bool) -> Hashable:
+        """What a signature holds besides the inputs' layouts: grad mode, and the module
+        state's key (`_signature`)."""
+        return grad if self.state is None else (grad, self.state.key(state))
 
     def _new_specialisation(self, sig: Any, call: CallInputs, grad: bool) -> Executable:
         """`_specialise` for a call's new signature. Where torch.export fails on it (its

@@ -112,7 +112,7 @@ class ModuleState:
         layouts = tuple([(t.shape, t.stride(), t.dtype, t.device) for t in tensors])
         with self._lock:
             token = self._tokens.setdefault(layouts, len(self._tokens))
-        guard = _guard(tensors)
+        guard = layout_guard(tensors)
         if guard is not None:
             # One assignment (threads read the tuple whole); the newest first, a few kept: a
             # guard also checks the dispatch keys that inference mode and grad mode set.
@@ -124,8 +124,9 @@ FAST_KEYS = 4
 """Guards `ModuleState.key` keeps (calls in and out of inference mode each pass their own)."""
 
 
-def _guard(tensors: Sequence[Tensor]) -> Any:
-    """A C++ check that tensors have `tensors`' sizes, strides, dtypes and devices, or None
+def layout_guard(tensors: Sequence[Tensor]) -> Any:
+    """A C++ check that tensors have `tensors`' sizes, strides, dtypes and devices (and
+    Python types, dispatch keys and requires_grad: `guard.check(*others)`), or None
     where this torch has none that behaves so (it is private to dynamo: `_guards_work`)."""
     if not _guards_work():
         return None
