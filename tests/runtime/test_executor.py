@@ -520,3 +520,45 @@ def test_a_torch_call_permute_by_constant_dims_runs_as_a_view() -> None:
 
 def test_other_torch_calls_are_no_views() -> None:
     assert torch_call_view(_torch_call("aten.clone.default", '["%t0"]')) is None
+
+
+def test_eager_results_are_fresh_where_torchs_schema_says_so() -> None:
+    """An eager torch call's results are memory of their own (`EagerStep.fresh`) where its
+    operator's schema gives them no alias annotation and it is no composite (`type_as` may
+    return its input)."""
+    ops = parse("""func.func @f(%a: tensor<2x3xf32>, %i: tensor<2xi64>) -> (tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>) {
+  %d, %m = graph.torch_call "aten.native_dropout.default"(%a) args = ["%t0", 0.5, true] kwargs = {} : (tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xi1>)
+  %t = graph.torch_call "aten.type_as.default"(%a, %a) args = ["%t0", "%t1"] kwargs = {} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %x = graph.torch_call "aten.alias.default"(%a) args = ["%t0"] kwargs = {} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %c = graph.torch_call "aten.clone.default"(%a) args = ["%t0"] kwargs = {} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  func.return %d, %m, %t, %x, %c : tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>
+}""")
+    calls = [op for op in ops.walk() if isinstance(op, graph.TorchCallOp)]
+    fresh = {op.target.data: EagerStep(op, (), (), "").fresh for op in calls}
+    assert fresh == {
+        "aten.native_dropout.default": True,
+        "aten.type_as.default": False,
+        "aten.alias.default": False,
+        "aten.clone.default": True,
+    }
+
+
+def test_outputs_of_kernel_memory_alone_are_not_checked_for_sharing() -> None:
+    """Outputs whose memory can only be the program's own (views of one kernel buffer that
+    no other output shares) need no storage check (`OutputPlan.unchecked`); an output that
+    is an input's memory is, and gets a copy."""
+    import xfuse
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = (x * 2).exp()
+        return h.t(), y.clone(), y + 1
+
+    args = (torch.randn(4, 3), torch.randn(4, 3))
+    compiled = xfuse.compile(f, args, quiet=True, fallback="error")
+    plan = compiled.default.outputs
+    assert plan is not None and 0 in plan.unchecked
+    for _ in range(2):
+        got, want = compiled(*args), f(*args)
+        torch.testing.assert_close(got, want)
+        assert [t.stride() for t in got] == [t.stride() for t in want]
+        assert got[1].untyped_storage().data_ptr() != args[1].untyped_storage().data_ptr()

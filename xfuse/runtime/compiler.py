@@ -57,9 +57,6 @@ KernelCompiler = Callable[[KernelSource, str], Kernel]
 LowerToLoops = Callable[[ModuleOp], None]
 """Lowers a module's `@forward` to kernels + fusion.launch, in place (lower-to-loops)."""
 
-FRESH_EXTERNS = frozenset({"graph.matmul", "graph.linear"})
-"""Eager ops whose results never alias their inputs; other eager results may be views."""
-
 
 def lower_to_loops(
     module: ModuleOp,
@@ -849,7 +846,8 @@ class _MemoryPlan:
         output_slots: Sequence[int],
         constant_slots: set[int],
     ):
-        self.parent: dict[int, int] = {}
+        classes = AliasClasses(steps)
+        self._find = classes.root
         n = len(steps)
         last_use: dict[int, int] = {}
         defined_at: dict[int, int] = {}
@@ -861,10 +859,6 @@ class _MemoryPlan:
                 defined_at[s] = i
             if isinstance(step, KernelStep):
                 owned.update(zip(step.outputs, step.out_specs, strict=True))
-            elif not (isinstance(step, EagerStep) and step.op.name in FRESH_EXTERNS):
-                for o in step.outputs:
-                    for s in step.inputs:
-                        self._union(o, s)
         pinned_roots = {self._find(s) for s in (*arg_slots, *output_slots, *constant_slots)}
         class_end: dict[int, int] = {}
         for s in set(last_use) | set(defined_at):
@@ -886,12 +880,32 @@ class _MemoryPlan:
         self.release_after = [tuple(sorted(r)) for r in releases]
         self.drop_after = [tuple(sorted(d)) for d in drops]
 
-    def _find(self, s: int) -> int:
+
+def may_alias(step: Step) -> bool:
+    """Whether a step's results may share memory with its inputs: a view's and an eager op's
+    do, but a kernel's (buffers of its own) and a fresh eager op's (`EagerStep.fresh`)."""
+    return not isinstance(step, KernelStep) and not (isinstance(step, EagerStep) and step.fresh)
+
+
+class AliasClasses:
+    """The slots of a program's steps in classes that may share memory: a step that
+    `may_alias` joins its results' class with its inputs'."""
+
+    def __init__(self, steps: Sequence[Step]):
+        self.parent: dict[int, int] = {}
+        for step in steps:
+            if may_alias(step):
+                for o in step.outputs:
+                    for s in step.inputs:
+                        self._union(o, s)
+
+    def root(self, s: int) -> int:
+        """The slot that stands for `s`'s class."""
         while self.parent.get(s, s) != s:
             s = self.parent[s]
         return s
 
     def _union(self, a: int, b: int) -> None:
-        ra, rb = self._find(a), self._find(b)
+        ra, rb = self.root(a), self.root(b)
         if ra != rb:
             self.parent[ra] = rb

@@ -27,8 +27,8 @@ import torch
 
 from xfuse.dialects.graph import row_major_strides
 from xfuse.frontend.outputs import OutputRule
-from xfuse.runtime.compiler import FRESH_EXTERNS, Program
-from xfuse.runtime.steps import EagerStep, KernelStep
+from xfuse.runtime.compiler import AliasClasses, Program, may_alias
+from xfuse.runtime.steps import KernelStep
 
 Tensor = torch.Tensor
 
@@ -46,11 +46,23 @@ def _owned_slots(program: Program) -> set[int]:
     eager ops that never alias their inputs)."""
     owned: set[int] = set()
     for step in program.steps:
-        if isinstance(step, KernelStep) or (
-            isinstance(step, EagerStep) and step.op.name in FRESH_EXTERNS
-        ):
+        if not may_alias(step):
             owned.update(step.outputs)
     return owned - set(program.constants)
+
+
+def _shared_roots(program: Program, rules: Sequence[OutputRule], classes: AliasClasses) -> set[int]:
+    """The alias classes (`AliasClasses.root`) where a fresh output may share memory with
+    something it must not: those holding an argument or a constant, or two fresh outputs."""
+    shared = {classes.root(s) for s in (*program.arg_slots, *program.constants)}
+    seen: set[int] = set()
+    for slot, rule in zip(program.output_slots, rules, strict=False):
+        if rule.base == "fresh":
+            root = classes.root(slot)
+            if root in seen:
+                shared.add(root)
+            seen.add(root)
+    return shared
 
 
 def _kernel_shapes(program: Program) -> dict[int, tuple[int, ...]]:
@@ -73,12 +85,33 @@ class OutputPlan:
         self.visible = len(self.rules) - hidden
         slots = program.output_slots
         owned = _owned_slots(program)
+        classes = AliasClasses(program.steps)
+        shared = _shared_roots(program, self.rules, classes)
         self.unchecked = frozenset(
             i
             for i, rule in enumerate(self.rules)
-            if rule.base == "fresh" and slots[i] in owned and slots.count(slots[i]) == 1
+            if rule.base == "fresh"
+            and (
+                (slots[i] in owned and slots.count(slots[i]) == 1)
+                or classes.root(slots[i]) not in shared
+            )
         )
-        """Fresh outputs that are a buffer of their own by construction (no storage check)."""
+        """Fresh outputs that are memory of their own by construction (no storage check): a
+        buffer of their own, or in a class of slots that holds no argument, constant or other
+        fresh output (`_shared_roots`)."""
+        checked = {
+            classes.root(slots[i])
+            for i, rule in enumerate(self.rules)
+            if rule.base == "fresh" and i not in self.unchecked
+        }
+        self.watched_args = tuple(
+            k for k, s in enumerate(program.arg_slots) if classes.root(s) in checked
+        )
+        """The arguments a checked output may share memory with (`_taken`)."""
+        self.watched_outputs = tuple(
+            i for i in sorted(self.unchecked) if classes.root(slots[i]) in checked
+        )
+        """The unchecked outputs a checked one may share memory with (`_taken`)."""
         self.constant_storages = frozenset(_storage(t) for t in program.constants.values())
         self.checks = any(
             r.base == "fresh" and i not in self.unchecked for i, r in enumerate(rules)
@@ -129,9 +162,10 @@ class OutputPlan:
 
     def _taken(self, args: Sequence[Tensor], out: list[Tensor]) -> set[int]:
         """Storages a checked fresh output must not share: arguments, constants, and the
-        outputs that are buffers of their own."""
-        taken = {_storage(a) for a in args} | self.constant_storages
-        taken.update(_storage(out[i]) for i in self.unchecked)
+        outputs that are buffers of their own (those it may share memory with: `watched_args`,
+        `watched_outputs`)."""
+        taken = {_storage(args[k]) for k in self.watched_args} | self.constant_storages
+        taken.update(_storage(out[i]) for i in self.watched_outputs)
         return taken
 
     def _fresh(self, i: int, rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
@@ -153,8 +187,11 @@ class OutputPlan:
         which `_version` and autograd's checks of saved tensors would see); an inference
         tensor (made under `torch.inference_mode`) has no version counter."""
         copy = torch.empty_strided(t.shape, rule.stride, dtype=t.dtype, device=t.device)
-        once = tuple(slice(0, 1) if s == 0 else slice(None) for s in rule.stride)
-        copy[once].copy_(t[once])
+        if 0 in rule.stride:
+            once = tuple(slice(0, 1) if s == 0 else slice(None) for s in rule.stride)
+            copy[once].copy_(t[once])
+        else:
+            copy.copy_(t)
         if not copy.is_inference():
             torch._C._autograd._unsafe_set_version_counter((copy,), (0,))
         taken.add(_storage(copy))

@@ -25,8 +25,8 @@ from xdsl.ir import Operation
 
 from xfuse.backends import Kernel
 from xfuse.dialects import graph
-from xfuse.dialects.torch_args import decode_arg, tensor_ref
-from xfuse.errors import IndexOutOfRangeError
+from xfuse.dialects.torch_args import decode_arg, resolve_torch_op, tensor_ref
+from xfuse.errors import IndexOutOfRangeError, XfuseError
 from xfuse.interpreters.graph import DirectCall, PreparedOp, direct_call, prepare_op
 from xfuse.runtime.memory import HUGE_PAGE_MIN_BYTES, empty_cpu
 
@@ -239,6 +239,36 @@ class KernelStep:
             raise IndexOutOfRangeError.in_kernel(self.label)
 
 
+FRESH_EXTERNS = frozenset({"graph.matmul", "graph.linear"})
+"""Eager ops whose results never alias their inputs (besides the torch calls `fresh_results`
+finds so)."""
+
+
+def fresh_results(op: Operation) -> bool:
+    """Whether an eager op's results are memory of their own, never an operand's: a product
+    of matrices, or a torch call of an operator whose schema gives its results no alias
+    annotation and writes nothing, and that is no composite (torch's contract for an
+    operator's kernels: such a result is new memory; a composite, `type_as`, may return its
+    input as it is). Other eager results may be views of their operands."""
+    if op.name in FRESH_EXTERNS:
+        return True
+    if not isinstance(op, graph.TorchCallOp):
+        return False
+    try:
+        operator = resolve_torch_op(op.target.data)
+    except XfuseError:
+        return False
+    schema = getattr(operator, "_schema", None)
+    if not isinstance(operator, torch._ops.OpOverload) or schema is None or schema.is_mutable:
+        return False
+    if any(r.alias_info is not None for r in schema.returns):
+        return False
+    composite = torch._C._dispatch_has_kernel_for_dispatch_key(
+        operator.name(), "CompositeImplicitAutograd"
+    )
+    return not composite
+
+
 @dataclass
 class EagerStep:
     """Run one op (an extern, or a fusion.group that fell back) with eager torch."""
@@ -253,10 +283,13 @@ class EagerStep:
     direct: DirectCall | None = field(init=False, repr=False)
     """The op as one torch call of its operands, which the program's runner writes out
     itself (`direct_call`; None: the runner calls `run`)."""
+    fresh: bool = field(init=False, repr=False)
+    """Its results never alias its operands (`fresh_results`)."""
 
     def __post_init__(self) -> None:
         self.call = prepare_op(self.op)
         self.direct = direct_call(self.op)
+        self.fresh = fresh_results(self.op)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         if args and not args[0].is_cpu:
