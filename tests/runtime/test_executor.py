@@ -522,6 +522,30 @@ def test_other_torch_calls_are_no_views() -> None:
     assert torch_call_view(_torch_call("aten.clone.default", '["%t0"]')) is None
 
 
+def test_a_product_of_batches_of_matrices_is_a_direct_bmm() -> None:
+    """A batched product of as many matrices on each side is `torch.bmm` in the runner's code,
+    bit for bit eager's `matmul` (a transposed operand too); a broadcast batch stays
+    `torch.matmul`."""
+    import xfuse
+    from xfuse.interpreters.graph import direct_call
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * 2) @ b.transpose(1, 2) + 1
+
+    args = (torch.randn(4, 8, 16), torch.randn(4, 8, 16))
+    compiled = xfuse.compile(f, args, quiet=True, fallback="error")
+    matmuls = [s for s in compiled.default.program.steps if isinstance(s, EagerStep)]
+    assert [s.op.name for s in matmuls] == ["graph.matmul"]
+    assert matmuls[0].direct is not None and matmuls[0].direct[0] is torch.bmm
+    torch.testing.assert_close(compiled(*args), f(*args), rtol=0, atol=0)
+    broadcast = parse("""func.func @f(%a: tensor<1x2x3xf32>, %b: tensor<4x3x2xf32>) -> tensor<4x2x2xf32> {
+  %c = graph.matmul %a, %b : tensor<1x2x3xf32>, tensor<4x3x2xf32> -> tensor<4x2x2xf32>
+  func.return %c : tensor<4x2x2xf32>
+}""")
+    (op,) = (op for op in broadcast.walk() if isinstance(op, graph.MatmulOp))
+    assert direct_call(op) is None
+
+
 def test_eager_results_are_fresh_where_torchs_schema_says_so() -> None:
     """An eager torch call's results are memory of their own (`EagerStep.fresh`) where its
     operator's schema gives them no alias annotation and it is no composite (`type_as` may

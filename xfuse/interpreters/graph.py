@@ -132,7 +132,8 @@ def _prepare_reshape(op: Operation) -> Prepared:
 
 
 def _prepare_matmul(op: Operation) -> Prepared:
-    """`torch.matmul`; a product of two matrices is its `direct_call` (`torch.mm`)."""
+    """`torch.matmul`; a product of two matrices or batches of them is its `direct_call`
+    (`torch.mm`, `torch.bmm`)."""
     if direct_call(op) is not None:
         return _prepare_direct(op)
     return lambda xs: torch.matmul(xs[0], xs[1])
@@ -620,12 +621,16 @@ def direct_call(op: Operation) -> DirectCall | None:
     the call out itself (the runner: `s7 = ext7(s5, c3, a7_2, ...)`): a `graph.torch_call`
     whose operands are whole positional arguments and whose operator returns one tensor, as
     it is (no `orders`), a product of two matrices (`torch.mm`: what `torch.matmul` calls for
-    them, without its dispatch on ranks, about half a microsecond less a call on the CPU), or a
-    `graph.linear`.
+    them, without its dispatch on ranks, about half a microsecond less a call on the CPU) or of
+    two batches of as many matrices (`torch.bmm`, which `torch.matmul` calls for them after an
+    `expand`, a `reshape` and before an `_unsafe_view` that change nothing), or a `graph.linear`.
     None for any other op (`prepare_op` runs it; `_prepare_direct` prepares these too)."""
     if isinstance(op, graph.MatmulOp):
-        if len(graph.shape_of(op.lhs)) == len(graph.shape_of(op.rhs)) == 2:
+        lhs, rhs = graph.shape_of(op.lhs), graph.shape_of(op.rhs)
+        if len(lhs) == len(rhs) == 2:
             return torch.mm, [Operand(0), Operand(1)], {}
+        if len(lhs) == len(rhs) == 3 and lhs[0] == rhs[0] >= 0:  # a static batch, as many
+            return torch.bmm, [Operand(0), Operand(1)], {}
         return None
     if isinstance(op, graph.LinearOp):
         bias = [Operand(2)] if len(op.operands) > 2 else [None]
