@@ -519,13 +519,15 @@ class VersionCheck:
     """The versions, at the end of one call's forward, of the caller's tensors that eager
     saves; called before the backward (a pre-hook of AOTAutograd's node, before autograd's own
     checks of what the partitioner saved), it raises eager's error where one was written
-    since. It holds detached aliases (the same version counter, no autograd history: no
-    reference cycle through the node), and an input eager saves itself, described at the
-    error (its own history)."""
+    since. It holds a tensor with a history as a detached alias (the same version counter,
+    no autograd history: no reference cycle through the node), a tensor without one (a
+    parameter) as it is, and an input eager saves itself, described at the error (its own
+    history)."""
 
     def __init__(self, watched: Sequence[tuple[Tensor, str | None]]):
         self.watched = [
-            (t.detach(), t._version, text, t if text is None else None) for t, text in watched
+            (t if t.grad_fn is None else t.detach(), t._version, text, t if text is None else None)
+            for t, text in watched
         ]
 
     def __call__(self, grad_outputs: Any) -> None:
