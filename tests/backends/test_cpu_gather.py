@@ -178,3 +178,34 @@ def test_index_out_of_range_raises_like_eager(name: str) -> None:
     with pytest.raises(IndexOutOfRangeError):
         program(*bad)
     torch.testing.assert_close(program(*good), fn(*good))  # the program still runs
+
+
+def test_each_thread_has_its_own_error_flag() -> None:
+    """A checked kernel's error flag is made once per thread (`KernelStep._cpu_flag`): calls on
+    two threads never clear or read each other's, and a bad index on one raises there alone."""
+    import threading
+
+    from xfuse.runtime.steps import KernelStep
+
+    fn, good, bad, _ = BAD["embedding"]
+    program = compiled(fn, good)
+    (step,) = (s for s in program.default.program.steps if isinstance(s, KernelStep))
+    assert step.error_flag
+    flags: list[torch.Tensor] = []
+    errors: list[BaseException] = []
+
+    def run(args: tuple[Any, ...]) -> None:
+        flags.append(step._cpu_flag()[0])
+        try:
+            program(*args)
+        except IndexOutOfRangeError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in (good, bad)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 1 and flags[0] is not flags[1]
+    assert step._cpu_flag()[0] is not flags[0] and step._cpu_flag()[0] is step._cpu_flag()[0]
+    torch.testing.assert_close(program(*good), fn(*good))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -193,6 +194,8 @@ class KernelStep:
     `xfuse.runtime.compiler.copy_scalar_inputs`): the kernel reads them on its device (a
     copy, where one is on the CPU)."""
     _device_flag: Tensor | None = field(default=None, init=False, repr=False)
+    _cpu_flags: threading.local = field(default_factory=threading.local, init=False, repr=False)
+    """This thread's CPU error flag (`_cpu_flag`)."""
     _launch: Callable[[list[Tensor]], None] = field(init=False, repr=False)
     """The kernel's `launch` where it has one (the CPU's: no checks of what `run` ensures),
     else the kernel."""
@@ -233,10 +236,21 @@ class KernelStep:
                 self._device_flag = torch.zeros(1, dtype=torch.uint8, device=device)
             self.kernel([*buffers, self._device_flag])  # written, never read
             return
-        flag = torch.zeros(1, dtype=torch.uint8)
-        self.kernel([*buffers, flag])
-        if flag.item():
+        flag, seen = self._cpu_flag()
+        seen[0] = 0
+        self._launch([*buffers, flag])
+        if seen[0]:
             raise IndexOutOfRangeError.in_kernel(self.label)
+
+    def _cpu_flag(self) -> tuple[Tensor, np.ndarray]:
+        """This thread's error flag for the CPU kernel (one byte, made once per thread: calls
+        on other threads never share it) and a numpy view that reads and clears it without a
+        torch op."""
+        found: tuple[Tensor, np.ndarray] | None = getattr(self._cpu_flags, "flag", None)
+        if found is None:
+            flag = torch.zeros(1, dtype=torch.uint8)
+            found = self._cpu_flags.flag = (flag, flag.numpy())
+        return found
 
 
 FRESH_EXTERNS = frozenset({"graph.matmul", "graph.linear"})
