@@ -185,7 +185,12 @@ class OutputPlan:
         that dimension's first index is what is copied. The copy's version counter is set back
         to 0, as a fresh result of eager's has it (the `copy_` that fills it counts as a write,
         which `_version` and autograd's checks of saved tensors would see); an inference
-        tensor (made under `torch.inference_mode`) has no version counter."""
+        tensor (made under `torch.inference_mode`) has no version counter. Row-major strides
+        are one `clone`, whose result is at version 0."""
+        if rule.stride == row_major_strides(tuple(t.shape)):
+            copy = t.clone(memory_format=torch.contiguous_format)
+            taken.add(_storage(copy))
+            return copy
         copy = torch.empty_strided(t.shape, rule.stride, dtype=t.dtype, device=t.device)
         if 0 in rule.stride:
             once = tuple(slice(0, 1) if s == 0 else slice(None) for s in rule.stride)
