@@ -21,6 +21,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import encode_args
 from xfuse.errors import SymbolicSizeError, UnsupportedArgument, UnsupportedProgram
+from xfuse.frontend.eager_rules import CONVOLUTIONS
 from xfuse.ir import dtypes
 
 Value = SSAValue | list[SSAValue | None] | None
@@ -417,7 +418,10 @@ class ImportBuilder:
         arithmetic (the kernel reads torch's memory in place, where a contiguous copy of the
         strided result was made before), which `ComposePermutes` folds with the program's own
         permute back, and which runs as a torch view where only externs read it (the same
-        strided tensor eager has). No pass, lowering or runtime step needs strides."""
+        strided tensor eager has). No pass, lowering or runtime step needs strides.
+        Convolutions keep their logical result: the convolution passes and the library-vs-
+        kernel choice match and rebuild them as torch lays them out (channels-last outputs
+        included)."""
         tensors: list[torch.fx.Node] = []
 
         def tensor_index(value: Any) -> int | None:
@@ -431,7 +435,8 @@ class ImportBuilder:
             encoded_args, encoded_kwargs = encode_args(args, kwargs, tensor_index)
         except UnsupportedArgument as e:
             raise node_error(node, str(e)) from None
-        orders = [None if returns_alias(node) else memory_order(v) for v in vals]
+        in_place = not returns_alias(node) and target not in CONVOLUTIONS
+        orders = [memory_order(v) if in_place else None for v in vals]
         types = [
             in_order(tensor_type_of_val(v, node), order)
             for v, order in zip(vals, orders, strict=True)
