@@ -4,12 +4,16 @@ backward node of a call is found (`xfuse.aot.compiled_node`)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import pytest
 import torch
 
 import xfuse
+from tests.test_training_api import BF16_SCALE, assert_same_grads
 from xfuse.aot import ForwardReturns, compiled_node, dtype_conversion, filled_like
+from xfuse.runtime.outputs import OutputPlan
 
 Tensor = torch.Tensor
 
@@ -143,3 +147,59 @@ def test_the_forward_tells_nothing_outside_a_call() -> None:
         pass
     assert returned == []
     assert compiled_node([x], [], []) is None
+
+
+def tiny_gpt2() -> torch.nn.Module:
+    """A 1-layer GPT-2 whose attention has dropout: on the CPU, torch's math attention, which
+    saves transposed bf16 casts of the scores and values for its matmuls' backward."""
+    import transformers
+
+    config = transformers.GPT2Config(
+        n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16, use_cache=False
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).train()
+
+
+def test_saved_tensors_keep_their_kernels_strides_and_the_backward_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through torch.compile, AOTAutograd asks the forward's compiler for its outputs' strides
+    and compiles the backward for them: the saved casts are returned as their kernels wrote
+    them (row-major; none copied into eager's transposed strides), and the gradients are
+    eager's under the same seed."""
+    restrided: list[tuple[int, ...]] = []
+    real = OutputPlan._copy
+
+    def counted(rule: Any, t: Tensor, taken: set[int]) -> Tensor:
+        if t.stride() != rule.stride:
+            restrided.append(tuple(t.shape))
+        return real(rule, t, taken)
+
+    monkeypatch.setattr(OutputPlan, "_copy", staticmethod(counted))
+    model = tiny_gpt2()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
+    ids = torch.randint(0, 64, (2, 16))
+    for net in (compiled, reference):
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = net(input_ids=ids, labels=ids).loss
+        loss.backward()
+    assert_same_grads(model, reference, **BF16_SCALE)
+    assert restrided == []
+
+
+def test_outside_dynamo_saved_tensors_have_eagers_strides() -> None:
+    """`xfuse.compile`'s training program (no dynamo `TracingContext` asks for strides)
+    compiles its backward for eager's strides of what the forward saves, and gives eager's
+    gradients."""
+    model = tiny_gpt2().eval()
+    reference = copy.deepcopy(model)
+    ids = torch.randint(0, 64, (2, 16))
+    program = xfuse.compile(
+        model, (ids,), example_kwargs={"labels": ids}, quiet=True, fallback="error"
+    )
+    program(ids, labels=ids).loss.backward()
+    reference(input_ids=ids, labels=ids).loss.backward()
+    assert_same_grads(model, reference)

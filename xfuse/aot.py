@@ -285,6 +285,7 @@ class PartCompiler:
                 return self.told(boxed(gm))
         if self.record is not None:
             self.record(self.part, CompiledPart(gm, program))
+        report_output_strides(program)
         return self.told(boxed_program(program))
 
     def told(self, function: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
@@ -329,7 +330,31 @@ class PartCompiler:
             fallback=self.mode,
             static_inputs=static,
             outputs_released=self.part == "forward",
+            saved_outputs=self.saved_outputs(function),
         )
+
+    def saved_outputs(self, function: Callable[..., Any]) -> frozenset[int]:
+        """The forward's outputs that AOTAutograd saves for the backward, where it takes the
+        strides the compiled forward returns them in to compile the backward (dynamo's
+        `TracingContext.report_output_strides`): the program may return them as its kernels
+        wrote them. Empty for any other part, and outside dynamo."""
+        from torch._guards import TracingContext
+
+        context = TracingContext.try_get()
+        if self.part != "forward" or getattr(context, "output_strides", None) is None:
+            return frozenset()
+        metadata = getattr(context, "fw_metadata", None)
+        if metadata is None or has_subclasses(metadata):
+            return frozenset()
+        try:
+            saved = metadata.tensors_saved_for_backwards_slice
+        except (AttributeError, AssertionError):
+            return frozenset()
+        if not isinstance(function, torch.fx.GraphModule):
+            return frozenset()
+        returned = function.graph.output_node().args[0]
+        count = len(returned) if isinstance(returned, (tuple, list)) else 1
+        return frozenset(range(count)[saved])
 
     def static_inputs(self, count: int) -> tuple[int, ...]:
         """The forward's parameters and buffers (AOTAutograd's `static_input_indices` under
@@ -373,6 +398,29 @@ def aot_options(
         "partition_fn": partition_as_eager(saved, user_inputs),
         "decompositions": decompositions(),
     }
+
+
+def has_subclasses(metadata: Any) -> bool:
+    """Whether AOTAutograd's metadata of a graph has tensor subclasses among its inputs or
+    forward outputs (its saved tensors are then counted on the subclasses' inner tensors)."""
+    from torch._functorch._aot_autograd.schemas import SubclassCreationMeta
+
+    metas = [
+        *(getattr(metadata, "subclass_inp_meta", None) or ()),
+        *(getattr(metadata, "subclass_fw_graph_out_meta", None) or ()),
+    ]
+    return any(isinstance(m, SubclassCreationMeta) for m in metas)
+
+
+def report_output_strides(program: Any) -> None:
+    """Tell AOTAutograd the strides of each output of a part compiled for static shapes where
+    it asks for them (`TracingContext.report_output_strides`, around the forward's compile):
+    it compiles the backward for the strides the saved tensors really have."""
+    from torch._guards import TracingContext
+
+    strides = getattr(TracingContext.try_get(), "output_strides", None)
+    if strides is not None and isinstance(program, CompiledProgram):
+        strides.extend(program.default.fresh_strides)
 
 
 def boxed_program(program: Callable[..., Any]) -> Callable[[list[Any]], Any]:

@@ -9,9 +9,10 @@ kernel cache), compile the kernels, and put together the `Executable` with its `
 
 from __future__ import annotations
 
+import bisect
 import functools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +26,7 @@ from xfuse.choices import Choice, Compile, CompileAhead, choose_passes
 from xfuse.collector import collector_paused
 from xfuse.errors import ExportError, KernelCacheWarning
 from xfuse.frontend.export import Imported, ModelOrFn, import_for_xfuse, unflattener
+from xfuse.frontend.outputs import OutputRule
 from xfuse.ir import serialize
 from xfuse.ir.fingerprint import fingerprint
 from xfuse.passes.fusion.decisions import FusionDecision, format_report
@@ -55,7 +57,7 @@ from xfuse.runtime.executor import (
     run_program,
 )
 from xfuse.runtime.fallback import FallbackMode
-from xfuse.runtime.outputs import OutputPlan
+from xfuse.runtime.outputs import OutputPlan, with_kernel_strides
 from xfuse.runtime.state import ModuleState
 
 if TYPE_CHECKING:
@@ -221,6 +223,10 @@ class BuildSettings:
     outputs_released: bool = False
     """The caller releases a call's outputs before its next call (a training step's forward:
     the backward frees what it saved), so CUDA graphs hand them over whatever their size."""
+    saved_outputs: frozenset[int] = frozenset()
+    """Positions of the flat outputs that only the program's own backward reads (a training
+    forward's saved tensors): a kernel's buffer among them keeps its row-major strides
+    (`with_kernel_strides`) rather than being copied into eager's."""
 
 
 def builder(
@@ -296,6 +302,8 @@ def build_executable(
         pipeline=passes.description(),
     )
     state = live_state(settings.state, program_ir.params, device)
+    saved = rule_positions(program_ir, settings.saved_outputs)
+    rules = with_kernel_strides(program_ir.output_rules, program, saved)
     return Executable(
         program,
         bind=program_ir.binder(len(call.leaves), state),
@@ -303,7 +311,8 @@ def build_executable(
         report=report,
         op_names=imported.op_names,
         compile_times=dict(progress.phases),
-        outputs=OutputPlan(program_ir.output_rules, program, program_ir.hidden_outputs),
+        outputs=OutputPlan(rules, program, program_ir.hidden_outputs),
+        fresh_strides=flat_strides(program_ir, rules),
         graphs=(
             GraphRunner(program, run_program, device, released=settings.outputs_released)
             if device.type == "cuda" and cuda_graphs_enabled(settings.cuda_graphs)
@@ -311,6 +320,24 @@ def build_executable(
         ),
         device=device,
     )
+
+
+def rule_positions(program: ImportedProgram, flat: Collection[int]) -> list[int]:
+    """The output rules' positions of the flat outputs at `flat` (the program's rules skip the
+    outputs that are constants)."""
+    constants = sorted(program.output_constants)
+    return [i - bisect.bisect_left(constants, i) for i in flat if i not in program.output_constants]
+
+
+def flat_strides(
+    program: ImportedProgram, rules: Sequence[OutputRule]
+) -> tuple[tuple[int, ...] | None, ...]:
+    """Each flat output's strides where it is fresh memory (`rules`), None where it is a
+    constant or a view."""
+    visible = len(rules) - program.hidden_outputs
+    fresh = iter(r.stride if r.base == "fresh" else None for r in rules[:visible])
+    count = visible + len(program.output_constants)
+    return tuple(None if i in program.output_constants else next(fresh) for i in range(count))
 
 
 def scalars_on(
@@ -400,6 +427,7 @@ def compile_program(
     static_inputs: tuple[int, ...] = (),
     program: ProgramMaker = inference_program,
     outputs_released: bool = False,
+    saved_outputs: frozenset[int] = frozenset(),
 ) -> CompiledProgram:
     """`xfuse.compile` for arguments already checked: `model_or_fn` compiled for `device`
     with the pipeline of `compile_pipeline(device, options)` (its `XFUSE_CHANNELS_LAST`
@@ -417,6 +445,7 @@ def compile_program(
         cuda_graphs,
         fallback,
         outputs_released,
+        saved_outputs,
     )
     return program(model_or_fn, settings, example_inputs, example_kwargs, static_inputs)
 

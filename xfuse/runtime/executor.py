@@ -143,6 +143,9 @@ class Executable:
     `fusion` (the pass pipeline), `kernels` (lowering, compiling or loading kernels)."""
     outputs: OutputPlan | None = None
     """Makes the results alias what eager's would (`xfuse.runtime.outputs`)."""
+    fresh_strides: tuple[tuple[int, ...] | None, ...] = ()
+    """Each flat output's strides where it is memory of its own, None where it is a constant
+    or a view (what AOTAutograd compiles the backward for: `xfuse.aot`)."""
     graphs: GraphRunner | None = None
     """Runs the program as a CUDA graph (`xfuse.runtime.cuda_graphs`); None: step by step."""
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))

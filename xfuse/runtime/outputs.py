@@ -21,7 +21,8 @@ known once per program: then `apply` returns the results as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 import torch
 
@@ -74,6 +75,26 @@ def _kernel_shapes(program: Program) -> dict[int, tuple[int, ...]]:
                 (s, spec.shape) for s, spec in zip(step.outputs, step.out_specs, strict=True)
             )
     return shapes
+
+
+def with_kernel_strides(
+    rules: Sequence[OutputRule], program: Program, free: Collection[int]
+) -> tuple[OutputRule, ...]:
+    """`rules` where each fresh output at a position in `free` (outputs whose strides only the
+    program's own readers see: a training forward's saved tensors) that is a kernel buffer
+    returned once, and that no other output views, takes the buffer's row-major strides: it
+    is returned as the kernel wrote it, where eager's strides (a transpose's) would copy it."""
+    slots, shapes = program.output_slots, _kernel_shapes(program)
+    viewed = {rule.index for rule in rules if rule.base == "output"}
+    out = list(rules)
+    for i in free:
+        slot = slots[i] if i < len(slots) else None
+        rule = rules[i] if i < len(rules) else None
+        if rule is None or rule.base != "fresh" or i in viewed or slot not in shapes:
+            continue
+        if slots.count(slot) == 1:
+            out[i] = replace(rule, stride=row_major_strides(shapes[slot]))
+    return tuple(out)
 
 
 class OutputPlan:
