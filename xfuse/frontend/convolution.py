@@ -48,12 +48,9 @@ class ConvolutionCall:
 
     @staticmethod
     def of(op: graph.TorchCallOp) -> ConvolutionCall | None:
-        """`op`'s arguments, when it is such a call with one result as torch lays it out (an
-        argument this does not read, a transposed convolution, or a result in memory order,
-        `orders`, gives None)."""
+        """`op`'s arguments, when it is such a call with one result (an argument this does not
+        read, or a transposed convolution, gives None)."""
         if op.target.data != CONVOLUTION or len(op.outputs) != 1 or len(op.args.data) != 9:
-            return None
-        if op.orders is not None:
             return None
         try:
             x, w, b, stride, padding, dilation, transposed, _, groups = (

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import BlockArgument
 
 from examples.convnet import make_convnet
 from examples.resnet import make_resnet18
@@ -97,6 +98,31 @@ def test_convnext_permutes_cancel() -> None:
     # is the residual add's operand, already NHWC: left are the residual input's read (NCHW,
     # fused into the add's kernel) and the output's permute (written NCHW by that kernel).
     assert permutes == [(0, 2, 3, 1), (0, 3, 1, 2)]
+
+
+def upsampled(x: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    y = nn.functional.interpolate(nn.functional.conv2d(x, w), scale_factor=1.5)
+    return nn.functional.conv2d(y, v) + 1
+
+
+def test_a_result_in_memory_order_reaches_the_next_convolution_as_a_view() -> None:
+    """An upsample of channels-last memory is a torch call whose result is typed in torch's
+    memory order (`orders`: [N, H, W, C]): the second convolution reads it through the
+    importer's permute back, a view, with no channels-last copy of it."""
+    x = torch.randn(2, 8, 8, 8).contiguous(memory_format=torch.channels_last)
+    inputs = (x, torch.randn(8, 8, 3, 3), torch.randn(8, 8, 3, 3))
+    imported = import_module(upsampled, inputs)
+    args = imported.arguments(*inputs)
+    run_pipeline("decompose", imported.module)
+    before = interpret(imported.module, args)
+    run_pipeline("channels-last{force=true}", imported.module)
+    imported.module.verify()
+    calls = [op for op in imported.module.walk() if isinstance(op, graph.TorchCallOp)]
+    assert [c.memory_orders for c in calls if "upsample" in c.target.data] == [((0, 2, 3, 1),)]
+    clones = [c for c in calls if c.target.data == "aten.clone.default"]
+    assert [isinstance(c.inputs[0], BlockArgument) for c in clones] == [True]  # the input's
+    for got, want in zip(interpret(imported.module, args), before, strict=True):
+        torch.testing.assert_close(got, want)
 
 
 def _body(text: str) -> ModuleOp:

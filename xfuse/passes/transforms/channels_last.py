@@ -135,12 +135,8 @@ class Convolution:
 
     @staticmethod
     def of(op: Operation) -> Convolution | None:
-        """The convolution `op` is, when it is a non-transposed 2-D one on 4-D tensors whose
-        result is as torch lays it out (no `orders`: one in channels-last memory order is
-        read in place already)."""
+        """The convolution `op` is, when it is a non-transposed 2-D one on 4-D tensors."""
         if not isinstance(op, graph.TorchCallOp) or op.target.data not in CONVOLUTIONS:
-            return None
-        if op.orders is not None:
             return None
         args = op.args.data
         refs = [r for a in args[:2] if (r := _tensor_ref(a)) is not None]
@@ -431,6 +427,9 @@ class _Layout:
             else:
                 operands[i] = self.contiguous(v, op)
         op.operands = operands
+        # A pool's or upsample's result that the importer typed in torch's memory order
+        # (`orders`, where eager's input was channels-last) is typed [N, H, W, C] already,
+        # contiguous, and read back through the importer's permute: no NCHW-typed result.
         in_place = isinstance(op, graph.TorchCallOp) and op.orders is not None
         if conv is not None or (target in KEEPS_CHANNELS_LAST and had_nhwc and not in_place):
             self.channels_last.update(r for r in op.results if _is_rank4(r))
