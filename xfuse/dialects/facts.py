@@ -10,7 +10,9 @@ Each level builds its table from these declarations instead of keeping its own r
   `scalar`; the `math` ops a rule emits name their CPU intrinsic and CUDA libdevice function
   in `passes/llvm` (keyed by math op, shared by every graph op that uses it);
 - the random program generators (`xfuse.testing.fuzz`, `xfuse.testing.random_graph`) draw
-  the op as `fuzz` says.
+  the op as `fuzz` says;
+- fusion (`xfuse.passes.fusion.legality`) leaves a transpose a view of its producer where its
+  readers have `reads_transposed`.
 
 A structural op (layout, windows) declares the same three in its own terms, as plain functions
 beside its class: `torch_args` (its attributes as its `torch` function takes them), `convert`
@@ -244,6 +246,11 @@ class OpFacts:
     scalar: ScalarRule | None = None
     """One element of an elementwise op, for `lower-to-loops`."""
     fuzz: Fuzz | None = None
+    reads_transposed: bool = False
+    """The op reads an operand whose last two dims are swapped (a transposed view of a
+    row-major tensor) in place, at no cost beside a contiguous one: a matrix product hands it
+    to the library as its transposed operand. Fusion leaves such a transpose a view of its
+    producer where only these ops read it (`legality.transposed_for_readers`)."""
     without: Mapping[str, str] = field(default_factory=dict[str, str])
     """Fact name -> why the op has none of it, or where it lives instead."""
 

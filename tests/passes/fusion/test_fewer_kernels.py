@@ -5,11 +5,14 @@ heads); and each program below compiles to one kernel that matches eager."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 import xfuse
 from tests.passes.fusion.test_legality import node
+from xfuse.dialects import graph
 from xfuse.ir.context import parse
 from xfuse.passes.fusion.graph import FusionGraph
 from xfuse.passes.fusion.legality import FUSED, SHAPE_MISMATCH, VIEW_FOR_EXTERN, check_merge
@@ -274,3 +277,24 @@ def test_a_transpose_a_matmul_reads_and_a_view_of_it_returned_stays_a_view() -> 
     g = FusionGraph(parse(TRANSPOSED_TWICE).body.block.first_op.body.block)  # type: ignore[union-attr]
     verdict = check_merge(g, node(g, "c"), node(g, "t"), arg_limit=128)
     assert verdict.reason == VIEW_FOR_EXTERN, verdict
+
+
+TRANSPOSED_FOR_A_CALL = """func.func @forward(%w: tensor<8x4xf32>, %x: tensor<2x4xf32>) -> tensor<2x8xf32> {
+  %c = graph.exp %w : tensor<8x4xf32>
+  %t = graph.permute %c perm = [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+  %y = graph.torch_call "aten.mm.default"(%x, %t) args = ["%t0", "%t1"] kwargs = {} : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+  func.return %y : tensor<2x8xf32>
+}"""
+
+
+@pytest.mark.parametrize("reads_transposed", [True, False])
+def test_the_readers_fact_keeps_a_transpose_a_view(
+    monkeypatch: pytest.MonkeyPatch, reads_transposed: bool
+) -> None:
+    """A transpose stays a view of its producer where its readers read a transposed operand
+    in place (`OpFacts.reads_transposed`), whatever op they are; without the fact, it fuses."""
+    facts = replace(graph.TorchCallOp.FACTS, reads_transposed=reads_transposed)
+    monkeypatch.setattr(graph.TorchCallOp, "FACTS", facts)
+    g = FusionGraph(parse(TRANSPOSED_FOR_A_CALL).body.block.first_op.body.block)  # type: ignore[union-attr]
+    verdict = check_merge(g, node(g, "c"), node(g, "t"), arg_limit=128)
+    assert verdict.reason == (VIEW_FOR_EXTERN if reads_transposed else FUSED), verdict

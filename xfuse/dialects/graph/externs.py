@@ -73,6 +73,7 @@ class MatmulOp(IRDLOperation):
         torch="torch.matmul",
         aten=("aten.mm.default", "aten.bmm.default", "aten.matmul.default"),
         fuzz=Fuzz.drawn_by("matmul"),
+        reads_transposed=True,
     )
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)

@@ -323,27 +323,28 @@ def view_for_extern(g: FusionGraph, first: Node, second: Node) -> str | None:
     others = [reader for reader in g.readers_of(value) if reader is not second]
     if others:
         return f"{g.op_label(op)} views {g.label(value)}, which {g.op_label(others[0])} reads too"
-    if transposes_for_matmuls(op):
-        return f"{g.op_label(op)} is a transpose that matmuls read in place"
+    if transposed_for_readers(op):
+        return f"{g.op_label(op)} is a transpose that its readers read in place"
     return None
 
 
-def transposes_for_matmuls(op: Operation) -> bool:
-    """Whether `op` swaps the last two dims of its operand and is read by matmuls (and
-    perhaps returned) alone. A matmul reads such a view in place, as the library's transposed
-    operand; fused, the permute would make its producer's kernel write the value transposed
-    (a stride of a whole row between neighbouring writes) for no byte saved. Other readers
-    may be the return and further views (which `view_for_extern` has checked lead to externs
-    or the return alone)."""
+def transposed_for_readers(op: Operation) -> bool:
+    """Whether `op` swaps the last two dims of its operand and is read (and perhaps returned)
+    by ops that read a transposed operand in place (`OpFacts.reads_transposed`: a matmul,
+    as the library's transposed operand) alone. Fused, the permute would make its producer's
+    kernel write the value transposed (a stride of a whole row between neighbouring writes)
+    for no byte saved. Other readers may be the return and further views (which
+    `view_for_extern` has checked lead to externs or the return alone)."""
     if not isinstance(op, graph.PermuteOp):
         return False
     rank = len(op.permutation)
     if rank < 2 or op.permutation != (*range(rank - 2), rank - 1, rank - 2):
         return False
     readers = [use.operation for use in op.result.uses]
-    return any(isinstance(reader, graph.MatmulOp) for reader in readers) and all(
-        isinstance(reader, (graph.MatmulOp, *graph.STRIDED_VIEWS)) or reader.name == "func.return"
-        for reader in readers
+    in_place = [graph.op_facts(reader).reads_transposed for reader in readers]
+    return any(in_place) and all(
+        reads or isinstance(reader, graph.STRIDED_VIEWS) or reader.name == "func.return"
+        for reader, reads in zip(readers, in_place, strict=True)
     )
 
 
