@@ -15,7 +15,6 @@ from torch.profiler import ProfilerActivity, profile
 
 import xfuse
 from xfuse.dialects import graph
-from xfuse.frontend.builder import memory_order
 from xfuse.interpreters import graph as interpreter
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.training import PartCompiler
@@ -23,17 +22,6 @@ from xfuse.training import PartCompiler
 Tensor = torch.Tensor
 B, H, T, D = 2, 4, 16, 8
 COPIES = ("aten::clone", "aten::copy_", "aten::contiguous")
-
-
-def test_memory_order_is_a_dense_permutation_of_row_major_strides() -> None:
-    x = torch.empty(B, T, H, D)
-    assert memory_order(x) is None  # contiguous
-    assert memory_order(x.transpose(1, 2)) == (0, 2, 1, 3)
-    assert memory_order(x.permute(3, 0, 2, 1)) == (1, 3, 2, 0)
-    assert memory_order(x[:, :, :2]) is None  # a gap
-    assert memory_order(torch.empty(4, 1).expand(4, 3)) is None  # a zero stride
-    assert memory_order(torch.empty(0, 3).t()) is None  # empty
-    assert memory_order(torch.empty(1, 3, 5).transpose(0, 2)) == (2, 1, 0)
 
 
 def _heads() -> tuple[Tensor, Tensor, Tensor]:

@@ -228,28 +228,19 @@ def tensor_type_of_val(val: Any, node: torch.fx.Node) -> TensorType[Attribute]:
     return graph.tensor_of(element_type, [symbols.dim(d, node) for d in val.shape])
 
 
-def memory_order(val: Any) -> tuple[int, ...] | None:
-    """The dims of a traced tensor in memory order, outermost first, where its strides are a
-    dense permutation of a row-major layout other than its own (`val.permute(order)` is
-    contiguous); None for anything else: a contiguous, empty or symbolic tensor, or one with
-    zero strides or gaps (broadcast or sliced memory). A dim of size 1 has no place in memory:
-    its stride orders it among the others, as any order would do."""
+def traced_memory_order(val: Any) -> tuple[int, ...] | None:
+    """`graph.memory_order` of a traced tensor's shape and strides; None for anything else (no
+    strided tensor, or a symbolic one)."""
     if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
         return None
     shape, strides = tuple(val.shape), tuple(val.stride())
-    if not all(type(d) is int for d in (*shape, *strides)) or 0 in shape:
+    if not all(type(d) is int for d in (*shape, *strides)):
         return None
-    if val.is_contiguous():
-        return None
-    order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d], d)))
-    dense = graph.row_major_strides([shape[d] for d in order])
-    if any(shape[d] != 1 and strides[d] != dense[k] for k, d in enumerate(order)):
-        return None
-    return order
+    return graph.memory_order(shape, strides)
 
 
 def in_order(t: TensorType[Attribute], order: tuple[int, ...] | None) -> TensorType[Attribute]:
-    """`t` with its dims in `order` (`memory_order`; None: `t`)."""
+    """`t` with its dims in `order` (`graph.memory_order`; None: `t`)."""
     if order is None:
         return t
     shape = t.get_shape()
@@ -411,7 +402,7 @@ class ImportBuilder:
         their logical shapes.
 
         A result that torch lays out as a dense permutation of a row-major tensor
-        (`memory_order`: attention's output and gradients, [B, H, T, D] in [B, T, H, D]
+        (`graph.memory_order`: attention's output and gradients, [B, H, T, D] in [B, T, H, D]
         memory) is the op's in that memory order (its `orders`), read back to its logical
         shape by a `graph.permute`. The layout is one fact on the call; what it means for the
         program is an ordinary permute, which fusion takes into the reading kernel's index
@@ -436,7 +427,7 @@ class ImportBuilder:
         except UnsupportedArgument as e:
             raise node_error(node, str(e)) from None
         in_place = not returns_alias(node) and target not in CONVOLUTIONS
-        orders = [memory_order(v) if in_place else None for v in vals]
+        orders = [traced_memory_order(v) if in_place else None for v in vals]
         types = [
             in_order(tensor_type_of_val(v, node), order)
             for v, order in zip(vals, orders, strict=True)

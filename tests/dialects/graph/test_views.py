@@ -1,5 +1,6 @@
 """The graph dialect's model of torch views: `reshape_strides` and `view_strides` agree with
-torch on which reshapes are views and on the strides they give."""
+torch on which reshapes are views and on the strides they give; `memory_order` finds the
+permutation that makes a strided tensor contiguous."""
 
 from __future__ import annotations
 
@@ -56,3 +57,31 @@ def test_row_major_strides() -> None:
     assert graph.row_major_strides((2, 3, 4)) == (12, 4, 1)
     assert graph.row_major_strides((2, 0, 4)) == (4, 4, 1)
     assert graph.row_major_strides(()) == ()
+
+
+def _memory_order(t: torch.Tensor) -> tuple[int, ...] | None:
+    return graph.memory_order(tuple(t.shape), tuple(t.stride()))
+
+
+def test_memory_order_is_a_dense_permutation_of_row_major_strides() -> None:
+    x = torch.empty(2, 16, 4, 8)
+    assert _memory_order(x) is None  # contiguous
+    assert _memory_order(x.transpose(1, 2)) == (0, 2, 1, 3)
+    assert _memory_order(x.permute(3, 0, 2, 1)) == (1, 3, 2, 0)
+    assert _memory_order(x[:, :, :2]) is None  # a gap
+    assert _memory_order(torch.empty(4, 1).expand(4, 3)) is None  # a zero stride
+    assert _memory_order(torch.empty(0, 3).t()) is None  # empty
+    assert _memory_order(torch.empty(1, 3, 5).transpose(0, 2)) == (2, 1, 0)
+    assert _memory_order(torch.empty(3, 1).t()) is None  # contiguous: a dim of size 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_memory_order_agrees_with_torch(seed: int) -> None:
+    """Where torch's tensor is not contiguous and its permute by the order is, the order is
+    found; otherwise none is."""
+    t = _strided(random.Random(seed))
+    order = _memory_order(t)
+    if order is not None:
+        assert not t.is_contiguous() and t.permute(order).is_contiguous(), (t.stride(), order)
+    elif not t.is_contiguous() and t.numel():
+        assert not any(t.permute(p).is_contiguous() for p in itertools.permutations(range(t.dim())))

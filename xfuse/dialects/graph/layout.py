@@ -691,6 +691,28 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _is_row_major(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether (`shape`, `strides`) is a row-major (contiguous) layout, as torch's
+    `is_contiguous` says of a tensor with elements: a dim of size 1 may have any stride."""
+    dense = row_major_strides(shape)
+    return all(n == 1 or s == d for n, s, d in zip(shape, strides, dense, strict=True))
+
+
+def memory_order(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...] | None:
+    """The dims of a tensor of `shape` and `strides` in memory order, outermost first, where
+    its strides are a dense permutation of a row-major layout other than its own (the tensor's
+    `permute(order)` is contiguous); None for anything else: a row-major or empty tensor, or
+    one with zero strides or gaps (broadcast or sliced memory). A dim of size 1 has no place in
+    memory: its stride orders it among the others, as any order would do."""
+    if 0 in shape or _is_row_major(shape, strides):
+        return None
+    order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d], d)))
+    dense = row_major_strides([shape[d] for d in order])
+    if any(shape[d] != 1 and strides[d] != dense[k] for k, d in enumerate(order)):
+        return None
+    return order
+
+
 def reshape_strides(
     shape: Sequence[int], strides: Sequence[int], new_shape: Sequence[int]
 ) -> tuple[int, ...] | None:
