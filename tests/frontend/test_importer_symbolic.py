@@ -77,7 +77,7 @@ def test_a_size_below_two_is_raised_to_two() -> None:
     assert (symbol.low, symbol.high, symbol.hint) == (2, 64, 5)
 
 
-@pytest.mark.parametrize("fn", [lambda x: x[1:], lambda x: x[:-1] * 2])
+@pytest.mark.parametrize("fn", [lambda x: x[::2], lambda x: x[3:] * 2])
 def test_ops_without_symbolic_rules_refuse_in_one_line(fn: Any) -> None:
     with pytest.raises(
         SymbolicSizeError, match=r"^aten\.slice\.Tensor cannot import symbolic sizes yet"
@@ -242,6 +242,28 @@ def test_packed_sequence_ids_keep_their_symbol() -> None:
     for n in (2, 5, 9):
         positions = torch.cat([torch.arange(n // 2), torch.arange(n - n // 2)]).expand(2, n)
         torch.testing.assert_close(interpret(program.module, [positions])[0], f(positions))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x[:, 1:] * 2,
+        lambda x: x[:, :-1].exp(),
+        lambda x: F.pad(x, (0, 1), value=-1.0)[:, 1:],
+        lambda x: torch.cat([x[:, :1], x], 1)[:, 2 : x.shape[1] + 1],
+    ],
+)
+def test_a_slice_of_a_symbolic_dim_from_an_offset_is_a_gather(fn: Any) -> None:
+    """A slice of a symbolic dim from a start within `MIN_SIZE`, whose result is another size
+    symbol (`s - 1`, or `s` of a padded `s + 1`; its end `-1`, the end, or a size), imports as
+    a gather of `start + i` and matches eager at every size."""
+    program = import_module(fn, (torch.randn(3, 6),), dynamic_shapes={"x": {1: Dim.AUTO}})
+    [gather] = [op for op in program.function.body.block.ops if isinstance(op, graph.GatherOp)]
+    assert graph.is_symbolic(gather.result)
+    for n in (3, 5, 9):  # from 3: a result of size 1 would be specialised
+        x = torch.randn(3, n)
+        [got] = interpret(program.module, program.arguments(x))
+        torch.testing.assert_close(got, fn(x))
 
 
 @pytest.mark.parametrize("n", [2, 5])

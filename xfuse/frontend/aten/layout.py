@@ -104,13 +104,38 @@ def _emit_slice(
 
 def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
-    if _rank(x) == 0 or not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
+    if _rank(x) == 0:
+        return None
+    offset = _offset_slice(lw, x, a["dim"] % _rank(x), a, out_type(node))
+    if offset is not None:
+        return offset
+    if not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
         return None
     size = graph.shape_of(x)[a["dim"] % _rank(x)]
     start = 0 if a["start"] is None else a["start"]
     whole = size if size >= 0 else UNBOUNDED_END  # a symbolic dim's end
     end = whole if a["end"] is None else a["end"]
     return _slice_dim(lw, x, a["dim"] % _rank(x), start, end, a["step"])
+
+
+def _offset_slice(
+    lw: ImportBuilder, x: SSAValue, dim: int, a: Args, t: TensorType[Attribute]
+) -> SSAValue | None:
+    """A unit-step slice of symbolic dim `dim` from a start within `MIN_SIZE` (which every
+    size has, so torch never clamps it) whose result dim is another symbol (`x[:, 1:]` of
+    `s + 1` is `s`, `x[:, :s]` of `s + 1` too): a gather of `start + i` along `dim`, its
+    length the result type's symbol (torch's end, a number or a size, is what sized it).
+    None for any other slice."""
+    start = 0 if a["start"] is None else a["start"]
+    size, result = graph.dims_of(x)[dim], graph.dims_of(t)[dim]
+    if not (isinstance(size, str) and isinstance(result, str) and result != size):
+        return None
+    if a["step"] != 1 or not _is_number(start) or not 0 <= start <= graph.MIN_SIZE:
+        return None
+    index: list[graph.Dim] = [1] * _rank(x)
+    index[dim] = result
+    positions = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, int(start)))
+    return lw.emit(graph.GatherOp(x, [positions], dim, graph.dims_of(t)))
 
 
 def _select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
