@@ -142,6 +142,27 @@ def test_a_graph_the_symbolic_path_refuses_runs_per_shape(counts: Counts) -> Non
     assert counts.programs("symbolic") == 0 and counts.programs("per-shape") == 3
 
 
+def test_a_dynamic_python_int_is_pinned_to_its_first_value(counts: Counts) -> None:
+    """`dynamic=True` passes a Python int as a SymInt that no tensor dim holds: the symbolic
+    program is specialised on its first value and serves every batch size; a call with
+    another value is refused at the call (one warning) and runs per shape."""
+
+    def fn(x: torch.Tensor, k: int) -> torch.Tensor:
+        return torch.tanh(x) * k
+
+    compiled = torch.compile(fn, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        for batch in (2, 3, 5):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x, 3), fn(x, 3))
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+    x = torch.randn(4, 8)
+    with pytest.warns(DynamicShapesWarning, match="Python int 5, where the program was"):
+        torch.testing.assert_close(compiled(x, 5), fn(x, 5))
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 1
+
+
 def test_a_changed_python_float_runs_eagerly() -> None:
     """`dynamic=True` passes Python floats as tensors without guarding their values; the
     program is specialised on the first value, and a call with another runs eagerly."""

@@ -356,6 +356,19 @@ class PartCompiler:
         count = len(returned) if isinstance(returned, (tuple, list)) else 1
         return frozenset(range(count)[saved])
 
+    def internal_outputs(self) -> int | None:
+        """Where this part's outputs that AOTAutograd keeps to itself begin: 0 for the
+        backward (gradients), for the forward the first tensor it saves for the backward
+        (after the mutated inputs, user outputs and intermediate bases of its metadata's
+        `num_forward`); None where no metadata says."""
+        if self.part == "backward":
+            return 0
+        from torch._guards import TracingContext
+
+        context = TracingContext.try_get()
+        found = getattr(getattr(context, "fw_metadata", None), "num_forward", None)
+        return found if isinstance(found, int) else None
+
     def static_inputs(self, count: int) -> tuple[int, ...]:
         """The forward's parameters and buffers (AOTAutograd's `static_input_indices` under
         dynamo, else `PartSettings.state_inputs`): they stay where they are between steps, so

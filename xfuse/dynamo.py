@@ -325,11 +325,21 @@ class SymbolicInputs:
     into one dim per factor (`arguments`), and reshapes it back."""
     held: Held = field(default_factory=dict)
     """Each size symbol -> where a call of the graph holds it (`held_symbols`)."""
+    pinned: dict[int, int] = field(default_factory=dict)
+    """SymInt input position -> the value the program is specialised on: a dynamic Python
+    int that no tensor dim holds (a model's `logits_to_keep`), which every call must pass."""
 
     def arguments(self, args: Sequence[Any]) -> list[Any]:
         """The program's inputs for a call of the graph's `args`: its tensors, each dim that
         `plans` splits viewed as its factors' sizes; an `UnsupportedInputError` (before anything
-        ran) where a tensor's strides do not allow that view."""
+        ran) where a pinned int has another value or a tensor's strides do not allow that
+        view."""
+        for i, value in self.pinned.items():
+            if args[i] != value:
+                raise UnsupportedInputError(
+                    f"input {i} is the Python int {args[i]}, where the program was compiled "
+                    f"for {value}"
+                )
         found = [args[i] for i in self.tensors]
         if not self.plans:
             return found
@@ -381,8 +391,10 @@ class SymbolicInputs:
 def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> SymbolicInputs:
     """The inputs of a graph dynamo traced with symbolic sizes, as `SymbolicInputs`; an
     `UnsupportedProgram` (one line) where a symbolic program cannot take them: a SymFloat or
-    SymBool input, a SymInt that no tensor dim holds, or a tensor's size that is an
-    expression of symbols other than a product of held ones (`s0 + 1`)."""
+    SymBool input, a SymInt that is an expression of symbols no input holds, or a tensor's
+    size that is an expression of symbols other than a product of held ones (`s0 + 1`, once
+    pinned ints are put in). A SymInt input that is a symbol no tensor dim holds (a dynamic
+    Python int) is pinned to its example value (`pinned_ints`)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise UnsupportedProgram(
@@ -391,16 +403,17 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     fakes = [_symbolic_value(n, x) for n, x in zip(placeholders, example_inputs, strict=True)]
     tensors = tuple(i for i, v in enumerate(fakes) if isinstance(v, Tensor))
     names = tuple(f"in{k}_{placeholders[i].name}" for k, i in enumerate(tensors))
-    held = held_symbols(fakes)
+    pinned, values = pinned_ints(fakes)
+    held = {s: h for s, h in held_symbols(fakes).items() if s not in values}
     dims = {s: _dim_of(fakes[i] if d is None else fakes[i].shape[d]) for s, (i, d) in held.items()}
     shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
     plans: dict[int, tuple[tuple[Any, ...] | None, ...]] = {}
     holders: dict[Any, tuple[int, int]] = {}
     for k, i in enumerate(tensors):
         entries: list[tuple[Any, ...] | None] = []
-        for d, size in enumerate(fakes[i].shape):
-            expr = size.node.expr if isinstance(size, torch.SymInt) else None
-            if expr is None or expr.is_number or expr.is_Symbol:  # a number: dynamo specialised
+        sizes_of = [_pinned_size(size, values) for size in fakes[i].shape]
+        for d, expr in enumerate(sizes_of):
+            if expr.is_number or expr.is_Symbol:  # a number: dynamo specialised
                 entries.append(None)
             else:
                 entries.append(_factors(expr, held, placeholders[i].name, d))
@@ -408,9 +421,9 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             plans[k] = tuple(entries)
         spec: dict[int, Any] = {}
         new = 0
-        for d, size in enumerate(fakes[i].shape):
+        for d, expr in enumerate(sizes_of):
             entry = entries[d]
-            parts = (size.node.expr if isinstance(size, torch.SymInt) else size,)
+            parts = (expr,)
             for part in parts if entry is None else entry:
                 if not isinstance(part, int) and part.is_Symbol:
                     spec[new] = dims[part]
@@ -427,8 +440,11 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
                 f"input {placeholders[i].name} is a {type(value).__name__}, which a symbolic "
                 "program does not take"
             )
+        if i in pinned:
+            derived[i] = values[value.node.expr]
+            continue
         if isinstance(value, torch.SymInt):
-            expr = value.node.expr
+            expr = value.node.expr.xreplace(values)
             found = holders.get(expr)
             if found is not None:
                 sizes[i] = found
@@ -444,7 +460,52 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             raise UnsupportedProgram(
                 f"input {placeholders[i].name} is a {type(value).__name__}, not a tensor or size"
             )
-    return SymbolicInputs(tensors, names, sizes, shapes, derived, holders, plans, held)
+    return SymbolicInputs(tensors, names, sizes, shapes, derived, holders, plans, held, pinned)
+
+
+def pinned_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any]]:
+    """The SymInt inputs that are a symbol no tensor dim holds, alone or as a factor of a
+    product of symbols (`SymbolicInputs.plans`): a dynamic Python int such as a model's
+    `logits_to_keep`, which a symbolic program does not take. Each one's position -> its
+    example value, and each one's symbol -> that value (a sympy integer), which sizes of it
+    become."""
+    import sympy
+
+    dims = {s for s, (_, d) in held_symbols(fakes).items() if d is not None}
+    dims |= _product_factors(fakes)
+    pinned: dict[int, int] = {}
+    values: dict[Any, Any] = {}
+    for i, value in enumerate(fakes):
+        if not isinstance(value, torch.SymInt):
+            continue
+        expr = value.node.expr
+        if expr.is_Symbol and expr not in dims:
+            pinned[i] = size_hint(value)
+            values[expr] = sympy.Integer(pinned[i])
+    return pinned, values
+
+
+def _product_factors(fakes: Sequence[Any]) -> set[Any]:
+    """The symbols that are factors of a tensor dim's size that is a product of symbols and
+    of an integer (`8*s0*s1`)."""
+    found: set[Any] = set()
+    for value in fakes:
+        for size in value.shape if isinstance(value, Tensor) else ():
+            if not isinstance(size, torch.SymInt):
+                continue
+            _, factors = size.node.expr.as_coeff_mul()
+            if all(f.is_Symbol for f in factors):
+                found.update(factors)
+    return found
+
+
+def _pinned_size(size: int | torch.SymInt, values: dict[Any, Any]) -> Any:
+    """A tensor dim's size as a sympy expression, with the pinned ints' values put in."""
+    import sympy
+
+    if isinstance(size, torch.SymInt):
+        return size.node.expr.xreplace(values)
+    return sympy.Integer(size)
 
 
 def _factors(expr: Any, held: Held, name: str, dim: int) -> tuple[Any, ...]:
@@ -834,12 +895,15 @@ class PartOutputs:
 
 
 def part_outputs(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], internal: int | None = None
 ) -> tuple[torch.fx.GraphModule, PartOutputs]:
     """An AOTAutograd part split into what a program computes and what its calls assemble:
     a copy of `gm` that returns only the tensors it computes (not its inputs, sizes or
-    Nones), and `PartOutputs` for the rest. An `UnsupportedProgram` (one line) where a size it
-    returns is of a symbol no input holds (a data-dependent size)."""
+    Nones), and `PartOutputs` for the rest; its outputs from position `internal` on (what the
+    forward saves for the backward, every gradient of the backward), where one is a view of
+    an input or of an earlier output, are cloned (`_fresh_outputs`). An
+    `UnsupportedProgram` (one line) where a size it returns is of a symbol no input holds (a
+    data-dependent size)."""
     symbols = held_symbols(example_inputs)
     graph = copy.deepcopy(gm.graph)
     placeholders = {n: i for i, n in enumerate(graph.find_nodes(op="placeholder"))}
@@ -848,7 +912,11 @@ def part_outputs(
     values = list(returned) if isinstance(returned, tuple | list) else [returned]
     sources: list[tuple[str, Any]] = []
     computed: list[torch.fx.Node] = []
-    for value in values:
+    first_internal = len(values) if internal is None else internal
+    cloned = 0  # the computed outputs before position `internal`, never cloned
+    for position, value in enumerate(values):
+        if position == first_internal:
+            cloned = len(computed)
         if not isinstance(value, torch.fx.Node):
             sources.append(("constant", value))
         elif value in placeholders:
@@ -858,9 +926,41 @@ def part_outputs(
             computed.append(value)
         else:
             sources.append(("size", _size_of(value, symbols)))
-    output.args = (tuple(computed),)
+    fresh = _fresh_outputs(
+        graph, computed, list(placeholders), len(computed) if internal is None else cloned
+    )
+    output.args = (tuple(fresh),)
     graph.eliminate_dead_code()
     return torch.fx.GraphModule(gm, graph), PartOutputs(tuple(sources), symbols)
+
+
+def _fresh_outputs(
+    graph: torch.fx.Graph, outputs: list[torch.fx.Node], inputs: list[torch.fx.Node], start: int
+) -> list[torch.fx.Node]:
+    """A part's computed outputs, each from position `start` on that is a view of an input or
+    of an earlier output (a saved activation viewed two ways) cloned before the output node:
+    a symbolic program returns fresh tensors only, and neither the backward's saved tensors
+    nor its gradients need alias (AOTAutograd regenerates the views it returns to the user
+    from the outputs before `start`, which stay as they are)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    seen = {_storage(n, StorageWeakRef) for n in inputs} - {None}
+    fresh: list[torch.fx.Node] = []
+    for k, node in enumerate(outputs):
+        storage = _storage(node, StorageWeakRef)
+        if k >= start and storage is not None and storage in seen:
+            with graph.inserting_before(graph.output_node()):
+                node = graph.call_function(torch.ops.aten.clone.default, (node,))
+        else:
+            seen.add(storage)
+        fresh.append(node)
+    return fresh
+
+
+def _storage(node: torch.fx.Node, weak: Callable[[Any], Any]) -> Any:
+    """A weak reference to the storage of a node's fake tensor, None where it has none."""
+    value = node.meta.get("val")
+    return weak(value.untyped_storage()) if isinstance(value, Tensor) else None
 
 
 def _size_of(node: torch.fx.Node, symbols: Held) -> Any:
@@ -894,7 +994,7 @@ def training_part(
     with the part's settings (`PartCompiler.compile_shape`); where that fails, the part runs
     eagerly for that signature (`PartCompiler.on_eager`: a `FallbackWarning`, or in strict
     mode an `EagerFallbackError`)."""
-    program_graph, outputs = part_outputs(gm, example_inputs)
+    program_graph, outputs = part_outputs(gm, example_inputs, compiler.internal_outputs())
     static = compiler.static_inputs(len(example_inputs))
     per_shape = _PartPerShape(compiler, program_graph, static)
     try:
