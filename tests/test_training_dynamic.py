@@ -244,3 +244,30 @@ def test_a_part_that_fails_per_shape_is_an_error_in_strict_mode(
         loss = net(torch.randn(8, 16)).sum()
     with pytest.raises(EagerFallbackError, match="planted_backward"):
         loss.backward()
+
+
+def exp_and_its_view(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    h = x.exp()
+    return h * 2, h, h.view(-1)
+
+
+@pytest.mark.parametrize(("internal", "clones"), [(1, 1), (0, 1), (None, 0)])
+def test_a_part_output_that_views_another_is_cloned_from_the_internal_ones(
+    internal: int | None, clones: int
+) -> None:
+    """`part_outputs` clones an output that views an earlier one, from position `internal`
+    on (what the forward saves, every gradient): the program's outputs are fresh and of the
+    same values; the outputs before it, or all where no metadata says, stay as they are."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.randn(2, 3)
+    gm = make_fx(exp_and_its_view, tracing_mode="fake")(x)
+    program, _ = dynamo.part_outputs(gm, [x], internal)
+    cloned = program.graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)
+    assert len(cloned) == clones
+    got, expected = program(x), exp_and_its_view(x)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)
+    assert (got[2].untyped_storage().data_ptr() == got[1].untyped_storage().data_ptr()) == (
+        clones == 0
+    )
