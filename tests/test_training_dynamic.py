@@ -7,6 +7,7 @@ gradients in strict mode."""
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -162,13 +163,28 @@ def test_an_mlp_trains_at_every_batch_size_with_eagers_results(compiles: Compile
 
 def test_gpt2_trains_at_several_batch_and_sequence_sizes(compiles: Compiles) -> None:
     """A 2-layer GPT-2 trained at (batch, sequence) sizes (2, 8), (3, 12) and (4, 5) with
-    `dynamic=True` in strict mode: eager's losses and gradients at each size. Its parts go per
-    shape (each refusal of the symbolic path named in a `DynamicShapesWarning`)."""
+    `dynamic=True` in strict mode: eager's losses and gradients at each size. Its parts still
+    go per shape, each refusal of the symbolic path named in a `DynamicShapesWarning`: the
+    model's forward saves a transposed (non-contiguous) activation, its backward scatters
+    the position embedding's gradient (an `index_put` over a symbolic count), and the loss
+    graph after dynamo's graph break relates the logits' sizes to the labels' only by
+    torch's runtime check (`s0*s1` against `s2*s3`)."""
     torch.manual_seed(1)
     inputs = [torch.randint(0, 128, (b, t)) for b, t in ((2, 8), (3, 12), (4, 5))]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DynamicShapesWarning)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", DynamicShapesWarning)
         train_alike(gpt2(), inputs, lm_loss)
+    reasons = sorted(str(w.message) for w in record if w.category is DynamicShapesWarning)
+    expected = [
+        r"backward part: SymbolicSizeError: aten\.index_put\.default cannot import",
+        r"backward part: SymbolicSizeError: aten\.mul\.Tensor cannot import .* do not broadcast",
+        r"forward part: SymbolicSizeError: aten\.gather\.default cannot import .* smaller than",
+        r"forward part: UnsupportedProgram: eager returns output \d+ with strides .*\(not contiguous\)",
+    ]
+    assert len(reasons) == len(expected), reasons
+    for pattern in expected:
+        assert sum(bool(re.search(pattern, r)) for r in reasons) == 1, (pattern, reasons)
+    assert compiles("symbolic") == 0
     assert compiles("per-shape") > 0
 
 
