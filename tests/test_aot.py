@@ -12,7 +12,14 @@ import torch
 
 import xfuse
 from tests.test_training_api import BF16_SCALE, assert_same_grads
-from xfuse.aot import ForwardReturns, compiled_node, dtype_conversion, filled_like
+from xfuse.aot import (
+    ForwardReturns,
+    compiled_node,
+    dtype_conversion,
+    filled_like,
+    restrided,
+    views_as_reshapes,
+)
 from xfuse.runtime.outputs import OutputPlan
 
 Tensor = torch.Tensor
@@ -203,3 +210,22 @@ def test_outside_dynamo_saved_tensors_have_eagers_strides() -> None:
     program(ids, labels=ids).loss.backward()
     reference(input_ids=ids, labels=ids).loss.backward()
     assert_same_grads(model, reference)
+
+
+def test_a_backward_given_other_strides_than_traced_reshapes_where_it_viewed() -> None:
+    """A backward traced with a saved tensor of eager's (transposed) strides, given it
+    row-major (the forward's kernel wrote it so): the graph's `view`, which those strides
+    forbid, becomes a `reshape` of the same values."""
+
+    def backward(saved: Tensor) -> Tensor:
+        return saved.view(6, 4) * 2
+
+    traced = torch.fx.experimental.proxy_tensor.make_fx(backward)(torch.randn(4, 6).t().t())
+    placeholder = traced.graph.find_nodes(op="placeholder")[0]
+    placeholder.meta["val"] = torch.empty_strided((4, 6), (1, 4))
+    given = torch.randn(4, 6)
+    assert restrided(traced, [given])
+    assert not restrided(traced, [torch.empty_strided((4, 6), (1, 4))])
+    reshaping = views_as_reshapes(traced)
+    torch.testing.assert_close(reshaping(given), given.reshape(6, 4) * 2)
+    assert not traced.graph.find_nodes(op="call_function", target=torch.ops.aten.reshape.default)

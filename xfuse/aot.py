@@ -34,6 +34,7 @@ tensors keep autograd's own.
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 import threading
@@ -310,6 +311,8 @@ class PartCompiler:
                 "compile (xfuse.compile's training programs are compiled per shape)"
             )
         inputs = tuple(real_input(t) for t in example_inputs)
+        if restrided(gm, example_inputs):
+            gm = views_as_reshapes(gm)
         return self.compile_shape(gm, inputs, self.static_inputs(len(inputs)))
 
     def compile_shape(
@@ -411,6 +414,29 @@ def aot_options(
         "partition_fn": partition_as_eager(saved, user_inputs),
         "decompositions": decompositions(),
     }
+
+
+def restrided(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    """Whether an example input has other strides than its placeholder's traced value: a
+    backward whose saved tensors AOTAutograd gives the strides the forward's program returns
+    them in (`report_output_strides`), not eager's."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    for node, t in zip(placeholders, example_inputs, strict=False):
+        traced = node.meta.get("val")
+        if isinstance(t, Tensor) and isinstance(traced, Tensor) and t.numel() > 1:
+            if tuple(t.stride()) != tuple(traced.stride()):
+                return True
+    return False
+
+
+def views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm` whose `aten.view`s are `aten.reshape`s: the same values, copied where
+    the input's strides allow no view. AOTAutograd's backward views its saved tensors as
+    eager's strides allow; the forward's program may return them in others."""
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.find_nodes(op="call_function", target=torch.ops.aten.view.default):
+        node.target = torch.ops.aten.reshape.default
+    return torch.fx.GraphModule(gm, graph)
 
 
 def has_subclasses(metadata: Any) -> bool:
