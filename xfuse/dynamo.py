@@ -901,7 +901,8 @@ def part_outputs(
     a copy of `gm` that returns only the tensors it computes (not its inputs, sizes or
     Nones), and `PartOutputs` for the rest; its outputs from position `internal` on (what the
     forward saves for the backward, every gradient of the backward), where one is a view of
-    an input or of an earlier output, are cloned (`_fresh_outputs`). An
+    an input or of an earlier output or is not surely contiguous, are cloned contiguous
+    (`_fresh_outputs`). An
     `UnsupportedProgram` (one line) where a size it returns is of a symbol no input holds (a
     data-dependent size)."""
     symbols = held_symbols(example_inputs)
@@ -938,23 +939,47 @@ def _fresh_outputs(
     graph: torch.fx.Graph, outputs: list[torch.fx.Node], inputs: list[torch.fx.Node], start: int
 ) -> list[torch.fx.Node]:
     """A part's computed outputs, each from position `start` on that is a view of an input or
-    of an earlier output (a saved activation viewed two ways) cloned before the output node:
-    a symbolic program returns fresh tensors only, and neither the backward's saved tensors
-    nor its gradients need alias (AOTAutograd regenerates the views it returns to the user
-    from the outputs before `start`, which stay as they are)."""
+    of an earlier output (a saved activation viewed two ways), or that is not surely
+    contiguous (attention's transposed activation), cloned contiguous before the output node:
+    a symbolic program returns fresh contiguous tensors only, and neither the backward's saved
+    tensors nor its gradients need alias or keep eager's strides (the backward's program
+    reads its inputs by value, whatever their strides: `SymbolicProgram.bind`). AOTAutograd
+    regenerates the views it returns to the user from the outputs before `start`, which stay
+    as they are."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     seen = {_storage(n, StorageWeakRef) for n in inputs} - {None}
     fresh: list[torch.fx.Node] = []
     for k, node in enumerate(outputs):
         storage = _storage(node, StorageWeakRef)
-        if k >= start and storage is not None and storage in seen:
+        aliased = storage is not None and storage in seen
+        if k >= start and (aliased or not _surely_contiguous(node.meta.get("val"))):
             with graph.inserting_before(graph.output_node()):
-                node = graph.call_function(torch.ops.aten.clone.default, (node,))
+                node = graph.call_function(
+                    torch.ops.aten.clone.default,
+                    (node,),
+                    {"memory_format": torch.contiguous_format},
+                )
         else:
             seen.add(storage)
         fresh.append(node)
     return fresh
+
+
+def _surely_contiguous(value: Any) -> bool:
+    """Whether a node's fake tensor is row-major contiguous at every size its symbols take
+    (each stride, past dims of size 1, the product of the sizes after it), read without
+    guards; False for anything else."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if not isinstance(value, Tensor):
+        return False
+    expected: int | torch.SymInt = 1
+    for size, stride in reversed(list(zip(value.shape, value.stride(), strict=True))):
+        if not statically_known_true(size == 1) and not statically_known_true(stride == expected):
+            return False
+        expected = expected * size
+    return True
 
 
 def _storage(node: torch.fx.Node, weak: Callable[[Any], Any]) -> Any:
@@ -998,6 +1023,8 @@ def training_part(
     static = compiler.static_inputs(len(example_inputs))
     per_shape = _PartPerShape(compiler, program_graph, static)
     try:
+        if compiler.part == "backward":
+            check_reads_by_value(program_graph)
         program, inputs = symbolic_program(program_graph, example_inputs)
     except Exception as e:  # noqa: BLE001 - any refusal: the per-shape path compiles it
         _per_shape_warning(
@@ -1030,6 +1057,29 @@ def training_part(
     run.programs = per_shape.programs  # type: ignore[attr-defined]
     run.symbolic_reason = None  # type: ignore[attr-defined]
     return run
+
+
+STRIDE_READERS = (
+    torch.ops.aten.as_strided.default,
+    torch.ops.aten.as_strided_.default,
+    torch.ops.aten.as_strided_scatter.default,
+    torch.ops.aten.as_strided_copy.default,
+)
+"""Aten ops whose result depends on their input's strides, not only on its values."""
+
+
+def check_reads_by_value(gm: torch.fx.GraphModule) -> None:
+    """Refuse, in one line, a backward graph with an op that reads a tensor's strides
+    (`STRIDE_READERS`): its saved inputs come from the forward's program, which returns them
+    contiguous where eager (and the backward's trace) had other strides, and a symbolic
+    program binds its inputs by sizes alone (`SymbolicProgram.bind`)."""
+    for target in STRIDE_READERS:
+        found = gm.graph.find_nodes(op="call_function", target=target)
+        if found:
+            raise UnsupportedProgram(
+                f"the backward reads a tensor's strides ({target}, node '{found[0].name}'), "
+                "which its saved inputs need not have"
+            )
 
 
 class _PartPerShape:
