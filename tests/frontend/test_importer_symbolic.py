@@ -302,3 +302,57 @@ def test_a_roll_of_a_symbolic_dim_keeps_its_shift(dims: tuple[int, ...]) -> None
         x = torch.randn(n, 6)
         [got] = interpret(program.module, program.arguments(x))
         torch.testing.assert_close(got, f(x))
+
+
+def position_gradient(grad: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """An embedding table's gradient as its backward computes it: `grad` rows added into
+    zeros at `ids` (`index_put` with `accumulate=True`)."""
+    table = torch.zeros(16, grad.shape[-1])
+    return torch.ops.aten.index_put(table, [ids], grad, True) * 2
+
+
+def row_scatter(x: torch.Tensor, ids: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    return torch.scatter_add(x, 1, ids, src) * 2
+
+
+@pytest.mark.parametrize(
+    ("fn", "example", "shapes", "at"),
+    [
+        (
+            position_gradient,
+            lambda b, t: (torch.randn(b, t, 4), torch.randint(0, 16, (b, t))),
+            {"grad": {0: Dim.AUTO, 1: Dim.AUTO}, "ids": {0: Dim.AUTO, 1: Dim.AUTO}},
+            [(2, 3), (4, 7), (3, 12)],
+        ),
+        (
+            position_gradient,
+            lambda b, t: (torch.randn(1, t, 4), torch.arange(t).unsqueeze(0)),
+            {"grad": {1: Dim.AUTO}, "ids": {1: Dim.AUTO}},
+            [(1, 2), (1, 9), (1, 16)],
+        ),
+        (
+            row_scatter,
+            lambda b, t: (torch.randn(b, 8), torch.randint(0, 8, (b, t)), torch.randn(b, t)),
+            {
+                "x": {0: Dim.AUTO},
+                "ids": {0: Dim.AUTO, 1: Dim.AUTO},
+                "src": {0: Dim.AUTO, 1: Dim.AUTO},
+            },
+            [(2, 3), (4, 7), (3, 20)],
+        ),
+    ],
+)
+def test_a_scatter_over_a_symbolic_count_of_indices_is_torchs_call(
+    fn: Any, example: Any, shapes: dict[str, Any], at: list[tuple[int, int]]
+) -> None:
+    """An `index_put` or `scatter_add` whose indices have symbolic sizes (an embedding's
+    gradient over every token) is torch's call, which runs at each call's sizes: the search
+    the importer makes of a scatter unrolls over a static count of indices. It matches eager
+    at every size, duplicates accumulated."""
+    program = import_module(fn, example(3, 5), dynamic_shapes=shapes)
+    [call] = [op for op in program.function.body.block.ops if isinstance(op, graph.TorchCallOp)]
+    assert any(graph.is_symbolic(v) for v in call.operands)
+    for b, t in at:
+        inputs = example(b, t)
+        [got] = interpret(program.module, program.arguments(*inputs))
+        torch.testing.assert_close(got, fn(*inputs))

@@ -465,6 +465,8 @@ def _scatter_along(
     rank, t = len(shape), graph.dtype_of(x)
     if rank == 0 or len(ishape) != rank or not _index_tensor(index):
         return None
+    if graph.is_symbolic(index):
+        return None  # a symbolic count of indices: torch's own call, at each call's sizes
     dim %= rank
     if how not in SCATTER_REDUCTIONS or any(
         i > s for k, (i, s) in enumerate(zip(ishape, shape, strict=True)) if k != dim
@@ -508,7 +510,8 @@ def _scatter_along(
 def _index_put(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """x[i0, .., ik-1] = values (or +=): integer index tensors (broadcast to B, flattened to
     K, wrapped where negative) on adjacent dims or not (then B leads the values, as torch
-    puts it), or one boolean mask (a select: no search)."""
+    puts it), or one boolean mask (a select: no search). Index tensors of symbolic sizes stay
+    torch's call (the search unrolls over a static K)."""
     x, values = lw.tensor(a["self"]), lw.tensor(a["values"])
     accumulate = bool(a.get("accumulate", False))
     shape = graph.shape_of(x)
@@ -524,6 +527,8 @@ def _index_put(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         return _masked_put(lw, x, *next(iter(tensors.items())), values, accumulate)
     if not all(_index_tensor(v) for v in tensors.values()):
         return None
+    if any(graph.is_symbolic(v) for v in tensors.values()):
+        return None  # a symbolic count of indices: torch's own call, at each call's sizes
     b = graph.broadcast_shapes(*(graph.shape_of(v) for v in tensors.values()))
     if b is None:
         return None
