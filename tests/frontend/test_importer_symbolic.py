@@ -356,3 +356,24 @@ def test_a_scatter_over_a_symbolic_count_of_indices_is_torchs_call(
         inputs = example(b, t)
         [got] = interpret(program.module, program.arguments(*inputs))
         torch.testing.assert_close(got, fn(*inputs))
+
+
+def fills(x: torch.Tensor) -> torch.Tensor:
+    return torch.full(x.shape, 3.0) + x.new_zeros(x.shape) - x
+
+
+def test_a_fill_of_symbolic_sizes_is_a_broadcast_scalar() -> None:
+    """`full` and `new_zeros` of a symbolic shape import as a 0-d constant broadcast to it
+    (`graph.constant` takes static sizes only), and match eager at every size."""
+    program = import_module(
+        fills, (torch.randn(3, 5, 4),), dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}}
+    )
+    ops = program.function.body.block.ops
+    assert (
+        sum(isinstance(op, graph.BroadcastInDimOp) and graph.is_symbolic(op.result) for op in ops)
+        == 2
+    )
+    for b, t in ((2, 3), (4, 7)):
+        x = torch.randn(b, t, 4)
+        [got] = interpret(program.module, program.arguments(x))
+        torch.testing.assert_close(got, fills(x))

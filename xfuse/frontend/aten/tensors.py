@@ -84,13 +84,17 @@ def _dropout(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 
 def _constant(value_arg: str | None, fixed: float = 0) -> Converter:
-    """full/zeros/ones/scalar_tensor and their _like/new_ forms: a splat of the result type."""
+    """full/zeros/ones/scalar_tensor and their _like/new_ forms: a splat of the result type;
+    of symbolic sizes, a 0-d constant broadcast to them (`graph.constant` is static)."""
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         value = a[value_arg] if value_arg is not None else fixed
         if not _is_number(value):
             return None
         t = out_type(node)
+        if graph.is_symbolic(t):
+            scalar = lw.constant(value, t.element_type)
+            return lw.emit(graph.BroadcastInDimOp(scalar, graph.dims_of(t), []))
         return lw.constant(value, t.element_type, t.get_shape())
 
     return convert
