@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import xfuse
+from tests.backends.test_cuda import gpu
 from tests.test_training_api import BF16_SCALE, assert_same_grads
 from xfuse.aot import (
     ForwardReturns,
@@ -184,17 +185,31 @@ def test_saved_tensors_keep_their_kernels_strides_and_the_backward_reads_them(
         return real(rule, t, taken)
 
     monkeypatch.setattr(OutputPlan, "_copy", staticmethod(counted))
-    model = tiny_gpt2()
+    trains_as_eager_under_autocast("cpu")
+    assert restrided == []
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_saved_tensors_in_their_kernels_strides_train_as_eager() -> None:
+    """The same on the GPU, where torch's cuDNN attention backward views what the forward
+    saved as eager's strides allow: given the kernels' strides, its views are reshapes."""
+    trains_as_eager_under_autocast("cuda")
+
+
+def trains_as_eager_under_autocast(device: str) -> None:
+    """A step of the 1-layer GPT-2 under bf16 autocast on `device`, compiled in strict mode
+    and eager from one seed: the same gradients."""
+    model = tiny_gpt2().to(device)
     reference = copy.deepcopy(model)
     compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
-    ids = torch.randint(0, 64, (2, 16))
+    ids = torch.randint(0, 64, (2, 16), device=device)
     for net in (compiled, reference):
         torch.manual_seed(1)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             loss = net(input_ids=ids, labels=ids).loss
         loss.backward()
     assert_same_grads(model, reference, **BF16_SCALE)
-    assert restrided == []
 
 
 def test_outside_dynamo_saved_tensors_have_eagers_strides() -> None:
