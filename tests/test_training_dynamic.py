@@ -229,13 +229,14 @@ def test_a_backward_that_reads_strides_goes_per_shape() -> None:
 
 def test_gpt2_trains_at_several_batch_and_sequence_sizes(compiles: Compiles) -> None:
     """A 2-layer GPT-2 trained at (batch, sequence) sizes (2, 8), (3, 12) and (4, 5) with
-    `dynamic=True` in strict mode: eager's losses and gradients at each size. Its parts still
-    go per shape, each refusal of the symbolic path named in a `DynamicShapesWarning`: the
-    model's forward has a group `lower-to-loops` cannot lower on symbolic sizes (an output of
-    [s, s] in a group of [1, 1, 1, s, s]), so does its backward (an output of [b, s, 64] in a
-    group of [b*s, 64]), and the loss
-    graph after dynamo's graph break relates the logits' sizes to the labels' only by
-    torch's runtime check (`s0*s1` against `s2*s3`)."""
+    `dynamic=True` in strict mode: eager's losses and gradients at each size. The model's
+    forward and backward compile once each, symbolically (`lower-to-loops` writes a group's
+    output of as many elements as its shape at the same offset: the causal mask's [s, s] in a
+    group of [1, 1, 1, s, s], [b, s, 64] in one of [b*s, 64]); the loss graph after dynamo's
+    graph break goes per shape, its forward and backward each refused in a
+    `DynamicShapesWarning`: it relates the logits' sizes to the labels' only by torch's
+    runtime check (`s0*s1` against `s2*s3`), so its gather's table is not known to be as large
+    as its result, nor its product's sizes to broadcast."""
     torch.manual_seed(1)
     inputs = [torch.randint(0, 128, (b, t)) for b, t in ((2, 8), (3, 12), (4, 5))]
     with warnings.catch_warnings(record=True) as record:
@@ -243,15 +244,13 @@ def test_gpt2_trains_at_several_batch_and_sequence_sizes(compiles: Compiles) -> 
         train_alike(gpt2(), inputs, lm_loss)
     reasons = sorted(str(w.message) for w in record if w.category is DynamicShapesWarning)
     expected = [
-        r"backward part: PassFailedError: .*'lower-to-loops' failed: .* neither the group's full",
         r"backward part: SymbolicSizeError: aten\.mul\.Tensor cannot import .* do not broadcast",
         r"forward part: SymbolicSizeError: aten\.gather\.default cannot import .* smaller than",
-        r"forward part: PassFailedError: .*'lower-to-loops' failed: .* neither the group's full",
     ]
     assert len(reasons) == len(expected), reasons
     for pattern in expected:
         assert sum(bool(re.search(pattern, r)) for r in reasons) == 1, (pattern, reasons)
-    assert compiles("symbolic") == 0
+    assert compiles("symbolic") == 2
     assert compiles("per-shape") > 0
 
 

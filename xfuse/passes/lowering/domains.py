@@ -46,12 +46,10 @@ class Domain:
     full_index: Index
     flat: bool
     """Buffers are 1-D and read at linear offsets (`flat_domain`, `collapsed_domain`)."""
-    permuted: dict[tuple[int, ...], tuple[int, ...]] = field(
-        default_factory=dict[tuple[int, ...], tuple[int, ...]]
-    )
-    """The shapes of outputs that permute a value of the full shape (a symbolic kernel's,
-    `symbolic_kernels.output_permutation`), each with its permutation: dim k of such an output
-    is dim perm[k] of the full shape, and each iteration writes its element there."""
+    indexed: dict[tuple[int, ...], Index] = field(default_factory=dict[tuple[int, ...], Index])
+    """The shapes of a symbolic kernel's outputs written at an index of their own
+    (`symbolic_kernels.output_index`: a permute of a value of the full shape, or a shape of
+    as many elements), each with the index of the element one iteration writes."""
 
     def row_index(self, keepdim: bool) -> Index:
         if keepdim:
@@ -68,16 +66,17 @@ class Domain:
     def writes_per_element(self, shape: tuple[int, ...]) -> bool:
         """Whether an output of `shape` is written in the innermost loop (else once per row):
         the full shape, or another shape of as many elements (a reshape of a full-shape value,
-        written at the same position in memory), or a permutation of the full shape."""
-        if self.flat or shape in self.permuted:
+        written at the same position in memory), or one written at an index of its own
+        (`indexed`)."""
+        if self.flat or shape in self.indexed:
             return True
         return self.rows.output_place(shape) not in (*ROW_PLACES, None)
 
     def output_index(self, shape: tuple[int, ...]) -> Index:
         """The index of the output element computed by one iteration."""
-        perm = self.permuted.get(shape)
-        if perm is not None:
-            return tuple(self.full_index[p] for p in perm)
+        index = self.indexed.get(shape)
+        if index is not None:
+            return index
         place = self.rows.output_place(shape)
         if place is OutputPlace.FULL:
             return self.full_index

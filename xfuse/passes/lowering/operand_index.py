@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
@@ -59,14 +60,7 @@ def operand_indices(op: Operation, index: Index, size_of: SizeOf = static_size) 
         in_shape = shape_of(op.input)
         return [tuple(ZERO if in_shape[i] == 1 else index[d] for i, d in enumerate(op.dim_map))]
     if isinstance(op, graph.ReshapeOp):
-        before, after = dims_of(op.input), dims_of(op.result)
-        runs = symbol_runs(before, after)
-        if runs is not None:
-            return [run_reshape_index(index, runs)]
-        if any(isinstance(d, str) for d in (*before[1:], *after[1:])):
-            flat = sized_linearize(index, after, size_of)
-            return [sized_delinearize(flat, before, size_of)]
-        return [delinearize(linearize(index, out_shape), shape_of(op.input))]
+        return [reshaped_index(index, dims_of(op.result), dims_of(op.input), size_of)]
     if isinstance(op, graph.PermuteOp):
         src = [ZERO] * len(index)
         for i, p in enumerate(op.permutation):
@@ -89,6 +83,27 @@ def operand_indices(op: Operation, index: Index, size_of: SizeOf = static_size) 
     if isinstance(op, graph.GatherOp):
         return gather_indices(op, index)
     return [broadcast_index(index, shape_of(v), out_shape) for v in op.operands]
+
+
+def reshaped_index(
+    index: Index, src: tuple[Dim, ...], dst: tuple[Dim, ...], size_of: SizeOf = static_size
+) -> Index:
+    """The index in a row-major tensor of `dst` of the element at `index` of one of `src` (as
+    many elements; a reshape's input element that its result element at `index` reads): run by
+    run where the symbolic dims stay themselves (`symbol_runs`), through runtime divisions
+    where a symbol is after the first dim of either side, else the static arithmetic."""
+    runs = symbol_runs(dst, src)
+    if runs is not None:
+        return run_reshape_index(index, runs)
+    if any(isinstance(d, str) for d in (*src[1:], *dst[1:])):
+        flat = sized_linearize(index, src, size_of)
+        return sized_delinearize(flat, dst, size_of)
+    return delinearize(linearize(index, _static(src)), _static(dst))
+
+
+def _static(dims: tuple[Dim, ...]) -> tuple[int, ...]:
+    """`dims` with a symbol as DYNAMIC_INDEX (`shape_of`'s ints)."""
+    return tuple(DYNAMIC_INDEX if isinstance(d, str) else d for d in dims)
 
 
 Run = tuple[tuple[int, ...], tuple[int, ...], tuple[Dim, ...], tuple[Dim, ...]]

@@ -28,9 +28,11 @@ every size of its symbols.
   sequential loop), `concat` (an input's offset along the axis the sum of the sizes before it,
   a symbol's as a `Size` atom of the index algebra, bounded by its range) and `flip` (element
   i of a dim of size n reads n - 1 - i, n a `Size` atom where the dim is symbolic). An output
-  is of the full shape, the row shape, or a permute of a value of the full shape (written at
-  each element's permuted index, `output_permutation`). Anything else is refused in one line
-  naming the op (`check_symbolic`).
+  is of the full shape, the row shape, a permute of a value of the full shape (written at
+  each element's permuted index, `output_permutation`), or of as many elements as the full
+  shape for every size (written at the same linear offset: `[s, s]` in a group of `[1, 1,
+  1, s, s]`, `[b, s, 64]` in one of `[b*s, 64]` through runtime divisions; `output_index`).
+  Anything else is refused in one line naming the op (`check_symbolic`).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from xfuse.passes.lowering.index_algebra import (
     linearize,
     loop_vars,
 )
-from xfuse.passes.lowering.operand_index import sized_delinearize
+from xfuse.passes.lowering.operand_index import reshaped_index, sized_delinearize
 from xfuse.passes.lowering.scalar_ops import has_scalar_rule
 
 
@@ -177,7 +179,7 @@ def check_symbolic(b: KernelBuilder) -> None:
 def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
     """One loop per dim of size != 1 of the group's full shape (`nd_domain`'s loops, the
     symbolic dims bounded by their runtime sizes); every output of the full or the row shape,
-    or a permute of the full shape (`Domain.permuted`).
+    or written at an index of its own (`output_index`, `Domain.indexed`).
     A scan's group: its dim the sequential loop, every output of its shape (`ScanLoop`)."""
 
     def loop_var(k: int, d: Dim) -> LoopVar:
@@ -194,14 +196,36 @@ def symbolic_domain(b: KernelBuilder, table: SizesAttr) -> Domain:
     for v in b.outputs:
         if dims_of(v) in (full, row_keep, row):
             continue
-        perm = output_permutation(v, full)
-        if perm is None or domain.permuted.setdefault(graph.shape_of(v), perm) != perm:
+        index = output_index(v, full, domain.full_index, table)
+        if index is None or domain.indexed.setdefault(graph.shape_of(v), index) != index:
             raise b.error(
                 f"output of shape {graph.fmt_shape(dims_of(v))} is neither the group's full "
-                f"shape {graph.fmt_shape(full)}, its row shape, nor a permute of the full "
-                "shape (symbolic sizes)"
+                f"shape {graph.fmt_shape(full)}, its row shape, a permute of the full shape, "
+                "nor of as many elements for every size (symbolic sizes)"
             )
     return domain
+
+
+def output_index(
+    output: SSAValue, full: tuple[Dim, ...], full_index: Index, table: SizesAttr
+) -> Index | None:
+    """The index of the element of `output` that the iteration at `full_index` of the group's
+    full shape writes: the permuted index of a permute of a value of the full shape
+    (`output_permutation`), else, where `output` has as many elements as the full shape for
+    every size, the element at the same linear offset (`reshaped_index`: size-1 dims dropped
+    or added, a product of symbols split into its factors through runtime divisions); each
+    element is written once, at its own index. None otherwise."""
+    perm = output_permutation(output, full)
+    if perm is not None:
+        return tuple(full_index[p] for p in perm)
+    dims = dims_of(output)
+    if table.expand(graph.dims_numel(dims)) != table.expand(graph.dims_numel(full)):
+        return None
+
+    def size_of(d: Dim) -> Affine:
+        return constant_index(d) if isinstance(d, int) else size_index(table, d)
+
+    return reshaped_index(full_index, full, dims, size_of)
 
 
 def output_permutation(output: SSAValue, full: tuple[Dim, ...]) -> tuple[int, ...] | None:
@@ -357,6 +381,7 @@ __all__ = [
     "SizeValues",
     "check_symbolic",
     "is_symbolic_group",
+    "output_index",
     "output_permutation",
     "size_args",
     "size_index",

@@ -1,0 +1,74 @@
+"""Symbolic kernels (xfuse/passes/lowering/symbolic_kernels.py): a group output of as many
+elements as the group's full shape for every size, but of other dims, is written at the same
+linear offset by the group's one kernel, with eager's values at every size."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from xfuse.ir.context import parse
+from xfuse.pipeline import pipeline
+from xfuse.runtime.symbolic import SymbolicProgram
+
+SIZES = "s0 = input(0, 3) hint 4 range [2, 64], s1 = input(0, 4) hint 5 range [2, 64]"
+MASK5 = "tensor<1x1x1x?x?xf32, #graph.syms<s0, s1>>"
+MASK2 = "tensor<?x?xf32, #graph.syms<s0, s1>>"
+
+# a causal mask's shape: an output of [s0, s1] and one of [1, 1, 1, s0, s1] in one group
+SQUEEZED = f"""
+func.func @forward(%x: {MASK5}) -> ({MASK5}, {MASK2}) attributes {{graph.sizes = #graph.sizes<{SIZES}>}} {{
+  %0 = graph.exp %x : {MASK5}
+  %1 = graph.reshape %0 : {MASK5} -> {MASK2}
+  %2 = graph.tanh %1 : {MASK2}
+  func.return %0, %2 : {MASK5}, {MASK2}
+}}
+"""
+
+FLAT = "tensor<?x64xf32, #graph.syms<s2>>"
+SPLIT = "tensor<?x?x64xf32, #graph.syms<s0, s1>>"
+
+# an output of [s0 * s1, 64] and one of [s0, s1, 64] in one group
+PRODUCT = f"""
+func.func @forward(%y: {SPLIT}) -> ({FLAT}, {SPLIT}) attributes {{graph.sizes = #graph.sizes<s0 = input(0, 0) hint 2 range [2, 64], s1 = input(0, 1) hint 5 range [2, 64], s2 = s0 * s1>}} {{
+  %0 = graph.reshape %y : {SPLIT} -> {FLAT}
+  %1 = graph.exp %0 : {FLAT}
+  %2 = graph.reshape %1 : {FLAT} -> {SPLIT}
+  %3 = graph.tanh %2 : {SPLIT}
+  func.return %1, %3 : {FLAT}, {SPLIT}
+}}
+"""
+
+
+def squeezed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.exp(), x.exp().reshape(x.shape[3:]).tanh()
+
+
+def product(y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return y.reshape(-1, 64).exp(), y.exp().tanh()
+
+
+@pytest.mark.parametrize(
+    ("text", "shapes", "eager"),
+    [
+        (SQUEEZED, [(1, 1, 1, 2, 3), (1, 1, 1, 7, 5), (1, 1, 1, 16, 33)], squeezed),
+        (PRODUCT, [(2, 3, 64), (3, 7, 64), (5, 2, 64)], product),
+    ],
+    ids=["size-1-dims", "product-of-symbols"],
+)
+def test_an_output_of_as_many_elements_is_written_at_its_offset(
+    text: str,
+    shapes: list[tuple[int, ...]],
+    eager: Callable[[torch.Tensor], tuple[torch.Tensor, ...]],
+) -> None:
+    """Both of the group's outputs come from one kernel (which `lower-to-loops` refused before),
+    with eager's values at three sizes."""
+    lowered = pipeline("fuse-greedy,lower-to-loops")(parse(text))
+    assert str(lowered).count("xfuse.kernel") == 1
+    program = SymbolicProgram(parse(text))
+    for shape in shapes:
+        x = torch.randn(*shape)
+        for got, expected in zip(program(x), eager(x), strict=True):
+            torch.testing.assert_close(got, expected)
