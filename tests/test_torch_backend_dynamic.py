@@ -14,6 +14,7 @@ import torch
 
 from xfuse import dynamo
 from xfuse.errors import DynamicShapesWarning, FallbackWarning
+from xfuse.runtime.dynamic import DynamicProgram
 
 transformers = pytest.importorskip("transformers")
 
@@ -165,7 +166,8 @@ def test_a_dynamic_python_int_is_pinned_to_its_first_value(counts: Counts) -> No
 
 def test_a_changed_python_float_runs_eagerly() -> None:
     """`dynamic=True` passes Python floats as tensors without guarding their values; the
-    program is specialised on the first value, and a call with another runs eagerly."""
+    program is specialised on the first value, takes no input for it (on CUDA each would be
+    copied to the device at every call), and a call with another value runs eagerly."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = MLP().eval()
@@ -173,10 +175,18 @@ def test_a_changed_python_float_runs_eagerly() -> None:
     with torch.no_grad():
         x = torch.randn(3, 16)
         torch.testing.assert_close(compiled(x), model(x))
+        (program,) = [p for p in map(dynamic_program, dynamo.BACKEND_PROGRAMS.values()) if p]
+        assert all(program.compiled.arguments)  # no 0-d input: the norm's `eps` is none
         model.norm.eps = 0.5
         with pytest.warns(FallbackWarning, match="Python scalar"):
             torch.testing.assert_close(compiled(x), model(x))
     torch._dynamo.reset()
+
+
+def dynamic_program(backend_program: Any) -> DynamicProgram | None:
+    """The symbolic program behind a callable the backend returned, if it has one."""
+    found = getattr(backend_program, "dynamic", None)
+    return found if isinstance(found, DynamicProgram) else None
 
 
 def gpt2() -> torch.nn.Module:

@@ -13,7 +13,7 @@ import threading
 import warnings
 import weakref
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -687,8 +687,10 @@ def specialised_scalars(
     """`gm` with the Python scalars dynamo passes as 0-d tensors (with `dynamic=True` it does
     not specialise floats: a layer norm's `eps` arrives as an input whose `.item()` the graph
     reads) replaced by their example values, which torch.export then specialises on as it
-    does on scalars; and those values by input position, which a call must match. `gm`
-    itself where there are none."""
+    does on scalars, and their placeholders removed (a program takes no input it never reads:
+    on CUDA each would be copied to the device at every call); and those values by input
+    position, which a call must match and which `without_scalars` drops from its arguments.
+    `gm` itself where there are none."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     found: dict[int, float | int | bool] = {}
     for i, (node, example) in enumerate(zip(placeholders, example_inputs, strict=False)):
@@ -705,7 +707,13 @@ def specialised_scalars(
         for item in list(nodes[i].users):
             _replace_uses(item, value)
             graph.erase_node(item)
+        graph.erase_node(nodes[i])
     return torch.fx.GraphModule(gm, graph), found
+
+
+def without_scalars(args: Sequence[Any], scalars: Collection[int]) -> list[Any]:
+    """A call's arguments without those at the positions `scalars` (`specialised_scalars`)."""
+    return [a for i, a in enumerate(args) if i not in scalars]
 
 
 def _replace_uses(node: torch.fx.Node, value: Any) -> None:
@@ -744,7 +752,7 @@ def _dynamic(
     run per shape; where the symbolic path refuses the graph, per shape only. Each refusal
     warns once (`DynamicShapesWarning`)."""
     specialised, scalars = specialised_scalars(gm, example_inputs)
-    compiled = _symbolic_or_per_shape(specialised, example_inputs, mode)
+    compiled = _symbolic_or_per_shape(specialised, without_scalars(example_inputs, scalars), mode)
     if not scalars:
         return compiled
     warned: set[str] = set()
@@ -760,7 +768,7 @@ def _dynamic(
                         stacklevel=3,
                     )
                 return gm.forward(*args)
-        return compiled(*args)
+        return compiled(*without_scalars(args, scalars))
 
     for name in ("dynamic", "programs", "symbolic_reason"):
         setattr(run, name, getattr(compiled, name))
