@@ -336,24 +336,64 @@ class PartCompiler:
             saved_outputs=self.saved_outputs(function),
         )
 
-    def saved_outputs(self, function: Callable[..., Any]) -> frozenset[int]:
-        """The forward's outputs that AOTAutograd saves for the backward, where it takes the
-        strides the compiled forward returns them in to compile the backward (dynamo's
-        `TracingContext.report_output_strides`): the program may return them as its kernels
-        wrote them. Empty for any other part, and outside dynamo."""
+    def saved_tensors(self) -> slice | None:
+        """Where the tensors this part saves for the backward lie among its flat outputs, as
+        AOTAutograd's metadata of the graph says (dynamo's `TracingContext.fw_metadata`).
+
+        The forward's outputs are the mutated inputs, the user's outputs and the intermediate
+        bases that views among them share (and an RNG offset where AOTAutograd functionalises
+        RNG ops): the metadata's `num_forward` of them; then the tensors it saves; then the
+        SymInts and opaque objects it saves, which are not tensors. The metadata's
+        `tensors_saved_for_backwards_slice` is that middle run: it starts at `num_forward`
+        (its version-checked and unchecked tensors both count from there) and stops before
+        the SymInts. An inference part saves nothing: the empty slice at its `num_forward`.
+        None for the backward, outside dynamo (no metadata), and where the metadata has
+        tensor subclasses (it then counts their inner tensors, not the graph's outputs).
+
+        The saved tensors' strides follow one rule, since no user sees them (only the
+        backward reads them):
+
+        - Static shapes: the forward's program returns a kernel buffer among them as the
+          kernel wrote it, in row-major strides (`saved_outputs`, then
+          `xfuse.runtime.outputs.with_kernel_strides`), rather than copying it into eager's,
+          and tells AOTAutograd each output's strides (`report_output_strides`), which
+          compiles the backward for them (its `view`s as reshapes: `restrided`).
+        - Symbolic sizes: AOTAutograd restrides the backward's inputs to static strides
+          only, so a symbolic program's cannot be told; the forward returns each saved tensor
+          that is not surely contiguous, or that is a view of an input or of another output,
+          as a contiguous clone (`xfuse.dynamo.part_outputs`, from `internal_outputs` on),
+          and the backward's symbolic program reads its inputs by value, whatever their
+          strides (`SymbolicProgram.bind`)."""
+        if self.part == "backward":
+            return None
         from torch._guards import TracingContext
 
-        context = TracingContext.try_get()
-        if self.part != "forward" or getattr(context, "output_strides", None) is None:
-            return frozenset()
-        metadata = getattr(context, "fw_metadata", None)
+        metadata = getattr(TracingContext.try_get(), "fw_metadata", None)
         if metadata is None or has_subclasses(metadata):
-            return frozenset()
+            return None
+        if self.part == "inference":
+            end = getattr(metadata, "num_forward", None)
+            return slice(end, end) if isinstance(end, int) else None
         try:
             saved = metadata.tensors_saved_for_backwards_slice
         except (AttributeError, AssertionError):
+            return None
+        return saved if isinstance(saved, slice) else None
+
+    def saved_outputs(self, function: Callable[..., Any]) -> frozenset[int]:
+        """The positions of the forward's saved tensors (`saved_tensors`) among the outputs
+        of `function`, where dynamo asks for the strides the compiled forward returns them in
+        (`TracingContext.report_output_strides`): the program may return them as its kernels
+        wrote them. Empty for any other part, outside dynamo, and for a function that is not
+        an FX graph."""
+        from torch._guards import TracingContext
+
+        if self.part != "forward" or not isinstance(function, torch.fx.GraphModule):
             return frozenset()
-        if not isinstance(function, torch.fx.GraphModule):
+        if getattr(TracingContext.try_get(), "output_strides", None) is None:
+            return frozenset()
+        saved = self.saved_tensors()
+        if saved is None:
             return frozenset()
         returned = function.graph.output_node().args[0]
         count = len(returned) if isinstance(returned, (tuple, list)) else 1
@@ -362,15 +402,12 @@ class PartCompiler:
     def internal_outputs(self) -> int | None:
         """Where this part's outputs that AOTAutograd keeps to itself begin: 0 for the
         backward (gradients), for the forward the first tensor it saves for the backward
-        (after the mutated inputs, user outputs and intermediate bases of its metadata's
-        `num_forward`); None where no metadata says."""
+        (`saved_tensors`' start), for an inference part, which saves nothing, its metadata's
+        `num_forward`; None where no metadata says."""
         if self.part == "backward":
             return 0
-        from torch._guards import TracingContext
-
-        context = TracingContext.try_get()
-        found = getattr(getattr(context, "fw_metadata", None), "num_forward", None)
-        return found if isinstance(found, int) else None
+        saved = self.saved_tensors()
+        return None if saved is None else saved.start
 
     def static_inputs(self, count: int) -> tuple[int, ...]:
         """The forward's parameters and buffers (AOTAutograd's `static_input_indices` under
@@ -454,7 +491,8 @@ def has_subclasses(metadata: Any) -> bool:
 def report_output_strides(program: Any) -> None:
     """Tell AOTAutograd the strides of each output of a part compiled for static shapes where
     it asks for them (`TracingContext.report_output_strides`, around the forward's compile):
-    it compiles the backward for the strides the saved tensors really have."""
+    it compiles the backward for the strides the saved tensors really have (the rule:
+    `PartCompiler.saved_tensors`)."""
     from torch._guards import TracingContext
 
     strides = getattr(TracingContext.try_get(), "output_strides", None)
