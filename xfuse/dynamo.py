@@ -949,11 +949,11 @@ def _fresh_outputs(
     """A part's computed outputs, each from position `start` on that is a view of an input or
     of an earlier output (a saved activation viewed two ways), or that is not surely
     contiguous (attention's transposed activation), cloned contiguous before the output node:
-    a symbolic program returns fresh contiguous tensors only, and neither the backward's saved
-    tensors nor its gradients need alias or keep eager's strides (the backward's program
-    reads its inputs by value, whatever their strides: `SymbolicProgram.bind`). AOTAutograd
-    regenerates the views it returns to the user from the outputs before `start`, which stay
-    as they are."""
+    a symbolic program returns fresh contiguous tensors only. Neither the backward's saved
+    tensors nor its gradients need alias or keep eager's strides (the rule for saved tensors'
+    strides, on both paths: `xfuse.aot.PartCompiler.saved_tensors`). AOTAutograd regenerates
+    the views it returns to the user from the outputs before `start`, which stay as they
+    are."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     seen = {_storage(n, StorageWeakRef) for n in inputs} - {None}

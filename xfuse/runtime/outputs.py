@@ -81,9 +81,10 @@ def with_kernel_strides(
     rules: Sequence[OutputRule], program: Program, free: Collection[int]
 ) -> tuple[OutputRule, ...]:
     """`rules` where each fresh output at a position in `free` (outputs whose strides only the
-    program's own readers see: a training forward's saved tensors) that is a kernel buffer
-    returned once, and that no other output views, takes the buffer's row-major strides: it
-    is returned as the kernel wrote it, where eager's strides (a transpose's) would copy it."""
+    program's own readers see: a training forward's saved tensors, whose strides follow
+    `xfuse.aot.PartCompiler.saved_tensors`) that is a kernel buffer returned once, and that no
+    other output views, takes the buffer's row-major strides: it is returned as the kernel
+    wrote it, where eager's strides (a transpose's) would copy it."""
     slots, shapes = program.output_slots, _kernel_shapes(program)
     viewed = {rule.index for rule in rules if rule.base == "output"}
     out = list(rules)
