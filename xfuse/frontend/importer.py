@@ -100,6 +100,18 @@ class ImportedProgram:
             flat.append(self.output_constants[i] if i in self.output_constants else next(results))
         return flat
 
+    def rule_position(self, flat: int) -> int | None:
+        """The position among `output_rules` (and `@forward`'s results) of the flat output at
+        `flat`; None for a constant output (`output_constants`), which has no rule."""
+        if flat in self.output_constants:
+            return None
+        return flat - sum(1 for i in self.output_constants if i < flat)
+
+    def flat_count(self) -> int:
+        """How many flat outputs a call returns: the visible tensor results' and the
+        constants'."""
+        return len(self.output_rules) - self.hidden_outputs + len(self.output_constants)
+
     @property
     def function(self) -> func.FuncOp:
         return next(op for op in self.module.ops if isinstance(op, func.FuncOp))

@@ -9,7 +9,6 @@ kernel cache), compile the kernels, and put together the `Executable` with its `
 
 from __future__ import annotations
 
-import bisect
 import functools
 import warnings
 from collections.abc import Callable, Collection, Sequence
@@ -323,10 +322,10 @@ def build_executable(
 
 
 def rule_positions(program: ImportedProgram, flat: Collection[int]) -> list[int]:
-    """The output rules' positions of the flat outputs at `flat` (the program's rules skip the
-    outputs that are constants)."""
-    constants = sorted(program.output_constants)
-    return [i - bisect.bisect_left(constants, i) for i in flat if i not in program.output_constants]
+    """The output rules' positions of the flat outputs at `flat` (`rule_position`: the
+    outputs that are constants have none)."""
+    positions = (program.rule_position(i) for i in flat)
+    return [p for p in positions if p is not None]
 
 
 def flat_strides(
@@ -334,10 +333,12 @@ def flat_strides(
 ) -> tuple[tuple[int, ...] | None, ...]:
     """Each flat output's strides where it is fresh memory (`rules`), None where it is a
     constant or a view."""
-    visible = len(rules) - program.hidden_outputs
-    fresh = iter(r.stride if r.base == "fresh" else None for r in rules[:visible])
-    count = visible + len(program.output_constants)
-    return tuple(None if i in program.output_constants else next(fresh) for i in range(count))
+    strides: list[tuple[int, ...] | None] = []
+    for i in range(program.flat_count()):
+        position = program.rule_position(i)
+        rule = None if position is None else rules[position]
+        strides.append(rule.stride if rule is not None and rule.base == "fresh" else None)
+    return tuple(strides)
 
 
 def scalars_on(
