@@ -198,13 +198,14 @@ def exp_and_its_transpose(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return h.t(), h * 2, (h * 3).t()
 
 
-@pytest.mark.parametrize(("internal", "cloned"), [(1, [2]), (0, [0, 2]), (None, [])])
+@pytest.mark.parametrize(("internal", "cloned"), [(1, [2]), (0, [0, 2]), (None, []), (3, [])])
 def test_a_part_output_that_is_not_contiguous_is_cloned_from_the_internal_ones(
     internal: int | None, cloned: list[int]
 ) -> None:
     """`part_outputs` clones a transposed output contiguous from position `internal` on (what
     the forward saves, every gradient), with the same values; the outputs before it, or all
-    where no metadata says, keep eager's strides."""
+    where no metadata says or where it is past the last (a forward that saves nothing, an
+    inference part), keep eager's strides."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     x = torch.randn(2, 3)

@@ -935,9 +935,9 @@ def part_outputs(
             computed.append(value)
         else:
             sources.append(("size", _size_of(value, symbols)))
-    fresh = _fresh_outputs(
-        graph, computed, list(placeholders), len(computed) if internal is None else cloned
-    )
+    if first_internal >= len(values):  # no output is internal
+        cloned = len(computed)
+    fresh = _fresh_outputs(graph, computed, list(placeholders), cloned)
     output.args = (tuple(fresh),)
     graph.eliminate_dead_code()
     return torch.fx.GraphModule(gm, graph), PartOutputs(tuple(sources), symbols)
