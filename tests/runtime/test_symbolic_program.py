@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 from torch.export import Dim
+from torch.utils._python_dispatch import TorchDispatchMode
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
@@ -389,6 +390,46 @@ def test_lone_layout_ops_run_as_views_not_copying_kernels() -> None:
         with torch.no_grad():
             torch.testing.assert_close(out, model(heads))
     assert len(backend.compiled) == 2
+
+
+class TransposedProduct(torch.nn.Module):
+    """A kernel's result read transposed by a batched matmul (an extern): a view of it."""
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x.exp().transpose(1, 2) @ w
+
+
+class CopyCounter(TorchDispatchMode):
+    """Counts the torch copies made under it (`clone`, `copy_`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in (torch.ops.aten.clone.default, torch.ops.aten.copy_.default):
+            self.copies += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_permute_read_by_an_extern_is_a_view_at_every_size() -> None:
+    """The permute runs as a torch view of the kernel's result, which the matmul reads
+    strided: the call copies nothing (the graph interpreter's permute would copy)."""
+    seq = Dim("seq", min=2, max=64)
+    program = import_module(
+        TransposedProduct(),
+        (torch.randn(3, 5, 4), torch.randn(3, 5, 6)),
+        dynamic_shapes={"x": {1: seq}, "w": {1: seq}},
+    )
+    compiled = SymbolicProgram(program.module)
+    assert compiled.kernel_count == 1  # the exp
+    for length in (2, 9, 33):
+        x, w = torch.randn(3, length, 4), torch.randn(3, length, 6)
+        counter = CopyCounter()
+        with counter:
+            (out,) = compiled(x, w)
+        assert counter.copies == 0
+        torch.testing.assert_close(out, TransposedProduct()(x, w))
 
 
 def test_a_returned_reshape_is_a_fresh_tensor() -> None:

@@ -22,9 +22,10 @@ kernel once for its device, and runs every call at the call's sizes:
   graph interpreter's prepared ops, with the call's sizes bound, on the program's device (the
   tensors an op makes, an iota's, are made there). A lone layout op that the static runtime
   runs as a torch view (a reshape; a permute or slice read only by externs) and that
-  `@forward` does not return is no kernel either (`is_fresh_view`): a torch view, where a
-  kernel would copy every element at every call (an embedding table's `[V, D]` to
-  `[1, V, D]`, an attention's heads merged back before its projection).
+  `@forward` does not return is no kernel either (`is_fresh_view`): a torch view at the
+  call's sizes (`_View`; the interpreter's op would copy), where a kernel would copy every
+  element at every call (an embedding table's `[V, D]` to `[1, V, D]`, an attention's heads
+  merged back before its projection).
 
 A group that `lower-to-loops` cannot lower on symbolic sizes is refused (the pass's one line):
 the static runtime's op-by-op fallback is not wired to symbolic programs yet.
@@ -133,6 +134,42 @@ class _Eager:
         results = self.run_op([_tensor(values[i]) for i in self.inputs])
         for slot, out in zip(self.outputs, results, strict=True):
             values[slot] = out
+
+
+SizedView = Callable[[torch.Tensor, dict[str, int]], torch.Tensor]
+"""A layout op as a torch view of its operand at a call's sizes."""
+
+
+@dataclass
+class _View:
+    """A lone layout op that runs as a torch view (`is_fresh_view`): no copy; a kernel that
+    reads it makes it contiguous, an extern reads its strides."""
+
+    view: SizedView
+    input: int
+    output: int
+
+    def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
+        values[self.output] = self.view(_tensor(values[self.input]), sizes)
+
+
+def view_at_sizes(op: Operation) -> SizedView:
+    """`op` (a reshape, permute or slice) as the torch view it is at a call's sizes: a reshape
+    to its result's dims at those sizes (torch copies only where the strides cannot be
+    kept), a permute by its permutation, a slice by its bounds (a symbolic dim whole)."""
+    if isinstance(op, graph.PermuteOp):
+        permutation = tuple(op.permutation)
+        return lambda x, sizes: x.permute(permutation)
+    if isinstance(op, graph.SliceOp):
+        start, limit, stride = op.bounds
+        # A negative limit is a symbolic dim kept whole (graph.WHOLE_SYMBOLIC_DIM).
+        index = tuple(
+            slice(a, b if b >= 0 else None, k) for a, b, k in zip(start, limit, stride, strict=True)
+        )
+        return lambda x, sizes: x[index]
+    assert op.name == "graph.reshape", op.name
+    dims = graph.dims_of(op.results[0])
+    return lambda x, sizes: x.reshape([d if isinstance(d, int) else sizes[d] for d in dims])
 
 
 def makes_kernel(op: Operation) -> bool:
@@ -252,7 +289,7 @@ class SymbolicProgram:
         for kernel in kernel_functions(module):
             name = kernel.sym_name.data
             self.kernels[name] = self.backend.load(self.backend.compile(module, name), name)
-        self.steps: list[_Launch | _Eager] = []
+        self.steps: list[_Launch | _Eager | _View] = []
         self.results: list[int] = []
         self._plan(forward)
 
@@ -292,6 +329,8 @@ class SymbolicProgram:
                         ERROR_FLAG_ATTR in ir.attributes,
                     )
                 )
+            elif is_fresh_view(op):
+                self.steps.append(_View(view_at_sizes(op), inputs[0], outputs[0]))
             else:
                 self.steps.append(_Eager(prepare_op(op), inputs, outputs))
         self.slot_count = len(slots)
