@@ -4,8 +4,9 @@ on every call, static xfuse (`dynamic=False`: a program per size), dynamic xfuse
 symbolic program where xfuse takes the graph, else a program per size) and Inductor
 (`dynamic=True`), side by side:
 
-    python -m benchmarks.dynamic [--models mlp,lm] [--columns xfuse-static,...]
-                                 [--mlp-sizes 2,5,...] [--lm-sizes 3,9,...] [--runs 10]
+    python -m benchmarks.dynamic [--models mlp,lm,gpt2] [--columns xfuse-static,...]
+                                 [--mlp-sizes 2,5,...] [--lm-sizes 3,9,...]
+                                 [--gpt2-sizes 64,...] [--runs 10]
                                  [--device cuda]
 
 For each model and column, in a new process with empty kernel caches (xfuse's and Inductor's:
@@ -14,7 +15,8 @@ of the sweep in turn, the ms of its first call (compiling included, by the host 
 its steady-state median ms per call (`--runs` calls); the first call's values are checked
 against eager. One table per model: a row per size, then the sum of the first calls (the
 sweep's compile time) and the median steady-state ms. The MLP's sweep is over the batch size,
-the language model's (a small GPT-2 from its config, random weights) over the sequence length.
+the language models' (GPT-2 from its config, random weights: `lm` a small one, 2x its
+length; `gpt2` the families' 4 layers 768 wide, 8x its length) over the sequence length.
 On CUDA (f32), the first call's ms waits for the GPU, the steady ms are one call's each with
 CUDA events (the host's launches included), and `inductor-ro-dynamic` is Inductor's
 reduce-overhead mode (CUDA graphs per shape, as xfuse's dynamic programs capture them).
@@ -55,14 +57,22 @@ class MLP(torch.nn.Module):
 
 
 class LM(torch.nn.Module):
-    """A small GPT-2 (2 layers, 128 wide; from its config, never downloaded): logits from ids."""
+    """A GPT-2 from its config, never downloaded (by default a small one: 2 layers, 128 wide,
+    a vocabulary of 1024): logits from ids."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, layers: int = 2, width: int = 128, heads: int = 4, vocab: int = 1024
+    ) -> None:
         super().__init__()
         import transformers
 
         config = transformers.GPT2Config(
-            n_layer=2, n_embd=128, n_head=4, vocab_size=1024, n_positions=512, use_cache=False
+            n_layer=layers,
+            n_embd=width,
+            n_head=heads,
+            vocab_size=vocab,
+            n_positions=1024,
+            use_cache=False,
         )
         self.model = transformers.GPT2LMHeadModel(config)
 
@@ -82,8 +92,18 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {
     "mlp": Workload(MLP, lambda n: (torch.randn(n, 256),), "batch"),
     "lm": Workload(LM, lambda n: (torch.randint(0, 1024, (2, n)),), "seq"),
+    "gpt2": Workload(
+        lambda: LM(layers=4, width=768, heads=12, vocab=50257),
+        lambda n: (torch.randint(0, 50257, (8, n)),),
+        "seq",
+    ),
 }
-DEFAULT_SIZES = {"mlp": "2,5,9,17,33,64,100", "lm": "3,9,17,33,64,100"}
+"""`gpt2` is the families benchmark's GPT-2 LM (4 layers, 768 wide), 8 sequences a call."""
+DEFAULT_SIZES = {
+    "mlp": "2,5,9,17,33,64,100",
+    "lm": "3,9,17,33,64,100",
+    "gpt2": "64,128,200,333,512",
+}
 
 COLUMNS: dict[str, dict[str, Any]] = {
     "xfuse-static": {"backend": "xfuse", "dynamic": False},
@@ -185,8 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="mlp,lm")
     parser.add_argument("--columns", default=",".join(COLUMNS))
-    parser.add_argument("--mlp-sizes", default=DEFAULT_SIZES["mlp"])
-    parser.add_argument("--lm-sizes", default=DEFAULT_SIZES["lm"])
+    for name, sizes in DEFAULT_SIZES.items():
+        parser.add_argument(f"--{name}-sizes", default=sizes)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a model, in the child process
