@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.export import Dim
 from xdsl.dialects.builtin import ModuleOp
 
@@ -264,3 +265,37 @@ def test_a_size_of_1_its_dim_allows_runs_a_static_program_for_its_shape() -> Non
             torch.testing.assert_close(program(x), model(x))
     assert program.specialised is not None
     assert len(program.specialised.specialisations) == 2  # batch 1 and batch 0, once each
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """transformers' `ForCausalLMLoss`: labels shifted by one (padded with -100, ignored), the
+    logits' and labels' rows flattened, cross-entropy; only cross-entropy's check that they
+    have as many rows ties the logits' sizes to the labels'."""
+    shifted = F.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
+    flat = logits.float().view(-1, logits.shape[-1])
+    return F.cross_entropy(flat, shifted.view(-1), ignore_index=-100)
+
+
+def test_a_loss_whose_sizes_only_cross_entropys_check_relates_compiles_once() -> None:
+    """The logits' `b * t` rows and the labels' `b2 * t2`: cross-entropy's check that they are
+    equal makes torch.export's trace guard on it, and the program holds it as a relation of
+    its size table. One compile serves every (batch, sequence) size with eager's loss; a call
+    whose sizes break the relation is refused in one line, before anything runs."""
+    dims = {
+        "logits": {0: Dim("b"), 1: Dim("t")},
+        "labels": {0: Dim("b2"), 1: Dim("t2")},
+    }
+    program = xfuse.compile(
+        causal_lm_loss,
+        (torch.randn(2, 8, 16), torch.randint(0, 16, (2, 8))),
+        dynamic_shapes=dims,
+    )
+    assert "eq(" in program.symbols
+    for b, t, b2, t2 in ((2, 8, 2, 8), (3, 5, 3, 5), (4, 6, 3, 8), (7, 2, 2, 7)):
+        logits, labels = torch.randn(b, t, 16), torch.randint(0, 16, (b2, t2))
+        torch.testing.assert_close(program(logits, labels), causal_lm_loss(logits, labels))
+    with pytest.raises(SymbolicSizeError, match=r"differ at .*the program was compiled") as e:
+        program(torch.randn(2, 8, 16), torch.randint(0, 16, (3, 5)))
+    one_line(e)
+    with pytest.raises(ValueError, match="to match target batch_size"):  # eager's refusal
+        causal_lm_loss(torch.randn(2, 8, 16), torch.randint(0, 16, (3, 5)))

@@ -13,7 +13,7 @@ import threading
 import warnings
 import weakref
 from collections import Counter
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -328,6 +328,11 @@ class SymbolicInputs:
     pinned: dict[int, int] = field(default_factory=dict)
     """SymInt input position -> the value the program is specialised on: a dynamic Python
     int that no tensor dim holds (a model's `logits_to_keep`), which every call must pass."""
+    relations: tuple[tuple[Any, Any], ...] = ()
+    """The equalities of sizes (sympy sides, of symbols `holders` finds) that dynamo's trace
+    guarded on (`size_relations`): `function` checks each with `torch._check`, so that
+    torch.export's trace records it and the importer makes it a relation of the program's
+    size table, which the program checks at each call."""
 
     def arguments(self, args: Sequence[Any]) -> list[Any]:
         """The program's inputs for a call of the graph's `args`: its tensors, each dim that
@@ -365,7 +370,7 @@ class SymbolicInputs:
         """`gm` as a function of the tensor inputs alone (named as its placeholders), which
         computes each SymInt input from the dims that hold its symbols."""
         tensors, sizes, derived, holders = self.tensors, self.sizes, self.derived, self.holders
-        plans = self.plans
+        plans, relations = self.plans, self.relations
 
         def fn(*ts: Tensor) -> Any:
             full: list[Any] = [None] * count
@@ -375,10 +380,13 @@ class SymbolicInputs:
                 full[tensors[k]] = joined(ts[k], plan)
             for i, (j, d) in sizes.items():
                 full[i] = ts[j].size(d)
-            if derived:
+            if derived or relations:
                 values = {s: ts[j].size(d) for s, (j, d) in holders.items()}
                 for i, expr in derived.items():
                     full[i] = size_value(expr, values)
+                for lhs, rhs in relations:
+                    left, right = size_value(lhs, values), size_value(rhs, values)
+                    torch._check(left == right, functools.partial(_unequal, lhs, rhs))
             return gm(*full)
 
         positional = inspect.Parameter.POSITIONAL_ONLY
@@ -460,7 +468,63 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             raise UnsupportedProgram(
                 f"input {placeholders[i].name} is a {type(value).__name__}, not a tensor or size"
             )
-    return SymbolicInputs(tensors, names, sizes, shapes, derived, holders, plans, held, pinned)
+    relations = size_relations(fakes, holders.keys())
+    return SymbolicInputs(
+        tensors, names, sizes, shapes, derived, holders, plans, held, pinned, relations
+    )
+
+
+def size_relations(fakes: Sequence[Any], symbols: Iterable[Any]) -> tuple[tuple[Any, Any], ...]:
+    """The equalities of polynomials of `symbols` among the guards and runtime asserts of the
+    shape environment of a graph's fake inputs `fakes` (`Eq(s3*s88, s38*s97)`: cross-entropy's
+    check that its input has as many rows as its target), as (lhs, rhs) sympy pairs. Dynamo
+    checks its guards before each call of the graph's code (and traces anew where one fails),
+    so these hold at every call the program gets."""
+    import sympy
+
+    env = _shape_env(fakes)
+    if env is None:
+        return ()
+    known = set(symbols)
+    asserts = [r.expr for rs in env.deferred_runtime_asserts.values() for r in rs]
+    found: list[tuple[Any, Any]] = []
+    for expr in [g.expr for g in env.guards] + asserts:
+        if (
+            isinstance(expr, sympy.Eq)
+            and expr.free_symbols
+            and expr.free_symbols <= known
+            and _is_polynomial(expr.lhs)
+            and _is_polynomial(expr.rhs)
+            and (expr.lhs, expr.rhs) not in found
+        ):
+            found.append((expr.lhs, expr.rhs))
+    return tuple(found)
+
+
+def _unequal(lhs: Any, rhs: Any) -> str:
+    """The message of a relation of `size_relations` that a call breaks."""
+    return f"expected the sizes {lhs} and {rhs} to be equal (a guard of dynamo's trace)"
+
+
+def _shape_env(values: Sequence[Any]) -> Any:
+    """The shape environment of the first symbolic size among `values` (tensors, SymInts), or
+    None."""
+    for value in values:
+        if isinstance(value, torch.SymInt):
+            return value.node.shape_env
+        for size in value.shape if isinstance(value, Tensor) else ():
+            if isinstance(size, torch.SymInt):
+                return size.node.shape_env
+    return None
+
+
+def _is_polynomial(expr: Any) -> bool:
+    """Whether a sympy size expression is sums, products and powers of symbols and integers."""
+    if expr.is_Integer or expr.is_Symbol:
+        return True
+    if expr.is_Pow:
+        return bool(expr.exp.is_Integer) and int(expr.exp) >= 0 and _is_polynomial(expr.base)
+    return bool(expr.is_Add or expr.is_Mul) and all(_is_polynomial(a) for a in expr.args)
 
 
 def pinned_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any]]:

@@ -289,7 +289,7 @@ def symbol_infos(forward: func.FuncOp, program: DynamicProgram) -> list[SymbolIn
     """The size symbols of an imported `@forward`, with the `Dim` names asked for them."""
     table = _table(forward)
     found: list[SymbolInfo] = []
-    for s in table.data:
+    for s in table.symbols:
         hint = table.hints[s.name]
         if s.expr is not None:
             found.append(SymbolInfo(s.name, s.definition, hint, derived=True))

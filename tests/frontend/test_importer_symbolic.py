@@ -377,3 +377,31 @@ def test_a_fill_of_symbolic_sizes_is_a_broadcast_scalar() -> None:
         x = torch.randn(b, t, 4)
         [got] = interpret(program.module, program.arguments(x))
         torch.testing.assert_close(got, fills(x))
+
+
+def test_an_equality_the_trace_checked_is_a_relation_of_the_table() -> None:
+    """`torch._check(a0 * a1 == b0 * b1)` guards torch.export's trace on an equality of four
+    input symbols: the table holds it as a relation, so that the two flattenings name one
+    symbol and their sum verifies; the interpreter refuses sizes that break it."""
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        torch._check(a.shape[0] * a.shape[1] == b.shape[0] * b.shape[1])
+        return a.reshape(-1) + b.reshape(-1)
+
+    dims = {"a": {0: Dim("a0"), 1: Dim("a1")}, "b": {0: Dim("b0"), 1: Dim("b1")}}
+    program = import_module(f, (torch.randn(2, 6), torch.randn(3, 4)), dynamic_shapes=dims)
+    function = program.function
+    table = function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    (relation,) = table.relations
+    a0, a1, b0, b1 = (s.name for s in table.inputs())
+    assert relation == graph.SizeRelation(
+        tuple(sorted((b0, b1))), graph.SizeExpr.of([((a0, a1), 1)])
+    )
+    (result,) = function.function_type.outputs.data
+    assert graph.dims_of(result) == (table.symbol_for(graph.SizeExpr.of([((b0, b1), 1)])),)
+    assert str(parse(str(program.module))) == str(program.module)
+    a, b = torch.randn(4, 3), torch.randn(2, 6)
+    torch.testing.assert_close(interpret(program.module, [a, b])[0], f(a, b))
+    with pytest.raises(Exception, match="differ"):
+        interpret(program.module, [torch.randn(4, 3), torch.randn(2, 5)])

@@ -43,11 +43,16 @@ class SizeSymbols:
     expression a derived symbol (`e0`, `e1`, ...), a polynomial of atoms: input symbols and
     the floor divisions (`FloorDiv(p, k)`, `k` a positive integer) the expressions hold, each a
     derived symbol of its own in canonical form (`graph.split_floordiv`), one per canonical
-    (polynomial, divisor)."""
+    (polynomial, divisor). Every size expression is reduced by the relations of input sizes
+    the trace's guards hold (`add_relations`), so that sizes torch checked equal name one
+    symbol."""
 
     def __init__(self) -> None:
         self.inputs: list[graph.SizeSymbol] = []
         self.derived: list[graph.SizeSymbol] = []
+        self.relations: list[graph.SizeRelation] = []
+        """The equalities of input sizes torch's trace checked (`add_relations`), by which
+        every size expression is reduced."""
         self.by_expr: dict[graph.SizeExpr, str] = {}
         self.origins: dict[Operation, str] = {}
         """The op of each graph op a symbolic node became (`convert_symbolic_node`), for
@@ -79,11 +84,63 @@ class SizeSymbols:
     def names(self) -> set[str]:
         return {s.name for s in self.inputs}
 
+    def add_relations(self, env: Any) -> None:
+        """Record the equalities of input sizes among the guards of torch's shape environment
+        `env` (`Eq(s0*s1, s2*s3)`: a check of the traced code, such as cross-entropy's that
+        its input has as many rows as its target, which torch guards the trace on) as
+        relations of the table (`graph.SizeRelation`): polynomials of this import's input
+        symbols, each oriented as a rewrite of its largest monomial; one without a monomial
+        of degree 2 or more with coefficient 1 or -1 to rewrite, or that earlier relations
+        already give, is left out. A program checks its relations at each call
+        (`SymbolicProgram.bind`), so that it never runs sizes the trace did not allow."""
+        import sympy
+
+        rank = {s.name: i for i, s in enumerate(self.inputs)}
+        for guard in getattr(env, "guards", ()):
+            expr = guard.expr
+            if not isinstance(expr, sympy.Eq):
+                continue
+            lhs, rhs = self._plain(expr.lhs), self._plain(expr.rhs)
+            if lhs is None or rhs is None:
+                continue
+            difference = graph.reduce_by(lhs - rhs, self.relations)
+            relation = graph.SizeRelation.oriented(difference, rank)
+            if relation is not None:
+                self.relations.append(relation)
+
+    def _plain(self, expr: Any) -> graph.SizeExpr | None:
+        """A sympy expression of this import's input symbols that is a polynomial (sums,
+        products, powers, integers) as one, else None."""
+        if expr.is_Integer:
+            return graph.SizeExpr.constant(int(expr))
+        if expr.is_Symbol:
+            return graph.SizeExpr.symbol(str(expr)) if str(expr) in self.names else None
+        if expr.is_Pow:
+            if not (expr.exp.is_Integer and int(expr.exp) >= 0):
+                return None
+            base, out = self._plain(expr.base), graph.SizeExpr.constant(1)
+            if base is None:
+                return None
+            for _ in range(int(expr.exp)):
+                out = out * base
+            return out
+        if not (expr.is_Add or expr.is_Mul):
+            return None
+        parts = [self._plain(a) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        total = parts[0]
+        assert total is not None
+        for p in parts[1:]:
+            assert p is not None
+            total = total + p if expr.is_Add else total * p
+        return total
+
     def dim(self, size: int | torch.SymInt, node: torch.fx.Node) -> graph.Dim:
         """A dim of a fake value: an int, or the symbol of its expression."""
         if isinstance(size, int):
             return size
-        expr = self.polynomial(size.node.expr, node)
+        expr = graph.reduce_by(self.polynomial(size.node.expr, node), self.relations)
         constant = expr.as_constant
         if constant is not None:
             return constant
@@ -116,9 +173,8 @@ class SizeSymbols:
                 "by a divisor other than a positive integer"
             )
         atoms = self.atoms
-        quotient, residue, d = graph.split_floordiv(
-            self.polynomial(base, node), int(divisor), atoms
-        )
+        polynomial = graph.reduce_by(self.polynomial(base, node), self.relations)
+        quotient, residue, d = graph.split_floordiv(polynomial, int(divisor), atoms)
         if residue is None:
             return quotient
         name = next((n for n, atom in atoms.items() if atom == (residue, d)), None)
@@ -152,7 +208,7 @@ class SizeSymbols:
         )
 
     def table(self) -> graph.SizesAttr:
-        return graph.SizesAttr((*self.inputs, *self.derived))
+        return graph.SizesAttr((*self.inputs, *self.derived, *self.relations))
 
 
 GUARDED_LOW_STEPS = 64

@@ -403,6 +403,9 @@ class Importer:
             arg_types.append(tensor_type_of_val(node.meta.get("val"), node))
             arg_attrs.append(DictionaryAttr(attr))
 
+        symbols = SIZE_SYMBOLS.get()
+        if symbols is not None:
+            symbols.add_relations(shape_env_of(placeholders))
         block = Block(arg_types=arg_types)
         lowering = ImportBuilder(block)
         arg_of: dict[torch.fx.Node, int] = {}
@@ -477,6 +480,17 @@ class Importer:
             values.append(lowering.tensor(node))
             names.append(node.name)
         return values, names, constants
+
+
+def shape_env_of(nodes: Sequence[torch.fx.Node]) -> Any:
+    """The shape environment of the first symbolic size of the nodes' fake values, or None
+    where they have none."""
+    for node in nodes:
+        val = node.meta.get("val")
+        for size in val.shape if isinstance(val, torch.Tensor) else ():
+            if isinstance(size, torch.SymInt):
+                return size.node.shape_env
+    return None
 
 
 def convert_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:

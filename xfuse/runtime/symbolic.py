@@ -10,7 +10,8 @@ kernel once for its device, and runs every call at the call's sizes:
   instead), static dims and dtypes as declared; derived symbols are computed (an argument dim
   that holds one must have its size: `y` of `2 * s0` is refused at any other), and one of 0 or
   1 (a floor division at a small input: `(s0 + 1) floordiv 2` at `s0 = 2`) raises
-  `SymbolicSizeError` as well;
+  `SymbolicSizeError` as well, and so do sizes that break a relation of the table (an equality
+  torch's trace checked: `eq(s2 * s3, s0 * s1)`);
 - a kernel launch allocates its outputs on the program's device from their symbolic shapes at
   those sizes and passes the kernel's size arguments (`xfuse.size_args`) and the trip count of
   its outer parallel loop (`xfuse.extent`'s symbol; None where it is static: the kernel's
@@ -199,6 +200,19 @@ def small_size_message(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> str:
     )
 
 
+def check_relations(table: graph.SizesAttr, sizes: dict[str, int]) -> None:
+    """Raise `SymbolicSizeError` where a call's input sizes `sizes` break a relation of the
+    table (an equality torch's trace checked, which the program's kernels rely on)."""
+    broken = table.broken_relation(sizes)
+    if broken is not None:
+        relation, lhs, rhs = broken
+        values = ", ".join(f"{name} = {sizes[name]}" for name in sorted(relation.symbols))
+        raise SymbolicSizeError(
+            f"sizes {relation.lhs_expr} = {lhs} and {relation.rhs} = {rhs} differ at {values}: "
+            "the program was compiled for calls where torch's trace checked them equal"
+        )
+
+
 def symbol_inputs(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> set[str]:
     """The symbols `symbol`'s definition names (those a message shows the sizes of)."""
     assert symbol.expr is not None
@@ -258,7 +272,7 @@ class SymbolicProgram:
         self.table = table
         self.input_symbols = table.inputs()
         """The table's input symbols (those a call's inputs give), in its order."""
-        self.derives = len(self.input_symbols) < len(table.data)
+        self.derives = len(self.input_symbols) < len(table.symbols)
         """Whether the table has derived symbols (a call computes and checks them)."""
         self.arguments = [graph.dims_of(a) for a in forward.body.block.args]
         self.argument_dtypes = [dtypes.to_torch(graph.dtype_of(a)) for a in forward.body.block.args]
@@ -381,6 +395,8 @@ class SymbolicProgram:
                     "(sizes 0 and 1 are specialised: this program does not run them)"
                 )
         sizes = {name: found[name] for name, _, _ in self._ranges}
+        if self.table.relations:
+            check_relations(self.table, sizes)
         if not self.derives:
             return sizes
         return self._derive(inputs, sizes, found)

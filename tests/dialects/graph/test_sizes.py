@@ -283,3 +283,92 @@ def test_floordiv_canonical_forms() -> None:
 def test_floordiv_table_problems(entries: tuple[SizeSymbol, ...], message: str) -> None:
     problem = SizesAttr(entries).problem
     assert problem is not None and message in str(problem)
+
+
+# ---------------------------------------------------------------------------------------------
+# Relations
+# ---------------------------------------------------------------------------------------------
+
+s2, s3 = SizeExpr.symbol("s2"), SizeExpr.symbol("s3")
+
+
+def related_table() -> SizesAttr:
+    """Logits' rows `s0 * s1` and targets' `s2 * s3`, equal by a relation."""
+    return SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 0, hint=2),
+            SizeSymbol.input("s1", 0, 1, hint=8),
+            SizeSymbol.input("s2", 1, 0, hint=2),
+            SizeSymbol.input("s3", 1, 1, hint=8),
+            SizeSymbol.derived("e0", s0 * s1),
+            graph.SizeRelation(("s2", "s3"), s0 * s1),
+        )
+    )
+
+
+def test_relations_make_related_sizes_one_symbol() -> None:
+    table = related_table()
+    assert table.problem is None
+    assert [s.name for s in table.symbols] == ["s0", "s1", "s2", "s3", "e0"]
+    assert table.expand(s3 * s2) == s0 * s1
+    assert table.symbol_for(s2 * s3) == "e0"
+    assert table.expand((s2 * s3 + s2).scale(2)) == (s0 * s1 + s2).scale(2)
+    assert table.symbol_for(s2 * s2) is None
+    assert graph.reduce_by(s2 * s3 * s3, table.relations) == s0 * s1 * s3
+    assert table.broken_relation({"s0": 2, "s1": 6, "s2": 3, "s3": 4}) is None
+    assert table.broken_relation({"s0": 2, "s1": 6, "s2": 3, "s3": 5}) == (
+        table.relations[0],
+        15,
+        12,
+    )
+
+
+def test_relations_print_and_parse_back() -> None:
+    table = related_table()
+    text = str(table)
+    assert text.endswith("e0 = s0 * s1, eq(s2 * s3, s0 * s1)>")
+    module = parse(
+        "func.func @f(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, "
+        "%y: tensor<?x?xf32, #graph.syms<s2, s3>>) attributes "
+        f"{{graph.sizes = {text}}} {{\n"
+        "  %0 = graph.reshape %x : tensor<?x?xf32, #graph.syms<s0, s1>> -> "
+        "tensor<?xf32, #graph.syms<e0>>\n"
+        "  %1 = graph.reshape %y : tensor<?x?xf32, #graph.syms<s2, s3>> -> "
+        "tensor<?xf32, #graph.syms<e0>>\n"
+        "  %2 = graph.add %0, %1 : tensor<?xf32, #graph.syms<e0>>, "
+        "tensor<?xf32, #graph.syms<e0>> -> tensor<?xf32, #graph.syms<e0>>\n"
+        "  func.return\n}"
+    )
+    function = next(iter(module.ops))
+    assert isinstance(function, func.FuncOp)
+    assert function.attributes[SIZES_ATTR] == table
+    # Without the relation, the targets' reshape to the logits' rows does not verify.
+    with pytest.raises(Exception, match="not equal for every size of their symbols"):
+        parse(str(module).replace(", eq(s2 * s3, s0 * s1)", ""))
+
+
+def test_a_relation_is_oriented_by_its_largest_monomial() -> None:
+    rank = {"s0": 0, "s1": 1, "s2": 2, "s3": 3}
+    relation = graph.SizeRelation.oriented(s0 * s1 - s2 * s3, rank)
+    assert relation == graph.SizeRelation(("s2", "s3"), s0 * s1)
+    # degree first: s2 * s3 is rewritten, not s0 * s1 * ... of lower rank symbols
+    assert graph.SizeRelation.oriented(s0 * s0 * s1 - s2 * s3, rank) == graph.SizeRelation(
+        ("s0", "s0", "s1"), s2 * s3
+    )
+    assert graph.SizeRelation.oriented(s0 - s2, rank) is None  # linear: one symbol in torch
+    assert graph.SizeRelation.oriented((s2 * s3).scale(2) - s0 * s1, rank) is None  # 2 divides
+    assert graph.SizeRelation.oriented(SizeExpr(), rank) is None
+
+
+@pytest.mark.parametrize(
+    ("relation", "message"),
+    [
+        (graph.SizeRelation(("s0", "s1"), s2 * s3), "is not oriented"),
+        (graph.SizeRelation(("s3",), s0), "rewrites a monomial of degree 1"),
+        (graph.SizeRelation(("s2", "s9"), s0 * s1), "uses 's9', which is no input symbol"),
+    ],
+)
+def test_relation_problems(relation: graph.SizeRelation, message: str) -> None:
+    entries = (*related_table().symbols, relation)
+    problem = SizesAttr(entries).problem
+    assert problem is not None and message in str(problem)

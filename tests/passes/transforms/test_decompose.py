@@ -293,3 +293,32 @@ def test_a_gather_through_a_reshape_broadcast_along_the_rows() -> None:
     want = torch.where(torch.arange(8)[None] == 3, t[:, None].expand(3, 8), 0.0).gather(1, i)
     torch.testing.assert_close(interpret(out, [i, t])[0], want)
     torch.testing.assert_close(interpret(module, [i, t])[0], want)
+
+
+def test_a_gather_through_a_reshape_of_symbolic_sizes_keeps_the_symbols() -> None:
+    """A causal LM's loss with symbolic sizes: the [s0, s1, 8] logits viewed as [e0, 8] rows,
+    the [s2, s3] labels as [e0, 1] indices (one symbol by the table's relation `s2 * s3 = s0 *
+    s1`). The gather of the log-probabilities goes through the logits' reshape, with the
+    indices reshaped to [s0, s1, 1]: every type it builds names its symbols, and the result
+    is the composite's at sizes that satisfy the relation."""
+    sizes = (
+        "s0 = input(0, 0) hint 2, s1 = input(0, 1) hint 4, s2 = input(1, 0) hint 2, "
+        "s3 = input(1, 1) hint 4, e0 = s0 * s1, eq(s2 * s3, s0 * s1)"
+    )
+    text = f"""func.func @forward(%x: tensor<?x?x8xf32, #graph.syms<s0, s1>>, %y: tensor<?x?xi64, #graph.syms<s2, s3>>) -> tensor<?x1xf32, #graph.syms<e0>> attributes {{graph.sizes = #graph.sizes<{sizes}>}} {{
+      %r = graph.reshape %x : tensor<?x?x8xf32, #graph.syms<s0, s1>> -> tensor<?x8xf32, #graph.syms<e0>>
+      %e = graph.exp %r : tensor<?x8xf32, #graph.syms<e0>>
+      %i = graph.reshape %y : tensor<?x?xi64, #graph.syms<s2, s3>> -> tensor<?x1xi64, #graph.syms<e0>>
+      %g = graph.gather %e[%i] dim = 1 : tensor<?x8xf32, #graph.syms<e0>>, tensor<?x1xi64, #graph.syms<e0>> -> tensor<?x1xf32, #graph.syms<e0>>
+      func.return %g : tensor<?x1xf32, #graph.syms<e0>>
+    }}"""
+    module = parse(text)
+    out = decompose(module)
+    out.verify()
+    (gather,) = [op for op in out.walk() if isinstance(op, graph.GatherOp)]
+    assert graph.dims_of(gather.table) == ("s0", "s1", 8)
+    assert graph.dims_of(gather.results[0]) == ("s0", "s1", 1)
+    for (b, t), (b2, t2) in (((2, 4), (2, 4)), ((3, 4), (2, 6))):
+        x, y = torch.randn(b, t, 8), torch.randint(0, 8, (b2, t2))
+        want = x.reshape(-1, 8).exp().gather(1, y.reshape(-1, 1))
+        torch.testing.assert_close(interpret(out, [x, y])[0], want)

@@ -186,10 +186,12 @@ from xfuse.dialects.graph.reductions import (
 from xfuse.dialects.graph.sizes import (
     MIN_SIZE,
     SizeExpr,
+    SizeRelation,
     SizesAttr,
     SizeSymbol,
     SymsAttr,
     evaluate_sizes,
+    reduce_by,
     size_symbols_from_text,
     split_floordiv,
 )
@@ -256,6 +258,8 @@ __all__ = [
     "SizeExpr",
     "SizesAttr",
     "SizeSymbol",
+    "SizeRelation",
+    "reduce_by",
     "split_floordiv",
     "evaluate_sizes",
     "size_symbols_from_text",

@@ -18,7 +18,14 @@ provably so: a floor division only equals what its canonical form shows).
 
 A symbol's size at a call is at least 2 (`MIN_SIZE`): input symbols by their range, derived
 ones checked when a call computes them (`SizesAttr.too_small`); a floor division or a
-difference can be 0 or 1 at small inputs, and such a call is refused or specialised."""
+difference can be 0 or 1 at small inputs, and such a call is refused or specialised.
+
+A table may also hold *relations* between input symbols that torch's trace established (a
+check such as cross-entropy's that the logits' rows `s0 * s1` are as many as the targets' `s2
+* s3`): `eq(s2 * s3, s0 * s1)`, each a rewrite of one monomial of degree 2 or more into a
+polynomial of smaller monomials (`monomial_key`). Every polynomial of the table is reduced by
+them (`reduce_by`), so that sizes a relation makes equal have one expansion and name one
+symbol; a call binds only sizes that satisfy every relation (`SizesAttr.broken_relation`)."""
 
 from __future__ import annotations
 
@@ -221,6 +228,97 @@ def _nested_atom(residue: SizeExpr, atoms: Atoms) -> str | None:
     return None
 
 
+def monomial_key(mono: Monomial, rank: Mapping[str, int]) -> tuple[int, tuple[int, ...]]:
+    """A monomial's place in the order relations rewrite by: degree first, then its symbols'
+    ranks (`rank`: each input symbol's position in the table), largest first, compared
+    lexicographically. The order is a well-order that multiplication keeps (`m1 < m2` gives
+    `m1 * m < m2 * m`), so rewriting a monomial into smaller ones ends."""
+    return len(mono), tuple(sorted((rank[s] for s in mono), reverse=True))
+
+
+@dataclass(frozen=True)
+class SizeRelation:
+    """An equality of input sizes that holds at every call (`eq(lhs, rhs)`): the monomial `lhs`
+    (input symbols, degree 2 or more, coefficient 1) is the polynomial `rhs`, whose monomials
+    are smaller (`monomial_key`)."""
+
+    lhs: Monomial
+    rhs: SizeExpr
+
+    @property
+    def lhs_expr(self) -> SizeExpr:
+        return SizeExpr.of([(self.lhs, 1)])
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return frozenset(self.lhs) | self.rhs.symbols
+
+    @staticmethod
+    def oriented(difference: SizeExpr, rank: Mapping[str, int]) -> SizeRelation | None:
+        """`difference == 0` (a polynomial of the symbols of `rank`) as a relation: its largest
+        monomial rewritten into the rest. None where that monomial's coefficient is not 1 or
+        -1 (the rest would divide by it) or its degree is below 2 (torch makes a linear
+        equality one symbol of its own)."""
+        if not difference.terms:
+            return None
+        lead, coeff = max(difference.terms, key=lambda t: monomial_key(t[0], rank))
+        if abs(coeff) != 1 or len(lead) < 2:
+            return None
+        rest = difference - SizeExpr.of([(lead, coeff)])
+        return SizeRelation(lead, rest.scale(-coeff))
+
+    def __str__(self) -> str:
+        return f"eq({self.lhs_expr}, {self.rhs})"
+
+
+def reduce_by(expr: SizeExpr, relations: Iterable[SizeRelation]) -> SizeExpr:
+    """`expr` with every monomial that a relation's `lhs` divides rewritten (`lhs * q` into
+    `rhs * q`) until none is: each rewrite makes the polynomial smaller in a well-order
+    (`monomial_key`), so this ends."""
+    rules = tuple(relations)
+    if not rules:
+        return expr
+    while True:
+        out: list[tuple[Monomial, int]] = []
+        changed = False
+        for mono, coeff in expr.terms:
+            for rule in rules:
+                rest = _divided(mono, rule.lhs)
+                if rest is not None:
+                    out.extend((m + rest, c * coeff) for m, c in rule.rhs.terms)
+                    changed = True
+                    break
+            else:
+                out.append((mono, coeff))
+        expr = SizeExpr.of(out)
+        if not changed:
+            return expr
+
+
+def _divided(mono: Monomial, factor: Monomial) -> Monomial | None:
+    """`mono / factor` where `factor` divides `mono` (each symbol as often or more), else
+    None."""
+    rest = list(mono)
+    for s in factor:
+        if s not in rest:
+            return None
+        rest.remove(s)
+    return tuple(rest)
+
+
+def parse_size_relation(parser: AttrParser) -> SizeRelation:
+    """`eq(lhs, rhs)` after its keyword: `lhs` a product of symbols (`parse_size_expr`)."""
+    parser.parse_punctuation("(")
+    pos = parser.pos
+    lhs = parse_size_expr(parser)
+    parser.parse_punctuation(",")
+    rhs = parse_size_expr(parser)
+    parser.parse_punctuation(")")
+    if len(lhs.terms) != 1 or lhs.terms[0][1] != 1:
+        parser.raise_error(f"expected a product of size symbols, found {lhs}", pos, pos)
+    return SizeRelation(lhs.terms[0][0], rhs)
+
+
 # ---------------------------------------------------------------------------------------------
 # The encoding of a tensor type with dynamic dims
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +405,11 @@ def parse_size_symbol(parser: AttrParser) -> SizeSymbol:
     (`high` an integer or `inf`), `name = expr` or `name = (expr) floordiv divisor`."""
     name = parser.parse_identifier(" (a size symbol)")
     parser.parse_punctuation("=")
+    return _symbol_after_name(name, parser)
+
+
+def _symbol_after_name(name: str, parser: AttrParser) -> SizeSymbol:
+    """A `graph.sizes` symbol's definition, after its `name =`."""
     if parser.parse_optional_keyword("input") is None:
         expr = parse_size_expr(parser)
         if parser.parse_optional_keyword("floordiv") is None:
@@ -339,6 +442,24 @@ def parse_size_symbols(parser: AttrParser) -> tuple[SizeSymbol, ...]:
     return tuple(entries)
 
 
+SizeEntry = SizeSymbol | SizeRelation
+"""An entry of a `graph.sizes` table: a symbol or a relation."""
+
+
+def parse_size_entries(parser: AttrParser) -> tuple[SizeEntry, ...]:
+    """The entries of a `graph.sizes` table, separated by commas: symbols
+    (`parse_size_symbol`) and relations (`eq(lhs, rhs)`)."""
+
+    def entry() -> SizeEntry:
+        if parser.parse_optional_keyword("eq") is not None:
+            if parser.parse_optional_punctuation("=") is None:
+                return parse_size_relation(parser)
+            return _symbol_after_name("eq", parser)
+        return parse_size_symbol(parser)
+
+    return tuple(parser.parse_comma_separated_list(parser.Delimiter.NONE, entry))
+
+
 def size_symbols_from_text(text: str) -> tuple[SizeSymbol, ...]:
     """The entries of a `graph.sizes` table written outside IR (`", ".join` of the symbols'
     `str`), e.g. the work items of a CUDA launch line: derived symbols of a kernel's size
@@ -369,16 +490,17 @@ def evaluate_sizes(symbols: Iterable[SizeSymbol], inputs: Mapping[str, int]) -> 
 
 
 @irdl_attr_definition
-class SizesAttr(Data[tuple[SizeSymbol, ...]]):
+class SizesAttr(Data[tuple[SizeEntry, ...]]):
     """The size symbols of a function, in definition order (the `graph.sizes` attribute of
-    `func.func`). `#graph.sizes<s0 = input(0, 0) hint 4 range [2, inf], s1 = 8 * s0>`"""
+    `func.func`), then the relations of its input symbols, if any.
+    `#graph.sizes<s0 = input(0, 0) hint 4 range [2, inf], s1 = 8 * s0>`"""
 
     name = "graph.sizes"
 
     @classmethod
-    def parse_parameter(cls, parser: AttrParser) -> tuple[SizeSymbol, ...]:
+    def parse_parameter(cls, parser: AttrParser) -> tuple[SizeEntry, ...]:
         with parser.in_angle_brackets():
-            return parse_size_symbols(parser)
+            return parse_size_entries(parser)
 
     def print_parameter(self, printer: Printer) -> None:
         printer.print_string("<" + ", ".join(str(s) for s in self.data) + ">")
@@ -386,17 +508,29 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
     # -- reading the table ----------------------------------------------------------------------
 
     @cached_property
+    def symbols(self) -> tuple[SizeSymbol, ...]:
+        """The size symbols, in definition order."""
+        return tuple(s for s in self.data if isinstance(s, SizeSymbol))
+
+    @cached_property
+    def relations(self) -> tuple[SizeRelation, ...]:
+        """The relations of the input symbols (`SizeRelation`)."""
+        return tuple(s for s in self.data if isinstance(s, SizeRelation))
+
+    @cached_property
     def by_name(self) -> dict[str, SizeSymbol]:
-        return {s.name: s for s in self.data}
+        return {s.name: s for s in self.symbols}
 
     @cached_property
     def expansions(self) -> dict[str, SizeExpr]:
         """Each symbol as a polynomial of atoms (input symbols and floor divisions, each
-        itself)."""
+        itself), reduced by the relations."""
         out: dict[str, SizeExpr] = {}
-        for s in self.data:
+        for s in self.symbols:
             out[s.name] = (
-                SizeExpr.symbol(s.name) if s.expr is None or s.is_atom else (s.expr.substitute(out))
+                SizeExpr.symbol(s.name)
+                if s.expr is None or s.is_atom
+                else reduce_by(s.expr.substitute(out), self.relations)
             )
         return out
 
@@ -405,7 +539,7 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
         """Each floor division: (its polynomial expanded into atoms, its divisor)."""
         return {
             s.name: (self.expand(s.expr), s.divisor)
-            for s in self.data
+            for s in self.symbols
             if s.expr is not None and s.divisor is not None
         }
 
@@ -413,7 +547,7 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
     def input_dependencies(self) -> dict[str, frozenset[str]]:
         """Each symbol's input symbols (those its size is computed from)."""
         out: dict[str, frozenset[str]] = {}
-        for s in self.data:
+        for s in self.symbols:
             if s.expr is None:
                 out[s.name] = frozenset((s.name,))
             else:
@@ -423,12 +557,12 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
     @cached_property
     def hints(self) -> dict[str, int]:
         """Each symbol's size at the hints of the input symbols (the example's sizes)."""
-        return self.evaluate({s.name: s.hint for s in self.data if s.expr is None})
+        return self.evaluate({s.name: s.hint for s in self.symbols if s.expr is None})
 
     def expand(self, expr: SizeExpr) -> SizeExpr:
         """`expr` with every symbol of the table expanded into atoms (input symbols and
-        floor divisions)."""
-        return expr.substitute(self.expansions)
+        floor divisions), reduced by the relations."""
+        return reduce_by(expr.substitute(self.expansions), self.relations)
 
     def floordiv(self, expr: SizeExpr, divisor: int) -> SizeExpr | None:
         """floor(expr / divisor) (`expr` of any symbols of the table) as a polynomial of the
@@ -451,19 +585,28 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
 
     def evaluate(self, inputs: Mapping[str, int]) -> dict[str, int]:
         """Every symbol's size, given the input symbols' sizes (`evaluate_sizes`)."""
-        return evaluate_sizes(self.data, inputs)
+        return evaluate_sizes(self.symbols, inputs)
 
     def too_small(self, sizes: Mapping[str, int]) -> SizeSymbol | None:
         """The first derived symbol whose size in `sizes` (`evaluate`'s) is below `MIN_SIZE`,
         if any: a call at such sizes is not one the table describes (a symbol is never 0 or 1,
         so broadcasting it is unambiguous)."""
-        for s in self.data:
+        for s in self.symbols:
             if s.expr is not None and sizes[s.name] < MIN_SIZE:
                 return s
         return None
 
+    def broken_relation(self, sizes: Mapping[str, int]) -> tuple[SizeRelation, int, int] | None:
+        """The first relation that the input symbols' sizes in `sizes` do not satisfy, with
+        its two sides' values, if any: a call at such sizes is not one the table describes."""
+        for r in self.relations:
+            lhs, rhs = r.lhs_expr.evaluate(sizes), r.rhs.evaluate(sizes)
+            if lhs != rhs:
+                return r, lhs, rhs
+        return None
+
     def inputs(self) -> list[SizeSymbol]:
-        return [s for s in self.data if s.expr is None]
+        return [s for s in self.symbols if s.expr is None]
 
     # -- verification ---------------------------------------------------------------------------
 
@@ -478,11 +621,12 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
         return None
 
     def check(self) -> None:
+        _verify_relations(self.symbols, self.relations)
         expanded: dict[str, SizeExpr] = {}
         sources: dict[tuple[int, int], str] = {}
         names_of: dict[SizeExpr, str] = {}
         atoms: dict[str, tuple[SizeExpr, int]] = {}
-        for s in self.data:
+        for s in self.symbols:
             if not SYMBOL_NAME.fullmatch(s.name):
                 raise VerifyException(f"expected a size symbol name, found '{s.name}'")
             if s.name in expanded:
@@ -497,7 +641,7 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
                         f"size symbol '{s.name}' = {s.expr} uses '{unknown[0]}', which is not "
                         "defined before it"
                     )
-                expansion = s.expr.substitute(expanded)
+                expansion = reduce_by(s.expr.substitute(expanded), self.relations)
                 if s.divisor is not None:
                     _verify_floordiv(s, expansion, atoms)
                     atoms[s.name] = (expansion, s.divisor)
@@ -514,6 +658,31 @@ class SizesAttr(Data[tuple[SizeSymbol, ...]]):
                 )
             names_of[expansion] = s.name
             expanded[s.name] = expansion
+
+
+def _verify_relations(symbols: tuple[SizeSymbol, ...], relations: tuple[SizeRelation, ...]) -> None:
+    """Each relation is of input symbols, rewrites a monomial of degree 2 or more into smaller
+    ones (`monomial_key`, so that `reduce_by` ends), and no two rewrite the same monomial."""
+    rank = {s.name: i for i, s in enumerate(symbols) if s.expr is None}
+    seen: set[Monomial] = set()
+    for r in relations:
+        unknown = sorted(r.symbols - rank.keys())
+        if unknown:
+            raise VerifyException(f"relation {r} uses '{unknown[0]}', which is no input symbol")
+        if len(r.lhs) < 2:
+            raise VerifyException(
+                f"relation {r} rewrites a monomial of degree {len(r.lhs)}: an equal input size "
+                "is the same symbol"
+            )
+        key = monomial_key(r.lhs, rank)
+        if any(monomial_key(m, rank) >= key for m, _ in r.rhs.terms):
+            raise VerifyException(
+                f"relation {r} is not oriented: its right-hand side has a monomial not smaller "
+                "than its left-hand side (degree first, then the later input symbols)"
+            )
+        if r.lhs in seen:
+            raise VerifyException(f"relation {r} rewrites a monomial an earlier one rewrites")
+        seen.add(r.lhs)
 
 
 def _verify_floordiv(s: SizeSymbol, expansion: SizeExpr, atoms: Atoms) -> None:

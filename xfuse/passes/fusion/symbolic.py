@@ -73,7 +73,7 @@ def proxy_sizes(table: graph.SizesAttr, static: set[int]) -> dict[str, int]:
     static size, other derived symbols their polynomials of those. Refuses a table whose
     proxies collide (two symbols, or a symbol and a static size, of one value)."""
     primes = _primes_above(max(static | {16}))
-    inputs = {s.name: next(primes) for s in table.data if s.is_atom}
+    inputs = {s.name: next(primes) for s in table.symbols if s.is_atom}
     sizes = {name: e.evaluate(inputs) for name, e in table.expansions.items()}
     seen: dict[int, str] = {}
     for name, value in sizes.items():

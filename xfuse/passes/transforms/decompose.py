@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -275,8 +275,8 @@ class _Gathering:
 
     indices: list[SSAValue]
     dim: int
-    table: tuple[int, ...]
-    result: tuple[int, ...]
+    table: tuple[graph.Dim, ...]
+    result: tuple[graph.Dim, ...]
     wrap: bool
     ops: list[Operation] = field(default_factory=list[Operation])
     pushed: list[int] = field(default_factory=lambda: [0])
@@ -289,7 +289,8 @@ class _Gathering:
     def value(self, v: SSAValue) -> SSAValue | None:
         """`v` (broadcast to the table) read at the gathered positions, in the result's shape;
         None where it cannot be."""
-        shape = (1,) * (len(self.table) - len(graph.shape_of(v))) + tuple(graph.shape_of(v))
+        dims = graph.dims_of(v)
+        shape = (1,) * (len(self.table) - len(dims)) + dims
         sizes = {shape[k] for k in self.indexed}
         if sizes == {1}:
             return self._broadcast(v, shape)
@@ -299,11 +300,11 @@ class _Gathering:
         if self.pushed[0] < MAX_GATHERED_OPS and isinstance(owner, Operation):
             if _of_elements(owner):
                 return self._elementwise(owner)
-            if isinstance(owner, graph.ReshapeOp) and shape == self.table == graph.shape_of(v):
+            if isinstance(owner, graph.ReshapeOp) and shape == self.table == dims:
                 through = self._through_reshape(owner)
                 if through is not None:
                     return through
-        if len(shape) != len(graph.shape_of(v)):
+        if len(shape) != len(dims):
             v = self._add(graph.ReshapeOp(v, shape))
         return self._add(graph.GatherOp(v, self.indices, self.dim, self.result, wrap=self.wrap))
 
@@ -317,7 +318,7 @@ class _Gathering:
             operands.append(gathered)
         clone = type(op).create(
             operands=operands,
-            result_types=[TensorType(graph.dtype_of(op.results[0]), self.result)],
+            result_types=[graph.tensor_of(graph.dtype_of(op.results[0]), self.result)],
             properties=dict(op.properties),
             attributes=dict(op.attributes),
         )
@@ -327,11 +328,11 @@ class _Gathering:
         """A reshape of the table's whole shape (not broadcast along the rows: those rows are
         the indices' too) that regroups only the dims before the indexed ones (a [B*T, V] view
         of [B, T, V] logits): the gather reads its input, indices reshaped alike."""
-        source = tuple(graph.shape_of(op.input))
+        source = graph.dims_of(op.input)
         suffix = self.table[self.dim :]
         if len(source) < len(suffix) or source[len(source) - len(suffix) :] != suffix:
             return None
-        if any(tuple(graph.shape_of(i)) != self.result for i in self.indices):
+        if any(graph.dims_of(i) != self.result for i in self.indices):
             return None  # an index broadcasts: its reshape is no plain regrouping
         prefix = source[: len(source) - len(suffix)]
         result = (*prefix, *self.result[self.dim :])
@@ -340,10 +341,10 @@ class _Gathering:
         value = inner.value(op.input)
         return None if value is None else self._add(graph.ReshapeOp(value, self.result))
 
-    def _broadcast(self, v: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+    def _broadcast(self, v: SSAValue, shape: tuple[graph.Dim, ...]) -> SSAValue:
         """`v`, whose indexed dims are 1, as the result's broadcast operand: those dims made
         one of size 1."""
-        if len(self.indexed) == 1 or graph.numel(graph.shape_of(v)) == 1:
+        if len(self.indexed) == 1 or all(d == 1 for d in graph.dims_of(v)):
             return v  # torch broadcasting reads it as it is
         kept = (*shape[: self.dim], 1, *shape[self.indexed.stop :])
         return self._add(graph.ReshapeOp(v, kept))
@@ -368,7 +369,7 @@ class GatherThroughElementwise(RewritePattern):
         producer = op.table.owner
         if not isinstance(producer, Operation) or not _of_elements(producer):
             return
-        table, result = tuple(graph.shape_of(op.table)), tuple(graph.shape_of(op.result))
+        table, result = graph.dims_of(op.table), graph.dims_of(op.result)
         dim = op.dim.value.data
         gathering = _Gathering(list(op.indices), dim, table, result, op.wrap is not None)
         indexed = gathering.indexed
