@@ -217,3 +217,42 @@ def test_gpt2_over_sequence_lengths(counts: Counts, dynamic: bool | None) -> Non
                 assert counts.programs("symbolic") == 1
     assert counts.kernels == kernels  # every later length ran the same kernels
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
+LENGTHS = [*range(1, 21), *range(21, 250, 9), *range(250, 257)]
+"""Sequence lengths from 1 to 256: all of 1..20 and 250..256, every 9th between (all 256 take
+twice as long, the compiles aside)."""
+
+
+def test_a_language_model_over_sequence_lengths_1_to_256_compiles_its_kernels_once(
+    counts: Counts,
+) -> None:
+    """A 1-layer GPT-2 of 256 positions called with `dynamic=True` at sequence lengths from 1
+    to 256 (`LENGTHS`), with eager's logits at every one. Length 1 specialises, as in Inductor:
+    dynamo traces the sequence dim as the constant 1 (the batch stays symbolic), and xfuse
+    compiles that graph's program; length 2 fails that graph's guard, and dynamo hands over a
+    graph of symbolic sequence length, whose program is compiled once: its kernels serve every
+    later length, and length 1 again, the first program. No warning, nothing per shape."""
+    config = transformers.GPT2Config(
+        n_layer=1, n_embd=32, n_head=2, vocab_size=128, n_positions=256, use_cache=False
+    )
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        first = kernels = 0
+        for call, length in enumerate([*LENGTHS, 1]):
+            ids = torch.randint(0, 128, (2, length))
+            torch.testing.assert_close(compiled(ids).logits, model(ids).logits)
+            if call == 0:  # length 1: the program of that length, symbolic in the batch
+                assert counts.programs("symbolic") == 1
+                first = counts.kernels
+                assert first > 0
+            elif call == 1:  # length 2: the program of symbolic sequence length
+                assert counts.programs("symbolic") == 2
+                kernels = counts.kernels
+                assert kernels > first
+    assert counts.kernels == kernels  # lengths 3..256 and 1 again ran compiled kernels
+    assert counts.programs("symbolic") == 2 and counts.programs("per-shape") == 0
