@@ -15,7 +15,9 @@ eager outputs a dynamic program would not return alike (`check_outputs`: a view 
 of another output, or strides that are not contiguous). At call time: a size of 0 or 1 that
 the input's `Dim` allows specialises, as Inductor's does (`DynamicProgram.specialises`: a
 static program compiled for the call's shape runs it); a size outside a symbol's range (0 and
-1 where the `Dim` does not allow them) raises `SymbolicSizeError`; a call that needs autograd or
+1 where the `Dim` does not allow them) raises `SymbolicSizeError`; a call at sizes where an
+attention mask that the program dropped, computed from sizes alone, is not the causal (or
+all-true) mask it was at the example's sizes (`MaskGuardError`) runs specialised too; a call that needs autograd or
 runs under `torch.autocast`, a tensor off the program's device, inputs of another structure, or a Python
 scalar other than the example's (torch.export specialised it) raise their own one-line errors.
 
@@ -60,6 +62,7 @@ from xfuse.frontend.export import (
 from xfuse.frontend.outputs import OutputRule
 from xfuse.frontend.pytrees import picker
 from xfuse.ir.names import SIZES_ATTR
+from xfuse.passes.transforms.attention_mask import MaskGuardError
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.report.op_index import OpIndex
 from xfuse.runtime.compiler import output_sources, outputs_only_from
@@ -259,11 +262,14 @@ class DynamicProgram:
         self.model = model_or_fn
         self.fallback: FallbackMode = fallback
         self.specialised: CompiledProgram | None = None
-        """The static program of calls with a size of 0 or 1 (`specialises`), built at the
+        """The static program of calls with a size of 0 or 1 (`specialises`), or where an
+        attention mask guard fails (`MaskGuardError`), built at the
         first such call; it compiles each of their shapes once."""
         self.guards = export_guards(exported)
-        """The guards on size symbols the trace recorded, one line each: torch.export's
-        (`export_guards`), and those of dynamo's trace where torch.compile made the program."""
+        self.guards += [g.describe() for g in self.compiled.mask_guards]
+        """The guards on size symbols, one line each: those the trace recorded, torch.export's
+        (`export_guards`), and dynamo's where torch.compile made the program; and those of
+        the attention masks the program runs without (`MaskGuard.describe`)."""
         self.in_spec = pytree.tree_flatten((example_inputs, kwargs))[1]
         leaves = pytree.tree_leaves((example_inputs, kwargs))
         self.constants = {i: leaves[i] for i in sorted(program.constant_inputs)}
@@ -410,7 +416,10 @@ class DynamicProgram:
                 return self._specialised(args, kwargs)(*args, **kwargs)
             scalars = self._cpu_scalars(tensors)
             tensors = self._on_device(tensors, scalars)
-            plan = self._plan(tensors, scalars)
+            try:
+                plan = self._plan(tensors, scalars)
+            except MaskGuardError:  # a dropped mask is not causal (or all true) at these sizes
+                return self._specialised(args, kwargs)(*args, **kwargs)
             if layouts is not None:
                 self._keep(layouts, plan)
         results = self._run(tensors, plan)

@@ -11,7 +11,11 @@ kernel once for its device, and runs every call at the call's sizes:
   that holds one must have its size: `y` of `2 * s0` is refused at any other), and one of 0 or
   1 (a floor division at a small input: `(s0 + 1) floordiv 2` at `s0 = 2`) raises
   `SymbolicSizeError` as well, and so do sizes that break a relation of the table (an equality
-  torch's trace checked: `eq(s2 * s3, s0 * s1)`);
+  torch's trace checked: `eq(s2 * s3, s0 * s1)`); attention whose mask `attention-mask`
+  dropped (a mask computed from sizes alone, causal or all true at the size hints) is checked
+  at the call's sizes (the mask computed on the CPU, once per sizes): where it is not of that
+  kind the call raises `MaskGuardError` (a `SymbolicSizeError`; `DynamicProgram` runs such a
+  call specialised);
 - a kernel launch allocates its outputs on the program's device from their symbolic shapes at
   those sizes and passes the kernel's size arguments (`xfuse.size_args`) and the trip count of
   its outer parallel loop (`xfuse.extent`'s symbol; None where it is static: the kernel's
@@ -53,14 +57,17 @@ from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
+from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
 from xfuse.pipeline import PassFailedError, PassObserver, pipeline
 from xfuse.runtime.compiler import is_fresh_view, lower_to_loops
 
-DEFAULT_PASSES = "decompose,fuse-greedy,group-cleanup,fold-linear"
-"""The fusion passes a symbolic program is built with (before `lower-to-loops`): `fold-linear`
-puts a transposed weight's matmul and a bias add that fusion left alone back into one
-`graph.linear` (a library GEMM), where the transpose would be a kernel copying the weight at
-every call."""
+DEFAULT_PASSES = "decompose,attention-mask{symbolic=true},fuse-greedy,group-cleanup,fold-linear"
+"""The fusion passes a symbolic program is built with (before `lower-to-loops`):
+`attention-mask` runs attention whose mask is computed from sizes alone as `is_causal` (or
+without the mask) where the mask is causal (or hides nothing) at the size hints, guarded at
+every call's sizes (`mask_guards`); `fold-linear` puts a transposed weight's matmul and a bias
+add that fusion left alone back into one `graph.linear` (a library GEMM), where the transpose
+would be a kernel copying the weight at every call."""
 
 
 @dataclass
@@ -294,6 +301,11 @@ class SymbolicProgram:
         fusion_passes.apply(module)
         self.fusion_passes = fusion_passes.passes
         """The fusion passes as they ran (their `decisions`, for an explanation)."""
+        self.mask_guards = [
+            g for p in self.fusion_passes if isinstance(p, AttentionMaskPass) for g in p.guards
+        ]
+        """The masks that attention runs without (`attention-mask`'s guards): `bind` refuses
+        a call at sizes where one is not of the kind it had at the size hints."""
         self.fused = module.clone()
         """The module after fusion, before `lower-to-loops`: groups, not kernels."""
         lower_symbolic(module, self.device)
@@ -397,9 +409,11 @@ class SymbolicProgram:
         sizes = {name: found[name] for name, _, _ in self._ranges}
         if self.table.relations:
             check_relations(self.table, sizes)
-        if not self.derives:
-            return sizes
-        return self._derive(inputs, sizes, found)
+        if self.derives:
+            sizes = self._derive(inputs, sizes, found)
+        if self.mask_guards:
+            check_guards(self.mask_guards, sizes)  # MaskGuardError where one does not hold
+        return sizes
 
     def _derive(
         self, inputs: Sequence[torch.Tensor], sizes: dict[str, int], found: dict[str, int]

@@ -13,6 +13,15 @@ such groups), and a mask that is all true, or is `tril(ones(L, S))` over every b
 is dropped. The values are the same: a true entry adds 0 to its score, a false one makes it
 -inf, as `is_causal` does to the upper triangle (tests check it bit for bit).
 
+With size symbols (a symbolic program's `@forward`), a mask computed from sizes alone (iotas
+over symbolic dims, compares) is rewritten only with the option `symbolic`: the mask is
+computed at the size hints (the example's sizes) and, where it is causal or hides nothing there,
+attention runs without it and the pass records a `MaskGuard` in `guards` (the mask's ops
+cloned, its kind, the attention weights' dims). Whatever runs the function must check each
+guard at each call's sizes (`MaskGuard.holds`: the mask computed at those sizes has the same
+kind) and not run the rewritten function where one fails: `SymbolicProgram.bind` refuses such
+a call (`MaskGuardError`). Without the option, a mask or attention with symbolic dims is kept.
+
     %m = graph.le %rows, %cols : ... -> tensor<1x1x16x16xi1>     (a causal mask)
     %o = graph.torch_call "aten.scaled_dot_product_attention.default"(%q, %k, %v, %m) args = ["%t0", "%t1", "%t2", "%t3"] kwargs = {scale = 0.25 : f64} : ...
       ->
@@ -21,7 +30,8 @@ is dropped. The values are the same: a true entry adds 0 to its score, a false o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xdsl.context import Context
@@ -46,8 +56,9 @@ from xdsl.pattern_rewriter import (
 from xfuse.dialects import graph
 from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import decode_arg, renumbered, tensor_ref
+from xfuse.errors import SymbolicSizeError
 from xfuse.frontend.attention import SDPA
-from xfuse.interpreters.graph import run_op
+from xfuse.interpreters.graph import SIZES, run_op
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +74,19 @@ SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal
 
 def constant_value(value: SSAValue) -> torch.Tensor | None:
     """`value` computed now, when it depends on no argument of its function and only on ops
-    that xfuse computes itself (`computed_by_xfuse`: no extern, no effect); else None."""
+    that xfuse computes itself (`computed_by_xfuse`: no extern, no effect), none of a symbolic
+    shape; else None."""
+    order = constant_ops(value, None)
+    if order is None or any(graph.is_symbolic(r) for op in order for r in op.results):
+        return None
+    return evaluate(order, value, {})
+
+
+def constant_ops(value: SSAValue, table: graph.SizesAttr | None) -> list[Operation] | None:
+    """The ops `value` is computed from, in order, when it depends on no argument of its
+    function and only on ops that xfuse computes itself (`computed_by_xfuse`: no extern, no
+    effect), `MAX_MASK_OPS` at most, none with a result of more than `MAX_MASK_ELEMENTS`
+    elements (at the size hints of `table` where a shape is symbolic); else None."""
     order: list[Operation] = []
     seen: set[Operation] = set()
 
@@ -75,7 +98,7 @@ def constant_value(value: SSAValue) -> torch.Tensor | None:
             return True
         seen.add(op)
         if len(seen) > MAX_MASK_OPS or any(
-            graph.numel(graph.shape_of(r)) > MAX_MASK_ELEMENTS for r in op.results
+            graph.numel(graph.hinted_shape_of(r, table)) > MAX_MASK_ELEMENTS for r in op.results
         ):
             return False
         if not all(visit(o) for o in op.operands):
@@ -83,12 +106,88 @@ def constant_value(value: SSAValue) -> torch.Tensor | None:
         order.append(op)
         return True
 
-    if not visit(value):
-        return None
+    return order if visit(value) else None
+
+
+def evaluate(order: list[Operation], value: SSAValue, sizes: Mapping[str, int]) -> torch.Tensor:
+    """`value`, the result of the last of the ops `order` (which read no other value), computed
+    on the CPU by the graph interpreter with the size symbols at `sizes`."""
     values: dict[SSAValue, torch.Tensor] = {}
-    for op in order:
-        values.update(zip(op.results, run_op(op, [values[o] for o in op.operands]), strict=True))
+    token = SIZES.set(sizes)
+    try:
+        for op in order:
+            values.update(
+                zip(op.results, run_op(op, [values[o] for o in op.operands]), strict=True)
+            )
+    finally:
+        SIZES.reset(token)
     return values[value]
+
+
+MAX_CHECKED_SIZES = 1024
+"""The sizes a `MaskGuard` keeps its verdict for; all are dropped past that."""
+
+
+@dataclass
+class MaskGuard:
+    """Attention in a function with size symbols runs without its mask, which was `kind`
+    ("causal" or "none", `mask_kind`) at the size hints: `ops` (the mask's ops, cloned out
+    of the function, in order; `mask` the last one's result) computed at a call's sizes must
+    be that kind for the attention weights' dims `weights` (`holds`)."""
+
+    ops: tuple[Operation, ...]
+    mask: SSAValue
+    weights: tuple[graph.Dim, ...]
+    kind: str
+    symbols: tuple[str, ...]
+    """The size symbols the mask's shapes and `weights` name (what `holds` is decided by)."""
+    checked: dict[tuple[int, ...], bool] = field(default_factory=dict[tuple[int, ...], bool])
+    """`holds`' verdict by the sizes of `symbols`."""
+
+    def holds(self, sizes: Mapping[str, int]) -> bool:
+        """Whether the mask computed at `sizes` (every symbol's size) is `kind`: computed on
+        the CPU once per sizes of `symbols`."""
+        key = tuple(sizes[s] for s in self.symbols)
+        verdict = self.checked.get(key)
+        if verdict is None:
+            weights = tuple(d if isinstance(d, int) else sizes[d] for d in self.weights)
+            try:
+                mask = evaluate(list(self.ops), self.mask, sizes)
+            except Exception:  # noqa: BLE001 - a mask that cannot be computed is not the kind
+                verdict = False
+            else:
+                verdict = mask_kind(mask, weights) == self.kind
+            if len(self.checked) >= MAX_CHECKED_SIZES:
+                self.checked.clear()
+            self.checked[key] = verdict
+        return verdict
+
+    def describe(self) -> str:
+        """The guard as one line (an explanation's guards)."""
+        what = "causal (tril)" if self.kind == "causal" else "all true"
+        runs = "is_causal=True" if self.kind == "causal" else "no mask"
+        return (
+            f"attention's mask, computed from sizes alone ({len(self.ops)} ops), is {what} at "
+            f"the call's sizes: it runs as {runs} (computed on the CPU once per sizes of "
+            f"{', '.join(self.symbols)}; a call where it is not runs a static program "
+            "compiled for its shape)"
+        )
+
+
+class MaskGuardError(SymbolicSizeError):
+    """A call at sizes where a mask that a symbolic program dropped (`MaskGuard`) is not of the
+    kind it was at the size hints."""
+
+
+def check_guards(guards: list[MaskGuard], sizes: Mapping[str, int]) -> None:
+    """Raise `MaskGuardError` where a guard does not hold at `sizes`."""
+    for guard in guards:
+        if not guard.holds(sizes):
+            shown = ", ".join(f"{s} = {sizes[s]}" for s in guard.symbols)
+            raise MaskGuardError(
+                f"attention's mask is not {guard.kind} at {shown}, where the symbolic program "
+                f"runs it as {'is_causal=True' if guard.kind == 'causal' else 'no mask'}"
+            )
 
 
 def mask_kind(mask: torch.Tensor, weights: tuple[int, ...]) -> str | None:
@@ -116,7 +215,15 @@ def mask_kind(mask: torch.Tensor, weights: tuple[int, ...]) -> str | None:
 
 class ConstantMaskIntoCausalOrNone(RewritePattern):
     """Attention with a constant boolean mask that hides nothing -> without it; with a causal
-    one -> `is_causal=True` (the mask's ops are erased once nothing else reads them)."""
+    one -> `is_causal=True` (the mask's ops are erased once nothing else reads them). With
+    `guards` (a list), also a mask or attention of symbolic shapes, judged at the size hints,
+    its `MaskGuard` appended to `guards`; without, those are kept."""
+
+    def __init__(self, guards: list[MaskGuard] | None = None) -> None:
+        self.guards = guards
+        self.guarded: set[tuple[SSAValue, tuple[graph.Dim, ...], str]] = set()
+        """The masks, weights' dims and kinds of the guards appended (one guard for a mask
+        that several attention calls of the same shapes read)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
@@ -133,12 +240,26 @@ class ConstantMaskIntoCausalOrNone(RewritePattern):
         query, key = (tensor_ref(named.get(n, NoneAttr())) for n in ("query", "key"))
         if query is None or key is None:
             return
-        mask = constant_value(op.inputs[position])
-        query_shape = graph.shape_of(op.inputs[query])
-        weights = (*query_shape[:-1], graph.shape_of(op.inputs[key])[-2])
-        kind = None if mask is None else mask_kind(mask, weights)
+        table = graph.size_table(op)
+        order = constant_ops(op.inputs[position], table)
+        if order is None:
+            return
+        dims = (*graph.dims_of(op.inputs[query])[:-1], graph.dims_of(op.inputs[key])[-2])
+        symbolic = any(isinstance(d, str) for d in dims) or any(
+            graph.is_symbolic(r) for o in order for r in o.results
+        )
+        if symbolic and (self.guards is None or table is None):
+            return
+        hints = table.hints if symbolic and table is not None else {}
+        weights = tuple(d if isinstance(d, int) else hints[d] for d in dims)
+        kind = mask_kind(evaluate(order, op.inputs[position], hints), weights)
         if kind is None:
             return
+        if symbolic and self.guards is not None:
+            guarded = (op.inputs[position], dims, kind)
+            if guarded not in self.guarded:
+                self.guarded.add(guarded)
+                self.guards.append(mask_guard(order, op.inputs[position], dims, kind))
         inputs = [v for i, v in enumerate(op.inputs) if i != position]
         new_index = {i: i - (i > position) for i in range(len(op.inputs)) if i != position}
         args = [NoneAttr() if tensor_ref(a) == position else a for a in args]
@@ -159,14 +280,37 @@ class ConstantMaskIntoCausalOrNone(RewritePattern):
         rewriter.replace(op, new)
 
 
+def mask_guard(
+    order: list[Operation], mask: SSAValue, weights: tuple[graph.Dim, ...], kind: str
+) -> MaskGuard:
+    """The guard of a mask of symbolic shapes computed by the ops `order`, `kind` at the
+    size hints for attention weights of dims `weights`: the ops cloned out of their function."""
+    mapping: dict[SSAValue, SSAValue] = {}
+    clones = tuple(o.clone(value_mapper=mapping) for o in order)
+    symbols: list[str] = []
+    for d in [*(d for o in order for r in o.results for d in graph.dims_of(r)), *weights]:
+        if isinstance(d, str) and d not in symbols:
+            symbols.append(d)
+    return MaskGuard(clones, mapping[mask], weights, kind, tuple(symbols))
+
+
 @dataclass(frozen=True)
 class AttentionMaskPass(ModulePass):
     """Attention drops a constant boolean mask that hides nothing, and runs a constant causal
-    one as `is_causal=True`, as eager's call had them."""
+    one as `is_causal=True`, as eager's call had them.
+
+    Options: `symbolic` (also a mask computed from size symbols alone, or attention of
+    symbolic shapes, judged at the size hints: each such rewrite appends a `MaskGuard` to
+    `guards`, which whatever runs the function must check at each call's sizes)."""
 
     name = "attention-mask"
 
+    symbolic: bool = False
+    guards: list[MaskGuard] = field(
+        default_factory=list[MaskGuard], init=False, compare=False, repr=False
+    )
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(
-            GreedyRewritePatternApplier([ConstantMaskIntoCausalOrNone()])
-        ).rewrite_module(op)
+        self.guards.clear()
+        pattern = ConstantMaskIntoCausalOrNone(self.guards if self.symbolic else None)
+        PatternRewriteWalker(GreedyRewritePatternApplier([pattern])).rewrite_module(op)
