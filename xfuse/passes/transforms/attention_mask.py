@@ -140,14 +140,14 @@ class MaskGuard:
     weights: tuple[graph.Dim, ...]
     kind: str
     symbols: tuple[str, ...]
-    """The size symbols the mask's shapes and `weights` name (what `holds` is decided by)."""
+    """The size symbols the mask's shapes and `weights` name (what its messages show)."""
     checked: dict[tuple[int, ...], bool] = field(default_factory=dict[tuple[int, ...], bool])
-    """`holds`' verdict by the sizes of `symbols`."""
+    """`holds`' verdict by the sizes it was given (every symbol's, in their order)."""
 
     def holds(self, sizes: Mapping[str, int]) -> bool:
-        """Whether the mask computed at `sizes` (every symbol's size) is `kind`: computed on
-        the CPU once per sizes of `symbols`."""
-        key = tuple(sizes[s] for s in self.symbols)
+        """Whether the mask computed at `sizes` (every symbol's size, always in the same
+        order: a `graph.sizes` table's) is `kind`: computed on the CPU once per sizes."""
+        key = tuple(sizes.values())
         verdict = self.checked.get(key)
         if verdict is None:
             weights = tuple(d if isinstance(d, int) else sizes[d] for d in self.weights)
@@ -167,10 +167,10 @@ class MaskGuard:
         what = "causal (tril)" if self.kind == "causal" else "all true"
         runs = "is_causal=True" if self.kind == "causal" else "no mask"
         return (
-            f"attention's mask, computed from sizes alone ({len(self.ops)} ops), is {what} at "
-            f"the call's sizes: it runs as {runs} (computed on the CPU once per sizes of "
-            f"{', '.join(self.symbols)}; a call where it is not runs a static program "
-            "compiled for its shape)"
+            f"attention's mask, computed from sizes alone ({len(self.ops)} ops over "
+            f"{', '.join(self.symbols)}), is {what} at the call's sizes: it runs as {runs} "
+            "(the mask computed on the CPU once per call sizes; a call where it is not runs a "
+            "static program compiled for its shape)"
         )
 
 
