@@ -13,7 +13,7 @@ kernel once for its device, and runs every call at the call's sizes:
   `SymbolicSizeError` as well, and so do sizes that break a relation of the table (an equality
   torch's trace checked: `eq(s2 * s3, s0 * s1)`); attention whose mask `attention-mask`
   dropped (a mask computed from sizes alone, causal or all true at the size hints) is checked
-  at the call's sizes (the mask computed on the CPU, once per sizes): where it is not of that
+  at the call's sizes (the mask computed on the program's device, once per sizes): where it is not of that
   kind the call raises `MaskGuardError` (a `SymbolicSizeError`; `DynamicProgram` runs such a
   call specialised);
 - a kernel launch allocates its outputs on the program's device from their symbolic shapes at
@@ -412,7 +412,7 @@ class SymbolicProgram:
         if self.derives:
             sizes = self._derive(inputs, sizes, found)
         if self.mask_guards:
-            check_guards(self.mask_guards, sizes)  # MaskGuardError where one does not hold
+            check_guards(self.mask_guards, sizes, self.device)  # MaskGuardError if one fails
         return sizes
 
     def _derive(

@@ -111,7 +111,8 @@ def constant_ops(value: SSAValue, table: graph.SizesAttr | None) -> list[Operati
 
 def evaluate(order: list[Operation], value: SSAValue, sizes: Mapping[str, int]) -> torch.Tensor:
     """`value`, the result of the last of the ops `order` (which read no other value), computed
-    on the CPU by the graph interpreter with the size symbols at `sizes`."""
+    by the graph interpreter with the size symbols at `sizes` (on the default device: the CPU,
+    or the one a `with torch.device(...)` around it names)."""
     values: dict[SSAValue, torch.Tensor] = {}
     token = SIZES.set(sizes)
     try:
@@ -144,19 +145,25 @@ class MaskGuard:
     checked: dict[tuple[int, ...], bool] = field(default_factory=dict[tuple[int, ...], bool])
     """`holds`' verdict by the sizes it was given (every symbol's, in their order)."""
 
-    def holds(self, sizes: Mapping[str, int]) -> bool:
+    def holds(self, sizes: Mapping[str, int], device: torch.device | None = None) -> bool:
         """Whether the mask computed at `sizes` (every symbol's size, always in the same
-        order: a `graph.sizes` table's) is `kind`: computed on the CPU once per sizes."""
+        order: a `graph.sizes` table's) is `kind`: computed once per sizes, on `device` (the
+        program's: a GPU computes a large mask in a fraction of the CPU's time), else on the
+        CPU."""
+        import torch
+
         key = tuple(sizes.values())
         verdict = self.checked.get(key)
         if verdict is None:
             weights = tuple(d if isinstance(d, int) else sizes[d] for d in self.weights)
             try:
-                mask = evaluate(list(self.ops), self.mask, sizes)
+                with torch.device("cpu" if device is None else device):
+                    mask = evaluate(list(self.ops), self.mask, sizes)
+                    kind = mask_kind(mask, weights)
             except Exception:  # noqa: BLE001 - a mask that cannot be computed is not the kind
                 verdict = False
             else:
-                verdict = mask_kind(mask, weights) == self.kind
+                verdict = kind == self.kind
             if len(self.checked) >= MAX_CHECKED_SIZES:
                 self.checked.clear()
             self.checked[key] = verdict
@@ -169,8 +176,8 @@ class MaskGuard:
         return (
             f"attention's mask, computed from sizes alone ({len(self.ops)} ops over "
             f"{', '.join(self.symbols)}), is {what} at the call's sizes: it runs as {runs} "
-            "(the mask computed on the CPU once per call sizes; a call where it is not runs a "
-            "static program compiled for its shape)"
+            "(the mask computed on the program's device once per call sizes; a call where it "
+            "is not runs a static program compiled for its shape)"
         )
 
 
@@ -179,10 +186,13 @@ class MaskGuardError(SymbolicSizeError):
     kind it was at the size hints."""
 
 
-def check_guards(guards: list[MaskGuard], sizes: Mapping[str, int]) -> None:
-    """Raise `MaskGuardError` where a guard does not hold at `sizes`."""
+def check_guards(
+    guards: list[MaskGuard], sizes: Mapping[str, int], device: torch.device | None = None
+) -> None:
+    """Raise `MaskGuardError` where a guard does not hold at `sizes` (masks computed on
+    `device`, else on the CPU)."""
     for guard in guards:
-        if not guard.holds(sizes):
+        if not guard.holds(sizes, device):
             shown = ", ".join(f"{s} = {sizes[s]}" for s in guard.symbols)
             raise MaskGuardError(
                 f"attention's mask is not {guard.kind} at {shown}, where the symbolic program "
