@@ -38,10 +38,12 @@ the static runtime's op-by-op fallback is not wired to symbolic programs yet.
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from xdsl.dialects import func
@@ -51,8 +53,9 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from xfuse.backends import Backend, Kernel, get_backend
 from xfuse.dialects import fusion, graph
+from xfuse.dialects.torch_args import Operand
 from xfuse.errors import IndexOutOfRangeError, InputDeviceError, SymbolicSizeError
-from xfuse.interpreters.graph import SIZES, find_function, prepare_op
+from xfuse.interpreters.graph import SIZES, DirectCall, direct_call, find_function, prepare_op
 from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
@@ -85,6 +88,9 @@ class _Launch:
     error_flag: bool = False
     """The kernel takes an error flag after its outputs (it gathers): set, the launch raises
     eager's index error (a CUDA kernel traps instead: its flag is not read)."""
+    in_shapes: list[tuple[graph.Dim, ...]] = field(default_factory=list[tuple[graph.Dim, ...]])
+    """Its inputs' dims (the elements they hold at a call's sizes: with its outputs', the work
+    the CPU runner's launch reports to the kernel, `_CPURunner`)."""
 
     _sized: _SizedLaunch | None = field(default=None, repr=False, compare=False)
     """The output shapes, size arguments and extent at the sizes of the last call (`at`)."""
@@ -137,6 +143,9 @@ class _Eager:
     run_op: Callable[[list[torch.Tensor]], list[torch.Tensor]]
     inputs: list[int]
     outputs: list[int]
+    direct: DirectCall | None = None
+    """The op as one torch call of its operands (`direct_call`), which the CPU runner writes
+    out itself (None: it calls `run_op`)."""
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
         results = self.run_op([_tensor(values[i]) for i in self.inputs])
@@ -156,6 +165,12 @@ class _View:
     view: SizedView
     input: int
     output: int
+    method: str = ""
+    """The torch method the view is (`permute`, `__getitem__`, `reshape`), for the CPU runner
+    (`view_method`)."""
+    argument: object = None
+    """Its argument: a permutation, an index, or a reshape's dims (symbols' names among
+    them, sized per call)."""
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
         values[self.output] = self.view(_tensor(values[self.input]), sizes)
@@ -178,6 +193,33 @@ def view_at_sizes(op: Operation) -> SizedView:
     assert op.name == "graph.reshape", op.name
     dims = graph.dims_of(op.results[0])
     return lambda x, sizes: x.reshape([d if isinstance(d, int) else sizes[d] for d in dims])
+
+
+def view_method(op: Operation) -> tuple[str, object]:
+    """`view_at_sizes(op)` as a torch method and its argument: a permute's permutation, a
+    slice's index, a reshape's dims (names of symbols where they are symbolic)."""
+    if isinstance(op, graph.PermuteOp):
+        return "permute", tuple(op.permutation)
+    if isinstance(op, graph.SliceOp):
+        start, limit, stride = op.bounds
+        index = tuple(
+            slice(a, b if b >= 0 else None, k) for a, b, k in zip(start, limit, stride, strict=True)
+        )
+        return "__getitem__", index
+    assert op.name == "graph.reshape", op.name
+    return "reshape", tuple(graph.dims_of(op.results[0]))
+
+
+def eager_call(op: Operation) -> DirectCall | None:
+    """An extern of a symbolic program as one torch call of its operands: its `direct_call`,
+    or `torch.matmul` for a product that is none (a batch of matrices by one matrix, a
+    symbolic batch: what the interpreter's prepared matmul calls); None for any other op."""
+    if len(op.results) != 1:
+        return None
+    found = direct_call(op)
+    if found is None and isinstance(op, graph.MatmulOp):
+        return torch.matmul, [Operand(0), Operand(1)], {}
+    return found
 
 
 def makes_kernel(op: Operation) -> bool:
@@ -353,14 +395,18 @@ class SymbolicProgram:
                         extent.data if isinstance(extent, StringAttr) else None,
                         self.device,
                         ERROR_FLAG_ATTR in ir.attributes,
+                        [graph.dims_of(v) for v in op.operands],
                     )
                 )
             elif is_fresh_view(op):
-                self.steps.append(_View(view_at_sizes(op), inputs[0], outputs[0]))
+                method, argument = view_method(op)
+                self.steps.append(_View(view_at_sizes(op), inputs[0], outputs[0], method, argument))
             else:
-                self.steps.append(_Eager(prepare_op(op), inputs, outputs))
+                direct = eager_call(op)
+                self.steps.append(_Eager(prepare_op(op), inputs, outputs, direct))
         self.slot_count = len(slots)
         self._unset: tuple[None, ...] = (None,) * self.slot_count
+        self._cpu_runner = _CPURunner(self) if self.device.type == "cpu" else None
 
     def bind(self, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
         """Every symbol's size in a call of `inputs`, checked (see the module docstring)."""
@@ -445,16 +491,248 @@ class SymbolicProgram:
     def run(self, inputs: Sequence[torch.Tensor], sizes: dict[str, int]) -> list[torch.Tensor]:
         """The results of a call of `inputs` whose sizes `bind` read (`sizes`, which no one
         changes after: a launch keeps its arguments at the last call's sizes, `_Launch.at`)."""
+        if self._cpu_runner is not None:  # the CPU's: its steps as code (`_CPURunner`)
+            return self._cpu_runner(inputs, sizes)
         values: list[torch.Tensor | None] = [*inputs, *self._unset[len(inputs) :]]
         token = SIZES.set(sizes)
         try:
-            if self.device.type == "cpu":
+            with inputs[0].device if inputs else self.device:  # tensors ops make go there
                 for step in self.steps:
                     step.run(values, sizes)
-            else:
-                with inputs[0].device if inputs else self.device:  # tensors ops make go there
-                    for step in self.steps:
-                        step.run(values, sizes)
         finally:
             SIZES.reset(token)
         return [_tensor(values[i]) for i in self.results]
+
+
+Frame = tuple[Any, ...]
+"""What a CPU runner's code reads at one call's sizes (`_CPURunner.frame`): per launch its
+output shapes, its direct entry (or None), extent and size arguments; per symbolic reshape
+view its dims."""
+
+FRAMES_KEPT = 256
+"""How many sizes' frames a CPU runner keeps (beyond the last call's): a sweep over more
+sizes works the others out again."""
+
+
+class _CPURunner:
+    """A CPU symbolic program's steps as the straight-line code of one Python function, made
+    once (as the static runtime's `make_runner`): values are local variables; a kernel's inputs
+    are made contiguous only where they are not another kernel's output (torch.empty's,
+    contiguous); a launch whose work at the call's sizes runs on this thread (the kernel's
+    `inline_entry`) is its one foreign call `f(0, extent, *pointers, *sizes)`, any other goes
+    through `launch_sized`; an extern that is one torch call (`direct_call`) is that call; a
+    view is its torch method; a value is dropped after its last reader. What depends on the
+    sizes (output shapes, direct entries, extents, size arguments, reshape dims) is worked out
+    once per sizes (`frame`).
+
+        def run(args, sizes):
+            s0, s1 = args
+            o0_0, f0, e0, z0, r2 = frame(sizes)
+            b0 = s0 if s0.is_contiguous() else s0.contiguous()
+            s2 = empty(o0_0, dtype=d0_0, device=dev)
+            if f0 is not None:
+                f0(0, e0, b0.data_ptr(), s2.data_ptr(), *z0)
+            else:
+                launch0([b0, s2], z0, e0)
+            b0 = None
+            s3 = s2.reshape(r2)
+            s2 = None
+            s4 = ext3(s3, s1, a3_2)
+            return [s4]
+    """
+
+    def __init__(self, program: SymbolicProgram) -> None:
+        self.steps = program.steps
+        self.device = program.device
+        self._cached: tuple[dict[str, int], Frame] | None = None
+        """The last call's sizes and frame (one assignment: threads read it whole)."""
+        self._frames: dict[tuple[tuple[str, int], ...], Frame] = {}
+        self._local = threading.local()
+        self.run = self._generate(program)
+
+    def __call__(self, inputs: Sequence[torch.Tensor], sizes: dict[str, int]) -> list[torch.Tensor]:
+        return self.run(inputs, sizes)
+
+    def frame(self, sizes: dict[str, int]) -> Frame:
+        """What the code reads at `sizes`: the last call's when `sizes` is its dict, else
+        one kept for equal sizes, else worked out."""
+        cached = self._cached
+        if cached is not None and cached[0] is sizes:
+            return cached[1]
+        key = tuple(sorted(sizes.items()))
+        found = self._frames.get(key)
+        if found is None:
+            found = self._work_out(sizes)
+            if len(self._frames) >= FRAMES_KEPT:
+                self._frames.clear()
+            self._frames[key] = found
+        self._cached = (sizes, found)
+        return found
+
+    def _work_out(self, sizes: dict[str, int]) -> Frame:
+        items: list[Any] = []
+
+        def at(dims: Sequence[graph.Dim]) -> tuple[int, ...]:
+            return tuple(d if isinstance(d, int) else sizes[d] for d in dims)
+
+        for step in self.steps:
+            if isinstance(step, _Launch):
+                shapes = [at(shape) for shape in step.shapes]
+                items += shapes
+                work = sum(math.prod(at(dims)) for dims in step.in_shapes)
+                work += sum(map(math.prod, shapes)) + (1 if step.error_flag else 0)
+                inline = getattr(step.kernel, "inline_entry", None)
+                entry = inline(work) if inline is not None else None
+                extent = sizes[step.extent] if step.extent is not None else None
+                if entry is not None and extent is None:
+                    extent = entry[1]  # the kernel's static extent
+                items += [
+                    entry[0] if entry is not None else None,
+                    extent,
+                    tuple(sizes[s] for s in step.size_args),
+                ]
+            elif isinstance(step, _View) and step.method == "reshape":
+                dims = cast("tuple[graph.Dim, ...]", step.argument)
+                if not all(isinstance(d, int) for d in dims):
+                    items.append(at(dims))
+        return tuple(items)
+
+    def flag(self) -> tuple[int, Any, torch.Tensor]:
+        """This thread's error flag (one byte, made once per thread): its address, a numpy
+        view that reads and clears it without a torch op, and the tensor."""
+        found: tuple[int, Any, torch.Tensor] | None = getattr(self._local, "flag", None)
+        if found is None:
+            tensor = torch.zeros(1, dtype=torch.uint8)
+            found = self._local.flag = (tensor.data_ptr(), tensor.numpy(), tensor)
+        return found
+
+    def _generate(
+        self, program: SymbolicProgram
+    ) -> Callable[[Sequence[torch.Tensor], dict[str, int]], list[torch.Tensor]]:
+        steps = self.steps
+        names: dict[str, object] = {
+            "frame": self.frame,
+            "flag": self.flag,
+            "empty": torch.empty,
+            "dev": self.device,
+        }
+        results = program.results
+        last: dict[int, int] = {}
+        for i, step in enumerate(steps):
+            reads = [step.input] if isinstance(step, _View) else step.inputs
+            for slot in reads:
+                last[slot] = i
+        body: list[str] = []
+        frame_names: list[str] = []
+        kernel_outputs: set[int] = set()
+        """Slots that hold a kernel's output (torch.empty's: contiguous)."""
+        prepared = False
+        flags = False
+        argument_count = len(program.arguments)
+        for i, step in enumerate(steps):
+            if isinstance(step, _Launch):
+                outs = [f"s{s}" for s in step.outputs]
+                shapes = [f"o{i}_{j}" for j in range(len(outs))]
+                frame_names += [*shapes, f"f{i}", f"e{i}", f"z{i}"]
+                buffers: list[str] = []
+                held: list[str] = []
+                for k, s in enumerate(step.inputs):
+                    if s in kernel_outputs:
+                        buffers.append(f"s{s}")
+                    else:
+                        b = f"b{k}"
+                        body.append(f"b{k} = s{s} if s{s}.is_contiguous() else s{s}.contiguous()")
+                        buffers.append(b)
+                        held.append(b)
+                for j, (out, shape) in enumerate(zip(outs, shapes, strict=True)):
+                    names[f"d{i}_{j}"] = step.dtypes[j]
+                    body.append(f"{out} = empty({shape}, dtype=d{i}_{j}, device=dev)")
+                names[f"launch{i}"] = step.kernel.launch_sized
+                pointers = [f"{b}.data_ptr()" for b in (*buffers, *outs)]
+                tensors = [*buffers, *outs]
+                if step.error_flag:
+                    flags = True
+                    names[f"oob{i}"] = IndexOutOfRangeError.in_kernel
+                    names[f"name{i}"] = step.kernel.name
+                    body.append("seen[0] = 0")
+                    pointers.append("fp")
+                    tensors.append("ft")
+                body += [
+                    f"if f{i} is not None:",
+                    f"    f{i}(0, e{i}, {', '.join(pointers)}, *z{i})",
+                    "else:",
+                    f"    launch{i}([{', '.join(tensors)}], z{i}, e{i})",
+                ]
+                if step.error_flag:
+                    body += ["if seen[0]:", f"    raise oob{i}(name{i})"]
+                if held:
+                    body.append(f"{' = '.join(held)} = None")
+                kernel_outputs.update(step.outputs)
+            elif isinstance(step, _View):
+                source = f"s{step.input}"
+                if step.method == "reshape":
+                    dims = cast("tuple[graph.Dim, ...]", step.argument)
+                    if all(isinstance(d, int) for d in dims):
+                        names[f"r{i}"] = dims
+                    else:
+                        frame_names.append(f"r{i}")
+                    body.append(f"s{step.output} = {source}.reshape(r{i})")
+                else:
+                    names[f"arg{i}"] = step.argument
+                    body.append(f"s{step.output} = {source}.{step.method}(arg{i})")
+            elif step.direct is not None:
+                fn, arguments, keywords = step.direct
+                names[f"ext{i}"] = fn
+                parts = []
+                for j, a in enumerate(arguments):
+                    if isinstance(a, Operand):
+                        parts.append(f"s{step.inputs[a.index]}")
+                    else:
+                        names[f"a{i}_{j}"] = a
+                        parts.append(f"a{i}_{j}")
+                if keywords:
+                    names[f"kw{i}"] = keywords
+                    parts.append(f"**kw{i}")
+                body.append(f"s{step.outputs[0]} = ext{i}({', '.join(parts)})")
+            else:
+                prepared = True
+                names[f"step{i}"] = step.run_op
+                call = f"step{i}([{', '.join(f's{s}' for s in step.inputs)}])"
+                outs = [f"s{s}" for s in step.outputs]
+                if outs:
+                    body.append(f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {call}")
+                else:
+                    body.append(call)
+            written = [step.output] if isinstance(step, _View) else step.outputs
+            reads = [step.input] if isinstance(step, _View) else step.inputs
+            dead = {s for s in (*reads, *written) if last.get(s, -1) <= i and s not in results}
+            body += [f"s{s} = None" for s in sorted(dead)]
+        lines = ["def run(args, sizes):"]
+        if argument_count:
+            lines.append(
+                f"    {', '.join(f's{k}' for k in range(argument_count))}"
+                f"{',' if argument_count == 1 else ''} = args"
+            )
+        if frame_names:
+            lines.append(
+                f"    {', '.join(frame_names)}{',' if len(frame_names) == 1 else ''} = frame(sizes)"
+            )
+        if flags:
+            lines.append("    fp, seen, ft = flag()")
+        returned = f"return [{', '.join(f's{s}' for s in results)}]"
+        if prepared:  # a prepared op reads the call's sizes (`SIZES`): an iota's, a reshape's
+            names["SIZES"] = SIZES
+            lines.append("    token = SIZES.set(sizes)")
+            lines.append("    try:")
+            lines += [f"        {line}" for line in [*body, returned]]
+            lines += ["    finally:", "        SIZES.reset(token)"]
+        else:
+            lines += [f"    {line}" for line in [*body, returned]]
+        self.code = "\n".join(lines) + "\n"
+        """The runner's source (for tests and curious people)."""
+        namespace: dict[str, object] = dict(names)
+        exec(compile(self.code, "<xfuse symbolic program>", "exec"), namespace)  # noqa: S102 - code made above from slot numbers only
+        return cast(
+            "Callable[[Sequence[torch.Tensor], dict[str, int]], list[torch.Tensor]]",
+            namespace["run"],
+        )
