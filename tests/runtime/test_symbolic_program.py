@@ -21,7 +21,7 @@ from xfuse.frontend import import_module
 from xfuse.frontend.importer import ImportedProgram
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.runtime.dynamic import DynamicProgram
-from xfuse.runtime.symbolic import SymbolicProgram
+from xfuse.runtime.symbolic import SymbolicProgram, _Launch  # pyright: ignore[reportPrivateUsage]
 
 
 class CountingBackend(CPUBackend):
@@ -471,3 +471,62 @@ def test_a_group_yields_a_permute_of_its_full_shape() -> None:
         x, w = torch.randn(b, 3, 8), torch.randn(b, 4)
         for got, expected in zip(compiled(x, w), SumAndTransposed()(x, w), strict=True):
             torch.testing.assert_close(got, expected)
+
+
+def softmax_then_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """Two kernels, the second reading the first's output (a scan along the symbol)."""
+    return torch.softmax(x, -1).cumsum(0)
+
+
+def chained_program() -> SymbolicProgram:
+    program = import_module(
+        softmax_then_cumsum,
+        (torch.randn(5, 16),),
+        dynamic_shapes={"x": {0: Dim("batch", min=2, max=64)}},
+    )
+    return SymbolicProgram(program.module)
+
+
+def test_a_kernel_reads_another_kernels_output_as_it_is() -> None:
+    """The CPU runner passes a kernel's output (torch.empty's, contiguous) to the next kernel
+    with no contiguity check or copy; an argument it checks, and copies where it is not
+    contiguous (a transposed input)."""
+    compiled = chained_program()
+    assert compiled.kernel_count == 2
+    runner = compiled._cpu_runner  # pyright: ignore[reportPrivateUsage]
+    assert runner is not None
+    launches = [s for s in compiled.steps if isinstance(s, _Launch)]
+    made = [s for s in launches[1].inputs if s in launches[0].outputs]
+    assert made
+    for slot in made:
+        assert f"s{slot}.is_contiguous()" not in runner.code
+    assert "s0.is_contiguous()" in runner.code
+    for batch in (2, 9, 33):
+        x = torch.randn(batch, 16)
+        counter = CopyCounter()
+        with counter:
+            (out,) = compiled(x)
+        assert counter.copies == 0
+        torch.testing.assert_close(out, softmax_then_cumsum(x))
+        strided = torch.randn(16, batch).t()
+        torch.testing.assert_close(compiled(strided)[0], softmax_then_cumsum(strided))
+
+
+def test_the_cpu_runner_works_sizes_out_once_per_sizes() -> None:
+    """What a call's sizes decide (shapes, extents, size arguments) is worked out once per
+    sizes and kept: a later call of the same sizes, a new dict from `bind`, reads the kept
+    one; results are fresh tensors at every call."""
+    compiled = chained_program()
+    runner = compiled._cpu_runner  # pyright: ignore[reportPrivateUsage]
+    assert runner is not None
+    frames = []
+    for batch in (3, 17, 3):
+        x = torch.randn(batch, 16)
+        sizes = compiled.bind([x])
+        first = compiled.run([x], sizes)[0]
+        second = compiled.run([x], compiled.bind([x]))[0]
+        assert first.data_ptr() != second.data_ptr()
+        torch.testing.assert_close(first, softmax_then_cumsum(x))
+        torch.testing.assert_close(second, first)
+        frames.append(runner.frame(sizes))
+    assert frames[0] is frames[2] and frames[0] != frames[1]
