@@ -492,7 +492,7 @@ class SymbolicProgram:
         """The results of a call of `inputs` whose sizes `bind` read (`sizes`, which no one
         changes after: a launch keeps its arguments at the last call's sizes, `_Launch.at`)."""
         if self._cpu_runner is not None:  # the CPU's: its steps as code (`_CPURunner`)
-            return self._cpu_runner(inputs, sizes)
+            return self._cpu_runner.run(inputs, sizes)
         values: list[torch.Tensor | None] = [*inputs, *self._unset[len(inputs) :]]
         token = SIZES.set(sizes)
         try:
@@ -549,9 +549,6 @@ class _CPURunner:
         self._frames: dict[tuple[tuple[str, int], ...], Frame] = {}
         self._local = threading.local()
         self.run = self._generate(program)
-
-    def __call__(self, inputs: Sequence[torch.Tensor], sizes: dict[str, int]) -> list[torch.Tensor]:
-        return self.run(inputs, sizes)
 
     def frame(self, sizes: dict[str, int]) -> Frame:
         """What the code reads at `sizes`: the last call's when `sizes` is its dict, else
