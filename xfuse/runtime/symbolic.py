@@ -32,6 +32,12 @@ kernel once for its device, and runs every call at the call's sizes:
   element at every call (an embedding table's `[V, D]` to `[1, V, D]`, an attention's heads
   merged back before its projection).
 
+On the CPU the steps run as one generated Python function (`_CPURunner`, as the static
+runtime's `make_runner`): a kernel's output goes to the next kernel as it is (no contiguity
+check), a launch whose work at the call's sizes runs on the caller is its one foreign call,
+an extern that is one torch call is that call, and what the sizes decide is worked out once
+per sizes.
+
 A group that `lower-to-loops` cannot lower on symbolic sizes is refused (the pass's one line):
 the static runtime's op-by-op fallback is not wired to symbolic programs yet.
 """
