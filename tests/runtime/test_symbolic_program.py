@@ -530,3 +530,50 @@ def test_the_cpu_runner_works_sizes_out_once_per_sizes() -> None:
         torch.testing.assert_close(second, first)
         frames.append(runner.frame(sizes))
     assert frames[0] is frames[2] and frames[0] != frames[1]
+
+
+class EmptyCounter(TorchDispatchMode):
+    """Counts the tensors `torch.empty` makes under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten.empty.memory_format:
+            self.made += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_cpu_call_reuses_the_intermediate_buffers_of_the_last_call_of_its_sizes() -> None:
+    """The first kernel's output (read only by the second kernel) goes back to a pool once
+    read: the next call at the same sizes writes it again instead of allocating, and results
+    stay fresh (an earlier call's keeps its values); a call at other sizes allocates anew;
+    with grad enabled nothing is reused."""
+    compiled = chained_program()
+    runner = compiled._cpu_runner  # pyright: ignore[reportPrivateUsage]
+    assert runner is not None and runner.recycled
+    with torch.no_grad():
+        x1, x2 = torch.randn(9, 16), torch.randn(9, 16)
+        first, second = EmptyCounter(), EmptyCounter()
+        with first:
+            (out1,) = compiled(x1)
+        with second:
+            (out2,) = compiled(x2)
+        assert second.made == first.made - len(runner.recycled)
+        torch.testing.assert_close(out1, softmax_then_cumsum(x1))
+        torch.testing.assert_close(out2, softmax_then_cumsum(x2))
+        x3 = torch.randn(4, 16)
+        other = EmptyCounter()
+        with other:
+            (out3,) = compiled(x3)
+        assert other.made == first.made
+        torch.testing.assert_close(out3, softmax_then_cumsum(x3))
+    with torch.enable_grad():
+        counted = []
+        for x in (x1, x2):
+            counter = EmptyCounter()
+            with counter:
+                compiled(x)
+            counted.append(counter.made)
+        assert counted == [first.made, first.made]

@@ -35,8 +35,9 @@ kernel once for its device, and runs every call at the call's sizes:
 On the CPU the steps run as one generated Python function (`_CPURunner`, as the static
 runtime's `make_runner`): a kernel's output goes to the next kernel as it is (no contiguity
 check), a launch whose work at the call's sizes runs on the caller is its one foreign call,
-an extern that is one torch call is that call, and what the sizes decide is worked out once
-per sizes.
+an extern that is one torch call is that call, what the sizes decide is worked out once
+per sizes, and an intermediate kernel output's buffer, once nothing reads it, goes to a pool
+that the next call at the same sizes allocates from (`recycled_slots`; results stay fresh).
 
 A group that `lower-to-loops` cannot lower on symbolic sizes is refused (the pass's one line):
 the static runtime's op-by-op fallback is not wired to symbolic programs yet.
@@ -69,6 +70,7 @@ from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kerne
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
 from xfuse.pipeline import PassFailedError, PassObserver, pipeline
 from xfuse.runtime.compiler import is_fresh_view, lower_to_loops
+from xfuse.runtime.steps import fresh_results
 
 DEFAULT_PASSES = "decompose,attention-mask{symbolic=true},fuse-greedy,group-cleanup,fold-linear"
 """The fusion passes a symbolic program is built with (before `lower-to-loops`):
@@ -152,6 +154,8 @@ class _Eager:
     direct: DirectCall | None = None
     """The op as one torch call of its operands (`direct_call`), which the CPU runner writes
     out itself (None: it calls `run_op`)."""
+    fresh: bool = False
+    """Its results never alias its operands (`fresh_results`)."""
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
         results = self.run_op([_tensor(values[i]) for i in self.inputs])
@@ -409,7 +413,8 @@ class SymbolicProgram:
                 self.steps.append(_View(view_at_sizes(op), inputs[0], outputs[0], method, argument))
             else:
                 direct = eager_call(op)
-                self.steps.append(_Eager(prepare_op(op), inputs, outputs, direct))
+                fresh = fresh_results(op)
+                self.steps.append(_Eager(prepare_op(op), inputs, outputs, direct, fresh))
         self.slot_count = len(slots)
         self._unset: tuple[None, ...] = (None,) * self.slot_count
         self._cpu_runner = _CPURunner(self) if self.device.type == "cpu" else None
@@ -510,6 +515,48 @@ class SymbolicProgram:
         return [_tensor(values[i]) for i in self.results]
 
 
+def recycled_slots(program: SymbolicProgram) -> dict[int, int]:
+    """The kernel outputs of `program` whose buffers a CPU call reuses once nothing reads them,
+    each with the step after which that is (as the static runtime's memory plan): slots that
+    may share memory (a view and its operand, an extern's results and operands unless they
+    are fresh, `fresh_results`) are one class; a kernel output is recycled after its class's
+    last step unless its class holds an argument or a result (results are fresh tensors)."""
+    parent: dict[int, int] = {}
+
+    def root(s: int) -> int:
+        while parent.get(s, s) != s:
+            s = parent[s]
+        return s
+
+    def union(a: int, b: int) -> None:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[ra] = rb
+
+    end: dict[int, int] = {}
+    for i, step in enumerate(program.steps):
+        reads = [step.input] if isinstance(step, _View) else step.inputs
+        written = [step.output] if isinstance(step, _View) else step.outputs
+        for s in (*reads, *written):
+            end[s] = i
+        if isinstance(step, _View) or (isinstance(step, _Eager) and not step.fresh):
+            for o in written:
+                for s in reads:
+                    union(o, s)
+    class_end: dict[int, int] = {}
+    for s, i in end.items():
+        r = root(s)
+        class_end[r] = max(class_end.get(r, -1), i)
+    pinned = {root(s) for s in (*range(len(program.arguments)), *program.results)}
+    return {
+        s: class_end[root(s)]
+        for step in program.steps
+        if isinstance(step, _Launch)
+        for s in step.outputs
+        if root(s) not in pinned
+    }
+
+
 Frame = tuple[Any, ...]
 """What a CPU runner's code reads at one call's sizes (`_CPURunner.frame`): per launch its
 output shapes, its direct entry (or None), extent and size arguments; per symbolic reshape
@@ -527,7 +574,9 @@ class _CPURunner:
     contiguous); a launch whose work at the call's sizes runs on this thread (the kernel's
     `inline_entry`) is its one foreign call `f(0, extent, *pointers, *sizes)`, any other goes
     through `launch_sized`; an extern that is one torch call (`direct_call`) is that call; a
-    view is its torch method; a value is dropped after its last reader. What depends on the
+    view is its torch method; a value is dropped after its last reader, an intermediate
+    kernel output's buffer (`recycled_slots`) returns to the call's pool (`take`), which the
+    call gives back for the next call at its sizes. What depends on the
     sizes (output shapes, direct entries, extents, size arguments, reshape dims) is worked out
     once per sizes (`frame`).
 
@@ -554,6 +603,12 @@ class _CPURunner:
         """The last call's sizes and frame (one assignment: threads read it whole)."""
         self._frames: dict[tuple[tuple[str, int], ...], Frame] = {}
         self._local = threading.local()
+        self._pools: list[tuple[Frame | None, dict[Any, list[torch.Tensor]]]] = []
+        """Free intermediate buffers of finished calls, each pool tagged with the frame (the
+        sizes) its buffers were made at; a running call takes one (`take`)."""
+        self.recycled = recycled_slots(program)
+        """The kernel outputs whose buffers return to the call's pool once nothing reads them
+        (`recycled_slots`), slot -> the step after which they do."""
         self.run = self._generate(program)
 
     def frame(self, sizes: dict[str, int]) -> Frame:
@@ -582,6 +637,11 @@ class _CPURunner:
             if isinstance(step, _Launch):
                 shapes = [at(shape) for shape in step.shapes]
                 items += shapes
+                items += [
+                    (shape, dtype)
+                    for shape, dtype, slot in zip(shapes, step.dtypes, step.outputs, strict=True)
+                    if slot in self.recycled
+                ]
                 work = sum(math.prod(at(dims)) for dims in step.in_shapes)
                 work += sum(map(math.prod, shapes)) + (1 if step.error_flag else 0)
                 inline = getattr(step.kernel, "inline_entry", None)
@@ -599,6 +659,19 @@ class _CPURunner:
                 if not all(isinstance(d, int) for d in dims):
                     items.append(at(dims))
         return tuple(items)
+
+    def take(self, frame: Frame) -> tuple[Frame | None, dict[Any, list[torch.Tensor]]]:
+        """A pool of free buffers for a call at `frame`'s sizes: one a finished call at those
+        sizes gave back (`give`), else an empty one (a pool of other sizes is dropped: what
+        it holds is freed). With grad enabled, a pool no call gave back: an extern's autograd
+        graph may keep a buffer the call releases."""
+        if torch.is_grad_enabled():
+            return None, {}
+        try:
+            pool = self._pools.pop()
+        except IndexError:
+            return frame, {}
+        return pool if pool[0] is frame else (frame, {})
 
     def flag(self) -> tuple[int, Any, torch.Tensor]:
         """This thread's error flag (one byte, made once per thread): its address, a numpy
@@ -618,7 +691,10 @@ class _CPURunner:
             "flag": self.flag,
             "empty": torch.empty,
             "dev": self.device,
+            "take": self.take,
+            "give": self._pools.append,
         }
+        recycled = self.recycled
         results = program.results
         last: dict[int, int] = {}
         for i, step in enumerate(steps):
@@ -629,6 +705,8 @@ class _CPURunner:
         frame_names: list[str] = []
         kernel_outputs: set[int] = set()
         """Slots that hold a kernel's output (torch.empty's: contiguous)."""
+        keys: dict[int, str] = {}
+        """A recycled slot -> the frame's name of its buffer's (shape, dtype)."""
         prepared = False
         flags = False
         argument_count = len(program.arguments)
@@ -636,7 +714,7 @@ class _CPURunner:
             if isinstance(step, _Launch):
                 outs = [f"s{s}" for s in step.outputs]
                 shapes = [f"o{i}_{j}" for j in range(len(outs))]
-                frame_names += [*shapes, f"f{i}", f"e{i}", f"z{i}"]
+                frame_names += shapes
                 buffers: list[str] = []
                 held: list[str] = []
                 for k, s in enumerate(step.inputs):
@@ -649,7 +727,15 @@ class _CPURunner:
                         held.append(b)
                 for j, (out, shape) in enumerate(zip(outs, shapes, strict=True)):
                     names[f"d{i}_{j}"] = step.dtypes[j]
-                    body.append(f"{out} = empty({shape}, dtype=d{i}_{j}, device=dev)")
+                    fresh = f"empty({shape}, dtype=d{i}_{j}, device=dev)"
+                    if step.outputs[j] in recycled:  # a free buffer of its shape, if any
+                        frame_names.append(f"k{i}_{j}")
+                        keys[step.outputs[j]] = f"k{i}_{j}"
+                        body.append(f"fl = free.get(k{i}_{j})")
+                        body.append(f"{out} = fl.pop() if fl else {fresh}")
+                    else:
+                        body.append(f"{out} = {fresh}")
+                frame_names += [f"f{i}", f"e{i}", f"z{i}"]
                 names[f"launch{i}"] = step.kernel.launch_sized
                 pointers = [f"{b}.data_ptr()" for b in (*buffers, *outs)]
                 tensors = [*buffers, *outs]
@@ -708,7 +794,20 @@ class _CPURunner:
                     body.append(call)
             written = [step.output] if isinstance(step, _View) else step.outputs
             reads = [step.input] if isinstance(step, _View) else step.inputs
-            dead = {s for s in (*reads, *written) if last.get(s, -1) <= i and s not in results}
+            dead = {
+                s
+                for s in (*reads, *written)
+                if last.get(s, -1) <= i and s not in results and s not in recycled
+            }
+            for s in sorted(slot for slot, end in recycled.items() if end == i):
+                body += [
+                    f"fl = free.get({keys[s]})",
+                    "if fl is None:",
+                    f"    free[{keys[s]}] = [s{s}]",
+                    "else:",
+                    f"    fl.append(s{s})",
+                ]
+                dead.add(s)
             body += [f"s{s} = None" for s in sorted(dead)]
         lines = ["def run(args, sizes):"]
         if argument_count:
@@ -717,11 +816,14 @@ class _CPURunner:
                 f"{',' if argument_count == 1 else ''} = args"
             )
         if frame_names:
-            lines.append(
-                f"    {', '.join(frame_names)}{',' if len(frame_names) == 1 else ''} = frame(sizes)"
-            )
+            lines.append("    fr = frame(sizes)")
+            lines.append(f"    {', '.join(frame_names)}{',' if len(frame_names) == 1 else ''} = fr")
         if flags:
             lines.append("    fp, seen, ft = flag()")
+        if recycled:
+            lines.append("    pool = take(fr)")
+            lines.append("    free = pool[1]")
+            body.append("give(pool)")
         returned = f"return [{', '.join(f's{s}' for s in results)}]"
         if prepared:  # a prepared op reads the call's sizes (`SIZES`): an iota's, a reshape's
             names["SIZES"] = SIZES
