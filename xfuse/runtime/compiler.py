@@ -31,7 +31,7 @@ from xfuse.dialects import fusion, graph
 from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import Operand
 from xfuse.errors import XfuseError
-from xfuse.interpreters.graph import OP_IMPLS, find_function, interpret, run_op
+from xfuse.interpreters.graph import OP_IMPLS, DirectCall, find_function, interpret, run_op
 from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, PARALLEL_DIMS_ATTR
@@ -194,6 +194,27 @@ def _step_label(kind: str, op: Operation) -> str:
     return f"{kind} {op.name}"
 
 
+def direct_call_text(
+    i: int, direct: DirectCall, operands: Sequence[str], names: dict[str, object]
+) -> str:
+    """Step `i`'s one torch call (`direct_call`) as generated code, `ext7(s5, a7_1, **kw7)`:
+    each operand the variable `operands` names (by operand index), the function, constant
+    arguments and keywords put into `names` (the generated function's globals)."""
+    fn, arguments, keywords = direct
+    names[f"ext{i}"] = fn
+    parts = []
+    for j, a in enumerate(arguments):
+        if isinstance(a, Operand):
+            parts.append(operands[a.index])
+        else:
+            names[f"a{i}_{j}"] = a
+            parts.append(f"a{i}_{j}")
+    if keywords:
+        names[f"kw{i}"] = keywords
+        parts.append(f"**kw{i}")
+    return f"ext{i}({', '.join(parts)})"
+
+
 def make_runner(program: Program) -> Runner:
     """The program's `plan` as the straight-line code of one Python function, made once: each
     step is one call of its `run` with its input slots (local variables) and its outputs
@@ -264,19 +285,8 @@ def make_runner(program: Program) -> Runner:
                 lines.append(f"    {' = '.join(held)} = None")
         elif isinstance(step, EagerStep) and run == step.run and step.direct is not None:
             # One torch call (`EagerStep.direct`): `s7 = ext7(s5, c3, a7_2, ...)`.
-            fn, arguments, keywords = step.direct
-            names[f"ext{i}"] = fn
-            parts = []
-            for j, a in enumerate(arguments):
-                if isinstance(a, Operand):
-                    parts.append(slot(in_slots[a.index]))
-                else:
-                    names[f"a{i}_{j}"] = a
-                    parts.append(f"a{i}_{j}")
-            if keywords:
-                names[f"kw{i}"] = keywords
-                parts.append(f"**kw{i}")
-            lines.append(f"    {slot(out_slots[0])} = ext{i}({', '.join(parts)})")
+            call = direct_call_text(i, step.direct, [slot(s) for s in in_slots], names)
+            lines.append(f"    {slot(out_slots[0])} = {call}")
         else:
             names[f"step{i}"] = run
             call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"

@@ -69,7 +69,7 @@ from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_A
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
 from xfuse.pipeline import PassFailedError, PassObserver, pipeline
-from xfuse.runtime.compiler import is_fresh_view, lower_to_loops
+from xfuse.runtime.compiler import direct_call_text, is_fresh_view, lower_to_loops
 from xfuse.runtime.steps import fresh_results
 
 DEFAULT_PASSES = "decompose,attention-mask{symbolic=true},fuse-greedy,group-cleanup,fold-linear"
@@ -770,19 +770,9 @@ class _CPURunner:
                     names[f"arg{i}"] = step.argument
                     body.append(f"s{step.output} = {source}.{step.method}(arg{i})")
             elif step.direct is not None:
-                fn, arguments, keywords = step.direct
-                names[f"ext{i}"] = fn
-                parts = []
-                for j, a in enumerate(arguments):
-                    if isinstance(a, Operand):
-                        parts.append(f"s{step.inputs[a.index]}")
-                    else:
-                        names[f"a{i}_{j}"] = a
-                        parts.append(f"a{i}_{j}")
-                if keywords:
-                    names[f"kw{i}"] = keywords
-                    parts.append(f"**kw{i}")
-                body.append(f"s{step.outputs[0]} = ext{i}({', '.join(parts)})")
+                operands = [f"s{s}" for s in step.inputs]
+                call = direct_call_text(i, step.direct, operands, names)
+                body.append(f"s{step.outputs[0]} = {call}")
             else:
                 prepared = True
                 names[f"step{i}"] = step.run_op
