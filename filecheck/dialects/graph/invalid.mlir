@@ -833,6 +833,40 @@ func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #gr
 
 // -----
 
+// Size relations: equalities of products of input symbols (eq(lhs, rhs)).
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op relation eq(s2 * s9, s0 * s1) uses 's9', which is no input symbol
+func.func @f(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %y: tensor<?x?xf32, #graph.syms<s2, s3>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 2, s1 = input(0, 1) hint 8, s2 = input(1, 0) hint 2, s3 = input(1, 1) hint 8, eq(s2 * s9, s0 * s1)>} {
+  %0 = graph.neg %x : tensor<?x?xf32, #graph.syms<s0, s1>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op relation eq(s2, s0) rewrites a monomial of degree 1: an equal input size is the same symbol
+func.func @f(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %y: tensor<?x?xf32, #graph.syms<s2, s3>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 2, s1 = input(0, 1) hint 8, s2 = input(1, 0) hint 2, s3 = input(1, 1) hint 8, eq(s2, s0)>} {
+  %0 = graph.neg %x : tensor<?x?xf32, #graph.syms<s0, s1>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op relation eq(s0 * s1, s2 * s3) is not oriented: its right-hand side has a monomial not smaller than its left-hand side (degree first, then the later input symbols)
+func.func @f(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %y: tensor<?x?xf32, #graph.syms<s2, s3>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 2, s1 = input(0, 1) hint 8, s2 = input(1, 0) hint 2, s3 = input(1, 1) hint 8, eq(s0 * s1, s2 * s3)>} {
+  %0 = graph.neg %x : tensor<?x?xf32, #graph.syms<s0, s1>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op relation eq(s2 * s3, s0 * s1) rewrites a monomial an earlier one rewrites
+func.func @f(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %y: tensor<?x?xf32, #graph.syms<s2, s3>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 2, s1 = input(0, 1) hint 8, s2 = input(1, 0) hint 2, s3 = input(1, 1) hint 8, eq(s2 * s3, s0 * s1), eq(s2 * s3, s0 * s1)>} {
+  %0 = graph.neg %x : tensor<?x?xf32, #graph.syms<s0, s1>>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op graph.pad does not take symbolic sizes yet (operand 0 is tensor<?x8xf32, #graph.syms<s0>>)
 func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
   %0 = graph.pad %x low = [0, 1] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>
