@@ -22,12 +22,14 @@ from tests.runtime.test_symbolic_program import Block
 from tests.test_conv_net_strided_dynamic import IMAGES, resnet_like, strided_net
 from xfuse import dynamo
 from xfuse.backends.cuda import CUDABackend, LaunchShape
+from xfuse.dialects import graph
 from xfuse.errors import DynamicShapesWarning, FallbackWarning
 from xfuse.frontend import import_module
+from xfuse.pipeline import pipeline
 from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.dynamic import DynamicProgram
 from xfuse.runtime.shape_graphs import GRAPH_SHAPES_ENV, MAX_GRAPH_SHAPES
-from xfuse.runtime.symbolic import SymbolicProgram
+from xfuse.runtime.symbolic import SymbolicProgram, default_passes
 
 BATCH = {"x": {0: Dim("batch", min=2, max=64)}}
 IMAGE = ({0: Dim("b", min=2, max=64), 2: Dim("h", min=8, max=512), 3: Dim("w", min=8, max=512)},)
@@ -111,6 +113,54 @@ def test_a_gpu_program_knows_its_scalar_arguments(tmp_path: Path) -> None:
     program = DynamicProgram(fn, (x, s), dynamic, backend=PTXOnly(tmp_path), device="cuda:0")
     assert program.scalar_args == [1]
     assert DynamicProgram(fn, (x, s), dynamic).scalar_args == []  # on the CPU: none
+
+
+class LMHead(torch.nn.Module):
+    """A language model's norm and head over a vocabulary of 1003 tokens: in bf16 its rows are
+    no whole number of 16-byte vectors (GPT-2's 50,257 at a test's size)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(64)
+        self.head = torch.nn.Linear(64, 1003, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(x))
+
+
+SEQUENCE = {"x": {1: Dim("length", min=2, max=512)}}
+
+
+def lm_head() -> LMHead:
+    torch.manual_seed(0)
+    return LMHead().to(torch.bfloat16).eval()
+
+
+def test_a_bf16_head_of_symbolic_length_runs_padded_on_the_gpu() -> None:
+    """On CUDA a symbolic program pads a 16-bit product's unaligned rows (`pad-matmul`, as the
+    static pipeline does) and slices them back along the static vocabulary, at every length:
+    the GPU pipeline's program, run on the CPU, gives eager's logits."""
+    model = lm_head()
+    example = (torch.randn(2, 7, 64, dtype=torch.bfloat16),)
+    program = import_module(model, example, dynamic_shapes=SEQUENCE)
+    module = program.module.clone()
+    passes = default_passes(torch.device("cuda"))
+    pipeline(passes).apply(module)
+    pads = [op for op in module.walk() if isinstance(op, graph.PadOp)]
+    assert [graph.shape_of(p.result) for p in pads] == [(1008, 64)]
+    assert default_passes(torch.device("cpu")) != passes  # the CPU's GEMMs take any row
+    compiled = SymbolicProgram(program.module, passes=passes)
+    state = dict(model.named_parameters())
+    names = program.param_names
+    with torch.no_grad():
+        for length in (2, 7, 33, 100):
+            x = torch.randn(2, length, 64, dtype=torch.bfloat16)
+            arguments = [
+                state[names[i]] if i in names else x for i in range(len(compiled.arguments))
+            ]
+            (logits,) = compiled(*arguments)
+            assert logits.shape == (2, length, 1003) and logits.is_contiguous()
+            torch.testing.assert_close(logits, model(x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,3 +532,23 @@ def test_graphs_of_a_symbolic_program_can_be_turned_off_and_explain_names_the_bo
     status = xfuse.explain(model, (x,), device="cuda", dynamic_shapes=BATCH, quiet=True).cuda_graph
     assert status is not None and "captured per shape" in status
     assert f"at most {MAX_GRAPH_SHAPES} shapes" in status
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_bf16_head_of_symbolic_length_matches_eager_on_the_gpu(
+    compiled_cuda_kernels: list[str],
+) -> None:
+    model = lm_head().cuda()
+    example = (torch.randn(2, 7, 64, dtype=torch.bfloat16, device="cuda"),)
+    program = xfuse.compile(model, example, device="cuda", dynamic_shapes=SEQUENCE)
+    assert isinstance(program, DynamicProgram)
+    compiled = len(compiled_cuda_kernels)
+    assert any("pad" in name for name in compiled_cuda_kernels)
+    with torch.no_grad():
+        for length in (2, 7, 33, 100, 512):
+            x = torch.randn(2, length, 64, dtype=torch.bfloat16, device="cuda")
+            logits = program(x)
+            assert logits.shape == (2, length, 1003) and logits.is_contiguous()
+            torch.testing.assert_close(logits, model(x))
+    assert len(compiled_cuda_kernels) == compiled

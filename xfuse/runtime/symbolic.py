@@ -80,6 +80,19 @@ every call's sizes (`mask_guards`); `fold-linear` puts a transposed weight's mat
 add that fusion left alone back into one `graph.linear` (a library GEMM), where the transpose
 would be a kernel copying the weight at every call."""
 
+CUDA_PASSES = (
+    "decompose,attention-mask{symbolic=true},pad-matmul,fuse-greedy,group-cleanup,fold-linear"
+)
+"""`DEFAULT_PASSES` on a CUDA GPU, with `pad-matmul` before fusion as in the static pipeline
+(`xfuse.pipeline.device_passes`): a 16-bit product whose rows are not whole 16-byte vectors (a
+language model's head over 50,257 tokens) runs padded, cuBLAS's fast kernels, and its result
+is sliced back along its static last dim, whatever the symbolic ones are."""
+
+
+def default_passes(device: torch.device) -> str:
+    """The fusion passes a symbolic program on `device` is built with."""
+    return CUDA_PASSES if device.type == "cuda" else DEFAULT_PASSES
+
 
 @dataclass
 class _Launch:
@@ -307,14 +320,14 @@ def _tensor(value: torch.Tensor | None) -> torch.Tensor:
 class SymbolicProgram:
     """`@forward` of a module with size symbols, fused, lowered and compiled once for `device`
     (the CPU or a CUDA GPU); call it with tensors on that device of any sizes its symbols allow
-    (see the module docstring). `observer` is called around each fusion pass
-    (`xfuse.pipeline.PassObserver`)."""
+    (see the module docstring). `passes` are its fusion passes (`default_passes(device)` unless
+    given); `observer` is called around each fusion pass (`xfuse.pipeline.PassObserver`)."""
 
     def __init__(
         self,
         module: ModuleOp,
         *,
-        passes: str = DEFAULT_PASSES,
+        passes: str | None = None,
         backend: Backend | None = None,
         observer: PassObserver | None = None,
         device: torch.device | str = "cpu",
@@ -349,6 +362,7 @@ class SymbolicProgram:
         """The derived symbols that some argument dim holds (`y` of `2 * s0`): a call's
         arguments must have their computed sizes there (`_derive`)."""
         self._on_device = on_device_type(self.device)
+        passes = default_passes(self.device) if passes is None else passes
         fusion_passes = replace(pipeline(passes), observer=observer)
         fusion_passes.apply(module)
         self.fusion_passes = fusion_passes.passes
