@@ -7,7 +7,7 @@ symbolic program where xfuse takes the graph, else a program per size) and Induc
     python -m benchmarks.dynamic [--models mlp,lm,gpt2] [--columns xfuse-static,...]
                                  [--mlp-sizes 2,5,...] [--lm-sizes 3,9,...]
                                  [--gpt2-sizes 64,...] [--runs 10]
-                                 [--device cuda]
+                                 [--device cuda] [--dtype bf16]
 
 For each model and column, in a new process with empty kernel caches (xfuse's and Inductor's:
 cold compiles, and no column's compile workers or threads beside another's timing): each size
@@ -17,7 +17,9 @@ against eager. One table per model: a row per size, then the sum of the first ca
 sweep's compile time) and the median steady-state ms. The MLP's sweep is over the batch size,
 the language models' (GPT-2 from its config, random weights: `lm` a small one, 2x its
 length; `gpt2` the families' 4 layers 768 wide, 8x its length) over the sequence length.
-On CUDA (f32), the first call's ms waits for the GPU, the steady ms are one call's each with
+`--dtype bf16` runs the models in bf16 (checked against eager at bf16's tolerances; the
+GPT-2 head's 50,257-token rows are then unaligned for cuBLAS: `pad-matmul`). On CUDA, the
+first call's ms waits for the GPU, the steady ms are one call's each with
 CUDA events (the host's launches included), and `inductor-ro-dynamic` is Inductor's
 reduce-overhead mode (CUDA graphs per shape, as xfuse's dynamic programs capture them).
 """
@@ -25,6 +27,7 @@ reduce-overhead mode (CUDA graphs per shape, as xfuse's dynamic programs capture
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import os
@@ -129,21 +132,43 @@ def sweep(
     runs: int,
     device: str = "cpu",
 ) -> Sweep:
-    """`model` compiled as `column` says, in a fresh dynamo, called at each size in turn."""
+    """`model` compiled as `column` says, in a fresh dynamo, called at each size in turn (at
+    f32's tolerance 1e-4, or the default one of a 16-bit model's dtype)."""
     torch._dynamo.reset()
     compiled = torch.compile(model, **COLUMNS[column])
     clock = cuda_ms if device == "cuda" else host_ms
     first: list[float] = []
     steady: list[float] = []
+    dtype = next(model.parameters()).dtype
     for n in sizes:
-        call = functools.partial(compiled, *(t.to(device) for t in workload.inputs(n)))
+        inputs = [
+            t.to(device, dtype if t.is_floating_point() else t.dtype) for t in workload.inputs(n)
+        ]
+        call = functools.partial(compiled, *inputs)
         out: list[Any] = []
         first.append(host_ms(functools.partial(_keep, call, out, device)))
-        torch.testing.assert_close(out[0], model(*call.args), rtol=1e-4, atol=1e-4)
+        check(out[0], model, call.args)
         del out
         steady.append(median_ms(call, runs, warmup=1, clock=clock))
     torch._dynamo.reset()
     return Sweep(first, steady)
+
+
+def check(got: Tensor, model: torch.nn.Module, args: tuple[Tensor, ...]) -> None:
+    """`got` is eager's result for `args`: in f32 within 1e-4; in a 16-bit dtype, whose eager
+    rounds every intermediate where xfuse's kernels round once, by the fuzzer's rule against
+    the model run in f64 (an error at most twice eager's: `compare_outputs`)."""
+    from xfuse.testing.fuzz.compare import compare_outputs
+
+    expected = model(*args)
+    if expected.dtype == torch.float32:
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        return
+    wide = copy.deepcopy(model).double()
+    reference = wide(*(a.double() if a.is_floating_point() else a for a in args))
+    problem = compare_outputs([got], [expected], [reference], 1.0)
+    if problem is not None:
+        raise AssertionError(problem)
 
 
 def _keep(call: Callable[[], Any], out: list[Any], device: str) -> None:
@@ -169,19 +194,26 @@ def table(name: str, workload: Workload, sizes: list[int], results: dict[str, Sw
     return "\n".join(lines)
 
 
-def run_column(name: str, column: str, sizes: list[int], runs: int, device: str) -> Sweep:
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+def run_column(
+    name: str, column: str, sizes: list[int], runs: int, device: str, dtype: str = "f32"
+) -> Sweep:
     """One model's sweep for one column in this process."""
     import xfuse  # noqa: F401  (registers the backend)
 
     torch._dynamo.config.recompile_limit = 64  # the static column compiles once per size
     workload = WORKLOADS[name]
     torch.manual_seed(0)
-    model = workload.make().eval().to(device)
+    model = workload.make().eval().to(device, DTYPES[dtype])
     with torch.no_grad():
         return sweep(model, workload, sizes, column, runs, device)
 
 
-def run_isolated(name: str, column: str, sizes: list[int], runs: int, device: str) -> Sweep:
+def run_isolated(
+    name: str, column: str, sizes: list[int], runs: int, device: str, dtype: str = "f32"
+) -> Sweep:
     """`run_column` in a new process with empty kernel caches (xfuse's and Inductor's): every
     column compiles cold, as on a first run, and no column's worker processes or threads
     share the CPU with another's timing."""
@@ -193,7 +225,7 @@ def run_isolated(name: str, column: str, sizes: list[int], runs: int, device: st
         }
         command = [sys.executable, "-m", "benchmarks.dynamic", "--one", name, "--columns"]
         command += [column, f"--{name}-sizes", ",".join(map(str, sizes)), "--runs", str(runs)]
-        command += ["--device", device]
+        command += ["--device", device, "--dtype", dtype]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{name} / {column} failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -209,17 +241,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument(f"--{name}-sizes", default=sizes)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--dtype", default="f32", choices=tuple(DTYPES))
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a model, in the child process
     args = parser.parse_args(argv)
     if args.one is not None:
         sizes = [int(s) for s in getattr(args, f"{args.one}_sizes").split(",")]
-        result = run_column(args.one, args.columns, sizes, args.runs, args.device)
+        result = run_column(args.one, args.columns, sizes, args.runs, args.device, args.dtype)
         print(json.dumps({"first": result.first, "steady": result.steady}))
         return
     for name in args.models.split(","):
         sizes = [int(s) for s in getattr(args, f"{name}_sizes").split(",")]
         results = {
-            column: run_isolated(name, column, sizes, args.runs, args.device)
+            column: run_isolated(name, column, sizes, args.runs, args.device, args.dtype)
             for column in args.columns.split(",")
         }
         print(table(name, WORKLOADS[name], sizes, results), flush=True)
