@@ -2,7 +2,9 @@
 // gelu(x + b) * 2 over x: [s0, s1, 8] (sizes s0 and s1 at run time), b: [8]: a kernel with
 // symbolic sizes takes them as i64 parameters after its buffers. A grid-stride loop of one
 // element a thread and step (a vector width would depend on the sizes) over the flattened
-// index space, whose length is computed in the kernel from the sizes; the launch line says
+// index space, whose length is computed in the kernel from the sizes (a thread divides its
+// first position and the grid's stride into indices once; each step adds the stride's indices
+// with carries, so the loop divides nothing); the launch line says
 // how the launch computes the work items (`items = 8 * s0 * s1`, in the size syntax of a
 // `graph.sizes` table) from the size arguments, named as `xfuse.size_args` names them, per call.
 
@@ -47,14 +49,19 @@ builtin.module {
 // CHECK-NEXT:   .param .u64 forward_k0_param_4
 // CHECK-NEXT: )
 // CHECK:      .maxntid 256
-// CHECK:      ld.param.b64 %[[S0:rd[0-9]+]], [forward_k0_param_3];
-// CHECK-NEXT: ld.param.b64 %[[S1:rd[0-9]+]], [forward_k0_param_4];
-// CHECK-NEXT: mul.lo.s64 %[[S01:rd[0-9]+]], %[[S0]], %[[S1]];
+// CHECK-DAG:  ld.param.b64 %[[S1:rd[0-9]+]], [forward_k0_param_4];
+// CHECK-DAG:  ld.param.b64 %[[S0:rd[0-9]+]], [forward_k0_param_3];
+// CHECK:      mul.lo.s64 %[[S01:rd[0-9]+]], %[[S0]], %[[S1]];
 // CHECK-NEXT: shl.b64 %[[N:rd[0-9]+]], %[[S01]], 3;
 // CHECK:      mov.u32 %{{r[0-9]+}}, %ctaid.x;
-// CHECK:      setp.ge.s64 %{{p[0-9]+}}, %{{rd[0-9]+}}, %[[N]];
 // CHECK:      mov.u32 %{{r[0-9]+}}, %nctaid.x;
+// CHECK:      div.u64
+// CHECK:      setp.ge.s64 %{{p[0-9]+}}, %{{rd[0-9]+}}, %[[N]];
+// CHECK:      div.u64
 // CHECK:      st.global.b32
+// CHECK-NOT:  div.
 // CHECK:      setp.lt.s64 %{{p[0-9]+}}, %{{rd[0-9]+}}, %[[N]];
+// CHECK-NOT:  div.
 // CHECK:      ld.global.nc.b32
+// CHECK-NOT:  div.
 // CHECK-NOT:  .v4

@@ -1317,26 +1317,62 @@ def _element_count(sizes: LaunchSizes, shape: Sequence[Extent]) -> SizeExpr:
     return count
 
 
+def _digits(e: _Emit, flat: SSAValue, extents: Sequence[SSAValue]) -> list[SSAValue]:
+    """Row-major indices of a flat position in a shape of `extents` (in the mapping's
+    integer type; the first index unbounded)."""
+    digits: list[SSAValue] = []
+    rest = flat
+    for extent in reversed(extents[1:]):
+        digits.append(e.rem(rest, extent))
+        rest = e.div(rest, extent)
+    return [rest, *reversed(digits)]
+
+
+def _add_digits(
+    e: _Emit, digits: Sequence[SSAValue], step: Sequence[SSAValue], extents: Sequence[SSAValue]
+) -> list[SSAValue]:
+    """The indices of `digits`' position plus `step`'s (both `_digits` of `extents`), carried
+    from the innermost index outwards: each sum is below twice its extent, so one compare
+    and subtract per index, and no division."""
+    out: list[SSAValue] = []
+    carry: SSAValue | None = None
+    for axis in reversed(range(1, len(extents))):
+        total = e.add(digits[axis], step[axis])
+        total = total if carry is None else e.add(total, carry)
+        over = e.op(arith.CmpiOp(total, extents[axis], "uge"))
+        out.append(e.op(arith.SelectOp(over, e.op(arith.SubiOp(total, extents[axis])), total)))
+        carry = e.op(arith.ExtUIOp(over, e.int_type))
+    first = e.add(digits[0], step[0])
+    return [first if carry is None else e.add(first, carry), *reversed(out)]
+
+
 def _map_symbolic_grid_stride(
     kernel: func.FuncOp, par: scf.ParallelOp, shape: list[Extent], block: int
 ) -> str:
     """A thread per iteration in a grid-stride loop over the flattened runtime index space
-    (one element a thread and step: a vector width would depend on the sizes)."""
+    (one element a thread and step: a vector width would depend on the sizes). A thread
+    divides its first position and the grid's stride into indices once (runtime extents are
+    divided by at run time, at a 64-bit division's cost); each step adds the stride's indices
+    to the carried ones (`_add_digits`), so that no element pays for a division."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     e = _Emit(Builder(InsertPoint.before(par)), i64)
     items = _product(e, shape)
+    extents = [_extent(e, d) for d in shape]
     gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
     nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
-    loop_body = Block(arg_types=[i64])
-    e.builder.insert(scf.ForOp(gtid, items, nthreads, [], loop_body))
+    step = _digits(e, nthreads, extents)
+    loop_body = Block(arg_types=[i64] * (1 + len(shape)))
+    first = _digits(e, gtid, extents)
+    e.builder.insert(scf.ForOp(gtid, items, nthreads, first, loop_body))
     inner = _Emit(Builder(InsertPoint.at_end(loop_body)), i64)
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
-    lane_ivs = _delinearize(inner, loop_body.args[0], shape)
+    digits = list(loop_body.args[1:])
+    lane_ivs = [inner.to_index(d) for d in digits]
     cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
     for op in body:
         cloner.clone(op, None)
-    loop_body.add_op(scf.YieldOp())
+    loop_body.add_op(scf.YieldOp(*_add_digits(inner, digits, step, extents)))
     par.detach()
     par.erase()
     strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
