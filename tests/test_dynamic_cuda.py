@@ -7,6 +7,7 @@ programs compiles to PTX that ptxas accepts (what the GPU would load)."""
 
 from __future__ import annotations
 
+import copy
 import re
 import warnings
 from pathlib import Path
@@ -31,6 +32,7 @@ from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.dynamic import DynamicProgram
 from xfuse.runtime.shape_graphs import GRAPH_SHAPES_ENV, MAX_GRAPH_SHAPES
 from xfuse.runtime.symbolic import SymbolicProgram, default_passes
+from xfuse.testing.fuzz.compare import compare_outputs
 
 BATCH = {"x": {0: Dim("batch", min=2, max=64)}}
 IMAGE = ({0: Dim("b", min=2, max=64), 2: Dim("h", min=8, max=512), 3: Dim("w", min=8, max=512)},)
@@ -548,10 +550,14 @@ def test_a_bf16_head_of_symbolic_length_matches_eager_on_the_gpu(
     ops = next(line for line in explanation.splitlines() if line.startswith("ops: "))
     assert re.search(r"\bpad\b", ops) and re.search(r"\bslice\b", ops), ops
     compiled = len(compiled_cuda_kernels)
+    wide = copy.deepcopy(model).double()
     with torch.no_grad():
         for length in (2, 7, 33, 100, 512):
             x = torch.randn(2, length, 64, dtype=torch.bfloat16, device="cuda")
             logits = program(x)
             assert logits.shape == (2, length, 1003) and logits.is_contiguous()
-            torch.testing.assert_close(logits, model(x))
+            # cuBLAS sums a padded product's dot products in another order than the unpadded
+            # one's: the rule for reordered sums, against the head in f64
+            reference = wide(x.double())
+            assert compare_outputs([logits], [model(x)], [reference]) is None
     assert len(compiled_cuda_kernels) == compiled
