@@ -547,7 +547,7 @@ def test_a_product_of_batches_of_matrices_is_a_direct_bmm() -> None:
 
 
 def test_eager_results_are_fresh_where_torchs_schema_says_so() -> None:
-    """An eager torch call's results are memory of their own (`EagerStep.fresh`) where its
+    """An eager torch call's results are memory of their own (`EagerStep.owns_outputs`) where its
     operator's schema gives them no alias annotation and it is no composite (`type_as` may
     return its input)."""
     ops = parse("""func.func @f(%a: tensor<2x3xf32>, %i: tensor<2xi64>) -> (tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>) {
@@ -558,7 +558,7 @@ def test_eager_results_are_fresh_where_torchs_schema_says_so() -> None:
   func.return %d, %m, %t, %x, %c : tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>
 }""")
     calls = [op for op in ops.walk() if isinstance(op, graph.TorchCallOp)]
-    fresh = {op.target.data: EagerStep(op, (), (), "").fresh for op in calls}
+    fresh = {op.target.data: EagerStep(op, (), (), "").owns_outputs for op in calls}
     assert fresh == {
         "aten.native_dropout.default": True,
         "aten.type_as.default": False,

@@ -15,10 +15,10 @@ value that may alias it (eager results may be views of their inputs) has run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
-from typing import cast
+from typing import Protocol, cast
 
 import torch
 from xdsl.dialects import func
@@ -847,7 +847,9 @@ def copy_scalar_inputs(steps: Sequence[Step], scalars: set[int]) -> None:
 
 
 class _MemoryPlan:
-    """When each slot is dropped and each kernel buffer returns to the pool."""
+    """When each slot is dropped and each kernel buffer returns to the pool: a kernel's buffer
+    after the last step of its alias class (`AliasClasses.recycled`), any other slot after its
+    own last step; the program's outputs are kept."""
 
     def __init__(
         self,
@@ -857,63 +859,84 @@ class _MemoryPlan:
         constant_slots: set[int],
     ):
         classes = AliasClasses(steps)
-        self._find = classes.root
-        n = len(steps)
-        last_use: dict[int, int] = {}
-        defined_at: dict[int, int] = {}
         owned: dict[int, BufferSpec] = {}
-        for i, step in enumerate(steps):
-            for s in step.inputs:
-                last_use[s] = i
-            for s in step.outputs:
-                defined_at[s] = i
+        for step in steps:
             if isinstance(step, KernelStep):
                 owned.update(zip(step.outputs, step.out_specs, strict=True))
-        pinned_roots = {self._find(s) for s in (*arg_slots, *output_slots, *constant_slots)}
-        class_end: dict[int, int] = {}
-        for s in set(last_use) | set(defined_at):
-            end = max(last_use.get(s, -1), defined_at.get(s, -1))
-            root = self._find(s)
-            class_end[root] = max(class_end.get(root, -1), end)
-        releases: list[list[tuple[int, BufferSpec]]] = [[] for _ in range(n)]
-        drops: list[list[int]] = [[] for _ in range(n)]
+        recycled = classes.recycled(owned, (*arg_slots, *output_slots, *constant_slots))
+        releases: list[list[tuple[int, BufferSpec]]] = [[] for _ in steps]
+        drops: list[list[int]] = [[] for _ in steps]
         keep = set(output_slots)
-        for s in set(last_use) | set(defined_at):
+        for s, end in classes.end.items():
             if s in keep:
                 continue
-            root = self._find(s)
-            if s in owned and root not in pinned_roots:
-                releases[class_end[root]].append((s, owned[s]))
-                drops[class_end[root]].append(s)
+            if s in recycled:
+                releases[recycled[s]].append((s, owned[s]))
+                drops[recycled[s]].append(s)
             else:
-                drops[max(last_use.get(s, -1), defined_at.get(s, -1))].append(s)
+                drops[end].append(s)
         self.release_after = [tuple(sorted(r)) for r in releases]
         self.drop_after = [tuple(sorted(d)) for d in drops]
 
 
-def may_alias(step: Step) -> bool:
+class SlotStep(Protocol):
+    """A step as the memory plan sees it (the static runtime's `Step`s, a symbolic program's):
+    the slots it reads and writes, and whether its results are memory of its own."""
+
+    @property
+    def inputs(self) -> Sequence[int]: ...
+
+    @property
+    def outputs(self) -> Sequence[int]: ...
+
+    @property
+    def owns_outputs(self) -> bool:
+        """Its results never share memory with its inputs (a kernel's buffers, a fresh eager
+        op's results: `fresh_results`)."""
+        ...
+
+
+def may_alias(step: SlotStep) -> bool:
     """Whether a step's results may share memory with its inputs: a view's and an eager op's
-    do, but a kernel's (buffers of its own) and a fresh eager op's (`EagerStep.fresh`)."""
-    return not isinstance(step, KernelStep) and not (isinstance(step, EagerStep) and step.fresh)
+    do, but not those of a step that owns its outputs (`SlotStep.owns_outputs`)."""
+    return not step.owns_outputs
 
 
 class AliasClasses:
-    """The slots of a program's steps in classes that may share memory: a step that
-    `may_alias` joins its results' class with its inputs'."""
+    """The slots of a program's steps in classes that may share memory (a step that
+    `may_alias` joins its results' class with its inputs'), and the last step that reads or
+    writes each slot and each class."""
 
-    def __init__(self, steps: Sequence[Step]):
+    def __init__(self, steps: Sequence[SlotStep]):
         self.parent: dict[int, int] = {}
-        for step in steps:
+        self.end: dict[int, int] = {}
+        """Slot -> the last step that reads or writes it."""
+        for i, step in enumerate(steps):
+            for s in (*step.inputs, *step.outputs):
+                self.end[s] = i
             if may_alias(step):
                 for o in step.outputs:
                     for s in step.inputs:
                         self._union(o, s)
+        self.class_end: dict[int, int] = {}
+        """A class (its `root`) -> the last step that reads or writes one of its slots."""
+        for s, i in self.end.items():
+            r = self.root(s)
+            self.class_end[r] = max(self.class_end.get(r, -1), i)
 
     def root(self, s: int) -> int:
         """The slot that stands for `s`'s class."""
         while self.parent.get(s, s) != s:
             s = self.parent[s]
         return s
+
+    def recycled(self, owned: Iterable[int], pinned: Iterable[int]) -> dict[int, int]:
+        """The buffers among `owned` (slots a step allocates, a kernel's outputs) free for
+        reuse once nothing may read them: slot -> the last step of its class; none whose
+        class holds a slot of `pinned` (memory that outlives the call: arguments, results,
+        constants)."""
+        pinned_roots = {self.root(s) for s in pinned}
+        return {s: self.class_end[r] for s in owned if (r := self.root(s)) not in pinned_roots}
 
     def _union(self, a: int, b: int) -> None:
         ra, rb = self.root(a), self.root(b)

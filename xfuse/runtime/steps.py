@@ -176,6 +176,7 @@ class KernelStep:
     out_specs: tuple[BufferSpec, ...]
     label: str
     owns_outputs: bool = field(default=True, init=False)
+    """Its outputs are buffers of its own (the memory plan's `SlotStep.owns_outputs`)."""
     writes: bool = field(init=False, repr=False)
     """Whether some output has elements: a kernel over empty outputs has nothing to write (and
     may index nothing safely), so it is not launched."""
@@ -291,19 +292,18 @@ class EagerStep:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     label: str
-    owns_outputs: bool = field(default=False, init=False)
+    owns_outputs: bool = field(init=False, repr=False)
+    """Its results never alias its operands (`fresh_results`)."""
     call: PreparedOp = field(init=False, repr=False)
     """The op prepared once (arguments decoded, operator resolved): operands -> results."""
     direct: DirectCall | None = field(init=False, repr=False)
     """The op as one torch call of its operands, which the program's runner writes out
     itself (`direct_call`; None: the runner calls `run`)."""
-    fresh: bool = field(init=False, repr=False)
-    """Its results never alias its operands (`fresh_results`)."""
 
     def __post_init__(self) -> None:
         self.call = prepare_op(self.op)
         self.direct = direct_call(self.op)
-        self.fresh = fresh_results(self.op)
+        self.owns_outputs = fresh_results(self.op)
 
     def run(self, args: list[Tensor], allocate: Allocate) -> list[Tensor]:
         if args and not args[0].is_cpu:

@@ -69,7 +69,7 @@ from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_A
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
 from xfuse.pipeline import PassFailedError, PassObserver, pipeline
-from xfuse.runtime.compiler import direct_call_text, is_fresh_view, lower_to_loops
+from xfuse.runtime.compiler import AliasClasses, direct_call_text, is_fresh_view, lower_to_loops
 from xfuse.runtime.steps import fresh_results
 
 DEFAULT_PASSES = "decompose,attention-mask{symbolic=true},fuse-greedy,group-cleanup,fold-linear"
@@ -112,6 +112,8 @@ class _Launch:
     in_shapes: list[tuple[graph.Dim, ...]] = field(default_factory=list[tuple[graph.Dim, ...]])
     """Its inputs' dims (the elements they hold at a call's sizes: with its outputs', the work
     the CPU runner's launch reports to the kernel, `_CPURunner`)."""
+    owns_outputs: bool = field(default=True, init=False)
+    """Its outputs are buffers of its own (the memory plan's `SlotStep.owns_outputs`)."""
 
     _sized: _SizedLaunch | None = field(default=None, repr=False, compare=False)
     """The output shapes, size arguments and extent at the sizes of the last call (`at`)."""
@@ -167,7 +169,7 @@ class _Eager:
     direct: DirectCall | None = None
     """The op as one torch call of its operands (`direct_call`), which the CPU runner writes
     out itself (None: it calls `run_op`)."""
-    fresh: bool = False
+    owns_outputs: bool = False
     """Its results never alias its operands (`fresh_results`)."""
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
@@ -194,6 +196,16 @@ class _View:
     argument: object = None
     """Its argument: a permutation, an index, or a reshape's dims (symbols' names among
     them, sized per call)."""
+    owns_outputs: bool = field(default=False, init=False)
+    """A view's result is its operand's memory (the memory plan's `SlotStep.owns_outputs`)."""
+
+    @property
+    def inputs(self) -> tuple[int]:
+        return (self.input,)
+
+    @property
+    def outputs(self) -> tuple[int]:
+        return (self.output,)
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
         values[self.output] = self.view(_tensor(values[self.input]), sizes)
@@ -531,44 +543,12 @@ class SymbolicProgram:
 
 def recycled_slots(program: SymbolicProgram) -> dict[int, int]:
     """The kernel outputs of `program` whose buffers a CPU call reuses once nothing reads them,
-    each with the step after which that is (as the static runtime's memory plan): slots that
-    may share memory (a view and its operand, an extern's results and operands unless they
-    are fresh, `fresh_results`) are one class; a kernel output is recycled after its class's
-    last step unless its class holds an argument or a result (results are fresh tensors)."""
-    parent: dict[int, int] = {}
-
-    def root(s: int) -> int:
-        while parent.get(s, s) != s:
-            s = parent[s]
-        return s
-
-    def union(a: int, b: int) -> None:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[ra] = rb
-
-    end: dict[int, int] = {}
-    for i, step in enumerate(program.steps):
-        reads = [step.input] if isinstance(step, _View) else step.inputs
-        written = [step.output] if isinstance(step, _View) else step.outputs
-        for s in (*reads, *written):
-            end[s] = i
-        if isinstance(step, _View) or (isinstance(step, _Eager) and not step.fresh):
-            for o in written:
-                for s in reads:
-                    union(o, s)
-    class_end: dict[int, int] = {}
-    for s, i in end.items():
-        r = root(s)
-        class_end[r] = max(class_end.get(r, -1), i)
-    pinned = {root(s) for s in (*range(len(program.arguments)), *program.results)}
-    return {
-        s: class_end[root(s)]
-        for step in program.steps
-        if isinstance(step, _Launch)
-        for s in step.outputs
-        if root(s) not in pinned
-    }
+    each with the step after which that is: the static runtime's memory plan
+    (`AliasClasses.recycled`), with the arguments and results pinned (results are fresh
+    tensors)."""
+    owned = [s for step in program.steps if isinstance(step, _Launch) for s in step.outputs]
+    pinned = (*range(len(program.arguments)), *program.results)
+    return AliasClasses(program.steps).recycled(owned, pinned)
 
 
 Frame = tuple[Any, ...]
@@ -712,8 +692,7 @@ class _CPURunner:
         results = program.results
         last: dict[int, int] = {}
         for i, step in enumerate(steps):
-            reads = [step.input] if isinstance(step, _View) else step.inputs
-            for slot in reads:
+            for slot in step.inputs:
                 last[slot] = i
         body: list[str] = []
         frame_names: list[str] = []
@@ -796,11 +775,9 @@ class _CPURunner:
                     body.append(f"{', '.join(outs)}{',' if len(outs) == 1 else ''} = {call}")
                 else:
                     body.append(call)
-            written = [step.output] if isinstance(step, _View) else step.outputs
-            reads = [step.input] if isinstance(step, _View) else step.inputs
             dead = {
                 s
-                for s in (*reads, *written)
+                for s in (*step.inputs, *step.outputs)
                 if last.get(s, -1) <= i and s not in results and s not in recycled
             }
             for s in sorted(slot for slot, end in recycled.items() if end == i):
