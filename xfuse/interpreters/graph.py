@@ -201,12 +201,7 @@ def _broadcast_in_dim(op: Operation, xs: list[Tensor]) -> Tensor:
 
 def _slice(op: Operation, xs: list[Tensor]) -> Tensor:
     assert isinstance(op, graph.SliceOp)
-    start, limit, stride = op.bounds
-    # A negative limit is a symbolic dim kept whole (graph.WHOLE_SYMBOLIC_DIM).
-    index = tuple(
-        slice(s, e if e >= 0 else None, k) for s, e, k in zip(start, limit, stride, strict=True)
-    )
-    return xs[0][index].contiguous()
+    return xs[0][op.index].contiguous()
 
 
 def _permute(op: Operation, xs: list[Tensor]) -> Tensor:

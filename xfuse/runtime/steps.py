@@ -325,7 +325,7 @@ class View(NamedTuple):
 
 
 def _reshape_view(op: Operation) -> View:
-    return View("reshape", graph.shape_of(op.results[0]))
+    return View("reshape", graph.dims_of(op.results[0]))
 
 
 def _permute_view(op: Operation) -> View:
@@ -335,9 +335,7 @@ def _permute_view(op: Operation) -> View:
 
 def _slice_view(op: Operation) -> View:
     assert isinstance(op, graph.SliceOp)
-    start, limit, stride = op.bounds
-    index = tuple(slice(s, e, k) for s, e, k in zip(start, limit, stride, strict=True))
-    return View("__getitem__", index)
+    return View("__getitem__", op.index)
 
 
 VIEW_IMPLS: dict[str, Callable[[Operation], View]] = {
@@ -345,7 +343,10 @@ VIEW_IMPLS: dict[str, Callable[[Operation], View]] = {
     "graph.permute": _permute_view,
     "graph.slice": _slice_view,
 }
-"""Layout op name -> the torch view it is, made once from the op's attributes."""
+"""Layout op name -> the torch view it is, made once from the op's attributes: a reshape to
+its result's dims, a permute by its permutation, a slice by its index (`SliceOp.index`). On
+symbolic sizes a reshape's dims name their symbols, which a symbolic program sizes per call
+(`xfuse.runtime.symbolic.view_at_sizes`), and a slice keeps a symbolic dim whole."""
 assert set(VIEW_IMPLS) == {op.name for op in graph.STRIDED_VIEWS}
 
 

@@ -70,7 +70,7 @@ from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kerne
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
 from xfuse.pipeline import PassFailedError, PassObserver, pipeline
 from xfuse.runtime.compiler import AliasClasses, direct_call_text, is_fresh_view, lower_to_loops
-from xfuse.runtime.steps import fresh_results
+from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 
 DEFAULT_PASSES = "decompose,attention-mask{symbolic=true},fuse-greedy,group-cleanup,fold-linear"
 """The fusion passes a symbolic program is built with (before `lower-to-loops`):
@@ -187,17 +187,19 @@ class _View:
     """A lone layout op that runs as a torch view (`is_fresh_view`): no copy; a kernel that
     reads it makes it contiguous, an extern reads its strides."""
 
-    view: SizedView
+    view: View
+    """The torch view it is (`VIEW_IMPLS`): its method (`permute`, `__getitem__`, `reshape`)
+    and argument (a permutation, an index, or a reshape's dims with symbols' names among
+    them, sized per call), which the CPU runner calls itself."""
     input: int
     output: int
-    method: str = ""
-    """The torch method the view is (`permute`, `__getitem__`, `reshape`), for the CPU runner
-    (`view_method`)."""
-    argument: object = None
-    """Its argument: a permutation, an index, or a reshape's dims (symbols' names among
-    them, sized per call)."""
+    sized: SizedView = field(init=False, repr=False)
+    """`view` at a call's sizes (`view_at_sizes`), for the step loop."""
     owns_outputs: bool = field(default=False, init=False)
     """A view's result is its operand's memory (the memory plan's `SlotStep.owns_outputs`)."""
+
+    def __post_init__(self) -> None:
+        self.sized = view_at_sizes(self.view)
 
     @property
     def inputs(self) -> tuple[int]:
@@ -208,41 +210,19 @@ class _View:
         return (self.output,)
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
-        values[self.output] = self.view(_tensor(values[self.input]), sizes)
+        values[self.output] = self.sized(_tensor(values[self.input]), sizes)
 
 
-def view_at_sizes(op: Operation) -> SizedView:
-    """`op` (a reshape, permute or slice) as the torch view it is at a call's sizes: a reshape
-    to its result's dims at those sizes (torch copies only where the strides cannot be
-    kept), a permute by its permutation, a slice by its bounds (a symbolic dim whole)."""
-    if isinstance(op, graph.PermuteOp):
-        permutation = tuple(op.permutation)
-        return lambda x, sizes: x.permute(permutation)
-    if isinstance(op, graph.SliceOp):
-        start, limit, stride = op.bounds
-        # A negative limit is a symbolic dim kept whole (graph.WHOLE_SYMBOLIC_DIM).
-        index = tuple(
-            slice(a, b if b >= 0 else None, k) for a, b, k in zip(start, limit, stride, strict=True)
-        )
-        return lambda x, sizes: x[index]
-    assert op.name == "graph.reshape", op.name
-    dims = graph.dims_of(op.results[0])
-    return lambda x, sizes: x.reshape([d if isinstance(d, int) else sizes[d] for d in dims])
-
-
-def view_method(op: Operation) -> tuple[str, object]:
-    """`view_at_sizes(op)` as a torch method and its argument: a permute's permutation, a
-    slice's index, a reshape's dims (names of symbols where they are symbolic)."""
-    if isinstance(op, graph.PermuteOp):
-        return "permute", tuple(op.permutation)
-    if isinstance(op, graph.SliceOp):
-        start, limit, stride = op.bounds
-        index = tuple(
-            slice(a, b if b >= 0 else None, k) for a, b, k in zip(start, limit, stride, strict=True)
-        )
-        return "__getitem__", index
-    assert op.name == "graph.reshape", op.name
-    return "reshape", tuple(graph.dims_of(op.results[0]))
+def view_at_sizes(view: View) -> SizedView:
+    """A layout op's torch view (`VIEW_IMPLS`) at a call's sizes: a reshape to its dims at
+    those sizes (torch copies only where the strides cannot be kept), a permute or slice as
+    it is (a slice keeps a symbolic dim whole)."""
+    if view.method == "reshape":
+        dims = cast("tuple[graph.Dim, ...]", view.argument)
+        return lambda x, sizes: x.reshape([d if isinstance(d, int) else sizes[d] for d in dims])
+    method = getattr(torch.Tensor, view.method)
+    argument = view.argument
+    return lambda x, sizes: method(x, argument)
 
 
 def eager_call(op: Operation) -> DirectCall | None:
@@ -435,8 +415,8 @@ class SymbolicProgram:
                     )
                 )
             elif is_fresh_view(op):
-                method, argument = view_method(op)
-                self.steps.append(_View(view_at_sizes(op), inputs[0], outputs[0], method, argument))
+                view = VIEW_IMPLS[op.name](op)
+                self.steps.append(_View(view, inputs[0], outputs[0]))
             else:
                 direct = eager_call(op)
                 fresh = fresh_results(op)
@@ -648,8 +628,8 @@ class _CPURunner:
                     extent,
                     tuple(sizes[s] for s in step.size_args),
                 ]
-            elif isinstance(step, _View) and step.method == "reshape":
-                dims = cast("tuple[graph.Dim, ...]", step.argument)
+            elif isinstance(step, _View) and step.view.method == "reshape":
+                dims = cast("tuple[graph.Dim, ...]", step.view.argument)
                 if not all(isinstance(d, int) for d in dims):
                     items.append(at(dims))
         return tuple(items)
@@ -752,16 +732,16 @@ class _CPURunner:
                 kernel_outputs.update(step.outputs)
             elif isinstance(step, _View):
                 source = f"s{step.input}"
-                if step.method == "reshape":
-                    dims = cast("tuple[graph.Dim, ...]", step.argument)
+                if step.view.method == "reshape":
+                    dims = cast("tuple[graph.Dim, ...]", step.view.argument)
                     if all(isinstance(d, int) for d in dims):
                         names[f"r{i}"] = dims
                     else:
                         frame_names.append(f"r{i}")
                     body.append(f"s{step.output} = {source}.reshape(r{i})")
                 else:
-                    names[f"arg{i}"] = step.argument
-                    body.append(f"s{step.output} = {source}.{step.method}(arg{i})")
+                    names[f"arg{i}"] = step.view.argument
+                    body.append(f"s{step.output} = {source}.{step.view.method}(arg{i})")
             elif step.direct is not None:
                 operands = [f"s{s}" for s in step.inputs]
                 call = direct_call_text(i, step.direct, operands, names)

@@ -236,6 +236,15 @@ class SliceOp(OneTensorOp):
     def bounds(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         return _ints(self.start), _ints(self.limit), _ints(self.stride)
 
+    @property
+    def index(self) -> tuple[slice, ...]:
+        """The slice as a Python index (`x[op.index]`), a symbolic dim kept whole
+        (`WHOLE_SYMBOLIC_DIM`, its negative limit) as `0::1` at any size."""
+        start, limit, stride = self.bounds
+        return tuple(
+            slice(s, e if e >= 0 else None, k) for s, e, k in zip(start, limit, stride, strict=True)
+        )
+
     def verify_(self) -> None:
         self._check_tensors()
         dims = dims_of(self.input)
