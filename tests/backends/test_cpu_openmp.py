@@ -105,6 +105,23 @@ def test_a_kernel_with_sizes_runs_on_the_openmp_entry_or_the_pool(openmp: bool) 
 
 
 @needs_openmp
+def test_a_static_kernel_of_a_symbolic_program_runs_on_the_openmp_entry() -> None:
+    """A symbolic program launches its kernels of static sizes (a padded weight) with
+    `launch_sized` too: their OpenMP entry takes no extent (it has the compiled one), and the
+    pointers are passed where it reads them."""
+    text = gelu_sigmoid(515, 256)
+    x, w, b = torch.randn(515, 256), torch.randn(256), torch.randn(256)
+    single, parallel = torch.empty(515, 256), torch.full((515, 256), float("nan"))
+    build(RangePool(threads=1), text, "gelu_sigmoid")([x, w, b, single])
+    pool = RangePool(threads=2, min_work=0, openmp=True)
+    kernel_ = build(pool, text, "gelu_sigmoid")
+    assert kernel_.parallel is not None and not kernel_.sized
+    kernel_.launch_sized([x, w, b, parallel], [], None)
+    assert torch.equal(single, parallel)
+    pool.shutdown()
+
+
+@needs_openmp
 def test_a_row_reduction_on_openmp_threads_equals_one_thread() -> None:
     text = row_sum_kernel(37, 300)
     x = torch.randn(37, 300).bfloat16()

@@ -84,6 +84,10 @@ class CPUKernel:
     """How many size arguments (i64s after the pointers) the kernel takes: a kernel with
     symbolic sizes (docs/dynamic-shapes.md), whose `extent` is `SYMBOLIC_EXTENT`; launched by
     `launch_sized`."""
+    sized: bool = False
+    """Whether it was compiled as a kernel with sizes (`xfuse.size_args`, even none): its
+    OpenMP entry then takes the range's extent. A symbolic program launches its static kernels
+    with `launch_sized` too; their entry's extent is the compiled one."""
     inline_below: int | float = field(init=False)
     """`pool.inline_below`, read once: less work runs on the caller with no decision made."""
 
@@ -157,7 +161,11 @@ class CPUKernel:
             return
         if openmp:
             assert self.parallel is not None
-            self.parallel(pool.threads, pool.chunk_count(extent, work, openmp), extent, *arguments)
+            chunks = pool.chunk_count(extent, work, openmp)
+            if self.sized:
+                self.parallel(pool.threads, chunks, extent, *arguments)
+            else:
+                self.parallel(pool.threads, chunks, *arguments)
             return
 
         def run_range(lo: int, hi: int) -> None:
@@ -235,14 +243,22 @@ class CPUBackend:
         )
         parallel_signature = ctypes.CFUNCTYPE(
             None,
-            *([ctypes.c_int64] * (3 if sizes else 2)),
+            *([ctypes.c_int64] * (3 if sizes_address else 2)),
             *([ctypes.c_void_p] * arity),
             *([ctypes.c_int64] * sizes),
         )
         parallel_address = engine.get_function_address(parallel_symbol(name))
         parallel = parallel_signature(parallel_address) if parallel_address else None
         return CPUKernel(
-            name, extent, arity, signature(address), engine, self.pool, parallel, sizes
+            name,
+            extent,
+            arity,
+            signature(address),
+            engine,
+            self.pool,
+            parallel,
+            sizes,
+            bool(sizes_address),
         )
 
 
