@@ -345,7 +345,7 @@ def pipeline(
 # The pipeline xfuse.compile runs
 # ---------------------------------------------------------------------------------------------
 
-DEFAULT_PIPELINE = "decompose,split-reductions,fuse-scored,group-cleanup,fold-linear"
+DEFAULT_PIPELINE = "decompose,simplify,split-reductions,fuse-scored,group-cleanup,fold-linear"
 """The fusion pipeline `xfuse.compile` runs unless given another (`xfuse-opt -p` text)."""
 
 CHANNELS_LAST_ENV = "XFUSE_CHANNELS_LAST"

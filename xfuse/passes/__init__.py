@@ -1,7 +1,7 @@
 """
 xfuse's passes, one module each, in one folder per level of the pipeline:
 
-    transforms/  graph -> graph              decompose, split-reductions, fold-linear,
+    transforms/  graph -> graph              decompose, simplify, split-reductions, fold-linear,
                                              channels-last, depthwise-stencil, attention-gqa,
                                              attention-mask, convolution-matmul,
                                              pad-matmul, convolution-bias
@@ -28,6 +28,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xfuse.passes.transforms.decompose import DecomposePass
 
         return DecomposePass
+
+    def simplify() -> type[ModulePass]:
+        from xfuse.passes.transforms.simplify import SimplifyPass
+
+        return SimplifyPass
 
     def split_reductions() -> type[ModulePass]:
         from xfuse.passes.transforms.split_reductions import SplitReductionsPass
@@ -146,6 +151,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
     return {
         "decompose": decompose,
+        "simplify": simplify,
         "split-reductions": split_reductions,
         "fold-linear": fold_linear,
         "channels-last": channels_last,
