@@ -72,9 +72,11 @@ from xfuse.pipeline import PassFailedError, PassObserver, pipeline
 from xfuse.runtime.compiler import AliasClasses, direct_call_text, is_fresh_view, lower_to_loops
 from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 
-DEFAULT_PASSES = "decompose,attention-mask{symbolic=true},fuse-greedy,group-cleanup,fold-linear"
-"""The fusion passes a symbolic program is built with (before `lower-to-loops`):
-`attention-mask` runs attention whose mask is computed from sizes alone as `is_causal` (or
+DEFAULT_PASSES = (
+    "decompose,simplify,attention-mask{symbolic=true},fuse-greedy,group-cleanup,fold-linear"
+)
+"""The fusion passes a symbolic program is built with (before `lower-to-loops`): `simplify`
+drops the sum over the classes of the cross-entropy backward; `attention-mask` runs attention whose mask is computed from sizes alone as `is_causal` (or
 without the mask) where the mask is causal (or hides nothing) at the size hints, guarded at
 every call's sizes (`mask_guards`); `fold-linear` puts a transposed weight's matmul and a bias
 add that fusion left alone back into one `graph.linear` (a library GEMM), where the transpose

@@ -91,6 +91,22 @@ def twice_scaled() -> ModuleOp:
     )
 
 
+def scattered() -> ModuleOp:
+    """The importer's one-hot where it keeps torch's scatter: -1 at each label, times the
+    row weight (labels outside the classes are the scatter's error: `IN_RANGE` rows only)."""
+    t = f"tensor<{N}x{V}"
+    return onehot_module(
+        f"  %z = graph.constant dense<0.0> : tensor<f32>\n"
+        f"  %zb = graph.broadcast_in_dim %z dims = [] : tensor<f32> -> {t}xf32>\n"
+        f'  %h = graph.torch_call "aten.scatter.value"(%zb, %label) args = ["%t0", -1 : i64, '
+        f'"%t1", -1.0 : f64] kwargs = {{}} : ({t}xf32>, tensor<{N}x1xi64>) -> {t}xf32>\n'
+        f"  %m = graph.mul %h, %w : {t}xf32>, tensor<{N}x1xf32> -> {t}xf32>\n"
+        f"  %s = graph.reduce_sum %m dims = [1] keepdim : {t}xf32> -> tensor<{N}x1xf32>\n"
+        f"  func.return %s : tensor<{N}x1xf32>\n",
+        f"tensor<{N}x1xf32>",
+    )
+
+
 def simplified(module: ModuleOp) -> ModuleOp:
     out = module.clone()
     SimplifyPass().apply(make_context(), out)
@@ -102,8 +118,10 @@ def reduce_sums(module: ModuleOp) -> int:
     return sum(isinstance(op, graph.ReduceSumOp) for op in module.walk())
 
 
-def inputs() -> list[torch.Tensor]:
+def inputs(in_range: bool = False) -> list[torch.Tensor]:
     labels, values, factors = zip(*ROWS, strict=True)
+    if in_range:
+        labels = tuple(label % V for label in labels)
     return [
         torch.tensor(labels).view(N, 1),
         torch.tensor(values, dtype=torch.float32).view(N, 1),
@@ -120,16 +138,18 @@ def assert_bitwise_equal(got: torch.Tensor, want: torch.Tensor) -> None:
     assert torch.equal(got[~nan].signbit(), want[~nan].signbit())
 
 
-@pytest.mark.parametrize("make", [cross_entropy_like, bare_onehot, twice_scaled])
+@pytest.mark.parametrize("make", [cross_entropy_like, bare_onehot, twice_scaled, scattered])
 def test_a_sum_of_a_one_hot_is_the_element_it_selects_bit_for_bit(
     make: Callable[[], ModuleOp],
 ) -> None:
     module = make()
     out = simplified(module)
     assert reduce_sums(module) == 1 and reduce_sums(out) == 0
-    (want,) = interpret(module, inputs())
-    (got,) = interpret(out, inputs())
-    assert want.isnan().any() and (want == 0).any() and want.isinf().any()
+    args = inputs(in_range=make is scattered)
+    (want,) = interpret(module, args)
+    (got,) = interpret(out, args)
+    assert want.isnan().any() and (want == 0).any()
+    assert want.isinf().any() or make is scattered  # (-1 times an infinity plus 0 * inf: NaN)
     assert_bitwise_equal(got, want)
 
 
@@ -225,3 +245,42 @@ def test_the_cross_entropy_backward_has_no_sum_over_the_classes(options: dict[st
     torch._dynamo.reset()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(got_grad, want_grad)
+
+
+def test_the_symbolic_cross_entropy_backward_has_no_sum_over_the_classes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With `dynamic=True` the importer keeps nll_loss's one-hot as torch's scatter (its count
+    of indices is symbolic): the backward, compiled once symbolically, sums nothing over the
+    classes and gives eager's gradients at every size."""
+    from xfuse import dynamo
+    from xfuse.explanation import dynamic_explanation
+
+    made: dict[str, Any] = {}
+    real = dynamo.training_part
+
+    def recording(compiler: Any, gm: torch.fx.GraphModule, inputs: Any) -> Any:
+        made[compiler.part] = real(compiler, gm, inputs)
+        return made[compiler.part]
+
+    monkeypatch.setattr(dynamo, "training_part", recording)
+
+    def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(x, t, ignore_index=-100)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, backend="xfuse", dynamic=True, options={"fallback": "error"})
+    torch.manual_seed(0)
+    for rows in (8, 11, 5):
+        logits = torch.randn(rows, V, requires_grad=True)
+        target = labels_with_ignored(rows, V)
+        got = compiled(logits, target)
+        want = loss(logits, target)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(
+            torch.autograd.grad(got, logits)[0], torch.autograd.grad(want, logits)[0]
+        )
+    torch._dynamo.reset()
+    backward = made["backward"]
+    assert backward.dynamic is not None and not backward.programs
+    assert reduce_sums(dynamic_explanation(backward.dynamic).module) == 0

@@ -20,9 +20,17 @@ This is the gradient of `nll_loss` summed over the classes in the backward of `l
 The iota counts by 1 from `start` over the whole dim (n >= 2 elements), so at most one element
 is selected: the sum is that element plus n - 1 (or n) copies of `0 * b` (a zero, or NaN where
 `b` is infinite or NaN), starting from +0. `t' + 0 * b + 0` is that sum: it is NaN where a
-copy is, and +0 where every term is a zero (of either sign). Left alone: sums over several
-dims, integer sums, an iota that is not the dim's own (of another length, or a step other than
-1), and a one-hot whose selected value varies along the dim (`a` gathered at `i`).
+copy is, and +0 where every term is a zero (of either sign).
+
+The one-hot may also be torch's `aten.scatter.value(zeros, d, i, v)` (a `graph.torch_call`:
+the importer keeps it where the count of indices is symbolic, as in a backward compiled with
+`dynamic=True`) with one index per row: the sum is `v * b + 0 * b + 0`; the scatter stays
+for its other readers, and raises for an index outside the dim as before. The reduced dim may
+be a size symbol there (at least 2).
+
+Left alone: sums over several dims, integer sums, an iota that is not the dim's own (of
+another length, a step other than 1, or a symbolic length), and a one-hot whose selected
+value varies along the dim (`a` gathered at `i`).
 """
 
 from __future__ import annotations
@@ -30,8 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -42,6 +50,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
+from xfuse.dialects.torch_args import tensor_ref
 from xfuse.ir.dense import splat_value
 
 
@@ -121,6 +130,54 @@ def _counting_start(value: SSAValue, at: int, length: int) -> int | None:
     return start if step == 1 and graph.dims_of(value)[at] == length else None
 
 
+def _splat(value: SSAValue) -> float | int | None:
+    """The one value of a splat constant, or of a `broadcast_in_dim` of one; else None."""
+    op = value.owner
+    if isinstance(op, graph.BroadcastInDimOp):
+        op = op.input.owner
+    return splat_value(op.value) if isinstance(op, graph.ConstantOp) else None
+
+
+def _number(attr: Attribute) -> float | None:
+    return float(attr.value.data) if isinstance(attr, FloatAttr | IntegerAttr) else None
+
+
+@dataclass(frozen=True)
+class Scattered:
+    """`aten.scatter.value(zeros, dim, index, value)` (a `torch_call`: the importer's one-hot
+    where the count of indices is symbolic) with one index per position of the other dims:
+    `value` where the index points along the reduced dim, the splat `zero` elsewhere. An index
+    outside the dim is the scatter's error, which stays."""
+
+    scatter: SSAValue
+    value: float
+    zero: float
+
+    @staticmethod
+    def match(value: SSAValue, at: int) -> Scattered | None:
+        call = value.owner
+        if not isinstance(call, graph.TorchCallOp) or call.target.data != "aten.scatter.value":
+            return None
+        args, dims = call.args.data, graph.dims_of(value)
+        if (
+            len(args) != 4
+            or call.kwargs.data
+            or [tensor_ref(args[0]), tensor_ref(args[2])] != [0, 1]
+        ):
+            return None
+        dim, scattered, zero = args[1], _number(args[3]), _splat(call.inputs[0])
+        if not isinstance(dim, IntegerAttr) or dim.value.data % len(dims) != at:
+            return None
+        index = [*graph.dims_of(call.inputs[1])]
+        one_per_row = index[at] == 1 and index[:at] + index[at + 1 :] == [
+            *dims[:at],
+            *dims[at + 1 :],
+        ]
+        if scattered is None or zero != 0 or not one_per_row:
+            return None
+        return Scattered(value, scattered, float(zero))
+
+
 @dataclass(frozen=True)
 class Scaled:
     """`mul(inner, factor)` (or `mul(factor, inner)`, `inner_first` False) with a factor the
@@ -131,7 +188,7 @@ class Scaled:
     inner_first: bool
 
     @staticmethod
-    def match(value: SSAValue, at: int, length: int) -> Scaled | None:
+    def match(value: SSAValue, at: int, length: graph.Dim) -> Scaled | None:
         mul = value.owner
         if not isinstance(mul, graph.MulOp):
             return None
@@ -146,15 +203,19 @@ class Scaled:
         return None
 
 
-Summand = OneHot | Scaled
+Summand = OneHot | Scattered | Scaled
 
 
-def match_summand(value: SSAValue, at: int, length: int) -> Summand | None:
+def match_summand(value: SSAValue, at: int, length: graph.Dim) -> Summand | None:
     """`value`, at its dim `at` (the reduced one, of `length` elements), as a one-hot times
     factors the same along it; None if it is not one."""
     if at < 0:
         return None
-    return OneHot.match(value, at, length) or Scaled.match(value, at, length)
+    if isinstance(length, int):
+        found = OneHot.match(value, at, length)
+        if found is not None:
+            return found
+    return Scattered.match(value, at) or Scaled.match(value, at, length)
 
 
 @dataclass
@@ -168,6 +229,7 @@ class Builder:
         return op.results[0]
 
     def const(self, value: float | int, like: SSAValue) -> SSAValue:
+        """A rank-0 constant of `like`'s element type."""
         return self.add(graph.ConstantOp.scalar(value, graph.dtype_of(like)))
 
     def uniform(self, u: Uniform) -> SSAValue:
@@ -196,6 +258,8 @@ class Builder:
             selected = self.uniform(s.selected)
             zero = self.const(s.zero, selected)
             return self.add(graph.WhereOp(inside, selected, zero)), zero
+        if isinstance(s, Scattered):
+            return self.const(s.value, s.scatter), self.const(s.zero, s.scatter)
         factor = self.uniform(s.factor)
         picked, zero = self.summand(s.inner)
         if s.inner_first:
@@ -226,7 +290,7 @@ class ReduceSumOfOneHot(RewritePattern):
             return
         at = op.reduce_dims[0]
         length = graph.dims_of(op.input)[at]
-        if not isinstance(length, int) or length < 2:
+        if isinstance(length, int) and length < 2:  # a size symbol is at least 2
             return
         summand = match_summand(op.input, at, length)
         if summand is None:
