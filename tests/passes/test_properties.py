@@ -109,6 +109,22 @@ def test_decompose_then_fuse_keeps_meaning(program: RandomProgram) -> None:
     assert_same_meaning(program, module)
 
 
+@SETTINGS
+@given(programs(onehot=True))
+def test_simplify_keeps_meaning_bit_for_bit(program: RandomProgram) -> None:
+    """On programs with sums of one-hots (their indices inside and outside the dim), zeros of
+    the same sign included."""
+    module = run_passes(program, [get_all_passes()["simplify"]()()])
+    assert_same_meaning(program, module)
+    for got, want in zip(
+        interpret(module, program.inputs()),
+        interpret(program.module, program.inputs()),
+        strict=True,
+    ):
+        kept = ~want.isnan()
+        assert torch.equal(got[kept].signbit(), want[kept].signbit())
+
+
 def lowering_refusals(module: ModuleOp) -> list[str]:
     """Why `lower-to-loops` refuses each group (or op) of `module` it cannot express."""
     from xfuse.ir.names import CODEGEN_ERROR_ATTR

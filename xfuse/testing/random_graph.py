@@ -7,7 +7,8 @@ operands (bias, per-row values, scalar constants), explicit broadcasts, reductio
 without `keepdim`, layout ops (reshape, permute, slice), externs (matmul, `torch_call`, and
 optionally an in-place `torch_call`), with values read by several consumers; with `rows`, also
 whole row computations (a softmax, a layer norm) whose result is often permuted, reshaped or
-sliced next. Every choice comes from one `random.Random`, so a seed names a program;
+sliced next; with `onehot`, also sums over a dim of one-hots (`where(iota == i, a, 0) * b`, the
+cross-entropy backward's), their indices inside and outside the dim. Every choice comes from one `random.Random`, so a seed names a program;
 `programs()` is the hypothesis strategy.
 """
 
@@ -75,7 +76,14 @@ REDUCE = _drawn(graph.ReduceOp)
 
 class _Builder:
     def __init__(
-        self, rng: random.Random, rank: int, *, externs: bool, mutation: bool, rows: bool = False
+        self,
+        rng: random.Random,
+        rank: int,
+        *,
+        externs: bool,
+        mutation: bool,
+        rows: bool = False,
+        onehot: bool = False,
     ):
         self.rng = rng
         self.base = tuple(rng.choice((2, 3, 4)) for _ in range(rank))
@@ -83,6 +91,7 @@ class _Builder:
         self.block = Block(arg_types=[TensorType(f32, s) for s in self.arg_shapes])
         self.values: list[SSAValue] = list(self.block.args[:2])
         self.externs, self.mutation, self.rows = externs, mutation, rows
+        self.onehot = onehot
 
     # A recent value most of the time, an older one sometimes: several consumers per value.
     def pick(self, pred: Callable[[SSAValue], bool] = lambda v: True) -> SSAValue | None:
@@ -107,6 +116,8 @@ class _Builder:
             makers += [self.in_place]
         if self.rows:
             makers += [self.row, self.row]
+        if self.onehot:
+            makers += [self.onehot_sum, self.onehot_sum]
         self.rng.choice(makers)()
 
     def unary(self) -> None:
@@ -222,6 +233,33 @@ class _Builder:
             self.block.add_ops([iota, cast])  # (not values: the other makers draw f32 ones)
             self.add(graph.AddOp(v, cast))
 
+    def onehot_sum(self) -> None:
+        """A sum over dim d of `where(iota == i, a, 0)`, often times `b`: `i` (a row value
+        scaled and truncated to an integer, often outside the dim), `a` and `b` row values
+        (keepdim sums over d) the same along d."""
+        v = self.pick(lambda v: len(graph.shape_of(v)) >= 1)
+        if v is None:
+            return self.unary()
+        s = graph.shape_of(v)
+        d = self.rng.randrange(len(s))
+
+        def row_value() -> SSAValue:
+            w = self.pick(lambda w: graph.shape_of(w) == s)
+            assert w is not None
+            return self.add(graph.ReduceSumOp(w, [d], keepdim=True))
+
+        scale = self.add(graph.ConstantOp.scalar(self.rng.choice((1.0, 2.0, 3.0)), f32))
+        index = graph.CastOp(self.add(graph.MulOp(row_value(), scale)), i64)
+        iota = graph.IotaOp(TensorType(i64, s), d, self.rng.randint(-1, 1), 1)
+        zero = graph.ConstantOp.scalar(self.rng.choice((0.0, -0.0)), f32)
+        hot = graph.EqOp(index, iota)
+        # (not values: the other makers draw f32 ones)
+        self.block.add_ops([index, iota, zero, hot])
+        out = self.add(graph.WhereOp(hot, row_value(), zero))
+        if self.rng.random() < 0.7:
+            out = self.add(graph.MulOp(out, row_value()))
+        self.add(graph.ReduceSumOp(out, [d], keepdim=self.rng.random() < 0.5))
+
     def extern(self) -> None:
         d = self.base[-1]
         if self.rng.random() < 0.5:
@@ -255,25 +293,41 @@ class _Builder:
 
 
 def random_program(
-    seed: int, n_ops: int = 12, *, externs: bool = True, mutation: bool = False, rows: bool = False
+    seed: int,
+    n_ops: int = 12,
+    *,
+    externs: bool = True,
+    mutation: bool = False,
+    rows: bool = False,
+    onehot: bool = False,
 ) -> RandomProgram:
     """A valid program of about `n_ops` ops (scalar constants come on top; a row computation
-    counts as one)."""
+    or a one-hot sum counts as one)."""
     rng = random.Random(seed)
-    b = _Builder(rng, rng.choice((2, 3)), externs=externs, mutation=mutation, rows=rows)
+    b = _Builder(
+        rng, rng.choice((2, 3)), externs=externs, mutation=mutation, rows=rows, onehot=onehot
+    )
     for _ in range(n_ops):
         b.step()
     call = f"random_program({seed}, {n_ops}, externs={externs}, mutation={mutation}"
-    call += ", rows=True)" if rows else ")"
+    call += ", rows=True" if rows else ""
+    call += ", onehot=True)" if onehot else ")"
     return RandomProgram(b.finish(), b.arg_shapes, seed, call)
 
 
 def programs(
-    max_ops: int = 16, *, externs: bool = True, mutation: bool = False, rows: bool = False
+    max_ops: int = 16,
+    *,
+    externs: bool = True,
+    mutation: bool = False,
+    rows: bool = False,
+    onehot: bool = False,
 ) -> st.SearchStrategy[RandomProgram]:
     """Hypothesis strategy of random programs (shrinks towards few ops, small seeds)."""
     return st.builds(
-        lambda seed, n: random_program(seed, n, externs=externs, mutation=mutation, rows=rows),
+        lambda seed, n: random_program(
+            seed, n, externs=externs, mutation=mutation, rows=rows, onehot=onehot
+        ),
         st.integers(0, 2**31 - 1),
         st.integers(1, max_ops),
     )
