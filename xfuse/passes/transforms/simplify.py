@@ -76,6 +76,14 @@ def _uniform_source(value: SSAValue, at: int) -> SSAValue | None:
     return op.input
 
 
+def _splat(value: SSAValue) -> float | int | None:
+    """The one value of a splat constant, or of a `broadcast_in_dim` of one; else None."""
+    op = value.owner
+    if isinstance(op, graph.BroadcastInDimOp):
+        op = op.input.owner
+    return splat_value(op.value) if isinstance(op, graph.ConstantOp) else None
+
+
 @dataclass(frozen=True)
 class Uniform:
     """A value that is the same all along the reduced dim, its own dim `at` there."""
@@ -104,8 +112,7 @@ class OneHot:
         where = value.owner
         if not isinstance(where, graph.WhereOp):
             return None
-        other = where.rhs.owner
-        zero = splat_value(other.value) if isinstance(other, graph.ConstantOp) else None
+        zero = _splat(where.rhs)
         selected = Uniform.match(where.lhs, _dim_in(where.lhs, at, len(graph.dims_of(value))))
         eq = where.cond.owner
         if zero != 0 or selected is None or not isinstance(eq, graph.EqOp):
@@ -128,14 +135,6 @@ def _counting_start(value: SSAValue, at: int, length: int) -> int | None:
         return None
     start, step = iota.counting
     return start if step == 1 and graph.dims_of(value)[at] == length else None
-
-
-def _splat(value: SSAValue) -> float | int | None:
-    """The one value of a splat constant, or of a `broadcast_in_dim` of one; else None."""
-    op = value.owner
-    if isinstance(op, graph.BroadcastInDimOp):
-        op = op.input.owner
-    return splat_value(op.value) if isinstance(op, graph.ConstantOp) else None
 
 
 def _number(attr: Attribute) -> float | None:
