@@ -31,6 +31,7 @@
 // CPU-PASSES-NEXT: // pass convolution-matmul took
 // CPU-PASSES-NEXT: // pass attention-mask took
 // CPU-PASSES-NEXT: // pass attention-gqa took
+// CPU-PASSES-NEXT: // pass simplify took
 // CPU-PASSES-NEXT: // pass split-reductions took
 // CPU-PASSES-NEXT: // pass fuse-scored took
 // CPU-PASSES-NEXT: // pass group-cleanup took
@@ -43,6 +44,7 @@
 // CUDA-PASSES-NEXT: // pass channels-last took
 // CUDA-PASSES-NEXT: // pass attention-mask took
 // CUDA-PASSES-NEXT: // pass pad-matmul took
+// CUDA-PASSES-NEXT: // pass simplify took
 // CUDA-PASSES-NEXT: // pass split-reductions took
 // CUDA-PASSES-NEXT: // pass fuse-scored took
 // CUDA-PASSES-NEXT: // pass group-cleanup took

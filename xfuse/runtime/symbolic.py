@@ -72,19 +72,19 @@ from xfuse.pipeline import PassFailedError, PassObserver, pipeline
 from xfuse.runtime.compiler import AliasClasses, direct_call_text, is_fresh_view, lower_to_loops
 from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 
-DEFAULT_PASSES = (
-    "decompose,simplify,attention-mask{symbolic=true},fuse-greedy,group-cleanup,fold-linear"
-)
-"""The fusion passes a symbolic program is built with (before `lower-to-loops`): `simplify`
-drops the sum over the classes of the cross-entropy backward; `attention-mask` runs attention whose mask is computed from sizes alone as `is_causal` (or
-without the mask) where the mask is causal (or hides nothing) at the size hints, guarded at
-every call's sizes (`mask_guards`); `fold-linear` puts a transposed weight's matmul and a bias
-add that fusion left alone back into one `graph.linear` (a library GEMM), where the transpose
-would be a kernel copying the weight at every call."""
+BEFORE_FUSION = "decompose,simplify,attention-mask{symbolic=true}"
+FUSION = "fuse-greedy,group-cleanup,fold-linear"
 
-CUDA_PASSES = (
-    "decompose,attention-mask{symbolic=true},pad-matmul,fuse-greedy,group-cleanup,fold-linear"
-)
+DEFAULT_PASSES = f"{BEFORE_FUSION},{FUSION}"
+"""The fusion passes a symbolic program is built with (before `lower-to-loops`): `simplify`
+drops the sum over the classes of the cross-entropy backward; `attention-mask` runs attention
+whose mask is computed from sizes alone as `is_causal` (or without the mask) where the mask is
+causal (or hides nothing) at the size hints, guarded at every call's sizes (`mask_guards`);
+`fold-linear` puts a transposed weight's matmul and a bias add that fusion left alone back
+into one `graph.linear` (a library GEMM), where the transpose would be a kernel copying the
+weight at every call."""
+
+CUDA_PASSES = f"{BEFORE_FUSION},pad-matmul,{FUSION}"
 """`DEFAULT_PASSES` on a CUDA GPU, with `pad-matmul` before fusion as in the static pipeline
 (`xfuse.pipeline.device_passes`): a 16-bit product whose rows are not whole 16-byte vectors (a
 language model's head over 50,257 tokens) runs padded, cuBLAS's fast kernels, and its result
