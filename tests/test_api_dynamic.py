@@ -299,3 +299,72 @@ def test_a_loss_whose_sizes_only_cross_entropys_check_relates_compiles_once() ->
     one_line(e)
     with pytest.raises(ValueError, match="to match target batch_size"):  # eager's refusal
         causal_lm_loss(torch.randn(2, 8, 16), torch.randint(0, 16, (3, 5)))
+
+
+def narrow_to(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x[:, : y.shape[1]] * 2.0
+
+
+def bounded_prefix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    torch._check(a.shape[0] <= b.shape[0])
+    return a.sum(0) + b[: a.shape[0]].sum(0)
+
+
+def test_a_call_that_breaks_an_inequality_the_trace_assumed_is_refused() -> None:
+    """Slicing `x` to `y`'s width makes torch.export's trace assume `y`'s width is at most
+    `x`'s (and not equal: a slice of all of `x` would be `x` itself); the program holds both as
+    conditions of its size table and refuses, in one line and before anything runs, a call
+    that breaks one (it would read past `x`)."""
+    dims = ({0: Dim("b"), 1: Dim("n")}, {0: Dim("b"), 1: Dim("m")})
+    program = xfuse.compile(narrow_to, (torch.randn(3, 8), torch.randn(3, 5)), dynamic_shapes=dims)
+    assert "le(s94, s27)" in program.symbols
+    for n, m in ((8, 5), (9, 2), (40, 39)):
+        x, y = torch.randn(3, n), torch.randn(3, m)
+        torch.testing.assert_close(program(x, y), narrow_to(x, y))
+    for n, m in ((4, 6), (5, 5)):
+        with pytest.raises(SymbolicSizeError, match=r"torch's trace assumed") as e:
+            program(torch.randn(3, n), torch.randn(3, m))
+        one_line(e)
+
+
+def test_a_torch_check_of_an_inequality_is_checked_at_each_new_size() -> None:
+    program = xfuse.compile(
+        bounded_prefix,
+        (torch.randn(3, 4), torch.randn(5, 4)),
+        dynamic_shapes=({0: Dim("a")}, {0: Dim("c")}),
+    )
+    for n, m in ((3, 5), (4, 4), (2, 9)):
+        a, b = torch.randn(n, 4), torch.randn(m, 4)
+        torch.testing.assert_close(program(a, b), bounded_prefix(a, b))
+    for _ in range(2):  # a refused call leaves no plan behind
+        with pytest.raises(
+            SymbolicSizeError, match=r"s\d+ <= s\d+ does not hold at s\d+ = 4, s\d+ = 6"
+        ) as e:
+            program(torch.randn(6, 4), torch.randn(4, 4))
+        one_line(e)
+    with pytest.raises(RuntimeError, match="Expected cond to be True"):  # eager's refusal
+        bounded_prefix(torch.randn(6, 4), torch.randn(4, 4))
+
+
+def column_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a.sum(0) + b.sum(0)
+
+
+def test_a_dims_bounds_are_checked_at_every_call() -> None:
+    """A `Dim`'s min and max (torch.export's `range_constraints`) bound its symbol's range."""
+    program = xfuse.compile(
+        column_sums,
+        (torch.randn(3, 4), torch.randn(5, 4)),
+        dynamic_shapes=({0: Dim("a", min=3, max=6)}, {0: Dim("c", max=8)}),
+    )
+    for n, m in ((3, 2), (6, 8)):
+        a, b = torch.randn(n, 4), torch.randn(m, 4)
+        torch.testing.assert_close(program(a, b), column_sums(a, b))
+    for n, m, message in (
+        (2, 5, r"is 2, outside its range \[3, 6\]"),
+        (7, 8, r"is 7, outside its range \[3, 6\]"),
+        (3, 9, r"is 9, outside its range \[2, 8\]"),
+    ):
+        with pytest.raises(SymbolicSizeError, match=message) as e:
+            program(torch.randn(n, 4), torch.randn(m, 4))
+        one_line(e)

@@ -405,3 +405,38 @@ def test_an_equality_the_trace_checked_is_a_relation_of_the_table() -> None:
     torch.testing.assert_close(interpret(program.module, [a, b])[0], f(a, b))
     with pytest.raises(Exception, match="differ"):
         interpret(program.module, [torch.randn(4, 3), torch.randn(2, 5)])
+
+
+def test_inequalities_the_trace_assumed_are_conditions_of_the_table() -> None:
+    """`torch._check(b0 <= 2 * a1 - 1)` guards torch.export's trace on an inequality of two
+    input symbols: the table holds it as a condition, which the interpreter checks."""
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        torch._check(b.shape[0] <= 2 * a.shape[1] - 1)
+        return a.sum(1) + b.sum()
+
+    dims = {"a": {1: Dim("a1")}, "b": {0: Dim("b0")}}
+    program = import_module(f, (torch.randn(2, 8), torch.randn(5)), dynamic_shapes=dims)
+    table = program.function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    a1, b0 = (s.name for s in table.inputs())
+    two_a1 = graph.SizeExpr.symbol(a1).scale(2)
+    assert (
+        graph.SizeCondition("le", graph.SizeExpr.symbol(b0), two_a1 - graph.SizeExpr.constant(1))
+        in table.conditions
+    )
+    assert str(parse(str(program.module))) == str(program.module)
+    a, b = torch.randn(2, 5), torch.randn(9)
+    torch.testing.assert_close(interpret(program.module, [a, b])[0], f(a, b))
+    with pytest.raises(Exception, match=rf"{b0} <= 2 \* {a1} - 1 does not hold at"):
+        interpret(program.module, [torch.randn(2, 5), torch.randn(10)])
+
+
+def test_a_guard_the_table_cannot_hold_is_refused_at_import() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        torch._check(a.shape[0] % b.shape[0] == 0)
+        return a.sum(0) + b.sum(0)
+
+    dims = {"a": {0: Dim("a0")}, "b": {0: Dim("b0")}}
+    with pytest.raises(SymbolicSizeError, match=r"assumed Eq\(Mod\(s\d+, s\d+\), 0\), which is no"):
+        import_module(f, (torch.randn(6, 4), torch.randn(3, 4)), dynamic_shapes=dims)

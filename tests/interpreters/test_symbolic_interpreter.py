@@ -55,3 +55,29 @@ def test_a_floor_division_symbol_runs_at_every_size(n: int) -> None:
 def test_a_floor_division_of_1_is_refused() -> None:
     with pytest.raises(InterpretError, match=r"'e0' = \(s0 \+ 1\) floordiv 2 is 1: a symbol's"):
         interpret(parse(POOLED), [torch.randn(2, 2)])
+
+
+RELATED = """
+func.func @forward(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %y: tensor<?x?xf32, #graph.syms<s2, s3>>) -> tensor<?xf32, #graph.syms<e0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 2, s1 = input(0, 1) hint 8, s2 = input(1, 0) hint 4, s3 = input(1, 1) hint 4, e0 = s0 * s1, eq(s2 * s3, s0 * s1), lt(s3, s1)>} {
+  %0 = graph.reshape %x : tensor<?x?xf32, #graph.syms<s0, s1>> -> tensor<?xf32, #graph.syms<e0>>
+  %1 = graph.reshape %y : tensor<?x?xf32, #graph.syms<s2, s3>> -> tensor<?xf32, #graph.syms<e0>>
+  %2 = graph.add %0, %1 : tensor<?xf32, #graph.syms<e0>>, tensor<?xf32, #graph.syms<e0>> -> tensor<?xf32, #graph.syms<e0>>
+  func.return %2 : tensor<?xf32, #graph.syms<e0>>
+}"""
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        (((2, 6), (3, 5)), r"^@forward: sizes s2 \* s3 = 15 and s0 \* s1 = 12 differ at s0 = 2, "),
+        (((2, 6), (2, 6)), r"^@forward: s3 < s1 does not hold at s1 = 6, s3 = 6: the program"),
+    ],
+)
+def test_sizes_that_break_a_relation_or_a_condition_are_refused(
+    shapes: tuple[tuple[int, int], tuple[int, int]], message: str
+) -> None:
+    x, y = torch.randn(*shapes[0]), torch.randn(*shapes[1])
+    (got,) = interpret(parse(RELATED), [torch.randn(3, 4), torch.randn(6, 2)])
+    assert got.shape == (12,)
+    with pytest.raises(InterpretError, match=message):
+        interpret(parse(RELATED), [x, y])

@@ -45,7 +45,7 @@ class SizeSymbols:
     derived symbol of its own in canonical form (`graph.split_floordiv`), one per canonical
     (polynomial, divisor). Every size expression is reduced by the relations of input sizes
     the trace's guards hold (`add_relations`), so that sizes torch checked equal name one
-    symbol."""
+    symbol; the trace's other guards are conditions of the table (`add_conditions`)."""
 
     def __init__(self) -> None:
         self.inputs: list[graph.SizeSymbol] = []
@@ -53,6 +53,8 @@ class SizeSymbols:
         self.relations: list[graph.SizeRelation] = []
         """The equalities of input sizes torch's trace checked (`add_relations`), by which
         every size expression is reduced."""
+        self.conditions: list[graph.SizeCondition] = []
+        """The inequalities of sizes torch's trace assumed (`add_conditions`)."""
         self.by_expr: dict[graph.SizeExpr, str] = {}
         self.origins: dict[Operation, str] = {}
         """The op of each graph op a symbolic node became (`convert_symbolic_node`), for
@@ -108,9 +110,66 @@ class SizeSymbols:
             if relation is not None:
                 self.relations.append(relation)
 
+    def add_conditions(self, env: Any) -> None:
+        """Record the guards of torch's shape environment `env` that no relation gives (an
+        inequality the trace assumed: `s1 <= s0` for a slice `x[:, :n]` of `x` `s0` wide, a
+        `torch._check(a <= b)`), and its runtime asserts over input symbols, as conditions of
+        the table (`graph.SizeCondition`): comparisons of polynomials of its symbols (a floor
+        division one of the import's symbols); an equality no relation gives is two. A guard
+        that torch's replacements make true is left out; one the table can hold no condition
+        of raises `SymbolicSizeError`: a call could break it unseen. Call it after the graph's
+        sizes are read (`dim`), whose floor divisions a guard may name."""
+        import sympy
+
+        names = self.names
+        asserts = getattr(env, "deferred_runtime_asserts", {}).values()
+        exprs = [g.expr for g in getattr(env, "guards", ())]
+        exprs += [
+            a.expr
+            for group in asserts
+            for a in group
+            if {str(x) for x in a.expr.free_symbols} <= names
+        ]
+        for raw in exprs:
+            expr = env.simplify(raw)
+            if expr == sympy.true or not raw.free_symbols:
+                continue
+            for condition in self._conditions_of(expr):
+                if condition not in self.conditions:
+                    self.conditions.append(condition)
+
+    def _conditions_of(self, expr: Any) -> list[graph.SizeCondition]:
+        """The conditions that a guard `expr` (a sympy comparison) is: none where it is an
+        equality the relations give, or SymbolicSizeError where the table holds none."""
+        import sympy
+
+        lhs = self._plain(expr.lhs) if isinstance(expr, sympy.Rel) else None
+        rhs = self._plain(expr.rhs) if isinstance(expr, sympy.Rel) else None
+        if lhs is None or rhs is None:
+            raise SymbolicSizeError(
+                f"torch.export's trace assumed {expr}, which is no comparison of polynomials of "
+                "the program's sizes: a call could break it unchecked"
+            )
+        if isinstance(expr, sympy.Eq):
+            if graph.reduce_by(lhs - rhs, self.relations) == graph.SizeExpr():
+                return []
+            return [graph.SizeCondition("le", lhs, rhs), graph.SizeCondition("le", rhs, lhs)]
+        kinds = {sympy.Le: "le", sympy.Lt: "lt", sympy.Ne: "ne"}
+        flipped = {sympy.Ge: "le", sympy.Gt: "lt"}
+        for kind, name in kinds.items():
+            if isinstance(expr, kind):
+                return [graph.SizeCondition(name, lhs, rhs)]
+        for kind, name in flipped.items():
+            if isinstance(expr, kind):
+                return [graph.SizeCondition(name, rhs, lhs)]
+        raise SymbolicSizeError(f"torch.export's trace assumed {expr}, an unknown comparison")
+
     def _plain(self, expr: Any) -> graph.SizeExpr | None:
         """A sympy expression of this import's input symbols that is a polynomial (sums,
-        products, powers, integers) as one, else None."""
+        products, powers, integers, and floor divisions by an integer that are exact or one of
+        the import's symbols) as one, else None."""
+        if _is_floordiv(expr):
+            return self._known_floordiv(expr)
         if expr.is_Integer:
             return graph.SizeExpr.constant(int(expr))
         if expr.is_Symbol:
@@ -135,6 +194,21 @@ class SizeSymbols:
             assert p is not None
             total = total + p if expr.is_Add else total * p
         return total
+
+    def _known_floordiv(self, expr: Any) -> graph.SizeExpr | None:
+        """`FloorDiv(p, k)` as a polynomial of atoms where it is exact or its canonical floor
+        division is one of the import's symbols, else None."""
+        base, divisor = expr.args
+        polynomial = self._plain(base)
+        if polynomial is None or not (divisor.is_Integer and int(divisor) > 0):
+            return None
+        atoms = self.atoms
+        reduced = graph.reduce_by(polynomial, self.relations)
+        quotient, residue, d = graph.split_floordiv(reduced, int(divisor), atoms)
+        if residue is None:
+            return quotient
+        name = next((n for n, atom in atoms.items() if atom == (residue, d)), None)
+        return None if name is None else quotient + graph.SizeExpr.symbol(name)
 
     def dim(self, size: int | torch.SymInt, node: torch.fx.Node) -> graph.Dim:
         """A dim of a fake value: an int, or the symbol of its expression."""
@@ -208,7 +282,7 @@ class SizeSymbols:
         )
 
     def table(self) -> graph.SizesAttr:
-        return graph.SizesAttr((*self.inputs, *self.derived, *self.relations))
+        return graph.SizesAttr((*self.inputs, *self.derived, *self.relations, *self.conditions))
 
 
 GUARDED_LOW_STEPS = 64

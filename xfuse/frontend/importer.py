@@ -431,6 +431,7 @@ class Importer:
         )
         symbols = SIZE_SYMBOLS.get()
         if symbols is not None and symbols.inputs:
+            symbols.add_conditions(shape_env_of(placeholders))
             function.attributes[SIZES_ATTR] = symbols.table()
         module = ModuleOp([function])
         if symbols is not None and verify:

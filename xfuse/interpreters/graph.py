@@ -57,7 +57,8 @@ def concrete_shape(value: SSAValue) -> tuple[int, ...]:
 def bind_sizes(f: func.FuncOp, inputs: Sequence[Tensor]) -> dict[str, int] | None:
     """The size of every symbol of `f`'s `graph.sizes` table in a call of `inputs` (None for
     a function without one): read from the inputs, checked against each other and the
-    symbols' ranges and the table's relations, derived symbols computed (each 2 or more)."""
+    symbols' ranges and the table's relations and conditions, derived symbols computed (each 2
+    or more)."""
     table = f.attributes.get(SIZES_ATTR)
     if not isinstance(table, graph.SizesAttr):
         return None
@@ -81,13 +82,9 @@ def bind_sizes(f: func.FuncOp, inputs: Sequence[Tensor]) -> dict[str, int] | Non
                 "(sizes 0 and 1 are specialised: a program for them is static)"
             )
     sizes = table.evaluate({s.name: found[s.name] for s in table.inputs()})
-    broken = table.broken_relation(sizes)
-    if broken is not None:
-        relation, lhs, rhs = broken
-        raise InterpretError(
-            f"sizes {relation.lhs_expr} = {lhs} and {relation.rhs} = {rhs} differ: the "
-            f"relation {relation} of @{f.sym_name.data} does not hold"
-        )
+    problem = table.relation_problem(sizes) or table.condition_problem(sizes)
+    if problem is not None:
+        raise InterpretError(f"@{f.sym_name.data}: {problem}")
     small = table.too_small(sizes)
     if small is not None:
         assert small.expr is not None

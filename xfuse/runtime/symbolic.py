@@ -11,7 +11,8 @@ kernel once for its device, and runs every call at the call's sizes:
   that holds one must have its size: `y` of `2 * s0` is refused at any other), and one of 0 or
   1 (a floor division at a small input: `(s0 + 1) floordiv 2` at `s0 = 2`) raises
   `SymbolicSizeError` as well, and so do sizes that break a relation of the table (an equality
-  torch's trace checked: `eq(s2 * s3, s0 * s1)`); attention whose mask `attention-mask`
+  torch's trace checked: `eq(s2 * s3, s0 * s1)`) or a condition (an inequality it assumed:
+  `le(s1, s0)`); attention whose mask `attention-mask`
   dropped (a mask computed from sizes alone, causal or all true at the size hints) is checked
   at the call's sizes (the mask computed on the program's device, once per sizes): where it is not of that
   kind the call raises `MaskGuardError` (a `SymbolicSizeError`; `DynamicProgram` runs such a
@@ -266,17 +267,11 @@ def small_size_message(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> str:
     )
 
 
-def check_relations(table: graph.SizesAttr, sizes: dict[str, int]) -> None:
-    """Raise `SymbolicSizeError` where a call's input sizes `sizes` break a relation of the
-    table (an equality torch's trace checked, which the program's kernels rely on)."""
-    broken = table.broken_relation(sizes)
-    if broken is not None:
-        relation, lhs, rhs = broken
-        values = ", ".join(f"{name} = {sizes[name]}" for name in sorted(relation.symbols))
-        raise SymbolicSizeError(
-            f"sizes {relation.lhs_expr} = {lhs} and {relation.rhs} = {rhs} differ at {values}: "
-            "the program was compiled for calls where torch's trace checked them equal"
-        )
+def check_sizes(problem: str | None) -> None:
+    """Raise `SymbolicSizeError` with a call's `problem` (`graph.SizesAttr.relation_problem`'s
+    or `condition_problem`'s line), where it has one."""
+    if problem is not None:
+        raise SymbolicSizeError(problem)
 
 
 def symbol_inputs(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> set[str]:
@@ -473,9 +468,11 @@ class SymbolicProgram:
                 )
         sizes = {name: found[name] for name, _, _ in self._ranges}
         if self.table.relations:
-            check_relations(self.table, sizes)
+            check_sizes(self.table.relation_problem(sizes))
         if self.derives:
             sizes = self._derive(inputs, sizes, found)
+        if self.table.conditions:
+            check_sizes(self.table.condition_problem(sizes))
         if self.mask_guards:
             check_guards(self.mask_guards, sizes, self.device)  # MaskGuardError if one fails
         return sizes

@@ -867,6 +867,24 @@ func.func @f(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %y: tensor<?x?xf32, #grap
 
 // -----
 
+// Size conditions: inequalities of the table's symbols (le, lt, ne).
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op condition le(s1, s9) uses 's9', which is no size symbol
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>, %y: tensor<?xf32, #graph.syms<s1>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 8, s1 = input(1, 0) hint 5, le(s1, s9)>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.neg' op condition ne(2, 3) has no size symbol: it holds at every call or at none
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>, %y: tensor<?xf32, #graph.syms<s1>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 8, s1 = input(1, 0) hint 5, ne(2, 3)>} {
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op graph.pad does not take symbolic sizes yet (operand 0 is tensor<?x8xf32, #graph.syms<s0>>)
 func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
   %0 = graph.pad %x low = [0, 1] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>

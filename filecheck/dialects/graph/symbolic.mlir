@@ -101,3 +101,13 @@ func.func @floordiv(%x: tensor<?x3x?xf32, #graph.syms<s0, s1>>, %w: tensor<8x3x3
   %3 = graph.reshape %2 : tensor<?x8x?xf32, #graph.syms<s0, e1>> -> tensor<?x?xf32, #graph.syms<s0, e2>>
   func.return
 }
+
+// Conditions: inequalities of sizes torch's trace assumed (a slice to another input's width
+// is within it), after the symbols; each side a polynomial of the table's symbols.
+// CHECK-LABEL: func.func @conditions
+// CHECK-SAME: graph.sizes = #graph.sizes<s0 = input(0, 0) hint 8 range [2, inf], s1 = input(1, 0) hint 5 range [2, inf], e0 = (s0) floordiv 2, le(s1, s0), ne(s0, s1), lt(2 * s1 - 1, e0 * s0 + 3)>
+func.func @conditions(%x: tensor<?xf32, #graph.syms<s0>>, %y: tensor<?xf32, #graph.syms<s1>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 8, s1 = input(1, 0) hint 5, e0 = (s0) floordiv 2, le(s1, s0), ne(s0, s1), lt(2 * s1 - 1, s0 * e0 + 3)>} {
+  // CHECK-NEXT: %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
+  func.return
+}

@@ -372,3 +372,92 @@ def test_relation_problems(relation: graph.SizeRelation, message: str) -> None:
     entries = (*related_table().symbols, relation)
     problem = SizesAttr(entries).problem
     assert problem is not None and message in str(problem)
+
+
+def conditioned_table() -> SizesAttr:
+    """Two widths, the second at most the first and not equal, and a floor division of the
+    first at least 3."""
+    return SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 0, hint=8),
+            SizeSymbol.input("s1", 1, 0, hint=5),
+            SizeSymbol.floordiv("e0", s0, 2),
+            graph.SizeCondition("le", s1, s0),
+            graph.SizeCondition("ne", s0, s1),
+            graph.SizeCondition("lt", SizeExpr.constant(2), SizeExpr.symbol("e0")),
+        )
+    )
+
+
+def test_conditions_hold_or_name_the_sizes_that_break_them() -> None:
+    table = conditioned_table()
+    assert table.problem is None
+    assert [str(c) for c in table.conditions] == ["le(s1, s0)", "ne(s0, s1)", "lt(2, e0)"]
+    assert table.condition_problem(table.evaluate({"s0": 8, "s1": 5})) is None
+    assert table.condition_problem(table.evaluate({"s0": 6, "s1": 2})) is None
+    assert table.condition_problem(table.evaluate({"s0": 4, "s1": 6})) == (
+        "s1 <= s0 does not hold at s0 = 4, s1 = 6: the program was compiled for calls where "
+        "torch's trace assumed it"
+    )
+    problem = table.condition_problem(table.evaluate({"s0": 5, "s1": 5}))
+    assert problem is not None and problem.startswith("s0 != s1 does not hold at s0 = 5, s1 = 5")
+    problem = table.condition_problem(table.evaluate({"s0": 5, "s1": 3}))
+    assert problem is not None and problem.startswith("2 < e0 does not hold at e0 = 2:")
+
+
+def test_a_condition_of_polynomials_shows_their_values() -> None:
+    table = SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 0, hint=3),
+            SizeSymbol.input("s1", 0, 1, hint=4),
+            SizeSymbol.input("s2", 1, 0, hint=20),
+            graph.SizeCondition("le", s0 * s1, s2 - SizeExpr.constant(1)),
+        )
+    )
+    assert table.condition_problem({"s0": 3, "s1": 4, "s2": 13}) is None
+    assert table.condition_problem({"s0": 3, "s1": 4, "s2": 12}) == (
+        "s0 * s1 <= s2 - 1 does not hold at s0 = 3, s1 = 4, s2 = 12 (s0 * s1 = 12) "
+        "(s2 - 1 = 11): the program was compiled for calls where torch's trace assumed it"
+    )
+
+
+def test_conditions_print_and_parse_back() -> None:
+    table = conditioned_table()
+    text = str(table)
+    assert text.endswith("e0 = (s0) floordiv 2, le(s1, s0), ne(s0, s1), lt(2, e0)>")
+    module = parse(
+        "func.func @f(%x: tensor<?xf32, #graph.syms<s0>>, %y: tensor<?xf32, #graph.syms<s1>>) "
+        f"attributes {{graph.sizes = {text}}} {{\n"
+        "  %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>\n"
+        "  func.return\n}"
+    )
+    function = next(iter(module.ops))
+    assert isinstance(function, func.FuncOp)
+    assert function.attributes[SIZES_ATTR] == table
+    # A symbol may still be named as a condition's keyword.
+    named = parse(
+        "func.func @f(%x: tensor<?xf32, #graph.syms<le>>) attributes {graph.sizes = "
+        "#graph.sizes<le = input(0, 0) hint 4, lt(3, le)>} {\n  func.return\n}"
+    )
+    named_function = next(iter(named.ops))
+    assert isinstance(named_function, func.FuncOp)
+    assert str(named_function.attributes[SIZES_ATTR]).endswith("lt(3, le)>")
+
+
+@pytest.mark.parametrize(
+    ("condition", "message"),
+    [
+        (
+            graph.SizeCondition("le", s1, SizeExpr.symbol("s9")),
+            "condition le(s1, s9) uses 's9', which is no size",
+        ),
+        (
+            graph.SizeCondition("ne", SizeExpr.constant(2), SizeExpr.constant(3)),
+            "condition ne(2, 3) has no size symbol",
+        ),
+    ],
+)
+def test_condition_problems(condition: graph.SizeCondition, message: str) -> None:
+    entries = (*conditioned_table().symbols, condition)
+    problem = SizesAttr(entries).problem
+    assert problem is not None and message in str(problem)

@@ -185,6 +185,7 @@ from xfuse.dialects.graph.reductions import (
 )
 from xfuse.dialects.graph.sizes import (
     MIN_SIZE,
+    SizeCondition,
     SizeExpr,
     SizeRelation,
     SizesAttr,
@@ -259,6 +260,7 @@ __all__ = [
     "SizesAttr",
     "SizeSymbol",
     "SizeRelation",
+    "SizeCondition",
     "reduce_by",
     "split_floordiv",
     "evaluate_sizes",

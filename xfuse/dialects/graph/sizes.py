@@ -25,7 +25,13 @@ check such as cross-entropy's that the logits' rows `s0 * s1` are as many as the
 * s3`): `eq(s2 * s3, s0 * s1)`, each a rewrite of one monomial of degree 2 or more into a
 polynomial of smaller monomials (`monomial_key`). Every polynomial of the table is reduced by
 them (`reduce_by`), so that sizes a relation makes equal have one expansion and name one
-symbol; a call binds only sizes that satisfy every relation (`SizesAttr.broken_relation`)."""
+symbol; a call binds only sizes that satisfy every relation (`SizesAttr.broken_relation`).
+
+Last, a table may hold *conditions*: inequalities of its symbols that torch's trace assumed (a
+slice `x[:, :n]` that `n` is at most `x`'s width, a `torch._check(a <= b)`): `le(lhs, rhs)`
+(lhs <= rhs), `lt(lhs, rhs)` (lhs < rhs) or `ne(lhs, rhs)` (lhs != rhs), each side a
+polynomial of the table's symbols (`SizeCondition`). A call binds only sizes at which every
+condition holds (`SizesAttr.condition_problem`)."""
 
 from __future__ import annotations
 
@@ -319,6 +325,52 @@ def parse_size_relation(parser: AttrParser) -> SizeRelation:
     return SizeRelation(lhs.terms[0][0], rhs)
 
 
+CONDITION_OPERATORS: dict[str, str] = {"le": "<=", "lt": "<", "ne": "!="}
+"""The kinds of `SizeCondition`, each with the comparison it is."""
+
+
+@dataclass(frozen=True)
+class SizeCondition:
+    """An inequality of sizes that holds at every call (`le(lhs, rhs)`, `lt(lhs, rhs)` or
+    `ne(lhs, rhs)`: `lhs <= rhs`, `lhs < rhs` or `lhs != rhs`), `lhs` and `rhs` polynomials of
+    the table's symbols."""
+
+    kind: str
+    """A key of `CONDITION_OPERATORS`."""
+    lhs: SizeExpr
+    rhs: SizeExpr
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return self.lhs.symbols | self.rhs.symbols
+
+    @property
+    def comparison(self) -> str:
+        """The condition as the comparison it is: `s1 <= s0`."""
+        return f"{self.lhs} {CONDITION_OPERATORS[self.kind]} {self.rhs}"
+
+    def holds(self, lhs: int, rhs: int) -> bool:
+        """Whether the condition holds where its sides are `lhs` and `rhs`."""
+        if self.kind == "le":
+            return lhs <= rhs
+        if self.kind == "lt":
+            return lhs < rhs
+        return lhs != rhs
+
+    def __str__(self) -> str:
+        return f"{self.kind}({self.lhs}, {self.rhs})"
+
+
+def parse_size_condition(kind: str, parser: AttrParser) -> SizeCondition:
+    """`kind(lhs, rhs)` after its keyword (`CONDITION_OPERATORS`' `kind`)."""
+    parser.parse_punctuation("(")
+    lhs = parse_size_expr(parser)
+    parser.parse_punctuation(",")
+    rhs = parse_size_expr(parser)
+    parser.parse_punctuation(")")
+    return SizeCondition(kind, lhs, rhs)
+
+
 # ---------------------------------------------------------------------------------------------
 # The encoding of a tensor type with dynamic dims
 # ---------------------------------------------------------------------------------------------
@@ -442,19 +494,24 @@ def parse_size_symbols(parser: AttrParser) -> tuple[SizeSymbol, ...]:
     return tuple(entries)
 
 
-SizeEntry = SizeSymbol | SizeRelation
-"""An entry of a `graph.sizes` table: a symbol or a relation."""
+SizeEntry = SizeSymbol | SizeRelation | SizeCondition
+"""An entry of a `graph.sizes` table: a symbol, a relation or a condition."""
 
 
 def parse_size_entries(parser: AttrParser) -> tuple[SizeEntry, ...]:
     """The entries of a `graph.sizes` table, separated by commas: symbols
-    (`parse_size_symbol`) and relations (`eq(lhs, rhs)`)."""
+    (`parse_size_symbol`), relations (`eq(lhs, rhs)`) and conditions (`le(lhs, rhs)`, ...);
+    a symbol may be named as a keyword of those (`eq = input(0, 0) hint 2`)."""
 
     def entry() -> SizeEntry:
-        if parser.parse_optional_keyword("eq") is not None:
-            if parser.parse_optional_punctuation("=") is None:
+        for keyword in ("eq", *CONDITION_OPERATORS):
+            if parser.parse_optional_keyword(keyword) is None:
+                continue
+            if parser.parse_optional_punctuation("=") is not None:
+                return _symbol_after_name(keyword, parser)
+            if keyword == "eq":
                 return parse_size_relation(parser)
-            return _symbol_after_name("eq", parser)
+            return parse_size_condition(keyword, parser)
         return parse_size_symbol(parser)
 
     return tuple(parser.parse_comma_separated_list(parser.Delimiter.NONE, entry))
@@ -492,7 +549,8 @@ def evaluate_sizes(symbols: Iterable[SizeSymbol], inputs: Mapping[str, int]) -> 
 @irdl_attr_definition
 class SizesAttr(Data[tuple[SizeEntry, ...]]):
     """The size symbols of a function, in definition order (the `graph.sizes` attribute of
-    `func.func`), then the relations of its input symbols, if any.
+    `func.func`), then the relations of its input symbols and the conditions of its symbols,
+    if any.
     `#graph.sizes<s0 = input(0, 0) hint 4 range [2, inf], s1 = 8 * s0>`"""
 
     name = "graph.sizes"
@@ -516,6 +574,11 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
     def relations(self) -> tuple[SizeRelation, ...]:
         """The relations of the input symbols (`SizeRelation`)."""
         return tuple(s for s in self.data if isinstance(s, SizeRelation))
+
+    @cached_property
+    def conditions(self) -> tuple[SizeCondition, ...]:
+        """The conditions of the symbols (`SizeCondition`)."""
+        return tuple(s for s in self.data if isinstance(s, SizeCondition))
 
     @cached_property
     def by_name(self) -> dict[str, SizeSymbol]:
@@ -605,6 +668,36 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
                 return r, lhs, rhs
         return None
 
+    def relation_problem(self, sizes: Mapping[str, int]) -> str | None:
+        """Why a call at `sizes` (of the input symbols, at least) is not one the table
+        describes, in one line, where it breaks a relation (`broken_relation`); else None."""
+        broken = self.broken_relation(sizes)
+        if broken is None:
+            return None
+        relation, lhs, rhs = broken
+        return (
+            f"sizes {relation.lhs_expr} = {lhs} and {relation.rhs} = {rhs} differ at "
+            f"{_sizes_text(relation.symbols, sizes)}: the program was compiled for calls where "
+            "torch's trace checked them equal"
+        )
+
+    def condition_problem(self, sizes: Mapping[str, int]) -> str | None:
+        """Why a call at `sizes` (of every symbol, `evaluate`'s) is not one the table
+        describes, in one line, where a condition does not hold at them; else None."""
+        for c in self.conditions:
+            lhs, rhs = c.lhs.evaluate(sizes), c.rhs.evaluate(sizes)
+            if not c.holds(lhs, rhs):
+                sides = "".join(
+                    f" ({side} = {value})"
+                    for side, value in ((c.lhs, lhs), (c.rhs, rhs))
+                    if str(side) not in c.symbols and side.as_constant is None
+                )
+                return (
+                    f"{c.comparison} does not hold at {_sizes_text(c.symbols, sizes)}{sides}: "
+                    "the program was compiled for calls where torch's trace assumed it"
+                )
+        return None
+
     def inputs(self) -> list[SizeSymbol]:
         return [s for s in self.symbols if s.expr is None]
 
@@ -622,6 +715,7 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
 
     def check(self) -> None:
         _verify_relations(self.symbols, self.relations)
+        _verify_conditions(self.symbols, self.conditions)
         expanded: dict[str, SizeExpr] = {}
         sources: dict[tuple[int, int], str] = {}
         names_of: dict[SizeExpr, str] = {}
@@ -683,6 +777,27 @@ def _verify_relations(symbols: tuple[SizeSymbol, ...], relations: tuple[SizeRela
         if r.lhs in seen:
             raise VerifyException(f"relation {r} rewrites a monomial an earlier one rewrites")
         seen.add(r.lhs)
+
+
+def _verify_conditions(
+    symbols: tuple[SizeSymbol, ...], conditions: tuple[SizeCondition, ...]
+) -> None:
+    """Each condition is of the table's symbols, and has one: a condition of constants holds
+    at every call or at none."""
+    names = {s.name for s in symbols}
+    for c in conditions:
+        unknown = sorted(c.symbols - names)
+        if unknown:
+            raise VerifyException(f"condition {c} uses '{unknown[0]}', which is no size symbol")
+        if not c.symbols:
+            raise VerifyException(
+                f"condition {c} has no size symbol: it holds at every call or at none"
+            )
+
+
+def _sizes_text(names: Iterable[str], sizes: Mapping[str, int]) -> str:
+    """`s0 = 2, s1 = 3`: the sizes of the symbols `names`, sorted by name."""
+    return ", ".join(f"{name} = {sizes[name]}" for name in sorted(names))
 
 
 def _verify_floordiv(s: SizeSymbol, expansion: SizeExpr, atoms: Atoms) -> None:
