@@ -440,3 +440,37 @@ def test_a_guard_the_table_cannot_hold_is_refused_at_import() -> None:
     dims = {"a": {0: Dim("a0")}, "b": {0: Dim("b0")}}
     with pytest.raises(SymbolicSizeError, match=r"assumed Eq\(Mod\(s\d+, s\d+\), 0\), which is no"):
         import_module(f, (torch.randn(6, 4), torch.randn(3, 4)), dynamic_shapes=dims)
+
+
+class GuardsOnly:
+    """A shape environment with the guards `exprs` and nothing to replace."""
+
+    def __init__(self, *exprs: Any) -> None:
+        self.guards = [type("Guard", (), {"expr": e})() for e in exprs]
+
+    def simplify(self, expr: Any) -> Any:
+        return expr
+
+
+def test_a_guard_on_a_floor_division_the_program_holds_is_a_condition_of_it() -> None:
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    from xfuse.frontend.builder import SizeSymbols
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = SizeSymbols()
+    symbols.inputs += [graph.SizeSymbol.input("s0", 0, 0, 9), graph.SizeSymbol.input("s1", 1, 0, 4)]
+    e0 = graph.SizeSymbol.floordiv(
+        "e0", graph.SizeExpr.symbol("s0") + graph.SizeExpr.constant(1), 2
+    )
+    symbols.derived.append(e0)
+    symbols.add_conditions(GuardsOnly(sympy.Ne(FloorDiv(s0 + 1, 2), 1), sympy.Ge(s0, s1 + 2)))
+    one, two = graph.SizeExpr.constant(1), graph.SizeExpr.constant(2)
+    assert symbols.conditions == [
+        graph.SizeCondition("ne", graph.SizeExpr.symbol("e0"), one),
+        graph.SizeCondition("le", graph.SizeExpr.symbol("s1") + two, graph.SizeExpr.symbol("s0")),
+    ]
+    assert symbols.table().problem is None
+    with pytest.raises(SymbolicSizeError, match=r"assumed .*s0 \+ 3.*//4.* >= 2, which is no"):
+        symbols.add_conditions(GuardsOnly(sympy.Ge(FloorDiv(s0 + 3, 4), 2)))

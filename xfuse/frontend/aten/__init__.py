@@ -114,7 +114,9 @@ CONVERTERS: dict[str, Converter] = {
     **composites.FORMULAS,
 }
 
-# Nodes without a value that only check what export already guarantees.
+# Nodes without a value that check what the import already holds: tensor metadata export
+# guarantees, and asserts of input sizes, which a symbolic import reads from the shape env as
+# conditions of its size table (`SizeSymbols.add_conditions`).
 SKIPPED: frozenset[str] = frozenset(
     {
         "aten._assert_tensor_metadata.default",
