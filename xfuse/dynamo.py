@@ -822,6 +822,8 @@ def _dynamic(
     warned: set[str] = set()
 
     def run(*args: Any) -> Any:
+        # One `.item()` per scalar is the cheapest check measured for 15 0-d CPU tensors (about
+        # 0.7 us each); stacking them for one `tolist()` or `torch.equal` costs twice as much.
         for i, value in scalars.items():
             if args[i].item() != value:
                 if "scalar" not in warned:
