@@ -465,12 +465,38 @@ def test_a_guard_on_a_floor_division_the_program_holds_is_a_condition_of_it() ->
         "e0", graph.SizeExpr.symbol("s0") + graph.SizeExpr.constant(1), 2
     )
     symbols.derived.append(e0)
-    symbols.add_conditions(GuardsOnly(sympy.Ne(FloorDiv(s0 + 1, 2), 1), sympy.Ge(s0, s1 + 2)))
-    one, two = graph.SizeExpr.constant(1), graph.SizeExpr.constant(2)
+    guards = (sympy.Le(FloorDiv(s0 + 1, 2), s1), sympy.Ge(s0, s1 + 2))
+    # e0 != 1 holds wherever e0 is a size (2 or more): no condition.
+    symbols.add_conditions(GuardsOnly(*guards, sympy.Ne(FloorDiv(s0 + 1, 2), 1)))
+    e, a, b = (graph.SizeExpr.symbol(name) for name in ("e0", "s0", "s1"))
     assert symbols.conditions == [
-        graph.SizeCondition("ne", graph.SizeExpr.symbol("e0"), one),
-        graph.SizeCondition("le", graph.SizeExpr.symbol("s1") + two, graph.SizeExpr.symbol("s0")),
+        graph.SizeCondition("le", e, b),
+        graph.SizeCondition("le", b + graph.SizeExpr.constant(2), a),
     ]
     assert symbols.table().problem is None
     with pytest.raises(SymbolicSizeError, match=r"assumed .*s0 \+ 3.*//4.* >= 2, which is no"):
         symbols.add_conditions(GuardsOnly(sympy.Ge(FloorDiv(s0 + 3, 4), 2)))
+
+
+def test_a_minimum_or_remainder_that_sizes_decide_is_its_polynomial() -> None:
+    """Guards AOTAutograd's traces hold (`Min(s0, s1 * s0) == s0`, `Mod(s0, s1 * s0) != 0`)
+    hold at every size of 2 or more: they are no condition; one sizes do not decide is
+    refused."""
+    import sympy
+    from torch.utils._sympy.functions import Max, Min, Mod
+
+    from xfuse.frontend.builder import SizeSymbols
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = SizeSymbols()
+    symbols.inputs += [graph.SizeSymbol.input("s0", 0, 0, 9), graph.SizeSymbol.input("s1", 1, 0, 4)]
+    symbols.add_conditions(
+        GuardsOnly(sympy.Eq(Min(s0, s1 * s0), s0), sympy.Ne(Mod(s0, s1 * s0), 0))
+    )
+    assert symbols.conditions == []
+    symbols.add_conditions(GuardsOnly(sympy.Le(Max(s0, s0 * s1), s1 * s1)))
+    expected = graph.SizeExpr.symbol("s0") * graph.SizeExpr.symbol("s1")
+    square = graph.SizeExpr.symbol("s1") * graph.SizeExpr.symbol("s1")
+    assert symbols.conditions == [graph.SizeCondition("le", expected, square)]
+    with pytest.raises(SymbolicSizeError, match=r"assumed Eq\(Min\(s0, s1\), s0\), which is no"):
+        symbols.add_conditions(GuardsOnly(sympy.Eq(Min(s0, s1), s0)))

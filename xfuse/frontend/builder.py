@@ -115,9 +115,10 @@ class SizeSymbols:
         inequality the trace assumed: `s1 <= s0` for a slice `x[:, :n]` of `x` `s0` wide, a
         `torch._check(a <= b)`), and its runtime asserts over input symbols, as conditions of
         the table (`graph.SizeCondition`): comparisons of polynomials of its symbols (a floor
-        division one of the import's symbols); an equality no relation gives is two. A guard
-        that torch's replacements make true is left out; one the table can hold no condition
-        of raises `SymbolicSizeError`: a call could break it unseen. Call it after the graph's
+        division one of the import's symbols, `_plain`); an equality no relation gives is two.
+        A guard that torch's replacements make true, or that holds at every size of 2 or more
+        (`SizeCondition.always_holds`), is left out; one the table can hold no condition of
+        raises `SymbolicSizeError`: a call could break it unseen. Call it after the graph's
         sizes are read (`dim`), whose floor divisions a guard may name."""
         import sympy
 
@@ -135,7 +136,7 @@ class SizeSymbols:
             if expr == sympy.true or not raw.free_symbols:
                 continue
             for condition in self._conditions_of(expr):
-                if condition not in self.conditions:
+                if condition not in self.conditions and not condition.always_holds:
                     self.conditions.append(condition)
 
     def _conditions_of(self, expr: Any) -> list[graph.SizeCondition]:
@@ -166,10 +167,13 @@ class SizeSymbols:
 
     def _plain(self, expr: Any) -> graph.SizeExpr | None:
         """A sympy expression of this import's input symbols that is a polynomial (sums,
-        products, powers, integers, and floor divisions by an integer that are exact or one of
-        the import's symbols) as one, else None."""
+        products, powers, integers, floor divisions by an integer that are exact or one of the
+        import's symbols, and a minimum, maximum or remainder that sizes decide: `_ordered`)
+        as one, else None."""
         if _is_floordiv(expr):
             return self._known_floordiv(expr)
+        if type(expr).__name__ in ("Min", "Max", "Mod", "PythonMod"):
+            return self._ordered(expr)
         if expr.is_Integer:
             return graph.SizeExpr.constant(int(expr))
         if expr.is_Symbol:
@@ -194,6 +198,25 @@ class SizeSymbols:
             assert p is not None
             total = total + p if expr.is_Add else total * p
         return total
+
+    def _ordered(self, expr: Any) -> graph.SizeExpr | None:
+        """`Min(p, q)`, `Max(p, q)` or `Mod(p, q)` of polynomials where every size of 2 or more
+        decides it (`graph.provably_nonnegative`): `Min(s0, s0 * s1)` is `s0`, and so is
+        `Mod(s0, s0 * s1)`, as `s0 * s1 > s0`; else None."""
+        if len(expr.args) != 2:
+            return None
+        p, q = self._plain(expr.args[0]), self._plain(expr.args[1])
+        if p is None or q is None:
+            return None
+        one = graph.SizeExpr.constant(1)
+        if type(expr).__name__ in ("Mod", "PythonMod"):
+            fits = graph.provably_nonnegative(p) and graph.provably_nonnegative(q - p - one)
+            return p if fits else None
+        if graph.provably_nonnegative(q - p):
+            return p if type(expr).__name__ == "Min" else q
+        if graph.provably_nonnegative(p - q):
+            return q if type(expr).__name__ == "Min" else p
+        return None
 
     def _known_floordiv(self, expr: Any) -> graph.SizeExpr | None:
         """`FloorDiv(p, k)` as a polynomial of atoms where it is exact or its canonical floor

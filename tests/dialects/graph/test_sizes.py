@@ -461,3 +461,18 @@ def test_condition_problems(condition: graph.SizeCondition, message: str) -> Non
     entries = (*conditioned_table().symbols, condition)
     problem = SizesAttr(entries).problem
     assert problem is not None and message in str(problem)
+
+
+def test_a_condition_that_sizes_of_2_or_more_make_true_always_holds() -> None:
+    one = SizeExpr.constant(1)
+    assert graph.provably_nonnegative(s0 * s1 - s0)  # s0 * (s1 - 1), s1 >= 2
+    assert graph.provably_nonnegative(s0 * s1 - s0 - s1)  # (s0 - 1) * (s1 - 1) - 1 >= 0
+    assert not graph.provably_nonnegative(s0 - s1)
+    assert not graph.provably_nonnegative(s0 - SizeExpr.constant(3))  # s0 = 2
+    assert graph.SizeCondition("le", s0, s0 * s1).always_holds
+    assert graph.SizeCondition("lt", s0, s0 * s1).always_holds
+    assert graph.SizeCondition("ne", s0 * s1, s0).always_holds
+    assert graph.SizeCondition("ne", SizeExpr(), s0).always_holds
+    assert not graph.SizeCondition("lt", s0, s0).always_holds
+    assert not graph.SizeCondition("le", s1, s0).always_holds
+    assert not graph.SizeCondition("ne", s0 - one, one).always_holds  # s0 = 2

@@ -157,6 +157,16 @@ class SizeExpr:
         return text
 
 
+def provably_nonnegative(expr: SizeExpr) -> bool:
+    """Whether `expr` is 0 or more wherever each of its symbols is `MIN_SIZE` or more (a
+    sufficient test: `expr` with every symbol `s` written `MIN_SIZE + s` has no negative
+    coefficient)."""
+    shifted = expr.substitute(
+        {s: SizeExpr.symbol(s) + SizeExpr.constant(MIN_SIZE) for s in expr.symbols}
+    )
+    return all(c >= 0 for _, c in shifted.terms)
+
+
 def parse_size_expr(parser: AttrParser) -> SizeExpr:
     """`term (('+' | '-') term)*`, a term `['-'] factor ('*' factor)*`, a factor an integer,
     a symbol name or a parenthesised expression."""
@@ -348,6 +358,19 @@ class SizeCondition:
     def comparison(self) -> str:
         """The condition as the comparison it is: `s1 <= s0`."""
         return f"{self.lhs} {CONDITION_OPERATORS[self.kind]} {self.rhs}"
+
+    @property
+    def always_holds(self) -> bool:
+        """Whether the condition holds wherever every symbol is `MIN_SIZE` or more
+        (`provably_nonnegative`'s sufficient test)."""
+        one = SizeExpr.constant(1)
+        if self.kind == "le":
+            return provably_nonnegative(self.rhs - self.lhs)
+        if self.kind == "lt":
+            return provably_nonnegative(self.rhs - self.lhs - one)
+        return provably_nonnegative(self.rhs - self.lhs - one) or provably_nonnegative(
+            self.lhs - self.rhs - one
+        )
 
     def holds(self, lhs: int, rhs: int) -> bool:
         """Whether the condition holds where its sides are `lhs` and `rhs`."""
