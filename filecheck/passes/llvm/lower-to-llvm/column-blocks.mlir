@@ -1,7 +1,9 @@
 // RUN: xfuse-opt %s -p lower-to-llvm | filecheck %s
 
 // A column mean: each iteration of the split loop takes a block of 64 columns (768 / 64 = 12
-// blocks); the sums live in a 64-element stack block, the row loop outside the column loop.
+// blocks); the sums live in a 64-element stack block, the row loop outside the column loop. Its
+// 49 rows are added in runs of 16 (the last ends at row 49) into a second block, of partials,
+// which after each run is added into the sums and reset to 0.
 func.func @colmean(%x: memref<49x768xf32>, %out: memref<768xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -26,6 +28,15 @@ func.func @colmean(%x: memref<49x768xf32>, %out: memref<768xf32>) attributes {xf
 // CHECK-LABEL: llvm.func @colmean(
 // CHECK-NEXT:    %[[N:.*]] = llvm.mlir.constant(64) : i64
 // CHECK-NEXT:    llvm.alloca %[[N]] x f32 {alignment = 64 : i64} : (i64) -> !llvm.ptr
+// CHECK-NEXT:    %[[M:.*]] = llvm.mlir.constant(64) : i64
+// CHECK-NEXT:    llvm.alloca %[[M]] x f32 {alignment = 64 : i64} : (i64) -> !llvm.ptr
+// CHECK-NOT:     llvm.alloca
+// CHECK:         %[[LEN:.*]] = llvm.mlir.constant(16) : i64
+// CHECK:         %[[STOP:.*]] = llvm.add %{{.*}}, %[[LEN]] : i64
+// CHECK-NEXT:    %[[BEFORE:.*]] = llvm.icmp "ult" %[[STOP]], %c49 : i64
+// CHECK-NEXT:    llvm.select %[[BEFORE]], %[[STOP]], %c49 : i1, i64
+// CHECK:         llvm.fadd %{{.*}}, %{{.*}} {fastmathFlags = #llvm.fastmath<reassoc>} : f32
+// CHECK:         llvm.fadd %{{.*}}, %{{.*}} {fastmathFlags = #llvm.fastmath<reassoc>} : f32
 // CHECK:         llvm.fdiv
 // CHECK:       llvm.mlir.global external constant @colmean.extent(12 : i64)
 
