@@ -19,8 +19,8 @@ one, as torch's cascade sum does: each run is summed into a block of partials fr
 identity, which is then combined into the block of accumulators and reset, on as many levels
 (runs of runs) as keep each level at `ROW_BLOCK` values or fewer (`_row_levels`); the last run
 of each level ends at the loop's bound (`min`). A serial sum of 64 rows of one sign gathers
-2-4x eager's rounding error, in runs of 16 about eager's. One extra pass over the block per
-run of rows is its cost. Any other row loop keeps the order the loop IR gives. A loop without results (the
+2-4x eager's rounding error, in runs of 16 about eager's; the cost is one more pass over the
+block per run. Any other row loop keeps the order the loop IR gives. A loop without results (the
 write loop of a normalization over channels in NCHW) is blocked the same way. A float value
 that a loop reads from the part of the body before it (a mean, in the variance loop after it)
 is computed once per column into a block of its own; index arithmetic is computed again where
@@ -59,7 +59,8 @@ ROW_BLOCK = 16
 """Rows per run of a blocked sum (`_row_levels`): torch's cascade sum adds 16 at each level."""
 
 RUNTIME_ROW_LEVELS = 3
-"""Levels of runs for a row loop of a runtime count: exact to torch's depth up to 16**4 rows."""
+"""Levels of runs for a row loop of a runtime count (no level adds more than `ROW_BLOCK`
+values up to 16**4 rows)."""
 
 _REGROUPED = (arith.AddfOp, arith.MulfOp)
 """Float combiners whose result depends on the grouping (marked `reassoc` by lower-to-loops)."""
@@ -359,9 +360,10 @@ class _Blocked:
         into: Block,
     ) -> None:
         """At the end of `into`, the rows `lower` to `upper` of `loop` folded into the blocks
-        `targets[0]`; with more targets, in runs of `ROW_BLOCK ** (len(targets) - 1)` rows, each
-        run folded into `targets[0]` (from the identity) and then combined into `targets[1]`
-        and `targets[0]` reset to the identity (torch's cascade sum, `_row_levels`)."""
+        `targets[0]`; with more targets, in runs of `ROW_BLOCK ** (len(targets) - 1)` rows: each
+        run is folded into `targets[1]` (which holds the identity, recursively in shorter runs
+        through the targets after it), then combined into `targets[0]`, and `targets[1]` reset
+        to the identity (torch's cascade sum, `_row_levels`)."""
         if len(targets) == 1:
             into.add_op(self._row_loop(loop, lower, upper, targets[0]))
             return
