@@ -13,14 +13,16 @@ block of `BLOCK` columns instead, and every phase of its body runs over the bloc
                                                            for %j: y[%i, 64 %b + %j] = %acc[%j] / 49
 
 Each column sums its rows in a vector lane of its own (as eager's outer reductions do). A row
-loop whose accumulators all regroup (a float sum or product marked `reassoc`, with other sums,
-maxima or minima beside it; no argmax) adds its rows in runs of `ROW_BLOCK` rather than one by
-one, as torch's cascade sum does: each run is summed into a block of partials from the
-identity, which is then combined into the block of accumulators and reset, on as many levels
-(runs of runs) as keep each level at `ROW_BLOCK` values or fewer (`_row_levels`); the last run
-of each level ends at the loop's bound (`min`). A serial sum of 64 rows of one sign gathers
-2-4x eager's rounding error, in runs of 16 about eager's; the cost is one more pass over the
-block per run. Any other row loop keeps the order the loop IR gives. A loop without results (the
+loop of plain ops whose accumulators all regroup (a float sum or product marked `reassoc`, with
+other sums, maxima or minima beside it; no argmax) adds its rows in runs of `ROW_BLOCK` rather
+than one by one, as torch's cascade sum does: per run, the loop over the block's columns folds
+the run's rows from the identity, unrolled (partial sums in registers, 16 loads per column
+where a serial sum loads and stores the column's sum at every row), and adds that into the
+block of sums; rows after the last whole run are added one by one. Longer loops take more
+levels (runs of 256 rows summed into a block of partials, which is added into the sums and
+reset), as many as keep each level at `ROW_BLOCK` values or fewer (`_row_levels`). A serial
+sum of 64 rows of one sign gathers 2-4x eager's rounding error, in runs of 16 about eager's.
+Any other row loop keeps the order the loop IR gives. A loop without results (the
 write loop of a normalization over channels in NCHW) is blocked the same way. A float value
 that a loop reads from the part of the body before it (a mean, in the variance loop after it)
 is computed once per column into a block of its own; index arithmetic is computed again where
@@ -154,7 +156,7 @@ def _row_levels(loop: scf.ForOp) -> int:
     """How many levels of runs `loop`'s rows are summed in (torch's cascade sum): none for up
     to `ROW_BLOCK` rows, else enough that no level adds more than `ROW_BLOCK` values (64 rows:
     4 runs of 16; 4096 rows: 16 runs of 256 of 16); `RUNTIME_ROW_LEVELS` for a runtime count."""
-    if int_constant(loop.step) != 1:
+    if int_constant(loop.step) != 1 or any(op.regions for op in loop.body.block.ops):
         return 0
     lower, upper = int_constant(loop.lb), int_constant(loop.ub)
     if lower is None or upper is None:
@@ -163,6 +165,13 @@ def _row_levels(loop: scf.ForOp) -> int:
     while ROW_BLOCK ** (levels + 1) < upper - lower:
         levels += 1
     return levels
+
+
+def _whole_runs(lower: SSAValue, upper: SSAValue, run: int) -> bool:
+    """Whether rows `lower` to `upper` are constants a whole number of runs of `run` apart: then
+    no run is cut short at `upper`, nor, runs being powers of `ROW_BLOCK`, any shorter run."""
+    first, last = int_constant(lower), int_constant(upper)
+    return first is not None and last is not None and (last - first) % run == 0
 
 
 def _identity(combiner: type[Operation], t: Attribute) -> FloatAttr | IntegerAttr:
@@ -201,6 +210,38 @@ def _depends(value: SSAValue, column: SSAValue) -> bool:
         seen.add(v)
         todo.extend(v.op.operands)
     return False
+
+
+class _Rows:
+    """A row loop whose accumulators regroup (`_combiners`), folded in runs."""
+
+    def __init__(self, loop: scf.ForOp, combiners: list[type[Operation]]) -> None:
+        self.loop, self.combiners = loop, combiners
+
+    def fold(
+        self, column: Block, values: dict[SSAValue, SSAValue], rows: list[SSAValue]
+    ) -> list[SSAValue]:
+        """At the end of `column`, the loop's body once per row of `rows` (in order), its
+        accumulators starting from the identity; the partial results."""
+        body = self.loop.body.block
+        carried: list[SSAValue] = []
+        for combiner, result in zip(self.combiners, self.loop.results, strict=True):
+            identity = arith.ConstantOp(_identity(combiner, result.type))
+            column.add_op(identity)
+            carried.append(identity.result)
+        for row in rows:
+            mapper = dict(values)
+            mapper[body.args[0]] = row
+            mapper.update(zip(body.args[1:], carried, strict=True))
+            for op in body.ops:
+                if isinstance(op, scf.YieldOp):
+                    carried = [mapper.get(v, v) for v in op.operands]
+                    continue
+                clone = op.clone(value_mapper=mapper)
+                column.add_op(clone)
+                for old, new in zip(op.results, clone.results, strict=True):
+                    mapper[old] = new
+        return carried
 
 
 class _Blocked:
@@ -324,13 +365,13 @@ class _Blocked:
 
     def _loop(self, loop: scf.ForOp) -> None:
         """Blocks of the loop's accumulators, initialised per column; the float values it reads
-        from the body kept per column; then the row loop around a loop over the block (rows in
-        runs of `ROW_BLOCK` where `_row_levels` says so)."""
+        from the body kept per column; then the row loop around a loop over the block, or, where
+        `_row_levels` says so, runs of rows (`_rows`)."""
         accumulators = [self._alloca(r.type) for r in loop.results]
         kept = {v: self._alloca(v.type) for v in self._free(loop) if self._keeps(v)}
         combiners = _combiners(loop)
         levels = _row_levels(loop) if combiners is not None else 0
-        partials = [[self._alloca(r.type) for r in loop.results] for _ in range(levels)]
+        partials = [[self._alloca(r.type) for r in loop.results] for _ in range(levels - 1)]
 
         def initialise(body: Block, values: dict[SSAValue, SSAValue], j: SSAValue) -> None:
             for init, acc in zip(loop.iter_args, accumulators, strict=True):
@@ -345,39 +386,48 @@ class _Blocked:
 
         self._each_column(self.block, initialise)
         self.kept.update(kept)
-        targets = [accumulators, *partials]
-        self._rows(loop, loop.lb, loop.ub, targets, combiners or [], self.block)
+        if combiners is None or levels == 0:
+            self.block.add_op(self._row_loop(loop, loop.lb, loop.ub, accumulators))
+        else:
+            whole = _whole_runs(loop.lb, loop.ub, ROW_BLOCK**levels)
+            rows = _Rows(loop, combiners)
+            self._rows(rows, loop.lb, loop.ub, [accumulators, *partials], self.block, whole)
         for result, acc in zip(loop.results, accumulators, strict=True):
             self.results[result] = acc
 
     def _rows(
         self,
-        loop: scf.ForOp,
+        rows: _Rows,
         lower: SSAValue,
         upper: SSAValue,
         targets: list[list[SSAValue]],
-        combiners: list[type[Operation]],
         into: Block,
+        whole: bool,
     ) -> None:
-        """At the end of `into`, the rows `lower` to `upper` of `loop` folded into the blocks
-        `targets[0]`; with more targets, in runs of `ROW_BLOCK ** (len(targets) - 1)` rows: each
-        run is folded into `targets[1]` (which holds the identity, recursively in shorter runs
-        through the targets after it), then combined into `targets[0]`, and `targets[1]` reset
-        to the identity (torch's cascade sum, `_row_levels`)."""
+        """At the end of `into`, the rows `lower` to `upper` folded into the blocks `targets[0]`
+        in runs (torch's cascade sum, `_row_levels`): with one target, runs of `ROW_BLOCK`
+        (`_runs`); with more, runs of `ROW_BLOCK ** len(targets)` rows, each folded into
+        `targets[1]` (which holds the identity; in shorter runs, through the targets after it),
+        then combined into `targets[0]`, and `targets[1]` reset to the identity. With `whole`,
+        the rows are a whole number of runs (none ends at `upper` before its length)."""
         if len(targets) == 1:
-            into.add_op(self._row_loop(loop, lower, upper, targets[0]))
+            self._runs(rows, lower, upper, targets[0], into, whole)
             return
-        run = arith.ConstantOp(IntegerAttr(ROW_BLOCK ** (len(targets) - 1), IndexType()))
+        run = arith.ConstantOp(IntegerAttr(ROW_BLOCK ** len(targets), IndexType()))
         body = Block(arg_types=[IndexType()])
         start = body.args[0]
         stop = arith.AddiOp(start, run.result)
-        end = arith.MinUIOp(stop.result, upper)
-        body.add_ops([stop, end])
-        self._rows(loop, start, end.result, targets[1:], combiners, body)
+        body.add_op(stop)
+        end = stop.result
+        if not whole:
+            cut = arith.MinUIOp(end, upper)
+            body.add_op(cut)
+            end = cut.result
+        self._rows(rows, start, end, targets[1:], body, whole)
         inner, outer = targets[1], targets[0]
 
         def combine(column: Block, values: dict[SSAValue, SSAValue], j: SSAValue) -> None:
-            for combiner, part, acc in zip(combiners, inner, outer, strict=True):
+            for combiner, part, acc in zip(rows.combiners, inner, outer, strict=True):
                 a, p = memref.LoadOp.get(acc, [j]), memref.LoadOp.get(part, [j])
                 total = _combine(combiner, a.res, p.res)
                 identity = arith.ConstantOp(_identity(combiner, p.res.type))
@@ -388,6 +438,53 @@ class _Blocked:
         self._each_column(body, combine)
         body.add_op(scf.YieldOp())
         into.add_ops([run, scf.ForOp(lower, upper, run.result, [], Region(body))])
+
+    def _runs(
+        self,
+        rows: _Rows,
+        lower: SSAValue,
+        upper: SSAValue,
+        target: list[SSAValue],
+        into: Block,
+        whole: bool,
+    ) -> None:
+        """At the end of `into`, the rows `lower` to `upper` folded into the block `target` in
+        runs of `ROW_BLOCK`: per run, a loop over the block whose body folds the run's rows
+        from the identity, unrolled (the partial results stay in registers, the column loop
+        stays innermost for the vectorizer), and combines them into `target`; the rows after
+        the last whole run (none with `whole`) are folded into `target` one by one."""
+        run = arith.ConstantOp(IntegerAttr(ROW_BLOCK, IndexType()))
+        into.add_op(run)
+        stop = upper
+        if not whole:
+            span = arith.SubiOp(upper, lower)
+            count = arith.DivUIOp(span.result, run.result)
+            length = arith.MuliOp(count.result, run.result)
+            last = arith.AddiOp(lower, length.result)
+            into.add_ops([span, count, length, last])
+            stop = last.result
+        body = Block(arg_types=[IndexType()])
+        starts: list[SSAValue] = [body.args[0]]
+        for k in range(1, ROW_BLOCK):
+            offset = arith.ConstantOp(IntegerAttr(k, IndexType()))
+            row = arith.AddiOp(body.args[0], offset.result)
+            body.add_ops([offset, row])
+            starts.append(row.result)
+
+        def fold(column: Block, values: dict[SSAValue, SSAValue], j: SSAValue) -> None:
+            for v in self._free(rows.loop):
+                self._value(v, column, values, j)
+            partials = rows.fold(column, values, starts)
+            for combiner, part, acc in zip(rows.combiners, partials, target, strict=True):
+                a = memref.LoadOp.get(acc, [j])
+                total = _combine(combiner, a.res, part)
+                column.add_ops([a, total, memref.StoreOp.get(total.results[0], acc, [j])])
+
+        self._each_column(body, fold)
+        body.add_op(scf.YieldOp())
+        into.add_op(scf.ForOp(lower, stop, run.result, [], Region(body)))
+        if not whole:
+            into.add_op(self._row_loop(rows.loop, stop, upper, target))
 
     def _row_loop(
         self, loop: scf.ForOp, lower: SSAValue, upper: SSAValue, accumulators: list[SSAValue]

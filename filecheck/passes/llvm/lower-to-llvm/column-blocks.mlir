@@ -2,8 +2,8 @@
 
 // A column mean: each iteration of the split loop takes a block of 64 columns (768 / 64 = 12
 // blocks); the sums live in a 64-element stack block, the row loop outside the column loop. Its
-// 49 rows are added in runs of 16 (the last ends at row 49) into a second block, of partials,
-// which after each run is added into the sums and reset to 0.
+// 49 rows are added in 49 / 16 = 3 runs of 16, each run's rows unrolled in the column loop from
+// 0 (%t to %t_15) and the run's sum added into the block's; the last row is added on its own.
 func.func @colmean(%x: memref<49x768xf32>, %out: memref<768xf32>) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -28,15 +28,15 @@ func.func @colmean(%x: memref<49x768xf32>, %out: memref<768xf32>) attributes {xf
 // CHECK-LABEL: llvm.func @colmean(
 // CHECK-NEXT:    %[[N:.*]] = llvm.mlir.constant(64) : i64
 // CHECK-NEXT:    llvm.alloca %[[N]] x f32 {alignment = 64 : i64} : (i64) -> !llvm.ptr
-// CHECK-NEXT:    %[[M:.*]] = llvm.mlir.constant(64) : i64
-// CHECK-NEXT:    llvm.alloca %[[M]] x f32 {alignment = 64 : i64} : (i64) -> !llvm.ptr
 // CHECK-NOT:     llvm.alloca
 // CHECK:         %[[LEN:.*]] = llvm.mlir.constant(16) : i64
-// CHECK:         %[[STOP:.*]] = llvm.add %{{.*}}, %[[LEN]] : i64
-// CHECK-NEXT:    %[[BEFORE:.*]] = llvm.icmp "ult" %[[STOP]], %c49 : i64
-// CHECK-NEXT:    llvm.select %[[BEFORE]], %[[STOP]], %c49 : i1, i64
-// CHECK:         llvm.fadd %{{.*}}, %{{.*}} {fastmathFlags = #llvm.fastmath<reassoc>} : f32
-// CHECK:         llvm.fadd %{{.*}}, %{{.*}} {fastmathFlags = #llvm.fastmath<reassoc>} : f32
+// CHECK:         %[[COUNT:.*]] = llvm.udiv %{{.*}}, %[[LEN]] : i64
+// CHECK-NEXT:    llvm.mul %[[COUNT]], %[[LEN]] : i64
+// CHECK:         %t = llvm.fadd %{{.*}}, %v {fastmathFlags = #llvm.fastmath<reassoc>} : f32
+// CHECK:         %t_15 = llvm.fadd %t_14, %v_15 {fastmathFlags = #llvm.fastmath<reassoc>} : f32
+// CHECK-NOT:     llvm.fadd %t_15, %v
+// CHECK:         llvm.fadd %{{.*}}, %t_15 {fastmathFlags = #llvm.fastmath<reassoc>} : f32
+// CHECK:         %t_16 = llvm.fadd %{{.*}}, %v_16 {fastmathFlags = #llvm.fastmath<reassoc>} : f32
 // CHECK:         llvm.fdiv
 // CHECK:       llvm.mlir.global external constant @colmean.extent(12 : i64)
 
