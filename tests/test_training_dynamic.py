@@ -261,12 +261,9 @@ class Flattening(torch.nn.Module):
         return y.reshape(x.shape[0], x.shape[1] * 8)
 
 
-def test_a_backward_input_of_a_product_of_sizes_compiles_symbolically(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The backward's input of size [s0, 8*s1] is taken as [s0, 8, s1] (a view at each call)
-    and reshaped back in the program: the backward compiles once, symbolically, and gives
-    eager's gradients at every (batch, sequence) size."""
+def recorded_parts(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The training parts dynamo's backend makes from here on, by part name ("forward",
+    "backward"): the last of each."""
     made: dict[str, Any] = {}
     real = dynamo.training_part
 
@@ -275,6 +272,16 @@ def test_a_backward_input_of_a_product_of_sizes_compiles_symbolically(
         return made[compiler.part]
 
     monkeypatch.setattr(dynamo, "training_part", recording)
+    return made
+
+
+def test_a_backward_input_of_a_product_of_sizes_compiles_symbolically(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backward's input of size [s0, 8*s1] is taken as [s0, 8, s1] (a view at each call)
+    and reshaped back in the program: the backward compiles once, symbolically, and gives
+    eager's gradients at every (batch, sequence) size."""
+    made = recorded_parts(monkeypatch)
     torch.manual_seed(1)
     inputs = [torch.randn(b, t, 8) for b, t in ((4, 3), (5, 6), (2, 9))]
     with warnings.catch_warnings():

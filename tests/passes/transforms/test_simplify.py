@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from xdsl.dialects.builtin import ModuleOp
 
 import xfuse
+from tests.test_training_dynamic import recorded_parts
 from xfuse import interpret
 from xfuse.dialects import graph
 from xfuse.ir.context import make_context
@@ -253,17 +254,9 @@ def test_the_symbolic_cross_entropy_backward_has_no_sum_over_the_classes(
     """With `dynamic=True` the importer keeps nll_loss's one-hot as torch's scatter (its count
     of indices is symbolic): the backward, compiled once symbolically, sums nothing over the
     classes and gives eager's gradients at every size."""
-    from xfuse import dynamo
     from xfuse.explanation import dynamic_explanation
 
-    made: dict[str, Any] = {}
-    real = dynamo.training_part
-
-    def recording(compiler: Any, gm: torch.fx.GraphModule, inputs: Any) -> Any:
-        made[compiler.part] = real(compiler, gm, inputs)
-        return made[compiler.part]
-
-    monkeypatch.setattr(dynamo, "training_part", recording)
+    made = recorded_parts(monkeypatch)
 
     def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(x, t, ignore_index=-100)

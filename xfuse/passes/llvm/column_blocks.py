@@ -212,6 +212,21 @@ def _depends(value: SSAValue, column: SSAValue) -> bool:
     return False
 
 
+def _inline(block: Block, mapper: dict[SSAValue, SSAValue], into: Block) -> list[SSAValue]:
+    """`block`'s ops cloned at the end of `into`, their operands through `mapper` (which gains
+    each clone's results); the values its `scf.yield` yields, mapped."""
+    yielded: list[SSAValue] = []
+    for op in block.ops:
+        if isinstance(op, scf.YieldOp):
+            yielded = [mapper.get(v, v) for v in op.operands]
+            continue
+        clone = op.clone(value_mapper=mapper)
+        into.add_op(clone)
+        for old, new in zip(op.results, clone.results, strict=True):
+            mapper[old] = new
+    return yielded
+
+
 class _Rows:
     """A row loop whose accumulators regroup (`_combiners`), folded in runs."""
 
@@ -233,14 +248,7 @@ class _Rows:
             mapper = dict(values)
             mapper[body.args[0]] = row
             mapper.update(zip(body.args[1:], carried, strict=True))
-            for op in body.ops:
-                if isinstance(op, scf.YieldOp):
-                    carried = [mapper.get(v, v) for v in op.operands]
-                    continue
-                clone = op.clone(value_mapper=mapper)
-                column.add_op(clone)
-                for old, new in zip(op.results, clone.results, strict=True):
-                    mapper[old] = new
+            carried = _inline(body, mapper, column)
         return carried
 
 
@@ -502,15 +510,7 @@ class _Blocked:
                 values[arg] = load.res
             for v in self._free(loop):
                 self._value(v, body, values, j)
-            yielded: list[SSAValue] = []
-            for op in old_body.ops:
-                if isinstance(op, scf.YieldOp):
-                    yielded = [values.get(v, v) for v in op.operands]
-                    continue
-                clone = op.clone(value_mapper=values)
-                body.add_op(clone)
-                for old, new in zip(op.results, clone.results, strict=True):
-                    values[old] = new
+            yielded = _inline(old_body, values, body)
             for value, acc in zip(yielded, accumulators, strict=True):
                 body.add_op(memref.StoreOp.get(value, acc, [j]))
 
