@@ -51,7 +51,7 @@ def concrete_shape(value: SSAValue) -> tuple[int, ...]:
         raise InterpretError(
             f"size symbol '{missing[0]}' has no size: run its function through interpret"
         )
-    return tuple(d if isinstance(d, int) else sizes[d] for d in dims)
+    return graph.dims_at(dims, sizes)
 
 
 def bind_sizes(f: func.FuncOp, inputs: Sequence[Tensor]) -> dict[str, int] | None:

@@ -128,7 +128,7 @@ class _Launch:
         if sized is None or sized.sizes is not sizes:
             sized = _SizedLaunch(
                 sizes,
-                [[d if isinstance(d, int) else sizes[d] for d in shape] for shape in self.shapes],
+                [list(graph.dims_at(shape, sizes)) for shape in self.shapes],
                 [sizes[s] for s in self.size_args],
                 sizes[self.extent] if self.extent is not None else None,
             )
@@ -222,7 +222,7 @@ def view_at_sizes(view: View) -> SizedView:
     it is (a slice keeps a symbolic dim whole)."""
     if view.method == "reshape":
         dims = cast("tuple[graph.Dim, ...]", view.argument)
-        return lambda x, sizes: x.reshape([d if isinstance(d, int) else sizes[d] for d in dims])
+        return lambda x, sizes: x.reshape(graph.dims_at(dims, sizes))
     method = getattr(torch.Tensor, view.method)
     argument = view.argument
     return lambda x, sizes: method(x, argument)
@@ -603,19 +603,16 @@ class _CPURunner:
     def _work_out(self, sizes: dict[str, int]) -> Frame:
         items: list[Any] = []
 
-        def at(dims: Sequence[graph.Dim]) -> tuple[int, ...]:
-            return tuple(d if isinstance(d, int) else sizes[d] for d in dims)
-
         for step in self.steps:
             if isinstance(step, _Launch):
-                shapes = [at(shape) for shape in step.shapes]
+                shapes = [graph.dims_at(shape, sizes) for shape in step.shapes]
                 items += shapes
                 items += [
                     (shape, dtype)
                     for shape, dtype, slot in zip(shapes, step.dtypes, step.outputs, strict=True)
                     if slot in self.recycled
                 ]
-                work = sum(math.prod(at(dims)) for dims in step.in_shapes)
+                work = sum(math.prod(graph.dims_at(dims, sizes)) for dims in step.in_shapes)
                 work += sum(map(math.prod, shapes)) + (1 if step.error_flag else 0)
                 inline = getattr(step.kernel, "inline_entry", None)
                 entry = inline(work) if inline is not None else None
@@ -630,7 +627,7 @@ class _CPURunner:
             elif isinstance(step, _View) and step.view.method == "reshape":
                 dims = cast("tuple[graph.Dim, ...]", step.view.argument)
                 if not all(isinstance(d, int) for d in dims):
-                    items.append(at(dims))
+                    items.append(graph.dims_at(dims, sizes))
         return tuple(items)
 
     def take(self, frame: Frame) -> tuple[Frame | None, dict[Any, list[torch.Tensor]]]:

@@ -3,7 +3,7 @@ helpers and verifier checks, the bases of the ops of one tensor operand, and `op
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, TypeVar
 
 from xdsl.dialects.builtin import (
@@ -181,6 +181,11 @@ Dim = int | str
 """A dim of a shape: a static size, or the name of a size symbol (docs/dynamic-shapes.md)."""
 
 DimT = TypeVar("DimT", int, Dim)
+
+
+def dims_at(dims: Sequence[Dim], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """`dims` with each size symbol at its size in `sizes` (a call's)."""
+    return tuple(d if isinstance(d, int) else sizes[d] for d in dims)
 
 
 def is_symbolic(value: SSAValue | Attribute) -> bool:
