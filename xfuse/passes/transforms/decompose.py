@@ -41,7 +41,8 @@ class OpList:
         self.ops.append(op)
         return op.results[0]
 
-    def const(self, value: float, like: SSAValue) -> SSAValue:
+    def const(self, value: float | int, like: SSAValue) -> SSAValue:
+        """A rank-0 constant of `like`'s element type."""
         return self.add(graph.ConstantOp.scalar(value, graph.dtype_of(like)))
 
     def cast(self, value: SSAValue, dtype: Attribute) -> SSAValue:

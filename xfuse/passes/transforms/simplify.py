@@ -35,11 +35,11 @@ value varies along the dim (`a` gathered at `i`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -52,6 +52,7 @@ from xdsl.pattern_rewriter import (
 from xfuse.dialects import graph
 from xfuse.dialects.torch_args import tensor_ref
 from xfuse.ir.dense import splat_value
+from xfuse.passes.transforms.decompose import OpList
 
 
 def _dim_in(value: SSAValue, at: int, rank: int) -> int:
@@ -217,19 +218,8 @@ def match_summand(value: SSAValue, at: int, length: graph.Dim) -> Summand | None
     return Scattered.match(value, at) or Scaled.match(value, at, length)
 
 
-@dataclass
-class Builder:
-    """The ops of a rewrite, in order."""
-
-    ops: list[Operation] = field(default_factory=list[Operation])
-
-    def add(self, op: Operation) -> SSAValue:
-        self.ops.append(op)
-        return op.results[0]
-
-    def const(self, value: float | int, like: SSAValue) -> SSAValue:
-        """A rank-0 constant of `like`'s element type."""
-        return self.add(graph.ConstantOp.scalar(value, graph.dtype_of(like)))
+class Builder(OpList):
+    """The ops of a rewrite, in order (`OpList`'s builders, and a one-hot sum's pieces)."""
 
     def uniform(self, u: Uniform) -> SSAValue:
         """`u`'s value with size 1 at its reduced dim: what its broadcast read, stretched to
