@@ -243,6 +243,34 @@ def test_a_conv_net_compiles_once_for_every_size_on_the_gpu(
 
 @pytest.mark.gpu
 @gpu
+def test_a_gpu_programs_launches_run_outside_torchs_device_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch's device mode (`with device:`) sends every torch call through a Python hop: the
+    step loop sets it around the torch calls that make tensors alone, not around launches."""
+    from xfuse.runtime import symbolic
+
+    modes: list[int] = []
+    launch = symbolic._Launch.run  # pyright: ignore[reportPrivateUsage]
+
+    def recording(self: Any, values: Any, sizes: Any) -> None:
+        modes.append(torch._C._len_torch_function_stack())  # pyright: ignore[reportPrivateUsage]
+        launch(self, values, sizes)
+
+    monkeypatch.setattr(symbolic._Launch, "run", recording)  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.setenv("XFUSE_CUDA_GRAPHS", "0")
+    model = Block().eval().cuda()
+    program = xfuse.compile(
+        model, (torch.randn(5, 16, device="cuda"),), device="cuda", dynamic_shapes=BATCH
+    )
+    x = torch.randn(9, 16, device="cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), model(x))
+    assert modes and set(modes) == {0}
+
+
+@pytest.mark.gpu
+@gpu
 def test_a_cpu_tensor_is_refused_by_a_gpu_program() -> None:
     from xfuse.errors import InputDeviceError
 

@@ -172,6 +172,36 @@ def test_a_released_programs_outputs_are_always_handed_over(
     assert runner.captures == 2 and runner.handed == runner.replays
 
 
+def test_outputs_count_only_where_a_replay_would_copy_them_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where copying a call's input in pays but its input and output do not: a caller that
+    drops its outputs gets them handed over from replays; one that holds every capture's
+    outputs runs step by step rather than replaying and copying out."""
+    from xfuse.runtime import cuda_graphs
+
+    priced: list[int] = []
+
+    def pays(copied: int, steps: int) -> bool:
+        priced.append(copied)
+        return copied <= 16 * 4  # the input alone
+
+    monkeypatch.setattr(cuda_graphs, "graph_pays", pays)
+    runner, call = _cpu_runner()
+    xs = [torch.randn(16) for _ in range(12)]
+    want = [torch.sigmoid(x) * 2 for x in xs]
+    for x, w in zip(xs[:4], want[:4], strict=True):  # dropped at once: replays hand over
+        torch.testing.assert_close(call(x), w)
+    assert runner.reason is None and runner.captures == 1 and runner.handed == 3
+    assert priced == [16 * 4]  # the warm-up priced the input alone
+    kept = [call(x) for x in xs[4:]]  # every result kept: the third capture would copy out
+    for got, w in zip(kept, want[4:], strict=True):
+        torch.testing.assert_close(got, w)
+    assert runner.captures == 3 and runner.stepped == len(xs[4:]) - 2
+    assert runner.handed == runner.replays == 5
+    assert priced[1:] == [2 * 16 * 4] * runner.stepped
+
+
 def test_weights_that_move_at_every_call_are_copied_in_from_the_second_move(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -205,7 +235,7 @@ def test_weights_that_move_at_every_call_are_copied_in_from_the_second_move(
     assert runner.reason is None and runner.captures == 3 and runner.replays == 6
     (captured,) = runner._ring
     assert captured.copied == (0, 1) and captured.in_place == [2]
-    assert priced == [4 * 16 * 4 + 4 * 16 * 4, (4 * 16 + 16 * 16) * 4 + 4 * 16 * 4]
+    assert priced == [4 * 16 * 4, (4 * 16 + 16 * 16) * 4]  # the inputs copied in
     b.add_(1.0)  # still read where it is
     torch.testing.assert_close(call(weights[-1]), torch.relu(x @ weights[-1].t() + b))
     assert runner.captures == 3
@@ -342,15 +372,15 @@ def test_graphs_pay_for_small_copies_only() -> None:
 @gpu
 @pytest.mark.gpu
 def test_a_program_of_large_tensors_runs_step_by_step() -> None:
-    """Copying a 1 GiB input into the graph and its output out would cost 1 ms at every call,
-    more than the launches a graph saves: the program runs without one, and says why."""
+    """Copying a 1 GiB input into the graph would cost half a millisecond at every call, more
+    than the launches a graph saves: the program runs without one, and says why."""
     x = torch.randn(1 << 28, device="cuda")
     compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (x,), device="cuda", quiet=True)
     for _ in range(3):
         y = compiled(x)
     runner = _runner(compiled)
     assert runner.captures == 0 and runner.reason is not None
-    assert "copying its inputs and outputs (2048.0 MiB)" in runner.reason
+    assert "copying its inputs (1024.0 MiB)" in runner.reason
     torch.testing.assert_close(y, torch.sigmoid(x) * 2)
 
 

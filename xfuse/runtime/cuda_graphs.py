@@ -27,10 +27,12 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
   of a training step, whose saved tensors the backward frees) always hands its outputs over,
   whatever their size: with no capture free (the caller held them after all) the call runs
   step by step, and no more than `RELEASED_RING_SIZE` captures are made;
-- a program whose inputs and outputs (its inputs alone, for a `released` program) are so large
-  that copying them in and out of the graph costs more GPU time than the host time its
-  launches take (`graph_pays`) runs step by step:
-  a replay saves a few microseconds per step, a copy of 1 GiB takes a millisecond;
+- a program whose inputs are so large that copying them into the graph costs more GPU time
+  than the host time its launches take (`graph_pays`) runs step by step: a replay saves a few
+  microseconds per step, a copy of 1 GiB takes a millisecond. Outputs count where a replay
+  would copy them out (the caller holds every other capture's): such a call runs step by
+  step instead where copying its inputs and outputs costs more than its launches, and a
+  caller that drops its outputs (handed over, never copied) replays whatever their size;
 - random numbers (dropout) are eager's: a replay draws from the generator's state at the
   call (torch's graph-safe RNG: `manual_seed` before a call gives eager's mask), and the run
   that precedes a capture leaves the generator as it found it;
@@ -270,6 +272,9 @@ class GraphRunner(Generic[P]):
         self.replays = 0
         self.handed = 0
         """Replays whose outputs went to the caller with no copy."""
+        self.stepped = 0
+        """Calls that ran step by step where a replay would have copied its outputs out at
+        more GPU time than the host time of its steps."""
         self._warm = False
         self._moved_last = False
         """Whether the last replayed call found a parameter moved."""
@@ -304,11 +309,11 @@ class GraphRunner(Generic[P]):
         ring = self._ring
         moved = bool(ring) and ring[0].moved(args)
         if moved:
-            moving, outputs = ring[0].moving(args), ring[0].outputs
+            moving = ring[0].moving(args)
             ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
             if self._moved_last:  # twice in a row: copy those in from now on
                 self._copied_always |= moving
-                if not graph_pays(self._copied_bytes(args, state, outputs), self._steps()):
+                if not graph_pays(self._input_bytes(args, state), self._steps()):
                     self.reason = (
                         "its parameters move at every call (weights gathered anew at each "
                         "call, as FSDP's are), and copying them into the graph at every replay "
@@ -331,14 +336,20 @@ class GraphRunner(Generic[P]):
         if not free:  # every capture's memory is held (by tensors of the caller's)
             return finish(self.run_steps(self.program, args, pool), False)
         captured = free[0]
+        last = len(free) == 1 and len(ring) >= self._size and not self.released
+        copy_out = last or captured.inference != torch.is_inference_mode_enabled()
+        if copy_out and not graph_pays(
+            self._input_bytes(args, state) + _nbytes(captured.outputs), self._steps()
+        ):
+            self.stepped += 1  # copying the outputs out would cost more than the launches
+            return finish(self.run_steps(self.program, args, pool), False)
         for i in captured.copied:
             _refresh(captured.inputs[i], args[i])
         captured.graph.replay()
         self.replays += 1
         if captured.memory is None:  # counted once the capture's own temporaries are gone
             captured.memory = _written_memory(captured)
-        last = len(free) == 1 and len(ring) >= self._size and not self.released
-        if last or captured.inference != torch.is_inference_mode_enabled():
+        if copy_out:
             return finish(list(captured.outputs), True)  # copied out: this capture stays free
         self.handed += 1
         return finish([t.detach() for t in captured.outputs], False)
@@ -355,12 +366,12 @@ class GraphRunner(Generic[P]):
                 "RNG state a library kernel keeps on the host), which a CUDA graph cannot replay"
             )
             return outputs
-        copied = self._copied_bytes(args, state, outputs)
+        copied = self._input_bytes(args, state)
         steps = self._steps()
         if not graph_pays(copied, steps):
             self.reason = (
-                f"copying its inputs and outputs ({copied / 2**20:.1f} MiB) at every replay "
-                f"would cost more GPU time than the host time of its {steps} steps"
+                f"copying its inputs ({copied / 2**20:.1f} MiB) at every replay would cost "
+                f"more GPU time than the host time of its {steps} steps"
             )
         return outputs
 
@@ -374,14 +385,10 @@ class GraphRunner(Generic[P]):
         copied_always = self._copied_always
         return [id(a) in state_ids and i not in copied_always for i, a in enumerate(args)]
 
-    def _copied_bytes(
-        self, args: Sequence[Tensor], state: Sequence[Tensor], outputs: Sequence[Tensor]
-    ) -> int:
-        """The bytes a replay copies: the arguments not read in place, and the outputs but for
-        a `released` program's."""
+    def _input_bytes(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> int:
+        """The bytes a replay copies in: the arguments not read in place."""
         in_place = self._in_place(args, state)
-        copied = _nbytes([a for a, keep in zip(args, in_place, strict=True) if not keep])
-        return copied if self.released else copied + _nbytes(outputs)
+        return _nbytes([a for a, keep in zip(args, in_place, strict=True) if not keep])
 
     def _capture(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> _Captured:
         device = self.device

@@ -174,9 +174,18 @@ class _Eager:
     out itself (None: it calls `run_op`)."""
     owns_outputs: bool = False
     """Its results never alias its operands (`fresh_results`)."""
+    device: torch.device | None = None
+    """The program's GPU, where the tensors it makes go (an iota's, a constant's): its
+    operands' device, or this one where it has none, is the default device around its call
+    alone (torch's device mode costs every torch call a Python hop); None on the CPU."""
 
     def run(self, values: list[torch.Tensor | None], sizes: dict[str, int]) -> None:
-        results = self.run_op([_tensor(values[i]) for i in self.inputs])
+        args = [_tensor(values[i]) for i in self.inputs]
+        if self.device is None:
+            results = self.run_op(args)
+        else:
+            with args[0].device if args else self.device:
+                results = self.run_op(args)
         for slot, out in zip(self.outputs, results, strict=True):
             values[slot] = out
 
@@ -417,7 +426,8 @@ class SymbolicProgram:
             else:
                 direct = eager_call(op)
                 fresh = fresh_results(op)
-                self.steps.append(_Eager(prepare_op(op), inputs, outputs, direct, fresh))
+                on = None if self.device.type == "cpu" else self.device
+                self.steps.append(_Eager(prepare_op(op), inputs, outputs, direct, fresh, on))
         self.slot_count = len(slots)
         self._unset: tuple[None, ...] = (None,) * self.slot_count
         self._cpu_runner = _CPURunner(self) if self.device.type == "cpu" else None
@@ -512,9 +522,8 @@ class SymbolicProgram:
         values: list[torch.Tensor | None] = [*inputs, *self._unset[len(inputs) :]]
         token = SIZES.set(sizes)
         try:
-            with inputs[0].device if inputs else self.device:  # tensors ops make go there
-                for step in self.steps:
-                    step.run(values, sizes)
+            for step in self.steps:
+                step.run(values, sizes)
         finally:
             SIZES.reset(token)
         return [_tensor(values[i]) for i in self.results]
