@@ -127,8 +127,8 @@ def test_symbolic_kernels_take_their_sizes_and_assemble(case: str, tmp_path: Pat
         ("softmax", "rows", 256, [17, 5000], 3),
         # rows of about 8192 (the hint): a block of 128 threads a row, a block per row
         ("softmax_long", "rows", 128, [33, 3], 33),
-        # a grid-stride loop over 8 * a * b elements
-        ("pointwise", "elementwise", 256, [3, 5], 120),
+        # a grid-stride loop over 8 * a * b f32 elements, 4 (128 bits) a thread and step
+        ("pointwise", "elementwise", 256, [3, 5], 30),
         # a static row of 32 a warp, rows at run time
         ("layer_norm", "rows", 256, [9], 2),
         ("cumsum", "serial", 256, [4, 9], 4),

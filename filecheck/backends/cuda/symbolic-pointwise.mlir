@@ -1,12 +1,13 @@
 // RUN: python -m xfuse.backends.cuda %s | filecheck %s
 // gelu(x + b) * 2 over x: [s0, s1, 8] (sizes s0 and s1 at run time), b: [8]: a kernel with
-// symbolic sizes takes them as i64 parameters after its buffers. A grid-stride loop of one
-// element a thread and step (a vector width would depend on the sizes) over the flattened
-// index space, whose length is computed in the kernel from the sizes (a thread divides its
-// first position and the grid's stride into indices once; each step adds the stride's indices
-// with carries, so the loop divides nothing); the launch line says
-// how the launch computes the work items (`items = 8 * s0 * s1`, in the size syntax of a
-// `graph.sizes` table) from the size arguments, named as `xfuse.size_args` names them, per call.
+// symbolic sizes takes them as i64 parameters after its buffers. A grid-stride loop over the
+// flattened index space, 4 f32 of the static innermost dim a thread and step (128-bit loads
+// and stores of x, b and the output, whose first lanes are 16-byte aligned), whose length is
+// computed in the kernel from the sizes (a thread divides its first position and the grid's
+// stride into indices once; each step adds the stride's indices with carries, so the loop
+// divides nothing); the launch line says how the launch computes the work items (`items =
+// (8 * s0 * s1) floordiv 4`, in the size syntax of a `graph.sizes` table) from the size
+// arguments, named as `xfuse.size_args` names them, per call.
 
 builtin.module {
   func.func @forward_k0(%0: memref<?xf32>, %1: memref<8xf32>, %2: memref<?xf32>, %3: index, %4: index) attributes {xfuse.kernel, xfuse.parallel_dims = 3 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0", xfuse.size_hints = [4 : i64, 6 : i64]} {
@@ -40,7 +41,7 @@ builtin.module {
   }
 }
 
-// CHECK:      // xfuse-launch {"block": 256, "items": -1, "items_sizes": "items = 8 * s0 * s1", "kernel": "forward_k0", "size_args": ["s0", "s1"], "strategy": "elementwise"}
+// CHECK:      // xfuse-launch {"block": 256, "items": -1, "items_sizes": "items = (8 * s0 * s1) floordiv 4", "kernel": "forward_k0", "size_args": ["s0", "s1"], "strategy": "elementwise"}
 // CHECK:      .visible .entry forward_k0(
 // CHECK-NEXT:   .param .u64 .ptr .align 16 forward_k0_param_0,
 // CHECK-NEXT:   .param .u64 .ptr .align 16 forward_k0_param_1,
@@ -52,16 +53,17 @@ builtin.module {
 // CHECK-DAG:  ld.param.b64 %[[S1:rd[0-9]+]], [forward_k0_param_4];
 // CHECK-DAG:  ld.param.b64 %[[S0:rd[0-9]+]], [forward_k0_param_3];
 // CHECK:      mul.lo.s64 %[[S01:rd[0-9]+]], %[[S0]], %[[S1]];
-// CHECK-NEXT: shl.b64 %[[N:rd[0-9]+]], %[[S01]], 3;
+// CHECK-NEXT: shl.b64 %[[N:rd[0-9]+]], %[[S01]], 1;
 // CHECK:      mov.u32 %{{r[0-9]+}}, %ctaid.x;
 // CHECK:      mov.u32 %{{r[0-9]+}}, %nctaid.x;
 // CHECK:      div.u64
 // CHECK:      setp.ge.s64 %{{p[0-9]+}}, %{{rd[0-9]+}}, %[[N]];
 // CHECK:      div.u64
-// CHECK:      st.global.b32
+// CHECK:      st.global.v4.b32
 // CHECK-NOT:  div.
 // CHECK:      setp.lt.s64 %{{p[0-9]+}}, %{{rd[0-9]+}}, %[[N]];
 // CHECK-NOT:  div.
-// CHECK:      ld.global.nc.b32
+// CHECK:      ld.global.nc.v4.b32
 // CHECK-NOT:  div.
-// CHECK-NOT:  .v4
+// CHECK:      ld.global.nc.v4.b32
+// CHECK-NOT:  div.

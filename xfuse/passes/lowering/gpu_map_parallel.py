@@ -1346,19 +1346,123 @@ def _add_digits(
     return [first if carry is None else e.add(first, carry), *reversed(out)]
 
 
+def _symbolic_width(body: list[Operation], shape: Sequence[Extent]) -> int:
+    """Elements per thread and step of a symbolic grid-stride kernel: 128 bits of the widest
+    element the body touches where its innermost extent is static and a multiple of them
+    (halved until it is), the body has no loop or region and reads no buffer it writes;
+    else 1."""
+    accesses = _accesses(body)
+    inner = shape[-1] if shape else None
+    if not accesses or not isinstance(inner, int) or any(op.regions for op in body):
+        return 1
+    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
+    if loaded & _stored_memrefs(body):
+        return 1
+    width = max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+    while width > 1 and inner % width:
+        width //= 2
+    return width
+
+
+_INDEX_CASTS = (arith.IndexCastOp, arith.ExtUIOp, arith.ExtSIOp)
+
+
+def _coefficient(value: SSAValue, iv: SSAValue, body: set[Operation]) -> int | None:
+    """The coefficient of `iv` in `value`, an index computed by the ops of `body` from loop
+    indices, sizes and constants: 0 where `value` does not depend on it, None where it is no
+    constant multiple of it (a product with a runtime size, a division)."""
+    if value is iv:
+        return 1
+    op = value.owner
+    if not isinstance(op, Operation) or op not in body:
+        return 0  # another loop index, a size argument, or a value from outside the loop
+    operands = [_coefficient(v, iv, body) for v in op.operands]
+    if all(c == 0 for c in operands):
+        return 0
+    if None in operands:
+        return None
+    if isinstance(op, arith.AddiOp):
+        return operands[0] + operands[1]  # type: ignore[operator]
+    if isinstance(op, arith.SubiOp):
+        return operands[0] - operands[1]  # type: ignore[operator]
+    if isinstance(op, _INDEX_CASTS):
+        return operands[0]
+    if isinstance(op, arith.MuliOp):
+        k, c = (0, 1) if operands[1] == 0 else (1, 0)
+        factor = int_constant(op.operands[c])
+        return None if factor is None else factor * operands[k]  # type: ignore[operator]
+    return None
+
+
+def _multiple_of(value: SSAValue, width: int, iv: SSAValue) -> bool:
+    """Whether the index `value` is a multiple of `width` wherever `iv` is (a vector's first
+    lane)."""
+    if value is iv:
+        return True
+    op = value.owner
+    if isinstance(op, arith.ConstantOp):
+        c = int_constant(value)
+        return c is not None and c % width == 0
+    if not isinstance(op, Operation):
+        return False  # another loop index, or a size argument
+    if isinstance(op, arith.AddiOp | arith.SubiOp):
+        return all(_multiple_of(v, width, iv) for v in op.operands)
+    if isinstance(op, arith.MuliOp):
+        return any(_multiple_of(v, width, iv) for v in op.operands)
+    if isinstance(op, _INDEX_CASTS):
+        return _multiple_of(op.operands[0], width, iv)
+    return False
+
+
+def _lane_accesses(
+    body: list[Operation], iv: SSAValue, width: int
+) -> dict[memref.LoadOp | memref.StoreOp, bool]:
+    """The accesses whose lanes are adjacent elements (the last index moves with the innermost
+    loop index `iv` by 1, the others not at all), each with whether its first lane is
+    `width` elements aligned (a row-major buffer whose last dim, where static, is a multiple
+    of `width`, at a last index that is a multiple of it)."""
+    ops = {nested for op in body for nested in op.walk()}
+    lanes: dict[memref.LoadOp | memref.StoreOp, bool] = {}
+    for access in _accesses(body):
+        t = _memref_type(access)
+        if not access.indices:
+            continue  # a 0-d buffer: every lane's one element
+        *outer, last = access.indices
+        if not isinstance(t.layout, NoneAttr) or _coefficient(last, iv, ops) != 1:
+            continue
+        if any(_coefficient(i, iv, ops) != 0 for i in outer):
+            continue
+        rows = t.get_shape()[-1]
+        lanes[access] = (len(t.get_shape()) == 1 or rows % width == 0) and _multiple_of(
+            last, width, iv
+        )
+    return lanes
+
+
 def _map_symbolic_grid_stride(
     kernel: func.FuncOp, par: scf.ParallelOp, shape: list[Extent], block: int
-) -> str:
-    """A thread per iteration in a grid-stride loop over the flattened runtime index space
-    (one element a thread and step: a vector width would depend on the sizes). A thread
-    divides its first position and the grid's stride into indices once (runtime extents are
-    divided by at run time, at a 64-bit division's cost); each step adds the stride's indices
-    to the carried ones (`_add_digits`), so that no element pays for a division."""
+) -> tuple[str, int]:
+    """A grid-stride loop over the flattened runtime index space, `width` consecutive elements
+    of the innermost dim per thread and step (`_symbolic_width`: a static innermost extent
+    that is a multiple of them; else one). A thread divides its first position and the grid's
+    stride into indices once (runtime extents are divided by at run time, at a 64-bit
+    division's cost); each step adds the stride's indices to the carried ones
+    (`_add_digits`), so that no element pays for a division. A lane's access of the element
+    after the first lane's is that access's index plus the lane (`_lane_accesses`), and the
+    first lane's carries its alignment where it is known, so that LLVM's load/store
+    vectorizer makes one 128-bit access of them. Returns the strategy and the width."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
+    width = _symbolic_width(body, shape)
+    inner_extent = shape[-1]
+    chunks = (
+        [*shape[:-1], inner_extent // width]
+        if isinstance(inner_extent, int) and width > 1
+        else shape
+    )
     e = _Emit(Builder(InsertPoint.before(par)), i64)
-    items = _product(e, shape)
-    extents = [_extent(e, d) for d in shape]
+    items = _product(e, chunks)
+    extents = [_extent(e, d) for d in chunks]
     gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
     nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
     step = _digits(e, nthreads, extents)
@@ -1368,16 +1472,37 @@ def _map_symbolic_grid_stride(
     inner = _Emit(Builder(InsertPoint.at_end(loop_body)), i64)
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     digits = list(loop_body.args[1:])
-    lane_ivs = [inner.to_index(d) for d in digits]
-    cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
-    for op in body:
-        cloner.clone(op, None)
+    outer = [inner.to_index(d) for d in digits[:-1]]
+    start = inner.mul(digits[-1], inner.const(width)) if width > 1 else digits[-1]
+    lanes = _lane_accesses(body, ivs[-1], width) if width > 1 else {}
+    cloners: list[_Cloner] = []
+    for lane in range(width):
+        column = inner.to_index(inner.add(start, inner.const(lane)) if lane else start)
+        cloner = _Cloner(inner, dict(zip(ivs, [*outer, column], strict=True)), read_only)
+        cloner.marks = {
+            access: {LANE_ATTR: IntegerAttr(lane, i64)}
+            if lane
+            else {
+                ALIGN_ATTR: IntegerAttr(width * byte_width(_memref_type(access).element_type), i64)
+            }
+            for access, aligned in lanes.items()
+            if aligned
+        }
+        cloners.append(cloner)
+    index = IndexType()
+    for op in body:  # op by op, all lanes: the lanes' accesses share a basic block
+        for lane, cloner in enumerate(cloners):
+            if lane and op in lanes:
+                assert isinstance(op, memref.LoadOp | memref.StoreOp)
+                *indices, last = (cloners[0].mapper.get(i, i) for i in op.indices)
+                cloner.indices[op] = [*indices, inner.add(last, inner.const(lane, index))]
+            cloner.clone(op, None)
     loop_body.add_op(scf.YieldOp(*_add_digits(inner, digits, step, extents)))
     par.detach()
     par.erase()
     strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
     _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
-    return strategy
+    return strategy, width
 
 
 def _map_symbolic(
@@ -1398,7 +1523,8 @@ def _map_symbolic(
     sizes = LaunchSizes(kernel)
     items = _element_count(sizes, shape)
     if plan is None:
-        strategy = _map_symbolic_grid_stride(kernel, par, shape, mapping.block_size)
+        strategy, width = _map_symbolic_grid_stride(kernel, par, shape, mapping.block_size)
+        items = sizes.floordiv(items, width)  # exact: the innermost extent is a multiple
     else:
         hint = plan.length if isinstance(plan.length, int) else _hint(sizes, plan.length)
         scratch = _SharedScratch(module, kernel.sym_name.data)
