@@ -304,14 +304,18 @@ def tensor_results(out: Any) -> Tensor | tuple[Tensor, ...]:
 def _iota(op: Operation, xs: list[Tensor]) -> Tensor:
     """torch.arange (in i64, as eager's integer arange computes) along `dim`, broadcast."""
     assert isinstance(op, graph.IotaOp)
+    return iota_values(op).expand(concrete_shape(op.result)).contiguous()
+
+
+def iota_values(op: graph.IotaOp) -> Tensor:
+    """The iota's values along its dim, every other dim at size 1 (what `_iota` broadcasts)."""
     shape, dim = concrete_shape(op.result), op.axis
     start, step = op.counting
     n = shape[dim]
     values = torch.arange(start, start + n * step, step, dtype=torch.int64)
     view = [1] * len(shape)
     view[dim] = n
-    dtype = dtypes.to_torch(graph.dtype_of(op.result))
-    return values.to(dtype).reshape(view).expand(shape).contiguous()
+    return values.to(dtypes.to_torch(graph.dtype_of(op.result))).reshape(view)
 
 
 def _flip(op: Operation, xs: list[Tensor]) -> Tensor:
@@ -496,8 +500,15 @@ def check_indices(indices: Tensor, size: int, wrap: bool) -> Tensor:
 
 def _gather(op: Operation, xs: list[Tensor]) -> Tensor:
     assert isinstance(op, graph.GatherOp)
-    table, indices = xs[0], xs[1:]
-    dim, out = op.axis, concrete_shape(op.result)
+    return gathered(op, xs[0], xs[1:], concrete_shape(op.result))
+
+
+def gathered(
+    op: graph.GatherOp, table: Tensor, indices: Sequence[Tensor], out: Sequence[int]
+) -> Tensor:
+    """The gather's result read from `table` at `indices` (each index checked against the
+    table's dim), of shape `out` (the result's, or one whose dims of size 1 it broadcasts)."""
+    dim = op.axis
     index: list[Tensor] = []
     for m, size in enumerate(out):
         if m == dim:
