@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.export import Dim
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import xfuse
 from xfuse import dynamo
@@ -132,12 +133,29 @@ def new_programs(before: set[Any]) -> list[DynamicProgram]:
     return [d for d in map(dynamic_program, found) if d is not None]
 
 
+class LargestResult(TorchDispatchMode):
+    """The most elements of a tensor that a torch op under it returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.numel = max(self.numel, t.numel())
+        return out
+
+
 def test_gpt2_runs_causal_attention_without_its_mask(
     reset: None, compiled_kernels: list[str]
 ) -> None:
     """A 2-layer GPT-2 through torch.compile(dynamic=True): its symbolic program's attention
     calls run `is_causal=True` without the mask (whose kernels are gone), one guard for the
-    mask both layers read, every length runs the kernels compiled once, values match eager."""
+    mask both layers read, every length runs the kernels compiled once, values match eager.
+    The guard computes the mask, `[B, 1, L, L]` and the same for every batch, once: at a new
+    batch and length, no tensor of more than `L * L` elements (the whole mask: `B` times)."""
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(
         n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=64, use_cache=False
@@ -158,6 +176,12 @@ def test_gpt2_runs_causal_attention_without_its_mask(
     [program] = new_programs(before)
     calls = sdpa_calls(program)
     assert len(calls) == 2 and all(runs_causal_without_mask(c) for c in calls)
-    assert [g.kind for g in program.compiled.mask_guards] == ["causal"]
+    [guard] = program.compiled.mask_guards
+    assert guard.kind == "causal"
     assert program.specialised is None
     assert any(g.startswith(GUARD) for g in program.guards)
+    batch, _, length, source = guard.weights
+    assert isinstance(batch, str) and length == source and isinstance(length, str)
+    with LargestResult() as largest:
+        assert guard.holds({batch: 8, length: 40})
+    assert largest.numel == 40 * 40

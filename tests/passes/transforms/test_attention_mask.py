@@ -110,6 +110,17 @@ def test_mask_kinds() -> None:
     assert mask_kind(torch.ones(3, 2, 4, 4, dtype=torch.bool), (1, 2, 4, 4)) is None
 
 
+def test_mask_kinds_of_a_mask_held_compact() -> None:
+    """A mask held at size 1 where it is the same all along a dim (`evaluate_compact`), of the
+    shape its third argument gives: judged as the whole mask."""
+    held = causal(4, 4)[None, None]
+    assert mask_kind(held, (2, 3, 4, 4), (2, 1, 4, 4)) == "causal"
+    assert mask_kind(held, (1, 3, 4, 4), (2, 1, 4, 4)) is None  # more batches than the query
+    assert mask_kind(causal(4, 4)[:1], (2, 3, 4, 4), (2, 1, 4, 4)) is None  # each row the same
+    assert mask_kind(torch.ones(1, 1, 4, 1, dtype=torch.bool), (2, 3, 4, 4), (2, 3, 4, 4)) == "none"
+    assert mask_kind(torch.zeros(1, 1, 1, 1, dtype=torch.bool), (2, 3, 4, 4), (2, 3, 4, 4)) is None
+
+
 def _has_gpu() -> bool:
     try:
         import pycuda.driver  # noqa: F401

@@ -8,8 +8,9 @@ mask from `iota`s and compares instead, and the program would call attention wit
 then turns the boolean mask into an additive one on every call (two `where` kernels on the
 CPU, much of a small model's attention call), and on CUDA it leaves the flash
 kernel that eager ran for the memory-efficient one. Here the mask's ops, which read no value
-of the call, are computed at compile time (the graph interpreter, as `ProgramCompiler` folds
-such groups), and a mask that is all true, or is `tril(ones(L, S))` over every batch and head,
+of the call, are computed at compile time (`evaluate_compact`: the reference interpreter's
+values, with the dims a value is the same along, such as a broadcast batch, held at size 1),
+and a mask that is all true, or is `tril(ones(L, S))` over every batch and head,
 is dropped. The values are the same: a true entry adds 0 to its score, a false one makes it
 -inf, as `is_causal` does to the upper triangle (tests check it bit for bit).
 
@@ -58,7 +59,7 @@ from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import decode_arg, renumbered, tensor_ref
 from xfuse.errors import SymbolicSizeError
 from xfuse.frontend.attention import SDPA
-from xfuse.interpreters.graph import SIZES, run_op
+from xfuse.interpreters.compact import evaluate_compact
 
 if TYPE_CHECKING:
     import torch
@@ -70,16 +71,6 @@ more elements."""
 
 SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
 """The leading parameters of `aten.scaled_dot_product_attention`, in order."""
-
-
-def constant_value(value: SSAValue) -> torch.Tensor | None:
-    """`value` computed now, when it depends on no argument of its function and only on ops
-    that xfuse computes itself (`computed_by_xfuse`: no extern, no effect), none of a symbolic
-    shape; else None."""
-    order = constant_ops(value, None)
-    if order is None or any(graph.is_symbolic(r) for op in order for r in op.results):
-        return None
-    return evaluate(order, value, {})
 
 
 def constant_ops(value: SSAValue, table: graph.SizesAttr | None) -> list[Operation] | None:
@@ -107,22 +98,6 @@ def constant_ops(value: SSAValue, table: graph.SizesAttr | None) -> list[Operati
         return True
 
     return order if visit(value) else None
-
-
-def evaluate(order: list[Operation], value: SSAValue, sizes: Mapping[str, int]) -> torch.Tensor:
-    """`value`, the result of the last of the ops `order` (which read no other value), computed
-    by the graph interpreter with the size symbols at `sizes` (on the default device: the CPU,
-    or the one a `with torch.device(...)` around it names)."""
-    values: dict[SSAValue, torch.Tensor] = {}
-    token = SIZES.set(sizes)
-    try:
-        for op in order:
-            values.update(
-                zip(op.results, run_op(op, [values[o] for o in op.operands]), strict=True)
-            )
-    finally:
-        SIZES.reset(token)
-    return values[value]
 
 
 MAX_CHECKED_SIZES = 1024
@@ -155,11 +130,12 @@ class MaskGuard:
         key = tuple(sizes.values())
         verdict = self.checked.get(key)
         if verdict is None:
-            weights = tuple(d if isinstance(d, int) else sizes[d] for d in self.weights)
+            weights = graph.dims_at(self.weights, sizes)
+            shape = graph.dims_at(graph.dims_of(self.mask), sizes)
             try:
                 with torch.device("cpu" if device is None else device):
-                    mask = evaluate(list(self.ops), self.mask, sizes)
-                    kind = mask_kind(mask, weights)
+                    mask = evaluate_compact(self.ops, self.mask, sizes)
+                    kind = mask_kind(mask, weights, shape)
             except Exception:  # noqa: BLE001 - a mask that cannot be computed is not the kind
                 verdict = False
             else:
@@ -200,24 +176,30 @@ def check_guards(
             )
 
 
-def mask_kind(mask: torch.Tensor, weights: tuple[int, ...]) -> str | None:
+def mask_kind(
+    mask: torch.Tensor, weights: tuple[int, ...], shape: tuple[int, ...] | None = None
+) -> str | None:
     """ "none" for a boolean mask that hides nothing, "causal" for `tril(ones(L, S))` seen over
     every batch and head (the mask `is_causal=True` applies), else None; `weights` is the shape
     of the attention weights, `[..., L, S]`, which the mask must not enlarge by broadcasting
-    (it would then shape the result, and could not go)."""
+    (it would then shape the result, and could not go). `shape` is the mask's where `mask`
+    holds it compact (`evaluate_compact`: `mask.expand(shape)` is the mask)."""
     import torch
 
     if mask.dtype != torch.bool:
         return None
+    shape = tuple(mask.shape) if shape is None else shape
     try:
-        if torch.broadcast_shapes(mask.shape, weights) != weights:
+        if torch.broadcast_shapes(shape, weights) != weights:
             return None
     except RuntimeError:  # not broadcastable to the weights: torch refuses the call itself
         return None
+    if 0 in shape:  # an empty mask hides nothing, whatever a compact one holds
+        mask = mask.expand(shape)
     length, source_length = weights[-2:]
     if bool(mask.all()):
         return "none"
-    if tuple(mask.shape[-2:]) != (length, source_length):
+    if tuple(shape[-2:]) != (length, source_length):
         return None
     causal = torch.ones(length, source_length, dtype=torch.bool).tril()
     return "causal" if bool((mask == causal).all()) else None
@@ -262,7 +244,9 @@ class ConstantMaskIntoCausalOrNone(RewritePattern):
             return
         hints = table.hints if symbolic and table is not None else {}
         weights = tuple(d if isinstance(d, int) else hints[d] for d in dims)
-        kind = mask_kind(evaluate(order, op.inputs[position], hints), weights)
+        mask = op.inputs[position]
+        shape = graph.dims_at(graph.dims_of(mask), hints)
+        kind = mask_kind(evaluate_compact(order, mask, hints), weights, shape)
         if kind is None:
             return
         if symbolic and self.guards is not None:
