@@ -17,6 +17,8 @@ broadcast to their shapes (`expand` views, no copy), its result held whole.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 from xdsl.ir import Operation, SSAValue
@@ -24,16 +26,26 @@ from xdsl.ir import Operation, SSAValue
 from xfuse.dialects import graph
 from xfuse.interpreters.graph import (
     SIZES,
+    PreparedOp,
     check_indices,
-    concrete_shape,
     gathered,
     iota_values,
-    run_op,
+    prepare_op,
 )
 
 Tensor = torch.Tensor
 
-Rule = Callable[[Operation, list[Tensor]], Tensor | None]
+
+class Call(NamedTuple):
+    """An op at the sizes of the moment (`SIZES`): its operand and result shapes, and its
+    torch code (`prepare_op`)."""
+
+    operands: tuple[tuple[int, ...], ...]
+    result: tuple[int, ...]
+    run: PreparedOp
+
+
+Rule = Callable[[Operation, list[Tensor], Call], Tensor | None]
 """An op's result held compact from its operands held compact; None where the rule does not
 apply (the op then runs whole)."""
 
@@ -44,29 +56,66 @@ def evaluate_compact(
     """`value`, the result of the last of the ops `order` (which read no other value), held
     compact (`value`'s rank, each dim its size at `sizes` or 1 where it is the same all along
     it), computed with the size symbols at `sizes` on torch's default device."""
-    values: dict[SSAValue, Tensor] = {}
-    token = SIZES.set(sizes)
-    try:
-        for op in order:
-            results = compact_results(op, [values[o] for o in op.operands])
-            values.update(zip(op.results, results, strict=True))
-    finally:
-        SIZES.reset(token)
-    return values[value]
+    return prepare_compact(order, value)(sizes)
 
 
-def compact_results(op: Operation, operands: list[Tensor]) -> list[Tensor]:
-    """`op`'s results held compact, from its operands held compact (sizes from `SIZES`)."""
-    rule = RULES.get(op.name)
-    if rule is None and operands and op.has_trait(graph.Elementwise):
-        rule = _elementwise
-    if rule is not None and len(op.results) == 1:
-        out = rule(op, operands)
-        if out is not None and _fits(out, concrete_shape(op.results[0])):
-            return [out]
-    return run_op(
-        op, [x.expand(concrete_shape(v)) for x, v in zip(operands, op.operands, strict=True)]
-    )
+@dataclass(frozen=True)
+class _Step:
+    """One op of a prepared run: its rule, its torch code prepared (`prepare_op`), the slots
+    of its operands and results, and their dims."""
+
+    op: Operation
+    rule: Rule | None
+    run: PreparedOp
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    operand_dims: tuple[tuple[graph.Dim, ...], ...]
+    result_dims: tuple[graph.Dim, ...] | None
+    """The one result's dims (None for an op of several results, which runs whole)."""
+
+    def results(self, xs: list[Tensor], sizes: Mapping[str, int]) -> list[Tensor]:
+        """The op's results held compact, from its operands held compact."""
+        operands = tuple(graph.dims_at(d, sizes) for d in self.operand_dims)
+        if self.rule is not None and self.result_dims is not None:
+            shape = graph.dims_at(self.result_dims, sizes)
+            out = self.rule(self.op, xs, Call(operands, shape, self.run))
+            if out is not None and _fits(out, shape):
+                return [out]
+        return self.run([x.expand(n) for x, n in zip(xs, operands, strict=True)])
+
+
+def prepare_compact(
+    order: Sequence[Operation], value: SSAValue
+) -> Callable[[Mapping[str, int]], Tensor]:
+    """`evaluate_compact` of `order` and `value` as a function of the sizes, each op's rule,
+    torch code and dims read once (for ops run at many sizes: a `MaskGuard`'s)."""
+    slot: dict[SSAValue, int] = {}
+    steps: list[_Step] = []
+    for op in order:
+        ins = tuple(slot[v] for v in op.operands)
+        outs = tuple(slot.setdefault(r, len(slot)) for r in op.results)
+        rule = RULES.get(op.name)
+        if rule is None and op.operands and op.has_trait(graph.Elementwise):
+            rule = _elementwise
+        one = graph.dims_of(op.results[0]) if len(op.results) == 1 else None
+        dims = tuple(graph.dims_of(v) for v in op.operands)
+        steps.append(_Step(op, rule, prepare_op(op), ins, outs, dims, one))
+    found, n_slots = slot[value], len(slot)
+
+    def run(sizes: Mapping[str, int]) -> Tensor:
+        env: list[Any] = [None] * n_slots
+        token = SIZES.set(sizes)
+        try:
+            for step in steps:
+                xs = [env[i] for i in step.ins]
+                for i, t in zip(step.outs, step.results(xs, sizes), strict=True):
+                    env[i] = t
+        finally:
+            SIZES.reset(token)
+        out: Tensor = env[found]
+        return out
+
+    return run
 
 
 def _fits(t: Tensor, shape: tuple[int, ...]) -> bool:
@@ -74,33 +123,33 @@ def _fits(t: Tensor, shape: tuple[int, ...]) -> bool:
     return t.dim() == len(shape) and all(n in (1, d) for n, d in zip(t.shape, shape, strict=True))
 
 
-def _elementwise(op: Operation, xs: list[Tensor]) -> Tensor:
+def _elementwise(op: Operation, xs: list[Tensor], call: Call) -> Tensor:
     """An elementwise op on its operands held compact: torch broadcasts them, and the result
     is the same along every dim where each operand is."""
-    [out] = run_op(op, xs)
+    [out] = call.run(xs)
     return out
 
 
-def _iota(op: Operation, xs: list[Tensor]) -> Tensor:
+def _iota(op: Operation, xs: list[Tensor], call: Call) -> Tensor:
     assert isinstance(op, graph.IotaOp)
     return iota_values(op)
 
 
-def _broadcast_in_dim(op: Operation, xs: list[Tensor]) -> Tensor | None:
+def _broadcast_in_dim(op: Operation, xs: list[Tensor], call: Call) -> Tensor | None:
     """The operand's dims placed at theirs, every new dim at 1."""
     assert isinstance(op, graph.BroadcastInDimOp)
     dims = op.dim_map
     if list(dims) != sorted(dims):
         return None
-    view = [1] * len(graph.dims_of(op.result))
+    view = [1] * len(call.result)
     for i, d in enumerate(dims):
         view[d] = xs[0].shape[i]
     return xs[0].reshape(view)
 
 
-def _reshape(op: Operation, xs: list[Tensor]) -> Tensor | None:
+def _reshape(op: Operation, xs: list[Tensor], call: Call) -> Tensor | None:
     """A reshape that only adds or drops dims of size 1: the other dims keep their sizes."""
-    before, after = concrete_shape(op.operands[0]), concrete_shape(op.results[0])
+    [before], after = call.operands, call.result
     kept = [n for n, d in zip(xs[0].shape, before, strict=True) if d != 1]
     if [d for d in before if d != 1] != [d for d in after if d != 1]:
         return None
@@ -108,44 +157,43 @@ def _reshape(op: Operation, xs: list[Tensor]) -> Tensor | None:
     return xs[0].reshape([1 if d == 1 else next(sizes) for d in after])
 
 
-def _slice(op: Operation, xs: list[Tensor]) -> Tensor:
+def _slice(op: Operation, xs: list[Tensor], call: Call) -> Tensor:
     """The slice of the dims held whole; a dim held at 1 stays so (the same all along it)."""
     assert isinstance(op, graph.SliceOp)
     x = xs[0]
     return x[tuple(slice(None) if n == 1 else s for n, s in zip(x.shape, op.index, strict=True))]
 
 
-def _scan(op: Operation, xs: list[Tensor]) -> Tensor:
+def _scan(op: Operation, xs: list[Tensor], call: Call) -> Tensor:
     """The scan along its dim held whole, the other dims as they are held."""
     assert isinstance(op, graph.ScanOp)
     x, axis = xs[0], op.axis
     shape = list(x.shape)
-    shape[axis] = concrete_shape(op.operands[0])[axis]
-    [out] = run_op(op, [x.expand(shape)])
+    shape[axis] = call.operands[0][axis]
+    [out] = call.run([x.expand(shape)])
     return out
 
 
-def _gather(op: Operation, xs: list[Tensor]) -> Tensor | None:
+def _gather(op: Operation, xs: list[Tensor], call: Call) -> Tensor | None:
     """The gather from the table held compact: an indexed dim the table holds at 1 is read at
     0 (its index checked against the dim's size first, as the whole table would check it,
     then held as one 0); a result dim is the same all along it where the table and every
     index are."""
     assert isinstance(op, graph.GatherOp)
     table, indices = xs[0], list(xs[1:])
-    rank, dim = len(graph.dims_of(op.result)), op.axis
+    rank, dim = len(call.result), op.axis
     if any(t.dim() != rank for t in indices):
         return None
-    sizes = concrete_shape(op.table)
+    sizes = call.operands[0]
     for j, t in enumerate(indices):
         if table.shape[dim + j] == 1 and sizes[dim + j] != 1:
             check_indices(t, sizes[dim + j], op.wraps)
             indices[j] = t.new_zeros((1,) * rank, dtype=torch.int64)
-    whole = concrete_shape(op.result)
     out = [
         size
         if any(t.shape[m] != 1 for t in indices) or (m != dim and table.shape[op.table_dim(m)] != 1)
         else 1
-        for m, size in enumerate(whole)
+        for m, size in enumerate(call.result)
     ]
     return gathered(op, table, indices, out)
 

@@ -31,7 +31,8 @@ a call (`MaskGuardError`). Without the option, a mask or attention with symbolic
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,7 @@ from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import decode_arg, renumbered, tensor_ref
 from xfuse.errors import SymbolicSizeError
 from xfuse.frontend.attention import SDPA
-from xfuse.interpreters.compact import evaluate_compact
+from xfuse.interpreters.compact import evaluate_compact, prepare_compact
 
 if TYPE_CHECKING:
     import torch
@@ -119,6 +120,13 @@ class MaskGuard:
     """The size symbols the mask's shapes and `weights` name (what its messages show)."""
     checked: dict[tuple[int, ...], bool] = field(default_factory=dict[tuple[int, ...], bool])
     """`holds`' verdict by the sizes it was given (every symbol's, in their order)."""
+    compute: Callable[[Mapping[str, int]], torch.Tensor] = field(
+        init=False, repr=False, compare=False
+    )
+    """The mask at given sizes, held compact (`prepare_compact`: the ops read once)."""
+
+    def __post_init__(self) -> None:
+        self.compute = prepare_compact(self.ops, self.mask)
 
     def holds(self, sizes: Mapping[str, int], device: torch.device | None = None) -> bool:
         """Whether the mask computed at `sizes` (every symbol's size, always in the same
@@ -132,10 +140,11 @@ class MaskGuard:
         if verdict is None:
             weights = graph.dims_at(self.weights, sizes)
             shape = graph.dims_at(graph.dims_of(self.mask), sizes)
+            target = torch.device("cpu" if device is None else device)
             try:
-                with torch.device("cpu" if device is None else device):
-                    mask = evaluate_compact(self.ops, self.mask, sizes)
-                    kind = mask_kind(mask, weights, shape)
+                # torch's device context sees every torch call: only where it changes something
+                with nullcontext() if target == torch.get_default_device() else target:
+                    kind = mask_kind(self.compute(sizes), weights, shape)
             except Exception:  # noqa: BLE001 - a mask that cannot be computed is not the kind
                 verdict = False
             else:
