@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from typing import cast
 
 from xdsl.builder import Builder
 from xdsl.context import Context
@@ -1441,7 +1442,7 @@ def _lane_accesses(
 
 def _map_symbolic_grid_stride(
     kernel: func.FuncOp, par: scf.ParallelOp, shape: list[Extent], block: int
-) -> tuple[str, int]:
+) -> tuple[str, int, bool]:
     """A grid-stride loop over the flattened runtime index space, `width` consecutive elements
     of the innermost dim per thread and step (`_symbolic_width`: a static innermost extent
     that is a multiple of them; else one). A thread divides its first position and the grid's
@@ -1450,10 +1451,15 @@ def _map_symbolic_grid_stride(
     (`_add_digits`), so that no element pays for a division. A lane's access of the element
     after the first lane's is that access's index plus the lane (`_lane_accesses`), and the
     first lane's carries its alignment where it is known, so that LLVM's load/store
-    vectorizer makes one 128-bit access of them. Returns the strategy and the width."""
+    vectorizer makes one 128-bit access of them. Where the innermost extent takes no vector,
+    chunks of the flattened space do (`_map_symbolic_flat`). Returns the strategy, the width
+    and whether the last chunk may be part of one (flat lanes)."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     width = _symbolic_width(body, shape)
+    if width == 1 and (flat := _symbolic_flat_width(body, ivs, shape)) > 1:
+        _map_symbolic_flat(kernel, par, shape, block, flat)
+        return "elementwise", flat, True
     inner_extent = shape[-1]
     chunks = (
         [*shape[:-1], inner_extent // width]
@@ -1489,20 +1495,156 @@ def _map_symbolic_grid_stride(
             if aligned
         }
         cloners.append(cloner)
-    index = IndexType()
-    for op in body:  # op by op, all lanes: the lanes' accesses share a basic block
-        for lane, cloner in enumerate(cloners):
-            if lane and op in lanes:
-                assert isinstance(op, memref.LoadOp | memref.StoreOp)
-                *indices, last = (cloners[0].mapper.get(i, i) for i in op.indices)
-                cloner.indices[op] = [*indices, inner.add(last, inner.const(lane, index))]
-            cloner.clone(op, None)
+    _clone_lanes(inner, body, cloners, set(lanes))
     loop_body.add_op(scf.YieldOp(*_add_digits(inner, digits, step, extents)))
     par.detach()
     par.erase()
     strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
     _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
-    return strategy, width
+    return strategy, width, False
+
+
+def _clone_lanes(
+    e: _Emit, body: list[Operation], cloners: list[_Cloner], adjacent: set[Operation]
+) -> None:
+    """`body` cloned once per lane (`cloners[lane]`), op by op across the lanes so that their
+    accesses share a basic block; an `adjacent` access of lane k > 0 is at the first lane's
+    last index plus k (`&m[..., j] + k`, which the NVVM lowering keeps adjacent)."""
+    index = IndexType()
+    for op in body:
+        for lane, cloner in enumerate(cloners):
+            if lane and op in adjacent:
+                assert isinstance(op, memref.LoadOp | memref.StoreOp)
+                *indices, last = (cloners[0].mapper.get(i, i) for i in op.indices)
+                cloner.indices[op] = [*indices, e.add(last, e.const(lane, index))]
+            cloner.clone(op, None)
+
+
+def _affine(value: SSAValue, ivs: Sequence[SSAValue]) -> tuple[dict[int, int], int] | None:
+    """`value` as const + sum(coef * ivs[k]) (coefficients by position), where it is computed
+    from `ivs` and constants by additions and products with constants; else None."""
+    if value in ivs:
+        return {list(ivs).index(value): 1}, 0
+    op = value.owner
+    if isinstance(op, arith.ConstantOp):
+        c = int_constant(value)
+        return None if c is None else ({}, c)
+    if isinstance(op, _INDEX_CASTS):
+        return _affine(op.operands[0], ivs)
+    if not isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
+        return None
+    a, b = (_affine(v, ivs) for v in op.operands)
+    if a is None or b is None:
+        return None
+    if isinstance(op, arith.MuliOp):
+        (k, c), (other, _) = (a, b) if not b[0] else (b, a)
+        if k and other:
+            return None  # a product of two indices
+        factor = (b if not b[0] else a)[1]
+        return {i: factor * n for i, n in k.items()}, factor * c
+    sign = 1 if isinstance(op, arith.AddiOp) else -1
+    terms = dict(a[0])
+    for i, n in b[0].items():
+        terms[i] = terms.get(i, 0) + sign * n
+    return {i: n for i, n in terms.items() if n}, a[1] + sign * b[1]
+
+
+def _symbolic_flat_width(
+    body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[Extent]
+) -> int:
+    """Elements per thread and step for flat lanes of a symbolic grid-stride kernel whose
+    innermost extent takes no vector (rows of 50,257 logits): 128 bits of the widest element
+    where every extent but the first is static, the body has no loop or region, reads no
+    buffer it writes, and stores only at its iteration's own element of a 1-D buffer (its
+    index the flattened position: `_own_flat_accesses`); else 1."""
+    if len(shape) < 2 or not all(isinstance(d, int) for d in shape[1:]):
+        return 1
+    accesses = _accesses(body)
+    if not accesses or any(op.regions for op in body):
+        return 1
+    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
+    if loaded & _stored_memrefs(body):
+        return 1
+    own = _own_flat_accesses(body, ivs, shape)
+    if any(isinstance(a, memref.StoreOp) and a not in own for a in accesses):
+        return 1
+    return max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+
+
+def _own_flat_accesses(
+    body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[Extent]
+) -> set[memref.LoadOp | memref.StoreOp]:
+    """Accesses of a 1-D buffer at the flattened position of the iteration (the row-major
+    offset in `shape`, whose extents but the first are static)."""
+    strides = [math.prod(cast("Sequence[int]", shape[k + 1 :])) for k in range(len(shape))]
+    flat = {k: n for k, n in enumerate(strides) if n}
+    own: set[memref.LoadOp | memref.StoreOp] = set()
+    for access in _accesses(body):
+        t = _memref_type(access)
+        if len(access.indices) != 1 or not isinstance(t.layout, NoneAttr):
+            continue
+        if _affine(access.indices[0], ivs) == (flat, 0):
+            own.add(access)
+    return own
+
+
+def _map_symbolic_flat(
+    kernel: func.FuncOp, par: scf.ParallelOp, shape: list[Extent], block: int, width: int
+) -> None:
+    """`elementwise` with flat lanes at runtime sizes: chunks of `width` consecutive elements
+    of the flattened index space in a grid-stride loop, each lane's indices the first lane's
+    plus its lane (carried: no division), the accesses at the iteration's own element one
+    aligned vector access (`_own_flat_accesses`); the elements past the last whole chunk
+    (fewer than `width`) go one each to the first threads after the loop."""
+    body = _body_ops(par.body.block)
+    ivs = list(par.body.block.args)
+    e = _Emit(Builder(InsertPoint.before(par)), i64)
+    extents = [_extent(e, d) for d in shape]
+    total = _product(e, shape)
+    wide = e.const(width)
+    chunks = e.div(total, wide)
+    gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
+    nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
+    step = _digits(e, e.mul(nthreads, wide), extents)
+    loop_body = Block(arg_types=[i64] * (1 + len(shape)))
+    first = _digits(e, e.mul(gtid, wide), extents)
+    e.builder.insert(scf.ForOp(gtid, chunks, nthreads, first, loop_body))
+    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), i64)
+    read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
+    own = _own_flat_accesses(body, ivs, shape)
+    digits: list[SSAValue] = list(loop_body.args[1:])
+    one = [inner.const(0) for _ in shape[:-1]] + [inner.const(1)]
+    cloners: list[_Cloner] = []
+    lane_digits = digits
+    for lane in range(width):
+        if lane:
+            lane_digits = _add_digits(inner, lane_digits, one, extents)
+        lane_ivs = [inner.to_index(d) for d in lane_digits]
+        cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
+        cloner.marks = {
+            access: {LANE_ATTR: IntegerAttr(lane, i64)}
+            if lane
+            else {
+                ALIGN_ATTR: IntegerAttr(width * byte_width(_memref_type(access).element_type), i64)
+            }
+            for access in own
+        }
+        cloners.append(cloner)
+    _clone_lanes(inner, body, cloners, set[Operation](own))
+    loop_body.add_op(scf.YieldOp(*_add_digits(inner, digits, step, extents)))
+    # The tail: elements chunks * width + t for t < total - chunks * width, one a thread.
+    done = e.mul(chunks, wide)
+    tail = Block()
+    then = _Emit(Builder(InsertPoint.at_end(tail)), i64)
+    position = [then.to_index(d) for d in _digits(then, then.add(done, gtid), extents)]
+    last = _Cloner(then, dict(zip(ivs, position, strict=True)), read_only)
+    for op in body:
+        last.clone(op, None)
+    tail.add_op(scf.YieldOp())
+    e.builder.insert(scf.IfOp(e.lt(gtid, e.op(arith.SubiOp(total, done))), [], [tail]))
+    par.detach()
+    par.erase()
+    _set_launch(kernel, "elementwise", block, RUNTIME_ITEMS)
 
 
 def _map_symbolic(
@@ -1523,8 +1665,10 @@ def _map_symbolic(
     sizes = LaunchSizes(kernel)
     items = _element_count(sizes, shape)
     if plan is None:
-        strategy, width = _map_symbolic_grid_stride(kernel, par, shape, mapping.block_size)
-        items = sizes.floordiv(items, width)  # exact: the innermost extent is a multiple
+        strategy, width, rounded = _map_symbolic_grid_stride(kernel, par, shape, mapping.block_size)
+        # A thread a chunk of `width`; flat lanes' last chunk may be part of one.
+        partial = SizeExpr.constant(width - 1) if rounded else SizeExpr.constant(0)
+        items = sizes.floordiv(items + partial, width)
     else:
         hint = plan.length if isinstance(plan.length, int) else _hint(sizes, plan.length)
         scratch = _SharedScratch(module, kernel.sym_name.data)
