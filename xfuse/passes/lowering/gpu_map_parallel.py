@@ -42,7 +42,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import cast
 
 from xdsl.builder import Builder
 from xdsl.context import Context
@@ -1520,47 +1519,69 @@ def _clone_lanes(
             cloner.clone(op, None)
 
 
-def _affine(value: SSAValue, ivs: Sequence[SSAValue]) -> tuple[dict[int, int], int] | None:
-    """`value` as const + sum(coef * ivs[k]) (coefficients by position), where it is computed
-    from `ivs` and constants by additions and products with constants; else None."""
-    if value in ivs:
-        return {list(ivs).index(value): 1}, 0
+Poly = dict[tuple[int, ...], int]
+"""A polynomial of index values: monomial (the `id`s of its factors, sorted) -> coefficient."""
+
+
+def _poly(value: SSAValue) -> Poly | None:
+    """`value` as a polynomial of block arguments (loop indices, size arguments) and
+    constants, where it is computed from them by additions, subtractions, products and index
+    casts; else None."""
     op = value.owner
+    if not isinstance(op, Operation):
+        return {(id(value),): 1}
     if isinstance(op, arith.ConstantOp):
         c = int_constant(value)
-        return None if c is None else ({}, c)
+        return None if c is None else ({(): c} if c else {})
     if isinstance(op, _INDEX_CASTS):
-        return _affine(op.operands[0], ivs)
+        return _poly(op.operands[0])
     if not isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
         return None
-    a, b = (_affine(v, ivs) for v in op.operands)
+    a, b = (_poly(v) for v in op.operands)
     if a is None or b is None:
         return None
     if isinstance(op, arith.MuliOp):
-        (k, c), (other, _) = (a, b) if not b[0] else (b, a)
-        if k and other:
-            return None  # a product of two indices
-        factor = (b if not b[0] else a)[1]
-        return {i: factor * n for i, n in k.items()}, factor * c
-    sign = 1 if isinstance(op, arith.AddiOp) else -1
-    terms = dict(a[0])
-    for i, n in b[0].items():
-        terms[i] = terms.get(i, 0) + sign * n
-    return {i: n for i, n in terms.items() if n}, a[1] + sign * b[1]
+        return _poly_mul(a, b)
+    return _poly_add(a, b, 1 if isinstance(op, arith.AddiOp) else -1)
+
+
+def _poly_add(a: Poly, b: Poly, sign: int = 1) -> Poly:
+    out = dict(a)
+    for m, n in b.items():
+        out[m] = out.get(m, 0) + sign * n
+    return {m: n for m, n in out.items() if n}
+
+
+def _poly_mul(a: Poly, b: Poly) -> Poly:
+    out: Poly = {}
+    for (ma, na), (mb, nb) in ((x, y) for x in a.items() for y in b.items()):
+        out = _poly_add(out, {tuple(sorted(ma + mb)): na * nb})
+    return out
+
+
+def _flat_position(ivs: Sequence[SSAValue], shape: Sequence[Extent]) -> Poly | None:
+    """The row-major offset of the iteration `ivs` in `shape`, as a polynomial."""
+    position: Poly = {}
+    stride: Poly | None = {(): 1}
+    for iv, extent in zip(reversed(ivs), reversed(shape), strict=True):
+        if stride is None:
+            return None
+        position = _poly_add(position, _poly_mul({(id(iv),): 1}, stride))
+        size: Poly | None = {(): extent} if isinstance(extent, int) else _poly(extent)
+        stride = None if size is None else _poly_mul(stride, size)
+    return position
 
 
 def _symbolic_flat_width(
     body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[Extent]
 ) -> int:
     """Elements per thread and step for flat lanes of a symbolic grid-stride kernel whose
-    innermost extent takes no vector (rows of 50,257 logits): 128 bits of the widest element
-    where every extent but the first is static, the body has no loop or region, reads no
-    buffer it writes, and stores only at its iteration's own element of a 1-D buffer (its
-    index the flattened position: `_own_flat_accesses`); else 1."""
-    if len(shape) < 2 or not all(isinstance(d, int) for d in shape[1:]):
-        return 1
+    innermost extent takes no vector (rows of 50,257 logits, or of a runtime length): 128
+    bits of the widest element where the body has no loop or region, reads no buffer it
+    writes, and stores only at its iteration's own element of a 1-D buffer (its index the
+    flattened position: `_own_flat_accesses`); else 1."""
     accesses = _accesses(body)
-    if not accesses or any(op.regions for op in body):
+    if len(shape) < 2 or not accesses or any(op.regions for op in body):
         return 1
     loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
     if loaded & _stored_memrefs(body):
@@ -1574,16 +1595,17 @@ def _symbolic_flat_width(
 def _own_flat_accesses(
     body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[Extent]
 ) -> set[memref.LoadOp | memref.StoreOp]:
-    """Accesses of a 1-D buffer at the flattened position of the iteration (the row-major
-    offset in `shape`, whose extents but the first are static)."""
-    strides = [math.prod(cast("Sequence[int]", shape[k + 1 :])) for k in range(len(shape))]
-    flat = {k: n for k, n in enumerate(strides) if n}
+    """Accesses of a 1-D buffer at the flattened position of the iteration (its row-major
+    offset in `shape`)."""
+    flat = _flat_position(ivs, shape)
     own: set[memref.LoadOp | memref.StoreOp] = set()
+    if flat is None:
+        return own
     for access in _accesses(body):
         t = _memref_type(access)
         if len(access.indices) != 1 or not isinstance(t.layout, NoneAttr):
             continue
-        if _affine(access.indices[0], ivs) == (flat, 0):
+        if _poly(access.indices[0]) == flat:
             own.add(access)
     return own
 
