@@ -241,6 +241,60 @@ def test_a_conv_net_compiles_once_for_every_size_on_the_gpu(
     assert program.specialised is None
 
 
+def _slice_scale(x: torch.Tensor) -> torch.Tensor:
+    return x[..., :7] * 2 + 1  # rows of 7: flat lanes
+
+
+def _rows_scale(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(x) * 3  # rows of a runtime length: flat lanes
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize(
+    ("f", "example", "shapes", "sizes"),
+    [
+        (
+            _slice_scale,
+            (2, 3, 8),
+            ({0: Dim("b", min=2, max=64), 1: Dim("s", min=2, max=512)},),
+            [(2, 2), (2, 3), (3, 5), (7, 9), (9, 511)],
+        ),
+        (
+            _rows_scale,
+            (2, 3),
+            ({0: Dim("r", min=2, max=4096), 1: Dim("c", min=2, max=4096)},),
+            [(2, 2), (3, 3), (5, 7), (33, 65), (1001, 999)],
+        ),
+    ],
+    ids=["slice", "rows"],
+)
+def test_flat_lanes_of_symbolic_kernels_cover_every_element_at_every_size(
+    f: Any,
+    example: tuple[int, ...],
+    shapes: Any,
+    sizes: list[tuple[int, ...]],
+    dtype: torch.dtype,
+    compiled_cuda_kernels: list[str],
+) -> None:
+    """Kernels whose rows take no vector run chunks of the flattened space and the part chunk
+    after them: every element right at sizes whose element count is below a chunk, a
+    multiple of one, and neither."""
+    program = xfuse.compile(
+        f,
+        (torch.randn(*example, device="cuda", dtype=dtype),),
+        device="cuda",
+        dynamic_shapes=shapes,
+    )
+    assert isinstance(program, DynamicProgram)
+    compiled = len(compiled_cuda_kernels)
+    for size in sizes:
+        x = torch.randn(*size, *example[len(size) :], device="cuda", dtype=dtype)
+        torch.testing.assert_close(program(x), f(x))
+    assert len(compiled_cuda_kernels) == compiled
+
+
 @pytest.mark.gpu
 @gpu
 def test_a_gpu_programs_launches_run_outside_torchs_device_mode(
