@@ -115,7 +115,26 @@ def test_a_static_kernel_of_a_symbolic_program_runs_on_the_openmp_entry() -> Non
     build(RangePool(threads=1), text, "gelu_sigmoid")([x, w, b, single])
     pool = RangePool(threads=2, min_work=0, openmp=True)
     kernel_ = build(pool, text, "gelu_sigmoid")
-    assert kernel_.parallel is not None and not kernel_.sized
+    assert kernel_.parallel is not None and kernel_.sizes is None
+    kernel_.launch_sized([x, w, b, parallel], [], None)
+    assert torch.equal(single, parallel)
+    pool.shutdown()
+
+
+@needs_openmp
+def test_a_kernel_compiled_with_no_sizes_takes_its_extent_on_the_openmp_entry() -> None:
+    """A kernel compiled with a sizes table that names no size (`xfuse.size_args = []`) has an
+    OpenMP entry that takes the extent, as every kernel with sizes has: `launch_sized` passes
+    it, and a plain call, which would not, is refused."""
+    text = gelu_sigmoid(515, 256).replace("xfuse.kernel,", "xfuse.kernel, xfuse.size_args = [],")
+    x, w, b = torch.randn(515, 256), torch.randn(256), torch.randn(256)
+    single, parallel = torch.empty(515, 256), torch.full((515, 256), float("nan"))
+    build(RangePool(threads=1), gelu_sigmoid(515, 256), "gelu_sigmoid")([x, w, b, single])
+    pool = RangePool(threads=2, min_work=0, openmp=True)
+    kernel_ = build(pool, text, "gelu_sigmoid")
+    assert kernel_.parallel is not None and kernel_.sizes == 0
+    with pytest.raises(ValueError, match="takes 0 sizes: use launch_sized"):
+        kernel_([x, w, b, parallel])
     kernel_.launch_sized([x, w, b, parallel], [], None)
     assert torch.equal(single, parallel)
     pool.shutdown()

@@ -80,14 +80,13 @@ class CPUKernel:
     """`k.parallel(threads, chunks, ptrs...)`, or `k.parallel(threads, chunks, extent, ptrs...,
     sizes...)` for a kernel with sizes: the range on OpenMP threads (None: the artifact has no
     such entry)."""
-    sizes: int = 0
-    """How many size arguments (i64s after the pointers) the kernel takes: a kernel with
-    symbolic sizes (docs/dynamic-shapes.md), whose `extent` is `SYMBOLIC_EXTENT`; launched by
-    `launch_sized`."""
-    sized: bool = False
-    """Whether it was compiled as a kernel with sizes (`xfuse.size_args`, even none): its
-    OpenMP entry then takes the range's extent. A symbolic program launches its static kernels
-    with `launch_sized` too; their entry's extent is the compiled one."""
+    sizes: int | None = None
+    """How many size arguments (i64s after the pointers) the kernel takes; None where it was
+    not compiled with a sizes table (`xfuse.size_args`, which may name none: 0). A kernel with
+    one is launched by `launch_sized`, its `extent` may be `SYMBOLIC_EXTENT`
+    (docs/dynamic-shapes.md), and its OpenMP entry takes the range's extent. A symbolic
+    program launches its static kernels (None) with `launch_sized` too; their entry's extent
+    is the compiled one."""
     inline_below: int | float = field(init=False)
     """`pool.inline_below`, read once: less work runs on the caller with no decision made."""
 
@@ -95,7 +94,7 @@ class CPUKernel:
         self.inline_below = self.pool.inline_below
 
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
-        if self.sizes:
+        if self.sizes is not None:
             raise ValueError(f"kernel {self.name} takes {self.sizes} sizes: use launch_sized")
         if len(buffers) != self.arity:
             raise ValueError(f"kernel {self.name} takes {self.arity} buffers, got {len(buffers)}")
@@ -141,9 +140,9 @@ class CPUKernel:
         buffers (contiguous CPU tensors, as for `launch`), the values of its size arguments,
         and the trip count of its split loop at those sizes (None: its static `extent`). The
         range runs on the caller, on OpenMP threads or on the Python pool, as `launch`'s."""
-        if len(buffers) != self.arity or len(sizes) != self.sizes:
+        if len(buffers) != self.arity or len(sizes) != (self.sizes or 0):
             raise ValueError(
-                f"kernel {self.name} takes {self.arity} buffers and {self.sizes} sizes, got "
+                f"kernel {self.name} takes {self.arity} buffers and {self.sizes or 0} sizes, got "
                 f"{len(buffers)} and {len(sizes)}"
             )
         if extent is None:
@@ -162,7 +161,7 @@ class CPUKernel:
         if openmp:
             assert self.parallel is not None
             chunks = pool.chunk_count(extent, work, openmp)
-            if self.sized:
+            if self.sizes is not None:
                 self.parallel(pool.threads, chunks, extent, *arguments)
             else:
                 self.parallel(pool.threads, chunks, *arguments)
@@ -233,19 +232,16 @@ class CPUBackend:
         extent = ctypes.c_int64.from_address(extent_address).value
         arity = ctypes.c_int64.from_address(arity_address).value
         sizes_address = engine.get_global_value_address(sizes_symbol(name))
-        sizes = ctypes.c_int64.from_address(sizes_address).value if sizes_address else 0
+        sizes = ctypes.c_int64.from_address(sizes_address).value if sizes_address else None
+        size_arguments = [ctypes.c_int64] * (sizes or 0)
         signature = ctypes.CFUNCTYPE(
-            None,
-            ctypes.c_int64,
-            ctypes.c_int64,
-            *([ctypes.c_void_p] * arity),
-            *([ctypes.c_int64] * sizes),
+            None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * arity), *size_arguments
         )
         parallel_signature = ctypes.CFUNCTYPE(
             None,
-            *([ctypes.c_int64] * (3 if sizes_address else 2)),
+            *([ctypes.c_int64] * (2 if sizes is None else 3)),
             *([ctypes.c_void_p] * arity),
-            *([ctypes.c_int64] * sizes),
+            *size_arguments,
         )
         parallel_address = engine.get_function_address(parallel_symbol(name))
         parallel = parallel_signature(parallel_address) if parallel_address else None
@@ -258,7 +254,6 @@ class CPUBackend:
             self.pool,
             parallel,
             sizes,
-            bool(sizes_address),
         )
 
 
