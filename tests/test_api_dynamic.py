@@ -346,6 +346,38 @@ def test_a_torch_check_of_an_inequality_is_checked_at_each_new_size() -> None:
         bounded_prefix(torch.randn(6, 4), torch.randn(4, 4))
 
 
+def capped_double(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    torch._check(x.shape[0] <= 512)
+    torch._check(2 * x.shape[0] <= y.shape[0])
+    return x * 2, y + 1
+
+
+def test_a_guard_that_repeats_a_range_is_no_condition_and_is_listed_once() -> None:
+    """`torch._check(n <= 512)` on an automatic dim bounds its symbol's range to [2, 512], and
+    torch keeps it as a guard too, which says no more than the range: the size table holds no
+    condition of it, and the explanation lists the range alone. The check that relates two
+    sizes stays a condition, checked at each new size."""
+    from xfuse.explanation import dynamic_explanation
+
+    inputs = (torch.randn(8, 4), torch.randn(20, 4))
+    program = xfuse.compile(capped_double, inputs, dynamic_shapes=({0: Dim.AUTO}, {0: Dim.AUTO}))
+    x0, y0 = (s.name for s in program.compiled.table.inputs())
+    conditions = program.compiled.table.conditions
+    assert [c.comparison for c in conditions] == [f"2 * {x0} <= {y0}"]
+    guards = dynamic_explanation(program).guards
+    assert f"{x0} >= 2 and <= 512 (x dim 0)" in guards
+    assert [g for g in guards if g.startswith("torch.export")] == [f"torch.export: 2*{x0} <= {y0}"]
+    for n, m in ((9, 18), (512, 1024)):
+        x, y = torch.randn(n, 4), torch.randn(m, 4)
+        for got, want in zip(program(x, y), capped_double(x, y), strict=True):
+            torch.testing.assert_close(got, want)
+    with pytest.raises(SymbolicSizeError, match=rf"2 \* {x0} <= {y0} does not hold") as e:
+        program(torch.randn(10, 4), torch.randn(18, 4))
+    one_line(e)
+    with pytest.raises(SymbolicSizeError, match=r"is 513, outside its range \[2, 512\]"):
+        program(torch.randn(513, 4), torch.randn(1100, 4))
+
+
 def column_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.sum(0) + b.sum(0)
 

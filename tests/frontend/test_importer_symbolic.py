@@ -478,6 +478,31 @@ def test_a_guard_on_a_floor_division_the_program_holds_is_a_condition_of_it() ->
         symbols.add_conditions(GuardsOnly(sympy.Ge(FloorDiv(s0 + 3, 4), 2)))
 
 
+def test_a_guard_its_symbols_range_implies_is_no_condition() -> None:
+    """A guard on one symbol that holds over the symbol's range repeats the range (checked at
+    every call): no condition. One the range does not imply, and one on two symbols, are."""
+    import sympy
+
+    from xfuse.frontend.builder import SizeSymbols
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = SizeSymbols()
+    symbols.inputs += [
+        graph.SizeSymbol.input("s0", 0, 0, 9, 2, 512),
+        graph.SizeSymbol.input("s1", 1, 0, 4, 3),
+    ]
+    repeated = (sympy.Le(s0, 512), sympy.Gt(s0, 1), sympy.Ne(s0, 600), sympy.Ge(s1, 3))
+    kept = (sympy.Le(s0, 511), sympy.Ne(s0, 7), sympy.Ne(s0, s1), sympy.Le(2 * s0, s1))
+    symbols.add_conditions(GuardsOnly(*repeated, *kept))
+    a, b = graph.SizeExpr.symbol("s0"), graph.SizeExpr.symbol("s1")
+    assert symbols.conditions == [
+        graph.SizeCondition("le", a, graph.SizeExpr.constant(511)),
+        graph.SizeCondition("ne", a, graph.SizeExpr.constant(7)),
+        graph.SizeCondition("ne", a, b),
+        graph.SizeCondition("le", a.scale(2), b),
+    ]
+
+
 def test_a_minimum_or_remainder_that_sizes_decide_is_its_polynomial() -> None:
     """Guards AOTAutograd's traces hold (`Min(s0, s1 * s0) == s0`, `Mod(s0, s1 * s0) != 0`)
     hold at every size of 2 or more: they are no condition; one sizes do not decide is

@@ -116,10 +116,11 @@ class SizeSymbols:
         `torch._check(a <= b)`), and its runtime asserts over input symbols, as conditions of
         the table (`graph.SizeCondition`): comparisons of polynomials of its symbols (a floor
         division one of the import's symbols, `_plain`); an equality no relation gives is two.
-        A guard that torch's replacements make true, or that holds at every size of 2 or more
-        (`SizeCondition.always_holds`), is left out; one the table can hold no condition of
-        raises `SymbolicSizeError`: a call could break it unseen. Call it after the graph's
-        sizes are read (`dim`), whose floor divisions a guard may name."""
+        A guard that torch's replacements make true, that holds at every size of 2 or more
+        (`SizeCondition.always_holds`), or that its one symbol's range implies (`s0 <= 512`
+        where s0's range is [2, 512]: `repeats_range`), is left out; one the table can hold no
+        condition of raises `SymbolicSizeError`: a call could break it unseen. Call it after
+        the graph's sizes are read (`dim`), whose floor divisions a guard may name."""
         import sympy
 
         names = self.names
@@ -133,7 +134,7 @@ class SizeSymbols:
         ]
         for raw in exprs:
             expr = env.simplify(raw)
-            if expr == sympy.true or not raw.free_symbols:
+            if expr == sympy.true or not raw.free_symbols or repeats_range(expr, self.inputs):
                 continue
             for condition in self._conditions_of(expr):
                 if condition not in self.conditions and not condition.always_holds:
@@ -325,6 +326,25 @@ def guarded_low(env: Any, expr: Any, low: int, high: int | None) -> int:
         if all(bool(g.subs(expr, size)) for g in guards):
             return size
     return low
+
+
+def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
+    """Whether a guard `expr` (a sympy expression) is on one of the input symbols `inputs`
+    alone and holds at every size of that symbol's range (torch's value-range analysis):
+    `s0 <= 512`, `s0 > 1` or `Ne(s0, 600)` where s0's range is [2, 512]. Such a guard says
+    nothing a call's range check does not; a guard on two symbols or more is no repetition."""
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    if len(expr.free_symbols) != 1:
+        return False
+    (free,) = expr.free_symbols
+    symbol = next((s for s in inputs if s.name == str(free)), None)
+    if symbol is None:
+        return False
+    high = int_oo if symbol.high is None else symbol.high
+    bounds = bound_sympy(expr, {free: ValueRanges(symbol.low, high)})
+    return bounds.is_singleton() and bool(bounds.lower)
 
 
 def _is_floordiv(expr: Any) -> bool:

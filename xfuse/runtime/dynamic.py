@@ -40,6 +40,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends import Backend, check_device
+from xfuse.dialects import graph
 from xfuse.errors import (
     AutogradUnsupportedError,
     ExportError,
@@ -50,6 +51,7 @@ from xfuse.errors import (
     UnsupportedProgram,
     XfuseError,
 )
+from xfuse.frontend.builder import repeats_range
 from xfuse.frontend.export import (
     EXPORT_LOCK,
     Imported,
@@ -180,10 +182,13 @@ def _bound(value: Any) -> int | None:
     return None
 
 
-def export_guards(exported: torch.export.ExportedProgram) -> list[str]:
+def export_guards(
+    exported: torch.export.ExportedProgram, inputs: Sequence[graph.SizeSymbol]
+) -> list[str]:
     """The guards on size symbols that torch.export's trace recorded (its `ShapeEnv`'s, as
     sympy prints them, after `torch.export: `): the relations between sizes the program was
-    traced under."""
+    traced under, but for those that only repeat the range of one of the input symbols
+    `inputs` (`repeats_range`), which the range's own guard says."""
     for node in exported.graph.nodes:
         value = node.meta.get("val")
         if not isinstance(value, Tensor):
@@ -191,7 +196,11 @@ def export_guards(exported: torch.export.ExportedProgram) -> list[str]:
         for size in value.shape:
             if isinstance(size, torch.SymInt):
                 env = size.node.shape_env
-                return [f"torch.export: {g.expr}" for g in env.guards if g.expr.free_symbols]
+                return [
+                    f"torch.export: {g.expr}"
+                    for g in env.guards
+                    if g.expr.free_symbols and not repeats_range(g.expr, inputs)
+                ]
     return []
 
 
@@ -265,7 +274,7 @@ class DynamicProgram:
         """The static program of calls with a size of 0 or 1 (`specialises`), or where an
         attention mask guard fails (`MaskGuardError`), built at the
         first such call; it compiles each of their shapes once."""
-        self.guards = export_guards(exported)
+        self.guards = export_guards(exported, self.compiled.table.inputs())
         self.guards += [g.describe() for g in self.compiled.mask_guards]
         """The guards on size symbols, one line each: those the trace recorded, torch.export's
         (`export_guards`), and dynamo's where torch.compile made the program; and those of
