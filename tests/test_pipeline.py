@@ -231,6 +231,26 @@ def test_compile_pipeline_puts_the_device_passes_after_decompose() -> None:
     assert [p.name for p in no_decompose.passes] == ["depthwise-stencil", "fuse-greedy"]
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_simplify_runs_after_the_device_passes_in_the_static_and_the_symbolic_pipeline(
+    device: str,
+) -> None:
+    """Both pipelines run `decompose`, then their device's passes, then `simplify`
+    (`AFTER_DEVICE_PASSES`), and no device pass after it."""
+    import torch
+
+    from xfuse.pipeline import PipelineOptions, compile_device_passes, compile_pipeline
+    from xfuse.runtime.symbolic import default_passes
+
+    device_names = {p.name for p in compile_device_passes(device, PipelineOptions())}
+    static = [p.name for p in compile_pipeline(device).passes]
+    symbolic = [p.name for p in xfuse.pipeline(default_passes(torch.device(device))).passes]
+    for names in (static, symbolic):
+        at = names.index("simplify")
+        assert names[0] == "decompose" and set(names[1:at]) <= device_names, names
+        assert not device_names & set(names[at:]), names
+
+
 def test_compile_pipeline_options_reach_the_passes() -> None:
     from xfuse.passes.transforms.channels_last import ChannelsLastPass
     from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass

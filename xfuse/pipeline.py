@@ -345,7 +345,17 @@ def pipeline(
 # The pipeline xfuse.compile runs
 # ---------------------------------------------------------------------------------------------
 
-DEFAULT_PIPELINE = "decompose,simplify,split-reductions,fuse-scored,group-cleanup,fold-linear"
+AFTER_DEVICE_PASSES = "simplify"
+"""What every fusion pipeline runs after `decompose` and the device's passes, before it fuses:
+xfuse.compile's (`DEFAULT_PIPELINE`, whose device passes `compile_pipeline` puts after
+`decompose`) and a symbolic program's (`xfuse.runtime.symbolic.DEFAULT_PASSES`). `simplify`
+rewrites sums of one-hots (the cross-entropy backward), which no device pass makes or reads
+(those rewrite convolutions, attention and matmuls), so one position serves both; after them
+it sees the graph that fusion will."""
+
+DEFAULT_PIPELINE = (
+    f"decompose,{AFTER_DEVICE_PASSES},split-reductions,fuse-scored,group-cleanup,fold-linear"
+)
 """The fusion pipeline `xfuse.compile` runs unless given another (`xfuse-opt -p` text)."""
 
 CHANNELS_LAST_ENV = "XFUSE_CHANNELS_LAST"

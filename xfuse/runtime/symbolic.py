@@ -69,19 +69,20 @@ from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
-from xfuse.pipeline import PassFailedError, PassObserver, pipeline
+from xfuse.pipeline import AFTER_DEVICE_PASSES, PassFailedError, PassObserver, pipeline
 from xfuse.runtime.compiler import AliasClasses, direct_call_text, is_fresh_view, lower_to_loops
 from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 
-BEFORE_FUSION = "decompose,simplify,attention-mask{symbolic=true}"
-FUSION = "fuse-greedy,group-cleanup,fold-linear"
+BEFORE_FUSION = "decompose,attention-mask{symbolic=true}"
+FUSION = f"{AFTER_DEVICE_PASSES},fuse-greedy,group-cleanup,fold-linear"
 
 DEFAULT_PASSES = f"{BEFORE_FUSION},{FUSION}"
-"""The fusion passes a symbolic program is built with (before `lower-to-loops`): `simplify`
-drops the sum over the classes of the cross-entropy backward; `attention-mask` runs attention
-whose mask is computed from sizes alone as `is_causal` (or without the mask) where the mask is
-causal (or hides nothing) at the size hints, guarded at every call's sizes (`mask_guards`);
-`fold-linear` puts a transposed weight's matmul and a bias add that fusion left alone back
+"""The fusion passes a symbolic program is built with (before `lower-to-loops`):
+`attention-mask` runs attention whose mask is computed from sizes alone as `is_causal` (or
+without the mask) where the mask is causal (or hides nothing) at the size hints, guarded at
+every call's sizes (`mask_guards`); then, as in the static pipeline, `simplify`
+(`xfuse.pipeline.AFTER_DEVICE_PASSES`) drops the sum over the classes of the cross-entropy
+backward; `fold-linear` puts a transposed weight's matmul and a bias add that fusion left alone back
 into one `graph.linear` (a library GEMM), where the transpose would be a kernel copying the
 weight at every call."""
 
