@@ -125,7 +125,7 @@ def _blockable(parallel: scf.ParallelOp, ops: list[Operation], loops: list[scf.F
             return False
     column = parallel.body.block.args[-1]
     return any(
-        isinstance(o, memref.LoadOp) and o.indices and _unit_in(o.indices[-1], column)
+        isinstance(o, memref.LoadOp) and o.indices and unit_stride_in(o.indices[-1], column)
         for loop in loops
         for o in loop.walk()
     )
@@ -187,19 +187,19 @@ def _combine(combiner: type[Operation], a: SSAValue, b: SSAValue) -> Operation:
     return make(a, b, REASSOC) if combiner in _REGROUPED else make(a, b)
 
 
-def _unit_in(index: SSAValue, column: SSAValue) -> bool:
+def unit_stride_in(index: SSAValue, column: SSAValue) -> bool:
     """Whether `index` is `column` plus values that do not depend on it."""
     if index is column:
         return True
     if isinstance(index, OpResult) and isinstance(index.op, arith.AddiOp):
         a, b = index.op.lhs, index.op.rhs
-        return (_unit_in(a, column) and not _depends(b, column)) or (
-            _unit_in(b, column) and not _depends(a, column)
+        return (unit_stride_in(a, column) and not depends_on(b, column)) or (
+            unit_stride_in(b, column) and not depends_on(a, column)
         )
     return False
 
 
-def _depends(value: SSAValue, column: SSAValue) -> bool:
+def depends_on(value: SSAValue, column: SSAValue) -> bool:
     todo, seen = [value], set[SSAValue]()
     while todo:
         v = todo.pop()

@@ -9,12 +9,14 @@ lower-to-loops would make a kernel of) is an error, not silently left alone. For
    over new leading arguments `[lo, hi)` so that a thread pool can split it, the other parallel
    dimensions become nested `scf.for`s, and a constant global `@<kernel>.extent` holds the full
    trip count of the split dimension and `@<kernel>.arity` the number of buffers (the loader
-   reads both). Before that, three rewrites that only pay on CPUs: a value that the last
+   reads both). Before that, four rewrites that only pay on CPUs: a value that the last
    reduction loop computes with a math function and the write loop computes again (softmax's
    exp(x - max)) is stored into an output by the reduction loop and loaded back by the write
    loop (`reuse_reduction_values`); `x / s` in a loop, `s` defined outside it, becomes
    `x * (1 / s)`; a loop whose innermost dimension is a column of reductions takes a block of
-   columns per iteration, the row loop around a loop over the block (`column_blocks`);
+   columns per iteration, the row loop around a loop over the block (`column_blocks`); else a
+   two-dimensional loop that reads an operand transposed runs its inner dimension in blocks,
+   the block index outermost (`transpose_blocks`);
 2. f16/bf16 arithmetic and math are computed in f32 (what torch does on CPUs), bf16 constants
    become rounded f32 ones;
 3. `expand-math` (vectorizable exp, log, tanh, erf, sin, cos, ...);
@@ -58,6 +60,7 @@ from xfuse.passes.llvm.column_blocks import block_column_reductions
 from xfuse.passes.llvm.convert_func_to_llvm import convert_types, rewrite_once
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
+from xfuse.passes.llvm.transpose_blocks import block_transposed_loops
 from xfuse.passes.lowering.divisions import divide_by_reciprocal
 from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op
 
@@ -400,7 +403,8 @@ def prepare_cpu_kernels(module: ModuleOp) -> None:
         for loop in [o for o in kernel.walk() if isinstance(o, scf.ForOp)]:
             divide_by_reciprocal(loop)
         for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
-            block_column_reductions(parallel)
+            if not block_column_reductions(parallel):
+                block_transposed_loops(parallel)
     rewrite_once(module, ParallelLoopToRangeArgs())
 
 
