@@ -82,3 +82,56 @@ def test_a_scatter_into_an_expanded_input_matches_eager(name: str, device: str) 
         got, want = compiled(x, y), fn(x, y)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         assert got.stride() == want.stride() == (8, 1)
+
+
+VIEW_CASES: list[tuple[object, tuple[object, ...]]] = [
+    (torch.ops.aten.view.default, ([6, 4],)),
+    (torch.ops.aten.permute.default, ([2, 0, 1],)),
+    (torch.ops.aten.expand.default, ([5, 2, 3, 4],)),
+    (torch.ops.aten.t.default, ()),
+    (torch.ops.aten.transpose.int, (0, 2)),
+    (torch.ops.aten.unsqueeze.default, (1,)),
+    (torch.ops.aten.squeeze.dim, (0,)),
+    (torch.ops.aten.select.int, (1, 2)),
+]
+
+
+@pytest.mark.parametrize(("op", "args"), VIEW_CASES, ids=str)
+def test_a_view_replay_is_its_tensor_methods_call(
+    op: object, args: tuple[object, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replayed view of `VIEW_METHODS` calls the `Tensor` method, with the overload's
+    sizes, strides, storage offset and memory."""
+    from xfuse.frontend.outputs import ViewReplay
+
+    shapes = {torch.ops.aten.t.default: (3, 4), torch.ops.aten.squeeze.dim: (1, 3, 4)}
+    base = torch.randn(*shapes.get(op, (2, 3, 4)))  # type: ignore[call-overload]
+    replay = ViewReplay(op, args, ())
+    assert replay.method is not None
+    method = getattr(torch.Tensor, replay.method)
+    called: list[str] = []
+
+    def spy(self: torch.Tensor, *a: object) -> torch.Tensor:
+        called.append(replay.method or "")
+        return method(self, *a)
+
+    monkeypatch.setattr(torch.Tensor, replay.method, spy)
+    got = replay(base)
+    monkeypatch.undo()
+    want = op(base, *args)  # type: ignore[operator]
+    assert called == [replay.method]
+    assert (got.shape, got.stride(), got.storage_offset()) == (
+        want.shape,
+        want.stride(),
+        want.storage_offset(),
+    )
+    assert got.data_ptr() == want.data_ptr() and got._base is base
+
+
+def test_a_view_replay_with_keywords_calls_the_overload() -> None:
+    from xfuse.frontend.outputs import ViewReplay
+
+    replay = ViewReplay(torch.ops.aten.expand.default, ([3, 4],), (("implicit", True),))
+    assert replay.method is None
+    assert replay(torch.randn(1, 4)).stride() == (0, 1)
+    assert ViewReplay(torch.ops.aten.alias.default, (), ()).method is None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,19 +29,43 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from xfuse.dialects.graph.layout import row_major_strides
 
+VIEW_METHODS: dict[Any, str] = {
+    torch.ops.aten.view.default: "view",
+    torch.ops.aten.permute.default: "permute",
+    torch.ops.aten.expand.default: "expand",
+    torch.ops.aten.t.default: "t",
+    torch.ops.aten.transpose.int: "transpose",
+    torch.ops.aten.unsqueeze.default: "unsqueeze",
+    torch.ops.aten.squeeze.dim: "squeeze",
+    torch.ops.aten.select.int: "select",
+}
+"""View overloads -> the `Tensor` method that calls that overload for the same positional
+arguments (the method parses them in C++; the `OpOverload` boxes each through the
+dispatcher's generic entry, a few microseconds more a call on the CPU)."""
+
 
 @dataclass(frozen=True)
 class ViewReplay:
     """One view op to replay on a tensor: `op(base, *args, **kwargs)`, then `[item]` when the
-    op returns a list (split, unbind)."""
+    op returns a list (split, unbind). An op of `VIEW_METHODS` called with no keywords is
+    its method's call, `base.view(*args)`."""
 
     op: Any  # an aten OpOverload
     args: tuple[Any, ...]
     kwargs: tuple[tuple[str, Any], ...]
     item: int | None = None
+    method: str | None = field(init=False, compare=False, repr=False)
+    """The `Tensor` method it calls (`VIEW_METHODS`), or None: the op itself."""
+
+    def __post_init__(self) -> None:
+        method = None if self.kwargs else VIEW_METHODS.get(self.op)
+        object.__setattr__(self, "method", method)
 
     def __call__(self, base: torch.Tensor) -> torch.Tensor:
-        result = self.op(base, *self.args, **dict(self.kwargs))
+        if self.method is not None:
+            result = getattr(base, self.method)(*self.args)
+        else:
+            result = self.op(base, *self.args, **dict(self.kwargs))
         return result if self.item is None else result[self.item]
 
 
