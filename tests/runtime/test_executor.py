@@ -431,9 +431,9 @@ def test_the_runner_calls_a_small_kernel_itself() -> None:
 
 def test_the_runner_calls_an_extern_itself() -> None:
     """An extern that is one torch call of its operands is that call in the runner's code
-    (`EagerStep.direct`: a convolution, a product of matrices, a linear layer); one whose
-    operands go inside a list, or that returns several results, runs its step. Results bit
-    for bit the step-by-step loop's and eager's."""
+    (`EagerStep.direct`: a convolution, a product of matrices, a linear layer, an operator's
+    tuple of results); one whose operands go inside a list, or that returns fewer results than
+    its operator, runs its step. Results bit for bit the step-by-step loop's and eager's."""
     import xfuse
     from xfuse.runtime import executor
 
@@ -455,17 +455,52 @@ def test_the_runner_calls_an_extern_itself() -> None:
     for name in ("aten.convolution.default", "graph.matmul", "graph.linear"):
         i = externs[name]
         assert f"ext{i}" in runner.__globals__ and f"step{i}" not in runner.__globals__, name
-    others = parse("""func.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<4xf32>, tensor<f32>, tensor<i64>) {
+    others = parse("""func.func @f(%a: tensor<2xf32>, %b: tensor<2xf32>) -> (tensor<4xf32>, tensor<f32>, tensor<f32>, tensor<i64>) {
   %c = graph.torch_call "aten.cat.default"(%a, %b) args = [["%t0", "%t1"], 0] kwargs = {} : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>
+  %p = graph.torch_call "aten.max.dim"(%a) args = ["%t0", 0] kwargs = {} picks = [0 : i64] : (tensor<2xf32>) -> tensor<f32>
   %m, %i = graph.torch_call "aten.max.dim"(%a) args = ["%t0", 0] kwargs = {} : (tensor<2xf32>) -> (tensor<f32>, tensor<i64>)
-  func.return %c, %m, %i : tensor<4xf32>, tensor<f32>, tensor<i64>
+  func.return %c, %p, %m, %i : tensor<4xf32>, tensor<f32>, tensor<f32>, tensor<i64>
 }""")
-    calls = [op for op in others.walk() if isinstance(op, graph.TorchCallOp)]
-    assert len(calls) == 2 and all(EagerStep(op, (), (), "").direct is None for op in calls)
+    cat, picked, both = [op for op in others.walk() if isinstance(op, graph.TorchCallOp)]
+    assert EagerStep(cat, (), (), "").direct is None
+    assert EagerStep(picked, (), (), "").direct is None
+    assert EagerStep(both, (), (), "").direct is not None
     fast = runner(list(args), BufferPool().allocate, BufferPool().release)
     slow = executor.run_steps(program, list(args), BufferPool(), None)
     torch.testing.assert_close(fast[0], slow[0], rtol=0, atol=0)
     torch.testing.assert_close(compiled(*args), f(*args))
+
+
+def test_the_runner_unpacks_an_externs_tuple_of_results() -> None:
+    """An extern whose operator returns a tuple of its results (`native_dropout`: the output
+    and the mask) is one call in the runner's code, its results unpacked into their slots:
+    bit for bit the step-by-step loop's and eager's, under one seed."""
+    import xfuse
+    from xfuse.runtime import executor
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, mask = torch.native_dropout(x * 2, 0.5, True)
+        return y + 1, mask
+
+    x = torch.randn(4, 8)
+    compiled = xfuse.compile(f, (x,), quiet=True, fallback="error")
+    program = compiled.default.program
+    (i,) = [i for i, s in enumerate(program.steps) if isinstance(s, EagerStep)]
+    assert len(program.steps[i].outputs) == 2
+    runner = program.runner
+    assert f"ext{i}" in runner.__globals__ and f"step{i}" not in runner.__globals__
+    torch.manual_seed(0)
+    fast = runner([x], BufferPool().allocate, BufferPool().release)
+    torch.manual_seed(0)
+    slow = executor.run_steps(program, [x], BufferPool(), None)
+    torch.manual_seed(0)
+    want = f(x)
+    torch.manual_seed(0)
+    got = compiled(x)
+    for a, b, c, d in zip(fast, slow, want, got, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, c, rtol=0, atol=0)
+        torch.testing.assert_close(d, c, rtol=0, atol=0)
 
 
 def test_graph_memory_is_copied_once_with_eager_strides() -> None:

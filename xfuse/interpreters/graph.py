@@ -627,10 +627,11 @@ where an operand goes) and its keyword arguments."""
 
 
 def direct_call(op: Operation) -> DirectCall | None:
-    """The op as one torch call that returns its one tensor result, for a caller that writes
+    """The op as one torch call that returns its tensor results, for a caller that writes
     the call out itself (the runner: `s7 = ext7(s5, c3, a7_2, ...)`): a `graph.torch_call`
-    whose operands are whole positional arguments and whose operator returns one tensor, as
-    it is (no `orders`), a product of two matrices (`torch.mm`: what `torch.matmul` calls for
+    whose operands are whole positional arguments and whose operator returns one tensor, or
+    a tuple of as many tensors as the op has results (`native_dropout`: `s7, s8 = ext7(...)`),
+    each as it is (no `picks`, no `orders`), a product of two matrices (`torch.mm`: what `torch.matmul` calls for
     them, without its dispatch on ranks, about half a microsecond less a call on the CPU) or of
     two batches of as many matrices (`torch.bmm`, which `torch.matmul` calls for them after an
     `expand`, a `reshape` and before an `_unsafe_view` that change nothing), or a `graph.linear`.
@@ -645,7 +646,7 @@ def direct_call(op: Operation) -> DirectCall | None:
     if isinstance(op, graph.LinearOp):
         bias = [Operand(2)] if len(op.operands) > 2 else [None]
         return torch.nn.functional.linear, [Operand(0), Operand(1), *bias], {}
-    if not isinstance(op, graph.TorchCallOp) or len(op.results) != 1 or op.orders is not None:
+    if not isinstance(op, graph.TorchCallOp) or op.orders is not None or op.picks is not None:
         return None
     try:
         schema = getattr(resolve_torch_op(op.target.data), "_schema", None)
@@ -654,7 +655,9 @@ def direct_call(op: Operation) -> DirectCall | None:
     except XfuseError:
         return None
     returns = [] if schema is None else schema.returns
-    if found is None or len(returns) != 1 or str(returns[0].type) != "Tensor":
+    if found is None or len(returns) != len(op.results) or not returns:
+        return None
+    if any(str(r.type) != "Tensor" for r in returns):
         return None
     return fn, *found
 

@@ -284,9 +284,11 @@ def make_runner(program: Program) -> Runner:
             if held:
                 lines.append(f"    {' = '.join(held)} = None")
         elif isinstance(step, EagerStep) and run == step.run and step.direct is not None:
-            # One torch call (`EagerStep.direct`): `s7 = ext7(s5, c3, a7_2, ...)`.
+            # One torch call (`EagerStep.direct`): `s7 = ext7(s5, c3, a7_2, ...)`, or for an
+            # operator's tuple of results `s7, s8 = ext7(...)`.
             call = direct_call_text(i, step.direct, [slot(s) for s in in_slots], names)
-            lines.append(f"    {slot(out_slots[0])} = {call}")
+            targets = slot(out_slots[0]) if len(out_slots) == 1 else unpack(out_slots)
+            lines.append(f"    {targets} = {call}")
         else:
             names[f"step{i}"] = run
             call = f"step{i}([{', '.join(slot(s) for s in in_slots)}], allocate)"
