@@ -96,3 +96,27 @@ def test_an_input_it_cannot_take_is_one_clear_error() -> None:
 def test_a_program_with_no_tensor_output(value: Any) -> None:
     x = torch.randn(4)
     assert xfuse.compile(lambda x: value, (x,), quiet=True)(x) == value
+
+
+@pytest.mark.parametrize("kind", [tuple, list])
+def test_flat_outputs_with_constants_are_built_without_pytree(
+    kind: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flat tuple or list of outputs with a constant among them (a backward's None
+    gradient) is built at once from the results and the constants, not by `tree_unflatten`."""
+    from torch.utils import _pytree
+
+    def f(x: torch.Tensor) -> Any:
+        return kind([x * 2, None, x + 1])
+
+    x = torch.randn(3)
+    compiled = xfuse.compile(f, (x,), quiet=True, fallback="error")
+
+    def refused(*args: object) -> None:
+        raise AssertionError("tree_unflatten called")
+
+    monkeypatch.setattr(_pytree, "tree_unflatten", refused)
+    got = compiled(x)
+    assert type(got) is kind and got[1] is None
+    torch.testing.assert_close(got[0], x * 2)
+    torch.testing.assert_close(got[2], x + 1)

@@ -215,16 +215,26 @@ def _load(data: bytes, model: torch.nn.Module, key: ExportKey) -> Imported:
 
 
 def unflattener(imported: Imported) -> Callable[[list[Tensor]], Any]:
-    """Flat tensor results -> the model's output structure (with its non-tensor outputs); a
-    tensor or a flat tuple of tensors without pytree."""
+    """Flat tensor results -> the model's output structure (with its non-tensor outputs put
+    back); one output, or a flat tuple or list of them, without pytree."""
     spec, program = imported.out_spec, imported.program
-    if program.output_constants:
-        unflatten = pytrees.unflattener(spec)
-        return lambda outs: unflatten(program.outputs(outs))
+    build = _flat_builder(spec)
+    if not program.output_constants:
+        return build
+    outputs = program.outputs
+    return lambda outs: build(outputs(outs))
+
+
+def _flat_builder(spec: pytree.TreeSpec) -> Callable[[list[Any]], Any]:
+    """Flat leaves -> the structure `spec` describes: the leaf itself, a flat tuple or list
+    made at once, anything else through pytree (`pytrees.unflattener`)."""
     if spec.is_leaf():
-        return lambda outs: outs[0]
-    if spec.type is tuple and all(spec.child(i).is_leaf() for i in range(spec.num_children)):
+        return lambda leaves: leaves[0]
+    flat = all(spec.child(i).is_leaf() for i in range(spec.num_children))
+    if flat and spec.type is tuple:
         return tuple
+    if flat and spec.type is list:
+        return list
     return pytrees.unflattener(spec)
 
 
