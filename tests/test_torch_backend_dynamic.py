@@ -183,6 +183,29 @@ def test_a_changed_python_float_runs_eagerly() -> None:
     torch._dynamo.reset()
 
 
+def test_lifted_parameters_are_not_checked_at_every_call(counts: Counts) -> None:
+    """Dynamo guards the layouts of the parameters it lifts: a call whose parameters are the
+    last call's tensors keys its plan on its own inputs' layouts alone, and a parameter
+    replaced by another tensor takes the checked path, with the new parameter's values."""
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with torch.no_grad():
+        for batch in (3, 4, 5, 4):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+        (program,) = [p for p in map(dynamic_program, dynamo.BACKEND_PROGRAMS.values()) if p]
+        assert program.statics_guarded and program.static_inputs
+        guarded = [k for k in program.plans if isinstance(k, tuple) and k[0] == "guarded"]
+        assert len(guarded) == 2  # batches 4 and 5 from the second call on (4 again found it)
+        assert all(len(k[1]) == 1 for k in guarded)  # the input alone, no parameter
+        model.down.weight = torch.nn.Parameter(torch.randn(8, 32))
+        for batch in (4, 4):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert counts.programs("symbolic") == 1
+
+
 def dynamic_program(backend_program: Any) -> DynamicProgram | None:
     """The symbolic program behind a callable the backend returned, if it has one."""
     found = getattr(backend_program, "dynamic", None)

@@ -680,6 +680,7 @@ def symbolic_program(
                 raise
             program = compile_dynamic(fn, examples, device, refined, static_inputs=static)
     program.guards += dynamo_guards(gm, example_inputs)
+    program.statics_guarded = True  # dynamo guards the layouts of the parameters it lifts
     COMPILES["symbolic"] += 1
     return program, inputs
 

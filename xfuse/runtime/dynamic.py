@@ -30,6 +30,7 @@ What layouts do not settle (the module's mode, grad and autocast) is checked at 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -101,6 +102,11 @@ MAX_PLANS = 256
 
 def _is_tensor(value: object) -> bool:
     return isinstance(value, Tensor)
+
+
+def _layout(t: Tensor) -> Hashable:
+    """What a plan depends on of one input: its Python type, sizes, strides, dtype, device."""
+    return type(t), t.shape, t.stride(), t.dtype, t.device
 
 
 def check_dynamic_options(
@@ -318,6 +324,14 @@ class DynamicProgram:
         """The plans of plain calls by their layouts (`_layouts`), `MAX_PLANS` at most: a
         call of the same layouts as an earlier one skips the pytree walk and the checks of
         `SymbolicProgram.bind`, which that call passed."""
+        self.statics_guarded = False
+        """Whether the caller's guards hold the `static_inputs`' sizes, strides, dtypes and
+        devices (dynamo's, for the parameters it lifts: `xfuse.dynamo.symbolic_program`): a
+        plain call whose static inputs are the last call's tensors then keys its plan on the
+        other inputs' layouts alone."""
+        self._moving = [i for i in range(len(example_inputs)) if i not in static_inputs]
+        self._seen_statics: list[Any] | None = None
+        """The static inputs of the last plain call keyed on every layout."""
 
     @property
     def kernel_count(self) -> int:
@@ -440,7 +454,15 @@ class DynamicProgram:
         """What the plan of a plain call (tensors `args`) depends on: each input's Python
         type, sizes, strides, dtype and device, and the module state's layouts and mode
         (`ModuleState.key`); None where some state is no tensor (`_tensors` says which)."""
-        inputs = tuple([(type(t), t.shape, t.stride(), t.dtype, t.device) for t in args])
+        if self.statics_guarded and self.state is None:
+            statics = [args[i] for i in self.static_inputs]
+            if self._seen_statics is not None and all(
+                map(operator.is_, statics, self._seen_statics)
+            ):
+                moving = [args[i] for i in self._moving]
+                return "guarded", tuple([_layout(t) for t in moving])
+            self._seen_statics = statics  # the next call with these takes the key above
+        inputs = tuple([_layout(t) for t in args])
         if self.state is None:
             return inputs
         try:
