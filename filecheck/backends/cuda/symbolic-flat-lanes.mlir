@@ -1,10 +1,11 @@
 // RUN: python -m xfuse.backends.cuda %s | filecheck %s
 // y = x[:, :7] with x: [s0, 8], y: [s0, 7] bf16 (s0 at run time): rows of 7 take no vector, the
 // flattened index space does. A grid-stride loop over chunks of 8 consecutive elements of y
-// (s0 * 7 / 8 of them: `items` rounds up for the part chunk), each lane's indices the one
+// (s0 * 7 / 8 of them: `items` rounds up for the part chunk). A chunk within a row takes the
+// first lane's indices with the last plus the lane; one across rows, each lane's the one
 // before's plus one with a carry (a thread divides by 7 only for its first indices, as a
-// product); y's 8 lanes are one aligned 128-bit store, x's are 8 loads. The fewer than 8 elements past the last whole chunk go one
-// each to the first threads after the loop.
+// product). y's 8 lanes are one aligned 128-bit store, x's are 8 loads. The fewer than 8
+// elements past the last whole chunk go one each to the first threads after the loop.
 
 builtin.module {
   func.func @forward_k0(%0: memref<?xbf16>, %1: memref<?xbf16>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0", xfuse.size_hints = [6 : i64]} {

@@ -1615,9 +1615,10 @@ def _map_symbolic_flat(
 ) -> None:
     """`elementwise` with flat lanes at runtime sizes: chunks of `width` consecutive elements
     of the flattened index space in a grid-stride loop, each lane's indices the first lane's
-    plus its lane (carried: no division), the accesses at the iteration's own element one
-    aligned vector access (`_own_flat_accesses`); the elements past the last whole chunk
-    (fewer than `width`) go one each to the first threads after the loop."""
+    plus its lane (the last index alone where the chunk lies within a row, else carried: no
+    division), the accesses at the iteration's own element one aligned vector access
+    (`_own_flat_accesses`); the elements past the last whole chunk (fewer than `width`) go
+    one each to the first threads after the loop."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     e = _Emit(Builder(InsertPoint.before(par)), i64)
@@ -1635,24 +1636,25 @@ def _map_symbolic_flat(
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     own = _own_flat_accesses(body, ivs, shape)
     digits: list[SSAValue] = list(loop_body.args[1:])
-    one = [inner.const(0) for _ in shape[:-1]] + [inner.const(1)]
-    cloners: list[_Cloner] = []
-    lane_digits = digits
-    for lane in range(width):
-        if lane:
-            lane_digits = _add_digits(inner, lane_digits, one, extents)
-        lane_ivs = [inner.to_index(d) for d in lane_digits]
-        cloner = _Cloner(inner, dict(zip(ivs, lane_ivs, strict=True)), read_only)
-        cloner.marks = {
-            access: {LANE_ATTR: IntegerAttr(lane, i64)}
-            if lane
-            else {
-                ALIGN_ATTR: IntegerAttr(width * byte_width(_memref_type(access).element_type), i64)
-            }
-            for access in own
-        }
-        cloners.append(cloner)
-    _clone_lanes(inner, body, cloners, set[Operation](own))
+    # A chunk within one row (nearly all of them where rows are long): each lane's indices
+    # are the first lane's with the last plus the lane. Else each lane's are the last lane's
+    # plus one, carried.
+    fits = inner.lt(inner.add(digits[-1], inner.const(width - 1)), extents[-1])
+    within, across = Block(), Block()
+    w = _Emit(Builder(InsertPoint.at_end(within)), i64)
+    rows = [w.to_index(d) for d in digits[:-1]]
+    lanes = [[*rows, w.to_index(w.add(digits[-1], w.const(lane)))] for lane in range(width)]
+    _clone_flat_chunk(w, body, ivs, lanes, own, read_only)
+    a = _Emit(Builder(InsertPoint.at_end(across)), i64)
+    one = [a.const(0) for _ in shape[:-1]] + [a.const(1)]
+    carried = [digits]
+    for _ in range(1, width):
+        carried.append(_add_digits(a, carried[-1], one, extents))
+    lanes = [[a.to_index(d) for d in lane] for lane in carried]
+    _clone_flat_chunk(a, body, ivs, lanes, own, read_only)
+    for branch in (within, across):
+        branch.add_op(scf.YieldOp())
+    inner.builder.insert(scf.IfOp(fits, [], [within], [across]))
     loop_body.add_op(scf.YieldOp(*_add_digits(inner, digits, step, extents)))
     # The tail: elements chunks * width + t for t < total - chunks * width, one a thread.
     done = e.mul(chunks, wide)
@@ -1667,6 +1669,32 @@ def _map_symbolic_flat(
     par.detach()
     par.erase()
     _set_launch(kernel, "elementwise", block, RUNTIME_ITEMS)
+
+
+def _clone_flat_chunk(
+    e: _Emit,
+    body: list[Operation],
+    ivs: Sequence[SSAValue],
+    lanes: list[list[SSAValue]],
+    own: set[memref.LoadOp | memref.StoreOp],
+    read_only: set[SSAValue],
+) -> None:
+    """`body` cloned once per lane of a flat chunk (`lanes`: each lane's indices), the
+    accesses at the iteration's own element (`own`) one aligned vector access."""
+    width = len(lanes)
+    cloners: list[_Cloner] = []
+    for lane, lane_ivs in enumerate(lanes):
+        cloner = _Cloner(e, dict(zip(ivs, lane_ivs, strict=True)), read_only)
+        cloner.marks = {
+            access: {LANE_ATTR: IntegerAttr(lane, i64)}
+            if lane
+            else {
+                ALIGN_ATTR: IntegerAttr(width * byte_width(_memref_type(access).element_type), i64)
+            }
+            for access in own
+        }
+        cloners.append(cloner)
+    _clone_lanes(e, body, cloners, set[Operation](own))
 
 
 def _map_symbolic(
