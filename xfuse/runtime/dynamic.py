@@ -329,7 +329,7 @@ class DynamicProgram:
         devices (dynamo's, for the parameters it lifts: `xfuse.dynamo.symbolic_program`): a
         plain call whose static inputs are the last call's tensors then keys its plan on the
         other inputs' layouts alone."""
-        self._moving = [i for i in range(len(example_inputs)) if i not in static_inputs]
+        self._unguarded = [i for i in range(len(example_inputs)) if i not in static_inputs]
         self._seen_statics: list[Any] | None = None
         """The static inputs of the last plain call keyed on every layout."""
 
@@ -459,8 +459,8 @@ class DynamicProgram:
             if self._seen_statics is not None and all(
                 map(operator.is_, statics, self._seen_statics)
             ):
-                moving = [args[i] for i in self._moving]
-                return "guarded", tuple([_layout(t) for t in moving])
+                unguarded = [args[i] for i in self._unguarded]
+                return "guarded", tuple([_layout(t) for t in unguarded])
             self._seen_statics = statics  # the next call with these takes the key above
         inputs = tuple([_layout(t) for t in args])
         if self.state is None:

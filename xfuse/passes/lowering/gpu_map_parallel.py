@@ -40,7 +40,7 @@ kernel touches more than 2^31-1 elements, then 64-bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from xdsl.builder import Builder
@@ -445,16 +445,26 @@ def _body_ops(block: Block) -> list[Operation]:
     return [op for op in block.ops if not isinstance(op, scf.ReduceOp | scf.YieldOp)]
 
 
+def _vector_lanes(accesses: Sequence[memref.LoadOp | memref.StoreOp]) -> int:
+    """Elements of 128 bits of the widest element `accesses` touch."""
+    return max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+
+
+def _reads_what_it_writes(accesses: Sequence[memref.LoadOp | memref.StoreOp]) -> bool:
+    """Whether `accesses` load from a buffer they store to (lanes could then depend on each
+    other through memory)."""
+    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
+    return bool(loaded & _stored_memrefs(accesses))
+
+
 def _vector_width(body: list[Operation], shape: Sequence[int]) -> int:
     """Elements per thread and step: 128 bits of the widest element the body touches."""
     accesses = _accesses(body)
     if not accesses or not shape:
         return 1
-    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
-    if loaded & _stored_memrefs(body):
+    if _reads_what_it_writes(accesses):
         return 1  # lanes could depend on each other through memory
-    widest = max(byte_width(_memref_type(a).element_type) for a in accesses)
-    width = max(1, VECTOR_BYTES // widest)
+    width = _vector_lanes(accesses)
     while width > 1 and shape[-1] % width:
         width //= 2
     return width
@@ -486,10 +496,9 @@ def _flat_width(body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[
         return 1
     if any(isinstance(op, scf.ForOp) for op in body):
         return 1
-    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
-    if loaded & _stored_memrefs(body):
+    if _reads_what_it_writes(accesses):
         return 1
-    width = max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+    width = _vector_lanes(accesses)
     return width if numel(shape) % width == 0 else 1
 
 
@@ -913,7 +922,7 @@ def _row_width(loops: Sequence[scf.ForOp], length: int) -> int:
     accesses = _accesses(loops)
     if not accesses or not all(_indexes_directly(loop) for loop in loops):
         return 1
-    width = max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+    width = _vector_lanes(accesses)
     while width > 1:
         ok = length % width == 0
         for loop in loops:
@@ -1355,10 +1364,9 @@ def _symbolic_width(body: list[Operation], shape: Sequence[Extent]) -> int:
     inner = shape[-1] if shape else None
     if not accesses or not isinstance(inner, int) or any(op.regions for op in body):
         return 1
-    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
-    if loaded & _stored_memrefs(body):
+    if _reads_what_it_writes(accesses):
         return 1
-    width = max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+    width = _vector_lanes(accesses)
     while width > 1 and inner % width:
         width //= 2
     return width
@@ -1367,51 +1375,27 @@ def _symbolic_width(body: list[Operation], shape: Sequence[Extent]) -> int:
 _INDEX_CASTS = (arith.IndexCastOp, arith.ExtUIOp, arith.ExtSIOp)
 
 
-def _coefficient(value: SSAValue, iv: SSAValue, body: set[Operation]) -> int | None:
-    """The coefficient of `iv` in `value`, an index computed by the ops of `body` from loop
-    indices, sizes and constants: 0 where `value` does not depend on it, None where it is no
-    constant multiple of it (a product with a runtime size, a division)."""
-    if value is iv:
-        return 1
-    op = value.owner
-    if not isinstance(op, Operation) or op not in body:
-        return 0  # another loop index, a size argument, or a value from outside the loop
-    operands = [_coefficient(v, iv, body) for v in op.operands]
-    if all(c == 0 for c in operands):
-        return 0
-    if None in operands:
+def _coefficient(value: SSAValue, iv: SSAValue) -> int | None:
+    """The coefficient of the loop index `iv` in the index `value` (0 where it does not depend
+    on it); None where `value` is no constant multiple of it plus terms without it (a product
+    with a runtime size, a division)."""
+    poly = _poly(value, {id(iv)})
+    if poly is None:
         return None
-    if isinstance(op, arith.AddiOp):
-        return operands[0] + operands[1]  # type: ignore[operator]
-    if isinstance(op, arith.SubiOp):
-        return operands[0] - operands[1]  # type: ignore[operator]
-    if isinstance(op, _INDEX_CASTS):
-        return operands[0]
-    if isinstance(op, arith.MuliOp):
-        k, c = (0, 1) if operands[1] == 0 else (1, 0)
-        factor = int_constant(op.operands[c])
-        return None if factor is None else factor * operands[k]  # type: ignore[operator]
-    return None
+    coefficient = 0
+    for monomial, n in poly.items():
+        if id(iv) in monomial:
+            if monomial != (id(iv),):
+                return None
+            coefficient = n
+    return coefficient
 
 
 def _multiple_of(value: SSAValue, width: int, iv: SSAValue) -> bool:
-    """Whether the index `value` is a multiple of `width` wherever `iv` is (a vector's first
-    lane)."""
-    if value is iv:
-        return True
-    op = value.owner
-    if isinstance(op, arith.ConstantOp):
-        c = int_constant(value)
-        return c is not None and c % width == 0
-    if not isinstance(op, Operation):
-        return False  # another loop index, or a size argument
-    if isinstance(op, arith.AddiOp | arith.SubiOp):
-        return all(_multiple_of(v, width, iv) for v in op.operands)
-    if isinstance(op, arith.MuliOp):
-        return any(_multiple_of(v, width, iv) for v in op.operands)
-    if isinstance(op, _INDEX_CASTS):
-        return _multiple_of(op.operands[0], width, iv)
-    return False
+    """Whether the index `value` is a multiple of `width` wherever the loop index `iv` is (a
+    vector's first lane): each of its terms holds `iv` or a multiple of `width`."""
+    poly = _poly(value, {id(iv)})
+    return poly is not None and all(id(iv) in m or n % width == 0 for m, n in poly.items())
 
 
 def _lane_accesses(
@@ -1421,16 +1405,15 @@ def _lane_accesses(
     loop index `iv` by 1, the others not at all), each with whether its first lane is
     `width` elements aligned (a row-major buffer whose last dim, where static, is a multiple
     of `width`, at a last index that is a multiple of it)."""
-    ops = {nested for op in body for nested in op.walk()}
     lanes: dict[memref.LoadOp | memref.StoreOp, bool] = {}
     for access in _accesses(body):
         t = _memref_type(access)
         if not access.indices:
             continue  # a 0-d buffer: every lane's one element
         *outer, last = access.indices
-        if not isinstance(t.layout, NoneAttr) or _coefficient(last, iv, ops) != 1:
+        if not isinstance(t.layout, NoneAttr) or _coefficient(last, iv) != 1:
             continue
-        if any(_coefficient(i, iv, ops) != 0 for i in outer):
+        if any(_coefficient(i, iv) != 0 for i in outer):
             continue
         rows = t.get_shape()[-1]
         lanes[access] = (len(t.get_shape()) == 1 or rows % width == 0) and _multiple_of(
@@ -1484,15 +1467,7 @@ def _map_symbolic_grid_stride(
     for lane in range(width):
         column = inner.to_index(inner.add(start, inner.const(lane)) if lane else start)
         cloner = _Cloner(inner, dict(zip(ivs, [*outer, column], strict=True)), read_only)
-        cloner.marks = {
-            access: {LANE_ATTR: IntegerAttr(lane, i64)}
-            if lane
-            else {
-                ALIGN_ATTR: IntegerAttr(width * byte_width(_memref_type(access).element_type), i64)
-            }
-            for access, aligned in lanes.items()
-            if aligned
-        }
+        cloner.marks = _lane_marks([a for a, aligned in lanes.items() if aligned], lane, width)
         cloners.append(cloner)
     _clone_lanes(inner, body, cloners, set(lanes))
     loop_body.add_op(scf.YieldOp(*_add_digits(inner, digits, step, extents)))
@@ -1501,6 +1476,20 @@ def _map_symbolic_grid_stride(
     strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
     _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
     return strategy, width, False
+
+
+def _lane_marks(
+    vectors: Iterable[memref.LoadOp | memref.StoreOp], lane: int, width: int
+) -> dict[Operation, dict[str, Attribute]]:
+    """What lane `lane` of a chunk marks on its clones of the accesses `vectors` (each one
+    aligned vector access of `width` elements): the first lane its alignment, the others
+    their lane (`ConvertVectorLaneAccess`)."""
+    return {
+        access: {LANE_ATTR: IntegerAttr(lane, i64)}
+        if lane
+        else {ALIGN_ATTR: IntegerAttr(width * byte_width(_memref_type(access).element_type), i64)}
+        for access in vectors
+    }
 
 
 def _clone_lanes(
@@ -1523,10 +1512,11 @@ Poly = dict[tuple[int, ...], int]
 """A polynomial of index values: monomial (the `id`s of its factors, sorted) -> coefficient."""
 
 
-def _poly(value: SSAValue) -> Poly | None:
-    """`value` as a polynomial of block arguments (loop indices, size arguments) and
-    constants, where it is computed from them by additions, subtractions, products and index
-    casts; else None."""
+def _poly(value: SSAValue, ivs: set[int], opaque: bool = True) -> Poly | None:
+    """`value`, an index, as a polynomial of block arguments (loop indices, size arguments),
+    constants and, with `opaque`, the values of other ops that depend on none of the loop
+    indices `ivs` (by `id`), where it is computed from them by additions, subtractions,
+    products and index casts; else None."""
     op = value.owner
     if not isinstance(op, Operation):
         return {(id(value),): 1}
@@ -1534,10 +1524,14 @@ def _poly(value: SSAValue) -> Poly | None:
         c = int_constant(value)
         return None if c is None else ({(): c} if c else {})
     if isinstance(op, _INDEX_CASTS):
-        return _poly(op.operands[0])
+        return _poly(op.operands[0], ivs, opaque)
     if not isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
-        return None
-    a, b = (_poly(v) for v in op.operands)
+        if not opaque:
+            return None
+        operands = [_poly(v, ivs) for v in op.operands]
+        free = all(p is not None and not any(ivs & set(m) for m in p) for p in operands)
+        return {(id(value),): 1} if free else None
+    a, b = (_poly(v, ivs, opaque) for v in op.operands)
     if a is None or b is None:
         return None
     if isinstance(op, arith.MuliOp):
@@ -1567,7 +1561,9 @@ def _flat_position(ivs: Sequence[SSAValue], shape: Sequence[Extent]) -> Poly | N
         if stride is None:
             return None
         position = _poly_add(position, _poly_mul({(id(iv),): 1}, stride))
-        size: Poly | None = {(): extent} if isinstance(extent, int) else _poly(extent)
+        size: Poly | None = (
+            {(): extent} if isinstance(extent, int) else _poly(extent, set(), opaque=False)
+        )
         stride = None if size is None else _poly_mul(stride, size)
     return position
 
@@ -1583,13 +1579,12 @@ def _symbolic_flat_width(
     accesses = _accesses(body)
     if len(shape) < 2 or not accesses or any(op.regions for op in body):
         return 1
-    loaded = {a.memref for a in accesses if isinstance(a, memref.LoadOp)}
-    if loaded & _stored_memrefs(body):
+    if _reads_what_it_writes(accesses):
         return 1
     own = _own_flat_accesses(body, ivs, shape)
     if any(isinstance(a, memref.StoreOp) and a not in own for a in accesses):
         return 1
-    return max(1, VECTOR_BYTES // max(byte_width(_memref_type(a).element_type) for a in accesses))
+    return _vector_lanes(accesses)
 
 
 def _own_flat_accesses(
@@ -1598,6 +1593,7 @@ def _own_flat_accesses(
     """Accesses of a 1-D buffer at the flattened position of the iteration (its row-major
     offset in `shape`)."""
     flat = _flat_position(ivs, shape)
+    loops = {id(iv) for iv in ivs}
     own: set[memref.LoadOp | memref.StoreOp] = set()
     if flat is None:
         return own
@@ -1605,7 +1601,7 @@ def _own_flat_accesses(
         t = _memref_type(access)
         if len(access.indices) != 1 or not isinstance(t.layout, NoneAttr):
             continue
-        if _poly(access.indices[0]) == flat:
+        if _poly(access.indices[0], loops, opaque=False) == flat:
             own.add(access)
     return own
 
@@ -1685,14 +1681,7 @@ def _clone_flat_chunk(
     cloners: list[_Cloner] = []
     for lane, lane_ivs in enumerate(lanes):
         cloner = _Cloner(e, dict(zip(ivs, lane_ivs, strict=True)), read_only)
-        cloner.marks = {
-            access: {LANE_ATTR: IntegerAttr(lane, i64)}
-            if lane
-            else {
-                ALIGN_ATTR: IntegerAttr(width * byte_width(_memref_type(access).element_type), i64)
-            }
-            for access in own
-        }
+        cloner.marks = _lane_marks(own, lane, width)
         cloners.append(cloner)
     _clone_lanes(e, body, cloners, set[Operation](own))
 
