@@ -5,6 +5,7 @@ runs it, with one `DynamicShapesWarning` naming the reason; values match eager a
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -204,6 +205,65 @@ def test_lifted_parameters_are_not_checked_at_every_call(counts: Counts) -> None
             x = torch.randn(batch, 16)
             torch.testing.assert_close(compiled(x), model(x))
     assert counts.programs("symbolic") == 1
+
+
+class Stack(torch.nn.Module):
+    """`depth` linear layers, each followed by a layer norm: the parameters dynamo lifts and the
+    Python floats it passes as tensors (the norms' `eps`) grow with the depth."""
+
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
+            for _ in range(depth)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+HOST_PATH = ("/xfuse/dynamo.py", "/xfuse/runtime/dynamic.py", "/xfuse/frontend/")
+"""Where the per-call host path of a dynamic program under dynamo lives (its steps aside)."""
+
+
+def host_frames(call: Any) -> int:
+    """The Python frames of the host path (`HOST_PATH`) that `call()` runs."""
+    frames = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal frames
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if event == "call" and any(part in path for part in HOST_PATH):
+            frames += 1
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return frames
+
+
+def test_a_call_runs_no_python_per_parameter_or_float(counts: Counts) -> None:
+    """A call whose plan is kept checks the Python floats dynamo passes, picks the program's
+    tensors, keys its plan on the inputs dynamo does not guard and binds the arguments with
+    no Python per parameter or float: its host path runs as many Python frames at any
+    depth."""
+    frames: list[int] = []
+    for depth in (2, 6):
+        torch.manual_seed(0)
+        model = Stack(depth).eval()
+        compiled = torch.compile(model, backend="xfuse", dynamic=True)
+        with torch.no_grad():
+            for batch in (3, 4, 4):  # the third call runs with the plan the second kept
+                x = torch.randn(batch, 16)
+                torch.testing.assert_close(compiled(x), model(x))
+            frames.append(host_frames(lambda: compiled(x)))  # noqa: B023 - called at once
+        torch._dynamo.reset()
+    assert counts.programs("symbolic") == 2 and counts.programs("per-shape") == 0
+    assert frames[0] == frames[1] > 0
 
 
 def dynamic_program(backend_program: Any) -> DynamicProgram | None:

@@ -34,6 +34,7 @@ from xfuse.errors import (
     UnsupportedProgram,
 )
 from xfuse.frontend.builder import guarded_low
+from xfuse.frontend.pytrees import picker
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
 from xfuse.training import needs_aot, training_backend
@@ -334,6 +335,11 @@ class SymbolicInputs:
     torch.export's trace records it and the importer makes it a relation of the program's
     size table, which the program checks at each call."""
 
+    @functools.cached_property
+    def _pick_tensors(self) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+        """A call's tensor inputs, as a tuple (one C call)."""
+        return picker(self.tensors)
+
     def arguments(self, args: Sequence[Any]) -> list[Any]:
         """The program's inputs for a call of the graph's `args`: its tensors, each dim that
         `plans` splits viewed as its factors' sizes; an `UnsupportedInputError` (before anything
@@ -345,7 +351,7 @@ class SymbolicInputs:
                     f"input {i} is the Python int {args[i]}, where the program was compiled "
                     f"for {value}"
                 )
-        found = [args[i] for i in self.tensors]
+        found = list(self._pick_tensors(args))
         if not self.plans:
             return found
         values = symbol_values(self.held, args)
@@ -821,6 +827,7 @@ def _dynamic(
     if not scalars:
         return compiled
     warned: set[str] = set()
+    others = picker(without_scalars(range(len(example_inputs)), scalars))
 
     def run(*args: Any) -> Any:
         # One `.item()` per scalar is the cheapest check measured for 15 0-d CPU tensors (about
@@ -835,7 +842,7 @@ def _dynamic(
                         stacklevel=3,
                     )
                 return gm.forward(*args)
-        return compiled(*without_scalars(args, scalars))
+        return compiled(*others(args))  # `without_scalars`, in one C call
 
     for name in ("dynamic", "programs", "symbolic_reason"):
         setattr(run, name, getattr(compiled, name))

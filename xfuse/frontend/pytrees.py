@@ -193,5 +193,7 @@ def picker(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
     none)."""
     if len(keys) >= 2:
         return operator.itemgetter(*keys)
-    fixed = tuple(keys)
-    return lambda items: tuple(items[k] for k in fixed)
+    if len(keys) == 1:
+        key = keys[0]
+        return lambda items: (items[key],)
+    return lambda items: ()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import torch
@@ -99,9 +100,9 @@ class CallPlan(NamedTuple):
 MAX_PLANS = 256
 """Plain calls' plans a program keeps (`DynamicProgram.plans`)."""
 
-
-def _is_tensor(value: object) -> bool:
-    return isinstance(value, Tensor)
+TENSORS = repeat(Tensor)
+"""`Tensor` without end: `all(map(isinstance, args, TENSORS))` checks that every argument is a
+tensor in one C loop."""
 
 
 def _layout(t: Tensor) -> Hashable:
@@ -329,8 +330,11 @@ class DynamicProgram:
         devices (dynamo's, for the parameters it lifts: `xfuse.dynamo.symbolic_program`): a
         plain call whose static inputs are the last call's tensors then keys its plan on the
         other inputs' layouts alone."""
-        self._unguarded = [i for i in range(len(example_inputs)) if i not in static_inputs]
-        self._seen_statics: list[Any] | None = None
+        self._statics = picker(static_inputs)
+        """A call's static inputs, as a tuple (one C call)."""
+        self._unguarded = picker([i for i in range(len(example_inputs)) if i not in static_inputs])
+        """A call's other inputs, as a tuple (one C call)."""
+        self._seen_statics: tuple[Any, ...] | None = None
         """The static inputs of the last plain call keyed on every layout."""
 
     @property
@@ -425,7 +429,7 @@ class DynamicProgram:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         plan = layouts = None
-        if not kwargs and len(args) == self.plain_arity and all(map(_is_tensor, args)):
+        if not kwargs and len(args) == self.plain_arity and all(map(isinstance, args, TENSORS)):
             state = self.state.tensors() if self.state is not None else []
             layouts = self._layouts(args, state)
             plan = self.plans.get(layouts) if layouts is not None else None
@@ -455,12 +459,11 @@ class DynamicProgram:
         type, sizes, strides, dtype and device, and the module state's layouts and mode
         (`ModuleState.key`); None where some state is no tensor (`_tensors` says which)."""
         if self.statics_guarded and self.state is None:
-            statics = [args[i] for i in self.static_inputs]
+            statics = self._statics(args)
             if self._seen_statics is not None and all(
                 map(operator.is_, statics, self._seen_statics)
             ):
-                unguarded = [args[i] for i in self._unguarded]
-                return "guarded", tuple([_layout(t) for t in unguarded])
+                return "guarded", tuple([_layout(t) for t in self._unguarded(args)])
             self._seen_statics = statics  # the next call with these takes the key above
         inputs = tuple([_layout(t) for t in args])
         if self.state is None:
