@@ -2,8 +2,9 @@
 The runtime's host cost on the CPU: what a compiled program's call costs beyond its kernels.
 
     python -m benchmarks.host [--runs 200] [--model gpt2] [--no-model] [--profile] [--threads 1]
+                              [--only chains|externs|dynamic|compiled|model]
 
-Five measurements, each the median of interleaved rounds in one process (every function once
+Six measurements, each the median of interleaved rounds in one process (every function once
 per round, so that load that comes and goes on a shared machine affects every column alike):
 
 - **chains of N tiny kernels** (N = 1, 10, 50; 8-element f32 tensors, `pipeline="decompose"` so
@@ -21,6 +22,11 @@ per round, so that load that comes and goes on a shared machine affects every co
   difference is what a dynamic call adds: its host path (all of it at batch 2), and at larger
   batches its memory (its intermediate buffers are fresh at every call, a static call's are
   reused and stay in cache);
+- **torch.compile, static and `dynamic=True`** (a tiny GPT-2, 2 layers 64 wide, 2x16 tokens):
+  µs per call of the whole call; with the program's steps stubbed (they hand back their first
+  results), which leaves the host path, dynamo's and xfuse's; of dynamo alone (a backend that
+  does no work); and of xfuse's entry alone (the backend's function called on dynamo's last
+  arguments, steps stubbed); with cProfile's count of function calls per call;
 - with `--profile`, the functions of the zoo model's call by own time (cProfile), and of the
   dynamic MLP's at batch 8.
 
@@ -211,6 +217,141 @@ def bench_dynamic(runs: int, profile: bool) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# torch.compile, static and dynamic=True
+# ---------------------------------------------------------------------------------------------
+
+COMPILED_TOKENS = (2, 16)
+"""A tiny GPT-2's call (`benchmarks.dynamic.LM`, 2 layers 64 wide, a vocabulary of 1000):
+2 sequences of 16 tokens, where its kernels cost little beside the host path."""
+
+
+class Switch:
+    """A `torch.compile` backend behind one dynamo frame that calls one of three functions of
+    the graph, picked per call: xfuse's (`xfuse`, the backend `torch.compile(backend="xfuse")`
+    names), or dynamo's part alone (`dynamo`: the first output xfuse gave, handed back with no
+    work). It keeps the last call's arguments (`args`), to call xfuse's function without
+    dynamo."""
+
+    def __init__(self) -> None:
+        self.fns: dict[str, Callable[..., Any]] = {}
+        self.pick = "xfuse"
+        self.args: tuple[Any, ...] = ()
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        from xfuse.dynamo import dynamo_backend
+
+        xfuse_fn = dynamo_backend(gm, example_inputs)
+        kept: list[Any] = []
+
+        def dynamo_alone(*args: Any) -> Any:
+            if not kept:
+                kept.append(xfuse_fn(*args))
+            return kept[0]
+
+        self.fns = {"xfuse": xfuse_fn, "dynamo": dynamo_alone}
+
+        def run(*args: Any) -> Any:
+            self.args = args
+            return self.fns[self.pick](*args)
+
+        return run
+
+    def program(self) -> Any:
+        """The xfuse program behind the graph: a `DynamicProgram`, else a `CompiledProgram`."""
+        fn = self.fns["xfuse"]
+        return getattr(fn, "dynamic", None) or fn.compiled  # type: ignore[attr-defined]
+
+
+def stub_steps(program: Any) -> Callable[[], None]:
+    """Make `program`'s steps hand back their first results with no work (the symbolic CPU
+    runner's, or the static program's runner's); returns what undoes it."""
+    if hasattr(program, "compiled"):  # a DynamicProgram
+        owner, name = program.compiled._cpu_runner, "run"
+    else:
+        owner, name = program.default.program, "runner"
+    real = getattr(owner, name)
+    kept: list[Any] = []
+
+    def stub(*args: Any) -> Any:
+        if not kept:
+            kept.append(real(*args))
+        return list(kept[0])
+
+    setattr(owner, name, stub)
+    return lambda: setattr(owner, name, real)
+
+
+def python_calls(fn: Fn, calls: int = 50) -> float:
+    """Function calls (Python's and builtins') per call of `fn`, as cProfile counts them."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    return pstats.Stats(profiler).total_calls / calls  # type: ignore[attr-defined]
+
+
+def bench_compiled(runs: int) -> list[str]:
+    from benchmarks.dynamic import LM
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = LM(layers=2, width=64, heads=2, vocab=1000).eval()
+    ids = torch.randint(0, 1000, COMPILED_TOKENS)
+    switches: dict[str, Switch] = {}
+    with torch.no_grad():
+        want = model(ids)
+        for mode in ("static", "dynamic"):
+            switch = switches[mode] = Switch()
+            compiled = torch.compile(model, backend=switch, dynamic=mode == "dynamic")
+            if mode == "dynamic":  # another length first: the symbolic program serves both
+                compiled(torch.randint(0, 1000, (2, 9)))
+            for _ in range(3):
+                torch.testing.assert_close(compiled(ids), want)
+
+            def call(pick: str, c: Any = compiled, s: Switch = switch) -> Any:
+                s.pick = pick
+                return c(ids)
+
+            switch.fns["call"] = call
+        # The first call after the other mode's pays for cold caches (tens of µs): a call of
+        # dynamo alone, not counted, comes first in each mode's turn.
+        fns: dict[str, Fn] = {}
+        for mode, s in switches.items():
+            fns[f"{mode} warm"] = lambda s=s: s.fns["call"]("dynamo")
+            fns[f"{mode} whole"] = lambda s=s: s.fns["call"]("xfuse")
+        us = interleaved_us(fns, runs)
+        undo = [stub_steps(s.program()) for s in switches.values()]
+        stubbed: dict[str, Fn] = {}
+        for mode, s in switches.items():
+            stubbed[f"{mode} warm"] = lambda s=s: s.fns["call"]("dynamo")
+            stubbed[f"{mode} stubbed"] = lambda s=s: s.fns["call"]("xfuse")
+            stubbed[f"{mode} dynamo"] = lambda s=s: s.fns["call"]("dynamo")
+            stubbed[f"{mode} entry"] = lambda s=s, a=s.args: s.fns["xfuse"](*a)
+        us.update(interleaved_us(stubbed, 4 * runs))
+        calls = {name: python_calls(stubbed[name]) for name in stubbed if "warm" not in name}
+        for u in undo:
+            u()
+    lines = [
+        f"Tiny GPT-2 (2 layers, 64 wide), {COMPILED_TOKENS[0]}x{COMPILED_TOKENS[1]} tokens: "
+        "µs per call, and function calls per call (cProfile's count); `steps stubbed` hands "
+        "back the first results with no steps run, `dynamo alone` a backend that does no work.",
+        "",
+        "| torch.compile | whole call | steps stubbed (calls) | dynamo alone | "
+        "xfuse's entry, steps stubbed (calls) |",
+        "|---|---|---|---|---|",
+    ]
+    for mode in switches:
+        lines.append(
+            f"| {mode} | {us[f'{mode} whole']:.1f} | {us[f'{mode} stubbed']:.1f} "
+            f"({calls[f'{mode} stubbed']:.0f}) | {us[f'{mode} dynamo']:.1f} | "
+            f"{us[f'{mode} entry']:.1f} ({calls[f'{mode} entry']:.0f}) |"
+        )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
 # A zoo model
 # ---------------------------------------------------------------------------------------------
 
@@ -322,7 +463,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--profile", action="store_true", help="cProfile the model's and the dynamic MLP's call"
     )
-    parser.add_argument("--only", choices=("chains", "externs", "dynamic", "model"))
+    parser.add_argument("--only", choices=("chains", "externs", "dynamic", "compiled", "model"))
     parser.add_argument(
         "--threads", type=int, default=1, help="torch's and xfuse's CPU threads (default 1)"
     )
@@ -333,6 +474,7 @@ def main(argv: list[str] | None = None) -> None:
         ("chains", lambda: bench_chains(args.runs)),
         ("externs", lambda: bench_externs(args.runs)),
         ("dynamic", lambda: bench_dynamic(args.runs, args.profile)),
+        ("compiled", lambda: bench_compiled(args.runs)),
         ("model", lambda: bench_model(args.model, max(20, args.runs // 4), args.profile)),
     ]
     for name, run in sections:
