@@ -184,6 +184,25 @@ def test_a_changed_python_float_runs_eagerly() -> None:
     torch._dynamo.reset()
 
 
+def test_specialised_floats_are_guarded_by_dynamo(counts: Counts) -> None:
+    """With `specialize_float`, dynamo guards the Python floats instead of passing them as
+    tensors (which a call would check): another value traces anew, with no warning."""
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with (
+        torch._dynamo.config.patch(specialize_float=True),
+        warnings.catch_warnings(),
+        torch.no_grad(),
+    ):
+        warnings.simplefilter("error", FallbackWarning)
+        x = torch.randn(3, 16)
+        torch.testing.assert_close(compiled(x), model(x))
+        model.norm.eps = 0.5  # a guard fails: traced and compiled anew, not run eagerly
+        torch.testing.assert_close(compiled(x), model(x))
+    assert counts.programs("symbolic") == 2
+
+
 def test_lifted_parameters_are_not_checked_at_every_call(counts: Counts) -> None:
     """Dynamo guards the layouts of the parameters it lifts: a call whose parameters are the
     last call's tensors keys its plan on its own inputs' layouts alone, and a parameter
