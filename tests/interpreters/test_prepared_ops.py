@@ -166,3 +166,28 @@ def test_prepared_constant_is_fresh_per_run() -> None:
     (first,) = call([])
     first.add_(1.0)
     torch.testing.assert_close(call([])[0], torch.tensor([1.5, 2.5]))
+
+
+def _unread(op: graph.TorchCallOp) -> None:
+    raise AssertionError("a prepared call read the op's attributes")
+
+
+def test_prepared_permuted_torch_call_reads_its_orders_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (op, _) = _ops(
+        "func.func @f(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {\n"
+        '  %y = graph.torch_call "aten.t.default"(%a) args = ["%t0"] kwargs = {} '
+        "orders = [array<i64: 1, 0>] : (tensor<4x8xf32>) -> tensor<4x8xf32>\n"
+        "  func.return %y : tensor<4x8xf32>\n}"
+    )
+    assert isinstance(op, graph.TorchCallOp)
+    x = torch.randn(4, 8)
+    want = run_op(op, [x])[0]
+    call = prepare_op(op)
+    monkeypatch.setattr(graph.TorchCallOp, "memory_orders", property(_unread))
+    monkeypatch.setattr(graph.TorchCallOp, "picked", property(_unread))
+    for _ in range(2):
+        (got,) = call([x])
+        assert got.stride() == want.stride() == (8, 1)
+        torch.testing.assert_close(got, x, rtol=0, atol=0)

@@ -270,14 +270,23 @@ def picked_results(op: graph.TorchCallOp, out: Any) -> Tensor | tuple[Tensor, ..
     """A torch call's results: the items of the operator's tuple at the op's `picks`, else
     its tensors (`tensor_results`), each in its memory order where the op has `orders`
     (`in_memory_order`)."""
-    picked = op.picked
-    results = tensor_results(out) if picked is None else tuple(out[i] for i in picked)
-    orders = op.memory_orders
-    if orders is None:
-        return results
-    if isinstance(results, Tensor):
-        return in_memory_order(results, orders[0])
-    return tuple(in_memory_order(t, order) for t, order in zip(results, orders, strict=True))
+    return results_picker(op)(out)
+
+
+def results_picker(op: graph.TorchCallOp) -> Callable[[Any], Tensor | tuple[Tensor, ...]]:
+    """`picked_results(op, ...)` with the op's `picks` and `orders` read once (decoding them
+    from the IR costs more than the views they make)."""
+    picked, orders = op.picked, op.memory_orders
+
+    def pick(out: Any) -> Tensor | tuple[Tensor, ...]:
+        results = tensor_results(out) if picked is None else tuple(out[i] for i in picked)
+        if orders is None:
+            return results
+        if isinstance(results, Tensor):
+            return in_memory_order(results, orders[0])
+        return tuple(in_memory_order(t, order) for t, order in zip(results, orders, strict=True))
+
+    return pick
 
 
 def in_memory_order(result: Tensor, order: tuple[int, ...] | None) -> Tensor:
@@ -665,7 +674,8 @@ def direct_call(op: Operation) -> DirectCall | None:
 def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
     fn = direct_torch_op(op.target.data)
     fill = prepare_args(op.args, op.kwargs)
-    # A permuted result (`orders`) goes through `picked_results`.
+    pick = results_picker(op)
+    # A permuted result (`orders`) goes through `pick`.
     n_results = len(op.results) if op.orders is None else -1
 
     def call(xs: list[Tensor]) -> list[Tensor]:
@@ -673,7 +683,7 @@ def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
         out = fn(*args, **kwargs)
         if n_results == 1 and isinstance(out, Tensor):
             return [out]
-        return _results(op, picked_results(op, out))
+        return _results(op, pick(out))
 
     return call
 
