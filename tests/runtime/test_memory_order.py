@@ -15,6 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import xfuse
 from xfuse.dialects import graph
+from xfuse.dialects.fusion import GroupOp
 from xfuse.interpreters import graph as interpreter
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.training import PartCompiler
@@ -59,6 +60,24 @@ def test_a_kernel_reads_attention_in_memory_order_without_a_copy() -> None:
     assert _copies(lambda: compiled(q, k, v)) <= _copies(
         lambda: attention_then_elementwise(q, k, v)
     )
+
+
+def test_a_query_a_kernel_computes_keeps_attention_in_memory_order() -> None:
+    """A query computed by a kernel (Llama's rotary embedding) is written in eager's
+    [B, T, H, D] memory, so that attention's output lies in the order the kernel after it reads
+    it in: no copy before the heads merge."""
+    q, k, v = _heads()
+
+    def scaled_query(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return attention_then_elementwise(q * 2.0 + 1.0, k, v)
+
+    compiled = xfuse.compile(scaled_query, (q, k, v), quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(q, k, v), scaled_query(q, k, v))
+    module = compiled.default.program.module
+    (call,) = [op for op in module.walk() if isinstance(op, graph.TorchCallOp)]
+    query = call.inputs[0].owner  # the kernel's [B, T, H, D] buffer, seen as [B, H, T, D]
+    assert isinstance(query, graph.PermuteOp) and isinstance(query.input.owner, GroupOp)
+    assert _copies(lambda: compiled(q, k, v)) <= _copies(lambda: scaled_query(q, k, v))
 
 
 def test_attention_returned_as_it_is_has_eager_strides() -> None:

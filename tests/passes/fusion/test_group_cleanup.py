@@ -172,3 +172,46 @@ def test_a_lone_reshaped_output_is_computed_in_its_own_shape() -> None:
     assert [graph.shape_of(r) for r in group.results] == [(1, 4, 8, 8)]
     compiled = xfuse.compile(f, (x, w), quiet=True, fallback="error")
     torch.testing.assert_close(compiled(x, w), f(x, w), rtol=0, atol=0)
+
+
+def _attention_of_group(extra_reader: str) -> str:
+    t, m = "tensor<1x2x4x8xf32>", "tensor<1x4x2x8xf32>"
+    return f"""func.func @f(%x: {t}, %k: {t}) -> ({m}, {t}) {{
+  %q = fusion.group(%x) kind = "elementwise" rule = "fuse-greedy:producer-consumer" : ({t}) -> {t} {{
+  ^bb0(%a: {t}):
+    %e = graph.exp %a : {t}
+    %n = graph.neg %e : {t}
+    fusion.yield %n : {t}
+  }}
+  %o = graph.torch_call "aten.scaled_dot_product_attention.default"(%q, %k) args = ["%t0", "%t1", "%t1"] kwargs = {{}} orders = [array<i64: 0, 2, 1, 3>] : ({t}, {t}) -> {m}
+  %r = {extra_reader}
+  func.return %o, %r : {m}, {t}
+}}"""
+
+
+def test_a_query_group_writes_its_result_in_attentions_memory_order() -> None:
+    """The query a group computes for attention whose output is [B, T, H, D] in memory is
+    written so (a permute yielded), and a permute after the group gives attention its query."""
+    text = _attention_of_group("graph.neg %k : tensor<1x2x4x8xf32>")
+    m = parse(text)
+    GroupCleanupPass().apply(make_context(), m)
+    m.verify()
+    (group,) = [op for op in m.walk() if isinstance(op, GroupOp)]
+    assert graph.shape_of(group.results[0]) == (1, 4, 2, 8)
+    assert isinstance(group.yield_op.values[0].owner, graph.PermuteOp)
+    (view,) = group.results[0].uses
+    assert isinstance(view.operation, graph.PermuteOp)
+    (read,) = view.operation.results[0].uses
+    assert isinstance(read.operation, graph.TorchCallOp) and read.index == 0
+    x, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    for got, want in zip(interpret(m, [x, k]), interpret(parse(text), [x, k]), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_query_a_kernel_also_reads_keeps_its_layout() -> None:
+    """A query that a kernel reads too stays row-major (the kernel would copy a permuted one)."""
+    m = parse(_attention_of_group("graph.exp %q : tensor<1x2x4x8xf32>"))
+    GroupCleanupPass().apply(make_context(), m)
+    (group,) = [op for op in m.walk() if isinstance(op, GroupOp)]
+    assert graph.shape_of(group.results[0]) == (1, 2, 4, 8)
+    assert not any(isinstance(op, graph.PermuteOp) for op in m.walk())

@@ -26,6 +26,13 @@ Where the strides are known at compile time (a `linear`'s row-major product) and
 could only run as torch's strided copy, the group stays: it writes what those reshapes give,
 and the views after them run as torch views of its outputs.
 
+A group that computes the query of an attention call whose output torch lays out in another
+memory order (`orders`: the CPU kernel's [B, H, T, D] output in [B, T, H, D] memory, where its
+query is so) writes the query in that order, and a permute after the group (a view) hands it
+to the call: the output then lies as the call's `orders` read it, as in eager, where a
+row-major query would leave the heads' merge and a saved output to copies (Llama's rotary
+embedding computes its query in a kernel).
+
 Sharing one tensor between two outputs (pooling, CSE, duplicate outputs) is only safe when no
 op may write memory: in a function holding an in-place `torch_call` (or any op that may
 mutate), only dead code and unused inputs/outputs are removed.
@@ -38,7 +45,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue, Use
 from xdsl.passes import ModulePass
 from xdsl.transforms.common_subexpression_elimination import cse
 from xdsl.transforms.dead_code_elimination import region_dce
@@ -47,6 +54,8 @@ from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.fusion import GroupOp
 from xfuse.dialects.op_kinds import Kind, kind_of, stronger_kind
+from xfuse.frontend.attention import SDPA, SDPA_KERNELS
+from xfuse.frontend.builder import inverse_permutation
 from xfuse.passes.fusion.graph import group_space
 from xfuse.passes.fusion.symbolic import static_proxies
 
@@ -395,6 +404,76 @@ def dissolve_view_group(group: GroupOp) -> None:
     group.erase()
 
 
+ATTENTION_CALLS = frozenset((SDPA, *SDPA_KERNELS))
+"""Attention calls whose output torch lays out in its query's memory order (the CPU kernel's
+[B, H, T, D] output is [B, T, H, D] in memory where its query is)."""
+
+
+def _query_order(call: graph.TorchCallOp) -> tuple[int, ...] | None:
+    """The memory order of an attention call's output (`orders`), where the call takes its
+    query as its first operand and that order is not the identity; else None."""
+    if call.target.data not in ATTENTION_CALLS or not call.args.data or not call.inputs:
+        return None
+    first = call.args.data[0]
+    orders = call.memory_orders
+    if not isinstance(first, StringAttr) or first.data != "%t0" or not orders:
+        return None
+    order = orders[0]
+    if order is None or order == tuple(range(len(order))):
+        return None
+    return order
+
+
+def query_in_output_order(block: Block) -> None:
+    """A query that a group computes for an attention call whose output is in another memory
+    order (`_query_order`) is written in that order: the group yields it permuted (row-major
+    in that order) and a permute after the group, a view, gives the call its query in eager's
+    layout. The call's output then lies in the order its `orders` read it in, as in eager:
+    the reshapes that merge its heads are views, and a saved output needs no copy into
+    eager's strides. Only the query of a group without reductions, read by such calls and
+    the return alone, is moved."""
+    for call in [op for op in block.ops if isinstance(op, graph.TorchCallOp)]:
+        order = _query_order(call)
+        if order is None:
+            continue
+        query = call.inputs[0]
+        group = query.owner
+        if (
+            isinstance(query, OpResult)
+            and isinstance(group, GroupOp)
+            and group.parent_block() is block
+            and group.kind.data != "reduction"
+            and not graph.is_symbolic(query)
+            and len(graph.shape_of(query)) == len(order)
+            and all(_reads_as_query(u, order) for u in query.uses)
+        ):
+            _write_permuted(group, query.index, order)
+
+
+def _reads_as_query(use: Use, order: tuple[int, ...]) -> bool:
+    """Whether `use` is the return, or the query of an attention call of output `order`."""
+    user = use.operation
+    if isinstance(user, func.ReturnOp):
+        return True
+    return isinstance(user, graph.TorchCallOp) and use.index == 0 and _query_order(user) == order
+
+
+def _write_permuted(group: GroupOp, index: int, order: tuple[int, ...]) -> None:
+    """The group yields its output `index` permuted by `order`, and a permute after it gives
+    that output's readers its value back (a view of the group's buffer); the group's
+    unpermuted output goes."""
+    inner = group.yield_op.values[index]
+    permuted = graph.PermuteOp(inner, order)
+    group.block.insert_op_before(permuted, group.yield_op)
+    group = add_outputs(group, [permuted.result])
+    back = graph.PermuteOp(group.results[-1], inverse_permutation(order))
+    parent = group.parent_block()
+    assert parent is not None
+    parent.insert_op_after(back, group)
+    group.results[index].replace_all_uses_with(back.result)
+    clean_boundary(group, share=True)
+
+
 def clean_function(f: func.FuncOp) -> None:
     block = f.body.block
     share = not any(may_mutate(op) for op in block.ops)
@@ -412,6 +491,8 @@ def clean_function(f: func.FuncOp) -> None:
                     hoist_views_after_copies(part, copies)
                 else:
                     dissolve_view_group(part)
+    if share:
+        query_in_output_order(block)
 
 
 @dataclass(frozen=True)
