@@ -4,6 +4,7 @@ helpers and verifier checks, the bases of the ops of one tensor operand, and `op
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import ClassVar, TypeVar
 
 from xdsl.dialects.builtin import (
@@ -219,8 +220,17 @@ def tensor_of(dtype: Attribute, dims: Sequence[Dim]) -> TensorType[Attribute]:
     if isinstance(dims, SymbolicShape):
         dims = dims.dims
     # A negative int is a dynamic dim without its symbol (see ConcatOp).
-    shape = [DYNAMIC_INDEX if isinstance(d, str) or d < 0 else d for d in dims]
+    shape = tuple(DYNAMIC_INDEX if isinstance(d, str) or d < 0 else d for d in dims)
     names = tuple(d for d in dims if isinstance(d, str))
+    return _tensor_type_of(dtype, shape, names)
+
+
+@lru_cache(maxsize=4096)
+def _tensor_type_of(
+    dtype: Attribute, shape: tuple[int, ...], names: tuple[str, ...]
+) -> TensorType[Attribute]:
+    """The tensor type of `shape` and `dtype`, its dynamic dims named `names`: one instance
+    for each (attributes are immutable values; building and verifying one is slow)."""
     if not names:
         return TensorType(dtype, shape)
     return TensorType(dtype, shape, SymsAttr(names))
@@ -415,6 +425,12 @@ def _ints(attr: DenseArrayBase[IntegerType]) -> tuple[int, ...]:
 
 
 def _i64_array(values: Sequence[int]) -> DenseArrayBase:  # pyright: ignore[reportMissingTypeArgument]
+    return _i64_array_of(tuple(values))
+
+
+@lru_cache(maxsize=4096)
+def _i64_array_of(values: tuple[int, ...]) -> DenseArrayBase:  # pyright: ignore[reportMissingTypeArgument]
+    """The i64 array of `values`: one instance for each (as `_tensor_type_of`)."""
     return DenseArrayBase.from_list(i64, list(values))
 
 
