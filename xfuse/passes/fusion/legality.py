@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Required, TypedDict, Unpack, cast
 
 from xdsl.ir import Block, Operation, SSAValue
@@ -806,10 +806,16 @@ INLINE_RECOMPUTE_BUDGET = 12.0
 
 
 def op_cost(op: Operation) -> float:
+    """What computing one element of `op` costs (`OP_COSTS`), cached per op class."""
+    return _op_class_cost(type(op))
+
+
+@cache
+def _op_class_cost(cls: type[Operation]) -> float:
     for classes, cost in OP_COSTS:
-        if isinstance(op, classes):
+        if issubclass(cls, classes):
             return cost
-    return 0.0 if is_constant_op(op) else 1.0
+    return 0.0 if issubclass(cls, graph.ConstantOp) else 1.0
 
 
 def recompute_cost(g: FusionGraph, node: Node) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from functools import cache
+from functools import cache, lru_cache
 
 from xdsl.ir import Operation, SSAValue
 
@@ -109,6 +109,22 @@ def fits_inside(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
 
 
 def combine_spaces(a: Space, b: Space) -> Space | None:
+    """`spaces_combined`, remembered for static spaces (fusion asks for the same few pairs of
+    spaces again and again). A symbolic domain is left out: it equals the plain tuple of its
+    ints, but hashes and prints otherwise."""
+    if a == b:
+        return a
+    if type(a.domain) is tuple and type(b.domain) is tuple:
+        return _static_spaces_combined(a, b)
+    return spaces_combined(a, b)
+
+
+@lru_cache(maxsize=4096)
+def _static_spaces_combined(a: Space, b: Space) -> Space | None:
+    return spaces_combined(a, b)
+
+
+def spaces_combined(a: Space, b: Space) -> Space | None:
     """The space of a group holding both, or None when the spaces are unrelated.
 
     Equal spaces combine; a smaller space that broadcasts into a larger one, or is a reduced
