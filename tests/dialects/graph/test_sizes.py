@@ -72,6 +72,14 @@ def test_types_name_their_symbols() -> None:
     assert not graph.is_symbolic(TensorType(f32, [4, 8]))
 
 
+def test_types_of_one_shape_are_one_instance() -> None:
+    # Attributes are immutable values: one is built (and verified) per dtype and dims.
+    assert graph.tensor_of(f32, [4, 8]) is graph.tensor_of(f32, (4, 8))
+    assert graph.tensor_of(f32, ["s0", 8]) is graph.tensor_of(f32, ["s0", 8])
+    assert graph.tensor_of(f32, ["s0", 8]) != graph.tensor_of(f32, ["s1", 8])
+    assert graph.tensor_of(f32, [-1, 8]) == TensorType(f32, [DYNAMIC_INDEX, 8])
+
+
 def test_broadcasting_of_symbols() -> None:
     assert graph.broadcast_shapes(("s0", 8), (8,)) == ("s0", 8)
     assert graph.broadcast_shapes(("s0", 1), (1, "s1")) == ("s0", "s1")

@@ -50,6 +50,15 @@ def test_combine_spaces(a: Space, b: Space, want: Space | None) -> None:
     assert combine_spaces(b, a) == want
 
 
+def test_combined_static_spaces_are_remembered_and_symbolic_ones_are_not() -> None:
+    first = combine_spaces(R((4, 8)), R((8,)))
+    assert combine_spaces(R((4, 8)), R((8,))) is first
+    # A symbolic domain equals the plain tuple of its ints: each comes back as itself.
+    for _ in range(2):
+        symbolic = Space(graph.SymbolicShape(("s0", 8)))
+        assert combine_spaces(symbolic, R((8,))) is symbolic
+
+
 def test_may_mutate_reads_the_torch_schema() -> None:
     m = parse(
         """func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {

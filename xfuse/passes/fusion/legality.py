@@ -961,6 +961,8 @@ def row_recompute(g: FusionGraph, first: Node, second: Node) -> str | None:
     if kernel is None:
         return None
     passes = kernel.passes.count
+    if passes <= 1:
+        return None  # nothing computed again: no need to price a pass
     extra = (passes - 1) * _pass_cost(g, kernel.ops, kernel.reductions, kernel.full)
     if extra <= ROW_RECOMPUTE_BUDGET:
         return None
