@@ -13,7 +13,7 @@ from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import make_context, parse
 from xfuse.passes import get_all_passes
 from xfuse.passes.fusion.fuse_greedy import FuseGreedyPass
-from xfuse.passes.fusion.group_cleanup import GroupCleanupPass
+from xfuse.passes.fusion.group_cleanup import GroupCleanupPass, body_dce
 
 TEXT = """func.func @forward(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %c = graph.constant dense<3.0> : tensor<f32>
@@ -66,6 +66,31 @@ def test_cleanup_updates_the_kind_when_the_reduction_was_dead() -> None:
     GroupCleanupPass().apply(make_context(), m)
     (g,) = [op for op in m.walk() if isinstance(op, GroupOp)]
     assert g.kind.data == "elementwise"
+
+
+def test_body_dce_erases_dead_ops_and_leaves_a_live_body_as_it_is(monkeypatch: Any) -> None:
+    m = parse("""func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = fusion.group(%x) kind = "elementwise" rule = "fuse-greedy:sibling" : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %e = graph.exp %a : tensor<4xf32>
+    %d = graph.neg %e : tensor<4xf32>
+    %n = graph.neg %e : tensor<4xf32>
+    fusion.yield %n : tensor<4xf32>
+  }
+  func.return %r : tensor<4xf32>
+}""")
+    (g,) = [op for op in m.walk() if isinstance(op, GroupOp)]
+    body_dce(g.body)
+    assert [op.name for op in g.block.ops] == ["graph.exp", "graph.neg", "fusion.yield"]
+    # Every op of the body is read now: the liveness walk is not run again.
+    import xfuse.passes.fusion.group_cleanup as cleanup
+
+    def walk(*_: object) -> bool:
+        raise AssertionError("region_dce ran on a body without dead ops")
+
+    monkeypatch.setattr(cleanup, "region_dce", walk)
+    body_dce(g.body)
+    assert [op.name for op in g.block.ops] == ["graph.exp", "graph.neg", "fusion.yield"]
 
 
 def test_outputs_of_different_element_counts_become_one_group_each() -> None:

@@ -45,8 +45,9 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue, Use
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue, Use
 from xdsl.passes import ModulePass
+from xdsl.traits import IsTerminator
 from xdsl.transforms.common_subexpression_elimination import cse
 from xdsl.transforms.dead_code_elimination import region_dce
 
@@ -58,6 +59,26 @@ from xfuse.frontend.attention import SDPA, SDPA_KERNELS
 from xfuse.frontend.builder import inverse_permutation
 from xfuse.passes.fusion.graph import group_space
 from xfuse.passes.fusion.symbolic import static_proxies
+
+
+def body_dce(body: Region) -> None:
+    """`region_dce` of a group's body, skipped where it has nothing to erase (most bodies,
+    after fusion and CSE): one block without nested regions whose every op but the
+    terminator has a result that is read. Each such op feeds a later op of the block, and
+    so, through later ops, the terminator: every op is live."""
+    if _may_hold_dead_ops(body):
+        region_dce(body)
+
+
+def _may_hold_dead_ops(body: Region) -> bool:
+    if len(body.blocks) != 1:
+        return True
+    for op in body.block.ops:
+        if op.regions:
+            return True
+        if all(r.first_use is None for r in op.results) and not op.has_trait(IsTerminator):
+            return True
+    return False
 
 
 def pool_constants(block: Block) -> None:
@@ -253,12 +274,12 @@ def clean_group(group: GroupOp, *, share: bool) -> GroupOp | None:
         hoist_input_reshapes(group)
         pool_constants(group.block)
         cse(group.body)
-    region_dce(group.body)
+    body_dce(group.body)
     cleaned = clean_boundary(group, share=share)
     if cleaned is not None and share:  # on the minimal boundary (one output per value)
         cleaned = clean_boundary(hoist_output_reshapes(cleaned), share=share)
     if cleaned is not None:
-        region_dce(cleaned.body)  # what only the dropped outputs read
+        body_dce(cleaned.body)  # what only the dropped outputs read
         cleaned.properties["kind"] = StringAttr(group_kind(cleaned))
     return cleaned
 
@@ -385,7 +406,7 @@ def hoist_views_after_copies(group: GroupOp, copies: list[Operation]) -> GroupOp
             res.replace_all_uses_with(outside[inner])
     cleaned = clean_boundary(group, share=True)
     if cleaned is not None:
-        region_dce(cleaned.body)
+        body_dce(cleaned.body)
     return cleaned
 
 
