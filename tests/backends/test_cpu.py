@@ -325,6 +325,42 @@ def test_threads_split_the_range_like_one_thread() -> None:
     assert torch.equal(out1, out4)
 
 
+def channel_scale(channels: int, rows: int, cols: int) -> str:
+    """out[c, i, j] = x[c, i, j] * (c + 1): each element's value shows the channel it took."""
+    m = f"memref<{channels}x{rows}x{cols}xf32>"
+    body = f"""      %v = memref.load %x[%c, %i, %j] : {m}
+      %c64 = arith.index_cast %c : index to i64
+      %cf = arith.sitofp %c64 : i64 to f32
+      %one = arith.constant 1.0 : f32
+      %s = arith.addf %cf, %one : f32
+      %r = arith.mulf %v, %s : f32
+      memref.store %r, %out[%c, %i, %j] : {m}"""
+    return module(
+        kernel(
+            "k", [("x", m), ("out", m)], parallel([channels, rows, cols], ["c", "i", "j"], body), 3
+        )
+    )
+
+
+def test_a_short_outer_dimension_splits_with_the_next_one() -> None:
+    """A 3-channel image (an input pad's) is a range of 3 x 225 rows for the threads, not of 3
+    channels that two threads would share 2:1; chunks then cut channels, and each row knows its
+    channel and row."""
+    artifact = CPUBackend().compile(parse(channel_scale(3, 225, 16)), "k")
+    threaded = CPUBackend(pool=RangePool(threads=4, min_work=0)).load(artifact, "k")
+    assert threaded.extent == 3 * 225
+    x, out = torch.randn(3, 225, 16), torch.full((3, 225, 16), float("nan"))
+    threaded([x, out])
+    assert torch.equal(out, x * torch.arange(1.0, 4.0).view(3, 1, 1))
+    threaded.pool.shutdown()
+
+
+def test_the_last_dimension_and_long_outer_ones_stay_loops(backend: CPUBackend) -> None:
+    assert build(backend, channel_scale(3, 2, 300), "k").extent == 6
+    assert build(backend, channel_scale(300, 2, 4), "k").extent == 300  # long enough alone
+    assert build(backend, gelu_sigmoid(3, 256), "gelu_sigmoid").extent == 3  # the last stays
+
+
 def test_split_range_covers_each_index_once() -> None:
     for extent, parts in [(1, 4), (10, 3), (7, 7), (5, 16), (1000, 6)]:
         chunks = split_range(extent, parts)

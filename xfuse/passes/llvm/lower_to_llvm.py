@@ -6,10 +6,12 @@ interprets it). Input that is not loop IR yet (a `fusion.group`, or a graph op t
 lower-to-loops would make a kernel of) is an error, not silently left alone. For each kernel:
 
 1. the target's preparation. cpu: the outermost dimension of the kernel's `scf.parallel` runs
-   over new leading arguments `[lo, hi)` so that a thread pool can split it, the other parallel
-   dimensions become nested `scf.for`s, and a constant global `@<kernel>.extent` holds the full
-   trip count of the split dimension and `@<kernel>.arity` the number of buffers (the loader
-   reads both). Before that, four rewrites that only pay on CPUs: a value that the last
+   over new leading arguments `[lo, hi)` so that a thread pool can split it (with the static
+   dimensions after it, as one flat index, while it has fewer than `MIN_SPLIT_EXTENT` trips:
+   3 channels or 7 rows split unevenly between threads; the last dimension is never merged),
+   the other parallel dimensions become nested `scf.for`s, and a constant global
+   `@<kernel>.extent` holds the full trip count of the split range and `@<kernel>.arity` the
+   number of buffers (the loader reads both). Before that, four rewrites that only pay on CPUs: a value that the last
    reduction loop computes with a math function and the write loop computes again (softmax's
    exp(x - max)) is stored into an output by the reduction loop and loaded back by the write
    loop (`reuse_reduction_values`); `x / s` in a loop, `s` defined outside it, becomes
@@ -30,6 +32,7 @@ Steps 2-6 are target-independent; a target adds itself to `TARGET_PREPARATIONS`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -110,6 +113,51 @@ def _nest_of_fors(
     return outer, block, ivs
 
 
+MIN_SPLIT_EXTENT = 256
+"""The trip count that a kernel's split range reaches, where it can, by taking in the parallel
+dimensions after the first: a range of 3 channels (an image's input pad) or of 7 rows (a
+7x7 feature map) splits unevenly between threads, and its few chunks cannot balance them."""
+
+
+def _merged_extents(loop: scf.ParallelOp) -> list[int]:
+    """The trip counts of the leading parallel dimensions that the split range runs over as
+    one flat index: the first, then each next one that runs from 0 by 1 to a constant while
+    the product is under `MIN_SPLIT_EXTENT`; the last dimension always stays a loop of its own
+    (the one LLVM vectorizes). Empty where the first runs to a size argument (it alone is
+    the range)."""
+    first = int_constant(loop.upperBound[0])
+    if first is None:
+        return []
+    extents = [first]
+    for d in range(1, len(loop.upperBound) - 1):
+        size = int_constant(loop.upperBound[d])
+        if math.prod(extents) >= MIN_SPLIT_EXTENT or size is None:
+            break
+        if int_constant(loop.lowerBound[d]) != 0 or int_constant(loop.step[d]) != 1:
+            break
+        extents.append(size)
+    return extents
+
+
+def _unflatten(flat: SSAValue, extents: list[int], block: Block) -> list[SSAValue]:
+    """The indices of `extents`' dimensions at the flat index `flat` (row-major), computed at
+    the start of `block`; `flat` itself for one dimension or none."""
+    indices: list[SSAValue] = []
+    ops: list[Operation] = []
+    rest = flat
+    for extent in reversed(extents[1:]):
+        size = arith.ConstantOp.from_int_and_width(extent, IndexType())
+        index, quotient = arith.RemUIOp(rest, size), arith.DivUIOp(rest, size)
+        ops += [size, index, quotient]
+        indices.append(index.result)
+        rest = quotient.result
+    indices.append(rest)
+    if ops:
+        assert block.first_op is not None  # the next dimension's loop
+        block.insert_ops_before(ops, block.first_op)
+    return indices[::-1]
+
+
 @dataclass
 class ParallelLoopToRangeArgs(RewritePattern):
     """A kernel's `scf.parallel` -> `scf.for %i = %lo to %hi` around `scf.for`s of the rest."""
@@ -156,9 +204,12 @@ class ParallelLoopToRangeArgs(RewritePattern):
                 "expected the first parallel dimension to run from 0 by 1 to a constant "
                 "or a size argument"
             )
+        merged = _merged_extents(loop)
+        rest = slice(max(1, len(merged)), None)
         bounds = [(lo, hi, loop.step[0])]
-        bounds += list(zip(loop.lowerBound[1:], loop.upperBound[1:], loop.step[1:], strict=True))
+        bounds += zip(loop.lowerBound[rest], loop.upperBound[rest], loop.step[rest], strict=True)
         outer, innermost, ivs = _nest_of_fors(bounds, rewriter)
+        ivs[:1] = _unflatten(ivs[0], merged, outer.body.block)
         rewriter.insert(outer, InsertPoint.before(loop))
         body = loop.body.block
         reduce = body.last_op
@@ -167,7 +218,7 @@ class ParallelLoopToRangeArgs(RewritePattern):
         rewriter.inline_block(body, InsertPoint.at_end(innermost), ivs)
         innermost.add_op(scf.YieldOp())
         rewriter.erase(loop)
-        return SYMBOLIC_EXTENT if ub0 is None else ub0
+        return SYMBOLIC_EXTENT if ub0 is None else math.prod(merged)
 
     @staticmethod
     def _add_global(op: func.FuncOp, name: str, value: int, rewriter: PatternRewriter) -> None:
