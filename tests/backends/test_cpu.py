@@ -351,8 +351,14 @@ def test_a_short_outer_dimension_splits_with_the_next_one() -> None:
     assert threaded.extent == 3 * 225
     x, out = torch.randn(3, 225, 16), torch.full((3, 225, 16), float("nan"))
     threaded([x, out])
-    assert torch.equal(out, x * torch.arange(1.0, 4.0).view(3, 1, 1))
+    expected = x * torch.arange(1.0, 4.0).view(3, 1, 1)
+    assert torch.equal(out, expected)
     threaded.pool.shutdown()
+    for parts in (2, 7, 100, 675):  # chunks that start and end inside a channel
+        out.fill_(float("nan"))
+        for lo, hi in split_range(threaded.extent, parts):
+            threaded.function(lo, hi, x.data_ptr(), out.data_ptr())
+        assert torch.equal(out, expected)
 
 
 def test_the_last_dimension_and_long_outer_ones_stay_loops(backend: CPUBackend) -> None:

@@ -6,9 +6,9 @@ interprets it). Input that is not loop IR yet (a `fusion.group`, or a graph op t
 lower-to-loops would make a kernel of) is an error, not silently left alone. For each kernel:
 
 1. the target's preparation. cpu: the outermost dimension of the kernel's `scf.parallel` runs
-   over new leading arguments `[lo, hi)` so that a thread pool can split it (with the static
-   dimensions after it, as one flat index, while it has fewer than `MIN_SPLIT_EXTENT` trips:
-   3 channels or 7 rows split unevenly between threads; the last dimension is never merged),
+   over new leading arguments `[lo, hi)` so that a thread pool can split it (with the second
+   dimension, as one flat index, where the first has fewer than `MIN_SPLIT_EXTENT` trips and
+   the second is static and not the last: 3 channels split unevenly between threads),
    the other parallel dimensions become nested `scf.for`s, and a constant global
    `@<kernel>.extent` holds the full trip count of the split range and `@<kernel>.arity` the
    number of buffers (the loader reads both). Before that, four rewrites that only pay on CPUs: a value that the last
@@ -32,7 +32,6 @@ Steps 2-6 are target-independent; a target adds itself to `TARGET_PREPARATIONS`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -114,48 +113,51 @@ def _nest_of_fors(
 
 
 MIN_SPLIT_EXTENT = 256
-"""The trip count that a kernel's split range reaches, where it can, by taking in the parallel
-dimensions after the first: a range of 3 channels (an image's input pad) or of 7 rows (a
-7x7 feature map) splits unevenly between threads, and its few chunks cannot balance them."""
+"""A kernel's split range under this many trips takes in the parallel dimension after it: a
+range of 3 channels (an image's input pad) or of 7 blocks (a 14x14 map's transposed blocks)
+splits unevenly between threads, and its few chunks cannot balance them."""
 
 
-def _merged_extents(loop: scf.ParallelOp) -> list[int]:
-    """The trip counts of the leading parallel dimensions that the split range runs over as
-    one flat index: the first, then each next one that runs from 0 by 1 to a constant while
-    the product is under `MIN_SPLIT_EXTENT`; the last dimension always stays a loop of its own
-    (the one LLVM vectorizes). Empty where the first runs to a size argument (it alone is
-    the range)."""
+def _merged_extent(loop: scf.ParallelOp) -> int | None:
+    """The trip count of the second parallel dimension where the split range runs over the
+    first two as one flat index (row-major): the first is a constant under `MIN_SPLIT_EXTENT`,
+    the second runs from 0 by 1 to a constant and is not the last (the one LLVM vectorizes)."""
     first = int_constant(loop.upperBound[0])
-    if first is None:
-        return []
-    extents = [first]
-    for d in range(1, len(loop.upperBound) - 1):
-        size = int_constant(loop.upperBound[d])
-        if math.prod(extents) >= MIN_SPLIT_EXTENT or size is None:
-            break
-        if int_constant(loop.lowerBound[d]) != 0 or int_constant(loop.step[d]) != 1:
-            break
-        extents.append(size)
-    return extents
+    if first is None or first >= MIN_SPLIT_EXTENT or len(loop.upperBound) < 3:
+        return None
+    second = int_constant(loop.upperBound[1])
+    if int_constant(loop.lowerBound[1]) != 0 or int_constant(loop.step[1]) != 1:
+        return None
+    return second if second is not None and second > 0 else None
 
 
-def _unflatten(flat: SSAValue, extents: list[int], block: Block) -> list[SSAValue]:
-    """The indices of `extents`' dimensions at the flat index `flat` (row-major), computed at
-    the start of `block`; `flat` itself for one dimension or none."""
-    indices: list[SSAValue] = []
-    ops: list[Operation] = []
-    rest = flat
-    for extent in reversed(extents[1:]):
-        size = arith.ConstantOp.from_int_and_width(extent, IndexType())
-        index, quotient = arith.RemUIOp(rest, size), arith.DivUIOp(rest, size)
-        ops += [size, index, quotient]
-        indices.append(index.result)
-        rest = quotient.result
-    indices.append(rest)
-    if ops:
-        assert block.first_op is not None  # the next dimension's loop
-        block.insert_ops_before(ops, block.first_op)
-    return indices[::-1]
+def _merged_nest(
+    loop: scf.ParallelOp, lo: SSAValue, hi: SSAValue, second: int, rewriter: PatternRewriter
+) -> tuple[scf.ForOp, Block, list[SSAValue]]:
+    """`_nest_of_fors` for a range `[lo, hi)` of the flat index over the first two dimensions
+    (`second` trips in the second): the first from `lo / second` to `ceil(hi / second)`, the
+    second within it from `max(lo - base, 0)` to `min(hi - base, second)` (`base` the first's
+    index times `second`), then the other dimensions. Bounds are computed once per row, so the
+    loops step as the unmerged ones do."""
+    index = IndexType()
+    zero, one, size, size_less_one = (
+        arith.ConstantOp.from_int_and_width(v, index) for v in (0, 1, second, second - 1)
+    )
+    first_lo = arith.DivUIOp(lo, size)
+    rounded_hi = arith.AddiOp(hi, size_less_one)
+    first_hi = arith.DivUIOp(rounded_hi, size)
+    rewriter.insert_op(
+        [zero, one, size, size_less_one, first_lo, rounded_hi, first_hi], InsertPoint.before(loop)
+    )
+    outer, row, (i,) = _nest_of_fors([(first_lo.result, first_hi.result, one.result)], rewriter)
+    base = arith.MuliOp(i, size)
+    lo_in_row, hi_in_row = arith.SubiOp(lo, base), arith.SubiOp(hi, base)
+    start, stop = arith.MaxSIOp(lo_in_row, zero), arith.MinSIOp(hi_in_row, size)
+    bounds: list[tuple[SSAValue, SSAValue, SSAValue]] = [(start.result, stop.result, one.result)]
+    bounds += zip(loop.lowerBound[2:], loop.upperBound[2:], loop.step[2:], strict=True)
+    inner, innermost, ivs = _nest_of_fors(bounds, rewriter)
+    row.add_ops([base, lo_in_row, start, hi_in_row, stop, inner, scf.YieldOp()])
+    return outer, innermost, [i, *ivs]
 
 
 @dataclass
@@ -204,12 +206,13 @@ class ParallelLoopToRangeArgs(RewritePattern):
                 "expected the first parallel dimension to run from 0 by 1 to a constant "
                 "or a size argument"
             )
-        merged = _merged_extents(loop)
-        rest = slice(max(1, len(merged)), None)
-        bounds = [(lo, hi, loop.step[0])]
-        bounds += zip(loop.lowerBound[rest], loop.upperBound[rest], loop.step[rest], strict=True)
-        outer, innermost, ivs = _nest_of_fors(bounds, rewriter)
-        ivs[:1] = _unflatten(ivs[0], merged, outer.body.block)
+        second = _merged_extent(loop)
+        if second is None:
+            bounds = [(lo, hi, loop.step[0])]
+            bounds += zip(loop.lowerBound[1:], loop.upperBound[1:], loop.step[1:], strict=True)
+            outer, innermost, ivs = _nest_of_fors(bounds, rewriter)
+        else:
+            outer, innermost, ivs = _merged_nest(loop, lo, hi, second, rewriter)
         rewriter.insert(outer, InsertPoint.before(loop))
         body = loop.body.block
         reduce = body.last_op
@@ -218,7 +221,7 @@ class ParallelLoopToRangeArgs(RewritePattern):
         rewriter.inline_block(body, InsertPoint.at_end(innermost), ivs)
         innermost.add_op(scf.YieldOp())
         rewriter.erase(loop)
-        return SYMBOLIC_EXTENT if ub0 is None else math.prod(merged)
+        return SYMBOLIC_EXTENT if ub0 is None else ub0 * (second or 1)
 
     @staticmethod
     def _add_global(op: func.FuncOp, name: str, value: int, rewriter: PatternRewriter) -> None:
