@@ -112,10 +112,11 @@ def _nest_of_fors(
     return outer, block, ivs
 
 
-MIN_SPLIT_EXTENT = 256
+MIN_SPLIT_EXTENT = 16
 """A kernel's split range under this many trips takes in the parallel dimension after it: a
 range of 3 channels (an image's input pad) or of 7 blocks (a 14x14 map's transposed blocks)
-splits unevenly between threads, and its few chunks cannot balance them."""
+splits unevenly between threads, and its few chunks cannot balance them. Longer ones are left
+as they are: a depthwise stencil's rows keep their constant bounds."""
 
 
 def _merged_extent(loop: scf.ParallelOp) -> int | None:
