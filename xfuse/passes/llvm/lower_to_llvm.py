@@ -7,18 +7,18 @@ lower-to-loops would make a kernel of) is an error, not silently left alone. For
 
 1. the target's preparation. cpu: the outermost dimension of the kernel's `scf.parallel` runs
    over new leading arguments `[lo, hi)` so that a thread pool can split it (with the second
-   dimension, as one flat index, where the first has fewer than `MIN_SPLIT_EXTENT` trips and
-   the second is static and not the last: 3 channels split unevenly between threads),
-   the other parallel dimensions become nested `scf.for`s, and a constant global
-   `@<kernel>.extent` holds the full trip count of the split range and `@<kernel>.arity` the
-   number of buffers (the loader reads both). Before that, four rewrites that only pay on CPUs: a value that the last
+   dimension, as one flat index, where the first has fewer than `MIN_SPLIT_EXTENT` trips and the
+   second is static and not the last: 3 channels split unevenly between threads), the other
+   parallel dimensions become nested `scf.for`s, and a constant global `@<kernel>.extent` holds
+   the full trip count of the split range and `@<kernel>.arity` the number of buffers (the
+   loader reads both). Before that, four rewrites that only pay on CPUs: a value that the last
    reduction loop computes with a math function and the write loop computes again (softmax's
    exp(x - max)) is stored into an output by the reduction loop and loaded back by the write
    loop (`reuse_reduction_values`); `x / s` in a loop, `s` defined outside it, becomes
    `x * (1 / s)`; a loop whose innermost dimension is a column of reductions takes a block of
    columns per iteration, the row loop around a loop over the block (`column_blocks`); else a
-   two-dimensional loop that reads an operand transposed runs its inner dimension in blocks,
-   the block index outermost (`transpose_blocks`);
+   two-dimensional loop that reads an operand transposed runs its inner dimension in blocks, the
+   block index outermost (`transpose_blocks`);
 2. f16/bf16 arithmetic and math are computed in f32 (what torch does on CPUs), bf16 constants
    become rounded f32 ones;
 3. `expand-math` (vectorizable exp, log, tanh, erf, sin, cos, ...);
