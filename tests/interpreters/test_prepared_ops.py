@@ -9,6 +9,7 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, String
 from xdsl.ir import Attribute, Operation
 
 import xfuse
+from tests.runtime.ir_reads import ir_functions_run
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.torch_args import decode_args, encode_args, prepare_args
 from xfuse.errors import InterpretError
@@ -84,6 +85,44 @@ def test_prepared_multi_result_torch_call() -> None:
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
     assert op.kwargs == DictionaryAttr({})
+
+
+A = "tensor<1x2x4x8xf32>"
+ATTENTION_ARGS = 'args = ["%t0", "%t1", "%t2"] kwargs = {}'
+ATTENTION_TYPES = f"({A}, {A}, {A})"
+IN_MEMORY_ORDER = "orders = [array<i64: 0, 2, 1, 3>]"  # [B, H, T, D] seen as [B, T, H, D]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f'%y = graph.torch_call "aten.scaled_dot_product_attention.default"(%q, %k, %v) '
+        f"{ATTENTION_ARGS} {IN_MEMORY_ORDER} : {ATTENTION_TYPES} -> tensor<1x4x2x8xf32>",
+        f'%y = graph.torch_call "aten._scaled_dot_product_flash_attention_for_cpu.default"'
+        f"(%q, %k, %v) {ATTENTION_ARGS} picks = [0] {IN_MEMORY_ORDER} : {ATTENTION_TYPES} "
+        "-> tensor<1x4x2x8xf32>",
+        f'%i, %s = graph.torch_call "aten.sort.default"(%q) args = ["%t0", 1] kwargs = {{}} '
+        f"picks = [1, 0] : ({A}) -> (tensor<1x2x4x8xi64>, {A})",
+    ],
+)
+def test_a_prepared_torch_call_reads_no_ir_when_called(line: str) -> None:
+    """A prepared torch call's picks, orders and result count are read when it is prepared:
+    a call runs no function of xDSL or of xfuse's graph dialect, and gives `run_op`'s
+    results."""
+    (op, _) = _ops(f"func.func @f(%q: {A}, %k: {A}, %v: {A}) {{\n  {line}\n  func.return\n}}")
+    torch.manual_seed(0)
+    xs = [torch.randn(1, 2, 4, 8) for _ in op.operands]
+    call = prepare_op(op)
+    got: list[torch.Tensor] = []
+    assert ir_functions_run(lambda: got.extend(call(xs))) == []
+    want = run_op(op, xs)
+    assert (
+        [t.shape for t in got]
+        == [t.shape for t in want]
+        == [r.type.get_shape() for r in op.results]
+    )
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
 def test_unknown_operator_fails_when_called_as_before() -> None:

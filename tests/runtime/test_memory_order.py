@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import xfuse
+from tests.runtime.ir_reads import ir_functions_run
 from xfuse.dialects import graph
 from xfuse.dialects.fusion import GroupOp
 from xfuse.interpreters import graph as interpreter
@@ -78,6 +79,36 @@ def test_a_query_a_kernel_computes_keeps_attention_in_memory_order() -> None:
     query = call.inputs[0].owner  # the kernel's [B, T, H, D] buffer, seen as [B, H, T, D]
     assert isinstance(query, graph.PermuteOp) and isinstance(query.input.owner, GroupOp)
     assert _copies(lambda: compiled(q, k, v)) <= _copies(lambda: scaled_query(q, k, v))
+
+
+def test_a_compiled_attention_call_reads_no_ir() -> None:
+    """A call of a program whose attention result is in memory order (`orders`) runs no
+    function of xDSL or of xfuse's graph dialect: the runtime read the IR when it prepared
+    the program."""
+    q, k, v = _heads()
+    compiled = xfuse.compile(attention_then_elementwise, (q, k, v), quiet=True, fallback="error")
+    compiled(q, k, v)
+    got: list[Tensor] = []
+    assert ir_functions_run(lambda: got.append(compiled(q, k, v))) == []
+    torch.testing.assert_close(got[0], attention_then_elementwise(q, k, v))
+
+
+def test_a_torch_compiled_attention_block_call_reads_no_ir() -> None:
+    """The same through `torch.compile(backend="xfuse")`, attention's output and its
+    projection."""
+    torch.manual_seed(0)
+    model = AttentionBlock().eval()
+    x = torch.randn(B, T, H * D)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
+        got: list[Tensor] = []
+        with torch.no_grad():
+            compiled(x)
+            assert ir_functions_run(lambda: got.append(compiled(x))) == []
+            torch.testing.assert_close(got[0], model(x))
+    finally:
+        torch._dynamo.reset()
 
 
 def test_attention_returned_as_it_is_has_eager_strides() -> None:

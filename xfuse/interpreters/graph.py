@@ -274,8 +274,8 @@ def picked_results(op: graph.TorchCallOp, out: Any) -> Tensor | tuple[Tensor, ..
 
 
 def results_picker(op: graph.TorchCallOp) -> Callable[[Any], Tensor | tuple[Tensor, ...]]:
-    """`picked_results(op, ...)` with the op's `picks` and `orders` read once (decoding them
-    from the IR costs more than the views they make)."""
+    """`picked_results(op, ...)` with the op's `picks` and `orders` read once: the operator's
+    result -> the op's results."""
     picked, orders = op.picked, op.memory_orders
 
     def pick(out: Any) -> Tensor | tuple[Tensor, ...]:
@@ -284,7 +284,7 @@ def results_picker(op: graph.TorchCallOp) -> Callable[[Any], Tensor | tuple[Tens
             return results
         if isinstance(results, Tensor):
             return in_memory_order(results, orders[0])
-        return tuple(in_memory_order(t, order) for t, order in zip(results, orders, strict=True))
+        return tuple(in_memory_order(t, o) for t, o in zip(results, orders, strict=True))
 
     return pick
 
@@ -589,10 +589,15 @@ def run_op(op: Operation, args: list[Tensor]) -> list[Tensor]:
 
 def _results(op: Operation, out: Tensor | tuple[Tensor, ...]) -> list[Tensor]:
     """An implementation's result(s) as the op's result list, checked against its IR."""
+    return _counted(op.name, len(op.results), out)
+
+
+def _counted(name: str, n_results: int, out: Tensor | tuple[Tensor, ...]) -> list[Tensor]:
+    """`_results` of an op named `name` with `n_results` results, read from its IR before."""
     results = list(out) if isinstance(out, tuple) else [out]
-    if len(results) != len(op.results):
+    if len(results) != n_results:
         raise InterpretError(
-            f"'{op.name}' produced {len(results)} results, its IR declares {len(op.results)}"
+            f"'{name}' produced {len(results)} results, its IR declares {n_results}"
         )
     return results
 
@@ -672,18 +677,21 @@ def direct_call(op: Operation) -> DirectCall | None:
 
 
 def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
+    """The torch call with everything it reads of the op (operator, arguments, picks, orders,
+    result count) read here: a call runs no IR."""
     fn = direct_torch_op(op.target.data)
     fill = prepare_args(op.args, op.kwargs)
     pick = results_picker(op)
+    name, n_results = op.name, len(op.results)
     # A permuted result (`orders`) goes through `pick`.
-    n_results = len(op.results) if op.orders is None else -1
+    one_as_it_is = n_results == 1 and op.orders is None
 
     def call(xs: list[Tensor]) -> list[Tensor]:
         args, kwargs = fill(xs)
         out = fn(*args, **kwargs)
-        if n_results == 1 and isinstance(out, Tensor):
+        if one_as_it_is and isinstance(out, Tensor):
             return [out]
-        return _results(op, pick(out))
+        return _counted(name, n_results, pick(out))
 
     return call
 
