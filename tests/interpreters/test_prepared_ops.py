@@ -13,7 +13,7 @@ from tests.runtime.ir_reads import ir_functions_run
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.torch_args import decode_args, encode_args, prepare_args
 from xfuse.errors import InterpretError
-from xfuse.interpreters.graph import find_function, prepare_op, run_op
+from xfuse.interpreters.graph import SIZES, find_function, prepare_op, run_op
 
 X = "tensor<3x4xf32>"
 
@@ -107,8 +107,7 @@ IN_MEMORY_ORDER = "orders = [array<i64: 0, 2, 1, 3>]"  # [B, H, T, D] seen as [B
 )
 def test_a_prepared_torch_call_reads_no_ir_when_called(line: str) -> None:
     """A prepared torch call's picks, orders and result count are read when it is prepared:
-    a call runs no function of xDSL or of xfuse's graph dialect, and gives `run_op`'s
-    results."""
+    a call runs no function of xDSL, and gives `run_op`'s results."""
     (op, _) = _ops(f"func.func @f(%q: {A}, %k: {A}, %v: {A}) {{\n  {line}\n  func.return\n}}")
     torch.manual_seed(0)
     xs = [torch.randn(1, 2, 4, 8) for _ in op.operands]
@@ -193,6 +192,73 @@ def test_prepared_attribute_ops_run_like_run_op(line: str) -> None:
     want = run_op(op, [x])[0]
     assert got.dtype == want.dtype and got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"%y = graph.permute %a perm = [1, 0] : {X} -> tensor<4x3xf32>",
+        f"%y = graph.slice %a start = [0, 1] limit = [3, 4] stride = [1, 2] : {X} -> tensor<3x2xf32>",
+        f"%y = graph.concat %a, %b dim = 1 : {X}, {X} -> tensor<3x8xf32>",
+        f"%y = graph.softmax %a dim = 1 : {X}",
+        f"%y = graph.log_softmax %a dim = 0 : {X}",
+        f"%y = graph.layer_norm %a rank = 1 eps = 1.0e-05 : {X}",
+        f"%y = graph.rms_norm %a weight(%w : tensor<4xf32>) rank = 1 eps = 1.0e-06 : {X}",
+        f'%y = graph.gelu %a approximate = "tanh" : {X}',
+        f"%y = graph.var %a dims = [1] correction = 1 : {X} -> tensor<3xf32>",
+        f"%y = graph.flip %a dims = [1] : {X}",
+        f"%y = graph.argmax %a dims = [1] : {X} -> tensor<3xi64>",
+        f"%y = graph.argmin %a dims = [0] : {X} -> tensor<4xi64>",
+        f'%y = graph.scan %a dim = 1 kind = "sum" : {X} -> {X}',
+        f"%y = graph.roll %a shifts = [1] dims = [1] : {X}",
+        f"%y = graph.reduce_sum %a dims = [1] keepdim : {X} -> tensor<3x1xf32>",
+    ],
+)
+def test_a_prepared_op_reads_no_ir_when_called(line: str) -> None:
+    """An op with attributes, prepared, reads them when it is prepared: a call runs no
+    function of xDSL, and gives `run_op`'s result."""
+    (op, _) = _ops(
+        f"func.func @f(%a: {X}, %b: {X}, %w: tensor<4xf32>) {{\n  {line}\n  func.return\n}}"
+    )
+    xs = [torch.randn(graph.shape_of(v)) for v in op.operands]
+    call = prepare_op(op)
+    got: list[torch.Tensor] = []
+    assert ir_functions_run(lambda: got.extend(call(xs))) == []
+    (want,) = run_op(op, xs)
+    assert got[0].dtype == want.dtype and got[0].shape == want.shape
+    torch.testing.assert_close(got[0], want, rtol=0, atol=0)
+
+
+SYMBOLIC = "tensor<?x8xf32, #graph.syms<s0>>"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"%y = graph.reshape %x : {SYMBOLIC} -> tensor<?xf32, #graph.syms<s1>>",
+        f"%y = graph.broadcast_in_dim %v dims = [1] : tensor<8xf32> -> {SYMBOLIC}",
+        "%y = graph.broadcast_in_dim %v dims = [1] : tensor<8xf32> -> tensor<3x8xf32>",
+    ],
+)
+def test_a_prepared_op_of_symbolic_shape_reads_no_ir_when_called(line: str) -> None:
+    """An op whose result has size symbols reads its dims when it is prepared and their sizes
+    (`SIZES`) when called, as `run_op` does, with no function of xDSL run."""
+    (op, _) = _ops(
+        f"func.func @f(%x: {SYMBOLIC}, %v: tensor<8xf32>) attributes {{graph.sizes = "
+        "#graph.sizes<s0 = input(0, 0) hint 4 range [2, 64], s1 = 8 * s0>} {\n"
+        f"  {line}\n  func.return\n}}"
+    )
+    xs = [torch.randn(3, 8) if graph.is_symbolic(v) else torch.randn(8) for v in op.operands]
+    call = prepare_op(op)
+    token = SIZES.set({"s0": 3, "s1": 24})
+    try:
+        got: list[torch.Tensor] = []
+        assert ir_functions_run(lambda: got.extend(call(xs))) == []
+        (want,) = run_op(op, xs)
+    finally:
+        SIZES.reset(token)
+    assert got[0].shape == want.shape
+    torch.testing.assert_close(got[0], want, rtol=0, atol=0)
 
 
 def test_prepared_constant_is_fresh_per_run() -> None:

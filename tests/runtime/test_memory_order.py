@@ -83,8 +83,7 @@ def test_a_query_a_kernel_computes_keeps_attention_in_memory_order() -> None:
 
 def test_a_compiled_attention_call_reads_no_ir() -> None:
     """A call of a program whose attention result is in memory order (`orders`) runs no
-    function of xDSL or of xfuse's graph dialect: the runtime read the IR when it prepared
-    the program."""
+    function of xDSL: the runtime read the IR when it prepared the program."""
     q, k, v = _heads()
     compiled = xfuse.compile(attention_then_elementwise, (q, k, v), quiet=True, fallback="error")
     compiled(q, k, v)

@@ -238,7 +238,8 @@ class OpFacts:
     the interpreter; None where the interpreter has the op's own implementation."""
     torch_args: Callable[[Any], tuple[Any, ...]] | None = None
     """A structural op's attributes as its `torch` function takes them after its operands:
-    the interpreter calls `torch(*operands, *torch_args(op))`."""
+    the interpreter calls `torch(*operands, *torch_args(op))` (reading them once for an op it
+    prepares: they depend on the op alone, not on a call's sizes)."""
     aten: tuple[str, ...] = ()
     """The aten overloads (`str(OpOverload)`) the importer maps one to one to this op."""
     convert: OpConverter | None = None

@@ -42,9 +42,13 @@ SIZES: contextvars.ContextVar[Mapping[str, int] | None] = contextvars.ContextVar
 
 def concrete_shape(value: SSAValue) -> tuple[int, ...]:
     """A value's shape with each size symbol at its size in the running call."""
-    dims = graph.dims_of(value)
+    return concrete_dims(graph.dims_of(value))
+
+
+def concrete_dims(dims: Sequence[int | str]) -> tuple[int, ...]:
+    """`concrete_shape` of a value whose dims (`graph.dims_of`) were read before."""
     if all(isinstance(d, int) for d in dims):
-        return graph.shape_of(value)
+        return cast(tuple[int, ...], tuple(dims))
     sizes = SIZES.get() or {}
     missing = [d for d in dims if isinstance(d, str) and d not in sizes]
     if missing:
@@ -129,8 +133,8 @@ def _prepare_cast(op: Operation) -> Prepared:
 
 def _prepare_reshape(op: Operation) -> Prepared:
     if graph.is_symbolic(op.results[0]):
-        result = op.results[0]
-        return lambda xs: xs[0].reshape(concrete_shape(result)).contiguous()
+        dims = graph.dims_of(op.results[0])
+        return lambda xs: xs[0].reshape(concrete_dims(dims)).contiguous()
     shape = graph.shape_of(op.results[0])
     return lambda xs: xs[0].reshape(shape).contiguous()
 
@@ -187,28 +191,36 @@ def _reduce_prod(x: Tensor, dims: tuple[int, ...], keep: bool) -> Tensor:
     return x
 
 
-def _broadcast_in_dim(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_broadcast_in_dim(op: Operation) -> Prepared:
     assert isinstance(op, graph.BroadcastInDimOp)
-    out_shape = concrete_shape(op.result)
-    view = [1] * len(out_shape)
-    for i, d in enumerate(op.dim_map):
-        view[d] = xs[0].shape[i]
-    return xs[0].reshape(view).expand(out_shape).contiguous()
+    dims, dim_map = graph.dims_of(op.result), op.dim_map
+
+    def run(xs: list[Tensor]) -> Tensor:
+        out_shape = concrete_dims(dims)
+        view = [1] * len(out_shape)
+        for i, d in enumerate(dim_map):
+            view[d] = xs[0].shape[i]
+        return xs[0].reshape(view).expand(out_shape).contiguous()
+
+    return run
 
 
-def _slice(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_slice(op: Operation) -> Prepared:
     assert isinstance(op, graph.SliceOp)
-    return xs[0][op.index].contiguous()
+    index = op.index
+    return lambda xs: xs[0][index].contiguous()
 
 
-def _permute(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_permute(op: Operation) -> Prepared:
     assert isinstance(op, graph.PermuteOp)
-    return xs[0].permute(op.permutation).contiguous()
+    order = op.permutation
+    return lambda xs: xs[0].permute(order).contiguous()
 
 
-def _concat(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_concat(op: Operation) -> Prepared:
     assert isinstance(op, graph.ConcatOp)
-    return torch.cat(xs, dim=op.axis)
+    axis = op.axis
+    return lambda xs: torch.cat(xs, dim=axis)
 
 
 def constant_tensor(attr: DenseIntOrFPElementsAttr) -> Tensor:  # pyright: ignore[reportMissingTypeArgument]
@@ -227,36 +239,63 @@ def _dim(op: Operation) -> int:
     return cast(IntegerAttr, op.properties["dim"]).value.data
 
 
-def _layer_norm(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_softmax(fn: Callable[..., Tensor]) -> Preparer:
+    """softmax / log_softmax along the op's `dim`."""
+
+    def prepare(op: Operation) -> Prepared:
+        dim = _dim(op)
+        return lambda xs: fn(xs[0], dim=dim)
+
+    return prepare
+
+
+def _prepare_layer_norm(op: Operation) -> Prepared:
     assert isinstance(op, graph.LayerNormOp)
-    shape = xs[0].shape[len(xs[0].shape) - op.normalized_rank :]
-    w = xs[1] if op.weight is not None else None
-    b = xs[-1] if op.bias is not None else None
-    return torch.nn.functional.layer_norm(xs[0], shape, w, b, op.epsilon)
+    rank, eps = op.normalized_rank, op.epsilon
+    has_weight, has_bias = op.weight is not None, op.bias is not None
+
+    def run(xs: list[Tensor]) -> Tensor:
+        shape = xs[0].shape[len(xs[0].shape) - rank :]
+        w = xs[1] if has_weight else None
+        b = xs[-1] if has_bias else None
+        return torch.nn.functional.layer_norm(xs[0], shape, w, b, eps)
+
+    return run
 
 
-def _rms_norm(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_rms_norm(op: Operation) -> Prepared:
     assert isinstance(op, graph.RMSNormOp)
-    shape = xs[0].shape[len(xs[0].shape) - op.normalized_rank :]
-    w = xs[1] if op.weight is not None else None
-    return torch.nn.functional.rms_norm(xs[0], shape, w, op.epsilon)
+    rank, eps, has_weight = op.normalized_rank, op.epsilon, op.weight is not None
+
+    def run(xs: list[Tensor]) -> Tensor:
+        shape = xs[0].shape[len(xs[0].shape) - rank :]
+        w = xs[1] if has_weight else None
+        return torch.nn.functional.rms_norm(xs[0], shape, w, eps)
+
+    return run
 
 
-def _gelu(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_gelu(op: Operation) -> Prepared:
     assert isinstance(op, graph.GeluOp)
-    return torch.nn.functional.gelu(xs[0], approximate=op.approximate.data)
+    approximate = op.approximate.data
+    return lambda xs: torch.nn.functional.gelu(xs[0], approximate=approximate)
 
 
-def _var(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_var(op: Operation) -> Prepared:
     assert isinstance(op, graph.VarOp)
-    correction = op.correction.value.data
-    return torch.var(xs[0], dim=op.reduce_dims, correction=correction, keepdim=op.keeps_dims)
+    dims, correction, keep = op.reduce_dims, op.correction.value.data, op.keeps_dims
+    return lambda xs: torch.var(xs[0], dim=dims, correction=correction, keepdim=keep)
 
 
-def _arg_reduce(fn: Callable[..., Tensor], op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_arg_reduce(fn: Callable[..., Tensor]) -> Preparer:
     """argmax / argmin along the op's one dim."""
-    assert isinstance(op, graph.ArgReduceOp)
-    return fn(xs[0], dim=op.reduce_dims[0], keepdim=op.keeps_dims)
+
+    def prepare(op: Operation) -> Prepared:
+        assert isinstance(op, graph.ArgReduceOp)
+        dim, keep = op.reduce_dims[0], op.keeps_dims
+        return lambda xs: fn(xs[0], dim=dim, keepdim=keep)
+
+    return prepare
 
 
 def _torch_call(op: Operation, xs: list[Tensor]) -> Tensor | tuple[Tensor, ...]:
@@ -327,9 +366,10 @@ def iota_values(op: graph.IotaOp) -> Tensor:
     return values.to(dtypes.to_torch(graph.dtype_of(op.result))).reshape(view)
 
 
-def _flip(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_flip(op: Operation) -> Prepared:
     assert isinstance(op, graph.FlipOp)
-    return torch.flip(xs[0], op.flipped)
+    flipped = op.flipped
+    return lambda xs: torch.flip(xs[0], flipped)
 
 
 Impl = Callable[[Operation, list[Tensor]], Tensor | tuple[Tensor, ...]]
@@ -359,21 +399,33 @@ def _reduce_with(fn: Callable[..., Tensor]) -> Preparer:
 def _family_impl(op: type[Operation]) -> Impl | None:
     """The implementation an op's `torch` fact gives (`xfuse.dialects.facts`), called with
     the op's `torch_args` after its operands where it has them."""
+    prepare = _family_preparer(op)
+    if prepare is not None:
+        return _impl_of(prepare)
+    path = graph.op_facts(op).torch
+    return None if path is None else _call(torch_function(path))
+
+
+def _family_preparer(op: type[Operation]) -> Preparer | None:
+    """The preparer of an op whose `torch` fact reads attributes (a reduction's dims, the
+    op's `torch_args`); None for one that reads none or has no `torch` fact."""
     facts = graph.op_facts(op)
     if facts.torch is None:
         return None
     fn = torch_function(facts.torch)
     if issubclass(op, graph.ReduceOp):
-        return _impl_of(_reduce_with(fn))
-    args = facts.torch_args
-    return _call(fn) if args is None else (lambda op, xs: fn(*xs, *args(op)))
+        return _reduce_with(fn)
+    return None if facts.torch_args is None else _with_args(fn, facts.torch_args)
 
 
-def _family_preparer(op: type[Operation]) -> Preparer | None:
-    path = graph.op_facts(op).torch
-    if path is None or not issubclass(op, graph.ReduceOp):
-        return None
-    return _reduce_with(torch_function(path))
+def _with_args(fn: Callable[..., Tensor], torch_args: Callable[[Any], tuple[Any, ...]]) -> Preparer:
+    """`fn(*operands, *torch_args(op))`, the op's `torch_args` read once."""
+
+    def prepare(op: Operation) -> Prepared:
+        extra = torch_args(op)
+        return lambda xs: fn(*xs, *extra)
+
+    return prepare
 
 
 # Own torch code that reads the op's attributes once (for `prepare_op`); also interpreter rows.
@@ -384,6 +436,19 @@ OWN_PREPARERS: dict[str, Preparer] = {
     "graph.constant": _prepare_constant,
     "graph.matmul": _prepare_matmul,
     "graph.linear": _prepare_direct,
+    "graph.broadcast_in_dim": _prepare_broadcast_in_dim,
+    "graph.permute": _prepare_permute,
+    "graph.slice": _prepare_slice,
+    "graph.concat": _prepare_concat,
+    "graph.softmax": _prepare_softmax(torch.softmax),
+    "graph.log_softmax": _prepare_softmax(torch.log_softmax),
+    "graph.layer_norm": _prepare_layer_norm,
+    "graph.rms_norm": _prepare_rms_norm,
+    "graph.gelu": _prepare_gelu,
+    "graph.var": _prepare_var,
+    "graph.flip": _prepare_flip,
+    "graph.argmax": _prepare_arg_reduce(torch.argmax),
+    "graph.argmin": _prepare_arg_reduce(torch.argmin),
 }
 
 # The ops that declare no `torch` fact: each is its own torch code.
@@ -472,22 +537,9 @@ POOL_IMPLS: dict[str, Impl] = {"graph.pad": _pad, "graph.pool": _pool, "graph.pa
 OWN_IMPLS: dict[str, Impl] = {
     **{name: _impl_of(prepare) for name, prepare in OWN_PREPARERS.items()},
     "graph.div": _binary(_div),
-    "graph.broadcast_in_dim": _broadcast_in_dim,
-    "graph.permute": _permute,
-    "graph.slice": _slice,
-    "graph.concat": _concat,
     "graph.torch_call": _torch_call,
-    "graph.softmax": lambda op, xs: torch.softmax(xs[0], dim=_dim(op)),
-    "graph.log_softmax": lambda op, xs: torch.log_softmax(xs[0], dim=_dim(op)),
-    "graph.layer_norm": _layer_norm,
-    "graph.rms_norm": _rms_norm,
-    "graph.gelu": _gelu,
-    "graph.var": _var,
     "graph.iota": _iota,
-    "graph.flip": _flip,
     **POOL_IMPLS,
-    "graph.argmax": lambda op, xs: _arg_reduce(torch.argmax, op, xs),
-    "graph.argmin": lambda op, xs: _arg_reduce(torch.argmin, op, xs),
 }
 
 
@@ -549,12 +601,14 @@ _SCANS: dict[str, Callable[[Tensor, int], Tensor]] = {
 """Eager's scan for each kind of `graph.scan` (sum and prod keep the operand's dtype)."""
 
 
-def _scan(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_scan(op: Operation) -> Prepared:
     assert isinstance(op, graph.ScanOp)
-    return _SCANS[op.combines](xs[0], op.axis)
+    scan, axis = _SCANS[op.combines], op.axis
+    return lambda xs: scan(xs[0], axis)
 
 
-OWN_IMPLS["graph.scan"] = _scan
+OWN_PREPARERS["graph.scan"] = _prepare_scan
+OWN_IMPLS["graph.scan"] = _impl_of(_prepare_scan)
 
 
 def op_impls(ops: Iterable[type[Operation]]) -> dict[str, Impl]:
