@@ -212,13 +212,20 @@ def test_prepared_attribute_ops_run_like_run_op(line: str) -> None:
         f'%y = graph.scan %a dim = 1 kind = "sum" : {X} -> {X}',
         f"%y = graph.roll %a shifts = [1] dims = [1] : {X}",
         f"%y = graph.reduce_sum %a dims = [1] keepdim : {X} -> tensor<3x1xf32>",
+        f'%y = graph.pad %a low = [1, 0] high = [0, 2] mode = "constant" value = 1.5 : f64 : '
+        f"{X} -> tensor<4x6xf32>",
+        f'%y = graph.pad %a low = [1, 1] high = [1, 2] mode = "reflect" value = 0.0 : f64 : '
+        f"{X} -> tensor<5x7xf32>",
+        "%y = graph.patches %c kernel = [3, 3] stride = [1, 1] padding = [1, 1] : "
+        "tensor<2x4x4xf32> -> tensor<4x4x2x3x3xf32>",
     ],
 )
 def test_a_prepared_op_reads_no_ir_when_called(line: str) -> None:
     """An op with attributes, prepared, reads them when it is prepared: a call runs no
     function of xDSL, and gives `run_op`'s result."""
     (op, _) = _ops(
-        f"func.func @f(%a: {X}, %b: {X}, %w: tensor<4xf32>) {{\n  {line}\n  func.return\n}}"
+        f"func.func @f(%a: {X}, %b: {X}, %w: tensor<4xf32>, %c: tensor<2x4x4xf32>) {{\n"
+        f"  {line}\n  func.return\n}}"
     )
     xs = [torch.randn(graph.shape_of(v)) for v in op.operands]
     call = prepare_op(op)

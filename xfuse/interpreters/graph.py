@@ -455,15 +455,24 @@ OWN_PREPARERS: dict[str, Preparer] = {
 # --- padding and pooling --------------------------------------------------------------
 
 
-def _pad(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_pad(op: Operation) -> Prepared:
     """graph.pad: constant through F.pad (any rank, negative pads); reflect and replicate by
     indexing each padded dim with torch's mirrored or clamped positions."""
     assert isinstance(op, graph.PadOp)
-    (low, high), x, mode = op.pads, xs[0], op.mode.data
+    (low, high), mode, fill = op.pads, op.mode.data, op.fill
     if mode == "constant":
-        pad = [p for d in reversed(range(x.dim())) for p in (low[d], high[d])]
-        fill = op.fill if x.dtype.is_floating_point else int(op.fill)
-        return torch.nn.functional.pad(x, pad, value=fill).contiguous()
+        pad = [p for d in reversed(range(len(low))) for p in (low[d], high[d])]
+
+        def constant(xs: list[Tensor]) -> Tensor:
+            value = fill if xs[0].dtype.is_floating_point else int(fill)
+            return torch.nn.functional.pad(xs[0], pad, value=value).contiguous()
+
+        return constant
+    return lambda xs: _index_pad(xs[0], low, high, mode)
+
+
+def _index_pad(x: Tensor, low: Sequence[int], high: Sequence[int], mode: str) -> Tensor:
+    """`x` padded by `low` and `high` in `mode` "reflect" or "replicate"."""
     for d, (lo, hi) in enumerate(zip(low, high, strict=True)):
         n = x.shape[d]
         index = torch.arange(-lo, n + hi)
@@ -521,17 +530,27 @@ def _pool(op: Operation, xs: list[Tensor]) -> Tensor:
     return y.reshape(out).contiguous()
 
 
-def _patches(op: Operation, xs: list[Tensor]) -> Tensor:
+def _prepare_patches(op: Operation) -> Prepared:
     """graph.patches: the zero-padded input's windows (`Tensor.unfold` along H, then W),
     `[C, OH, OW, KH, KW]`, laid out as `[OH, OW, C, KH, KW]`."""
     assert isinstance(op, graph.PatchesOp)
     (kh, kw), (sh, sw), (ph, pw) = op.window
-    padded = torch.nn.functional.pad(xs[0], [pw, pw, ph, ph])
-    windows = padded.unfold(1, kh, sh).unfold(2, kw, sw)
-    return windows.permute(1, 2, 0, 3, 4).contiguous()
+
+    def run(xs: list[Tensor]) -> Tensor:
+        padded = torch.nn.functional.pad(xs[0], [pw, pw, ph, ph])
+        windows = padded.unfold(1, kh, sh).unfold(2, kw, sw)
+        return windows.permute(1, 2, 0, 3, 4).contiguous()
+
+    return run
 
 
-POOL_IMPLS: dict[str, Impl] = {"graph.pad": _pad, "graph.pool": _pool, "graph.patches": _patches}
+OWN_PREPARERS["graph.pad"] = _prepare_pad
+OWN_PREPARERS["graph.patches"] = _prepare_patches
+POOL_IMPLS: dict[str, Impl] = {
+    "graph.pad": _impl_of(_prepare_pad),
+    "graph.pool": _pool,
+    "graph.patches": _impl_of(_prepare_patches),
+}
 
 
 OWN_IMPLS: dict[str, Impl] = {
