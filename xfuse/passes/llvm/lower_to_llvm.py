@@ -149,7 +149,7 @@ def _merged_nest(
     first_lo = arith.DivUIOp(lo, size)
     rounded_hi = arith.AddiOp(hi, size_less_one)
     first_hi = arith.DivUIOp(rounded_hi, size)
-    rewriter.insert_op(
+    rewriter.insert(
         [zero, one, size, size_less_one, first_lo, rounded_hi, first_hi], InsertPoint.before(loop)
     )
     outer, row, (i,) = _nest_of_fors([(first_lo.result, first_hi.result, one.result)], rewriter)
