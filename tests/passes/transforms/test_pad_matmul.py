@@ -38,7 +38,12 @@ def ops(module: object, op_type: type) -> int:
 @pytest.mark.parametrize("bias", [False, True])
 def test_padded_program_interprets_as_before(dtype: torch.dtype, bias: bool) -> None:
     model = Head(bias).to(dtype).eval()
-    x = torch.randn(3, 5, 64, dtype=dtype)
+    # Small integers: every dot product is exact whatever order a library kernel sums it in
+    # (torch's 16-bit CPU products may block a padded product's columns differently).
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randint(-1, 2, p.shape))
+    x = torch.randint(-1, 2, (3, 5, 64)).to(dtype)
     imported = import_module(model, (x,))
     args = imported.arguments(x)
     xfuse.pipeline("decompose")(imported.module)
@@ -46,7 +51,7 @@ def test_padded_program_interprets_as_before(dtype: torch.dtype, bias: bool) -> 
     xfuse.pipeline("pad-matmul{min-columns=8}")(imported.module)
     assert ops(imported.module, graph.PadOp) == 1  # (`decompose` made the bias an add)
     assert ops(imported.module, graph.SliceOp) == 1
-    # Each kept column is the same dot product, over the same values, in the same order.
+    # Each kept column is the same dot product of the same values.
     torch.testing.assert_close(interpret(imported.module, args), before, rtol=0, atol=0)
 
 
