@@ -457,14 +457,41 @@ def _reads_what_it_writes(accesses: Sequence[memref.LoadOp | memref.StoreOp]) ->
     return bool(loaded & _stored_memrefs(accesses))
 
 
-def _vector_width(body: list[Operation], shape: Sequence[int]) -> int:
-    """Elements per thread and step: 128 bits of the widest element the body touches."""
+def _depends_on(value: SSAValue, iv: SSAValue) -> bool:
+    """Whether `value` is computed from `iv` (through ops of the body that define it)."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if v is iv:
+            return True
+        owner = v.owner
+        if id(v) in seen or not isinstance(owner, Operation):
+            continue
+        seen.add(id(v))
+        stack.extend(owner.operands)
+    return False
+
+
+def _varying_accesses(
+    accesses: Sequence[memref.LoadOp | memref.StoreOp], innermost: SSAValue
+) -> list[memref.LoadOp | memref.StoreOp]:
+    """The accesses whose element changes from lane to lane: those indexed by `innermost`.
+    One the lanes share (a row's target id or statistic next to the row's bf16 elements) is
+    read once for all lanes and takes no part in the vector width."""
+    varying = [a for a in accesses if any(_depends_on(i, innermost) for i in a.indices)]
+    return varying or list(accesses)
+
+
+def _vector_width(body: list[Operation], shape: Sequence[int], innermost: SSAValue) -> int:
+    """Elements per thread and step: 128 bits of the widest element the lanes' own accesses
+    touch (`_varying_accesses`)."""
     accesses = _accesses(body)
     if not accesses or not shape:
         return 1
     if _reads_what_it_writes(accesses):
         return 1  # lanes could depend on each other through memory
-    width = _vector_lanes(accesses)
+    width = _vector_lanes(_varying_accesses(accesses, innermost))
     while width > 1 and shape[-1] % width:
         width //= 2
     return width
@@ -485,8 +512,9 @@ def _own_element_accesses(
 
 def _flat_width(body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[int]) -> int:
     """Elements per thread and step for `flat` lanes, where the innermost dim takes no vector
-    (`_vector_width` is 1: logits of 50,257 bf16 a row): 128 bits of the widest element
-    where the loop's element count is a multiple of them, the body has no loop and stores
+    (`_vector_width` is 1: logits of 50,257 bf16 a row): 128 bits of the widest element of
+    the accesses at the iteration's own element (the vectors; the others are a lane's own
+    scalar reads) where the loop's element count is a multiple of them, the body has no loop and stores
     only at the iteration's own element (the lanes of a chunk are consecutive elements of
     the flattened loop, so those stores are one vector access), else 1."""
     accesses = _accesses(body)
@@ -498,7 +526,7 @@ def _flat_width(body: list[Operation], ivs: Sequence[SSAValue], shape: Sequence[
         return 1
     if _reads_what_it_writes(accesses):
         return 1
-    width = _vector_lanes(accesses)
+    width = _vector_lanes(own)
     return width if numel(shape) % width == 0 else 1
 
 
@@ -1355,18 +1383,18 @@ def _add_digits(
     return [first if carry is None else e.add(first, carry), *reversed(out)]
 
 
-def _symbolic_width(body: list[Operation], shape: Sequence[Extent]) -> int:
+def _symbolic_width(body: list[Operation], shape: Sequence[Extent], innermost: SSAValue) -> int:
     """Elements per thread and step of a symbolic grid-stride kernel: 128 bits of the widest
-    element the body touches where its innermost extent is static and a multiple of them
-    (halved until it is), the body has no loop or region and reads no buffer it writes;
-    else 1."""
+    element the lanes' own accesses touch (`_varying_accesses`) where its innermost extent is
+    static and a multiple of them (halved until it is), the body has no loop or region and
+    reads no buffer it writes; else 1."""
     accesses = _accesses(body)
     inner = shape[-1] if shape else None
     if not accesses or not isinstance(inner, int) or any(op.regions for op in body):
         return 1
     if _reads_what_it_writes(accesses):
         return 1
-    width = _vector_lanes(accesses)
+    width = _vector_lanes(_varying_accesses(accesses, innermost))
     while width > 1 and inner % width:
         width //= 2
     return width
@@ -1438,7 +1466,7 @@ def _map_symbolic_grid_stride(
     and whether the last chunk may be part of one (flat lanes)."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
-    width = _symbolic_width(body, shape)
+    width = _symbolic_width(body, shape, ivs[-1])
     if width == 1 and (flat := _symbolic_flat_width(body, ivs, shape)) > 1:
         _map_symbolic_flat(kernel, par, shape, block, flat)
         return "elementwise", flat, True
@@ -1805,8 +1833,8 @@ def map_kernel(kernel: func.FuncOp, module: ModuleOp, mapping: GPUMapping = GPUM
         _set_launch(kernel, "elementwise", block_size, 0)
         return "elementwise"
     if not any(_has_control_flow(op) for op in body):
-        width = _vector_width(body, shape)
         ivs = list(par.body.block.args)
+        width = _vector_width(body, shape, ivs[-1])
         flat_lanes = width == 1 and (width := _flat_width(body, ivs, shape)) > 1
         while width > 1 and numel(shape) // width < mapping.min_threads:
             width //= 2
