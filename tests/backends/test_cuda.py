@@ -182,6 +182,32 @@ def test_half_pointwise_uses_128_bit_accesses(tmp_path: Path) -> None:
     assert "ld.global.nc.v4.b32" in ptx or "ld.global.nc.v8" in ptx
 
 
+def _loss_gradient(
+    logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor, lse: torch.Tensor
+) -> torch.Tensor:
+    """A cross-entropy's gradient: a row's one-hot target minus its softmax, scaled, in bf16."""
+    iota = torch.arange(logits.shape[1])
+    onehot = (target[:, None] == iota[None, :]).float()
+    softmax = torch.exp(logits.float() - lse[:, None])
+    return ((onehot - softmax) * scale[:, None]).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("columns", [1008, 1001])
+def test_row_values_beside_half_elements_keep_128_bit_accesses(
+    columns: int, tmp_path: Path
+) -> None:
+    """A row's i64 target and f32 statistics, read beside its bf16 elements, are shared by a
+    chunk's lanes (or read by each lane where rows are odd): the chunk is 8 bf16 elements,
+    one 128-bit load and store, not the 2 lanes of 8-byte elements (512 rows: chunks of 8
+    leave `min-threads` threads)."""
+    rows = 512
+    args = (_x(rows, columns, dtype=torch.bfloat16), torch.randint(0, columns, (rows,)))
+    ptxs = ptx_of(_loss_gradient, (*args, _x(rows), _x(rows)), tmp_path)
+    ptx = max(ptxs, key=lambda p: LaunchShape.from_ptx(p).items)  # the [rows, columns] kernel
+    assert LaunchShape.from_ptx(ptx).items == rows * columns // 8
+    assert ptx.count("ld.global.nc.v4") == 1 and ptx.count("st.global.v4") == 1
+
+
 def test_small_pointwise_spreads_over_threads(tmp_path: Path) -> None:
     """Under `min-threads` elements' worth of vectors, one element a thread: more blocks."""
     (ptx,) = ptx_of(lambda x: torch.tanh(x) * 2, (_x(16, 128, dtype=torch.float16),), tmp_path)
