@@ -14,7 +14,8 @@ waited for), with `--profile` each column's GPU busy time, operation count and t
 GPU kernels (torch.profiler), and with `--host-profile` a cProfile of xfuse's calls. A column whose first call warned
 `FallbackWarning` (part of the model ran eagerly) is named under its row.
 Columns: `eager`, `inductor`, `inductor-ro` (reduce-overhead), `xfuse` (torch.compile), `xfuse.compile`
-(xfuse's own entry point) and `no-stencil` (xfuse.compile without `depthwise-stencil`).
+(xfuse's own entry point), `no-stencil` (xfuse.compile without `depthwise-stencil`) and
+`no-onednn` (xfuse.compile with every matrix product torch's call: `PipelineOptions.onednn_gemm`).
 """
 
 from __future__ import annotations
@@ -190,6 +191,9 @@ def columns(
         elif c == "no-stencil":
             # compile's pipeline without its `depthwise-stencil` pass
             options = PipelineOptions(without=("depthwise-stencil",))
+            fns[c] = compile_program(model, args, torch.device(device), options, quiet=True)
+        elif c == "no-onednn":
+            options = PipelineOptions(onednn_gemm=False)
             fns[c] = compile_program(model, args, torch.device(device), options, quiet=True)
     return fns
 

@@ -40,7 +40,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -319,13 +319,18 @@ class PartCompiler:
         self, function: Callable[..., Any], inputs: Sequence[Tensor], static: tuple[int, ...]
     ) -> CompiledProgram:
         """`function` compiled for the shapes of `inputs` (real tensors) with this part's
-        settings and fallback mode, the inputs at positions `static` kept in place."""
+        settings and fallback mode, the inputs at positions `static` kept in place. A training
+        part's products stay torch's calls (`PipelineOptions.onednn_gemm`): its weights change
+        at every step, and oneDNN's chunks of them would be made again at every call."""
         settings = self.settings
+        options = settings.options
+        if self.part != "inference":
+            options = replace(options, onednn_gemm=False)
         return compile_program(
             function,
             tuple(inputs),
             settings.device or graph_device_of(function, inputs),
-            settings.options,
+            options,
             cache=settings.cache,
             quiet=settings.quiet,
             backend=settings.backend,

@@ -21,6 +21,14 @@ signature, the device's name and torch's version), so it is measured once per ma
 Timing the stencil alone leaves out what fusing it with its neighbours saves, and what it
 costs where a normalization computes it again at each pass: a near tie goes to the library
 call (`STENCIL_MARGIN`).
+
+An f32 matrix product of a weight on the CPU (`xfuse.runtime.onednn_gemm.gemm_of`) runs
+torch's call (MKL) or oneDNN's GEMM, K summed in chunks so that its result is as accurate as
+eager's: `onednn_gemms` times each distinct product of the fused program (`Gemm.signature`)
+both ways, alone, on random data, once per machine, thread count and torch version (`GEMM`
+verdicts are `CHOICE` entries too, listed in `Executable.choices` with the depthwise ones);
+oneDNN's is kept where clearly faster (`GEMM_MARGIN`). Products of under `GEMM_WORK`
+multiply-adds are never measured: they stay torch's call.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import hashlib
 import json
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +47,7 @@ import torch
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
-from xdsl.ir import Attribute, Block, Region
+from xdsl.ir import Attribute, Block, Operation, Region
 from xdsl.passes import ModulePass
 
 from xfuse.dialects import graph
@@ -48,10 +56,12 @@ from xfuse.frontend.convolution import CONVOLUTION, ConvolutionCall
 from xfuse.frontend.export import Imported, forward_op_names
 from xfuse.frontend.importer import ImportedProgram
 from xfuse.frontend.outputs import OutputRule
+from xfuse.interpreters.graph import find_function
 from xfuse.ir.dtypes import from_torch, to_torch
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
+from xfuse.runtime import onednn_gemm as onednn
 from xfuse.runtime.cache import CHOICE, KernelCache
 
 Tensor = torch.Tensor
@@ -354,3 +364,113 @@ def _graph_ms(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> f
         end.synchronize()
         samples.append(start.elapsed_time(end) / REPLAYS)
     return statistics.median(samples)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix products of a weight on the CPU: torch's call (MKL) or oneDNN's
+# ---------------------------------------------------------------------------------------------
+
+GEMM_WORK = 1 << 25
+"""Multiply-adds (M*K*N) under which a product is not measured and stays torch's call: too
+little work for either library's choice to matter (a 128x1024x256 product takes about a
+millisecond), and too short to time apart reliably on a shared machine."""
+
+GEMM_MARGIN = 0.9
+"""oneDNN's product is kept where it took under this fraction of torch's time: a near tie
+goes to torch's call, as eager makes it."""
+
+GEMM_MEASUREMENT = 1
+"""How products are measured (`measure_gemm`); a verdict measured otherwise is not reused."""
+
+
+@dataclass(frozen=True)
+class GemmChoice:
+    """One measured verdict: the product `signature` (`Gemm.signature`) by torch's call and
+    by oneDNN's (`xfuse.runtime.onednn_gemm`), in ms per call."""
+
+    signature: str
+    torch_ms: float
+    onednn_ms: float
+
+    @property
+    def kept(self) -> str:
+        return "onednn" if self.onednn_ms < GEMM_MARGIN * self.torch_ms else "torch"
+
+    def __str__(self) -> str:
+        return (
+            f"matrix product {self.signature}: {self.kept} "
+            f"(torch {self.torch_ms:.4f} ms, onednn {self.onednn_ms:.4f} ms)"
+        )
+
+
+def onednn_gemms(
+    module: ModuleOp,
+    held: Collection[int],
+    device: torch.device,
+    cache: KernelCache,
+    asked: bool | None,
+) -> tuple[frozenset[Operation], list[GemmChoice]]:
+    """The products of `module` (after fusion: the ops the program runs; weights among the
+    arguments `held`, `gemm_of`) that run oneDNN's GEMM (`xfuse.runtime.onednn_gemm`), and
+    every verdict measured for them. None on CUDA or where torch has no oneDNN linear; with
+    `asked` (`PipelineOptions.onednn_gemm`, settled) True every candidate, False none, None
+    those of `GEMM_WORK` or more whose oneDNN call was measured faster (from the cache, or
+    measured now and stored)."""
+    if device.type != "cpu" or asked is False or not onednn.available():
+        return frozenset(), []
+    ops = find_function(module, "forward").body.block.ops
+    found = {op: g for op in ops if (g := onednn.gemm_of(op, held)) is not None}
+    if asked:
+        return frozenset(found), []
+    verdicts: dict[str, GemmChoice] = {}
+    for gemm in found.values():
+        if gemm.work < GEMM_WORK or gemm.signature in verdicts:
+            continue
+        key = _gemm_key(gemm.signature)
+        choice = cache.program(key, _load_gemm, CHOICE)
+        if choice is None:
+            choice = measure_gemm(gemm)
+            cache.store_program(key, _dump_gemm(choice), CHOICE)
+        verdicts[gemm.signature] = choice
+    kept = {s for s, c in verdicts.items() if c.kept == "onednn"}
+    return frozenset(op for op, g in found.items() if g.signature in kept), list(verdicts.values())
+
+
+def measure_gemm(gemm: onednn.Gemm) -> GemmChoice:
+    """Time `gemm` as torch's call and as oneDNN's, on random data of its shapes (real
+    tensors, outside the fake tensor mode of a `torch.compile` trace in progress)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.no_grad():
+        return _measure_gemm(gemm)
+
+
+def _measure_gemm(gemm: onednn.Gemm) -> GemmChoice:
+    x = torch.randn(gemm.m, gemm.k)
+    weight = torch.randn((gemm.k, gemm.n) if gemm.transposed else (gemm.n, gemm.k))
+    ours = onednn.OnednnGemm(gemm.transposed)
+    theirs: Callable[[Tensor], Tensor]
+    if gemm.transposed:
+        theirs = lambda v: torch.mm(v, weight)  # noqa: E731
+    else:
+        theirs = lambda v: torch.nn.functional.linear(v, weight)  # noqa: E731
+    cpu = torch.device("cpu")
+    torch_ms = _time(theirs, x, cpu)
+    return GemmChoice(gemm.signature, torch_ms, _time(lambda v: ours(v, weight), x, cpu))
+
+
+def _gemm_key(sig: str) -> str:
+    text = (
+        f"gemm {sig} on cpu threads={torch.get_num_threads()} chunk={onednn.CHUNK} "
+        f"torch {torch.__version__} measured by {GEMM_MEASUREMENT}"
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _dump_gemm(choice: GemmChoice) -> bytes:
+    return json.dumps([choice.signature, choice.torch_ms, choice.onednn_ms]).encode()
+
+
+def _load_gemm(data: bytes) -> GemmChoice:
+    sig, torch_ms, onednn_ms = json.loads(data)
+    return GemmChoice(str(sig), float(torch_ms), float(onednn_ms))

@@ -361,6 +361,9 @@ DEFAULT_PIPELINE = (
 CHANNELS_LAST_ENV = "XFUSE_CHANNELS_LAST"
 """`1`, `0` or `auto`: `channels_last` for a compile that gives none (`channels_last_setting`)."""
 
+ONEDNN_GEMM_ENV = "XFUSE_ONEDNN_GEMM"
+"""`1`, `0` or `auto`: `PipelineOptions.onednn_gemm` where it is None (`onednn_gemm_setting`)."""
+
 
 @dataclass(frozen=True)
 class PipelineOptions:
@@ -376,6 +379,11 @@ class PipelineOptions:
     those measured faster so (`xfuse.choices`)."""
     without: tuple[str, ...] = ()
     """Device passes left out, by name (a benchmark's column without `depthwise-stencil`)."""
+    onednn_gemm: bool | None = None
+    """Which f32 products of a weight run oneDNN's GEMM on the CPU instead of torch's
+    (`xfuse.runtime.onednn_gemm`): True every one, False none (AOTAutograd's training parts,
+    `xfuse.aot`), None `XFUSE_ONEDNN_GEMM` (`1`, `0`) where set, else (`auto`) those measured
+    faster so (`xfuse.choices.onednn_gemms`)."""
 
 
 def device_type(device: str | torch.device) -> str:
@@ -386,11 +394,21 @@ def device_type(device: str | torch.device) -> str:
 def channels_last_setting(asked: bool | None) -> bool | None:
     """`asked`, or where it is None the `XFUSE_CHANNELS_LAST` setting: `1` True, `0` False,
     `auto` (and unset) None; any other value is an `XfuseError`."""
+    return _switch(asked, CHANNELS_LAST_ENV)
+
+
+def onednn_gemm_setting(asked: bool | None) -> bool | None:
+    """`asked`, or where it is None the `XFUSE_ONEDNN_GEMM` setting, read as
+    `channels_last_setting` reads its own."""
+    return _switch(asked, ONEDNN_GEMM_ENV)
+
+
+def _switch(asked: bool | None, env: str) -> bool | None:
     if asked is not None:
         return asked
-    setting = os.environ.get(CHANNELS_LAST_ENV, "auto").strip().lower()
+    setting = os.environ.get(env, "auto").strip().lower()
     if setting not in ("0", "1", "auto"):
-        raise XfuseError(f"{CHANNELS_LAST_ENV} must be 0, 1 or auto, found {setting!r}")
+        raise XfuseError(f"{env} must be 0, 1 or auto, found {setting!r}")
     return None if setting == "auto" else setting == "1"
 
 

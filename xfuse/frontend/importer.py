@@ -10,7 +10,7 @@ import contextlib
 import inspect
 import logging
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +121,18 @@ class ImportedProgram:
         leaves = pytree.tree_leaves((user_inputs, user_kwargs))
         tensors = [x for i, x in enumerate(leaves) if i not in self.constant_inputs]
         return bind_arguments(self.function, tensors, self.params)
+
+    def held_args(self, arity: int, static: Collection[int]) -> frozenset[int]:
+        """The positions of `@forward`'s arguments that a call of `arity` positional tensors
+        binds to memory that outlives the call (a module's weights): its parameters and
+        buffers, and the inputs at the positions `static` (`torch.compile` passes a model's
+        weights so), matched as `binder` matches them."""
+        positions = iter([i for i in range(arity) if i not in self.constant_inputs])
+        held = set()
+        for i in range(len(self.function.body.block.args)):
+            if i in self.param_names or next(positions) in static:
+                held.add(i)
+        return frozenset(held)
 
     def binder(
         self, arity: int, state_names: Sequence[str] = ()

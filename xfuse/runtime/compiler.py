@@ -15,7 +15,7 @@ value that may alias it (eager results may be views of their inputs) has run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
 from typing import Protocol, cast
@@ -44,6 +44,7 @@ from xfuse.runtime.steps import (
     BufferSpec,
     EagerStep,
     KernelStep,
+    OnednnStep,
     Step,
     ViewStep,
     torch_call_view,
@@ -493,6 +494,9 @@ class ProgramCompiler:
         self._lowered: dict[Operation, ModuleOp] = {}
         """Units lowered ahead by `kernel_modules`, which `compile` takes instead of lowering
         them again."""
+        self.onednn: Collection[Operation] = frozenset()
+        """The products of the module to compile that run oneDNN's GEMM (`OnednnStep`), as
+        `xfuse.choices.onednn_gemms` chose them."""
 
     def canonical(self, kernel: func.FuncOp) -> KernelSource:
         """The kernel's `canonical_kernel_module` and its text, made once per kernel."""
@@ -744,6 +748,8 @@ class ProgramCompiler:
             em.constants[outputs[0]] = run_op(op, [])[0].to(self.device)
         elif _is_view(op) or torch_call_view(op) is not None:
             em.steps.append(ViewStep(op, inputs, outputs, _step_label("view", op)))
+        elif op in self.onednn:
+            em.steps.append(OnednnStep(op, inputs, outputs, _step_label("onednn", op)))
         elif op.name in OP_IMPLS or isinstance(op, fusion.GroupOp):
             em.steps.append(EagerStep(op, inputs, outputs, _step_label("eager", op)))
         else:

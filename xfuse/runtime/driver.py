@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, Kernel, get_backend
-from xfuse.choices import Choice, Compile, CompileAhead, choose_passes
+from xfuse.choices import Choice, Compile, CompileAhead, GemmChoice, choose_passes, onednn_gemms
 from xfuse.collector import collector_paused
 from xfuse.errors import ExportError, KernelCacheWarning
 from xfuse.frontend.export import Imported, ModelOrFn, import_for_xfuse, unflattener
@@ -37,6 +37,7 @@ from xfuse.pipeline import (
     channels_last_setting,
     compile_device_passes,
     compile_pipeline,
+    onednn_gemm_setting,
     pipeline,
     verify_module,
 )
@@ -81,8 +82,9 @@ class FusionReport:
     """The ops the decisions name (to draw refused pairs, `Explanation.to_dot`)."""
     op_by_op: list[str] = field(default_factory=list[str])
     """Groups compiled op by op because their lowering refused them (the safety net)."""
-    choices: list[Choice] = field(default_factory=list[Choice])
-    """Library call or xfuse's kernel, as measured at compile time (`xfuse.choices`)."""
+    choices: list[Choice | GemmChoice] = field(default_factory=list[Choice | GemmChoice])
+    """Library call or xfuse's kernel, torch's product or oneDNN's, as measured at compile
+    time (`xfuse.choices`)."""
     options: PipelineOptions | None = field(default=None, compare=False, repr=False)
     """What the pipeline was made of (`compile_pipeline(device, options)` makes it again:
     the bisector replays it so), its measured choices included."""
@@ -226,6 +228,9 @@ class BuildSettings:
     """Positions of the flat outputs that only the program's own backward reads (a training
     forward's saved tensors): a kernel's buffer among them keeps its row-major strides
     (`with_kernel_strides`) rather than being copied into eager's."""
+    static_inputs: tuple[int, ...] = ()
+    """Positions of the inputs whose memory stays put between calls (`CompiledProgram`'s):
+    with the parameters, the weights whose products may run oneDNN's (`xfuse.choices`)."""
 
 
 def builder(
@@ -283,6 +288,10 @@ def build_executable(
         settings.options, program_ir.module, device, cache, compile_choices_ahead
     )
     decisions, index = fuse_and_lower(program_ir, passes, cache, compiler)
+    held = program_ir.held_args(len(call.leaves), settings.static_inputs)
+    compiler.onednn, gemms = onednn_gemms(
+        program_ir.module, held, device, cache, options.onednn_gemm
+    )
     groups = group_count(program_ir.module)
     progress.lap("fusion")
     progress.stage(f"{plural(groups, 'group')} formed; compiling kernels")
@@ -296,7 +305,7 @@ def build_executable(
         list(program.fallbacks),
         index,
         program.op_by_op,
-        choices,
+        [*choices, *gemms],
         options=options,
         pipeline=passes.description(),
     )
@@ -447,13 +456,19 @@ def compile_program(
         fallback,
         outputs_released,
         saved_outputs,
+        static_inputs,
     )
     return program(model_or_fn, settings, example_inputs, example_kwargs, static_inputs)
 
 
 def settled(options: PipelineOptions) -> PipelineOptions:
-    """`options` with the environment's `XFUSE_CHANNELS_LAST` setting read (once per compile)."""
-    return replace(options, channels_last=channels_last_setting(options.channels_last))
+    """`options` with the environment's `XFUSE_CHANNELS_LAST` and `XFUSE_ONEDNN_GEMM` settings
+    read (once per compile)."""
+    return replace(
+        options,
+        channels_last=channels_last_setting(options.channels_last),
+        onednn_gemm=onednn_gemm_setting(options.onednn_gemm),
+    )
 
 
 def compile_choices_ahead(

@@ -26,9 +26,10 @@ from xdsl.ir import Operation
 
 from xfuse.backends import Kernel
 from xfuse.dialects import graph
-from xfuse.dialects.torch_args import decode_arg, resolve_torch_op, tensor_ref
+from xfuse.dialects.torch_args import Operand, decode_arg, resolve_torch_op, tensor_ref
 from xfuse.errors import IndexOutOfRangeError, XfuseError
 from xfuse.interpreters.graph import DirectCall, PreparedOp, direct_call, prepare_op
+from xfuse.runtime import onednn_gemm
 from xfuse.runtime.memory import HUGE_PAGE_MIN_BYTES, empty_cpu
 
 Tensor = torch.Tensor
@@ -310,6 +311,20 @@ class EagerStep:
             with args[0].device:  # constants made inside (a group's) on the inputs' device
                 return self.call(args)
         return self.call(args)
+
+
+@dataclass
+class OnednnStep(EagerStep):
+    """A product of a weight that oneDNN runs (`xfuse.runtime.onednn_gemm`), where
+    `xfuse.choices` chose it: torch's call (`direct_call`) with oneDNN's function in its
+    place, the same operands."""
+
+    def __post_init__(self) -> None:
+        fn = onednn_gemm.OnednnGemm(transposed=isinstance(self.op, graph.MatmulOp))
+        bias = [Operand(2)] if len(self.op.operands) > 2 else [None]
+        self.direct = (fn, [Operand(0), Operand(1), *bias], {})
+        self.call = lambda xs: [fn(*xs)]
+        self.owns_outputs = True
 
 
 class View(NamedTuple):
