@@ -171,11 +171,13 @@ class Explanation:
         return "\n\n".join([*sections, f"{saved}\n{recomputed}"])
 
     def table(self) -> str:
-        """The fusion report of this one program: headline, ops, the table."""
+        """The fusion report of this one program: headline, ops, the table, then the choices
+        measured at compile time (`xfuse.choices`), one line each."""
         first, *table = format_summary(self.summary()).splitlines()
         ops = f"ops: {op_names(self.ops)} (imported: {op_names(self.imported_ops)})"
         graph = [] if self.cuda_graph is None else [f"CUDA graph: {self.cuda_graph}"]
-        return "\n".join([first, ops, *graph, *self.symbol_lines(), *table])
+        measured = [f"measured: {c}" for c in self.report.choices]
+        return "\n".join([first, ops, *graph, *self.symbol_lines(), *table, *measured])
 
     def symbol_lines(self) -> list[str]:
         """The symbolic sizes section: each symbol, then each guard (none for static ones)."""
