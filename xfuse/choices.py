@@ -25,8 +25,8 @@ call (`STENCIL_MARGIN`).
 An f32 matrix product of a weight on the CPU (`xfuse.runtime.onednn_gemm.gemm_of`) runs
 torch's call (MKL) or oneDNN's GEMM, K summed in chunks so that its result is as accurate as
 eager's: `onednn_gemms` times each distinct product of the fused program (`Gemm.signature`)
-both ways, alone, on random data, once per machine, thread count and torch version (`GEMM`
-verdicts are `CHOICE` entries too, listed in `Executable.choices` with the depthwise ones);
+both ways, alone, on random data, once per machine, thread count and torch version (its
+`GemmChoice` a `CHOICE` entry too, listed in `Executable.choices` with the depthwise ones);
 oneDNN's is kept where clearly faster (`GEMM_MARGIN`). Products of under `GEMM_WORK`
 multiply-adds are never measured: they stay torch's call.
 """

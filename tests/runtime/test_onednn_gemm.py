@@ -95,6 +95,9 @@ def test_a_compiled_program_reacts_to_a_weight_changed_in_place_as_eager() -> No
         program = xfuse.compile(model, (x,), quiet=True)
         assert _step_kinds(program).count(OnednnStep) == 2
         torch.testing.assert_close(program(x), model(x))
+        chunks = onednn_gemm._made[(id(model.down), True)].chunks  # the module's own weight
+        torch.testing.assert_close(program(x), model(x))
+        assert onednn_gemm._made[(id(model.down), True)].chunks is chunks  # not made again
         model.up.weight.mul_(-1)
         model.down.add_(1)
         torch.testing.assert_close(program(x), model(x))

@@ -11,6 +11,11 @@ but its f32 sum over K is less accurate: about twice the RMSE of MKL's against a
 reference at K of 768 to 3072, which breaks xfuse's rule (no worse than twice eager's). So K
 is cut into contiguous chunks of `CHUNK` columns, each chunk's product added into the running
 result by oneDNN itself (`_linear_pointwise.binary`'s `add`).
+
+Memory: each chosen weight is held once more, as its chunks (`weight_chunks`: GPT-2's tied
+LM head, 50257x768 f32, 154 MB), except an [N, K] contiguous weight of one chunk, used as
+it is; made again where the weight changed (in place, or another tensor), as eager reads the
+weight at each call.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ from xfuse.ir.dtypes import to_torch
 Tensor = torch.Tensor
 
 CHUNK = 256
-"""Columns of K summed by one oneDNN call. The RMSE against an f64 reference of the chunked
-product over MKL's (`torch.nn.functional.linear`), on random normal data, M=128: unchunked
-1.96-2.31x at K=768..3072; chunks of 256: 1.09-1.17x; 384: 1.36-1.40x; 512: 1.46-1.64x
-(tests/runtime/test_onednn_gemm.py checks the rule on 128x1024x1024). Chunks of 256 cost
-about a tenth of oneDNN's gain on an LM head."""
+"""Columns of K summed by one oneDNN call. The RMSE against an f64 reference over MKL's
+(`torch.nn.functional.linear`), random normal data, M=128, K and N of GPT-2, BERT and Llama
+(768..3072): oneDNN unchunked 1.95-2.32x; chunks of 256 1.13-1.17x (either layout); 384
+1.35-1.40x; 512 1.47-1.64x (tests/runtime/test_onednn_gemm.py checks the 2x rule). Each
+chunk is one more oneDNN call (about 10% of an LM head's gain at K=768), which the measured
+choice weighs."""
 
 
 class Gemm(NamedTuple):
