@@ -66,13 +66,20 @@ from xfuse.runtime.cache import CHOICE, KernelCache
 
 Tensor = torch.Tensor
 RUNS = 15
-"""Timed samples of each side (after two warm-up calls); the median decides."""
+"""Timed samples of each side (after two warm-up calls): on CUDA their median decides, on the
+CPU the fastest (`_time`)."""
 
 STENCIL_MARGIN = 0.9
 """The stencil is kept where it took under this fraction of the library call's time alone. A
 stencil fused into a normalization after it is computed again at each of its passes (mean,
 variance, output), so it can take several times its time alone there (benchmarks/RESULTS.md
 has ConvNeXt's): a near tie goes to the library."""
+
+CPU_BUDGET_MS = 300.0
+"""About the longest a side is timed on the CPU (`_time`): long calls are timed fewer times."""
+
+MIN_RUNS = 3
+"""Timed samples of a side on the CPU however long its call (besides the second warm-up's)."""
 
 MEASUREMENT = 2
 """How choices are measured (`measure`, `_time`); a verdict measured otherwise is not reused."""
@@ -332,13 +339,16 @@ def _time(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> float
     between); elsewhere the fastest call's, since on a loaded machine a call's time is its
     own plus whatever else ran, and a median can be many times the call's own time on a
     machine shared with other work (benchmarks/RESULTS.md has a case); the verdict is kept in
-    the cache."""
-    for _ in range(2):
-        fn(x)
+    the cache. A call long enough that `RUNS` of them would take over `CPU_BUDGET_MS` is
+    timed fewer times (at least `MIN_RUNS`): an LM head's product takes 100 ms a call."""
+    fn(x)
+    t0 = time.perf_counter()
+    fn(x)
+    warm = 1000 * (time.perf_counter() - t0)
     if device.type == "cuda":
         return _graph_ms(fn, x, device)
-    samples = []
-    for _ in range(RUNS):
+    samples = [warm]
+    for _ in range(max(MIN_RUNS, min(RUNS, int(CPU_BUDGET_MS / max(warm, 1e-3))))):
         t0 = time.perf_counter()
         fn(x)
         samples.append(1000 * (time.perf_counter() - t0))
