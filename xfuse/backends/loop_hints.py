@@ -104,12 +104,23 @@ def trip_test(loop: Loop) -> ir.ICMPInstr | None:
     return cond if isinstance(cond, ir.ICMPInstr) and cond.op == "slt" else None
 
 
-def constant_trip(test: ir.ICMPInstr) -> int | None:
-    """The trip count of a test `icmp slt %iv, C` with a constant C, else None."""
+def constant_trip(test: ir.ICMPInstr, loop: Loop) -> int | None:
+    """The trip count of a test `icmp slt %iv, C` with a constant C, else None: C less the
+    constant `%iv` starts from (a loop cut into pieces, `range_pieces`, starts past 0)."""
     bound = test.operands[1]
-    if isinstance(bound, ir.Constant) and isinstance(bound.constant, int):
-        return bound.constant
-    return None
+    if not (isinstance(bound, ir.Constant) and isinstance(bound.constant, int)):
+        return None
+    return bound.constant - _constant_start(test.operands[0], loop)
+
+
+def _constant_start(iv: ir.Value, loop: Loop) -> int:
+    """The constant a header phi `iv` takes from outside `loop`, else 0."""
+    if not isinstance(iv, ir.PhiInstr):
+        return 0
+    for value, block in iv.incomings:
+        if block not in loop.blocks and isinstance(value, ir.Constant):
+            return value.constant if isinstance(value.constant, int) else 0
+    return 0
 
 
 _DIVIDING = frozenset({"udiv", "sdiv", "urem", "srem"})
@@ -177,7 +188,7 @@ def keep_sum_loops(module: ir.Module) -> int:
             continue
         for loop in innermost(loops(function)):
             test = trip_test(loop)
-            trip = None if test is None else constant_trip(test)
+            trip = None if test is None else constant_trip(test, loop)
             if test is None or trip is None or not MIN_KEPT_TRIP <= trip < FULL_UNROLL_TRIP:
                 continue
             if not accumulates_reassociated(loop) or not unit_stride(loop, test.operands[0]):

@@ -18,7 +18,9 @@ lower-to-loops would make a kernel of) is an error, not silently left alone. For
    `x * (1 / s)`; a loop whose innermost dimension is a column of reductions takes a block of
    columns per iteration, the row loop around a loop over the block (`column_blocks`); else a
    two-dimensional loop that reads an operand transposed runs its inner dimension in blocks, the
-   block index outermost (`transpose_blocks`);
+   block index outermost (`transpose_blocks`). After it, a loop whose body compares its index
+   with constants (a concat's parts, a pad's border) is cut into one loop per range where the
+   comparisons do not change, their branches folded away (`range_pieces`);
 2. f16/bf16 arithmetic and math are computed in f32 (what torch does on CPUs), bf16 constants
    become rounded f32 ones;
 3. `expand-math` (vectorizable exp, log, tanh, erf, sin, cos, ...);
@@ -62,6 +64,7 @@ from xfuse.passes.llvm.column_blocks import block_column_reductions
 from xfuse.passes.llvm.convert_func_to_llvm import convert_types, rewrite_once
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
+from xfuse.passes.llvm.range_pieces import split_loop_ranges
 from xfuse.passes.llvm.transpose_blocks import block_transposed_loops
 from xfuse.passes.lowering.divisions import divide_by_reciprocal
 from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op
@@ -463,6 +466,9 @@ def prepare_cpu_kernels(module: ModuleOp) -> None:
             if not block_column_reductions(parallel):
                 block_transposed_loops(parallel)
     rewrite_once(module, ParallelLoopToRangeArgs())
+    for kernel in kernel_functions(module):
+        for loop in reversed([o for o in kernel.walk() if isinstance(o, scf.ForOp)]):
+            split_loop_ranges(loop)
 
 
 TARGET_PREPARATIONS: dict[str, Callable[[ModuleOp], None]] = {"cpu": prepare_cpu_kernels}
