@@ -309,3 +309,38 @@ def test_a_zero_tensor_gradient_is_returned_as_eager_returns_it(parts: list[Any]
     torch.testing.assert_close(got, want)
     assert {part for part, _ in parts} == {"forward", "backward"}
     assert_whole(parts)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_an_embedding_gradient_of_many_indices_is_eagers(
+    parts: list[Any], padding_idx: int | None
+) -> None:
+    """An embedding's gradient over more indices than the fused scatter searches, repeated
+    ones among them, is `index_put_` into fresh zeros (no copy of the program's constant):
+    eager's gradient, repeats summed, the padding row zero, a new tensor at each step."""
+    from xfuse.dialects.graph import TorchCallOp
+    from xfuse.interpreters.graph import zeros_base
+
+    emb = torch.nn.Embedding(50, 8, padding_idx=padding_idx)
+    reference = copy.deepcopy(emb)
+    compiled = torch.compile(emb, backend="xfuse", options=STRICT)
+    ids = torch.tensor([[3, 7, 3, 0] * 8, [49, 3, 7, 1] * 8])
+    grads = []
+    for _ in range(2):
+        w = torch.randn(2, 32, 8)
+        (got,) = torch.autograd.grad((compiled(ids) * w).sum(), emb.weight)
+        (want,) = torch.autograd.grad((reference(ids) * w).sum(), reference.weight)
+        torch.testing.assert_close(got, want)
+        grads.append(got)
+    assert grads[0].data_ptr() != grads[1].data_ptr()
+    if padding_idx is not None:
+        assert not grads[0][padding_idx].any()
+    backward = [p for part, p in parts if part == "backward"]
+    puts = [
+        op
+        for p in backward
+        for op in p.default.program.module.walk()
+        if isinstance(op, TorchCallOp) and op.target.data == "aten.index_put.default"
+    ]
+    assert puts and all(zeros_base(op) for op in puts)
+    assert_whole(parts)

@@ -303,3 +303,44 @@ def test_prepared_permuted_torch_call_reads_its_orders_once(
         (got,) = call([x])
         assert got.stride() == want.stride() == (8, 1)
         torch.testing.assert_close(got, x, rtol=0, atol=0)
+
+
+def _index_put_on(fill: str) -> Operation:
+    """`index_put(constant, (i,), v, accumulate=True)` of a [10, 4] constant of `fill`, 24
+    indices (more than the fused scatter searches: it stays torch's call)."""
+    t, i, v = "tensor<10x4xf32>", "tensor<24xi64>", "tensor<24x4xf32>"
+    (_, op, _) = _ops(
+        f"func.func @f(%i: {i}, %v: {v}) -> {t} {{\n"
+        f"  %z = graph.constant dense<{fill}> : {t}\n"
+        f'  %y = graph.torch_call "aten.index_put.default"(%z, %i, %v) '
+        f'args = ["%t0", ["%t1"], "%t2", true] kwargs = {{}} : ({t}, {i}, {v}) -> {t}\n'
+        f"  func.return %y : {t}\n}}"
+    )
+    return op
+
+
+@pytest.mark.parametrize("fill", ["0.0", "-0.0", "1.5"])
+def test_an_index_put_into_a_constant_of_zeros_accumulates_into_fresh_zeros(fill: str) -> None:
+    """On a constant of zeros (+0.0), the prepared `index_put` is `index_put_` on fresh zeros
+    (as eager's embedding backward): `run_op`'s values, duplicates summed, the constant never
+    written, a new result at each call; another constant is copied as before."""
+    from xfuse.interpreters.graph import zeros_base
+
+    op = _index_put_on(fill)
+    assert isinstance(op, graph.TorchCallOp)
+    assert zeros_base(op) is (fill == "0.0")
+    constant = run_op(op.operands[0].owner, [])[0]  # type: ignore[arg-type]
+    kept = constant.clone()
+    i = torch.tensor([3, 1, 3, 9, 0, 3] * 4)
+    call = prepare_op(op)
+    results = []
+    for _ in range(2):
+        v = torch.randn(24, 4)
+        (got,) = call([constant, i, v])
+        (want,) = run_op(op, [constant, i, v])
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert torch.equal(got.signbit(), want.signbit())
+        assert got.data_ptr() != constant.data_ptr() and got.is_contiguous()
+        results.append(got)
+    assert results[0].data_ptr() != results[1].data_ptr()
+    assert torch.equal(constant, kept) and torch.equal(constant.signbit(), kept.signbit())

@@ -25,10 +25,11 @@ from xfuse.dialects.torch_args import (
     operand_filler,
     prepare_args,
     resolve_torch_op,
+    tensor_ref,
 )
 from xfuse.errors import IndexOutOfRangeError, InterpretError, XfuseError
 from xfuse.ir import dtypes
-from xfuse.ir.dense import compact_splat
+from xfuse.ir.dense import compact_splat, element_bytes, is_splat
 from xfuse.ir.names import SIZES_ATTR
 
 Tensor = torch.Tensor
@@ -718,7 +719,7 @@ def direct_call(op: Operation) -> DirectCall | None:
     the call out itself (the runner: `s7 = ext7(s5, c3, a7_2, ...)`): a `graph.torch_call`
     whose operands are whole positional arguments and whose operator returns one tensor, or
     a tuple of as many tensors as the op has results (`native_dropout`: `s7, s8 = ext7(...)`),
-    each as it is (no `picks`, no `orders`), a product of two matrices (`torch.mm`: what `torch.matmul` calls for
+    each as it is (no `picks`, no `orders`; not `zeros_base`'s), a product of two matrices (`torch.mm`: what `torch.matmul` calls for
     them, without its dispatch on ranks, about half a microsecond less a call on the CPU) or of
     two batches of as many matrices (`torch.bmm`, which `torch.matmul` calls for them after an
     `expand`, a `reshape` and before an `_unsafe_view` that change nothing), or a `graph.linear`.
@@ -735,6 +736,8 @@ def direct_call(op: Operation) -> DirectCall | None:
         return torch.nn.functional.linear, [Operand(0), Operand(1), *bias], {}
     if not isinstance(op, graph.TorchCallOp) or op.orders is not None or op.picks is not None:
         return None
+    if zeros_base(op):
+        return None
     try:
         schema = getattr(resolve_torch_op(op.target.data), "_schema", None)
         found = direct_arguments(op.args, op.kwargs)
@@ -749,9 +752,51 @@ def direct_call(op: Operation) -> DirectCall | None:
     return fn, *found
 
 
+IN_PLACE_ON_ZEROS: dict[str, str] = {
+    "aten.index_put.default": "aten.index_put_.default",
+    "aten.index_add.default": "aten.index_add_.default",
+    "aten.scatter_add.default": "aten.scatter_add_.default",
+}
+"""Torch calls whose result is a copy of their first operand with the others written into it
+-> the operator that writes into the first operand itself."""
+
+
+def zeros_base(op: graph.TorchCallOp) -> bool:
+    """Whether the call is one of `IN_PLACE_ON_ZEROS` on a constant of zeros (+0.0, every byte
+    zero) as its `self`: then it runs as the in-place operator on fresh zeros (what eager's
+    `embedding_dense_backward` does: zeros, then `index_put_`), not as a copy of the constant
+    that the functional operator writes into (the same values, without reading the constant)."""
+    args = op.args.data
+    if op.target.data not in IN_PLACE_ON_ZEROS or op.orders is not None or op.picks is not None:
+        return False
+    if not args or tensor_ref(args[0]) != 0 or len(op.results) != 1:
+        return False
+    base = op.operands[0].owner
+    if not isinstance(base, graph.ConstantOp) or not is_splat(base.value):
+        return False
+    return not any(element_bytes(base.value))
+
+
+def _prepare_on_zeros(op: graph.TorchCallOp) -> PreparedOp:
+    """`zeros_base`'s call: the in-place operator on zeros like the constant (its sizes, dtype
+    and device, contiguous), which is the result."""
+    fn = direct_torch_op(IN_PLACE_ON_ZEROS[op.target.data])
+    fill = prepare_args(op.args, op.kwargs)
+
+    def call(xs: list[Tensor]) -> list[Tensor]:
+        zeros = torch.zeros_like(xs[0], memory_format=torch.contiguous_format)
+        args, kwargs = fill([zeros, *xs[1:]])
+        fn(*args, **kwargs)
+        return [zeros]
+
+    return call
+
+
 def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
     """The torch call with everything it reads of the op (operator, arguments, picks, orders,
-    result count) read here: a call runs no IR."""
+    result count) read here: a call runs no IR (a `zeros_base` call: `_prepare_on_zeros`)."""
+    if zeros_base(op):
+        return _prepare_on_zeros(op)
     fn = direct_torch_op(op.target.data)
     fill = prepare_args(op.args, op.kwargs)
     pick = results_picker(op)
