@@ -93,6 +93,7 @@ VIEW_CASES: list[tuple[object, tuple[object, ...]]] = [
     (torch.ops.aten.unsqueeze.default, (1,)),
     (torch.ops.aten.squeeze.dim, (0,)),
     (torch.ops.aten.select.int, (1, 2)),
+    (torch.ops.aten.alias.default, ()),
 ]
 
 
@@ -134,4 +135,27 @@ def test_a_view_replay_with_keywords_calls_the_overload() -> None:
     replay = ViewReplay(torch.ops.aten.expand.default, ([3, 4],), (("implicit", True),))
     assert replay.method is None
     assert replay(torch.randn(1, 4)).stride() == (0, 1)
-    assert ViewReplay(torch.ops.aten.alias.default, (), ()).method is None
+    assert ViewReplay(torch.ops.aten.diagonal.default, (), ()).method is None
+
+
+def test_a_chain_of_aliases_replays_one() -> None:
+    """`aten.alias` steps change nothing but the tensor: a chain keeps one where it is aliases
+    alone, none where another view makes the tensor anew."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = x * 2
+        a = torch.ops.aten.alias.default(torch.ops.aten.alias.default(h))
+        t = torch.ops.aten.alias.default(h.t())
+        return h, a, t
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(f, tracing_mode="fake")(torch.randn(3, 4))
+    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+    rules = output_rules(list(output.args[0]), {}).rules
+    alias, t = torch.ops.aten.alias.default, torch.ops.aten.t.default
+    assert [v.op for v in rules[1].chain] == [alias] and rules[1].index == 0
+    assert [v.op for v in rules[2].chain] == [t] and rules[2].index == 0
+    x = torch.randn(3, 4)
+    h, a, tt = xfuse.compile(f, (x,), "cpu", quiet=True, fallback="error")(x)
+    assert a is not h and a._base is h and a.data_ptr() == h.data_ptr()
+    assert tt._base is h and tt.stride() == (1, 4)
+    torch.testing.assert_close(a, x * 2)

@@ -29,19 +29,21 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from xfuse.dialects.graph.layout import row_major_strides
 
-VIEW_METHODS: dict[Any, str] = {
-    torch.ops.aten.view.default: "view",
-    torch.ops.aten.permute.default: "permute",
-    torch.ops.aten.expand.default: "expand",
-    torch.ops.aten.t.default: "t",
-    torch.ops.aten.transpose.int: "transpose",
-    torch.ops.aten.unsqueeze.default: "unsqueeze",
-    torch.ops.aten.squeeze.dim: "squeeze",
-    torch.ops.aten.select.int: "select",
+VIEW_METHODS: dict[Any, tuple[str, tuple[Any, ...]]] = {
+    torch.ops.aten.view.default: ("view", ()),
+    torch.ops.aten.permute.default: ("permute", ()),
+    torch.ops.aten.expand.default: ("expand", ()),
+    torch.ops.aten.t.default: ("t", ()),
+    torch.ops.aten.transpose.int: ("transpose", ()),
+    torch.ops.aten.unsqueeze.default: ("unsqueeze", ()),
+    torch.ops.aten.squeeze.dim: ("squeeze", ()),
+    torch.ops.aten.select.int: ("select", ()),
+    torch.ops.aten.alias.default: ("__getitem__", (...,)),
 }
-"""View overloads -> the `Tensor` method that calls that overload for the same positional
-arguments (the method parses them in C++; the `OpOverload` boxes each through the
-dispatcher's generic entry, a few microseconds more a call on the CPU)."""
+"""View overloads -> the `Tensor` method that calls that overload, and the arguments it takes
+before the overload's own positional ones (`x[...]` is `aten.alias`): the method parses them in
+C++; the `OpOverload` boxes each through the dispatcher's generic entry, a few microseconds
+more a call on the CPU."""
 
 
 @dataclass(frozen=True)
@@ -56,14 +58,18 @@ class ViewReplay:
     item: int | None = None
     method: str | None = field(init=False, compare=False, repr=False)
     """The `Tensor` method it calls (`VIEW_METHODS`), or None: the op itself."""
+    method_args: tuple[Any, ...] = field(init=False, compare=False, repr=False)
+    """The method's positional arguments: `VIEW_METHODS`' leading ones, then `args`."""
 
     def __post_init__(self) -> None:
-        method = None if self.kwargs else VIEW_METHODS.get(self.op)
+        found = None if self.kwargs else VIEW_METHODS.get(self.op)
+        method, leading = found if found is not None else (None, ())
         object.__setattr__(self, "method", method)
+        object.__setattr__(self, "method_args", (*leading, *self.args))
 
     def __call__(self, base: torch.Tensor) -> torch.Tensor:
         if self.method is not None:
-            result = getattr(base, self.method)(*self.args)
+            result = getattr(base, self.method)(*self.method_args)
         else:
             result = self.op(base, *self.args, **dict(self.kwargs))
         return result if self.item is None else result[self.item]
@@ -138,12 +144,22 @@ def _replay_step_of_view(node: torch.fx.Node) -> tuple[torch.fx.Node, ViewReplay
 
 
 def view_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple[ViewReplay, ...]]:
-    """The base `node` is a view of (itself when it is no view) and the views from it."""
+    """The base `node` is a view of (itself when it is no view) and the views from it, without
+    the `aten.alias` steps that change nothing (`without_aliases`)."""
     chain: list[ViewReplay] = []
     while (step := _replay_step(node)) is not None:
         node, view = step
         chain.append(view)
-    return node, tuple(reversed(chain))
+    return node, without_aliases(tuple(reversed(chain)))
+
+
+def without_aliases(chain: tuple[ViewReplay, ...]) -> tuple[ViewReplay, ...]:
+    """`chain` without its `aten.alias` steps, but one where the chain is aliases alone: an
+    alias is a new tensor with its input's sizes, strides, storage offset and memory, which
+    every other view of the chain makes anew anyway."""
+    alias = torch.ops.aten.alias.default
+    kept = tuple(view for view in chain if view.op is not alias)
+    return kept if kept or not chain else chain[:1]
 
 
 @dataclass(frozen=True)
