@@ -21,8 +21,9 @@ known once per program: then `apply` returns the results as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
+from typing import cast
 
 import torch
 
@@ -129,11 +130,11 @@ class OutputPlan:
         self.watched_args = tuple(
             k for k, s in enumerate(program.arg_slots) if classes.root(s) in checked
         )
-        """The arguments a checked output may share memory with (`_taken`)."""
+        """The arguments a checked output may share memory with (`_runner`)."""
         self.watched_outputs = tuple(
             i for i in sorted(self.unchecked) if classes.root(slots[i]) in checked
         )
-        """The unchecked outputs a checked one may share memory with (`_taken`)."""
+        """The unchecked outputs a checked one may share memory with (`_runner`)."""
         self.constant_storages = frozenset(_storage(t) for t in program.constants.values())
         self.checks = any(
             r.base == "fresh" and i not in self.unchecked for i, r in enumerate(rules)
@@ -156,6 +157,8 @@ class OutputPlan:
         with eager's strides, known once here)."""
         self.as_is = len(exact) == len(self.rules) and hidden == 0
         """Every result is such a buffer: `apply` has nothing to do (the common case)."""
+        self.run = self._runner()
+        """`apply` without `copy_out`, as straight-line code (`_runner`)."""
 
     def apply(
         self, args: Sequence[Tensor], results: Sequence[Tensor], copy_out: bool = False
@@ -163,17 +166,12 @@ class OutputPlan:
         """The caller's outputs from the program's `results` for `args`. `copy_out`: the results
         are memory the program keeps (a CUDA graph's, overwritten by its next replay): every
         fresh output is copied, once, into memory of its own with eager's strides."""
-        if self.as_is and not copy_out:
-            return list(results)
+        if not copy_out:
+            return list(results) if self.as_is else self.run(args, results)
         out = list(results)
-        if copy_out:
-            for i, rule in enumerate(self.rules):
-                if rule.base == "fresh":
-                    out[i] = self._copy(rule, out[i], set())
-        else:
-            taken = self._taken(args, out) if self.checks else set[int]()
-            for i in self.dynamic:
-                out[i] = self._fresh(i, self.rules[i], out[i], taken)
+        for i, rule in enumerate(self.rules):
+            if rule.base == "fresh":
+                out[i] = self._copy(rule, out[i], set())
         for i in self.views:
             rule = self.rules[i]
             t = args[rule.index] if rule.base == "arg" else out[rule.index]
@@ -182,23 +180,73 @@ class OutputPlan:
             out[i] = t
         return out[: self.visible]
 
-    def _taken(self, args: Sequence[Tensor], out: list[Tensor]) -> set[int]:
-        """Storages a checked fresh output must not share: arguments, constants, and the
-        outputs that are buffers of their own (those it may share memory with: `watched_args`,
-        `watched_outputs`)."""
-        taken = {_storage(args[k]) for k in self.watched_args} | self.constant_storages
-        taken.update(_storage(out[i]) for i in self.watched_outputs)
-        return taken
+    def _runner(self) -> Callable[[Sequence[Tensor], Sequence[Tensor]], list[Tensor]]:
+        """`apply(args, results)` (no `copy_out`) as one Python function of straight-line code,
+        made once: the storages a checked fresh output must not share (arguments, constants,
+        and the outputs that are buffers of their own it may share memory with:
+        `watched_args`, `watched_outputs`), then each output of `dynamic` copied where it
+        shares one of them or has other strides than eager's, then each view replayed (a
+        `VIEW_METHODS` view as its method's call), so that a call runs no loop over the rules.
 
-    def _fresh(self, i: int, rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
-        if i not in self.unchecked:
-            storage = _storage(t)
-            if storage in taken and t.numel():
-                return self._copy(rule, t, taken)
-            taken.add(storage)
-        if t.stride() != rule.stride and t.numel() > 1:
-            return self._copy(rule, t, taken)
-        return t
+            def apply(args, results):
+                out = list(results)
+                taken = set(constant_storages)
+                taken.add(storage(args[3]))
+                t = out[5]
+                s = storage(t)
+                if s in taken and t.numel():
+                    out[5] = copy(rule5, t, taken)
+                else:
+                    taken.add(s)
+                    if t.stride() != stride5 and t.numel() > 1:
+                        out[5] = copy(rule5, t, taken)
+                out[6] = args[4]
+                out[7] = out[5].transpose(*view7_0)
+                return out[:8]
+        """
+        names: dict[str, object] = {
+            "storage": _storage,
+            "copy": self._copy,
+            "constant_storages": self.constant_storages,
+        }
+        lines = ["def apply(args, results):", "    out = list(results)"]
+        lines.append("    taken = set(constant_storages)" if self.checks else "    taken = set()")
+        if self.checks:
+            lines += [f"    taken.add(storage(args[{k}]))" for k in self.watched_args]
+            lines += [f"    taken.add(storage(out[{i}]))" for i in self.watched_outputs]
+        for i in self.dynamic:
+            names[f"rule{i}"], names[f"stride{i}"] = self.rules[i], tuple(self.rules[i].stride)
+            restride = [
+                f"if t.stride() != stride{i} and t.numel() > 1:",
+                f"    out[{i}] = copy(rule{i}, t, taken)",
+            ]
+            lines.append(f"    t = out[{i}]")
+            if i in self.unchecked:
+                lines += [f"    {line}" for line in restride]
+                continue
+            lines += [
+                "    s = storage(t)",
+                "    if s in taken and t.numel():",
+                f"        out[{i}] = copy(rule{i}, t, taken)",
+                "    else:",
+                "        taken.add(s)",
+                *(f"        {line}" for line in restride),
+            ]
+        for i in self.views:
+            rule = self.rules[i]
+            value = f"args[{rule.index}]" if rule.base == "arg" else f"out[{rule.index}]"
+            for n, view in enumerate(rule.chain):
+                if view.method is not None and view.item is None:
+                    names[f"view{i}_{n}"] = view.method_args
+                    value = f"{value}.{view.method}(*view{i}_{n})"
+                else:
+                    names[f"view{i}_{n}"] = view
+                    value = f"view{i}_{n}({value})"
+            lines.append(f"    out[{i}] = {value}")
+        lines.append(f"    return out[:{self.visible}]")
+        code = compile("\n".join(lines) + "\n", "<xfuse outputs>", "exec")
+        exec(code, names)  # noqa: S102 - code made above from output positions only
+        return cast(Callable[[Sequence[Tensor], Sequence[Tensor]], list[Tensor]], names["apply"])
 
     @staticmethod
     def _copy(rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
