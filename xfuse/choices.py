@@ -34,6 +34,7 @@ multiply-adds are never measured: they stay torch's call.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import hashlib
 import json
 import statistics
@@ -41,7 +42,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils import _pytree as pytree
@@ -174,7 +175,7 @@ def library_convolutions(
     for conv in candidates(module, max_taps):
         sig = signature(conv)
         if sig not in found:
-            found[sig] = cache.program(_key(sig, device, channels_last), _load, CHOICE)
+            found[sig] = cache.program(_key(sig, device, channels_last), _loader(Choice), CHOICE)
             if found[sig] is None:
                 unmeasured[sig] = conv
     if ahead is not None and len(unmeasured) > 1:
@@ -203,20 +204,36 @@ def _channels_last(module: ModuleOp, passes: Sequence[ModulePass]) -> bool:
 
 def _key(sig: str, device: torch.device, channels_last: bool) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    text = (
+    return _verdict_key(
         f"depthwise {sig} on {name} nhwc={channels_last} torch {torch.__version__} "
         f"measured by {MEASUREMENT}"
     )
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _dump(choice: Choice) -> bytes:
-    return json.dumps([choice.signature, choice.library_ms, choice.stencil_ms]).encode()
+# ---------------------------------------------------------------------------------------------
+# Verdicts in the kernel cache: a signature and two times, under a key of what was measured
+# ---------------------------------------------------------------------------------------------
+
+Verdict = TypeVar("Verdict", "Choice", "GemmChoice")
 
 
-def _load(data: bytes) -> Choice:
-    sig, library_ms, stencil_ms = json.loads(data)
-    return Choice(str(sig), float(library_ms), float(stencil_ms))
+def _verdict_key(facts: str) -> str:
+    """The cache key of a verdict: a hash of everything its times depend on."""
+    return hashlib.sha256(facts.encode()).hexdigest()
+
+
+def _dump(verdict: Choice | GemmChoice) -> bytes:
+    return json.dumps(dataclasses.astuple(verdict)).encode()
+
+
+def _loader(kind: type[Verdict]) -> Callable[[bytes], Verdict]:
+    """Reads back what `_dump` wrote of a `kind` verdict."""
+
+    def load(data: bytes) -> Verdict:
+        sig, first_ms, second_ms = json.loads(data)
+        return kind(str(sig), float(first_ms), float(second_ms))
+
+    return load
 
 
 def measure(
@@ -437,10 +454,10 @@ def onednn_gemms(
         if gemm.work < GEMM_WORK or gemm.signature in verdicts:
             continue
         key = _gemm_key(gemm.signature)
-        choice = cache.program(key, _load_gemm, CHOICE)
+        choice = cache.program(key, _loader(GemmChoice), CHOICE)
         if choice is None:
             choice = measure_gemm(gemm)
-            cache.store_program(key, _dump_gemm(choice), CHOICE)
+            cache.store_program(key, _dump(choice), CHOICE)
         verdicts[gemm.signature] = choice
     kept = {s for s, c in verdicts.items() if c.kept == "onednn"}
     return frozenset(op for op, g in found.items() if g.signature in kept), list(verdicts.values())
@@ -470,17 +487,7 @@ def _measure_gemm(gemm: onednn.Gemm) -> GemmChoice:
 
 
 def _gemm_key(sig: str) -> str:
-    text = (
+    return _verdict_key(
         f"gemm {sig} on cpu threads={torch.get_num_threads()} chunk={onednn.CHUNK} "
         f"torch {torch.__version__} measured by {GEMM_MEASUREMENT}"
     )
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _dump_gemm(choice: GemmChoice) -> bytes:
-    return json.dumps([choice.signature, choice.torch_ms, choice.onednn_ms]).encode()
-
-
-def _load_gemm(data: bytes) -> GemmChoice:
-    sig, torch_ms, onednn_ms = json.loads(data)
-    return GemmChoice(str(sig), float(torch_ms), float(onednn_ms))
