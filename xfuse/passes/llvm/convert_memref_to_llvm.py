@@ -20,7 +20,7 @@ so the arith and type conversions that follow lower it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import arith, llvm, memref
@@ -34,9 +34,14 @@ from xdsl.dialects.builtin import (
     UnrealizedConversionCastOp,
     i64,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
 from xdsl.rewriter import InsertPoint
 from xdsl.utils.exceptions import DiagnosticException
 
@@ -58,40 +63,81 @@ def _static_layout(t: MemRefType[Attribute]) -> tuple[Sequence[int], int]:
     return [s for s in strides if s is not None], offset
 
 
-def _index_constant(rewriter: PatternRewriter, value: int) -> SSAValue:
-    return rewriter.insert(arith.ConstantOp(IntegerAttr(value, IndexType()))).result
+Terms = tuple[tuple[SSAValue, int], ...]
+"""A sum of `index * stride` terms, in dim order."""
+
+
+@dataclass
+class AddressArithmetic:
+    """The address arithmetic of one walk over a function's accesses in program order, each
+    value made once: `index` constants at the top of the function's entry block (which
+    dominates every access), and each partial sum of `index * stride` terms, offset cast and
+    data pointer where the first access of a block that needs it is, for the accesses after it
+    in that block (a thread's vector lanes share all but their last index)."""
+
+    constants: dict[tuple[Block, int], SSAValue] = field(default_factory=lambda: {})
+    sums: dict[tuple[Block | None, Terms], SSAValue] = field(default_factory=lambda: {})
+    casts: dict[tuple[Block | None, SSAValue, Attribute], SSAValue] = field(
+        default_factory=lambda: {}
+    )
+
+    def constant(self, rewriter: PatternRewriter, value: int) -> SSAValue:
+        top = _entry_block_start(rewriter.current_operation)
+        known = self.constants.get((top.block, value))
+        if known is None:
+            constant = arith.ConstantOp(IntegerAttr(value, IndexType()))
+            rewriter.insert_op(constant, top)
+            known = self.constants[top.block, value] = constant.result
+        return known
+
+    def linear(self, rewriter: PatternRewriter, terms: Terms) -> SSAValue:
+        """sum(index * stride for index, stride in `terms`), at least one term."""
+        block = rewriter.current_operation.parent_block()
+        known = self.sums.get((block, terms))
+        if known is not None:
+            return known
+        *rest, (index, stride) = terms
+        term = index
+        if stride != 1:
+            scale = arith.MuliOp(index, self.constant(rewriter, stride), overflow=_NSW)
+            term = rewriter.insert(scale).result
+        if rest:
+            head = self.linear(rewriter, tuple(rest))
+            term = rewriter.insert(arith.AddiOp(head, term, overflow=_NSW)).result
+        self.sums[block, terms] = term
+        return term
+
+    def cast(self, rewriter: PatternRewriter, value: SSAValue, t: Attribute) -> SSAValue:
+        """`value` as a `t` (an index cast to i64, or a memref's data pointer)."""
+        block = rewriter.current_operation.parent_block()
+        known = self.casts.get((block, value, t))
+        if known is None:
+            op: Operation = (
+                arith.IndexCastOp(value, t)
+                if isinstance(value.type, IndexType)
+                else UnrealizedConversionCastOp.get([value], [t])
+            )
+            known = self.casts[block, value, t] = rewriter.insert(op).results[0]
+        return known
 
 
 def element_address(
-    rewriter: PatternRewriter, buffer: SSAValue, indices: Sequence[SSAValue]
+    rewriter: PatternRewriter,
+    buffer: SSAValue,
+    indices: Sequence[SSAValue],
+    arithmetic: AddressArithmetic | None = None,
 ) -> SSAValue:
-    """The address of `buffer[indices]`: data pointer + sum(index * stride) + offset."""
+    """The address of `buffer[indices]`: data pointer + sum(index * stride) + offset (its
+    arithmetic shared through `arithmetic` with the walk's earlier accesses, where given)."""
     t = buffer.type
     assert isinstance(t, MemRefType)
     strides, offset = _static_layout(t)
-    linear: SSAValue | None = None
-    for index, stride in zip(indices, strides, strict=True):
-        term = index
-        if stride != 1:
-            term = rewriter.insert(
-                arith.MuliOp(index, _index_constant(rewriter, stride), overflow=_NSW)
-            ).result
-        linear = (
-            term
-            if linear is None
-            else rewriter.insert(arith.AddiOp(linear, term, overflow=_NSW)).result
-        )
-    if offset or linear is None:
-        offset_value = _index_constant(rewriter, offset)
-        linear = (
-            offset_value
-            if linear is None
-            else rewriter.insert(arith.AddiOp(linear, offset_value, overflow=_NSW)).result
-        )
-    linear64 = rewriter.insert(arith.IndexCastOp(linear, i64)).result
-    pointer = rewriter.insert(
-        UnrealizedConversionCastOp.get([buffer], [llvm.LLVMPointerType()])
-    ).results[0]
+    made = AddressArithmetic() if arithmetic is None else arithmetic
+    terms: Terms = tuple(zip(indices, strides, strict=True))
+    if offset or not terms:
+        terms = (*terms, (made.constant(rewriter, offset), 1))
+    linear64 = made.cast(rewriter, made.linear(rewriter, terms), i64)
+    pointer = made.cast(rewriter, buffer, llvm.LLVMPointerType())
     element = convert_llvm_type(t.element_type)
     gep = llvm.GEPOp(
         pointer, [llvm.GEP_USE_SSA_VAL], element, ssa_indices=[linear64], inbounds=True
@@ -105,21 +151,27 @@ def _cast_if_needed(rewriter: PatternRewriter, value: SSAValue, t: Attribute) ->
     return rewriter.insert(UnrealizedConversionCastOp.get([value], [t])).results[0]
 
 
+@dataclass
 class ConvertLoad(RewritePattern):
+    arithmetic: AddressArithmetic = field(default_factory=AddressArithmetic)
+
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: memref.LoadOp, rewriter: PatternRewriter) -> None:
         element = op.res.type
-        address = element_address(rewriter, op.memref, op.indices)
+        address = element_address(rewriter, op.memref, op.indices, self.arithmetic)
         stored = convert_llvm_type(element)
         loaded = rewriter.insert(llvm.LoadOp(address, stored, alignment=byte_width(element)))
         rewriter.replace(op, (), (_cast_if_needed(rewriter, loaded.dereferenced_value, element),))
 
 
+@dataclass
 class ConvertStore(RewritePattern):
+    arithmetic: AddressArithmetic = field(default_factory=AddressArithmetic)
+
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: memref.StoreOp, rewriter: PatternRewriter) -> None:
         element = op.value.type
-        address = element_address(rewriter, op.memref, op.indices)
+        address = element_address(rewriter, op.memref, op.indices, self.arithmetic)
         value = _cast_if_needed(rewriter, op.value, convert_llvm_type(element))
         rewriter.replace(op, llvm.StoreOp(value, address, alignment=byte_width(element)))
 
@@ -149,8 +201,12 @@ class ConvertAlloca(RewritePattern):
 
 
 def convert_memref_ops(root: Operation) -> None:
-    for pattern in (ConvertAlloca(), ConvertLoad(), ConvertStore()):
-        rewrite_once(root, pattern)
+    """The memref ops nested in `root`: loads and stores in one walk, in program order, which
+    `AddressArithmetic` needs to share their arithmetic."""
+    rewrite_once(root, ConvertAlloca())
+    arithmetic = AddressArithmetic()
+    accesses = GreedyRewritePatternApplier([ConvertLoad(arithmetic), ConvertStore(arithmetic)])
+    rewrite_once(root, accesses)
 
 
 @dataclass(frozen=True)

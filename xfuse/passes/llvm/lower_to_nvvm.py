@@ -21,7 +21,7 @@ memref -> pointer arithmetic, arith, cf, func, types); what differs for the GPU 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, llvm, math, memref
@@ -56,7 +56,7 @@ from xfuse.ir.names import ALIGN_ATTR, ERROR_FLAG_ATTR, LANE_ATTR, STRATEGY_ATTR
 from xfuse.passes.llvm.convert_arith_to_llvm import LLVMConversionError
 from xfuse.passes.llvm.convert_func_to_llvm import ConvertLLVMTypes, convert_llvm_type, rewrite_once
 from xfuse.passes.llvm.convert_math_to_llvm import declare_external
-from xfuse.passes.llvm.convert_memref_to_llvm import element_address
+from xfuse.passes.llvm.convert_memref_to_llvm import AddressArithmetic, element_address
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 
 POINTER_ALIGNMENT = 16
@@ -131,17 +131,20 @@ class ConvertMathToLibdevice(RewritePattern):
 
 
 def _lane_address(
-    rewriter: PatternRewriter, op: memref.LoadOp | memref.StoreOp, lane: int
+    rewriter: PatternRewriter,
+    op: memref.LoadOp | memref.StoreOp,
+    lane: int,
+    arithmetic: AddressArithmetic,
 ) -> SSAValue:
     """`&m[..., j + lane]` as `&m[..., j]` + lane, so that LLVM sees the lanes are adjacent."""
     *outer, last = op.indices
     producer = last.owner
     if isinstance(producer, arith.AddiOp) and int_constant(producer.rhs) == lane:
-        base = element_address(rewriter, op.memref, [*outer, producer.lhs])
+        base = element_address(rewriter, op.memref, [*outer, producer.lhs], arithmetic)
         element = convert_llvm_type(_element_type(op))
         offset = llvm.GEPOp(base, [lane], element, inbounds=True)
         return rewriter.insert(offset).result
-    return element_address(rewriter, op.memref, op.indices)
+    return element_address(rewriter, op.memref, op.indices, arithmetic)
 
 
 def _element_type(op: memref.LoadOp | memref.StoreOp) -> Attribute:
@@ -219,10 +222,13 @@ def _after_cf(kernel: func.FuncOp) -> None:
     rewrite_once(kernel, RoundToBF16WithCvt())
 
 
+@dataclass
 class ConvertVectorLaneAccess(RewritePattern):
     """Loads and stores of a thread's vector lanes (`xfuse.gpu.align` on the first lane,
     `xfuse.gpu.lane` on the others) -> llvm, adjacent and aligned so that LLVM's load/store
     vectorizer merges them into one 128-bit access."""
+
+    arithmetic: AddressArithmetic = field(default_factory=AddressArithmetic)
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if not isinstance(op, memref.LoadOp | memref.StoreOp):
@@ -235,10 +241,10 @@ class ConvertVectorLaneAccess(RewritePattern):
         align = byte_width(element)
         if isinstance(align_attr, IntegerAttr):
             align = align_attr.value.data
-            address = element_address(rewriter, op.memref, op.indices)
+            address = element_address(rewriter, op.memref, op.indices, self.arithmetic)
         else:
             assert isinstance(lane_attr, IntegerAttr)
-            address = _lane_address(rewriter, op, lane_attr.value.data)
+            address = _lane_address(rewriter, op, lane_attr.value.data, self.arithmetic)
         held = convert_llvm_type(element)  # bf16 is held in i16
         if isinstance(op, memref.LoadOp):
             loaded = rewriter.insert(llvm.LoadOp(address, held, alignment=align))

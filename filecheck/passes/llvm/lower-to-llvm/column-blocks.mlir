@@ -26,7 +26,8 @@ func.func @colmean(%x: memref<49x768xf32>, %out: memref<768xf32>) attributes {xf
 }
 
 // CHECK-LABEL: llvm.func @colmean(
-// CHECK-NEXT:    %[[N:.*]] = llvm.mlir.constant(64) : i64
+// CHECK-NOT:     ^bb
+// CHECK:         %[[N:.*]] = llvm.mlir.constant(64) : i64
 // CHECK-NEXT:    llvm.alloca %[[N]] x f32 {alignment = 64 : i64} : (i64) -> !llvm.ptr
 // CHECK-NOT:     llvm.alloca
 // CHECK:         %[[LEN:.*]] = llvm.mlir.constant(16) : i64
