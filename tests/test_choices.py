@@ -96,6 +96,37 @@ def test_the_faster_side_is_kept_and_explained(
     assert again.report.choices == program.report.choices
 
 
+def test_a_verdict_is_measured_again_at_other_thread_counts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The library call runs on torch's threads and the stencil on xfuse's: a verdict measured
+    at some counts is not read at others."""
+    measured: list[int] = []
+
+    def fake_measure(
+        conv: Any, device: Any, channels_last: bool, compile_fn: Any, cache: Any
+    ) -> Choice:
+        measured.append(torch.get_num_threads())
+        return Choice(signature(conv), 0.01, 0.02)
+
+    monkeypatch.setattr(choices, "measure", fake_measure)
+    model, x = DepthwiseBlock(8, 3).eval(), torch.randn(1, 8, 6, 6)
+    threads = torch.get_num_threads()
+    other = 1 if threads > 1 else 2
+    try:
+        for count in (threads, other, threads):
+            torch.set_num_threads(count)
+            with torch.no_grad():
+                xfuse.compile(model, (x,), quiet=True, cache=KernelCache(tmp_path))
+    finally:
+        torch.set_num_threads(threads)
+    assert measured == [threads, other]  # the third compile read the first verdict
+    cpu = torch.device("cpu")
+    key = choices._key("s", cpu, False)
+    monkeypatch.setattr(choices.shared_pool(), "threads", choices.shared_pool().threads + 1)
+    assert choices._key("s", cpu, False) != key
+
+
 def test_measure_times_both_sides_on_the_cpu(tmp_path: Path) -> None:
     model, x = DepthwiseBlock(4, 3).eval(), torch.randn(1, 4, 5, 5)
     (conv,) = candidates(import_module(model, (x,)).module)

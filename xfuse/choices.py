@@ -51,6 +51,7 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAtt
 from xdsl.ir import Attribute, Block, Operation, Region
 from xdsl.passes import ModulePass
 
+from xfuse.backends.threadpool import shared_pool
 from xfuse.dialects import graph
 from xfuse.dialects.torch_args import encode_args
 from xfuse.frontend.convolution import CONVOLUTION, ConvolutionCall
@@ -203,7 +204,13 @@ def _channels_last(module: ModuleOp, passes: Sequence[ModulePass]) -> bool:
 
 
 def _key(sig: str, device: torch.device, channels_last: bool) -> str:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    """The cache key of a verdict: what was measured, where, and how. On the CPU that includes
+    the thread counts of both sides, torch's (the library call) and xfuse's (the stencil's
+    kernels): a verdict measured at other counts is measured again (`_gemm_key` does the same)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = f"cpu threads={torch.get_num_threads()}/{shared_pool().threads}"
     return _verdict_key(
         f"depthwise {sig} on {name} nhwc={channels_last} torch {torch.__version__} "
         f"measured by {MEASUREMENT}"
