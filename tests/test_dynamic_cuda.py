@@ -297,6 +297,38 @@ def test_flat_lanes_of_symbolic_kernels_cover_every_element_at_every_size(
 
 @pytest.mark.gpu
 @gpu
+@pytest.mark.parametrize("columns", [1024, 7], ids=["vectors", "flat-lanes"])
+def test_a_symbolic_kernel_beyond_2_31_elements_runs_its_64_bit_loop(
+    columns: int, compiled_cuda_kernels: list[str]
+) -> None:
+    """One kernel for every size: 32-bit index arithmetic at a small size, 64-bit past 2^31
+    elements, both right at the first and last elements (rows of 1024 take vectors; rows of 7,
+    flat lanes and a part chunk)."""
+    program = xfuse.compile(
+        lambda a: a * 2 + 1,
+        (torch.randn(4, columns, device="cuda", dtype=torch.float16),),
+        device="cuda",
+        dynamic_shapes=({0: Dim("r", min=2, max=2**30)},),
+    )
+    assert isinstance(program, DynamicProgram)
+    compiled = len(compiled_cuda_kernels)
+    small = torch.randn(33, columns, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(program(small), small * 2 + 1)
+    rows = 2**31 // columns + 3
+    x = torch.empty(rows, columns, device="cuda", dtype=torch.float16)
+    x[:64].normal_()
+    x[-64:].normal_()
+    y = program(x)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y[:64], x[:64] * 2 + 1)
+    torch.testing.assert_close(y[-64:], x[-64:] * 2 + 1)
+    assert len(compiled_cuda_kernels) == compiled
+    del x, y
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.gpu
+@gpu
 def test_a_gpu_programs_launches_run_outside_torchs_device_mode(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,11 +1,15 @@
 // RUN: python -m xfuse.backends.cuda %s | filecheck %s
+// RUN: python -m xfuse.backends.cuda %s | filecheck %s --check-prefix=NODIV
 // y = x[:, :7] with x: [s0, 8], y: [s0, 7] bf16 (s0 at run time): rows of 7 take no vector, the
 // flattened index space does. A grid-stride loop over chunks of 8 consecutive elements of y
 // (s0 * 7 / 8 of them: `items` rounds up for the part chunk). A chunk within a row takes the
 // first lane's indices with the last plus the lane; one across rows, each lane's the one
 // before's plus one with a carry (a thread divides by 7 only for its first indices, as a
-// product). y's 8 lanes are one aligned 128-bit store, x's are 8 loads. The fewer than 8
-// elements past the last whole chunk go one each to the first threads after the loop.
+// product). y's 8 lanes are one aligned 128-bit store at the chunk's position, x's are 8 loads.
+// The fewer than 8 elements past the last whole chunk go one each to the first threads after
+// the loop. The loop is there twice: in 32-bit arithmetic where the elements and a grid's
+// stride of chunks stay within 2^31 - 1, else in 64-bit (one branch on the sizes, taken by
+// every thread alike).
 
 builtin.module {
   func.func @forward_k0(%0: memref<?xbf16>, %1: memref<?xbf16>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0", xfuse.size_hints = [6 : i64]} {
@@ -29,26 +33,20 @@ builtin.module {
 
 // CHECK:      // xfuse-launch {"block": 256, "items": -1, "items_sizes": "items = (7 * s0 + 7) floordiv 8", "kernel": "forward_k0", "size_args": ["s0"], "strategy": "elementwise"}
 // CHECK:      .visible .entry forward_k0(
-// CHECK-NOT:  {{div|rem}}.
-// CHECK:      ld.global.nc.b16
-// CHECK-NOT:  {{div|rem}}.
-// CHECK:      ld.global.nc.b16
-// CHECK-NOT:  {{div|rem}}.
-// CHECK:      ld.global.nc.b16
-// CHECK-NOT:  {{div|rem}}.
-// CHECK:      ld.global.nc.b16
-// CHECK-NOT:  {{div|rem}}.
-// CHECK:      ld.global.nc.b16
-// CHECK-NOT:  {{div|rem}}.
-// CHECK:      ld.global.nc.b16
-// CHECK-NOT:  {{div|rem}}.
-// CHECK:      ld.global.nc.b16
-// CHECK-NOT:  {{div|rem}}.
-// CHECK:      ld.global.nc.b16
+// CHECK:      setp.gt.u64 %[[WIDE:p[0-9]+]], %{{rd[0-9]+}}, 2147483647;
+// CHECK-NEXT: @%[[WIDE]] bra
+// CHECK-COUNT-8: ld.global.nc.b16
 // CHECK-NOT:  ld.global
 // CHECK:      st.global.v4.b32
+// CHECK:      setp.lt.s32
+// CHECK-COUNT-8: ld.global.nc.b16
+// CHECK-NOT:  ld.global
+// CHECK:      st.global.v4.b32
+// CHECK:      setp.lt.u64
 // CHECK:      ld.global.nc.b16
 // CHECK-NEXT: {{.*}}
 // CHECK-NEXT: {{.*}}
 // CHECK-NEXT: st.global.b16
 // CHECK-NOT:  global
+
+// NODIV-NOT:  {{div|rem}}.

@@ -1,13 +1,19 @@
 // RUN: python -m xfuse.backends.cuda %s | filecheck %s
+// RUN: python -m xfuse.backends.cuda %s | filecheck %s --check-prefix=NODIV
 // gelu(x + b) * 2 over x: [s0, s1, 8] (sizes s0 and s1 at run time), b: [8]: a kernel with
 // symbolic sizes takes them as i64 parameters after its buffers. A grid-stride loop over the
 // flattened index space, 4 f32 of the static innermost dim a thread and step (128-bit loads
 // and stores of x, b and the output, whose first lanes are 16-byte aligned), whose length is
 // computed in the kernel from the sizes (a thread divides its first position and the grid's
 // stride into indices once; each step adds the stride's indices with carries, so the loop
-// divides nothing); the launch line says how the launch computes the work items (`items =
-// (8 * s0 * s1) floordiv 4`, in the size syntax of a `graph.sizes` table) from the size
-// arguments, named as `xfuse.size_args` names them, per call.
+// divides nothing). x and the output are read and written at the loop's position (their
+// index is the iteration's flattened one), b at the innermost index alone: the outer indices
+// and their divisions by s1 are dead, and the kernel divides by nothing at run time. The loop
+// is there twice: in 32-bit arithmetic where the elements plus a grid's stride stay within
+// 2^31 - 1 (one branch on the sizes, taken by every thread alike), else in 64-bit. The launch
+// line says how the launch computes the work items (`items = (8 * s0 * s1) floordiv 4`, in
+// the size syntax of a `graph.sizes` table) from the size arguments, named as
+// `xfuse.size_args` names them, per call.
 
 builtin.module {
   func.func @forward_k0(%0: memref<?xf32>, %1: memref<8xf32>, %2: memref<?xf32>, %3: index, %4: index) attributes {xfuse.kernel, xfuse.parallel_dims = 3 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0", xfuse.size_hints = [4 : i64, 6 : i64]} {
@@ -53,17 +59,19 @@ builtin.module {
 // CHECK-DAG:  ld.param.b64 %[[S1:rd[0-9]+]], [forward_k0_param_4];
 // CHECK-DAG:  ld.param.b64 %[[S0:rd[0-9]+]], [forward_k0_param_3];
 // CHECK:      mul.lo.s64 %[[S01:rd[0-9]+]], %[[S0]], %[[S1]];
-// CHECK-NEXT: shl.b64 %[[N:rd[0-9]+]], %[[S01]], 1;
-// CHECK:      mov.u32 %{{r[0-9]+}}, %ctaid.x;
+// CHECK-NEXT: shl.b64 %[[N:rd[0-9]+]], %[[S01]], 3;
 // CHECK:      mov.u32 %{{r[0-9]+}}, %nctaid.x;
-// CHECK:      div.u64
-// CHECK:      setp.ge.s64 %{{p[0-9]+}}, %{{rd[0-9]+}}, %[[N]];
-// CHECK:      div.u64
+// CHECK:      add.s64 %[[REACH:rd[0-9]+]], %[[N]], %{{rd[0-9]+}};
+// CHECK-NEXT: setp.gt.u64 %[[WIDE:p[0-9]+]], %[[REACH]], 2147483647;
+// CHECK-NEXT: @%[[WIDE]] bra
+// CHECK:      mul.lo.s32 %{{r[0-9]+}}, %{{r[0-9]+}}, %{{r[0-9]+}};
 // CHECK:      st.global.v4.b32
-// CHECK-NOT:  div.
-// CHECK:      setp.lt.s64 %{{p[0-9]+}}, %{{rd[0-9]+}}, %[[N]];
-// CHECK-NOT:  div.
+// CHECK:      setp.lt.s32
 // CHECK:      ld.global.nc.v4.b32
-// CHECK-NOT:  div.
 // CHECK:      ld.global.nc.v4.b32
-// CHECK-NOT:  div.
+// CHECK:      st.global.v4.b32
+// CHECK:      setp.lt.s64
+// CHECK:      ld.global.nc.v4.b32
+// CHECK:      ld.global.nc.v4.b32
+
+// NODIV-NOT:  {{div|rem}}.

@@ -29,7 +29,8 @@ per block, and `xfuse.gpu.items`, see below):
   unchanged.
 
 Index arithmetic the mapping creates (ids, flattening, delinearization) is 32-bit unless the
-kernel touches more than 2^31-1 elements, then 64-bit.
+kernel touches more than 2^31-1 elements, then 64-bit. A grid-stride kernel with symbolic sizes
+holds its loop twice, 32-bit and 64-bit, and picks one per launch from its sizes.
 
     scf.parallel (%i, %j) = (%c0, %c0) to (%c64, %c128) step (%c1, %c1) { ... }
       ->
@@ -40,7 +41,7 @@ kernel touches more than 2^31-1 elements, then 64-bit.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from xdsl.builder import Builder
@@ -410,7 +411,7 @@ class _Cloner:
 
     def clone(self, op: Operation, store_guard: SSAValue | None) -> None:
         if isinstance(op, memref.LoadOp) and op.memref in self.read_only:
-            indices = self.indices.get(op) or [self.mapper.get(i, i) for i in op.indices]
+            indices = self.indices_of(op)
             key = (op.memref, *indices)
             if key in self.loads:
                 self.mapper[op.res] = self.loads[key]
@@ -424,6 +425,10 @@ class _Cloner:
             self.e.builder.insert(scf.IfOp(store_guard, [], [then]))
             return
         self.e.builder.insert(self._clone(op))
+
+    def indices_of(self, op: memref.LoadOp | memref.StoreOp) -> list[SSAValue]:
+        """The indices of `op`'s clone: its overriding ones, else its own mapped."""
+        return self.indices.get(op) or [self.mapper.get(i, i) for i in op.indices]
 
     def _clone(self, op: Operation) -> Operation:
         """`op` cloned through the mapper, with its marks and its overriding indices."""
@@ -1455,55 +1460,89 @@ def _map_symbolic_grid_stride(
 ) -> tuple[str, int, bool]:
     """A grid-stride loop over the flattened runtime index space, `width` consecutive elements
     of the innermost dim per thread and step (`_symbolic_width`: a static innermost extent
-    that is a multiple of them; else one). A thread divides its first position and the grid's
-    stride into indices once (runtime extents are divided by at run time, at a 64-bit
-    division's cost); each step adds the stride's indices to the carried ones
-    (`_add_digits`), so that no element pays for a division. A lane's access of the element
-    after the first lane's is that access's index plus the lane (`_lane_accesses`), and the
-    first lane's carries its alignment where it is known, so that LLVM's load/store
-    vectorizer makes one 128-bit access of them. Where the innermost extent takes no vector,
-    chunks of the flattened space do (`_map_symbolic_flat`). Returns the strategy, the width
-    and whether the last chunk may be part of one (flat lanes)."""
+    that is a multiple of them; else one), in 32-bit arithmetic where the launch's positions
+    fit (`_by_index_width`). A thread divides its first position and the grid's stride into
+    indices once; each step adds the stride's indices to the carried ones (`_add_digits`),
+    so that no element pays for a division. An access at the iteration's own element of a
+    1-D buffer (`_own_flat_accesses`) is at the loop's position times `width`, so that it
+    needs none of the indices (LLVM drops the ones nothing else reads, and their divisions).
+    A lane's access of the element after the first lane's is that access's index plus the
+    lane (`_lane_accesses`), and the first lane's carries its alignment where it is known, so
+    that LLVM's load/store vectorizer makes one 128-bit access of them. Where the innermost
+    extent takes no vector, chunks of the flattened space do (`_symbolic_flat_loop`). Returns
+    the strategy, the width and whether the last chunk may be part of one (flat lanes)."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     width = _symbolic_width(body, shape, ivs[-1])
     if width == 1 and (flat := _symbolic_flat_width(body, ivs, shape)) > 1:
-        _map_symbolic_flat(kernel, par, shape, block, flat)
+        _by_index_width(par, shape, flat, lambda e: _symbolic_flat_loop(e, par, shape, flat))
+        _set_launch(kernel, "elementwise", block, RUNTIME_ITEMS)
         return "elementwise", flat, True
+    _by_index_width(par, shape, width, lambda e: _symbolic_loop(e, par, shape, width))
+    strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
+    _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
+    return strategy, width, False
+
+
+def _by_index_width(
+    par: scf.ParallelOp, shape: Sequence[Extent], width: int, build: Callable[[_Emit], None]
+) -> None:
+    """Replace `par` by the loop `build` emits, built twice under one branch that every thread
+    takes alike: in 32-bit arithmetic where every position the loop computes fits (the
+    elements plus a grid's stride of `width`-element chunks at most 2^31 - 1), else in
+    64-bit. Both read the body's indices as `index` values."""
+    e = _Emit(Builder(InsertPoint.before(par)), i64)
+    elements = _product(e, shape)
+    nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
+    reach = e.add(elements, e.mul(nthreads, e.const(width)))
+    fits = e.op(arith.CmpiOp(reach, e.const(INT32_LIMIT), "ule"))
+    narrow, wide = Block(), Block()
+    for branch, int_type in ((narrow, i32), (wide, i64)):
+        build(_Emit(Builder(InsertPoint.at_end(branch)), int_type))
+        branch.add_op(scf.YieldOp())
+    e.builder.insert(scf.IfOp(fits, [], [narrow], [wide]))
+    par.detach()
+    par.erase()
+
+
+def _symbolic_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], width: int) -> None:
+    """`_map_symbolic_grid_stride`'s loop over `width`-element chunks, in `e`'s integer type."""
+    body = _body_ops(par.body.block)
+    ivs = list(par.body.block.args)
     inner_extent = shape[-1]
     chunks = (
         [*shape[:-1], inner_extent // width]
         if isinstance(inner_extent, int) and width > 1
         else shape
     )
-    e = _Emit(Builder(InsertPoint.before(par)), i64)
+    int_type = e.int_type
     items = _product(e, chunks)
     extents = [_extent(e, d) for d in chunks]
     gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
     nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
     step = _digits(e, nthreads, extents)
-    loop_body = Block(arg_types=[i64] * (1 + len(shape)))
+    loop_body = Block(arg_types=[int_type] * (1 + len(shape)))
     first = _digits(e, gtid, extents)
     e.builder.insert(scf.ForOp(gtid, items, nthreads, first, loop_body))
-    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), i64)
+    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     digits = list(loop_body.args[1:])
     outer = [inner.to_index(d) for d in digits[:-1]]
     start = inner.mul(digits[-1], inner.const(width)) if width > 1 else digits[-1]
     lanes = _lane_accesses(body, ivs[-1], width) if width > 1 else {}
+    chunk = loop_body.args[0]
+    at_chunk = [inner.to_index(inner.mul(chunk, inner.const(width)) if width > 1 else chunk)]
+    own = _own_flat_accesses(body, ivs, shape)
     cloners: list[_Cloner] = []
     for lane in range(width):
         column = inner.to_index(inner.add(start, inner.const(lane)) if lane else start)
         cloner = _Cloner(inner, dict(zip(ivs, [*outer, column], strict=True)), read_only)
         cloner.marks = _lane_marks([a for a, aligned in lanes.items() if aligned], lane, width)
+        if lane == 0:
+            cloner.indices = {a: at_chunk for a in own}
         cloners.append(cloner)
     _clone_lanes(inner, body, cloners, set(lanes))
     loop_body.add_op(scf.YieldOp(*_add_digits(inner, digits, step, extents)))
-    par.detach()
-    par.erase()
-    strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
-    _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
-    return strategy, width, False
 
 
 def _lane_marks(
@@ -1531,7 +1570,7 @@ def _clone_lanes(
         for lane, cloner in enumerate(cloners):
             if lane and op in adjacent:
                 assert isinstance(op, memref.LoadOp | memref.StoreOp)
-                *indices, last = (cloners[0].mapper.get(i, i) for i in op.indices)
+                *indices, last = cloners[0].indices_of(op)
                 cloner.indices[op] = [*indices, e.add(last, e.const(lane, index))]
             cloner.clone(op, None)
 
@@ -1634,18 +1673,17 @@ def _own_flat_accesses(
     return own
 
 
-def _map_symbolic_flat(
-    kernel: func.FuncOp, par: scf.ParallelOp, shape: list[Extent], block: int, width: int
-) -> None:
-    """`elementwise` with flat lanes at runtime sizes: chunks of `width` consecutive elements
-    of the flattened index space in a grid-stride loop, each lane's indices the first lane's
-    plus its lane (the last index alone where the chunk lies within a row, else carried: no
-    division), the accesses at the iteration's own element one aligned vector access
-    (`_own_flat_accesses`); the elements past the last whole chunk (fewer than `width`) go
-    one each to the first threads after the loop."""
+def _symbolic_flat_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], width: int) -> None:
+    """`elementwise` with flat lanes at runtime sizes, in `e`'s integer type: chunks of `width`
+    consecutive elements of the flattened index space in a grid-stride loop, each lane's
+    indices the first lane's plus its lane (the last index alone where the chunk lies within
+    a row, else carried: no division), the accesses at the iteration's own element one
+    aligned vector access at the chunk's position (`_own_flat_accesses`); the elements past
+    the last whole chunk (fewer than `width`) go one each to the first threads after the
+    loop."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
-    e = _Emit(Builder(InsertPoint.before(par)), i64)
+    int_type = e.int_type
     extents = [_extent(e, d) for d in shape]
     total = _product(e, shape)
     wide = e.const(width)
@@ -1653,29 +1691,30 @@ def _map_symbolic_flat(
     gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
     nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
     step = _digits(e, e.mul(nthreads, wide), extents)
-    loop_body = Block(arg_types=[i64] * (1 + len(shape)))
+    loop_body = Block(arg_types=[int_type] * (1 + len(shape)))
     first = _digits(e, e.mul(gtid, wide), extents)
     e.builder.insert(scf.ForOp(gtid, chunks, nthreads, first, loop_body))
-    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), i64)
+    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     own = _own_flat_accesses(body, ivs, shape)
     digits: list[SSAValue] = list(loop_body.args[1:])
+    at_chunk = inner.to_index(inner.mul(loop_body.args[0], wide))
     # A chunk within one row (nearly all of them where rows are long): each lane's indices
     # are the first lane's with the last plus the lane. Else each lane's are the last lane's
     # plus one, carried.
     fits = inner.lt(inner.add(digits[-1], inner.const(width - 1)), extents[-1])
     within, across = Block(), Block()
-    w = _Emit(Builder(InsertPoint.at_end(within)), i64)
+    w = _Emit(Builder(InsertPoint.at_end(within)), int_type)
     rows = [w.to_index(d) for d in digits[:-1]]
     lanes = [[*rows, w.to_index(w.add(digits[-1], w.const(lane)))] for lane in range(width)]
-    _clone_flat_chunk(w, body, ivs, lanes, own, read_only)
-    a = _Emit(Builder(InsertPoint.at_end(across)), i64)
+    _clone_flat_chunk(w, body, ivs, lanes, (own, at_chunk), read_only)
+    a = _Emit(Builder(InsertPoint.at_end(across)), int_type)
     one = [a.const(0) for _ in shape[:-1]] + [a.const(1)]
     carried = [digits]
     for _ in range(1, width):
         carried.append(_add_digits(a, carried[-1], one, extents))
     lanes = [[a.to_index(d) for d in lane] for lane in carried]
-    _clone_flat_chunk(a, body, ivs, lanes, own, read_only)
+    _clone_flat_chunk(a, body, ivs, lanes, (own, at_chunk), read_only)
     for branch in (within, across):
         branch.add_op(scf.YieldOp())
     inner.builder.insert(scf.IfOp(fits, [], [within], [across]))
@@ -1683,16 +1722,15 @@ def _map_symbolic_flat(
     # The tail: elements chunks * width + t for t < total - chunks * width, one a thread.
     done = e.mul(chunks, wide)
     tail = Block()
-    then = _Emit(Builder(InsertPoint.at_end(tail)), i64)
-    position = [then.to_index(d) for d in _digits(then, then.add(done, gtid), extents)]
+    then = _Emit(Builder(InsertPoint.at_end(tail)), int_type)
+    at = then.add(done, gtid)
+    position = [then.to_index(d) for d in _digits(then, at, extents)]
     last = _Cloner(then, dict(zip(ivs, position, strict=True)), read_only)
+    last.indices = {access: [then.to_index(at)] for access in own}
     for op in body:
         last.clone(op, None)
     tail.add_op(scf.YieldOp())
     e.builder.insert(scf.IfOp(e.lt(gtid, e.op(arith.SubiOp(total, done))), [], [tail]))
-    par.detach()
-    par.erase()
-    _set_launch(kernel, "elementwise", block, RUNTIME_ITEMS)
 
 
 def _clone_flat_chunk(
@@ -1700,16 +1738,20 @@ def _clone_flat_chunk(
     body: list[Operation],
     ivs: Sequence[SSAValue],
     lanes: list[list[SSAValue]],
-    own: set[memref.LoadOp | memref.StoreOp],
+    at_chunk: tuple[set[memref.LoadOp | memref.StoreOp], SSAValue],
     read_only: set[SSAValue],
 ) -> None:
     """`body` cloned once per lane of a flat chunk (`lanes`: each lane's indices), the
-    accesses at the iteration's own element (`own`) one aligned vector access."""
+    accesses at the iteration's own element (`at_chunk`: they and the chunk's flat position)
+    one aligned vector access at that position."""
     width = len(lanes)
+    own, position = at_chunk
     cloners: list[_Cloner] = []
     for lane, lane_ivs in enumerate(lanes):
         cloner = _Cloner(e, dict(zip(ivs, lane_ivs, strict=True)), read_only)
         cloner.marks = _lane_marks(own, lane, width)
+        if lane == 0:
+            cloner.indices = {access: [position] for access in own}
         cloners.append(cloner)
     _clone_lanes(e, body, cloners, set[Operation](own))
 

@@ -1,0 +1,237 @@
+"""`gpu-map-parallel` on kernels with symbolic sizes (xfuse/passes/lowering/gpu_map_parallel.py),
+run without a GPU: the mapped kernel is interpreted (xDSL's interpreter) once per simulated
+thread of a launch, its special registers (`llvm.nvvm.read.ptx.sreg.*`) that thread's, so that
+every element is written with the right value at sizes and grids on both sides of the choice
+between 32-bit and 64-bit index arithmetic."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from xdsl.dialects import arith, llvm, scf
+from xdsl.dialects.builtin import IntegerType, ModuleOp, f32
+from xdsl.interpreter import (
+    Interpreter,
+    InterpreterFunctions,
+    PythonValues,
+    impl,
+    register_impls,
+)
+from xdsl.interpreters.arith import ArithFunctions
+from xdsl.interpreters.func import FuncFunctions
+from xdsl.interpreters.memref import MemRefFunctions
+from xdsl.interpreters.scf import ScfFunctions
+from xdsl.interpreters.shaped_array import ShapedArray
+from xdsl.interpreters.utils.ptr import TypedPtr
+
+from xfuse.ir.context import make_context, parse
+from xfuse.passes.lowering.gpu_map_parallel import INT32_LIMIT, GPUMapParallelPass
+
+BLOCK = 8
+"""Threads per simulated block (the kernel reads it from `ntid.x`, whatever its launch says)."""
+WIDTH = 4
+"""Elements per thread and step of the kernels below (128 bits of f32)."""
+
+
+def _unsigned(value: int, t: Any) -> int:
+    assert isinstance(t, IntegerType)
+    return value % (1 << t.width.data)
+
+
+@register_impls
+class _GPUThread(InterpreterFunctions):
+    """One thread of a launch: its special registers, and the unsigned integer ops the
+    mapping emits that xDSL's arith functions lack. Records the integer type of every
+    `scf.for` it enters (which index width the kernel chose)."""
+
+    def __init__(self) -> None:
+        self.registers: dict[str, int] = {}
+        self.loop_types: set[Any] = set()
+
+    @impl(llvm.CallIntrinsicOp)
+    def run_sreg(
+        self, interpreter: Interpreter, op: llvm.CallIntrinsicOp, args: PythonValues
+    ) -> PythonValues:
+        name = op.intrin.data.removeprefix("llvm.nvvm.read.ptx.sreg.")
+        return (self.registers[name],)
+
+    @impl(arith.DivUIOp)
+    def run_divui(
+        self, interpreter: Interpreter, op: arith.DivUIOp, args: PythonValues
+    ) -> PythonValues:
+        t = op.result.type
+        return (_unsigned(args[0], t) // _unsigned(args[1], t),)
+
+    @impl(arith.RemUIOp)
+    def run_remui(
+        self, interpreter: Interpreter, op: arith.RemUIOp, args: PythonValues
+    ) -> PythonValues:
+        t = op.result.type
+        return (_unsigned(args[0], t) % _unsigned(args[1], t),)
+
+    @impl(arith.MinUIOp)
+    def run_minui(
+        self, interpreter: Interpreter, op: arith.MinUIOp, args: PythonValues
+    ) -> PythonValues:
+        t = op.result.type
+        return (min(args, key=lambda v: _unsigned(v, t)),)
+
+    @impl(arith.ExtUIOp)
+    def run_extui(
+        self, interpreter: Interpreter, op: arith.ExtUIOp, args: PythonValues
+    ) -> PythonValues:
+        return (_unsigned(int(args[0]), op.input.type),)
+
+
+@register_impls
+class _Loops(ScfFunctions):
+    def __init__(self, thread: _GPUThread) -> None:
+        self.thread = thread
+
+    @impl(scf.ForOp)
+    def run_for(self, interpreter: Interpreter, op: scf.ForOp, args: PythonValues) -> PythonValues:
+        self.thread.loop_types.add(op.body.block.args[0].type)
+        # `impl` wraps the inherited function: its results are the wrapper's `values`
+        return super().run_for(interpreter, op, args).values
+
+
+def _buffer(values: list[float]) -> ShapedArray[float]:
+    return ShapedArray(TypedPtr[float].new(values, xtype=f32), [len(values)])
+
+
+def _launch(
+    module: ModuleOp,
+    buffers: list[ShapedArray[float]],
+    sizes: list[int],
+    blocks: int,
+    grid: int,
+    block: int = BLOCK,
+) -> set[Any]:
+    """Run the mapped kernel `k` as a launch of `grid` blocks of `block` threads would, its
+    first `blocks` blocks simulated (a thread past them finds no work: the caller makes them
+    cover every position); returns the loop types its threads ran."""
+    thread = _GPUThread()
+    interpreter = Interpreter(module)
+    for functions in (ArithFunctions(), FuncFunctions(), MemRefFunctions(), _Loops(thread)):
+        interpreter.register_implementations(functions)
+    interpreter.register_implementations(thread)
+    for ctaid in range(blocks):
+        for tid in range(block):
+            thread.registers = {"ctaid.x": ctaid, "ntid.x": block, "tid.x": tid, "nctaid.x": grid}
+            interpreter.call_op("k", (*buffers, *sizes))
+    return thread.loop_types
+
+
+# y = x * 2 + b[k] over x: [s0, s1, 8] (4 f32 a thread and step, b's index its own) and
+# over x: [s0, 5] (5 takes no vector: flat lanes of 4 elements, and a tail).
+THREE_D = """
+builtin.module {
+  func.func @k(%x: memref<?xf32>, %b: memref<8xf32>, %y: memref<?xf32>, %s0: index, %s1: index) attributes {xfuse.kernel, xfuse.parallel_dims = 3 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0", xfuse.size_hints = [2 : i64, 3 : i64]} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c8 = arith.constant 8 : index
+    %row = arith.muli %s1, %c8 : index
+    %two = arith.constant 2.0 : f32
+    "scf.parallel"(%c0, %c0, %c0, %s0, %s1, %c8, %c1, %c1, %c1) <{operandSegmentSizes = array<i32: 3, 3, 3, 0>}> ({
+    ^bb0(%i: index, %j: index, %k: index):
+      %o1 = arith.muli %i, %row : index
+      %o2 = arith.muli %j, %c8 : index
+      %o3 = arith.addi %o1, %o2 : index
+      %o = arith.addi %o3, %k : index
+      %xv = memref.load %x[%o] : memref<?xf32>
+      %bv = memref.load %b[%k] : memref<8xf32>
+      %t = arith.mulf %xv, %two : f32
+      %u = arith.addf %t, %bv : f32
+      memref.store %u, %y[%o] : memref<?xf32>
+      scf.reduce
+    }) : (index, index, index, index, index, index, index, index, index) -> ()
+    func.return
+  }
+}
+"""
+
+FLAT = """
+builtin.module {
+  func.func @k(%x: memref<?xf32>, %b: memref<5xf32>, %y: memref<?xf32>, %s0: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0", xfuse.size_hints = [3 : i64]} {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c5 = arith.constant 5 : index
+    %two = arith.constant 2.0 : f32
+    "scf.parallel"(%c0, %c0, %s0, %c5, %c1, %c1) <{operandSegmentSizes = array<i32: 2, 2, 2, 0>}> ({
+    ^bb0(%i: index, %k: index):
+      %o1 = arith.muli %i, %c5 : index
+      %o = arith.addi %o1, %k : index
+      %xv = memref.load %x[%o] : memref<?xf32>
+      %bv = memref.load %b[%k] : memref<5xf32>
+      %t = arith.mulf %xv, %two : f32
+      %u = arith.addf %t, %bv : f32
+      memref.store %u, %y[%o] : memref<?xf32>
+      scf.reduce
+    }) : (index, index, index, index, index, index) -> ()
+    func.return
+  }
+}
+"""
+
+
+def _mapped(text: str) -> ModuleOp:
+    module = parse(text)
+    GPUMapParallelPass().apply(make_context(), module)
+    return module
+
+
+def _threads_to_limit(elements: int) -> int:
+    """The most threads, `WIDTH` elements each, whose stride with the elements stays within
+    2^31 - 1 (`elements + threads * WIDTH <= INT32_LIMIT`)."""
+    return (INT32_LIMIT - elements) // WIDTH
+
+
+@pytest.mark.parametrize(
+    ("text", "inner", "sizes"),
+    [(THREE_D, 8, [3, 5]), (THREE_D, 8, [1, 7]), (FLAT, 5, [7]), (FLAT, 5, [2])],
+    ids=["3d-15-rows", "3d-7-rows", "flat-7-rows", "flat-2-rows"],
+)
+@pytest.mark.parametrize("grid", [1, 2, 64], ids=["1-block", "2-blocks", "64-blocks"])
+def test_a_symbolic_kernel_writes_every_element_with_32_bit_indices(
+    text: str, inner: int, sizes: list[int], grid: int
+) -> None:
+    """Each element once, with its own `b`, whatever the grid: threads step over the rest."""
+    elements = math.prod(sizes) * inner
+    x = [float(i) for i in range(elements)]
+    b = [100.0 * (k + 1) for k in range(inner)]
+    y = [math.nan] * elements
+    module = _mapped(text)
+    blocks = grid if grid <= 2 else math.ceil(elements / BLOCK)
+    types = _launch(module, [_buffer(x), _buffer(b), (out := _buffer(y))], sizes, blocks, grid)
+    assert types == {IntegerType(32)}
+    assert out.data == [2 * x[i] + b[i % inner] for i in range(elements)]
+
+
+@pytest.mark.parametrize(
+    ("text", "inner", "sizes", "extra", "index"),
+    [
+        (THREE_D, 8, [3, 5], 0, 32),
+        (THREE_D, 8, [3, 5], 1, 64),
+        (FLAT, 5, [7], 0, 32),
+        (FLAT, 5, [7], 1, 64),
+    ],
+    ids=["3d-at-limit", "3d-past-limit", "flat-at-limit", "flat-past-limit"],
+)
+def test_positions_past_2_31_switch_a_symbolic_kernel_to_64_bit_indices(
+    text: str, inner: int, sizes: list[int], extra: int, index: int
+) -> None:
+    """A grid whose stride takes the positions a thread computes up to 2^31 - 1 runs the
+    32-bit loop; one more thread, the 64-bit loop, and both write every element right (a
+    block a thread; each thread has at most one chunk: the stride is past the end)."""
+    elements = math.prod(sizes) * inner
+    grid = _threads_to_limit(elements) + extra
+    x = [float(i) for i in range(elements)]
+    b = [100.0 * (k + 1) for k in range(inner)]
+    y = [math.nan] * elements
+    module = _mapped(text)
+    buffers = [_buffer(x), _buffer(b), (out := _buffer(y))]
+    types = _launch(module, buffers, sizes, elements, grid, block=1)
+    assert types == {IntegerType(index)}
+    assert out.data == [2 * x[i] + b[i % inner] for i in range(elements)]
