@@ -124,11 +124,12 @@ def _launch(
     return thread.loop_types
 
 
-# y = x * 2 + b[k] over x: [s0, s1, 8] (4 f32 a thread and step, b's index its own) and
-# over x: [s0, 5] (5 takes no vector: flat lanes of 4 elements, and a tail).
+# y = x * 2 + b[j, k] over x: [s0, s1, 8], b: [s1, 8] (4 f32 a thread and step; x and y at
+# the loop's position, b at indices carried across steps, s1 a runtime extent), and
+# y = x * 2 + b[k] over x: [s0, 5] (5 takes no vector: flat lanes of 4 elements, and a tail).
 THREE_D = """
 builtin.module {
-  func.func @k(%x: memref<?xf32>, %b: memref<8xf32>, %y: memref<?xf32>, %s0: index, %s1: index) attributes {xfuse.kernel, xfuse.parallel_dims = 3 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0", xfuse.size_hints = [2 : i64, 3 : i64]} {
+  func.func @k(%x: memref<?xf32>, %b: memref<?xf32>, %y: memref<?xf32>, %s0: index, %s1: index) attributes {xfuse.kernel, xfuse.parallel_dims = 3 : i64, xfuse.size_args = ["s0", "s1"], xfuse.extent = "s0", xfuse.size_hints = [2 : i64, 3 : i64]} {
     %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
     %c8 = arith.constant 8 : index
@@ -140,8 +141,9 @@ builtin.module {
       %o2 = arith.muli %j, %c8 : index
       %o3 = arith.addi %o1, %o2 : index
       %o = arith.addi %o3, %k : index
+      %q = arith.addi %o2, %k : index
       %xv = memref.load %x[%o] : memref<?xf32>
-      %bv = memref.load %b[%k] : memref<8xf32>
+      %bv = memref.load %b[%q] : memref<?xf32>
       %t = arith.mulf %xv, %two : f32
       %u = arith.addf %t, %bv : f32
       memref.store %u, %y[%o] : memref<?xf32>
@@ -188,50 +190,55 @@ def _threads_to_limit(elements: int) -> int:
     return (INT32_LIMIT - elements) // WIDTH
 
 
+def _operands(
+    text: str, sizes: list[int]
+) -> tuple[int, list[float], list[float], list[ShapedArray[float]]]:
+    """The elements of `text`'s kernel at `sizes`, its x, its b (b's elements: b repeats
+    along y with that period) and its buffers, y's unwritten (NaN)."""
+    inner = 8 if text is THREE_D else 5
+    elements = math.prod(sizes) * inner
+    period = sizes[-1] * inner if text is THREE_D else inner
+    x = [float(i) for i in range(elements)]
+    b = [100.0 * (k + 1) for k in range(period)]
+    return elements, x, b, [_buffer(x), _buffer(b), _buffer([math.nan] * elements)]
+
+
 @pytest.mark.parametrize(
-    ("text", "inner", "sizes"),
-    [(THREE_D, 8, [3, 5]), (THREE_D, 8, [1, 7]), (FLAT, 5, [7]), (FLAT, 5, [2])],
+    ("text", "sizes"),
+    [(THREE_D, [3, 5]), (THREE_D, [1, 7]), (FLAT, [7]), (FLAT, [2])],
     ids=["3d-15-rows", "3d-7-rows", "flat-7-rows", "flat-2-rows"],
 )
 @pytest.mark.parametrize("grid", [1, 2, 64], ids=["1-block", "2-blocks", "64-blocks"])
 def test_a_symbolic_kernel_writes_every_element_with_32_bit_indices(
-    text: str, inner: int, sizes: list[int], grid: int
+    text: str, sizes: list[int], grid: int
 ) -> None:
-    """Each element once, with its own `b`, whatever the grid: threads step over the rest."""
-    elements = math.prod(sizes) * inner
-    x = [float(i) for i in range(elements)]
-    b = [100.0 * (k + 1) for k in range(inner)]
-    y = [math.nan] * elements
-    module = _mapped(text)
+    """Each element once, with its own `b`, whatever the grid: threads step over the rest
+    (one block of 8 threads: several steps; 64 blocks: one step a thread)."""
+    elements, x, b, buffers = _operands(text, sizes)
     blocks = grid if grid <= 2 else math.ceil(elements / BLOCK)
-    types = _launch(module, [_buffer(x), _buffer(b), (out := _buffer(y))], sizes, blocks, grid)
+    types = _launch(_mapped(text), buffers, sizes, blocks, grid)
     assert types == {IntegerType(32)}
-    assert out.data == [2 * x[i] + b[i % inner] for i in range(elements)]
+    assert buffers[2].data == [2 * x[i] + b[i % len(b)] for i in range(elements)]
 
 
 @pytest.mark.parametrize(
-    ("text", "inner", "sizes", "extra", "index"),
+    ("text", "sizes", "extra", "index"),
     [
-        (THREE_D, 8, [3, 5], 0, 32),
-        (THREE_D, 8, [3, 5], 1, 64),
-        (FLAT, 5, [7], 0, 32),
-        (FLAT, 5, [7], 1, 64),
+        (THREE_D, [3, 5], 0, 32),
+        (THREE_D, [3, 5], 1, 64),
+        (FLAT, [7], 0, 32),
+        (FLAT, [7], 1, 64),
     ],
     ids=["3d-at-limit", "3d-past-limit", "flat-at-limit", "flat-past-limit"],
 )
 def test_positions_past_2_31_switch_a_symbolic_kernel_to_64_bit_indices(
-    text: str, inner: int, sizes: list[int], extra: int, index: int
+    text: str, sizes: list[int], extra: int, index: int
 ) -> None:
     """A grid whose stride takes the positions a thread computes up to 2^31 - 1 runs the
     32-bit loop; one more thread, the 64-bit loop, and both write every element right (a
     block a thread; each thread has at most one chunk: the stride is past the end)."""
-    elements = math.prod(sizes) * inner
+    elements, x, b, buffers = _operands(text, sizes)
     grid = _threads_to_limit(elements) + extra
-    x = [float(i) for i in range(elements)]
-    b = [100.0 * (k + 1) for k in range(inner)]
-    y = [math.nan] * elements
-    module = _mapped(text)
-    buffers = [_buffer(x), _buffer(b), (out := _buffer(y))]
-    types = _launch(module, buffers, sizes, elements, grid, block=1)
+    types = _launch(_mapped(text), buffers, sizes, elements, grid, block=1)
     assert types == {IntegerType(index)}
-    assert out.data == [2 * x[i] + b[i % inner] for i in range(elements)]
+    assert buffers[2].data == [2 * x[i] + b[i % len(b)] for i in range(elements)]

@@ -1370,6 +1370,24 @@ def _digits(e: _Emit, flat: SSAValue, extents: Sequence[SSAValue]) -> list[SSAVa
     return [rest, *reversed(digits)]
 
 
+def _stride_digits(
+    e: _Emit, again: SSAValue, stride: SSAValue, extents: Sequence[SSAValue]
+) -> list[SSAValue]:
+    """`_digits` of the grid's `stride` where the thread takes a second step (`again`), else
+    zeros (never read): a thread of one step divides nothing for its stride. Unconditional
+    where every extent divided by is a constant (a multiply, no division)."""
+    if all(int_constant(x) is not None for x in extents[1:]):
+        return _digits(e, stride, extents)
+    then, other = Block(), Block()
+    then.add_op(
+        scf.YieldOp(*_digits(_Emit(Builder(InsertPoint.at_end(then)), e.int_type), stride, extents))
+    )
+    zero = _Emit(Builder(InsertPoint.at_end(other)), e.int_type).const(0)
+    other.add_op(scf.YieldOp(*[zero] * len(extents)))
+    step = scf.IfOp(again, [e.int_type] * len(extents), [then], [other])
+    return list(e.builder.insert(step).results)
+
+
 def _add_digits(
     e: _Emit, digits: Sequence[SSAValue], step: Sequence[SSAValue], extents: Sequence[SSAValue]
 ) -> list[SSAValue]:
@@ -1462,8 +1480,9 @@ def _map_symbolic_grid_stride(
     of the innermost dim per thread and step (`_symbolic_width`: a static innermost extent
     that is a multiple of them; else one), in 32-bit arithmetic where the launch's positions
     fit (`_by_index_width`). A thread divides its first position and the grid's stride into
-    indices once; each step adds the stride's indices to the carried ones (`_add_digits`),
-    so that no element pays for a division. An access at the iteration's own element of a
+    indices once (the stride only where it takes a second step: `_stride_digits`); each step
+    adds the stride's indices to the carried ones (`_add_digits`), so that no element pays
+    for a division. An access at the iteration's own element of a
     1-D buffer (`_own_flat_accesses`) is at the loop's position times `width`, so that it
     needs none of the indices (LLVM drops the ones nothing else reads, and their divisions).
     A lane's access of the element after the first lane's is that access's index plus the
@@ -1520,7 +1539,7 @@ def _symbolic_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], width: in
     extents = [_extent(e, d) for d in chunks]
     gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
     nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
-    step = _digits(e, nthreads, extents)
+    step = _stride_digits(e, e.lt(e.add(gtid, nthreads), items), nthreads, extents)
     loop_body = Block(arg_types=[int_type] * (1 + len(shape)))
     first = _digits(e, gtid, extents)
     e.builder.insert(scf.ForOp(gtid, items, nthreads, first, loop_body))
@@ -1690,7 +1709,8 @@ def _symbolic_flat_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], widt
     chunks = e.div(total, wide)
     gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
     nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
-    step = _digits(e, e.mul(nthreads, wide), extents)
+    again = e.lt(e.add(gtid, nthreads), chunks)
+    step = _stride_digits(e, again, e.mul(nthreads, wide), extents)
     loop_body = Block(arg_types=[int_type] * (1 + len(shape)))
     first = _digits(e, e.mul(gtid, wide), extents)
     e.builder.insert(scf.ForOp(gtid, chunks, nthreads, first, loop_body))
