@@ -8,6 +8,9 @@ own allocations): one fault per 2 MiB. The memory is still fresh on every call, 
 the system when the tensor's storage is freed (the storage holds the mapping).
 
     out = empty_cpu((4096, 4096), torch.float32)
+
+Smaller buffers of a shape a program allocates at every call come from `cpu_buffer_maker`:
+torch's CPU allocation without the dispatcher, as Inductor's generated code calls it.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
 
 import torch
+
+from xfuse.dialects.graph import row_major_strides
 
 HUGE_PAGE_MIN_BYTES = 32 << 20
 """Buffers from this size on are mapped with huge pages; smaller ones come from torch (glibc
@@ -49,3 +55,17 @@ def empty_cpu(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     except OSError:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(mapping, dtype=torch.uint8).view(dtype).view(shape)
+
+
+def cpu_buffer_maker(shape: tuple[int, ...], dtype: torch.dtype) -> Callable[[], torch.Tensor]:
+    """A function of no arguments that makes an uninitialised contiguous CPU tensor of `shape`
+    and `dtype`, made once per shape: `empty_cpu`'s huge pages where it is large, else torch's
+    `empty_strided_cpu` called directly (no argument parsing or dispatch: about a third of
+    `torch.empty`'s cost; the memory and the tensor are the same), or `torch.empty` where this
+    torch has no such function."""
+    if math.prod(shape) * dtype.itemsize >= HUGE_PAGE_MIN_BYTES:
+        return partial(empty_cpu, shape, dtype)
+    direct = getattr(torch._C._dynamo.guards, "_empty_strided_cpu", None)
+    if direct is None:
+        return partial(torch.empty, shape, dtype=dtype)
+    return partial(direct, shape, row_major_strides(shape), dtype)

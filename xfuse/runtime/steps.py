@@ -30,7 +30,7 @@ from xfuse.dialects.torch_args import Operand, decode_arg, resolve_torch_op, ten
 from xfuse.errors import IndexOutOfRangeError, XfuseError
 from xfuse.interpreters.graph import DirectCall, PreparedOp, direct_call, prepare_op
 from xfuse.runtime import onednn_gemm
-from xfuse.runtime.memory import HUGE_PAGE_MIN_BYTES, empty_cpu
+from xfuse.runtime.memory import cpu_buffer_maker, empty_cpu
 
 Tensor = torch.Tensor
 
@@ -137,8 +137,8 @@ class BufferPool:
         nbytes = math.prod(spec.shape) * spec.dtype.itemsize
         if self.recycle and nbytes and nbytes >= self.min_bytes:
             self._lanes[spec] = self._returned.setdefault(nbytes, deque())
-        elif self.device.type == "cpu" and nbytes >= HUGE_PAGE_MIN_BYTES:
-            self._fresh[spec] = partial(empty_cpu, spec.shape, spec.dtype)  # in huge pages
+        elif self.device.type == "cpu":  # in huge pages where large
+            self._fresh[spec] = cpu_buffer_maker(spec.shape, spec.dtype)
         else:
             self._fresh[spec] = partial(
                 torch.empty, spec.shape, dtype=spec.dtype, device=self.device
