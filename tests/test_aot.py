@@ -154,7 +154,7 @@ def test_the_forward_tells_nothing_outside_a_call() -> None:
     Program.apply(part, x)
     with returns.calling() as returned:
         pass
-    assert returned == []
+    assert list(returned) == []
     assert compiled_node([x], [], []) is None
 
 

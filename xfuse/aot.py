@@ -667,6 +667,33 @@ class VersionCheck:
                 raise version_error(described or "", alias._version, expected)
 
 
+class Returned(Sequence[Tensor]):
+    """The tensors a forward part returned during one call, other than its own inputs, in
+    order (`ForwardReturns`): each run's inputs and results are kept as they are, and the
+    tensors are picked out only when read (`compiled_node` reads the first few)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[tuple[Any, ...], Any]] = []
+        """(the run's inputs, its results) per run of the forward."""
+
+    def __iter__(self) -> Iterator[Tensor]:
+        for inputs, results in self.runs:
+            own: set[int] | None = None
+            for t in results:
+                if not isinstance(t, Tensor):
+                    continue
+                if own is None:
+                    own = {id(a) for a in inputs if isinstance(a, Tensor)}
+                if id(t) not in own:
+                    yield t
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __getitem__(self, index: Any) -> Any:
+        return list(self)[index]
+
+
 class ForwardReturns:
     """The tensors a program's forward part returned, other than its own inputs, while a call
     of AOTAutograd's function runs (`calling`; on this thread, nothing kept otherwise).
@@ -678,9 +705,10 @@ class ForwardReturns:
         self.local = threading.local()
 
     @contextmanager
-    def calling(self) -> Iterator[list[Tensor]]:
-        """While in force, the forward's runs add what they return to the list it gives."""
-        returned: list[Tensor] = []
+    def calling(self) -> Iterator[Returned]:
+        """While in force, the forward's runs add what they return to the `Returned` it
+        gives."""
+        returned = Returned()
         before = getattr(self.local, "returned", None)
         self.local.returned = returned
         try:
@@ -689,16 +717,17 @@ class ForwardReturns:
             self.local.returned = before
 
     def telling(self, function: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
-        """The forward part's `function` (boxed), adding what it returns to the list of the
-        `calling` in force."""
+        """The forward part's `function` (boxed), adding each run's inputs and results to the
+        `Returned` of the `calling` in force (the inputs as a tuple: `function` may clear
+        its list)."""
 
         def run(args: list[Any]) -> Any:
-            returned: list[Tensor] | None = getattr(self.local, "returned", None)
+            returned: Returned | None = getattr(self.local, "returned", None)
             if returned is None:
                 return function(args)
-            inputs = {id(t) for t in args if isinstance(t, Tensor)}
+            inputs = tuple(args)
             results = function(args)
-            returned += [t for t in results if isinstance(t, Tensor) and id(t) not in inputs]
+            returned.runs.append((inputs, results))
             return results
 
         run._boxed_call = True  # type: ignore[attr-defined]
