@@ -141,7 +141,7 @@ def test_an_output_made_anew_from_what_the_forward_returned_has_its_node() -> No
     x = torch.randn(3, requires_grad=True)
     with returns.calling() as returned:
         y, z = Program.apply(part, x)
-    doubled = returned[1]
+    doubled = list(returned)[1]
     assert doubled.grad_fn is None and z._base is None
     assert compiled_node([x], [z], [doubled]) is z.grad_fn is y.grad_fn
 

@@ -38,7 +38,7 @@ import copy
 import functools
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -667,10 +667,11 @@ class VersionCheck:
                 raise version_error(described or "", alias._version, expected)
 
 
-class Returned(Sequence[Tensor]):
+class Returned(Iterable[Tensor]):
     """The tensors a forward part returned during one call, other than its own inputs, in
     order (`ForwardReturns`): each run's inputs and results are kept as they are, and the
-    tensors are picked out only when read (`compiled_node` reads the first few)."""
+    tensors are picked out only when iterated (`compiled_node` stops at the first of its
+    node)."""
 
     def __init__(self) -> None:
         self.runs: list[tuple[tuple[Any, ...], Any]] = []
@@ -686,12 +687,6 @@ class Returned(Sequence[Tensor]):
                     own = {id(a) for a in inputs if isinstance(a, Tensor)}
                 if id(t) not in own:
                     yield t
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __getitem__(self, index: Any) -> Any:
-        return list(self)[index]
 
 
 class ForwardReturns:
@@ -737,7 +732,7 @@ class ForwardReturns:
 
 
 def watch_versions(
-    saved: EagerSaved, inputs: Sequence[Any], outputs: Sequence[Any], returned: Sequence[Tensor]
+    saved: EagerSaved, inputs: Sequence[Any], outputs: Sequence[Any], returned: Iterable[Tensor]
 ) -> None:
     """After a call of AOTAutograd's function (its forward returned `returned`): a
     `VersionCheck` of the inputs and outputs eager saves, run before the call's backward node
@@ -759,7 +754,7 @@ def saved_tensor_hooks_on() -> bool:
     return torch._C._autograd._top_saved_tensors_default_hooks(True) is not None
 
 
-def compiled_node(inputs: Sequence[Any], outputs: Sequence[Any], returned: Sequence[Tensor]) -> Any:
+def compiled_node(inputs: Sequence[Any], outputs: Sequence[Any], returned: Iterable[Tensor]) -> Any:
     """The backward node of this call's AOTAutograd function: the `grad_fn` of a tensor its
     forward `returned` (`ForwardReturns`), else of an output that is no view and shares
     memory with one (AOTAutograd returns a view of an intermediate as a new tensor,
