@@ -51,6 +51,8 @@ def test_mlp_runs_as_three_steps_like_eager() -> None:
     model, inputs = make_mlp()
     compiled = xfuse.compile(model, inputs)
     labels = [s.label for s in compiled.default.program.steps]
-    assert labels == ["eager graph.linear", "kernel @forward_k0 (group 0)", "eager graph.linear"]
+    gemm = {"eager graph.linear", "onednn graph.linear"}  # torch's or oneDNN's, as timed
+    assert len(labels) == 3 and {labels[0], labels[2]} <= gemm, labels
+    assert labels[1] == "kernel @forward_k0 (group 0)"
     with torch.no_grad():
         torch.testing.assert_close(compiled(*inputs), model(*inputs))

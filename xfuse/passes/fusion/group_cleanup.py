@@ -184,11 +184,16 @@ def _reshaped_input_shape(arg: BlockArgument) -> tuple[int, ...] | None:
 
 
 def hoist_input_reshapes(group: GroupOp) -> None:
-    """An input read only through reshapes to one shape is reshaped before the group."""
+    """An input read only through reshapes to one shape is reshaped before the group; the
+    reshaped input is looked at again, so that a chain of reshapes (Swin's window mask, made
+    `[nW, 1, N, N]` then `[1, nW, 1, N, N]`) goes out whole."""
     block = group.block
-    for i, (outer, arg) in enumerate(list(zip(group.inputs, block.args, strict=True))):
+    i = 0
+    while i < len(block.args):
+        outer, arg = group.inputs[i], block.args[i]
         shape = _reshaped_input_shape(arg)
         if shape is None:
+            i += 1
             continue
         view = graph.ReshapeOp(outer, shape)
         parent = group.parent_block()

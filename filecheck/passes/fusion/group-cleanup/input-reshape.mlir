@@ -36,3 +36,28 @@ func.func @also_direct(%x: tensor<4096xf32>) -> (tensor<64xf32>, tensor<4096xf32
 // CHECK-NEXT:    fusion.group(%x)
 // CHECK-NEXT:    ^bb0(%[[A:.*]]: tensor<4096xf32>):
 // CHECK-NEXT:      graph.reshape %[[A]] : tensor<4096xf32> -> tensor<64x64xf32>
+
+// A chain of reshapes (Swin's window mask made [nW, 1, N, N], then [1, nW, 1, N, N] to
+// broadcast over the batch of windows) goes out whole: the group, left with nothing to compute,
+// goes, and its reader reads the views.
+func.func @chain(%m: tensor<4x9x9xf32>, %x: tensor<2x4x3x9x9xf32>) -> tensor<2x4x3x9x9xf32> {
+  %r = fusion.group(%m) kind = "injective" rule = "fuse-scored:producer-consumer" : (tensor<4x9x9xf32>) -> tensor<1x4x1x9x9xf32> {
+  ^bb0(%a: tensor<4x9x9xf32>):
+    %u = graph.reshape %a : tensor<4x9x9xf32> -> tensor<4x1x9x9xf32>
+    %v = graph.reshape %u : tensor<4x1x9x9xf32> -> tensor<1x4x1x9x9xf32>
+    fusion.yield %v : tensor<1x4x1x9x9xf32>
+  }
+  %y = fusion.group(%x, %r) kind = "elementwise" rule = "fuse-scored:producer-consumer" : (tensor<2x4x3x9x9xf32>, tensor<1x4x1x9x9xf32>) -> tensor<2x4x3x9x9xf32> {
+  ^bb0(%b: tensor<2x4x3x9x9xf32>, %n: tensor<1x4x1x9x9xf32>):
+    %e = graph.add %b, %n : tensor<2x4x3x9x9xf32>, tensor<1x4x1x9x9xf32> -> tensor<2x4x3x9x9xf32>
+    fusion.yield %e : tensor<2x4x3x9x9xf32>
+  }
+  func.return %y : tensor<2x4x3x9x9xf32>
+}
+
+// CHECK-LABEL: func.func @chain
+// CHECK-NEXT:    %[[U:.*]] = graph.reshape %m : tensor<4x9x9xf32> -> tensor<4x1x9x9xf32>
+// CHECK-NEXT:    %[[V:.*]] = graph.reshape %[[U]] : tensor<4x1x9x9xf32> -> tensor<1x4x1x9x9xf32>
+// CHECK-NEXT:    fusion.group(%x, %[[V]])
+// CHECK-NOT:     graph.reshape
+// CHECK:         func.return
