@@ -277,3 +277,50 @@ def test_the_symbolic_cross_entropy_backward_has_no_sum_over_the_classes(
     backward = made["backward"]
     assert backward.dynamic is not None and not backward.programs
     assert reduce_sums(dynamic_explanation(backward.dynamic).module) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Products by one
+# ---------------------------------------------------------------------------------------------
+
+MUL_BY_ONE: dict[str, tuple[str, int]] = {
+    "f32 by a scalar one": ("%x, %one : tensor<4x3xf32>, tensor<f32> -> tensor<4x3xf32>", 0),
+    "one on the left": ("%one, %x : tensor<f32>, tensor<4x3xf32> -> tensor<4x3xf32>", 0),
+    "a broadcast one": ("%x, %ones : tensor<4x3xf32>, tensor<4x3xf32> -> tensor<4x3xf32>", 0),
+    "by two": ("%x, %two : tensor<4x3xf32>, tensor<f32> -> tensor<4x3xf32>", 1),
+    "x broadcast": ("%row, %ones : tensor<1x3xf32>, tensor<4x3xf32> -> tensor<4x3xf32>", 1),
+}
+
+
+@pytest.mark.parametrize("product,left", MUL_BY_ONE.values(), ids=MUL_BY_ONE.keys())
+def test_a_product_by_one_of_the_other_factors_type_is_that_factor(product: str, left: int) -> None:
+    module = xfuse.parse(
+        "func.func @f(%x: tensor<4x3xf32>, %row: tensor<1x3xf32>, %i: tensor<4x3xi64>) "
+        "-> tensor<4x3xf32> {\n"
+        "  %one = graph.constant dense<1.0> : tensor<f32>\n"
+        "  %two = graph.constant dense<2.0> : tensor<f32>\n"
+        "  %ones = graph.constant dense<1.0> : tensor<4x3xf32>\n"
+        f"  %y = graph.mul {product}\n"
+        "  func.return %y : tensor<4x3xf32>\n"
+        "}\n"
+    )
+    x = torch.tensor([[1.5, -0.0, math.inf], [-math.inf, math.nan, 3.0]] * 2)
+    args = [x, x[:1], torch.arange(12).reshape(4, 3)]
+    expected = interpret(module, args)
+    after = simplified(module)
+    assert sum(isinstance(op, graph.MulOp) for op in after.walk()) == left
+    for got, want in zip(interpret(after, args), expected, strict=True):
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_an_output_that_was_a_product_by_one_of_an_input_is_fresh() -> None:
+    """`x * 1.0` returns new memory in eager; with the product gone, the runtime copies."""
+
+    class Scale(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 1.0
+
+    x = torch.randn(4, 3)
+    compiled = xfuse.compile(Scale(), (x,))
+    got = compiled(x)
+    assert torch.equal(got, x) and got.data_ptr() != x.data_ptr()

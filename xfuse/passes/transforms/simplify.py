@@ -31,6 +31,13 @@ be a size symbol there (at least 2).
 Left alone: sums over several dims, integer sums, an iota that is not the dim's own (of
 another length, a step other than 1, or a symbolic length), and a one-hot whose selected
 value varies along the dim (`a` gathered at `i`).
+
+`MulByOne`: `x * 1` where the product has `x`'s type (no broadcast, no promotion) is `x` (a
+float times one is itself, NaN, infinities and -0.0 included). Llama's rotary embedding scales
+its cos and sin by `attention_scaling`, 1.0 by default: a multiply per element, in the forward
+and again in the backward (which computes cos and sin again), for nothing. A program output
+that becomes an argument this way is copied by the runtime, as any fresh output that shares
+an argument's memory (`xfuse.runtime.outputs`).
 """
 
 from __future__ import annotations
@@ -293,14 +300,28 @@ class ReduceSumOfOneHot(RewritePattern):
         rewriter.replace(op, b.ops, [result])
 
 
+class MulByOne(RewritePattern):
+    """`mul(x, 1)` or `mul(1, x)`, the one a splat constant, of `x`'s type -> `x`."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.MulOp, rewriter: PatternRewriter) -> None:
+        for x, one in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+            if x.type == op.result.type and _splat(one) == 1:
+                rewriter.replace(op, [], [x])
+                return
+
+
 @dataclass(frozen=True)
 class SimplifyPass(ModulePass):
     """Exact algebraic simplifications: a sum over a dim of a one-hot (the cross-entropy
-    backward's `nll_loss` gradient) becomes the element it selects.
+    backward's `nll_loss` gradient) becomes the element it selects; a product by one, its
+    other factor.
 
     Every element keeps its value bit for bit (NaN, infinities, the sign of zero)."""
 
     name = "simplify"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(GreedyRewritePatternApplier([ReduceSumOfOneHot()])).rewrite_module(op)
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([ReduceSumOfOneHot(), MulByOne()])
+        ).rewrite_module(op)
