@@ -97,6 +97,50 @@ def test_a_torch_call_takes_symbolic_tensors() -> None:
     assert graph.dims_of(call.results[0]) == (symbol.name, 6)
 
 
+def _heads_attention(x: torch.Tensor) -> torch.Tensor:
+    """Attention over heads split from [2, T, 4, 8] memory, as a transformer splits them."""
+    q = x.transpose(1, 2)
+    return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+def test_attention_output_keeps_its_memory_order_at_symbolic_sizes() -> None:
+    """Attention's [B, H, T, D] output lies in [B, T, H, D] memory at every T (its traced
+    strides are polynomials of T): the call records that order (`orders`), as a static import
+    does, its result keeps T's symbol, and a permute reads it back in its logical dims."""
+    program = import_module(
+        _heads_attention, (torch.randn(2, 6, 4, 8),), dynamic_shapes={"x": {1: Dim("T", min=2)}}
+    )
+    (call,) = [op for op in program.function.body.block.ops if isinstance(op, graph.TorchCallOp)]
+    (symbol,) = program.function.attributes[SIZES_ATTR].inputs()  # pyright: ignore[reportAttributeAccessIssue]
+    assert call.memory_orders == ((0, 2, 1, 3),)
+    assert graph.dims_of(call.results[0]) == (2, symbol.name, 4, 8)
+    (back,) = [u.operation for u in call.results[0].uses]
+    assert isinstance(back, graph.PermuteOp)
+    assert graph.dims_of(back.result) == (2, 4, symbol.name, 8)
+
+
+def test_a_symbolic_layout_has_a_memory_order_only_where_every_size_has_it() -> None:
+    """`SizeSymbols.memory_order`: the order of the trace's sizes, where each stride is the
+    row-major stride of the dims after it as a polynomial: strides (1, 8) of an [s, 4] tensor
+    traced at s = 8 are dense there, not at other sizes (no order); a row-major layout has
+    none either."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from xfuse.frontend.builder import SizeSymbols
+
+    env = ShapeEnv()
+    symbol = env.create_symbol(8, ConstantSource("s"))
+    s = env.create_symintnode(symbol, hint=8)
+    symbols = SizeSymbols()
+    symbols.inputs.append(graph.SizeSymbol.input(str(symbol), 0, 0, 8))
+    assert symbols.memory_order((s, 4), (1, s)) == (1, 0)
+    assert symbols.memory_order((2, s, 3, 4), (12 * s, 4, 4 * s, 1)) == (0, 2, 1, 3)
+    assert symbols.memory_order((s, 4), (1, 8)) is None
+    assert symbols.memory_order((s, 4), (4, 1)) is None
+    assert not env.guards  # read at the hints, without guarding on the sizes
+
+
 def test_static_imports_have_no_table() -> None:
     program = import_module(Block(), (torch.randn(4, 8), torch.randn(8)))
     assert SIZES_ATTR not in program.function.attributes

@@ -234,6 +234,39 @@ class SizeSymbols:
         name = next((n for n, atom in atoms.items() if atom == (residue, d)), None)
         return None if name is None else quotient + graph.SizeExpr.symbol(name)
 
+    def memory_order(
+        self, shape: Sequence[int | torch.SymInt], strides: Sequence[int | torch.SymInt]
+    ) -> tuple[int, ...] | None:
+        """`graph.memory_order` of a symbolic layout: the order of the trace's sizes (the
+        shape environment's hints), where it holds at every size (each stride of a dim other
+        than 1 is, as a polynomial, the row-major stride of the dims after it in that order:
+        attention's [B, H, s, D] output in [B, s, H, D] memory); else None."""
+        hinted = [_size_hint(x) for x in (*shape, *strides)]
+        if any(h is None for h in hinted):
+            return None
+        rank = len(shape)
+        order = graph.memory_order(hinted[:rank], hinted[rank:])  # type: ignore[arg-type]
+        if order is None:
+            return None
+        dense = graph.SizeExpr.constant(1)
+        for d in reversed(order):
+            if isinstance(shape[d], int) and shape[d] == 1:
+                continue
+            size, stride = self._size_polynomial(shape[d]), self._size_polynomial(strides[d])
+            if size is None or stride is None:
+                return None
+            if graph.reduce_by(stride - dense, self.relations) != graph.SizeExpr():
+                return None
+            dense = dense * size
+        return order
+
+    def _size_polynomial(self, size: int | torch.SymInt) -> graph.SizeExpr | None:
+        """A traced size or stride as a polynomial of the import's atoms (no new symbol), or
+        None where it is none."""
+        if isinstance(size, int):
+            return graph.SizeExpr.constant(size)
+        return self._plain(size.node.expr)
+
     def dim(self, size: int | torch.SymInt, node: torch.fx.Node) -> graph.Dim:
         """A dim of a fake value: an int, or the symbol of its expression."""
         if isinstance(size, int):
@@ -347,6 +380,15 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     return bounds.is_singleton() and bool(bounds.lower)
 
 
+def _size_hint(size: int | torch.SymInt) -> int | None:
+    """A traced size's value at the trace's sizes (its shape environment's hint), or None
+    where it has none."""
+    if isinstance(size, int):
+        return size
+    hint = size.node.hint
+    return None if hint is None else int(hint)
+
+
 def _is_floordiv(expr: Any) -> bool:
     """Whether a sympy size expression is torch's `FloorDiv` (or its exact `CleanDiv`)."""
     from torch.utils._sympy.functions import FloorDiv
@@ -402,22 +444,24 @@ def tensor_type_of_val(val: Any, node: torch.fx.Node) -> TensorType[Attribute]:
 
 
 def traced_memory_order(val: Any) -> tuple[int, ...] | None:
-    """`graph.memory_order` of a traced tensor's shape and strides; None for anything else (no
-    strided tensor, or a symbolic one)."""
+    """`graph.memory_order` of a traced tensor's shape and strides (symbolic ones where the
+    import reads symbolic sizes: `SizeSymbols.memory_order`); None for anything else (no
+    strided tensor)."""
     if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
         return None
     shape, strides = tuple(val.shape), tuple(val.stride())
-    if not all(type(d) is int for d in (*shape, *strides)):
-        return None
-    return graph.memory_order(shape, strides)
+    if all(type(d) is int for d in (*shape, *strides)):
+        return graph.memory_order(shape, strides)
+    symbols = SIZE_SYMBOLS.get()
+    return None if symbols is None else symbols.memory_order(shape, strides)
 
 
 def in_order(t: TensorType[Attribute], order: tuple[int, ...] | None) -> TensorType[Attribute]:
-    """`t` with its dims in `order` (`graph.memory_order`; None: `t`)."""
+    """`t` with its dims in `order` (`graph.memory_order`; None: `t`), size symbols kept."""
     if order is None:
         return t
-    shape = t.get_shape()
-    return TensorType(t.element_type, [shape[d] for d in order])
+    dims = graph.dims_of(t)
+    return graph.tensor_of(t.element_type, [dims[d] for d in order])
 
 
 def inverse_permutation(perm: Sequence[int]) -> list[int]:
