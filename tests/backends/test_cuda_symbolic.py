@@ -4,6 +4,7 @@ arguments per call, and (on a GPU) one loaded kernel matches torch at every size
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from torch.export import Dim
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 
-from tests.backends.test_cuda import ARCH, assemble, gpu
+from tests.backends.test_cuda import ARCH, assemble, gpu, loop_ir
 from tests.runtime.test_symbolic_program import POOLED
 from xfuse.backends.cuda import CUDABackend, LaunchShape
 from xfuse.dialects import graph
@@ -44,6 +45,22 @@ class Norm(torch.nn.Module):
         return torch.nn.functional.layer_norm(torch.relu(x), (32,))
 
 
+class WideNorm(torch.nn.Module):
+    """A layer norm over GPT-2's rows of 768, rows symbolic: each row at a linear offset of
+    the runtime buffer (`row * 768 + j`), a multiple of a 128-bit vector's elements."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(torch.relu(x), (768,))
+
+
+class ShiftedNorm(torch.nn.Module):
+    """A layer norm over the last 768 of each row of 769: rows at offsets `row * 769 + 1 + j`,
+    no multiple of a vector's elements."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(torch.relu(x[:, 1:]), (768,))
+
+
 class ColumnMean(torch.nn.Module):
     """A mean over the symbolic batch: a column reduction to a runtime length."""
 
@@ -71,6 +88,12 @@ CASES: dict[str, tuple[torch.nn.Module, tuple[torch.Tensor, ...], dict[str, Any]
         {"x": {0: Dim("a", min=2), 1: Dim("b", min=2)}, "b": None},
     ),
     "layer_norm": (Norm(), (torch.randn(5, 32),), {"x": {0: Dim("batch", min=2)}}),
+    "layer_norm_wide": (WideNorm(), (torch.randn(5, 768),), {"x": {0: Dim("batch", min=2)}}),
+    "layer_norm_shifted": (
+        ShiftedNorm(),
+        (torch.randn(5, 769),),
+        {"x": {0: Dim("batch", min=2)}},
+    ),
     "column_mean": (ColumnMean(), (torch.randn(5, 16),), {"x": {0: Dim("batch", min=2)}}),
     "cumsum": (Cumsum(), (torch.randn(3, 7),), rows_and_length()),
 }
@@ -144,6 +167,41 @@ def test_the_launch_computes_its_work_from_the_sizes(
     assert shape.work_items(sizes) == items
 
 
+def _global_accesses(ptx: str) -> list[str]:
+    return re.findall(r"(?:ld\.global\.nc|st\.global)\.\S+", ptx)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_symbolic_rows_at_aligned_offsets_take_the_static_kernels_vectors(
+    dtype: torch.dtype,
+) -> None:
+    """A layer norm over rows of 768 at runtime row counts reads and writes each row in
+    128-bit accesses at its linear offset (`row * 768 + j`, a multiple of a vector's elements
+    plus the loop index), as the static kernel of the same rows does: the same accesses."""
+    model = WideNorm()
+    x = torch.randn(5, 768).to(dtype)
+    CASES["wide_norm_dtype"] = (model, (x,), {"x": {0: Dim("batch", min=2)}})
+    try:
+        module, _, (name,) = symbolic_loop_ir("wide_norm_dtype")
+    finally:
+        del CASES["wide_norm_dtype"]
+    symbolic = _global_accesses(CUDABackend(ARCH).compile(module, name).decode())
+    static_module, (static_name,) = loop_ir(model, (x,))
+    static = _global_accesses(CUDABackend(ARCH).compile(static_module, static_name).decode())
+    assert sorted(symbolic) == sorted(static)
+    assert set(symbolic) == {"ld.global.nc.v4.b32", "st.global.v4.b32"}
+
+
+def test_symbolic_rows_at_unaligned_offsets_keep_scalar_accesses() -> None:
+    """Rows at `row * 769 + 1 + j`: no offset of a row is a multiple of a vector's elements,
+    so the row's accesses stay one element each."""
+    module, _, (name,) = symbolic_loop_ir("layer_norm_shifted")
+    assert set(_global_accesses(CUDABackend(ARCH).compile(module, name).decode())) == {
+        "ld.global.nc.b32",
+        "st.global.b32",
+    }
+
+
 def test_the_launch_line_writes_work_items_in_the_size_syntax_of_graph_sizes() -> None:
     line = LaunchShape(
         "k", "rows", 256, -1, ("a", "b"), "q0 = (8 * b + a - 1) floordiv 2, items = 3 * q0"
@@ -191,6 +249,8 @@ SIZES: dict[str, list[tuple[int, ...]]] = {
     "softmax_long": [(2, 2), (3, 8192), (7, 10000), (2, 65536), (100, 64)],
     "pointwise": [(2, 2, 8), (3, 5, 8), (64, 33, 8), (1000, 7, 8)],
     "layer_norm": [(2, 32), (9, 32), (64, 32), (4097, 32)],
+    "layer_norm_wide": [(2, 768), (9, 768), (4097, 768)],
+    "layer_norm_shifted": [(2, 769), (9, 769), (300, 769)],
     "column_mean": [(2, 16), (9, 16), (1000, 16)],
     "cumsum": [(2, 2), (3, 7), (64, 300)],
 }

@@ -970,16 +970,59 @@ def _power_of_two_above(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
-def _row_width(loops: Sequence[scf.ForOp], length: int) -> int:
+def _indexes_linearly(loop: scf.ForOp) -> bool:
+    """Whether the loop index reaches nothing but the indices of the loads and stores of the
+    loop's own body, through index additions, subtractions, products and casts (a buffer of
+    runtime sizes read at a linear offset, `row * n + j`)."""
+    top = set(loop.body.block.ops)
+    stack: list[SSAValue] = [loop.body.block.args[0]]
+    while stack:
+        for use in stack.pop().uses:
+            user = use.operation
+            if user not in top:
+                return False
+            if isinstance(user, memref.LoadOp | memref.StoreOp):
+                if isinstance(user, memref.StoreOp) and use.index == 0:
+                    return False  # a stored value of the index
+                continue
+            if not isinstance(user, _OFFSET_OPS):
+                return False
+            stack.extend(user.results)
+    return True
+
+
+def _aligned_lanes(loop: scf.ForOp, width: int) -> bool:
+    """Whether every access of `loop` whose indices move with its index has `width` adjacent
+    lanes whose first is `width`-element aligned (`_lane_accesses`)."""
+    iv = loop.body.block.args[0]
+    ops = _body_ops(loop.body.block)
+    lanes = _lane_accesses(ops, iv, width)
+    return all(
+        lanes.get(access, False)
+        for access in _accesses(ops)
+        if any(_depends_on(i, iv) for i in access.indices)
+    )
+
+
+def _row_width(loops: Sequence[scf.ForOp], length: int, linear: bool = False) -> int:
     """Elements per vector access of the row loops: 128 bits of the widest element they touch,
-    where every access indexed by the loop index has a multiple of that many columns."""
+    where every access indexed by the loop index has a multiple of that many columns. With
+    `linear` (a kernel of runtime sizes, whose buffers are read at linear offsets), a loop
+    whose index reaches its accesses through offset arithmetic (`_indexes_linearly`) takes
+    them where each such access is at an aligned offset plus the index (`_aligned_lanes`)."""
     accesses = _accesses(loops)
-    if not accesses or not all(_indexes_directly(loop) for loop in loops):
+    direct = [_indexes_directly(loop) for loop in loops]
+    if not accesses or not all(
+        d or (linear and _indexes_linearly(loop)) for d, loop in zip(direct, loops, strict=True)
+    ):
         return 1
     width = _vector_lanes(accesses)
     while width > 1:
         ok = length % width == 0
-        for loop in loops:
+        for loop, indexed_directly in zip(loops, direct, strict=True):
+            if not indexed_directly:
+                ok = ok and _aligned_lanes(loop, width)
+                continue
             iv = loop.body.block.args[0]
             for access in _accesses([loop]):
                 if list(access.indices)[-1] == iv and _memref_type(access).get_shape()[-1] % width:
@@ -1010,7 +1053,7 @@ def _map_rows(
     static = [d for d in shape if isinstance(d, int)]
     rows = numel(static) if len(static) == len(shape) else None
     if isinstance(plan.length, int):
-        width = _row_width(loops, plan.length)
+        width = _row_width(loops, plan.length, linear=SIZE_ARGS_ATTR in kernel.attributes)
         threads = _row_threads(plan.length, width, mapping, rows)
         if math.ceil(plan.length / (threads * width)) * width > max_cached:
             width = 1  # re-read: the strided loop takes one element at a time
@@ -1157,7 +1200,11 @@ def _unrolled_row_loop(
     iv = body.args[0]
     ops = _body_ops(body)
     stores = [op for op in ops if isinstance(op, memref.StoreOp)]
-    vector_accesses = [a for a in _accesses(ops) if list(a.indices) and list(a.indices)[-1] == iv]
+    vector_accesses = [
+        a for a in _accesses(ops) if list(a.indices) and _depends_on(list(a.indices)[-1], iv)
+    ]
+    # at an offset of the loop index (`_indexes_linearly`): each lane at the first lane's plus it
+    offset = {a for a in vector_accesses if list(a.indices)[-1] != iv}
     lane_partials = [[r.identity(e) for r in reductions] for _ in range(width)]
     for k in range(per_thread // width):
         columns, in_row = _row_position(e, cloner, lane_index, k, place.threads, length, width)
@@ -1183,14 +1230,16 @@ def _unrolled_row_loop(
         for op in ops:
             if op in stores:
                 continue
-            for lane_cloner in lanes:
+            for lane, lane_cloner in enumerate(lanes):
+                _offset_lane(lanes, lane, op, offset)
                 lane_cloner.clone(op, None)
         if stores:
             then = Block()
             in_then = _Emit(Builder(InsertPoint.at_end(then)), e.int_type)
             for op in stores:
-                for lane_cloner in lanes:
+                for lane, lane_cloner in enumerate(lanes):
                     lane_cloner.e = in_then
+                    _offset_lane(lanes, lane, op, offset)
                     lane_cloner.clone(op, None)
                     lane_cloner.e = e
             then.add_op(scf.YieldOp())
@@ -1207,6 +1256,18 @@ def _unrolled_row_loop(
         _tree_combine(e, reduction, [partials[i] for partials in lane_partials])
         for i, reduction in enumerate(reductions)
     ]
+
+
+def _offset_lane(
+    lanes: list[_Cloner], lane: int, op: Operation, offset: set[memref.LoadOp | memref.StoreOp]
+) -> None:
+    """Lane `lane` > 0 of an `offset` access is at the first lane's last index plus the lane
+    (`&m[j] + lane`, which the NVVM lowering keeps adjacent to the first lane's access)."""
+    if lane and op in offset:
+        assert isinstance(op, memref.LoadOp | memref.StoreOp)
+        *outer, last = lanes[0].indices_of(op)
+        e = lanes[lane].e
+        lanes[lane].indices[op] = [*outer, e.add(last, e.const(lane, IndexType()))]
 
 
 def _strided_row_loop(
@@ -1445,6 +1506,8 @@ def _symbolic_width(body: list[Operation], shape: Sequence[Extent], innermost: S
 
 
 _INDEX_CASTS = (arith.IndexCastOp, arith.ExtUIOp, arith.ExtSIOp)
+_OFFSET_OPS = (arith.AddiOp, arith.SubiOp, arith.MuliOp, *_INDEX_CASTS)
+"""Ops of a linear offset's arithmetic (`_indexes_linearly`)."""
 
 
 def _coefficient(value: SSAValue, iv: SSAValue) -> int | None:
