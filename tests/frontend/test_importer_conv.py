@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import xfuse
+from xfuse.frontend.aten import CONVERTED_WHEN
 from xfuse.frontend.importer import import_module, needs_decomposition, wrap_function
 from xfuse.frontend.pytrees import export_support
 
@@ -57,6 +58,15 @@ def test_an_unbatched_conv2d_stays_a_call_of_itself() -> None:
         torch.testing.assert_close(xfuse.compile(conv, (x,), quiet=True)(x), conv(x))
 
 
+def test_an_unbatched_conv2d_with_string_padding_is_decomposed() -> None:
+    conv = nn.Conv2d(3, 8, 3, padding="same")
+    x = torch.randn(3, 10, 10)
+    with export_support():
+        assert needs_decomposition(torch.export.export(conv, (x,)))
+    with torch.no_grad():
+        torch.testing.assert_close(xfuse.compile(conv, (x,), quiet=True)(x), conv(x))
+
+
 def test_wrapped_functions_import_the_same_way() -> None:
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.conv2d(x, w, padding=1).relu()
@@ -66,3 +76,64 @@ def test_wrapped_functions_import_the_same_way() -> None:
         exported = torch.export.export(wrap_function(f), (x, w))
     assert not needs_decomposition(exported)
     torch.testing.assert_close(xfuse.compile(f, (x, w), quiet=True)(x, w), f(x, w))
+
+
+def _imported_text(module: nn.Module, x: torch.Tensor) -> str:
+    return str(import_module(module, (x,)).module)
+
+
+class _Functional(nn.Module):
+    """`F.conv2d` with string padding and int (not list) stride and dilation."""
+
+    def __init__(self, padding: str, stride: int, dilation: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 3, 3, 3))
+        self.padding, self.stride, self.dilation = padding, stride, dilation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv2d(
+            x, self.weight, None, self.stride, self.padding, self.dilation
+        )
+
+
+@pytest.mark.parametrize(
+    "conv",
+    [
+        nn.Conv2d(3, 8, 3, stride=2, padding="valid"),
+        nn.Conv2d(3, 8, 1, padding="same"),
+        nn.Conv2d(4, 4, 5, padding="same", groups=4, bias=False),
+        nn.Conv2d(3, 8, (3, 5), padding="same", dilation=(2, 1)),
+        nn.Conv2d(3, 8, 2, padding="same"),  # pads one side more: decomposed
+        nn.Conv2d(3, 8, (3, 2), padding="same", dilation=(1, 2)),  # 2 * (2 - 1): even
+        _Functional("same", 1, 2),
+        _Functional("valid", 2, 1),
+    ],
+    ids=[
+        "valid",
+        "same-1x1",
+        "same-depthwise",
+        "same-dilated",
+        "same-uneven",
+        "same-2x2-d2",
+        "functional-same",
+        "functional-valid",
+    ],
+)
+def test_a_conv2d_with_string_padding_imports_as_its_decomposition(
+    conv: nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Imported as exported (no decomposition) where the padding is symmetric, the module is
+    the same text as that of the decomposed program."""
+    x = torch.randn(1, conv.weight.shape[1] * getattr(conv, "groups", 1), 11, 12)
+    with export_support():
+        exported = torch.export.export(conv, (x,))
+    uneven = isinstance(conv, nn.Conv2d) and conv.kernel_size == (2, 2)
+    assert needs_decomposition(exported) == uneven
+    ours = _imported_text(conv, x)
+    monkeypatch.setitem(CONVERTED_WHEN, "aten.conv2d.padding", lambda node: False)
+    with export_support():
+        assert needs_decomposition(torch.export.export(conv, (x,)))
+    assert ours == _imported_text(conv, x)
+    monkeypatch.undo()
+    with torch.no_grad():
+        torch.testing.assert_close(xfuse.compile(conv, (x,), quiet=True)(x), conv(x))

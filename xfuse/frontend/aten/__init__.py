@@ -34,6 +34,7 @@ from xfuse.frontend.aten import (
 )
 from xfuse.frontend.aten.common import Args, Converter
 from xfuse.frontend.aten.elementwise import _binary, _comparison, _unary
+from xfuse.frontend.aten.externs import string_padding
 from xfuse.frontend.aten.indexing import (
     SCATTER_CONVERTERS,
     SCATTER_KEPT_COMPOSITES,
@@ -152,6 +153,7 @@ CONVERTED_WHEN: dict[str, Callable[[torch.fx.Node], bool]] = {
     "aten.batch_norm.default": lambda node: not bind(node)["training"],
     "aten.pad.default": lambda node: bind(node)["mode"] in PAD_MODES,
     "aten.add_.Tensor": _adds_to_unseen_tensor,
+    "aten.conv2d.padding": lambda node: string_padding(bind(node)) is not None,
 }
 
 __all__ = [

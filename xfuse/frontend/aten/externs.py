@@ -4,6 +4,7 @@ the extern `aten.convolution` call, and scaled dot-product attention (`xfuse.fro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch.fx
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -96,9 +97,59 @@ def _conv2d(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     sizes = [_window_arg(a[name], 2) for name in ("stride", "padding", "dilation")]
     if len(out_type(node).get_shape()) != 4 or None in sizes:
         return None
-    args = [a["input"], a["weight"], a["bias"], *sizes, False, [0, 0], a["groups"]]
+    return _convolution(lw, node, a, [*cast(list[list[int]], sizes), [0, 0]])
+
+
+def _convolution(lw: ImportBuilder, node: torch.fx.Node, a: Args, sizes: list[list[int]]) -> Value:
+    """The extern `aten.convolution` call, not transposed, of `a`'s input, weight, bias and
+    groups with `sizes`: stride, padding, dilation and output padding."""
+    stride, padding, dilation, output_padding = sizes
+    args = [a["input"], a["weight"], a["bias"], stride, padding, dilation, False]
+    args += [output_padding, a["groups"]]
     (out,) = lw.torch_call(CONVOLUTION, args, {}, [node.meta["val"]], node)
     return out
+
+
+def string_padding(a: Args) -> list[int] | None:
+    """The padding that torch's decomposition of a batched `conv2d.padding` ("valid" or
+    "same", `at::_convolution_mode`) passes to `aten.convolution`, as it spells it: `[0]` for
+    "valid"; for "same" (stride 1 only), half of each dim's dilated kernel extent less one.
+    None for any other call (unbatched, another padding string, sizes that are no ints, or
+    "same" padding one side more than the other, for which torch pads the input first): the
+    program is decomposed then (`CONVERTED_WHEN`)."""
+    x, w = (
+        v.meta.get("val") if isinstance(v, torch.fx.Node) else None
+        for v in (a["input"], a["weight"])
+    )
+    if not (
+        isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.dim() == w.dim() == 4
+    ):
+        return None
+    stride, dilation = _window_arg(a["stride"], 2), _window_arg(a["dilation"], 2)
+    if stride is None or dilation is None:
+        return None
+    if a["padding"] == "valid":
+        return [0]
+    if a["padding"] != "same" or stride != [1, 1]:
+        return None
+    totals = [d * (int(k) - 1) for d, k in zip(dilation, w.shape[2:], strict=True)]
+    return None if any(t % 2 for t in totals) else [t // 2 for t in totals]
+
+
+def _conv2d_padding(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """A batched `conv2d` with string padding as the `aten.convolution` call that torch's
+    decomposition makes of it: stride and dilation as given (`_ints`), the padding of
+    `string_padding`, an output padding of as many zeros as that has entries."""
+    padding = string_padding(a)
+    if padding is None:
+        return None  # (decomposed: CONVERTED_WHEN)
+    zeros = [0] * len(padding)
+    return _convolution(lw, node, a, [_ints(a["stride"]), padding, _ints(a["dilation"]), zeros])
+
+
+def _ints(value: int | Sequence[int]) -> list[int]:
+    """An `int[2]` argument as ATen receives it: an int stands for both dims."""
+    return [value, value] if isinstance(value, int) else list(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +163,7 @@ OWN_CONVERTERS: dict[type[Operation], Converter] = {
 
 FORMULAS: dict[str, Converter] = {
     "aten.conv2d.default": _conv2d,
+    "aten.conv2d.padding": _conv2d_padding,
     "aten.addmm.default": _addmm,
     **ATTENTION_CONVERTERS,
 }

@@ -12,7 +12,7 @@ from xfuse.frontend.aten.elementwise import _binary, _cast
 from xfuse.frontend.builder import ImportBuilder, Value, bind, meta_tensor, node_error, out_type
 
 NEW_TENSOR_COMPOSITES = frozenset(
-    {"aten.batch_norm.default", "aten.conv2d.default", "aten.linear.default"}
+    {"aten.batch_norm.default", "aten.conv2d.default", "aten.conv2d.padding", "aten.linear.default"}
 )
 """Composite ops (CompositeImplicitAutograd) whose eager result is always new memory. A
 composite's schema does not promise that: eval-mode `dropout` returns its input itself."""
