@@ -354,10 +354,16 @@ CANONICAL_KERNEL = "xfuse_kernel"
 loads it): the cache key holds no name."""
 
 
-def canonical_kernel_module(kernel: func.FuncOp) -> ModuleOp:
+def canonical_kernel_module(kernel: func.FuncOp, take_body: bool = False) -> ModuleOp:
     """A module of a copy of the kernel, named `CANONICAL_KERNEL`, without SSA name hints, so
-    that its text (the cache key) is the same for the same computation wherever it came from."""
-    clone = kernel.clone(clone_name_hints=False)
+    that its text (the cache key) is the same for the same computation wherever it came from.
+    With `take_body`, the copy holds the kernel's own blocks (not copies), and the kernel is
+    left without any."""
+    if take_body:
+        clone = kernel.clone_without_regions(clone_name_hints=False)
+        kernel.body.move_blocks(clone.body)
+    else:
+        clone = kernel.clone(clone_name_hints=False)
     clone.sym_name = StringAttr(CANONICAL_KERNEL)
     module = ModuleOp([clone])
     for op in module.walk():
@@ -498,13 +504,15 @@ class ProgramCompiler:
         """The products of the module to compile that run oneDNN's GEMM (`OnednnStep`), as
         `xfuse.choices.onednn_gemms` chose them."""
 
-    def canonical(self, kernel: func.FuncOp) -> KernelSource:
-        """The kernel's `canonical_kernel_module` and its text, made once per kernel."""
+    def canonical(self, kernel: func.FuncOp, take_body: bool = False) -> KernelSource:
+        """The kernel's `canonical_kernel_module` and its text, made once per kernel (with
+        `take_body`, of the kernel's own loops, which leave it empty)."""
         found = self._canonical.get(kernel)
         if found is None:
             if not kernel.body.blocks:  # emptied by `lower_ahead`: its loops are not here
                 raise XfuseError(f"kernel @{kernel.sym_name.data} has no body to compile")
-            found = self._canonical[kernel] = KernelSource.of(canonical_kernel_module(kernel))
+            module = canonical_kernel_module(kernel, take_body)
+            found = self._canonical[kernel] = KernelSource.of(module)
         return found
 
     def lower_ahead(self, module: ModuleOp) -> LoweredUnits:
@@ -520,8 +528,9 @@ class ProgramCompiler:
                 continue
             self._lowered[op] = lowered
             for f in kernel_functions(lowered):
-                self.canonical(f)
-                _drop_body(f)
+                # `compile` reads only the kernel's symbol and attributes: its loops move to
+                # the canonical module (so a cached fused program does not hold them twice)
+                self.canonical(f, take_body=True)
         return LoweredUnits(dict(self._lowered), dict(self._canonical))
 
     def adopt(self, lowered: LoweredUnits) -> None:
@@ -763,15 +772,6 @@ class LoweredUnits:
 
     units: dict[Operation, ModuleOp]
     sources: dict[func.FuncOp, KernelSource]
-
-
-def _drop_body(kernel: func.FuncOp) -> None:
-    """Empty a kernel whose canonical module is made: `compile` reads only its symbol and
-    attributes, the loops live on in the canonical module (so a cached fused program does not
-    hold them twice)."""
-    for block in list(kernel.body.blocks):
-        kernel.body.detach_block(block)
-        block.erase(safe_erase=False)
 
 
 def _is_lowered_unit(op: Operation) -> bool:
