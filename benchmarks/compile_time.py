@@ -11,7 +11,8 @@ directory), so that nothing one run made (the kernel cache in memory, lazily imp
 speeds up the next; the figures are the medians of `--runs` runs, in seconds.
 
 - `cpu`: `xfuse.compile(model, (x,))` on the CPU and its first call, timed by stage;
-- `cuda`: the CUDA path's host part, on any machine (no GPU needed): export and import, the
+- `cuda`: the CUDA path's host part, on any machine (no GPU needed), with the cycle collector
+  paused as `xfuse.compile` pauses it while it builds a program: export and import, the
   passes of `compile_pipeline("cuda")`, `lower-to-loops` of each unit as the runtime lowers it
   for CUDA, and each distinct kernel's PTX (`CUDABackend("sm_90")`, as the kernel cache compiles
   each kernel text once). Kernels are not loaded.
@@ -139,6 +140,7 @@ def cuda_run(name: str, dump: Path | None) -> dict[str, float]:
     """The CUDA path's host part (see the module docstring), by stage."""
     import xfuse.runtime.driver as driver
     from xfuse.backends.cuda import CUDABackend
+    from xfuse.collector import collector_paused
     from xfuse.pipeline import compile_pipeline
     from xfuse.runtime.compiler import CANONICAL_KERNEL, ProgramCompiler
 
@@ -147,16 +149,17 @@ def cuda_run(name: str, dump: Path | None) -> dict[str, float]:
     clock.patch(CUDABackend, "compile", "llvm")
     model, x = build_model(name)
     start = time.perf_counter()
-    with torch.no_grad():
+    # (as `xfuse.compile` builds a program: the cycle collector paused throughout)
+    with torch.no_grad(), collector_paused():
         imported = driver.import_for_xfuse(model, (x,), None, False)
-    module = imported.program.module
-    driver.verify_module(module)
-    driver.run_pipeline(compile_pipeline("cuda"), module)
-    compiler = ProgramCompiler(lambda source, name: None, device="cuda")  # type: ignore[arg-type,return-value]
-    kernels = compiler.kernel_modules(module)
-    backend = CUDABackend("sm_90")
-    sources = {s.text: s for s in kernels}
-    ptx = {text: backend.compile(s.module, CANONICAL_KERNEL) for text, s in sources.items()}
+        module = imported.program.module
+        driver.verify_module(module)
+        driver.run_pipeline(compile_pipeline("cuda"), module)
+        compiler = ProgramCompiler(lambda source, name: None, device="cuda")  # type: ignore[arg-type,return-value]
+        kernels = compiler.kernel_modules(module)
+        backend = CUDABackend("sm_90")
+        sources = {s.text: s for s in kernels}
+        ptx = {text: backend.compile(s.module, CANONICAL_KERNEL) for text, s in sources.items()}
     total = time.perf_counter() - start
     if dump is not None:
         code = {t: p.decode() for t, p in ptx.items()}
