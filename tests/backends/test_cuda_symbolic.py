@@ -152,8 +152,10 @@ def test_symbolic_kernels_take_their_sizes_and_assemble(case: str, tmp_path: Pat
         ("softmax_long", "rows", 128, [33, 3], 33),
         # a grid-stride loop over 8 * a * b f32 elements, 4 (128 bits) a thread and step
         ("pointwise", "elementwise", 256, [3, 5], 30),
-        # a static row of 32 a warp, rows at run time
-        ("layer_norm", "rows", 256, [9], 2),
+        # a static row of 32 f32 at run-time rows: 8 chunks of 4, a thread each (the rows'
+        # count unknown, a thread a chunk), 32 rows a block
+        ("layer_norm", "rows", 256, [9], 1),
+        ("layer_norm", "rows", 256, [33], 2),
         ("cumsum", "serial", 256, [4, 9], 4),
     ],
 )
