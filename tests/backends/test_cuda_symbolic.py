@@ -23,6 +23,7 @@ from xfuse.frontend import import_module
 from xfuse.ir.context import parse
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import SIZE_ARGS_ATTR, SIZES_ATTR
+from xfuse.passes.lowering.gpu_map_parallel import MAX_GRID_STRIDE_THREADS
 from xfuse.pipeline import pipeline
 from xfuse.runtime.symbolic import DEFAULT_PASSES
 
@@ -234,6 +235,19 @@ def test_a_floor_division_in_a_bound_is_a_symbol_of_the_launch_line(tmp_path: Pa
     )
     assert [shape.work_items([n]) for n in (2, 9, 64)] == [2 * ((n + 1) // 2) for n in (2, 9, 64)]
     assemble(ptx, tmp_path)
+
+
+@pytest.mark.parametrize("waves", [0, 8])
+def test_a_grid_stride_launch_takes_at_most_the_threads_its_index_arithmetic_assumes(
+    waves: int,
+) -> None:
+    """A symbolic grid-stride kernel divides a thread's position and the grid's stride in
+    32 bits (gpu-map-parallel's `MAX_GRID_STRIDE_THREADS`): however many items, and without a
+    limit of waves, its grid stays within them; a small launch keeps its blocks."""
+    shape = LaunchShape("k", "elementwise", 256, -1, ("a",), "items = a")
+    assert shape.grid(2**40, 132, waves) * 256 <= MAX_GRID_STRIDE_THREADS
+    assert shape.grid(1000, 132, waves) == 4
+    assert LaunchShape("k", "rows", 256, -1, ("a",), "items = a").grid(2**40, 132, waves) == 2**40
 
 
 def test_a_static_kernel_keeps_its_launch_line() -> None:

@@ -44,6 +44,7 @@ from xfuse.ir.names import (
 )
 from xfuse.passes.llvm.lower_to_nvvm import POINTER_ALIGNMENT, lower_kernels_to_nvvm
 from xfuse.passes.lowering.gpu_map_parallel import (
+    MAX_GRID_STRIDE_THREADS,
     GPUMapping,
     GPUMappingError,
     map_kernel,
@@ -106,6 +107,17 @@ class LaunchShape:
         if not self.work_definitions:
             return self.items
         return work_items(self.work_definitions, dict(zip(self.size_args, sizes, strict=True)))
+
+    def grid(self, items: int, sm_count: int, waves: int = GRID_WAVES) -> int:
+        """Blocks of a launch of `items` work items on a GPU of `sm_count` SMs (a grid-stride
+        kernel: `waves` waves of fully occupied SMs at most, 0 for no limit, and at most
+        `MAX_GRID_STRIDE_THREADS` threads, which its index arithmetic assumes)."""
+        if self.strategy == "rows" or items <= 1:
+            return max(1, items)
+        needed = math.ceil(items / self.block)
+        resident = sm_count * max(1, MAX_THREADS_PER_SM // self.block)
+        blocks = min(needed, resident * waves) if waves > 0 else needed
+        return max(1, min(blocks, MAX_GRID_STRIDE_THREADS // self.block))
 
     @staticmethod
     def from_ptx(ptx: str) -> LaunchShape:
@@ -286,18 +298,10 @@ class CUDAKernel:
                     driver.Context.pop()
                 sm_count = dev.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
                 loaded = _DeviceModule(context, module, function, sm_count)
-                loaded.grid = (self.grid_for(self.shape.items, sm_count), 1, 1)
+                loaded.grid = (self.shape.grid(self.shape.items, sm_count), 1, 1)
                 loaded.default_stream = torch.cuda.default_stream(device).cuda_stream
                 self._modules[device] = loaded
             return self._modules[device]
-
-    def grid_for(self, items: int, sm_count: int) -> int:
-        """Blocks of a launch of `items` work items on a GPU of `sm_count` SMs."""
-        if self.shape.strategy == "rows" or items <= 1:
-            return max(1, items)
-        needed = math.ceil(items / self.shape.block)
-        resident = sm_count * max(1, MAX_THREADS_PER_SM // self.shape.block)
-        return max(1, min(needed, resident * GRID_WAVES) if GRID_WAVES > 0 else needed)
 
     def __call__(self, buffers: Sequence[torch.Tensor]) -> None:
         if self.shape.sizes:
@@ -334,7 +338,7 @@ class CUDAKernel:
         items = self.shape.work_items(sizes) if sizes else self.shape.items
         if items == 0:
             return
-        grid = loaded.grid if not sizes else (self.grid_for(items, loaded.sm_count), 1, 1)
+        grid = loaded.grid if not sizes else (self.shape.grid(items, loaded.sm_count), 1, 1)
         # torch's current stream, as a raw handle (cheaper than a `torch.cuda.Stream` object).
         stream = torch._C._cuda_getCurrentRawStream(device)  # pyright: ignore[reportAttributeAccessIssue]
         if stream == loaded.default_stream:

@@ -7,9 +7,8 @@
 // before's plus one with a carry (a thread divides by 7 only for its first indices, as a
 // product). y's 8 lanes are one aligned 128-bit store at the chunk's position, x's are 8 loads.
 // The fewer than 8 elements past the last whole chunk go one each to the first threads after
-// the loop. The loop is there twice: in 32-bit arithmetic where the elements and a grid's
-// stride of chunks stay within 2^31 - 1, else in 64-bit (one branch on the sizes, taken by
-// every thread alike).
+// the loop. The loop is there once, in 64-bit arithmetic, with no branch on the sizes choosing
+// an index width.
 
 builtin.module {
   func.func @forward_k0(%0: memref<?xbf16>, %1: memref<?xbf16>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0", xfuse.size_hints = [6 : i64]} {
@@ -33,16 +32,12 @@ builtin.module {
 
 // CHECK:      // xfuse-launch {"block": 256, "items": -1, "items_sizes": "items = (7 * s0 + 7) floordiv 8", "kernel": "forward_k0", "size_args": ["s0"], "strategy": "elementwise"}
 // CHECK:      .visible .entry forward_k0(
-// CHECK:      setp.gt.u64 %[[WIDE:p[0-9]+]], %{{rd[0-9]+}}, 2147483647;
-// CHECK-NEXT: @%[[WIDE]] bra
-// CHECK-COUNT-8: ld.global.nc.b16
-// CHECK-NOT:  ld.global
-// CHECK:      st.global.v4.b32
-// CHECK:      setp.lt.s32
+// CHECK:      mov.u32 %{{r[0-9]+}}, %nctaid.x;
 // CHECK-COUNT-8: ld.global.nc.b16
 // CHECK-NOT:  ld.global
 // CHECK:      st.global.v4.b32
 // CHECK:      setp.lt.u64
+// CHECK-NEXT: @%{{p[0-9]+}} bra
 // CHECK:      ld.global.nc.b16
 // CHECK-NEXT: {{.*}}
 // CHECK-NEXT: {{.*}}
@@ -50,3 +45,4 @@ builtin.module {
 // CHECK-NOT:  global
 
 // NODIV-NOT:  {{div|rem}}.
+// NODIV-NOT:  2147483647

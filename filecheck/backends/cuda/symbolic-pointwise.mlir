@@ -9,8 +9,9 @@
 // divides nothing). x and the output are read and written at the loop's position (their
 // index is the iteration's flattened one), b at the innermost index alone: the outer indices
 // and their divisions by s1 are dead, and the kernel divides by nothing at run time. The loop
-// is there twice: in 32-bit arithmetic where the elements plus a grid's stride stay within
-// 2^31 - 1 (one branch on the sizes, taken by every thread alike), else in 64-bit. The launch
+// is there once, in 64-bit arithmetic (its chunks, 2 * s0 * s1, may pass 2^31), the thread's
+// position and the grid's stride computed in 32-bit (the runtime launches at most 2^27
+// threads), with no branch on the sizes choosing an index width. The launch
 // line says how the launch computes the work items (`items = (8 * s0 * s1) floordiv 4`, in
 // the size syntax of a `graph.sizes` table) from the size arguments, named as
 // `xfuse.size_args` names them, per call.
@@ -59,19 +60,17 @@ builtin.module {
 // CHECK-DAG:  ld.param.b64 %[[S1:rd[0-9]+]], [forward_k0_param_4];
 // CHECK-DAG:  ld.param.b64 %[[S0:rd[0-9]+]], [forward_k0_param_3];
 // CHECK:      mul.lo.s64 %[[S01:rd[0-9]+]], %[[S0]], %[[S1]];
-// CHECK-NEXT: shl.b64 %[[N:rd[0-9]+]], %[[S01]], 3;
+// CHECK-NEXT: shl.b64 %[[N:rd[0-9]+]], %[[S01]], 1;
+// CHECK:      mad.lo.s32 %[[GTID:r[0-9]+]], %{{r[0-9]+}}, %{{r[0-9]+}}, %{{r[0-9]+}};
+// CHECK-NEXT: cvt.u64.u32 %[[POS:rd[0-9]+]], %[[GTID]];
+// CHECK-NEXT: setp.le.s64 %{{p[0-9]+}}, %[[N]], %[[POS]];
 // CHECK:      mov.u32 %{{r[0-9]+}}, %nctaid.x;
-// CHECK:      add.s64 %[[REACH:rd[0-9]+]], %[[N]], %{{rd[0-9]+}};
-// CHECK-NEXT: setp.gt.u64 %[[WIDE:p[0-9]+]], %[[REACH]], 2147483647;
-// CHECK-NEXT: @%[[WIDE]] bra
-// CHECK:      mul.lo.s32 %{{r[0-9]+}}, %{{r[0-9]+}}, %{{r[0-9]+}};
+// CHECK-NEXT: mul.lo.s32 %{{r[0-9]+}}, %{{r[0-9]+}}, %{{r[0-9]+}};
 // CHECK:      st.global.v4.b32
-// CHECK:      setp.lt.s32
+// CHECK:      setp.lt.s64 %{{p[0-9]+}}, %{{rd[0-9]+}}, %[[N]];
 // CHECK:      ld.global.nc.v4.b32
 // CHECK:      ld.global.nc.v4.b32
-// CHECK:      st.global.v4.b32
-// CHECK:      setp.lt.s64
-// CHECK:      ld.global.nc.v4.b32
-// CHECK:      ld.global.nc.v4.b32
+// CHECK-NOT:  st.global
 
 // NODIV-NOT:  {{div|rem}}.
+// NODIV-NOT:  2147483647

@@ -1,16 +1,17 @@
 """`gpu-map-parallel` on kernels with symbolic sizes (xfuse/passes/lowering/gpu_map_parallel.py),
 run without a GPU: the mapped kernel is interpreted (xDSL's interpreter) once per simulated
 thread of a launch, its special registers (`llvm.nvvm.read.ptx.sreg.*`) that thread's, so that
-every element is written with the right value at sizes and grids on both sides of the choice
-between 32-bit and 64-bit index arithmetic."""
+every element is written with the right value at small sizes and grids, and at sizes past 2^32
+elements with the largest grid the runtime launches (buffers read and written sparsely)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from xdsl.dialects import arith, llvm, scf
+from xdsl.dialects import arith, llvm, memref, scf
 from xdsl.dialects.builtin import IntegerType, ModuleOp, f32
 from xdsl.interpreter import (
     Interpreter,
@@ -27,7 +28,7 @@ from xdsl.interpreters.shaped_array import ShapedArray
 from xdsl.interpreters.utils.ptr import TypedPtr
 
 from xfuse.ir.context import make_context, parse
-from xfuse.passes.lowering.gpu_map_parallel import INT32_LIMIT, GPUMapParallelPass
+from xfuse.passes.lowering.gpu_map_parallel import MAX_GRID_STRIDE_THREADS, GPUMapParallelPass
 
 BLOCK = 8
 """Threads per simulated block (the kernel reads it from `ntid.x`, whatever its launch says)."""
@@ -84,6 +85,12 @@ class _GPUThread(InterpreterFunctions):
     ) -> PythonValues:
         return (_unsigned(int(args[0]), op.input.type),)
 
+    @impl(arith.TruncIOp)
+    def run_trunci(
+        self, interpreter: Interpreter, op: arith.TruncIOp, args: PythonValues
+    ) -> PythonValues:
+        return (_unsigned(int(args[0]), op.result.type),)
+
 
 @register_impls
 class _Loops(ScfFunctions):
@@ -97,27 +104,58 @@ class _Loops(ScfFunctions):
         return super().run_for(interpreter, op, args).values
 
 
+class _Sparse:
+    """A 1-D buffer of any length: element i reads `read(i)`; stores are recorded."""
+
+    def __init__(self, read: Callable[[int], float]) -> None:
+        self.read = read
+        self.stored: dict[int, float] = {}
+
+
+@register_impls
+class _SparseMemory(InterpreterFunctions):
+    """memref.load and memref.store on `_Sparse` buffers."""
+
+    @impl(memref.LoadOp)
+    def run_load(
+        self, interpreter: Interpreter, op: memref.LoadOp, args: PythonValues
+    ) -> PythonValues:
+        buffer, index = args
+        return (buffer.read(index),)
+
+    @impl(memref.StoreOp)
+    def run_store(
+        self, interpreter: Interpreter, op: memref.StoreOp, args: PythonValues
+    ) -> PythonValues:
+        value, buffer, index = args
+        buffer.stored[index] = value
+        return ()
+
+
 def _buffer(values: list[float]) -> ShapedArray[float]:
     return ShapedArray(TypedPtr[float].new(values, xtype=f32), [len(values)])
 
 
 def _launch(
     module: ModuleOp,
-    buffers: list[ShapedArray[float]],
+    buffers: Sequence[Any],
     sizes: list[int],
-    blocks: int,
+    blocks: int | Sequence[int],
     grid: int,
     block: int = BLOCK,
 ) -> set[Any]:
     """Run the mapped kernel `k` as a launch of `grid` blocks of `block` threads would, its
-    first `blocks` blocks simulated (a thread past them finds no work: the caller makes them
-    cover every position); returns the loop types its threads ran."""
+    first `blocks` blocks simulated (or the blocks of that list; a thread of another finds no
+    work where the caller makes them cover every position); returns the loop types its
+    threads ran. `_Sparse` buffers are read and written as such."""
     thread = _GPUThread()
     interpreter = Interpreter(module)
-    for functions in (ArithFunctions(), FuncFunctions(), MemRefFunctions(), _Loops(thread)):
+    sparse = any(isinstance(b, _Sparse) for b in buffers)
+    memory = _SparseMemory() if sparse else MemRefFunctions()
+    for functions in (ArithFunctions(), FuncFunctions(), memory, _Loops(thread)):
         interpreter.register_implementations(functions)
     interpreter.register_implementations(thread)
-    for ctaid in range(blocks):
+    for ctaid in range(blocks) if isinstance(blocks, int) else blocks:
         for tid in range(block):
             thread.registers = {"ctaid.x": ctaid, "ntid.x": block, "tid.x": tid, "nctaid.x": grid}
             interpreter.call_op("k", (*buffers, *sizes))
@@ -184,12 +222,6 @@ def _mapped(text: str) -> ModuleOp:
     return module
 
 
-def _threads_to_limit(elements: int) -> int:
-    """The most threads, `WIDTH` elements each, whose stride with the elements stays within
-    2^31 - 1 (`elements + threads * WIDTH <= INT32_LIMIT`)."""
-    return (INT32_LIMIT - elements) // WIDTH
-
-
 def _operands(
     text: str, sizes: list[int]
 ) -> tuple[int, list[float], list[float], list[ShapedArray[float]]]:
@@ -209,36 +241,45 @@ def _operands(
     ids=["3d-15-rows", "3d-7-rows", "flat-7-rows", "flat-2-rows"],
 )
 @pytest.mark.parametrize("grid", [1, 2, 64], ids=["1-block", "2-blocks", "64-blocks"])
-def test_a_symbolic_kernel_writes_every_element_with_32_bit_indices(
-    text: str, sizes: list[int], grid: int
-) -> None:
+def test_a_symbolic_kernel_writes_every_element(text: str, sizes: list[int], grid: int) -> None:
     """Each element once, with its own `b`, whatever the grid: threads step over the rest
     (one block of 8 threads: several steps; 64 blocks: one step a thread)."""
     elements, x, b, buffers = _operands(text, sizes)
     blocks = grid if grid <= 2 else math.ceil(elements / BLOCK)
     types = _launch(_mapped(text), buffers, sizes, blocks, grid)
-    assert types == {IntegerType(32)}
+    assert types == {IntegerType(64)}
     assert buffers[2].data == [2 * x[i] + b[i % len(b)] for i in range(elements)]
 
 
 @pytest.mark.parametrize(
-    ("text", "sizes", "extra", "index"),
-    [
-        (THREE_D, [3, 5], 0, 32),
-        (THREE_D, [3, 5], 1, 64),
-        (FLAT, [7], 0, 32),
-        (FLAT, [7], 1, 64),
-    ],
-    ids=["3d-at-limit", "3d-past-limit", "flat-at-limit", "flat-past-limit"],
+    ("text", "sizes"),
+    [(THREE_D, [3, 2**32 + 5]), (FLAT, [2**32 + 3])],
+    ids=["3d-extent-past-2-32", "flat-past-2-32"],
 )
-def test_positions_past_2_31_switch_a_symbolic_kernel_to_64_bit_indices(
-    text: str, sizes: list[int], extra: int, index: int
-) -> None:
-    """A grid whose stride takes the positions a thread computes up to 2^31 - 1 runs the
-    32-bit loop; one more thread, the 64-bit loop, and both write every element right (a
-    block a thread; each thread has at most one chunk: the stride is past the end)."""
-    elements, x, b, buffers = _operands(text, sizes)
-    grid = _threads_to_limit(elements) + extra
-    types = _launch(_mapped(text), buffers, sizes, elements, grid, block=1)
-    assert types == {IntegerType(index)}
-    assert buffers[2].data == [2 * x[i] + b[i % len(b)] for i in range(elements)]
+def test_positions_past_2_32_index_right_at_the_largest_grid(text: str, sizes: list[int]) -> None:
+    """Elements past 2^32 (and, in 3-D, an extent past 2^32, which a thread's 32-bit division
+    of its first position takes as 2^32 - 1) at the most threads the runtime launches: the
+    first, a middle and the last thread each write their chunks `WIDTH` elements apart, a
+    grid's stride apart, and only those, with the right values (FLAT: the first threads also
+    the elements after the last whole chunk)."""
+    inner = 8 if text is THREE_D else 5
+    elements = math.prod(sizes) * inner
+    period = sizes[-1] * inner if text is THREE_D else inner
+    x = _Sparse(float)
+    b = _Sparse(lambda k: 100.0 * (k + 1))
+    y = _Sparse(lambda i: math.nan)
+    grid = MAX_GRID_STRIDE_THREADS
+    threads = [0, 1, 12345, grid - 1]
+    types = _launch(_mapped(text), [x, b, y], sizes, threads, grid, block=1)
+    assert types == {IntegerType(64)}
+    chunks = elements // WIDTH
+    expected = {
+        i
+        for t in threads
+        for c in range(t, chunks, grid)
+        for i in range(c * WIDTH, (c + 1) * WIDTH)
+    }
+    expected |= {chunks * WIDTH + t for t in threads if chunks * WIDTH + t < elements}
+    assert max(expected) >= 2**32
+    assert set(y.stored) == expected
+    assert all(v == 2 * i + 100.0 * (i % period + 1) for i, v in y.stored.items())

@@ -30,7 +30,8 @@ per block, and `xfuse.gpu.items`, see below):
 
 Index arithmetic the mapping creates (ids, flattening, delinearization) is 32-bit unless the
 kernel touches more than 2^31-1 elements, then 64-bit. A grid-stride kernel with symbolic sizes
-holds its loop twice, 32-bit and 64-bit, and picks one per launch from its sizes.
+loops in 64-bit, and divides only in 32-bit: a thread's first position and the grid's stride
+(the runtime launches at most `MAX_GRID_STRIDE_THREADS` threads a grid-stride kernel).
 
     scf.parallel (%i, %j) = (%c0, %c0) to (%c64, %c128) step (%c1, %c1) { ... }
       ->
@@ -99,7 +100,12 @@ MAX_BLOCK = 1024
 SHUFFLED_TYPES = (f32, i32, f64, i64)
 """Accumulator types whose partial results the row's threads exchange (64-bit in two halves)."""
 INT32_LIMIT = 2**31 - 1
+UINT32_LIMIT = 2**32 - 1
 VECTOR_BYTES = 16
+MAX_GRID_STRIDE_THREADS = (INT32_LIMIT + 1) // VECTOR_BYTES
+"""The most threads a launch of a grid-stride kernel has (the runtime caps its grid): a
+thread's first position and the grid's stride, in chunks of at most `VECTOR_BYTES` elements,
+are below 2^32, so that a symbolic kernel divides them in 32-bit arithmetic."""
 
 
 class GPUMappingError(XfuseError, DiagnosticException):
@@ -1452,17 +1458,37 @@ def _digits(e: _Emit, flat: SSAValue, extents: Sequence[SSAValue]) -> list[SSAVa
     return [rest, *reversed(digits)]
 
 
+def _thread_digits(e: _Emit, position: SSAValue, extents: Sequence[SSAValue]) -> list[SSAValue]:
+    """`_digits` of an i32 `position` below 2^32 (a thread's first position or the grid's
+    stride: `MAX_GRID_STRIDE_THREADS`), divided in 32-bit arithmetic, in `e`'s integer type:
+    an extent past 2^32 - 1 is divided as 2^32 - 1 (the same digits of such a position)."""
+    narrow = _Emit(e.builder, i32)
+    divisors = [_narrow_extent(narrow, e, x) for x in extents]
+    return [e.widen(d) for d in _digits(narrow, position, divisors)]
+
+
+def _narrow_extent(narrow: _Emit, e: _Emit, extent: SSAValue) -> SSAValue:
+    """`extent` (in `e`'s integer type) at most 2^32 - 1, as i32."""
+    if e.int_type == i32:
+        return extent
+    if (constant := int_constant(extent)) is not None and constant <= INT32_LIMIT:
+        return narrow.const(constant)
+    return narrow.op(arith.TruncIOp(e.min(extent, e.const(UINT32_LIMIT)), i32))
+
+
 def _stride_digits(
     e: _Emit, again: SSAValue, stride: SSAValue, extents: Sequence[SSAValue]
 ) -> list[SSAValue]:
-    """`_digits` of the grid's `stride` where the thread takes a second step (`again`), else
-    zeros (never read): a thread of one step divides nothing for its stride. Unconditional
-    where every extent divided by is a constant (a multiply, no division)."""
+    """`_thread_digits` of the grid's `stride` (i32) where the thread takes a second step
+    (`again`), else zeros (never read): a thread of one step divides nothing for its stride.
+    Unconditional where every extent divided by is a constant (a multiply, no division)."""
     if all(int_constant(x) is not None for x in extents[1:]):
-        return _digits(e, stride, extents)
+        return _thread_digits(e, stride, extents)
     then, other = Block(), Block()
     then.add_op(
-        scf.YieldOp(*_digits(_Emit(Builder(InsertPoint.at_end(then)), e.int_type), stride, extents))
+        scf.YieldOp(
+            *_thread_digits(_Emit(Builder(InsertPoint.at_end(then)), e.int_type), stride, extents)
+        )
     )
     zero = _Emit(Builder(InsertPoint.at_end(other)), e.int_type).const(0)
     other.add_op(scf.YieldOp(*[zero] * len(extents)))
@@ -1562,9 +1588,9 @@ def _map_symbolic_grid_stride(
 ) -> tuple[str, int, bool]:
     """A grid-stride loop over the flattened runtime index space, `width` consecutive elements
     of the innermost dim per thread and step (`_symbolic_width`: a static innermost extent
-    that is a multiple of them; else one), in 32-bit arithmetic where the launch's positions
-    fit (`_by_index_width`). A thread divides its first position and the grid's stride into
-    indices once (the stride only where it takes a second step: `_stride_digits`); each step
+    that is a multiple of them; else one), in 64-bit arithmetic (`_in_grid_stride`). A thread
+    divides its first position and the grid's stride into indices once, in 32-bit arithmetic
+    (`_thread_digits`; the stride only where it takes a second step: `_stride_digits`); each step
     adds the stride's indices to the carried ones (`_add_digits`), so that no element pays
     for a division. An access at the iteration's own element of a
     1-D buffer (`_own_flat_accesses`) is at the loop's position times `width`, so that it
@@ -1578,34 +1604,31 @@ def _map_symbolic_grid_stride(
     ivs = list(par.body.block.args)
     width = _symbolic_width(body, shape, ivs[-1])
     if width == 1 and (flat := _symbolic_flat_width(body, ivs, shape)) > 1:
-        _by_index_width(par, shape, flat, lambda e: _symbolic_flat_loop(e, par, shape, flat))
+        _in_grid_stride(par, lambda e: _symbolic_flat_loop(e, par, shape, flat))
         _set_launch(kernel, "elementwise", block, RUNTIME_ITEMS)
         return "elementwise", flat, True
-    _by_index_width(par, shape, width, lambda e: _symbolic_loop(e, par, shape, width))
+    _in_grid_stride(par, lambda e: _symbolic_loop(e, par, shape, width))
     strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
     _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
     return strategy, width, False
 
 
-def _by_index_width(
-    par: scf.ParallelOp, shape: Sequence[Extent], width: int, build: Callable[[_Emit], None]
-) -> None:
-    """Replace `par` by the loop `build` emits, built twice under one branch that every thread
-    takes alike: in 32-bit arithmetic where every position the loop computes fits (the
-    elements plus a grid's stride of `width`-element chunks at most 2^31 - 1), else in
-    64-bit. Both read the body's indices as `index` values."""
-    e = _Emit(Builder(InsertPoint.before(par)), i64)
-    elements = _product(e, shape)
-    nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
-    reach = e.add(elements, e.mul(nthreads, e.const(width)))
-    fits = e.op(arith.CmpiOp(reach, e.const(INT32_LIMIT), "ule"))
-    narrow, wide = Block(), Block()
-    for branch, int_type in ((narrow, i32), (wide, i64)):
-        build(_Emit(Builder(InsertPoint.at_end(branch)), int_type))
-        branch.add_op(scf.YieldOp())
-    e.builder.insert(scf.IfOp(fits, [], [narrow], [wide]))
+def _in_grid_stride(par: scf.ParallelOp, build: Callable[[_Emit], None]) -> None:
+    """Replace `par` by the loop `build` emits in 64-bit arithmetic: positions past 2^31 at
+    runtime sizes index right. The body reads its indices as `index` values."""
+    build(_Emit(Builder(InsertPoint.before(par)), i64))
     par.detach()
     par.erase()
+
+
+def _thread_ids(e: _Emit) -> tuple[SSAValue, SSAValue]:
+    """The thread's position in the grid and the grid's threads, i32 (a grid-stride launch
+    has at most `MAX_GRID_STRIDE_THREADS`)."""
+    narrow = _Emit(e.builder, i32)
+    gtid = narrow.add(
+        narrow.mul(narrow.sreg("ctaid.x"), narrow.sreg("ntid.x")), narrow.sreg("tid.x")
+    )
+    return gtid, narrow.mul(narrow.sreg("nctaid.x"), narrow.sreg("ntid.x"))
 
 
 def _symbolic_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], width: int) -> None:
@@ -1621,11 +1644,11 @@ def _symbolic_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], width: in
     int_type = e.int_type
     items = _product(e, chunks)
     extents = [_extent(e, d) for d in chunks]
-    gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
-    nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
-    step = _stride_digits(e, e.lt(e.add(gtid, nthreads), items), nthreads, extents)
+    gtid32, nthreads32 = _thread_ids(e)
+    gtid, nthreads = e.widen(gtid32), e.widen(nthreads32)
+    step = _stride_digits(e, e.lt(e.add(gtid, nthreads), items), nthreads32, extents)
     loop_body = Block(arg_types=[int_type] * (1 + len(shape)))
-    first = _digits(e, gtid, extents)
+    first = _thread_digits(e, gtid32, extents)
     e.builder.insert(scf.ForOp(gtid, items, nthreads, first, loop_body))
     inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
@@ -1791,12 +1814,13 @@ def _symbolic_flat_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], widt
     total = _product(e, shape)
     wide = e.const(width)
     chunks = e.div(total, wide)
-    gtid = e.add(e.mul(e.sreg("ctaid.x"), e.sreg("ntid.x")), e.sreg("tid.x"))
-    nthreads = e.mul(e.sreg("nctaid.x"), e.sreg("ntid.x"))
+    gtid32, nthreads32 = _thread_ids(e)
+    gtid, nthreads = e.widen(gtid32), e.widen(nthreads32)
     again = e.lt(e.add(gtid, nthreads), chunks)
-    step = _stride_digits(e, again, e.mul(nthreads, wide), extents)
+    narrow = _Emit(e.builder, i32)
+    step = _stride_digits(e, again, narrow.mul(nthreads32, narrow.const(width)), extents)
     loop_body = Block(arg_types=[int_type] * (1 + len(shape)))
-    first = _digits(e, e.mul(gtid, wide), extents)
+    first = _thread_digits(e, narrow.mul(gtid32, narrow.const(width)), extents)
     e.builder.insert(scf.ForOp(gtid, chunks, nthreads, first, loop_body))
     inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
