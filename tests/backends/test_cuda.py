@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp
+from xdsl.dialects import func, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
 
 import xfuse.api
 from tests.backends.test_cpu_math_ops import BINARY as MATH_BINARY
@@ -35,7 +35,7 @@ from xfuse.backends.nvptx import LibdeviceNotFound, compile_to_ptx, find_libdevi
 from xfuse.errors import CodegenError
 from xfuse.frontend.export import import_for_xfuse
 from xfuse.ir.context import make_context, parse
-from xfuse.ir.names import BLOCK_ATTR, KERNEL_ATTR
+from xfuse.ir.names import BLOCK_ATTR, KERNEL_ATTR, STRATEGY_ATTR
 from xfuse.passes.lowering.gpu_map_parallel import GPUMapParallelPass
 from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime.compiler import lower_to_loops
@@ -460,9 +460,23 @@ def test_rows_read_down_columns_and_written_along_rows_run_a_warp_each(tmp_path:
     apart (Swin-T's first kernel: 0.32 ms at batch 32 on an H200)."""
     (ptx,) = ptx_of(_patch_norm, (_x(8, 96, 64, 64), _x(96), _x(96)), tmp_path)
     assert LaunchShape.from_ptx(ptx).strategy == "rows"
-    # rows of 3 channels would leave 29 of a warp's 32 lanes idle: a thread a row
+    # rows of 3 channels, fewer than a warp's elements: a thread a row
     (ptx,) = ptx_of(_patch_norm, (_x(8, 3, 128, 128), _x(3), _x(3)), tmp_path)
     assert LaunchShape.from_ptx(ptx).strategy == "serial"
+
+
+def test_a_short_row_takes_threads_that_keep_it_in_registers_whatever_the_options() -> None:
+    """With `max-cached` below `short-row-chunks` (2 and 4), 64 channels a token take 32
+    threads of 2 elements each, which keep the row in registers (no loop re-reads it), not 16
+    of 4, 8 rows a block."""
+    module, (name,) = loop_ir(_patch_norm, (_x(8, 64, 64, 64), _x(64), _x(64)))
+    GPUMapParallelPass(max_cached=2, short_row_chunks=4).apply(make_context(), module)
+    kernel = next(
+        op for op in module.ops if isinstance(op, func.FuncOp) and op.sym_name.data == name
+    )
+    assert kernel.attributes[STRATEGY_ATTR] == StringAttr("rows")
+    assert kernel.attributes[BLOCK_ATTR] == IntegerAttr(256, 64)
+    assert not any(isinstance(op, scf.ForOp) for op in kernel.walk())
 
 
 def flat_kernel(n: int) -> str:

@@ -873,16 +873,18 @@ def _coalesced(par: scf.ParallelOp) -> scf.ParallelOp | None:
 def _transposes_cached_rows(body: list[Operation], mapping: GPUMapping) -> bool:
     """Whether the body's row loops read a column of memory but write a row (a layer norm
     over an NCHW image's channels written channels-last: Swin's and ConvNeXt's patch
-    embeddings), on rows that fill a warp and that it keeps in registers. A thread per row
-    would read coalesced, once per loop, and write each row's elements a row apart; a warp
-    per row reads the row once and writes it coalesced."""
+    embeddings), on rows of at least a warp's elements (Swin-T's 96 channels measured; a
+    shorter row keeps a thread) that a warp keeps in registers. A thread per row would read
+    coalesced, once per loop, and write each row's elements a row apart; the row's threads
+    (`_row_threads`: a warp, or part of one, each thread at most `max-cached` elements) read
+    it once and write it along the row."""
     loops = [op for op in body if isinstance(op, scf.ForOp)]
     lengths = {int_constant(loop.ub) for loop in loops}
     if len(lengths) != 1 or None in lengths:
         return False
     length = lengths.pop()
     assert length is not None
-    if not WARP <= length <= WARP * mapping.max_cached:  # shorter rows would idle lanes
+    if not WARP <= length <= WARP * mapping.max_cached:
         return False
     return any(
         isinstance(access, memref.StoreOp) and list(access.indices)[-1] == loop.body.block.args[0]
@@ -952,22 +954,24 @@ def _indexes_directly(loop: scf.ForOp) -> bool:
 def _row_threads(length: int, width: int, mapping: GPUMapping, rows: int | None = None) -> int:
     """Threads per row. A short row (one a warp holds in registers) takes the power of two of
     threads, up to a warp, that gives each about `mapping.short_row_chunks` chunks of `width`
-    elements: rows of 96 bf16 (ConvNeXt's channels) then leave few lanes idle and each thread
-    has several loads in flight. Where that leaves the kernel fewer than `mapping.min_threads`
-    threads (few `rows`; unknown: any number), threads are added, up to one per chunk: a small
-    kernel is bound by latency. A long row takes enough threads that each holds about
-    `mapping.row_elements` elements (`mapping.row_threads`, a power of two of at least 64,
-    overrides that)."""
+    elements, and no more than `mapping.max_cached` elements: rows of 96 bf16 (ConvNeXt's
+    channels) then leave few lanes idle, each thread has several loads in flight, and the row
+    stays in registers. Where that leaves the kernel fewer than `mapping.min_threads` threads
+    (few `rows`, or a runtime count of rows: `rows` None), threads are added, up to one per
+    chunk: a small kernel is bound by latency. A long row takes enough threads that each
+    holds about `mapping.row_elements` elements (`mapping.row_threads`, a power of two of at
+    least 64, overrides that)."""
     if length <= WARP * mapping.max_cached and length <= MAX_BLOCK * width:
         chunks = math.ceil(length / width)
         covering = min(WARP, _power_of_two_above(chunks))
-        threads = min(covering, _power_of_two_above(math.ceil(chunks / mapping.short_row_chunks)))
+        each = max(1, min(mapping.short_row_chunks, mapping.max_cached // width))
+        threads = min(covering, _power_of_two_above(math.ceil(chunks / each)))
         while threads < covering and (rows is None or rows * threads < mapping.min_threads):
             threads *= 2
         return threads
     if mapping.row_threads:
         return mapping.row_threads
-    threads = 1 << max(0, math.ceil(math.log2(math.ceil(length / mapping.row_elements))))
+    threads = _power_of_two_above(math.ceil(length / mapping.row_elements))
     return max(2 * WARP, min(MAX_BLOCK, threads))
 
 
