@@ -127,7 +127,6 @@ def test_a_scalar_other_than_the_example_is_refused() -> None:
     [
         ({"device": "meta"}, "for the CPU and CUDA only, device 'meta'"),
         ({"pipeline": "decompose,fuse-greedy"}, "does not take a pipeline"),
-        ({"cache": KernelCache(None)}, "does not take a kernel cache"),
         ({"channels_last": True}, "does not take channels_last=True"),
         ({"dynamic_shapes": "batch"}, "dynamic_shapes must be torch.export's"),
     ],
@@ -139,6 +138,20 @@ def test_options_it_cannot_honour_are_refused_at_compile_time(
     with pytest.raises(InvalidArgumentError, match=message) as e:
         xfuse.compile(Block().eval(), (torch.randn(5, 16),), **kwargs)
     one_line(e)
+
+
+def test_a_given_kernel_cache_keeps_the_kernels_for_the_next_program() -> None:
+    cache = KernelCache(None)
+    x = torch.randn(5, 16)
+    model = Block().eval()
+    first = xfuse.compile(model, (x,), dynamic_shapes=BATCH, cache=cache)
+    compiled = cache.stats.compiles
+    assert first.kernel_count >= 2 and compiled >= 2
+    second = xfuse.compile(model, (x,), dynamic_shapes=BATCH, cache=cache)
+    assert cache.stats.compiles == compiled and cache.stats.memory_hits >= second.kernel_count
+    y = torch.randn(9, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(second(y), model(y))
 
 
 def _and_flattened(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,6 +28,7 @@ from xfuse.dialects import graph
 from xfuse.errors import DynamicShapesWarning, FallbackWarning
 from xfuse.frontend import import_module
 from xfuse.pipeline import pipeline
+from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.dynamic import DynamicProgram
 from xfuse.runtime.shape_graphs import GRAPH_SHAPES_ENV, MAX_GRAPH_SHAPES
@@ -98,7 +99,9 @@ def test_every_kernel_of_a_symbolic_program_compiles_for_the_gpu(
     torch.manual_seed(0)
     program = import_module(model().eval(), (torch.randn(*example),), dynamic_shapes=shapes)
     backend = PTXOnly(tmp_path)
-    compiled = SymbolicProgram(program.module, backend=backend, device="cuda")
+    compiled = SymbolicProgram(
+        program.module, backend=backend, device="cuda", cache=KernelCache(None)
+    )
     assert compiled.kernel_count == len(backend.shapes) >= 2
     symbolic = [shape for shape in backend.shapes if shape.sizes]
     assert symbolic and all(shape.items == -1 for shape in symbolic)

@@ -4,6 +4,7 @@ ranges (0 and 1 among them) are refused in one line."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from xfuse.errors import SymbolicSizeError
 from xfuse.frontend import import_module
 from xfuse.frontend.importer import ImportedProgram
 from xfuse.interpreters.graph import bind_arguments
+from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.dynamic import DynamicProgram
 from xfuse.runtime.symbolic import SymbolicProgram, _Launch  # pyright: ignore[reportPrivateUsage]
 
@@ -62,15 +64,38 @@ def test_kernels_compile_once_and_match_eager_at_every_batch_size() -> None:
     model = Block().eval()
     program = imported(model)
     backend = CountingBackend()
-    compiled = SymbolicProgram(program.module, backend=backend)
-    kernels = sorted(compiled.kernels)
-    assert compiled.kernel_count >= 2 and sorted(backend.compiled) == kernels
+    compiled = SymbolicProgram(program.module, backend=backend, cache=KernelCache(None))
+    kernels = list(backend.compiled)
+    assert compiled.kernel_count >= 2 and len(kernels) == compiled.kernel_count
     for batch in range(2, 65):
         x = torch.randn(batch, 16)
         (out,) = compiled(*bind_arguments(program.function, [x], program.params))
         with torch.no_grad():
             torch.testing.assert_close(out, model(x))
-    assert sorted(backend.compiled) == kernels  # no size compiled anything again
+    assert backend.compiled == kernels  # no size compiled anything again
+
+
+def test_a_kernel_that_repeats_compiles_once_and_a_second_program_compiles_none() -> None:
+    """Two layers alike: each layer's norm and GELU is one kernel of the same loop IR, compiled
+    once and launched twice; a second program of the same module finds every kernel in the
+    cache."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.GELU()]
+    model = torch.nn.Sequential(*layers, *copy.deepcopy(layers)).eval()
+    program = import_module(
+        model, (torch.randn(5, 16),), dynamic_shapes=({0: Dim("batch", min=2, max=64)},)
+    )
+    backend, cache = CountingBackend(), KernelCache(None)
+    compiled = SymbolicProgram(program.module, backend=backend, cache=cache)
+    assert compiled.kernel_count == 2 and len(backend.compiled) == 1
+    again = SymbolicProgram(program.module, backend=backend, cache=cache)
+    assert again.kernel_count == 2 and len(backend.compiled) == 1
+    for batch in (2, 7, 64):
+        x = torch.randn(batch, 16)
+        for built in (compiled, again):
+            (out,) = built(*bind_arguments(program.function, [x], program.params))
+            with torch.no_grad():
+                torch.testing.assert_close(out, model(x))
 
 
 @pytest.mark.parametrize("batch", [0, 1, 65])
@@ -155,7 +180,7 @@ def test_embeddings_heads_and_masks_compile_once_and_match_eager() -> None:
         dynamic_shapes={"ids": {1: Dim("seq", min=2, max=32)}},
     )
     backend = CountingBackend()
-    compiled = SymbolicProgram(program.module, backend=backend)
+    compiled = SymbolicProgram(program.module, backend=backend, cache=KernelCache(None))
     kernels = sorted(backend.compiled)
     for seq in (2, 3, 8, 17, 32):
         ids = torch.randint(0, 50, (2, seq))
@@ -191,7 +216,7 @@ def test_a_scan_and_a_gather_along_the_symbol_compile_once_and_match_eager() -> 
         f, (torch.randn(5, 4),), dynamic_shapes={"x": {0: Dim("n", min=2, max=64)}}
     )
     backend = CountingBackend()
-    compiled = SymbolicProgram(program.module, backend=backend)
+    compiled = SymbolicProgram(program.module, backend=backend, cache=KernelCache(None))
     kernels = sorted(backend.compiled)
     for n in (2, 3, 17, 64):
         x = torch.randn(n, 4)
@@ -249,7 +274,7 @@ def test_a_concatenation_along_symbolic_dims_compiles_once_and_matches_eager(f: 
         f, (torch.randn(3, 4, 5, 6),), dynamic_shapes={"x": {0: batch, **image}}
     )
     backend = CountingBackend()
-    compiled = SymbolicProgram(program.module, backend=backend)
+    compiled = SymbolicProgram(program.module, backend=backend, cache=KernelCache(None))
     kernels = sorted(backend.compiled)
     forward = next(op for op in compiled.module.ops if isinstance(op, func.FuncOp))
     assert kernels and not any(isinstance(op, graph.ConcatOp) for op in forward.body.ops)
@@ -298,7 +323,7 @@ def test_flips_and_reshapes_of_symbolic_dims_compile_once_and_match_eager(f: Any
     shapes = {"x": {0: Dim("b", min=2, max=16), 2: Dim("h", min=2, max=16)}}
     program = import_module(f, (torch.randn(3, 4, 5),), dynamic_shapes=shapes)
     backend = CountingBackend()
-    compiled = SymbolicProgram(program.module, backend=backend)
+    compiled = SymbolicProgram(program.module, backend=backend, cache=KernelCache(None))
     kernels = sorted(backend.compiled)
     assert kernels
     for b, h in ((2, 2), (3, 7), (16, 16)):
@@ -322,7 +347,7 @@ def test_a_kernel_over_a_floor_division_symbol_compiles_once() -> None:
     from xfuse.ir.context import parse
 
     backend = CountingBackend()
-    program = SymbolicProgram(parse(POOLED), backend=backend)
+    program = SymbolicProgram(parse(POOLED), backend=backend, cache=KernelCache(None))
     assert program.kernel_count == len(backend.compiled) == 1
     assert program.derives and program.bind([torch.randn(2, 9)]) == {"s0": 9, "e0": 5}
     for n in (3, 4, 9, 10, 63, 64):
@@ -382,7 +407,7 @@ def test_lone_layout_ops_run_as_views_not_copying_kernels() -> None:
     shapes = {"heads": {2: Dim("seq", min=2, max=64)}}
     program = import_module(model, (torch.randn(2, 4, 5, 4),), dynamic_shapes=shapes)
     backend = CountingBackend()
-    compiled = SymbolicProgram(program.module, backend=backend)
+    compiled = SymbolicProgram(program.module, backend=backend, cache=KernelCache(None))
     assert compiled.kernel_count == 2  # the exp and the add's sine: no permute, no reshape
     for seq in (2, 3, 17, 64):
         heads = torch.randn(2, 4, seq, 4)

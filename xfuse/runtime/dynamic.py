@@ -8,8 +8,10 @@ calls is captured as a CUDA graph on its second call and replayed after, for a b
 of shapes; calls of other shapes run with plain launches (`xfuse.runtime.shape_graphs`).
 
 Refused at compile time, in one line (`InvalidArgumentError`), rather than compiled statically
-where the result would differ: a device other than the CPU or CUDA, a `pipeline`, a `cache` or
-`channels_last=True` (options the symbolic path does not honour yet). A group that the symbolic
+where the result would differ: a device other than the CPU or CUDA, a `pipeline` or
+`channels_last=True` (options the symbolic path does not honour yet). The kernels are kept in
+the kernel cache (`cache`, else `default_cache()`), under the same keys as the static
+runtime's (`xfuse.runtime.symbolic.compile_kernels`). A group that the symbolic
 lowering cannot lower refuses the program (`lower-to-loops`' line), and so does one whose
 eager outputs a dynamic program would not return alike (`check_outputs`: a view of an input or
 of another output, or strides that are not contiguous). At call time: a size of 0 or 1 that
@@ -41,7 +43,7 @@ from torch.utils import _pytree as pytree
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from xfuse.backends import Backend, check_device
+from xfuse.backends import Backend, check_device, get_backend
 from xfuse.dialects import graph
 from xfuse.errors import (
     AutogradUnsupportedError,
@@ -69,6 +71,8 @@ from xfuse.ir.names import SIZES_ATTR
 from xfuse.passes.transforms.attention_mask import MaskGuardError
 from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
 from xfuse.report.op_index import OpIndex
+from xfuse.runtime.cache import KernelCache, default_cache
+from xfuse.runtime.compile_workers import start_workers
 from xfuse.runtime.compiler import output_sources, outputs_only_from
 from xfuse.runtime.cuda_graphs import cuda_graphs_enabled
 from xfuse.runtime.executor import CompiledProgram, is_cpu_scalar
@@ -115,7 +119,6 @@ def check_dynamic_options(
     dynamic_shapes: Any,
     *,
     pipeline: str | None = None,
-    cache: Any = None,
     channels_last: bool | None = None,
 ) -> torch.device:
     """`compile`'s options that a program with symbolic sizes cannot honour yet, refused in one
@@ -137,7 +140,6 @@ def check_dynamic_options(
         )
     refused = [
         (pipeline is not None, "a pipeline (symbolic programs are fused with the default one)"),
-        (cache is not None, "a kernel cache (symbolic programs' kernels are not cached yet)"),
         (channels_last is True, "channels_last=True (no layout pass on symbolic programs yet)"),
     ]
     for asked, what in refused:
@@ -218,7 +220,9 @@ class DynamicProgram:
     each shape of its calls runs as a CUDA graph, a few shapes at most (`graphs`), unless
     `cuda_graphs` is False or `XFUSE_CUDA_GRAPHS=0`; the example inputs at the positions
     `static_inputs` stay where they are between calls (parameters passed as inputs): a graph
-    reads them in place, as it reads the module's parameters and buffers."""
+    reads them in place, as it reads the module's parameters and buffers. Its kernels come
+    from `cache` (`default_cache()` unless given); the compile workers of its backend start
+    before the export (`start_workers`), so that their imports overlap it."""
 
     def __init__(
         self,
@@ -231,10 +235,16 @@ class DynamicProgram:
         device: torch.device | str = "cpu",
         cuda_graphs: bool = True,
         static_inputs: tuple[int, ...] = (),
+        cache: KernelCache | None = None,
     ) -> None:
         from xfuse.frontend.importer import import_program, wrap_function
         from xfuse.frontend.pytrees import export_support
 
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        backend = get_backend(self.device.type) if backend is None else backend
+        start_workers(backend)  # their imports overlap exporting and fusing
         model = (
             model_or_fn if isinstance(model_or_fn, torch.nn.Module) else wrap_function(model_or_fn)
         )
@@ -258,11 +268,14 @@ class DynamicProgram:
         self.program = program
         self.op_index = OpIndex()
         """The ops the fusion decisions name (for `xfuse.explain`)."""
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.cache = default_cache() if cache is None else cache
+        """Where the program's kernels (and its `specialised` program's) are kept."""
         self.compiled = SymbolicProgram(
-            program.module, backend=backend, observer=self.op_index.observe, device=self.device
+            program.module,
+            backend=backend,
+            observer=self.op_index.observe,
+            device=self.device,
+            cache=self.cache,
         )
         self.scalar_args = (
             [k for k, dims in enumerate(self.compiled.arguments) if not dims] if self.on_gpu else []
@@ -532,6 +545,7 @@ class DynamicProgram:
                 cuda_graphs=self.cuda_graphs,
                 fallback=self.fallback,
                 static_inputs=self.static_inputs,
+                cache=self.cache,
             )
         return self.specialised
 
@@ -592,7 +606,7 @@ def compile_dynamic(
     dynamic_shapes: Any,
     *,
     pipeline: str | None = None,
-    cache: Any = None,
+    cache: KernelCache | None = None,
     channels_last: bool | None = None,
     example_kwargs: dict[str, Any] | None = None,
     fallback: FallbackMode = "eager",
@@ -601,7 +615,7 @@ def compile_dynamic(
 ) -> DynamicProgram:
     """`xfuse.compile` with `dynamic_shapes`: its options checked, the program built."""
     target = check_dynamic_options(
-        device, dynamic_shapes, pipeline=pipeline, cache=cache, channels_last=channels_last
+        device, dynamic_shapes, pipeline=pipeline, channels_last=channels_last
     )
     return DynamicProgram(
         model_or_fn,
@@ -612,4 +626,5 @@ def compile_dynamic(
         device=target,
         cuda_graphs=cuda_graphs,
         static_inputs=static_inputs,
+        cache=cache,
     )

@@ -2,7 +2,8 @@
 Programs with symbolic sizes on the CPU or a CUDA GPU (docs/dynamic-shapes.md, "runtime"):
 what `xfuse.compile(..., dynamic_shapes=...)` runs (`xfuse.runtime.dynamic`).
 `SymbolicProgram` fuses and lowers a `@forward` with a `graph.sizes` table once, compiles each
-kernel once for its device, and runs every call at the call's sizes:
+distinct kernel once for its device (through the kernel cache: `compile_kernels`), and runs
+every call at the call's sizes:
 
 - the sizes of a call are read from its inputs: each input symbol from the argument and dim
   that hold it, equal symbols agreeing, each in its range (which starts at 2: a size of 0 or
@@ -70,7 +71,14 @@ from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_A
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
 from xfuse.pipeline import AFTER_DEVICE_PASSES, PassFailedError, PassObserver, pipeline
-from xfuse.runtime.compiler import AliasClasses, direct_call_text, is_fresh_view, lower_to_loops
+from xfuse.runtime.cache import KernelCache, KernelSource, default_cache
+from xfuse.runtime.compiler import (
+    AliasClasses,
+    canonical_kernel_module,
+    direct_call_text,
+    is_fresh_view,
+    lower_to_loops,
+)
 from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 
 BEFORE_FUSION = "decompose,attention-mask{symbolic=true}"
@@ -267,6 +275,20 @@ def lower_symbolic(module: ModuleOp, device: torch.device) -> None:
         raise PassFailedError(LowerToLoopsPass.name, str(e)) from e
 
 
+def compile_kernels(module: ModuleOp, backend: Backend, cache: KernelCache) -> dict[str, Kernel]:
+    """Each kernel of `module` for `backend`, by its symbol, through `cache` under its canonical
+    module (`canonical_kernel_module`, as the static runtime keys its kernels): a kernel of the
+    same loop IR as another (a layer's, the same in each layer) or as one the cache holds is
+    compiled once; the others are compiled ahead in worker processes where the backend has
+    them (`KernelCache.compile_ahead`: CUDA's PTX), each loaded under its own symbol."""
+    sources = {
+        kernel.sym_name.data: KernelSource.of(canonical_kernel_module(kernel))
+        for kernel in kernel_functions(module)
+    }
+    cache.compile_ahead(backend, list(sources.values()))
+    return {name: cache.kernel(backend, source, name) for name, source in sources.items()}
+
+
 def small_size_message(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> str:
     """Why a call whose derived symbol `symbol` is 0 or 1 (or less) is refused."""
     inputs = ", ".join(f"{name} = {sizes[name]}" for name in sorted(symbol_inputs(symbol, sizes)))
@@ -320,7 +342,8 @@ class SymbolicProgram:
     """`@forward` of a module with size symbols, fused, lowered and compiled once for `device`
     (the CPU or a CUDA GPU); call it with tensors on that device of any sizes its symbols allow
     (see the module docstring). `passes` are its fusion passes (`default_passes(device)` unless
-    given); `observer` is called around each fusion pass (`xfuse.pipeline.PassObserver`)."""
+    given); `observer` is called around each fusion pass (`xfuse.pipeline.PassObserver`); its
+    kernels come from `cache` (`default_cache()` unless given: `compile_kernels`)."""
 
     def __init__(
         self,
@@ -330,6 +353,7 @@ class SymbolicProgram:
         backend: Backend | None = None,
         observer: PassObserver | None = None,
         device: torch.device | str = "cpu",
+        cache: KernelCache | None = None,
     ) -> None:
         self.device = torch.device(device)
         module = module.clone()
@@ -362,7 +386,10 @@ class SymbolicProgram:
         arguments must have their computed sizes there (`_derive`)."""
         self._on_device = on_device_type(self.device)
         passes = default_passes(self.device) if passes is None else passes
-        fusion_passes = replace(pipeline(passes), observer=observer)
+        # the result verified once, as `xfuse.compile`'s passes (`Pipeline.verify_end`)
+        fusion_passes = replace(
+            pipeline(passes), observer=observer, verify_each=False, verify_end=True
+        )
         fusion_passes.apply(module)
         self.fusion_passes = fusion_passes.passes
         """The fusion passes as they ran (their `decisions`, for an explanation)."""
@@ -376,10 +403,9 @@ class SymbolicProgram:
         lower_symbolic(module, self.device)
         self.module = module
         self.backend = backend if backend is not None else get_backend(self.device.type)
-        self.kernels: dict[str, Kernel] = {}
-        for kernel in kernel_functions(module):
-            name = kernel.sym_name.data
-            self.kernels[name] = self.backend.load(self.backend.compile(module, name), name)
+        self.kernels = compile_kernels(
+            module, self.backend, default_cache() if cache is None else cache
+        )
         self.steps: list[_Launch | _Eager | _View] = []
         self.results: list[int] = []
         self._plan(forward)
