@@ -86,7 +86,10 @@ def compiled_kernels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.fixture
 def compiled_cuda_kernels(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the kernels the CUDA backend compiles during the test, in order."""
+    """The names of the kernels the CUDA backend compiles during the test, in order: in this
+    process (no compile workers), where the counter sees each."""
     from xfuse.backends.cuda import CUDABackend
+    from xfuse.runtime.compile_workers import WORKERS_ENV
 
+    monkeypatch.setenv(WORKERS_ENV, "0")
     return counted_compiles(monkeypatch, CUDABackend)
