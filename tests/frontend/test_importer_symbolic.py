@@ -569,3 +569,32 @@ def test_a_minimum_or_remainder_that_sizes_decide_is_its_polynomial() -> None:
     assert symbols.conditions == [graph.SizeCondition("le", expected, square)]
     with pytest.raises(SymbolicSizeError, match=r"assumed Eq\(Min\(s0, s1\), s0\), which is no"):
         symbols.add_conditions(GuardsOnly(sympy.Eq(Min(s0, s1), s0)))
+
+
+def test_a_guard_that_holds_with_its_remainders_bounded_is_no_condition() -> None:
+    """`s0**2 - s0*Mod(s0, 8) + 8*s0 > 1` (the elements of an attention mask padded to a
+    multiple of 8, as CUDA's efficient attention pads it) holds at every size: no condition,
+    no refusal. One that fails at the range's low end, or whose remainder's term may shrink
+    it, is still refused."""
+    import sympy
+    from torch.utils._sympy.functions import Mod
+
+    from xfuse.frontend.builder import SizeSymbols, holds_at_every_size
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = SizeSymbols()
+    symbols.inputs += [graph.SizeSymbol.input("s0", 0, 0, 9), graph.SizeSymbol.input("s1", 1, 0, 4)]
+    padded = s0**2 - s0 * Mod(s0, 8) + 8 * s0
+    holding = (sympy.Gt(padded, 1), sympy.Ge(s1 * padded, 16), sympy.Lt(Mod(s0, 8), s0 + 8))
+    assert all(holds_at_every_size(g, symbols.inputs) for g in holding)
+    symbols.add_conditions(GuardsOnly(*holding))
+    assert symbols.conditions == []
+    failing = (
+        sympy.Gt(padded, 16),  # 16 at s0 = 2
+        sympy.Gt(s0 - Mod(s0, 8), 0),  # 0 at s0 = 2..7
+        sympy.Gt(8 - Mod(s1, 8), 1),  # 1 at s1 = 7
+    )
+    assert not any(holds_at_every_size(g, symbols.inputs) for g in failing)
+    for guard in failing:
+        with pytest.raises(SymbolicSizeError, match="which is no comparison"):
+            symbols.add_conditions(GuardsOnly(guard))

@@ -118,7 +118,8 @@ class SizeSymbols:
         division one of the import's symbols, `_plain`); an equality no relation gives is two.
         A guard that torch's replacements make true, that holds at every size of 2 or more
         (`SizeCondition.always_holds`), or that its one symbol's range implies (`s0 <= 512`
-        where s0's range is [2, 512]: `repeats_range`), is left out; one the table can hold no
+        where s0's range is [2, 512]: `repeats_range`) or that holds over the symbols' ranges
+        with its remainders bounded (`holds_at_every_size`), is left out; one the table can hold no
         condition of raises `SymbolicSizeError`: a call could break it unseen. Call it after
         the graph's sizes are read (`dim`), whose floor divisions a guard may name."""
         import sympy
@@ -134,7 +135,12 @@ class SizeSymbols:
         ]
         for raw in exprs:
             expr = env.simplify(raw)
-            if expr == sympy.true or not raw.free_symbols or repeats_range(expr, self.inputs):
+            if (
+                expr == sympy.true
+                or not raw.free_symbols
+                or repeats_range(expr, self.inputs)
+                or holds_at_every_size(expr, self.inputs)
+            ):
                 continue
             for condition in self._conditions_of(expr):
                 if condition not in self.conditions and not condition.always_holds:
@@ -378,6 +384,60 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     high = int_oo if symbol.high is None else symbol.high
     bounds = bound_sympy(expr, {free: ValueRanges(symbol.low, high)})
     return bounds.is_singleton() and bool(bounds.lower)
+
+
+def holds_at_every_size(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
+    """Whether a guard `expr` (a sympy inequality of the input symbols `inputs`) holds at every
+    size of their ranges, by a sufficient test that remainders do not defeat: each `Mod(p, k)`
+    (k a positive integer, p passing the test below) is `p - k*q` with `q = p // k`, a new
+    variable of 0 or more; the inequality is `d >= 0` for a polynomial `d` whose non-constant
+    terms all have nonnegative coefficients (so `d` grows with each variable) and whose value
+    at the symbols' lowest sizes, every `q` 0, is 0 or more. `s0**2 - s0*Mod(s0, 8) + 8*s0 >
+    1` (the elements of a mask padded to a multiple of 8) is `8*s0*q + 8*s0 - 2 >= 0`: it
+    holds; value ranges alone (`repeats_range`) cannot tell, as `s0**2` and `s0*Mod(s0, 8)`
+    grow together."""
+    import sympy
+
+    lows = {s.name: s.low for s in inputs}
+    quotients: list[Any] = []
+
+    def nonnegative(d: Any) -> bool:
+        d = sympy.expand(d)
+        free = sorted(d.free_symbols, key=str)
+        if any(x not in quotients and str(x) not in lows for x in free):
+            return False
+        terms = sympy.Poly(d, *free).terms() if free else []
+        if any(any(powers) and coefficient < 0 for powers, coefficient in terms):
+            return False
+        at_lows = d.subs({x: 0 if x in quotients else lows[str(x)] for x in free})
+        return bool(at_lows >= 0)
+
+    def rewritten(e: Any) -> Any:
+        if type(e).__name__ in ("Mod", "PythonMod") and len(e.args) == 2:
+            p, k = rewritten(e.args[0]), e.args[1]
+            if p is None or not (k.is_Integer and int(k) > 0) or not nonnegative(p):
+                return None
+            q = sympy.Symbol(f"_quotient{len(quotients)}", integer=True, nonnegative=True)
+            quotients.append(q)
+            return p - k * q
+        if e.is_Integer or e.is_Symbol:
+            return e
+        if e.is_Pow and not (e.exp.is_Integer and int(e.exp) >= 0):
+            return None
+        if not (e.is_Add or e.is_Mul or e.is_Pow):
+            return None
+        args = [rewritten(a) for a in e.args]
+        return None if any(a is None for a in args) else e.func(*args)
+
+    differences = {sympy.Gt: (1, -1), sympy.Ge: (1, 0), sympy.Lt: (-1, -1), sympy.Le: (-1, 0)}
+    kind = next((k for k in differences if isinstance(expr, k)), None)
+    if kind is None:
+        return False
+    lhs, rhs = rewritten(expr.lhs), rewritten(expr.rhs)
+    if lhs is None or rhs is None:
+        return False
+    sign, shift = differences[kind]
+    return nonnegative(sign * (lhs - rhs) + shift)
 
 
 def _size_hint(size: int | torch.SymInt) -> int | None:
