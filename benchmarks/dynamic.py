@@ -11,12 +11,14 @@ symbolic program where xfuse takes the graph, else a program per size) and Induc
 
 For each model and column, in a new process with empty kernel caches (xfuse's and Inductor's:
 cold compiles, and no column's compile workers or threads beside another's timing): each size
-of the sweep in turn, the ms of its first call (compiling included, by the host clock) and then
-its steady-state median ms per call (`--runs` calls); the first call's values are checked
-against eager. One table per model: a row per size, then the sum of the first calls (the
-sweep's compile time) and the median steady-state ms. The MLP's sweep is over the batch size,
-the language models' (GPT-2 from its config, random weights: `lm` a small one, 2x its
-length; `gpt2` the families' 4 layers 768 wide, 8x its length) over the sequence length.
+of the sweep in turn, the ms of its first call (compiling included, by the host clock), whose
+values are checked against eager. Then, in one more process, every column compiled side by
+side and, at each size, called in turn (`--runs` rounds, every second round in the reverse
+order): each column's steady-state median ms per call, so that no column's time is another
+process's GPU clocks or machine load. One table per model: a row per size, then the sum of the
+first calls (the sweep's compile time) and the median steady-state ms. The MLP's sweep is over
+the batch size, the language models' (GPT-2 from its config, random weights: `lm` a small one,
+2x its length; `gpt2` the families' 4 layers 768 wide, 8x its length) over the sequence length.
 `--dtype bf16` runs the models in bf16 (checked against eager at bf16's tolerances; the
 GPT-2 head's 50,257-token rows are then unaligned for cuBLAS: `pad-matmul`). On CUDA, the
 first call's ms waits for the GPU, the steady ms are one call's each with
@@ -41,7 +43,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.timing import cuda_ms, host_ms, median_ms
+from benchmarks.timing import cuda_ms, host_ms, interleaved, medians
 
 Tensor = torch.Tensor
 
@@ -129,29 +131,53 @@ def sweep(
     workload: Workload,
     sizes: list[int],
     column: str,
-    runs: int,
     device: str = "cpu",
-) -> Sweep:
-    """`model` compiled as `column` says, in a fresh dynamo, called at each size in turn (at
-    f32's tolerance 1e-4, or the default one of a 16-bit model's dtype)."""
+) -> list[float]:
+    """The first call's ms at each size of `model` compiled as `column` says, in a fresh
+    dynamo, called at each size in turn (checked at f32's tolerance 1e-4, or by the default
+    rule of a 16-bit model's dtype)."""
     torch._dynamo.reset()
     compiled = torch.compile(model, **COLUMNS[column])
-    clock = cuda_ms if device == "cuda" else host_ms
     first: list[float] = []
-    steady: list[float] = []
-    dtype = next(model.parameters()).dtype
     for n in sizes:
-        inputs = [
-            t.to(device, dtype if t.is_floating_point() else t.dtype) for t in workload.inputs(n)
-        ]
-        call = functools.partial(compiled, *inputs)
+        call = functools.partial(compiled, *_inputs(workload, n, model, device))
         out: list[Any] = []
         first.append(host_ms(functools.partial(_keep, call, out, device)))
         check(out[0], model, call.args)
         del out
-        steady.append(median_ms(call, runs, warmup=1, clock=clock))
     torch._dynamo.reset()
-    return Sweep(first, steady)
+    return first
+
+
+def steady(
+    model: torch.nn.Module,
+    workload: Workload,
+    sizes: list[int],
+    columns: list[str],
+    runs: int,
+    device: str = "cpu",
+) -> dict[str, list[float]]:
+    """Each column's median ms per call at each size, every column compiled in this process
+    and called in turn, `runs` rounds after two calls each (every second round in the reverse
+    order; on CUDA one call's time by CUDA events, the host's launches included)."""
+    torch._dynamo.reset()
+    compiled = {c: torch.compile(model, **COLUMNS[c]) for c in columns}
+    clock = cuda_ms if device == "cuda" else host_ms
+    found: dict[str, list[float]] = {c: [] for c in columns}
+    for n in sizes:
+        args = _inputs(workload, n, model, device)
+        calls = {c: functools.partial(f, *args) for c, f in compiled.items()}
+        times = interleaved(calls, runs, warmup=2, clock=clock, alternate=True)
+        for c, ms in medians(times).items():
+            found[c].append(ms)
+    torch._dynamo.reset()
+    return found
+
+
+def _inputs(workload: Workload, n: int, model: torch.nn.Module, device: str) -> list[Tensor]:
+    """The workload's inputs at size `n`, floats in the model's dtype, on `device`."""
+    dtype = next(model.parameters()).dtype
+    return [t.to(device, dtype if t.is_floating_point() else t.dtype) for t in workload.inputs(n)]
 
 
 def check(got: Tensor, model: torch.nn.Module, args: tuple[Tensor, ...]) -> None:
@@ -197,64 +223,86 @@ def table(name: str, workload: Workload, sizes: list[int], results: dict[str, Sw
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def run_column(
-    name: str, column: str, sizes: list[int], runs: int, device: str, dtype: str = "f32"
-) -> Sweep:
-    """One model's sweep for one column in this process."""
+def _model(name: str, device: str, dtype: str) -> torch.nn.Module:
     import xfuse  # noqa: F401  (registers the backend)
 
-    torch._dynamo.config.recompile_limit = 64  # the static column compiles once per size
-    workload = WORKLOADS[name]
     torch.manual_seed(0)
-    model = workload.make().eval().to(device, DTYPES[dtype])
+    return WORKLOADS[name].make().eval().to(device, DTYPES[dtype])
+
+
+def run_first_calls(
+    name: str, column: str, sizes: list[int], device: str, dtype: str
+) -> list[float]:
+    """One model's first calls for one column in this process."""
+    torch._dynamo.config.recompile_limit = 64  # the static column compiles once per size
+    model = _model(name, device, dtype)
     with torch.no_grad():
-        return sweep(model, workload, sizes, column, runs, device)
+        return sweep(model, WORKLOADS[name], sizes, column, device)
 
 
-def run_isolated(
-    name: str, column: str, sizes: list[int], runs: int, device: str, dtype: str = "f32"
-) -> Sweep:
-    """`run_column` in a new process with empty kernel caches (xfuse's and Inductor's): every
-    column compiles cold, as on a first run, and no column's worker processes or threads
-    share the CPU with another's timing."""
+def run_steady(
+    name: str, columns: list[str], sizes: list[int], runs: int, device: str, dtype: str
+) -> dict[str, list[float]]:
+    """One model's steady times for every column, side by side in this process."""
+    torch._dynamo.config.recompile_limit = 64 * len(columns)
+    model = _model(name, device, dtype)
+    with torch.no_grad():
+        return steady(model, WORKLOADS[name], sizes, columns, runs, device)
+
+
+def _child(argv: list[str]) -> Any:
+    """The JSON that `python -m benchmarks.dynamic ARGV` prints last, run in a new process with
+    empty kernel caches (xfuse's and Inductor's): every column compiles cold, as on a first run,
+    and no worker processes or threads of an earlier column share the CPU with its timing."""
     with tempfile.TemporaryDirectory() as cache:
         env = {
             **os.environ,
             "XFUSE_CACHE_DIR": os.path.join(cache, "xfuse"),
             "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
         }
-        command = [sys.executable, "-m", "benchmarks.dynamic", "--one", name, "--columns"]
-        command += [column, f"--{name}-sizes", ",".join(map(str, sizes)), "--runs", str(runs)]
-        command += ["--device", device, "--dtype", dtype]
+        command = [sys.executable, "-m", "benchmarks.dynamic", *argv]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"{name} / {column} failed: {done.stderr.strip().splitlines()[-1:]}")
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    return Sweep(found["first"], found["steady"])
+        raise RuntimeError(f"{argv} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_model(
+    name: str, columns: list[str], sizes: list[int], runs: int, device: str, dtype: str
+) -> dict[str, Sweep]:
+    """One model's table: each column's first calls in a process of its own, then the steady
+    times of all columns in one process."""
+    common = [f"--{name}-sizes", ",".join(map(str, sizes)), "--device", device, "--dtype", dtype]
+    first = {c: _child(["--one", name, "--columns", c, *common]) for c in columns}
+    found = _child(["--steady", name, "--columns", ",".join(columns), "--runs", str(runs), *common])
+    return {c: Sweep(first[c], found[c]) for c in columns}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="mlp,lm")
     parser.add_argument("--columns", default=",".join(COLUMNS))
-    for name, sizes in DEFAULT_SIZES.items():
-        parser.add_argument(f"--{name}-sizes", default=sizes)
+    for name, default in DEFAULT_SIZES.items():
+        parser.add_argument(f"--{name}-sizes", default=default)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--dtype", default="f32", choices=tuple(DTYPES))
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # a model, in the child process
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # first calls, in the child process
+    parser.add_argument("--steady", help=argparse.SUPPRESS)  # steady times, in the child
     args = parser.parse_args(argv)
+    columns = args.columns.split(",")
     if args.one is not None:
         sizes = [int(s) for s in getattr(args, f"{args.one}_sizes").split(",")]
-        result = run_column(args.one, args.columns, sizes, args.runs, args.device, args.dtype)
-        print(json.dumps({"first": result.first, "steady": result.steady}))
+        print(json.dumps(run_first_calls(args.one, columns[0], sizes, args.device, args.dtype)))
+        return
+    if args.steady is not None:
+        sizes = [int(s) for s in getattr(args, f"{args.steady}_sizes").split(",")]
+        found = run_steady(args.steady, columns, sizes, args.runs, args.device, args.dtype)
+        print(json.dumps(found))
         return
     for name in args.models.split(","):
         sizes = [int(s) for s in getattr(args, f"{name}_sizes").split(",")]
-        results = {
-            column: run_isolated(name, column, sizes, args.runs, args.device, args.dtype)
-            for column in args.columns.split(",")
-        }
+        results = run_model(name, columns, sizes, args.runs, args.device, args.dtype)
         print(table(name, WORKLOADS[name], sizes, results), flush=True)
         print()
 
