@@ -579,14 +579,14 @@ def test_a_guard_that_holds_with_its_remainders_bounded_is_no_condition() -> Non
     import sympy
     from torch.utils._sympy.functions import Mod
 
-    from xfuse.frontend.builder import SizeSymbols, holds_at_every_size
+    from xfuse.frontend.builder import SizeSymbols
 
     s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
     symbols = SizeSymbols()
     symbols.inputs += [graph.SizeSymbol.input("s0", 0, 0, 9), graph.SizeSymbol.input("s1", 1, 0, 4)]
     padded = s0**2 - s0 * Mod(s0, 8) + 8 * s0
     holding = (sympy.Gt(padded, 1), sympy.Ge(s1 * padded, 16), sympy.Lt(Mod(s0, 8), s0 + 8))
-    assert all(holds_at_every_size(g, symbols.inputs) for g in holding)
+    assert all(symbols.holds_at_every_size(g) for g in holding)
     symbols.add_conditions(GuardsOnly(*holding))
     assert symbols.conditions == []
     failing = (
@@ -594,7 +594,40 @@ def test_a_guard_that_holds_with_its_remainders_bounded_is_no_condition() -> Non
         sympy.Gt(s0 - Mod(s0, 8), 0),  # 0 at s0 = 2..7
         sympy.Gt(8 - Mod(s1, 8), 1),  # 1 at s1 = 7
     )
-    assert not any(holds_at_every_size(g, symbols.inputs) for g in failing)
+    assert not any(symbols.holds_at_every_size(g) for g in failing)
     for guard in failing:
         with pytest.raises(SymbolicSizeError, match="which is no comparison"):
             symbols.add_conditions(GuardsOnly(guard))
+
+
+def test_a_guard_that_holds_from_its_symbols_lows_is_no_condition() -> None:
+    """A guard whose terms of negative coefficient the symbols' lows outgrow holds: with each
+    symbol written its range's start plus a size of 0 or more, `s0**2 + 2 >= 3*s0` is
+    `t**2 + t >= 0` (s0 = 2 + t) and `s0*s1 >= s0 + s1 + Mod(s0, 8)` with s1 from 4 is
+    `t*u + u + 2*t + 8*q >= 0` (s0 = 2 + t, s1 = 4 + u, Mod(s0, 8) = s0 - 8*q).
+    Sizes below a range's start do not count: the same guard with s1 from 2 is still a
+    condition."""
+    import sympy
+    from torch.utils._sympy.functions import Mod
+
+    from xfuse.frontend.builder import SizeSymbols
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = SizeSymbols()
+    symbols.inputs += [
+        graph.SizeSymbol.input("s0", 0, 0, 9),
+        graph.SizeSymbol.input("s1", 1, 0, 9, low=4),
+    ]
+    square = sympy.Ge(s0**2 + 2, 3 * s0)
+    product = sympy.Ge(s0 * s1, s0 + s1 + Mod(s0, 8))
+    assert symbols.holds_at_every_size(square)
+    assert symbols.holds_at_every_size(product)
+    symbols.add_conditions(GuardsOnly(square, product))
+    assert symbols.conditions == []
+    from_two = SizeSymbols()
+    from_two.inputs += [
+        graph.SizeSymbol.input("s0", 0, 0, 9),
+        graph.SizeSymbol.input("s1", 1, 0, 4),
+    ]
+    assert not from_two.holds_at_every_size(product)  # -2 at s0 = s1 = 2
+    assert not from_two.holds_at_every_size(sympy.Ge(s0**2 + 1, 3 * s0))  # -1 at s0 = 2

@@ -139,7 +139,7 @@ class SizeSymbols:
                 expr == sympy.true
                 or not raw.free_symbols
                 or repeats_range(expr, self.inputs)
-                or holds_at_every_size(expr, self.inputs)
+                or self.holds_at_every_size(expr)
             ):
                 continue
             for condition in self._conditions_of(expr):
@@ -172,15 +172,37 @@ class SizeSymbols:
                 return [graph.SizeCondition(name, rhs, lhs)]
         raise SymbolicSizeError(f"torch.export's trace assumed {expr}, an unknown comparison")
 
-    def _plain(self, expr: Any) -> graph.SizeExpr | None:
+    def holds_at_every_size(self, expr: Any) -> bool:
+        """Whether a guard `expr` (a sympy inequality) holds at every size of the input
+        symbols' ranges, by `graph.provably_nonnegative` with each input symbol shifted by its
+        range's start, where each remainder `Mod(p, k)` that sizes do not decide is `p - k*q`
+        (`Remainders`). `s0**2 - s0*Mod(s0, 8) + 8*s0 > 1` (the elements of a mask padded to a
+        multiple of 8) is `8*s0*q + 8*s0 - 2 >= 0`: it holds; value ranges alone
+        (`repeats_range`) cannot tell, as `s0**2` and `s0*Mod(s0, 8)` grow together."""
+        import sympy
+
+        differences = {sympy.Gt: (1, -1), sympy.Ge: (1, 0), sympy.Lt: (-1, -1), sympy.Le: (-1, 0)}
+        kind = next((k for k in differences if isinstance(expr, k)), None)
+        if kind is None:
+            return False
+        remainders = Remainders({s.name: s.low for s in self.inputs})
+        lhs, rhs = self._plain(expr.lhs, remainders), self._plain(expr.rhs, remainders)
+        if lhs is None or rhs is None:
+            return False
+        sign, shift = differences[kind]
+        difference = (lhs - rhs).scale(sign) + graph.SizeExpr.constant(shift)
+        return graph.provably_nonnegative(difference, remainders.lows)
+
+    def _plain(self, expr: Any, remainders: Remainders | None = None) -> graph.SizeExpr | None:
         """A sympy expression of this import's input symbols that is a polynomial (sums,
         products, powers, integers, floor divisions by an integer that are exact or one of the
         import's symbols, and a minimum, maximum or remainder that sizes decide: `_ordered`)
-        as one, else None."""
+        as one, else None; with `remainders`, a remainder sizes do not decide is written as
+        `remainders` writes it."""
         if _is_floordiv(expr):
             return self._known_floordiv(expr)
         if type(expr).__name__ in ("Min", "Max", "Mod", "PythonMod"):
-            return self._ordered(expr)
+            return self._ordered(expr, remainders)
         if expr.is_Integer:
             return graph.SizeExpr.constant(int(expr))
         if expr.is_Symbol:
@@ -188,7 +210,7 @@ class SizeSymbols:
         if expr.is_Pow:
             if not (expr.exp.is_Integer and int(expr.exp) >= 0):
                 return None
-            base, out = self._plain(expr.base), graph.SizeExpr.constant(1)
+            base, out = self._plain(expr.base, remainders), graph.SizeExpr.constant(1)
             if base is None:
                 return None
             for _ in range(int(expr.exp)):
@@ -196,7 +218,7 @@ class SizeSymbols:
             return out
         if not (expr.is_Add or expr.is_Mul):
             return None
-        parts = [self._plain(a) for a in expr.args]
+        parts = [self._plain(a, remainders) for a in expr.args]
         if any(p is None for p in parts):
             return None
         total = parts[0]
@@ -206,22 +228,28 @@ class SizeSymbols:
             total = total + p if expr.is_Add else total * p
         return total
 
-    def _ordered(self, expr: Any) -> graph.SizeExpr | None:
+    def _ordered(self, expr: Any, remainders: Remainders | None = None) -> graph.SizeExpr | None:
         """`Min(p, q)`, `Max(p, q)` or `Mod(p, q)` of polynomials where every size of 2 or more
-        decides it (`graph.provably_nonnegative`): `Min(s0, s0 * s1)` is `s0`, and so is
-        `Mod(s0, s0 * s1)`, as `s0 * s1 > s0`; else None."""
+        (of its symbols' lows, with `remainders`) decides it (`graph.provably_nonnegative`):
+        `Min(s0, s0 * s1)` is `s0`, and so is `Mod(s0, s0 * s1)`, as `s0 * s1 > s0`; with
+        `remainders`, another `Mod(p, k)` as `remainders` writes it; else None."""
         if len(expr.args) != 2:
             return None
-        p, q = self._plain(expr.args[0]), self._plain(expr.args[1])
+        p, q = self._plain(expr.args[0], remainders), self._plain(expr.args[1], remainders)
         if p is None or q is None:
             return None
+        lows = None if remainders is None else remainders.lows
         one = graph.SizeExpr.constant(1)
         if type(expr).__name__ in ("Mod", "PythonMod"):
-            fits = graph.provably_nonnegative(p) and graph.provably_nonnegative(q - p - one)
-            return p if fits else None
-        if graph.provably_nonnegative(q - p):
+            fits = graph.provably_nonnegative(p, lows) and graph.provably_nonnegative(
+                q - p - one, lows
+            )
+            if fits:
+                return p
+            return None if remainders is None else remainders.written(p, q)
+        if graph.provably_nonnegative(q - p, lows):
             return p if type(expr).__name__ == "Min" else q
-        if graph.provably_nonnegative(p - q):
+        if graph.provably_nonnegative(p - q, lows):
             return q if type(expr).__name__ == "Min" else p
         return None
 
@@ -348,6 +376,29 @@ class SizeSymbols:
         return graph.SizesAttr((*self.inputs, *self.derived, *self.relations, *self.conditions))
 
 
+@dataclass
+class Remainders:
+    """How a guard's test (`SizeSymbols.holds_at_every_size`) writes a remainder `Mod(p, k)`
+    that sizes do not decide (`k` a positive integer, `p` provably 0 or more): `p - k*q`,
+    `q = p // k` a new quotient symbol of 0 or more."""
+
+    lows: dict[str, int]
+    """Each symbol's smallest value: the input symbols' ranges' starts, and 0 for each
+    quotient symbol written so far."""
+    quotients: int = 0
+
+    def written(self, p: graph.SizeExpr, k: graph.SizeExpr) -> graph.SizeExpr | None:
+        """`Mod(p, k)` as `p - k*q`, or None where `k` is no positive integer or `p` is not
+        provably 0 or more."""
+        divisor = k.as_constant
+        if divisor is None or divisor <= 0 or not graph.provably_nonnegative(p, self.lows):
+            return None
+        name = f"_quotient{self.quotients}"
+        self.quotients += 1
+        self.lows[name] = 0
+        return p - graph.SizeExpr.symbol(name).scale(divisor)
+
+
 GUARDED_LOW_STEPS = 64
 """How far `guarded_low` raises a range's start at most."""
 
@@ -384,60 +435,6 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     high = int_oo if symbol.high is None else symbol.high
     bounds = bound_sympy(expr, {free: ValueRanges(symbol.low, high)})
     return bounds.is_singleton() and bool(bounds.lower)
-
-
-def holds_at_every_size(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
-    """Whether a guard `expr` (a sympy inequality of the input symbols `inputs`) holds at every
-    size of their ranges, by a sufficient test that remainders do not defeat: each `Mod(p, k)`
-    (k a positive integer, p passing the test below) is `p - k*q` with `q = p // k`, a new
-    variable of 0 or more; the inequality is `d >= 0` for a polynomial `d` whose non-constant
-    terms all have nonnegative coefficients (so `d` grows with each variable) and whose value
-    at the symbols' lowest sizes, every `q` 0, is 0 or more. `s0**2 - s0*Mod(s0, 8) + 8*s0 >
-    1` (the elements of a mask padded to a multiple of 8) is `8*s0*q + 8*s0 - 2 >= 0`: it
-    holds; value ranges alone (`repeats_range`) cannot tell, as `s0**2` and `s0*Mod(s0, 8)`
-    grow together."""
-    import sympy
-
-    lows = {s.name: s.low for s in inputs}
-    quotients: list[Any] = []
-
-    def nonnegative(d: Any) -> bool:
-        d = sympy.expand(d)
-        free = sorted(d.free_symbols, key=str)
-        if any(x not in quotients and str(x) not in lows for x in free):
-            return False
-        terms = sympy.Poly(d, *free).terms() if free else []
-        if any(any(powers) and coefficient < 0 for powers, coefficient in terms):
-            return False
-        at_lows = d.subs({x: 0 if x in quotients else lows[str(x)] for x in free})
-        return bool(at_lows >= 0)
-
-    def rewritten(e: Any) -> Any:
-        if type(e).__name__ in ("Mod", "PythonMod") and len(e.args) == 2:
-            p, k = rewritten(e.args[0]), e.args[1]
-            if p is None or not (k.is_Integer and int(k) > 0) or not nonnegative(p):
-                return None
-            q = sympy.Symbol(f"_quotient{len(quotients)}", integer=True, nonnegative=True)
-            quotients.append(q)
-            return p - k * q
-        if e.is_Integer or e.is_Symbol:
-            return e
-        if e.is_Pow and not (e.exp.is_Integer and int(e.exp) >= 0):
-            return None
-        if not (e.is_Add or e.is_Mul or e.is_Pow):
-            return None
-        args = [rewritten(a) for a in e.args]
-        return None if any(a is None for a in args) else e.func(*args)
-
-    differences = {sympy.Gt: (1, -1), sympy.Ge: (1, 0), sympy.Lt: (-1, -1), sympy.Le: (-1, 0)}
-    kind = next((k for k in differences if isinstance(expr, k)), None)
-    if kind is None:
-        return False
-    lhs, rhs = rewritten(expr.lhs), rewritten(expr.rhs)
-    if lhs is None or rhs is None:
-        return False
-    sign, shift = differences[kind]
-    return nonnegative(sign * (lhs - rhs) + shift)
 
 
 def _size_hint(size: int | torch.SymInt) -> int | None:

@@ -484,3 +484,14 @@ def test_a_condition_that_sizes_of_2_or_more_make_true_always_holds() -> None:
     assert not graph.SizeCondition("lt", s0, s0).always_holds
     assert not graph.SizeCondition("le", s1, s0).always_holds
     assert not graph.SizeCondition("ne", s0 - one, one).always_holds  # s0 = 2
+
+
+def test_nonnegative_at_given_lows() -> None:
+    """Each symbol is shifted by its own low (`MIN_SIZE` where none is given)."""
+    three = SizeExpr.constant(3)
+    assert not graph.provably_nonnegative(s0 - three)
+    assert graph.provably_nonnegative(s0 - three, {"s0": 3})
+    assert not graph.provably_nonnegative(s0 * s1 - s0 - s1, {"s1": 0})  # -s0 at s1 = 0
+    assert graph.provably_nonnegative(s0 * s1 - s0, {"s0": 0})  # s0 * (s1 - 1), s1 >= 2
+    assert graph.provably_nonnegative(s0 * s0 - s0.scale(3) + SizeExpr.constant(2))  # s0 >= 2
+    assert not graph.provably_nonnegative(s0 * s0 - s0.scale(3) + SizeExpr.constant(2), {"s0": 1})

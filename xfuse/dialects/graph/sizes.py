@@ -157,12 +157,14 @@ class SizeExpr:
         return text
 
 
-def provably_nonnegative(expr: SizeExpr) -> bool:
-    """Whether `expr` is 0 or more wherever each of its symbols is `MIN_SIZE` or more (a
-    sufficient test: `expr` with every symbol `s` written `MIN_SIZE + s` has no negative
-    coefficient)."""
+def provably_nonnegative(expr: SizeExpr, lows: Mapping[str, int] | None = None) -> bool:
+    """Whether `expr` is 0 or more wherever each of its symbols `s` is `lows[s]` or more
+    (`MIN_SIZE` for a symbol `lows` does not name: a size), by a sufficient test: `expr` with
+    every symbol `s` written `low + s` has no negative coefficient. `s**2 - 3*s + 2` is
+    `s**2 + s` so written: it holds."""
+    given = lows or {}
     shifted = expr.substitute(
-        {s: SizeExpr.symbol(s) + SizeExpr.constant(MIN_SIZE) for s in expr.symbols}
+        {s: SizeExpr.symbol(s) + SizeExpr.constant(given.get(s, MIN_SIZE)) for s in expr.symbols}
     )
     return all(c >= 0 for _, c in shifted.terms)
 
