@@ -42,7 +42,7 @@ loops in 64-bit, and divides only in 32-bit: a thread's first position and the g
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from xdsl.builder import Builder
@@ -1464,17 +1464,15 @@ def _digits(e: _Emit, flat: SSAValue, extents: Sequence[SSAValue]) -> list[SSAVa
 
 def _thread_digits(e: _Emit, position: SSAValue, extents: Sequence[SSAValue]) -> list[SSAValue]:
     """`_digits` of an i32 `position` below 2^32 (a thread's first position or the grid's
-    stride: `MAX_GRID_STRIDE_THREADS`), divided in 32-bit arithmetic, in `e`'s integer type:
-    an extent past 2^32 - 1 is divided as 2^32 - 1 (the same digits of such a position)."""
+    stride: `MAX_GRID_STRIDE_THREADS`), divided in 32-bit arithmetic, as i64 (`e`'s): an
+    extent past 2^32 - 1 is divided as 2^32 - 1 (the same digits of such a position)."""
     narrow = _Emit(e.builder, i32)
     divisors = [_narrow_extent(narrow, e, x) for x in extents]
     return [e.widen(d) for d in _digits(narrow, position, divisors)]
 
 
 def _narrow_extent(narrow: _Emit, e: _Emit, extent: SSAValue) -> SSAValue:
-    """`extent` (in `e`'s integer type) at most 2^32 - 1, as i32."""
-    if e.int_type == i32:
-        return extent
+    """`extent` (i64, `e`'s) at most 2^32 - 1, as i32."""
     if (constant := int_constant(extent)) is not None and constant <= INT32_LIMIT:
         return narrow.const(constant)
     return narrow.op(arith.TruncIOp(e.min(extent, e.const(UINT32_LIMIT)), i32))
@@ -1484,19 +1482,18 @@ def _stride_digits(
     e: _Emit, again: SSAValue, stride: SSAValue, extents: Sequence[SSAValue]
 ) -> list[SSAValue]:
     """`_thread_digits` of the grid's `stride` (i32) where the thread takes a second step
-    (`again`), else zeros (never read): a thread of one step divides nothing for its stride.
-    Unconditional where every extent divided by is a constant (a multiply, no division)."""
+    (`again`), else zeros (never read), as i64 (`e`'s): a thread of one step divides nothing
+    for its stride. Unconditional where every extent divided by is a constant (a multiply, no
+    division)."""
     if all(int_constant(x) is not None for x in extents[1:]):
         return _thread_digits(e, stride, extents)
     then, other = Block(), Block()
     then.add_op(
-        scf.YieldOp(
-            *_thread_digits(_Emit(Builder(InsertPoint.at_end(then)), e.int_type), stride, extents)
-        )
+        scf.YieldOp(*_thread_digits(_Emit(Builder(InsertPoint.at_end(then)), i64), stride, extents))
     )
-    zero = _Emit(Builder(InsertPoint.at_end(other)), e.int_type).const(0)
+    zero = _Emit(Builder(InsertPoint.at_end(other)), i64).const(0)
     other.add_op(scf.YieldOp(*[zero] * len(extents)))
-    step = scf.IfOp(again, [e.int_type] * len(extents), [then], [other])
+    step = scf.IfOp(again, [i64] * len(extents), [then], [other])
     return list(e.builder.insert(step).results)
 
 
@@ -1592,10 +1589,11 @@ def _map_symbolic_grid_stride(
 ) -> tuple[str, int, bool]:
     """A grid-stride loop over the flattened runtime index space, `width` consecutive elements
     of the innermost dim per thread and step (`_symbolic_width`: a static innermost extent
-    that is a multiple of them; else one), in 64-bit arithmetic (`_in_grid_stride`). A thread
-    divides its first position and the grid's stride into indices once, in 32-bit arithmetic
-    (`_thread_digits`; the stride only where it takes a second step: `_stride_digits`); each step
-    adds the stride's indices to the carried ones (`_add_digits`), so that no element pays
+    that is a multiple of them; else one), in 64-bit arithmetic (positions past 2^31 at
+    runtime sizes index right). A thread divides its first position and the grid's stride
+    into indices once, in 32-bit arithmetic (`_thread_digits`; the stride only where it takes
+    a second step: `_stride_digits`); each step adds the stride's indices to the carried ones
+    (`_add_digits`), so that no element pays
     for a division. An access at the iteration's own element of a
     1-D buffer (`_own_flat_accesses`) is at the loop's position times `width`, so that it
     needs none of the indices (LLVM drops the ones nothing else reads, and their divisions).
@@ -1607,22 +1605,19 @@ def _map_symbolic_grid_stride(
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     width = _symbolic_width(body, shape, ivs[-1])
+    # 64-bit positions: past 2^31 at runtime sizes they index right.
+    e = _Emit(Builder(InsertPoint.before(par)), i64)
     if width == 1 and (flat := _symbolic_flat_width(body, ivs, shape)) > 1:
-        _in_grid_stride(par, lambda e: _symbolic_flat_loop(e, par, shape, flat))
-        _set_launch(kernel, "elementwise", block, RUNTIME_ITEMS)
-        return "elementwise", flat, True
-    _in_grid_stride(par, lambda e: _symbolic_loop(e, par, shape, width))
-    strategy = "serial" if any(isinstance(o, scf.ForOp) for o in body) else "elementwise"
-    _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
-    return strategy, width, False
-
-
-def _in_grid_stride(par: scf.ParallelOp, build: Callable[[_Emit], None]) -> None:
-    """Replace `par` by the loop `build` emits in 64-bit arithmetic: positions past 2^31 at
-    runtime sizes index right. The body reads its indices as `index` values."""
-    build(_Emit(Builder(InsertPoint.before(par)), i64))
+        _symbolic_flat_loop(e, par, shape, flat)
+        strategy, width, partial = "elementwise", flat, True
+    else:
+        _symbolic_loop(e, par, shape, width)
+        serial = any(isinstance(o, scf.ForOp) for o in body)
+        strategy, partial = "serial" if serial else "elementwise", False
     par.detach()
     par.erase()
+    _set_launch(kernel, strategy, block, RUNTIME_ITEMS)
+    return strategy, width, partial
 
 
 def _thread_ids(e: _Emit) -> tuple[SSAValue, SSAValue]:
@@ -1636,7 +1631,8 @@ def _thread_ids(e: _Emit) -> tuple[SSAValue, SSAValue]:
 
 
 def _symbolic_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], width: int) -> None:
-    """`_map_symbolic_grid_stride`'s loop over `width`-element chunks, in `e`'s integer type."""
+    """`_map_symbolic_grid_stride`'s loop over `width`-element chunks before `par`, in `e`'s
+    64-bit arithmetic (the body reads its indices as `index` values)."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     inner_extent = shape[-1]
@@ -1645,16 +1641,15 @@ def _symbolic_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], width: in
         if isinstance(inner_extent, int) and width > 1
         else shape
     )
-    int_type = e.int_type
     items = _product(e, chunks)
     extents = [_extent(e, d) for d in chunks]
     gtid32, nthreads32 = _thread_ids(e)
     gtid, nthreads = e.widen(gtid32), e.widen(nthreads32)
     step = _stride_digits(e, e.lt(e.add(gtid, nthreads), items), nthreads32, extents)
-    loop_body = Block(arg_types=[int_type] * (1 + len(shape)))
+    loop_body = Block(arg_types=[i64] * (1 + len(shape)))
     first = _thread_digits(e, gtid32, extents)
     e.builder.insert(scf.ForOp(gtid, items, nthreads, first, loop_body))
-    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
+    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), i64)
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     digits = list(loop_body.args[1:])
     outer = [inner.to_index(d) for d in digits[:-1]]
@@ -1804,7 +1799,8 @@ def _own_flat_accesses(
 
 
 def _symbolic_flat_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], width: int) -> None:
-    """`elementwise` with flat lanes at runtime sizes, in `e`'s integer type: chunks of `width`
+    """`elementwise` with flat lanes at runtime sizes before `par`, in `e`'s 64-bit arithmetic
+    (the body reads its indices as `index` values): chunks of `width`
     consecutive elements of the flattened index space in a grid-stride loop, each lane's
     indices the first lane's plus its lane (the last index alone where the chunk lies within
     a row, else carried: no division), the accesses at the iteration's own element one
@@ -1813,7 +1809,6 @@ def _symbolic_flat_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], widt
     loop."""
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
-    int_type = e.int_type
     extents = [_extent(e, d) for d in shape]
     total = _product(e, shape)
     wide = e.const(width)
@@ -1823,10 +1818,10 @@ def _symbolic_flat_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], widt
     again = e.lt(e.add(gtid, nthreads), chunks)
     narrow = _Emit(e.builder, i32)
     step = _stride_digits(e, again, narrow.mul(nthreads32, narrow.const(width)), extents)
-    loop_body = Block(arg_types=[int_type] * (1 + len(shape)))
+    loop_body = Block(arg_types=[i64] * (1 + len(shape)))
     first = _thread_digits(e, narrow.mul(gtid32, narrow.const(width)), extents)
     e.builder.insert(scf.ForOp(gtid, chunks, nthreads, first, loop_body))
-    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), int_type)
+    inner = _Emit(Builder(InsertPoint.at_end(loop_body)), i64)
     read_only = {a.memref for a in _accesses(body)} - _stored_memrefs(body)
     own = _own_flat_accesses(body, ivs, shape)
     digits: list[SSAValue] = list(loop_body.args[1:])
@@ -1836,11 +1831,11 @@ def _symbolic_flat_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], widt
     # plus one, carried.
     fits = inner.lt(inner.add(digits[-1], inner.const(width - 1)), extents[-1])
     within, across = Block(), Block()
-    w = _Emit(Builder(InsertPoint.at_end(within)), int_type)
+    w = _Emit(Builder(InsertPoint.at_end(within)), i64)
     rows = [w.to_index(d) for d in digits[:-1]]
     lanes = [[*rows, w.to_index(w.add(digits[-1], w.const(lane)))] for lane in range(width)]
     _clone_flat_chunk(w, body, ivs, lanes, (own, at_chunk), read_only)
-    a = _Emit(Builder(InsertPoint.at_end(across)), int_type)
+    a = _Emit(Builder(InsertPoint.at_end(across)), i64)
     one = [a.const(0) for _ in shape[:-1]] + [a.const(1)]
     carried = [digits]
     for _ in range(1, width):
@@ -1854,7 +1849,7 @@ def _symbolic_flat_loop(e: _Emit, par: scf.ParallelOp, shape: list[Extent], widt
     # The tail: elements chunks * width + t for t < total - chunks * width, one a thread.
     done = e.mul(chunks, wide)
     tail = Block()
-    then = _Emit(Builder(InsertPoint.at_end(tail)), int_type)
+    then = _Emit(Builder(InsertPoint.at_end(tail)), i64)
     at = then.add(done, gtid)
     position = [then.to_index(d) for d in _digits(then, at, extents)]
     last = _Cloner(then, dict(zip(ivs, position, strict=True)), read_only)
