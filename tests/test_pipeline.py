@@ -134,8 +134,6 @@ def test_names_the_pass_that_broke_the_ir() -> None:
 def test_verify_end_verifies_once_and_still_names_the_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dataclasses import replace
-
     from xdsl.dialects.builtin import ModuleOp
 
     calls: list[int] = []
@@ -146,16 +144,13 @@ def test_verify_end_verifies_once_and_still_names_the_pass(
         verify(self, verify_nested_ops)
 
     monkeypatch.setattr(ModuleOp, "verify", counted)
-    good = replace(xfuse.pipeline("cse,canonicalize,cse"), verify_each=False, verify_end=True)
+    good = xfuse.pipeline("cse,canonicalize,cse").verified_at_end()
+    assert (good.verify_each, good.verify_end) == (False, True)
     module = xfuse.parse(TEXT)
     calls.clear()
     good(module)
     assert len(calls) == 1  # the result only
-    bad = replace(
-        xfuse.pipeline("cse,test-break-exp", passes=TEST_PASSES),
-        verify_each=False,
-        verify_end=True,
-    )
+    bad = xfuse.pipeline("cse,test-break-exp", passes=TEST_PASSES).verified_at_end()
     with pytest.raises(InvalidIRError) as info:
         bad(xfuse.parse(TEXT))
     assert info.value.pass_name == "test-break-exp"

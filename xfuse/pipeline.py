@@ -313,6 +313,11 @@ class Pipeline:
 
     __call__ = apply
 
+    def verified_at_end(self) -> Pipeline:
+        """The pipeline with its result verified once at the end (`verify_end`), not after
+        each pass: as `xfuse.compile` and symbolic programs run their fusion passes."""
+        return replace(self, verify_each=False, verify_end=True)
+
     def _between(
         self, previous: ModulePass | None, module: ModuleOp, following: ModulePass | None
     ) -> None:

@@ -119,17 +119,13 @@ def run_pipeline(
     extra: Sequence[ModulePass] = (),
 ) -> list[FusionDecision]:
     """Run a pipeline (text, or as `compile_pipeline` made it) on `module` in place, its
-    result verified (`Pipeline.verify_end`); returns the decision records of the fusion passes
-    in it (`decisions` on their pass instances). The `extra` passes run after `decompose`, or
-    first without one."""
+    result verified once (`Pipeline.verified_at_end`); returns the decision records of the
+    fusion passes in it (`decisions` on their pass instances). The `extra` passes run after
+    `decompose`, or first without one."""
     built = pipeline(spec) if isinstance(spec, str) else spec
     passes = replace(
-        built,
-        passes=after_decompose(built.passes, extra),
-        observer=observer,
-        verify_each=False,
-        verify_end=True,
-    )
+        built, passes=after_decompose(built.passes, extra), observer=observer
+    ).verified_at_end()
     passes.apply(module)
     return collect_decisions(passes.passes)
 

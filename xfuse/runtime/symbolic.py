@@ -386,10 +386,7 @@ class SymbolicProgram:
         arguments must have their computed sizes there (`_derive`)."""
         self._on_device = on_device_type(self.device)
         passes = default_passes(self.device) if passes is None else passes
-        # the result verified once, as `xfuse.compile`'s passes (`Pipeline.verify_end`)
-        fusion_passes = replace(
-            pipeline(passes), observer=observer, verify_each=False, verify_end=True
-        )
+        fusion_passes = replace(pipeline(passes), observer=observer).verified_at_end()
         fusion_passes.apply(module)
         self.fusion_passes = fusion_passes.passes
         """The fusion passes as they ran (their `decisions`, for an explanation)."""
