@@ -376,6 +376,13 @@ def canonical_kernel_module(kernel: func.FuncOp, take_body: bool = False) -> Mod
     return module
 
 
+def canonical_source(kernel: func.FuncOp, take_body: bool = False) -> KernelSource:
+    """The kernel's `canonical_kernel_module` and its text: what the kernel cache keys and
+    compiles it by, for the static runtime (`ProgramCompiler.canonical`) and symbolic programs
+    (`xfuse.runtime.symbolic.compile_kernels`) alike."""
+    return KernelSource.of(canonical_kernel_module(kernel, take_body))
+
+
 def kernel_name(ops: Sequence[str], symbol: str) -> str:
     """The name profilers show for a kernel: `xfuse_` and its unit's ops (the first few, in
     order, without repeats or constants), e.g. `xfuse_mul_add_exp`; the second kernel of a unit gets `_k1`
@@ -511,8 +518,7 @@ class ProgramCompiler:
         if found is None:
             if not kernel.body.blocks:  # emptied by `lower_ahead`: its loops are not here
                 raise XfuseError(f"kernel @{kernel.sym_name.data} has no body to compile")
-            module = canonical_kernel_module(kernel, take_body)
-            found = self._canonical[kernel] = KernelSource.of(module)
+            found = self._canonical[kernel] = canonical_source(kernel, take_body)
         return found
 
     def lower_ahead(self, module: ModuleOp) -> LoweredUnits:

@@ -71,10 +71,10 @@ from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_A
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
 from xfuse.pipeline import AFTER_DEVICE_PASSES, PassFailedError, PassObserver, pipeline
-from xfuse.runtime.cache import KernelCache, KernelSource, default_cache
+from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import (
     AliasClasses,
-    canonical_kernel_module,
+    canonical_source,
     direct_call_text,
     is_fresh_view,
     lower_to_loops,
@@ -277,13 +277,12 @@ def lower_symbolic(module: ModuleOp, device: torch.device) -> None:
 
 def compile_kernels(module: ModuleOp, backend: Backend, cache: KernelCache) -> dict[str, Kernel]:
     """Each kernel of `module` for `backend`, by its symbol, through `cache` under its canonical
-    module (`canonical_kernel_module`, as the static runtime keys its kernels): a kernel of the
+    module (`canonical_source`, as the static runtime keys its kernels): a kernel of the
     same loop IR as another (a layer's, the same in each layer) or as one the cache holds is
     compiled once; the others are compiled ahead in worker processes where the backend has
     them (`KernelCache.compile_ahead`: CUDA's PTX), each loaded under its own symbol."""
     sources = {
-        kernel.sym_name.data: KernelSource.of(canonical_kernel_module(kernel))
-        for kernel in kernel_functions(module)
+        kernel.sym_name.data: canonical_source(kernel) for kernel in kernel_functions(module)
     }
     cache.compile_ahead(backend, list(sources.values()))
     return {name: cache.kernel(backend, source, name) for name, source in sources.items()}
