@@ -321,6 +321,31 @@ def test_gpt2_over_sequence_lengths(counts: Counts, dynamic: bool | None) -> Non
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+def test_gpt2_symbolic_program_is_imported_without_decomposing(
+    counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPT-2's graph of symbolic sequence length (its sizes computed in the graph, a `diff` of
+    the positions and `&` of masks in transformers' mask code) is exported in ops the
+    importer reads as they are: the symbolic compile runs no second trace of the program
+    (`run_decompositions`)."""
+    decomposed: list[object] = []
+    run = torch.export.ExportedProgram.run_decompositions
+
+    def recorded(self: torch.export.ExportedProgram, *args: Any, **kwargs: Any) -> Any:
+        decomposed.append(self)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", recorded)
+    model = gpt2()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with torch.no_grad():
+        for length in (3, 7):
+            ids = torch.randint(0, 128, (2, length))
+            torch.testing.assert_close(compiled(ids).logits, model(ids).logits)
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+    assert decomposed == []
+
+
 LENGTHS = [*range(1, 21), *range(21, 250, 9), *range(250, 257)]
 """Sequence lengths from 1 to 256: all of 1..20 and 250..256, every 9th between (all 256 take
 twice as long, the compiles aside)."""

@@ -34,6 +34,7 @@ from xfuse.errors import (
     UnsupportedProgram,
 )
 from xfuse.frontend.builder import guarded_low
+from xfuse.frontend.decompositions import decomposed_calls
 from xfuse.frontend.pytrees import picker
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.runtime.fallback import FallbackMode, fallback_mode, reason_of
@@ -672,7 +673,7 @@ def symbolic_program(
         )
     inputs = symbolic_inputs(gm, example_inputs)
     examples = tuple(inputs.arguments([example_value(x) for x in example_inputs]))
-    fn = inputs.function(gm, len(example_inputs))
+    fn = inputs.function(decomposed_calls(gm), len(example_inputs))
     lifted = set(static_positions(gm))
     static = tuple(k for k, i in enumerate(inputs.tensors) if i in lifted)
     with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's

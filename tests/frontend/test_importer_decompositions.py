@@ -188,3 +188,47 @@ def test_a_mapped_op_is_never_decomposed() -> None:
     assert not {name for name in CONVERTERS if name in table} - {
         str(op) for op in torch.export.default_decompositions()
     }
+
+
+@pytest.mark.parametrize(
+    "fn", [lambda a, b: (a > 0) & (b > 0), lambda a, b: (a > 0) | (b < 0), lambda a, b: a ^ b]
+)
+def test_tensor_operators_are_imported_without_decomposing(fn: Callable[..., Any]) -> None:
+    """`&`, `|` and `^` of tensors (`aten.__and__.Tensor`, ...) are their bitwise ops as
+    torch.export gives them."""
+    from xfuse.frontend.importer import needs_decomposition, wrap_function
+
+    a, b = torch.randint(-3, 4, (3, 4)), torch.randint(-3, 4, (4,))
+    assert not needs_decomposition(torch.export.export(wrap_function(fn), (a, b)))
+    check_against_eager(fn, (a, b))
+
+
+def _diffs(p: torch.Tensor) -> torch.Tensor:
+    first = p[:, :1] - 1
+    return torch.diff(p, prepend=first, dim=-1) * p.diff(dim=1, prepend=first)
+
+
+def test_a_traced_diff_calls_its_symbolic_decomposition() -> None:
+    """`decomposed_calls`: a traced graph's `torch.diff` calls (and the tensor method) call
+    the symbolic decomposition instead, with the same values; torch.export records its ops,
+    which a symbolic import reads as they are, where `aten.diff` would have the program
+    decomposed. A graph without such calls is returned as it is."""
+    from torch.export import Dim
+
+    from xfuse.frontend.decompositions import decomposed_calls
+    from xfuse.frontend.importer import needs_decomposition
+
+    traced = torch.fx.symbolic_trace(_diffs)
+    rewritten = decomposed_calls(traced)
+    assert rewritten is not traced
+    assert not [n for n in rewritten.graph.nodes if n.target in (torch.diff, "diff")]
+    for n in (2, 5, 9):
+        p = torch.cat([torch.arange(n // 2), torch.arange(n - n // 2)]).expand(2, n)
+        torch.testing.assert_close(rewritten(p), _diffs(p))
+    p, shapes = torch.arange(7).expand(2, 7), ({1: Dim("seq", min=2)},)
+    original = torch.export.export(traced, (p,), dynamic_shapes=shapes)
+    assert needs_decomposition(original, symbolic=True)
+    exported = torch.export.export(rewritten, (p,), dynamic_shapes=shapes)
+    assert not needs_decomposition(exported, symbolic=True)
+    plain = torch.fx.symbolic_trace(lambda x: x + 1)
+    assert decomposed_calls(plain) is plain

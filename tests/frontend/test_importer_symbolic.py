@@ -631,3 +631,23 @@ def test_a_guard_that_holds_from_its_symbols_lows_is_no_condition() -> None:
     ]
     assert not from_two.holds_at_every_size(product)  # -2 at s0 = s1 = 2
     assert not from_two.holds_at_every_size(sympy.Ge(s0**2 + 1, 3 * s0))  # -1 at s0 = 2
+
+
+def test_size_computations_are_imported_without_decomposing() -> None:
+    """A symbolic export's size computations (`sym_size`, arithmetic of sizes) have no graph
+    value: a program of them and of mapped ops is imported as torch.export gives it."""
+    from xfuse.frontend.importer import needs_decomposition, wrap_function
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0] * x.shape[1]) * 2
+
+    exported = torch.export.export(
+        wrap_function(f), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", min=2)}}
+    )
+    targets = [str(n.target) for n in exported.graph.nodes if n.op == "call_function"]
+    assert "aten.sym_size.int" in targets
+    assert needs_decomposition(exported)  # a static import does not read sizes
+    assert not needs_decomposition(exported, symbolic=True)
+    program = import_module(f, (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", min=2)}})
+    x = torch.randn(7, 3)
+    torch.testing.assert_close(interpret(program.module, [x])[0], f(x))

@@ -371,6 +371,51 @@ SYMBOLIC_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
 positions with one element prepended."""
 
 
+TRACED_SYMBOLIC_DECOMPOSITIONS: dict[Callable[..., Any], Callable[..., Any]] = {
+    torch.diff: _diff_keeping_size,
+}
+"""The torch functions of `SYMBOLIC_DECOMPOSITIONS`' ops, as a graph dynamo traced calls them
+(`torch.diff`, or as the tensor method of their name), -> the decompositions that
+`decomposed_calls` has such a graph call before torch.export traces it for a symbolic import."""
+
+
+def decomposed_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` (a graph dynamo traced) calling the decompositions of
+    `TRACED_SYMBOLIC_DECOMPOSITIONS` where it calls their torch functions (or the tensor
+    methods of their names): torch.export then records the decompositions' ops, which the
+    importer reads as they are, where the op itself would have the whole program decomposed
+    (a second trace of it, `run_decompositions`); a form of the op that its decomposition
+    leaves to torch reaches the export whole, and is decomposed there. `gm` itself where it
+    calls none, else a copy."""
+    replaced = {n: f for n in gm.graph.nodes if (f := _decomposition_called(n)) is not None}
+    if not replaced:
+        return gm
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        copied = graph.node_copy(node, lambda n: env[n])
+        if node in replaced:
+            args, kwargs = copied.args, dict(copied.kwargs)
+            if "input" in kwargs:  # torch.diff(input=x): the decomposition's first argument
+                args = (kwargs.pop("input"), *args)
+            copied.op, copied.target = "call_function", replaced[node]
+            copied.args, copied.kwargs = args, kwargs
+        env[node] = copied
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _decomposition_called(node: torch.fx.Node) -> Callable[..., Any] | None:
+    """The decomposition of `TRACED_SYMBOLIC_DECOMPOSITIONS` that a node calling one of its
+    torch functions (or the tensor method of that name) calls instead, else None."""
+    if node.op == "call_function" and callable(node.target):
+        return TRACED_SYMBOLIC_DECOMPOSITIONS.get(node.target)
+    if node.op == "call_method":
+        for function, decomposition in TRACED_SYMBOLIC_DECOMPOSITIONS.items():
+            if node.target == function.__name__:
+                return decomposition
+    return None
+
+
 def _overload(name: str) -> torch._ops.OpOverload | None:
     """`aten.op.overload`'s OpOverload, None where this torch has no such op."""
     _, op, overload = name.split(".")

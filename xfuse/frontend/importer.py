@@ -219,7 +219,7 @@ def import_program(
     refuses raise eager's error (`xfuse.frontend.eager_rules`)."""
     check_no_write_through_returned_input(program)
     check_eager_rules(program)
-    if needs_decomposition(program):
+    if needs_decomposition(program, symbolic):
         try:
             # export_support: decomposing retraces, rebuilding library outputs (a DynamicCache).
             with _quiet("torch._subclasses.fake_tensor"), export_support():
@@ -282,13 +282,16 @@ IMPORTED_AS_IS = frozenset(CONVERTERS) | SKIPPED | frozenset(KEPT_COMPOSITES)
 decomposition (attention: a `graph.torch_call` of itself either way)."""
 
 
-def needs_decomposition(program: ExportedProgram) -> bool:
+def needs_decomposition(program: ExportedProgram, symbolic: bool = False) -> bool:
     """Whether some node is not `read_as_exported` (decomposing is the slow part of an import;
     a program of such ops only is already in the form the importer reads, its attention calls
-    included)."""
+    included). In a symbolic import a size computation (`sym_size`, `operator.mul` of sizes:
+    a SymInt value) is read as it is: it has no graph value (`convert_symbolic_node`), and
+    decomposing leaves it as it was."""
     return any(
         node.op == "call_function"
         and node.target is not operator.getitem
+        and not (symbolic and isinstance(node.meta.get("val"), torch.SymInt))
         and not read_as_exported(node)
         for node in program.graph.nodes
     )

@@ -1044,7 +1044,7 @@ class BitwiseAndOp(IntegerBinaryOp):
     name = "graph.bitwise_and"
     FACTS: ClassVar[OpFacts] = OpFacts(
         torch="torch.bitwise_and",
-        aten=("aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar"),
+        aten=("aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar", "aten.__and__.Tensor"),
         scalar=ScalarRule(None, binary(arith.AndIOp), binary(arith.AndIOp)),
         fuzz=Fuzz.drawn_by("integer_or_logical"),
     )
@@ -1057,7 +1057,7 @@ class BitwiseOrOp(IntegerBinaryOp):
     name = "graph.bitwise_or"
     FACTS: ClassVar[OpFacts] = OpFacts(
         torch="torch.bitwise_or",
-        aten=("aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar"),
+        aten=("aten.bitwise_or.Tensor", "aten.bitwise_or.Scalar", "aten.__or__.Tensor"),
         scalar=ScalarRule(None, binary(arith.OrIOp), binary(arith.OrIOp)),
         fuzz=Fuzz.drawn_by("integer_or_logical"),
     )
@@ -1070,7 +1070,7 @@ class BitwiseXorOp(IntegerBinaryOp):
     name = "graph.bitwise_xor"
     FACTS: ClassVar[OpFacts] = OpFacts(
         torch="torch.bitwise_xor",
-        aten=("aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar"),
+        aten=("aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar", "aten.__xor__.Tensor"),
         scalar=ScalarRule(None, binary(arith.XOrIOp), binary(arith.XOrIOp)),
         fuzz=Fuzz.drawn_by("integer_or_logical"),
     )
