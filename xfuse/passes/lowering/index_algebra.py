@@ -140,6 +140,18 @@ class Affine:
     terms: tuple[tuple[Atom, int], ...] = ()
     const: int = 0
 
+    def __hash__(self) -> int:
+        # Hashed once: expressions nest (an atom holds its argument's `Affine`), and every
+        # memoized function of one (`index_cache`) hashes it on each call.
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = hash((self.terms, self.const))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __reduce__(self) -> tuple[type[Affine], tuple[tuple[tuple[Atom, int], ...], int]]:
+        return Affine, (self.terms, self.const)  # not the hash: strings hash per process
+
 
 Index = tuple[Affine, ...]
 ZERO = Affine()
@@ -219,9 +231,20 @@ def index_vars(index: Sequence[Affine]) -> frozenset[int]:
     return frozenset().union(*(loop_vars(e) for e in index))
 
 
+@index_cache
+def _order(atom: Atom) -> str:
+    """The key that orders an `Affine`'s terms: the atom's repr (made once per atom)."""
+    return repr(atom)
+
+
+def _by_order(term: tuple[Atom, int]) -> str:
+    return _order(term[0])
+
+
 def make_affine(terms: dict[Atom, int], const: int = 0) -> Affine:
     terms, const = _recombine({a: k for a, k in terms.items() if k}, const)
-    return Affine(tuple(sorted(terms.items(), key=lambda t: repr(t[0]))), const)
+    items = tuple(terms.items())
+    return Affine(items if len(items) < 2 else tuple(sorted(items, key=_by_order)), const)
 
 
 def add(*es: Affine) -> Affine:
