@@ -7,7 +7,7 @@ splat constant).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,8 +135,10 @@ def loads_are_flat(
     or at a constant one (then 1-D buffers make every access direct)."""
     dom = flat_domain(full)
     f = var_index(dom.parallel[0])
-    loads = _load_offsets(dom, outputs, leaves, (graph.ConcatOp, *OpGroup.WINDOW))
-    return loads is not None and all(not e.terms or e == f for e in loads)
+    for e in _load_offsets(dom, outputs, leaves, (graph.ConcatOp, *OpGroup.WINDOW)):
+        if e is None or (e.terms and e != f):
+            return False
+    return True
 
 
 def _load_offsets(
@@ -144,11 +146,11 @@ def _load_offsets(
     outputs: Sequence[SSAValue],
     leaves: dict[SSAValue, Leaf],
     unfollowed: tuple[type[Operation], ...],
-) -> list[Affine] | None:
+) -> Iterator[Affine | None]:
     """The linear offset of every buffer load of an elementwise kernel over `dom`, found by
-    walking back from its outputs (None when an op of kind `unfollowed` is reached: one that
-    reads its operands at indices this does not follow)."""
-    found: list[Affine] = []
+    walking back from its outputs, lazily (a caller stops at the first one it refuses); None,
+    last, when an op of kind `unfollowed` is reached: one that reads its operands at indices
+    this does not follow."""
     seen: set[tuple[SSAValue, Index]] = set()
     todo = [(v, dom.output_index(shape_of(v))) for v in outputs]
     while todo:
@@ -159,14 +161,14 @@ def _load_offsets(
         leaf = leaves.get(v)
         if leaf is not None:
             if leaf.arg is not None:
-                found.append(linearize(index, shape_of(v)))
+                yield linearize(index, shape_of(v))
             continue
         op = v.owner
         assert isinstance(op, Operation)
         if isinstance(op, unfollowed):
-            return None
+            yield None
+            return
         todo.extend(zip(op.operands, operand_indices(op, index), strict=True))
-    return found
 
 
 def merged_domain(full: tuple[int, ...], runs: Sequence[Sequence[int]]) -> Domain:
@@ -197,13 +199,14 @@ def _has_divmod(e: Affine) -> bool:
 
 def _offsets(
     dom: Domain, outputs: Sequence[SSAValue], leaves: dict[SSAValue, Leaf]
-) -> list[Affine] | None:
+) -> Iterator[Affine | None]:
     """The linear offset of every buffer access of an elementwise kernel over `dom`: its
-    stores and its loads (None through concat, pad, pool or gather)."""
-    loads = _load_offsets(dom, outputs, leaves, (graph.ConcatOp, graph.GatherOp, *OpGroup.WINDOW))
-    if loads is None:
-        return None
-    return [linearize(dom.output_index(shape_of(v)), shape_of(v)) for v in outputs] + loads
+    stores, then its loads, lazily (None, last, through concat, pad, pool or gather)."""
+    for v in outputs:
+        yield linearize(dom.output_index(shape_of(v)), shape_of(v))
+    yield from _load_offsets(
+        dom, outputs, leaves, (graph.ConcatOp, graph.GatherOp, *OpGroup.WINDOW)
+    )
 
 
 MERGE_DIMS = True
@@ -220,7 +223,7 @@ def collapsed_domain(
 
     def divides(runs: list[list[int]]) -> bool:
         offsets = _offsets(merged_domain(full, runs), outputs, leaves)
-        return offsets is None or any(_has_divmod(e) for e in offsets)
+        return any(e is None or _has_divmod(e) for e in offsets)
 
     runs = [[k] for k, d in enumerate(full) if d != 1]
     clean = not divides(runs)
