@@ -889,6 +889,8 @@ def window_recompute(g: FusionGraph, first: Node, second: Node, inline: bool = F
     an inlining consumer), and the extra work, (reads - 1) times `first`'s cost per element,
     passes that reader's `recompute_budget`. Each input element of a 3x3 pool of stride 1 is
     recomputed once per window covering it: 9 times."""
+    if not inline and OpClass.WINDOW not in second.classes:
+        return None  # every read is one per element: skip the walk over the uses
     cost = None
     for reader, value in g.edge_readers(first, second):
         through = _element_reads(g, second, reader, value)
