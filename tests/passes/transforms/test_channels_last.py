@@ -62,11 +62,31 @@ class MobileBlock(nn.Module):
         return nn.functional.avg_pool2d(y, 2).flatten(1)
 
 
+class DenseBlock(nn.Module):
+    """Two dense layers: each reads the concatenation of every feature map before it through
+    batch norm and ReLU (DenseNet)."""
+
+    def __init__(self, c: int = 8, growth: int = 4):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.norms = nn.ModuleList([nn.BatchNorm2d(c), nn.BatchNorm2d(c + growth)])
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(c, growth, 3, padding=1), nn.Conv2d(c + growth, growth, 3, padding=1)]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = [self.stem(x)]
+        for norm, conv in zip(self.norms, self.convs, strict=True):
+            features.append(conv(torch.relu(norm(torch.cat(features, 1)))))
+        return torch.cat(features, 1)
+
+
 MODELS: dict[str, Callable[[], Built]] = {
     "convnet": make_convnet,
     "resnet18": lambda: make_resnet18(width=8, size=32),
     "convnext": lambda: (ConvNeXtBlock().eval(), (torch.randn(2, 8, 8, 8),)),
     "mobile": lambda: (MobileBlock().eval(), (torch.randn(2, 8, 8, 8),)),
+    "dense": lambda: (DenseBlock().eval(), (torch.randn(2, 3, 8, 8),)),
 }
 
 
@@ -107,6 +127,16 @@ def test_convnext_permutes_cancel() -> None:
     # is the residual add's operand, already NHWC: left are the residual input's read (NCHW,
     # fused into the add's kernel) and the output's permute (written NCHW by that kernel).
     assert permutes == [(0, 2, 3, 1), (0, 3, 1, 2)]
+
+
+def test_concatenations_of_nhwc_features_stay_nhwc() -> None:
+    """DenseNet's concatenations of convolution outputs join their NHWC values along the last
+    dim, so the batch norm after each reads NHWC memory; only the program's output is NCHW."""
+    module = rewrite_keeps_values(*MODELS["dense"]())
+    concats = [op for op in module.walk() if isinstance(op, graph.ConcatOp)]
+    # torch.cat of the stem's output alone is that output: two concatenations are left
+    assert [op.axis for op in concats] == [3, 3]
+    assert all(graph.shape_of(op.result)[1:3] == (8, 8) for op in concats)
 
 
 def upsampled(x: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

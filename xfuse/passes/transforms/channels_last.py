@@ -268,6 +268,11 @@ def _is_elementwise(op: Operation) -> bool:
     )
 
 
+def _is_concat(op: Operation) -> bool:
+    """A `graph.concat` of rank-4 tensors."""
+    return isinstance(op, graph.ConcatOp) and _is_rank4(op.result)
+
+
 def _is_window(op: Operation) -> bool:
     """A rank-4 `graph.pool` or `graph.pad`: windows over NCHW's H and W."""
     return (
@@ -390,7 +395,9 @@ class _Layout:
         for conv in convolutions(self.block):
             source = conv.op.inputs[conv.input_index]
             owner = source.owner
-            if isinstance(owner, Operation) and (_is_elementwise(owner) or _is_window(owner)):
+            if isinstance(owner, Operation) and (
+                _is_elementwise(owner) or _is_window(owner) or _is_concat(owner)
+            ):
                 self.wanted.add(source)
         for op in list(self.block.ops):
             if isinstance(op, func.ReturnOp):
@@ -403,6 +410,11 @@ class _Layout:
                 self.reduction(op)
             elif isinstance(op, graph.PermuteOp) and self.is_nhwc(op.input):
                 self.permute(op)
+            elif isinstance(op, graph.ConcatOp) and (
+                _is_concat(op)
+                and (op.result in self.wanted or any(self.is_nhwc(v) for v in op.operands))
+            ):
+                self.concat(op)
             elif _is_window(op) and (
                 op.results[0] in self.wanted or any(self.is_nhwc(v) for v in op.operands)
             ):
@@ -474,6 +486,13 @@ class _Layout:
             Rewriter.erase_op(op)
             return
         self._replace(op, graph.PermuteOp(source, perm), None)
+
+    def concat(self, op: graph.ConcatOp) -> None:
+        """A concatenation of NCHW values, one of them in NHWC memory (DenseNet's features)
+        or read by a convolution: it concatenates their NHWC values along the NHWC position of
+        its dim, so that its kernel reads and writes NHWC memory."""
+        operands = [self.nhwc(v, op) for v in op.operands]
+        self._replace(op, graph.ConcatOp(operands, TO_NHWC.index(op.axis)), TO_NCHW)
 
     def windowed(self, op: Operation) -> None:
         """A pool or pad (over NCHW's trailing dims) of NHWC memory, or one a convolution

@@ -67,3 +67,19 @@ func.func @externs(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> (tensor<
 // CHECK-NEXT:    %[[C:.*]] = graph.torch_call "aten.cumsum.default"(%[[YC]])
 // CHECK-NEXT:    %[[F:.*]] = graph.reshape %[[YN]] : tensor<1x4x8x8xf32> -> tensor<256xf32>
 // CHECK-NEXT:    func.return %[[QN]], %[[C]], %[[F]]
+
+// A concatenation of convolution outputs (DenseNet's features) joins their NHWC values along
+// the last dim; a reader that is not elementwise (here the return) reads its NCHW permute.
+func.func @concat(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x1x1xf32>, %v: tensor<2x3x1x1xf32>) -> tensor<1x6x8x8xf32> {
+  %a = graph.torch_call "aten.convolution.default"(%x, %w) args = ["%t0", "%t1", none, [1 : i64, 1 : i64], [0 : i64, 0 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x3x8x8xf32>, tensor<4x3x1x1xf32>) -> tensor<1x4x8x8xf32>
+  %b = graph.torch_call "aten.convolution.default"(%x, %v) args = ["%t0", "%t1", none, [1 : i64, 1 : i64], [0 : i64, 0 : i64], [1 : i64, 1 : i64], false, [0 : i64, 0 : i64], 1 : i64] kwargs = {} : (tensor<1x3x8x8xf32>, tensor<2x3x1x1xf32>) -> tensor<1x2x8x8xf32>
+  %c = graph.concat %a, %b dim = 1 : tensor<1x4x8x8xf32>, tensor<1x2x8x8xf32> -> tensor<1x6x8x8xf32>
+  func.return %c : tensor<1x6x8x8xf32>
+}
+
+// CHECK-LABEL: func.func @concat
+// CHECK:         %[[AV:.*]] = graph.torch_call "aten.permute.default"(%{{.*}}) args = ["%t0", [0 : i64, 2 : i64, 3 : i64, 1 : i64]] {{.*}} -> tensor<1x8x8x4xf32>
+// CHECK:         %[[BV:.*]] = graph.torch_call "aten.permute.default"(%{{.*}}) args = ["%t0", [0 : i64, 2 : i64, 3 : i64, 1 : i64]] {{.*}} -> tensor<1x8x8x2xf32>
+// CHECK-NEXT:    %[[C:.*]] = graph.concat %[[AV]], %[[BV]] dim = 3 : tensor<1x8x8x4xf32>, tensor<1x8x8x2xf32> -> tensor<1x8x8x6xf32>
+// CHECK-NEXT:    %[[CN:.*]] = graph.permute %[[C]] perm = [0, 3, 1, 2] : tensor<1x8x8x6xf32> -> tensor<1x6x8x8xf32>
+// CHECK-NEXT:    func.return %[[CN]]
