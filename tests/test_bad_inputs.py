@@ -130,9 +130,10 @@ def test_opt_on_a_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
         ("split-reductions{min-length=0}", "option 'min-length' must be a positive integer"),
         ("split-reductions{min-length=true}", "option 'min-length' must be an integer, found true"),
         (
-            "split-reductions{normalization-rows=-1}",
-            "option 'normalization-rows' must be a non-neg",
+            "split-reductions{normalization-rows=-2}",
+            "option 'normalization-rows' must be a non-negative integer, or -1 for the target's",
         ),
+        ("split-reductions{target=tpu}", "option 'target' must be one of cpu, cuda, found 'tpu'"),
         ("gpu-map-parallel{block-size=2048}", "option 'block-size' must be an integer from 1 to"),
         ("gpu-map-parallel{row-threads=96}", "option 'row-threads' must be 0 (automatic) or a"),
         ("gpu-map-parallel{unroll=0}", "option 'unroll' must be a positive integer"),

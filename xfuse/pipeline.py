@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from types import NoneType, UnionType
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, cast, get_args, get_origin, get_type_hints
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
@@ -497,6 +497,21 @@ def compile_pipeline(
     the device's own (`compile_device_passes`) after its last `decompose`. New pass instances
     each call (fusion passes keep their decisions on themselves). `passes` replaces the passes
     the spec may name (default: `known_passes()`)."""
-    return Pipeline(
-        after_decompose(parse_passes(options.spec, passes), compile_device_passes(device, options))
-    )
+    spec = for_target(parse_passes(options.spec, passes), device)
+    return Pipeline(after_decompose(spec, compile_device_passes(device, options)))
+
+
+def for_target(
+    passes: tuple[ModulePass, ...], device: str | torch.device
+) -> tuple[ModulePass, ...]:
+    """`passes` with their `target` option (where they have one: `split-reductions`) set to
+    `device`'s type, which their choices depend on."""
+    target = device_type(device)
+    return tuple(_with_target(p, target) for p in passes)
+
+
+def _with_target(module_pass: ModulePass, target: str) -> ModulePass:
+    if not any(f.name == "target" for f in dataclasses.fields(module_pass)):
+        return module_pass
+    configured: ModulePass = dataclasses.replace(cast(Any, module_pass), target=target)
+    return configured

@@ -26,6 +26,9 @@ class OptionRule:
 POSITIVE = OptionRule(lambda v: v >= 1, "a positive integer")
 NON_NEGATIVE = OptionRule(lambda v: v >= 0, "a non-negative integer")
 LIMIT_OR_ALL = OptionRule(lambda v: v >= -1, "a non-negative integer, or -1 for no limit")
+COUNT_OR_TARGETS = OptionRule(
+    lambda v: v >= -1, "a non-negative integer, or -1 for the target's value"
+)
 BLOCK_THREADS = OptionRule(lambda v: 1 <= v <= 1024, "an integer from 1 to 1024")
 ROW_THREADS = OptionRule(
     lambda v: v == 0 or (64 <= v <= 1024 and v & (v - 1) == 0),

@@ -28,6 +28,7 @@ from xfuse.passes.transforms.split_reductions import (
     choose_split,
     is_normalization,
 )
+from xfuse.pipeline import compile_pipeline
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.testing import RandomProgram, programs
 
@@ -226,6 +227,25 @@ def test_normalizations_with_many_rows_are_left_alone(
     SplitReductionsPass(normalization_rows=option).apply(make_context(), module)
     module.verify()
     assert len(reductions(module)) == split_count
+
+
+@pytest.mark.parametrize(("target", "rows", "split_count"), [("cpu", 32, 2), ("cuda", 32, 4)])
+def test_the_rows_a_normalization_needs_are_the_targets(
+    target: str, rows: int, split_count: int
+) -> None:
+    """32 rows are parallel on the CPU's threads; on a GPU, whose row kernel gives each row one
+    block, they are not (a row per SM): there the normalization is split."""
+    module = decomposed(SOFTMAX.replace("ROWS", str(rows)))
+    SplitReductionsPass(target=target).apply(make_context(), module)
+    module.verify()
+    assert len(reductions(module)) == split_count
+
+
+def test_compile_sets_the_target_of_split_reductions() -> None:
+    for device, target in (("cpu", "cpu"), ("cuda:1", "cuda")):
+        passes = compile_pipeline(device).passes
+        [split] = [p for p in passes if isinstance(p, SplitReductionsPass)]
+        assert split.target == target
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 // RUN: xfuse-opt %s -p decompose,split-reductions | filecheck %s
 // RUN: xfuse-opt %s -p 'decompose,split-reductions{normalization-rows=0}' | filecheck %s --check-prefix=ALL
+// RUN: xfuse-opt %s -p 'decompose,split-reductions{target=cuda}' | filecheck %s --check-prefix=ALL
 
 // A normalization (the reduction's result meets its input again: softmax, layer/RMS norm)
-// with at least `normalization-rows` (8) rows is left alone: fusion makes it one row kernel
-// whose rows are parallel already. With fewer rows it is split like any other reduction.
+// with at least `normalization-rows` rows (the target's: 8 on the CPU, 132 on CUDA) is left
+// alone: fusion makes it one row kernel whose rows are parallel already. With fewer rows it is
+// split like any other reduction.
 
 func.func @softmax_8_rows(%x: tensor<8x131072xf32>) -> tensor<8x131072xf32> {
   %y = graph.softmax %x dim = 1 : tensor<8x131072xf32>
