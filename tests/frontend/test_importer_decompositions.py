@@ -4,6 +4,7 @@ strided-gather converters (as_strided, unfold), and interpret and compile equal 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ from frontend_util import check_against_eager, op_names
 
 import xfuse
 from xfuse.frontend import import_module
+from xfuse.frontend.decompositions import extra_decompositions, one_group_norm
 
 _gen = torch.Generator().manual_seed(0)
 aten = torch.ops.aten
@@ -232,3 +234,33 @@ def test_a_traced_diff_calls_its_symbolic_decomposition() -> None:
     assert not needs_decomposition(exported, symbolic=True)
     plain = torch.fx.symbolic_trace(lambda x: x + 1)
     assert decomposed_calls(plain) is plain
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 5, 6), (2, 4, 7), (4, 6)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_one_group_norm_reduces_over_the_inputs_dims(shape: tuple[int, ...], affine: bool) -> None:
+    """The one-group decomposition off the CPU (statistics over dims 1 and after, no reshape)
+    gives eager's output, mean and rstd, in f64."""
+    x = torch.randn(shape, dtype=torch.float64)
+    c = shape[1]
+    w, b = (torch.randn(c, dtype=torch.float64), torch.randn(c, dtype=torch.float64))
+    weight, bias = (w, b) if affine else (None, None)
+    inner = math.prod(shape[2:])
+    want = aten.native_group_norm(x, weight, bias, shape[0], c, inner, 1, 1e-5)
+    got = one_group_norm(x, weight, bias, 1e-5)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e)
+
+
+def test_group_norm_decomposes_with_one_group_off_the_cpu_only() -> None:
+    """On a device other than the CPU (here `meta`) one group reduces over the input's dims;
+    two groups, and the CPU, keep torch's decomposition (a reshape to [N, G, C/G, H*W])."""
+    decompose = extra_decompositions()[aten.native_group_norm.default]
+    for device, groups, reshapes in (("meta", 1, False), ("meta", 2, True), ("cpu", 1, True)):
+        x = torch.randn(2, 4, 3, 3, device=device)
+        norm = functools.partial(decompose, groups=groups, eps=1e-5)
+        graph = torch.fx.experimental.proxy_tensor.make_fx(norm)(x, None, None, 2, 4, 9).graph
+        grouped = (2, groups, 4 // groups, 9)
+        vals = [n.meta.get("val") for n in graph.nodes]
+        shapes = {tuple(v.shape) for v in vals if isinstance(v, torch.Tensor)}
+        assert (grouped in shapes) == reshapes, (device, groups, shapes)

@@ -22,7 +22,6 @@ import torch
 aten = torch.ops.aten
 
 TORCH_DECOMPOSED: tuple[str, ...] = (
-    "aten.native_group_norm.default",
     "aten.upsample_bilinear2d.vec",
     "aten.upsample_bilinear2d.default",
     "aten.addmv.default",
@@ -318,7 +317,51 @@ def _frexp(x: torch.Tensor) -> Any:
     return m.to(x.dtype), e.to(torch.int32)
 
 
+def _group_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    batch: int,
+    channels: int,
+    inner: int,
+    groups: int,
+    eps: float,
+) -> Any:
+    """native_group_norm as torch's decomposition computes it off the CPU, except that with one
+    group the statistics reduce over the input's own dims instead of over its `[N, 1, C, H*W]`
+    reshape: `channels-last` moves a reduction's dims onto NHWC memory, not a reshape's, so a
+    GroupNorm(1, C) of an NHWC activation (PoolFormer's, MetaFormer's) reads it in memory order.
+    Other group counts, and the CPU (whose decomposition folds the statistics into one scale and
+    shift per channel), decompose as torch's."""
+    from torch._decomp import decomposition_table
+
+    if groups != 1 or x.device.type == "cpu":
+        torch_decomposition = decomposition_table[aten.native_group_norm.default]
+        return torch_decomposition(x, weight, bias, batch, channels, inner, groups, eps)
+    return one_group_norm(x, weight, bias, eps)
+
+
+def one_group_norm(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """native_group_norm with one group, its statistics reduced over `x`'s dims 1 and after."""
+    from torch._prims_common import get_computation_dtype
+
+    acc = x.to(get_computation_dtype(x.dtype))
+    var, mean = torch.var_mean(acc, dim=list(range(1, x.ndim)), unbiased=False, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    out = (acc - mean) * rstd
+    per_channel = [1, x.shape[1]] + [1] * (x.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
+    stats = [x.shape[0], 1]
+    return out.to(x.dtype), mean.to(x.dtype).reshape(stats), rstd.to(x.dtype).reshape(stats)
+
+
 OWN_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
+    "aten.native_group_norm.default": _group_norm,
     "aten.empty.memory_format": _empty,
     "aten.empty_permuted.default": _empty,
     "aten.empty_strided.default": _empty,
