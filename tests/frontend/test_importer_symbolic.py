@@ -451,6 +451,56 @@ def test_an_equality_the_trace_checked_is_a_relation_of_the_table() -> None:
         interpret(program.module, [torch.randn(4, 3), torch.randn(2, 5)])
 
 
+def test_an_equality_over_symbols_the_trace_replaced_relates_the_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sum of two flattenings guards torch.export's trace on `Eq(a0*a1, b0*b1)` over the
+    symbols `a`'s dims had then; the sum with `c` then equates `a`'s dims with `c`'s, and
+    the trace replaces `a`'s symbols by `c`'s, in the fake values but not in the guard. Read
+    through the replacements, the guard relates the input symbols: the program imports as
+    exported (no `run_decompositions`), the flattenings name one symbol, and the interpreter
+    refuses sizes that break the relation."""
+    from xfuse.frontend.importer import import_program, needs_decomposition, wrap_function
+
+    def f(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> list[torch.Tensor]:
+        return [a.reshape(-1) + b.reshape(-1), a + c]
+
+    auto = {0: Dim.AUTO, 1: Dim.AUTO}
+    examples = (torch.randn(2, 6), torch.randn(3, 4), torch.randn(2, 6))
+    exported = torch.export.export(
+        wrap_function(f), examples, dynamic_shapes={"a": auto, "b": auto, "c": auto}
+    )
+    placeholders = [n for n in exported.graph.nodes if n.op == "placeholder"]
+    env = placeholders[0].meta["val"].shape[0].node.shape_env
+    held = {
+        x for n in placeholders for size in n.meta["val"].shape for x in size.node.expr.free_symbols
+    }
+    stale = [
+        g.expr for g in env.guards if g.expr.free_symbols - held and len(g.expr.free_symbols) == 4
+    ]
+    assert stale, "the premise: a guard over symbols the trace replaced"
+    assert not needs_decomposition(exported, symbolic=True)
+    decomposed: list[object] = []
+    monkeypatch.setattr(
+        torch.export.ExportedProgram, "run_decompositions", lambda *a, **k: decomposed.append(a)
+    )
+    program = import_program(exported, symbolic=True)
+    assert not decomposed
+    table = program.function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    a0, a1, b0, b1 = (s.name for s in table.inputs())
+    (relation,) = table.relations
+    products = {graph.SizeExpr.of([(tuple(sorted(pair)), 1)]) for pair in ((a0, a1), (b0, b1))}
+    assert {relation.lhs_expr, relation.rhs} == products
+    (result, _) = program.function.function_type.outputs.data
+    assert graph.dims_of(result) == (table.symbol_for(relation.rhs),)
+    a, b, c = torch.randn(4, 3), torch.randn(2, 6), torch.randn(4, 3)
+    for got, expected in zip(interpret(program.module, [a, b, c]), f(a, b, c), strict=True):
+        torch.testing.assert_close(got, expected)
+    with pytest.raises(Exception, match="differ"):
+        interpret(program.module, [a, torch.randn(2, 5), c])
+
+
 def test_inequalities_the_trace_assumed_are_conditions_of_the_table() -> None:
     """`torch._check(b0 <= 2 * a1 - 1)` guards torch.export's trace on an inequality of two
     input symbols: the table holds it as a condition, which the interpreter checks."""

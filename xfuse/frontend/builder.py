@@ -93,13 +93,17 @@ class SizeSymbols:
         relations of the table (`graph.SizeRelation`): polynomials of this import's input
         symbols, each oriented as a rewrite of its largest monomial; one without a monomial
         of degree 2 or more with coefficient 1 or -1 to rewrite, or that earlier relations
-        already give, is left out. A program checks its relations at each call
-        (`SymbolicProgram.bind`), so that it never runs sizes the trace did not allow."""
+        already give, is left out. A guard is read through the environment's replacements
+        (`ShapeEnv.replace`), as the fake values' sizes are: a guard written over a symbol
+        the trace later equated to another (`Eq(s20*s40, s31*s66)`, with `s40 -> s0` and
+        `s66 -> s15`) relates the input symbols (`s0*s20 = s15*s31`). A program checks its
+        relations at each call (`SymbolicProgram.bind`), so that it never runs sizes the
+        trace did not allow."""
         import sympy
 
         rank = {s.name: i for i, s in enumerate(self.inputs)}
         for guard in getattr(env, "guards", ()):
-            expr = guard.expr
+            expr = env.replace(guard.expr)
             if not isinstance(expr, sympy.Eq):
                 continue
             lhs, rhs = self._plain(expr.lhs), self._plain(expr.rhs)

@@ -214,29 +214,18 @@ def import_program(
     program: ExportedProgram, verify: bool = True, symbolic: bool = False
 ) -> ImportedProgram:
     """Import an exported program (decomposed here to the aten ops the importer maps where
-    some op is not `read_as_exported`; a symbolic program whose only such nodes are size
-    computations is first read as it is, and decomposed where that import cannot relate its
-    sizes); its module verified unless `verify` is off (`xfuse.runtime.driver.fuse_and_lower` verifies it only when
+    some op is not `read_as_exported`; in a symbolic program size computations need none);
+    its module verified unless `verify` is off (`xfuse.runtime.driver.fuse_and_lower` verifies it only when
     no cached program has the same text, since that one verified). Arguments that eager
     refuses raise eager's error (`xfuse.frontend.eager_rules`)."""
     check_no_write_through_returned_input(program)
     check_eager_rules(program)
-    decomposed = needs_decomposition(program, symbolic)
-    if decomposed:
+    if needs_decomposition(program, symbolic):
         program = _decomposed(program, symbolic)
     if not symbolic:
         return Importer(program).run(verify)
-    try:
-        with importing_sizes(SizeSymbols()):
-            return Importer(program).run(verify)
-    except SymbolicSizeError:
-        if decomposed or not needs_decomposition(program):
-            raise
-    # Read as exported, sizes are related only as the trace wrote them; decomposing retraces
-    # the program, which writes each size as the trace's size table simplifies it (two
-    # products that a guard equates, one expression).
     with importing_sizes(SizeSymbols()):
-        return Importer(_decomposed(program, symbolic)).run(verify)
+        return Importer(program).run(verify)
 
 
 def _decomposed(program: ExportedProgram, symbolic: bool) -> ExportedProgram:
