@@ -264,3 +264,16 @@ def test_group_norm_decomposes_with_one_group_off_the_cpu_only() -> None:
         vals = [n.meta.get("val") for n in graph.nodes]
         shapes = {tuple(v.shape) for v in vals if isinstance(v, torch.Tensor)}
         assert (grouped in shapes) == reshapes, (device, groups, shapes)
+
+
+def test_each_symbolic_decomposition_names_its_op_and_torch_function() -> None:
+    """`SYMBOLIC_DECOMPOSITIONS`: each entry's op exists in this torch and its torch function
+    (whose name is also the tensor method `decomposed_calls` retargets) is the op's; the
+    importer's table has each decomposition by that op."""
+    from xfuse.frontend.decompositions import SYMBOLIC_DECOMPOSITIONS, symbolic_decompositions
+
+    table = symbolic_decompositions()
+    for entry in SYMBOLIC_DECOMPOSITIONS:
+        _, op, overload = entry.op.split(".")
+        assert entry.function.__name__ == op
+        assert table[getattr(getattr(torch.ops.aten, op), overload)] is entry.decomposition

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -406,30 +407,34 @@ def _diff_keeping_size(
     return x - previous if x.dtype != torch.bool else torch.logical_xor(x, previous)
 
 
-SYMBOLIC_DECOMPOSITIONS: dict[str, Callable[..., Any]] = {
-    "aten.diff.default": _diff_keeping_size,
-}
+@dataclass(frozen=True)
+class SymbolicDecomposition:
+    """A decomposition a symbolic import uses in place of torch's, for the aten op `op`
+    (`aten.op.overload`) and for the calls of its torch function `function` (and of the tensor
+    method of its name) in a graph dynamo traced."""
+
+    op: str
+    function: Callable[..., Any]
+    decomposition: Callable[..., Any]
+
+
+SYMBOLIC_DECOMPOSITIONS: tuple[SymbolicDecomposition, ...] = (
+    SymbolicDecomposition("aten.diff.default", torch.diff, _diff_keeping_size),
+)
 """Decompositions a symbolic import uses in place of torch's, whose results keep their sizes
 (no slice by a symbolic size): transformers' packed-sequence ids take a `diff` of the
-positions with one element prepended."""
-
-
-TRACED_SYMBOLIC_DECOMPOSITIONS: dict[Callable[..., Any], Callable[..., Any]] = {
-    torch.diff: _diff_keeping_size,
-}
-"""The torch functions of `SYMBOLIC_DECOMPOSITIONS`' ops, as a graph dynamo traced calls them
-(`torch.diff`, or as the tensor method of their name), -> the decompositions that
-`decomposed_calls` has such a graph call before torch.export traces it for a symbolic import."""
+positions with one element prepended. The importer's table has them by op
+(`symbolic_decompositions`); `decomposed_calls` has a traced graph call them where it calls
+their torch functions."""
 
 
 def decomposed_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """`gm` (a graph dynamo traced) calling the decompositions of
-    `TRACED_SYMBOLIC_DECOMPOSITIONS` where it calls their torch functions (or the tensor
-    methods of their names): torch.export then records the decompositions' ops, which the
-    importer reads as they are, where the op itself would have the whole program decomposed
-    (a second trace of it, `run_decompositions`); a form of the op that its decomposition
-    leaves to torch reaches the export whole, and is decomposed there. `gm` itself where it
-    calls none, else a copy."""
+    """`gm` (a graph dynamo traced) calling the decompositions of `SYMBOLIC_DECOMPOSITIONS`
+    where it calls their torch functions (or the tensor methods of their names): torch.export
+    then records the decompositions' ops, which the importer reads as they are, where the op
+    itself would have the whole program decomposed (a second trace of it,
+    `run_decompositions`); a form of the op that its decomposition leaves to torch reaches
+    the export whole, and is decomposed there. `gm` itself where it calls none, else a copy."""
     replaced = {n: f for n in gm.graph.nodes if (f := _decomposition_called(n)) is not None}
     if not replaced:
         return gm
@@ -448,14 +453,13 @@ def decomposed_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 def _decomposition_called(node: torch.fx.Node) -> Callable[..., Any] | None:
-    """The decomposition of `TRACED_SYMBOLIC_DECOMPOSITIONS` that a node calling one of its
-    torch functions (or the tensor method of that name) calls instead, else None."""
-    if node.op == "call_function" and callable(node.target):
-        return TRACED_SYMBOLIC_DECOMPOSITIONS.get(node.target)
-    if node.op == "call_method":
-        for function, decomposition in TRACED_SYMBOLIC_DECOMPOSITIONS.items():
-            if node.target == function.__name__:
-                return decomposition
+    """The decomposition of `SYMBOLIC_DECOMPOSITIONS` that a node calling one of its torch
+    functions (or the tensor method of that name) calls instead, else None."""
+    for entry in SYMBOLIC_DECOMPOSITIONS:
+        if node.op == "call_function" and node.target is entry.function:
+            return entry.decomposition
+        if node.op == "call_method" and node.target == entry.function.__name__:
+            return entry.decomposition
     return None
 
 
@@ -468,10 +472,10 @@ def _overload(name: str) -> torch._ops.OpOverload | None:
 def symbolic_decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
     """`SYMBOLIC_DECOMPOSITIONS` by overload."""
     table: dict[torch._ops.OpOverload, Callable[..., Any]] = {}
-    for name, fn in SYMBOLIC_DECOMPOSITIONS.items():
-        op = _overload(name)
+    for entry in SYMBOLIC_DECOMPOSITIONS:
+        op = _overload(entry.op)
         if op is not None:
-            table[op] = fn
+            table[op] = entry.decomposition
     return table
 
 
