@@ -13,6 +13,7 @@ maps:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -434,21 +435,19 @@ def decomposed_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     then records the decompositions' ops, which the importer reads as they are, where the op
     itself would have the whole program decomposed (a second trace of it,
     `run_decompositions`); a form of the op that its decomposition leaves to torch reaches
-    the export whole, and is decomposed there. `gm` itself where it calls none, else a copy."""
-    replaced = {n: f for n in gm.graph.nodes if (f := _decomposition_called(n)) is not None}
-    if not replaced:
+    the export whole, and is decomposed there. `gm` itself where it calls none, else a copy
+    whose graph has those calls retargeted."""
+    if not any(_decomposition_called(n) for n in gm.graph.nodes):
         return gm
-    graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    for node in gm.graph.nodes:
-        copied = graph.node_copy(node, lambda n: env[n])
-        if node in replaced:
-            args, kwargs = copied.args, dict(copied.kwargs)
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
+        decomposition = _decomposition_called(node)
+        if decomposition is not None:
+            args, kwargs = node.args, dict(node.kwargs)
             if "input" in kwargs:  # torch.diff(input=x): the decomposition's first argument
                 args = (kwargs.pop("input"), *args)
-            copied.op, copied.target = "call_function", replaced[node]
-            copied.args, copied.kwargs = args, kwargs
-        env[node] = copied
+            node.op, node.target = "call_function", decomposition
+            node.args, node.kwargs = args, kwargs
     return torch.fx.GraphModule(gm, graph)
 
 
