@@ -10,20 +10,24 @@ symbolic program where xfuse takes the graph, else a program per size) and Induc
                                  [--device cuda] [--dtype bf16]
 
 For each model and column, in a new process with empty kernel caches (xfuse's and Inductor's:
-cold compiles, and no column's compile workers or threads beside another's timing): each size
-of the sweep in turn, the ms of its first call (compiling included, by the host clock), whose
-values are checked against eager. Then, in one more process, every column compiled side by
-side and, at each size, called in turn (`--runs` rounds, every second round in the reverse
+cold compiles, and no column's compile workers or threads beside another's timing): each size of
+the sweep in turn, the ms of its first call (compiling included, by the host clock), whose
+values are checked against eager. Then, in one more process, every column side by side and, at
+each size, called in turn (`--runs` rounds after two calls, every second round in the reverse
 order): each column's steady-state median ms per call, so that no column's time is another
-process's GPU clocks or machine load. One table per model: a row per size, then the sum of the
-first calls (the sweep's compile time) and the median steady-state ms. The MLP's sweep is over
-the batch size, the language models' (GPT-2 from its config, random weights: `lm` a small one,
-2x its length; `gpt2` the families' 4 layers 768 wide, 8x its length) over the sequence length.
-`--dtype bf16` runs the models in bf16 (checked against eager at bf16's tolerances; the
-GPT-2 head's 50,257-token rows are then unaligned for cuBLAS: `pad-matmul`). On CUDA, the
-first call's ms waits for the GPU, the steady ms are one call's each with
-CUDA events (the host's launches included), and `inductor-ro-dynamic` is Inductor's
-reduce-overhead mode (CUDA graphs per shape, as xfuse's dynamic programs capture them).
+process's GPU clocks or machine load. That process's kernel caches hold what the first calls'
+processes compiled (their folders merged), so it loads each column's kernels and programs (and
+the choices xfuse measured compiling them) where it would compile them again: its steady times
+are of the programs the first calls compiled, and its compiles (in the untimed calls) cost no
+second cold compile. One table per model: a row per size, then the sum of the first calls (the
+sweep's compile time) and the median steady-state ms. The MLP's sweep is over the batch size,
+the language models' (GPT-2 from its config, random weights: `lm` a small one, 2x its length;
+`gpt2` the families' 4 layers 768 wide, 8x its length) over the sequence length. `--dtype bf16`
+runs the models in bf16 (checked against eager at bf16's tolerances; the GPT-2 head's
+50,257-token rows are then unaligned for cuBLAS: `pad-matmul`). On CUDA, the first call's ms
+waits for the GPU, the steady ms are one call's each with CUDA events (the host's launches
+included), and `inductor-ro-dynamic` is Inductor's reduce-overhead mode (CUDA graphs per shape,
+as xfuse's dynamic programs capture them).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import copy
 import functools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -250,18 +255,20 @@ def run_steady(
         return steady(model, WORKLOADS[name], sizes, columns, runs, device)
 
 
-def _child(argv: list[str]) -> Any:
+CACHE_ENVIRONMENT = {"xfuse": "XFUSE_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}
+"""The kernel caches of the columns' compilers (by their folder under a child's cache folder),
+each by the environment variable that names its folder."""
+
+
+def _child(argv: list[str], cache: str) -> Any:
     """The JSON that `python -m benchmarks.dynamic ARGV` prints last, run in a new process with
-    empty kernel caches (xfuse's and Inductor's): every column compiles cold, as on a first run,
-    and no worker processes or threads of an earlier column share the CPU with its timing."""
-    with tempfile.TemporaryDirectory() as cache:
-        env = {
-            **os.environ,
-            "XFUSE_CACHE_DIR": os.path.join(cache, "xfuse"),
-            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
-        }
-        command = [sys.executable, "-m", "benchmarks.dynamic", *argv]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    the kernel caches (xfuse's and Inductor's, `CACHE_ENVIRONMENT`) in `cache`: where that is
+    empty, every column compiles cold, as on a first run, and no worker processes or threads
+    of an earlier column share the CPU with its timing."""
+    caches = {v: os.path.join(cache, folder) for folder, v in CACHE_ENVIRONMENT.items()}
+    command = [sys.executable, "-m", "benchmarks.dynamic", *argv]
+    env = {**os.environ, **caches}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{argv} failed: {done.stderr.strip().splitlines()[-1:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -270,12 +277,26 @@ def _child(argv: list[str]) -> Any:
 def run_model(
     name: str, columns: list[str], sizes: list[int], runs: int, device: str, dtype: str
 ) -> dict[str, Sweep]:
-    """One model's table: each column's first calls in a process of its own, then the steady
-    times of all columns in one process."""
+    """One model's table: each column's first calls in a process of its own with empty kernel
+    caches, then the steady times of all columns in one process whose caches hold what those
+    processes compiled (their folders merged: entries are named by their keys), so that it
+    loads the columns' kernels and programs instead of compiling them again."""
     common = [f"--{name}-sizes", ",".join(map(str, sizes)), "--device", device, "--dtype", dtype]
-    first = {c: _child(["--one", name, "--columns", c, *common]) for c in columns}
-    found = _child(["--steady", name, "--columns", ",".join(columns), "--runs", str(runs), *common])
+    with tempfile.TemporaryDirectory() as root:
+        first: dict[str, list[float]] = {}
+        for c in columns:
+            first[c] = _child(["--one", name, "--columns", c, *common], os.path.join(root, c))
+            _merge(os.path.join(root, c), os.path.join(root, "steady"))
+        argv = ["--steady", name, "--columns", ",".join(columns), "--runs", str(runs), *common]
+        found = _child(argv, os.path.join(root, "steady"))
     return {c: Sweep(first[c], found[c]) for c in columns}
+
+
+def _merge(source: str, target: str) -> None:
+    """The kernel caches' files under `source` copied under `target` (modes kept: the caches
+    read only owner-only folders and files), beside those already there."""
+    if os.path.isdir(source):
+        shutil.copytree(source, target, dirs_exist_ok=True, symlinks=True)
 
 
 def main(argv: list[str] | None = None) -> None:
