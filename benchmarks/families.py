@@ -98,6 +98,12 @@ IMAGES: dict[str, Callable[[], torch.nn.Module]] = {
     "swin_t_timm": _timm("swin_tiny_patch4_window7_224"),
     "vit_b_tv": _tv("vit_b_16"),
     "deit_s_timm": _timm("deit_small_patch16_224"),
+    "convnextv2_t_timm": _timm("convnextv2_tiny"),
+    "mobilevit_s_timm": _timm("mobilevit_s"),
+    "poolformer_s12_timm": _timm("poolformer_s12"),
+    "swinv2_cr_t_timm": _timm("swinv2_cr_tiny_224"),
+    "resnext50_tv": _tv("resnext50_32x4d"),
+    "densenet121_tv": _tv("densenet121"),
     "convnext_hf": _hf_vision("ConvNextConfig", "ConvNextModel"),
     "efficientnet_hf": _hf_vision(  # B0 (the config's defaults are B7's)
         "EfficientNetConfig",
@@ -122,6 +128,17 @@ TEXTS: dict[str, Callable[[], torch.nn.Module]] = {
         vocab_size=32000,
     ),
     "bert_hf": _hf_text("BertConfig", "BertModel", num_hidden_layers=4),
+    "qwen2_hf": _hf_text(
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        num_hidden_layers=4,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=32000,
+    ),
+    "t5_encoder_hf": _hf_text("T5Config", "T5EncoderModel", num_layers=4),
 }
 
 
