@@ -135,7 +135,7 @@ class SizeSymbols:
             a.expr
             for group in asserts
             for a in group
-            if {str(x) for x in a.expr.free_symbols} <= names
+            if {str(x) for x in env.replace(a.expr).free_symbols} <= names
         ]
         for raw in exprs:
             expr = env.simplify(raw)
@@ -411,8 +411,9 @@ def guarded_low(env: Any, expr: Any, low: int, high: int | None) -> int:
     """The smallest size from `low` at which every guard of torch's shape environment `env` on
     symbol `expr` alone holds (a stride-2 convolution's `(s - 1) // 2 + 1 != 1`: its output is
     never 1), or `low` where none holds within `GUARDED_LOW_STEPS` sizes: a range over which
-    the traced program's guards hold."""
-    guards = [g.expr for g in env.guards if g.expr.free_symbols == {expr}]
+    the traced program's guards hold. Guards are read through the environment's replacements,
+    as `SizeSymbols.add_relations` reads them."""
+    guards = [e for g in env.guards if (e := env.replace(g.expr)).free_symbols == {expr}]
     if not guards:
         return low
     end = low + GUARDED_LOW_STEPS if high is None else min(high, low + GUARDED_LOW_STEPS)
