@@ -504,14 +504,15 @@ def compile_pipeline(
 def for_target(
     passes: tuple[ModulePass, ...], device: str | torch.device
 ) -> tuple[ModulePass, ...]:
-    """`passes` with their `target` option (where they have one: `split-reductions`) set to
-    `device`'s type, which their choices depend on."""
+    """`passes` with their `target` option set to `device`'s type where they take it from the
+    device (`TARGET_FROM_DEVICE`: `split-reductions`, whose choices depend on it; not
+    `lower-to-llvm`, whose target names the kernels' calling convention)."""
     target = device_type(device)
     return tuple(_with_target(p, target) for p in passes)
 
 
 def _with_target(module_pass: ModulePass, target: str) -> ModulePass:
-    if not any(f.name == "target" for f in dataclasses.fields(module_pass)):
+    if not getattr(module_pass, "TARGET_FROM_DEVICE", False):
         return module_pass
     configured: ModulePass = dataclasses.replace(cast(Any, module_pass), target=target)
     return configured

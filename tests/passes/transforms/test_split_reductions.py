@@ -21,6 +21,7 @@ from xfuse.dialects import graph
 from xfuse.ir.context import make_context
 from xfuse.passes.fusion.fuse_scored import FuseScoredPass
 from xfuse.passes.fusion.group_cleanup import GroupCleanupPass
+from xfuse.passes.llvm.lower_to_llvm import LowerToLLVMPass
 from xfuse.passes.transforms.decompose import DecomposePass
 from xfuse.passes.transforms.split_reductions import (
     SplitReductionsPass,
@@ -28,7 +29,7 @@ from xfuse.passes.transforms.split_reductions import (
     choose_split,
     is_normalization,
 )
-from xfuse.pipeline import compile_pipeline
+from xfuse.pipeline import PipelineOptions, compile_pipeline
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.testing import RandomProgram, programs
 
@@ -246,6 +247,13 @@ def test_compile_sets_the_target_of_split_reductions() -> None:
         passes = compile_pipeline(device).passes
         [split] = [p for p in passes if isinstance(p, SplitReductionsPass)]
         assert split.target == target
+
+
+def test_compile_leaves_other_passes_target_options_alone() -> None:
+    """`lower-to-llvm`'s target names the kernels' calling convention, not the device."""
+    options = PipelineOptions(spec="decompose,fuse-scored,lower-to-llvm")
+    [lower] = [p for p in compile_pipeline("cuda", options).passes if p.name == "lower-to-llvm"]
+    assert isinstance(lower, LowerToLLVMPass) and lower.target == "cpu"
 
 
 # ---------------------------------------------------------------------------------------------

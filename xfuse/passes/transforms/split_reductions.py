@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -400,6 +401,21 @@ class SplitReductionsPass(ModulePass):
     target: str = "cpu"
     """What the kernels are for, "cpu" or "cuda" (`xfuse.compile` sets its device's)."""
 
+    TARGET_FROM_DEVICE: ClassVar[bool] = True
+    """`xfuse.pipeline.for_target` sets `target` to the compile's device."""
+
+    min_column_length: int = option(128, POSITIVE)
+    """Shortest reduced length of a reduction over leading or inner dims that is split (with
+    fewer than `column-parallelism / 2` results). Unsplit, each result is one GPU thread
+    walking its whole length, over nested loops where several dims are reduced: EfficientNet's
+    squeeze-and-excitation means at batch 1 (96 to 1152 results of 196 to 3136 elements) were
+    most of its GPU time so."""
+
+    column_parallelism: int = option(1 << 19, POSITIVE)
+    """About how many partial results stage 1 of a split column reduction computes (about what
+    an H100 keeps in flight: 132 SMs x 2048 threads, twice); reductions over leading dims with
+    at least half as many results are left alone."""
+
     def __post_init__(self) -> None:
         if self.target not in NORMALIZATION_ROWS:
             raise ValueError(
@@ -413,18 +429,6 @@ class SplitReductionsPass(ModulePass):
         if self.normalization_rows >= 0:
             return self.normalization_rows
         return NORMALIZATION_ROWS[self.target]
-
-    min_column_length: int = option(128, POSITIVE)
-    """Shortest reduced length of a reduction over leading or inner dims that is split (with
-    fewer than `column-parallelism / 2` results). Unsplit, each result is one GPU thread
-    walking its whole length, over nested loops where several dims are reduced: EfficientNet's
-    squeeze-and-excitation means at batch 1 (96 to 1152 results of 196 to 3136 elements) were
-    most of its GPU time so."""
-
-    column_parallelism: int = option(1 << 19, POSITIVE)
-    """About how many partial results stage 1 of a split column reduction computes (about what
-    an H100 keeps in flight: 132 SMs x 2048 threads, twice); reductions over leading dims with
-    at least half as many results are left alone."""
 
     def splits(self, op: graph.ReduceOp) -> bool:
         """Whether this pass rewrites `op` (over trailing dims)."""
