@@ -242,6 +242,38 @@ def test_the_rows_a_normalization_needs_are_the_targets(
     assert len(reductions(module)) == split_count
 
 
+@pytest.mark.parametrize(
+    ("target", "rows", "length", "option", "split_count"),
+    [
+        ("cpu", 1, 25088, -1, 1),  # the CPU splits from min-length whatever the rows
+        ("cuda", 1, 25088, -1, 2),  # one block would reduce the whole row
+        ("cuda", 131, 8192, -1, 2),
+        ("cuda", 1, 8191, -1, 1),
+        ("cuda", 132, 25088, -1, 1),  # a row per SM: parallel already
+        ("cuda", 1, 25088, 30000, 1),
+        ("cpu", 1, 25088, 20000, 2),
+    ],
+)
+def test_few_rows_split_from_the_targets_shorter_length(
+    target: str, rows: int, length: int, option: int, split_count: int
+) -> None:
+    module = reduction_module("sum", (rows, length), [1], False, torch.float32)
+    SplitReductionsPass(target=target, few_rows_min_length=option).apply(make_context(), module)
+    module.verify()
+    assert len(reductions(module)) == split_count
+
+
+@pytest.mark.parametrize(("target", "split_count"), [("cpu", 2), ("cuda", 4)])
+def test_a_one_row_normalization_below_min_length_splits_on_cuda(
+    target: str, split_count: int
+) -> None:
+    """GroupNorm(1, C) of one image: one row of C x H x W (PoolFormer's last stage: 25,088)."""
+    module = decomposed(SOFTMAX.replace("131072", "25088").replace("ROWS", "1"))
+    SplitReductionsPass(target=target).apply(make_context(), module)
+    module.verify()
+    assert len(reductions(module)) == split_count
+
+
 def test_compile_sets_the_target_of_split_reductions() -> None:
     for device, target in (("cpu", "cpu"), ("cuda:1", "cuda")):
         passes = compile_pipeline(device).passes

@@ -42,6 +42,9 @@ results per kept row), then the B dim (stage 2):
   them: `[*lead, B, C, *kept]`, C reduced, then B. Without it, each of the N x C results is
   one GPU thread walking H x W elements (EfficientNet's squeeze-and-excitation means at batch
   32: 1024 threads over 12544 elements each).
+- A reduction with fewer results than the target's rows that are parallel already (below) is
+  split from `few-rows-min-length` elements (`FEW_ROWS_MIN_LENGTH`): on CUDA from 8192, as
+  Inductor splits a reduction with few outputs, since each row is one block.
 - Left alone: reductions over dims that are not consecutive, bool
   (i1) reductions, those shorter than `min-length` (`min-column-length`), and normalizations
   (softmax's max and sum, layer norm's means: the result meets the input again) of at least
@@ -176,6 +179,13 @@ split, softmax over 8 x 131072 took 5.7 ms on 16 threads against 0.91 ms as one 
 CUDA a row per SM of an H100 or H200 (132): the row kernel gives each row one block, so
 GroupNorm(1, C)'s 32 rows at batch 32 kept 32 SMs busy (PoolFormer-S12 on an H200, bf16: 9.5
 ms a forward whole, 4.6 ms split)."""
+
+FEW_ROWS_MIN_LENGTH = {"cpu": 65536, "cuda": 8192}
+"""Shortest reduced length that is split, per target, where the reduction has fewer results than
+`NORMALIZATION_ROWS`. On CUDA one block reduces a row: PoolFormer-S12's one-group norms over
+62,720 and 25,088 elements (one row an image) took 54 us a launch at batch 1 on an H200, bf16,
+and its forward 1.34 ms whole against 0.75 ms split from 8192 (reduce-overhead 0.80); at batch
+32 2.56 against 2.08 (2.39). The CPU's threads share few rows already from `min-length`."""
 
 MAX_NORMALIZATION_DEPTH = 8
 """How many row-shaped ops `is_normalization` follows from a reduction's result."""
@@ -398,6 +408,11 @@ class SplitReductionsPass(ModulePass):
     kernels and a round trip of the row through memory (0: split them all; -1: the target's
     count, `NORMALIZATION_ROWS`)."""
 
+    few_rows_min_length: int = option(-1, COUNT_OR_TARGETS)
+    """Shortest reduced length that is split where the reduction has fewer results than its
+    target's rows that are parallel already (`normalization-rows`; -1: the target's,
+    `FEW_ROWS_MIN_LENGTH`)."""
+
     target: str = "cpu"
     """What the kernels are for, "cpu" or "cuda" (`xfuse.compile` sets its device's)."""
 
@@ -430,12 +445,21 @@ class SplitReductionsPass(ModulePass):
             return self.normalization_rows
         return NORMALIZATION_ROWS[self.target]
 
+    @property
+    def shortest_few_rows(self) -> int:
+        """The shortest length split with fewer rows than are parallel already."""
+        if self.few_rows_min_length >= 0:
+            return self.few_rows_min_length
+        return FEW_ROWS_MIN_LENGTH[self.target]
+
     def splits(self, op: graph.ReduceOp) -> bool:
         """Whether this pass rewrites `op` (over trailing dims)."""
-        if not is_splittable(op, self.min_length):
+        rows, parallel = numel(shape_of(op.result)), self.rows_parallel_already
+        few_rows = rows < parallel
+        shortest = min(self.min_length, self.shortest_few_rows) if few_rows else self.min_length
+        if not is_splittable(op, shortest):
             return False
-        many_rows = numel(shape_of(op.result)) >= self.rows_parallel_already > 0
-        return not (many_rows and is_normalization(op))
+        return few_rows or parallel == 0 or not is_normalization(op)
 
     def splits_columns(self, op: graph.ReduceOp) -> bool:
         """Whether this pass rewrites `op` (over leading dims)."""
