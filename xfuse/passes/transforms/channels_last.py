@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -268,7 +269,7 @@ def _is_elementwise(op: Operation) -> bool:
     )
 
 
-def _is_concat(op: Operation) -> bool:
+def _is_concat(op: Operation) -> TypeGuard[graph.ConcatOp]:
     """A `graph.concat` of rank-4 tensors."""
     return isinstance(op, graph.ConcatOp) and _is_rank4(op.result)
 
@@ -410,9 +411,8 @@ class _Layout:
                 self.reduction(op)
             elif isinstance(op, graph.PermuteOp) and self.is_nhwc(op.input):
                 self.permute(op)
-            elif isinstance(op, graph.ConcatOp) and (
-                _is_concat(op)
-                and (op.result in self.wanted or any(self.is_nhwc(v) for v in op.operands))
+            elif _is_concat(op) and (
+                op.result in self.wanted or any(self.is_nhwc(v) for v in op.operands)
             ):
                 self.concat(op)
             elif _is_window(op) and (
