@@ -311,36 +311,62 @@ def test_a_zero_tensor_gradient_is_returned_as_eager_returns_it(parts: list[Any]
     assert_whole(parts)
 
 
-@pytest.mark.parametrize("padding_idx", [None, 3])
-def test_an_embedding_gradient_of_many_indices_is_eagers(
-    parts: list[Any], padding_idx: int | None
-) -> None:
-    """An embedding's gradient over more indices than the fused scatter searches, repeated
-    ones among them, is `index_put_` into fresh zeros (no copy of the program's constant):
-    eager's gradient, repeats summed, the padding row zero, a new tensor at each step."""
+def torch_calls(parts: list[tuple[str, CompiledProgram]], part: str, target: str) -> list[Any]:
+    """The `graph.torch_call`s of `target` in the programs of `part`."""
     from xfuse.dialects.graph import TorchCallOp
-    from xfuse.interpreters.graph import zeros_base
 
-    emb = torch.nn.Embedding(50, 8, padding_idx=padding_idx)
+    return [
+        op
+        for name, p in parts
+        if name == part
+        for op in p.default.program.module.walk()
+        if isinstance(op, TorchCallOp) and op.target.data == target
+    ]
+
+
+@pytest.mark.parametrize(("padding_idx", "scale_grad_by_freq"), [(None, False), (3, True)])
+def test_an_embedding_gradient_is_eagers_kernel(
+    parts: list[Any], padding_idx: int | None, scale_grad_by_freq: bool
+) -> None:
+    """An embedding's gradient is eager's `embedding_dense_backward` call: eager's bits
+    (repeated indices summed in eager's order, the padding row zero, each row scaled by
+    `1 / count` as eager scales it), a new tensor at each step."""
+    emb = torch.nn.Embedding(50, 8, padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
     reference = copy.deepcopy(emb)
     compiled = torch.compile(emb, backend="xfuse", options=STRICT)
-    ids = torch.tensor([[3, 7, 3, 0] * 8, [49, 3, 7, 1] * 8])
+    ids = torch.tensor([[3, 7, 3, 0, 5, 3, 9] * 6, [49, 3, 7, 1, 3, 11, 3] * 6])
     grads = []
     for _ in range(2):
-        w = torch.randn(2, 32, 8)
+        w = torch.randn(2, 42, 8)
         (got,) = torch.autograd.grad((compiled(ids) * w).sum(), emb.weight)
         (want,) = torch.autograd.grad((reference(ids) * w).sum(), reference.weight)
-        torch.testing.assert_close(got, want)
+        assert torch.equal(got, want)
         grads.append(got)
     assert grads[0].data_ptr() != grads[1].data_ptr()
     if padding_idx is not None:
         assert not grads[0][padding_idx].any()
-    backward = [p for part, p in parts if part == "backward"]
-    puts = [
-        op
-        for p in backward
-        for op in p.default.program.module.walk()
-        if isinstance(op, TorchCallOp) and op.target.data == "aten.index_put.default"
-    ]
+    assert torch_calls(parts, "backward", "aten.embedding_dense_backward.default")
+    assert not torch_calls(parts, "backward", "aten.index_put.default")
+    assert_whole(parts)
+
+
+def test_an_index_gradient_of_many_indices_is_eagers(parts: list[Any]) -> None:
+    """The gradient of `x[ids]` over more indices than the fused scatter searches, repeated
+    ones among them, is `index_put_` into fresh zeros (no copy of the program's constant):
+    eager's gradient, repeats summed, a new tensor at each step."""
+    from xfuse.interpreters.graph import zeros_base
+
+    x = torch.randn(50, 8, requires_grad=True)
+    compiled = torch.compile(lambda t, i: t[i], backend="xfuse", options=STRICT)
+    ids = torch.tensor([3, 7, 3, 0, 5, 3, 9] * 6)
+    grads = []
+    for _ in range(2):
+        w = torch.randn(42, 8)
+        (got,) = torch.autograd.grad((compiled(x, ids) * w).sum(), x)
+        (want,) = torch.autograd.grad((x[ids] * w).sum(), x)
+        assert torch.equal(got, want)
+        grads.append(got)
+    assert grads[0].data_ptr() != grads[1].data_ptr()
+    puts = torch_calls(parts, "backward", "aten.index_put.default")
     assert puts and all(zeros_base(op) for op in puts)
     assert_whole(parts)

@@ -87,7 +87,9 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     elementwise ops and reductions xfuse fuses. `_log_softmax` too, so that the partitioner
     may save a loss's inputs and its row statistics instead of the f32 log-probabilities (the
     backward computes them again where it reads them). Dropout is kept whole: its mask is drawn
-    by torch's own kernel, so the same seed gives eager's numbers."""
+    by torch's own kernel, so the same seed gives eager's numbers. So is an embedding's
+    gradient (`embedding_dense_backward`, one of the importer's `LIBRARY_KERNELS`): eager's
+    kernel, its sums and scaling eager's."""
     from torch._decomp import get_decompositions
 
     aten = torch.ops.aten
@@ -111,7 +113,6 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
             aten.mse_loss_backward,
             aten.nll_loss_forward,
             aten.nll_loss_backward,
-            aten.embedding_dense_backward,
             aten.native_dropout_backward,
             aten.detach,
         ]

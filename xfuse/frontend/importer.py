@@ -281,7 +281,22 @@ def check_no_write_through_returned_input(program: ExportedProgram) -> None:
                 )
 
 
-IMPORTED_AS_IS = frozenset(CONVERTERS) | SKIPPED | frozenset(KEPT_COMPOSITES)
+LIBRARY_KERNELS = (
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten.embedding_dense_backward.default",
+)
+"""Ops that are one library kernel, kept whole (a `graph.torch_call`) where they arrive
+lowered already. AOTAutograd's graphs hold the CPU's flash attention and its logsumexp, which
+the backward reads: their decompositions give other output strides than their kernels do, so
+that the views after them would not hold. They hold an embedding's gradient: eager's kernel
+fills a fresh table with zeros and adds each index's row in index order, scaled by
+`1 / count` where `scale_grad_by_freq` asks (the decomposition divides by the count, a
+rounding apart), one call where the decomposition is zeros, a masked copy of the gradient and
+an `index_put`."""
+
+IMPORTED_AS_IS = (
+    frozenset(CONVERTERS) | SKIPPED | frozenset(KEPT_COMPOSITES) | frozenset(LIBRARY_KERNELS)
+)
 """The ops the importer reads as export gives them: mapped, skipped, or kept whole by the
 decomposition (attention: a `graph.torch_call` of itself either way)."""
 
@@ -339,13 +354,6 @@ def wrap_function(fn: Callable[..., Any]) -> torch.nn.Module:
     )
     named = type(FunctionModule.__name__, (FunctionModule,), {"forward": forward})
     return named(fn)
-
-
-LIBRARY_KERNELS = ("aten._scaled_dot_product_flash_attention_for_cpu.default",)
-"""Ops that are one library kernel, kept whole (a `graph.torch_call`) where they arrive
-lowered already (AOTAutograd's graphs hold the CPU's flash attention and its logsumexp, which
-the backward reads): their decompositions give other output strides than their kernels do,
-so that the views after them would not hold."""
 
 
 def decomposition_table(symbolic: bool = False) -> dict[Any, Callable[..., Any]]:
