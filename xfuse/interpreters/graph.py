@@ -764,7 +764,7 @@ IN_PLACE_ON_ZEROS: dict[str, str] = {
 def zeros_base(op: graph.TorchCallOp) -> bool:
     """Whether the call is one of `IN_PLACE_ON_ZEROS` on a constant of zeros (+0.0, every byte
     zero) as its `self`: then it runs as the in-place operator on fresh zeros (what eager's
-    `embedding_dense_backward` does: zeros, then `index_put_`), not as a copy of the constant
+    backward of `x[i]` does: zeros, then `index_put_`), not as a copy of the constant
     that the functional operator writes into (the same values, without reading the constant)."""
     args = op.args.data
     if op.target.data not in IN_PLACE_ON_ZEROS or op.orders is not None or op.picks is not None:
