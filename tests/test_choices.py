@@ -123,7 +123,7 @@ def test_a_verdict_is_measured_again_at_other_thread_counts(
     assert measured == [threads, other]  # the third compile read the first verdict
     cpu = torch.device("cpu")
     key = choices._key("s", cpu, False)
-    monkeypatch.setattr(choices.shared_pool(), "threads", choices.shared_pool().threads + 1)
+    monkeypatch.setattr(choices.shared_pool(), "fixed_threads", choices.shared_pool().threads + 1)
     assert choices._key("s", cpu, False) != key
 
 

@@ -388,13 +388,13 @@ def test_range_pool_runs_small_work_on_the_caller() -> None:
     pool.shutdown()
 
 
-def test_runs_inline_is_what_run_does() -> None:
+def test_the_plan_runs_small_ranges_inline_as_run_does() -> None:
     pool = RangePool(threads=4, min_work=1000)
-    assert pool.runs_inline(extent=8, work=999)
-    assert pool.runs_inline(extent=1, work=10**6)  # one row cannot be split
-    assert not pool.runs_inline(extent=8, work=1000)
-    assert not pool.runs_inline(extent=0, work=0)  # nothing to run at all
-    assert RangePool(threads=1, min_work=0).runs_inline(extent=8, work=10**6)
+    assert pool.plan(extent=8, work=999) is None
+    assert pool.plan(extent=1, work=10**6) is None  # one row cannot be split
+    assert pool.plan(extent=8, work=1000) == (4, 4)
+    assert pool.plan(extent=0, work=0) is not None  # nothing to run at all
+    assert RangePool(threads=1, min_work=0).plan(extent=8, work=10**6) is None
 
 
 def test_small_kernel_runs_on_the_caller_and_large_one_threaded() -> None:

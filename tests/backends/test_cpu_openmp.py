@@ -3,6 +3,10 @@ covers the range exactly once, for any thread and chunk count, and the pool pick
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable, Iterator
+
 import pytest
 import torch
 
@@ -100,7 +104,9 @@ def test_a_kernel_with_sizes_runs_on_the_openmp_entry_or_the_pool(openmp: bool) 
     probs, mean = torch.empty(50, 64), torch.empty(50)
     kernel_.launch_sized([x, w, probs, mean], [50, 64], 50)
     torch.testing.assert_close(probs, torch.softmax(x * w, dim=1))
-    assert calls == ([(2, pool.chunk_count(50, x.numel() * 2 + 51, True), 50)] if openmp else [])
+    plan = pool.plan(50, x.numel() * 2 + 51, True)
+    assert plan is not None
+    assert calls == ([(*plan, 50)] if openmp else [])
     pool.shutdown()
 
 
@@ -175,12 +181,67 @@ def test_the_pool_chooses_the_openmp_entry_or_its_threads(openmp: bool) -> None:
     pool.shutdown()
 
 
-def test_chunk_count_is_one_per_thread_more_for_large_work() -> None:
+@pytest.fixture
+def torch_threads() -> Iterator[None]:
+    """Restores torch's thread count after a test that sets it."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_thread_count_follows_torchs_unless_configured(
+    monkeypatch: pytest.MonkeyPatch, torch_threads: None
+) -> None:
+    monkeypatch.delenv("XFUSE_NUM_THREADS", raising=False)
+    pool = RangePool(min_work=10)
+    torch.set_num_threads(1)
+    assert pool.threads == 1 and pool.plan(extent=100, work=10**9) is None
+    cpus = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cpus + 1)  # never more than the CPUs the process may run on
+    assert pool.threads == cpus
+    assert pool.plan(extent=100, work=10) == (None if cpus == 1 else (cpus, cpus))
+    monkeypatch.setenv("XFUSE_NUM_THREADS", "3")
+    configured = RangePool(min_work=10)
+    torch.set_num_threads(1)
+    assert configured.threads == 3 and configured.plan(extent=100, work=10) == (3, 3)
+
+
+@needs_openmp
+def test_a_kernel_keeps_off_openmp_threads_while_torch_has_one(
+    monkeypatch: pytest.MonkeyPatch, torch_threads: None
+) -> None:
+    """`torch.set_num_threads(1)` after the kernel loaded: its large launches run on the
+    caller, and go back to OpenMP threads when torch has more."""
+    monkeypatch.delenv("XFUSE_NUM_THREADS", raising=False)
+    torch.set_num_threads(2)
+    pool = RangePool(min_work=100, openmp=True)
+    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
+    calls: list[tuple[int, int]] = []
+    entry = kernel_.parallel
+    assert entry is not None
+
+    def record(threads: int, chunks: int, *pointers: int) -> None:
+        calls.append((threads, chunks))
+        entry(threads, chunks, *pointers)
+
+    kernel_.parallel = record  # type: ignore[assignment]
+    x, out = torch.rand(1000), torch.empty(1000)
+    torch.set_num_threads(1)
+    kernel_([x, out])
+    torch.testing.assert_close(out, x.sqrt())
+    assert calls == []
+    torch.set_num_threads(2)
+    kernel_([x, out.zero_()])
+    torch.testing.assert_close(out, x.sqrt())
+    assert calls == ([(2, 2)] if len(os.sched_getaffinity(0)) >= 2 else [])
+
+
+def test_the_plan_has_one_chunk_per_thread_more_for_large_work() -> None:
     pool = RangePool(threads=2, min_work=10, openmp=False)
-    assert pool.chunk_count(extent=100, work=10) == 2
-    assert pool.chunk_count(extent=100, work=10 * BALANCE_FACTOR) == 2 * CHUNKS_PER_THREAD
-    assert pool.chunk_count(extent=3, work=10 * BALANCE_FACTOR) == 3  # no empty chunks
-    assert pool.chunk_count(extent=1, work=10) == 1
+    assert pool.plan(extent=100, work=10) == (2, 2)
+    assert pool.plan(extent=100, work=10 * BALANCE_FACTOR) == (2, 2 * CHUNKS_PER_THREAD)
+    assert pool.plan(extent=3, work=10 * BALANCE_FACTOR) == (2, 3)  # no empty chunks
+    assert pool.plan(extent=1, work=10) is None  # one row runs on the caller
 
 
 def test_openmp_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,9 +261,9 @@ def test_openmp_threads_start_at_less_work_than_the_python_pool() -> None:
         OPENMP_MIN_WORK,
         DEFAULT_MIN_WORK,
     )
-    assert not pool.runs_inline(extent=64, work=OPENMP_MIN_WORK, openmp=True)
-    assert pool.runs_inline(extent=64, work=OPENMP_MIN_WORK - 1, openmp=True)
-    assert pool.runs_inline(extent=64, work=OPENMP_MIN_WORK)
+    assert pool.plan(extent=64, work=OPENMP_MIN_WORK, openmp=True) == (2, 2)
+    assert pool.plan(extent=64, work=OPENMP_MIN_WORK - 1, openmp=True) is None
+    assert pool.plan(extent=64, work=OPENMP_MIN_WORK) is None
     assert RangePool(threads=2, min_work=5).min_work_for(True) == 5
 
 
@@ -295,29 +356,72 @@ def test_an_error_in_a_chunk_reaches_the_caller() -> None:
     pool.shutdown()
 
 
-@needs_openmp
-def test_a_forked_child_runs_kernels_without_waiting_for_missing_threads() -> None:
-    import os
-
-    pool = RangePool(threads=2, min_work=100, openmp=True)
-    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
-    x, out = torch.rand(1000), torch.empty(1000)
-    kernel_([x, out])  # OpenMP's team exists now
-    python_pool = RangePool(threads=2, min_work=1, openmp=False)
-    python_pool.run(lambda lo, hi: None, extent=4, work=4)  # and the pool's thread
+def run_in_forked_child(check: Callable[[], bool]) -> None:
+    """Run `check` in a child made by `os.fork` and assert that it returned True. The child
+    runs none of torch's parallel operators: after `torch.set_num_threads(n > 1)` (as the
+    tests above call) and a parallel region, torch's own operators (MKL's vector functions
+    even on 1000 elements) wait forever in a forked child for the parent's OpenMP team."""
     pid = os.fork()
-    if pid == 0:  # the child: both must work (and not hang)
+    if pid == 0:
         code = 1
         try:
-            assert not pool.on_openmp()
-            out.zero_()
-            kernel_([x, out])
-            seen: list[int] = []
-            python_pool.run(lambda lo, hi: seen.append(hi - lo), extent=4, work=4)
-            code = 0 if torch.allclose(out, x.sqrt()) and sum(seen) == 4 else 1
+            code = 0 if check() else 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@needs_openmp
+def test_a_forked_child_runs_kernels_without_waiting_for_missing_threads() -> None:
+    pool = RangePool(threads=2, min_work=100, openmp=True)
+    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
+    x, out = torch.rand(1000), torch.empty(1000)
+    kernel_([x, out])  # OpenMP's team exists now
+    expected = out.clone()
+    python_pool = RangePool(threads=2, min_work=1, openmp=False)
+    python_pool.run(lambda lo, hi: None, extent=4, work=4)  # and the pool's thread
+
+    def check() -> bool:  # both must work (and not hang)
+        assert not pool.on_openmp()
+        out.zero_()
+        kernel_([x, out])
+        seen: list[int] = []
+        python_pool.run(lambda lo, hi: seen.append(hi - lo), extent=4, work=4)
+        return torch.equal(out, expected) and sum(seen) == 4
+
+    run_in_forked_child(check)
     assert pool.on_openmp()
     python_pool.shutdown()
+
+
+@needs_openmp
+def test_a_forked_child_follows_torchs_thread_count(
+    monkeypatch: pytest.MonkeyPatch, torch_threads: None
+) -> None:
+    """In a forked child (no OpenMP there) kernels run on the caller and the Python pool, on
+    as many threads as torch has there, read from any thread, `torch.set_num_threads(1)` (as
+    DataLoader's workers call) keeping them on the caller."""
+    monkeypatch.delenv("XFUSE_NUM_THREADS", raising=False)
+    torch.set_num_threads(2)
+    pool = RangePool(min_work=100, openmp=True)
+    kernel_ = build(pool, unary_f32("math.sqrt", 1000), "k")
+    x, out = torch.rand(1000), torch.empty(1000)
+    kernel_([x, out])  # on OpenMP's team where there are 2 CPUs
+    expected = out.clone()
+
+    def launch_on_a_new_thread() -> bool:
+        out.zero_()
+        thread = threading.Thread(target=kernel_, args=([x, out],))
+        thread.start()
+        thread.join()
+        return torch.equal(out, expected)
+
+    def check() -> bool:
+        if pool.on_openmp() or pool.threads != min(2, len(os.sched_getaffinity(0))):
+            return False
+        ran = launch_on_a_new_thread()
+        torch.set_num_threads(1)
+        return ran and pool.plan(1000, 2000) is None and launch_on_a_new_thread()
+
+    run_in_forked_child(check)

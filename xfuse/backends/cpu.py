@@ -119,13 +119,14 @@ class CPUKernel:
             return
         function, pool = self.function, self.pool
         openmp = self.parallel is not None and pool.on_openmp()
-        if pool.runs_inline(self.extent, work, openmp):
+        plan = pool.plan(self.extent, work, openmp)
+        if plan is None:
             # Small work: one foreign call on this thread, no range function, no hand-off.
             function(0, self.extent, *pointers)
             return
         if openmp:
             assert self.parallel is not None
-            self.parallel(pool.threads, pool.chunk_count(self.extent, work, openmp), *pointers)
+            self.parallel(*plan, *pointers)
             return
 
         def run_range(lo: int, hi: int) -> None:
@@ -155,16 +156,16 @@ class CPUKernel:
         work = sum(map(_NUMEL, buffers))
         function, pool = self.function, self.pool
         openmp = self.parallel is not None and pool.on_openmp()
-        if work < self.inline_below or pool.runs_inline(extent, work, openmp):
+        plan = None if work < self.inline_below else pool.plan(extent, work, openmp)
+        if plan is None:
             function(0, extent, *arguments)
             return
         if openmp:
             assert self.parallel is not None
-            chunks = pool.chunk_count(extent, work, openmp)
             if self.sizes is not None:
-                self.parallel(pool.threads, chunks, extent, *arguments)
+                self.parallel(*plan, extent, *arguments)
             else:
-                self.parallel(pool.threads, chunks, *arguments)
+                self.parallel(*plan, *arguments)
             return
 
         def run_range(lo: int, hi: int) -> None:

@@ -16,6 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+
+import torch
 
 from xfuse.backends.openmp import openmp_parallel_address
 
@@ -64,12 +67,21 @@ def openmp_enabled() -> bool:
 _forked_child = False
 """Whether this process is a fork of one that imported xfuse: OpenMP's threads (and the Python
 pool's) do not exist in a child, and libgomp would wait for them, so kernels keep off OpenMP
-threads there and the pool starts new threads."""
+threads there and the pool starts new threads. The thread count still follows torch's there
+(`torch_thread_count`): reading it reads OpenMP's setting and starts no thread, and a child
+that calls `torch.set_num_threads(1)` (as DataLoader's workers do) keeps kernels on the caller."""
+
+
+@cache
+def available_cpus() -> int:
+    """The CPUs this process may run on (read once per process: a system call)."""
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def _after_fork_in_child() -> None:
     global _forked_child
     _forked_child = True
+    available_cpus.cache_clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -104,12 +116,17 @@ def _one_minute_load() -> float:
         return 0.0
 
 
-def default_thread_count() -> int:
-    """`XFUSE_NUM_THREADS`, else the CPUs this process may run on."""
+def configured_thread_count() -> int | None:
+    """`XFUSE_NUM_THREADS`, or None where it is not set."""
     configured = os.environ.get("XFUSE_NUM_THREADS")
-    if configured:
-        return max(1, int(configured))
-    return max(1, len(os.sched_getaffinity(0)))
+    return max(1, int(configured)) if configured else None
+
+
+def torch_thread_count() -> int:
+    """The threads torch's own CPU operators use now (`torch.set_num_threads`), at most the
+    CPUs this process may run on: read at each launch that may go parallel (a call into
+    torch, no system call)."""
+    return min(torch.get_num_threads(), available_cpus())  # each at least 1
 
 
 def split_range(extent: int, parts: int) -> list[tuple[int, int]]:
@@ -120,7 +137,9 @@ def split_range(extent: int, parts: int) -> list[tuple[int, int]]:
 
 
 class RangePool:
-    """Runs a range function over [0, extent) on up to `threads` threads (the caller is one).
+    """Runs a range function over [0, extent) on up to `threads` threads (the caller is one;
+    None: `XFUSE_NUM_THREADS` where set, else as many as torch's own operators use, read at
+    each launch, so that after `torch.set_num_threads(1)` kernels run on the caller alone).
     `openmp`: kernels that have an OpenMP entry may run on torch's OpenMP threads instead (the
     same chunks; None: `openmp_enabled()`), which they do unless `follow_load` and the machine
     is oversubscribed (`LoadWatch`; None: unless `XFUSE_OPENMP=1`). `min_work`: less work runs
@@ -133,7 +152,8 @@ class RangePool:
         openmp: bool | None = None,
         follow_load: bool | None = None,
     ) -> None:
-        self.threads = threads if threads is not None else default_thread_count()
+        self.fixed_threads = threads if threads is not None else configured_thread_count()
+        """The thread count, or None: torch's at each launch (`torch_thread_count`)."""
         self.openmp = openmp_enabled() if openmp is None else openmp
         if follow_load is None:
             follow_load = openmp is None and openmp_setting() == "auto"
@@ -144,13 +164,19 @@ class RangePool:
         self._executor_pid = 0
         self._lock = threading.Lock()
 
+    @property
+    def threads(self) -> int:
+        """How many threads a range runs on now (the caller is one)."""
+        return self.fixed_threads if self.fixed_threads is not None else torch_thread_count()
+
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is not None and self._executor_pid != os.getpid():
             self._executor, self._lock = None, threading.Lock()  # made before a fork
         with self._lock:
             if self._executor is None:
+                most = self.fixed_threads if self.fixed_threads is not None else available_cpus()
                 self._executor = ThreadPoolExecutor(
-                    max_workers=max(1, self.threads - 1), thread_name_prefix="xfuse-cpu"
+                    max_workers=max(1, most - 1), thread_name_prefix="xfuse-cpu"
                 )
                 self._executor_pid = os.getpid()
             return self._executor
@@ -164,8 +190,9 @@ class RangePool:
     @property
     def inline_below(self) -> int | float:
         """Work under which every kernel runs on the caller, on OpenMP threads or not (the
-        launch's fast path: no thread or load decision to make)."""
-        if self.threads <= 1:
+        launch's fast path: no thread or load decision to make). Where the count follows
+        torch's, larger work reads it at each launch (`plan`)."""
+        if self.fixed_threads is not None and self.fixed_threads <= 1:
             return float("inf")
         return min(self.min_work_for(True), self.min_work_for(False))
 
@@ -175,30 +202,33 @@ class RangePool:
             return self.min_work
         return OPENMP_MIN_WORK if openmp else DEFAULT_MIN_WORK
 
-    def runs_inline(self, extent: int, work: int, openmp: bool = False) -> bool:
-        """Whether a range runs as one call, on the calling thread, over all of [0, extent)
-        (a non-empty range too small, or too short, to be worth other threads): what `run`
-        does, and (`openmp`) what a kernel on OpenMP threads does."""
-        return extent > 0 and (self.threads <= 1 or extent == 1 or work < self.min_work_for(openmp))
-
-    def chunk_count(self, extent: int, work: int, openmp: bool = False) -> int:
-        """How many chunks a range of `extent` with `work` elements is cut into when it runs
-        on threads: one per thread, `CHUNKS_PER_THREAD` per thread for large work."""
-        parts = self.threads
+    def plan(self, extent: int, work: int, openmp: bool = False) -> tuple[int, int] | None:
+        """How a range of `extent` with `work` elements runs (`openmp`: on OpenMP threads):
+        None as one call on the calling thread over all of [0, extent) (a non-empty range too
+        small, or too short, to be worth other threads), else `(threads, chunks)`: one chunk
+        per thread, `CHUNKS_PER_THREAD` per thread for large work. Reads `threads` once."""
+        threads = self.fixed_threads
+        if threads is None:
+            threads = torch_thread_count()
+        if extent > 0 and (threads <= 1 or extent == 1 or work < self.min_work_for(openmp)):
+            return None
+        parts = threads
         if work >= self.min_work_for(openmp) * BALANCE_FACTOR:
             parts *= CHUNKS_PER_THREAD
-        return max(1, min(parts, extent))
+        return threads, max(1, min(parts, extent))
 
     def run(self, function: RangeFunction, extent: int, work: int) -> None:
         """Call `function(lo, hi)` on chunks covering [0, extent) exactly once each."""
         if extent <= 0:
             return
-        if self.runs_inline(extent, work):
+        plan = self.plan(extent, work)
+        if plan is None:
             function(0, extent)
             return
-        chunks = _Chunks(split_range(extent, self.chunk_count(extent, work)), function)
+        threads, count = plan
+        chunks = _Chunks(split_range(extent, count), function)
         pool = self._pool()
-        for _ in range(min(self.threads, len(chunks.chunks)) - 1):
+        for _ in range(min(threads, len(chunks.chunks)) - 1):
             pool.submit(chunks.drain)
         chunks.drain()
         chunks.wait()
