@@ -1,20 +1,25 @@
-"""Kernels compiled ahead in worker processes (xfuse.runtime.compile_workers): the same PTX as
-in-process, put in the kernel cache, nothing changed where a worker fails, and a pool of
-workers started ahead and kept between programs. PTX needs no GPU, so this runs everywhere."""
+"""Units lowered and kernels compiled ahead in worker processes (xfuse.runtime.compile_workers):
+the same lowered units, kernel texts and PTX as in-process, put in the kernel cache, nothing
+changed where a worker fails, and a pool of workers started ahead and kept between programs.
+PTX needs no GPU, so this runs everywhere."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.backends.cpu import CPUBackend
 from xfuse.backends.cuda import CUDABackend
 from xfuse.errors import XfuseError
 from xfuse.frontend.export import import_for_xfuse
+from xfuse.ir import serialize
+from xfuse.passes.fusion import legality
 from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.runtime import compile_workers
 from xfuse.runtime.cache import KernelCache, KernelSource, _only_kernel
@@ -24,10 +29,17 @@ from xfuse.runtime.compile_workers import (
     backend_spec,
     can_compile_ahead,
     compile_in_workers,
+    lower_in_workers,
     start_workers,
     workers,
 )
-from xfuse.runtime.compiler import CANONICAL_KERNEL, ProgramCompiler
+from xfuse.runtime.compiler import (
+    CANONICAL_KERNEL,
+    LoweredUnits,
+    Program,
+    ProgramCompiler,
+    lower_to_loops,
+)
 from xfuse.runtime.driver import run_pipeline
 
 
@@ -181,3 +193,70 @@ def test_workers_that_cannot_start_leave_the_work_to_the_caller(
     start_workers(CUDABackend("sm_90"))  # no error: compiling goes on without them
     assert compile_in_workers(spec, [("x", "k"), ("y", "k")], 2) == [None, None]
     assert POOL._workers == []
+
+
+def _fused(program: Any, *args: torch.Tensor) -> ModuleOp:
+    module = import_for_xfuse(program, args, {}).program.module
+    run_pipeline(DEFAULT_PIPELINE, module)
+    return module
+
+
+def _compiled(module: ModuleOp, in_workers: bool) -> tuple[LoweredUnits, Program]:
+    """`module` (a copy) lowered ahead for CUDA, in the workers or here, and compiled (no
+    kernel built)."""
+    copy = serialize.loads(serialize.dumps(module))
+    compiler = ProgramCompiler(lambda m, n: None, device="cuda", lower_in_workers=in_workers)
+    lowered = compiler.lower_ahead(copy)
+    return lowered, compiler.compile(copy)
+
+
+def test_workers_lower_the_units_as_the_process_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    module = _fused(_program, torch.randn(8, 16), torch.randn(16, 16))
+    here, program = _compiled(module, False)
+    there, from_workers = _compiled(module, True)
+    assert len(there.units) == len(here.units) >= 4
+    for a, b in zip(here.units.values(), there.units.values(), strict=True):
+        assert str(a) == str(b)  # the units' launches and kernel funcs (their loops taken)
+    sources = list(there.sources.values())
+    assert [s.text for s in sources] == [s.text for s in here.sources.values()]
+    assert all(s.parsed is None for s in sources)  # lowered and printed in a worker
+    assert [k.loop_ir for k in from_workers.kernels] == [k.loop_ir for k in program.kernels]
+    assert [(k.symbol, k.parallel_dims) for k in from_workers.kernels] == [
+        (k.symbol, k.parallel_dims) for k in program.kernels
+    ]
+
+
+def test_without_workers_or_with_a_lowering_of_its_own_the_process_lowers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = _fused(_program, torch.randn(8, 16), torch.randn(16, 16))
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    lowered, _ = _compiled(module, True)
+    assert lowered.sources and all(s.parsed is not None for s in lowered.sources.values())
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    own = ProgramCompiler(lambda m, n: None, lower=lower_to_loops, lower_in_workers=True)
+    assert not own.lower_in_workers
+
+
+def test_a_unit_a_worker_cannot_lower_is_left_to_the_caller() -> None:
+    assert lower_in_workers("cuda", [b"not a unit", b"nor this"], 2) == [None, None]
+
+
+def _softmax_then_transpose(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, -1).transpose(0, 1).reshape(8, 6)
+
+
+def test_a_group_whose_lowering_fails_in_a_worker_runs_op_by_op_as_without_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's lowering fails; the caller lowers the group again, and `compile` reports
+    the same reason as without workers (fusion's gate taken away to form such a group)."""
+    monkeypatch.setattr(legality, "loop_structure", lambda *args: None)
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    module = _fused(_softmax_then_transpose, torch.randn(6, 8))
+    _, here = _compiled(module, False)
+    _, there = _compiled(module, True)
+    assert here.op_by_op and "another row" in here.op_by_op[0]
+    assert there.op_by_op == here.op_by_op
+    assert [k.loop_ir for k in there.kernels] == [k.loop_ir for k in here.kernels]

@@ -1,33 +1,39 @@
 """
-Kernels compiled ahead in worker processes, as Inductor compiles its kernels in parallel.
+Kernels lowered and compiled ahead in worker processes, as Inductor compiles its kernels in
+parallel.
 
 Lowering a kernel to LLVM is mostly xDSL pattern walks in Python: a bf16 channels-last kernel
 takes about a second, and a program of fifty such kernels a minute, one after another. Before
-the runtime's `ProgramCompiler` walks the program, `compile_ahead` hands the kernels that no
-cache holds to `workers()` Python processes (`python -m xfuse.runtime.compile_workers`, jobs and
-artifacts pickled over their stdin and stdout) and puts what they return in the kernel cache;
-the walk then only loads them.
+the runtime's `ProgramCompiler` walks the program, the work goes to `workers()` Python
+processes (`python -m xfuse.runtime.compile_workers`, jobs and results pickled over their
+stdin and stdout) in two batches of jobs, each dealt out longest first:
+
+- `lower_in_workers`: each unit of the fused program (a group, or a lone op, in its own module,
+  `xfuse.ir.serialize`d) lowered to loops, with its kernels' canonical modules printed
+  (`xfuse.runtime.compiler.lower_unit`): the runtime's `ProgramCompiler.lower_ahead` takes the
+  lowered units back instead of lowering them one after another;
+- `compile_in_workers`: the kernels that no cache holds compiled (`KernelCache.compile_ahead`,
+  which puts what they return in the kernel cache); the walk then only loads them.
 
 - The workers are a pool (`POOL`) that `xfuse.compile` starts before it exports a program
-  (`start_workers`), so that their start, about half a second of imports, overlaps exporting
-  and fusing instead of following them. They stay for the process's later programs (the
-  graphs of one `torch.compile`d model), and each exits once idle for `IDLE_EXIT_S`, or with
-  the process.
+  (`start_workers`), so that their start, a few seconds of imports, overlaps exporting and
+  fusing instead of following them. They stay for the process's later programs (the graphs
+  of one `torch.compile`d model), and each exits once idle for `IDLE_EXIT_S`, or with the
+  process.
 
 - Only backends that a process can rebuild exactly from a picklable spec take part
   (`backend_spec`: CUDA's PTX, a function of the architecture and the tuning). A CPU kernel's
   code depends on the compiling process (OpenMP when torch's runtime is loaded), so the CPU
-  backend compiles in-process.
-- A worker runs no code from the caller's `__main__` (it is no `multiprocessing` child), and
-  imports xDSL and llvmlite only, not torch.
-- A job a worker fails on, or a worker that fails, changes nothing: its kernels compile in the
-  caller as before, where their errors are reported as usual.
+  backend compiles in-process, and lowers its units there too (a kernel it compiles is the
+  module the lowering made: one from a worker would be parsed again from its text).
+- A worker runs no code from the caller's `__main__` (it is no `multiprocessing` child).
+- A job a worker fails on, or a worker that fails, changes nothing: its units lower, and its
+  kernels compile, in the caller as before, where their errors are reported as usual.
 - `XFUSE_COMPILE_WORKERS=N` sets the number of processes (0 or 1: none); by default one per
-  CPU core but one, at most 8, and only for programs of at least `MIN_JOBS` (2) kernels to
-  compile.
+  CPU core but one, at most 8, and only for at least `MIN_JOBS` (2) units or kernels.
 
     python -m xfuse.runtime.compile_workers   # a worker: messages (8-byte length, pickle) on
-                                              # stdin: (spec, jobs); on stdout: artifacts
+                                              # stdin: (task, jobs); on stdout: results
 """
 
 from __future__ import annotations
@@ -40,21 +46,27 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
 WORKERS_ENV = "XFUSE_COMPILE_WORKERS"
 MAX_WORKERS = 8
 MIN_JOBS = 2
-"""Fewer kernels than this compile in-process. The pool's workers start with the compilation,
-so two kernels already gain (a cold `xfuse.compile` of programs of 2 and 3 kernels on CUDA
-is faster with the pool than in-process)."""
+"""Fewer units or kernels than this lower or compile in-process. The pool's workers start with
+the compilation, so two kernels already gain (a cold `xfuse.compile` of programs of 2 and 3
+kernels on CUDA is faster with the pool than in-process)."""
 
 Job = tuple[str, str]
-"""(the module's text, the kernel's symbol)."""
+"""A kernel to compile: (the module's text, the kernel's symbol)."""
+
+Task = tuple[str, Any]
+"""What a batch of jobs asks of a worker: `("compile", backend_spec)` (jobs: `Job`s, results:
+artifacts) or `("lower", device type)` (jobs and results: `xfuse.ir.serialize`d units, as
+`xfuse.runtime.compiler.lowered_unit` takes and makes them)."""
 
 
 def workers() -> int:
@@ -97,26 +109,40 @@ def compile_in_workers(
     spec: tuple[str, Any], jobs: Sequence[Job], processes: int
 ) -> list[bytes | None]:
     """Each job's artifact (None where it failed), compiled by up to `processes` workers of the
-    pool (`POOL`); the jobs are dealt longest first to the least loaded worker (their text's
-    length for cost)."""
+    pool (`POOL`), their text's length for cost (`in_workers`)."""
+    return in_workers(("compile", spec), jobs, [len(text) for text, _ in jobs], processes)
+
+
+def lower_in_workers(device: str, units: Sequence[bytes], processes: int) -> list[bytes | None]:
+    """Each unit (`xfuse.ir.serialize`d, in its own module) lowered to loops for `device` with
+    its kernels' canonical modules, serialized (`xfuse.runtime.compiler.lowered_unit`; None
+    where it failed), by up to `processes` workers of the pool, their size for cost."""
+    return in_workers(("lower", device), units, [len(unit) for unit in units], processes)
+
+
+def in_workers(
+    task: Task, jobs: Sequence[Any], costs: Sequence[int], processes: int
+) -> list[bytes | None]:
+    """Each job's result (None where it failed) of `task`, by up to `processes` workers of the
+    pool (`POOL`); the jobs are dealt most costly first to the least loaded worker."""
     if not jobs or processes < 1:
         return [None] * len(jobs)
     shares: list[list[int]] = [[] for _ in range(min(processes, len(jobs)))]
     loads = [0] * len(shares)
-    for i in sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0])):
+    for i in sorted(range(len(jobs)), key=lambda i: -costs[i]):
         k = loads.index(min(loads))
         shares[k].append(i)
-        loads[k] += len(jobs[i][0])
+        loads[k] += costs[i]
     results: list[bytes | None] = [None] * len(jobs)
     with POOL.lease(len(shares)) as pool:
 
         def run(k: int) -> None:
-            if k >= len(pool):  # a worker that could not start: the caller compiles its share
+            if k >= len(pool):  # a worker that could not start: the caller does its share
                 return
             share = shares[k]
-            outputs = pool[k].run(spec, [jobs[i] for i in share])
-            for i, artifact in zip(share, outputs, strict=True):
-                results[i] = artifact
+            outputs = pool[k].run(task, [jobs[i] for i in share])
+            for i, result in zip(share, outputs, strict=True):
+                results[i] = result
 
         with ThreadPoolExecutor(len(shares)) as threads:
             list(threads.map(run, range(len(shares))))
@@ -134,8 +160,8 @@ _LENGTH = struct.Struct("<Q")
 
 
 class Worker:
-    """One worker process: started at once, it imports what compiling needs while the caller
-    exports and fuses, then compiles batches of jobs sent over its stdin (length-prefixed
+    """One worker process: started at once, it imports what lowering and compiling need while
+    the caller exports and fuses, then does batches of jobs sent over its stdin (length-prefixed
     pickles, answered on its stdout) until its stdin closes or it idles `IDLE_EXIT_S`."""
 
     def __init__(self) -> None:
@@ -155,12 +181,12 @@ class Worker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def run(self, spec: tuple[str, Any], jobs: list[Job]) -> list[bytes | None]:
-        """The artifacts of `jobs` (all None, and the worker stopped, if it fails)."""
+    def run(self, task: Task, jobs: list[Any]) -> list[bytes | None]:
+        """The results of `task` for `jobs` (all None, and the worker stopped, if it fails)."""
         stdin, stdout = self.process.stdin, self.process.stdout
         assert stdin is not None and stdout is not None
         try:
-            _write_message(stdin, (spec, jobs))
+            _write_message(stdin, (task, jobs))
             outputs = _read_message(stdout)
         except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             self.stop()
@@ -235,8 +261,9 @@ atexit.register(POOL.stop)
 
 
 def start_workers(backend: object) -> None:
-    """Start the workers that `KernelCache.compile_ahead` will use for `backend`, if any, so
-    that their start (about half a second) overlaps exporting and fusing the program."""
+    """Start the workers that `ProgramCompiler.lower_ahead` and `KernelCache.compile_ahead`
+    will use for `backend`, if any, so that their start (a few seconds of imports) overlaps
+    exporting and fusing the program."""
     if can_compile_ahead(backend):
         POOL.start(workers())
 
@@ -268,22 +295,47 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
-def _serve(spec: tuple[str, Any], jobs: list[Job]) -> list[bytes | None]:
-    """A worker's work: each job compiled, None where compiling it (or making the backend)
-    raised."""
-    from xfuse.ir.context import parse
-
+def _serve(task: Task, jobs: list[Any]) -> list[bytes | None]:
+    """A worker's work: each job done (`TASKS`), None where it raised."""
+    kind, argument = task
     try:
-        backend = _rebuild(spec)
-    except Exception:  # noqa: BLE001 - the caller compiles the jobs itself
+        do = TASKS[kind](argument)
+    except Exception:  # noqa: BLE001 - the caller does the jobs itself
         return [None] * len(jobs)
     outputs: list[bytes | None] = []
-    for text, symbol in jobs:
+    for job in jobs:
         try:
-            outputs.append(backend.compile(parse(text), symbol))
-        except Exception:  # noqa: BLE001 - the caller compiles it again and reports the error
+            outputs.append(do(job))
+        except Exception:  # noqa: BLE001 - the caller does it again and reports the error
             outputs.append(None)
     return outputs
+
+
+def _compiling(spec: tuple[str, Any]) -> Callable[[Job], bytes]:
+    """A kernel's artifact, of its module's text and its symbol, for the backend of `spec`."""
+    from xfuse.ir.context import parse
+
+    backend = _rebuild(spec)
+
+    def compile_job(job: Job) -> bytes:
+        text, symbol = job
+        return backend.compile(parse(text), symbol)
+
+    return compile_job
+
+
+def _lowering(device: str) -> Callable[[bytes], bytes]:
+    """A unit lowered to loops for `device`, with its kernels' canonical modules."""
+    from xfuse.runtime.compiler import lowered_unit
+
+    return partial(lowered_unit, device=device)
+
+
+TASKS: dict[str, Callable[[Any], Callable[[Any], bytes]]] = {
+    "compile": _compiling,
+    "lower": _lowering,
+}
+"""A task's kind -> what makes its job function of the task's argument."""
 
 
 def _idle(stream: IO[bytes], seconds: float) -> bool:
@@ -299,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import xfuse.backends.cuda  # noqa: F401 - what every job needs, imported before the first
     import xfuse.ir.context  # noqa: F401
+    import xfuse.runtime.compiler  # noqa: F401
 
     parser = argparse.ArgumentParser(prog="python -m xfuse.runtime.compile_workers")
     parser.add_argument("--idle", type=float, default=IDLE_EXIT_S, help="seconds, then exit")
@@ -307,10 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout = sys.stdout.buffer
     while not _idle(stdin, idle):
         try:
-            spec, jobs = _read_message(stdin)
+            task, jobs = _read_message(stdin)
         except EOFError:
             return 0
-        _write_message(stdout, _serve(spec, jobs))
+        _write_message(stdout, _serve(task, jobs))
     return 0
 
 

@@ -32,11 +32,12 @@ from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import Operand
 from xfuse.errors import XfuseError
 from xfuse.interpreters.graph import OP_IMPLS, DirectCall, find_function, interpret, run_op
-from xfuse.ir import dtypes
+from xfuse.ir import dtypes, serialize
 from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op as lowers_to_kernel
 from xfuse.runtime.cache import KernelSource
+from xfuse.runtime.compile_workers import MIN_JOBS, lower_in_workers, workers
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
 from xfuse.runtime.steps import (
     VIEW_IMPLS,
@@ -383,6 +384,28 @@ def canonical_source(kernel: func.FuncOp, take_body: bool = False) -> KernelSour
     return KernelSource.of(canonical_kernel_module(kernel, take_body))
 
 
+UnitSources = dict[func.FuncOp, KernelSource]
+"""A lowered unit's kernels (its module's kernel funcs) -> their canonical sources."""
+
+
+def lower_unit(module: ModuleOp, lower: LowerToLoops) -> UnitSources:
+    """Lower a unit's module (`wrap_unit`) in place and take its kernels' loops into their
+    canonical sources (`canonical_source`), which leaves its kernel funcs without a body
+    (`compile` reads only their symbols and attributes)."""
+    lower(module)
+    return {f: canonical_source(f, take_body=True) for f in kernel_functions(module)}
+
+
+def lowered_unit(unit: bytes, device: str) -> bytes:
+    """A compile worker's job (`xfuse.runtime.compile_workers.lower_in_workers`): a unit's
+    module, `xfuse.ir.serialize`d, lowered for `device` (`lower_unit`), and serialized with
+    its kernels' canonical sources (their text, which keys them: `KernelSource` pickles as its
+    text and symbol)."""
+    module = serialize.loads(unit)
+    sources = lower_unit(module, partial(lower_to_loops, device=device))
+    return serialize.dumps((module, sources))
+
+
 def kernel_name(ops: Sequence[str], symbol: str) -> str:
     """The name profilers show for a kernel: `xfuse_` and its unit's ops (the first few, in
     order, without repeats or constants), e.g. `xfuse_mul_add_exp`; the second kernel of a unit gets `_k1`
@@ -494,12 +517,16 @@ class ProgramCompiler:
         function: str = "forward",
         fallback: FallbackMode = DEFAULT_FALLBACK,
         device: torch.device | str = "cpu",
+        lower_in_workers: bool = False,
     ):
         self.compile_kernel = compile_kernel
         self.fallback = fallback
         self.device = torch.device(device)
         """Where the program's constants live (with its inputs and kernels)."""
         self.lower = lower if lower is not None else partial(lower_to_loops, device=self.device)
+        self.lower_in_workers = lower_in_workers and lower is None
+        """Whether `lower_ahead` hands its units to the compile workers (where their kernels
+        compile too: `can_compile_ahead`; never with a `lower` of the caller's)."""
         self.function = function
         self._canonical: dict[func.FuncOp, KernelSource] = {}
         """Each kernel's canonical module and text, made once (`kernel_modules` and `compile`
@@ -523,21 +550,38 @@ class ProgramCompiler:
 
     def lower_ahead(self, module: ModuleOp) -> LoweredUnits:
         """Lower each unit that `compile` will lower, with its kernels' canonical modules (kept
-        for `compile`); a unit whose lowering fails is left to `compile`, which reports it."""
-        for op in find_function(module, self.function).body.block.ops:
-            if op in self._lowered or not _is_lowered_unit(op):
-                continue
-            lowered = wrap_unit(op)
-            try:
-                self.lower(lowered)
-            except Exception:  # noqa: BLE001 - `compile` lowers it again and handles the error
-                continue
-            self._lowered[op] = lowered
-            for f in kernel_functions(lowered):
-                # `compile` reads only the kernel's symbol and attributes: its loops move to
-                # the canonical module (so a cached fused program does not hold them twice)
-                self.canonical(f, take_body=True)
+        for `compile`): in the compile workers where `lower_in_workers` (`_lowered_elsewhere`),
+        else, and where a worker failed, here; a unit whose lowering fails is left to
+        `compile`, which reports it."""
+        units = [
+            op
+            for op in find_function(module, self.function).body.block.ops
+            if op not in self._lowered and _is_lowered_unit(op)
+        ]
+        for op, done in zip(units, self._lowered_elsewhere(units), strict=True):
+            if done is None:
+                lowered = wrap_unit(op)
+                try:
+                    done = lowered, lower_unit(lowered, self.lower)
+                except Exception:  # noqa: BLE001 - `compile` lowers it again and handles the error
+                    continue
+            self._lowered[op], sources = done
+            self._canonical.update(sources)
         return LoweredUnits(dict(self._lowered), dict(self._canonical))
+
+    def _lowered_elsewhere(
+        self, units: Sequence[Operation]
+    ) -> list[tuple[ModuleOp, UnitSources] | None]:
+        """Each unit's lowered module and kernels' sources, as `lower_unit` makes them, from the
+        compile workers (`lower_in_workers`); None where a worker did not lower it, and for
+        every unit where this compiler does not use the workers or has fewer than `MIN_JOBS`
+        units."""
+        processes = workers() if self.lower_in_workers and len(units) >= MIN_JOBS else 0
+        if processes < 2:
+            return [None] * len(units)
+        jobs = [serialize.dumps(wrap_unit(op)) for op in units]
+        results = lower_in_workers(self.device.type, jobs, processes)
+        return [None if r is None else serialize.loads(r) for r in results]
 
     def adopt(self, lowered: LoweredUnits) -> None:
         """Units lowered already (by `lower_ahead`, in this process or in one whose fused

@@ -279,7 +279,12 @@ def build_executable(
     progress.stage(f"imported {len(imported.op_names)} ops; fusing")
     program_ir = imported.program
     program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
-    compiler = ProgramCompiler(compile_kernel, fallback=settings.fallback, device=device)
+    compiler = ProgramCompiler(
+        compile_kernel,
+        fallback=settings.fallback,
+        device=device,
+        lower_in_workers=can_compile_ahead(backend),
+    )
     passes, options, choices = measured_pipeline(
         settings.options, program_ir.module, device, cache, compile_choices_ahead
     )
@@ -474,7 +479,7 @@ def compile_choices_ahead(
     fused and lowered now as it will (their fused programs kept in `cache`, where its builds
     find them), and all their kernels compiled at once in worker processes. Nothing where the
     device's backend has no workers (the CPU's): its kernels compile in-process one by one
-    either way."""
+    either way. The programs' units lower in the workers too (`ProgramCompiler.lower_ahead`)."""
     backend = get_backend(str(device))
     if not can_compile_ahead(backend):
         return
@@ -482,7 +487,7 @@ def compile_choices_ahead(
     for imported in programs:
         program_ir = imported.program
         passes, _, _ = measured_pipeline(measuring_options(), program_ir.module, device, cache)
-        compiler = ProgramCompiler(_no_kernel, device=device)
+        compiler = ProgramCompiler(_no_kernel, device=device, lower_in_workers=True)
         fuse_and_lower(program_ir, passes, cache, compiler)
         sources += compiler.kernel_modules(program_ir.module)
     cache.compile_ahead(backend, sources)
