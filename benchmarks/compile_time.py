@@ -4,8 +4,9 @@ Cold compile time by stage: where the host time of a first `xfuse.compile` goes.
     python -m benchmarks.compile_time [--models efficientnet_hf,mobilenetv2_hf] [--runs 3]
                                       [--paths cpu,cuda] [--dump DIR]
 
-Models: `benchmarks.families`' image models at batch 1, 3x224x224, f32, `.eval()` under
-`torch.no_grad()` (Hugging Face ones are built from configs, random weights). Each run is one
+Models: `benchmarks.families`' image models at batch 1, 3x224x224, and its text models at one
+sequence of 128 tokens (its `latency` sizes), f32, `.eval()` under `torch.no_grad()` (Hugging
+Face ones are built from configs, random weights). Each run is one
 cold compile in a fresh process with an empty kernel cache (`XFUSE_CACHE_DIR`, a new temporary
 directory), so that nothing one run made (the kernel cache in memory, lazily imported modules)
 speeds up the next; the figures are the medians of `--runs` runs, in seconds.
@@ -15,7 +16,11 @@ speeds up the next; the figures are the medians of `--runs` runs, in seconds.
   paused as `xfuse.compile` pauses it while it builds a program: export and import, the
   passes of `compile_pipeline("cuda")`, `lower-to-loops` of each unit as the runtime lowers it
   for CUDA, and each distinct kernel's PTX (`CUDABackend("sm_90")`, as the kernel cache compiles
-  each kernel text once). Kernels are not loaded.
+  each kernel text once). Kernels are not loaded. Where the compile workers are on
+  (`xfuse.runtime.compile_workers`: a machine of three cores or more, or
+  `XFUSE_COMPILE_WORKERS=N` of 2 or more), they are started before the export, the units lower
+  and the kernels compile in them, as in `xfuse.compile`, and `loops`, `llvm dialect` and `llvm`
+  count only what the process does itself: the wait for the workers is in `other`.
 
 Stages (each function's time less that of the stages it calls):
 
@@ -88,10 +93,11 @@ class StageClock:
 
 
 def build_model(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
-    from benchmarks.families import IMAGES
+    from benchmarks.families import IMAGES, TEXTS, inputs_for
 
     torch.manual_seed(0)
-    return IMAGES[name]().eval(), torch.randn(1, 3, 224, 224)
+    model = (IMAGES.get(name) or TEXTS[name])().eval()
+    return model, inputs_for(name, "latency", "cpu", torch.float32)[0]
 
 
 def patch_common(clock: StageClock) -> None:
@@ -142,29 +148,56 @@ def cuda_run(name: str, dump: Path | None) -> dict[str, float]:
     from xfuse.backends.cuda import CUDABackend
     from xfuse.collector import collector_paused
     from xfuse.pipeline import compile_pipeline
-    from xfuse.runtime.compiler import CANONICAL_KERNEL, ProgramCompiler
+    from xfuse.runtime.compile_workers import can_compile_ahead, start_workers
+    from xfuse.runtime.compiler import ProgramCompiler
 
     clock = StageClock()
     patch_common(clock)
     clock.patch(CUDABackend, "compile", "llvm")
     model, x = build_model(name)
+    backend = CUDABackend("sm_90")
     start = time.perf_counter()
+    start_workers(backend)  # (as `xfuse.compile`: their imports overlap the export)
     # (as `xfuse.compile` builds a program: the cycle collector paused throughout)
     with torch.no_grad(), collector_paused():
         imported = driver.import_for_xfuse(model, (x,), None, False)
         module = imported.program.module
         driver.verify_module(module)
         driver.run_pipeline(compile_pipeline("cuda"), module)
-        compiler = ProgramCompiler(lambda source, name: None, device="cuda")  # type: ignore[arg-type,return-value]
+        compiler = ProgramCompiler(
+            lambda source, name: None,  # type: ignore[arg-type,return-value]
+            device="cuda",
+            lower_in_workers=can_compile_ahead(backend),
+        )
         kernels = compiler.kernel_modules(module)
-        backend = CUDABackend("sm_90")
         sources = {s.text: s for s in kernels}
-        ptx = {text: backend.compile(s.module, CANONICAL_KERNEL) for text, s in sources.items()}
+        ptx = dict(zip(sources, ptx_of(backend, list(sources.values())), strict=True))
     total = time.perf_counter() - start
     if dump is not None:
         code = {t: p.decode() for t, p in ptx.items()}
         write_dump(dump / f"{name}.cuda.txt", [s.text for s in kernels], code)
     return finish(clock, total)
+
+
+def ptx_of(backend: Any, sources: list[Any]) -> list[bytes]:
+    """Each kernel's PTX: from the compile workers where they are on (`can_compile_ahead`),
+    else, and where a worker failed, compiled here."""
+    from xfuse.runtime.compile_workers import (
+        backend_spec,
+        can_compile_ahead,
+        compile_in_workers,
+        workers,
+    )
+
+    done: list[bytes | None] = [None] * len(sources)
+    spec = backend_spec(backend)
+    if spec is not None and can_compile_ahead(backend):
+        jobs = [(s.text, s.symbol) for s in sources]
+        done = compile_in_workers(spec, jobs, workers())
+    return [
+        ptx if ptx is not None else backend.compile(s.module, s.symbol)
+        for s, ptx in zip(sources, done, strict=True)
+    ]
 
 
 def write_dump(path: Path, loops: list[str], code: dict[str, str]) -> None:
