@@ -6,6 +6,7 @@ PTX needs no GPU, so this runs everywhere."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from xfuse.runtime.compiler import (
     Program,
     ProgramCompiler,
     lower_to_loops,
+    lowered_unit,
 )
 from xfuse.runtime.driver import run_pipeline
 
@@ -240,7 +242,8 @@ def test_without_workers_or_with_a_lowering_of_its_own_the_process_lowers(
 
 
 def test_a_unit_a_worker_cannot_lower_is_left_to_the_caller() -> None:
-    assert lower_in_workers("cuda", [b"not a unit", b"nor this"], 2) == [None, None]
+    lower = partial(lowered_unit, device="cuda")
+    assert lower_in_workers(lower, [b"not a unit", b"nor this"], 2) == [None, None]
 
 
 def _softmax_then_transpose(x: torch.Tensor) -> torch.Tensor:

@@ -49,7 +49,6 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,8 +64,8 @@ Job = tuple[str, str]
 
 Task = tuple[str, Any]
 """What a batch of jobs asks of a worker: `("compile", backend_spec)` (jobs: `Job`s, results:
-artifacts) or `("lower", device type)` (jobs and results: `xfuse.ir.serialize`d units, as
-`xfuse.runtime.compiler.lowered_unit` takes and makes them)."""
+artifacts) or `("call", function)` (the job function itself, pickled by reference, which the
+worker imports: jobs and results as it takes and makes them; `lower_in_workers`)."""
 
 
 def workers() -> int:
@@ -113,11 +112,14 @@ def compile_in_workers(
     return in_workers(("compile", spec), jobs, [len(text) for text, _ in jobs], processes)
 
 
-def lower_in_workers(device: str, units: Sequence[bytes], processes: int) -> list[bytes | None]:
-    """Each unit (`xfuse.ir.serialize`d, in its own module) lowered to loops for `device` with
-    its kernels' canonical modules, serialized (`xfuse.runtime.compiler.lowered_unit`; None
-    where it failed), by up to `processes` workers of the pool, their size for cost."""
-    return in_workers(("lower", device), units, [len(unit) for unit in units], processes)
+def lower_in_workers(
+    lower: Callable[[bytes], bytes], units: Sequence[bytes], processes: int
+) -> list[bytes | None]:
+    """Each unit (`xfuse.ir.serialize`d, in its own module) lowered by `lower` (a module-level
+    function, or a partial of one, that pickles by reference: the caller's
+    `xfuse.runtime.compiler.lowered_unit`; None where it failed), by up to `processes` workers
+    of the pool, their size for cost."""
+    return in_workers(("call", lower), units, [len(unit) for unit in units], processes)
 
 
 def in_workers(
@@ -324,16 +326,14 @@ def _compiling(spec: tuple[str, Any]) -> Callable[[Job], bytes]:
     return compile_job
 
 
-def _lowering(device: str) -> Callable[[bytes], bytes]:
-    """A unit lowered to loops for `device`, with its kernels' canonical modules."""
-    from xfuse.runtime.compiler import lowered_unit
-
-    return partial(lowered_unit, device=device)
+def _calling(function: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """The task's own job function (unpickled: its module imported in the worker)."""
+    return function
 
 
 TASKS: dict[str, Callable[[Any], Callable[[Any], bytes]]] = {
     "compile": _compiling,
-    "lower": _lowering,
+    "call": _calling,
 }
 """A task's kind -> what makes its job function of the task's argument."""
 
@@ -351,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import xfuse.backends.cuda  # noqa: F401 - what every job needs, imported before the first
     import xfuse.ir.context  # noqa: F401
-    import xfuse.runtime.compiler  # noqa: F401
+    import xfuse.passes.lowering.lower_to_loops  # noqa: F401
 
     parser = argparse.ArgumentParser(prog="python -m xfuse.runtime.compile_workers")
     parser.add_argument("--idle", type=float, default=IDLE_EXIT_S, help="seconds, then exit")

@@ -580,7 +580,8 @@ class ProgramCompiler:
         if processes < 2:
             return [None] * len(units)
         jobs = [serialize.dumps(wrap_unit(op)) for op in units]
-        results = lower_in_workers(self.device.type, jobs, processes)
+        lower = partial(lowered_unit, device=self.device.type)
+        results = lower_in_workers(lower, jobs, processes)
         return [None if r is None else serialize.loads(r) for r in results]
 
     def adopt(self, lowered: LoweredUnits) -> None:
