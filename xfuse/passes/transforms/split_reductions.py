@@ -180,12 +180,13 @@ CUDA a row per SM of an H100 or H200 (132): the row kernel gives each row one bl
 GroupNorm(1, C)'s 32 rows at batch 32 kept 32 SMs busy (PoolFormer-S12 on an H200, bf16: 9.5
 ms a forward whole, 4.6 ms split)."""
 
-FEW_ROWS_MIN_LENGTH = {"cpu": 65536, "cuda": 8192}
+FEW_ROWS_MIN_LENGTH: dict[str, int | None] = {"cpu": None, "cuda": 8192}
 """Shortest reduced length that is split, per target, where the reduction has fewer results than
 `NORMALIZATION_ROWS`. On CUDA one block reduces a row: PoolFormer-S12's one-group norms over
 62,720 and 25,088 elements (one row an image) took 54 us a launch at batch 1 on an H200, bf16,
 and its forward 1.34 ms whole against 0.75 ms split from 8192 (reduce-overhead 0.80); at batch
-32 2.56 against 2.08 (2.39). The CPU's threads share few rows already from `min-length`."""
+32 2.56 against 2.08 (2.39). None: from `min-length`, as any reduction (the CPU's threads
+share few rows already)."""
 
 MAX_NORMALIZATION_DEPTH = 8
 """How many row-shaped ops `is_normalization` follows from a reduction's result."""
@@ -450,7 +451,8 @@ class SplitReductionsPass(ModulePass):
         """The shortest length split with fewer rows than are parallel already."""
         if self.few_rows_min_length >= 0:
             return self.few_rows_min_length
-        return FEW_ROWS_MIN_LENGTH[self.target]
+        shortest = FEW_ROWS_MIN_LENGTH[self.target]
+        return self.min_length if shortest is None else shortest
 
     def splits(self, op: graph.ReduceOp) -> bool:
         """Whether this pass rewrites `op` (over trailing dims)."""
