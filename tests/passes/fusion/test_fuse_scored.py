@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import torch
 from xdsl.passes import PassPipeline
 
 from xfuse.dialects.fusion import GroupOp
+from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import make_context, parse
 from xfuse.passes import get_all_passes
 from xfuse.passes.fusion.decisions import Score
@@ -62,3 +64,74 @@ def test_max_rounds_is_a_recorded_reason() -> None:
     m = parse(text)
     FuseScoredPass().apply(make_context(), m)
     assert sum(isinstance(op, GroupOp) for op in m.walk()) == 1
+
+
+ACTIVATION_READ_TWICE = """func.func @forward(%y: tensor<4x64x32xf32>, %b: tensor<32xf32>) -> tensor<4x64x32xf32> {
+  %h = graph.add %y, %b : tensor<4x64x32xf32>, tensor<32xf32> -> tensor<4x64x32xf32>
+  %g = graph.tanh %h : tensor<4x64x32xf32>
+  %s = graph.reduce_sum %g dims = [1] keepdim : tensor<4x64x32xf32> -> tensor<4x1x32xf32>
+  %m = graph.reduce_mean %s dims = [2] keepdim : tensor<4x1x32xf32> -> tensor<4x1x1xf32>
+  %r = graph.div %s, %m : tensor<4x1x32xf32>, tensor<4x1x1xf32> -> tensor<4x1x32xf32>
+  %n = graph.mul %g, %r : tensor<4x64x32xf32>, tensor<4x1x32xf32> -> tensor<4x64x32xf32>
+  %o = graph.add %n, %g : tensor<4x64x32xf32>, tensor<4x64x32xf32> -> tensor<4x64x32xf32>
+  func.return %o : tensor<4x64x32xf32>
+}"""
+
+
+def test_a_cheap_output_is_computed_again_in_its_reader() -> None:
+    """A bias add and activation that a reduction's group computes, and a later group reads
+    beside a normalization of the reduction's result (GRN's): the later group computes it
+    again from the bias add's input (read once more) instead of reading what the first group
+    would write (written and read back)."""
+    m = parse(ACTIVATION_READ_TWICE)
+    p = FuseScoredPass()
+    p.apply(make_context(), m)
+    m.verify()
+    first, _, second = [op for op in m.walk() if isinstance(op, GroupOp)]
+    assert len(first.results) == 1 and first.kind.data == "reduction"
+    assert second.rule.data == "fuse-scored:recompute"
+    y = m.body.block.ops.first.body.block.args[0]  # type: ignore[union-attr]
+    assert y in second.inputs and first.results[0] not in second.inputs
+    recomputed = [d for d in p.decisions if d.rule == "recompute" and d.fused]
+    assert {(d.producer, d.consumer) for d in recomputed} == {("%g graph.tanh", "%n graph.mul")}
+    # %g is neither written nor read back (2 x 32 KiB); %y and %b are read once more.
+    saved = 2 * 4 * 64 * 32 * 4 - 4 * 64 * 32 * 4 - 32 * 4
+    assert recomputed[0].score is not None and recomputed[0].score.bytes_saved == saved
+    x, b = torch.randn(4, 64, 32), torch.randn(32)
+    torch.testing.assert_close(
+        interpret(m, [x, b]), interpret(parse(ACTIVATION_READ_TWICE), [x, b])
+    )
+
+
+def test_an_output_whose_inputs_cost_as_much_to_read_is_kept() -> None:
+    """An output two full-size inputs compute (a residual add): computing it again reads
+    both, as many bytes as writing and reading it back saves."""
+    text = ACTIVATION_READ_TWICE.replace("%b: tensor<32xf32>", "%b: tensor<4x64x32xf32>").replace(
+        "tensor<4x64x32xf32>, tensor<32xf32> -> tensor<4x64x32xf32>",
+        "tensor<4x64x32xf32>, tensor<4x64x32xf32> -> tensor<4x64x32xf32>",
+    )
+    m = parse(text)
+    p = FuseScoredPass()
+    p.apply(make_context(), m)
+    m.verify()
+    first, _, _ = [op for op in m.walk() if isinstance(op, GroupOp)]
+    assert len(first.results) == 2
+    assert not [d for d in p.decisions if d.rule == "recompute"]
+
+
+def test_an_output_too_costly_to_compute_again_is_kept() -> None:
+    """Four transcendental ops per element (16) and a multiply pass `GROUP_RECOMPUTE_BUDGET`."""
+    chain = "\n".join(f"  %t{i} = graph.tanh %t{i - 1} : tensor<4x64x32xf32>" for i in range(1, 5))
+    text = ACTIVATION_READ_TWICE.replace(
+        "  %g = graph.tanh %h : tensor<4x64x32xf32>",
+        f"  %t0 = graph.mul %h, %h : tensor<4x64x32xf32>, tensor<4x64x32xf32> -> tensor<4x64x32xf32>\n{chain}\n"
+        "  %g = graph.tanh %t4 : tensor<4x64x32xf32>",
+    )
+    m = parse(text)
+    p = FuseScoredPass()
+    p.apply(make_context(), m)
+    m.verify()
+    first, _, _ = [op for op in m.walk() if isinstance(op, GroupOp)]
+    assert len(first.results) == 2
+    (refused,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
+    assert refused[0] == "recompute-cost" and "> 16" in refused[1]

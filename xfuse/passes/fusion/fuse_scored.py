@@ -52,9 +52,12 @@ from xfuse.passes.fusion.legality import (
     WINDOW,
     Verdict,
     check_order,
+    check_output_recompute,
     check_pair,
     check_recompute,
+    fusability,
     is_candidate_node,
+    is_cheap_cone,
     sibling_candidates,
 )
 from xfuse.passes.options import LIMIT_OR_ALL, NON_NEGATIVE, POSITIVE, option
@@ -110,6 +113,7 @@ class ScoredFuser(Fuser):
     max_rounds: int
     arg_limit: int
     max_group_size: int
+    recompute_outputs: bool
     # Gates that depend only on the two nodes, remembered across rounds; a merge forgets the
     # entries of the nodes it touched (`forget_gates`), since a group merged into keeps its
     # identity but not its space.
@@ -131,6 +135,8 @@ class ScoredFuser(Fuser):
         for c in skipped or ():
             self.log.record(*c.labels, MAX_ROUNDS, c.rule, c.score, "rounds ran out")
         if self.max_rounds:
+            if self.recompute_outputs:
+                self.recompute_cheap_outputs()
             self.horizontal()
         decisions = self.finish()
         # Only the decisions are read from now on (see `FusionGraph._release`).
@@ -258,6 +264,61 @@ class ScoredFuser(Fuser):
             return None
         return Candidate(a, b, SIBLING, (PRIORITY[SIBLING], saved, -distance), labels)
 
+    # --- outputs computed again where they are read -----------------------------------------
+
+    def recompute_cheap_outputs(self) -> None:
+        """A group's output that cheap ops compute from the group's inputs (a bias add and GELU
+        before a reduction that also reads it) is computed again in its readers, as Inductor
+        inlines pointwise buffers into every reader, where that saves memory traffic: the
+        group no longer writes it and the readers do not read it back."""
+        g = self.g
+        changed = True
+        while changed:
+            changed = False
+            g.renumber()
+            for node in g.nodes():
+                if node.alive and node.is_group and len(node.outputs) > 1:
+                    changed = self.recompute_output(node) or changed
+
+    def recompute_output(self, group: Node) -> bool:
+        """Compute the first output of `group` that may be computed again in its readers
+        there; whether one was."""
+        g = self.g
+        for value, readers in zip(group.outputs, g.output_readers(group), strict=True):
+            # Only outputs that cheap ops compute and that fusable nodes alone read (a library
+            # call or the function's return needs the value written) are candidates.
+            if not readers or not all(fusability(r).ok for r in readers):
+                continue
+            cone = g.output_cone(group, value)
+            if not is_cheap_cone(cone):
+                continue
+            saved = g.output_recompute_saving(value, cone, readers)
+            if saved <= 0:
+                continue
+            owner = value.owner
+            assert isinstance(owner, Operation)
+            labels = [(owner, g.reader_in(r, value)) for r in readers]
+            verdicts = [
+                check_output_recompute(g, group, value, cone, r, arg_limit=self.arg_limit)
+                for r in readers
+            ]
+            score = Score(PRIORITY[RECOMPUTE], saved, 0)
+            refused = next((v for v in verdicts if not v.ok), None)
+            if refused is not None:
+                for pair in labels:
+                    self.log.record(*pair, refused.reason, RECOMPUTE, score, refused.detail)
+                continue
+            if not self.may_fuse():
+                return False
+            for pair in labels:
+                self.log.record(*pair, FUSED, RECOMPUTE, score, "computed again in every reader")
+            made = g.recompute_output(
+                group, value, cone, readers, group_rule(PASS, RECOMPUTE), saved
+            )
+            self.forget_gates({group, *readers, *made})
+            return True
+        return False
+
     # --- horizontal fusion: fewer kernels ---------------------------------------------------
 
     def horizontal(self) -> None:
@@ -350,8 +411,10 @@ class FuseScoredPass(ModulePass):
     """Scored fusion into `fusion.group`s.
 
     Options: `window` (pair only nodes this close in the block), `max-rounds`, `arg-limit`
-    (inputs plus outputs of a group), `max-group-size` (ops in a group), `max-fusions` (apply
-    only the first N fusions, -1 for all: bisects a miscompilation). After `apply`,
+    (inputs plus outputs of a group), `max-group-size` (ops in a group), `recompute-outputs`
+    (compute a group's output that cheap ops give again in its readers:
+    `ScoredFuser.recompute_cheap_outputs`),
+    `max-fusions` (apply only the first N fusions, -1 for all: bisects a miscompilation). After `apply`,
     `decisions` holds one `FusionDecision` per examined pair.
     """
 
@@ -361,6 +424,7 @@ class FuseScoredPass(ModulePass):
     max_rounds: int = option(16, NON_NEGATIVE)
     arg_limit: int = option(128, POSITIVE)
     max_group_size: int = option(512, POSITIVE)
+    recompute_outputs: bool = True
     max_fusions: int = option(-1, LIMIT_OR_ALL)
     decisions: list[FusionDecision] = field(
         default_factory=list, init=False, compare=False, repr=False
@@ -374,6 +438,7 @@ class FuseScoredPass(ModulePass):
                 self.max_rounds,
                 self.arg_limit,
                 self.max_group_size,
+                self.recompute_outputs,
                 max_fusions=self.max_fusions,
             )
             return fuser.run()

@@ -35,7 +35,7 @@ from xfuse.collector import collector_paused
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.fusion import GroupOp, YieldOp
-from xfuse.dialects.op_kinds import KindGroup, kind_of, stronger_kind
+from xfuse.dialects.op_kinds import Kind, KindGroup, kind_of, stronger_kind
 from xfuse.ir.dtypes import byte_width
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.fusion.op_facts import (
@@ -665,6 +665,38 @@ class FusionGraph:
         multi = max(self.merge_saving(producer, r) for r in readers)
         return RecomputePlan(tuple(readers), recompute, multi)
 
+    def output_cone(self, group: Node, value: SSAValue) -> list[Operation]:
+        """The ops of `group` that its output `value` depends on, in the group's order (back
+        to the group's inputs)."""
+        needed: set[Operation] = set()
+        owner = value.owner
+        assert isinstance(owner, Operation)
+        stack = [owner]
+        while stack:
+            op = stack.pop()
+            if op in needed:
+                continue
+            needed.add(op)
+            for v in op.operands:
+                if isinstance(v.owner, Operation) and self.node_of(v.owner) is group:
+                    stack.append(v.owner)
+        return [op for op in group.ops if op in needed]
+
+    def output_recompute_saving(
+        self, value: SSAValue, cone: Sequence[Operation], readers: Sequence[Node]
+    ) -> int:
+        """Bytes saved by computing `value` again from its cone's inputs in each of its
+        readers: it is neither written nor read back, and each reader reads the cone's
+        inputs it did not read yet."""
+        saved = (len(readers) + 1) * self.value_bytes(value)
+        inside = {res for op in cone for res in op.results}
+        inputs = {v for op in cone for v in op.operands if v not in inside}
+        for v in inputs:
+            if self.is_inlinable(v):
+                continue
+            saved -= self.value_bytes(v) * sum(1 for r in readers if v not in self.inputs_of(r))
+        return saved
+
     # --- merges ------------------------------------------------------------------------------
 
     def _reconnect(
@@ -823,22 +855,73 @@ class FusionGraph:
     ) -> list[Node]:
         """Copy the single op of `producer` into every consumer (each becomes or stays a
         group); the producer goes away once nothing reads it."""
-        for node in (producer, *consumers):
-            self._forget_readers(node)
         op = producer.op
         assert op is not None
+        for node in (producer, *consumers):
+            self._forget_readers(node)
+        space = self.space(producer)
+        groups = self._copy_into(
+            [op], op.results, consumers, rule, saved, (producer.kind, space, producer.classes)
+        )
+        if all(res.first_use is None for res in op.results):
+            self._unlink(producer)
+            producer.alive = False
+            op.detach()
+            op.erase()
+        return groups
+
+    def recompute_output(
+        self,
+        group: Node,
+        value: SSAValue,
+        cone: Sequence[Operation],
+        consumers: Sequence[Node],
+        rule: str,
+        saved: int = 0,
+    ) -> list[Node]:
+        """Copy `cone`, the ops of `group` computing its output `value` (`output_cone`), into
+        every consumer reading it: the group no longer writes `value` (the ops only it
+        needed are left dead, for `group-cleanup`)."""
+        for node in (group, *consumers):
+            self._forget_readers(node)
+        kind: str = Kind.ELEMENTWISE
+        classes: frozenset[OpClass] = frozenset()
+        for op in cone:
+            kind, classes = stronger_kind(kind, kind_of(op)), classes | op_classes(op)
+        space = ops_space(cone, self.shape(value))
+        groups = self._copy_into(cone, [value], consumers, rule, saved, (kind, space, classes))
+        if not self._reconnect(group, [], joined=False):
+            renewed = group.renewed()
+            self._replace_link(group, renewed)
+            renewed.pos = group.pos
+        return groups
+
+    def _copy_into(
+        self,
+        ops: Sequence[Operation],
+        values: Sequence[SSAValue],
+        consumers: Sequence[Node],
+        rule: str,
+        saved: int,
+        facts: tuple[str, Space, frozenset[OpClass]],
+    ) -> list[Node]:
+        """Copy `ops` into every consumer, which reads the copies of `values` from then on;
+        `facts` are the kind, space and op classes of the copied ops."""
+        kind, space, classes = facts
         groups: list[Node] = []
         share = saved // max(len(consumers), 1)
         for consumer in consumers:
-            clone = op.clone()
-            copies: dict[SSAValue, SSAValue] = dict(zip(op.results, clone.results, strict=True))
-            for res, copy in copies.items():
-                self.labels[copy] = self.label(res)
-                res.replace_uses_with_if(copy, self._reads_in(consumer))
-            kind = stronger_kind(producer.kind, consumer.kind)
-            space = combine_spaces(self.space(producer), self.space(consumer))
-            size, score = consumer.size + 1, consumer.score + share
-            at, space = consumer.pos, space or self.space(consumer)
+            clones = self._clone_ops(ops)
+            copies: dict[SSAValue, SSAValue] = {
+                res: copy
+                for op, clone in zip(ops, clones, strict=True)
+                for res, copy in zip(op.results, clone.results, strict=True)
+            }
+            for res in values:
+                res.replace_uses_with_if(copies[res], self._reads_in(consumer))
+            merged_kind = stronger_kind(kind, consumer.kind)
+            merged_space = combine_spaces(space, self.space(consumer)) or self.space(consumer)
+            size, score, at = consumer.size + len(ops), consumer.score + share, consumer.pos
             if consumer.is_group:
                 target = consumer
                 target.inputs = [copies.get(v, v) for v in target.inputs]
@@ -846,22 +929,31 @@ class FusionGraph:
             else:
                 assert consumer.op is not None
                 target = self._singleton(consumer.op, rule)
-            target.ops.appendleft(clone)
-            target.add_classes(producer.classes)
-            self._register(clone, target)
-            same = self._reconnect(target, [clone]) or target is not consumer
+            target.ops.extendleft(reversed(clones))
+            target.add_classes(classes)
+            for clone in clones:
+                self._register(clone, target)
+            same = self._reconnect(target, clones) or target is not consumer
             group = target if same else target.renewed()
-            self._describe(group, kind, rule, score, space, size)
+            self._describe(group, merged_kind, rule, score, merged_space, size)
             self._replace_link(consumer, group)
             group.pos = at
             self._to_front(group)
             groups.append(group)
-        if all(res.first_use is None for res in op.results):
-            self._unlink(producer)
-            producer.alive = False
-            op.detach()
-            op.erase()
         return groups
+
+    def _clone_ops(self, ops: Sequence[Operation]) -> list[Operation]:
+        """Copies of `ops` (in order), each reading the copies of the ones before it; the
+        results keep their labels."""
+        mapping: dict[SSAValue, SSAValue] = {}
+        clones: list[Operation] = []
+        for op in ops:
+            clone = op.clone(value_mapper=mapping)
+            for res, copy in zip(op.results, clone.results, strict=True):
+                mapping[res] = copy
+                self.labels[copy] = self.label(res)
+            clones.append(clone)
+        return clones
 
     @staticmethod
     def _describe(group: Node, kind: str, rule: str, score: int, space: Space, size: int) -> None:

@@ -28,6 +28,9 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
                      fused, the group would write that value twice, once in the view's layout;
                      and a transpose of the last two dims that only matmuls read stays one
                      always (fused, its producer would write the value transposed);
+- `recompute-cost`   (fuse-scored) a group's output that cheap ops compute, computed again
+                     in its readers, would cost more per element than
+                     `GROUP_RECOMPUTE_BUDGET`, or more than once per element there;
 - `scan`             a kernel holds at most one `graph.scan` and no reduction:
                      its loop carries a value along the scan's dim and computes every other op at
                      the scan's index. Producers that reduce nothing fuse into it; consumers
@@ -103,6 +106,7 @@ SCAN = "scan"
 WINDOW_RECOMPUTE = "window-recompute"
 VIEW_FOR_EXTERN = "view-for-extern"
 ROW_RECOMPUTE = "row-recompute"
+RECOMPUTE_COST = "recompute-cost"
 
 REASONS = (
     FUSED,
@@ -121,6 +125,7 @@ REASONS = (
     WINDOW_RECOMPUTE,
     VIEW_FOR_EXTERN,
     ROW_RECOMPUTE,
+    RECOMPUTE_COST,
 )
 
 VIEWS_OF_EXTERNS = (graph.PermuteOp, graph.SliceOp)
@@ -393,6 +398,53 @@ def check_recompute(
     if detail is not None:
         return refuse(SCAN, detail)
     mutator = mutation_between(g, producer, consumer)
+    if mutator is not None:
+        return refuse(MUTATION_HAZARD, f"{g.op_label(mutator)} may write memory in between")
+    return PASSED
+
+
+def is_cheap_cone(cone: Sequence[Operation]) -> bool:
+    """Whether the ops computing a group's output are all cheap (elementwise or broadcast, or
+    scalar constants): a candidate for `check_output_recompute`."""
+    return all(kind_of(op) in KindGroup.CHEAP or is_constant_op(op) for op in cone)
+
+
+def check_output_recompute(
+    g: FusionGraph,
+    group: Node,
+    value: SSAValue,
+    cone: Sequence[Operation],
+    consumer: Node,
+    *,
+    arg_limit: int,
+) -> Verdict:
+    """Gates for copying `cone`, the ops of `group` computing its output `value`
+    (`FusionGraph.output_cone`, cheap ops: `is_cheap_cone`), into `consumer`, a reader of
+    `value`, so that `group` no longer writes it. The cone costs at most
+    `GROUP_RECOMPUTE_BUDGET` per element; the consumer reduces nothing and reads through no
+    window (each element of `value` is computed once there); the copy reads the cone's inputs
+    where the consumer is, so no op may write memory in between."""
+    cost = sum(op_cost(op) for op in cone if g.shape(op.results[0]) == g.shape(value))
+    if cost > GROUP_RECOMPUTE_BUDGET:
+        return refuse(
+            RECOMPUTE_COST,
+            f"computing {g.label(value)} again costs {cost:g} ops per element "
+            f"> {GROUP_RECOMPUTE_BUDGET:g}",
+        )
+    if consumer.kind not in KindGroup.NON_REDUCING or OpClass.WINDOW in consumer.classes:
+        return refuse(
+            RECOMPUTE_COST, f"{g.op_label(consumer)} would compute {g.label(value)} more than once"
+        )
+    if combine_spaces(g.space(consumer), Space(g.shape(value))) is None:
+        return refuse(SHAPE_MISMATCH, f"{g.space(consumer)} vs {g.shape(value)}")
+    inside = {res for op in cone for res in op.results}
+    inputs = {v for op in cone for v in op.operands if v not in inside and not g.is_inlinable(v)}
+    reads = g.inputs_of(consumer) | inputs
+    reads.discard(value)
+    args = len(reads) + max(sum(1 for users in g.output_readers(consumer) if users), 1)
+    if args > arg_limit:
+        return refuse(ARG_LIMIT, f"{args} inputs+outputs > {arg_limit}")
+    mutator = mutation_between(g, group, consumer)
     if mutator is not None:
         return refuse(MUTATION_HAZARD, f"{g.op_label(mutator)} may write memory in between")
     return PASSED
@@ -803,6 +855,10 @@ each patch element is multiplied by every output channel's weight next, so a bat
 ReLU recomputed at 9 reads (40) costs little beside the product, but not a GELU (64)."""
 
 INLINE_RECOMPUTE_BUDGET = 12.0
+
+GROUP_RECOMPUTE_BUDGET = 16.0
+"""What computing a group's output again in a reader (`check_output_recompute`) may cost per
+element, in elementwise ops: a bias add and an erf GELU, cast from bf16 and back, cost 11."""
 
 
 def op_cost(op: Operation) -> float:
