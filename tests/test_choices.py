@@ -137,6 +137,39 @@ def test_measure_times_both_sides_on_the_cpu(tmp_path: Path) -> None:
     assert cache.stats.compiles > 0  # the stencil's kernels went to the cache given
 
 
+def test_the_sides_are_called_in_turn_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Load that comes and goes falls on both sides: the machine is ten times slower for the
+    first half of all calls, which, timed one side after the other, would be all of the first
+    side's samples; called in turn, each side's fastest call is its own time."""
+    clock = [0.0]
+    calls: list[str] = []
+    total = 2 * (2 + choices.RUNS)  # two warm-up calls and RUNS rounds of each side
+
+    def side(name: str, ms: float) -> Any:
+        def call(x: torch.Tensor) -> None:
+            slow = len(calls) < total // 2
+            calls.append(name)
+            clock[0] += (10.0 if slow else 1.0) * ms / 1000
+
+        return call
+
+    monkeypatch.setattr(choices.time, "perf_counter", lambda: clock[0])
+    times = choices._time_sides(
+        [side("a", 2.0), side("b", 1.0)], torch.zeros(1), torch.device("cpu")
+    )
+    assert times == [pytest.approx(2.0), pytest.approx(1.0)]
+    assert len(calls) == total
+    assert calls[:4] == ["a", "a", "b", "b"]  # each side's warm-up calls
+    assert calls[4:] == ["a", "b"] * choices.RUNS
+
+
+def test_a_cpu_verdict_measured_otherwise_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    key = choices._key("s", cpu, False)
+    monkeypatch.setattr(choices, "CPU_MEASUREMENT", choices.CPU_MEASUREMENT - 1)
+    assert choices._key("s", cpu, False) != key
+
+
 @pytest.mark.parametrize(
     ("conv", "shape", "channels_last"),
     [

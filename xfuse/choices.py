@@ -69,7 +69,7 @@ from xfuse.runtime.cache import CHOICE, KernelCache
 Tensor = torch.Tensor
 RUNS = 15
 """Timed samples of each side (after two warm-up calls): on CUDA their median decides, on the
-CPU the fastest (`_time`)."""
+CPU the fastest (`_time_sides`)."""
 
 STENCIL_MARGIN = 0.9
 """The stencil is kept where it took under this fraction of the library call's time alone. A
@@ -78,13 +78,16 @@ variance, output), so it can take several times its time alone there (benchmarks
 has ConvNeXt's): a near tie goes to the library."""
 
 CPU_BUDGET_MS = 300.0
-"""About the longest a side is timed on the CPU (`_time`): long calls are timed fewer times."""
+"""About the longest a side is timed on the CPU (`_time_sides`): long calls are timed fewer
+times."""
 
 MIN_RUNS = 3
 """Timed samples of a side on the CPU however long its call (besides the second warm-up's)."""
 
-MEASUREMENT = 2
-"""How choices are measured (`measure`, `_time`); a verdict measured otherwise is not reused."""
+CUDA_MEASUREMENT = 2
+CPU_MEASUREMENT = 3
+"""How choices are measured on each device (`measure`, `_time_sides`); a verdict measured
+otherwise is not reused. On the CPU from 3 on, the two sides' calls in turn."""
 
 REPLAYS = 10
 """Graph replays per sample on CUDA."""
@@ -208,12 +211,13 @@ def _key(sig: str, device: torch.device, channels_last: bool) -> str:
     the thread counts of both sides, torch's (the library call) and xfuse's (the stencil's
     kernels): a verdict measured at other counts is measured again (`_gemm_key` does the same)."""
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
+        name, measurement = torch.cuda.get_device_name(device), CUDA_MEASUREMENT
     else:
         name = f"cpu threads={torch.get_num_threads()}/{shared_pool().threads}"
+        measurement = CPU_MEASUREMENT
     return _verdict_key(
         f"depthwise {sig} on {name} nhwc={channels_last} torch {torch.__version__} "
-        f"measured by {MEASUREMENT}"
+        f"measured by {measurement}"
     )
 
 
@@ -264,7 +268,7 @@ def measure(
             quiet=True,
             cuda_graphs=False,
         )
-        return Choice(signature(conv), _time(library, x, device), _time(stencil, x, device))
+        return Choice(signature(conv), *_time_sides([library, stencil], x, device))
 
 
 class _Timed:
@@ -357,26 +361,35 @@ def _tensor_type(t: Tensor) -> TensorType[Attribute]:
     return TensorType(from_torch(t.dtype), t.shape)
 
 
-def _time(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> float:
-    """The ms of one call of `fn(x)`: on CUDA the median time of its kernels, replayed from
-    a captured CUDA graph (programs replay theirs: the host's launches are not what is chosen
-    between); elsewhere the fastest call's, since on a loaded machine a call's time is its
-    own plus whatever else ran, and a median can be many times the call's own time on a
-    machine shared with other work (benchmarks/RESULTS.md has a case); the verdict is kept in
-    the cache. A call long enough that `RUNS` of them would take over `CPU_BUDGET_MS` is
-    timed fewer times (at least `MIN_RUNS`): an LM head's product takes 100 ms a call."""
-    fn(x)
-    t0 = time.perf_counter()
-    fn(x)
-    warm = 1000 * (time.perf_counter() - t0)
-    if device.type == "cuda":
-        return _graph_ms(fn, x, device)
-    samples = [warm]
-    for _ in range(max(MIN_RUNS, min(RUNS, int(CPU_BUDGET_MS / max(warm, 1e-3))))):
+def _time_sides(
+    fns: Sequence[Callable[[Tensor], Any]], x: Tensor, device: torch.device
+) -> list[float]:
+    """The ms of one call of each of `fns` on `x`: on CUDA the median time of its kernels,
+    replayed from a captured CUDA graph (programs replay theirs: the host's launches are not
+    what is chosen between); elsewhere the fastest call's, since on a loaded machine a call's
+    time is its own plus whatever else ran, and a median can be many times the call's own time
+    on a machine shared with other work (benchmarks/RESULTS.md has a case). On the CPU the sides
+    are called in turn, one call of each per round, so that load that comes and goes falls on
+    every side alike (timed one after the other, a burst of load can land on one side's samples
+    only and decide the verdict, which the cache then keeps). Calls long enough that `RUNS`
+    rounds would take a side over `CPU_BUDGET_MS` are timed fewer times (at least `MIN_RUNS`):
+    an LM head's product takes 100 ms a call."""
+    warm: list[float] = []
+    for fn in fns:
+        fn(x)
         t0 = time.perf_counter()
         fn(x)
-        samples.append(1000 * (time.perf_counter() - t0))
-    return min(samples)
+        warm.append(1000 * (time.perf_counter() - t0))
+    if device.type == "cuda":
+        return [_graph_ms(fn, x, device) for fn in fns]
+    samples = [[ms] for ms in warm]
+    rounds = max(MIN_RUNS, min(RUNS, int(CPU_BUDGET_MS / max(*warm, 1e-3))))
+    for _ in range(rounds):
+        for fn, times in zip(fns, samples, strict=True):
+            t0 = time.perf_counter()
+            fn(x)
+            times.append(1000 * (time.perf_counter() - t0))
+    return [min(times) for times in samples]
 
 
 def _graph_ms(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> float:
@@ -413,7 +426,7 @@ GEMM_MARGIN = 0.9
 """oneDNN's product is kept where it took under this fraction of torch's time: a near tie
 goes to torch's call, as eager makes it."""
 
-GEMM_MEASUREMENT = 1
+GEMM_MEASUREMENT = 2
 """How products are measured (`measure_gemm`); a verdict measured otherwise is not reused."""
 
 
@@ -488,9 +501,8 @@ def _measure_gemm(gemm: onednn.Gemm) -> GemmChoice:
         theirs = lambda v: torch.mm(v, weight)  # noqa: E731
     else:
         theirs = lambda v: torch.nn.functional.linear(v, weight)  # noqa: E731
-    cpu = torch.device("cpu")
-    torch_ms = _time(theirs, x, cpu)
-    return GemmChoice(gemm.signature, torch_ms, _time(lambda v: ours(v, weight), x, cpu))
+    sides = [theirs, lambda v: ours(v, weight)]
+    return GemmChoice(gemm.signature, *_time_sides(sides, x, torch.device("cpu")))
 
 
 def _gemm_key(sig: str) -> str:
