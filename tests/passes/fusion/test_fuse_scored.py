@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from xdsl.passes import PassPipeline
 
@@ -135,3 +136,28 @@ def test_an_output_too_costly_to_compute_again_is_kept() -> None:
     assert len(first.results) == 2
     (refused,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
     assert refused[0] == "recompute-cost" and "> 16" in refused[1]
+
+
+def test_the_budget_for_computing_an_output_again_is_the_targets() -> None:
+    """A bias add and two transcendental ops (9 per element): computed again on the CPU
+    (budget 16), written once on CUDA (budget 8), where such a kernel is compute-bound."""
+    text = ACTIVATION_READ_TWICE.replace(
+        "  %g = graph.tanh %h : tensor<4x64x32xf32>",
+        "  %t = graph.tanh %h : tensor<4x64x32xf32>\n  %g = graph.tanh %t : tensor<4x64x32xf32>",
+    )
+    outputs = {}
+    for target in ("cpu", "cuda"):
+        m = parse(text)
+        p = FuseScoredPass(target=target)
+        p.apply(make_context(), m)
+        m.verify()
+        outputs[target] = len([op for op in m.walk() if isinstance(op, GroupOp)][0].results)
+        (verdict,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
+        if target == "cuda":
+            assert verdict == ("recompute-cost", "computing %g again costs 9 ops per element > 8")
+    assert outputs == {"cpu": 1, "cuda": 2}
+
+
+def test_an_unknown_target_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError, match="option 'target' must be one of cpu, cuda, found 'gpu'"):
+        FuseScoredPass(target="gpu")

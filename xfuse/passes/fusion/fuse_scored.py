@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -49,6 +50,7 @@ from xfuse.passes.fusion.graph import (
 from xfuse.passes.fusion.legality import (
     FUSED,
     MAX_ROUNDS,
+    OUTPUT_RECOMPUTE_BUDGET,
     WINDOW,
     Verdict,
     check_order,
@@ -113,7 +115,8 @@ class ScoredFuser(Fuser):
     max_rounds: int
     arg_limit: int
     max_group_size: int
-    recompute_outputs: bool
+    recompute_budget: float
+    """`check_output_recompute`'s budget; 0 computes no output again."""
     # Gates that depend only on the two nodes, remembered across rounds; a merge forgets the
     # entries of the nodes it touched (`forget_gates`), since a group merged into keeps its
     # identity but not its space.
@@ -135,7 +138,7 @@ class ScoredFuser(Fuser):
         for c in skipped or ():
             self.log.record(*c.labels, MAX_ROUNDS, c.rule, c.score, "rounds ran out")
         if self.max_rounds:
-            if self.recompute_outputs:
+            if self.recompute_budget > 0:
                 self.recompute_cheap_outputs()
             self.horizontal()
         decisions = self.finish()
@@ -299,7 +302,9 @@ class ScoredFuser(Fuser):
             assert isinstance(owner, Operation)
             labels = [(owner, g.reader_in(r, value)) for r in readers]
             verdicts = [
-                check_output_recompute(g, group, value, cone, r, arg_limit=self.arg_limit)
+                check_output_recompute(
+                    g, group, value, cone, r, arg_limit=self.arg_limit, budget=self.recompute_budget
+                )
                 for r in readers
             ]
             score = Score(PRIORITY[RECOMPUTE], saved, 0)
@@ -412,8 +417,8 @@ class FuseScoredPass(ModulePass):
 
     Options: `window` (pair only nodes this close in the block), `max-rounds`, `arg-limit`
     (inputs plus outputs of a group), `max-group-size` (ops in a group), `recompute-outputs`
-    (compute a group's output that cheap ops give again in its readers:
-    `ScoredFuser.recompute_cheap_outputs`),
+    (compute a group's output that cheap ops give again in its readers, within the
+    target's `OUTPUT_RECOMPUTE_BUDGET`: `ScoredFuser.recompute_cheap_outputs`),
     `max-fusions` (apply only the first N fusions, -1 for all: bisects a miscompilation). After `apply`,
     `decisions` holds one `FusionDecision` per examined pair.
     """
@@ -426,9 +431,23 @@ class FuseScoredPass(ModulePass):
     max_group_size: int = option(512, POSITIVE)
     recompute_outputs: bool = True
     max_fusions: int = option(-1, LIMIT_OR_ALL)
+    target: str = "cpu"
+    """What the kernels are for, "cpu" or "cuda" (`xfuse.compile` sets its device's): how much
+    computing an output again may cost (`OUTPUT_RECOMPUTE_BUDGET`)."""
+
+    TARGET_FROM_DEVICE: ClassVar[bool] = True
+    """`xfuse.pipeline.for_target` sets `target` to the compile's device."""
+
     decisions: list[FusionDecision] = field(
         default_factory=list, init=False, compare=False, repr=False
     )
+
+    def __post_init__(self) -> None:
+        if self.target not in OUTPUT_RECOMPUTE_BUDGET:
+            raise ValueError(
+                f"option 'target' must be one of {', '.join(OUTPUT_RECOMPUTE_BUDGET)}, "
+                f"found '{self.target}'"
+            )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         def fuse(g: FusionGraph) -> list[FusionDecision]:
@@ -438,7 +457,7 @@ class FuseScoredPass(ModulePass):
                 self.max_rounds,
                 self.arg_limit,
                 self.max_group_size,
-                self.recompute_outputs,
+                OUTPUT_RECOMPUTE_BUDGET[self.target] if self.recompute_outputs else 0.0,
                 max_fusions=self.max_fusions,
             )
             return fuser.run()
