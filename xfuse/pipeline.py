@@ -359,9 +359,13 @@ rewrites sums of one-hots (the cross-entropy backward), which no device pass mak
 it sees the graph that fusion will."""
 
 DEFAULT_PIPELINE = (
-    f"decompose,{AFTER_DEVICE_PASSES},split-reductions,fuse-scored,group-cleanup,fold-linear"
+    f"decompose,{AFTER_DEVICE_PASSES},split-reductions,reduction-cse,"
+    "fuse-scored,group-cleanup,fold-linear"
 )
-"""The fusion pipeline `xfuse.compile` runs unless given another (`xfuse-opt -p` text)."""
+"""The fusion pipeline `xfuse.compile` runs unless given another (`xfuse-opt -p` text).
+`reduction-cse` runs after `split-reductions`, which splits repeated reductions alike: both
+stages of a repeated sum then go, and what reads the sums (the division of a mean) stays one
+chain per reader, as fusion had it before."""
 
 CHANNELS_LAST_ENV = "XFUSE_CHANNELS_LAST"
 """`1`, `0` or `auto`: `channels_last` for a compile that gives none (`channels_last_setting`)."""

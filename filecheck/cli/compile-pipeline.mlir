@@ -33,6 +33,7 @@
 // CPU-PASSES-NEXT: // pass attention-gqa took
 // CPU-PASSES-NEXT: // pass simplify took
 // CPU-PASSES-NEXT: // pass split-reductions took
+// CPU-PASSES-NEXT: // pass reduction-cse took
 // CPU-PASSES-NEXT: // pass fuse-scored took
 // CPU-PASSES-NEXT: // pass group-cleanup took
 // CPU-PASSES-NEXT: // pass fold-linear took
@@ -46,6 +47,7 @@
 // CUDA-PASSES-NEXT: // pass pad-matmul took
 // CUDA-PASSES-NEXT: // pass simplify took
 // CUDA-PASSES-NEXT: // pass split-reductions took
+// CUDA-PASSES-NEXT: // pass reduction-cse took
 // CUDA-PASSES-NEXT: // pass fuse-scored took
 // CUDA-PASSES-NEXT: // pass group-cleanup took
 // CUDA-PASSES-NEXT: // pass fold-linear took

@@ -1,9 +1,9 @@
 """
 xfuse's passes, one module each, in one folder per level of the pipeline:
 
-    transforms/  graph -> graph              decompose, simplify, split-reductions, fold-linear,
-                                             channels-last, depthwise-stencil, attention-gqa,
-                                             attention-mask, convolution-matmul,
+    transforms/  graph -> graph              decompose, simplify, split-reductions, reduction-cse,
+                                             fold-linear, channels-last, depthwise-stencil,
+                                             attention-gqa, attention-mask, convolution-matmul,
                                              pad-matmul, convolution-bias
     fusion/      graph -> fusion.group       fuse-greedy, fuse-scored, group-cleanup, fusion-report
     lowering/    fusion.group -> loops       lower-to-loops; loops -> GPU: gpu-map-parallel
@@ -38,6 +38,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xfuse.passes.transforms.split_reductions import SplitReductionsPass
 
         return SplitReductionsPass
+
+    def reduction_cse() -> type[ModulePass]:
+        from xfuse.passes.transforms.reduction_cse import ReductionCSEPass
+
+        return ReductionCSEPass
 
     def fold_linear() -> type[ModulePass]:
         from xfuse.passes.transforms.fold_linear import FoldLinearPass
@@ -153,6 +158,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "decompose": decompose,
         "simplify": simplify,
         "split-reductions": split_reductions,
+        "reduction-cse": reduction_cse,
         "fold-linear": fold_linear,
         "channels-last": channels_last,
         "depthwise-stencil": depthwise_stencil,
