@@ -74,7 +74,7 @@ def _erase_with_dead_producers(block: Block, op: Operation) -> None:
 
 def eliminate_repeated_reductions(block: Block) -> int:
     """Merge each reduction of `block` that repeats an earlier one into it; the count of
-    reductions erased. None where an op of the block may write memory."""
+    reductions erased (none where an op of the block may write memory)."""
     if any(may_mutate(op) for op in block.ops):
         return 0
     number: dict[SSAValue, SSAValue] = {}
@@ -102,8 +102,9 @@ class ReductionCSEPass(ModulePass):
 
     A reduction that repeats an earlier one (the same op and dims of the same value, up to
     repeated views and elementwise ops) goes, and its readers read the earlier one; a block
-    with an op that may write memory (an in-place `torch_call`) is left as it is. A one-group `GroupNorm`'s mean (its `var_mean`'s, and the one `decompose` computes the var
-    with) is then summed once. Cheap repeated ops stay, for fusion to recompute."""
+    with an op that may write memory (an in-place `torch_call`) is left as it is. A one-group
+    `GroupNorm`'s mean (its `var_mean`'s, and the one `decompose` computes the var with) is
+    then summed once. Cheap repeated ops stay, for fusion to recompute."""
 
     name = "reduction-cse"
 
