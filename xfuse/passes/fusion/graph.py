@@ -917,6 +917,9 @@ class FusionGraph:
                 for op, clone in zip(ops, clones, strict=True)
                 for res, copy in zip(op.results, clone.results, strict=True)
             }
+            # The consumer reads the copies of `values` only (a copied op that computes an
+            # input of the consumer's otherwise, such as the group's other output, is not read).
+            copies = {res: copies[res] for res in values}
             for res in values:
                 res.replace_uses_with_if(copies[res], self._reads_in(consumer))
             merged_kind = stronger_kind(kind, consumer.kind)
