@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 
 from xdsl.dialects import func
-from xdsl.ir import Operation
+from xdsl.ir import Block, Operation
 
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.op_kinds import Kind, kind_of
@@ -39,3 +39,16 @@ def computed_by_xfuse(op: Operation) -> bool:
     has no effect (externs are torch's own kernels, which may raise on their inputs, read global
     state or, as `torch_call`s, write memory)."""
     return op.dialect_name() == "graph" and kind_of(op) != Kind.EXTERN
+
+
+def erase_dead(block: Block, dead: list[Operation]) -> None:
+    """Erase the ops of `dead` that nothing reads, then every op xfuse computes that only they
+    read, and so on. Externs stay even when dead: torch's code may raise on its inputs, and
+    eager's errors are kept."""
+    while dead:
+        op = dead.pop()
+        if op.parent is None or any(r.uses for r in op.results):
+            continue
+        owners = {v.owner for v in op.operands if isinstance(v.owner, Operation)}
+        block.erase_op(op)
+        dead.extend(o for o in owners if computed_by_xfuse(o))

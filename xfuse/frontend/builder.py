@@ -18,7 +18,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.effects import computed_by_xfuse
+from xfuse.dialects.effects import computed_by_xfuse, erase_dead
 from xfuse.dialects.torch_args import encode_args
 from xfuse.errors import SymbolicSizeError, UnsupportedArgument, UnsupportedProgram
 from xfuse.frontend.eager_rules import CONVOLUTIONS
@@ -749,13 +749,7 @@ def fold_empty_results(block: Block) -> None:
                     block.insert_op_before(const, op)
                     r.replace_all_uses_with(const.results[0])
                 dead.append(op)
-    while dead:
-        op = dead.pop()
-        if op.parent is None or any(r.uses for r in op.results):
-            continue
-        owners = {v.owner for v in op.operands if isinstance(v.owner, Operation)}
-        block.erase_op(op)
-        dead.extend(o for o in owners if computed_by_xfuse(o))
+    erase_dead(block, dead)
 
 
 def _is_empty(value: SSAValue) -> bool:

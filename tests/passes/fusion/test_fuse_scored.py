@@ -121,7 +121,8 @@ def test_an_output_whose_inputs_cost_as_much_to_read_is_kept() -> None:
 
 
 def test_an_output_too_costly_to_compute_again_is_kept() -> None:
-    """Four transcendental ops per element (16) and a multiply pass `GROUP_RECOMPUTE_BUDGET`."""
+    """A bias add, a multiply and five transcendental ops per element (22) pass the CPU's
+    budget (16, `OUTPUT_RECOMPUTE_BUDGET`)."""
     chain = "\n".join(f"  %t{i} = graph.tanh %t{i - 1} : tensor<4x64x32xf32>" for i in range(1, 5))
     text = ACTIVATION_READ_TWICE.replace(
         "  %g = graph.tanh %h : tensor<4x64x32xf32>",
@@ -136,6 +137,16 @@ def test_an_output_too_costly_to_compute_again_is_kept() -> None:
     assert len(first.results) == 2
     (refused,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
     assert refused[0] == "recompute-cost" and "> 16" in refused[1]
+
+
+def test_a_copy_that_would_pass_max_group_size_is_refused() -> None:
+    """The reader's two ops and the copied bias add and activation: 4 ops > 3."""
+    m = parse(ACTIVATION_READ_TWICE)
+    p = FuseScoredPass(max_group_size=3)
+    p.apply(make_context(), m)
+    m.verify()
+    (refused,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
+    assert refused == ("max-group-size", "4 ops > 3")
 
 
 def test_the_budget_for_computing_an_output_again_is_the_targets() -> None:

@@ -284,8 +284,8 @@ class ScoredFuser(Fuser):
                     changed = self.recompute_output(node) or changed
 
     def recompute_output(self, group: Node) -> bool:
-        """Compute the first output of `group` that may be computed again in its readers
-        there; whether one was."""
+        """Compute again, in its readers, the first output of `group` that they may compute;
+        whether one was."""
         g = self.g
         for value, readers in zip(group.outputs, g.output_readers(group), strict=True):
             # Only outputs that cheap ops compute and that fusable nodes alone read (a library
@@ -303,7 +303,14 @@ class ScoredFuser(Fuser):
             labels = [(owner, g.reader_in(r, value)) for r in readers]
             verdicts = [
                 check_output_recompute(
-                    g, group, value, cone, r, arg_limit=self.arg_limit, budget=self.recompute_budget
+                    g,
+                    group,
+                    value,
+                    cone,
+                    r,
+                    arg_limit=self.arg_limit,
+                    max_group_size=self.max_group_size,
+                    budget=self.recompute_budget,
                 )
                 for r in readers
             ]
@@ -417,9 +424,9 @@ class FuseScoredPass(ModulePass):
 
     Options: `window` (pair only nodes this close in the block), `max-rounds`, `arg-limit`
     (inputs plus outputs of a group), `max-group-size` (ops in a group), `recompute-outputs`
-    (compute a group's output that cheap ops give again in its readers, within the
-    target's `OUTPUT_RECOMPUTE_BUDGET`: `ScoredFuser.recompute_cheap_outputs`),
-    `max-fusions` (apply only the first N fusions, -1 for all: bisects a miscompilation). After `apply`,
+    (compute a group's output that cheap ops give again in its readers, within the target's
+    `OUTPUT_RECOMPUTE_BUDGET`: `ScoredFuser.recompute_cheap_outputs`), `max-fusions` (apply
+    only the first N fusions, -1 for all: bisects a miscompilation). After `apply`,
     `decisions` holds one `FusionDecision` per examined pair.
     """
 

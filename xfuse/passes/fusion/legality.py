@@ -417,14 +417,16 @@ def check_output_recompute(
     consumer: Node,
     *,
     arg_limit: int,
+    max_group_size: int,
     budget: float,
 ) -> Verdict:
     """Gates for copying `cone`, the ops of `group` computing its output `value`
     (`FusionGraph.output_cone`, cheap ops: `is_cheap_cone`), into `consumer`, a reader of
     `value`, so that `group` no longer writes it. The cone costs at most `budget` per element
     (`OUTPUT_RECOMPUTE_BUDGET`); the consumer reduces nothing and reads through no
-    window (each element of `value` is computed once there); the copy reads the cone's inputs
-    where the consumer is, so no op may write memory in between."""
+    window (each element of `value` is computed once there) and stays within `max_group_size`
+    ops and `arg_limit` arguments; the copy reads the cone's inputs where the consumer is, so
+    no op may write memory in between."""
     cost = sum(op_cost(op) for op in cone if g.shape(op.results[0]) == g.shape(value))
     if cost > budget:
         return refuse(
@@ -435,6 +437,9 @@ def check_output_recompute(
         return refuse(
             RECOMPUTE_COST, f"{g.op_label(consumer)} would compute {g.label(value)} more than once"
         )
+    size = consumer.size + len(cone)
+    if size > max_group_size:
+        return refuse(MAX_GROUP_SIZE, f"{size} ops > {max_group_size}")
     if combine_spaces(g.space(consumer), Space(g.shape(value))) is None:
         return refuse(SHAPE_MISMATCH, f"{g.space(consumer)} vs {g.shape(value)}")
     inside = {res for op in cone for res in op.results}

@@ -45,7 +45,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from xfuse.dialects.effects import computed_by_xfuse, may_mutate
+from xfuse.dialects.effects import computed_by_xfuse, erase_dead, may_mutate
 from xfuse.dialects.op_kinds import Kind, kind_of
 
 
@@ -58,18 +58,6 @@ def _identity(op: Operation, operands: tuple[SSAValue, ...]) -> Hashable:
         tuple(op.properties.items()),
         tuple(op.attributes.items()),
     )
-
-
-def _erase_with_dead_producers(block: Block, op: Operation) -> None:
-    """Erase `op` (no longer read), then every op xfuse computes that only it read, and so on."""
-    dead = [op]
-    while dead:
-        op = dead.pop()
-        if op.parent is None or any(r.uses for r in op.results):
-            continue
-        owners = {v.owner for v in op.operands if isinstance(v.owner, Operation)}
-        block.erase_op(op)
-        dead.extend(o for o in owners if computed_by_xfuse(o) and not o.regions)
 
 
 def eliminate_repeated_reductions(block: Block) -> int:
@@ -91,7 +79,7 @@ def eliminate_repeated_reductions(block: Block) -> int:
         if kind_of(op) == Kind.REDUCTION:
             for old, new in zip(op.results, kept.results, strict=True):
                 old.replace_all_uses_with(new)
-            _erase_with_dead_producers(block, op)
+            erase_dead(block, [op])
             erased += 1
     return erased
 
