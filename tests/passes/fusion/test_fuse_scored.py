@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import PassPipeline
 
 from xfuse.dialects.fusion import GroupOp
@@ -79,16 +82,21 @@ ACTIVATION_READ_TWICE = """func.func @forward(%y: tensor<4x64x32xf32>, %b: tenso
 }"""
 
 
+def fused(text: str, **options: Any) -> tuple[ModuleOp, FuseScoredPass, list[GroupOp]]:
+    """`text` after `fuse-scored` with `options`, the pass and the groups it made."""
+    m = parse(text)
+    p = FuseScoredPass(**options)
+    p.apply(make_context(), m)
+    m.verify()
+    return m, p, [op for op in m.walk() if isinstance(op, GroupOp)]
+
+
 def test_a_cheap_output_is_computed_again_in_its_reader() -> None:
     """A bias add and activation that a reduction's group computes, and a later group reads
     beside a normalization of the reduction's result (GRN's): the later group computes it
     again from the bias add's input (read once more) instead of reading what the first group
     would write (written and read back)."""
-    m = parse(ACTIVATION_READ_TWICE)
-    p = FuseScoredPass()
-    p.apply(make_context(), m)
-    m.verify()
-    first, _, second = [op for op in m.walk() if isinstance(op, GroupOp)]
+    m, p, (first, _, second) = fused(ACTIVATION_READ_TWICE)
     assert len(first.results) == 1 and first.kind.data == "reduction"
     assert second.rule.data == "fuse-scored:recompute"
     y = m.body.block.ops.first.body.block.args[0]  # type: ignore[union-attr]
@@ -111,11 +119,7 @@ def test_an_output_whose_inputs_cost_as_much_to_read_is_kept() -> None:
         "tensor<4x64x32xf32>, tensor<32xf32> -> tensor<4x64x32xf32>",
         "tensor<4x64x32xf32>, tensor<4x64x32xf32> -> tensor<4x64x32xf32>",
     )
-    m = parse(text)
-    p = FuseScoredPass()
-    p.apply(make_context(), m)
-    m.verify()
-    first, _, _ = [op for op in m.walk() if isinstance(op, GroupOp)]
+    _, p, (first, _, _) = fused(text)
     assert len(first.results) == 2
     assert not [d for d in p.decisions if d.rule == "recompute"]
 
@@ -129,11 +133,7 @@ def test_an_output_too_costly_to_compute_again_is_kept() -> None:
         f"  %t0 = graph.mul %h, %h : tensor<4x64x32xf32>, tensor<4x64x32xf32> -> tensor<4x64x32xf32>\n{chain}\n"
         "  %g = graph.tanh %t4 : tensor<4x64x32xf32>",
     )
-    m = parse(text)
-    p = FuseScoredPass()
-    p.apply(make_context(), m)
-    m.verify()
-    first, _, _ = [op for op in m.walk() if isinstance(op, GroupOp)]
+    _, p, (first, _, _) = fused(text)
     assert len(first.results) == 2
     (refused,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
     assert refused[0] == "recompute-cost" and "> 16" in refused[1]
@@ -141,10 +141,7 @@ def test_an_output_too_costly_to_compute_again_is_kept() -> None:
 
 def test_a_copy_that_would_pass_max_group_size_is_refused() -> None:
     """The reader's two ops and the copied bias add and activation: 4 ops > 3."""
-    m = parse(ACTIVATION_READ_TWICE)
-    p = FuseScoredPass(max_group_size=3)
-    p.apply(make_context(), m)
-    m.verify()
+    _, p, _ = fused(ACTIVATION_READ_TWICE, max_group_size=3)
     (refused,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
     assert refused == ("max-group-size", "4 ops > 3")
 
@@ -158,11 +155,8 @@ def test_the_budget_for_computing_an_output_again_is_the_targets() -> None:
     )
     outputs = {}
     for target in ("cpu", "cuda"):
-        m = parse(text)
-        p = FuseScoredPass(target=target)
-        p.apply(make_context(), m)
-        m.verify()
-        outputs[target] = len([op for op in m.walk() if isinstance(op, GroupOp)][0].results)
+        _, p, groups = fused(text, target=target)
+        outputs[target] = len(groups[0].results)
         (verdict,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
         if target == "cuda":
             assert verdict == ("recompute-cost", "computing %g again costs 9 ops per element > 8")

@@ -682,6 +682,13 @@ class FusionGraph:
                     stack.append(v.owner)
         return [op for op in group.ops if op in needed]
 
+    def cone_inputs(self, cone: Sequence[Operation]) -> set[SSAValue]:
+        """The tensors `cone`'s ops read from outside it (scalar constants are copied in)."""
+        inside = {res for op in cone for res in op.results}
+        return {
+            v for op in cone for v in op.operands if v not in inside and not self.is_inlinable(v)
+        }
+
     def output_recompute_saving(
         self, value: SSAValue, cone: Sequence[Operation], readers: Sequence[Node]
     ) -> int:
@@ -689,11 +696,7 @@ class FusionGraph:
         readers: it is neither written nor read back, and each reader reads the cone's
         inputs it did not read yet."""
         saved = (len(readers) + 1) * self.value_bytes(value)
-        inside = {res for op in cone for res in op.results}
-        inputs = {v for op in cone for v in op.operands if v not in inside}
-        for v in inputs:
-            if self.is_inlinable(v):
-                continue
+        for v in self.cone_inputs(cone):
             saved -= self.value_bytes(v) * sum(1 for r in readers if v not in self.inputs_of(r))
         return saved
 

@@ -442,9 +442,7 @@ def check_output_recompute(
         return refuse(MAX_GROUP_SIZE, f"{size} ops > {max_group_size}")
     if combine_spaces(g.space(consumer), Space(g.shape(value))) is None:
         return refuse(SHAPE_MISMATCH, f"{g.space(consumer)} vs {g.shape(value)}")
-    inside = {res for op in cone for res in op.results}
-    inputs = {v for op in cone for v in op.operands if v not in inside and not g.is_inlinable(v)}
-    reads = g.inputs_of(consumer) | inputs
+    reads = g.inputs_of(consumer) | g.cone_inputs(cone)
     reads.discard(value)
     args = len(reads) + max(sum(1 for users in g.output_readers(consumer) if users), 1)
     if args > arg_limit:
