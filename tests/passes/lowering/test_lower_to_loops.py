@@ -23,6 +23,7 @@ from xfuse.ir.context import make_context, parse
 from xfuse.ir.dtypes import bf16_round
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.passes import get_all_passes
+from xfuse.passes.lowering.domains import merged_buffer_dims
 from xfuse.passes.lowering.index_algebra import (
     Affine,
     LoopVar,
@@ -400,6 +401,39 @@ def test_reshape_round_trip_costs_nothing():
     lowered = check_random([((4, 6), torch.float32), ((6, 4), torch.float32)], build)
     names = op_names(kernels(lowered)[0])
     assert "arith.divui" not in names and "arith.remui" not in names and "arith.muli" not in names
+
+
+def _split_sum_of_squares(x: SSAValue):
+    """A split reduction's first stage over a channels-last [2, 6, 6, 4]: the 36 positions of
+    each image in 3 chunks of 12, and the squares written too (two buffers read through the
+    split)."""
+    sq = graph.MulOp(x, x)
+    chunks = graph.ReshapeOp(sq, (2, 3, 12, 4))
+    return graph.ReduceSumOp(chunks, [2]), sq
+
+
+@pytest.mark.parametrize("merge_dims", [True, False])
+def test_buffers_read_through_a_split_merge_the_dims_it_divides(merge_dims: bool):
+    lowered = check(
+        make_module([((2, 6, 6, 4), torch.float32)], _split_sum_of_squares),
+        [torch.randn(2, 6, 6, 4)],
+        merge_dims=merge_dims,
+    )
+    (kernel,) = kernels(lowered)
+    names = op_names(kernel)
+    assert "arith.divui" not in names and "arith.remui" not in names
+    x, _, sq = (str(t) for t in kernel.function_type.inputs)
+    assert x == sq == "memref<2x36x4xf32>"
+
+
+def test_merged_buffer_dims_merge_only_where_divisions_go():
+    i, c = LoopVar(0, 36), LoopVar(1, 4)
+    split = (*delinearize(var_index(i), (6, 6)), var_index(c))  # (i // 6, i mod 6, c)
+    assert merged_buffer_dims((6, 6, 4), [split]) == [[0, 1], [2]]
+    three = delinearize(var_index(i), (3, 3, 4))
+    assert merged_buffer_dims((3, 3, 4), [three]) == [[0, 1, 2]]
+    plain = (var_index(i), var_index(c))
+    assert merged_buffer_dims((36, 4), [plain]) is None
 
 
 def softmax_group(x: SSAValue, *, log: bool = False) -> SSAValue:

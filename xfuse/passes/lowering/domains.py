@@ -1,7 +1,8 @@
 """
 The iteration space of a kernel (`Domain`): one loop variable per dim (`nd_domain`), one
 flat loop over the elements (`flat_domain`), or adjacent dims merged where no buffer access
-divides (`collapsed_domain`); and the leaves a kernel reads (`Leaf`: a buffer argument or a
+divides (`collapsed_domain`); a buffer's own dims merged where that takes divisions out of its
+accesses (`merged_buffer_dims`); and the leaves a kernel reads (`Leaf`: a buffer argument or a
 splat constant).
 """
 
@@ -27,6 +28,9 @@ from xfuse.passes.lowering.index_algebra import (
     LoopVar,
     Mod,
     Reflect,
+    SizedDiv,
+    SizedMod,
+    SizedMul,
     delinearize,
     linearize,
     var_index,
@@ -187,14 +191,55 @@ def merged_domain(full: tuple[int, ...], runs: Sequence[Sequence[int]]) -> Domai
     return Domain(full, (), parallel, [], tuple(index), flat=True)
 
 
+def divisions(e: Affine) -> int:
+    """How many floor divisions and moduli computing `e` takes (a gathered index's own not
+    counted: it is loaded, not computed)."""
+    count = 0
+    for atom, _ in e.terms:
+        if isinstance(atom, FloorDiv | Mod | SizedDiv | SizedMod):
+            count += 1 + divisions(atom.arg)
+        elif isinstance(atom, Clamp | Reflect | SizedMul):
+            count += divisions(atom.arg)
+    return count
+
+
 def _has_divmod(e: Affine) -> bool:
     """Whether computing `e` divides (a floor division or modulo anywhere in it)."""
-    for atom, _ in e.terms:
-        if isinstance(atom, FloorDiv | Mod):
-            return True
-        if isinstance(atom, Clamp | Reflect) and _has_divmod(atom.arg):
-            return True
-    return False
+    return divisions(e) > 0
+
+
+Runs = list[list[int]]
+"""Adjacent dims of a shape, in order, each run one dim of a merged shape."""
+
+
+def merge_index(index: Index, shape: tuple[int, ...], runs: Runs) -> Index:
+    """`index` into `shape` as an index into the shape whose dims are `runs` merged."""
+    return tuple(linearize([index[k] for k in run], [shape[k] for k in run]) for run in runs)
+
+
+def merged_shape(shape: tuple[int, ...], runs: Runs) -> list[int]:
+    return [numel([shape[k] for k in run]) for run in runs]
+
+
+def merged_buffer_dims(shape: tuple[int, ...], accesses: Sequence[Index]) -> Runs | None:
+    """The runs of adjacent dims of a buffer of `shape` to merge so that its `accesses` (at
+    least one) divide less: a reshape read in the kernel (a split reduction's `[C, 49, 64]` of
+    a `[C, 56, 56]` buffer is at `(c, (64k + j) floordiv 56, (64k + j) mod 56)`, at `(c, 64k +
+    j)` once its last two dims merge). Right to left, each adjacent pair merged where that
+    takes divisions out; None where no merge does."""
+
+    def cost(runs: Runs) -> int:
+        return sum(divisions(e) for index in accesses for e in merge_index(index, shape, runs))
+
+    runs: Runs = [[k] for k in range(len(shape))]
+    least = cost(runs)
+    for k in range(len(runs) - 1, 0, -1):
+        if least == 0:
+            break
+        trial = [*runs[: k - 1], runs[k - 1] + runs[k], *runs[k + 1 :]]
+        if (c := cost(trial)) < least:
+            runs, least = trial, c
+    return runs if len(runs) < len(shape) else None
 
 
 def _offsets(

@@ -52,9 +52,13 @@ from xfuse.passes.fusion.kernel_loops import RowPasses, RowShape, reads_own_row
 from xfuse.passes.lowering.domains import (
     Domain,
     Leaf,
+    Runs,
     collapsed_domain,
     flat_domain,
     loads_are_flat,
+    merge_index,
+    merged_buffer_dims,
+    merged_shape,
     nd_domain,
 )
 from xfuse.passes.lowering.emitter import (
@@ -121,10 +125,13 @@ from xfuse.passes.lowering.windows import (
 )
 
 
-def buffer_type(value: SSAValue, flat: bool) -> MemRefType[Attribute]:
+def buffer_type(value: SSAValue, flat: bool, runs: Runs | None = None) -> MemRefType[Attribute]:
+    """The memref of `value`'s buffer: its shape, its element count (`flat`), or its shape
+    with the dims of each of `runs` merged."""
     t = dtype_of(value)
-    shape = [numel(shape_of(value))] if flat else list(shape_of(value))
-    return MemRefType(i8 if t == i1 else t, shape)
+    shape = shape_of(value)
+    dims = [numel(shape)] if flat else list(shape) if runs is None else merged_shape(shape, runs)
+    return MemRefType(i8 if t == i1 else t, dims)
 
 
 SUPPORTED_OPS: tuple[type[Operation], ...] = (
@@ -166,6 +173,24 @@ def iota_value(b: KernelBuilder, op: graph.IotaOp, index: Index) -> SSAValue:
     return b.memoized(("iota", start, step, t, counted), loop_vars(counted), True, compute)
 
 
+def build_kernel(
+    name: str,
+    group: fusion.GroupOp,
+    leaves: dict[SSAValue, Leaf],
+    buffers: list[SSAValue],
+    merge_dims: bool,
+    sizes: SizesAttr | None = None,
+) -> func.FuncOp:
+    """The kernel of `group`; built again with merged dims where some of its buffers divide
+    less so (`KernelBuilder.merged_buffers`)."""
+    first = KernelBuilder(name, group, leaves, buffers, merge_dims, sizes)
+    kernel = first.build()
+    runs = first.merged_buffers()
+    if not runs:
+        return kernel
+    return KernelBuilder(name, group, leaves, buffers, merge_dims, sizes, runs).build()
+
+
 class KernelBuilder:
     """Builds the kernel of one group (see the module docstring); implements
     `xfuse.dialects.facts.ScalarBuilder`."""
@@ -178,9 +203,14 @@ class KernelBuilder:
         buffers: list[SSAValue],
         merge_dims: bool,
         sizes: SizesAttr | None = None,
+        buffer_runs: dict[SSAValue, Runs] | None = None,
     ):
         self.name = name
         self.merge_dims = merge_dims
+        self.buffer_runs = {} if buffer_runs is None else buffer_runs
+        """The buffers whose adjacent dims are merged (`merged_buffer_dims`), by value."""
+        self.accesses: dict[SSAValue, list[Index]] = {}
+        """The indices each buffer (by value) is read or written at, as `build` emits them."""
         self.group = group
         self.leaves = leaves
         self.buffers = buffers
@@ -265,7 +295,9 @@ class KernelBuilder:
     def build(self) -> func.FuncOp:
         d = self.domain
         arg_types: list[Attribute] = [
-            symbolic_buffer_type(v) if is_symbolic(v) else buffer_type(v, d.flat)
+            symbolic_buffer_type(v)
+            if is_symbolic(v)
+            else buffer_type(v, d.flat, self.buffer_runs.get(v))
             for v in [*self.buffers, *self.outputs]
         ]
         if self.error_flag:
@@ -650,7 +682,20 @@ class KernelBuilder:
             return [offset]
         if self.domain.flat:
             return [self.index_value(linearize(index, shape_of(value)))]
+        self.accesses.setdefault(value, []).append(index)
+        runs = self.buffer_runs.get(value)
+        if runs is not None:
+            index = merge_index(index, shape_of(value), runs)
         return [self.index_value(e) for e in index]
+
+    def merged_buffers(self) -> dict[SSAValue, Runs]:
+        """The buffers of the built kernel whose dims to merge (`merged_buffer_dims`)."""
+        merged: dict[SSAValue, Runs] = {}
+        for v, indices in self.accesses.items():
+            runs = merged_buffer_dims(shape_of(v), indices)
+            if runs is not None:
+                merged[v] = runs
+        return merged
 
     # -- values --------------------------------------------------------------------------------
 

@@ -46,6 +46,10 @@ How a kernel computes its outputs:
   only), so that LLVM may vectorize it into partial sums; max/min need no flag. Over several
   reduced dims, a float sum or product gives each inner loop a partial accumulator of its own
   (`partial_sums_nest`).
+- A buffer read or written through a reshape its dims split (a split reduction reads a
+  `[N, 56, 56, C]` buffer as `[N, 49, 64, C]`) is declared with those dims merged
+  (`memref<Nx3136xC>`) where that takes the divisions out of its indices (`merged_buffer_dims`):
+  the kernel is built once, then again with the merged buffers.
 - Groups with a scan (cumsum, cumprod, logcumsumexp, cummax, cummin): the scan's other dims
   are the parallel loop, and one `scf.for` along its dim carries the running value (f32 for
   f16/bf16, as eager's CPU kernels) and, for cummax's / cummin's indices, its position; each
@@ -90,7 +94,7 @@ from xfuse.dialects.op_kinds import KindGroup, kind_of
 from xfuse.errors import CodegenError
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, SIZES_ATTR
 from xfuse.passes.lowering.domains import MERGE_DIMS, Leaf, splat_value
-from xfuse.passes.lowering.kernel_builder import KernelBuilder
+from xfuse.passes.lowering.kernel_builder import build_kernel
 
 __all__ = [
     "MERGE_DIMS",
@@ -149,7 +153,7 @@ def lower_group(
             launch_inputs.append(copy.result)
     if sizes is None:
         sizes = graph.size_table(group)
-    kernel = KernelBuilder(name, group, leaves, buffers, merge_dims, sizes).build()
+    kernel = build_kernel(name, group, leaves, buffers, merge_dims, sizes)
     return LoweredGroup(kernel, launch_inputs, hoisted)
 
 
