@@ -37,7 +37,7 @@ from xfuse.frontend.export import import_for_xfuse
 from xfuse.ir.context import make_context, parse
 from xfuse.ir.names import BLOCK_ATTR, KERNEL_ATTR, STRATEGY_ATTR
 from xfuse.passes.lowering.gpu_map_parallel import GPUMapParallelPass
-from xfuse.pipeline import DEFAULT_PIPELINE
+from xfuse.pipeline import DEFAULT_PIPELINE, compile_pipeline
 from xfuse.runtime.compiler import lower_to_loops
 from xfuse.runtime.driver import run_pipeline
 from xfuse.testing.fuzz.compare import compare_outputs
@@ -440,6 +440,34 @@ def test_reductions_over_several_dims_run_a_warp_a_row(tmp_path: Path) -> None:
         strategies = [LaunchShape.from_ptx(ptx).strategy for ptx in ptxs]
         assert "serial" not in strategies, strategies
         assert any("shfl.sync.bfly" in ptx for ptx in ptxs)
+
+
+def _gelu_and_spatial_sum_of_squares(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = F.gelu(x)
+    return y, (y.float() * y.float()).sum((1, 2))
+
+
+def test_split_spatial_reduction_addresses_without_divisions(tmp_path: Path) -> None:
+    """CUDA's split of a channels-last image's spatial sum (ConvNeXt-V2's GRN) reads the
+    [32, 56, 56, 384] input in chunks of 64 positions: its buffer is declared [32, 3136, 384],
+    so no element's address takes a 64-bit division by 56 (a multiply-high in the PTX)."""
+    module = import_for_xfuse(
+        _gelu_and_spatial_sum_of_squares, (_x(32, 56, 56, 384, dtype=torch.bfloat16),)
+    ).program.module
+    compile_pipeline("cuda")(module)
+    lower_to_loops(module, "cuda")
+    backend = CUDABackend(ARCH)
+    (stage,) = [  # stage 1 reads the bf16 input (stage 2 its f32 partial sums)
+        op
+        for op in module.ops
+        if isinstance(op, func.FuncOp)
+        and KERNEL_ATTR in op.attributes
+        and "bf16" in str(op.function_type)
+    ]
+    assert "memref<32x3136x384xbf16>" in str(stage.function_type)
+    ptx = backend.compile(module, stage.sym_name.data).decode()
+    assert "mul.hi.u64" not in ptx and "div.u64" not in ptx and "rem.u64" not in ptx
+    assemble(ptx, tmp_path)
 
 
 def test_a_scan_inside_a_nest_stays_serial(tmp_path: Path) -> None:
