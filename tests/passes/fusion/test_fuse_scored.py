@@ -163,6 +163,57 @@ def test_the_budget_for_computing_an_output_again_is_the_targets() -> None:
     assert outputs == {"cpu": 1, "cuda": 2}
 
 
+SPLIT_NORM = """func.func @forward(%x: tensor<4x64x32xbf16>) -> tensor<4x8xf32> {
+  %c = graph.cast %x : tensor<4x64x32xbf16> to tensor<4x64x32xf32>
+  %g = graph.reshape %c : tensor<4x64x32xf32> -> tensor<4x2048xf32>
+  %r = graph.reshape %g : tensor<4x2048xf32> -> tensor<4x8x256xf32>
+  %p = graph.reduce_sum %r dims = [2] : tensor<4x8x256xf32> -> tensor<4x8xf32>
+  %s = graph.reduce_sum %p dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
+  %n = graph.constant dense<2.048000e+03> : tensor<f32>
+  %m = graph.div %s, %n : tensor<4x1xf32>, tensor<f32> -> tensor<4x1xf32>
+  %d = graph.sub %g, %m : tensor<4x2048xf32>, tensor<4x1xf32> -> tensor<4x2048xf32>
+  %dr = graph.reshape %d : tensor<4x2048xf32> -> tensor<4x8x256xf32>
+  %q = graph.mul %dr, %dr : tensor<4x8x256xf32>, tensor<4x8x256xf32> -> tensor<4x8x256xf32>
+  %v = graph.reduce_sum %q dims = [2] : tensor<4x8x256xf32> -> tensor<4x8xf32>
+  func.return %v : tensor<4x8xf32>
+}"""
+"""A one-group norm's two split passes (PoolFormer's on CUDA at batch 1): the mean's first
+stage, then the centred squares' first stage, both over the image's f32 copy (`%g`)."""
+
+
+def test_an_output_is_computed_again_in_a_reduction_that_reads_it_once() -> None:
+    """The variance's first stage folds its sum in one loop over each chunk, so it computes
+    the cast (and the reshape) of the bf16 input again instead of reading an f32 copy that the
+    mean's stage would write."""
+    m, p, groups = fused(SPLIT_NORM, target="cuda")
+    first = groups[0]
+    assert len(first.results) == 1
+    recomputed = {(d.producer, d.consumer) for d in p.decisions if d.rule == "recompute"}
+    assert recomputed == {("%g graph.reshape", "%d graph.sub")}
+    x = torch.randn(4, 64, 32).to(torch.bfloat16)
+    torch.testing.assert_close(interpret(m, [x]), interpret(parse(SPLIT_NORM), [x]))
+
+
+def test_an_output_read_in_two_passes_over_a_row_is_kept() -> None:
+    """A reader whose row kernel makes two loops over each row (a max, then a sum of exps)
+    would compute the output once in each: the group writes it."""
+    two_passes = SPLIT_NORM.replace(
+        "  %dr = graph.reshape %d : tensor<4x2048xf32> -> tensor<4x8x256xf32>\n"
+        "  %q = graph.mul %dr, %dr : tensor<4x8x256xf32>, tensor<4x8x256xf32> -> tensor<4x8x256xf32>\n"
+        "  %v = graph.reduce_sum %q dims = [2] : tensor<4x8x256xf32> -> tensor<4x8xf32>\n"
+        "  func.return %v : tensor<4x8xf32>",
+        "  %mx = graph.reduce_max %d dims = [1] keepdim : tensor<4x2048xf32> -> tensor<4x1xf32>\n"
+        "  %e0 = graph.sub %d, %mx : tensor<4x2048xf32>, tensor<4x1xf32> -> tensor<4x2048xf32>\n"
+        "  %e = graph.exp %e0 : tensor<4x2048xf32>\n"
+        "  %v = graph.reduce_sum %e dims = [1] keepdim : tensor<4x2048xf32> -> tensor<4x1xf32>\n"
+        "  func.return %v : tensor<4x1xf32>",
+    ).replace("-> tensor<4x8xf32> {", "-> tensor<4x1xf32> {", 1)
+    _, p, groups = fused(two_passes, target="cuda")
+    assert len(groups[0].results) == 2
+    (refused,) = {(d.reason, d.detail) for d in p.decisions if d.rule == "recompute"}
+    assert refused == ("recompute-cost", "%v graph.reduce_sum would compute %g more than once")
+
+
 def test_an_unknown_target_is_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="option 'target' must be one of cpu, cuda, found 'gpu'"):
         FuseScoredPass(target="gpu")

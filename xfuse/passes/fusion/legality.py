@@ -404,9 +404,12 @@ def check_recompute(
 
 
 def is_cheap_cone(cone: Sequence[Operation]) -> bool:
-    """Whether the ops computing a group's output are all cheap (elementwise or broadcast, or
-    scalar constants): a candidate for `check_output_recompute`."""
-    return all(kind_of(op) in KindGroup.CHEAP or is_constant_op(op) for op in cone)
+    """Whether the ops computing a group's output are all cheap (elementwise, broadcast or
+    reshape, or scalar constants): a candidate for `check_output_recompute`."""
+    return all(
+        kind_of(op) in KindGroup.CHEAP or isinstance(op, graph.ReshapeOp) or is_constant_op(op)
+        for op in cone
+    )
 
 
 def check_output_recompute(
@@ -423,8 +426,8 @@ def check_output_recompute(
     """Gates for copying `cone`, the ops of `group` computing its output `value`
     (`FusionGraph.output_cone`, cheap ops: `is_cheap_cone`), into `consumer`, a reader of
     `value`, so that `group` no longer writes it. The cone costs at most `budget` per element
-    (`OUTPUT_RECOMPUTE_BUDGET`); the consumer reduces nothing and reads through no
-    window (each element of `value` is computed once there) and stays within `max_group_size`
+    (`OUTPUT_RECOMPUTE_BUDGET`); the consumer computes each element it reads once
+    (`computes_once`) and reads through no window, and stays within `max_group_size`
     ops and `arg_limit` arguments; the copy reads the cone's inputs where the consumer is, so
     no op may write memory in between."""
     cost = sum(op_cost(op) for op in cone if g.shape(op.results[0]) == g.shape(value))
@@ -433,7 +436,7 @@ def check_output_recompute(
             RECOMPUTE_COST,
             f"computing {g.label(value)} again costs {cost:g} ops per element > {budget:g}",
         )
-    if consumer.kind not in KindGroup.NON_REDUCING or OpClass.WINDOW in consumer.classes:
+    if OpClass.WINDOW in consumer.classes or not computes_once(g, consumer):
         return refuse(
             RECOMPUTE_COST, f"{g.op_label(consumer)} would compute {g.label(value)} more than once"
         )
@@ -1065,6 +1068,22 @@ def _written_rows(g: FusionGraph, first: Node, second: Node, full: int) -> list[
 # ---------------------------------------------------------------------------------------------
 # Scans
 # ---------------------------------------------------------------------------------------------
+
+
+def computes_once(g: FusionGraph, node: Node) -> bool:
+    """Whether `node`'s kernel computes what it reads once per element: it reduces nothing,
+    or its reductions over some dims fold in one loop over a row that writes its outputs too
+    (`RowPasses`: a split reduction's first stage, a sum beside the activation it writes)."""
+    if node.kind in KindGroup.NON_REDUCING:
+        return True
+    ops = _ops_of(node)
+    # (`row_reduction` answers only for a `graph.ReduceOp`)
+    reductions = cast(list[graph.ReduceOp], [op for op in ops if g.row_reduction(op) is not None])
+    if not reductions or any(kind_of(op) == Kind.REDUCTION and op not in reductions for op in ops):
+        return False  # a scan's loop, or reductions over every dim: not priced here
+    full = max(graph.numel(g.shape(op.operands[0])) for op in reductions)
+    written = [v for v in node.outputs if graph.numel(g.shape(v)) >= full]
+    return RowPasses.of(ops, reductions, written).count == 1
 
 
 def _ops_of(node: Node) -> Sequence[Operation]:
