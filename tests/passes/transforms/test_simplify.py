@@ -18,6 +18,7 @@ import xfuse
 from tests.test_training_dynamic import recorded_parts
 from xfuse import interpret
 from xfuse.dialects import graph
+from xfuse.frontend.export import import_for_xfuse
 from xfuse.ir.context import make_context
 from xfuse.passes.transforms.simplify import SimplifyPass
 from xfuse.pipeline import DEFAULT_PIPELINE
@@ -324,3 +325,52 @@ def test_an_output_that_was_a_product_by_one_of_an_input_is_fresh() -> None:
     compiled = xfuse.compile(Scale(), (x,))
     got = compiled(x)
     assert torch.equal(got, x) and got.data_ptr() != x.data_ptr()
+
+
+GATHERS = {
+    "arange": ("%i = graph.iota dim = 0 start = 0 step = 1 : tensor<8xi64>", "%i", 0),
+    "arange reshaped": (
+        "%j = graph.iota dim = 1 start = 0 step = 1 : tensor<1x8xi64>\n"
+        "  %i = graph.reshape %j : tensor<1x8xi64> -> tensor<8xi64>",
+        "%i",
+        0,
+    ),
+    "from minus 8": ("%i = graph.iota dim = 0 start = -8 step = 1 : tensor<8xi64>", "%i", 1),
+    "by two": ("%i = graph.iota dim = 0 start = -8 step = 2 : tensor<8xi64>", "%i", 1),
+    "reversed": ("%i = graph.iota dim = 0 start = 7 step = -1 : tensor<8xi64>", "%i", 1),
+    "an index tensor": ("%i = graph.reshape %idx : tensor<8xi64> -> tensor<8xi64>", "%i", 1),
+}
+"""Index tensors for a gather from an [8] table along dim 0, and how many gathers `simplify`
+leaves: an iota from 0 by 1 over the whole dim reads each element at its own index."""
+
+
+@pytest.mark.parametrize("index,name,left", GATHERS.values(), ids=GATHERS.keys())
+def test_a_gather_at_each_elements_own_index_is_its_table(index: str, name: str, left: int) -> None:
+    module = xfuse.parse(
+        "func.func @f(%t: tensor<8xf32>, %idx: tensor<8xi64>) -> tensor<8xf32> {\n"
+        f"  {index}\n"
+        f"  %g = graph.gather %t[{name}] dim = 0 wrap : tensor<8xf32>, tensor<8xi64> -> tensor<8xf32>\n"
+        "  func.return %g : tensor<8xf32>\n"
+        "}\n"
+    )
+    args = [
+        torch.tensor([1.5, -0.0, math.inf, -math.inf, math.nan, 3.0, 0.0, -2.0]),
+        torch.tensor([3, 1, 4, 1, 5, -1, 2, 6]),
+    ]
+    expected = interpret(module, args)
+    after = simplified(module)
+    assert sum(isinstance(op, graph.GatherOp) for op in after.walk()) == left
+    for got, want in zip(interpret(after, args), expected, strict=True):
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_a_group_norms_per_channel_scale_is_read_without_a_gather() -> None:
+    """torch's group norm indexes its scale and shift by an arange over the channels."""
+    norm = torch.nn.GroupNorm(2, 8)
+    torch.nn.init.normal_(norm.weight)
+    torch.nn.init.normal_(norm.bias)
+    x = torch.randn(2, 8, 4, 4)
+    imported = import_for_xfuse(norm, (x,)).program.module
+    assert any(isinstance(op, graph.GatherOp) for op in imported.walk())
+    assert not any(isinstance(op, graph.GatherOp) for op in simplified(imported).walk())
+    torch.testing.assert_close(xfuse.compile(norm, (x,))(x), norm(x))

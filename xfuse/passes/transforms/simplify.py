@@ -32,6 +32,20 @@ Left alone: sums over several dims, integer sums, an iota that is not the dim's 
 another length, a step other than 1, or a symbolic length), and a one-hot whose selected
 value varies along the dim (`a` gathered at `i`).
 
+`GatherByIdentity`: `gather(t, i)` along dim d whose one index tensor `i` is computed from no
+argument of the function (iotas and arithmetic: `attention_mask.constant_ops`, evaluated at
+compile time) and holds, at every position of the result, that position along d, with the
+result of `t`'s type, is `t`: each element reads itself. torch's group
+norm decomposition indexes its per-channel scale and shift by an arange over the channels;
+as a gather it needs a bounds check per element, which keeps the norm's row kernel off CUDA's
+`rows` mapping (one thread per row instead of a block).
+
+    %i = graph.iota dim = 1 start = 0 step = 1 : tensor<1x8xi64>
+    %r = graph.reshape %i : tensor<1x8xi64> -> tensor<8xi64>
+    %g = graph.gather %t[%r] dim = 0 : tensor<8xf32>, tensor<8xi64> -> tensor<8xf32>
+      ->
+    %t
+
 `MulByOne`: `x * 1` where the product has `x`'s type (no broadcast, no promotion) is `x` (a
 float times one is itself, NaN, infinities and -0.0 included). Llama's rotary embedding scales
 its cos and sin by `attention_scaling`, 1.0 by default: a multiply per element, in the forward
@@ -58,7 +72,9 @@ from xdsl.pattern_rewriter import (
 
 from xfuse.dialects import graph
 from xfuse.dialects.torch_args import tensor_ref
+from xfuse.interpreters.compact import evaluate_compact
 from xfuse.ir.dense import splat_value
+from xfuse.passes.transforms.attention_mask import constant_ops
 from xfuse.passes.transforms.decompose import OpList
 
 
@@ -311,11 +327,42 @@ class MulByOne(RewritePattern):
                 return
 
 
+def reads_own_index(op: graph.GatherOp) -> bool:
+    """Whether `op` reads each element of its table at its own index: one index tensor,
+    computed from no argument of the function (iotas and arithmetic: `constant_ops`), whose
+    value at every position of the result is that position along the gathered dim."""
+    index = op.indices[0]
+    ops = constant_ops(index, None)
+    if ops is None:
+        return False
+    import torch
+
+    shape = graph.shape_of(op.result)
+    dim = op.dim.value.data
+    got = evaluate_compact(ops, index, {}).expand(shape)
+    own = torch.arange(shape[dim]).view([-1 if k == dim else 1 for k in range(len(shape))])
+    return bool(torch.equal(got.to(torch.int64), own.expand(shape)))
+
+
+class GatherByIdentity(RewritePattern):
+    """`gather(t, i)` that reads every element of `t` at its own index -> `t`."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: graph.GatherOp, rewriter: PatternRewriter) -> None:
+        if len(op.indices) != 1 or op.result.type != op.table.type:
+            return
+        if graph.is_symbolic(op.table) or graph.is_symbolic(op.indices[0]):
+            return
+        if reads_own_index(op):
+            rewriter.replace(op, [], [op.table])
+
+
 @dataclass(frozen=True)
 class SimplifyPass(ModulePass):
     """Exact algebraic simplifications: a sum over a dim of a one-hot (the cross-entropy
-    backward's `nll_loss` gradient) becomes the element it selects; a product by one, its
-    other factor.
+    backward's `nll_loss` gradient) becomes the element it selects; a gather that reads each
+    element at its own index (group norm's per-channel scale), its table; a product by one,
+    its other factor.
 
     Every element keeps its value bit for bit (NaN, infinities, the sign of zero)."""
 
@@ -323,5 +370,5 @@ class SimplifyPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([ReduceSumOfOneHot(), MulByOne()])
+            GreedyRewritePatternApplier([ReduceSumOfOneHot(), GatherByIdentity(), MulByOne()])
         ).rewrite_module(op)
