@@ -12,6 +12,9 @@ broadcast to their shapes (`expand` views, no copy), its result held whole.
 
     %b = graph.broadcast_in_dim %r dims = [1] : tensor<?xi64> -> tensor<?x?xi64>  (B x L: held 1 x L)
     %m = graph.le %b, %c : ...                                                   (held 1 x L)
+
+`constant_ops` picks the values a pass may compute so at compile time: those computed from no
+argument of their function (`attention-mask`'s masks, `simplify`'s gathers by an iota).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
+from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.interpreters.graph import (
     SIZES,
     PreparedOp,
@@ -34,6 +38,38 @@ from xfuse.interpreters.graph import (
 )
 
 Tensor = torch.Tensor
+
+MAX_CONSTANT_OPS = 64
+MAX_CONSTANT_ELEMENTS = 1 << 22
+"""A value is computed at compile time (`constant_ops`) from at most this many ops, none with a
+result of more elements."""
+
+
+def constant_ops(value: SSAValue, table: graph.SizesAttr | None) -> list[Operation] | None:
+    """The ops `value` is computed from, in order, when it depends on no argument of its
+    function and only on ops that xfuse computes itself (`computed_by_xfuse`: no extern, no
+    effect), `MAX_CONSTANT_OPS` at most, none with a result of more than `MAX_CONSTANT_ELEMENTS`
+    elements (at the size hints of `table` where a shape is symbolic); else None."""
+    order: list[Operation] = []
+    seen: set[Operation] = set()
+
+    def visit(v: SSAValue) -> bool:
+        op = v.owner
+        if not isinstance(op, Operation) or not computed_by_xfuse(op):
+            return False
+        if op in seen:
+            return True
+        seen.add(op)
+        if len(seen) > MAX_CONSTANT_OPS or any(
+            graph.numel(graph.hinted_shape_of(r, table)) > MAX_CONSTANT_ELEMENTS for r in op.results
+        ):
+            return False
+        if not all(visit(o) for o in op.operands):
+            return False
+        order.append(op)
+        return True
+
+    return order if visit(value) else None
 
 
 class Call(NamedTuple):

@@ -996,18 +996,18 @@ class _RowKernel:
     passes: RowPasses
 
 
-def _row_kernel(g: FusionGraph, first: Node, second: Node) -> _RowKernel | None:
-    """The row kernel of `first` and `second`, or None when neither holds a reduction over
-    some dims."""
-    if not (g.space(first).reduced or g.space(second).reduced):
+def _row_kernel(g: FusionGraph, *nodes: Node) -> _RowKernel | None:
+    """The row kernel of `nodes` (one node, or a pair in program order), or None when none
+    holds a reduction over some dims."""
+    if not any(g.space(n).reduced for n in nodes):
         return None  # no row kernel (and no walk over the ops of long elementwise chains)
-    ops = [*_ops_of(first), *_ops_of(second)]
+    ops = [op for n in nodes for op in _ops_of(n)]
     # (`row_reduction` answers only for a `graph.ReduceOp`)
     reductions = cast(list[graph.ReduceOp], [op for op in ops if g.row_reduction(op) is not None])
     if not reductions:
         return None
     full = max(graph.numel(g.shape(op.operands[0])) for op in reductions)
-    written = _written_rows(g, first, second, full)
+    written = _written_rows(g, nodes, full)
     return _RowKernel(ops, reductions, full, RowPasses.of(ops, reductions, written))
 
 
@@ -1054,13 +1054,15 @@ def _pass_cost(
     return cost
 
 
-def _written_rows(g: FusionGraph, first: Node, second: Node, full: int) -> list[SSAValue]:
-    """The values of `full` elements a kernel of `first` and `second` writes: outputs of
-    `second`, and those of `first` that others than `second` read."""
-    outputs = list(second.outputs) + [
+def _written_rows(g: FusionGraph, nodes: Sequence[Node], full: int) -> list[SSAValue]:
+    """The values of `full` elements one kernel of `nodes` writes: the last node's outputs,
+    and those of the others that nodes outside the kernel read."""
+    *inner, last = nodes
+    outputs = list(last.outputs) + [
         v
-        for v, readers in zip(first.outputs, g.output_readers(first), strict=True)
-        if any(r is not second for r in readers)
+        for n in inner
+        for v, readers in zip(n.outputs, g.output_readers(n), strict=True)
+        if any(all(r is not n for n in nodes) for r in readers)
     ]
     return [v for v in outputs if graph.numel(g.shape(v)) >= full]
 
@@ -1076,14 +1078,12 @@ def computes_once(g: FusionGraph, node: Node) -> bool:
     (`RowPasses`: a split reduction's first stage, a sum beside the activation it writes)."""
     if node.kind in KindGroup.NON_REDUCING:
         return True
-    ops = _ops_of(node)
-    # (`row_reduction` answers only for a `graph.ReduceOp`)
-    reductions = cast(list[graph.ReduceOp], [op for op in ops if g.row_reduction(op) is not None])
-    if not reductions or any(kind_of(op) == Kind.REDUCTION and op not in reductions for op in ops):
+    kernel = _row_kernel(g, node)
+    if kernel is None or any(
+        kind_of(op) == Kind.REDUCTION and op not in kernel.reductions for op in kernel.ops
+    ):
         return False  # a scan's loop, or reductions over every dim: not priced here
-    full = max(graph.numel(g.shape(op.operands[0])) for op in reductions)
-    written = [v for v in node.outputs if graph.numel(g.shape(v)) >= full]
-    return RowPasses.of(ops, reductions, written).count == 1
+    return kernel.passes.count == 1
 
 
 def _ops_of(node: Node) -> Sequence[Operation]:

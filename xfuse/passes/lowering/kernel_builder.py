@@ -173,24 +173,6 @@ def iota_value(b: KernelBuilder, op: graph.IotaOp, index: Index) -> SSAValue:
     return b.memoized(("iota", start, step, t, counted), loop_vars(counted), True, compute)
 
 
-def build_kernel(
-    name: str,
-    group: fusion.GroupOp,
-    leaves: dict[SSAValue, Leaf],
-    buffers: list[SSAValue],
-    merge_dims: bool,
-    sizes: SizesAttr | None = None,
-) -> func.FuncOp:
-    """The kernel of `group`; built again with merged dims where some of its buffers divide
-    less so (`KernelBuilder.merged_buffers`)."""
-    first = KernelBuilder(name, group, leaves, buffers, merge_dims, sizes)
-    kernel = first.build()
-    runs = first.merged_buffers()
-    if not runs:
-        return kernel
-    return KernelBuilder(name, group, leaves, buffers, merge_dims, sizes, runs).build()
-
-
 class KernelBuilder:
     """Builds the kernel of one group (see the module docstring); implements
     `xfuse.dialects.facts.ScalarBuilder`."""
@@ -207,6 +189,8 @@ class KernelBuilder:
     ):
         self.name = name
         self.merge_dims = merge_dims
+        self.size_table = sizes
+        """The function's size symbols, as given."""
         self.buffer_runs = {} if buffer_runs is None else buffer_runs
         """The buffers whose adjacent dims are merged (`merged_buffer_dims`), by value."""
         self.accesses: dict[SSAValue, list[Index]] = {}
@@ -687,6 +671,16 @@ class KernelBuilder:
         if runs is not None:
             index = merge_index(index, shape_of(value), runs)
         return [self.index_value(e) for e in index]
+
+    def build_merged(self) -> func.FuncOp:
+        """The kernel (`build`), built again with merged dims where some of its buffers divide
+        less so (`merged_buffers`)."""
+        kernel = self.build()
+        runs = self.merged_buffers()
+        if not runs:
+            return kernel
+        args = (self.name, self.group, self.leaves, self.buffers, self.merge_dims)
+        return KernelBuilder(*args, self.size_table, runs).build()
 
     def merged_buffers(self) -> dict[SSAValue, Runs]:
         """The buffers of the built kernel whose dims to merge (`merged_buffer_dims`)."""

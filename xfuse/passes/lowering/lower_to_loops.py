@@ -94,7 +94,7 @@ from xfuse.dialects.op_kinds import KindGroup, kind_of
 from xfuse.errors import CodegenError
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, SIZES_ATTR
 from xfuse.passes.lowering.domains import MERGE_DIMS, Leaf, splat_value
-from xfuse.passes.lowering.kernel_builder import build_kernel
+from xfuse.passes.lowering.kernel_builder import KernelBuilder
 
 __all__ = [
     "MERGE_DIMS",
@@ -153,7 +153,7 @@ def lower_group(
             launch_inputs.append(copy.result)
     if sizes is None:
         sizes = graph.size_table(group)
-    kernel = build_kernel(name, group, leaves, buffers, merge_dims, sizes)
+    kernel = KernelBuilder(name, group, leaves, buffers, merge_dims, sizes).build_merged()
     return LoweredGroup(kernel, launch_inputs, hoisted)
 
 

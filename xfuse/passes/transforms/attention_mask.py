@@ -56,49 +56,16 @@ from xdsl.pattern_rewriter import (
 )
 
 from xfuse.dialects import graph
-from xfuse.dialects.effects import computed_by_xfuse
 from xfuse.dialects.torch_args import decode_arg, renumbered, tensor_ref
 from xfuse.errors import SymbolicSizeError
 from xfuse.frontend.attention import SDPA
-from xfuse.interpreters.compact import evaluate_compact, prepare_compact
+from xfuse.interpreters.compact import constant_ops, evaluate_compact, prepare_compact
 
 if TYPE_CHECKING:
     import torch
 
-MAX_MASK_OPS = 64
-MAX_MASK_ELEMENTS = 1 << 22
-"""A mask is computed at compile time only from at most this many ops, none with a result of
-more elements."""
-
 SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
 """The leading parameters of `aten.scaled_dot_product_attention`, in order."""
-
-
-def constant_ops(value: SSAValue, table: graph.SizesAttr | None) -> list[Operation] | None:
-    """The ops `value` is computed from, in order, when it depends on no argument of its
-    function and only on ops that xfuse computes itself (`computed_by_xfuse`: no extern, no
-    effect), `MAX_MASK_OPS` at most, none with a result of more than `MAX_MASK_ELEMENTS`
-    elements (at the size hints of `table` where a shape is symbolic); else None."""
-    order: list[Operation] = []
-    seen: set[Operation] = set()
-
-    def visit(v: SSAValue) -> bool:
-        op = v.owner
-        if not isinstance(op, Operation) or not computed_by_xfuse(op):
-            return False
-        if op in seen:
-            return True
-        seen.add(op)
-        if len(seen) > MAX_MASK_OPS or any(
-            graph.numel(graph.hinted_shape_of(r, table)) > MAX_MASK_ELEMENTS for r in op.results
-        ):
-            return False
-        if not all(visit(o) for o in op.operands):
-            return False
-        order.append(op)
-        return True
-
-    return order if visit(value) else None
 
 
 MAX_CHECKED_SIZES = 1024

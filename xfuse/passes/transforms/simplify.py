@@ -33,7 +33,7 @@ another length, a step other than 1, or a symbolic length), and a one-hot whose 
 value varies along the dim (`a` gathered at `i`).
 
 `GatherByIdentity`: `gather(t, i)` along dim d whose one index tensor `i` is computed from no
-argument of the function (iotas and arithmetic: `attention_mask.constant_ops`, evaluated at
+argument of the function (iotas and arithmetic: `compact.constant_ops`, evaluated at
 compile time) and holds, at every position of the result, that position along d, with the
 result of `t`'s type, is `t`: each element reads itself. torch's group
 norm decomposition indexes its per-channel scale and shift by an arange over the channels;
@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from xdsl.context import Context
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, ModuleOp
 from xdsl.ir import Attribute, SSAValue
@@ -72,9 +73,8 @@ from xdsl.pattern_rewriter import (
 
 from xfuse.dialects import graph
 from xfuse.dialects.torch_args import tensor_ref
-from xfuse.interpreters.compact import evaluate_compact
+from xfuse.interpreters.compact import constant_ops, evaluate_compact
 from xfuse.ir.dense import splat_value
-from xfuse.passes.transforms.attention_mask import constant_ops
 from xfuse.passes.transforms.decompose import OpList
 
 
@@ -335,8 +335,6 @@ def reads_own_index(op: graph.GatherOp) -> bool:
     ops = constant_ops(index, None)
     if ops is None:
         return False
-    import torch
-
     shape = graph.shape_of(op.result)
     dim = op.dim.value.data
     got = evaluate_compact(ops, index, {}).expand(shape)
