@@ -201,11 +201,14 @@ def _has_control_flow(op: Operation) -> bool:
 def _is_select(op: Operation) -> bool:
     """`scf.if %c -> (f32) { %a = memref.load ... } else { %b = memref.load ... }`: a value
     read from one of two places (a concat's element), straight-line loads and arithmetic in
-    both branches. A row loop may hold it: each thread takes its branch per element."""
+    both branches, or selects again (a concat of more than two: EdgeNeXt's four channel
+    chunks). A row loop may hold it: each thread takes its branch per element."""
     if not isinstance(op, scf.IfOp) or not op.results or not op.false_region.blocks:
         return False
     return all(
-        isinstance(o, memref.LoadOp | scf.YieldOp) or o.dialect_name() in ("arith", "math")
+        isinstance(o, memref.LoadOp | scf.YieldOp)
+        or o.dialect_name() in ("arith", "math")
+        or _is_select(o)
         for region in op.regions
         for o in region.block.ops
     )
