@@ -21,6 +21,7 @@ import xfuse.dynamo
 from examples.convnet import make_convnet
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
+from tests.frontend.test_export_key import BiasCache
 from xfuse.backends import Kernel, get_backend
 from xfuse.errors import (
     CodegenError,
@@ -228,6 +229,19 @@ def test_a_model_that_does_not_export_is_a_clear_error() -> None:
     with pytest.raises(ExportError, match="torch.export could not export") as info:
         xfuse.compile(_data_dependent, (torch.randn(4),))
     assert "\n" not in str(info.value)
+
+
+def test_a_model_that_caches_a_tensor_in_a_dict_compiles_and_stays_eager_callable() -> None:
+    """LeViT's attention biases cached in a dict on the first call: compiled first, the
+    model matches eager, and the model itself still runs eagerly after (a shadow of the
+    export key's replay, left in the cache, made xfuse.compile fail and every eager call
+    after it)."""
+    model, inputs = BiasCache(), (torch.randn(2, 2),)
+    with torch.no_grad():
+        compiled = xfuse.compile(model, inputs)
+        assert type(model.cache.get("cpu", torch.empty(0))) is torch.Tensor
+        want = model(*inputs)
+        torch.testing.assert_close(compiled(*inputs), want)
 
 
 def test_torch_compile_falls_back_to_eager_when_xfuse_fails(

@@ -139,6 +139,38 @@ def test_no_key_where_the_program_changes_its_modules_and_they_are_put_back() ->
     assert set(model.state_dict()) == set()
 
 
+class BiasCache(torch.nn.Module):
+    """LeViT's attention biases: gathered once per device in eval and kept in a dict (and a
+    list and a set beside it, as other caches are kept)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.biases = torch.nn.Parameter(torch.randn(4))
+        self.register_buffer("idxs", torch.tensor([[0, 1], [2, 3]]), persistent=False)
+        self.cache: dict[str, torch.Tensor] = {}
+        self.seen: list[int] = []
+        self.devices: set[str] = set()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = str(x.device)
+        if key not in self.cache:
+            self.cache[key] = self.biases[self.idxs]
+        self.seen.append(x.shape[0])
+        self.devices.add(key)
+        return x + self.cache[key]
+
+
+def test_no_key_where_the_program_fills_a_container_it_holds_and_it_is_emptied() -> None:
+    """A shadow left in the cache would reach every later call, eager's too."""
+    model = BiasCache()
+    _none(model, x(2, 2))
+    assert model.cache == {} and model.seen == [] and model.devices == set()
+    held = torch.ones(2, 2)
+    model.cache["cpu"] = held
+    _none(model, x(2, 2))  # the list and the set still change
+    assert model.cache == {"cpu": held} and model.cache["cpu"] is held and model.seen == []
+
+
 def test_the_replay_takes_exports_branches() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_exporting():

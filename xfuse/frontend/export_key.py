@@ -27,7 +27,8 @@ No key (None) where the replay cannot vouch for the program, and the program is 
 - two distinct inputs or state tensors share memory, or one tensor is passed twice;
 - a tensor is a subclass's (its own metadata) or not strided (sparse);
 - a value's repr does not tell it apart from others (`PLAIN` lists those whose does);
-- the run changed an attribute of one of the program's modules (it is put back);
+- the run changed an attribute of one of the program's modules, or the contents of a dict,
+  list or set one holds (a cache; either is put back);
 - a tensor the program holds is larger than `MAX_CONSTANT_BYTES`;
 - anything else raised.
 
@@ -36,6 +37,7 @@ No key (None) where the replay cannot vouch for the program, and the program is 
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import inspect
@@ -367,14 +369,18 @@ def _exporting() -> Iterator[None]:
 
 @contextmanager
 def _attributes_kept(model: torch.nn.Module) -> Iterator[None]:
-    """No key where the replay changed an attribute of a module of `model` (a cache the
-    forward fills, a counter); the attributes are put back either way."""
+    """No key where the replay changed an attribute of a module of `model` (a counter), or the
+    contents of a dict, list or set one holds (a cache the forward fills: LeViT keeps its
+    attention biases in a dict by device, which would keep a shadow); both are put back
+    either way."""
     modules = list(model.modules())
     before = [_attributes(m) for m in modules]
+    contents = _contents(modules)
     try:
         yield
     finally:
         changed = _restore(modules, before)
+        changed = _restore_contents(contents) or changed
     if changed:
         raise NoKey(f"the program changed its modules' attributes ({changed})")
 
@@ -385,6 +391,46 @@ TABLES = ("_parameters", "_buffers", "_modules")
 
 def _attributes(m: torch.nn.Module) -> list[dict[str, Any]]:
     return [dict(vars(m)), *(dict(getattr(m, t)) for t in TABLES)]
+
+
+CONTAINERS = (dict, list, set)
+"""Attribute types whose contents the replay may change in place, and are checked."""
+
+Contents = list[tuple[str, Any, Any]]
+"""(module type name, container, its shallow copy before the replay)."""
+
+
+def _contents(modules: list[torch.nn.Module]) -> Contents:
+    """The containers the modules hold as attributes (not their tables), each once."""
+    seen: set[int] = set()
+    kept: Contents = []
+    for m in modules:
+        for name, value in vars(m).items():
+            if name not in TABLES and isinstance(value, CONTAINERS) and id(value) not in seen:
+                seen.add(id(value))
+                kept.append((type(m).__name__, value, copy.copy(value)))
+    return kept
+
+
+def _same_contents(now: Any, was: Any) -> bool:
+    if isinstance(now, dict):
+        return now.keys() == was.keys() and all(now[k] is v for k, v in was.items())
+    if isinstance(now, list):
+        return len(now) == len(was) and all(a is b for a, b in zip(now, was, strict=True))
+    return bool(now == was)
+
+
+def _restore_contents(contents: Contents) -> str:
+    changed = ""
+    for owner, now, was in contents:
+        if not _same_contents(now, was):
+            changed = changed or owner
+            if isinstance(now, list):
+                now[:] = was
+            else:
+                now.clear()
+                now.update(was)
+    return changed
 
 
 def _restore(modules: list[torch.nn.Module], before: list[list[dict[str, Any]]]) -> str:

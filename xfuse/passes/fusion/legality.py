@@ -1062,7 +1062,7 @@ def _written_rows(g: FusionGraph, nodes: Sequence[Node], full: int) -> list[SSAV
         v
         for n in inner
         for v, readers in zip(n.outputs, g.output_readers(n), strict=True)
-        if any(all(r is not n for n in nodes) for r in readers)
+        if any(all(r is not m for m in nodes) for r in readers)
     ]
     return [v for v in outputs if graph.numel(g.shape(v)) >= full]
 
