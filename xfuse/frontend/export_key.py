@@ -28,7 +28,7 @@ No key (None) where the replay cannot vouch for the program, and the program is 
 - a tensor is a subclass's (its own metadata) or not strided (sparse);
 - a value's repr does not tell it apart from others (`PLAIN` lists those whose does);
 - the run changed an attribute of one of the program's modules, or the contents of a dict,
-  list or set one holds (a cache; either is put back);
+  list or set one holds or that such a container holds (a cache; either is put back);
 - a tensor the program holds is larger than `MAX_CONSTANT_BYTES`;
 - anything else raised.
 
@@ -396,19 +396,31 @@ def _attributes(m: torch.nn.Module) -> list[dict[str, Any]]:
 CONTAINERS = (dict, list, set)
 """Attribute types whose contents the replay may change in place, and are checked."""
 
+MAX_CONTAINER_DEPTH = 4
+"""How deep containers held in containers are checked (a cache by device, then by length)."""
+
 Contents = list[tuple[str, Any, Any]]
 """(module type name, container, its shallow copy before the replay)."""
 
 
 def _contents(modules: list[torch.nn.Module]) -> Contents:
-    """The containers the modules hold as attributes (not their tables), each once."""
+    """The containers the modules hold as attributes (not their tables), and those held in
+    them up to `MAX_CONTAINER_DEPTH`, each once."""
     seen: set[int] = set()
     kept: Contents = []
+
+    def visit(owner: str, value: Any, depth: int) -> None:
+        if not isinstance(value, CONTAINERS) or id(value) in seen or depth > MAX_CONTAINER_DEPTH:
+            return
+        seen.add(id(value))
+        kept.append((owner, value, copy.copy(value)))
+        for item in value.values() if isinstance(value, dict) else value:
+            visit(owner, item, depth + 1)
+
     for m in modules:
         for name, value in vars(m).items():
-            if name not in TABLES and isinstance(value, CONTAINERS) and id(value) not in seen:
-                seen.add(id(value))
-                kept.append((type(m).__name__, value, copy.copy(value)))
+            if name not in TABLES:
+                visit(type(m).__name__, value, 1)
     return kept
 
 
