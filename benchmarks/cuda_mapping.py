@@ -31,7 +31,7 @@ from xfuse.ir.constants import int_constant
 from xfuse.ir.names import ITEMS_ATTR, KERNEL_ATTR
 from xfuse.passes.lowering.gpu_map_parallel import GPUMapping, map_kernel
 from xfuse.pipeline import compile_pipeline
-from xfuse.runtime.compiler import lower_to_loops
+from xfuse.runtime.compiler import is_fresh_view, lower_to_loops
 
 Make = Callable[[], torch.nn.Module]
 
@@ -78,7 +78,7 @@ def mapped(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[tup
     with torch.no_grad():
         module = import_for_xfuse(model, inputs).program.module
     compile_pipeline("cuda")(module)
-    lower_to_loops(module, "cuda")
+    lower_to_loops(module, "cuda", leave=is_fresh_view)  # lone views stay torch views
     rows = []
     for kernel in [op for op in module.ops if isinstance(op, func.FuncOp)]:
         if KERNEL_ATTR not in kernel.attributes:
