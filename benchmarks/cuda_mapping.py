@@ -25,7 +25,7 @@ import torch
 from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import IntegerAttr
 
-from benchmarks.families import _hf_text, _hf_vision
+from benchmarks.families import hf_text, hf_vision
 from xfuse.frontend.export import import_for_xfuse
 from xfuse.ir.constants import int_constant
 from xfuse.ir.names import ITEMS_ATTR, KERNEL_ATTR
@@ -36,17 +36,17 @@ from xfuse.runtime.compiler import is_fresh_view, lower_to_loops
 Make = Callable[[], torch.nn.Module]
 
 VISION: dict[str, Make] = {
-    "segformer": _hf_vision("SegformerConfig", "SegformerModel"),
-    "levit": _hf_vision("LevitConfig", "LevitModel"),
-    "poolformer": _hf_vision("PoolFormerConfig", "PoolFormerModel"),
-    "convnextv2": _hf_vision("ConvNextV2Config", "ConvNextV2Model"),
-    "cvt": _hf_vision("CvtConfig", "CvtModel"),
-    "focalnet": _hf_vision("FocalNetConfig", "FocalNetModel"),
-    "beit": _hf_vision("BeitConfig", "BeitModel", num_hidden_layers=2),
-    "mobilevit": _hf_vision("MobileViTConfig", "MobileViTModel"),
-    "regnet": _hf_vision("RegNetConfig", "RegNetModel"),
-    "swinv2": _hf_vision("Swinv2Config", "Swinv2Model"),
-    "efficientnet": _hf_vision(
+    "segformer": hf_vision("SegformerConfig", "SegformerModel"),
+    "levit": hf_vision("LevitConfig", "LevitModel"),
+    "poolformer": hf_vision("PoolFormerConfig", "PoolFormerModel"),
+    "convnextv2": hf_vision("ConvNextV2Config", "ConvNextV2Model"),
+    "cvt": hf_vision("CvtConfig", "CvtModel"),
+    "focalnet": hf_vision("FocalNetConfig", "FocalNetModel"),
+    "beit": hf_vision("BeitConfig", "BeitModel", num_hidden_layers=2),
+    "mobilevit": hf_vision("MobileViTConfig", "MobileViTModel"),
+    "regnet": hf_vision("RegNetConfig", "RegNetModel"),
+    "swinv2": hf_vision("Swinv2Config", "Swinv2Model"),
+    "efficientnet": hf_vision(
         "EfficientNetConfig",
         "EfficientNetModel",
         width_coefficient=1.0,
@@ -55,13 +55,13 @@ VISION: dict[str, Make] = {
     ),
 }
 TEXT: dict[str, Make] = {
-    "deberta_v2": _hf_text("DebertaV2Config", "DebertaV2Model", num_hidden_layers=2),
-    "bloom": _hf_text("BloomConfig", "BloomModel", n_layer=2),
-    "falcon": _hf_text("FalconConfig", "FalconModel", num_hidden_layers=2),
-    "opt": _hf_text("OPTConfig", "OPTModel", num_hidden_layers=2),
-    "bart": _hf_text("BartConfig", "BartModel", encoder_layers=2, decoder_layers=2),
-    "funnel": _hf_text("FunnelConfig", "FunnelModel", block_sizes=[1, 1, 1]),
-    "xlnet": _hf_text("XLNetConfig", "XLNetModel", n_layer=2),
+    "deberta_v2": hf_text("DebertaV2Config", "DebertaV2Model", num_hidden_layers=2),
+    "bloom": hf_text("BloomConfig", "BloomModel", n_layer=2),
+    "falcon": hf_text("FalconConfig", "FalconModel", num_hidden_layers=2),
+    "opt": hf_text("OPTConfig", "OPTModel", num_hidden_layers=2),
+    "bart": hf_text("BartConfig", "BartModel", encoder_layers=2, decoder_layers=2),
+    "funnel": hf_text("FunnelConfig", "FunnelModel", block_sizes=[1, 1, 1]),
+    "xlnet": hf_text("XLNetConfig", "XLNetModel", n_layer=2),
 }
 DEFAULT = "segformer:32,poolformer:1,convnextv2:32,focalnet:32,opt:8x512,falcon:8x512"
 

@@ -56,7 +56,9 @@ def _timm(name: str) -> Callable[[], torch.nn.Module]:
     return make
 
 
-def _hf_vision(config: str, model: str, **kw: Any) -> Callable[[], torch.nn.Module]:
+def hf_vision(config: str, model: str, **kw: Any) -> Callable[[], torch.nn.Module]:
+    """A transformers vision model built from its config class, with random weights."""
+
     def make() -> torch.nn.Module:
         import transformers
 
@@ -66,7 +68,9 @@ def _hf_vision(config: str, model: str, **kw: Any) -> Callable[[], torch.nn.Modu
     return make
 
 
-def _hf_text(config: str, model: str, **kw: Any) -> Callable[[], torch.nn.Module]:
+def hf_text(config: str, model: str, **kw: Any) -> Callable[[], torch.nn.Module]:
+    """A transformers language model from its config class; returns its first output tensor."""
+
     def make() -> torch.nn.Module:
         import transformers
 
@@ -112,20 +116,20 @@ IMAGES: dict[str, Callable[[], torch.nn.Module]] = {
     "edgenext_s_timm": _timm("edgenext_small"),
     "efficientvit_b0_timm": _timm("efficientvit_b0"),
     "regnety_016_timm": _timm("regnety_016"),
-    "convnext_hf": _hf_vision("ConvNextConfig", "ConvNextModel"),
-    "efficientnet_hf": _hf_vision(  # B0 (the config's defaults are B7's)
+    "convnext_hf": hf_vision("ConvNextConfig", "ConvNextModel"),
+    "efficientnet_hf": hf_vision(  # B0 (the config's defaults are B7's)
         "EfficientNetConfig",
         "EfficientNetModel",
         width_coefficient=1.0,
         depth_coefficient=1.0,
         hidden_dim=1280,
     ),
-    "mobilenetv2_hf": _hf_vision("MobileNetV2Config", "MobileNetV2Model"),
-    "swin_hf": _hf_vision("SwinConfig", "SwinModel"),
+    "mobilenetv2_hf": hf_vision("MobileNetV2Config", "MobileNetV2Model"),
+    "swin_hf": hf_vision("SwinConfig", "SwinModel"),
 }
 TEXTS: dict[str, Callable[[], torch.nn.Module]] = {
-    "gpt2_hf": _hf_text("GPT2Config", "GPT2LMHeadModel", n_layer=4),
-    "llama_hf": _hf_text(
+    "gpt2_hf": hf_text("GPT2Config", "GPT2LMHeadModel", n_layer=4),
+    "llama_hf": hf_text(
         "LlamaConfig",
         "LlamaForCausalLM",
         num_hidden_layers=4,
@@ -135,8 +139,8 @@ TEXTS: dict[str, Callable[[], torch.nn.Module]] = {
         num_key_value_heads=4,
         vocab_size=32000,
     ),
-    "bert_hf": _hf_text("BertConfig", "BertModel", num_hidden_layers=4),
-    "qwen2_hf": _hf_text(
+    "bert_hf": hf_text("BertConfig", "BertModel", num_hidden_layers=4),
+    "qwen2_hf": hf_text(
         "Qwen2Config",
         "Qwen2ForCausalLM",
         num_hidden_layers=4,
@@ -146,7 +150,7 @@ TEXTS: dict[str, Callable[[], torch.nn.Module]] = {
         num_key_value_heads=2,
         vocab_size=32000,
     ),
-    "t5_encoder_hf": _hf_text("T5Config", "T5EncoderModel", num_layers=4),
+    "t5_encoder_hf": hf_text("T5Config", "T5EncoderModel", num_layers=4),
 }
 
 

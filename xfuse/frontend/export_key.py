@@ -369,43 +369,34 @@ def _exporting() -> Iterator[None]:
 
 @contextmanager
 def _attributes_kept(model: torch.nn.Module) -> Iterator[None]:
-    """No key where the replay changed an attribute of a module of `model` (a counter), or the
-    contents of a dict, list or set one holds (a cache the forward fills: LeViT keeps its
-    attention biases in a dict by device, which would keep a shadow); both are put back
-    either way."""
-    modules = list(model.modules())
-    before = [_attributes(m) for m in modules]
-    contents = _contents(modules)
+    """No key where the replay changed an attribute of a module of `model` (a counter), an
+    entry of its tables, or the contents of a dict, list or set one holds (a cache the forward
+    fills: LeViT keeps its attention biases in a dict by device, which would keep a shadow);
+    all are put back either way."""
+    contents = _contents(list(model.modules()))
     try:
         yield
     finally:
-        changed = _restore(modules, before)
-        changed = _restore_contents(contents) or changed
+        changed = _restore_contents(contents)
     if changed:
         raise NoKey(f"the program changed its modules' attributes ({changed})")
-
-
-TABLES = ("_parameters", "_buffers", "_modules")
-"""A module's tables of state and submodules, whose entries count as its attributes."""
-
-
-def _attributes(m: torch.nn.Module) -> list[dict[str, Any]]:
-    return [dict(vars(m)), *(dict(getattr(m, t)) for t in TABLES)]
 
 
 CONTAINERS = (dict, list, set)
 """Attribute types whose contents the replay may change in place, and are checked."""
 
 MAX_CONTAINER_DEPTH = 4
-"""How deep containers held in containers are checked (a cache by device, then by length)."""
+"""How deep containers held in a module's attributes are checked (a cache by device, then by
+length); the attributes themselves are depth 0, and its tables of parameters, buffers and
+submodules depth 1."""
 
 Contents = list[tuple[str, Any, Any]]
 """(module type name, container, its shallow copy before the replay)."""
 
 
 def _contents(modules: list[torch.nn.Module]) -> Contents:
-    """The containers the modules hold as attributes (not their tables), and those held in
-    them up to `MAX_CONTAINER_DEPTH`, each once."""
+    """Each module's attributes (`vars`), and the containers held in them up to
+    `MAX_CONTAINER_DEPTH`, each once."""
     seen: set[int] = set()
     kept: Contents = []
 
@@ -418,9 +409,7 @@ def _contents(modules: list[torch.nn.Module]) -> Contents:
             visit(owner, item, depth + 1)
 
     for m in modules:
-        for name, value in vars(m).items():
-            if name not in TABLES:
-                visit(type(m).__name__, value, 1)
+        visit(type(m).__name__, vars(m), 0)
     return kept
 
 
@@ -433,6 +422,7 @@ def _same_contents(now: Any, was: Any) -> bool:
 
 
 def _restore_contents(contents: Contents) -> str:
+    """Puts each container's entries back; the first owner whose container changed."""
     changed = ""
     for owner, now, was in contents:
         if not _same_contents(now, was):
@@ -440,17 +430,6 @@ def _restore_contents(contents: Contents) -> str:
             if isinstance(now, list):
                 now[:] = was
             else:
-                now.clear()
-                now.update(was)
-    return changed
-
-
-def _restore(modules: list[torch.nn.Module], before: list[list[dict[str, Any]]]) -> str:
-    changed = ""
-    for m, old in zip(modules, before, strict=True):
-        for now, was in zip([vars(m), *(getattr(m, t) for t in TABLES)], old, strict=True):
-            if now.keys() != was.keys() or any(now[k] is not v for k, v in was.items()):
-                changed = changed or type(m).__name__
                 now.clear()
                 now.update(was)
     return changed
