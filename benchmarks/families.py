@@ -126,6 +126,7 @@ IMAGES: dict[str, Callable[[], torch.nn.Module]] = {
     ),
     "mobilenetv2_hf": hf_vision("MobileNetV2Config", "MobileNetV2Model"),
     "swin_hf": hf_vision("SwinConfig", "SwinModel"),
+    "segformer_hf": hf_vision("SegformerConfig", "SegformerModel"),
 }
 TEXTS: dict[str, Callable[[], torch.nn.Module]] = {
     "gpt2_hf": hf_text("GPT2Config", "GPT2LMHeadModel", n_layer=4),

@@ -20,7 +20,11 @@ from xfuse.dialects import graph
 from xfuse.errors import XfuseError
 from xfuse.frontend import import_module
 from xfuse.ir.context import parse
-from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
+from xfuse.passes.transforms.channels_last import (
+    ChannelsLastPass,
+    layout_verdict,
+    reshape_strides,
+)
 from xfuse.pipeline import CHANNELS_LAST_ENV, after_decompose, layout_pass, pipeline
 from xfuse.runtime.driver import run_pipeline
 
@@ -81,12 +85,31 @@ class DenseBlock(nn.Module):
         return torch.cat(features, 1)
 
 
+class TokenConvBlock(nn.Module):
+    """Tokens `[B, H*W, C]` seen as an image for a convolution and back (PVT's spatial
+    reduction and depthwise MLP, SegFormer's Mix-FFN): `x.transpose(1, 2).reshape(B, C, H, W)`."""
+
+    def __init__(self, c: int = 8, side: int = 4):
+        super().__init__()
+        self.side = side
+        self.fc = nn.Linear(c, c)
+        self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.sr = nn.Conv2d(c, c, 2, stride=2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, n, c = x.shape
+        image = self.fc(x).transpose(1, 2).reshape(b, c, self.side, self.side)
+        y = self.dw(image).flatten(2).transpose(1, 2)
+        return y, self.sr(image)
+
+
 MODELS: dict[str, Callable[[], Built]] = {
     "convnet": make_convnet,
     "resnet18": lambda: make_resnet18(width=8, size=32),
     "convnext": lambda: (ConvNeXtBlock().eval(), (torch.randn(2, 8, 8, 8),)),
     "mobile": lambda: (MobileBlock().eval(), (torch.randn(2, 8, 8, 8),)),
     "dense": lambda: (DenseBlock().eval(), (torch.randn(2, 3, 8, 8),)),
+    "tokens": lambda: (TokenConvBlock().eval(), (torch.randn(2, 16, 8),)),
 }
 
 
@@ -155,6 +178,38 @@ def test_a_result_in_memory_order_reaches_the_next_convolution_as_a_view() -> No
     assert [c.memory_orders for c in calls if "upsample" in c.target.data] == [((0, 2, 3, 1),)]
     clones = [c for c in calls if c.target.data == "aten.clone.default"]
     assert [isinstance(c.inputs[0], BlockArgument) for c in clones] == [True]  # the input's
+
+
+def test_tokens_seen_as_an_image_reach_the_convolutions_as_views() -> None:
+    """The linear's `[B, H*W, C]` tokens are NHWC memory: each convolution reads them through
+    a torch view, with no channels-last copy."""
+    module = rewrite_keeps_values(TokenConvBlock().eval(), (torch.randn(2, 16, 8),))
+    calls = [op.target.data for op in module.walk() if isinstance(op, graph.TorchCallOp)]
+    assert "aten.clone.default" not in calls
+    assert calls.count("aten.permute.default") >= 1
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides", "new_shape", "want"),
+    [
+        ((2, 3, 4), (12, 4, 1), (6, 4), (4, 1)),
+        ((2, 3, 4), (12, 1, 3), (2, 3, 2, 2), (12, 1, 6, 3)),
+        ((2, 3, 4), (12, 1, 3), (6, 4), None),
+        ((2, 1, 4), (4, 99, 1), (2, 4), (4, 1)),
+    ],
+)
+def test_reshape_strides_are_torchs(
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    new_shape: tuple[int, ...],
+    want: tuple[int, ...] | None,
+) -> None:
+    x = torch.empty(64).as_strided(shape, strides)
+    try:
+        torch_strides: tuple[int, ...] | None = x.view(new_shape).stride()
+    except RuntimeError:
+        torch_strides = None
+    assert reshape_strides(shape, strides, new_shape) == want == torch_strides
 
 
 def _body(text: str) -> ModuleOp:

@@ -10,7 +10,9 @@ tensor, and its logical NCHW value as `graph.permute %v_nhwc perm = [0, 3, 1, 2]
 
 - a convolution's input is its input's twin seen by torch as a channels-last strided NCHW
   tensor (`graph.torch_call "aten.permute.default"`, a view at run time); torch then gives
-  cuDNN a channels-last input, weight and output. An input that has no twin (a program input)
+  cuDNN a channels-last input, weight and output. An input that a chain of permutes and
+  reshapes makes from tokens `[N, H*W, C]` is a view of them too (`nhwc_source`: PVT's
+  `x.transpose(1, 2).reshape(N, C, H, W)`). Any other input without a twin (a program input)
   is converted once, by `aten.clone` to channels-last;
 - a convolution's output (and that of pooling or upsampling, which keep channels-last, when
   their input had it) is read as NHWC through a view, `aten.permute(y, [0, 2, 3, 1])`, which
@@ -229,6 +231,76 @@ def twin_of(value: SSAValue) -> SSAValue | None:
     return None
 
 
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a channels-last `[N, C, H, W]` tensor."""
+    n_s, h_s, w_s, c_s = contiguous_strides(permuted(shape, TO_NHWC))
+    return (n_s, c_s, h_s, w_s)
+
+
+def reshape_strides(
+    shape: Sequence[int], strides: Sequence[int], new_shape: Sequence[int]
+) -> tuple[int, ...] | None:
+    """The strides of `x.view(new_shape)` for `x` of `shape` and `strides`, or None where the
+    reshape is no view (torch's `computeStride`)."""
+    if not shape or not new_shape or 0 in shape:
+        return None
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    base = strides[-1]
+    tensor_numel = view_numel = 1
+    for d in reversed(range(len(shape))):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * base):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * base
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                base = strides[d - 1]
+                tensor_numel = view_numel = 1
+    return tuple(new_strides) if view_d == -1 else None
+
+
+LAYOUT_OPS = (graph.PermuteOp, graph.ReshapeOp)
+
+
+def nhwc_source(value: SSAValue) -> SSAValue | None:
+    """The value `x` that a chain of permutes and reshapes makes `value` (rank 4, NCHW) from,
+    where `value` is `permute(reshape(x, [N, H, W, C]), TO_NCHW)`: its memory is NHWC when x's
+    is contiguous (PVT's and SegFormer's `x.transpose(1, 2).reshape(B, C, H, W)` of tokens)."""
+    chain: list[Operation] = []
+    op = value.owner
+    while isinstance(op, LAYOUT_OPS):
+        chain.append(op)
+        op = op.input.owner
+    target = channels_last_strides(graph.shape_of(value))
+    for i in range(len(chain)):  # the farthest source first: the longest chain of views
+        source = chain[~i].operands[0]
+        shape = graph.shape_of(source)
+        strides: tuple[int, ...] | None = contiguous_strides(shape)
+        for link in reversed(chain[: len(chain) - i]):
+            if strides is None:
+                break
+            if isinstance(link, graph.PermuteOp):
+                strides = permuted(strides, link.permutation)
+            else:
+                strides = reshape_strides(shape, strides, graph.shape_of(link.results[0]))
+            shape = graph.shape_of(link.results[0])
+        if strides == target:
+            return source
+    return None
+
+
 def _int_list(values: Sequence[int]) -> ArrayAttr[Attribute]:
     return ArrayAttr([IntegerAttr(v, i64) for v in values])
 
@@ -371,11 +443,21 @@ class _Layout:
             return self._cached(
                 "strided", twin, lambda: self._insert(torch_permute(twin, TO_NCHW), where)
             )
+        source = nhwc_source(value) if clone and _is_rank4(value) else None
+        if source is not None:
+            return self._cached("strided", value, lambda: self._view_of(source, value, where))
         if clone and _is_rank4(value):
             return self._cached(
                 "clone", value, lambda: self._insert(torch_clone(value, "channels_last"), where)
             )
         return value
+
+    def _view_of(self, source: SSAValue, value: SSAValue, where: InsertPoint) -> SSAValue:
+        """`value`, which a chain of views makes from `source` with NHWC memory order, as
+        `permute(reshape(source, [N, H, W, C]), TO_NCHW)` run by torch: a view, no copy."""
+        shape = permuted(graph.shape_of(value), TO_NHWC)
+        nhwc = self._insert(graph.ReshapeOp(source, shape), where)
+        return self._insert(torch_permute(nhwc, TO_NCHW), where)
 
     def contiguous(self, value: SSAValue, before: Operation) -> SSAValue:
         """`value` as a contiguous NCHW tensor for a torch op that may need one (`aten.view`
