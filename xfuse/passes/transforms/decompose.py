@@ -71,13 +71,18 @@ def _trailing_dims(x: SSAValue, rank: int) -> list[int]:
     return list(range(total - rank, total))
 
 
-def _centered(ops: OpList, x: SSAValue, dims: Sequence[int]) -> SSAValue:
-    """x - mean(x), less the mean of that difference (the corrected two-pass algorithm). The
-    mean rounded to f32 is off by up to half an ulp, and that error shifts every centered
-    element the same way: a sum of a layer norm's output then drifts by N times it (8x eager's
-    error on 33-element rows). The correction is the mean of the rounding errors."""
+def _centered(ops: OpList, x: SSAValue, dims: Sequence[int]) -> tuple[SSAValue, SSAValue]:
+    """d = x - mean(x) and c, the mean of d (the corrected two-pass algorithm): d - c is the
+    centered value. The mean rounded to f32 is off by up to half an ulp, and that error shifts
+    every centered element the same way: a sum of a layer norm's output then drifts by N times
+    it (8x eager's error on 33-element rows); c is the mean of the rounding errors. The squares
+    of d - c sum to sum(d^2) - N c^2, so a variance reads d once for both c and sum(d^2)."""
     shifted = ops.add(graph.SubOp(x, ops.mean(x, dims)))
-    return ops.add(graph.SubOp(shifted, ops.mean(shifted, dims)))
+    return shifted, ops.mean(shifted, dims)
+
+
+def _at_least_zero(ops: OpList, value: SSAValue) -> SSAValue:
+    return ops.add(graph.MaximumOp(value, ops.const(0.0, value)))
 
 
 def _softmax_parts(ops: OpList, x: SSAValue, dim: int) -> tuple[SSAValue, SSAValue, SSAValue]:
@@ -106,10 +111,12 @@ def _log_softmax(ops: OpList, op: graph.LogSoftmaxOp, x: SSAValue) -> SSAValue:
 
 def _layer_norm(ops: OpList, op: graph.LayerNormOp, x: SSAValue) -> SSAValue:
     """(x - mean) * rsqrt(mean((x - mean)^2) + eps) * weight + bias over the trailing dims,
-    with x - mean corrected (`_centered`)."""
+    with x - mean corrected and mean((d - c)^2) as mean(d^2) - c^2 (`_centered`)."""
     dims = _trailing_dims(x, op.normalized_rank)
-    centered = _centered(ops, x, dims)
-    var = ops.mean(ops.mul(centered, centered), dims)
+    shifted, correction = _centered(ops, x, dims)
+    squares = ops.mean(ops.mul(shifted, shifted), dims)
+    var = _at_least_zero(ops, ops.add(graph.SubOp(squares, ops.mul(correction, correction))))
+    centered = ops.add(graph.SubOp(shifted, correction))
     inv_std = ops.add(graph.RsqrtOp(ops.add(graph.AddOp(var, ops.const(op.epsilon, var)))))
     y = ops.mul(centered, inv_std)
     if op.weight is not None:
@@ -137,11 +144,15 @@ def _silu(ops: OpList, op: graph.SiluOp, x: SSAValue) -> SSAValue:
 
 
 def _var(ops: OpList, op: graph.VarOp, x: SSAValue) -> SSAValue:
-    """sum((x - mean)^2) / max(0, N - correction) over `dims`, with x - mean corrected."""
+    """(sum(d^2) - N c^2) / max(0, N - correction) over `dims` (`_centered`)."""
     dims = op.reduce_dims
-    centered = _centered(ops, x, dims)
-    total = ops.add(graph.ReduceSumOp(ops.mul(centered, centered), dims, op.keeps_dims))
+    shifted, correction = _centered(ops, x, dims)
+    squares = ops.add(graph.ReduceSumOp(ops.mul(shifted, shifted), dims, op.keeps_dims))
     count = graph.numel([graph.shape_of(x)[d] for d in dims])
+    drift = ops.mul(ops.mul(correction, correction), ops.const(count, correction))
+    if not op.keeps_dims:
+        drift = ops.add(graph.ReshapeOp(drift, graph.shape_of(squares)))
+    total = _at_least_zero(ops, ops.add(graph.SubOp(squares, drift)))
     divisor = ops.const(max(0, count - op.correction.value.data), total)
     return ops.add(graph.DivOp(total, divisor))
 

@@ -10,18 +10,26 @@ func.func @var_keepdim(%x: tensor<2x3x5xf32>) -> tensor<1x3x1xf32> {
   func.return %y : tensor<1x3x1xf32>
 }
 
+// x - mean is corrected by its own mean c; the squares of the corrected values sum to
+// sum(d^2) - N c^2, so that both reductions read d in one pass.
 // CHECK-LABEL: func.func @var
 // CHECK-NEXT:    %[[MEAN:.*]] = graph.reduce_mean %x dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
 // CHECK-NEXT:    %[[D:.*]] = graph.sub %x, %[[MEAN]]
 // CHECK-NEXT:    %[[ERR:.*]] = graph.reduce_mean %[[D]] dims = [1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
-// CHECK-NEXT:    %[[C:.*]] = graph.sub %[[D]], %[[ERR]]
-// CHECK-NEXT:    %[[SQ:.*]] = graph.mul %[[C]], %[[C]]
+// CHECK-NEXT:    %[[SQ:.*]] = graph.mul %[[D]], %[[D]]
 // CHECK-NEXT:    %[[SUM:.*]] = graph.reduce_sum %[[SQ]] dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
-// CHECK-NEXT:    %[[N:.*]] = graph.constant dense<7.000000e+00> : tensor<f32>
-// CHECK-NEXT:    %[[Y:.*]] = graph.div %[[SUM]], %[[N]] : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
+// CHECK-NEXT:    %[[ERR2:.*]] = graph.mul %[[ERR]], %[[ERR]]
+// CHECK-NEXT:    %[[N:.*]] = graph.constant dense<8.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[DRIFT:.*]] = graph.mul %[[ERR2]], %[[N]]
+// CHECK-NEXT:    %[[FLAT:.*]] = graph.reshape %[[DRIFT]] : tensor<4x1xf32> -> tensor<4xf32>
+// CHECK-NEXT:    %[[DIFF:.*]] = graph.sub %[[SUM]], %[[FLAT]]
+// CHECK-NEXT:    %[[ZERO:.*]] = graph.constant dense<0.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[TOTAL:.*]] = graph.maximum %[[DIFF]], %[[ZERO]]
+// CHECK-NEXT:    %[[N1:.*]] = graph.constant dense<7.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[Y:.*]] = graph.div %[[TOTAL]], %[[N1]] : tensor<4xf32>, tensor<f32> -> tensor<4xf32>
 // CHECK-NEXT:    func.return %[[Y]]
 
 // CHECK-LABEL: func.func @var_keepdim
 // CHECK:         graph.reduce_sum %{{.*}} dims = [0, 2] keepdim : tensor<2x3x5xf32> -> tensor<1x3x1xf32>
-// CHECK-NEXT:    graph.constant dense<1.000000e+01> : tensor<f32>
+// CHECK:         graph.constant dense<1.000000e+01> : tensor<f32>
 // CHECK-NOT:     graph.var
