@@ -298,3 +298,17 @@ def test_the_readers_fact_keeps_a_transpose_a_view(
     g = FusionGraph(parse(TRANSPOSED_FOR_A_CALL).body.block.first_op.body.block)  # type: ignore[union-attr]
     verdict = check_merge(g, node(g, "c"), node(g, "t"), arg_limit=128)
     assert verdict.reason == (VIEW_FOR_EXTERN if reads_transposed else FUSED), verdict
+
+
+def test_lone_reductions_over_one_space_are_one_kernel() -> None:
+    """Two reductions of unrelated tensors over the same space (a split norm's final sums of
+    its two sets of partial sums) merge horizontally, though neither joined a group."""
+
+    def sums(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return a.sum(dim=1), b.amax(dim=1)
+
+    a, b = torch.randn(4, 448), torch.randn(4, 448)
+    compiled = xfuse.compile(sums, (a, b), quiet=True, fallback="error")
+    torch.testing.assert_close(compiled(a, b), sums(a, b))
+    assert len(compiled.kernels) == 1, [g.ops for g in compiled.groups]
+    assert [g.rule for g in compiled.groups] == ["fuse-scored:horizontal"]

@@ -10,10 +10,10 @@ saved, closeness) and applied greedily from the best, skipping pairs whose nodes
 already consumed (the gates that depend on the rest of the graph are checked again first).
 Rounds repeat until one merges nothing or `max-rounds` have run.
 
-Then (`horizontal`) groups that share no tensor but run over the same space, at most
-`window` positions apart, merge pairwise when the gates allow it (no path between them): BERT's
-query, key and value heads (three bias adds and transposes after three GEMMs) become one
-kernel. Each such merge saves a launch; it runs last so that the merges that save memory
+Then (`horizontal`) groups, and reductions left alone, that share no tensor but run over the
+same space, at most `window` positions apart, merge pairwise when the gates allow it (no path
+between them): BERT's query, key and value heads (three bias adds and transposes after three
+GEMMs) become one kernel, and so do a split norm's final sums of its two sets of partials. Each such merge saves a launch; it runs last so that the merges that save memory
 traffic choose first.
 """
 
@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from xfuse.dialects.op_kinds import Kind
 from xfuse.passes.fusion.decisions import (
     HORIZONTAL,
     MULTI_OUTPUT,
@@ -334,14 +335,15 @@ class ScoredFuser(Fuser):
     # --- horizontal fusion: fewer kernels ---------------------------------------------------
 
     def horizontal(self) -> None:
-        """Merge groups over the same space that share no tensor, each with the nearest later
-        one (at most `window` positions on) that the gates allow, until none merges."""
+        """Merge groups (and lone reductions, each a kernel of its own) over the same space that
+        share no tensor, each with the nearest later one (at most `window` positions on) that
+        the gates allow, until none merges."""
         g = self.g
         merged = True
         while merged:
             merged = False
             g.renumber()
-            groups = [n for n in g.nodes() if n.is_group]
+            groups = [n for n in g.nodes() if n.is_group or n.kind == Kind.REDUCTION]
             taken: set[Node] = set()
             for i, a in enumerate(groups):
                 if a in taken:
