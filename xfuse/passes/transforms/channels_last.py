@@ -231,44 +231,12 @@ def twin_of(value: SSAValue) -> SSAValue | None:
     return None
 
 
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """The strides of a channels-last `[N, C, H, W]` tensor."""
-    n_s, h_s, w_s, c_s = contiguous_strides(permuted(shape, TO_NHWC))
-    return (n_s, c_s, h_s, w_s)
-
-
-def reshape_strides(
-    shape: Sequence[int], strides: Sequence[int], new_shape: Sequence[int]
-) -> tuple[int, ...] | None:
-    """The strides of `x.view(new_shape)` for `x` of `shape` and `strides`, or None where the
-    reshape is no view (torch's `computeStride`)."""
-    if not shape or not new_shape or 0 in shape:
-        return None
-    new_strides = [0] * len(new_shape)
-    view_d = len(new_shape) - 1
-    base = strides[-1]
-    tensor_numel = view_numel = 1
-    for d in reversed(range(len(shape))):
-        tensor_numel *= shape[d]
-        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * base):
-            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
-                new_strides[view_d] = view_numel * base
-                view_numel *= new_shape[view_d]
-                view_d -= 1
-            if view_numel != tensor_numel:
-                return None
-            if d > 0:
-                base = strides[d - 1]
-                tensor_numel = view_numel = 1
-    return tuple(new_strides) if view_d == -1 else None
+def has_channels_last_strides(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether an `[N, C, H, W]` tensor of `shape` and `strides` is channels-last (a dim of
+    size 1 may have any stride)."""
+    n_s, h_s, w_s, c_s = graph.row_major_strides(permuted(shape, TO_NHWC))
+    want = (n_s, c_s, h_s, w_s)
+    return all(n == 1 or s == w for n, s, w in zip(shape, strides, want, strict=True))
 
 
 LAYOUT_OPS = (graph.PermuteOp, graph.ReshapeOp)
@@ -282,21 +250,16 @@ def nhwc_source(value: SSAValue) -> SSAValue | None:
     op = value.owner
     while isinstance(op, LAYOUT_OPS):
         chain.append(op)
-        op = op.input.owner
-    target = channels_last_strides(graph.shape_of(value))
+        op = op.operands[0].owner
+    shape = graph.shape_of(value)
     for i in range(len(chain)):  # the farthest source first: the longest chain of views
         source = chain[~i].operands[0]
-        shape = graph.shape_of(source)
-        strides: tuple[int, ...] | None = contiguous_strides(shape)
+        strides: tuple[int, ...] | None = graph.row_major_strides(graph.shape_of(source))
         for link in reversed(chain[: len(chain) - i]):
             if strides is None:
                 break
-            if isinstance(link, graph.PermuteOp):
-                strides = permuted(strides, link.permutation)
-            else:
-                strides = reshape_strides(shape, strides, graph.shape_of(link.results[0]))
-            shape = graph.shape_of(link.results[0])
-        if strides == target:
+            strides = graph.view_strides(link, strides)
+        if strides is not None and has_channels_last_strides(shape, strides):
             return source
     return None
 
