@@ -13,8 +13,9 @@ Rounds repeat until one merges nothing or `max-rounds` have run.
 Then (`horizontal`) groups, and reductions left alone, that share no tensor but run over the
 same space, at most `window` positions apart, merge pairwise when the gates allow it (no path
 between them): BERT's query, key and value heads (three bias adds and transposes after three
-GEMMs) become one kernel, and so do a split norm's final sums of its two sets of partials. Each such merge saves a launch; it runs last so that the merges that save memory
-traffic choose first.
+GEMMs) become one kernel, and so do a split norm's final sums of its two sets of partials.
+Each such merge saves a launch; it runs last so that the merges that save memory traffic
+choose first.
 """
 
 from __future__ import annotations

@@ -240,6 +240,8 @@ def has_channels_last_strides(shape: Sequence[int], strides: Sequence[int]) -> b
 
 
 LAYOUT_OPS = (graph.PermuteOp, graph.ReshapeOp)
+"""The views `nhwc_source` follows: they keep every element (a slice does not), so a chain of
+them with channels-last strides is the source's elements as `[N, H, W, C]`."""
 
 
 def nhwc_source(value: SSAValue) -> SSAValue | None:
