@@ -15,7 +15,7 @@ GPU kernels (torch.profiler), and with `--host-profile` a cProfile of xfuse's ca
 `FallbackWarning` (part of the model ran eagerly) is named under its row.
 Columns: `eager`, `inductor`, `inductor-ro` (reduce-overhead), `xfuse` (torch.compile), `xfuse.compile`
 (xfuse's own entry point), `no-stencil` (xfuse.compile without `depthwise-stencil`) and
-`no-onednn` (xfuse.compile with every matrix product torch's call: `PipelineOptions.onednn_gemm`).
+`torch-gemm` (xfuse.compile with every matrix product torch's call: `PipelineOptions.cpu_gemm`).
 """
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ def columns(
             # compile's pipeline without its `depthwise-stencil` pass
             options = PipelineOptions(without=("depthwise-stencil",))
             fns[c] = compile_program(model, args, torch.device(device), options, quiet=True)
-        elif c == "no-onednn":
-            options = PipelineOptions(onednn_gemm=False)
+        elif c == "torch-gemm":
+            options = PipelineOptions(cpu_gemm=False)
             fns[c] = compile_program(model, args, torch.device(device), options, quiet=True)
     return fns
 

@@ -21,10 +21,10 @@ from xfuse.frontend.export import import_for_xfuse
 from xfuse.interpreters.graph import find_function
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
 from xfuse.pipeline import PipelineOptions
-from xfuse.runtime import onednn_gemm
+from xfuse.runtime import cpu_gemm
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.driver import compile_program, measuring_compile
-from xfuse.runtime.steps import OnednnStep
+from xfuse.runtime.steps import GemmStep
 
 
 class DepthwiseBlock(torch.nn.Module):
@@ -363,8 +363,6 @@ def test_a_cold_cuda_compile_builds_no_measured_stencil_in_process(
 # Matrix products of a weight on the CPU: torch's call or oneDNN's
 # ---------------------------------------------------------------------------------------------
 
-needs_onednn = pytest.mark.skipif(not onednn_gemm.available(), reason="torch without oneDNN")
-
 
 def _linear(features: int) -> tuple[torch.nn.Module, torch.Tensor]:
     return torch.nn.Linear(features, features).eval(), torch.randn(1, 128, features)
@@ -374,18 +372,19 @@ def _kinds(program: Any) -> list[type]:
     return [type(s) for s in program.default.program.steps]
 
 
-@needs_onednn
-@pytest.mark.parametrize("onednn_faster", [True, False])
+@pytest.mark.parametrize("kept", ["transposed", "torch"])
 def test_the_faster_product_is_kept_cached_and_explained(
-    onednn_faster: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    kept: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("XFUSE_ONEDNN_GEMM", "auto")
+    monkeypatch.setenv("XFUSE_CPU_GEMM", "auto")
     measured: list[str] = []
+    other_faster = kept != "torch"
 
-    def fake_measure(gemm: onednn_gemm.Gemm) -> GemmChoice:
+    def fake_measure(gemm: cpu_gemm.Gemm) -> GemmChoice:
         measured.append(gemm.signature)
         fast, slow = 1.0, 2.0
-        return GemmChoice(gemm.signature, *((slow, fast) if onednn_faster else (fast, slow)))
+        torch_ms, other_ms = (slow, fast) if other_faster else (fast, slow)
+        return GemmChoice(gemm.signature, torch_ms, (("transposed", other_ms),))
 
     monkeypatch.setattr(choices, "measure_gemm", fake_measure)
     model, x = _linear(1024)
@@ -393,10 +392,9 @@ def test_the_faster_product_is_kept_cached_and_explained(
         program = xfuse.compile(model, (x,), quiet=True, cache=KernelCache(tmp_path))
         torch.testing.assert_close(program(x), model(x))
     assert measured == ["128x1024x1024 nk"]
-    assert (OnednnStep in _kinds(program)) == onednn_faster
+    assert (GemmStep in _kinds(program)) == other_faster
     (choice,) = program.report.choices
     assert isinstance(choice, GemmChoice)
-    kept = "onednn" if onednn_faster else "torch"
     assert f"measured: matrix product 128x1024x1024 nk: {kept}" in str(program.report)
     # A second compile (a new process's cache object, same folder) reads the verdict.
     second = KernelCache(tmp_path)
@@ -404,83 +402,87 @@ def test_the_faster_product_is_kept_cached_and_explained(
         again = xfuse.compile(model, (x,), quiet=True, cache=second)
     assert len(measured) == 1 and second.stats.choice_hits == 1
     assert again.report.choices == program.report.choices
-    assert (OnednnStep in _kinds(again)) == onednn_faster
+    assert (GemmStep in _kinds(again)) == other_faster
     monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
     assert f"matrix product 128x1024x1024 nk: {kept}" in str(xfuse.explain(model, (x,)))
     assert len(measured) == 1
 
 
-@needs_onednn
 def test_small_products_are_never_measured(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XFUSE_ONEDNN_GEMM", "auto")
+    monkeypatch.setenv("XFUSE_CPU_GEMM", "auto")
     monkeypatch.setattr(choices, "measure_gemm", lambda gemm: pytest.fail("measured"))
     model, x = _linear(64)
     assert 128 * 64 * 64 < choices.GEMM_WORK
     with torch.no_grad():
         program = xfuse.compile(model, (x,), quiet=True)
-    assert program.report.choices == [] and OnednnStep not in _kinds(program)
+    assert program.report.choices == [] and GemmStep not in _kinds(program)
 
 
-@needs_onednn
 @pytest.mark.parametrize(("env", "option"), [("0", None), ("1", False), ("auto", False)])
-def test_switched_off_no_product_is_measured_or_runs_onednn(
+def test_switched_off_no_product_is_measured_or_runs_another_way(
     env: str, option: bool | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XFUSE_ONEDNN_GEMM", env)
+    monkeypatch.setenv("XFUSE_CPU_GEMM", env)
     monkeypatch.setattr(choices, "measure_gemm", lambda gemm: pytest.fail("measured"))
     model, x = _linear(1024)
     with torch.no_grad():
-        options = PipelineOptions(onednn_gemm=option)
+        options = PipelineOptions(cpu_gemm=option)
         program = compile_program(model, (x,), torch.device("cpu"), options, quiet=True)
-    assert program.report.choices == [] and OnednnStep not in _kinds(program)
+    assert program.report.choices == [] and GemmStep not in _kinds(program)
 
 
-@needs_onednn
 @pytest.mark.parametrize(("env", "option"), [("1", None), ("0", True)])
-def test_forced_every_product_runs_onednn_unmeasured(
+def test_forced_every_product_runs_another_way_unmeasured(
     env: str, option: bool | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XFUSE_ONEDNN_GEMM", env)
+    monkeypatch.setenv("XFUSE_CPU_GEMM", env)
     monkeypatch.setattr(choices, "measure_gemm", lambda gemm: pytest.fail("measured"))
     model, x = _linear(64)  # small: forced all the same
     with torch.no_grad():
-        options = PipelineOptions(onednn_gemm=option)
+        options = PipelineOptions(cpu_gemm=option)
         program = compile_program(model, (x,), torch.device("cpu"), options, quiet=True)
         torch.testing.assert_close(program(x), model(x))
-    assert program.report.choices == [] and OnednnStep in _kinds(program)
+    assert program.report.choices == [] and GemmStep in _kinds(program)
 
 
 def test_a_bad_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XFUSE_ONEDNN_GEMM", "yes")
-    with pytest.raises(XfuseError, match="XFUSE_ONEDNN_GEMM must be 0, 1 or auto"):
+    monkeypatch.setenv("XFUSE_CPU_GEMM", "yes")
+    with pytest.raises(XfuseError, match="XFUSE_CPU_GEMM must be 0, 1 or auto"):
         model, x = _linear(8)
         xfuse.compile(model, (x,), quiet=True)
 
 
-@needs_onednn
-def test_no_product_runs_onednn_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XFUSE_ONEDNN_GEMM", "1")
+def test_no_product_runs_another_way_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XFUSE_CPU_GEMM", "1")
     model, x = _linear(1024)
     with torch.no_grad():
         module = xfuse.compile(model, (x,), quiet=True).default.program.module
     held = range(len(find_function(module, "forward").body.block.args))
     cache = KernelCache(Path("unused"))
-    assert len(choices.onednn_gemms(module, held, torch.device("cpu"), cache, True)[0]) == 1
+    assert len(choices.chosen_gemms(module, held, torch.device("cpu"), cache, True)[0]) == 1
     for asked in (True, None):
-        assert choices.onednn_gemms(module, held, torch.device("cuda"), cache, asked) == (
-            frozenset(),
-            [],
-        )
+        assert choices.chosen_gemms(module, held, torch.device("cuda"), cache, asked) == ({}, [])
 
 
-@needs_onednn
-def test_measure_gemm_times_both_sides() -> None:
-    gemm = onednn_gemm.Gemm(64, 512, 128, transposed=True)
+@pytest.mark.parametrize(
+    ("gemm", "ways"),
+    [
+        (cpu_gemm.Gemm(64, 512, 128, transposed=True), ["transposed"]),
+        (cpu_gemm.Gemm(64, 512, 128, transposed=False), ["transposed"]),
+        (cpu_gemm.Gemm(64, 256, 128, transposed=False), ["onednn", "transposed"]),
+    ],
+)
+def test_measure_gemm_times_every_way(gemm: cpu_gemm.Gemm, ways: list[str]) -> None:
+    if "onednn" in ways and not cpu_gemm.onednn_available():
+        ways.remove("onednn")
     choice = choices.measure_gemm(gemm)
-    assert choice.signature == "64x512x128 kn"
-    assert choice.torch_ms > 0 and choice.onednn_ms > 0
+    assert choice.signature == gemm.signature and choice.torch_ms > 0
+    assert [w for w, _ in choice.ways_ms] == ways and all(ms > 0 for _, ms in choice.ways_ms)
+    assert GemmChoice.load(choice.dump()) == choice
 
 
-def test_a_near_tie_goes_to_torch() -> None:
-    assert GemmChoice("s", torch_ms=1.0, onednn_ms=0.95).kept == "torch"
-    assert GemmChoice("s", torch_ms=1.0, onednn_ms=0.5).kept == "onednn"
+def test_a_near_tie_goes_to_torch_and_the_fastest_way_is_kept() -> None:
+    assert GemmChoice("s", 1.0, (("transposed", 0.95),)).kept == "torch"
+    assert GemmChoice("s", 1.0, (("onednn", 0.5), ("transposed", 0.6))).kept == "onednn"
+    assert GemmChoice("s", 1.0, (("onednn", 0.7), ("transposed", 0.6))).kept == "transposed"
+    assert "torch 1.0000 ms, onednn 0.7000 ms" in str(GemmChoice("s", 1.0, (("onednn", 0.7),)))

@@ -321,12 +321,12 @@ class PartCompiler:
     ) -> CompiledProgram:
         """`function` compiled for the shapes of `inputs` (real tensors) with this part's
         settings and fallback mode, the inputs at positions `static` kept in place. A training
-        part's products stay torch's calls (`PipelineOptions.onednn_gemm`): its weights change
-        at every step, and oneDNN's chunks of them would be made again at every call."""
+        part's products stay torch's calls (`PipelineOptions.cpu_gemm`): the other ways were
+        measured for inference products only."""
         settings = self.settings
         options = settings.options
         if self.part != "inference":
-            options = replace(options, onednn_gemm=False)
+            options = replace(options, cpu_gemm=False)
         return compile_program(
             function,
             tuple(inputs),

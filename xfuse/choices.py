@@ -22,19 +22,21 @@ Timing the stencil alone leaves out what fusing it with its neighbours saves, an
 costs where a normalization computes it again at each pass: a near tie goes to the library
 call (`STENCIL_MARGIN`).
 
-An f32 matrix product of a weight on the CPU (`xfuse.runtime.onednn_gemm.gemm_of`) runs
-torch's call (MKL) or oneDNN's GEMM, K summed in chunks so that its result is as accurate as
-eager's: `onednn_gemms` times each distinct product of the fused program (`Gemm.signature`)
-both ways, alone, on random data, once per machine, thread count and torch version (its
-`GemmChoice` a `CHOICE` entry too, listed in `Executable.choices` with the depthwise ones);
-oneDNN's is kept where clearly faster (`GEMM_MARGIN`). Products of under `GEMM_WORK`
-multiply-adds are never measured: they stay torch's call.
+An f32 matrix product of a weight on the CPU (`xfuse.runtime.cpu_gemm.gemm_of`) runs
+torch's call (MKL) or another way as accurate (`cpu_gemm.ways`: oneDNN's GEMM, or MKL's of
+the transposed product): `chosen_gemms` times each distinct product of the fused program
+(`Gemm.signature`) every way, alone, on random data, once per machine, thread count and
+torch version (its `GemmChoice` a `CHOICE` entry too, listed in `Executable.choices` with
+the depthwise ones); the fastest other way is kept where clearly faster than torch's call
+(`GEMM_MARGIN`). Products of under `GEMM_WORK` multiply-adds are never measured: they stay
+torch's call.
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import json
 import statistics
@@ -42,7 +44,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -63,7 +65,7 @@ from xfuse.ir.dtypes import from_torch, to_torch
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
-from xfuse.runtime import onednn_gemm as onednn
+from xfuse.runtime import cpu_gemm
 from xfuse.runtime.cache import CHOICE, KernelCache
 
 Tensor = torch.Tensor
@@ -179,7 +181,7 @@ def library_convolutions(
     for conv in candidates(module, max_taps):
         sig = signature(conv)
         if sig not in found:
-            found[sig] = cache.program(_key(sig, device, channels_last), _loader(Choice), CHOICE)
+            found[sig] = cache.program(_key(sig, device, channels_last), _load, CHOICE)
             if found[sig] is None:
                 unmeasured[sig] = conv
     if ahead is not None and len(unmeasured) > 1:
@@ -222,10 +224,8 @@ def _key(sig: str, device: torch.device, channels_last: bool) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Verdicts in the kernel cache: a signature and two times, under a key of what was measured
+# Verdicts in the kernel cache: a signature and its times, under a key of what was measured
 # ---------------------------------------------------------------------------------------------
-
-Verdict = TypeVar("Verdict", "Choice", "GemmChoice")
 
 
 def _verdict_key(facts: str) -> str:
@@ -233,18 +233,14 @@ def _verdict_key(facts: str) -> str:
     return hashlib.sha256(facts.encode()).hexdigest()
 
 
-def _dump(verdict: Choice | GemmChoice) -> bytes:
+def _dump(verdict: Choice) -> bytes:
     return json.dumps(dataclasses.astuple(verdict)).encode()
 
 
-def _loader(kind: type[Verdict]) -> Callable[[bytes], Verdict]:
-    """Reads back what `_dump` wrote of a `kind` verdict."""
-
-    def load(data: bytes) -> Verdict:
-        sig, first_ms, second_ms = json.loads(data)
-        return kind(str(sig), float(first_ms), float(second_ms))
-
-    return load
+def _load(data: bytes) -> Choice:
+    """Reads back what `_dump` wrote."""
+    sig, first_ms, second_ms = json.loads(data)
+    return Choice(str(sig), float(first_ms), float(second_ms))
 
 
 def measure(
@@ -414,7 +410,7 @@ def _graph_ms(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> f
 
 
 # ---------------------------------------------------------------------------------------------
-# Matrix products of a weight on the CPU: torch's call (MKL) or oneDNN's
+# Matrix products of a weight on the CPU: torch's call (MKL) or another way (`cpu_gemm.ways`)
 # ---------------------------------------------------------------------------------------------
 
 GEMM_WORK = 1 << 25
@@ -423,68 +419,77 @@ little work for either library's choice to matter (a 128x1024x256 product takes 
 millisecond), and too short to time apart reliably on a shared machine."""
 
 GEMM_MARGIN = 0.9
-"""oneDNN's product is kept where it took under this fraction of torch's time: a near tie
-goes to torch's call, as eager makes it."""
+"""Another way is kept where it took under this fraction of torch's time: a near tie goes
+to torch's call, as eager makes it."""
 
-GEMM_MEASUREMENT = 2
+GEMM_MEASUREMENT = 3
 """How products are measured (`measure_gemm`); a verdict measured otherwise is not reused."""
 
 
 @dataclass(frozen=True)
 class GemmChoice:
     """One measured verdict: the product `signature` (`Gemm.signature`) by torch's call and
-    by oneDNN's (`xfuse.runtime.onednn_gemm`), in ms per call."""
+    by each other way (`cpu_gemm.ways`), in ms per call."""
 
     signature: str
     torch_ms: float
-    onednn_ms: float
+    ways_ms: tuple[tuple[str, float], ...]
 
     @property
     def kept(self) -> str:
-        return "onednn" if self.onednn_ms < GEMM_MARGIN * self.torch_ms else "torch"
+        """The fastest other way where it took under `GEMM_MARGIN` of torch's time, else
+        "torch"."""
+        way, ms = min(self.ways_ms, key=lambda w: w[1], default=("torch", self.torch_ms))
+        return way if ms < GEMM_MARGIN * self.torch_ms else "torch"
 
     def __str__(self) -> str:
-        return (
-            f"matrix product {self.signature}: {self.kept} "
-            f"(torch {self.torch_ms:.4f} ms, onednn {self.onednn_ms:.4f} ms)"
-        )
+        times = ", ".join(f"{w} {ms:.4f} ms" for w, ms in (("torch", self.torch_ms), *self.ways_ms))
+        return f"matrix product {self.signature}: {self.kept} ({times})"
+
+    def dump(self) -> bytes:
+        return json.dumps([self.signature, self.torch_ms, [list(w) for w in self.ways_ms]]).encode()
+
+    @staticmethod
+    def load(data: bytes) -> GemmChoice:
+        sig, torch_ms, ways = json.loads(data)
+        return GemmChoice(str(sig), float(torch_ms), tuple((str(w), float(ms)) for w, ms in ways))
 
 
-def onednn_gemms(
+def chosen_gemms(
     module: ModuleOp,
     held: Collection[int],
     device: torch.device,
     cache: KernelCache,
     asked: bool | None,
-) -> tuple[frozenset[Operation], list[GemmChoice]]:
+) -> tuple[dict[Operation, str], list[GemmChoice]]:
     """The products of `module` (after fusion: the ops the program runs; weights among the
-    arguments `held`, `gemm_of`) that run oneDNN's GEMM (`xfuse.runtime.onednn_gemm`), and
-    every verdict measured for them. None on CUDA or where torch has no oneDNN linear; with
-    `asked` (`PipelineOptions.onednn_gemm`, settled) True every candidate, False none, None
-    those of `GEMM_WORK` or more whose oneDNN call was measured faster (from the cache, or
-    measured now and stored)."""
-    if device.type != "cpu" or asked is False or not onednn.available():
-        return frozenset(), []
+    arguments `held`, `gemm_of`) that run another way than torch's call, each with its way
+    (`xfuse.runtime.cpu_gemm`), and every verdict measured for them. None on CUDA; with
+    `asked` (`PipelineOptions.cpu_gemm`, settled) True every candidate its first way
+    unmeasured, False none, None those of `GEMM_WORK` or more where another way was measured
+    faster (from the cache, or measured now and stored)."""
+    if device.type != "cpu" or asked is False:
+        return {}, []
     ops = find_function(module, "forward").body.block.ops
-    found = {op: g for op in ops if (g := onednn.gemm_of(op, held)) is not None}
+    found = {op: g for op in ops if (g := cpu_gemm.gemm_of(op, held)) is not None}
     if asked:
-        return frozenset(found), []
+        return {op: cpu_gemm.ways(g)[0] for op, g in found.items()}, []
     verdicts: dict[str, GemmChoice] = {}
     for gemm in found.values():
         if gemm.work < GEMM_WORK or gemm.signature in verdicts:
             continue
         key = _gemm_key(gemm.signature)
-        choice = cache.program(key, _loader(GemmChoice), CHOICE)
+        choice = cache.program(key, GemmChoice.load, CHOICE)
         if choice is None:
             choice = measure_gemm(gemm)
-            cache.store_program(key, _dump(choice), CHOICE)
+            cache.store_program(key, choice.dump(), CHOICE)
         verdicts[gemm.signature] = choice
-    kept = {s for s, c in verdicts.items() if c.kept == "onednn"}
-    return frozenset(op for op, g in found.items() if g.signature in kept), list(verdicts.values())
+    chosen = {op: verdicts[g.signature].kept for op, g in found.items() if g.signature in verdicts}
+    return {op: way for op, way in chosen.items() if way != "torch"}, list(verdicts.values())
 
 
-def measure_gemm(gemm: onednn.Gemm) -> GemmChoice:
-    """Time `gemm` as torch's call and as oneDNN's, on random data of its shapes (real
+def measure_gemm(gemm: cpu_gemm.Gemm) -> GemmChoice:
+    """Time `gemm` as torch's call and every other way, on random data of its shapes (real
     tensors, outside the fake tensor mode of a `torch.compile` trace in progress)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -492,21 +497,29 @@ def measure_gemm(gemm: onednn.Gemm) -> GemmChoice:
         return _measure_gemm(gemm)
 
 
-def _measure_gemm(gemm: onednn.Gemm) -> GemmChoice:
+def _measure_gemm(gemm: cpu_gemm.Gemm) -> GemmChoice:
     x = torch.randn(gemm.m, gemm.k)
     weight = torch.randn((gemm.k, gemm.n) if gemm.transposed else (gemm.n, gemm.k))
-    ours = onednn.OnednnGemm(gemm.transposed)
     theirs: Callable[[Tensor], Tensor]
     if gemm.transposed:
         theirs = lambda v: torch.mm(v, weight)  # noqa: E731
     else:
         theirs = lambda v: torch.nn.functional.linear(v, weight)  # noqa: E731
-    sides = [theirs, lambda v: ours(v, weight)]
-    return GemmChoice(gemm.signature, *_time_sides(sides, x, torch.device("cpu")))
+    ways = cpu_gemm.ways(gemm)
+    calls = [cpu_gemm.ChosenGemm(w, gemm.transposed) for w in ways]
+    sides: list[Callable[[Tensor], Tensor]] = [theirs]
+    sides += [functools.partial(_call_with, c, weight) for c in calls]
+    torch_ms, *ways_ms = _time_sides(sides, x, torch.device("cpu"))
+    return GemmChoice(gemm.signature, torch_ms, tuple(zip(ways, ways_ms, strict=True)))
+
+
+def _call_with(call: cpu_gemm.ChosenGemm, weight: Tensor, x: Tensor) -> Tensor:
+    return call(x, weight)
 
 
 def _gemm_key(sig: str) -> str:
     return _verdict_key(
-        f"gemm {sig} on cpu threads={torch.get_num_threads()} chunk={onednn.CHUNK} "
+        f"gemm {sig} on cpu threads={torch.get_num_threads()} "
+        f"onednn-max-k={cpu_gemm.ONEDNN_MAX_K} row-block={cpu_gemm.ROW_BLOCK} "
         f"torch {torch.__version__} measured by {GEMM_MEASUREMENT}"
     )

@@ -370,8 +370,8 @@ chain per reader, as fusion had it before."""
 CHANNELS_LAST_ENV = "XFUSE_CHANNELS_LAST"
 """`1`, `0` or `auto`: `channels_last` for a compile that gives none (`channels_last_setting`)."""
 
-ONEDNN_GEMM_ENV = "XFUSE_ONEDNN_GEMM"
-"""`1`, `0` or `auto`: `PipelineOptions.onednn_gemm` where it is None (`onednn_gemm_setting`)."""
+CPU_GEMM_ENV = "XFUSE_CPU_GEMM"
+"""`1`, `0` or `auto`: `PipelineOptions.cpu_gemm` where it is None (`cpu_gemm_setting`)."""
 
 
 @dataclass(frozen=True)
@@ -388,11 +388,11 @@ class PipelineOptions:
     those measured faster so (`xfuse.choices`)."""
     without: tuple[str, ...] = ()
     """Device passes left out, by name (a benchmark's column without `depthwise-stencil`)."""
-    onednn_gemm: bool | None = None
-    """Which f32 products of a weight run oneDNN's GEMM on the CPU instead of torch's
-    (`xfuse.runtime.onednn_gemm`): True every one, False none (AOTAutograd's training parts,
-    `xfuse.aot`), None `XFUSE_ONEDNN_GEMM` (`1`, `0`) where set, else (`auto`) those measured
-    faster so (`xfuse.choices.onednn_gemms`)."""
+    cpu_gemm: bool | None = None
+    """Which f32 products of a weight run another way than torch's call on the CPU
+    (`xfuse.runtime.cpu_gemm`: oneDNN's GEMM, or MKL's of the transposed product): True every
+    one, False none (AOTAutograd's training parts, `xfuse.aot`), None `XFUSE_CPU_GEMM` (`1`,
+    `0`) where set, else (`auto`) those measured faster so (`xfuse.choices.chosen_gemms`)."""
 
 
 def device_type(device: str | torch.device) -> str:
@@ -406,10 +406,10 @@ def channels_last_setting(asked: bool | None) -> bool | None:
     return _switch(asked, CHANNELS_LAST_ENV)
 
 
-def onednn_gemm_setting(asked: bool | None) -> bool | None:
-    """`asked`, or where it is None the `XFUSE_ONEDNN_GEMM` setting, read as
+def cpu_gemm_setting(asked: bool | None) -> bool | None:
+    """`asked`, or where it is None the `XFUSE_CPU_GEMM` setting, read as
     `channels_last_setting` reads its own."""
-    return _switch(asked, ONEDNN_GEMM_ENV)
+    return _switch(asked, CPU_GEMM_ENV)
 
 
 def _switch(asked: bool | None, env: str) -> bool | None:

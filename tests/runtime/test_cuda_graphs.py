@@ -571,3 +571,34 @@ def test_a_capture_over_its_gpus_share_is_made_once_and_copies_out(
         assert runner.captures == 1 and runner.handed == 0 and runner.replays == 4
     else:
         assert runner.captures == 2 and runner.handed == runner.replays == 4
+
+
+class _ConvHead(torch.nn.Module):
+    """A convolution (channels-last on CUDA) and a head whose 13 bf16 columns are padded for
+    the GEMM (`pad-matmul`): the weights of both are read through what xfuse makes of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.head = torch.nn.Linear(16, 13)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+@gpu
+@pytest.mark.gpu
+def test_weights_written_through_data_are_read_at_the_next_replay() -> None:
+    """A write through `.data` bumps no version counter; the replayed graph reads the
+    parameters themselves, so the next call computes with the new values, as eager does."""
+    torch._dynamo.reset()
+    model = _ConvHead().to("cuda", torch.bfloat16).eval()
+    x = torch.randn(2, 8, 12, 12, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+        model.conv.weight.data.mul_(-2)
+        model.head.weight.data.mul_(4)
+        torch.testing.assert_close(compiled(x), model(x))
+    torch._dynamo.reset()

@@ -15,7 +15,7 @@ value that may alias it (eager results may be views of their inputs) has run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
 from typing import Protocol, cast
@@ -44,8 +44,8 @@ from xfuse.runtime.steps import (
     Allocate,
     BufferSpec,
     EagerStep,
+    GemmStep,
     KernelStep,
-    OnednnStep,
     Step,
     ViewStep,
     torch_call_view,
@@ -534,9 +534,9 @@ class ProgramCompiler:
         self._lowered: dict[Operation, ModuleOp] = {}
         """Units lowered ahead by `kernel_modules`, which `compile` takes instead of lowering
         them again."""
-        self.onednn: Collection[Operation] = frozenset()
-        """The products of the module to compile that run oneDNN's GEMM (`OnednnStep`), as
-        `xfuse.choices.onednn_gemms` chose them."""
+        self.gemms: Mapping[Operation, str] = {}
+        """The products of the module to compile that run another way than torch's call
+        (`GemmStep`), each with its way, as `xfuse.choices.chosen_gemms` chose them."""
 
     def canonical(self, kernel: func.FuncOp, take_body: bool = False) -> KernelSource:
         """The kernel's `canonical_kernel_module` and its text, made once per kernel (with
@@ -808,8 +808,9 @@ class ProgramCompiler:
             em.constants[outputs[0]] = run_op(op, [])[0].to(self.device)
         elif _is_view(op) or torch_call_view(op) is not None:
             em.steps.append(ViewStep(op, inputs, outputs, _step_label("view", op)))
-        elif op in self.onednn:
-            em.steps.append(OnednnStep(op, inputs, outputs, _step_label("onednn", op)))
+        elif op in self.gemms:
+            way = self.gemms[op]
+            em.steps.append(GemmStep(op, inputs, outputs, _step_label(way, op), way))
         elif op.name in OP_IMPLS or isinstance(op, fusion.GroupOp):
             em.steps.append(EagerStep(op, inputs, outputs, _step_label("eager", op)))
         else:

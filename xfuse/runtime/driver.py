@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, Kernel, get_backend
-from xfuse.choices import Choice, Compile, CompileAhead, GemmChoice, choose_passes, onednn_gemms
+from xfuse.choices import Choice, Compile, CompileAhead, GemmChoice, choose_passes, chosen_gemms
 from xfuse.collector import collector_paused
 from xfuse.errors import ExportError, KernelCacheWarning
 from xfuse.frontend.export import Imported, ModelOrFn, import_for_xfuse, unflattener
@@ -37,7 +37,7 @@ from xfuse.pipeline import (
     channels_last_setting,
     compile_device_passes,
     compile_pipeline,
-    onednn_gemm_setting,
+    cpu_gemm_setting,
     pipeline,
     verify_module,
 )
@@ -290,9 +290,7 @@ def build_executable(
     )
     decisions, index = fuse_and_lower(program_ir, passes, cache, compiler)
     held = program_ir.held_args(len(call.leaves), settings.static_inputs)
-    compiler.onednn, gemms = onednn_gemms(
-        program_ir.module, held, device, cache, options.onednn_gemm
-    )
+    compiler.gemms, gemms = chosen_gemms(program_ir.module, held, device, cache, options.cpu_gemm)
     groups = group_count(program_ir.module)
     progress.lap("fusion")
     progress.stage(f"{plural(groups, 'group')} formed; compiling kernels")
@@ -463,12 +461,12 @@ def compile_program(
 
 
 def settled(options: PipelineOptions) -> PipelineOptions:
-    """`options` with the environment's `XFUSE_CHANNELS_LAST` and `XFUSE_ONEDNN_GEMM` settings
+    """`options` with the environment's `XFUSE_CHANNELS_LAST` and `XFUSE_CPU_GEMM` settings
     read (once per compile)."""
     return replace(
         options,
         channels_last=channels_last_setting(options.channels_last),
-        onednn_gemm=onednn_gemm_setting(options.onednn_gemm),
+        cpu_gemm=cpu_gemm_setting(options.cpu_gemm),
     )
 
 

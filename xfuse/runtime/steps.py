@@ -29,7 +29,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.torch_args import Operand, decode_arg, resolve_torch_op, tensor_ref
 from xfuse.errors import IndexOutOfRangeError, XfuseError
 from xfuse.interpreters.graph import DirectCall, PreparedOp, direct_call, prepare_op
-from xfuse.runtime import onednn_gemm
+from xfuse.runtime import cpu_gemm
 from xfuse.runtime.memory import cpu_buffer_maker, empty_cpu
 
 Tensor = torch.Tensor
@@ -314,13 +314,15 @@ class EagerStep:
 
 
 @dataclass
-class OnednnStep(EagerStep):
-    """A product of a weight that oneDNN runs (`xfuse.runtime.onednn_gemm`), where
-    `xfuse.choices` chose it: torch's call (`direct_call`) with oneDNN's function in its
-    place, the same operands."""
+class GemmStep(EagerStep):
+    """A product of a weight run another way than torch's call (`xfuse.runtime.cpu_gemm`),
+    where `xfuse.choices` chose it: torch's call (`direct_call`) with that way's function in
+    its place, the same operands."""
+
+    way: str = "transposed"
 
     def __post_init__(self) -> None:
-        fn = onednn_gemm.OnednnGemm(transposed=isinstance(self.op, graph.MatmulOp))
+        fn = cpu_gemm.ChosenGemm(self.way, transposed=isinstance(self.op, graph.MatmulOp))
         bias = [Operand(2)] if len(self.op.operands) > 2 else [None]
         self.direct = (fn, [Operand(0), Operand(1), *bias], {})
         self.call = lambda xs: [fn(*xs)]

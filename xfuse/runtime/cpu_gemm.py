@@ -1,0 +1,154 @@
+"""
+f32 matrix products of a weight on the CPU run another way than torch's call (MKL's GEMM),
+where `xfuse.choices` measured that way faster at the program's shapes (`ChosenGemm`):
+
+- `onednn`: oneDNN's `mkldnn._linear_pointwise`, for an `[N, K]` contiguous weight of at most
+  `ONEDNN_MAX_K` columns, used as it is;
+- `transposed`: MKL's GEMM of the transposed product, `y^T = w @ x^T`, in blocks of
+  `ROW_BLOCK` rows of the weight (views: no copy), written back in eager's layout. For an LM
+  head's 128x768x50257 on two AVX2 cores this takes about 70 ms against 100-140 for
+  `linear(x, w)`: with the vocabulary as the GEMM's rows, MKL's blocking suits the shape.
+
+A candidate (`gemm_of`) is a `graph.linear` by an `[N, K]` weight, or a `graph.matmul` of a
+2-D operand by a `[K, N]` weight, in f32, the weight an argument of the program that a call
+binds to memory that outlives it (a parameter, or a static input: `held_args`).
+
+Neither way keeps anything made from the weight between calls: each call reads the weight as
+it is then, as eager does, so every change to it is seen, in place or not (a write through
+`.data` too, which no version counter records). Both ways are as accurate as MKL's: each
+output is the same dot product, summed by MKL (`transposed`) or by oneDNN over at most
+`ONEDNN_MAX_K` terms (over longer rows oneDNN's f32 sum has about twice MKL's RMSE against
+an f64 reference, which breaks xfuse's rule: no worse than twice eager's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import NamedTuple
+
+import torch
+from xdsl.ir import BlockArgument, Operation
+
+from xfuse.dialects import graph
+from xfuse.ir.dtypes import to_torch
+
+Tensor = torch.Tensor
+
+ONEDNN_MAX_K = 256
+"""The longest K that oneDNN sums for xfuse: the RMSE against an f64 reference over MKL's
+(`torch.nn.functional.linear`), random normal data, M=128, K and N of GPT-2, BERT and Llama
+(768..3072): oneDNN over the whole K 1.95-2.32x; over 256 1.13-1.17x; 384 1.35-1.40x; 512
+1.47-1.64x (tests/runtime/test_cpu_gemm.py checks the 2x rule)."""
+
+ROW_BLOCK = 4096
+"""Rows of the weight (outputs) per MKL call of the `transposed` way: an LM head's 50257 rows
+in 13 calls took 60-74 ms, in one call 66-81 (two AVX2 cores, M=128, K=768)."""
+
+
+class Gemm(NamedTuple):
+    """A candidate product: `x` [M, K] (leading dims flattened) by a weight stored [N, K]
+    (`linear`) or [K, N] (`matmul`, `transposed`)."""
+
+    m: int
+    k: int
+    n: int
+    transposed: bool
+
+    @property
+    def work(self) -> int:
+        return self.m * self.k * self.n
+
+    @property
+    def signature(self) -> str:
+        layout = "kn" if self.transposed else "nk"
+        return f"{self.m}x{self.k}x{self.n} {layout}"
+
+
+def onednn_available() -> bool:
+    """Whether this torch has oneDNN's linear (`mkldnn._linear_pointwise`) on this CPU."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def gemm_of(op: Operation, held: Collection[int]) -> Gemm | None:
+    """`op` as a candidate product (see the module docstring), or None: its weight the
+    argument of `@forward` at one of the positions `held`, every operand f32 and of static
+    shape."""
+    if isinstance(op, graph.LinearOp):
+        weight, transposed = op.operands[1], False
+    elif isinstance(op, graph.MatmulOp) and len(graph.shape_of(op.lhs)) == 2:
+        weight, transposed = op.rhs, True
+    else:
+        return None
+    if not isinstance(weight, BlockArgument) or weight.index not in held:
+        return None
+    if weight.owner is not op.parent_block() or len(graph.shape_of(weight)) != 2:
+        return None
+    if any(to_torch(graph.dtype_of(v)) != torch.float32 for v in (*op.operands, *op.results)):
+        return None
+    shapes = [graph.shape_of(v) for v in (*op.operands, *op.results)]
+    if any(d < 0 for s in shapes for d in s):
+        return None
+    x = graph.shape_of(op.operands[0])
+    rows, cols = graph.shape_of(weight)
+    m = 1
+    for d in x[:-1]:
+        m *= d
+    n, k = (cols, rows) if transposed else (rows, cols)
+    return Gemm(m, k, n, transposed)
+
+
+def ways(gemm: Gemm) -> tuple[str, ...]:
+    """The ways `gemm` may run other than torch's call: `onednn` only for an [N, K] weight
+    of at most `ONEDNN_MAX_K` columns (read as it is) where this torch has oneDNN's linear,
+    `transposed` always."""
+    if not gemm.transposed and gemm.k <= ONEDNN_MAX_K and onednn_available():
+        return ("onednn", "transposed")
+    return ("transposed",)
+
+
+def onednn_gemm(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """`linear(x, weight, bias)` by oneDNN, its [N, K] weight as it is; x copied contiguous
+    where it is not (oneDNN is many times slower on strided views)."""
+    k = x.size(-1)
+    rows = x.reshape(-1, k).contiguous()
+    out = torch.ops.mkldnn._linear_pointwise(rows, weight.contiguous(), bias, "none", [], "")
+    return out.reshape(*x.shape[:-1], out.size(-1))
+
+
+def transposed_gemm(x: Tensor, weight: Tensor, bias: Tensor | None, transposed: bool) -> Tensor:
+    """`linear(x, weight, bias)` (`transposed`: `x @ weight`) as MKL's `weight @ x^T` in
+    blocks of `ROW_BLOCK` rows of the [N, K] weight, then written in eager's row-major layout
+    (the bias added in the same pass)."""
+    k = x.size(-1)
+    rows = x.reshape(-1, k)
+    nk = weight.t() if transposed else weight
+    n = nk.size(0)
+    out_t = torch.empty((n, rows.size(0)), dtype=x.dtype, device=x.device)
+    xt = rows.t()
+    for start in range(0, n, ROW_BLOCK):
+        torch.mm(nk[start : start + ROW_BLOCK], xt, out=out_t[start : start + ROW_BLOCK])
+    out = torch.empty((rows.size(0), n), dtype=x.dtype, device=x.device)
+    if bias is None:
+        out.copy_(out_t.t())
+    else:
+        torch.add(out_t.t(), bias, out=out)
+    return out.reshape(*x.shape[:-1], n)
+
+
+class ChosenGemm:
+    """One chosen product's call, its way and layout fixed: the runner calls it as it calls
+    torch's (`linear(x, w, b)`, `mm(x, w)`)."""
+
+    def __init__(self, way: str, transposed: bool) -> None:
+        if way not in ("onednn", "transposed") or (way == "onednn" and transposed):
+            raise ValueError(f"no {way} way for a {'[K, N]' if transposed else '[N, K]'} weight")
+        self.way = way
+        self.transposed = transposed
+
+    def __call__(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        if self.way == "onednn":
+            return onednn_gemm(x, weight, bias)
+        return transposed_gemm(x, weight, bias, self.transposed)
+
+    def __repr__(self) -> str:
+        return f"ChosenGemm({self.way!r}, transposed={self.transposed})"
