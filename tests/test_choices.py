@@ -372,7 +372,7 @@ def _kinds(program: Any) -> list[type]:
     return [type(s) for s in program.default.program.steps]
 
 
-@pytest.mark.parametrize("kept", ["transposed", "torch"])
+@pytest.mark.parametrize("kept", ["blocked", "torch"])
 def test_the_faster_product_is_kept_cached_and_explained(
     kept: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -384,7 +384,7 @@ def test_the_faster_product_is_kept_cached_and_explained(
         measured.append(gemm.signature)
         fast, slow = 1.0, 2.0
         torch_ms, other_ms = (slow, fast) if other_faster else (fast, slow)
-        return GemmChoice(gemm.signature, torch_ms, (("transposed", other_ms),))
+        return GemmChoice(gemm.signature, torch_ms, (("blocked", other_ms),))
 
     monkeypatch.setattr(choices, "measure_gemm", fake_measure)
     model, x = _linear(1024)
@@ -467,9 +467,9 @@ def test_no_product_runs_another_way_on_cuda(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.parametrize(
     ("gemm", "ways"),
     [
-        (cpu_gemm.Gemm(64, 512, 128, transposed=True), ["transposed"]),
-        (cpu_gemm.Gemm(64, 512, 128, transposed=False), ["transposed"]),
-        (cpu_gemm.Gemm(64, 256, 128, transposed=False), ["onednn", "transposed"]),
+        (cpu_gemm.Gemm(64, 512, 128, transposed=True), ["blocked"]),
+        (cpu_gemm.Gemm(64, 512, 128, transposed=False), ["blocked"]),
+        (cpu_gemm.Gemm(64, 256, 128, transposed=False), ["onednn", "blocked"]),
     ],
 )
 def test_measure_gemm_times_every_way(gemm: cpu_gemm.Gemm, ways: list[str]) -> None:
@@ -482,7 +482,7 @@ def test_measure_gemm_times_every_way(gemm: cpu_gemm.Gemm, ways: list[str]) -> N
 
 
 def test_a_near_tie_goes_to_torch_and_the_fastest_way_is_kept() -> None:
-    assert GemmChoice("s", 1.0, (("transposed", 0.95),)).kept == "torch"
-    assert GemmChoice("s", 1.0, (("onednn", 0.5), ("transposed", 0.6))).kept == "onednn"
-    assert GemmChoice("s", 1.0, (("onednn", 0.7), ("transposed", 0.6))).kept == "transposed"
+    assert GemmChoice("s", 1.0, (("blocked", 0.95),)).kept == "torch"
+    assert GemmChoice("s", 1.0, (("onednn", 0.5), ("blocked", 0.6))).kept == "onednn"
+    assert GemmChoice("s", 1.0, (("onednn", 0.7), ("blocked", 0.6))).kept == "blocked"
     assert "torch 1.0000 ms, onednn 0.7000 ms" in str(GemmChoice("s", 1.0, (("onednn", 0.7),)))

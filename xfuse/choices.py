@@ -23,8 +23,8 @@ costs where a normalization computes it again at each pass: a near tie goes to t
 call (`STENCIL_MARGIN`).
 
 An f32 matrix product of a weight on the CPU (`xfuse.runtime.cpu_gemm.gemm_of`) runs
-torch's call (MKL) or another way as accurate (`cpu_gemm.ways`: oneDNN's GEMM, or MKL's of
-the transposed product): `chosen_gemms` times each distinct product of the fused program
+torch's call (MKL) or another way as accurate (`cpu_gemm.ways`: oneDNN's GEMM, or MKL's in
+blocks of the weight's rows): `chosen_gemms` times each distinct product of the fused program
 (`Gemm.signature`) every way, alone, on random data, once per machine, thread count and
 torch version (its `GemmChoice` a `CHOICE` entry too, listed in `Executable.choices` with
 the depthwise ones); the fastest other way is kept where clearly faster than torch's call

@@ -1,5 +1,5 @@
 """Products of a weight on the CPU run another way than torch's call
-(`xfuse.runtime.cpu_gemm`: oneDNN's GEMM, or MKL's of the transposed product): eager's values
+(`xfuse.runtime.cpu_gemm`: oneDNN's GEMM, or MKL's in blocks of the weight's rows): eager's values
 and strides, as accurate as eager's against f64, the weight read at every call (so every change
 to it is seen, a write through `.data` too); never for other dtypes, other devices or
 training parts."""
@@ -29,9 +29,9 @@ def _rmse(y: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 WAYS = [
-    ("transposed", 1024, False),
-    ("transposed", 768, True),
-    ("transposed", 200, False),
+    ("blocked", 1024, False),
+    ("blocked", 768, True),
+    ("blocked", 200, False),
     ("onednn", 256, False),
     ("onednn", 96, False),
 ]
@@ -42,7 +42,7 @@ def test_values_match_eager_and_are_as_accurate(way: str, k: int, transposed: bo
     if way == "onednn" and not cpu_gemm.onednn_available():
         pytest.skip("torch without oneDNN")
     torch.manual_seed(0)
-    n = cpu_gemm.ROW_BLOCK + 100  # more than one block of the transposed way
+    n = cpu_gemm.ROW_BLOCK + 100  # more than one block of the blocked way
     x, bias = torch.randn(1, 64, k), torch.randn(n)
     # scaled as nn.Linear initialises them: results of about unit size
     weight = (torch.randn(k, n) if transposed else torch.randn(n, k)) / k**0.5
@@ -63,14 +63,14 @@ def test_onednn_takes_no_transposed_weight() -> None:
 
 def test_the_ways_of_a_product() -> None:
     long, short = cpu_gemm.Gemm(8, 768, 64, False), cpu_gemm.Gemm(8, 96, 64, False)
-    assert cpu_gemm.ways(long) == ("transposed",)
-    assert cpu_gemm.ways(cpu_gemm.Gemm(8, 96, 64, True)) == ("transposed",)
+    assert cpu_gemm.ways(long) == ("blocked",)
+    assert cpu_gemm.ways(cpu_gemm.Gemm(8, 96, 64, True)) == ("blocked",)
     onednn = ("onednn",) if cpu_gemm.onednn_available() else ()
-    assert cpu_gemm.ways(short) == (*onednn, "transposed")
+    assert cpu_gemm.ways(short) == (*onednn, "blocked")
 
 
 class _Model(torch.nn.Module):
-    """Three products: `up` of K=512 and `down` ([K, N]) run the transposed way, `out` of
+    """Three products: `up` of K=512 and `down` ([K, N]) run the blocked way, `out` of
     K=256 oneDNN's (where this torch has it)."""
 
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
@@ -111,8 +111,8 @@ def test_a_compiled_program_reacts_to_a_weight_changed_in_place_as_eager(
     with torch.no_grad():
         program = xfuse.compile(model, (x,), quiet=True)
         steps = [s for s in program.default.program.steps if isinstance(s, GemmStep)]
-        onednn = ["onednn"] if cpu_gemm.onednn_available() else ["transposed"]
-        assert [s.way for s in steps] == ["transposed", "transposed", *onednn]
+        onednn = ["onednn"] if cpu_gemm.onednn_available() else ["blocked"]
+        assert [s.way for s in steps] == ["blocked", "blocked", *onednn]
         torch.testing.assert_close(program(x), model(x))
         _change_every_weight(model, through_data)
         torch.testing.assert_close(program(x), model(x))

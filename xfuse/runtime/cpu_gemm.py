@@ -4,10 +4,10 @@ where `xfuse.choices` measured that way faster at the program's shapes (`ChosenG
 
 - `onednn`: oneDNN's `mkldnn._linear_pointwise`, for an `[N, K]` contiguous weight of at most
   `ONEDNN_MAX_K` columns, used as it is;
-- `transposed`: MKL's GEMM of the transposed product, `y^T = w @ x^T`, in blocks of
-  `ROW_BLOCK` rows of the weight (views: no copy), written back in eager's layout. For an LM
-  head's 128x768x50257 on two AVX2 cores this takes about 70 ms against 100-140 for
-  `linear(x, w)`: with the vocabulary as the GEMM's rows, MKL's blocking suits the shape.
+- `blocked`: MKL's GEMM in blocks of `ROW_BLOCK` rows of the weight (views: no copy), each
+  block's columns of the result written in place (eager's layout). For an LM head's
+  128x768x50257 on two AVX2 cores this takes 73-83 ms against 100-130 for `linear(x, w)` in
+  one call: a block of the weight stays in the caches while MKL walks the rows of `x`.
 
 A candidate (`gemm_of`) is a `graph.linear` by an `[N, K]` weight, or a `graph.matmul` of a
 2-D operand by a `[K, N]` weight, in f32, the weight an argument of the program that a call
@@ -15,8 +15,9 @@ binds to memory that outlives it (a parameter, or a static input: `held_args`).
 
 Neither way keeps anything made from the weight between calls: each call reads the weight as
 it is then, as eager does, so every change to it is seen, in place or not (a write through
-`.data` too, which no version counter records). Both ways are as accurate as MKL's: each
-output is the same dot product, summed by MKL (`transposed`) or by oneDNN over at most
+`.data` too, which no version counter records; a copy of the weight cut into oneDNN's K chunks,
+kept between calls, was not). Both ways are as accurate as MKL's: each output is the same dot
+product, summed by MKL (`blocked`) or by oneDNN over at most
 `ONEDNN_MAX_K` terms (over longer rows oneDNN's f32 sum has about twice MKL's RMSE against
 an f64 reference, which breaks xfuse's rule: no worse than twice eager's).
 """
@@ -40,9 +41,10 @@ ONEDNN_MAX_K = 256
 (768..3072): oneDNN over the whole K 1.95-2.32x; over 256 1.13-1.17x; 384 1.35-1.40x; 512
 1.47-1.64x (tests/runtime/test_cpu_gemm.py checks the 2x rule)."""
 
-ROW_BLOCK = 4096
-"""Rows of the weight (outputs) per MKL call of the `transposed` way: an LM head's 50257 rows
-in 13 calls took 60-74 ms, in one call 66-81 (two AVX2 cores, M=128, K=768)."""
+ROW_BLOCK = 1024
+"""Rows of the weight (columns of the result) per MKL call of the `blocked` way. An LM head,
+M=128, K=768, N=50257, two AVX2 cores, medians of 7 interleaved calls: blocks of 256 rows 77
+ms, 512 74, 1024 73, 2048 80, one call 128; K=1024, N=32000: 73 / 80 / 82 / 88 / 98."""
 
 
 class Gemm(NamedTuple):
@@ -100,10 +102,10 @@ def gemm_of(op: Operation, held: Collection[int]) -> Gemm | None:
 def ways(gemm: Gemm) -> tuple[str, ...]:
     """The ways `gemm` may run other than torch's call: `onednn` only for an [N, K] weight
     of at most `ONEDNN_MAX_K` columns (read as it is) where this torch has oneDNN's linear,
-    `transposed` always."""
+    `blocked` always."""
     if not gemm.transposed and gemm.k <= ONEDNN_MAX_K and onednn_available():
-        return ("onednn", "transposed")
-    return ("transposed",)
+        return ("onednn", "blocked")
+    return ("blocked",)
 
 
 def onednn_gemm(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -115,23 +117,20 @@ def onednn_gemm(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return out.reshape(*x.shape[:-1], out.size(-1))
 
 
-def transposed_gemm(x: Tensor, weight: Tensor, bias: Tensor | None, transposed: bool) -> Tensor:
-    """`linear(x, weight, bias)` (`transposed`: `x @ weight`) as MKL's `weight @ x^T` in
-    blocks of `ROW_BLOCK` rows of the [N, K] weight, then written in eager's row-major layout
-    (the bias added in the same pass)."""
+def blocked_gemm(x: Tensor, weight: Tensor, bias: Tensor | None, transposed: bool) -> Tensor:
+    """`linear(x, weight, bias)` (`transposed`: `x @ weight`) as MKL's GEMMs of blocks of
+    `ROW_BLOCK` rows of the [N, K] weight, each writing its columns of the result in place."""
     k = x.size(-1)
     rows = x.reshape(-1, k)
-    nk = weight.t() if transposed else weight
-    n = nk.size(0)
-    out_t = torch.empty((n, rows.size(0)), dtype=x.dtype, device=x.device)
-    xt = rows.t()
-    for start in range(0, n, ROW_BLOCK):
-        torch.mm(nk[start : start + ROW_BLOCK], xt, out=out_t[start : start + ROW_BLOCK])
+    kn = weight if transposed else weight.t()
+    n = kn.size(1)
     out = torch.empty((rows.size(0), n), dtype=x.dtype, device=x.device)
-    if bias is None:
-        out.copy_(out_t.t())
-    else:
-        torch.add(out_t.t(), bias, out=out)
+    for start in range(0, n, ROW_BLOCK):
+        block = slice(start, start + ROW_BLOCK)
+        if bias is None:
+            torch.mm(rows, kn[:, block], out=out[:, block])
+        else:
+            torch.addmm(bias[block], rows, kn[:, block], out=out[:, block])
     return out.reshape(*x.shape[:-1], n)
 
 
@@ -140,7 +139,7 @@ class ChosenGemm:
     torch's (`linear(x, w, b)`, `mm(x, w)`)."""
 
     def __init__(self, way: str, transposed: bool) -> None:
-        if way not in ("onednn", "transposed") or (way == "onednn" and transposed):
+        if way not in ("onednn", "blocked") or (way == "onednn" and transposed):
             raise ValueError(f"no {way} way for a {'[K, N]' if transposed else '[N, K]'} weight")
         self.way = way
         self.transposed = transposed
@@ -148,7 +147,7 @@ class ChosenGemm:
     def __call__(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         if self.way == "onednn":
             return onednn_gemm(x, weight, bias)
-        return transposed_gemm(x, weight, bias, self.transposed)
+        return blocked_gemm(x, weight, bias, self.transposed)
 
     def __repr__(self) -> str:
         return f"ChosenGemm({self.way!r}, transposed={self.transposed})"
