@@ -390,9 +390,10 @@ class PipelineOptions:
     """Device passes left out, by name (a benchmark's column without `depthwise-stencil`)."""
     cpu_gemm: bool | None = None
     """Which f32 products of a weight run another way than torch's call on the CPU
-    (`xfuse.runtime.cpu_gemm`: oneDNN's GEMM, or MKL's in blocks of the weight's rows): True every
-    one, False none (AOTAutograd's training parts, `xfuse.aot`), None `XFUSE_CPU_GEMM` (`1`,
-    `0`) where set, else (`auto`) those measured faster so (`xfuse.choices.chosen_gemms`)."""
+    (`xfuse.runtime.cpu_gemm`: oneDNN's GEMM, or MKL's in blocks of the weight's rows): True
+    every one, False none (AOTAutograd's training parts, `xfuse.aot`), None `XFUSE_CPU_GEMM`
+    (`1`, `0`) where set, else (`auto`) those measured faster so
+    (`xfuse.choices.chosen_gemms`)."""
 
 
 def device_type(device: str | torch.device) -> str:

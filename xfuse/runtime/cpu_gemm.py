@@ -5,21 +5,19 @@ where `xfuse.choices` measured that way faster at the program's shapes (`ChosenG
 - `onednn`: oneDNN's `mkldnn._linear_pointwise`, for an `[N, K]` contiguous weight of at most
   `ONEDNN_MAX_K` columns, used as it is;
 - `blocked`: MKL's GEMM in blocks of `ROW_BLOCK` rows of the weight (views: no copy), each
-  block's columns of the result written in place (eager's layout). For an LM head's
-  128x768x50257 on two AVX2 cores this takes 73-83 ms against 100-130 for `linear(x, w)` in
-  one call: a block of the weight stays in the caches while MKL walks the rows of `x`.
+  block's columns of the result written in place (eager's layout). An LM head's
+  128x768x50257 on two AVX2 cores takes 73-83 ms so, against 100-130 as `linear(x, w)`.
 
 A candidate (`gemm_of`) is a `graph.linear` by an `[N, K]` weight, or a `graph.matmul` of a
-2-D operand by a `[K, N]` weight, in f32, the weight an argument of the program that a call
-binds to memory that outlives it (a parameter, or a static input: `held_args`).
+2-D operand by a `[K, N]` weight, in f32, the weight a parameter or a static input of the
+program (`held_args`): one choice per product of a model's weights, measured once.
 
 Neither way keeps anything made from the weight between calls: each call reads the weight as
-it is then, as eager does, so every change to it is seen, in place or not (a write through
-`.data` too, which no version counter records; a copy of the weight cut into oneDNN's K chunks,
-kept between calls, was not). Both ways are as accurate as MKL's: each output is the same dot
-product, summed by MKL (`blocked`) or by oneDNN over at most
-`ONEDNN_MAX_K` terms (over longer rows oneDNN's f32 sum has about twice MKL's RMSE against
-an f64 reference, which breaks xfuse's rule: no worse than twice eager's).
+it is then, as eager does, so every change to it is seen, in place or not, a write through
+`.data` too (which no version counter records). Both ways are as accurate as MKL's: each
+output is the same dot product, summed by MKL (`blocked`) or by oneDNN over at most
+`ONEDNN_MAX_K` terms (over longer rows oneDNN's f32 sum has about twice MKL's RMSE against an
+f64 reference, which breaks xfuse's rule: no worse than twice eager's).
 """
 
 from __future__ import annotations
@@ -34,6 +32,9 @@ from xfuse.dialects import graph
 from xfuse.ir.dtypes import to_torch
 
 Tensor = torch.Tensor
+
+ONEDNN, BLOCKED = "onednn", "blocked"
+"""The ways (`ways`, `ChosenGemm`), as verdicts and step labels name them."""
 
 ONEDNN_MAX_K = 256
 """The longest K that oneDNN sums for xfuse: the RMSE against an f64 reference over MKL's
@@ -104,8 +105,8 @@ def ways(gemm: Gemm) -> tuple[str, ...]:
     of at most `ONEDNN_MAX_K` columns (read as it is) where this torch has oneDNN's linear,
     `blocked` always."""
     if not gemm.transposed and gemm.k <= ONEDNN_MAX_K and onednn_available():
-        return ("onednn", "blocked")
-    return ("blocked",)
+        return (ONEDNN, BLOCKED)
+    return (BLOCKED,)
 
 
 def onednn_gemm(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -139,13 +140,13 @@ class ChosenGemm:
     torch's (`linear(x, w, b)`, `mm(x, w)`)."""
 
     def __init__(self, way: str, transposed: bool) -> None:
-        if way not in ("onednn", "blocked") or (way == "onednn" and transposed):
+        if way not in (ONEDNN, BLOCKED) or (way == ONEDNN and transposed):
             raise ValueError(f"no {way} way for a {'[K, N]' if transposed else '[N, K]'} weight")
         self.way = way
         self.transposed = transposed
 
     def __call__(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        if self.way == "onednn":
+        if self.way == ONEDNN:
             return onednn_gemm(x, weight, bias)
         return blocked_gemm(x, weight, bias, self.transposed)
 

@@ -319,7 +319,7 @@ class GemmStep(EagerStep):
     where `xfuse.choices` chose it: torch's call (`direct_call`) with that way's function in
     its place, the same operands."""
 
-    way: str = "blocked"
+    way: str = cpu_gemm.BLOCKED
 
     def __post_init__(self) -> None:
         fn = cpu_gemm.ChosenGemm(self.way, transposed=isinstance(self.op, graph.MatmulOp))
