@@ -119,12 +119,23 @@ def test_a_compiled_program_reacts_to_a_weight_changed_in_place_as_eager(
 
 
 @pytest.mark.parametrize("through_data", [False, True])
-def test_torch_compile_reacts_to_a_weight_changed_in_place_as_eager(through_data: bool) -> None:
+def test_torch_compile_reacts_to_a_weight_changed_in_place_as_eager(
+    through_data: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ways: list[str] = []
+    call = ChosenGemm.__call__
+
+    def counted(self: ChosenGemm, *args: Any) -> torch.Tensor:
+        ways.append(self.way)
+        return call(self, *args)
+
+    monkeypatch.setattr(ChosenGemm, "__call__", counted)
     torch._dynamo.reset()
     model, x = _Model().eval(), torch.randn(1, 64, 512)
     compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
+        assert len(ways) == 3  # every product of a weight (static inputs) ran its chosen way
         _change_every_weight(model, through_data)
         torch.testing.assert_close(compiled(x), model(x))
     torch._dynamo.reset()
