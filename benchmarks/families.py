@@ -15,7 +15,7 @@ GPU kernels (torch.profiler), and with `--host-profile` a cProfile of xfuse's ca
 `FallbackWarning` (part of the model ran eagerly) is named under its row.
 Columns: `eager`, `inductor`, `inductor-ro` (reduce-overhead), `xfuse` (torch.compile), `xfuse.compile`
 (xfuse's own entry point), `no-stencil` (xfuse.compile without `depthwise-stencil`) and
-`torch-gemm` (xfuse.compile with every matrix product torch's call: `PipelineOptions.cpu_gemm`).
+`torch-gemm` (xfuse.compile with every matrix product torch's call: `PipelineOptions.gemm_ways`).
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def columns(
             options = PipelineOptions(without=("depthwise-stencil",))
             fns[c] = compile_program(model, args, torch.device(device), options, quiet=True)
         elif c == "torch-gemm":
-            options = PipelineOptions(cpu_gemm=False)
+            options = PipelineOptions(gemm_ways=False)
             fns[c] = compile_program(model, args, torch.device(device), options, quiet=True)
     return fns
 

@@ -21,7 +21,7 @@ from xfuse.frontend.export import import_for_xfuse
 from xfuse.interpreters.graph import find_function
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
 from xfuse.pipeline import PipelineOptions
-from xfuse.runtime import cpu_gemm
+from xfuse.runtime import gemm_ways
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.driver import compile_program, measuring_compile
 from xfuse.runtime.steps import GemmStep
@@ -376,11 +376,11 @@ def _kinds(program: Any) -> list[type]:
 def test_the_faster_product_is_kept_cached_and_explained(
     kept: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("XFUSE_CPU_GEMM", "auto")
+    monkeypatch.setenv("XFUSE_GEMM_WAYS", "auto")
     measured: list[str] = []
     other_faster = kept != "torch"
 
-    def fake_measure(gemm: cpu_gemm.Gemm) -> GemmChoice:
+    def fake_measure(gemm: gemm_ways.Gemm, device: torch.device) -> GemmChoice:
         measured.append(gemm.signature)
         fast, slow = 1.0, 2.0
         torch_ms, other_ms = (slow, fast) if other_faster else (fast, slow)
@@ -409,8 +409,8 @@ def test_the_faster_product_is_kept_cached_and_explained(
 
 
 def test_small_products_are_never_measured(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XFUSE_CPU_GEMM", "auto")
-    monkeypatch.setattr(choices, "measure_gemm", lambda gemm: pytest.fail("measured"))
+    monkeypatch.setenv("XFUSE_GEMM_WAYS", "auto")
+    monkeypatch.setattr(choices, "measure_gemm", lambda gemm, device: pytest.fail("measured"))
     model, x = _linear(64)
     assert 128 * 64 * 64 < choices.GEMM_WORK
     with torch.no_grad():
@@ -422,11 +422,11 @@ def test_small_products_are_never_measured(monkeypatch: pytest.MonkeyPatch) -> N
 def test_switched_off_no_product_is_measured_or_runs_another_way(
     env: str, option: bool | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XFUSE_CPU_GEMM", env)
-    monkeypatch.setattr(choices, "measure_gemm", lambda gemm: pytest.fail("measured"))
+    monkeypatch.setenv("XFUSE_GEMM_WAYS", env)
+    monkeypatch.setattr(choices, "measure_gemm", lambda gemm, device: pytest.fail("measured"))
     model, x = _linear(1024)
     with torch.no_grad():
-        options = PipelineOptions(cpu_gemm=option)
+        options = PipelineOptions(gemm_ways=option)
         program = compile_program(model, (x,), torch.device("cpu"), options, quiet=True)
     assert program.report.choices == [] and GemmStep not in _kinds(program)
 
@@ -435,47 +435,70 @@ def test_switched_off_no_product_is_measured_or_runs_another_way(
 def test_forced_every_product_runs_another_way_unmeasured(
     env: str, option: bool | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XFUSE_CPU_GEMM", env)
-    monkeypatch.setattr(choices, "measure_gemm", lambda gemm: pytest.fail("measured"))
+    monkeypatch.setenv("XFUSE_GEMM_WAYS", env)
+    monkeypatch.setattr(choices, "measure_gemm", lambda gemm, device: pytest.fail("measured"))
     model, x = _linear(64)  # small: forced all the same
     with torch.no_grad():
-        options = PipelineOptions(cpu_gemm=option)
+        options = PipelineOptions(gemm_ways=option)
         program = compile_program(model, (x,), torch.device("cpu"), options, quiet=True)
         torch.testing.assert_close(program(x), model(x))
     assert program.report.choices == [] and GemmStep in _kinds(program)
 
 
 def test_a_bad_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XFUSE_CPU_GEMM", "yes")
-    with pytest.raises(XfuseError, match="XFUSE_CPU_GEMM must be 0, 1 or auto"):
+    monkeypatch.setenv("XFUSE_GEMM_WAYS", "yes")
+    with pytest.raises(XfuseError, match="XFUSE_GEMM_WAYS must be 0, 1 or auto"):
         model, x = _linear(8)
         xfuse.compile(model, (x,), quiet=True)
 
 
-def test_no_product_runs_another_way_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XFUSE_CPU_GEMM", "1")
+def test_on_cuda_products_with_a_bias_are_the_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA (the IR alone: nothing is run) a `linear` with its bias is a candidate, its
+    way `bias-apart`; one without a bias, or a matmul, is not."""
+    monkeypatch.setenv("XFUSE_GEMM_WAYS", "1")
     model, x = _linear(1024)
     with torch.no_grad():
         module = xfuse.compile(model, (x,), quiet=True).default.program.module
     held = range(len(find_function(module, "forward").body.block.args))
-    cache = KernelCache(Path("unused"))
+    cache, cuda = KernelCache(Path("unused")), torch.device("cuda")
+    (way,) = choices.chosen_gemms(module, held, cuda, cache, True)[0].values()
+    assert way == "bias-apart"
+    (op,) = [
+        op for op in find_function(module, "forward").body.block.ops if op.name == "graph.linear"
+    ]
+    gemm = gemm_ways.gemm_of(op, held, "cuda")
+    assert gemm == gemm_ways.Gemm(128, 1024, 1024, False, "cuda", torch.float32, True)
+    assert gemm.signature == "128x1024x1024 nk float32 bias"
+    assert gemm_ways.gemm_of(op, held, "cpu") == gemm_ways.Gemm(128, 1024, 1024, False)
+    unbiased = torch.nn.Linear(1024, 1024, bias=False).eval()
+    with torch.no_grad():
+        module = xfuse.compile(unbiased, (x,), quiet=True).default.program.module
+    held = range(len(find_function(module, "forward").body.block.args))
+    assert choices.chosen_gemms(module, held, cuda, cache, True) == ({}, [])
     assert len(choices.chosen_gemms(module, held, torch.device("cpu"), cache, True)[0]) == 1
-    for asked in (True, None):
-        assert choices.chosen_gemms(module, held, torch.device("cuda"), cache, asked) == ({}, [])
+
+
+def test_a_former_name_of_the_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, x = _linear(8)
+    for old in ("XFUSE_CPU_GEMM", "XFUSE_ONEDNN_GEMM"):
+        with monkeypatch.context() as env:
+            env.setenv(old, "0")
+            with pytest.raises(XfuseError, match=f"{old} is now called XFUSE_GEMM_WAYS"):
+                xfuse.compile(model, (x,), quiet=True)
 
 
 @pytest.mark.parametrize(
     ("gemm", "ways"),
     [
-        (cpu_gemm.Gemm(64, 512, 128, transposed=True), ["blocked"]),
-        (cpu_gemm.Gemm(64, 512, 128, transposed=False), ["blocked"]),
-        (cpu_gemm.Gemm(64, 256, 128, transposed=False), ["onednn", "blocked"]),
+        (gemm_ways.Gemm(64, 512, 128, transposed=True), ["blocked"]),
+        (gemm_ways.Gemm(64, 512, 128, transposed=False), ["blocked"]),
+        (gemm_ways.Gemm(64, 256, 128, transposed=False), ["onednn", "blocked"]),
     ],
 )
-def test_measure_gemm_times_every_way(gemm: cpu_gemm.Gemm, ways: list[str]) -> None:
-    if "onednn" in ways and not cpu_gemm.onednn_available():
+def test_measure_gemm_times_every_way(gemm: gemm_ways.Gemm, ways: list[str]) -> None:
+    if "onednn" in ways and not gemm_ways.onednn_available():
         ways.remove("onednn")
-    choice = choices.measure_gemm(gemm)
+    choice = choices.measure_gemm(gemm, torch.device("cpu"))
     assert choice.signature == gemm.signature and choice.torch_ms > 0
     assert [w for w, _ in choice.ways_ms] == ways and all(ms > 0 for _, ms in choice.ways_ms)
     assert GemmChoice.load(choice.dump()) == choice
@@ -486,3 +509,13 @@ def test_a_near_tie_goes_to_torch_and_the_fastest_way_is_kept() -> None:
     assert GemmChoice("s", 1.0, (("onednn", 0.5), ("blocked", 0.6))).kept == "onednn"
     assert GemmChoice("s", 1.0, (("onednn", 0.7), ("blocked", 0.6))).kept == "blocked"
     assert "torch 1.0000 ms, onednn 0.7000 ms" in str(GemmChoice("s", 1.0, (("onednn", 0.7),)))
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_measure_gemm_times_a_biased_cuda_product_with_its_bias_apart(dtype: torch.dtype) -> None:
+    gemm = gemm_ways.Gemm(128, 3072, 768, False, "cuda", dtype, True)
+    choice = choices.measure_gemm(gemm, torch.device("cuda"))
+    assert choice.signature == f"128x3072x768 nk {str(dtype)[6:]} bias" and choice.torch_ms > 0
+    assert [w for w, _ in choice.ways_ms] == ["bias-apart"] and choice.ways_ms[0][1] > 0

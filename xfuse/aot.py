@@ -321,12 +321,12 @@ class PartCompiler:
     ) -> CompiledProgram:
         """`function` compiled for the shapes of `inputs` (real tensors) with this part's
         settings and fallback mode, the inputs at positions `static` kept in place. A training
-        part's products stay torch's calls (`PipelineOptions.cpu_gemm`): the other ways were
+        part's products stay torch's calls (`PipelineOptions.gemm_ways`): the other ways are
         measured for inference products only."""
         settings = self.settings
         options = settings.options
         if self.part != "inference":
-            options = replace(options, cpu_gemm=False)
+            options = replace(options, gemm_ways=False)
         return compile_program(
             function,
             tuple(inputs),

@@ -22,14 +22,15 @@ Timing the stencil alone leaves out what fusing it with its neighbours saves, an
 costs where a normalization computes it again at each pass: a near tie goes to the library
 call (`STENCIL_MARGIN`).
 
-An f32 matrix product of a weight on the CPU (`xfuse.runtime.cpu_gemm.gemm_of`) runs
-torch's call (MKL) or another way as accurate (`cpu_gemm.ways`: oneDNN's GEMM, or MKL's in
-blocks of the weight's rows): `chosen_gemms` times each distinct product of the fused program
-(`Gemm.signature`) every way, alone, on random data, once per machine, thread count and
-torch version (its `GemmChoice` a `CHOICE` entry too, listed in `Executable.choices` with
-the depthwise ones); the fastest other way is kept where clearly faster than torch's call
-(`GEMM_MARGIN`). Products of under `GEMM_WORK` multiply-adds are never measured: they stay
-torch's call.
+A matrix product of a weight (`xfuse.runtime.gemm_ways.gemm_of`: on the CPU in f32, on
+CUDA with a bias) runs torch's call or another way as accurate (`gemm_ways.ways`: on the CPU
+oneDNN's GEMM, or MKL's in blocks of the weight's rows; on CUDA the product without its bias,
+then the bias added): `chosen_gemms` times each distinct product of the fused program
+(`Gemm.signature`) every way, alone, on random data, once per machine (the CPU's thread
+count, CUDA's device and TF32 setting) and torch version (its `GemmChoice` a `CHOICE` entry
+too, listed in `Executable.choices` with the depthwise ones); the fastest other way is kept
+where clearly faster than torch's call (`GEMM_MARGIN`). Products of under `GEMM_WORK`
+multiply-adds are never measured: they stay torch's call.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from xfuse.ir.dtypes import from_torch, to_torch
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
-from xfuse.runtime import cpu_gemm
+from xfuse.runtime import gemm_ways
 from xfuse.runtime.cache import CHOICE, KernelCache
 
 Tensor = torch.Tensor
@@ -410,13 +411,14 @@ def _graph_ms(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> f
 
 
 # ---------------------------------------------------------------------------------------------
-# Matrix products of a weight on the CPU: torch's call (MKL) or another way (`cpu_gemm.ways`)
+# Matrix products of a weight: torch's call or another way (`gemm_ways.ways`)
 # ---------------------------------------------------------------------------------------------
 
 GEMM_WORK = 1 << 25
 """Multiply-adds (M*K*N) under which a product is not measured and stays torch's call: too
-little work for either library's choice to matter (a 128x1024x256 product takes about a
-millisecond), and too short to time apart reliably on a shared machine."""
+little work for either way's choice to matter (a 128x1024x256 product takes about a
+millisecond on the CPU, a few microseconds on CUDA), and too short to time apart reliably on a
+shared machine."""
 
 GEMM_MARGIN = 0.9
 """Another way is kept where it took under this fraction of torch's time: a near tie goes
@@ -429,7 +431,7 @@ GEMM_MEASUREMENT = 3
 @dataclass(frozen=True)
 class GemmChoice:
     """One measured verdict: the product `signature` (`Gemm.signature`) by torch's call and
-    by each other way (`cpu_gemm.ways`), in ms per call."""
+    by each other way (`gemm_ways.ways`), in ms per call."""
 
     signature: str
     torch_ms: float
@@ -463,63 +465,78 @@ def chosen_gemms(
     asked: bool | None,
 ) -> tuple[dict[Operation, str], list[GemmChoice]]:
     """The products of `module` (after fusion: the ops the program runs; weights among the
-    arguments `held`, `gemm_of`) that run another way than torch's call, each with its way
-    (`xfuse.runtime.cpu_gemm`), and every verdict measured for them. None on CUDA; with
-    `asked` (`PipelineOptions.cpu_gemm`, settled) True every candidate its first way
+    arguments `held`, `gemm_of`) that run another way than torch's call on `device`, each
+    with its way (`xfuse.runtime.gemm_ways`), and every verdict measured for them. With
+    `asked` (`PipelineOptions.gemm_ways`, settled) True every candidate its first way
     unmeasured, False none, None those of `GEMM_WORK` or more where another way was measured
     faster (from the cache, or measured now and stored)."""
-    if device.type != "cpu" or asked is False:
+    if asked is False:
         return {}, []
     ops = find_function(module, "forward").body.block.ops
-    found = {op: g for op in ops if (g := cpu_gemm.gemm_of(op, held)) is not None}
+    found = {op: g for op in ops if (g := gemm_ways.gemm_of(op, held, device.type)) is not None}
     if asked:
-        return {op: cpu_gemm.ways(g)[0] for op, g in found.items()}, []
+        return {op: gemm_ways.ways(g)[0] for op, g in found.items()}, []
     verdicts: dict[str, GemmChoice] = {}
     for gemm in found.values():
         if gemm.work < GEMM_WORK or gemm.signature in verdicts:
             continue
-        key = _gemm_key(gemm.signature)
+        key = _gemm_key(gemm, device)
         choice = cache.program(key, GemmChoice.load, CHOICE)
         if choice is None:
-            choice = measure_gemm(gemm)
+            choice = measure_gemm(gemm, device)
             cache.store_program(key, choice.dump(), CHOICE)
         verdicts[gemm.signature] = choice
     chosen = {op: verdicts[g.signature].kept for op, g in found.items() if g.signature in verdicts}
     return {op: way for op, way in chosen.items() if way != "torch"}, list(verdicts.values())
 
 
-def measure_gemm(gemm: cpu_gemm.Gemm) -> GemmChoice:
-    """Time `gemm` as torch's call and every other way, on random data of its shapes (real
-    tensors, outside the fake tensor mode of a `torch.compile` trace in progress)."""
+def measure_gemm(gemm: gemm_ways.Gemm, device: torch.device) -> GemmChoice:
+    """Time `gemm` on `device` as torch's call and every other way, on random data of its
+    shapes (real tensors, outside the fake tensor mode of a `torch.compile` trace in
+    progress)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.no_grad():
-        return _measure_gemm(gemm)
+        return _measure_gemm(gemm, device)
 
 
-def _measure_gemm(gemm: cpu_gemm.Gemm) -> GemmChoice:
-    x = torch.randn(gemm.m, gemm.k)
-    weight = torch.randn((gemm.k, gemm.n) if gemm.transposed else (gemm.n, gemm.k))
+def _measure_gemm(gemm: gemm_ways.Gemm, device: torch.device) -> GemmChoice:
+    def random(*shape: int) -> Tensor:
+        return torch.randn(shape, device=device, dtype=gemm.dtype)
+
+    x = random(gemm.m, gemm.k)
+    weight = random(gemm.k, gemm.n) if gemm.transposed else random(gemm.n, gemm.k)
+    bias = random(gemm.n) if gemm.bias else None
     theirs: Callable[[Tensor], Tensor]
     if gemm.transposed:
         theirs = lambda v: torch.mm(v, weight)  # noqa: E731
     else:
-        theirs = lambda v: torch.nn.functional.linear(v, weight)  # noqa: E731
-    ways = cpu_gemm.ways(gemm)
-    calls = [cpu_gemm.ChosenGemm(w, gemm.transposed) for w in ways]
+        theirs = lambda v: torch.nn.functional.linear(v, weight, bias)  # noqa: E731
+    ways = gemm_ways.ways(gemm)
+    calls = [gemm_ways.ChosenGemm(w, gemm.transposed) for w in ways]
     sides: list[Callable[[Tensor], Tensor]] = [theirs]
-    sides += [functools.partial(_call_with, c, weight) for c in calls]
-    torch_ms, *ways_ms = _time_sides(sides, x, torch.device("cpu"))
+    sides += [functools.partial(_call_with, c, weight, bias) for c in calls]
+    torch_ms, *ways_ms = _time_sides(sides, x, device)
     return GemmChoice(gemm.signature, torch_ms, tuple(zip(ways, ways_ms, strict=True)))
 
 
-def _call_with(call: cpu_gemm.ChosenGemm, weight: Tensor, x: Tensor) -> Tensor:
-    return call(x, weight)
+def _call_with(
+    call: gemm_ways.ChosenGemm, weight: Tensor, bias: Tensor | None, x: Tensor
+) -> Tensor:
+    return call(x, weight, bias)
 
 
-def _gemm_key(sig: str) -> str:
+def _gemm_key(gemm: gemm_ways.Gemm, device: torch.device) -> str:
+    """The cache key of a product's verdict: on the CPU with torch's thread count and the
+    ways' constants, on CUDA with the device's name and whether f32 products may use TF32."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        where = f"{name} tf32={torch.backends.cuda.matmul.allow_tf32}"
+    else:
+        where = (
+            f"cpu threads={torch.get_num_threads()} onednn-max-k={gemm_ways.ONEDNN_MAX_K} "
+            f"row-block={gemm_ways.ROW_BLOCK}"
+        )
     return _verdict_key(
-        f"gemm {sig} on cpu threads={torch.get_num_threads()} "
-        f"onednn-max-k={cpu_gemm.ONEDNN_MAX_K} row-block={cpu_gemm.ROW_BLOCK} "
-        f"torch {torch.__version__} measured by {GEMM_MEASUREMENT}"
+        f"gemm {gemm.signature} on {where} torch {torch.__version__} measured by {GEMM_MEASUREMENT}"
     )

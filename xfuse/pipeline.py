@@ -370,8 +370,12 @@ chain per reader, as fusion had it before."""
 CHANNELS_LAST_ENV = "XFUSE_CHANNELS_LAST"
 """`1`, `0` or `auto`: `channels_last` for a compile that gives none (`channels_last_setting`)."""
 
-CPU_GEMM_ENV = "XFUSE_CPU_GEMM"
-"""`1`, `0` or `auto`: `PipelineOptions.cpu_gemm` where it is None (`cpu_gemm_setting`)."""
+GEMM_WAYS_ENV = "XFUSE_GEMM_WAYS"
+"""`1`, `0` or `auto`: `PipelineOptions.gemm_ways` where it is None (`gemm_ways_setting`)."""
+
+RENAMED_ENVS = ("XFUSE_ONEDNN_GEMM", "XFUSE_CPU_GEMM")
+"""Former names of `XFUSE_GEMM_WAYS`: a compile refuses to run while one is set, rather than
+leave the user's setting silently unread."""
 
 
 @dataclass(frozen=True)
@@ -388,10 +392,10 @@ class PipelineOptions:
     those measured faster so (`xfuse.choices`)."""
     without: tuple[str, ...] = ()
     """Device passes left out, by name (a benchmark's column without `depthwise-stencil`)."""
-    cpu_gemm: bool | None = None
-    """Which f32 products of a weight run another way than torch's call on the CPU
-    (`xfuse.runtime.cpu_gemm`: oneDNN's GEMM, or MKL's in blocks of the weight's rows): True
-    every one, False none (AOTAutograd's training parts, `xfuse.aot`), None `XFUSE_CPU_GEMM`
+    gemm_ways: bool | None = None
+    """Which products of a weight run another way than torch's call (`xfuse.runtime.gemm_ways`:
+    on the CPU oneDNN's GEMM or MKL's in blocks of the weight's rows, on CUDA the bias added
+    apart): True every one, False none (AOTAutograd's training parts, `xfuse.aot`), None `XFUSE_GEMM_WAYS`
     (`1`, `0`) where set, else (`auto`) those measured faster so
     (`xfuse.choices.chosen_gemms`)."""
 
@@ -407,10 +411,14 @@ def channels_last_setting(asked: bool | None) -> bool | None:
     return _switch(asked, CHANNELS_LAST_ENV)
 
 
-def cpu_gemm_setting(asked: bool | None) -> bool | None:
-    """`asked`, or where it is None the `XFUSE_CPU_GEMM` setting, read as
-    `channels_last_setting` reads its own."""
-    return _switch(asked, CPU_GEMM_ENV)
+def gemm_ways_setting(asked: bool | None) -> bool | None:
+    """`asked`, or where it is None the `XFUSE_GEMM_WAYS` setting, read as
+    `channels_last_setting` reads its own; an `XfuseError` while a former name of it
+    (`RENAMED_ENVS`) is set."""
+    for old in RENAMED_ENVS:
+        if old in os.environ:
+            raise XfuseError(f"{old} is now called {GEMM_WAYS_ENV}: set that instead")
+    return _switch(asked, GEMM_WAYS_ENV)
 
 
 def _switch(asked: bool | None, env: str) -> bool | None:

@@ -37,7 +37,7 @@ from xfuse.pipeline import (
     channels_last_setting,
     compile_device_passes,
     compile_pipeline,
-    cpu_gemm_setting,
+    gemm_ways_setting,
     pipeline,
     verify_module,
 )
@@ -290,7 +290,7 @@ def build_executable(
     )
     decisions, index = fuse_and_lower(program_ir, passes, cache, compiler)
     held = program_ir.held_args(len(call.leaves), settings.static_inputs)
-    compiler.gemms, gemms = chosen_gemms(program_ir.module, held, device, cache, options.cpu_gemm)
+    compiler.gemms, gemms = chosen_gemms(program_ir.module, held, device, cache, options.gemm_ways)
     groups = group_count(program_ir.module)
     progress.lap("fusion")
     progress.stage(f"{plural(groups, 'group')} formed; compiling kernels")
@@ -461,12 +461,12 @@ def compile_program(
 
 
 def settled(options: PipelineOptions) -> PipelineOptions:
-    """`options` with the environment's `XFUSE_CHANNELS_LAST` and `XFUSE_CPU_GEMM` settings
+    """`options` with the environment's `XFUSE_CHANNELS_LAST` and `XFUSE_GEMM_WAYS` settings
     read (once per compile)."""
     return replace(
         options,
         channels_last=channels_last_setting(options.channels_last),
-        cpu_gemm=cpu_gemm_setting(options.cpu_gemm),
+        gemm_ways=gemm_ways_setting(options.gemm_ways),
     )
 
 

@@ -29,7 +29,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.torch_args import Operand, decode_arg, resolve_torch_op, tensor_ref
 from xfuse.errors import IndexOutOfRangeError, XfuseError
 from xfuse.interpreters.graph import DirectCall, PreparedOp, direct_call, prepare_op
-from xfuse.runtime import cpu_gemm
+from xfuse.runtime import gemm_ways
 from xfuse.runtime.memory import cpu_buffer_maker, empty_cpu
 
 Tensor = torch.Tensor
@@ -315,14 +315,14 @@ class EagerStep:
 
 @dataclass
 class GemmStep(EagerStep):
-    """A product of a weight run another way than torch's call (`xfuse.runtime.cpu_gemm`),
+    """A product of a weight run another way than torch's call (`xfuse.runtime.gemm_ways`),
     where `xfuse.choices` chose it: torch's call (`direct_call`) with that way's function in
     its place, the same operands."""
 
-    way: str = cpu_gemm.BLOCKED
+    way: str = gemm_ways.BLOCKED
 
     def __post_init__(self) -> None:
-        fn = cpu_gemm.ChosenGemm(self.way, transposed=isinstance(self.op, graph.MatmulOp))
+        fn = gemm_ways.ChosenGemm(self.way, transposed=isinstance(self.op, graph.MatmulOp))
         bias = [Operand(2)] if len(self.op.operands) > 2 else [None]
         self.direct = (fn, [Operand(0), Operand(1), *bias], {})
         self.call = lambda xs: [fn(*xs)]

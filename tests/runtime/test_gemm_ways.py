@@ -1,7 +1,7 @@
-"""Products of a weight on the CPU run another way than torch's call
-(`xfuse.runtime.cpu_gemm`: oneDNN's GEMM, or MKL's in blocks of the weight's rows): eager's values
-and strides, as accurate as eager's against f64, the weight read at every call (so every change
-to it is seen, a write through `.data` too); never for other dtypes, other devices or
+"""Products of a weight run another way than torch's call (`xfuse.runtime.gemm_ways`: on the
+CPU oneDNN's GEMM or MKL's in blocks of the weight's rows, on CUDA the bias added apart):
+eager's values and strides, as accurate as eager's against f64, the weight read at every call
+(so every change to it is seen, a write through `.data` too); never for other dtypes or
 training parts."""
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ import pytest
 import torch
 
 import xfuse
-from xfuse.runtime import cpu_gemm, driver
-from xfuse.runtime.cpu_gemm import ChosenGemm
+from tests.backends.test_cuda import gpu
+from xfuse.runtime import driver, gemm_ways
+from xfuse.runtime.gemm_ways import ChosenGemm
 from xfuse.runtime.steps import EagerStep, GemmStep
 
 
 @pytest.fixture(autouse=True)
 def _forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("XFUSE_CPU_GEMM", "1")
+    monkeypatch.setenv("XFUSE_GEMM_WAYS", "1")
     yield
 
 
@@ -34,15 +35,16 @@ WAYS = [
     ("blocked", 200, False),
     ("onednn", 256, False),
     ("onednn", 96, False),
+    ("bias-apart", 512, False),
 ]
 
 
 @pytest.mark.parametrize(("way", "k", "transposed"), WAYS)
 def test_values_match_eager_and_are_as_accurate(way: str, k: int, transposed: bool) -> None:
-    if way == "onednn" and not cpu_gemm.onednn_available():
+    if way == "onednn" and not gemm_ways.onednn_available():
         pytest.skip("torch without oneDNN")
     torch.manual_seed(0)
-    n = cpu_gemm.ROW_BLOCK + 100  # more than one block of the blocked way
+    n = gemm_ways.ROW_BLOCK + 100  # more than one block of the blocked way
     x, bias = torch.randn(1, 64, k), torch.randn(n)
     # scaled as nn.Linear initialises them: results of about unit size
     weight = (torch.randn(k, n) if transposed else torch.randn(n, k)) / k**0.5
@@ -56,17 +58,20 @@ def test_values_match_eager_and_are_as_accurate(way: str, k: int, transposed: bo
         assert _rmse(y, reference) <= 2 * _rmse(eager, reference)
 
 
-def test_onednn_takes_no_transposed_weight() -> None:
-    with pytest.raises(ValueError, match="no onednn way for a \\[K, N\\] weight"):
-        ChosenGemm("onednn", transposed=True)
+@pytest.mark.parametrize("way", ["onednn", "bias-apart"])
+def test_only_the_blocked_way_takes_a_transposed_weight(way: str) -> None:
+    with pytest.raises(ValueError, match=f"no {way} way for a \\[K, N\\] weight"):
+        ChosenGemm(way, transposed=True)
 
 
 def test_the_ways_of_a_product() -> None:
-    long, short = cpu_gemm.Gemm(8, 768, 64, False), cpu_gemm.Gemm(8, 96, 64, False)
-    assert cpu_gemm.ways(long) == ("blocked",)
-    assert cpu_gemm.ways(cpu_gemm.Gemm(8, 96, 64, True)) == ("blocked",)
-    onednn = ("onednn",) if cpu_gemm.onednn_available() else ()
-    assert cpu_gemm.ways(short) == (*onednn, "blocked")
+    long, short = gemm_ways.Gemm(8, 768, 64, False), gemm_ways.Gemm(8, 96, 64, False)
+    assert gemm_ways.ways(long) == ("blocked",)
+    assert gemm_ways.ways(gemm_ways.Gemm(8, 96, 64, True)) == ("blocked",)
+    onednn = ("onednn",) if gemm_ways.onednn_available() else ()
+    assert gemm_ways.ways(short) == (*onednn, "blocked")
+    biased = gemm_ways.Gemm(8, 768, 64, False, "cuda", torch.bfloat16, True)
+    assert gemm_ways.ways(biased) == ("bias-apart",)
 
 
 class _Model(torch.nn.Module):
@@ -111,7 +116,7 @@ def test_a_compiled_program_reacts_to_a_weight_changed_in_place_as_eager(
     with torch.no_grad():
         program = xfuse.compile(model, (x,), quiet=True)
         steps = [s for s in program.default.program.steps if isinstance(s, GemmStep)]
-        onednn = ["onednn"] if cpu_gemm.onednn_available() else ["blocked"]
+        onednn = ["onednn"] if gemm_ways.onednn_available() else ["blocked"]
         assert [s.way for s in steps] == ["blocked", "blocked", *onednn]
         torch.testing.assert_close(program(x), model(x))
         _change_every_weight(model, through_data)
@@ -183,3 +188,42 @@ def test_training_parts_stay_torch_calls(monkeypatch: pytest.MonkeyPatch) -> Non
     assert model.up.weight.grad is not None
     assert asked[1:] == [False, False]  # the forward and backward parts
     assert len(made) == 3
+
+
+class _TwoHeads(torch.nn.Module):
+    """Two products whose bias adds fusion leaves alone (each an output of its own), folded
+    back into `linear` with their bias: on CUDA, candidates for `bias-apart`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(512, 768)
+        self.b = torch.nn.Linear(512, 256)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.a(x), self.b(x)
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_products_add_their_bias_apart_as_eager_and_read_every_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ways: list[str] = []
+    call = ChosenGemm.__call__
+
+    def counted(self: ChosenGemm, *args: Any) -> torch.Tensor:
+        ways.append(self.way)
+        return call(self, *args)
+
+    monkeypatch.setattr(ChosenGemm, "__call__", counted)
+    torch._dynamo.reset()
+    model, x = _TwoHeads().cuda().eval(), torch.randn(2, 64, 512, device="cuda")
+    compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
+    with torch.no_grad():
+        for _ in range(3):  # the last calls replay the CUDA graph
+            torch.testing.assert_close(compiled(x), model(x))
+        assert ways and set(ways) == {"bias-apart"}
+        model.a.weight.data.mul_(-1)
+        model.b.bias.data.add_(1)
+        torch.testing.assert_close(compiled(x), model(x))
+    torch._dynamo.reset()
