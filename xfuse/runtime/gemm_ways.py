@@ -34,7 +34,8 @@ rounds the product before adding the bias, as eager's `x @ w.t() + b` does.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import functools
+from collections.abc import Callable, Collection
 from typing import NamedTuple
 
 import torch
@@ -180,13 +181,14 @@ class ChosenGemm:
             raise ValueError(f"no {way} way for a {'[K, N]' if transposed else '[N, K]'} weight")
         self.way = way
         self.transposed = transposed
+        self._gemm: Callable[[Tensor, Tensor, Tensor | None], Tensor]
+        if way == BLOCKED:
+            self._gemm = functools.partial(blocked_gemm, transposed=transposed)
+        else:
+            self._gemm = onednn_gemm if way == ONEDNN else bias_apart
 
     def __call__(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        if self.way == ONEDNN:
-            return onednn_gemm(x, weight, bias)
-        if self.way == BIAS_APART:
-            return bias_apart(x, weight, bias)
-        return blocked_gemm(x, weight, bias, self.transposed)
+        return self._gemm(x, weight, bias)
 
     def __repr__(self) -> str:
         return f"ChosenGemm({self.way!r}, transposed={self.transposed})"
