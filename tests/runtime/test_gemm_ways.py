@@ -25,6 +25,20 @@ def _forced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@pytest.fixture
+def ways(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The way of every chosen product's call, in the order of the calls."""
+    called: list[str] = []
+    call = ChosenGemm.__call__
+
+    def counted(self: ChosenGemm, *args: Any) -> torch.Tensor:
+        called.append(self.way)
+        return call(self, *args)
+
+    monkeypatch.setattr(ChosenGemm, "__call__", counted)
+    return called
+
+
 def _rmse(y: torch.Tensor, reference: torch.Tensor) -> float:
     return (y.double() - reference).pow(2).mean().sqrt().item()
 
@@ -125,16 +139,8 @@ def test_a_compiled_program_reacts_to_a_weight_changed_in_place_as_eager(
 
 @pytest.mark.parametrize("through_data", [False, True])
 def test_torch_compile_reacts_to_a_weight_changed_in_place_as_eager(
-    through_data: bool, monkeypatch: pytest.MonkeyPatch
+    through_data: bool, ways: list[str]
 ) -> None:
-    ways: list[str] = []
-    call = ChosenGemm.__call__
-
-    def counted(self: ChosenGemm, *args: Any) -> torch.Tensor:
-        ways.append(self.way)
-        return call(self, *args)
-
-    monkeypatch.setattr(ChosenGemm, "__call__", counted)
     torch._dynamo.reset()
     model, x = _Model().eval(), torch.randn(1, 64, 512)
     compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
@@ -206,16 +212,8 @@ class _TwoHeads(torch.nn.Module):
 @pytest.mark.gpu
 @gpu
 def test_cuda_products_add_their_bias_apart_as_eager_and_read_every_change(
-    monkeypatch: pytest.MonkeyPatch,
+    ways: list[str],
 ) -> None:
-    ways: list[str] = []
-    call = ChosenGemm.__call__
-
-    def counted(self: ChosenGemm, *args: Any) -> torch.Tensor:
-        ways.append(self.way)
-        return call(self, *args)
-
-    monkeypatch.setattr(ChosenGemm, "__call__", counted)
     torch._dynamo.reset()
     model, x = _TwoHeads().cuda().eval(), torch.randn(2, 64, 512, device="cuda")
     compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
