@@ -190,7 +190,6 @@ def test_saved_tensors_keep_their_kernels_strides_and_the_backward_reads_them(
     assert restrided == []
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_saved_tensors_in_their_kernels_strides_train_as_eager() -> None:
     """The same on the GPU, where torch's cuDNN attention backward views what the forward

@@ -325,7 +325,6 @@ def test_compiling_ahead_leaves_the_measured_builds_nothing_to_compile(
     assert all(cache.key(backend, s) in cache._artifacts for s in sources)
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_cold_cuda_compile_builds_no_measured_stencil_in_process(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -511,7 +510,6 @@ def test_a_near_tie_goes_to_torch_and_the_fastest_way_is_kept() -> None:
     assert "torch 1.0000 ms, onednn 0.7000 ms" in str(GemmChoice("s", 1.0, (("onednn", 0.7),)))
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_measure_gemm_times_a_biased_cuda_product_with_its_bias_apart(dtype: torch.dtype) -> None:

@@ -174,7 +174,6 @@ def test_a_bf16_head_of_symbolic_length_runs_padded_on_the_gpu() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.gpu
 @gpu
 def test_an_mlp_compiles_once_for_every_batch_size_on_the_gpu(
     compiled_cuda_kernels: list[str],
@@ -199,7 +198,6 @@ def test_an_mlp_compiles_once_for_every_batch_size_on_the_gpu(
 RESNET_IMAGES = [(64, 64), (65, 97), (80, 127), (128, 70)]
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize(
     ("model", "example", "shapes", "images", "batches", "least"),
@@ -252,7 +250,6 @@ def _rows_scale(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(x) * 3  # rows of a runtime length: flat lanes
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize(
@@ -298,7 +295,6 @@ def test_flat_lanes_of_symbolic_kernels_cover_every_element_at_every_size(
     assert len(compiled_cuda_kernels) == compiled
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("columns", [1024, 7], ids=["vectors", "flat-lanes"])
 def test_a_symbolic_kernel_beyond_2_31_elements_runs_its_64_bit_loop(
@@ -330,7 +326,6 @@ def test_a_symbolic_kernel_beyond_2_31_elements_runs_its_64_bit_loop(
     torch.cuda.empty_cache()
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_gpu_programs_launches_run_outside_torchs_device_mode(
     monkeypatch: pytest.MonkeyPatch,
@@ -358,7 +353,6 @@ def test_a_gpu_programs_launches_run_outside_torchs_device_mode(
     assert modes and set(modes) == {0}
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_cpu_tensor_is_refused_by_a_gpu_program() -> None:
     from xfuse.errors import InputDeviceError
@@ -372,7 +366,6 @@ def test_a_cpu_tensor_is_refused_by_a_gpu_program() -> None:
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_gpu_program_takes_a_cpu_scalar_as_eager_does() -> None:
     """A 0-d CPU tensor among GPU tensors is a value to eager's GPU kernels; what eager
@@ -392,7 +385,6 @@ def test_a_gpu_program_takes_a_cpu_scalar_as_eager_does() -> None:
             torch.testing.assert_close(g, w)
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_kept_plan_serves_no_call_of_another_device_or_strides() -> None:
     """After calls whose plan is kept (`DynamicProgram.plans`), a CPU tensor of their shape is
@@ -420,7 +412,6 @@ def test_a_kept_plan_serves_no_call_of_another_device_or_strides() -> None:
     assert len(program.plans) == 2 and len(program.graphs.runners) == 2
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_cpu_scalar_and_a_gpu_scalar_of_one_shape_each_run_as_eager_does() -> None:
     """A 0-d tensor on the CPU, then on the GPU, at the same sizes: each call's plan says
@@ -445,7 +436,6 @@ def test_a_cpu_scalar_and_a_gpu_scalar_of_one_shape_each_run_as_eager_does() -> 
     assert len(program.plans) == 2
 
 
-@pytest.mark.gpu
 @gpu
 def test_torch_compile_dynamic_true_compiles_once_on_the_gpu(
     compiled_cuda_kernels: list[str],
@@ -487,7 +477,6 @@ def runner_at(program: DynamicProgram, *sizes: int) -> GraphRunner[Any]:
     return runner
 
 
-@pytest.mark.gpu
 @gpu
 def test_an_mlp_captures_each_batch_size_once_and_replays_it(
     monkeypatch: pytest.MonkeyPatch,
@@ -520,7 +509,6 @@ def test_an_mlp_captures_each_batch_size_once_and_replays_it(
     assert runner_at(program, 7).replays == 3
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_conv_net_captures_each_image_shape_once_and_replays_it(
     monkeypatch: pytest.MonkeyPatch,
@@ -547,7 +535,6 @@ def test_a_conv_net_captures_each_image_shape_once_and_replays_it(
     assert (second.captures, second.replays) == (1, 2)
 
 
-@pytest.mark.gpu
 @gpu
 def test_outputs_kept_across_shapes_keep_their_values() -> None:
     """Every output kept while two batch sizes alternate: each shape's ring captures again
@@ -568,7 +555,6 @@ def test_outputs_kept_across_shapes_keep_their_values() -> None:
         assert runner.captures == 3 and runner.replays == 4 and runner.handed == 2
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_replay_reads_the_calls_cpu_scalar() -> None:
     """A CPU scalar is moved to the device and copied into the graph like any input: a
@@ -592,7 +578,6 @@ def test_a_replay_reads_the_calls_cpu_scalar() -> None:
         assert runner.reason is None and (runner.captures, runner.replays) == (1, 3)
 
 
-@pytest.mark.gpu
 @gpu
 def test_torch_compile_dynamic_captures_per_shape_and_reads_parameters_in_place(
     monkeypatch: pytest.MonkeyPatch,
@@ -632,7 +617,6 @@ def test_torch_compile_dynamic_captures_per_shape_and_reads_parameters_in_place(
         torch._dynamo.reset()
 
 
-@pytest.mark.gpu
 @gpu
 def test_graphs_of_a_symbolic_program_can_be_turned_off_and_explain_names_the_bound(
     monkeypatch: pytest.MonkeyPatch,
@@ -654,7 +638,6 @@ def test_graphs_of_a_symbolic_program_can_be_turned_off_and_explain_names_the_bo
     assert f"at most {MAX_GRAPH_SHAPES} shapes" in status
 
 
-@pytest.mark.gpu
 @gpu
 def test_a_bf16_head_of_symbolic_length_matches_eager_on_the_gpu(
     compiled_cuda_kernels: list[str],

@@ -244,7 +244,6 @@ def test_a_program_without_a_key_is_exported_each_time(tmp_path: Path) -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_a_cuda_program_is_taken_from_the_cache_with_its_state_bound(tmp_path: Path) -> None:
     """On CUDA the replay's shadows show the inputs' device, and the second compilation binds
     the CUDA module it is given."""

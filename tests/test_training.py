@@ -287,7 +287,6 @@ def test_conv_net_with_dropout_trains_with_eagers_losses(parts: list[Any]) -> No
     assert backward_groups(parts) > 0
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_gpt2_trains_with_eagers_losses(parts: list[Any]) -> None:
     config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=32)

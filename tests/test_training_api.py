@@ -261,7 +261,6 @@ def test_a_bfloat16_addmm_rounds_once_as_eagers() -> None:
         torch.testing.assert_close(program(x), model(x), **BF16)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_gpu_training_steps_match_eager(front_end: str) -> None:
@@ -284,7 +283,6 @@ def test_gpu_training_steps_match_eager(front_end: str) -> None:
         torch.testing.assert_close(b, c)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("front_end", FRONT_ENDS)
 def test_gpu_autocast_to_bfloat16_matches_eager_under_autocast(front_end: str) -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 import torch
@@ -654,7 +654,15 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-gpu = pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
+_NEEDS_GPU = pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
+
+_Test = TypeVar("_Test", bound=Callable[..., Any])
+
+
+def gpu(test: _Test) -> _Test:
+    """A GPU test: marked `gpu` (what `pytest -m gpu` selects on the GPU machine) and skipped
+    where there is no NVIDIA GPU or no pycuda."""
+    return cast(_Test, pytest.mark.gpu(_NEEDS_GPU(test)))
 
 
 def run_on_gpu(
@@ -681,7 +689,6 @@ def run_on_gpu(
     assert mismatch is None, mismatch
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", sorted(UNARY))
@@ -689,7 +696,6 @@ def test_gpu_unary(name: str, dtype: torch.dtype) -> None:
     run_on_gpu(UNARY[name], (_x(33, 256, dtype=dtype),))
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("name", sorted(ODD_ROWS))
 def test_gpu_odd_rows_over_the_flattened_loop(name: str) -> None:
@@ -697,7 +703,6 @@ def test_gpu_odd_rows_over_the_flattened_loop(name: str) -> None:
     run_on_gpu(fn, (_x(*shape, dtype=torch.bfloat16),))
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", sorted(BINARY))
@@ -705,7 +710,6 @@ def test_gpu_binary(name: str, dtype: torch.dtype) -> None:
     run_on_gpu(BINARY[name], (_x(33, 256, dtype=dtype), _x(256, dtype=dtype)))
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("length", [100, 1000, 5000, 16384, 40000])
@@ -714,7 +718,6 @@ def test_gpu_reduction(name: str, length: int, dtype: torch.dtype) -> None:
     run_on_gpu(REDUCTIONS[name], (_x(7, length, dtype=dtype),), reduction=True)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("length", [100, 8192, 40000])
 def test_gpu_64_bit_row_reductions(length: int) -> None:
@@ -723,21 +726,18 @@ def test_gpu_64_bit_row_reductions(length: int) -> None:
     run_on_gpu(lambda a: a.sum(-1), (x.double(),), reduction=True)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gpu_rows_through_a_concat(dtype: torch.dtype) -> None:
     run_on_gpu(_patch_embedding, _patch_inputs(dtype), reduction=True)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gpu_rows_through_a_concat_of_four(dtype: torch.dtype) -> None:
     run_on_gpu(_chunks_norm, _chunks_inputs(dtype), reduction=True)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gpu_reductions_over_several_dims(dtype: torch.dtype) -> None:
@@ -750,7 +750,6 @@ def test_gpu_reductions_over_several_dims(dtype: torch.dtype) -> None:
     run_on_gpu(_spatial_reductions, (_x(256, 64, 7, 7, dtype=dtype),), reduction=True)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gpu_rows_read_down_columns(dtype: torch.dtype) -> None:
@@ -758,7 +757,6 @@ def test_gpu_rows_read_down_columns(dtype: torch.dtype) -> None:
     run_on_gpu(_patch_norm, inputs, reduction=True)
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_loss_over_all_tokens() -> None:
     targets = torch.randint(0, 64, (8192,))
@@ -766,14 +764,12 @@ def test_gpu_loss_over_all_tokens() -> None:
     run_on_gpu(_nll_mean, (_x(8192, 64), targets), reduction=True)
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_pointwise_group_with_misaligned_input() -> None:
     x = torch.randn(1025 * 64 + 1, device="cuda:0")[1:].view(1025, 64)
     run_on_gpu(lambda a: torch.sigmoid(a) * 2, (x,))
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_on_a_side_stream() -> None:
     import xfuse.api
@@ -787,7 +783,6 @@ def test_gpu_on_a_side_stream() -> None:
     torch.testing.assert_close(y, torch.softmax(x, -1))
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_mlp() -> None:
     import xfuse.api
@@ -801,7 +796,6 @@ def test_gpu_mlp() -> None:
     torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_transformer_block() -> None:
     import xfuse.api
@@ -815,7 +809,6 @@ def test_gpu_transformer_block() -> None:
     torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_elementwise_beyond_2_31_elements() -> None:
     import xfuse.api
@@ -886,7 +879,6 @@ def test_no_fma_across_ops(tmp_path: Path) -> None:
     assert not [op for op in body if op.startswith("fma")]
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_multiply_add_chain_is_eager_bit_for_bit() -> None:
     """Without FMA contraction a fused chain of products and sums has eager's values exactly
@@ -900,7 +892,6 @@ def test_gpu_multiply_add_chain_is_eager_bit_for_bit() -> None:
     torch.testing.assert_close(compiled(x, w, b), fn(x, w, b), rtol=0, atol=0)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gpu_clamps_keep_the_sign_of_zero(dtype: torch.dtype) -> None:
@@ -940,7 +931,6 @@ def test_math_ops_compile_to_ptx_in_other_dtypes(dtype: torch.dtype, tmp_path: P
     ptx_of(fn, (_x(8, 64, dtype=dtype), _x(8, 64, dtype=dtype)), tmp_path)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", sorted(MATH_UNARY))
@@ -965,7 +955,6 @@ REORDERED = {"var_mean", "vector_norm_1", "vector_norm_2", "vector_norm_3"}
 """Reductions of `MATH_UNARY` whose f32 result depends on the order of the sum."""
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", sorted(MATH_BINARY))
@@ -977,7 +966,6 @@ def test_gpu_math_binary_edges(name: str, dtype: torch.dtype) -> None:
     torch.testing.assert_close(actual, expected, equal_nan=True)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
 @pytest.mark.parametrize("exponent", POWERS, ids=str)
@@ -993,7 +981,6 @@ def test_gpu_small_powers_are_eager_bit_for_bit(exponent: float, dtype: torch.dt
     assert bool(same.all()), f"{int((~same).sum())} elements differ from eager"
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.float64), ids=str)
 def test_gpu_sqrt_is_eager_bit_for_bit(dtype: torch.dtype) -> None:

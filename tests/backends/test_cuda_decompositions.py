@@ -35,7 +35,6 @@ def test_ptx(name: str, fn: Callable[..., Any], make: Callable[[], Any], tmp_pat
     ptx_of(fn, make(), tmp_path)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize(("name", "fn", "make"), CASES, ids=[c[0] for c in CASES])
 def test_gpu(name: str, fn: Callable[..., Any], make: Callable[[], Any]) -> None:

@@ -55,7 +55,6 @@ def test_gather_bf16_and_two_index_tensors(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gpu_embedding_layer_norm(dtype: torch.dtype) -> None:
@@ -67,7 +66,6 @@ def test_gpu_embedding_layer_norm(dtype: torch.dtype) -> None:
     )
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_gather_and_index() -> None:
     run_on_gpu(
@@ -92,7 +90,6 @@ BAD_INDEX = textwrap.dedent(
 )
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_bad_index_stops_like_eager() -> None:
     """A bad index on CUDA ends in a CUDA error at the next synchronisation, as eager's

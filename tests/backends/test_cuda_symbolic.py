@@ -272,7 +272,6 @@ SIZES: dict[str, list[tuple[int, ...]]] = {
 }
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_one_loaded_kernel_matches_torch_at_every_size(case: str) -> None:

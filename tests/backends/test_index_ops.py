@@ -171,7 +171,6 @@ def test_index_op_compiles_to_ptx(name: str, tmp_path: Path) -> None:
     ptx_of(fn, (rand(*shape),), tmp_path)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
 @pytest.mark.parametrize("name", sorted(CASES))

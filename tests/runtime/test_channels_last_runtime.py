@@ -17,6 +17,7 @@ from torch import nn
 
 import xfuse
 from examples.resnet import make_resnet18
+from tests.backends.test_cuda import gpu
 from xfuse.dialects import graph
 from xfuse.runtime.compiler import Program
 from xfuse.runtime.executor import CompiledProgram
@@ -179,16 +180,6 @@ def test_the_cpu_default_keeps_nchw() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _has_gpu() -> bool:
-    try:
-        import pycuda.driver  # noqa: F401  # pyright: ignore[reportUnusedImport]
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-gpu = pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
-
 CONVOLUTION_NAMES = ("fprop", "xmma", "implicit_gemm", "winograd", "conv2d", "convolve")
 """Words in the names of cuDNN's convolution kernels (which name their layouts too:
 `sm90_xmma_fprop_implicit_gemm_..._nhwckrsc_nhwc_...`)."""
@@ -224,7 +215,6 @@ def conversion_kernels_between_convolutions(fn: Callable[[], Any]) -> list[str]:
 
 
 @gpu
-@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
 def test_cuda_channels_last_matches_eager_with_no_conversions(dtype: torch.dtype) -> None:
     model, (x,) = make_resnet18(batch=4, width=16, size=64)
@@ -247,7 +237,6 @@ def test_cuda_channels_last_matches_eager_with_no_conversions(dtype: torch.dtype
 
 
 @gpu
-@pytest.mark.gpu
 def test_cuda_graph_replays_of_a_channels_last_program_match_eager() -> None:
     model, (x,) = make_resnet18(batch=2, width=16, size=32)
     model = model.to("cuda", torch.bfloat16)

@@ -13,6 +13,7 @@ import torch
 import xfuse
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
+from tests.backends.test_cuda import gpu
 from tests.runtime.runtime_fakes import CPUGraphRunner
 from xfuse.ir.context import parse
 from xfuse.runtime.cuda_graphs import (
@@ -23,17 +24,6 @@ from xfuse.runtime.cuda_graphs import (
 )
 from xfuse.runtime.executor import run_program
 from xfuse.runtime.steps import BufferPool
-
-
-def _has_gpu() -> bool:
-    try:
-        import pycuda.driver  # noqa: F401
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-gpu = pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
 
 
 def _runner(compiled: xfuse.api.CompiledProgram) -> GraphRunner:
@@ -64,7 +54,6 @@ def test_a_pure_program_is_capturable() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 @pytest.mark.parametrize("make", [make_mlp, make_transformer_block], ids=["mlp", "transformer"])
 def test_replays_match_eager_and_kept_outputs_survive(make: object) -> None:
     model, (example,) = make()  # type: ignore[operator]
@@ -281,7 +270,6 @@ def _mlp_on_gpu() -> tuple[torch.nn.Module, torch.Tensor, xfuse.api.CompiledProg
 
 
 @gpu
-@pytest.mark.gpu
 def test_outputs_the_caller_dropped_are_handed_over_with_no_copy() -> None:
     model, x, compiled = _mlp_on_gpu()
     with torch.no_grad():
@@ -294,7 +282,6 @@ def test_outputs_the_caller_dropped_are_handed_over_with_no_copy() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_the_last_output_held_through_the_next_call_survives_it() -> None:
     """`y = f(x)` in a loop holds the old `y` while the next call runs: a second capture takes
     every other call, and both hand their outputs over."""
@@ -313,7 +300,6 @@ def test_the_last_output_held_through_the_next_call_survives_it() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_a_kept_view_or_storage_of_an_output_holds_its_graph() -> None:
     model, x, compiled = _mlp_on_gpu()
     a, b = torch.randn_like(x), torch.randn_like(x)
@@ -332,7 +318,6 @@ def test_a_kept_view_or_storage_of_an_output_holds_its_graph() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 @pytest.mark.parametrize("capture_mode", ["no_grad", "inference_mode"])
 def test_outputs_are_inference_tensors_as_in_eager(capture_mode: str) -> None:
     """Outputs are inference tensors exactly when the call runs in inference mode, whichever
@@ -350,7 +335,6 @@ def test_outputs_are_inference_tensors_as_in_eager(capture_mode: str) -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_a_reassigned_parameter_is_seen_and_captured_anew() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).cuda().eval()
     x = torch.randn(4, 16, device="cuda")
@@ -370,7 +354,6 @@ def test_graphs_pay_for_small_copies_only() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_a_program_of_large_tensors_runs_step_by_step() -> None:
     """Copying a 1 GiB input into the graph would cost half a millisecond at every call, more
     than the launches a graph saves: the program runs without one, and says why."""
@@ -385,7 +368,6 @@ def test_a_program_of_large_tensors_runs_step_by_step() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_graphs_can_be_turned_off() -> None:
     x = torch.randn(32, device="cuda")
     compiled = xfuse.compile(torch.sigmoid, (x,), device="cuda", quiet=True, cuda_graphs=False)
@@ -394,7 +376,6 @@ def test_graphs_can_be_turned_off() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_kernels_run_on_a_user_stream() -> None:
     x = torch.randn(1 << 16, device="cuda")
     compiled = xfuse.compile(
@@ -408,7 +389,6 @@ def test_kernels_run_on_a_user_stream() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_an_expanded_input_is_captured_and_replays_match_eager() -> None:
     """An input that overlaps itself (stride 0) cannot be `copy_`-ed into the graph's buffer:
     the memory it spans is copied instead, so the program still runs as a graph."""
@@ -434,7 +414,6 @@ def _function_of_its_weights(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) 
 
 
 @gpu
-@pytest.mark.gpu
 def test_static_inputs_are_read_in_place_and_a_moved_one_captures_anew() -> None:
     """Inputs named static (the parameters `torch.compile` passes as inputs) are not copied
     into the graph: an in-place update is what the next replay reads, and another tensor in
@@ -458,7 +437,6 @@ def test_static_inputs_are_read_in_place_and_a_moved_one_captures_anew() -> None
 
 
 @gpu
-@pytest.mark.gpu
 def test_parameters_that_move_at_every_call_are_copied_into_the_graph() -> None:
     """Weights gathered anew at each call (FSDP's) move every time: once they have moved at
     two calls in a row they are copied into the graph's buffers like user inputs, and later
@@ -486,7 +464,6 @@ def test_parameters_that_move_at_every_call_are_copied_into_the_graph() -> None:
 
 
 @gpu
-@pytest.mark.gpu
 def test_moving_parameters_too_large_to_copy_run_step_by_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -512,7 +489,6 @@ def test_moving_parameters_too_large_to_copy_run_step_by_step(
 
 
 @gpu
-@pytest.mark.gpu
 def test_torch_compile_reads_lifted_parameters_in_place() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).cuda().eval()
     x = torch.randn(4, 16, device="cuda")
@@ -525,7 +501,6 @@ def test_torch_compile_reads_lifted_parameters_in_place() -> None:
         torch.testing.assert_close(compiled(x), model(x))
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
 def test_dropout_draws_eagers_mask_at_every_call(grad: bool) -> None:
@@ -546,7 +521,6 @@ def test_dropout_draws_eagers_mask_at_every_call(grad: bool) -> None:
         torch.testing.assert_close(held[-1], fn(x), rtol=0, atol=0)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("limit", [64 << 10, 1 << 30])
 def test_a_capture_over_its_gpus_share_is_made_once_and_copies_out(
@@ -587,7 +561,6 @@ class _ConvHead(torch.nn.Module):
 
 
 @gpu
-@pytest.mark.gpu
 def test_weights_written_through_data_are_read_at_the_next_replay() -> None:
     """A write through `.data` bumps no version counter; the replayed graph reads the
     parameters themselves, so the next call computes with the new values, as eager does."""

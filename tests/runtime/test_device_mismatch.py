@@ -76,7 +76,6 @@ MIXED: dict[str, tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]
 }
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("name", list(MIXED))
 def test_gpu_mixed_devices_raise_eagers_error(name: str) -> None:
@@ -93,7 +92,6 @@ def test_gpu_mixed_devices_raise_eagers_error(name: str) -> None:
     assert_raises_as_eager(compiled, fn, *args)
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_cpu_scalar_is_taken_as_eager_takes_it() -> None:
     """Kernels read a copy on the GPU; the program runs step by step at every call (a CUDA
@@ -108,7 +106,6 @@ def test_gpu_cpu_scalar_is_taken_as_eager_takes_it() -> None:
     assert [[step.inputs[k] for k in step.copied] for step in kernels] == [[program.arg_slots[1]]]
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_cpu_scalar_where_the_example_had_a_gpu_one() -> None:
     """AOTAutograd's example inputs may hold on the GPU a 0-d input that its calls pass on the
@@ -119,7 +116,6 @@ def test_gpu_cpu_scalar_where_the_example_had_a_gpu_one() -> None:
         torch.testing.assert_close(compiled(x, scale), x * s.cuda() + 1)
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_cpu_scalar_first_keeps_the_kernels_on_the_gpu() -> None:
     """A CPU scalar as the first input, at the first call or once graphs replay: kernels
@@ -137,7 +133,6 @@ def test_gpu_cpu_scalar_first_keeps_the_kernels_on_the_gpu() -> None:
             torch.testing.assert_close(got, fn(scale, x))
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_output_of_cpu_scalars_alone_is_on_the_cpu_as_eagers() -> None:
     """Eager returns `b * 2` on the CPU when `b` is a CPU scalar, and so does the GPU program,
@@ -155,7 +150,6 @@ def test_gpu_output_of_cpu_scalars_alone_is_on_the_cpu_as_eagers() -> None:
             torch.testing.assert_close(got, want)
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_cpu_scalar_that_export_cannot_trace_is_traced_on_the_gpu() -> None:
     """`select_scatter` decomposes to a `where` of the CPU scalar and GPU tensors, which
@@ -171,7 +165,6 @@ def test_gpu_cpu_scalar_that_export_cannot_trace_is_traced_on_the_gpu() -> None:
         torch.testing.assert_close(compiled(v, scale), fn(v, scale))
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_cpu_index_eager_moves_is_refused_in_one_line() -> None:
     x, i = torch.randn(5, 4, device="cuda"), torch.tensor([0, 2])
@@ -180,7 +173,6 @@ def test_gpu_cpu_index_eager_moves_is_refused_in_one_line() -> None:
         xfuse.compile(lambda a, b: a[b], (x, i), device="cuda", quiet=True)
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_module_on_cpu_input_on_cuda_raises_eagers_error() -> None:
     model = torch.nn.Linear(4, 3).eval()

@@ -209,7 +209,6 @@ class _TwoHeads(torch.nn.Module):
         return self.a(x), self.b(x)
 
 
-@pytest.mark.gpu
 @gpu
 def test_cuda_products_add_their_bias_apart_as_eager_and_read_every_change(
     ways: list[str],

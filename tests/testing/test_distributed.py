@@ -126,7 +126,6 @@ def test_fsdp2_per_block_compile_on_gloo_tracks_eager(tmp_path: Path) -> None:
     check_tracks_eager(run("fsdp2", "cpu", tmp_path), forward_parts=1)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import xfuse
+from tests.backends.test_cuda import gpu
 from xfuse import interpret
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
@@ -121,16 +122,7 @@ def test_mask_kinds_of_a_mask_held_compact() -> None:
     assert mask_kind(torch.zeros(1, 1, 1, 1, dtype=torch.bool), (2, 3, 4, 4), (2, 3, 4, 4)) is None
 
 
-def _has_gpu() -> bool:
-    try:
-        import pycuda.driver  # noqa: F401
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
+@gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gpu_causal_mask_runs_eagers_causal_kernel(dtype: torch.dtype) -> None:
     """On CUDA the traced causal mask runs as `is_causal=True`: the kernel eager's call (no

@@ -76,7 +76,6 @@ def test_bf16_is_as_close_to_the_exact_result_as_eager() -> None:
         assert rmse(compiled(x), want) <= 2 * rmse(model(x), want)
 
 
-@pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("groups", [1, 8])
 def test_cuda_program_adds_the_bias_in_the_readers_kernel(groups: int) -> None:

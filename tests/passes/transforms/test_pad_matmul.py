@@ -124,7 +124,6 @@ def test_f32_and_aligned_products_are_left_alone() -> None:
         assert ops(imported.module, graph.PadOp) == 0
 
 
-@pytest.mark.gpu
 @gpu
 def test_gpu_compile_pads_an_unaligned_bf16_head() -> None:
     model = Head(bias=True).to("cuda", torch.bfloat16).eval()

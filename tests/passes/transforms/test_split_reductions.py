@@ -15,6 +15,7 @@ from test_decompose import single_op_module, ttype
 from xdsl.dialects.builtin import ModuleOp
 
 import xfuse
+from tests.backends.test_cuda import gpu
 from xfuse import interpret
 from xfuse.api import DEFAULT_PIPELINE
 from xfuse.dialects import graph
@@ -458,20 +459,11 @@ def test_split_reductions_compile_like_eager(name: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _has_gpu() -> bool:
-    try:
-        import pycuda.driver  # noqa: F401
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
 def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(((a.double() - b.double()) ** 2).mean().sqrt())
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
+@gpu
 def test_split_reductions_on_the_gpu_are_as_accurate_as_eager() -> None:
     """3e7 elements: within 2x eager's RMSE against f64 plus 4 ulps (what the CPU test asks)."""
     x = (torch.rand(3 * 10**7) + 0.5).cuda()
@@ -489,8 +481,7 @@ def test_split_reductions_on_the_gpu_are_as_accurate_as_eager() -> None:
         assert rmse(g, r) <= 2 * rmse(e, r) + eps, (rmse(g, r), rmse(e, r), eps)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and pycuda")
+@gpu
 @pytest.mark.parametrize("name", GPU_CASES)
 def test_split_reductions_on_the_gpu_agree_with_eager(name: str) -> None:
     fn, make = CASES[name]
