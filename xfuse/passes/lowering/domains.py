@@ -1,8 +1,7 @@
 """
 The iteration space of a kernel (`Domain`): one loop variable per dim (`nd_domain`), one
-flat loop over the elements (`flat_domain`), adjacent dims merged where no buffer access
-divides (`collapsed_domain`), or a reduction's adjacent reduced dims looped over as one
-(`merged_row_domain`); a buffer's own dims merged where that takes divisions out of its
+flat loop over the elements (`flat_domain`), or adjacent dims merged where no buffer access
+divides (`collapsed_domain`); a buffer's own dims merged where that takes divisions out of its
 accesses (`merged_buffer_dims`); and the leaves a kernel reads (`Leaf`: a buffer argument or a
 splat constant).
 """
@@ -112,70 +111,6 @@ def nd_domain(
     if not parallel:
         parallel.append(LoopVar(len(full), 1))
     return Domain(full, reduce_dims, parallel, reduce_vars, tuple(index), flat=False)
-
-
-ROW_LOOP = 1024
-"""The most elements of a reduction's merged dims summed in one loop (`merged_row_domain`);
-more are summed in blocks, each a loop of its own whose sum is added to the row's."""
-
-VECTOR = 16
-"""Elements of the widest float vector (AVX-512's f32): a block of a merged row loop is a
-whole number of vectors, so that its loop has no scalar remainder."""
-
-
-def merged_row_domain(full: tuple[int, ...], reduce_dims: tuple[int, ...]) -> Domain | None:
-    """A reduction's domain (`nd_domain`'s, kept dims as there) whose adjacent reduced dims
-    are each looped over as one: a batch norm's or a squeeze's `[C, 56, 56]` sums its 3,136
-    elements of a channel in one loop (in blocks of 784, `_row_blocks`), where `nd_domain`'s
-    56 loops of 56 leave 8 elements of each to scalar code, and a `[C, 14, 14]` in one loop of
-    196, where 14 loops of 14 are scalar throughout. The elements are read at
-    `(c, (784 o + i) floordiv 56, ... mod 56)`, which `merged_buffer_dims` makes `(c, 784 o +
-    i)` in a buffer whose dims merge. None where no two reduced dims are adjacent, or where
-    some run's elements neither fit one loop nor split into equal blocks."""
-    kept = [k for k, d in enumerate(full) if d != 1]
-    runs: Runs = []
-    for k in kept:
-        last = runs[-1][-1] if runs else None
-        if k in reduce_dims and last in reduce_dims and _adjacent(last, k, full):
-            runs[-1].append(k)
-        else:
-            runs.append([k])
-    if all(len(run) == 1 for run in runs):
-        return None
-    parallel: list[LoopVar] = []
-    reduce_vars: list[LoopVar] = []
-    index: list[Affine] = [ZERO] * len(full)
-    for run in runs:
-        sizes = [full[k] for k in run]
-        blocks = _row_blocks(numel(sizes)) if len(run) > 1 else sizes
-        if blocks is None:
-            return None
-        idents = [run[0], run[-1]][: len(blocks)]
-        loops = [LoopVar(k, b) for k, b in zip(idents, blocks, strict=True)]
-        (reduce_vars if run[0] in reduce_dims else parallel).extend(loops)
-        at = linearize([var_index(v) for v in loops], blocks)
-        for k, e in zip(run, delinearize(at, sizes), strict=True):
-            index[k] = e
-    if not parallel:
-        parallel.append(LoopVar(len(full), 1))
-    return Domain(full, reduce_dims, parallel, reduce_vars, tuple(index), flat=False)
-
-
-def _adjacent(k: int, j: int, full: tuple[int, ...]) -> bool:
-    """Whether dims `k` < `j` of `full` are adjacent but for dims of extent 1 between."""
-    return all(full[m] == 1 for m in range(k + 1, j))
-
-
-def _row_blocks(n: int) -> list[int] | None:
-    """The loops over `n` merged elements: one loop of `n` up to `ROW_LOOP`; else blocks of
-    the most elements up to `ROW_LOOP`, at least `ROW_LOOP // 8`, that divide `n` evenly in
-    whole vectors (`[4, 784]` for 3,136); None where none does."""
-    if n <= ROW_LOOP:
-        return [n]
-    for block in range(ROW_LOOP - ROW_LOOP % VECTOR, ROW_LOOP // 8 - 1, -VECTOR):
-        if n % block == 0:
-            return [n // block, block]
-    return None
 
 
 def flat_domain(full: tuple[int, ...]) -> Domain:
