@@ -225,6 +225,43 @@ def test_sums_over_several_dims_are_as_accurate_as_eager(source: str, semantics:
     assert "loops" in outcome.stages or semantics
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "torch.cumsum(x, 0)",
+        "torch.cumprod(x, 0)",
+        "torch.logcumsumexp(x, -1)",
+        "torch.cummax(x, 0).values",
+        "torch.cummin(x, 0).indices",
+        "torch.cumsum(x, 0, dtype=torch.float64)",
+    ],
+)
+def test_scans_of_a_0d_tensor_are_eagers_own_values(expr: str) -> None:
+    """fuzz seed 72 program 256: eager's scan of a 0-d tensor is the tensor itself, so a
+    `logcumsumexp` of -0.0 is -0.0, where xfuse scanned it as a one-element row (+0.0 from the
+    sum's 0), and an `atan2` after it gave 0 for eager's pi. The result is a tensor of its own,
+    as eager's."""
+
+    def fn(x: Tensor) -> Tensor:
+        return eval(expr) * 1  # noqa: S307 - the expression under test
+
+    def bare(x: Tensor) -> Tensor:
+        return eval(expr)  # noqa: S307 - the expression under test
+
+    for value in (-0.0, float("nan"), 2.5):
+        x = torch.tensor(value)
+        for program in (fn, bare):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = xfuse.compile(program, (x,), fallback="error")(x)
+            expected = program(x)
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            assert torch.equal(got.signbit(), expected.signbit()) or got.dtype == torch.int64
+            torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
+            got.fill_(7)  # the result is not the input
+            torch.testing.assert_close(x, torch.tensor(value), equal_nan=True, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("expr", ["x.any(dim=1)", "x.all(dim=1)", "x.any()", "x.all(dim=0)"])
 def test_any_and_all_over_nothing_are_the_identity(expr: str) -> None:
     """fuzz seed 101 program 2625: `any` over an empty dim was a bool max of nothing, which the

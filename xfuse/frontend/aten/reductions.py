@@ -133,8 +133,12 @@ def _arg_reduce(op_cls: type[graph.ArgReduceOp]) -> Converter:
 
 
 def _scan_along(lw: ImportBuilder, x: SSAValue, dim: int, kind: str) -> SSAValue:
-    """A graph.scan of `x` along `dim`; a 0-d tensor scans as one element, as eager."""
+    """A graph.scan of `x` along `dim`. Of a 0-d tensor eager's values are the tensor itself
+    (a `cumsum` of -0.0 is -0.0, where a one-element row's sum from 0 is +0.0), its indices
+    a scan of one element (0)."""
     if _rank(x) == 0:
+        if kind not in graph.SCAN_ARG_KINDS:
+            return x
         return lw.reshape(lw.emit(graph.ScanOp(lw.reshape(x, (1,)), 0, kind)), ())
     return lw.emit(graph.ScanOp(x, dim, kind))
 
