@@ -436,6 +436,70 @@ def test_merged_buffer_dims_merge_only_where_divisions_go():
     assert merged_buffer_dims((36, 4), [plain]) is None
 
 
+def _silu_and_its_mean(x: SSAValue):
+    """A squeeze after an activation: SiLU over [C, H, W] and its mean over H and W."""
+    y = graph.MulOp(x, graph.SigmoidOp(x))
+    return y, graph.ReduceMeanOp(y, [1, 2], keepdim=True)
+
+
+def _loop_trips(kernel: func.FuncOp) -> list[int]:
+    """The constant upper bounds of the kernel's `scf.for` loops, outer first."""
+    trips = []
+    for loop in kernel.walk():
+        if isinstance(loop, scf.ForOp):
+            bound = loop.ub.owner
+            trips.append(bound.value.value.data if hasattr(bound, "value") else -1)
+    return trips
+
+
+@pytest.mark.parametrize(
+    ("shape", "trips"),
+    [((3, 28, 28), [49, 16]), ((2, 56, 56), [49, 64]), ((2, 24, 24), [18, 32])],
+)
+def test_a_reductions_adjacent_dims_loop_as_one(shape: tuple[int, ...], trips: list[int]):
+    """The sum's loop (which writes the activation too) runs over the merged dims in blocks
+    of whole vectors; eager's values (`check`) either way."""
+    inputs = [torch.randn(shape)]
+    module = make_module([(shape, torch.float32)], _silu_and_its_mean)
+    (kernel,) = kernels(check(module, inputs))
+    c, hw = shape[0], shape[1] * shape[2]
+    assert [str(t) for t in kernel.function_type.inputs][:2] == [
+        f"memref<{c}x{hw}xf32>",
+        f"memref<{c}x{hw}xf32>",
+    ]
+    assert _loop_trips(kernel) == trips
+    assert "arith.divui" not in op_names(kernel) and "arith.remui" not in op_names(kernel)
+    (nd,) = kernels(check(module, inputs, merge_dims=False))
+    assert _loop_trips(nd) == [shape[1], shape[2]]
+
+
+def test_a_merged_row_read_through_a_division_loops_dim_by_dim():
+    """A sum over a transposed [C, H, W] reads the buffer at (c, i mod W, i floordiv W) with
+    H and W merged into one loop `i`; no merge of the buffer's dims takes that division out,
+    so the kernel loops over H and W one by one, as without the merge."""
+
+    def build(x: SSAValue):
+        return graph.ReduceSumOp(graph.PermuteOp(x, (0, 2, 1)), [1, 2])
+
+    (kernel,) = kernels(check_random([((2, 6, 10), torch.float32)], build))
+    assert _loop_trips(kernel) == [10, 6]
+    assert "arith.divui" not in op_names(kernel) and "arith.remui" not in op_names(kernel)
+
+
+def test_row_blocks_are_whole_vectors_within_the_dims_accuracy():
+    from xfuse.passes.lowering.domains import ROW_LENGTH, VECTOR, _row_blocks
+
+    assert _row_blocks([56, 56]) == [49, 64] and _row_blocks([28, 28]) == [49, 16]
+    # the innermost dim is whole vectors, or one masked vector: dim by dim
+    assert _row_blocks([112, 112]) is None and _row_blocks([14, 14]) is None
+    # no block of whole vectors short enough: a loop of 49 sums less accurately than 7 + 7
+    assert _row_blocks([7, 7]) is None and _row_blocks([6, 33]) is None
+    for sizes in ([56, 56], [28, 28], [24, 24], [40, 40]):
+        outer, block = _row_blocks(sizes) or [0, 0]
+        assert outer * block == sizes[0] * sizes[1] and block % VECTOR == 0
+        assert outer + block <= ROW_LENGTH * sum(sizes)
+
+
 def softmax_group(x: SSAValue, *, log: bool = False) -> SSAValue:
     m = graph.ReduceMaxOp(x, [1], keepdim=True)
     shifted = graph.SubOp(x, m)

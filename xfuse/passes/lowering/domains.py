@@ -1,7 +1,8 @@
 """
 The iteration space of a kernel (`Domain`): one loop variable per dim (`nd_domain`), one
-flat loop over the elements (`flat_domain`), or adjacent dims merged where no buffer access
-divides (`collapsed_domain`); a buffer's own dims merged where that takes divisions out of its
+flat loop over the elements (`flat_domain`), adjacent dims merged where no buffer access
+divides (`collapsed_domain`), or a reduction's adjacent reduced dims looped over as one
+(`merged_row_domain`); a buffer's own dims merged where that takes divisions out of its
 accesses (`merged_buffer_dims`); and the leaves a kernel reads (`Leaf`: a buffer argument or a
 splat constant).
 """
@@ -111,6 +112,90 @@ def nd_domain(
     if not parallel:
         parallel.append(LoopVar(len(full), 1))
     return Domain(full, reduce_dims, parallel, reduce_vars, tuple(index), flat=False)
+
+
+VECTOR = 16
+"""Elements of the widest float vector (AVX-512's f32): a merged row loop's block is whole
+vectors (`_row_blocks`)."""
+
+ROW_LENGTH = 1.5
+"""How much longer in all a merged row's loops may be than its dims' own loops. The loop IR
+sums each loop's elements one by one into a partial sum of its own (`partial_sums_nest`), so
+its rounding error grows with the loops' lengths added up (56 + 56 for a 56x56 row): a block
+loop of 64 under a loop of 49 blocks (113) is as accurate, one loop of 3,136 is not."""
+
+
+def merged_row_domain(full: tuple[int, ...], reduce_dims: tuple[int, ...]) -> Domain | None:
+    """A reduction's domain (`nd_domain`'s, kept dims as there) whose adjacent reduced dims
+    are looped over as one, in blocks (`_row_blocks`): a batch norm's or a squeeze's `[C, 56,
+    56]` sums a channel's 3,136 elements in 49 blocks of 64 (whole vectors), where
+    `nd_domain`'s 56 loops of 56 leave 8 elements of each to scalar code. The elements are read
+    at `(c, (64 o + i) floordiv 56, ... mod 56)`, which `merged_buffer_dims` makes `(c, 64 o +
+    i)` in a buffer whose dims merge. A run no block suits loops dim by dim; None where no run
+    merges."""
+    kept = [k for k, d in enumerate(full) if d != 1]
+    runs: Runs = []
+    for k in kept:
+        last = runs[-1][-1] if runs else None
+        if k in reduce_dims and last in reduce_dims and _adjacent(last, k, full):
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    if all(len(run) == 1 for run in runs):
+        return None
+    parallel: list[LoopVar] = []
+    reduce_vars: list[LoopVar] = []
+    index: list[Affine] = [ZERO] * len(full)
+    merged = False
+    for run in runs:
+        sizes = [full[k] for k in run]
+        blocks = _row_blocks(sizes) if len(run) > 1 else None
+        merged = merged or blocks is not None
+        if blocks is None:  # each dim a loop of its own, as in `nd_domain`
+            loops = [LoopVar(k, d) for k, d in zip(run, sizes, strict=True)]
+            (reduce_vars if run[0] in reduce_dims else parallel).extend(loops)
+            for k, v in zip(run, loops, strict=True):
+                index[k] = var_index(v)
+            continue
+        idents = [run[0], run[-1]][: len(blocks)]
+        loops = [LoopVar(k, b) for k, b in zip(idents, blocks, strict=True)]
+        (reduce_vars if run[0] in reduce_dims else parallel).extend(loops)
+        at = linearize([var_index(v) for v in loops], blocks)
+        for k, e in zip(run, delinearize(at, sizes), strict=True):
+            index[k] = e
+    if not merged:
+        return None
+    if not parallel:
+        parallel.append(LoopVar(len(full), 1))
+    return Domain(full, reduce_dims, parallel, reduce_vars, tuple(index), flat=False)
+
+
+def _adjacent(k: int, j: int, full: tuple[int, ...]) -> bool:
+    """Whether dims `k` < `j` of `full` are adjacent but for dims of extent 1 between."""
+    return all(full[m] == 1 for m in range(k + 1, j))
+
+
+def _row_blocks(sizes: Sequence[int]) -> list[int] | None:
+    """The loops over a run of adjacent reduced dims of `sizes`, merged: `[n // b, b]` for the
+    block `b` of whole `VECTOR`s dividing their `n` elements whose loops are the shortest in
+    all, and no longer than `ROW_LENGTH` times the dims' own. `[49, 64]` for 56x56, `[49, 16]`
+    for 28x28 (LLVM vectorizes a loop of 56 in 8 lanes, of 28 in 4, where the trip divides).
+    None where the innermost dim is whole vectors already (112x112) or at most one vector
+    (14x14: one masked vector), or where no block fits (7x7 in a loop of 49 would sum less
+    accurately than 7 + 7)."""
+    inner = sizes[-1]
+    if inner <= VECTOR or inner % VECTOR == 0:
+        return None
+    n = numel(sizes)
+    fits = [
+        (length, b)
+        for b in range(VECTOR, n + 1, VECTOR)
+        if n % b == 0 and (length := b + (n // b if b < n else 0)) <= ROW_LENGTH * sum(sizes)
+    ]
+    if not fits:
+        return None
+    b = min(fits)[1]
+    return [b] if b == n else [n // b, b]
 
 
 def flat_domain(full: tuple[int, ...]) -> Domain:

@@ -54,10 +54,12 @@ from xfuse.passes.lowering.domains import (
     Leaf,
     Runs,
     collapsed_domain,
+    divisions,
     flat_domain,
     loads_are_flat,
     merge_index,
     merged_buffer_dims,
+    merged_row_domain,
     merged_shape,
     nd_domain,
 )
@@ -214,6 +216,8 @@ class KernelBuilder:
         ]
         self.error_flag = self._check_gathers(ops)
         self.scans = [op for op in ops if isinstance(op, graph.ScanOp)]
+        self.rows_merged = False
+        """Whether the domain loops over a reduction's adjacent dims as one (`merged_row_domain`)."""
         self.domain = self._domain()
 
     def error(self, reason: str) -> LoopLoweringError:
@@ -258,6 +262,11 @@ class KernelBuilder:
                     f"output of shape {graph.fmt_shape(shape_of(v))} is neither the group's "
                     f"full shape {graph.fmt_shape(full)}, its row shape, nor of as many elements"
                 )
+        if self.merge_dims and self.reductions and self.table is None:
+            merged = merged_row_domain(full, rows.dims)
+            if merged is not None:
+                self.rows_merged = True
+                return merged
         return nd_domain(full, rows.dims)
 
     def row_shape(self) -> RowShape:
@@ -677,10 +686,25 @@ class KernelBuilder:
         less so (`merged_buffers`)."""
         kernel = self.build()
         runs = self.merged_buffers()
+        args = (self.name, self.group, self.leaves, self.buffers, self.merge_dims)
+        if self.rows_merged and self._divides_merged(runs):
+            # a reduction's merged row loop that some buffer still reads through a division:
+            # its dims looped over one by one instead (`nd_domain`)
+            return KernelBuilder(*args[:4], False, self.size_table).build_merged()
         if not runs:
             return kernel
-        args = (self.name, self.group, self.leaves, self.buffers, self.merge_dims)
         return KernelBuilder(*args, self.size_table, runs).build()
+
+    def _divides_merged(self, runs: dict[SSAValue, Runs]) -> bool:
+        """Whether some buffer access of this kernel divides even with the buffers' dims
+        merged by `runs`."""
+        for v, indices in self.accesses.items():
+            merged = runs.get(v)
+            for index in indices:
+                at = index if merged is None else merge_index(index, shape_of(v), merged)
+                if any(divisions(e) for e in at):
+                    return True
+        return False
 
     def merged_buffers(self) -> dict[SSAValue, Runs]:
         """The buffers of the built kernel whose dims to merge (`merged_buffer_dims`)."""

@@ -259,7 +259,9 @@ class LowerToLoopsPass(ModulePass):
     merge_dims: bool = MERGE_DIMS
     """Merge adjacent dims of an elementwise kernel's loops where no buffer access divides
     (an NCHW batch norm loops over `[C, H*W]`: long inner loops for the CPU's vectorizer, the
-    channel's values loaded once per row). `xfuse.compile` turns it off on CUDA, whose
+    channel's values loaded once per row), and a reduction's adjacent reduced dims where no
+    access divides once the buffers' dims merge (`merged_row_domain`: a squeeze's mean over
+    `[C, 56, 56]` sums in 49 blocks of 64). `xfuse.compile` turns it off on CUDA, whose
     `gpu-map-parallel` flattens the loops itself and vectorizes the accesses indexed by the
     innermost loop variable."""
 
