@@ -868,3 +868,39 @@ def test_merged_dims_read_every_buffer_without_dividing(
     assert "arith.divui" not in text and "arith.remui" not in text
     unmerged = check(module, inputs, merge_dims=False)
     assert _parallel_extents(unmerged) == [d for d in x_shape if d != 1]
+
+
+def _heads(x: SSAValue, b: SSAValue):
+    """Attention's split of a [B, T, 3 H D] product plus bias into heads: the key and value
+    in [B, H, T, D], the query in [B, T, H, D] (as the attention call's `orders` read it)."""
+    qkv = graph.AddOp(x, b)
+    b_, t, _ = graph.shape_of(x)
+    heads = [
+        graph.PermuteOp(
+            graph.ReshapeOp(
+                graph.SliceOp(qkv, (0, 0, 8 * k), (b_, t, 8 * (k + 1)), (1, 1, 1)), (b_, t, 2, 4)
+            ),
+            (0, 2, 1, 3),
+        )
+        for k in range(3)
+    ]
+    return heads[1], heads[2], graph.PermuteOp(heads[0], (0, 2, 1, 3))
+
+
+@pytest.mark.parametrize("merge_dims", [True, False])
+def test_outputs_permuted_from_one_another_loop_over_each_dim(merge_dims: bool):
+    """Outputs of one element count whose shapes differ by a permute: with `merge-dims` (the
+    CPU) one loop per dim of the first output's shape, the query stored at the permuted
+    index, no division; without (CUDA), one flat loop whose coordinates divide. Eager's values
+    either way."""
+    inputs = [torch.randn(2, 5, 24), torch.randn(24)]
+    module = make_module([((2, 5, 24), torch.float32), ((24,), torch.float32)], _heads)
+    (kernel,) = kernels(check(module, inputs, merge_dims=merge_dims))
+    divides = "arith.divui" in op_names(kernel) or "arith.remui" in op_names(kernel)
+    assert divides != merge_dims
+    if merge_dims:
+        assert [str(t) for t in kernel.function_type.inputs][2:] == [
+            "memref<2x2x5x4xf32>",
+            "memref<2x2x5x4xf32>",
+            "memref<2x5x2x4xf32>",
+        ]

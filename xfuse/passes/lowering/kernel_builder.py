@@ -114,6 +114,7 @@ from xfuse.passes.lowering.symbolic_kernels import (
     SizeValues,
     check_symbolic,
     is_symbolic_group,
+    output_permutation,
     size_args,
     size_index,
     symbolic_buffer_type,
@@ -255,7 +256,8 @@ class KernelBuilder:
             if merged is not None and (len(merged.parallel) < loops or not same_shape):
                 return merged
             if not same_shape:
-                return flat_domain(full)
+                permuted = self._permuted_outputs_domain(full) if self.merge_dims else None
+                return permuted or flat_domain(full)
         for v in self.outputs:
             if rows.output_place(shape_of(v)) is None:
                 raise self.error(
@@ -268,6 +270,25 @@ class KernelBuilder:
                 self.rows_merged = True
                 return merged
         return nd_domain(full, rows.dims)
+
+    def _permuted_outputs_domain(self, full: tuple[int, ...]) -> Domain | None:
+        """`nd_domain` over `full` where each output of another shape is a permute of a value
+        of the full shape, written at its permuted index (`Domain.indexed`): attention's query
+        in [B, T, H, D] beside its key and value in [B, H, T, D] loop over (h, t, d), where one
+        flat loop would find each output's coordinates by dividing. None where an output is
+        not such a permute, or two of one shape are permuted differently."""
+        domain = nd_domain(full, ())
+        for v in self.outputs:
+            shape = shape_of(v)
+            if shape == full:
+                continue
+            perm = output_permutation(v, full)
+            if perm is None:
+                return None
+            index = tuple(domain.full_index[p] for p in perm)
+            if domain.indexed.setdefault(shape, index) != index:
+                return None
+        return domain
 
     def row_shape(self) -> RowShape:
         """The shape the reductions reduce and their dims (the first output's shape, no dims,

@@ -261,7 +261,10 @@ class LowerToLoopsPass(ModulePass):
     (an NCHW batch norm loops over `[C, H*W]`: long inner loops for the CPU's vectorizer, the
     channel's values loaded once per row), and a reduction's adjacent reduced dims where no
     access divides once the buffers' dims merge (`merged_row_domain`: a squeeze's mean over
-    `[C, 56, 56]` sums in 49 blocks of 64). `xfuse.compile` turns it off on CUDA, whose
+    `[C, 56, 56]` sums in 49 blocks of 64); and loop over each dim where outputs of one
+    element count differ in shape only by permutes (attention's query, key and value written
+    in their layouts by one kernel), where one flat loop would divide to find each output's
+    coordinates. `xfuse.compile` turns it off on CUDA, whose
     `gpu-map-parallel` flattens the loops itself and vectorizes the accesses indexed by the
     innermost loop variable."""
 
