@@ -186,11 +186,11 @@ def _row_blocks(sizes: Sequence[int]) -> list[int] | None:
     inner = sizes[-1]
     if inner <= VECTOR or inner % VECTOR == 0:
         return None
-    n = numel(sizes)
+    n, budget = numel(sizes), ROW_LENGTH * sum(sizes)
     fits = [
         (length, b)
-        for b in range(VECTOR, n + 1, VECTOR)
-        if n % b == 0 and (length := b + (n // b if b < n else 0)) <= ROW_LENGTH * sum(sizes)
+        for b in range(VECTOR, min(n, int(budget)) + 1, VECTOR)
+        if n % b == 0 and (length := b + (n // b if b < n else 0)) <= budget
     ]
     if not fits:
         return None
