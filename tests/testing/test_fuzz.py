@@ -14,6 +14,7 @@ from xfuse.testing.fuzz.generator import generate
 from xfuse.testing.fuzz.program import load_source
 from xfuse.testing.fuzz.reproducer import program_part, reproducer
 from xfuse.testing.fuzz.runner import StageFailure, check_source
+from xfuse.testing.fuzz.training import check_training
 
 SEEDS = range(25)
 
@@ -194,6 +195,43 @@ def test_the_f64_reference_sees_through_the_programs_own_casts() -> None:
     assert [t.dtype for t in reference] == [torch.float64, torch.float64]
     outcome = check_source(F16_SOFTMAX, ["cpu"])
     assert outcome.status == "pass", str(outcome)
+
+
+def test_a_cast_the_f64_reference_skips_is_still_a_new_tensor() -> None:
+    """fuzz seed 75 program 448 (training): `v1 = x0.to(torch.float16); v1.abs_()` on a leaf
+    that requires grad. In the f64 run the cast to f64 of an f64 tensor returned the tensor
+    itself, `abs_` then wrote into the leaf and raised, and without a reference xfuse's f16
+    `exp2` of a product (closer to f64 than eager's) was judged by `assert_close` alone."""
+    x = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    with runner.Float64Casts():
+        y = x.to(torch.float16)
+        y.abs_()
+        same = x.to(torch.float64)
+        kw = x.to(dtype=torch.bfloat16)
+    assert y.dtype == torch.float64 and y is not x and kw is not x
+    assert same is x  # a cast eager does not copy is not copied either
+    outcome = check_training(F16_PRODUCT_IN_PLACE)
+    assert outcome.status == "pass", str(outcome)
+
+
+F16_PRODUCT_IN_PLACE = """
+import torch
+
+TOLERANCE = "rmse"
+SCALE = 7.141
+
+
+def program(x0):
+    v1 = x0.to(torch.float16)
+    v1.abs_()
+    v4 = v1.prod(dim=0, keepdim=True)
+    return (torch.exp2(v4), )
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(75000673)
+    return ((torch.rand((8, 1), generator=g) * 1.5 + 0.5), )
+"""
 
 
 ALIASING_SOURCE = """

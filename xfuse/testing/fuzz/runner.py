@@ -526,17 +526,24 @@ def _effect(effects: Effects) -> str:
 
 class Float64Casts(torch.overrides.TorchFunctionMode):
     """For the f64 reference run: `.to(<floating dtype>)` casts to f64 instead, so that a
-    program's own casts to f16/bf16/f32 do not make the reference as coarse as eager."""
+    program's own casts to f16/bf16/f32 do not make the reference as coarse as eager. A cast
+    that makes a new tensor in eager makes one here too, where the tensor is f64 already (an
+    in-place op on the cast then leaves its input alone, as in eager)."""
 
     def __torch_function__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = dict(kwargs or {})
-        if func is torch.Tensor.to:
-            args = tuple(_f64_if_float(a) for a in args)
-            if "dtype" in kwargs:
-                kwargs["dtype"] = _f64_if_float(kwargs["dtype"])
-        return func(*args, **kwargs)
+        if func is not torch.Tensor.to:
+            return func(*args, **kwargs)
+        source = args[0] if args else None
+        wanted = [a for a in (*args[1:], kwargs.get("dtype")) if isinstance(a, torch.dtype)]
+        new = isinstance(source, torch.Tensor) and any(d != source.dtype for d in wanted)
+        args = tuple(_f64_if_float(a) for a in args)
+        if "dtype" in kwargs:
+            kwargs["dtype"] = _f64_if_float(kwargs["dtype"])
+        result = func(*args, **kwargs)
+        return result.clone() if new and result is source else result
 
 
 def _f64_if_float(x: Any) -> Any:
