@@ -20,6 +20,7 @@ from xfuse.testing.fuzz.generator import generate
 from xfuse.testing.fuzz.program import InputSpec, program_source
 from xfuse.testing.fuzz.runner import Outcome
 from xfuse.testing.fuzz.training import (
+    AOT_REFUSES,
     UNTAMED,
     Step,
     TrainingDifferential,
@@ -260,3 +261,32 @@ def test_a_training_reproducer_fails_while_the_bug_is_there(
     planted("backward", lambda t: t * 1.01)
     assert reproducer.check_file(str(path), training=True) == 1
     assert capsys.readouterr().out.startswith("fail at first step backward: gradient of input")
+
+
+AOT_FAILS_TOO = """
+import torch
+
+TOLERANCE = "rmse"
+SCALE = 1
+
+
+def program(x0, x2):
+    v2 = torch.index_put(x0, (x0 > 0,), torch.tensor(2, dtype=x0.dtype), False)
+    v5 = torch.diagonal(v2.expand(5, 4, 8, 5), -1, 1, 0)
+    v5.mul_(v5.flip(0))
+    return (v5, x2 * 3)
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(75000872)
+    return ((torch.randn((5, 1, 8, 5), generator=g) > 0), torch.rand((3,), generator=g))
+"""
+
+
+def test_a_program_torchs_aot_autograd_cannot_trace_is_a_skip() -> None:
+    """fuzz seed 75 program 647: a bool `index_put` and an in-place multiply of its expanded
+    diagonal, beside a float output that needs grad. Eager runs it; torch.compile raises
+    `BackendCompilerFailed` with every AOTAutograd backend (its functionalized form subtracts
+    bools), `aot_eager` as xfuse: nothing of xfuse's fails, so the program is a skip."""
+    outcome = check_training(AOT_FAILS_TOO)
+    assert outcome.status == "skip" and outcome.message == AOT_REFUSES, str(outcome)

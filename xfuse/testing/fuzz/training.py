@@ -79,6 +79,10 @@ hypot of two sums that are 0 in f64 and a rounding error in f32): as the generat
 programs whose values are not finite out, so xfuse's rounding is not asked to land where
 eager's did."""
 
+AOT_REFUSES = "torch's AOTAutograd cannot trace the program (aot_eager's compile fails too)"
+"""The skip of a program that torch.compile refuses with any backend (AOTAutograd's trace
+raises for `aot_eager` as for xfuse): nothing of xfuse's to check."""
+
 
 def skip_reason(stage: str, error: Exception) -> str:
     """Why eager cannot run `stage` ("forward", "backward") of a program with grad: a rule of
@@ -252,12 +256,34 @@ class TrainingDifferential:
                 passed.append(name)
         except StageFailure as failure:
             status = "gap" if failure.stage.endswith(" gap") else "fail"
+            if status == "fail" and self.torch_cannot_trace(failure):
+                return Outcome("skip", "aot_autograd", AOT_REFUSES)
             return Outcome(status, failure.stage, failure.message, passed)
         finally:
             torch._dynamo.reset()
         if counters["aot_autograd"]["total"] == traced:
             return Outcome("skip", "dynamo", "no graph went through AOTAutograd")
         return Outcome("pass", stages=passed)
+
+    def torch_cannot_trace(self, failure: StageFailure) -> bool:
+        """Whether `failure` is the backend's compile failing where torch's own AOTAutograd
+        (`aot_eager`, no xfuse) fails on the program too: a program torch.compile refuses
+        with any backend (e.g. a bool `index_put` whose functionalized form subtracts
+        bools)."""
+        if not isinstance(failure.__cause__, torch._dynamo.exc.BackendCompilerFailed):
+            return False
+        torch._dynamo.reset()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.step(torch.compile(self.program, backend="aot_eager"), self.leaves())
+        except torch._dynamo.exc.BackendCompilerFailed:
+            return True
+        except Exception:  # noqa: BLE001 - aot_eager traced it and failed elsewhere
+            return False
+        finally:
+            torch._dynamo.reset()
+        return False
 
     def compiled_step(self, name: str, compiled: Callable[..., Any]) -> Step:
         """The step through the compiled program; a strict-mode `EagerFallbackError` is a
