@@ -904,3 +904,15 @@ def test_outputs_permuted_from_one_another_loop_over_each_dim(merge_dims: bool):
             "memref<2x2x5x4xf32>",
             "memref<2x5x2x4xf32>",
         ]
+
+
+def test_a_permute_of_another_rank_is_no_permuted_output():
+    """fuzz seed 76 program 232: outputs of one element count, one of rank 4 and one a
+    permute of a rank-3 value; the permuted-outputs domain does not apply (the permutation
+    indexed past its rank), so the kernel loops flat, with eager's values."""
+
+    def build(x: SSAValue):
+        doubled = graph.MulOp(x, x)
+        return graph.ReshapeOp(doubled, (2, 3, 4, 1)), graph.PermuteOp(doubled, (2, 0, 1))
+
+    check_random([((2, 3, 4), torch.float32)], build)

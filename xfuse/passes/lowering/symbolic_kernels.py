@@ -235,7 +235,7 @@ def output_permutation(output: SSAValue, full: tuple[Dim, ...]) -> tuple[int, ..
     value = output
     while dims_of(value) != full:
         op = value.owner
-        if not isinstance(op, graph.PermuteOp):
+        if not isinstance(op, graph.PermuteOp) or len(op.permutation) != len(full):
             return None
         perm = tuple(op.permutation[k] for k in perm)
         value = op.input
