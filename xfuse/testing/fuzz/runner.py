@@ -528,7 +528,9 @@ class Float64Casts(torch.overrides.TorchFunctionMode):
     """For the f64 reference run: `.to(<floating dtype>)` casts to f64 instead, so that a
     program's own casts to f16/bf16/f32 do not make the reference as coarse as eager. A cast
     that makes a new tensor in eager makes one here too, where the tensor is f64 already (an
-    in-place op on the cast then leaves its input alone, as in eager)."""
+    in-place op on the cast then leaves its input alone, as in eager); an f64 tensor of this
+    run is taken for eager's f32 (the inputs and the program's floats are f32 there), so its
+    cast to f32 stays the tensor itself, as eager's no-op cast does."""
 
     def __torch_function__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
@@ -538,12 +540,17 @@ class Float64Casts(torch.overrides.TorchFunctionMode):
             return func(*args, **kwargs)
         source = args[0] if args else None
         wanted = [a for a in (*args[1:], kwargs.get("dtype")) if isinstance(a, torch.dtype)]
-        new = isinstance(source, torch.Tensor) and any(d != source.dtype for d in wanted)
+        new = isinstance(source, torch.Tensor) and any(d != _eager_dtype(source) for d in wanted)
         args = tuple(_f64_if_float(a) for a in args)
         if "dtype" in kwargs:
             kwargs["dtype"] = _f64_if_float(kwargs["dtype"])
         result = func(*args, **kwargs)
         return result.clone() if new and result is source else result
+
+
+def _eager_dtype(t: Tensor) -> torch.dtype:
+    """The dtype `t` of the f64 reference run most likely has in eager: f32 for f64."""
+    return torch.float32 if t.dtype == torch.float64 else t.dtype
 
 
 def _f64_if_float(x: Any) -> Any:
