@@ -369,3 +369,37 @@ def test_an_index_gradient_of_many_indices_is_eagers(parts: list[Any]) -> None:
     puts = torch_calls(parts, "backward", "aten.index_put.default")
     assert puts and all(zeros_base(op) for op in puts)
     assert_whole(parts)
+
+
+def test_bloom_trains_with_eagers_losses(parts: list[Any]) -> None:
+    """BLOOM splits its fused q/k/v projection with a select per head part: the backward's
+    `select_backward`s of transposed gradients are summed and viewed back ([B, T, H, 3, D] ->
+    [B, T, 3HD]). The select scatters keep eager's layout (torch's decomposition laid them out
+    as the transposed gradient, and the view failed)."""
+    config = transformers.BloomConfig(n_layer=2, hidden_size=64, n_head=4, vocab_size=128)
+    torch.manual_seed(0)
+    model = transformers.BloomForCausalLM(config).train()
+    ids = torch.randint(0, 128, (2, 16))
+    compare_training(model, lambda m: m(input_ids=ids, labels=ids).loss, steps=3)
+    assert {part for part, _ in parts} == {"forward", "backward"}
+    assert_whole(parts)
+
+
+def test_a_select_gradient_of_a_transposed_tensor_is_viewed_as_eager_views_it(
+    parts: list[Any],
+) -> None:
+    """The q/k/v split's pattern alone: each part of the select's gradient is a transposed
+    tensor, and the summed gradient is viewed flat."""
+
+    def split(qkv: torch.Tensor) -> torch.Tensor:
+        parts5 = qkv.view(2, 16, 4, 3, 8)
+        q, k, v = (parts5.select(3, i).transpose(1, 2) for i in range(3))
+        return (q * k).sum(-1, keepdim=True) * v
+
+    x = torch.randn(2, 16, 96, requires_grad=True)
+    w = torch.randn(2, 4, 16, 8)
+    compiled = torch.compile(split, backend="xfuse", options=STRICT)
+    (got,) = torch.autograd.grad((compiled(x) * w).sum(), x)
+    (want,) = torch.autograd.grad((split(x) * w).sum(), x)
+    torch.testing.assert_close(got, want)
+    assert_whole(parts)

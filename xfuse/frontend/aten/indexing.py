@@ -646,6 +646,7 @@ SCATTER_CONVERTERS: dict[str, Converter] = {
 
 
 SCATTER_KEPT_COMPOSITES = (
+    "aten.select_scatter.default",  # torch's decomposition lays the result out as `src`
     "aten.index_add.default",
     "aten.index_copy.default",
     "aten.index_fill.int_Scalar",
