@@ -153,6 +153,25 @@ def test_unknown_torch_compile_options_are_refused() -> None:
         xfuse.dynamo.dynamo_backend(gm, [torch.randn(2)], options={"mode": "max"})
 
 
+@pytest.mark.parametrize("mode", list(xfuse.dynamo.BACKEND_MODES))
+def test_every_torch_compile_mode_compiles_the_graph(mode: str) -> None:
+    torch._dynamo.reset()
+    x = torch.randn(4, 8)
+    fn = torch.compile(_gelu_add, backend="xfuse", mode=mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        torch.testing.assert_close(fn(x), _gelu_add(x))
+    torch._dynamo.reset()
+
+
+def test_an_unknown_torch_compile_mode_is_refused_in_one_line() -> None:
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    with pytest.raises(XfuseError, match="unknown torch.compile mode for xfuse: 'fast'"):
+        xfuse.dynamo.dynamo_backend(gm, [torch.randn(2)], mode="fast")
+    with pytest.raises(XfuseError, match="cuda_graphs for xfuse is True or False, got 'no'"):
+        xfuse.dynamo.dynamo_backend(gm, [torch.randn(2)], options={"cuda_graphs": "no"})
+
+
 def _in_chain(error: BaseException | None, kind: type[BaseException]) -> bool:
     while error is not None:
         if isinstance(error, kind):

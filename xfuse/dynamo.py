@@ -59,7 +59,10 @@ it: dynamo compiles a graph again per grad mode (`no_grad`, `inference_mode`), x
 
 
 def dynamo_backend(
-    gm: torch.fx.GraphModule, example_inputs: list[Any], options: dict[str, Any] | None = None
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    options: dict[str, Any] | None = None,
+    mode: str | None = None,
 ) -> Callable[..., Any]:
     """The `torch.compile` backend: the FX graph through `xfuse.compile`, for the device of its
     inputs; on any failure a warning and `gm.forward` (eager), or with
@@ -69,19 +72,45 @@ def dynamo_backend(
     is compiled once for its size symbols (`_dynamic`); where that path refuses it, per
     concrete shape at call time (`_per_shape`), with a `DynamicShapesWarning` that says why. A graph dynamo hands
     over again (same code, same attribute tensors, same input signature) gets what the first
-    time got (`BACKEND_PROGRAMS`)."""
-    mode = backend_mode(options)
-    key = (graph_key(gm, example_inputs), mode)
+    time got (`BACKEND_PROGRAMS`). torch.compile's `mode` is one of `BACKEND_MODES`; the
+    option `cuda_graphs` (a bool) says the same as `mode` of CUDA graphs, beside `fallback`."""
+    fallback = backend_mode(options)
+    graphs = cuda_graphs_of(mode) and backend_graphs(options)
+    key = (graph_key(gm, example_inputs), fallback, graphs)
     found = BACKEND_PROGRAMS.get(key)
     if found is not None:
         return found
-    result = _backend(gm, example_inputs, mode)
+    result = _backend(gm, example_inputs, fallback, graphs)
     if getattr(result, "compiled", None) is not None or hasattr(result, "programs"):
         BACKEND_PROGRAMS[key] = result
     return result
 
 
-BACKEND_OPTIONS = ("fallback",)
+BACKEND_MODES: dict[str, bool] = {
+    "default": True,
+    "reduce-overhead": True,
+    "max-autotune": True,
+    "max-autotune-no-cudagraphs": False,
+}
+"""torch.compile's modes, and whether CUDA graphs are on under each. xfuse's runtime captures a
+program in CUDA graphs where a replay pays (`xfuse.runtime.cuda_graphs`) and measures a
+library call against its own kernel where both can run a group (`xfuse.choices`) in every
+mode; `max-autotune-no-cudagraphs` turns the graphs off, as `XFUSE_CUDA_GRAPHS=0` does."""
+
+
+def cuda_graphs_of(mode: str | None) -> bool:
+    """Whether torch.compile's `mode` lets xfuse capture CUDA graphs; a one-line
+    `InvalidArgumentError` for a mode torch.compile does not have."""
+    if mode is None:
+        return True
+    if mode not in BACKEND_MODES:
+        raise InvalidArgumentError(
+            f"unknown torch.compile mode for xfuse: {mode!r} (it takes: {', '.join(BACKEND_MODES)})"
+        )
+    return BACKEND_MODES[mode]
+
+
+BACKEND_OPTIONS = ("fallback", "cuda_graphs")
 """The `torch.compile(..., options=...)` keys the backend takes."""
 
 
@@ -101,6 +130,17 @@ def backend_mode(options: Any) -> FallbackMode:
             f"(it takes: {', '.join(BACKEND_OPTIONS)})"
         )
     return fallback_mode(options.get("fallback"))
+
+
+def backend_graphs(options: Any) -> bool:
+    """Whether `torch.compile`'s `options` (checked by `backend_mode`) leave CUDA graphs on:
+    `cuda_graphs` is True (the default) or False; another value is one line."""
+    graphs = True if options is None else options.get("cuda_graphs", True)
+    if not isinstance(graphs, bool):
+        raise InvalidArgumentError(
+            f"the torch.compile option cuda_graphs for xfuse is True or False, got {graphs!r}"
+        )
+    return graphs
 
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Hashable:
@@ -133,12 +173,14 @@ def _input_key(value: Any) -> Hashable:
 
 
 def _backend(
-    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
+    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode, cuda_graphs: bool
 ) -> Callable[..., Any]:
     if needs_aot(example_inputs):
-        return training_backend(gm, example_inputs, mode, _graph_runs_eagerly, training_part)
+        return training_backend(
+            gm, example_inputs, mode, _graph_runs_eagerly, training_part, cuda_graphs
+        )
     if any(is_symbolic(t) for t in example_inputs):
-        return _dynamic(gm, example_inputs, mode)
+        return _dynamic(gm, example_inputs, mode, cuda_graphs)
     try:
         compiled = compile(
             gm,
@@ -146,6 +188,7 @@ def _backend(
             str(graph_device(gm, example_inputs)),
             fallback=mode,
             static_inputs=static_positions(gm),
+            cuda_graphs=cuda_graphs,
         )
     except Exception as e:
         if not _eager_refuses(e):
@@ -658,7 +701,7 @@ def _finite(bound: Any) -> bool:
 
 
 def symbolic_program(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], cuda_graphs: bool = True
 ) -> tuple[DynamicProgram, SymbolicInputs]:
     """A graph with symbolic sizes compiled once (`xfuse.compile` with `dynamic_shapes`, for
     the graph's device: the CPU or a CUDA GPU) for every size in its symbols' ranges, the
@@ -679,13 +722,20 @@ def symbolic_program(
     with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's
         try:
             program = compile_dynamic(
-                fn, examples, device, inputs.dynamic_shapes, static_inputs=static
+                fn,
+                examples,
+                device,
+                inputs.dynamic_shapes,
+                static_inputs=static,
+                cuda_graphs=cuda_graphs,
             )
         except ExportError as e:
             refined = _refined_ranges(e, inputs.dynamic_shapes)
             if refined is None:
                 raise
-            program = compile_dynamic(fn, examples, device, refined, static_inputs=static)
+            program = compile_dynamic(
+                fn, examples, device, refined, static_inputs=static, cuda_graphs=cuda_graphs
+            )
     program.guards += dynamo_guards(gm, example_inputs)
     program.statics_guarded = True  # dynamo guards the layouts of the parameters it lifts
     COMPILES["symbolic"] += 1
@@ -816,7 +866,7 @@ def _is_item(node: torch.fx.Node) -> bool:
 
 
 def _dynamic(
-    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
+    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode, cuda_graphs: bool
 ) -> Callable[..., Any]:
     """A graph with dynamic shapes: its Python scalars specialised (`specialised_scalars`; a
     call with other values runs eagerly, with one `FallbackWarning`), then one symbolic
@@ -824,7 +874,9 @@ def _dynamic(
     run per shape; where the symbolic path refuses the graph, per shape only. Each refusal
     warns once (`DynamicShapesWarning`)."""
     specialised, scalars = specialised_scalars(gm, example_inputs)
-    compiled = _symbolic_or_per_shape(specialised, without_scalars(example_inputs, scalars), mode)
+    compiled = _symbolic_or_per_shape(
+        specialised, without_scalars(example_inputs, scalars), mode, cuda_graphs
+    )
     if not scalars:
         return compiled
     warned: set[str] = set()
@@ -851,13 +903,13 @@ def _dynamic(
 
 
 def _symbolic_or_per_shape(
-    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode
+    gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode, cuda_graphs: bool
 ) -> Callable[..., Any]:
     """One symbolic program for every size in range, whose calls out of range (or that it
     otherwise refuses) run per shape; per shape only where the symbolic path refuses `gm`."""
-    per_shape = _per_shape(gm, graph_device(gm, example_inputs), mode)
+    per_shape = _per_shape(gm, graph_device(gm, example_inputs), mode, cuda_graphs)
     try:
-        program, inputs = symbolic_program(gm, example_inputs)
+        program, inputs = symbolic_program(gm, example_inputs, cuda_graphs)
     except Exception as e:  # noqa: BLE001 - any refusal: the per-shape path compiles it
         reason = reason_of(e)
         if not _eager_refuses(e):  # else eager raises at the call, as per shape it does
@@ -891,7 +943,7 @@ def _per_shape_warning(reason: str, stacklevel: int = 4) -> None:
 
 
 def _per_shape(
-    gm: torch.fx.GraphModule, device: torch.device, mode: FallbackMode
+    gm: torch.fx.GraphModule, device: torch.device, mode: FallbackMode, cuda_graphs: bool
 ) -> Callable[..., Any]:
     """A dynamic-shape graph run by one compiled program per concrete call signature: tensor
     shapes, strides and dtypes, and the values of the non-tensor (SymInt) arguments, which
@@ -921,7 +973,12 @@ def _per_shape(
         COMPILES["per-shape"] += 1
         try:
             return compile(
-                fixed, tuple(args[i] for i in tensors), str(device), quiet=True, fallback=mode
+                fixed,
+                tuple(args[i] for i in tensors),
+                str(device),
+                quiet=True,
+                fallback=mode,
+                cuda_graphs=cuda_graphs,
             )
         except Exception as e:
             if not _eager_refuses(e):
@@ -1108,7 +1165,9 @@ def training_part(
     try:
         if compiler.part == "backward":
             check_reads_by_value(program_graph)
-        program, inputs = symbolic_program(program_graph, example_inputs)
+        program, inputs = symbolic_program(
+            program_graph, example_inputs, compiler.settings.cuda_graphs
+        )
     except Exception as e:  # noqa: BLE001 - any refusal: the per-shape path compiles it
         _per_shape_warning(
             f"the symbolic compile refused the {compiler.part} part: {reason_of(e)}", stacklevel=2

@@ -24,6 +24,7 @@ from xfuse.aot import (
     EagerSaved,
     ForwardReturns,
     PartCompiler,
+    PartSettings,
     SymbolicCompile,
     aot_options,
     decompositions,
@@ -54,12 +55,13 @@ def training_backend(
     mode: FallbackMode,
     on_eager: Callable[[Exception, FallbackMode], None],
     symbolic: SymbolicCompile | None = None,
+    cuda_graphs: bool = True,
 ) -> Callable[..., Any]:
     """The forward and backward of dynamo's graph `gm`, each compiled by xfuse (`PartCompiler`),
     through AOTAutograd. `on_eager(error, mode)` warns or raises (strict mode) for a part that
     runs eagerly; `symbolic` compiles the parts of a graph with symbolic sizes (None: they run
-    eagerly). Where eager's autograd saves inputs or outputs for the backward, the function
-    checks their versions before its backward (`watching`; not for a graph with symbolic
+    eagerly); with `cuda_graphs` off no part is captured in CUDA graphs. Where eager's autograd
+    saves inputs or outputs for the backward, the function checks their versions before its backward (`watching`; not for a graph with symbolic
     sizes, whose saved tensors keep autograd's own checks: `saved_for_training`)."""
     from torch._dynamo.backends.common import aot_autograd
 
@@ -69,6 +71,7 @@ def training_backend(
     options = aot_options(
         mode,
         on_eager,
+        settings=PartSettings(cuda_graphs=cuda_graphs),
         saved=saved,
         user_inputs=len(example_inputs),
         returns=returns,

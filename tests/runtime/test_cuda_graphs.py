@@ -6,6 +6,7 @@ memory are never captured (and say why), and launches go to whatever stream torc
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -499,6 +500,32 @@ def test_torch_compile_reads_lifted_parameters_in_place() -> None:
             compiled(x)
         model[0].weight.mul_(2.0)
         torch.testing.assert_close(compiled(x), model(x))
+
+
+@gpu
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_torch_compiles_no_cudagraphs_mode_runs_without_graphs(dynamic: bool) -> None:
+    """`mode="max-autotune-no-cudagraphs"` (or the option `cuda_graphs=False`) keeps the
+    backend's programs out of CUDA graphs; the default mode captures them."""
+    import xfuse.dynamo
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()).cuda().eval()
+    asked: list[tuple[dict[str, Any], bool]] = [
+        ({"mode": "default"}, True),
+        ({"mode": "max-autotune-no-cudagraphs"}, False),
+        ({"options": {"fallback": "error", "cuda_graphs": False}}, False),
+    ]
+    for how, captured in asked:
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="xfuse", dynamic=dynamic, **how)
+        with torch.no_grad():
+            for batch in (4, 4, 4, 6, 6, 6):
+                x = torch.randn(batch, 16, device="cuda")
+                torch.testing.assert_close(compiled(x), model(x))
+        (run,) = xfuse.dynamo.BACKEND_PROGRAMS.values()
+        program = run.dynamic if dynamic else run.compiled.default  # type: ignore[attr-defined]
+        assert (program.graphs is not None) == captured, how
+    torch._dynamo.reset()
 
 
 @gpu
