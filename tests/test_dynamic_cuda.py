@@ -588,8 +588,8 @@ def test_torch_compile_dynamic_captures_per_shape_and_reads_parameters_in_place(
     made: list[DynamicProgram] = []
     real = dynamo.symbolic_program
 
-    def recording(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        program, inputs = real(gm, example_inputs)
+    def recording(gm: torch.fx.GraphModule, example_inputs: Any, *rest: Any) -> Any:
+        program, inputs = real(gm, example_inputs, *rest)
         made.append(program)
         return program, inputs
 

@@ -283,8 +283,8 @@ def test_torch_compile_reads_the_parameters_it_lifts_in_place(
     made: list[DynamicProgram] = []
     real = dynamo.symbolic_program
 
-    def recording(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        program, inputs = real(gm, example_inputs)
+    def recording(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *rest: Any) -> Any:
+        program, inputs = real(gm, example_inputs, *rest)
         made.append(program)
         return program, inputs
 
