@@ -515,11 +515,13 @@ def test_torch_compiles_no_cudagraphs_mode_runs_without_graphs(dynamic: bool) ->
         ({"mode": "max-autotune-no-cudagraphs"}, False),
         ({"options": {"fallback": "error", "cuda_graphs": False}}, False),
     ]
+    batches = (4, 4, 6, 6, 6) if dynamic else (4, 4, 4)
     for how, captured in asked:
         torch._dynamo.reset()
+        xfuse.dynamo.BACKEND_PROGRAMS.clear()
         compiled = torch.compile(model, backend="xfuse", dynamic=dynamic, **how)
         with torch.no_grad():
-            for batch in (4, 4, 4, 6, 6, 6):
+            for batch in batches:
                 x = torch.randn(batch, 16, device="cuda")
                 torch.testing.assert_close(compiled(x), model(x))
         (run,) = xfuse.dynamo.BACKEND_PROGRAMS.values()
