@@ -385,6 +385,44 @@ def test_bloom_trains_with_eagers_losses(parts: list[Any]) -> None:
     assert_whole(parts)
 
 
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_an_encoder_decoder_with_dropout_trains_with_eagers_losses(
+    name: str, parts: list[Any]
+) -> None:
+    """BART's encoder and decoder embed with one table: fusing their normalizations would move
+    the encoder's dropouts below the decoder's, each then drawing the other's mask (`rng-order`
+    keeps eager's order of draws). T5 likewise."""
+    if name == "bart":
+        config: Any = transformers.BartConfig(
+            encoder_layers=2,
+            decoder_layers=2,
+            d_model=64,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+            vocab_size=128,
+        )
+        torch.manual_seed(0)
+        model = transformers.BartForConditionalGeneration(config).train()
+    else:
+        config = transformers.T5Config(
+            num_layers=2,
+            d_model=64,
+            d_kv=16,
+            d_ff=128,
+            num_heads=4,
+            vocab_size=128,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        )
+        torch.manual_seed(0)
+        model = transformers.T5ForConditionalGeneration(config).train()
+    ids = torch.randint(0, 128, (2, 16))
+    compare_training(model, lambda m: m(input_ids=ids, labels=ids).loss, steps=3)
+    assert_whole(parts)
+
+
 def test_a_select_gradient_of_a_transposed_tensor_is_viewed_as_eager_views_it(
     parts: list[Any],
 ) -> None:

@@ -1,7 +1,9 @@
 """
 Memory effects of ops: whether running an op may write memory that other ops read. Graph ops
 and groups are pure; `graph.torch_call` writes when its target's schema says so (in-place
-and `out=` ops); any op of another dialect may write.
+and `out=` ops); any op of another dialect may write. A torch call that draws from torch's
+RNG (dropout) reads and advances the generator: such calls keep their order among themselves,
+or each would draw the other's numbers.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from xdsl.ir import Block, Operation
 
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.op_kinds import Kind, kind_of
-from xfuse.dialects.torch_args import target_may_mutate
+from xfuse.dialects.torch_args import target_draws_random, target_may_mutate
 
 
 @cache
@@ -32,6 +34,12 @@ def may_mutate(op: Operation) -> bool:
         assert isinstance(op, graph.TorchCallOp)
         return target_may_mutate(op.target.data)
     return flag
+
+
+def draws_random(op: Operation) -> bool:
+    """Whether running `op` draws from torch's RNG: a torch call whose target is seeded-random
+    (dropout, bernoulli). Two such ops must run in the order the program gives them."""
+    return isinstance(op, graph.TorchCallOp) and target_draws_random(op.target.data)
 
 
 def computed_by_xfuse(op: Operation) -> bool:

@@ -189,6 +189,19 @@ def target_may_mutate(target: str) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
+@cache
+def target_draws_random(target: str) -> bool:
+    """Whether the torch operator `target` draws from torch's RNG (its tags say
+    `nondeterministic_seeded`: dropout, bernoulli, rand); unknown operators may."""
+    import torch
+
+    try:
+        tags = getattr(resolve_torch_op(target), "tags", None)
+    except InterpretError:
+        return True  # unknown: assume the worst
+    return tags is None or torch.Tag.nondeterministic_seeded in tags
+
+
 class Operand:
     """Stands for the call's `index`-th operand in arguments decoded ahead of the call."""
 

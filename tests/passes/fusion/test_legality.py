@@ -17,6 +17,7 @@ from xfuse.passes.fusion.legality import (
     MAX_GROUP_SIZE,
     MUTATION_HAZARD,
     NOT_FUSABLE,
+    RNG_ORDER,
     SHAPE_MISMATCH,
     WOULD_CREATE_CYCLE,
     check_merge,
@@ -111,6 +112,29 @@ def test_named_reasons(g: FusionGraph, first: str, second: str, reason: str) -> 
     verdict = check_merge(g, node(g, first), node(g, second), arg_limit=128)
     assert verdict.reason == reason
     assert not verdict.ok
+
+
+DRAWS = """func.func @forward(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %a = graph.exp %x : tensor<4x8xf32>
+  %da, %ma = graph.torch_call "aten.native_dropout.default"(%a) args = ["%t0", 1.000000e-01 : f64, true] kwargs = {} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xi1>)
+  %b = graph.neg %y : tensor<4x8xf32>
+  %db, %mb = graph.torch_call "aten.TARGET.default"(%b) args = ["%t0", 1.000000e-01 : f64, true] kwargs = {} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xi1>)
+  %c = graph.tanh %x : tensor<4x8xf32>
+  func.return %da, %db, %c : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}"""
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"), [("native_dropout", RNG_ORDER), ("native_layer_norm", FUSED)]
+)
+def test_a_merge_keeps_the_order_of_draws_from_the_rng(target: str, reason: str) -> None:
+    """Merging the siblings %a and %c moves %a's dropout below the group, which takes %c's
+    place: past %b's dropout, which would then draw first and take %a's numbers. A call that
+    draws nothing in between is no obstacle (the schema here is only parsed, never run)."""
+    m = parse(DRAWS.replace("TARGET", target))
+    g = FusionGraph(m.body.block.first_op.body.block)  # type: ignore[union-attr]
+    verdict = check_merge(g, node(g, "a"), node(g, "c"), arg_limit=128, sibling=True)
+    assert verdict.reason == reason, verdict
 
 
 def test_limits_and_predicate(g: FusionGraph) -> None:

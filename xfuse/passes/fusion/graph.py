@@ -33,7 +33,7 @@ from xdsl.traits import IsolatedFromAbove
 
 from xfuse.collector import collector_paused
 from xfuse.dialects import graph
-from xfuse.dialects.effects import may_mutate
+from xfuse.dialects.effects import draws_random, may_mutate
 from xfuse.dialects.fusion import GroupOp, YieldOp
 from xfuse.dialects.op_kinds import Kind, KindGroup, kind_of, stronger_kind
 from xfuse.ir.dtypes import byte_width
@@ -298,6 +298,7 @@ class FusionGraph:
                 else:
                     self._first_order(value, users.get(res, ()))
         self.mutators = [n for n in self.nodes() if n.op is not None and may_mutate(n.op)]
+        self.drawers = [n for n in self.nodes() if n.op is not None and draws_random(n.op)]
         self.renumber()
 
     def _first_order(self, value: SSAValue, users: Sequence[Operation]) -> None:
@@ -1042,6 +1043,7 @@ class FusionGraph:
             node.prev, node.next, node = None, None, node.next
         self._first = self._last = None
         self.mutators = []
+        self.drawers = []
         self._node_of.clear()
         self._alive_ops.clear()
         self._readers.clear()

@@ -17,6 +17,8 @@ Every check answers with a named reason (the vocabulary of `--fusion-report`):
 - `max-rounds`       (fuse-scored) the pair was still waiting when the rounds ran out;
 - `arg-limit`        the merged group would take more inputs plus outputs than allowed;
 - `mutation-hazard`  fusing would move a read across an op that may write memory;
+- `rng-order`        fusing would move an op that draws from torch's RNG (dropout) below one
+                     that stays between the pair: each would draw the other's numbers;
 - `would-create-cycle` a path leaves the pair and comes back (producer -> X -> consumer);
 - `loop-structure`   one kernel's loop nest cannot compute the merged group (see below);
 - `window-recompute` a windowed consumer (pool, pad, patches, a stencil's slices) would
@@ -94,6 +96,7 @@ FUSED = "fused"
 WOULD_CREATE_CYCLE = "would-create-cycle"
 ARG_LIMIT = "arg-limit"
 MUTATION_HAZARD = "mutation-hazard"
+RNG_ORDER = "rng-order"
 SHAPE_MISMATCH = "shape-mismatch"
 EXTERN_BOUNDARY = "extern-boundary"
 WINDOW = "window"
@@ -113,6 +116,7 @@ REASONS = (
     WOULD_CREATE_CYCLE,
     ARG_LIMIT,
     MUTATION_HAZARD,
+    RNG_ORDER,
     SHAPE_MISMATCH,
     EXTERN_BOUNDARY,
     WINDOW,
@@ -362,7 +366,26 @@ def check_order(g: FusionGraph, first: Node, second: Node) -> Verdict:
     moved = find_cycle_or_moved(g, first, second)
     if moved is None:
         return refuse(WOULD_CREATE_CYCLE, "a path leaves the pair and comes back")
+    overtaken = draw_overtaken(g, second, moved)
+    if overtaken is not None:
+        return refuse(RNG_ORDER, f"{g.op_label(overtaken)} would draw from the RNG first")
     return Verdict(FUSED, moved=moved)
+
+
+def draw_overtaken(g: FusionGraph, second: Node, moved: Sequence[Node]) -> Node | None:
+    """A node drawing from torch's RNG that stays before `second` while an earlier draw among
+    `moved` goes below the merged group (which takes `second`'s place): it would draw first."""
+    if not g.drawers:
+        return None
+    drawers, moving = set(g.drawers), set(moved)
+    draws = [n.pos for n in moved if n in drawers]
+    if not draws:
+        return None
+    first_draw = min(draws)
+    for node in g.drawers:
+        if node.alive and first_draw < node.pos < second.pos and node not in moving:
+            return node
+    return None
 
 
 def check_recompute(
