@@ -86,6 +86,44 @@ def test_only_a_change_of_element_type_is_a_cast() -> None:
     )
 
 
+def _half_norm(kind: str) -> Any:
+    """A norm over 2 elements of an f16 input with f32 weight and bias: its output is +-1
+    whatever the input, so the input's gradient is a cancellation (of rounding size)."""
+    if kind == "layer_norm":
+        return lambda x, w, b: torch.nn.functional.layer_norm(x.half(), (2,), w, b)
+    return lambda x, w, b: torch.nn.functional.group_norm(x.half(), 1, w, b)
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "group_norm"])
+def test_an_f16_norm_with_f32_weights_keeps_eagers_f32_statistics(kind: str) -> None:
+    """On the CPU eager keeps the mean and rstd of an f16 norm with f32 weights in f32 (torch's
+    decomposition rounds them to f16): the input's gradient is within twice eager's distance
+    from f64 (thousands of times it with f16 statistics)."""
+    torch.manual_seed(0)
+    shape = (4, 2) if kind == "layer_norm" else (4, 2, 1)
+    x, weight, bias = torch.randn(shape), torch.rand(2) + 0.5, torch.randn(2)
+    upstream = torch.randn(shape, dtype=torch.float64)
+    norm = _half_norm(kind)
+
+    def input_grad(fn: Any, dtype: torch.dtype = torch.float32) -> Tensor:
+        leaf = x.to(dtype, copy=True).requires_grad_()
+        (fn(leaf, weight.to(dtype), bias.to(dtype)).double() * upstream).sum().backward()
+        assert leaf.grad is not None
+        return leaf.grad.double()
+
+    def f64(x: Tensor, w: Tensor, b: Tensor) -> Tensor:  # the norm without the f16 cast
+        if kind == "layer_norm":
+            return torch.nn.functional.layer_norm(x, (2,), w, b)
+        return torch.nn.functional.group_norm(x, 1, w, b)
+
+    exact = input_grad(f64, torch.float64)
+    torch._dynamo.reset()
+    compiled = torch.compile(norm, backend="xfuse", options={"fallback": "error"})
+    eager_rmse = (input_grad(norm) - exact).pow(2).mean().sqrt()
+    assert (input_grad(compiled) - exact).pow(2).mean().sqrt() <= 2 * eager_rmse
+    torch._dynamo.reset()
+
+
 def test_zeros_like_of_a_contiguous_tensor_is_a_full() -> None:
     x = torch.randn(4, 3)
     filled = filled_like(x, 2.0)

@@ -117,10 +117,37 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
             aten.detach,
         ]
     )
+    for norm, params in ((aten.native_layer_norm.default, 2), (aten.native_group_norm.default, 1)):
+        table[norm] = statistics_as_eager(table[norm], params)
     table[aten._to_copy.default] = dtype_conversion
     table[aten.zeros_like.default] = functools.partial(filled_like, fill_value=0)
     table[aten.full_like.default] = filled_like
     return table
+
+
+def statistics_as_eager(decomposition: Callable[..., Any], params: int) -> Callable[..., Any]:
+    """torch's decomposition of a normalization (`native_layer_norm`, `native_group_norm`),
+    whose mean and rstd keep eager's dtype: on the CPU eager keeps them in f32 where an f16 or
+    bf16 input meets f32 weights ("mixed types"), where the decomposition rounds them to the
+    input's dtype, and the backward that reads them loses the low bits of a gradient that
+    cancels (a norm over 2 elements). The decomposition computes in f32 either way, so it
+    runs on the input widened to f32 then, its output narrowed back. `params` is the position
+    of the weight (the bias follows it)."""
+
+    def decomposed(x: Tensor, *args: Any) -> Any:
+        given = [a for a in (x, *args)[params : params + 2] if isinstance(a, Tensor)]
+        mixed = (
+            x.device.type == "cpu"
+            and x.dtype in (torch.float16, torch.bfloat16)
+            and bool(given)
+            and all(p.dtype == torch.float32 for p in given)
+        )
+        if not mixed:
+            return decomposition(x, *args)
+        out, mean, rstd = decomposition(x.float(), *args)
+        return out.to(x.dtype), mean, rstd
+
+    return decomposed
 
 
 def filled_like(
