@@ -235,6 +235,26 @@ def test_gpu_saved_tensors_in_their_kernels_strides_train_as_eager() -> None:
     trains_as_eager_under_autocast("cuda")
 
 
+def _with_cpu_literals(x: Tensor) -> Tensor:
+    """A forward that makes tensors on the CPU: an index and a 0-d factor."""
+    return (x[torch.tensor([2, 0])] * torch.tensor(3.0)).tanh()
+
+
+@gpu
+def test_gpu_a_forwards_cpu_tensor_literals_train_as_eager() -> None:
+    """AOTAutograd lifts a forward's tensor literals into graph constants on the CPU (as T5's
+    relative position buckets make them): the part reads them on the GPU, as eager does."""
+    x = torch.randn(4, 8, device="cuda", requires_grad=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(_with_cpu_literals, backend="xfuse", options={"fallback": "error"})
+    got = compiled(x)
+    (grad,) = torch.autograd.grad(got.sum(), x)
+    want = _with_cpu_literals(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grad, torch.autograd.grad(want.sum(), x)[0])
+    torch._dynamo.reset()
+
+
 def trains_as_eager_under_autocast(device: str) -> None:
     """A step of the 1-layer GPT-2 under bf16 autocast on `device`, compiled in strict mode
     and eager from one seed: the same gradients."""

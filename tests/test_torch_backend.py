@@ -40,6 +40,30 @@ def test_graph_device_is_the_inputs_device() -> None:
     assert xfuse.dynamo.graph_device(gm, [3]).type == "meta"  # from the parameters
     plain = torch.fx.symbolic_trace(lambda x: x + 1)
     assert xfuse.dynamo.graph_device(plain, [2]).type == "cpu"
+    # No tensor input, no state: the device its traced values are on (dynamo records them).
+    graph = torch.fx.Graph()
+    rows = graph.call_function(torch.arange, (4,), {"device": "meta"})
+    rows.meta["example_value"] = torch.empty(4, device="meta")
+    graph.output((rows,))
+    factories = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert xfuse.dynamo.graph_device(factories, []).type == "meta"
+
+
+def _causal_rows() -> torch.Tensor:
+    """A graph of factories alone (BART's attention mask, made with no tensor input)."""
+    rows = torch.arange(16, device="cuda")
+    return (rows[None, None, :, None] >= 0).expand(2, -1, 16, 16)
+
+
+@pytest.mark.gpu
+def test_a_graph_without_tensor_inputs_runs_on_its_factories_device() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch._dynamo.reset()
+    got = torch.compile(_causal_rows, backend="xfuse", options={"fallback": "error"})()
+    assert got.device.type == "cuda"
+    torch.testing.assert_close(got, _causal_rows())
+    torch._dynamo.reset()
 
 
 @pytest.mark.gpu

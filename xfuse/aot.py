@@ -237,12 +237,20 @@ def size_hint(size: int | torch.SymInt) -> int:
 
 def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.device:
     """The device a graph runs on: its first tensor input's, else its first parameter's or
-    buffer's, else the CPU."""
+    buffer's, else that of the first tensor its outputs or other nodes hold as traced values
+    (a graph of factories, `torch.arange(16, device="cuda")`), else the CPU."""
     for t in example_inputs:
         if isinstance(t, Tensor):
             return t.device
     for t in (*gm.parameters(), *gm.buffers()):
         return t.device
+    nodes = list(gm.graph.nodes)
+    outputs = [n for n in nodes if n.op == "output"]
+    returned = [a for n in outputs for a in n.all_input_nodes]
+    for node in (*returned, *nodes):
+        value = node.meta.get("val", node.meta.get("example_value"))
+        if isinstance(value, Tensor):
+            return value.device
     return torch.device("cpu")
 
 
@@ -252,6 +260,26 @@ def graph_device_of(function: Callable[..., Any], inputs: Sequence[Any]) -> torc
     if isinstance(function, torch.fx.GraphModule):
         return graph_device(function, inputs)
     return next((t.device for t in inputs if isinstance(t, Tensor)), torch.device("cpu"))
+
+
+LIFTED_CONSTANT = re.compile(r"_tensor_constant\d+")
+"""The name AOTAutograd gives a tensor literal of the user's code it lifts out of the graph."""
+
+
+def constants_to(gm: torch.fx.GraphModule, device: torch.device) -> None:
+    """The part's lifted tensor literals (`LIFTED_CONSTANT`) on `device`, where the user's code
+    made them on the CPU (`torch.tensor([...])` in a forward, as T5's does): tracing passed, so
+    each is a 0-d value or an index that eager reads on the CPU beside the device's tensors,
+    and reads the same on the device; a program takes its graph's tensors on its device."""
+    if device.type == "cpu":
+        return
+    for node in gm.graph.nodes:
+        target = str(node.target)
+        if node.op != "get_attr" or not LIFTED_CONSTANT.fullmatch(target):
+            continue
+        value = getattr(gm, target, None)
+        if isinstance(value, Tensor) and value.device.type == "cpu":
+            setattr(gm, target, value.to(device))
 
 
 def is_symbolic(value: Any) -> bool:
@@ -341,6 +369,7 @@ class PartCompiler:
         inputs = tuple(real_input(t) for t in example_inputs)
         if restrided(gm, example_inputs):
             gm = views_as_reshapes(gm)
+        constants_to(gm, self.settings.device or graph_device_of(gm, inputs))
         return self.compile_shape(gm, inputs, self.static_inputs(len(inputs)))
 
     def compile_shape(
