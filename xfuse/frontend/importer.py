@@ -233,9 +233,21 @@ def _decomposed(program: ExportedProgram, symbolic: bool) -> ExportedProgram:
     try:
         # export_support: decomposing retraces, rebuilding library outputs (a DynamicCache).
         with _quiet("torch._subclasses.fake_tensor"), export_support():
-            return program.run_decompositions(decomposition_table(symbolic))
+            return _without_guards(program).run_decompositions(decomposition_table(symbolic))
     except Exception as e:  # torch's own limits (e.g. in-place ops on expanded bool views)
         raise UnsupportedProgram(f"torch.export failed while decomposing: {_first_line(e)}") from e
+
+
+def _without_guards(program: ExportedProgram) -> ExportedProgram:
+    """`program` with no guard code: decomposing retraces its module, and torch 2.11 runs the
+    guards as code there, which fails (`name 'L' is not defined`) where a guard names an input
+    by a path its placeholders do not have (`L['args'][1].stride()[0] == 256`, for a
+    GraphModule's stride guards). The guards check the example inputs the program was just
+    exported with, and xfuse never calls the exported module: its runtime checks each call's
+    inputs itself."""
+    if getattr(program, "_guards_code", None):
+        program._guards_code = []
+    return program
 
 
 def _may_be_its_input(value: torch.fx.Node, source: torch.fx.Node) -> bool:
