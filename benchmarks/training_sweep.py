@@ -2,6 +2,7 @@
 transformers' models trained through `torch.compile(backend="xfuse")` (a sweep, not a benchmark):
 
     python -m benchmarks.training_sweep [--models gpt2,vit] [--steps 3] [--timeout 900]
+                                        [--device cuda] [--jobs 4]
 
 Each model is built from a small config (random weights, never downloaded) and trained `--steps`
 AdamW steps in its own process, in strict mode (a part or group that would run eagerly raises),
@@ -9,6 +10,7 @@ beside an eager copy with the same seeds: dropout, batch norm and all. A row say
 step's loss matched eager's (`assert_close` at f32's defaults) and how many parts xfuse compiled.
 Where a loss differs, the row adds each path's largest distance from the same model trained in
 f64 (eager, Inductor, xfuse), to tell a wrong gradient from a model whose steps amplify rounding.
+`--jobs` runs that many models' processes at once (each prints its row as the sweep reaches it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -188,8 +191,10 @@ MOST_PARAMETERS = 5_000_000
 LR = 1e-3
 
 
-def build(name: str) -> tuple[torch.nn.Module, Callable[[torch.nn.Module], torch.Tensor]]:
-    """`name`'s model in train mode, and its loss on fixed inputs."""
+def build(
+    name: str, device: str = "cpu"
+) -> tuple[torch.nn.Module, Callable[[torch.nn.Module], torch.Tensor]]:
+    """`name`'s model in train mode on `device`, and its loss on fixed inputs there."""
     import transformers
 
     kind, task, keywords = MODELS[name]
@@ -203,13 +208,15 @@ def build(name: str) -> tuple[torch.nn.Module, Callable[[torch.nn.Module], torch
     torch.manual_seed(0)
     chosen = CLASSES.get(name)
     model = (getattr(transformers, chosen)(config) if chosen else auto.from_config(config)).train()
+    model = model.to(device)
     size = sum(p.numel() for p in model.parameters())
     if size > MOST_PARAMETERS:  # a keyword the config does not know left a default size
         raise SystemExit(f"{name}: {size} parameters; its config ignored a size keyword")
     if task == "image":
-        pixels, labels = torch.randn(2, 3, 64, 64), torch.tensor([1, 7])
+        pixels = torch.randn(2, 3, 64, 64).to(device)
+        labels = torch.tensor([1, 7], device=device)
         return model, lambda m: m(pixel_values=pixels, labels=labels).loss
-    ids = torch.randint(0, 128, (2, 16))
+    ids = torch.randint(0, 128, (2, 16)).to(device)
     return model, lambda m: m(input_ids=ids, labels=ids).loss
 
 
@@ -242,12 +249,12 @@ def in_f64(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def run_one(name: str, steps: int) -> str:
+def run_one(name: str, steps: int, device: str = "cpu") -> str:
     """One model's row: eager's and xfuse's losses side by side."""
     from xfuse.errors import FallbackWarning
     from xfuse.training import PartCompiler
 
-    model, loss = build(name)
+    model, loss = build(name, device)
     initial = copy.deepcopy(model)
     parts: list[str] = []
     real = PartCompiler.compile
@@ -286,32 +293,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per model")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--jobs", type=int, default=1, help="models run at once")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(run_one(args.one, args.steps), flush=True)
+        print(run_one(args.one, args.steps, args.device), flush=True)
         return
-    for name in args.models.split(","):
-        command = [
-            sys.executable,
-            "-m",
-            "benchmarks.training_sweep",
-            "--one",
-            name,
-            "--steps",
-            str(args.steps),
-        ]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            print(f"{name}: no result in {args.timeout} s", flush=True)
-            continue
-        lines = done.stdout.strip().splitlines()
-        if done.returncode == 0 and lines:
-            print(lines[-1], flush=True)
-        else:
-            error = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            print(f"{name}: FAILED: {error}", flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for row in pool.map(lambda name: row_of(name, args), args.models.split(",")):
+            print(row, flush=True)
+
+
+def row_of(name: str, args: argparse.Namespace) -> str:
+    """`name`'s row from its own process (`--one`), or why there is none."""
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.training_sweep",
+        "--one",
+        name,
+        "--steps",
+        str(args.steps),
+        "--device",
+        args.device,
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return f"{name}: no result in {args.timeout} s"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        return lines[-1]
+    error = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"{name}: FAILED: {error}"
 
 
 if __name__ == "__main__":
