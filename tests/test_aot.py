@@ -18,7 +18,6 @@ from xfuse.aot import (
     compiled_node,
     dtype_conversion,
     filled_like,
-    restrided,
     views_as_reshapes,
 )
 from xfuse.runtime.outputs import OutputPlan
@@ -285,20 +284,31 @@ def test_outside_dynamo_saved_tensors_have_eagers_strides() -> None:
     assert_same_grads(model, reference)
 
 
-def test_a_backward_given_other_strides_than_traced_reshapes_where_it_viewed() -> None:
-    """A backward traced with a saved tensor of eager's (transposed) strides, given it
-    row-major (the forward's kernel wrote it so): the graph's `view`, which those strides
-    forbid, becomes a `reshape` of the same values."""
+def test_a_part_compiles_its_views_as_reshapes_of_the_same_values() -> None:
+    """A part's `view`s hold for the strides AOTAutograd traced, which neither its inputs (a
+    backward given saved tensors row-major, traced with eager's transposed strides) nor
+    torch.export's retrace need keep (torch 2.11 lays a depthwise convolution of channels-last
+    input out channels-first under export): here the graph was traced from a channels-last
+    tensor and is given a row-major one, where its `view` of the permute fails. The part's
+    program reshapes, copying where the strides allow no view."""
+    from xfuse.aot import PartCompiler
 
-    def backward(saved: Tensor) -> Tensor:
-        return saved.view(6, 4) * 2
+    def never(error: Exception, mode: Any) -> None:
+        raise AssertionError(f"ran eagerly: {error}")
 
-    traced = torch.fx.experimental.proxy_tensor.make_fx(backward)(torch.randn(4, 6).t().t())
-    placeholder = traced.graph.find_nodes(op="placeholder")[0]
-    placeholder.meta["val"] = torch.empty_strided((4, 6), (1, 4))
-    given = torch.randn(4, 6)
-    assert restrided(traced, [given])
-    assert not restrided(traced, [torch.empty_strided((4, 6), (1, 4))])
+    def tokens(image: Tensor) -> Tensor:
+        return (image + 1).permute(0, 2, 3, 1).view(-1, 4) * 2
+
+    traced = torch.fx.experimental.proxy_tensor.make_fx(tokens)(
+        torch.randn(2, 4, 3, 3).to(memory_format=torch.channels_last)
+    )
+    given = torch.randn(2, 4, 3, 3)
+    traced.graph.find_nodes(op="placeholder")[0].meta["val"] = given
+    with pytest.raises(RuntimeError, match="view"):
+        traced(given)
+    program = PartCompiler("forward", "error", never).compile(traced, [given])
+    want = (given + 1).permute(0, 2, 3, 1).reshape(-1, 4) * 2
+    torch.testing.assert_close(program(given), want)
     reshaping = views_as_reshapes(traced)
-    torch.testing.assert_close(reshaping(given), given.reshape(6, 4) * 2)
-    assert not traced.graph.find_nodes(op="call_function", target=torch.ops.aten.reshape.default)
+    torch.testing.assert_close(reshaping(given), want)
+    assert traced.graph.find_nodes(op="call_function", target=torch.ops.aten.view.default)

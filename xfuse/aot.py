@@ -367,8 +367,11 @@ class PartCompiler:
                 "compile (xfuse.compile's training programs are compiled per shape)"
             )
         inputs = tuple(real_input(t) for t in example_inputs)
-        if restrided(gm, example_inputs):
-            gm = views_as_reshapes(gm)
+        # Its views are reshapes: the graph's strides are AOTAutograd's trace's, and neither
+        # the inputs (a backward's saved tensors as the forward returned them) nor torch.export's retrace need keep them (under torch 2.11
+        # export lays a depthwise convolution of channels-last input out channels-first, where
+        # AOTAutograd and eager keep it channels-last, and ConvNeXt's `view` of it fails).
+        gm = views_as_reshapes(gm)
         constants_to(gm, self.settings.device or graph_device_of(gm, inputs))
         return self.compile_shape(gm, inputs, self.static_inputs(len(inputs)))
 
@@ -419,7 +422,7 @@ class PartCompiler:
           kernel wrote it, in row-major strides (`saved_outputs`, then
           `xfuse.runtime.outputs.with_kernel_strides`), rather than copying it into eager's,
           and tells AOTAutograd each output's strides (`report_output_strides`), which
-          compiles the backward for them (its `view`s as reshapes: `restrided`).
+          compiles the backward for them (its `view`s as reshapes: `views_as_reshapes`).
         - Symbolic sizes: AOTAutograd restrides the backward's inputs to static strides
           only, so a symbolic program's cannot be told; the forward returns each saved tensor
           that is not surely contiguous, or that is a view of an input or of another output,
@@ -513,19 +516,6 @@ def aot_options(
         "partition_fn": partition_as_eager(saved, user_inputs),
         "decompositions": decompositions(),
     }
-
-
-def restrided(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
-    """Whether an example input has other strides than its placeholder's traced value: a
-    backward whose saved tensors AOTAutograd gives the strides the forward's program returns
-    them in (`report_output_strides`), not eager's."""
-    placeholders = gm.graph.find_nodes(op="placeholder")
-    for node, t in zip(placeholders, example_inputs, strict=False):
-        traced = node.meta.get("val")
-        if isinstance(t, Tensor) and isinstance(traced, Tensor) and t.numel() > 1:
-            if tuple(t.stride()) != tuple(traced.stride()):
-                return True
-    return False
 
 
 def views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
