@@ -283,3 +283,45 @@ def test_positions_past_2_32_index_right_at_the_largest_grid(text: str, sizes: l
     assert max(expected) >= 2**32
     assert set(y.stored) == expected
     assert all(v == 2 * i + 100.0 * (i % period + 1) for i, v in y.stored.items())
+
+
+def test_a_row_kernel_reads_a_gathered_element_per_lane_with_no_vector_claim() -> None:
+    """A softmax over `x[..., idx]`: the row's lanes read `idx` as one aligned vector, but
+    `x` at the indices it holds, each lane at its own (`idx[1]`, not `idx[0] + 1`) and with
+    no alignment claimed (rows of 31 f32 put odd rows' first elements 4 bytes off; XLNet's
+    relative shift failed on the H200 with a misaligned address)."""
+    import torch
+    from xdsl.dialects import func
+
+    from xfuse.frontend.export import import_for_xfuse
+    from xfuse.ir.names import ALIGN_ATTR, KERNEL_ATTR, LANE_ATTR
+    from xfuse.passes.lowering.gpu_map_parallel import map_kernel
+    from xfuse.pipeline import compile_pipeline
+    from xfuse.runtime.compiler import is_fresh_view, lower_to_loops
+
+    idx = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 30])
+
+    def shifted_softmax(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(torch.index_select(x, 3, idx) * 0.25, dim=-1)
+
+    module = import_for_xfuse(shifted_softmax, (torch.randn(2, 4, 16, 31),)).program.module
+    compile_pipeline("cuda")(module)
+    lower_to_loops(module, "cuda", leave=is_fresh_view)
+    kernels = [
+        op for op in module.ops if isinstance(op, func.FuncOp) and KERNEL_ATTR in op.attributes
+    ]
+    assert len(kernels) == 1
+    kernel = kernels[0]
+    assert map_kernel(kernel, module) == "rows"
+    x = kernel.body.block.args[0]
+    index = kernel.body.block.args[1]
+    loads = [op for op in kernel.walk() if isinstance(op, memref.LoadOp)]
+    assert any(LANE_ATTR in op.attributes for op in loads if op.memref is index)
+    gathered = [op for op in loads if op.memref is x]
+    assert len(gathered) > 1
+    columns = {list(op.indices)[-1] for op in gathered}
+    for op in gathered:
+        assert ALIGN_ATTR not in op.attributes and LANE_ATTR not in op.attributes
+        column = list(op.indices)[-1].owner
+        # the index read from `idx` (wrapped where negative), not another lane's `+ lane`
+        assert not (isinstance(column, arith.AddiOp) and set(column.operands) & columns)
