@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from xfuse.aot import graph_device, is_symbolic, real_input, size_hint
+from xfuse.aot import graph_device, is_symbolic, real_input, size_hint, views_as_reshapes
 from xfuse.api import compile
 from xfuse.errors import (
     AutogradUnsupportedError,
@@ -1160,6 +1160,7 @@ def training_part(
     eagerly for that signature (`PartCompiler.on_eager`: a `FallbackWarning`, or in strict
     mode an `EagerFallbackError`)."""
     program_graph, outputs = part_outputs(gm, example_inputs, compiler.internal_outputs())
+    program_graph = views_as_reshapes(program_graph)  # as `PartCompiler.compile` says why
     static = compiler.static_inputs(len(example_inputs))
     per_shape = _PartPerShape(compiler, program_graph, static)
     try:
