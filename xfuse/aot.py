@@ -368,9 +368,10 @@ class PartCompiler:
             )
         inputs = tuple(real_input(t) for t in example_inputs)
         # Its views are reshapes: the graph's strides are AOTAutograd's trace's, and neither
-        # the inputs (a backward's saved tensors as the forward returned them) nor torch.export's retrace need keep them (under torch 2.11
-        # export lays a depthwise convolution of channels-last input out channels-first, where
-        # AOTAutograd and eager keep it channels-last, and ConvNeXt's `view` of it fails).
+        # the inputs (a backward's saved tensors as the forward returned them) nor
+        # torch.export's retrace need keep them (under torch 2.11 export lays a depthwise
+        # convolution of channels-last input out channels-first, where AOTAutograd and eager
+        # keep it channels-last, and ConvNeXt's `view` of it fails).
         gm = views_as_reshapes(gm)
         constants_to(gm, self.settings.device or graph_device_of(gm, inputs))
         return self.compile_shape(gm, inputs, self.static_inputs(len(inputs)))

@@ -493,16 +493,6 @@ def _depends_on(value: SSAValue, iv: SSAValue) -> bool:
     return False
 
 
-def _offset_from(value: SSAValue, iv: SSAValue) -> bool:
-    """Whether `value` is `iv` or computed from it by offset arithmetic (`_OFFSET_OPS`) alone:
-    an index that moves with the lane. One read from a buffer at `iv` (a gather's index) moves
-    as that buffer's values do, so each lane computes its own (no vector access of it)."""
-    if value is iv:
-        return True
-    owner = value.owner
-    return isinstance(owner, _OFFSET_OPS) and any(_offset_from(v, iv) for v in owner.operands)
-
-
 def _varying_accesses(
     accesses: Sequence[memref.LoadOp | memref.StoreOp], innermost: SSAValue
 ) -> list[memref.LoadOp | memref.StoreOp]:
@@ -1223,8 +1213,11 @@ def _unrolled_row_loop(
     iv = body.args[0]
     ops = _body_ops(body)
     stores = [op for op in ops if isinstance(op, memref.StoreOp)]
+    # lanes at adjacent elements: a last index of `iv` plus terms without it; one read from a
+    # buffer at `iv` (a gather's index) moves as that buffer's values do, so each lane reads
+    # the element at its own index
     vector_accesses = [
-        a for a in _accesses(ops) if list(a.indices) and _offset_from(list(a.indices)[-1], iv)
+        a for a in _accesses(ops) if list(a.indices) and _coefficient(list(a.indices)[-1], iv) == 1
     ]
     # at an offset of the loop index (`_indexes_linearly`): each lane at the first lane's plus it
     offset = {a for a in vector_accesses if list(a.indices)[-1] != iv}
