@@ -490,3 +490,20 @@ def test_a_row_loop_that_stores_what_it_sums_sums_each_value_once() -> None:
     compiled = xfuse.compile(fn, (v,), quiet=True)
     torch.testing.assert_close(compiled(v), fn(v))
     assert len(compiled.default.program.kernels) == 1
+
+
+def test_a_short_f32_sum_is_the_f32_nearest_its_exact_value() -> None:
+    """Training fuzz seed 81, program 1990: a sum over dims (0, 2) of a (5, 5, 6) input in
+    f32 partial sums landed 3 ulps from the exact sum on one channel (eager's, by its order,
+    0.06), and `acos` near its clamp multiplied that into a gradient 15x eager's distance
+    from f64. A sum of at most `SHORT_SUM` f32 terms accumulates in f64 and rounds once."""
+    x = torch.randn((5, 5, 6), generator=torch.Generator().manual_seed(81002233))
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return t.sum(dim=(0, 2)) + 0.0
+
+    compiled = xfuse.compile(fn, (x,), quiet=True)
+    exact = x.double().sum(dim=(0, 2)).float()
+    assert torch.equal(compiled(x), exact)
+    (kernel,) = compiled.default.program.kernels
+    assert "f64" in kernel.loop_ir

@@ -65,12 +65,13 @@ def lower_to_loops(
     device: torch.device | str = "cpu",
     leave: Callable[[Operation], bool] | None = None,
 ) -> None:
-    """lower-to-loops as the runtime runs it for `device` (dims merged except on CUDA, see
-    `LowerToLoopsPass.merge_dims`), the lone ops `leave` names left in place."""
-    from xfuse.passes.lowering.lower_to_loops import MERGE_DIMS, lower_functions
+    """lower-to-loops as the runtime runs it for `device` (dims merged and short f32 sums in
+    f64 except on CUDA, see `LowerToLoopsPass.merge_dims` and `.wide_sums`), the lone ops
+    `leave` names left in place."""
+    from xfuse.passes.lowering.lower_to_loops import MERGE_DIMS, WIDE_SUMS, lower_functions
 
-    merge = MERGE_DIMS and torch.device(device).type != "cuda"
-    lower_functions(module, merge_dims=merge, leave=leave)
+    cpu = torch.device(device).type != "cuda"
+    lower_functions(module, merge_dims=MERGE_DIMS and cpu, wide_sums=WIDE_SUMS and cpu, leave=leave)
 
 
 FUSED, OP_BY_OP, EAGER, CONSTANT = "fused", "op by op", "eager", "constant"

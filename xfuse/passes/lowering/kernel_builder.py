@@ -23,6 +23,8 @@ from xdsl.dialects.builtin import (
     MemRefType,
     StringAttr,
     UnitAttr,
+    f32,
+    f64,
     i1,
     i8,
     i64,
@@ -102,6 +104,7 @@ from xfuse.passes.lowering.reductions import (
 )
 from xfuse.passes.lowering.scalar_ops import (
     UnsupportedScalarOp,
+    compute_type,
     emit_cast,
     emit_elementwise,
     emit_select,
@@ -189,9 +192,13 @@ class KernelBuilder:
         merge_dims: bool,
         sizes: SizesAttr | None = None,
         buffer_runs: dict[SSAValue, Runs] | None = None,
+        *,
+        wide_sums: bool,
     ):
         self.name = name
         self.merge_dims = merge_dims
+        self.wide_sums = wide_sums
+        """Whether short f32 sums accumulate in f64 (`reductions.SHORT_SUM`)."""
         self.size_table = sizes
         """The function's size symbols, as given."""
         self.buffer_runs = {} if buffer_runs is None else buffer_runs
@@ -220,6 +227,10 @@ class KernelBuilder:
         self.rows_merged = False
         """Whether the domain loops over a reduction's adjacent dims as one (`merged_row_domain`)."""
         self.domain = self._domain()
+        self.blocked_sums_wide = wide_sums and len(self.domain.reduce_vars) > 1
+        """Whether this kernel's short f32 sums accumulate in f64: with `wide_sums`, where its
+        rows are summed over several loops, in blocks (`partial_sums_nest`), an order unlike
+        eager's. A row of one loop is summed in vector lanes as eager's is, at f32's width."""
 
     def error(self, reason: str) -> LoopLoweringError:
         return LoopLoweringError(f"cannot lower @{self.name} to loops: {reason}")
@@ -403,7 +414,9 @@ class KernelBuilder:
         element (the outputs' stores)."""
         inits: list[SSAValue] = []
         for r in phase:
-            inits.append(self.constant(reduction_init(r), accumulator_type(r)))
+            inits.append(
+                self.constant(reduction_init(r), accumulator_type(r, self.blocked_sums_wide))
+            )
             if isinstance(r, graph.ArgReduceOp):  # and the index of the value so far
                 inits.append(self.constant(0, i64))
 
@@ -415,8 +428,11 @@ class KernelBuilder:
                 x = to_compute(self, x, dtype_of(r.input))
                 if isinstance(r, graph.ArgReduceOp):
                     out += self._arg_step(r, next(carried), next(carried), x)
-                else:
-                    out.append(self.insert(reduction_combiner(r)(next(carried), x)))
+                    continue
+                acc = next(carried)
+                if acc.type == f64 and x.type == f32:  # a short sum in f64
+                    x = self.insert(arith.ExtFOp(x, acc.type))
+                out.append(self.insert(reduction_combiner(r)(acc, x)))
             if also is not None:
                 also()
             return out
@@ -475,7 +491,10 @@ class KernelBuilder:
         of many equal values its rounding errors add up far past eager's."""
         if len(loop_vars) < 2:
             return self.for_nest(loop_vars, carried, body)
-        identities = [self.constant(reduction_init(r), accumulator_type(r)) for r in phase]
+        identities = [
+            self.constant(reduction_init(r), accumulator_type(r, self.blocked_sums_wide))
+            for r in phase
+        ]
 
         def outer(accs: list[SSAValue]) -> list[SSAValue]:
             partials = self.partial_sums_nest(phase, loop_vars[1:], identities, body)
@@ -495,6 +514,9 @@ class KernelBuilder:
                 count = numel([shape_of(r.input)[k] for k in r.reduce_dims])
                 divisor = self.constant(float(count), acc.type)
             acc = self.insert(arith.DivfOp(acc, divisor))
+        computed = compute_type(dtype_of(r.result))
+        if acc.type == f64 and computed == f32:  # a short sum in f64, rounded once
+            acc = self.insert(arith.TruncFOp(acc, computed))
         return from_compute(self, acc, dtype_of(r.result))
 
     def for_nest(
@@ -711,10 +733,12 @@ class KernelBuilder:
         if self.rows_merged and self._divides_merged(runs):
             # a reduction's merged row loop that some buffer still reads through a division:
             # its dims looped over one by one instead (`nd_domain`)
-            return KernelBuilder(*args[:4], False, self.size_table).build_merged()
+            return KernelBuilder(
+                *args[:4], False, self.size_table, wide_sums=self.wide_sums
+            ).build_merged()
         if not runs:
             return kernel
-        return KernelBuilder(*args, self.size_table, runs).build()
+        return KernelBuilder(*args, self.size_table, runs, wide_sums=self.wide_sums).build()
 
     def _divides_merged(self, runs: dict[SSAValue, Runs]) -> bool:
         """Whether some buffer access of this kernel divides even with the buffers' dims

@@ -35,8 +35,9 @@ How a kernel computes its outputs:
 - Groups with reductions: all reductions must reduce the same dims of the same shape (the
   "full" shape); the kept dims are the parallel loop (one row per iteration), and inside it one
   `scf.for` nest per reduction phase (reductions that need another one's result come in a later
-  phase) carries the accumulators (`f32` for f16/bf16 data) as `iter_args`; a last nest over the
-  reduced dims writes the outputs of the full shape, and outputs of another shape with as many
+  phase) carries the accumulators (`f32` for f16/bf16 data; `f64` for a sum of at most
+  `SHORT_SUM` f32 terms over several loops, with `wide_sums`) as `iter_args`; a last nest
+  over the reduced dims writes the outputs of the full shape, and outputs of another shape with as many
   elements (a layer norm's output reshaped) at the same position in memory, where one of them
   reads the last phase's results; else the last phase's nest writes them (an activation beside
   its channel sum: each element read and computed once). Outputs of the row
@@ -95,9 +96,11 @@ from xfuse.errors import CodegenError
 from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, SIZES_ATTR
 from xfuse.passes.lowering.domains import MERGE_DIMS, Leaf, splat_value
 from xfuse.passes.lowering.kernel_builder import KernelBuilder
+from xfuse.passes.lowering.reductions import WIDE_SUMS
 
 __all__ = [
     "MERGE_DIMS",
+    "WIDE_SUMS",
     "FunctionLowering",
     "LowerToLoopsPass",
     "LoweredGroup",
@@ -123,9 +126,11 @@ def lower_group(
     *,
     merge_dims: bool = MERGE_DIMS,
     sizes: graph.SizesAttr | None = None,
+    wide_sums: bool = WIDE_SUMS,
 ) -> LoweredGroup:
     """The kernel `@name` of `group` and the values its launch takes (raises CodegenError);
-    `merge_dims` as `LowerToLoopsPass`'s; `sizes` the function's size symbols (by default the
+    `merge_dims` and `wide_sums` as `LowerToLoopsPass`'s; `sizes` the function's size symbols
+    (by default the
     table of the function the group is in), which a group with symbolic sizes needs."""
     leaves: dict[SSAValue, Leaf] = {}
     buffers: list[SSAValue] = []
@@ -153,7 +158,9 @@ def lower_group(
             launch_inputs.append(copy.result)
     if sizes is None:
         sizes = graph.size_table(group)
-    kernel = KernelBuilder(name, group, leaves, buffers, merge_dims, sizes).build_merged()
+    kernel = KernelBuilder(
+        name, group, leaves, buffers, merge_dims, sizes, wide_sums=wide_sums
+    ).build_merged()
     return LoweredGroup(kernel, launch_inputs, hoisted)
 
 
@@ -191,6 +198,7 @@ class FunctionLowering:
     module: ModuleOp
     keep_unsupported: bool
     merge_dims: bool
+    wide_sums: bool
     leave: Callable[[Operation], bool] | None = None
     """Lone ops left in place, no kernel made (those a runtime runs as torch views)."""
     count: int = 0
@@ -227,7 +235,9 @@ class FunctionLowering:
     def lower(self, group: fusion.GroupOp, replaced: Operation) -> None:
         name = self.kernel_name()
         try:
-            lowered = lower_group(group, name, merge_dims=self.merge_dims, sizes=self.sizes)
+            lowered = lower_group(
+                group, name, merge_dims=self.merge_dims, sizes=self.sizes, wide_sums=self.wide_sums
+            )
         except CodegenError as e:
             if not self.keep_unsupported:
                 raise
@@ -268,8 +278,17 @@ class LowerToLoopsPass(ModulePass):
     `gpu-map-parallel` flattens the loops itself and vectorizes the accesses indexed by the
     innermost loop variable."""
 
+    wide_sums: bool = WIDE_SUMS
+    """Accumulate a float sum of at most `SHORT_SUM` f32 terms per row, over several loops, in
+    f64, rounded once at its end (`reductions.SHORT_SUM`). The runtime turns it off on CUDA."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        lower_functions(op, keep_unsupported=self.keep_unsupported, merge_dims=self.merge_dims)
+        lower_functions(
+            op,
+            keep_unsupported=self.keep_unsupported,
+            merge_dims=self.merge_dims,
+            wide_sums=self.wide_sums,
+        )
 
 
 def lower_functions(
@@ -277,6 +296,7 @@ def lower_functions(
     *,
     keep_unsupported: bool = False,
     merge_dims: bool = MERGE_DIMS,
+    wide_sums: bool = WIDE_SUMS,
     leave: Callable[[Operation], bool] | None = None,
 ) -> None:
     """`lower-to-loops` on every function of `module` that is no kernel (the pass's options),
@@ -284,4 +304,4 @@ def lower_functions(
     functions = [f for f in module.ops if isinstance(f, func.FuncOp) and not is_kernel(f)]
     for f in functions:
         if f.body.blocks:
-            FunctionLowering(f, module, keep_unsupported, merge_dims, leave).run()
+            FunctionLowering(f, module, keep_unsupported, merge_dims, wide_sums, leave).run()

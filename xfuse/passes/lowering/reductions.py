@@ -6,16 +6,17 @@ group's reductions run are `xfuse.passes.fusion.kernel_loops.RowPasses`'.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TypeGuard, cast
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import i1
+from xdsl.dialects.builtin import f32, f64, i1
 from xdsl.dialects.utils.fast_math import FastMathFlag
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.graph import dtype_of, is_float
+from xfuse.dialects.graph import dtype_of, is_float, shape_of
 from xfuse.passes.lowering.scalar_ops import UnsupportedScalarOp, compute_type, reduction_identity
 
 _FLOAT_COMBINE: dict[str, type[Operation]] = {
@@ -40,8 +41,31 @@ _BOOL_COMBINE: dict[str, type[Operation]] = {
 }
 
 
-def accumulator_type(op: graph.ReduceOp) -> Attribute:
-    return compute_type(dtype_of(op.input))
+WIDE_SUMS = True
+"""Whether short f32 sums accumulate in f64 (`SHORT_SUM`) unless told otherwise; the runtime
+turns it off on CUDA."""
+
+SHORT_SUM = 64
+"""The most terms per row of an f32 sum (or mean) over several loops that accumulates in f64
+where wide sums are on (`LowerToLoopsPass.wide_sums`, the CPU's): summed in f64 and rounded
+once, such a sum is the f32 value nearest the exact one. Over several loops a row is summed in
+blocks (`partial_sums_nest`), an order unlike eager's, and a blocked f32 sum of a few dozen
+terms can land a few ulps off where eager's happens to land on it; a steep function after it
+(acos near its clamp) multiplies that distance into a gradient far from eager's. A row of one
+loop (a softmax's, a layer norm's) keeps f32, summed in vector lanes as eager's is: in f64 it
+took 1.3-1.9x the time on the CPU."""
+
+
+def accumulator_type(op: graph.ReduceOp, wide_sums: bool) -> Attribute:
+    """The type `op` accumulates in: its elements' compute type (f32 for f16/bf16: far finer
+    than their result), f64 for a short sum of f32 with `wide_sums` (`SHORT_SUM`)."""
+    t = compute_type(dtype_of(op.input))
+    if wide_sums and dtype_of(op.input) == f32 and _combiner_class(op) is arith.AddfOp:
+        shape = shape_of(op.input)
+        terms = [shape[d] for d in op.reduce_dims]
+        if all(n >= 0 for n in terms) and math.prod(terms) <= SHORT_SUM:  # no runtime size
+            return f64
+    return t
 
 
 def reduction_init(op: graph.ReduceOp) -> float | int:
