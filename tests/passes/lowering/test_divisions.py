@@ -34,7 +34,7 @@ def test_a_normalization_still_multiplies_by_the_reciprocal() -> None:
     from xdsl.dialects import arith, scf
 
     from xfuse.ir.context import parse
-    from xfuse.passes.lowering.divisions import divide_by_reciprocal
+    from xfuse.passes.lowering.divisions import divide_by_reciprocal, kept_divisors
 
     module = parse(
         """
@@ -52,6 +52,26 @@ func.func @k(%x: memref<8xf32>, %y: memref<8xf32>, %s: f32) {
 """
     )
     (loop,) = [op for op in module.walk() if isinstance(op, scf.ForOp)]
-    divide_by_reciprocal(loop)
+    divide_by_reciprocal(loop, kept_divisors(module))
     assert not [op for op in loop.body.block.ops if isinstance(op, arith.DivfOp)]
     assert [op for op in loop.body.block.ops if isinstance(op, arith.MulfOp)]
+
+
+def test_a_maximum_equals_the_value_it_was_taken_from_where_it_is_floored() -> None:
+    """Training fuzz seed 83, program 455: a kernel takes a row's maximum of `v / 6` (its
+    floor returned too, so that loop divides) and compares each element's `v / 6` with it in
+    another loop, which multiplied by the reciprocal: an ulp apart, no element of three rows
+    equalled the maximum, and amax's gradient divided by that count (0) gave NaN. Every
+    division by a divisor that one division of the kernel keeps is kept."""
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        v = torch.clamp_min(a - b, 0) / 6
+        m = v.amax(1, keepdim=True)
+        return torch.floor(m), m == v
+
+    x = torch.randn((4, 6, 4), generator=torch.Generator().manual_seed(83000704))
+    d = x - x.mean(1, keepdim=True)
+    a, b = (d * d).sum(1), d.mean(1) ** 2 * 6  # the program's variance, in two parts
+    compiled = xfuse.compile(fn, (a, b), quiet=True)
+    got, want = compiled(a, b), fn(a, b)
+    assert torch.equal(got[1], want[1])

@@ -66,7 +66,7 @@ from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
 from xfuse.passes.llvm.range_pieces import split_loop_ranges
 from xfuse.passes.llvm.transpose_blocks import block_transposed_loops
-from xfuse.passes.lowering.divisions import divide_by_reciprocal
+from xfuse.passes.lowering.divisions import divide_by_reciprocal, kept_divisors
 from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op
 
 
@@ -460,8 +460,9 @@ def prepare_cpu_kernels(module: ModuleOp) -> None:
     for kernel in kernel_functions(module):
         for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
             reuse_reduction_values(parallel)
+        kept = kept_divisors(kernel)
         for loop in [o for o in kernel.walk() if isinstance(o, scf.ForOp)]:
-            divide_by_reciprocal(loop)
+            divide_by_reciprocal(loop, kept)
         for parallel in [o for o in kernel.walk() if isinstance(o, scf.ParallelOp)]:
             if not block_column_reductions(parallel):
                 block_transposed_loops(parallel)

@@ -7,6 +7,11 @@ move to the next integer: `trunc(x / s)` where `x / s` is exactly 8) keeps its d
 A comparison does not: eager's softmax and normalizations multiply by the reciprocal
 themselves, and an argmax of a softmax must pick what eager's picks. (At loop level a true
 division and a normalization look alike, so `x / s == 8` is compared as `x * (1 / s)`.)
+
+A kernel computes a value again where it reads it in another loop (a row's maximum, then each
+element compared with it): every division of a kernel by a divisor that one of them must keep
+(`kept_divisors`) is kept, so that `max(v) == v` holds where `max` reaches a floor and the
+comparison does not.
 """
 
 from __future__ import annotations
@@ -30,14 +35,23 @@ DISCRETE_USERS: tuple[type[Operation], ...] = (
 """Ops whose result can jump to the next integer where an operand moves by an ulp."""
 
 
-def divide_by_reciprocal(loop: scf.ForOp) -> None:
+def kept_divisors(kernel: Operation) -> set[SSAValue]:
+    """The divisors of `kernel`'s divisions whose quotient reaches one of `DISCRETE_USERS`."""
+    return {
+        op.rhs
+        for op in kernel.walk()
+        if isinstance(op, arith.DivfOp) and _reaches_discrete(op.result)
+    }
+
+
+def divide_by_reciprocal(loop: scf.ForOp, kept: set[SSAValue]) -> None:
     """Each `x / s` of `loop`'s body whose divisor (f32/f64) is defined outside the loop and
-    whose quotient reaches no `DISCRETE_USERS` -> `x * (1 / s)`, `1 / s` before the loop."""
+    not in `kept` (its kernel's `kept_divisors`) -> `x * (1 / s)`, `1 / s` before the loop."""
     body = loop.body.block
     for op in list(body.ops):
         if not isinstance(op, arith.DivfOp) or op.rhs.type not in (f32, f64):
             continue
-        if _defined_inside(op.rhs, loop) or _reaches_discrete(op.result):
+        if _defined_inside(op.rhs, loop) or op.rhs in kept:
             continue
         one = arith.ConstantOp(FloatAttr(1.0, op.rhs.type))  # pyright: ignore[reportArgumentType]
         reciprocal = arith.DivfOp(one.result, op.rhs)

@@ -85,7 +85,7 @@ from xfuse.ir.names import (
     SIZE_HINTS_ATTR,
     STRATEGY_ATTR,
 )
-from xfuse.passes.lowering.divisions import divide_by_reciprocal
+from xfuse.passes.lowering.divisions import divide_by_reciprocal, kept_divisors
 from xfuse.passes.lowering.scalar_ops import REDUCTION_IDENTITIES, reduction_identity
 from xfuse.passes.options import (
     BLOCK_THREADS,
@@ -1059,8 +1059,9 @@ def _map_rows(
     threads per row are chosen for, is then its size at the hints); returns rows per block."""
     max_cached = mapping.max_cached
     loops = [op for op in _body_ops(par.body.block) if isinstance(op, scf.ForOp)]
+    kept = kept_divisors(kernel)
     for loop in loops:  # one division per row (an IEEE division is a dozen instructions)
-        divide_by_reciprocal(loop)
+        divide_by_reciprocal(loop, kept)
     body = _body_ops(par.body.block)
     ivs = list(par.body.block.args)
     static = [d for d in shape if isinstance(d, int)]
