@@ -235,6 +235,45 @@ def make_inputs():
 """
 
 
+F16_PRODUCT = """
+import torch
+
+TOLERANCE = "rmse"
+SCALE = 207.8
+
+
+def program(x0):
+    v1 = x0.to(torch.float16)
+    v2 = v1.prod()
+    v3 = torch.fmax(x0, torch.tensor(-1.5))
+    return (v2, v3, )
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(83000930)
+    x0 = (torch.rand((4, 8, 1), generator=g) * 1.5 + 0.5)
+    return (x0, )
+"""
+
+
+def test_the_f64_reference_rounds_a_cast_to_f16_and_not_its_gradient() -> None:
+    """fuzz seed 83 program 681 (training): the product of 32 values cast to f16. xfuse's
+    (f32 products, one rounding) is the f16 nearest the product of the f16 values, eager's
+    (rounded as it goes) 3 ulps off; against the product of the unrounded values eager's
+    happened to be nearer, and xfuse's gradient was judged 5x eager's distance. The reference
+    rounds at the program's cast and computes in f64 after it; gradients pass unrounded."""
+    x = torch.tensor([1.1, 2.3], dtype=torch.float64, requires_grad=True)
+    with runner.Float64Casts():
+        y = x.to(torch.float16)
+    assert y.dtype == torch.float64
+    assert torch.equal(y, x.detach().half().double())
+    (y * torch.tensor([3.0001, 5.0], dtype=torch.float64)).sum().backward()
+    assert x.grad is not None
+    assert torch.equal(x.grad, torch.tensor([3.0001, 5.0], dtype=torch.float64))
+    outcome = check_training(F16_PRODUCT)
+    assert outcome.status == "pass", str(outcome)
+
+
 ALIASING_SOURCE = """
 import torch
 

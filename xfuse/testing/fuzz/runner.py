@@ -524,9 +524,27 @@ def _effect(effects: Effects) -> str:
     return effects if isinstance(effects, str) else "allows it"
 
 
+class _RoundedTo(torch.autograd.Function):
+    """A program's cast to f16/bf16 in the f64 run: the value rounded as the cast rounds it,
+    kept in f64; its gradient passes through unrounded (the reference's backward stays f64)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, dtype: torch.dtype) -> Tensor:
+        return x.to(dtype).to(torch.float64)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        return grad, None
+
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
 class Float64Casts(torch.overrides.TorchFunctionMode):
     """For the f64 reference run: `.to(<floating dtype>)` casts to f64 instead, so that a
-    program's own casts to f16/bf16/f32 do not make the reference as coarse as eager. A cast
+    program's own casts to f16/bf16/f32 do not make the reference as coarse as eager: a cast
+    to f16/bf16 rounds its values as the program's cast does (its inputs to what follows are
+    that dtype's values in every run), what follows is computed in f64. A cast
     that makes a new tensor in eager makes one here too, where the tensor is f64 already (an
     in-place op on the cast then leaves its input alone, as in eager); an f64 tensor of this
     run is taken for eager's f32 (the inputs and the program's floats are f32 there), so its
@@ -545,6 +563,9 @@ class Float64Casts(torch.overrides.TorchFunctionMode):
         if "dtype" in kwargs:
             kwargs["dtype"] = _f64_if_float(kwargs["dtype"])
         result = func(*args, **kwargs)
+        half = [d for d in wanted if d in HALF_DTYPES]
+        if half and isinstance(result, Tensor) and result.is_floating_point():
+            return _RoundedTo.apply(result, half[0])
         return result.clone() if new and result is source else result
 
 
