@@ -37,10 +37,10 @@ How a kernel computes its outputs:
   `scf.for` nest per reduction phase (reductions that need another one's result come in a later
   phase) carries the accumulators (`f32` for f16/bf16 data; `f64` for a sum of at most
   `SHORT_SUM` f32 terms over several loops, with `wide_sums`) as `iter_args`; a last nest
-  over the reduced dims writes the outputs of the full shape, and outputs of another shape with as many
-  elements (a layer norm's output reshaped) at the same position in memory, where one of them
-  reads the last phase's results; else the last phase's nest writes them (an activation beside
-  its channel sum: each element read and computed once). Outputs of the row
+  over the reduced dims writes the outputs of the full shape, and outputs of another shape
+  with as many elements (a layer norm's output reshaped) at the same position in memory,
+  where one of them reads the last phase's results; else the last phase's nest writes them
+  (an activation beside its channel sum: each element read and computed once). Outputs of the row
   shape (keepdim or not) are written once per row. A reduction's result may only be read at
   its own row (these rules are `xfuse.passes.fusion.kernel_loops`', which fusion checks a
   group against too). A float sum or product accumulates with `fastmath<reassoc>` (that op
@@ -130,8 +130,8 @@ def lower_group(
 ) -> LoweredGroup:
     """The kernel `@name` of `group` and the values its launch takes (raises CodegenError);
     `merge_dims` and `wide_sums` as `LowerToLoopsPass`'s; `sizes` the function's size symbols
-    (by default the
-    table of the function the group is in), which a group with symbolic sizes needs."""
+    (by default the table of the function the group is in), which a group with symbolic sizes
+    needs."""
     leaves: dict[SSAValue, Leaf] = {}
     buffers: list[SSAValue] = []
     launch_inputs: list[SSAValue] = []
