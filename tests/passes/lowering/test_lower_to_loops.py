@@ -486,6 +486,22 @@ def test_a_merged_row_read_through_a_division_loops_dim_by_dim():
     assert "arith.divui" not in op_names(kernel) and "arith.remui" not in op_names(kernel)
 
 
+@pytest.mark.parametrize("wide_sums", [True, False])
+def test_a_short_run_of_reduced_dims_is_one_loop_where_it_sums_in_f64(wide_sums: bool):
+    """A global average pool's 7x7 is one loop of 49 where short sums accumulate in f64 (LLVM
+    vectorizes it; a loop of 7 stays scalar), and two loops of 7 summed in f32 otherwise."""
+
+    def build(x: SSAValue):
+        return graph.ReduceMeanOp(x, [2, 3])
+
+    gen = torch.Generator().manual_seed(0)
+    module = make_module([((2, 3, 7, 7), torch.float32)], build)
+    x = sample((2, 3, 7, 7), torch.float32, gen, "any")
+    (kernel,) = kernels(check(module, [x], wide_sums=wide_sums))
+    assert _loop_trips(kernel) == ([49] if wide_sums else [7, 7])
+    assert ("arith.extf" in op_names(kernel)) == wide_sums
+
+
 def test_row_blocks_are_whole_vectors_within_the_dims_accuracy():
     from xfuse.passes.lowering.domains import ROW_LENGTH, VECTOR, _row_blocks
 

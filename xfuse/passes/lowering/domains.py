@@ -125,14 +125,18 @@ its rounding error grows with the loops' lengths added up (56 + 56 for a 56x56 r
 loop of 64 under a loop of 49 blocks (113) is as accurate, one loop of 3,136 is not."""
 
 
-def merged_row_domain(full: tuple[int, ...], reduce_dims: tuple[int, ...]) -> Domain | None:
+def merged_row_domain(
+    full: tuple[int, ...], reduce_dims: tuple[int, ...], short_rows: int = 0
+) -> Domain | None:
     """A reduction's domain (`nd_domain`'s, kept dims as there) whose adjacent reduced dims
     are looped over as one, in blocks (`_row_blocks`): a batch norm's or a squeeze's `[C, 56,
     56]` sums a channel's 3,136 elements in 49 blocks of 64 (whole vectors), where
     `nd_domain`'s 56 loops of 56 leave 8 elements of each to scalar code. The elements are read
     at `(c, (64 o + i) floordiv 56, ... mod 56)`, which `merged_buffer_dims` makes `(c, 64 o +
-    i)` in a buffer whose dims merge. A run no block suits loops dim by dim; None where no run
-    merges."""
+    i)` in a buffer whose dims merge. A run of at most `short_rows` elements is one loop (the
+    builder sums it in f64: a global average pool's 7x7 in one loop of 49, which LLVM
+    vectorizes, where a loop of 7 is scalar). A run no block suits loops dim by dim; None where
+    no run merges."""
     kept = [k for k, d in enumerate(full) if d != 1]
     runs: Runs = []
     for k in kept:
@@ -149,7 +153,9 @@ def merged_row_domain(full: tuple[int, ...], reduce_dims: tuple[int, ...]) -> Do
     merged = False
     for run in runs:
         sizes = [full[k] for k in run]
-        blocks = _row_blocks(sizes) if len(run) > 1 else None
+        blocks = None
+        if len(run) > 1:
+            blocks = [numel(sizes)] if numel(sizes) <= short_rows else _row_blocks(sizes)
         merged = merged or blocks is not None
         if blocks is None:  # each dim a loop of its own, as in `nd_domain`
             loops = [LoopVar(k, d) for k, d in zip(run, sizes, strict=True)]

@@ -96,6 +96,7 @@ from xfuse.passes.lowering.index_algebra import (
 )
 from xfuse.passes.lowering.operand_index import operand_indices
 from xfuse.passes.lowering.reductions import (
+    SHORT_SUM,
     accumulator_type,
     is_real_reduction,
     reassociates,
@@ -227,10 +228,13 @@ class KernelBuilder:
         self.rows_merged = False
         """Whether the domain loops over a reduction's adjacent dims as one (`merged_row_domain`)."""
         self.domain = self._domain()
-        self.blocked_sums_wide = wide_sums and len(self.domain.reduce_vars) > 1
+        self.blocked_sums_wide = wide_sums and (
+            len(self.domain.reduce_vars) > 1 or self.rows_merged
+        )
         """Whether this kernel's short f32 sums accumulate in f64: with `wide_sums`, where its
         rows are summed over several loops, in blocks (`partial_sums_nest`), an order unlike
-        eager's. A row of one loop is summed in vector lanes as eager's is, at f32's width."""
+        eager's, or over several dims merged into one loop (`merged_row_domain`). A row of one
+        dim is summed in vector lanes as eager's is, at f32's width."""
 
     def error(self, reason: str) -> LoopLoweringError:
         return LoopLoweringError(f"cannot lower @{self.name} to loops: {reason}")
@@ -276,7 +280,8 @@ class KernelBuilder:
                     f"full shape {graph.fmt_shape(full)}, its row shape, nor of as many elements"
                 )
         if self.merge_dims and self.reductions and self.table is None:
-            merged = merged_row_domain(full, rows.dims)
+            short = SHORT_SUM if self.wide_sums else 0
+            merged = merged_row_domain(full, rows.dims, short)
             if merged is not None:
                 self.rows_merged = True
                 return merged

@@ -36,7 +36,7 @@ How a kernel computes its outputs:
   "full" shape); the kept dims are the parallel loop (one row per iteration), and inside it one
   `scf.for` nest per reduction phase (reductions that need another one's result come in a later
   phase) carries the accumulators (`f32` for f16/bf16 data; `f64` for a sum of at most
-  `SHORT_SUM` f32 terms over several loops, with `wide_sums`) as `iter_args`; a last nest
+  `SHORT_SUM` f32 terms over several loops or merged dims, with `wide_sums`) as `iter_args`; a last nest
   over the reduced dims writes the outputs of the full shape, and outputs of another shape
   with as many elements (a layer norm's output reshaped) at the same position in memory,
   where one of them reads the last phase's results; else the last phase's nest writes them
@@ -279,8 +279,9 @@ class LowerToLoopsPass(ModulePass):
     innermost loop variable."""
 
     wide_sums: bool = WIDE_SUMS
-    """Accumulate a float sum of at most `SHORT_SUM` f32 terms per row, over several loops, in
-    f64, rounded once at its end (`reductions.SHORT_SUM`). The runtime turns it off on CUDA."""
+    """Accumulate a float sum of at most `SHORT_SUM` f32 terms per row, over several loops or
+    several dims merged into one loop (a 7x7 pool's 49), in f64, rounded once at its end
+    (`reductions.SHORT_SUM`). The runtime turns it off on CUDA."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         lower_functions(

@@ -46,13 +46,14 @@ WIDE_SUMS = True
 turns it off on CUDA."""
 
 SHORT_SUM = 64
-"""The most terms per row of an f32 sum (or mean) over several loops that accumulates in f64
-where wide sums are on (`LowerToLoopsPass.wide_sums`, the CPU's): summed in f64 and rounded
-once, such a sum is the f32 value nearest the exact one. Over several loops a row is summed in
+"""The most terms per row of an f32 sum (or mean) over several loops, or over several dims
+merged into one loop (`merged_row_domain`: a 7x7 pool's 49), that accumulates in f64 where
+wide sums are on (`LowerToLoopsPass.wide_sums`, the CPU's): summed in f64 and rounded once,
+such a sum is the f32 value nearest the exact one. Over several loops a row is summed in
 blocks (`partial_sums_nest`), an order unlike eager's, and a blocked f32 sum of a few dozen
 terms can land a few ulps off where eager's happens to land on it; a steep function after it
 (acos near its clamp) multiplies that distance into a gradient far from eager's. A row of one
-loop (a softmax's, a layer norm's) keeps f32, summed in vector lanes as eager's is: in f64 it
+dim (a softmax's, a layer norm's) keeps f32, summed in vector lanes as eager's is: in f64 it
 took 1.3-1.9x the time on the CPU."""
 
 

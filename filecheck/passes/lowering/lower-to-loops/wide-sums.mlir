@@ -37,3 +37,25 @@ func.func @rows(%x: tensor<4x8xf32>) -> tensor<4xf32> {
 // NARROW:     func.func @channels_k0(
 // NARROW-NOT: f64
 // NARROW:     func.func @rows_k0(
+
+// A run of adjacent reduced dims of at most 64 elements (a global average pool's 7x7) is one
+// loop where it sums in f64, and a loop per dim in f32.
+func.func @pool(%x: tensor<2x3x7x7xf32>) -> tensor<2x3xf32> {
+  %r = fusion.group (%x) kind = "reduction" rule = "test" : (tensor<2x3x7x7xf32>) -> tensor<2x3xf32> {
+  ^bb0(%a: tensor<2x3x7x7xf32>):
+    %m = graph.reduce_mean %a dims = [2, 3] : tensor<2x3x7x7xf32> -> tensor<2x3xf32>
+    fusion.yield %m : tensor<2x3xf32>
+  }
+  func.return %r : tensor<2x3xf32>
+}
+
+// CHECK:      func.func @pool_k0(%{{.*}}: memref<2x3x49xf32>,
+// CHECK:        %[[N:.*]] = arith.constant 49 : index
+// CHECK:        scf.for {{.*}} to %[[N]] {{.*}} -> (f64) {
+// CHECK-NOT:    scf.for
+// CHECK:        arith.truncf {{.*}} : f64 to f32
+
+// NARROW:     func.func @pool_k0(%{{.*}}: memref<2x3x7x7xf32>,
+// NARROW:       scf.for {{.*}} -> (f32) {
+// NARROW:         scf.for {{.*}} -> (f32) {
+// NARROW-NOT: f64
