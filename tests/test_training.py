@@ -438,6 +438,67 @@ def test_gpu_an_encoder_decoder_trains_with_eagers_losses(name: str, parts: list
     assert_whole(parts)
 
 
+@gpu
+@pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "padded"])
+def test_gpu_a_masked_lm_with_attention_dropout_trains_with_eagers_losses(
+    padded: bool, parts: list[Any]
+) -> None:
+    """BERT's attention drops weights inside the kernel eager picks (memory-efficient in f32).
+    Without padding, transformers (5.17) passes eager no mask but builds an all-True one under
+    tracing, for which torch picks math, which draws another dropout mask: the mask is dropped
+    (`xfuse.frontend.attention_masks`). Padded: a mask that reads the input, kept."""
+    config = transformers.BertConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        vocab_size=128,
+    )
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(config).train().cuda()
+    ids = torch.randint(0, 128, (2, 16), device="cuda")
+    mask = None
+    if padded:
+        mask = torch.ones_like(ids)
+        mask[1, 11:] = 0
+    compare_training(
+        model, lambda m: m(input_ids=ids, attention_mask=mask, labels=ids).loss, steps=3
+    )
+    assert_whole(parts)
+
+
+class TracedMaskAttention(torch.nn.Module):
+    """Self-attention with dropout that, as transformers does, passes no mask eagerly and an
+    all-True one (built from `arange`) under tracing."""
+
+    def __init__(self, width: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, w = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, w // self.heads).unbind(2)
+        q, k, v = (y.transpose(1, 2) for y in (q, k, v))
+        mask = None
+        if torch.compiler.is_compiling():
+            mask = (torch.arange(t, device=x.device)[None, None, :, None] >= 0).expand(b, -1, t, t)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, dropout_p=0.1)
+        return out.square().mean()
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_gpu_attention_given_an_all_true_mask_under_tracing_draws_eagers_dropout(
+    dtype: torch.dtype, parts: list[Any]
+) -> None:
+    torch.manual_seed(0)
+    model = TracedMaskAttention().cuda().to(dtype)
+    x = torch.randn(2, 16, 64, device="cuda", dtype=dtype)
+    compare_training(model, lambda m: m(x), steps=3)
+    assert_whole(parts)
+
+
 def test_a_select_gradient_of_a_transposed_tensor_is_viewed_as_eager_views_it(
     parts: list[Any],
 ) -> None:

@@ -44,6 +44,7 @@ from xfuse.aot import (
     watch_versions,
 )
 from xfuse.errors import EagerFallbackError, ExportError, GradientUnsupportedError, XfuseError
+from xfuse.frontend.attention_masks import without_constant_masks
 from xfuse.frontend.export import ModelOrFn
 from xfuse.runtime.driver import BuildSettings, builder
 from xfuse.runtime.executor import CallInputs, CompiledProgram, Executable
@@ -433,9 +434,12 @@ def export_graph(model: torch.nn.Module, call: CallInputs) -> torch.export.Expor
     failed: Exception | None = None
     with EXPORT_LOCK, no_stack_traces(), export_support(), torch_logs_quiet():
         try:
-            return torch.export.export(model, call.args, call.kwargs, strict=False)
+            exported = torch.export.export(model, call.args, call.kwargs, strict=False)
         except Exception as e:  # noqa: BLE001 - asked of eager below, outside the lock
             failed = e
+        else:
+            without_constant_masks(exported.graph_module)
+            return exported
     refused = eager_call_error(model, call.args, call.kwargs)
     if refused is not None:
         raise refused from short_cause(failed)

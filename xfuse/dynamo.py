@@ -33,6 +33,7 @@ from xfuse.errors import (
     UnsupportedInputError,
     UnsupportedProgram,
 )
+from xfuse.frontend.attention_masks import without_constant_masks
 from xfuse.frontend.builder import guarded_low
 from xfuse.frontend.decompositions import decomposed_calls
 from xfuse.frontend.pytrees import picker
@@ -175,6 +176,7 @@ def _input_key(value: Any) -> Hashable:
 def _backend(
     gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode, cuda_graphs: bool
 ) -> Callable[..., Any]:
+    gm = without_constant_masks(gm)
     if needs_aot(example_inputs):
         return training_backend(
             gm, example_inputs, mode, _graph_runs_eagerly, training_part, cuda_graphs

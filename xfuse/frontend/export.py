@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.errors import ExportError
 from xfuse.frontend import pytrees
+from xfuse.frontend.attention_masks import without_constant_masks
 from xfuse.ir import serialize
 from xfuse.runtime.cache import IMPORT, KernelCache, import_key
 from xfuse.runtime.fallback import reason_of
@@ -168,6 +169,7 @@ def import_for_xfuse(
             failed = e
         else:
             try:
+                without_constant_masks(exported.graph_module)
                 program = import_program(exported, verify)
             except UnsupportedProgram as e:
                 raise ExportError(f"xfuse: cannot import the program: {e}") from short_cause(e)
