@@ -507,3 +507,31 @@ def test_a_short_f32_sum_is_the_f32_nearest_its_exact_value() -> None:
     assert torch.equal(compiled(x), exact)
     (kernel,) = compiled.default.program.kernels
     assert "f64" in kernel.loop_ir
+
+
+@pytest.mark.parametrize("shape", [(8, 33, 8), (2112,), (63, 1024)])
+def test_a_cancelling_f32_sum_to_one_value_is_the_f32_nearest_its_exact_value(
+    shape: tuple[int, ...],
+) -> None:
+    """Training fuzz seed 84, program 258: the sum of 2,112 rms-normed values (a sum of
+    magnitude 2,000 that cancels to 0.75) landed 2e-5 relative off, eager's 1e-6. A sum of f32
+    to one value of at most `TOTAL_SUM` terms accumulates in f64 and rounds once, however it
+    is looped over."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(84000510))
+    x = x - x.double().mean().float()  # the terms now cancel
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return t.sum() * 1.0
+
+    compiled = xfuse.compile(fn, (x,), quiet=True)
+    assert torch.equal(compiled(x), x.double().sum().float())
+    assert any("f64" in k.loop_ir for k in compiled.default.program.kernels)
+
+
+def test_a_sum_to_one_value_in_f64_is_one_kernel() -> None:
+    """`TOTAL_SUM` stays under the length from which `split-reductions` splits a sum across
+    threads (whose first stage keeps f32 partial sums)."""
+    from xfuse.passes.lowering.reductions import TOTAL_SUM
+    from xfuse.passes.transforms.split_reductions import SplitReductionsPass
+
+    assert TOTAL_SUM < SplitReductionsPass().min_length

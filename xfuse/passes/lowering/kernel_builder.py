@@ -236,6 +236,11 @@ class KernelBuilder:
         eager's, or over several dims merged into one loop (`merged_row_domain`). A row of one
         dim is summed in vector lanes as eager's is, at f32's width."""
 
+    def identity(self, r: graph.ReduceOp) -> SSAValue:
+        """`r`'s identity, in the type it accumulates in (`accumulator_type`)."""
+        acc = accumulator_type(r, self.wide_sums, self.blocked_sums_wide)
+        return self.constant(reduction_init(r), acc)
+
     def error(self, reason: str) -> LoopLoweringError:
         return LoopLoweringError(f"cannot lower @{self.name} to loops: {reason}")
 
@@ -419,9 +424,7 @@ class KernelBuilder:
         element (the outputs' stores)."""
         inits: list[SSAValue] = []
         for r in phase:
-            inits.append(
-                self.constant(reduction_init(r), accumulator_type(r, self.blocked_sums_wide))
-            )
+            inits.append(self.identity(r))
             if isinstance(r, graph.ArgReduceOp):  # and the index of the value so far
                 inits.append(self.constant(0, i64))
 
@@ -496,10 +499,7 @@ class KernelBuilder:
         of many equal values its rounding errors add up far past eager's."""
         if len(loop_vars) < 2:
             return self.for_nest(loop_vars, carried, body)
-        identities = [
-            self.constant(reduction_init(r), accumulator_type(r, self.blocked_sums_wide))
-            for r in phase
-        ]
+        identities = [self.identity(r) for r in phase]
 
         def outer(accs: list[SSAValue]) -> list[SSAValue]:
             partials = self.partial_sums_nest(phase, loop_vars[1:], identities, body)

@@ -280,8 +280,9 @@ class LowerToLoopsPass(ModulePass):
 
     wide_sums: bool = WIDE_SUMS
     """Accumulate a float sum of at most `SHORT_SUM` f32 terms per row, over several loops or
-    several dims merged into one loop (a 7x7 pool's 49), in f64, rounded once at its end
-    (`reductions.SHORT_SUM`). The runtime turns it off on CUDA."""
+    several dims merged into one loop (a 7x7 pool's 49), and a sum of at most `TOTAL_SUM` to
+    one value, in f64, rounded once at its end (`reductions`). The runtime turns it off on
+    CUDA."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         lower_functions(

@@ -57,14 +57,29 @@ dim (a softmax's, a layer norm's) keeps f32, summed in vector lanes as eager's i
 took 1.3-1.9x the time on the CPU."""
 
 
-def accumulator_type(op: graph.ReduceOp, wide_sums: bool) -> Attribute:
+TOTAL_SUM = (1 << 16) - 1
+"""The most terms of an f32 sum (or mean) to one value (a loss, a statistic) that accumulates
+in f64 where wide sums are on, however its kernel loops over it. Such a sum is often the small
+difference of large terms (a sum of normalized values, of centred ones), where any f32 order
+lands some ulps of its terms off, eager's cascade as well as xfuse's blocks; in f64 it is the
+f32 value nearest the exact one. One pass over fewer than 64K elements, a few microseconds;
+a longer sum is split across threads (`split-reductions`' `min_length`, 65,536), its first
+stage's partial sums f32."""
+
+
+def accumulator_type(op: graph.ReduceOp, wide_sums: bool, blocked: bool) -> Attribute:
     """The type `op` accumulates in: its elements' compute type (f32 for f16/bf16: far finer
-    than their result), f64 for a short sum of f32 with `wide_sums` (`SHORT_SUM`)."""
+    than their result); with `wide_sums`, f64 for a sum of f32 to one value (`TOTAL_SUM`),
+    or, where its kernel sums in blocks (`blocked`), a short one (`SHORT_SUM`)."""
     t = compute_type(dtype_of(op.input))
     if wide_sums and dtype_of(op.input) == f32 and _combiner_class(op) is arith.AddfOp:
         shape = shape_of(op.input)
         terms = [shape[d] for d in op.reduce_dims]
-        if all(n >= 0 for n in terms) and math.prod(terms) <= SHORT_SUM:  # no runtime size
+        if any(n < 0 for n in terms):  # a runtime size
+            return t
+        n = math.prod(terms)
+        one_value = all(d == 1 for d in shape_of(op.result))
+        if (blocked and n <= SHORT_SUM) or (one_value and n <= TOTAL_SUM):
             return f64
     return t
 

@@ -59,3 +59,21 @@ func.func @pool(%x: tensor<2x3x7x7xf32>) -> tensor<2x3xf32> {
 // NARROW:       scf.for {{.*}} -> (f32) {
 // NARROW:         scf.for {{.*}} -> (f32) {
 // NARROW-NOT: f64
+
+// A sum to one value of fewer than 65,536 f32 terms (here 256, past the 64 of a short sum)
+// accumulates in f64, however it is looped over.
+func.func @total(%x: tensor<16x16xf32>) -> tensor<f32> {
+  %r = fusion.group (%x) kind = "reduction" rule = "test" : (tensor<16x16xf32>) -> tensor<f32> {
+  ^bb0(%a: tensor<16x16xf32>):
+    %s = graph.reduce_sum %a dims = [0, 1] : tensor<16x16xf32> -> tensor<f32>
+    fusion.yield %s : tensor<f32>
+  }
+  func.return %r : tensor<f32>
+}
+
+// CHECK:      func.func @total_k0(
+// CHECK:        scf.for {{.*}} -> (f64) {
+// CHECK:        arith.truncf {{.*}} : f64 to f32
+
+// NARROW:     func.func @total_k0(
+// NARROW-NOT: f64
