@@ -103,6 +103,36 @@ CASES: list[tuple[str, Callable[..., Any], Callable[[], torch.Tensor], str]] = [
     ),
     ("avg_pool3d", lambda x: F.avg_pool3d(x, 2, 2, 1), lambda: rand(1, 2, 5, 5, 5), "graph.pool"),
     (
+        "avg_pool2d_one_window_past_the_plane",  # EfficientNet's AvgPool2d(1280, ceil_mode)
+        lambda x: F.avg_pool2d(x, 1280, ceil_mode=True),
+        lambda: rand(2, 5, 7, 7),
+        "graph.reduce_mean",
+    ),
+    (
+        "avg_pool2d_the_plane",
+        lambda x: F.avg_pool2d(x, 7),
+        lambda: rand(5, 7, 7),
+        "graph.reduce_mean",
+    ),
+    (
+        "avg_pool2d_the_plane_divisor",
+        lambda x: F.avg_pool2d(x, 7, divisor_override=49),
+        lambda: rand(1, 3, 7, 7),
+        "graph.reduce_mean",
+    ),
+    (
+        "avg_pool2d_the_plane_other_divisor",
+        lambda x: F.avg_pool2d(x, 7, divisor_override=10),
+        lambda: rand(1, 3, 7, 7),
+        "graph.pool",
+    ),
+    (
+        "avg_pool2d_the_plane_padded",
+        lambda x: F.avg_pool2d(x, 9, padding=1, count_include_pad=False),
+        lambda: rand(1, 3, 7, 7),
+        "graph.pool",
+    ),
+    (
         "adaptive_avg_pool1d",
         lambda x: F.adaptive_avg_pool1d(x, 3),
         lambda: rand(2, 3, 9),

@@ -3,6 +3,7 @@ adaptive pooling."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -186,14 +187,44 @@ def _max_pool(n: int) -> Converter:
     return convert
 
 
+def _covers_the_plane(
+    spatial: Sequence[int],
+    sizes: Sequence[int],
+    kernel: Sequence[int] | None,
+    padding: Sequence[int] | None,
+) -> bool:
+    """Whether an average pool's one window is the whole input plane: one output per dim, no
+    padding, a kernel no shorter than the input (EfficientNet's `AvgPool2d(1280,
+    ceil_mode=True)` over 7x7), so that the window clipped to the input is all of it."""
+    if kernel is None or padding is None or any(padding):
+        return False
+    return all(o == 1 for o in sizes) and all(k >= i for k, i in zip(kernel, spatial, strict=True))
+
+
 def _avg_pool(n: int) -> Converter:
+    """avg_pool{2,3}d: `mean` over the trailing dims where its one window is the whole plane
+    and the divisor its size (vectorized as a reduction, where a window loop is not), else a
+    graph.pool."""
+
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         x = lw.tensor(a["self"])
         if not graph.is_float(graph.dtype_of(x)):
             return None
         kernel, stride = _kernel_stride(a, n)
-        window = (kernel, stride, _window_arg(a.get("padding", 0), n), [1] * n)
+        padding = _window_arg(a.get("padding", 0), n)
+        window = (kernel, stride, padding, [1] * n)
         divisor = a.get("divisor_override")
+        spatial = graph.shape_of(x)[_rank(x) - n :]
+        sizes = tuple(result_types(node)[0].get_shape())[-n:]
+        if (
+            _rank(x) in (n + 1, n + 2)
+            and 0 not in spatial
+            and _covers_the_plane(spatial, sizes, kernel, padding)
+            and divisor in (None, math.prod(spatial))
+            and not (n == 3 and _on_cpu(node) and isinstance(graph.dtype_of(x), _HALF))
+        ):
+            dims = list(range(_rank(x) - n, _rank(x)))
+            return lw.emit(graph.ReduceMeanOp(x, dims, True))
         return _emit_pool(
             lw,
             node,
@@ -206,6 +237,13 @@ def _avg_pool(n: int) -> Converter:
         )
 
     return convert
+
+
+def _on_cpu(node: torch.fx.Node) -> bool:
+    """Whether `node`'s (first) result is on the CPU."""
+    val = node.meta.get("val")
+    val = val[0] if isinstance(val, list | tuple) else val
+    return isinstance(val, torch.Tensor) and val.device.type == "cpu"
 
 
 def _adaptive_pool(kind: str, n: int) -> Converter:
@@ -224,10 +262,7 @@ def _adaptive_pool(kind: str, n: int) -> Converter:
         uneven = any(i % o for i, o in zip(spatial, sizes, strict=True))
         kernel = [i // o for i, o in zip(spatial, sizes, strict=True)]
         options = {"adaptive": sizes} if uneven else {}
-        val = node.meta.get("val")
-        val = val[0] if isinstance(val, list | tuple) else val
-        on_cpu = isinstance(val, torch.Tensor) and val.device.type == "cpu"
-        if kind == "avg" and n == 3 and on_cpu and isinstance(graph.dtype_of(x), _HALF):
+        if kind == "avg" and n == 3 and _on_cpu(node) and isinstance(graph.dtype_of(x), _HALF):
             return None  # eager's CPU kernel sums f16/bf16 in their own precision
         window = (kernel, kernel, [0] * n, [1] * n)
         whole = all(o == 1 for o in sizes) and graph.dtype_of(x) != i1
