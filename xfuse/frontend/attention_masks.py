@@ -145,6 +145,15 @@ def hides_nothing(mask: Any) -> bool:
     return mask.is_floating_point() and bool((mask == 0).all())
 
 
+def _known_to_hide_nothing(nodes: list[torch.fx.Node]) -> bool:
+    """Whether the mask `nodes` compute hides nothing; False where computing it fails (the
+    program then raises as eager would, at its call)."""
+    try:
+        return hides_nothing(evaluated(nodes))
+    except Exception:  # noqa: BLE001 - any failure leaves the mask to the program
+        return False
+
+
 def _broadcasts(mask: torch.fx.Node, attention: torch.fx.Node) -> bool:
     """Whether `mask` broadcasts to `attention`'s weights, `[..., L, S]` of its query and
     key, without growing them (then the call's result is the same without it)."""
@@ -183,7 +192,7 @@ def without_constant_masks(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             continue
         if mask not in found:
             nodes = constant_closure(mask)
-            found[mask] = nodes is not None and hides_nothing(evaluated(nodes))
+            found[mask] = nodes is not None and _known_to_hide_nothing(nodes)
             dropped.extend(nodes or [])
         if found[mask]:
             _without_mask(node)

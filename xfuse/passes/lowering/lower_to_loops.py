@@ -35,9 +35,10 @@ How a kernel computes its outputs:
 - Groups with reductions: all reductions must reduce the same dims of the same shape (the
   "full" shape); the kept dims are the parallel loop (one row per iteration), and inside it one
   `scf.for` nest per reduction phase (reductions that need another one's result come in a later
-  phase) carries the accumulators (`f32` for f16/bf16 data; `f64` for a sum of at most
-  `SHORT_SUM` f32 terms over several loops or merged dims, with `wide_sums`) as `iter_args`; a last nest
-  over the reduced dims writes the outputs of the full shape, and outputs of another shape
+  phase) carries the accumulators (`f32` for f16/bf16 data; `f64`, with `wide_sums`, for a sum
+  of at most `SHORT_SUM` f32 terms over several loops or merged dims, or of at most `TOTAL_SUM`
+  to one value) as `iter_args`; a last nest over the reduced dims writes the outputs of the
+  full shape, and outputs of another shape
   with as many elements (a layer norm's output reshaped) at the same position in memory,
   where one of them reads the last phase's results; else the last phase's nest writes them
   (an activation beside its channel sum: each element read and computed once). Outputs of the row
