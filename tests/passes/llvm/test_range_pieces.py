@@ -189,6 +189,87 @@ def test_every_predicate_decides_its_pieces_as_the_loop_does(
     assert sorted(set(cut.tolist())) == [1.0, 2.0]
 
 
+CLAMP_KERNEL = """
+func.func @k(%out: memref<12xi64>) attributes {{xfuse.kernel, xfuse.parallel_dims = 1 : i64}} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c12 = arith.constant 12 : index
+  %c5 = arith.constant 5 : index
+  %c2 = arith.constant 2 : index
+  "scf.parallel"(%c0, %c1, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
+  ^bb0(%p: index):
+    scf.for %i = %c0 to %c12 step %c1 {{
+      %j = arith.addi %i, %c2 : index
+      %m = arith.{clamp} {lhs}, {rhs} : index
+      %v = arith.index_cast %m : index to i64
+      memref.store %v, %out[%i] : memref<12xi64>
+    }}
+    scf.reduce
+  }}) : (index, index, index) -> ()
+  func.return
+}}
+"""
+
+
+@pytest.mark.parametrize("clamp", ["minsi", "maxsi", "minui", "maxui"])
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_an_index_clamp_is_decided_in_each_piece(
+    clamp: str, mirrored: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`min(i + 2, 5)` and `max(i + 2, 5)` (a pad's read of its border's nearest element): the
+    loop is cut where the clamp starts to hold, each piece reads `i + 2` or 5 with no clamp
+    left, and stores what the uncut loop stores at every index."""
+    lhs, rhs = ("%c5", "%j") if mirrored else ("%j", "%c5")
+    source = CLAMP_KERNEL.format(clamp=clamp, lhs=lhs, rhs=rhs)
+    module = parse(source)
+    (loop,) = [o for o in module.walk() if isinstance(o, scf.ForOp)]
+    assert split_loop_ranges(loop)
+    low = clamp.startswith("min")  # min(i + 2, 5) is i + 2 up to i = 3; max from i = 3 on
+    cut_at = 4 if low else 3
+    assert _bounds([o for o in module.walk() if isinstance(o, scf.ForOp)]) == [
+        (0, cut_at),
+        (cut_at, 12),
+    ]
+    clamps = (arith.MinSIOp, arith.MaxSIOp, arith.MinUIOp, arith.MaxUIOp)
+    assert not [o for o in module.walk() if isinstance(o, clamps)]
+
+    def run(text: str) -> torch.Tensor:
+        out = torch.zeros(12, dtype=torch.int64)
+        _load(text)([out])
+        return out
+
+    cut = run(source)
+    monkeypatch.setattr(range_pieces, "MAX_PIECES", 1)
+    uncut = run(source)
+    assert torch.equal(cut, uncut)
+    assert cut.tolist() == [min(i + 2, 5) if low else max(i + 2, 5) for i in range(12)]
+
+
+def test_a_clamp_of_a_clamp_is_kept_where_its_pieces_do_not_decide_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replicate pad's read `min(max(i - 2, 0), 5)`: the cuts see the inner max only, so
+    the outer min, an index clamp once the max is decided, changes inside a piece and stays;
+    the values are the uncut loop's."""
+    source = (
+        CLAMP_KERNEL.format(clamp="maxsi", lhs="%j", rhs="%c0")
+        .replace("%j = arith.addi %i, %c2", "%j = arith.subi %i, %c2")
+        .replace(
+            "%v = arith.index_cast %m",
+            "%n = arith.minsi %m, %c5 : index\n      %v = arith.index_cast %n",
+        )
+    )
+
+    def run(text: str) -> list[int]:
+        out = torch.zeros(12, dtype=torch.int64)
+        _load(text)([out])
+        return out.tolist()
+
+    cut = run(source)
+    monkeypatch.setattr(range_pieces, "MAX_PIECES", 1)
+    assert cut == run(source) == [min(max(i - 2, 0), 5) for i in range(12)]
+
+
 def test_loops_of_too_many_pieces_are_left_alone() -> None:
     """A concat of more parts than `MAX_PIECES` keeps its one loop (each piece copies the
     body), and still computes eager's values."""

@@ -12,7 +12,10 @@ cut into one loop per range where every such comparison is the same:
       scf.if %c { x0[.., %i] } else { ... }            ...
 
 each piece a copy of the body with its comparisons replaced by their value there, and the
-branches, selects and boolean ops they decide folded away. A loop carrying values (a sum) passes
+branches, selects and boolean ops they decide folded away. An index clamp (`min(i, c)`,
+`max(i, c)`: a pad's read of its border's nearest element) cuts the loop as `i <= c` or
+`i >= c` would, and each piece reads `i` or `c` in its place, so the row's loads step by one
+element and vectorize. A loop carrying values (a sum) passes
 them from one piece to the next, so every element is computed by the same ops in the same
 order. Loops with bounds that are not constants, a step other than 1, or more than
 `MAX_PIECES` pieces are left alone.
@@ -89,6 +92,45 @@ def _index_comparison(op: Operation, iv: SSAValue) -> tuple[str, int] | None:
     return kind, c - k
 
 
+_CLAMPS: dict[type[Operation], str] = {
+    arith.MinSIOp: "le",
+    arith.MaxSIOp: "ge",
+    arith.MinUIOp: "le",
+    arith.MaxUIOp: "ge",
+}
+"""Index clamps, by the comparison under which each is its index operand: `min(i, c)` is `i`
+where `i <= c`, `max(i, c)` where `i >= c` (a pad's read of its border's nearest element)."""
+
+
+def _index_clamp(op: Operation, iv: SSAValue) -> tuple[str, int, SSAValue, SSAValue] | None:
+    """`(kind, c, moving, fixed)` where `op` is a min or max of `iv + k` (`moving`) and a
+    constant (`fixed`) that is `moving` where `iv kind c` holds and `fixed` elsewhere; an
+    unsigned one only where `k >= 0` and the constant is non-negative."""
+    kind = _CLAMPS.get(type(op))
+    if kind is None:
+        return None
+    lhs, rhs = op.operands
+    for moving, fixed in ((lhs, rhs), (rhs, lhs)):
+        k, c = _offset(moving, iv), int_constant(fixed)
+        if k is None or c is None:
+            continue
+        unsigned = isinstance(op, arith.MinUIOp | arith.MaxUIOp)
+        if (unsigned and (k < 0 or c < 0)) or c - k < 0:
+            return None
+        return kind, c - k, moving, fixed
+    return None
+
+
+def _decision(op: Operation, iv: SSAValue) -> tuple[str, int] | None:
+    """The comparison of `iv` with a constant that decides `op`: a comparison's own, or the
+    one under which a clamp is its index operand."""
+    comparison = _index_comparison(op, iv)
+    if comparison is not None:
+        return comparison
+    clamp = _index_clamp(op, iv)
+    return None if clamp is None else clamp[:2]
+
+
 def _pieces(loop: scf.ForOp) -> list[tuple[int, int]] | None:
     """The ranges `loop` is cut into, or None where it is left alone (module docstring)."""
     lb, ub, step = int_constant(loop.lb), int_constant(loop.ub), int_constant(loop.step)
@@ -98,7 +140,7 @@ def _pieces(loop: scf.ForOp) -> list[tuple[int, int]] | None:
     cuts = {
         cut
         for op in loop.body.walk()
-        if (comparison := _index_comparison(op, iv)) is not None
+        if (comparison := _decision(op, iv)) is not None
         for offset in _CUTS[comparison[0]]
         if lb < (cut := comparison[1] + offset) < ub
     }
@@ -117,17 +159,33 @@ _FOLDS = GreedyRewritePatternApplier(
 )
 
 
-def _decide(piece: scf.ForOp, start: int) -> None:
-    """Replace `piece`'s comparisons of its index by their value over its range (the value at
-    `start`: every comparison is the same throughout), then fold what they decide."""
+def _constant_over(kind: str, c: int, start: int, stop: int) -> bool:
+    """Whether `i kind c` is the same for every `i` in [start, stop)."""
+    if kind in ("eq", "ne"):
+        return not start <= c < stop or stop - start == 1
+    return _HOLDS[kind](start, c) == _HOLDS[kind](stop - 1, c)
+
+
+def _decide(piece: scf.ForOp, start: int, stop: int) -> None:
+    """Replace `piece`'s comparisons and clamps of its index by what they are over its range
+    [start, stop), then fold what they decide. One whose operand was a clamp decided here
+    (`min(max(i, 0), n)`: the max decided first) may change inside the range, as the cuts did
+    not see it: it is kept."""
     iv = piece.body.block.args[0]
     for op in list(piece.body.walk()):
-        comparison = _index_comparison(op, iv)
-        if comparison is None:
+        decided = _decision(op, iv)
+        if decided is None:
             continue
-        kind, c = comparison
-        value = arith.ConstantOp(IntegerAttr(int(_HOLDS[kind](start, c)), i1))
-        Rewriter.replace_op(op, value)
+        kind, c = decided
+        if not _constant_over(kind, c, start, stop):
+            continue
+        holds = _HOLDS[kind](start, c)
+        clamp = _index_clamp(op, iv)
+        if clamp is not None:
+            op.results[0].replace_all_uses_with(clamp[2] if holds else clamp[3])
+            Rewriter.erase_op(op)
+        else:
+            Rewriter.replace_op(op, arith.ConstantOp(IntegerAttr(int(holds), i1)))
     PatternRewriteWalker(_FOLDS).rewrite_region(piece.body)
 
 
@@ -138,17 +196,17 @@ def split_loop_ranges(loop: scf.ForOp) -> bool:
     if pieces is None:
         return False
     carried: list[SSAValue] = list(loop.iter_args)
-    made: list[tuple[scf.ForOp, int]] = []
+    made: list[tuple[scf.ForOp, int, int]] = []
     for start, stop in pieces:
         bounds = [arith.ConstantOp(IntegerAttr(v, IndexType())) for v in (start, stop)]
         piece = loop.clone()
         piece.operands = [bounds[0].result, bounds[1].result, loop.step, *carried]
         Rewriter.insert_op([*bounds, piece], InsertPoint.before(loop))
         carried = list(piece.results)
-        made.append((piece, start))
+        made.append((piece, start, stop))
     for old, new in zip(loop.results, carried, strict=True):
         old.replace_all_uses_with(new)
     Rewriter.erase_op(loop)
-    for piece, start in made:
-        _decide(piece, start)
+    for piece, start, stop in made:
+        _decide(piece, start, stop)
     return True
