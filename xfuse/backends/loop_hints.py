@@ -184,21 +184,26 @@ def keep_sum_loops(module: ir.Module) -> int:
     how many loops were marked."""
     marked = 0
     disable: ir.MDValue | None = None
+    for loop, trip in unit_stride_loops(module):
+        if MIN_KEPT_TRIP <= trip < FULL_UNROLL_TRIP and accumulates_reassociated(loop):
+            if disable is None:
+                disable = module.add_metadata([ir.MetaDataString(module, UNROLL_DISABLE)])
+            loop.latch.terminator.set_metadata("llvm.loop", loop_id(module, disable))
+            marked += 1
+    return marked
+
+
+def unit_stride_loops(module: ir.Module) -> Iterator[tuple[Loop, int]]:
+    """Each innermost loop of `module`'s functions with a constant trip count that steps
+    through memory one element a trip (`unit_stride`), and its trip count."""
     for function in module.functions:
         if function.is_declaration:
             continue
         for loop in innermost(loops(function)):
             test = trip_test(loop)
             trip = None if test is None else constant_trip(test, loop)
-            if test is None or trip is None or not MIN_KEPT_TRIP <= trip < FULL_UNROLL_TRIP:
-                continue
-            if not accumulates_reassociated(loop) or not unit_stride(loop, test.operands[0]):
-                continue
-            if disable is None:
-                disable = module.add_metadata([ir.MetaDataString(module, UNROLL_DISABLE)])
-            loop.latch.terminator.set_metadata("llvm.loop", loop_id(module, disable))
-            marked += 1
-    return marked
+            if test is not None and trip is not None and unit_stride(loop, test.operands[0]):
+                yield loop, trip
 
 
 def loop_id(module: ir.Module, *properties: ir.MDValue) -> ir.MDValue:
@@ -230,18 +235,10 @@ def widen_short_rows(module: ir.Module) -> int:
     marked = 0
     properties: tuple[ir.MDValue, ...] = ()
     shortest, longest = SHORT_ROW
-    for function in module.functions:
-        if function.is_declaration:
+    for loop, trip in unit_stride_loops(module):
+        if trip % VECTOR_LANES == 0 or not shortest <= trip < longest:
             continue
-        for loop in innermost(loops(function)):
-            test = trip_test(loop)
-            trip = None if test is None else constant_trip(test, loop)
-            if test is None or trip is None or trip % VECTOR_LANES == 0:
-                continue
-            if not shortest <= trip < longest or accumulates_reassociated(loop):
-                continue
-            if not unit_stride(loop, test.operands[0]):
-                continue
+        if not accumulates_reassociated(loop):
             properties = properties or _full_width(module)
             loop.latch.terminator.set_metadata("llvm.loop", loop_id(module, *properties))
             marked += 1
