@@ -49,3 +49,61 @@ def test_other_loops_keep_llvms_choice(
     """Rows of whole vectors, rows past `SHORT_ROW` and sums (whose lanes LLVM chooses, as
     eager's are summed) get no width."""
     assert WIDTH not in _llvm_ir(fn, torch.randn(shape))
+
+
+CARRIED = """
+func.func @k(%a: memref<4x28xf32>, %out: memref<4xf32>)
+    attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c28 = arith.constant 28 : index
+  %half = arith.constant 0.5 : f32
+  %zero = arith.constant 0.0 : f32
+  "scf.parallel"(%c0, %c4, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+  ^bb0(%r: index):
+    %last = scf.for %i = %c0 to %c28 step %c1 iter_args(%acc = %zero) -> (f32) {
+      %x = memref.load %a[%r, %i] : memref<4x28xf32>
+      %h = arith.mulf %acc, %half : f32
+      %y = arith.addf %h, %x : f32
+      scf.yield %y : f32
+    }
+    memref.store %last, %out[%r] : memref<4xf32>
+    scf.reduce
+  }) : (index, index, index) -> ()
+  func.return
+}
+"""
+
+ONE_ADDRESS = """
+func.func @k(%a: memref<4x28xf32>, %out: memref<4xf32>)
+    attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c28 = arith.constant 28 : index
+  "scf.parallel"(%c0, %c4, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+  ^bb0(%r: index):
+    scf.for %i = %c0 to %c28 step %c1 {
+      %x = memref.load %a[%r, %i] : memref<4x28xf32>
+      memref.store %x, %out[%r] : memref<4xf32>
+    }
+    scf.reduce
+  }) : (index, index, index) -> ()
+  func.return
+}
+"""
+
+
+@pytest.mark.parametrize("source", [CARRIED, ONE_ADDRESS], ids=["carried", "one-address"])
+def test_a_loop_llvm_cannot_vectorize_is_not_marked(
+    source: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A row loop of 28 that carries a value out (not a sum) or stores every trip at one
+    address: marked, LLVM would fail to vectorize it and print a remark on stderr."""
+    backend = CPUBackend()
+    assert WIDTH not in backend.llvm_ir(parse(source), "k")
+    a = torch.randn(4, 28)
+    out = torch.zeros(4)
+    backend.load(backend.compile(parse(source), "k"), "k")([a, out])
+    assert "remark" not in capfd.readouterr().err

@@ -228,8 +228,8 @@ def widen_short_rows(module: ir.Module) -> int:
     """Mark `llvm.loop.vectorize.width` `VECTOR_LANES` with a masked tail
     (`llvm.loop.vectorize.predicate.enable`) on each innermost loop of `module` that steps
     through memory one element a trip (`unit_stride`), over a constant trip in `SHORT_ROW`
-    that is no multiple of `VECTOR_LANES`, and carries no float sum (whose lanes
-    `keep_sum_loops` leaves to LLVM); returns how many loops were marked. Left alone, LLVM
+    that is no multiple of `VECTOR_LANES`, and is `elementwise` (a float sum's lanes are left
+    to LLVM, as `keep_sum_loops` does); returns how many loops were marked. Left alone, LLVM
     picks the widest vector that divides such a trip: a padded output's row of 28, with an
     `exp` per element, ran in 4 lanes."""
     marked = 0
@@ -238,11 +238,40 @@ def widen_short_rows(module: ir.Module) -> int:
     for loop, trip in unit_stride_loops(module):
         if trip % VECTOR_LANES == 0 or not shortest <= trip < longest:
             continue
-        if not accumulates_reassociated(loop):
+        if elementwise(loop):
             properties = properties or _full_width(module)
             loop.latch.terminator.set_metadata("llvm.loop", loop_id(module, *properties))
             marked += 1
     return marked
+
+
+def elementwise(loop: Loop) -> bool:
+    """Whether `loop` carries nothing from one trip to the next (its header's one phi is its
+    index) and stores each trip at an address of its own (a store to one address every trip,
+    or a value carried out of the loop, leaves LLVM unable to vectorize it, and a loop marked
+    for vectorization that it cannot vectorize prints a remark)."""
+    test = trip_test(loop)
+    if test is None:
+        return False
+    iv = test.operands[0]
+    phis = [i for i in loop.header.instructions if isinstance(i, ir.PhiInstr)]
+    if phis != [iv]:
+        return False
+    for block in loop.blocks:
+        for inst in block.instructions:
+            if isinstance(inst, ir.StoreInstr) and not _indexed_by(inst.operands[1], iv):
+                return False
+    return True
+
+
+def _indexed_by(pointer: ir.Value, iv: ir.Value) -> bool:
+    """Whether `pointer` is a GEP whose last index is `iv` or `iv` plus something."""
+    if not isinstance(pointer, ir.GEPInstr):
+        return False
+    last = pointer.indices[-1]
+    if last is iv:
+        return True
+    return isinstance(last, ir.Instruction) and last.opname == "add" and iv in last.operands
 
 
 def _full_width(module: ir.Module) -> tuple[ir.MDValue, ...]:
