@@ -7,12 +7,17 @@ copy of the model (same initial weights) wrapped by DDP or sharded by FSDP2
     torchrun --nproc-per-node 2 -m benchmarks.distributed --strategy ddp|fsdp2
         [--model gpt2|llama|bert] [--layers 12] [--width 768] [--batch 8] [--tokens 1024]
         [--dtype bf16|f32] [--steps 50] [--columns eager,inductor,xfuse] [--device cuda|cpu]
+        [--profile]
 
 Rank 0 prints, per column: the median ms per step (forward, backward, AdamW step, the GPU
 waited for), steps per second, the first step's seconds (compiles), the step's peak memory
 above what the process held before it (activations, gradients, buffers; every column's weights
 and optimizer state stay resident), and the largest difference of its losses from eager's over
 the run (each rank trains on its own batches; dropout is seeded alike for every column).
+`--profile` adds, per column, the GPU ms per step of each kernel class (GEMMs, attention,
+communication, optimizer, copies, fused: `benchmarks.model_profile.KERNEL_CLASSES`) over three
+more steps: the library classes run the same calls under every backend, so the `fused` and
+`copy` time bounds what fusion can win. Classes on other streams (NCCL's) overlap the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Callable
 
 import torch
 
+from benchmarks.model_profile import by_class, gpu_operations, kernel_class
 from benchmarks.training import DTYPES, make_model
 from xfuse.testing import distributed as d
 
@@ -61,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--columns", default="eager,inductor,xfuse")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--profile", action="store_true", help="GPU ms per kernel class (CUDA)")
+    p.add_argument("--profile-names", type=int, default=0, help="with --profile: the N longest")
     args = p.parse_args(argv)
 
     import xfuse  # noqa: F401 - registers the backend
@@ -100,6 +108,11 @@ def main(argv: list[str] | None = None) -> None:
                 if i == 0:
                     first[column] = sample[0] / 1000
                 samples[column].append(sample)
+    profiles = (
+        {c: class_profile(step, args.steps, rank) for c, step in steps.items()}
+        if args.profile and rank.is_cuda
+        else {}
+    )
     if rank.rank != 0:
         torch.distributed.destroy_process_group()
         return
@@ -126,7 +139,33 @@ def main(argv: list[str] | None = None) -> None:
             f"  losses {losses[0]:.4f} -> {losses[-1]:.4f}",
             flush=True,
         )
+    for column, (ops, by_name) in profiles.items():
+        classes = by_class(by_name)
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
+        print(f"{column:9s} GPU ms per step by class ({ops:.0f} ops): {shown}", flush=True)
+        if args.profile_names:
+            for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1])[: args.profile_names]:
+                print(f"    {ms:8.3f} ms  {kernel_class(name):13s} {name[:120]}")
     torch.distributed.destroy_process_group()
+
+
+def class_profile(
+    step: Callable[[int], torch.Tensor], first: int, rank: d.Rank, calls: int = 3
+) -> tuple[float, dict[str, float]]:
+    """(GPU operations per step, GPU ms per step of each kernel name) over `calls` steps from
+    step `first` on; every rank runs them (the collectives pair up), each profiles its own."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(rank)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(first, first + calls):
+            float(step(i))
+        sync(rank)
+    ops, by_name = 0, dict[str, float]()
+    for name, us in gpu_operations(prof):
+        ops += 1
+        by_name[name] = by_name.get(name, 0.0) + us / 1000 / calls
+    return ops / calls, by_name
 
 
 if __name__ == "__main__":

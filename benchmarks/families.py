@@ -166,13 +166,14 @@ def gpu_kernels(fn: Fn, args: tuple[Tensor, ...]) -> dict[str, list[float]]:
     """The GPU operations of one call of `fn` (graph replays included): name -> ms of each."""
     from torch.profiler import ProfilerActivity, profile
 
+    from benchmarks.model_profile import gpu_operations
+
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn(*args)
         torch.cuda.synchronize()
     rows: dict[str, list[float]] = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            rows.setdefault(e.name[:90], []).append(e.device_time_total / 1000)
+    for name, us in gpu_operations(prof):
+        rows.setdefault(name[:90], []).append(us / 1000)
     return rows
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,15 @@ def tensor_bytes(type_text: str) -> int:
     return numel * BYTES[m.group(2)]
 
 
+def gpu_operations(prof: Any) -> Iterator[tuple[str, float]]:
+    """(name, us) of each GPU operation of a torch.profiler run: kernels, memcpys, memsets. The
+    spans that `record_function` ranges leave on the GPU's track (`DistributedDataParallel.
+    forward`, `Optimizer.step#AdamW.step`) cover other operations and are left out."""
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA and not event.is_user_annotation:
+            yield event.name, event.time_range.elapsed_us()
+
+
 def profile_calls(fn: Callable[[], Any], calls: int) -> Profile:
     host = median_ms(fn, calls, clock=synced_host_ms)
     wall = median_ms(fn, calls, clock=cuda_ms)
@@ -67,13 +76,10 @@ def profile_calls(fn: Callable[[], Any], calls: int) -> Profile:
         torch.cuda.synchronize()
     count, busy_us = 0, 0.0
     by_name: dict[str, float] = {}
-    for event in prof.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA:
-            continue
+    for name, us in gpu_operations(prof):
         count += 1
-        us = event.time_range.elapsed_us()
         busy_us += us
-        by_name[event.name] = by_name.get(event.name, 0.0) + us / 1000 / calls
+        by_name[name] = by_name.get(name, 0.0) + us / 1000 / calls
     return Profile(
         count / calls,
         busy_us / 1000 / calls,
@@ -81,6 +87,38 @@ def profile_calls(fn: Callable[[], Any], calls: int) -> Profile:
         wall,
         by_name,
     )
+
+
+KERNEL_CLASSES: tuple[tuple[str, str], ...] = (
+    ("communication", r"nccl"),
+    ("attention", r"flash|fmha|sdpa|attention"),
+    ("optimizer", r"multi_tensor_apply"),
+    ("gemm", r"gemm|nvjet|xmma|cutlass|cublas"),
+    ("copy", r"^Memcpy|^Memset"),
+)
+"""A GPU operation's class, by the first pattern its name matches (the rest are `fused`:
+Triton's, xfuse's and eager's elementwise and reduction kernels, the work a fusion compiler
+decides). Library classes (`gemm`, `attention`, `communication`, `optimizer`) run the same
+calls under every backend."""
+
+LIBRARY = ("gemm", "attention", "communication", "optimizer")
+
+
+def kernel_class(name: str) -> str:
+    """The class of a GPU operation named `name` (`KERNEL_CLASSES`)."""
+    for label, pattern in KERNEL_CLASSES:
+        if re.search(pattern, name, re.IGNORECASE):
+            return label
+    return "fused"
+
+
+def by_class(by_name: dict[str, float]) -> dict[str, float]:
+    """GPU ms per class from ms per kernel name."""
+    out: dict[str, float] = {}
+    for name, ms in by_name.items():
+        label = kernel_class(name)
+        out[label] = out.get(label, 0.0) + ms
+    return out
 
 
 def own_kernel_bytes(compiled: xfuse.api.CompiledProgram) -> int:
