@@ -523,9 +523,11 @@ def test_a_conv_net_captures_each_image_shape_once_and_replays_it(
     )
     assert program.graphs is not None
     shapes = [(2, 32, 32), (3, 40, 47), (2, 32, 32), (3, 40, 47), (5, 32, 32), (2, 32, 32)]
+    held = []  # a new address at every call: each input is copied into its shape's graph
     with torch.no_grad():
         for batch, height, width in [*shapes, (5, 32, 32), (3, 40, 47)]:
             x = torch.randn(batch, 3, height, width, device="cuda")
+            held.append(x)
             torch.testing.assert_close(program(x), net(x))
     graphs = program.graphs
     assert len(graphs.runners) == 2 and graphs.passed == 2  # (5, 32, 32) twice

@@ -34,7 +34,7 @@ from xfuse.interpreters.graph import find_function, interpret
 from xfuse.ir.context import parse
 from xfuse.ir.names import KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.runtime.compiler import unit_inputs, wrap_unit
-from xfuse.runtime.cuda_graphs import GraphRunner, _Captured
+from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.steps import BufferPool
 
 
@@ -161,13 +161,4 @@ class CPUGraphRunner(GraphRunner[Any]):
         outputs = self.run_steps(self.program, inputs, pool)
         graph = ReplayedSteps(lambda: self.run_steps(self.program, inputs, pool), outputs)
         self.captures += 1
-        return _Captured(
-            graph,  # type: ignore[arg-type]
-            inputs,
-            tuple(i for i, keep in enumerate(in_place) if not keep),
-            [i for i, keep in enumerate(in_place) if keep],
-            [a.data_ptr() if keep else None for a, keep in zip(args, in_place, strict=True)],
-            outputs,
-            pool,
-            torch.is_inference_mode_enabled(),
-        )
+        return self._captured(graph, args, inputs, in_place, outputs, pool)  # type: ignore[arg-type]

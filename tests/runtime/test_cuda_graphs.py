@@ -162,6 +162,65 @@ def test_a_released_programs_outputs_are_always_handed_over(
     assert runner.captures == 2 and runner.handed == runner.replays
 
 
+def test_an_input_where_it_was_at_the_last_call_is_read_in_place() -> None:
+    """An input at the address it had at the warm-up is read where it is, not copied: an
+    in-place write to it between calls is what the next replay reads; a tensor elsewhere
+    captures anew, copied in."""
+    runner, call = _cpu_runner()
+    x = torch.randn(16)
+    call(x)
+    torch.testing.assert_close(call(x), torch.sigmoid(x) * 2)
+    (captured,) = runner._ring
+    assert captured.copied == () and captured.in_place == [0]
+    x.mul_(3.0)
+    torch.testing.assert_close(call(x), torch.sigmoid(x) * 2)
+    assert runner.captures == 1 and runner.replays == 2
+    other = torch.randn(16)
+    torch.testing.assert_close(call(other), torch.sigmoid(other) * 2)
+    (captured,) = runner._ring
+    assert runner.captures == 2 and captured.copied == (0,)
+
+
+def test_an_input_read_in_place_that_moves_is_priced_before_it_is_copied_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An input too large to copy at every replay is read in place while it stays where it
+    was; when another tensor comes in its place, the capture anew would copy it, so it is
+    priced first: here the program then runs step by step, and says why."""
+    from xfuse.runtime import cuda_graphs
+
+    priced: list[int] = []
+
+    def pays(copied: int, steps: int) -> bool:
+        priced.append(copied)
+        return False
+
+    monkeypatch.setattr(cuda_graphs, "graph_pays", pays)
+    runner, call = _cpu_runner()
+    x = torch.randn(16)
+    for _ in range(3):  # the warm-up finds copying too dear; the capture reads `x` in place
+        torch.testing.assert_close(call(x), torch.sigmoid(x) * 2)
+    assert runner.captures == 1 and runner._ring[0].copied == () and runner.reason is None
+    other = torch.randn(16)
+    torch.testing.assert_close(call(other), torch.sigmoid(other) * 2)
+    assert runner.captures == 1 and priced == [16 * 4, 16 * 4]
+    assert runner.reason is not None and "copying its inputs" in runner.reason
+
+
+def test_an_input_elsewhere_at_the_capture_than_at_the_warm_up_is_copied_in() -> None:
+    """An input the caller passes at a new address at every call (or one whose producer wrote
+    it elsewhere at the warm-up than at the capture) is copied into the graph at every
+    replay: one capture serves, with eager's values."""
+    runner, call = _cpu_runner(released=True)
+    first, state = torch.randn(16), torch.randn(16)
+    call(first)  # the warm-up
+    for _ in range(3):
+        state.add_(1.0)
+        torch.testing.assert_close(call(state), torch.sigmoid(state) * 2)
+    (captured,) = runner._ring
+    assert runner.captures == 1 and captured.copied == (0,) and runner.replays == 3
+
+
 def test_outputs_count_only_where_a_replay_would_copy_them_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -221,11 +280,12 @@ def test_weights_that_move_at_every_call_are_copied_in_from_the_second_move(
     for w in weights:
         torch.testing.assert_close(call(w), torch.relu(x @ w.t() + b))
     # The warm-up, a capture, a move (captured anew), a second move in a row (captured with
-    # the weight copied in); the last three calls replay that capture.
+    # the weight copied in); the last three calls replay that capture. `x`, the same tensor at
+    # every call, is read where it is, as the bias is.
     assert runner.reason is None and runner.captures == 3 and runner.replays == 6
     (captured,) = runner._ring
-    assert captured.copied == (0, 1) and captured.in_place == [2]
-    assert priced == [4 * 16 * 4, (4 * 16 + 16 * 16) * 4]  # the inputs copied in
+    assert captured.copied == (1,) and captured.in_place == [0, 2]
+    assert priced == [4 * 16 * 4, 16 * 16 * 4]  # the warm-up's user input; the weight
     b.add_(1.0)  # still read where it is
     torch.testing.assert_close(call(weights[-1]), torch.relu(x @ weights[-1].t() + b))
     assert runner.captures == 3
@@ -358,9 +418,9 @@ def test_graphs_pay_for_small_copies_only() -> None:
 def test_a_program_of_large_tensors_runs_step_by_step() -> None:
     """Copying a 1 GiB input into the graph would cost half a millisecond at every call, more
     than the launches a graph saves: the program runs without one, and says why."""
-    x = torch.randn(1 << 28, device="cuda")
-    compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (x,), device="cuda", quiet=True)
-    for _ in range(3):
+    xs = [torch.randn(1 << 28, device="cuda") for _ in range(3)]  # a new address at each call
+    compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (xs[0],), device="cuda", quiet=True)
+    for x in xs:
         y = compiled(x)
     runner = _runner(compiled)
     assert runner.captures == 0 and runner.reason is not None
@@ -428,7 +488,7 @@ def test_static_inputs_are_read_in_place_and_a_moved_one_captures_anew() -> None
             compiled(x, w, b)
         runner = _runner(compiled)
         (captured,) = runner._ring
-        assert captured.copied == (0,)
+        assert captured.copied == ()  # `x` too: at the same address at every call
         w.add_(1.0)
         torch.testing.assert_close(compiled(x, w, b), _function_of_its_weights(x, w, b))
         assert runner.captures == 1
@@ -458,7 +518,7 @@ def test_parameters_that_move_at_every_call_are_copied_into_the_graph() -> None:
         # captures with the weight copied in; the last two calls replay it.
         assert runner.reason is None and runner.captures == 3
         (captured,) = runner._ring
-        assert captured.copied == (0, 1) and captured.in_place == [2]
+        assert captured.copied == (1,) and captured.in_place == [0, 2]
         b.add_(1.0)  # still read in place
         torch.testing.assert_close(compiled(x, moved, b), _function_of_its_weights(x, moved, b))
         assert runner.captures == 3

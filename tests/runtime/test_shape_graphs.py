@@ -228,18 +228,18 @@ def test_kept_outputs_of_one_shape_survive_its_later_calls() -> None:
 def test_parameters_are_read_in_place_and_a_moved_one_captures_anew() -> None:
     model, program = _block()
     graphs = _on_cpu_graphs(program, limit=8)
-    x = torch.randn(3, 16)
+    xs = [torch.randn(3, 16) for _ in range(4)]  # held: a new address at every call
     with torch.no_grad():
-        program(x)
-        program(x)  # captured
+        program(xs[0])
+        program(xs[1])  # captured
         runner = _runner_of(graphs, 3)
         (captured,) = runner._ring
         assert len(captured.copied) == 1  # the input; the parameters are read where they are
         model.l2.bias.add_(1.0)  # updated in place: the next replay reads it
-        torch.testing.assert_close(program(x), model(x))
+        torch.testing.assert_close(program(xs[2]), model(xs[2]))
         assert runner.captures == 1
         model.l2.weight = torch.nn.Parameter(torch.randn(8, 32))  # another tensor: capture anew
-        torch.testing.assert_close(program(x), model(x))
+        torch.testing.assert_close(program(xs[3]), model(xs[3]))
         assert runner.captures == 2
 
 
@@ -251,7 +251,7 @@ def test_cuda_graphs_false_gives_no_graphs() -> None:
 
 def test_static_inputs_are_read_in_place() -> None:
     """A function of its weights, its weight and bias named static: a graph reads them where
-    they are and copies the input alone."""
+    they are and copies the input alone (a new tensor at every call)."""
 
     def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.relu(x @ w.t() + b)
@@ -265,11 +265,12 @@ def test_static_inputs_are_read_in_place() -> None:
     )
     assert isinstance(program, DynamicProgram)
     graphs = _on_cpu_graphs(program, limit=8)
+    xs = [x, torch.randn(4, 16), torch.randn(4, 16)]
     with torch.no_grad():
-        program(x, w, b)
-        program(x, w, b)
+        program(xs[0], w, b)
+        program(xs[1], w, b)
         w.mul_(2.0)
-        torch.testing.assert_close(program(x, w, b), linear(x, w, b))
+        torch.testing.assert_close(program(xs[2], w, b), linear(xs[2], w, b))
     (runner,) = graphs.runners.values()
     (captured,) = runner._ring
     assert captured.copied == (0,) and runner.captures == 1

@@ -6,13 +6,16 @@ The first call of a specialisation runs step by step (a warm-up: modules load, c
 handles); the second captures the steps into a `torch.cuda.CUDAGraph` on torch's capture stream
 and replays it; later calls replay it. Eager semantics are kept exactly:
 
-- user inputs are copied into the graph's own input buffers before each replay (the caller's
-  tensors may live anywhere; an expanded one as the memory it spans); module parameters and
-  buffers are read where they are, and a call whose parameter has moved (a reassigned
-  `nn.Parameter`) captures anew; parameters that moved at two calls in a row (FSDP gathers
-  its weights anew at each call) are copied into the graph's buffers like user inputs from
-  then on, where that copy costs less GPU time than the host time a replay saves (else the
-  program runs step by step);
+- module parameters and buffers are read where they are, and so is every other device input
+  found at the same address at the capture as at the call before it (the same tensor passed
+  at every call); a replay first checks each such input's address (cudagraph trees' check of
+  static inputs), and a call where one has moved (a reassigned `nn.Parameter`, a user input
+  the allocator put elsewhere) captures anew, reading in place only what stayed; inputs that
+  moved at two calls in a row (FSDP gathers its weights anew at each call) are copied from
+  then on. Other inputs are copied into the graph's own input buffers before each replay (the
+  caller's tensors may live anywhere; an expanded one as the memory it spans), where that
+  copy costs less GPU time than the host time a replay saves (else the program runs step by
+  step);
 - a replay overwrites the graph's memory, so it runs only on a graph whose memory nobody but
   the runner holds (`GraphMemory.free`: the use counts of its output and input storages, as
   Inductor's CUDA-graph trees read them). The outputs of such a replay are handed to the
@@ -233,15 +236,18 @@ class _Captured:
     memory: GraphMemory | None = None
 
     def moved(self, args: Sequence[Tensor]) -> bool:
-        """Whether a parameter or buffer the graph reads in place is elsewhere in `args`."""
+        """Whether an input the graph reads in place is elsewhere in `args`."""
         if _pointers_equal is not None:
             return not _pointers_equal(args, self.addresses, self.in_place)
         return bool(self.moving(args))
 
     def moving(self, args: Sequence[Tensor]) -> frozenset[int]:
-        """The positions of the parameters and buffers read in place that `args` has
-        elsewhere."""
+        """The positions of the inputs read in place that `args` has elsewhere."""
         return frozenset(i for i in self.in_place if args[i].data_ptr() != self.addresses[i])
+
+
+def _addresses(args: Sequence[Tensor]) -> list[int]:
+    return [a.data_ptr() for a in args]
 
 
 _pointers_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
@@ -277,10 +283,16 @@ class GraphRunner(Generic[P]):
         more GPU time than the host time of its steps."""
         self._warm = False
         self._moved_last = False
-        """Whether the last replayed call found a parameter moved."""
+        """Whether the last replayed call found an input read in place moved."""
         self._copied_always: frozenset[int] = frozenset()
-        """Parameters and buffers (by argument position) that moved at two calls in a row:
-        copied into the graph's buffers at each replay, as user inputs are."""
+        """Inputs (by argument position) that moved at two calls in a row: copied into the
+        graph's buffers at each replay."""
+        self._seen: list[int] = []
+        """Each argument's data pointer at the warm-up or the last capture: an input at the
+        same address at the next capture is read in place."""
+        self._costly = False
+        """Whether the warm-up found that copying every input but the parameters and buffers
+        would not pay: the first capture decides again, from what it would read in place."""
         self._ring: list[_Captured] = []
         self._size = RELEASED_RING_SIZE if released else RING_SIZE
         self._lock = threading.Lock()
@@ -307,21 +319,22 @@ class GraphRunner(Generic[P]):
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool, finish: Finish
     ) -> list[Tensor]:
         ring = self._ring
-        moved = bool(ring) and ring[0].moved(args)
+        moved = cleared = bool(ring) and ring[0].moved(args)
+        grew = False
         if moved:
             moving = ring[0].moving(args)
-            ring.clear()  # a parameter moved: drop the old graphs' memory, capture anew
+            ring.clear()  # an input read in place moved: drop the old graphs' memory
             if self._moved_last:  # twice in a row: copy those in from now on
                 self._copied_always |= moving
-                if not graph_pays(self._input_bytes(args, state), self._steps()):
-                    self.reason = (
-                        "its parameters move at every call (weights gathered anew at each "
-                        "call, as FSDP's are), and copying them into the graph at every replay "
-                        "would cost more GPU time than the host time of its steps"
-                    )
-                    return finish(self.run_steps(self.program, args, pool), False)
-                moved = False
+                moved, grew = False, True
         self._moved_last = moved
+        # A capture anew copies in what moved: priced again, as the first one is where the
+        # warm-up found copying every user input too dear.
+        if cleared or (not ring and self.captures == 0 and self._costly):
+            why = self._why_steps(args, state, grew)
+            if why is not None:
+                self.reason = why
+                return finish(self.run_steps(self.program, args, pool), False)
         free = [c for c in ring if c.memory is None or c.memory.free()]
         if not free and len(ring) < self._size:
             try:
@@ -339,7 +352,7 @@ class GraphRunner(Generic[P]):
         last = len(free) == 1 and len(ring) >= self._size and not self.released
         copy_out = last or captured.inference != torch.is_inference_mode_enabled()
         if copy_out and not graph_pays(
-            self._input_bytes(args, state) + _nbytes(captured.outputs), self._steps()
+            _nbytes([args[i] for i in captured.copied]) + _nbytes(captured.outputs), self._steps()
         ):
             self.stepped += 1  # copying the outputs out would cost more than the launches
             return finish(self.run_steps(self.program, args, pool), False)
@@ -358,6 +371,7 @@ class GraphRunner(Generic[P]):
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool
     ) -> list[Tensor]:
         self._warm = True
+        self._seen = _addresses(args)
         outputs = self.run_steps(self.program, args, pool)
         devices = {t.device for t in (*args, *outputs)}
         if len(devices) > 1:
@@ -366,28 +380,53 @@ class GraphRunner(Generic[P]):
                 "RNG state a library kernel keeps on the host), which a CUDA graph cannot replay"
             )
             return outputs
-        copied = self._input_bytes(args, state)
-        steps = self._steps()
-        if not graph_pays(copied, steps):
-            self.reason = (
-                f"copying its inputs ({copied / 2**20:.1f} MiB) at every replay would cost "
-                f"more GPU time than the host time of its {steps} steps"
-            )
+        state_ids = {id(t) for t in state}
+        user = _nbytes([a for a in args if id(a) not in state_ids])
+        self._costly = not graph_pays(user, self._steps())
         return outputs
+
+    def _why_steps(self, args: Sequence[Tensor], state: Sequence[Tensor], grew: bool) -> str | None:
+        """Why a capture for `args` would not pay (`graph_pays`: the bytes it copies in at each
+        replay against the host time of its steps), or None where it would."""
+        copied = self._input_bytes(args, self._in_place(args, state))
+        steps = self._steps()
+        if copied == 0 or graph_pays(copied, steps):
+            return None
+        if grew:
+            return (
+                "its parameters move at every call (weights gathered anew at each call, as "
+                "FSDP's are), and copying them into the graph at every replay would cost more "
+                "GPU time than the host time of its steps"
+            )
+        return (
+            f"copying its inputs ({copied / 2**20:.1f} MiB) at every replay would cost more GPU "
+            f"time than the host time of its {steps} steps"
+        )
 
     def _steps(self) -> int:
         return len(self.program.steps)
 
     def _in_place(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> list[bool]:
-        """Whether each of `args` is read where it is (a parameter or buffer that has not
-        moved at two calls in a row) rather than copied into the graph's buffers."""
+        """Whether a capture reads each of `args` where it is rather than copying it into
+        the graph's buffers: what the ring's first capture reads in place (every capture of
+        the ring reads the same, so that its check of their addresses serves them all); in a
+        first capture, the parameters and buffers (`state`) and the device inputs at the
+        address they had at the warm-up or the last capture, but for those that moved at two
+        calls in a row."""
+        if self._ring:
+            kept = frozenset(self._ring[0].in_place)
+            return [i in kept for i in range(len(args))]
         state_ids = {id(t) for t in state}
-        copied_always = self._copied_always
-        return [id(a) in state_ids and i not in copied_always for i, a in enumerate(args)]
+        seen, copied_always, kind = self._seen, self._copied_always, self.device.type
+        return [
+            i not in copied_always
+            and (id(a) in state_ids or (a.device.type == kind and a.data_ptr() == seen[i]))
+            for i, a in enumerate(args)
+        ]
 
-    def _input_bytes(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> int:
+    @staticmethod
+    def _input_bytes(args: Sequence[Tensor], in_place: Sequence[bool]) -> int:
         """The bytes a replay copies in: the arguments not read in place."""
-        in_place = self._in_place(args, state)
         return _nbytes([a for a, keep in zip(args, in_place, strict=True) if not keep])
 
     def _capture(self, args: Sequence[Tensor], state: Sequence[Tensor]) -> _Captured:
@@ -418,12 +457,24 @@ class GraphRunner(Generic[P]):
         held = torch.cuda.memory_allocated(device) - before
         if held >= ring_max_bytes(device) and not self.released:
             self._size = 1
-        read_in_place = [i for i, keep in enumerate(in_place) if keep]
+        return self._captured(graph, args, inputs, in_place, outputs, pool)
+
+    def _captured(
+        self,
+        graph: torch.cuda.CUDAGraph,
+        args: Sequence[Tensor],
+        inputs: list[Tensor],
+        in_place: Sequence[bool],
+        outputs: list[Tensor],
+        pool: BufferPool,
+    ) -> _Captured:
+        """A capture's record: what it reads in place of `args` and at which addresses."""
+        self._seen = _addresses(args)
         return _Captured(
             graph,
             inputs,
             tuple(i for i, keep in enumerate(in_place) if not keep),
-            read_in_place,
+            [i for i, keep in enumerate(in_place) if keep],
             [a.data_ptr() if keep else None for a, keep in zip(args, in_place, strict=True)],
             outputs,
             pool,
