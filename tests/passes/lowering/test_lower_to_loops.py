@@ -502,6 +502,22 @@ def test_a_short_run_of_reduced_dims_is_one_loop_where_it_sums_in_f64(wide_sums:
     assert ("arith.extf" in op_names(kernel)) == wide_sums
 
 
+def test_a_short_run_of_reduced_dims_inside_a_longer_f32_sum_keeps_its_loops():
+    """A sum over (0, 2, 3) of [2, 3, 7, 7] has 98 terms: too many to accumulate in f64
+    (`SHORT_SUM`), so its 7x7 run is not merged into one loop, which would sum in f32 in
+    another order than eager's."""
+
+    def build(x: SSAValue):
+        return graph.ReduceSumOp(x, [0, 2, 3])
+
+    gen = torch.Generator().manual_seed(0)
+    module = make_module([((2, 3, 7, 7), torch.float32)], build)
+    x = sample((2, 3, 7, 7), torch.float32, gen, "any")
+    (kernel,) = kernels(check(module, [x], wide_sums=True))
+    assert 49 not in _loop_trips(kernel)
+    assert "arith.extf" not in op_names(kernel)
+
+
 def test_row_blocks_are_whole_vectors_within_the_dims_accuracy():
     from xfuse.passes.lowering.domains import ROW_LENGTH, VECTOR, _row_blocks
 

@@ -102,6 +102,7 @@ from xfuse.passes.lowering.reductions import (
     reassociates,
     reduction_combiner,
     reduction_init,
+    sums_f32,
 )
 from xfuse.passes.lowering.scalar_ops import (
     UnsupportedScalarOp,
@@ -285,12 +286,20 @@ class KernelBuilder:
                     f"full shape {graph.fmt_shape(full)}, its row shape, nor of as many elements"
                 )
         if self.merge_dims and self.reductions and self.table is None:
-            short = SHORT_SUM if self.wide_sums else 0
+            short = SHORT_SUM if self._short_sums_wide() else 0
             merged = merged_row_domain(full, rows.dims, short)
             if merged is not None:
                 self.rows_merged = True
                 return merged
         return nd_domain(full, rows.dims)
+
+    def _short_sums_wide(self) -> bool:
+        """Whether every f32 sum of the kernel would accumulate in f64 if its rows were
+        merged (`accumulator_type`): only then may a short run of reduced dims be one loop,
+        which sums in another order than eager's."""
+        return self.wide_sums and all(
+            accumulator_type(r, True, True) == f64 for r in self.reductions if sums_f32(r)
+        )
 
     def _permuted_outputs_domain(self, full: tuple[int, ...]) -> Domain | None:
         """`nd_domain` over `full` where each output of another shape is a permute of a value

@@ -67,12 +67,17 @@ a longer sum is split across threads (`split-reductions`' `min_length`, 65,536),
 stage's partial sums f32."""
 
 
+def sums_f32(op: graph.ReduceOp) -> bool:
+    """Whether `op` sums f32 elements (the sums `accumulator_type` may widen)."""
+    return dtype_of(op.input) == f32 and _combiner_class(op) is arith.AddfOp
+
+
 def accumulator_type(op: graph.ReduceOp, wide_sums: bool, blocked: bool) -> Attribute:
     """The type `op` accumulates in: its elements' compute type (f32 for f16/bf16: far finer
     than their result); with `wide_sums`, f64 for a sum of f32 to one value (`TOTAL_SUM`),
     or, where its kernel sums in blocks (`blocked`), a short one (`SHORT_SUM`)."""
     t = compute_type(dtype_of(op.input))
-    if wide_sums and dtype_of(op.input) == f32 and _combiner_class(op) is arith.AddfOp:
+    if wide_sums and sums_f32(op):
         shape = shape_of(op.input)
         terms = [shape[d] for d in op.reduce_dims]
         if any(n < 0 for n in terms):  # a runtime size
