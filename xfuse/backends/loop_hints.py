@@ -131,18 +131,7 @@ def unit_stride(loop: Loop, iv: ir.Value) -> bool:
     """Whether each load and store of `loop` addresses one element at every trip or the
     element after the last trip's (its last index `%iv + %k` or `%iv`, `%k` and the other
     indices the same at every trip), and no integer is divided in it."""
-    inside = {id(inst) for block in loop.blocks for inst in block.instructions}
-    varying: dict[int, bool] = {}
-
-    def varies(value: ir.Value) -> bool:
-        if value is iv:
-            return True
-        if not isinstance(value, ir.Instruction) or id(value) not in inside:
-            return False
-        if id(value) not in varying:
-            varying[id(value)] = False  # a phi's cycle back to itself adds nothing
-            varying[id(value)] = any(varies(o) for o in value.operands)
-        return varying[id(value)]
+    varies = varying_in(loop, iv)
 
     def steps_by_one(index: ir.Value) -> bool:
         if index is iv or not varies(index):
@@ -161,6 +150,25 @@ def unit_stride(loop: Loop, iv: ir.Value) -> bool:
                 if not _steps_through(pointer, varies, steps_by_one):
                     return False
     return True
+
+
+def varying_in(loop: Loop, iv: ir.Value) -> Callable[[ir.Value], bool]:
+    """Whether a value changes from one trip of `loop` to the next: `iv`, or an instruction of
+    the loop computed from one that does (memoized)."""
+    inside = {id(inst) for block in loop.blocks for inst in block.instructions}
+    varying: dict[int, bool] = {}
+
+    def varies(value: ir.Value) -> bool:
+        if value is iv:
+            return True
+        if not isinstance(value, ir.Instruction) or id(value) not in inside:
+            return False
+        if id(value) not in varying:
+            varying[id(value)] = False  # a phi's cycle back to itself adds nothing
+            varying[id(value)] = any(varies(o) for o in value.operands)
+        return varying[id(value)]
+
+    return varies
 
 
 def _steps_through(
@@ -246,10 +254,11 @@ def widen_short_rows(module: ir.Module) -> int:
 
 
 def elementwise(loop: Loop) -> bool:
-    """Whether `loop` carries nothing from one trip to the next (its header's one phi is its
-    index) and stores each trip at an address of its own (a store to one address every trip,
-    or a value carried out of the loop, leaves LLVM unable to vectorize it, and a loop marked
-    for vectorization that it cannot vectorize prints a remark)."""
+    """Whether a `unit_stride` loop carries nothing from one trip to the next (its header's
+    one phi is its index) and stores each trip at an address of its own: every store's
+    address varies, so it steps by one (a store to one address every trip, or a value
+    carried out of the loop, leaves LLVM unable to vectorize it, and a loop marked for
+    vectorization that it cannot vectorize prints a remark)."""
     test = trip_test(loop)
     if test is None:
         return False
@@ -257,21 +266,13 @@ def elementwise(loop: Loop) -> bool:
     phis = [i for i in loop.header.instructions if isinstance(i, ir.PhiInstr)]
     if phis != [iv]:
         return False
-    for block in loop.blocks:
-        for inst in block.instructions:
-            if isinstance(inst, ir.StoreInstr) and not _indexed_by(inst.operands[1], iv):
-                return False
-    return True
-
-
-def _indexed_by(pointer: ir.Value, iv: ir.Value) -> bool:
-    """Whether `pointer` is a GEP whose last index is `iv` or `iv` plus something."""
-    if not isinstance(pointer, ir.GEPInstr):
-        return False
-    last = pointer.indices[-1]
-    if last is iv:
-        return True
-    return isinstance(last, ir.Instruction) and last.opname == "add" and iv in last.operands
+    varies = varying_in(loop, iv)
+    return all(
+        varies(inst.operands[1])
+        for block in loop.blocks
+        for inst in block.instructions
+        if isinstance(inst, ir.StoreInstr)
+    )
 
 
 def _full_width(module: ir.Module) -> tuple[ir.MDValue, ...]:

@@ -38,11 +38,10 @@ How a kernel computes its outputs:
   phase) carries the accumulators (`f32` for f16/bf16 data; `f64`, with `wide_sums`, for a sum
   of at most `SHORT_SUM` f32 terms over several loops or merged dims, or of at most `TOTAL_SUM`
   to one value) as `iter_args`; a last nest over the reduced dims writes the outputs of the
-  full shape, and outputs of another shape
-  with as many elements (a layer norm's output reshaped) at the same position in memory,
-  where one of them reads the last phase's results; else the last phase's nest writes them
-  (an activation beside its channel sum: each element read and computed once). Outputs of the row
-  shape (keepdim or not) are written once per row. A reduction's result may only be read at
+  full shape, and outputs of another shape with as many elements (a layer norm's output
+  reshaped) at the same position in memory, where one of them reads the last phase's results;
+  else the last phase's nest writes them (an activation beside its channel sum: each element
+  read and computed once). Outputs of the row shape (keepdim or not) are written once per row. A reduction's result may only be read at
   its own row (these rules are `xfuse.passes.fusion.kernel_loops`', which fusion checks a
   group against too). A float sum or product accumulates with `fastmath<reassoc>` (that op
   only), so that LLVM may vectorize it into partial sums; max/min need no flag. Over several
