@@ -51,48 +51,49 @@ def test_other_loops_keep_llvms_choice(
     assert WIDTH not in _llvm_ir(fn, torch.randn(shape))
 
 
-CARRIED = """
+def _row_kernel(constants: str, row: str) -> str:
+    """A kernel over the 4 rows of 28 of `%a` (one `scf.parallel` trip a row, `%r`), each
+    row's loop `row` writing `%out`."""
+    return f"""
 func.func @k(%a: memref<4x28xf32>, %out: memref<4xf32>)
-    attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
+    attributes {{xfuse.kernel, xfuse.parallel_dims = 1 : i64}} {{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index
   %c28 = arith.constant 28 : index
-  %half = arith.constant 0.5 : f32
-  %zero = arith.constant 0.0 : f32
-  "scf.parallel"(%c0, %c4, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+{constants}
+  "scf.parallel"(%c0, %c4, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
   ^bb0(%r: index):
+{row}
+    scf.reduce
+  }}) : (index, index, index) -> ()
+  func.return
+}}
+"""
+
+
+CARRIED = _row_kernel(
+    """
+  %half = arith.constant 0.5 : f32
+  %zero = arith.constant 0.0 : f32""",
+    """
     %last = scf.for %i = %c0 to %c28 step %c1 iter_args(%acc = %zero) -> (f32) {
       %x = memref.load %a[%r, %i] : memref<4x28xf32>
       %h = arith.mulf %acc, %half : f32
       %y = arith.addf %h, %x : f32
       scf.yield %y : f32
     }
-    memref.store %last, %out[%r] : memref<4xf32>
-    scf.reduce
-  }) : (index, index, index) -> ()
-  func.return
-}
-"""
+    memref.store %last, %out[%r] : memref<4xf32>""",
+)
 
-ONE_ADDRESS = """
-func.func @k(%a: memref<4x28xf32>, %out: memref<4xf32>)
-    attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
-  %c28 = arith.constant 28 : index
-  "scf.parallel"(%c0, %c4, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
-  ^bb0(%r: index):
+ONE_ADDRESS = _row_kernel(
+    "",
+    """
     scf.for %i = %c0 to %c28 step %c1 {
       %x = memref.load %a[%r, %i] : memref<4x28xf32>
       memref.store %x, %out[%r] : memref<4xf32>
-    }
-    scf.reduce
-  }) : (index, index, index) -> ()
-  func.return
-}
-"""
+    }""",
+)
 
 
 @pytest.mark.parametrize("source", [CARRIED, ONE_ADDRESS], ids=["carried", "one-address"])

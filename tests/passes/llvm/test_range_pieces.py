@@ -139,26 +139,36 @@ def test_pads_and_concats_are_cut_at_their_borders(
     torch.testing.assert_close(program(*args), fn(*args))
 
 
-KERNEL = """
-func.func @k(%out: memref<12xf32>) attributes {{xfuse.kernel, xfuse.parallel_dims = 1 : i64}} {{
+def _loop_kernel(element: str, constants: str, body: str) -> str:
+    """A format template: a kernel whose one loop `%i` over 12 runs `body`, storing into
+    `%out` of `element`s; `{predicate}`, `{clamp}`, `{lhs}` and `{rhs}` are left to fill."""
+    return f"""
+func.func @k(%out: memref<12x{element}>) attributes {{{{xfuse.kernel, xfuse.parallel_dims = 1 : i64}}}} {{{{
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c12 = arith.constant 12 : index
   %c5 = arith.constant 5 : index
-  %one = arith.constant 1.0 : f32
-  %two = arith.constant 2.0 : f32
-  "scf.parallel"(%c0, %c1, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
+{constants}
+  "scf.parallel"(%c0, %c1, %c1) <{{{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}}}> ({{{{
   ^bb0(%p: index):
-    scf.for %i = %c0 to %c12 step %c1 {{
-      %c = arith.cmpi {predicate}, {lhs}, {rhs} : index
-      %v = arith.select %c, %one, %two : f32
-      memref.store %v, %out[%i] : memref<12xf32>
-    }}
+    scf.for %i = %c0 to %c12 step %c1 {{{{
+{body}
+    }}}}
     scf.reduce
-  }}) : (index, index, index) -> ()
+  }}}}) : (index, index, index) -> ()
   func.return
-}}
+}}}}
 """
+
+
+KERNEL = _loop_kernel(
+    "f32",
+    """  %one = arith.constant 1.0 : f32
+  %two = arith.constant 2.0 : f32""",
+    """      %c = arith.cmpi {predicate}, {lhs}, {rhs} : index
+      %v = arith.select %c, %one, %two : f32
+      memref.store %v, %out[%i] : memref<12xf32>""",
+)
 
 PREDICATES = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
 
@@ -189,26 +199,14 @@ def test_every_predicate_decides_its_pieces_as_the_loop_does(
     assert sorted(set(cut.tolist())) == [1.0, 2.0]
 
 
-CLAMP_KERNEL = """
-func.func @k(%out: memref<12xi64>) attributes {{xfuse.kernel, xfuse.parallel_dims = 1 : i64}} {{
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c12 = arith.constant 12 : index
-  %c5 = arith.constant 5 : index
-  %c2 = arith.constant 2 : index
-  "scf.parallel"(%c0, %c1, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
-  ^bb0(%p: index):
-    scf.for %i = %c0 to %c12 step %c1 {{
-      %j = arith.addi %i, %c2 : index
+CLAMP_KERNEL = _loop_kernel(
+    "i64",
+    "  %c2 = arith.constant 2 : index",
+    """      %j = arith.addi %i, %c2 : index
       %m = arith.{clamp} {lhs}, {rhs} : index
       %v = arith.index_cast %m : index to i64
-      memref.store %v, %out[%i] : memref<12xi64>
-    }}
-    scf.reduce
-  }}) : (index, index, index) -> ()
-  func.return
-}}
-"""
+      memref.store %v, %out[%i] : memref<12xi64>""",
+)
 
 
 @pytest.mark.parametrize("clamp", ["minsi", "maxsi", "minui", "maxui"])
