@@ -137,15 +137,23 @@ class ReferenceBackend:
 
 class ReplayedSteps:
     """A stand-in for a captured CUDA graph on the CPU: a replay runs the steps again on the
-    capture's inputs and writes their results into the memory of the captured outputs, as a
-    real replay does."""
+    capture's inputs (the call's own tensors where it reads them in place, which a real
+    graph finds at the address it checked) and writes their results into the memory of the
+    captured outputs, as a real replay does (not into an output that views an input read in
+    place: the steps wrote that input's memory)."""
 
-    def __init__(self, rerun: Callable[[], list[torch.Tensor]], outputs: list[torch.Tensor]):
-        self.rerun, self.outputs = rerun, outputs
+    def __init__(
+        self,
+        rerun: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+        inputs: list[torch.Tensor | None],
+    ):
+        self.rerun, self.inputs = rerun, inputs
 
-    def replay(self) -> None:
-        for out, new in zip(self.outputs, self.rerun(), strict=True):
-            out.copy_(new)
+    def replay(self, args: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor | None]) -> None:
+        bound = [a if own is None else own for a, own in zip(args, self.inputs, strict=True)]
+        for out, new in zip(outputs, self.rerun(bound), strict=True):
+            if out is not None:
+                out.copy_(new)
 
 
 class CPUGraphRunner(GraphRunner[Any]):
@@ -159,6 +167,12 @@ class CPUGraphRunner(GraphRunner[Any]):
         inputs = [a if keep else a.clone() for a, keep in zip(args, in_place, strict=True)]
         pool = BufferPool("cpu")
         outputs = self.run_steps(self.program, inputs, pool)
-        graph = ReplayedSteps(lambda: self.run_steps(self.program, inputs, pool), outputs)
+        own: list[torch.Tensor | None] = [
+            None if keep else t for t, keep in zip(inputs, in_place, strict=True)
+        ]
+        graph = ReplayedSteps(lambda bound: self.run_steps(self.program, bound, pool), own)
         self.captures += 1
         return self._captured(graph, args, inputs, in_place, outputs, pool)  # type: ignore[arg-type]
+
+    def _launch(self, captured: Any, args: Sequence[torch.Tensor]) -> None:
+        captured.graph.replay(args, captured.outputs)

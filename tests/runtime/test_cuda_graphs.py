@@ -5,6 +5,7 @@ memory are never captured (and say why), and launches go to whatever stream torc
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.backends.test_cuda import gpu
 from tests.runtime.runtime_fakes import CPUGraphRunner
 from xfuse.ir.context import parse
 from xfuse.runtime.cuda_graphs import (
+    PRICE_WAITS,
     GraphMemory,
     GraphRunner,
     graph_pays,
@@ -186,7 +188,8 @@ def test_an_input_read_in_place_that_moves_is_priced_before_it_is_copied_in(
 ) -> None:
     """An input too large to copy at every replay is read in place while it stays where it
     was; when another tensor comes in its place, the capture anew would copy it, so it is
-    priced first: here the program then runs step by step, and says why."""
+    priced first: that call runs step by step, and the next, finding the input where it was,
+    captures reading it in place."""
     from xfuse.runtime import cuda_graphs
 
     priced: list[int] = []
@@ -203,8 +206,85 @@ def test_an_input_read_in_place_that_moves_is_priced_before_it_is_copied_in(
     assert runner.captures == 1 and runner._ring[0].copied == () and runner.reason is None
     other = torch.randn(16)
     torch.testing.assert_close(call(other), torch.sigmoid(other) * 2)
-    assert runner.captures == 1 and priced == [16 * 4, 16 * 4]
-    assert runner.reason is not None and "copying its inputs" in runner.reason
+    assert runner.captures == 1 and priced == [16 * 4, 16 * 4] and runner.reason is None
+    for _ in range(2):
+        torch.testing.assert_close(call(other), torch.sigmoid(other) * 2)
+    assert runner.captures == 2 and runner.replays == 4 and runner.reason is None
+    assert runner._ring[0].copied == () and priced == [16 * 4, 16 * 4]
+
+
+def test_an_input_too_large_to_copy_that_moves_at_every_call_runs_step_by_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the input the capture would copy in is elsewhere at every call, graphs give up
+    after `PRICE_WAITS` calls run step by step, and say why."""
+    from xfuse.runtime import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "graph_pays", lambda copied, steps: copied == 0)
+    runner, call = _cpu_runner()
+    xs = [torch.randn(16) for _ in range(cuda_graphs.PRICE_WAITS + 3)]  # all held: new places
+    for i, x in enumerate(xs):
+        torch.testing.assert_close(call(x), torch.sigmoid(x) * 2)
+        assert (runner.reason is None) == (i <= cuda_graphs.PRICE_WAITS)
+    assert runner.captures == 0 and runner.reason is not None
+    assert "copying its inputs" in runner.reason
+
+
+def test_a_capture_keeps_no_reference_to_what_it_reads_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program that reads another's handed-over outputs in place (a backward reading what
+    its forward saved, too large to copy) does not keep them: once the caller drops them, the
+    producer's capture is free for its next replay, so the outputs stay where they were and
+    neither program captures again."""
+    from xfuse.runtime import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "graph_pays", lambda copied, steps: copied == 0)
+    producer, make = _cpu_runner(released=True)
+    consumer, use = _cpu_runner()
+    x = torch.randn(16)
+    for _ in range(6):
+        x.copy_(torch.randn(16))
+        y = make(x)
+        watch = weakref.ref(y)
+        torch.testing.assert_close(use(y), torch.sigmoid(torch.sigmoid(x) * 2) * 2)
+        del y
+        assert watch() is None
+    # The consumer's second call finds the producer's output elsewhere than at the warm-up
+    # (the producer's capture wrote it) and runs step by step; its third captures.
+    assert producer.captures == 1 and producer.replays == 5
+    assert consumer.captures == 1 and consumer.replays == 4 and consumer.reason is None
+    assert consumer._ring[0].in_place == [0] and consumer._ring[0].inputs == [None]
+
+
+def test_an_output_that_views_an_input_read_in_place_is_that_input_at_each_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program that returns a view of an input it reads in place (a forward that saves its
+    input for the backward) hands over a view of the call's own tensor, and its capture keeps
+    no reference to it: the producer of that input replays one capture throughout."""
+    from xfuse.runtime import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "graph_pays", lambda copied, steps: copied == 0)
+    producer, make = _cpu_runner(released=True)
+    compiled = xfuse.compile(
+        lambda t: (torch.sigmoid(t) * 2, t[2:6]), (torch.randn(16),), quiet=True
+    )
+    consumer = CPUGraphRunner(compiled.default.program, run_program, torch.device("cpu"))
+    x = torch.randn(16)
+    for _ in range(6):
+        x.copy_(torch.randn(16))
+        y = make(x)
+        with torch.no_grad():
+            z, view = consumer.run([y], [], BufferPool("cpu"), lambda r, c: r)
+        torch.testing.assert_close(z, torch.sigmoid(y) * 2)
+        assert view.data_ptr() == y[2:6].data_ptr() and view.shape == (4,)
+        watch = weakref.ref(y)
+        del y, z, view
+        assert watch() is None
+    assert producer.captures == 1 and consumer.captures == 1 and consumer.replays == 4
+    (captured,) = consumer._ring
+    assert captured.outputs[1] is None and captured.views[1].offset == 2
 
 
 def test_an_input_elsewhere_at_the_capture_than_at_the_warm_up_is_copied_in() -> None:
@@ -417,8 +497,10 @@ def test_graphs_pay_for_small_copies_only() -> None:
 @gpu
 def test_a_program_of_large_tensors_runs_step_by_step() -> None:
     """Copying a 1 GiB input into the graph would cost half a millisecond at every call, more
-    than the launches a graph saves: the program runs without one, and says why."""
-    xs = [torch.randn(1 << 28, device="cuda") for _ in range(3)]  # a new address at each call
+    than the launches a graph saves: the program runs without one (after the warm-up and
+    `PRICE_WAITS` calls that look for the input at a stable address), and says why."""
+    calls = PRICE_WAITS + 2
+    xs = [torch.randn(1 << 28, device="cuda") for _ in range(calls)]  # a new address each call
     compiled = xfuse.compile(lambda t: torch.sigmoid(t) * 2, (xs[0],), device="cuda", quiet=True)
     for x in xs:
         y = compiled(x)

@@ -32,7 +32,11 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
   step by step, and no more than `RELEASED_RING_SIZE` captures are made;
 - a program whose inputs are so large that copying them into the graph costs more GPU time
   than the host time its launches take (`graph_pays`) runs step by step: a replay saves a few
-  microseconds per step, a copy of 1 GiB takes a millisecond. Outputs count where a replay
+  microseconds per step, a copy of 1 GiB takes a millisecond. The price is taken at the
+  capture, from what it would read in place; a call it sends step by step notes where its
+  inputs are, and the next call prices again (a backward's saved tensors move once, when its
+  forward's graph is captured, and stay put from then on), up to `PRICE_WAITS` such calls
+  before the program runs step by step for good. Outputs count where a replay
   would copy them out (the caller holds every other capture's): such a call runs step by
   step instead where copying its inputs and outputs costs more than its launches, and a
   caller that drops its outputs (handed over, never copied) replays whatever their size;
@@ -57,7 +61,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
 import torch
 from xdsl.dialects.builtin import ModuleOp
@@ -166,6 +170,19 @@ def _refresh(static: Tensor, t: Tensor) -> None:
         static.copy_(t)
 
 
+PRICE_WAITS = 16
+"""Calls that run step by step where a capture would copy in too much, before graphs give up
+on a program for good. A training step's programs feed each other: a backward reads the
+tensors its forward saved, which move once, when the forward's graph is first captured; a
+program of a chain of pieces reads its input where the piece before it last captured. Such an
+input stays where it is from the call after its producer's capture on, and producers settle
+one after another: on GPT-2 12x768 under DDP on one GPU, the 28 programs of 30 that read no
+logits captured by their fourth call; the loss's backward, which reads a fresh 786 MiB copy
+of the logits, ran 7 calls step by step and captured 4 times before its input stayed put.
+The count is not reset by a capture, so a program whose inputs keep moving stops
+recapturing."""
+
+
 RING_MEMORY_SHARE = 64
 """A program whose capture holds this share of its GPU's memory or more (its buffers, inputs
 and outputs: 256 MiB of a 16 GiB GPU, 2.2 GB of an H200's 141) is captured once, and its
@@ -212,28 +229,71 @@ class GraphMemory:
 
 def _written_memory(captured: _Captured) -> GraphMemory:
     """The memory of `captured` that a replay writes and a result may be: its outputs (but for
-    those that are a parameter's or buffer's memory, read in place) and its input copies."""
-    read_in_place = {captured.inputs[i].untyped_storage().data_ptr() for i in captured.in_place}
-    outputs = [t for t in captured.outputs if t.untyped_storage().data_ptr() not in read_in_place]
-    return GraphMemory(outputs + [captured.inputs[i] for i in captured.copied])
+    those that are the memory of an argument read in place) and its input copies."""
+    outputs = [
+        t
+        for t in captured.outputs
+        if t is not None and t.untyped_storage().data_ptr() not in captured.kept
+    ]
+    return GraphMemory(outputs + [cast(Tensor, captured.inputs[i]) for i in captured.copied])
+
+
+@dataclass(frozen=True)
+class _InputView:
+    """An output that is a view of an argument read in place (a forward that returns its
+    input among the tensors it saves): rebuilt from the call's argument at each replay."""
+
+    arg: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    """Elements from the argument's first element to the view's."""
+
+    def of(self, args: Sequence[Tensor]) -> Tensor:
+        a = args[self.arg]
+        return a.as_strided(self.size, self.stride, a.storage_offset() + self.offset)
+
+
+def _input_view(t: Tensor, args: Sequence[Tensor], in_place: Sequence[bool]) -> _InputView | None:
+    """How output `t` views an argument read in place, or None where it is the graph's."""
+    memory = t.untyped_storage().data_ptr()
+    for i, (a, keep) in enumerate(zip(args, in_place, strict=True)):
+        if keep and a.dtype == t.dtype and a.untyped_storage().data_ptr() == memory:
+            offset = (t.data_ptr() - a.data_ptr()) // t.element_size()
+            return _InputView(i, tuple(t.shape), tuple(t.stride()), offset)
+    return None
 
 
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
-    inputs: list[Tensor]
-    """What the graph reads: its own copies of user inputs, the state tensors themselves."""
+    inputs: list[Tensor | None]
+    """The graph's own copies of the user inputs it copies in; None where it reads the
+    argument in place. The capture keeps no reference to a tensor it reads in place, nor to
+    an output that views one: the caller's memory stays the caller's to free (a training
+    forward's outputs, which the backward's graph reads in place, are free for the forward's
+    next replay once the step is done), and a replay reads the tensor that its address check
+    finds there."""
     copied: tuple[int, ...]
     in_place: list[int]
     """The positions of the arguments read in place (parameters and buffers)."""
     addresses: list[int | None]
     """Each argument's data pointer at capture where it is read in place (None elsewhere)."""
-    outputs: list[Tensor]
+    outputs: list[Tensor | None]
+    """The graph's outputs, None where one views an argument read in place (`views`)."""
+    views: dict[int, _InputView]
+    kept: frozenset[int]
+    """The data pointers of the storages of the arguments read in place, at capture (an
+    output in one that `views` does not rebuild, of another dtype, is the caller's memory)."""
     pool: BufferPool
     """The graph's intermediate buffers (kept alive with it)."""
     inference: bool
     """Whether it was captured in inference mode (its outputs are inference tensors)."""
     memory: GraphMemory | None = None
+
+    def results(self, args: Sequence[Tensor]) -> list[Tensor]:
+        """A replay's outputs for the call's `args`."""
+        return [self.views[j].of(args) if t is None else t for j, t in enumerate(self.outputs)]
 
     def moved(self, args: Sequence[Tensor]) -> bool:
         """Whether an input the graph reads in place is elsewhere in `args`."""
@@ -290,9 +350,14 @@ class GraphRunner(Generic[P]):
         self._seen: list[int] = []
         """Each argument's data pointer at the warm-up or the last capture: an input at the
         same address at the next capture is read in place."""
-        self._costly = False
-        """Whether the warm-up found that copying every input but the parameters and buffers
-        would not pay: the first capture decides again, from what it would read in place."""
+        self._price = False
+        """Whether the next capture is priced first (`_why_steps`): set where the warm-up
+        found that copying every input but the parameters and buffers would not pay, and where
+        an input read in place moved; the capture decides again, from what it would read in
+        place."""
+        self._priced_out = 0
+        """Calls that the price sent step by step: up to `PRICE_WAITS`, each notes where the
+        inputs were, so that the next call reads in place what stayed."""
         self._ring: list[_Captured] = []
         self._size = RELEASED_RING_SIZE if released else RING_SIZE
         self._lock = threading.Lock()
@@ -330,11 +395,12 @@ class GraphRunner(Generic[P]):
         self._moved_last = moved
         # A capture anew copies in what moved: priced again, as the first one is where the
         # warm-up found copying every user input too dear.
-        if cleared or (not ring and self.captures == 0 and self._costly):
+        self._price = self._price or cleared
+        if self._price:
             why = self._why_steps(args, state, grew)
             if why is not None:
-                self.reason = why
-                return finish(self.run_steps(self.program, args, pool), False)
+                return finish(self._priced_steps(args, pool, why, final=grew), False)
+            self._price = False
         free = [c for c in ring if c.memory is None or c.memory.free()]
         if not free and len(ring) < self._size:
             try:
@@ -352,20 +418,25 @@ class GraphRunner(Generic[P]):
         last = len(free) == 1 and len(ring) >= self._size and not self.released
         copy_out = last or captured.inference != torch.is_inference_mode_enabled()
         if copy_out and not graph_pays(
-            _nbytes([args[i] for i in captured.copied]) + _nbytes(captured.outputs), self._steps()
+            _nbytes([args[i] for i in captured.copied]) + _nbytes(captured.results(args)),
+            self._steps(),
         ):
             self.stepped += 1  # copying the outputs out would cost more than the launches
             return finish(self.run_steps(self.program, args, pool), False)
         for i in captured.copied:
-            _refresh(captured.inputs[i], args[i])
-        captured.graph.replay()
+            _refresh(cast(Tensor, captured.inputs[i]), args[i])
+        self._launch(captured, args)
         self.replays += 1
         if captured.memory is None:  # counted once the capture's own temporaries are gone
             captured.memory = _written_memory(captured)
         if copy_out:
-            return finish(list(captured.outputs), True)  # copied out: this capture stays free
+            return finish(captured.results(args), True)  # copied out: this capture stays free
         self.handed += 1
-        return finish([t.detach() for t in captured.outputs], False)
+        return finish([t.detach() for t in captured.results(args)], False)
+
+    def _launch(self, captured: _Captured, args: Sequence[Tensor]) -> None:
+        """Replays `captured` (its inputs refreshed, those read in place checked at `args`)."""
+        captured.graph.replay()
 
     def _warm_up(
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool
@@ -382,8 +453,22 @@ class GraphRunner(Generic[P]):
             return outputs
         state_ids = {id(t) for t in state}
         user = _nbytes([a for a in args if id(a) not in state_ids])
-        self._costly = not graph_pays(user, self._steps())
+        self._price = not graph_pays(user, self._steps())
         return outputs
+
+    def _priced_steps(
+        self, args: Sequence[Tensor], pool: BufferPool, why: str, final: bool
+    ) -> list[Tensor]:
+        """A call whose capture would not pay, run step by step. Its inputs' addresses are
+        noted: an input that a producer wrote elsewhere this time (the graph of the program
+        before it, captured at this call) is likely where it is now at the next call, which
+        then reads it in place. After `PRICE_WAITS` such calls, or where what moved are
+        weights copied in at every call from now on (`final`), graphs give up: `why`."""
+        self._priced_out += 1
+        if final or self._priced_out > PRICE_WAITS:
+            self.reason = why
+        self._seen = _addresses(args)
+        return self.run_steps(self.program, args, pool)
 
     def _why_steps(self, args: Sequence[Tensor], state: Sequence[Tensor], grew: bool) -> str | None:
         """Why a capture for `args` would not pay (`graph_pays`: the bytes it copies in at each
@@ -470,13 +555,17 @@ class GraphRunner(Generic[P]):
     ) -> _Captured:
         """A capture's record: what it reads in place of `args` and at which addresses."""
         self._seen = _addresses(args)
+        views = {j: v for j, t in enumerate(outputs) if (v := _input_view(t, args, in_place))}
+        pairs = list(zip(args, in_place, strict=True))
         return _Captured(
             graph,
-            inputs,
+            [None if keep else t for t, keep in zip(inputs, in_place, strict=True)],
             tuple(i for i, keep in enumerate(in_place) if not keep),
             [i for i, keep in enumerate(in_place) if keep],
-            [a.data_ptr() if keep else None for a, keep in zip(args, in_place, strict=True)],
-            outputs,
+            [a.data_ptr() if keep else None for a, keep in pairs],
+            [None if j in views else t for j, t in enumerate(outputs)],
+            views,
+            frozenset(a.untyped_storage().data_ptr() for a, keep in pairs if keep),
             pool,
             torch.is_inference_mode_enabled(),
         )
