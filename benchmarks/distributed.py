@@ -122,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.dtype}, {args.steps} steps; xfuse compiled {parts.count('forward')} forward "
         f"and {parts.count('backward')} backward programs on rank 0"
     )
+    if parts.graph_use():
+        print(f"xfuse on rank 0: {parts.graph_use()}")
     eager_losses = [s[2] for s in samples["eager"]] if "eager" in samples else None
     for column in columns:
         timed_steps = samples[column][args.warmup :]

@@ -101,6 +101,7 @@ Triton's, xfuse's and eager's elementwise and reduction kernels, the work a fusi
 decides). Library classes (`gemm`, `attention`, `communication`, `optimizer`) run the same
 calls under every backend."""
 
+
 def kernel_class(name: str) -> str:
     """The class of a GPU operation named `name` (`KERNEL_CLASSES`)."""
     for label, pattern in KERNEL_CLASSES:

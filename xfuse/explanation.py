@@ -395,9 +395,7 @@ def graph_status(graphs: GraphRunner | None, device: torch.device) -> str | None
         return None
     if graphs is None:
         return GRAPHS_OFF
-    if graphs.reason is not None:
-        return f"not used: {graphs.reason}"
-    return "captured on the second call, replayed from then on"
+    return graphs.status()
 
 
 def shape_graph_status(graphs: ShapeGraphs[Any] | None, device: torch.device) -> str | None:

@@ -177,6 +177,7 @@ def test_an_input_where_it_was_at_the_last_call_is_read_in_place() -> None:
     x.mul_(3.0)
     torch.testing.assert_close(call(x), torch.sigmoid(x) * 2)
     assert runner.captures == 1 and runner.replays == 2
+    assert runner.status().endswith("; 2 of 3 calls replayed a graph (1 capture)")
     other = torch.randn(16)
     torch.testing.assert_close(call(other), torch.sigmoid(other) * 2)
     (captured,) = runner._ring
@@ -228,6 +229,7 @@ def test_an_input_too_large_to_copy_that_moves_at_every_call_runs_step_by_step(
         assert (runner.reason is None) == (i <= cuda_graphs.PRICE_WAITS)
     assert runner.captures == 0 and runner.reason is not None
     assert "copying its inputs" in runner.reason
+    assert runner.status() == f"not used: {runner.reason}"
 
 
 def test_a_capture_keeps_no_reference_to_what_it_reads_in_place(

@@ -131,3 +131,35 @@ def test_fsdp2_per_block_compile_on_gloo_tracks_eager(tmp_path: Path) -> None:
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_two_gpus_over_nccl_track_eager(strategy: str, tmp_path: Path) -> None:
     check_tracks_eager(run(strategy, "cuda", tmp_path), forward_parts=1)
+
+
+def test_graph_use_counts_the_programs_that_replay_and_says_why_the_others_do_not() -> None:
+    """`Parts.graph_use`: per part, the programs whose runner replays a CUDA graph, and the
+    reasons of those that run step by step; nothing where no program has graphs (the CPU)."""
+    from types import SimpleNamespace
+
+    from xfuse.testing import distributed as d
+
+    def program(*runners: Any) -> Any:
+        return SimpleNamespace(
+            specialisations={i: SimpleNamespace(graphs=r) for i, r in enumerate(runners)}
+        )
+
+    replaying = SimpleNamespace(reason=None, replays=5)
+    stepped = SimpleNamespace(reason="copying its inputs (786.0 MiB) would cost more", replays=0)
+    parts = d.Parts()
+    for part, p in [
+        ("forward", program(replaying)),
+        ("backward", program(replaying)),
+        ("backward", program(stepped)),
+    ]:
+        parts.append(part)
+        parts.programs.append(p)
+    assert parts.graph_use() == (
+        "programs replaying a CUDA graph: forward 1 of 1, backward 1 of 2; step by step: "
+        "1 x copying its inputs (786.0 MiB) would cost more"
+    )
+    on_cpu = d.Parts()
+    on_cpu.append("forward")
+    on_cpu.programs.append(program(None))
+    assert on_cpu.graph_use() == ""

@@ -334,6 +334,7 @@ class GraphRunner(Generic[P]):
         over, never copied out."""
         self.reason = why_not_capturable(program.module)
         """Why the program runs step by step, or None while graphs serve it."""
+        self.calls = 0
         self.captures = 0
         self.replays = 0
         self.handed = 0
@@ -371,6 +372,7 @@ class GraphRunner(Generic[P]):
         runner keeps (which a later replay overwrites), to be copied out. Results handed over
         are the caller's: the graph is not replayed again while anything of them is held. One
         call at a time chooses, replays and finishes (threads may share a program)."""
+        self.calls += 1
         if self.reason is not None:
             return finish(self.run_steps(self.program, args, pool), False)
         with self._lock:
@@ -379,6 +381,15 @@ class GraphRunner(Generic[P]):
             if self.reason is not None:  # decided by a call this one waited for
                 return finish(self.run_steps(self.program, args, pool), False)
             return self._replay(args, state, pool, finish)
+
+    def status(self) -> str:
+        """How the program's calls run (`Explanation.cuda_graph`)."""
+        captures = f"{self.captures} capture" + ("" if self.captures == 1 else "s")
+        used = f"{self.replays} of {self.calls} calls replayed a graph ({captures})"
+        if self.reason is not None:
+            return f"not used: {self.reason}" + (f"; before that, {used}" if self.replays else "")
+        text = "captured at the second call (later while a large input moves), replayed after"
+        return f"{text}; {used}" if self.calls > 1 else text
 
     def _replay(
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool, finish: Finish

@@ -13,6 +13,7 @@ gloo on the CPU. The benchmark (`benchmarks/distributed.py`) and the tests
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -164,13 +165,50 @@ def train(step: Callable[[int], Tensor], steps: int) -> list[float]:
     return [float(step(i)) for i in range(steps)]
 
 
+class Parts(list[str]):
+    """The parts xfuse compiled (`forward`, `backward`, `inference`), in order, and their
+    programs (`programs`, in the same order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.programs: list[Any] = []
+
+    def graph_use(self) -> str:
+        """How each part's programs ran on CUDA: how many replayed a CUDA graph at their last
+        calls, and why the others ran step by step (`GraphRunner.reason`); empty where none
+        has graphs (the CPU)."""
+        counts: dict[str, list[int]] = {}
+        reasons: Counter[str] = Counter()
+        for part, program in zip(self, self.programs, strict=True):
+            # A symbolic program (`dynamic=True`) has no specialisations: its shapes' runners
+            # are its `ShapeGraphs`', not counted here.
+            for executable in getattr(program, "specialisations", {}).values():
+                runner = executable.graphs
+                if runner is None:
+                    continue
+                seen = counts.setdefault(part, [0, 0])
+                seen[1] += 1
+                if runner.reason is None and runner.replays:
+                    seen[0] += 1
+                elif runner.reason is not None:
+                    reasons[runner.reason[:80]] += 1
+        if not counts:
+            return ""
+        text = ", ".join(f"{part} {n} of {total}" for part, (n, total) in counts.items())
+        why = "; ".join(f"{n} x {reason}" for reason, n in reasons.most_common())
+        return f"programs replaying a CUDA graph: {text}" + (
+            f"; step by step: {why}" if why else ""
+        )
+
+
 @contextmanager
-def counting_parts() -> Iterator[list[str]]:
-    """The parts (`forward`, `backward`, `inference`) xfuse compiles in the block, in order."""
+def counting_parts() -> Iterator[Parts]:
+    """The parts (`forward`, `backward`, `inference`) xfuse compiles in the block, in order,
+    with their programs."""
     from xfuse.aot import PartCompiler
     from xfuse.runtime.executor import CompiledProgram
 
-    seen: list[str] = []
+    seen = Parts()
     real = PartCompiler.compile
 
     def counted(
@@ -178,6 +216,7 @@ def counting_parts() -> Iterator[list[str]]:
     ) -> CompiledProgram:
         program = real(self, gm, inputs)
         seen.append(self.part)
+        seen.programs.append(program)
         return program
 
     PartCompiler.compile = counted  # type: ignore[method-assign,assignment]
