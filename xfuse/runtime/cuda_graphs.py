@@ -255,13 +255,19 @@ class _InputView:
 
 
 def _input_view(t: Tensor, args: Sequence[Tensor], in_place: Sequence[bool]) -> _InputView | None:
-    """How output `t` views an argument read in place, or None where it is the graph's."""
-    memory = t.untyped_storage().data_ptr()
-    for i, (a, keep) in enumerate(zip(args, in_place, strict=True)):
-        if keep and a.dtype == t.dtype and a.untyped_storage().data_ptr() == memory:
-            offset = (t.data_ptr() - a.data_ptr()) // t.element_size()
-            return _InputView(i, tuple(t.shape), tuple(t.stride()), offset)
-    return None
+    """How output `t` views an argument read in place (the one its first element lies in,
+    nearest that element's start, where several share its memory), or None where it is the
+    graph's own memory."""
+    memory, start, size = t.untyped_storage().data_ptr(), t.data_ptr(), t.element_size()
+    views = [
+        _InputView(i, tuple(t.shape), tuple(t.stride()), (start - a.data_ptr()) // size)
+        for i, (a, keep) in enumerate(zip(args, in_place, strict=True))
+        if keep
+        and a.dtype == t.dtype
+        and a.untyped_storage().data_ptr() == memory
+        and a.data_ptr() <= start
+    ]
+    return min(views, key=lambda v: v.offset, default=None)
 
 
 @dataclass
