@@ -10,7 +10,8 @@ Models are transformers' (configs, random weights, never downloaded); xfuse runs
 mode (`xfuse.testing.distributed.compiled`: a part or group that would run eagerly raises).
 `tiny`: 2 layers, 64 wide, 2x32 tokens (the CPU); `small`: 4 layers, 512 wide, 8x256 tokens
 (the GPU); `base`: 4 layers, 768 wide, 8x1024 tokens. `--dtype bf16` runs forward and loss under autocast. Each row:
-the median ms per step (the GPU waited for), and the first step's seconds (compiles included).
+the median ms per step (the GPU waited for), and the first step's seconds (compiles included);
+on CUDA, how many of xfuse's programs replay a CUDA graph, and why the others do not.
 `--profile` (CUDA) adds, per column, the GPU operations per step, their busy ms, and the
 heaviest kernels by GPU ms per step.
 """
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 from benchmarks.timing import interleaved, medians, sync, wall_and_host_ms
+from xfuse.testing.distributed import counting_parts
 
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {"layers": 2, "width": 64, "heads": 2, "batch": 2, "tokens": 32, "vocab": 1000},
@@ -123,16 +125,19 @@ def main(argv: list[str] | None = None) -> None:
         ids = torch.randint(0, size["vocab"], (size["batch"], size["tokens"]), device=args.device)
         steps = columns(base, ids, args.columns.split(","), DTYPES[args.dtype])
         first: dict[str, float] = {}
-        for column, step in steps.items():
-            start = time.perf_counter()
-            step()
-            sync()
-            first[column] = time.perf_counter() - start
-        times = interleaved(steps, args.runs, warmup=2, clock=wall_and_host_ms)
+        with counting_parts() as parts:
+            for column, step in steps.items():
+                start = time.perf_counter()
+                step()
+                sync()
+                first[column] = time.perf_counter() - start
+            times = interleaved(steps, args.runs, warmup=2, clock=wall_and_host_ms)
         wall = medians({c: [w for w, _ in ts] for c, ts in times.items()})
         row = "  ".join(f"{c} {wall[c]:.2f} (first {first[c]:.1f}s)" for c in steps)
         ratio = wall.get("xfuse", 0) / wall["inductor"] if "inductor" in wall else float("nan")
         print(f"{name}: {row}  xfuse/inductor {ratio:.2f}", flush=True)
+        if parts.graph_use():
+            print(f"  xfuse: {parts.graph_use()}")
         if args.profile:
             for column, step in steps.items():
                 if args.device.startswith("cuda"):
