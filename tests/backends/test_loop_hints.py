@@ -108,3 +108,48 @@ def test_a_loop_llvm_cannot_vectorize_is_not_marked(
     out = torch.zeros(4)
     backend.load(backend.compile(parse(source), "k"), "k")([a, out])
     assert "remark" not in capfd.readouterr().err
+
+
+def _mapped_rows(op: str, n: int = 100) -> str:
+    """A kernel writing `op` of each element of `%a`'s 4 rows of `n` into `%out`'s."""
+    return f"""
+func.func @k(%a: memref<4x{n}xf32>, %out: memref<4x{n}xf32>)
+    attributes {{xfuse.kernel, xfuse.parallel_dims = 1 : i64}} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %cn = arith.constant {n} : index
+  "scf.parallel"(%c0, %c4, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
+  ^bb0(%r: index):
+    scf.for %i = %c0 to %cn step %c1 {{
+      %x = memref.load %a[%r, %i] : memref<4x{n}xf32>
+      %y = {op} %x : f32
+      memref.store %y, %out[%r, %i] : memref<4x{n}xf32>
+    }}
+    scf.reduce
+  }}) : (index, index, index) -> ()
+  func.return
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("op", "marked"),
+    [("math.cbrt", False), ("math.asinh", False), ("math.sinh", True), ("math.tan", True)],
+)
+def test_a_row_that_calls_a_c_math_function_is_not_marked(
+    op: str, marked: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A row loop of 100 that calls `cbrtf` or `asinhf` (C functions with no vector form):
+    marked, LLVM could not vectorize it and would print a remark. LLVM's intrinsics (`sinh`,
+    `tan`) it vectorizes, one lane at a time where no vector form exists: still marked. Every
+    form computes torch's values."""
+    backend = CPUBackend()
+    source = parse(_mapped_rows(op))
+    assert (WIDTH in backend.llvm_ir(source, "k")) == marked
+    a, out = torch.randn(4, 100), torch.zeros(4, 100)
+    backend.load(backend.compile(source, "k"), "k")([a, out])
+    name = op.removeprefix("math.")
+    want = a.sign() * a.abs().pow(1 / 3) if name == "cbrt" else getattr(torch, name)(a)
+    torch.testing.assert_close(out, want)
+    assert "remark" not in capfd.readouterr().err

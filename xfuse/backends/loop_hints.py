@@ -255,16 +255,17 @@ def widen_short_rows(module: ir.Module) -> int:
 
 def elementwise(loop: Loop) -> bool:
     """Whether a `unit_stride` loop carries nothing from one trip to the next (its header's
-    one phi is its index) and stores each trip at an address of its own: every store's
-    address varies, so it steps by one (a store to one address every trip, or a value
-    carried out of the loop, leaves LLVM unable to vectorize it, and a loop marked for
-    vectorization that it cannot vectorize prints a remark)."""
+    one phi is its index), calls no function but LLVM's intrinsics, and stores each trip at an
+    address of its own: every store's address varies, so it steps by one (a store to one
+    address every trip, a value carried out of the loop, or a call of a C math function with
+    no vector form, `cbrtf` or `asinhf`, leaves LLVM unable to vectorize it, and a loop marked
+    for vectorization that it cannot vectorize prints a remark)."""
     test = trip_test(loop)
     if test is None:
         return False
     iv = test.operands[0]
     phis = [i for i in loop.header.instructions if isinstance(i, ir.PhiInstr)]
-    if phis != [iv]:
+    if phis != [iv] or any(calls_a_function(block) for block in loop.blocks):
         return False
     varies = varying_in(loop, iv)
     return all(
@@ -272,6 +273,15 @@ def elementwise(loop: Loop) -> bool:
         for block in loop.blocks
         for inst in block.instructions
         if isinstance(inst, ir.StoreInstr)
+    )
+
+
+def calls_a_function(block: ir.Block) -> bool:
+    """Whether `block` calls a function that is not one of LLVM's intrinsics (a C library
+    function: `LIBM_FUNCTIONS` of the math conversion)."""
+    return any(
+        isinstance(inst, ir.CallInstr) and not inst.callee.name.startswith("llvm.")
+        for inst in block.instructions
     )
 
 
