@@ -9,9 +9,10 @@ interleaved (forward, backward and an AdamW step, `zero_grad(set_to_none=True)`)
 Models are transformers' (configs, random weights, never downloaded); xfuse runs in strict
 mode (`xfuse.testing.distributed.compiled`: a part or group that would run eagerly raises).
 `tiny`: 2 layers, 64 wide, 2x32 tokens (the CPU); `small`: 4 layers, 512 wide, 8x256 tokens
-(the GPU); `base`: 4 layers, 768 wide, 8x1024 tokens. `--dtype bf16` runs forward and loss under autocast. Each row:
-the median ms per step (the GPU waited for), and the first step's seconds (compiles included);
-on CUDA, how many of xfuse's programs replay a CUDA graph, and why the others do not.
+(the GPU); `base`: 4 layers, 768 wide, 8x1024 tokens. `--dtype bf16` runs forward and loss
+under autocast. Each row: the median ms per step (the GPU waited for), and the first step's
+seconds (compiles included); on CUDA, how many of xfuse's programs replay a CUDA graph, and
+why the others do not.
 `--profile` (CUDA) adds, per column, the GPU operations per step, their busy ms, and the
 heaviest kernels by GPU ms per step.
 """

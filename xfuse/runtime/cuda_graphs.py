@@ -282,7 +282,8 @@ class _Captured:
     finds there."""
     copied: tuple[int, ...]
     in_place: list[int]
-    """The positions of the arguments read in place (parameters and buffers)."""
+    """The positions of the arguments read in place (parameters and buffers, and inputs found
+    at the same address as at the call before)."""
     addresses: list[int | None]
     """Each argument's data pointer at capture where it is read in place (None elsewhere)."""
     outputs: list[Tensor | None]

@@ -41,9 +41,9 @@ How a kernel computes its outputs:
   full shape, and outputs of another shape with as many elements (a layer norm's output
   reshaped) at the same position in memory, where one of them reads the last phase's results;
   else the last phase's nest writes them (an activation beside its channel sum: each element
-  read and computed once). Outputs of the row shape (keepdim or not) are written once per row. A reduction's result may only be read at
-  its own row (these rules are `xfuse.passes.fusion.kernel_loops`', which fusion checks a
-  group against too). A float sum or product accumulates with `fastmath<reassoc>` (that op
+  read and computed once). Outputs of the row shape (keepdim or not) are written once per
+  row. A reduction's result may only be read at its own row (these rules are
+  `xfuse.passes.fusion.kernel_loops`', which fusion checks a group against too). A float sum or product accumulates with `fastmath<reassoc>` (that op
   only), so that LLVM may vectorize it into partial sums; max/min need no flag. Over several
   reduced dims, a float sum or product gives each inner loop a partial accumulator of its own
   (`partial_sums_nest`).
