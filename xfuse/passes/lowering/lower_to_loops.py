@@ -43,10 +43,10 @@ How a kernel computes its outputs:
   else the last phase's nest writes them (an activation beside its channel sum: each element
   read and computed once). Outputs of the row shape (keepdim or not) are written once per
   row. A reduction's result may only be read at its own row (these rules are
-  `xfuse.passes.fusion.kernel_loops`', which fusion checks a group against too). A float sum or product accumulates with `fastmath<reassoc>` (that op
-  only), so that LLVM may vectorize it into partial sums; max/min need no flag. Over several
-  reduced dims, a float sum or product gives each inner loop a partial accumulator of its own
-  (`partial_sums_nest`).
+  `xfuse.passes.fusion.kernel_loops`', which fusion checks a group against too). A float sum
+  or product accumulates with `fastmath<reassoc>` (that op only), so that LLVM may vectorize
+  it into partial sums; max/min need no flag. Over several reduced dims, a float sum or
+  product gives each inner loop a partial accumulator of its own (`partial_sums_nest`).
 - A buffer read or written through a reshape its dims split (a split reduction reads a
   `[N, 56, 56, C]` buffer as `[N, 49, 64, C]`) is declared with those dims merged
   (`memref<Nx3136xC>`) where that takes the divisions out of its indices (`merged_buffer_dims`):
