@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             "width": args.width,
             "heads": max(1, args.width // 64),
             "vocab": args.vocab,
+            "tokens": args.tokens,
         }
         model = make_model(args.model, size)
         model = d.parallelize(

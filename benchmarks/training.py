@@ -44,9 +44,14 @@ def make_model(name: str, size: dict[str, int]) -> torch.nn.Module:
     import transformers
 
     layers, width, heads, vocab = size["layers"], size["width"], size["heads"], size["vocab"]
+    tokens = size.get("tokens", 0)  # positions: at least the sequence length
     if name == "gpt2":
         config: Any = transformers.GPT2Config(
-            n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=1024
+            n_layer=layers,
+            n_embd=width,
+            n_head=heads,
+            vocab_size=vocab,
+            n_positions=max(1024, tokens),
         )
         return transformers.GPT2LMHeadModel(config)
     if name == "bert":
@@ -56,6 +61,7 @@ def make_model(name: str, size: dict[str, int]) -> torch.nn.Module:
             num_attention_heads=heads,
             intermediate_size=4 * width,
             vocab_size=vocab,
+            max_position_embeddings=max(512, tokens),
         )
         return transformers.BertForMaskedLM(config)
     if name == "llama":

@@ -166,7 +166,7 @@ class CPUGraphRunner(GraphRunner[Any]):
         in_place = self._in_place(args, state)
         inputs = [a if keep else a.clone() for a, keep in zip(args, in_place, strict=True)]
         pool = BufferPool("cpu")
-        outputs = self.run_steps(self.program, inputs, pool)
+        outputs = self._owned(self.run_steps(self.program, inputs, pool), inputs, in_place)
         own: list[torch.Tensor | None] = [
             None if keep else t for t, keep in zip(inputs, in_place, strict=True)
         ]

@@ -5,6 +5,7 @@ memory are never captured (and say why), and launches go to whatever stream torc
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -289,6 +290,48 @@ def test_an_output_that_views_an_input_read_in_place_is_that_input_at_each_repla
     assert captured.outputs[1] is None and captured.views[1].offset == 2
 
 
+def test_a_copy_of_an_input_read_in_place_is_made_in_the_graph_at_one_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program that returns a copy of an input it reads in place (an identity `clone`: a
+    training forward's copy of a tensor it returns and saves) gets the copy made by the
+    graph, in its own memory: each replay writes it at one address with the call's values,
+    where the output rules would copy it at each call into memory the allocator places
+    anywhere."""
+    from xfuse.runtime import cuda_graphs
+
+    monkeypatch.setattr(cuda_graphs, "graph_pays", lambda copied, steps: copied == 0)
+    producer, make = _cpu_runner(released=True)
+    compiled = xfuse.compile(
+        lambda t: (torch.sigmoid(t) * 2, t.clone()), (torch.randn(16),), quiet=True
+    )
+    plan = compiled.default.outputs
+    fresh = [rule.stride if rule.base == "fresh" else None for rule in plan.rules]
+    consumer = CPUGraphRunner(
+        compiled.default.program, run_program, torch.device("cpu"), released=True, fresh=fresh
+    )
+    x = torch.randn(16)
+    addresses = set()
+    for _ in range(6):
+        x.copy_(torch.randn(16))
+        y = make(x)
+        finish = functools.partial(plan.apply, [y])
+        with torch.no_grad():
+            z, copy = consumer.run([y], [], BufferPool("cpu"), finish)
+        want = y.clone()
+        y.add_(1.0)  # a write after the call: the copy keeps the call's values
+        torch.testing.assert_close(z, torch.sigmoid(want) * 2)
+        torch.testing.assert_close(copy, want)
+        assert copy.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
+        if consumer.replays:
+            addresses.add(copy.data_ptr())
+        del y, z, copy, finish
+    assert producer.captures == 1 and consumer.captures == 1 and consumer.replays == 4
+    (captured,) = consumer._ring
+    assert captured.outputs[1] is not None and not captured.views
+    assert addresses == {captured.outputs[1].data_ptr()}
+
+
 def test_an_input_elsewhere_at_the_capture_than_at_the_warm_up_is_copied_in() -> None:
     """An input the caller passes at a new address at every call (or one whose producer wrote
     it elsewhere at the warm-up than at the capture) is copied into the graph at every
@@ -415,9 +458,10 @@ def _mlp_on_gpu() -> tuple[torch.nn.Module, torch.Tensor, xfuse.api.CompiledProg
 @gpu
 def test_outputs_the_caller_dropped_are_handed_over_with_no_copy() -> None:
     model, x, compiled = _mlp_on_gpu()
+    refilled = torch.empty_like(x)  # one input tensor: where a fresh one lands is the allocator's
     with torch.no_grad():
-        pointers = {compiled(torch.randn_like(x)).data_ptr() for _ in range(6)}
-        got = compiled(x)
+        pointers = {compiled(refilled.normal_()).data_ptr() for _ in range(6)}
+        got = compiled(refilled.copy_(x))
         torch.testing.assert_close(got, model(x))
     runner = _runner(compiled)
     assert runner.captures == 1 and runner.handed == runner.replays == 6

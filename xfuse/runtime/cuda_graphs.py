@@ -24,8 +24,11 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
   caller that still holds the last call's outputs (`y = f(x)` in a loop holds the old `y`
   while the next call runs) gets a second capture of its own memory; one that keeps every
   output (a list of results) a third, whose outputs are always copied out, once, with eager's
-  strides (`xfuse.runtime.outputs`), so that it is never held. A program whose capture holds
-  `RING_MEMORY_SHARE` of the GPU's memory or more captures once and always copies, as before;
+  strides (`xfuse.runtime.outputs`), so that it is never held. An output the caller gets as
+  memory of its own that is the memory of an input read in place (an identity `clone`) is
+  copied by the graph into its own memory, at one address for every replay. A program whose
+  capture holds `RING_MEMORY_SHARE` of the GPU's memory or more captures once and always
+  copies, as before;
 - a program whose caller releases its outputs before it calls again (`released`: the forward
   of a training step, whose saved tensors the backward frees) always hands its outputs over,
   whatever their size: with no capture free (the caller held them after all) the call runs
@@ -332,6 +335,7 @@ class GraphRunner(Generic[P]):
         run_steps: RunSteps[P],
         device: torch.device,
         released: bool = False,
+        fresh: Sequence[tuple[int, ...] | None] = (),
     ) -> None:
         self.program = program
         self.run_steps = run_steps
@@ -339,6 +343,9 @@ class GraphRunner(Generic[P]):
         self.released = released
         """The caller releases the outputs before it calls again: they are always handed
         over, never copied out."""
+        self.fresh = tuple(fresh)
+        """Each result's strides in eager where the caller gets it as memory of its own
+        (output rule `fresh`), None where it gets a view (`_owned`)."""
         self.reason = why_not_capturable(program.module)
         """Why the program runs step by step, or None while graphs serve it."""
         self.calls = 0
@@ -555,12 +562,32 @@ class GraphRunner(Generic[P]):
         pool = BufferPool(device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            outputs = self.run_steps(self.program, inputs, pool)
+            outputs = self._owned(self.run_steps(self.program, inputs, pool), inputs, in_place)
         self.captures += 1
         held = torch.cuda.memory_allocated(device) - before
         if held >= ring_max_bytes(device) and not self.released:
             self._size = 1
         return self._captured(graph, args, inputs, in_place, outputs, pool)
+
+    def _owned(
+        self, outputs: list[Tensor], inputs: Sequence[Tensor], in_place: Sequence[bool]
+    ) -> list[Tensor]:
+        """`outputs`, each that the caller gets as memory of its own (`fresh`) but that is the
+        memory of an input read in place (an identity `clone`: a training forward's copy of
+        a tensor it returns and saves) copied, in the capture, into the graph's memory with
+        eager's strides. A replay then writes that copy at one address, where the output
+        rules would copy it at each call into memory the allocator places anywhere: the next
+        program that reads it (the backward) would find it moved, and capture anew."""
+        if not self.fresh:
+            return outputs
+        pairs = zip(inputs, in_place, strict=True)
+        kept = {a.untyped_storage().data_ptr() for a, keep in pairs if keep}
+        owned = list(outputs)
+        for j, (t, stride) in enumerate(zip(outputs, self.fresh, strict=True)):
+            if stride is not None and t.numel() and t.untyped_storage().data_ptr() in kept:
+                copy = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+                owned[j] = copy.copy_(t)
+        return owned
 
     def _captured(
         self,

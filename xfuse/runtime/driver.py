@@ -321,7 +321,13 @@ def build_executable(
         outputs=OutputPlan(rules, program, program_ir.hidden_outputs),
         fresh_strides=flat_strides(program_ir, rules),
         graphs=(
-            GraphRunner(program, run_program, device, released=settings.outputs_released)
+            GraphRunner(
+                program,
+                run_program,
+                device,
+                released=settings.outputs_released,
+                fresh=[rule.stride if rule.base == "fresh" else None for rule in rules],
+            )
             if device.type == "cuda" and cuda_graphs_enabled(settings.cuda_graphs)
             else None
         ),
