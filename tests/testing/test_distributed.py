@@ -147,17 +147,20 @@ def test_graph_use_counts_the_programs_that_replay_and_says_why_the_others_do_no
 
     replaying = SimpleNamespace(reason=None, replays=5)
     stepped = SimpleNamespace(reason="copying its inputs (786.0 MiB) would cost more", replays=0)
+    waiting = SimpleNamespace(reason=None, replays=0)
     parts = d.Parts()
     for part, p in [
         ("forward", program(replaying)),
         ("backward", program(replaying)),
         ("backward", program(stepped)),
+        ("backward", program(waiting)),
     ]:
         parts.append(part)
         parts.programs.append(p)
     assert parts.graph_use() == (
-        "programs replaying a CUDA graph: forward 1 of 1, backward 1 of 2; step by step: "
-        "1 x copying its inputs (786.0 MiB) would cost more"
+        "programs replaying a CUDA graph: forward 1 of 1, backward 1 of 3; step by step: "
+        "1 x copying its inputs (786.0 MiB) would cost more; "
+        "1 x not replayed yet (warming up, or priced and waiting)"
     )
     on_cpu = d.Parts()
     on_cpu.append("forward")
