@@ -399,3 +399,21 @@ def test_a_short_row_of_equal_values_sums_in_vector_lanes(cols: int) -> None:
         return float((t.double() - reference).pow(2).mean().sqrt())
 
     assert rmse(got) <= 2 * rmse(fn(x))
+
+
+def test_fuzz_seed_89_program_2914() -> None:
+    """Training fuzz seed 89 program 2914, shrunk: a slice_scatter's constant padding read at
+    gathered positions in a concat's second branch. The padding's inside test was placed
+    before the concat's branches, so the first branch's positions loaded the index tensor at
+    a negative offset and raised `IndexOutOfRangeError` where eager returns
+    (`xfuse/passes/lowering/windows.py` `_guarded_index`)."""
+
+    def fn(x1: Tensor, x2: Tensor, x3: Tensor) -> Tensor:
+        picked = torch.slice_scatter(x1, x2, 0, -2, 2, 3)[torch.tensor([0, 1])]
+        return torch.cat([x3, picked], dim=0)
+
+    args = (torch.rand(2) + 0.5, torch.rand(1) + 0.5, torch.randn(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xfuse.compile(fn, args)(*args)
+    assert torch.equal(got, fn(*args))

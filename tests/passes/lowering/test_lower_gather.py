@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 from xdsl.dialects import func, memref
-from xdsl.dialects.builtin import MemRefType, f32, i64
+from xdsl.dialects.builtin import MemRefType, TensorType, f32, i64
 from xdsl.ir import SSAValue
 
 from tests.passes.lowering.test_lower_to_loops import check, kernels, lower, make_module, op_names
@@ -121,6 +121,29 @@ def test_gather_in_a_concat_branch() -> None:
         lambda t, i, x: graph.ConcatOp([gather(t, [i], 0, (2, 4)), x], 0),
     )
     check(module, [torch.randn(10, 4), torch.tensor([[7], [1]]), torch.randn(3, 4)])
+
+
+def test_a_padded_table_gathered_in_a_later_concat_branch_reads_its_indices_there() -> None:
+    """The padding's inside test at a gathered position (an index tensor's load) stays in the
+    concat branch that reads it: the positions of the branch before compute no index
+    (before, they loaded the index tensor at a negative offset and set the error flag)."""
+    module = make_module(
+        [((3,), F32), ((2,), F32), ((2,), I64)],
+        lambda x, t, i: graph.ConcatOp(
+            [x, gather(graph.PadOp(t, (1,), (1,), "constant", 0.0).result, [i], 0, (2,))], 0
+        ),
+    )
+    check(module, [torch.randn(3), torch.randn(2), torch.tensor([0, 2])])
+
+
+def test_an_iota_gathered_in_a_later_concat_branch_reads_its_indices_there() -> None:
+    module = make_module(
+        [((3,), I64), ((2,), I64)],
+        lambda x, i: graph.ConcatOp(
+            [x, gather(graph.IotaOp(TensorType(i64, (5,)), 0, 2, 3).result, [i], 0, (2,))], 0
+        ),
+    )
+    check(module, [torch.arange(3), torch.tensor([4, 1])])
 
 
 @pytest.mark.parametrize("bad", [10, -1, -11, 2**40])

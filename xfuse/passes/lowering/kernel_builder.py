@@ -178,7 +178,8 @@ def iota_value(b: KernelBuilder, op: graph.IotaOp, index: Index) -> SSAValue:
             x = b.insert(arith.AddiOp(x, b.constant(start, i64)))
         return x if t == i64 else b.insert(arith.TruncIOp(x, cast(IntegerType, t)))
 
-    return b.memoized(("iota", start, step, t, counted), loop_vars(counted), True, compute)
+    key = ("iota", start, step, t, counted)
+    return b.memoized(key, loop_vars(counted), not is_gathered(counted), compute)
 
 
 class KernelBuilder:

@@ -58,6 +58,7 @@ from xfuse.passes.lowering.index_algebra import (
     Size,
     SizedDiv,
     constant_index,
+    is_gathered,
     linearize,
     loop_vars,
 )
@@ -363,7 +364,7 @@ class SizeValues:
         def compute() -> SSAValue:
             return b.insert(arith.MuliOp(b.index_value(e), self.product(stride)))
 
-        return b.memoized(("strided", e, stride), loop_vars(e), True, compute)
+        return b.memoized(("strided", e, stride), loop_vars(e), not is_gathered(e), compute)
 
     def count(self, dims: tuple[Dim, ...], type: Attribute) -> SSAValue:
         """The product of `dims` as a float of `type` (a mean's divisor)."""
