@@ -90,6 +90,13 @@ class LoopEmitter(ScalarBuilder, Protocol):
         `needed` are known (not out of an `scf.if` branch unless `pure`)."""
         ...
 
+    def memoized_at(
+        self, key: object, index: Sequence[Affine], compute: Callable[[], SSAValue]
+    ) -> SSAValue:
+        """`memoized` for a value computed from the positions `index` (kept in its `scf.if`
+        branch where one reads an index tensor)."""
+        ...
+
     def child_scope(
         self, block: Block, op: Operation, var_values: dict[int, SSAValue], barrier: bool = False
     ) -> AbstractContextManager[Scope]:

@@ -91,7 +91,6 @@ from xfuse.passes.lowering.index_algebra import (
     index_vars,
     is_gathered,
     linearize,
-    loop_vars,
     scale,
 )
 from xfuse.passes.lowering.operand_index import operand_indices
@@ -178,8 +177,7 @@ def iota_value(b: KernelBuilder, op: graph.IotaOp, index: Index) -> SSAValue:
             x = b.insert(arith.AddiOp(x, b.constant(start, i64)))
         return x if t == i64 else b.insert(arith.TruncIOp(x, cast(IntegerType, t)))
 
-    key = ("iota", start, step, t, counted)
-    return b.memoized(key, loop_vars(counted), not is_gathered(counted), compute)
+    return b.memoized_at(("iota", start, step, t, counted), (counted,), compute)
 
 
 class KernelBuilder:
@@ -599,6 +597,15 @@ class KernelBuilder:
         target.memo[key] = value
         return value
 
+    def memoized_at(
+        self, key: object, index: Sequence[Affine], compute: Callable[[], SSAValue]
+    ) -> SSAValue:
+        """`memoized` for a value computed from the positions `index`: placed where their
+        loop variables are known, but kept in its scf.if branch where one of them reads an
+        index tensor (that load may run only where the branch runs)."""
+        pure = not any(is_gathered(e) for e in index)
+        return self.memoized(key, index_vars(index), pure, compute)
+
     # -- ScalarBuilder -------------------------------------------------------------------------
 
     def insert(self, op: Operation) -> SSAValue:
@@ -645,8 +652,7 @@ class KernelBuilder:
     def index_value(self, e: Affine) -> SSAValue:
         if not e.terms:
             return self.index_constant(e.const)
-        pure = not is_gathered(e)  # an index tensor's load stays in its scf.if branch
-        return self.memoized(("index", e), loop_vars(e), pure, lambda: self._compute_index(e))
+        return self.memoized_at(("index", e), (e,), lambda: self._compute_index(e))
 
     def _compute_index(self, e: Affine) -> SSAValue:
         if e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1:
@@ -724,11 +730,8 @@ class KernelBuilder:
         """memref indices of `value`'s element at `index` in its buffer."""
         if self.sizes is not None and is_symbolic(value):
             sizes, dims = self.sizes, dims_of(value)
-            offset = self.memoized(
-                ("offset", dims, index),
-                index_vars(index),
-                not any(is_gathered(e) for e in index),
-                lambda: sizes.offset(dims, index),
+            offset = self.memoized_at(
+                ("offset", dims, index), index, lambda: sizes.offset(dims, index)
             )
             return [offset]
         if self.domain.flat:

@@ -37,7 +37,7 @@ every size of its symbols.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from xdsl.dialects import arith
@@ -58,9 +58,7 @@ from xfuse.passes.lowering.index_algebra import (
     Size,
     SizedDiv,
     constant_index,
-    is_gathered,
     linearize,
-    loop_vars,
 )
 from xfuse.passes.lowering.operand_index import reshaped_index, sized_delinearize
 from xfuse.passes.lowering.scalar_ops import has_scalar_rule
@@ -87,8 +85,8 @@ class KernelBuilder(Protocol):
 
     def entry_value(self, key: object, compute: Callable[[], SSAValue]) -> SSAValue: ...
 
-    def memoized(
-        self, key: object, needed: frozenset[int], pure: bool, compute: Callable[[], SSAValue]
+    def memoized_at(
+        self, key: object, index: Sequence[Affine], compute: Callable[[], SSAValue]
     ) -> SSAValue: ...
 
 
@@ -364,7 +362,7 @@ class SizeValues:
         def compute() -> SSAValue:
             return b.insert(arith.MuliOp(b.index_value(e), self.product(stride)))
 
-        return b.memoized(("strided", e, stride), loop_vars(e), not is_gathered(e), compute)
+        return b.memoized_at(("strided", e, stride), (e,), compute)
 
     def count(self, dims: tuple[Dim, ...], type: Attribute) -> SSAValue:
         """The product of `dims` as a float of `type` (a mean's divisor)."""

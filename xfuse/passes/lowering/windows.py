@@ -35,9 +35,7 @@ from xfuse.passes.lowering.index_algebra import (
     clamp,
     constant_index,
     floordiv,
-    is_gathered,
     linearize,
-    loop_vars,
     reflect,
     scale,
     var_index,
@@ -92,8 +90,7 @@ def _guarded_index(b: LoopEmitter, pos: Affine, size: int) -> tuple[Affine, SSAV
             conds.append(b.insert(arith.CmpiOp(v, b.index_constant(size - 1), "sle")))
         return conds[0] if len(conds) == 1 else b.insert(arith.AndIOp(conds[0], conds[1]))
 
-    # a gathered position (an index tensor's load) stays in its scf.if branch
-    cond = b.memoized(("inside", pos, size), loop_vars(pos), not is_gathered(pos), inside)
+    cond = b.memoized_at(("inside", pos, size), (pos,), inside)
     return clamp(pos, 0, size - 1), cond
 
 
