@@ -74,6 +74,7 @@ from xfuse.frontend.outputs import overlaps
 from xfuse.ir.functions import function_bodies
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.runtime.fallback import reason_of
+from xfuse.runtime.outputs import fresh_copy
 from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor
@@ -585,8 +586,7 @@ class GraphRunner(Generic[P]):
         owned = list(outputs)
         for j, (t, stride) in enumerate(zip(outputs, self.fresh, strict=True)):
             if stride is not None and t.numel() and t.untyped_storage().data_ptr() in kept:
-                copy = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
-                owned[j] = copy.copy_(t)
+                owned[j] = fresh_copy(t, stride)
         return owned
 
     def _captured(

@@ -99,6 +99,27 @@ def with_kernel_strides(
     return tuple(out)
 
 
+def fresh_copy(t: Tensor, stride: tuple[int, ...]) -> Tensor:
+    """`t` in memory of its own with eager's `stride`. A stride of 0 (eager's result is an
+    expand of a value not returned) makes one element of memory serve a whole dimension: that
+    dimension's first index is what is copied. The copy's version counter is set back to 0, as
+    a fresh result of eager's has it (the `copy_` that fills it counts as a write, which
+    `_version` and autograd's checks of saved tensors would see); an inference tensor (made
+    under `torch.inference_mode`) has no version counter. Row-major strides are one `clone`,
+    whose result is at version 0."""
+    if stride == row_major_strides(tuple(t.shape)):
+        return t.clone(memory_format=torch.contiguous_format)
+    copy = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+    if 0 in stride:
+        once = tuple(slice(0, 1) if s == 0 else slice(None) for s in stride)
+        copy[once].copy_(t[once])
+    else:
+        copy.copy_(t)
+    if not copy.is_inference():
+        torch._C._autograd._unsafe_set_version_counter((copy,), (0,))
+    return copy
+
+
 class OutputPlan:
     """Applies the output rules of one program (see the module docstring); the last `hidden`
     rules and results are the hidden outputs."""
@@ -250,24 +271,7 @@ class OutputPlan:
 
     @staticmethod
     def _copy(rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
-        """`t` in memory of its own with eager's strides. A stride of 0 (eager's result is an
-        expand of a value not returned) makes one element of memory serve a whole dimension:
-        that dimension's first index is what is copied. The copy's version counter is set back
-        to 0, as a fresh result of eager's has it (the `copy_` that fills it counts as a write,
-        which `_version` and autograd's checks of saved tensors would see); an inference
-        tensor (made under `torch.inference_mode`) has no version counter. Row-major strides
-        are one `clone`, whose result is at version 0."""
-        if rule.stride == row_major_strides(tuple(t.shape)):
-            copy = t.clone(memory_format=torch.contiguous_format)
-            taken.add(_storage(copy))
-            return copy
-        copy = torch.empty_strided(t.shape, rule.stride, dtype=t.dtype, device=t.device)
-        if 0 in rule.stride:
-            once = tuple(slice(0, 1) if s == 0 else slice(None) for s in rule.stride)
-            copy[once].copy_(t[once])
-        else:
-            copy.copy_(t)
-        if not copy.is_inference():
-            torch._C._autograd._unsafe_set_version_counter((copy,), (0,))
+        """`fresh_copy` of `t` with the rule's strides, its storage added to `taken`."""
+        copy = fresh_copy(t, rule.stride)
         taken.add(_storage(copy))
         return copy
