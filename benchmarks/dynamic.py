@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import cpu
 from benchmarks.timing import cuda_ms, host_ms, interleaved, medians
 
 Tensor = torch.Tensor
@@ -90,6 +91,44 @@ class LM(torch.nn.Module):
         return self.model(input_ids=ids).logits
 
 
+class Rows(torch.nn.Module):
+    """One of the CPU benchmark's four kernels (`benchmarks.cpu`: the pointwise chain, softmax,
+    layer norm, RMSNorm) over rows of `width` columns, its per-column weights as parameters."""
+
+    def __init__(self, kernel: str, width: int = 1024) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.w = torch.nn.Parameter(torch.randn(width))
+        self.b = torch.nn.Parameter(torch.randn(width))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.kernel == "pointwise":
+            return cpu.pointwise(x, self.w, self.b)
+        if self.kernel == "softmax":
+            return cpu.softmax(x)
+        if self.kernel == "layernorm":
+            return cpu.layernorm(x, self.w, self.b)
+        return cpu.rmsnorm(x, self.w)
+
+
+class ConvNet(torch.nn.Module):
+    """transformers' ConvNeXt from a small config, never downloaded (4 stages of 1, 1, 2, 1
+    blocks, 32 to 256 channels: 7x7 depthwise convolutions, layer norms, GELU MLPs, patchify
+    and downsampling convolutions), pooled features from 64x64 images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers
+
+        config = transformers.ConvNextConfig(
+            hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1], image_size=64
+        )
+        self.model = transformers.ConvNextModel(config)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.model(pixel_values=images).pooler_output
+
+
 @dataclass(frozen=True)
 class Workload:
     """A model and the inputs of one size of its sweep."""
@@ -99,7 +138,15 @@ class Workload:
     dim: str
 
 
+KERNELS = ("pointwise", "softmax", "layernorm", "rmsnorm")
+"""The CPU benchmark's four kernels (`Rows`), each a workload over its rows of 1024 columns."""
+
 WORKLOADS: dict[str, Workload] = {
+    **{
+        k: Workload(functools.partial(Rows, k), lambda n: (torch.randn(n, 1024),), "rows")
+        for k in KERNELS
+    },
+    "convnet": Workload(ConvNet, lambda n: (torch.randn(n, 3, 64, 64),), "batch"),
     "mlp": Workload(MLP, lambda n: (torch.randn(n, 256),), "batch"),
     "lm": Workload(LM, lambda n: (torch.randint(0, 1024, (2, n)),), "seq"),
     "gpt2": Workload(
@@ -110,6 +157,8 @@ WORKLOADS: dict[str, Workload] = {
 }
 """`gpt2` is the families benchmark's GPT-2 LM (4 layers, 768 wide), 8 sequences a call."""
 DEFAULT_SIZES = {
+    **{k: "64,200,512,1000,2048,4096" for k in KERNELS},
+    "convnet": "2,5,9,17,33,64",
     "mlp": "2,5,9,17,33,64,100",
     "lm": "3,9,17,33,64,100",
     "gpt2": "64,128,200,333,512",

@@ -69,7 +69,7 @@ def test_the_faster_side_is_kept_and_explained(
     measured: list[str] = []
 
     def fake_measure(
-        conv: Any, device: Any, channels_last: bool, compile_fn: Any, cache: Any
+        conv: Any, device: Any, channels_last: bool, compile_fn: Any, cache: Any, sizes: Any
     ) -> Choice:
         measured.append(signature(conv))
         fast, slow = 0.01, 0.02
@@ -96,6 +96,46 @@ def test_the_faster_side_is_kept_and_explained(
     assert again.report.choices == program.report.choices
 
 
+@pytest.mark.parametrize("library_faster", [True, False])
+def test_a_symbolic_batch_is_measured_at_its_hint_and_the_verdict_serves_every_size(
+    library_faster: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from torch.export import Dim
+
+    from xfuse.explanation import dynamic_explanation
+    from xfuse.runtime.dynamic import DynamicProgram
+
+    measured: list[tuple[str, Any]] = []
+
+    def fake_measure(
+        conv: Any, device: Any, channels_last: bool, compile_fn: Any, cache: Any, sizes: Any
+    ) -> Choice:
+        measured.append((signature(conv, sizes), dict(sizes)))
+        fast, slow = 0.01, 0.02
+        sig = signature(conv, sizes)
+        return Choice(sig, *((fast, slow) if library_faster else (slow, fast)))
+
+    monkeypatch.setattr(choices, "measure", fake_measure)
+    torch.manual_seed(0)
+    model, x = DepthwiseBlock(8, 3).eval(), torch.randn(3, 8, 6, 6)
+    shapes = {"x": {0: Dim("batch", min=2, max=64)}}
+    with torch.no_grad():
+        program = xfuse.compile(model, (x,), dynamic_shapes=shapes, cache=KernelCache(tmp_path))
+        assert isinstance(program, DynamicProgram)
+        for batch in (2, 5, 17):
+            y = torch.randn(batch, 8, 6, 6)
+            torch.testing.assert_close(program(y), model(y))
+    ((sig, sizes),) = measured
+    assert sig == "f32 3x8x6x6 k3x3 s1x1 p1x1 d1x1 bias" and list(sizes.values()) == [3]
+    assert _convolution_calls(program.compiled.fused) == (2 if library_faster else 1)
+    (choice,) = program.choices
+    symbol = next(iter(sizes))
+    assert choice.signature == f"f32 {symbol}x8x6x6 k3x3 s1x1 p1x1 d1x1 bias"
+    kept = "library" if library_faster else "stencil"
+    assert f"{choice.signature}: {kept} (library 0.0" in str(dynamic_explanation(program))
+    assert f"measured at {symbol}=3)" in str(choice)
+
+
 def test_a_verdict_is_measured_again_at_other_thread_counts(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -104,7 +144,7 @@ def test_a_verdict_is_measured_again_at_other_thread_counts(
     measured: list[int] = []
 
     def fake_measure(
-        conv: Any, device: Any, channels_last: bool, compile_fn: Any, cache: Any
+        conv: Any, device: Any, channels_last: bool, compile_fn: Any, cache: Any, sizes: Any
     ) -> Choice:
         measured.append(torch.get_num_threads())
         return Choice(signature(conv), 0.01, 0.02)

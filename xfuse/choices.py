@@ -42,7 +42,7 @@ import hashlib
 import json
 import statistics
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -106,15 +106,18 @@ class Choice:
     signature: str
     library_ms: float
     stencil_ms: float
+    at: str = ""
+    """Where the convolution is symbolic, the sizes it was measured at (`s0=9`)."""
 
     @property
     def kept(self) -> str:
         return "stencil" if self.stencil_ms < STENCIL_MARGIN * self.library_ms else "library"
 
     def __str__(self) -> str:
+        at = f", measured at {self.at}" if self.at else ""
         return (
             f"depthwise convolution {self.signature}: {self.kept} "
-            f"(library {self.library_ms:.4f} ms, stencil {self.stencil_ms:.4f} ms)"
+            f"(library {self.library_ms:.4f} ms, stencil {self.stencil_ms:.4f} ms{at})"
         )
 
 
@@ -146,16 +149,18 @@ def choose_passes(
     cache: KernelCache,
     compile_fn: Compile,
     ahead: CompileAhead | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> tuple[tuple[ModulePass, ...], list[Choice]]:
     """`passes` with `depthwise-stencil`'s `library` set to the convolutions of `module` whose
     library call is faster on `device`, and every verdict. Unchanged while measuring (the
-    stencil being timed is compiled with these passes)."""
+    stencil being timed is compiled with these passes). A symbolic module's convolutions are
+    measured at `sizes` (its size hints)."""
     stencil = next((p for p in passes if isinstance(p, DepthwiseStencilPass)), None)
     if stencil is None or _measuring.get():
         return tuple(passes), []
     channels_last = _channels_last(module, passes)
     choices = library_convolutions(
-        module, device, cache, compile_fn, stencil.max_taps, channels_last, ahead
+        module, device, cache, compile_fn, stencil.max_taps, channels_last, ahead, sizes
     )
     library = tuple(sorted({c.signature for c in choices if c.kept == "library"}))
     if not library:
@@ -172,31 +177,45 @@ def library_convolutions(
     max_taps: int = 49,
     channels_last: bool = False,
     ahead: CompileAhead | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> list[Choice]:
     """The verdict for each distinct depthwise convolution of `module` that the stencil pass
     would rewrite, with its input `channels_last` or not: from the cache, or measured now and
     stored. The stencils of those to measure are compiled first, all at once (`ahead`), then
-    each is timed."""
+    each is timed. Where the module is symbolic, each is measured at `sizes` (its size
+    hints: the one verdict then serves every size) and cached under its signature there; the
+    verdict names it by its symbolic signature, as `depthwise-stencil` will."""
     found: dict[str, Choice | None] = {}
     unmeasured: dict[str, ConvolutionCall] = {}
     for conv in candidates(module, max_taps):
         sig = signature(conv)
         if sig not in found:
-            found[sig] = cache.program(_key(sig, device, channels_last), _load, CHOICE)
+            key = _key(signature(conv, sizes), device, channels_last)
+            found[sig] = _named(cache.program(key, _load, CHOICE), sig, sizes)
             if found[sig] is None:
                 unmeasured[sig] = conv
     if ahead is not None and len(unmeasured) > 1:
         with measuring(), torch.no_grad():
             ahead(
-                [_Timed(c, device, channels_last).imported() for c in unmeasured.values()],
+                [_Timed(c, device, channels_last, sizes).imported() for c in unmeasured.values()],
                 device,
                 cache,
             )
     for sig, conv in unmeasured.items():
-        choice = measure(conv, device, channels_last, compile_fn, cache)
-        cache.store_program(_key(sig, device, channels_last), _dump(choice), CHOICE)
-        found[sig] = choice
+        choice = measure(conv, device, channels_last, compile_fn, cache, sizes)
+        key = _key(signature(conv, sizes), device, channels_last)
+        cache.store_program(key, _dump(choice), CHOICE)
+        found[sig] = _named(choice, sig, sizes)
     return [c for c in found.values() if c is not None]
+
+
+def _named(choice: Choice | None, sig: str, sizes: Mapping[str, int] | None) -> Choice | None:
+    """`choice` under the signature `sig` (a symbolic convolution's, for one measured at
+    `sizes`, its size hints: those of its symbols named in `at`)."""
+    if choice is None or sig == choice.signature:
+        return choice
+    at = " ".join(f"{n}={v}" for n, v in (sizes or {}).items() if n in sig.split()[1].split("x"))
+    return dataclasses.replace(choice, signature=sig, at=at)
 
 
 def _channels_last(module: ModuleOp, passes: Sequence[ModulePass]) -> bool:
@@ -235,7 +254,7 @@ def _verdict_key(facts: str) -> str:
 
 
 def _dump(verdict: Choice) -> bytes:
-    return json.dumps(dataclasses.astuple(verdict)).encode()
+    return json.dumps([verdict.signature, verdict.library_ms, verdict.stencil_ms]).encode()
 
 
 def _load(data: bytes) -> Choice:
@@ -250,10 +269,12 @@ def measure(
     channels_last: bool,
     compile_fn: Compile,
     cache: KernelCache | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> Choice:
-    """Time `conv` as the library's call and as xfuse's stencil, on random data; the stencil's
-    kernels compiled into `cache` (the default cache without one)."""
-    timed = _Timed(conv, device, channels_last)
+    """Time `conv` as the library's call and as xfuse's stencil, on random data (of its
+    symbolic dims at `sizes`); the stencil's kernels compiled into `cache` (the default cache
+    without one)."""
+    timed = _Timed(conv, device, channels_last, sizes)
     library, x = timed.library, timed.x
     with measuring(), torch.no_grad():
         stencil = compile_fn(
@@ -265,16 +286,25 @@ def measure(
             quiet=True,
             cuda_graphs=False,
         )
-        return Choice(signature(conv), *_time_sides([library, stencil], x, device))
+        library_ms, stencil_ms = _time_sides([library, stencil], x, device)
+        return Choice(signature(conv, sizes), library_ms, stencil_ms)
 
 
 class _Timed:
     """What a choice times: `conv` as the library's call on random weights, and a random input
-    of its shapes and dtype (NHWC where the program's convolutions will be)."""
+    of its shapes (its symbolic dims at `sizes`) and dtype (NHWC where the program's
+    convolutions will be)."""
 
-    def __init__(self, conv: ConvolutionCall, device: torch.device, channels_last: bool) -> None:
+    def __init__(
+        self,
+        conv: ConvolutionCall,
+        device: torch.device,
+        channels_last: bool,
+        sizes: Mapping[str, int] | None = None,
+    ) -> None:
         dtype = to_torch(graph.dtype_of(conv.input))
-        self.x = torch.randn(graph.shape_of(conv.input), dtype=dtype, device=device)
+        shape = graph.dims_at(graph.dims_of(conv.input), sizes or {})
+        self.x = torch.randn(shape, dtype=dtype, device=device)
         if channels_last and self.x.dim() == 4:
             self.x = self.x.contiguous(memory_format=torch.channels_last)
         self.library = _Convolution(conv, dtype, device)

@@ -245,7 +245,9 @@ def dynamic_explanation(program: DynamicProgram) -> Explanation:
             )
         )
     report = FusionReport(
-        decisions=collect_decisions(compiled.fusion_passes), op_index=program.op_index
+        decisions=collect_decisions(compiled.fusion_passes),
+        op_index=program.op_index,
+        choices=list(program.choices),
     )
     imported = _forward(program.program.module)
     return Explanation(

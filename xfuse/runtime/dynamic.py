@@ -42,8 +42,10 @@ import torch
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, check_device, get_backend
+from xfuse.choices import Choice, Compile, CompileAhead, choose_passes
 from xfuse.dialects import graph
 from xfuse.errors import (
     AutogradUnsupportedError,
@@ -69,7 +71,7 @@ from xfuse.frontend.outputs import OutputRule
 from xfuse.frontend.pytrees import picker
 from xfuse.ir.names import SIZES_ATTR
 from xfuse.passes.transforms.attention_mask import MaskGuardError
-from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions
+from xfuse.pipeline import DEFAULT_PIPELINE, PipelineOptions, parse_passes
 from xfuse.report.op_index import OpIndex
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compile_workers import start_workers
@@ -80,7 +82,7 @@ from xfuse.runtime.fallback import FallbackMode, reason_of
 from xfuse.runtime.shape_graphs import ShapeGraphs, ShapeKey, shape_key
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
-from xfuse.runtime.symbolic import SymbolicProgram
+from xfuse.runtime.symbolic import SymbolicProgram, default_passes, size_hints
 
 Tensor = torch.Tensor
 
@@ -213,6 +215,21 @@ def export_guards(
     return []
 
 
+def chosen_passes(
+    module: ModuleOp,
+    device: torch.device,
+    cache: KernelCache,
+    compile_fn: Compile,
+    ahead: CompileAhead | None = None,
+) -> tuple[tuple[ModulePass, ...], list[Choice]]:
+    """The passes a symbolic program of `module` is built with on `device`
+    (`default_passes`), its depthwise convolutions whose library call is faster kept as library
+    calls (`xfuse.choices`: each measured at the size hints, or read from `cache`), and every
+    verdict."""
+    passes = parse_passes(default_passes(device))
+    return choose_passes(passes, module, device, cache, compile_fn, ahead, size_hints(module))
+
+
 class DynamicProgram:
     """A model or function compiled once for every size its `dynamic_shapes` allow, on the CPU
     or a CUDA GPU (`device`); call it like the model (see the module docstring). `kernel_count` kernels were compiled,
@@ -270,8 +287,15 @@ class DynamicProgram:
         """The ops the fusion decisions name (for `xfuse.explain`)."""
         self.cache = default_cache() if cache is None else cache
         """Where the program's kernels (and its `specialised` program's) are kept."""
+        from xfuse.runtime.driver import compile_choices_ahead, measuring_compile
+
+        passes, self.choices = chosen_passes(
+            program.module, self.device, self.cache, measuring_compile, compile_choices_ahead
+        )
+        """The depthwise convolutions' verdicts (`xfuse.choices`), measured at the size hints."""
         self.compiled = SymbolicProgram(
             program.module,
+            passes=passes,
             backend=backend,
             observer=self.op_index.observe,
             device=self.device,

@@ -58,6 +58,7 @@ import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
 from xfuse.backends import Backend, Kernel, get_backend
@@ -70,7 +71,13 @@ from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
-from xfuse.pipeline import AFTER_DEVICE_PASSES, PassFailedError, PassObserver, pipeline
+from xfuse.pipeline import (
+    AFTER_DEVICE_PASSES,
+    PassFailedError,
+    PassObserver,
+    Pipeline,
+    pipeline,
+)
 from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compiler import (
     AliasClasses,
@@ -81,11 +88,14 @@ from xfuse.runtime.compiler import (
 )
 from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 
-BEFORE_FUSION = "decompose,attention-mask{symbolic=true}"
+BEFORE_FUSION = "decompose,depthwise-stencil,attention-mask{symbolic=true}"
 FUSION = f"{AFTER_DEVICE_PASSES},fuse-greedy,group-cleanup,fold-linear"
 
 DEFAULT_PASSES = f"{BEFORE_FUSION},{FUSION}"
 """The fusion passes a symbolic program is built with (before `lower-to-loops`):
+`depthwise-stencil` makes depthwise convolutions stencils, as in the static pipeline, but for
+those whose library call was measured faster at the size hints
+(`xfuse.runtime.dynamic.chosen_passes`);
 `attention-mask` runs attention whose mask is computed from sizes alone as `is_causal` (or
 without the mask) where the mask is causal (or hides nothing) at the size hints, guarded at
 every call's sizes (`mask_guards`); then, as in the static pipeline, `simplify`
@@ -104,6 +114,13 @@ is sliced back along its static last dim, whatever the symbolic ones are."""
 def default_passes(device: torch.device) -> str:
     """The fusion passes a symbolic program on `device` is built with."""
     return CUDA_PASSES if device.type == "cuda" else DEFAULT_PASSES
+
+
+def size_hints(module: ModuleOp) -> dict[str, int]:
+    """Every size symbol of `@forward`'s table at its hint (the example inputs' sizes)."""
+    table = find_function(module, "forward").attributes.get(SIZES_ATTR)
+    assert isinstance(table, graph.SizesAttr)
+    return table.evaluate({s.name: s.hint for s in table.inputs()})
 
 
 @dataclass
@@ -348,7 +365,7 @@ class SymbolicProgram:
         self,
         module: ModuleOp,
         *,
-        passes: str | None = None,
+        passes: str | Sequence[ModulePass] | None = None,
         backend: Backend | None = None,
         observer: PassObserver | None = None,
         device: torch.device | str = "cpu",
@@ -385,7 +402,8 @@ class SymbolicProgram:
         arguments must have their computed sizes there (`_derive`)."""
         self._on_device = on_device_type(self.device)
         passes = default_passes(self.device) if passes is None else passes
-        fusion_passes = replace(pipeline(passes), observer=observer).verified_at_end()
+        chain = pipeline(passes) if isinstance(passes, str) else Pipeline(tuple(passes))
+        fusion_passes = replace(chain, observer=observer).verified_at_end()
         fusion_passes.apply(module)
         self.fusion_passes = fusion_passes.passes
         """The fusion passes as they ran (their `decisions`, for an explanation)."""

@@ -501,6 +501,14 @@ func.func @f(%x: tensor<0xf32>) {
 
 // -----
 
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected no padding of dim 0, size symbol 's0', found 0, 2
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.pad %x low = [0, 1] high = [2, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected an f64 value, found f32
 func.func @f(%x: tensor<4xf32>) {
   %0 = graph.pad %x low = [1] high = [1] mode = "constant" value = 0.0 : f32 : tensor<4xf32> -> tensor<6xf32>
@@ -885,9 +893,9 @@ func.func @f(%x: tensor<?xf32, #graph.syms<s0>>, %y: tensor<?xf32, #graph.syms<s
 
 // -----
 
-// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op graph.pad does not take symbolic sizes yet (operand 0 is tensor<?x8xf32, #graph.syms<s0>>)
-func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
-  %0 = graph.pad %x low = [0, 1] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pool' op graph.pool does not take symbolic sizes yet (operand 0 is tensor<?x4x9x9xf32, #graph.syms<s0>>)
+func.func @f(%x: tensor<?x4x9x9xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.pool %x kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<?x4x9x9xf32, #graph.syms<s0>> -> tensor<?x4x5x5xf32, #graph.syms<s0>>
   func.return
 }
 

@@ -130,12 +130,33 @@ def test_ops_built_in_python_carry_symbols() -> None:
 
 def test_ops_without_symbolic_rules_refuse() -> None:
     text = """
-    func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
-      %0 = graph.pad %x low = [0, 1] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>
+    func.func @f(%x: tensor<?x4x9x9xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+      %0 = graph.pool %x kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<?x4x9x9xf32, #graph.syms<s0>> -> tensor<?x4x5x5xf32, #graph.syms<s0>>
       func.return
     }"""
-    with pytest.raises(Exception, match="graph.pad does not take symbolic sizes yet"):
+    with pytest.raises(Exception, match="graph.pool does not take symbolic sizes yet"):
         parse(text)
+
+
+PAD = """
+    func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+      %0 = graph.pad %x low = [LOW, 1] high = [0, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>
+      func.return
+    }"""
+
+
+def test_a_pad_leaves_a_symbolic_dim_unpadded() -> None:
+    module = parse(PAD.replace("LOW", "0"))
+    pad = next(op for op in module.walk() if isinstance(op, graph.PadOp))
+    assert graph.dims_of(pad.result) == ("s0", 10)
+    assert graph.dims_of(graph.PadOp(pad.input, [0, 2], [0, 3]).result) == ("s0", 13)
+
+
+def test_a_pad_of_a_symbolic_dim_is_refused() -> None:
+    with pytest.raises(
+        Exception, match="expected no padding of dim 0, size symbol 's0', found 1, 0"
+    ):
+        parse(PAD.replace("LOW", "1"))
 
 
 def test_static_messages_are_unchanged() -> None:

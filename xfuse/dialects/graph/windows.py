@@ -23,6 +23,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from xfuse.dialects.facts import Fuzz, OpFacts
 from xfuse.dialects.graph.base import (
+    Dim,
     Injective,
     OneTensorOp,
     _check_counts,
@@ -31,6 +32,7 @@ from xfuse.dialects.graph.base import (
     _check_result_shape,
     _i64_array,
     _ints,
+    dims_of,
     dtype_of,
     fmt_shape,
     is_float,
@@ -49,7 +51,9 @@ PAD_MODES = ("constant", "reflect", "replicate")
 class PadOp(OneTensorOp):
     """Padding by `low` / `high` elements per dim (negative: cropping): with the element
     `value` (`mode = "constant"`), the input mirrored without repeating the edge (`"reflect"`)
-    or its edge repeated (`"replicate"`). Never reads outside the input.
+    or its edge repeated (`"replicate"`). Never reads outside the input. A symbolic dim is not
+    padded: it keeps its size symbol (a depthwise stencil pads an image's height and width,
+    never its batch).
     `%y = graph.pad %x low = [0, 1] high = [0, -1] mode = "constant" value = 0.0 : f64 : tensor<4x8xf32> -> tensor<4x8xf32>`"""
 
     name = "graph.pad"
@@ -75,6 +79,7 @@ class PadOp(OneTensorOp):
         "$input `low` `=` $low `high` `=` $high `mode` `=` $mode `value` `=` $value attr-dict "
         "`:` type($input) `->` type($result)"
     )
+    SYMBOLIC_SIZES: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -87,7 +92,7 @@ class PadOp(OneTensorOp):
         input = SSAValue.get(input)
         super().__init__(
             input,
-            pad_shape(shape_of(input), low, high),
+            pad_shape(dims_of(input), low, high),
             low=_i64_array(low),
             high=_i64_array(high),
             mode=StringAttr(mode),
@@ -104,12 +109,18 @@ class PadOp(OneTensorOp):
 
     def verify_(self) -> None:
         t = self._check_tensors()
-        shape, (low, high) = t.get_shape(), self.pads
-        _check_counts(len(shape), "the operand's rank", low=low, high=high)
+        dims, (low, high) = dims_of(self.input), self.pads
+        _check_counts(len(dims), "the operand's rank", low=low, high=high)
         mode = self.mode.data
         if mode not in PAD_MODES:
             raise VerifyException(f'expected mode in {list(PAD_MODES)}, found "{mode}"')
-        for i, (n, lo, hi) in enumerate(zip(shape, low, high, strict=True)):
+        for i, (n, lo, hi) in enumerate(zip(dims, low, high, strict=True)):
+            if isinstance(n, str):
+                if lo != 0 or hi != 0:
+                    raise VerifyException(
+                        f"expected no padding of dim {i}, size symbol '{n}', found {lo}, {hi}"
+                    )
+                continue
             if n + lo + hi < 0:
                 raise VerifyException(f"expected a size >= 0 in dim {i}, found {n + lo + hi}")
             if mode == "reflect" and (lo >= n or hi >= n) and (lo > 0 or hi > 0):
@@ -123,11 +134,14 @@ class PadOp(OneTensorOp):
         fill = self.fill
         if not is_float(t.element_type) and fill == fill and fill != int(fill):
             raise VerifyException(f"expected an integral value for {t.element_type}, found {fill}")
-        _check_result_shape(self, pad_shape(shape, low, high))
+        _check_result_shape(self, pad_shape(dims, low, high))
 
 
-def pad_shape(shape: Sequence[int], low: Sequence[int], high: Sequence[int]) -> tuple[int, ...]:
-    return tuple(n + lo + hi for n, lo, hi in zip(shape, low, high, strict=True))
+def pad_shape(dims: Sequence[Dim], low: Sequence[int], high: Sequence[int]) -> tuple[Dim, ...]:
+    """A pad's result dims: a size symbol (never padded) stays itself."""
+    return tuple(
+        n if isinstance(n, str) else n + lo + hi for n, lo, hi in zip(dims, low, high, strict=True)
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -99,12 +99,13 @@ SYMBOLIC_OPS: tuple[type[Operation], ...] = (
     graph.PermuteOp,
     graph.ReshapeOp,
     graph.SliceOp,
+    graph.PadOp,
     graph.IotaOp,
     graph.GatherOp,
     graph.ScanOp,
 )
 """The ops a symbolic kernel computes besides those with a scalar rule (a slice keeps its
-symbolic dims whole or static, an iota counts along its loop index whatever its length, a
+symbolic dims whole or static, a pad leaves them unpadded, an iota counts along its loop index whatever its length, a
 gather checks an index against a symbolic dim's runtime size, a scan runs to it)."""
 
 

@@ -140,17 +140,22 @@ def _value_or_fill(
 
 
 def pad_value_at(b: LoopEmitter, op: graph.PadOp, index: Index) -> SSAValue:
-    """select(inside, x[clamp(i - low)], value), or x[reflect / clamp(i - low)]."""
-    low, _ = op.pads
+    """select(inside, x[clamp(i - low)], value), or x[reflect / clamp(i - low)]. A dim padded
+    by nothing (a symbolic one is never padded) is read at its own position: no guard."""
+    low, high = op.pads
     shape, t, mode = shape_of(op.input), dtype_of(op.result), op.mode.data
+    padded = [lo != 0 or hi != 0 for lo, hi in zip(low, high, strict=True)]
+    lead = padded.index(True) if any(padded) else len(padded)
     src = [add(e, constant_index(-lo)) for e, lo in zip(index, low, strict=True)]
     if mode == "reflect":
-        src = [reflect(e, n) for e, n in zip(src, shape, strict=True)]
+        src = [reflect(e, n) if p else e for e, n, p in zip(src, shape, padded, strict=True)]
     elif mode == "replicate":
-        src = [clamp(e, 0, n - 1) for e, n in zip(src, shape, strict=True)]
+        src = [clamp(e, 0, n - 1) if p else e for e, n, p in zip(src, shape, padded, strict=True)]
     if mode != "constant":
         return b.value_at(op.input, tuple(src))
-    return _value_or_fill(b, op.input, src, shape, op.fill, t)
+    if any(not p and n < 0 for n, p in zip(shape[lead:], padded[lead:], strict=True)):
+        raise b.error("a symbolic dim after a padded one has no loop lowering yet")
+    return _value_or_fill(b, op.input, src, shape[lead:], op.fill, t)
 
 
 def patches_value_at(b: LoopEmitter, op: graph.PatchesOp, index: Index) -> SSAValue:

@@ -29,12 +29,16 @@ Half-precision (f16, bf16) convolutions compute in f32 and round once at the end
 library kernels do (their accumulators are f32): input and weight are widened where they are
 read, so they stay half-width in memory. f32 and f64 compute in their own type. Only the
 summation order differs from the library's, as between any two convolution algorithms.
+
+On symbolic sizes (a batch of any size) the stencil is the same: its pad leaves the symbolic
+dim unpadded and its slices keep it whole.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -59,14 +63,18 @@ from xfuse.passes.transforms.decompose import OpList
 def depthwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
     """The convolution `op` (`ConvolutionCall.of`) when it is depthwise: 1 to 3 window dims,
     `groups` = input channels = output channels (weight `[C, 1, *kernel]`), a float type
-    shared by input, weight, bias and result."""
+    shared by input, weight, bias and result; its channels and window dims static (only the
+    batch may be symbolic: a pad of a symbolic dim has no size symbol for its result)."""
     conv = ConvolutionCall.of(op)
     if conv is None:
         return None
-    shape, wshape = graph.shape_of(conv.input), graph.shape_of(conv.weight)
-    n = len(shape) - 2
+    dims, wshape = graph.dims_of(conv.input), graph.shape_of(conv.weight)
+    n = len(dims) - 2
     if not 1 <= n <= 3 or len(wshape) != n + 2:
         return None
+    if any(isinstance(d, str) for d in dims[1:]):
+        return None
+    shape = graph.shape_of(conv.input)
     channels = shape[1]
     if conv.groups != channels or wshape[:2] != (channels, 1):
         return None
@@ -123,11 +131,13 @@ def stencil(
     return ops.ops, ops.cast(acc, result.element_type)
 
 
-def signature(conv: ConvolutionCall) -> str:
+def signature(conv: ConvolutionCall, sizes: Mapping[str, int] | None = None) -> str:
     """What a depthwise convolution's speed depends on, as text: the input's shape and dtype,
     the window, stride, padding, dilation and whether it has a bias (`f32 1x8x6x6 k3x3 s1x1
-    p1x1 d1x1 bias`). `library` names convolutions by it."""
-    dims = "x".join(map(str, graph.shape_of(conv.input)))
+    p1x1 d1x1 bias`); a symbolic dim by its size symbol's name (`f32 s0x8x6x6 ...`), or at its
+    size in `sizes` where given. `library` names convolutions by it."""
+    shape = graph.dims_of(conv.input)
+    dims = "x".join(map(str, shape if sizes is None else graph.dims_at(shape, sizes)))
     window = " ".join(
         f"{tag}{'x'.join(map(str, v))}"
         for tag, v in (
