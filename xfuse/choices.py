@@ -16,7 +16,9 @@ convolution measured. The stencils of all the convolutions a compile measures ar
 first, together (`CompileAhead`: in worker processes on CUDA), then timed one by one. Each
 verdict is kept in the kernel cache beside the kernels (`CHOICE` entries, keyed by the
 signature, the device's name and torch's version), so it is measured once per machine, and
-`Executable.choices` (shown by `explain()`) lists every verdict with its two times.
+`Executable.choices` (shown by `explain()`) lists every verdict with its two times. A
+symbolic program's convolutions (a batch of any size) are measured at its size hints, and
+the verdict serves every size (`xfuse.runtime.dynamic.chosen_passes`).
 
 Timing the stencil alone leaves out what fusing it with its neighbours saves, and what it
 costs where a normalization computes it again at each pass: a near tie goes to the library
