@@ -97,7 +97,7 @@ def test_the_faster_side_is_kept_and_explained(
 
 
 @pytest.mark.parametrize("library_faster", [True, False])
-def test_a_symbolic_batch_is_measured_at_its_hint_and_the_verdict_serves_every_size(
+def test_a_symbolic_batch_is_timed_at_two_sizes_and_the_verdict_serves_every_size(
     library_faster: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from torch.export import Dim
@@ -125,15 +125,63 @@ def test_a_symbolic_batch_is_measured_at_its_hint_and_the_verdict_serves_every_s
         for batch in (2, 5, 17):
             y = torch.randn(batch, 8, 6, 6)
             torch.testing.assert_close(program(y), model(y))
-    ((sig, sizes),) = measured
-    assert sig == "f32 3x8x6x6 k3x3 s1x1 p1x1 d1x1 bias" and list(sizes.values()) == [3]
+    # Timed at the hint and at sixteen times it, the times summed.
+    assert [sig for sig, _ in measured] == [
+        "f32 3x8x6x6 k3x3 s1x1 p1x1 d1x1 bias",
+        "f32 48x8x6x6 k3x3 s1x1 p1x1 d1x1 bias",
+    ]
+    assert [list(sizes.values()) for _, sizes in measured] == [[3], [48]]
     assert _convolution_calls(program.compiled.fused) == (2 if library_faster else 1)
     (choice,) = program.choices
-    symbol = next(iter(sizes))
+    symbol = next(iter(measured[0][1]))
     assert choice.signature == f"f32 {symbol}x8x6x6 k3x3 s1x1 p1x1 d1x1 bias"
     kept = "library" if library_faster else "stencil"
     assert f"{choice.signature}: {kept} (library 0.0" in str(dynamic_explanation(program))
-    assert f"measured at {symbol}=3)" in str(choice)
+    assert "summed at 3x8x6x6; 48x8x6x6)" in str(choice)
+    assert (choice.library_ms, choice.stencil_ms) == (
+        (0.02, 0.04) if library_faster else (0.04, 0.02)
+    )
+
+
+@pytest.mark.parametrize("padded_faster", [True, False])
+def test_a_product_is_padded_only_where_measured_clearly_faster(
+    padded_faster: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`pad-matmul`'s verdicts (CUDA's; timed here by a stand-in): the product left unpadded
+    where padding it was not clearly faster, each distinct product measured once, the
+    verdict cached and explained."""
+    from xfuse.runtime.driver import measured_options
+
+    measured: list[str] = []
+
+    def fake_measure(product: Any, alignment: int, device: Any) -> choices.PadChoice:
+        measured.append(product.signature)
+        padded_ms = 0.05 if padded_faster else 0.095
+        return choices.PadChoice(product.signature, 0.1, padded_ms)
+
+    monkeypatch.setattr(choices, "measure_padding", fake_measure)
+    monkeypatch.setattr(choices, "_pad_key", lambda sig, device: choices._verdict_key(sig))
+    head = torch.nn.Linear(64, 301, bias=False).to(torch.bfloat16).eval()
+    module = import_module(head, (torch.randn(2, 64, dtype=torch.bfloat16),)).module
+    cuda = torch.device("cuda")
+    for _ in range(2):  # the second compile reads the verdict
+        options, verdicts = measured_options(
+            PipelineOptions(), module, cuda, KernelCache(tmp_path), measuring_compile
+        )
+        (verdict,) = verdicts
+        assert isinstance(verdict, choices.PadChoice)
+        assert options.unpadded == (() if padded_faster else ("2x64x301 linear bf16 returned",))
+    assert measured == ["2x64x301 linear bf16 returned"]
+    kept = "padded" if padded_faster else "unpadded"
+    assert str(verdict) == (
+        f"matrix product 2x64x301 linear bf16 returned: {kept} "
+        f"(unpadded 0.1000 ms, padded {0.05 if padded_faster else 0.095:.4f} ms)"
+    )
+    # The CPU has no `pad-matmul`: nothing measured there.
+    _, on_cpu = measured_options(
+        PipelineOptions(), module, torch.device("cpu"), KernelCache(tmp_path), measuring_compile
+    )
+    assert on_cpu == [] and len(measured) == 1
 
 
 def test_a_verdict_is_measured_again_at_other_thread_counts(

@@ -17,8 +17,9 @@ first, together (`CompileAhead`: in worker processes on CUDA), then timed one by
 verdict is kept in the kernel cache beside the kernels (`CHOICE` entries, keyed by the
 signature, the device's name and torch's version), so it is measured once per machine, and
 `Executable.choices` (shown by `explain()`) lists every verdict with its two times. A
-symbolic program's convolutions (a batch of any size) are measured at its size hints, and
-the verdict serves every size (`xfuse.runtime.dynamic.chosen_passes`).
+symbolic program's convolutions (a batch of any size) are timed at its size hints and at a
+few times them, and the verdict, by the summed times, serves every size
+(`xfuse.runtime.dynamic.chosen_passes`, `xfuse.runtime.symbolic.measuring_sizes`).
 
 Timing the stencil alone leaves out what fusing it with its neighbours saves, and what it
 costs where a normalization computes it again at each pass: a near tie goes to the library
@@ -42,12 +43,13 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils import _pytree as pytree
@@ -64,10 +66,14 @@ from xfuse.frontend.export import Imported, forward_op_names
 from xfuse.frontend.importer import ImportedProgram
 from xfuse.frontend.outputs import OutputRule
 from xfuse.interpreters.graph import find_function
+from xfuse.ir.context import make_context
 from xfuse.ir.dtypes import from_torch, to_torch
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
+from xfuse.passes.transforms.decompose import DecomposePass
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
+from xfuse.passes.transforms.pad_matmul import PaddedProduct, PadMatmulPass
+from xfuse.passes.transforms.pad_matmul import candidates as padded_candidates
 from xfuse.runtime import gemm_ways
 from xfuse.runtime.cache import CHOICE, KernelCache
 
@@ -109,14 +115,15 @@ class Choice:
     library_ms: float
     stencil_ms: float
     at: str = ""
-    """Where the convolution is symbolic, the sizes it was measured at (`s0=9`)."""
+    """Where the convolution is symbolic, the input shapes it was timed at (`2x8x6x6;
+    32x8x6x6`): its times are their sums."""
 
     @property
     def kept(self) -> str:
         return "stencil" if self.stencil_ms < STENCIL_MARGIN * self.library_ms else "library"
 
     def __str__(self) -> str:
-        at = f", measured at {self.at}" if self.at else ""
+        at = f", summed at {self.at}" if self.at else ""
         return (
             f"depthwise convolution {self.signature}: {self.kept} "
             f"(library {self.library_ms:.4f} ms, stencil {self.stencil_ms:.4f} ms{at})"
@@ -151,14 +158,33 @@ def choose_passes(
     cache: KernelCache,
     compile_fn: Compile,
     ahead: CompileAhead | None = None,
-    sizes: Mapping[str, int] | None = None,
-) -> tuple[tuple[ModulePass, ...], list[Choice]]:
+    sizes: Sequence[Mapping[str, int]] | None = None,
+) -> tuple[tuple[ModulePass, ...], list[Verdict]]:
     """`passes` with `depthwise-stencil`'s `library` set to the convolutions of `module` whose
-    library call is faster on `device`, and every verdict. Unchanged while measuring (the
-    stencil being timed is compiled with these passes). A symbolic module's convolutions are
-    measured at `sizes` (its size hints)."""
+    library call is faster on `device`, `pad-matmul`'s `unpadded` to the products of `module`
+    not clearly faster padded (`chosen_padding`; static programs only), and every verdict.
+    Unchanged while measuring (the stencil being timed is compiled with these passes). A
+    symbolic module's convolutions are timed at each of `sizes` (`library_convolutions`)."""
+    if _measuring.get():
+        return tuple(passes), []
+    chosen, verdicts = _choose_stencils(passes, module, device, cache, compile_fn, ahead, sizes)
+    if sizes is not None:
+        return chosen, list(verdicts)
+    chosen, padded = chosen_padding(chosen, module, device, cache)
+    return chosen, [*verdicts, *padded]
+
+
+def _choose_stencils(
+    passes: Sequence[ModulePass],
+    module: ModuleOp,
+    device: torch.device,
+    cache: KernelCache,
+    compile_fn: Compile,
+    ahead: CompileAhead | None,
+    sizes: Sequence[Mapping[str, int]] | None,
+) -> tuple[tuple[ModulePass, ...], list[Choice]]:
     stencil = next((p for p in passes if isinstance(p, DepthwiseStencilPass)), None)
-    if stencil is None or _measuring.get():
+    if stencil is None:
         return tuple(passes), []
     channels_last = _channels_last(module, passes)
     choices = library_convolutions(
@@ -179,45 +205,63 @@ def library_convolutions(
     max_taps: int = 49,
     channels_last: bool = False,
     ahead: CompileAhead | None = None,
-    sizes: Mapping[str, int] | None = None,
+    sizes: Sequence[Mapping[str, int]] | None = None,
 ) -> list[Choice]:
     """The verdict for each distinct depthwise convolution of `module` that the stencil pass
     would rewrite, with its input `channels_last` or not: from the cache, or measured now and
     stored. The stencils of those to measure are compiled first, all at once (`ahead`), then
-    each is timed. Where the module is symbolic, each is measured at `sizes` (its size
-    hints: the one verdict then serves every size) and cached under its signature there; the
-    verdict names it by its symbolic signature, as `depthwise-stencil` will."""
-    found: dict[str, Choice | None] = {}
-    unmeasured: dict[str, ConvolutionCall] = {}
+    each is timed. Where the module is symbolic, each is timed at each of `sizes` (as a
+    static convolution of those sizes is, sharing its cached verdict) and its verdict is the
+    sum of those times (`combined`), named by its symbolic signature as `depthwise-stencil`
+    names it."""
+    points: Sequence[Mapping[str, int]] = [{}] if sizes is None else sizes
+    convolutions: dict[str, tuple[ConvolutionCall, list[str]]] = {}
+    measured: dict[str, Choice | None] = {}
+    unmeasured: dict[str, tuple[ConvolutionCall, Mapping[str, int]]] = {}
     for conv in candidates(module, max_taps):
         sig = signature(conv)
-        if sig not in found:
-            key = _key(signature(conv, sizes), device, channels_last)
-            found[sig] = _named(cache.program(key, _load, CHOICE), sig, sizes)
-            if found[sig] is None:
-                unmeasured[sig] = conv
+        if sig in convolutions:
+            continue
+        kept = [p for i, p in enumerate(points) if i == 0 or _elements(conv, p) <= MAX_ELEMENTS]
+        convolutions[sig] = (conv, [signature(conv, p) for p in kept])
+        for at, point in zip(convolutions[sig][1], kept, strict=True):
+            if at not in measured:
+                measured[at] = cache.program(_key(at, device, channels_last), _load, CHOICE)
+                if measured[at] is None:
+                    unmeasured[at] = (conv, point)
     if ahead is not None and len(unmeasured) > 1:
         with measuring(), torch.no_grad():
-            ahead(
-                [_Timed(c, device, channels_last, sizes).imported() for c in unmeasured.values()],
-                device,
-                cache,
-            )
-    for sig, conv in unmeasured.items():
-        choice = measure(conv, device, channels_last, compile_fn, cache, sizes)
-        key = _key(signature(conv, sizes), device, channels_last)
-        cache.store_program(key, _dump(choice), CHOICE)
-        found[sig] = _named(choice, sig, sizes)
-    return [c for c in found.values() if c is not None]
+            timed = [_Timed(c, device, channels_last, p) for c, p in unmeasured.values()]
+            ahead([t.imported() for t in timed], device, cache)
+    for at, (conv, point) in unmeasured.items():
+        choice = measure(conv, device, channels_last, compile_fn, cache, point)
+        cache.store_program(_key(at, device, channels_last), _dump(choice), CHOICE)
+        measured[at] = choice
+    found = (combined(sig, [measured[at] for at in ats]) for sig, (_, ats) in convolutions.items())
+    return [c for c in found if c is not None]
 
 
-def _named(choice: Choice | None, sig: str, sizes: Mapping[str, int] | None) -> Choice | None:
-    """`choice` under the signature `sig` (a symbolic convolution's, for one measured at
-    `sizes`, its size hints: those of its symbols named in `at`)."""
-    if choice is None or sig == choice.signature:
-        return choice
-    at = " ".join(f"{n}={v}" for n, v in (sizes or {}).items() if n in sig.split()[1].split("x"))
-    return dataclasses.replace(choice, signature=sig, at=at)
+MAX_ELEMENTS = 1 << 25
+"""A symbolic convolution is timed at sizes past its first (`library_convolutions`) only where
+its input has at most this many elements there (128 MiB of f32)."""
+
+
+def _elements(conv: ConvolutionCall, sizes: Mapping[str, int]) -> int:
+    return math.prod(graph.dims_at(graph.dims_of(conv.input), sizes))
+
+
+def combined(sig: str, verdicts: Sequence[Choice | None]) -> Choice | None:
+    """One verdict for the convolution `sig` from its `verdicts` (one per size it was timed
+    at): a static convolution's own; a symbolic one's the sum of the times, `at` naming the
+    input shape at each (`2x8x6x6; 32x8x6x6`)."""
+    if any(v is None for v in verdicts):
+        return None
+    found = cast("list[Choice]", list(verdicts))
+    if len(found) == 1 and found[0].signature == sig:
+        return found[0]
+    at = "; ".join(v.signature.split()[1] for v in found)
+    library_ms = sum(v.library_ms for v in found)
+    return Choice(sig, library_ms, sum(v.stencil_ms for v in found), at)
 
 
 def _channels_last(module: ModuleOp, passes: Sequence[ModulePass]) -> bool:
@@ -571,4 +615,133 @@ def _gemm_key(gemm: gemm_ways.Gemm, device: torch.device) -> str:
         )
     return _verdict_key(
         f"gemm {gemm.signature} on {where} torch {torch.__version__} measured by {GEMM_MEASUREMENT}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Padded products (`pad-matmul`): padded, or as eager calls them
+# ---------------------------------------------------------------------------------------------
+
+PAD_MARGIN = 0.9
+"""A product is padded where that took under this fraction of its unpadded call's time: a near
+tie goes to the unpadded call, as eager makes it."""
+
+PAD_MEASUREMENT = 1
+"""How padded products are measured (`measure_padding`); a verdict measured otherwise is not
+reused."""
+
+
+@dataclass(frozen=True)
+class PadChoice:
+    """One measured verdict: the product `signature` (`PaddedProduct.signature`) unpadded (as
+    eager calls it) and padded (the weight padded, the product, its result cut back: a copy
+    where the program returns it), in ms per call."""
+
+    signature: str
+    unpadded_ms: float
+    padded_ms: float
+
+    @property
+    def kept(self) -> str:
+        return "padded" if self.padded_ms < PAD_MARGIN * self.unpadded_ms else "unpadded"
+
+    def __str__(self) -> str:
+        return (
+            f"matrix product {self.signature}: {self.kept} "
+            f"(unpadded {self.unpadded_ms:.4f} ms, padded {self.padded_ms:.4f} ms)"
+        )
+
+    def dump(self) -> bytes:
+        return json.dumps([self.signature, self.unpadded_ms, self.padded_ms]).encode()
+
+    @staticmethod
+    def load(data: bytes) -> PadChoice:
+        sig, unpadded_ms, padded_ms = json.loads(data)
+        return PadChoice(str(sig), float(unpadded_ms), float(padded_ms))
+
+
+def chosen_padding(
+    passes: Sequence[ModulePass], module: ModuleOp, device: torch.device, cache: KernelCache
+) -> tuple[tuple[ModulePass, ...], list[PadChoice]]:
+    """`passes` with `pad-matmul`'s `unpadded` set to the products of `module` it would pad
+    that were not clearly faster padded on `device` (each distinct product measured once per
+    machine and torch version, or read from `cache`), and every verdict. Unchanged where the
+    passes hold no `pad-matmul` (the CPU's)."""
+    pad = next((p for p in passes if isinstance(p, PadMatmulPass)), None)
+    if pad is None or device.type != "cuda":
+        return tuple(passes), []
+    if not padded_candidates(module, pad.alignment, pad.min_columns):
+        return tuple(passes), []  # (a product only `decompose` makes is padded unmeasured)
+    verdicts: dict[str, PadChoice] = {}
+    for product in padded_candidates(_decomposed(module), pad.alignment, pad.min_columns):
+        sig = product.signature
+        if sig in verdicts:
+            continue
+        key = _pad_key(sig, device)
+        choice = cache.program(key, PadChoice.load, CHOICE)
+        if choice is None:
+            choice = measure_padding(product, pad.alignment, device)
+            cache.store_program(key, choice.dump(), CHOICE)
+        verdicts[sig] = choice
+    unpadded = tuple(sorted(s for s, c in verdicts.items() if c.kept == "unpadded"))
+    if not unpadded:
+        return tuple(passes), list(verdicts.values())
+    chosen = dataclasses.replace(pad, unpadded=unpadded)
+    return tuple(chosen if p is pad else p for p in passes), list(verdicts.values())
+
+
+def _decomposed(module: ModuleOp) -> ModuleOp:
+    """A copy of `module` after `decompose`, as `pad-matmul` sees it (a linear's bias is an
+    add of its own there, so that the product it pads is returned no more)."""
+    copy = module.clone()
+    DecomposePass().apply(make_context(), copy)
+    return copy
+
+
+def measure_padding(product: PaddedProduct, alignment: int, device: torch.device) -> PadChoice:
+    """Time `product` on `device` unpadded and padded, on random data of its shapes (real
+    tensors, outside the fake tensor mode of a `torch.compile` trace in progress), each side
+    replayed from a CUDA graph (`_graph_ms`)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.no_grad():
+        return _measure_padding(product, alignment, device)
+
+
+def _measure_padding(product: PaddedProduct, alignment: int, device: torch.device) -> PadChoice:
+    dtype = torch.bfloat16 if product.dtype == "bf16" else torch.float16
+    m, k, n = product.m, product.k, product.n
+    extra = -n % alignment
+    x = torch.randn(m, k, device=device, dtype=dtype)
+    weight = torch.randn((n, k) if product.linear else (k, n), device=device, dtype=dtype)
+    bias = torch.randn(n, device=device, dtype=dtype) if product.bias else None
+    functional = torch.nn.functional
+
+    def unpadded(v: Tensor) -> Tensor:
+        if product.linear:
+            return functional.linear(v, weight, bias)
+        return torch.mm(v, weight)
+
+    def padded(v: Tensor) -> Tensor:
+        if product.linear:
+            padded_bias = None if bias is None else functional.pad(bias, (0, extra))
+            wide = functional.linear(v, functional.pad(weight, (0, 0, 0, extra)), padded_bias)
+        else:
+            wide = torch.mm(v, functional.pad(weight, (0, extra)))
+        cut = wide[:, :n]
+        return cut.contiguous() if product.returned else cut
+
+    unpadded_ms, padded_ms = (_graph_ms(f, x, device) for f in (unpadded, padded))
+    return PadChoice(product.signature, unpadded_ms, padded_ms)
+
+
+Verdict = Choice | GemmChoice | PadChoice
+"""Any verdict a compile measured (`FusionReport.choices`, `explain()`)."""
+
+
+def _pad_key(sig: str, device: torch.device) -> str:
+    """The cache key of a padded product's verdict: the device's name and torch's version."""
+    name = torch.cuda.get_device_name(device)
+    return _verdict_key(
+        f"pad-matmul {sig} on {name} torch {torch.__version__} measured by {PAD_MEASUREMENT}"
     )

@@ -390,6 +390,9 @@ class PipelineOptions:
     library: tuple[str, ...] = ()
     """The depthwise convolutions (by `depthwise_stencil.signature`) that stay library calls:
     those measured faster so (`xfuse.choices`)."""
+    unpadded: tuple[str, ...] = ()
+    """The 16-bit products (by `pad_matmul.PaddedProduct.signature`) that `pad-matmul` leaves
+    unpadded: those measured not clearly faster padded (`xfuse.choices`)."""
     without: tuple[str, ...] = ()
     """Device passes left out, by name (a benchmark's column without `depthwise-stencil`)."""
     gemm_ways: bool | None = None
@@ -449,7 +452,10 @@ def layout_pass(asked: bool | None, device: str | torch.device) -> ModulePass | 
 
 
 def device_passes(
-    channels_last: bool | None, device: str | torch.device, library: tuple[str, ...] = ()
+    channels_last: bool | None,
+    device: str | torch.device,
+    library: tuple[str, ...] = (),
+    unpadded: tuple[str, ...] = (),
 ) -> tuple[ModulePass, ...]:
     """What `xfuse.compile` runs after `decompose` for `device`: `depthwise-stencil`
     (depthwise convolutions fuse with their neighbours instead of running as library calls;
@@ -476,7 +482,7 @@ def device_passes(
     gqa = AttentionGQAPass() if cpu else None
     matmul = ConvolutionMatmulPass() if cpu and layout is None else None
     stencil = DepthwiseStencilPass(library=tuple(library))
-    pad = None if cpu else PadMatmulPass()
+    pad = None if cpu else PadMatmulPass(unpadded=tuple(unpadded))
     bias = None if cpu else ConvolutionBiasPass()
     passes = (stencil, bias, layout, matmul, AttentionMaskPass(), gqa, pad)
     return tuple(p for p in passes if p is not None)
@@ -496,7 +502,7 @@ def compile_device_passes(
     device: str | torch.device, options: PipelineOptions
 ) -> tuple[ModulePass, ...]:
     """The device's passes of `compile_pipeline`, those `options.without` names left out."""
-    passes = device_passes(options.channels_last, device, options.library)
+    passes = device_passes(options.channels_last, device, options.library, options.unpadded)
     return tuple(p for p in passes if p.name not in options.without)
 
 

@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, Kernel, get_backend
-from xfuse.choices import Choice, Compile, CompileAhead, GemmChoice, choose_passes, chosen_gemms
+from xfuse.choices import Compile, CompileAhead, Verdict, choose_passes, chosen_gemms
 from xfuse.collector import collector_paused
 from xfuse.errors import ExportError, KernelCacheWarning
 from xfuse.frontend.export import Imported, ModelOrFn, import_for_xfuse, unflattener
@@ -82,9 +82,9 @@ class FusionReport:
     """The ops the decisions name (to draw refused pairs, `Explanation.to_dot`)."""
     op_by_op: list[str] = field(default_factory=list[str])
     """Groups compiled op by op because their lowering refused them (the safety net)."""
-    choices: list[Choice | GemmChoice] = field(default_factory=list[Choice | GemmChoice])
-    """Library call or xfuse's kernel, torch's product or oneDNN's, as measured at compile
-    time (`xfuse.choices`)."""
+    choices: list[Verdict] = field(default_factory=list[Verdict])
+    """Library call or xfuse's kernel, torch's product or oneDNN's, a product padded or not,
+    as measured at compile time (`xfuse.choices`)."""
     options: PipelineOptions | None = field(default=None, compare=False, repr=False)
     """What the pipeline was made of (`compile_pipeline(device, options)` makes it again:
     the bisector replays it so), its measured choices included."""
@@ -137,17 +137,20 @@ def measured_options(
     cache: KernelCache,
     measure_with: Compile,
     ahead: CompileAhead | None = None,
-) -> tuple[PipelineOptions, list[Choice]]:
+) -> tuple[PipelineOptions, list[Verdict]]:
     """`options` with the depthwise convolutions of `module` whose library call is faster on
-    `device` kept as library calls (`xfuse.choices`: measured now, or from the cache), and
-    every verdict."""
+    `device` kept as library calls and its products not clearly faster padded left unpadded
+    (`xfuse.choices`: measured now, or from the cache), and every verdict."""
     from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
+    from xfuse.passes.transforms.pad_matmul import PadMatmulPass
 
     passes = compile_device_passes(device, options)
     chosen, choices = choose_passes(passes, module, device, cache, measure_with, ahead)
     stencil = next((p for p in chosen if isinstance(p, DepthwiseStencilPass)), None)
     library = options.library if stencil is None else stencil.library
-    return replace(options, library=library), choices
+    pad = next((p for p in chosen if isinstance(p, PadMatmulPass)), None)
+    unpadded = options.unpadded if pad is None else pad.unpadded
+    return replace(options, library=library, unpadded=unpadded), list(choices)
 
 
 def measured_pipeline(
@@ -156,7 +159,7 @@ def measured_pipeline(
     device: torch.device,
     cache: KernelCache,
     ahead: CompileAhead | None = None,
-) -> tuple[Pipeline, PipelineOptions, list[Choice]]:
+) -> tuple[Pipeline, PipelineOptions, list[Verdict]]:
     """The pipeline that fuses `module` for `device`: `options` with its measured choices
     (`measured_options`, measuring with `measuring_compile`), those options and every verdict."""
     options, choices = measured_options(options, module, device, cache, measuring_compile, ahead)

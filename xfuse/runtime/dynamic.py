@@ -45,7 +45,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from xfuse.backends import Backend, check_device, get_backend
-from xfuse.choices import Choice, Compile, CompileAhead, choose_passes
+from xfuse.choices import Compile, CompileAhead, Verdict, choose_passes
 from xfuse.dialects import graph
 from xfuse.errors import (
     AutogradUnsupportedError,
@@ -82,7 +82,7 @@ from xfuse.runtime.fallback import FallbackMode, reason_of
 from xfuse.runtime.shape_graphs import ShapeGraphs, ShapeKey, shape_key
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
-from xfuse.runtime.symbolic import SymbolicProgram, default_passes, size_hints
+from xfuse.runtime.symbolic import SymbolicProgram, default_passes, measuring_sizes
 
 Tensor = torch.Tensor
 
@@ -221,13 +221,14 @@ def chosen_passes(
     cache: KernelCache,
     compile_fn: Compile,
     ahead: CompileAhead | None = None,
-) -> tuple[tuple[ModulePass, ...], list[Choice]]:
+) -> tuple[tuple[ModulePass, ...], list[Verdict]]:
     """The passes a symbolic program of `module` is built with on `device`
     (`default_passes`), its depthwise convolutions whose library call is faster kept as library
-    calls (`xfuse.choices`: each measured at the size hints, or read from `cache`), and every
-    verdict."""
+    calls (`xfuse.choices`: each timed at the sizes `measuring_sizes` gives, the times summed,
+    or read from `cache`), and every verdict."""
     passes = parse_passes(default_passes(device))
-    return choose_passes(passes, module, device, cache, compile_fn, ahead, size_hints(module))
+    sizes = measuring_sizes(module)
+    return choose_passes(passes, module, device, cache, compile_fn, ahead, sizes)
 
 
 class DynamicProgram:
@@ -292,7 +293,7 @@ class DynamicProgram:
         passes, self.choices = chosen_passes(
             program.module, self.device, self.cache, measuring_compile, compile_choices_ahead
         )
-        """The depthwise convolutions' verdicts (`xfuse.choices`), measured at the size hints."""
+        """The depthwise convolutions' verdicts (`xfuse.choices`, `measuring_sizes`)."""
         self.compiled = SymbolicProgram(
             program.module,
             passes=passes,

@@ -94,8 +94,8 @@ FUSION = f"{AFTER_DEVICE_PASSES},fuse-greedy,group-cleanup,fold-linear"
 DEFAULT_PASSES = f"{BEFORE_FUSION},{FUSION}"
 """The fusion passes a symbolic program is built with (before `lower-to-loops`):
 `depthwise-stencil` makes depthwise convolutions stencils, as in the static pipeline, but for
-those whose library call was measured faster at the size hints
-(`xfuse.runtime.dynamic.chosen_passes`);
+those whose library call was measured faster, summed over the size hints and a few times
+them (`measuring_sizes`, `xfuse.runtime.dynamic.chosen_passes`);
 `attention-mask` runs attention whose mask is computed from sizes alone as `is_causal` (or
 without the mask) where the mask is causal (or hides nothing) at the size hints, guarded at
 every call's sizes (`mask_guards`); then, as in the static pipeline, `simplify`
@@ -116,11 +116,33 @@ def default_passes(device: torch.device) -> str:
     return CUDA_PASSES if device.type == "cuda" else DEFAULT_PASSES
 
 
-def size_hints(module: ModuleOp) -> dict[str, int]:
-    """Every size symbol of `@forward`'s table at its hint (the example inputs' sizes)."""
+MEASURE_SCALE = 16
+"""Choices for a symbolic program are measured at its size hints and at its input symbols
+`MEASURE_SCALE` times their hints (`measuring_sizes`): summed, the larger sizes' times weigh
+most, as they do in a sweep of sizes (a depthwise convolution's library call, 3x its stencil's
+time at batch 2 on two cores, is faster from a batch of about 16 up)."""
+
+
+def measuring_sizes(module: ModuleOp) -> list[dict[str, int]]:
+    """Where the choices of a symbolic program of `module` are measured (`xfuse.choices`):
+    every size symbol of `@forward`'s table at its hint (the example inputs' sizes), then at
+    `MEASURE_SCALE` times the input symbols' hints, each bounded by its range, where the
+    table holds there (its relations, conditions, derived sizes of 2 or more). A library call's
+    fixed costs weigh less at larger sizes, so that the faster side at the hint alone can be
+    the slower one at a batch a few times larger."""
     table = find_function(module, "forward").attributes.get(SIZES_ATTR)
     assert isinstance(table, graph.SizesAttr)
-    return table.evaluate({s.name: s.hint for s in table.inputs()})
+    inputs = table.inputs()
+    points = [table.evaluate({s.name: s.hint for s in inputs})]
+    scaled = {
+        s.name: s.hint * MEASURE_SCALE if s.high is None else min(s.high, s.hint * MEASURE_SCALE)
+        for s in inputs
+    }
+    larger = table.evaluate(scaled)
+    holds = table.too_small(larger) is None and table.relation_problem(larger) is None
+    if holds and table.condition_problem(larger) is None and larger != points[0]:
+        points.append(larger)
+    return points
 
 
 @dataclass

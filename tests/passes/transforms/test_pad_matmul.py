@@ -12,6 +12,7 @@ from tests.backends.test_cuda import gpu
 from xfuse import interpret
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
+from xfuse.passes.transforms.pad_matmul import PadMatmulPass, candidates
 
 PADDED = (
     "decompose,pad-matmul{min-columns=8},split-reductions,fuse-scored,group-cleanup,fold-linear"
@@ -124,16 +125,50 @@ def test_f32_and_aligned_products_are_left_alone() -> None:
         assert ops(imported.module, graph.PadOp) == 0
 
 
+def test_a_product_is_named_as_the_pass_sees_it() -> None:
+    """After `decompose` a linear's bias is an add of its own: the product the pass pads is
+    the bias-free one, returned only where nothing reads it but the return."""
+    for model, want in (
+        (Head(bias=True), "15x64x301 linear bf16"),
+        (torch.nn.Linear(64, 301, bias=False), "15x64x301 linear bf16 returned"),
+    ):
+        x = torch.randn(3, 5, 64, dtype=torch.bfloat16)
+        imported = import_module(model.to(torch.bfloat16).eval(), (x,))
+        xfuse.pipeline("decompose")(imported.module)
+        assert [p.signature for p in candidates(imported.module)] == [want]
+    w = torch.randn(32, 301, dtype=torch.float16)
+    imported = import_module(lambda x, w: x @ w, (torch.randn(2, 6, 32, dtype=torch.float16), w))
+    assert [p.signature for p in candidates(imported.module)] == ["12x32x301 matmul f16 returned"]
+
+
+def test_products_named_unpadded_are_left_alone() -> None:
+    model = Head(bias=False).to(torch.bfloat16).eval()
+    imported = import_module(model, (torch.randn(3, 5, 64, dtype=torch.bfloat16),))
+    xfuse.pipeline("decompose")(imported.module)
+    (product,) = candidates(imported.module)
+    other = imported.module.clone()
+    PadMatmulPass(unpadded=(product.signature,)).apply(xfuse.make_context(), imported.module)
+    PadMatmulPass(unpadded=("1x64x301 linear bf16",)).apply(xfuse.make_context(), other)
+    assert ops(imported.module, graph.PadOp) == 0
+    assert ops(other, graph.PadOp) == 1
+
+
 @gpu
-def test_gpu_compile_pads_an_unaligned_bf16_head() -> None:
+def test_gpu_compile_pads_an_unaligned_bf16_head_where_measured_faster() -> None:
+    """The head is timed padded and not (`xfuse.choices`), the verdict explained, and the
+    program is as the verdict says: padded or not, eager's values and strides."""
     model = Head(bias=True).to("cuda", torch.bfloat16).eval()
-    x = torch.randn(3, 5, 64, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        compiled = xfuse.compile(model, (x,), device="cuda", quiet=True)
-        got = [compiled(x) for _ in range(3)]  # step by step, captured, replayed
-        product = F.linear(torch.relu(x), model.proj.weight)
-        spelled = (product + model.proj.bias) * 2
-    assert any(op.startswith("graph.pad") for op in xfuse.explain(model, (x,), "cuda").ops)
-    for y in got:
-        assert y.stride() == spelled.stride()
-        torch.testing.assert_close(y, spelled)
+    for rows in (1, 4096):
+        x = torch.randn(rows, 64, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            compiled = xfuse.compile(model, (x,), device="cuda", quiet=True)
+            got = [compiled(x) for _ in range(3)]  # step by step, captured, replayed
+            product = F.linear(torch.relu(x), model.proj.weight)
+            spelled = (product + model.proj.bias) * 2
+        (verdict,) = [c for c in compiled.report.choices if "linear bf16" in str(c)]
+        assert str(verdict).startswith(f"matrix product {rows}x64x301 linear bf16: ")
+        padded = any(op.startswith("graph.pad") for op in xfuse.explain(model, (x,), "cuda").ops)
+        assert padded == (verdict.kept == "padded")
+        for y in got:
+            assert y.stride() == spelled.stride()
+            torch.testing.assert_close(y, spelled)

@@ -16,11 +16,18 @@ with their neighbours (the slice with what reads the product).
     %y = graph.slice %yp start = [0, 0] limit = [8, 13] stride = [1, 1] : tensor<8x16xbf16> -> tensor<8x13xbf16>
 
 Run on CUDA only (`xfuse.pipeline.compile_pipeline`): the CPU's GEMMs take any row length.
+Padding is not free: the weight is padded at every call (a copy of it) and a returned result
+is copied out of the padded one, so a product of few rows (a batch-1 decode step's head: one
+row) runs faster unpadded. `xfuse.compile` times each product both ways at the program's
+shapes (`xfuse.choices`) and leaves those unpadded (`unpadded`, by `PaddedProduct.signature`)
+whose unpadded call was not clearly slower.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import NamedTuple, cast
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp
@@ -72,11 +79,75 @@ def _returned(op: Operation) -> bool:
     return any(use.operation.name == "func.return" for r in op.results for use in r.uses)
 
 
+class PaddedProduct(NamedTuple):
+    """A product `pad-matmul` pads: `x` [M, K] (leading dims flattened) by a weight of N
+    unaligned columns stored [N, K] (`linear`, with a bias or not) or [K, N] (`matmul`), of a
+    16-bit `dtype` (`bf16`, `f16`), its result returned by the program or read by other ops."""
+
+    m: int
+    k: int
+    n: int
+    linear: bool
+    dtype: str
+    bias: bool
+    returned: bool
+
+    @property
+    def signature(self) -> str:
+        """`MxKxN linear|matmul dtype[ bias][ returned]`: `4096x768x50257 linear bf16
+        returned`. `unpadded` names products by it."""
+        kind = "linear" if self.linear else "matmul"
+        extra = (" bias" if self.bias else "") + (" returned" if self.returned else "")
+        return f"{self.m}x{self.k}x{self.n} {kind} {self.dtype}{extra}"
+
+
+def padded_product(op: Operation, alignment: int, minimum: int) -> PaddedProduct | None:
+    """`op` as a product of a 2-D weight that `pad-matmul` pads (`PadMatmulColumns`,
+    `PadLinearRows`), or None (also for a batch of right-hand sides, which it pads always)."""
+    if isinstance(op, graph.MatmulOp):
+        weight, lhs, linear, bias = op.rhs, op.lhs, False, False
+        w = transposed_weight(op.rhs)
+        if w is not None:  # x @ w^T: padded as linear(x, pad(w))
+            weight, linear = w, True
+        if len(graph.shape_of(op.rhs)) != 2 or len(graph.shape_of(lhs)) < 2:
+            return None  # a batch of right-hand sides (attention's): padded unmeasured
+        k, columns = graph.shape_of(op.rhs)
+    elif isinstance(op, graph.LinearOp):
+        weight, lhs, linear = op.weight, op.input, True
+        columns, k = graph.shape_of(op.weight)[0], graph.shape_of(op.weight)[-1]
+        bias = op.bias is not None
+        if bias and graph.shape_of(cast(SSAValue, op.bias)) != (columns,):
+            return None  # a broadcast scalar bias: left as it is
+    else:
+        return None
+    dtype = graph.dtype_of(weight)
+    if not isinstance(dtype, SIXTEEN_BIT) or padding(columns, alignment, minimum) == 0:
+        return None
+    if any(d < 0 for d in graph.shape_of(lhs)):
+        return None
+    m = math.prod(graph.shape_of(lhs)[:-1])
+    name = "bf16" if isinstance(dtype, BFloat16Type) else "f16"
+    return PaddedProduct(m, k, columns, linear, name, bias, _returned(op))
+
+
+def candidates(module: ModuleOp, alignment: int = 8, minimum: int = 256) -> list[PaddedProduct]:
+    """The products of `module` that `pad-matmul` would pad (with the pass's defaults)."""
+    found = (padded_product(op, alignment, minimum) for op in module.walk())
+    return [p for p in found if p is not None]
+
+
 def pad_dim(value: SSAValue, dim: int, extra: int) -> graph.PadOp:
     """`value` with `extra` zeros after the end of dim `dim`."""
     rank = len(graph.shape_of(value))
     high = [extra if d == dim else 0 for d in range(rank)]
     return graph.PadOp(value, [0] * rank, high)
+
+
+def _left_unpadded(op: Operation, alignment: int, minimum: int, unpadded: frozenset[str]) -> bool:
+    if not unpadded:
+        return False
+    product = padded_product(op, alignment, minimum)
+    return product is not None and product.signature in unpadded
 
 
 @dataclass(frozen=True)
@@ -87,10 +158,13 @@ class PadMatmulColumns(RewritePattern):
 
     alignment: int
     minimum: int
+    unpadded: frozenset[str] = frozenset()
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.MatmulOp, rewriter: PatternRewriter) -> None:
         if not isinstance(graph.dtype_of(op.rhs), SIXTEEN_BIT):
+            return
+        if _left_unpadded(op, self.alignment, self.minimum, self.unpadded):
             return
         columns = graph.shape_of(op.rhs)[-1]
         extra = padding(columns, self.alignment, self.minimum)
@@ -116,10 +190,13 @@ class PadLinearRows(RewritePattern):
 
     alignment: int
     minimum: int
+    unpadded: frozenset[str] = frozenset()
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.LinearOp, rewriter: PatternRewriter) -> None:
         if not isinstance(graph.dtype_of(op.weight), SIXTEEN_BIT):
+            return
+        if _left_unpadded(op, self.alignment, self.minimum, self.unpadded):
             return
         rows = graph.shape_of(op.weight)[0]
         extra = padding(rows, self.alignment, self.minimum)
@@ -148,10 +225,15 @@ class PadMatmulPass(ModulePass):
     min_columns: int = option(256, POSITIVE)
     """Rows shorter than this are left alone: a small product gains less than the pad costs."""
 
+    unpadded: tuple[str, ...] = ()
+    """The products (by `PaddedProduct.signature`) left unpadded: those measured no slower so
+    (`xfuse.choices`)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        unpadded = frozenset(self.unpadded)
         patterns = [
-            PadMatmulColumns(self.alignment, self.min_columns),
-            PadLinearRows(self.alignment, self.min_columns),
+            PadMatmulColumns(self.alignment, self.min_columns, unpadded),
+            PadLinearRows(self.alignment, self.min_columns, unpadded),
         ]
         PatternRewriteWalker(
             GreedyRewritePatternApplier(list(patterns)), apply_recursively=False
