@@ -660,6 +660,10 @@ class PadChoice:
         return PadChoice(str(sig), float(unpadded_ms), float(padded_ms))
 
 
+Verdict = Choice | GemmChoice | PadChoice
+"""Any verdict a compile measured (`FusionReport.choices`, `explain()`)."""
+
+
 def chosen_padding(
     passes: Sequence[ModulePass], module: ModuleOp, device: torch.device, cache: KernelCache
 ) -> tuple[tuple[ModulePass, ...], list[PadChoice]]:
@@ -733,10 +737,6 @@ def _measure_padding(product: PaddedProduct, alignment: int, device: torch.devic
 
     unpadded_ms, padded_ms = (_graph_ms(f, x, device) for f in (unpadded, padded))
     return PadChoice(product.signature, unpadded_ms, padded_ms)
-
-
-Verdict = Choice | GemmChoice | PadChoice
-"""Any verdict a compile measured (`FusionReport.choices`, `explain()`)."""
 
 
 def _pad_key(sig: str, device: torch.device) -> str:
