@@ -146,7 +146,11 @@ def test_graph_use_counts_the_programs_that_replay_and_says_why_the_others_do_no
         )
 
     replaying = SimpleNamespace(reason=None, replays=5)
-    stepped = SimpleNamespace(reason="copying its inputs (786.0 MiB) would cost more", replays=0)
+    why = (
+        "copying its inputs (786.0 MiB) into the graph at every replay would cost more than "
+        "running its 29 steps from the host"
+    )
+    stepped = SimpleNamespace(reason=why, replays=0)
     waiting = SimpleNamespace(reason=None, replays=0)
     parts = d.Parts()
     for part, p in [
@@ -159,7 +163,7 @@ def test_graph_use_counts_the_programs_that_replay_and_says_why_the_others_do_no
         parts.programs.append(p)
     assert parts.graph_use() == (
         "programs replaying a CUDA graph: forward 1 of 1, backward 1 of 3; step by step: "
-        "1 x copying its inputs (786.0 MiB) would cost more; "
+        f"1 x {why}; "
         "1 x not replayed yet (warming up, or priced and waiting)"
     )
     on_cpu = d.Parts()

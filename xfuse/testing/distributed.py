@@ -175,9 +175,9 @@ class Parts(list[str]):
 
     def graph_use(self) -> str:
         """How each part's programs ran on CUDA: how many replayed a CUDA graph at their last
-        calls, and why the others ran step by step (`GraphRunner.reason`, or none yet: a
-        runner still warming up or waiting on its price); empty where none has graphs (the
-        CPU)."""
+        calls, and why the others ran step by step (each `GraphRunner.reason` in full, or none
+        yet: a runner still warming up or waiting on its price); empty where none has graphs
+        (the CPU)."""
         counts: dict[str, list[int]] = {}
         reasons: Counter[str] = Counter()
         for part, program in zip(self, self.programs, strict=True):
@@ -192,7 +192,7 @@ class Parts(list[str]):
                 if runner.reason is None and runner.replays:
                     seen[0] += 1
                 elif runner.reason is not None:
-                    reasons[runner.reason[:80]] += 1
+                    reasons[runner.reason] += 1
                 else:
                     reasons["not replayed yet (warming up, or priced and waiting)"] += 1
         if not counts:
