@@ -417,3 +417,23 @@ def test_fuzz_seed_89_program_2914() -> None:
         warnings.simplefilter("ignore")
         got = xfuse.compile(fn, args)(*args)
     assert torch.equal(got, fn(*args))
+
+
+def test_fuzz_seed_93_program_2122() -> None:
+    """Fuzz seed 93 program 2122, shrunk: the sum of an empty tensor fused beside its padding.
+    The sum's kernel loaded the empty buffer at [0, 0], a load placed before its loop of no
+    trips (its index did not depend on the loop), outside the buffer: the loop interpreter
+    raised, a compiled kernel read past the tensor's memory. An empty buffer is now never
+    loaded (`KernelBuilder._leaf_at`)."""
+    from xfuse.testing.fuzz.runner import check_source
+
+    source = (
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "def program(x1):\n"
+        "    return (F.pad(x1, (2, 4)), x1.sum())\n"
+        "def make_inputs():\n"
+        "    return (torch.randn(2, 0),)\n"
+    )
+    outcome = check_source(source)
+    assert outcome.status == "pass", str(outcome)

@@ -822,6 +822,11 @@ class KernelBuilder:
         t = dtype_of(v)
         if leaf.splat is not None:
             return self.constant(leaf.splat, t)
+        if 0 in shape_of(v):
+            # An empty buffer is never read: what reads it runs in a loop of no trips (a sum
+            # of no elements). A load would be placed before that loop where its index does
+            # not depend on it, and read outside the buffer; a constant takes its place.
+            return self.constant(0, t)
         assert leaf.arg is not None
         loaded = self.insert(memref.LoadOp.get(self.args[leaf.arg], self.access(v, index)))
         return self.insert(arith.TruncIOp(loaded, i1)) if t == i1 else loaded
