@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from xfuse.testing.fuzz import runner
-from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
+from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors, pooled_rmse_ok
 from xfuse.testing.fuzz.generator import generate
 from xfuse.testing.fuzz.program import load_source
 from xfuse.testing.fuzz.reproducer import program_part, reproducer
@@ -365,6 +365,27 @@ def test_a_one_element_output_where_eager_is_exact_gets_a_few_ulps() -> None:
     assert float((eager.double() - reference).abs()) < ulp
     assert compare_outputs([off_by(4)], [eager], [reference], scale=[20.9]) is None
     assert compare_outputs([off_by(23)], [eager], [reference], scale=[20.9]) is not None
+
+
+def test_the_pooled_rule_compares_spreads_not_single_draws() -> None:
+    """Nine samples of a 0-d value, both errors drawn from one spread (eager's first draw
+    small by chance): the one-sample rule fails the first, the pooled rule passes all nine;
+    errors of four times that spread at every sample fail it."""
+    g = torch.Generator().manual_seed(0)
+    reference = [torch.tensor(30.0, dtype=torch.float64) + k for k in range(9)]
+    spread = 3e-4
+    eager = [
+        (r + spread * torch.randn((), generator=g, dtype=torch.float64)).float() for r in reference
+    ]
+    eager[0] = (reference[0] + 0.05 * spread).float()
+    ours = [
+        (r + spread * torch.randn((), generator=g, dtype=torch.float64)).float() for r in reference
+    ]
+    ours[0] = (reference[0] + 1.5 * spread).float()
+    assert compare_outputs([ours[0]], [eager[0]], [reference[0]], scale=30.0) is not None
+    assert pooled_rmse_ok(ours, eager, reference, 30.0)
+    worse = [(r + 4 * spread).float() for r in reference]
+    assert not pooled_rmse_ok(worse, eager, reference, 30.0)
 
 
 @pytest.mark.parametrize("op", ["torch.fmod", "torch.remainder"])

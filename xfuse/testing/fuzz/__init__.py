@@ -23,7 +23,9 @@ its magnitude (`compare._rmse_ok` explains the rule).
 
 The training mode (`xfuse-fuzz --training`, `training.check_training`) runs each program's
 forward and backward through `torch.compile(backend="xfuse")` in strict mode and compares its
-outputs and input gradients with eager's.
+outputs and input gradients with eager's; a gradient that fails the RMSE rule is judged again
+with its errors pooled over more losses (`compare.pooled_rmse_ok`: a 0-d gradient's one error
+is a single random draw, eager's too).
 
 One module per part: `program.py` (program text), `generator.py`, `draw_order.py` (the order
 each pool draws its ops in), `compare.py`, `runner.py` (the differential runner, and the

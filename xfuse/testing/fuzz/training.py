@@ -11,7 +11,8 @@ compares the outputs (`compare_outputs`, as the forward fuzzer does) and then ea
 gradient: against eager's, or where eager's rounding differs, against an f64 run by the RMSE
 rule of `compare._rmse_ok` (a broadcast input's gradient is a sum, so every gradient gets the
 f64 reference), with the larger of the program's scale and the gradient's own magnitude as
-the values its backward computes.
+the values its backward computes. A gradient that fails that rule is judged again over
+`RESAMPLES` more losses (other weights), its errors pooled (`compare.pooled_rmse_ok`).
 
     outcome = check_training(source)      # an `Outcome`
     outcome.status                        # pass | fail | skip | gap
@@ -37,7 +38,7 @@ from typing import Any
 import torch
 
 from xfuse.errors import EagerFallbackError
-from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
+from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors, pooled_rmse_ok
 from xfuse.testing.fuzz.program import RMSE_TOLERANCE, Tensor, load_source
 from xfuse.testing.fuzz.runner import (
     Float64Casts,
@@ -55,6 +56,10 @@ STRICT: dict[str, str | int | bool | Callable[..., Any]] = {"fallback": "error"}
 
 GRAD_RATE = 0.75
 """The chance that a floating input requires grad (one always does)."""
+
+RESAMPLES = 8
+"""Losses with other weights over which a gradient that fails the RMSE rule is judged again,
+its errors pooled (`compare.pooled_rmse_ok`)."""
 
 STEPS = ("first step", "second step")
 """Each compiles nothing new the second time: dynamo's guards and xfuse's parts are reused."""
@@ -137,6 +142,8 @@ class TrainingDifferential:
     needs_grad: list[bool] | None = field(init=False, default=None)
     """Which of eager's outputs need grad (set by eager's step): the loss weighs those."""
     weights: list[Tensor] = field(init=False, default_factory=list[Tensor])
+    cotangent: int = field(init=False, default=0)
+    """Which draw of the loss's weights: 0 the first, each of `RESAMPLES` another."""
 
     def __post_init__(self) -> None:
         self.namespace = load_source(self.source)
@@ -167,7 +174,8 @@ class TrainingDifferential:
         """The sum of each output that needs grad times its weights, in f64."""
         grads = [o for o in outputs if o.requires_grad]
         if not self.weights:
-            rng = torch.Generator().manual_seed(zlib.crc32(self.source.encode()))
+            seed = zlib.crc32(self.source.encode()) + self.cotangent
+            rng = torch.Generator().manual_seed(seed)
             self.weights = [
                 torch.randn(o.shape, generator=rng, dtype=torch.float64).to(o.device) for o in grads
             ]
@@ -252,7 +260,7 @@ class TrainingDifferential:
         try:
             for name in STEPS:
                 got = self.compiled_step(name, compiled)
-                self.check(name, got, expected, reference)
+                self.check(name, got, expected, reference, compiled)
                 passed.append(name)
         except StageFailure as failure:
             status = "gap" if failure.stage.endswith(" gap") else "fail"
@@ -300,22 +308,84 @@ class TrainingDifferential:
                 raise StageFailure(f"{name} gap", str(fallback)) from e
             raise StageFailure(name, _one_line(e) + _where(e)) from e
 
-    def check(self, name: str, got: Step, want: Step, reference: Step | None) -> None:
+    def check(
+        self,
+        name: str,
+        got: Step,
+        want: Step,
+        reference: Step | None,
+        compiled: Callable[..., Any] | None = None,
+    ) -> None:
+        """A `StageFailure` where `got` differs from eager's step `want`: its outputs, then its
+        gradients; a gradient that fails the RMSE rule is judged again over `RESAMPLES` more
+        losses (`resampled_grads_pass`, with the `compiled` program)."""
         scale = float(self.namespace.get("SCALE", 1.0))
         rmse = self.namespace.get("TOLERANCE") == RMSE_TOLERANCE
         forward_reference = reference.outputs if reference is not None and rmse else None
         problem = compare_outputs(got.outputs, want.outputs, forward_reference, scale)
         if problem is not None:
             raise StageFailure(f"{name} forward", problem)
-        problem = compare_grads(
-            got.grads,
-            want.grads,
-            reference.grads if reference is not None else None,
-            scale,
-            self.grad_inputs,
-        )
-        if problem is not None:
+        references = reference.grads if reference is not None else None
+        problem = compare_grads(got.grads, want.grads, references, scale, self.grad_inputs)
+        if problem is None:
+            return
+        failing = self.failing_grads(got, want, reference, scale)
+        if compiled is None or not failing or reference is None:
             raise StageFailure(f"{name} backward", problem)
+        if not self.resampled_grads_pass(compiled, failing, got, want, reference, scale):
+            raise StageFailure(f"{name} backward", f"{problem} (and over {RESAMPLES} more losses)")
+
+    def failing_grads(
+        self, got: Step, want: Step, reference: Step | None, scale: float
+    ) -> list[int] | None:
+        """The gradients that alone fail `compare_grads`; None where one fails that has no f64
+        reference (a failure the RMSE rule does not judge)."""
+        failing = []
+        for i, w in enumerate(want.grads):
+            if w is None or got.grads[i] is None:
+                continue
+            ref = reference.grads[i] if reference is not None else None
+            if compare_grads([got.grads[i]], [w], None if ref is None else [ref], scale) is None:
+                continue
+            if ref is None:
+                return None
+            failing.append(i)
+        return failing
+
+    def resampled_grads_pass(
+        self,
+        compiled: Callable[..., Any],
+        failing: Sequence[int],
+        got: Step,
+        want: Step,
+        reference: Step,
+        scale: float,
+    ) -> bool:
+        """Whether each `failing` gradient passes the RMSE rule with its errors pooled over this
+        step and `RESAMPLES` more, each a loss with other random weights (eager, f64 and the
+        `compiled` program again, which compiles nothing new)."""
+        samples = [(got, want, reference)]
+        saved = (self.weights, self.cotangent)
+        try:
+            for k in range(1, RESAMPLES + 1):
+                self.weights, self.cotangent = [], k
+                eager = self.step(self.program, self.leaves())
+                f64 = self.run_f64()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    compiled_step = self.step(compiled, self.leaves())
+                if f64 is None:
+                    return False
+                samples.append((compiled_step, eager, f64))
+        finally:
+            self.weights, self.cotangent = saved
+        for i in failing:
+            grads = [[_tensor(step.grads[i]) for step in sample] for sample in samples]
+            ours, eagers, refs = (list(column) for column in zip(*grads, strict=True))
+            own = max(scale, magnitude(eagers[0]))
+            if not pooled_rmse_ok(ours, eagers, refs, own):
+                return False
+        return True
 
 
 def tame_gradients(eager: Step, reference: Step | None) -> bool:
