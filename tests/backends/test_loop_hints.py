@@ -153,3 +153,58 @@ def test_a_row_that_calls_a_c_math_function_is_not_marked(
     want = a.sign() * a.abs().pow(1 / 3) if name == "cbrt" else getattr(torch, name)(a)
     torch.testing.assert_close(out, want)
     assert "remark" not in capfd.readouterr().err
+
+
+def _narrowed_rows(n: int) -> str:
+    """A kernel storing `where(a > 0.5, a, -2.5)` of each element of `%a`'s 4 rows of `n` into
+    `%kept`'s, and its sign bit (an i32 shift, narrowed to i8: `torch.signbit`'s bool) into
+    `%out`'s. (With the value kept as well, LLVM keeps the last trip's masked store of bytes.)"""
+    return f"""
+func.func @k(%a: memref<4x{n}xf32>, %out: memref<4x{n}xi8>, %kept: memref<4x{n}xf32>)
+    attributes {{xfuse.kernel, xfuse.parallel_dims = 1 : i64}} {{
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %cn = arith.constant {n} : index
+  %c31 = arith.constant 31 : i32
+  %half = arith.constant 0.5 : f32
+  %neg = arith.constant -2.5 : f32
+  "scf.parallel"(%c0, %c4, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
+  ^bb0(%r: index):
+    scf.for %i = %c0 to %cn step %c1 {{
+      %x = memref.load %a[%r, %i] : memref<4x{n}xf32>
+      %big = arith.cmpf ogt, %x, %half : f32
+      %y = arith.select %big, %x, %neg : f32
+      %bits = arith.bitcast %y : f32 to i32
+      %sign = arith.shrui %bits, %c31 : i32
+      %byte = arith.trunci %sign : i32 to i8
+      memref.store %byte, %out[%r, %i] : memref<4x{n}xi8>
+      memref.store %y, %kept[%r, %i] : memref<4x{n}xf32>
+    }}
+    scf.reduce
+  }}) : (index, index, index) -> ()
+  func.return
+}}
+"""
+
+
+@pytest.mark.parametrize(("n", "masked"), [(17, False), (33, False), (34, True), (28, True)])
+def test_a_narrowing_store_writes_nothing_past_its_row(n: int, masked: bool) -> None:
+    """fuzz seed 93 program 2609: rows of 33 bools, the last trip a masked vector of one lane,
+    which LLVM 22's X86 backend stored as 4 bytes (the unnarrowed i32) at the output's last
+    byte, 3 bytes past the end of the buffer: a heap corruption found later, elsewhere. A trip
+    one past whole vectors is vectorized at full width with a scalar last trip instead; the
+    bytes after the output stay as they were."""
+    backend = CPUBackend()
+    source = parse(_narrowed_rows(n))
+    ir = backend.llvm_ir(source, "k")
+    assert f'!"{WIDTH}", i32 16' in ir
+    assert (PREDICATE in ir) == masked
+    a = torch.randn(4, n)
+    memory = torch.full((4 * n + 64,), 0xAB, dtype=torch.uint8)
+    out = memory[: 4 * n].view(4, n)
+    kept = torch.empty(4, n)
+    backend.load(backend.compile(source, "k"), "k")([a, out, kept])
+    torch.testing.assert_close(kept, torch.where(a > 0.5, a, -2.5))
+    assert torch.equal(out, torch.signbit(kept).to(torch.uint8))
+    assert bool((memory[4 * n :] == 0xAB).all()), "the kernel wrote past its output"

@@ -239,17 +239,32 @@ def widen_short_rows(module: ir.Module) -> int:
     that is no multiple of `VECTOR_LANES`, and is `elementwise` (a float sum's lanes are left
     to LLVM, as `keep_sum_loops` does); returns how many loops were marked. Left alone, LLVM
     picks the widest vector that divides such a trip: a padded output's row of 28, with an
-    `exp` per element, ran in 4 lanes."""
+    `exp` per element, ran in 4 lanes.
+
+    A trip one past whole vectors (17, 33, 49...) gets the width with no masked tail: its last
+    element runs as a scalar trip, not as a masked vector of one lane. LLVM 22's X86 backend
+    lowers a masked store whose constant mask has one lane as a scalar store, and where the
+    store narrows integers (i32 computed, i8 or i16 stored: a bool output, fuzz seed 93 program
+    2609) it stores the element unnarrowed, 4 bytes into a buffer's last byte (`movl` where
+    `vpmovdb` writes one): a write past the end of the output. Masks of two lanes or more lower
+    as the masked vectors they are."""
     marked = 0
-    properties: tuple[ir.MDValue, ...] = ()
+    masked: tuple[ir.MDValue, ...] = ()
+    unmasked: tuple[ir.MDValue, ...] = ()
     shortest, longest = SHORT_ROW
     for loop, trip in unit_stride_loops(module):
         if trip % VECTOR_LANES == 0 or not shortest <= trip < longest:
             continue
-        if elementwise(loop):
-            properties = properties or _full_width(module)
-            loop.latch.terminator.set_metadata("llvm.loop", loop_id(module, *properties))
-            marked += 1
+        if not elementwise(loop):
+            continue
+        if trip % VECTOR_LANES == 1:
+            unmasked = unmasked or (_width(module),)
+            properties = unmasked
+        else:
+            masked = masked or (_width(module), _masked_tail(module))
+            properties = masked
+        loop.latch.terminator.set_metadata("llvm.loop", loop_id(module, *properties))
+        marked += 1
     return marked
 
 
@@ -285,11 +300,15 @@ def calls_a_function(block: ir.Block) -> bool:
     )
 
 
-def _full_width(module: ir.Module) -> tuple[ir.MDValue, ...]:
-    """`llvm.loop.vectorize.width` `VECTOR_LANES` and a masked tail, as loop properties."""
+def _width(module: ir.Module) -> ir.MDValue:
+    """`llvm.loop.vectorize.width` `VECTOR_LANES`, as a loop property."""
     lanes = ir.Constant(ir.IntType(32), VECTOR_LANES)
-    masked = ir.Constant(ir.IntType(1), 1)
-    return (
-        module.add_metadata([ir.MetaDataString(module, WIDTH), lanes]),
-        module.add_metadata([ir.MetaDataString(module, PREDICATE), masked]),
+    return module.add_metadata([ir.MetaDataString(module, WIDTH), lanes])
+
+
+def _masked_tail(module: ir.Module) -> ir.MDValue:
+    """`llvm.loop.vectorize.predicate.enable`: the last trip a masked vector, as a loop
+    property."""
+    return module.add_metadata(
+        [ir.MetaDataString(module, PREDICATE), ir.Constant(ir.IntType(1), 1)]
     )
