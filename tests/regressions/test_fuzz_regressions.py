@@ -437,3 +437,28 @@ def test_fuzz_seed_93_program_2122() -> None:
     )
     outcome = check_source(source)
     assert outcome.status == "pass", str(outcome)
+
+
+def test_fuzz_seed_93_program_2609() -> None:
+    """Fuzz seed 93 program 2609, shrunk: a bool output in rows of 33 beside a log-softmax over
+    a dim of one. Its kernel's last trip of each row, a masked vector of one lane, stored the
+    sign bit as 4 bytes (LLVM 22's X86 backend), 3 bytes past the bool buffer: the process
+    died later with `malloc_consolidate(): invalid chunk size`. Rows one past whole vectors
+    now end in a scalar trip (`xfuse.backends.loop_hints.widen_short_rows`), and the fuzzer's
+    first CPU call runs between guard bands (`xfuse.testing.guarded`)."""
+    from xfuse.testing.fuzz.runner import check_source
+
+    source = (
+        "import torch\n"
+        "def program(x0, x1):\n"
+        "    v3 = torch.where(x0 > x1, x0, 2.5)\n"
+        "    v6 = torch.log_softmax(x0, dim=-2)\n"
+        "    return (torch.signbit(v3), v6[..., 27], v3 - 4.5)\n"
+        "def make_inputs():\n"
+        "    g = torch.Generator().manual_seed(93002888)\n"
+        "    x0 = torch.randn((6, 1, 1), generator=g).expand(6, 1, 33)\n"
+        "    return (x0, torch.tensor(-1, dtype=torch.int32))\n"
+    )
+    outcome = check_source(source)
+    assert outcome.status == "pass", str(outcome)
+    assert "cpu bounds" in outcome.stages

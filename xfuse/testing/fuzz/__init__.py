@@ -16,7 +16,9 @@ NaN/Inf or huge values (the op's domain is respected by construction).
 
 The differential runner (`check_source`) compares eager with: the interpreter after import and
 after each pass of the pipeline, the CPU backend through `xfuse.compile` (called twice: the
-second call reuses buffers), and CUDA when there is one. Tolerance: `torch.testing.assert_close`
+second call reuses buffers; the first with every buffer between guard bands, so that a kernel
+writing past its output fails at "cpu (bounds)" instead of corrupting the heap,
+`xfuse.testing.guarded`), and CUDA when there is one. Tolerance: `torch.testing.assert_close`
 defaults; for programs with reductions, matmuls or low precision, an output that fails those
 passes when its RMSE against an f64 run is at most 2x eager's plus a floor of a few ulps of
 its magnitude (`compare._rmse_ok` explains the rule).

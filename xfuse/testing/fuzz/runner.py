@@ -340,8 +340,9 @@ class Differential:
         return True
 
     def run_compiled(self, device: str) -> list[str]:
-        """The stages passed: `device`, and "<device> import cached" where the second
-        compilation took the imported program from the cache (its export key found)."""
+        """The stages passed: `device`, "<device> import cached" where the second compilation
+        took the imported program from the cache (its export key found), and on the CPU
+        "cpu bounds" (`check_bounds`)."""
         import xfuse
 
         def on_device() -> tuple[Tensor, ...]:
@@ -353,7 +354,7 @@ class Differential:
                 compiled = xfuse.compile(
                     self.program, on_device(), device=device, pipeline=self.pipeline
                 )
-                first = flat_tensors(compiled(*on_device()))
+                first = self.first_call(device, compiled, on_device)
                 self.check(device, first)
                 cached_import = self.check_cached(device, compiled, first, on_device)
                 second = flat_tensors(compiled(*on_device()))
@@ -362,10 +363,32 @@ class Differential:
         except Exception as e:
             raise StageFailure(device, _one_line(e) + _where(e)) from e
         self.check(f"{device} (second call)", second)
+        bounds = [f"{device} bounds"] if device == "cpu" else []
         if self.semantics:
             del first, second  # dropped: the next calls recycle their memory
             self.check_aliasing(device, compiled, on_device)
-        return [device, *([f"{device} import cached"] if cached_import else [])]
+        return [device, *([f"{device} import cached"] if cached_import else []), *bounds]
+
+    def first_call(
+        self, device: str, compiled: Any, on_device: Callable[[], tuple[Tensor, ...]]
+    ) -> list[Tensor]:
+        """The program's first call and its results; on the CPU with every buffer between
+        guard bands (`xfuse.testing.guarded`), a "<device> (bounds)" failure where a kernel
+        wrote past one. The first call, so that such a write corrupts no memory before it is
+        seen."""
+        from xfuse.runtime.executor import CompiledProgram
+        from xfuse.testing.guarded import guarded_buffers
+
+        if device != "cpu" or not isinstance(compiled, CompiledProgram):
+            return flat_tensors(compiled(*on_device()))
+        with guarded_buffers(compiled.default) as pool:
+            got = flat_tensors(compiled(*on_device()))
+        overwritten = pool.overwritten()
+        if overwritten:
+            raise StageFailure(
+                f"{device} (bounds)", "a kernel wrote past a buffer: " + "; ".join(overwritten)
+            )
+        return got
 
     def check_cached(
         self,
