@@ -4,6 +4,7 @@ values."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -208,3 +209,27 @@ def test_a_narrowing_store_writes_nothing_past_its_row(n: int, masked: bool) -> 
     torch.testing.assert_close(kept, torch.where(a > 0.5, a, -2.5))
     assert torch.equal(out, torch.signbit(kept).to(torch.uint8))
     assert bool((memory[4 * n :] == 0xAB).all()), "the kernel wrote past its output"
+
+
+def _rms_norm(x: torch.Tensor) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), eps=1e-6)
+
+
+def _vector_loads(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> int:
+    """How many 16-lane f32 loads the optimized kernel of `fn` has (its one kernel)."""
+    program = xfuse.compile(fn, (x,), quiet=True)
+    torch.testing.assert_close(program(x), fn(x))
+    (kernel,) = program.default.program.kernels
+    optimized = str(CPUBackend().optimized(parse(kernel.loop_ir), "xfuse_kernel"))
+    return len(re.findall(r"= load <16 x float>", optimized))
+
+
+def test_a_long_row_keeps_its_vector_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RMSNorm's rows of 1024: the sum of squares and the scaling loop each stay a vector
+    loop of a few interleaved loads (`keep_long_rows`; 24 loads in the module, its entries
+    for a range and for threads together); unmarked, LLVM unrolls both fully after
+    vectorizing (64 loads a row loop, 128 in the module)."""
+    x = torch.randn(8, 1024)
+    assert _vector_loads(_rms_norm, x) <= 32
+    monkeypatch.setattr("xfuse.backends.cpu.keep_long_rows", lambda module: 0)
+    assert _vector_loads(_rms_norm, x) >= 128

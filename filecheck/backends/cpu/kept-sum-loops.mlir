@@ -3,8 +3,10 @@
 
 // A float sum over a constant trip LLVM would unroll fully (64) keeps its loop for the
 // vectorizer (`llvm.loop.unroll.disable`): partial sums in vector lanes, not one serial chain
-// of 64 adds. A trip of 8 (shorter than a vector) and one of 1024 (which LLVM does not unroll
-// first) keep LLVM's own choices; so does a loop of max, whose order does not round.
+// of 64 adds. A trip of 8 (shorter than a vector) keeps LLVM's own choice; so does a loop of
+// max, whose order does not round. A trip of 1024, which LLVM does not unroll before it
+// vectorizes, keeps its vector loop after (`llvm.loop.vectorize.followup_vectorized`, a long
+// row: `keep_long_rows`): 16 trips of 4 vectors, not 64 loads in one block.
 func.func @sum64(%x: memref<64xf32>, %out: memref<f32>) attributes {xfuse.kernel, xfuse.parallel_dims = 0 : i64} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -70,13 +72,24 @@ func.func @max64(%x: memref<64xf32>, %out: memref<f32>) attributes {xfuse.kernel
 // CHECK-LABEL: define void @"sum8"
 // CHECK-NOT:   !llvm.loop
 // CHECK-LABEL: define void @"sum1024"
-// CHECK-NOT:   !llvm.loop
+// CHECK:       br label %{{.*}}, !llvm.loop ![[LONG:[0-9]+]]
+// CHECK:       ![[KEEP:[0-9]+]] = !{ !"llvm.loop.unroll.disable" }
+// CHECK-NEXT:  ![[FOLLOWUP:[0-9]+]] = !{ !"llvm.loop.vectorize.followup_vectorized", ![[KEEP]] }
+// CHECK-NEXT:  ![[LONG]] = !{ ![[LONG]], ![[FOLLOWUP]] }
 // CHECK-LABEL: define void @"max64"
 // CHECK-NOT:   !llvm.loop
 
 // OPT-LABEL: define void @sum64
 // OPT:       fadd reassoc <{{[0-9]+}} x float>
 // OPT:       llvm.vector.reduce.fadd
+// OPT-LABEL: define void @sum1024
+// OPT:       vector.body:
+// OPT-COUNT-4: fadd reassoc <16 x float>
+// OPT-NOT:   fadd reassoc <16 x float> %vec.phi
+// OPT:       br i1 %{{.*}}, label %{{.*}}, label %vector.body, !llvm.loop ![[VECTOR_LOOP:[0-9]+]]
+// OPT:       llvm.vector.reduce.fadd
+// OPT:       ![[VECTOR_LOOP]] = distinct !{![[VECTOR_LOOP]], ![[UNROLL_OFF:[0-9]+]]}
+// OPT-NEXT:  ![[UNROLL_OFF]] = !{!"llvm.loop.unroll.disable"}
 
 // A column's sum (a stride of 32 elements a trip) is no loop the vectorizer takes well: LLVM's
 // own choice stands.
