@@ -341,8 +341,8 @@ class Differential:
 
     def run_compiled(self, device: str) -> list[str]:
         """The stages passed: `device`, "<device> import cached" where the second compilation
-        took the imported program from the cache (its export key found), and on the CPU
-        "cpu bounds" (`check_bounds`)."""
+        took the imported program from the cache (its export key found), and "<device>
+        bounds" where the first call ran between guard bands (`first_call`)."""
         import xfuse
 
         def on_device() -> tuple[Tensor, ...]:
@@ -354,7 +354,7 @@ class Differential:
                 compiled = xfuse.compile(
                     self.program, on_device(), device=device, pipeline=self.pipeline
                 )
-                first = self.first_call(device, compiled, on_device)
+                first, guarded = self.first_call(device, compiled, on_device)
                 self.check(device, first)
                 cached_import = self.check_cached(device, compiled, first, on_device)
                 second = flat_tensors(compiled(*on_device()))
@@ -363,7 +363,7 @@ class Differential:
         except Exception as e:
             raise StageFailure(device, _one_line(e) + _where(e)) from e
         self.check(f"{device} (second call)", second)
-        bounds = [f"{device} bounds"] if device == "cpu" else []
+        bounds = [f"{device} bounds"] if guarded else []
         if self.semantics:
             del first, second  # dropped: the next calls recycle their memory
             self.check_aliasing(device, compiled, on_device)
@@ -371,16 +371,16 @@ class Differential:
 
     def first_call(
         self, device: str, compiled: Any, on_device: Callable[[], tuple[Tensor, ...]]
-    ) -> list[Tensor]:
-        """The program's first call and its results; on the CPU with every buffer between
-        guard bands (`xfuse.testing.guarded`), a "<device> (bounds)" failure where a kernel
-        wrote past one. The first call, so that such a write corrupts no memory before it is
-        seen."""
+    ) -> tuple[list[Tensor], bool]:
+        """The program's first call: its results, and whether it ran with every buffer between
+        guard bands (`xfuse.testing.guarded`: a program of the CPU), a "<device> (bounds)"
+        failure where a kernel wrote past one. The first call, so that such a write corrupts no
+        memory before it is seen."""
         from xfuse.runtime.executor import CompiledProgram
         from xfuse.testing.guarded import guarded_buffers
 
         if device != "cpu" or not isinstance(compiled, CompiledProgram):
-            return flat_tensors(compiled(*on_device()))
+            return flat_tensors(compiled(*on_device())), False
         with guarded_buffers(compiled.default) as pool:
             got = flat_tensors(compiled(*on_device()))
         overwritten = pool.overwritten()
@@ -388,7 +388,7 @@ class Differential:
             raise StageFailure(
                 f"{device} (bounds)", "a kernel wrote past a buffer: " + "; ".join(overwritten)
             )
-        return got
+        return got, True
 
     def check_cached(
         self,
