@@ -188,12 +188,20 @@ def _choose_stencils(
         return tuple(passes), []
     channels_last = _channels_last(module, passes)
     choices = library_convolutions(
-        module, device, cache, compile_fn, stencil.max_taps, channels_last, ahead, sizes
+        module,
+        device,
+        cache,
+        compile_fn,
+        stencil.max_taps,
+        channels_last,
+        ahead,
+        sizes,
+        stencil.symbolic_windows,
     )
     library = tuple(sorted({c.signature for c in choices if c.kept == "library"}))
     if not library:
         return tuple(passes), choices
-    chosen = DepthwiseStencilPass(stencil.max_taps, library)
+    chosen = dataclasses.replace(stencil, library=library)
     return tuple(chosen if p is stencil else p for p in passes), choices
 
 
@@ -206,6 +214,7 @@ def library_convolutions(
     channels_last: bool = False,
     ahead: CompileAhead | None = None,
     sizes: Sequence[Mapping[str, int]] | None = None,
+    symbolic_windows: bool = False,
 ) -> list[Choice]:
     """The verdict for each distinct depthwise convolution of `module` that the stencil pass
     would rewrite, with its input `channels_last` or not: from the cache, or measured now and
@@ -218,7 +227,7 @@ def library_convolutions(
     convolutions: dict[str, tuple[ConvolutionCall, list[str]]] = {}
     measured: dict[str, Choice | None] = {}
     unmeasured: dict[str, tuple[ConvolutionCall, Mapping[str, int]]] = {}
-    for conv in candidates(module, max_taps):
+    for conv in candidates(module, max_taps, symbolic_windows):
         sig = signature(conv)
         if sig in convolutions:
             continue

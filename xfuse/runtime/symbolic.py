@@ -402,11 +402,8 @@ class SymbolicProgram:
                 "a symbolic program needs a function with size symbols (a graph.sizes table); "
                 "@forward has none"
             )
-        self.table = table
         self.input_symbols = table.inputs()
         """The table's input symbols (those a call's inputs give), in its order."""
-        self.derives = len(self.input_symbols) < len(table.symbols)
-        """Whether the table has derived symbols (a call computes and checks them)."""
         self.arguments = [graph.dims_of(a) for a in forward.body.block.args]
         self.argument_dtypes = [dtypes.to_torch(graph.dtype_of(a)) for a in forward.body.block.args]
         self._checks = [
@@ -427,6 +424,12 @@ class SymbolicProgram:
         chain = pipeline(passes) if isinstance(passes, str) else Pipeline(tuple(passes))
         fusion_passes = replace(chain, observer=observer).verified_at_end()
         fusion_passes.apply(module)
+        table = forward.attributes[SIZES_ATTR]
+        assert isinstance(table, graph.SizesAttr)
+        self.table = table
+        """The table after fusion: the passes may add derived symbols (a padded dim's)."""
+        self.derives = len(self.input_symbols) < len(table.symbols)
+        """Whether the table has derived symbols (a call computes and checks them)."""
         self.fusion_passes = fusion_passes.passes
         """The fusion passes as they ran (their `decisions`, for an explanation)."""
         self.mask_guards = [

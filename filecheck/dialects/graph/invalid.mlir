@@ -501,9 +501,41 @@ func.func @f(%x: tensor<0xf32>) {
 
 // -----
 
-// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected no padding of dim 0, size symbol 's0', found 0, 2
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected result dim 0 of size s0 + 2, found s0 (not equal for every size of its symbol)
 func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
   %0 = graph.pad %x low = [0, 1] high = [2, 1] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x10xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected constant padding of dim 0, size symbol 's0', found mode "reflect"
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = s0 + 2>} {
+  %0 = graph.pad %x low = [1, 0] high = [1, 0] mode = "reflect" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x8xf32, #graph.syms<e0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected a start >= 0 and a positive stride in dim 0, found 0, 0
+func.func @f(%a: tensor<?xf32, #graph.syms<s0>>, %x: tensor<?x8xf32, #graph.syms<e0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = s0 + 2>} {
+  %0 = graph.slice %x start = [0, 0] limit = [-2, 8] stride = [0, 1] : tensor<?x8xf32, #graph.syms<e0>> -> tensor<?x8xf32, #graph.syms<s0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected result dim 0 of size (e0 - 0) / 2 rounded up, found e0 (no symbol of the function's table)
+func.func @f(%a: tensor<?xf32, #graph.syms<s0>>, %x: tensor<?x8xf32, #graph.syms<e0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = s0 + 2>} {
+  %0 = graph.slice %x start = [0, 0] limit = [-1, 8] stride = [2, 1] : tensor<?x8xf32, #graph.syms<e0>> -> tensor<?x8xf32, #graph.syms<e0>>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected result dim 0 of size (e0 - 2) / 1 rounded up, found e0 (not equal for every size of its symbol)
+func.func @f(%a: tensor<?xf32, #graph.syms<s0>>, %x: tensor<?x8xf32, #graph.syms<e0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = s0 + 2>} {
+  %0 = graph.slice %x start = [1, 0] limit = [-2, 8] stride = [1, 1] : tensor<?x8xf32, #graph.syms<e0>> -> tensor<?x8xf32, #graph.syms<e0>>
   func.return
 }
 

@@ -4,6 +4,7 @@ of xfuse/dialects/graph/base.py): polynomials, the table, types, and ops built i
 from __future__ import annotations
 
 import pytest
+import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType, f32
 from xdsl.ir import Block, Region
@@ -152,11 +153,66 @@ def test_a_pad_leaves_a_symbolic_dim_unpadded() -> None:
     assert graph.dims_of(graph.PadOp(pad.input, [0, 2], [0, 3]).result) == ("s0", 13)
 
 
-def test_a_pad_of_a_symbolic_dim_is_refused() -> None:
-    with pytest.raises(
-        Exception, match="expected no padding of dim 0, size symbol 's0', found 1, 0"
-    ):
+def test_a_pad_of_a_symbolic_dim_needs_the_symbol_of_its_size() -> None:
+    with pytest.raises(Exception, match="expected result dim 0 of size s0 \\+ 1, found s0"):
         parse(PAD.replace("LOW", "1"))
+
+
+PADDED = """
+    func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4 range [2, 64], e0 = s0 + 6>} {
+      %0 = graph.pad %x low = [3, 0] high = [3, 0] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x8xf32, #graph.syms<e0>>
+      %1 = graph.slice %0 START limit = [LIMIT, 8] stride = [STRIDE, 1] : tensor<?x8xf32, #graph.syms<e0>> -> tensor<?x8xf32, #graph.syms<RESULT>>
+      func.return
+    }"""
+
+
+@pytest.mark.parametrize(
+    ("start", "limit", "stride", "result"),
+    [
+        (0, -1, 1, "e0"),  # the whole padded dim
+        (3, -4, 1, "s0"),  # the middle tap of a 7-wide window: the input's size again
+        (0, -7, 1, "s0"),  # the first tap
+        (6, -1, 1, "s0"),  # the last tap
+    ],
+)
+def test_a_slice_from_a_symbolic_dims_end_has_the_symbol_of_its_length(
+    start: int, limit: int, stride: int, result: str
+) -> None:
+    text = (
+        PADDED.replace("START", f"start = [{start}, 0]")
+        .replace("LIMIT", str(limit))
+        .replace("STRIDE", str(stride))
+        .replace("RESULT", result)
+    )
+    module = parse(text)
+    sliced = next(op for op in module.walk() if isinstance(op, graph.SliceOp))
+    assert graph.dims_of(sliced.result) == (result, 8)
+    x = torch.arange(10 * 8).reshape(10, 8)  # s0 = 4: e0 = 10
+    assert x[sliced.index].shape[0] == (4 if result == "s0" else 10)
+
+
+def test_a_slice_of_the_wrong_length_is_refused() -> None:
+    text = (
+        PADDED.replace("START", "start = [3, 0]")
+        .replace("LIMIT", "-3")
+        .replace("STRIDE", "1")
+        .replace("RESULT", "s0")
+    )
+    with pytest.raises(
+        Exception, match="expected result dim 0 of size \\(e0 - 5\\) / 1 rounded up"
+    ):
+        parse(text)
+
+
+def test_a_new_size_joins_the_table_once() -> None:
+    table = parse(PAD.replace("LOW", "0")).body.block.first_op.attributes["graph.sizes"]
+    assert isinstance(table, graph.SizesAttr)
+    padded = graph.SizeExpr.symbol("s0") + graph.SizeExpr.constant(6)
+    extended, name = table.with_size(padded)
+    assert name == "e0" and str(extended.by_name["e0"]) == "e0 = s0 + 6"
+    assert extended.with_size(padded) == (extended, "e0")  # known: the same symbol
+    assert table.with_size(graph.SizeExpr.symbol("s0")) == (table, "s0")
+    assert table.with_size(graph.SizeExpr.constant(3)) == (table, 3)
 
 
 def test_static_messages_are_unchanged() -> None:

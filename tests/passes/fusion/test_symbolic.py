@@ -18,6 +18,7 @@ from xfuse.errors import SymbolicSizeError, XfuseError
 from xfuse.interpreters.graph import interpret
 from xfuse.ir.context import parse
 from xfuse.ir.names import SIZES_ATTR
+from xfuse.passes.fusion import symbolic
 from xfuse.passes.fusion.symbolic import proxy_sizes, static_proxies
 from xfuse.testing.random_graph import random_program
 
@@ -37,7 +38,9 @@ def test_proxies_are_distinct_primes_above_every_static_size() -> None:
     assert sizes["s2"] == 8 * sizes["s0"]
 
 
-def test_a_derived_symbol_that_meets_a_static_size_is_refused() -> None:
+def test_a_derived_symbol_that_meets_a_static_size_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # s1 = s0 - 15 is 2 for the first prime above 16 (17), a static size of the function.
     table = graph.SizesAttr(
         (
@@ -45,8 +48,23 @@ def test_a_derived_symbol_that_meets_a_static_size_is_refused() -> None:
             graph.SizeSymbol.derived("s1", s0 - graph.SizeExpr.constant(15)),
         )
     )
+    monkeypatch.setattr(symbolic, "PROXY_GAPS", (1,))
     with pytest.raises(SymbolicSizeError, match="'s1' cannot be told apart from a static size"):
         proxy_sizes(table, {2, 8})
+
+
+def test_primes_farther_apart_tell_a_padded_size_from_the_next_symbol() -> None:
+    # e0 = s0 + 2 is s1 for consecutive primes (17, 19): the next gap tells them apart.
+    table = graph.SizesAttr(
+        (
+            graph.SizeSymbol.input("s0", 0, 0, hint=20),
+            graph.SizeSymbol.input("s1", 0, 1, hint=20),
+            graph.SizeSymbol.derived("e0", s0 + graph.SizeExpr.constant(2)),
+        )
+    )
+    sizes = proxy_sizes(table, {2, 8})
+    assert sizes["e0"] == sizes["s0"] + 2 and len(set(sizes.values())) == 3
+    assert sizes["s1"] - sizes["s0"] >= symbolic.PROXY_GAPS[1]
 
 
 def test_types_go_back_to_their_symbols() -> None:

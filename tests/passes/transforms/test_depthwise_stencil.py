@@ -8,13 +8,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.export import Dim
 
 import xfuse
+from tests.backends.test_cuda import gpu
 from xfuse import interpret
 from xfuse.dialects import graph
 from xfuse.frontend import import_module
+from xfuse.frontend.importer import ImportedProgram
+from xfuse.interpreters.graph import bind_arguments, find_function
 from xfuse.pipeline import device_passes, pipeline
+from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.driver import run_pipeline
+from xfuse.runtime.symbolic import DEFAULT_PASSES, SymbolicProgram
 
 CONV = "aten.convolution.default"
 
@@ -203,3 +209,106 @@ def test_cuda_matches_eager(dtype: torch.dtype) -> None:
         torch.testing.assert_close(got, want)
     else:
         assert _rmse(got, reference) <= 2 * _rmse(want, reference)
+
+
+SYMBOLIC_WINDOWS = [
+    ((3, 3), 1, 1, 1),
+    ((7, 7), 1, 3, 1),  # ConvNeXt's
+    ((3, 3), 2, 1, 1),
+    ((5, 5), 2, 2, 1),
+    ((3, 3), 1, 2, 2),
+    ((3,), 1, 1, 1),
+]
+
+
+def _symbolic_windows(
+    model: nn.Module, x: torch.Tensor, passes: str
+) -> tuple[ImportedProgram, SymbolicProgram]:
+    """`model` imported with every window dim of `x` symbolic, built with `passes`."""
+    dims = {d: Dim(f"d{d}", min=4, max=128) for d in range(2, x.dim())}
+    program = import_module(model, (x,), dynamic_shapes={"x": dims})
+    return program, SymbolicProgram(program.module, passes=passes, cache=KernelCache(None))
+
+
+@pytest.mark.parametrize(("kernel", "stride", "padding", "dilation"), SYMBOLIC_WINDOWS)
+def test_symbolic_windows_become_stencils_that_serve_every_size(
+    kernel: tuple[int, ...], stride: int, padding: int, dilation: int
+) -> None:
+    """With `symbolic-windows`, a convolution of symbolic height and width is a stencil whose
+    pad has a size symbol of its own; one kernel per group serves every size, eager's values at
+    each (sizes whose padded taps fall outside the input included). By default it stays the
+    library's call."""
+    torch.manual_seed(0)
+    model = Conv(8, kernel, stride, padding, dilation).eval()
+    x = torch.randn(2, 8, *[12] * len(kernel))
+    windows = DEFAULT_PASSES.replace(
+        "depthwise-stencil", "depthwise-stencil{symbolic-windows=true}"
+    )
+    _, library = _symbolic_windows(model, x, DEFAULT_PASSES)
+    assert _convolutions(library.fused) == 1
+    program, compiled = _symbolic_windows(model, x, windows)
+    assert _convolutions(compiled.fused) == 0
+    table = find_function(compiled.fused, "forward").attributes["graph.sizes"]
+    assert "e0" in str(table) or padding == 0
+    for size in (4, 5, 12, 33):
+        y = torch.randn(2, 8, *[size + d for d in range(len(kernel))])
+        (out,) = compiled(*bind_arguments(program.function, [y], program.params))
+        with torch.no_grad():
+            torch.testing.assert_close(out, model(y))
+
+
+def test_a_padded_symbolic_row_is_cut_into_border_and_interior_loops() -> None:
+    """The pad's loops run to `n + 2` and test `i - 1` against 0 and `n`: each is cut into
+    pieces (`range_pieces.split_sized_loop`), the interior's loads with no test or select, run
+    where `n` is large enough for the pieces' order."""
+    from xdsl.dialects import arith, memref, scf
+
+    from xfuse.passes.llvm.lower_to_llvm import prepare_cpu_kernels
+
+    model = Conv(8, (3, 3), 1, 1).eval()
+    windows = DEFAULT_PASSES.replace(
+        "depthwise-stencil", "depthwise-stencil{symbolic-windows=true}"
+    )
+    _, compiled = _symbolic_windows(model, torch.randn(2, 8, 12, 12), windows)
+    module = compiled.module.clone()
+    prepare_cpu_kernels(module)
+    versions = [o for o in module.walk() if isinstance(o, scf.IfOp)]
+    assert versions and all(isinstance(v.cond.owner, arith.CmpiOp) for v in versions)
+    interiors = [
+        loop
+        for loop in module.walk()
+        if isinstance(loop, scf.ForOp)
+        and any(isinstance(o, memref.LoadOp) for o in loop.body.walk())
+        and not any(isinstance(o, arith.SelectOp | arith.CmpiOp) for o in loop.body.walk())
+    ]
+    assert interiors
+
+
+@gpu
+@pytest.mark.parametrize(("kernel", "stride", "padding", "dilation"), SYMBOLIC_WINDOWS[:3])
+def test_cuda_symbolic_windows_serve_every_size(
+    kernel: tuple[int, ...], stride: int, padding: int, dilation: int
+) -> None:
+    """The symbolic-window stencil's CUDA kernels: eager's values at every size (f32; eager's
+    convolution without TF32)."""
+    from xfuse.runtime.symbolic import CUDA_PASSES
+
+    torch.manual_seed(0)
+    model = Conv(8, kernel, stride, padding, dilation).eval().cuda()
+    x = torch.randn(2, 8, *[12] * len(kernel), device="cuda")
+    dims = {d: Dim(f"d{d}", min=4, max=128) for d in range(2, x.dim())}
+    program = import_module(model, (x,), dynamic_shapes={"x": dims})
+    passes = CUDA_PASSES.replace("depthwise-stencil", "depthwise-stencil{symbolic-windows=true}")
+    compiled = SymbolicProgram(
+        program.module, passes=passes, device="cuda", cache=KernelCache(None)
+    )
+    assert _convolutions(compiled.fused) == 0
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        for size in (4, 5, 33):
+            y = torch.randn(2, 8, *[size + d for d in range(len(kernel))], device="cuda")
+            (out,) = compiled(*bind_arguments(program.function, [y], program.params))
+            with torch.no_grad():
+                torch.testing.assert_close(out, model(y))
+    finally:
+        torch.backends.cudnn.allow_tf32 = True

@@ -49,6 +49,7 @@ from xfuse.dialects.graph.base import (
     op_kind,
     reduced_shape,
     shape_of,
+    size_dim,
     size_table,
     tensor_of,
     tensor_type,
@@ -167,6 +168,7 @@ from xfuse.dialects.graph.layout import (
     row_major_strides,
     slice_dims,
     slice_shape,
+    sliced_length,
     view_strides,
 )
 from xfuse.dialects.graph.reductions import (
@@ -255,6 +257,7 @@ __all__ = [
     "op_kind",
     "reduced_shape",
     "shape_of",
+    "size_dim",
     "size_table",
     "tensor_of",
     "tensor_type",
@@ -377,6 +380,7 @@ __all__ = [
     "view_strides",
     "WHOLE_SYMBOLIC_DIM",
     "slice_dims",
+    "sliced_length",
     "slice_shape",
     "PAD_MODES",
     "POOL_KINDS",

@@ -247,6 +247,21 @@ def size_table(op: Operation) -> SizesAttr | None:
     return table if isinstance(table, SizesAttr) else None
 
 
+def size_dim(op: Operation, expr: SizeExpr) -> Dim:
+    """`expr`, a polynomial of the size symbols of the function `op` is in, as a dim: a
+    constant, the symbol whose polynomial it is, or a derived symbol added to the function's
+    table (`SizesAttr.with_size`): the result dim of a rewrite that pads a symbolic dim."""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, FuncOp):
+        parent = parent.parent_op()
+    table = None if parent is None else parent.attributes.get(SIZES_ATTR)
+    assert parent is not None and isinstance(table, SizesAttr), "a symbolic dim outside a table"
+    extended, dim = table.with_size(expr)
+    if extended is not table:
+        parent.attributes[SIZES_ATTR] = extended
+    return dim
+
+
 def hinted_shape_of(value: SSAValue | Attribute, table: SizesAttr | None) -> tuple[int, ...]:
     """The shape with each size symbol at its hint (what byte counts and scores use); a
     static shape as it is."""

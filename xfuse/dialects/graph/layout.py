@@ -9,6 +9,7 @@ from random import Random
 from typing import Any, ClassVar
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     I64,
     DenseArrayBase,
     IntegerAttr,
@@ -59,7 +60,7 @@ from xfuse.dialects.graph.base import (
     tensor_of,
 )
 from xfuse.dialects.graph.externs import TorchCallOp
-from xfuse.dialects.graph.sizes import MIN_SIZE, SizeExpr
+from xfuse.dialects.graph.sizes import MIN_SIZE, SizeExpr, SizesAttr
 
 # ---------------------------------------------------------------------------------------------
 # Broadcast
@@ -192,9 +193,13 @@ class PermuteOp(OneTensorOp):
 
 @irdl_op_definition
 class SliceOp(OneTensorOp):
-    """Strided slice, per dim `start:limit:stride` (stride > 0). A symbolic dim is kept
-    whole, `0:-1:1` there (`WHOLE_SYMBOLIC_DIM`), the result naming its symbol; or sliced
-    within its first `MIN_SIZE` elements (which every size has), a static result dim.
+    """Strided slice, per dim `start:limit:stride` (stride > 0). Along a symbolic dim a
+    negative limit counts from its end, `-1 - k` standing for `size - k`: `0:-1:1`
+    (`WHOLE_SYMBOLIC_DIM`) keeps it whole, the result naming its symbol; another such slice
+    (a stencil's tap, `3:-4:1`) has a symbol of the function's table as its result dim, whose
+    polynomial is `(size - k - start + stride - 1) floordiv stride`. A non-negative limit
+    slices a symbolic dim within its first `MIN_SIZE` elements (which every size has), a
+    static result dim.
     `%y = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>`"""
 
     name = "graph.slice"
@@ -218,15 +223,19 @@ class SliceOp(OneTensorOp):
         start: Sequence[int],
         limit: Sequence[int],
         stride: Sequence[int],
+        dims: Sequence[Dim] | None = None,
     ):
-        dims = dims_of(SSAValue.get(input))
-        # a symbolic dim's limit (DYNAMIC_INDEX where it is `shape_of`'s) as the verifier has it
+        """`dims`, the result's dims, where a symbolic dim is sliced from its end but not
+        whole (its symbol there)."""
+        in_dims = dims_of(SSAValue.get(input))
+        # a symbolic dim's limit DYNAMIC_INDEX (`shape_of`'s) is the whole dim
         limit = [
-            -1 if isinstance(d, str) and e < 0 else e for d, e in zip(dims, limit, strict=True)
+            -1 if isinstance(d, str) and e == DYNAMIC_INDEX else e
+            for d, e in zip(in_dims, limit, strict=True)
         ]
         super().__init__(
             input,
-            slice_dims(dims, start, limit, stride),
+            slice_dims(in_dims, start, limit, stride) if dims is None else dims,
             start=_i64_array(start),
             limit=_i64_array(limit),
             stride=_i64_array(stride),
@@ -238,11 +247,12 @@ class SliceOp(OneTensorOp):
 
     @property
     def index(self) -> tuple[slice, ...]:
-        """The slice as a Python index (`x[op.index]`), a symbolic dim kept whole
-        (`WHOLE_SYMBOLIC_DIM`, its negative limit) as `0::1` at any size."""
+        """The slice as a Python index (`x[op.index]`) at any size: a limit `-1 - k` from a
+        symbolic dim's end as the stop `-k` (none for the whole dim)."""
         start, limit, stride = self.bounds
         return tuple(
-            slice(s, e if e >= 0 else None, k) for s, e, k in zip(start, limit, stride, strict=True)
+            slice(s, e if e >= 0 else None if e == -1 else e + 1, k)
+            for s, e, k in zip(start, limit, stride, strict=True)
         )
 
     def verify_(self) -> None:
@@ -250,9 +260,13 @@ class SliceOp(OneTensorOp):
         dims = dims_of(self.input)
         start, limit, stride = self.bounds
         _check_counts(len(dims), "the operand's rank", start=start, limit=limit, stride=stride)
+        from_end: dict[int, Dim] = {}
         for i, (s, e, k) in enumerate(zip(start, limit, stride, strict=True)):
             d = dims[i]
             if (s, e, k) == WHOLE_SYMBOLIC_DIM and isinstance(d, str):
+                continue
+            if isinstance(d, str) and e < 0:
+                from_end[i] = self._sliced_symbol(i, d, s, -1 - e, k)
                 continue
             # a symbolic dim is at least MIN_SIZE long: a slice within that is static
             size = MIN_SIZE if isinstance(d, str) else d
@@ -262,7 +276,43 @@ class SliceOp(OneTensorOp):
                 raise VerifyException(
                     f"expected 0 <= start <= limit <= {size} in dim {i}, found {s}:{e}"
                 )
-        _check_result_shape(self, slice_dims(dims, start, limit, stride))
+        expected = slice_dims(dims, start, limit, stride)
+        _check_result_shape(self, tuple(from_end.get(i, d) for i, d in enumerate(expected)))
+
+    def _sliced_symbol(self, i: int, symbol: str, start: int, back: int, stride: int) -> Dim:
+        """The result dim `i` of symbolic input dim `symbol` sliced from `start` to `back`
+        elements before its end by `stride`: a symbol whose polynomial is the slice's length
+        for every size."""
+        if start < 0 or stride <= 0:
+            raise VerifyException(
+                f"expected a start >= 0 and a positive stride in dim {i}, found {start}, {stride}"
+            )
+        found = dims_of(self.result)
+        at = found[i] if len(found) > i else "none"
+        size = SizeExpr.symbol(symbol)
+        table = size_table(self)
+        length = None if table is None else sliced_length(table, size, start, back, stride)
+        if table is None or length is None or not isinstance(at, str | int):
+            raise VerifyException(
+                f"expected result dim {i} of size ({size} - {back + start}) / {stride} rounded "
+                f"up, found {at} (no symbol of the function's table)"
+            )
+        if table.expand(length) != table.expand(SizeExpr.dim(at)):
+            raise VerifyException(
+                f"expected result dim {i} of size ({size} - {back + start}) / {stride} rounded "
+                f"up, found {at} (not equal for every size of its symbol)"
+            )
+        return at
+
+
+def sliced_length(
+    table: SizesAttr, size: SizeExpr, start: int, back: int, stride: int
+) -> SizeExpr | None:
+    """The length of a dim of `size` (a polynomial of the table's symbols) sliced from
+    `start` to `back` elements before its end by `stride`, `(size - back - start + stride -
+    1) floordiv stride`, as a polynomial of the table's symbols; None where its floor division
+    is no symbol of the table."""
+    return table.floordiv(size - SizeExpr.constant(back + start - stride + 1), stride)
 
 
 def slice_shape(
@@ -278,11 +328,12 @@ WHOLE_SYMBOLIC_DIM = (0, -1, 1)
 def slice_dims(
     dims: Sequence[Dim], start: Sequence[int], limit: Sequence[int], stride: Sequence[int]
 ) -> tuple[Dim, ...]:
-    """A slice's result dims: a symbolic dim kept whole stays itself, others as
-    `slice_shape`."""
+    """A slice's result dims: a symbolic dim kept whole stays itself, one sliced from its end
+    otherwise is a dynamic dim without its symbol (-1, which `SliceOp` takes from its `dims`),
+    others as `slice_shape`."""
     static = slice_shape(start, limit, stride)
     return tuple(
-        d if isinstance(d, str) and bounds == WHOLE_SYMBOLIC_DIM else n
+        (d if bounds == WHOLE_SYMBOLIC_DIM else -1) if isinstance(d, str) and bounds[1] < 0 else n
         for d, n, bounds in zip(dims, static, zip(start, limit, stride, strict=True), strict=True)
     )
 

@@ -39,6 +39,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import count
 from math import gcd
 
 from xdsl.context import Context
@@ -670,6 +671,26 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
             if e == target:
                 return name
         return None
+
+    def with_size(self, expr: SizeExpr) -> tuple[SizesAttr, int | str]:
+        """`expr` (of any symbols of the table) as a dim, and the table that names it: its
+        constant, or the symbol whose polynomial it is, or a new derived symbol (`e0`,
+        `e1`, ... the first name free) in a copy of the table with it appended."""
+        constant = self.expand(expr).as_constant
+        if constant is not None:
+            return self, constant
+        name = self.symbol_for(expr)
+        if name is not None:
+            return self, name
+        name = next(f"e{i}" for i in count() if f"e{i}" not in self.by_name)
+        symbol = SizeSymbol.derived(name, expr)
+        entries: tuple[SizeEntry, ...] = (
+            *self.symbols,
+            symbol,
+            *self.relations,
+            *self.conditions,
+        )
+        return SizesAttr(entries), name
 
     def evaluate(self, inputs: Mapping[str, int]) -> dict[str, int]:
         """Every symbol's size, given the input symbols' sizes (`evaluate_sizes`)."""

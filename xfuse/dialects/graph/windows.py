@@ -37,7 +37,9 @@ from xfuse.dialects.graph.base import (
     fmt_shape,
     is_float,
     shape_of,
+    size_table,
 )
+from xfuse.dialects.graph.sizes import SizeExpr
 
 # ---------------------------------------------------------------------------------------------
 # Padding
@@ -51,9 +53,10 @@ PAD_MODES = ("constant", "reflect", "replicate")
 class PadOp(OneTensorOp):
     """Padding by `low` / `high` elements per dim (negative: cropping): with the element
     `value` (`mode = "constant"`), the input mirrored without repeating the edge (`"reflect"`)
-    or its edge repeated (`"replicate"`). Never reads outside the input. A symbolic dim is not
-    padded: it keeps its size symbol (a depthwise stencil pads an image's height and width,
-    never its batch).
+    or its edge repeated (`"replicate"`). Never reads outside the input. A symbolic dim padded
+    (with a constant only) has a size symbol of the function's table as its result dim, whose
+    polynomial is the input's symbol plus `low + high` (`graph.size_dim` makes it); one not
+    padded keeps its symbol.
     `%y = graph.pad %x low = [0, 1] high = [0, -1] mode = "constant" value = 0.0 : f64 : tensor<4x8xf32> -> tensor<4x8xf32>`"""
 
     name = "graph.pad"
@@ -88,11 +91,13 @@ class PadOp(OneTensorOp):
         high: Sequence[int],
         mode: str = "constant",
         value: float = 0.0,
+        dims: Sequence[Dim] | None = None,
     ):
+        """`dims`, the result's dims, where a symbolic dim is padded (its symbol there)."""
         input = SSAValue.get(input)
         super().__init__(
             input,
-            pad_shape(dims_of(input), low, high),
+            pad_shape(dims_of(input), low, high) if dims is None else dims,
             low=_i64_array(low),
             high=_i64_array(high),
             mode=StringAttr(mode),
@@ -114,12 +119,11 @@ class PadOp(OneTensorOp):
         mode = self.mode.data
         if mode not in PAD_MODES:
             raise VerifyException(f'expected mode in {list(PAD_MODES)}, found "{mode}"')
+        expected = list(pad_shape(dims, low, high))
         for i, (n, lo, hi) in enumerate(zip(dims, low, high, strict=True)):
             if isinstance(n, str):
                 if lo != 0 or hi != 0:
-                    raise VerifyException(
-                        f"expected no padding of dim {i}, size symbol '{n}', found {lo}, {hi}"
-                    )
+                    expected[i] = self._padded_symbol(i, n, lo + hi)
                 continue
             if n + lo + hi < 0:
                 raise VerifyException(f"expected a size >= 0 in dim {i}, found {n + lo + hi}")
@@ -134,13 +138,38 @@ class PadOp(OneTensorOp):
         fill = self.fill
         if not is_float(t.element_type) and fill == fill and fill != int(fill):
             raise VerifyException(f"expected an integral value for {t.element_type}, found {fill}")
-        _check_result_shape(self, pad_shape(dims, low, high))
+        _check_result_shape(self, tuple(expected))
+
+    def _padded_symbol(self, i: int, symbol: str, extra: int) -> Dim:
+        """The result dim `i` of symbolic input dim `symbol` padded by `extra` elements in
+        all: a symbol whose polynomial is `symbol + extra` for every size."""
+        if self.mode.data != "constant":
+            raise VerifyException(
+                f"expected constant padding of dim {i}, size symbol '{symbol}', found mode "
+                f'"{self.mode.data}"'
+            )
+        found = dims_of(self.result)
+        total = SizeExpr.symbol(symbol) + SizeExpr.constant(extra)
+        table = size_table(self)
+        if (
+            len(found) <= i
+            or table is None
+            or table.expand(total) != table.expand(SizeExpr.dim(found[i]))
+        ):
+            at = found[i] if len(found) > i else "none"
+            raise VerifyException(
+                f"expected result dim {i} of size {total}, found {at} (not equal for every "
+                "size of its symbol)"
+            )
+        return found[i]
 
 
 def pad_shape(dims: Sequence[Dim], low: Sequence[int], high: Sequence[int]) -> tuple[Dim, ...]:
-    """A pad's result dims: a size symbol (never padded) stays itself."""
+    """A pad's result dims: a size symbol not padded stays itself; one padded is a dynamic
+    dim without its symbol (-1), which `PadOp` takes from its `dims`."""
     return tuple(
-        n if isinstance(n, str) else n + lo + hi for n, lo, hi in zip(dims, low, high, strict=True)
+        (n if lo == hi == 0 else -1) if isinstance(n, str) else n + lo + hi
+        for n, lo, hi in zip(dims, low, high, strict=True)
     )
 
 

@@ -68,23 +68,43 @@ def _primes_above(bound: int) -> Iterator[int]:
         n += 1
 
 
+PROXY_GAPS = (1, 64, 4096)
+"""The least distance between the primes of two atoms, tried in turn until no two proxies
+collide: consecutive primes first; farther apart where a derived symbol is an atom plus a
+constant that reaches the next prime (a padded dim `s0 + 2` against `s1`)."""
+
+
 def proxy_sizes(table: graph.SizesAttr, static: set[int]) -> dict[str, int]:
     """Each symbol's proxy: atoms (input symbols, floor divisions) distinct primes above every
-    static size, other derived symbols their polynomials of those. Refuses a table whose
-    proxies collide (two symbols, or a symbol and a static size, of one value)."""
-    primes = _primes_above(max(static | {16}))
-    inputs = {s.name: next(primes) for s in table.symbols if s.is_atom}
+    static size, at least a gap of `PROXY_GAPS` apart, other derived symbols their
+    polynomials of those. Refuses a table whose proxies collide (two symbols, or a symbol and
+    a static size, of one value) at every gap."""
+    problem = ""
+    for gap in PROXY_GAPS:
+        sizes, problem = _proxies(table, static, gap)
+        if not problem:
+            return sizes
+    raise SymbolicPassError(problem)
+
+
+def _proxies(table: graph.SizesAttr, static: set[int], gap: int) -> tuple[dict[str, int], str]:
+    """The proxies with atoms' primes at least `gap` apart, and why two collide ("" if none)."""
+    inputs: dict[str, int] = {}
+    last = max(static | {16})
+    for s in table.symbols:
+        if s.is_atom:
+            last = inputs[s.name] = next(_primes_above(last + gap - 1))
     sizes = {name: e.evaluate(inputs) for name, e in table.expansions.items()}
     seen: dict[int, str] = {}
     for name, value in sizes.items():
         if value < graph.MIN_SIZE or value in static or value in seen:
             other = seen.get(value, "a static size")
-            raise SymbolicPassError(
+            return sizes, (
                 f"size symbol '{name}' cannot be told apart from {other} for fusion "
                 f"(both {value} at sizes {inputs})"
             )
         seen[value] = name
-    return sizes
+    return sizes, ""
 
 
 def _static_sizes(function: func.FuncOp) -> set[int]:

@@ -17,15 +17,29 @@ branches, selects and boolean ops they decide folded away. An index clamp (`min(
 `i >= c` would, and each piece reads `i` or `c` in its place, so the row's loads step by one
 element and vectorize. A loop carrying values (a sum) passes
 them from one piece to the next, so every element is computed by the same ops in the same
-order. Loops with bounds that are not constants, a step other than 1, or more than
-`MAX_PIECES` pieces are left alone.
+order. Loops with a step other than 1 or more than `MAX_PIECES` pieces are left alone.
+
+A loop of a symbolic kernel runs to a runtime size `n` (`scf.for %i = 0 to %n + 6`: a padded
+dim of a size symbol) and compares its index with `n` (`%i - 3 < %n`) as well as with
+constants (`%i - 3 >= 0`). Its cuts are then constants and `n` plus constants, and they fall
+in that order once `n` is large enough: the pieces are made for that order, and run where `n`
+is at least that large; below it, the loop as it was (an `scf.if` on `n`):
+
+    scf.for %i = 0 to %n + 6 { .. %i - 3 >= 0, %i - 3 < %n .. }
+      ->
+    scf.if %n >= 0 {
+      scf.for %i = 0 to 3 { fill }  scf.for %i = 3 to %n + 3 { x[%i - 3] }  scf.for %i = %n + 3 to %n + 6 { fill }
+    } else { the loop }
+
+Loops whose bounds are neither constants nor one runtime value plus a constant, or that
+compare with two runtime values, are left alone.
 """
 
 from __future__ import annotations
 
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import IndexType, IntegerAttr, i1
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.pattern_rewriter import GreedyRewritePatternApplier, PatternRewriteWalker
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.transforms.canonicalization_patterns.arith import (
@@ -189,12 +203,179 @@ def _decide(piece: scf.ForOp, start: int, stop: int) -> None:
     PatternRewriteWalker(_FOLDS).rewrite_region(piece.body)
 
 
+# ---------------------------------------------------------------------------------------------
+# Loops to a runtime size
+# ---------------------------------------------------------------------------------------------
+
+
+def _split_value(value: SSAValue) -> tuple[SSAValue, int]:
+    """`(base, c)` where `value` is `base + c` (an `arith.addi`/`arith.subi` of a constant),
+    else `(value, 0)`."""
+    op = value.owner
+    if isinstance(op, arith.AddiOp):
+        if (c := int_constant(op.rhs)) is not None:
+            return op.lhs, c
+        if (c := int_constant(op.lhs)) is not None:
+            return op.rhs, c
+    if isinstance(op, arith.SubiOp) and (c := int_constant(op.rhs)) is not None:
+        return op.lhs, -c
+    return value, 0
+
+
+def _sized_decision(op: Operation, iv: SSAValue) -> tuple[str, SSAValue, int] | None:
+    """`(kind, base, c)` where `op` compares `iv + k` with a runtime value `base + c'` (a
+    signed comparison, or a signed min or max of them) as `iv kind base + c` (`c = c' - k`)."""
+    if isinstance(op, arith.CmpiOp):
+        predicate = op.predicate.value.data
+        if predicate >= _FIRST_UNSIGNED:
+            return None
+        kind = _KINDS[predicate]
+        pairs = ((op.lhs, op.rhs, kind), (op.rhs, op.lhs, _MIRRORED[kind]))
+    elif isinstance(op, arith.MinSIOp | arith.MaxSIOp):
+        kind = _CLAMPS[type(op)]
+        pairs = ((op.lhs, op.rhs, kind), (op.rhs, op.lhs, kind))
+    else:
+        return None
+    for moving, fixed, kind in pairs:
+        k = _offset(moving, iv)
+        if k is None or int_constant(fixed) is not None:
+            continue
+        base, c = _split_value(fixed)
+        if _offset(base, iv) is None:
+            return kind, base, c - k
+    return None
+
+
+def _defined_outside(value: SSAValue, loop: scf.ForOp) -> bool:
+    block = value.owner if isinstance(value.owner, Block) else value.owner.parent_block()
+    while block is not None:
+        if block.parent_op() is loop:
+            return False
+        parent = block.parent_op()
+        block = None if parent is None else parent.parent_block()
+    return True
+
+
+Bound = tuple[SSAValue | None, int]
+"""A piece's start or stop: a constant, or a runtime value plus a constant."""
+
+
+def _sized_pieces(loop: scf.ForOp) -> tuple[SSAValue, int, list[tuple[Bound, Bound]]] | None:
+    """For a loop from a constant to a runtime `n + c` that compares its index with
+    constants and with `n` plus constants: `(n, least n, pieces)`, the pieces in the order
+    their cuts have where `n` is at least `least n`; None where it is left alone."""
+    lb, step = int_constant(loop.lb), int_constant(loop.step)
+    if lb is None or step != 1 or lb < 0 or int_constant(loop.ub) is not None:
+        return None
+    base, top = _split_value(loop.ub)
+    if not _defined_outside(base, loop):
+        return None
+    iv = loop.body.block.args[0]
+    fixed: set[int] = set()
+    sized: set[int] = set()
+    for op in loop.body.walk():
+        if (comparison := _decision(op, iv)) is not None:
+            fixed |= {c for o in _CUTS[comparison[0]] if (c := comparison[1] + o) > lb}
+        elif (decided := _sized_decision(op, iv)) is not None:
+            kind, other, c = decided
+            if other != base:
+                return None
+            sized |= {d for o in _CUTS[kind] if (d := c + o) < top}
+    if not sized or len(fixed) + len(sized) + 1 > MAX_PIECES:
+        return None
+    cuts: list[Bound] = [(None, lb), *((None, c) for c in sorted(fixed))]
+    cuts += [(base, d) for d in sorted(sized)] + [(base, top)]
+    least = max(fixed | {lb}) - min(sized)
+    return base, least, list(zip(cuts, cuts[1:], strict=False))
+
+
+def _decide_sized(piece: scf.ForOp, start: Bound, stop: Bound) -> None:
+    """`_decide` for a piece of a loop to a runtime size: a comparison with a constant is
+    decided at the piece's start where it is a constant, else as far above every constant;
+    one with the runtime size at the start where that is the size plus a constant, else as
+    far below it (`_sized_pieces` made the cuts so)."""
+    iv = piece.body.block.args[0]
+    base, offset = start
+    for op in list(piece.body.walk()):
+        decided = _decision(op, iv)
+        if decided is not None:
+            kind, c = decided
+            if stop[0] is None and not _constant_over(kind, c, offset, stop[1]):
+                continue
+            holds = _HOLDS[kind](offset, c) if base is None else kind in ("gt", "ge", "ne")
+            clamp = _index_clamp(op, iv)
+            moving, fixed = (clamp[2], clamp[3]) if clamp is not None else (None, None)
+        else:
+            sized = _sized_decision(op, iv)
+            if sized is None:
+                continue
+            kind, _, c = sized
+            holds = _HOLDS[kind](offset, c) if base is not None else kind in ("lt", "le", "ne")
+            moving, fixed = (
+                (op.operands[0], op.operands[1])
+                if _offset(op.operands[0], iv) is not None
+                else (op.operands[1], op.operands[0])
+            )
+            if isinstance(op, arith.CmpiOp):
+                moving = fixed = None
+        if moving is not None and fixed is not None:
+            op.results[0].replace_all_uses_with(moving if holds else fixed)
+            Rewriter.erase_op(op)
+        else:
+            Rewriter.replace_op(op, arith.ConstantOp(IntegerAttr(int(holds), i1)))
+    PatternRewriteWalker(_FOLDS).rewrite_region(piece.body)
+
+
+def _bound_value(bound: Bound) -> tuple[list[Operation], SSAValue]:
+    base, offset = bound
+    constant = arith.ConstantOp(IntegerAttr(offset, IndexType()))
+    if base is None:
+        return [constant], constant.result
+    if offset == 0:
+        return [], base
+    total = arith.AddiOp(base, constant.result)
+    return [constant, total], total.result
+
+
+def split_sized_loop(loop: scf.ForOp) -> bool:
+    """Cut a loop to a runtime size into pieces, run where the size is large enough for
+    their order, the loop itself elsewhere (module docstring); whether it did."""
+    found = _sized_pieces(loop)
+    if found is None:
+        return False
+    base, least, pieces = found
+    fast, slow = Block(), Block()
+    carried: list[SSAValue] = list(loop.iter_args)
+    made: list[tuple[scf.ForOp, Bound, Bound]] = []
+    for start, stop in pieces:
+        start_ops, start_value = _bound_value(start)
+        stop_ops, stop_value = _bound_value(stop)
+        piece = loop.clone()
+        piece.operands = [start_value, stop_value, loop.step, *carried]
+        fast.add_ops([*start_ops, *stop_ops, piece])
+        carried = list(piece.results)
+        made.append((piece, start, stop))
+    fast.add_op(scf.YieldOp(*carried))
+    whole = loop.clone()
+    slow.add_ops([whole, scf.YieldOp(*whole.results)])
+    threshold = arith.ConstantOp(IntegerAttr(least, IndexType()))
+    large = arith.CmpiOp(base, threshold.result, "sge")
+    branch = scf.IfOp(large.result, [r.type for r in loop.results], [fast], [slow])
+    Rewriter.insert_op([threshold, large, branch], InsertPoint.before(loop))
+    for old, new in zip(loop.results, branch.results, strict=True):
+        old.replace_all_uses_with(new)
+    Rewriter.erase_op(loop)
+    for piece, start, stop in made:
+        _decide_sized(piece, start, stop)
+    return True
+
+
 def split_loop_ranges(loop: scf.ForOp) -> bool:
     """Cut `loop` into pieces where its index's comparisons change (module docstring);
     whether it did."""
     pieces = _pieces(loop)
     if pieces is None:
-        return False
+        return split_sized_loop(loop)
     carried: list[SSAValue] = list(loop.iter_args)
     made: list[tuple[scf.ForOp, int, int]] = []
     for start, stop in pieces:

@@ -29,6 +29,7 @@ from xfuse.passes.lowering.index_algebra import (
     LoopVar,
     Mod,
     Reflect,
+    SizedClamp,
     SizedDiv,
     SizedMod,
     SizedMul,
@@ -289,7 +290,7 @@ def divisions(e: Affine) -> int:
     for atom, _ in e.terms:
         if isinstance(atom, FloorDiv | Mod | SizedDiv | SizedMod):
             count += 1 + divisions(atom.arg)
-        elif isinstance(atom, Clamp | Reflect | SizedMul):
+        elif isinstance(atom, Clamp | Reflect | SizedMul | SizedClamp):
             count += divisions(atom.arg)
     return count
 

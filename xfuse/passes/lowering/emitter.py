@@ -79,6 +79,10 @@ class LoopEmitter(ScalarBuilder, Protocol):
         """The index `e`, computed in the outermost scope where its variables are known."""
         ...
 
+    def dim_size(self, d: graph.Dim) -> Affine:
+        """A dim's size as an index: a constant, or a symbol's runtime size."""
+        ...
+
     def value_at(self, v: SSAValue, index: Index) -> SSAValue:
         """The scalar value of `v`'s element at `index`."""
         ...

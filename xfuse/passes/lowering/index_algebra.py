@@ -3,7 +3,8 @@ Affine index expressions of loop variables, as `lower-to-loops` indexes buffers:
 const + sum(coef * atom), its atoms loop variables, floor divisions and moduli by constants,
 clamped or reflected indices (windows), gathered ones (`graph.gather`) and, in kernels with
 symbolic sizes, a symbol's runtime size (`Size`) and products, floor divisions and moduli by
-runtime sizes (`SizedMul`, `SizedDiv`, `SizedMod`). `floordiv`, `mod`
+runtime sizes (`SizedMul`, `SizedDiv`, `SizedMod`) and an index clamped to one
+(`SizedClamp`). `floordiv`, `mod`
 and the recombination of `x mod a + a * (x floordiv a)` into `x` simplify, so that a reshape
 chain that ends where it started costs nothing; `bounds` gives an expression's range over its
 variables' extents, which decides the tests a window's guards need.
@@ -124,7 +125,28 @@ class SizedMod:
     high: int
 
 
-Atom = LoopVar | FloorDiv | Mod | Clamp | Reflect | Gathered | Size | SizedMul | SizedDiv | SizedMod
+@dataclass(frozen=True)
+class SizedClamp:
+    """min(max(arg, 0), size - 1), the size a symbol's at run time: the in-bounds address of
+    a guarded load along a padded symbolic dim."""
+
+    arg: Affine
+    size: Size
+
+
+Atom = (
+    LoopVar
+    | FloorDiv
+    | Mod
+    | Clamp
+    | Reflect
+    | Gathered
+    | Size
+    | SizedMul
+    | SizedDiv
+    | SizedMod
+    | SizedClamp
+)
 
 UNBOUNDED = 1 << 62
 """The upper bound of a size symbol without a finite one (buffers are smaller than 2^63
@@ -194,6 +216,10 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
         return 0, max(0, a.size - 1)
     if isinstance(a, Size):
         return a.low, a.high
+    if isinstance(a, SizedClamp):
+        lo, hi = bounds(a.arg)
+        last = max(0, a.size.high - 1)
+        return min(max(lo, 0), last), min(max(hi, 0), last)
     if isinstance(a, SizedMul):
         lo, hi = bounds(a.arg)
         ends = (lo * a.low, lo * a.high, hi * a.low, hi * a.high)
@@ -323,6 +349,13 @@ def clamp(e: Affine, low: int, high: int) -> Affine:
     """min(max(e, low), high): `e` itself where its bounds lie in [low, high]."""
     lo, hi = bounds(e)
     return e if low <= lo and hi <= high else Affine(((Clamp(e, low, high), 1),))
+
+
+def sized_clamp(e: Affine, size: Size) -> Affine:
+    """min(max(e, 0), size - 1) of a runtime `size` (`SizedClamp`): `e` itself where its
+    bounds lie in [0, the size's lowest value)."""
+    lo, hi = bounds(e)
+    return e if 0 <= lo and hi < size.low else Affine(((SizedClamp(e, size), 1),))
 
 
 def reflect(e: Affine, size: int) -> Affine:

@@ -82,6 +82,7 @@ from xfuse.passes.lowering.index_algebra import (
     LoopVar,
     Reflect,
     Size,
+    SizedClamp,
     SizedDiv,
     SizedMod,
     SizedMul,
@@ -676,7 +677,7 @@ class KernelBuilder:
                     return s.var_values[a.ident]
                 s = s.parent
             raise AssertionError(f"loop variable {a} is not defined here")
-        if isinstance(a, Clamp | Reflect):
+        if isinstance(a, Clamp | Reflect | SizedClamp):
             return emit_window_index(self, a)
         if isinstance(a, Gathered):
             return self._gathered(a)
@@ -808,7 +809,7 @@ class KernelBuilder:
             return iota_value(self, op, index)
         operands = [
             self.value_at(o, i)
-            for o, i in zip(op.operands, operand_indices(op, index, self._size_index), strict=True)
+            for o, i in zip(op.operands, operand_indices(op, index, self.dim_size), strict=True)
         ]
         if isinstance(op, MOVES_ITS_OPERAND):
             return operands[0]
@@ -846,7 +847,7 @@ class KernelBuilder:
         axis = op.axis
         offsets = [constant_index(0)]
         for v in op.inputs:
-            offsets.append(add(offsets[-1], self._size_index(dims_of(v)[axis])))
+            offsets.append(add(offsets[-1], self.dim_size(dims_of(v)[axis])))
         lo, hi = bounds(index[axis])
         k = first
         while k < len(op.inputs) - 1 and bounds(offsets[k + 1])[1] <= lo:  # (all empty: never runs)
@@ -866,7 +867,7 @@ class KernelBuilder:
             self.scope.insert(scf.YieldOp(self._concat_at(op, index, k + 1)))
         return branch.results[0]
 
-    def _size_index(self, d: graph.Dim) -> Affine:
+    def dim_size(self, d: graph.Dim) -> Affine:
         """A dim's size as an index: a constant, or a symbol's runtime size."""
         if isinstance(d, int):
             return constant_index(d)

@@ -104,9 +104,10 @@ SYMBOLIC_OPS: tuple[type[Operation], ...] = (
     graph.GatherOp,
     graph.ScanOp,
 )
-"""The ops a symbolic kernel computes besides those with a scalar rule (a slice keeps its
-symbolic dims whole or static, a pad leaves them unpadded, an iota counts along its loop index whatever its length, a
-gather checks an index against a symbolic dim's runtime size, a scan runs to it)."""
+"""The ops a symbolic kernel computes besides those with a scalar rule (a slice reads its
+input at `start + stride * i` whatever its limit, a pad tests a padded symbolic dim against
+its runtime size, an iota counts along its loop index whatever its length, a gather checks an
+index against a symbolic dim's runtime size, a scan runs to it)."""
 
 
 def group_values(group: fusion.GroupOp) -> Iterator[SSAValue]:

@@ -22,7 +22,7 @@ from xdsl.dialects.builtin import AnyFloat, IntegerType, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.graph import dtype_of, is_float, numel, shape_of
+from xfuse.dialects.graph import dims_of, dtype_of, is_float, numel, shape_of
 from xfuse.passes.lowering.emitter import LoopBody, LoopEmitter, emit_for
 from xfuse.passes.lowering.index_algebra import (
     Affine,
@@ -30,6 +30,8 @@ from xfuse.passes.lowering.index_algebra import (
     Index,
     LoopVar,
     Reflect,
+    Size,
+    SizedClamp,
     add,
     bounds,
     clamp,
@@ -38,6 +40,7 @@ from xfuse.passes.lowering.index_algebra import (
     linearize,
     reflect,
     scale,
+    sized_clamp,
     var_index,
 )
 from xfuse.passes.lowering.scalar_ops import compute_type, from_compute, to_compute
@@ -51,10 +54,17 @@ _window_idents = count(1 << 20)
 """Identifiers of window loop variables (apart from the domain's, which number dims)."""
 
 
-def emit_window_index(b: LoopEmitter, a: Clamp | Reflect) -> SSAValue:
+def emit_window_index(b: LoopEmitter, a: Clamp | Reflect | SizedClamp) -> SSAValue:
     """A clamped or reflected index, with only the corrections its bounds leave open."""
     v = b.index_value(a.arg)
     lo, hi = bounds(a.arg)
+    if isinstance(a, SizedClamp):
+        if lo < 0:
+            v = b.insert(arith.MaxSIOp(v, b.index_constant(0)))
+        if hi >= a.size.low:
+            top = b.index_value(add(Affine(((a.size, 1),)), constant_index(-1)))
+            v = b.insert(arith.MinSIOp(v, top))
+        return v
     if isinstance(a, Clamp):
         if lo < a.low:
             v = b.insert(arith.MaxSIOp(v, b.index_constant(a.low)))
@@ -92,6 +102,32 @@ def _guarded_index(b: LoopEmitter, pos: Affine, size: int) -> tuple[Affine, SSAV
 
     cond = b.memoized_at(("inside", pos, size), (pos,), inside)
     return clamp(pos, 0, size - 1), cond
+
+
+def _guarded_at_size(
+    b: LoopEmitter, pos: Affine, size: Affine
+) -> tuple[Affine, SSAValue | None] | None:
+    """`_guarded_index` along a symbolic dim, `size` its runtime size (a `Size` atom): the
+    upper test compares with it at run time, the address is clamped to it."""
+    [(atom, _)] = size.terms
+    assert isinstance(atom, Size)
+    lo, hi = bounds(pos)
+    if lo >= 0 and hi < atom.low:
+        return pos, None
+    if hi < 0 or lo >= atom.high:
+        return None
+
+    def inside() -> SSAValue:
+        v = b.index_value(pos)
+        conds = []
+        if lo < 0:
+            conds.append(b.insert(arith.CmpiOp(v, b.index_constant(0), "sge")))
+        if hi >= atom.low:
+            conds.append(b.insert(arith.CmpiOp(v, b.index_value(size), "slt")))
+        return conds[0] if len(conds) == 1 else b.insert(arith.AndIOp(conds[0], conds[1]))
+
+    cond = b.memoized_at(("inside", pos, atom), (pos,), inside)
+    return sized_clamp(pos, atom), cond
 
 
 def _all(b: LoopEmitter, conds: Sequence[SSAValue]) -> SSAValue | None:
@@ -141,11 +177,11 @@ def _value_or_fill(
 
 def pad_value_at(b: LoopEmitter, op: graph.PadOp, index: Index) -> SSAValue:
     """select(inside, x[clamp(i - low)], value), or x[reflect / clamp(i - low)]. A dim padded
-    by nothing (a symbolic one is never padded) is read at its own position: no guard."""
+    by nothing is read at its own position: no guard; a padded symbolic dim (constant
+    padding only) is tested against its runtime size."""
     low, high = op.pads
     shape, t, mode = shape_of(op.input), dtype_of(op.result), op.mode.data
     padded = [lo != 0 or hi != 0 for lo, hi in zip(low, high, strict=True)]
-    lead = padded.index(True) if any(padded) else len(padded)
     src = [add(e, constant_index(-lo)) for e, lo in zip(index, low, strict=True)]
     if mode == "reflect":
         src = [reflect(e, n) if p else e for e, n, p in zip(src, shape, padded, strict=True)]
@@ -153,9 +189,22 @@ def pad_value_at(b: LoopEmitter, op: graph.PadOp, index: Index) -> SSAValue:
         src = [clamp(e, 0, n - 1) if p else e for e, n, p in zip(src, shape, padded, strict=True)]
     if mode != "constant":
         return b.value_at(op.input, tuple(src))
-    if any(not p and n < 0 for n, p in zip(shape[lead:], padded[lead:], strict=True)):
-        raise b.error("a symbolic dim after a padded one has no loop lowering yet")
-    return _value_or_fill(b, op.input, src, shape[lead:], op.fill, t)
+    at, conds = [], []
+    for pos, d, p in zip(src, dims_of(op.input), padded, strict=True):
+        guarded = (
+            (pos, None)
+            if not p
+            else _guarded_index(b, pos, d)
+            if isinstance(d, int)
+            else _guarded_at_size(b, pos, b.dim_size(d))
+        )
+        if guarded is None:
+            return _fill(b, op.fill, t)
+        at.append(guarded[0])
+        if guarded[1] is not None:
+            conds.append(guarded[1])
+    x, inside = b.value_at(op.input, tuple(at)), _all(b, conds)
+    return x if inside is None else b.insert(arith.SelectOp(inside, x, _fill(b, op.fill, t)))
 
 
 def patches_value_at(b: LoopEmitter, op: graph.PatchesOp, index: Index) -> SSAValue:

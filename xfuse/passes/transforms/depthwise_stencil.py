@@ -30,8 +30,14 @@ library kernels do (their accumulators are f32): input and weight are widened wh
 read, so they stay half-width in memory. f32 and f64 compute in their own type. Only the
 summation order differs from the library's, as between any two convolution algorithms.
 
-On symbolic sizes (a batch of any size) the stencil is the same: its pad leaves the symbolic
-dim unpadded and its slices keep it whole.
+On symbolic sizes the stencil is the same: its pad leaves a symbolic batch unpadded and its
+slices keep it whole; a symbolic height or width is padded to a size symbol of its own (`s0 +
+2`, added to the function's table where it has none) and each tap slices it from `t *
+dilation` to `(k - 1 - t) * dilation` elements before its end, which is the convolution's
+output size for every input size:
+
+    %p = graph.pad %x low = [0, 0, 1, 1] high = [0, 0, 1, 1] ... : tensor<1x8x?x?xf32, #graph.syms<s0, s1>> -> tensor<1x8x?x?xf32, #graph.syms<e0, e1>>
+    %x00 = graph.slice %p start = [0, 0, 0, 0] limit = [1, 8, -3, -3] stride = [1, 1, 1, 1] ... -> tensor<1x8x?x?xf32, #graph.syms<s0, s1>>
 """
 
 from __future__ import annotations
@@ -60,11 +66,11 @@ from xfuse.passes.options import NON_NEGATIVE, option
 from xfuse.passes.transforms.decompose import OpList
 
 
-def depthwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
+def depthwise(op: graph.TorchCallOp, symbolic_windows: bool = False) -> ConvolutionCall | None:
     """The convolution `op` (`ConvolutionCall.of`) when it is depthwise: 1 to 3 window dims,
     `groups` = input channels = output channels (weight `[C, 1, *kernel]`), a float type
-    shared by input, weight, bias and result; its channels and window dims static (only the
-    batch may be symbolic: a pad of a symbolic dim has no size symbol for its result)."""
+    shared by input, weight, bias and result; its channels static, its batch static or
+    symbolic, its window dims symbolic only where `symbolic_windows`."""
     conv = ConvolutionCall.of(op)
     if conv is None:
         return None
@@ -72,7 +78,8 @@ def depthwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
     n = len(dims) - 2
     if not 1 <= n <= 3 or len(wshape) != n + 2:
         return None
-    if any(isinstance(d, str) for d in dims[1:]):
+    static = dims[1:2] if symbolic_windows else dims[1:]
+    if any(isinstance(d, str) for d in static):
         return None
     shape = graph.shape_of(conv.input)
     channels = shape[1]
@@ -87,32 +94,41 @@ def depthwise(op: graph.TorchCallOp) -> ConvolutionCall | None:
 
 
 def stencil(
-    conv: ConvolutionCall, result: TensorType[Attribute]
+    op: graph.TorchCallOp, conv: ConvolutionCall, result: TensorType[Attribute]
 ) -> tuple[list[Operation], SSAValue]:
-    """The ops that compute `conv` as a sum of shifted products, and the value of the sum
-    (of `result`'s type)."""
+    """The ops that compute `conv` (of `op`) as a sum of shifted products, and the value of
+    the sum (of `result`'s type). A padded symbolic dim's size symbol is added to the table
+    of `op`'s function where it has none."""
     ops = OpList()
     x, n = conv.input, len(conv.kernel)
     acc_type = opmath_type(graph.dtype_of(x))
     w = ops.add(graph.ReshapeOp(conv.weight, [1, graph.shape_of(x)[1], *conv.kernel]))
     if any(conv.padding):
-        x = ops.add(graph.PadOp(x, [0, 0, *conv.padding], [0, 0, *conv.padding]))
-    shape, out = graph.shape_of(x), result.get_shape()
+        pads = [0, 0, *conv.padding]
+        dims = [padded_dim(op, d, 2 * p) for d, p in zip(graph.dims_of(x), pads, strict=True)]
+        x = ops.add(graph.PadOp(x, pads, pads, dims=dims))
+    shape, out = graph.dims_of(x), graph.dims_of(result)
     channels = shape[1]
+    assert isinstance(channels, int)
     # The sum starts at +0, as a library's accumulator does: a window of padding alone times a
     # negative weight gives +0 as in eager, not -0.
     acc = ops.add(graph.ConstantOp.scalar(0.0, acc_type))
     for tap in itertools.product(*(range(k) for k in conv.kernel)):
         start = [0, 0, *(t * d for t, d in zip(tap, conv.dilation, strict=True))]
         limit = [
-            shape[0],
+            -1 if isinstance(shape[0], str) else shape[0],
             channels,
             *(
-                b + max(s * (o - 1) + 1, 0)
-                for b, s, o in zip(start[2:], conv.stride, out[2:], strict=True)
+                tap_limit(b, s, o, (k - 1 - t) * d)
+                for b, s, o, k, t, d in zip(
+                    start[2:], conv.stride, out[2:], conv.kernel, tap, conv.dilation, strict=True
+                )
             ),
         ]
-        window = ops.add(graph.SliceOp(x, start, limit, [1, 1, *conv.stride]))
+        symbolic = any(isinstance(o, str) for o in out[2:])
+        window = ops.add(
+            graph.SliceOp(x, start, limit, [1, 1, *conv.stride], dims=out if symbolic else None)
+        )
         # The weight as [1, C, *kernel]: each tap's column [1, C, 1, ...] broadcasts into the
         # output, so fusion reads it inside the stencil's kernel (a [C, 1, 1, 1] slice would be
         # a space of its own, and a kernel that copies it).
@@ -129,6 +145,47 @@ def stencil(
         bias = ops.add(graph.ReshapeOp(ops.cast(conv.bias, acc_type), [1, channels, *[1] * n]))
         acc = ops.add(graph.AddOp(acc, bias))
     return ops.ops, ops.cast(acc, result.element_type)
+
+
+def symbolic_taps_fit(op: graph.TorchCallOp, conv: ConvolutionCall) -> bool:
+    """Whether every symbolic window dim of `conv`, padded and sliced by each tap, has the
+    convolution's output size for every size of its symbol (`graph.sliced_length`; the
+    importer's output sizes are the same floor divisions); True where none is symbolic."""
+    dims, out = graph.dims_of(conv.input), graph.dims_of(op.outputs[0])
+    table = graph.size_table(op)
+    for d, o, p, k, s, dil in zip(
+        dims[2:], out[2:], conv.padding, conv.kernel, conv.stride, conv.dilation, strict=True
+    ):
+        if not isinstance(d, str):
+            continue
+        if table is None or not isinstance(o, str):
+            return False
+        padded = graph.SizeExpr.dim(d) + graph.SizeExpr.constant(2 * p)
+        length = graph.sliced_length(table, padded, 0, (k - 1) * dil, s)
+        if length is None or table.expand(length) != table.expand(graph.SizeExpr.symbol(o)):
+            return False
+    return True
+
+
+def padded_dim(op: Operation, d: graph.Dim, extra: int) -> graph.Dim:
+    """Dim `d` padded by `extra` elements in all: a static size, or the size symbol of `d +
+    extra` in the table of `op`'s function (`graph.size_dim`)."""
+    if isinstance(d, int):
+        return d + extra
+    return (
+        d
+        if extra == 0
+        else graph.size_dim(op, graph.SizeExpr.dim(d) + graph.SizeExpr.constant(extra))
+    )
+
+
+def tap_limit(start: int, stride: int, out: graph.Dim, back: int) -> int:
+    """Where a tap's slice of a (padded) window dim ends: after the last of `out` outputs
+    from `start` by `stride`; along a symbolic dim `back` elements before its end (a limit
+    `-1 - back`), which leaves `out` outputs for every size."""
+    if isinstance(out, str):
+        return -1 - back
+    return start + max(stride * (out - 1) + 1, 0)
 
 
 def signature(conv: ConvolutionCall, sizes: Mapping[str, int] | None = None) -> str:
@@ -151,12 +208,14 @@ def signature(conv: ConvolutionCall, sizes: Mapping[str, int] | None = None) -> 
     return f"{graph.dtype_of(conv.input)} {dims} {window}{bias}"
 
 
-def candidates(module: ModuleOp, max_taps: int = 49) -> list[ConvolutionCall]:
+def candidates(
+    module: ModuleOp, max_taps: int = 49, symbolic_windows: bool = False
+) -> list[ConvolutionCall]:
     """The depthwise convolutions of `module` that `depthwise-stencil` would rewrite."""
     found = []
     for op in module.walk():
         if isinstance(op, graph.TorchCallOp):
-            conv = depthwise(op)
+            conv = depthwise(op, symbolic_windows)
             if conv is not None and math.prod(conv.kernel) <= max_taps:
                 found.append(conv)
     return found
@@ -166,20 +225,25 @@ class DepthwiseConvolutionIntoStencil(RewritePattern):
     """A depthwise `aten.convolution` of at most `max_taps` window elements, whose `signature`
     is not in `library` -> pad, slices, products and a sum."""
 
-    def __init__(self, max_taps: int, library: frozenset[str] = frozenset()):
+    def __init__(
+        self, max_taps: int, library: frozenset[str] = frozenset(), symbolic_windows: bool = False
+    ):
         self.max_taps = max_taps
         self.library = library
+        self.symbolic_windows = symbolic_windows
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: graph.TorchCallOp, rewriter: PatternRewriter) -> None:
-        conv = depthwise(op)
+        conv = depthwise(op, self.symbolic_windows)
         if conv is None or math.prod(conv.kernel) > self.max_taps:
             return
         if self.library and signature(conv) in self.library:
             return
+        if not symbolic_taps_fit(op, conv):
+            return
         result = op.outputs[0].type
         assert isinstance(result, TensorType)
-        ops, value = stencil(conv, result)
+        ops, value = stencil(op, conv, result)
         if value.type != result:  # a result shape the window does not give: not ours to fix
             return
         rewriter.replace(op, ops, [value])
@@ -190,15 +254,21 @@ class DepthwiseStencilPass(ModulePass):
     """Depthwise convolutions of small windows as stencils that fuse with their neighbours.
 
     Options: `max-taps` (the largest window rewritten, in elements: 49 takes ConvNeXt's 7x7; 0
-    rewrites none); `library` (the `signature`s of convolutions that stay library calls).
-    `xfuse.compile` runs this pass after `decompose` on every device, with `library` the
-    convolutions whose library call it measured faster than their stencil (`xfuse.choices`)."""
+    rewrites none); `library` (the `signature`s of convolutions that stay library calls);
+    `symbolic-windows` (also rewrite convolutions whose height or width is symbolic: off by
+    default, because such a stencil's kernel, whose loops cannot be merged across runtime
+    sizes, is measured slower than the library call, and `xfuse.choices` times only static
+    stencils). `xfuse.compile` runs this pass after `decompose` on every device, with
+    `library` the convolutions whose library call it measured faster than their stencil."""
 
     name = "depthwise-stencil"
 
     max_taps: int = option(49, NON_NEGATIVE)
     library: tuple[str, ...] = ()
+    symbolic_windows: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        pattern = DepthwiseConvolutionIntoStencil(self.max_taps, frozenset(self.library))
+        pattern = DepthwiseConvolutionIntoStencil(
+            self.max_taps, frozenset(self.library), self.symbolic_windows
+        )
         PatternRewriteWalker(GreedyRewritePatternApplier([pattern])).rewrite_module(op)
