@@ -281,3 +281,52 @@ def test_loops_of_too_many_pieces_are_left_alone() -> None:
     (inner,) = [b for b in _bounds(_prepared(loop_ir)) if b[0] is not None]
     assert inner == (0, 3 * len(parts))
     assert torch.equal(program(*parts), fn(*parts))
+
+
+SIZED_KERNEL = """
+func.func @k(%out: memref<40xf32>, %n: index) attributes {xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"]} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %one = arith.constant 1.0 : f32
+  %two = arith.constant 2.0 : f32
+  %ub = arith.addi %n, %c4 : index
+  "scf.parallel"(%c0, %c1, %c1) <{operandSegmentSizes = array<i32: 1, 1, 1, 0>}> ({
+  ^bb0(%p: index):
+    scf.for %i = %c0 to %ub step %c1 {
+      %a = arith.cmpi sge, %i, %c3 : index
+      %j = arith.addi %i, %c1 : index
+      %b = arith.cmpi slt, %j, %n : index
+      %both = arith.andi %a, %b : i1
+      %v = arith.select %both, %one, %two : f32
+      memref.store %v, %out[%i] : memref<40xf32>
+    }
+    scf.reduce
+  }) : (index, index, index) -> ()
+  func.return
+}
+"""
+
+
+def test_a_loop_to_a_runtime_size_is_cut_behind_a_test_of_the_size() -> None:
+    """`for i < n + 4` testing `i >= 3` and `i + 1 < n`: pieces [0, 3), [3, n - 1), [n - 1,
+    n + 4), in that order only where n >= 4; below, the loop as it was. Every n stores what
+    the tests say."""
+    module = parse(SIZED_KERNEL)
+    (loop,) = [o for o in module.walk() if isinstance(o, scf.ForOp)]
+    assert range_pieces.split_loop_ranges(loop)
+    (branch,) = [o for o in module.walk() if isinstance(o, scf.IfOp)]
+    test = branch.cond.owner
+    assert isinstance(test, arith.CmpiOp) and int_constant(test.rhs) == 4
+    fast = [o for o in branch.true_region.walk() if isinstance(o, scf.ForOp)]
+    assert len(fast) == 3
+    assert not [o for o in branch.true_region.walk() if isinstance(o, arith.CmpiOp)]
+    kernel = _load(SIZED_KERNEL)
+    for n in range(9):
+        out = torch.zeros(40)
+        kernel.launch_sized([out], [n], None)
+        want = torch.zeros(40)
+        for i in range(n + 4):
+            want[i] = 1.0 if i >= 3 and i + 1 < n else 2.0
+        assert torch.equal(out, want), n
