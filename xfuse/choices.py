@@ -38,6 +38,7 @@ multiply-adds are never measured: they stay torch's call.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -577,12 +578,19 @@ def chosen_gemms(
 
 def measure_gemm(gemm: gemm_ways.Gemm, device: torch.device) -> GemmChoice:
     """Time `gemm` on `device` as torch's call and every other way, on random data of its
-    shapes (real tensors, outside the fake tensor mode of a `torch.compile` trace in
-    progress)."""
+    shapes (`_real_tensors`)."""
+    with _real_tensors():
+        return _measure_gemm(gemm, device)
+
+
+@contextlib.contextmanager
+def _real_tensors() -> Iterator[None]:
+    """Real tensors without autograd while timing: outside the fake tensor mode of a
+    `torch.compile` trace in progress, under `no_grad`."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.no_grad():
-        return _measure_gemm(gemm, device)
+        yield
 
 
 def _measure_gemm(gemm: gemm_ways.Gemm, device: torch.device) -> GemmChoice:
@@ -712,12 +720,9 @@ def _decomposed(module: ModuleOp) -> ModuleOp:
 
 
 def measure_padding(product: PaddedProduct, alignment: int, device: torch.device) -> PadChoice:
-    """Time `product` on `device` unpadded and padded, on random data of its shapes (real
-    tensors, outside the fake tensor mode of a `torch.compile` trace in progress), each side
-    replayed from a CUDA graph (`_graph_ms`)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    with unset_fake_temporarily(), torch.no_grad():
+    """Time `product` on `device` unpadded and padded, on random data of its shapes
+    (`_real_tensors`), each side replayed from a CUDA graph (`_graph_ms`)."""
+    with _real_tensors():
         return _measure_padding(product, alignment, device)
 
 

@@ -377,6 +377,8 @@ class GraphRunner(Generic[P]):
         self._ring: list[_Captured] = []
         self._size = RELEASED_RING_SIZE if released else RING_SIZE
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        """Counts `calls`, which step-by-step runners' calls (outside `_lock`) add to too."""
 
     def run(
         self, args: Sequence[Tensor], state: Sequence[Tensor], pool: BufferPool, finish: Finish
@@ -387,7 +389,8 @@ class GraphRunner(Generic[P]):
         runner keeps (which a later replay overwrites), to be copied out. Results handed over
         are the caller's: the graph is not replayed again while anything of them is held. One
         call at a time chooses, replays and finishes (threads may share a program)."""
-        self.calls += 1
+        with self._count_lock:
+            self.calls += 1
         if self.reason is not None:
             return finish(self.run_steps(self.program, args, pool), False)
         with self._lock:

@@ -112,9 +112,14 @@ class BufferPool:
         block, and where it returns."""
 
     def allocate(self, spec: BufferSpec) -> Tensor:
+        """A buffer of `spec`: a freed intermediate one of it, else `_new`'s."""
         free = self._free.get(spec)
         if free:
             return free.pop()
+        return self._new(spec)
+
+    def _new(self, spec: BufferSpec) -> Tensor:
+        """A buffer of `spec` that no intermediate freed: fresh, or a returned output's block."""
         fresh = self._fresh.get(spec)
         if fresh is not None:
             self.allocations += 1
@@ -122,7 +127,7 @@ class BufferPool:
         lane = self._lanes.get(spec)
         if lane is None:  # the spec's first allocation
             self._classify(spec)
-            return self.allocate(spec)
+            return self._new(spec)
         try:
             block = lane.pop()
         except IndexError:

@@ -41,10 +41,7 @@ class GuardedPool(BufferPool):
         self.guarded: list[tuple[BufferSpec, torch.Tensor]] = []
         """Each buffer's spec and its whole memory, bands included."""
 
-    def allocate(self, spec: BufferSpec) -> torch.Tensor:
-        free = self._free.get(spec)
-        if free:
-            return free.pop()
+    def _new(self, spec: BufferSpec) -> torch.Tensor:
         nbytes = math.prod(spec.shape) * spec.dtype.itemsize
         memory = torch.full(
             (nbytes + 2 * GUARD_BYTES,), CANARY, dtype=torch.uint8, device=self.device
