@@ -81,53 +81,43 @@ def emit_window_index(b: LoopEmitter, a: Clamp | Reflect | SizedClamp) -> SSAVal
     return v
 
 
-def _guarded_index(b: LoopEmitter, pos: Affine, size: int) -> tuple[Affine, SSAValue | None] | None:
+def _guarded_index(
+    b: LoopEmitter, pos: Affine, size: int | Size
+) -> tuple[Affine, SSAValue | None] | None:
     """Where to load for position `pos` of a dim of `size`, and the i1 that says whether it is
     inside (None: always); None when it is never inside. The address is clamped, so that the
-    load never leaves the buffer."""
+    load never leaves the buffer. Along a symbolic dim `size` is its runtime size (a `Size`
+    atom): the upper test compares with it at run time, and the address is clamped to it."""
+    smallest, largest = (size, size) if isinstance(size, int) else (size.low, size.high)
     lo, hi = bounds(pos)
-    if lo >= 0 and hi < size:
+    if lo >= 0 and hi < smallest:
         return pos, None
-    if hi < 0 or lo >= size or size == 0:
+    if hi < 0 or lo >= largest or largest == 0:
         return None
+
+    def below_size(v: SSAValue) -> SSAValue:
+        if isinstance(size, int):
+            return b.insert(arith.CmpiOp(v, b.index_constant(size - 1), "sle"))
+        return b.insert(arith.CmpiOp(v, b.index_value(Affine(((size, 1),))), "slt"))
 
     def inside() -> SSAValue:
         v = b.index_value(pos)
         conds = []
         if lo < 0:
             conds.append(b.insert(arith.CmpiOp(v, b.index_constant(0), "sge")))
-        if hi >= size:
-            conds.append(b.insert(arith.CmpiOp(v, b.index_constant(size - 1), "sle")))
+        if hi >= smallest:
+            conds.append(below_size(v))
         return conds[0] if len(conds) == 1 else b.insert(arith.AndIOp(conds[0], conds[1]))
 
     cond = b.memoized_at(("inside", pos, size), (pos,), inside)
-    return clamp(pos, 0, size - 1), cond
+    return (clamp(pos, 0, size - 1) if isinstance(size, int) else sized_clamp(pos, size)), cond
 
 
-def _guarded_at_size(
-    b: LoopEmitter, pos: Affine, size: Affine
-) -> tuple[Affine, SSAValue | None] | None:
-    """`_guarded_index` along a symbolic dim, `size` its runtime size (a `Size` atom): the
-    upper test compares with it at run time, the address is clamped to it."""
-    [(atom, _)] = size.terms
+def _runtime_size(b: LoopEmitter, symbol: str) -> Size:
+    """The `Size` atom of a symbolic dim's runtime size."""
+    [(atom, _)] = b.dim_size(symbol).terms
     assert isinstance(atom, Size)
-    lo, hi = bounds(pos)
-    if lo >= 0 and hi < atom.low:
-        return pos, None
-    if hi < 0 or lo >= atom.high:
-        return None
-
-    def inside() -> SSAValue:
-        v = b.index_value(pos)
-        conds = []
-        if lo < 0:
-            conds.append(b.insert(arith.CmpiOp(v, b.index_constant(0), "sge")))
-        if hi >= atom.low:
-            conds.append(b.insert(arith.CmpiOp(v, b.index_value(size), "slt")))
-        return conds[0] if len(conds) == 1 else b.insert(arith.AndIOp(conds[0], conds[1]))
-
-    cond = b.memoized_at(("inside", pos, atom), (pos,), inside)
-    return sized_clamp(pos, atom), cond
+    return atom
 
 
 def _all(b: LoopEmitter, conds: Sequence[SSAValue]) -> SSAValue | None:
@@ -191,13 +181,8 @@ def pad_value_at(b: LoopEmitter, op: graph.PadOp, index: Index) -> SSAValue:
         return b.value_at(op.input, tuple(src))
     at, conds = [], []
     for pos, d, p in zip(src, dims_of(op.input), padded, strict=True):
-        guarded = (
-            (pos, None)
-            if not p
-            else _guarded_index(b, pos, d)
-            if isinstance(d, int)
-            else _guarded_at_size(b, pos, b.dim_size(d))
-        )
+        size = d if isinstance(d, int) else _runtime_size(b, d)
+        guarded = _guarded_index(b, pos, size) if p else (pos, None)
         if guarded is None:
             return _fill(b, op.fill, t)
         at.append(guarded[0])
