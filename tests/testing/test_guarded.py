@@ -12,7 +12,8 @@ import torch
 import xfuse
 from xfuse.runtime.steps import BufferSpec, KernelStep
 from xfuse.testing.fuzz.runner import check_source
-from xfuse.testing.guarded import CANARY, GUARD_BYTES, GuardedPool, guarded_buffers
+from xfuse.testing.fuzz.training import check_training
+from xfuse.testing.guarded import CANARY, GUARD_BYTES, GuardedPool, guarded_buffers, guarded_pools
 
 
 def _write_after(t: torch.Tensor, nbytes: int) -> None:
@@ -86,3 +87,42 @@ def test_the_fuzzer_fails_a_kernel_that_writes_past_its_output(
     outcome = check_source(SOURCE)
     assert (outcome.status, outcome.stage) == ("fail", "cpu (bounds)"), str(outcome)
     assert outcome.message == "a kernel wrote past a buffer: float32[4, 8]: 4 bytes after it"
+
+
+TRAINING_SOURCE = SOURCE.replace("torch.exp(x0) + 1", "torch.exp(x0 * 0.5) + x0")
+
+
+def test_a_training_steps_programs_allocate_between_guard_bands() -> None:
+    """Inside `guarded_pools`, the programs AOTAutograd's forward and backward run through
+    (made inside `torch.compile`, out of the caller's sight) take guarded pools."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x * 0.5) + x
+
+    compiled = torch.compile(f, backend="xfuse")
+    x = torch.randn(4, 8, requires_grad=True)
+    with guarded_pools() as pools:
+        compiled(x).sum().backward()
+    torch._dynamo.reset()
+    assert pools and sum(p.allocations for p in pools) >= 2
+    assert all(p.overwritten() == [] for p in pools)
+    expected = torch.exp(x.detach() * 0.5) * 0.5 + 1
+    torch.testing.assert_close(x.grad, expected)
+
+
+def test_the_training_fuzzer_fails_a_kernel_that_writes_past_its_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert check_training(TRAINING_SOURCE).status == "pass"
+    real = KernelStep.run
+
+    def overrunning(self: KernelStep, args: list[torch.Tensor], allocate: Any) -> Any:
+        outs = real(self, args, allocate)
+        _write_after(outs[0], 4)
+        return outs
+
+    monkeypatch.setattr(KernelStep, "direct_call", lambda self: None)
+    monkeypatch.setattr(KernelStep, "run", overrunning)
+    outcome = check_training(TRAINING_SOURCE)
+    assert (outcome.status, outcome.stage) == ("fail", "first step (bounds)"), str(outcome)
+    assert outcome.message.startswith("a kernel wrote past a buffer: float32[4, 8]: 4 bytes")

@@ -39,7 +39,7 @@ from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import ModuleState, layout_guard
-from xfuse.runtime.steps import BufferPool
+from xfuse.runtime.steps import BufferPool, new_pool
 
 Tensor = torch.Tensor
 
@@ -173,7 +173,7 @@ class Executable:
         try:
             pool = pools.pop()
         except IndexError:
-            pool = BufferPool(self.device)
+            pool = new_pool(self.device)
         try:
             if self.graphs is not None:
                 in_place = [*state, *[inputs[i] for i in static]] if static else state

@@ -9,6 +9,7 @@ externs, so that no copy is made).
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import threading
@@ -76,6 +77,12 @@ _NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
 }
 """torch dtypes numpy has, so that a lent array has the tensor's dtype (others, bf16, are
 lent as bytes and viewed by torch)."""
+
+
+def new_pool(device: torch.device) -> BufferPool:
+    """A pool for a program's call on `device`: `POOL_FACTORY`'s (a `BufferPool`, or a test's
+    pool with guard bands, `xfuse.testing.guarded.guarded_pools`)."""
+    return POOL_FACTORY.get()(device)
 
 
 class BufferPool:
@@ -424,3 +431,11 @@ class ViewStep:
 
 
 Step = KernelStep | EagerStep | ViewStep
+
+
+POOL_FACTORY: contextvars.ContextVar[Callable[[torch.device], BufferPool]] = contextvars.ContextVar(
+    "xfuse_pool_factory", default=BufferPool
+)
+"""What makes the pool of a program's call that finds none free (`new_pool`): `BufferPool`,
+or, inside `xfuse.testing.guarded.guarded_pools`, pools whose buffers lie between guard
+bands."""

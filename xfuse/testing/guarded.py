@@ -9,7 +9,13 @@ chunk size`), if at all.
         compiled(*inputs)
     pool.overwritten()       # ["bool[6, 1, 33]: 3 bytes after it"], or []
 
-The fuzzer's CPU stage calls each program once so (`xfuse.testing.fuzz.runner`).
+The fuzzer's CPU stage calls each program once so (`xfuse.testing.fuzz.runner`). Where the
+programs are made out of sight (a training step through `torch.compile`: AOTAutograd's forward
+and backward programs), every pool that a call makes inside `guarded_pools` is guarded:
+
+    with guarded_pools() as pools:
+        loss = compiled(*inputs).sum(); loss.backward()
+    [line for pool in pools for line in pool.overwritten()]
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from contextlib import contextmanager
 import torch
 
 from xfuse.runtime.executor import Executable
-from xfuse.runtime.steps import BufferPool, BufferSpec
+from xfuse.runtime.steps import POOL_FACTORY, BufferPool, BufferSpec
 
 GUARD_BYTES = 64
 """Bytes of `CANARY` on each side of a buffer: a whole AVX-512 vector (a vector store one
@@ -80,3 +86,22 @@ def guarded_buffers(executable: Executable) -> Iterator[GuardedPool]:
     finally:
         if pool in executable._pools:  # noqa: SLF001
             executable._pools.remove(pool)  # noqa: SLF001
+
+
+@contextmanager
+def guarded_pools() -> Iterator[list[GuardedPool]]:
+    """Inside, a program's call that finds no free pool (its first, or one beside another)
+    makes a `GuardedPool` (`xfuse.runtime.steps.POOL_FACTORY`, in this thread and context);
+    the block gets the list of those made. The pools stay the programs' after the block."""
+    made: list[GuardedPool] = []
+
+    def make(device: torch.device) -> BufferPool:
+        pool = GuardedPool(device)
+        made.append(pool)
+        return pool
+
+    token = POOL_FACTORY.set(make)
+    try:
+        yield made
+    finally:
+        POOL_FACTORY.reset(token)

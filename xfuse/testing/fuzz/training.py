@@ -31,7 +31,7 @@ import re
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,7 @@ from xfuse.testing.fuzz.runner import (
     magnitude,
     same_layout_on,
 )
+from xfuse.testing.guarded import GuardedPool, guarded_pools
 
 STRICT: dict[str, str | int | bool | Callable[..., Any]] = {"fallback": "error"}
 """The backend's options: a part that would run eagerly raises `EagerFallbackError`."""
@@ -258,8 +259,11 @@ class TrainingDifferential:
         traced = counters["aot_autograd"]["total"]
         passed: list[str] = []
         try:
-            for name in STEPS:
-                got = self.compiled_step(name, compiled)
+            for k, name in enumerate(STEPS):
+                with ExitStack() as stack:
+                    pools = stack.enter_context(guarded_pools()) if k == 0 else []
+                    got = self.compiled_step(name, compiled)
+                _check_bounds(name, pools)
                 self.check(name, got, expected, reference, compiled)
                 passed.append(name)
         except StageFailure as failure:
@@ -386,6 +390,16 @@ class TrainingDifferential:
             if not pooled_rmse_ok(ours, eagers, refs, own):
                 return False
         return True
+
+
+def _check_bounds(name: str, pools: Sequence[GuardedPool]) -> None:
+    """A "<name> (bounds)" failure where a kernel of the step wrote past a buffer of one of
+    `pools` (the first step's calls allocate between guard bands: `guarded_pools`)."""
+    overwritten = [line for pool in pools for line in pool.overwritten()]
+    if overwritten:
+        raise StageFailure(
+            f"{name} (bounds)", "a kernel wrote past a buffer: " + "; ".join(overwritten)
+        )
 
 
 def tame_gradients(eager: Step, reference: Step | None) -> bool:
