@@ -71,10 +71,8 @@ def make_inputs():
 """
 
 
-def test_the_fuzzer_fails_a_kernel_that_writes_past_its_output(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    assert check_source(SOURCE).status == "pass"
+def _overrun_every_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel step writes 4 bytes past its first output after it runs."""
     real = KernelStep.run
 
     def overrunning(self: KernelStep, args: list[torch.Tensor], allocate: Any) -> Any:
@@ -84,6 +82,13 @@ def test_the_fuzzer_fails_a_kernel_that_writes_past_its_output(
 
     monkeypatch.setattr(KernelStep, "direct_call", lambda self: None)
     monkeypatch.setattr(KernelStep, "run", overrunning)
+
+
+def test_the_fuzzer_fails_a_kernel_that_writes_past_its_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert check_source(SOURCE).status == "pass"
+    _overrun_every_kernel(monkeypatch)
     outcome = check_source(SOURCE)
     assert (outcome.status, outcome.stage) == ("fail", "cpu (bounds)"), str(outcome)
     assert outcome.message == "a kernel wrote past a buffer: float32[4, 8]: 4 bytes after it"
@@ -114,15 +119,7 @@ def test_the_training_fuzzer_fails_a_kernel_that_writes_past_its_output(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert check_training(TRAINING_SOURCE).status == "pass"
-    real = KernelStep.run
-
-    def overrunning(self: KernelStep, args: list[torch.Tensor], allocate: Any) -> Any:
-        outs = real(self, args, allocate)
-        _write_after(outs[0], 4)
-        return outs
-
-    monkeypatch.setattr(KernelStep, "direct_call", lambda self: None)
-    monkeypatch.setattr(KernelStep, "run", overrunning)
+    _overrun_every_kernel(monkeypatch)
     outcome = check_training(TRAINING_SOURCE)
     assert (outcome.status, outcome.stage) == ("fail", "first step (bounds)"), str(outcome)
     assert outcome.message.startswith("a kernel wrote past a buffer: float32[4, 8]: 4 bytes")
