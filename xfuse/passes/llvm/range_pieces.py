@@ -70,20 +70,25 @@ _CUTS = {"lt": (0,), "ge": (0,), "le": (1,), "gt": (1,), "eq": (0, 1), "ne": (0,
 """Where `i kind c` may change as `i` steps up by one: before `c + offset`, per offset."""
 
 
+def _split_value(value: SSAValue) -> tuple[SSAValue, int]:
+    """`(base, c)` where `value` is `base + c` (an `arith.addi`/`arith.subi` of a constant),
+    else `(value, 0)`."""
+    op = value.owner
+    if isinstance(op, arith.AddiOp):
+        if (c := int_constant(op.rhs)) is not None:
+            return op.lhs, c
+        if (c := int_constant(op.lhs)) is not None:
+            return op.rhs, c
+    if isinstance(op, arith.SubiOp) and (c := int_constant(op.rhs)) is not None:
+        return op.lhs, -c
+    return value, 0
+
+
 def _offset(value: SSAValue, iv: SSAValue) -> int | None:
     """`k` where `value` is `iv + k` (`iv` itself, or `arith.addi`/`arith.subi` of `iv` and a
     constant), else None."""
-    if value == iv:
-        return 0
-    op = value.owner
-    if isinstance(op, arith.AddiOp):
-        if op.lhs == iv and (k := int_constant(op.rhs)) is not None:
-            return k
-        if op.rhs == iv and (k := int_constant(op.lhs)) is not None:
-            return k
-    if isinstance(op, arith.SubiOp) and op.lhs == iv and (k := int_constant(op.rhs)) is not None:
-        return -k
-    return None
+    base, k = _split_value(value)
+    return k if base == iv else None
 
 
 def _index_comparison(op: Operation, iv: SSAValue) -> tuple[str, int] | None:
@@ -180,51 +185,20 @@ def _constant_over(kind: str, c: int, start: int, stop: int) -> bool:
     return _HOLDS[kind](start, c) == _HOLDS[kind](stop - 1, c)
 
 
-def _decide(piece: scf.ForOp, start: int, stop: int) -> None:
-    """Replace `piece`'s comparisons and clamps of its index by what they are over its range
-    [start, stop), then fold what they decide. One whose operand was a clamp decided here
-    (`min(max(i, 0), n)`: the max decided first) may change inside the range, as the cuts did
-    not see it: it is kept."""
-    iv = piece.body.block.args[0]
-    for op in list(piece.body.walk()):
-        decided = _decision(op, iv)
-        if decided is None:
-            continue
-        kind, c = decided
-        if not _constant_over(kind, c, start, stop):
-            continue
-        holds = _HOLDS[kind](start, c)
-        clamp = _index_clamp(op, iv)
-        if clamp is not None:
-            op.results[0].replace_all_uses_with(clamp[2] if holds else clamp[3])
-            Rewriter.erase_op(op)
-        else:
-            Rewriter.replace_op(op, arith.ConstantOp(IntegerAttr(int(holds), i1)))
-    PatternRewriteWalker(_FOLDS).rewrite_region(piece.body)
-
-
 # ---------------------------------------------------------------------------------------------
 # Loops to a runtime size
 # ---------------------------------------------------------------------------------------------
 
 
-def _split_value(value: SSAValue) -> tuple[SSAValue, int]:
-    """`(base, c)` where `value` is `base + c` (an `arith.addi`/`arith.subi` of a constant),
-    else `(value, 0)`."""
-    op = value.owner
-    if isinstance(op, arith.AddiOp):
-        if (c := int_constant(op.rhs)) is not None:
-            return op.lhs, c
-        if (c := int_constant(op.lhs)) is not None:
-            return op.rhs, c
-    if isinstance(op, arith.SubiOp) and (c := int_constant(op.rhs)) is not None:
-        return op.lhs, -c
-    return value, 0
+Choices = tuple[SSAValue, SSAValue] | None
+"""A clamp's operands: what it is where its comparison holds (`iv + k`), and elsewhere; None
+for a comparison."""
 
 
-def _sized_decision(op: Operation, iv: SSAValue) -> tuple[str, SSAValue, int] | None:
-    """`(kind, base, c)` where `op` compares `iv + k` with a runtime value `base + c'` (a
-    signed comparison, or a signed min or max of them) as `iv kind base + c` (`c = c' - k`)."""
+def _sized_decision(op: Operation, iv: SSAValue) -> tuple[str, SSAValue, int, Choices] | None:
+    """`(kind, base, c, choices)` where `op` compares `iv + k` with a runtime value `base + c'`
+    (a signed comparison, or a signed min or max of them) as `iv kind base + c` (`c = c' -
+    k`)."""
     if isinstance(op, arith.CmpiOp):
         predicate = op.predicate.value.data
         if predicate >= _FIRST_UNSIGNED:
@@ -242,18 +216,14 @@ def _sized_decision(op: Operation, iv: SSAValue) -> tuple[str, SSAValue, int] | 
             continue
         base, c = _split_value(fixed)
         if _offset(base, iv) is None:
-            return kind, base, c - k
+            clamp = None if isinstance(op, arith.CmpiOp) else (moving, fixed)
+            return kind, base, c - k, clamp
     return None
 
 
 def _defined_outside(value: SSAValue, loop: scf.ForOp) -> bool:
-    block = value.owner if isinstance(value.owner, Block) else value.owner.parent_block()
-    while block is not None:
-        if block.parent_op() is loop:
-            return False
-        parent = block.parent_op()
-        block = None if parent is None else parent.parent_block()
-    return True
+    owner = value.owner
+    return not loop.is_ancestor(owner)
 
 
 Bound = tuple[SSAValue | None, int]
@@ -277,7 +247,7 @@ def _sized_pieces(loop: scf.ForOp) -> tuple[SSAValue, int, list[tuple[Bound, Bou
         if (comparison := _decision(op, iv)) is not None:
             fixed |= {c for o in _CUTS[comparison[0]] if (c := comparison[1] + o) > lb}
         elif (decided := _sized_decision(op, iv)) is not None:
-            kind, other, c = decided
+            kind, other, c, _ = decided
             if other != base:
                 return None
             sized |= {d for o in _CUTS[kind] if (d := c + o) < top}
@@ -289,37 +259,34 @@ def _sized_pieces(loop: scf.ForOp) -> tuple[SSAValue, int, list[tuple[Bound, Bou
     return base, least, list(zip(cuts, cuts[1:], strict=False))
 
 
-def _decide_sized(piece: scf.ForOp, start: Bound, stop: Bound) -> None:
-    """`_decide` for a piece of a loop to a runtime size: a comparison with a constant is
-    decided at the piece's start where it is a constant, else as far above every constant;
-    one with the runtime size at the start where that is the size plus a constant, else as
-    far below it (`_sized_pieces` made the cuts so)."""
+def _decide(piece: scf.ForOp, start: Bound, stop: Bound, base: SSAValue | None = None) -> None:
+    """Replace `piece`'s comparisons and clamps of its index by what they are over its range
+    [start, stop), then fold what they decide. One whose operand was a clamp decided here
+    (`min(max(i, 0), n)`: the max decided first) may change inside the range, as the cuts did
+    not see it: it is kept.
+    A piece of a loop to a runtime size `base` (`split_sized_loop`) decides a comparison with
+    a constant at its start where that is a constant, else as far above every constant; one
+    with `base` plus a constant at its start where that is `base` plus a constant, else as far
+    below it (`_sized_pieces` made the cuts so)."""
     iv = piece.body.block.args[0]
-    base, offset = start
+    at, offset = start
     for op in list(piece.body.walk()):
         decided = _decision(op, iv)
+        sized = None if decided is not None or base is None else _sized_decision(op, iv)
         if decided is not None:
             kind, c = decided
             if stop[0] is None and not _constant_over(kind, c, offset, stop[1]):
                 continue
-            holds = _HOLDS[kind](offset, c) if base is None else kind in ("gt", "ge", "ne")
+            holds = _HOLDS[kind](offset, c) if at is None else kind in ("gt", "ge", "ne")
             clamp = _index_clamp(op, iv)
-            moving, fixed = (clamp[2], clamp[3]) if clamp is not None else (None, None)
+            choices = None if clamp is None else clamp[2:]
+        elif sized is not None and sized[1] == base:
+            kind, _, c, choices = sized
+            holds = _HOLDS[kind](offset, c) if at is not None else kind in ("lt", "le", "ne")
         else:
-            sized = _sized_decision(op, iv)
-            if sized is None:
-                continue
-            kind, _, c = sized
-            holds = _HOLDS[kind](offset, c) if base is not None else kind in ("lt", "le", "ne")
-            moving, fixed = (
-                (op.operands[0], op.operands[1])
-                if _offset(op.operands[0], iv) is not None
-                else (op.operands[1], op.operands[0])
-            )
-            if isinstance(op, arith.CmpiOp):
-                moving = fixed = None
-        if moving is not None and fixed is not None:
-            op.results[0].replace_all_uses_with(moving if holds else fixed)
+            continue
+        if choices is not None:
+            op.results[0].replace_all_uses_with(choices[0] if holds else choices[1])
             Rewriter.erase_op(op)
         else:
             Rewriter.replace_op(op, arith.ConstantOp(IntegerAttr(int(holds), i1)))
@@ -366,7 +333,7 @@ def split_sized_loop(loop: scf.ForOp) -> bool:
         old.replace_all_uses_with(new)
     Rewriter.erase_op(loop)
     for piece, start, stop in made:
-        _decide_sized(piece, start, stop)
+        _decide(piece, start, stop, base)
     return True
 
 
@@ -389,5 +356,5 @@ def split_loop_ranges(loop: scf.ForOp) -> bool:
         old.replace_all_uses_with(new)
     Rewriter.erase_op(loop)
     for piece, start, stop in made:
-        _decide(piece, start, stop)
+        _decide(piece, (None, start), (None, stop))
     return True
