@@ -13,8 +13,9 @@ where the result would differ: a device other than the CPU or CUDA, a `pipeline`
 the kernel cache (`cache`, else `default_cache()`), under the same keys as the static
 runtime's (`xfuse.runtime.symbolic.compile_kernels`). A group that the symbolic
 lowering cannot lower refuses the program (`lower-to-loops`' line), and so does one whose
-eager outputs a dynamic program would not return alike (`check_outputs`: a view of an input or
-of another output, or strides that are not contiguous). At call time: a size of 0 or 1 that
+eager outputs a dynamic program would not return alike (`output_orders`: a view of an input or
+of another output, or strides of no dense order; an output dense in another order than
+contiguous, a channels-last map, is returned in that order, `in_memory_order`). At call time: a size of 0 or 1 that
 the input's `Dim` allows specialises, as Inductor's does (`DynamicProgram.specialises`: a
 static program compiled for the call's shape runs it); a size outside a symbol's range (0 and
 1 where the `Dim` does not allow them) raises `SymbolicSizeError`; a call at sizes where an
@@ -282,8 +283,11 @@ class DynamicProgram:
             check_symbolic(program.module)
             with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
                 eager = model(*example_inputs, **kwargs)
-            check_outputs(program.output_rules, eager)
+            orders = output_orders(program.output_rules, eager)
         self.program = program
+        self.orders = orders
+        """The tensor outputs eager returns dense but not contiguous, and their memory orders
+        (`output_orders`)."""
         self.op_index = OpIndex()
         """The ops the fusion decisions name (for `xfuse.explain`)."""
         self.cache = default_cache() if cache is None else cache
@@ -490,7 +494,10 @@ class DynamicProgram:
         results = self._run(tensors, plan)
         if plan.cpu_results:  # what eager computes from CPU scalars alone, it returns on the CPU
             results = [r.cpu() if k in plan.cpu_results else r for k, r in enumerate(results)]
-        return self.unflatten(self.program.visible(results))
+        visible = self.program.visible(results)
+        for k, order in self.orders.items():
+            visible[k] = in_memory_order(visible[k], order)
+        return self.unflatten(visible)
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
         """What the plan of a plain call (tensors `args`) depends on: each input's Python
@@ -585,8 +592,8 @@ def run_symbolic(
 
 def owned(results: list[Tensor], copy_out: bool) -> list[Tensor]:
     """A symbolic program's results as the caller's (a `GraphRunner`'s `Finish`): graph memory
-    the runner keeps (`copy_out`) copied, as fresh contiguous tensors (what `check_outputs`
-    requires of eager's outputs)."""
+    the runner keeps (`copy_out`) copied, as fresh contiguous tensors (those eager returns in
+    another memory order are laid out so after, `in_memory_order`)."""
     return [r.clone() for r in results] if copy_out else results
 
 
@@ -605,10 +612,13 @@ def check_symbolic(module: ModuleOp) -> None:
         )
 
 
-def check_outputs(rules: Sequence[OutputRule], eager: Any) -> None:
-    """Refuse, in one line, outputs that eager returns as memory a dynamic program would not
-    return alike: a view of an input or of another output (its results are fresh tensors), or
-    a fresh tensor whose strides are not contiguous (its results are)."""
+def output_orders(rules: Sequence[OutputRule], eager: Any) -> dict[int, tuple[int, ...]]:
+    """The memory order of each output that eager returns dense but not contiguous (a permute
+    of a contiguous tensor, as a channels-last map or a transposed product is), by its index
+    among the tensor outputs (`memory_order`): the program returns such an output with eager's
+    strides (`in_memory_order`). Refused, in one line: outputs that eager returns as memory a
+    dynamic program would not return alike, a view of an input or of another output (its
+    results are fresh tensors), or strides of no dense order (overlapping or with gaps)."""
     for i, rule in enumerate(rules):
         if rule.base != "fresh":
             what = "an input" if rule.base == "arg" else "another output"
@@ -616,12 +626,40 @@ def check_outputs(rules: Sequence[OutputRule], eager: Any) -> None:
                 f"output {i} is a view of {what} in eager, which dynamic_shapes does not "
                 "return as a view yet"
             )
+    orders: dict[int, tuple[int, ...]] = {}
     for i, t in enumerate(x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)):
-        if not t.is_contiguous():
+        if t.is_contiguous():
+            continue
+        order = memory_order(t)
+        if order is None:
             raise UnsupportedProgram(
-                f"eager returns output {i} with strides {tuple(t.stride())} (not contiguous), "
-                "which dynamic_shapes does not reproduce yet"
+                f"eager returns output {i} with strides {tuple(t.stride())} (not dense in any "
+                "order), which dynamic_shapes does not reproduce yet"
             )
+        orders[i] = order
+    return orders
+
+
+def memory_order(t: Tensor) -> tuple[int, ...] | None:
+    """The dims of `t` from outermost to innermost in memory where `t` is a permute of a
+    contiguous tensor with exactly `t`'s strides (size-1 dims included), else None."""
+    strides = t.stride()
+    order = tuple(sorted(range(t.dim()), key=lambda d: -strides[d]))
+    dense = torch.empty([t.shape[d] for d in order], device="meta").permute(_inverse(order))
+    return order if dense.stride() == t.stride() else None
+
+
+def in_memory_order(result: Tensor, order: tuple[int, ...]) -> Tensor:
+    """`result` (contiguous) as a tensor of the same values laid out in `order`
+    (`memory_order`): one copy, its strides eager's at the call's sizes."""
+    return result.permute(order).contiguous().permute(_inverse(order))
+
+
+def _inverse(order: Sequence[int]) -> tuple[int, ...]:
+    inverse = [0] * len(order)
+    for position, d in enumerate(order):
+        inverse[d] = position
+    return tuple(inverse)
 
 
 def compile_dynamic(
