@@ -34,7 +34,12 @@ from xfuse.backends.llvm import (
     optimize,
     to_llvm_module,
 )
-from xfuse.backends.loop_hints import keep_long_rows, keep_sum_loops, widen_short_rows
+from xfuse.backends.loop_hints import (
+    keep_long_rows,
+    keep_sum_loops,
+    widen_bounded_rows,
+    widen_short_rows,
+)
 from xfuse.backends.openmp import add_parallel_entry, openmp_parallel_address, parallel_symbol
 from xfuse.backends.threadpool import RangePool, shared_pool
 from xfuse.errors import CodegenError
@@ -198,6 +203,7 @@ class CPUBackend:
         converted = to_llvm_module(self.lower(module, name), self.target_machine)
         keep_sum_loops(converted)
         widen_short_rows(converted)
+        widen_bounded_rows(converted)
         keep_long_rows(converted)
         if self.openmp:
             arity = converted.get_global(arity_symbol(name)).initializer.constant

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from xfuse.passes.llvm.short_rows import SHORT_TRIP
+
 MIN_KEPT_TRIP = 16
 """The shortest constant trip count whose float-sum loop is kept for the vectorizer (one
 AVX-512 vector of f32; a shorter serial sum has no more rounding error than a vector lane)."""
@@ -298,6 +300,68 @@ def widen_short_rows(module: ir.Module) -> int:
         loop.latch.terminator.set_metadata("llvm.loop", loop_id(module, *properties))
         marked += 1
     return marked
+
+
+def widen_bounded_rows(module: ir.Module) -> int:
+    """Mark `llvm.loop.vectorize.width` `SHORT_TRIP` lanes with a masked tail on each innermost
+    loop of `module` whose bound is `min(%b, %a + SHORT_TRIP)` for a loop from `%a`, or `min(%b,
+    c)` from a constant `c - SHORT_TRIP` (`xfuse.passes.llvm.short_rows`' copy of a short row:
+    at most `SHORT_TRIP` trips, fewer at run time), that steps through memory one element a trip
+    and is `elementwise`: the row runs as one masked vector where LLVM would run it one element
+    at a time (its vector loop needs more trips than the row has). The mask is computed at run
+    time, so the one-lane constant masks of `widen_short_rows`' note do not arise. Returns how
+    many loops were marked."""
+    marked = 0
+    properties: tuple[ir.MDValue, ...] = ()
+    for function in module.functions:
+        if function.is_declaration:
+            continue
+        for loop in innermost(loops(function)):
+            test = trip_test(loop)
+            if test is None or most_trips(test, loop) != SHORT_TRIP:
+                continue
+            if not unit_stride(loop, test.operands[0]) or not elementwise(loop):
+                continue
+            if not properties:
+                lanes = ir.Constant(ir.IntType(32), SHORT_TRIP)
+                width = module.add_metadata([ir.MetaDataString(module, WIDTH), lanes])
+                properties = (width, _masked_tail(module))
+            loop.latch.terminator.set_metadata("llvm.loop", loop_id(module, *properties))
+            marked += 1
+    return marked
+
+
+def most_trips(test: ir.ICMPInstr, loop: Loop) -> int | None:
+    """The most trips of a loop whose test `icmp slt %iv, %bound` has a bound `select (icmp slt
+    %b, %m), %b, %m` (a signed min) of `%m` = the index's start plus a constant, or a constant
+    where the index starts at a constant: that constant less the start; else None."""
+    bound = test.operands[1]
+    if not (isinstance(bound, ir.SelectInstr) and isinstance(bound.operands[0], ir.ICMPInstr)):
+        return None
+    compare, (_, chosen, other) = bound.operands[0], bound.operands
+    if compare.op != "slt" or list(compare.operands) != [chosen, other]:
+        return None
+    iv = test.operands[0]
+    if isinstance(other, ir.Constant) and isinstance(other.constant, int):
+        start = _start_value(iv, loop)
+        if isinstance(start, ir.Constant) and isinstance(start.constant, int):
+            return other.constant - start.constant
+        return None
+    if isinstance(other, ir.Instruction) and other.opname == "add":
+        a, b = other.operands
+        start = _start_value(iv, loop)
+        for base, step in ((a, b), (b, a)):
+            if base is start and isinstance(step, ir.Constant) and isinstance(step.constant, int):
+                return step.constant
+    return None
+
+
+def _start_value(iv: ir.Value, loop: Loop) -> ir.Value | None:
+    """The value a header phi `iv` takes from outside `loop`."""
+    if not isinstance(iv, ir.PhiInstr):
+        return None
+    outside = [value for value, block in iv.incomings if block not in loop.blocks]
+    return outside[0] if len(outside) == 1 else None
 
 
 def elementwise(loop: Loop) -> bool:

@@ -65,6 +65,7 @@ from xfuse.passes.llvm.convert_func_to_llvm import convert_types, rewrite_once
 from xfuse.passes.llvm.driver import LLVMTarget, PowerRules, lower_kernels
 from xfuse.passes.llvm.expand_math import expand_math
 from xfuse.passes.llvm.range_pieces import split_loop_ranges
+from xfuse.passes.llvm.short_rows import version_short_row
 from xfuse.passes.llvm.transpose_blocks import block_transposed_loops
 from xfuse.passes.lowering.divisions import divide_by_reciprocal, kept_divisors
 from xfuse.passes.lowering.lower_to_loops import is_lone_kernel_op
@@ -470,6 +471,9 @@ def prepare_cpu_kernels(module: ModuleOp) -> None:
     for kernel in kernel_functions(module):
         for loop in reversed([o for o in kernel.walk() if isinstance(o, scf.ForOp)]):
             split_loop_ranges(loop)
+        if SIZE_ARGS_ATTR in kernel.attributes:
+            for loop in [o for o in kernel.walk() if isinstance(o, scf.ForOp)]:
+                version_short_row(loop)
 
 
 TARGET_PREPARATIONS: dict[str, Callable[[ModuleOp], None]] = {"cpu": prepare_cpu_kernels}
