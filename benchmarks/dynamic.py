@@ -6,7 +6,7 @@ symbolic, an image's height and width too), automatic xfuse (`dynamic=None`, tor
 default: the first size static, then one symbolic program in which only the dims that changed
 are symbolic) and Inductor (`dynamic=True`, and `dynamic=None`), side by side:
 
-    python -m benchmarks.dynamic [--models mlp,lm,gpt2,convnet,softmax,...]
+    python -m benchmarks.dynamic [--models mlp,lm,gpt2,convnet,convnext_t,softmax,...]
                                  [--columns xfuse-static,...]
                                  [--mlp-sizes 2,5,...] [--lm-sizes 3,9,...]
                                  [--gpt2-sizes 64,...] [--runs 10]
@@ -25,10 +25,11 @@ are of the programs the first calls compiled, and its compiles (in the untimed c
 second cold compile. One table per model: a row per size, then the sum of the first calls (the
 sweep's compile time) and the median steady-state ms. The MLP's sweep is over the batch size,
 the language models' (GPT-2 from its config, random weights: `lm` a small one, 2x its length;
-`gpt2` the families' 4 layers 768 wide, 8x its length) over the sequence length. `--dtype bf16`
-runs the models in bf16 (checked against eager at bf16's tolerances; the GPT-2 head's
-50,257-token rows are then unaligned for cuBLAS: `pad-matmul`). On CUDA, the first call's ms
-waits for the GPU, the steady ms are one call's each with CUDA events (the host's launches
+`gpt2` the families' 4 layers 768 wide, 8x its length) over the sequence length, the conv nets'
+(`convnet` a small ConvNeXt on 64x64 images, `convnext_t` ConvNeXt-T on 224x224) over the batch.
+`--dtype bf16` runs the models in bf16 (checked against eager at bf16's tolerances; the GPT-2
+head's 50,257-token rows are then unaligned for cuBLAS: `pad-matmul`). On CUDA, the first call's
+ms waits for the GPU, the steady ms are one call's each with CUDA events (the host's launches
 included), and `inductor-ro-dynamic` is Inductor's reduce-overhead mode (CUDA graphs per shape,
 as xfuse's dynamic programs capture them).
 """
@@ -132,6 +133,21 @@ class ConvNet(torch.nn.Module):
         return self.model(pixel_values=images).pooler_output
 
 
+class ConvNextT(torch.nn.Module):
+    """transformers' ConvNeXt-T (its config's defaults: 4 stages of 3, 3, 9, 3 blocks, 96 to 768
+    channels), random weights, on 224x224 images: its last hidden state, which eager returns
+    channels-last (strides of no contiguous tensor, which a dynamic program must reproduce)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers
+
+        self.model = transformers.ConvNextModel(transformers.ConvNextConfig())
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.model(pixel_values=images).last_hidden_state
+
+
 @dataclass(frozen=True)
 class Workload:
     """A model and the inputs of one size of its sweep."""
@@ -150,6 +166,7 @@ WORKLOADS: dict[str, Workload] = {
         for k in KERNELS
     },
     "convnet": Workload(ConvNet, lambda n: (torch.randn(n, 3, 64, 64),), "batch"),
+    "convnext_t": Workload(ConvNextT, lambda n: (torch.randn(n, 3, 224, 224),), "batch"),
     "mlp": Workload(MLP, lambda n: (torch.randn(n, 256),), "batch"),
     "lm": Workload(LM, lambda n: (torch.randint(0, 1024, (2, n)),), "seq"),
     "gpt2": Workload(
@@ -162,6 +179,7 @@ WORKLOADS: dict[str, Workload] = {
 DEFAULT_SIZES = {
     **{k: "64,200,512,1000,2048,4096" for k in KERNELS},
     "convnet": "2,5,9,17,33,64",
+    "convnext_t": "2,5,8,17,32",
     "mlp": "2,5,9,17,33,64,100",
     "lm": "3,9,17,33,64,100",
     "gpt2": "64,128,200,333,512",
