@@ -11,6 +11,8 @@ import pytest
 import torch
 from frontend_util import check_against_eager, op_names
 
+import xfuse
+
 _gen = torch.Generator().manual_seed(0)
 
 
@@ -123,6 +125,51 @@ def test_slice_scatter_is_a_select_of_padded_values() -> None:
     names = op_names(imported)
     assert names.count("graph.where") == 1
     assert "graph.pad" in names
+
+
+@pytest.mark.parametrize(
+    ("offset", "src"),
+    [(-2, rand(3)), (0, rand(7)), (3, rand(6)), (9, rand(1)), (1, rand(2, 5))],
+    ids=["short", "long", "past_the_corner", "empty_diagonal", "extra_dim"],
+)
+def test_diagonal_scatter_of_a_source_not_the_diagonals_shape_raises_eagers_error(
+    offset: int, src: torch.Tensor
+) -> None:
+    """torch's meta function of diagonal_scatter does not compare `src` with the diagonal (a
+    6x8 matrix's diagonal at -2 has 4 elements): the compiled program must raise as eager does,
+    not write 3 of them."""
+
+    def scatter(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.diagonal_scatter(x, y, offset) * 2
+
+    x = rand(6, 8)
+    with pytest.raises(RuntimeError) as eager:
+        scatter(x, src)
+    with pytest.raises(RuntimeError) as compiled:
+        xfuse.compile(scatter, (x, src), quiet=True)(x, src)
+    assert str(compiled.value).splitlines()[0] == str(eager.value).splitlines()[0]
+
+
+def test_a_symbolic_slice_scatter_raises_where_the_source_stops_fitting() -> None:
+    """x[4:-2:3] has no element at length 6 and one from 7: one symbolic program serves
+    both, and raises eager's error where the empty source no longer fits."""
+    from xfuse import dynamo
+
+    def scatter(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.slice_scatter(x, y, 0, 4, -2, 3) * 2
+
+    compiled = torch.compile(scatter, backend="xfuse", dynamic=True)
+    before = dynamo.COMPILES["symbolic"]
+    empty, six = rand(0), rand(6)
+    torch.testing.assert_close(compiled(six, empty), scatter(six, empty))
+    for n in (7, 9):
+        x = rand(n)
+        with pytest.raises(RuntimeError) as eager:
+            scatter(x, empty)
+        with pytest.raises(RuntimeError) as got:
+            compiled(x, empty)
+        assert str(got.value).splitlines()[0] == str(eager.value).splitlines()[0]
+    assert dynamo.COMPILES["symbolic"] == before + 1
 
 
 # --- scatters with computed indices ------------------------------------------------------------

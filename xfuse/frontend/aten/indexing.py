@@ -228,7 +228,8 @@ def _emit_slice_scatter(
     start = min(max(start + size if start < 0 else start, 0), size)
     end = min(max(end + size if end < 0 else end, start), size)
     m = len(range(start, end, step)) if step > 0 else -1
-    if graph.shape_of(src) != tuple(m if k == dim else d for k, d in enumerate(shape)):
+    written = tuple(m if k == dim else d for k, d in enumerate(graph.dims_of(x)))
+    if graph.dims_of(src) != written:  # size symbols compared by name
         return None
     src = lw.cast(src, graph.dtype_of(x))
     if graph.numel(graph.shape_of(src)) == 0:
@@ -252,6 +253,8 @@ def _slice_scatter(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         return None
     dim = a.get("dim", 0) % _rank(x)
     size = graph.shape_of(x)[dim]
+    if size < 0:
+        return None  # a symbolic dim: torch runs it, and raises where `src` does not fit
     return _emit_slice_scatter(
         lw,
         x,
@@ -289,9 +292,14 @@ def _diagonal_scatter(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     shape = graph.shape_of(x)
     rest = [d for d in range(rank) if d not in (d1, d2)]
     n, m = shape[d1], shape[d2]
-    length = graph.shape_of(src)[-1]
+    if n < 0 or m < 0:
+        return None  # a symbolic dim: torch runs it, and raises where `src` does not fit
+    diagonal = max(min(n, m - offset) if offset >= 0 else min(n + offset, m), 0)
+    if graph.shape_of(src) != (*(shape[d] for d in rest), diagonal):
+        return None  # eager raises: src is not the diagonal's shape
+    length = diagonal
     if length == 0 or graph.numel(shape) == 0:
-        return x if graph.shape_of(src)[:-1] == tuple(shape[d] for d in rest) else None
+        return x
     perm = [*rest, d1, d2]
     flat = lw.reshape(_permute_dims(lw, x, perm), [shape[d] for d in rest] + [n * m])
     start = offset if offset >= 0 else -offset * m
