@@ -16,6 +16,7 @@ from tests.part_compilers import refuse_the_backward
 from xfuse.cli import fuzz as cli
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.testing.fuzz import reproducer
+from xfuse.testing.fuzz import training as fuzz_training
 from xfuse.testing.fuzz.generator import generate
 from xfuse.testing.fuzz.program import InputSpec, program_source
 from xfuse.testing.fuzz.runner import Outcome
@@ -222,13 +223,13 @@ def test_the_cli_trains_the_program_drawn_before_dtypes_eager_refuses(
 ) -> None:
     """Seed 2's program 2 ends on dtypes eager refuses: the run checks it as drawn before."""
     checked: list[str] = []
-    real = cli.check_training
+    real = fuzz_training.check_training
 
     def recording(source: str, devices: Any) -> Outcome:
         checked.append(source)
         return real(source, devices)
 
-    monkeypatch.setattr(cli, "check_training", recording)
+    monkeypatch.setattr(fuzz_training, "check_training", recording)
     assert cli.main(["--training", "--programs", "1", "--start", "2", "--seed", "2"]) == 0
     seed = cli.program_seed(2, 2)
     assert checked == [generate(seed).source, generate(seed, mismatches=False).source]
@@ -247,7 +248,7 @@ def test_the_cli_writes_a_training_reproducer(
     assert out[-1] == "0 passed, 1 failed"
     text = (tmp_path / "fail_1_0.py").read_text()
     assert "Failed at: first step backward" in text
-    assert "check_file(__file__, training=True)" in text
+    assert "check_file(__file__, mode='training')" in text
     assert reproducer.program_part(text) == generate(cli.program_seed(1, 0)).source
 
 
@@ -256,11 +257,11 @@ def test_a_training_reproducer_fails_while_the_bug_is_there(
 ) -> None:
     path = tmp_path / "fail_3_0.py"
     failed = Outcome("fail", "first step backward", "planted")
-    path.write_text(reproducer.reproducer(BROADCAST, failed, 3, 0, training=True))
-    assert reproducer.check_file(str(path), training=True) == 0
+    path.write_text(reproducer.reproducer(BROADCAST, failed, 3, 0, mode="training"))
+    assert reproducer.check_file(str(path), mode="training") == 0
     assert capsys.readouterr().out.startswith("pass")
     planted("backward", lambda t: t * 1.01)
-    assert reproducer.check_file(str(path), training=True) == 1
+    assert reproducer.check_file(str(path), mode="training") == 1
     assert capsys.readouterr().out.startswith("fail at first step backward: gradient of input")
 
 

@@ -6,13 +6,18 @@ bisector.
     xfuse-fuzz --programs 50 --seed 3 --device cpu         # a fixed number of programs
     xfuse-fuzz --bisect failures/fail_1_17.py              # the pass, the fusion, a lit test
     xfuse-fuzz --training --seconds 900 --seed 1           # forward and backward vs eager's
+    xfuse-fuzz --dynamic --seconds 900 --seed 1            # several sizes, dynamic=True
 
 The fuzz run ends with the line `N passed, M failed` and exits 1 when M > 0. Programs that
 torch.export rejects are counted as skipped, on a line of their own. With `--training`, each
 program's outputs and input gradients through `torch.compile(backend="xfuse")` in strict mode
 (AOTAutograd's forward and backward parts) are compared with eager's
 (`xfuse.testing.fuzz.training`); skips are counted by reason, and parts xfuse cannot compile
-(`EagerFallbackError`: coverage gaps, not failures) by the op they name.
+(`EagerFallbackError`: coverage gaps, not failures) by the op they name. With `--dynamic`, each
+program is called at its own sizes and two others of one dim through
+`torch.compile(backend="xfuse", dynamic=True)`, values and strides against eager's
+(`xfuse.testing.fuzz.dynamic`); the stages count how the backend compiled them (symbolic,
+per-shape).
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ from pathlib import Path
 
 from xfuse.pipeline import DEFAULT_PIPELINE
 from xfuse.testing.fuzz.generator import generate
-from xfuse.testing.fuzz.reproducer import reproducer, reproducer_name
+from xfuse.testing.fuzz.reproducer import check_in_mode, reproducer, reproducer_name
 from xfuse.testing.fuzz.runner import Outcome, available_devices, check_source
-from xfuse.testing.fuzz.training import REFUSED, check_training, gap_ops
+from xfuse.testing.fuzz.training import REFUSED, gap_ops
 from xfuse.testing.limits import ProgramTimeout, time_limit
 
 
@@ -48,7 +53,8 @@ class FuzzRun:
     pipeline: str = DEFAULT_PIPELINE
     allow_unsupported: bool = True
     semantics: bool = False
-    training: bool = False
+    mode: str = "forward"
+    """forward | training | dynamic (`reproducer.MODES`)"""
     per_program_s: int = 120
     verbose: bool = False
     passed: int = 0
@@ -59,12 +65,14 @@ class FuzzRun:
     signatures: Counter[str] = field(default_factory=Counter[str])
     skip_reasons: Counter[str] = field(default_factory=Counter[str])
     gap_ops: Counter[str] = field(default_factory=Counter[str])
+    per_shape: Counter[str] = field(default_factory=Counter[str])
+    """The dynamic mode's reasons for compiling per shape, by how many programs gave each."""
 
     def run_one(self, index: int) -> Outcome:
         seed = program_seed(self.seed, index)
         source = generate(seed, allow_unsupported=self.allow_unsupported).source
         outcome = self.check_in_time(source)
-        if self.training and outcome.status == "skip" and outcome.message == REFUSED:
+        if self.mode == "training" and outcome.status == "skip" and outcome.message == REFUSED:
             # The program drawn before its tail of dtypes eager refuses: one it differentiates.
             source = generate(
                 seed, allow_unsupported=self.allow_unsupported, mismatches=False
@@ -81,8 +89,8 @@ class FuzzRun:
             return Outcome("fail", "timeout", str(e))
 
     def check(self, source: str) -> Outcome:
-        if self.training:
-            return check_training(source, self.devices)
+        if self.mode != "forward":
+            return check_in_mode(source, self.mode, self.devices)
         return check_source(source, self.devices, self.pipeline, semantics=self.semantics)
 
     def record(self, index: int, source: str, outcome: Outcome) -> None:
@@ -96,6 +104,8 @@ class FuzzRun:
         elif outcome.status == "pass":
             self.passed += 1
             self.stages.update(outcome.stages)
+            if self.mode == "dynamic" and outcome.message:
+                self.per_shape.update(outcome.message.split("; "))
         else:
             self.failed += 1
             self.signatures[f"{outcome.stage}: {outcome.message[:100]}"] += 1
@@ -112,17 +122,21 @@ class FuzzRun:
             return ""
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / reproducer_name(self.seed, index)
-        path.write_text(reproducer(source, outcome, self.seed, index, self.training))
+        path.write_text(reproducer(source, outcome, self.seed, index, self.mode))
         return f" -> {path}"
 
     def summary(self) -> list[str]:
-        if self.training:
+        if self.mode == "forward":
+            lines = [f"{self.skipped} skipped (torch.export rejects them)"]
+        else:
             lines = [f"{self.skipped} skipped"]
             lines += [f"  {n} x {why}" for why, n in self.skip_reasons.most_common()]
+        if self.mode == "training":
             lines.append(f"{self.gaps} coverage gaps (EagerFallbackError in strict mode)")
             lines += [f"  {n} x {op}" for op, n in self.gap_ops.most_common()]
-        else:
-            lines = [f"{self.skipped} skipped (torch.export rejects them)"]
+        if self.mode == "dynamic":
+            lines.append("compiled per shape, because:")
+            lines += [f"  {n} x {why}" for why, n in self.per_shape.most_common()]
         if self.stages:
             lines.append(
                 "stages checked: " + ", ".join(f"{k} x{v}" for k, v in self.stages.items())
@@ -140,7 +154,7 @@ def fuzz(args: argparse.Namespace) -> int:
         pipeline=args.pipeline,
         allow_unsupported=not args.supported_only,
         semantics=args.semantics,
-        training=args.training,
+        mode="training" if args.training else "dynamic" if args.dynamic else "forward",
         verbose=args.verbose,
     )
     deadline = time.monotonic() + args.seconds
@@ -190,6 +204,11 @@ def parser() -> argparse.ArgumentParser:
         "--training",
         action="store_true",
         help="check forward and backward through torch.compile against eager's gradients",
+    )
+    p.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="call each program at several sizes through torch.compile(dynamic=True)",
     )
     p.add_argument("--supported-only", action="store_true", help="only ops xfuse compiles")
     p.add_argument("--bisect", metavar="FILE", default=None, help="bisect a failing reproducer")

@@ -29,8 +29,12 @@ outputs and input gradients with eager's; a gradient that fails the RMSE rule is
 with its errors pooled over more losses (`compare.pooled_rmse_ok`: a 0-d gradient's one error
 is a single random draw, eager's too).
 
+The dynamic-shapes mode (`xfuse-fuzz --dynamic`, `dynamic.check_dynamic`) calls each program
+at its inputs' sizes and two other sizes of one dim through `torch.compile(backend="xfuse",
+dynamic=True)` and compares values and strides with eager's at each.
+
 One module per part: `program.py` (program text), `generator.py`, `draw_order.py` (the order
 each pool draws its ops in), `compare.py`, `runner.py` (the differential runner, and the
-`--semantics` aliasing check), `training.py` (the training mode), `reproducer.py`; this package
+`--semantics` aliasing check), `training.py` (the training mode), `dynamic.py` (the dynamic-shapes mode), `reproducer.py`; this package
 names what they export.
 """

@@ -11,16 +11,24 @@ from xfuse.testing.fuzz.runner import Outcome, check_source
 # ---------------------------------------------------------------------------------------------
 
 
-def reproducer(source: str, outcome: Outcome, seed: int, index: int, training: bool = False) -> str:
-    """A standalone script: the program, then a main that runs it eagerly and through xfuse
-    (with `training`, its forward and backward: `check_training`) and exits non-zero while
-    they differ."""
+MODES = ("forward", "training", "dynamic")
+"""The fuzzer's modes: every stage of xfuse against eager (`runner.check_source`), forward and
+backward through torch.compile (`training.check_training`, `xfuse-fuzz --training`), calls at
+several sizes through torch.compile with dynamic shapes (`dynamic.check_dynamic`, `xfuse-fuzz
+--dynamic`)."""
+
+RERUN = {
+    "training": "its forward and backward through torch.compile (xfuse-fuzz --training)",
+    "dynamic": "its calls at several sizes through torch.compile(dynamic=True) (xfuse-fuzz --dynamic)",
+}
+"""What a reproducer of each mode but the forward one runs again."""
+
+
+def reproducer(source: str, outcome: Outcome, seed: int, index: int, mode: str = "forward") -> str:
+    """A standalone script: the program, then a main that runs it eagerly and through xfuse as
+    the fuzzer's `mode` does (`MODES`) and exits non-zero while they differ."""
     name = reproducer_name(seed, index)
-    how = (
-        "its forward and backward through torch.compile (xfuse-fuzz --training)"
-        if training
-        else f"`xfuse-fuzz --bisect {name}` finds the pass and shrinks it"
-    )
+    how = RERUN.get(mode, f"`xfuse-fuzz --bisect {name}` finds the pass and shrinks it")
     header = (
         f'"""xfuse-fuzz reproducer: seed {seed}, program {index}.\n\n'
         f"Failed at: {outcome.stage}\n{_wrap(outcome.message)}\n\n"
@@ -32,7 +40,7 @@ def reproducer(source: str, outcome: Outcome, seed: int, index: int, training: b
         'if __name__ == "__main__":\n'
         "    import sys\n\n"
         "    from xfuse.testing.fuzz.reproducer import check_file\n\n"
-        f"    sys.exit(check_file(__file__{', training=True' if training else ''}))\n"
+        f"    sys.exit(check_file(__file__{'' if mode == 'forward' else f', mode={mode!r}'}))\n"
     )
     return header + source + main
 
@@ -57,16 +65,24 @@ def program_part(text: str) -> str:
     return body.rstrip("\n") + "\n"
 
 
-def check_file(path: str, devices: Sequence[str] | None = None, training: bool = False) -> int:
-    """Run a reproducer's program through xfuse (with `training`, its forward and backward on
-    the CPU, or `devices`); print the outcome; 0 when it passes."""
-    from xfuse.testing.fuzz.training import check_training
-
+def check_file(path: str, devices: Sequence[str] | None = None, mode: str = "forward") -> int:
+    """Run a reproducer's program through xfuse as the fuzzer's `mode` does (the training and
+    dynamic modes on the CPU unless `devices` says otherwise); print the outcome; 0 when it
+    passes."""
     with open(path) as f:
         source = program_part(f.read())
-    if training:
-        outcome = check_training(source, devices or ("cpu",))
-    else:
-        outcome = check_source(source, devices)
+    outcome = check_in_mode(source, mode, devices)
     print(outcome)
     return 0 if outcome.status != "fail" else 1
+
+
+def check_in_mode(source: str, mode: str, devices: Sequence[str] | None = None) -> Outcome:
+    """`source` checked by the fuzzer's `mode` (`MODES`)."""
+    from xfuse.testing.fuzz.dynamic import check_dynamic
+    from xfuse.testing.fuzz.training import check_training
+
+    if mode == "training":
+        return check_training(source, devices or ("cpu",))
+    if mode == "dynamic":
+        return check_dynamic(source, devices or ("cpu",))
+    return check_source(source, devices)

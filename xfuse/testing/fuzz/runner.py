@@ -262,14 +262,7 @@ class Differential:
     # --- where eager computes ----------------------------------------------------------------
 
     def run_f64(self) -> list[Tensor] | None:
-        inputs = [t.double() if t.dtype == torch.float32 else t for t in self.fresh_inputs()]
-        try:
-            with warnings.catch_warnings(), Float64Casts():
-                warnings.simplefilter("ignore")  # f64 data with f32 weights: said once, here
-                out = flat_tensors(self.program(*inputs))
-        except Exception:
-            return None
-        return out if len(out) == len(self.expected) else None
+        return f64_outputs(self.program, self.fresh_inputs(), len(self.expected))
 
     def run_import(self) -> Any:
         from xfuse.frontend import UnsupportedProgram, import_module
@@ -447,6 +440,22 @@ class Differential:
         with full_f32_on(device):
             after = flat_tensors(compiled(*on_device()))
         self.check(f"{device} (after writes)", after)
+
+
+def f64_outputs(
+    program: Callable[..., Any], inputs: Sequence[Tensor], count: int
+) -> list[Tensor] | None:
+    """The program's outputs computed in f64 from its f32 `inputs` (`Float64Casts`): the
+    reference of the RMSE rule; None where that run raises or returns other than `count`
+    tensors."""
+    wide = [t.double() if t.dtype == torch.float32 else t for t in inputs]
+    try:
+        with warnings.catch_warnings(), Float64Casts():
+            warnings.simplefilter("ignore")  # f64 data with f32 weights: said once, here
+            out = flat_tensors(program(*wide))
+    except Exception:
+        return None
+    return out if len(out) == count else None
 
 
 def same_layout_on(t: Tensor, device: str) -> Tensor:
