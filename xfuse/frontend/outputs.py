@@ -28,6 +28,7 @@ import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from xfuse.dialects.graph.layout import row_major_strides
+from xfuse.frontend.meta_strides import Strides, eager_strides
 
 VIEW_METHODS: dict[Any, tuple[str, tuple[Any, ...]]] = {
     torch.ops.aten.view.default: ("view", ()),
@@ -178,6 +179,7 @@ def output_rules(
     """The rule of each returned node, and the hidden outputs; `arg_of` maps placeholders to
     `@forward` arguments."""
     bases = [view_chain(node) for node in returned]
+    corrected = eager_strides(returned[0].graph) if returned else {}
     owner: dict[torch.fx.Node, int] = {}
     for i, (node, (base, chain)) in enumerate(zip(returned, bases, strict=True)):
         if not chain and base is node and base not in arg_of:
@@ -196,21 +198,23 @@ def output_rules(
         elif owner.get(base, i) != i:
             rules.append(OutputRule("output", owner[base], chain))
         else:
-            rules.append(OutputRule("fresh", i, stride=_stride(node)))
+            rules.append(OutputRule("fresh", i, stride=_stride(node, corrected)))
     rules += [
-        OutputRule("fresh", len(returned) + j, stride=_stride(b)) for j, b in enumerate(hidden)
+        OutputRule("fresh", len(returned) + j, stride=_stride(b, corrected))
+        for j, b in enumerate(hidden)
     ]
     return OutputRules(rules, hidden)
 
 
-def _stride(node: torch.fx.Node) -> tuple[int, ...]:
-    """Eager's strides of a fresh output. An op that is no view never returns memory that
+def _stride(node: torch.fx.Node, corrected: Strides) -> tuple[int, ...]:
+    """Eager's strides of a fresh output: its traced value's, or those `corrected` has for it
+    (`meta_strides.eager_strides`). An op that is no view never returns memory that
     overlaps itself in eager (it clones an overlapping input contiguous), but some of torch's
     meta functions keep an expanded input's stride of 0 (torch 2.11's `slice_scatter`,
     `select_scatter`, `diagonal_scatter`): there the traced strides are not eager's, and the
     output is contiguous."""
     value = node.meta["val"]
-    stride = tuple(value.stride())
+    stride = corrected.get(node, tuple(value.stride()))
     if _replay_step(node) is None and overlaps(tuple(value.shape), stride):
         return row_major_strides(tuple(value.shape))
     return stride

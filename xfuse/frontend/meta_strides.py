@@ -1,0 +1,102 @@
+"""
+Eager's strides where torch's trace has others. A fresh output is returned with the strides of
+its traced value (`outputs.OutputRule.stride`), and some of torch's meta functions lay a result
+out otherwise than eager's kernel does: `copysign` is computed by its reference as a `where`
+of the second operand's sign bit, so its traced result takes the second operand's layout,
+where eager's elementwise kernel takes the first's (TensorIterator, a transposed second
+operand: eager `(8, 1, 8)`, traced `(1, 8, 64)`). Every op after it in the trace inherits the
+difference.
+
+`eager_strides(graph)` finds the nodes whose eager strides differ from their traced ones: an op
+of `MISLAID_ELEMENTWISE` gets TensorIterator's layout of its operands
+(`torch._prims_common.compute_elementwise_output_strides`, which follows it), and an op that
+reads a node found so is run again on meta tensors of the corrected strides. Static shapes
+only: a symbolic program takes its outputs' layouts from eager's run (`xfuse.runtime.dynamic`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+from torch._prims_common import compute_elementwise_output_strides
+
+MISLAID_ELEMENTWISE = frozenset(
+    {
+        torch.ops.aten.copysign.Tensor,
+        torch.ops.aten.copysign.Scalar,
+    }
+)
+"""Elementwise ops whose meta function lays its result out otherwise than eager's kernel."""
+
+Strides = dict[torch.fx.Node, tuple[int, ...]]
+
+
+def eager_strides(graph: torch.fx.Graph) -> Strides:
+    """Each node whose eager strides differ from its traced value's, and those strides."""
+    found: Strides = {}
+    for node in graph.nodes:
+        if node.op != "call_function" or not _static(node.meta.get("val")):
+            continue
+        if node.target in MISLAID_ELEMENTWISE:
+            strides = _elementwise(node, found)
+        elif any(arg in found for arg in node.all_input_nodes):
+            strides = _rerun(node, found)
+        else:
+            continue
+        if strides is not None and strides != tuple(node.meta["val"].stride()):
+            found[node] = strides
+    return found
+
+
+def _static(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not any(
+        isinstance(d, torch.SymInt) for d in (*value.shape, *value.stride())
+    )
+
+
+def _meta(node: torch.fx.Node, found: Strides) -> torch.Tensor:
+    value = node.meta["val"]
+    strides = found.get(node, tuple(value.stride()))
+    return torch.empty_strided(tuple(value.shape), strides, dtype=value.dtype, device="meta")
+
+
+def _elementwise(node: torch.fx.Node, found: Strides) -> tuple[int, ...] | None:
+    """TensorIterator's layout of an elementwise op's tensor operands (broadcast to its
+    result's shape, where a broadcast dim has stride 0 and decides nothing)."""
+    shape = tuple(node.meta["val"].shape)
+    operands = [
+        _meta(arg, found).expand(shape)
+        for arg in node.args
+        if isinstance(arg, torch.fx.Node) and _static(arg.meta.get("val"))
+    ]
+    if not operands:
+        return None
+    return tuple(compute_elementwise_output_strides(*operands))
+
+
+def _rerun(node: torch.fx.Node, found: Strides) -> tuple[int, ...] | None:
+    """The strides of `node`'s op run on meta tensors with its inputs' eager strides; None
+    where it does not run there."""
+
+    def traced(arg: Any) -> Any:
+        if not isinstance(arg, torch.fx.Node):
+            return arg
+        return _meta(arg, found) if arg in found else _as_meta(arg.meta.get("val"))
+
+    args = torch.fx.node.map_aggregate(node.args, traced)
+    kwargs = torch.fx.node.map_aggregate(node.kwargs, traced)
+    try:
+        result = node.target(*args, **kwargs)  # type: ignore[operator]
+    except Exception:  # noqa: BLE001 - an op with no meta kernel: its traced strides stand
+        return None
+    return tuple(result.stride()) if isinstance(result, torch.Tensor) else None
+
+
+def _as_meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(
+            tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device="meta"
+        )
+    return value
