@@ -216,6 +216,37 @@ def test_outputs_dense_in_another_order_keep_eagers_strides_at_every_size() -> N
             assert g.stride() == e.stride() and not g.is_contiguous()
 
 
+def _copies_of_an_input(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.contiguous(), x.clone(), x * 2
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fresh", "planted_fault"])
+def test_copies_of_an_input_are_fresh_memory_at_every_size(
+    broken: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`contiguous` and `clone` of an input are the input itself in the graph's value
+    semantics: a dynamic program returns them as new memory, as eager does (a write into one
+    leaves the input alone)."""
+    from xfuse.runtime.symbolic import SymbolicProgram
+
+    if broken:
+        monkeypatch.setattr(SymbolicProgram, "fresh", lambda self, results, inputs: results)
+    x = torch.randn(6, 5).t()
+    program = xfuse.compile(_copies_of_an_input, (x,), dynamic_shapes={"x": {1: Dim("n")}})
+    assert isinstance(program, DynamicProgram)
+    aliased = []
+    for n in (6, 9, 13):
+        x = torch.randn(n, 5).t()
+        before = x.clone()
+        got, want = program(x), _copies_of_an_input(x)
+        torch.testing.assert_close(got, want)
+        assert [g.stride() for g in got] == [e.stride() for e in want] or broken
+        for g in got:
+            g.add_(1.0)
+        aliased.append(not torch.equal(x, before))
+    assert any(aliased) == broken
+
+
 def test_memory_order_is_none_for_strides_of_no_dense_order() -> None:
     from xfuse.runtime.dynamic import memory_order
 

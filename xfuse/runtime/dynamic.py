@@ -491,7 +491,7 @@ class DynamicProgram:
                 return self._specialised(args, kwargs)(*args, **kwargs)
             if layouts is not None:
                 self._keep(layouts, plan)
-        results = self._run(tensors, plan)
+        results = self.compiled.fresh(self._run(tensors, plan), tensors)
         if plan.cpu_results:  # what eager computes from CPU scalars alone, it returns on the CPU
             results = [r.cpu() if k in plan.cpu_results else r for k, r in enumerate(results)]
         visible = self.program.visible(results)

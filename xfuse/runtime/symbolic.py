@@ -212,6 +212,11 @@ class _SizedLaunch(NamedTuple):
     extent: int | None
 
 
+def _memory(t: torch.Tensor) -> int:
+    """The address of `t`'s storage (0 for a storage of no bytes)."""
+    return t.untyped_storage().data_ptr()
+
+
 @dataclass
 class _Eager:
     run_op: Callable[[list[torch.Tensor]], list[torch.Tensor]]
@@ -495,6 +500,19 @@ class SymbolicProgram:
                 on = None if self.device.type == "cpu" else self.device
                 self.steps.append(_Eager(prepare_op(op), inputs, outputs, direct, fresh, on))
         self.slot_count = len(slots)
+        arguments = len(forward.body.block.args)
+        shared = {
+            o
+            for st in self.steps
+            if isinstance(st, _Eager) and not st.owns_outputs
+            for o in st.outputs
+        }
+        self.passed_through = tuple(k for k, s in enumerate(self.results) if s < arguments)
+        """Results that are an argument itself (a `clone` or `contiguous` of an input is the
+        input in the graph's value semantics): `fresh` copies them."""
+        self.maybe_shared = tuple(k for k, s in enumerate(self.results) if s in shared)
+        """Results of eager ops that may return an operand's memory (`fresh_results`):
+        `fresh` copies those that share an argument's or another result's memory."""
         self._unset: tuple[None, ...] = (None,) * self.slot_count
         self._cpu_runner = _CPURunner(self) if self.device.type == "cpu" else None
 
@@ -579,6 +597,29 @@ class SymbolicProgram:
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         return self.run(inputs, self.bind(inputs))
+
+    def fresh(
+        self, results: list[torch.Tensor], inputs: Sequence[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """`results` of a call of `inputs` as memory of their own, as eager returns its fresh
+        outputs: those `passed_through` copied, and those `maybe_shared` that share memory
+        with an input or another result copied (contiguous; a dynamic program lays them out
+        in eager's order after, `dynamic.in_memory_order`)."""
+        if not self.passed_through and not self.maybe_shared:
+            return results
+        out = list(results)
+        for k in self.passed_through:
+            out[k] = out[k].clone(memory_format=torch.contiguous_format)
+        if self.maybe_shared:
+            others = [t for k, t in enumerate(out) if k not in self.maybe_shared]
+            held = {_memory(t) for t in (*inputs, *others)}
+            for k in self.maybe_shared:
+                memory = _memory(out[k])
+                if memory and memory in held:  # (an empty result's 0 shares nothing)
+                    out[k] = out[k].clone(memory_format=torch.contiguous_format)
+                    memory = _memory(out[k])
+                held.add(memory)
+        return out
 
     def run(self, inputs: Sequence[torch.Tensor], sizes: dict[str, int]) -> list[torch.Tensor]:
         """The results of a call of `inputs` whose sizes `bind` read (`sizes`, which no one
