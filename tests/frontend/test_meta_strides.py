@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -76,6 +78,62 @@ def test_without_the_correction_the_strides_are_the_traces(
         warnings.simplefilter("ignore")
         got = xfuse.compile(sign_then_angle, (a, b), quiet=True)(a, b)
     assert [t.stride() for t in got] != [t.stride() for t in sign_then_angle(a, b)]
+
+
+def _operand_pairs() -> list[tuple[Any, ...]]:
+    """Operands whose layouts make traces and eager disagree: transposed against contiguous
+    (both orders), a permuted 4-d map against a broadcast vector (both orders), integers."""
+    g = torch.Generator().manual_seed(1)
+    plain = torch.rand(4, 3, generator=g) + 0.5
+    transposed = (torch.rand(3, 4, generator=g) + 0.5).t()
+    mapped = (torch.rand(8, 17, 6, 4, generator=g) + 0.5).permute(3, 2, 1, 0)
+    vector = (torch.rand(1, generator=g) + 0.5).expand(8)
+    integers = (transposed * 3).long()
+    return [
+        (transposed, plain),
+        (plain, transposed),
+        (mapped, vector),
+        (vector, mapped),
+        (integers, plain),
+        (transposed > 1, plain > 1),
+        (transposed, 2.0),
+    ]
+
+
+KEYWORDS: dict[Any, dict[str, Any]] = {torch.ops.aten.div.Tensor_mode: {"rounding_mode": "floor"}}
+"""The keywords a listed op is called with."""
+
+
+def _with_scalars(op: Any, scalars: tuple[Any, ...], *tensors: Tensor) -> Tensor:
+    return op(*tensors, *scalars, **KEYWORDS.get(op, {}))
+
+
+MISLAID = sorted((*meta_strides.MISLAID_ELEMENTWISE, *meta_strides.MISLAID_CONTIGUOUS), key=str)
+
+
+@pytest.mark.parametrize("op", MISLAID, ids=str)
+def test_each_mislaid_op_gets_eagers_strides(op: Any) -> None:
+    """For every listed op and every pair of operands eager takes, the strides the output
+    rules use (the trace's, corrected) are eager's; the trace is off in at least one."""
+    off = 0
+    for pair in _operand_pairs():
+        arity = len([a for a in op._schema.arguments if not a.kwarg_only])
+        operands = pair[:arity]
+        try:
+            torch.manual_seed(0)
+            want = op(*operands, **KEYWORDS.get(op, {}))
+        except (RuntimeError, TypeError):
+            continue
+        tensors = tuple(t for t in operands if isinstance(t, Tensor))
+        scalars = operands[len(tensors) :]
+        call = functools.partial(_with_scalars, op, scalars)
+        program = torch.export.export(_Wrap(call), tensors)
+        (node,) = [n for n in program.graph.nodes if n.target == op]
+        traced = tuple(node.meta["val"].stride())
+        used = meta_strides.eager_strides(program.graph).get(node, traced)
+        assert used == want.stride(), (operands, traced)
+        off += traced != want.stride()
+    assert off, f"torch's trace of {op} has eager's strides now: drop it from the list"
 
 
 def test_a_graph_without_mislaid_ops_has_nothing_to_correct() -> None:

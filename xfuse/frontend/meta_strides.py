@@ -9,8 +9,9 @@ difference.
 
 `eager_strides(graph)` finds the nodes whose eager strides differ from their traced ones: an op
 of `MISLAID_ELEMENTWISE` gets TensorIterator's layout of its operands
-(`torch._prims_common.compute_elementwise_output_strides`, which follows it), and an op that
-reads a node found so is run again on meta tensors of the corrected strides. Static shapes
+(`torch._prims_common.compute_elementwise_output_strides`, which follows it), one of
+`MISLAID_CONTIGUOUS` row-major strides, and an op that reads a node found so is run again on
+meta tensors of the corrected strides. Static shapes
 only: a symbolic program takes its outputs' layouts from eager's run (`xfuse.runtime.dynamic`).
 """
 
@@ -22,13 +23,40 @@ import torch
 import torch.fx
 from torch._prims_common import compute_elementwise_output_strides
 
+from xfuse.dialects.graph.layout import row_major_strides
+
+_aten = torch.ops.aten
+
 MISLAID_ELEMENTWISE = frozenset(
     {
-        torch.ops.aten.copysign.Tensor,
-        torch.ops.aten.copysign.Scalar,
+        _aten.copysign.Tensor,
+        _aten.div.Tensor_mode,
+        _aten.floor_divide.default,
+        _aten.heaviside.default,
+        _aten.logaddexp.default,
+        _aten.logaddexp2.default,
+        _aten.logical_and.default,
+        _aten.logical_or.default,
+        _aten.logical_xor.default,
+        _aten.special_xlog1py.default,
+        _aten.xlogy.Tensor,
     }
 )
-"""Elementwise ops whose meta function lays its result out otherwise than eager's kernel."""
+"""Elementwise ops (TensorIterator kernels in eager) whose meta function lays its result out
+otherwise: eager's layout follows the operands in order, the trace's another rule (found by
+running each aten op on transposed, broadcast and mixed-dtype operands in eager and in a
+fake mode; `tests/frontend/test_meta_strides.py` checks every one). `div.Tensor_mode` is
+`floor_divide` after torch.export's decompositions (its floor mode is the mislaid one)."""
+
+MISLAID_CONTIGUOUS = frozenset(
+    {
+        _aten.isin.Tensor_Tensor,
+        _aten.isin.Tensor_Scalar,
+        _aten.normal.Tensor_Tensor,
+    }
+)
+"""Ops whose eager kernel returns a contiguous result where the trace keeps an operand's
+layout."""
 
 Strides = dict[torch.fx.Node, tuple[int, ...]]
 
@@ -41,6 +69,8 @@ def eager_strides(graph: torch.fx.Graph) -> Strides:
             continue
         if node.target in MISLAID_ELEMENTWISE:
             strides = _elementwise(node, found)
+        elif node.target in MISLAID_CONTIGUOUS:
+            strides = row_major_strides(tuple(node.meta["val"].shape))
         elif any(arg in found for arg in node.all_input_nodes):
             strides = _rerun(node, found)
         else:
