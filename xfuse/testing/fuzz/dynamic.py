@@ -10,8 +10,9 @@ symbolic; the backend compiles one symbolic program where it can (`xfuse.dynamo.
 counts "symbolic" and "per-shape" compiles), and a size its guards do not admit compiles again.
 At each size the compiled call must compute eager's values (`compare_outputs`, with the f64
 reference of the RMSE rule for programs that reorder arithmetic) and strides (of every dim
-longer than 1, of outputs with elements), or raise eager's error type where eager raises; the
-last size is called twice (the second call reuses the first's buffers).
+longer than 1, of outputs with elements), or raise eager's error type where eager raises (or
+dynamo's `TorchRuntimeError`, raised by its trace before any backend runs); the last size is
+called twice (the second call reuses the first's buffers).
 
     outcome = check_dynamic(source)       # an `Outcome`
     outcome.stages                        # e.g. ["eager", "cpu dynamic (symbolic)"]
@@ -193,6 +194,8 @@ class DynamicDifferential:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 compiled(*inputs)
+        except torch._dynamo.exc.TorchRuntimeError:
+            return  # dynamo's trace of the call raised, before any backend saw it
         except Exception as e:  # noqa: BLE001 - compared with eager's
             Differential.same_error(stage, e, want)
             return
