@@ -247,6 +247,30 @@ def test_copies_of_an_input_are_fresh_memory_at_every_size(
     assert any(aliased) == broken
 
 
+VARIANCES = {
+    "over_the_symbol_keepdim": lambda x: x.var(dim=1, keepdim=True, correction=0),
+    "over_two_symbols": lambda x: x.var(dim=(0, 1), correction=0) * 2,
+    "var_mean": lambda x: torch.var_mean(x, dim=(0, 2), correction=0)[0] + 1,
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANCES))
+def test_a_population_variance_over_symbolic_dims_runs_in_one_program(name: str) -> None:
+    """var with correction 0 over dims of runtime sizes (a batch norm's batch statistics)
+    divides by the call's count: one program, eager's values at each size (within the RMSE
+    rule against f64)."""
+    from xfuse.testing.fuzz.compare import compare_outputs
+
+    fn = VARIANCES[name]
+    shapes = {"x": {0: Dim("b"), 1: Dim("n")}}
+    program = xfuse.compile(fn, (torch.randn(5, 7, 3),), dynamic_shapes=shapes)
+    assert isinstance(program, DynamicProgram)
+    for b, n in [(5, 7), (2, 9), (13, 33), (3, 2)]:
+        x = torch.randn(b, n, 3) * 3 + 1
+        got, want, wide = program(x), fn(x), fn(x.double())
+        assert compare_outputs([got], [want], [wide]) is None
+
+
 def test_memory_order_is_none_for_strides_of_no_dense_order() -> None:
     from xfuse.runtime.dynamic import memory_order
 

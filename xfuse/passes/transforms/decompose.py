@@ -144,9 +144,15 @@ def _silu(ops: OpList, op: graph.SiluOp, x: SSAValue) -> SSAValue:
 
 
 def _var(ops: OpList, op: graph.VarOp, x: SSAValue) -> SSAValue:
-    """(sum(d^2) - N c^2) / max(0, N - correction) over `dims` (`_centered`)."""
+    """(sum(d^2) - N c^2) / max(0, N - correction) over `dims` (`_centered`); over a dim of a
+    runtime size (correction 0 alone: `VarOp`'s verifier), mean(d^2) - c^2, whose means
+    divide by the call's count."""
     dims = op.reduce_dims
     shifted, correction = _centered(ops, x, dims)
+    if any(graph.shape_of(x)[d] < 0 for d in dims):
+        squares = ops.mean(ops.mul(shifted, shifted), dims)
+        var = _at_least_zero(ops, ops.add(graph.SubOp(squares, ops.mul(correction, correction))))
+        return var if op.keeps_dims else ops.add(graph.ReshapeOp(var, graph.shape_of(op.result)))
     squares = ops.add(graph.ReduceSumOp(ops.mul(shifted, shifted), dims, op.keeps_dims))
     count = graph.numel([graph.shape_of(x)[d] for d in dims])
     drift = ops.mul(ops.mul(correction, correction), ops.const(count, correction))

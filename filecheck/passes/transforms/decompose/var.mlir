@@ -33,3 +33,21 @@ func.func @var_keepdim(%x: tensor<2x3x5xf32>) -> tensor<1x3x1xf32> {
 // CHECK:         graph.reduce_sum %{{.*}} dims = [0, 2] keepdim : tensor<2x3x5xf32> -> tensor<1x3x1xf32>
 // CHECK:         graph.constant dense<1.000000e+01> : tensor<f32>
 // CHECK-NOT:     graph.var
+
+// Over a dim of a runtime size (correction 0): mean(d^2) - c^2, the means dividing by the
+// call's count; no constant count.
+func.func @var_symbolic(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<8xf32> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %y = graph.var %x dims = [0] correction = 0 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8xf32>
+  func.return %y : tensor<8xf32>
+}
+
+// CHECK-LABEL: func.func @var_symbolic
+// CHECK:         %[[D:.*]] = graph.sub %x, %{{.*}}
+// CHECK:         %[[ERR:.*]] = graph.reduce_mean %[[D]] dims = [0] keepdim
+// CHECK:         %[[SQ:.*]] = graph.mul %[[D]], %[[D]]
+// CHECK-NEXT:    %[[MSQ:.*]] = graph.reduce_mean %[[SQ]] dims = [0] keepdim : tensor<?x8xf32, #graph.syms<s0>> -> tensor<1x8xf32>
+// CHECK-NEXT:    %[[ERR2:.*]] = graph.mul %[[ERR]], %[[ERR]]
+// CHECK-NEXT:    %[[DIFF:.*]] = graph.sub %[[MSQ]], %[[ERR2]]
+// CHECK:         %[[VAR:.*]] = graph.maximum %[[DIFF]], %{{.*}}
+// CHECK-NEXT:    %[[Y:.*]] = graph.reshape %[[VAR]] : tensor<1x8xf32> -> tensor<8xf32>
+// CHECK-NEXT:    func.return %[[Y]]
