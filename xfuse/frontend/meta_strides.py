@@ -11,8 +11,8 @@ difference.
 of `MISLAID_ELEMENTWISE` gets TensorIterator's layout of its operands
 (`torch._prims_common.compute_elementwise_output_strides`, which follows it), one of
 `MISLAID_CONTIGUOUS` row-major strides, and an op that reads a node found so is run again on
-meta tensors of the corrected strides. Static shapes
-only: a symbolic program takes its outputs' layouts from eager's run (`xfuse.runtime.dynamic`).
+meta tensors of the corrected strides. Static shapes only: a symbolic program takes its
+outputs' layouts from eager's run (`xfuse.runtime.dynamic`).
 """
 
 from __future__ import annotations

@@ -78,6 +78,8 @@ def check_file(path: str, devices: Sequence[str] | None = None, mode: str = "for
 
 def check_in_mode(source: str, mode: str, devices: Sequence[str] | None = None) -> Outcome:
     """`source` checked by the fuzzer's `mode` (`MODES`)."""
+    if mode not in MODES:
+        raise ValueError(f"no fuzzing mode {mode!r} (the modes: {', '.join(MODES)})")
     from xfuse.testing.fuzz.dynamic import check_dynamic
     from xfuse.testing.fuzz.training import check_training
 
