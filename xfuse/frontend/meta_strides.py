@@ -87,6 +87,8 @@ def _static(value: Any) -> bool:
 
 
 def _meta(node: torch.fx.Node, found: Strides) -> torch.Tensor:
+    """A meta tensor of `node`'s traced value with its eager strides (`found`'s, else the
+    trace's)."""
     value = node.meta["val"]
     strides = found.get(node, tuple(value.stride()))
     return torch.empty_strided(tuple(value.shape), strides, dtype=value.dtype, device="meta")
@@ -111,22 +113,14 @@ def _rerun(node: torch.fx.Node, found: Strides) -> tuple[int, ...] | None:
     where it does not run there."""
 
     def traced(arg: Any) -> Any:
-        if not isinstance(arg, torch.fx.Node):
-            return arg
-        return _meta(arg, found) if arg in found else _as_meta(arg.meta.get("val"))
+        if isinstance(arg, torch.fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor):
+            return _meta(arg, found)
+        return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
-    args = torch.fx.node.map_aggregate(node.args, traced)
-    kwargs = torch.fx.node.map_aggregate(node.kwargs, traced)
     try:
+        args = torch.fx.node.map_aggregate(node.args, traced)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, traced)
         result = node.target(*args, **kwargs)  # type: ignore[operator]
-    except Exception:  # noqa: BLE001 - an op with no meta kernel: its traced strides stand
+    except Exception:  # noqa: BLE001 - no meta kernel, or a symbolic operand: the trace's stand
         return None
     return tuple(result.stride()) if isinstance(result, torch.Tensor) else None
-
-
-def _as_meta(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return torch.empty_strided(
-            tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device="meta"
-        )
-    return value

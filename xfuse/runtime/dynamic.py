@@ -58,7 +58,7 @@ from xfuse.errors import (
     UnsupportedProgram,
     XfuseError,
 )
-from xfuse.frontend.builder import repeats_range
+from xfuse.frontend.builder import inverse_permutation, repeats_range
 from xfuse.frontend.export import (
     EXPORT_LOCK,
     Imported,
@@ -645,21 +645,16 @@ def memory_order(t: Tensor) -> tuple[int, ...] | None:
     contiguous tensor with exactly `t`'s strides (size-1 dims included), else None."""
     strides = t.stride()
     order = tuple(sorted(range(t.dim()), key=lambda d: -strides[d]))
-    dense = torch.empty([t.shape[d] for d in order], device="meta").permute(_inverse(order))
+    dense = torch.empty([t.shape[d] for d in order], device="meta").permute(
+        inverse_permutation(order)
+    )
     return order if dense.stride() == t.stride() else None
 
 
 def in_memory_order(result: Tensor, order: tuple[int, ...]) -> Tensor:
     """`result` (contiguous) as a tensor of the same values laid out in `order`
     (`memory_order`): one copy, its strides eager's at the call's sizes."""
-    return result.permute(order).contiguous().permute(_inverse(order))
-
-
-def _inverse(order: Sequence[int]) -> tuple[int, ...]:
-    inverse = [0] * len(order)
-    for position, d in enumerate(order):
-        inverse[d] = position
-    return tuple(inverse)
+    return result.permute(order).contiguous().permute(inverse_permutation(order))
 
 
 def compile_dynamic(

@@ -35,7 +35,7 @@ from xfuse.runtime.steps import KernelStep
 Tensor = torch.Tensor
 
 
-def _storage(t: Tensor) -> int:
+def storage_address(t: Tensor) -> int:
     """The address of `t`'s memory; for a ZeroTensor (the gradient `sgn`'s backward returns),
     which has none and aliases nothing, a key no memory has (a negative number)."""
     if t._is_zerotensor():
@@ -156,7 +156,7 @@ class OutputPlan:
             i for i in sorted(self.unchecked) if classes.root(slots[i]) in checked
         )
         """The unchecked outputs a checked one may share memory with (`_runner`)."""
-        self.constant_storages = frozenset(_storage(t) for t in program.constants.values())
+        self.constant_storages = frozenset(storage_address(t) for t in program.constants.values())
         self.checks = any(
             r.base == "fresh" and i not in self.unchecked for i, r in enumerate(rules)
         )
@@ -226,7 +226,7 @@ class OutputPlan:
                 return out[:8]
         """
         names: dict[str, object] = {
-            "storage": _storage,
+            "storage": storage_address,
             "copy": self._copy,
             "constant_storages": self.constant_storages,
         }
@@ -273,5 +273,5 @@ class OutputPlan:
     def _copy(rule: OutputRule, t: Tensor, taken: set[int]) -> Tensor:
         """`fresh_copy` of `t` with the rule's strides, its storage added to `taken`."""
         copy = fresh_copy(t, rule.stride)
-        taken.add(_storage(copy))
+        taken.add(storage_address(copy))
         return copy

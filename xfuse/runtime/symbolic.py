@@ -86,6 +86,7 @@ from xfuse.runtime.compiler import (
     is_fresh_view,
     lower_to_loops,
 )
+from xfuse.runtime.outputs import storage_address
 from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 
 BEFORE_FUSION = "decompose,depthwise-stencil,attention-mask{symbolic=true}"
@@ -210,11 +211,6 @@ class _SizedLaunch(NamedTuple):
     shapes: list[list[int]]
     size_args: list[int]
     extent: int | None
-
-
-def _memory(t: torch.Tensor) -> int:
-    """The address of `t`'s storage (0 for a storage of no bytes)."""
-    return t.untyped_storage().data_ptr()
 
 
 @dataclass
@@ -612,12 +608,12 @@ class SymbolicProgram:
             out[k] = out[k].clone(memory_format=torch.contiguous_format)
         if self.maybe_shared:
             others = [t for k, t in enumerate(out) if k not in self.maybe_shared]
-            held = {_memory(t) for t in (*inputs, *others)}
+            held = {storage_address(t) for t in (*inputs, *others)}
             for k in self.maybe_shared:
-                memory = _memory(out[k])
-                if memory and memory in held:  # (an empty result's 0 shares nothing)
+                memory = storage_address(out[k])
+                if memory > 0 and memory in held:  # an empty storage's 0 shares nothing
                     out[k] = out[k].clone(memory_format=torch.contiguous_format)
-                    memory = _memory(out[k])
+                    memory = storage_address(out[k])
                 held.add(memory)
         return out
 

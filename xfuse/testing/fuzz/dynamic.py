@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from xfuse.errors import DynamicShapesWarning
+from xfuse.frontend.builder import inverse_permutation
 from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors
 from xfuse.testing.fuzz.program import MAX_MAGNITUDE, RMSE_TOLERANCE, Tensor, load_source
 from xfuse.testing.fuzz.runner import (
@@ -76,11 +77,7 @@ def resized(t: Tensor, old: int, new: int, generator: torch.Generator) -> Tensor
     inner = order[-1]
     gap = strides[inner] == 2 and inner not in expanded
     stored = [base[d] * (2 if gap and d == inner else 1) for d in order]
-    dense = _values(t, tuple(stored), generator)
-    inverse = [0] * t.dim()
-    for position, d in enumerate(order):
-        inverse[d] = position
-    view = dense.permute(inverse)
+    view = _values(t, tuple(stored), generator).permute(inverse_permutation(order))
     if gap:
         view = view[(slice(None),) * inner + (slice(None, None, 2),)]
     return view.expand(shape) if expanded else view
