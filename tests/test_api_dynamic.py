@@ -127,7 +127,6 @@ def test_a_scalar_other_than_the_example_is_refused() -> None:
     [
         ({"device": "meta"}, "for the CPU and CUDA only, device 'meta'"),
         ({"pipeline": "decompose,fuse-greedy"}, "does not take a pipeline"),
-        ({"channels_last": True}, "does not take channels_last=True"),
         ({"dynamic_shapes": "batch"}, "dynamic_shapes must be torch.export's"),
     ],
 )

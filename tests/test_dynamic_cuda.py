@@ -663,3 +663,47 @@ def test_a_bf16_head_of_symbolic_length_matches_eager_on_the_gpu(
             reference = wide(x.double())
             assert compare_outputs([logits], [model(x)], [reference]) is None
     assert len(compiled_cuda_kernels) == compiled
+
+
+def _nhwc_net() -> torch.nn.Module:
+    """A patchify convolution, two ConvNeXt blocks (7x7 depthwise convolutions: library calls
+    or stencils, as measured) and a downsampling convolution."""
+    from tests.passes.transforms.test_channels_last import ConvNeXtBlock
+
+    torch.manual_seed(0)
+    stem = torch.nn.Conv2d(3, 16, 4, stride=4)
+    down = torch.nn.Conv2d(16, 32, 2, stride=2)
+    return torch.nn.Sequential(stem, ConvNeXtBlock(16), ConvNeXtBlock(16), down).eval()
+
+
+def _convolution_sources(program: DynamicProgram) -> list[str]:
+    """What each convolution of the program's fused `@forward` reads: the torch op that made
+    its input, or `graph` for a kernel's result or an argument."""
+    from xfuse.interpreters.graph import find_function
+    from xfuse.passes.transforms.channels_last import convolutions
+
+    block = find_function(program.compiled.fused, "forward").body.block
+    sources = [c.op.operands[c.input_index].owner for c in convolutions(block)]
+    return [s.target.data if isinstance(s, graph.TorchCallOp) else "graph" for s in sources]
+
+
+@gpu
+def test_a_bf16_conv_net_keeps_its_activations_channels_last_at_every_size() -> None:
+    """On CUDA a symbolic program of bf16 convolutions goes channels-last as a static one does
+    (the layout decided at the size hints): every convolution reads a channels-last view or
+    copy, cuDNN's NHWC kernels; the one compile matches eager at every size.
+    `channels_last=False` leaves the layout alone."""
+    net = _nhwc_net().cuda().to(torch.bfloat16)
+    example = torch.randn(2, 3, 32, 40, device="cuda", dtype=torch.bfloat16)
+    program = xfuse.compile(net, (example,), device="cuda", dynamic_shapes=IMAGE)
+    assert isinstance(program, DynamicProgram)
+    sources = _convolution_sources(program)
+    assert sources[0] == "aten.clone.default"  # the input, once
+    assert set(sources[1:]) <= {"aten.permute.default", "aten.convolution.default"}
+    with torch.no_grad():
+        for batch, height, width in [(2, 32, 40), (5, 48, 24), (9, 64, 64)]:
+            x = torch.randn(batch, 3, height, width, device="cuda", dtype=torch.bfloat16)
+            torch.testing.assert_close(program(x), net(x))
+    plain = xfuse.compile(net, (example,), device="cuda", dynamic_shapes=IMAGE, channels_last=False)
+    assert isinstance(plain, DynamicProgram)
+    assert set(_convolution_sources(plain)) == {"graph"}

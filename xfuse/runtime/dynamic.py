@@ -8,8 +8,9 @@ calls is captured as a CUDA graph on its second call and replayed after, for a b
 of shapes; calls of other shapes run with plain launches (`xfuse.runtime.shape_graphs`).
 
 Refused at compile time, in one line (`InvalidArgumentError`), rather than compiled statically
-where the result would differ: a device other than the CPU or CUDA, a `pipeline` or
-`channels_last=True` (options the symbolic path does not honour yet). The kernels are kept in
+where the result would differ: a device other than the CPU or CUDA, or a `pipeline` (an
+option the symbolic path does not honour yet); `channels_last` picks the layout pass as it does
+for a static program. The kernels are kept in
 the kernel cache (`cache`, else `default_cache()`), under the same keys as the static
 runtime's (`xfuse.runtime.symbolic.compile_kernels`). A group that the symbolic
 lowering cannot lower refuses the program (`lower-to-loops`' line), and so does one whose
@@ -122,7 +123,6 @@ def check_dynamic_options(
     dynamic_shapes: Any,
     *,
     pipeline: str | None = None,
-    channels_last: bool | None = None,
 ) -> torch.device:
     """`compile`'s options that a program with symbolic sizes cannot honour yet, refused in one
     `InvalidArgumentError` line each; returns the device (CUDA's with its index: the current
@@ -141,13 +141,11 @@ def check_dynamic_options(
             f"dynamic_shapes compiles for the CPU and CUDA only, device '{device}' was asked "
             "for (compile without dynamic_shapes for a program per shape there)"
         )
-    refused = [
-        (pipeline is not None, "a pipeline (symbolic programs are fused with the default one)"),
-        (channels_last is True, "channels_last=True (no layout pass on symbolic programs yet)"),
-    ]
-    for asked, what in refused:
-        if asked:
-            raise InvalidArgumentError(f"dynamic_shapes does not take {what}")
+    if pipeline is not None:
+        raise InvalidArgumentError(
+            "dynamic_shapes does not take a pipeline (symbolic programs are fused with the "
+            "default one)"
+        )
     if parsed.type == "cuda":
         parsed = check_device(parsed)  # CUDAUnavailable without a GPU
         if parsed.index is None:
@@ -222,12 +220,13 @@ def chosen_passes(
     cache: KernelCache,
     compile_fn: Compile,
     ahead: CompileAhead | None = None,
+    channels_last: bool | None = None,
 ) -> tuple[tuple[ModulePass, ...], list[Verdict]]:
     """The passes a symbolic program of `module` is built with on `device`
-    (`default_passes`), its depthwise convolutions whose library call is faster kept as library
+    (`default_passes`, with `channels_last`), its depthwise convolutions whose library call is faster kept as library
     calls (`xfuse.choices`: each timed at the sizes `measuring_sizes` gives, the times summed,
     or read from `cache`), and every verdict."""
-    passes = parse_passes(default_passes(device))
+    passes = parse_passes(default_passes(device, channels_last))
     sizes = measuring_sizes(module)
     return choose_passes(passes, module, device, cache, compile_fn, ahead, sizes)
 
@@ -255,6 +254,7 @@ class DynamicProgram:
         cuda_graphs: bool = True,
         static_inputs: tuple[int, ...] = (),
         cache: KernelCache | None = None,
+        channels_last: bool | None = None,
     ) -> None:
         from xfuse.frontend.importer import import_program, wrap_function
         from xfuse.frontend.pytrees import export_support
@@ -295,7 +295,12 @@ class DynamicProgram:
         from xfuse.runtime.driver import compile_choices_ahead, measuring_compile
 
         passes, self.choices = chosen_passes(
-            program.module, self.device, self.cache, measuring_compile, compile_choices_ahead
+            program.module,
+            self.device,
+            self.cache,
+            measuring_compile,
+            compile_choices_ahead,
+            channels_last,
         )
         """The depthwise convolutions' verdicts (`xfuse.choices`, `measuring_sizes`)."""
         self.compiled = SymbolicProgram(
@@ -319,6 +324,9 @@ class DynamicProgram:
         """The `Dim`s asked for, by (input name, dim)."""
         self.model = model_or_fn
         self.fallback: FallbackMode = fallback
+        self.channels_last = channels_last
+        """`compile`'s `channels_last` (`xfuse.runtime.symbolic.default_passes`), which the
+        `specialised` program takes too."""
         self.specialised: CompiledProgram | None = None
         """The static program of calls with a size of 0 or 1 (`specialises`), or where an
         attention mask guard fails (`MaskGuardError`), built at the
@@ -571,7 +579,7 @@ class DynamicProgram:
                 self.model,
                 args,
                 self.device,
-                PipelineOptions(DEFAULT_PIPELINE),
+                PipelineOptions(DEFAULT_PIPELINE, self.channels_last),
                 example_kwargs=kwargs,
                 quiet=True,
                 cuda_graphs=self.cuda_graphs,
@@ -672,9 +680,7 @@ def compile_dynamic(
     static_inputs: tuple[int, ...] = (),
 ) -> DynamicProgram:
     """`xfuse.compile` with `dynamic_shapes`: its options checked, the program built."""
-    target = check_dynamic_options(
-        device, dynamic_shapes, pipeline=pipeline, channels_last=channels_last
-    )
+    target = check_dynamic_options(device, dynamic_shapes, pipeline=pipeline)
     return DynamicProgram(
         model_or_fn,
         tuple(example_inputs),
@@ -685,4 +691,5 @@ def compile_dynamic(
         cuda_graphs=cuda_graphs,
         static_inputs=static_inputs,
         cache=cache,
+        channels_last=channels_last,
     )

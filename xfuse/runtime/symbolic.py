@@ -76,6 +76,7 @@ from xfuse.pipeline import (
     PassFailedError,
     PassObserver,
     Pipeline,
+    channels_last_setting,
     pipeline,
 )
 from xfuse.runtime.cache import KernelCache, default_cache
@@ -89,11 +90,27 @@ from xfuse.runtime.compiler import (
 from xfuse.runtime.outputs import storage_address
 from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 
-BEFORE_FUSION = "decompose,depthwise-stencil,attention-mask{symbolic=true}"
 FUSION = f"{AFTER_DEVICE_PASSES},fuse-greedy,group-cleanup,fold-linear"
 
-DEFAULT_PASSES = f"{BEFORE_FUSION},{FUSION}"
-"""The fusion passes a symbolic program is built with (before `lower-to-loops`):
+
+def passes_text(cuda: bool, layout: bool | None) -> str:
+    """The fusion passes of a symbolic program (before `lower-to-loops`), on a CUDA GPU where
+    `cuda`, with the `channels-last` pass as `layout` says (`layout_pass`'s rule: None weighs
+    the convolutions, on CUDA only; True forces it; False leaves it out)."""
+    layout_pass = {None: "channels-last" if cuda else None, True: "channels-last{force=true}"}
+    before = (
+        "decompose",
+        "depthwise-stencil",
+        "convolution-bias" if cuda else None,
+        layout_pass.get(layout),
+        "attention-mask{symbolic=true}",
+        "pad-matmul" if cuda else None,
+    )
+    return ",".join([*(p for p in before if p is not None), FUSION])
+
+
+DEFAULT_PASSES = passes_text(cuda=False, layout=None)
+"""The fusion passes a symbolic program is built with on the CPU (before `lower-to-loops`):
 `depthwise-stencil` makes depthwise convolutions stencils, as in the static pipeline, but for
 those whose library call was measured faster, summed over the size hints and a few times
 them (`measuring_sizes`, `xfuse.runtime.dynamic.chosen_passes`);
@@ -105,16 +122,20 @@ backward; `fold-linear` puts a transposed weight's matmul and a bias add that fu
 into one `graph.linear` (a library GEMM), where the transpose would be a kernel copying the
 weight at every call."""
 
-CUDA_PASSES = f"{BEFORE_FUSION},pad-matmul,{FUSION}"
-"""`DEFAULT_PASSES` on a CUDA GPU, with `pad-matmul` before fusion as in the static pipeline
-(`xfuse.pipeline.device_passes`): a 16-bit product whose rows are not whole 16-byte vectors (a
-language model's head over 50,257 tokens) runs padded, cuBLAS's fast kernels, and its result
-is sliced back along its static last dim, whatever the symbolic ones are."""
+CUDA_PASSES = passes_text(cuda=True, layout=None)
+"""`DEFAULT_PASSES` on a CUDA GPU, with the static pipeline's CUDA passes
+(`xfuse.pipeline.device_passes`): `convolution-bias` (library convolutions leave their bias to
+an add that fuses), `channels-last` (the activations between f16/bf16 convolutions live in NHWC
+memory, where cuDNN's fast kernels read them, as the layout decision weighs the convolutions at
+the size hints), and `pad-matmul` before fusion: a 16-bit product whose rows are not whole
+16-byte vectors (a language model's head over 50,257 tokens) runs padded, cuBLAS's fast kernels,
+and its result is sliced back along its static last dim, whatever the symbolic ones are."""
 
 
-def default_passes(device: torch.device) -> str:
-    """The fusion passes a symbolic program on `device` is built with."""
-    return CUDA_PASSES if device.type == "cuda" else DEFAULT_PASSES
+def default_passes(device: torch.device, channels_last: bool | None = None) -> str:
+    """The fusion passes a symbolic program on `device` is built with, `compile`'s
+    `channels_last` (or `XFUSE_CHANNELS_LAST`) honoured as the static pipeline does."""
+    return passes_text(device.type == "cuda", channels_last_setting(channels_last))
 
 
 MEASURE_SCALE = 16

@@ -5,10 +5,12 @@ Inductor's; `xfuse.compile`'s option picks the pass."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
+from torch.export import Dim
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import BlockArgument
@@ -19,10 +21,18 @@ from xfuse import interpret
 from xfuse.dialects import graph
 from xfuse.errors import XfuseError
 from xfuse.frontend import import_module
+from xfuse.interpreters.graph import bind_arguments, find_function
 from xfuse.ir.context import parse
-from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
+from xfuse.passes.transforms.channels_last import (
+    ChannelsLastPass,
+    Convolution,
+    convolutions,
+    layout_verdict,
+)
 from xfuse.pipeline import CHANNELS_LAST_ENV, after_decompose, layout_pass, pipeline
+from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.driver import run_pipeline
+from xfuse.runtime.symbolic import DEFAULT_PASSES, SymbolicProgram, passes_text
 
 Built = tuple[nn.Module, tuple[torch.Tensor, ...]]
 
@@ -283,3 +293,58 @@ def test_the_pass_runs_after_decompose() -> None:
         "fuse-greedy",
     ]
     assert after_decompose(passes, ()) == passes
+
+
+SYMBOLIC_SIZES = [(2, 8, 10), (5, 12, 6), (3, 10, 14)]
+"""(batch, height, width) of the calls of a symbolic program: never square, so that no size
+is another symbol's."""
+
+
+def _symbolic(model: nn.Module, x: torch.Tensor, passes: str) -> tuple[Any, SymbolicProgram]:
+    """`model` imported with its batch (and an image's height and width) symbolic, built with
+    `passes`."""
+    dims = {0: Dim("batch", min=2, max=64)}
+    if x.dim() == 4:
+        dims |= {2: Dim("h", min=4, max=64), 3: Dim("w", min=4, max=64)}
+    program = import_module(model, (x,), dynamic_shapes=(dims,))
+    return program, SymbolicProgram(program.module, passes=passes, cache=KernelCache(None))
+
+
+@pytest.mark.parametrize("name", ["convnet", "convnext", "mobile", "dense", "tokens"])
+def test_a_symbolic_program_is_rewritten_once_for_every_size(name: str) -> None:
+    """With the batch, and an image's height and width, symbolic, the rewrite keeps the size
+    symbols: each convolution reads a channels-last view or copy (or another convolution's
+    channels-last result), and the one program's
+    kernels give eager's values at sizes of every symbol."""
+    model, (x,) = MODELS[name]()
+    program, compiled = _symbolic(model, x, passes_text(cuda=False, layout=True))
+    convs = [c.op for c in convolutions(find_function(compiled.fused, "forward").body.block)]
+    assert convs
+    for conv in convs:
+        source = conv.operands[0].owner
+        assert isinstance(source, graph.TorchCallOp)
+        views = ("aten.permute.default", "aten.clone.default")
+        assert source.target.data in views or Convolution.of(source) is not None
+    for batch, height, width in SYMBOLIC_SIZES:
+        shape = (batch, x.shape[1], height, width) if x.dim() == 4 else (batch, *x.shape[1:])
+        y = torch.randn(shape)
+        got = compiled(*bind_arguments(program.function, [y], program.params))
+        with torch.no_grad():
+            want = model(y)
+        for g, w in zip(got, want if isinstance(want, tuple) else (want,), strict=True):
+            torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_symbolic_program_is_weighed_at_its_size_hints(dtype: torch.dtype) -> None:
+    """The decision on a program with size symbols weighs its convolutions at the example's
+    sizes: the verdict of the static program of those sizes."""
+    model, (x,) = make_convnet()
+    model, x = model.to(dtype), x.to(dtype)
+    static = import_module(model, (x,))
+    symbolic, _ = _symbolic(model, x, DEFAULT_PASSES)
+    for imported in (static, symbolic):
+        run_pipeline("decompose", imported.module)
+    verdicts = [_verdict(p.module) for p in (static, symbolic)]
+    assert verdicts[0] == verdicts[1]
+    assert (verdicts[0] is None) == (dtype == torch.bfloat16)

@@ -70,6 +70,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
+from xfuse.dialects.graph.base import Dim, DimT
 from xfuse.dialects.op_kinds import Kind, kind_of
 
 TO_NHWC = (0, 2, 3, 1)
@@ -146,12 +147,14 @@ class Convolution:
         if len(refs) < 2 or len(op.outputs) != 1:
             return None
         transposed = op.target.data == "aten.convolution.default" and _int_arg(args, 6, 0)
-        shapes = [graph.shape_of(op.inputs[r]) for r in refs]
-        output = graph.shape_of(op.outputs[0])
-        if transposed or any(len(s) != 4 for s in (*shapes, output)):
+        shapes = [hinted_shape(op.inputs[r], op) for r in refs]
+        output = hinted_shape(op.outputs[0], op)
+        if transposed or any(s is None or len(s) != 4 for s in (*shapes, output)):
             return None
+        weight = shapes[1]
+        assert weight is not None and output is not None
         groups = _int_arg(args, 8 if op.target.data == "aten.convolution.default" else 6, 1)
-        return Convolution(op, refs[0], shapes[1], output, groups)
+        return Convolution(op, refs[0], weight, output, groups)
 
     def flops(self) -> int:
         n, c_out, h, w = self.output
@@ -168,6 +171,19 @@ class Convolution:
         if c_out * 2 <= c_in and kh > 1:
             return "in_out"
         return "default"
+
+
+def hinted_shape(value: SSAValue, op: Operation) -> tuple[int, ...] | None:
+    """The shape of `value`, an operand or result of `op`, each size symbol at its hint (the
+    example inputs' sizes, from the `graph.sizes` table of `op`'s function): what the decision
+    weighs a symbolic program's convolutions at. None where a symbolic value has no table."""
+    dims = graph.dims_of(value)
+    if all(isinstance(d, int) for d in dims):
+        return tuple(int(d) for d in dims)
+    table = graph.size_table(op)
+    if table is None:
+        return None
+    return graph.dims_at(dims, table.hints)
 
 
 def convolutions(block: Block) -> list[Convolution]:
@@ -204,7 +220,10 @@ def layout_verdict(block: Block, force: bool = False) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def permuted(shape: Sequence[int], perm: Sequence[int]) -> tuple[int, ...]:
+def permuted(shape: Sequence[DimT], perm: Sequence[int]) -> tuple[DimT, ...]:
+    """`shape` permuted; a `graph.SymbolicShape` stays one, its size symbols kept."""
+    if isinstance(shape, graph.SymbolicShape):
+        return graph.SymbolicShape([shape.dims[p] for p in perm])
     return tuple(shape[p] for p in perm)
 
 
@@ -217,7 +236,7 @@ def is_identity(perm: Sequence[int]) -> bool:
     return tuple(perm) == tuple(range(len(perm)))
 
 
-def moves_only_unit_dims(shape: Sequence[int], perm: Sequence[int]) -> bool:
+def moves_only_unit_dims(shape: Sequence[Dim], perm: Sequence[int]) -> bool:
     """`permute(x, perm)` keeps the order of x's dims of size > 1: it is a reshape."""
     kept = [p for p in perm if shape[p] != 1]
     return kept == sorted(kept)
@@ -248,6 +267,8 @@ def nhwc_source(value: SSAValue) -> SSAValue | None:
     """The value `x` that a chain of permutes and reshapes makes `value` (rank 4, NCHW) from,
     where `value` is `permute(reshape(x, [N, H, W, C]), TO_NCHW)`: its memory is NHWC when x's
     is contiguous (PVT's and SegFormer's `x.transpose(1, 2).reshape(B, C, H, W)` of tokens)."""
+    if graph.is_symbolic(value):
+        return None  # the stride test below holds at static sizes only
     chain: list[Operation] = []
     op = value.owner
     while isinstance(op, LAYOUT_OPS):
@@ -256,6 +277,8 @@ def nhwc_source(value: SSAValue) -> SSAValue | None:
     shape = graph.shape_of(value)
     for i in range(len(chain)):  # the farthest source first: the longest chain of views
         source = chain[~i].operands[0]
+        if graph.is_symbolic(source):
+            continue
         strides: tuple[int, ...] | None = graph.row_major_strides(graph.shape_of(source))
         for link in reversed(chain[: len(chain) - i]):
             if strides is None:
@@ -273,8 +296,7 @@ def _int_list(values: Sequence[int]) -> ArrayAttr[Attribute]:
 def torch_permute(value: SSAValue, perm: Sequence[int]) -> graph.TorchCallOp:
     """`value.permute(perm)` run by torch: a view, whatever the strides (unlike a lone
     `graph.permute`, which a kernel makes when one of its readers is a kernel)."""
-    t = graph.tensor_type(value)
-    result = TensorType(t.element_type, permuted(t.get_shape(), perm))
+    result = graph.tensor_of(graph.dtype_of(value), permuted(graph.dims_of(value), perm))
     args = ArrayAttr([StringAttr("%t0"), _int_list(perm)])
     return graph.TorchCallOp("aten.permute.default", [value], [result], args)
 
@@ -290,10 +312,10 @@ def _is_rank4(value: SSAValue) -> bool:
     return isinstance(value.type, TensorType) and len(graph.shape_of(value)) == 4
 
 
-def layouts_differ(shape: Sequence[int]) -> bool:
-    """NCHW and NHWC memory differ for this 4-D shape (they do not with one channel or one
-    pixel)."""
-    return shape[1] != 1 and shape[2] * shape[3] != 1
+def layouts_differ(dims: Sequence[Dim]) -> bool:
+    """NCHW and NHWC memory differ for a 4-D tensor of `dims` (they do not with one channel or
+    one pixel; a size symbol is never 1: sizes 0 and 1 specialise)."""
+    return dims[1] != 1 and not (dims[2] == 1 and dims[3] == 1)
 
 
 def _is_elementwise(op: Operation) -> bool:
@@ -354,7 +376,7 @@ class _Layout:
 
     def is_nhwc(self, value: SSAValue) -> bool:
         """`value` (logically NCHW) lives in NHWC memory, in a way that matters."""
-        if not _is_rank4(value) or not layouts_differ(graph.shape_of(value)):
+        if not _is_rank4(value) or not layouts_differ(graph.dims_of(value)):
             return False
         return value in self.channels_last or twin_of(value) is not None
 
@@ -376,12 +398,12 @@ class _Layout:
         return self._cached("convert", value, lambda: self._convert(value, before))
 
     def _convert(self, value: SSAValue, before: Operation) -> SSAValue:
-        shape = graph.shape_of(value)
-        aligned = (1,) * (4 - len(shape)) + shape
+        dims = graph.dims_of(value)
+        aligned = (1,) * (4 - len(dims)) + dims
         where = InsertPoint.before(before)
         if moves_only_unit_dims(aligned, TO_NHWC):
             return self._insert(graph.ReshapeOp(value, permuted(aligned, TO_NHWC)), where)
-        if aligned != shape:
+        if aligned != dims:
             value = self._insert(graph.ReshapeOp(value, aligned), where)
         return self._insert(graph.PermuteOp(value, TO_NHWC), where)
 
@@ -500,7 +522,8 @@ class _Layout:
             self.other(op)
             return
         operands = [self.nhwc(v, op) for v in op.operands]
-        result = TensorType(graph.dtype_of(op.results[0]), permuted(shape, TO_NHWC))
+        dims = permuted(graph.dims_of(op.results[0]), TO_NHWC)
+        result = graph.tensor_of(graph.dtype_of(op.results[0]), dims)
         new = type(op).create(
             operands=operands,
             result_types=[result],
@@ -513,10 +536,10 @@ class _Layout:
         dims = sorted(TO_NCHW[d] for d in op.reduce_dims)
         source = self.nhwc(op.input, op)
         kept = [d for d in TO_NHWC if d not in op.reduce_dims]
-        shape = graph.reduced_shape(graph.shape_of(source), dims, op.keeps_dims)
+        shape = graph.reduced_shape(graph.dims_of(source), dims, op.keeps_dims)
         new = type(op).create(
             operands=[source],
-            result_types=[TensorType(graph.dtype_of(op.result), shape)],
+            result_types=[graph.tensor_of(graph.dtype_of(op.result), shape)],
             properties={**op.properties, "dims": DenseArrayBase.from_list(i64, dims)},
             attributes=dict(op.attributes),
         )
@@ -539,7 +562,8 @@ class _Layout:
         or read by a convolution: it concatenates their NHWC values along the NHWC position of
         its dim, so that its kernel reads and writes NHWC memory."""
         operands = [self.nhwc(v, op) for v in op.operands]
-        self._replace(op, graph.ConcatOp(operands, TO_NHWC.index(op.axis)), TO_NCHW)
+        size = graph.dims_of(op.result)[op.axis]
+        self._replace(op, graph.ConcatOp(operands, TO_NHWC.index(op.axis), size), TO_NCHW)
 
     def windowed(self, op: Operation) -> None:
         """A pool or pad (over NCHW's trailing dims) of NHWC memory, or one a convolution
