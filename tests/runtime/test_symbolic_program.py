@@ -75,6 +75,17 @@ def test_kernels_compile_once_and_match_eager_at_every_batch_size() -> None:
     assert backend.compiled == kernels  # no size compiled anything again
 
 
+def test_kernels_carry_the_names_of_their_ops_as_static_ones_do() -> None:
+    """Profilers show a symbolic program's kernels by their ops (`kernel_name`: the GELU and
+    layer norm's `xfuse_add_mul_erf_reduce_mean_3more`, the softmax's `xfuse_add_mul_reduce_max_...`
+    with its symbol's `_k1`), each name distinct in the program."""
+    compiled = SymbolicProgram(imported(Block().eval()).module, cache=KernelCache(None))
+    names = [k.name for k in compiled.kernels.values()]
+    assert len(set(names)) == len(names) >= 2
+    assert all(n.startswith("xfuse_") for n in names), names
+    assert any("erf" in n for n in names) and any("reduce_max" in n for n in names), names
+
+
 def test_a_kernel_that_repeats_compiles_once_and_a_second_program_compiles_none() -> None:
     """Two layers alike: each layer's norm and GELU is one kernel of the same loop IR, compiled
     once and launched twice; a second program of the same module finds every kernel in the

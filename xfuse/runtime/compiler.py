@@ -56,22 +56,25 @@ Tensor = torch.Tensor
 KernelCompiler = Callable[[KernelSource, str], Kernel]
 """Compiles the kernel of a module of loop IR (through the kernel cache), loaded as `name`."""
 
-LowerToLoops = Callable[[ModuleOp], None]
-"""Lowers a module's `@forward` to kernels + fusion.launch, in place (lower-to-loops)."""
+LowerToLoops = Callable[[ModuleOp], object]
+"""Lowers a module's `@forward` to kernels + fusion.launch, in place (lower-to-loops; what it
+returns is not read)."""
 
 
 def lower_to_loops(
     module: ModuleOp,
     device: torch.device | str = "cpu",
     leave: Callable[[Operation], bool] | None = None,
-) -> None:
+) -> dict[str, list[str]]:
     """lower-to-loops as the runtime runs it for `device` (dims merged and short f32 sums in
     f64 except on CUDA, see `LowerToLoopsPass.merge_dims` and `.wide_sums`), the lone ops
-    `leave` names left in place."""
+    `leave` names left in place; the names of the ops each kernel computes, by its symbol."""
     from xfuse.passes.lowering.lower_to_loops import MERGE_DIMS, WIDE_SUMS, lower_functions
 
     cpu = torch.device(device).type != "cuda"
-    lower_functions(module, merge_dims=MERGE_DIMS and cpu, wide_sums=WIDE_SUMS and cpu, leave=leave)
+    return lower_functions(
+        module, merge_dims=MERGE_DIMS and cpu, wide_sums=WIDE_SUMS and cpu, leave=leave
+    )
 
 
 FUSED, OP_BY_OP, EAGER, CONSTANT = "fused", "op by op", "eager", "constant"

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
@@ -85,6 +85,7 @@ from xfuse.runtime.compiler import (
     canonical_source,
     direct_call_text,
     is_fresh_view,
+    kernel_name,
     lower_to_loops,
 )
 from xfuse.runtime.outputs import storage_address
@@ -326,27 +327,38 @@ def makes_kernel(op: Operation) -> bool:
     return is_lone_kernel_op(op) and not is_fresh_view(op)
 
 
-def lower_symbolic(module: ModuleOp, device: torch.device) -> None:
+def lower_symbolic(module: ModuleOp, device: torch.device) -> dict[str, list[str]]:
     """`lower-to-loops` of a fused module for `device`, leaving the lone ops that run as torch
     views (`makes_kernel`'s rule); a group it cannot lower is refused as the pass in a pipeline
-    refuses it (`PassFailedError`: the pass's name and its one line)."""
+    refuses it (`PassFailedError`: the pass's name and its one line). The names of the ops
+    each kernel computes, by its symbol."""
     try:
-        lower_to_loops(module, device, leave=is_fresh_view)
+        return lower_to_loops(module, device, leave=is_fresh_view)
     except DiagnosticException as e:
         raise PassFailedError(LowerToLoopsPass.name, str(e)) from e
 
 
-def compile_kernels(module: ModuleOp, backend: Backend, cache: KernelCache) -> dict[str, Kernel]:
+def compile_kernels(
+    module: ModuleOp,
+    backend: Backend,
+    cache: KernelCache,
+    unit_ops: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Kernel]:
     """Each kernel of `module` for `backend`, by its symbol, through `cache` under its canonical
     module (`canonical_source`, as the static runtime keys its kernels): a kernel of the
     same loop IR as another (a layer's, the same in each layer) or as one the cache holds is
     compiled once; the others are compiled ahead in worker processes where the backend has
-    them (`KernelCache.compile_ahead`: CUDA's PTX), each loaded under its own symbol."""
+    them (`KernelCache.compile_ahead`: CUDA's PTX), each loaded under the name profilers show
+    (`kernel_name` of its ops in `unit_ops`, as the static runtime names its kernels)."""
     sources = {
         kernel.sym_name.data: canonical_source(kernel) for kernel in kernel_functions(module)
     }
     cache.compile_ahead(backend, list(sources.values()))
-    return {name: cache.kernel(backend, source, name) for name, source in sources.items()}
+    ops = unit_ops or {}
+    return {
+        name: cache.kernel(backend, source, kernel_name(ops.get(name) or [name], name))
+        for name, source in sources.items()
+    }
 
 
 def small_size_message(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> str:
@@ -461,11 +473,11 @@ class SymbolicProgram:
         a call at sizes where one is not of the kind it had at the size hints."""
         self.fused = module.clone()
         """The module after fusion, before `lower-to-loops`: groups, not kernels."""
-        lower_symbolic(module, self.device)
+        unit_ops = lower_symbolic(module, self.device)
         self.module = module
         self.backend = backend if backend is not None else get_backend(self.device.type)
         self.kernels = compile_kernels(
-            module, self.backend, default_cache() if cache is None else cache
+            module, self.backend, default_cache() if cache is None else cache, unit_ops
         )
         self.steps: list[_Launch | _Eager | _View] = []
         self.results: list[int] = []

@@ -202,6 +202,8 @@ class FunctionLowering:
     leave: Callable[[Operation], bool] | None = None
     """Lone ops left in place, no kernel made (those a runtime runs as torch views)."""
     count: int = 0
+    unit_ops: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    """Each kernel made, by its symbol: the names of the ops it computes, in order."""
     inlined: set[graph.ConstantOp] = field(default_factory=set[graph.ConstantOp])
     """Constants of the function that kernels read as arith.constant (erased once unused)."""
 
@@ -254,6 +256,7 @@ class FunctionLowering:
         replaced.detach()
         replaced.erase()
         self.module.body.block.add_op(lowered.kernel)
+        self.unit_ops[name] = [o.name for o in group.block.ops if o is not group.yield_op]
 
 
 @dataclass(frozen=True)
@@ -300,10 +303,15 @@ def lower_functions(
     merge_dims: bool = MERGE_DIMS,
     wide_sums: bool = WIDE_SUMS,
     leave: Callable[[Operation], bool] | None = None,
-) -> None:
+) -> dict[str, list[str]]:
     """`lower-to-loops` on every function of `module` that is no kernel (the pass's options),
-    leaving in place the lone ops `leave` names."""
+    leaving in place the lone ops `leave` names; the names of the ops each kernel made
+    computes, by its symbol."""
     functions = [f for f in module.ops if isinstance(f, func.FuncOp) and not is_kernel(f)]
+    unit_ops: dict[str, list[str]] = {}
     for f in functions:
         if f.body.blocks:
-            FunctionLowering(f, module, keep_unsupported, merge_dims, wide_sums, leave).run()
+            lowering = FunctionLowering(f, module, keep_unsupported, merge_dims, wide_sums, leave)
+            lowering.run()
+            unit_ops |= lowering.unit_ops
+    return unit_ops
