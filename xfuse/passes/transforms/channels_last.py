@@ -42,6 +42,11 @@ Whether a program gains is decided as Inductor decides for inference (`layout_ve
 2-D convolutions, enough of them among its ops, and their FLOPs weighted by channels-last's
 measured speed-up per kind of convolution (grouped ones are slower) favour it. `force` skips
 the weighing. A program with an op that may write memory is left alone.
+
+A program with size symbols (docs/dynamic-shapes.md) is rewritten alike, its values keeping
+their symbols; its convolutions are weighed at the size hints (`hinted_shape`), and a chain of
+views is taken for NHWC memory (`nhwc_source`) at static sizes only (else the input is copied
+channels-last once).
 """
 
 from __future__ import annotations
