@@ -223,8 +223,8 @@ def chosen_passes(
     channels_last: bool | None = None,
 ) -> tuple[tuple[ModulePass, ...], list[Verdict]]:
     """The passes a symbolic program of `module` is built with on `device`
-    (`default_passes`, with `channels_last`), its depthwise convolutions whose library call is faster kept as library
-    calls (`xfuse.choices`: each timed at the sizes `measuring_sizes` gives, the times summed,
+    (`default_passes`, with `channels_last`), its depthwise convolutions whose library call is
+    faster kept as library calls (`xfuse.choices`: each timed at the sizes `measuring_sizes` gives, the times summed,
     or read from `cache`), and every verdict."""
     passes = parse_passes(default_passes(device, channels_last))
     sizes = measuring_sizes(module)

@@ -71,12 +71,13 @@ from xfuse.ir.functions import kernel_functions
 from xfuse.ir.names import ERROR_FLAG_ATTR, EXTENT_ATTR, SIZE_ARGS_ATTR, SIZES_ATTR
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.passes.transforms.attention_mask import AttentionMaskPass, check_guards
+from xfuse.passes.transforms.channels_last import ChannelsLastPass
 from xfuse.pipeline import (
     AFTER_DEVICE_PASSES,
     PassFailedError,
     PassObserver,
     Pipeline,
-    channels_last_setting,
+    layout_pass,
     pipeline,
 )
 from xfuse.runtime.cache import KernelCache, default_cache
@@ -94,16 +95,15 @@ from xfuse.runtime.steps import VIEW_IMPLS, View, fresh_results
 FUSION = f"{AFTER_DEVICE_PASSES},fuse-greedy,group-cleanup,fold-linear"
 
 
-def passes_text(cuda: bool, layout: bool | None) -> str:
+def passes_text(cuda: bool, layout: ModulePass | None) -> str:
     """The fusion passes of a symbolic program (before `lower-to-loops`), on a CUDA GPU where
-    `cuda`, with the `channels-last` pass as `layout` says (`layout_pass`'s rule: None weighs
-    the convolutions, on CUDA only; True forces it; False leaves it out)."""
-    layout_pass = {None: "channels-last" if cuda else None, True: "channels-last{force=true}"}
+    `cuda`, with `layout` (the `channels-last` pass that `xfuse.pipeline.layout_pass` gives,
+    or None)."""
     before = (
         "decompose",
         "depthwise-stencil",
         "convolution-bias" if cuda else None,
-        layout_pass.get(layout),
+        None if layout is None else str(layout.pipeline_pass_spec()),
         "attention-mask{symbolic=true}",
         "pad-matmul" if cuda else None,
     )
@@ -123,7 +123,7 @@ backward; `fold-linear` puts a transposed weight's matmul and a bias add that fu
 into one `graph.linear` (a library GEMM), where the transpose would be a kernel copying the
 weight at every call."""
 
-CUDA_PASSES = passes_text(cuda=True, layout=None)
+CUDA_PASSES = passes_text(cuda=True, layout=ChannelsLastPass())
 """`DEFAULT_PASSES` on a CUDA GPU, with the static pipeline's CUDA passes
 (`xfuse.pipeline.device_passes`): `convolution-bias` (library convolutions leave their bias to
 an add that fuses), `channels-last` (the activations between f16/bf16 convolutions live in NHWC
@@ -136,7 +136,7 @@ and its result is sliced back along its static last dim, whatever the symbolic o
 def default_passes(device: torch.device, channels_last: bool | None = None) -> str:
     """The fusion passes a symbolic program on `device` is built with, `compile`'s
     `channels_last` (or `XFUSE_CHANNELS_LAST`) honoured as the static pipeline does."""
-    return passes_text(device.type == "cuda", channels_last_setting(channels_last))
+    return passes_text(device.type == "cuda", layout_pass(channels_last, device))
 
 
 MEASURE_SCALE = 16

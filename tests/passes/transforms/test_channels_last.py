@@ -327,7 +327,9 @@ def test_a_symbolic_program_is_rewritten_once_for_every_size(name: str) -> None:
     channels-last result), and the one program's
     kernels give eager's values at sizes of every symbol."""
     model, (x,) = MODELS[name]()
-    program, compiled = _symbolic(model, x, passes_text(cuda=False, layout=True))
+    program, compiled = _symbolic(
+        model, x, passes_text(cuda=False, layout=ChannelsLastPass(force=True))
+    )
     convs = [c.op for c in convolutions(find_function(compiled.fused, "forward").body.block)]
     assert convs
     for conv in convs:
