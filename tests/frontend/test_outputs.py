@@ -84,6 +84,35 @@ def test_a_scatter_into_an_expanded_input_matches_eager(name: str, device: str) 
         assert got.stride() == want.stride() == (8, 1)
 
 
+def _scatter_then_add_(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A `slice_scatter` into a gapped view (eager clones it with its strides), then written in
+    place: the result keeps the gaps, where the decomposed trace has a dense `add` (`triu`
+    is an op that the importer decomposes)."""
+    view = x.select(2, 3)
+    out = torch.slice_scatter(view, y, 0, 1, None, 2)
+    upper = torch.triu(out, 1)
+    out.add_(view)
+    return out, upper
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_in_place_write_into_a_scatter_keeps_eagers_gapped_strides(
+    device: str, dynamic: bool
+) -> None:
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch._dynamo.reset()
+    compiled = torch.compile(_scatter_then_add_, backend="xfuse", dynamic=dynamic)
+    for n in (8, 11):
+        x = torch.randn(4, 5, n, device=device)
+        y = torch.randn(2, 5, device=device)
+        got, want = compiled(x, y), _scatter_then_add_(x, y)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got[0].stride() == want[0].stride() == (5 * n, n)
+    torch._dynamo.reset()
+
+
 VIEW_CASES: list[tuple[object, tuple[object, ...]]] = [
     (torch.ops.aten.view.default, ([6, 4],)),
     (torch.ops.aten.permute.default, ([2, 0, 1],)),

@@ -52,7 +52,7 @@ from xfuse.frontend.builder import (
 )
 from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
 from xfuse.frontend.eager_rules import check_eager_rules
-from xfuse.frontend.outputs import OutputRule, output_rules
+from xfuse.frontend.outputs import OutputRule, output_rules, returned_strides
 from xfuse.frontend.pytrees import export_support, picker
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.ir.dtypes import tensor_input_problem
@@ -220,12 +220,20 @@ def import_program(
     refuses raise eager's error (`xfuse.frontend.eager_rules`)."""
     check_no_write_through_returned_input(program)
     check_eager_rules(program)
+    strides: list[tuple[int, ...] | None] | None = None
     if needs_decomposition(program, symbolic):
+        strides = returned_strides(_returned(program))
         program = _decomposed(program, symbolic)
     if not symbolic:
-        return Importer(program).run(verify)
+        return Importer(program, strides).run(verify)
     with importing_sizes(SizeSymbols()):
-        return Importer(program).run(verify)
+        return Importer(program, strides).run(verify)
+
+
+def _returned(program: ExportedProgram) -> list[torch.fx.Node]:
+    """The nodes `program`'s graph returns, flat, in order."""
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    return pytree.tree_leaves(output_node.args[0])
 
 
 def _decomposed(program: ExportedProgram, symbolic: bool) -> ExportedProgram:
@@ -405,9 +413,12 @@ def check_inputs(values: Sequence[Any]) -> None:
 class Importer:
     """Walks the FX graph of one exported program and builds `@forward`."""
 
-    def __init__(self, program: ExportedProgram):
+    def __init__(
+        self, program: ExportedProgram, strides: list[tuple[int, ...] | None] | None = None
+    ):
         self.program = program
         self.signature = program.graph_signature
+        self.strides = strides  # eager's strides of each returned node, traced before decomposing
 
     def run(self, verify: bool = True) -> ImportedProgram:
         placeholders = [n for n in self.program.graph.nodes if n.op == "placeholder"]
@@ -456,9 +467,13 @@ class Importer:
             if node.op == "call_function":
                 lowering.values[node] = convert_node(lowering, node)
         outputs, output_names, constants = self.outputs(lowering)
-        output_node = next(n for n in self.program.graph.nodes if n.op == "output")
-        returned = pytree.tree_leaves(output_node.args[0])
-        rules = output_rules([n for i, n in enumerate(returned) if i not in constants], arg_of)
+        returned = _returned(self.program)
+        kept = [i for i in range(len(returned)) if i not in constants]
+        rules = output_rules(
+            [returned[i] for i in kept],
+            arg_of,
+            None if self.strides is None else [self.strides[i] for i in kept],
+        )
         outputs += [lowering.tensor(node) for node in rules.hidden]
         block.add_op(func.ReturnOp(*outputs))
         fold_empty_results(block)

@@ -174,12 +174,18 @@ class OutputRules:
 
 
 def output_rules(
-    returned: Sequence[torch.fx.Node], arg_of: dict[torch.fx.Node, int]
+    returned: Sequence[torch.fx.Node],
+    arg_of: dict[torch.fx.Node, int],
+    traced: Sequence[tuple[int, ...] | None] | None = None,
 ) -> OutputRules:
     """The rule of each returned node, and the hidden outputs; `arg_of` maps placeholders to
-    `@forward` arguments."""
+    `@forward` arguments. `traced` holds eager's strides of each returned node where the
+    program was traced before it was decomposed (`returned_strides`): a fresh output takes
+    those."""
     bases = [view_chain(node) for node in returned]
     corrected = eager_strides(returned[0].graph) if returned else {}
+    if traced is not None:
+        corrected |= {n: s for n, s in zip(returned, traced, strict=True) if s is not None}
     owner: dict[torch.fx.Node, int] = {}
     for i, (node, (base, chain)) in enumerate(zip(returned, bases, strict=True)):
         if not chain and base is node and base not in arg_of:
@@ -218,6 +224,24 @@ def _stride(node: torch.fx.Node, corrected: Strides) -> tuple[int, ...]:
     if _replay_step(node) is None and overlaps(tuple(value.shape), stride):
         return row_major_strides(tuple(value.shape))
     return stride
+
+
+def returned_strides(returned: Sequence[torch.fx.Node]) -> list[tuple[int, ...] | None]:
+    """Eager's strides of each returned node of a program before it is decomposed (None for
+    one of symbolic sizes or no tensor). Decompositions lose layouts that torch's own meta
+    functions keep: an in-place op on a `slice_scatter` result (eager's
+    `clone_preserve_strides` of a gapped view, strides `(1088, 64)`) becomes a functional op
+    whose result is dense."""
+    graph = next((n.graph for n in returned if isinstance(n, torch.fx.Node)), None)
+    corrected = eager_strides(graph) if graph is not None else {}
+    found: list[tuple[int, ...] | None] = []
+    for node in returned:
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        static = isinstance(value, torch.Tensor) and all(
+            isinstance(d, int) for d in (*value.shape, *value.stride())
+        )
+        found.append(_stride(node, corrected) if static else None)
+    return found
 
 
 def overlaps(shape: Sequence[int], stride: Sequence[int]) -> bool:
