@@ -325,3 +325,49 @@ def test_a_row_kernel_reads_a_gathered_element_per_lane_with_no_vector_claim() -
         column = list(op.indices)[-1].owner
         # the index read from `idx` (wrapped where negative), not another lane's `+ lane`
         assert not (isinstance(column, arith.AddiOp) and set(column.operands) & columns)
+
+
+def _row_sums(hint: int) -> str:
+    """y[r] = sum of x's row r of 96 f32, over a runtime count of rows `s0` hinted at `hint`."""
+    return f"""
+builtin.module {{
+  func.func @k(%x: memref<?xf32>, %y: memref<?xf32>, %s0: index) attributes {{xfuse.kernel, xfuse.parallel_dims = 1 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0", xfuse.size_hints = [{hint} : i64]}} {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c96 = arith.constant 96 : index
+    %zero = arith.constant 0.0 : f32
+    "scf.parallel"(%c0, %s0, %c1) <{{operandSegmentSizes = array<i32: 1, 1, 1, 0>}}> ({{
+    ^bb0(%r: index):
+      %base = arith.muli %r, %c96 : index
+      %sum = scf.for %j = %c0 to %c96 step %c1 iter_args(%acc = %zero) -> (f32) {{
+        %o = arith.addi %base, %j : index
+        %v = memref.load %x[%o] : memref<?xf32>
+        %a = arith.addf %acc, %v : f32
+        scf.yield %a : f32
+      }}
+      memref.store %sum, %y[%r] : memref<?xf32>
+      scf.reduce
+    }}) : (index, index, index) -> ()
+    func.return
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize(("hint", "rows_per_block"), [(65536, 32), (2, 8)])
+def test_rows_of_a_runtime_count_take_threads_for_the_count_at_its_hints(
+    hint: int, rows_per_block: int
+) -> None:
+    """Rows of 96 f32 (24 vectors): many rows at the hints take 8 threads a row, 3 vectors
+    each (32 rows a block of 256), as the same rows of a static count do; a few take 32, a
+    thread a vector (a small kernel is bound by latency). Before, a runtime count always
+    took 32."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import StringAttr
+
+    from xfuse.ir.names import ITEMS_SIZES_ATTR, STRATEGY_ATTR
+
+    kernel = next(op for op in _mapped(_row_sums(hint)).ops if isinstance(op, func.FuncOp))
+    assert kernel.attributes[STRATEGY_ATTR] == StringAttr("rows")
+    items = kernel.attributes[ITEMS_SIZES_ATTR]
+    assert items == StringAttr(f"items = (s0 + {rows_per_block - 1}) floordiv {rows_per_block}")

@@ -960,8 +960,8 @@ def _row_threads(length: int, width: int, mapping: GPUMapping, rows: int | None 
     elements, and no more than `mapping.max_cached` elements: rows of 96 bf16 (ConvNeXt's
     channels) then leave few lanes idle, each thread has several loads in flight, and the row
     stays in registers. Where that leaves the kernel fewer than `mapping.min_threads` threads
-    (few `rows`, or a runtime count of rows: `rows` None), threads are added, up to one per
-    chunk: a small kernel is bound by latency. A long row takes enough threads that each
+    (few `rows`, a runtime count at its size hints, or an unknown count: `rows` None),
+    threads are added, up to one per chunk: a small kernel is bound by latency. A long row takes enough threads that each
     holds about `mapping.row_elements` elements (`mapping.row_threads`, a power of two of at
     least 64, overrides that)."""
     if length <= WARP * mapping.max_cached and length <= MAX_BLOCK * width:
@@ -1054,9 +1054,11 @@ def _map_rows(
     plan: _RowPlan,
     mapping: GPUMapping,
     length_hint: int = 0,
+    rows_hint: int | None = None,
 ) -> int:
-    """Map the rows (runtime extents and row lengths too: `length_hint`, the length the
-    threads per row are chosen for, is then its size at the hints); returns rows per block."""
+    """Map the rows (runtime extents and row lengths too: `length_hint` and `rows_hint`, the
+    row length and count the threads per row are chosen for, are then their sizes at the
+    hints); returns rows per block."""
     max_cached = mapping.max_cached
     loops = [op for op in _body_ops(par.body.block) if isinstance(op, scf.ForOp)]
     kept = kept_divisors(kernel)
@@ -1068,10 +1070,11 @@ def _map_rows(
     rows = numel(static) if len(static) == len(shape) else None
     if isinstance(plan.length, int):
         width = _row_width(loops, plan.length, linear=SIZE_ARGS_ATTR in kernel.attributes)
-        threads = _row_threads(plan.length, width, mapping, rows)
+        counted = rows if rows is not None else rows_hint
+        threads = _row_threads(plan.length, width, mapping, counted)
         if math.ceil(plan.length / (threads * width)) * width > max_cached:
             width = 1  # re-read: the strided loop takes one element at a time
-            threads = _row_threads(plan.length, 1, mapping, rows)
+            threads = _row_threads(plan.length, 1, mapping, counted)
         per_thread = math.ceil(plan.length / (threads * width)) * width
     else:  # a runtime length: one element at a time, strided, for any length
         width = 1
@@ -1914,8 +1917,9 @@ def _map_symbolic(
         items = sizes.floordiv(items + partial, width)
     else:
         hint = plan.length if isinstance(plan.length, int) else _hint(sizes, plan.length)
+        rows = math.prod(d if isinstance(d, int) else _hint(sizes, d) for d in shape)
         scratch = _SharedScratch(module, kernel.sym_name.data)
-        per_block = _map_rows(kernel, scratch, par, shape, plan, mapping, hint)
+        per_block = _map_rows(kernel, scratch, par, shape, plan, mapping, hint, rows)
         strategy = "rows"
         items = sizes.floordiv(items + SizeExpr.constant(per_block - 1), per_block)
     kernel.attributes[ITEMS_ATTR] = IntegerAttr(RUNTIME_ITEMS, i64)
