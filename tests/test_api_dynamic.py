@@ -250,14 +250,20 @@ VARIANCES = {
     "over_the_symbol_keepdim": lambda x: x.var(dim=1, keepdim=True, correction=0),
     "over_two_symbols": lambda x: x.var(dim=(0, 1), correction=0) * 2,
     "var_mean": lambda x: torch.var_mean(x, dim=(0, 2), correction=0)[0] + 1,
+    "unbiased_over_the_symbol": lambda x: x.var(dim=0),
+    "unbiased_over_two_symbols_keepdim": lambda x: x.var(dim=(0, 1), keepdim=True),
+    "std_with_correction_2": lambda x: x.std(dim=(1, 2), correction=2),
+    "unbiased_var_mean_over_static_and_symbol": lambda x: torch.var_mean(x, dim=(0, 2))[0],
+    "correction_reaching_the_count": lambda x: x.var(dim=0, correction=2),
 }
 
 
 @pytest.mark.parametrize("name", list(VARIANCES))
-def test_a_population_variance_over_symbolic_dims_runs_in_one_program(name: str) -> None:
-    """var with correction 0 over dims of runtime sizes (a batch norm's batch statistics)
-    divides by the call's count: one program, eager's values at each size (within the RMSE
-    rule against f64)."""
+def test_a_variance_over_symbolic_dims_runs_in_one_program(name: str) -> None:
+    """var over dims of runtime sizes (correction 0: a batch norm's batch statistics; 1: its
+    running variance; 2) divides by the call's count, less the correction: one program,
+    eager's values at each size (within the RMSE rule against f64; at batch 2, a correction
+    of 2 divides by 0: infinities, as in eager)."""
     from xfuse.testing.fuzz.compare import compare_outputs
 
     fn = VARIANCES[name]

@@ -1070,10 +1070,3 @@ func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #grap
   func.return
 }
 
-// -----
-
-// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.var' op expected static reduced dims with correction 1 (the count divides), found dim 0 of size s0
-func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
-  %0 = graph.var %x dims = [0] correction = 1 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8xf32>
-  func.return
-}

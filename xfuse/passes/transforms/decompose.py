@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -145,13 +145,18 @@ def _silu(ops: OpList, op: graph.SiluOp, x: SSAValue) -> SSAValue:
 
 def _var(ops: OpList, op: graph.VarOp, x: SSAValue) -> SSAValue:
     """(sum(d^2) - N c^2) / max(0, N - correction) over `dims` (`_centered`); over a dim of a
-    runtime size (correction 0 alone: `VarOp`'s verifier), mean(d^2) - c^2, whose means
-    divide by the call's count."""
+    runtime size, mean(d^2) - c^2, whose means divide by the call's count, then (a correction
+    other than 0) times N / max(0, N - correction), N the call's count (`_runtime_count`)."""
     dims = op.reduce_dims
     shifted, correction = _centered(ops, x, dims)
     if any(graph.shape_of(x)[d] < 0 for d in dims):
         squares = ops.mean(ops.mul(shifted, shifted), dims)
         var = _at_least_zero(ops, ops.add(graph.SubOp(squares, ops.mul(correction, correction))))
+        if op.correction.value.data != 0:
+            n = _runtime_count(ops, x, dims, var)
+            divisor = ops.add(graph.SubOp(n, ops.const(op.correction.value.data, n)))
+            ratio = ops.add(graph.DivOp(n, _at_least_zero(ops, divisor)))
+            var = ops.mul(var, ratio)
         return var if op.keeps_dims else ops.add(graph.ReshapeOp(var, graph.shape_of(op.result)))
     squares = ops.add(graph.ReduceSumOp(ops.mul(shifted, shifted), dims, op.keeps_dims))
     count = graph.numel([graph.shape_of(x)[d] for d in dims])
@@ -161,6 +166,27 @@ def _var(ops: OpList, op: graph.VarOp, x: SSAValue) -> SSAValue:
     total = _at_least_zero(ops, ops.add(graph.SubOp(squares, drift)))
     divisor = ops.const(max(0, count - op.correction.value.data), total)
     return ops.add(graph.DivOp(total, divisor))
+
+
+def _runtime_count(ops: OpList, x: SSAValue, dims: Sequence[int], like: SSAValue) -> SSAValue:
+    """The count of `x`'s elements over `dims` (one of a runtime size, at least) at the call,
+    in `like`'s type, shaped as a kept reduction (1 at every dim): per dim of a runtime size,
+    the largest index along it plus one (an `iota` of that dim alone, reduced by max: exact
+    in integers, and no read of `x`), times the static sizes' product."""
+    sizes = graph.dims_of(x)
+    rank = len(sizes)
+    count: SSAValue | None = None
+    for d in dims:
+        if isinstance(sizes[d], int):
+            continue
+        along = [sizes[i] if i == d else 1 for i in range(rank)]
+        index = ops.add(graph.IotaOp(graph.tensor_of(i64, along), dim=d))
+        last = ops.cast(ops.add(graph.ReduceMaxOp(index, [d], keepdim=True)), graph.dtype_of(like))
+        size = ops.add(graph.AddOp(last, ops.const(1, like)))
+        count = size if count is None else ops.mul(count, size)
+    assert count is not None, "a count of static sizes is a constant"
+    static = graph.numel([d for d in (sizes[i] for i in dims) if isinstance(d, int)])
+    return count if static == 1 else ops.mul(count, ops.const(static, like))
 
 
 UPCAST_RULES: dict[type[Operation], UpcastRule] = {

@@ -51,3 +51,24 @@ func.func @var_symbolic(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<8xf32> a
 // CHECK:         %[[VAR:.*]] = graph.maximum %[[DIFF]], %{{.*}}
 // CHECK-NEXT:    %[[Y:.*]] = graph.reshape %[[VAR]] : tensor<1x8xf32> -> tensor<8xf32>
 // CHECK-NEXT:    func.return %[[Y]]
+
+// Correction 1 over a dim of a runtime size: the population variance times N / max(0, N - 1),
+// N the call's count, the largest index of an iota along the dim plus one.
+func.func @var_symbolic_unbiased(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<8xf32> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %y = graph.var %x dims = [0] correction = 1 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<8xf32>
+  func.return %y : tensor<8xf32>
+}
+
+// CHECK-LABEL: func.func @var_symbolic_unbiased
+// CHECK:         %[[VAR:.*]] = graph.maximum %{{.*}}, %{{.*}} : tensor<1x8xf32>, tensor<f32> -> tensor<1x8xf32>
+// CHECK-NEXT:    %[[I:.*]] = graph.iota dim = 0 start = 0 step = 1 : tensor<?x1xi64, #graph.syms<s0>>
+// CHECK-NEXT:    %[[LAST:.*]] = graph.reduce_max %[[I]] dims = [0] keepdim : tensor<?x1xi64, #graph.syms<s0>> -> tensor<1x1xi64>
+// CHECK-NEXT:    %[[LASTF:.*]] = graph.cast %[[LAST]] : tensor<1x1xi64> to tensor<1x1xf32>
+// CHECK-NEXT:    %[[ONE:.*]] = graph.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[N:.*]] = graph.add %[[LASTF]], %[[ONE]]
+// CHECK-NEXT:    %[[C:.*]] = graph.constant dense<1.000000e+00> : tensor<f32>
+// CHECK-NEXT:    %[[NC:.*]] = graph.sub %[[N]], %[[C]]
+// CHECK:         %[[DIV:.*]] = graph.maximum %[[NC]], %{{.*}}
+// CHECK-NEXT:    %[[RATIO:.*]] = graph.div %[[N]], %[[DIV]]
+// CHECK-NEXT:    %[[Y:.*]] = graph.mul %[[VAR]], %[[RATIO]] : tensor<1x8xf32>, tensor<1x1xf32> -> tensor<1x8xf32>
+// CHECK-NEXT:    graph.reshape %[[Y]] : tensor<1x8xf32> -> tensor<8xf32>
