@@ -503,3 +503,38 @@ def test_a_dims_bounds_are_checked_at_every_call() -> None:
         with pytest.raises(SymbolicSizeError, match=message) as e:
             program(torch.randn(n, 4), torch.randn(m, 4))
         one_line(e)
+
+
+FROM_THE_END = {
+    "last_token": lambda x: (x[:, -1] * 2).softmax(-1),
+    "second_to_last": lambda x: x.select(1, -2) + 1,
+    "last_as_a_slice": lambda x: x[:, -1:] * 3,
+    "one_before_the_end": lambda x: x[:, -2:-1] * x[:, :1],
+    "last_of_two_symbols": lambda x: x[-1, -1] - x[0].mean(0),
+}
+
+
+@pytest.mark.parametrize("name", list(FROM_THE_END))
+def test_elements_from_a_symbolic_dims_end_run_in_one_program(name: str) -> None:
+    """A select or slice counted from the end of a dim of runtime size (a language model's
+    last token), within its last `MIN_SIZE` elements: one program, eager's values at each
+    size, the smallest in range included."""
+    fn = FROM_THE_END[name]
+    shapes = {"x": {0: Dim("b"), 1: Dim("n", min=2)}}
+    program = xfuse.compile(fn, (torch.randn(3, 7, 5),), dynamic_shapes=shapes)
+    assert isinstance(program, DynamicProgram)
+    for b, n in [(3, 7), (2, 2), (4, 13), (9, 3)]:
+        x = torch.randn(b, n, 5)
+        torch.testing.assert_close(program(x), fn(x))
+
+
+def test_an_element_further_from_a_symbolic_dims_end_than_min_size_is_refused() -> None:
+    """`x[:, -3]` lies within every size of a range from 3, but beyond `MIN_SIZE` (2), the
+    length every symbolic dim is taken to have: no symbolic program, one line naming the
+    slice."""
+    with pytest.raises(SymbolicSizeError, match="a slice -3:-2:1 of symbolic dim 1"):
+        xfuse.compile(
+            lambda x: x[:, -3] * 2,
+            (torch.randn(3, 7),),
+            dynamic_shapes={"x": {1: Dim("n", min=3)}},
+        )

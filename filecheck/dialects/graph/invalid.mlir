@@ -517,6 +517,22 @@ func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #gr
 
 // -----
 
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected a slice within the last 2 elements of symbolic dim 0 (limit after start, both from the end, a positive stride), found -4:-1:1
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.slice %x start = [-4, 0] limit = [-1, 8] stride = [1, 1] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<3x8xf32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected a slice within the last 2 elements of symbolic dim 0 (limit after start, both from the end, a positive stride), found -2:3:1
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.slice %x start = [-2, 0] limit = [3, 8] stride = [1, 1] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<5x8xf32>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected a start >= 0 and a positive stride in dim 0, found 0, 0
 func.func @f(%a: tensor<?xf32, #graph.syms<s0>>, %x: tensor<?x8xf32, #graph.syms<e0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = s0 + 2>} {
   %0 = graph.slice %x start = [0, 0] limit = [-2, 8] stride = [0, 1] : tensor<?x8xf32, #graph.syms<e0>> -> tensor<?x8xf32, #graph.syms<s0>>

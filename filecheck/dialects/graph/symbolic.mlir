@@ -111,3 +111,16 @@ func.func @conditions(%x: tensor<?xf32, #graph.syms<s0>>, %y: tensor<?xf32, #gra
   %0 = graph.neg %x : tensor<?xf32, #graph.syms<s0>>
   func.return
 }
+
+// A slice counted from a symbolic dim's end within its last MIN_SIZE (2) elements: a start and
+// a limit `-1 - k` for `size - k`, a static result dim (`x[:, -1]`, `x[:, -2:-1]`).
+// CHECK-LABEL: func.func @slices_from_the_end
+func.func @slices_from_the_end(%x: tensor<4x?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 16>} {
+  // CHECK-NEXT: %0 = graph.slice %x start = [0, -2] limit = [4, -1] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  %0 = graph.slice %x start = [0, -2] limit = [4, -1] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  // CHECK-NEXT: %1 = graph.slice %x start = [0, -3] limit = [4, -1] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x2xf32>
+  %1 = graph.slice %x start = [0, -3] limit = [4, -1] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x2xf32>
+  // CHECK-NEXT: %2 = graph.slice %x start = [0, -3] limit = [4, -2] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  %2 = graph.slice %x start = [0, -3] limit = [4, -2] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  func.return
+}

@@ -197,9 +197,10 @@ class SliceOp(OneTensorOp):
     negative limit counts from its end, `-1 - k` standing for `size - k`: `0:-1:1`
     (`WHOLE_SYMBOLIC_DIM`) keeps it whole, the result naming its symbol; another such slice
     (a stencil's tap, `3:-4:1`) has a symbol of the function's table as its result dim, whose
-    polynomial is `(size - k - start + stride - 1) floordiv stride`. A non-negative limit
-    slices a symbolic dim within its first `MIN_SIZE` elements (which every size has), a
-    static result dim.
+    polynomial is `(size - k - start + stride - 1) floordiv stride`. A negative start counts
+    from the end too, within its last `MIN_SIZE` elements (which every size has), with such a
+    limit: `-2:-1:1` is the last element, a static result dim. A non-negative limit slices a
+    symbolic dim within its first `MIN_SIZE` elements, a static result dim.
     `%y = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>`"""
 
     name = "graph.slice"
@@ -247,11 +248,11 @@ class SliceOp(OneTensorOp):
 
     @property
     def index(self) -> tuple[slice, ...]:
-        """The slice as a Python index (`x[op.index]`) at any size: a limit `-1 - k` from a
-        symbolic dim's end as the stop `-k` (none for the whole dim)."""
+        """The slice as a Python index (`x[op.index]`) at any size: a start or limit `-1 - k`
+        from a symbolic dim's end as `-k` (a limit none for the whole dim)."""
         start, limit, stride = self.bounds
         return tuple(
-            slice(s, e if e >= 0 else None if e == -1 else e + 1, k)
+            slice(s if s >= 0 else s + 1, e if e >= 0 else None if e == -1 else e + 1, k)
             for s, e, k in zip(start, limit, stride, strict=True)
         )
 
@@ -264,6 +265,14 @@ class SliceOp(OneTensorOp):
         for i, (s, e, k) in enumerate(zip(start, limit, stride, strict=True)):
             d = dims[i]
             if (s, e, k) == WHOLE_SYMBOLIC_DIM and isinstance(d, str):
+                continue
+            if isinstance(d, str) and s < 0:
+                if not (k > 0 and s < e < 0 and -1 - s <= MIN_SIZE):
+                    raise VerifyException(
+                        f"expected a slice within the last {MIN_SIZE} elements of symbolic dim "
+                        f"{i} (limit after start, both from the end, a positive stride), found "
+                        f"{s}:{e}:{k}"
+                    )
                 continue
             if isinstance(d, str) and e < 0:
                 from_end[i] = self._sliced_symbol(i, d, s, -1 - e, k)
@@ -328,12 +337,14 @@ WHOLE_SYMBOLIC_DIM = (0, -1, 1)
 def slice_dims(
     dims: Sequence[Dim], start: Sequence[int], limit: Sequence[int], stride: Sequence[int]
 ) -> tuple[Dim, ...]:
-    """A slice's result dims: a symbolic dim kept whole stays itself, one sliced from its end
-    otherwise is a dynamic dim without its symbol (-1, which `SliceOp` takes from its `dims`),
-    others as `slice_shape`."""
+    """A slice's result dims: a symbolic dim kept whole stays itself, one sliced from a start
+    to its end otherwise is a dynamic dim without its symbol (-1, which `SliceOp` takes from
+    its `dims`), others (a symbolic dim's first or last elements too) as `slice_shape`."""
     static = slice_shape(start, limit, stride)
     return tuple(
-        (d if bounds == WHOLE_SYMBOLIC_DIM else -1) if isinstance(d, str) and bounds[1] < 0 else n
+        (d if bounds == WHOLE_SYMBOLIC_DIM else -1)
+        if isinstance(d, str) and bounds[1] < 0 <= bounds[0]
+        else n
         for d, n, bounds in zip(dims, static, zip(start, limit, stride, strict=True), strict=True)
     )
 

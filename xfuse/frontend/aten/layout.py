@@ -74,14 +74,18 @@ def _slice_dim(
     lw: ImportBuilder, x: SSAValue, dim: int, start: int, end: int, step: int = 1
 ) -> SSAValue:
     """x[..., start:end:step, ...] along `dim`, with torch's clamping of start and end. A
-    symbolic dim (size unknown here) is taken whole, or within its first `MIN_SIZE` elements,
-    which every size has; the other dims of `x` may be symbolic (a `graph.slice` keeps them
-    whole)."""
+    symbolic dim (size unknown here) is taken whole, or within its first or last `MIN_SIZE`
+    elements, which every size has (a negative start, and an end to the dim's end or
+    negative, count from its end); the other dims of `x` may be symbolic (a `graph.slice`
+    keeps them whole)."""
     shape = graph.shape_of(x)
     size = shape[dim]
     if size < 0:
         if start == 0 and end >= UNBOUNDED_END and step == 1:
             return x
+        if -graph.MIN_SIZE <= start < 0 and (end >= UNBOUNDED_END or start < end < 0):
+            limit = -1 if end >= UNBOUNDED_END else end - 1  # `-1 - k` for `size - k`
+            return _emit_slice(lw, x, dim, start - 1, limit, step)
         if not 0 <= start <= end <= graph.MIN_SIZE:
             raise ValueError(f"a slice {start}:{end}:{step} of symbolic dim {dim}")
         return _emit_slice(lw, x, dim, start, end, step)
@@ -141,8 +145,11 @@ def _offset_slice(
 def _select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
     dim = a["dim"] % _rank(x)
-    index = a["index"] % graph.shape_of(x)[dim]
-    sliced = _slice_dim(lw, x, dim, index, index + 1)
+    size = graph.shape_of(x)[dim]
+    index = a["index"] if size < 0 else a["index"] % size
+    # from a symbolic dim's end: `index` to `index + 1`, or to its end for the last element
+    end = UNBOUNDED_END if index == -1 else index + 1
+    sliced = _slice_dim(lw, x, dim, index, end)
     return lw.reshape(sliced, out_type(node).get_shape())
 
 

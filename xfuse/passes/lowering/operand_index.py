@@ -68,10 +68,13 @@ def operand_indices(op: Operation, index: Index, size_of: SizeOf = static_size) 
         return [tuple(src)]
     if isinstance(op, graph.SliceOp):
         start, _, stride = op.bounds
+        dims = dims_of(op.input)
         return [
             tuple(
                 add(scale(e, k), constant_index(s))
-                for e, s, k in zip(index, start, stride, strict=True)
+                if s >= 0
+                else add(scale(e, k), size_of(d), constant_index(s + 1))  # `size - k`
+                for e, s, k, d in zip(index, start, stride, dims, strict=True)
             )
         ]
     if isinstance(op, graph.ReduceOp):  # no dims: the identity
