@@ -69,7 +69,7 @@ from xfuse.frontend.export import (
     torch_logs_quiet,
     unflattener,
 )
-from xfuse.frontend.outputs import OutputRule
+from xfuse.frontend.outputs import OutputRule, ViewReplay
 from xfuse.frontend.pytrees import picker
 from xfuse.ir.names import SIZES_ATTR
 from xfuse.passes.transforms.attention_mask import MaskGuardError
@@ -288,6 +288,8 @@ class DynamicProgram:
         self.orders = orders
         """The tensor outputs eager returns dense but not contiguous, and their memory orders
         (`output_orders`)."""
+        self.views = input_views(program.output_rules)
+        """The outputs eager returns as views of an input or parameter (`input_views`)."""
         self.op_index = OpIndex()
         """The ops the fusion decisions name (for `xfuse.explain`)."""
         self.cache = default_cache() if cache is None else cache
@@ -486,13 +488,14 @@ class DynamicProgram:
             if plan is not None:  # the layouts of a call that passed every check
                 self._check_training()
                 self._check_modes(args, state)
-                tensors = self._on_device(self.bind(args, state), plan.scalars)
+                bound = self.bind(args, state)
+                tensors = self._on_device(bound, plan.scalars)
         if plan is None:
-            tensors = self._tensors(args, kwargs)
-            if self.specialises(tensors):
+            bound = self._tensors(args, kwargs)
+            if self.specialises(bound):
                 return self._specialised(args, kwargs)(*args, **kwargs)
-            scalars = self._cpu_scalars(tensors)
-            tensors = self._on_device(tensors, scalars)
+            scalars = self._cpu_scalars(bound)
+            tensors = self._on_device(bound, scalars)
             try:
                 plan = self._plan(tensors, scalars)
             except MaskGuardError:  # a dropped mask is not causal (or all true) at these sizes
@@ -505,6 +508,8 @@ class DynamicProgram:
         visible = self.program.visible(results)
         for k, order in self.orders.items():
             visible[k] = in_memory_order(visible[k], order)
+        for k, rule in self.views.items():  # of the caller's tensors (a CPU scalar's too)
+            visible[k] = replayed(rule, bound)
         return self.unflatten(visible)
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
@@ -624,19 +629,26 @@ def output_orders(rules: Sequence[OutputRule], eager: Any) -> dict[int, tuple[in
     """The memory order of each output that eager returns dense but not contiguous (a permute
     of a contiguous tensor, as a channels-last map or a transposed product is), by its index
     among the tensor outputs (`memory_order`): the program returns such an output with eager's
-    strides (`in_memory_order`). Refused, in one line: outputs that eager returns as memory a
-    dynamic program would not return alike, a view of an input or of another output (its
-    results are fresh tensors), or strides of no dense order (overlapping or with gaps)."""
+    strides (`in_memory_order`). A view of an input is replayed on the call's input
+    (`input_views`). Refused, in one line: outputs that eager returns as memory a dynamic
+    program would not return alike, a view of another output (its results are fresh
+    tensors), or strides of no dense order (overlapping or with gaps)."""
     for i, rule in enumerate(rules):
-        if rule.base != "fresh":
-            what = "an input" if rule.base == "arg" else "another output"
+        if rule.base == "output":
             raise UnsupportedProgram(
-                f"output {i} is a view of {what} in eager, which dynamic_shapes does not "
-                "return as a view yet"
+                f"output {i} is a view of another output in eager, which dynamic_shapes does "
+                "not return as a view yet"
             )
+        sized = next((v for v in rule.chain if not _constant_args(v)), None)
+        if sized is not None:
+            raise UnsupportedProgram(
+                f"output {i} is a view of an input in eager through sizes of the call "
+                f"({sized.op}), which dynamic_shapes does not return as a view yet"
+            )
+    views = input_views(rules)
     orders: dict[int, tuple[int, ...]] = {}
     for i, t in enumerate(x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)):
-        if t.is_contiguous():
+        if i in views or t.is_contiguous():
             continue
         order = memory_order(t)
         if order is None:
@@ -646,6 +658,29 @@ def output_orders(rules: Sequence[OutputRule], eager: Any) -> dict[int, tuple[in
             )
         orders[i] = order
     return orders
+
+
+def input_views(rules: Sequence[OutputRule]) -> dict[int, OutputRule]:
+    """The outputs that eager returns as views of a `@forward` argument (an input, a
+    parameter), by their index among the outputs: each call replays the view's chain on its
+    own argument (a chain of views whose arguments are constants, as `view_chain` takes
+    them, serves every size), so the output shares the caller's memory as in eager."""
+    return {i: rule for i, rule in enumerate(rules) if rule.base == "arg"}
+
+
+def _constant_args(view: ViewReplay) -> bool:
+    """Whether a view's arguments are constants, the same at every size (a `view` to the
+    call's batch size takes a size of the trace, an FX node, in its shape list)."""
+    leaves = pytree.tree_leaves((view.args, view.kwargs))
+    return not any(isinstance(a, torch.fx.Node | torch.SymInt) for a in leaves)
+
+
+def replayed(rule: OutputRule, tensors: Sequence[Tensor]) -> Tensor:
+    """The view `rule` names (`input_views`) of the call's `@forward` arguments `tensors`."""
+    t = tensors[rule.index]
+    for view in rule.chain:
+        t = view(t)
+    return t
 
 
 def memory_order(t: Tensor) -> tuple[int, ...] | None:
