@@ -469,10 +469,11 @@ class Importer:
         outputs, output_names, constants = self.outputs(lowering)
         returned = _returned(self.program)
         kept = [i for i in range(len(returned)) if i not in constants]
+        traced = self.strides if self.strides and len(self.strides) == len(returned) else None
         rules = output_rules(
             [returned[i] for i in kept],
             arg_of,
-            None if self.strides is None else [self.strides[i] for i in kept],
+            None if traced is None else [traced[i] for i in kept],
         )
         outputs += [lowering.tensor(node) for node in rules.hidden]
         block.add_op(func.ReturnOp(*outputs))

@@ -961,9 +961,9 @@ def _row_threads(length: int, width: int, mapping: GPUMapping, rows: int | None 
     channels) then leave few lanes idle, each thread has several loads in flight, and the row
     stays in registers. Where that leaves the kernel fewer than `mapping.min_threads` threads
     (few `rows`, a runtime count at its size hints, or an unknown count: `rows` None),
-    threads are added, up to one per chunk: a small kernel is bound by latency. A long row takes enough threads that each
-    holds about `mapping.row_elements` elements (`mapping.row_threads`, a power of two of at
-    least 64, overrides that)."""
+    threads are added, up to one per chunk: a small kernel is bound by latency. A long row
+    takes enough threads that each holds about `mapping.row_elements` elements
+    (`mapping.row_threads`, a power of two of at least 64, overrides that)."""
     if length <= WARP * mapping.max_cached and length <= MAX_BLOCK * width:
         chunks = math.ceil(length / width)
         covering = min(WARP, _power_of_two_above(chunks))
