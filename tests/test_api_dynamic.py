@@ -573,3 +573,27 @@ def test_an_element_further_from_a_symbolic_dims_end_than_min_size_is_refused() 
             (torch.randn(3, 7),),
             dynamic_shapes={"x": {1: Dim("n", min=3)}},
         )
+
+
+REPEATS = {
+    "along_the_symbol": lambda x: x.repeat(2, 1) + 1,
+    "beside_the_symbol": lambda x: x.repeat(1, 3) * 2,
+    "new_leading_dims": lambda x: x.repeat(3, 2, 1) - 1,
+    "tile": lambda x: torch.tile(x, (2,)) * x.repeat(1, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(REPEATS))
+@pytest.mark.parametrize("symbols", [1, 2], ids=["batch", "batch-and-width"])
+def test_a_repeat_of_symbolic_dims_runs_in_one_program(name: str, symbols: int) -> None:
+    """`repeat` (and `tile`) of a tensor with symbolic dims, repeated along them or beside
+    them: a broadcast that keeps their symbols, then a reshape; one program, eager's values
+    at each size."""
+    fn = REPEATS[name]
+    dims = {0: Dim("b"), 1: Dim("n")}
+    shapes = {"x": {k: dims[k] for k in range(symbols)}}
+    program = xfuse.compile(fn, (torch.randn(5, 16),), dynamic_shapes=shapes)
+    assert isinstance(program, DynamicProgram)
+    for b, n in [(5, 16), (2, 16), (9, 16)] if symbols == 1 else [(5, 16), (2, 3), (9, 7)]:
+        x = torch.randn(b, n)
+        torch.testing.assert_close(program(x), fn(x))

@@ -249,10 +249,11 @@ def _repeat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x, repeats = lw.tensor(a["self"]), list(a["repeats"])
     if not all(isinstance(r, int) for r in repeats) or len(repeats) < _rank(x):
         return None
-    x = lw.reshape(x, (1,) * (len(repeats) - _rank(x)) + graph.shape_of(x))
-    spread: list[int] = []
+    if len(repeats) > _rank(x):  # new leading dims of 1 (a symbolic dim keeps its symbol)
+        x = lw.emit(graph.ReshapeOp(x, (1,) * (len(repeats) - _rank(x)) + graph.dims_of(x)))
+    spread: list[graph.Dim] = []
     dims: list[int] = []
-    for r, d in zip(repeats, graph.shape_of(x), strict=True):
+    for r, d in zip(repeats, graph.dims_of(x), strict=True):
         if r != 1:
             spread.append(r)
         dims.append(len(spread))
