@@ -249,3 +249,32 @@ def test_probes_lay_out_their_stand_ins_as_the_program_does() -> None:
     assert_same_error(
         compile_error(F.linear, (x, w, contiguous)), eager_failure(F.linear, (x, w, contiguous))
     )
+
+
+def _dead_scatter(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """A `diagonal_scatter` whose result nothing reads (its source fits the diagonal at some
+    sizes only), beside a `triu` that makes the importer decompose the program."""
+    torch.diagonal_scatter(x, src, 0, 0, 1)
+    return torch.triu(x, 1) * 2
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_dead_scatter_eager_refuses_raises_eagers_error(dynamic: bool) -> None:
+    """torch's decompositions drop a dead op, and its meta function checks no shapes: the
+    importer probes it before, so a call at a size where the source does not fit the diagonal
+    raises eager's error (through torch.compile, `dynamic=True` included: the symbolic compile
+    refuses such a program, and each shape's program probes it), and one where it fits
+    computes eager's values."""
+    torch._dynamo.reset()
+    compiled = torch.compile(_dead_scatter, backend="xfuse", dynamic=dynamic)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n, fits in [(5, True), (3, False), (7, True), (4, False)]:
+            x, src = torch.randn(n, 5), torch.randn(5)
+            if fits:
+                torch.testing.assert_close(compiled(x, src), _dead_scatter(x, src))
+                continue
+            want = eager_failure(_dead_scatter, (x, src))
+            with pytest.raises(type(want), match="expected src to have a size equal"):
+                compiled(x, src)
+    torch._dynamo.reset()

@@ -445,7 +445,7 @@ def test_a_program_eager_refuses_passes_when_xfuse_raises_the_same() -> None:
 def test_computing_what_eager_refuses_is_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     from xfuse.frontend import importer
 
-    monkeypatch.setattr(importer, "check_eager_rules", lambda program: None)
+    monkeypatch.setattr(importer, "check_eager_rules", lambda program, symbolic=False: None)
     outcome = check_source(MISMATCHED, ["cpu"])
     assert (outcome.status, outcome.stage) == ("fail", "import")
     assert "imports what eager refuses: RuntimeError: expected m1 and m2" in outcome.message

@@ -31,6 +31,7 @@ from xfuse.errors import (
     EagerRuntimeError,
     EagerTypeError,
     EagerValueError,
+    SymbolicSizeError,
 )
 
 ERROR_TYPES: tuple[tuple[type[BaseException], type[EagerArgumentError]], ...] = (
@@ -217,15 +218,40 @@ accepts, with the trigger under which the import runs it eagerly (`probe`) to le
 # ---------------------------------------------------------------------------------------------
 
 
-def check_eager_rules(program: ExportedProgram) -> None:
+SHAPE_PROBED = frozenset(
+    {
+        "aten::slice_scatter",
+        "aten::select_scatter",
+        "aten::diagonal_scatter",
+        "aten::as_strided_scatter",
+        "aten::index_add",
+        "aten::index_copy",
+    }
+)
+"""Ops whose meta functions do not check their source's shape against what it fills, where
+eager's kernels do (a `diagonal_scatter` of 4 elements into a diagonal of 5 raises in eager;
+torch.export lets it through). The importer checks a live one's shapes itself; a dead one
+(nothing reads its result) is gone after torch's decompositions, so it is probed first."""
+
+
+def check_eager_rules(program: ExportedProgram, symbolic: bool = False) -> None:
     """Raise eager's error (as an `EagerArgumentError`) for the first node of `program` whose
-    arguments eager refuses."""
+    arguments eager refuses. A dead op of `SHAPE_PROBED` is probed too; a `symbolic` program
+    (probed at its size hints) with one is refused (`SymbolicSizeError`): eager checks its
+    shapes at every size, which a program compiled per shape probes."""
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         trigger = PROBED.get(str(node.target))
         if trigger is not None and trigger(argument_dtypes(node)):
             probe(node)
+        if not node.users and node.target._schema.name in SHAPE_PROBED:
+            probe(node)
+            if symbolic:
+                raise SymbolicSizeError(
+                    f"a dead {node.target._schema.name} (its result unread), whose shapes eager "
+                    "checks at every size"
+                )
 
 
 def argument_dtypes(node: torch.fx.Node) -> Dtypes:

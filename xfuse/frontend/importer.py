@@ -219,7 +219,7 @@ def import_program(
     no cached program has the same text, since that one verified). Arguments that eager
     refuses raise eager's error (`xfuse.frontend.eager_rules`)."""
     check_no_write_through_returned_input(program)
-    check_eager_rules(program)
+    check_eager_rules(program, symbolic)
     strides: list[tuple[int, ...] | None] | None = None
     if needs_decomposition(program, symbolic):
         strides = returned_strides(_returned(program))
