@@ -79,6 +79,39 @@ def test_dynamic_true_compiles_once_for_every_batch_size(
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+class Pooled(torch.nn.Module):
+    """The last token of each sequence and its unbiased variance over the sequence, a repeat
+    of the first token, and a view of the input: ops the symbolic importer once refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = self.proj(x)
+        return h[:, -1] * h.var(dim=1), h[:, :1].repeat(1, 2, 1), x[:, 0]
+
+
+def test_last_tokens_variances_repeats_and_input_views_run_one_symbolic_program(
+    counts: Counts,
+) -> None:
+    """Through `torch.compile(dynamic=True)` over batch and sequence: one symbolic program,
+    no warning, eager's values at every size, and the input's view shares its memory."""
+    torch.manual_seed(0)
+    model = Pooled().eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for batch, length in [(2, 5), (3, 9), (4, 2), (2, 17)]:
+            x = torch.randn(batch, length, 16)
+            got, want = compiled(x), model(x)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w)
+            assert got[2].data_ptr() == x.data_ptr() and got[2].stride() == want[2].stride()
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 def test_automatic_dynamic_compiles_once_after_the_first_recompile(counts: Counts) -> None:
     """dynamo's default (`dynamic=None`): the first size compiles static; the second marks the
     batch dynamic, and that graph's symbolic program serves every later size."""
