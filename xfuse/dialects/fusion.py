@@ -91,6 +91,11 @@ class GroupOp(IRDLOperation):
         assert isinstance(last, YieldOp)
         return last
 
+    @property
+    def body_ops(self) -> list[Operation]:
+        """The ops the group computes: its block's, without the `fusion.yield`."""
+        return [op for op in self.block.ops if not isinstance(op, YieldOp)]
+
     def verify_(self) -> None:
         block = self.body.block
         arg_types = [a.type for a in block.args]

@@ -76,6 +76,14 @@ class ViewReplay:
         return result if self.item is None else result[self.item]
 
 
+def replay(chain: Sequence[ViewReplay], base: torch.Tensor) -> torch.Tensor:
+    """`base` viewed through each view of `chain` in turn (an output's views replayed on the
+    memory eager shares)."""
+    for view in chain:
+        base = view(base)
+    return base
+
+
 @dataclass(frozen=True)
 class OutputRule:
     """How output i relates to memory eager would share. `base` is "arg" (a view of `@forward`'s

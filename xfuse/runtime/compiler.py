@@ -447,7 +447,7 @@ FOLD_LIMIT_BYTES = 1 << 24
 
 def folds(group: fusion.GroupOp) -> bool:
     """Whether `ProgramCompiler._fold` computes the group at compile time (see there)."""
-    ops = (op for op in group.block.ops if op is not group.yield_op)
+    ops = group.body_ops
     if group.inputs or not all(computed_by_xfuse(op) for op in ops):
         return False
     size = sum(
@@ -478,7 +478,7 @@ def group_info(op: fusion.GroupOp, index: int) -> GroupInfo:
 
 def _unit_ops(op: Operation) -> list[str]:
     if isinstance(op, fusion.GroupOp):
-        return [o.name for o in op.block.ops if not isinstance(o, fusion.YieldOp)]
+        return [o.name for o in op.body_ops]
     return [op.name]
 
 

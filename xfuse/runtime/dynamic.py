@@ -69,7 +69,7 @@ from xfuse.frontend.export import (
     torch_logs_quiet,
     unflattener,
 )
-from xfuse.frontend.outputs import OutputRule, ViewReplay
+from xfuse.frontend.outputs import OutputRule, ViewReplay, replay
 from xfuse.frontend.pytrees import picker
 from xfuse.ir.names import SIZES_ATTR
 from xfuse.passes.transforms.attention_mask import MaskGuardError
@@ -509,7 +509,7 @@ class DynamicProgram:
         for k, order in self.orders.items():
             visible[k] = in_memory_order(visible[k], order)
         for k, rule in self.views.items():  # of the caller's tensors (a CPU scalar's too)
-            visible[k] = replayed(rule, bound)
+            visible[k] = replay(rule.chain, bound[rule.index])
         return self.unflatten(visible)
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
@@ -673,14 +673,6 @@ def _constant_args(view: ViewReplay) -> bool:
     call's batch size takes a size of the trace, an FX node, in its shape list)."""
     leaves = pytree.tree_leaves((view.args, view.kwargs))
     return not any(isinstance(a, torch.fx.Node | torch.SymInt) for a in leaves)
-
-
-def replayed(rule: OutputRule, tensors: Sequence[Tensor]) -> Tensor:
-    """The view `rule` names (`input_views`) of the call's `@forward` arguments `tensors`."""
-    t = tensors[rule.index]
-    for view in rule.chain:
-        t = view(t)
-    return t
 
 
 def memory_order(t: Tensor) -> tuple[int, ...] | None:

@@ -28,7 +28,7 @@ from typing import cast
 import torch
 
 from xfuse.dialects.graph import row_major_strides
-from xfuse.frontend.outputs import OutputRule
+from xfuse.frontend.outputs import OutputRule, replay
 from xfuse.runtime.compiler import AliasClasses, Program, may_alias
 from xfuse.runtime.steps import KernelStep
 
@@ -195,10 +195,7 @@ class OutputPlan:
                 out[i] = self._copy(rule, out[i], set())
         for i in self.views:
             rule = self.rules[i]
-            t = args[rule.index] if rule.base == "arg" else out[rule.index]
-            for view in rule.chain:
-                t = view(t)
-            out[i] = t
+            out[i] = replay(rule.chain, args[rule.index] if rule.base == "arg" else out[rule.index])
         return out[: self.visible]
 
     def _runner(self) -> Callable[[Sequence[Tensor], Sequence[Tensor]], list[Tensor]]:

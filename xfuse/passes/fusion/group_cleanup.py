@@ -324,7 +324,7 @@ def split_by_output_size(group: GroupOp, *, share: bool) -> list[GroupOp]:
 
 
 def _only_views_read_by_externs(group: GroupOp) -> bool:
-    body = [op for op in group.block.ops if op is not group.yield_op]
+    body = group.body_ops
     return (
         bool(body)
         and all(isinstance(op, graph.STRIDED_VIEWS) for op in body)
@@ -421,7 +421,7 @@ def dissolve_view_group(group: GroupOp) -> None:
     assert parent is not None
     for arg, outer in zip(group.block.args, group.inputs, strict=True):
         arg.replace_all_uses_with(outer)
-    for op in [op for op in group.block.ops if op is not group.yield_op]:
+    for op in group.body_ops:
         op.detach()
         parent.insert_op_before(op, group)
     for res, inner in zip(group.results, group.yield_op.values, strict=True):

@@ -256,7 +256,7 @@ class FunctionLowering:
         replaced.detach()
         replaced.erase()
         self.module.body.block.add_op(lowered.kernel)
-        self.unit_ops[name] = [o.name for o in group.block.ops if o is not group.yield_op]
+        self.unit_ops[name] = [o.name for o in group.body_ops]
 
 
 @dataclass(frozen=True)
