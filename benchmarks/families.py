@@ -127,6 +127,9 @@ IMAGES: dict[str, Callable[[], torch.nn.Module]] = {
     "mobilenetv2_hf": hf_vision("MobileNetV2Config", "MobileNetV2Model"),
     "swin_hf": hf_vision("SwinConfig", "SwinModel"),
     "segformer_hf": hf_vision("SegformerConfig", "SegformerModel"),
+    "resnet_hf": hf_vision("ResNetConfig", "ResNetModel"),  # ResNet-50
+    "regnet_hf": hf_vision("RegNetConfig", "RegNetModel"),
+    "vit_hf": hf_vision("ViTConfig", "ViTModel"),  # ViT-B/16
 }
 TEXTS: dict[str, Callable[[], torch.nn.Module]] = {
     "gpt2_hf": hf_text("GPT2Config", "GPT2LMHeadModel", n_layer=4),

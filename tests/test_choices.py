@@ -17,6 +17,7 @@ from xfuse.choices import Choice, GemmChoice
 from xfuse.dialects import graph
 from xfuse.errors import XfuseError
 from xfuse.frontend import import_module
+from xfuse.frontend.convolution import ConvolutionCall
 from xfuse.frontend.export import import_for_xfuse
 from xfuse.interpreters.graph import find_function
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
@@ -605,3 +606,42 @@ def test_measure_gemm_times_a_biased_cuda_product_with_its_bias_apart(dtype: tor
     choice = choices.measure_gemm(gemm, torch.device("cuda"))
     assert choice.signature == f"128x3072x768 nk {str(dtype)[6:]} bias" and choice.torch_ms > 0
     assert [w for w, _ in choice.ways_ms] == ["bias-apart"] and choice.ways_ms[0][1] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The layout of a CPU program's convolutions
+# ---------------------------------------------------------------------------------------------
+
+
+class _Tokens(torch.nn.Module):
+    """SegFormer's mix: tokens seen as an image, a depthwise convolution, tokens again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        image = x.transpose(1, 2).reshape(1, 8, 6, 6)
+        return self.conv(image).flatten(2).transpose(1, 2)
+
+
+def test_each_convolution_is_timed_both_ways_with_the_copies_each_layout_adds(
+    tmp_path: Path,
+) -> None:
+    """`chosen_layout` times each distinct convolution once (with `LayoutSides`: the copies
+    an NCHW call needs between tokens and the image), sums the times and keeps the cache's
+    entries for the next compile."""
+    module = import_module(_Tokens().eval(), (torch.randn(1, 36, 8),)).module
+    cache = KernelCache(tmp_path)
+    choice = choices.chosen_layout(module, torch.device("cpu"), cache, {})
+    assert choice.convolutions == 1 and choice.nchw_ms > 0 and choice.nhwc_ms > 0
+    assert choice.kept in ("channels-last", "nchw")
+    assert str(choice).startswith(f"layout of 1 convolutions: {choice.kept} (NCHW ")
+    (conv,) = [c for c in module.walk() if isinstance(c, graph.TorchCallOp)]
+    sides = choices.LayoutSides(tokens_in=True, tokens_out=True)
+    call = ConvolutionCall.of(conv)
+    assert call is not None
+    sig = choices.layout_signature(call, {}, sides)
+    assert sig == "f32 1x8x6x6 k3x3 s1x1 p1x1 d1x1 bias w8x1x3x3 g8 tokens_in tokens_out"
+    again = choices.chosen_layout(module, torch.device("cpu"), KernelCache(tmp_path), {})
+    assert again == choice  # read back, not measured again

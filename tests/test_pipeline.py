@@ -217,8 +217,11 @@ def test_compile_pipeline_puts_the_device_passes_after_decompose() -> None:
 
     fusion = [p.name for p in xfuse.pipeline(DEFAULT_PIPELINE).passes]
     cpu = [p.name for p in compile_pipeline("cpu").passes]
-    device = ["depthwise-stencil", "convolution-matmul", "attention-mask", "attention-gqa"]
+    device = ["depthwise-stencil", "channels-last", "attention-mask", "attention-gqa"]
     assert cpu == [fusion[0], *device, *fusion[1:]]
+    nchw = [p.name for p in compile_pipeline("cpu", PipelineOptions(channels_last=False)).passes]
+    nchw_passes = ["depthwise-stencil", "convolution-matmul", "attention-mask", "attention-gqa"]
+    assert nchw == [fusion[0], *nchw_passes, *fusion[1:]]
     cuda = [p.name for p in compile_pipeline("cuda:1", PipelineOptions(channels_last=False)).passes]
     cuda_passes = ["depthwise-stencil", "convolution-bias", "attention-mask", "pad-matmul"]
     assert cuda == [fusion[0], *cuda_passes, *fusion[1:]]
@@ -254,7 +257,7 @@ def test_compile_pipeline_options_reach_the_passes() -> None:
     options = PipelineOptions("decompose", channels_last=True, library=("conv a",))
     passes = compile_pipeline("cpu", options).passes
     assert DepthwiseStencilPass(library=("conv a",)) in passes
-    assert ChannelsLastPass(force=True) in passes
+    assert ChannelsLastPass(force=True, target="cpu") in passes
     assert "convolution-matmul" not in [p.name for p in passes]  # NHWC programs keep theirs
 
 

@@ -146,8 +146,9 @@ def compile(  # noqa: A001 - the public name, as in torch.compile
     A group that cannot be compiled runs eagerly with a `FallbackWarning`; with
     `fallback="error"` (the default under `XFUSE_STRICT=1`) it is an `EagerFallbackError`.
     `channels_last` keeps the activations between convolutions in NHWC memory: None (the
-    default) where the device profits (CUDA), True always, False never
-    (`xfuse.pipeline.layout_pass`).
+    default) where the device profits (CUDA: as Inductor weighs the convolutions; the CPU:
+    as its convolutions were measured, `xfuse.choices.chosen_layout`), True always, False
+    never (`xfuse.pipeline.layout_pass`).
     `static_inputs` are the positions of inputs that stay where they are between calls (a
     model's parameters and buffers passed as inputs, as `torch.compile` passes them): a CUDA
     graph reads them in place instead of copying them in, and captures anew where one moved.

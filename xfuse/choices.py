@@ -25,6 +25,12 @@ Timing the stencil alone leaves out what fusing it with its neighbours saves, an
 costs where a normalization computes it again at each pass: a near tie goes to the library
 call (`STENCIL_MARGIN`).
 
+A CPU program's convolutions run NHWC (`channels-last`) or NCHW, whichever they were measured
+faster in (`chosen_layout`): each distinct convolution timed alone both ways, as torch's call
+(with a channels-last input, oneDNN needs no reorder of the activations but converts the weight
+on every call), the times summed over the program; a near tie stays NCHW (`LAYOUT_MARGIN`).
+This is decided first: the depthwise verdicts are measured in the layout chosen.
+
 A matrix product of a weight (`xfuse.runtime.gemm_ways.gemm_of`: on the CPU in f32, on
 CUDA with a bias) runs torch's call or another way as accurate (`gemm_ways.ways`: on the CPU
 oneDNN's GEMM, or MKL's in blocks of the weight's rows; on CUDA the product without its bias,
@@ -56,7 +62,7 @@ import torch
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
-from xdsl.ir import Attribute, Block, Operation, Region
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region
 from xdsl.passes import ModulePass
 
 from xfuse.backends.threadpool import shared_pool
@@ -70,7 +76,12 @@ from xfuse.interpreters.graph import find_function
 from xfuse.ir.context import make_context
 from xfuse.ir.dtypes import from_torch, to_torch
 from xfuse.ir.functions import function_bodies
-from xfuse.passes.transforms.channels_last import ChannelsLastPass, layout_verdict
+from xfuse.passes.transforms.channels_last import (
+    ChannelsLastPass,
+    convolutions,
+    nhwc_source,
+    read_as_nhwc,
+)
 from xfuse.passes.transforms.decompose import DecomposePass
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
 from xfuse.passes.transforms.pad_matmul import PaddedProduct, PadMatmulPass
@@ -161,16 +172,19 @@ def choose_passes(
     ahead: CompileAhead | None = None,
     sizes: Sequence[Mapping[str, int]] | None = None,
 ) -> tuple[tuple[ModulePass, ...], list[Verdict]]:
-    """`passes` with `depthwise-stencil`'s `library` set to the convolutions of `module` whose
+    """`passes` without `channels-last` where the CPU runs the convolutions of `module` faster
+    NCHW (`chosen_layout`), `depthwise-stencil`'s `library` set to the convolutions of `module` whose
     library call is faster on `device`, `pad-matmul`'s `unpadded` to the products of `module`
     not clearly faster padded (`chosen_padding`; static programs only), and every verdict.
     Unchanged while measuring (the stencil being timed is compiled with these passes). A
     symbolic module's convolutions are timed at each of `sizes` (`library_convolutions`)."""
     if _measuring.get():
         return tuple(passes), []
-    chosen, verdicts = _choose_stencils(passes, module, device, cache, compile_fn, ahead, sizes)
+    passes, layout = _choose_layout(passes, module, device, cache, sizes)
+    chosen, stencils = _choose_stencils(passes, module, device, cache, compile_fn, ahead, sizes)
+    verdicts: list[Verdict] = [*layout, *stencils]
     if sizes is not None:
-        return chosen, list(verdicts)
+        return chosen, verdicts
     chosen, padded = chosen_padding(chosen, module, device, cache)
     return chosen, [*verdicts, *padded]
 
@@ -276,12 +290,12 @@ def combined(sig: str, verdicts: Sequence[Choice | None]) -> Choice | None:
 
 def _channels_last(module: ModuleOp, passes: Sequence[ModulePass]) -> bool:
     """Whether the program's convolutions will be NHWC: the verdict of its `channels-last`
-    pass, if it runs one (`layout_verdict`, on the program as imported: every depthwise
+    pass, if it runs one (`ChannelsLastPass.verdict`, on the program as imported: every depthwise
     convolution still a convolution, as those the library keeps will be)."""
     layout = next((p for p in passes if isinstance(p, ChannelsLastPass)), None)
     if layout is None:
         return False
-    return any(layout_verdict(f.body.block, layout.force) is None for f in function_bodies(module))
+    return any(layout.verdict(f.body.block) is None for f in function_bodies(module))
 
 
 def _key(sig: str, device: torch.device, channels_last: bool) -> str:
@@ -382,7 +396,7 @@ class _Convolution(torch.nn.Module):
     def __init__(self, conv: ConvolutionCall, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         weight = torch.randn(graph.shape_of(conv.weight), dtype=dtype, device=device)
-        channels = graph.shape_of(conv.input)[1]
+        channels = graph.shape_of(conv.weight)[0]
         bias = torch.randn(channels, dtype=dtype, device=device) if conv.bias is not None else None
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
@@ -494,6 +508,186 @@ def _graph_ms(fn: Callable[[Tensor], Any], x: Tensor, device: torch.device) -> f
         end.synchronize()
         samples.append(start.elapsed_time(end) / REPLAYS)
     return statistics.median(samples)
+
+
+# ---------------------------------------------------------------------------------------------
+# The layout of a CPU program's convolutions: NHWC (`channels-last`) or NCHW
+# ---------------------------------------------------------------------------------------------
+
+LAYOUT_MARGIN = 0.9
+"""A CPU program goes channels-last where its convolutions took under this fraction of their
+NCHW time so: a near tie stays NCHW, as eager runs it (and its kernels need no permuted
+views)."""
+
+LAYOUT_MEASUREMENT = 3
+"""How convolutions' layouts are measured (`measure_layout`); a verdict measured otherwise is
+not reused."""
+
+LAYOUT_WORK = 1 << 24
+"""Multiply-adds of a CPU program's convolutions (all of them, at the size hints) under which
+its layout is not measured and stays NCHW: too little work for the layout to matter against
+the permuted views and the input's conversion that NHWC adds, and too short to time apart
+reliably on a shared machine (MobileNetV2 at batch 1 has 300M)."""
+
+
+@dataclass(frozen=True)
+class ConvolutionLayout:
+    """One convolution's measured times: torch's call on an NCHW input and on a channels-last
+    one (the weight NCHW in both, as the model holds it: torch converts it for oneDNN on
+    every NHWC call), in ms per call."""
+
+    signature: str
+    nchw_ms: float
+    nhwc_ms: float
+
+    def dump(self) -> bytes:
+        return json.dumps([self.signature, self.nchw_ms, self.nhwc_ms]).encode()
+
+    @staticmethod
+    def load(data: bytes) -> ConvolutionLayout:
+        sig, nchw_ms, nhwc_ms = json.loads(data)
+        return ConvolutionLayout(str(sig), float(nchw_ms), float(nhwc_ms))
+
+
+@dataclass(frozen=True)
+class LayoutChoice:
+    """The verdict on a CPU program's layout: its `convolutions` (2-D ones, each timed alone
+    as `ConvolutionLayout`), their times summed."""
+
+    convolutions: int
+    nchw_ms: float
+    nhwc_ms: float
+
+    @property
+    def kept(self) -> str:
+        return "channels-last" if self.nhwc_ms < LAYOUT_MARGIN * self.nchw_ms else "nchw"
+
+    def __str__(self) -> str:
+        return (
+            f"layout of {self.convolutions} convolutions: {self.kept} "
+            f"(NCHW {self.nchw_ms:.4f} ms, NHWC {self.nhwc_ms:.4f} ms)"
+        )
+
+
+def _choose_layout(
+    passes: Sequence[ModulePass],
+    module: ModuleOp,
+    device: torch.device,
+    cache: KernelCache,
+    sizes: Sequence[Mapping[str, int]] | None,
+) -> tuple[tuple[ModulePass, ...], list[LayoutChoice]]:
+    """`passes` without their `channels-last` pass where it would rewrite a CPU program
+    unforced and its convolutions have under `LAYOUT_WORK` multiply-adds or were measured
+    faster NCHW (at the first of `sizes`, a symbolic program's size hints), and the verdict
+    measured."""
+    layout = next((p for p in passes if isinstance(p, ChannelsLastPass)), None)
+    if layout is None or layout.force or device.type != "cpu":
+        return tuple(passes), []
+    if not _channels_last(module, passes):
+        return tuple(passes), []
+    nchw = tuple(p for p in passes if p is not layout)
+    work = sum(c.flops() // 2 for f in function_bodies(module) for c in convolutions(f.body.block))
+    if work < LAYOUT_WORK:
+        return nchw, []
+    choice = chosen_layout(module, device, cache, {} if sizes is None else sizes[0])
+    return (tuple(passes) if choice.kept == "channels-last" else nchw), [choice]
+
+
+def chosen_layout(
+    module: ModuleOp, device: torch.device, cache: KernelCache, point: Mapping[str, int]
+) -> LayoutChoice:
+    """The layout verdict on the 2-D convolutions of `module` (as imported: depthwise ones
+    still convolutions), each distinct one timed both ways at `point` (from the cache, or
+    measured now and stored). Every convolution counts, whatever `depthwise-stencil` makes of
+    it later: which depthwise ones stay library calls is measured in the layout chosen."""
+    calls = [
+        (call, c.op.outputs[0])
+        for f in function_bodies(module)
+        for c in convolutions(f.body.block)
+        if (call := ConvolutionCall.of(c.op)) is not None
+    ]
+    times: dict[str, ConvolutionLayout] = {}
+    nchw_ms = nhwc_ms = 0.0
+    for call, result in calls:
+        sides = LayoutSides(
+            converted=isinstance(call.input, BlockArgument),
+            tokens_in=nhwc_source(call.input) is not None,
+            tokens_out=read_as_nhwc(result),
+        )
+        sig = layout_signature(call, point, sides)
+        if sig not in times:
+            key = _layout_key(sig)
+            found = cache.program(key, ConvolutionLayout.load, CHOICE)
+            if found is None:
+                found = measure_layout(call, sig, device, point, sides)
+                cache.store_program(key, found.dump(), CHOICE)
+            times[sig] = found
+        nchw_ms += times[sig].nchw_ms
+        nhwc_ms += times[sig].nhwc_ms
+    return LayoutChoice(len(calls), nchw_ms, nhwc_ms)
+
+
+@dataclass(frozen=True)
+class LayoutSides:
+    """What comes with a convolution's layout besides torch's call: whether its NHWC input is
+    `converted` from a program argument (a copy NHWC adds), made from tokens `[N, H*W, C]`
+    by views (`tokens_in`: `nhwc_source`, a copy NCHW adds) or its result read back as tokens
+    (`tokens_out`: `read_as_nhwc`, a copy NCHW adds)."""
+
+    converted: bool = False
+    tokens_in: bool = False
+    tokens_out: bool = False
+
+    def __str__(self) -> str:
+        return "".join(f" {f.name}" for f in dataclasses.fields(self) if getattr(self, f.name))
+
+
+def layout_signature(conv: ConvolutionCall, point: Mapping[str, int], sides: LayoutSides) -> str:
+    """What a convolution's time in either layout depends on: `signature`'s facts (at `point`)
+    with the weight's shape, the group count and its `sides` (`f32 1x16x8x8 k3x3 s1x1 p1x1
+    d1x1 w32x16x3x3 g1 converted`)."""
+    weight = "x".join(map(str, graph.shape_of(conv.weight)))
+    return f"{signature(conv, point)} w{weight} g{conv.groups}{sides}"
+
+
+def measure_layout(
+    conv: ConvolutionCall,
+    sig: str,
+    device: torch.device,
+    point: Mapping[str, int],
+    sides: LayoutSides,
+) -> ConvolutionLayout:
+    """Time `conv` on `device` with an NCHW input and a channels-last one, on random data of
+    its shapes at `point` (`_real_tensors`), each side with the copies its `sides` add: the
+    NHWC side converts a program argument; the NCHW side copies tokens into NCHW before the
+    call and its result back into tokens after."""
+    with _real_tensors():
+        dtype = to_torch(graph.dtype_of(conv.input))
+        shape = graph.dims_at(graph.dims_of(conv.input), point)
+        nchw = torch.randn(shape, dtype=dtype, device=device)
+        nhwc = nchw.contiguous(memory_format=torch.channels_last)
+        call = _Convolution(conv, dtype, device)
+
+        def nchw_side(x: Tensor) -> Tensor:
+            y = call(nhwc.contiguous() if sides.tokens_in else x)
+            return y.permute(0, 2, 3, 1).contiguous() if sides.tokens_out else y
+
+        def nhwc_side(x: Tensor) -> Tensor:
+            return call(
+                x.contiguous(memory_format=torch.channels_last) if sides.converted else nhwc
+            )
+
+        nchw_ms, nhwc_ms = _time_sides([nchw_side, nhwc_side], nchw, device)
+    return ConvolutionLayout(sig, nchw_ms, nhwc_ms)
+
+
+def _layout_key(sig: str) -> str:
+    """The cache key of a convolution's layout times: the CPU's thread count and torch's
+    version."""
+    return _verdict_key(
+        f"layout {sig} on cpu threads={torch.get_num_threads()} torch {torch.__version__} "
+        f"measured by {LAYOUT_MEASUREMENT}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -677,7 +871,7 @@ class PadChoice:
         return PadChoice(str(sig), float(unpadded_ms), float(padded_ms))
 
 
-Verdict = Choice | GemmChoice | PadChoice
+Verdict = Choice | GemmChoice | PadChoice | LayoutChoice
 """Any verdict a compile measured (`FusionReport.choices`, `explain()`)."""
 
 

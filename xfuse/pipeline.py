@@ -437,18 +437,18 @@ def layout_pass(asked: bool | None, device: str | torch.device) -> ModulePass | 
     """The `channels-last` pass that `xfuse.compile(..., channels_last=asked)` runs, or None.
 
     True: every program with a 2-D convolution goes channels-last (`force`); False: none does;
-    None (the default): `XFUSE_CHANNELS_LAST` (`1`, `0` or `auto`) when set, else auto: on
-    CUDA, programs of two or more f16/bf16 convolutions that favour it as Inductor weighs them
-    (`layout_verdict`: cuDNN runs f16/bf16 convolutions in NHWC, and converts NCHW tensors
-    around each one; its NHWC f32 kernels are slower, and so is one strided patch
-    convolution); on the CPU none: torch converts every weight to channels-last on every call
-    there."""
+    None (the default): `XFUSE_CHANNELS_LAST` (`1`, `0` or `auto`) when set, else auto
+    (`layout_verdict`): on CUDA, programs of two or more f16/bf16 convolutions that favour it
+    as Inductor weighs them (cuDNN runs f16/bf16 convolutions in NHWC, and converts NCHW
+    tensors around each one; its NHWC f32 kernels are slower, and so is one strided patch
+    convolution); on the CPU every program with a convolution, as Inductor's (oneDNN reorders
+    NCHW activations around each convolution)."""
     from xfuse.passes.transforms.channels_last import ChannelsLastPass
 
     setting = channels_last_setting(asked)
-    if setting is None:
-        return ChannelsLastPass() if device_type(device) == "cuda" else None
-    return ChannelsLastPass(force=True) if setting else None
+    if setting is False:
+        return None
+    return ChannelsLastPass(force=setting is True, target=device_type(device))
 
 
 def device_passes(

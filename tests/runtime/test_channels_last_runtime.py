@@ -165,14 +165,84 @@ def test_a_channels_last_input_gets_eager_output_strides() -> None:
     assert got.stride() == want.stride()
 
 
-def test_the_cpu_default_keeps_nchw() -> None:
+@pytest.mark.parametrize("nhwc_faster", [True, False])
+def test_the_cpu_default_takes_the_layout_its_convolutions_were_measured_faster_in(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, nhwc_faster: bool
+) -> None:
+    """Each distinct convolution is timed both ways once (`xfuse.choices.measure_layout`, here
+    replaced by fixed times) and kept in the kernel cache; the program goes channels-last where
+    the summed NHWC time is clearly under the NCHW one, and `explain()` says which it took."""
+    import xfuse.choices as choices
+
+    measured: list[str] = []
+
+    def times(conv: Any, sig: str, device: torch.device, *at: Any) -> Any:
+        measured.append(sig)
+        return choices.ConvolutionLayout(sig, 1.0, 0.5 if nhwc_faster else 0.95)
+
+    monkeypatch.setattr(choices, "measure_layout", times)
+    monkeypatch.setattr(choices, "LAYOUT_WORK", 0)
+    monkeypatch.delenv("XFUSE_CHANNELS_LAST", raising=False)
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
     model, inputs = ResNetBlock().eval(), (torch.randn(1, 3, 8, 8),)
     explanation = xfuse.explain(model, inputs, quiet=True)
-    assert explanation.module is not None
     text = str(explanation.module)
-    assert "aten.permute.default" not in text and "aten.clone.default" not in text
-    forced = xfuse.explain(model, inputs, quiet=True, channels_last=True)
-    assert "aten.permute.default" in str(forced.module)
+    assert ("aten.permute.default" in text) == nhwc_faster
+    kept = "channels-last" if nhwc_faster else "nchw"
+    assert f"layout of 3 convolutions: {kept}" in str(explanation)
+    assert len(measured) == len(set(measured)) == 2  # two of the three are alike
+    assert sum(sig.endswith(" converted") for sig in measured) == 1  # the stem's input
+    xfuse.explain(model, inputs, quiet=True)
+    assert len(measured) == 2  # read back from the cache
+    nchw = xfuse.explain(model, inputs, quiet=True, channels_last=False)
+    assert "aten.permute.default" not in str(nchw.module)
+
+
+def test_a_cpu_program_with_little_convolution_work_stays_nchw_unmeasured(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Under `LAYOUT_WORK` multiply-adds (this block's three convolutions at 8x8 have 32K)."""
+    import xfuse.choices as choices
+
+    def times(*args: Any) -> Any:
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(choices, "measure_layout", times)
+    monkeypatch.delenv("XFUSE_CHANNELS_LAST", raising=False)
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
+    explanation = xfuse.explain(ResNetBlock().eval(), (torch.randn(1, 3, 8, 8),), quiet=True)
+    assert "aten.permute.default" not in str(explanation.module)
+    assert "layout of" not in str(explanation)
+
+
+@pytest.mark.parametrize("nhwc_faster", [True, False])
+def test_a_symbolic_cpu_program_takes_the_layout_measured_at_its_size_hints(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, nhwc_faster: bool
+) -> None:
+    import xfuse.choices as choices
+
+    points: list[Any] = []
+
+    def times(conv: Any, sig: str, device: torch.device, point: Any, sides: Any) -> Any:
+        points.append(dict(point))
+        return choices.ConvolutionLayout(sig, 1.0, 0.5 if nhwc_faster else 0.95)
+
+    monkeypatch.setattr(choices, "measure_layout", times)
+    monkeypatch.setattr(choices, "LAYOUT_WORK", 0)
+    monkeypatch.delenv("XFUSE_CHANNELS_LAST", raising=False)
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
+    model = ResNetBlock().eval()
+    shapes = {"x": {0: torch.export.Dim("batch", min=2, max=16)}}
+    with torch.no_grad():
+        program = xfuse.compile(model, (torch.randn(3, 3, 8, 8),), dynamic_shapes=shapes)
+        for batch in (2, 5):
+            x = torch.randn(batch, 3, 8, 8)
+            torch.testing.assert_close(program(x), model(x))
+    assert points and all(list(p.values()) == [3] for p in points)  # the hint: the example's
+    kept = "channels-last" if nhwc_faster else "nchw"
+    assert [str(c).split(" (")[0] for c in program.choices if "layout" in str(c)] == [
+        f"layout of 3 convolutions: {kept}"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -138,9 +138,12 @@ def measured_options(
     measure_with: Compile,
     ahead: CompileAhead | None = None,
 ) -> tuple[PipelineOptions, list[Verdict]]:
-    """`options` with the depthwise convolutions of `module` whose library call is faster on
-    `device` kept as library calls and its products not clearly faster padded left unpadded
-    (`xfuse.choices`: measured now, or from the cache), and every verdict."""
+    """`options` NCHW (`channels_last=False`) where the CPU was measured to run the
+    convolutions of `module` faster so, with the depthwise convolutions of `module` whose
+    library call is faster on `device` kept as library calls and its products not clearly
+    faster padded left unpadded (`xfuse.choices`: measured now, or from the cache), and every
+    verdict."""
+    from xfuse.passes.transforms.channels_last import ChannelsLastPass
     from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass
     from xfuse.passes.transforms.pad_matmul import PadMatmulPass
 
@@ -150,7 +153,12 @@ def measured_options(
     library = options.library if stencil is None else stencil.library
     pad = next((p for p in chosen if isinstance(p, PadMatmulPass)), None)
     unpadded = options.unpadded if pad is None else pad.unpadded
-    return replace(options, library=library, unpadded=unpadded), list(choices)
+    layouts = [any(isinstance(p, ChannelsLastPass) for p in ps) for ps in (passes, chosen)]
+    channels_last = False if layouts == [True, False] else options.channels_last
+    chosen_options = replace(
+        options, channels_last=channels_last, library=library, unpadded=unpadded
+    )
+    return chosen_options, list(choices)
 
 
 def measured_pipeline(

@@ -28,6 +28,7 @@ from xfuse.passes.transforms.channels_last import (
     Convolution,
     convolutions,
     layout_verdict,
+    read_as_nhwc,
 )
 from xfuse.pipeline import CHANNELS_LAST_ENV, after_decompose, layout_pass, pipeline
 from xfuse.runtime.cache import KernelCache
@@ -197,6 +198,37 @@ def test_tokens_seen_as_an_image_reach_the_convolutions_as_views(batch: int) -> 
     assert calls.count("aten.permute.default") >= 1
 
 
+class _ConvRead(nn.Module):
+    """A convolution whose result is read as `read` makes of it."""
+
+    def __init__(self, read: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.conv, self.read = nn.Conv2d(4, 6, 3, padding=1), read
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.read(self.conv(x))
+
+
+@pytest.mark.parametrize(
+    ("read", "as_nhwc"),
+    [
+        (lambda y: y.permute(0, 2, 3, 1), True),  # ConvNeXt's
+        (lambda y: y.flatten(2).transpose(1, 2), True),  # SegFormer's tokens
+        (lambda y: y.transpose(1, 3).transpose(1, 2), True),
+        (lambda y: y.flatten(2), False),
+        (lambda y: y.permute(0, 3, 2, 1), False),  # [N, W, H, C]
+        (torch.relu, False),
+    ],
+)
+def test_results_read_back_as_tokens_are_found(
+    read: Callable[[torch.Tensor], torch.Tensor], as_nhwc: bool
+) -> None:
+    """`read_as_nhwc`: what an NCHW result must be copied for, and an NHWC one need not."""
+    module = import_module(_ConvRead(read).eval(), (torch.randn(2, 4, 5, 7),)).module
+    (conv,) = convolutions(find_function(module, "forward").body.block)
+    assert read_as_nhwc(conv.op.outputs[0]) == as_nhwc
+
+
 def _body(text: str) -> ModuleOp:
     return parse(text)
 
@@ -246,6 +278,16 @@ def test_f32_or_single_convolutions_stay_nchw() -> None:
     assert _verdict(_convs("f32", 1), force=True) is None
 
 
+def test_on_the_cpu_every_program_with_a_convolution_goes_channels_last() -> None:
+    """oneDNN reorders NCHW activations around each convolution, whatever its dtype."""
+    f = next(op for op in _convs("f32", 1, ops=599).walk() if isinstance(op, func.FuncOp))
+    assert layout_verdict(f.body.block, target="cpu") is None
+    assert ChannelsLastPass(target="cpu").verdict(f.body.block) is None
+    assert ChannelsLastPass(target="cuda").verdict(f.body.block) is not None
+    with pytest.raises(ValueError, match="option 'target' must be one of cpu, cuda"):
+        ChannelsLastPass(target="tpu")
+
+
 def test_a_few_convolutions_among_many_ops_stay_nchw() -> None:
     module = _convs("bf16", 2, ops=599)
     assert _verdict(module) == "2 convolutions among 602 ops"  # with the return
@@ -266,12 +308,12 @@ def test_a_program_without_convolutions_is_left_alone() -> None:
 def test_the_compile_option_picks_the_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.delenv(CHANNELS_LAST_ENV, raising=False)
-    assert layout_pass(None, cpu) is None
-    assert layout_pass(None, cuda) == ChannelsLastPass(force=False)
-    assert layout_pass(True, cpu) == ChannelsLastPass(force=True)
+    assert layout_pass(None, cpu) == ChannelsLastPass(force=False, target="cpu")
+    assert layout_pass(None, cuda) == ChannelsLastPass(force=False, target="cuda")
+    assert layout_pass(True, cpu) == ChannelsLastPass(force=True, target="cpu")
     assert layout_pass(False, cuda) is None
     monkeypatch.setenv(CHANNELS_LAST_ENV, "1")
-    assert layout_pass(None, cpu) == ChannelsLastPass(force=True)
+    assert layout_pass(None, cpu) == ChannelsLastPass(force=True, target="cpu")
     assert layout_pass(False, cpu) is None  # the argument wins over the environment
     monkeypatch.setenv(CHANNELS_LAST_ENV, "0")
     assert layout_pass(None, cuda) is None

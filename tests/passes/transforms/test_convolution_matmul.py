@@ -1,7 +1,8 @@
 """`convolution-matmul`: a batch-1 1x1 convolution that torch runs on its slow path becomes the
 matrix product that path computes, bit for bit eager's values (of stride 2: the product at full
 resolution, sampled); a larger window of stride 2 becomes its patches times the weight,
-transposed; others stay library calls; and `xfuse.compile` runs it on the CPU."""
+transposed; others stay library calls; and `xfuse.compile` runs it on the CPU for programs that
+stay NCHW (`channels_last=False`, or the layout measured so: `xfuse.choices.chosen_layout`)."""
 
 from __future__ import annotations
 
@@ -191,7 +192,7 @@ def test_a_program_input_gets_patches_of_its_own() -> None:
     model = nn.Sequential(nn.Conv2d(3, 32, 4, stride=4, bias=False), nn.ReLU()).eval()
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
-        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
+        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error", channels_last=False)
         torch.testing.assert_close(compiled(x), model(x))
         cl = x.contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(compiled(cl), model(cl))
@@ -250,7 +251,7 @@ def test_patches_take_in_their_producer_so_no_kernel_is_added() -> None:
     for window, rewritten, count in ((3, "graph.patches", 1), (1, "graph.slice", 2)):
         model = Down(window).eval()
         with torch.no_grad(), threads(2):
-            compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
+            compiled = xfuse.compile(model, (x,), quiet=True, fallback="error", channels_last=False)
             torch.testing.assert_close(compiled(x), model(x))
         module = compiled.default.program.module
         assert _count(module, "graph.torch_call", CONV) == 0, window
@@ -265,7 +266,7 @@ def test_xfuse_compile_runs_it_on_the_cpu_and_matches_eager() -> None:
     model = Block(32, 16, True).eval()
     x = torch.randn(1, 32, 8, 8)
     with torch.no_grad(), threads(2):
-        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error")
+        compiled = xfuse.compile(model, (x,), quiet=True, fallback="error", channels_last=False)
         torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
         model.conv.weight.mul_(-1)
         model.conv.bias.add_(1)  # type: ignore[union-attr]
@@ -278,6 +279,7 @@ def test_it_runs_on_the_cpu_only_and_not_with_channels_last() -> None:
     def names(channels_last: bool | None, device: str) -> list[str]:
         return [p.name for p in device_passes(channels_last, torch.device(device))]
 
-    assert "convolution-matmul" in names(None, "cpu")
+    assert "convolution-matmul" in names(False, "cpu")
+    assert "convolution-matmul" not in names(None, "cpu")  # unless the layout is measured NCHW
     assert "convolution-matmul" not in names(True, "cpu")
     assert "convolution-matmul" not in names(None, "cuda")

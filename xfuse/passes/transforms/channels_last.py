@@ -38,10 +38,12 @@ the same, and oneDNN reorders weights on every call anyway).
     %r = graph.relu %v : tensor<2x4x4x8xf32>
     %r_nchw = graph.permute %r perm = [0, 3, 1, 2] : tensor<2x4x4x8xf32> -> tensor<2x8x4x4xf32>
 
-Whether a program gains is decided as Inductor decides for inference (`layout_verdict`): it has
-2-D convolutions, enough of them among its ops, and their FLOPs weighted by channels-last's
-measured speed-up per kind of convolution (grouped ones are slower) favour it. `force` skips
-the weighing. A program with an op that may write memory is left alone.
+Whether a program gains is decided as Inductor decides for inference (`layout_verdict`): on
+CUDA it has 2-D convolutions, enough of them among its ops, and their FLOPs weighted by
+channels-last's measured speed-up per kind of convolution (grouped ones are slower) favour it;
+on the CPU (`target`) any 2-D convolution will do, and `xfuse.compile` drops the pass where the
+program's convolutions were measured no faster NHWC (`xfuse.choices.chosen_layout`). `force`
+skips the weighing. A program with an op that may write memory is left alone.
 
 A program with size symbols (docs/dynamic-shapes.md) is rewritten alike, its values keeping
 their symbols; its convolutions are weighed at the size hints (`hinted_shape`), and a chain of
@@ -53,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from typing import ClassVar, TypeGuard
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -195,15 +197,22 @@ def convolutions(block: Block) -> list[Convolution]:
     return [c for op in block.ops if (c := Convolution.of(op)) is not None]
 
 
-def layout_verdict(block: Block, force: bool = False) -> str | None:
-    """Why the function of `block` stays NCHW, or None when it goes channels-last."""
+TARGETS = ("cpu", "cuda")
+
+
+def layout_verdict(block: Block, force: bool = False, target: str = "cuda") -> str | None:
+    """Why the function of `block` stays NCHW, or None when it goes channels-last. On the CPU
+    every program with a 2-D convolution goes, as Inductor's does where oneDNN is built in:
+    oneDNN's NCHW convolutions reorder their input and output on every call (a batch-1 1x1
+    convolution over 112x112 pixels takes 15x longer NCHW) and its NHWC ones read NCHW weights
+    as fast. On CUDA Inductor's weighing of the convolutions decides."""
     convs = convolutions(block)
     if not convs:
         return "no 2-D convolution"
     mutator = next((op for op in block.ops if may_mutate(op)), None)
     if mutator is not None:
         return f"{mutator.name} may write memory"
-    if force:
+    if force or target == "cpu":
         return None
     if len(convs) < 2:
         return "one convolution (an NHWC one is slower, and nothing is saved between two)"
@@ -292,6 +301,31 @@ def nhwc_source(value: SSAValue) -> SSAValue | None:
         if strides is not None and has_channels_last_strides(shape, strides):
             return source
     return None
+
+
+def read_as_nhwc(value: SSAValue) -> bool:
+    """Whether a chain of permutes and reshapes reads `value` (rank 4, NCHW) into a contiguous
+    result where `value`'s memory is NHWC: ConvNeXt's `y.permute(0, 2, 3, 1)` and SegFormer's
+    `y.flatten(2).transpose(1, 2)` of a convolution's result, views of an NHWC result and
+    copies of an NCHW one."""
+    if graph.is_symbolic(value):
+        return False
+    n, c, h, w = graph.shape_of(value)
+    nhwc = graph.row_major_strides((n, h, w, c))
+    found: list[tuple[SSAValue, tuple[int, ...]]] = [(value, tuple(nhwc[p] for p in TO_NCHW))]
+    while found:
+        source, strides = found.pop()
+        for use in source.uses:
+            op = use.operation
+            if not isinstance(op, LAYOUT_OPS) or graph.is_symbolic(op.results[0]):
+                continue
+            seen = graph.view_strides(op, strides)
+            if seen is None:
+                continue
+            if seen == graph.row_major_strides(graph.shape_of(op.results[0])):
+                return True
+            found.append((op.results[0], seen))
+    return False
 
 
 def _int_list(values: Sequence[int]) -> ArrayAttr[Attribute]:
@@ -646,16 +680,32 @@ class ChannelsLastPass(ModulePass):
     """Keep the 4-D activations between 2-D convolutions in NHWC memory.
 
     Options: `force` (rewrite every function with a 2-D convolution, without weighing the
-    convolutions' speed-up as Inductor's `decide_layout_opt` does). `xfuse.compile` runs this
-    pass after `decompose` where its `channels_last` option says so."""
+    convolutions' speed-up as Inductor's `decide_layout_opt` does) and `target` (`cpu` or
+    `cuda`, whose verdict `layout_verdict` gives). `xfuse.compile` runs this pass after
+    `decompose` where its `channels_last` option says so, its target the compile's device."""
 
     name = "channels-last"
 
     force: bool = False
+    target: str = "cuda"
+    """What the program runs on, "cpu" or "cuda" (`xfuse.compile` sets its device's)."""
+
+    TARGET_FROM_DEVICE: ClassVar[bool] = True
+    """`xfuse.pipeline.for_target` sets `target` to the compile's device."""
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(
+                f"option 'target' must be one of {', '.join(TARGETS)}, found '{self.target}'"
+            )
+
+    def verdict(self, block: Block) -> str | None:
+        """Why this pass leaves the function of `block` NCHW, or None when it rewrites it."""
+        return layout_verdict(block, self.force, self.target)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for f in op.walk():
             if isinstance(f, func.FuncOp) and f.body.blocks:
                 block = f.body.block
-                if layout_verdict(block, self.force) is None:
+                if self.verdict(block) is None:
                     _Layout(block).run()
