@@ -168,9 +168,14 @@ def test_a_group_with_a_flattened_output_serves_every_batch_size() -> None:
             torch.testing.assert_close(got, want)
 
 
-def _and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _and_its_sized_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x.exp()
+    return y, y.view(x.shape[0], 4, 4)
+
+
+def _views_of_an_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     y = x * 2
-    return y, y.view(-1)
+    return y.view(-1), y[:, 1]
 
 
 @pytest.mark.parametrize(
@@ -180,9 +185,13 @@ def _and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             lambda x: (x.view(x.shape[0], 4, 4), x * 2),
             r"output 0 is a view of an input in eager through sizes of the call",
         ),
-        (_and_its_view, r"output 1 is a view of another output in eager"),
+        (
+            _and_its_sized_view,
+            r"output 1 is a view of another output in eager through sizes of the call",
+        ),
+        (_views_of_an_intermediate, r"output 0 is a view of an intermediate that eager"),
     ],
-    ids=["view-of-input-to-its-sizes", "view-of-output"],
+    ids=["view-of-input-to-its-sizes", "view-of-output-to-its-sizes", "views-of-intermediate"],
 )
 def test_outputs_eager_returns_otherwise_are_refused_at_compile_time(fn: Any, message: str) -> None:
     """A dynamic program's results are fresh tensors: where eager's are views, it refuses
@@ -194,6 +203,29 @@ def test_outputs_eager_returns_otherwise_are_refused_at_compile_time(fn: Any, me
         xfuse.compile(fn, (x,), dynamic_shapes=BATCH)
     one_line(e)
     assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def _and_its_views(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x * 2
+    z = x.t() * 3  # eager returns it transposed (its input's order): its views follow that
+    return y, y.view(-1), y[:, 1:5:2], z, z[0], y.unsqueeze(0).expand(3, -1, -1)
+
+
+def test_outputs_that_eager_returns_as_views_of_other_outputs_share_their_memory() -> None:
+    """Each call replays the view chain on the other output's result (after that output took
+    eager's memory order), so at every size the views have eager's sizes, strides and
+    offsets, and writing into one writes the other, as in eager."""
+    program = xfuse.compile(_and_its_views, (torch.randn(5, 16),), dynamic_shapes=BATCH)
+    for batch in (2, 7, 33):
+        x = torch.randn(batch, 16)
+        got, want = program(x), _and_its_views(x)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+        for view, base in ((1, 0), (2, 0), (4, 3), (5, 0)):
+            assert got[view].untyped_storage().data_ptr() == got[base].untyped_storage().data_ptr()
+        got[1].zero_()
+        assert not got[0].any()
 
 
 class _Scaled(torch.nn.Module):

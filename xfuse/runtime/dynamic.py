@@ -290,6 +290,8 @@ class DynamicProgram:
         (`output_orders`)."""
         self.views = input_views(program.output_rules)
         """The outputs eager returns as views of an input or parameter (`input_views`)."""
+        self.output_views = output_views(program.output_rules)
+        """The outputs eager returns as views of another output (`output_views`)."""
         self.op_index = OpIndex()
         """The ops the fusion decisions name (for `xfuse.explain`)."""
         self.cache = default_cache() if cache is None else cache
@@ -510,6 +512,8 @@ class DynamicProgram:
             visible[k] = in_memory_order(visible[k], order)
         for k, rule in self.views.items():  # of the caller's tensors (a CPU scalar's too)
             visible[k] = replay(rule.chain, bound[rule.index])
+        for k, rule in self.output_views.items():
+            visible[k] = replay(rule.chain, visible[rule.index])
         return self.unflatten(visible)
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
@@ -630,24 +634,28 @@ def output_orders(rules: Sequence[OutputRule], eager: Any) -> dict[int, tuple[in
     of a contiguous tensor, as a channels-last map or a transposed product is), by its index
     among the tensor outputs (`memory_order`): the program returns such an output with eager's
     strides (`in_memory_order`). A view of an input is replayed on the call's input
-    (`input_views`). Refused, in one line: outputs that eager returns as memory a dynamic
-    program would not return alike, a view of another output (its results are fresh
-    tensors), or strides of no dense order (overlapping or with gaps)."""
-    for i, rule in enumerate(rules):
-        if rule.base == "output":
-            raise UnsupportedProgram(
-                f"output {i} is a view of another output in eager, which dynamic_shapes does "
-                "not return as a view yet"
-            )
+    (`input_views`), a view of another output on that output's result (`output_views`).
+    Refused, in one line: outputs that eager returns as memory a dynamic program would not
+    return alike: a view through sizes of the call, a view of an intermediate that eager does
+    not return (its strides are not known at every size), or strides of no dense order
+    (overlapping or with gaps)."""
+    outputs = [x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)]
+    for i, rule in enumerate(rules[: len(outputs)]):
+        of = "an input" if rule.base == "arg" else "another output"
         sized = next((v for v in rule.chain if not _constant_args(v)), None)
         if sized is not None:
             raise UnsupportedProgram(
-                f"output {i} is a view of an input in eager through sizes of the call "
+                f"output {i} is a view of {of} in eager through sizes of the call "
                 f"({sized.op}), which dynamic_shapes does not return as a view yet"
             )
-    views = input_views(rules)
+        if rule.base == "output" and rule.index >= len(outputs):
+            raise UnsupportedProgram(
+                f"output {i} is a view of an intermediate that eager does not return, which "
+                "dynamic_shapes does not return as a view yet"
+            )
+    views = {*input_views(rules), *output_views(rules)}
     orders: dict[int, tuple[int, ...]] = {}
-    for i, t in enumerate(x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)):
+    for i, t in enumerate(outputs):
         if i in views or t.is_contiguous():
             continue
         order = memory_order(t)
@@ -666,6 +674,13 @@ def input_views(rules: Sequence[OutputRule]) -> dict[int, OutputRule]:
     own argument (a chain of views whose arguments are constants, as `view_chain` takes
     them, serves every size), so the output shares the caller's memory as in eager."""
     return {i: rule for i, rule in enumerate(rules) if rule.base == "arg"}
+
+
+def output_views(rules: Sequence[OutputRule]) -> dict[int, OutputRule]:
+    """The outputs that eager returns as views of another output, by their index among the
+    outputs: each call replays the view's chain on that output's result (after its memory
+    order, `output_orders`), so the two share memory as in eager."""
+    return {i: rule for i, rule in enumerate(rules) if rule.base == "output"}
 
 
 def _constant_args(view: ViewReplay) -> bool:
