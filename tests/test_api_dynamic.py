@@ -595,16 +595,26 @@ def test_elements_from_a_symbolic_dims_end_run_in_one_program(name: str) -> None
         torch.testing.assert_close(program(x), fn(x))
 
 
-def test_an_element_further_from_a_symbolic_dims_end_than_min_size_is_refused() -> None:
-    """`x[:, -3]` lies within every size of a range from 3, but beyond `MIN_SIZE` (2), the
-    length every symbolic dim is taken to have: no symbolic program, one line naming the
-    slice."""
-    with pytest.raises(SymbolicSizeError, match="a slice -3:-2:1 of symbolic dim 1"):
-        xfuse.compile(
-            lambda x: x[:, -3] * 2,
-            (torch.randn(3, 7),),
-            dynamic_shapes={"x": {1: Dim("n", min=3)}},
-        )
+WITHIN_THE_LOWEST_SIZE = {
+    "third_from_the_end": lambda x: x[:, -3] * 2,
+    "fourth_element": lambda x: x[:, 3] + x[:, -4:-2].sum(1),
+    "strided_head": lambda x: x[:, 1:4:2] - 1,
+}
+
+
+@pytest.mark.parametrize("name", list(WITHIN_THE_LOWEST_SIZE))
+def test_elements_within_a_symbols_lowest_size_run_in_one_program(name: str) -> None:
+    """A select or slice beyond `MIN_SIZE` (2) elements from either end of a symbolic dim
+    whose range starts at 4: every size in range has them (`SizesAttr.lowest`), so one
+    program serves every size, the smallest included."""
+    fn = WITHIN_THE_LOWEST_SIZE[name]
+    program = xfuse.compile(
+        fn, (torch.randn(3, 7),), dynamic_shapes={"x": {1: Dim("n", min=4, max=64)}}
+    )
+    assert isinstance(program, DynamicProgram)
+    for n in (4, 5, 9, 64):
+        x = torch.randn(3, n)
+        torch.testing.assert_close(program(x), fn(x))
 
 
 REPEATS = {

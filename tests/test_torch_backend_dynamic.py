@@ -112,6 +112,36 @@ def test_last_tokens_variances_repeats_and_input_views_run_one_symbolic_program(
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+class Heads(torch.nn.Module):
+    """The fourth token, the third from the end and a strided run of the first five, views of
+    another output beside them: selects and slices beyond `MIN_SIZE` elements, which dynamo's
+    guards (`s > 3`) let every size of the trace's range have."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x * 2
+        return x[:, 3] + x[:, -3], x[:, 0:5:2].sum(1), y, y.view(-1), y[0]
+
+
+def test_elements_within_the_guarded_lowest_size_run_one_symbolic_program(
+    counts: Counts,
+) -> None:
+    """Through `torch.compile(dynamic=True)`: one symbolic program, no warning, eager's values
+    at every size, the views sharing their output's memory."""
+    model = Heads()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for batch, length in [(2, 6), (3, 9), (4, 5), (2, 17)]:
+            x = torch.randn(batch, length, 3)
+            got, want = compiled(x), model(x)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w)
+                assert g.stride() == w.stride()
+            assert got[3].data_ptr() == got[2].data_ptr() == got[4].data_ptr()
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 def test_automatic_dynamic_compiles_once_after_the_first_recompile(counts: Counts) -> None:
     """dynamo's default (`dynamic=None`): the first size compiles static; the second marks the
     batch dynamic, and that graph's symbolic program serves every later size."""
@@ -161,12 +191,13 @@ def test_a_size_out_of_the_symbolic_range_runs_per_shape(
 
 
 def test_a_graph_the_symbolic_path_refuses_runs_per_shape(counts: Counts) -> None:
-    """An output that eager returns as a view of another is refused by the symbolic path:
-    one warning names the reason, and each shape compiles alone with eager's values."""
+    """Outputs that eager returns as views of an intermediate it does not return are refused
+    by the symbolic path: one warning names the reason, and each shape compiles alone with
+    eager's values."""
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y = torch.tanh(x) * 2
-        return y, y.t()
+        return y.t(), y[1:]
 
     compiled = torch.compile(fn, backend="xfuse", dynamic=True)
     with pytest.warns(DynamicShapesWarning, match="symbolic compile refused it") as record:

@@ -86,6 +86,10 @@ class SizeSymbols:
     def names(self) -> set[str]:
         return {s.name for s in self.inputs}
 
+    def lowest(self, name: str) -> int:
+        """The smallest size of symbol `name` at a call (`SizesAttr.lowest`)."""
+        return graph.lowest_of(next((s for s in self.inputs if s.name == name), None))
+
     def add_relations(self, env: Any) -> None:
         """Record the equalities of input sizes among the guards of torch's shape environment
         `env` (`Eq(s0*s1, s2*s3)`: a check of the traced code, such as cross-entropy's that
@@ -471,6 +475,17 @@ def importing_sizes(symbols: SizeSymbols) -> Iterator[SizeSymbols]:
         yield symbols
     finally:
         SIZE_SYMBOLS.reset(token)
+
+
+def lowest_size(dim: graph.Dim) -> int:
+    """The smallest size `dim` takes at a call: itself where static, its symbol's lowest size
+    where symbolic (`SizeSymbols.lowest`, `MIN_SIZE` outside a symbolic import)."""
+    if isinstance(dim, int) and dim >= 0:
+        return dim
+    symbols = SIZE_SYMBOLS.get()
+    if symbols is None or not isinstance(dim, str):
+        return graph.MIN_SIZE
+    return symbols.lowest(dim)
 
 
 def has_symbolic_size(value: Any) -> bool:

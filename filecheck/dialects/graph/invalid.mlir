@@ -517,6 +517,14 @@ func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #gr
 
 // -----
 
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected 0 <= start <= limit <= 3 in dim 1, found 3:4
+func.func @f(%x: tensor<4x?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 16 range [3, inf]>} {
+  %0 = graph.slice %x start = [0, 3] limit = [4, 4] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.slice' op expected a slice within the last 2 elements of symbolic dim 0 (limit after start, both from the end, a positive stride), found -4:-1:1
 func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
   %0 = graph.slice %x start = [-4, 0] limit = [-1, 8] stride = [1, 1] : tensor<?x8xf32, #graph.syms<s0>> -> tensor<3x8xf32>

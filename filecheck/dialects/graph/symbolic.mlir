@@ -124,3 +124,14 @@ func.func @slices_from_the_end(%x: tensor<4x?xf32, #graph.syms<s0>>) attributes 
   %2 = graph.slice %x start = [0, -3] limit = [4, -2] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
   func.return
 }
+
+// An input symbol whose range starts above MIN_SIZE (torch's guards raised it: `x[:, 3]`
+// holds from 4) is sliced within its lowest size from either end (`x[:, 3]`, `x[:, -4]`).
+// CHECK-LABEL: func.func @slices_within_the_lowest_size
+func.func @slices_within_the_lowest_size(%x: tensor<4x?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 1) hint 16 range [4, inf]>} {
+  // CHECK-NEXT: %0 = graph.slice %x start = [0, 3] limit = [4, 4] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  %0 = graph.slice %x start = [0, 3] limit = [4, 4] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  // CHECK-NEXT: %1 = graph.slice %x start = [0, -5] limit = [4, -4] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  %1 = graph.slice %x start = [0, -5] limit = [4, -4] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
+  func.return
+}

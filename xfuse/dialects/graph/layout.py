@@ -198,9 +198,10 @@ class SliceOp(OneTensorOp):
     (`WHOLE_SYMBOLIC_DIM`) keeps it whole, the result naming its symbol; another such slice
     (a stencil's tap, `3:-4:1`) has a symbol of the function's table as its result dim, whose
     polynomial is `(size - k - start + stride - 1) floordiv stride`. A negative start counts
-    from the end too, within its last `MIN_SIZE` elements (which every size has), with such a
-    limit: `-2:-1:1` is the last element, a static result dim. A non-negative limit slices a
-    symbolic dim within its first `MIN_SIZE` elements, a static result dim.
+    from the end too, within its last elements that every size has (its symbol's lowest size,
+    `SizesAttr.lowest`: `MIN_SIZE`, or an input symbol's range's low end), with such a limit:
+    `-2:-1:1` is the last element, a static result dim. A non-negative limit slices a
+    symbolic dim within its first such elements, a static result dim.
     `%y = graph.slice %x start = [0, 2] limit = [4, 8] stride = [1, 2] : tensor<4x8xf32> -> tensor<4x3xf32>`"""
 
     name = "graph.slice"
@@ -266,10 +267,11 @@ class SliceOp(OneTensorOp):
             d = dims[i]
             if (s, e, k) == WHOLE_SYMBOLIC_DIM and isinstance(d, str):
                 continue
+            lowest = lowest_size(self, d) if isinstance(d, str) else d
             if isinstance(d, str) and s < 0:
-                if not (k > 0 and s < e < 0 and -1 - s <= MIN_SIZE):
+                if not (k > 0 and s < e < 0 and -1 - s <= lowest):
                     raise VerifyException(
-                        f"expected a slice within the last {MIN_SIZE} elements of symbolic dim "
+                        f"expected a slice within the last {lowest} elements of symbolic dim "
                         f"{i} (limit after start, both from the end, a positive stride), found "
                         f"{s}:{e}:{k}"
                     )
@@ -277,8 +279,8 @@ class SliceOp(OneTensorOp):
             if isinstance(d, str) and e < 0:
                 from_end[i] = self._sliced_symbol(i, d, s, -1 - e, k)
                 continue
-            # a symbolic dim is at least MIN_SIZE long: a slice within that is static
-            size = MIN_SIZE if isinstance(d, str) else d
+            # a symbolic dim is at least its lowest size long: a slice within that is static
+            size = lowest
             if k <= 0:
                 raise VerifyException(f"expected a positive stride in dim {i}, found {k}")
             if not 0 <= s <= e <= size:
@@ -332,6 +334,13 @@ def slice_shape(
 
 WHOLE_SYMBOLIC_DIM = (0, -1, 1)
 """A slice's `start:limit:stride` along a symbolic dim: the whole dim."""
+
+
+def lowest_size(op: Operation, symbol: str) -> int:
+    """The smallest size `symbol` takes at a call, by the table of the function `op` is in
+    (`SizesAttr.lowest`; `MIN_SIZE` without one)."""
+    table = size_table(op)
+    return MIN_SIZE if table is None else table.lowest(symbol)
 
 
 def slice_dims(

@@ -54,6 +54,12 @@ MIN_SIZE = 2
 """The smallest size a symbol takes: sizes 0 and 1 specialise, as in Inductor and
 torch.export (a symbol is never 1, so it broadcasts only against 1 or itself)."""
 
+
+def lowest_of(symbol: SizeSymbol | None) -> int:
+    """`SizesAttr.lowest` of a table's `symbol` (None: a name the table lacks)."""
+    return symbol.low if symbol is not None and symbol.expr is None else MIN_SIZE
+
+
 SYMBOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 Monomial = tuple[str, ...]
@@ -746,6 +752,11 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
 
     def inputs(self) -> list[SizeSymbol]:
         return [s for s in self.symbols if s.expr is None]
+
+    def lowest(self, name: str) -> int:
+        """The smallest size symbol `name` takes at a call: an input symbol's range's low end
+        (torch's guards raise it: `x[:, 3]` holds from 4), a derived one's `MIN_SIZE`."""
+        return lowest_of(self.by_name.get(name))
 
     # -- verification ---------------------------------------------------------------------------
 

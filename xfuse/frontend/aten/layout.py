@@ -12,7 +12,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each, _is_number, _norm_dims, _rank
-from xfuse.frontend.builder import ImportBuilder, Value, out_type, result_types
+from xfuse.frontend.builder import ImportBuilder, Value, lowest_size, out_type, result_types
 
 # ---------------------------------------------------------------------------------------------
 # Layout
@@ -74,19 +74,21 @@ def _slice_dim(
     lw: ImportBuilder, x: SSAValue, dim: int, start: int, end: int, step: int = 1
 ) -> SSAValue:
     """x[..., start:end:step, ...] along `dim`, with torch's clamping of start and end. A
-    symbolic dim (size unknown here) is taken whole, or within its first or last `MIN_SIZE`
-    elements, which every size has (a negative start, and an end to the dim's end or
+    symbolic dim (size unknown here) is taken whole, or within its first or last elements
+    that every size has (its symbol's lowest size, `lowest_size`: `MIN_SIZE`, or more where
+    torch's guards raised its range; a negative start, and an end to the dim's end or
     negative, count from its end); the other dims of `x` may be symbolic (a `graph.slice`
     keeps them whole)."""
     shape = graph.shape_of(x)
     size = shape[dim]
     if size < 0:
+        lowest = lowest_size(graph.dims_of(x)[dim])
         if start == 0 and end >= UNBOUNDED_END and step == 1:
             return x
-        if -graph.MIN_SIZE <= start < 0 and (end >= UNBOUNDED_END or start < end < 0):
+        if -lowest <= start < 0 and (end >= UNBOUNDED_END or start < end < 0):
             limit = -1 if end >= UNBOUNDED_END else end - 1  # `-1 - k` for `size - k`
             return _emit_slice(lw, x, dim, start - 1, limit, step)
-        if not 0 <= start <= end <= graph.MIN_SIZE:
+        if not 0 <= start <= end <= lowest:
             raise ValueError(f"a slice {start}:{end}:{step} of symbolic dim {dim}")
         return _emit_slice(lw, x, dim, start, end, step)
     start = min(max(start + size if start < 0 else start, 0), size)
