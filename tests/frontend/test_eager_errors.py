@@ -258,23 +258,66 @@ def _dead_scatter(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return torch.triu(x, 1) * 2
 
 
+def _scatter_read_by_dead_code(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """The scatter's result read only by an op whose own result nothing reads: dead too."""
+    torch.diagonal_scatter(x, src, 0, 0, 1).exp()
+    return torch.triu(x, 1) * 2
+
+
+def _dead_index_put(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """An accumulating `index_put` of `src` at 5 fixed rows, read by dead code: `src` fits at 5
+    rows (and would broadcast from 1), not at others."""
+    rows = torch.tensor([0, 1, 2, 0, 1])
+    torch.index_put(x.t(), (rows,), src, True).sum()
+    return torch.triu(x, 1) * 2
+
+
+Sizes = list[tuple[int, bool]]
+DIAGONAL: Sizes = [(5, True), (3, False), (7, True), (4, False)]
+"""(rows of `x`, whether a diagonal of 5 fits them)"""
+
+DEAD: dict[str, tuple[Callable[..., torch.Tensor], Callable[[int], torch.Tensor], Sizes, str]] = {
+    "diagonal_scatter": (
+        _dead_scatter,
+        lambda n: torch.randn(5),
+        DIAGONAL,
+        "expected src to have a size equal",
+    ),
+    "read_by_dead_code": (
+        _scatter_read_by_dead_code,
+        lambda n: torch.randn(5),
+        DIAGONAL,
+        "expected src to have a size equal",
+    ),
+    "index_put": (
+        _dead_index_put,
+        lambda n: torch.randn(n, n),
+        [(5, True), (3, False), (5, True), (7, False)],
+        "shape mismatch",
+    ),
+}
+"""Each dead op: the program, its source at `n` rows, the sizes called, eager's message."""
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
-def test_a_dead_scatter_eager_refuses_raises_eagers_error(dynamic: bool) -> None:
-    """torch's decompositions drop a dead op, and its meta function checks no shapes: the
-    importer probes it before, so a call at a size where the source does not fit the diagonal
-    raises eager's error (through torch.compile, `dynamic=True` included: the symbolic compile
-    refuses such a program, and each shape's program probes it), and one where it fits
-    computes eager's values."""
+@pytest.mark.parametrize("name", list(DEAD))
+def test_a_dead_scatter_eager_refuses_raises_eagers_error(name: str, dynamic: bool) -> None:
+    """torch's decompositions drop a dead op (no output depends on it), and its meta function
+    checks no shapes: the importer probes it before, so a call at a size where the source
+    does not fit raises eager's error (through torch.compile, `dynamic=True` included: the
+    symbolic compile refuses such a program, and each shape's program probes it), and one
+    where it fits computes eager's values."""
+    fn, source, sizes, message = DEAD[name]
     torch._dynamo.reset()
-    compiled = torch.compile(_dead_scatter, backend="xfuse", dynamic=dynamic)
+    compiled = torch.compile(fn, backend="xfuse", dynamic=dynamic)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for n, fits in [(5, True), (3, False), (7, True), (4, False)]:
-            x, src = torch.randn(n, 5), torch.randn(5)
+        for n, fits in sizes:
+            x, src = torch.randn(n, 5), source(n)
             if fits:
-                torch.testing.assert_close(compiled(x, src), _dead_scatter(x, src))
+                torch.testing.assert_close(compiled(x, src), fn(x, src))
                 continue
-            want = eager_failure(_dead_scatter, (x, src))
-            with pytest.raises(type(want), match="expected src to have a size equal"):
+            want = eager_failure(fn, (x, src))
+            with pytest.raises(type(want), match=message):
                 compiled(x, src)
     torch._dynamo.reset()

@@ -226,12 +226,27 @@ SHAPE_PROBED = frozenset(
         "aten::as_strided_scatter",
         "aten::index_add",
         "aten::index_copy",
+        "aten::index_put",
     }
 )
 """Ops whose meta functions do not check their source's shape against what it fills, where
 eager's kernels do (a `diagonal_scatter` of 4 elements into a diagonal of 5 raises in eager;
 torch.export lets it through). The importer checks a live one's shapes itself; a dead one
-(nothing reads its result) is gone after torch's decompositions, so it is probed first."""
+(no output depends on its result, `live_nodes`) is gone after torch's decompositions, so it
+is probed first."""
+
+
+def live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The nodes some output of `graph` depends on (a functional graph: a node no output
+    depends on has no effect)."""
+    live: set[torch.fx.Node] = set()
+    todo = [n for n in graph.nodes if n.op == "output"]
+    while todo:
+        node = todo.pop()
+        if node not in live:
+            live.add(node)
+            todo.extend(node.all_input_nodes)
+    return live
 
 
 def check_eager_rules(program: ExportedProgram, symbolic: bool = False) -> None:
@@ -239,18 +254,19 @@ def check_eager_rules(program: ExportedProgram, symbolic: bool = False) -> None:
     arguments eager refuses. A dead op of `SHAPE_PROBED` is probed too; a `symbolic` program
     (probed at its size hints) with one is refused (`SymbolicSizeError`): eager checks its
     shapes at every size, which a program compiled per shape probes."""
+    live = live_nodes(program.graph)
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         trigger = PROBED.get(str(node.target))
         if trigger is not None and trigger(argument_dtypes(node)):
             probe(node)
-        if not node.users and node.target._schema.name in SHAPE_PROBED:
+        if node not in live and node.target._schema.name in SHAPE_PROBED:
             probe(node)
             if symbolic:
                 raise SymbolicSizeError(
-                    f"a dead {node.target._schema.name} (its result unread), whose shapes eager "
-                    "checks at every size"
+                    f"a dead {node.target._schema.name} (no output depends on it), whose "
+                    "shapes eager checks at every size"
                 )
 
 
