@@ -20,6 +20,8 @@ from xfuse.frontend import import_module
 from xfuse.frontend.convolution import ConvolutionCall
 from xfuse.frontend.export import import_for_xfuse
 from xfuse.interpreters.graph import find_function
+from xfuse.ir.functions import function_bodies
+from xfuse.passes.transforms.channels_last import convolutions
 from xfuse.passes.transforms.depthwise_stencil import DepthwiseStencilPass, candidates, signature
 from xfuse.pipeline import PipelineOptions
 from xfuse.runtime import gemm_ways
@@ -633,7 +635,8 @@ def test_each_convolution_is_timed_both_ways_with_the_copies_each_layout_adds(
     entries for the next compile."""
     module = import_module(_Tokens().eval(), (torch.randn(1, 36, 8),)).module
     cache = KernelCache(tmp_path)
-    choice = choices.chosen_layout(module, torch.device("cpu"), cache, {})
+    found = [c for f in function_bodies(module) for c in convolutions(f.body.block)]
+    choice = choices.chosen_layout(found, torch.device("cpu"), cache, {})
     assert choice.convolutions == 1 and choice.nchw_ms > 0 and choice.nhwc_ms > 0
     assert choice.kept in ("channels-last", "nchw")
     assert str(choice).startswith(f"layout of 1 convolutions: {choice.kept} (NCHW ")
@@ -643,5 +646,5 @@ def test_each_convolution_is_timed_both_ways_with_the_copies_each_layout_adds(
     assert call is not None
     sig = choices.layout_signature(call, {}, sides)
     assert sig == "f32 1x8x6x6 k3x3 s1x1 p1x1 d1x1 bias w8x1x3x3 g8 tokens_in tokens_out"
-    again = choices.chosen_layout(module, torch.device("cpu"), KernelCache(tmp_path), {})
+    again = choices.chosen_layout(found, torch.device("cpu"), KernelCache(tmp_path), {})
     assert again == choice  # read back, not measured again

@@ -79,6 +79,25 @@ def test_dynamic_true_compiles_once_for_every_batch_size(
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+def strict_dynamic_calls(
+    model: torch.nn.Module, shapes: list[tuple[int, ...]]
+) -> Iterator[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]:
+    """Call `torch.compile(model, dynamic=True)` on a random input of each shape, with every
+    `DynamicShapesWarning` and `FallbackWarning` an error; check each output's values and
+    strides against eager's, and yield the input and the compiled outputs."""
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for shape in shapes:
+            x = torch.randn(*shape)
+            got, want = compiled(x), model(x)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w)
+                assert g.stride() == w.stride()
+            yield x, got
+
+
 class Pooled(torch.nn.Module):
     """The last token of each sequence and its unbiased variance over the sequence, a repeat
     of the first token, and a view of the input: ops the symbolic importer once refused."""
@@ -98,17 +117,10 @@ def test_last_tokens_variances_repeats_and_input_views_run_one_symbolic_program(
     """Through `torch.compile(dynamic=True)` over batch and sequence: one symbolic program,
     no warning, eager's values at every size, and the input's view shares its memory."""
     torch.manual_seed(0)
-    model = Pooled().eval()
-    compiled = torch.compile(model, backend="xfuse", dynamic=True)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("error", DynamicShapesWarning)
-        warnings.simplefilter("error", FallbackWarning)
-        for batch, length in [(2, 5), (3, 9), (4, 2), (2, 17)]:
-            x = torch.randn(batch, length, 16)
-            got, want = compiled(x), model(x)
-            for g, w in zip(got, want, strict=True):
-                torch.testing.assert_close(g, w)
-            assert got[2].data_ptr() == x.data_ptr() and got[2].stride() == want[2].stride()
+    for x, got in strict_dynamic_calls(
+        Pooled().eval(), [(2, 5, 16), (3, 9, 16), (4, 2, 16), (2, 17, 16)]
+    ):
+        assert got[2].data_ptr() == x.data_ptr()
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
@@ -127,18 +139,8 @@ def test_elements_within_the_guarded_lowest_size_run_one_symbolic_program(
 ) -> None:
     """Through `torch.compile(dynamic=True)`: one symbolic program, no warning, eager's values
     at every size, the views sharing their output's memory."""
-    model = Heads()
-    compiled = torch.compile(model, backend="xfuse", dynamic=True)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("error", DynamicShapesWarning)
-        warnings.simplefilter("error", FallbackWarning)
-        for batch, length in [(2, 6), (3, 9), (4, 5), (2, 17)]:
-            x = torch.randn(batch, length, 3)
-            got, want = compiled(x), model(x)
-            for g, w in zip(got, want, strict=True):
-                torch.testing.assert_close(g, w)
-                assert g.stride() == w.stride()
-            assert got[3].data_ptr() == got[2].data_ptr() == got[4].data_ptr()
+    for _, got in strict_dynamic_calls(Heads(), [(2, 6, 3), (3, 9, 3), (4, 5, 3), (2, 17, 3)]):
+        assert got[3].data_ptr() == got[2].data_ptr() == got[4].data_ptr()
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 

@@ -78,6 +78,7 @@ from xfuse.ir.dtypes import from_torch, to_torch
 from xfuse.ir.functions import function_bodies
 from xfuse.passes.transforms.channels_last import (
     ChannelsLastPass,
+    Convolution,
     convolutions,
     nhwc_source,
     read_as_nhwc,
@@ -586,25 +587,25 @@ def _choose_layout(
     if not _channels_last(module, passes):
         return tuple(passes), []
     nchw = tuple(p for p in passes if p is not layout)
-    work = sum(c.flops() // 2 for f in function_bodies(module) for c in convolutions(f.body.block))
-    if work < LAYOUT_WORK:
+    found = [c for f in function_bodies(module) for c in convolutions(f.body.block)]
+    if sum(c.flops() // 2 for c in found) < LAYOUT_WORK:
         return nchw, []
-    choice = chosen_layout(module, device, cache, {} if sizes is None else sizes[0])
+    choice = chosen_layout(found, device, cache, {} if sizes is None else sizes[0])
     return (tuple(passes) if choice.kept == "channels-last" else nchw), [choice]
 
 
 def chosen_layout(
-    module: ModuleOp, device: torch.device, cache: KernelCache, point: Mapping[str, int]
+    convs: Sequence[Convolution],
+    device: torch.device,
+    cache: KernelCache,
+    point: Mapping[str, int],
 ) -> LayoutChoice:
-    """The layout verdict on the 2-D convolutions of `module` (as imported: depthwise ones
+    """The layout verdict on a program's 2-D convolutions `convs` (as imported: depthwise ones
     still convolutions), each distinct one timed both ways at `point` (from the cache, or
     measured now and stored). Every convolution counts, whatever `depthwise-stencil` makes of
     it later: which depthwise ones stay library calls is measured in the layout chosen."""
     calls = [
-        (call, c.op.outputs[0])
-        for f in function_bodies(module)
-        for c in convolutions(f.body.block)
-        if (call := ConvolutionCall.of(c.op)) is not None
+        (call, c.op.outputs[0]) for c in convs if (call := ConvolutionCall.of(c.op)) is not None
     ]
     times: dict[str, ConvolutionLayout] = {}
     nchw_ms = nhwc_ms = 0.0

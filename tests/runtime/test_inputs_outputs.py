@@ -10,6 +10,7 @@ import torch
 
 import xfuse
 from xfuse.errors import UnsupportedInputError
+from xfuse.report.counts import kernel_count
 
 Tensor = torch.Tensor
 
@@ -120,3 +121,26 @@ def test_flat_outputs_with_constants_are_built_without_pytree(
     assert type(got) is kind and got[1] is None
     torch.testing.assert_close(got[0], x * 2)
     torch.testing.assert_close(got[2], x + 1)
+
+
+class _Views(torch.nn.Module):
+    """A product returned with views of it (a row, its transpose) and a slice of the input:
+    views eager returns sharing memory with another output or the input."""
+
+    def forward(self, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.sigmoid(t) * 3
+        return y, y[1], y.t(), t[1:3]
+
+
+def test_returned_views_are_replayed_not_computed() -> None:
+    """`@forward` returns each view's base in its place (`return_view_bases`): one kernel, the
+    views replayed on the product and the input at the call, sharing their memory."""
+    model, x = _Views(), torch.randn(4, 4)
+    compiled = xfuse.compile(model, (x,), quiet=True)
+    got, want = compiled(x), model(x)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+        assert g.stride() == w.stride()
+    assert got[1].data_ptr() == got[0].data_ptr() + 4 * 4
+    assert got[2].data_ptr() == got[0].data_ptr() and got[3].data_ptr() == x[1:3].data_ptr()
+    assert kernel_count(compiled.default.program) == 1

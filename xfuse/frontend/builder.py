@@ -478,10 +478,8 @@ def importing_sizes(symbols: SizeSymbols) -> Iterator[SizeSymbols]:
 
 
 def lowest_size(dim: graph.Dim) -> int:
-    """The smallest size `dim` takes at a call: itself where static, its symbol's lowest size
-    where symbolic (`SizeSymbols.lowest`, `MIN_SIZE` outside a symbolic import)."""
-    if isinstance(dim, int) and dim >= 0:
-        return dim
+    """The smallest size a dim of unknown size takes at a call: its symbol's lowest size
+    (`SizeSymbols.lowest`), `MIN_SIZE` outside a symbolic import."""
     symbols = SIZE_SYMBOLS.get()
     if symbols is None or not isinstance(dim, str):
         return graph.MIN_SIZE

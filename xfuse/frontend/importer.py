@@ -25,9 +25,10 @@ from torch.export.graph_signature import (
 )
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
+from xfuse.dialects.effects import erase_dead
 from xfuse.errors import SymbolicSizeError, XfuseError
 from xfuse.frontend.aten import (
     CONVERTED_WHEN,
@@ -115,6 +116,35 @@ class ImportedProgram:
     @property
     def function(self) -> func.FuncOp:
         return next(op for op in self.module.ops if isinstance(op, func.FuncOp))
+
+    def return_view_bases(self) -> None:
+        """Make `@forward` return, in place of each output that eager returns as a view (of an
+        argument or of another result: `output_rules`), the view's base, and erase what only
+        those views read. The runtime replays each view on its base at every call, so the
+        program's own copy of it would be work thrown away; after this, `@forward`'s results
+        at those positions are no longer eager's outputs (interpret the module before)."""
+        block = self.function.body.block
+        ret = block.last_op
+        assert isinstance(ret, func.ReturnOp)
+        results = list(ret.operands)
+        viewed = [i for i, rule in enumerate(self.output_rules) if rule.base != "fresh"]
+        if not viewed:
+            return
+        replaced: list[Operation] = []
+        for i in viewed:
+            rule = self.output_rules[i]
+            base = block.args[rule.index] if rule.base == "arg" else results[rule.index]
+            owner = results[i].owner
+            if isinstance(owner, Operation):
+                replaced.append(owner)
+            results[i] = base
+        block.insert_op_before(func.ReturnOp(*results), ret)
+        block.erase_op(ret)
+        f = self.function
+        f.function_type = FunctionType.from_lists(
+            f.function_type.inputs.data, [v.type for v in results]
+        )
+        erase_dead(block, replaced)
 
     def arguments(self, *user_inputs: Any, **user_kwargs: Any) -> list[torch.Tensor]:
         """The full argument list of `@forward`: parameters by name, then the user inputs."""

@@ -290,6 +290,7 @@ def build_executable(
     progress.stage(f"imported {len(imported.op_names)} ops; fusing")
     program_ir = imported.program
     program_ir.params = {k: v.to(device) for k, v in program_ir.params.items()}
+    program_ir.return_view_bases()
     compiler = ProgramCompiler(
         compile_kernel,
         fallback=settings.fallback,

@@ -284,6 +284,7 @@ class DynamicProgram:
             with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
                 eager = model(*example_inputs, **kwargs)
             orders = output_orders(program.output_rules, eager)
+            program.return_view_bases()
         self.program = program
         self.orders = orders
         """The tensor outputs eager returns dense but not contiguous, and their memory orders
