@@ -310,6 +310,61 @@ def test_a_slice_of_a_symbolic_dim_from_an_offset_is_a_gather(fn: Any) -> None:
         torch.testing.assert_close(got, fn(x))
 
 
+@pytest.mark.parametrize(
+    ("shapes", "dims"),
+    [
+        (((10, 4), (3, 5)), {"w": {0: Dim.AUTO}, "ids": {0: Dim.AUTO}}),
+        (((10, 4), (3, 5)), {"w": {0: Dim.AUTO, 1: Dim.AUTO}, "ids": None}),
+        (((10, 4), (3,)), {"w": {1: Dim.AUTO}, "ids": None}),
+    ],
+)
+def test_an_embedding_of_a_symbolic_table_is_a_gather(
+    shapes: tuple[tuple[int, ...], tuple[int, ...]], dims: dict[str, Any]
+) -> None:
+    """An embedding whose table (and indices) have symbolic sizes imports as one gather of the
+    table broadcast to the indices' rank, the result `[*ids, width]` with their symbols, and
+    matches eager at every size."""
+
+    def fn(w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, w) * 2
+
+    (vocab, width), ids_shape = shapes
+    example = (torch.randn(vocab, width), torch.randint(0, vocab, ids_shape))
+    program = import_module(fn, example, dynamic_shapes=dims)
+    [gather] = [op for op in program.function.body.block.ops if isinstance(op, graph.GatherOp)]
+    assert graph.is_symbolic(gather.result)
+    for grow in (0, 3, 7):
+        v = vocab + grow if 0 in dims["w"] else vocab
+        d = width + grow if 1 in dims["w"] else width
+        n = ids_shape[0] + grow if dims["ids"] else ids_shape[0]
+        w, ids = torch.randn(v, d), torch.randint(0, v, (n, *ids_shape[1:]))
+        [got] = interpret(program.module, program.arguments(w, ids))
+        torch.testing.assert_close(got, fn(w, ids))
+
+
+@pytest.mark.parametrize(
+    ("dim", "dims"),
+    [
+        (1, {"x": None, "i": {0: Dim.AUTO}}),
+        (1, {"x": {0: Dim.AUTO, 1: Dim.AUTO}, "i": {0: Dim.AUTO}}),
+    ],
+)
+def test_an_index_select_of_symbolic_sizes_is_a_gather(dim: int, dims: dict[str, Any]) -> None:
+    """`index_select` whose indices (and input) have symbolic sizes imports as one gather of
+    the indices laid out along `dim`, and matches eager at every size."""
+
+    def fn(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(x, dim, i) * 2
+
+    program = import_module(fn, (torch.randn(6, 4), torch.randint(0, 4, (3,))), dynamic_shapes=dims)
+    [gather] = [op for op in program.function.body.block.ops if isinstance(op, graph.GatherOp)]
+    assert graph.is_symbolic(gather.result)
+    for shape, n in [((6, 4), 5), ((6, 4), 2)] + ([((7, 9), 5), ((3, 2), 8)] if dims["x"] else []):
+        x, i = torch.randn(shape), torch.randint(0, shape[dim], (n,))
+        [got] = interpret(program.module, program.arguments(x, i))
+        torch.testing.assert_close(got, fn(x, i))
+
+
 @pytest.mark.parametrize("n", [2, 5])
 def test_a_concatenation_along_an_inner_symbolic_dim_names_the_sum(n: int) -> None:
     """A concatenation along a symbolic dim of a tensor with other symbolic dims: the result

@@ -53,21 +53,25 @@ def _embedding(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     weight, indices = lw.tensor(a["weight"]), lw.tensor(a["indices"])
     if _rank(weight) != 2 or not _index_tensor(indices):
         return None
-    if graph.is_symbolic(indices) and not graph.is_symbolic(weight):
+    if graph.is_symbolic(indices) or graph.is_symbolic(weight):
         return _symbolic_embedding(lw, weight, indices)
     rows = _gather_dim(lw, weight, _column(lw, indices, 2, 0), 0)
     return lw.reshape(rows, out_type(node).get_shape())
 
 
 def _symbolic_embedding(lw: ImportBuilder, weight: SSAValue, indices: SSAValue) -> SSAValue:
-    """An embedding of indices with symbolic sizes, without flattening them (that would be a
-    reshape whose index divides by a symbol): the weight `[V, D]` viewed as `[1, .., 1, V,
-    D]` is gathered along its `V` dim by the indices broadcast to `[*I, 1]`, giving `[*I, D]`
-    with the indices' own size symbols."""
+    """An embedding where the indices or the weight have symbolic sizes, without flattening
+    the indices (that would be a reshape whose index divides by a symbol): the weight `[V, D]`
+    broadcast to `[1, .., 1, V, D]` is gathered along its `V` dim by the indices broadcast to
+    `[*I, 1]`, giving `[*I, D]` with the indices' and the weight's own size symbols. 0-d
+    indices are read as `[1]` and the row reshaped back to `[D]`."""
+    if not _rank(indices):
+        row = _symbolic_embedding(lw, weight, lw.reshape(indices, [1]))
+        return lw.emit(graph.SelectOp(row, 0, 0)) if hasattr(graph, "SelectOp") else row
     dims = graph.dims_of(indices)
-    rank = len(dims)  # >= 1: a symbolic tensor has a dim
-    vocab, width = graph.shape_of(weight)
-    table = lw.reshape(weight, [1] * (rank - 1) + [vocab, width])
+    rank = len(dims)
+    width = graph.dims_of(weight)[1]
+    table = _with_ones(lw, weight, 0, rank - 1, 0)
     column = lw.emit(graph.BroadcastInDimOp(indices, [*dims, 1], list(range(rank))))
     return lw.emit(graph.GatherOp(table, [column], rank - 1, [*dims, width]))
 
@@ -78,10 +82,22 @@ def _index_select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         return None
     rank = max(_rank(x), 1)  # a 0-d input is read as [1]
     dim = a["dim"] % rank
+    if _rank(indices) and (graph.is_symbolic(x) or graph.is_symbolic(indices)):
+        return _symbolic_index_select(lw, x, indices, dim)
     rows = _gather_dim(
         lw, lw.reshape(x, [1]) if not _rank(x) else x, _column(lw, indices, rank, dim), dim
     )
     return lw.reshape(rows, out_type(node).get_shape())
+
+
+def _symbolic_index_select(lw: ImportBuilder, x: SSAValue, indices: SSAValue, dim: int) -> Value:
+    """`index_select` where `x` or the indices `[n]` have symbolic sizes: the indices laid out
+    along `dim` (size 1 elsewhere, a broadcast that keeps their symbol) gather `x` there."""
+    rank = _rank(x)
+    column = _with_ones(lw, indices, 0, dim, rank)
+    dims = list(graph.dims_of(x))
+    dims[dim] = graph.dims_of(indices)[0]
+    return lw.emit(graph.GatherOp(x, [column], dim, dims))
 
 
 def _torch_gather(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
