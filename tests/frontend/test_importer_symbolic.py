@@ -365,6 +365,26 @@ def test_an_index_select_of_symbolic_sizes_is_a_gather(dim: int, dims: dict[str,
         torch.testing.assert_close(got, fn(x, i))
 
 
+def test_a_gather_of_fewer_rows_than_its_table_holds_by_torchs_check() -> None:
+    """`torch.gather` with indices of their own size symbols: torch checks the indices are no
+    larger than the input outside the gathered dim, which the table keeps as a condition
+    (`le(s58, s77)`); the gather verifies by it and matches eager at every size."""
+
+    def fn(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        return torch.gather(x, 1, i) * 2
+
+    dims = {"x": {0: Dim.AUTO, 1: Dim.AUTO}, "i": {0: Dim.AUTO, 1: Dim.AUTO}}
+    program = import_module(
+        fn, (torch.randn(6, 4), torch.randint(0, 4, (5, 3))), dynamic_shapes=dims
+    )
+    table = program.function.attributes[SIZES_ATTR]
+    assert [c.kind for c in table.conditions] == ["le"]
+    for rows, width, n, k in [(6, 4, 5, 3), (9, 3, 2, 7), (4, 4, 4, 2)]:
+        x, i = torch.randn(rows, width), torch.randint(0, width, (n, k))
+        [got] = interpret(program.module, program.arguments(x, i))
+        torch.testing.assert_close(got, fn(x, i))
+
+
 @pytest.mark.parametrize("n", [2, 5])
 def test_a_concatenation_along_an_inner_symbolic_dim_names_the_sum(n: int) -> None:
     """A concatenation along a symbolic dim of a tensor with other symbolic dims: the result

@@ -1094,3 +1094,10 @@ func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #grap
   func.return
 }
 
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.gather' op table dim 0 of size s0 is smaller than result dim 0 of size s2 (it must be 1 or at least as large)
+func.func @f(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %i: tensor<?x?xi64, #graph.syms<s2, s3>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 6, s1 = input(0, 1) hint 4, s2 = input(1, 0) hint 5, s3 = input(1, 1) hint 3>} {
+  %0 = graph.gather %x[%i] dim = 1 : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x?xi64, #graph.syms<s2, s3>> -> tensor<?x?xf32, #graph.syms<s2, s3>>
+  func.return
+}

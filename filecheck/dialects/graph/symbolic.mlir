@@ -135,3 +135,12 @@ func.func @slices_within_the_lowest_size(%x: tensor<4x?xf32, #graph.syms<s0>>) a
   %1 = graph.slice %x start = [0, -5] limit = [4, -4] stride = [1, 1] : tensor<4x?xf32, #graph.syms<s0>> -> tensor<4x1xf32>
   func.return
 }
+
+// A gather whose result dim is another symbol than the table's there: the table's
+// condition (`le(s2, s0)`, from torch's check of a gather's sizes) holds it at least as large.
+// CHECK-LABEL: func.func @gather_within_a_condition
+func.func @gather_within_a_condition(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %i: tensor<?x?xi64, #graph.syms<s2, s3>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 6, s1 = input(0, 1) hint 4, s2 = input(1, 0) hint 5, s3 = input(1, 1) hint 3, le(s2, s0)>} {
+  // CHECK-NEXT: %0 = graph.gather %x[%i] dim = 1 : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x?xi64, #graph.syms<s2, s3>> -> tensor<?x?xf32, #graph.syms<s2, s3>>
+  %0 = graph.gather %x[%i] dim = 1 : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x?xi64, #graph.syms<s2, s3>> -> tensor<?x?xf32, #graph.syms<s2, s3>>
+  func.return
+}

@@ -538,10 +538,14 @@ class GatherOp(IRDLOperation):
 
     def _check_table_dim(self, m: int, size: Dim, out: Dim) -> None:
         """A table dim outside the indexed ones is 1, or at least as large as the result's
-        (a symbolic one: the result's own symbol)."""
+        (a symbolic one: the result's own symbol, or one the function's size table holds
+        larger: `SizesAttr.at_most`)."""
         if m == self.axis or size == 1 or size == out:
             return
         if isinstance(size, int) and isinstance(out, int) and size >= out:
+            return
+        table = size_table(self)
+        if table is not None and table.at_most(out, size):
             return
         raise VerifyException(
             f"table dim {self.table_dim(m)} of size {size} is smaller than result "

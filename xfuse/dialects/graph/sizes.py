@@ -670,6 +670,22 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
                 return quotient + SizeExpr.symbol(name)
         return None
 
+    def at_most(self, lhs: int | str, rhs: int | str) -> bool:
+        """Whether size `lhs` is at most `rhs` at every call: their difference is nonnegative
+        from the symbols' lowest sizes on (`provably_nonnegative`), or a condition of the
+        table says so (`s58 <= s77`, which torch's checks of a gather's sizes add). A dim of
+        unknown size (-1) is at most nothing."""
+        if any(isinstance(d, int) and d < 0 for d in (lhs, rhs)):
+            return False
+        small, large = self.expand(SizeExpr.dim(lhs)), self.expand(SizeExpr.dim(rhs))
+        lows = {name: self.lowest(name) for name in (small - large).symbols}
+        if provably_nonnegative(large - small, lows):
+            return True
+        return any(
+            c.kind in ("le", "lt") and (self.expand(c.lhs), self.expand(c.rhs)) == (small, large)
+            for c in self.conditions
+        )
+
     def symbol_for(self, expr: SizeExpr) -> str | None:
         """The symbol whose polynomial is `expr` (of any symbols of the table), if any."""
         target = self.expand(expr)
