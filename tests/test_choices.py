@@ -648,3 +648,23 @@ def test_each_convolution_is_timed_both_ways_with_the_copies_each_layout_adds(
     assert sig == "f32 1x8x6x6 k3x3 s1x1 p1x1 d1x1 bias w8x1x3x3 g8 tokens_in tokens_out"
     again = choices.chosen_layout(found, torch.device("cpu"), KernelCache(tmp_path), {})
     assert again == choice  # read back, not measured again
+
+
+@pytest.mark.parametrize(
+    ("verdict", "kept", "text"),
+    [
+        (Choice("s", 1.0, 0.5, at="2x8x6x6"), "stencil", "library 1.0000 ms, stencil 0.5000 ms"),
+        (choices.PadChoice("p", 1.0, 0.95), "unpadded", "unpadded 1.0000 ms, padded 0.9500 ms"),
+        (choices.ConvolutionLayout("c", 2.0, 1.0), "channels-last", None),
+        (choices.LayoutChoice(3, 1.0, 0.95), "nchw", "NCHW 1.0000 ms, NHWC 0.9500 ms"),
+    ],
+)
+def test_two_way_verdicts_keep_the_other_way_under_its_margin_and_round_trip(
+    verdict: choices.TwoWays, kept: str, text: str | None
+) -> None:
+    """Each verdict between two ways keeps the second under its margin of the first's time
+    (a near tie goes to eager's way), names both times, and reads back from its cache entry."""
+    assert verdict.kept == kept
+    if text is not None:
+        assert f"{kept} ({text}" in str(verdict)
+    assert type(verdict).load(verdict.dump()) == verdict

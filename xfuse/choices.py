@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, Self, cast
 
 import torch
 from torch.utils import _pytree as pytree
@@ -120,9 +120,48 @@ _measuring: contextvars.ContextVar[bool] = contextvars.ContextVar("measuring", d
 """True while a choice is being measured: the stencil compiled for it is not measured again."""
 
 
+class TwoWays:
+    """A verdict between two ways of running one thing, each timed in ms per call: the first
+    as eager runs it, the second kept where it took under `MARGIN` of the first's time (a
+    near tie goes to eager's way). A subclass is a frozen dataclass whose fields are what was
+    measured, then the two times, named in `WAYS` (field, label in `describe`, name kept)."""
+
+    WAYS: ClassVar[tuple[tuple[str, str, str], tuple[str, str, str]]]
+    MARGIN: ClassVar[float]
+
+    def times(self) -> tuple[float, float]:
+        """The first way's and the second's ms."""
+        return getattr(self, self.WAYS[0][0]), getattr(self, self.WAYS[1][0])
+
+    @property
+    def kept(self) -> str:
+        first, second = self.times()
+        return self.WAYS[1][2] if second < self.MARGIN * first else self.WAYS[0][2]
+
+    def describe(self, subject: str, suffix: str = "") -> str:
+        """`subject: kept (first 1.0000 ms, second 0.5000 ms)`, as `explain()` lists it."""
+        (_, first_label, _), (_, second_label, _) = self.WAYS
+        first, second = self.times()
+        return (
+            f"{subject}: {self.kept} "
+            f"({first_label} {first:.4f} ms, {second_label} {second:.4f} ms{suffix})"
+        )
+
+    def dump(self) -> bytes:
+        """The verdict's fields, for the kernel cache (`load` reads them back)."""
+        return json.dumps(dataclasses.astuple(cast(Any, self))).encode()
+
+    @classmethod
+    def load(cls, data: bytes) -> Self:
+        return cast(Callable[..., Self], cls)(*json.loads(data))
+
+
 @dataclass(frozen=True)
-class Choice:
+class Choice(TwoWays):
     """One measured verdict: `signature`'s library call and stencil, in ms per call."""
+
+    WAYS = (("library_ms", "library", "library"), ("stencil_ms", "stencil", "stencil"))
+    MARGIN = STENCIL_MARGIN
 
     signature: str
     library_ms: float
@@ -131,16 +170,9 @@ class Choice:
     """Where the convolution is symbolic, the input shapes it was timed at (`2x8x6x6;
     32x8x6x6`): its times are their sums."""
 
-    @property
-    def kept(self) -> str:
-        return "stencil" if self.stencil_ms < STENCIL_MARGIN * self.library_ms else "library"
-
     def __str__(self) -> str:
         at = f", summed at {self.at}" if self.at else ""
-        return (
-            f"depthwise convolution {self.signature}: {self.kept} "
-            f"(library {self.library_ms:.4f} ms, stencil {self.stencil_ms:.4f} ms{at})"
-        )
+        return self.describe(f"depthwise convolution {self.signature}", at)
 
 
 Compile = Callable[..., Callable[..., Any]]
@@ -251,7 +283,7 @@ def library_convolutions(
         convolutions[sig] = (conv, [signature(conv, p) for p in kept])
         for at, point in zip(convolutions[sig][1], kept, strict=True):
             if at not in measured:
-                measured[at] = cache.program(_key(at, device, channels_last), _load, CHOICE)
+                measured[at] = cache.program(_key(at, device, channels_last), Choice.load, CHOICE)
                 if measured[at] is None:
                     unmeasured[at] = (conv, point)
     if ahead is not None and len(unmeasured) > 1:
@@ -260,7 +292,7 @@ def library_convolutions(
             ahead([t.imported() for t in timed], device, cache)
     for at, (conv, point) in unmeasured.items():
         choice = measure(conv, device, channels_last, compile_fn, cache, point)
-        cache.store_program(_key(at, device, channels_last), _dump(choice), CHOICE)
+        cache.store_program(_key(at, device, channels_last), choice.dump(), CHOICE)
         measured[at] = choice
     found = (combined(sig, [measured[at] for at in ats]) for sig, (_, ats) in convolutions.items())
     return [c for c in found if c is not None]
@@ -322,16 +354,6 @@ def _key(sig: str, device: torch.device, channels_last: bool) -> str:
 def _verdict_key(facts: str) -> str:
     """The cache key of a verdict: a hash of everything its times depend on."""
     return hashlib.sha256(facts.encode()).hexdigest()
-
-
-def _dump(verdict: Choice) -> bytes:
-    return json.dumps([verdict.signature, verdict.library_ms, verdict.stencil_ms]).encode()
-
-
-def _load(data: bytes) -> Choice:
-    """Reads back what `_dump` wrote."""
-    sig, first_ms, second_ms = json.loads(data)
-    return Choice(str(sig), float(first_ms), float(second_ms))
 
 
 def measure(
@@ -531,43 +553,38 @@ the permuted views and the input's conversion that NHWC adds, and too short to t
 reliably on a shared machine (MobileNetV2 at batch 1 has 300M)."""
 
 
+LAYOUT_WAYS = (("nchw_ms", "NCHW", "nchw"), ("nhwc_ms", "NHWC", "channels-last"))
+"""The two layouts of a CPU program's convolutions (`TwoWays.WAYS`)."""
+
+
 @dataclass(frozen=True)
-class ConvolutionLayout:
+class ConvolutionLayout(TwoWays):
     """One convolution's measured times: torch's call on an NCHW input and on a channels-last
     one (the weight NCHW in both, as the model holds it: torch converts it for oneDNN on
     every NHWC call), in ms per call."""
+
+    WAYS = LAYOUT_WAYS
+    MARGIN = LAYOUT_MARGIN
 
     signature: str
     nchw_ms: float
     nhwc_ms: float
 
-    def dump(self) -> bytes:
-        return json.dumps([self.signature, self.nchw_ms, self.nhwc_ms]).encode()
-
-    @staticmethod
-    def load(data: bytes) -> ConvolutionLayout:
-        sig, nchw_ms, nhwc_ms = json.loads(data)
-        return ConvolutionLayout(str(sig), float(nchw_ms), float(nhwc_ms))
-
 
 @dataclass(frozen=True)
-class LayoutChoice:
+class LayoutChoice(TwoWays):
     """The verdict on a CPU program's layout: its `convolutions` (2-D ones, each timed alone
     as `ConvolutionLayout`), their times summed."""
+
+    WAYS = LAYOUT_WAYS
+    MARGIN = LAYOUT_MARGIN
 
     convolutions: int
     nchw_ms: float
     nhwc_ms: float
 
-    @property
-    def kept(self) -> str:
-        return "channels-last" if self.nhwc_ms < LAYOUT_MARGIN * self.nchw_ms else "nchw"
-
     def __str__(self) -> str:
-        return (
-            f"layout of {self.convolutions} convolutions: {self.kept} "
-            f"(NCHW {self.nchw_ms:.4f} ms, NHWC {self.nhwc_ms:.4f} ms)"
-        )
+        return self.describe(f"layout of {self.convolutions} convolutions")
 
 
 def _choose_layout(
@@ -844,32 +861,20 @@ reused."""
 
 
 @dataclass(frozen=True)
-class PadChoice:
+class PadChoice(TwoWays):
     """One measured verdict: the product `signature` (`PaddedProduct.signature`) unpadded (as
     eager calls it) and padded (the weight padded, the product, its result cut back: a copy
     where the program returns it), in ms per call."""
+
+    WAYS = (("unpadded_ms", "unpadded", "unpadded"), ("padded_ms", "padded", "padded"))
+    MARGIN = PAD_MARGIN
 
     signature: str
     unpadded_ms: float
     padded_ms: float
 
-    @property
-    def kept(self) -> str:
-        return "padded" if self.padded_ms < PAD_MARGIN * self.unpadded_ms else "unpadded"
-
     def __str__(self) -> str:
-        return (
-            f"matrix product {self.signature}: {self.kept} "
-            f"(unpadded {self.unpadded_ms:.4f} ms, padded {self.padded_ms:.4f} ms)"
-        )
-
-    def dump(self) -> bytes:
-        return json.dumps([self.signature, self.unpadded_ms, self.padded_ms]).encode()
-
-    @staticmethod
-    def load(data: bytes) -> PadChoice:
-        sig, unpadded_ms, padded_ms = json.loads(data)
-        return PadChoice(str(sig), float(unpadded_ms), float(padded_ms))
+        return self.describe(f"matrix product {self.signature}")
 
 
 Verdict = Choice | GemmChoice | PadChoice | LayoutChoice
