@@ -481,6 +481,29 @@ def fills(x: torch.Tensor) -> torch.Tensor:
     return torch.full(x.shape, 3.0) + x.new_zeros(x.shape) - x
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (x[:, :0] * 2, x + 1),
+        lambda x: (x.new_zeros(x.shape[0], 0).exp() + 1, x.sum(1)),
+    ],
+)
+def test_an_empty_result_of_symbolic_sizes_is_a_broadcast_scalar(fn: Any) -> None:
+    """An op whose result has a static dim of 0 beside size symbols folds to a 0-d constant
+    broadcast to its dims (`fold_empty_results`: `graph.constant` takes static sizes only),
+    and the program matches eager at every size."""
+    program = import_module(fn, (torch.randn(4, 5),), dynamic_shapes={"x": {0: Dim.AUTO}})
+    assert any(
+        isinstance(op, graph.BroadcastInDimOp) and graph.is_symbolic(op.result)
+        for op in program.function.body.block.ops
+    )
+    for n in (3, 7):
+        x = torch.randn(n, 5)
+        got = interpret(program.module, program.arguments(x))
+        for g, w in zip(got, fn(x), strict=True):
+            torch.testing.assert_close(g, w)
+
+
 def test_a_fill_of_symbolic_sizes_is_a_broadcast_scalar() -> None:
     """`full` and `new_zeros` of a symbolic shape import as a 0-d constant broadcast to it
     (`graph.constant` takes static sizes only), and match eager at every size."""

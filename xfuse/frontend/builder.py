@@ -758,12 +758,26 @@ def fold_empty_results(block: Block) -> None:
         if computed_by_xfuse(op) and not isinstance(op, graph.ConstantOp) and op.results:
             if all(_is_empty(r) for r in op.results):
                 for r in op.results:
-                    const = graph.ConstantOp.scalar(0, graph.dtype_of(r), graph.shape_of(r))
-                    block.insert_op_before(const, op)
-                    r.replace_all_uses_with(const.results[0])
+                    r.replace_all_uses_with(_empty_constant(block, op, r))
                 dead.append(op)
     erase_dead(block, dead)
 
 
+def _empty_constant(block: Block, op: Operation, r: SSAValue) -> SSAValue:
+    """A constant of `r`'s type, inserted before `op`: a 0-d one broadcast to `r`'s dims
+    where some are size symbols (`graph.constant` takes static sizes only)."""
+    dtype = graph.dtype_of(r)
+    symbolic = graph.is_symbolic(r)
+    const = graph.ConstantOp.scalar(0, dtype, () if symbolic else graph.shape_of(r))
+    block.insert_op_before(const, op)
+    if not symbolic:
+        return const.results[0]
+    wide = graph.BroadcastInDimOp(const.results[0], graph.dims_of(r), [])
+    block.insert_op_before(wide, op)
+    return wide.results[0]
+
+
 def _is_empty(value: SSAValue) -> bool:
-    return isinstance(value.type, TensorType) and graph.numel(graph.shape_of(value)) == 0
+    """Whether `value` is a tensor of no element: a static dim of 0 (with size symbols or
+    not)."""
+    return isinstance(value.type, TensorType) and 0 in graph.shape_of(value)
