@@ -290,8 +290,28 @@ class KernelBuilder:
             merged = merged_row_domain(full, rows.dims, short)
             if merged is not None:
                 self.rows_merged = True
-                return merged
-        return nd_domain(full, rows.dims)
+                return self._index_permuted_outputs(merged)
+        domain = nd_domain(full, rows.dims)
+        return self._index_permuted_outputs(domain) if self.merge_dims else domain
+
+    def _index_permuted_outputs(self, domain: Domain) -> Domain:
+        """`domain` where the outputs of a row kernel of another shape than the full one but as
+        many elements, each a permute of a value of the full shape (all of one shape permuted
+        alike), are written at their permuted index (`Domain.indexed`): the element one
+        iteration computes, stored where the permute puts it (ConvNeXt's last NHWC block
+        written NCHW beside its pooled mean), where writing the output at the iteration's
+        position in memory would compute each of its elements again at a divided index. With
+        `merge_dims` only (off on CUDA, whose loops `gpu-map-parallel` maps itself)."""
+        full = domain.full_shape
+        perms: dict[tuple[int, ...], set[tuple[int, ...] | None]] = {}
+        for v in self.outputs:
+            shape = shape_of(v)
+            if shape != full and domain.writes_per_element(shape):
+                perms.setdefault(shape, set()).add(output_permutation(v, full))
+        for shape, found in perms.items():
+            if len(found) == 1 and (perm := next(iter(found))) is not None:
+                domain.indexed[shape] = tuple(domain.full_index[p] for p in perm)
+        return domain
 
     def _short_sums_wide(self) -> bool:
         """Whether every f32 sum of the kernel would accumulate in f64 if its rows were
