@@ -198,21 +198,3 @@ def test_plans_are_dropped_past_the_bound(
             x = torch.randn(n, 16)
             torch.testing.assert_close(program(x), model(x))
             assert 1 <= len(program.plans) <= 3
-
-
-def test_returned_views_are_replayed_not_computed_at_every_size() -> None:
-    """A dynamic program returns each view's base in its place, as a static one: one kernel
-    at every batch, the views sharing their output's or input's memory as in eager's."""
-    from tests.runtime.test_inputs_outputs import _Views
-
-    model = _Views()
-    program = xfuse.compile(model, (torch.randn(5, 5),), dynamic_shapes={"t": {0: Dim("n", min=3)}})
-    assert isinstance(program, DynamicProgram) and program.compiled.kernel_count == 1
-    for n in (3, 5, 8):
-        x = torch.randn(n, 5)
-        got, want = program(x), model(x)
-        for g, w in zip(got, want, strict=True):
-            torch.testing.assert_close(g, w)
-            assert g.stride() == w.stride()
-        assert got[1].data_ptr() == got[0].data_ptr() + 5 * 4
-        assert got[2].data_ptr() == got[0].data_ptr() and got[3].data_ptr() == x[1:3].data_ptr()

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 import torch
+from torch.export import Dim
 
 import xfuse
 from xfuse.errors import UnsupportedInputError
 from xfuse.report.counts import kernel_count
+from xfuse.runtime.dynamic import DynamicProgram
 
 Tensor = torch.Tensor
 
@@ -132,15 +134,25 @@ class _Views(torch.nn.Module):
         return y, y[1], y.t(), t[1:3]
 
 
-def test_returned_views_are_replayed_not_computed() -> None:
-    """`@forward` returns each view's base in its place (`return_view_bases`): one kernel, the
-    views replayed on the product and the input at the call, sharing their memory."""
-    model, x = _Views(), torch.randn(4, 4)
-    compiled = xfuse.compile(model, (x,), quiet=True)
-    got, want = compiled(x), model(x)
-    for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g, w)
-        assert g.stride() == w.stride()
-    assert got[1].data_ptr() == got[0].data_ptr() + 4 * 4
-    assert got[2].data_ptr() == got[0].data_ptr() and got[3].data_ptr() == x[1:3].data_ptr()
-    assert kernel_count(compiled.default.program) == 1
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_returned_views_are_replayed_not_computed(dynamic: bool) -> None:
+    """`@forward` returns each view's base in its place (`return_view_bases`), in a static
+    program and in a dynamic one: one kernel, the views replayed on the product and the input
+    at the call (at every size), sharing their memory as in eager."""
+    model = _Views()
+    if dynamic:
+        dims = {"t": {0: Dim("n", min=3)}}
+        compiled: Any = xfuse.compile(model, (torch.randn(5, 4),), dynamic_shapes=dims)
+        assert isinstance(compiled, DynamicProgram)
+    else:
+        compiled = xfuse.compile(model, (torch.randn(4, 4),), quiet=True)
+    for n in (3, 5, 8) if dynamic else (4,):
+        x = torch.randn(n, 4)
+        got, want = compiled(x), model(x)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride()
+        assert got[1].data_ptr() == got[0].data_ptr() + 4 * 4
+        assert got[2].data_ptr() == got[0].data_ptr() and got[3].data_ptr() == x[1:3].data_ptr()
+    kernels = compiled.kernel_count if dynamic else kernel_count(compiled.default.program)
+    assert kernels == 1
