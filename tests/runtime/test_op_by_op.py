@@ -13,8 +13,9 @@ from xfuse.passes.fusion import legality
 
 
 def _softmax_then_transpose(x: torch.Tensor) -> torch.Tensor:
-    # One row loop cannot write the transposed softmax: fusion splits it where it cannot.
-    return torch.softmax(x, -1).transpose(0, 1).reshape(8, 6)
+    # One row loop cannot write the transposed softmax reshaped (a transpose alone it writes
+    # at the permuted index): fusion splits it where it cannot.
+    return torch.softmax(x, -1).transpose(0, 1).reshape(4, 12)
 
 
 def test_fusion_splits_the_softmax_from_its_transpose_up_front() -> None:
