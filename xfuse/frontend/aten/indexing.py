@@ -54,7 +54,8 @@ def _embedding(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if _rank(weight) != 2 or not _index_tensor(indices):
         return None
     if graph.is_symbolic(indices) or graph.is_symbolic(weight):
-        return _symbolic_embedding(lw, weight, indices)
+        # 0-d indices of a symbolic table would need a reshape of a symbolic row: torch's call
+        return _symbolic_embedding(lw, weight, indices) if _rank(indices) else None
     rows = _gather_dim(lw, weight, _column(lw, indices, 2, 0), 0)
     return lw.reshape(rows, out_type(node).get_shape())
 
@@ -63,11 +64,8 @@ def _symbolic_embedding(lw: ImportBuilder, weight: SSAValue, indices: SSAValue) 
     """An embedding where the indices or the weight have symbolic sizes, without flattening
     the indices (that would be a reshape whose index divides by a symbol): the weight `[V, D]`
     broadcast to `[1, .., 1, V, D]` is gathered along its `V` dim by the indices broadcast to
-    `[*I, 1]`, giving `[*I, D]` with the indices' and the weight's own size symbols. 0-d
-    indices are read as `[1]` and the row reshaped back to `[D]`."""
-    if not _rank(indices):
-        row = _symbolic_embedding(lw, weight, lw.reshape(indices, [1]))
-        return lw.emit(graph.SelectOp(row, 0, 0)) if hasattr(graph, "SelectOp") else row
+    `[*I, 1]`, giving `[*I, D]` with the indices' and the weight's own size symbols (the
+    indices of rank 1 or more)."""
     dims = graph.dims_of(indices)
     rank = len(dims)
     width = graph.dims_of(weight)[1]
