@@ -16,7 +16,7 @@ from typing import Any
 from xdsl.ir import Operation, SSAValue
 
 from xfuse.dialects import graph
-from xfuse.dialects.graph import numel, shape_of
+from xfuse.dialects.graph import Dim, dims_of, numel, shape_of
 from xfuse.dialects.op_kinds import OpGroup
 from xfuse.ir import dense
 from xfuse.passes.fusion.kernel_loops import ROW_PLACES, OutputPlace, RowShape
@@ -55,7 +55,21 @@ class Domain:
     indexed: dict[tuple[int, ...], Index] = field(default_factory=dict[tuple[int, ...], Index])
     """The shapes of a symbolic kernel's outputs written at an index of their own
     (`symbolic_kernels.output_index`: a permute of a value of the full shape, or a shape of
-    as many elements), each with the index of the element one iteration writes."""
+    as many elements; `index_permutes`), each with the index of the element one iteration
+    writes."""
+
+    def index_permutes(self, outputs: Sequence[SSAValue]) -> bool:
+        """Writes each of `outputs` of another shape than the full one at its permuted index
+        (`indexed`) where it is a permute of a value of the full shape (`output_permutation`)
+        and every output of its shape is permuted alike; whether every one of them is."""
+        perms: dict[tuple[int, ...], set[tuple[int, ...] | None]] = {}
+        for v in outputs:
+            if shape_of(v) != self.full_shape:
+                perms.setdefault(shape_of(v), set()).add(output_permutation(v, self.full_shape))
+        for shape, found in perms.items():
+            if len(found) == 1 and (perm := next(iter(found))) is not None:
+                self.indexed[shape] = tuple(self.full_index[p] for p in perm)
+        return all(shape in self.indexed for shape in perms)
 
     def row_index(self, keepdim: bool) -> Index:
         if keepdim:
@@ -89,6 +103,20 @@ class Domain:
         if place in ROW_PLACES:
             return self.row_index(place is OutputPlace.ROW_KEEPDIM)
         return delinearize(linearize(self.full_index, self.full_shape), shape)
+
+
+def output_permutation(output: SSAValue, full: tuple[Dim, ...]) -> tuple[int, ...] | None:
+    """The permutation `perm` where `output` is a chain of `graph.permute`s of a value of dims
+    `full` (dim k of `output` is dim perm[k] of that value); None where it is not."""
+    perm = tuple(range(len(full)))
+    value = output
+    while dims_of(value) != full:
+        op = value.owner
+        if not isinstance(op, graph.PermuteOp) or len(op.permutation) != len(full):
+            return None
+        perm = tuple(op.permutation[k] for k in perm)
+        value = op.input
+    return perm
 
 
 def nd_domain(

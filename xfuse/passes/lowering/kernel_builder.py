@@ -119,7 +119,6 @@ from xfuse.passes.lowering.symbolic_kernels import (
     SizeValues,
     check_symbolic,
     is_symbolic_group,
-    output_permutation,
     size_args,
     size_index,
     symbolic_buffer_type,
@@ -277,8 +276,13 @@ class KernelBuilder:
             if merged is not None and (len(merged.parallel) < loops or not same_shape):
                 return merged
             if not same_shape:
-                permuted = self._permuted_outputs_domain(full) if self.merge_dims else None
-                return permuted or flat_domain(full)
+                # outputs permuted from the full shape (attention's query in [B, T, H, D]
+                # beside its key and value in [B, H, T, D]) written at their permuted index
+                # over (h, t, d), where one flat loop would find their coordinates by dividing
+                permuted = nd_domain(full, ())
+                if self.merge_dims and permuted.index_permutes(self.outputs):
+                    return permuted
+                return flat_domain(full)
         for v in self.outputs:
             if rows.output_place(shape_of(v)) is None:
                 raise self.error(
@@ -295,22 +299,12 @@ class KernelBuilder:
         return self._index_permuted_outputs(domain) if self.merge_dims else domain
 
     def _index_permuted_outputs(self, domain: Domain) -> Domain:
-        """`domain` where the outputs of a row kernel of another shape than the full one but as
-        many elements, each a permute of a value of the full shape (all of one shape permuted
-        alike), are written at their permuted index (`Domain.indexed`): the element one
-        iteration computes, stored where the permute puts it (ConvNeXt's last NHWC block
-        written NCHW beside its pooled mean), where writing the output at the iteration's
-        position in memory would compute each of its elements again at a divided index. With
-        `merge_dims` only (off on CUDA, whose loops `gpu-map-parallel` maps itself)."""
-        full = domain.full_shape
-        perms: dict[tuple[int, ...], set[tuple[int, ...] | None]] = {}
-        for v in self.outputs:
-            shape = shape_of(v)
-            if shape != full and domain.writes_per_element(shape):
-                perms.setdefault(shape, set()).add(output_permutation(v, full))
-        for shape, found in perms.items():
-            if len(found) == 1 and (perm := next(iter(found))) is not None:
-                domain.indexed[shape] = tuple(domain.full_index[p] for p in perm)
+        """`domain` where a row kernel's outputs written per element that are permutes of a
+        value of the full shape are written at their permuted index (`Domain.index_permutes`):
+        ConvNeXt's last NHWC block written NCHW beside its pooled mean, where writing it at the
+        iteration's position in memory would compute each element again at a divided index.
+        With `merge_dims` only (off on CUDA, whose loops `gpu-map-parallel` maps itself)."""
+        domain.index_permutes([v for v in self.outputs if domain.writes_per_element(shape_of(v))])
         return domain
 
     def _short_sums_wide(self) -> bool:
@@ -320,25 +314,6 @@ class KernelBuilder:
         return self.wide_sums and all(
             accumulator_type(r, True, True) == f64 for r in self.reductions if sums_f32(r)
         )
-
-    def _permuted_outputs_domain(self, full: tuple[int, ...]) -> Domain | None:
-        """`nd_domain` over `full` where each output of another shape is a permute of a value
-        of the full shape, written at its permuted index (`Domain.indexed`): attention's query
-        in [B, T, H, D] beside its key and value in [B, H, T, D] loop over (h, t, d), where one
-        flat loop would find each output's coordinates by dividing. None where an output is
-        not such a permute, or two of one shape are permuted differently."""
-        domain = nd_domain(full, ())
-        for v in self.outputs:
-            shape = shape_of(v)
-            if shape == full:
-                continue
-            perm = output_permutation(v, full)
-            if perm is None:
-                return None
-            index = tuple(domain.full_index[p] for p in perm)
-            if domain.indexed.setdefault(shape, index) != index:
-                return None
-        return domain
 
     def row_shape(self) -> RowShape:
         """The shape the reductions reduce and their dims (the first output's shape, no dims,

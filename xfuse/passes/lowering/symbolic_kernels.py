@@ -47,7 +47,7 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.graph import Dim, SizeExpr, SizesAttr, dims_of, dtype_of, is_symbolic
 from xfuse.passes.fusion.kernel_loops import RowShape, ScanLoop
-from xfuse.passes.lowering.domains import Domain, nd_domain
+from xfuse.passes.lowering.domains import Domain, nd_domain, output_permutation
 from xfuse.passes.lowering.emitter import LoopLoweringError
 from xfuse.passes.lowering.index_algebra import (
     UNBOUNDED,
@@ -229,20 +229,6 @@ def output_index(
     return reshaped_index(full_index, full, dims, size_of)
 
 
-def output_permutation(output: SSAValue, full: tuple[Dim, ...]) -> tuple[int, ...] | None:
-    """The permutation `perm` where `output` is a chain of `graph.permute`s of a value of dims
-    `full` (dim k of `output` is dim perm[k] of that value); None where it is not."""
-    perm = tuple(range(len(full)))
-    value = output
-    while dims_of(value) != full:
-        op = value.owner
-        if not isinstance(op, graph.PermuteOp) or len(op.permutation) != len(full):
-            return None
-        perm = tuple(op.permutation[k] for k in perm)
-        value = op.input
-    return perm
-
-
 def _scan_domain(b: KernelBuilder, loop_var: Callable[[int, Dim], LoopVar]) -> Domain:
     """The one scan's shape, its dim the sequential loop (as `scans.scan_domain`, on dims)."""
     if not ScanLoop.computes(len(b.scans), len(b.reductions)):
@@ -383,7 +369,6 @@ __all__ = [
     "check_symbolic",
     "is_symbolic_group",
     "output_index",
-    "output_permutation",
     "size_args",
     "size_index",
     "symbolic_buffer_type",
