@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import xfuse
 from xfuse.backends.cpu import CPUBackend
-from xfuse.backends.loop_hints import PREDICATE, WIDTH
+from xfuse.backends.loop_hints import PREDICATE, UNROLL_DISABLE, WIDTH
 from xfuse.ir.context import parse
 
 
@@ -34,6 +34,20 @@ def test_a_padded_row_no_multiple_of_a_vector_is_vectorized_at_full_width(width:
     convolution): LLVM alone picks the widest vector dividing the trip (4 lanes)."""
     ir = _llvm_ir(_padded_silu, torch.randn(1, 8, width, width))
     assert f'!"{WIDTH}", i32 16' in ir and f'!"{PREDICATE}", i1 1' in ir
+
+
+_SHIFT, _SCALE = torch.randn(32, 1, 1), torch.rand(32, 1, 1) + 0.5
+
+
+@pytest.mark.parametrize("channels", [8, 12, 16, 17])
+def test_a_row_of_one_vector_stays_a_loop_for_the_vectorizer(channels: int) -> None:
+    """A batch norm of a channels-last input: a row of `channels` a pixel, each element with
+    its channel's shift and scale. A row of one vector (or one and an element) is kept a loop
+    (`llvm.loop.unroll.disable`), where LLVM unrolled it and vectorized across pixels."""
+    shift, scale = _SHIFT[:channels], _SCALE[:channels]
+    x = torch.randn(1, channels, 6, 6).contiguous(memory_format=torch.channels_last)
+    ir = _llvm_ir(lambda t: (t - shift) * scale, x)
+    assert f'!"{WIDTH}", i32 16' in ir and f'!"{UNROLL_DISABLE}"' in ir
 
 
 @pytest.mark.parametrize(
