@@ -61,7 +61,14 @@ from typing import Any, ClassVar, Self, cast
 import torch
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+)
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region
 from xdsl.passes import ModulePass
 
@@ -70,15 +77,17 @@ from xfuse.dialects import graph
 from xfuse.dialects.torch_args import encode_args
 from xfuse.frontend.convolution import CONVOLUTION, ConvolutionCall
 from xfuse.frontend.export import Imported, forward_op_names
-from xfuse.frontend.importer import ImportedProgram
+from xfuse.frontend.importer import ImportedProgram, is_channels_last, result_attrs
 from xfuse.frontend.outputs import OutputRule
 from xfuse.interpreters.graph import find_function
 from xfuse.ir.context import make_context
 from xfuse.ir.dtypes import from_torch, to_torch
 from xfuse.ir.functions import function_bodies
+from xfuse.ir.names import CHANNELS_LAST_ATTR
 from xfuse.passes.transforms.channels_last import (
     ChannelsLastPass,
     Convolution,
+    channels_last_args,
     convolutions,
     nhwc_source,
     read_as_nhwc,
@@ -453,7 +462,8 @@ class _Convolution(torch.nn.Module):
             states.append(("bias", self.bias))
         types = [_tensor_type(t) for _, t in states] + [_tensor_type(x)]
         attrs = [DictionaryAttr({"graph.param": StringAttr(n)}) for n, _ in states]
-        attrs.append(DictionaryAttr({"graph.input": StringAttr("x")}))
+        laid_out = {CHANNELS_LAST_ATTR: UnitAttr()} if is_channels_last(x) else {}
+        attrs.append(DictionaryAttr({"graph.input": StringAttr("x"), **laid_out}))
         block = Block(arg_types=types)
         *params, data = block.args
         operands = [data, *params]
@@ -462,8 +472,13 @@ class _Convolution(torch.nn.Module):
         out = self(x)
         call = graph.TorchCallOp(CONVOLUTION, operands, [_tensor_type(out)], args, kwargs)
         block.add_ops([call, func.ReturnOp(call.outputs[0])])
+        rule = OutputRule("fresh", 0, stride=tuple(out.stride()))
         function = func.FuncOp(
-            "forward", (types, [call.outputs[0].type]), Region(block), arg_attrs=ArrayAttr(attrs)
+            "forward",
+            (types, [call.outputs[0].type]),
+            Region(block),
+            arg_attrs=ArrayAttr(attrs),
+            res_attrs=result_attrs([rule], call.outputs),
         )
         module = ModuleOp([function])
         program = ImportedProgram(
@@ -472,7 +487,7 @@ class _Convolution(torch.nn.Module):
             {n: t.detach() for n, t in states},
             ["x"],
             ["convolution"],
-            output_rules=[OutputRule("fresh", 0, stride=tuple(out.stride()))],
+            output_rules=[rule],
         )
         return Imported(program, pytree.tree_structure(out), forward_op_names(module))
 
@@ -595,14 +610,18 @@ def _choose_layout(
     sizes: Sequence[Mapping[str, int]] | None,
 ) -> tuple[tuple[ModulePass, ...], list[LayoutChoice]]:
     """`passes` without their `channels-last` pass where it would rewrite a CPU program
-    unforced and its convolutions have under `LAYOUT_WORK` multiply-adds or were measured
-    faster NCHW (at the first of `sizes`, a symbolic program's size hints), and the verdict
+    unforced, it is passed no tensor in channels-last memory (`channels_last_args`: torch's
+    convolutions of a weight passed so return channels-last results in either layout), and its
+    convolutions have under `LAYOUT_WORK` multiply-adds
+    or were measured faster NCHW (at the first of `sizes`, a symbolic program's size hints), and the verdict
     measured."""
     layout = next((p for p in passes if isinstance(p, ChannelsLastPass)), None)
     if layout is None or layout.force or device.type != "cpu":
         return tuple(passes), []
     if not _channels_last(module, passes):
         return tuple(passes), []
+    if any(channels_last_args(f.body.block) for f in function_bodies(module)):
+        return tuple(passes), []  # NCHW would copy what is passed so, and torch's results
     nchw = tuple(p for p in passes if p is not layout)
     found = [c for f in function_bodies(module) for c in convolutions(f.body.block)]
     if sum(c.flops() // 2 for c in found) < LAYOUT_WORK:

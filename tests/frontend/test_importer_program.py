@@ -52,6 +52,50 @@ def test_signature_params_buffers_and_inputs() -> None:
     assert args[-2] is x and args[-1] is y
 
 
+class _ConvAndTwo(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        return self.conv(x) + 1, y * 2, z + 1
+
+
+def test_tensors_in_channels_last_memory_are_marked() -> None:
+    """`graph.channels_last` on each argument passed in channels-last memory (an input, a
+    weight) and each result eager returns so; not on contiguous ones, nor on a 4-D tensor of
+    one channel (both layouts at once). The module prints and parses back."""
+    cl = torch.channels_last
+    x = torch.randn(2, 3, 4, 4).contiguous(memory_format=cl)
+    y, z = torch.randn(2, 3, 4, 4), torch.randn(2, 1, 4, 4).contiguous(memory_format=cl)
+    imported = import_module(_ConvAndTwo().to(memory_format=cl), (x, y, z))
+    f = imported.function
+    marked = [
+        "graph.channels_last" in a.data
+        for a in f.arg_attrs.data  # pyright: ignore[reportOptionalMemberAccess]
+    ]
+    names = [
+        next(iter(a.data.values())).data  # pyright: ignore[reportAttributeAccessIssue]
+        for a in f.arg_attrs.data  # pyright: ignore[reportOptionalMemberAccess]
+    ]
+    assert dict(zip(names, marked, strict=True)) == {
+        "conv.weight": True,
+        "conv.bias": False,
+        "x": True,
+        "y": False,
+        "z": False,
+    }
+    results = [
+        "graph.channels_last" in a.data
+        for a in f.res_attrs.data  # pyright: ignore[reportOptionalMemberAccess]
+    ]
+    assert results == [True, False, False]
+    text = str(imported.module)
+    assert str(parse(text)) == text
+
+
 def test_module_prints_and_parses_back() -> None:
     imported = import_module(
         lambda a: torch.softmax(a.masked_fill(a < 0, -1e4), -1) + torch.tensor(1.5),

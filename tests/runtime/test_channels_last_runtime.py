@@ -165,6 +165,58 @@ def test_a_channels_last_input_gets_eager_output_strides() -> None:
     assert got.stride() == want.stride()
 
 
+def test_a_model_laid_out_channels_last_runs_channels_last_unmeasured(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """`model.to(memory_format=torch.channels_last)` and a channels-last input, compiled with
+    the default layout: the importer marks the tensors passed so (`graph.channels_last`), and
+    the program goes channels-last without measuring (torch returns a convolution of a
+    channels-last weight channels-last in either layout: NCHW would copy every result back).
+    The input is read where it lies: no step copies it."""
+    import xfuse.choices as choices
+
+    def times(*args: Any) -> Any:
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(choices, "measure_layout", times)
+    monkeypatch.delenv("XFUSE_CHANNELS_LAST", raising=False)
+    monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
+    model = ResNetBlock().eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    compiled = _compile(model, (x,), "cpu")
+    with torch.no_grad():
+        got, trace = traced(compiled, (x,))
+        want = model(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+    check_no_layout_changes(compiled, trace)
+    assert "aten.clone.default" not in [_target(step) for step, _, _ in trace.calls]
+
+
+def test_a_channels_last_input_without_convolutions_is_read_and_returned_where_it_lies() -> None:
+    """A batch norm of a channels-last input, which eager returns channels-last: one kernel
+    reads the input's NHWC memory as it is and writes the result's, which the caller gets as
+    it is (eager's strides, the kernel's memory: no copy before or after)."""
+    bn = nn.BatchNorm2d(16).eval()
+    bn.running_mean.uniform_(-0.5, 0.5)
+    bn.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(2, 16, 8, 8).contiguous(memory_format=torch.channels_last)
+    compiled = _compile(bn, (x,), "cpu")
+    with torch.no_grad():
+        got, trace = traced(compiled, (x,))
+        want = bn(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+    kernels = [
+        (args, results) for step, args, results in trace.calls if isinstance(step, KernelStep)
+    ]
+    assert len(kernels) == 1
+    args, results = kernels[0]
+    assert all(a.is_contiguous() for a in args)
+    assert x.data_ptr() in [a.data_ptr() for a in args]
+    assert got.data_ptr() == results[0].data_ptr()
+
+
 @pytest.mark.parametrize("nhwc_faster", [True, False])
 def test_the_cpu_default_takes_the_layout_its_convolutions_were_measured_faster_in(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, nhwc_faster: bool

@@ -12,7 +12,7 @@ import logging
 import operator
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -25,9 +25,18 @@ from torch.export.graph_signature import (
 )
 from torch.utils import _pytree as pytree
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FunctionType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+)
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
+from xfuse.dialects import graph
 from xfuse.dialects.effects import erase_dead
 from xfuse.errors import SymbolicSizeError, XfuseError
 from xfuse.frontend.aten import (
@@ -57,7 +66,7 @@ from xfuse.frontend.outputs import OutputRule, output_rules, returned_strides
 from xfuse.frontend.pytrees import export_support, picker
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.ir.dtypes import tensor_input_problem
-from xfuse.ir.names import SIZES_ATTR
+from xfuse.ir.names import CHANNELS_LAST_ATTR, SIZES_ATTR
 
 PARAM_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
@@ -440,6 +449,46 @@ def check_inputs(values: Sequence[Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+NHWC_ORDER = (0, 2, 3, 1)
+"""A channels-last `[N, C, H, W]` tensor's dims in memory order."""
+
+
+def is_channels_last(val: Any) -> bool:
+    """Whether `val` is a rank-4 tensor of static sizes and strides in channels-last memory
+    and not also contiguous (`CHANNELS_LAST_ATTR`)."""
+    if not isinstance(val, torch.Tensor) or val.dim() != 4 or val.layout != torch.strided:
+        return False
+    shape, strides = tuple(val.shape), tuple(val.stride())
+    if not all(type(d) is int for d in (*shape, *strides)):
+        return False
+    return graph.memory_order(shape, strides) == NHWC_ORDER
+
+
+def result_attrs(
+    rules: Sequence[OutputRule], results: Sequence[SSAValue]
+) -> ArrayAttr[DictionaryAttr] | None:
+    """`@forward`'s result attributes: `CHANNELS_LAST_ATTR` on each result whose rule (hidden
+    results have none) is fresh in channels-last memory; None where no result has one."""
+    attrs = [
+        DictionaryAttr({CHANNELS_LAST_ATTR: UnitAttr()} if _fresh_channels_last(r, v) else {})
+        for r, v in zip(rules, results, strict=False)
+    ]
+    if not any(a.data for a in attrs):
+        return None
+    return ArrayAttr(attrs + [DictionaryAttr({})] * (len(results) - len(attrs)))
+
+
+def _fresh_channels_last(rule: OutputRule, value: SSAValue) -> bool:
+    shape = graph.dims_of(value) if isinstance(value.type, TensorType) else ()
+    return (
+        rule.base == "fresh"
+        and len(shape) == 4
+        and len(rule.stride) == 4
+        and all(type(d) is int for d in shape)
+        and graph.memory_order(cast(tuple[int, ...], shape), rule.stride) == NHWC_ORDER
+    )
+
+
 class Importer:
     """Walks the FX graph of one exported program and builds `@forward`."""
 
@@ -470,13 +519,15 @@ class Importer:
             if spec.kind == InputKind.USER_INPUT:
                 user_index += 1
                 input_names.append(node.name)
-                attr = {"graph.input": StringAttr(node.name)}
+                attr: dict[str, Attribute] = {"graph.input": StringAttr(node.name)}
             elif spec.kind in PARAM_KINDS and spec.target is not None:
                 param_names[len(arg_types)] = spec.target
                 params[spec.target] = self.state_tensor(spec.target, node)
                 attr = {"graph.param": StringAttr(spec.target)}
             else:
                 raise node_error(node, f"inputs of kind {spec.kind.name} are not supported")
+            if is_channels_last(params.get(spec.target or "", node.meta.get("val"))):
+                attr[CHANNELS_LAST_ATTR] = UnitAttr()
             symbols = SIZE_SYMBOLS.get()
             if symbols is not None:
                 symbols.add_inputs(len(arg_types), node.meta.get("val"))
@@ -513,6 +564,7 @@ class Importer:
             (arg_types, [v.type for v in outputs]),
             Region(block),
             arg_attrs=ArrayAttr(arg_attrs),
+            res_attrs=result_attrs(rules.rules, outputs),
         )
         symbols = SIZE_SYMBOLS.get()
         if symbols is not None and symbols.inputs:

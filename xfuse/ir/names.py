@@ -12,6 +12,15 @@ SIZES_ATTR = "graph.sizes"
 """The table of size symbols of a `func.func` with dynamic dims (a `#graph.sizes<...>`,
 xfuse/dialects/graph/sizes.py; docs/dynamic-shapes.md)."""
 
+CHANNELS_LAST_ATTR = "graph.channels_last"
+"""On an argument or result of `@forward` of rank 4: the tensor a call passes, or eager's
+result, lies in channels-last memory (`[N, C, H, W]` stored as `[N, H, W, C]`). The importer
+marks them (static strides only); the `channels-last` pass reads such an argument as NHWC
+memory where it is, and returns such a result as a view of the NHWC value a kernel wrote.
+
+    func.func @forward(%x: tensor<1x8x4x4xf32> {graph.input = "x", graph.channels_last}) -> (tensor<1x8x4x4xf32> {graph.channels_last})
+"""
+
 # --- kernels (lower-to-loops writes them; the LLVM passes, backends and runtime read them) ---
 
 KERNEL_ATTR = "xfuse.kernel"

@@ -13,7 +13,6 @@ from torch import nn
 from torch.export import Dim
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import BlockArgument
 
 from examples.convnet import make_convnet
 from examples.resnet import make_resnet18
@@ -177,14 +176,14 @@ def upsampled(x: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 def test_a_result_in_memory_order_reaches_the_next_convolution_as_a_view() -> None:
     """An upsample of channels-last memory is a torch call whose result is typed in torch's
     memory order (`orders`: [N, H, W, C]): the second convolution reads it through the
-    importer's permute back, a view, with no channels-last copy of it."""
+    importer's permute back, a view, with no channels-last copy of it; nor of the input, which
+    is passed channels-last (`graph.channels_last`) and read as it lies."""
     x = torch.randn(2, 8, 8, 8).contiguous(memory_format=torch.channels_last)
     inputs = (x, torch.randn(8, 8, 3, 3), torch.randn(8, 8, 3, 3))
     module = rewrite_keeps_values(upsampled, inputs)
     calls = [op for op in module.walk() if isinstance(op, graph.TorchCallOp)]
     assert [c.memory_orders for c in calls if "upsample" in c.target.data] == [((0, 2, 3, 1),)]
-    clones = [c for c in calls if c.target.data == "aten.clone.default"]
-    assert [isinstance(c.inputs[0], BlockArgument) for c in clones] == [True]  # the input's
+    assert "aten.clone.default" not in [c.target.data for c in calls]
 
 
 @pytest.mark.parametrize("batch", [1, 2])

@@ -12,8 +12,9 @@ tensor, and its logical NCHW value as `graph.permute %v_nhwc perm = [0, 3, 1, 2]
   tensor (`graph.torch_call "aten.permute.default"`, a view at run time); torch then gives
   cuDNN a channels-last input, weight and output. An input that a chain of permutes and
   reshapes makes from tokens `[N, H*W, C]` is a view of them too (`nhwc_source`: PVT's
-  `x.transpose(1, 2).reshape(N, C, H, W)`). Any other input without a twin (a program input)
-  is converted once, by `aten.clone` to channels-last;
+  `x.transpose(1, 2).reshape(N, C, H, W)`). An argument passed in channels-last memory
+  (`graph.channels_last`, which the importer marks) is read as it lies; any other input
+  without a twin (a program input) is converted once, by `aten.clone` to channels-last;
 - a convolution's output (and that of pooling or upsampling, which keep channels-last, when
   their input had it) is read as NHWC through a view, `aten.permute(y, [0, 2, 3, 1])`, which
   is contiguous at run time;
@@ -23,7 +24,9 @@ tensor, and its logical NCHW value as `graph.permute %v_nhwc perm = [0, 3, 1, 2]
   permute of a twin composes with it (ConvNeXt's own `permute(0, 2, 3, 1)` disappears);
 - every other reader (other ops, `func.return`) reads the twin: the permute is fused into its
   kernel, so that a program output that eager returns contiguous is written NCHW by the last
-  kernel (the runtime gives outputs eager's strides: docs/contracts.md).
+  kernel (the runtime gives outputs eager's strides: docs/contracts.md); one that eager
+  returns channels-last (`graph.channels_last` on the result) is the channels-last view of its
+  NHWC value, written NHWC by the last kernel.
 
 So the only layout changes left are the program's inputs (once, at the start) and its outputs
 (in the last kernel); kernels between convolutions read and write NHWC buffers. Weights stay
@@ -43,7 +46,9 @@ CUDA it has 2-D convolutions, enough of them among its ops, and their FLOPs weig
 channels-last's measured speed-up per kind of convolution (grouped ones are slower) favour it;
 on the CPU (`target`) any 2-D convolution will do, and `xfuse.compile` drops the pass where the
 program's convolutions were measured no faster NHWC (`xfuse.choices.chosen_layout`). `force`
-skips the weighing. A program with an op that may write memory is left alone.
+skips the weighing; so does an argument passed channels-last (the user laid the data or the
+weights out so, and torch returns a convolution of a channels-last weight channels-last in
+either layout), with or without a convolution. A program with an op that may write memory is left alone.
 
 A program with size symbols (docs/dynamic-shapes.md) is rewritten alike, its values keeping
 their symbols; its convolutions are weighed at the size hints (`hinted_shape`), and a chain of
@@ -71,7 +76,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
@@ -79,6 +84,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.effects import may_mutate
 from xfuse.dialects.graph.base import Dim, DimT
 from xfuse.dialects.op_kinds import Kind, kind_of
+from xfuse.ir.names import CHANNELS_LAST_ATTR
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
@@ -197,6 +203,27 @@ def convolutions(block: Block) -> list[Convolution]:
     return [c for op in block.ops if (c := Convolution.of(op)) is not None]
 
 
+def _marked(attrs: ArrayAttr[DictionaryAttr] | None) -> list[int]:
+    """The positions whose dictionary in `attrs` holds `CHANNELS_LAST_ATTR`."""
+    return [k for k, a in enumerate(attrs.data if attrs else ()) if CHANNELS_LAST_ATTR in a.data]
+
+
+def channels_last_args(block: Block) -> list[BlockArgument]:
+    """The arguments of the function of `block` that a call passes in channels-last memory
+    (`CHANNELS_LAST_ATTR`, which the importer sets)."""
+    f = block.parent_op()
+    if not isinstance(f, func.FuncOp):
+        return []
+    return [block.args[k] for k in _marked(f.arg_attrs) if k < len(block.args)]
+
+
+def channels_last_results(block: Block) -> list[int]:
+    """The positions of the results of the function of `block` that eager returns in
+    channels-last memory (`CHANNELS_LAST_ATTR`)."""
+    f = block.parent_op()
+    return _marked(f.res_attrs) if isinstance(f, func.FuncOp) else []
+
+
 TARGETS = ("cpu", "cuda")
 
 
@@ -205,14 +232,17 @@ def layout_verdict(block: Block, force: bool = False, target: str = "cuda") -> s
     every program with a 2-D convolution goes, as Inductor's does where oneDNN is built in:
     oneDNN's NCHW convolutions reorder their input and output on every call (a batch-1 1x1
     convolution over 112x112 pixels takes 15x longer NCHW) and its NHWC ones read NCHW weights
-    as fast. On CUDA Inductor's weighing of the convolutions decides."""
+    as fast. On CUDA Inductor's weighing of the convolutions decides. A program that is passed
+    a tensor in channels-last memory (`channels_last_args`: the user laid its data or weights
+    out so) goes too: it reads that tensor where it lies."""
     convs = convolutions(block)
-    if not convs:
+    laid_out = bool(channels_last_args(block))
+    if not convs and not laid_out:
         return "no 2-D convolution"
     mutator = next((op for op in block.ops if may_mutate(op)), None)
     if mutator is not None:
         return f"{mutator.name} may write memory"
-    if force or target == "cpu":
+    if force or target == "cpu" or laid_out:
         return None
     if len(convs) < 2:
         return "one convolution (an NHWC one is slower, and nothing is saved between two)"
@@ -387,7 +417,8 @@ class _Layout:
 
     block: Block
     channels_last: set[SSAValue] = field(default_factory=set[SSAValue])
-    """Results of torch ops that are channels-last at run time (convolutions, pooling)."""
+    """Values that are channels-last at run time: results of torch ops (convolutions,
+    pooling) and the arguments a call passes so (`channels_last_args`)."""
     wanted: set[SSAValue] = field(default_factory=set[SSAValue])
     """Results of elementwise ops that a convolution reads: made NHWC whatever their operands."""
     created: list[Operation] = field(default_factory=list[Operation])
@@ -426,11 +457,7 @@ class _Layout:
         if twin is not None:
             return twin
         if value in self.channels_last:
-            return self._cached(
-                "view",
-                value,
-                lambda: self._insert(torch_permute(value, TO_NHWC), self._after_definition(value)),
-            )
+            return self.nhwc_view(value)
         shape = graph.shape_of(value)
         if not shape:
             return value
@@ -446,14 +473,21 @@ class _Layout:
             value = self._insert(graph.ReshapeOp(value, aligned), where)
         return self._insert(graph.PermuteOp(value, TO_NHWC), where)
 
+    def nhwc_view(self, value: SSAValue) -> SSAValue:
+        """A value that is channels-last at run time (`channels_last`) as the NHWC tensor its
+        memory is: torch's permute of it, a view."""
+        return self._cached(
+            "view",
+            value,
+            lambda: self._insert(torch_permute(value, TO_NHWC), self._after_definition(value)),
+        )
+
     def nchw_read(self, value: SSAValue) -> SSAValue:
-        """A channels-last torch result read by a kernel: the permute of its NHWC view, which
-        the kernel's loops fold (no copy by the runtime)."""
+        """A value that is channels-last at run time read by a kernel: the permute of its NHWC
+        view, which the kernel's loops fold (no copy by the runtime)."""
 
         def make() -> SSAValue:
-            owner = value.owner  # a torch call's result (`channels_last`)
-            assert isinstance(owner, Operation)
-            view = self.nhwc(value, owner)
+            view = self.nhwc_view(value)
             return self._insert(graph.PermuteOp(view, TO_NCHW), self._after_definition(view))
 
         return self._cached("read", value, make)
@@ -501,6 +535,7 @@ class _Layout:
 
     def run(self) -> None:
         dead = {op for op in self.block.ops if _is_removable(op)}
+        self.channels_last.update(channels_last_args(self.block))
         for conv in convolutions(self.block):
             source = conv.op.inputs[conv.input_index]
             owner = source.owner
@@ -529,7 +564,27 @@ class _Layout:
                 self.windowed(op)
             else:
                 self.other(op)
+        self.return_channels_last()
         self.cleanup(dead)
+
+    def return_channels_last(self) -> None:
+        """Each result that eager returns in channels-last memory (`channels_last_results`)
+        and that lives in NHWC memory here, returned as its NHWC value's channels-last view
+        (`torch_permute`), which has eager's strides: the last kernel writes it NHWC and the
+        runtime copies nothing."""
+        ret = self.block.last_op
+        if not isinstance(ret, func.ReturnOp):
+            return
+        operands = list(ret.operands)
+        where = InsertPoint.before(ret)
+        for k in channels_last_results(self.block):
+            twin = twin_of(operands[k]) if k < len(operands) else None
+            if twin is not None:
+                operands[k] = self._cached("returned", twin, self._returned(twin, where))
+        ret.operands = operands
+
+    def _returned(self, twin: SSAValue, where: InsertPoint) -> Callable[[], SSAValue]:
+        return lambda: self._insert(torch_permute(twin, TO_NCHW), where)
 
     def extern(self, op: Operation) -> None:
         target = op.target.data if isinstance(op, graph.TorchCallOp) else op.name
