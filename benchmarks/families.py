@@ -5,7 +5,7 @@ Inductor and Inductor's reduce-overhead, side by side in one process:
 
     python -m benchmarks.families [--device cuda] [--dtype bf16|f32] [--sizes throughput,latency]
                                   [--models convnext_t,...] [--columns eager,inductor,...]
-                                  [--profile] [--host-profile] [--runs 20]
+                                  [--profile] [--host-profile] [--runs 20] [--channels-last]
 
 Models come from torchvision and timm where installed (the GPU machine) and from transformers
 (configs, random weights, never downloaded) everywhere. Each row: the median ms per forward
@@ -16,6 +16,8 @@ GPU kernels (torch.profiler), and with `--host-profile` a cProfile of xfuse's ca
 Columns: `eager`, `inductor`, `inductor-ro` (reduce-overhead), `xfuse` (torch.compile), `xfuse.compile`
 (xfuse's own entry point), `no-stencil` (xfuse.compile without `depthwise-stencil`) and
 `torch-gemm` (xfuse.compile with every matrix product torch's call: `PipelineOptions.gemm_ways`).
+`--channels-last` lays image models and their inputs out channels-last
+(`model.to(memory_format=torch.channels_last)`), as torch's performance guides advise.
 """
 
 from __future__ import annotations
@@ -256,6 +258,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host-profile", action="store_true", help="a cProfile of xfuse's calls")
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--dump", help="a folder: xfuse.compile's kernels' loop IR and choices")
+    p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="image models and inputs in channels-last memory, as performance guides advise",
+    )
     a = p.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[a.dtype]
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -263,7 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     wanted = a.columns.split(",")
     print(
         f"device {a.device} ({torch.cuda.get_device_name() if a.device == 'cuda' else 'cpu'}), "
-        f"torch {torch.__version__}, {a.dtype}, columns {wanted}",
+        f"torch {torch.__version__}, {a.dtype}, columns {wanted}"
+        + (", images channels-last" if a.channels_last else ""),
         flush=True,
     )
     for name in a.models.split(","):
@@ -275,10 +283,14 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if name in IMAGES:
             model = model.to(dtype)
+            if a.channels_last:
+                model = model.to(memory_format=torch.channels_last)
         elif dtype != torch.float32:
             model = model.to(dtype)
         for size in a.sizes.split(","):
             args = inputs_for(name, size, a.device, dtype)
+            if a.channels_last and name in IMAGES:
+                args = tuple(x.contiguous(memory_format=torch.channels_last) for x in args)
             torch._dynamo.reset()
             with torch.no_grad():
                 start = time.perf_counter()

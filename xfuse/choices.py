@@ -611,10 +611,9 @@ def _choose_layout(
 ) -> tuple[tuple[ModulePass, ...], list[LayoutChoice]]:
     """`passes` without their `channels-last` pass where it would rewrite a CPU program
     unforced, it is passed no tensor in channels-last memory (`channels_last_args`: torch's
-    convolutions of a weight passed so return channels-last results in either layout), and its
-    convolutions have under `LAYOUT_WORK` multiply-adds
-    or were measured faster NCHW (at the first of `sizes`, a symbolic program's size hints), and the verdict
-    measured."""
+    convolutions of a weight passed so return channels-last results in either layout), and
+    its convolutions have under `LAYOUT_WORK` multiply-adds or were measured faster NCHW (at
+    the first of `sizes`, a symbolic program's size hints), and the verdict measured."""
     layout = next((p for p in passes if isinstance(p, ChannelsLastPass)), None)
     if layout is None or layout.force or device.type != "cpu":
         return tuple(passes), []

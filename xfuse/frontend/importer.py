@@ -526,7 +526,8 @@ class Importer:
                 attr = {"graph.param": StringAttr(spec.target)}
             else:
                 raise node_error(node, f"inputs of kind {spec.kind.name} are not supported")
-            if is_channels_last(params.get(spec.target or "", node.meta.get("val"))):
+            value = params[spec.target] if spec.target in params else node.meta.get("val")
+            if is_channels_last(value):
                 attr[CHANNELS_LAST_ATTR] = UnitAttr()
             symbols = SIZE_SYMBOLS.get()
             if symbols is not None:
