@@ -165,6 +165,18 @@ def test_a_channels_last_input_gets_eager_output_strides() -> None:
     assert got.stride() == want.stride()
 
 
+def _matches_eager(model: nn.Module, x: Tensor) -> tuple[CompiledProgram, Tensor, Trace]:
+    """`model` compiled for `x` with the default layout, called once (traced): its result has
+    eager's values and strides."""
+    compiled = _compile(model, (x,), "cpu")
+    with torch.no_grad():
+        got, trace = traced(compiled, (x,))
+        want = model(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+    return compiled, got, trace
+
+
 def test_a_model_laid_out_channels_last_runs_channels_last_unmeasured(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
@@ -183,12 +195,7 @@ def test_a_model_laid_out_channels_last_runs_channels_last_unmeasured(
     monkeypatch.setenv("XFUSE_CACHE_DIR", str(tmp_path))
     model = ResNetBlock().eval().to(memory_format=torch.channels_last)
     x = torch.randn(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
-    compiled = _compile(model, (x,), "cpu")
-    with torch.no_grad():
-        got, trace = traced(compiled, (x,))
-        want = model(x)
-    torch.testing.assert_close(got, want)
-    assert got.stride() == want.stride()
+    compiled, _, trace = _matches_eager(model, x)
     check_no_layout_changes(compiled, trace)
     assert "aten.clone.default" not in [_target(step) for step, _, _ in trace.calls]
 
@@ -201,12 +208,7 @@ def test_a_channels_last_input_without_convolutions_is_read_and_returned_where_i
     bn.running_mean.uniform_(-0.5, 0.5)
     bn.running_var.uniform_(0.5, 1.5)
     x = torch.randn(2, 16, 8, 8).contiguous(memory_format=torch.channels_last)
-    compiled = _compile(bn, (x,), "cpu")
-    with torch.no_grad():
-        got, trace = traced(compiled, (x,))
-        want = bn(x)
-    torch.testing.assert_close(got, want)
-    assert got.stride() == want.stride()
+    _, got, trace = _matches_eager(bn, x)
     kernels = [
         (args, results) for step, args, results in trace.calls if isinstance(step, KernelStep)
     ]
