@@ -478,7 +478,7 @@ class _Convolution(torch.nn.Module):
             (types, [call.outputs[0].type]),
             Region(block),
             arg_attrs=ArrayAttr(attrs),
-            res_attrs=result_attrs([rule], call.outputs),
+            res_attrs=result_attrs([rule], call.outputs, {}),
         )
         module = ModuleOp([function])
         program = ImportedProgram(

@@ -219,6 +219,38 @@ def test_a_channels_last_input_without_convolutions_is_read_and_returned_where_i
     assert got.data_ptr() == results[0].data_ptr()
 
 
+def test_a_symbolic_program_reads_and_returns_channels_last_memory_where_it_lies() -> None:
+    """The same batch norm compiled for every batch size (`dynamic_shapes`): the input is
+    marked channels-last at its symbolic strides, its one kernel reads the NHWC view and writes
+    NHWC memory, whose channels-last view is the result (eager's strides) at each size; the
+    kernel's row of 16 channels stays a loop for the vectorizer (`widen_short_rows`: the
+    symbolic kernel's index adds its zero offsets one by one, `unit_stride` sees through them)."""
+    from torch.export import Dim
+
+    from xfuse.backends.cpu import CPUBackend
+    from xfuse.backends.loop_hints import UNROLL_DISABLE
+    from xfuse.ir.names import KERNEL_ATTR
+
+    bn = nn.BatchNorm2d(16).eval()
+    bn.running_var.uniform_(0.5, 1.5)
+    cl = torch.channels_last
+    x = torch.randn(4, 16, 6, 6).contiguous(memory_format=cl)
+    with torch.no_grad():
+        compiled = xfuse.compile(
+            bn, (x,), dynamic_shapes=({0: Dim("b", min=2, max=64)},), quiet=True, fallback="error"
+        )
+        for b in (3, 8):
+            xb = torch.randn(b, 16, 6, 6).contiguous(memory_format=cl)
+            got, want = compiled(xb), bn(xb)
+            torch.testing.assert_close(got, want)
+            assert got.stride() == want.stride()
+    module = compiled.compiled.module
+    text = str(module)
+    assert "graph.channels_last" in text and "aten.clone" not in text
+    (kernel,) = [op for op in module.walk() if KERNEL_ATTR in getattr(op, "attributes", {})]
+    assert f'!"{UNROLL_DISABLE}"' in CPUBackend().llvm_ir(module, kernel.sym_name.data)
+
+
 @pytest.mark.parametrize("nhwc_faster", [True, False])
 def test_the_cpu_default_takes_the_layout_its_convolutions_were_measured_faster_in(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, nhwc_faster: bool

@@ -133,16 +133,22 @@ _DIVIDING = frozenset({"udiv", "sdiv", "urem", "srem"})
 def unit_stride(loop: Loop, iv: ir.Value) -> bool:
     """Whether each load and store of `loop` addresses one element at every trip or the
     element after the last trip's (its last index `%iv + %k` or `%iv`, `%k` and the other
-    indices the same at every trip), and no integer is divided in it."""
+    indices the same at every trip, `%k` a sum of such values), and no integer is divided in
+    it."""
     varies = varying_in(loop, iv)
 
-    def steps_by_one(index: ir.Value) -> bool:
-        if index is iv or not varies(index):
+    def iv_plus(index: ir.Value) -> bool:
+        """`index` is `%iv` plus values that do not vary (`add`s of any nesting: a symbolic
+        kernel's index adds its zero offsets one by one)."""
+        if index is iv:
             return True
         if not (isinstance(index, ir.Instruction) and index.opname == "add"):
             return False
         a, b = index.operands
-        return (a is iv and not varies(b)) or (b is iv and not varies(a))
+        return (iv_plus(a) and not varies(b)) or (iv_plus(b) and not varies(a))
+
+    def steps_by_one(index: ir.Value) -> bool:
+        return not varies(index) or iv_plus(index)
 
     for block in loop.blocks:
         for inst in block.instructions:

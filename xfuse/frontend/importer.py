@@ -10,7 +10,7 @@ import contextlib
 import inspect
 import logging
 import operator
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -61,7 +61,7 @@ from xfuse.frontend.builder import (
     used_outputs,
 )
 from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
-from xfuse.frontend.eager_rules import check_eager_rules
+from xfuse.frontend.eager_rules import check_eager_rules, size_hint
 from xfuse.frontend.outputs import OutputRule, output_rules, returned_strides
 from xfuse.frontend.pytrees import export_support, picker
 from xfuse.interpreters.graph import bind_arguments
@@ -454,23 +454,29 @@ NHWC_ORDER = (0, 2, 3, 1)
 
 
 def is_channels_last(val: Any) -> bool:
-    """Whether `val` is a rank-4 tensor of static sizes and strides in channels-last memory
-    and not also contiguous (`CHANNELS_LAST_ATTR`)."""
+    """Whether `val` is a rank-4 tensor in channels-last memory and not also contiguous
+    (`CHANNELS_LAST_ATTR`), symbolic sizes and strides taken at their hints (`size_hint`,
+    which guards on nothing): the mark only says where the data lies, which no kernel's
+    correctness depends on."""
     if not isinstance(val, torch.Tensor) or val.dim() != 4 or val.layout != torch.strided:
         return False
-    shape, strides = tuple(val.shape), tuple(val.stride())
-    if not all(type(d) is int for d in (*shape, *strides)):
+    hinted = [size_hint(d) for d in (*val.shape, *val.stride())]
+    if any(h is None for h in hinted):
         return False
-    return graph.memory_order(shape, strides) == NHWC_ORDER
+    sizes = cast(list[int], hinted)
+    return graph.memory_order(sizes[:4], sizes[4:]) == NHWC_ORDER
 
 
 def result_attrs(
-    rules: Sequence[OutputRule], results: Sequence[SSAValue]
+    rules: Sequence[OutputRule], results: Sequence[SSAValue], hints: Mapping[str, int]
 ) -> ArrayAttr[DictionaryAttr] | None:
     """`@forward`'s result attributes: `CHANNELS_LAST_ATTR` on each result whose rule (hidden
-    results have none) is fresh in channels-last memory; None where no result has one."""
+    results have none) is fresh in channels-last memory (its eager strides, traced at the size
+    `hints`); None where no result has one."""
     attrs = [
-        DictionaryAttr({CHANNELS_LAST_ATTR: UnitAttr()} if _fresh_channels_last(r, v) else {})
+        DictionaryAttr(
+            {CHANNELS_LAST_ATTR: UnitAttr()} if _fresh_channels_last(r, v, hints) else {}
+        )
         for r, v in zip(rules, results, strict=False)
     ]
     if not any(a.data for a in attrs):
@@ -478,15 +484,15 @@ def result_attrs(
     return ArrayAttr(attrs + [DictionaryAttr({})] * (len(results) - len(attrs)))
 
 
-def _fresh_channels_last(rule: OutputRule, value: SSAValue) -> bool:
-    shape = graph.dims_of(value) if isinstance(value.type, TensorType) else ()
-    return (
-        rule.base == "fresh"
-        and len(shape) == 4
-        and len(rule.stride) == 4
-        and all(type(d) is int for d in shape)
-        and graph.memory_order(cast(tuple[int, ...], shape), rule.stride) == NHWC_ORDER
-    )
+def _fresh_channels_last(rule: OutputRule, value: SSAValue, hints: Mapping[str, int]) -> bool:
+    dims = graph.dims_of(value) if isinstance(value.type, TensorType) else ()
+    if rule.base != "fresh" or len(dims) != 4 or len(rule.stride) != 4:
+        return False
+    strides = [size_hint(s) for s in rule.stride]  # a traced stride may be a SymInt
+    if any(isinstance(d, str) and d not in hints for d in dims) or None in strides:
+        return False
+    hinted = cast(list[int], strides)
+    return graph.memory_order(graph.dims_at(dims, hints), hinted) == NHWC_ORDER
 
 
 class Importer:
@@ -526,12 +532,12 @@ class Importer:
                 attr = {"graph.param": StringAttr(spec.target)}
             else:
                 raise node_error(node, f"inputs of kind {spec.kind.name} are not supported")
-            value = params[spec.target] if spec.target in params else node.meta.get("val")
-            if is_channels_last(value):
-                attr[CHANNELS_LAST_ATTR] = UnitAttr()
             symbols = SIZE_SYMBOLS.get()
             if symbols is not None:
                 symbols.add_inputs(len(arg_types), node.meta.get("val"))
+            value = params[spec.target] if spec.target in params else node.meta.get("val")
+            if is_channels_last(value):
+                attr[CHANNELS_LAST_ATTR] = UnitAttr()
             arg_types.append(tensor_type_of_val(node.meta.get("val"), node))
             arg_attrs.append(DictionaryAttr(attr))
 
@@ -560,12 +566,14 @@ class Importer:
         outputs += [lowering.tensor(node) for node in rules.hidden]
         block.add_op(func.ReturnOp(*outputs))
         fold_empty_results(block)
+        symbols = SIZE_SYMBOLS.get()
+        hints = {s.name: s.hint for s in symbols.inputs} if symbols is not None else {}
         function = func.FuncOp(
             "forward",
             (arg_types, [v.type for v in outputs]),
             Region(block),
             arg_attrs=ArrayAttr(arg_attrs),
-            res_attrs=result_attrs(rules.rules, outputs),
+            res_attrs=result_attrs(rules.rules, outputs, hints),
         )
         symbols = SIZE_SYMBOLS.get()
         if symbols is not None and symbols.inputs:
