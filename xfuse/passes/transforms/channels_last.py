@@ -48,7 +48,8 @@ on the CPU (`target`) any 2-D convolution will do, and `xfuse.compile` drops the
 program's convolutions were measured no faster NHWC (`xfuse.choices.chosen_layout`). `force`
 skips the weighing; so does an argument passed channels-last (the user laid the data or the
 weights out so, and torch returns a convolution of a channels-last weight channels-last in
-either layout), with or without a convolution. A program with an op that may write memory is left alone.
+either layout), with or without a convolution. A program with an op that may write memory is
+left alone.
 
 A program with size symbols (docs/dynamic-shapes.md) is rewritten alike, its values keeping
 their symbols; its convolutions are weighed at the size hints (`hinted_shape`), and a chain of
