@@ -58,6 +58,7 @@ from xfuse.frontend.builder import (
     importing_sizes,
     node_error,
     tensor_type_of_val,
+    traced_memory_order,
     used_outputs,
 )
 from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
@@ -455,16 +456,11 @@ NHWC_ORDER = (0, 2, 3, 1)
 
 def is_channels_last(val: Any) -> bool:
     """Whether `val` is a rank-4 tensor in channels-last memory and not also contiguous
-    (`CHANNELS_LAST_ATTR`), symbolic sizes and strides taken at their hints (`size_hint`,
-    which guards on nothing): the mark only says where the data lies, which no kernel's
-    correctness depends on."""
-    if not isinstance(val, torch.Tensor) or val.dim() != 4 or val.layout != torch.strided:
-        return False
-    hinted = [size_hint(d) for d in (*val.shape, *val.stride())]
-    if any(h is None for h in hinted):
-        return False
-    sizes = cast(list[int], hinted)
-    return graph.memory_order(sizes[:4], sizes[4:]) == NHWC_ORDER
+    (`CHANNELS_LAST_ATTR`): `traced_memory_order`, symbolic strides where the import reads
+    symbolic sizes."""
+    return (
+        isinstance(val, torch.Tensor) and val.dim() == 4 and traced_memory_order(val) == NHWC_ORDER
+    )
 
 
 def result_attrs(
