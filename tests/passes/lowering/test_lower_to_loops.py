@@ -25,13 +25,18 @@ from xfuse.ir.names import CODEGEN_ERROR_ATTR, KERNEL_ATTR, PARALLEL_DIMS_ATTR
 from xfuse.passes import get_all_passes
 from xfuse.passes.lowering.domains import merged_buffer_dims
 from xfuse.passes.lowering.index_algebra import (
+    ZERO,
     Affine,
     LoopVar,
+    Within,
+    add,
+    constant_index,
     delinearize,
     floordiv,
     linearize,
     mod,
     var_index,
+    within,
 )
 from xfuse.passes.lowering.lower_to_loops import LowerToLoopsPass, is_lone_kernel_op
 from xfuse.testing.random_graph import RandomProgram, programs
@@ -630,6 +635,24 @@ def test_concat_and_strided_slice_in_a_group():
     assert "scf.if" in op_names(kernels(lowered)[0])
 
 
+def test_a_class_token_before_a_patch_grid_reads_the_grid_without_divisions():
+    """ViT's embeddings: a [1, C, H, W] map flattened and transposed to [1, H*W, C] rows, a
+    class token concatenated before them: the grid's branch reads its rows as `r - 1`."""
+
+    def build(grid: SSAValue, token: SSAValue, position: SSAValue):
+        rows = graph.PermuteOp(graph.ReshapeOp(grid, (1, 4, 6)), (0, 2, 1))  # [1, 6, 4]
+        x = graph.AddOp(graph.ConcatOp([token, rows], 1), position)  # [1, 7, 4]
+        return graph.SubOp(x, graph.ReduceMeanOp(x, [2], keepdim=True))
+
+    lowered = check_random(
+        [((1, 4, 3, 2), torch.float32), ((1, 1, 4), torch.float32), ((1, 7, 4), torch.float32)],
+        build,
+    )
+    names = op_names(kernels(lowered)[0])
+    assert "scf.if" in names
+    assert "arith.divui" not in names and "arith.remui" not in names
+
+
 def test_full_reduction_to_a_scalar():
     lowered = check_random([((3, 4), torch.float32)], lambda x: graph.ReduceSumOp(x, [0, 1]))
     assert kernels(lowered)[0].attributes[PARALLEL_DIMS_ATTR].value.data == 1  # pyright: ignore
@@ -769,6 +792,19 @@ def test_floordiv_and_mod_simplify():
     assert floordiv(Affine(((LoopVar(1, 8), 1),), -16), 8).const == -2
 
 
+def test_an_index_within_a_narrower_range_divides_as_of_it():
+    r = var_index(LoopVar(0, 197))  # a concat's row: the class token, then 196 patches
+    patch = within(add(r, constant_index(-1)), 0, 195)
+    assert isinstance(patch.terms[0][0], Within)
+    assert mod(patch, 196) == patch and floordiv(patch, 196) == ZERO
+    assert within(r, 0, 196) == r  # its bounds already lie there
+    assert within(r, 0, 0) == ZERO
+    for n in range(1, 197):
+        for c in (7, 14, 196):
+            assert evaluate(floordiv(patch, c), {0: n}) == (n - 1) // c
+            assert evaluate(mod(patch, c), {0: n}) == (n - 1) % c
+
+
 def test_index_expressions_agree_with_python_arithmetic():
     i, j = LoopVar(0, 5), LoopVar(1, 7)
     e = linearize((var_index(i), var_index(j)), (5, 7))
@@ -784,6 +820,8 @@ def evaluate(e: Affine, env: dict[int, int]) -> int:
     for atom, k in e.terms:
         if isinstance(atom, LoopVar):
             v = env[atom.ident]
+        elif isinstance(atom, Within):
+            v = evaluate(atom.arg, env)
         elif hasattr(atom, "divisor"):
             v = evaluate(atom.arg, env) // atom.divisor  # pyright: ignore
         else:

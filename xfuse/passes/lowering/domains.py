@@ -33,6 +33,7 @@ from xfuse.passes.lowering.index_algebra import (
     SizedDiv,
     SizedMod,
     SizedMul,
+    Within,
     delinearize,
     linearize,
     var_index,
@@ -318,7 +319,7 @@ def divisions(e: Affine) -> int:
     for atom, _ in e.terms:
         if isinstance(atom, FloorDiv | Mod | SizedDiv | SizedMod):
             count += 1 + divisions(atom.arg)
-        elif isinstance(atom, Clamp | Reflect | SizedMul | SizedClamp):
+        elif isinstance(atom, Clamp | Reflect | Within | SizedMul | SizedClamp):
             count += divisions(atom.arg)
     return count
 

@@ -1,7 +1,9 @@
 """
 Affine index expressions of loop variables, as `lower-to-loops` indexes buffers: `Affine` is
 const + sum(coef * atom), its atoms loop variables, floor divisions and moduli by constants,
-clamped or reflected indices (windows), gathered ones (`graph.gather`) and, in kernels with
+clamped or reflected indices (windows), gathered ones (`graph.gather`), an index known to lie in
+a narrower range where it is read (`Within`: a concatenation's index into one input) and, in
+kernels with
 symbolic sizes, a symbol's runtime size (`Size`) and products, floor divisions and moduli by
 runtime sizes (`SizedMul`, `SizedDiv`, `SizedMod`) and an index clamped to one
 (`SizedClamp`). `floordiv`, `mod`
@@ -61,6 +63,17 @@ class Reflect:
 
     arg: Affine
     size: int
+
+
+@dataclass(frozen=True)
+class Within:
+    """`arg`, known to lie in [low, high] where it is read: a concatenation's index into one
+    of its inputs, in the branch whose test bounds it (`r - 1` for `r` in [1, 196]), so that
+    a floor division or modulo of it by the input's sizes simplifies as of that range."""
+
+    arg: Affine
+    low: int
+    high: int
 
 
 @dataclass(frozen=True, repr=False)
@@ -140,6 +153,7 @@ Atom = (
     | Mod
     | Clamp
     | Reflect
+    | Within
     | Gathered
     | Size
     | SizedMul
@@ -212,6 +226,8 @@ def _atom_bounds(a: Atom) -> tuple[int, int]:
         return min(max(lo, a.low), a.high), min(max(hi, a.low), a.high)
     if isinstance(a, Reflect):
         return 0, max(0, a.size - 1)
+    if isinstance(a, Within):
+        return a.low, a.high
     if isinstance(a, Gathered):
         return 0, max(0, a.size - 1)
     if isinstance(a, Size):
@@ -307,6 +323,9 @@ def floordiv(e: Affine, c: int) -> Affine:
     (`floor((g*h + l) / c) = floor(h / (c/g))` for `l` in [0, g))."""
     if c == 1:
         return e
+    lo, hi = bounds(e)
+    if 0 <= lo and lo // c == hi // c:
+        return constant_index(lo // c)
     quotient = {a: k // c for a, k in e.terms}
     whole, rest_const = divmod(e.const, c)
     rest = make_affine({a: k % c for a, k in e.terms}, rest_const)
@@ -332,6 +351,9 @@ def mod(e: Affine, c: int) -> Affine:
     """e mod c (non-negative), simplified like `floordiv`."""
     if c == 1:
         return ZERO
+    lo, hi = bounds(e)
+    if 0 <= lo and hi < c:
+        return e
     rest = make_affine({a: k % c for a, k in e.terms}, e.const % c)
     if bounds(rest)[1] < c:
         return rest
@@ -349,6 +371,18 @@ def clamp(e: Affine, low: int, high: int) -> Affine:
     """min(max(e, low), high): `e` itself where its bounds lie in [low, high]."""
     lo, hi = bounds(e)
     return e if low <= lo and hi <= high else Affine(((Clamp(e, low, high), 1),))
+
+
+def within(e: Affine, low: int, high: int) -> Affine:
+    """`e` where it is known to lie in [low, high] (`Within`): `e` itself where its bounds
+    already do, a constant where the range holds one value."""
+    lo, hi = bounds(e)
+    narrow_lo, narrow_hi = max(lo, low), min(hi, high)
+    if narrow_lo > narrow_hi or (narrow_lo, narrow_hi) == (lo, hi):
+        return e
+    if narrow_lo == narrow_hi:
+        return constant_index(narrow_lo)
+    return Affine(((Within(e, narrow_lo, narrow_hi), 1),))
 
 
 def sized_clamp(e: Affine, size: Size) -> Affine:

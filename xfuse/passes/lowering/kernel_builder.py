@@ -86,6 +86,7 @@ from xfuse.passes.lowering.index_algebra import (
     SizedDiv,
     SizedMod,
     SizedMul,
+    Within,
     add,
     bounds,
     constant_index,
@@ -93,6 +94,7 @@ from xfuse.passes.lowering.index_algebra import (
     is_gathered,
     linearize,
     scale,
+    within,
 )
 from xfuse.passes.lowering.operand_index import operand_indices
 from xfuse.passes.lowering.reductions import (
@@ -674,6 +676,8 @@ class KernelBuilder:
             raise AssertionError(f"loop variable {a} is not defined here")
         if isinstance(a, Clamp | Reflect | SizedClamp):
             return emit_window_index(self, a)
+        if isinstance(a, Within):
+            return self.index_value(a.arg)
         if isinstance(a, Gathered):
             return self._gathered(a)
         if isinstance(a, Size):
@@ -847,7 +851,9 @@ class KernelBuilder:
         k = first
         while k < len(op.inputs) - 1 and bounds(offsets[k + 1])[1] <= lo:  # (all empty: never runs)
             k += 1
-        shifted = index[:axis] + (add(index[axis], scale(offsets[k], -1)),) + index[axis + 1 :]
+        size = bounds(self.dim_size(dims_of(op.inputs[k])[axis]))[1]
+        at = within(add(index[axis], scale(offsets[k], -1)), 0, size - 1)
+        shifted = index[:axis] + (at,) + index[axis + 1 :]
         if k == len(op.inputs) - 1 or hi < bounds(offsets[k + 1])[0]:
             return self.value_at(op.inputs[k], shifted)
         cond = self.insert(

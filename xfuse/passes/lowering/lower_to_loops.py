@@ -10,7 +10,9 @@ How a kernel computes its outputs:
   broadcasting of operands map the index a consumer reads at to the index of the producer's
   element; nothing is copied. Simplification (`floordiv`, `mod` and the recombination of
   `x mod a + a * (x floordiv a)` into `x`) makes a reshape chain that ends where it started
-  cost nothing. `concat` is an `scf.if` chain on the concatenated dim. `flip` reads element
+  cost nothing. `concat` is an `scf.if` chain on the concatenated dim, each branch reading its
+  input at an index known to lie in that input's range (`Within`: ViT's patch rows after the
+  class token read as `r - 1`, which divides by the grid's sizes as a patch number). `flip` reads element
   `n - 1 - i` (a negative coefficient), `roll` element `(i - shift) mod n`, and `iota`
   (arange) is `start + i * step` of the loop index itself: no buffer at all. `graph.gather`
   reads its table at a data-dependent index: a `Gathered` atom (the index tensor's element, loaded,
