@@ -67,6 +67,23 @@ def test_a_blocked_kernel_matches_eager(name: str, tmp_path: Path) -> None:
     assert compare_outputs([blocked(x)], [fn(x)], reference) is None
 
 
+def test_a_map_written_beside_its_column_mean_is_blocked() -> None:
+    """A residual block's end in NHWC (ConvNeXt's last stage): the map and its pooled mean, one
+    kernel whose row loop stores each element of the map as it sums the element's column."""
+
+    def block_end(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = r + 0.5 * (x + 1.0)
+        return y, y.mean((1, 2))
+
+    x, r = torch.randn(1, 7, 7, 200), torch.randn(1, 7, 7, 200)
+    program = xfuse.compile(block_end, (x, r), quiet=True)
+    assert len(program.default.program.kernels) == 1
+    assert _blocked_loops(program) == 1
+    got, want = program(x, r), block_end(x, r)
+    reference = block_end(x.double(), r.double())
+    assert compare_outputs(list(got), list(want), list(reference)) is None
+
+
 @pytest.mark.parametrize(
     ("fn", "shape"),
     [

@@ -103,8 +103,8 @@ def _inside(op: Operation, ancestor: Operation) -> bool:
 
 def _blockable(parallel: scf.ParallelOp, ops: list[Operation], loops: list[scf.ForOp]) -> bool:
     """Row loops (bounds from outside the parallel loop) between ops without regions, at least
-    one a reduction (results, no stores); stores only in loops without results or after the
-    last loop; some load in a loop walks the columns with unit stride."""
+    one a reduction (results); stores in loops (each element's once per row, as before) or after
+    the last loop; some load in a loop walks the columns with unit stride."""
     if not any(loop.results for loop in loops):
         return False
     last = ops.index(loops[-1])
@@ -117,8 +117,6 @@ def _blockable(parallel: scf.ParallelOp, ops: list[Operation], loops: list[scf.F
             return False
     for loop in loops:
         if any(isinstance(o, memref.AllocaOp | scf.ParallelOp) for o in loop.walk()):
-            return False
-        if loop.results and any(isinstance(o, memref.StoreOp) for o in loop.walk()):
             return False
         bounds = (loop.lb, loop.ub, loop.step)
         if any(isinstance(v, OpResult) and _inside(v.op, parallel) for v in bounds):
