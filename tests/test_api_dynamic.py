@@ -282,6 +282,28 @@ def test_outputs_dense_in_another_order_keep_eagers_strides_at_every_size() -> N
             assert g.stride() == e.stride() and not g.is_contiguous()
 
 
+def _slices_of_intermediates(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    h = x * 2
+    return h[:, -1], (x + 1)[:, 1:3], x.sum(1, keepdim=True).expand(-1, 4)
+
+
+def test_outputs_of_no_dense_order_keep_eagers_strides_at_every_size() -> None:
+    """Slices and expands of intermediates that eager returns (a last token's row, `h[:, -1]`,
+    whose stride is `h`'s row length): the importer reads their strides as polynomials of the
+    sizes, and each call returns memory of those strides at its sizes."""
+    shapes = {"x": {0: Dim("b", min=2, max=64), 1: Dim("s", min=4, max=64)}}
+    program = xfuse.compile(_slices_of_intermediates, (torch.randn(4, 6),), dynamic_shapes=shapes)
+    assert isinstance(program, DynamicProgram)
+    assert sorted(program.strided) == [0, 1, 2]
+    for b, n in [(4, 6), (7, 10), (2, 33)]:
+        x = torch.randn(b, n)
+        got, want = program(x), _slices_of_intermediates(x)
+        for g, e in zip(got, want, strict=True):
+            torch.testing.assert_close(g, e)
+            assert g.stride() == e.stride()
+        assert got[0].stride() == (n,) and got[2].stride() == (1, 0)
+
+
 def _copies_of_an_input(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x.contiguous(), x.clone(), x * 2
 

@@ -294,7 +294,7 @@ class SizeSymbols:
         for d in reversed(order):
             if isinstance(shape[d], int) and shape[d] == 1:
                 continue
-            size, stride = self._size_polynomial(shape[d]), self._size_polynomial(strides[d])
+            size, stride = self.size_polynomial(shape[d]), self.size_polynomial(strides[d])
             if size is None or stride is None:
                 return None
             if graph.reduce_by(stride - dense, self.relations) != graph.SizeExpr():
@@ -302,7 +302,7 @@ class SizeSymbols:
             dense = dense * size
         return order
 
-    def _size_polynomial(self, size: int | torch.SymInt) -> graph.SizeExpr | None:
+    def size_polynomial(self, size: int | torch.SymInt) -> graph.SizeExpr | None:
         """A traced size or stride as a polynomial of the import's atoms (no new symbol), or
         None where it is none."""
         if isinstance(size, int):

@@ -94,6 +94,13 @@ class ImportedProgram:
     hidden_outputs: int = 0
     """How many of `@forward`'s results, after the returned tensors, are hidden: intermediates
     that returned views share (`xfuse.frontend.outputs`), never handed to the caller."""
+    output_strides: dict[int, tuple[graph.SizeExpr, ...]] = field(
+        default_factory=dict[int, tuple[graph.SizeExpr, ...]]
+    )
+    """Of a symbolic program: each fresh tensor output whose traced strides are dense in no
+    order (a slice or expand of an intermediate, `h[:, -1]`), by its position among the
+    outputs: its strides as polynomials of the input size symbols (`symbolic_strides`), which a
+    call evaluates at its sizes."""
 
     def visible(self, results: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """`@forward`'s results without the hidden ones (what the graph and loop interpreters
@@ -454,6 +461,30 @@ NHWC_ORDER = (0, 2, 3, 1)
 """A channels-last `[N, C, H, W]` tensor's dims in memory order."""
 
 
+def symbolic_strides(
+    symbols: SizeSymbols, returned: Sequence[Any], rules: Sequence[OutputRule]
+) -> dict[int, tuple[graph.SizeExpr, ...]]:
+    """The strides of each fresh output whose traced layout is dense in no order
+    (`SizeSymbols.memory_order` finds none), as polynomials of the input size symbols, by its
+    position among `returned`; an output whose strides are not such polynomials is left out
+    (the dynamic runtime refuses it, in one line)."""
+    names = symbols.names
+    found: dict[int, tuple[graph.SizeExpr, ...]] = {}
+    for i, (node, rule) in enumerate(zip(returned, rules, strict=False)):
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if rule.base != "fresh" or not isinstance(value, torch.Tensor):
+            continue
+        shape, stride = tuple(value.shape), tuple(value.stride())
+        if not any(isinstance(d, torch.SymInt) for d in (*shape, *stride)):
+            continue
+        if symbols.memory_order(shape, stride) is not None:
+            continue
+        polynomials = [symbols.size_polynomial(d) for d in stride]
+        if all(p is not None and p.symbols <= names for p in polynomials):
+            found[i] = tuple(cast(graph.SizeExpr, p) for p in polynomials)
+    return found
+
+
 def is_channels_last(val: Any) -> bool:
     """Whether `val` is a rank-4 tensor in channels-last memory and not also contiguous
     (`CHANNELS_LAST_ATTR`): `traced_memory_order`, symbolic strides where the import reads
@@ -572,9 +603,11 @@ class Importer:
             res_attrs=result_attrs(rules.rules, outputs, hints),
         )
         symbols = SIZE_SYMBOLS.get()
+        strides: dict[int, tuple[graph.SizeExpr, ...]] = {}
         if symbols is not None and symbols.inputs:
             symbols.add_conditions(shape_env_of(placeholders))
             function.attributes[SIZES_ATTR] = symbols.table()
+            strides = symbolic_strides(symbols, [returned[i] for i in kept], rules.rules)
         module = ModuleOp([function])
         if symbols is not None and verify:
             verify_symbolic(function, symbols)
@@ -590,6 +623,7 @@ class Importer:
             rules.rules,
             constants,
             len(rules.hidden),
+            strides,
         )
 
     def state_tensor(self, target: str, node: torch.fx.Node) -> torch.Tensor:

@@ -15,8 +15,10 @@ the kernel cache (`cache`, else `default_cache()`), under the same keys as the s
 runtime's (`xfuse.runtime.symbolic.compile_kernels`). A group that the symbolic
 lowering cannot lower refuses the program (`lower-to-loops`' line), and so does one whose
 eager outputs a dynamic program would not return alike (`output_orders`: a view of an input or
-of another output, or strides of no dense order; an output dense in another order than
-contiguous, a channels-last map, is returned in that order, `in_memory_order`). At call time: a size of 0 or 1 that
+of another output through sizes of the call, or strides of no dense order that are not
+polynomials of the sizes; an output dense in another order than contiguous, a channels-last
+map, is returned in that order, `in_memory_order`; one of no dense order with the strides its
+polynomials give at the call's sizes, `strided_outputs`). At call time: a size of 0 or 1 that
 the input's `Dim` allows specialises, as Inductor's does (`DynamicProgram.specialises`: a
 static program compiled for the call's shape runs it); a size outside a symbol's range (0 and
 1 where the `Dim` does not allow them) raises `SymbolicSizeError`; a call at sizes where an
@@ -35,7 +37,7 @@ What layouts do not settle (the module's mode, grad and autocast) is checked at 
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, NamedTuple
@@ -69,6 +71,7 @@ from xfuse.frontend.export import (
     torch_logs_quiet,
     unflattener,
 )
+from xfuse.frontend.importer import ImportedProgram
 from xfuse.frontend.outputs import OutputRule, ViewReplay, replay
 from xfuse.frontend.pytrees import picker
 from xfuse.ir.names import SIZES_ATTR
@@ -81,6 +84,7 @@ from xfuse.runtime.compiler import output_sources, outputs_only_from
 from xfuse.runtime.cuda_graphs import cuda_graphs_enabled
 from xfuse.runtime.executor import CompiledProgram, is_cpu_scalar
 from xfuse.runtime.fallback import FallbackMode, reason_of
+from xfuse.runtime.outputs import fresh_copy
 from xfuse.runtime.shape_graphs import ShapeGraphs, ShapeKey, shape_key
 from xfuse.runtime.state import ModuleState
 from xfuse.runtime.steps import BufferPool
@@ -283,12 +287,16 @@ class DynamicProgram:
             check_symbolic(program.module)
             with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
                 eager = model(*example_inputs, **kwargs)
-            orders = output_orders(program.output_rules, eager)
+            strided = strided_outputs(program, eager)
+            orders = output_orders(program.output_rules, eager, strided)
             program.return_view_bases()
         self.program = program
         self.orders = orders
         """The tensor outputs eager returns dense but not contiguous, and their memory orders
         (`output_orders`)."""
+        self.strided = strided
+        """The tensor outputs eager returns dense in no order, and their strides as polynomials
+        of the size symbols (`strided_outputs`)."""
         self.views = input_views(program.output_rules)
         """The outputs eager returns as views of an input or parameter (`input_views`)."""
         self.output_views = output_views(program.output_rules)
@@ -511,6 +519,8 @@ class DynamicProgram:
         visible = self.program.visible(results)
         for k, order in self.orders.items():
             visible[k] = in_memory_order(visible[k], order)
+        for k, strides in self.strided.items():
+            visible[k] = fresh_copy(visible[k], tuple(e.evaluate(plan.sizes) for e in strides))
         for k, rule in self.views.items():  # of the caller's tensors (a CPU scalar's too)
             visible[k] = replay(rule.chain, bound[rule.index])
         for k, rule in self.output_views.items():
@@ -630,16 +640,40 @@ def check_symbolic(module: ModuleOp) -> None:
         )
 
 
-def output_orders(rules: Sequence[OutputRule], eager: Any) -> dict[int, tuple[int, ...]]:
+def strided_outputs(program: ImportedProgram, eager: Any) -> dict[int, tuple[graph.SizeExpr, ...]]:
+    """The outputs that eager returns with strides dense in no order (a slice or expand of an
+    intermediate: `h[:, -1]` has `h`'s row stride), whose strides the importer read as
+    polynomials of the size symbols (`ImportedProgram.output_strides`) and that give eager's
+    strides at the example's sizes, by their index among the tensor outputs: each call copies
+    the program's contiguous result into memory of those strides at its sizes
+    (`fresh_copy`; the storage offset is 0, as a static program's)."""
+    found = program.output_strides
+    table = program.function.attributes.get(SIZES_ATTR)
+    if not found or not isinstance(table, graph.SizesAttr):
+        return {}
+    hints = table.hints
+    outputs = [x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)]
+    return {
+        i: strides
+        for i, strides in found.items()
+        if i < len(outputs) and tuple(e.evaluate(hints) for e in strides) == outputs[i].stride()
+    }
+
+
+def output_orders(
+    rules: Sequence[OutputRule], eager: Any, strided: Collection[int] = ()
+) -> dict[int, tuple[int, ...]]:
     """The memory order of each output that eager returns dense but not contiguous (a permute
     of a contiguous tensor, as a channels-last map or a transposed product is), by its index
     among the tensor outputs (`memory_order`): the program returns such an output with eager's
     strides (`in_memory_order`). A view of an input is replayed on the call's input
-    (`input_views`), a view of another output on that output's result (`output_views`).
-    Refused, in one line: outputs that eager returns as memory a dynamic program would not
-    return alike: a view through sizes of the call, a view of an intermediate that eager does
-    not return (its strides are not known at every size), or strides of no dense order
-    (overlapping or with gaps)."""
+    (`input_views`), a view of another output on that output's result (`output_views`), an
+    output of no dense order with the strides it has at the call's sizes (`strided`,
+    `strided_outputs`). Refused, in one line: outputs that eager returns as memory a dynamic
+    program would not return alike: a view through sizes of the call, a view of an
+    intermediate that eager does not return (its strides are not known at every size), or
+    strides of no dense order (overlapping or with gaps) that are not polynomials of the
+    sizes."""
     outputs = [x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)]
     for i, rule in enumerate(rules[: len(outputs)]):
         of = "an input" if rule.base == "arg" else "another output"
@@ -657,7 +691,7 @@ def output_orders(rules: Sequence[OutputRule], eager: Any) -> dict[int, tuple[in
     views = {*input_views(rules), *output_views(rules)}
     orders: dict[int, tuple[int, ...]] = {}
     for i, t in enumerate(outputs):
-        if i in views or t.is_contiguous():
+        if i in views or i in strided or t.is_contiguous():
             continue
         order = memory_order(t)
         if order is None:
