@@ -173,9 +173,9 @@ def _and_its_sized_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return y, y.view(x.shape[0], 4, 4)
 
 
-def _views_of_an_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    y = x * 2
-    return y.view(-1), y[:, 1]
+def _views_of_a_transposed_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x.t() * 2  # eager keeps its input's (transposed) order: not row-major
+    return y[0], y[:, 1]
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,10 @@ def _views_of_an_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
             _and_its_sized_view,
             r"output 1 is a view of another output in eager through sizes of the call",
         ),
-        (_views_of_an_intermediate, r"output 0 is a view of an intermediate that eager"),
+        (
+            _views_of_a_transposed_intermediate,
+            r"output 0 is a view of an intermediate that eager does not return and that is not",
+        ),
     ],
     ids=["view-of-input-to-its-sizes", "view-of-output-to-its-sizes", "views-of-intermediate"],
 )
@@ -302,6 +305,29 @@ def test_outputs_of_no_dense_order_keep_eagers_strides_at_every_size() -> None:
             torch.testing.assert_close(g, e)
             assert g.stride() == e.stride()
         assert got[0].stride() == (n,) and got[2].stride() == (1, 0)
+
+
+def _views_of_one_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = torch.tanh(x) * 2  # returned only through its views: a hidden output they share
+    return y.view(-1), y[0], y.t()
+
+
+def test_views_of_an_intermediate_eager_does_not_return_share_its_memory() -> None:
+    """Two or more outputs view an intermediate that is row-major at every size: each call
+    replays their views on the program's result for it, so they have eager's strides and
+    offsets at every size and share memory as in eager."""
+    program = xfuse.compile(_views_of_one_intermediate, (torch.randn(5, 16),), dynamic_shapes=BATCH)
+    assert isinstance(program, DynamicProgram)
+    for batch in (5, 2, 17):
+        x = torch.randn(batch, 16)
+        got, want = program(x), _views_of_one_intermediate(x)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+        storages = {g.untyped_storage().data_ptr() for g in got}
+        assert len(storages) == 1
+        got[0].zero_()
+        assert not got[1].any() and not got[2].any()
 
 
 def _copies_of_an_input(x: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -557,6 +557,31 @@ def test_outputs_kept_across_shapes_keep_their_values() -> None:
         assert runner.captures == 3 and runner.replays == 4 and runner.handed == 2
 
 
+def _views_and_slices(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = torch.tanh(x) * 2  # returned only through its views: a hidden output
+    return y.view(-1), y[0], (x + 1)[:, -1], x.sum(1, keepdim=True).expand(-1, 3)
+
+
+@gpu
+def test_views_of_a_hidden_output_and_gapped_outputs_at_every_shape_and_replay() -> None:
+    """Views of an intermediate eager does not return share its memory, and slices and
+    expands of intermediates keep eager's strides, at each batch size, captured and replayed:
+    every kept output still its call's value at the end."""
+    x = torch.randn(5, 16, device="cuda")
+    program = xfuse.compile(_views_and_slices, (x,), device="cuda", dynamic_shapes=BATCH)
+    assert isinstance(program, DynamicProgram) and sorted(program.strided) == [2, 3]
+    inputs = [torch.randn(batch, 16, device="cuda") for batch in (2, 7) * 3]
+    kept = [program(x) for x in inputs]
+    for got, x in zip(kept, inputs, strict=True):
+        want = _views_and_slices(x)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride()
+        assert [g.storage_offset() for g in got[:2]] == [w.storage_offset() for w in want[:2]]
+        assert got[0].untyped_storage().data_ptr() == got[1].untyped_storage().data_ptr()
+    assert runner_at(program, 7).replays >= 1
+
+
 @gpu
 def test_a_replay_reads_the_calls_cpu_scalar() -> None:
     """A CPU scalar is moved to the device and copied into the graph like any input: a

@@ -288,19 +288,30 @@ class SizeSymbols:
             return None
         rank = len(shape)
         order = graph.memory_order(hinted[:rank], hinted[rank:])  # type: ignore[arg-type]
-        if order is None:
+        if order is None or not self.dense_in(order, shape, strides):
             return None
+        return order
+
+    def dense_in(
+        self,
+        order: Sequence[int],
+        shape: Sequence[int | torch.SymInt],
+        strides: Sequence[int | torch.SymInt],
+    ) -> bool:
+        """Whether a traced layout is dense in `order` (outermost dim first) at every size:
+        each stride of a dim other than 1 is, as a polynomial, the product of the sizes of the
+        dims after it in that order (`range(rank)`: row-major at every size)."""
         dense = graph.SizeExpr.constant(1)
         for d in reversed(order):
             if isinstance(shape[d], int) and shape[d] == 1:
                 continue
             size, stride = self.size_polynomial(shape[d]), self.size_polynomial(strides[d])
             if size is None or stride is None:
-                return None
+                return False
             if graph.reduce_by(stride - dense, self.relations) != graph.SizeExpr():
-                return None
+                return False
             dense = dense * size
-        return order
+        return True
 
     def size_polynomial(self, size: int | torch.SymInt) -> graph.SizeExpr | None:
         """A traced size or stride as a polynomial of the import's atoms (no new symbol), or

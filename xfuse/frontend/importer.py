@@ -101,6 +101,10 @@ class ImportedProgram:
     order (a slice or expand of an intermediate, `h[:, -1]`), by its position among the
     outputs: its strides as polynomials of the input size symbols (`symbolic_strides`), which a
     call evaluates at its sizes."""
+    row_major_hidden: frozenset[int] = frozenset()
+    """Of a symbolic program: the hidden outputs (by their position among `output_rules`) whose
+    traced layout is row-major at every size (`row_major_at_every_size`), which a call's
+    contiguous result reproduces, so that the views of them replay eager's strides."""
 
     def visible(self, results: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """`@forward`'s results without the hidden ones (what the graph and loop interpreters
@@ -485,6 +489,14 @@ def symbolic_strides(
     return found
 
 
+def row_major_at_every_size(symbols: SizeSymbols, node: torch.fx.Node) -> bool:
+    """Whether `node`'s traced value is row-major at every size its symbols take."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return False
+    return symbols.dense_in(range(value.dim()), tuple(value.shape), tuple(value.stride()))
+
+
 def is_channels_last(val: Any) -> bool:
     """Whether `val` is a rank-4 tensor in channels-last memory and not also contiguous
     (`CHANNELS_LAST_ATTR`): `traced_memory_order`, symbolic strides where the import reads
@@ -604,10 +616,16 @@ class Importer:
         )
         symbols = SIZE_SYMBOLS.get()
         strides: dict[int, tuple[graph.SizeExpr, ...]] = {}
+        row_major: frozenset[int] = frozenset()
         if symbols is not None and symbols.inputs:
             symbols.add_conditions(shape_env_of(placeholders))
             function.attributes[SIZES_ATTR] = symbols.table()
             strides = symbolic_strides(symbols, [returned[i] for i in kept], rules.rules)
+            row_major = frozenset(
+                len(kept) + j
+                for j, node in enumerate(rules.hidden)
+                if row_major_at_every_size(symbols, node)
+            )
         module = ModuleOp([function])
         if symbols is not None and verify:
             verify_symbolic(function, symbols)
@@ -624,6 +642,7 @@ class Importer:
             constants,
             len(rules.hidden),
             strides,
+            row_major,
         )
 
     def state_tensor(self, target: str, node: torch.fx.Node) -> torch.Tensor:

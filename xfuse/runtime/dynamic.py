@@ -288,7 +288,7 @@ class DynamicProgram:
             with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
                 eager = model(*example_inputs, **kwargs)
             strided = strided_outputs(program, eager)
-            orders = output_orders(program.output_rules, eager, strided)
+            orders = output_orders(program.output_rules, eager, strided, program.row_major_hidden)
             program.return_view_bases()
         self.program = program
         self.orders = orders
@@ -523,8 +523,10 @@ class DynamicProgram:
             visible[k] = fresh_copy(visible[k], tuple(e.evaluate(plan.sizes) for e in strides))
         for k, rule in self.views.items():  # of the caller's tensors (a CPU scalar's too)
             visible[k] = replay(rule.chain, bound[rule.index])
-        for k, rule in self.output_views.items():
-            visible[k] = replay(rule.chain, visible[rule.index])
+        for k, rule in self.output_views.items():  # of a visible result, or a hidden one
+            visible[k] = replay(
+                rule.chain, (visible if rule.index < len(visible) else results)[rule.index]
+            )
         return self.unflatten(visible)
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
@@ -661,19 +663,23 @@ def strided_outputs(program: ImportedProgram, eager: Any) -> dict[int, tuple[gra
 
 
 def output_orders(
-    rules: Sequence[OutputRule], eager: Any, strided: Collection[int] = ()
+    rules: Sequence[OutputRule],
+    eager: Any,
+    strided: Collection[int] = (),
+    row_major_hidden: Collection[int] = (),
 ) -> dict[int, tuple[int, ...]]:
     """The memory order of each output that eager returns dense but not contiguous (a permute
     of a contiguous tensor, as a channels-last map or a transposed product is), by its index
     among the tensor outputs (`memory_order`): the program returns such an output with eager's
     strides (`in_memory_order`). A view of an input is replayed on the call's input
-    (`input_views`), a view of another output on that output's result (`output_views`), an
-    output of no dense order with the strides it has at the call's sizes (`strided`,
-    `strided_outputs`). Refused, in one line: outputs that eager returns as memory a dynamic
-    program would not return alike: a view through sizes of the call, a view of an
-    intermediate that eager does not return (its strides are not known at every size), or
-    strides of no dense order (overlapping or with gaps) that are not polynomials of the
-    sizes."""
+    (`input_views`), a view of another output on that output's result (`output_views`), or of
+    an intermediate that two or more outputs view and none is (a hidden output) on its result
+    where the intermediate is row-major at every size (`row_major_hidden`), an output of no
+    dense order with the strides it has at the call's sizes (`strided`, `strided_outputs`).
+    Refused, in one line: outputs that eager returns as memory a dynamic program would not
+    return alike: a view through sizes of the call, a view of an intermediate that eager does
+    not return whose layout is not row-major at every size, or strides of no dense order
+    (overlapping or with gaps) that are not polynomials of the sizes."""
     outputs = [x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)]
     for i, rule in enumerate(rules[: len(outputs)]):
         of = "an input" if rule.base == "arg" else "another output"
@@ -684,10 +690,12 @@ def output_orders(
                 f"({sized.op}), which dynamic_shapes does not return as a view yet"
             )
         if rule.base == "output" and rule.index >= len(outputs):
-            raise UnsupportedProgram(
-                f"output {i} is a view of an intermediate that eager does not return, which "
-                "dynamic_shapes does not return as a view yet"
-            )
+            if rule.index not in row_major_hidden:
+                raise UnsupportedProgram(
+                    f"output {i} is a view of an intermediate that eager does not return and "
+                    "that is not row-major at every size, which dynamic_shapes does not "
+                    "return as a view yet"
+                )
     views = {*input_views(rules), *output_views(rules)}
     orders: dict[int, tuple[int, ...]] = {}
     for i, t in enumerate(outputs):
@@ -712,9 +720,10 @@ def input_views(rules: Sequence[OutputRule]) -> dict[int, OutputRule]:
 
 
 def output_views(rules: Sequence[OutputRule]) -> dict[int, OutputRule]:
-    """The outputs that eager returns as views of another output, by their index among the
-    outputs: each call replays the view's chain on that output's result (after its memory
-    order, `output_orders`), so the two share memory as in eager."""
+    """The outputs that eager returns as views of another output or of a hidden one (an
+    intermediate that two or more outputs view), by their index among the outputs: each call
+    replays the view's chain on that output's result (after its memory order,
+    `output_orders`), so they share memory as in eager."""
     return {i: rule for i, rule in enumerate(rules) if rule.base == "output"}
 
 
