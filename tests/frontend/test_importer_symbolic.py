@@ -423,6 +423,34 @@ def test_a_roll_of_a_symbolic_dim_keeps_its_shift(dims: tuple[int, ...]) -> None
         torch.testing.assert_close(got, f(x))
 
 
+@pytest.mark.parametrize(
+    ("offset", "dim1", "dim2", "symbolic"),
+    [(0, -2, -1, 1), (1, 1, 2, 3), (-2, 2, 1, 3), (0, 1, 3, 2)],
+)
+def test_a_diagonal_of_static_dims_keeps_the_symbolic_batch(
+    offset: int, dim1: int, dim2: int, symbolic: int
+) -> None:
+    """A diagonal whose two dims are static and whose other dims are symbolic (the batch,
+    and one more): the symbolic dims are sliced whole, the result names their symbols, and
+    the program matches eager's diagonal at every size, interpreted and compiled."""
+    import xfuse
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.diagonal(x * 2, offset, dim1, dim2) + 1
+
+    shapes = {"x": {0: Dim("b", min=2, max=64), symbolic: Dim("s", min=2, max=64)}}
+    example = torch.randn(3, 5, 4, 6)
+    program = import_module(f, (example,), dynamic_shapes=shapes)
+    compiled = xfuse.compile(f, (example,), dynamic_shapes=shapes)
+    for b, n in [(2, 7), (9, 3)]:
+        shape = list(example.shape)
+        shape[0], shape[symbolic] = b, n
+        x = torch.randn(shape)
+        [got] = interpret(program.module, program.arguments(x))
+        torch.testing.assert_close(got, f(x))
+        torch.testing.assert_close(compiled(x), f(x))
+
+
 def position_gradient(grad: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """An embedding table's gradient as its backward computes it: `grad` rows added into
     zeros at `ids` (`index_put` with `accumulate=True`)."""

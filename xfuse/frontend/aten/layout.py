@@ -274,20 +274,22 @@ def _diagonal(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if rank < 2 or not isinstance(offset, int):
         return None
     d1, d2 = a["dim1"] % rank, a["dim2"] % rank
-    if d1 == d2:
-        return None
-    shape = graph.shape_of(x)
+    dims = graph.dims_of(x)
+    n, m = dims[d1], dims[d2]
+    if d1 == d2 or not isinstance(n, int) or not isinstance(m, int):
+        return None  # (a symbolic diagonal's length is a minimum of sizes: refused)
     rest = [d for d in range(rank) if d not in (d1, d2)]
-    n, m = shape[d1], shape[d2]
     x = _permute_dims(lw, x, [*rest, d1, d2])
-    x = lw.reshape(x, [shape[d] for d in rest] + [n * m])
+    x = lw.emit(graph.ReshapeOp(x, [dims[d] for d in rest] + [n * m]))
     length = out_type(node).get_shape()[-1]
     start = offset if offset >= 0 else -offset * m
     if length == 0:
         start = limit = 0
     else:
         limit = start + (length - 1) * (m + 1) + 1
-    starts, limits = [0] * len(rest) + [start], [shape[d] for d in rest] + [limit]
+    _, to_end, _ = graph.WHOLE_SYMBOLIC_DIM
+    whole = [d if isinstance(d, int) else to_end for d in (dims[k] for k in rest)]
+    starts, limits = [0] * len(rest) + [start], [*whole, limit]
     return lw.emit(graph.SliceOp(x, starts, limits, [1] * len(rest) + [m + 1]))
 
 
