@@ -39,6 +39,13 @@ class SymbolicSizeError(UnsupportedProgram):
     line naming the op."""
 
 
+class SizeCheckError(SymbolicSizeError, RuntimeError):
+    """A call's sizes break a relation or condition of a symbolic program's table: an equality
+    or inequality of sizes that the traced code checked (a loss's input rows against its
+    targets, a gather's index sizes against its input's), where eager's kernels raise a
+    `RuntimeError`, as this one is too."""
+
+
 class IRParseError(XfuseError, ValueError):
     """IR text that does not parse or does not verify (`xfuse.parse`): one line,
     `name:line:col: error: message`; xDSL's own error is the `__cause__`."""

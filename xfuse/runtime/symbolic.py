@@ -64,7 +64,12 @@ from xdsl.utils.exceptions import DiagnosticException
 from xfuse.backends import Backend, Kernel, get_backend
 from xfuse.dialects import fusion, graph
 from xfuse.dialects.torch_args import Operand
-from xfuse.errors import IndexOutOfRangeError, InputDeviceError, SymbolicSizeError
+from xfuse.errors import (
+    IndexOutOfRangeError,
+    InputDeviceError,
+    SizeCheckError,
+    SymbolicSizeError,
+)
 from xfuse.interpreters.graph import SIZES, DirectCall, direct_call, find_function, prepare_op
 from xfuse.ir import dtypes
 from xfuse.ir.functions import kernel_functions
@@ -372,10 +377,10 @@ def small_size_message(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> str:
 
 
 def check_sizes(problem: str | None) -> None:
-    """Raise `SymbolicSizeError` with a call's `problem` (`graph.SizesAttr.relation_problem`'s
+    """Raise `SizeCheckError` with a call's `problem` (`graph.SizesAttr.relation_problem`'s
     or `condition_problem`'s line), where it has one."""
     if problem is not None:
-        raise SymbolicSizeError(problem)
+        raise SizeCheckError(problem)
 
 
 def symbol_inputs(symbol: graph.SizeSymbol, sizes: dict[str, int]) -> set[str]:
