@@ -468,8 +468,9 @@ NHWC_ORDER = (0, 2, 3, 1)
 def symbolic_strides(
     symbols: SizeSymbols, returned: Sequence[Any], rules: Sequence[OutputRule]
 ) -> dict[int, tuple[graph.SizeExpr, ...]]:
-    """The strides of each fresh output whose traced layout is dense in no order
-    (`SizeSymbols.memory_order` finds none), as polynomials of the input size symbols, by its
+    """The strides of each fresh output whose traced layout is dense in no order (neither
+    row-major nor another order `SizeSymbols.memory_order` finds), as polynomials of the input
+    size symbols, by its
     position among `returned`; an output whose strides are not such polynomials is left out
     (the dynamic runtime refuses it, in one line)."""
     names = symbols.names
@@ -481,8 +482,10 @@ def symbolic_strides(
         shape, stride = tuple(value.shape), tuple(value.stride())
         if not any(isinstance(d, torch.SymInt) for d in (*shape, *stride)):
             continue
-        if symbols.memory_order(shape, stride) is not None:
-            continue
+        if symbols.memory_order(shape, stride) is not None or symbols.dense_in(
+            range(len(shape)), shape, stride
+        ):
+            continue  # dense in an order, or row-major, at every size
         polynomials = [symbols.size_polynomial(d) for d in stride]
         if all(p is not None and p.symbols <= names for p in polynomials):
             found[i] = tuple(cast(graph.SizeExpr, p) for p in polynomials)

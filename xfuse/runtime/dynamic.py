@@ -658,7 +658,9 @@ def strided_outputs(program: ImportedProgram, eager: Any) -> dict[int, tuple[gra
     return {
         i: strides
         for i, strides in found.items()
-        if i < len(outputs) and tuple(e.evaluate(hints) for e in strides) == outputs[i].stride()
+        if i < len(outputs)
+        and not outputs[i].is_contiguous()
+        and tuple(e.evaluate(hints) for e in strides) == outputs[i].stride()
     }
 
 
