@@ -188,3 +188,23 @@ def test_a_chain_of_aliases_replays_one() -> None:
     assert a is not h and a._base is h and a.data_ptr() == h.data_ptr()
     assert tt._base is h and tt.stride() == (1, 4)
     torch.testing.assert_close(a, x * 2)
+
+
+def _reshape_of_a_transposed_result(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = torch.tensor([0, 1, 0])
+    y = torch.index_put(x, (rows,), torch.ones(3, x.shape[1]), True)  # keeps x's layout
+    z = torch.floor_divide(y, torch.tensor(0.25))
+    return z.reshape(4, 2, 2), z
+
+
+def test_a_reshape_that_eager_copies_is_fresh_not_a_view() -> None:
+    """An output reshaped from another whose eager layout the trace lost (an `index_put` of a
+    transposed input keeps the input's strides in eager; its decomposition's trace is
+    row-major): the trace records the reshape as a view, but eager's reshape of the
+    transposed tensor copies. The output is fresh memory, not a view replayed on the other
+    output (which would raise: no view of those strides has that shape)."""
+    x = torch.randn(8, 2).t()
+    program = xfuse.compile(_reshape_of_a_transposed_result, (x,), quiet=True)
+    for got, want in zip(program(x), _reshape_of_a_transposed_result(x), strict=True):
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()

@@ -190,10 +190,10 @@ def output_rules(
     `@forward` arguments. `traced` holds eager's strides of each returned node where the
     program was traced before it was decomposed (`returned_strides`): a fresh output takes
     those."""
-    bases = [view_chain(node) for node in returned]
     corrected = eager_strides(returned[0].graph) if returned else {}
     if traced is not None:
         corrected |= {n: s for n, s in zip(returned, traced, strict=True) if s is not None}
+    bases = [_viewable(node, view_chain(node), corrected) for node in returned]
     owner: dict[torch.fx.Node, int] = {}
     for i, (node, (base, chain)) in enumerate(zip(returned, bases, strict=True)):
         if not chain and base is node and base not in arg_of:
@@ -218,6 +218,26 @@ def output_rules(
         for j, b in enumerate(hidden)
     ]
     return OutputRules(rules, hidden)
+
+
+def _viewable(
+    node: torch.fx.Node, found: tuple[torch.fx.Node, tuple[ViewReplay, ...]], corrected: Strides
+) -> tuple[torch.fx.Node, tuple[ViewReplay, ...]]:
+    """`found` (`node`'s base and view chain), or `node` itself with no views where the chain
+    cannot view its base as eager lays the base out: a base whose eager strides differ from
+    the trace's (`corrected`: a decomposition lost a transposed layout) that the chain's
+    `view` cannot take (eager's `reshape` of it copies: the output is fresh memory)."""
+    base, chain = found
+    strides = corrected.get(base)
+    value = base.meta.get("val")
+    if not chain or strides is None or not isinstance(value, torch.Tensor):
+        return found
+    meta = torch.empty_strided(tuple(value.shape), strides, dtype=value.dtype, device="meta")
+    try:
+        replay(chain, meta)
+    except RuntimeError:
+        return node, ()
+    return found
 
 
 def _stride(node: torch.fx.Node, corrected: Strides) -> tuple[int, ...]:
