@@ -209,6 +209,14 @@ def test_outputs_eager_returns_otherwise_are_refused_at_compile_time(fn: Any, me
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
+def assert_like_eager(got: Any, want: Any, offsets: bool = False) -> None:
+    """Each output has eager's values and strides (and storage offsets, with `offsets`)."""
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+        assert g.stride() == w.stride()
+        assert not offsets or g.storage_offset() == w.storage_offset()
+
+
 def _and_its_views(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     y = x * 2
     z = x.t() * 3  # eager returns it transposed (its input's order): its views follow that
@@ -223,9 +231,7 @@ def test_outputs_that_eager_returns_as_views_of_other_outputs_share_their_memory
     for batch in (2, 7, 33):
         x = torch.randn(batch, 16)
         got, want = program(x), _and_its_views(x)
-        for g, w in zip(got, want, strict=True):
-            torch.testing.assert_close(g, w)
-            assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+        assert_like_eager(got, want, offsets=True)
         for view, base in ((1, 0), (2, 0), (4, 3), (5, 0)):
             assert got[view].untyped_storage().data_ptr() == got[base].untyped_storage().data_ptr()
         got[1].zero_()
@@ -254,9 +260,7 @@ def test_outputs_that_eager_returns_as_views_of_inputs_share_the_callers_memory(
     for batch in (5, 2, 9):
         x = torch.randn(batch, 16)
         got, want = program(x), model(x)
-        for g, w in zip(got, want, strict=True):
-            torch.testing.assert_close(g, w)
-            assert g.stride() == w.stride()
+        assert_like_eager(got, want)
         for k, base in [(0, x), (2, x), (3, x), (4, model.w)]:
             assert got[k].untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
             assert got[k].storage_offset() == want[k].storage_offset()
@@ -302,9 +306,7 @@ def test_outputs_of_no_dense_order_keep_eagers_strides_at_every_size() -> None:
     for b, n in [(4, 6), (7, 10), (2, 33)]:
         x = torch.randn(b, n)
         got, want = program(x), _slices_of_intermediates(x)
-        for g, e in zip(got, want, strict=True):
-            torch.testing.assert_close(g, e)
-            assert g.stride() == e.stride()
+        assert_like_eager(got, want)
         assert got[0].stride() == (n,) and got[2].stride() == (1, 0)
 
 
@@ -322,9 +324,7 @@ def test_views_of_an_intermediate_eager_does_not_return_share_its_memory() -> No
     for batch in (5, 2, 17):
         x = torch.randn(batch, 16)
         got, want = program(x), _views_of_one_intermediate(x)
-        for g, w in zip(got, want, strict=True):
-            torch.testing.assert_close(g, w)
-            assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+        assert_like_eager(got, want, offsets=True)
         storages = {g.untyped_storage().data_ptr() for g in got}
         assert len(storages) == 1
         got[0].zero_()
