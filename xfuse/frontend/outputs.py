@@ -235,8 +235,10 @@ def _viewable(
     meta = torch.empty_strided(tuple(value.shape), strides, dtype=value.dtype, device="meta")
     try:
         replay(chain, meta)
-    except RuntimeError:
+    except RuntimeError:  # torch's "view size is not compatible with input tensor's ..."
         return node, ()
+    except Exception:  # noqa: BLE001 - a view meta tensors lack: the trace's chain, as before
+        return found
     return found
 
 
