@@ -235,10 +235,8 @@ def _viewable(
     meta = torch.empty_strided(tuple(value.shape), strides, dtype=value.dtype, device="meta")
     try:
         replay(chain, meta)
-    except RuntimeError:  # torch's "view size is not compatible with input tensor's ..."
-        return node, ()
-    except Exception:  # noqa: BLE001 - a view meta tensors lack: the trace's chain, as before
-        return found
+    except Exception as e:  # noqa: BLE001 - only torch's refusal of the view says "copies"
+        return (node, ()) if "view size is not compatible" in str(e) else found
     return found
 
 
