@@ -470,9 +470,8 @@ def symbolic_strides(
 ) -> dict[int, tuple[graph.SizeExpr, ...]]:
     """The strides of each fresh output whose traced layout is dense in no order (neither
     row-major nor another order `SizeSymbols.memory_order` finds), as polynomials of the input
-    size symbols, by its
-    position among `returned`; an output whose strides are not such polynomials is left out
-    (the dynamic runtime refuses it, in one line)."""
+    size symbols, by its position among `returned`; an output whose strides are not such
+    polynomials is left out (the dynamic runtime refuses it, in one line)."""
     names = symbols.names
     found: dict[int, tuple[graph.SizeExpr, ...]] = {}
     for i, (node, rule) in enumerate(zip(returned, rules, strict=False)):
