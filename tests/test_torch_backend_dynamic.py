@@ -134,6 +134,25 @@ class Heads(torch.nn.Module):
         return x[:, 3] + x[:, -3], x[:, 0:5:2].sum(1), y, y.view(-1), y[0]
 
 
+class Split(torch.nn.Module):
+    """Heads split off the input and its exponential by views to sizes of the call (the batch
+    and sequence lengths dynamo passes as size inputs)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        b, n, _ = x.shape
+        y = x.exp()
+        return x.view(b, n, 4, 4), y, y.view(b * n, 2, 8).transpose(0, 1)
+
+
+def test_views_through_sizes_of_the_call_run_one_symbolic_program(counts: Counts) -> None:
+    """Views of an input and of another output to the call's batch and sequence lengths: one
+    symbolic program replays them at each call's sizes, sharing memory as in eager."""
+    for x, got in strict_dynamic_calls(Split(), [(2, 5, 16), (3, 9, 16), (4, 2, 16), (2, 17, 16)]):
+        assert got[0].data_ptr() == x.data_ptr()
+        assert got[2].untyped_storage().data_ptr() == got[1].untyped_storage().data_ptr()
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 def test_elements_within_the_guarded_lowest_size_run_one_symbolic_program(
     counts: Counts,
 ) -> None:

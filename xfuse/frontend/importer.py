@@ -63,7 +63,7 @@ from xfuse.frontend.builder import (
 )
 from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
 from xfuse.frontend.eager_rules import check_eager_rules, size_hint
-from xfuse.frontend.outputs import OutputRule, output_rules, returned_strides
+from xfuse.frontend.outputs import OutputRule, output_rules, returned_strides, with_size_args
 from xfuse.frontend.pytrees import export_support, picker
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.ir.dtypes import tensor_input_problem
@@ -491,6 +491,17 @@ def symbolic_strides(
     return found
 
 
+def input_polynomial(symbols: SizeSymbols) -> Callable[[Any], graph.SizeExpr | None]:
+    """A traced size as a polynomial of the input size symbols alone (what a call's sizes
+    evaluate), or None where it is none."""
+
+    def of(size: Any) -> graph.SizeExpr | None:
+        found = symbols.size_polynomial(size)
+        return found if found is not None and found.symbols <= symbols.names else None
+
+    return of
+
+
 def row_major_at_every_size(symbols: SizeSymbols, node: torch.fx.Node) -> bool:
     """Whether `node`'s traced value is row-major at every size its symbols take."""
     value = node.meta.get("val")
@@ -619,10 +630,12 @@ class Importer:
         symbols = SIZE_SYMBOLS.get()
         strides: dict[int, tuple[graph.SizeExpr, ...]] = {}
         row_major: frozenset[int] = frozenset()
+        returned_rules = rules.rules
         if symbols is not None and symbols.inputs:
             symbols.add_conditions(shape_env_of(placeholders))
             function.attributes[SIZES_ATTR] = symbols.table()
             strides = symbolic_strides(symbols, [returned[i] for i in kept], rules.rules)
+            returned_rules = [with_size_args(r, input_polynomial(symbols)) for r in rules.rules]
             row_major = frozenset(
                 len(kept) + j
                 for j, node in enumerate(rules.hidden)
@@ -640,7 +653,7 @@ class Importer:
             input_names,
             output_names,
             constant_inputs,
-            rules.rules,
+            returned_rules,
             constants,
             len(rules.hidden),
             strides,

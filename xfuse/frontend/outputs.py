@@ -13,20 +13,27 @@ eager's sizes, strides and storage offset.
 Two or more outputs that view one intermediate the program does not return (`h = x * 2;
 return h[0], h.t()`) share h's memory in eager: h becomes a hidden output of `@forward` (after
 the returned ones) and each of them a view of it; the caller never sees h itself.
+
+A view through sizes of the call (`x.view(x.shape[0], 4, 4)`: a size of the trace, an FX node,
+in its arguments) holds each such size as a `SizeArg` where the program has size symbols
+(`with_size_args`), and is replayed at each call's sizes (`replay`'s `sizes`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from xfuse.dialects import graph
 from xfuse.dialects.graph.layout import row_major_strides
 from xfuse.frontend.meta_strides import Strides, eager_strides
 
@@ -61,12 +68,25 @@ class ViewReplay:
     """The `Tensor` method it calls (`VIEW_METHODS`), or None: the op itself."""
     method_args: tuple[Any, ...] = field(init=False, compare=False, repr=False)
     """The method's positional arguments: `VIEW_METHODS`' leading ones, then `args`."""
+    sized: bool = field(init=False, compare=False, repr=False)
+    """Whether an argument is a size of the call (`SizeArg`): replayed `at_sizes`."""
 
     def __post_init__(self) -> None:
         found = None if self.kwargs else VIEW_METHODS.get(self.op)
         method, leading = found if found is not None else (None, ())
         object.__setattr__(self, "method", method)
         object.__setattr__(self, "method_args", (*leading, *self.args))
+        leaves = pytree.tree_leaves((self.args, self.kwargs))
+        object.__setattr__(self, "sized", any(isinstance(a, SizeArg) for a in leaves))
+
+    def at_sizes(self, sizes: dict[str, int]) -> ViewReplay:
+        """The view with each `SizeArg` evaluated at `sizes` (symbol -> size)."""
+
+        def evaluate(a: Any) -> Any:
+            return a.expr.evaluate(sizes) if isinstance(a, SizeArg) else a
+
+        args, kwargs = pytree.tree_map(evaluate, (self.args, self.kwargs))
+        return ViewReplay(self.op, args, kwargs, self.item)
 
     def __call__(self, base: torch.Tensor) -> torch.Tensor:
         if self.method is not None:
@@ -76,12 +96,45 @@ class ViewReplay:
         return result if self.item is None else result[self.item]
 
 
-def replay(chain: Sequence[ViewReplay], base: torch.Tensor) -> torch.Tensor:
+@dataclass(frozen=True)
+class SizeArg:
+    """A view's argument that is a size of the call: a polynomial of the program's input size
+    symbols (`x.view(x.shape[0], 4, 4)` holds `SizeArg(s0)`), evaluated at each call."""
+
+    expr: graph.SizeExpr
+
+
+def replay(
+    chain: Sequence[ViewReplay], base: torch.Tensor, sizes: dict[str, int] | None = None
+) -> torch.Tensor:
     """`base` viewed through each view of `chain` in turn (an output's views replayed on the
-    memory eager shares)."""
+    memory eager shares); a view through sizes of the call (`ViewReplay.sized`) at `sizes`."""
     for view in chain:
+        if sizes is not None and view.sized:
+            view = view.at_sizes(sizes)
         base = view(base)
     return base
+
+
+def with_size_args(rule: OutputRule, size_of: Callable[[Any], graph.SizeExpr | None]) -> OutputRule:
+    """`rule` with each FX node among its views' arguments (a size of the trace) as a `SizeArg`
+    of its polynomial (`size_of` of its traced value; None: no such polynomial, the node is
+    kept, and the dynamic runtime refuses the output)."""
+
+    def as_size(a: Any) -> Any:
+        if not isinstance(a, torch.fx.Node):
+            return a
+        value = a.meta.get("val")
+        if type(value) is int:
+            return value
+        expr = size_of(value) if isinstance(value, torch.SymInt) else None
+        return a if expr is None else SizeArg(expr)
+
+    chain = []
+    for view in rule.chain:
+        args, kwargs = pytree.tree_map(as_size, (view.args, view.kwargs))
+        chain.append(ViewReplay(view.op, args, kwargs, view.item))
+    return dataclasses.replace(rule, chain=tuple(chain))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ the kernel cache (`cache`, else `default_cache()`), under the same keys as the s
 runtime's (`xfuse.runtime.symbolic.compile_kernels`). A group that the symbolic
 lowering cannot lower refuses the program (`lower-to-loops`' line), and so does one whose
 eager outputs a dynamic program would not return alike (`output_orders`: a view of an input or
-of another output through sizes of the call, or strides of no dense order that are not
+of another output through sizes that are not polynomials of the input sizes, or strides of no dense order that are not
 polynomials of the sizes; an output dense in another order than contiguous, a channels-last
 map, is returned in that order, `in_memory_order`; one of no dense order with the strides its
 polynomials give at the call's sizes, `strided_outputs`). At call time: a size of 0 or 1 that
@@ -522,11 +522,10 @@ class DynamicProgram:
         for k, strides in self.strided.items():
             visible[k] = fresh_copy(visible[k], tuple(e.evaluate(plan.sizes) for e in strides))
         for k, rule in self.views.items():  # of the caller's tensors (a CPU scalar's too)
-            visible[k] = replay(rule.chain, bound[rule.index])
+            visible[k] = replay(rule.chain, bound[rule.index], plan.sizes)
         for k, rule in self.output_views.items():  # of a visible result, or a hidden one
-            visible[k] = replay(
-                rule.chain, (visible if rule.index < len(visible) else results)[rule.index]
-            )
+            base = (visible if rule.index < len(visible) else results)[rule.index]
+            visible[k] = replay(rule.chain, base, plan.sizes)
         return self.unflatten(visible)
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
@@ -679,7 +678,9 @@ def output_orders(
     where the intermediate is row-major at every size (`row_major_hidden`), an output of no
     dense order with the strides it has at the call's sizes (`strided`, `strided_outputs`).
     Refused, in one line: outputs that eager returns as memory a dynamic program would not
-    return alike: a view through sizes of the call, a view of an intermediate that eager does
+    return alike: a view through sizes that are not polynomials of the input sizes (views
+    through sizes of the call that are, `SizeArg`s, replay at each call's sizes), a view of
+    an intermediate that eager does
     not return whose layout is not row-major at every size, or strides of no dense order
     (overlapping or with gaps) that are not polynomials of the sizes."""
     outputs = [x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)]
@@ -688,8 +689,9 @@ def output_orders(
         sized = next((v for v in rule.chain if not _constant_args(v)), None)
         if sized is not None:
             raise UnsupportedProgram(
-                f"output {i} is a view of {of} in eager through sizes of the call "
-                f"({sized.op}), which dynamic_shapes does not return as a view yet"
+                f"output {i} is a view of {of} in eager through sizes of the call that are "
+                f"not polynomials of the input sizes ({sized.op}), which dynamic_shapes does "
+                "not return as a view yet"
             )
         if rule.base == "output" and rule.index >= len(outputs):
             if rule.index not in row_major_hidden:
@@ -730,8 +732,9 @@ def output_views(rules: Sequence[OutputRule]) -> dict[int, OutputRule]:
 
 
 def _constant_args(view: ViewReplay) -> bool:
-    """Whether a view's arguments are constants, the same at every size (a `view` to the
-    call's batch size takes a size of the trace, an FX node, in its shape list)."""
+    """Whether a view's arguments are constants or sizes of the call (`SizeArg`s), which
+    `replay` evaluates at each call's sizes; not a size of the trace, an FX node, that the
+    importer found no polynomial of the input sizes for."""
     leaves = pytree.tree_leaves((view.args, view.kwargs))
     return not any(isinstance(a, torch.fx.Node | torch.SymInt) for a in leaves)
 
