@@ -174,20 +174,21 @@ def _and_its_sized_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return y, y.view(x.shape[0], 4, 4)
 
 
-def _views_of_a_transposed_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    y = x.t() * 2  # eager keeps its input's (transposed) order: not row-major
+def _views_of_a_gapped_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = torch.empty_strided(x.shape, (2 * x.shape[1], 1))  # rows with gaps: dense in no order
+    y.copy_(x * 2)  # (decomposed to a dense clone: the trace's layout is not eager's)
     return y[0], y[:, 1]
 
 
 def test_outputs_eager_returns_otherwise_are_refused_at_compile_time() -> None:
-    """Views of an intermediate eager does not return whose layout is not row-major at every
-    size: refused (never a silent difference in aliasing); compiling (which runs the program
-    eagerly once to see its outputs) leaves the caller's RNG as it was."""
+    """Views of an intermediate eager does not return whose layout is dense in no one order at
+    every size: refused (never a silent difference in aliasing); compiling (which runs the
+    program eagerly once to see its outputs) leaves the caller's RNG as it was."""
     x = torch.randn(5, 16)
     state = torch.random.get_rng_state()
-    message = r"output 0 is a view of an intermediate that eager does not return and that is not"
+    message = r"output 0 is a view of an intermediate that eager does not return, whose layout"
     with pytest.raises(UnsupportedProgram, match=message) as e:
-        xfuse.compile(_views_of_a_transposed_intermediate, (x,), dynamic_shapes=BATCH)
+        xfuse.compile(_views_of_a_gapped_intermediate, (x,), dynamic_shapes=BATCH)
     one_line(e)
     assert torch.equal(torch.random.get_rng_state(), state)
 
@@ -317,6 +318,27 @@ def test_outputs_of_no_dense_order_keep_eagers_strides_at_every_size() -> None:
 def _views_of_one_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     y = torch.tanh(x) * 2  # returned only through its views: a hidden output they share
     return y.view(-1), y[0], y.t()
+
+
+def _views_of_a_transposed_intermediate(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x.t() * 2  # eager keeps its input's (transposed) order: dense, not row-major
+    return y[0], y[:, 1], y.t()
+
+
+def test_views_of_a_transposed_intermediate_have_eagers_strides_at_every_size() -> None:
+    """An intermediate eager lays out in its input's transposed order, returned only through
+    its views: each call lays the program's result for it out in that order (one copy), so
+    the views have eager's strides and offsets at every size and share its memory."""
+    program = xfuse.compile(
+        _views_of_a_transposed_intermediate, (torch.randn(5, 16),), dynamic_shapes=BATCH
+    )
+    assert isinstance(program, DynamicProgram)
+    assert list(program.program.hidden_orders.values()) == [(1, 0)]
+    for batch in (5, 2, 17):
+        x = torch.randn(batch, 16)
+        got, want = program(x), _views_of_a_transposed_intermediate(x)
+        assert_like_eager(got, want, offsets=True)
+        assert len({g.untyped_storage().data_ptr() for g in got}) == 1
 
 
 def test_views_of_an_intermediate_eager_does_not_return_share_its_memory() -> None:

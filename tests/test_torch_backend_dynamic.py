@@ -144,6 +144,22 @@ class Split(torch.nn.Module):
         return x.view(b, n, 4, 4), y, y.view(b * n, 2, 8).transpose(0, 1)
 
 
+class TransposedViews(torch.nn.Module):
+    """Views of an intermediate eager lays out in its input's transposed order."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.tanh(x.transpose(1, 2)) * 2
+        return y.transpose(1, 2), y[:, 1:]
+
+
+def test_views_of_a_transposed_intermediate_run_one_symbolic_program(counts: Counts) -> None:
+    """An intermediate that is dense in its input's transposed order at every size, returned
+    only through its views: one symbolic program lays it out so at each call."""
+    for _, got in strict_dynamic_calls(TransposedViews(), [(2, 5, 8), (3, 9, 8), (4, 2, 8)]):
+        assert got[0].untyped_storage().data_ptr() == got[1].untyped_storage().data_ptr()
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 def test_views_through_sizes_of_the_call_run_one_symbolic_program(counts: Counts) -> None:
     """Views of an input and of another output to the call's batch and sequence lengths: one
     symbolic program replays them at each call's sizes, sharing memory as in eager."""
@@ -212,19 +228,23 @@ def test_a_size_out_of_the_symbolic_range_runs_per_shape(
 
 
 def test_a_graph_the_symbolic_path_refuses_runs_per_shape(counts: Counts) -> None:
-    """Outputs that eager returns as views of an intermediate it does not return, laid out in
-    another order than row-major (its input's transposed one), are refused by the symbolic
-    path: one warning names the reason, and each shape compiles alone with eager's values."""
+    """Outputs that eager returns as views of an intermediate it does not return, laid out
+    with gaps (a buffer of padded rows that `copy_` fills), are refused by the symbolic path:
+    one warning names the reason, and each shape compiles alone with eager's values and
+    strides."""
 
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        y = torch.tanh(x.t()) * 2
+        y = torch.empty_strided(x.shape, (2 * x.shape[1], 1))
+        y.copy_(torch.tanh(x) * 2)
         return y.t(), y[1:]
 
     compiled = torch.compile(fn, backend="xfuse", dynamic=True)
     with pytest.warns(DynamicShapesWarning, match="symbolic compile refused it") as record:
         for batch in (2, 3, 4):
             x = torch.randn(batch, 8)
-            torch.testing.assert_close(compiled(x), fn(x))
+            for got, want in zip(compiled(x), fn(x), strict=True):
+                torch.testing.assert_close(got, want)
+                assert got.stride() == want.stride()
     assert len([w for w in record if w.category is DynamicShapesWarning]) == 1
     assert counts.programs("symbolic") == 0 and counts.programs("per-shape") == 3
 

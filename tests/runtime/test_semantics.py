@@ -457,7 +457,16 @@ def _a_view_of_a_cast_output(x: Tensor) -> tuple[Tensor, Tensor]:
     return v.t(), v
 
 
+def _views_of_a_gapped_buffer(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Eager's `copy_` keeps the buffer's gapped rows; torch's decomposition of the functional
+    `copy` is a dense `clone`, whose layout the views must not take."""
+    h = torch.empty_strided((3, 4), (8, 1))
+    h.copy_(x * 2)
+    return h[0], h[:, 1]
+
+
 VIEWS_OF_INTERMEDIATES = [
+    _views_of_a_gapped_buffer,
     _first_then_t,
     _flat_and_tail,
     _through_a_reshape_chain,

@@ -63,7 +63,14 @@ from xfuse.frontend.builder import (
 )
 from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
 from xfuse.frontend.eager_rules import check_eager_rules, size_hint
-from xfuse.frontend.outputs import OutputRule, output_rules, returned_strides, with_size_args
+from xfuse.frontend.outputs import (
+    OutputRule,
+    OutputRules,
+    base_strides,
+    output_rules,
+    returned_strides,
+    with_size_args,
+)
 from xfuse.frontend.pytrees import export_support, picker
 from xfuse.interpreters.graph import bind_arguments
 from xfuse.ir.dtypes import tensor_input_problem
@@ -101,10 +108,12 @@ class ImportedProgram:
     order (a slice or expand of an intermediate, `h[:, -1]`), by its position among the
     outputs: its strides as polynomials of the input size symbols (`symbolic_strides`), which a
     call evaluates at its sizes."""
-    row_major_hidden: frozenset[int] = frozenset()
+    hidden_orders: dict[int, tuple[int, ...]] = field(default_factory=dict[int, tuple[int, ...]])
     """Of a symbolic program: the hidden outputs (by their position among `output_rules`) whose
-    traced layout is row-major at every size (`row_major_at_every_size`), which a call's
-    contiguous result reproduces, so that the views of them replay eager's strides."""
+    traced layout is dense in one memory order at every size (`dense_order_at_every_size`:
+    row-major, or transposed as `x.t() * 2` is), and that order, which a call lays its
+    contiguous result out in (`dynamic.in_memory_order`), so that the views of them replay
+    eager's strides."""
 
     def visible(self, results: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """`@forward`'s results without the hidden ones (what the graph and loop interpreters
@@ -272,13 +281,15 @@ def import_program(
     check_no_write_through_returned_input(program)
     check_eager_rules(program, symbolic)
     strides: list[tuple[int, ...] | None] | None = None
+    bases: list[tuple[int, ...] | None] | None = None
     if needs_decomposition(program, symbolic):
         strides = returned_strides(_returned(program))
+        bases = base_strides(_returned(program))
         program = _decomposed(program, symbolic)
     if not symbolic:
-        return Importer(program, strides).run(verify)
+        return Importer(program, strides, bases).run(verify)
     with importing_sizes(SizeSymbols()):
-        return Importer(program, strides).run(verify)
+        return Importer(program, strides, bases).run(verify)
 
 
 def _returned(program: ExportedProgram) -> list[torch.fx.Node]:
@@ -502,12 +513,36 @@ def input_polynomial(symbols: SizeSymbols) -> Callable[[Any], graph.SizeExpr | N
     return of
 
 
-def row_major_at_every_size(symbols: SizeSymbols, node: torch.fx.Node) -> bool:
-    """Whether `node`'s traced value is row-major at every size its symbols take."""
+def hidden_as_traced(
+    rules: OutputRules, bases: Sequence[tuple[int, ...] | None] | None
+) -> list[bool]:
+    """For each hidden output of `rules`, whether its traced strides (at the trace's sizes) are
+    those its views' base had before the program was decomposed (`bases`, one per returned
+    output: `base_strides`; True where they are not known): a decomposition that laid it out
+    otherwise would have its views replay other strides than eager's."""
+    found = [True] * len(rules.hidden)
+    returned = len(rules.rules) - len(rules.hidden)
+    for rule, strides in zip(rules.rules, bases or (), strict=False):
+        j = rule.index - returned
+        if rule.base != "output" or j < 0 or strides is None:
+            continue
+        value = rules.hidden[j].meta.get("val")
+        hinted = [size_hint(s) for s in value.stride()] if isinstance(value, torch.Tensor) else []
+        found[j] = found[j] and tuple(hinted) == strides
+    return found
+
+
+def dense_order_at_every_size(symbols: SizeSymbols, node: torch.fx.Node) -> tuple[int, ...] | None:
+    """The memory order (outermost dim first) in which `node`'s traced value is dense at every
+    size its symbols take: row-major (`range(rank)`) or another (`SizeSymbols.memory_order`);
+    None where there is none."""
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
-        return False
-    return symbols.dense_in(range(value.dim()), tuple(value.shape), tuple(value.stride()))
+        return None
+    shape, stride = tuple(value.shape), tuple(value.stride())
+    if symbols.dense_in(range(value.dim()), shape, stride):
+        return tuple(range(value.dim()))
+    return symbols.memory_order(shape, stride)
 
 
 def is_channels_last(val: Any) -> bool:
@@ -551,11 +586,15 @@ class Importer:
     """Walks the FX graph of one exported program and builds `@forward`."""
 
     def __init__(
-        self, program: ExportedProgram, strides: list[tuple[int, ...] | None] | None = None
+        self,
+        program: ExportedProgram,
+        strides: list[tuple[int, ...] | None] | None = None,
+        bases: list[tuple[int, ...] | None] | None = None,
     ):
         self.program = program
         self.signature = program.graph_signature
         self.strides = strides  # eager's strides of each returned node, traced before decomposing
+        self.bases = bases  # those of each returned view's base (`base_strides`), likewise
 
     def run(self, verify: bool = True) -> ImportedProgram:
         placeholders = [n for n in self.program.graph.nodes if n.op == "placeholder"]
@@ -610,10 +649,12 @@ class Importer:
         returned = _returned(self.program)
         kept = [i for i in range(len(returned)) if i not in constants]
         traced = self.strides if self.strides and len(self.strides) == len(returned) else None
+        bases = self.bases if self.bases and len(self.bases) == len(returned) else None
         rules = output_rules(
             [returned[i] for i in kept],
             arg_of,
             None if traced is None else [traced[i] for i in kept],
+            None if bases is None else [bases[i] for i in kept],
         )
         outputs += [lowering.tensor(node) for node in rules.hidden]
         block.add_op(func.ReturnOp(*outputs))
@@ -629,18 +670,18 @@ class Importer:
         )
         symbols = SIZE_SYMBOLS.get()
         strides: dict[int, tuple[graph.SizeExpr, ...]] = {}
-        row_major: frozenset[int] = frozenset()
+        hidden_orders: dict[int, tuple[int, ...]] = {}
         returned_rules = rules.rules
         if symbols is not None and symbols.inputs:
             symbols.add_conditions(shape_env_of(placeholders))
             function.attributes[SIZES_ATTR] = symbols.table()
             strides = symbolic_strides(symbols, [returned[i] for i in kept], rules.rules)
             returned_rules = [with_size_args(r, input_polynomial(symbols)) for r in rules.rules]
-            row_major = frozenset(
-                len(kept) + j
-                for j, node in enumerate(rules.hidden)
-                if row_major_at_every_size(symbols, node)
-            )
+            laid_out = hidden_as_traced(rules, None if bases is None else [bases[i] for i in kept])
+            for j, node in enumerate(rules.hidden):
+                order = dense_order_at_every_size(symbols, node)
+                if order is not None and laid_out[j]:
+                    hidden_orders[len(kept) + j] = order
         module = ModuleOp([function])
         if symbols is not None and verify:
             verify_symbolic(function, symbols)
@@ -657,7 +698,7 @@ class Importer:
             constants,
             len(rules.hidden),
             strides,
-            row_major,
+            hidden_orders,
         )
 
     def state_tensor(self, target: str, node: torch.fx.Node) -> torch.Tensor:

@@ -26,7 +26,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -35,6 +35,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from xfuse.dialects import graph
 from xfuse.dialects.graph.layout import row_major_strides
+from xfuse.frontend.eager_rules import size_hint
 from xfuse.frontend.meta_strides import Strides, eager_strides
 
 VIEW_METHODS: dict[Any, tuple[str, tuple[Any, ...]]] = {
@@ -238,15 +239,21 @@ def output_rules(
     returned: Sequence[torch.fx.Node],
     arg_of: dict[torch.fx.Node, int],
     traced: Sequence[tuple[int, ...] | None] | None = None,
+    traced_bases: Sequence[tuple[int, ...] | None] | None = None,
 ) -> OutputRules:
     """The rule of each returned node, and the hidden outputs; `arg_of` maps placeholders to
     `@forward` arguments. `traced` holds eager's strides of each returned node where the
     program was traced before it was decomposed (`returned_strides`): a fresh output takes
-    those."""
+    those; `traced_bases` the strides of the base each returned view views there
+    (`base_strides`): a hidden output takes those where its base's decomposition laid it out
+    otherwise (a functional `copy` into a gapped buffer becomes a dense `clone`)."""
     corrected = eager_strides(returned[0].graph) if returned else {}
     if traced is not None:
         corrected |= {n: s for n, s in zip(returned, traced, strict=True) if s is not None}
     bases = [_viewable(node, view_chain(node), corrected) for node in returned]
+    for (base, chain), strides in zip(bases, traced_bases or (), strict=False):
+        if chain and strides is not None and base not in corrected and _static(base):
+            corrected[base] = strides
     owner: dict[torch.fx.Node, int] = {}
     for i, (node, (base, chain)) in enumerate(zip(returned, bases, strict=True)):
         if not chain and base is node and base not in arg_of:
@@ -323,6 +330,34 @@ def returned_strides(returned: Sequence[torch.fx.Node]) -> list[tuple[int, ...] 
         )
         found.append(_stride(node, corrected) if static else None)
     return found
+
+
+def base_strides(returned: Sequence[torch.fx.Node]) -> list[tuple[int, ...] | None]:
+    """For each returned node that is a view, the strides of its base at the trace's sizes
+    (their hints where symbolic), as traced before the program is decomposed; None
+    for a node that is no view or whose base has no such strides. Decompositions may lay an
+    intermediate out otherwise than eager (a functional `copy` into a gapped buffer becomes a
+    dense `clone`), which its views would then not replay as eager's."""
+    graph = next((n.graph for n in returned if isinstance(n, torch.fx.Node)), None)
+    corrected = eager_strides(graph) if graph is not None else {}
+    found: list[tuple[int, ...] | None] = []
+    for node in returned:
+        base, chain = view_chain(node) if isinstance(node, torch.fx.Node) else (None, ())
+        value = base.meta.get("val") if base is not None else None
+        strides = None
+        if chain and isinstance(value, torch.Tensor):
+            hinted = [size_hint(s) for s in corrected.get(base, value.stride())]
+            strides = None if None in hinted else tuple(cast(list[int], hinted))
+        found.append(strides)
+    return found
+
+
+def _static(node: torch.fx.Node) -> bool:
+    """Whether `node`'s traced value has static sizes and strides."""
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and all(
+        isinstance(d, int) for d in (*value.shape, *value.stride())
+    )
 
 
 def overlaps(shape: Sequence[int], stride: Sequence[int]) -> bool:

@@ -288,7 +288,7 @@ class DynamicProgram:
             with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
                 eager = model(*example_inputs, **kwargs)
             strided = strided_outputs(program, eager)
-            orders = output_orders(program.output_rules, eager, strided, program.row_major_hidden)
+            orders = output_orders(program.output_rules, eager, strided, program.hidden_orders)
             program.return_view_bases()
         self.program = program
         self.orders = orders
@@ -301,6 +301,11 @@ class DynamicProgram:
         """The outputs eager returns as views of an input or parameter (`input_views`)."""
         self.output_views = output_views(program.output_rules)
         """The outputs eager returns as views of another output (`output_views`)."""
+        self.hidden_viewed = sorted(
+            {r.index for r in self.output_views.values()}
+            - set(range(len(program.output_rules) - program.hidden_outputs))
+        )
+        """The hidden outputs that views replay on (`ImportedProgram.hidden_orders`)."""
         self.op_index = OpIndex()
         """The ops the fusion decisions name (for `xfuse.explain`)."""
         self.cache = default_cache() if cache is None else cache
@@ -523,10 +528,19 @@ class DynamicProgram:
             visible[k] = fresh_copy(visible[k], tuple(e.evaluate(plan.sizes) for e in strides))
         for k, rule in self.views.items():  # of the caller's tensors (a CPU scalar's too)
             visible[k] = replay(rule.chain, bound[rule.index], plan.sizes)
+        hidden = {k: self._hidden(results, k) for k in self.hidden_viewed}
         for k, rule in self.output_views.items():  # of a visible result, or a hidden one
-            base = (visible if rule.index < len(visible) else results)[rule.index]
+            base = visible[rule.index] if rule.index < len(visible) else hidden[rule.index]
             visible[k] = replay(rule.chain, base, plan.sizes)
         return self.unflatten(visible)
+
+    def _hidden(self, results: Sequence[Tensor], k: int) -> Tensor:
+        """The hidden output `k` (contiguous) in the memory order eager lays it out in (one
+        copy where that is not row-major), for the views of it to replay on."""
+        order = self.program.hidden_orders[k]
+        if order == tuple(range(len(order))):
+            return results[k]
+        return in_memory_order(results[k], order)
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
         """What the plan of a plain call (tensors `args`) depends on: each input's Python
@@ -667,7 +681,7 @@ def output_orders(
     rules: Sequence[OutputRule],
     eager: Any,
     strided: Collection[int] = (),
-    row_major_hidden: Collection[int] = (),
+    hidden_orders: Collection[int] = (),
 ) -> dict[int, tuple[int, ...]]:
     """The memory order of each output that eager returns dense but not contiguous (a permute
     of a contiguous tensor, as a channels-last map or a transposed product is), by its index
@@ -675,13 +689,13 @@ def output_orders(
     strides (`in_memory_order`). A view of an input is replayed on the call's input
     (`input_views`), a view of another output on that output's result (`output_views`), or of
     an intermediate that two or more outputs view and none is (a hidden output) on its result
-    where the intermediate is row-major at every size (`row_major_hidden`), an output of no
+    where the intermediate is dense in one order at every size (`hidden_orders`), an output of no
     dense order with the strides it has at the call's sizes (`strided`, `strided_outputs`).
     Refused, in one line: outputs that eager returns as memory a dynamic program would not
     return alike: a view through sizes that are not polynomials of the input sizes (views
     through sizes of the call that are, `SizeArg`s, replay at each call's sizes), a view of
     an intermediate that eager does
-    not return whose layout is not row-major at every size, or strides of no dense order
+    not return whose layout is dense in no one order at every size, or strides of no dense order
     (overlapping or with gaps) that are not polynomials of the sizes."""
     outputs = [x for x in pytree.tree_leaves(eager) if isinstance(x, Tensor)]
     for i, rule in enumerate(rules[: len(outputs)]):
@@ -694,11 +708,11 @@ def output_orders(
                 "not return as a view yet"
             )
         if rule.base == "output" and rule.index >= len(outputs):
-            if rule.index not in row_major_hidden:
+            if rule.index not in hidden_orders:
                 raise UnsupportedProgram(
-                    f"output {i} is a view of an intermediate that eager does not return and "
-                    "that is not row-major at every size, which dynamic_shapes does not "
-                    "return as a view yet"
+                    f"output {i} is a view of an intermediate that eager does not return, "
+                    "whose layout dynamic_shapes does not reproduce at every size (dense in no "
+                    "one order, or laid out otherwise by torch's decompositions)"
                 )
     views = {*input_views(rules), *output_views(rules)}
     orders: dict[int, tuple[int, ...]] = {}
