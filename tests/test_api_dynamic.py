@@ -716,3 +716,21 @@ def test_a_repeat_of_symbolic_dims_runs_in_one_program(name: str, symbols: int) 
     for b, n in [(5, 16), (2, 16), (9, 16)] if symbols == 1 else [(5, 16), (2, 3), (9, 7)]:
         x = torch.randn(b, n)
         torch.testing.assert_close(program(x), fn(x))
+
+
+def _scatter_into_a_contiguous_copy(x: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    return torch.diagonal_scatter(x.contiguous(), d, 0, 0, 1)
+
+
+def test_a_torch_call_on_a_gapped_input_returns_eagers_contiguous_result() -> None:
+    """`x.contiguous()` of a gapped input is the input in the graph's value semantics, and
+    torch's `diagonal_scatter` keeps its operand's layout: the result comes back contiguous,
+    as eager's (found by `xfuse-fuzz --dynamic --seed 921`, program 1120)."""
+    shapes = {"x": {0: Dim("a", min=2, max=9)}, "d": None}
+    gapped = torch.randn(3, 2)[:, ::2]
+    program = xfuse.compile(
+        _scatter_into_a_contiguous_copy, (gapped, torch.randn(1)), dynamic_shapes=shapes
+    )
+    for rows in (3, 2, 7):
+        x, d = torch.randn(rows, 2)[:, ::2], torch.randn(1)
+        assert_like_eager([program(x, d)], [_scatter_into_a_contiguous_copy(x, d)])

@@ -547,6 +547,12 @@ class SymbolicProgram:
         self.maybe_shared = tuple(k for k, s in enumerate(self.results) if s in shared)
         """Results of eager ops that may return an operand's memory (`fresh_results`):
         `fresh` copies those that share an argument's or another result's memory."""
+        torch_made = {o for st in self.steps if isinstance(st, _Eager | _View) for o in st.outputs}
+        self.torch_made = tuple(k for k, s in enumerate(self.results) if s in torch_made)
+        """Results of torch calls and views, which may come back in their operands' layout
+        (`diagonal_scatter` of a gapped input, whose `contiguous()` the graph's value
+        semantics drop): `fresh` makes those that are not contiguous so, as the graph's
+        results are."""
         self._unset: tuple[None, ...] = (None,) * self.slot_count
         self._cpu_runner = _CPURunner(self) if self.device.type == "cpu" else None
 
@@ -638,12 +644,16 @@ class SymbolicProgram:
         """`results` of a call of `inputs` as memory of their own, as eager returns its fresh
         outputs: those `passed_through` copied, and those `maybe_shared` that share memory
         with an input or another result copied (contiguous; a dynamic program lays them out
-        in eager's order after, `dynamic.in_memory_order`)."""
-        if not self.passed_through and not self.maybe_shared:
+        in eager's order after, `dynamic.in_memory_order`), and those `torch_made` that are not
+        contiguous made so."""
+        if not self.passed_through and not self.maybe_shared and not self.torch_made:
             return results
         out = list(results)
         for k in self.passed_through:
             out[k] = out[k].clone(memory_format=torch.contiguous_format)
+        for k in self.torch_made:
+            if not out[k].is_contiguous():
+                out[k] = out[k].contiguous()
         if self.maybe_shared:
             others = [t for k, t in enumerate(out) if k not in self.maybe_shared]
             held = {storage_address(t) for t in (*inputs, *others)}
