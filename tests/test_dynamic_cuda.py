@@ -738,3 +738,31 @@ def test_a_bf16_conv_net_keeps_its_activations_channels_last_at_every_size() -> 
     plain = xfuse.compile(net, (example,), device="cuda", dynamic_shapes=IMAGE, channels_last=False)
     assert isinstance(plain, DynamicProgram)
     assert set(_convolution_sources(plain)) == {"graph"}
+
+
+def _sized_views_tails_and_transposed(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    b = x.shape[0]
+    t = x.t() * 2  # returned only through its views, in eager's transposed order
+    tail = y[y.shape[0] - b :] + x  # a slice from a size of the call to the end
+    return x.view(b, 4, 4), t[0], t[:, 1], tail.exp()
+
+
+@gpu
+def test_sized_views_transposed_intermediates_and_tails_at_every_shape_and_replay() -> None:
+    """Views to sizes of the call, views of a transposed intermediate and a tail sliced at a
+    difference of sizes: one symbolic program at each size, captured and replayed, with
+    eager's values, strides and offsets, views sharing memory as in eager."""
+    shapes = {"x": {0: Dim("a", min=2, max=64)}, "y": {0: Dim("b", min=2, max=128)}}
+    x, y = torch.randn(3, 16, device="cuda"), torch.randn(7, 16, device="cuda")
+    program = xfuse.compile(
+        _sized_views_tails_and_transposed, (x, y), device="cuda", dynamic_shapes=shapes
+    )
+    assert isinstance(program, DynamicProgram)
+    for a, b in [(3, 7), (5, 9), (3, 7), (5, 9), (3, 7)]:
+        x, y = torch.randn(a, 16, device="cuda"), torch.randn(b, 16, device="cuda")
+        got, want = program(x, y), _sized_views_tails_and_transposed(x, y)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
+        assert got[0].data_ptr() == x.data_ptr()
+        assert got[1].untyped_storage().data_ptr() == got[2].untyped_storage().data_ptr()

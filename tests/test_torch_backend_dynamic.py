@@ -144,6 +144,26 @@ class Split(torch.nn.Module):
         return x.view(b, n, 4, 4), y, y.view(b * n, 2, 8).transpose(0, 1)
 
 
+def _head_and_tail(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n = y.shape[0] - x.shape[0]  # a size of the call: the tail of y as long as x
+    return (y[:n] * 2).sum(0), (y[n:] + x).exp()
+
+
+def test_a_tail_sliced_at_a_size_of_the_call_runs_one_symbolic_program(counts: Counts) -> None:
+    """`y[y.shape[0] - x.shape[0]:]`: a slice whose start is a difference of two sizes, to the
+    dim's end, imported as the last elements of the dim (its length the result's symbol); the
+    difference is a size symbol the fusion's proxies must keep positive."""
+    compiled = torch.compile(_head_and_tail, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for a, b in [(3, 7), (4, 9), (2, 11), (6, 9)]:
+            x, y = torch.randn(a, 8), torch.randn(b, 8)
+            for got, want in zip(compiled(x, y), _head_and_tail(x, y), strict=True):
+                torch.testing.assert_close(got, want)
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 class TransposedViews(torch.nn.Module):
     """Views of an intermediate eager lays out in its input's transposed order."""
 

@@ -67,6 +67,31 @@ def test_primes_farther_apart_tell_a_padded_size_from_the_next_symbol() -> None:
     assert sizes["s1"] - sizes["s0"] >= symbolic.PROXY_GAPS[1]
 
 
+def test_a_difference_of_sizes_takes_the_atoms_in_the_other_order() -> None:
+    # e0 = s1 - s0 (a tail of s1 as long as s0 is shorter) is negative for rising primes.
+    table = graph.SizesAttr(
+        (
+            graph.SizeSymbol.input("s0", 0, 0, hint=7),
+            graph.SizeSymbol.input("s1", 1, 0, hint=3),
+            graph.SizeSymbol.derived("e0", s0 - graph.SizeExpr.symbol("s1")),
+        )
+    )
+    sizes = proxy_sizes(table, {2, 8})
+    assert sizes["e0"] == sizes["s0"] - sizes["s1"] >= graph.MIN_SIZE
+    assert len(set(sizes.values())) == 3
+
+
+def test_a_symbol_under_the_least_size_in_both_orders_is_refused() -> None:
+    table = graph.SizesAttr(
+        (
+            graph.SizeSymbol.input("s0", 0, 0, hint=7),
+            graph.SizeSymbol.derived("e0", graph.SizeExpr.constant(1) - s0),
+        )
+    )
+    with pytest.raises(SymbolicSizeError, match="'e0' is -"):
+        proxy_sizes(table, {2, 8})
+
+
 def test_types_go_back_to_their_symbols() -> None:
     text = open_program()
     module = parse(text)

@@ -115,6 +115,9 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     offset = _offset_slice(lw, x, a["dim"] % _rank(x), a, out_type(node))
     if offset is not None:
         return offset
+    tail = _tail_slice(lw, x, a["dim"] % _rank(x), a, out_type(node))
+    if tail is not None:
+        return tail
     if not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
         return None
     size = graph.shape_of(x)[a["dim"] % _rank(x)]
@@ -142,6 +145,29 @@ def _offset_slice(
     index[dim] = result
     positions = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, int(start)))
     return lw.emit(graph.GatherOp(x, [positions], dim, graph.dims_of(t)))
+
+
+def _tail_slice(
+    lw: ImportBuilder, x: SSAValue, dim: int, a: Args, t: TensorType[Attribute]
+) -> SSAValue | None:
+    """A unit-step slice of symbolic dim `dim` from a start that is a size of the call to its
+    end (`y[y.shape[0] - x.shape[0]:]`): the last elements, as many as the result type's dim
+    (torch's start is what sized it): the dim flipped, its first elements gathered, flipped
+    back (index arithmetic the reading kernel folds). None for any other slice."""
+    start, end = a["start"], a["end"]
+    size, result = graph.dims_of(x)[dim], graph.dims_of(t)[dim]
+    if not isinstance(start, torch.fx.Node) or not isinstance(start.meta.get("val"), torch.SymInt):
+        return None
+    if a["step"] != 1 or not isinstance(size, str) or result == size:
+        return None
+    if end is not None and not (_is_number(end) and end >= UNBOUNDED_END):
+        return None
+    index: list[graph.Dim] = [1] * _rank(x)
+    index[dim] = result
+    flipped = lw.emit(graph.FlipOp(x, [dim]))
+    positions = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, 0))
+    first = lw.emit(graph.GatherOp(flipped, [positions], dim, graph.dims_of(t)))
+    return lw.emit(graph.FlipOp(first, [dim]))
 
 
 def _select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:

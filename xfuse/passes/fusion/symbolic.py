@@ -76,28 +76,37 @@ constant that reaches the next prime (a padded dim `s0 + 2` against `s1`)."""
 
 def proxy_sizes(table: graph.SizesAttr, static: set[int]) -> dict[str, int]:
     """Each symbol's proxy: atoms (input symbols, floor divisions) distinct primes above every
-    static size, at least a gap of `PROXY_GAPS` apart, other derived symbols their
-    polynomials of those. Refuses a table whose proxies collide (two symbols, or a symbol and
-    a static size, of one value) at every gap."""
+    static size, at least a gap of `PROXY_GAPS` apart, rising in the table's order of atoms or,
+    where no gap serves, in the reverse (a difference of two sizes, `s1 - s0`, is a size only
+    where the first is the larger), other derived symbols their polynomials of those. Refuses a table whose
+    proxies collide (two symbols, or a symbol and a static size, of one value, or a symbol
+    under `MIN_SIZE`) at every gap and in both orders."""
     problem = ""
-    for gap in PROXY_GAPS:
-        sizes, problem = _proxies(table, static, gap)
-        if not problem:
-            return sizes
+    for rising in (True, False):
+        for gap in PROXY_GAPS:
+            sizes, found = _proxies(table, static, gap, rising)
+            if not found:
+                return sizes
+            problem = problem or found
     raise SymbolicPassError(problem)
 
 
-def _proxies(table: graph.SizesAttr, static: set[int], gap: int) -> tuple[dict[str, int], str]:
-    """The proxies with atoms' primes at least `gap` apart, and why two collide ("" if none)."""
+def _proxies(
+    table: graph.SizesAttr, static: set[int], gap: int, rising: bool = True
+) -> tuple[dict[str, int], str]:
+    """The proxies with atoms' primes at least `gap` apart, rising in the table's order of
+    atoms (`rising`) or its reverse, and why two collide ("" if none)."""
     inputs: dict[str, int] = {}
     last = max(static | {16})
-    for s in table.symbols:
-        if s.is_atom:
-            last = inputs[s.name] = next(_primes_above(last + gap - 1))
+    atoms = [s for s in table.symbols if s.is_atom]
+    for s in atoms if rising else reversed(atoms):
+        last = inputs[s.name] = next(_primes_above(last + gap - 1))
     sizes = {name: e.evaluate(inputs) for name, e in table.expansions.items()}
     seen: dict[int, str] = {}
     for name, value in sizes.items():
-        if value < graph.MIN_SIZE or value in static or value in seen:
+        if value < graph.MIN_SIZE:
+            return sizes, f"size symbol '{name}' is {value}, under any size, at sizes {inputs}"
+        if value in static or value in seen:
             other = seen.get(value, "a static size")
             return sizes, (
                 f"size symbol '{name}' cannot be told apart from {other} for fusion "
