@@ -734,3 +734,26 @@ def test_a_torch_call_on_a_gapped_input_returns_eagers_contiguous_result() -> No
     for rows in (3, 2, 7):
         x, d = torch.randn(rows, 2)[:, ::2], torch.randn(1)
         assert_like_eager([program(x, d)], [_scatter_into_a_contiguous_copy(x, d)])
+
+
+def _longer_first(y: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return (y[1:] + x).exp(), y.sum(0)
+
+
+def test_a_derived_dim_before_its_root_is_read_from_the_later_input() -> None:
+    """`dynamic_shapes={"y": {0: a + 1}, "x": {0: a}}`: the first input's dim is a size of the
+    second's; the program reads `a` from `x`, checks `y` against `a + 1` at each call and
+    refuses a call that breaks it, in one line."""
+    a = Dim("a", min=2, max=64)
+    program = xfuse.compile(
+        _longer_first,
+        (torch.randn(4, 8), torch.randn(3, 8)),
+        dynamic_shapes={"y": {0: a + 1}, "x": {0: a}},
+    )
+    assert isinstance(program, DynamicProgram)
+    for n in (3, 6, 21):
+        y, x = torch.randn(n + 1, 8), torch.randn(n, 8)
+        assert_like_eager(program(y, x), _longer_first(y, x))
+    with pytest.raises(SymbolicSizeError, match="argument 0 dim 0 is size symbol") as e:
+        program(torch.randn(6, 8), torch.randn(3, 8))
+    one_line(e)

@@ -164,6 +164,28 @@ def test_a_tail_sliced_at_a_size_of_the_call_runs_one_symbolic_program(counts: C
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+def _one_longer(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    torch._check(y.shape[0] == x.shape[0] + 1)  # dynamo sizes y's dim `s0 + 1`
+    return (y[1:] + x).exp(), y.sum(0)
+
+
+def test_an_input_sized_by_another_inputs_length_runs_one_symbolic_program(
+    counts: Counts,
+) -> None:
+    """An input whose dim dynamo sizes as another input's plus one (a checked relation) is
+    exported with torch.export's derived `Dim`, its size a derived symbol checked at each
+    call, where it compiled per shape."""
+    compiled = torch.compile(_one_longer, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for n in (3, 5, 9, 17):
+            x, y = torch.randn(n, 8), torch.randn(n + 1, 8)
+            for got, want in zip(compiled(x, y), _one_longer(x, y), strict=True):
+                torch.testing.assert_close(got, want)
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 class TransposedViews(torch.nn.Module):
     """Views of an intermediate eager lays out in its input's transposed order."""
 

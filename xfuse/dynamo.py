@@ -452,8 +452,8 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     """The inputs of a graph dynamo traced with symbolic sizes, as `SymbolicInputs`; an
     `UnsupportedProgram` (one line) where a symbolic program cannot take them: a SymFloat or
     SymBool input, a SymInt that is an expression of symbols no input holds, or a tensor's
-    size that is an expression of symbols other than a product of held ones (`s0 + 1`, once
-    pinned ints are put in). A SymInt input that is a symbol no tensor dim holds (a dynamic
+    size that is an expression of symbols other than a product of held ones or `a*s + c` of
+    one (`_linear`: torch.export's derived `Dim`), once pinned ints are put in (`s0 + s1`). A SymInt input that is a symbol no tensor dim holds (a dynamic
     Python int) is pinned to its example value (`pinned_ints`)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
@@ -472,8 +472,12 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     for k, i in enumerate(tensors):
         entries: list[tuple[Any, ...] | None] = []
         sizes_of = [_pinned_size(size, values) for size in fakes[i].shape]
+        linear: dict[int, tuple[int, Any, int]] = {}
         for d, expr in enumerate(sizes_of):
             if expr.is_number or expr.is_Symbol:  # a number: dynamo specialised
+                entries.append(None)
+            elif (line := _linear(expr, held)) is not None:  # `s0 + 1`: a derived Dim
+                linear[d] = line
                 entries.append(None)
             else:
                 entries.append(_factors(expr, held, placeholders[i].name, d))
@@ -483,6 +487,11 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
         new = 0
         for d, expr in enumerate(sizes_of):
             entry = entries[d]
+            if d in linear:
+                scale, symbol, offset = linear[d]
+                spec[new] = dims[symbol] * scale + offset if scale != 1 else dims[symbol] + offset
+                new += 1
+                continue
             parts = (expr,)
             for part in parts if entry is None else entry:
                 if not isinstance(part, int) and part.is_Symbol:
@@ -622,6 +631,19 @@ def _pinned_size(size: int | torch.SymInt, values: dict[Any, Any]) -> Any:
     if isinstance(size, torch.SymInt):
         return size.node.expr.xreplace(values)
     return sympy.Integer(size)
+
+
+def _linear(expr: Any, held: Held) -> tuple[int, Any, int] | None:
+    """(a, s, c) where a dim's size is `a*s + c` of one size symbol `s` that an input holds
+    (dynamo relates a tail's input to another's length, `s0 + 1`), `a` a positive integer and
+    `c` a non-zero integer: torch.export's derived `Dim`; None for any other expression."""
+    offset, terms = expr.as_coeff_add()
+    if len(terms) != 1 or not offset.is_Integer or offset == 0:
+        return None
+    scale, symbol = terms[0].as_coeff_Mul()
+    if not (scale.is_Integer and int(scale) >= 1 and symbol.is_Symbol and symbol in held):
+        return None
+    return int(scale), symbol, int(offset)
 
 
 def _factors(expr: Any, held: Held, name: str, dim: int) -> tuple[Any, ...]:

@@ -607,6 +607,7 @@ class Importer:
         params: dict[str, torch.Tensor] = {}
         input_names: list[str] = []
         constant_inputs: set[int] = set()
+        typed: list[torch.fx.Node] = []
         user_index = 0
         for node, spec in zip(placeholders, specs, strict=True):
             if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
@@ -618,19 +619,22 @@ class Importer:
                 input_names.append(node.name)
                 attr: dict[str, Attribute] = {"graph.input": StringAttr(node.name)}
             elif spec.kind in PARAM_KINDS and spec.target is not None:
-                param_names[len(arg_types)] = spec.target
+                param_names[len(typed)] = spec.target
                 params[spec.target] = self.state_tensor(spec.target, node)
                 attr = {"graph.param": StringAttr(spec.target)}
             else:
                 raise node_error(node, f"inputs of kind {spec.kind.name} are not supported")
             symbols = SIZE_SYMBOLS.get()
             if symbols is not None:
-                symbols.add_inputs(len(arg_types), node.meta.get("val"))
+                symbols.add_inputs(len(typed), node.meta.get("val"))
             value = params[spec.target] if spec.target in params else node.meta.get("val")
             if is_channels_last(value):
                 attr[CHANNELS_LAST_ATTR] = UnitAttr()
-            arg_types.append(tensor_type_of_val(node.meta.get("val"), node))
+            typed.append(node)
             arg_attrs.append(DictionaryAttr(attr))
+        # Typed once every input's symbols are known: an input's dim may be a size of another
+        # input after it (`s0 + 1`, where a later input's dim is `s0`).
+        arg_types += [tensor_type_of_val(node.meta.get("val"), node) for node in typed]
 
         symbols = SIZE_SYMBOLS.get()
         if symbols is not None:
@@ -756,11 +760,11 @@ def convert_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
 
 def convert_symbolic_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     """`convert_aten_node` where the import reads symbolic sizes: a size computation
-    (`sym_size`, `operator.mul` of sizes) has no graph value (the types of the tensors
+    (`sym_size`, `operator.mul` of sizes, a comparison of sizes for a check) has no graph value (the types of the tensors
     carry their sizes); an op that involves a symbolic size and whose converter fails,
     produces other types than torch's or ops that do not verify, or that would be a
     `torch_call` with a size argument (its arguments are constants), refuses in one line."""
-    if isinstance(node.meta.get("val"), torch.SymInt):
+    if isinstance(node.meta.get("val"), torch.SymInt | torch.SymBool):
         return None
     involved = has_symbolic_size(node.meta.get("val")) or any(
         has_symbolic_size(a.meta.get("val")) for a in node.all_input_nodes
