@@ -757,3 +757,23 @@ def test_a_derived_dim_before_its_root_is_read_from_the_later_input() -> None:
     with pytest.raises(SymbolicSizeError, match="argument 0 dim 0 is size symbol") as e:
         program(torch.randn(6, 8), torch.randn(3, 8))
     one_line(e)
+
+
+def _vector_product(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.sin(F.linear(v, w))
+
+
+def test_a_linear_of_a_vector_of_symbolic_length() -> None:
+    """`linear` of a 1-D input whose length is a size symbol (the weight's columns too): its
+    decomposition keeps the symbol in the row it makes of the vector (found by
+    `xfuse-fuzz --dynamic --seed 921`, programs 26 and 41: 'operand shapes do not match')."""
+    s = Dim("s", min=2, max=64)
+    program = xfuse.compile(
+        _vector_product,
+        (torch.randn(3), torch.randn(4, 3)),
+        dynamic_shapes={"v": {0: s}, "w": {1: s}},
+    )
+    assert isinstance(program, DynamicProgram)
+    for n in (3, 8, 40):
+        v, w = torch.randn(n), torch.randn(4, n)
+        assert_like_eager([program(v, w)], [_vector_product(v, w)])

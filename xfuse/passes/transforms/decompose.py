@@ -246,11 +246,11 @@ class DecomposeLinear(RewritePattern):
             return
         ops = OpList()
         x = op.input
-        if len(graph.shape_of(x)) == 1:
-            x = ops.add(graph.ReshapeOp(x, (1, graph.shape_of(x)[0])))
+        if len(graph.shape_of(x)) == 1:  # (its dim may be a size symbol: `dims_of`)
+            x = ops.add(graph.ReshapeOp(x, (1, graph.dims_of(x)[0])))
         y = ops.add(graph.MatmulOp(x, ops.add(graph.PermuteOp(op.weight, [1, 0]))))
-        if graph.shape_of(y) != graph.shape_of(op.result):
-            y = ops.add(graph.ReshapeOp(y, graph.shape_of(op.result)))
+        if graph.dims_of(y) != graph.dims_of(op.result):
+            y = ops.add(graph.ReshapeOp(y, graph.dims_of(op.result)))
         if op.bias is not None:
             y = ops.add(graph.AddOp(y, op.bias))
         _replace(rewriter, op, ops, y)
