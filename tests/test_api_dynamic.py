@@ -777,3 +777,21 @@ def test_a_linear_of_a_vector_of_symbolic_length() -> None:
     for n in (3, 8, 40):
         v, w = torch.randn(n), torch.randn(4, n)
         assert_like_eager([program(v, w)], [_vector_product(v, w)])
+
+
+def _mask_of_a_permuted_map(x: torch.Tensor) -> torch.Tensor:
+    return (x == x).to(torch.float32)
+
+
+def test_an_output_in_its_inputs_order_with_a_size_one_dim() -> None:
+    """Eager lays `x == x` of a permuted `[n, 1, 3]` map out in its input's order, the size-1
+    dim sharing the stride of the dim inside it (`(1, n, n)`): returned in that order at every
+    size (found by `xfuse-fuzz --dynamic --seed 921`, program 105: refused as "not dense in
+    any order")."""
+    shapes = {"x": {0: Dim("n", min=2, max=128)}}
+    example = torch.randn(3, 1, 64).permute(2, 1, 0)
+    program = xfuse.compile(_mask_of_a_permuted_map, (example,), dynamic_shapes=shapes)
+    assert isinstance(program, DynamicProgram)
+    for n in (64, 5, 100):
+        x = torch.randn(3, 1, n).permute(2, 1, 0)
+        assert_like_eager([program(x)], [_mask_of_a_permuted_map(x)])

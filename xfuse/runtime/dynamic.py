@@ -755,13 +755,20 @@ def _constant_args(view: ViewReplay) -> bool:
 
 def memory_order(t: Tensor) -> tuple[int, ...] | None:
     """The dims of `t` from outermost to innermost in memory where `t` is a permute of a
-    contiguous tensor with exactly `t`'s strides (size-1 dims included), else None."""
+    contiguous tensor with exactly `t`'s strides (size-1 dims included), else None. A size-1
+    dim shares its stride with the dim just inside it (eager's `(1, 64, 64)` of a `[64, 1, 3]`
+    map): among dims of one stride, size-1 dims go outside the others, or inside them."""
     strides = t.stride()
-    order = tuple(sorted(range(t.dim()), key=lambda d: -strides[d]))
-    dense = torch.empty([t.shape[d] for d in order], device="meta").permute(
-        inverse_permutation(order)
-    )
-    return order if dense.stride() == t.stride() else None
+    for inside in (False, True):
+        order = tuple(
+            sorted(range(t.dim()), key=lambda d: (-strides[d], (t.shape[d] == 1) == inside))
+        )
+        dense = torch.empty([t.shape[d] for d in order], device="meta").permute(
+            inverse_permutation(order)
+        )
+        if dense.stride() == t.stride():
+            return order
+    return None
 
 
 def in_memory_order(result: Tensor, order: tuple[int, ...]) -> Tensor:
