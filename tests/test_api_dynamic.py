@@ -795,3 +795,24 @@ def test_an_output_in_its_inputs_order_with_a_size_one_dim() -> None:
     for n in (64, 5, 100):
         x = torch.randn(3, 1, n).permute(2, 1, 0)
         assert_like_eager([program(x)], [_mask_of_a_permuted_map(x)])
+
+
+def _and_a_fixed_expand(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x * 2, (w * w).unsqueeze(0).expand(4, 6, 3)
+
+
+def test_an_expand_to_fixed_sizes_keeps_eagers_strides() -> None:
+    """An expand of an intermediate to sizes that do not change with the call's (strides
+    `(0, 3, 1)`, overlapping): its strides are constants of the program, copied into at each
+    call (found by `xfuse-fuzz --dynamic --seed 921`, program 208: refused as "not dense in
+    any order")."""
+    program = xfuse.compile(
+        _and_a_fixed_expand, (torch.randn(5, 8), torch.randn(6, 3)), dynamic_shapes=BATCH_AND_W
+    )
+    assert isinstance(program, DynamicProgram)
+    for n in (5, 2, 40):
+        x, w = torch.randn(n, 8), torch.randn(6, 3)
+        assert_like_eager(program(x, w), _and_a_fixed_expand(x, w))
+
+
+BATCH_AND_W = {"x": {0: Dim("batch", min=2, max=64)}, "w": None}

@@ -481,7 +481,8 @@ def symbolic_strides(
 ) -> dict[int, tuple[graph.SizeExpr, ...]]:
     """The strides of each fresh output whose traced layout is dense in no order (neither
     row-major nor another order `SizeSymbols.memory_order` finds), as polynomials of the input
-    size symbols, by its position among `returned`; an output whose strides are not such
+    size symbols (constants where the trace's are: an expand of an intermediate to sizes the
+    trace specialised), by its position among `returned`; an output whose strides are not such
     polynomials is left out (the dynamic runtime refuses it, in one line)."""
     names = symbols.names
     found: dict[int, tuple[graph.SizeExpr, ...]] = {}
@@ -490,8 +491,6 @@ def symbolic_strides(
         if rule.base != "fresh" or not isinstance(value, torch.Tensor):
             continue
         shape, stride = tuple(value.shape), tuple(value.stride())
-        if not any(isinstance(d, torch.SymInt) for d in (*shape, *stride)):
-            continue
         if symbols.memory_order(shape, stride) is not None or symbols.dense_in(
             range(len(shape)), shape, stride
         ):
