@@ -64,6 +64,7 @@ from xfuse.frontend.builder import (
 from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
 from xfuse.frontend.eager_rules import check_eager_rules, size_hint
 from xfuse.frontend.outputs import (
+    BaseLayout,
     OutputRule,
     OutputRules,
     base_strides,
@@ -281,7 +282,7 @@ def import_program(
     check_no_write_through_returned_input(program)
     check_eager_rules(program, symbolic)
     strides: list[tuple[int, ...] | None] | None = None
-    bases: list[tuple[int, ...] | None] | None = None
+    bases: list[BaseLayout | None] | None = None
     if needs_decomposition(program, symbolic):
         strides = returned_strides(_returned(program))
         bases = base_strides(_returned(program))
@@ -512,22 +513,22 @@ def input_polynomial(symbols: SizeSymbols) -> Callable[[Any], graph.SizeExpr | N
     return of
 
 
-def hidden_as_traced(
-    rules: OutputRules, bases: Sequence[tuple[int, ...] | None] | None
-) -> list[bool]:
+def hidden_as_traced(rules: OutputRules, bases: Sequence[BaseLayout | None] | None) -> list[bool]:
     """For each hidden output of `rules`, whether its traced strides (at the trace's sizes) are
-    those its views' base had before the program was decomposed (`bases`, one per returned
-    output: `base_strides`; True where they are not known): a decomposition that laid it out
-    otherwise would have its views replay other strides than eager's."""
+    those its views' base of its shape had before the program was decomposed (`bases`, one per
+    returned output: `base_strides`; True where they are not known): a decomposition that laid
+    it out otherwise would have its views replay other strides than eager's."""
     found = [True] * len(rules.hidden)
     returned = len(rules.rules) - len(rules.hidden)
-    for rule, strides in zip(rules.rules, bases or (), strict=False):
+    for rule, layout in zip(rules.rules, bases or (), strict=False):
         j = rule.index - returned
-        if rule.base != "output" or j < 0 or strides is None:
+        value = rules.hidden[j].meta.get("val") if rule.base == "output" and j >= 0 else None
+        if layout is None or not isinstance(value, torch.Tensor):
             continue
-        value = rules.hidden[j].meta.get("val")
-        hinted = [size_hint(s) for s in value.stride()] if isinstance(value, torch.Tensor) else []
-        found[j] = found[j] and tuple(hinted) == strides
+        shape = tuple(size_hint(s) for s in value.shape)
+        strides = tuple(size_hint(s) for s in value.stride())
+        if shape == layout[0] and rule.chain == layout[2]:
+            found[j] = found[j] and strides == layout[1]
     return found
 
 
@@ -588,7 +589,7 @@ class Importer:
         self,
         program: ExportedProgram,
         strides: list[tuple[int, ...] | None] | None = None,
-        bases: list[tuple[int, ...] | None] | None = None,
+        bases: list[BaseLayout | None] | None = None,
     ):
         self.program = program
         self.signature = program.graph_signature

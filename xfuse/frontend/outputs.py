@@ -239,20 +239,24 @@ def output_rules(
     returned: Sequence[torch.fx.Node],
     arg_of: dict[torch.fx.Node, int],
     traced: Sequence[tuple[int, ...] | None] | None = None,
-    traced_bases: Sequence[tuple[int, ...] | None] | None = None,
+    traced_bases: Sequence[BaseLayout | None] | None = None,
 ) -> OutputRules:
     """The rule of each returned node, and the hidden outputs; `arg_of` maps placeholders to
     `@forward` arguments. `traced` holds eager's strides of each returned node where the
     program was traced before it was decomposed (`returned_strides`): a fresh output takes
-    those; `traced_bases` the strides of the base each returned view views there
-    (`base_strides`): a hidden output takes those where its base's decomposition laid it out
-    otherwise (a functional `copy` into a gapped buffer becomes a dense `clone`)."""
+    those; `traced_bases` the shape and strides of the base each returned view views there
+    (`base_strides`): a hidden output of that shape takes those strides where its base's
+    decomposition laid it out otherwise (a functional `copy` into a gapped buffer becomes a
+    dense `clone`)."""
     corrected = eager_strides(returned[0].graph) if returned else {}
     if traced is not None:
         corrected |= {n: s for n, s in zip(returned, traced, strict=True) if s is not None}
     bases = [_viewable(node, view_chain(node), corrected) for node in returned]
-    for (base, chain), strides in zip(bases, traced_bases or (), strict=False):
-        if chain and strides is not None and base not in corrected and _static(base):
+    for (base, chain), traced_base in zip(bases, traced_bases or (), strict=False):
+        if not chain or traced_base is None or base in corrected or not _static(base):
+            continue
+        shape, strides, traced_chain = traced_base
+        if shape == tuple(base.meta["val"].shape) and traced_chain == chain:  # the same views
             corrected[base] = strides
     owner: dict[torch.fx.Node, int] = {}
     for i, (node, (base, chain)) in enumerate(zip(returned, bases, strict=True)):
@@ -332,23 +336,30 @@ def returned_strides(returned: Sequence[torch.fx.Node]) -> list[tuple[int, ...] 
     return found
 
 
-def base_strides(returned: Sequence[torch.fx.Node]) -> list[tuple[int, ...] | None]:
-    """For each returned node that is a view, the strides of its base at the trace's sizes
-    (their hints where symbolic), as traced before the program is decomposed; None
+BaseLayout = tuple[tuple[int, ...], tuple[int, ...], tuple[ViewReplay, ...]]
+"""A view's base's shape and strides, at the trace's sizes, and the views from it."""
+
+
+def base_strides(returned: Sequence[torch.fx.Node]) -> list[BaseLayout | None]:
+    """For each returned node that is a view, the shape and strides of its base at the trace's
+    sizes (their hints where symbolic) and its views, as traced before the program is
+    decomposed; None
     for a node that is no view or whose base has no such strides. Decompositions may lay an
     intermediate out otherwise than eager (a functional `copy` into a gapped buffer becomes a
     dense `clone`), which its views would then not replay as eager's."""
     graph = next((n.graph for n in returned if isinstance(n, torch.fx.Node)), None)
     corrected = eager_strides(graph) if graph is not None else {}
-    found: list[tuple[int, ...] | None] = []
+    found: list[BaseLayout | None] = []
     for node in returned:
         base, chain = view_chain(node) if isinstance(node, torch.fx.Node) else (None, ())
         value = base.meta.get("val") if base is not None else None
-        strides = None
+        layout = None
         if chain and isinstance(value, torch.Tensor):
-            hinted = [size_hint(s) for s in corrected.get(base, value.stride())]
-            strides = None if None in hinted else tuple(cast(list[int], hinted))
-        found.append(strides)
+            sizes = [size_hint(s) for s in value.shape]
+            strides = [size_hint(s) for s in corrected.get(base, value.stride())]
+            if None not in sizes and None not in strides:
+                layout = (tuple(cast(list[int], sizes)), tuple(cast(list[int], strides)), chain)
+        found.append(layout)
     return found
 
 
