@@ -70,6 +70,7 @@ from xfuse.frontend.outputs import (
     base_strides,
     output_rules,
     returned_strides,
+    traced_base_strides,
     with_size_args,
 )
 from xfuse.frontend.pytrees import export_support, picker
@@ -523,12 +524,12 @@ def hidden_as_traced(rules: OutputRules, bases: Sequence[BaseLayout | None] | No
     for rule, layout in zip(rules.rules, bases or (), strict=False):
         j = rule.index - returned
         value = rules.hidden[j].meta.get("val") if rule.base == "output" and j >= 0 else None
-        if layout is None or not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
             continue
         shape = tuple(size_hint(s) for s in value.shape)
-        strides = tuple(size_hint(s) for s in value.stride())
-        if shape == layout[0] and rule.chain == layout[2]:
-            found[j] = found[j] and strides == layout[1]
+        traced = traced_base_strides(shape, rule.chain, layout)
+        if traced is not None:
+            found[j] = found[j] and tuple(size_hint(s) for s in value.stride()) == traced
     return found
 
 

@@ -105,16 +105,20 @@ class SizeArg:
     expr: graph.SizeExpr
 
 
-def replay(
-    chain: Sequence[ViewReplay], base: torch.Tensor, sizes: dict[str, int] | None = None
-) -> torch.Tensor:
+def replay(chain: Sequence[ViewReplay], base: torch.Tensor) -> torch.Tensor:
     """`base` viewed through each view of `chain` in turn (an output's views replayed on the
-    memory eager shares); a view through sizes of the call (`ViewReplay.sized`) at `sizes`."""
+    memory eager shares); a chain through sizes of the call is first `chain_at_sizes`'."""
     for view in chain:
-        if sizes is not None and view.sized:
-            view = view.at_sizes(sizes)
         base = view(base)
     return base
+
+
+def chain_at_sizes(chain: tuple[ViewReplay, ...], sizes: dict[str, int]) -> tuple[ViewReplay, ...]:
+    """`chain` with each view through sizes of the call (`ViewReplay.sized`) at `sizes`; the
+    chain itself where none is."""
+    if not any(view.sized for view in chain):
+        return chain
+    return tuple(view.at_sizes(sizes) if view.sized else view for view in chain)
 
 
 def with_size_args(rule: OutputRule, size_of: Callable[[Any], graph.SizeExpr | None]) -> OutputRule:
@@ -253,10 +257,10 @@ def output_rules(
         corrected |= {n: s for n, s in zip(returned, traced, strict=True) if s is not None}
     bases = [_viewable(node, view_chain(node), corrected) for node in returned]
     for (base, chain), traced_base in zip(bases, traced_bases or (), strict=False):
-        if not chain or traced_base is None or base in corrected or not _static(base):
+        if not chain or base in corrected or not _static(base):
             continue
-        shape, strides, traced_chain = traced_base
-        if shape == tuple(base.meta["val"].shape) and traced_chain == chain:  # the same views
+        strides = traced_base_strides(tuple(base.meta["val"].shape), chain, traced_base)
+        if strides is not None:
             corrected[base] = strides
     owner: dict[torch.fx.Node, int] = {}
     for i, (node, (base, chain)) in enumerate(zip(returned, bases, strict=True)):
@@ -361,6 +365,18 @@ def base_strides(returned: Sequence[torch.fx.Node]) -> list[BaseLayout | None]:
                 layout = (tuple(cast(list[int], sizes)), tuple(cast(list[int], strides)), chain)
         found.append(layout)
     return found
+
+
+def traced_base_strides(
+    shape: tuple[int | None, ...], chain: tuple[ViewReplay, ...], layout: BaseLayout | None
+) -> tuple[int, ...] | None:
+    """The strides `layout` (`base_strides`) traced for a base of `shape` (at the trace's
+    sizes) that `chain` views; None where it is unknown or another base's (another shape or
+    other views: decomposing reached another base)."""
+    if layout is None:
+        return None
+    traced_shape, strides, traced_chain = layout
+    return strides if shape == traced_shape and chain == traced_chain else None
 
 
 def _static(node: torch.fx.Node) -> bool:

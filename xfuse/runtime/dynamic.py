@@ -72,7 +72,7 @@ from xfuse.frontend.export import (
     unflattener,
 )
 from xfuse.frontend.importer import ImportedProgram
-from xfuse.frontend.outputs import OutputRule, ViewReplay, replay
+from xfuse.frontend.outputs import OutputRule, ViewReplay, chain_at_sizes, replay
 from xfuse.frontend.pytrees import picker
 from xfuse.ir.names import SIZES_ATTR
 from xfuse.passes.transforms.attention_mask import MaskGuardError
@@ -107,6 +107,12 @@ class CallPlan(NamedTuple):
     """The results computed from those CPU scalars alone, which eager returns on the CPU."""
     key: ShapeKey | None
     """The shape of its CUDA graph (`shape_key`); None without graphs."""
+    strides: dict[int, tuple[int, ...]]
+    """The strides of each output eager returns dense in no order (`DynamicProgram.strided`)
+    at these sizes."""
+    chains: dict[int, tuple[ViewReplay, ...]]
+    """Each view output's chain (`DynamicProgram.views`, `output_views`) at these sizes
+    (`chain_at_sizes`)."""
 
 
 MAX_PLANS = 256
@@ -301,11 +307,16 @@ class DynamicProgram:
         """The outputs eager returns as views of an input or parameter (`input_views`)."""
         self.output_views = output_views(program.output_rules)
         """The outputs eager returns as views of another output (`output_views`)."""
-        self.hidden_viewed = sorted(
-            {r.index for r in self.output_views.values()}
-            - set(range(len(program.output_rules) - program.hidden_outputs))
+        hidden_viewed = {r.index for r in self.output_views.values()} - set(
+            range(len(program.output_rules) - program.hidden_outputs)
         )
-        """The hidden outputs that views replay on (`ImportedProgram.hidden_orders`)."""
+        self.hidden_orders = {
+            k: order
+            for k in sorted(hidden_viewed)
+            if (order := program.hidden_orders[k]) != tuple(range(len(order)))
+        }
+        """The hidden outputs that views replay on and eager lays out in another order than
+        row-major, and that order (`ImportedProgram.hidden_orders`): one copy each a call."""
         self.op_index = OpIndex()
         """The ops the fusion decisions name (for `xfuse.explain`)."""
         self.cache = default_cache() if cache is None else cache
@@ -524,23 +535,16 @@ class DynamicProgram:
         visible = self.program.visible(results)
         for k, order in self.orders.items():
             visible[k] = in_memory_order(visible[k], order)
-        for k, strides in self.strided.items():
-            visible[k] = fresh_copy(visible[k], tuple(e.evaluate(plan.sizes) for e in strides))
+        for k, strides in plan.strides.items():
+            visible[k] = fresh_copy(visible[k], strides)
         for k, rule in self.views.items():  # of the caller's tensors (a CPU scalar's too)
-            visible[k] = replay(rule.chain, bound[rule.index], plan.sizes)
-        hidden = {k: self._hidden(results, k) for k in self.hidden_viewed}
+            visible[k] = replay(plan.chains[k], bound[rule.index])
+        hidden = {k: in_memory_order(results[k], o) for k, o in self.hidden_orders.items()}
         for k, rule in self.output_views.items():  # of a visible result, or a hidden one
-            base = visible[rule.index] if rule.index < len(visible) else hidden[rule.index]
-            visible[k] = replay(rule.chain, base, plan.sizes)
+            i = rule.index
+            base = visible[i] if i < len(visible) else hidden[i] if i in hidden else results[i]
+            visible[k] = replay(plan.chains[k], base)
         return self.unflatten(visible)
-
-    def _hidden(self, results: Sequence[Tensor], k: int) -> Tensor:
-        """The hidden output `k` (contiguous) in the memory order eager lays it out in (one
-        copy where that is not row-major), for the views of it to replay on."""
-        order = self.program.hidden_orders[k]
-        if order == tuple(range(len(order))):
-            return results[k]
-        return in_memory_order(results[k], order)
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
         """What the plan of a plain call (tensors `args`) depends on: each input's Python
@@ -578,7 +582,10 @@ class DynamicProgram:
         if self.graphs is not None:
             key = shape_key(sizes, [tensors[i] for i in self.copied])
         cpu_results = frozenset(outputs_only_from(self.sources, scalars))
-        return CallPlan(sizes, scalars, cpu_results, key)
+        strides = {k: tuple(e.evaluate(sizes) for e in exprs) for k, exprs in self.strided.items()}
+        rules = self.views | self.output_views
+        chains = {k: chain_at_sizes(rule.chain, sizes) for k, rule in rules.items()}
+        return CallPlan(sizes, scalars, cpu_results, key, strides, chains)
 
     def _on_device(self, tensors: list[Tensor], scalars: frozenset[int]) -> list[Tensor]:
         """`tensors` with the CPU scalars at the positions `scalars` moved to the device
