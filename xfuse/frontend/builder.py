@@ -21,7 +21,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.effects import computed_by_xfuse, erase_dead
 from xfuse.dialects.torch_args import encode_args
 from xfuse.errors import SymbolicSizeError, UnsupportedArgument, UnsupportedProgram
-from xfuse.frontend.eager_rules import CONVOLUTIONS
+from xfuse.frontend.eager_rules import CONVOLUTIONS, size_hint
 from xfuse.ir import dtypes
 
 Value = SSAValue | list[SSAValue | None] | None
@@ -283,7 +283,7 @@ class SizeSymbols:
         shape environment's hints), where it holds at every size (each stride of a dim other
         than 1 is, as a polynomial, the row-major stride of the dims after it in that order:
         attention's [B, H, s, D] output in [B, s, H, D] memory); else None."""
-        hinted = [_size_hint(x) for x in (*shape, *strides)]
+        hinted = [size_hint(x) for x in (*shape, *strides)]
         if any(h is None for h in hinted):
             return None
         rank = len(shape)
@@ -455,15 +455,6 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     high = int_oo if symbol.high is None else symbol.high
     bounds = bound_sympy(expr, {free: ValueRanges(symbol.low, high)})
     return bounds.is_singleton() and bool(bounds.lower)
-
-
-def _size_hint(size: int | torch.SymInt) -> int | None:
-    """A traced size's value at the trace's sizes (its shape environment's hint), or None
-    where it has none."""
-    if isinstance(size, int):
-        return size
-    hint = size.node.hint
-    return None if hint is None else int(hint)
 
 
 def _is_floordiv(expr: Any) -> bool:
