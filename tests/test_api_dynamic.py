@@ -90,6 +90,23 @@ def test_a_tuple_of_dims_and_two_inputs_sharing_a_symbol() -> None:
     one_line(e)
 
 
+def test_a_returned_size_of_the_call_is_its_value_at_each_call() -> None:
+    """An int output computed from the sizes (torch.export's `SymIntArgument`) is evaluated at
+    each call's sizes, beside a slice of a static table to the call's length."""
+    table = torch.randn(32, 8)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return x * table[: x.shape[0]], 3 * x.shape[0] + 1
+
+    program = xfuse.compile(fn, (torch.randn(4, 8),), dynamic_shapes=({0: Dim("n", max=32)},))
+    for n in (2, 9, 32):
+        x = torch.randn(n, 8)
+        got, want = program(x), fn(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and type(got[1]) is int
+    assert isinstance(program, DynamicProgram) and program.specialised is None
+
+
 @pytest.mark.parametrize("batch", [0, 1, 65])
 def test_a_size_outside_the_range_is_refused_at_the_call(
     block: tuple[torch.nn.Module, DynamicProgram], batch: int

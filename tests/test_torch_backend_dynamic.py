@@ -221,6 +221,95 @@ def test_elements_within_the_guarded_lowest_size_run_one_symbolic_program(
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+class Positions(torch.nn.Module):
+    """A table of positions cut to the call's length (`table[:, :n]`: a static dim sliced at a
+    size of the call, as BERT's position ids are), a bias repeated by the batch size (BLOOM's
+    `alibi.repeat(batch, 1, 1)`), and a size of the call returned beside the tensors (dynamo
+    returns one that code after its graph reads, as in Mistral's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.register_buffer("table", torch.linspace(-1.0, 1.0, 64 * 8).view(1, 64, 8))
+
+    def forward(self, x: torch.Tensor) -> tuple[Any, ...]:
+        b, n, _ = x.shape
+        h = self.proj(x) + self.table[:, :n]
+        bias = self.proj.bias.view(1, 1, 8).repeat(b, 1, 2)
+        return h, bias, b * n + 1
+
+
+def test_a_sliced_table_a_repeat_and_a_returned_size_run_one_symbolic_program(
+    counts: Counts,
+) -> None:
+    """What four of transformers' language models (BERT, DistilBERT, BLOOM, Mistral) compiled
+    per shape for: one symbolic program serves every batch and length, with eager's values."""
+    torch.manual_seed(0)
+    model = Positions().eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for b, n in [(2, 5), (3, 9), (4, 2), (2, 17), (5, 64)]:
+            x = torch.randn(b, n, 8)
+            got, want = compiled(x), model(x)
+            torch.testing.assert_close(got[:2], want[:2])
+            assert got[2] == want[2] and type(got[2]) is int
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
+class Pooler(torch.nn.Module):
+    """The mean over a sequence by an adaptive pooling of its transpose (Swin's pooler), which
+    torch decomposes into a mean seen through `as_strided` to sizes of the call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = torch.nn.AdaptiveAvgPool1d(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(self.pool(torch.tanh(x).transpose(1, 2)), 1)
+
+
+def test_an_adaptive_pooling_over_a_sequence_runs_one_symbolic_program(counts: Counts) -> None:
+    model = Pooler().eval()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for b, n in [(2, 5), (3, 9), (4, 2)]:
+            x = torch.randn(b, n, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
+def test_transformers_language_models_over_lengths_run_one_symbolic_program(
+    counts: Counts,
+) -> None:
+    """BERT (its position ids a slice of a buffer) and BLOOM (its ALiBi bias repeated by the
+    batch) over batch sizes and sequence lengths: one symbolic program each."""
+    configs = [
+        transformers.BertModel(
+            transformers.BertConfig(
+                num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2
+            )
+        ),
+        transformers.BloomModel(transformers.BloomConfig(n_layer=1, hidden_size=32, n_head=4)),
+    ]
+    for model in configs:
+        torch.manual_seed(0)
+        model = model.eval()
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="xfuse", dynamic=True)
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("error", DynamicShapesWarning)
+            warnings.simplefilter("error", FallbackWarning)
+            for b, n in [(2, 7), (3, 12), (2, 21)]:
+                ids = torch.randint(0, 100, (b, n))
+                got = compiled(ids).last_hidden_state
+                torch.testing.assert_close(got, model(ids).last_hidden_state)
+    assert counts.programs("symbolic") == 2 and counts.programs("per-shape") == 0
+
+
 def test_automatic_dynamic_compiles_once_after_the_first_recompile(counts: Counts) -> None:
     """dynamo's default (`dynamic=None`): the first size compiles static; the second marks the
     batch dynamic, and that graph's symbolic program serves every later size."""

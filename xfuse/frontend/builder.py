@@ -488,6 +488,28 @@ def lowest_size(dim: graph.Dim) -> int:
     return symbols.lowest(dim)
 
 
+def size_dim(size: Any, node: torch.fx.Node) -> graph.Dim | None:
+    """An op's size argument as a dim: an int, or the symbol of a size of the call (an FX
+    node of a SymInt, where the import reads symbolic sizes); None for anything else."""
+    if isinstance(size, int):
+        return size
+    value = size.meta.get("val") if isinstance(size, torch.fx.Node) else None
+    symbols = SIZE_SYMBOLS.get()
+    if symbols is None or not isinstance(value, torch.SymInt):
+        return None
+    return symbols.dim(value, node)
+
+
+def row_major_at_every_size(val: torch.Tensor) -> bool:
+    """Whether a traced tensor's strides are row-major at every size its symbols take
+    (`SizeSymbols.dense_in`), read without guards; outside a symbolic import, whether it is
+    contiguous."""
+    symbols = SIZE_SYMBOLS.get()
+    if symbols is None:
+        return val.is_contiguous()
+    return symbols.dense_in(range(val.dim()), val.shape, val.stride())
+
+
 def has_symbolic_size(value: Any) -> bool:
     """Whether a node's fake value is (or holds) a SymInt or a tensor of symbolic shape."""
     if isinstance(value, torch.SymInt):

@@ -220,14 +220,14 @@ def unflattener(imported: Imported) -> Callable[[list[Tensor]], Any]:
     """Flat tensor results -> the model's output structure (with its non-tensor outputs put
     back); one output, or a flat tuple or list of them, without pytree."""
     spec, program = imported.out_spec, imported.program
-    build = _flat_builder(spec)
+    build = flat_builder(spec)
     if not program.output_constants:
         return build
     outputs = program.outputs
     return lambda outs: build(outputs(outs))
 
 
-def _flat_builder(spec: pytree.TreeSpec) -> Callable[[list[Any]], Any]:
+def flat_builder(spec: pytree.TreeSpec) -> Callable[[list[Any]], Any]:
     """Flat leaves -> the structure `spec` describes: the leaf itself, a flat tuple or list
     made at once, anything else through pytree (`pytrees.unflattener`)."""
     if spec.is_leaf():

@@ -21,6 +21,7 @@ from torch.export.graph_signature import (
     ConstantArgument,
     InputKind,
     OutputKind,
+    SymIntArgument,
     TensorArgument,
 )
 from torch.utils import _pytree as pytree
@@ -67,6 +68,7 @@ from xfuse.frontend.outputs import (
     BaseLayout,
     OutputRule,
     OutputRules,
+    SizeArg,
     base_strides,
     output_rules,
     returned_strides,
@@ -98,8 +100,9 @@ class ImportedProgram:
     the hidden outputs."""
     output_constants: dict[int, Any] = field(default_factory=dict[int, Any])
     """Flat output position -> the value of a non-tensor output (None, int, float, bool...),
-    which torch.export specialised; `@forward` returns the tensor outputs only (then the
-    hidden ones)."""
+    which torch.export specialised, or, in a symbolic program, a size of the call (a
+    `SizeArg`, evaluated at each call's sizes); `@forward` returns the tensor outputs only
+    (then the hidden ones)."""
     hidden_outputs: int = 0
     """How many of `@forward`'s results, after the returned tensors, are hidden: intermediates
     that returned views share (`xfuse.frontend.outputs`), never handed to the caller."""
@@ -122,15 +125,22 @@ class ImportedProgram:
         give, compared with eager's outputs)."""
         return list(results[: len(results) - self.hidden_outputs])
 
-    def outputs(self, tensors: Sequence[torch.Tensor]) -> list[Any]:
+    def outputs(
+        self, tensors: Sequence[torch.Tensor], sizes: dict[str, int] | None = None
+    ) -> list[Any]:
         """The flat outputs of a call: `@forward`'s (visible) tensor results, with the constant
-        outputs put back."""
+        outputs put back (a size of the call at `sizes`, the call's)."""
         if not self.output_constants:
             return list(tensors)
         flat: list[Any] = []
         results = iter(tensors)
         for i in range(len(self.output_constants) + len(tensors)):
-            flat.append(self.output_constants[i] if i in self.output_constants else next(results))
+            value = self.output_constants[i] if i in self.output_constants else next(results)
+            if isinstance(value, SizeArg):
+                if sizes is None:
+                    raise XfuseError(f"output {i} is a size of the call, and no sizes were given")
+                value = value.expr.evaluate(sizes)
+            flat.append(value)
         return flat
 
     def rule_position(self, flat: int) -> int | None:
@@ -503,6 +513,18 @@ def symbolic_strides(
     return found
 
 
+def size_output(node: Any) -> SizeArg | None:
+    """A returned size of the call (dynamo returns one that code after its graph reads) as a
+    polynomial of the input size symbols, where the import reads symbolic sizes and it is
+    one; else None."""
+    symbols = SIZE_SYMBOLS.get()
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if symbols is None or not isinstance(value, torch.SymInt):
+        return None
+    expr = input_polynomial(symbols)(value)
+    return None if expr is None else SizeArg(expr)
+
+
 def input_polynomial(symbols: SizeSymbols) -> Callable[[Any], graph.SizeExpr | None]:
     """A traced size as a polynomial of the input size symbols alone (what a call's sizes
     evaluate), or None where it is none."""
@@ -732,6 +754,10 @@ class Importer:
                     f"the program mutates '{what}' ({spec.kind.name}); only functional programs "
                     "are supported (call model.eval() for normalisation layers)"
                 )
+            size = size_output(node) if isinstance(spec.arg, SymIntArgument) else None
+            if size is not None:
+                constants[i] = size
+                continue
             if not isinstance(spec.arg, TensorArgument) or not isinstance(node, torch.fx.Node):
                 raise UnsupportedProgram(f"output {len(values)} is not a tensor ({spec.arg})")
             values.append(lowering.tensor(node))

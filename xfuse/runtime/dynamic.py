@@ -64,12 +64,11 @@ from xfuse.errors import (
 from xfuse.frontend.builder import inverse_permutation, repeats_range
 from xfuse.frontend.export import (
     EXPORT_LOCK,
-    Imported,
     ModelOrFn,
+    flat_builder,
     no_stack_traces,
     short_cause,
     torch_logs_quiet,
-    unflattener,
 )
 from xfuse.frontend.importer import ImportedProgram
 from xfuse.frontend.outputs import OutputRule, ViewReplay, chain_at_sizes, replay
@@ -371,7 +370,8 @@ class DynamicProgram:
         self.state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
         self.training = model_or_fn.training if isinstance(model_or_fn, torch.nn.Module) else None
         self.bind = program.binder(len(leaves), self.state.names if self.state else ())
-        self.unflatten = unflattener(Imported(program, exported.call_spec.out_spec, []))
+        self.unflatten = flat_builder(exported.call_spec.out_spec)
+        """The model's output structure from flat outputs (`ImportedProgram.outputs`)."""
         self.sources = output_sources(program.function)
         """The `@forward` arguments each result is computed from."""
         self.cuda_graphs = cuda_graphs
@@ -544,7 +544,7 @@ class DynamicProgram:
             i = rule.index
             base = visible[i] if i < len(visible) else hidden[i] if i in hidden else results[i]
             visible[k] = replay(plan.chains[k], base)
-        return self.unflatten(visible)
+        return self.unflatten(self.program.outputs(visible, plan.sizes))
 
     def _layouts(self, args: tuple[Any, ...], state: Sequence[Tensor]) -> Hashable | None:
         """What the plan of a plain call (tensors `args`) depends on: each input's Python

@@ -12,7 +12,15 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each, _is_number, _norm_dims, _rank
-from xfuse.frontend.builder import ImportBuilder, Value, lowest_size, out_type, result_types
+from xfuse.frontend.builder import (
+    ImportBuilder,
+    Value,
+    lowest_size,
+    out_type,
+    result_types,
+    row_major_at_every_size,
+    size_dim,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Layout
@@ -130,16 +138,19 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 def _offset_slice(
     lw: ImportBuilder, x: SSAValue, dim: int, a: Args, t: TensorType[Attribute]
 ) -> SSAValue | None:
-    """A unit-step slice of symbolic dim `dim` from a start within `MIN_SIZE` (which every
-    size has, so torch never clamps it) whose result dim is another symbol (`x[:, 1:]` of
-    `s + 1` is `s`, `x[:, :s]` of `s + 1` too): a gather of `start + i` along `dim`, its
-    length the result type's symbol (torch's end, a number or a size, is what sized it).
-    None for any other slice."""
+    """A unit-step slice whose result dim is a symbol other than its input's (`x[:, 1:]` of
+    `s + 1` is `s`, `x[:, :s]` of `s + 1` too; `p[:, :s]` of a static dim, a table of
+    positions cut to the call's length): a gather of `start + i` along `dim`, its length the
+    result type's symbol (torch's end, a number or a size, is what sized it, and the trace's
+    guards keep it within the dim). From a start within `MIN_SIZE` of a symbolic dim (which
+    every size has, so torch never clamps it), or within a static dim. None for any other
+    slice."""
     start = 0 if a["start"] is None else a["start"]
     size, result = graph.dims_of(x)[dim], graph.dims_of(t)[dim]
-    if not (isinstance(size, str) and isinstance(result, str) and result != size):
+    if not isinstance(result, str) or result == size:
         return None
-    if a["step"] != 1 or not _is_number(start) or not 0 <= start <= graph.MIN_SIZE:
+    highest = graph.MIN_SIZE if isinstance(size, str) else size
+    if a["step"] != 1 or not _is_number(start) or not 0 <= start <= highest:
         return None
     index: list[graph.Dim] = [1] * _rank(x)
     index[dim] = result
@@ -273,9 +284,12 @@ def _flip(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 
 def _repeat(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """repeat (and tile): the input broadcast along a new dim before each repeated dim, then
-    reshaped to the result: index arithmetic, no copy."""
-    x, repeats = lw.tensor(a["self"]), list(a["repeats"])
-    if not all(isinstance(r, int) for r in repeats) or len(repeats) < _rank(x):
+    reshaped to the result: index arithmetic, no copy. A count may be a size of the call
+    (`x.repeat(batch, 1, 1)`: the new dim is its symbol)."""
+    x = lw.tensor(a["self"])
+    found = [size_dim(r, node) for r in a["repeats"]]
+    repeats = [r for r in found if r is not None]
+    if len(repeats) != len(found) or len(repeats) < _rank(x):
         return None
     if len(repeats) > _rank(x):  # new leading dims of 1 (a symbolic dim keeps its symbol)
         x = lw.emit(graph.ReshapeOp(x, (1,) * (len(repeats) - _rank(x)) + graph.dims_of(x)))
@@ -363,8 +377,27 @@ def _strided_gather(
 def _as_strided(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     offset = a.get("storage_offset") or 0
     if not all(isinstance(v, int) for v in [*a["size"], *a["stride"], offset]):
-        return None
+        return _symbolic_as_strided(lw, node, a)
     return _strided_gather(lw, node, lw.tensor(a["self"]), a["size"], a["stride"], offset)
+
+
+def _symbolic_as_strided(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
+    """An `as_strided` through sizes of the call that is a reshape: of an input row-major at
+    every size and at offset 0, to the same dims other than 1 in the same order, row-major at
+    every size (`mean(x, -1, keepdim=True)` of `[s, c, n]` seen as `[s, c, 1, 1]`, as torch
+    decomposes an adaptive pooling); None (refused) for any other."""
+    x, val, out = lw.tensor(a["self"]), a["self"].meta.get("val"), node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return None
+    offsets = (a.get("storage_offset") or 0, val.storage_offset())
+    if any(type(o) is not int or o != 0 for o in offsets):
+        return None
+    if not (row_major_at_every_size(val) and row_major_at_every_size(out)):
+        return None
+    t = out_type(node)
+    if [d for d in graph.dims_of(t) if d != 1] != [d for d in graph.dims_of(x) if d != 1]:
+        return None
+    return lw.reshape(x, t.get_shape())
 
 
 def _unfold(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
