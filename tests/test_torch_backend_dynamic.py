@@ -282,6 +282,29 @@ def test_an_adaptive_pooling_over_a_sequence_runs_one_symbolic_program(counts: C
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+def _whole_groups(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    b, n = x.shape
+    m = n - n % 8  # the length cut to a multiple of 8: a remainder among the sizes
+    h = torch.tanh(x[:, :m])
+    return h.view(b, -1, 8).sum(-1), h.view(b, m // 8, 8).amax(-1)
+
+
+def test_a_length_cut_to_a_multiple_runs_one_symbolic_program(counts: Counts) -> None:
+    """`x[:, :n - n % 8]` viewed in groups of 8: the remainder is `n - 8 * (n // 8)` (a floor
+    division of the table), the view's `-1` the ratio 8, and the guards on them (`Mod(...) ==
+    0`, the ratio's equality) conditions the table holds: one symbolic program. (At a length
+    that is a multiple of 8 dynamo traces another graph: the cut is then no slice.)"""
+    compiled = torch.compile(_whole_groups, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for b, n in [(2, 37), (3, 26), (2, 70), (4, 23), (2, 17)]:
+            x = torch.randn(b, n)
+            for got, want in zip(compiled(x), _whole_groups(x), strict=True):
+                torch.testing.assert_close(got, want)
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 def test_transformers_language_models_over_lengths_run_one_symbolic_program(
     counts: Counts,
 ) -> None:

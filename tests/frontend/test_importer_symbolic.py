@@ -827,3 +827,34 @@ def test_size_computations_are_imported_without_decomposing() -> None:
     program = import_module(f, (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("n", min=2)}})
     x = torch.randn(7, 3)
     torch.testing.assert_close(interpret(program.module, [x])[0], f(x))
+
+
+def test_a_remainder_is_the_size_less_a_multiple_of_its_floor_division() -> None:
+    """`Mod(s0, 8)` in a size is `s0 - 8 * (s0 floordiv 8)`, its floor division a symbol of the
+    table; a guard on a remainder whose floor division the table holds is a condition on it;
+    a floor division by a size that divides it exactly is their ratio; `Max(0, 1 - s0)` is 0,
+    as every size of 2 or more decides it."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    from xfuse.frontend.builder import SizeSymbols
+
+    s0 = sympy.symbols("s0", integer=True, positive=True)
+    symbols = SizeSymbols()
+    symbols.inputs.append(graph.SizeSymbol.input("s0", 0, 0, 37))
+    node = torch.fx.Graph().placeholder("x")
+    a = graph.SizeExpr.symbol("s0")
+    cut = symbols.polynomial(s0 - sympy.Mod(s0, 8), node)
+    (e0,) = symbols.derived
+    assert (e0.expr, e0.divisor) == (a, 8)
+    assert cut == graph.SizeExpr.symbol(e0.name).scale(8)
+    assert symbols.polynomial(FloorDiv(s0 - sympy.Mod(s0, 8), FloorDiv(s0, 8)), node) == (
+        graph.SizeExpr.constant(8)
+    )
+    assert symbols.polynomial(sympy.Max(0, 1 - s0), node) == graph.SizeExpr()
+    symbols.add_conditions(GuardsOnly(sympy.Ne(sympy.Mod(s0, 8), 0)))
+    assert symbols.conditions == [
+        graph.SizeCondition("ne", a - graph.SizeExpr.symbol(e0.name).scale(8), graph.SizeExpr())
+    ]
+    with pytest.raises(SymbolicSizeError, match="no comparison of polynomials"):
+        symbols.add_conditions(GuardsOnly(sympy.Ne(sympy.Mod(s0, 5), 0)))

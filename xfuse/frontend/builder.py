@@ -254,18 +254,42 @@ class SizeSymbols:
             )
             if fits:
                 return p
-            return None if remainders is None else remainders.written(p, q)
+            if _divides(q, p):
+                return graph.SizeExpr()
+            if remainders is not None:
+                return remainders.written(p, q)
+            return self._known_remainder(p, q)
         if graph.provably_nonnegative(q - p, lows):
             return p if type(expr).__name__ == "Min" else q
         if graph.provably_nonnegative(p - q, lows):
             return q if type(expr).__name__ == "Min" else p
         return None
 
+    def _known_remainder(self, p: graph.SizeExpr, k: graph.SizeExpr) -> graph.SizeExpr | None:
+        """`Mod(p, k)` as `p - k * floor(p / k)` where `k` is a positive integer and that floor
+        division is exact or one of the import's symbols (a size's remainder read before:
+        `remainder`), else None."""
+        divisor = k.as_constant
+        if divisor is None or divisor <= 0:
+            return None
+        reduced = graph.reduce_by(p, self.relations)
+        quotient, residue, d = graph.split_floordiv(reduced, divisor, self.atoms)
+        if residue is not None:
+            name = next((n for n, atom in self.atoms.items() if atom == (residue, d)), None)
+            if name is None:
+                return None
+            quotient = quotient + graph.SizeExpr.symbol(name)
+        return reduced - quotient.scale(divisor)
+
     def _known_floordiv(self, expr: Any) -> graph.SizeExpr | None:
         """`FloorDiv(p, k)` as a polynomial of atoms where it is exact or its canonical floor
         division is one of the import's symbols, else None."""
         base, divisor = expr.args
         polynomial = self._plain(base)
+        if polynomial is not None and not divisor.is_Integer:
+            size = self._plain(divisor)
+            ratio = None if size is None else self._ratio(polynomial, size)
+            return None if ratio is None else graph.SizeExpr.constant(ratio)
         if polynomial is None or not (divisor.is_Integer and int(divisor) > 0):
             return None
         atoms = self.atoms
@@ -352,13 +376,35 @@ class SizeSymbols:
         canonical floor division (an existing one where the pair is known)."""
         base, divisor = expr.args
         if not (divisor.is_Integer and int(divisor) > 0):
+            ratio = self._ratio(self.polynomial(base, node), self.polynomial(divisor, node))
+            if ratio is not None:
+                return graph.SizeExpr.constant(ratio)
             raise SymbolicSizeError(
                 f"cannot import node '{node.name}' ({node.target}): its size {expr} divides "
                 "by a divisor other than a positive integer"
             )
-        atoms = self.atoms
         polynomial = graph.reduce_by(self.polynomial(base, node), self.relations)
-        quotient, residue, d = graph.split_floordiv(polynomial, int(divisor), atoms)
+        return self._floordiv_of(polynomial, int(divisor))
+
+    def _ratio(self, base: graph.SizeExpr, divisor: graph.SizeExpr) -> int | None:
+        """`base / divisor` where `base` is a positive constant multiple of `divisor` as
+        polynomials (the `-1` of `x.view(b, m // 8, 8)` is `m // (m // 8)`, 8 where `m` is a
+        multiple of 8 at every size), else None."""
+        p = graph.reduce_by(base, self.relations)
+        q = graph.reduce_by(divisor, self.relations)
+        if not q.terms or q.as_constant is not None:
+            return None
+        mono, coeff = q.terms[-1]
+        scale = dict(p.terms).get(mono, 0)
+        if scale % coeff or scale // coeff <= 0 or p != q.scale(scale // coeff):
+            return None
+        return scale // coeff
+
+    def _floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr:
+        """floor(polynomial / divisor) as its quotient plus the symbol of its canonical floor
+        division (an existing one where the pair is known, else a new derived symbol)."""
+        atoms = self.atoms
+        quotient, residue, d = graph.split_floordiv(polynomial, divisor, atoms)
         if residue is None:
             return quotient
         name = next((n for n, atom in atoms.items() if atom == (residue, d)), None)
@@ -366,6 +412,22 @@ class SizeSymbols:
             name = self._add(graph.SizeSymbol.floordiv(f"e{len(self.derived)}", residue, d))
             self.by_expr[graph.SizeExpr.symbol(name)] = name
         return quotient + graph.SizeExpr.symbol(name)
+
+    def remainder(self, expr: Any, node: torch.fx.Node) -> graph.SizeExpr:
+        """`Mod(p, k)` (`k` a positive integer) as `p - k * floor(p / k)`, its floor division
+        an atom as `floordiv` makes one (a window's padding `(7 - w % 7) % 7`); one that sizes
+        decide (`_ordered`) as it is."""
+        decided = self._ordered(expr)
+        if decided is not None:
+            return decided
+        base, divisor = expr.args
+        if not (divisor.is_Integer and int(divisor) > 0):
+            raise SymbolicSizeError(
+                f"cannot import node '{node.name}' ({node.target}): its size {expr} is a "
+                "remainder by a divisor other than a positive integer"
+            )
+        polynomial = graph.reduce_by(self.polynomial(base, node), self.relations)
+        return polynomial - self._floordiv_of(polynomial, int(divisor)).scale(int(divisor))
 
     def polynomial(self, expr: Any, node: torch.fx.Node) -> graph.SizeExpr:
         """A sympy size expression of input symbols as a polynomial, or SymbolicSizeError."""
@@ -386,6 +448,11 @@ class SizeSymbols:
             return out
         if _is_floordiv(expr):
             return self.floordiv(expr, node)
+        if type(expr).__name__ in ("Mod", "PythonMod"):
+            return self.remainder(expr, node)
+        decided = self._ordered(expr) if type(expr).__name__ in ("Min", "Max") else None
+        if decided is not None:  # one that every size decides: `Max(0, 1 - s0)` is 0
+            return decided
         raise SymbolicSizeError(
             f"cannot import node '{node.name}' ({node.target}): its size {expr} is no "
             "polynomial of the input sizes"
@@ -457,6 +524,23 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     return bounds.is_singleton() and bool(bounds.lower)
 
 
+def _divides(q: graph.SizeExpr, p: graph.SizeExpr) -> bool:
+    """Whether `q`, one term `c * m`, divides `p` as polynomials: each of `p`'s terms a
+    multiple of `c` and of the monomial `m` (`8 * s1` divides `8 * s0 * s1`)."""
+    if len(q.terms) != 1 or q.as_constant == 0:
+        return False
+    ((mono, coeff),) = q.terms
+    for m, c in p.terms:
+        rest = list(m)
+        for symbol in mono:
+            if symbol not in rest:
+                return False
+            rest.remove(symbol)
+        if c % coeff:
+            return False
+    return True
+
+
 def _is_floordiv(expr: Any) -> bool:
     """Whether a sympy size expression is torch's `FloorDiv` (or its exact `CleanDiv`)."""
     from torch.utils._sympy.functions import FloorDiv
@@ -498,6 +582,19 @@ def size_dim(size: Any, node: torch.fx.Node) -> graph.Dim | None:
     if symbols is None or not isinstance(value, torch.SymInt):
         return None
     return symbols.dim(value, node)
+
+
+def decided_size(size: Any) -> Any:
+    """A size argument that is the same number at every size (an FX node of a SymInt whose
+    polynomial is a constant: `max(0, 1 - n)` of a length `n` of 2 or more) as that int;
+    any other argument as it is."""
+    value = size.meta.get("val") if isinstance(size, torch.fx.Node) else None
+    symbols = SIZE_SYMBOLS.get()
+    if symbols is None or not isinstance(value, torch.SymInt):
+        return size
+    polynomial = symbols.size_polynomial(value)
+    constant = None if polynomial is None else polynomial.as_constant
+    return size if constant is None else constant
 
 
 def row_major_at_every_size(val: torch.Tensor) -> bool:

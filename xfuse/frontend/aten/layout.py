@@ -15,6 +15,7 @@ from xfuse.frontend.aten.common import Args, Converter, _each, _is_number, _norm
 from xfuse.frontend.builder import (
     ImportBuilder,
     Value,
+    decided_size,
     lowest_size,
     out_type,
     result_types,
@@ -120,6 +121,7 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x = lw.tensor(a["self"])
     if _rank(x) == 0:
         return None
+    a = {**a, "start": decided_size(a["start"]), "end": decided_size(a["end"])}
     offset = _offset_slice(lw, x, a["dim"] % _rank(x), a, out_type(node))
     if offset is not None:
         return offset
