@@ -246,6 +246,24 @@ def test_gpt2_trains_at_several_batch_and_sequence_sizes(compiles: Compiles) -> 
     assert compiles("per-shape") == 0
 
 
+def test_gpt2_trains_over_sequence_lengths_with_automatic_dynamic_shapes(
+    compiles: Compiles,
+) -> None:
+    """dynamo's default (`dynamic=None`): the first size compiles static, the second marks
+    batch and length dynamic, and every later size runs the same symbolic forward and
+    backward. The model returns its cache (transformers' default `use_cache`), so the
+    backward slices the cached keys' and values' [b, h, s, d] gradients to `:s` of their own
+    length (`x[:, :, :n]` of an `n` long dim: the dim itself), which it ran per shape."""
+    torch.manual_seed(1)
+    model = gpt2()
+    model.config.use_cache = True
+    inputs = [torch.randint(0, 128, (b, t)) for b, t in ((2, 8), (3, 12), (4, 5), (2, 9))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        train_alike(model, inputs, lm_loss, dynamic=None)
+    assert compiles("per-shape") == 0
+
+
 class Flattening(torch.nn.Module):
     """A layer norm over [batch, sequence, 8], whose output is flattened to [batch, 8 *
     sequence]: the backward takes the gradient of that output, whose second size is a

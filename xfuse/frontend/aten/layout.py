@@ -128,6 +128,10 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     tail = _tail_slice(lw, x, a["dim"] % _rank(x), a, out_type(node))
     if tail is not None:
         return tail
+    dim = a["dim"] % _rank(x)
+    whole = graph.dims_of(out_type(node))[dim] == graph.dims_of(x)[dim]
+    if whole and a["step"] == 1 and a["start"] in (0, None):  # `x[:, :n]` of `x` n long
+        return x
     if not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
         return None
     size = graph.shape_of(x)[a["dim"] % _rank(x)]
