@@ -264,6 +264,31 @@ def test_gpt2_trains_over_sequence_lengths_with_automatic_dynamic_shapes(
     assert compiles("per-shape") == 0
 
 
+class Picks(torch.nn.Module):
+    """One column and every other column of a projection: their gradients are a
+    `select_scatter` and a strided `slice_scatter` into a static dim of a tensor whose batch
+    is symbolic (BLOOM's backward writes one so)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.proj(x)
+        return torch.tanh(h[:, 3]).unsqueeze(1) * h[:, 1:8:2]
+
+
+def test_scatters_into_a_static_dim_of_symbolic_gradients_compile_once(
+    compiles: Compiles,
+) -> None:
+    torch.manual_seed(0)
+    inputs = [torch.randn(b, 8) for b in (2, 5, 9)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        train_alike(Picks(), inputs, squares)
+    assert compiles("symbolic") == 2 and compiles("per-shape") == 0
+
+
 class Flattening(torch.nn.Module):
     """A layer norm over [batch, sequence, 8], whose output is flattened to [batch, 8 *
     sequence]: the backward takes the gradient of that output, whose second size is a

@@ -860,8 +860,9 @@ class ImportBuilder:
             for r, order in zip(op.results, orders, strict=True)
         ]
 
-    def reshape(self, value: SSAValue, shape: Sequence[int]) -> SSAValue:
-        if graph.shape_of(value) == tuple(shape):
+    def reshape(self, value: SSAValue, shape: Sequence[graph.Dim]) -> SSAValue:
+        """`value` reshaped to `shape` (ints, or the symbols of dynamic dims)."""
+        if graph.shape_of(value) == tuple(shape) or graph.dims_of(value) == tuple(shape):
             return value
         return self.emit(graph.ReshapeOp(value, shape))
 

@@ -216,17 +216,17 @@ def _indexing(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 def _spread(lw: ImportBuilder, x: SSAValue, dim: int, start: int, step: int, size: int) -> SSAValue:
     """`x` along `dim` of length `size`: element k at `start + k * step`, zero (False)
     elsewhere."""
-    shape = list(graph.shape_of(x))
-    rank, m = len(shape), shape[dim]
+    dims = list(graph.dims_of(x))  # the other dims may be symbolic (kept whole)
+    rank, m = len(dims), int(dims[dim])
     if step > 1:  # [.., m, ..] -> [.., m, step, ..] (padded after) -> [.., m * step, ..]
-        x = lw.reshape(x, [*shape[: dim + 1], 1, *shape[dim + 1 :]])
+        x = lw.reshape(x, [*dims[: dim + 1], 1, *dims[dim + 1 :]])
         after = [0] * (rank + 1)
         after[dim + 1] = step - 1
         x = lw.emit(graph.PadOp(x, [0] * (rank + 1), after))
-        shape[dim] = m * step
-        x = lw.reshape(x, shape)
+        dims[dim] = m * step
+        x = lw.reshape(x, dims)
     low, high = [0] * rank, [0] * rank
-    low[dim], high[dim] = start, size - start - shape[dim]  # (negative: crops the spread tail)
+    low[dim], high[dim] = start, size - start - int(dims[dim])  # (negative: crops the tail)
     if not low[dim] and not high[dim]:
         return x
     return lw.emit(graph.PadOp(x, low, high))
@@ -289,7 +289,8 @@ def _select_scatter(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if not -shape[dim] <= a["index"] < shape[dim]:
         return None  # eager raises
     index = a["index"] % shape[dim]
-    src = lw.reshape(lw.tensor(a["src"]), [1 if k == dim else d for k, d in enumerate(shape)])
+    dims = graph.dims_of(x)  # the other dims may be symbolic
+    src = lw.reshape(lw.tensor(a["src"]), [1 if k == dim else d for k, d in enumerate(dims)])
     return _emit_slice_scatter(lw, x, src, dim, index, index + 1, 1)
 
 
