@@ -832,7 +832,7 @@ def test_size_computations_are_imported_without_decomposing() -> None:
 def test_a_remainder_is_the_size_less_a_multiple_of_its_floor_division() -> None:
     """`Mod(s0, 8)` in a size is `s0 - 8 * (s0 floordiv 8)`, its floor division a symbol of the
     table; a guard on a remainder whose floor division the table holds is a condition on it;
-    a floor division by a size that divides it exactly is their ratio; `Max(0, 1 - s0)` is 0,
+    a floor division by a size that divides it exactly is their quotient; `Max(0, 1 - s0)` is 0,
     as every size of 2 or more decides it."""
     import sympy
     from torch.utils._sympy.functions import FloorDiv
@@ -850,6 +850,9 @@ def test_a_remainder_is_the_size_less_a_multiple_of_its_floor_division() -> None
     assert cut == graph.SizeExpr.symbol(e0.name).scale(8)
     assert symbols.polynomial(FloorDiv(s0 - sympy.Mod(s0, 8), FloorDiv(s0, 8)), node) == (
         graph.SizeExpr.constant(8)
+    )
+    assert symbols.polynomial(FloorDiv(3 * s0**2 + s0, s0), node) == a.scale(3) + (
+        graph.SizeExpr.constant(1)
     )
     assert symbols.polynomial(sympy.Max(0, 1 - s0), node) == graph.SizeExpr()
     symbols.add_conditions(GuardsOnly(sympy.Ne(sympy.Mod(s0, 8), 0)))

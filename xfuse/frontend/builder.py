@@ -288,8 +288,7 @@ class SizeSymbols:
         polynomial = self._plain(base)
         if polynomial is not None and not divisor.is_Integer:
             size = self._plain(divisor)
-            ratio = None if size is None else self._ratio(polynomial, size)
-            return None if ratio is None else graph.SizeExpr.constant(ratio)
+            return None if size is None else self._ratio(polynomial, size)
         if polynomial is None or not (divisor.is_Integer and int(divisor) > 0):
             return None
         atoms = self.atoms
@@ -378,7 +377,7 @@ class SizeSymbols:
         if not (divisor.is_Integer and int(divisor) > 0):
             ratio = self._ratio(self.polynomial(base, node), self.polynomial(divisor, node))
             if ratio is not None:
-                return graph.SizeExpr.constant(ratio)
+                return ratio
             raise SymbolicSizeError(
                 f"cannot import node '{node.name}' ({node.target}): its size {expr} divides "
                 "by a divisor other than a positive integer"
@@ -386,19 +385,28 @@ class SizeSymbols:
         polynomial = graph.reduce_by(self.polynomial(base, node), self.relations)
         return self._floordiv_of(polynomial, int(divisor))
 
-    def _ratio(self, base: graph.SizeExpr, divisor: graph.SizeExpr) -> int | None:
-        """`base / divisor` where `base` is a positive constant multiple of `divisor` as
-        polynomials (the `-1` of `x.view(b, m // 8, 8)` is `m // (m // 8)`, 8 where `m` is a
-        multiple of 8 at every size), else None."""
+    def _ratio(self, base: graph.SizeExpr, divisor: graph.SizeExpr) -> graph.SizeExpr | None:
+        """`base / divisor` where `divisor` divides `base` exactly as polynomials (after the
+        relations): a positive constant multiple of it (the `-1` of `x.view(b, m // 8, 8)`
+        is `m // (m // 8)`, 8 where `m` is a multiple of 8 at every size), or a one-term
+        divisor of each of its terms (`s0*s1 // s1` is `s0`); else None."""
         p = graph.reduce_by(base, self.relations)
         q = graph.reduce_by(divisor, self.relations)
         if not q.terms or q.as_constant is not None:
             return None
         mono, coeff = q.terms[-1]
         scale = dict(p.terms).get(mono, 0)
-        if scale % coeff or scale // coeff <= 0 or p != q.scale(scale // coeff):
+        if scale % coeff == 0 and scale // coeff > 0 and p == q.scale(scale // coeff):
+            return graph.SizeExpr.constant(scale // coeff)
+        if not _divides(q, p):
             return None
-        return scale // coeff
+        quotient = []
+        for m, c in p.terms:
+            rest = list(m)
+            for symbol in mono:
+                rest.remove(symbol)
+            quotient.append((tuple(rest), c // coeff))
+        return graph.SizeExpr.of(quotient)
 
     def _floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr:
         """floor(polynomial / divisor) as its quotient plus the symbol of its canonical floor
