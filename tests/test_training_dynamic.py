@@ -289,6 +289,33 @@ def test_scatters_into_a_static_dim_of_symbolic_gradients_compile_once(
     assert compiles("symbolic") == 2 and compiles("per-shape") == 0
 
 
+class Heads(torch.nn.Module):
+    """Keys and values picked from a fused projection by index lists (Falcon's multi-query
+    attention: `qkv[..., [-2], :]`): their gradients are an `index_put` that accumulates
+    into a static dim of a tensor whose batch and length are symbolic."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 24)
+
+    def forward(self, x: Tensor) -> Tensor:
+        qkv = self.proj(x).view(x.shape[0], x.shape[1], 6, 4)
+        return qkv[..., :-2, :].sum(2, keepdim=True) * torch.tanh(
+            qkv[..., [-2], :] + qkv[..., [-1, 0], :]
+        )
+
+
+def test_an_index_put_into_a_static_dim_of_symbolic_gradients_compiles_once(
+    compiles: Compiles,
+) -> None:
+    torch.manual_seed(0)
+    inputs = [torch.randn(b, n, 8) for b, n in ((2, 3), (3, 5), (2, 9))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        train_alike(Heads(), inputs, squares)
+    assert compiles("symbolic") == 2 and compiles("per-shape") == 0
+
+
 class Flattening(torch.nn.Module):
     """A layer norm over [batch, sequence, 8], whose output is flattened to [batch, 8 *
     sequence]: the backward takes the gradient of that output, whose second size is a

@@ -32,9 +32,10 @@ def _column(lw: ImportBuilder, indices: SSAValue, rank: int, dim: int) -> SSAVal
     return lw.reshape(indices, [n if k == dim else 1 for k in range(rank)])
 
 
-def _expand_to(lw: ImportBuilder, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    """`x` broadcast to `shape` as torch broadcasts (aligned on the right)."""
-    if graph.shape_of(x) == tuple(shape):
+def _expand_to(lw: ImportBuilder, x: SSAValue, shape: Sequence[graph.Dim]) -> SSAValue:
+    """`x` broadcast to `shape` (ints, or the symbols of dynamic dims) as torch broadcasts
+    (aligned on the right)."""
+    if graph.shape_of(x) == tuple(shape) or graph.dims_of(x) == tuple(shape):
         return x
     dims = range(len(shape) - _rank(x), len(shape))
     return lw.emit(graph.BroadcastInDimOp(x, shape, list(dims)))
@@ -408,18 +409,19 @@ def _scatter_search(
     positions whose `keys` (positions, and the dim of x each gives) all equal its own
     index: every tensor broadcasts to `[*x.shape, K]`, source positions last. Unrolled over
     K, in eager's own sequence: a copy takes the last match, a reduction starts from `x`
-    (include_self) or from its identity where anything matches."""
-    shape = graph.shape_of(x)
+    (include_self) or from its identity where anything matches. Dims of `x` that no key
+    gives may be symbolic."""
+    shape = graph.dims_of(x)
     rank, t = len(shape), graph.dtype_of(x)
     count = graph.shape_of(keys[0][0])[-1]
     src = lw.cast(src, t)
-    here = {d: lw.emit(graph.IotaOp(TensorType(i64, shape), d)) for _, d in keys}
+    here = {d: lw.emit(graph.IotaOp(graph.tensor_of(i64, shape), d)) for _, d in keys}
 
     def at(v: SSAValue, k: int) -> SSAValue:
         """Source position k of `v` (or its only one), broadcast to x's shape."""
         k = k if graph.shape_of(v)[-1] > 1 else 0
         picked = _slice_dim(lw, v, rank, k, k + 1)
-        return _expand_to(lw, lw.reshape(picked, graph.shape_of(picked)[:-1]), shape)
+        return _expand_to(lw, lw.reshape(picked, graph.dims_of(picked)[:-1]), shape)
 
     matches: list[SSAValue] = []
     for k in range(count):
@@ -556,28 +558,29 @@ def _index_put(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if b is None:
         return None
     count, dims = graph.numel(b), sorted(tensors)
-    if count > SEARCH_LIMIT or any(shape[d] == 0 for d in dims):
-        return None
+    if count > SEARCH_LIMIT or any(shape[d] <= 0 for d in dims):
+        return None  # (an indexed dim of symbolic size: torch's call)
     if not _rounds_like_eager(t, "sum" if accumulate else "copy", count):
         return None
-    if count == 0 or graph.numel(shape) == 0:
+    if count == 0 or 0 in shape:
         return x
     keys: list[tuple[SSAValue, int]] = []
     for d in dims:
         flat = lw.reshape(_expand_to(lw, tensors[d], b), [count])
         positions = lw.reshape(_positions(lw, flat, shape[d], wrap=True), [1] * rank + [count])
         keys.append((positions, d))
+    sizes = graph.dims_of(x)  # the dims no index tensor gives may be symbolic
     rest = [k for k in range(rank) if k not in dims]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     lead = dims[0] if adjacent else 0  # where B sits among the values' dims
-    target = [*(shape[k] for k in rest[:lead]), *b, *(shape[k] for k in rest[lead:])]
-    if graph.broadcast_shapes(graph.shape_of(values), target) != tuple(target):
+    target = [*(sizes[k] for k in rest[:lead]), *b, *(sizes[k] for k in rest[lead:])]
+    if graph.broadcast_shapes(graph.dims_of(values), target) != tuple(target):
         return None
     v = lw.reshape(
         _expand_to(lw, values, target), [*target[:lead], count, *target[lead + len(b) :]]
     )
     v = _permute_dims(lw, v, [*(k for k in range(len(rest) + 1) if k != lead), lead])
-    v = lw.reshape(v, [*(1 if k in dims else shape[k] for k in range(rank)), count])
+    v = lw.reshape(v, [*(1 if k in dims else sizes[k] for k in range(rank)), count])
     return _scatter_search(lw, x, keys, v, "sum" if accumulate else "copy")
 
 
