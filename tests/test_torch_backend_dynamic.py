@@ -305,6 +305,33 @@ def test_a_length_cut_to_a_multiple_runs_one_symbolic_program(counts: Counts) ->
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+class LastRows(torch.nn.Module):
+    """A table's last rows, as many as the input has (MPT's ALiBi slice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.linspace(-1.0, 1.0, 16 * 4).view(16, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) + self.table[max(0, 16 - x.shape[0]) :]
+
+
+def test_a_maximum_of_sizes_the_trace_picked_is_guarded_by_a_condition(counts: Counts) -> None:
+    """`table[max(0, 16 - n):]`: the slice's start `Max(0, 16 - n)`, which sizes do not
+    decide, is the branch the trace's sizes took (`16 - n`) with a condition `n <= 16` of
+    the program's table, and the slice of the static dim its last `n` rows: one symbolic
+    program for every length up to 16."""
+    model = LastRows()
+    compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for n in (3, 7, 12, 15):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 def test_transformers_language_models_over_lengths_run_one_symbolic_program(
     counts: Counts,
 ) -> None:

@@ -861,3 +861,30 @@ def test_a_remainder_is_the_size_less_a_multiple_of_its_floor_division() -> None
     ]
     with pytest.raises(SymbolicSizeError, match="no comparison of polynomials"):
         symbols.add_conditions(GuardsOnly(sympy.Ne(sympy.Mod(s0, 5), 0)))
+
+
+def test_a_maximum_sizes_do_not_decide_is_the_traced_pick_under_a_condition() -> None:
+    """`Max(0, 48 - s0)` at a trace where s0 is 37 is `48 - s0`, with the condition
+    `0 <= 48 - s0` of the table (checked at each call); a guard on the same maximum then
+    reads it so; `Min(s0, 2 * s1)` of another symbol, at sizes that pick `s0`, likewise."""
+    import sympy
+
+    from xfuse.frontend.builder import SizeSymbols
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = SizeSymbols()
+    symbols.inputs += [
+        graph.SizeSymbol.input("s0", 0, 0, 37),
+        graph.SizeSymbol.input("s1", 1, 0, 30),
+    ]
+    node = torch.fx.Graph().placeholder("x")
+    a, b = graph.SizeExpr.symbol("s0"), graph.SizeExpr.symbol("s1")
+    rest = graph.SizeExpr.constant(48) - a
+    assert symbols.polynomial(sympy.Max(0, 48 - s0), node) == rest
+    assert symbols.polynomial(sympy.Min(s0, 2 * s1), node) == a
+    assert symbols.conditions == [
+        graph.SizeCondition("le", graph.SizeExpr(), rest),
+        graph.SizeCondition("le", a, b.scale(2)),
+    ]
+    symbols.add_conditions(GuardsOnly(sympy.Ne(48 - sympy.Max(0, 48 - s0), 48)))
+    assert symbols.conditions[2:] == [graph.SizeCondition("ne", a, graph.SizeExpr.constant(48))]

@@ -238,7 +238,8 @@ class SizeSymbols:
 
     def _ordered(self, expr: Any, remainders: Remainders | None = None) -> graph.SizeExpr | None:
         """`Min(p, q)`, `Max(p, q)` or `Mod(p, q)` of polynomials where every size of 2 or more
-        (of its symbols' lows, with `remainders`) decides it (`graph.provably_nonnegative`):
+        (of its symbols' lows, with `remainders`) decides it (`graph.provably_nonnegative`), a
+        minimum or maximum also where a condition of the table does (`extremum`'s):
         `Min(s0, s0 * s1)` is `s0`, and so is `Mod(s0, s0 * s1)`, as `s0 * s1 > s0`; with
         `remainders`, another `Mod(p, k)` as `remainders` writes it; else None."""
         if len(expr.args) != 2:
@@ -259,9 +260,13 @@ class SizeSymbols:
             if remainders is not None:
                 return remainders.written(p, q)
             return self._known_remainder(p, q)
-        if graph.provably_nonnegative(q - p, lows):
+        if graph.provably_nonnegative(q - p, lows) or graph.SizeCondition("le", p, q) in (
+            self.conditions
+        ):
             return p if type(expr).__name__ == "Min" else q
-        if graph.provably_nonnegative(p - q, lows):
+        if graph.provably_nonnegative(p - q, lows) or graph.SizeCondition("le", q, p) in (
+            self.conditions
+        ):
             return q if type(expr).__name__ == "Min" else p
         return None
 
@@ -458,13 +463,37 @@ class SizeSymbols:
             return self.floordiv(expr, node)
         if type(expr).__name__ in ("Mod", "PythonMod"):
             return self.remainder(expr, node)
-        decided = self._ordered(expr) if type(expr).__name__ in ("Min", "Max") else None
-        if decided is not None:  # one that every size decides: `Max(0, 1 - s0)` is 0
-            return decided
+        if type(expr).__name__ in ("Min", "Max"):
+            return self.extremum(expr, node)
         raise SymbolicSizeError(
             f"cannot import node '{node.name}' ({node.target}): its size {expr} is no "
             "polynomial of the input sizes"
         )
+
+    def extremum(self, expr: Any, node: torch.fx.Node) -> graph.SizeExpr:
+        """`Min(p, q)` or `Max(p, q)`: the polynomial every size of 2 or more decides it to be
+        (`Max(0, 1 - s0)` is 0), else the one the trace's sizes (the hints) pick, with a
+        condition of the table that it stays the pick (`Max(0, 2048 - s0)` is `2048 - s0`
+        where `s0 <= 2048`): a call past it is refused and runs per shape."""
+        decided = self._ordered(expr)
+        if decided is not None:
+            return decided
+        refused = SymbolicSizeError(
+            f"cannot import node '{node.name}' ({node.target}): its size {expr} is no "
+            "polynomial of the input sizes"
+        )
+        if len(expr.args) != 2:
+            raise refused
+        p, q = (graph.reduce_by(self.polynomial(a, node), self.relations) for a in expr.args)
+        hints = {s.name: s.hint for s in self.inputs}
+        if not (p.symbols | q.symbols) <= hints.keys():
+            raise refused
+        first = p.evaluate(hints) <= q.evaluate(hints)
+        low, high = (p, q) if first else (q, p)
+        condition = graph.SizeCondition("le", low, high)
+        if condition not in self.conditions and not condition.always_holds:
+            self.conditions.append(condition)
+        return low if type(expr).__name__ == "Min" else high
 
     def table(self) -> graph.SizesAttr:
         return graph.SizesAttr((*self.inputs, *self.derived, *self.relations, *self.conditions))

@@ -167,15 +167,16 @@ def _offset_slice(
 def _tail_slice(
     lw: ImportBuilder, x: SSAValue, dim: int, a: Args, t: TensorType[Attribute]
 ) -> SSAValue | None:
-    """A unit-step slice of symbolic dim `dim` from a start that is a size of the call to its
-    end (`y[y.shape[0] - x.shape[0]:]`): the last elements, as many as the result type's dim
+    """A unit-step slice from a start that is a size of the call to the dim's end
+    (`y[y.shape[0] - x.shape[0]:]`; `table[..., 2048 - n:]` of a static dim, where the
+    table's guards keep `n <= 2048`): the last elements, as many as the result type's dim
     (torch's start is what sized it): the dim flipped, its first elements gathered, flipped
     back (index arithmetic the reading kernel folds). None for any other slice."""
     start, end = a["start"], a["end"]
     size, result = graph.dims_of(x)[dim], graph.dims_of(t)[dim]
     if not isinstance(start, torch.fx.Node) or not isinstance(start.meta.get("val"), torch.SymInt):
         return None
-    if a["step"] != 1 or not isinstance(size, str) or result == size:
+    if a["step"] != 1 or result == size or not (isinstance(size, str) or isinstance(result, str)):
         return None
     if end is not None and not (_is_number(end) and end >= UNBOUNDED_END):
         return None
