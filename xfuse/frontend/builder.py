@@ -255,7 +255,7 @@ class SizeSymbols:
             )
             if fits:
                 return p
-            if _divides(q, p):
+            if _exact_quotient(p, q) is not None:  # q divides p
                 return graph.SizeExpr()
             if remainders is not None:
                 return remainders.written(p, q)
@@ -278,13 +278,8 @@ class SizeSymbols:
         if divisor is None or divisor <= 0:
             return None
         reduced = graph.reduce_by(p, self.relations)
-        quotient, residue, d = graph.split_floordiv(reduced, divisor, self.atoms)
-        if residue is not None:
-            name = next((n for n, atom in self.atoms.items() if atom == (residue, d)), None)
-            if name is None:
-                return None
-            quotient = quotient + graph.SizeExpr.symbol(name)
-        return reduced - quotient.scale(divisor)
+        quotient = self._known_floordiv_of(reduced, divisor)
+        return None if quotient is None else reduced - quotient.scale(divisor)
 
     def _known_floordiv(self, expr: Any) -> graph.SizeExpr | None:
         """`FloorDiv(p, k)` as a polynomial of atoms where it is exact or its canonical floor
@@ -296,9 +291,13 @@ class SizeSymbols:
             return None if size is None else self._ratio(polynomial, size)
         if polynomial is None or not (divisor.is_Integer and int(divisor) > 0):
             return None
+        return self._known_floordiv_of(graph.reduce_by(polynomial, self.relations), int(divisor))
+
+    def _known_floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr | None:
+        """floor(polynomial / divisor) as a polynomial of atoms where it is exact or its
+        canonical floor division is one of the import's symbols, else None."""
         atoms = self.atoms
-        reduced = graph.reduce_by(polynomial, self.relations)
-        quotient, residue, d = graph.split_floordiv(reduced, int(divisor), atoms)
+        quotient, residue, d = graph.split_floordiv(polynomial, divisor, atoms)
         if residue is None:
             return quotient
         name = next((n for n, atom in atoms.items() if atom == (residue, d)), None)
@@ -403,27 +402,18 @@ class SizeSymbols:
         scale = dict(p.terms).get(mono, 0)
         if scale % coeff == 0 and scale // coeff > 0 and p == q.scale(scale // coeff):
             return graph.SizeExpr.constant(scale // coeff)
-        if not _divides(q, p):
-            return None
-        quotient = []
-        for m, c in p.terms:
-            rest = list(m)
-            for symbol in mono:
-                rest.remove(symbol)
-            quotient.append((tuple(rest), c // coeff))
-        return graph.SizeExpr.of(quotient)
+        return _exact_quotient(p, q)
 
     def _floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr:
         """floor(polynomial / divisor) as its quotient plus the symbol of its canonical floor
         division (an existing one where the pair is known, else a new derived symbol)."""
-        atoms = self.atoms
-        quotient, residue, d = graph.split_floordiv(polynomial, divisor, atoms)
-        if residue is None:
-            return quotient
-        name = next((n for n, atom in atoms.items() if atom == (residue, d)), None)
-        if name is None:
-            name = self._add(graph.SizeSymbol.floordiv(f"e{len(self.derived)}", residue, d))
-            self.by_expr[graph.SizeExpr.symbol(name)] = name
+        known = self._known_floordiv_of(polynomial, divisor)
+        if known is not None:
+            return known
+        quotient, residue, d = graph.split_floordiv(polynomial, divisor, self.atoms)
+        assert residue is not None  # (no residue: an exact division, which is known)
+        name = self._add(graph.SizeSymbol.floordiv(f"e{len(self.derived)}", residue, d))
+        self.by_expr[graph.SizeExpr.symbol(name)] = name
         return quotient + graph.SizeExpr.symbol(name)
 
     def remainder(self, expr: Any, node: torch.fx.Node) -> graph.SizeExpr:
@@ -561,21 +551,24 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     return bounds.is_singleton() and bool(bounds.lower)
 
 
-def _divides(q: graph.SizeExpr, p: graph.SizeExpr) -> bool:
-    """Whether `q`, one term `c * m`, divides `p` as polynomials: each of `p`'s terms a
-    multiple of `c` and of the monomial `m` (`8 * s1` divides `8 * s0 * s1`)."""
+def _exact_quotient(p: graph.SizeExpr, q: graph.SizeExpr) -> graph.SizeExpr | None:
+    """`p / q` where `q`, one term `c * m`, divides `p` as polynomials (each of `p`'s terms a
+    multiple of `c` and of the monomial `m`: `8 * s1` divides `8 * s0 * s1`, giving `s0`),
+    else None."""
     if len(q.terms) != 1 or q.as_constant == 0:
-        return False
+        return None
     ((mono, coeff),) = q.terms
+    quotient: list[tuple[tuple[str, ...], int]] = []
     for m, c in p.terms:
         rest = list(m)
         for symbol in mono:
             if symbol not in rest:
-                return False
+                return None
             rest.remove(symbol)
         if c % coeff:
-            return False
-    return True
+            return None
+        quotient.append((tuple(rest), c // coeff))
+    return graph.SizeExpr.of(quotient)
 
 
 def _is_floordiv(expr: Any) -> bool:
