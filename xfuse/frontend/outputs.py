@@ -347,8 +347,7 @@ BaseLayout = tuple[tuple[int, ...], tuple[int, ...], tuple[ViewReplay, ...]]
 def base_strides(returned: Sequence[torch.fx.Node]) -> list[BaseLayout | None]:
     """For each returned node that is a view, the shape and strides of its base at the trace's
     sizes (their hints where symbolic) and its views, as traced before the program is
-    decomposed; None
-    for a node that is no view or whose base has no such strides. Decompositions may lay an
+    decomposed; None for a node that is no view or whose base has no such strides. Decompositions may lay an
     intermediate out otherwise than eager (a functional `copy` into a gapped buffer becomes a
     dense `clone`), which its views would then not replay as eager's."""
     graph = next((n.graph for n in returned if isinstance(n, torch.fx.Node)), None)

@@ -122,23 +122,22 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if _rank(x) == 0:
         return None
     a = {**a, "start": decided_size(a["start"]), "end": decided_size(a["end"])}
-    offset = _offset_slice(lw, x, a["dim"] % _rank(x), a, out_type(node))
-    if offset is not None:
-        return offset
-    tail = _tail_slice(lw, x, a["dim"] % _rank(x), a, out_type(node))
-    if tail is not None:
-        return tail
-    dim = a["dim"] % _rank(x)
-    whole = graph.dims_of(out_type(node))[dim] == graph.dims_of(x)[dim]
-    if whole and a["step"] == 1 and a["start"] in (0, None):  # `x[:, :n]` of `x` n long
+    dim, t = a["dim"] % _rank(x), out_type(node)
+    found = _offset_slice(lw, x, dim, a, t)
+    if found is None:
+        found = _tail_slice(lw, x, dim, a, t)
+    if found is not None:
+        return found
+    same = graph.dims_of(t)[dim] == graph.dims_of(x)[dim]
+    if same and a["step"] == 1 and a["start"] in (0, None):  # `x[:, :n]` of `x` n long
         return x
     if not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
         return None
-    size = graph.shape_of(x)[a["dim"] % _rank(x)]
+    size = graph.shape_of(x)[dim]
     start = 0 if a["start"] is None else a["start"]
     whole = size if size >= 0 else UNBOUNDED_END  # a symbolic dim's end
     end = whole if a["end"] is None else a["end"]
-    return _slice_dim(lw, x, a["dim"] % _rank(x), start, end, a["step"])
+    return _slice_dim(lw, x, dim, start, end, a["step"])
 
 
 def _offset_slice(
