@@ -305,6 +305,49 @@ def test_a_length_cut_to_a_multiple_runs_one_symbolic_program(counts: Counts) ->
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+def _windows(x: torch.Tensor) -> torch.Tensor:
+    """Swin's window partition: a [b, h, w, c] map padded at its ends up to multiples of 7
+    (`(7 - w % 7) % 7`, a size of the call), cut into 7x7 windows, each averaged."""
+    b, h, w, c = x.shape
+    y = torch.nn.functional.pad(torch.tanh(x), (0, 0, 0, (7 - w % 7) % 7, 0, (7 - h % 7) % 7))
+    rows, cols = y.shape[1] // 7, y.shape[2] // 7
+    windows = y.view(b, rows, 7, cols, 7, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 49, c)
+    return windows.mean(1)
+
+
+def test_a_window_padding_to_multiples_runs_one_symbolic_program(counts: Counts) -> None:
+    """The padding is a `graph.pad` up to the result's dims (`open_high`), the windows' count a
+    ratio of the padded size, the trace's guards on them (remainders, ratios, a batch's
+    remainder by the windows' count) conditions of the table: one symbolic program for maps
+    whose padding is 0 or not."""
+    compiled = torch.compile(_windows, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for b, h, w in [(2, 15, 16), (3, 20, 17), (2, 16, 30), (2, 28, 14)]:
+            x = torch.randn(b, h, w, 4)
+            torch.testing.assert_close(compiled(x), _windows(x))
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
+def _strided(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tanh(x[:, 0::2]).sum(1), x[:, 1::3] * 2
+
+
+def test_strided_slices_to_a_dims_end_run_one_symbolic_program(counts: Counts) -> None:
+    """`x[:, 0::2]` and `x[:, 1::3]` of a symbolic dim: slices to its end whose lengths are
+    floor divisions of the table, at odd and even lengths alike."""
+    compiled = torch.compile(_strided, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for b, n in [(2, 9), (3, 14), (2, 23), (4, 12)]:
+            x = torch.randn(b, n)
+            for got, want in zip(compiled(x), _strided(x), strict=True):
+                torch.testing.assert_close(got, want)
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 class LastRows(torch.nn.Module):
     """A table's last rows, as many as the input has (MPT's ALiBi slice)."""
 

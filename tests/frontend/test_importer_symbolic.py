@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.export import Dim
 
 from xfuse.dialects import graph
-from xfuse.errors import SymbolicSizeError
+from xfuse.errors import InterpretError, SymbolicSizeError
 from xfuse.frontend.eager_rules import check_eager_rules
 from xfuse.frontend.importer import decomposition_table, import_module
 from xfuse.frontend.pytrees import export_support
@@ -77,7 +77,7 @@ def test_a_size_below_two_is_raised_to_two() -> None:
     assert (symbol.low, symbol.high, symbol.hint) == (2, 64, 5)
 
 
-@pytest.mark.parametrize("fn", [lambda x: x[::2], lambda x: x[3:] * 2])
+@pytest.mark.parametrize("fn", [lambda x: x[1:-2:2], lambda x: x[::2][3:]])
 def test_ops_without_symbolic_rules_refuse_in_one_line(fn: Any) -> None:
     with pytest.raises(
         SymbolicSizeError, match=r"^aten\.slice\.Tensor cannot import symbolic sizes yet"
@@ -308,6 +308,55 @@ def test_a_slice_of_a_symbolic_dim_from_an_offset_is_a_gather(fn: Any) -> None:
         x = torch.randn(3, n)
         [got] = interpret(program.module, program.arguments(x))
         torch.testing.assert_close(got, fn(x))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x[:, ::2] * 2,
+        lambda x: (x[:, 1::2].sum(1), x[:, 0::3].exp()),
+        lambda x: x[:, 3:] * 2,  # (the trace's guards raise the dim's lowest size past 3)
+    ],
+)
+def test_a_strided_slice_of_a_symbolic_dim_to_its_end_names_its_length(fn: Any) -> None:
+    """`x[:, k::m]` of a symbolic dim `s` (a patch merging's `x[:, 0::2]`) is a `graph.slice`
+    to the dim's end whose result dim is the symbol of `(s - k + m - 1) // m`, and matches
+    eager at odd and even sizes."""
+    program = import_module(fn, (torch.randn(3, 8),), dynamic_shapes={"x": {1: Dim.AUTO}})
+    slices = [op for op in program.function.body.block.ops if isinstance(op, graph.SliceOp)]
+    assert slices and all(graph.is_symbolic(op.result) for op in slices)
+    for n in (7, 8, 11):
+        x = torch.randn(3, n)
+        got = interpret(program.module, program.arguments(x))
+        want = fn(x)
+        for g, w in zip(got, want if isinstance(want, tuple) else (want,), strict=True):
+            torch.testing.assert_close(g, w)
+
+
+def _window_pad(x: torch.Tensor) -> torch.Tensor:
+    """Swin's window padding: the last two dims padded at their ends up to multiples of 7."""
+    h, w = x.shape[-2:]
+    return F.pad(torch.tanh(x), (0, (7 - w % 7) % 7, 0, (7 - h % 7) % 7), value=0.5)
+
+
+def test_a_padding_by_a_size_of_the_call_pads_up_to_the_result_dim() -> None:
+    """A constant padding by `(7 - w % 7) % 7`, a size of the call, is a `graph.pad` whose
+    padded dims are `open_high`: the result dims are the symbols of `w + (7 - w % 7) % 7`
+    (7 times w's windows), and the values match eager wherever the amount is 0 or not."""
+    dims = {"x": {1: Dim("h", min=2, max=64), 2: Dim("w", min=2, max=64)}}
+    program = import_module(_window_pad, (torch.randn(2, 15, 16),), dynamic_shapes=dims)
+    [pad] = [op for op in program.function.body.block.ops if isinstance(op, graph.PadOp)]
+    assert pad.open_dims == (1, 2) and pad.pads == ((0, 0, 0), (0, 0, 0))
+    assert all(isinstance(d, str) for d in graph.dims_of(pad.result)[1:])
+    assert str(parse(str(program.module))) == str(program.module)
+    for h, w in [(15, 16), (14, 21), (20, 17), (30, 14)]:
+        x = torch.randn(2, h, w)
+        [got] = interpret(program.module, program.arguments(x))
+        torch.testing.assert_close(got, _window_pad(x))
+    # `w % 7` is `w - 7 * (w // 7)`, and a floor division of the table is 2 or more at a
+    # call: below 14 the program refuses (the per-shape path runs such sizes).
+    with pytest.raises(InterpretError, match=r"floordiv 7 is 1: a symbol's size is 2 or more"):
+        interpret(program.module, program.arguments(torch.randn(2, 15, 9)))
 
 
 @pytest.mark.parametrize(
@@ -768,12 +817,21 @@ def test_a_guard_that_holds_with_its_remainders_bounded_is_no_condition() -> Non
     failing = (
         sympy.Gt(padded, 16),  # 16 at s0 = 2
         sympy.Gt(s0 - Mod(s0, 8), 0),  # 0 at s0 = 2..7
-        sympy.Gt(8 - Mod(s1, 8), 1),  # 1 at s1 = 7
     )
     assert not any(symbols.holds_at_every_size(g) for g in failing)
     for guard in failing:
         with pytest.raises(SymbolicSizeError, match="which is no comparison"):
             symbols.add_conditions(GuardsOnly(guard))
+    # 1 at s1 = 7: not at every size, but where s1 < 8 (the trace's s1 = 4), `Mod(s1, 8)`
+    # is s1: the guard holds under two conditions of the table.
+    picked = sympy.Gt(8 - Mod(s1, 8), 1)
+    assert not symbols.holds_at_every_size(picked)
+    symbols.add_conditions(GuardsOnly(picked))
+    b, eight = graph.SizeExpr.symbol("s1"), graph.SizeExpr.constant(8)
+    assert symbols.conditions == [
+        graph.SizeCondition("lt", b, eight),
+        graph.SizeCondition("lt", graph.SizeExpr.constant(1), eight - b),
+    ]
 
 
 def test_a_guard_that_holds_from_its_symbols_lows_is_no_condition() -> None:
@@ -888,3 +946,95 @@ def test_a_maximum_sizes_do_not_decide_is_the_traced_pick_under_a_condition() ->
     ]
     symbols.add_conditions(GuardsOnly(sympy.Ne(48 - sympy.Max(0, 48 - s0), 48)))
     assert symbols.conditions[2:] == [graph.SizeCondition("ne", a, graph.SizeExpr.constant(48))]
+
+
+def _two_inputs(hint0: int, hint1: int) -> Any:
+    from xfuse.frontend.builder import SizeSymbols
+
+    symbols = SizeSymbols()
+    symbols.inputs += [
+        graph.SizeSymbol.input("s0", 0, 0, hint0),
+        graph.SizeSymbol.input("s1", 1, 0, hint1),
+    ]
+    return symbols
+
+
+def test_a_disjunction_holds_by_the_part_the_trace_took() -> None:
+    """A guard that is a disjunction (a layout check `Eq(numel, 0) | (...)`) holds by the
+    conditions of its first part that holds at the trace's sizes and that the table can hold;
+    a conjunction by all of its parts'; one whose parts all fail at the trace's sizes is
+    refused."""
+    import sympy
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = _two_inputs(3, 5)
+    guard = sympy.Or(
+        sympy.Eq(s0 - s1, 4),
+        sympy.And(sympy.Or(sympy.Eq(s1, 1), sympy.Le(s0, s1)), sympy.Ne(s0, 7)),
+    )
+    symbols.add_conditions(GuardsOnly(guard))
+    a, b = graph.SizeExpr.symbol("s0"), graph.SizeExpr.symbol("s1")
+    assert len(symbols.conditions) == 2 and set(symbols.conditions) == {
+        graph.SizeCondition("le", a, b),
+        graph.SizeCondition("ne", a, graph.SizeExpr.constant(7)),
+    }
+    with pytest.raises(SymbolicSizeError, match="a disjunction none of whose parts"):
+        symbols.add_conditions(GuardsOnly(sympy.Or(sympy.Eq(s0, 4), sympy.Eq(s1, 4))))
+
+
+def test_extremes_and_remainders_in_guards_are_the_traced_picks_under_conditions() -> None:
+    """In a guard, a minimum of three sides is taken pairwise, each pair sizes do not decide
+    as the trace's sizes pick it (`Min(s0, s1)` is `s0` where `s0 <= s1`), and a remainder
+    `Mod(p, q)` with `0 <= p < q` at the trace's sizes is `p` (a batch's remainder by a
+    batch times a window count), each with the conditions that keep the pick; a guard that
+    does not hold at the trace's sizes is refused, picks or not."""
+    import sympy
+    from torch.utils._sympy.functions import Min, Mod
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = _two_inputs(3, 5)
+    symbols.add_conditions(
+        GuardsOnly(sympy.Eq(Min(s0, s1, s0 * s1), s0), sympy.Ne(Mod(s0, s0 * s1 - s1), 0))
+    )
+    a, b = graph.SizeExpr.symbol("s0"), graph.SizeExpr.symbol("s1")
+    assert symbols.conditions == [
+        graph.SizeCondition("le", a, b),
+        graph.SizeCondition("lt", a, a * b - b),
+    ]
+    with pytest.raises(SymbolicSizeError, match="which is no comparison"):
+        _two_inputs(3, 5).add_conditions(GuardsOnly(sympy.Eq(Min(s0, s1), s1)))
+
+
+def test_sizes_divided_by_polynomials_and_by_sizes_that_are_numbers() -> None:
+    """`Mod(s0*s1 - s1, s0 - 1)` is 0 (`s0 - 1` divides it: the quotient `s1`), and
+    `4 * s0 // (2 * s1 // s1)` is `2 * s0` (a divisor that is a number at every size): guards
+    on them hold at every size, no condition and no refusal."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = _two_inputs(3, 5)
+    symbols.add_conditions(
+        GuardsOnly(
+            sympy.Eq(Mod(s0 * s1 - s1, s0 - 1), 0),
+            sympy.Le(FloorDiv(4 * s0, FloorDiv(2 * s1, s1)), s0 * s1),
+        )
+    )
+    assert symbols.conditions == []
+
+
+def test_a_rounded_up_half_is_the_size_less_its_known_half() -> None:
+    """`(s0 + 1) // 2` where the table knows `s0 // 2` (e0) is `s0 - e0`
+    (`graph.complement_floordiv`: floor(n / k) = -floor((k - 1 - n) / k)): one symbol for
+    both halves of a patch merging, no new floor division."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    symbols = _two_inputs(9, 5)
+    a, b = graph.SizeExpr.symbol("s0"), graph.SizeExpr.symbol("s1")
+    symbols.derived.append(graph.SizeSymbol.floordiv("e0", a, 2))
+    symbols.add_conditions(GuardsOnly(sympy.Le(FloorDiv(s0 + 1, 2), s1)))
+    assert symbols.conditions == [graph.SizeCondition("le", a - graph.SizeExpr.symbol("e0"), b)]
+    whole, other, d = graph.complement_floordiv(a + graph.SizeExpr.constant(1), 2, {})
+    assert (whole, other, d) == (a.scale(-1), a, 2)

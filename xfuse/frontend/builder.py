@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,26 +159,62 @@ class SizeSymbols:
         equality the relations give, or SymbolicSizeError where the table holds none."""
         import sympy
 
-        lhs = self._plain(expr.lhs) if isinstance(expr, sympy.Rel) else None
-        rhs = self._plain(expr.rhs) if isinstance(expr, sympy.Rel) else None
-        if lhs is None or rhs is None:
+        if isinstance(expr, sympy.And):
+            return [c for part in expr.args for c in self._conditions_of(part)]
+        if isinstance(expr, sympy.Or):
+            return self._disjunct_conditions(expr)
+        picks: list[graph.SizeCondition] = []
+        lhs = self._plain(expr.lhs, picks=picks) if isinstance(expr, sympy.Rel) else None
+        rhs = self._plain(expr.rhs, picks=picks) if isinstance(expr, sympy.Rel) else None
+        if lhs is None or rhs is None or (picks and not self._holds_at_hints(expr)):
             raise SymbolicSizeError(
                 f"torch.export's trace assumed {expr}, which is no comparison of polynomials of "
                 "the program's sizes: a call could break it unchecked"
             )
         if isinstance(expr, sympy.Eq):
             if graph.reduce_by(lhs - rhs, self.relations) == graph.SizeExpr():
-                return []
-            return [graph.SizeCondition("le", lhs, rhs), graph.SizeCondition("le", rhs, lhs)]
+                return picks
+            return [
+                *picks,
+                graph.SizeCondition("le", lhs, rhs),
+                graph.SizeCondition("le", rhs, lhs),
+            ]
         kinds = {sympy.Le: "le", sympy.Lt: "lt", sympy.Ne: "ne"}
         flipped = {sympy.Ge: "le", sympy.Gt: "lt"}
         for kind, name in kinds.items():
             if isinstance(expr, kind):
-                return [graph.SizeCondition(name, lhs, rhs)]
+                return [*picks, graph.SizeCondition(name, lhs, rhs)]
         for kind, name in flipped.items():
             if isinstance(expr, kind):
-                return [graph.SizeCondition(name, rhs, lhs)]
+                return [*picks, graph.SizeCondition(name, rhs, lhs)]
         raise SymbolicSizeError(f"torch.export's trace assumed {expr}, an unknown comparison")
+
+    def _disjunct_conditions(self, expr: Any) -> list[graph.SizeCondition]:
+        """The conditions of a guard that is a disjunction (a layout check `Eq(numel, 0) |
+        (...)`): those of its first part that holds at the trace's sizes and that the table
+        can hold, which imply the whole; SymbolicSizeError where none can."""
+        for part in expr.args:
+            if not self._holds_at_hints(part):
+                continue
+            try:
+                return self._conditions_of(part)
+            except SymbolicSizeError:
+                continue
+        raise SymbolicSizeError(
+            f"torch.export's trace assumed {expr}, a disjunction none of whose parts is a "
+            "comparison of polynomials of the program's sizes: a call could break it unchecked"
+        )
+
+    def _holds_at_hints(self, expr: Any) -> bool:
+        """Whether a sympy condition of the input symbols holds at the trace's sizes."""
+        hints = {s.name: s.hint for s in self.inputs}
+        values = {x: hints[str(x)] for x in expr.free_symbols if str(x) in hints}
+        if len(values) != len(expr.free_symbols):
+            return False
+        try:
+            return bool(expr.xreplace(values))
+        except TypeError:  # (not decided by numbers)
+            return False
 
     def holds_at_every_size(self, expr: Any) -> bool:
         """Whether a guard `expr` (a sympy inequality) holds at every size of the input
@@ -201,16 +237,22 @@ class SizeSymbols:
         difference = (lhs - rhs).scale(sign) + graph.SizeExpr.constant(shift)
         return graph.provably_nonnegative(difference, remainders.lows)
 
-    def _plain(self, expr: Any, remainders: Remainders | None = None) -> graph.SizeExpr | None:
+    def _plain(
+        self,
+        expr: Any,
+        remainders: Remainders | None = None,
+        picks: list[graph.SizeCondition] | None = None,
+    ) -> graph.SizeExpr | None:
         """A sympy expression of this import's input symbols that is a polynomial (sums,
         products, powers, integers, floor divisions by an integer that are exact or one of the
         import's symbols, and a minimum, maximum or remainder that sizes decide: `_ordered`)
         as one, else None; with `remainders`, a remainder sizes do not decide is written as
-        `remainders` writes it."""
+        `remainders` writes it; with `picks`, a minimum or maximum sizes do not decide is the
+        side the trace's sizes pick, the condition that keeps it the pick added to `picks`."""
         if _is_floordiv(expr):
             return self._known_floordiv(expr)
         if type(expr).__name__ in ("Min", "Max", "Mod", "PythonMod"):
-            return self._ordered(expr, remainders)
+            return self._ordered(expr, remainders, picks)
         if expr.is_Integer:
             return graph.SizeExpr.constant(int(expr))
         if expr.is_Symbol:
@@ -218,7 +260,7 @@ class SizeSymbols:
         if expr.is_Pow:
             if not (expr.exp.is_Integer and int(expr.exp) >= 0):
                 return None
-            base, out = self._plain(expr.base, remainders), graph.SizeExpr.constant(1)
+            base, out = self._plain(expr.base, remainders, picks), graph.SizeExpr.constant(1)
             if base is None:
                 return None
             for _ in range(int(expr.exp)):
@@ -226,7 +268,7 @@ class SizeSymbols:
             return out
         if not (expr.is_Add or expr.is_Mul):
             return None
-        parts = [self._plain(a, remainders) for a in expr.args]
+        parts = [self._plain(a, remainders, picks) for a in expr.args]
         if any(p is None for p in parts):
             return None
         total = parts[0]
@@ -236,39 +278,108 @@ class SizeSymbols:
             total = total + p if expr.is_Add else total * p
         return total
 
-    def _ordered(self, expr: Any, remainders: Remainders | None = None) -> graph.SizeExpr | None:
+    def _ordered(
+        self,
+        expr: Any,
+        remainders: Remainders | None = None,
+        picks: list[graph.SizeCondition] | None = None,
+    ) -> graph.SizeExpr | None:
         """`Min(p, q)`, `Max(p, q)` or `Mod(p, q)` of polynomials where every size of 2 or more
         (of its symbols' lows, with `remainders`) decides it (`graph.provably_nonnegative`), a
         minimum or maximum also where a condition of the table does (`extremum`'s):
         `Min(s0, s0 * s1)` is `s0`, and so is `Mod(s0, s0 * s1)`, as `s0 * s1 > s0`; with
-        `remainders`, another `Mod(p, k)` as `remainders` writes it; else None."""
-        if len(expr.args) != 2:
-            return None
-        p, q = self._plain(expr.args[0], remainders), self._plain(expr.args[1], remainders)
-        if p is None or q is None:
+        `remainders`, another `Mod(p, k)` as `remainders` writes it; with `picks`, another
+        minimum or maximum as the trace's sizes pick it (`_pick`); else None. A minimum or
+        maximum of more than two is taken pairwise."""
+        kind = type(expr).__name__
+        sides = [self._plain(a, remainders, picks) for a in expr.args]
+        if len(sides) < 2 or any(side is None for side in sides):
             return None
         lows = None if remainders is None else remainders.lows
+        if kind in ("Min", "Max"):
+            out: graph.SizeExpr | None = sides[0]
+            for side in sides[1:]:
+                assert side is not None
+                out = None if out is None else self._extreme(kind, out, side, lows, picks)
+            return out
+        if len(sides) != 2:
+            return None
+        p, q = sides
+        assert p is not None and q is not None
         one = graph.SizeExpr.constant(1)
-        if type(expr).__name__ in ("Mod", "PythonMod"):
+        if kind in ("Mod", "PythonMod"):
             fits = graph.provably_nonnegative(p, lows) and graph.provably_nonnegative(
                 q - p - one, lows
             )
             if fits:
                 return p
-            if _exact_quotient(p, q) is not None:  # q divides p
+            if _exact_quotient(p, q) is not None or self._ratio(p, q) is not None:  # q divides p
                 return graph.SizeExpr()
             if remainders is not None:
                 return remainders.written(p, q)
-            return self._known_remainder(p, q)
+            known = self._known_remainder(p, q)
+            if known is None and picks is not None:
+                return self._pick_remainder(p, q, picks)
+            return known
+        return None
+
+    def _extreme(
+        self,
+        kind: str,
+        p: graph.SizeExpr,
+        q: graph.SizeExpr,
+        lows: Mapping[str, int] | None,
+        picks: list[graph.SizeCondition] | None,
+    ) -> graph.SizeExpr | None:
+        """`Min(p, q)` or `Max(p, q)` (`kind`) where sizes or a condition decide it (`_ordered`),
+        else, with `picks`, as the trace's sizes pick it; else None."""
         if graph.provably_nonnegative(q - p, lows) or graph.SizeCondition("le", p, q) in (
             self.conditions
         ):
-            return p if type(expr).__name__ == "Min" else q
+            return p if kind == "Min" else q
         if graph.provably_nonnegative(p - q, lows) or graph.SizeCondition("le", q, p) in (
             self.conditions
         ):
-            return q if type(expr).__name__ == "Min" else p
-        return None
+            return q if kind == "Min" else p
+        return None if picks is None else self._pick(kind, p, q, picks)
+
+    def _pick_remainder(
+        self, p: graph.SizeExpr, q: graph.SizeExpr, picks: list[graph.SizeCondition]
+    ) -> graph.SizeExpr | None:
+        """`Mod(p, q)` as `p` where the trace's sizes have `0 <= p < q` (a batch's remainder
+        by a batch times a window count: `Mod(b, b * n)` is `b` where `n >= 2`), the
+        conditions that keep it so added to `picks`; else None."""
+        hints = self.hints()
+        if not (p.symbols | q.symbols) <= hints.keys():
+            return None
+        if not 0 <= p.evaluate(hints) < q.evaluate(hints):
+            return None
+        for condition in (
+            graph.SizeCondition("le", graph.SizeExpr(), p),
+            graph.SizeCondition("lt", p, q),
+        ):
+            if not condition.always_holds:
+                picks.append(condition)
+        return p
+
+    def hints(self) -> dict[str, int]:
+        """Every symbol's size at the trace's sizes (the input symbols' hints)."""
+        return self.table().evaluate({s.name: s.hint for s in self.inputs})
+
+    def _pick(
+        self, kind: str, p: graph.SizeExpr, q: graph.SizeExpr, picks: list[graph.SizeCondition]
+    ) -> graph.SizeExpr | None:
+        """`Min(p, q)` or `Max(p, q)` (`kind`) as the side the trace's sizes (the hints, atoms
+        computed from them) pick, the condition that it stays the pick added to `picks`; None
+        where the hints do not give both sides."""
+        hints = self.hints()
+        if not (p.symbols | q.symbols) <= hints.keys():
+            return None
+        low, high = (p, q) if p.evaluate(hints) <= q.evaluate(hints) else (q, p)
+        condition = graph.SizeCondition("le", low, high)
+        if not condition.always_holds:
+            picks.append(condition)
+        return low if kind == "Min" else high
 
     def _known_remainder(self, p: graph.SizeExpr, k: graph.SizeExpr) -> graph.SizeExpr | None:
         """`Mod(p, k)` as `p - k * floor(p / k)` where `k` is a positive integer and that floor
@@ -285,23 +396,32 @@ class SizeSymbols:
         """`FloorDiv(p, k)` as a polynomial of atoms where it is exact or its canonical floor
         division is one of the import's symbols, else None."""
         base, divisor = expr.args
-        polynomial = self._plain(base)
-        if polynomial is not None and not divisor.is_Integer:
-            size = self._plain(divisor)
-            return None if size is None else self._ratio(polynomial, size)
-        if polynomial is None or not (divisor.is_Integer and int(divisor) > 0):
+        polynomial, size = self._plain(base), self._plain(divisor)
+        if polynomial is None or size is None:
             return None
-        return self._known_floordiv_of(graph.reduce_by(polynomial, self.relations), int(divisor))
+        constant = graph.reduce_by(size, self.relations).as_constant
+        if constant is None:
+            return self._ratio(polynomial, size)
+        if constant <= 0:
+            return None
+        return self._known_floordiv_of(graph.reduce_by(polynomial, self.relations), constant)
 
     def _known_floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr | None:
         """floor(polynomial / divisor) as a polynomial of atoms where it is exact or its
-        canonical floor division is one of the import's symbols, else None."""
+        canonical floor division, or that division's complement (`graph.complement_floordiv`:
+        `(s + 1) floordiv 2` is `s - s floordiv 2`), is one of the import's symbols, else
+        None."""
         atoms = self.atoms
         quotient, residue, d = graph.split_floordiv(polynomial, divisor, atoms)
         if residue is None:
             return quotient
-        name = next((n for n, atom in atoms.items() if atom == (residue, d)), None)
-        return None if name is None else quotient + graph.SizeExpr.symbol(name)
+        names = {atom: n for n, atom in atoms.items()}
+        if (residue, d) in names:
+            return quotient + graph.SizeExpr.symbol(names[residue, d])
+        whole, other, k = graph.complement_floordiv(residue, d, atoms)
+        if other is None or (other, k) not in names:
+            return None
+        return quotient - whole - graph.SizeExpr.symbol(names[other, k])
 
     def memory_order(
         self, shape: Sequence[int | torch.SymInt], strides: Sequence[int | torch.SymInt]
@@ -378,8 +498,10 @@ class SizeSymbols:
         """`FloorDiv(p, k)` as a polynomial of atoms: its quotient plus the symbol of its
         canonical floor division (an existing one where the pair is known)."""
         base, divisor = expr.args
-        if not (divisor.is_Integer and int(divisor) > 0):
-            ratio = self._ratio(self.polynomial(base, node), self.polynomial(divisor, node))
+        size = graph.reduce_by(self.polynomial(divisor, node), self.relations)
+        constant = size.as_constant
+        if constant is None or constant <= 0:
+            ratio = None if constant is not None else self._ratio(self.polynomial(base, node), size)
             if ratio is not None:
                 return ratio
             raise SymbolicSizeError(
@@ -387,21 +509,18 @@ class SizeSymbols:
                 "by a divisor other than a positive integer"
             )
         polynomial = graph.reduce_by(self.polynomial(base, node), self.relations)
-        return self._floordiv_of(polynomial, int(divisor))
+        return self._floordiv_of(polynomial, constant)
 
     def _ratio(self, base: graph.SizeExpr, divisor: graph.SizeExpr) -> graph.SizeExpr | None:
         """`base / divisor` where `divisor` divides `base` exactly as polynomials (after the
-        relations): a positive constant multiple of it (the `-1` of `x.view(b, m // 8, 8)`
-        is `m // (m // 8)`, 8 where `m` is a multiple of 8 at every size), or a one-term
-        divisor of each of its terms (`s0*s1 // s1` is `s0`); else None."""
+        relations), `_exact_quotient`: a constant multiple of it (the `-1` of
+        `x.view(b, m // 8, 8)` is `m // (m // 8)`, 8 where `m` is a multiple of 8 at every
+        size), `s0*s1 // s1` (`s0`), or a product with it (a window count `n` times `b`
+        divided by `n`, `n` a polynomial of floor divisions); else None."""
         p = graph.reduce_by(base, self.relations)
         q = graph.reduce_by(divisor, self.relations)
         if not q.terms or q.as_constant is not None:
             return None
-        mono, coeff = q.terms[-1]
-        scale = dict(p.terms).get(mono, 0)
-        if scale % coeff == 0 and scale // coeff > 0 and p == q.scale(scale // coeff):
-            return graph.SizeExpr.constant(scale // coeff)
         return _exact_quotient(p, q)
 
     def _floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr:
@@ -468,22 +587,20 @@ class SizeSymbols:
         decided = self._ordered(expr)
         if decided is not None:
             return decided
+        kind = type(expr).__name__
         refused = SymbolicSizeError(
             f"cannot import node '{node.name}' ({node.target}): its size {expr} is no "
             "polynomial of the input sizes"
         )
-        if len(expr.args) != 2:
+        sides = [graph.reduce_by(self.polynomial(a, node), self.relations) for a in expr.args]
+        picks: list[graph.SizeCondition] = []
+        picked: graph.SizeExpr | None = sides[0]
+        for side in sides[1:]:
+            picked = None if picked is None else self._extreme(kind, picked, side, None, picks)
+        if picked is None:
             raise refused
-        p, q = (graph.reduce_by(self.polynomial(a, node), self.relations) for a in expr.args)
-        hints = {s.name: s.hint for s in self.inputs}
-        if not (p.symbols | q.symbols) <= hints.keys():
-            raise refused
-        first = p.evaluate(hints) <= q.evaluate(hints)
-        low, high = (p, q) if first else (q, p)
-        condition = graph.SizeCondition("le", low, high)
-        if condition not in self.conditions and not condition.always_holds:
-            self.conditions.append(condition)
-        return low if type(expr).__name__ == "Min" else high
+        self.conditions.extend(c for c in picks if c not in self.conditions)
+        return picked
 
     def table(self) -> graph.SizesAttr:
         return graph.SizesAttr((*self.inputs, *self.derived, *self.relations, *self.conditions))
@@ -552,23 +669,27 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
 
 
 def _exact_quotient(p: graph.SizeExpr, q: graph.SizeExpr) -> graph.SizeExpr | None:
-    """`p / q` where `q`, one term `c * m`, divides `p` as polynomials (each of `p`'s terms a
-    multiple of `c` and of the monomial `m`: `8 * s1` divides `8 * s0 * s1`, giving `s0`),
-    else None."""
-    if len(q.terms) != 1 or q.as_constant == 0:
+    """`p / q` where the polynomial `q` divides `p` exactly, with integer coefficients (`8 * s1`
+    divides `8 * s0 * s1`, giving `s0`; `a - b` divides `a * c - b * c`, giving `c`), else None:
+    division by the leading term in a graded order, which leaves no remainder exactly where
+    `q` divides `p`."""
+    if not q.terms or q.as_constant == 0:
         return None
-    ((mono, coeff),) = q.terms
-    quotient: list[tuple[tuple[str, ...], int]] = []
-    for m, c in p.terms:
-        rest = list(m)
-        for symbol in mono:
-            if symbol not in rest:
+    lead, coeff = max(q.terms, key=lambda t: (len(t[0]), t[0]))
+    rest, quotient = p, graph.SizeExpr()
+    while rest.terms:
+        mono, c = max(rest.terms, key=lambda t: (len(t[0]), t[0]))
+        left = list(mono)
+        for symbol in lead:
+            if symbol not in left:
                 return None
-            rest.remove(symbol)
+            left.remove(symbol)
         if c % coeff:
             return None
-        quotient.append((tuple(rest), c // coeff))
-    return graph.SizeExpr.of(quotient)
+        term = graph.SizeExpr.of([(tuple(left), c // coeff)])
+        quotient = quotient + term
+        rest = rest - q * term
+    return quotient
 
 
 def _is_floordiv(expr: Any) -> bool:
@@ -620,6 +741,8 @@ def decided_size(size: Any) -> Any:
     any other argument as it is."""
     value = size.meta.get("val") if isinstance(size, torch.fx.Node) else None
     symbols = SIZE_SYMBOLS.get()
+    if symbols is not None and type(value) is int:  # size arithmetic torch decided
+        return value
     if symbols is None or not isinstance(value, torch.SymInt):
         return size
     polynomial = symbols.size_polynomial(value)

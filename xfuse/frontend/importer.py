@@ -791,8 +791,11 @@ def convert_symbolic_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value
     carry their sizes); an op that involves a symbolic size and whose converter fails,
     produces other types than torch's or ops that do not verify, or that would be a
     `torch_call` with a size argument (its arguments are constants), refuses in one line."""
-    if isinstance(node.meta.get("val"), torch.SymInt | torch.SymBool):
+    val = node.meta.get("val")
+    if isinstance(val, torch.SymInt | torch.SymBool):
         return None
+    if isinstance(val, int) and not isinstance(node.target, torch._ops.OpOverload):
+        return None  # size arithmetic torch decided (`max(0, 3 - h % 2) // 2`): its users read it
     involved = has_symbolic_size(node.meta.get("val")) or any(
         has_symbolic_size(a.meta.get("val")) for a in node.all_input_nodes
     )

@@ -462,10 +462,13 @@ def _prepare_pad(op: Operation) -> Prepared:
     assert isinstance(op, graph.PadOp)
     (low, high), mode, fill = op.pads, op.mode.data, op.fill
     if mode == "constant":
-        pad = [p for d in reversed(range(len(low))) for p in (low[d], high[d])]
+        opened, dims = op.open_dims, graph.dims_of(op.result)
 
         def constant(xs: list[Tensor]) -> Tensor:
             value = fill if xs[0].dtype.is_floating_point else int(fill)
+            out, n = concrete_dims(dims), xs[0].shape
+            ends = [out[d] - n[d] - low[d] if d in opened else high[d] for d in range(len(low))]
+            pad = [p for d in reversed(range(len(low))) for p in (low[d], ends[d])]
             return torch.nn.functional.pad(xs[0], pad, value=value).contiguous()
 
         return constant

@@ -509,6 +509,14 @@ func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #gr
 
 // -----
 
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected open_high dims of constant padding, with high 0, found dim 0
+func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = s0 + 2>} {
+  %0 = graph.pad %x low = [0, 0] high = [1, 0] open_high = [0] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x8xf32, #graph.syms<e0>>
+  func.return
+}
+
+// -----
+
 // CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.pad' op expected constant padding of dim 0, size symbol 's0', found mode "reflect"
 func.func @f(%x: tensor<?x8xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4, e0 = s0 + 2>} {
   %0 = graph.pad %x low = [1, 0] high = [1, 0] mode = "reflect" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x8xf32, #graph.syms<e0>>

@@ -287,6 +287,8 @@ func.func @pad_pool(%x: tensor<4x8xf32>, %y: tensor<1x4x9x9xf32>, %i: tensor<4x8
   %1 = graph.pad %x low = [1, 1] high = [2, 3] mode = "reflect" value = 0.0 : f64 : tensor<4x8xf32> -> tensor<7x12xf32>
   // CHECK-NEXT: %{{.*}} = graph.pad %i low = [1, 1] high = [2, 3] mode = "constant" value = -3.000000e+00 : f64 : tensor<4x8xi64> -> tensor<7x12xi64>
   %2 = graph.pad %i low = [1, 1] high = [2, 3] mode = "constant" value = -3.0 : f64 : tensor<4x8xi64> -> tensor<7x12xi64>
+  // CHECK-NEXT: %{{.*}} = graph.pad %x low = [0, 1] high = [0, 0] open_high = [1] mode = "constant" value = 1.000000e+00 : f64 : tensor<4x8xf32> -> tensor<4x14xf32>
+  %pad_to = graph.pad %x low = [0, 1] high = [0, 0] open_high = [1] mode = "constant" value = 1.0 : f64 : tensor<4x8xf32> -> tensor<4x14xf32>
   // CHECK-NEXT: %{{.*}} = graph.pool %y kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>
   %3 = graph.pool %y kind = "max" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>
   // CHECK-NEXT: %{{.*}} = graph.pool %y kind = "avg" kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] count_include_pad divisor = 7 : tensor<1x4x9x9xf32> -> tensor<1x4x5x5xf32>

@@ -242,6 +242,15 @@ def split_floordiv(
     return quotient, residue.divide_exact(common), divisor // common
 
 
+def complement_floordiv(
+    residue: SizeExpr, divisor: int, atoms: Atoms
+) -> tuple[SizeExpr, SizeExpr | None, int]:
+    """floor(residue / divisor) as `-(whole + floor(other / d))`: (whole, other, d) in
+    `split_floordiv`'s form, by floor(n / k) = -floor((k - 1 - n) / k) for every integer n.
+    The two canonical forms name one size: `(s + 1) floordiv 2` is `s - s floordiv 2`."""
+    return split_floordiv(SizeExpr.constant(divisor - 1) - residue, divisor, atoms)
+
+
 def _nested_atom(residue: SizeExpr, atoms: Atoms) -> str | None:
     """A floor division of `atoms` that `residue` holds as a term of its own with coefficient
     1 and in no other term, if any."""

@@ -56,7 +56,9 @@ class PadOp(OneTensorOp):
     or its edge repeated (`"replicate"`). Never reads outside the input. A symbolic dim padded
     (with a constant only) has a size symbol of the function's table as its result dim, whose
     polynomial is the input's symbol plus `low + high` (`graph.size_dim` makes it); one not
-    padded keeps its symbol.
+    padded keeps its symbol. A dim of `open_high` (constant padding only, its `high` 0) is
+    padded at the end by a size of the call: up to its result dim, whatever that is at the
+    call (a window's padding to a multiple of 7, `(7 - w % 7) % 7`, makes `7 * ceil(w / 7)`).
     `%y = graph.pad %x low = [0, 1] high = [0, -1] mode = "constant" value = 0.0 : f64 : tensor<4x8xf32> -> tensor<4x8xf32>`"""
 
     name = "graph.pad"
@@ -77,10 +79,11 @@ class PadOp(OneTensorOp):
     high = prop_def(DenseArrayBase[I64])
     mode = prop_def(StringAttr)
     value = prop_def(FloatAttr)
+    open_high = opt_prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Injective())
     assembly_format = (
-        "$input `low` `=` $low `high` `=` $high `mode` `=` $mode `value` `=` $value attr-dict "
-        "`:` type($input) `->` type($result)"
+        "$input `low` `=` $low `high` `=` $high (`open_high` `=` $open_high^)? `mode` `=` $mode "
+        "`value` `=` $value attr-dict `:` type($input) `->` type($result)"
     )
     SYMBOLIC_SIZES: ClassVar[bool] = True
 
@@ -92,8 +95,10 @@ class PadOp(OneTensorOp):
         mode: str = "constant",
         value: float = 0.0,
         dims: Sequence[Dim] | None = None,
+        open_high: Sequence[int] = (),
     ):
-        """`dims`, the result's dims, where a symbolic dim is padded (its symbol there)."""
+        """`dims`, the result's dims, where a symbolic dim is padded (its symbol there) or a
+        dim is padded by a size of the call (`open_high`)."""
         input = SSAValue.get(input)
         super().__init__(
             input,
@@ -102,11 +107,25 @@ class PadOp(OneTensorOp):
             high=_i64_array(high),
             mode=StringAttr(mode),
             value=FloatAttr(float(value), Float64Type()),
+            open_high=_i64_array(sorted(set(open_high))) if open_high else None,
         )
 
     @property
     def pads(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return _ints(self.low), _ints(self.high)
+
+    @property
+    def open_dims(self) -> tuple[int, ...]:
+        """The dims padded at the end up to the result's size (`open_high`)."""
+        return () if self.open_high is None else _ints(self.open_high)
+
+    def padded_dims(self) -> tuple[bool, ...]:
+        """Per dim, whether it is padded or cropped at all."""
+        (low, high), opened = self.pads, self.open_dims
+        return tuple(
+            lo != 0 or hi != 0 or i in opened
+            for i, (lo, hi) in enumerate(zip(low, high, strict=True))
+        )
 
     @property
     def fill(self) -> float:
@@ -120,7 +139,16 @@ class PadOp(OneTensorOp):
         if mode not in PAD_MODES:
             raise VerifyException(f'expected mode in {list(PAD_MODES)}, found "{mode}"')
         expected = list(pad_shape(dims, low, high))
+        found, opened = dims_of(self.result), self.open_dims
+        for i in opened:
+            if not 0 <= i < len(dims) or high[i] != 0 or mode != "constant":
+                raise VerifyException(
+                    f"expected open_high dims of constant padding, with high 0, found dim {i}"
+                )
+            expected[i] = found[i] if len(found) > i else -1  # the call's size decides it
         for i, (n, lo, hi) in enumerate(zip(dims, low, high, strict=True)):
+            if i in opened:
+                continue
             if isinstance(n, str):
                 if lo != 0 or hi != 0:
                     expected[i] = self._padded_symbol(i, n, lo + hi)

@@ -80,20 +80,29 @@ an end of 2^63 - 1)."""
 
 
 def _slice_dim(
-    lw: ImportBuilder, x: SSAValue, dim: int, start: int, end: int, step: int = 1
+    lw: ImportBuilder,
+    x: SSAValue,
+    dim: int,
+    start: int,
+    end: int,
+    step: int = 1,
+    dims: Sequence[graph.Dim] | None = None,
 ) -> SSAValue:
     """x[..., start:end:step, ...] along `dim`, with torch's clamping of start and end. A
     symbolic dim (size unknown here) is taken whole, or within its first or last elements
     that every size has (its symbol's lowest size, `lowest_size`: `MIN_SIZE`, or more where
     torch's guards raised its range; a negative start, and an end to the dim's end or
-    negative, count from its end); the other dims of `x` may be symbolic (a `graph.slice`
-    keeps them whole)."""
+    negative, count from its end), or, given the result's `dims`, from a start within those
+    first elements to its end by any step (`x[:, 0::2]`: `(s + 1) // 2` long); the other
+    dims of `x` may be symbolic (a `graph.slice` keeps them whole)."""
     shape = graph.shape_of(x)
     size = shape[dim]
     if size < 0:
         lowest = lowest_size(graph.dims_of(x)[dim])
         if start == 0 and end >= UNBOUNDED_END and step == 1:
             return x
+        if dims is not None and 0 <= start < lowest and end >= UNBOUNDED_END:
+            return _emit_slice(lw, x, dim, start, -1, step, dims)
         if -lowest <= start < 0 and (end >= UNBOUNDED_END or start < end < 0):
             limit = -1 if end >= UNBOUNDED_END else end - 1  # `-1 - k` for `size - k`
             return _emit_slice(lw, x, dim, start - 1, limit, step)
@@ -108,13 +117,20 @@ def _slice_dim(
 
 
 def _emit_slice(
-    lw: ImportBuilder, x: SSAValue, dim: int, start: int, end: int, step: int
+    lw: ImportBuilder,
+    x: SSAValue,
+    dim: int,
+    start: int,
+    end: int,
+    step: int,
+    dims: Sequence[graph.Dim] | None = None,
 ) -> SSAValue:
-    """A `graph.slice` of `dim`, the other dims whole."""
+    """A `graph.slice` of `dim`, the other dims whole (`dims`: the result's, where the
+    slice's length is a symbol of the table)."""
     shape = graph.shape_of(x)
     starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
     starts[dim], limits[dim], strides[dim] = start, end, step
-    return lw.emit(graph.SliceOp(x, starts, limits, strides))
+    return lw.emit(graph.SliceOp(x, starts, limits, strides, dims))
 
 
 def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
@@ -137,7 +153,7 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     start = 0 if a["start"] is None else a["start"]
     whole = size if size >= 0 else UNBOUNDED_END  # a symbolic dim's end
     end = whole if a["end"] is None else a["end"]
-    return _slice_dim(lw, x, dim, start, end, a["step"])
+    return _slice_dim(lw, x, dim, start, end, a["step"], graph.dims_of(t))
 
 
 def _offset_slice(

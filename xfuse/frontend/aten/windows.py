@@ -16,7 +16,14 @@ from xfuse.dialects import graph
 from xfuse.dialects.graph import PAD_MODES
 from xfuse.frontend.aten.common import Args, Converter, _is_number, _rank
 from xfuse.frontend.aten.reductions import _reduce
-from xfuse.frontend.builder import ImportBuilder, Value, out_type, result_types, used_outputs
+from xfuse.frontend.builder import (
+    ImportBuilder,
+    Value,
+    decided_size,
+    out_type,
+    result_types,
+    used_outputs,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Padding
@@ -50,9 +57,12 @@ def _pads_of(pad: Sequence[int], rank: int) -> tuple[list[int], list[int]] | Non
 
 
 def _emit_pad(
-    lw: ImportBuilder, node: torch.fx.Node, x: SSAValue, pad: Sequence[int], mode: str, fill: float
+    lw: ImportBuilder, node: torch.fx.Node, x: SSAValue, pad: Sequence[Any], mode: str, fill: float
 ) -> Value:
     t = out_type(node)
+    pad = [decided_size(p) for p in pad]
+    if not all(isinstance(p, int) for p in pad):
+        return _emit_open_pad(lw, node, x, pad, mode, fill)
     pads = _pads_of(pad, _rank(x))
     if pads is None or 0 in t.get_shape()[1:]:
         return None  # (an empty inner dim: lower-to-loops's strides cannot express it)
@@ -67,6 +77,32 @@ def _emit_pad(
     except VerifyException:
         return None  # out of torch's range (eager raises): left to torch
     return lw.emit(op)
+
+
+def _emit_open_pad(
+    lw: ImportBuilder, node: torch.fx.Node, x: SSAValue, pad: Sequence[Any], mode: str, fill: float
+) -> Value:
+    """Constant padding at the end of dims by sizes of the call (a window's padding up to a
+    multiple of its size, `(7 - w % 7) % 7`): each such dim padded up to the result's dim
+    (`graph.PadOp`'s `open_high`). A size of the call before a dim, or in another mode, is
+    refused (ValueError: the symbolic import's one-line refusal)."""
+    rank = _rank(x)
+    if len(pad) % 2 or len(pad) // 2 > rank:
+        return None
+    if mode != "constant":
+        raise ValueError(f"a {mode} padding by a size of the call")
+    low, high, opened = [0] * rank, [0] * rank, []
+    for i in range(len(pad) // 2):
+        d, before, after = rank - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if not isinstance(before, int):
+            raise ValueError(f"a padding before dim {d} by a size of the call")
+        low[d] = before
+        if isinstance(after, int):
+            high[d] = after
+        else:
+            opened.append(d)
+    dims = graph.dims_of(out_type(node))
+    return lw.emit(graph.PadOp(x, low, high, mode, fill, dims=dims, open_high=opened))
 
 
 def _constant_pad(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:

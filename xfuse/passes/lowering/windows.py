@@ -167,11 +167,11 @@ def _value_or_fill(
 
 def pad_value_at(b: LoopEmitter, op: graph.PadOp, index: Index) -> SSAValue:
     """select(inside, x[clamp(i - low)], value), or x[reflect / clamp(i - low)]. A dim padded
-    by nothing is read at its own position: no guard; a padded symbolic dim (constant
-    padding only) is tested against its runtime size."""
-    low, high = op.pads
+    by nothing is read at its own position: no guard; a padded symbolic dim, or one padded up
+    to the result's size (constant padding only), is tested against its runtime size."""
+    low, _ = op.pads
     shape, t, mode = shape_of(op.input), dtype_of(op.result), op.mode.data
-    padded = [lo != 0 or hi != 0 for lo, hi in zip(low, high, strict=True)]
+    padded = op.padded_dims()
     src = [add(e, constant_index(-lo)) for e, lo in zip(index, low, strict=True)]
     if mode == "reflect":
         src = [reflect(e, n) if p else e for e, n, p in zip(src, shape, padded, strict=True)]

@@ -196,3 +196,25 @@ func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> (tensor<8xf32>, tens
 // CHECK:            %[[AT:.*]] = arith.addi %[[BASE]], %[[ROW]] : index
 // CHECK-NEXT:       memref.store %{{.*}}, %1[%[[AT]]] : memref<?xf32>
 // CHECK:          memref.store %[[SUM]], %2[%[[COL]]] : memref<8xf32>
+
+// -----
+
+// A padding up to the result's dim (`open_high`: Swin's padding of s0 rows up to a multiple of
+// 7, e1 = 7 * ceil(s0 / 7)): the row loop runs to e1, computed in the kernel from s0; a row
+// at or past s0 reads the clamped last row and selects the fill.
+
+func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?x8xf32, #graph.syms<e1>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 9 range [2, 4096], e0 = (6 * s0) floordiv 7, e1 = 7 * s0 - 7 * e0>} {
+  %0 = graph.pad %x low = [0, 0] high = [0, 0] open_high = [0] mode = "constant" value = 0.0 : f64 : tensor<?x8xf32, #graph.syms<s0>> -> tensor<?x8xf32, #graph.syms<e1>>
+  %1 = graph.exp %0 : tensor<?x8xf32, #graph.syms<e1>>
+  func.return %1 : tensor<?x8xf32, #graph.syms<e1>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<?xf32>, %1: memref<?xf32>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "e1", xfuse.size_hints = [9 : i64]} {
+// CHECK:        %[[E1:.*]] = arith.addi %{{.*}}, %{{.*}} : index
+// CHECK:        "scf.parallel"(%{{.*}}, %{{.*}}, %[[E1]], %{{.*}}, %{{.*}}, %{{.*}})
+// CHECK-NEXT:   ^bb0(%[[ROW:.*]]: index, %[[COL:.*]]: index):
+// CHECK-NEXT:     %[[INSIDE:.*]] = arith.cmpi slt, %[[ROW]], %2 : index
+// CHECK-NEXT:     %[[LAST:.*]] = arith.addi %2, %{{.*}} : index
+// CHECK-NEXT:     %[[AT:.*]] = arith.minsi %[[ROW]], %[[LAST]] : index
+// CHECK:          %[[X:.*]] = memref.load %0[%{{.*}}] : memref<?xf32>
+// CHECK-NEXT:     %{{.*}} = arith.select %[[INSIDE]], %[[X]], %{{.*}} : f32
