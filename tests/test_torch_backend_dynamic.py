@@ -348,6 +348,23 @@ def test_strided_slices_to_a_dims_end_run_one_symbolic_program(counts: Counts) -
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
+def _recent(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x)[:, -64:] * 2  # (a sliding window's last 64 positions: Mistral's mask)
+
+
+def test_a_slice_as_long_as_its_dim_is_the_dim(counts: Counts) -> None:
+    """`x[:, -64:]` where the trace's guards keep the length at most 64: its result has the
+    dim's own symbol, so the unit-step slice is all of it (no slice), one symbolic program."""
+    compiled = torch.compile(_recent, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for b, n in [(2, 9), (3, 14), (2, 23), (4, 12)]:
+            x = torch.randn(b, n)
+            torch.testing.assert_close(compiled(x), _recent(x))
+    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+
+
 class LastRows(torch.nn.Module):
     """A table's last rows, as many as the input has (MPT's ALiBi slice)."""
 

@@ -145,8 +145,8 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if found is not None:
         return found
     same = graph.dims_of(t)[dim] == graph.dims_of(x)[dim]
-    if same and a["step"] == 1 and a["start"] in (0, None):  # `x[:, :n]` of `x` n long
-        return x
+    if same and a["step"] == 1:  # a unit-step run as long as the dim is all of it: `x[:, :n]`
+        return x  # of `x` n long, `x[..., -4095:]` where the trace's guards keep it <= 4095
     if not all(_is_number(a[k]) or a[k] is None for k in ("start", "end")):
         return None
     size = graph.shape_of(x)[dim]
