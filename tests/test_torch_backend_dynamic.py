@@ -320,13 +320,22 @@ def test_a_window_padding_to_multiples_runs_one_symbolic_program(counts: Counts)
     ratio of the padded size, the trace's guards on them (remainders, ratios, a batch's
     remainder by the windows' count) conditions of the table: one symbolic program for maps
     whose padding is 0 or not."""
-    compiled = torch.compile(_windows, backend="xfuse", dynamic=True)
+    shapes = [(2, 15, 16, 4), (3, 20, 17, 4), (2, 16, 30, 4), (2, 28, 14, 4)]
+    _matches_with_one_symbolic_program(_windows, shapes, counts)
+
+
+def _matches_with_one_symbolic_program(
+    fn: Any, shapes: list[tuple[int, ...]], counts: Counts
+) -> None:
+    """`fn` through torch.compile with `dynamic=True` at a random input of each of `shapes`:
+    eager's values every time, no warning, one symbolic program and none per shape."""
+    compiled = torch.compile(fn, backend="xfuse", dynamic=True)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error", DynamicShapesWarning)
         warnings.simplefilter("error", FallbackWarning)
-        for b, h, w in [(2, 15, 16), (3, 20, 17), (2, 16, 30), (2, 28, 14)]:
-            x = torch.randn(b, h, w, 4)
-            torch.testing.assert_close(compiled(x), _windows(x))
+        for shape in shapes:
+            x = torch.randn(shape)
+            torch.testing.assert_close(compiled(x), fn(x))
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 
 
@@ -337,15 +346,7 @@ def _strided(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def test_strided_slices_to_a_dims_end_run_one_symbolic_program(counts: Counts) -> None:
     """`x[:, 0::2]` and `x[:, 1::3]` of a symbolic dim: slices to its end whose lengths are
     floor divisions of the table, at odd and even lengths alike."""
-    compiled = torch.compile(_strided, backend="xfuse", dynamic=True)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("error", DynamicShapesWarning)
-        warnings.simplefilter("error", FallbackWarning)
-        for b, n in [(2, 9), (3, 14), (2, 23), (4, 12)]:
-            x = torch.randn(b, n)
-            for got, want in zip(compiled(x), _strided(x), strict=True):
-                torch.testing.assert_close(got, want)
-    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+    _matches_with_one_symbolic_program(_strided, [(2, 9), (3, 14), (2, 23), (4, 12)], counts)
 
 
 def _recent(x: torch.Tensor) -> torch.Tensor:
@@ -355,14 +356,7 @@ def _recent(x: torch.Tensor) -> torch.Tensor:
 def test_a_slice_as_long_as_its_dim_is_the_dim(counts: Counts) -> None:
     """`x[:, -64:]` where the trace's guards keep the length at most 64: its result has the
     dim's own symbol, so the unit-step slice is all of it (no slice), one symbolic program."""
-    compiled = torch.compile(_recent, backend="xfuse", dynamic=True)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("error", DynamicShapesWarning)
-        warnings.simplefilter("error", FallbackWarning)
-        for b, n in [(2, 9), (3, 14), (2, 23), (4, 12)]:
-            x = torch.randn(b, n)
-            torch.testing.assert_close(compiled(x), _recent(x))
-    assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
+    _matches_with_one_symbolic_program(_recent, [(2, 9), (3, 14), (2, 23), (4, 12)], counts)
 
 
 class LastRows(torch.nn.Module):
