@@ -247,8 +247,9 @@ class SizeSymbols:
         products, powers, integers, floor divisions by an integer that are exact or one of the
         import's symbols, and a minimum, maximum or remainder that sizes decide: `_ordered`)
         as one, else None; with `remainders`, a remainder sizes do not decide is written as
-        `remainders` writes it; with `picks`, a minimum or maximum sizes do not decide is the
-        side the trace's sizes pick, the condition that keeps it the pick added to `picks`."""
+        `remainders` writes it; with `picks`, a minimum, maximum or remainder sizes do not
+        decide is what the trace's sizes pick (`_pick`, `_pick_remainder`), the conditions that
+        keep it so added to `picks`."""
         if _is_floordiv(expr):
             return self._known_floordiv(expr)
         if type(expr).__name__ in ("Min", "Max", "Mod", "PythonMod"):
@@ -313,7 +314,7 @@ class SizeSymbols:
             )
             if fits:
                 return p
-            if _exact_quotient(p, q) is not None or self._ratio(p, q) is not None:  # q divides p
+            if self._ratio(p, q) is not None:  # q divides p
                 return graph.SizeExpr()
             if remainders is not None:
                 return remainders.written(p, q)
@@ -500,10 +501,10 @@ class SizeSymbols:
         base, divisor = expr.args
         size = graph.reduce_by(self.polynomial(divisor, node), self.relations)
         constant = size.as_constant
+        ratio = self._ratio(self.polynomial(base, node), size) if constant is None else None
+        if ratio is not None:
+            return ratio
         if constant is None or constant <= 0:
-            ratio = None if constant is not None else self._ratio(self.polynomial(base, node), size)
-            if ratio is not None:
-                return ratio
             raise SymbolicSizeError(
                 f"cannot import node '{node.name}' ({node.target}): its size {expr} divides "
                 "by a divisor other than a positive integer"
@@ -515,12 +516,11 @@ class SizeSymbols:
         """`base / divisor` where `divisor` divides `base` exactly as polynomials (after the
         relations), `_exact_quotient`: a constant multiple of it (the `-1` of
         `x.view(b, m // 8, 8)` is `m // (m // 8)`, 8 where `m` is a multiple of 8 at every
-        size), `s0*s1 // s1` (`s0`), or a product with it (a window count `n` times `b`
-        divided by `n`, `n` a polynomial of floor divisions); else None."""
+        size), `s0*s1 // s1` (`s0`), a product with it (a window count `n` times `b`
+        divided by `n`, `n` a polynomial of floor divisions), or a number dividing each
+        coefficient; else None."""
         p = graph.reduce_by(base, self.relations)
         q = graph.reduce_by(divisor, self.relations)
-        if not q.terms or q.as_constant is not None:
-            return None
         return _exact_quotient(p, q)
 
     def _floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr:

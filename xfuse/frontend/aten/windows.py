@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import torch.fx
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, i1
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, TensorType, i1
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -62,7 +62,7 @@ def _emit_pad(
     t = out_type(node)
     pad = [decided_size(p) for p in pad]
     if not all(isinstance(p, int) for p in pad):
-        return _emit_open_pad(lw, node, x, pad, mode, fill)
+        return _emit_open_pad(lw, t, x, pad, mode, fill)
     pads = _pads_of(pad, _rank(x))
     if pads is None or 0 in t.get_shape()[1:]:
         return None  # (an empty inner dim: lower-to-loops's strides cannot express it)
@@ -80,12 +80,17 @@ def _emit_pad(
 
 
 def _emit_open_pad(
-    lw: ImportBuilder, node: torch.fx.Node, x: SSAValue, pad: Sequence[Any], mode: str, fill: float
+    lw: ImportBuilder,
+    t: TensorType[Attribute],
+    x: SSAValue,
+    pad: Sequence[Any],
+    mode: str,
+    fill: float,
 ) -> Value:
     """Constant padding at the end of dims by sizes of the call (a window's padding up to a
     multiple of its size, `(7 - w % 7) % 7`): each such dim padded up to the result's dim
-    (`graph.PadOp`'s `open_high`). A size of the call before a dim, or in another mode, is
-    refused (ValueError: the symbolic import's one-line refusal)."""
+    (`graph.PadOp`'s `open_high`; `t`, the node's type). A size of the call before a dim, or
+    in another mode, is refused (ValueError: the symbolic import's one-line refusal)."""
     rank = _rank(x)
     if len(pad) % 2 or len(pad) // 2 > rank:
         return None
@@ -101,8 +106,7 @@ def _emit_open_pad(
             high[d] = after
         else:
             opened.append(d)
-    dims = graph.dims_of(out_type(node))
-    return lw.emit(graph.PadOp(x, low, high, mode, fill, dims=dims, open_high=opened))
+    return lw.emit(graph.PadOp(x, low, high, mode, fill, dims=graph.dims_of(t), open_high=opened))
 
 
 def _constant_pad(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
