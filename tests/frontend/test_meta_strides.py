@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import xfuse
 from xfuse.frontend import meta_strides
@@ -142,3 +145,59 @@ def test_a_graph_without_mislaid_ops_has_nothing_to_correct() -> None:
 
     program = torch.export.export(_Wrap(chain), (torch.randn(4, 6), torch.randn(6, 4)))
     assert meta_strides.eager_strides(program.graph) == {}
+
+
+def _layouts(shape: tuple[int, ...]) -> list[Tensor]:
+    """A tensor of `shape` in every dim order (dense, permuted)."""
+    g = torch.Generator().manual_seed(2)
+    found = []
+    for order in itertools.permutations(range(len(shape))):
+        base = torch.rand(*[shape[d] for d in order], generator=g) + 0.5
+        found.append(base.permute(*[order.index(d) for d in range(len(shape))]))
+    return found
+
+
+_C = 3
+FORMATTED: dict[str, Callable[[Tensor], Tensor]] = {
+    "batch_norm_eval": lambda x: F.batch_norm(
+        x, torch.zeros(_C), torch.ones(_C), torch.full((_C,), 2.0), None, training=False
+    ),
+    "batch_norm_train": lambda x: F.batch_norm(x, None, None, training=True),
+    "roll_one_dim": lambda x: torch.roll(x, 1, 1),
+    "upsample_nearest1d": lambda x: F.interpolate(x, scale_factor=2.0) if x.dim() == 3 else x,
+    "max_pool1d": lambda x: F.max_pool1d(x, 2) if x.dim() == 3 else x,
+}
+"""Calls of `MISLAID_FORMATTED`'s ops at 3- and 4-d inputs."""
+SHAPES = [(2, 3, 4), (1, 3, 4), (2, 3, 1), (2, 3, 4, 6), (1, 3, 4, 6), (2, 3, 1, 6)]
+
+
+@pytest.mark.parametrize("name", sorted(FORMATTED))
+def test_each_formatted_op_gets_eagers_strides_at_every_layout(name: str) -> None:
+    """For every dim order of inputs with and without size-1 dims, the strides the output
+    rules use are eager's CPU kernel's; the trace is off in at least one."""
+    fn, off = FORMATTED[name], 0
+    for x in [x for shape in SHAPES for x in _layouts(shape)]:
+        try:
+            want = fn(x)
+        except RuntimeError:  # a window longer than the input
+            continue
+        program = torch.export.export(_Wrap(fn), (x,))
+        (output,) = [n for n in program.graph.nodes if n.op == "output"]
+        node = output.args[0][0]
+        traced = tuple(node.meta["val"].stride())
+        used = meta_strides.eager_strides(program.graph).get(node, traced)
+        assert used == want.stride(), (x.shape, x.stride(), traced)
+        off += traced != want.stride()
+    assert off, f"torch's trace of {name} has eager's strides now: drop it from the list"
+
+
+@pytest.mark.parametrize("name", sorted(FORMATTED))
+def test_a_formatted_op_of_a_permuted_input_compiles_to_eagers_strides(name: str) -> None:
+    fn = FORMATTED[name]
+    x = torch.randn(2, 4, 3).permute(0, 2, 1)  # strides (12, 1, 3): eager's results are row-major
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xfuse.compile(fn, (x,), quiet=True)(x)
+    want = fn(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()

@@ -10,18 +10,22 @@ difference.
 `eager_strides(graph)` finds the nodes whose eager strides differ from their traced ones: an op
 of `MISLAID_ELEMENTWISE` gets TensorIterator's layout of its operands
 (`torch._prims_common.compute_elementwise_output_strides`, which follows it), one of
-`MISLAID_CONTIGUOUS` row-major strides, and an op that reads a node found so is run again on
-meta tensors of the corrected strides. Static shapes only: a symbolic program takes its
+`MISLAID_CONTIGUOUS` row-major strides, one of `MISLAID_FORMATTED` (on the CPU) the memory
+format its kernel picks from its input (batch norm's result is row-major or channels-last where
+the trace keeps a permuted input's layout), and an op that reads a node found so is run again
+on meta tensors of the corrected strides. Static shapes only: a symbolic program takes its
 outputs' layouts from eager's run (`xfuse.runtime.dynamic`).
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
-from torch._prims_common import compute_elementwise_output_strides
+from torch._prims_common import compute_elementwise_output_strides, suggest_memory_format
 
 from xfuse.dialects.graph.layout import row_major_strides
 
@@ -58,6 +62,53 @@ MISLAID_CONTIGUOUS = frozenset(
 """Ops whose eager kernel returns a contiguous result where the trace keeps an operand's
 layout."""
 
+
+def dense_or_channels_last(x: torch.Tensor) -> torch.memory_format:
+    """The memory format eager's batch norm kernels lay their result out in: row-major for a
+    row-major input, channels-last for one dense in that order (size-1 dims in any place),
+    else the format the input's strides are like (`suggest_memory_format`)."""
+    if x.is_contiguous():
+        return torch.contiguous_format
+    for rank, fmt in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+        if x.dim() == rank and x.is_contiguous(memory_format=fmt):
+            return fmt
+    return suggest_memory_format(x)
+
+
+def _one_dim_roll(node: torch.fx.Node) -> bool:
+    dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", ())
+    return isinstance(dims, (list, tuple)) and len(dims) == 1 or isinstance(dims, int)
+
+
+Format = Callable[[torch.Tensor], torch.memory_format]
+
+
+def _row_major(_: torch.Tensor) -> torch.memory_format:
+    return torch.contiguous_format
+
+
+_BATCH_NORMS = (
+    _aten.batch_norm.default,
+    _aten._native_batch_norm_legit_no_training.default,
+    _aten._native_batch_norm_legit.default,
+    _aten._native_batch_norm_legit.no_stats,
+    _aten._native_batch_norm_legit_functional.default,
+    _aten.native_batch_norm.default,
+)
+MISLAID_FORMATTED: dict[Any, tuple[Callable[[torch.fx.Node], bool], Format]] = {
+    **{op: (lambda _: True, dense_or_channels_last) for op in _BATCH_NORMS},
+    _aten.roll.default: (_one_dim_roll, suggest_memory_format),
+    _aten.upsample_nearest1d.vec: (lambda _: True, _row_major),
+    _aten.upsample_nearest1d.default: (lambda _: True, _row_major),
+    _aten.max_pool1d.default: (lambda node: not node.meta["val"].requires_grad, _row_major),
+}
+"""Ops whose CPU kernel lays its (first) result out in a memory format it picks from its first
+input, where the trace keeps the input's layout or another: each with when the rule holds
+(of the node) and the format (of the input, at its eager strides). (A roll of more dims
+than one, or flat, is traced with eager's strides.) `max_pool1d` without grad is the CPU's own kernel;
+with grad it is `max_pool2d`'s, as traced. Probed over every permutation of 3- and 4-d inputs
+with size-1 dims; CUDA's kernels are not listed: the trace stands there."""
+
 Strides = dict[torch.fx.Node, tuple[int, ...]]
 
 
@@ -71,6 +122,8 @@ def eager_strides(graph: torch.fx.Graph) -> Strides:
             strides = _elementwise(node, found)
         elif node.target in MISLAID_CONTIGUOUS:
             strides = row_major_strides(tuple(node.meta["val"].shape))
+        elif (formatted := _formatted(node)) is not None:
+            strides = _in_format(node, *formatted, found)
         elif any(arg in found for arg in node.all_input_nodes):
             strides = _rerun(node, found)
         else:
@@ -78,6 +131,37 @@ def eager_strides(graph: torch.fx.Graph) -> Strides:
         if strides is not None and strides != tuple(node.meta["val"].stride()):
             found[node] = strides
     return found
+
+
+def _formatted(node: torch.fx.Node) -> tuple[torch.fx.Node, Format] | None:
+    """The op node of `MISLAID_FORMATTED` whose (first) result `node` is, with its format;
+    None for any other node or where the rule does not hold or the op is not the CPU's."""
+    op = node
+    if node.target is operator.getitem:
+        source, index = node.args[0], node.args[1]
+        if index != 0 or not isinstance(source, torch.fx.Node):
+            return None
+        op = source
+    rule = MISLAID_FORMATTED.get(op.target)
+    value = node.meta["val"]
+    if rule is None or value.device.type != "cpu" or not rule[0](op):
+        return None
+    return op, rule[1]
+
+
+def _in_format(
+    node: torch.fx.Node, op: torch.fx.Node, fmt: Format, found: Strides
+) -> tuple[int, ...] | None:
+    """Row-major or channels-last strides of `node`'s shape, in the format `fmt` picks from
+    `op`'s first input at its eager strides."""
+    source = op.args[0]
+    if not isinstance(source, torch.fx.Node) or not _static(source.meta.get("val")):
+        return None
+    shape = tuple(node.meta["val"].shape)
+    chosen = fmt(_meta(source, found))
+    if chosen != torch.contiguous_format and len(shape) != source.meta["val"].dim():
+        return None
+    return tuple(torch.empty(shape, device="meta").contiguous(memory_format=chosen).stride())
 
 
 def _static(value: Any) -> bool:
