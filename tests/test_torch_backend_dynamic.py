@@ -723,3 +723,38 @@ def test_a_language_model_over_sequence_lengths_1_to_256_compiles_its_kernels_on
                 assert kernels > first
     assert counts.kernels == kernels  # lengths 3..256 and 1 again ran compiled kernels
     assert counts.programs("symbolic") == 2 and counts.programs("per-shape") == 0
+
+
+def _merged_patches(x: torch.Tensor) -> torch.Tensor:
+    """Swin's patch merging of a [b, h, w, c] map: its even and odd rows and columns side by
+    side, the map padded by a row or column where `h` or `w` is odd."""
+    b, h, w, c = x.shape
+    if h % 2 == 1 or w % 2 == 1:
+        x = torch.nn.functional.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+    quarters = [x[:, i::2, j::2, :] for j in (0, 1) for i in (0, 1)]
+    return torch.tanh(torch.cat(quarters, -1)).view(b, -1, 4 * c)
+
+
+def test_even_and_odd_rows_of_an_even_length_are_one_length(counts: Counts) -> None:
+    """`x[:, 0::2]` is `(h + 1) // 2` long and `x[:, 1::2]` `h // 2`: the trace's guard that
+    they are equal (`h` even) is a remainder the table's conditions fix (`SizesAttr.residues`),
+    by which both are `h // 2` and the concatenation's operands match: one symbolic program
+    for even maps (dynamo traces the odd maps' padding as another graph, one more)."""
+    even = [(2, 8, 6, 4), (2, 12, 10, 4), (3, 16, 14, 4)]
+    _matches_with_one_symbolic_program(_merged_patches, even, counts)
+
+
+def _pooled_then_merged(x: torch.Tensor) -> torch.Tensor:
+    """A [b, c, h, w] map pooled by 4 (`h // 4` rows) and its patches merged: the rows'
+    halves are floor divisions of floor divisions, `h // 8` and `(h + 4) // 8`."""
+    pooled = torch.nn.functional.avg_pool2d(x, 4).permute(0, 2, 3, 1)
+    return _merged_patches(pooled)
+
+
+def test_equal_floor_divisions_of_a_pooled_length_are_one_size(counts: Counts) -> None:
+    """`(h // 4) // 2` and `(h // 4 + 1) // 2` are `h // 8` and `(h + 4) // 8`, two floor
+    divisions the trace's guard says are equal (`h // 4` even, no single remainder of `h`):
+    the table names them one size (`SizesAttr.aliases`), and the program serves every map
+    whose pooled size is even."""
+    shapes = [(2, 3, 64, 48), (2, 3, 96, 80), (3, 3, 80, 112), (2, 3, 72, 64)]
+    _matches_with_one_symbolic_program(_pooled_then_merged, shapes, counts)

@@ -55,6 +55,12 @@ class SizeSymbols:
         every size expression is reduced."""
         self.conditions: list[graph.SizeCondition] = []
         """The inequalities of sizes torch's trace assumed (`add_conditions`)."""
+        self.aliases: dict[str, graph.SizeExpr] = {}
+        """Floor divisions equal by a guard read early (`add_residues`), each later one by the
+        first (`SizesAttr.aliases`): every size is written with the first."""
+        self._residues: dict[tuple[graph.SizeExpr, int], int] = {}
+        self._residues_at: tuple[int, int] = (0, 0)
+        """`SizesAttr.residues` of the table, when it had as many symbols and conditions."""
         self.by_expr: dict[graph.SizeExpr, str] = {}
         self.origins: dict[Operation, str] = {}
         """The op of each graph op a symbolic node became (`convert_symbolic_node`), for
@@ -117,6 +123,105 @@ class SizeSymbols:
             relation = graph.SizeRelation.oriented(difference, rank)
             if relation is not None:
                 self.relations.append(relation)
+
+    def add_residues(self, env: Any, node: torch.fx.Node) -> None:
+        """Record, before the graph's sizes are read, the guards of torch's shape environment
+        `env` that fix a remainder, as conditions of the table that `SizesAttr.residues`
+        reads (`p - k * (p floordiv k)` equals `r`, `le` both ways): `Eq(Mod(p, k), r)`,
+        `Ne(Mod(p, 2), r)` (a parity: `h % 2 == 1` tested false), and equalities of floor
+        divisions (`Eq(h // 2, (h + 1) // 2)`: `h` is even). By them a floor division of `p`
+        plus a constant is `p`'s own plus a number (`_by_residue`): a patch merging's
+        `x[:, 0::2]` and `x[:, 1::2]` are equally long. The conditions are checked at each
+        call. `node` names the program in a refusal."""
+        import sympy
+
+        for guard in getattr(env, "guards", ()):
+            expr = env.replace(guard.expr)
+            if not isinstance(expr, (sympy.Eq, sympy.Ne)):
+                continue
+            try:
+                sides = self._residue_sides(expr, node)
+            except SymbolicSizeError:
+                continue
+            if sides is None:
+                continue
+            lhs, rhs = (graph.reduce_by(side, self.relations) for side in sides)
+            if lhs == rhs:
+                continue
+            self._alias(lhs, rhs)
+            for condition in (
+                graph.SizeCondition("le", lhs, rhs),
+                graph.SizeCondition("le", rhs, lhs),
+            ):
+                if condition not in self.conditions:
+                    self.conditions.append(condition)
+
+    def _alias(self, lhs: graph.SizeExpr, rhs: graph.SizeExpr) -> None:
+        """Where two floor divisions are equal, the later one by the first (`aliases`)."""
+        order = {s.name: i for i, s in enumerate(self.derived) if s.divisor is not None}
+        names = [graph.single_symbol(lhs), graph.single_symbol(rhs)]
+        if all(n in order for n in names):
+            first, later = sorted(names, key=lambda n: order[n])  # type: ignore[index]
+            assert first is not None and later is not None
+            self.aliases[later] = graph.SizeExpr.symbol(first).substitute(self.aliases)
+
+    def _residue_sides(
+        self, expr: Any, node: torch.fx.Node
+    ) -> tuple[graph.SizeExpr, graph.SizeExpr] | None:
+        """The two sides of the equality a guard `expr` that fixes a remainder is, as
+        polynomials of atoms (floor divisions added to the table), or None for another
+        guard."""
+        import sympy
+
+        mod, value = (expr.lhs, expr.rhs) if expr.rhs.is_Integer else (expr.rhs, expr.lhs)
+        if type(mod).__name__ in ("Mod", "PythonMod") and value.is_Integer:
+            base, divisor = mod.args
+            if not divisor.is_Integer or int(divisor) < 2:
+                return None
+            k, r = int(divisor), int(value)
+            if isinstance(expr, sympy.Ne):
+                if k != 2 or r not in (0, 1):
+                    return None
+                r = 1 - r
+            p = graph.reduce_by(self.polynomial(base, node), self.relations)
+            return p - self._floordiv_of(p, k).scale(k), graph.SizeExpr.constant(r % k)
+        if isinstance(expr, sympy.Eq) and any(
+            _is_floordiv(a) for a in sympy.preorder_traversal(expr)
+        ):
+            return self.polynomial(expr.lhs, node), self.polynomial(expr.rhs, node)
+        return None
+
+    def _residue(self, p: graph.SizeExpr, k: int) -> int | None:
+        """`p mod k` (`p` without a constant term, coefficients in [0, k)) where the table's
+        conditions fix it (`SizesAttr.residues`), else None."""
+        if not self.conditions:
+            return None
+        key = (len(self.derived), len(self.conditions))
+        if self._residues_at != key:
+            self._residues = dict(self.table().residues)
+            self._residues_at = key
+        return self._residues.get((p, k))
+
+    def _by_residue(
+        self, polynomial: graph.SizeExpr, divisor: int, new: bool
+    ) -> graph.SizeExpr | None:
+        """floor(polynomial / divisor) where the table's conditions fix the remainder of its
+        terms other than the constant (`_residue`): `q + floor(n / divisor) + (r + c) // divisor`
+        for `polynomial = divisor * q + n + c`, `n mod divisor == r`, `0 <= c < divisor`;
+        `floor(n / divisor)` an existing atom, or with `new` a new one where none is. None
+        where no condition fixes it or `c` is 0."""
+        reduced = _modulo(polynomial, divisor)
+        quotient = (polynomial - reduced).divide_exact(divisor)
+        n, c = _split_constant(reduced)
+        if c == 0 or not n.terms:
+            return None
+        r = self._residue(n, divisor)
+        if r is None:
+            return None
+        atom = self._floordiv_of(n, divisor) if new else self._known_floordiv_of(n, divisor)
+        if atom is None:
+            return None
+        return quotient + atom + graph.SizeExpr.constant((r + c) // divisor)
 
     def add_conditions(self, env: Any) -> None:
         """Record the guards of torch's shape environment `env` that no relation gives (an
@@ -408,10 +513,19 @@ class SizeSymbols:
         return self._known_floordiv_of(graph.reduce_by(polynomial, self.relations), constant)
 
     def _known_floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr | None:
+        found = self._known_floordiv_by_atoms(polynomial, divisor)
+        return None if found is None else found.substitute(self.aliases)
+
+    def _known_floordiv_by_atoms(
+        self, polynomial: graph.SizeExpr, divisor: int
+    ) -> graph.SizeExpr | None:
         """floor(polynomial / divisor) as a polynomial of atoms where it is exact or its
         canonical floor division, or that division's complement (`graph.complement_floordiv`:
         `(s + 1) floordiv 2` is `s - s floordiv 2`), is one of the import's symbols, else
         None."""
+        by_residue = self._by_residue(polynomial, divisor, new=False)
+        if by_residue is not None:
+            return by_residue
         atoms = self.atoms
         quotient, residue, d = graph.split_floordiv(polynomial, divisor, atoms)
         if residue is None:
@@ -527,10 +641,15 @@ class SizeSymbols:
         """floor(polynomial / divisor) as its quotient plus the symbol of its canonical floor
         division (an existing one where the pair is known, else a new derived symbol)."""
         known = self._known_floordiv_of(polynomial, divisor)
+        if known is None:
+            known = self._by_residue(polynomial, divisor, new=True)
         if known is not None:
             return known
         quotient, residue, d = graph.split_floordiv(polynomial, divisor, self.atoms)
         assert residue is not None  # (no residue: an exact division, which is known)
+        for name, atom in self.atoms.items():
+            if atom == (residue, d):  # (an alias's own: `_known_floordiv_of` gave its first)
+                return quotient + graph.SizeExpr.symbol(name).substitute(self.aliases)
         name = self._add(graph.SizeSymbol.floordiv(f"e{len(self.derived)}", residue, d))
         self.by_expr[graph.SizeExpr.symbol(name)] = name
         return quotient + graph.SizeExpr.symbol(name)
@@ -666,6 +785,17 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     high = int_oo if symbol.high is None else symbol.high
     bounds = bound_sympy(expr, {free: ValueRanges(symbol.low, high)})
     return bounds.is_singleton() and bool(bounds.lower)
+
+
+def _modulo(p: graph.SizeExpr, k: int) -> graph.SizeExpr:
+    """`p` with each coefficient taken modulo `k` (into [0, k))."""
+    return graph.SizeExpr.of((m, c % k) for m, c in p.terms)
+
+
+def _split_constant(p: graph.SizeExpr) -> tuple[graph.SizeExpr, int]:
+    """`p` without its constant term, and that term."""
+    constant = graph.SizeExpr.of((m, c) for m, c in p.terms if m == ())
+    return p - constant, constant.as_constant or 0
 
 
 def _exact_quotient(p: graph.SizeExpr, q: graph.SizeExpr) -> graph.SizeExpr | None:

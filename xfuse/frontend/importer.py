@@ -662,6 +662,7 @@ class Importer:
         symbols = SIZE_SYMBOLS.get()
         if symbols is not None:
             symbols.add_relations(shape_env_of(placeholders))
+            symbols.add_residues(shape_env_of(placeholders), placeholders[0])
         block = Block(arg_types=arg_types)
         lowering = ImportBuilder(block)
         arg_of: dict[torch.fx.Node, int] = {}

@@ -572,3 +572,51 @@ def test_nonnegative_at_given_lows() -> None:
     assert graph.provably_nonnegative(s0 * s1 - s0, {"s0": 0})  # s0 * (s1 - 1), s1 >= 2
     assert graph.provably_nonnegative(s0 * s0 - s0.scale(3) + SizeExpr.constant(2))  # s0 >= 2
     assert not graph.provably_nonnegative(s0 * s0 - s0.scale(3) + SizeExpr.constant(2), {"s0": 1})
+
+
+def _parity_table(conditions: tuple[graph.SizeCondition, ...]) -> SizesAttr:
+    return SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 0, hint=8),
+            SizeSymbol.floordiv("h", s0, 2),
+            *conditions,
+        )
+    )
+
+
+def test_a_remainder_the_conditions_fix_simplifies_floor_divisions() -> None:
+    """`s0 - 2 * (s0 floordiv 2)` equal to 0 both ways (torch's guard that `s0` is even): `(s0
+    + 1) floordiv 2` is `s0 floordiv 2`, `(s0 + 3) floordiv 2` one more; unknown without it."""
+    even = s0 - SizeExpr.symbol("h").scale(2)
+    zero = SizeExpr()
+    table = _parity_table(
+        (graph.SizeCondition("le", even, zero), graph.SizeCondition("le", zero, even))
+    )
+    assert table.problem is None
+    assert table.residues == {(s0, 2): 0}
+    assert table.floordiv(s0 + ONE, 2) == SizeExpr.symbol("h")
+    assert table.floordiv(s0 + SizeExpr.constant(3), 2) == SizeExpr.symbol("h") + ONE
+    assert table.condition_problem(table.evaluate({"s0": 9})) is not None  # an odd size: refused
+    one_way = _parity_table((graph.SizeCondition("le", even, zero),))
+    assert one_way.residues == {} and one_way.floordiv(s0 + ONE, 2) is None
+
+
+def test_floor_divisions_the_conditions_say_are_equal_are_one_size() -> None:
+    """`s0 floordiv 8` and `(s0 + 4) floordiv 8` equal both ways (`s0 floordiv 4` even): the
+    later expands to the first, and polynomials of the two are equal."""
+    low, high = SizeExpr.symbol("a"), SizeExpr.symbol("b")
+    table = SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 0, hint=32),
+            SizeSymbol.floordiv("a", s0, 8),
+            SizeSymbol.floordiv("b", s0 + SizeExpr.constant(4), 8),
+            SizeSymbol.derived("c", high * high),
+            graph.SizeCondition("le", low, high),
+            graph.SizeCondition("le", high, low),
+        )
+    )
+    assert table.problem is None
+    assert table.aliases == {"b": "a"}
+    assert table.expansions["b"] == low and table.expansions["c"] == low * low
+    assert table.symbol_for(high * high) == "c" and table.expand(high - low) == SizeExpr()
+    assert table.condition_problem(table.evaluate({"s0": 36})) is not None  # 36 // 4 is odd

@@ -199,6 +199,7 @@ from xfuse.dialects.graph.sizes import (
     lowest_of,
     provably_nonnegative,
     reduce_by,
+    single_symbol,
     size_symbols_from_text,
     split_floordiv,
 )
@@ -273,6 +274,7 @@ __all__ = [
     "reduce_by",
     "provably_nonnegative",
     "complement_floordiv",
+    "single_symbol",
     "split_floordiv",
     "evaluate_sizes",
     "size_symbols_from_text",

@@ -242,6 +242,19 @@ def split_floordiv(
     return quotient, residue.divide_exact(common), divisor // common
 
 
+def single_symbol(p: SizeExpr) -> str | None:
+    """The symbol a polynomial is (one term, coefficient 1), if any."""
+    if len(p.terms) == 1 and len(p.terms[0][0]) == 1 and p.terms[0][1] == 1:
+        return p.terms[0][0][0]
+    return None
+
+
+def split_constant(p: SizeExpr) -> tuple[SizeExpr, int]:
+    """`p` without its constant term, and that term."""
+    constant = SizeExpr.of((m, c) for m, c in p.terms if m == ())
+    return p - constant, constant.as_constant or 0
+
+
 def complement_floordiv(
     residue: SizeExpr, divisor: int, atoms: Atoms
 ) -> tuple[SizeExpr, SizeExpr | None, int]:
@@ -632,11 +645,34 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
         out: dict[str, SizeExpr] = {}
         for s in self.symbols:
             out[s.name] = (
-                SizeExpr.symbol(s.name)
+                SizeExpr.symbol(self.aliases.get(s.name, s.name))
                 if s.expr is None or s.is_atom
                 else reduce_by(s.expr.substitute(out), self.relations)
             )
         return out
+
+    @cached_property
+    def aliases(self) -> dict[str, str]:
+        """Floor divisions the conditions say are equal (`le` both ways: torch's guard
+        `Eq(h floordiv 8, (h + 4) floordiv 8)`, that `h floordiv 4` is even), each later one
+        by the first defined: the same size wherever it appears (`expansions`)."""
+        sides = {(c.lhs, c.rhs) for c in self.conditions if c.kind == "le"}
+        order = {s.name: i for i, s in enumerate(self.symbols) if s.divisor is not None}
+        found: dict[str, str] = {}
+        for lhs, rhs in sorted(sides, key=str):
+            names = [single_symbol(lhs), single_symbol(rhs)]
+            if (rhs, lhs) not in sides or not all(n in order for n in names):
+                continue
+            first, later = sorted(names, key=lambda n: order[n])  # type: ignore[index]
+            assert first is not None and later is not None
+            while first in found:
+                first = found[first]
+            if first != later:
+                found[later] = first
+        for name in found:  # (chains end at a first atom)
+            while found[name] in found:
+                found[name] = found[found[name]]
+        return found
 
     @cached_property
     def atoms(self) -> dict[str, tuple[SizeExpr, int]]:
@@ -668,10 +704,56 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
         floor divisions), reduced by the relations."""
         return reduce_by(expr.substitute(self.expansions), self.relations)
 
+    @cached_property
+    def residues(self) -> dict[tuple[SizeExpr, int], int]:
+        """The remainders the conditions fix: `n mod k` is `r` (`n` of atoms, without a
+        constant term, coefficients in [0, k); `k` at least 2) where two conditions (`le`
+        both ways) say a polynomial `n - k * q + c` is 0, `q` the floor division
+        `(n + c') floordiv k` of a constant `c'` in [0, k): torch's guard that a size is even
+        (`Eq(h floordiv 2, (h + 1) floordiv 2)`), say."""
+        sides = {
+            (self.expand(c.lhs), self.expand(c.rhs)) for c in self.conditions if c.kind == "le"
+        }
+        found: dict[tuple[SizeExpr, int], int] = {}
+        for lhs, rhs in sides:
+            if (rhs, lhs) not in sides:
+                continue
+            difference = lhs - rhs
+            for mono, coeff in difference.terms:
+                k = abs(coeff)
+                if len(mono) != 1 or mono[0] not in self.atoms or k < 2:
+                    continue
+                zero = difference.scale(-1) if coeff > 0 else difference  # n - k*q + c
+                n, c = split_constant(zero + SizeExpr.symbol(mono[0]).scale(k))
+                if n.terms and any(
+                    self._floordiv_by_atoms(n + SizeExpr.constant(shift), k)
+                    == SizeExpr.symbol(mono[0])
+                    for shift in range(k)
+                ):
+                    found[SizeExpr.of((m, a % k) for m, a in n.terms), k] = -c % k
+        return found
+
     def floordiv(self, expr: SizeExpr, divisor: int) -> SizeExpr | None:
         """floor(expr / divisor) (`expr` of any symbols of the table) as a polynomial of the
-        table's symbols, or None where its floor division is no symbol of the table."""
-        quotient, residue, d = split_floordiv(self.expand(expr), divisor, self.atoms)
+        table's symbols, or None where its floor division is no symbol of the table. Where the
+        conditions fix the remainder of `expr`'s terms other than its constant (`residues`),
+        that is the floor division of those terms plus a number: `(h + 1) floordiv 2` is
+        `h floordiv 2` for an even `h`."""
+        expanded = self.expand(expr)
+        reduced = SizeExpr.of((m, c % divisor) for m, c in expanded.terms)
+        terms, constant = split_constant(reduced)
+        if constant and terms.terms and (terms, divisor) in self.residues:
+            atom = self._floordiv_by_atoms(terms, divisor)
+            if atom is not None:
+                whole = (expanded - reduced).divide_exact(divisor)
+                r = self.residues[terms, divisor]
+                return whole + atom + SizeExpr.constant((r + constant) // divisor)
+        return self._floordiv_by_atoms(expanded, divisor)
+
+    def _floordiv_by_atoms(self, expanded: SizeExpr, divisor: int) -> SizeExpr | None:
+        """floor(expanded / divisor) (`expanded` of atoms) as a polynomial of the table's
+        symbols by its atoms alone (`split_floordiv`), or None."""
+        quotient, residue, d = split_floordiv(expanded, divisor, self.atoms)
         if residue is None:
             return quotient
         for name, atom in self.atoms.items():

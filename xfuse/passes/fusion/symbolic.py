@@ -75,7 +75,8 @@ constant that reaches the next prime (a padded dim `s0 + 2` against `s1`)."""
 
 
 def proxy_sizes(table: graph.SizesAttr, static: set[int]) -> dict[str, int]:
-    """Each symbol's proxy: atoms (input symbols, floor divisions) distinct primes above every
+    """Each symbol's proxy: atoms (input symbols, floor divisions; an alias, `SizesAttr.aliases`,
+    that of the floor division it equals) distinct primes above every
     static size, at least a gap of `PROXY_GAPS` apart, rising in the table's order of atoms or,
     where no gap serves, in the reverse (a difference of two sizes, `s1 - s0`, is a size only
     where the first is the larger), other derived symbols their polynomials of those. Refuses a table whose
@@ -98,12 +99,15 @@ def _proxies(
     atoms (`rising`) or its reverse, and why two collide ("" if none)."""
     inputs: dict[str, int] = {}
     last = max(static | {16})
-    atoms = [s for s in table.symbols if s.is_atom]
+    aliases = table.aliases
+    atoms = [s for s in table.symbols if s.is_atom and s.name not in aliases]
     for s in atoms if rising else reversed(atoms):
         last = inputs[s.name] = next(_primes_above(last + gap - 1))
     sizes = {name: e.evaluate(inputs) for name, e in table.expansions.items()}
     seen: dict[int, str] = {}
     for name, value in sizes.items():
+        if name in aliases:  # (the size of the floor division it equals)
+            continue
         if value < graph.MIN_SIZE:
             return sizes, f"size symbol '{name}' is {value}, under any size, at sizes {inputs}"
         if value in static or value in seen:
