@@ -201,3 +201,40 @@ def test_a_formatted_op_of_a_permuted_input_compiles_to_eagers_strides(name: str
     want = fn(x)
     torch.testing.assert_close(got, want)
     assert got.stride() == want.stride()
+
+
+def _indexed(dim: int) -> Callable[[Tensor], Tensor]:
+    index = torch.tensor([2, 0, 1, 1, 0])
+    return lambda x: x[(slice(None),) * dim + (index,)]
+
+
+def test_advanced_indexing_gets_eagers_strides_at_every_layout() -> None:
+    """`x[:, :, index]` of every dim order of inputs with size-1 dims, on each dim: the strides
+    the output rules use are eager's (the op is probed, `PROBED`); the trace is off in some."""
+    off = 0
+    for x in [x for shape in [(1, 3, 4, 4), (2, 3, 4, 5), (2, 1, 4, 3)] for x in _layouts(shape)]:
+        for dim in (d for d in range(x.dim()) if x.shape[d] >= 3):
+            fn = _indexed(dim)
+            want = fn(x)
+            program = torch.export.export(_Wrap(fn), (x,))
+            (output,) = [n for n in program.graph.nodes if n.op == "output"]
+            node = output.args[0][0]
+            traced = tuple(node.meta["val"].stride())
+            used = meta_strides.eager_strides(program.graph).get(node, traced)
+            assert used == want.stride(), (x.shape, x.stride(), dim, traced)
+            off += traced != want.stride()
+    assert off, "torch's trace of advanced indexing has eager's strides now: drop it from PROBED"
+
+
+def test_an_index_of_a_permuted_input_compiles_to_eagers_strides() -> None:
+    """(xfuse-fuzz seed 948, program 258.)"""
+
+    def fn(x: Tensor) -> Tensor:
+        return F.silu(x)[:, :, torch.tensor([2, -4, -1, 1, -1])]
+
+    x = torch.rand(4, 4, 3, 1).permute(3, 2, 1, 0)  # (1, 3, 4, 4), strides (1, 1, 3, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xfuse.compile(fn, (x,), quiet=True)(x)
+    torch.testing.assert_close(got, fn(x))
+    assert got.stride() == fn(x).stride() == (15, 1, 3, 15)

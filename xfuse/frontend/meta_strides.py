@@ -109,6 +109,12 @@ than one, or flat, is traced with eager's strides.) `max_pool1d` without grad is
 with grad it is `max_pool2d`'s, as traced. Probed over every permutation of 3- and 4-d inputs
 with size-1 dims; CUDA's kernels are not listed: the trace stands there."""
 
+PROBED = frozenset({_aten.index.Tensor})
+"""Ops whose eager layout no rule here follows (advanced indexing: TensorIterator orders the
+result's dims by the source's strides and the indices', ties at size-1 dims broken otherwise
+than torch's meta function): the real op runs once on uninitialised operands of the node's
+shapes, strides and device (indices 0), and its result's strides are eager's."""
+
 Strides = dict[torch.fx.Node, tuple[int, ...]]
 
 
@@ -124,6 +130,8 @@ def eager_strides(graph: torch.fx.Graph) -> Strides:
             strides = row_major_strides(tuple(node.meta["val"].shape))
         elif (formatted := _formatted(node)) is not None:
             strides = _in_format(node, *formatted, found)
+        elif node.target in PROBED:
+            strides = _probed(node, found)
         elif any(arg in found for arg in node.all_input_nodes):
             strides = _rerun(node, found)
         else:
@@ -162,6 +170,38 @@ def _in_format(
     if chosen != torch.contiguous_format and len(shape) != source.meta["val"].dim():
         return None
     return tuple(torch.empty(shape, device="meta").contiguous(memory_format=chosen).stride())
+
+
+def _probed(node: torch.fx.Node, found: Strides) -> tuple[int, ...] | None:
+    """The strides of `node`'s op run on its device on uninitialised tensors laid out as its
+    arguments' eager values (integer ones zeros: valid indices), or None where an argument is
+    a boolean mask (its result's shape is its values') or the device is not here."""
+
+    def real(arg: Any) -> Any:
+        if not isinstance(arg, torch.fx.Node):
+            return arg
+        value = arg.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.dtype == torch.bool or not _static(value):
+            raise _NotProbed
+        strides = found.get(arg, tuple(value.stride()))
+        t = torch.empty_strided(tuple(value.shape), strides, dtype=value.dtype, device=value.device)
+        return t if value.dtype.is_floating_point or value.dtype.is_complex else t.zero_()
+
+    device = node.meta["val"].device
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return None
+    try:
+        args = torch.fx.node.map_aggregate(node.args, real)
+        result = node.target(*args)  # type: ignore[operator]
+    except (_NotProbed, RuntimeError, IndexError):
+        return None
+    return tuple(result.stride()) if isinstance(result, torch.Tensor) else None
+
+
+class _NotProbed(Exception):
+    """An argument `_probed` cannot stand in for."""
 
 
 def _static(value: Any) -> bool:
