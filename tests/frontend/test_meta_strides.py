@@ -238,3 +238,17 @@ def test_an_index_of_a_permuted_input_compiles_to_eagers_strides() -> None:
         got = xfuse.compile(fn, (x,), quiet=True)(x)
     torch.testing.assert_close(got, fn(x))
     assert got.stride() == fn(x).stride() == (15, 1, 3, 15)
+
+
+@pytest.mark.parametrize("name", ["batch_norm_eval", "batch_norm_train"])
+def test_probing_a_formatted_op_gives_eagers_strides(name: str) -> None:
+    """Off the CPU a formatted op is probed (`_probed`: its kernels pick other layouts, CUDA's
+    training batch norm keeps its input's): the probe, here run on the CPU, gives eager's
+    strides of its first result at every layout."""
+    fn = FORMATTED[name]
+    for x in [x for shape in SHAPES for x in _layouts(shape)]:
+        program = torch.export.export(_Wrap(fn), (x,))
+        (output,) = [n for n in program.graph.nodes if n.op == "output"]
+        formatted = meta_strides._formatted(output.args[0][0])
+        assert formatted is not None
+        assert meta_strides._probed(formatted[0], {}) == fn(x).stride(), (x.shape, x.stride())

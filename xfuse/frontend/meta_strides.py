@@ -104,10 +104,11 @@ MISLAID_FORMATTED: dict[Any, tuple[Callable[[torch.fx.Node], bool], Format]] = {
 }
 """Ops whose CPU kernel lays its (first) result out in a memory format it picks from its first
 input, where the trace keeps the input's layout or another: each with when the rule holds
-(of the node) and the format (of the input, at its eager strides). (A roll of more dims
+(of the node) and the format (of the input, at its eager strides). On another device the op
+is probed (`_probed`): CUDA's kernels pick otherwise. (A roll of more dims
 than one, or flat, is traced with eager's strides.) `max_pool1d` without grad is the CPU's own kernel;
 with grad it is `max_pool2d`'s, as traced. Probed over every permutation of 3- and 4-d inputs
-with size-1 dims; CUDA's kernels are not listed: the trace stands there."""
+with size-1 dims."""
 
 PROBED = frozenset({_aten.index.Tensor})
 """Ops whose eager layout no rule here follows (advanced indexing: TensorIterator orders the
@@ -129,7 +130,8 @@ def eager_strides(graph: torch.fx.Graph) -> Strides:
         elif node.target in MISLAID_CONTIGUOUS:
             strides = row_major_strides(tuple(node.meta["val"].shape))
         elif (formatted := _formatted(node)) is not None:
-            strides = _in_format(node, *formatted, found)
+            op, fmt = formatted
+            strides = _probed(op, found) if fmt is None else _in_format(node, op, fmt, found)
         elif node.target in PROBED:
             strides = _probed(node, found)
         elif any(arg in found for arg in node.all_input_nodes):
@@ -141,9 +143,11 @@ def eager_strides(graph: torch.fx.Graph) -> Strides:
     return found
 
 
-def _formatted(node: torch.fx.Node) -> tuple[torch.fx.Node, Format] | None:
-    """The op node of `MISLAID_FORMATTED` whose (first) result `node` is, with its format;
-    None for any other node or where the rule does not hold or the op is not the CPU's."""
+def _formatted(node: torch.fx.Node) -> tuple[torch.fx.Node, Format | None] | None:
+    """The op node of `MISLAID_FORMATTED` whose (first) result `node` is, with the format its
+    CPU kernel picks, or None for the format on another device (its kernels pick otherwise:
+    CUDA's training batch norm keeps its input's layout, the op is probed, `_probed`); None
+    for any other node or where the CPU's rule does not hold."""
     op = node
     if node.target is operator.getitem:
         source, index = node.args[0], node.args[1]
@@ -151,10 +155,11 @@ def _formatted(node: torch.fx.Node) -> tuple[torch.fx.Node, Format] | None:
             return None
         op = source
     rule = MISLAID_FORMATTED.get(op.target)
-    value = node.meta["val"]
-    if rule is None or value.device.type != "cpu" or not rule[0](op):
+    if rule is None:
         return None
-    return op, rule[1]
+    if node.meta["val"].device.type != "cpu":
+        return op, None
+    return (op, rule[1]) if rule[0](op) else None
 
 
 def _in_format(
@@ -173,9 +178,10 @@ def _in_format(
 
 
 def _probed(node: torch.fx.Node, found: Strides) -> tuple[int, ...] | None:
-    """The strides of `node`'s op run on its device on uninitialised tensors laid out as its
-    arguments' eager values (integer ones zeros: valid indices), or None where an argument is
-    a boolean mask (its result's shape is its values') or the device is not here."""
+    """The strides of `node`'s op (of its first result) run on its device on uninitialised
+    tensors laid out as its arguments' eager values (integer ones zeros: valid indices), or
+    None where an argument is a boolean mask (its result's shape is its values') or the device
+    is not here."""
 
     def real(arg: Any) -> Any:
         if not isinstance(arg, torch.fx.Node):
@@ -189,15 +195,18 @@ def _probed(node: torch.fx.Node, found: Strides) -> tuple[int, ...] | None:
         t = torch.empty_strided(tuple(value.shape), strides, dtype=value.dtype, device=value.device)
         return t if value.dtype.is_floating_point or value.dtype.is_complex else t.zero_()
 
-    device = node.meta["val"].device
+    value = node.meta["val"]
+    device = (value[0] if isinstance(value, (tuple, list)) else value).device
     if device.type == "cuda" and not torch.cuda.is_available():
         return None
     try:
         args = torch.fx.node.map_aggregate(node.args, real)
-        result = node.target(*args)  # type: ignore[operator]
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, real)
+        result = node.target(*args, **kwargs)  # type: ignore[operator]
     except (_NotProbed, RuntimeError, IndexError):
         return None
-    return tuple(result.stride()) if isinstance(result, torch.Tensor) else None
+    first = result[0] if isinstance(result, (tuple, list)) else result
+    return tuple(first.stride()) if isinstance(first, torch.Tensor) else None
 
 
 class _NotProbed(Exception):
