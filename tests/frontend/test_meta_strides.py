@@ -252,3 +252,35 @@ def test_probing_a_formatted_op_gives_eagers_strides(name: str) -> None:
         formatted = meta_strides._formatted(output.args[0][0])
         assert formatted is not None
         assert meta_strides._probed(formatted[0], {}) == fn(x).stride(), (x.shape, x.stride())
+
+
+GPU_FORMATTED: dict[str, Callable[[Tensor], Tensor]] = {
+    **{
+        mode: functools.partial(F.interpolate, scale_factor=2.0, mode=mode)
+        for mode in ("nearest", "bilinear", "bicubic", "nearest-exact")
+    },
+    "batch_norm_eval": FORMATTED["batch_norm_eval"],
+    "batch_norm_train": FORMATTED["batch_norm_train"],
+    "index": lambda x: x[:, :, torch.tensor([2, 0, 1, 1, 0], device=x.device)],
+}
+"""Ops CUDA's kernels lay out otherwise than torch's meta functions or the CPU's kernels
+(`PROBED`, `PROBED_OFF_CPU`, `MISLAID_FORMATTED`)."""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(GPU_FORMATTED))
+def test_on_cuda_probed_ops_compile_to_eagers_strides(name: str) -> None:
+    """A channels-last map interpolated on CUDA stays channels-last (the meta function makes
+    it row-major), a training batch norm keeps its input's layout: a 4-d input in four dim
+    orders (row-major, channels-last, two others) compiles to eager's CUDA strides."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    fn = GPU_FORMATTED[name]
+    for x in _layouts((2, 3, 4, 6)):
+        x = x.cuda()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = xfuse.compile(fn, (x,), device="cuda", quiet=True)(x)
+        want = fn(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride(), (x.stride(), got.stride(), want.stride())

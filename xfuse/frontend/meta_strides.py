@@ -116,6 +116,22 @@ result's dims by the source's strides and the indices', ties at size-1 dims brok
 than torch's meta function): the real op runs once on uninitialised operands of the node's
 shapes, strides and device (indices 0), and its result's strides are eager's."""
 
+PROBED_OFF_CPU = frozenset(
+    {
+        _aten.upsample_nearest2d.vec,
+        _aten.upsample_nearest2d.default,
+        _aten._upsample_nearest_exact2d.vec,
+        _aten.upsample_bilinear2d.vec,
+        _aten.upsample_bilinear2d.default,
+        _aten.upsample_bicubic2d.vec,
+        _aten.upsample_nearest3d.vec,
+        _aten.upsample_trilinear3d.vec,
+    }
+)
+"""Ops probed (as `PROBED`) off the CPU only: torch's meta functions of the 2-d and 3-d
+interpolations lay a CUDA result out row-major where CUDA's kernels keep a channels-last
+input's layout (the CPU's trace is eager's)."""
+
 Strides = dict[torch.fx.Node, tuple[int, ...]]
 
 
@@ -132,7 +148,9 @@ def eager_strides(graph: torch.fx.Graph) -> Strides:
         elif (formatted := _formatted(node)) is not None:
             op, fmt = formatted
             strides = _probed(op, found) if fmt is None else _in_format(node, op, fmt, found)
-        elif node.target in PROBED:
+        elif node.target in PROBED or (
+            node.target in PROBED_OFF_CPU and node.meta["val"].device.type != "cpu"
+        ):
             strides = _probed(node, found)
         elif any(arg in found for arg in node.all_input_nodes):
             strides = _rerun(node, found)
