@@ -833,3 +833,20 @@ def test_an_expand_to_fixed_sizes_keeps_eagers_strides() -> None:
 
 
 BATCH_AND_W = {"x": {0: Dim("batch", min=2, max=64)}, "w": None}
+
+
+def test_sizes_read_as_numbers_are_the_calls_sizes() -> None:
+    """`x * (2 * n - 1)` and `x >= n - 2` read a size of the call as a number: one program,
+    the call's sizes at every call (a `graph.size_value` of the table's symbols)."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, m = x.shape
+        return x * (2 * n - 1), x.long() >= m - n - 2
+
+    dims = {"x": {0: Dim("n", min=2, max=64), 1: Dim("m", min=2, max=64)}}
+    program = xfuse.compile(fn, (torch.randn(5, 7),), dynamic_shapes=dims, fallback="error")
+    assert "graph.size_value" in str(program.program.module)
+    for shape in [(5, 7), (9, 3), (2, 12), (64, 2)]:
+        x = torch.randn(shape) * 10
+        for got, want in zip(program(x), fn(x), strict=True):
+            torch.testing.assert_close(got, want)

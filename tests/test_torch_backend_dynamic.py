@@ -324,6 +324,24 @@ def test_a_window_padding_to_multiples_runs_one_symbolic_program(counts: Counts)
     _matches_with_one_symbolic_program(_windows, shapes, counts)
 
 
+def _shifted_window_mask(x: torch.Tensor) -> torch.Tensor:
+    """Swin's shifted-window mask as transformers computes it: each row and column counted by
+    the shifted regions it is in (`arange(h) >= h - 7`, a size of the call read as a number),
+    added to a map scaled by a size."""
+    h, w = x.shape[1], x.shape[2]
+    rows = (torch.arange(h) >= h - 7).long() + (torch.arange(h) >= h - 3).long()
+    cols = (torch.arange(w) >= w - 7).long() + (torch.arange(w) >= w - 3).long()
+    regions = (rows[:, None] * 3 + cols[None, :]).float()
+    return x * regions[None, :, :, None] + (x.shape[0] * h - 1)
+
+
+def test_sizes_read_as_numbers_run_one_symbolic_program(counts: Counts) -> None:
+    """A size of the call in an elementwise op (compared with an iota, added to a value) is a
+    `graph.size_value`: one symbolic program for every map size."""
+    shapes = [(2, 14, 21, 3), (3, 9, 16, 3), (2, 30, 12, 3), (4, 8, 8, 3)]
+    _matches_with_one_symbolic_program(_shifted_window_mask, shapes, counts)
+
+
 def _matches_with_one_symbolic_program(
     fn: Any, shapes: list[tuple[int, ...]], counts: Counts
 ) -> None:

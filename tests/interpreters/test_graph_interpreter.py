@@ -32,6 +32,9 @@ class Case:
     body: str
     result_type: str
     expected: Callable[..., Tensor]
+    sizes: str = ""
+    """The function's `graph.sizes` table, where an argument's type names size symbols (a
+    random input gives each dynamic dim the size 5)."""
 
 
 def unary(name: str, fn: Callable[[Tensor], Tensor], t: str = "tensor<3x4xf32>") -> Case:
@@ -350,6 +353,14 @@ CASES = [
         "tensor<3x4xi64>",
         lambda: (2 - 3 * torch.arange(4)).expand(3, 4),
     ),
+    Case(
+        "graph.size_value",
+        ("tensor<?x4xf32, #graph.syms<s0>>",),
+        "graph.size_value <2 * s0 - 1> : tensor<i64>",
+        "tensor<i64>",
+        lambda a: torch.tensor(2 * a.shape[0] - 1),
+        sizes="s0 = input(0, 0) hint 3",
+    ),
     Case("graph.flip", (X,), f"graph.flip %a dims = [0, 1] : {X}", X, lambda a: a.flip(0, 1)),
     Case(
         "graph.roll",
@@ -371,8 +382,9 @@ CASES = [
 
 def program(case: Case) -> str:
     args = ", ".join(f"%{chr(ord('a') + i)}: {t}" for i, t in enumerate(case.arg_types))
+    table = f" attributes {{graph.sizes = #graph.sizes<{case.sizes}>}}" if case.sizes else ""
     return (
-        f"func.func @f({args}) -> {case.result_type} {{\n"
+        f"func.func @f({args}) -> {case.result_type}{table} {{\n"
         f"  %r = {case.body}\n"
         f"  func.return %r : {case.result_type}\n}}\n"
     )
@@ -382,7 +394,10 @@ def random_input(type_text: str, gen: torch.Generator) -> Tensor:
     t = xfuse.parse(f"func.func private @g() -> {type_text}").body.block.first_op
     assert isinstance(t, func.FuncOp)
     tensor_type = t.function_type.outputs.data[0]
-    shape = tuple(tensor_type.get_shape())  # pyright: ignore[reportAttributeAccessIssue]
+    shape = tuple(
+        5 if d < 0 else d
+        for d in tensor_type.get_shape()  # pyright: ignore[reportAttributeAccessIssue]
+    )
     dtype = dtypes.to_torch(tensor_type.element_type)  # pyright: ignore[reportAttributeAccessIssue]
     if dtype == torch.bool:
         return torch.rand(shape, generator=gen) > 0.5

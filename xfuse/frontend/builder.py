@@ -1000,9 +1000,12 @@ def bind(node: torch.fx.Node) -> dict[str, Any]:
 
 
 def meta_tensor(x: Any) -> Any:
-    """A meta tensor with a node's dtype and rank (for torch's promotion rules), or x itself."""
+    """A meta tensor with a node's dtype and rank (for torch's promotion rules), a size node's
+    example value (a Python int promotes as a number), or x itself."""
     if isinstance(x, torch.fx.Node):
         val = x.meta["val"]
+        if isinstance(val, torch.SymInt):
+            return val.node.hint
         return torch.empty(tuple(val.shape), dtype=val.dtype, device="meta")
     return x
 
@@ -1076,12 +1079,26 @@ class ImportBuilder:
         return self.emit(graph.ConstantOp.scalar(value, dtype, shape))
 
     def operand(self, x: Any, dtype: Attribute) -> SSAValue:
-        """A tensor node cast to `dtype`, or a Python scalar as a 0-d constant of `dtype`."""
+        """A tensor node cast to `dtype`, a size of the call (a SymInt node: `h - 7`) as its
+        `graph.size_value` cast to `dtype`, or a Python scalar as a 0-d constant of `dtype`."""
+        if isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt):
+            return self.cast(self.size_value(x), dtype)
         if isinstance(x, torch.fx.Node):
             return self.cast(self.tensor(x), dtype)
         if isinstance(x, bool | int | float):
             return self.constant(x, dtype)
         raise UnsupportedProgram(f"expected a tensor or a number, found {x!r}")
+
+    def size_value(self, node: torch.fx.Node) -> SSAValue:
+        """A size node of a symbolic import as a 0-d i64 `graph.size_value` of the table's
+        symbols."""
+        symbols = SIZE_SYMBOLS.get()
+        if symbols is None:
+            raise node_error(node, "a size of the call outside a symbolic import")
+        expr = graph.reduce_by(
+            symbols.polynomial(node.meta["val"].node.expr, node), symbols.relations
+        )
+        return self.emit(graph.SizeValueOp(expr))
 
     def torch_call(
         self,

@@ -356,6 +356,18 @@ def _iota(op: Operation, xs: list[Tensor]) -> Tensor:
     return iota_values(op).expand(concrete_shape(op.result)).contiguous()
 
 
+def _size_value(op: Operation, xs: list[Tensor]) -> Tensor:
+    """The size polynomial at the running call's sizes, as a 0-d int64 tensor."""
+    assert isinstance(op, graph.SizeValueOp)
+    sizes = SIZES.get() or {}
+    missing = sorted(op.expr.symbols - set(sizes))
+    if missing:
+        raise InterpretError(
+            f"size symbol '{missing[0]}' has no size: run its function through interpret"
+        )
+    return torch.tensor(op.expr.evaluate(sizes), dtype=torch.int64)
+
+
 def iota_values(op: graph.IotaOp) -> Tensor:
     """The iota's values along its dim, every other dim at size 1 (what `_iota` broadcasts)."""
     shape, dim = concrete_shape(op.result), op.axis
@@ -562,6 +574,7 @@ OWN_IMPLS: dict[str, Impl] = {
     "graph.div": _binary(_div),
     "graph.torch_call": _torch_call,
     "graph.iota": _iota,
+    "graph.size_value": _size_value,
     **POOL_IMPLS,
 }
 

@@ -1109,3 +1109,27 @@ func.func @f(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %i: tensor<?x?xi64, #grap
   %0 = graph.gather %x[%i] dim = 1 : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x?xi64, #graph.syms<s2, s3>> -> tensor<?x?xf32, #graph.syms<s2, s3>>
   func.return
 }
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.size_value' op size symbol 's1' of s1 - 7 is not in the function's table
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.size_value <s1 - 7> : tensor<i64>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.size_value' op expected a 0-d i64 result, found tensor<i32>
+func.func @f(%x: tensor<?xf32, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  %0 = graph.size_value <s0> : tensor<i32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 2]]:3: error: 'graph.size_value' op a size value outside a function with a size table
+func.func @f(%x: tensor<4xf32>) {
+  %0 = graph.size_value <s0> : tensor<i64>
+  func.return
+}

@@ -350,3 +350,12 @@ func.func @scan(%x: tensor<4x8xf32>, %b: tensor<5xi1>) -> (tensor<4x8xf32>, tens
   func.return %0, %2, %3 : tensor<4x8xf32>, tensor<4x8xi64>, tensor<5xi1>
 }
 // GENERIC: "graph.scan"(%{{.*}}) <{dim = 1 : i64, kind = "sum"}> : (tensor<4x8xf32>) -> tensor<4x8xf32>
+
+// A size of the call as a number: a polynomial of the function's size symbols.
+// CHECK-LABEL: func.func @size_value
+func.func @size_value(%x: tensor<?xi64, #graph.syms<s0>>) -> tensor<i64> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 4>} {
+  // CHECK-NEXT: %0 = graph.size_value <2 * s0 - 1> : tensor<i64>
+  %0 = graph.size_value <2 * s0 - 1> : tensor<i64>
+  func.return %0 : tensor<i64>
+}
+// GENERIC: "graph.size_value"() <{value = #graph.size_expr<2 * s0 - 1>}> : () -> tensor<i64>

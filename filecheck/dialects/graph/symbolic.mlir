@@ -144,3 +144,13 @@ func.func @gather_within_a_condition(%x: tensor<?x?xf32, #graph.syms<s0, s1>>, %
   %0 = graph.gather %x[%i] dim = 1 : tensor<?x?xf32, #graph.syms<s0, s1>>, tensor<?x?xi64, #graph.syms<s2, s3>> -> tensor<?x?xf32, #graph.syms<s2, s3>>
   func.return
 }
+
+// A size of the call read as a number: a polynomial of the table's symbols, a 0-d i64.
+// CHECK-LABEL: func.func @size_value
+func.func @size_value(%x: tensor<?x8xi64, #graph.syms<s0>>) attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 9, e0 = (s0 + 6) floordiv 7>} {
+  // CHECK-NEXT: %0 = graph.size_value <7 * e0 - 7> : tensor<i64>
+  %0 = graph.size_value <7 * e0 - 7> : tensor<i64>
+  // CHECK-NEXT: %1 = graph.ge %x, %0 : tensor<?x8xi64, #graph.syms<s0>>, tensor<i64> -> tensor<?x8xi1, #graph.syms<s0>>
+  %1 = graph.ge %x, %0 : tensor<?x8xi64, #graph.syms<s0>>, tensor<i64> -> tensor<?x8xi1, #graph.syms<s0>>
+  func.return
+}

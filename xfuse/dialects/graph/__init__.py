@@ -160,6 +160,7 @@ from xfuse.dialects.graph.layout import (
     PermuteOp,
     ReshapeOp,
     RollOp,
+    SizeValueOp,
     SliceOp,
     memory_order,
     read_only_by_externs,
@@ -190,6 +191,7 @@ from xfuse.dialects.graph.sizes import (
     MIN_SIZE,
     SizeCondition,
     SizeExpr,
+    SizeExprAttr,
     SizeRelation,
     SizesAttr,
     SizeSymbol,
@@ -227,7 +229,7 @@ OPS: tuple[type[IRDLOperation], ...] = (
 """Every graph op, family by family. The random program generators draw in the order of
 their own tables (`xfuse.testing.fuzz.draw_order`), not in this one."""
 
-Graph = Dialect("graph", list(OPS), [SymsAttr, SizesAttr])
+Graph = Dialect("graph", list(OPS), [SymsAttr, SizesAttr, SizeExprAttr])
 
 __all__ = [
     "Graph",
@@ -267,6 +269,8 @@ __all__ = [
     "MIN_SIZE",
     "lowest_of",
     "SizeExpr",
+    "SizeExprAttr",
+    "SizeValueOp",
     "SizesAttr",
     "SizeSymbol",
     "SizeRelation",

@@ -60,7 +60,7 @@ from xfuse.dialects.graph.base import (
     tensor_of,
 )
 from xfuse.dialects.graph.externs import TorchCallOp
-from xfuse.dialects.graph.sizes import MIN_SIZE, SizeExpr, SizesAttr
+from xfuse.dialects.graph.sizes import MIN_SIZE, SizeExpr, SizeExprAttr, SizesAttr
 
 # ---------------------------------------------------------------------------------------------
 # Broadcast
@@ -609,6 +609,63 @@ class IotaOp(IRDLOperation):
             raise VerifyException("expected a non-zero step")
 
 
+def _draw_size_value(rng: Random, x: str, shape: tuple[int, ...]) -> str | None:
+    """A size of the operand's in arithmetic or a comparison (`x >= x.shape[1] - 3`): a
+    number in a static program, a `graph.size_value` where the dim is symbolic."""
+    if not shape:
+        return None
+    d, k = rng.randrange(len(shape)), rng.randint(0, 3)
+    if rng.random() < 0.5:
+        return f"({x} + ({x}.shape[{d}] - {k}))"
+    return f"({x} >= {x}.shape[{d}] - {k})"
+
+
+@irdl_op_definition
+class SizeValueOp(IRDLOperation):
+    """A size of the call as a 0-d i64 tensor: a polynomial of the function's size symbols,
+    read where an elementwise op takes a size as a number (`x >= h - 7`). No operands: a
+    kernel computes it from its size arguments.
+    `%n = graph.size_value #graph.size_expr<e1 - 7> : tensor<i64>`"""
+
+    name = "graph.size_value"
+    FACTS: ClassVar[OpFacts] = OpFacts(
+        fuzz=Fuzz.drawn_in("index_op", "size_value", _draw_size_value),
+        without={
+            "aten": "made by the importer where an op takes a size of the call as a number",
+            "scalar": "lower-to-loops computes it from the kernel's size arguments",
+        },
+    )
+    result = result_def(TensorType)
+    value = prop_def(SizeExprAttr)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = "$value attr-dict `:` type($result)"
+    SYMBOLIC_SIZES: ClassVar[bool] = True
+
+    def __init__(self, value: SizeExpr):
+        super().__init__(
+            result_types=[TensorType(i64, [])], properties={"value": SizeExprAttr(value)}
+        )
+
+    @property
+    def expr(self) -> SizeExpr:
+        return self.value.data
+
+    def verify_(self) -> None:
+        t = _check_tensor(self.result, "result")
+        if t.element_type != i64 or t.get_shape():
+            raise VerifyException(f"expected a 0-d i64 result, found {t}")
+        table = size_table(self)
+        if table is None:
+            if self.parent_op() is not None:
+                raise VerifyException("a size value outside a function with a size table")
+            return
+        missing = sorted(self.expr.symbols - set(table.by_name))
+        if missing:
+            raise VerifyException(
+                f"size symbol '{missing[0]}' of {self.expr} is not in the function's table"
+            )
+
+
 @irdl_op_definition
 class FlipOp(SameTypeOp):
     """Reverses the order of the elements along `dims` (torch.flip).
@@ -843,6 +900,7 @@ LAYOUT_OPS: tuple[type[IRDLOperation], ...] = (
     ConcatOp,
     GatherOp,
     IotaOp,
+    SizeValueOp,
     FlipOp,
     RollOp,
 )

@@ -449,6 +449,22 @@ class SymsAttr(Data[tuple[str, ...]]):
         printer.print_string("<" + ", ".join(self.data) + ">")
 
 
+@irdl_attr_definition
+class SizeExprAttr(Data[SizeExpr]):
+    """A polynomial of the size symbols of the function's table (an op's value that is a
+    size of the call). `#graph.size_expr<e1 - 7>`"""
+
+    name = "graph.size_expr"
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> SizeExpr:
+        with parser.in_angle_brackets():
+            return parse_size_expr(parser)
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.data}>")
+
+
 # ---------------------------------------------------------------------------------------------
 # The function's table of size symbols
 # ---------------------------------------------------------------------------------------------

@@ -1028,7 +1028,10 @@ class FusionGraph:
                     block.add_op(op)
             prev = op
         for op in list(block.ops):
-            if isinstance(op, graph.ConstantOp | graph.IotaOp) and op.result.first_use is None:
+            if (
+                isinstance(op, graph.ConstantOp | graph.IotaOp | graph.SizeValueOp)
+                and op.result.first_use is None
+            ):
                 op.detach()
                 op.erase()
         self._release()

@@ -64,9 +64,9 @@ def is_constant_op(op: Operation) -> bool:
 def is_inlinable_constant(value: SSAValue) -> bool:
     """Scalar constants are copied into the groups that use them instead of becoming inputs,
     and so are iotas (arange: a kernel computes them from the loop index, cheaper than a
-    load)."""
+    load) and sizes of the call (from the kernel's size arguments)."""
     owner = value.owner
-    if isinstance(owner, graph.IotaOp):
+    if isinstance(owner, graph.IotaOp | graph.SizeValueOp):
         return True
     return isinstance(owner, graph.ConstantOp) and graph.numel(graph.shape_of(value)) <= 1
 

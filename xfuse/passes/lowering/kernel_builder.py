@@ -149,6 +149,7 @@ SUPPORTED_OPS: tuple[type[Operation], ...] = (
     graph.ReduceOp,
     *OpGroup.LAYOUT,
     graph.IotaOp,
+    graph.SizeValueOp,
     *OpGroup.WINDOW,
     graph.GatherOp,
     graph.ScanOp,
@@ -806,6 +807,10 @@ class KernelBuilder:
             raise self.error(f"the result of '{op.name}' is read at another index than its own")
         if isinstance(op, graph.IotaOp):
             return iota_value(self, op, index)
+        if isinstance(op, graph.SizeValueOp):
+            if self.sizes is None:
+                raise self.error("a size of the call in a kernel without a size table")
+            return self.sizes.value(op)
         operands = [
             self.value_at(o, i)
             for o, i in zip(op.operands, operand_indices(op, index, self.dim_size), strict=True)

@@ -101,13 +101,15 @@ SYMBOLIC_OPS: tuple[type[Operation], ...] = (
     graph.SliceOp,
     graph.PadOp,
     graph.IotaOp,
+    graph.SizeValueOp,
     graph.GatherOp,
     graph.ScanOp,
 )
 """The ops a symbolic kernel computes besides those with a scalar rule (a slice reads its
 input at `start + stride * i` whatever its limit, a pad tests a padded symbolic dim against
-its runtime size, an iota counts along its loop index whatever its length, a gather checks an
-index against a symbolic dim's runtime size, a scan runs to it)."""
+its runtime size, an iota counts along its loop index whatever its length, a size value is
+its polynomial of the size arguments, a gather checks an index against a symbolic dim's
+runtime size, a scan runs to it)."""
 
 
 def group_values(group: fusion.GroupOp) -> Iterator[SSAValue]:
@@ -117,7 +119,11 @@ def group_values(group: fusion.GroupOp) -> Iterator[SSAValue]:
 
 
 def is_symbolic_group(group: fusion.GroupOp) -> bool:
-    return any(is_symbolic(v) for v in group_values(group))
+    """Whether the group's kernel reads sizes of the call: a value of symbolic shape, or a
+    `graph.size_value`."""
+    return any(is_symbolic(v) for v in group_values(group)) or any(
+        isinstance(op, graph.SizeValueOp) for op in group.block.ops
+    )
 
 
 def upper_bound(table: SizesAttr, name: str) -> int:
@@ -160,6 +166,10 @@ def size_args(group: fusion.GroupOp, table: SizesAttr) -> list[str]:
         for d in dims_of(v) if is_symbolic(v) else ():
             if isinstance(d, str):
                 needed |= table.input_dependencies[d]
+    for op in group.block.ops:
+        if isinstance(op, graph.SizeValueOp):
+            for name in op.expr.symbols:
+                needed |= table.input_dependencies[name]
     return [s.name for s in table.inputs() if s.name in needed]
 
 
@@ -284,6 +294,13 @@ class SizeValues:
                 term = b.insert(arith.MuliOp(term, b.index_constant(coeff)))
             total = term if total is None else b.insert(arith.AddiOp(total, term))
         return total if total is not None else b.index_constant(0)
+
+    def value(self, op: graph.SizeValueOp) -> SSAValue:
+        """A `graph.size_value`'s polynomial as an i64, computed once in the entry block."""
+        return self.b.entry_value(
+            ("size_value", op.expr),
+            lambda: self.b.insert(arith.IndexCastOp(self.polynomial(op.expr), i64)),
+        )
 
     def product(self, dims: tuple[Dim, ...]) -> SSAValue:
         """The product of `dims` (static sizes and symbols)."""

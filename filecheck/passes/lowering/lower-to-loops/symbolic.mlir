@@ -218,3 +218,25 @@ func.func @forward(%x: tensor<?x8xf32, #graph.syms<s0>>) -> tensor<?x8xf32, #gra
 // CHECK-NEXT:     %[[AT:.*]] = arith.minsi %[[ROW]], %[[LAST]] : index
 // CHECK:          %[[X:.*]] = memref.load %0[%{{.*}}] : memref<?xf32>
 // CHECK-NEXT:     %{{.*}} = arith.select %[[INSIDE]], %[[X]], %{{.*}} : f32
+
+// -----
+
+// A size of the call read as a number (`x >= 7 * ((s0 + 6) floordiv 7) - 7`) is computed once
+// in the entry block from the size arguments, as an i64.
+
+func.func @forward(%x: tensor<?x8xi64, #graph.syms<s0>>) -> tensor<?x8xi1, #graph.syms<s0>> attributes {graph.sizes = #graph.sizes<s0 = input(0, 0) hint 9 range [2, 4096], e0 = (s0 + 6) floordiv 7>} {
+  %0 = graph.size_value <7 * e0 - 7> : tensor<i64>
+  %1 = graph.ge %x, %0 : tensor<?x8xi64, #graph.syms<s0>>, tensor<i64> -> tensor<?x8xi1, #graph.syms<s0>>
+  func.return %1 : tensor<?x8xi1, #graph.syms<s0>>
+}
+
+// CHECK:      func.func @forward_k0(%0: memref<?xi64>, %1: memref<?xi8>, %2: index) attributes {xfuse.kernel, xfuse.parallel_dims = 2 : i64, xfuse.size_args = ["s0"], xfuse.extent = "s0", xfuse.size_hints = [9 : i64]} {
+// CHECK:        %[[SUM:.*]] = arith.addi %{{.*}}, %2 : index
+// CHECK-NEXT:   %[[SEVEN:.*]] = arith.constant 7 : index
+// CHECK-NEXT:   %[[Q:.*]] = arith.divui %[[SUM]], %[[SEVEN]] : index
+// CHECK-NEXT:   %[[PADDED:.*]] = arith.muli %[[Q]], %[[SEVEN]] : index
+// CHECK-NEXT:   %[[N:.*]] = arith.addi %{{.*}}, %[[PADDED]] : index
+// CHECK-NEXT:   %[[VALUE:.*]] = arith.index_cast %[[N]] : index to i64
+// CHECK-NEXT:   "scf.parallel"
+// CHECK:          %[[X:.*]] = memref.load %0[%{{.*}}] : memref<?xi64>
+// CHECK-NEXT:     arith.cmpi sge, %[[X]], %[[VALUE]] : i64
