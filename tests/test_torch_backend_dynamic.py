@@ -342,6 +342,31 @@ def test_sizes_read_as_numbers_run_one_symbolic_program(counts: Counts) -> None:
     _matches_with_one_symbolic_program(_shifted_window_mask, shapes, counts)
 
 
+def _merged(x: torch.Tensor) -> torch.Tensor:
+    """Swin's patch merging of a [b, h, w, c] map: padded to even sizes where odd, its four
+    strided quarters side by side."""
+    h, w = x.shape[1], x.shape[2]
+    if h % 2 == 1 or w % 2 == 1:
+        x = torch.nn.functional.pad(x, (0, 0, 0, w % 2, 0, h % 2))
+    quarters = [x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]]
+    return torch.cat(quarters, -1)
+
+
+def _patched_then_merged_twice(x: torch.Tensor) -> torch.Tensor:
+    """Swin's stages: 4x4 patches, then two patch mergings."""
+    patches = torch.nn.functional.avg_pool2d(x, 4).permute(0, 2, 3, 1)
+    return _merged(torch.tanh(_merged(patches))).sum(-1)
+
+
+def test_a_second_patch_merging_runs_one_symbolic_program(counts: Counts) -> None:
+    """The second merging slices a map the guards made equal to torch's `(h + 4) floordiv 8`
+    (the table's `h floordiv 8`): its halves are `h floordiv 16` in the table and torch's
+    `(h + 4) floordiv 16`, one length wherever the guards hold, which a condition checked at
+    each call says (`SizeSymbols.sliced_as_traced`)."""
+    shapes = [(2, 3, 32, 48), (3, 3, 64, 32), (2, 3, 80, 96), (2, 3, 48, 112)]
+    _matches_with_one_symbolic_program(_patched_then_merged_twice, shapes, counts)
+
+
 def _matches_with_one_symbolic_program(
     fn: Any, shapes: list[tuple[int, ...]], counts: Counts
 ) -> None:
