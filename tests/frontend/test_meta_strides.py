@@ -160,7 +160,12 @@ def _layouts(shape: tuple[int, ...]) -> list[Tensor]:
 _C = 3
 FORMATTED: dict[str, Callable[[Tensor], Tensor]] = {
     "batch_norm_eval": lambda x: F.batch_norm(
-        x, torch.zeros(_C), torch.ones(_C), torch.full((_C,), 2.0), None, training=False
+        x,
+        torch.zeros(_C, device=x.device),
+        torch.ones(_C, device=x.device),
+        torch.full((_C,), 2.0, device=x.device),
+        None,
+        training=False,
     ),
     "batch_norm_train": lambda x: F.batch_norm(x, None, None, training=True),
     "roll_one_dim": lambda x: torch.roll(x, 1, 1),
