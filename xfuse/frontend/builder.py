@@ -55,12 +55,10 @@ class SizeSymbols:
         every size expression is reduced."""
         self.conditions: list[graph.SizeCondition] = []
         """The inequalities of sizes torch's trace assumed (`add_conditions`)."""
-        self.aliases: dict[str, graph.SizeExpr] = {}
-        """Floor divisions equal by a guard read early (`add_residues`), each later one by the
-        first (`SizesAttr.aliases`): every size is written with the first."""
-        self._residues: dict[tuple[graph.SizeExpr, int], int] = {}
-        self._residues_at: tuple[int, int] = (0, 0)
-        """`SizesAttr.residues` of the table, when it had as many symbols and conditions."""
+        self._table: graph.SizesAttr | None = None
+        self._table_at: tuple[int, int, int] = (-1, -1, -1)
+        """The table as it stood with as many derived symbols, relations and conditions (each
+        list only grows): what `_residue` and `aliases` read."""
         self.by_expr: dict[graph.SizeExpr, str] = {}
         self.origins: dict[Operation, str] = {}
         """The op of each graph op a symbolic node became (`convert_symbolic_node`), for
@@ -148,22 +146,32 @@ class SizeSymbols:
             lhs, rhs = (graph.reduce_by(side, self.relations) for side in sides)
             if lhs == rhs:
                 continue
-            self._alias(lhs, rhs)
-            for condition in (
-                graph.SizeCondition("le", lhs, rhs),
-                graph.SizeCondition("le", rhs, lhs),
-            ):
-                if condition not in self.conditions:
-                    self.conditions.append(condition)
+            self._add_equal(lhs, rhs)
 
-    def _alias(self, lhs: graph.SizeExpr, rhs: graph.SizeExpr) -> None:
-        """Where two floor divisions are equal, the later one by the first (`aliases`)."""
-        order = {s.name: i for i, s in enumerate(self.derived) if s.divisor is not None}
-        names = [graph.single_symbol(lhs), graph.single_symbol(rhs)]
-        if all(n in order for n in names):
-            first, later = sorted(names, key=lambda n: order[n])  # type: ignore[index]
-            assert first is not None and later is not None
-            self.aliases[later] = graph.SizeExpr.symbol(first).substitute(self.aliases)
+    def _add_equal(self, lhs: graph.SizeExpr, rhs: graph.SizeExpr) -> None:
+        """`lhs == rhs` as two conditions of the table (`le` both ways, checked at each call);
+        where both are floor divisions, the later one is the first from then on
+        (`SizesAttr.aliases`)."""
+        for condition in (
+            graph.SizeCondition("le", lhs, rhs),
+            graph.SizeCondition("le", rhs, lhs),
+        ):
+            if condition not in self.conditions:
+                self.conditions.append(condition)
+
+    def _current_table(self) -> graph.SizesAttr:
+        """`table()`, built again only where a symbol, relation or condition was added."""
+        key = (len(self.derived), len(self.relations), len(self.conditions))
+        if self._table is None or self._table_at != key:
+            self._table, self._table_at = self.table(), key
+        return self._table
+
+    @property
+    def aliases(self) -> dict[str, graph.SizeExpr]:
+        """Floor divisions the table's conditions make equal, each later one by the first
+        (`SizesAttr.aliases`): every size is written with the first."""
+        found = self._current_table().aliases
+        return {later: graph.SizeExpr.symbol(first) for later, first in found.items()}
 
     def _residue_sides(
         self, expr: Any, node: torch.fx.Node
@@ -196,11 +204,7 @@ class SizeSymbols:
         conditions fix it (`SizesAttr.residues`), else None."""
         if not self.conditions:
             return None
-        key = (len(self.derived), len(self.conditions))
-        if self._residues_at != key:
-            self._residues = dict(self.table().residues)
-            self._residues_at = key
-        return self._residues.get((p, k))
+        return self._current_table().residues.get((p, k))
 
     def _by_residue(
         self, polynomial: graph.SizeExpr, divisor: int, new: bool
@@ -739,15 +743,8 @@ class SizeSymbols:
             return
         dividend = table.expand(length - graph.SizeExpr.constant(start - stride + 1))
         lhs, rhs = self._floordiv_of(dividend, stride), graph.SizeExpr.symbol(traced)
-        if lhs == rhs:
-            return
-        self._alias(lhs, rhs)
-        for condition in (
-            graph.SizeCondition("le", lhs, rhs),
-            graph.SizeCondition("le", rhs, lhs),
-        ):
-            if condition not in self.conditions:
-                self.conditions.append(condition)
+        if lhs != rhs:
+            self._add_equal(lhs, rhs)
 
 
 @dataclass
