@@ -850,3 +850,18 @@ def test_sizes_read_as_numbers_are_the_calls_sizes() -> None:
         x = torch.randn(shape) * 10
         for got, want in zip(program(x), fn(x), strict=True):
             torch.testing.assert_close(got, want)
+
+
+def test_a_size_times_a_bf16_tensor_rounds_once_like_eager() -> None:
+    """Eager's bf16 mul keeps a number unrounded (computed in f32, rounded once); a size of
+    the call is such a number, 257 not one bf16 holds: the same at every size."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * x.shape[0]
+
+    dims = {"x": {0: Dim("n", min=2, max=1024)}}
+    example = torch.randn(8, 3).bfloat16()
+    program = xfuse.compile(fn, (example,), dynamic_shapes=dims, fallback="error")
+    for n in (257, 300, 5):
+        x = (torch.rand(n, 3) * 4 + 1).bfloat16()
+        assert torch.equal(program(x), fn(x))

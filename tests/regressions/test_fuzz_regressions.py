@@ -22,12 +22,16 @@ Tensor = torch.Tensor
         "a.to(torch.bfloat16) * 0.7 - 0.1",
         "a.to(torch.float16) * s.double()",
         "(a.to(torch.bfloat16) + 0.3) * 2",
+        "a.to(torch.bfloat16) * 257",
+        "257 * a.to(torch.bfloat16)",
+        "a.to(torch.float16) / 2049",
     ],
 )
 def test_low_precision_ops_with_a_wider_scalar_operand_round_like_eager(expr: str) -> None:
     """fuzz seed 1 program 490: eager's bf16/f16 mul and div keep a 0-d f32 tensor or a
-    Python float unrounded (computed in f32, rounded once); the importer rounded it to bf16
-    first, one bf16 ulp off (xfuse/frontend/aten/elementwise.py `_opmath`)."""
+    Python number unrounded (computed in f32, rounded once); the importer rounded it to bf16
+    first, one bf16 ulp off (xfuse/frontend/aten/elementwise.py `_opmath`). An int the dtype
+    does not hold (257 in bf16, 2049 in f16) likewise."""
 
     def fn(a: Tensor, s: Tensor) -> Tensor:
         return eval(expr)  # noqa: S307 - the expression under test

@@ -58,17 +58,22 @@ def _binary(op_cls: type[graph.BinaryOp]) -> Converter:
 def _opmath(
     lw: ImportBuilder, op_cls: type[graph.BinaryOp], dtype: Attribute, *operands: Any
 ) -> Attribute:
-    """The dtype to compute an f16/bf16 binary op in. Eager's mul and div keep a Python float
-    or a wider (f32/f64) 0-d tensor operand unrounded: they compute in f32 and round once;
-    its add and sub round that operand to the op's dtype first. xfuse does the same."""
+    """The dtype to compute an f16/bf16 binary op in. Eager's mul and div keep a Python number
+    (float or int), a size of the call or a wider (f32/f64) 0-d tensor operand unrounded: they
+    compute in f32 and round once; its add and sub round that operand to the op's dtype
+    first. xfuse does the same."""
     if not isinstance(dtype, Float16Type | BFloat16Type) or op_cls not in (
         graph.MulOp,
         graph.DivOp,
     ):
         return dtype
     for x in operands:
-        if isinstance(x, float) and float(torch.tensor(x, dtype=to_torch(dtype))) != x:
-            return f32  # (a float the dtype holds exactly gives the same result either way)
+        if isinstance(x, bool):
+            continue
+        if isinstance(x, float | int) and float(torch.tensor(x, dtype=to_torch(dtype))) != x:
+            return f32  # (a number the dtype holds exactly gives the same result either way)
+        if isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt):
+            return f32  # (a size: exact in the dtype at some calls only)
         if isinstance(x, torch.fx.Node) and graph.dtype_of(lw.tensor(x)) in (f32, f64):
             return f32
     return dtype
