@@ -58,7 +58,8 @@ class SizeSymbols:
         self._table: graph.SizesAttr | None = None
         self._table_at: tuple[int, int, int] = (-1, -1, -1)
         """The table as it stood with as many derived symbols, relations and conditions (each
-        list only grows): what `_residue` and `aliases` read."""
+        list only grows): what `_residue`, `aliases` and `sliced_as_traced` read."""
+        self._aliases: dict[str, graph.SizeExpr] = {}
         self.by_expr: dict[graph.SizeExpr, str] = {}
         self.origins: dict[Operation, str] = {}
         """The op of each graph op a symbolic node became (`convert_symbolic_node`), for
@@ -164,14 +165,17 @@ class SizeSymbols:
         key = (len(self.derived), len(self.relations), len(self.conditions))
         if self._table is None or self._table_at != key:
             self._table, self._table_at = self.table(), key
+            self._aliases = {
+                later: graph.SizeExpr.symbol(first) for later, first in self._table.aliases.items()
+            }
         return self._table
 
     @property
     def aliases(self) -> dict[str, graph.SizeExpr]:
         """Floor divisions the table's conditions make equal, each later one by the first
         (`SizesAttr.aliases`): every size is written with the first."""
-        found = self._current_table().aliases
-        return {later: graph.SizeExpr.symbol(first) for later, first in found.items()}
+        self._current_table()
+        return self._aliases
 
     def _residue_sides(
         self, expr: Any, node: torch.fx.Node
@@ -737,7 +741,7 @@ class SizeSymbols:
         conditions hold (a patch merging's input `h floordiv 8` that a guard made equal to
         torch's `(h + 4) floordiv 8`: its halves are `h floordiv 16` and torch's `(h + 4)
         floordiv 16`); a call where they differ is refused."""
-        table = self.table()
+        table = self._current_table()
         length = graph.SizeExpr.symbol(size)
         if graph.sliced_length(table, length, start, 0, stride) is not None:
             return
