@@ -916,6 +916,11 @@ def row_major_at_every_size(val: torch.Tensor) -> bool:
     return symbols.dense_in(range(val.dim()), val.shape, val.stride())
 
 
+def is_size_node(x: Any) -> bool:
+    """Whether `x` is an FX node whose value is a size of the call (a SymInt: `h - 7`)."""
+    return isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt)
+
+
 def has_symbolic_size(value: Any) -> bool:
     """Whether a node's fake value is (or holds) a SymInt or a tensor of symbolic shape."""
     if isinstance(value, torch.SymInt):
@@ -1107,7 +1112,7 @@ class ImportBuilder:
     def operand(self, x: Any, dtype: Attribute) -> SSAValue:
         """A tensor node cast to `dtype`, a size of the call (a SymInt node: `h - 7`) as its
         `graph.size_value` cast to `dtype`, or a Python scalar as a 0-d constant of `dtype`."""
-        if isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt):
+        if is_size_node(x):
             return self.cast(self.size_value(x), dtype)
         if isinstance(x, torch.fx.Node):
             return self.cast(self.tensor(x), dtype)

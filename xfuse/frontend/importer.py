@@ -57,6 +57,7 @@ from xfuse.frontend.builder import (
     fold_empty_results,
     has_symbolic_size,
     importing_sizes,
+    is_size_node,
     node_error,
     tensor_type_of_val,
     traced_memory_order,
@@ -404,7 +405,7 @@ def needs_decomposition(program: ExportedProgram, symbolic: bool = False) -> boo
     return any(
         node.op == "call_function"
         and node.target is not operator.getitem
-        and not (symbolic and isinstance(node.meta.get("val"), torch.SymInt))
+        and not (symbolic and is_size_node(node))
         and not read_as_exported(node)
         for node in program.graph.nodes
     )
@@ -809,7 +810,7 @@ def convert_symbolic_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value
             f"{name} cannot import symbolic sizes yet (node '{node.name}'): {why}"
         )
 
-    sizes = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.SymInt)]
+    sizes = [a for a in node.all_input_nodes if is_size_node(a)]
     if sizes and CONVERTERS.get(name) is None:
         raise refuse(f"a size argument ('{sizes[0].name}') of a call torch runs")
     first = len(lowering.block.ops)

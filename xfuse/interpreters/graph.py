@@ -50,13 +50,18 @@ def concrete_dims(dims: Sequence[int | str]) -> tuple[int, ...]:
     """`concrete_shape` of a value whose dims (`graph.dims_of`) were read before."""
     if all(isinstance(d, int) for d in dims):
         return cast(tuple[int, ...], tuple(dims))
+    return graph.dims_at(dims, call_sizes(d for d in dims if isinstance(d, str)))
+
+
+def call_sizes(symbols: Iterable[str]) -> Mapping[str, int]:
+    """The running call's sizes (`SIZES`), each of `symbols` checked to have one."""
     sizes = SIZES.get() or {}
-    missing = [d for d in dims if isinstance(d, str) and d not in sizes]
+    missing = sorted(set(symbols) - set(sizes))
     if missing:
         raise InterpretError(
             f"size symbol '{missing[0]}' has no size: run its function through interpret"
         )
-    return graph.dims_at(dims, sizes)
+    return sizes
 
 
 def bind_sizes(f: func.FuncOp, inputs: Sequence[Tensor]) -> dict[str, int] | None:
@@ -359,13 +364,7 @@ def _iota(op: Operation, xs: list[Tensor]) -> Tensor:
 def _size_value(op: Operation, xs: list[Tensor]) -> Tensor:
     """The size polynomial at the running call's sizes, as a 0-d int64 tensor."""
     assert isinstance(op, graph.SizeValueOp)
-    sizes = SIZES.get() or {}
-    missing = sorted(op.expr.symbols - set(sizes))
-    if missing:
-        raise InterpretError(
-            f"size symbol '{missing[0]}' has no size: run its function through interpret"
-        )
-    return torch.tensor(op.expr.evaluate(sizes), dtype=torch.int64)
+    return torch.tensor(op.expr.evaluate(call_sizes(op.expr.symbols)), dtype=torch.int64)
 
 
 def iota_values(op: graph.IotaOp) -> Tensor:

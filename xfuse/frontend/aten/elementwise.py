@@ -12,7 +12,13 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each
-from xfuse.frontend.builder import ImportBuilder, Value, out_type, promoted_dtype
+from xfuse.frontend.builder import (
+    ImportBuilder,
+    Value,
+    is_size_node,
+    out_type,
+    promoted_dtype,
+)
 from xfuse.ir.dtypes import opmath_type, to_torch
 
 # ---------------------------------------------------------------------------------------------
@@ -72,7 +78,7 @@ def _opmath(
             continue
         if isinstance(x, float | int) and float(torch.tensor(x, dtype=to_torch(dtype))) != x:
             return f32  # (a number the dtype holds exactly gives the same result either way)
-        if isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt):
+        if is_size_node(x):
             return f32  # (a size: exact in the dtype at some calls only)
         if isinstance(x, torch.fx.Node) and graph.dtype_of(lw.tensor(x)) in (f32, f64):
             return f32

@@ -17,6 +17,7 @@ from xfuse.frontend.builder import (
     ImportBuilder,
     Value,
     decided_size,
+    is_size_node,
     lowest_size,
     out_type,
     result_types,
@@ -195,7 +196,7 @@ def _tail_slice(
     back (index arithmetic the reading kernel folds). None for any other slice."""
     start, end = a["start"], a["end"]
     size, result = graph.dims_of(x)[dim], graph.dims_of(t)[dim]
-    if not isinstance(start, torch.fx.Node) or not isinstance(start.meta.get("val"), torch.SymInt):
+    if not is_size_node(start):
         return None
     if a["step"] != 1 or result == size or not (isinstance(size, str) or isinstance(result, str)):
         return None
