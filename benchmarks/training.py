@@ -12,7 +12,10 @@ mode (`xfuse.testing.distributed.compiled`: a part or group that would run eager
 (the GPU); `base`: 4 layers, 768 wide, 8x1024 tokens. `--dtype bf16` runs forward and loss
 under autocast. Each row: the median ms per step (the GPU waited for), and the first step's
 seconds (compiles included); on CUDA, how many of xfuse's programs replay a CUDA graph, and
-why the others do not.
+why the others do not, and each column's memory: what it holds between steps (parameters,
+AdamW's state, compiled programs' CUDA-graph pools and caches: the allocator's bytes after its
+warm-up steps less before its model was copied) and its peak (that plus the most a step
+allocates above it), as if the column ran alone.
 `--profile` (CUDA) adds, per column, the GPU operations per step, their busy ms, and the
 heaviest kernels by GPU ms per step.
 """
@@ -25,7 +28,7 @@ import copy
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -99,19 +102,62 @@ def stepper(
     return step
 
 
+class Column(NamedTuple):
+    """A column's step, its first step's seconds, and the CUDA bytes it holds between steps
+    (0 off CUDA)."""
+
+    step: Callable[[], None]
+    first_s: float
+    held: int
+
+
+def allocated(device: torch.device) -> int:
+    """The CUDA caching allocator's bytes in use on `device`, the GPU idle (0 off CUDA)."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def step_peak(step: Callable[[], None], device: torch.device) -> int:
+    """The most bytes one call of `step` allocates above what was in use before it (0 off
+    CUDA)."""
+    if device.type != "cuda":
+        return 0
+    before = allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - before
+
+
 def columns(
-    base: torch.nn.Module, ids: torch.Tensor, wanted: list[str], dtype: torch.dtype | None
-) -> dict[str, Any]:
+    base: torch.nn.Module,
+    ids: torch.Tensor,
+    wanted: list[str],
+    dtype: torch.dtype | None,
+    warmup: int = 2,
+) -> dict[str, Column]:
+    """Each column's model copied from `base`, compiled, and stepped once (timed) and `warmup`
+    more times, one column after another, so that what each holds afterwards is its own."""
     import xfuse  # noqa: F401 - registers the backend
     from xfuse.testing.distributed import compiled
 
-    steps: dict[str, Any] = {}
+    made: dict[str, Column] = {}
     for column in wanted:
+        before = allocated(ids.device)
         model = copy.deepcopy(base).train()
         if column != "eager":
             model = compiled(model, column)
-        steps[column] = stepper(model, ids, dtype)
-    return steps
+        step = stepper(model, ids, dtype)
+        start = time.perf_counter()
+        step()
+        sync()
+        first = time.perf_counter() - start
+        for _ in range(warmup):
+            step()
+        made[column] = Column(step, first, allocated(ids.device) - before)
+    return made
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,27 +176,35 @@ def main(argv: list[str] | None = None) -> None:
         torch.manual_seed(0)
         base = make_model(name, size).to(args.device)
         ids = torch.randint(0, size["vocab"], (size["batch"], size["tokens"]), device=args.device)
-        steps = columns(base, ids, args.columns.split(","), DTYPES[args.dtype])
-        first: dict[str, float] = {}
         with counting_parts() as parts:
-            for column, step in steps.items():
-                start = time.perf_counter()
-                step()
-                sync()
-                first[column] = time.perf_counter() - start
-            times = interleaved(steps, args.runs, warmup=2, clock=wall_and_host_ms)
+            made = columns(base, ids, args.columns.split(","), DTYPES[args.dtype])
+            steps = {c: m.step for c, m in made.items()}
+            times = interleaved(steps, args.runs, clock=wall_and_host_ms)
         wall = medians({c: [w for w, _ in ts] for c, ts in times.items()})
-        row = "  ".join(f"{c} {wall[c]:.2f} (first {first[c]:.1f}s)" for c in steps)
+        row = "  ".join(f"{c} {wall[c]:.2f} (first {made[c].first_s:.1f}s)" for c in steps)
         ratio = wall.get("xfuse", 0) / wall["inductor"] if "inductor" in wall else float("nan")
         print(f"{name}: {row}  xfuse/inductor {ratio:.2f}", flush=True)
         if parts.graph_use():
             print(f"  xfuse: {parts.graph_use()}")
+        if ids.device.type == "cuda":
+            print_memory(made, ids.device)
         if args.profile:
             for column, step in steps.items():
                 if args.device.startswith("cuda"):
                     print_profile(column, step)
                 else:
                     print_cpu_profile(column, step)
+
+
+def print_memory(made: dict[str, Column], device: torch.device) -> None:
+    """Each column's MiB held between steps and its peak (held plus a step's most above it),
+    and the peak against Inductor's."""
+    mib = 2**20
+    peaks = {c: m.held + step_peak(m.step, device) for c, m in made.items()}
+    row = "  ".join(f"{c} {made[c].held / mib:.0f} / {peaks[c] / mib:.0f}" for c in made)
+    ratio = peaks["xfuse"] / peaks["inductor"] if {"xfuse", "inductor"} <= peaks.keys() else None
+    tail = f"  peak xfuse/inductor {ratio:.2f}" if ratio is not None else ""
+    print(f"  memory MiB (held / peak): {row}{tail}", flush=True)
 
 
 def print_profile(column: str, step: Callable[[], None], calls: int = 3, top: int = 12) -> None:
