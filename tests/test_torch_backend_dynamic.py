@@ -361,8 +361,8 @@ def _patched_then_merged_twice(x: torch.Tensor) -> torch.Tensor:
 def test_a_second_patch_merging_runs_one_symbolic_program(counts: Counts) -> None:
     """The second merging slices a map the guards made equal to torch's `(h + 4) floordiv 8`
     (the table's `h floordiv 8`): its halves are `h floordiv 16` in the table and torch's
-    `(h + 4) floordiv 16`, one length wherever the guards hold, which a condition checked at
-    each call says (`SizeSymbols.sliced_as_traced`)."""
+    `(h + 4) floordiv 16`, one length wherever the guards hold (`h mod 8` below 4:
+    `SizesAttr.remainders`)."""
     shapes = [(2, 3, 32, 48), (3, 3, 64, 32), (2, 3, 80, 96), (2, 3, 48, 112)]
     _matches_with_one_symbolic_program(_patched_then_merged_twice, shapes, counts)
 

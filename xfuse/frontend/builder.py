@@ -58,7 +58,7 @@ class SizeSymbols:
         self._table: graph.SizesAttr | None = None
         self._table_at: tuple[int, int, int] = (-1, -1, -1)
         """The table as it stood with as many derived symbols, relations and conditions (each
-        list only grows): what `_residue`, `aliases` and `sliced_as_traced` read."""
+        list only grows): what `_residue` and `aliases` read."""
         self._aliases: dict[str, graph.SizeExpr] = {}
         self.by_expr: dict[graph.SizeExpr, str] = {}
         self.origins: dict[Operation, str] = {}
@@ -731,24 +731,6 @@ class SizeSymbols:
 
     def table(self) -> graph.SizesAttr:
         return graph.SizesAttr((*self.inputs, *self.derived, *self.relations, *self.conditions))
-
-    def sliced_as_traced(self, size: str, start: int, stride: int, traced: str) -> None:
-        """Where torch's trace sized a slice of symbol `size` from `start` to its end by
-        `stride` as symbol `traced`, and the table has no floor division for its length
-        `(size - start + stride - 1) floordiv stride` (`graph.sliced_length`): that floor
-        division as a new atom, equal to `traced` by conditions checked at each call (`le`
-        both ways) and aliased to it. Both are the one slice's length wherever the table's
-        conditions hold (a patch merging's input `h floordiv 8` that a guard made equal to
-        torch's `(h + 4) floordiv 8`: its halves are `h floordiv 16` and torch's `(h + 4)
-        floordiv 16`); a call where they differ is refused."""
-        table = self._current_table()
-        length = graph.SizeExpr.symbol(size)
-        if graph.sliced_length(table, length, start, 0, stride) is not None:
-            return
-        dividend = table.expand(length - graph.SizeExpr.constant(start - stride + 1))
-        lhs, rhs = self._floordiv_of(dividend, stride), graph.SizeExpr.symbol(traced)
-        if lhs != rhs:
-            self._add_equal(lhs, rhs)
 
 
 @dataclass

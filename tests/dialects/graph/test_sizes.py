@@ -601,6 +601,35 @@ def test_a_remainder_the_conditions_fix_simplifies_floor_divisions() -> None:
     assert one_way.residues == {} and one_way.floordiv(s0 + ONE, 2) is None
 
 
+def test_floor_divisions_equal_by_the_remainders_the_conditions_leave() -> None:
+    """`s0 floordiv 8` equal to `(s0 + 4) floordiv 8` both ways leaves `s0 mod 8` below 4, so
+    `s0 mod 16` in {0..3, 8..11}: `s0 floordiv 16`, `(s0 + 2) floordiv 16` and `a floordiv
+    2` are `(s0 + 4) floordiv 16`; `(s0 + 8) floordiv 16` is one more at some remainders
+    only (no symbol); without the conditions none is known."""
+    a, b = SizeExpr.symbol("a"), SizeExpr.symbol("b")
+    symbols = (
+        SizeSymbol.input("s0", 0, 0, hint=32),
+        SizeSymbol.floordiv("a", s0, 8),
+        SizeSymbol.floordiv("b", s0 + SizeExpr.constant(4), 8),
+        SizeSymbol.floordiv("c", s0 + SizeExpr.constant(4), 16),
+    )
+    table = SizesAttr((*symbols, graph.SizeCondition("le", a, b), graph.SizeCondition("le", b, a)))
+    assert table.problem is None
+    assert table.remainders == {(s0, 8): frozenset(range(4))}
+    c = SizeExpr.symbol("c")
+    assert table.floordiv(s0, 16) == c and table.floordiv(a, 2) == c
+    assert table.floordiv(s0 + SizeExpr.constant(2), 16) == c
+    assert table.floordiv(s0 + SizeExpr.constant(20), 16) == c + ONE
+    assert table.floordiv(s0 + SizeExpr.constant(8), 16) is None
+    for n in (32, 33, 35, 40, 43, 48, 200):  # every size the conditions admit
+        sizes = table.evaluate({"s0": n})
+        assert table.condition_problem(sizes) is None
+        assert n // 16 == (n + 2) // 16 == sizes["a"] // 2 == sizes["c"]
+    assert table.condition_problem(table.evaluate({"s0": 36})) is not None
+    unconditioned = SizesAttr(symbols)
+    assert unconditioned.remainders == {} and unconditioned.floordiv(s0, 16) is None
+
+
 def test_floor_divisions_the_conditions_say_are_equal_are_one_size() -> None:
     """`s0 floordiv 8` and `(s0 + 4) floordiv 8` equal both ways (`s0 floordiv 4` even): the
     later expands to the first, and polynomials of the two are equal."""

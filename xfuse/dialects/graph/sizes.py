@@ -749,12 +749,49 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
                     found[SizeExpr.of((m, a % k) for m, a in n.terms), k] = -c % k
         return found
 
+    @cached_property
+    def remainders(self) -> dict[tuple[SizeExpr, int], frozenset[int]]:
+        """The values `n mod k` takes at every call the table describes, where conditions
+        narrow them (`n` of atoms, without a constant term, in `split_floordiv`'s canonical
+        form with divisor `k`): a remainder they fix (`residues`), and floor divisions they
+        say are equal (`aliases`), `(n + c1) floordiv k` and `(n + c2) floordiv k` over the
+        same `n`: equal where `n mod k` is below `k - c2` or from `k - c1` on (torch's
+        `Eq(h floordiv 8, (h + 4) floordiv 8)`: `h mod 8` below 4)."""
+        found = {key: frozenset((r,)) for key, r in self.residues.items()}
+        for later, first in self.aliases.items():
+            (q1, n1, c1), (q2, n2, c2) = self._split_atoms[first], self._split_atoms[later]
+            if n1 is None or n1 != n2 or q1 != q2:
+                continue
+            k = n1[1]
+            allowed = frozenset(r for r in range(k) if (r + c1) // k == (r + c2) // k)
+            found[n1] = found.get(n1, allowed) & allowed
+        return found
+
+    @cached_property
+    def _split_atoms(self) -> dict[str, tuple[SizeExpr, tuple[SizeExpr, int] | None, int]]:
+        """Each floor division of the table as `quotient + floor((n + c) / k)` in
+        `split_floordiv`'s canonical form: (quotient, (n, k), c), (n, k) None where there is
+        no floor left."""
+        out: dict[str, tuple[SizeExpr, tuple[SizeExpr, int] | None, int]] = {}
+        for name, (p, divisor) in self.atoms.items():
+            quotient, residue, k = split_floordiv(p, divisor, self._atoms_unaliased)
+            terms, c = split_constant(residue) if residue is not None else (SizeExpr(), 0)
+            out[name] = quotient, None if residue is None else (terms, k), c
+        return out
+
+    @cached_property
+    def _atoms_unaliased(self) -> dict[str, tuple[SizeExpr, int]]:
+        """`atoms` without the floor divisions an alias replaces (each its first's size)."""
+        return {n: a for n, a in self.atoms.items() if n not in self.aliases}
+
     def floordiv(self, expr: SizeExpr, divisor: int) -> SizeExpr | None:
         """floor(expr / divisor) (`expr` of any symbols of the table) as a polynomial of the
         table's symbols, or None where its floor division is no symbol of the table. Where the
         conditions fix the remainder of `expr`'s terms other than its constant (`residues`),
         that is the floor division of those terms plus a number: `(h + 1) floordiv 2` is
-        `h floordiv 2` for an even `h`."""
+        `h floordiv 2` for an even `h`; where they narrow it (`remainders`), a floor division
+        of the same terms and another constant may be the same plus a number at every
+        remainder left: `h floordiv 16` is `(h + 4) floordiv 16` where `h mod 8` is below 4."""
         expanded = self.expand(expr)
         reduced = SizeExpr.of((m, c % divisor) for m, c in expanded.terms)
         terms, constant = split_constant(reduced)
@@ -764,7 +801,40 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
                 whole = (expanded - reduced).divide_exact(divisor)
                 r = self.residues[terms, divisor]
                 return whole + atom + SizeExpr.constant((r + constant) // divisor)
-        return self._floordiv_by_atoms(expanded, divisor)
+        found = self._floordiv_by_atoms(expanded, divisor)
+        return found if found is not None else self._floordiv_by_remainders(expanded, divisor)
+
+    def _floordiv_by_remainders(self, expanded: SizeExpr, divisor: int) -> SizeExpr | None:
+        """floor(expanded / divisor) as a floor division of the table over the same terms
+        with another constant, plus the number by which they differ at every remainder the
+        conditions leave (`remainders`), or None."""
+        quotient, residue, k = split_floordiv(expanded, divisor, self._atoms_unaliased)
+        if residue is None or not self.remainders:
+            return None
+        terms, c = split_constant(residue)
+        left = self._remainders_of(terms, k)
+        if left is None:
+            return None
+        for name in self._atoms_unaliased:
+            q, n, c_atom = self._split_atoms[name]
+            if n != (terms, k):
+                continue
+            differences = {(r + c) // k - (r + c_atom) // k for r in left}
+            if len(differences) == 1:
+                return quotient - q + SizeExpr.symbol(name) + SizeExpr.constant(differences.pop())
+        return None
+
+    def _remainders_of(self, terms: SizeExpr, k: int) -> frozenset[int] | None:
+        """The values `terms mod k` takes, from each known remainder of `terms` by a divisor
+        of `k` (`remainders`: `n mod k'` in R gives `n mod k` in {r + j * k'}), or None where
+        none is known."""
+        left: frozenset[int] | None = None
+        for (n, k_known), allowed in self.remainders.items():
+            if k % k_known or SizeExpr.of((m, c % k_known) for m, c in terms.terms) != n:
+                continue
+            lifted = frozenset(r + j * k_known for r in allowed for j in range(k // k_known))
+            left = lifted if left is None else left & lifted
+        return left
 
     def _floordiv_by_atoms(self, expanded: SizeExpr, divisor: int) -> SizeExpr | None:
         """floor(expanded / divisor) (`expanded` of atoms) as a polynomial of the table's

@@ -13,7 +13,6 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each, _is_number, _norm_dims, _rank
 from xfuse.frontend.builder import (
-    SIZE_SYMBOLS,
     ImportBuilder,
     Value,
     decided_size,
@@ -155,11 +154,6 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     start = 0 if a["start"] is None else a["start"]
     whole = size if size >= 0 else UNBOUNDED_END  # a symbolic dim's end
     end = whole if a["end"] is None else a["end"]
-    symbols = SIZE_SYMBOLS.get()
-    given, traced = graph.dims_of(x)[dim], graph.dims_of(t)[dim]
-    if symbols is not None and isinstance(given, str) and isinstance(traced, str):
-        if end >= UNBOUNDED_END and 0 <= start and a["step"] >= 1:
-            symbols.sliced_as_traced(given, start, a["step"], traced)
     return _slice_dim(lw, x, dim, start, end, a["step"], graph.dims_of(t))
 
 
