@@ -367,6 +367,29 @@ def test_a_second_patch_merging_runs_one_symbolic_program(counts: Counts) -> Non
     _matches_with_one_symbolic_program(_patched_then_merged_twice, shapes, counts)
 
 
+_TF_WEIGHT = torch.randn(4, 3, 3, 3, generator=torch.Generator().manual_seed(0))
+
+
+def _tf_padded(x: torch.Tensor) -> torch.Tensor:
+    """transformers' TF-style padding before a stride-2 3x3 convolution (MobileNetV2's
+    `apply_tf_padding`) of a 4x4-pooled map: at an odd map `max(3 - h % 2, 0)` in all, half
+    before."""
+    x = torch.nn.functional.avg_pool2d(x, 4)
+    h, w = x.shape[-2:]
+    ph = max(3 - 2, 0) if h % 2 == 0 else max(3 - h % 2, 0)
+    pw = max(3 - 2, 0) if w % 2 == 0 else max(3 - w % 2, 0)
+    x = torch.nn.functional.pad(x, (pw // 2, pw - pw // 2, ph // 2, ph - ph // 2))
+    return torch.nn.functional.conv2d(x, _TF_WEIGHT, stride=2)
+
+
+def test_tf_style_padding_of_odd_maps_runs_one_symbolic_program(counts: Counts) -> None:
+    """Dynamo's guard that the pooled map is odd (`Ne(Mod(h // 4, 2), 0)`) reaches the size
+    table (`SymbolicInputs.relations`), which fixes `h // 4 % 2` to 1: the padding before each
+    dim is 1 at every odd size, not a size of the call."""
+    shapes = [(2, 3, 36, 44), (2, 3, 52, 60), (3, 3, 68, 36), (2, 3, 84, 100)]
+    _matches_with_one_symbolic_program(_tf_padded, shapes, counts)
+
+
 def _matches_with_one_symbolic_program(
     fn: Any, shapes: list[tuple[int, ...]], counts: Counts
 ) -> None:

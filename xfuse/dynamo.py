@@ -536,11 +536,12 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
 
 
 def size_relations(fakes: Sequence[Any], symbols: Iterable[Any]) -> tuple[tuple[Any, Any], ...]:
-    """The equalities of polynomials of `symbols` among the guards and runtime asserts of the
-    shape environment of a graph's fake inputs `fakes` (`Eq(s3*s88, s38*s97)`: cross-entropy's
-    check that its input has as many rows as its target), as (lhs, rhs) sympy pairs. Dynamo
-    checks its guards before each call of the graph's code (and traces anew where one fails),
-    so these hold at every call the program gets."""
+    """The equalities of sizes of `symbols` among the guards and runtime asserts of the shape
+    environment of a graph's fake inputs `fakes`, as (lhs, rhs) sympy pairs: of polynomials
+    (`Eq(s3*s88, s38*s97)`: cross-entropy's check that its input has as many rows as its
+    target), and remainders (`residue_of`: transformers' TF-style padding branches on
+    `h // 16 % 2 == 0`). Dynamo checks its guards before each call of the graph's code (and
+    traces anew where one fails), so these hold at every call the program gets."""
     import sympy
 
     env = _shape_env(fakes)
@@ -550,16 +551,52 @@ def size_relations(fakes: Sequence[Any], symbols: Iterable[Any]) -> tuple[tuple[
     asserts = [r.expr for rs in env.deferred_runtime_asserts.values() for r in rs]
     found: list[tuple[Any, Any]] = []
     for expr in [g.expr for g in env.guards] + asserts:
-        if (
-            isinstance(expr, sympy.Eq)
-            and expr.free_symbols
-            and expr.free_symbols <= known
-            and _is_polynomial(expr.lhs)
-            and _is_polynomial(expr.rhs)
-            and (expr.lhs, expr.rhs) not in found
-        ):
-            found.append((expr.lhs, expr.rhs))
+        if not expr.free_symbols or not expr.free_symbols <= known:
+            continue
+        pair: tuple[Any, Any] | None = None
+        if isinstance(expr, sympy.Eq) and _is_polynomial(expr.lhs) and _is_polynomial(expr.rhs):
+            pair = (expr.lhs, expr.rhs)
+        else:
+            pair = residue_of(expr)
+        if pair is not None and pair not in found:
+            found.append(pair)
     return tuple(found)
+
+
+def residue_of(expr: Any) -> tuple[Any, Any] | None:
+    """A guard that fixes a remainder of a size by a number, as (the remainder, its value):
+    `Eq(Mod(p, k), r)`, and `Ne(Mod(p, 2), r)` (the other parity), `p` sums, products and
+    floor divisions of symbols and integers (`size_value` computes it); None for another
+    guard."""
+    import sympy
+
+    if not isinstance(expr, sympy.Eq | sympy.Ne):
+        return None
+    mod, value = (expr.lhs, expr.rhs) if expr.rhs.is_Integer else (expr.rhs, expr.lhs)
+    if type(mod).__name__ not in ("Mod", "PythonMod") or not value.is_Integer:
+        return None
+    base, divisor = mod.args
+    if not divisor.is_Integer or int(divisor) < 2 or not _is_size_expr(base):
+        return None
+    if isinstance(expr, sympy.Ne):
+        if int(divisor) != 2 or int(value) not in (0, 1):
+            return None
+        value = sympy.Integer(1 - int(value))
+    return mod, value
+
+
+def _is_size_expr(expr: Any) -> bool:
+    """Whether a sympy size expression is sums, products, powers and floor divisions of
+    symbols and integers."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    if isinstance(expr, FloorDiv):
+        return all(_is_size_expr(a) for a in expr.args)
+    if expr.is_Integer or expr.is_Symbol:
+        return True
+    if expr.is_Pow:
+        return bool(expr.exp.is_Integer) and int(expr.exp) >= 0 and _is_size_expr(expr.base)
+    return bool(expr.is_Add or expr.is_Mul) and all(_is_size_expr(a) for a in expr.args)
 
 
 def _unequal(lhs: Any, rhs: Any) -> str:
@@ -676,9 +713,9 @@ def joined(t: Tensor, plan: tuple[tuple[Any, ...] | None, ...]) -> Tensor:
 
 
 def size_value(expr: Any, values: dict[Any, Any]) -> Any:
-    """A sympy expression of size symbols (sums, products, floor divisions of them and of
-    integers) computed from each symbol's value in `values` (ints, or SymInts while
-    torch.export traces); an `UnsupportedProgram` for any other operation."""
+    """A sympy expression of size symbols (sums, products, floor divisions and remainders of
+    them and of integers) computed from each symbol's value in `values` (ints, or SymInts
+    while torch.export traces); an `UnsupportedProgram` for any other operation."""
     import sympy
     from torch.utils._sympy.functions import FloorDiv
 
@@ -693,6 +730,8 @@ def size_value(expr: Any, values: dict[Any, Any]) -> Any:
         return functools.reduce(operator.mul, args)
     if isinstance(expr, FloorDiv):
         return args[0] // args[1]
+    if type(expr).__name__ in ("Mod", "PythonMod"):
+        return args[0] % args[1]
     raise UnsupportedProgram(f"the size {expr} has an operation no symbolic program computes")
 
 

@@ -88,13 +88,35 @@ def test_ops_without_symbolic_rules_refuse_in_one_line(fn: Any) -> None:
 
 def test_a_torch_call_takes_symbolic_tensors() -> None:
     program = import_module(
-        lambda x: F.pad(x, (1, 1)), (torch.randn(6, 4),), dynamic_shapes={"x": {0: Dim.AUTO}}
+        lambda x: torch.det(x.reshape(-1, 2, 2)),
+        (torch.randn(6, 4),),
+        dynamic_shapes={"x": {0: Dim.AUTO}},
     )
-    (call, _) = program.function.body.block.ops
-    assert isinstance(call, graph.TorchCallOp)
+    [call] = [op for op in program.function.body.block.ops if isinstance(op, graph.TorchCallOp)]
     (symbol,) = program.function.attributes[SIZES_ATTR].inputs()  # pyright: ignore[reportAttributeAccessIssue]
     assert symbol.high is None  # Dim.AUTO: no upper bound
-    assert graph.dims_of(call.results[0]) == (symbol.name, 6)
+    assert graph.dims_of(call.operands[0]) == (symbol.name, 2, 2)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_a_padding_of_symbolic_dims_by_numbers_is_a_graph_pad(mode: str) -> None:
+    """A constant padding by numbers of symbolic dims is a `graph.pad` (no torch call), its
+    result dims the table's symbols of each dim plus its padding; a reflected or replicated
+    one is torch's call; eager's values at every size."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return F.pad(torch.tanh(x), (1, 2, 2, 1), mode=mode)
+
+    dims = {"x": {1: Dim("h", min=3, max=64), 2: Dim("w", min=3, max=64)}}
+    program = import_module(fn, (torch.randn(2, 6, 5),), dynamic_shapes=dims)
+    ops = program.function.body.block.ops
+    [padded] = [op for op in ops if isinstance(op, graph.PadOp | graph.TorchCallOp)]
+    assert isinstance(padded, graph.PadOp) == (mode == "constant")
+    assert all(isinstance(d, str) for d in graph.dims_of(padded.results[0])[1:])
+    for h, w in [(6, 5), (3, 9), (17, 4)]:
+        x = torch.randn(2, h, w)
+        [got] = interpret(program.module, program.arguments(x))
+        torch.testing.assert_close(got, fn(x))
 
 
 def _heads_attention(x: torch.Tensor) -> torch.Tensor:

@@ -498,11 +498,17 @@ class SizeSymbols:
     def _known_remainder(self, p: graph.SizeExpr, k: graph.SizeExpr) -> graph.SizeExpr | None:
         """`Mod(p, k)` as `p - k * floor(p / k)` where `k` is a positive integer and that floor
         division is exact or one of the import's symbols (a size's remainder read before:
-        `remainder`), else None."""
+        `remainder`); as a number where the table's conditions fix the remainder of `p`'s
+        terms (`_residue`: dynamo's guard that `h // 16` is odd, where transformers' TF-style
+        padding is `max(3 - h // 16 % 2, 0)`); else None."""
         divisor = k.as_constant
         if divisor is None or divisor <= 0:
             return None
         reduced = graph.reduce_by(p, self.relations)
+        terms, c = _split_constant(_modulo(reduced, divisor))
+        fixed = self._residue(terms, divisor) if terms.terms else None
+        if fixed is not None:
+            return graph.SizeExpr.constant((fixed + c) % divisor)
         quotient = self._known_floordiv_of(reduced, divisor)
         return None if quotient is None else reduced - quotient.scale(divisor)
 

@@ -54,6 +54,7 @@ from xfuse.frontend.builder import (
     UnsupportedProgram,
     Value,
     bind,
+    decided_size,
     fold_empty_results,
     has_symbolic_size,
     importing_sizes,
@@ -903,7 +904,8 @@ def torch_call(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
         vals = [val[i] for i in picks]
         if len(picks) == len(val):
             picks = None  # every item is a result
-    target, args, kwargs = str(node.target), node.args, dict(node.kwargs)
+    target = str(node.target)
+    args, kwargs = torch.fx.node.map_arg((node.args, dict(node.kwargs)), decided_size)
     results = iter(lowering.torch_call(target, args, kwargs, vals, node, picks))
     if isinstance(val, list | tuple):
         return [next(results) if isinstance(v, torch.Tensor) else None for v in val]

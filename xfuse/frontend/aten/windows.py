@@ -71,12 +71,16 @@ def _emit_pad(
     low, high = pads
     if not any(low) and not any(high):
         return x
-    op = graph.PadOp(x, low, high, mode, fill)
-    try:
-        op.verify()
-    except VerifyException:
-        return None  # out of torch's range (eager raises): left to torch
-    return lw.emit(op)
+    padded = zip(graph.dims_of(x), low, high, strict=True)
+    if mode != "constant" and any(isinstance(d, str) and (lo or hi) for d, lo, hi in padded):
+        return None  # (a symbolic dim reflected or replicated: torch's call)
+    op = graph.PadOp(x, low, high, mode, fill, dims=graph.dims_of(t))
+    if all(isinstance(d, int) for d in graph.dims_of(x)):
+        try:
+            op.verify()
+        except VerifyException:
+            return None  # out of torch's range (eager raises): left to torch
+    return lw.emit(op)  # (symbolic: verified with the table in place, `verify_symbolic`)
 
 
 def _emit_open_pad(
