@@ -466,3 +466,31 @@ def test_fuzz_seed_93_program_2609() -> None:
     outcome = check_source(source)
     assert outcome.status == "pass", str(outcome)
     assert "cpu bounds" in outcome.stages
+
+
+def _unread_remainder(x: Tensor, d: Tensor) -> Tensor:
+    torch.remainder(x.to(torch.int32), d)  # nothing reads it: eager still runs it
+    return x[:, torch.tensor([0, 2])] * 2  # (a constant index: the program is decomposed)
+
+
+def test_an_unread_integer_remainder_by_zero_raises_as_eager() -> None:
+    """Dynamic fuzz seed 970 program 1202, shrunk: an integer remainder by a tensor that
+    nothing reads. Decomposing the exported program dropped it, and the compiled program
+    returned where eager raises ZeroDivisionError; unread results are now kept through the
+    decomposition (`importer._kept_unread`), and the remainder, a torch call, runs as eager's
+    (torch.compile's other backends drop it too: `aot_eager` and Inductor return here)."""
+    x, nonzero, zero = torch.randn(4, 3) * 9, torch.tensor(3), torch.tensor(0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        _unread_remainder(x, zero)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = xfuse.compile(_unread_remainder, (x, nonzero))
+        torch._dynamo.reset()
+        through_dynamo = torch.compile(_unread_remainder, backend="xfuse")
+        assert torch.equal(compiled(x, nonzero), _unread_remainder(x, nonzero))
+        assert torch.equal(through_dynamo(x, nonzero), _unread_remainder(x, nonzero))
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            compiled(x, zero)
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            through_dynamo(x, zero)
+    torch._dynamo.reset()

@@ -313,13 +313,42 @@ def _returned(program: ExportedProgram) -> list[torch.fx.Node]:
 
 
 def _decomposed(program: ExportedProgram, symbolic: bool) -> ExportedProgram:
-    """`program` decomposed to the aten ops the importer maps (`decomposition_table`)."""
+    """`program` decomposed to the aten ops the importer maps (`decomposition_table`), its
+    unread results kept (`_kept_unread`)."""
     try:
         # export_support: decomposing retraces, rebuilding library outputs (a DynamicCache).
-        with _quiet("torch._subclasses.fake_tensor"), export_support():
+        with _quiet("torch._subclasses.fake_tensor"), export_support(), _kept_unread(program):
             return _without_guards(program).run_decompositions(decomposition_table(symbolic))
     except Exception as e:  # torch's own limits (e.g. in-place ops on expanded bool views)
         raise UnsupportedProgram(f"torch.export failed while decomposing: {_first_line(e)}") from e
+
+
+@contextlib.contextmanager
+def _kept_unread(program: ExportedProgram) -> Iterator[None]:
+    """While decomposing, each op whose tensor result nothing reads read by an
+    `aten._assert_tensor_metadata` (which the import skips): decomposing drops unread pure
+    ops, and eager runs them, raising where their values are out of range (an integer
+    remainder by a zero tensor). Kept, such an op is imported as any other: a kernel's op
+    that is dead is removed, a torch call runs (and raises as eager's). The program's graph is
+    as it was afterwards."""
+    graph = program.graph
+    anchors = []
+    for node in list(graph.nodes):
+        if (
+            node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload)
+            and not node.users
+            and isinstance(node.meta.get("val"), torch.Tensor)
+        ):
+            with graph.inserting_after(node):
+                anchors.append(
+                    graph.call_function(torch.ops.aten._assert_tensor_metadata.default, (node,))
+                )
+    try:
+        yield
+    finally:
+        for anchor in anchors:
+            graph.erase_node(anchor)
 
 
 def _without_guards(program: ExportedProgram) -> ExportedProgram:
