@@ -865,3 +865,25 @@ def test_a_size_times_a_bf16_tensor_rounds_once_like_eager() -> None:
     for n in (257, 300, 5):
         x = (torch.rand(n, 3) * 4 + 1).bfloat16()
         assert torch.equal(program(x), fn(x))
+
+
+_NORM_WEIGHT = torch.randn(16, generator=torch.Generator().manual_seed(1))
+
+
+def _pooled_block(x: torch.Tensor) -> torch.Tensor:
+    """PoolFormer's token mixer: a group norm of one group, its pooling less itself, added."""
+    y = F.group_norm(x, 1, _NORM_WEIGHT, -_NORM_WEIGHT)
+    return x + (F.avg_pool2d(y, 3, 1, 1, count_include_pad=False) - y)
+
+
+def test_a_group_norm_over_a_symbolic_map_of_a_static_batch_is_one_program() -> None:
+    """A group norm of one group reduces the map flattened into one dim (`h * w`), and its
+    kernel writes the map unflattened: split into `h` and `w` by their runtime sizes
+    (`operand_index.factored_index`), the write reads the mean at its own row. `lower-to-loops`
+    refused it where the batch was static (PoolFormer at new image sizes)."""
+    dims = {"x": {2: Dim("h", min=2, max=256), 3: Dim("w", min=2, max=256)}}
+    program = xfuse.compile(_pooled_block, (torch.randn(2, 16, 12, 10),), dynamic_shapes=dims)
+    assert isinstance(program, DynamicProgram)
+    for h, w in [(12, 10), (7, 9), (33, 2)]:
+        x = torch.randn(2, 16, h, w)
+        torch.testing.assert_close(program(x), _pooled_block(x), rtol=1e-5, atol=1e-5)

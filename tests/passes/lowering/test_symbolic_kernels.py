@@ -42,6 +42,26 @@ func.func @forward(%y: {SPLIT}) -> ({FLAT}, {SPLIT}) attributes {{graph.sizes = 
 """
 
 
+MAP = "tensor<2x16x?x?xf32, #graph.syms<s0, s1>>"
+ROWS = "tensor<2x1x16x?xf32, #graph.syms<s2>>"
+MEAN = "tensor<2x1x1x1xf32>"
+
+# a group norm of one group: the mean over a map flattened into one dim (`s2 = s0 * s1`),
+# subtracted from the map unflattened (the kernel writes it in the reduction's loop)
+FLATTENED_MAP = f"""
+func.func @forward(%x: {MAP}) -> {MAP} attributes {{graph.sizes = #graph.sizes<s0 = input(0, 2) hint 3 range [2, 64], s1 = input(0, 3) hint 5 range [2, 64], s2 = s0 * s1>}} {{
+  %0 = graph.reshape %x : {MAP} -> {ROWS}
+  %1 = graph.reduce_mean %0 dims = [2, 3] keepdim : {ROWS} -> {MEAN}
+  %2 = graph.sub %x, %1 : {MAP}, {MEAN} -> {MAP}
+  func.return %2 : {MAP}
+}}
+"""
+
+
+def flattened_map(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (x - x.reshape(2, 1, 16, -1).mean((2, 3), keepdim=True),)
+
+
 def squeezed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x.exp(), x.exp().reshape(x.shape[3:]).tanh()
 
@@ -55,8 +75,9 @@ def product(y: torch.Tensor) -> tuple[torch.Tensor, ...]:
     [
         (SQUEEZED, [(1, 1, 1, 2, 3), (1, 1, 1, 7, 5), (1, 1, 1, 16, 33)], squeezed),
         (PRODUCT, [(2, 3, 64), (3, 7, 64), (5, 2, 64)], product),
+        (FLATTENED_MAP, [(2, 16, 3, 5), (2, 16, 7, 2), (2, 16, 12, 9)], flattened_map),
     ],
-    ids=["size-1-dims", "product-of-symbols"],
+    ids=["size-1-dims", "product-of-symbols", "reduction-of-a-flattened-map"],
 )
 def test_an_output_of_as_many_elements_is_written_at_its_offset(
     text: str,

@@ -121,6 +121,7 @@ from xfuse.passes.lowering.symbolic_kernels import (
     SizeValues,
     check_symbolic,
     is_symbolic_group,
+    product_factors,
     size_args,
     size_index,
     symbolic_buffer_type,
@@ -813,7 +814,11 @@ class KernelBuilder:
             return self.sizes.value(op)
         operands = [
             self.value_at(o, i)
-            for o, i in zip(op.operands, operand_indices(op, index, self.dim_size), strict=True)
+            for o, i in zip(
+                op.operands,
+                operand_indices(op, index, self.dim_size, self.dim_factors),
+                strict=True,
+            )
         ]
         if isinstance(op, MOVES_ITS_OPERAND):
             return operands[0]
@@ -879,6 +884,10 @@ class KernelBuilder:
             return constant_index(d)
         assert self.sizes is not None, f"symbolic size {d} in a kernel without size arguments"
         return size_index(self.sizes.table, d)
+
+    def dim_factors(self, d: str) -> tuple[graph.Dim, ...] | None:
+        """A symbolic dim's factors where its size is one product (`product_factors`)."""
+        return None if self.sizes is None else product_factors(self.sizes.table, d)
 
     def store(self, v: SSAValue, output: int, index: Index) -> None:
         d = self.domain

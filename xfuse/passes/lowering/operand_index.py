@@ -51,16 +51,27 @@ def static_size(d: Dim) -> Affine:
     return constant_index(d)
 
 
-def operand_indices(op: Operation, index: Index, size_of: SizeOf = static_size) -> list[Index]:
+Factors = Callable[[str], tuple[Dim, ...] | None]
+"""A size symbol's factors (a number and size symbols) where its polynomial is one product
+(`e0 = s0 * s53`, a flattened map), else None: a symbolic kernel's size table's."""
+
+
+def no_factors(d: str) -> None:
+    return None
+
+
+def operand_indices(
+    op: Operation, index: Index, size_of: SizeOf = static_size, factors: Factors = no_factors
+) -> list[Index]:
     """The index of each operand's element that the result element at `index` reads (every
     op but concat and real reductions); `size_of` gives the size of a dim a flip counts down
-    from (a symbolic one's at run time)."""
+    from (a symbolic one's at run time), `factors` the factors of a reshape's symbolic dims."""
     out_shape = shape_of(op.results[0])
     if isinstance(op, graph.BroadcastInDimOp):
         in_shape = shape_of(op.input)
         return [tuple(ZERO if in_shape[i] == 1 else index[d] for i, d in enumerate(op.dim_map))]
     if isinstance(op, graph.ReshapeOp):
-        return [reshaped_index(index, dims_of(op.result), dims_of(op.input), size_of)]
+        return [reshaped_index(index, dims_of(op.result), dims_of(op.input), size_of, factors)]
     if isinstance(op, graph.PermuteOp):
         src = [ZERO] * len(index)
         for i, p in enumerate(op.permutation):
@@ -89,19 +100,87 @@ def operand_indices(op: Operation, index: Index, size_of: SizeOf = static_size) 
 
 
 def reshaped_index(
-    index: Index, src: tuple[Dim, ...], dst: tuple[Dim, ...], size_of: SizeOf = static_size
+    index: Index,
+    src: tuple[Dim, ...],
+    dst: tuple[Dim, ...],
+    size_of: SizeOf = static_size,
+    factors: Factors = no_factors,
 ) -> Index:
     """The index in a row-major tensor of `dst` of the element at `index` of one of `src` (as
     many elements; a reshape's input element that its result element at `index` reads): run by
-    run where the symbolic dims stay themselves (`symbol_runs`), through runtime divisions
-    where a symbol is after the first dim of either side, else the static arithmetic."""
+    run where the symbolic dims stay themselves (`symbol_runs`), or do once each side's
+    products of symbols are split into their factors (`factored_index`), through runtime
+    divisions where a symbol is after the first dim of either side, else the static
+    arithmetic."""
     runs = symbol_runs(dst, src)
     if runs is not None:
         return run_reshape_index(index, runs)
+    factored = factored_index(index, src, dst, size_of, factors)
+    if factored is not None:
+        return factored
     if any(isinstance(d, str) for d in (*src[1:], *dst[1:])):
         flat = sized_linearize(index, src, size_of)
         return sized_delinearize(flat, dst, size_of)
     return delinearize(linearize(index, _static(src)), _static(dst))
+
+
+def factored_index(
+    index: Index,
+    src: tuple[Dim, ...],
+    dst: tuple[Dim, ...],
+    size_of: SizeOf,
+    factors: Factors,
+) -> Index | None:
+    """`reshaped_index` where a symbolic dim of either side is a product of symbols
+    (`factors`: `[2, 1, 16, e0]` to `[2, 16, s53, s0]`, `e0 = s53 * s0`, a group norm's
+    flattened map): each such dim split into its factors (its index divided and reduced by
+    their runtime sizes), the two sides mapped run by run (`symbol_runs`), and the split dims
+    of `dst` joined again. The row index of a reduction over the flattened map is then its
+    own row where the map is read unflattened. None where no dim splits or the split sides
+    have no runs."""
+    split_dst = _split_dims(dst, src, factors)
+    split_src = _split_dims(src, dst, factors)
+    if all(len(parts) == 1 for parts in (*split_src, *split_dst)):
+        return None
+    runs = symbol_runs(_flat(split_dst), _flat(split_src))
+    if runs is None:
+        return None
+    at: list[Affine] = []
+    for e, parts in zip(index, split_src, strict=True):
+        at.extend(sized_delinearize(e, parts, size_of) if len(parts) > 1 else (e,))
+    out = run_reshape_index(tuple(at), runs)
+    joined: list[Affine] = []
+    for parts in split_dst:
+        here, out = out[: len(parts)], out[len(parts) :]
+        joined.append(sized_linearize(here, parts, size_of) if len(parts) > 1 else here[0])
+    return tuple(joined)
+
+
+def _split_dims(
+    dims: tuple[Dim, ...], other: tuple[Dim, ...], factors: Factors
+) -> list[tuple[Dim, ...]]:
+    """Each of `dims` as its factors (`factors`; itself where it has none): the number first,
+    then the symbols in the order `other` (its dims, split the same way) holds them."""
+    order: dict[Dim, int] = {}
+    for d in other:
+        for f in (factors(d) or (d,)) if isinstance(d, str) else (d,):
+            order.setdefault(f, len(order))
+    out: list[tuple[Dim, ...]] = []
+    for d in dims:
+        found = factors(d) if isinstance(d, str) else None
+        if found is None:
+            out.append((d,))
+            continue
+        numbers = tuple(f for f in found if isinstance(f, int))
+        symbols = sorted(
+            (f for f in found if isinstance(f, str)), key=lambda f: order.get(f, 1 << 30)
+        )
+        out.append((*numbers, *symbols))
+    return out
+
+
+def _flat(parts: list[tuple[Dim, ...]]) -> tuple[Dim, ...]:
+    return tuple(d for p in parts for d in p)
 
 
 def _static(dims: tuple[Dim, ...]) -> tuple[int, ...]:

@@ -37,6 +37,8 @@ every size of its symbols.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
@@ -57,8 +59,10 @@ from xfuse.passes.lowering.index_algebra import (
     LoopVar,
     Size,
     SizedDiv,
+    add,
     constant_index,
     linearize,
+    scale,
 )
 from xfuse.passes.lowering.operand_index import reshaped_index, sized_delinearize
 from xfuse.passes.lowering.scalar_ops import has_scalar_rule
@@ -159,6 +163,18 @@ def size_index(table: SizesAttr, name: str) -> Affine:
     return Affine(((Size(name, low, upper_bound(table, name)), 1),))
 
 
+def product_factors(table: SizesAttr, name: str) -> tuple[Dim, ...] | None:
+    """Symbol `name`'s factors where its polynomial is one product of two or more (`e0 = s0 *
+    s53`: a number above 1 first, then its symbols, a power's as often), else None
+    (`operand_index.Factors`)."""
+    expansion = table.expansions.get(name)
+    if expansion is None or len(expansion.terms) != 1:
+        return None
+    ((mono, coeff),) = expansion.terms
+    found: tuple[Dim, ...] = ((coeff,) if coeff > 1 else ()) + tuple(mono)
+    return found if coeff >= 1 and len(found) >= 2 else None
+
+
 def size_args(group: fusion.GroupOp, table: SizesAttr) -> list[str]:
     """The input symbols the group's sizes depend on, in the table's order."""
     needed: set[str] = set()
@@ -236,7 +252,9 @@ def output_index(
     def size_of(d: Dim) -> Affine:
         return constant_index(d) if isinstance(d, int) else size_index(table, d)
 
-    return reshaped_index(full_index, full, dims, size_of)
+    return reshaped_index(
+        full_index, full, dims, size_of, functools.partial(product_factors, table)
+    )
 
 
 def _scan_domain(b: KernelBuilder, loop_var: Callable[[int, Dim], LoopVar]) -> Domain:
@@ -335,11 +353,18 @@ class SizeValues:
         linear = self._linear_of(index, dims)
         if linear is not None:
             return b.index_value(linear)
+        parts: list[tuple[Affine, tuple[Dim, ...]]] = []
+        k = 0
+        while k < len(index):
+            e, width = self._folded_at(index, dims, k)
+            k += width
+            if e != ZERO:
+                parts.append((e, dims[k:]))
+        if all(isinstance(d, int) for _, after in parts for d in after):  # static strides
+            return b.index_value(add(*(scale(e, _static_product(a)) for e, a in parts)))
         total: SSAValue | None = None
-        for k, e in enumerate(index):
-            if e == ZERO:
-                continue
-            term = self._strided(e, dims[k + 1 :])
+        for e, after in parts:
+            term = self._strided(e, after)
             total = term if total is None else b.insert(arith.AddiOp(total, term))
         return total if total is not None else b.index_constant(0)
 
@@ -357,6 +382,22 @@ class SizeValues:
         if k != 1 or not isinstance(atom, SizedDiv):
             return None
         return atom.arg if sized_delinearize(atom.arg, dims, self.size_of) == index else None
+
+    def _folded_at(self, index: Index, dims: tuple[Dim, ...], k: int) -> tuple[Affine, int]:
+        """The index of dims `k`, `k + 1`, ... as one: `(a, m)` where the `m` components from
+        `k` on are `a` split into those dims (`sized_delinearize`: a symbolic product split
+        into its factors, `operand_index.factored_index`), else `(index[k], 1)`."""
+        e = index[k]
+        if e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1:
+            atom = e.terms[0][0]
+            if isinstance(atom, SizedDiv):
+                width = 1 + len(atom.divisor)
+                run = dims[k : k + width]
+                if run[1:] == atom.divisor and (
+                    sized_delinearize(atom.arg, run, self.size_of) == index[k : k + width]
+                ):
+                    return atom.arg, width
+        return e, 1
 
     def _strided(self, e: Affine, stride: tuple[Dim, ...]) -> SSAValue:
         """`e * product(stride)`, placed where `e` is known."""
@@ -378,6 +419,10 @@ class SizeValues:
             return b.insert(arith.SIToFPOp(n, type))  # type: ignore[arg-type]  # a float type
 
         return b.entry_value(("count", dims, type), compute)
+
+
+def _static_product(dims: tuple[Dim, ...]) -> int:
+    return math.prod(d for d in dims if isinstance(d, int))
 
 
 __all__ = [
