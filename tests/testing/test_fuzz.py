@@ -197,6 +197,24 @@ def test_the_f64_reference_sees_through_the_programs_own_casts() -> None:
     assert outcome.status == "pass", str(outcome)
 
 
+def _divided_ints_then_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.linear(x / (x.abs() + 2), w)
+
+
+def test_the_f64_reference_divides_integers_in_f64() -> None:
+    """Dynamic fuzz seed 971 program 714: an int32 tensor divided (eager's f32, the default
+    dtype) then multiplied by an f32 weight (f64 in the reference run). The reference run
+    raised on the f32-by-f64 product, and without it a layer norm of the product, 7 f32 ulps
+    from eager's, was judged by `assert_close` at f64's tolerance (its output is cast to f64)."""
+    x, w = torch.randint(-4, 5, (3, 8), dtype=torch.int32), torch.rand(2, 8)
+    default = torch.get_default_dtype()
+    reference = runner.f64_outputs(_divided_ints_then_linear, (x, w), 1)
+    assert reference is not None and reference[0].dtype == torch.float64
+    assert torch.get_default_dtype() == default
+    want = _divided_ints_then_linear(x.double(), w.double())
+    torch.testing.assert_close(reference[0], want)
+
+
 def test_a_cast_the_f64_reference_skips_is_still_a_new_tensor() -> None:
     """fuzz seed 75 program 448 (training): `v1 = x0.to(torch.float16); v1.abs_()` on a leaf
     that requires grad. In the f64 run the cast to f64 of an f64 tensor returned the tensor

@@ -445,16 +445,20 @@ class Differential:
 def f64_outputs(
     program: Callable[..., Any], inputs: Sequence[Tensor], count: int
 ) -> list[Tensor] | None:
-    """The program's outputs computed in f64 from its f32 `inputs` (`Float64Casts`): the
-    reference of the RMSE rule; None where that run raises or returns other than `count`
-    tensors."""
+    """The program's outputs computed in f64 from its f32 `inputs` (`Float64Casts`), f64 the
+    default dtype (an integer's true division, eager's f32, is f64 here): the reference of
+    the RMSE rule; None where that run raises or returns other than `count` tensors."""
     wide = [t.double() if t.dtype == torch.float32 else t for t in inputs]
+    default = torch.get_default_dtype()
     try:
+        torch.set_default_dtype(torch.float64)
         with warnings.catch_warnings(), Float64Casts():
             warnings.simplefilter("ignore")  # f64 data with f32 weights: said once, here
             out = flat_tensors(program(*wide))
     except Exception:
         return None
+    finally:
+        torch.set_default_dtype(default)
     return out if len(out) == count else None
 
 
