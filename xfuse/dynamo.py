@@ -34,7 +34,7 @@ from xfuse.errors import (
     UnsupportedProgram,
 )
 from xfuse.frontend.attention_masks import without_constant_masks
-from xfuse.frontend.builder import guarded_low
+from xfuse.frontend.builder import fixed_remainder, guarded_low
 from xfuse.frontend.decompositions import decomposed_calls
 from xfuse.frontend.pytrees import picker
 from xfuse.runtime.executor import CompiledProgram
@@ -564,39 +564,16 @@ def size_relations(fakes: Sequence[Any], symbols: Iterable[Any]) -> tuple[tuple[
 
 
 def residue_of(expr: Any) -> tuple[Any, Any] | None:
-    """A guard that fixes a remainder of a size by a number, as (the remainder, its value):
-    `Eq(Mod(p, k), r)`, and `Ne(Mod(p, 2), r)` (the other parity), `p` sums, products and
-    floor divisions of symbols and integers (`size_value` computes it); None for another
-    guard."""
+    """A guard that fixes a remainder of a size by a number (`fixed_remainder`) as (the
+    remainder, its value), its dividend sums, products and floor divisions of symbols and
+    integers (`size_value` computes it); None for another guard."""
     import sympy
 
-    if not isinstance(expr, sympy.Eq | sympy.Ne):
+    fixed = fixed_remainder(expr)
+    if fixed is None or not _is_polynomial(fixed[0].args[0], floor_divisions=True):
         return None
-    mod, value = (expr.lhs, expr.rhs) if expr.rhs.is_Integer else (expr.rhs, expr.lhs)
-    if type(mod).__name__ not in ("Mod", "PythonMod") or not value.is_Integer:
-        return None
-    base, divisor = mod.args
-    if not divisor.is_Integer or int(divisor) < 2 or not _is_size_expr(base):
-        return None
-    if isinstance(expr, sympy.Ne):
-        if int(divisor) != 2 or int(value) not in (0, 1):
-            return None
-        value = sympy.Integer(1 - int(value))
-    return mod, value
-
-
-def _is_size_expr(expr: Any) -> bool:
-    """Whether a sympy size expression is sums, products, powers and floor divisions of
-    symbols and integers."""
-    from torch.utils._sympy.functions import FloorDiv
-
-    if isinstance(expr, FloorDiv):
-        return all(_is_size_expr(a) for a in expr.args)
-    if expr.is_Integer or expr.is_Symbol:
-        return True
-    if expr.is_Pow:
-        return bool(expr.exp.is_Integer) and int(expr.exp) >= 0 and _is_size_expr(expr.base)
-    return bool(expr.is_Add or expr.is_Mul) and all(_is_size_expr(a) for a in expr.args)
+    mod, _, r = fixed
+    return mod, sympy.Integer(r)
 
 
 def _unequal(lhs: Any, rhs: Any) -> str:
@@ -616,13 +593,27 @@ def _shape_env(values: Sequence[Any]) -> Any:
     return None
 
 
-def _is_polynomial(expr: Any) -> bool:
-    """Whether a sympy size expression is sums, products and powers of symbols and integers."""
+def _is_polynomial(expr: Any, floor_divisions: bool = False) -> bool:
+    """Whether a sympy size expression is sums, products and powers of symbols and integers
+    (with `floor_divisions`, floor divisions of such too)."""
+    from torch.utils._sympy.functions import FloorDiv
+
     if expr.is_Integer or expr.is_Symbol:
         return True
-    if expr.is_Pow:
-        return bool(expr.exp.is_Integer) and int(expr.exp) >= 0 and _is_polynomial(expr.base)
-    return bool(expr.is_Add or expr.is_Mul) and all(_is_polynomial(a) for a in expr.args)
+    parts: tuple[Any, ...] = ()
+    if isinstance(expr, FloorDiv):
+        if not floor_divisions:
+            return False
+        parts = expr.args
+    elif expr.is_Pow:
+        if not (expr.exp.is_Integer and int(expr.exp) >= 0):
+            return False
+        parts = (expr.base,)
+    elif expr.is_Add or expr.is_Mul:
+        parts = expr.args
+    else:
+        return False
+    return all(_is_polynomial(a, floor_divisions) for a in parts)
 
 
 def pinned_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any]]:

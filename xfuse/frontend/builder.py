@@ -185,17 +185,10 @@ class SizeSymbols:
         guard."""
         import sympy
 
-        mod, value = (expr.lhs, expr.rhs) if expr.rhs.is_Integer else (expr.rhs, expr.lhs)
-        if type(mod).__name__ in ("Mod", "PythonMod") and value.is_Integer:
-            base, divisor = mod.args
-            if not divisor.is_Integer or int(divisor) < 2:
-                return None
-            k, r = int(divisor), int(value)
-            if isinstance(expr, sympy.Ne):
-                if k != 2 or r not in (0, 1):
-                    return None
-                r = 1 - r
-            p = graph.reduce_by(self.polynomial(base, node), self.relations)
+        fixed = fixed_remainder(expr)
+        if fixed is not None:
+            mod, k, r = fixed
+            p = graph.reduce_by(self.polynomial(mod.args[0], node), self.relations)
             return p - self._floordiv_of(p, k).scale(k), graph.SizeExpr.constant(r % k)
         if isinstance(expr, sympy.Eq) and any(
             _is_floordiv(a) for a in sympy.preorder_traversal(expr)
@@ -902,6 +895,28 @@ def row_major_at_every_size(val: torch.Tensor) -> bool:
     if symbols is None:
         return val.is_contiguous()
     return symbols.dense_in(range(val.dim()), val.shape, val.stride())
+
+
+def fixed_remainder(expr: Any) -> tuple[Any, int, int] | None:
+    """A guard that fixes a remainder of a size by a number, `Eq(Mod(p, k), r)` or a parity
+    `Ne(Mod(p, 2), r)` (the other one), as (`Mod(p, k)`, k, r): `p mod k` is `r` at every
+    call the guard admits; None for another guard."""
+    import sympy
+
+    if not isinstance(expr, sympy.Eq | sympy.Ne):
+        return None
+    mod, value = (expr.lhs, expr.rhs) if expr.rhs.is_Integer else (expr.rhs, expr.lhs)
+    if type(mod).__name__ not in ("Mod", "PythonMod") or not value.is_Integer:
+        return None
+    divisor = mod.args[1]
+    if not divisor.is_Integer or int(divisor) < 2:
+        return None
+    k, r = int(divisor), int(value)
+    if isinstance(expr, sympy.Ne):
+        if k != 2 or r not in (0, 1):
+            return None
+        r = 1 - r
+    return mod, k, r
 
 
 def is_size_node(x: Any) -> bool:
