@@ -321,3 +321,47 @@ def test_a_dead_scatter_eager_refuses_raises_eagers_error(name: str, dynamic: bo
             with pytest.raises(type(want), match=message):
                 compiled(x, src)
     torch._dynamo.reset()
+
+
+UNREAD_INDEXING: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
+    "index": lambda x, i: x[i],
+    "gather": lambda x, i: torch.gather(x, 0, i.view(1, 1).expand(1, x.shape[1])),
+    "index_select": lambda x, i: torch.index_select(x, 0, i),
+    "embedding": lambda x, i: F.embedding(i, x).exp(),
+    "index_put": lambda x, i: x.index_put((i,), torch.ones(1, x.shape[1])),
+    "scatter_add": lambda x, i: x.scatter_add(0, i.view(1, 1).expand(1, 3), torch.ones(1, 3)),
+}
+"""Ops that read an index tensor, their results unread (the last read by dead code)."""
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("name", list(UNREAD_INDEXING))
+def test_an_unread_index_out_of_range_raises_as_eager(name: str, dynamic: bool) -> None:
+    """An indexing op whose result nothing reads, at an index out of range: eager raises.
+    xfuse's own ops for it would be removed as dead, so the import keeps it a torch call,
+    which runs and raises eager's error (`eager_rules.unread_index_checks`); in range, eager's
+    values. Dynamo drops an unread `x[i]` itself (every backend returns there), so that case
+    runs through `xfuse.compile` only."""
+    index = UNREAD_INDEXING[name]
+
+    def fn(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        index(x, i)
+        return x * 2
+
+    x, good, bad = torch.randn(4, 3), torch.tensor([1]), torch.tensor([57])
+    want = eager_failure(fn, (x, bad))
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        programs = [
+            xfuse.compile(fn, (x, good), dynamic_shapes=({0: torch.export.Dim.AUTO}, None))
+            if dynamic
+            else xfuse.compile(fn, (x, good))
+        ]
+        if name != "index":
+            programs.append(torch.compile(fn, backend="xfuse", dynamic=dynamic))
+        for program in programs:
+            torch.testing.assert_close(program(x, good), fn(x, good))
+            with pytest.raises(type(want), match=first_line(want)[:20]):
+                program(x, bad)
+    torch._dynamo.reset()

@@ -249,11 +249,45 @@ def live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
     return live
 
 
+INDEX_CHECKED = frozenset(
+    {
+        "aten::index",
+        "aten::gather",
+        "aten::index_select",
+        "aten::embedding",
+        "aten::index_put",
+        "aten::scatter",
+        "aten::scatter_add",
+        "aten::scatter_reduce",
+        "aten::index_add",
+        "aten::index_copy",
+        "aten::index_fill",
+    }
+)
+"""Ops that raise where a value of an index tensor is out of range, which xfuse's kernels check
+as they read it. A dead one (no output depends on it) has no kernel to check it."""
+
+
+def unread_index_checks(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
+    """The nodes of `INDEX_CHECKED` no output of `graph` depends on: eager runs them, and raises
+    where an index is out of range."""
+    live = live_nodes(graph)
+    return frozenset(
+        n
+        for n in graph.nodes
+        if n.op == "call_function"
+        and n not in live
+        and isinstance(n.target, torch._ops.OpOverload)
+        and n.target._schema.name in INDEX_CHECKED
+    )
+
+
 def check_eager_rules(program: ExportedProgram, symbolic: bool = False) -> None:
     """Raise eager's error (as an `EagerArgumentError`) for the first node of `program` whose
     arguments eager refuses. A dead op of `SHAPE_PROBED` is probed too; a `symbolic` program
     (probed at its size hints) with one is refused (`SymbolicSizeError`): eager checks its
-    shapes at every size, which a program compiled per shape probes."""
+    shapes at every size, which a program compiled per shape probes. One of `INDEX_CHECKED`
+    is not: it is imported as torch's call (`unread_index_checks`), which checks them."""
     live = live_nodes(program.graph)
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -263,7 +297,7 @@ def check_eager_rules(program: ExportedProgram, symbolic: bool = False) -> None:
             probe(node)
         if node not in live and node.target._schema.name in SHAPE_PROBED:
             probe(node)
-            if symbolic:
+            if symbolic and node.target._schema.name not in INDEX_CHECKED:
                 raise SymbolicSizeError(
                     f"a dead {node.target._schema.name} (no output depends on it), whose "
                     "shapes eager checks at every size"
