@@ -803,7 +803,7 @@ def _merged_patches(x: torch.Tensor) -> torch.Tensor:
 
 def test_even_and_odd_rows_of_an_even_length_are_one_length(counts: Counts) -> None:
     """`x[:, 0::2]` is `(h + 1) // 2` long and `x[:, 1::2]` `h // 2`: the trace's guard that
-    they are equal (`h` even) is a remainder the table's conditions fix (`SizesAttr.residues`),
+    they are equal (`h` even) is a remainder the table's conditions fix (`SizesAttr.remainders`),
     by which both are `h // 2` and the concatenation's operands match: one symbolic program
     for even maps (dynamo traces the odd maps' padding as another graph, one more)."""
     even = [(2, 8, 6, 4), (2, 12, 10, 4), (3, 16, 14, 4)]

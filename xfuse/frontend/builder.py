@@ -125,7 +125,7 @@ class SizeSymbols:
 
     def add_residues(self, env: Any, node: torch.fx.Node) -> None:
         """Record, before the graph's sizes are read, the guards of torch's shape environment
-        `env` that fix a remainder, as conditions of the table that `SizesAttr.residues`
+        `env` that fix a remainder, as conditions of the table that `SizesAttr.remainders`
         reads (`p - k * (p floordiv k)` equals `r`, `le` both ways): `Eq(Mod(p, k), r)`,
         `Ne(Mod(p, 2), r)` (a parity: `h % 2 == 1` tested false), and equalities of floor
         divisions (`Eq(h // 2, (h + 1) // 2)`: `h` is even). By them a floor division of `p`
@@ -197,11 +197,12 @@ class SizeSymbols:
         return None
 
     def _residue(self, p: graph.SizeExpr, k: int) -> int | None:
-        """`p mod k` (`p` without a constant term, coefficients in [0, k)) where the table's
-        conditions fix it (`SizesAttr.residues`), else None."""
+        """`p mod k` where the table's conditions fix it (`SizesAttr.remainder_values`), else
+        None."""
         if not self.conditions:
             return None
-        return self._current_table().residues.get((p, k))
+        values = self._current_table().remainder_values(p, k)
+        return next(iter(values)) if values is not None and len(values) == 1 else None
 
     def _by_residue(
         self, polynomial: graph.SizeExpr, divisor: int, new: bool

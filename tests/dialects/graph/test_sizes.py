@@ -593,12 +593,53 @@ def test_a_remainder_the_conditions_fix_simplifies_floor_divisions() -> None:
         (graph.SizeCondition("le", even, zero), graph.SizeCondition("le", zero, even))
     )
     assert table.problem is None
-    assert table.residues == {(s0, 2): 0}
+    assert table.remainders == {(s0, 2): frozenset((0,))}
+    assert table.remainder_values(s0.scale(3), 2) == frozenset((0,))
     assert table.floordiv(s0 + ONE, 2) == SizeExpr.symbol("h")
     assert table.floordiv(s0 + SizeExpr.constant(3), 2) == SizeExpr.symbol("h") + ONE
     assert table.condition_problem(table.evaluate({"s0": 9})) is not None  # an odd size: refused
     one_way = _parity_table((graph.SizeCondition("le", even, zero),))
-    assert one_way.residues == {} and one_way.floordiv(s0 + ONE, 2) is None
+    assert one_way.remainders == {} and one_way.floordiv(s0 + ONE, 2) is None
+
+
+def test_a_remainder_in_canonical_form_is_a_function_of_the_canonical_ones() -> None:
+    """`canonical_modulus`: `2 * s0 + 3 mod 4` is a function of `s0 mod 2`, `(a + 1) mod 4` of
+    `a = s0 floordiv 2` one of `s0 mod 8`, `6 * s0 mod 4` one of `s0 mod 2`, and a constant's
+    the number; each equal to the remainder itself at every size."""
+    atoms = {"a": (s0, 2)}
+    cases = [
+        (s0.scale(2) + SizeExpr.constant(3), 4, s0, 2),
+        (SizeExpr.symbol("a") + ONE, 4, s0, 8),
+        (s0.scale(6), 4, s0, 2),
+        (SizeExpr.constant(9), 4, SizeExpr(), 1),
+    ]
+    for n, k, canonical, modulus in cases:
+        m, d, value = graph.canonical_modulus(n, k, atoms)
+        assert (m, d) == (canonical, modulus)
+        for size in range(2, 40):
+            values = {"s0": size, "a": size // 2}
+            assert n.evaluate(values) % k == value(m.evaluate(values) % d)
+
+
+def test_a_fixed_remainder_of_a_multiple_narrows_its_factor() -> None:
+    """Conditions that fix `2 * s0 mod 4` at 2 (`s0` odd) key it as `s0 mod 2` in {1}, so a
+    floor division of `s0 + 1` by 2 is `s0 floordiv 2` plus one."""
+    half = SizeExpr.symbol("h")
+    fixed = s0.scale(2) - half.scale(4) - SizeExpr.constant(2)  # 2 * s0 - 4 * (s0 floordiv 2) - 2
+    table = SizesAttr(
+        (
+            SizeSymbol.input("s0", 0, 0, hint=9),
+            SizeSymbol.floordiv("h", s0, 2),
+            graph.SizeCondition("le", fixed, SizeExpr()),
+            graph.SizeCondition("le", SizeExpr(), fixed),
+        )
+    )
+    assert table.problem is None
+    assert table.remainders == {(s0, 2): frozenset((1,))}
+    assert table.remainder_values(s0.scale(2), 4) == frozenset((2,))
+    assert table.floordiv(s0 + ONE, 2) == half + ONE
+    for size in (3, 9, 17):
+        assert (size + 1) // 2 == size // 2 + 1
 
 
 def test_floor_divisions_equal_by_the_remainders_the_conditions_leave() -> None:

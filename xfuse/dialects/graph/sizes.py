@@ -36,9 +36,9 @@ condition holds (`SizesAttr.condition_problem`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import count
 from math import gcd
 
@@ -240,6 +240,55 @@ def split_floordiv(
         expr, divisor = inner + rest.scale(inner_divisor), inner_divisor * divisor
     common = gcd(residue.content, divisor)
     return quotient, residue.divide_exact(common), divisor // common
+
+
+def _shifted_remainder(x: int, shift: int, modulus: int) -> int:
+    return (x + shift) % modulus
+
+
+def _floor_by(x: int, divisor: int) -> int:
+    return x // divisor
+
+
+def _times(x: int, factor: int) -> int:
+    return x * factor
+
+
+def canonical_modulus(
+    n: SizeExpr, k: int, atoms: Atoms
+) -> tuple[SizeExpr, int, Callable[[int], int]]:
+    """`n mod k` (`n` of atoms, `k` positive) as a function of `m mod d`, `m` in
+    `split_floordiv`'s canonical form without a constant term (coefficients in [0, d), none
+    common to all of them and `d`, no floor division of `atoms` nested with coefficient 1):
+    (m, d, f) with `n mod k == f(m mod d)` at every size; (0, 1, f) where `n mod k` is the
+    number `f(0)`. `2 * h mod 4` is `2 * (h mod 2)`; `(h floordiv 2 + 1) mod 4` is
+    `((h + 2) mod 8) floordiv 2`."""
+    steps: list[Callable[[int], int]] = []
+    while True:
+        n, c = split_constant(SizeExpr.of((m, a % k) for m, a in n.terms))
+        if c:
+            steps.append(partial(_shifted_remainder, shift=c, modulus=k))
+        nested = _nested_atom(n, atoms) if n.terms else None
+        if nested is None:
+            break
+        inner, a = atoms[nested]
+        steps.append(
+            partial(_floor_by, divisor=a)
+        )  # floor(p / a) + rest is floor((p + a * rest) / a)
+        n, k = inner + (n - SizeExpr.symbol(nested)).scale(a), a * k
+    if not n.terms:
+        n, k = SizeExpr(), 1
+    common = gcd(n.content, k) if n.terms else 1
+    if common > 1:
+        steps.append(partial(_times, factor=common))
+        n, k = n.divide_exact(common), k // common
+
+    def value(x: int) -> int:
+        for step in reversed(steps):
+            x = step(x)
+        return x
+
+    return n, k, value
 
 
 def single_symbol(p: SizeExpr) -> str | None:
@@ -721,16 +770,16 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
         return reduce_by(expr.substitute(self.expansions), self.relations)
 
     @cached_property
-    def residues(self) -> dict[tuple[SizeExpr, int], int]:
-        """The remainders the conditions fix: `n mod k` is `r` (`n` of atoms, without a
-        constant term, coefficients in [0, k); `k` at least 2) where two conditions (`le`
-        both ways) say a polynomial `n - k * q + c` is 0, `q` the floor division
-        `(n + c') floordiv k` of a constant `c'` in [0, k): torch's guard that a size is even
-        (`Eq(h floordiv 2, (h + 1) floordiv 2)`), say."""
+    def _fixed_remainders(self) -> list[tuple[SizeExpr, int, int]]:
+        """The remainders the conditions fix, `(n, k, r)`: `n mod k` is `r` (`n` of atoms,
+        without a constant term; `k` at least 2) where two conditions (`le` both ways) say a
+        polynomial `n - k * q + c` is 0, `q` the floor division `(n + c') floordiv k` of a
+        constant `c'` in [0, k): torch's guard that a size is even (`Eq(h floordiv 2, (h + 1)
+        floordiv 2)`), say."""
         sides = {
             (self.expand(c.lhs), self.expand(c.rhs)) for c in self.conditions if c.kind == "le"
         }
-        found: dict[tuple[SizeExpr, int], int] = {}
+        found: list[tuple[SizeExpr, int, int]] = []
         for lhs, rhs in sides:
             if (rhs, lhs) not in sides:
                 continue
@@ -746,26 +795,40 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
                     == SizeExpr.symbol(mono[0])
                     for shift in range(k)
                 ):
-                    found[SizeExpr.of((m, a % k) for m, a in n.terms), k] = -c % k
+                    found.append((n, k, -c % k))
         return found
 
     @cached_property
     def remainders(self) -> dict[tuple[SizeExpr, int], frozenset[int]]:
         """The values `n mod k` takes at every call the table describes, where conditions
-        narrow them (`n` of atoms, without a constant term, in `split_floordiv`'s canonical
-        form with divisor `k`): a remainder they fix (`residues`), and floor divisions they
-        say are equal (`aliases`), `(n + c1) floordiv k` and `(n + c2) floordiv k` over the
-        same `n`: equal where `n mod k` is below `k - c2` or from `k - c1` on (torch's
-        `Eq(h floordiv 8, (h + 4) floordiv 8)`: `h mod 8` below 4)."""
-        found = {key: frozenset((r,)) for key, r in self.residues.items()}
+        narrow them (`n` and `k` in `canonical_modulus`'s form): remainders they fix
+        (`_fixed_remainders`), and floor divisions they say are equal (`aliases`), `(n + c1)
+        floordiv k` and `(n + c2) floordiv k` over the same `n`: equal where `n mod k` is
+        below `k - c2` or from `k - c1` on (torch's `Eq(h floordiv 8, (h + 4) floordiv 8)`:
+        `h mod 8` below 4)."""
+        facts = [(n, k, frozenset((r,))) for n, k, r in self._fixed_remainders]
         for later, first in self.aliases.items():
             (q1, n1, c1), (q2, n2, c2) = self._split_atoms[first], self._split_atoms[later]
-            if n1 is None or n1 != n2 or q1 != q2:
-                continue
-            k = n1[1]
-            allowed = frozenset(r for r in range(k) if (r + c1) // k == (r + c2) // k)
-            found[n1] = found.get(n1, allowed) & allowed
+            if n1 is not None and n1 == n2 and q1 == q2:
+                k = n1[1]
+                allowed = frozenset(r for r in range(k) if (r + c1) // k == (r + c2) // k)
+                facts.append((n1[0], k, allowed))
+        found: dict[tuple[SizeExpr, int], frozenset[int]] = {}
+        for n, k, allowed in facts:
+            m, d, value = canonical_modulus(n, k, self._atoms_unaliased)
+            if m.terms:
+                left = frozenset(x for x in range(d) if value(x) in allowed)
+                found[m, d] = found.get((m, d), left) & left
         return found
+
+    def remainder_values(self, n: SizeExpr, k: int) -> frozenset[int] | None:
+        """The values `n mod k` (`n` of any symbols of the table) takes at every call the
+        table describes, where its conditions narrow them (`remainders`), else None."""
+        m, d, value = canonical_modulus(self.expand(n), k, self._atoms_unaliased)
+        if not m.terms:
+            return frozenset((value(0),))
+        left = self._remainders_of(m, d)
+        return None if left is None else frozenset(value(x) for x in left)
 
     @cached_property
     def _split_atoms(self) -> dict[str, tuple[SizeExpr, tuple[SizeExpr, int] | None, int]]:
@@ -787,20 +850,11 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
     def floordiv(self, expr: SizeExpr, divisor: int) -> SizeExpr | None:
         """floor(expr / divisor) (`expr` of any symbols of the table) as a polynomial of the
         table's symbols, or None where its floor division is no symbol of the table. Where the
-        conditions fix the remainder of `expr`'s terms other than its constant (`residues`),
-        that is the floor division of those terms plus a number: `(h + 1) floordiv 2` is
-        `h floordiv 2` for an even `h`; where they narrow it (`remainders`), a floor division
-        of the same terms and another constant may be the same plus a number at every
-        remainder left: `h floordiv 16` is `(h + 4) floordiv 16` where `h mod 8` is below 4."""
+        conditions narrow the remainder of `expr`'s terms other than its constant
+        (`remainders`), a floor division of the same terms and another constant may be the
+        same plus a number at every remainder left: `(h + 1) floordiv 2` is `h floordiv 2`
+        for an even `h`, `h floordiv 16` is `(h + 4) floordiv 16` where `h mod 8` is below 4."""
         expanded = self.expand(expr)
-        reduced = SizeExpr.of((m, c % divisor) for m, c in expanded.terms)
-        terms, constant = split_constant(reduced)
-        if constant and terms.terms and (terms, divisor) in self.residues:
-            atom = self._floordiv_by_atoms(terms, divisor)
-            if atom is not None:
-                whole = (expanded - reduced).divide_exact(divisor)
-                r = self.residues[terms, divisor]
-                return whole + atom + SizeExpr.constant((r + constant) // divisor)
         found = self._floordiv_by_atoms(expanded, divisor)
         return found if found is not None else self._floordiv_by_remainders(expanded, divisor)
 
@@ -812,7 +866,7 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
         if residue is None or not self.remainders:
             return None
         terms, c = split_constant(residue)
-        left = self._remainders_of(terms, k)
+        left = self.remainder_values(terms, k)
         if left is None:
             return None
         for name in self._atoms_unaliased:
