@@ -824,3 +824,39 @@ def test_equal_floor_divisions_of_a_pooled_length_are_one_size(counts: Counts) -
     whose pooled size is even."""
     shapes = [(2, 3, 64, 48), (2, 3, 96, 80), (3, 3, 80, 112), (2, 3, 72, 64)]
     _matches_with_one_symbolic_program(_pooled_then_merged, shapes, counts)
+
+
+_ALONG_SYMBOLIC_DIMS: dict[str, Any] = {
+    "index_add": lambda x: x.index_add(0, torch.tensor([0, 4]), torch.ones(2, *x.shape[1:])),
+    "index_copy": lambda x: x.index_copy(1, torch.tensor([4, 0]), torch.ones(x.shape[0], 2, 4)),
+    "index_fill": lambda x: x.index_fill(1, torch.tensor([0, -2]), 3.0),
+    "index_put": lambda x: x.index_put((torch.tensor([0, -1]),), torch.ones(2, *x.shape[1:])),
+    "index_put_accumulate": lambda x: x.index_put(
+        (torch.tensor([0, 4]), torch.tensor([1, 1])), torch.ones(2, 4), True
+    ),
+}
+"""Scatters of a few fixed positions along a dim of symbolic size (index 4 is in range from
+5 on)."""
+
+
+@pytest.mark.parametrize("name", list(_ALONG_SYMBOLIC_DIMS))
+def test_scatters_along_a_symbolic_dim_run_one_symbolic_program(name: str, counts: Counts) -> None:
+    """index_add, index_copy, index_fill and index_put at positions along a dim whose size is
+    a symbol: the positions' check against the dim reads its runtime size, so one symbolic
+    program serves every size with eager's values, and an index out of range at a small size
+    raises eager's error."""
+    scatter = _ALONG_SYMBOLIC_DIMS[name]
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return scatter(x) * 2
+
+    _matches_with_one_symbolic_program(fn, [(5, 6, 4), (7, 8, 4), (9, 10, 4)], counts)
+    compiled = torch.compile(fn, backend="xfuse", dynamic=True)
+    small = torch.randn(3, 4, 4)  # index 4 out of range of dim 0 (and of dim 1)
+    if name in ("index_fill", "index_put"):
+        torch.testing.assert_close(compiled(small), fn(small))
+        return
+    with pytest.raises((IndexError, RuntimeError)) as eager:
+        fn(small)
+    with pytest.raises(eager.type):
+        compiled(small)

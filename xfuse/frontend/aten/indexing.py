@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import torch.fx
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, TensorType, i1, i64
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, IntegerType, i1, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from xfuse.dialects import graph
@@ -359,13 +359,13 @@ once)."""
 SCATTER_REDUCTIONS = ("copy", "sum", "prod", "mean", "amax", "amin")
 
 
-def _positions(lw: ImportBuilder, index: SSAValue, n: int, wrap: bool) -> SSAValue:
-    """`index` as i64 positions in [0, n), checked (and wrapped if `wrap`) as `graph.gather`
-    checks its indices."""
+def _positions(lw: ImportBuilder, index: SSAValue, n: graph.Dim, wrap: bool) -> SSAValue:
+    """`index` as i64 positions in [0, n) (`n` a size or a size symbol), checked (and wrapped
+    if `wrap`) as `graph.gather` checks its indices."""
     shape = graph.shape_of(index)
     count = graph.numel(shape)
     flat = lw.reshape(index, [count])
-    table = lw.emit(graph.IotaOp(TensorType(i64, [n])))
+    table = lw.emit(graph.IotaOp(graph.tensor_of(i64, [n])))
     return lw.reshape(lw.emit(graph.GatherOp(table, [flat], 0, [count], wrap)), shape)
 
 
@@ -558,18 +558,18 @@ def _index_put(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if b is None:
         return None
     count, dims = graph.numel(b), sorted(tensors)
-    if count > SEARCH_LIMIT or any(shape[d] <= 0 for d in dims):
-        return None  # (an indexed dim of symbolic size: torch's call)
+    sizes = graph.dims_of(x)  # sizes, or the symbols of dynamic dims
+    if count > SEARCH_LIMIT or any(sizes[d] == 0 for d in dims):
+        return None
     if not _rounds_like_eager(t, "sum" if accumulate else "copy", count):
         return None
-    if count == 0 or 0 in shape:
+    if count == 0 or 0 in sizes:
         return x
     keys: list[tuple[SSAValue, int]] = []
     for d in dims:
         flat = lw.reshape(_expand_to(lw, tensors[d], b), [count])
-        positions = lw.reshape(_positions(lw, flat, shape[d], wrap=True), [1] * rank + [count])
+        positions = lw.reshape(_positions(lw, flat, sizes[d], wrap=True), [1] * rank + [count])
         keys.append((positions, d))
-    sizes = graph.dims_of(x)  # the dims no index tensor gives may be symbolic
     rest = [k for k in range(rank) if k not in dims]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     lead = dims[0] if adjacent else 0  # where B sits among the values' dims
@@ -591,12 +591,14 @@ def _index_along(reduce: str) -> Converter:
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         x, index = lw.tensor(a["self"]), lw.tensor(a["index"])
-        shape = graph.shape_of(x)
-        rank, t = len(shape), graph.dtype_of(x)
+        dims = graph.dims_of(x)  # sizes, or the symbols of dynamic dims
+        rank, t = len(dims), graph.dtype_of(x)
         if rank == 0 or not _index_tensor(index) or (reduce == "sum" and t == i1):
             return None
+        if graph.is_symbolic(index):
+            return None  # a symbolic count of indices: torch's own call, at each call's sizes
         dim, count = a["dim"] % rank, graph.numel(graph.shape_of(index))
-        sized = [*(1 if k == dim else n for k, n in enumerate(shape)), count]
+        sized = [*(1 if k == dim else n for k, n in enumerate(dims)), count]
         if reduce == "fill":
             value = a["value"]
             if isinstance(value, torch.fx.Node):
@@ -607,13 +609,13 @@ def _index_along(reduce: str) -> Converter:
                 return None
         else:
             src = lw.tensor(a["source"])
-            if graph.shape_of(src) != tuple(count if k == dim else n for k, n in enumerate(shape)):
+            if graph.dims_of(src) != tuple(count if k == dim else n for k, n in enumerate(dims)):
                 return None
-        if count == 0 or graph.numel(shape) == 0:
+        if count == 0 or 0 in dims:
             return x
         if count > SEARCH_LIMIT or not _rounds_like_eager(t, reduce, count):
             return None
-        positions = _positions(lw, index, shape[dim], wrap=reduce == "fill")
+        positions = _positions(lw, index, dims[dim], wrap=reduce == "fill")
         positions = lw.reshape(positions, [1] * rank + [count])
         if reduce != "fill":
             src = lw.cast(src, t)
