@@ -264,6 +264,45 @@ def test_gpt2_trains_over_sequence_lengths_with_automatic_dynamic_shapes(
     assert compiles("per-shape") == 0
 
 
+def gpt_neo() -> transformers.GPTNeoForCausalLM:
+    config = transformers.GPTNeoConfig(
+        vocab_size=128,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        attention_types=[[["global", "local"], 1]],
+        window_size=4,
+        max_position_embeddings=32,
+        use_cache=False,
+        attention_dropout=0.0,
+        embed_dropout=0.0,
+        resid_dropout=0.0,
+    )
+    torch.manual_seed(0)
+    return transformers.GPTNeoForCausalLM(config).train()
+
+
+def test_gpt_neo_trains_at_several_sizes_with_one_symbolic_backward(compiles: Compiles) -> None:
+    """GPT-Neo's local attention slices its [32, 32] mask to the sequence, and the backward's
+    trace guards the sequence unequal to 32, the end of the range dynamo gave it: torch.export
+    refuses that range, and the export with `Dim.AUTO` gives each dim a symbol of its own. The
+    program checks the dims of one of dynamo's symbols equal (`SymbolicInputs.shared`), so
+    they stay one symbol (a view of the backward divided one product of sizes by an
+    unrelated symbol, and the backward ran per shape): forward and backward compile once
+    each, with eager's losses and gradients at every size, and a call at 32 too."""
+    torch.manual_seed(1)
+    inputs = [torch.randint(0, 128, (b, t)) for b, t in ((2, 8), (3, 12), (4, 5))]
+    model = gpt_neo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        train_alike(model, inputs, lm_loss)
+    assert compiles("symbolic") == 2  # the forward and the backward
+    assert compiles("per-shape") == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DynamicShapesWarning)
+        train_alike(model, [torch.randint(0, 128, (2, 32))], lm_loss)
+
+
 class Picks(torch.nn.Module):
     """One column and every other column of a projection: their gradients are a
     `select_scatter` and a strided `slice_scatter` into a static dim of a tensor whose batch

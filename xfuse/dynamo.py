@@ -380,6 +380,11 @@ class SymbolicInputs:
     guarded on (`size_relations`): `function` checks each with `torch._check`, so that
     torch.export's trace records it and the importer makes it a relation of the program's
     size table, which the program checks at each call."""
+    shared: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = ()
+    """Each program input's dim that is a size symbol some other dim holds first (`holders`),
+    with that dim: (index into `tensors`, dim) pairs. `function` checks them equal, so that
+    torch.export's trace makes them one symbol with `Dim.AUTO` too, which gives each dim a
+    symbol of its own (`_refined_ranges`)."""
 
     @functools.cached_property
     def _pick_tensors(self) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
@@ -422,7 +427,7 @@ class SymbolicInputs:
         """`gm` as a function of the tensor inputs alone (named as its placeholders), which
         computes each SymInt input from the dims that hold its symbols."""
         tensors, sizes, derived, holders = self.tensors, self.sizes, self.derived, self.holders
-        plans, relations = self.plans, self.relations
+        plans, relations, shared = self.plans, self.relations, self.shared
 
         def fn(*ts: Tensor) -> Any:
             full: list[Any] = [None] * count
@@ -432,6 +437,8 @@ class SymbolicInputs:
                 full[tensors[k]] = joined(ts[k], plan)
             for i, (j, d) in sizes.items():
                 full[i] = ts[j].size(d)
+            for (k, a), (j, b) in shared:
+                torch._check(ts[k].size(a) == ts[j].size(b))
             if derived or relations:
                 values = {s: ts[j].size(d) for s, (j, d) in holders.items()}
                 for i, expr in derived.items():
@@ -469,6 +476,7 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
     plans: dict[int, tuple[tuple[Any, ...] | None, ...]] = {}
     holders: dict[Any, tuple[int, int]] = {}
+    shared: list[tuple[tuple[int, int], tuple[int, int]]] = []
     for k, i in enumerate(tensors):
         entries: list[tuple[Any, ...] | None] = []
         sizes_of = [_pinned_size(size, values) for size in fakes[i].shape]
@@ -496,7 +504,9 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             for part in parts if entry is None else entry:
                 if not isinstance(part, int) and part.is_Symbol:
                     spec[new] = dims[part]
-                    holders.setdefault(part, (k, new))
+                    first = holders.setdefault(part, (k, new))
+                    if first != (k, new):
+                        shared.append(((k, new), first))
                 new += 1
         shapes[names[k]] = spec or None
     sizes: dict[int, tuple[int, int]] = {}
@@ -531,7 +541,17 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             )
     relations = size_relations(fakes, holders.keys())
     return SymbolicInputs(
-        tensors, names, sizes, shapes, derived, holders, plans, held, pinned, relations
+        tensors,
+        names,
+        sizes,
+        shapes,
+        derived,
+        holders,
+        plans,
+        held,
+        pinned,
+        relations,
+        tuple(shared),
     )
 
 
