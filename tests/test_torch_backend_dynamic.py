@@ -571,6 +571,14 @@ def test_a_dynamic_python_int_is_pinned_to_its_first_value(counts: Counts) -> No
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 1
 
 
+def _the_new_dynamic_program(earlier: list[Any]) -> Any:
+    """The one symbolic program the backend compiled since `earlier` (the backend's programs
+    then: other tests' may not be collected yet)."""
+    new = [p for p in dynamo.BACKEND_PROGRAMS.values() if all(p is not q for q in earlier)]
+    (program,) = [p for p in map(dynamic_program, new) if p]
+    return program
+
+
 def test_a_changed_python_float_runs_eagerly() -> None:
     """`dynamic=True` passes Python floats as tensors without guarding their values; the
     program is specialised on the first value, takes no input for it (on CUDA each would be
@@ -579,10 +587,11 @@ def test_a_changed_python_float_runs_eagerly() -> None:
     torch.manual_seed(0)
     model = MLP().eval()
     compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    earlier = list(dynamo.BACKEND_PROGRAMS.values())
     with torch.no_grad():
         x = torch.randn(3, 16)
         torch.testing.assert_close(compiled(x), model(x))
-        (program,) = [p for p in map(dynamic_program, dynamo.BACKEND_PROGRAMS.values()) if p]
+        program = _the_new_dynamic_program(earlier)
         assert all(program.compiled.arguments)  # no 0-d input: the norm's `eps` is none
         model.norm.eps = 0.5
         with pytest.warns(FallbackWarning, match="Python scalar"):
@@ -616,11 +625,12 @@ def test_lifted_parameters_are_not_checked_at_every_call(counts: Counts) -> None
     torch.manual_seed(0)
     model = MLP().eval()
     compiled = torch.compile(model, backend="xfuse", dynamic=True)
+    earlier = list(dynamo.BACKEND_PROGRAMS.values())
     with torch.no_grad():
         for batch in (3, 4, 5, 4):
             x = torch.randn(batch, 16)
             torch.testing.assert_close(compiled(x), model(x))
-        (program,) = [p for p in map(dynamic_program, dynamo.BACKEND_PROGRAMS.values()) if p]
+        program = _the_new_dynamic_program(earlier)
         assert program.statics_guarded and program.static_inputs
         guarded = [k for k in program.plans if isinstance(k, tuple) and k[0] == "guarded"]
         assert len(guarded) == 2  # batches 4 and 5 from the second call on (4 again found it)
@@ -860,3 +870,23 @@ def test_scatters_along_a_symbolic_dim_run_one_symbolic_program(name: str, count
         fn(small)
     with pytest.raises(eager.type):
         compiled(small)
+
+
+def _five_only(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[0]
+    if n <= 5 and n != 2 and n != 3 and n != 4:  # guards that leave the batch one size
+        return x * 2
+    return x + 1
+
+
+def test_a_symbol_the_guards_leave_one_size_runs_per_shape_in_one_line() -> None:
+    """dynamo's guards `s <= 5`, `s != 2`, `s != 3`, `s != 4` leave the symbol only 5: no
+    range torch.export takes (a `Dim` from 5 to 5 raised an AssertionError inside the
+    backend), so the graph compiles per shape with one line that says why, and eager's
+    values."""
+    torch._dynamo.reset()
+    compiled = torch.compile(_five_only, backend="xfuse", dynamic=True)
+    x = torch.randn(5, 3)
+    with pytest.warns(DynamicShapesWarning, match="is 5 wherever the trace's guards on it hold"):
+        torch.testing.assert_close(compiled(x), _five_only(x))
+    torch._dynamo.reset()

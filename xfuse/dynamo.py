@@ -755,13 +755,18 @@ def _symbolic_value(node: torch.fx.Node, example: Any) -> Any:
 
 def _dim_of(size: torch.SymInt) -> Any:
     """torch.export's `Dim` for one of dynamo's size symbols, over the range its ShapeEnv
-    knows (from 2: sizes 0 and 1 are specialised)."""
+    knows (from 2: sizes 0 and 1 are specialised); an `UnsupportedProgram` where the guards
+    leave it one size."""
     expr = size.node.expr
     env = size.node.shape_env
     found = env.var_to_range.get(expr)
     low = max(2, int(found.lower)) if found is not None and _finite(found.lower) else 2
     high = int(found.upper) if found is not None and _finite(found.upper) else None
     low = guarded_low(env, expr, low, high)
+    if high is not None and low >= high:
+        raise UnsupportedProgram(
+            f"size {expr} is {high} wherever the trace's guards on it hold: a size, not a symbol"
+        )
     if high is not None:
         return torch.export.Dim(str(expr), min=low, max=high)
     return torch.export.Dim(str(expr), min=low)
