@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import xfuse
+from xfuse import dynamo
 from xfuse.errors import XfuseError
 from xfuse.frontend import import_module
 from xfuse.frontend.eager_rules import (
@@ -305,8 +306,8 @@ def test_a_dead_scatter_eager_refuses_raises_eagers_error(name: str, dynamic: bo
     """torch's decompositions drop a dead op (no output depends on it), and its meta function
     checks no shapes: the importer probes it before, so a call at a size where the source
     does not fit raises eager's error (through torch.compile, `dynamic=True` included: the
-    symbolic compile refuses such a program, and each shape's program probes it), and one
-    where it fits computes eager's values."""
+    dead op is torch's call, which checks its shapes at every call), and one where it fits
+    computes eager's values."""
     fn, source, sizes, message = DEAD[name]
     torch._dynamo.reset()
     compiled = torch.compile(fn, backend="xfuse", dynamic=dynamic)
@@ -339,7 +340,7 @@ UNREAD_INDEXING: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
 def test_an_unread_index_out_of_range_raises_as_eager(name: str, dynamic: bool) -> None:
     """An indexing op whose result nothing reads, at an index out of range: eager raises.
     xfuse's own ops for it would be removed as dead, so the import keeps it a torch call,
-    which runs and raises eager's error (`eager_rules.unread_index_checks`); in range, eager's
+    which runs and raises eager's error (`eager_rules.unread_checks`); in range, eager's
     values. Dynamo drops an unread `x[i]` itself (every backend returns there), so that case
     runs through `xfuse.compile` only."""
     index = UNREAD_INDEXING[name]
@@ -364,4 +365,34 @@ def test_an_unread_index_out_of_range_raises_as_eager(name: str, dynamic: bool) 
             torch.testing.assert_close(program(x, good), fn(x, good))
             with pytest.raises(type(want), match=first_line(want)[:20]):
                 program(x, bad)
+    torch._dynamo.reset()
+
+
+def _dead_slice_scatter(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    torch.slice_scatter(x, src, 1, 0, 2)  # src must have x's rows: eager checks, nothing reads it
+    return torch.triu(x, 1) * 2
+
+
+def test_a_dead_scatter_runs_as_torchs_call_in_one_symbolic_program() -> None:
+    """A dead `slice_scatter` is torch's call (`eager_rules.unread_checks`), which checks its
+    source at every call: `dynamic=True` compiles one symbolic program for the sizes dynamo's
+    trace admits (it was refused, and each size compiled per shape). A call whose rows do not
+    match (dynamo traces anew: its first trace made both rows one size) raises eager's error,
+    and a later call gives eager's values."""
+    torch._dynamo.reset()
+    start = dict(dynamo.COMPILES)
+    compiled = torch.compile(_dead_slice_scatter, backend="xfuse", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (5, 6, 9):
+            x, src = torch.randn(n, 4), torch.randn(n, 2)
+            torch.testing.assert_close(compiled(x, src), _dead_slice_scatter(x, src))
+        compiles = {k: c - start.get(k, 0) for k, c in dynamo.COMPILES.items()}
+        assert compiles.get("symbolic") == 1 and compiles.get("per-shape", 0) == 0
+        x, src = torch.randn(7, 4), torch.randn(3, 2)
+        want = eager_failure(_dead_slice_scatter, (x, src))
+        with pytest.raises(type(want), match="expected src to have a size equal"):
+            compiled(x, src)
+        x, src = torch.randn(8, 4), torch.randn(8, 2)
+        torch.testing.assert_close(compiled(x, src), _dead_slice_scatter(x, src))
     torch._dynamo.reset()

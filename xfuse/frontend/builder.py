@@ -1067,9 +1067,9 @@ class ImportBuilder:
     a converter that builds an op from `out_type(node).get_shape()` gives it `?` dims without
     their symbols, which `emit` takes from here (the verifiers check the result)."""
     checked_unread: frozenset[torch.fx.Node] = frozenset()
-    """Nodes no output depends on that raise on their index tensors' values
-    (`eager_rules.unread_index_checks`): imported as torch calls, which stay and raise as
-    eager's, where xfuse's own ops would be removed as dead."""
+    """Nodes no output depends on that eager refuses at some calls, by their index tensors'
+    values or their operands' shapes (`eager_rules.unread_checks`): imported as torch calls,
+    which stay and raise as eager's, where xfuse's own ops would be removed as dead."""
 
     def emit(self, op: Operation) -> SSAValue:
         op = self.with_symbols(op)

@@ -267,10 +267,15 @@ INDEX_CHECKED = frozenset(
 """Ops that raise where a value of an index tensor is out of range, which xfuse's kernels check
 as they read it. A dead one (no output depends on it) has no kernel to check it."""
 
+UNREAD_KEPT = INDEX_CHECKED | SHAPE_PROBED
+"""Ops eager refuses at some calls by their index tensors' values or their operands' shapes:
+a dead one is imported as torch's call (`unread_checks`), which checks them at every call."""
 
-def unread_index_checks(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
-    """The nodes of `INDEX_CHECKED` no output of `graph` depends on: eager runs them, and raises
-    where an index is out of range."""
+
+def unread_checks(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
+    """The nodes of `UNREAD_KEPT` no output of `graph` depends on and that take no size of the
+    call as an argument (a torch call's arguments are constants): eager runs them, and raises
+    where an index is out of range or a source does not fit."""
     live = live_nodes(graph)
     return frozenset(
         n
@@ -278,16 +283,22 @@ def unread_index_checks(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
         if n.op == "call_function"
         and n not in live
         and isinstance(n.target, torch._ops.OpOverload)
-        and n.target._schema.name in INDEX_CHECKED
+        and n.target._schema.name in UNREAD_KEPT
+        and not _takes_sizes(n)
     )
+
+
+def _takes_sizes(node: torch.fx.Node) -> bool:
+    """Whether an argument of `node` is a size of the call (a SymInt)."""
+    return any(isinstance(a.meta.get("val"), torch.SymInt) for a in node.all_input_nodes)
 
 
 def check_eager_rules(program: ExportedProgram, symbolic: bool = False) -> None:
     """Raise eager's error (as an `EagerArgumentError`) for the first node of `program` whose
-    arguments eager refuses. A dead op of `SHAPE_PROBED` is probed too; a `symbolic` program
-    (probed at its size hints) with one is refused (`SymbolicSizeError`): eager checks its
-    shapes at every size, which a program compiled per shape probes. One of `INDEX_CHECKED`
-    is not: it is imported as torch's call (`unread_index_checks`), which checks them."""
+    arguments eager refuses. A dead op of `SHAPE_PROBED` is probed too. It is imported as
+    torch's call (`unread_checks`), which checks its shapes at every call; one that takes a
+    size of the call cannot be, and a `symbolic` program (probed at its size hints) with one is
+    refused (`SymbolicSizeError`): a program compiled per shape probes it."""
     live = live_nodes(program.graph)
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -297,7 +308,7 @@ def check_eager_rules(program: ExportedProgram, symbolic: bool = False) -> None:
             probe(node)
         if node not in live and node.target._schema.name in SHAPE_PROBED:
             probe(node)
-            if symbolic and node.target._schema.name not in INDEX_CHECKED:
+            if symbolic and _takes_sizes(node):
                 raise SymbolicSizeError(
                     f"a dead {node.target._schema.name} (no output depends on it), whose "
                     "shapes eager checks at every size"

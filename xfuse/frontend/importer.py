@@ -65,7 +65,7 @@ from xfuse.frontend.builder import (
     used_outputs,
 )
 from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
-from xfuse.frontend.eager_rules import check_eager_rules, size_hint, unread_index_checks
+from xfuse.frontend.eager_rules import check_eager_rules, size_hint, unread_checks
 from xfuse.frontend.outputs import (
     BaseLayout,
     OutputRule,
@@ -695,7 +695,7 @@ class Importer:
             symbols.add_relations(shape_env_of(placeholders))
             symbols.add_residues(shape_env_of(placeholders), placeholders[0])
         block = Block(arg_types=arg_types)
-        lowering = ImportBuilder(block, checked_unread=unread_index_checks(self.program.graph))
+        lowering = ImportBuilder(block, checked_unread=unread_checks(self.program.graph))
         arg_of: dict[torch.fx.Node, int] = {}
         for node, spec in zip(placeholders, specs, strict=True):
             if not isinstance(spec.arg, ConstantArgument):
