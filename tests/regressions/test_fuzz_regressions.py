@@ -494,3 +494,29 @@ def test_an_unread_integer_remainder_by_zero_raises_as_eager() -> None:
         with pytest.raises(RuntimeError, match="ZeroDivisionError"):
             through_dynamo(x, zero)
     torch._dynamo.reset()
+
+
+def test_dynamic_fuzz_seed_983_program_484() -> None:
+    """Dynamic fuzz seed 983 program 484: a diagonal scatter into `cat([x, x])` (`2 *
+    s0` rows) of a source of `s1` rows, equal at the traced size. The converter compared the
+    shapes with symbolic dims as -1, so `s1` passed for `2 * s0`, and a call where they differ
+    computed where eager raises. Compared by symbol, the scatter is torch's call, which raises
+    as eager's."""
+    from xfuse.testing.fuzz.dynamic import check_dynamic
+
+    source = (
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "def program(x0, x1, x2):\n"
+        "    v1 = F.rms_norm(x0, (64,), None, eps=1e-5)\n"
+        "    v2 = torch.cat([v1, v1], dim=0)\n"
+        "    v5 = torch.diagonal_scatter(v2, x1.to(v2.dtype), 3, 2, 1)\n"
+        "    return (v1.mean(dim=(0, 1, 2)), v5, v1[:, 0:1:1] * x2)\n"
+        "def make_inputs():\n"
+        "    g = torch.Generator().manual_seed(983003433)\n"
+        "    x0 = torch.randn((2, 1, 64), generator=g)\n"
+        "    x1 = torch.randn((4, 0), generator=g)\n"
+        "    return (x0, x1, torch.randn((1,), generator=g))\n"
+    )
+    outcome = check_dynamic(source, ("cpu",))
+    assert outcome.status == "pass", str(outcome)

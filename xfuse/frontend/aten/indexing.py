@@ -311,8 +311,9 @@ def _diagonal_scatter(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     if n < 0 or m < 0:
         return None  # a symbolic dim: torch runs it, and raises where `src` does not fit
     diagonal = max(min(n, m - offset) if offset >= 0 else min(n + offset, m), 0)
-    if graph.shape_of(src) != (*(shape[d] for d in rest), diagonal):
-        return None  # eager raises: src is not the diagonal's shape
+    dims = graph.dims_of(x)  # size symbols compared by name
+    if graph.dims_of(src) != (*(dims[d] for d in rest), diagonal):
+        return None  # src is not the diagonal's shape (at some calls): torch's call checks it
     length = diagonal
     if length == 0 or graph.numel(shape) == 0:
         return x
