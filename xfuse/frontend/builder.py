@@ -21,7 +21,7 @@ from xfuse.dialects import graph
 from xfuse.dialects.effects import computed_by_xfuse, erase_dead
 from xfuse.dialects.torch_args import encode_args
 from xfuse.errors import SymbolicSizeError, UnsupportedArgument, UnsupportedProgram
-from xfuse.frontend.eager_rules import CONVOLUTIONS, size_hint
+from xfuse.frontend.eager_rules import CONVOLUTIONS, is_size_node, size_hint
 from xfuse.ir import dtypes
 
 Value = SSAValue | list[SSAValue | None] | None
@@ -918,11 +918,6 @@ def fixed_remainder(expr: Any) -> tuple[Any, int, int] | None:
             return None
         r = 1 - r
     return mod, k, r
-
-
-def is_size_node(x: Any) -> bool:
-    """Whether `x` is an FX node whose value is a size of the call (a SymInt: `h - 7`)."""
-    return isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt)
 
 
 def has_symbolic_size(value: Any) -> bool:

@@ -290,7 +290,7 @@ def unread_checks(graph: torch.fx.Graph) -> frozenset[torch.fx.Node]:
 
 def _takes_sizes(node: torch.fx.Node) -> bool:
     """Whether an argument of `node` is a size of the call (a SymInt)."""
-    return any(isinstance(a.meta.get("val"), torch.SymInt) for a in node.all_input_nodes)
+    return any(is_size_node(a) for a in node.all_input_nodes)
 
 
 def check_eager_rules(program: ExportedProgram, symbolic: bool = False) -> None:
@@ -371,6 +371,11 @@ def eager_call_error(
     except Exception as e:  # noqa: BLE001 - every error eager raises is the user's error
         return eager_error(e)
     return None
+
+
+def is_size_node(x: Any) -> bool:
+    """Whether `x` is an FX node whose value is a size of the call (a SymInt: `h - 7`)."""
+    return isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt)
 
 
 def size_hint(size: int | torch.SymInt) -> int | None:

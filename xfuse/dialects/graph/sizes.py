@@ -272,9 +272,9 @@ def canonical_modulus(
         if nested is None:
             break
         inner, a = atoms[nested]
-        steps.append(
-            partial(_floor_by, divisor=a)
-        )  # floor(p / a) + rest is floor((p + a * rest) / a)
+        # floor(p / a) + rest is floor((p + a * rest) / a), whose remainder by k is read
+        # from that of p + a * rest by a * k
+        steps.append(partial(_floor_by, divisor=a))
         n, k = inner + (n - SizeExpr.symbol(nested)).scale(a), a * k
     if not n.terms:
         n, k = SizeExpr(), 1
