@@ -17,6 +17,7 @@ from xfuse.aot import (
     ForwardReturns,
     compiled_node,
     dtype_conversion,
+    explicit_devices,
     filled_like,
     views_as_reshapes,
 )
@@ -252,6 +253,34 @@ def test_gpu_a_forwards_cpu_tensor_literals_train_as_eager() -> None:
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(grad, torch.autograd.grad(want.sum(), x)[0])
     torch._dynamo.reset()
+
+
+def _scattered_by_factories() -> torch.fx.GraphModule:
+    """`x.index_add(0, torch.tensor([0, 2]), torch.ones(2, 3))` as dynamo's graph holds it
+    under `torch.set_default_device("meta")`: factories that name no device, traced on meta."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    index = graph.call_function(torch.tensor, ([0, 2],))
+    source = graph.call_function(torch.ones, (2, 3))
+    for node in (index, source):
+        node.meta["example_value"] = torch.empty(0, device="meta")
+    graph.output(graph.call_method("index_add", (x, 0, index, source)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_a_factory_that_names_no_device_runs_on_its_traced_values_device() -> None:
+    """Under `torch.set_default_device`, dynamo's graph may leave a factory's device out and
+    rely on the mode at each call; `explicit_devices` gives each such call the device its
+    traced value has, so a retrace outside the mode builds it there (meta stands in for a
+    GPU: outside the mode the graph's factories make CPU tensors beside a meta one)."""
+    gm = _scattered_by_factories()
+    x = torch.randn(4, 3, device="meta")
+    with pytest.raises(RuntimeError, match="same device"):
+        gm(x)
+    explicit_devices(gm)
+    assert gm(x).device.type == "meta"
+    factories = [n for n in gm.graph.nodes if n.target in (torch.tensor, torch.ones)]
+    assert [n.kwargs["device"] for n in factories] == [torch.device("meta")] * 2
 
 
 def trains_as_eager_under_autocast(device: str) -> None:

@@ -254,6 +254,28 @@ def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tor
     return torch.device("cpu")
 
 
+def explicit_devices(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` (changed in place) with each factory call that names no device
+    (`torch.tensor([0, 4])`, `torch.ones(n)`) given its traced value's device: under
+    `torch.set_default_device`, dynamo leaves the device out of the graph and relies on the
+    mode at each call, which no retrace of the graph (torch.export, AOTAutograd) sees."""
+    from torch.utils._device import _device_constructors
+
+    factories = _device_constructors()
+    changed = False
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if node.op != "call_function" or node.target not in factories:
+            continue
+        if not isinstance(value, Tensor) or node.kwargs.get("device") is not None:
+            continue
+        node.kwargs = {**node.kwargs, "device": value.device}
+        changed = True
+    if changed:
+        gm.recompile()
+    return gm
+
+
 def graph_device_of(function: Callable[..., Any], inputs: Sequence[Any]) -> torch.device:
     """`graph_device` of a graph, or for any other function its first tensor input's device
     (else the CPU)."""

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from xfuse.aot import graph_device, is_symbolic, real_input, size_hint, views_as_reshapes
+from xfuse.aot import (
+    explicit_devices,
+    graph_device,
+    is_symbolic,
+    real_input,
+    size_hint,
+    views_as_reshapes,
+)
 from xfuse.api import compile
 from xfuse.errors import (
     AutogradUnsupportedError,
@@ -176,7 +183,7 @@ def _input_key(value: Any) -> Hashable:
 def _backend(
     gm: torch.fx.GraphModule, example_inputs: list[Any], mode: FallbackMode, cuda_graphs: bool
 ) -> Callable[..., Any]:
-    gm = without_constant_masks(gm)
+    gm = without_constant_masks(explicit_devices(gm))
     if needs_aot(example_inputs):
         return training_backend(
             gm, example_inputs, mode, _graph_runs_eagerly, training_part, cuda_graphs

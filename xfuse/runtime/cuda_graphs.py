@@ -120,6 +120,20 @@ def graph_pays(copied_bytes: int, steps: int) -> bool:
     return copied_bytes / COPY_BYTES_PER_SECOND < steps * STEP_HOST_SECONDS
 
 
+def _off_device(args: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
+    """Which of a call's tensors are off its CUDA device: "input 3 (cpu, [], int64)"."""
+    named = [
+        *(("input", i, t) for i, t in enumerate(args)),
+        *(("output", i, t) for i, t in enumerate(outputs)),
+    ]
+    off = [
+        f"{kind} {i} ({t.device}, {list(t.shape)}, {str(t.dtype).removeprefix('torch.')})"
+        for kind, i, t in named
+        if t.device.type != "cuda"
+    ]
+    return ", ".join(off[:3]) + (f" and {len(off) - 3} more" if len(off) > 3 else "")
+
+
 def _nbytes(tensors: Sequence[Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -476,8 +490,9 @@ class GraphRunner(Generic[P]):
         devices = {t.device for t in (*args, *outputs)}
         if len(devices) > 1:
             self.reason = (
-                f"it reads or returns tensors on {len(devices)} devices (a CPU scalar, or the "
-                "RNG state a library kernel keeps on the host), which a CUDA graph cannot replay"
+                f"it reads or returns tensors on {len(devices)} devices ({_off_device(args, outputs)}"
+                "; a CPU scalar, or the RNG state a library kernel keeps on the host), which a "
+                "CUDA graph cannot replay"
             )
             return outputs
         state_ids = {id(t) for t in state}
