@@ -323,6 +323,32 @@ def test_nested_outputs_keep_their_structure() -> None:
     torch.testing.assert_close(got["b"][1][0], expected["b"][1][0])
 
 
+def _with_factories(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.ones(3) + torch.arange(3) / 7
+
+
+@pytest.fixture
+def default_dtype() -> Iterator[None]:
+    saved = torch.get_default_dtype()
+    yield
+    torch.set_default_dtype(saved)
+
+
+@pytest.mark.usefixtures("default_dtype")
+def test_a_call_under_another_default_dtype_gets_eagers_dtype() -> None:
+    """A forward's factories make tensors of the default dtype: a call after
+    `torch.set_default_dtype` runs a program specialised for it, whose results promote as
+    eager's do (one compiled under f32 and called under f64 returned f32)."""
+    x = torch.randn(3)
+    program = xfuse.compile(_with_factories, (x,), quiet=True)
+    program(x)
+    torch.set_default_dtype(torch.float64)
+    got, want = program(x), _with_factories(x)
+    assert got.dtype == want.dtype == torch.float64
+    torch.testing.assert_close(got, want)
+    assert len(program.specialisations) == 2
+
+
 def test_torch_compile_compiles_once_for_no_grad_and_inference_mode(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -129,6 +129,26 @@ def test_a_call_that_needs_autograd_is_refused(
     one_line(e)
 
 
+def test_a_call_under_another_default_dtype_is_refused() -> None:
+    """A symbolic program's factories were traced under one default dtype: a call under
+    another, whose factories would make other dtypes in eager, is refused in one line."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.ones(x.shape[1])
+
+    x = torch.randn(5, 16)
+    program = xfuse.compile(fn, (x,), dynamic_shapes=BATCH, quiet=True)
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with pytest.raises(UnsupportedInputError, match="default dtype is torch.float64") as e:
+            program(torch.randn(4, 16))
+    finally:
+        torch.set_default_dtype(saved)
+    one_line(e)
+    torch.testing.assert_close(program(x), fn(x))
+
+
 def test_a_scalar_other_than_the_example_is_refused() -> None:
     program = xfuse.compile(
         lambda x, k: (x * k).exp(), (torch.randn(4, 8), 2.0), dynamic_shapes=(BATCH["x"], None)

@@ -369,6 +369,8 @@ class DynamicProgram:
         self.constants = {i: leaves[i] for i in sorted(program.constant_inputs)}
         self.state = ModuleState(model_or_fn) if isinstance(model_or_fn, torch.nn.Module) else None
         self.training = model_or_fn.training if isinstance(model_or_fn, torch.nn.Module) else None
+        self.default_dtype = torch.get_default_dtype()
+        """The default dtype the forward's factories were traced with."""
         self.bind = program.binder(len(leaves), self.state.names if self.state else ())
         self.unflatten = flat_builder(exported.call_spec.out_spec)
         """The model's output structure from flat outputs (`ImportedProgram.outputs`)."""
@@ -441,7 +443,7 @@ class DynamicProgram:
                     "(torch.export specialises Python scalars)"
                 )
         state = self.state.tensors() if self.state is not None else []
-        self._check_training()
+        self._check_compiled_settings()
         tensors = [x for i, x in enumerate(leaves) if i not in self.constants]
         for x in [*tensors, *state]:
             if not isinstance(x, Tensor):
@@ -454,8 +456,14 @@ class DynamicProgram:
         self._check_modes(tensors, state)
         return self.bind(leaves, state)
 
-    def _check_training(self) -> None:
-        """The module in the mode it was compiled in (training or eval)."""
+    def _check_compiled_settings(self) -> None:
+        """The module in the mode it was compiled in (training or eval), under the default
+        dtype it was compiled under."""
+        if torch.get_default_dtype() != self.default_dtype:
+            raise UnsupportedInputError(
+                f"the default dtype is {torch.get_default_dtype()} now; dynamic_shapes compiled "
+                f"the program under {self.default_dtype} (compile it again under this one)"
+            )
         if self.state is not None and self.state.module.training != self.training:
             raise UnsupportedInputError(
                 f"the module is in {'training' if self.state.module.training else 'eval'} mode "
@@ -513,7 +521,7 @@ class DynamicProgram:
             layouts = self._layouts(args, state)
             plan = self.plans.get(layouts) if layouts is not None else None
             if plan is not None:  # the layouts of a call that passed every check
-                self._check_training()
+                self._check_compiled_settings()
                 self._check_modes(args, state)
                 bound = self.bind(args, state)
                 tensors = self._on_device(bound, plan.scalars)

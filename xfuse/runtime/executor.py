@@ -494,9 +494,10 @@ class CompiledProgram:
             self._recent = ((guard, context, executable), *self._recent[: RECENT_CALLS - 1])
 
     def _context(self, state: Sequence[Tensor], grad: bool) -> Hashable:
-        """What a signature holds besides the inputs' layouts: grad mode, and the module
-        state's key (`_signature`)."""
-        return grad if self.state is None else (grad, self.state.key(state))
+        """What a signature holds besides the inputs' layouts: grad mode, the default dtype,
+        and the module state's key (`_signature`)."""
+        mode = (grad, torch.get_default_dtype())
+        return mode if self.state is None else (mode, self.state.key(state))
 
     def _new_specialisation(self, sig: Any, call: CallInputs, grad: bool) -> Executable:
         """`_specialise` for a call's new signature. Where torch.export fails on it (its
@@ -519,9 +520,9 @@ class CompiledProgram:
         self, tensors: Sequence[Tensor], structure: Hashable, state: Sequence[Tensor], grad: bool
     ) -> Any:
         """What a program is specialised on: the inputs' and the module state's layouts, the
-        inputs' structure, and grad mode (a forward may branch on it, and export traces the
-        branch of the mode it runs in)."""
-        sig: Any = (signature_of(tensors), grad)
+        inputs' structure, grad mode (a forward may branch on it, and export traces the
+        branch of the mode it runs in) and the default dtype (of the forward's factories)."""
+        sig: Any = (signature_of(tensors), (grad, torch.get_default_dtype()))
         if structure is not None:
             sig = (structure, sig)
         if self.state is None:
