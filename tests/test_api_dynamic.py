@@ -149,6 +149,17 @@ def test_a_call_under_another_default_dtype_is_refused() -> None:
     torch.testing.assert_close(program(x), fn(x))
 
 
+def test_a_call_after_a_python_value_changed_is_refused() -> None:
+    """A symbolic program traced one value of a layer norm's `eps`: a call after it changed
+    is refused in one line naming it."""
+    model = Block().eval()
+    program = xfuse.compile(model, (torch.randn(5, 16),), dynamic_shapes=BATCH, quiet=True)
+    model.norm.eps = 0.5
+    with pytest.raises(UnsupportedInputError, match="'norm.eps' is 0.5, was 1e-05") as e:
+        program(torch.randn(4, 16))
+    one_line(e)
+
+
 def test_a_scalar_other_than_the_example_is_refused() -> None:
     program = xfuse.compile(
         lambda x, k: (x * k).exp(), (torch.randn(4, 8), 2.0), dynamic_shapes=(BATCH["x"], None)

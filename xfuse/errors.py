@@ -81,6 +81,10 @@ class UnsupportedInputError(XfuseError, TypeError):
     """An input that compiled programs cannot take (sparse, complex, wrong device or count)."""
 
 
+class ModuleChangedError(UnsupportedInputError):
+    """A compiled module's submodules are other objects than those it was compiled with."""
+
+
 class InputDeviceError(UnsupportedInputError):
     """A tensor of a call (an input, a parameter or a buffer) on another device than the
     program's, where eager accepts the call (a CPU index it moves for the op; a CPU scalar

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import xfuse
+from xfuse.errors import ModuleChangedError
 
 Tensor = torch.Tensor
 
@@ -252,6 +254,57 @@ def test_reassigned_module_state_is_seen(change: Callable[[torch.nn.Module], Any
     with torch.no_grad():
         torch.testing.assert_close(c(x), eager_no_grad(model, x))
     assert len(c.specialisations) == 1
+
+
+class Configured(torch.nn.Module):
+    """A forward that reads Python values: its own, a submodule's, and a settings object's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.act = torch.nn.LeakyReLU(0.1)
+        self.config = types.SimpleNamespace(scale=2.0)
+        self.residual = True
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.act(self.fc(x)) * self.config.scale
+        return y + x[:, :3] if self.residual else y
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: setattr(m, "residual", False),
+        lambda m: setattr(m.act, "negative_slope", 0.5),
+        lambda m: setattr(m.config, "scale", -1.0),
+    ],
+    ids=["flag", "submodule-setting", "config"],
+)
+def test_a_changed_python_value_compiles_anew(
+    change: Callable[[torch.nn.Module], Any],
+) -> None:
+    """torch.export bakes a module's Python values into the program: a call after one changed
+    runs a program for the new value (it returned the old value's result before)."""
+    model = Configured().eval()
+    x = -torch.rand(2, 4)
+    c = compiled(model, x)
+    with torch.no_grad():
+        c(x)
+        change(model)
+        torch.testing.assert_close(c(x), eager_no_grad(model, x))
+    assert len(c.specialisations) == 2
+    change(model)
+    torch.testing.assert_close(c(x), model(x))  # with grad: traced for the value now
+
+
+def test_a_replaced_submodule_is_refused_in_one_line() -> None:
+    model = Configured().eval()
+    x = torch.randn(2, 4)
+    c = compiled(model, x)
+    model.act = torch.nn.Tanh()
+    with pytest.raises(ModuleChangedError, match="submodule 'act' was replaced") as e:
+        c(x)
+    assert "\n" not in str(e.value)
 
 
 def test_train_mode_and_a_new_parameter_shape_compile_anew() -> None:

@@ -25,7 +25,7 @@ def test_the_same_layouts_give_the_same_key_and_others_another() -> None:
     state = ModuleState(model)
     first = state.key(state.tensors())
     assert state.key(state.tensors()) == first  # through the guard
-    assert state._fast and ModuleState(model).key(state.tensors()) == (False, 0)
+    assert state._fast and ModuleState(model).key(state.tensors()) == (False, 0, 0)
     weight = model[0].weight
     weight.data = torch.randn(4, 3).t()  # same sizes, other strides
     strided = state.key(state.tensors())
@@ -36,7 +36,7 @@ def test_the_same_layouts_give_the_same_key_and_others_another() -> None:
     assert state.key(state.tensors()) not in (first, strided)
     model[1].running_mean = torch.zeros(3)
     model.train()
-    assert state.key(state.tensors()) == (True, first[1])
+    assert state.key(state.tensors()) == (True, first[1], first[2])
 
 
 def test_calls_in_and_out_of_inference_mode_each_keep_a_guard() -> None:
@@ -112,3 +112,73 @@ def test_without_dict_versions_every_call_reads_the_dicts(monkeypatch: pytest.Mo
     assert state.tensors() is not first and state.tensors() == first
     model[0].weight = torch.nn.Parameter(torch.ones(3, 4))
     assert state.tensors()[state.names.index("0.weight")] is model[0].weight
+
+
+class _Settings:
+    """A plain object of settings a forward reads (as transformers' `config`)."""
+
+    def __init__(self) -> None:
+        self.shift = 1.0
+
+
+class _Flagged(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.scale, self.relu, self.mode, self.config = 2.0, True, "double", _Settings()
+        self.sizes = [1, 2]
+        self.cache = torch.zeros(1)  # a tensor attribute: no value compared
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x) * self.scale + self.config.shift
+        y = torch.relu(y) if self.relu else y
+        return y * 2 if self.mode == "double" else y
+
+
+_CHANGES = {
+    "scale": ("scale", 3.0),
+    "flag": ("relu", False),
+    "string": ("mode", "single"),
+    "settings": ("config.shift", -1.0),
+    "list": ("sizes", [1, 3]),
+}
+
+
+@pytest.mark.parametrize("change", list(_CHANGES))
+def test_a_changed_python_value_is_another_key_and_a_change_back_the_first(change: str) -> None:
+    model = _Flagged()
+    state = ModuleState(model)
+    first = state.key(state.tensors())
+    path, value = _CHANGES[change]
+    owner = model.config if path.startswith("config.") else model
+    attr = path.split(".")[-1]
+    before = getattr(owner, attr)
+    setattr(owner, attr, value)
+    changed = state.key(state.tensors())
+    assert changed != first
+    assert state.attributes.change(first[1]).startswith(f"'{path}' is {value!r}, was")
+    setattr(owner, attr, before)
+    assert state.key(state.tensors()) == first
+    model.cache = torch.ones(1)  # not compared: the same key
+    assert state.key(state.tensors()) == first
+
+
+def test_a_replaced_added_or_removed_submodule_is_refused_in_one_line() -> None:
+    from xfuse.errors import ModuleChangedError
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    state = ModuleState(model)
+    model[1] = torch.nn.GELU()
+    with pytest.raises(ModuleChangedError, match="submodule '1' was replaced") as e:
+        state.tensors()
+    assert "\n" not in str(e.value)
+    model[1] = torch.nn.ReLU()
+    with pytest.raises(ModuleChangedError, match="'1' was replaced"):
+        state.tensors()  # another ReLU object: the program holds the first one
+    layers = torch.nn.ModuleList()
+    holder = torch.nn.Module()
+    holder.layers = layers
+    state = ModuleState(holder)
+    layers.append(torch.nn.Linear(2, 2))
+    with pytest.raises(ModuleChangedError, match="'layers.0' was added"):
+        state.tensors()

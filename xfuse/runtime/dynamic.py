@@ -371,6 +371,8 @@ class DynamicProgram:
         self.training = model_or_fn.training if isinstance(model_or_fn, torch.nn.Module) else None
         self.default_dtype = torch.get_default_dtype()
         """The default dtype the forward's factories were traced with."""
+        self.attributes = self.state.attributes.token() if self.state is not None else None
+        """The module's Python values the program was traced with (`ModuleAttributes`)."""
         self.bind = program.binder(len(leaves), self.state.names if self.state else ())
         self.unflatten = flat_builder(exported.call_spec.out_spec)
         """The model's output structure from flat outputs (`ImportedProgram.outputs`)."""
@@ -457,8 +459,14 @@ class DynamicProgram:
         return self.bind(leaves, state)
 
     def _check_compiled_settings(self) -> None:
-        """The module in the mode it was compiled in (training or eval), under the default
-        dtype it was compiled under."""
+        """The module in the mode it was compiled in (training or eval), with the Python
+        values it was compiled with, under the default dtype it was compiled under."""
+        if self.state is not None and self.state.attributes.token() != self.attributes:
+            assert self.attributes is not None
+            raise UnsupportedInputError(
+                f"a Python value of the module changed ({self.state.attributes.change(self.attributes)}); "
+                "dynamic_shapes compiled the program with the other (compile it again)"
+            )
         if torch.get_default_dtype() != self.default_dtype:
             raise UnsupportedInputError(
                 f"the default dtype is {torch.get_default_dtype()} now; dynamic_shapes compiled "

@@ -10,17 +10,18 @@ signature, so a change there compiles a new program.
 
 from __future__ import annotations
 
+import enum
 import functools
 import operator
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, NamedTuple, cast
 
 import torch
 
-from xfuse.errors import XfuseError
+from xfuse.errors import ModuleChangedError, XfuseError
 from xfuse.frontend.pytrees import picker
 
 Tensor = torch.Tensor
@@ -51,15 +52,20 @@ class ModuleState:
         self._lock = threading.Lock()
         self._fast: tuple[tuple[Any, int], ...] = ()
         """(guard, token) of recent layouts, newest first (`key`)."""
+        self.attributes = ModuleAttributes(module)
+        self._attributes = self.attributes.token()
+        """The modules' Python values at the last `tensors` (`ModuleAttributes.token`)."""
 
     def tensors(self) -> list[Tensor]:
-        """The tensors now, in `names`' order. Read from the dicts, the only other value one
-        can hold is None (`m.bias = None`), which `key` refuses: it checks every value where
-        the guard of an earlier call fails, as it does for None."""
+        """The tensors now, in `names`' order, and the modules' Python values read for `key`.
+        Read from the dicts, the only other value one can hold is None (`m.bias = None`),
+        which `key` refuses: it checks every value where the guard of an earlier call fails,
+        as it does for None."""
         values = self._read_direct()
         if values is None:
             values = [getattr(owner, attr) for owner, attr in self._slots]
             self._check(values)
+            self._attributes = self.attributes.token()
         return values
 
     def _check(self, values: Sequence[object]) -> None:
@@ -85,7 +91,8 @@ class ModuleState:
             return None
         seen = self._seen
         if seen is not None and list(map(_dict_version, seen.dicts)) == seen.versions:
-            return seen.tensors  # no dict was written since: the same tensors
+            self._attributes = seen.attributes
+            return seen.tensors  # no dict was written since: the same tensors and values
         if not all(map(_disjoint, plans.views, plans.attrs)):
             return None
         try:
@@ -93,21 +100,25 @@ class ModuleState:
             values = list(chain.from_iterable(map(operator.call, plans.getters, dicts)))
         except KeyError:  # a name moved
             return None
+        self._attributes = self.attributes.token()
         if _versions_work():
-            read = [*plans.instances, *dicts]
-            self._seen = _Seen(read, list(map(_dict_version, read)), values)
+            read = list(
+                {id(d): d for d in (*plans.instances, *dicts, *self.attributes.dicts)}.values()
+            )
+            self._seen = _Seen(read, list(map(_dict_version, read)), values, self._attributes)
         return values
 
     def key(self, tensors: Sequence[Tensor]) -> tuple[object, ...]:
-        """What a program depends on: `training`, and each tensor's layout, dtype and device
-        (as a small number: the same layouts, the same number). A call whose tensors pass a
+        """What a program depends on: `training`, the modules' Python values (as `tensors`,
+        which read `tensors`, read them: `ModuleAttributes.token`), and each tensor's layout,
+        dtype and device (as a small number: the same layouts, the same number). A call whose tensors pass a
         guard of an earlier call's (`torch._C._dynamo.guards.TensorGuards`, dynamo's C++
         check of sizes, strides, dtype, device, dispatch keys and requires_grad) has that
         call's layouts, checked in C++ instead of read in Python, and a key of two fields to
         hash instead of one per tensor."""
         for guard, token in self._fast:
             if guard.check(*tensors):  # False for anything but a tensor
-                return (self.module.training, token)
+                return (self.module.training, self._attributes, token)
         self._check(tensors)
         layouts = tuple([(t.shape, t.stride(), t.dtype, t.device) for t in tensors])
         with self._lock:
@@ -117,7 +128,170 @@ class ModuleState:
             # One assignment (threads read the tuple whole); the newest first, a few kept: a
             # guard also checks the dispatch keys that inference mode and grad mode set.
             self._fast = ((guard, token), *self._fast[: FAST_KEYS - 1])
-        return (self.module.training, token)
+        return (self.module.training, self._attributes, token)
+
+
+CONSTANT_TYPES = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device)
+"""Python values a forward may branch on or compute with that torch.export bakes into the
+program (`ModuleAttributes`)."""
+
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+"""What every module's instance dict holds for torch itself (its tensor and hook dicts,
+`training`), which `ModuleState` and the signature see already."""
+
+
+class _Unwatched:
+    """A value `ModuleAttributes` does not compare (a tensor, a function, a cache)."""
+
+
+_UNWATCHED = _Unwatched()
+
+
+def _constant(value: object) -> object:
+    """`value` as a hashable constant where it is one (`CONSTANT_TYPES`, an enum, and tuples,
+    lists and dicts of them), else `_UNWATCHED`."""
+    if isinstance(value, (*CONSTANT_TYPES, enum.Enum)):
+        return value
+    if isinstance(value, tuple | list | frozenset | set):
+        items = [_constant(v) for v in value]
+        if any(v is _UNWATCHED for v in items):
+            return _UNWATCHED
+        return (
+            type(value).__name__,
+            tuple(items) if isinstance(value, tuple | list) else frozenset(items),
+        )
+    if isinstance(value, dict):
+        pairs = [(_constant(k), _constant(v)) for k, v in value.items()]
+        if any(v is _UNWATCHED for pair in pairs for v in pair):
+            return _UNWATCHED
+        return ("dict", tuple(pairs))
+    return _UNWATCHED
+
+
+def _holds_settings(value: object) -> bool:
+    """A plain object whose attributes a forward may read as settings (transformers'
+    `config`, a dataclass of options): no module, tensor, function or class."""
+    return (
+        hasattr(value, "__dict__")
+        and not isinstance(value, torch.nn.Module | Tensor | type | enum.Enum)
+        and not callable(value)
+    )
+
+
+class ModuleAttributes:
+    """The Python values of a module and its submodules that torch.export bakes into a
+    program (numbers, strings, flags, and those of plain objects they hold, such as
+    transformers' `config`: `_constant`), and which submodule objects the module holds. A
+    change of a value is another program's (`token`: its number); a submodule replaced by
+    another object is refused (`ModuleChangedError`): the program reads the tensors of the
+    modules it was compiled with. Each call compares CPython's version tags of the dicts
+    read (`_dict_version`); only where one was written are the values read again."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+        self._tokens: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+        self._dicts: list[dict[str, Any]] = []
+        self._versions: list[int] | None = None
+        self._token = 0
+        self._values: dict[int, Any] = {}
+        self._structure = self._modules()
+        self.token()
+
+    def change(self, token: int) -> str:
+        """Which value differs now from those of `token` ("'scale' is 3.0, was 2.0")."""
+        before = {path: (c, shown) for path, c, shown in self._values[token]}
+        now = {path: (c, shown) for path, c, shown in self._values[self.token()]}
+        missing = (_UNWATCHED, "nothing")
+        for path in [*before, *now]:
+            if before.get(path, missing)[0] != now.get(path, missing)[0]:
+                return (
+                    f"'{path}' is {now.get(path, missing)[1]}, was {before.get(path, missing)[1]}"
+                )
+        return "no value"
+
+    @property
+    def dicts(self) -> list[dict[str, Any]]:
+        """The dicts the last read read (none where CPython's version tags do not work)."""
+        return self._dicts
+
+    def _modules(self) -> tuple[tuple[str, torch.nn.Module], ...]:
+        return tuple(self.module.named_modules())
+
+    def token(self) -> int:
+        """The number of the values now (the same values, the same number)."""
+        versions = self._versions
+        if versions is not None and list(map(_dict_version, self._dicts)) == versions:
+            return self._token
+        dicts, values = self._read()
+        key = tuple((path, constant) for path, constant, _ in values)
+        with self._lock:
+            token = self._tokens.setdefault(key, len(self._tokens))
+            self._values.setdefault(token, values)
+        if _versions_work():
+            self._dicts, self._versions = dicts, list(map(_dict_version, dicts))
+        self._token = token
+        return token
+
+    def _read(self) -> tuple[list[dict[str, Any]], tuple[tuple[str, object, str], ...]]:
+        """The dicts read (each module's instance and submodule dicts, and those of the plain
+        objects they hold) and the values; a `ModuleChangedError` where a submodule is
+        another object than at compile time."""
+        structure = self._modules()
+        if len(structure) != len(self._structure) or any(
+            a != b or m is not n for (a, m), (b, n) in zip(structure, self._structure, strict=True)
+        ):
+            change = _changed(self._structure, structure)
+            if change is not None:
+                raise ModuleChangedError(
+                    f"xfuse: {change} after compile; the program reads the modules it was "
+                    "compiled with: compile the model again"
+                )
+        dicts: list[dict[str, Any]] = []
+        values: list[tuple[str, object, str]] = []
+        held: set[int] = set()
+        for name, module in self._structure:  # those added since run in no forward here
+            dicts += [vars(module), module._modules]
+            for attr, value in vars(module).items():
+                if attr in _MODULE_INTERNALS:
+                    continue
+                path = f"{name}.{attr}" if name else attr
+                constant = _constant(value)
+                if constant is not _UNWATCHED:
+                    values.append((path, constant, repr(value)))
+                elif _holds_settings(value) and id(value) not in held:
+                    held.add(id(value))
+                    dicts.append(vars(value))
+                    values += [
+                        (f"{path}.{k}", c, repr(v))
+                        for k, v in vars(value).items()
+                        if (c := _constant(v)) is not _UNWATCHED
+                    ]
+        return dicts, tuple(values)
+
+
+CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
+"""Modules whose forward (or their owner's) calls each submodule they hold: one added to
+them after compile is one the program does not run."""
+
+
+def _changed(
+    compiled: tuple[tuple[str, torch.nn.Module], ...], now: tuple[tuple[str, torch.nn.Module], ...]
+) -> str | None:
+    """How a module's submodules changed since compile time in a way the program cannot
+    follow, or None: a submodule replaced or removed, or one added to a container
+    (`CONTAINERS`). One added elsewhere (`register_parametrization`'s) is no forward's the
+    program ran, and the state reads its parameters through `getattr`."""
+    before, after = dict(compiled), dict(now)
+    for name, module in before.items():
+        if name not in after:
+            return f"submodule '{name}' was removed"
+        if after[name] is not module:
+            return f"submodule '{name or '(the module)'}' was replaced by another object"
+    for name in after.keys() - before.keys():
+        if isinstance(before.get(name.rpartition(".")[0]), CONTAINERS):
+            return f"submodule '{name}' was added"
+    return None
 
 
 FAST_KEYS = 4
@@ -164,9 +338,11 @@ _disjoint: Callable[[Any, frozenset[str]], bool] = type({}.keys()).isdisjoint
 
 class _Seen(NamedTuple):
     dicts: list[dict[str, Any]]
-    """The owners' instance dicts and the parameter and buffer dicts read."""
+    """The owners' instance dicts, the parameter and buffer dicts read, and those
+    `ModuleAttributes` reads."""
     versions: list[int]
     tensors: list[Tensor]
+    attributes: int
 
 
 def _no_dict_version(d: dict[str, Any]) -> int:
