@@ -251,7 +251,9 @@ class ModuleAttributes:
         values: list[tuple[str, object, str]] = []
         held: set[int] = set()
         for name, module in self._structure:  # those added since run in no forward here
-            dicts += [vars(module), module._modules]
+            dicts.append(vars(module))
+            if module._modules or isinstance(module, CONTAINERS):  # where a change matters
+                dicts.append(module._modules)
             for attr, value in vars(module).items():
                 if attr in _MODULE_INTERNALS:
                     continue
