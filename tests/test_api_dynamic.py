@@ -160,6 +160,19 @@ def test_a_call_after_a_python_value_changed_is_refused() -> None:
     one_line(e)
 
 
+def test_a_call_after_a_functions_closure_value_changed_is_refused() -> None:
+    scale = 2.0
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x * scale
+
+    program = xfuse.compile(fn, (torch.randn(5, 16),), dynamic_shapes=BATCH, quiet=True)
+    scale = 3.0
+    with pytest.raises(UnsupportedInputError, match="'closure 0' is 3.0, was 2.0") as e:
+        program(torch.randn(4, 16))
+    one_line(e)
+
+
 def test_a_scalar_other_than_the_example_is_refused() -> None:
     program = xfuse.compile(
         lambda x, k: (x * k).exp(), (torch.randn(4, 8), 2.0), dynamic_shapes=(BATCH["x"], None)

@@ -297,6 +297,36 @@ def test_a_changed_python_value_compiles_anew(
     torch.testing.assert_close(c(x), model(x))  # with grad: traced for the value now
 
 
+SCALE = 2.0
+
+
+def _scaled(x: Tensor) -> Tensor:
+    return x * SCALE
+
+
+def test_a_functions_changed_global_or_closure_value_compiles_anew() -> None:
+    """torch.export bakes a function's global and closure constants into its program: a call
+    after one changed runs a program for the new value (it returned the old one's result)."""
+    global SCALE
+    x = torch.randn(3)
+    c = compiled(_scaled, x)
+    try:
+        SCALE = 3.0
+        torch.testing.assert_close(c(x), x * 3.0)
+    finally:
+        SCALE = 2.0
+    torch.testing.assert_close(c(x), x * 2.0)
+    assert len(c.specialisations) == 2
+    shift = 1.0
+
+    def shifted(t: Tensor) -> Tensor:
+        return t + shift
+
+    c = compiled(shifted, x)
+    shift = -4.0
+    torch.testing.assert_close(c(x), x - 4.0)
+
+
 def test_a_replaced_submodule_is_refused_in_one_line() -> None:
     model = Configured().eval()
     x = torch.randn(2, 4)

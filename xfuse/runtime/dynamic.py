@@ -40,7 +40,7 @@ import operator
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import torch
 from torch.utils import _pytree as pytree
@@ -85,7 +85,7 @@ from xfuse.runtime.executor import CompiledProgram, is_cpu_scalar
 from xfuse.runtime.fallback import FallbackMode, reason_of
 from xfuse.runtime.outputs import fresh_copy
 from xfuse.runtime.shape_graphs import ShapeGraphs, ShapeKey, shape_key
-from xfuse.runtime.state import ModuleState
+from xfuse.runtime.state import FunctionValues, ModuleState
 from xfuse.runtime.steps import BufferPool
 from xfuse.runtime.symbolic import SymbolicProgram, default_passes, measuring_sizes
 
@@ -373,6 +373,8 @@ class DynamicProgram:
         """The default dtype the forward's factories were traced with."""
         self.attributes = self.state.attributes.token() if self.state is not None else None
         """The module's Python values the program was traced with (`ModuleAttributes`)."""
+        self.values = FunctionValues(model_or_fn) if self.state is None else None
+        """A function's constants from its globals and closure."""
         self.bind = program.binder(len(leaves), self.state.names if self.state else ())
         self.unflatten = flat_builder(exported.call_spec.out_spec)
         """The model's output structure from flat outputs (`ImportedProgram.outputs`)."""
@@ -463,10 +465,11 @@ class DynamicProgram:
         values it was compiled with, under the default dtype it was compiled under."""
         if self.state is not None and self.state.attributes.token() != self.attributes:
             assert self.attributes is not None
-            raise UnsupportedInputError(
-                f"a Python value of the module changed ({self.state.attributes.change(self.attributes)}); "
-                "dynamic_shapes compiled the program with the other (compile it again)"
+            self._changed(
+                f"of the module changed ({self.state.attributes.change(self.attributes)})"
             )
+        if self.values is not None and self.values.token() != 0:
+            self._changed(f"the function reads changed ({self.values.change(0)})")
         if torch.get_default_dtype() != self.default_dtype:
             raise UnsupportedInputError(
                 f"the default dtype is {torch.get_default_dtype()} now; dynamic_shapes compiled "
@@ -477,6 +480,13 @@ class DynamicProgram:
                 f"the module is in {'training' if self.state.module.training else 'eval'} mode "
                 "now; dynamic_shapes compiled it in the other"
             )
+
+    @staticmethod
+    def _changed(what: str) -> NoReturn:
+        raise UnsupportedInputError(
+            f"a Python value {what}; dynamic_shapes compiled the program with the other "
+            "(compile it again)"
+        )
 
     def _check_modes(self, tensors: Sequence[Tensor], state: Sequence[Tensor]) -> None:
         """No autograd (grad enabled with a tensor that requires grad) and no autocast."""

@@ -38,7 +38,7 @@ from xfuse.runtime.compiler import GroupInfo, KernelInfo, Program
 from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.outputs import OutputPlan
-from xfuse.runtime.state import ModuleState, layout_guard
+from xfuse.runtime.state import FunctionValues, ModuleState, layout_guard
 from xfuse.runtime.steps import BufferPool, new_pool
 
 Tensor = torch.Tensor
@@ -388,6 +388,12 @@ class CompiledProgram:
         lie on another device than the program's (`_device_error`)."""
         self.state = state
         """The module's parameters and buffers, bound at every call (None for a function)."""
+        self.values = (
+            FunctionValues(eager)
+            if eager is not None and not isinstance(eager, torch.nn.Module)
+            else None
+        )
+        """A function's constants from its globals and closure (None for a module)."""
         self.static_inputs = tuple(static_inputs)
         """Positions of the inputs whose memory stays put between calls (`Executable.run`)."""
         self.device = normalize_device(device)
@@ -495,8 +501,10 @@ class CompiledProgram:
 
     def _context(self, state: Sequence[Tensor], grad: bool) -> Hashable:
         """What a signature holds besides the inputs' layouts: grad mode, the default dtype,
-        and the module state's key (`_signature`)."""
+        and the module state's key or the function's constants (`_signature`)."""
         mode = (grad, torch.get_default_dtype())
+        if self.values is not None:
+            return (mode, self.values.token())
         return mode if self.state is None else (mode, self.state.key(state))
 
     def _new_specialisation(self, sig: Any, call: CallInputs, grad: bool) -> Executable:
@@ -519,12 +527,15 @@ class CompiledProgram:
     def _signature(
         self, tensors: Sequence[Tensor], structure: Hashable, state: Sequence[Tensor], grad: bool
     ) -> Any:
-        """What a program is specialised on: the inputs' and the module state's layouts, the
-        inputs' structure, grad mode (a forward may branch on it, and export traces the
-        branch of the mode it runs in) and the default dtype (of the forward's factories)."""
+        """What a program is specialised on: the inputs' and the module state's layouts (a
+        function's constants instead: `FunctionValues`), the inputs' structure, grad mode (a
+        forward may branch on it, and export traces the branch of the mode it runs in) and
+        the default dtype (of the forward's factories)."""
         sig: Any = (signature_of(tensors), (grad, torch.get_default_dtype()))
         if structure is not None:
             sig = (structure, sig)
+        if self.values is not None:
+            return sig, self.values.token()
         if self.state is None:
             return sig
         return sig, self.state.key(state)

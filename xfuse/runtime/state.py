@@ -14,6 +14,7 @@ import enum
 import functools
 import operator
 import threading
+import types
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -275,6 +276,72 @@ class ModuleAttributes:
 CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
 """Modules whose forward (or their owner's) calls each submodule they hold: one added to
 them after compile is one the program does not run."""
+
+
+class FunctionValues:
+    """The Python constants a function reads from its module's globals and its closure
+    (`_constant`), which torch.export bakes into its program: a change is another program's
+    (`token`). Read at every call by name (a few dict reads): a script's loop writes its
+    globals dict at every step, so no version tag would stay."""
+
+    def __init__(self, function: Callable[..., Any]):
+        function = getattr(function, "__func__", function)  # a bound method's function
+        code = getattr(function, "__code__", None)
+        scope: dict[str, Any] = getattr(function, "__globals__", {})
+        names = _global_names(code) if isinstance(code, types.CodeType) else set()
+        self._scope = scope
+        self._names = tuple(
+            sorted(n for n in names if n in scope and _constant(scope[n]) is not _UNWATCHED)
+        )
+        cells = getattr(function, "__closure__", None) or ()
+        self._cells = tuple(c for c in cells if _constant(_contents(c)) is not _UNWATCHED)
+        self._labels = (*self._names, *(f"closure {i}" for i in range(len(self._cells))))
+        self._last = self._read()
+        self._tokens: dict[Hashable, int] = {}
+        self._values: dict[int, tuple[object, ...]] = {}
+        self._token = self._number(self._last)
+        self._lock = threading.Lock()
+
+    def _read(self) -> tuple[object, ...]:
+        return (*map(self._scope.get, self._names), *map(_contents, self._cells))
+
+    def _number(self, values: tuple[object, ...]) -> int:
+        token = self._tokens.setdefault(tuple(map(_constant, values)), len(self._tokens))
+        self._values.setdefault(token, values)
+        return token
+
+    def token(self) -> int:
+        """The number of the values now (the same values, the same number)."""
+        now = self._read()
+        if now == self._last:
+            return self._token
+        with self._lock:
+            self._last, self._token = now, self._number(now)
+            return self._token
+
+    def change(self, token: int) -> str:
+        """Which value differs now from those of `token` ("'SCALE' is 3.0, was 2.0")."""
+        before, now = self._values[token], self._read()
+        for label, old, new in zip(self._labels, before, now, strict=True):
+            if _constant(old) != _constant(new):
+                return f"'{label}' is {new!r}, was {old!r}"
+        return "no value"
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names a function's code (and the code nested in it) reads as globals."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _contents(cell: Any) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _UNWATCHED
 
 
 def _changed(
