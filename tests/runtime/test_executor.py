@@ -126,6 +126,24 @@ def test_intermediate_buffers_are_reused(tmp_path: Path) -> None:
     torch.testing.assert_close(second, interpret(reference, [x + 1])[0])
 
 
+def test_a_gpus_pool_keeps_only_small_free_buffers_between_calls() -> None:
+    """On a GPU (meta stands in), `trim` drops free buffers of `KEPT_MAX_BYTES` or more, which
+    torch's caching allocator serves the next call; smaller ones stay for reuse. The CPU's
+    pool keeps all (a fresh large CPU buffer costs page faults)."""
+    from xfuse.runtime.steps import KEPT_MAX_BYTES, BufferSpec
+
+    small = BufferSpec((16,), torch.float32)
+    large = BufferSpec((KEPT_MAX_BYTES // 4,), torch.float32)
+    for device, kept in (("meta", {small}), ("cpu", {small, large})):
+        pool = BufferPool(device, min_bytes=1 << 40)
+        for spec in (small, large):
+            pool.release(spec, pool.allocate(spec))
+        pool.trim()
+        for spec in (small, large):
+            pool.allocate(spec)  # a kept buffer, or a new allocation
+        assert pool.allocations == 2 + len({small, large} - kept)
+
+
 def test_a_buffer_seen_through_a_view_is_not_reused_early(tmp_path: Path) -> None:
     program, reference, _ = build(ALIASED, tmp_path)
     x = torch.randn(4, 8)

@@ -181,6 +181,7 @@ class Executable:
             else:
                 outputs = finish(run_program(self.program, args, pool), False)
         finally:
+            pool.trim()
             pools.append(pool)
         return self.unflatten(outputs)
 

@@ -64,6 +64,10 @@ RECYCLE_MIN_BYTES = 128 << 10
 memory it keeps (glibc's mmap threshold starts at 128 KiB), so they cost no page faults, and
 lending pool memory would cost more than it saves."""
 
+KEPT_MAX_BYTES = 1 << 20
+"""On a GPU, free intermediate buffers this large or larger are not kept between calls
+(`BufferPool.trim`); smaller ones are, for the next call's allocations."""
+
 _NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),
@@ -113,6 +117,8 @@ class BufferPool:
         """spec -> the blocks of its size whose tensors' storage was freed (appended by weak
         reference callbacks, from any thread: deque's append and pop are atomic), for specs
         that are recycled. A spec is in `_fresh` or here from its first allocation on."""
+        self._large: set[BufferSpec] = set()
+        """Specs of free buffers `trim` drops (on a GPU)."""
         self._returned: dict[int, deque[np.ndarray]] = {}
         self._lent: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray, deque[np.ndarray]]] = {}
         """id(weak reference) -> the reference (kept alive so that its callback runs), the
@@ -177,6 +183,18 @@ class BufferPool:
 
     def release(self, spec: BufferSpec, buffer: Tensor) -> None:
         self._free.setdefault(spec, []).append(buffer)
+        if not self.recycle and self.device.type != "cpu" and spec not in self._large:
+            if math.prod(spec.shape) * spec.dtype.itemsize >= KEPT_MAX_BYTES:
+                self._large.add(spec)
+
+    def trim(self) -> None:
+        """After a call on a GPU: the free buffers of `KEPT_MAX_BYTES` or more go back to
+        torch's caching allocator, which serves the next call's as fast, so that they are
+        not held between calls (a training step's forward and backward each kept their
+        largest intermediates, the logits' among them, through the other's call)."""
+        free = self._free
+        for spec in self._large:
+            free.pop(spec, None)
 
 
 @dataclass
