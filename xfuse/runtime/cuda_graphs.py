@@ -570,9 +570,10 @@ class GraphRunner(Generic[P]):
             return [i in kept for i in range(len(args))]
         state_ids = {id(t) for t in state}
         seen, copied_always, kind = self._seen, self._copied_always, self.device.type
-        return [
+        return [  # never a CPU scalar: the graph reads a device copy of it
             i not in copied_always
-            and (id(a) in state_ids or (a.device.type == kind and a.data_ptr() == seen[i]))
+            and a.device.type == kind
+            and (id(a) in state_ids or a.data_ptr() == seen[i])
             for i, a in enumerate(args)
         ]
 
