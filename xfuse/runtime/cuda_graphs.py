@@ -570,10 +570,9 @@ class GraphRunner(Generic[P]):
             return [i in kept for i in range(len(args))]
         state_ids = {id(t) for t in state}
         seen, copied_always, kind = self._seen, self._copied_always, self.device.type
-        return [  # never a CPU scalar: the graph reads a device copy of it
+        return [
             i not in copied_always
-            and a.device.type == kind
-            and (id(a) in state_ids or a.data_ptr() == seen[i])
+            and (id(a) in state_ids or (a.device.type == kind and a.data_ptr() == seen[i]))
             for i, a in enumerate(args)
         ]
 
