@@ -283,38 +283,6 @@ def test_a_factory_that_names_no_device_runs_on_its_traced_values_device() -> No
     assert [n.kwargs["device"] for n in factories] == [torch.device("meta")] * 2
 
 
-@gpu
-def test_gpu_attention_with_dropout_replays_graphs_with_eagers_gradients() -> None:
-    """f32 attention with dropout on CUDA (the memory-efficient kernel) hands its backward its
-    RNG state as CPU scalars: the forward's graph computes them on the device and hands them
-    over on the host, the backward's graph reads a device copy. Both replay, and each step's
-    gradients are eager's from the same seed."""
-    from xfuse.testing.distributed import counting_parts
-
-    model = tiny_gpt2().cuda()
-    reference = copy.deepcopy(model)
-    ids = torch.randint(0, 64, (2, 16), device="cuda")
-    torch._dynamo.reset()
-    with counting_parts() as parts:
-        compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
-        for step in range(5):
-            for net in (compiled, reference):
-                torch.manual_seed(step)
-                net(input_ids=ids, labels=ids).loss.backward()
-            assert_same_grads(model, reference)
-            for net in (model, reference):
-                net.zero_grad(set_to_none=True)
-    runners = [
-        executable.graphs
-        for program in parts.programs
-        for executable in program.specialisations.values()
-        if executable.graphs is not None
-    ]
-    assert {part for part in parts} >= {"forward", "backward"}
-    assert all(r.reason is None and r.replays for r in runners), parts.graph_use()
-    torch._dynamo.reset()
-
-
 def trains_as_eager_under_autocast(device: str) -> None:
     """A step of the 1-layer GPT-2 under bf16 autocast on `device`, compiled in strict mode
     and eager from one seed: the same gradients."""

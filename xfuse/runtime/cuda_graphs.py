@@ -46,13 +46,9 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 - random numbers (dropout) are eager's: a replay draws from the generator's state at the
   call (torch's graph-safe RNG: `manual_seed` before a call gives eager's mask), and the run
   that precedes a capture leaves the generator as it found it;
-- CPU scalars are captured on the device: one read (a 0-d input, such as the RNG state that
-  attention with dropout hands its backward) gets a device copy in the graph, refreshed at
-  each replay, which a library kernel reads on the device under capture (and on the host
-  outside one: the run before a capture passes the call's own); one returned (that RNG state,
-  which attention's forward makes on the device under capture) is copied to the host after
-  the replay. A program with any other tensor off its device runs step by step, as does one
-  whose graph returns a CPU tensor (a replay would not recompute it);
+- a program that reads or returns a CPU tensor (a 0-d scalar input, or the RNG state that
+  attention with dropout hands its backward, which the backward reads on the host) runs step
+  by step: a graph replays device work only;
 - a program that may write memory it does not own (an in-place torch op on an input) is never
   captured: its writes would land in the graph's copies. Neither is a program whose capture
   fails (a step that synchronises with the host). `reason` says why, and the program runs step
@@ -74,7 +70,6 @@ import torch
 from xdsl.dialects.builtin import ModuleOp
 
 from xfuse.dialects.effects import may_mutate
-from xfuse.errors import UnsupportedProgram
 from xfuse.frontend.outputs import overlaps
 from xfuse.ir.functions import function_bodies
 from xfuse.ir.names import KERNEL_ATTR
@@ -319,23 +314,11 @@ class _Captured:
     """The graph's intermediate buffers (kept alive with it)."""
     inference: bool
     """Whether it was captured in inference mode (its outputs are inference tensors)."""
-    host: tuple[int, ...] = ()
-    """Outputs the caller gets on the CPU, as the steps make them (`GraphRunner._host`)."""
     memory: GraphMemory | None = None
 
     def results(self, args: Sequence[Tensor]) -> list[Tensor]:
-        """A replay's outputs for the call's `args` (on the device)."""
+        """A replay's outputs for the call's `args`."""
         return [self.views[j].of(args) if t is None else t for j, t in enumerate(self.outputs)]
-
-    def handed(self, args: Sequence[Tensor]) -> list[Tensor]:
-        """`results`, those the steps make on the CPU copied there (one copy: a wait for the
-        replay, as eager's kernel hands its RNG state to the host before it runs)."""
-        results = self.results(args)
-        if self.host:
-            values = torch.stack([results[j] for j in self.host]).cpu()
-            for k, j in enumerate(self.host):
-                results[j] = values[k].clone()
-        return results
 
     def moved(self, args: Sequence[Tensor]) -> bool:
         """Whether an input the graph reads in place is elsewhere in `args`."""
@@ -405,10 +388,6 @@ class GraphRunner(Generic[P]):
         self._priced_out = 0
         """Calls that the price sent step by step: up to `PRICE_WAITS`, each notes where the
         inputs were, so that the next call reads in place what stayed."""
-        self._host: tuple[int, ...] = ()
-        """Outputs that are CPU scalars at the warm-up (the RNG state attention with dropout
-        hands its backward): a capture computes them on the device, and a replay hands them
-        over on the CPU (`_Captured.host`)."""
         self._ring: list[_Captured] = []
         self._size = RELEASED_RING_SIZE if released else RING_SIZE
         self._lock = threading.Lock()
@@ -494,9 +473,9 @@ class GraphRunner(Generic[P]):
         if captured.memory is None:  # counted once the capture's own temporaries are gone
             captured.memory = _written_memory(captured)
         if copy_out:
-            return finish(captured.handed(args), True)  # copied out: this capture stays free
+            return finish(captured.results(args), True)  # copied out: this capture stays free
         self.handed += 1
-        return finish([t.detach() for t in captured.handed(args)], False)
+        return finish([t.detach() for t in captured.results(args)], False)
 
     def _launch(self, captured: _Captured, args: Sequence[Tensor]) -> None:
         """Replays `captured` (its inputs refreshed, those read in place checked at `args`)."""
@@ -508,16 +487,14 @@ class GraphRunner(Generic[P]):
         self._warm = True
         self._seen = _addresses(args)
         outputs = self.run_steps(self.program, args, pool)
-        device = torch.device(self.device)
-        off = [t for t in (*args, *outputs) if t.device != device]
-        if any(t.dim() or not t.is_cpu for t in off):
-            devices = {t.device for t in (*args, *outputs)}
+        devices = {t.device for t in (*args, *outputs)}
+        if len(devices) > 1:
             self.reason = (
                 f"it reads or returns tensors on {len(devices)} devices ({_off_device(args, outputs)}"
-                "), which a CUDA graph cannot replay"
+                "; a CPU scalar, or the RNG state a library kernel keeps on the host), which a "
+                "CUDA graph cannot replay"
             )
             return outputs
-        self._host = tuple(j for j, t in enumerate(outputs) if t.device != device)
         state_ids = {id(t) for t in state}
         user = _nbytes([a for a in args if id(a) not in state_ids])
         self._price = not graph_pays(user, self._steps())
@@ -597,22 +574,14 @@ class GraphRunner(Generic[P]):
         rng = torch.cuda.get_rng_state(device)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
-        # The call's own arguments: a library call reads a CPU scalar (attention's RNG state)
-        # on the host outside a capture, and its graph copy on the device inside one.
         with torch.cuda.stream(side):
-            self.run_steps(self.program, args, BufferPool(device))
+            self.run_steps(self.program, inputs, BufferPool(device))
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.set_rng_state(rng, device)
         pool = BufferPool(device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             outputs = self._owned(self.run_steps(self.program, inputs, pool), inputs, in_place)
-        host = [j for j, t in enumerate(outputs) if t.device != device]
-        if host:
-            raise UnsupportedProgram(
-                f"output {host[0]} is on {outputs[host[0]].device} in the graph, which a replay "
-                "would not recompute"
-            )
         self.captures += 1
         held = torch.cuda.memory_allocated(device) - before
         if held >= ring_max_bytes(device) and not self.released:
@@ -662,5 +631,4 @@ class GraphRunner(Generic[P]):
             frozenset(a.untyped_storage().data_ptr() for a, keep in pairs if keep),
             pool,
             torch.is_inference_mode_enabled(),
-            self._host,
         )
