@@ -228,16 +228,14 @@ def split_floordiv(
     quotient = SizeExpr()
     while True:
         whole = SizeExpr.of((m, c // divisor) for m, c in expr.terms)
-        residue = SizeExpr.of((m, c % divisor) for m, c in expr.terms)
+        residue = _reduced(expr, divisor)
         quotient = quotient + whole
         if residue.as_constant is not None:
             return quotient, None, 1
-        nested = _nested_atom(residue, atoms)
-        if nested is None:
+        unnested = _unnested(residue, divisor, atoms)
+        if unnested is None:
             break
-        inner, inner_divisor = atoms[nested]
-        rest = residue - SizeExpr.symbol(nested)
-        expr, divisor = inner + rest.scale(inner_divisor), inner_divisor * divisor
+        expr, divisor, _ = unnested
     common = gcd(residue.content, divisor)
     return quotient, residue.divide_exact(common), divisor // common
 
@@ -265,17 +263,16 @@ def canonical_modulus(
     `((h + 2) mod 8) floordiv 2`."""
     steps: list[Callable[[int], int]] = []
     while True:
-        n, c = split_constant(SizeExpr.of((m, a % k) for m, a in n.terms))
+        n, c = split_constant(_reduced(n, k))
         if c:
             steps.append(partial(_shifted_remainder, shift=c, modulus=k))
-        nested = _nested_atom(n, atoms) if n.terms else None
-        if nested is None:
+        unnested = _unnested(n, k, atoms) if n.terms else None
+        if unnested is None:
             break
-        inner, a = atoms[nested]
         # floor(p / a) + rest is floor((p + a * rest) / a), whose remainder by k is read
         # from that of p + a * rest by a * k
+        n, k, a = unnested
         steps.append(partial(_floor_by, divisor=a))
-        n, k = inner + (n - SizeExpr.symbol(nested)).scale(a), a * k
     if not n.terms:
         n, k = SizeExpr(), 1
     common = gcd(n.content, k) if n.terms else 1
@@ -311,6 +308,23 @@ def complement_floordiv(
     `split_floordiv`'s form, by floor(n / k) = -floor((k - 1 - n) / k) for every integer n.
     The two canonical forms name one size: `(s + 1) floordiv 2` is `s - s floordiv 2`."""
     return split_floordiv(SizeExpr.constant(divisor - 1) - residue, divisor, atoms)
+
+
+def _reduced(expr: SizeExpr, k: int) -> SizeExpr:
+    """`expr` with each coefficient taken modulo `k`."""
+    return SizeExpr.of((m, c % k) for m, c in expr.terms)
+
+
+def _unnested(residue: SizeExpr, k: int, atoms: Atoms) -> tuple[SizeExpr, int, int] | None:
+    """`residue / k` with a floor division `floor(p / a)` of `atoms` that it holds alone with
+    coefficient 1 (`_nested_atom`) taken into the numerator: (p + a * rest, a * k, a), since
+    floor((floor(p / a) + rest) / k) = floor((p + a * rest) / (a * k)) for an integer-valued
+    rest; None where it holds none."""
+    nested = _nested_atom(residue, atoms)
+    if nested is None:
+        return None
+    inner, a = atoms[nested]
+    return inner + (residue - SizeExpr.symbol(nested)).scale(a), a * k, a
 
 
 def _nested_atom(residue: SizeExpr, atoms: Atoms) -> str | None:
