@@ -201,14 +201,13 @@ class ModuleAttributes:
 
     def change(self, token: int) -> str:
         """Which value differs now from those of `token` ("'scale' is 3.0, was 2.0")."""
-        before = {path: (c, shown) for path, c, shown in self._values[token]}
-        now = {path: (c, shown) for path, c, shown in self._values[self.token()]}
-        missing = (_UNWATCHED, "nothing")
+        before = {path: (c, value) for path, c, value in self._values[token]}
+        now = {path: (c, value) for path, c, value in self._values[self.token()]}
+        missing = (_UNWATCHED, _UNWATCHED)
         for path in [*before, *now]:
-            if before.get(path, missing)[0] != now.get(path, missing)[0]:
-                return (
-                    f"'{path}' is {now.get(path, missing)[1]}, was {before.get(path, missing)[1]}"
-                )
+            (old, was), (new, is_) = before.get(path, missing), now.get(path, missing)
+            if old != new:
+                return f"'{path}' is {_shown(is_)}, was {_shown(was)}"
         return "no value"
 
     @property
@@ -234,7 +233,7 @@ class ModuleAttributes:
         self._token = token
         return token
 
-    def _read(self) -> tuple[list[dict[str, Any]], tuple[tuple[str, object, str], ...]]:
+    def _read(self) -> tuple[list[dict[str, Any]], tuple[tuple[str, object, object], ...]]:
         """The dicts read (each module's instance and submodule dicts, and those of the plain
         objects they hold) and the values; a `ModuleChangedError` where a submodule is
         another object than at compile time."""
@@ -249,7 +248,7 @@ class ModuleAttributes:
                     "compiled with: compile the model again"
                 )
         dicts: list[dict[str, Any]] = []
-        values: list[tuple[str, object, str]] = []
+        values: list[tuple[str, object, object]] = []
         held: set[int] = set()
         for name, module in self._structure:  # those added since run in no forward here
             dicts.append(vars(module))
@@ -261,16 +260,20 @@ class ModuleAttributes:
                 path = f"{name}.{attr}" if name else attr
                 constant = _constant(value)
                 if constant is not _UNWATCHED:
-                    values.append((path, constant, repr(value)))
+                    values.append((path, constant, value))
                 elif _holds_settings(value) and id(value) not in held:
                     held.add(id(value))
                     dicts.append(vars(value))
                     values += [
-                        (f"{path}.{k}", c, repr(v))
+                        (f"{path}.{k}", c, v)
                         for k, v in vars(value).items()
                         if (c := _constant(v)) is not _UNWATCHED
                     ]
         return dicts, tuple(values)
+
+
+def _shown(value: object) -> str:
+    return "nothing" if value is _UNWATCHED else repr(value)
 
 
 CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
