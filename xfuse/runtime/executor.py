@@ -532,14 +532,8 @@ class CompiledProgram:
         function's constants instead: `FunctionValues`), the inputs' structure, grad mode (a
         forward may branch on it, and export traces the branch of the mode it runs in) and
         the default dtype (of the forward's factories)."""
-        sig: Any = (signature_of(tensors), (grad, torch.get_default_dtype()))
-        if structure is not None:
-            sig = (structure, sig)
-        if self.values is not None:
-            return sig, self.values.token()
-        if self.state is None:
-            return sig
-        return sig, self.state.key(state)
+        sig = (signature_of(tensors), self._context(state, grad))
+        return sig if structure is None else (structure, sig)
 
     def _inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallInputs:
         if len(args) != self.arity:

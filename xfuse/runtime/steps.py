@@ -117,6 +117,8 @@ class BufferPool:
         """spec -> the blocks of its size whose tensors' storage was freed (appended by weak
         reference callbacks, from any thread: deque's append and pop are atomic), for specs
         that are recycled. A spec is in `_fresh` or here from its first allocation on."""
+        self._trims = not self.recycle and self.device.type != "cpu"
+        """Whether `trim` drops large free buffers (on a GPU)."""
         self._large: set[BufferSpec] = set()
         """Specs of free buffers `trim` drops (on a GPU)."""
         self._returned: dict[int, deque[np.ndarray]] = {}
@@ -183,7 +185,7 @@ class BufferPool:
 
     def release(self, spec: BufferSpec, buffer: Tensor) -> None:
         self._free.setdefault(spec, []).append(buffer)
-        if not self.recycle and self.device.type != "cpu" and spec not in self._large:
+        if self._trims and spec not in self._large:
             if math.prod(spec.shape) * spec.dtype.itemsize >= KEPT_MAX_BYTES:
                 self._large.add(spec)
 
