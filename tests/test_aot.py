@@ -255,31 +255,41 @@ def test_gpu_a_forwards_cpu_tensor_literals_train_as_eager() -> None:
     torch._dynamo.reset()
 
 
-def _scattered_by_factories() -> torch.fx.GraphModule:
-    """`x.index_add(0, torch.tensor([0, 2]), torch.ones(2, 3))` as dynamo's graph holds it
-    under `torch.set_default_device("meta")`: factories that name no device, traced on meta."""
+def _filled_by_factories() -> torch.fx.GraphModule:
+    """`x.index_fill(1, torch.tensor([0, 2]), 3.0) + torch.ones(3)` as dynamo's graph holds it
+    under `torch.set_default_device`: factories that name no device, whose traced values
+    dynamo made outside the mode, on the CPU."""
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
     index = graph.call_function(torch.tensor, ([0, 2],))
-    source = graph.call_function(torch.ones, (2, 3))
-    for node in (index, source):
-        node.meta["example_value"] = torch.empty(0, device="meta")
-    graph.output(graph.call_method("index_add", (x, 0, index, source)))
+    ones = graph.call_function(torch.ones, (3,))
+    for node in (index, ones):
+        node.meta["example_value"] = torch.empty(0)
+    filled = graph.call_method("index_fill", (x, 1, index, 3.0))
+    graph.output(graph.call_function(torch.add, (filled, ones)))
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
-def test_a_factory_that_names_no_device_runs_on_its_traced_values_device() -> None:
-    """Under `torch.set_default_device`, dynamo's graph may leave a factory's device out and
-    rely on the mode at each call; `explicit_devices` gives each such call the device its
-    traced value has, so a retrace outside the mode builds it there (meta stands in for a
-    GPU: outside the mode the graph's factories make CPU tensors beside a meta one)."""
-    gm = _scattered_by_factories()
+def test_a_factory_that_names_no_device_runs_on_the_default_device_it_was_traced_under() -> None:
+    """Under `torch.set_default_device`, dynamo's graph leaves a factory's device out and
+    relies on the mode at each call; `explicit_devices` gives each such call the default
+    device of the trace (not its traced value's, which is on the CPU), so a retrace outside
+    the mode builds it there, as eager does (meta stands in for a GPU: outside the mode the
+    graph's factories make CPU tensors, and `index_fill` refuses a CPU index of a meta
+    tensor). Outside any mode the graph is left as it is."""
+    gm = _filled_by_factories()
     x = torch.randn(4, 3, device="meta")
-    with pytest.raises(RuntimeError, match="same device"):
+    with pytest.raises(RuntimeError, match="device"):
         gm(x)
     explicit_devices(gm)
-    assert gm(x).device.type == "meta"
     factories = [n for n in gm.graph.nodes if n.target in (torch.tensor, torch.ones)]
+    assert [n.kwargs.get("device") for n in factories] == [None, None]
+    torch.set_default_device("meta")
+    try:
+        explicit_devices(gm)
+    finally:
+        torch.set_default_device(None)
+    assert gm(x).device.type == "meta"
     assert [n.kwargs["device"] for n in factories] == [torch.device("meta")] * 2
 
 

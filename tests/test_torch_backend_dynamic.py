@@ -872,6 +872,28 @@ def test_scatters_along_a_symbolic_dim_run_one_symbolic_program(name: str, count
         compiled(small)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(_ALONG_SYMBOLIC_DIMS))
+def test_scatters_under_a_default_cuda_device_make_their_indices_there(
+    name: str, counts: Counts
+) -> None:
+    """Under `torch.set_default_device("cuda")` the scatters' index and source tensors are
+    made on the GPU, in eager and in the program (torch 2.11's dynamo leaves their device out
+    of its graph and traces them on the CPU, where `index_fill` refuses the index)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    scatter = _ALONG_SYMBOLIC_DIMS[name]
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return scatter(x) * 2
+
+    torch.set_default_device("cuda")
+    try:
+        _matches_with_one_symbolic_program(fn, [(5, 6, 4), (7, 8, 4), (9, 10, 4)], counts)
+    finally:
+        torch.set_default_device(None)
+
+
 def _five_only(x: torch.Tensor) -> torch.Tensor:
     n = x.shape[0]
     if n <= 5 and n != 2 and n != 3 and n != 4:  # guards that leave the batch one size

@@ -256,20 +256,24 @@ def graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tor
 
 def explicit_devices(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """`gm` (changed in place) with each factory call that names no device
-    (`torch.tensor([0, 4])`, `torch.ones(n)`) given its traced value's device: under
-    `torch.set_default_device`, dynamo leaves the device out of the graph and relies on the
-    mode at each call, which no retrace of the graph (torch.export, AOTAutograd) sees."""
-    from torch.utils._device import _device_constructors
+    (`torch.tensor([0, 4])`, `torch.ones(n)`) given the default device it was traced under
+    (`torch.set_default_device`, `with torch.device(...)`): dynamo leaves the device out of
+    the graph and relies on the mode at each call (guarding that the default device stays
+    the same), which no retrace of the graph (torch.export, AOTAutograd) sees. The traced
+    values do not say it: dynamo makes them outside the mode, on the CPU."""
+    from torch.utils import _device
 
-    factories = _device_constructors()
+    device = _device.CURRENT_DEVICE
+    if device is None:
+        return gm
+    factories = _device._device_constructors()
     changed = False
     for node in gm.graph.nodes:
-        value = node.meta.get("example_value", node.meta.get("val"))
         if node.op != "call_function" or node.target not in factories:
             continue
-        if not isinstance(value, Tensor) or node.kwargs.get("device") is not None:
+        if node.kwargs.get("device") is not None:
             continue
-        node.kwargs = {**node.kwargs, "device": value.device}
+        node.kwargs = {**node.kwargs, "device": torch.device(device)}
         changed = True
     if changed:
         gm.recompile()

@@ -104,12 +104,30 @@ class ReferenceKernel:
 
 
 @dataclass
+class LaunchedKernel(ReferenceKernel):
+    """A `ReferenceKernel` with a GPU kernel's `launcher` (`CUDAKernel.launcher`): each
+    launch through it is counted in `launches` with its buffers' count."""
+
+    launches: list[int] = field(default_factory=list[int])
+
+    def launcher(self, count: int) -> Callable[..., None]:
+        def launch(*buffers: torch.Tensor) -> None:
+            assert len(buffers) == count
+            self.launches.append(count)
+            self(list(buffers))
+
+        return launch
+
+
+@dataclass
 class ReferenceBackend:
     """A backend whose artifacts are graph IR text. `fail_if(source)` injects a CodegenError;
     `delay` makes compiles slow enough for threads to overlap."""
 
     target: str = "reference-test"
     delay: float = 0.0
+    launchers: bool = False
+    """Load kernels with a launcher (`LaunchedKernel`), as the GPU's have."""
     fail_if: Callable[[str], bool] | None = None
     compiles: int = 0
     loads: int = 0
@@ -130,7 +148,8 @@ class ReferenceBackend:
     def load(self, artifact: bytes, name: str) -> ReferenceKernel:
         with self._lock:
             self.loads += 1
-        kernel = ReferenceKernel(name, parse(artifact.decode()))
+        kind = LaunchedKernel if self.launchers else ReferenceKernel
+        kernel = kind(name, parse(artifact.decode()))
         self.kernels.append(kernel)
         return kernel
 

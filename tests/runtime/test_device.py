@@ -14,7 +14,13 @@ from xdsl.dialects.builtin import ModuleOp
 from xfuse.ir.context import parse
 from xfuse.runtime.cache import KernelCache
 from xfuse.runtime.compiler import ProgramCompiler
-from xfuse.runtime.executor import Executable, cpu_outputs, run_program
+from xfuse.runtime.executor import (
+    Executable,
+    check_input,
+    cpu_outputs,
+    is_plain_input,
+    run_program,
+)
 from xfuse.runtime.steps import BufferPool, EagerStep, KernelStep
 
 PROGRAM = """
@@ -163,3 +169,17 @@ def test_outputs_of_cpu_scalars_alone_are_the_ones_eager_computes_on_the_cpu(
     assert on_cpu.program.scalar_args == ()
     _, square = on_cpu.run([torch.tensor(3.0), torch.ones(4)])
     assert square.item() == 9.0
+
+
+def test_a_cpu_scalar_is_a_plain_input_of_a_gpu_program() -> None:
+    """A program's fast path (`is_plain_input`) takes what `check_input` takes as it is: a
+    tensor on the program's device, and a CPU scalar on another device's program (the RNG
+    state a training step's backward is given at every call); not a CPU tensor of more
+    dimensions, nor another device's scalar on a CPU program."""
+    meta, cpu = torch.device("meta"), torch.device("cpu")
+    scalar, row = torch.tensor(2, dtype=torch.int64), torch.zeros(3)
+    for value, device in [(scalar, meta), (torch.empty(3, device="meta"), meta), (row, cpu)]:
+        assert is_plain_input(value, device)
+        assert check_input("input 0", value, device) is value
+    assert not is_plain_input(row, meta)
+    assert not is_plain_input(torch.empty((), device="meta"), cpu)

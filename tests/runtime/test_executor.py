@@ -106,6 +106,22 @@ def test_mixed_program_equals_the_interpreter(tmp_path: Path) -> None:
         torch.testing.assert_close(got, want)
 
 
+def test_the_runner_launches_gpu_kernels_through_their_launchers(tmp_path: Path) -> None:
+    """A kernel with a launcher (the GPU's) is called by the program's runner with its buffers
+    (inputs made contiguous, then outputs allocated), not through its step's `run`: every
+    kernel of the mixed program, and the same values as the interpreter's, with a transposed
+    (non-contiguous) input."""
+    backend = ReferenceBackend(launchers=True)
+    program, reference, _ = build(MIXED, tmp_path, backend)
+    args = [torch.randn(16, 8).t(), torch.randn(8, 4).t()]
+    got = program.runner(args, BufferPool().allocate, BufferPool().release)
+    for out, want in zip(got, interpret(reference, args), strict=True):
+        torch.testing.assert_close(out, want)
+    launched = [k.launches for k in backend.kernels]  # type: ignore[attr-defined]
+    steps = [s for s in program.steps if isinstance(s, KernelStep)]
+    assert launched == [[len(s.inputs) + len(s.out_specs)] for s in steps]
+
+
 def test_outputs_are_the_kernel_buffers(tmp_path: Path) -> None:
     program, _, backend = build(CHAIN, tmp_path)
     (out,) = run(program, [torch.randn(4, 8)])

@@ -22,8 +22,10 @@ import math
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from functools import reduce
+from operator import or_
 from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects import func
@@ -349,6 +351,45 @@ class CUDAKernel:
         if loaded.on_streams is None:
             loaded.on_streams = DriverFunction.load(self.ptx, self.name, device)
         loaded.on_streams.launch(grid, self._block, stream, [*pointers, *sizes])
+
+    def launcher(self, count: int) -> Callable[..., None] | None:
+        """This kernel's launch on `count` buffers (CUDA tensors: inputs, then outputs) for a
+        program's runner to call in its own code (`xfuse.runtime.compiler.make_runner`), with
+        the fewest Python steps a launch can take: the pointers read, packed and launched on
+        torch's default stream. Any other case (a buffer off the GPU, a misaligned one,
+        another stream, such as a capture's, a device whose module is not loaded yet) goes
+        through `_run`. None for a kernel with size arguments or no work, or while launches
+        are synchronised (`XFUSE_CUDA_SYNC=1`)."""
+        if self.shape.sizes or not self.shape.items or SYNC_LAUNCHES:
+            return None
+        import torch
+
+        run, modules, block, name = self._run, self._modules, self._block, self.name
+        pack = struct.Struct("P" * count).pack
+        raw_stream = torch._C._cuda_getCurrentRawStream  # pyright: ignore[reportAttributeAccessIssue]
+        error, pop = self._driver.Error, self._driver.Context.pop
+
+        def launch(*buffers: torch.Tensor) -> None:
+            pointers = [b.data_ptr() for b in buffers if b.is_cuda]
+            device = buffers[0].get_device()
+            loaded = modules.get(device)
+            if (
+                loaded is None
+                or len(pointers) != count
+                or reduce(or_, pointers) % POINTER_ALIGNMENT
+                or raw_stream(device) != loaded.default_stream
+            ):
+                run(buffers, ())
+                return
+            loaded.context.push()
+            try:
+                loaded.function._launch_kernel(loaded.grid, block, pack(*pointers), 0, None)
+            except error as e:
+                raise CUDALaunchError(f"CUDA kernel '{name}' failed: {e}") from e
+            finally:
+                pop()
+
+        return launch
 
     def _call_misaligned(self, buffers: Sequence[torch.Tensor], sizes: Sequence[int]) -> None:
         """Kernels assume 16-byte aligned buffers: misaligned ones (views with an offset) go

@@ -227,8 +227,9 @@ def make_runner(program: Program) -> Runner:
     unpacked into theirs; buffers are released and slots dropped where the memory plan says.
     A view step is its view's method call (`s4 = s3.reshape(arg2)`), an extern that is one
     torch call of its operands is that call (`s7 = ext7(s5, c3, a7_2)`, `EagerStep.direct`),
-    and a CPU kernel whose work runs on this thread is its one foreign call
-    (`KernelStep.direct_call`). So a call
+    a CPU kernel whose work runs on this thread is its one foreign call
+    (`KernelStep.direct_call`), and a GPU kernel its launcher's call (`KernelStep.direct_launch`:
+    `kernel4(s3, b0, s5)`). So a call
     costs no per-step loop, indexing or unpacking of a plan (the executor's loop,
     `run_program` with the step profile on, does the same step by step).
 
@@ -265,16 +266,17 @@ def make_runner(program: Program) -> Runner:
     for i, (run, in_slots, out_slots, releases, drops) in enumerate(program.plan):
         step = program.steps[i]
         direct = step.direct_call() if isinstance(step, KernelStep) else None
+        launch = step.direct_launch() if isinstance(step, KernelStep) and not direct else None
         if isinstance(step, ViewStep) and run == step.run:  # its view's method, called in place
             names[f"arg{i}"] = step.view.argument
             view = f"{slot(in_slots[0])}.{step.view.method}(arg{i})"
             lines.append(f"    {slot(out_slots[0])} = {view}")
-        elif direct is not None and run == step.run:
-            # One foreign call on this thread (`KernelStep.direct_call`): inputs that may not be
-            # contiguous (not a kernel's output) made so and held in a local until the call
-            # returns, outputs allocated, then the kernel called with every buffer's address.
+        elif (direct is not None or launch is not None) and run == step.run:
+            # One call of the kernel (`KernelStep.direct_call`: a foreign call on this thread
+            # with every buffer's address; `direct_launch`: a GPU launch with the buffers):
+            # inputs that may not be contiguous (not a kernel's output) made so and held in a
+            # local until the call returns, outputs allocated, then the kernel called.
             assert isinstance(step, KernelStep)
-            names[f"kernel{i}"] = direct[0]
             buffers = [slot(s) if s in contiguous else f"b{k}" for k, s in enumerate(in_slots)]
             held = [b for b in buffers if b.startswith("b")]
             for b, s in zip(buffers, in_slots, strict=True):
@@ -285,8 +287,14 @@ def make_runner(program: Program) -> Runner:
             for j, (s, spec) in enumerate(zip(out_slots, step.out_specs, strict=True)):
                 names[f"out{i}_{j}"] = spec
                 lines.append(f"    {slot(s)} = allocate(out{i}_{j})")
-            pointers = ", ".join(f"{b}.data_ptr()" for b in (*buffers, *map(slot, out_slots)))
-            lines.append(f"    kernel{i}(0, {direct[1]}, {pointers})")
+            every = (*buffers, *map(slot, out_slots))
+            if direct is not None:
+                names[f"kernel{i}"] = direct[0]
+                pointers = ", ".join(f"{b}.data_ptr()" for b in every)
+                lines.append(f"    kernel{i}(0, {direct[1]}, {pointers})")
+            else:
+                names[f"kernel{i}"] = launch
+                lines.append(f"    kernel{i}({', '.join(every)})")
             if held:
                 lines.append(f"    {' = '.join(held)} = None")
         elif isinstance(step, EagerStep) and run == step.run and step.direct is not None:

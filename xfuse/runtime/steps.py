@@ -260,6 +260,16 @@ class KernelStep:
             "tuple[Callable[..., object], int] | None", entry(self.in_elements + out_elements)
         )
 
+    def direct_launch(self) -> Callable[..., None] | None:
+        """A GPU kernel's launch on its buffers, inputs then outputs, as one call with nothing
+        decided per call by the step (no error flag, no input `copied`, outputs with
+        elements): the kernel's `launcher`, which the program's runner calls itself
+        (`xfuse.runtime.compiler.make_runner`). None for a kernel without one (the CPU's)."""
+        make = getattr(self.kernel, "launcher", None)
+        if make is None or self.error_flag or not self.writes or self.copied:
+            return None
+        return cast("Callable[..., None] | None", make(len(self.inputs) + len(self.out_specs)))
+
     def _run_checked(self, buffers: list[Tensor], device: torch.device) -> None:
         """Run a kernel that flags an index out of range (a gather's). On the CPU such an index
         raises like eager once the kernel is done; on CUDA the flag is not read (that would
