@@ -795,12 +795,16 @@ def test_weights_written_through_data_are_read_at_the_next_replay() -> None:
     torch._dynamo.reset()
 
 
-def test_a_call_on_two_devices_names_the_tensors_off_its_gpu() -> None:
-    """The reason a program with a CPU tensor runs step by step names that tensor (CPU
-    tensors stand in for every tensor here: each is off the GPU)."""
+def test_a_call_on_two_devices_names_the_tensors_off_its_device() -> None:
+    """The reason a program with a tensor off its device runs step by step names that tensor,
+    whichever device it is on (meta stands in for the program's GPU, the CPU for another
+    device)."""
     from xfuse.runtime.cuda_graphs import _off_device
 
-    args = [torch.tensor(2, dtype=torch.int64), torch.randn(2, 3)]
-    assert _off_device(args, []) == "input 0 (cpu, [], int64), input 1 (cpu, [2, 3], float32)"
-    many = _off_device(args, [torch.randn(1)] * 3)
+    meta = torch.device("meta")
+    args = [torch.tensor(2, dtype=torch.int64), torch.empty(4, device="meta"), torch.randn(2, 3)]
+    assert _off_device(args, [], meta) == "input 0 (cpu, [], int64), input 2 (cpu, [2, 3], float32)"
+    many = _off_device(args, [torch.randn(1)] * 3, meta)
     assert many.endswith("output 0 (cpu, [1], float32) and 2 more")
+    assert _off_device(args[1:2], [], meta) == ""
+    assert _off_device(args, [], torch.device("cpu")) == "input 1 (meta, [4], float32)"

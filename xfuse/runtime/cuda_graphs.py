@@ -120,8 +120,10 @@ def graph_pays(copied_bytes: int, steps: int) -> bool:
     return copied_bytes / COPY_BYTES_PER_SECOND < steps * STEP_HOST_SECONDS
 
 
-def _off_device(args: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
-    """Which of a call's tensors are off its CUDA device: "input 3 (cpu, [], int64)"."""
+def _off_device(args: Sequence[Tensor], outputs: Sequence[Tensor], device: torch.device) -> str:
+    """Which of a call's tensors are off the program's `device` (the CPU, or another GPU;
+    `cuda` with no index is the current one, which the tensors name): "input 3 (cpu, [],
+    int64)"."""
     named = [
         *(("input", i, t) for i, t in enumerate(args)),
         *(("output", i, t) for i, t in enumerate(outputs)),
@@ -129,7 +131,7 @@ def _off_device(args: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
     off = [
         f"{kind} {i} ({t.device}, {list(t.shape)}, {str(t.dtype).removeprefix('torch.')})"
         for kind, i, t in named
-        if t.device.type != "cuda"
+        if t.device.type != device.type or device.index not in (None, t.device.index)
     ]
     return ", ".join(off[:3]) + (f" and {len(off) - 3} more" if len(off) > 3 else "")
 
@@ -490,7 +492,7 @@ class GraphRunner(Generic[P]):
         devices = {t.device for t in (*args, *outputs)}
         if len(devices) > 1:
             self.reason = (
-                f"it reads or returns tensors on {len(devices)} devices ({_off_device(args, outputs)}"
+                f"it reads or returns tensors on {len(devices)} devices ({_off_device(args, outputs, self.device)}"
                 "; a CPU scalar, or the RNG state a library kernel keeps on the host), which a "
                 "CUDA graph cannot replay"
             )
