@@ -894,6 +894,17 @@ def test_scatters_under_a_default_cuda_device_make_their_indices_there(
         torch.set_default_device(None)
 
 
+def _paired_rows(x: torch.Tensor) -> torch.Tensor:
+    return (x.reshape(x.shape[0] // 2, 2, x.shape[1]) * 2).sum(1)
+
+
+def test_a_reshape_into_half_as_many_rows_runs_one_symbolic_program(counts: Counts) -> None:
+    """`x.reshape(n // 2, 2, c)` of a symbolic `n`: its size `n // (n // 2)` is 2, as the
+    trace's guard that the element counts match (`c * n == 2 * c * (n // 2)`) makes `n` even;
+    one symbolic program serves every even `n`."""
+    _matches_with_one_symbolic_program(_paired_rows, [(4, 3), (6, 5), (10, 3)], counts)
+
+
 def _five_only(x: torch.Tensor) -> torch.Tensor:
     n = x.shape[0]
     if n <= 5 and n != 2 and n != 3 and n != 4:  # guards that leave the batch one size

@@ -643,7 +643,27 @@ class SizeSymbols:
         coefficient; else None."""
         p = graph.reduce_by(base, self.relations)
         q = graph.reduce_by(divisor, self.relations)
-        return _exact_quotient(p, q)
+        exact = _exact_quotient(p, q)
+        return exact if exact is not None else self._ratio_by_exact_floordiv(p, q)
+
+    def _ratio_by_exact_floordiv(
+        self, p: graph.SizeExpr, q: graph.SizeExpr
+    ) -> graph.SizeExpr | None:
+        """`p / q` where `q` is `c * e`, `e` the floor division of `p_e` by `k` that the
+        table's conditions make exact (`p_e mod k` is 0 at every size: a guard of the trace,
+        such as a reshape of `n` rows into `n // 2` rows of 2): `c * e` is `c * p_e / k`, so
+        `p / q` is `k * (p / p_e) / c` where those divide exactly (`n // (n // 2)` is 2);
+        else None."""
+        if len(q.terms) != 1:
+            return None
+        ((monomial, c),) = q.terms
+        atom = self.atoms.get(monomial[0]) if len(monomial) == 1 else None
+        if atom is None or self._residue(atom[0], atom[1]) != 0:
+            return None
+        multiple = _exact_quotient(p, atom[0])
+        if multiple is None:
+            return None
+        return _exact_quotient(multiple.scale(atom[1]), graph.SizeExpr.constant(c))
 
     def _floordiv_of(self, polynomial: graph.SizeExpr, divisor: int) -> graph.SizeExpr:
         """floor(polynomial / divisor) as its quotient plus the symbol of its canonical floor

@@ -602,6 +602,40 @@ def test_a_remainder_the_conditions_fix_simplifies_floor_divisions() -> None:
     assert one_way.remainders == {} and one_way.floordiv(s0 + ONE, 2) is None
 
 
+def test_a_reshapes_element_count_guard_fixes_the_remainder_of_its_floor_division() -> None:
+    """torch's guard of a reshape of `s0` rows into `s0 floordiv 2` rows of 2, `s1 * s0 ==
+    2 * s1 * (s0 floordiv 2)`, has the factor `s1` (a size: at least 1) in every term: divided
+    out, it says `s0` is even, so the element counts are `equal` and `(s0 + 1) floordiv 2` is
+    `s0 floordiv 2`. Without the guard they are not; nor is a factor that may be 0 (a floor
+    division) divided out."""
+    half, s1_ = SizeExpr.symbol("h"), SizeExpr.symbol("s1")
+    rows, pairs = s1_ * s0, (s1_ * half).scale(2)
+
+    def table(*conditions: graph.SizeCondition) -> SizesAttr:
+        return SizesAttr(
+            (
+                SizeSymbol.input("s0", 0, 0, hint=8),
+                SizeSymbol.input("s1", 0, 1, hint=3),
+                SizeSymbol.floordiv("h", s0, 2),
+                SizeSymbol.floordiv("q", s0, 100),
+                *conditions,
+            )
+        )
+
+    guarded = table(graph.SizeCondition("le", rows, pairs), graph.SizeCondition("le", pairs, rows))
+    assert guarded.problem is None
+    assert guarded.remainders == {(s0, 2): frozenset((0,))}
+    assert guarded.equal(rows, pairs) and guarded.equal(s0, half.scale(2))
+    assert guarded.floordiv(s0 + ONE, 2) == half
+    assert not table().equal(rows, pairs) and not guarded.equal(s0, half.scale(2) + ONE)
+    by_floor = SizeExpr.symbol("q")
+    zero_factor = table(
+        graph.SizeCondition("le", by_floor * s0, (by_floor * half).scale(2)),
+        graph.SizeCondition("le", (by_floor * half).scale(2), by_floor * s0),
+    )
+    assert zero_factor.remainders == {}  # q is 0 below 100: s0 may be odd
+
+
 def test_a_remainder_in_canonical_form_is_a_function_of_the_canonical_ones() -> None:
     """`canonical_modulus`: `2 * s0 + 3 mod 4` is a function of `s0 mod 2`, `(a + 1) mod 4` of
     `a = s0 floordiv 2` one of `s0 mod 8`, `6 * s0 mod 4` one of `s0 mod 2`, and a constant's

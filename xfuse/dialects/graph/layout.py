@@ -151,7 +151,7 @@ class ReshapeOp(OneTensorOp):
         """The element counts, as polynomials of input symbols, are equal."""
         table = size_table(self)
         n_in, n_out = dims_numel(dims_of(self.input)), dims_numel(dims_of(self.result))
-        if table is None or table.expand(n_in) != table.expand(n_out):
+        if table is None or not table.equal(n_in, n_out):
             raise VerifyException(
                 f"expected the result to have {n_in} elements like the operand, found "
                 f"{n_out} (not equal for every size of their symbols)"

@@ -36,6 +36,7 @@ condition holds (`SizesAttr.condition_problem`)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, partial
@@ -797,7 +798,7 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
         for lhs, rhs in sides:
             if (rhs, lhs) not in sides:
                 continue
-            difference = lhs - rhs
+            difference = self._without_size_factors(lhs - rhs)
             for mono, coeff in difference.terms:
                 k = abs(coeff)
                 if len(mono) != 1 or mono[0] not in self.atoms or k < 2:
@@ -811,6 +812,40 @@ class SizesAttr(Data[tuple[SizeEntry, ...]]):
                 ):
                     found.append((n, k, -c % k))
         return found
+
+    def equal(self, a: SizeExpr, b: SizeExpr) -> bool:
+        """Whether sizes `a` and `b` (of any symbols of the table) are equal at every call the
+        table describes: as polynomials of its input symbols and floor divisions, once the
+        sizes every term has are divided out and each `k * q`, `q` a floor division of `n` by
+        `k` whose remainder the conditions fix at `r`, is `n - r` (`s1 * n` and
+        `s1 * 2 * (n floordiv 2)` where `n` is even)."""
+        difference = self._without_size_factors(self.expand(a) - self.expand(b))
+        for mono, coeff in difference.terms:
+            atom = self.atoms.get(mono[0]) if len(mono) == 1 else None
+            if atom is None or coeff % atom[1]:
+                continue
+            n, k = atom
+            values = self.remainder_values(n, k)
+            if values is None or len(values) != 1:
+                continue
+            exact = self.expand(n) - SizeExpr.constant(next(iter(values)))
+            difference = (
+                difference - SizeExpr.symbol(mono[0]).scale(coeff) + exact.scale(coeff // k)
+            )
+        return not difference.terms
+
+    def _without_size_factors(self, p: SizeExpr) -> SizeExpr:
+        """`p` divided by the input symbols every term of it has (sizes, 1 or more at every
+        call): where `p` is 0, so is the quotient (a reshape's guard that `s1 * n` elements
+        are `s1 * 2 * (n floordiv 2)` says `n` is even)."""
+        positive = {s.name for s in self.symbols if s.source is not None and s.low >= 1}
+        common: Counter[str] | None = None
+        for mono, _ in p.terms:
+            here = Counter(x for x in mono if x in positive)
+            common = here if common is None else common & here
+        if not common:
+            return p
+        return SizeExpr.of([(tuple((Counter(mono) - common).elements()), c) for mono, c in p.terms])
 
     @cached_property
     def remainders(self) -> dict[tuple[SizeExpr, int], frozenset[int]]:
