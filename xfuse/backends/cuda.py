@@ -61,6 +61,7 @@ DEFAULT_ARCH = "sm_90"
 MAX_THREADS_PER_SM = 2048
 GRID_WAVES = int(os.environ.get("XFUSE_CUDA_WAVES", "8"))
 SYNC_LAUNCHES = os.environ.get("XFUSE_CUDA_SYNC") == "1"
+assert POINTER_ALIGNMENT & (POINTER_ALIGNMENT - 1) == 0, "launchers test alignment by an OR"
 """Wait for every launch, so that a fault is reported by the kernel that caused it (read once,
 at import)."""
 """Grid-stride kernels get this many waves of fully occupied SMs (or fewer blocks if enough)."""
@@ -373,7 +374,7 @@ class CUDAKernel:
             pointers = [b.data_ptr() for b in buffers if b.is_cuda]
             device = buffers[0].get_device()
             loaded = modules.get(device)
-            if (
+            if (  # (the pointers' OR is aligned where each is: the alignment is a power of 2)
                 loaded is None
                 or len(pointers) != count
                 or reduce(or_, pointers) % POINTER_ALIGNMENT
