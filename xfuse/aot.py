@@ -273,7 +273,7 @@ def explicit_devices(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             continue
         if node.kwargs.get("device") is not None:
             continue
-        node.kwargs = {**node.kwargs, "device": torch.device(device)}
+        node.kwargs = {**node.kwargs, "device": device}
         changed = True
     if changed:
         gm.recompile()

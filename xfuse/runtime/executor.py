@@ -270,13 +270,14 @@ SUPPORTED_DTYPES = _supported_dtypes()
 
 def is_plain_input(value: Any, device: torch.device) -> bool:
     """The common cases of `check_input`, in a few attribute reads: a dense tensor of a
-    supported dtype on the program's device, or a CPU scalar (which a program on another
-    device takes as it is: attention's RNG state that a training step's backward is given)."""
+    supported dtype on the program's device, or a CPU scalar (`is_cpu_scalar`, which
+    `check_input` passes as it is: attention's RNG state that a training step's backward is
+    given)."""
     return (
         isinstance(value, Tensor)
         and value.dtype in SUPPORTED_DTYPES
         and value.layout == torch.strided
-        and (value.device == device or (value.dim() == 0 and value.is_cpu))
+        and (value.device == device or is_cpu_scalar(value))
     )
 
 
