@@ -293,38 +293,6 @@ def test_a_factory_that_names_no_device_runs_on_the_default_device_it_was_traced
     assert [n.kwargs["device"] for n in factories] == [torch.device("meta")] * 2
 
 
-@gpu
-def test_gpu_attention_with_dropout_replays_its_backward_with_eagers_gradients() -> None:
-    """f32 attention with dropout on CUDA (the memory-efficient kernel) hands its backward its
-    RNG state as CPU scalars: the forward, which makes them on the host, runs step by step
-    (its reason names them); the backward replays a graph that reads device copies of them,
-    filled at each call. Each step's gradients are eager's from the same seed."""
-    from xfuse.testing.distributed import counting_parts
-
-    model = tiny_gpt2().cuda()
-    reference = copy.deepcopy(model)
-    ids = torch.randint(0, 64, (2, 16), device="cuda")
-    torch._dynamo.reset()
-    with counting_parts() as parts:
-        compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
-        for step in range(6):
-            for net in (compiled, reference):
-                torch.manual_seed(step)
-                net(input_ids=ids, labels=ids).loss.backward()
-            assert_same_grads(model, reference)
-            for net in (model, reference):
-                net.zero_grad(set_to_none=True)
-    runners: dict[str, list[Any]] = {"forward": [], "backward": []}
-    for part, program in zip(parts, parts.programs, strict=True):
-        for executable in getattr(program, "specialisations", {}).values():
-            if executable.graphs is not None and part in runners:
-                runners[part].append(executable.graphs)
-    forward = [r for r in runners["forward"] if r.reason is not None]
-    assert forward and all("(cpu, [], int64)" in str(r.reason) for r in forward)
-    assert any(r.reason is None and r.replays >= 3 for r in runners["backward"]), parts.graph_use()
-    torch._dynamo.reset()
-
-
 def trains_as_eager_under_autocast(device: str) -> None:
     """A step of the 1-layer GPT-2 under bf16 autocast on `device`, compiled in strict mode
     and eager from one seed: the same gradients."""

@@ -808,36 +808,3 @@ def test_a_call_on_two_devices_names_the_tensors_off_its_device() -> None:
     assert many.endswith("output 0 (cpu, [1], float32) and 2 more")
     assert _off_device(args[1:2], [], meta) == ""
     assert _off_device(args, [], torch.device("cpu")) == "input 1 (meta, [4], float32)"
-
-
-class _Stepped:
-    """A stand-in program of one step (no IR): what `GraphRunner._warm_up` reads of one."""
-
-    module = parse("func.func @forward() {\n  func.return\n}")
-    steps = [None]
-
-
-@pytest.mark.parametrize(
-    ("returns_on_cpu", "reason"),
-    [(False, None), (True, "output 1 (cpu, [], int64)")],
-)
-def test_a_cpu_scalar_read_is_captured_and_one_returned_runs_step_by_step(
-    returns_on_cpu: bool, reason: str | None
-) -> None:
-    """A program on a GPU (meta stands in) that reads a CPU scalar (the RNG state attention
-    with dropout hands its backward) may be captured: the graph reads a device copy of it. One
-    that returns a CPU scalar (attention's forward, which makes that state on the host) runs
-    step by step, and the reason names it."""
-    meta = torch.device("meta")
-    seed = torch.tensor(7, dtype=torch.int64)
-
-    def steps(program: Any, args: list[torch.Tensor], pool: BufferPool) -> list[torch.Tensor]:
-        out = torch.empty(4, device="meta")
-        return [out, seed.clone()] if returns_on_cpu else [out]
-
-    runner = GraphRunner(_Stepped(), steps, meta)  # type: ignore[arg-type]
-    runner._warm_up([torch.empty(4, device="meta"), seed], [], BufferPool(meta))
-    if reason is None:
-        assert runner.reason is None
-    else:
-        assert runner.reason is not None and reason in runner.reason

@@ -46,13 +46,9 @@ and replays it; later calls replay it. Eager semantics are kept exactly:
 - random numbers (dropout) are eager's: a replay draws from the generator's state at the
   call (torch's graph-safe RNG: `manual_seed` before a call gives eager's mask), and the run
   that precedes a capture leaves the generator as it found it;
-- a CPU scalar a program reads (a 0-d input: the RNG state that attention with dropout hands
-  its backward) is a device copy in the graph, filled with the call's value before each
-  replay, which a library kernel reads on the device under capture (attention's backward reads
-  it on the host outside one: the run before a capture passes the call's own). A program that
-  returns a CPU tensor (attention's forward, which makes that RNG state on the host) or reads
-  any other tensor off its device runs step by step: a replay computes device memory only,
-  and handing a value to the host would wait for the replay;
+- a program that reads or returns a CPU tensor (a 0-d scalar input, or the RNG state that
+  attention with dropout hands its backward, which the backward reads on the host) runs step
+  by step: a graph replays device work only;
 - a program that may write memory it does not own (an in-place torch op on an input) is never
   captured: its writes would land in the graph's copies. Neither is a program whose capture
   fails (a step that synchronises with the host). `reason` says why, and the program runs step
@@ -79,7 +75,7 @@ from xfuse.ir.functions import function_bodies
 from xfuse.ir.names import KERNEL_ATTR
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.outputs import fresh_copy
-from xfuse.runtime.steps import BufferPool, is_cpu_scalar
+from xfuse.runtime.steps import BufferPool
 
 Tensor = torch.Tensor
 
@@ -186,12 +182,8 @@ def _static_buffer(t: Tensor) -> Tensor:
 
 
 def _refresh(static: Tensor, t: Tensor) -> None:
-    """`t`'s values into the graph's buffer `static` (same sizes and strides: the signature);
-    a CPU scalar's as a fill of its value (a launch: no wait for the device, as a copy from
-    the host may make)."""
-    if t.is_cpu and not static.is_cpu and t.dim() == 0:
-        static.fill_(t.item())
-    elif overlaps(tuple(t.shape), tuple(t.stride())):
+    """`t`'s values into the graph's buffer `static` (same sizes and strides: the signature)."""
+    if overlaps(tuple(t.shape), tuple(t.stride())):
         span = _span(t)
         static.as_strided((span,), (1,)).copy_(t.as_strided((span,), (1,)))
     else:
@@ -497,12 +489,12 @@ class GraphRunner(Generic[P]):
         self._warm = True
         self._seen = _addresses(args)
         outputs = self.run_steps(self.program, args, pool)
-        off = _off_device([a for a in args if not is_cpu_scalar(a)], outputs, self.device)
-        if off:
-            devices = {t.device for t in (*args, *outputs)}
+        devices = {t.device for t in (*args, *outputs)}
+        if len(devices) > 1:
             self.reason = (
-                f"it reads or returns tensors on {len(devices)} devices ({off}; the RNG state "
-                "a library kernel makes on the host, say), which a CUDA graph cannot replay"
+                f"it reads or returns tensors on {len(devices)} devices ({_off_device(args, outputs, self.device)}"
+                "; a CPU scalar, or the RNG state a library kernel keeps on the host), which a "
+                "CUDA graph cannot replay"
             )
             return outputs
         state_ids = {id(t) for t in state}
@@ -584,10 +576,8 @@ class GraphRunner(Generic[P]):
         rng = torch.cuda.get_rng_state(device)
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
-        # A CPU scalar as the call's own: a library call reads it on the host outside a capture.
-        hosted = [a if is_cpu_scalar(a) else t for a, t in zip(args, inputs, strict=True)]
         with torch.cuda.stream(side):
-            self.run_steps(self.program, hosted, BufferPool(device))
+            self.run_steps(self.program, inputs, BufferPool(device))
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.set_rng_state(rng, device)
         pool = BufferPool(device)

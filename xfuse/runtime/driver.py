@@ -52,13 +52,13 @@ from xfuse.runtime.executor import (
     CallInputs,
     CompiledProgram,
     Executable,
+    is_cpu_scalar,
     normalize_device,
     run_program,
 )
 from xfuse.runtime.fallback import FallbackMode
 from xfuse.runtime.outputs import OutputPlan, with_kernel_strides
 from xfuse.runtime.state import ModuleState
-from xfuse.runtime.steps import is_cpu_scalar
 
 if TYPE_CHECKING:
     from xfuse.frontend.importer import ImportedProgram

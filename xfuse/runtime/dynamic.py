@@ -81,12 +81,12 @@ from xfuse.runtime.cache import KernelCache, default_cache
 from xfuse.runtime.compile_workers import start_workers
 from xfuse.runtime.compiler import output_sources, outputs_only_from
 from xfuse.runtime.cuda_graphs import cuda_graphs_enabled
-from xfuse.runtime.executor import CompiledProgram
+from xfuse.runtime.executor import CompiledProgram, is_cpu_scalar
 from xfuse.runtime.fallback import FallbackMode, reason_of
 from xfuse.runtime.outputs import fresh_copy
 from xfuse.runtime.shape_graphs import ShapeGraphs, ShapeKey, shape_key
 from xfuse.runtime.state import FunctionValues, ModuleState
-from xfuse.runtime.steps import BufferPool, is_cpu_scalar
+from xfuse.runtime.steps import BufferPool
 from xfuse.runtime.symbolic import SymbolicProgram, default_passes, measuring_sizes
 
 Tensor = torch.Tensor

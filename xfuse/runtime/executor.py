@@ -39,7 +39,7 @@ from xfuse.runtime.cuda_graphs import GraphRunner
 from xfuse.runtime.fallback import reason_of
 from xfuse.runtime.outputs import OutputPlan
 from xfuse.runtime.state import FunctionValues, ModuleState, layout_guard
-from xfuse.runtime.steps import BufferPool, is_cpu_scalar, new_pool
+from xfuse.runtime.steps import BufferPool, new_pool
 
 Tensor = torch.Tensor
 
@@ -200,6 +200,11 @@ def cpu_outputs(program: Program, args: Sequence[Tensor]) -> list[int]:
     kernels and the program's)."""
     on_cpu = frozenset(k for k in program.scalar_args if args[k].is_cpu)
     return program.outputs_only_from(on_cpu) if on_cpu else []
+
+
+def is_cpu_scalar(t: Any) -> bool:
+    """A 0-d CPU tensor, which eager's kernels on another device take as a value."""
+    return isinstance(t, Tensor) and t.dim() == 0 and t.is_cpu
 
 
 def describe(t: Tensor) -> str:

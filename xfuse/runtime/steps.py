@@ -83,12 +83,6 @@ _NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
 lent as bytes and viewed by torch)."""
 
 
-def is_cpu_scalar(t: object) -> bool:
-    """A 0-d CPU tensor, which eager's kernels on another device take as a value (a graph
-    reads a device copy of it: `xfuse.runtime.cuda_graphs`)."""
-    return isinstance(t, Tensor) and t.dim() == 0 and t.is_cpu
-
-
 def new_pool(device: torch.device) -> BufferPool:
     """A pool for a program's call on `device`: `POOL_FACTORY`'s (a `BufferPool`, or a test's
     pool with guard bands, `xfuse.testing.guarded.guarded_pools`)."""
