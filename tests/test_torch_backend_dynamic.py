@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -149,17 +149,28 @@ def _head_and_tail(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torc
     return (y[:n] * 2).sum(0), (y[n:] + x).exp()
 
 
-def test_a_tail_sliced_at_a_size_of_the_call_runs_one_symbolic_program(counts: Counts) -> None:
+def _head_and_tail_to_its_length(
+    x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    n = y.shape[0] - x.shape[0]  # the tail's end written as the dim's length
+    return (y[:n] * 2).sum(0), (y[n : y.shape[0]] + x).exp()
+
+
+@pytest.mark.parametrize("fn", [_head_and_tail, _head_and_tail_to_its_length])
+def test_a_tail_sliced_at_a_size_of_the_call_runs_one_symbolic_program(
+    counts: Counts, fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]
+) -> None:
     """`y[y.shape[0] - x.shape[0]:]`: a slice whose start is a difference of two sizes, to the
-    dim's end, imported as the last elements of the dim (its length the result's symbol); the
-    difference is a size symbol the fusion's proxies must keep positive."""
-    compiled = torch.compile(_head_and_tail, backend="xfuse", dynamic=True)
+    dim's end (unbounded, or the dim's length as a size of the call), imported as the last
+    elements of the dim (its length the result's symbol); the difference is a size symbol the
+    fusion's proxies must keep positive."""
+    compiled = torch.compile(fn, backend="xfuse", dynamic=True)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error", DynamicShapesWarning)
         warnings.simplefilter("error", FallbackWarning)
         for a, b in [(3, 7), (4, 9), (2, 11), (6, 9)]:
             x, y = torch.randn(a, 8), torch.randn(b, 8)
-            for got, want in zip(compiled(x, y), _head_and_tail(x, y), strict=True):
+            for got, want in zip(compiled(x, y), fn(x, y), strict=True):
                 torch.testing.assert_close(got, want)
     assert counts.programs("symbolic") == 1 and counts.programs("per-shape") == 0
 

@@ -401,6 +401,45 @@ def test_a_backward_input_of_a_product_of_sizes_compiles_symbolically(
     assert not backward.programs  # no call went per shape
 
 
+class Concatenation(torch.nn.Module):
+    """Two sequences, each of its own length, concatenated along time and projected: the
+    backward takes both lengths as ints and the gradient of their sum's length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return self.proj(torch.cat([x.exp(), y * 2], dim=1))
+
+
+def test_a_concatenations_backward_compiles_once_for_every_pair_of_lengths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backward of a concatenation of two symbolic lengths s1 and s2 takes s2 as an int
+    that no input's dim holds, and the gradient's s1 + s2: it solves s2 from that dim, and
+    compiles once, symbolically, with eager's input and weight gradients at every pair of
+    lengths (s2 pinned, it compiled once per length)."""
+    made = recorded_parts(monkeypatch)
+    model = Concatenation()
+    reference = copy.deepcopy(model)
+    net = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
+    torch.manual_seed(1)
+    for a, b in ((3, 4), (5, 2), (6, 7), (2, 9)):
+        x, y = torch.randn(2, a, 8), torch.randn(2, b, 8)
+        grads = []
+        for m, params in ((net, model.parameters()), (reference, reference.parameters())):
+            xs = (x.clone().requires_grad_(), y.clone().requires_grad_())
+            loss = m(*xs).pow(2).mean()
+            grads.append(torch.autograd.grad(loss, [*xs, *params]))
+        for got, expected in zip(*grads, strict=True):
+            torch.testing.assert_close(got, expected, msg=at((a, b), "gradient"))
+    backward = made["backward"]
+    assert backward.dynamic is not None, backward.symbolic_reason
+    assert not backward.programs  # no call went per shape
+
+
 def test_a_part_that_fails_per_shape_is_an_error_in_strict_mode(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

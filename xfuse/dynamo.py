@@ -467,8 +467,10 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     `UnsupportedProgram` (one line) where a symbolic program cannot take them: a SymFloat or
     SymBool input, a SymInt that is an expression of symbols no input holds, or a tensor's
     size that is an expression of symbols other than a product of held ones or `a*s + c` of
-    one (`_linear`: torch.export's derived `Dim`), once pinned ints are put in (`s0 + s1`). A SymInt input that is a symbol no tensor dim holds (a dynamic
-    Python int) is pinned to its example value (`pinned_ints`)."""
+    one (`_linear`: torch.export's derived `Dim`), once unheld ints are put in (`s0 + s1` of
+    two held symbols). A SymInt input that is a symbol no tensor dim holds (a dynamic Python
+    int) is solved from a dim that sums it with held symbols (that dim's size becomes a
+    symbol of its own), or pinned to its example value (`unheld_ints`)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise UnsupportedProgram(
@@ -477,9 +479,12 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     fakes = [_symbolic_value(n, x) for n, x in zip(placeholders, example_inputs, strict=True)]
     tensors = tuple(i for i, v in enumerate(fakes) if isinstance(v, Tensor))
     names = tuple(f"in{k}_{placeholders[i].name}" for k, i in enumerate(tensors))
-    pinned, values = pinned_ints(fakes)
+    pinned, values, sums = unheld_ints(fakes)
     held = {s: h for s, h in held_symbols(fakes).items() if s not in values}
     dims = {s: _dim_of(fakes[i] if d is None else fakes[i].shape[d]) for s, (i, d) in held.items()}
+    for symbol, (i, d) in sums.items():
+        held[symbol] = (i, d)
+        dims[symbol] = _dim_of(fakes[i].shape[d], str(symbol))
     shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
     plans: dict[int, tuple[tuple[Any, ...] | None, ...]] = {}
     holders: dict[Any, tuple[int, int]] = {}
@@ -546,7 +551,7 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             raise UnsupportedProgram(
                 f"input {placeholders[i].name} is a {type(value).__name__}, not a tensor or size"
             )
-    relations = size_relations(fakes, holders.keys())
+    relations = size_relations(fakes, holders.keys(), values)
     return SymbolicInputs(
         tensors,
         names,
@@ -562,7 +567,9 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     )
 
 
-def size_relations(fakes: Sequence[Any], symbols: Iterable[Any]) -> tuple[tuple[Any, Any], ...]:
+def size_relations(
+    fakes: Sequence[Any], symbols: Iterable[Any], values: dict[Any, Any] | None = None
+) -> tuple[tuple[Any, Any], ...]:
     """The equalities of sizes of `symbols` among the guards and runtime asserts of the shape
     environment of a graph's fake inputs `fakes`, as (lhs, rhs) sympy pairs: of polynomials
     (`Eq(s3*s88, s38*s97)`: cross-entropy's check that its input has as many rows as its
@@ -578,6 +585,7 @@ def size_relations(fakes: Sequence[Any], symbols: Iterable[Any]) -> tuple[tuple[
     asserts = [r.expr for rs in env.deferred_runtime_asserts.values() for r in rs]
     found: list[tuple[Any, Any]] = []
     for expr in [g.expr for g in env.guards] + asserts:
+        expr = expr.xreplace(values or {})
         if not expr.free_symbols or not expr.free_symbols <= known:
             continue
         pair: tuple[Any, Any] | None = None
@@ -643,26 +651,72 @@ def _is_polynomial(expr: Any, floor_divisions: bool = False) -> bool:
     return all(_is_polynomial(a, floor_divisions) for a in parts)
 
 
-def pinned_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any]]:
+Solved = dict[Any, tuple[int, int]]
+"""Each size symbol `unheld_ints` made for a tensor input's dim whose size sums an unheld
+symbol with held ones -> (input position, dim)."""
+
+
+def unheld_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any], Solved]:
     """The SymInt inputs that are a symbol no tensor dim holds, alone or as a factor of a
-    product of symbols (`SymbolicInputs.plans`): a dynamic Python int such as a model's
-    `logits_to_keep`, which a symbolic program does not take. Each one's position -> its
-    example value, and each one's symbol -> that value (a sympy integer), which sizes of it
-    become."""
+    product of symbols (`SymbolicInputs.plans`), and how a symbolic program does without them.
+    Where a tensor dim's size is such a symbol (a length: `_is_length`) plus symbols tensor
+    dims hold (an AOTAutograd
+    backward of a concatenation takes the parts' lengths `s1` and `s2` as ints and the
+    gradient's `s1 + s2`), the symbol is solved from that dim: a new symbol `sum_s2` stands for
+    the dim's size, and `s2` becomes `sum_s2 - s1`. Any other (a model's `logits_to_keep`, a
+    dynamic Python int) is pinned to its example value. Returns the pinned inputs' positions ->
+    their values, each unheld symbol -> what it becomes (a sympy integer, or an expression of
+    the new symbols), and each new symbol -> the (position, dim) that holds it."""
     import sympy
 
     dims = {s for s, (_, d) in held_symbols(fakes).items() if d is not None}
     dims |= _product_factors(fakes)
     pinned: dict[int, int] = {}
     values: dict[Any, Any] = {}
+    solved: Solved = {}
     for i, value in enumerate(fakes):
         if not isinstance(value, torch.SymInt):
             continue
         expr = value.node.expr
-        if expr.is_Symbol and expr not in dims:
-            pinned[i] = size_hint(value)
-            values[expr] = sympy.Integer(pinned[i])
-    return pinned, values
+        if not expr.is_Symbol or expr in dims:
+            continue
+        if expr in values and not values[expr].is_Integer:
+            continue  # solved from a dim already
+        found = None if expr in values or not _is_length(value) else _summed_dim(expr, fakes, dims)
+        if found is not None:
+            symbol = sympy.Symbol(f"sum_{expr}", integer=True, positive=True)
+            rest, solved[symbol] = found
+            values[expr] = symbol - rest
+            continue
+        pinned[i] = size_hint(value)
+        values[expr] = sympy.Integer(pinned[i])
+    return pinned, values, solved
+
+
+def _is_length(size: torch.SymInt) -> bool:
+    """Whether a SymInt's symbol is a tensor's length of 2 or more wherever dynamo's trace
+    holds (its range starts at 2, as a dim's does: sizes 0 and 1 specialise), not an int
+    that may be 0 or negative (a model's `logits_to_keep`)."""
+    found = size.node.shape_env.var_to_range.get(size.node.expr)
+    return found is not None and _finite(found.lower) and int(found.lower) >= 2
+
+
+def _summed_dim(
+    symbol: Any, fakes: Sequence[Any], held: set[Any]
+) -> tuple[Any, tuple[int, int]] | None:
+    """The first tensor dim among `fakes` whose size is `symbol` plus a non-zero sum of
+    symbols of `held` and integers, as (that sum, (position, dim)); None where there is none."""
+    for i, value in enumerate(fakes):
+        for d, size in enumerate(value.shape if isinstance(value, Tensor) else ()):
+            if not isinstance(size, torch.SymInt):
+                continue
+            expr = size.node.expr
+            if not expr.is_Add or expr.coeff(symbol) != 1:
+                continue
+            rest = expr - symbol
+            if rest != 0 and rest.free_symbols and rest.free_symbols <= held:
+                return rest, (i, d)
+    return None
 
 
 def _product_factors(fakes: Sequence[Any]) -> set[Any]:
@@ -760,13 +814,19 @@ def _symbolic_value(node: torch.fx.Node, example: Any) -> Any:
     return value if value is not None else example
 
 
-def _dim_of(size: torch.SymInt) -> Any:
+def _dim_of(size: torch.SymInt, name: str | None = None) -> Any:
     """torch.export's `Dim` for one of dynamo's size symbols, over the range its ShapeEnv
-    knows (from 2: sizes 0 and 1 are specialised); an `UnsupportedProgram` where the guards
-    leave it one size."""
+    knows (from 2: sizes 0 and 1 are specialised), or named `name` for a size that is an
+    expression of them, over the range their ranges give it; an `UnsupportedProgram` where the
+    guards leave it one size."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
     expr = size.node.expr
     env = size.node.shape_env
-    found = env.var_to_range.get(expr)
+    if expr.is_Symbol:
+        found = env.var_to_range.get(expr)
+    else:
+        found = bound_sympy(expr, env.var_to_range)
     low = max(2, int(found.lower)) if found is not None and _finite(found.lower) else 2
     high = int(found.upper) if found is not None and _finite(found.upper) else None
     low = guarded_low(env, expr, low, high)
@@ -774,9 +834,10 @@ def _dim_of(size: torch.SymInt) -> Any:
         raise UnsupportedProgram(
             f"size {expr} is {high} wherever the trace's guards on it hold: a size, not a symbol"
         )
+    name = str(expr) if name is None else name
     if high is not None:
-        return torch.export.Dim(str(expr), min=low, max=high)
-    return torch.export.Dim(str(expr), min=low)
+        return torch.export.Dim(name, min=low, max=high)
+    return torch.export.Dim(name, min=low)
 
 
 def _finite(bound: Any) -> bool:

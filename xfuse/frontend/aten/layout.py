@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch.fx
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, TensorType, f32, f64, i1, i64
@@ -13,6 +14,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each, _is_number, _norm_dims, _rank
 from xfuse.frontend.builder import (
+    SIZE_SYMBOLS,
     ImportBuilder,
     Value,
     decided_size,
@@ -195,13 +197,28 @@ def _tail_slice(
     if a["step"] != 1 or result == size or not (isinstance(size, str) or isinstance(result, str)):
         return None
     if end is not None and not (_is_number(end) and end >= UNBOUNDED_END):
-        return None
+        if not _is_dim_size(end, a["self"], dim):
+            return None
     index: list[graph.Dim] = [1] * _rank(x)
     index[dim] = result
     flipped = lw.emit(graph.FlipOp(x, [dim]))
     positions = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, 0))
     first = lw.emit(graph.GatherOp(flipped, [positions], dim, graph.dims_of(t)))
     return lw.emit(graph.FlipOp(first, [dim]))
+
+
+def _is_dim_size(size: Any, tensor: Any, dim: int) -> bool:
+    """Whether the FX size node `size` is, at every size, the size of dim `dim` of the FX
+    tensor node `tensor` (`x[:, a:x.shape[1]]`: an AOTAutograd backward of a concatenation
+    slices the gradient's last part up to a length it takes as an int)."""
+    symbols = SIZE_SYMBOLS.get()
+    if symbols is None or not is_size_node(size) or not isinstance(tensor, torch.fx.Node):
+        return False
+    val = tensor.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    want = symbols.size_polynomial(val.shape[dim])
+    return want is not None and symbols.size_polynomial(size.meta["val"]) == want
 
 
 def _select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
