@@ -7,6 +7,7 @@ bisector.
     xfuse-fuzz --bisect failures/fail_1_17.py              # the pass, the fusion, a lit test
     xfuse-fuzz --training --seconds 900 --seed 1           # forward and backward vs eager's
     xfuse-fuzz --dynamic --seconds 900 --seed 1            # several sizes, dynamic=True
+    xfuse-fuzz --training --dynamic --seconds 900 --seed 1 # both: training at several sizes
 
 The fuzz run ends with the line `N passed, M failed` and exits 1 when M > 0. Programs that
 torch.export rejects are counted as skipped, on a line of their own. With `--training`, each
@@ -17,7 +18,11 @@ program's outputs and input gradients through `torch.compile(backend="xfuse")` i
 program is called at its own sizes and two others of one dim through
 `torch.compile(backend="xfuse", dynamic=True)`, values and strides against eager's
 (`xfuse.testing.fuzz.dynamic`); the stages count how the backend compiled them (symbolic,
-per-shape).
+per-shape). With both, each program is trained at those sizes through
+`torch.compile(backend="xfuse", dynamic=True)` in strict mode, outputs and input gradients
+against eager's at each (`xfuse.testing.fuzz.dynamic_training`); the stages count how each part
+(forward, backward) compiled, and skips, coverage gaps and reasons for compiling per shape are
+counted as in either mode.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ class FuzzRun:
     allow_unsupported: bool = True
     semantics: bool = False
     mode: str = "forward"
-    """forward | training | dynamic (`reproducer.MODES`)"""
+    """forward | training | dynamic | dynamic-training (`reproducer.MODES`)"""
     per_program_s: int = 120
     verbose: bool = False
     passed: int = 0
@@ -66,13 +71,23 @@ class FuzzRun:
     skip_reasons: Counter[str] = field(default_factory=Counter[str])
     gap_ops: Counter[str] = field(default_factory=Counter[str])
     per_shape: Counter[str] = field(default_factory=Counter[str])
-    """The dynamic mode's reasons for compiling per shape, by how many programs gave each."""
+    """The dynamic modes' reasons for compiling per shape, by how many programs gave each."""
+
+    @property
+    def training(self) -> bool:
+        """Whether the mode trains (forward and backward through torch.compile)."""
+        return self.mode in ("training", "dynamic-training")
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the mode calls the program at several sizes with dynamic shapes."""
+        return self.mode in ("dynamic", "dynamic-training")
 
     def run_one(self, index: int) -> Outcome:
         seed = program_seed(self.seed, index)
         source = generate(seed, allow_unsupported=self.allow_unsupported).source
         outcome = self.check_in_time(source)
-        if self.mode == "training" and outcome.status == "skip" and outcome.message == REFUSED:
+        if self.training and outcome.status == "skip" and outcome.message == REFUSED:
             # The program drawn before its tail of dtypes eager refuses: one it differentiates.
             source = generate(
                 seed, allow_unsupported=self.allow_unsupported, mismatches=False
@@ -104,7 +119,7 @@ class FuzzRun:
         elif outcome.status == "pass":
             self.passed += 1
             self.stages.update(outcome.stages)
-            if self.mode == "dynamic" and outcome.message:
+            if self.dynamic and outcome.message:
                 self.per_shape.update(outcome.message.split("; "))
         else:
             self.failed += 1
@@ -131,10 +146,10 @@ class FuzzRun:
         else:
             lines = [f"{self.skipped} skipped"]
             lines += [f"  {n} x {why}" for why, n in self.skip_reasons.most_common()]
-        if self.mode == "training":
+        if self.training:
             lines.append(f"{self.gaps} coverage gaps (EagerFallbackError in strict mode)")
             lines += [f"  {n} x {op}" for op, n in self.gap_ops.most_common()]
-        if self.mode == "dynamic":
+        if self.dynamic:
             lines.append("compiled per shape, because:")
             lines += [f"  {n} x {why}" for why, n in self.per_shape.most_common()]
         if self.stages:
@@ -154,7 +169,7 @@ def fuzz(args: argparse.Namespace) -> int:
         pipeline=args.pipeline,
         allow_unsupported=not args.supported_only,
         semantics=args.semantics,
-        mode="training" if args.training else "dynamic" if args.dynamic else "forward",
+        mode=mode_of(args),
         verbose=args.verbose,
     )
     deadline = time.monotonic() + args.seconds
@@ -167,6 +182,14 @@ def fuzz(args: argparse.Namespace) -> int:
     for line in run.summary():
         print(line)
     return 1 if run.failed else 0
+
+
+def mode_of(args: argparse.Namespace) -> str:
+    """The run's mode (`reproducer.MODES`) by its flags: `--training` and `--dynamic` alone or
+    together, else forward."""
+    if args.training and args.dynamic:
+        return "dynamic-training"
+    return "training" if args.training else "dynamic" if args.dynamic else "forward"
 
 
 def bisect_file(args: argparse.Namespace) -> int:
@@ -203,12 +226,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--training",
         action="store_true",
-        help="check forward and backward through torch.compile against eager's gradients",
+        help="check forward and backward through torch.compile against eager's gradients "
+        "(with --dynamic: at several sizes)",
     )
     p.add_argument(
         "--dynamic",
         action="store_true",
-        help="call each program at several sizes through torch.compile(dynamic=True)",
+        help="call each program at several sizes through torch.compile(dynamic=True) "
+        "(with --training: train it at each)",
     )
     p.add_argument("--supported-only", action="store_true", help="only ops xfuse compiles")
     p.add_argument("--bisect", metavar="FILE", default=None, help="bisect a failing reproducer")

@@ -33,8 +33,14 @@ The dynamic-shapes mode (`xfuse-fuzz --dynamic`, `dynamic.check_dynamic`) calls 
 at its inputs' sizes and two other sizes of one dim through `torch.compile(backend="xfuse",
 dynamic=True)` and compares values and strides with eager's at each.
 
+Both together (`xfuse-fuzz --training --dynamic`, `dynamic_training.check_dynamic_training`)
+train each program at those sizes through `torch.compile(backend="xfuse", dynamic=True)`, its
+outputs and input gradients compared with eager's at each size as the training mode compares
+them, and say how each part (forward, backward) compiled: symbolically once, or per shape.
+
 One module per part: `program.py` (program text), `generator.py`, `draw_order.py` (the order
 each pool draws its ops in), `compare.py`, `runner.py` (the differential runner, and the
-`--semantics` aliasing check), `training.py` (the training mode), `dynamic.py` (the dynamic-shapes mode), `reproducer.py`; this package
-names what they export.
+`--semantics` aliasing check), `training.py` (the training mode), `dynamic.py` (the
+dynamic-shapes mode), `dynamic_training.py` (both), `reproducer.py`; this package names what
+they export.
 """

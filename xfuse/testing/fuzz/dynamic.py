@@ -21,6 +21,9 @@ called twice (the second call reuses the first's buffers).
 A size where eager's outputs are not finite or exceed `MAX_MAGNITUDE` (new values the program's
 ops were not drawn for) is left out of the comparison; a program eager refuses at its own sizes
 is skipped (the forward mode checks that xfuse refuses it).
+
+The sizes a run calls at are `sized_calls`'s; the dynamic-shapes training mode
+(`xfuse.testing.fuzz.dynamic_training`) trains the program at the same sizes.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from __future__ import annotations
 import re
 import warnings
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +55,29 @@ from xfuse.testing.fuzz.runner import (
 
 GROWTH: tuple[Callable[[int], int], ...] = (lambda n: n + 1, lambda n: 2 * n + 3)
 """The sizes called after the inputs' own `n`: one more, and about twice."""
+
+NO_SWEPT_SIZE = "no dim of size 2 or more"
+"""The skip of a program none of whose inputs' sizes can be swept (`swept_size`)."""
+
+Call = tuple[int, tuple[Tensor, ...]]
+"""One call of a run: the swept dim's size, and the inputs at that size."""
+
+
+def sized_calls(inputs: Sequence[Tensor], source: str) -> list[Call] | None:
+    """A run's calls: `inputs` at their own sizes, then at each size of `GROWTH` of the swept
+    one (`swept_size`; the inputs `resized`, drawn from the source's hash), the last size twice
+    (the same tensors: the second call reuses the first's buffers); None where no dim can be
+    swept."""
+    old = swept_size(inputs, source)
+    if old is None:
+        return None
+    generator = torch.Generator().manual_seed(zlib.crc32(source.encode()))
+    calls: list[Call] = [(old, tuple(inputs))]
+    for grow in GROWTH:
+        new = grow(old)
+        calls.append((new, tuple(resized(t, old, new, generator) for t in inputs)))
+    calls.append(calls[-1])
+    return calls
 
 
 def swept_size(inputs: Sequence[Tensor], source: str) -> int | None:
@@ -119,15 +146,9 @@ class DynamicDifferential:
             self.program(*inputs)
         except Exception:  # noqa: BLE001 - the forward mode checks what xfuse raises then
             return Outcome("skip", "eager", "eager refuses the program")
-        old = swept_size(inputs, self.source)
-        if old is None:
-            return Outcome("skip", "sizes", "no dim of size 2 or more")
-        generator = torch.Generator().manual_seed(zlib.crc32(self.source.encode()))
-        calls = [(old, inputs)]
-        for grow in GROWTH:
-            new = grow(old)
-            calls.append((new, tuple(resized(t, old, new, generator) for t in inputs)))
-        calls.append(calls[-1])
+        calls = sized_calls(inputs, self.source)
+        if calls is None:
+            return Outcome("skip", "sizes", NO_SWEPT_SIZE)
         passed = ["eager"]
         try:
             for device in self.devices:
@@ -136,7 +157,7 @@ class DynamicDifferential:
             return Outcome("fail", failure.stage, failure.message, passed)
         return Outcome("pass", message="; ".join(dict.fromkeys(self.per_shape)), stages=passed)
 
-    def run_on(self, device: str, calls: Sequence[tuple[int, tuple[Tensor, ...]]]) -> str:
+    def run_on(self, device: str, calls: Sequence[Call]) -> str:
         """Every call through one compiled function on `device`; the stage's name says how the
         backend compiled it (symbolic, per-shape, or static where dynamo specialised)."""
         from xfuse.dynamo import COMPILES
@@ -160,19 +181,13 @@ class DynamicDifferential:
             except Exception as e:  # noqa: BLE001 - xfuse must raise it too
                 self.same_error(stage, compiled, on_device, e)
                 return
-            if not all(_tame(t) for t in expected):
+            if not all(tame(t) for t in expected):
                 return
             try:
-                with warnings.catch_warnings(record=True) as said:
-                    warnings.simplefilter("always")
+                with per_shape_warnings(self.per_shape):
                     got = flat_tensors(compiled(*on_device))
             except Exception as e:
                 raise StageFailure(stage, _one_line(e) + _where(e)) from e
-        self.per_shape += [
-            per_shape_reason(str(w.message))
-            for w in said
-            if issubclass(w.category, DynamicShapesWarning)
-        ]
         reference = None
         if self.namespace.get("TOLERANCE") == RMSE_TOLERANCE:
             reference = f64_outputs(self.program, inputs, len(expected))
@@ -199,15 +214,49 @@ class DynamicDifferential:
         raise StageFailure(stage, f"computes what eager refuses: {_one_line(want)}")
 
 
+@contextmanager
+def per_shape_warnings(reasons: list[str]) -> Iterator[None]:
+    """In the block, warnings are not shown, and the reason of each `DynamicShapesWarning`
+    (`per_shape_reason`) is appended to `reasons`."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("ignore")
+        warnings.simplefilter("always", DynamicShapesWarning)
+        try:
+            yield
+        finally:
+            reasons += [
+                per_shape_reason(str(w.message))
+                for w in said
+                if issubclass(w.category, DynamicShapesWarning)
+            ]
+
+
+PER_SHAPE_REFUSAL = re.compile(
+    r"(?:refused (?:it|the (?P<part>\w+) part)"
+    r"|(?P<call>a call) (?:of the (?P<called>\w+) part )?the symbolic program refuses)"
+    r": (?:xfuse: )?"
+)
+"""What a `DynamicShapesWarning` says before its reason: the symbolic compile refused the
+graph (or a training part), or the symbolic program refused a call (a size out of its range)."""
+
+
 def per_shape_reason(message: str) -> str:
-    """A `DynamicShapesWarning`'s reason, its numbers and size symbols elided, cut short: what
-    the fuzzer counts."""
-    reason = message.split("refused it: ", 1)[-1].removeprefix("xfuse: ")
+    """A `DynamicShapesWarning`'s reason (after `PER_SHAPE_REFUSAL`), after the part it names
+    ("backward: ") and "a call: " where the symbolic program refused a call, its numbers and
+    size symbols elided, cut short: what the fuzzer counts."""
+    found = PER_SHAPE_REFUSAL.search(message)
+    if found is None:
+        reason = message.removeprefix("xfuse: ")
+    else:
+        part = found["part"] or found["called"]
+        named = (f"{part}: " if part else "") + ("a call: " if found["call"] else "")
+        reason = named + message[found.end() :]
     return re.sub(r"\b(s\d+|\d+)\b", "N", reason)[:90]
 
 
-def _tame(t: Tensor) -> bool:
-    """Whether eager's output `t` is finite and within `MAX_MAGNITUDE` (or not floating)."""
+def tame(t: Tensor) -> bool:
+    """Whether eager's output `t` is finite and within `MAX_MAGNITUDE` (or not floating): a
+    size where one is not is left out of the comparison."""
     if not t.is_floating_point() or t.numel() == 0:
         return True
     return bool(t.isfinite().all()) and float(t.abs().max()) <= MAX_MAGNITUDE

@@ -11,15 +11,20 @@ from xfuse.testing.fuzz.runner import Outcome, check_source
 # ---------------------------------------------------------------------------------------------
 
 
-MODES = ("forward", "training", "dynamic")
+MODES = ("forward", "training", "dynamic", "dynamic-training")
 """The fuzzer's modes: every stage of xfuse against eager (`runner.check_source`), forward and
 backward through torch.compile (`training.check_training`, `xfuse-fuzz --training`), calls at
 several sizes through torch.compile with dynamic shapes (`dynamic.check_dynamic`, `xfuse-fuzz
---dynamic`)."""
+--dynamic`), and both: forward and backward at several sizes
+(`dynamic_training.check_dynamic_training`, `xfuse-fuzz --training --dynamic`)."""
 
 RERUN = {
     "training": "its forward and backward through torch.compile (xfuse-fuzz --training)",
     "dynamic": "its calls at several sizes through torch.compile(dynamic=True) (xfuse-fuzz --dynamic)",
+    "dynamic-training": (
+        "its forward and backward at several sizes through torch.compile(dynamic=True) "
+        "(xfuse-fuzz --training --dynamic)"
+    ),
 }
 """What a reproducer of each mode but the forward one runs again."""
 
@@ -66,8 +71,8 @@ def program_part(text: str) -> str:
 
 
 def check_file(path: str, devices: Sequence[str] | None = None, mode: str = "forward") -> int:
-    """Run a reproducer's program through xfuse as the fuzzer's `mode` does (the training and
-    dynamic modes on the CPU unless `devices` says otherwise); print the outcome; 0 when it
+    """Run a reproducer's program through xfuse as the fuzzer's `mode` does (the modes through
+    torch.compile on the CPU unless `devices` says otherwise); print the outcome; 0 when it
     passes."""
     with open(path) as f:
         source = program_part(f.read())
@@ -81,10 +86,14 @@ def check_in_mode(source: str, mode: str, devices: Sequence[str] | None = None) 
     if mode not in MODES:
         raise ValueError(f"no fuzzing mode {mode!r} (the modes: {', '.join(MODES)})")
     from xfuse.testing.fuzz.dynamic import check_dynamic
+    from xfuse.testing.fuzz.dynamic_training import check_dynamic_training
     from xfuse.testing.fuzz.training import check_training
 
-    if mode == "training":
-        return check_training(source, devices or ("cpu",))
-    if mode == "dynamic":
-        return check_dynamic(source, devices or ("cpu",))
+    checks = {
+        "training": check_training,
+        "dynamic": check_dynamic,
+        "dynamic-training": check_dynamic_training,
+    }
+    if mode in checks:
+        return checks[mode](source, devices or ("cpu",))
     return check_source(source, devices)

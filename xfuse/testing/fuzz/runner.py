@@ -462,14 +462,16 @@ def f64_outputs(
     return out if len(out) == count else None
 
 
-def same_layout_on(t: Tensor, device: str) -> Tensor:
+def same_layout_on(t: Tensor, device: str, copy: bool = False) -> Tensor:
     """`t` on `device` with its sizes, strides and storage offset: its whole storage moved,
     viewed as `t` views it. (`t.to(device)` makes an expanded or gapped input dense, and eager's
-    aliasing and strides on the device would then not be those of the CPU reference.)"""
-    if t.device == torch.device(device):
+    aliasing and strides on the device would then not be those of the CPU reference.) `t`
+    itself where it is on `device`, unless `copy` asks for a copy."""
+    if t.device == torch.device(device) and not copy:
         return t
-    flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
-    return flat.to(device).as_strided(t.size(), t.stride(), t.storage_offset())
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage())
+    moved = flat.to(device, copy=copy)
+    return moved.as_strided(t.size(), t.stride(), t.storage_offset())
 
 
 def program_structure(compiled: Any) -> tuple[Any, ...]:

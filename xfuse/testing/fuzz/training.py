@@ -22,6 +22,10 @@ saved tensor modified in place) is skipped with a reason (`skip_reason`), and so
 gradient is not finite in eager or in f64 (`tame_gradients`). A part xfuse cannot
 compile raises `EagerFallbackError` in strict mode: that is a `gap` (a coverage gap, not a
 wrong result), its message kept to say which op.
+
+The dynamic-shapes training mode (`xfuse.testing.fuzz.dynamic_training`, `xfuse-fuzz --training
+--dynamic`) checks the same steps, by the same rules, through `torch.compile(dynamic=True)`
+(`TrainingDifferential.dynamic`) at several sizes (`TrainingDifferential.at_size`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import torch
 
 from xfuse.errors import EagerFallbackError
 from xfuse.testing.fuzz.compare import compare_outputs, flat_tensors, pooled_rmse_ok
+from xfuse.testing.fuzz.dynamic import per_shape_warnings
 from xfuse.testing.fuzz.program import RMSE_TOLERANCE, Tensor, load_source
 from xfuse.testing.fuzz.runner import (
     Float64Casts,
@@ -89,6 +94,9 @@ AOT_REFUSES = "torch's AOTAutograd cannot trace the program (aot_eager's compile
 """The skip of a program that torch.compile refuses with any backend (AOTAutograd's trace
 raises for `aot_eager` as for xfuse): nothing of xfuse's to check."""
 
+NO_AOT = "no graph went through AOTAutograd"
+"""The skip of a program whose compiled calls trained nothing through xfuse's parts."""
+
 
 def skip_reason(stage: str, error: Exception) -> str:
     """Why eager cannot run `stage` ("forward", "backward") of a program with grad: a rule of
@@ -138,6 +146,9 @@ class TrainingDifferential:
 
     source: str
     device: str = "cpu"
+    dynamic: bool | None = None
+    """torch.compile's `dynamic`: None its default, True every dim symbolic (the
+    dynamic-shapes training mode, `xfuse.testing.fuzz.dynamic_training`)."""
     namespace: dict[str, Any] = field(init=False)
     grad_inputs: list[int] = field(init=False)
     needs_grad: list[bool] | None = field(init=False, default=None)
@@ -145,6 +156,10 @@ class TrainingDifferential:
     weights: list[Tensor] = field(init=False, default_factory=list[Tensor])
     cotangent: int = field(init=False, default=0)
     """Which draw of the loss's weights: 0 the first, each of `RESAMPLES` another."""
+    sized: tuple[Tensor, ...] | None = field(init=False, default=None)
+    """The inputs at other sizes (`at_size`), copied for each step; None: `make_inputs()`."""
+    per_shape: list[str] = field(init=False, default_factory=list[str])
+    """Why the backend compiled a part per shape (`dynamic.per_shape_warnings`)."""
 
     def __post_init__(self) -> None:
         self.namespace = load_source(self.source)
@@ -153,10 +168,23 @@ class TrainingDifferential:
     def program(self) -> Callable[..., Any]:
         return self.namespace["program"]
 
+    def at_size(self, inputs: tuple[Tensor, ...]) -> None:
+        """Steps from now on start from copies of `inputs` (the program's at other sizes), the
+        loss's weights drawn for their outputs and eager's step telling again which need
+        grad."""
+        self.sized = inputs
+        self.weights, self.cotangent, self.needs_grad = [], 0, None
+
+    def fresh_inputs(self) -> list[Tensor]:
+        """The step's inputs, fresh and on the CPU: `make_inputs()`, or copies of `sized`."""
+        if self.sized is None:
+            return list(self.namespace["make_inputs"]())
+        return [same_layout_on(t, "cpu", copy=True) for t in self.sized]
+
     def leaves(self, dtype: torch.dtype | None = None) -> tuple[Tensor, ...]:
         """Fresh inputs on the device (their layouts kept), the grad inputs leaves that
         require grad; with `dtype`, f32 inputs in that dtype (the f64 reference)."""
-        inputs = [same_layout_on(t, self.device) for t in self.namespace["make_inputs"]()]
+        inputs = [same_layout_on(t, self.device) for t in self.fresh_inputs()]
         if dtype is not None:
             inputs = [t.to(dtype) if t.dtype == torch.float32 else t for t in inputs]
         for i in self.grad_inputs:
@@ -208,13 +236,23 @@ class TrainingDifferential:
         if not self.grad_inputs:
             return Outcome("skip", "eager", "no floating input")
         with full_f32_on(self.device):
-            expected = self.run_eager()
+            expected = self.expected()
             if isinstance(expected, Outcome):
                 return expected
-            reference = self.run_f64()
-            if not tame_gradients(expected, reference):
-                return Outcome("skip", "eager", UNTAMED)
-            return self.run_compiled(expected, reference)
+            return self.run_compiled(
+                lambda compiled, passed: self.steps(compiled, passed, *expected)
+            )
+
+    def expected(self) -> tuple[Step, Step | None] | Outcome:
+        """Eager's step and its f64 reference (None where that does not run); a skip where
+        eager cannot differentiate the program or a gradient is not finite."""
+        expected = self.run_eager()
+        if isinstance(expected, Outcome):
+            return expected
+        reference = self.run_f64()
+        if not tame_gradients(expected, reference):
+            return Outcome("skip", "eager", UNTAMED)
+        return expected, reference
 
     def run_eager(self) -> Step | Outcome:
         inputs = self.leaves()
@@ -234,7 +272,7 @@ class TrainingDifferential:
         without grad too (the forward fuzzer checks xfuse raises as eager does), or
         `skip_reason`."""
         try:
-            self.program(*self.namespace["make_inputs"]())
+            self.program(*self.fresh_inputs())
         except Exception:  # noqa: BLE001 - eager refuses the program itself
             return REFUSED
         return skip_reason("forward", error)
@@ -251,31 +289,67 @@ class TrainingDifferential:
         except Exception:  # noqa: BLE001 - the rule then is assert_close alone
             return None
 
-    def run_compiled(self, expected: Step, reference: Step | None) -> Outcome:
+    def run_compiled(self, steps: Callable[[Callable[..., Any], list[str]], None]) -> Outcome:
+        """`steps(compiled, passed)` through a fresh `torch.compile` of the program (xfuse, in
+        strict mode), `passed` the stages that matched eager's: a pass with those stages, a
+        failure or a coverage gap where a step raises its `StageFailure` (`failed`), a skip
+        where no graph went through AOTAutograd."""
         from torch._dynamo.utils import counters
 
         torch._dynamo.reset()
-        compiled = torch.compile(self.program, backend="xfuse", options=STRICT)
+        compiled = self.torch_compiled("xfuse")
         traced = counters["aot_autograd"]["total"]
         passed: list[str] = []
         try:
-            for k, name in enumerate(STEPS):
-                with ExitStack() as stack:
-                    pools = stack.enter_context(guarded_pools()) if k == 0 else []
-                    got = self.compiled_step(name, compiled)
-                _check_bounds(name, pools)
-                self.check(name, got, expected, reference, compiled)
-                passed.append(name)
+            steps(compiled, passed)
         except StageFailure as failure:
-            status = "gap" if failure.stage.endswith(" gap") else "fail"
-            if status == "fail" and self.torch_cannot_trace(failure):
-                return Outcome("skip", "aot_autograd", AOT_REFUSES)
-            return Outcome(status, failure.stage, failure.message, passed)
+            return self.failed(failure, passed)
         finally:
             torch._dynamo.reset()
         if counters["aot_autograd"]["total"] == traced:
-            return Outcome("skip", "dynamo", "no graph went through AOTAutograd")
+            return Outcome("skip", "dynamo", NO_AOT)
         return Outcome("pass", stages=passed)
+
+    def torch_compiled(self, backend: str) -> Callable[..., Any]:
+        """The program through torch.compile with `backend` (xfuse's in strict mode)."""
+        options = STRICT if backend == "xfuse" else None
+        return torch.compile(self.program, backend=backend, dynamic=self.dynamic, options=options)
+
+    def steps(
+        self,
+        compiled: Callable[..., Any],
+        passed: list[str],
+        expected: Step,
+        reference: Step | None,
+    ) -> None:
+        """The training mode's `STEPS` through `compiled`, each checked against eager's."""
+        for k, name in enumerate(STEPS):
+            self.checked_step(name, compiled, expected, reference, guarded=k == 0)
+            passed.append(name)
+
+    def checked_step(
+        self,
+        name: str,
+        compiled: Callable[..., Any],
+        expected: Step,
+        reference: Step | None,
+        guarded: bool,
+    ) -> None:
+        """A step through `compiled` checked against eager's (`check`); where `guarded`, its
+        new buffers between guard bands, a write past them a "<name> (bounds)" failure."""
+        with ExitStack() as stack:
+            pools = stack.enter_context(guarded_pools()) if guarded else []
+            got = self.compiled_step(name, compiled)
+        _check_bounds(name, pools)
+        self.check(name, got, expected, reference, compiled)
+
+    def failed(self, failure: StageFailure, passed: list[str]) -> Outcome:
+        """The outcome of a step's `failure`: a coverage gap ("<name> gap"), a skip where
+        torch's own AOTAutograd cannot trace the program, else a failure."""
+        status = "gap" if failure.stage.endswith(" gap") else "fail"
+        if status == "fail" and self.torch_cannot_trace(failure):
+            return Outcome("skip", "aot_autograd", AOT_REFUSES)
+        return Outcome(status, failure.stage, failure.message, passed)
 
     def torch_cannot_trace(self, failure: StageFailure) -> bool:
         """Whether `failure` is the backend's compile failing where torch's own AOTAutograd
@@ -288,7 +362,7 @@ class TrainingDifferential:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                self.step(torch.compile(self.program, backend="aot_eager"), self.leaves())
+                self.step(self.torch_compiled("aot_eager"), self.leaves())
         except torch._dynamo.exc.BackendCompilerFailed:
             return True
         except Exception:  # noqa: BLE001 - aot_eager traced it and failed elsewhere
@@ -299,10 +373,10 @@ class TrainingDifferential:
 
     def compiled_step(self, name: str, compiled: Callable[..., Any]) -> Step:
         """The step through the compiled program; a strict-mode `EagerFallbackError` is a
-        "<name> gap" stage failure, any other error a failure of the step."""
+        "<name> gap" stage failure, any other error a failure of the step. Why the backend
+        compiled a part per shape goes to `per_shape`."""
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with per_shape_warnings(self.per_shape):
                 return self.step(compiled, self.leaves())
         except StageFailure as failure:
             raise StageFailure(f"{name} {failure.stage}", failure.message) from failure
