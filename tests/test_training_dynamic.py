@@ -440,6 +440,29 @@ def test_a_concatenations_backward_compiles_once_for_every_pair_of_lengths(
     assert not backward.programs  # no call went per shape
 
 
+class SquareProduct(torch.nn.Module):
+    """A product of a weight with an input of two equal symbolic dims (`[s, s, 4]`, folded
+    into `s**2` rows): the forward returns the size `s**2` for the backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.randn(4, 3))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.matmul(x * 3, self.weight)
+
+
+def test_a_saved_size_that_is_a_square_is_computed_at_each_call(compiles: Compiles) -> None:
+    """A size the forward returns for the backward that is a power of a symbol (`s**2`: two
+    equal dims folded by a product) is computed at each call, with eager's loss and gradients
+    at every size."""
+    torch.manual_seed(1)
+    inputs = [torch.randn(n, n, 4) for n in (3, 5, 7)]
+    train_alike(SquareProduct(), inputs, squares)
+    assert compiles("symbolic") == 2
+
+
 def test_a_part_that_fails_per_shape_is_an_error_in_strict_mode(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

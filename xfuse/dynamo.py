@@ -727,10 +727,25 @@ def _product_factors(fakes: Sequence[Any]) -> set[Any]:
         for size in value.shape if isinstance(value, Tensor) else ():
             if not isinstance(size, torch.SymInt):
                 continue
-            _, factors = size.node.expr.as_coeff_mul()
-            if all(f.is_Symbol for f in factors):
-                found.update(factors)
+            split = _symbol_factors(size.node.expr)
+            if split is not None:
+                found.update(split[1])
     return found
+
+
+def _symbol_factors(expr: Any) -> tuple[Any, tuple[Any, ...]] | None:
+    """A size that is an integer times a product of symbols as (the integer, the symbols, a
+    power's base as often as its exponent: `8*s0**2` is (8, (s0, s0))); None for any other."""
+    coefficient, factors = expr.as_coeff_mul()
+    symbols: list[Any] = []
+    for f in factors:
+        if f.is_Pow and f.base.is_Symbol and f.exp.is_Integer and int(f.exp) >= 1:
+            symbols += [f.base] * int(f.exp)
+        elif f.is_Symbol:
+            symbols.append(f)
+        else:
+            return None
+    return coefficient, tuple(symbols)
 
 
 def _pinned_size(size: int | torch.SymInt, values: dict[Any, Any]) -> Any:
@@ -738,8 +753,27 @@ def _pinned_size(size: int | torch.SymInt, values: dict[Any, Any]) -> Any:
     import sympy
 
     if isinstance(size, torch.SymInt):
-        return size.node.expr.xreplace(values)
+        return _exact_quotients(size.node.expr.xreplace(values))
     return sympy.Integer(size)
+
+
+def _exact_quotients(expr: Any) -> Any:
+    """`expr` with each floor division of a polynomial by one that divides it exactly, with
+    integer coefficients, written as the quotient (`(s0**2)//s0` is `s0`: a view that splits a
+    product's rows back)."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    def quotient(e: Any) -> Any:
+        a, b = e.args
+        if not (a.is_polynomial() and b.is_polynomial()) or not a.free_symbols:
+            return e
+        q, r = sympy.div(a, b)
+        if r != 0 or not all(c.is_Integer for c in sympy.Poly(q, *a.free_symbols).coeffs()):
+            return e
+        return q
+
+    return expr.replace(lambda e: isinstance(e, FloorDiv), quotient)
 
 
 def _linear(expr: Any, held: Held) -> tuple[int, Any, int] | None:
@@ -757,14 +791,11 @@ def _linear(expr: Any, held: Held) -> tuple[int, Any, int] | None:
 
 def _factors(expr: Any, held: Held, name: str, dim: int) -> tuple[Any, ...]:
     """The factors of a dim whose size is a product of size symbols that inputs hold (a tensor
-    dim, a SymInt input), and of an integer (`8*s0*s1`: (8, s0, s1), the integer first where it is not 1); an
+    dim, a SymInt input), and of an integer (`8*s0*s1`: (8, s0, s1), the integer first where it
+    is not 1; `s0**2`: (s0, s0)); an
     `UnsupportedProgram` (one line) for any other expression."""
-    coefficient, factors = expr.as_coeff_mul()
-    if not (
-        coefficient.is_Integer
-        and int(coefficient) >= 1
-        and all(f.is_Symbol and f in held for f in factors)
-    ):
+    coefficient, factors = _symbol_factors(expr) or (expr, ())
+    if not (coefficient.is_Integer and int(coefficient) >= 1 and all(f in held for f in factors)):
         raise UnsupportedProgram(
             f"input {name} has size {expr} at dim {dim}, an expression of size symbols other "
             "than a product of symbols that inputs hold"
@@ -785,8 +816,8 @@ def joined(t: Tensor, plan: tuple[tuple[Any, ...] | None, ...]) -> Tensor:
 
 
 def size_value(expr: Any, values: dict[Any, Any]) -> Any:
-    """A sympy expression of size symbols (sums, products, floor divisions and remainders of
-    them and of integers) computed from each symbol's value in `values` (ints, or SymInts
+    """A sympy expression of size symbols (sums, products, non-negative integer powers, floor
+    divisions and remainders of them and of integers) computed from each symbol's value in `values` (ints, or SymInts
     while torch.export traces); an `UnsupportedProgram` for any other operation."""
     import sympy
     from torch.utils._sympy.functions import FloorDiv
@@ -800,6 +831,8 @@ def size_value(expr: Any, values: dict[Any, Any]) -> Any:
         return functools.reduce(operator.add, args)
     if isinstance(expr, sympy.Mul):
         return functools.reduce(operator.mul, args)
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 0:
+        return functools.reduce(operator.mul, [args[0]] * int(expr.exp), 1)
     if isinstance(expr, FloorDiv):
         return args[0] // args[1]
     if type(expr).__name__ in ("Mod", "PythonMod"):
@@ -1293,6 +1326,7 @@ def _size_of(node: torch.fx.Node, symbols: Held) -> Any:
             f"the part returns the size {expr}, whose symbols {', '.join(unknown)} no input "
             "holds (a data-dependent size)"
         )
+    size_value(expr, dict.fromkeys(expr.free_symbols, 2))  # an operation computed here
     return expr
 
 
