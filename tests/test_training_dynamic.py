@@ -523,3 +523,17 @@ def test_a_part_output_that_views_another_is_cloned_from_the_internal_ones(
     assert (got[2].untyped_storage().data_ptr() == got[1].untyped_storage().data_ptr()) == (
         clones == 0
     )
+
+
+def test_a_size_a_part_returns_is_computed_from_its_symbols() -> None:
+    """`size_value` computes the sizes a part may return for the backward: sums, products,
+    powers (`s**2`), floor divisions, remainders, minima and maxima (a diagonal's length
+    `Min(s0, s1)`), and refuses any other operation in one line."""
+    import sympy
+
+    a, b = sympy.symbols("a b", integer=True, positive=True)
+    values = {a: 4, b: 2}
+    assert dynamo.size_value(a**2 + 3 * b, values) == 22
+    assert dynamo.size_value(sympy.Min(a, b) * sympy.Max(a, b + 5), values) == 14
+    with pytest.raises(UnsupportedProgram, match="no symbolic program computes"):
+        dynamo.size_value(sympy.sqrt(a), values)

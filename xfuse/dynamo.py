@@ -817,10 +817,10 @@ def joined(t: Tensor, plan: tuple[tuple[Any, ...] | None, ...]) -> Tensor:
 
 def size_value(expr: Any, values: dict[Any, Any]) -> Any:
     """A sympy expression of size symbols (sums, products, non-negative integer powers, floor
-    divisions and remainders of them and of integers) computed from each symbol's value in `values` (ints, or SymInts
+    divisions, remainders, minima and maxima of them and of integers) computed from each symbol's value in `values` (ints, or SymInts
     while torch.export traces); an `UnsupportedProgram` for any other operation."""
     import sympy
-    from torch.utils._sympy.functions import FloorDiv
+    from torch.utils._sympy.functions import FloorDiv, Max, Min
 
     if expr.is_Integer:
         return int(expr)
@@ -835,6 +835,10 @@ def size_value(expr: Any, values: dict[Any, Any]) -> Any:
         return functools.reduce(operator.mul, [args[0]] * int(expr.exp), 1)
     if isinstance(expr, FloorDiv):
         return args[0] // args[1]
+    if isinstance(expr, sympy.Min | Min):
+        return functools.reduce(torch.sym_min, args)
+    if isinstance(expr, sympy.Max | Max):
+        return functools.reduce(torch.sym_max, args)
     if type(expr).__name__ in ("Mod", "PythonMod"):
         return args[0] % args[1]
     raise UnsupportedProgram(f"the size {expr} has an operation no symbolic program computes")

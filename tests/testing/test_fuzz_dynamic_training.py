@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.testing.test_fuzz_training import changed
 from xfuse import dynamo
 from xfuse.cli import fuzz as cli
 from xfuse.errors import UnsupportedProgram, XfuseError
@@ -49,20 +50,6 @@ def sizes(text: str) -> list[int]:
     calls = sized_calls(load_source(text)["make_inputs"](), text)
     assert calls is not None
     return [size for size, _ in calls]
-
-
-def changed(program: Callable[..., Any], change: Change, from_run: int) -> Callable[..., Any]:
-    """`program`, every tensor it returns passed through `change` from its `from_run`th call."""
-    runs: list[int] = []
-
-    def run(*args: Any) -> Any:
-        runs.append(1)
-        results = program(*args)
-        if len(runs) < from_run:
-            return results
-        return [change(t) if isinstance(t, Tensor) else t for t in results]
-
-    return run
 
 
 @pytest.fixture

@@ -45,6 +45,22 @@ BROADCAST = source(["v1 = torch.sin(x0) * x1", "v2 = torch.exp(v1) + x1"], ["v1"
 """Two inputs, one broadcast (its gradient is a sum), two outputs that need grad."""
 
 
+def changed(
+    program: Callable[..., Any], change: Callable[[Tensor], Tensor], from_run: int
+) -> Callable[..., Any]:
+    """`program`, every tensor it returns passed through `change` from its `from_run`th call."""
+    runs: list[int] = []
+
+    def run(*args: Any) -> Any:
+        runs.append(1)
+        results = program(*args)
+        if len(runs) < from_run:
+            return results
+        return type(results)(change(t) if isinstance(t, Tensor) else t for t in results)
+
+    return run
+
+
 @pytest.fixture
 def planted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     """`plant(part, change, from_run=1)`: every tensor the compiled `part` ("forward",
@@ -54,18 +70,7 @@ def planted(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     def plant(part: str, change: Callable[[Tensor], Tensor], from_run: int = 1) -> None:
         def compile_part(self: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> Any:
             program = real(self, gm, inputs)
-            if self.part != part:
-                return program
-            runs: list[int] = []
-
-            def run(*args: Any) -> Any:
-                runs.append(1)
-                results = program(*args)
-                if len(runs) < from_run:
-                    return results
-                return tuple(change(t) if isinstance(t, Tensor) else t for t in results)
-
-            return run
+            return changed(program, change, from_run) if self.part == part else program
 
         monkeypatch.setattr(PartCompiler, "compile", compile_part)
 

@@ -44,7 +44,7 @@ from xfuse.aot import PartCompiler
 from xfuse.runtime.executor import CompiledProgram
 from xfuse.testing.fuzz.dynamic import NO_SWEPT_SIZE, Call, DynamicDifferential, sized_calls, tame
 from xfuse.testing.fuzz.program import load_source
-from xfuse.testing.fuzz.runner import Outcome, StageFailure, _one_line, _where, full_f32_on
+from xfuse.testing.fuzz.runner import Outcome, StageFailure, full_f32_on, outcomes_on
 from xfuse.testing.fuzz.training import Step, TrainingDifferential
 
 KINDS = ("symbolic", "per-shape", "static")
@@ -213,15 +213,8 @@ class DynamicTrainingDifferential:
 def check_dynamic_training(source: str, devices: Sequence[str] = ("cpu",)) -> Outcome:
     """A program trained at several sizes through torch.compile with dynamic shapes against
     eager on each device (the first outcome that is no pass); never raises for a failure."""
-    stages = ["eager"]
-    reasons: list[str] = []
-    for device in devices:
-        try:
-            outcome = DynamicTrainingDifferential(source, device).run()
-        except Exception as e:  # the harness itself: report it, do not stop the fuzzer
-            return Outcome("fail", "harness", _one_line(e) + _where(e), stages)
-        if outcome.status != "pass":
-            return outcome
-        stages += outcome.stages
-        reasons += [outcome.message] if outcome.message else []
-    return Outcome("pass", message="; ".join(reasons), stages=stages)
+    found = outcomes_on(devices, lambda d: DynamicTrainingDifferential(source, d).run())
+    if isinstance(found, Outcome):
+        return found
+    stages = ["eager", *(stage for o in found for stage in o.stages)]
+    return Outcome("pass", message="; ".join(o.message for o in found if o.message), stages=stages)

@@ -57,6 +57,21 @@ def _where(e: BaseException) -> str:
     return f" [{f.filename.rsplit('/xfuse/', 1)[-1]}:{f.lineno}]"
 
 
+def outcomes_on(devices: Sequence[str], run: Callable[[str], Outcome]) -> list[Outcome] | Outcome:
+    """`run`'s outcome on each device, or the first that is no pass; a crash of the harness
+    itself is a failure, reported, never raised (the fuzzer goes on)."""
+    found: list[Outcome] = []
+    for device in devices:
+        try:
+            outcome = run(device)
+        except Exception as e:  # noqa: BLE001 - the harness itself: report it
+            return Outcome("fail", "harness", _one_line(e) + _where(e), ["eager"])
+        if outcome.status != "pass":
+            return outcome
+        found.append(outcome)
+    return found
+
+
 @dataclass
 class Differential:
     """Runs one program (from source) through eager and every xfuse stage."""

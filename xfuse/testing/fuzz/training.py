@@ -53,6 +53,7 @@ from xfuse.testing.fuzz.runner import (
     _where,
     full_f32_on,
     magnitude,
+    outcomes_on,
     same_layout_on,
 )
 from xfuse.testing.guarded import GuardedPool, guarded_pools
@@ -533,13 +534,8 @@ def _tensor(t: Tensor | None) -> Tensor:
 def check_training(source: str, devices: Sequence[str] = ("cpu",)) -> Outcome:
     """A program's training step through xfuse against eager's on each device (the first
     outcome that is no pass); never raises for a failure."""
-    stages: list[str] = []
-    for device in devices:
-        try:
-            outcome = TrainingDifferential(source, device).run()
-        except Exception as e:  # the harness itself: report it, do not stop the fuzzer
-            return Outcome("fail", "harness", _one_line(e) + _where(e), stages)
-        if outcome.status != "pass":
-            return outcome
-        stages += [f"{device} {stage}" for stage in outcome.stages]
+    found = outcomes_on(devices, lambda device: TrainingDifferential(source, device).run())
+    if isinstance(found, Outcome):
+        return found
+    stages = [f"{d} {stage}" for d, o in zip(devices, found, strict=True) for stage in o.stages]
     return Outcome("pass", stages=stages)
