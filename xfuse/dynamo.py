@@ -660,13 +660,13 @@ def unheld_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any], S
     """The SymInt inputs that are a symbol no tensor dim holds, alone or as a factor of a
     product of symbols (`SymbolicInputs.plans`), and how a symbolic program does without them.
     Where a tensor dim's size is such a symbol (a length: `_is_length`) plus symbols tensor
-    dims hold (an AOTAutograd
-    backward of a concatenation takes the parts' lengths `s1` and `s2` as ints and the
-    gradient's `s1 + s2`), the symbol is solved from that dim: a new symbol `sum_s2` stands for
-    the dim's size, and `s2` becomes `sum_s2 - s1`. Any other (a model's `logits_to_keep`, a
-    dynamic Python int) is pinned to its example value. Returns the pinned inputs' positions ->
-    their values, each unheld symbol -> what it becomes (a sympy integer, or an expression of
-    the new symbols), and each new symbol -> the (position, dim) that holds it."""
+    dims hold (an AOTAutograd backward of a concatenation takes the parts' lengths `s1` and
+    `s2` as ints and the gradient's `s1 + s2`), the symbol is solved from that dim: a new
+    symbol `sum_s2` stands for the dim's size, and `s2` becomes `sum_s2 - s1`. Any other (a
+    model's `logits_to_keep`, a dynamic Python int) is pinned to its example value. Returns
+    the pinned inputs' positions -> their values, each unheld symbol -> what it becomes (a
+    sympy integer, or an expression of the new symbols), and each new symbol -> the
+    (position, dim) that holds it."""
     import sympy
 
     dims = {s for s, (_, d) in held_symbols(fakes).items() if d is not None}
@@ -792,8 +792,8 @@ def _linear(expr: Any, held: Held) -> tuple[int, Any, int] | None:
 def _factors(expr: Any, held: Held, name: str, dim: int) -> tuple[Any, ...]:
     """The factors of a dim whose size is a product of size symbols that inputs hold (a tensor
     dim, a SymInt input), and of an integer (`8*s0*s1`: (8, s0, s1), the integer first where it
-    is not 1; `s0**2`: (s0, s0)); an
-    `UnsupportedProgram` (one line) for any other expression."""
+    is not 1; `s0**2`: (s0, s0)); an `UnsupportedProgram` (one line) for any other
+    expression."""
     coefficient, factors = _symbol_factors(expr) or (expr, ())
     if not (coefficient.is_Integer and int(coefficient) >= 1 and all(f in held for f in factors)):
         raise UnsupportedProgram(
@@ -817,8 +817,9 @@ def joined(t: Tensor, plan: tuple[tuple[Any, ...] | None, ...]) -> Tensor:
 
 def size_value(expr: Any, values: dict[Any, Any]) -> Any:
     """A sympy expression of size symbols (sums, products, non-negative integer powers, floor
-    divisions, remainders, minima and maxima of them and of integers) computed from each symbol's value in `values` (ints, or SymInts
-    while torch.export traces); an `UnsupportedProgram` for any other operation."""
+    divisions, remainders, minima and maxima of them and of integers) computed from each
+    symbol's value in `values` (ints, or SymInts while torch.export traces); an
+    `UnsupportedProgram` for any other operation."""
     import sympy
     from torch.utils._sympy.functions import FloorDiv, Max, Min
 
