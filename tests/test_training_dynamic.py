@@ -23,6 +23,7 @@ from xfuse.errors import (
     UnsupportedProgram,
     XfuseError,
 )
+from xfuse.testing.fuzz.compare import compare_outputs
 from xfuse.training import PartCompiler
 
 Tensor = torch.Tensor
@@ -537,3 +538,74 @@ def test_a_size_a_part_returns_is_computed_from_its_symbols() -> None:
     assert dynamo.size_value(sympy.Min(a, b) * sympy.Max(a, b + 5), values) == 14
     with pytest.raises(UnsupportedProgram, match="no symbolic program computes"):
         dynamo.size_value(sympy.sqrt(a), values)
+
+
+class StridedConvNet(torch.nn.Module):
+    """Strided convolutions and poolings, flattened: the backward takes saved activations
+    whose lengths are the layers' output lengths (`(s0 - 1)//2 + 1`) and the flattened
+    gradient (a product of such lengths)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.second = torch.nn.Conv2d(8, 8, 5, stride=2)
+        self.pool = torch.nn.MaxPool2d(3, 2)
+        self.average = torch.nn.AvgPool2d(2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.pool(torch.relu(self.first(x)))
+        y = self.average(torch.nn.functional.gelu(self.second(y)))
+        return y.flatten(1).sum(1) + y.mean((2, 3)).sum(1)
+
+
+def test_a_backward_of_strided_layers_compiles_once_for_every_image_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backward of strided convolutions and poolings takes activations whose lengths are
+    floor divisions of the image's (`((s0 - 1)//2) + 1`, and a flattened product of such):
+    each such length is a size symbol of its own, checked against its expression at each
+    call, and the backward compiles once, symbolically, with eager's gradients at every
+    batch and image size (the weights' gradients, sums over the batch and the image, held
+    to eager's distance from an f64 run: `compare_outputs`)."""
+    made = recorded_parts(monkeypatch)
+    model = StridedConvNet()
+    reference = copy.deepcopy(model)
+    exact = copy.deepcopy(model).double()
+    net = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
+    torch.manual_seed(1)
+    for b, h, w in ((2, 80, 83), (3, 87, 90), (2, 95, 71), (4, 110, 113)):
+        x = torch.randn(b, 3, h, w)
+        grads = []
+        for m in (net, reference, exact):
+            xs = x.clone().to(next(m.parameters()).dtype).requires_grad_()
+            loss = m(xs).pow(2).mean()
+            grads.append(torch.autograd.grad(loss, [xs, *m.parameters()]))
+        assert compare_outputs(*grads) is None, (b, h, w)
+    for part in ("forward", "backward"):
+        assert made[part].dynamic is not None, made[part].symbolic_reason
+        assert not made[part].programs, part  # no call went per shape
+
+
+class SizeScaled(torch.nn.Module):
+    """A linear layer's output scaled by sizes of the call as numbers (`x.shape[1] /
+    (x.shape[0] * 1.0)`): forward and backward make tensors of sizes (`scalar_tensor(s0)`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear(x) * x.shape[1] / (x.shape[0] * 1.0)
+
+
+def test_sizes_as_numbers_train_with_one_program_per_part(compiles: Compiles) -> None:
+    """Sizes of the call used as numbers (a tensor made of a size, as a mean's backward
+    divides by its count) compile once per part, symbolically, with eager's losses and
+    gradients at every size."""
+    torch.manual_seed(1)
+    inputs = [torch.randn(b, t, 4) for b, t in ((5, 3), (7, 6), (9, 2))]
+    train_alike(SizeScaled(), inputs, squares)
+    assert compiles("symbolic") == 2
+    assert compiles("per-shape") == 0

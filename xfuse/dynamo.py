@@ -392,6 +392,9 @@ class SymbolicInputs:
     with that dim: (index into `tensors`, dim) pairs. `function` checks them equal, so that
     torch.export's trace makes them one symbol with `Dim.AUTO` too, which gives each dim a
     symbol of its own (`_refined_ranges`)."""
+    computed: dict[Any, Any] = field(default_factory=dict)
+    """Each size symbol that stands for an expression of held ones (`computed_factors`) -> that
+    expression: a factor of a dim that `plans` splits, computed at each call."""
 
     @functools.cached_property
     def _pick_tensors(self) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
@@ -413,6 +416,8 @@ class SymbolicInputs:
         if not self.plans:
             return found
         values = symbol_values(self.held, args)
+        for symbol, expr in self.computed.items():
+            values[symbol] = size_value(expr, values)
         for k, plan in self.plans.items():
             t = found[k]
             shape: list[int] = []
@@ -485,6 +490,11 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     for symbol, (i, d) in sums.items():
         held[symbol] = (i, d)
         dims[symbol] = _dim_of(fakes[i].shape[d], str(symbol))
+    computed = computed_factors(fakes, held.keys(), values)
+    env = _shape_env(fakes)
+    for expr, symbol in computed.items():
+        dims[symbol] = _dim_of_expr(expr, env, str(symbol))
+    known = held.keys() | set(computed.values())
     shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
     plans: dict[int, tuple[tuple[Any, ...] | None, ...]] = {}
     holders: dict[Any, tuple[int, int]] = {}
@@ -492,15 +502,16 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     for k, i in enumerate(tensors):
         entries: list[tuple[Any, ...] | None] = []
         sizes_of = [_pinned_size(size, values) for size in fakes[i].shape]
+        sizes_of = [e.xreplace(computed) for e in sizes_of]
         linear: dict[int, tuple[int, Any, int]] = {}
         for d, expr in enumerate(sizes_of):
             if expr.is_number or expr.is_Symbol:  # a number: dynamo specialised
                 entries.append(None)
-            elif (line := _linear(expr, held)) is not None:  # `s0 + 1`: a derived Dim
+            elif (line := _linear(expr, known)) is not None:  # `s0 + 1`: a derived Dim
                 linear[d] = line
                 entries.append(None)
             else:
-                entries.append(_factors(expr, held, placeholders[i].name, d))
+                entries.append(_factors(expr, known, placeholders[i].name, d))
         if any(e is not None for e in entries):
             plans[k] = tuple(entries)
         spec: dict[int, Any] = {}
@@ -545,13 +556,14 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
                     f"input {placeholders[i].name} is the size {expr}, which no tensor "
                     "input's dims hold (a dynamic Python int)"
                 )
-            size_value(expr, dict.fromkeys(holders, 2))  # its operations are ones computed here
+            check_computable(expr)
             derived[i] = expr
         else:
             raise UnsupportedProgram(
                 f"input {placeholders[i].name} is a {type(value).__name__}, not a tensor or size"
             )
     relations = size_relations(fakes, holders.keys(), values)
+    relations += tuple((symbol, expr) for expr, symbol in computed.items())
     return SymbolicInputs(
         tensors,
         names,
@@ -564,6 +576,7 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
         pinned,
         relations,
         tuple(shared),
+        {symbol: expr for expr, symbol in computed.items()},
     )
 
 
@@ -693,6 +706,54 @@ def unheld_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any], S
     return pinned, values, solved
 
 
+def computed_factors(
+    fakes: Sequence[Any], held: Collection[Any], values: dict[Any, Any]
+) -> dict[Any, Any]:
+    """The factors of tensor input dims' sizes that are expressions of `held` symbols other
+    than a symbol: a convolution's or pooling's output length `(s0 - 3)//2 + 1`, which an
+    AOTAutograd backward takes as a saved activation's dim, or as a factor of a flattened
+    one's (`4*((s0 - 3)//4 + 1)**2`). Each distinct expression -> a size symbol of its own,
+    where every factor of the dim is held or such an expression (else the dim is left to
+    `_factors`' refusal): the program takes the dim split into its factors (`plans`) and
+    checks each such symbol equal to its expression at each call (a relation), so the
+    symbol is the expression wherever the program runs. Dims that are one symbol, `a*s + c`
+    (`_linear`) or a product of held symbols need none."""
+    import sympy
+
+    found: dict[Any, Any] = {}
+    for value in fakes:
+        for size in value.shape if isinstance(value, Tensor) else ():
+            expr = _pinned_size(size, values)
+            if expr.is_number or expr.is_Symbol or _linear(expr, held) is not None:
+                continue
+            coefficient, factors = expr.as_coeff_mul()
+            bases = [f.base if f.is_Pow and f.exp.is_Integer and f.exp >= 1 else f for f in factors]
+            if not (coefficient.is_Integer and int(coefficient) >= 1):
+                bases = [expr]
+            new = [b for b in bases if not (b.is_Symbol and b in held)]
+            if all(not b.is_Symbol and b.free_symbols <= set(held) and computable(b) for b in new):
+                for b in new:
+                    found.setdefault(
+                        b, sympy.Symbol(f"size{len(found)}", integer=True, positive=True)
+                    )
+    return found
+
+
+def check_computable(expr: Any) -> None:
+    """An `UnsupportedProgram` (one line) where `size_value` does not compute a size
+    expression (an operation it does not know)."""
+    size_value(expr, dict.fromkeys(expr.free_symbols, 2))
+
+
+def computable(expr: Any) -> bool:
+    """Whether `size_value` computes a size expression (`check_computable`)."""
+    try:
+        check_computable(expr)
+    except UnsupportedProgram:
+        return False
+    return True
+
+
 def _is_length(size: torch.SymInt) -> bool:
     """Whether a SymInt's symbol is a tensor's length of 2 or more wherever dynamo's trace
     holds (its range starts at 2, as a dim's does: sizes 0 and 1 specialise), not an int
@@ -776,7 +837,7 @@ def _exact_quotients(expr: Any) -> Any:
     return expr.replace(lambda e: isinstance(e, FloorDiv), quotient)
 
 
-def _linear(expr: Any, held: Held) -> tuple[int, Any, int] | None:
+def _linear(expr: Any, held: Collection[Any]) -> tuple[int, Any, int] | None:
     """(a, s, c) where a dim's size is `a*s + c` of one size symbol `s` that an input holds
     (dynamo relates a tail's input to another's length, `s0 + 1`), `a` a positive integer and
     `c` a non-zero integer: torch.export's derived `Dim`; None for any other expression."""
@@ -789,7 +850,7 @@ def _linear(expr: Any, held: Held) -> tuple[int, Any, int] | None:
     return int(scale), symbol, int(offset)
 
 
-def _factors(expr: Any, held: Held, name: str, dim: int) -> tuple[Any, ...]:
+def _factors(expr: Any, held: Collection[Any], name: str, dim: int) -> tuple[Any, ...]:
     """The factors of a dim whose size is a product of size symbols that inputs hold (a tensor
     dim, a SymInt input), and of an integer (`8*s0*s1`: (8, s0, s1), the integer first where it
     is not 1; `s0**2`: (s0, s0)); an `UnsupportedProgram` (one line) for any other
@@ -857,10 +918,13 @@ def _dim_of(size: torch.SymInt, name: str | None = None) -> Any:
     knows (from 2: sizes 0 and 1 are specialised), or named `name` for a size that is an
     expression of them, over the range their ranges give it; an `UnsupportedProgram` where the
     guards leave it one size."""
+    return _dim_of_expr(size.node.expr, size.node.shape_env, name)
+
+
+def _dim_of_expr(expr: Any, env: Any, name: str | None = None) -> Any:
+    """`_dim_of` for a sympy size expression `expr` of the symbols of shape environment `env`."""
     from torch.utils._sympy.value_ranges import bound_sympy
 
-    expr = size.node.expr
-    env = size.node.shape_env
     if expr.is_Symbol:
         found = env.var_to_range.get(expr)
     else:
@@ -1331,7 +1395,7 @@ def _size_of(node: torch.fx.Node, symbols: Held) -> Any:
             f"the part returns the size {expr}, whose symbols {', '.join(unknown)} no input "
             "holds (a data-dependent size)"
         )
-    size_value(expr, dict.fromkeys(expr.free_symbols, 2))  # an operation computed here
+    check_computable(expr)
     return expr
 
 

@@ -55,6 +55,12 @@ class SizeSymbols:
         every size expression is reduced."""
         self.conditions: list[graph.SizeCondition] = []
         """The inequalities of sizes torch's trace assumed (`add_conditions`)."""
+        self.defined: dict[str, Any] = {}
+        """Input symbols the trace's guards equate to an expression of other input symbols
+        with a floor division (`add_definitions`) -> that sympy expression, which every size
+        that names the symbol is written with (no longer input symbols)."""
+        self._definitions: dict[Any, Any] = {}
+        """The same, by sympy symbol."""
         self._table: graph.SizesAttr | None = None
         self._table_at: tuple[int, int, int] = (-1, -1, -1)
         """The table as it stood with as many derived symbols, relations and conditions (each
@@ -112,7 +118,7 @@ class SizeSymbols:
 
         rank = {s.name: i for i, s in enumerate(self.inputs)}
         for guard in getattr(env, "guards", ()):
-            expr = env.replace(guard.expr)
+            expr = self.defined_in(env.replace(guard.expr))
             if not isinstance(expr, sympy.Eq):
                 continue
             lhs, rhs = self._plain(expr.lhs), self._plain(expr.rhs)
@@ -122,6 +128,47 @@ class SizeSymbols:
             relation = graph.SizeRelation.oriented(difference, rank)
             if relation is not None:
                 self.relations.append(relation)
+
+    def add_definitions(self, env: Any, node: torch.fx.Node) -> None:
+        """Record the guards of torch's shape environment `env` that equate an input symbol
+        to an expression of other input symbols with a floor division (`Eq(s45, (s36 - 3)//2
+        + 1)`: a backward's saved activation whose length a convolution of another input's
+        computes, checked by `dynamo.computed_factors`' relation) as its definition. Every
+        size that names the symbol is then written with its expression, so that the
+        program's sizes are one family (`s45**2 // ((s36 - 3)//2 + 1)` is exact). torch makes
+        no replacement of such a guard (it replaces by linear expressions only). `node` names
+        the program in a refusal."""
+        import sympy
+
+        for guard in getattr(env, "guards", ()):
+            expr = env.replace(guard.expr)
+            if not isinstance(expr, sympy.Eq):
+                continue
+            for symbol, definition in ((expr.lhs, expr.rhs), (expr.rhs, expr.lhs)):
+                name = str(symbol)
+                if not (symbol.is_Symbol and name in self.names) or name in self.defined:
+                    continue
+                used = {str(x) for x in definition.free_symbols}
+                if not (used and used <= self.names - self.defined.keys() - {name}):
+                    continue
+                if not any(_is_floordiv(a) for a in sympy.preorder_traversal(definition)):
+                    continue
+                try:  # its floor divisions become atoms of the table
+                    self.polynomial(definition, node)
+                except SymbolicSizeError:
+                    continue
+                self.defined[name] = definition
+                self._definitions[symbol] = definition
+                self.inputs = [s for s in self.inputs if s.name != name]
+                self.by_expr.pop(graph.SizeExpr.symbol(name), None)
+                break
+
+    def defined_in(self, expr: Any) -> Any:
+        """A sympy expression with each defined symbol (`add_definitions`) written as its
+        definition."""
+        if not self.defined:
+            return expr
+        return expr.xreplace(self._definitions)
 
     def add_residues(self, env: Any, node: torch.fx.Node) -> None:
         """Record, before the graph's sizes are read, the guards of torch's shape environment
@@ -135,7 +182,7 @@ class SizeSymbols:
         import sympy
 
         for guard in getattr(env, "guards", ()):
-            expr = env.replace(guard.expr)
+            expr = self.defined_in(env.replace(guard.expr))
             if not isinstance(expr, (sympy.Eq, sympy.Ne)):
                 continue
             try:
@@ -246,10 +293,10 @@ class SizeSymbols:
             a.expr
             for group in asserts
             for a in group
-            if {str(x) for x in env.replace(a.expr).free_symbols} <= names
+            if {str(x) for x in env.replace(a.expr).free_symbols} <= names | self.defined.keys()
         ]
         for raw in exprs:
-            expr = env.simplify(raw)
+            expr = self.defined_in(env.simplify(raw))
             if (
                 expr == sympy.true
                 or not raw.free_symbols
@@ -363,6 +410,8 @@ class SizeSymbols:
             return self._ordered(expr, remainders, picks)
         if expr.is_Integer:
             return graph.SizeExpr.constant(int(expr))
+        if expr.is_Symbol and str(expr) in self.defined:
+            return self._plain(self.defined[str(expr)], remainders, picks)
         if expr.is_Symbol:
             return graph.SizeExpr.symbol(str(expr)) if str(expr) in self.names else None
         if expr.is_Pow:
@@ -702,6 +751,8 @@ class SizeSymbols:
         """A sympy size expression of input symbols as a polynomial, or SymbolicSizeError."""
         if expr.is_Integer:
             return graph.SizeExpr.constant(int(expr))
+        if expr.is_Symbol and str(expr) in self.defined:
+            return self.polynomial(self.defined[str(expr)], node)
         if expr.is_Symbol and str(expr) in self.names:
             return graph.SizeExpr.symbol(str(expr))
         if expr.is_Add or expr.is_Mul:

@@ -686,8 +686,11 @@ class Importer:
                 attr[CHANNELS_LAST_ATTR] = UnitAttr()
             typed.append(node)
             arg_attrs.append(DictionaryAttr(attr))
-        # Typed once every input's symbols are known: an input's dim may be a size of another
-        # input after it (`s0 + 1`, where a later input's dim is `s0`).
+        # Typed once every input's symbols and their definitions are known: an input's dim
+        # may be a size of another input after it (`s0 + 1`, where a later input's dim is `s0`).
+        symbols = SIZE_SYMBOLS.get()
+        if symbols is not None and placeholders:
+            symbols.add_definitions(shape_env_of(placeholders), placeholders[0])
         arg_types += [tensor_type_of_val(node.meta.get("val"), node) for node in typed]
 
         symbols = SIZE_SYMBOLS.get()
