@@ -353,6 +353,21 @@ def test_sizes_read_as_numbers_run_one_symbolic_program(counts: Counts) -> None:
     _matches_with_one_symbolic_program(_shifted_window_mask, shapes, counts)
 
 
+def _scaled_by_floats_of_sizes(x: torch.Tensor) -> torch.Tensor:
+    """Python floats of the call's sizes (SymFloats: a mean by hand, a ratio, a negation) as
+    operands of tensor ops."""
+    n, m = x.shape[0], x.shape[1]
+    return (x * 2).sum(0) / (n * 1.0) - m / 3 + x[0] * -(n * 0.5)
+
+
+def test_floats_of_sizes_run_one_symbolic_program(counts: Counts) -> None:
+    """Floats computed from sizes of the call (`sym_float(s0) * 1.0`, `s1 / 3`, a negation)
+    are computed by the program in double, as Python computes them, then cast: one symbolic
+    program for every size."""
+    shapes = [(5, 3), (7, 6), (9, 2), (4, 11)]
+    _matches_with_one_symbolic_program(_scaled_by_floats_of_sizes, shapes, counts)
+
+
 def _merged(x: torch.Tensor) -> torch.Tensor:
     """Swin's patch merging of a [b, h, w, c] map: padded to even sizes where odd, its four
     strided quarters side by side."""

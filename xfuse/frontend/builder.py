@@ -1185,14 +1185,38 @@ class ImportBuilder:
 
     def operand(self, x: Any, dtype: Attribute) -> SSAValue:
         """A tensor node cast to `dtype`, a size of the call (a SymInt node: `h - 7`) as its
-        `graph.size_value` cast to `dtype`, or a Python scalar as a 0-d constant of `dtype`."""
+        `graph.size_value` cast to `dtype`, a float of the call (a SymFloat node) as its
+        `float_value` cast to `dtype`, or a Python scalar as a 0-d constant of `dtype`."""
         if is_size_node(x):
             return self.cast(self.size_value(x), dtype)
+        if isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymFloat):
+            return self.cast(self.float_value(x), dtype)
         if isinstance(x, torch.fx.Node):
             return self.cast(self.tensor(x), dtype)
         if isinstance(x, bool | int | float):
             return self.constant(x, dtype)
         raise UnsupportedProgram(f"expected a tensor or a number, found {x!r}")
+
+    def float_value(self, x: Any) -> SSAValue:
+        """A Python float the call computes from its sizes (a SymFloat node: `sym_float(s0) *
+        1.0`, a mean's count) as a 0-d f64 value, computed in double as Python does; a
+        number as an f64 constant; `SymbolicSizeError` for another float."""
+        f64 = dtypes.from_torch(torch.float64)
+        if is_size_node(x):
+            return self.cast(self.size_value(x), f64)
+        if isinstance(x, int | float) and not isinstance(x, bool):
+            return self.constant(float(x), f64)
+        if isinstance(x, torch.fx.Node) and x.target is torch.sym_float:
+            return self.float_value(x.args[0])
+        if isinstance(x, torch.fx.Node) and x.target is operator.neg:
+            return self.emit(graph.NegOp(self.float_value(x.args[0])))
+        op = FLOAT_ARITHMETIC.get(x.target) if isinstance(x, torch.fx.Node) else None
+        if op is not None and len(x.args) == 2 and not x.kwargs:
+            return self.emit(op(self.float_value(x.args[0]), self.float_value(x.args[1])))
+        name = x.name if isinstance(x, torch.fx.Node) else repr(x)
+        raise SymbolicSizeError(
+            f"cannot import the float {name} of the call: it is no arithmetic of its sizes"
+        )
 
     def size_value(self, node: torch.fx.Node) -> SSAValue:
         """A size node of a symbolic import as a 0-d i64 `graph.size_value` of the table's
@@ -1270,6 +1294,16 @@ class ImportBuilder:
         if graph.shape_of(value) == tuple(shape) or graph.dims_of(value) == tuple(shape):
             return value
         return self.emit(graph.ReshapeOp(value, shape))
+
+
+FLOAT_ARITHMETIC: dict[Any, type[graph.BinaryOp]] = {
+    operator.add: graph.AddOp,
+    operator.sub: graph.SubOp,
+    operator.mul: graph.MulOp,
+    operator.truediv: graph.DivOp,
+}
+"""The Python operators on floats of the call (SymFloats) that `ImportBuilder.float_value`
+computes, by the graph op that computes each."""
 
 
 def fold_empty_results(block: Block) -> None:

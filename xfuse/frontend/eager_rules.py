@@ -378,6 +378,14 @@ def is_size_node(x: Any) -> bool:
     return isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt)
 
 
+def is_scalar_node(x: Any) -> bool:
+    """Whether `x` is an FX node whose value is a number of the call: a size (a SymInt) or a
+    float computed from sizes (a SymFloat: `sym_float(s0) * 1.0`)."""
+    return isinstance(x, torch.fx.Node) and isinstance(
+        x.meta.get("val"), torch.SymInt | torch.SymFloat
+    )
+
+
 def size_hint(size: int | torch.SymInt) -> int | None:
     """A size as an int: a symbolic one at its example's value (its hint), read without the
     guard that `int()` would record (which would specialise the exported program to that

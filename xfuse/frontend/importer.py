@@ -58,14 +58,13 @@ from xfuse.frontend.builder import (
     fold_empty_results,
     has_symbolic_size,
     importing_sizes,
-    is_size_node,
     node_error,
     tensor_type_of_val,
     traced_memory_order,
     used_outputs,
 )
 from xfuse.frontend.decompositions import extra_decompositions, symbolic_decompositions
-from xfuse.frontend.eager_rules import check_eager_rules, size_hint, unread_checks
+from xfuse.frontend.eager_rules import check_eager_rules, is_scalar_node, size_hint, unread_checks
 from xfuse.frontend.outputs import (
     BaseLayout,
     OutputRule,
@@ -430,12 +429,12 @@ def needs_decomposition(program: ExportedProgram, symbolic: bool = False) -> boo
     """Whether some node is not `read_as_exported` (decomposing is the slow part of an import;
     a program of such ops only is already in the form the importer reads, its attention calls
     included). In a symbolic import a size computation (`sym_size`, `operator.mul` of sizes:
-    a SymInt value) is read as it is: it has no graph value (`convert_symbolic_node`), and
-    decomposing leaves it as it was."""
+    a SymInt value, a SymFloat of sizes) is read as it is: it has no graph value
+    (`convert_symbolic_node`), and decomposing leaves it as it was."""
     return any(
         node.op == "call_function"
         and node.target is not operator.getitem
-        and not (symbolic and is_size_node(node))
+        and not (symbolic and is_scalar_node(node))
         and not read_as_exported(node)
         for node in program.graph.nodes
     )
@@ -822,13 +821,15 @@ def convert_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
 
 def convert_symbolic_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value:
     """`convert_aten_node` where the import reads symbolic sizes: a size computation
-    (`sym_size`, `operator.mul` of sizes, a comparison of sizes for a check) has no graph value (the types of the tensors
-    carry their sizes); an op that involves a symbolic size and whose converter fails,
-    produces other types than torch's or ops that do not verify, or that would be a
-    `torch_call` with a size argument (its arguments are constants), refuses in one line."""
+    (`sym_size`, `operator.mul` of sizes, a comparison of sizes for a check, a float of sizes)
+    has no graph value (the types of the tensors carry their sizes; an op that takes one as
+    a number computes it: `ImportBuilder.operand`); an op that involves a symbolic size and
+    whose converter fails, produces other types than torch's or ops that do not verify, or
+    that would be a `torch_call` with a size or float argument (its arguments are
+    constants), refuses in one line."""
     val = node.meta.get("val")
-    if isinstance(val, torch.SymInt | torch.SymBool):
-        return None
+    if isinstance(val, torch.SymInt | torch.SymBool | torch.SymFloat):
+        return None  # a size, a float of sizes or a check: operands read them (`operand`)
     if isinstance(val, int) and not isinstance(node.target, torch._ops.OpOverload):
         return None  # size arithmetic torch decided (`max(0, 3 - h % 2) // 2`): its users read it
     involved = has_symbolic_size(node.meta.get("val")) or any(
@@ -843,7 +844,7 @@ def convert_symbolic_node(lowering: ImportBuilder, node: torch.fx.Node) -> Value
             f"{name} cannot import symbolic sizes yet (node '{node.name}'): {why}"
         )
 
-    sizes = [a for a in node.all_input_nodes if is_size_node(a)]
+    sizes = [a for a in node.all_input_nodes if is_scalar_node(a)]
     if sizes and CONVERTERS.get(name) is None:
         raise refuse(f"a size argument ('{sizes[0].name}') of a call torch runs")
     first = len(lowering.block.ops)

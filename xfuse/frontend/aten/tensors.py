@@ -10,7 +10,7 @@ from xfuse.dialects import graph
 from xfuse.frontend.aten.common import Args, Converter, _each, _is_number
 from xfuse.frontend.aten.elementwise import _binary, _cast
 from xfuse.frontend.builder import ImportBuilder, Value, bind, meta_tensor, node_error, out_type
-from xfuse.frontend.eager_rules import is_size_node
+from xfuse.frontend.eager_rules import is_scalar_node
 
 NEW_TENSOR_COMPOSITES = frozenset(
     {"aten.batch_norm.default", "aten.conv2d.default", "aten.conv2d.padding", "aten.linear.default"}
@@ -87,13 +87,13 @@ def _dropout(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
 def _constant(value_arg: str | None, fixed: float = 0) -> Converter:
     """full/zeros/ones/scalar_tensor and their _like/new_ forms: a splat of the result type;
     of symbolic sizes, a 0-d constant broadcast to them (`graph.constant` is static). A value
-    that is a size of the call (`scalar_tensor(s0)`: a mean's backward divides by its count)
-    is its `graph.size_value`, cast and broadcast likewise."""
+    that is a number of the call (`scalar_tensor(s0)`: a mean's backward divides by its count;
+    a float of sizes) is its value (`ImportBuilder.operand`), cast and broadcast likewise."""
 
     def convert(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
         value = a[value_arg] if value_arg is not None else fixed
         t = out_type(node)
-        if is_size_node(value):
+        if is_scalar_node(value):
             scalar = lw.operand(value, t.element_type)
             if not t.get_shape():
                 return scalar
