@@ -609,3 +609,38 @@ def test_sizes_as_numbers_train_with_one_program_per_part(compiles: Compiles) ->
     train_alike(SizeScaled(), inputs, squares)
     assert compiles("symbolic") == 2
     assert compiles("per-shape") == 0
+
+
+class StridedSlice(torch.nn.Module):
+    """A strided slice of the input scaled by a weight: the input's gradient is the slice's
+    backward, which takes the gradient (`(s + 1) // 2` long) and the input's length `s` as an
+    int that no tensor the backward takes holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.weight = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x[:, ::2] * self.weight
+
+
+def test_a_length_only_an_int_holds_is_carried_into_the_backward(compiles: Compiles) -> None:
+    """An int the backward takes that no tensor's dim holds (a strided slice's input length)
+    is a size of the program's inputs (an empty tensor that carries it), not pinned to the
+    first call's value: one program per part for every length, with eager's input and
+    weight gradients."""
+    model = StridedSlice()
+    reference = copy.deepcopy(model)
+    net = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
+    torch.manual_seed(1)
+    for b, t in ((2, 5), (3, 8), (4, 11), (5, 6)):
+        x = torch.randn(b, t, 4)
+        grads = []
+        for m in (net, reference):
+            xs = x.clone().requires_grad_()
+            grads.append(torch.autograd.grad(m(xs).pow(2).sum(), [xs, *m.parameters()]))
+        for got, expected in zip(*grads, strict=True):
+            torch.testing.assert_close(got, expected, msg=at((b, t), "gradient"))
+    assert compiles("symbolic") == 2
+    assert compiles("per-shape") == 0

@@ -395,6 +395,12 @@ class SymbolicInputs:
     computed: dict[Any, Any] = field(default_factory=dict)
     """Each size symbol that stands for an expression of held ones (`computed_factors`) -> that
     expression: a factor of a dim that `plans` splits, computed at each call."""
+    carried: tuple[int, ...] = ()
+    """Indices into `tensors` of SymInt inputs that no tensor dim holds (a length the backward
+    takes as an int: `unheld_ints`), each taken by the program as an empty tensor whose first
+    dim is the int (`size_carrier`), so that its symbol is a size of the program's inputs."""
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    """The device of the graph's tensor inputs, where size carriers are made."""
 
     @functools.cached_property
     def _pick_tensors(self) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
@@ -413,6 +419,8 @@ class SymbolicInputs:
                     f"for {value}"
                 )
         found = list(self._pick_tensors(args))
+        for k in self.carried:
+            found[k] = size_carrier(found[k], self.device)
         if not self.plans:
             return found
         values = symbol_values(self.held, args)
@@ -482,9 +490,9 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
             f"the graph has {len(placeholders)} placeholders for {len(example_inputs)} inputs"
         )
     fakes = [_symbolic_value(n, x) for n, x in zip(placeholders, example_inputs, strict=True)]
-    tensors = tuple(i for i, v in enumerate(fakes) if isinstance(v, Tensor))
+    pinned, values, sums, carried = unheld_ints(fakes)
+    tensors = tuple(i for i, v in enumerate(fakes) if isinstance(v, Tensor) or i in carried)
     names = tuple(f"in{k}_{placeholders[i].name}" for k, i in enumerate(tensors))
-    pinned, values, sums = unheld_ints(fakes)
     held = {s: h for s, h in held_symbols(fakes).items() if s not in values}
     dims = {s: _dim_of(fakes[i] if d is None else fakes[i].shape[d]) for s, (i, d) in held.items()}
     for symbol, (i, d) in sums.items():
@@ -501,7 +509,8 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     shared: list[tuple[tuple[int, int], tuple[int, int]]] = []
     for k, i in enumerate(tensors):
         entries: list[tuple[Any, ...] | None] = []
-        sizes_of = [_pinned_size(size, values) for size in fakes[i].shape]
+        shape = (fakes[i], 0) if i in carried else fakes[i].shape
+        sizes_of = [_pinned_size(size, values) for size in shape]
         sizes_of = [e.xreplace(computed) for e in sizes_of]
         linear: dict[int, tuple[int, Any, int]] = {}
         for d, expr in enumerate(sizes_of):
@@ -577,6 +586,8 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
         relations,
         tuple(shared),
         {symbol: expr for expr, symbol in computed.items()},
+        tuple(k for k, i in enumerate(tensors) if i in carried),
+        next((v.device for v in fakes if isinstance(v, Tensor)), torch.device("cpu")),
     )
 
 
@@ -669,17 +680,22 @@ Solved = dict[Any, tuple[int, int]]
 symbol with held ones -> (input position, dim)."""
 
 
-def unheld_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any], Solved]:
+def unheld_ints(
+    fakes: Sequence[Any],
+) -> tuple[dict[int, int], dict[Any, Any], Solved, dict[int, Any]]:
     """The SymInt inputs that are a symbol no tensor dim holds, alone or as a factor of a
     product of symbols (`SymbolicInputs.plans`), and how a symbolic program does without them.
     Where a tensor dim's size is such a symbol (a length: `_is_length`) plus symbols tensor
     dims hold (an AOTAutograd backward of a concatenation takes the parts' lengths `s1` and
     `s2` as ints and the gradient's `s1 + s2`), the symbol is solved from that dim: a new
-    symbol `sum_s2` stands for the dim's size, and `s2` becomes `sum_s2 - s1`. Any other (a
-    model's `logits_to_keep`, a dynamic Python int) is pinned to its example value. Returns
-    the pinned inputs' positions -> their values, each unheld symbol -> what it becomes (a
-    sympy integer, or an expression of the new symbols), and each new symbol -> the
-    (position, dim) that holds it."""
+    symbol `sum_s2` stands for the dim's size, and `s2` becomes `sum_s2 - s1`. Any other
+    length (a strided layer's input width, which the backward takes where only its output
+    lengths are saved) is carried: the program takes it as a tensor input's dim
+    (`size_carrier`). Any other int (a model's `logits_to_keep`, whose range starts below 2)
+    is pinned to its example value. Returns the pinned inputs' positions -> their values,
+    each unheld symbol -> what it becomes (a sympy integer, or an expression of the new
+    symbols), each new symbol -> the (position, dim) that holds it, and the carried inputs'
+    positions -> their symbols."""
     import sympy
 
     dims = {s for s, (_, d) in held_symbols(fakes).items() if d is not None}
@@ -687,11 +703,12 @@ def unheld_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any], S
     pinned: dict[int, int] = {}
     values: dict[Any, Any] = {}
     solved: Solved = {}
+    carried: dict[int, Any] = {}
     for i, value in enumerate(fakes):
         if not isinstance(value, torch.SymInt):
             continue
         expr = value.node.expr
-        if not expr.is_Symbol or expr in dims:
+        if not expr.is_Symbol or expr in dims or expr in carried.values():
             continue
         if expr in values and not values[expr].is_Integer:
             continue  # solved from a dim already
@@ -701,9 +718,19 @@ def unheld_ints(fakes: Sequence[Any]) -> tuple[dict[int, int], dict[Any, Any], S
             rest, solved[symbol] = found
             values[expr] = symbol - rest
             continue
+        if expr not in values and _is_length(value):
+            carried[i] = expr
+            continue
         pinned[i] = size_hint(value)
         values[expr] = sympy.Integer(pinned[i])
-    return pinned, values, solved
+    return pinned, values, solved, carried
+
+
+@functools.lru_cache(maxsize=256)
+def size_carrier(size: int, device: torch.device) -> Tensor:
+    """An empty tensor on `device` whose first dim is `size` (`[size, 0]`, no memory): a
+    symbolic program's input that carries an int no other input's dim holds."""
+    return torch.empty((size, 0), dtype=torch.bool, device=device)
 
 
 def computed_factors(

@@ -125,6 +125,8 @@ class SizeSymbols:
             if lhs is None or rhs is None:
                 continue
             difference = graph.reduce_by(lhs - rhs, self.relations)
+            if any(s not in rank for mono, _ in difference.terms for s in mono):
+                continue  # of a definition's floor divisions: a condition (`add_conditions`)
             relation = graph.SizeRelation.oriented(difference, rank)
             if relation is not None:
                 self.relations.append(relation)
