@@ -484,6 +484,8 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     two held symbols). A SymInt input that is a symbol no tensor dim holds (a dynamic Python
     int) is solved from a dim that sums it with held symbols (that dim's size becomes a
     symbol of its own), or pinned to its example value (`unheld_ints`)."""
+    import sympy
+
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise UnsupportedProgram(
@@ -500,8 +502,12 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
         dims[symbol] = _dim_of(fakes[i].shape[d], str(symbol))
     computed = computed_factors(fakes, held.keys(), values)
     env = _shape_env(fakes)
-    for expr, symbol in computed.items():
-        dims[symbol] = _dim_of_expr(expr, env, str(symbol))
+    for expr, symbol in list(computed.items()):
+        low, high = _size_range(expr, env)
+        if high is not None and low >= high:  # one size wherever the guards hold: static
+            computed[expr] = sympy.Integer(high)
+        else:
+            dims[symbol] = _dim_of_expr(expr, env, str(symbol))
     known = held.keys() | set(computed.values())
     shapes: dict[str, dict[int, Any] | None] = dict.fromkeys(names)
     plans: dict[int, tuple[tuple[Any, ...] | None, ...]] = {}
@@ -585,7 +591,7 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
         pinned,
         relations,
         tuple(shared),
-        {symbol: expr for expr, symbol in computed.items()},
+        {symbol: expr for expr, symbol in computed.items() if symbol.is_Symbol},
         tuple(k for k, i in enumerate(tensors) if i in carried),
         next((v.device for v in fakes if isinstance(v, Tensor)), torch.device("cpu")),
     )
@@ -743,7 +749,8 @@ def computed_factors(
     where every factor of the dim is held or such an expression (else the dim is left to
     `_factors`' refusal): the program takes the dim split into its factors (`plans`) and
     checks each such symbol equal to its expression at each call (a relation), so the
-    symbol is the expression wherever the program runs. Dims that are one symbol, `a*s + c`
+    symbol is the expression wherever the program runs (`symbolic_inputs` makes one that the
+    trace's guards leave one size that size). Dims that are one symbol, `a*s + c`
     (`_linear`) or a product of held symbols need none."""
     import sympy
 
@@ -950,15 +957,7 @@ def _dim_of(size: torch.SymInt, name: str | None = None) -> Any:
 
 def _dim_of_expr(expr: Any, env: Any, name: str | None = None) -> Any:
     """`_dim_of` for a sympy size expression `expr` of the symbols of shape environment `env`."""
-    from torch.utils._sympy.value_ranges import bound_sympy
-
-    if expr.is_Symbol:
-        found = env.var_to_range.get(expr)
-    else:
-        found = bound_sympy(expr, env.var_to_range)
-    low = max(2, int(found.lower)) if found is not None and _finite(found.lower) else 2
-    high = int(found.upper) if found is not None and _finite(found.upper) else None
-    low = guarded_low(env, expr, low, high)
+    low, high = _size_range(expr, env)
     if high is not None and low >= high:
         raise UnsupportedProgram(
             f"size {expr} is {high} wherever the trace's guards on it hold: a size, not a symbol"
@@ -967,6 +966,21 @@ def _dim_of_expr(expr: Any, env: Any, name: str | None = None) -> Any:
     if high is not None:
         return torch.export.Dim(name, min=low, max=high)
     return torch.export.Dim(name, min=low)
+
+
+def _size_range(expr: Any, env: Any) -> tuple[int, int | None]:
+    """The range of a size expression over its symbols' ranges in shape environment `env`
+    and the guards on it, from 2 (sizes 0 and 1 specialise): (low, high), high None where
+    unbounded; low >= high where the guards leave it one size (`high`)."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    if expr.is_Symbol:
+        found = env.var_to_range.get(expr)
+    else:
+        found = bound_sympy(expr, env.var_to_range)
+    low = max(2, int(found.lower)) if found is not None and _finite(found.lower) else 2
+    high = int(found.upper) if found is not None and _finite(found.upper) else None
+    return guarded_low(env, expr, low, high), high
 
 
 def _finite(bound: Any) -> bool:
