@@ -14,8 +14,8 @@ from torch.export import Dim
 from xfuse.frontend import import_module
 from xfuse.ir.context import parse
 from xfuse.runtime.cache import KernelCache
-from xfuse.runtime.compiler import AliasClasses, ProgramCompiler, _MemoryPlan
-from xfuse.runtime.steps import BufferSpec, EagerStep, KernelStep, ViewStep
+from xfuse.runtime.compiler import AliasClasses, ProgramCompiler
+from xfuse.runtime.steps import EagerStep, KernelStep, ViewStep
 from xfuse.runtime.symbolic import SymbolicProgram, recycled_slots
 
 
@@ -118,33 +118,3 @@ def test_a_symbolic_kernel_buffer_read_through_a_view_is_recycled_after_the_view
     assert [s.outputs for s in program.steps] == [[2], (3,), [4], [5]]
     assert program.results == [5]
     assert recycled_slots(program) == {2: 2}
-
-
-def _kernel_step(inputs: tuple[int, ...], output: int, spec: BufferSpec) -> KernelStep:
-    """A kernel step that writes `output` as a buffer of `spec` (its kernel never runs)."""
-    return KernelStep(lambda buffers: None, inputs, (output,), (spec,), "k")
-
-
-def test_a_gpu_plan_pools_a_large_buffer_only_where_a_later_step_allocates_its_like() -> None:
-    """On a GPU (`reuse_only`), a large freed buffer returns to the pool only where a later
-    step allocates one of its shape and dtype (slot 1, whose spec step 2 allocates again);
-    one that no later step asks for is dropped to torch's allocator (slots 2 and 3), and a
-    small one is pooled either way (slot 4). On the CPU every freed buffer is pooled."""
-    big, other, small = (
-        BufferSpec((1024, 1024), torch.float32),
-        BufferSpec((2048, 1024), torch.float32),
-        BufferSpec((16,), torch.float32),
-    )
-    steps = [
-        _kernel_step((0,), 1, big),
-        _kernel_step((1,), 2, other),
-        _kernel_step((2,), 3, big),
-        _kernel_step((3,), 4, small),
-        _kernel_step((4,), 5, small),
-    ]
-    gpu = _MemoryPlan(steps, [0], [5], set(), reuse_only=True)
-    assert gpu.release_after == [(), ((1, big),), (), (), ((4, small),)]
-    assert gpu.drop_after == [(0,), (1,), (2,), (3,), (4,)]
-    cpu = _MemoryPlan(steps, [0], [5], set())
-    assert cpu.release_after == [(), ((1, big),), ((2, other),), ((3, big),), ((4, small),)]
-    assert cpu.drop_after == gpu.drop_after

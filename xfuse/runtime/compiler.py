@@ -40,7 +40,6 @@ from xfuse.runtime.cache import KernelSource
 from xfuse.runtime.compile_workers import MIN_JOBS, lower_in_workers, workers
 from xfuse.runtime.fallback import DEFAULT_FALLBACK, FallbackMode, fallback_step, reason_of
 from xfuse.runtime.steps import (
-    KEPT_MAX_BYTES,
     VIEW_IMPLS,
     Allocate,
     BufferSpec,
@@ -649,9 +648,7 @@ class ProgramCompiler:
             )
             copy_scalar_inputs(steps, {arg_slots[k] for k in scalar_args})
         sources = output_sources(forward) if scalar_args else ()
-        plan = _MemoryPlan(
-            steps, arg_slots, output_slots, set(top.constants), self.device.type != "cpu"
-        )
+        plan = _MemoryPlan(steps, arg_slots, output_slots, set(top.constants))
         return Program(
             steps=steps,
             n_slots=counter[0],
@@ -924,13 +921,7 @@ def copy_scalar_inputs(steps: Sequence[Step], scalars: set[int]) -> None:
 class _MemoryPlan:
     """When each slot is dropped and each kernel buffer returns to the pool: a kernel's buffer
     after the last step of its alias class (`AliasClasses.recycled`), any other slot after its
-    own last step; the program's outputs are kept.
-
-    With `reuse_only` (a GPU program), a buffer of `KEPT_MAX_BYTES` or more returns to the pool
-    only where a later step allocates one of its shape and dtype; any other goes back to
-    torch's caching allocator when its slot is dropped, which serves allocations of other
-    sizes from its memory. The pool keeps buffers by shape and dtype, so one that no later
-    step asks for would stay allocated to the end of the call, on top of the call's peak."""
+    own last step; the program's outputs are kept."""
 
     def __init__(
         self,
@@ -938,15 +929,12 @@ class _MemoryPlan:
         arg_slots: Sequence[int],
         output_slots: Sequence[int],
         constant_slots: set[int],
-        reuse_only: bool = False,
     ):
         classes = AliasClasses(steps)
         owned: dict[int, BufferSpec] = {}
-        last_allocated: dict[BufferSpec, int] = {}
-        for i, step in enumerate(steps):
+        for step in steps:
             if isinstance(step, KernelStep):
                 owned.update(zip(step.outputs, step.out_specs, strict=True))
-                last_allocated.update(dict.fromkeys(step.out_specs, i))
         recycled = classes.recycled(owned, (*arg_slots, *output_slots, *constant_slots))
         releases: list[list[tuple[int, BufferSpec]]] = [[] for _ in steps]
         drops: list[list[int]] = [[] for _ in steps]
@@ -955,10 +943,8 @@ class _MemoryPlan:
             if s in keep:
                 continue
             if s in recycled:
-                free, spec = recycled[s], owned[s]
-                if not reuse_only or spec.nbytes < KEPT_MAX_BYTES or last_allocated[spec] > free:
-                    releases[free].append((s, spec))
-                drops[free].append(s)
+                releases[recycled[s]].append((s, owned[s]))
+                drops[recycled[s]].append(s)
             else:
                 drops[end].append(s)
         self.release_after = [tuple(sorted(r)) for r in releases]
