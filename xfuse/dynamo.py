@@ -479,11 +479,14 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     """The inputs of a graph dynamo traced with symbolic sizes, as `SymbolicInputs`; an
     `UnsupportedProgram` (one line) where a symbolic program cannot take them: a SymFloat or
     SymBool input, a SymInt that is an expression of symbols no input holds, or a tensor's
-    size that is an expression of symbols other than a product of held ones or `a*s + c` of
-    one (`_linear`: torch.export's derived `Dim`), once unheld ints are put in (`s0 + s1` of
-    two held symbols). A SymInt input that is a symbol no tensor dim holds (a dynamic Python
-    int) is solved from a dim that sums it with held symbols (that dim's size becomes a
-    symbol of its own), or pinned to its example value (`unheld_ints`)."""
+    size that is an expression of symbols no input holds or that `size_value` does not
+    compute. A size that is a product of held symbols is split into them, `a*s + c` of one is
+    torch.export's derived `Dim` (`_linear`), and any other expression of them (or factor of
+    a product) a symbol of its own, checked against it (`computed_factors`). A SymInt input
+    that is a symbol no tensor dim holds (a dynamic Python int) is solved from a dim that
+    sums it with held symbols (that dim's size becomes a symbol of its own), carried by an
+    empty tensor input where it is a length, or pinned to its example value
+    (`unheld_ints`)."""
     import sympy
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
