@@ -987,3 +987,26 @@ def test_gpu_sqrt_is_eager_bit_for_bit(dtype: torch.dtype) -> None:
     x = edge_inputs(dtype).abs().cuda()
     got = xfuse.api.compile(torch.sqrt, (x,), device="cuda:0", fallback="error")(x)
     assert torch.equal(got.nan_to_num(), torch.sqrt(x).nan_to_num())
+
+
+@gpu
+def test_gpu_launcher_launches_and_hands_other_cases_to_the_checked_call() -> None:
+    """A kernel's `launcher` (what a program's runner calls) computes the kernel's result on
+    aligned buffers on torch's default stream, and gives the same through the checked call
+    for a misaligned view (copied aligned and back) and on another stream; a kernel whose
+    module is not loaded yet loads it on that first call."""
+    backend = CUDABackend(ARCH)
+    kernel = backend.load(backend.compile(parse(flat_kernel(4096)), "k"), "k")
+    launch = kernel.launcher(2)
+    assert launch is not None
+    x = torch.randn(4096 + 8, dtype=torch.float16, device="cuda")
+    for source in (x[:4096], x[1:4097]):  # aligned, then 2 bytes off
+        out = torch.empty(4096, dtype=torch.float16, device="cuda")
+        launch(source, out)
+        torch.testing.assert_close(out, source * 2)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        out = torch.zeros(4096, dtype=torch.float16, device="cuda")
+        launch(x[:4096], out)
+    side.synchronize()
+    torch.testing.assert_close(out, x[:4096] * 2)

@@ -365,10 +365,9 @@ class CUDAKernel:
             return None
         import torch
 
-        run, modules, block, name = self._run, self._modules, self._block, self.name
+        run, modules, launch_packed = self._run, self._modules, self._launch_packed
         pack = struct.Struct("P" * count).pack
         raw_stream = torch._C._cuda_getCurrentRawStream  # pyright: ignore[reportAttributeAccessIssue]
-        error, pop = self._driver.Error, self._driver.Context.pop
 
         def launch(*buffers: torch.Tensor) -> None:
             pointers = [b.data_ptr() for b in buffers if b.is_cuda]
@@ -382,13 +381,7 @@ class CUDAKernel:
             ):
                 run(buffers, ())
                 return
-            loaded.context.push()
-            try:
-                loaded.function._launch_kernel(loaded.grid, block, pack(*pointers), 0, None)
-            except error as e:
-                raise CUDALaunchError(f"CUDA kernel '{name}' failed: {e}") from e
-            finally:
-                pop()
+            launch_packed(loaded, loaded.grid, pack(*pointers))
 
         return launch
 
@@ -408,12 +401,17 @@ class CUDAKernel:
         pointers: list[int],
         sizes: Sequence[int],
     ) -> None:
-        driver = self._driver
         layout = "P" * len(pointers) + "q" * len(sizes)
         if loaded.pack is None or loaded.pack.format != layout:
             loaded.pack = struct.Struct(layout)
-        # `prepared_call`'s own launch, without its per-call block-shape and keyword handling.
-        params = loaded.pack.pack(*pointers, *sizes)
+        self._launch_packed(loaded, grid, loaded.pack.pack(*pointers, *sizes))
+
+    def _launch_packed(
+        self, loaded: _DeviceModule, grid: tuple[int, int, int], params: bytes
+    ) -> None:
+        """The kernel launched on the legacy default stream with its packed parameters:
+        `prepared_call`'s own launch, without its per-call block-shape and keyword handling."""
+        driver = self._driver
         loaded.context.push()
         try:
             loaded.function._launch_kernel(grid, self._block, params, 0, None)

@@ -43,6 +43,11 @@ class BufferSpec(NamedTuple):
     shape: tuple[int, ...]
     dtype: torch.dtype
 
+    @property
+    def nbytes(self) -> int:
+        """The buffer's size in bytes."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
 
 Allocate = Callable[[BufferSpec], Tensor]
 
@@ -147,14 +152,14 @@ class BufferPool:
             block = lane.pop()
         except IndexError:
             self.allocations += 1
-            nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+            nbytes = spec.nbytes
             # The array holds the tensor: torch's (aligned) memory, large ones in huge pages.
             block = empty_cpu((nbytes,), torch.uint8).numpy()
         return self._lend(block, spec, lane)
 
     def _classify(self, spec: BufferSpec) -> None:
         """Recycled (a lane of returned blocks of its size) or made fresh on each allocation."""
-        nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+        nbytes = spec.nbytes
         if self.recycle and nbytes and nbytes >= self.min_bytes:
             self._lanes[spec] = self._returned.setdefault(nbytes, deque())
         elif self.device.type == "cpu":  # in huge pages where large
@@ -186,7 +191,7 @@ class BufferPool:
     def release(self, spec: BufferSpec, buffer: Tensor) -> None:
         self._free.setdefault(spec, []).append(buffer)
         if self._trims and spec not in self._large:
-            if math.prod(spec.shape) * spec.dtype.itemsize >= KEPT_MAX_BYTES:
+            if spec.nbytes >= KEPT_MAX_BYTES:
                 self._large.add(spec)
 
     def trim(self) -> None:
