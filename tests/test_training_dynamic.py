@@ -540,6 +540,28 @@ def test_a_size_a_part_returns_is_computed_from_its_symbols() -> None:
         dynamo.size_value(sympy.sqrt(a), values)
 
 
+def test_a_call_computes_only_the_symbols_its_split_dims_take() -> None:
+    """`SymbolicInputs.arguments` evaluates a computed symbol only where a split dim takes it:
+    one that no plan names (a whole dim the program checks itself) costs a call nothing."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    s0, s1, split, whole = sympy.symbols("s0 s1 c0 c1", integer=True, positive=True)
+    inputs = dynamo.SymbolicInputs(
+        tensors=(0, 1),
+        names=("x", "y"),
+        sizes={},
+        dynamic_shapes={},
+        held={s0: (0, 0), s1: (1, 0)},
+        plans={1: (None, (split, 4))},
+        computed={split: FloorDiv(s0 - 3, 2) + 1, whole: sympy.sqrt(s0)},
+    )
+    x, y = torch.zeros(9, 2), torch.zeros(5, 16)
+    found = inputs.arguments([x, y])
+    assert found[0] is x and found[1].shape == (5, 4, 4)
+    assert [symbol for symbol, _ in inputs._planned] == [split]
+
+
 class StridedConvNet(torch.nn.Module):
     """Strided convolutions and poolings, flattened: the backward takes saved activations
     whose lengths are the layers' output lengths (`(s0 - 1)//2 + 1`) and the flattened

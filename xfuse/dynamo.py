@@ -407,6 +407,13 @@ class SymbolicInputs:
         """A call's tensor inputs, as a tuple (one C call)."""
         return picker(self.tensors)
 
+    @functools.cached_property
+    def _planned(self) -> tuple[tuple[Any, Any], ...]:
+        """The computed symbols (and their expressions) that some dim of `plans` splits off:
+        the only ones a call must evaluate."""
+        named = {f for plan in self.plans.values() for entry in plan if entry for f in entry}
+        return tuple((s, e) for s, e in self.computed.items() if s in named)
+
     def arguments(self, args: Sequence[Any]) -> list[Any]:
         """The program's inputs for a call of the graph's `args`: its tensors, each dim that
         `plans` splits viewed as its factors' sizes; an `UnsupportedInputError` (before anything
@@ -424,7 +431,7 @@ class SymbolicInputs:
         if not self.plans:
             return found
         values = symbol_values(self.held, args)
-        for symbol, expr in self.computed.items():
+        for symbol, expr in self._planned:
             values[symbol] = size_value(expr, values)
         for k, plan in self.plans.items():
             t = found[k]
