@@ -609,6 +609,48 @@ def test_a_backward_of_strided_layers_compiles_once_for_every_image_size(
         assert not made[part].programs, part  # no call went per shape
 
 
+class WholeMapPool(torch.nn.Module):
+    """A pooling whose window is wider than any map it gets (transformers' EfficientNet ends
+    with `AvgPool2d(1280, ceil_mode=True)`), flattened: its output's lengths are floor
+    divisions of the image's (`((s - 1)//2 - 1)//1280 + 1`) that the trace's guards hold at 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.pool = torch.nn.AvgPool2d(1280, ceil_mode=True)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.pool(torch.nn.functional.silu(self.conv(x))).flatten(1))
+
+
+def test_a_pooling_window_wider_than_every_map_compiles_once_for_every_image_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A length that the trace's guards hold at one value (`Eq(((s - 1)//2 - 1)//1280 + 1,
+    1)`) narrows its image size's range to where it holds, inside which it is that value: the
+    flatten after the pooling is a view of a static shape, and forward and backward compile
+    once, symbolically, with eager's gradients at every batch and image size."""
+    made = recorded_parts(monkeypatch)
+    model = WholeMapPool()
+    reference = copy.deepcopy(model)
+    exact = copy.deepcopy(model).double()
+    net = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
+    torch.manual_seed(1)
+    for b, h, w in ((2, 64, 64), (2, 96, 80), (3, 112, 96), (2, 80, 128)):
+        x = torch.randn(b, 3, h, w)
+        grads = []
+        for m in (net, reference, exact):
+            xs = x.clone().to(next(m.parameters()).dtype).requires_grad_()
+            loss = m(xs).pow(2).mean()
+            grads.append(torch.autograd.grad(loss, [xs, *m.parameters()]))
+        assert compare_outputs(*grads) is None, (b, h, w)
+    for part in ("forward", "backward"):
+        assert made[part].dynamic is not None, made[part].symbolic_reason
+        assert not made[part].programs, part  # no call went per shape
+
+
 class SizeScaled(torch.nn.Module):
     """A linear layer's output scaled by sizes of the call as numbers (`x.shape[1] /
     (x.shape[0] * 1.0)`): forward and backward make tensors of sizes (`scalar_tensor(s0)`)."""

@@ -41,7 +41,7 @@ from xfuse.errors import (
     UnsupportedProgram,
 )
 from xfuse.frontend.attention_masks import without_constant_masks
-from xfuse.frontend.builder import fixed_remainder, guarded_low
+from xfuse.frontend.builder import fixed_remainder, guarded_range
 from xfuse.frontend.decompositions import decomposed_calls
 from xfuse.frontend.pytrees import picker
 from xfuse.runtime.executor import CompiledProgram
@@ -982,15 +982,21 @@ def _size_range(expr: Any, env: Any) -> tuple[int, int | None]:
     """The range of a size expression over its symbols' ranges in shape environment `env`
     and the guards on it, from 2 (sizes 0 and 1 specialise): (low, high), high None where
     unbounded; low >= high where the guards leave it one size (`high`)."""
-    from torch.utils._sympy.value_ranges import bound_sympy
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-    if expr.is_Symbol:
-        found = env.var_to_range.get(expr)
-    else:
-        found = bound_sympy(expr, env.var_to_range)
-    low = max(2, int(found.lower)) if found is not None and _finite(found.lower) else 2
-    high = int(found.upper) if found is not None and _finite(found.upper) else None
-    return guarded_low(env, expr, low, high), high
+    ranges = {}
+    for symbol in expr.free_symbols:
+        known = env.var_to_range.get(symbol)
+        low = max(2, int(known.lower)) if known is not None and _finite(known.lower) else 2
+        high = int(known.upper) if known is not None and _finite(known.upper) else None
+        if symbol in env.backed_var_to_val:
+            low, high = guarded_range(env, symbol, low, high)
+        ranges[symbol] = ValueRanges(low, int_oo if high is None else high)
+    found = bound_sympy(expr, ranges)
+    low = max(2, int(found.lower)) if _finite(found.lower) else 2
+    high = int(found.upper) if _finite(found.upper) else None
+    return low, high
 
 
 def _finite(bound: Any) -> bool:
@@ -1049,7 +1055,7 @@ def _refined_ranges(
     of a range only (a stride-4 pooling's output `(s - 1) // 4 + 1 != 1` below 5, which
     dynamo's trace did not guard), the same dims as `Dim.AUTO` over the same ranges: export
     then keeps the guard, and the importer starts each symbol's range where the guards on it
-    hold (`guarded_low`); dynamo's graph is served per shape below. None for another error."""
+    hold (`guarded_range`); dynamo's graph is served per shape below. None for another error."""
     from torch._dynamo.exc import UserError
 
     cause = error.__cause__

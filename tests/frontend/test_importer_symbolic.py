@@ -1060,3 +1060,32 @@ def test_a_rounded_up_half_is_the_size_less_its_known_half() -> None:
     assert symbols.conditions == [graph.SizeCondition("le", a - graph.SizeExpr.symbol("e0"), b)]
     whole, other, d = graph.complement_floordiv(a + graph.SizeExpr.constant(1), 2, {})
     assert (whole, other, d) == (a.scale(-1), a, 2)
+
+
+def test_a_length_the_guards_hold_at_one_value_is_that_value_within_a_narrowed_range() -> None:
+    """A pooling whose window is wider than its map (`avg_pool2d(x, 1280, ceil_mode=True)`)
+    gives lengths of 1 that the trace's guards hold (`Eq(((s - 1)//1280) + 1, 1)`, which no
+    input range implies): each image symbol's range ends at the last size where its guard holds,
+    so that the flatten after it is a static view, and a call past the range is refused."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(x, 1280, ceil_mode=True).flatten(1) * 2
+
+    auto = {0: Dim.AUTO, 2: Dim.AUTO, 3: Dim.AUTO}
+    program = import_module(f, (torch.randn(2, 3, 64, 80),), dynamic_shapes={"x": auto})
+    table = program.function.attributes[SIZES_ATTR]
+    assert isinstance(table, graph.SizesAttr)
+    images = [s for s in table.inputs() if s.source[1] in (2, 3)]
+    assert len(images) == 2 and all(s.high is not None for s in images)
+    for s in images:  # the last size of one pooled length, eager's own edge
+        shape = [1, 1, 4, 4]
+        shape[s.source[1]] = s.high
+        assert F.avg_pool2d(torch.zeros(shape), 1280, ceil_mode=True).shape[s.source[1]] == 1
+        shape[s.source[1]] = s.high + 1
+        assert F.avg_pool2d(torch.zeros(shape), 1280, ceil_mode=True).shape[s.source[1]] == 2
+    (result,) = program.function.function_type.outputs.data
+    assert graph.dims_of(result)[1] == 3
+    for shape in ((3, 3, 40, 1000), (2, 3, 1280, 7)):
+        x = torch.randn(shape)
+        (got,) = interpret(program.module, program.arguments(x))
+        torch.testing.assert_close(got, f(x))

@@ -88,7 +88,7 @@ class SizeSymbols:
             upper = bounds.upper if bounds is not None else None
             finite = isinstance(upper, int) or bool(getattr(upper, "is_Integer", False))
             high = int(upper) if finite else None  # torch's int_oo: no bound
-            low = guarded_low(env, expr, low, high)
+            low, high = guarded_range(env, expr, low, high)
             symbol = graph.SizeSymbol.input(str(expr), arg, dim, hint, low, high)
             self.inputs.append(symbol)
             self.by_expr[graph.SizeExpr.symbol(symbol.name)] = symbol.name
@@ -557,9 +557,33 @@ class SizeSymbols:
         quotient = self._known_floordiv_of(reduced, divisor)
         return None if quotient is None else reduced - quotient.scale(divisor)
 
+    def fixed(self, expr: Any) -> int | None:
+        """The one value a sympy size expression takes over its input symbols' ranges (a
+        pooling's output length `(s - 1)//2560 + 1` where `s <= 2560` is 1), else None: a
+        call outside the ranges is refused, so the value holds wherever the program runs."""
+        from torch.utils._sympy.numbers import int_oo
+        from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+        expr = self.defined_in(expr)
+        by_name = {s.name: s for s in self.inputs}
+        ranges = {}
+        for free in expr.free_symbols:
+            symbol = by_name.get(str(free))
+            if symbol is None:
+                return None
+            ranges[free] = ValueRanges(
+                graph.lowest_of(symbol), int_oo if symbol.high is None else symbol.high
+            )
+        bounds = bound_sympy(expr, ranges)
+        return int(bounds.lower) if bounds.is_singleton() and _finite(bounds.lower) else None
+
     def _known_floordiv(self, expr: Any) -> graph.SizeExpr | None:
-        """`FloorDiv(p, k)` as a polynomial of atoms where it is exact or its canonical floor
-        division is one of the import's symbols, else None."""
+        """`FloorDiv(p, k)` as a polynomial of atoms where it is exact, one value at every
+        size (`fixed`) or its canonical floor division is one of the import's symbols, else
+        None."""
+        constant = self.fixed(expr)
+        if constant is not None:
+            return graph.SizeExpr.constant(constant)
         base, divisor = expr.args
         polynomial, size = self._plain(base), self._plain(divisor)
         if polynomial is None or size is None:
@@ -670,7 +694,11 @@ class SizeSymbols:
 
     def floordiv(self, expr: Any, node: torch.fx.Node) -> graph.SizeExpr:
         """`FloorDiv(p, k)` as a polynomial of atoms: its quotient plus the symbol of its
-        canonical floor division (an existing one where the pair is known)."""
+        canonical floor division (an existing one where the pair is known); a constant where
+        the sizes leave it one value (`fixed`)."""
+        fixed = self.fixed(expr)
+        if fixed is not None:
+            return graph.SizeExpr.constant(fixed)
         base, divisor = expr.args
         size = graph.reduce_by(self.polynomial(divisor, node), self.relations)
         constant = size.as_constant
@@ -833,13 +861,91 @@ GUARDED_LOW_STEPS = 64
 """How far `guarded_low` raises a range's start at most."""
 
 
+def guarded_range(env: Any, symbol: Any, low: int, high: int | None) -> tuple[int, int | None]:
+    """The range `[low, high]` (high None: unbounded) of input symbol `symbol` of torch's shape
+    environment `env` narrowed to where the guards on it alone hold: each equality of an
+    expression that grows with the symbol (`Eq((s//32 - 1)//1280 + 1, 1)`: a pooling whose
+    window covers the map) holds on an interval around the trace's size, and the start is
+    raised past sizes the other guards exclude (`guarded_low`)."""
+    import sympy
+
+    guards = _guards_on(env, symbol)
+    hint = int(env.backed_var_to_val[symbol])
+    for guard in guards:
+        if isinstance(guard, sympy.Eq):
+            found = _equality_interval(guard.lhs - guard.rhs, symbol, hint, low, high)
+            if found is None:
+                continue
+            low = max(low, found[0])
+            if found[1] is not None:
+                high = found[1] if high is None else min(high, found[1])
+    return guarded_low(env, symbol, low, high), high
+
+
+def _guards_on(env: Any, symbol: Any) -> list[Any]:
+    """The guards of `env` on `symbol` alone, read through the environment's replacements, as
+    `SizeSymbols.add_relations` reads them."""
+    return [e for g in env.guards if (e := env.replace(g.expr)).free_symbols == {symbol}]
+
+
+def _equality_interval(
+    difference: Any, symbol: Any, hint: int, low: int, high: int | None
+) -> tuple[int, int | None] | None:
+    """The sizes of `symbol` in `[low, high]` around `hint` at which `difference` (a sympy
+    expression that is 0 at `hint`) is 0, as an interval (high None: unbounded), where the
+    difference is monotone in the symbol (`_grows_with`, or its negation); else None."""
+    if not _grows_with(difference, symbol):
+        difference = -difference
+        if not _grows_with(difference, symbol):
+            return None
+
+    def at(size: int) -> int:
+        return int(difference.subs(symbol, size))
+
+    if at(hint) != 0:
+        return None
+    first, last = low, hint  # the smallest size from which the difference is 0
+    while first < last:
+        middle = (first + last) // 2
+        first, last = (middle + 1, last) if at(middle) < 0 else (first, middle)
+    start = first
+    top = high
+    if top is None:
+        step = 1
+        while at(hint + step) <= 0:
+            if step > 2**40:
+                return start, None
+            step *= 2
+        top = hint + step
+    first, last = hint, top  # the largest size up to which it stays 0
+    while first < last:
+        middle = (first + last + 1) // 2
+        first, last = (middle, last) if at(middle) <= 0 else (first, middle - 1)
+    return start, first
+
+
+def _grows_with(expr: Any, symbol: Any) -> bool:
+    """Whether sympy expression `expr` of `symbol` never falls as the symbol grows: sums,
+    positive multiples and floor divisions by positive integers of the symbol and integers."""
+    if expr.is_Integer or expr == symbol:
+        return True
+    if expr.is_Add:
+        return all(_grows_with(a, symbol) for a in expr.args)
+    if expr.is_Mul:
+        coefficient, rest = expr.as_coeff_Mul()
+        return bool(coefficient > 0) and not rest.is_Mul and _grows_with(rest, symbol)
+    if _is_floordiv(expr):
+        base, divisor = expr.args
+        return bool(divisor.is_Integer and divisor > 0) and _grows_with(base, symbol)
+    return False
+
+
 def guarded_low(env: Any, expr: Any, low: int, high: int | None) -> int:
     """The smallest size from `low` at which every guard of torch's shape environment `env` on
     symbol `expr` alone holds (a stride-2 convolution's `(s - 1) // 2 + 1 != 1`: its output is
     never 1), or `low` where none holds within `GUARDED_LOW_STEPS` sizes: a range over which
-    the traced program's guards hold. Guards are read through the environment's replacements,
-    as `SizeSymbols.add_relations` reads them."""
-    guards = [e for g in env.guards if (e := env.replace(g.expr)).free_symbols == {expr}]
+    the traced program's guards hold."""
+    guards = _guards_on(env, expr)
     if not guards:
         return low
     end = low + GUARDED_LOW_STEPS if high is None else min(high, low + GUARDED_LOW_STEPS)
@@ -866,6 +972,11 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     high = int_oo if symbol.high is None else symbol.high
     bounds = bound_sympy(expr, {free: ValueRanges(symbol.low, high)})
     return bounds.is_singleton() and bool(bounds.lower)
+
+
+def _finite(bound: Any) -> bool:
+    """A value-range bound that is an integer (not torch's infinity)."""
+    return bool(getattr(bound, "is_Integer", False))
 
 
 def _modulo(p: graph.SizeExpr, k: int) -> graph.SizeExpr:
