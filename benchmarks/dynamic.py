@@ -10,7 +10,7 @@ are symbolic) and Inductor (`dynamic=True`, and `dynamic=None`), side by side:
                                  [--columns xfuse-static,...]
                                  [--mlp-sizes 2,5,...] [--lm-sizes 3,9,...]
                                  [--gpt2-sizes 64,...] [--runs 10]
-                                 [--device cuda] [--dtype bf16]
+                                 [--device cuda] [--dtype bf16] [--training]
 
 For each model and column, in a new process with empty kernel caches (xfuse's and Inductor's:
 cold compiles, and no column's compile workers or threads beside another's timing): each size of
@@ -31,12 +31,18 @@ the language models' (GPT-2 from its config, random weights: `lm` a small one, 2
 head's 50,257-token rows are then unaligned for cuBLAS: `pad-matmul`). On CUDA, the first call's
 ms waits for the GPU, the steady ms are one call's each with CUDA events (the host's launches
 included), and `inductor-ro-dynamic` is Inductor's reduce-overhead mode (CUDA graphs per shape,
-as xfuse's dynamic programs capture them).
+as xfuse's dynamic programs capture them). `--training` times training steps instead of
+forwards under `no_grad`: the model in `train()` mode (its dropout off, so that the check
+against eager and f64 is deterministic), a call's loss the mean square of its output, its
+gradients with respect to the parameters by `torch.autograd.grad` (AOTAutograd's forward and
+backward: both are compiled per size or symbolically), checked against eager's and an f64
+run's by the fuzzer's rule.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -203,24 +209,44 @@ class Sweep:
     steady: list[float]
 
 
+def training_step(
+    fn: Callable[..., Tensor], params: list[torch.nn.Parameter], *args: Tensor
+) -> tuple[Tensor, ...]:
+    """A training step's results: the loss (the mean square of `fn(*args)`, in f32 at least)
+    and its gradients with respect to `params`."""
+    out = fn(*args)
+    loss = out.to(torch.promote_types(out.dtype, torch.float32)).pow(2).mean()
+    return (loss, *torch.autograd.grad(loss, params))
+
+
+def _call(fn: Callable[..., Any], model: torch.nn.Module, training: bool) -> Callable[..., Any]:
+    """A call of `fn` (a compiled `model`, or the model): its forward, or with `training` a
+    training step (`training_step`)."""
+    if not training:
+        return fn
+    return functools.partial(training_step, fn, list(model.parameters()))
+
+
 def sweep(
     model: torch.nn.Module,
     workload: Workload,
     sizes: list[int],
     column: str,
     device: str = "cpu",
+    training: bool = False,
 ) -> list[float]:
     """The first call's ms at each size of `model` compiled as `column` says, in a fresh
     dynamo, called at each size in turn (checked at f32's tolerance 1e-4, or by the default
-    rule of a 16-bit model's dtype)."""
+    rule of a 16-bit model's dtype; a training step by that rule)."""
     torch._dynamo.reset()
-    compiled = torch.compile(model, **COLUMNS[column])
+    compiled = _call(torch.compile(model, **COLUMNS[column]), model, training)
     first: list[float] = []
     for n in sizes:
-        call = functools.partial(compiled, *_inputs(workload, n, model, device))
+        inputs = _inputs(workload, n, model, device)
+        call = functools.partial(compiled, *inputs)
         out: list[Any] = []
         first.append(host_ms(functools.partial(_keep, call, out, device)))
-        check(out[0], model, call.args)
+        check(out[0], model, tuple(inputs), training)
         del out
     torch._dynamo.reset()
     return first
@@ -233,12 +259,13 @@ def steady(
     columns: list[str],
     runs: int,
     device: str = "cpu",
+    training: bool = False,
 ) -> dict[str, list[float]]:
     """Each column's median ms per call at each size, every column compiled in this process
     and called in turn, `runs` rounds after two calls each (every second round in the reverse
     order; on CUDA one call's time by CUDA events, the host's launches included)."""
     torch._dynamo.reset()
-    compiled = {c: torch.compile(model, **COLUMNS[c]) for c in columns}
+    compiled = {c: _call(torch.compile(model, **COLUMNS[c]), model, training) for c in columns}
     clock = cuda_ms if device == "cuda" else host_ms
     found: dict[str, list[float]] = {c: [] for c in columns}
     for n in sizes:
@@ -257,20 +284,25 @@ def _inputs(workload: Workload, n: int, model: torch.nn.Module, device: str) -> 
     return [t.to(device, dtype if t.is_floating_point() else t.dtype) for t in workload.inputs(n)]
 
 
-def check(got: Tensor, model: torch.nn.Module, args: tuple[Tensor, ...]) -> None:
+def check(
+    got: Any, model: torch.nn.Module, args: tuple[Tensor, ...], training: bool = False
+) -> None:
     """`got` is eager's result for `args`: in f32 on the CPU within 1e-4; in a 16-bit dtype,
     whose eager rounds every intermediate where xfuse's kernels round once, or on CUDA, where
-    eager's cuDNN convolutions take TF32 by default, by the fuzzer's rule against the model run
-    in f64 (an error at most twice eager's: `compare_outputs`)."""
+    eager's cuDNN convolutions take TF32 by default, or for a training step (`got` its loss and
+    gradients, whose sums over the batch reassociate), by the fuzzer's rule against the model
+    run in f64 (an error at most twice eager's: `compare_outputs`)."""
     from xfuse.testing.fuzz.compare import compare_outputs
 
-    expected = model(*args)
-    if expected.dtype == torch.float32 and expected.device.type == "cpu":
+    expected = _call(model, model, training)(*args)
+    if not training and expected.dtype == torch.float32 and expected.device.type == "cpu":
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
         return
     wide = copy.deepcopy(model).double()
-    reference = wide(*(a.double() if a.is_floating_point() else a for a in args))
-    problem = compare_outputs([got], [expected], [reference], 1.0)
+    reference = _call(wide, wide, training)(
+        *(a.double() if a.is_floating_point() else a for a in args)
+    )
+    problem = compare_outputs(*(list(x) if training else [x] for x in (got, expected, reference)))
     if problem is not None:
         raise AssertionError(problem)
 
@@ -281,11 +313,18 @@ def _keep(call: Callable[[], Any], out: list[Any], device: str) -> None:
         torch.cuda.synchronize()
 
 
-def table(name: str, workload: Workload, sizes: list[int], results: dict[str, Sweep]) -> str:
+def table(
+    name: str,
+    workload: Workload,
+    sizes: list[int],
+    results: dict[str, Sweep],
+    training: bool = False,
+) -> str:
     """The rows of one model: per size each column's first-call ms and steady ms."""
     columns = list(results)
     header = f"{workload.dim:>6} | " + " | ".join(f"{c + ' first / ms':>30}" for c in columns)
-    lines = [f"## {name} (first-call ms / steady ms per call)", header, "-" * len(header)]
+    what = "training step" if training else "call"
+    lines = [f"## {name} (first-call ms / steady ms per {what})", header, "-" * len(header)]
     for i, n in enumerate(sizes):
         cells = [f"{results[c].first[i]:>16.1f} / {results[c].steady[i]:>11.3f}" for c in columns]
         lines.append(f"{n:>6} | " + " | ".join(f"{cell:>30}" for cell in cells))
@@ -301,31 +340,47 @@ def table(name: str, workload: Workload, sizes: list[int], results: dict[str, Sw
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def _model(name: str, device: str, dtype: str) -> torch.nn.Module:
+def _model(name: str, device: str, dtype: str, training: bool = False) -> torch.nn.Module:
+    """The workload's model in `eval()` mode, or with `training` in `train()` mode with every
+    dropout off."""
     import xfuse  # noqa: F401  (registers the backend)
 
     torch.manual_seed(0)
-    return WORKLOADS[name].make().eval().to(device, DTYPES[dtype])
+    model = WORKLOADS[name].make().train(training).to(device, DTYPES[dtype])
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model
+
+
+def _grad_mode(training: bool) -> Any:
+    return contextlib.nullcontext() if training else torch.no_grad()
 
 
 def run_first_calls(
-    name: str, column: str, sizes: list[int], device: str, dtype: str
+    name: str, column: str, sizes: list[int], device: str, dtype: str, training: bool = False
 ) -> list[float]:
     """One model's first calls for one column in this process."""
     torch._dynamo.config.recompile_limit = 64  # the static column compiles once per size
-    model = _model(name, device, dtype)
-    with torch.no_grad():
-        return sweep(model, WORKLOADS[name], sizes, column, device)
+    model = _model(name, device, dtype, training)
+    with _grad_mode(training):
+        return sweep(model, WORKLOADS[name], sizes, column, device, training)
 
 
 def run_steady(
-    name: str, columns: list[str], sizes: list[int], runs: int, device: str, dtype: str
+    name: str,
+    columns: list[str],
+    sizes: list[int],
+    runs: int,
+    device: str,
+    dtype: str,
+    training: bool = False,
 ) -> dict[str, list[float]]:
     """One model's steady times for every column, side by side in this process."""
     torch._dynamo.config.recompile_limit = 64 * len(columns)
-    model = _model(name, device, dtype)
-    with torch.no_grad():
-        return steady(model, WORKLOADS[name], sizes, columns, runs, device)
+    model = _model(name, device, dtype, training)
+    with _grad_mode(training):
+        return steady(model, WORKLOADS[name], sizes, columns, runs, device, training)
 
 
 CACHE_ENVIRONMENT = {"xfuse": "XFUSE_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}
@@ -348,13 +403,20 @@ def _child(argv: list[str], cache: str) -> Any:
 
 
 def run_model(
-    name: str, columns: list[str], sizes: list[int], runs: int, device: str, dtype: str
+    name: str,
+    columns: list[str],
+    sizes: list[int],
+    runs: int,
+    device: str,
+    dtype: str,
+    training: bool = False,
 ) -> dict[str, Sweep]:
     """One model's table: each column's first calls in a process of its own with empty kernel
     caches, then the steady times of all columns in one process whose caches hold what those
     processes compiled (their folders merged: entries are named by their keys), so that it
     loads the columns' kernels and programs instead of compiling them again."""
     common = [f"--{name}-sizes", ",".join(map(str, sizes)), "--device", device, "--dtype", dtype]
+    common += ["--training"] if training else []
     with tempfile.TemporaryDirectory() as root:
         first: dict[str, list[float]] = {}
         for c in columns:
@@ -381,23 +443,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--dtype", default="f32", choices=tuple(DTYPES))
+    parser.add_argument("--training", action="store_true", help="time training steps")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # first calls, in the child process
     parser.add_argument("--steady", help=argparse.SUPPRESS)  # steady times, in the child
     args = parser.parse_args(argv)
     columns = args.columns.split(",")
     if args.one is not None:
         sizes = [int(s) for s in getattr(args, f"{args.one}_sizes").split(",")]
-        print(json.dumps(run_first_calls(args.one, columns[0], sizes, args.device, args.dtype)))
+        found_first = run_first_calls(
+            args.one, columns[0], sizes, args.device, args.dtype, args.training
+        )
+        print(json.dumps(found_first))
         return
     if args.steady is not None:
         sizes = [int(s) for s in getattr(args, f"{args.steady}_sizes").split(",")]
-        found = run_steady(args.steady, columns, sizes, args.runs, args.device, args.dtype)
+        found = run_steady(
+            args.steady, columns, sizes, args.runs, args.device, args.dtype, args.training
+        )
         print(json.dumps(found))
         return
     for name in args.models.split(","):
         sizes = [int(s) for s in getattr(args, f"{name}_sizes").split(",")]
-        results = run_model(name, columns, sizes, args.runs, args.device, args.dtype)
-        print(table(name, WORKLOADS[name], sizes, results), flush=True)
+        results = run_model(name, columns, sizes, args.runs, args.device, args.dtype, args.training)
+        print(table(name, WORKLOADS[name], sizes, results, args.training), flush=True)
         print()
 
 
