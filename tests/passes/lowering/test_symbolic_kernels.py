@@ -93,3 +93,27 @@ def test_an_output_of_as_many_elements_is_written_at_its_offset(
         x = torch.randn(*shape)
         for got, expected in zip(program(x), eager(x), strict=True):
             torch.testing.assert_close(got, expected)
+
+
+TOKENS = "tensor<?x3x2xf32, #graph.syms<s0>>"
+
+# a sum of a symbolic count of f32 terms to one value (a loss, a statistic)
+TOTAL = f"""
+func.func @forward(%x: {TOKENS}) -> tensor<f32> attributes {{graph.sizes = #graph.sizes<s0 = input(0, 0) hint 33 range [2, inf]>}} {{
+  %0 = graph.reduce_sum %x dims = [0, 1, 2] : {TOKENS} -> tensor<f32>
+  func.return %0 : tensor<f32>
+}}
+"""
+
+
+def test_a_sum_of_a_symbolic_count_to_one_value_accumulates_as_the_static_one_does() -> None:
+    """A total f32 sum whose count is short at the size hints (`reductions.TOTAL_SUM`)
+    accumulates in f64 as the static kernel at those sizes does, at every size: the result is
+    the f32 nearest the exact sum, where an f32 sum over loops drifts from eager's."""
+    program = SymbolicProgram(parse(TOTAL))
+    assert "arith.extf" in str(program.module)
+    gen = torch.Generator().manual_seed(0)
+    for n in (33, 2, 500):
+        x = torch.randn(n, 3, 2, generator=gen) * 10 + 3
+        (got,) = program(x)
+        assert got.item() == x.double().sum().float().item(), n

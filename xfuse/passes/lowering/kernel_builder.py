@@ -219,6 +219,8 @@ class KernelBuilder:
         self.sizes: SizeValues | None = None
         self.table = sizes if is_symbolic_group(group) else None
         """The function's size symbols, for a group with symbolic sizes (`symbolic_kernels`)."""
+        self.size_hints = self.table.hints if self.table is not None else None
+        """Each size symbol's size at the example's sizes (a symbolic kernel's)."""
         if self.table is not None:
             check_symbolic(self)
         for op in ops:
@@ -242,7 +244,7 @@ class KernelBuilder:
 
     def identity(self, r: graph.ReduceOp) -> SSAValue:
         """`r`'s identity, in the type it accumulates in (`accumulator_type`)."""
-        acc = accumulator_type(r, self.wide_sums, self.blocked_sums_wide)
+        acc = accumulator_type(r, self.wide_sums, self.blocked_sums_wide, self.size_hints)
         return self.constant(reduction_init(r), acc)
 
     def error(self, reason: str) -> LoopLoweringError:

@@ -7,7 +7,7 @@ group's reductions run are `xfuse.passes.fusion.kernel_loops.RowPasses`'.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeGuard, cast
 
 from xdsl.dialects import arith
@@ -72,15 +72,24 @@ def sums_f32(op: graph.ReduceOp) -> bool:
     return dtype_of(op.input) == f32 and _combiner_class(op) is arith.AddfOp
 
 
-def accumulator_type(op: graph.ReduceOp, wide_sums: bool, blocked: bool) -> Attribute:
+def accumulator_type(
+    op: graph.ReduceOp, wide_sums: bool, blocked: bool, hints: Mapping[str, int] | None = None
+) -> Attribute:
     """The type `op` accumulates in: its elements' compute type (f32 for f16/bf16: far finer
     than their result); with `wide_sums`, f64 for a sum of f32 to one value (`TOTAL_SUM`),
-    or, where its kernel sums in blocks (`blocked`), a short one (`SHORT_SUM`)."""
+    or, where its kernel sums in blocks (`blocked`), a short one (`SHORT_SUM`). A runtime size
+    counts at its hint (`hints`, by symbol: a symbolic kernel's sizes as the example had them,
+    where the static program would choose the same); without one, the compute type. Either
+    type is right at every size: f64 only rounds less."""
     t = compute_type(dtype_of(op.input))
     if wide_sums and sums_f32(op):
         shape = shape_of(op.input)
-        terms = [shape[d] for d in op.reduce_dims]
-        if any(n < 0 for n in terms):  # a runtime size
+        dims = graph.dims_of(op.input)
+        terms = [
+            shape[d] if shape[d] >= 0 else (hints or {}).get(str(dims[d]), -1)
+            for d in op.reduce_dims
+        ]
+        if any(n < 0 for n in terms):  # a runtime size without a hint
             return t
         n = math.prod(terms)
         one_value = all(d == 1 for d in shape_of(op.result))
