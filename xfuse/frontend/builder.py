@@ -65,6 +65,12 @@ class SizeSymbols:
         self._table_at: tuple[int, int, int] = (-1, -1, -1)
         """The table as it stood with as many derived symbols, relations and conditions (each
         list only grows): what `_residue` and `aliases` read."""
+        self.layout_symbols: set[str] = set()
+        """Symbols of torch's shape environment that only inputs' strides or storage offsets
+        hold (an input of no dense order, such as a transposed slice of a fused projection,
+        gets stride symbols of its own): the program reads its inputs whatever their strides
+        (kernels read them contiguous, torch's calls and views take them as they are), so a
+        guard on those alone (a contiguity check's `Ne(s40, 32)`) is no condition of it."""
         self._aliases: dict[str, graph.SizeExpr] = {}
         self.by_expr: dict[graph.SizeExpr, str] = {}
         self.origins: dict[Operation, str] = {}
@@ -75,6 +81,9 @@ class SizeSymbols:
         """Record the input symbols that argument `arg`'s fake value holds (first come)."""
         if not isinstance(val, torch.Tensor):
             return
+        for layout in (*val.stride(), val.storage_offset()):
+            if isinstance(layout, torch.SymInt):
+                self.layout_symbols |= {str(x) for x in layout.node.expr.free_symbols}
         for dim, size in enumerate(val.shape):
             if not isinstance(size, torch.SymInt):
                 continue
@@ -283,7 +292,8 @@ class SizeSymbols:
         A guard that torch's replacements make true, that holds at every size of 2 or more
         (`SizeCondition.always_holds`), or that its one symbol's range implies (`s0 <= 512`
         where s0's range is [2, 512]: `repeats_range`) or that holds over the symbols' ranges
-        with its remainders bounded (`holds_at_every_size`), is left out; one the table can hold no
+        with its remainders bounded (`holds_at_every_size`), or that is on inputs' strides
+        alone (`layout_symbols`), is left out; one the table can hold no
         condition of raises `SymbolicSizeError`: a call could break it unseen. Call it after
         the graph's sizes are read (`dim`), whose floor divisions a guard may name."""
         import sympy
@@ -297,11 +307,13 @@ class SizeSymbols:
             for a in group
             if {str(x) for x in env.replace(a.expr).free_symbols} <= names | self.defined.keys()
         ]
+        layout_only = self.layout_symbols - names - self.defined.keys()
         for raw in exprs:
             expr = self.defined_in(env.simplify(raw))
             if (
                 expr == sympy.true
                 or not raw.free_symbols
+                or {str(x) for x in expr.free_symbols} <= layout_only
                 or repeats_range(expr, self.inputs)
                 or self.holds_at_every_size(expr)
             ):
