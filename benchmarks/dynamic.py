@@ -317,10 +317,12 @@ def table(
     name: str,
     workload: Workload,
     sizes: list[int],
-    results: dict[str, Sweep],
+    found: dict[str, Sweep | str],
     training: bool = False,
 ) -> str:
-    """The rows of one model: per size each column's first-call ms and steady ms."""
+    """The rows of one model: per size each column's first-call ms and steady ms; under it, the
+    error of each column that failed."""
+    results = {c: r for c, r in found.items() if isinstance(r, Sweep)}
     columns = list(results)
     header = f"{workload.dim:>6} | " + " | ".join(f"{c + ' first / ms':>30}" for c in columns)
     what = "training step" if training else "call"
@@ -334,6 +336,7 @@ def table(
     ]
     lines.append("-" * len(header))
     lines.append(f"{'sum/med':>6} | " + " | ".join(f"{cell:>30}" for cell in totals))
+    lines += [f"{c} failed: {r}" for c, r in found.items() if isinstance(r, str)]
     return "\n".join(lines)
 
 
@@ -398,7 +401,9 @@ def _child(argv: list[str], cache: str) -> Any:
     env = {**os.environ, **caches}
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"{argv} failed: {done.stderr.strip().splitlines()[-1:]}")
+        lines = done.stderr.strip().splitlines()
+        errors = [line for line in lines if "Error" in line] or lines[-1:]
+        raise RuntimeError(f"{' '.join(argv[:4])}: {errors[-1][:300] if errors else 'no stderr'}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -410,21 +415,28 @@ def run_model(
     device: str,
     dtype: str,
     training: bool = False,
-) -> dict[str, Sweep]:
+) -> dict[str, Sweep | str]:
     """One model's table: each column's first calls in a process of its own with empty kernel
     caches, then the steady times of all columns in one process whose caches hold what those
     processes compiled (their folders merged: entries are named by their keys), so that it
-    loads the columns' kernels and programs instead of compiling them again."""
+    loads the columns' kernels and programs instead of compiling them again. A column whose
+    first calls failed is its error's last line, and is left out of the steady times."""
     common = [f"--{name}-sizes", ",".join(map(str, sizes)), "--device", device, "--dtype", dtype]
     common += ["--training"] if training else []
+    failed: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as root:
         first: dict[str, list[float]] = {}
         for c in columns:
-            first[c] = _child(["--one", name, "--columns", c, *common], os.path.join(root, c))
+            try:
+                first[c] = _child(["--one", name, "--columns", c, *common], os.path.join(root, c))
+            except RuntimeError as e:
+                failed[c] = str(e)
+                continue
             _merge(os.path.join(root, c), os.path.join(root, "steady"))
-        argv = ["--steady", name, "--columns", ",".join(columns), "--runs", str(runs), *common]
-        found = _child(argv, os.path.join(root, "steady"))
-    return {c: Sweep(first[c], found[c]) for c in columns}
+        ran = [c for c in columns if c in first]
+        argv = ["--steady", name, "--columns", ",".join(ran), "--runs", str(runs), *common]
+        found = _child(argv, os.path.join(root, "steady")) if ran else {}
+    return {c: failed[c] if c in failed else Sweep(first[c], found[c]) for c in columns}
 
 
 def _merge(source: str, target: str) -> None:
