@@ -574,6 +574,21 @@ def test_a_size_a_part_returns_is_computed_from_its_symbols() -> None:
         dynamo.size_value(sympy.sqrt(a), values)
 
 
+def test_whether_a_size_is_computable_is_read_from_its_operations() -> None:
+    """`check_computable` reads an expression's operations, not its value at some size: a
+    floor division by `(s - 2)//4` (a saved length of a strided layer, 0 at sizes the program
+    never runs) is computable; a square root is not."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    s = sympy.Symbol("s", integer=True, positive=True)
+    divisor = FloorDiv(s - 2, 4)
+    dynamo.check_computable(FloorDiv(s * 64, divisor))
+    assert dynamo.size_value(FloorDiv(s * 64, divisor), {s: 22}) == 281
+    with pytest.raises(UnsupportedProgram, match="no symbolic program computes"):
+        dynamo.check_computable(FloorDiv(s, 2) + sympy.sqrt(s))
+
+
 def test_a_call_computes_only_the_symbols_its_split_dims_take() -> None:
     """`SymbolicInputs.arguments` evaluates a computed symbol only where a split dim takes it:
     one that no plan names (a whole dim the program checks itself) costs a call nothing."""

@@ -785,8 +785,14 @@ def computed_factors(
 
 def check_computable(expr: Any) -> None:
     """An `UnsupportedProgram` (one line) where `size_value` does not compute a size
-    expression (an operation it does not know)."""
-    size_value(expr, dict.fromkeys(expr.free_symbols, 2))
+    expression (an operation it does not know), read from its operations alone (no value:
+    `(s - 1)//4 - 1` divides by 0 at sizes the program never runs)."""
+    if expr.is_Integer or expr.is_Symbol:
+        return
+    if _size_operation(expr) is None:
+        raise _not_computed(expr)
+    for a in expr.args:
+        check_computable(a)
 
 
 def computable(expr: Any) -> bool:
@@ -922,32 +928,44 @@ def joined(t: Tensor, plan: tuple[tuple[Any, ...] | None, ...]) -> Tensor:
 
 def size_value(expr: Any, values: dict[Any, Any]) -> Any:
     """A sympy expression of size symbols (sums, products, non-negative integer powers, floor
-    divisions, remainders, minima and maxima of them and of integers) computed from each
-    symbol's value in `values` (ints, or SymInts while torch.export traces); an
-    `UnsupportedProgram` for any other operation."""
-    import sympy
-    from torch.utils._sympy.functions import FloorDiv, Max, Min
-
+    divisions, remainders, minima and maxima of them and of integers: `_size_operation`)
+    computed from each symbol's value in `values` (ints, or SymInts while torch.export
+    traces); an `UnsupportedProgram` for any other operation."""
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
         return values[expr]
-    args = [size_value(a, values) for a in expr.args]
+    operation = _size_operation(expr)
+    if operation is None:
+        raise _not_computed(expr)
+    return operation([size_value(a, values) for a in expr.args])
+
+
+def _size_operation(expr: Any) -> Callable[[list[Any]], Any] | None:
+    """How `size_value` combines the values of `expr`'s arguments; None for an operation it
+    does not compute."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Max, Min
+
     if isinstance(expr, sympy.Add):
-        return functools.reduce(operator.add, args)
+        return lambda args: functools.reduce(operator.add, args)
     if isinstance(expr, sympy.Mul):
-        return functools.reduce(operator.mul, args)
+        return lambda args: functools.reduce(operator.mul, args)
     if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 0:
-        return functools.reduce(operator.mul, [args[0]] * int(expr.exp), 1)
+        return lambda args: functools.reduce(operator.mul, [args[0]] * int(expr.exp), 1)
     if isinstance(expr, FloorDiv):
-        return args[0] // args[1]
+        return lambda args: args[0] // args[1]
     if isinstance(expr, sympy.Min | Min):
-        return functools.reduce(torch.sym_min, args)
+        return lambda args: functools.reduce(torch.sym_min, args)
     if isinstance(expr, sympy.Max | Max):
-        return functools.reduce(torch.sym_max, args)
+        return lambda args: functools.reduce(torch.sym_max, args)
     if type(expr).__name__ in ("Mod", "PythonMod"):
-        return args[0] % args[1]
-    raise UnsupportedProgram(f"the size {expr} has an operation no symbolic program computes")
+        return lambda args: args[0] % args[1]
+    return None
+
+
+def _not_computed(expr: Any) -> UnsupportedProgram:
+    return UnsupportedProgram(f"the size {expr} has an operation no symbolic program computes")
 
 
 def _symbolic_value(node: torch.fx.Node, example: Any) -> Any:
