@@ -766,3 +766,27 @@ def test_sized_views_transposed_intermediates_and_tails_at_every_shape_and_repla
             assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
         assert got[0].data_ptr() == x.data_ptr()
         assert got[1].untyped_storage().data_ptr() == got[2].untyped_storage().data_ptr()
+
+
+@gpu
+def test_a_gpt2_trains_at_every_sequence_length_on_the_gpu() -> None:
+    """A GPT-2 trained with `dynamic=True` on the GPU in strict mode: its masked attention is
+    torch's memory-efficient kernel, whose bias the program makes contiguous at lengths of
+    unaligned rows (9, 17), where the kernel reads whole vectors (`aligned_bias`): eager's
+    losses and gradients at every (batch, sequence) size, one program per part."""
+    from tests.test_training_dynamic import Logits
+
+    torch.manual_seed(1)
+    model = Logits().cuda()
+    reference, exact = copy.deepcopy(model), copy.deepcopy(model).double()
+    net = torch.compile(model, backend="xfuse", dynamic=True, options={"fallback": "error"})
+    start = dict(dynamo.COMPILES)
+    for b, t in ((2, 3), (3, 9), (2, 17)):
+        ids = torch.randint(0, 128, (b, t), device="cuda")
+        grads = []
+        for m in (net, reference, exact):
+            loss = m(ids).pow(2).mean()
+            grads.append(torch.autograd.grad(loss, list(m.parameters())))
+        assert compare_outputs(*grads) is None, (b, t)
+    compiled = {k: v - start.get(k, 0) for k, v in dynamo.COMPILES.items()}
+    assert compiled.get("per-shape", 0) == 0 and compiled.get("symbolic") == 2, compiled

@@ -344,3 +344,19 @@ def test_an_index_put_into_a_constant_of_zeros_accumulates_into_fresh_zeros(fill
         results.append(got)
     assert results[0].data_ptr() != results[1].data_ptr()
     assert torch.equal(constant, kept) and torch.equal(constant.signbit(), kept.signbit())
+
+
+def test_an_attention_bias_of_unaligned_rows_is_padded_as_eager_pads_it() -> None:
+    """Memory-efficient attention reads its bias at strides of whole 16-byte vectors: a
+    contiguous mask of 9 columns (a program's, where eager's trace kept a padded view) becomes
+    the same values in rows padded to 16 elements; an aligned one is passed as it is."""
+    from xfuse.interpreters.graph import BIAS_ALIGNMENT, aligned_bias
+
+    mask = torch.randn(2, 1, 9, 9)
+    padded = aligned_bias(mask)
+    torch.testing.assert_close(padded, mask, rtol=0, atol=0)
+    assert padded.stride()[-1] == 1
+    assert all(s % BIAS_ALIGNMENT == 0 for s in padded.stride()[:-1])
+    aligned = torch.randn(2, 1, 9, 16)[..., :9]
+    assert aligned_bias(aligned) is aligned
+    assert aligned_bias(None) is None

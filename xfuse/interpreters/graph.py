@@ -807,13 +807,64 @@ def _prepare_on_zeros(op: graph.TorchCallOp) -> PreparedOp:
     return call
 
 
+ALIGNED_BIAS: dict[str, tuple[int, str]] = {
+    "aten._scaled_dot_product_efficient_attention.default": (3, "attn_bias"),
+    "aten._scaled_dot_product_efficient_attention_backward.default": (4, "attn_bias"),
+    "aten._efficient_attention_forward.default": (3, "bias"),
+    "aten._efficient_attention_backward.default": (4, "bias"),
+}
+"""Memory-efficient attention's ops -> the position and name of their bias, whose kernel reads
+it at strides of whole 16-byte vectors (`BIAS_ALIGNMENT` elements covers every dtype)."""
+
+BIAS_ALIGNMENT = 16
+"""The elements eager's attention pads a mask's rows to (`pad_bias` in torch's SDPA)."""
+
+
+def aligned_bias(t: Any) -> Any:
+    """An attention bias `t` as it is where its rows are contiguous and every other stride a
+    multiple of `BIAS_ALIGNMENT`, else its values in zeros whose rows are padded to one (what
+    eager's attention does with its mask): a program's mask is contiguous at its sizes (a
+    kernel's output), where eager's trace kept a padded view."""
+    if not isinstance(t, Tensor) or t.dim() < 2:
+        return t
+    strides = t.stride()
+    if strides[-1] == 1 and all(s % BIAS_ALIGNMENT == 0 for s in strides[:-1]):
+        return t
+    n = t.shape[-1]
+    padded = t.new_zeros((*t.shape[:-1], n + (-n) % BIAS_ALIGNMENT))[..., :n]
+    padded.copy_(t)
+    return padded
+
+
+def _with_aligned_bias(
+    args: list[Any], kwargs: dict[str, Any], position: int, name: str
+) -> tuple[list[Any], dict[str, Any]]:
+    """A call's arguments with its bias (at `position`, or keyword `name`) `aligned_bias`."""
+    if len(args) > position:
+        args = [*args[:position], aligned_bias(args[position]), *args[position + 1 :]]
+    elif name in kwargs:
+        kwargs = {**kwargs, name: aligned_bias(kwargs[name])}
+    return args, kwargs
+
+
 def _prepare_torch_call(op: graph.TorchCallOp) -> PreparedOp:
     """The torch call with everything it reads of the op (operator, arguments, picks, orders,
-    result count) read here: a call runs no IR (a `zeros_base` call: `_prepare_on_zeros`)."""
+    result count) read here: a call runs no IR (a `zeros_base` call: `_prepare_on_zeros`); a
+    memory-efficient attention's bias aligned (`ALIGNED_BIAS`)."""
     if zeros_base(op):
         return _prepare_on_zeros(op)
     fn = direct_torch_op(op.target.data)
     fill = prepare_args(op.args, op.kwargs)
+    bias = ALIGNED_BIAS.get(op.target.data)
+    if bias is not None:
+        plain = fill
+
+        def aligned(xs: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
+            args, kwargs = plain(xs)
+            return _with_aligned_bias(list(args), kwargs, *bias)
+
+        fill = aligned
+
     pick = results_picker(op)
     name, n_results = op.name, len(op.results)
     # A permuted result (`orders`) goes through `pick`.
