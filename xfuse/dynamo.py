@@ -786,7 +786,7 @@ def computed_factors(
 def check_computable(expr: Any) -> None:
     """An `UnsupportedProgram` (one line) where `size_value` does not compute a size
     expression (an operation it does not know), read from its operations alone (no value:
-    `(s - 1)//4 - 1` divides by 0 at sizes the program never runs)."""
+    a division by `(s - 2)//4` divides by 0 at sizes the program never runs)."""
     if expr.is_Integer or expr.is_Symbol:
         return
     if _size_operation(expr) is None:
