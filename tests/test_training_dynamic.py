@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -639,13 +639,23 @@ def test_a_backward_of_strided_layers_compiles_once_for_every_image_size(
     call, and the backward compiles once, symbolically, with eager's gradients at every
     batch and image size (the weights' gradients, sums over the batch and the image, held
     to eager's distance from an f64 run: `compare_outputs`)."""
+    images = ((2, 80, 83), (3, 87, 90), (2, 95, 71), (4, 110, 113))
+    trains_symbolically(monkeypatch, StridedConvNet(), images)
+
+
+def trains_symbolically(
+    monkeypatch: pytest.MonkeyPatch, model: torch.nn.Module, images: Sequence[tuple[int, ...]]
+) -> None:
+    """`model` through torch.compile (`dynamic=True`, strict mode) at each (batch, height,
+    width) of `images`: the input's and parameters' gradients of a mean square held to
+    eager's distance from an f64 run (`compare_outputs`), forward and backward each compiled
+    symbolically and no call per shape."""
     made = recorded_parts(monkeypatch)
-    model = StridedConvNet()
     reference = copy.deepcopy(model)
     exact = copy.deepcopy(model).double()
     net = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
     torch.manual_seed(1)
-    for b, h, w in ((2, 80, 83), (3, 87, 90), (2, 95, 71), (4, 110, 113)):
+    for b, h, w in images:
         x = torch.randn(b, 3, h, w)
         grads = []
         for m in (net, reference, exact):
@@ -681,23 +691,8 @@ def test_a_pooling_window_wider_than_every_map_compiles_once_for_every_image_siz
     1)`) narrows its image size's range to where it holds, inside which it is that value: the
     flatten after the pooling is a view of a static shape, and forward and backward compile
     once, symbolically, with eager's gradients at every batch and image size."""
-    made = recorded_parts(monkeypatch)
-    model = WholeMapPool()
-    reference = copy.deepcopy(model)
-    exact = copy.deepcopy(model).double()
-    net = torch.compile(model, backend="xfuse", dynamic=True, options=STRICT)
-    torch.manual_seed(1)
-    for b, h, w in ((2, 64, 64), (2, 96, 80), (3, 112, 96), (2, 80, 128)):
-        x = torch.randn(b, 3, h, w)
-        grads = []
-        for m in (net, reference, exact):
-            xs = x.clone().to(next(m.parameters()).dtype).requires_grad_()
-            loss = m(xs).pow(2).mean()
-            grads.append(torch.autograd.grad(loss, [xs, *m.parameters()]))
-        assert compare_outputs(*grads) is None, (b, h, w)
-    for part in ("forward", "backward"):
-        assert made[part].dynamic is not None, made[part].symbolic_reason
-        assert not made[part].programs, part  # no call went per shape
+    images = ((2, 64, 64), (2, 96, 80), (3, 112, 96), (2, 80, 128))
+    trains_symbolically(monkeypatch, WholeMapPool(), images)
 
 
 class SizeScaled(torch.nn.Module):
