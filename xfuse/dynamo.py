@@ -41,7 +41,7 @@ from xfuse.errors import (
     UnsupportedProgram,
 )
 from xfuse.frontend.attention_masks import without_constant_masks
-from xfuse.frontend.builder import fixed_remainder, guarded_range
+from xfuse.frontend.builder import finite_bound, fixed_remainder, guarded_range
 from xfuse.frontend.decompositions import decomposed_calls
 from xfuse.frontend.pytrees import picker
 from xfuse.runtime.executor import CompiledProgram
@@ -809,7 +809,7 @@ def _is_length(size: torch.SymInt) -> bool:
     holds (its range starts at 2, as a dim's does: sizes 0 and 1 specialise), not an int
     that may be 0 or negative (a model's `logits_to_keep`)."""
     found = size.node.shape_env.var_to_range.get(size.node.expr)
-    return found is not None and _finite(found.lower) and int(found.lower) >= 2
+    return found is not None and finite_bound(found.lower) and int(found.lower) >= 2
 
 
 def _summed_dim(
@@ -938,30 +938,46 @@ def size_value(expr: Any, values: dict[Any, Any]) -> Any:
     operation = _size_operation(expr)
     if operation is None:
         raise _not_computed(expr)
-    return operation([size_value(a, values) for a in expr.args])
+    return operation(expr, [size_value(a, values) for a in expr.args])
 
 
-def _size_operation(expr: Any) -> Callable[[list[Any]], Any] | None:
-    """How `size_value` combines the values of `expr`'s arguments; None for an operation it
-    does not compute."""
-    import sympy
-    from torch.utils._sympy.functions import FloorDiv, Max, Min
+def _size_operation(expr: Any) -> Callable[[Any, list[Any]], Any] | None:
+    """How `size_value` combines the values of `expr`'s arguments (`_SIZE_OPERATIONS`, by
+    the operation's name); None for an operation it does not compute."""
+    operation = _SIZE_OPERATIONS.get(type(expr).__name__)
+    if operation is _power and not (expr.exp.is_Integer and int(expr.exp) >= 0):
+        return None
+    return operation
 
-    if isinstance(expr, sympy.Add):
-        return lambda args: functools.reduce(operator.add, args)
-    if isinstance(expr, sympy.Mul):
-        return lambda args: functools.reduce(operator.mul, args)
-    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 0:
-        return lambda args: functools.reduce(operator.mul, [args[0]] * int(expr.exp), 1)
-    if isinstance(expr, FloorDiv):
-        return lambda args: args[0] // args[1]
-    if isinstance(expr, sympy.Min | Min):
-        return lambda args: functools.reduce(torch.sym_min, args)
-    if isinstance(expr, sympy.Max | Max):
-        return lambda args: functools.reduce(torch.sym_max, args)
-    if type(expr).__name__ in ("Mod", "PythonMod"):
-        return lambda args: args[0] % args[1]
-    return None
+
+def _power(expr: Any, args: list[Any]) -> Any:
+    return functools.reduce(operator.mul, [args[0]] * int(expr.exp), 1)
+
+
+def _floor_division(expr: Any, args: list[Any]) -> Any:
+    return args[0] // args[1]
+
+
+def _remainder(expr: Any, args: list[Any]) -> Any:
+    return args[0] % args[1]
+
+
+def _folded(combine: Callable[[Any, Any], Any]) -> Callable[[Any, list[Any]], Any]:
+    return lambda expr, args: functools.reduce(combine, args)
+
+
+_SIZE_OPERATIONS: dict[str, Callable[[Any, list[Any]], Any]] = {
+    "Add": _folded(operator.add),
+    "Mul": _folded(operator.mul),
+    "Pow": _power,
+    "FloorDiv": _floor_division,
+    "Min": _folded(torch.sym_min),
+    "Max": _folded(torch.sym_max),
+    "Mod": _remainder,
+    "PythonMod": _remainder,
+}
+"""Each size operation `size_value` computes, by its sympy or torch class name (sympy's and
+torch's `Min` and `Max` alike), as a function of the expression and its arguments' values."""
 
 
 def _not_computed(expr: Any) -> UnsupportedProgram:
@@ -1006,22 +1022,15 @@ def _size_range(expr: Any, env: Any) -> tuple[int, int | None]:
     ranges = {}
     for symbol in expr.free_symbols:
         known = env.var_to_range.get(symbol)
-        low = max(2, int(known.lower)) if known is not None and _finite(known.lower) else 2
-        high = int(known.upper) if known is not None and _finite(known.upper) else None
+        low = max(2, int(known.lower)) if known is not None and finite_bound(known.lower) else 2
+        high = int(known.upper) if known is not None and finite_bound(known.upper) else None
         if symbol in env.backed_var_to_val:
             low, high = guarded_range(env, symbol, low, high)
         ranges[symbol] = ValueRanges(low, int_oo if high is None else high)
     found = bound_sympy(expr, ranges)
-    low = max(2, int(found.lower)) if _finite(found.lower) else 2
-    high = int(found.upper) if _finite(found.upper) else None
+    low = max(2, int(found.lower)) if finite_bound(found.lower) else 2
+    high = int(found.upper) if finite_bound(found.upper) else None
     return low, high
-
-
-def _finite(bound: Any) -> bool:
-    """A range bound that is a plain integer (not sympy's or torch's infinity)."""
-    import sympy
-
-    return isinstance(bound, sympy.Integer)
 
 
 def symbolic_program(

@@ -587,7 +587,7 @@ class SizeSymbols:
                 graph.lowest_of(symbol), int_oo if symbol.high is None else symbol.high
             )
         bounds = bound_sympy(expr, ranges)
-        return int(bounds.lower) if bounds.is_singleton() and _finite(bounds.lower) else None
+        return int(bounds.lower) if bounds.is_singleton() and finite_bound(bounds.lower) else None
 
     def _known_floordiv(self, expr: Any) -> graph.SizeExpr | None:
         """`FloorDiv(p, k)` as a polynomial of atoms where it is exact, one value at every
@@ -986,7 +986,7 @@ def repeats_range(expr: Any, inputs: Sequence[graph.SizeSymbol]) -> bool:
     return bounds.is_singleton() and bool(bounds.lower)
 
 
-def _finite(bound: Any) -> bool:
+def finite_bound(bound: Any) -> bool:
     """A value-range bound that is an integer (not torch's infinity)."""
     return bool(getattr(bound, "is_Integer", False))
 
