@@ -475,6 +475,37 @@ def test_a_concatenations_backward_compiles_once_for_every_pair_of_lengths(
     assert not backward.programs  # no call went per shape
 
 
+class Sandwich(torch.nn.Module):
+    """A sequence between two pieces of another, each of its own length, concatenated along
+    time: the backward slices the middle part's gradient from one size to another."""
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return torch.cat([x.exp(), y * 2, x.sin()], dim=1).pow(2)
+
+
+def test_a_slice_between_two_sizes_of_the_call_compiles_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backward of a concatenation of three parts slices the middle one's gradient from
+    s1 to s1 + s2 (a start and an end that are sizes of the call): a gather from a start the
+    call computes, compiled once, symbolically, with eager's input gradients at every pair of
+    lengths (it compiled once per shape)."""
+    made = recorded_parts(monkeypatch)
+    net = torch.compile(Sandwich(), backend="xfuse", dynamic=True, options=STRICT)
+    torch.manual_seed(1)
+    for a, b in ((3, 4), (5, 2), (6, 7), (2, 9)):
+        x, y = torch.randn(2, a, 8), torch.randn(2, b, 8)
+        grads = []
+        for m in (net, Sandwich()):
+            xs = (x.clone().requires_grad_(), y.clone().requires_grad_())
+            grads.append(torch.autograd.grad(m(*xs).mean(), xs))
+        for got, expected in zip(*grads, strict=True):
+            torch.testing.assert_close(got, expected, msg=at((a, b), "gradient"))
+    backward = made["backward"]
+    assert backward.dynamic is not None, backward.symbolic_reason
+    assert not backward.programs  # no call went per shape
+
+
 class SquareProduct(torch.nn.Module):
     """A product of a weight with an input of two equal symbolic dims (`[s, s, 4]`, folded
     into `s**2` rows): the forward returns the size `s**2` for the backward."""

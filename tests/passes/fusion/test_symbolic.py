@@ -48,7 +48,7 @@ def test_a_derived_symbol_that_meets_a_static_size_is_refused(
             graph.SizeSymbol.derived("s1", s0 - graph.SizeExpr.constant(15)),
         )
     )
-    monkeypatch.setattr(symbolic, "PROXY_GAPS", (1,))
+    monkeypatch.setattr(symbolic, "PROXY_STEPS", ((1, 1),))
     with pytest.raises(SymbolicSizeError, match="'s1' cannot be told apart from a static size"):
         proxy_sizes(table, {2, 8})
 
@@ -64,7 +64,7 @@ def test_primes_farther_apart_tell_a_padded_size_from_the_next_symbol() -> None:
     )
     sizes = proxy_sizes(table, {2, 8})
     assert sizes["e0"] == sizes["s0"] + 2 and len(set(sizes.values())) == 3
-    assert sizes["s1"] - sizes["s0"] >= symbolic.PROXY_GAPS[1]
+    assert sizes["s1"] - sizes["s0"] >= symbolic.PROXY_STEPS[1][1]
 
 
 def test_a_difference_of_sizes_takes_the_atoms_in_the_other_order() -> None:
@@ -78,6 +78,21 @@ def test_a_difference_of_sizes_takes_the_atoms_in_the_other_order() -> None:
     )
     sizes = proxy_sizes(table, {2, 8})
     assert sizes["e0"] == sizes["s0"] - sizes["s1"] >= graph.MIN_SIZE
+    assert len(set(sizes.values())) == 3
+
+
+def test_an_atom_less_a_multiple_of_another_takes_primes_many_times_apart() -> None:
+    # e0 = s1 - 2 * s0 (a concatenation's length less two of its parts) is negative for
+    # primes a gap apart in either order.
+    table = graph.SizesAttr(
+        (
+            graph.SizeSymbol.input("s0", 0, 0, hint=3),
+            graph.SizeSymbol.input("s1", 1, 0, hint=10),
+            graph.SizeSymbol.derived("e0", graph.SizeExpr.symbol("s1") - s0.scale(2)),
+        )
+    )
+    sizes = proxy_sizes(table, {2, 8})
+    assert sizes["e0"] == sizes["s1"] - 2 * sizes["s0"] >= graph.MIN_SIZE
     assert len(set(sizes.values())) == 3
 
 

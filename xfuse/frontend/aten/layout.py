@@ -145,6 +145,8 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     found = _offset_slice(lw, x, dim, a, t)
     if found is None:
         found = _tail_slice(lw, x, dim, a, t)
+    if found is None:
+        found = _sized_start_slice(lw, node, x, dim, a, t)
     if found is not None:
         return found
     same = graph.dims_of(t)[dim] == graph.dims_of(x)[dim]
@@ -205,6 +207,38 @@ def _tail_slice(
     positions = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, 0))
     first = lw.emit(graph.GatherOp(flipped, [positions], dim, graph.dims_of(t)))
     return lw.emit(graph.FlipOp(first, [dim]))
+
+
+def _sized_start_slice(
+    lw: ImportBuilder, node: torch.fx.Node, x: SSAValue, dim: int, a: Args, t: TensorType[Attribute]
+) -> SSAValue | None:
+    """A unit-step slice from a start that is a size of the call to an end as far past it as
+    the result is long (`g[s:2 * s]` of a `3 * s` long gradient: AOTAutograd's backward of a
+    concatenation of equal parts): a gather of `start + i` along `dim`. A result `end - start`
+    long is one torch clamped at neither end (the trace's guards keep it so wherever the
+    program runs). None for any other slice."""
+    symbols = SIZE_SYMBOLS.get()
+    start, end, result = a["start"], a["end"], graph.dims_of(t)[dim]
+    if symbols is None or a["step"] != 1 or not is_size_node(start) or not isinstance(result, str):
+        return None
+    out, whole = node.meta.get("val"), a["self"].meta.get("val")
+    if not (isinstance(out, torch.Tensor) and isinstance(whole, torch.Tensor)):
+        return None
+    if end is None or (_is_number(end) and end >= UNBOUNDED_END):
+        last = symbols.size_polynomial(whole.shape[dim])
+    elif is_size_node(end) or _is_number(end):
+        last = symbols.size_polynomial(end.meta["val"] if is_size_node(end) else end)
+    else:
+        return None
+    first = symbols.size_polynomial(start.meta["val"])
+    length = symbols.size_polynomial(out.shape[dim])
+    if first is None or length is None or last is None or first + length != last:
+        return None
+    index: list[graph.Dim] = [1] * _rank(x)
+    index[dim] = result
+    along = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, 0))
+    positions = lw.emit(graph.AddOp(along, lw.cast(lw.size_value(start), i64)))
+    return lw.emit(graph.GatherOp(x, [positions], dim, graph.dims_of(t)))
 
 
 def _is_dim_size(size: Any, tensor: Any, dim: int) -> bool:

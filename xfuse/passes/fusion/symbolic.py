@@ -68,24 +68,27 @@ def _primes_above(bound: int) -> Iterator[int]:
         n += 1
 
 
-PROXY_GAPS = (1, 64, 4096)
-"""The least distance between the primes of two atoms, tried in turn until no two proxies
-collide: consecutive primes first; farther apart where a derived symbol is an atom plus a
-constant that reaches the next prime (a padded dim `s0 + 2` against `s1`)."""
+PROXY_STEPS = ((1, 1), (1, 64), (1, 4096), (16, 1))
+"""How far apart the primes of two atoms lie, tried in turn until no two proxies collide, as
+(factor, gap): the next atom's prime is the first at least `factor` times the last one's plus
+`gap`. Consecutive primes first; farther apart where a derived symbol is an atom plus a
+constant that reaches the next prime (a padded dim `s0 + 2` against `s1`); each many times the
+last where a derived symbol is an atom less a multiple of another (`s1 - 2 * s0`: a
+concatenation's length less two of its parts)."""
 
 
 def proxy_sizes(table: graph.SizesAttr, static: set[int]) -> dict[str, int]:
     """Each symbol's proxy: atoms (input symbols, floor divisions; an alias, `SizesAttr.aliases`,
-    that of the floor division it equals) distinct primes above every
-    static size, at least a gap of `PROXY_GAPS` apart, rising in the table's order of atoms or,
-    where no gap serves, in the reverse (a difference of two sizes, `s1 - s0`, is a size only
-    where the first is the larger), other derived symbols their polynomials of those. Refuses a table whose
-    proxies collide (two symbols, or a symbol and a static size, of one value, or a symbol
-    under `MIN_SIZE`) at every gap and in both orders."""
+    that of the floor division it equals) distinct primes above every static size, as far
+    apart as a step of `PROXY_STEPS` puts them, rising in the table's order of atoms or, where
+    no step serves, in the reverse (a difference of two sizes, `s1 - s0`, is a size only where
+    the first is the larger), other derived symbols their polynomials of those. Refuses a table
+    whose proxies collide (two symbols, or a symbol and a static size, of one value, or a
+    symbol under `MIN_SIZE`) at every step and in both orders."""
     problem = ""
     for rising in (True, False):
-        for gap in PROXY_GAPS:
-            sizes, found = _proxies(table, static, gap, rising)
+        for step in PROXY_STEPS:
+            sizes, found = _proxies(table, static, step, rising)
             if not found:
                 return sizes
             problem = problem or found
@@ -93,16 +96,17 @@ def proxy_sizes(table: graph.SizesAttr, static: set[int]) -> dict[str, int]:
 
 
 def _proxies(
-    table: graph.SizesAttr, static: set[int], gap: int, rising: bool = True
+    table: graph.SizesAttr, static: set[int], step: tuple[int, int], rising: bool = True
 ) -> tuple[dict[str, int], str]:
-    """The proxies with atoms' primes at least `gap` apart, rising in the table's order of
-    atoms (`rising`) or its reverse, and why two collide ("" if none)."""
+    """The proxies with atoms' primes a `step` (factor, gap) apart, rising in the table's
+    order of atoms (`rising`) or its reverse, and why two collide ("" if none)."""
     inputs: dict[str, int] = {}
+    factor, gap = step
     last = max(static | {16})
     aliases = table.aliases
     atoms = [s for s in table.symbols if s.is_atom and s.name not in aliases]
     for s in atoms if rising else reversed(atoms):
-        last = inputs[s.name] = next(_primes_above(last + gap - 1))
+        last = inputs[s.name] = next(_primes_above(last * factor + gap - 1))
     sizes = {name: e.evaluate(inputs) for name, e in table.expansions.items()}
     seen: dict[int, str] = {}
     for name, value in sizes.items():
