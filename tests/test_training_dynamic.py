@@ -726,6 +726,39 @@ def test_a_pooling_window_wider_than_every_map_compiles_once_for_every_image_siz
     trains_symbolically(monkeypatch, WholeMapPool(), images)
 
 
+class Patches(torch.nn.Module):
+    """A square image cut into 4x4 patches, their rows normalised: the flatten of an `s // 4`
+    by `s // 4` map guards `s // 4 < (s // 4) ** 2`, which torch.export cannot prove over the
+    image's whole range."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.patchify = torch.nn.Conv2d(3, 8, 4, stride=4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = self.patchify(x).flatten(2).transpose(1, 2)
+        return torch.nn.functional.layer_norm(rows, (8,)).mean(1)
+
+
+def test_each_part_is_exported_once_where_the_guards_narrow_a_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A guard of torch.export's trace that holds on part of the image's range only: export
+    keeps it (`Dim.AUTO`) where named dims would fail the export after tracing it, so that
+    forward and backward are traced once each (the forward was traced twice)."""
+    exports: list[int] = []
+    export = torch.export.export
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        exports.append(1)
+        return export(*args, **kwargs)
+
+    monkeypatch.setattr(torch.export, "export", counted)
+    trains_symbolically(monkeypatch, Patches(), ((2, 64, 64), (3, 96, 96)))
+    assert len(exports) == 2
+
+
 class SizeScaled(torch.nn.Module):
     """A linear layer's output scaled by sizes of the call as numbers (`x.shape[1] /
     (x.shape[0] * 1.0)`): forward and backward make tensors of sizes (`scalar_tensor(s0)`)."""

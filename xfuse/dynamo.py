@@ -33,7 +33,6 @@ from xfuse.errors import (
     DynamicShapesWarning,
     EagerArgumentError,
     EagerFallbackError,
-    ExportError,
     FallbackWarning,
     InvalidArgumentError,
     SymbolicSizeError,
@@ -391,7 +390,7 @@ class SymbolicInputs:
     """Each program input's dim that is a size symbol some other dim holds first (`holders`),
     with that dim: (index into `tensors`, dim) pairs. `function` checks them equal, so that
     torch.export's trace makes them one symbol with `Dim.AUTO` too, which gives each dim a
-    symbol of its own (`_refined_ranges`)."""
+    symbol of its own (`automatic_dims`)."""
     computed: dict[Any, Any] = field(default_factory=dict)
     """Each size symbol that stands for an expression of held ones (`computed_factors`) -> that
     expression: a factor of a dim that `plans` splits, computed at each call."""
@@ -1053,41 +1052,27 @@ def symbolic_program(
     lifted = set(static_positions(gm))
     static = tuple(k for k, i in enumerate(inputs.tensors) if i in lifted)
     with torch._guards.tracing(None):  # export's guards are its own, not dynamo's frame's
-        try:
-            program = compile_dynamic(
-                fn,
-                examples,
-                device,
-                inputs.dynamic_shapes,
-                static_inputs=static,
-                cuda_graphs=cuda_graphs,
-            )
-        except ExportError as e:
-            refined = _refined_ranges(e, inputs.dynamic_shapes)
-            if refined is None:
-                raise
-            program = compile_dynamic(
-                fn, examples, device, refined, static_inputs=static, cuda_graphs=cuda_graphs
-            )
+        program = compile_dynamic(
+            fn,
+            examples,
+            device,
+            automatic_dims(inputs.dynamic_shapes),
+            static_inputs=static,
+            cuda_graphs=cuda_graphs,
+        )
     program.guards += dynamo_guards(gm, example_inputs)
     program.statics_guarded = True  # dynamo guards the layouts of the parameters it lifts
     COMPILES["symbolic"] += 1
     return program, inputs
 
 
-def _refined_ranges(
-    error: ExportError, shapes: dict[str, dict[int, Any] | None]
-) -> dict[str, dict[int, Any] | None] | None:
-    """Where torch.export refused dynamo's ranges because a guard of its trace holds on part
-    of a range only (a stride-4 pooling's output `(s - 1) // 4 + 1 != 1` below 5, which
-    dynamo's trace did not guard), the same dims as `Dim.AUTO` over the same ranges: export
-    then keeps the guard, and the importer starts each symbol's range where the guards on it
-    hold (`guarded_range`); dynamo's graph is served per shape below. None for another error."""
-    from torch._dynamo.exc import UserError
-
-    cause = error.__cause__
-    if not isinstance(cause, UserError) or "Constraints violated" not in str(cause):
-        return None
+def automatic_dims(shapes: dict[str, dict[int, Any] | None]) -> dict[str, dict[int, Any] | None]:
+    """dynamo's dims as `Dim.AUTO` over the same ranges, for torch.export: where a guard of
+    export's trace holds on part of a range only (a stride-4 pooling's output `(s - 1) // 4 + 1
+    != 1` below 5, which dynamo's trace did not guard), export keeps the guard where named
+    `Dim`s would fail the whole export after tracing it, and the importer starts each symbol's
+    range where the guards on it hold (`guarded_range`); dynamo's graph is served per shape
+    outside it. Dims that hold one symbol are made one by `SymbolicInputs.shared`'s checks."""
     auto: dict[str, dict[int, Any] | None] = {}
     for name, dims in shapes.items():
         auto[name] = (

@@ -70,6 +70,19 @@ def _conv_add(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return y.add_(x, alpha=0.5)
 
 
+def _aten_convolution(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A convolution as AOTAutograd's forward holds it (`conv2d` decomposed)."""
+    return torch.ops.aten.convolution.default(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+
+
+def _convolution_backward(
+    g: torch.Tensor, x: torch.Tensor, w: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """A convolution's gradients as AOTAutograd's backward holds them."""
+    backward = torch.ops.aten.convolution_backward.default
+    return backward(g, x, w, [4], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True])
+
+
 # (id, function or module, inputs)
 AS_EXPORTED: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]]]] = [
     (
@@ -101,6 +114,12 @@ AS_EXPORTED: list[tuple[str, Callable[..., Any], Callable[[], tuple[torch.Tensor
     ),
     ("residual_add_", _Residual().eval(), lambda: (rand(1, 4, 6, 6),)),
     ("conv2d_add_alpha", _conv_add, lambda: (rand(1, 4, 6, 6), rand(4, 4, 3, 3))),
+    ("aten_convolution", _aten_convolution, lambda: (rand(2, 3, 6, 6), rand(4, 3, 3, 3), rand(4))),
+    (
+        "convolution_backward",
+        _convolution_backward,
+        lambda: (rand(2, 4, 6, 6), rand(2, 3, 6, 6), rand(4, 3, 3, 3)),
+    ),
     ("mul_add_", lambda x, y: (x * 2).add_(y).relu(), lambda: (rand(3, 4), rand(4))),
 ]
 

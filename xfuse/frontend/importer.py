@@ -408,6 +408,8 @@ def check_no_write_through_returned_input(program: ExportedProgram) -> None:
 LIBRARY_KERNELS = (
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "aten.embedding_dense_backward.default",
+    "aten.convolution.default",
+    "aten.convolution_backward.default",
 )
 """Ops that are one library kernel, kept whole (a `graph.torch_call`) where they arrive
 lowered already. AOTAutograd's graphs hold the CPU's flash attention and its logsumexp, which
@@ -416,7 +418,9 @@ that the views after them would not hold. They hold an embedding's gradient: eag
 fills a fresh table with zeros and adds each index's row in index order, scaled by
 `1 / count` where `scale_grad_by_freq` asks (the decomposition divides by the count, a
 rounding apart), one call where the decomposition is zeros, a masked copy of the gradient and
-an `index_put`."""
+an `index_put`. They hold convolutions and their gradients as AOTAutograd leaves them
+(`aten.convolution`, `aten.convolution_backward`: core ATen, which decomposing keeps as they
+are), so that a conv net's forward and backward import without retracing them."""
 
 IMPORTED_AS_IS = (
     frozenset(CONVERTERS) | SKIPPED | frozenset(KEPT_COMPOSITES) | frozenset(LIBRARY_KERNELS)
