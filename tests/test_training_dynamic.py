@@ -476,19 +476,20 @@ def test_a_concatenations_backward_compiles_once_for_every_pair_of_lengths(
 
 
 class Sandwich(torch.nn.Module):
-    """A sequence between two pieces of another, each of its own length, concatenated along
-    time: the backward slices the middle part's gradient from one size to another."""
+    """A sequence and a step of another between two pieces of the other, concatenated along
+    time: the backward slices the middle parts' gradients from sizes of the call, one to
+    another size, one a single step long."""
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
-        return torch.cat([x.exp(), y * 2, x.sin()], dim=1).pow(2)
+        return torch.cat([x.exp(), y * 2, x[:, :1] * 3, x.sin()], dim=1).pow(2)
 
 
 def test_a_slice_between_two_sizes_of_the_call_compiles_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The backward of a concatenation of three parts slices the middle one's gradient from
-    s1 to s1 + s2 (a start and an end that are sizes of the call): a gather from a start the
-    call computes, compiled once, symbolically, with eager's input gradients at every pair of
+    """The backward of the concatenation slices the middle parts' gradients from s1 to s1 + s2
+    and from s1 + s2 to s1 + s2 + 1 (starts and ends that are sizes of the call): gathers
+    from a start the call computes, compiled once, symbolically, with eager's input gradients at every pair of
     lengths (it compiled once per shape)."""
     made = recorded_parts(monkeypatch)
     net = torch.compile(Sandwich(), backend="xfuse", dynamic=True, options=STRICT)

@@ -213,13 +213,14 @@ def _sized_start_slice(
     lw: ImportBuilder, node: torch.fx.Node, x: SSAValue, dim: int, a: Args, t: TensorType[Attribute]
 ) -> SSAValue | None:
     """A unit-step slice from a start that is a size of the call to an end as far past it as
-    the result is long (`g[s:2 * s]` of a `3 * s` long gradient: AOTAutograd's backward of a
-    concatenation of equal parts): a gather of `start + i` along `dim`. A result `end - start`
+    the result is long (`g[s:2 * s]` of a `3 * s` long gradient, `g[s:s + 1]`: AOTAutograd's
+    backward of a concatenation after a part of symbolic length): a gather of `start + i`
+    along `dim`. A result `end - start`
     long is one torch clamped at neither end (the trace's guards keep it so wherever the
     program runs). None for any other slice."""
     symbols = SIZE_SYMBOLS.get()
     start, end, result = a["start"], a["end"], graph.dims_of(t)[dim]
-    if symbols is None or a["step"] != 1 or not is_size_node(start) or not isinstance(result, str):
+    if symbols is None or a["step"] != 1 or not is_size_node(start):
         return None
     out, whole = node.meta.get("val"), a["self"].meta.get("val")
     if not (isinstance(out, torch.Tensor) and isinstance(whole, torch.Tensor)):
