@@ -215,9 +215,8 @@ def _sized_start_slice(
     """A unit-step slice from a start that is a size of the call to an end as far past it as
     the result is long (`g[s:2 * s]` of a `3 * s` long gradient, `g[s:s + 1]`: AOTAutograd's
     backward of a concatenation after a part of symbolic length): a gather of `start + i`
-    along `dim`. A result `end - start`
-    long is one torch clamped at neither end (the trace's guards keep it so wherever the
-    program runs). None for any other slice."""
+    along `dim`. A result `end - start` long is one torch clamped at neither end (the trace's
+    guards keep it so wherever the program runs). None for any other slice."""
     symbols = SIZE_SYMBOLS.get()
     start, end, result = a["start"], a["end"], graph.dims_of(t)[dim]
     if symbols is None or a["step"] != 1 or not is_size_node(start):
