@@ -84,8 +84,8 @@ func.func @max64(%x: memref<64xf32>, %out: memref<f32>) attributes {xfuse.kernel
 // OPT:       llvm.vector.reduce.fadd
 // OPT-LABEL: define void @sum1024
 // OPT:       vector.body:
-// OPT-COUNT-4: fadd reassoc <16 x float>
-// OPT-NOT:   fadd reassoc <16 x float> %vec.phi
+// OPT-COUNT-4: fadd reassoc <{{8|16}} x float>
+// OPT-NOT:   fadd reassoc <{{8|16}} x float> %vec.phi
 // OPT:       br i1 %{{.*}}, label %{{.*}}, label %vector.body, !llvm.loop ![[VECTOR_LOOP:[0-9]+]]
 // OPT:       llvm.vector.reduce.fadd
 // OPT:       ![[VECTOR_LOOP]] = distinct !{![[VECTOR_LOOP]], ![[UNROLL_OFF:[0-9]+]]}
