@@ -5,9 +5,10 @@ of the test session's own (compiled kernels never land in the user's cache), and
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,33 @@ def no_fallback() -> Iterator[None]:
         warnings.simplefilter("error", FallbackWarning)
         yield
     torch._dynamo.reset()
+
+
+Calls = list[tuple[Any, ...]]
+"""The positional arguments of each call of a function, in order (a method's first is its
+object)."""
+CountCalls = Callable[[Any, str], Calls]
+
+
+def counted_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> Calls:
+    """The calls of `owner.name` (a module's function, a class's method or the class held
+    there) from now on, each run as before."""
+    calls: Calls = []
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+@pytest.fixture
+def count_calls(monkeypatch: pytest.MonkeyPatch) -> CountCalls:
+    """`count_calls(owner, name)`: the calls of `owner.name` during the test
+    (`counted_calls`)."""
+    return functools.partial(counted_calls, monkeypatch)
 
 
 def counted_compiles(monkeypatch: pytest.MonkeyPatch, backend: type[Any]) -> list[str]:

@@ -21,6 +21,7 @@ import xfuse.dynamo
 from examples.convnet import make_convnet
 from examples.mlp import make_mlp
 from examples.transformer import make_transformer_block
+from tests.conftest import CountCalls
 from tests.frontend.test_export_key import BiasCache
 from xfuse.backends import Kernel, get_backend
 from xfuse.errors import (
@@ -67,16 +68,9 @@ def test_compile_equals_eager(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_torch_compile_backend_equals_eager(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_torch_compile_backend_equals_eager(name: str, count_calls: CountCalls) -> None:
     model, inputs = MODELS[name]()
-    calls: list[int] = []
-    real_call = CompiledProgram.__call__
-
-    def counting_call(self: CompiledProgram, *args: Any) -> Any:
-        calls.append(1)
-        return real_call(self, *args)
-
-    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+    calls = count_calls(CompiledProgram, "__call__")
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="xfuse")
     with warnings.catch_warnings():
@@ -350,17 +344,10 @@ def test_a_call_under_another_default_dtype_gets_eagers_dtype() -> None:
 
 
 def test_torch_compile_compiles_once_for_no_grad_and_inference_mode(
-    monkeypatch: pytest.MonkeyPatch,
+    count_calls: CountCalls,
 ) -> None:
     """Dynamo compiles a graph again per grad mode; the backend hands back the first program."""
-    compiles: list[int] = []
-    original = xfuse.api.compile
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        compiles.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(xfuse.dynamo, "compile", counting)
+    compiles = count_calls(xfuse.dynamo, "compile")
     torch._dynamo.reset()
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
     fn = torch.compile(model, backend="xfuse")

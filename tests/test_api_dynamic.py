@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.export import Dim
-from xdsl.dialects.builtin import ModuleOp
 
 import xfuse
+from tests.conftest import CountCalls
 from tests.runtime.test_symbolic_program import Block
 from xfuse.differentiable import DifferentiableProgram
 from xfuse.errors import (
@@ -45,17 +45,10 @@ def block() -> tuple[torch.nn.Module, DynamicProgram]:
 
 
 def test_one_compile_matches_eager_at_every_batch_size(
-    monkeypatch: pytest.MonkeyPatch, compiled_kernels: list[str]
+    count_calls: CountCalls, compiled_kernels: list[str]
 ) -> None:
     compiled = compiled_kernels
-    builds: list[ModuleOp] = []
-    build = dynamic.SymbolicProgram
-
-    def counting_build(module: ModuleOp, **kwargs: Any) -> dynamic.SymbolicProgram:
-        builds.append(module)
-        return build(module, **kwargs)
-
-    monkeypatch.setattr(dynamic, "SymbolicProgram", counting_build)
+    builds = count_calls(dynamic, "SymbolicProgram")
     torch.manual_seed(0)
     model = Block().eval()
     program = xfuse.compile(model, (torch.randn(5, 16),), dynamic_shapes=BATCH)

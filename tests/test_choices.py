@@ -13,6 +13,7 @@ import torch
 import xfuse
 import xfuse.choices as choices
 from tests.backends.test_cuda import gpu
+from tests.conftest import counted_calls
 from xfuse.choices import Choice, GemmChoice
 from xfuse.dialects import graph
 from xfuse.errors import XfuseError
@@ -311,26 +312,15 @@ def test_a_cold_compile_measures_each_signature_once_and_exports_once(
 ) -> None:
     """The program is exported once: each candidate stencil is compiled from a program built
     directly, and a signature met twice is measured once."""
-    exports: list[object] = []
-    measured: list[str] = []
-    export, measure = torch.export.export, choices.measure
-
-    def counted_export(*args: Any, **kwargs: Any) -> Any:
-        exports.append(args[0])
-        return export(*args, **kwargs)
-
-    def counted_measure(conv: Any, *args: Any) -> Choice:
-        measured.append(signature(conv))
-        return measure(conv, *args)
-
-    monkeypatch.setattr(torch.export, "export", counted_export)
-    monkeypatch.setattr(choices, "measure", counted_measure)
+    exports = counted_calls(monkeypatch, torch.export, "export")
+    measures = counted_calls(monkeypatch, choices, "measure")
     model, x = TwoDepthwiseShapes().eval(), torch.randn(1, 4, 6, 6)
     cache = KernelCache(tmp_path)
     with torch.no_grad():
         program = xfuse.compile(model, (x,), quiet=True, cache=cache)
         torch.testing.assert_close(program(x), model(x))
-    assert exports == [model]
+    assert [args[0] for args in exports] == [model]
+    measured = [signature(args[0]) for args in measures]
     assert sorted(measured) == sorted({signature(c) for c in candidates(_imported(model, x))})
     assert len(measured) == 2
     assert len(program.report.choices) == 2

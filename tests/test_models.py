@@ -15,6 +15,7 @@ import xfuse
 from examples.custom_op import make_custom_op_model
 from examples.gpt2 import make_gpt2
 from examples.resnet import make_resnet18
+from tests.conftest import CountCalls
 from xfuse.api import Explanation
 from xfuse.errors import FallbackWarning
 from xfuse.report.counts import headline
@@ -59,16 +60,9 @@ def test_xfuse_compile_matches_eager(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_torch_compile_backend_matches_eager(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_torch_compile_backend_matches_eager(name: str, count_calls: CountCalls) -> None:
     model, inputs = MODELS[name]()
-    calls: list[int] = []
-    real_call = CompiledProgram.__call__
-
-    def counting_call(self: CompiledProgram, *args: Any) -> Any:
-        calls.append(1)
-        return real_call(self, *args)
-
-    monkeypatch.setattr(CompiledProgram, "__call__", counting_call)
+    calls = count_calls(CompiledProgram, "__call__")
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="xfuse")
     with warnings.catch_warnings():

@@ -15,6 +15,7 @@ import pytest
 import torch
 import transformers
 
+from tests.conftest import counted_calls
 from tests.test_training_api import mlp
 from xfuse import dynamo
 from xfuse.errors import (
@@ -748,14 +749,7 @@ def test_each_part_is_exported_once_where_the_guards_narrow_a_range(
     """A guard of torch.export's trace that holds on part of the image's range only: export
     keeps it (`Dim.AUTO`) where named dims would fail the export after tracing it, so that
     forward and backward are traced once each (the forward was traced twice)."""
-    exports: list[int] = []
-    export = torch.export.export
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        exports.append(1)
-        return export(*args, **kwargs)
-
-    monkeypatch.setattr(torch.export, "export", counted)
+    exports = counted_calls(monkeypatch, torch.export, "export")
     trains_symbolically(monkeypatch, Patches(), ((2, 64, 64), (3, 96, 96)))
     assert len(exports) == 2
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import xfuse
+from tests.conftest import CountCalls
 from xfuse.errors import ModuleChangedError
 
 Tensor = torch.Tensor
@@ -452,23 +453,11 @@ def test_torch_compile_differentiates_an_input_that_requires_grad() -> None:
     torch.testing.assert_close(x.grad, (x > 0).float() * 2)
 
 
-def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_torch_compile_runs_xfuse_for_every_batch_size(count_calls: CountCalls) -> None:
     from xfuse.runtime.executor import Executable
     from xfuse.runtime.symbolic import SymbolicProgram
 
-    calls: list[int] = []
-    real_run, real_symbolic = Executable.run, SymbolicProgram.run
-
-    def counting_run(self: Executable, *args: Any) -> Any:
-        calls.append(1)
-        return real_run(self, *args)
-
-    def counting_symbolic(self: SymbolicProgram, *args: Any) -> Any:
-        calls.append(1)
-        return real_symbolic(self, *args)
-
-    monkeypatch.setattr(Executable, "run", counting_run)
-    monkeypatch.setattr(SymbolicProgram, "run", counting_symbolic)
+    runs, symbolic_runs = count_calls(Executable, "run"), count_calls(SymbolicProgram, "run")
 
     def f(x: Tensor, w: Tensor) -> Tensor:
         return torch.relu(x @ w + 1).sum(1)
@@ -482,7 +471,7 @@ def test_torch_compile_runs_xfuse_for_every_batch_size(monkeypatch: pytest.Monke
         for n in sizes:
             x = torch.randn(n, 4)
             torch.testing.assert_close(fn(x, w), f(x, w))
-    assert len(calls) == len(sizes)
+    assert len(runs) + len(symbolic_runs) == len(sizes)
 
 
 def test_an_expand_of_a_value_not_returned_has_eager_strides() -> None:
@@ -590,18 +579,11 @@ def test_views_of_an_intermediate_share_it_like_eager(f: Callable[..., Any]) -> 
 
 @pytest.mark.parametrize("f", VIEWS_OF_INTERMEDIATES, ids=lambda f: f.__name__.strip("_"))
 def test_torch_compile_views_of_an_intermediate_share_it_like_eager(
-    f: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+    f: Callable[..., Any], count_calls: CountCalls
 ) -> None:
     from xfuse.runtime.executor import Executable
 
-    calls: list[int] = []
-    real_run = Executable.run
-
-    def counting_run(self: Executable, *args: Any) -> Any:
-        calls.append(1)
-        return real_run(self, *args)
-
-    monkeypatch.setattr(Executable, "run", counting_run)
+    calls = count_calls(Executable, "run")
     torch._dynamo.reset()
     x = torch.randn(3, 4)
     fn = torch.compile(f, backend="xfuse")
