@@ -531,6 +531,37 @@ def test_a_saved_size_that_is_a_square_is_computed_at_each_call(compiles: Compil
     assert compiles("symbolic") == 2
 
 
+class ScaledByQuotients(torch.nn.Module):
+    """A linear layer's output scaled by an integer input's floor division by another."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: Tensor, n: Tensor, d: Tensor) -> Tensor:
+        return self.linear(x) * (n // d)
+
+
+def test_an_integer_division_by_an_input_compiles_once_per_part(compiles: Compiles) -> None:
+    """A floor division of integer inputs: dynamo's example inputs are zeros, on which eager's
+    integer division raises; the layouts of eager's outputs are read from fake tensors, and
+    each part compiles once, symbolically, with eager's loss and gradients at every size."""
+    torch.manual_seed(1)
+    model = ScaledByQuotients()
+    net = torch.compile(copy.deepcopy(model), backend="xfuse", dynamic=True, options=STRICT)
+    for b in (5, 8, 3):
+        x = torch.randn(b, 4)
+        n, d = torch.randint(-20, 20, (b, 4)), torch.randint(1, 5, (b, 4))
+        got, expected = net(x, n, d), model(x, n, d)
+        torch.testing.assert_close(got, expected)
+        grads = [
+            torch.autograd.grad(y.pow(2).sum(), list(m.parameters()))
+            for y, m in ((got, net), (expected, model))
+        ]
+        torch.testing.assert_close(*grads)
+    assert compiles("symbolic") == 2 and compiles("per-shape") == 0
+
+
 def test_a_part_that_fails_per_shape_is_an_error_in_strict_mode(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -290,8 +290,7 @@ class DynamicProgram:
                 ) from short_cause(e)
             program = import_program(exported, symbolic=True)  # its refusals are one line
             check_symbolic(program.module)
-            with torch.random.fork_rng(devices=[]):  # the caller's RNG is left as it was
-                eager = model(*example_inputs, **kwargs)
+            eager = eager_layouts(model, example_inputs, kwargs)
             strided = strided_outputs(program, eager)
             orders = output_orders(program.output_rules, eager, strided, program.hidden_orders)
             program.return_view_bases()
@@ -686,6 +685,38 @@ def check_symbolic(module: ModuleOp) -> None:
             "the imported program has no size symbols: torch.export or its decompositions "
             "specialised every dynamic dim to the example's size"
         )
+
+
+def eager_layouts(model: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What eager returns for `inputs` (sizes, strides, dtypes), read from a run on fake tensors
+    of the inputs' and the module's tensors' layouts: no input's values can fail it (dynamo's
+    example inputs are zeros, and an integer division by one raises in eager), and the module's
+    buffers and the caller's RNG are left as they were. Where fake tensors cannot run the model
+    (a size read from data, an op without a fake kernel) it runs on the inputs themselves and
+    copies of the module's buffers, the RNG restored."""
+    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+
+    try:
+        with unset_fake_temporarily(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fakes = pytree.tree_map_only(Tensor, mode.from_tensor, (inputs, kwargs))
+            return _call_on(model, mode.from_tensor, *fakes)
+    except Exception:  # noqa: BLE001 - what fake tensors cannot run, eager runs on the inputs
+        with torch.random.fork_rng(devices=[]):
+            return _call_on(model, _buffer_copy, inputs, kwargs)
+
+
+def _buffer_copy(t: Tensor) -> Tensor:
+    """A copy of a buffer (which a forward may update in place); a parameter as it is."""
+    return t if isinstance(t, torch.nn.Parameter) else t.clone()
+
+
+def _call_on(model: Any, stand_in: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`model` called with each of its parameters and buffers replaced by `stand_in` of it."""
+    if not isinstance(model, torch.nn.Module):
+        return model(*inputs, **kwargs)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    stand_ins = {name: stand_in(t) for name, t in state.items()}
+    return torch.func.functional_call(model, stand_ins, inputs, kwargs)
 
 
 def strided_outputs(program: ImportedProgram, eager: Any) -> dict[int, tuple[graph.SizeExpr, ...]]:
