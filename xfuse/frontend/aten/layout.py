@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch.fx
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, TensorType, f32, f64, i1, i64
@@ -144,8 +143,6 @@ def _slice(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     dim, t = a["dim"] % _rank(x), out_type(node)
     found = _offset_slice(lw, x, dim, a, t)
     if found is None:
-        found = _tail_slice(lw, x, dim, a, t)
-    if found is None:
         found = _sized_start_slice(lw, node, x, dim, a, t)
     if found is not None:
         return found
@@ -178,35 +175,7 @@ def _offset_slice(
     highest = graph.MIN_SIZE if isinstance(size, str) else size
     if a["step"] != 1 or not _is_number(start) or not 0 <= start <= highest:
         return None
-    index: list[graph.Dim] = [1] * _rank(x)
-    index[dim] = result
-    positions = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, int(start)))
-    return lw.emit(graph.GatherOp(x, [positions], dim, graph.dims_of(t)))
-
-
-def _tail_slice(
-    lw: ImportBuilder, x: SSAValue, dim: int, a: Args, t: TensorType[Attribute]
-) -> SSAValue | None:
-    """A unit-step slice from a start that is a size of the call to the dim's end
-    (`y[y.shape[0] - x.shape[0]:]`; `table[..., 2048 - n:]` of a static dim, where the
-    table's guards keep `n <= 2048`): the last elements, as many as the result type's dim
-    (torch's start is what sized it): the dim flipped, its first elements gathered, flipped
-    back (index arithmetic the reading kernel folds). None for any other slice."""
-    start, end = a["start"], a["end"]
-    size, result = graph.dims_of(x)[dim], graph.dims_of(t)[dim]
-    if not is_size_node(start):
-        return None
-    if a["step"] != 1 or result == size or not (isinstance(size, str) or isinstance(result, str)):
-        return None
-    if end is not None and not (_is_number(end) and end >= UNBOUNDED_END):
-        if not _is_dim_size(end, a["self"], dim):
-            return None
-    index: list[graph.Dim] = [1] * _rank(x)
-    index[dim] = result
-    flipped = lw.emit(graph.FlipOp(x, [dim]))
-    positions = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, 0))
-    first = lw.emit(graph.GatherOp(flipped, [positions], dim, graph.dims_of(t)))
-    return lw.emit(graph.FlipOp(first, [dim]))
+    return _run_from(lw, x, dim, int(start), t)
 
 
 def _sized_start_slice(
@@ -214,11 +183,11 @@ def _sized_start_slice(
 ) -> SSAValue | None:
     """A unit-step slice from a start that is a size of the call to an end as far past it as
     the result is long (`g[s:2 * s]` of a `3 * s` long gradient, `g[s:s + 1]`: AOTAutograd's
-    backward of a concatenation after a part of symbolic length): a gather of `start + i`
-    along `dim`. A result `end - start` long is one torch clamped at neither end (the trace's
+    backward of a concatenation after a part of symbolic length; `y[y.shape[0] - n:]` and
+    `table[..., 2048 - n:]` to the dim's end): a gather of `start + i` along `dim`. A result `end - start` long is one torch clamped at neither end (the trace's
     guards keep it so wherever the program runs). None for any other slice."""
     symbols = SIZE_SYMBOLS.get()
-    start, end, result = a["start"], a["end"], graph.dims_of(t)[dim]
+    start, end = a["start"], a["end"]
     if symbols is None or a["step"] != 1 or not is_size_node(start):
         return None
     out, whole = node.meta.get("val"), a["self"].meta.get("val")
@@ -234,25 +203,21 @@ def _sized_start_slice(
     length = symbols.size_polynomial(out.shape[dim])
     if first is None or length is None or last is None or first + length != last:
         return None
+    return _run_from(lw, x, dim, lw.cast(lw.size_value(start), i64), t)
+
+
+def _run_from(
+    lw: ImportBuilder, x: SSAValue, dim: int, start: int | SSAValue, t: TensorType[Attribute]
+) -> SSAValue:
+    """The elements `start + i` of `dim` of `x` (a number, or a 0-d i64 value computed at the
+    call), as many as `t`'s dim: a gather of an iota."""
     index: list[graph.Dim] = [1] * _rank(x)
-    index[dim] = result
-    along = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, 0))
-    positions = lw.emit(graph.AddOp(along, lw.cast(lw.size_value(start), i64)))
+    index[dim] = graph.dims_of(t)[dim]
+    offset = start if isinstance(start, int) else 0
+    positions = lw.emit(graph.IotaOp(graph.tensor_of(i64, index), dim, offset))
+    if not isinstance(start, int):
+        positions = lw.emit(graph.AddOp(positions, start))
     return lw.emit(graph.GatherOp(x, [positions], dim, graph.dims_of(t)))
-
-
-def _is_dim_size(size: Any, tensor: Any, dim: int) -> bool:
-    """Whether the FX size node `size` is, at every size, the size of dim `dim` of the FX
-    tensor node `tensor` (`x[:, a:x.shape[1]]`: an AOTAutograd backward of a concatenation
-    slices the gradient's last part up to a length it takes as an int)."""
-    symbols = SIZE_SYMBOLS.get()
-    if symbols is None or not is_size_node(size) or not isinstance(tensor, torch.fx.Node):
-        return False
-    val = tensor.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return False
-    want = symbols.size_polynomial(val.shape[dim])
-    return want is not None and symbols.size_polynomial(size.meta["val"]) == want
 
 
 def _select(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
