@@ -57,6 +57,29 @@ func.func @forward(%x: {MAP}) -> {MAP} attributes {{graph.sizes = #graph.sizes<s
 }}
 """
 
+KEPT = "tensor<?x1xf32, #graph.syms<s2>>"
+DROPPED = "tensor<?xf32, #graph.syms<s2>>"
+HEADS = "tensor<2x?x?x64xf32, #graph.syms<s0, s1>>"
+
+# a row sum over a flattened product of symbols (`s2 = 2 * s0 * s1`), its size-1 dim dropped,
+# beside the rows scaled: one kernel, whose rows read the sum at their own row
+SUMMED_ROWS = f"""
+func.func @forward(%x: {HEADS}) -> ({DROPPED}, {FLAT}) attributes {{graph.sizes = #graph.sizes<s0 = input(0, 1) hint 2 range [2, 64], s1 = input(0, 2) hint 5 range [2, 64], s2 = 2 * s0 * s1>}} {{
+  %y = graph.reshape %x : {HEADS} -> {FLAT}
+  %0 = graph.exp %y : {FLAT}
+  %1 = graph.reduce_sum %0 dims = [1] keepdim : {FLAT} -> {KEPT}
+  %2 = graph.reshape %1 : {KEPT} -> {DROPPED}
+  %3 = graph.mul %0, %1 : {FLAT}, {KEPT} -> {FLAT}
+  func.return %2, %3 : {DROPPED}, {FLAT}
+}}
+"""
+
+
+def summed_rows(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    rows = x.reshape(-1, 64).exp()
+    total = rows.sum(1, keepdim=True)
+    return total.reshape(-1), rows * total
+
 
 def flattened_map(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (x - x.reshape(2, 1, 16, -1).mean((2, 3), keepdim=True),)
@@ -76,8 +99,9 @@ def product(y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         (SQUEEZED, [(1, 1, 1, 2, 3), (1, 1, 1, 7, 5), (1, 1, 1, 16, 33)], squeezed),
         (PRODUCT, [(2, 3, 64), (3, 7, 64), (5, 2, 64)], product),
         (FLATTENED_MAP, [(2, 16, 3, 5), (2, 16, 7, 2), (2, 16, 12, 9)], flattened_map),
+        (SUMMED_ROWS, [(2, 2, 5, 64), (2, 3, 7, 64), (2, 9, 2, 64)], summed_rows),
     ],
-    ids=["size-1-dims", "product-of-symbols", "reduction-of-a-flattened-map"],
+    ids=["size-1-dims", "product-of-symbols", "reduction-of-a-flattened-map", "summed-rows"],
 )
 def test_an_output_of_as_many_elements_is_written_at_its_offset(
     text: str,

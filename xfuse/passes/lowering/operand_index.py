@@ -107,11 +107,14 @@ def reshaped_index(
     factors: Factors = no_factors,
 ) -> Index:
     """The index in a row-major tensor of `dst` of the element at `index` of one of `src` (as
-    many elements; a reshape's input element that its result element at `index` reads): run by
-    run where the symbolic dims stay themselves (`symbol_runs`), or do once each side's
-    products of symbols are split into their factors (`factored_index`), through runtime
-    divisions where a symbol is after the first dim of either side, else the static
-    arithmetic."""
+    many elements; a reshape's input element that its result element at `index` reads): dim by
+    dim where it only adds or drops dims of size 1 (`unit_dims_index`), run by run where the
+    symbolic dims stay themselves (`symbol_runs`), or do once each side's products of symbols
+    are split into their factors (`factored_index`), through runtime divisions where a symbol
+    is after the first dim of either side, else the static arithmetic."""
+    unit = unit_dims_index(index, src, dst)
+    if unit is not None:
+        return unit
     runs = symbol_runs(dst, src)
     if runs is not None:
         return run_reshape_index(index, runs)
@@ -122,6 +125,19 @@ def reshaped_index(
         flat = sized_linearize(index, src, size_of)
         return sized_delinearize(flat, dst, size_of)
     return delinearize(linearize(index, _static(src)), _static(dst))
+
+
+def unit_dims_index(index: Index, src: tuple[Dim, ...], dst: tuple[Dim, ...]) -> Index | None:
+    """`reshaped_index` of a reshape that only adds or drops dims of size 1 (`[e1, 1]` to
+    `[e1]`): each other dim reads its own index, whatever its size. None for any other."""
+    kept_src = [k for k, d in enumerate(src) if d != 1]
+    kept_dst = [k for k, d in enumerate(dst) if d != 1]
+    if [src[k] for k in kept_src] != [dst[k] for k in kept_dst]:
+        return None
+    out = [ZERO] * len(dst)
+    for a, b in zip(kept_src, kept_dst, strict=True):
+        out[b] = index[a]
+    return tuple(out)
 
 
 def factored_index(
