@@ -2,7 +2,7 @@
 transformers' models trained through `torch.compile(backend="xfuse")` (a sweep, not a benchmark):
 
     python -m benchmarks.training_sweep [--models gpt2,vit] [--steps 3] [--timeout 900]
-                                        [--device cuda] [--jobs 4]
+                                        [--device cuda] [--jobs 4] [--dynamic]
 
 Each model is built from a small config (random weights, never downloaded) and trained `--steps`
 AdamW steps in its own process, in strict mode (a part or group that would run eagerly raises),
@@ -11,6 +11,10 @@ step's loss matched eager's (`assert_close` at f32's defaults) and how many part
 Where a loss differs, the row adds each path's largest distance from the same model trained in
 f64 (eager, Inductor, xfuse), to tell a wrong gradient from a model whose steps amplify rounding.
 `--jobs` runs that many models' processes at once (each prints its row as the sweep reaches it).
+`--dynamic` compiles with `dynamic=True` and takes each step at another input shape (`SHAPES`:
+batch and sequence length for text, batch for images): a row then adds how many parts compiled
+once for every shape (symbolic) and how many per shape, and the first line of each reason a
+part went per shape (`DynamicShapesWarning`).
 """
 
 from __future__ import annotations
@@ -187,14 +191,20 @@ MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 CLASSES = {"deit": "DeiTForImageClassification"}
 """Models whose task's auto class maps to more than one head (it then asks the config which)."""
+SHAPES = {"text": ((2, 16), (3, 11), (2, 23), (4, 9)), "image": ((2,), (3,), (5,), (4,))}
+"""The input shapes of `--dynamic`'s steps, in turn: (batch, tokens) for text, (batch,) for
+images (64x64; the configs' position tables fix the size)."""
 MOST_PARAMETERS = 5_000_000
 LR = 1e-3
 
 
-def build(
-    name: str, device: str = "cpu"
-) -> tuple[torch.nn.Module, Callable[[torch.nn.Module], torch.Tensor]]:
-    """`name`'s model in train mode on `device`, and its loss on fixed inputs there."""
+Loss = Callable[[torch.nn.Module, int], torch.Tensor]
+"""A model's loss at a step (the step picks the inputs' shape under `--dynamic`)."""
+
+
+def build(name: str, device: str = "cpu", dynamic: bool = False) -> tuple[torch.nn.Module, Loss]:
+    """`name`'s model in train mode on `device`, and its loss on inputs there: fixed, or with
+    `dynamic` of each step's shape in `SHAPES`, in turn."""
     import transformers
 
     kind, task, keywords = MODELS[name]
@@ -212,23 +222,38 @@ def build(
     size = sum(p.numel() for p in model.parameters())
     if size > MOST_PARAMETERS:  # a keyword the config does not know left a default size
         raise SystemExit(f"{name}: {size} parameters; its config ignored a size keyword")
+    shapes = SHAPES["image" if task == "image" else "text"]
     if task == "image":
-        pixels = torch.randn(2, 3, 64, 64).to(device)
-        labels = torch.tensor([1, 7], device=device)
-        return model, lambda m: m(pixel_values=pixels, labels=labels).loss
-    ids = torch.randint(0, 128, (2, 16)).to(device)
-    return model, lambda m: m(input_ids=ids, labels=ids).loss
+        images = [
+            (torch.randn(b, 3, 64, 64).to(device), torch.randint(0, 10, (b,)).to(device))
+            for (b, *_) in shapes
+        ]
+        if not dynamic:
+            images = [(images[0][0][:2], torch.tensor([1, 7], device=device))]
+        return (
+            model,
+            lambda m, step: (
+                m(
+                    pixel_values=images[step % len(images)][0], labels=images[step % len(images)][1]
+                ).loss
+            ),
+        )
+    texts = [
+        torch.randint(0, 128, shape).to(device) for shape in shapes[: len(shapes) if dynamic else 1]
+    ]
+    return (
+        model,
+        lambda m, step: m(input_ids=texts[step % len(texts)], labels=texts[step % len(texts)]).loss,
+    )
 
 
-def losses(
-    model: torch.nn.Module, loss: Callable[[torch.nn.Module], torch.Tensor], steps: int
-) -> list[float]:
+def losses(model: torch.nn.Module, loss: Loss, steps: int) -> list[float]:
     """Each of `steps` AdamW steps' loss, torch's RNG seeded alike before each."""
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     out = []
     for i in range(steps):
         torch.manual_seed(100 + i)
-        value = loss(model)
+        value = loss(model, i)
         value.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -249,29 +274,48 @@ def in_f64(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def run_one(name: str, steps: int, device: str = "cpu") -> str:
-    """One model's row: eager's and xfuse's losses side by side."""
-    from xfuse.errors import FallbackWarning
+def run_one(name: str, steps: int, device: str = "cpu", dynamic: bool = False) -> str:
+    """One model's row: eager's and xfuse's losses side by side (with `dynamic`, each step at
+    another shape, and how the parts compiled)."""
+    from xfuse import dynamo
+    from xfuse.errors import DynamicShapesWarning, FallbackWarning
     from xfuse.training import PartCompiler
 
-    model, loss = build(name, device)
+    model, loss = build(name, device, dynamic)
     initial = copy.deepcopy(model)
     parts: list[str] = []
-    real = PartCompiler.compile
+    real = PartCompiler.compile_shape
 
-    def counted(self: PartCompiler, gm: torch.fx.GraphModule, inputs: Any) -> Any:
+    def counted(self: PartCompiler, *args: Any) -> Any:
         parts.append(self.part)
-        return real(self, gm, inputs)
+        return real(self, *args)
 
-    PartCompiler.compile = counted  # type: ignore[method-assign,assignment]
-    compiled = torch.compile(model, backend="xfuse", options={"fallback": "error"})
-    with warnings.catch_warnings():
+    PartCompiler.compile_shape = counted  # type: ignore[method-assign]
+    compiled = torch.compile(
+        model, backend="xfuse", dynamic=True if dynamic else None, options={"fallback": "error"}
+    )
+    start = dict(dynamo.COMPILES)
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("error", FallbackWarning)
+        warnings.simplefilter("always", DynamicShapesWarning)
         got = losses(compiled, loss, steps)  # type: ignore[arg-type]
     want = losses(copy.deepcopy(initial), loss, steps)
+    parts_done = f"{len(parts)} parts"
+    if dynamic:
+        made = {k: v - start.get(k, 0) for k, v in dynamo.COMPILES.items()}
+        reasons = sorted(
+            {
+                str(w.message).splitlines()[0][:240]
+                for w in caught
+                if w.category is DynamicShapesWarning
+            }
+        )
+        parts_done = f"{made.get('symbolic', 0)} symbolic, {len(parts)} per shape" + "".join(
+            f"; per shape: {r}" for r in reasons
+        )
     try:
         torch.testing.assert_close(torch.tensor(got), torch.tensor(want))
-        return f"{name}: matches eager at {steps} steps ({len(parts)} parts)"
+        return f"{name}: matches eager at {steps} steps ({parts_done})"
     except AssertionError:
         pass
     torch._dynamo.reset()
@@ -282,7 +326,7 @@ def run_one(name: str, steps: int, device: str = "cpu") -> str:
         return f"{max(abs(a - b) for a, b in zip(values, exact, strict=True)):.3g}"
 
     return (
-        f"{name}: DIFFERS from eager ({len(parts)} parts); largest loss distance from f64: "
+        f"{name}: DIFFERS from eager ({parts_done}); largest loss distance from f64: "
         f"eager {off(want)}, Inductor {off(inductor)}, xfuse {off(got)}; "
         f"losses f64 {exact}, eager {want}, xfuse {got}"
     )
@@ -295,10 +339,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=int, default=900, help="seconds per model")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--jobs", type=int, default=1, help="models run at once")
+    parser.add_argument("--dynamic", action="store_true", help="each step at another shape")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(run_one(args.one, args.steps, args.device), flush=True)
+        print(run_one(args.one, args.steps, args.device, args.dynamic), flush=True)
         return
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for row in pool.map(lambda name: row_of(name, args), args.models.split(",")):
@@ -317,6 +362,7 @@ def row_of(name: str, args: argparse.Namespace) -> str:
         str(args.steps),
         "--device",
         args.device,
+        *(["--dynamic"] if args.dynamic else []),
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
