@@ -40,7 +40,7 @@ from xfuse.errors import (
     UnsupportedProgram,
 )
 from xfuse.frontend.attention_masks import without_constant_masks
-from xfuse.frontend.builder import finite_bound, fixed_remainder, guarded_range
+from xfuse.frontend.builder import finite_bound, fixed_remainder, guarded_range, rounded_division
 from xfuse.frontend.decompositions import decomposed_calls
 from xfuse.frontend.pytrees import picker
 from xfuse.runtime.executor import CompiledProgram
@@ -788,6 +788,10 @@ def check_computable(expr: Any) -> None:
     a division by `(s - 2)//4` divides by 0 at sizes the program never runs)."""
     if expr.is_Integer or expr.is_Symbol:
         return
+    rounded = rounded_division(expr)
+    if rounded is not None:
+        check_computable(rounded)
+        return
     if _size_operation(expr) is None:
         raise _not_computed(expr)
     for a in expr.args:
@@ -934,6 +938,9 @@ def size_value(expr: Any, values: dict[Any, Any]) -> Any:
         return int(expr)
     if expr.is_Symbol:
         return values[expr]
+    rounded = rounded_division(expr)  # `ceil(p / k)` of a float step's arange, as a FloorDiv
+    if rounded is not None:
+        return size_value(rounded, values)
     operation = _size_operation(expr)
     if operation is None:
         raise _not_computed(expr)

@@ -420,6 +420,9 @@ class SizeSymbols:
         keep it so added to `picks`."""
         if _is_floordiv(expr):
             return self._known_floordiv(expr)
+        rounded = rounded_division(expr)
+        if rounded is not None:
+            return self._plain(rounded, remainders, picks)
         if type(expr).__name__ in ("Min", "Max", "Mod", "PythonMod"):
             return self._ordered(expr, remainders, picks)
         if expr.is_Integer:
@@ -458,7 +461,8 @@ class SizeSymbols:
         """`Min(p, q)`, `Max(p, q)` or `Mod(p, q)` of polynomials where every size of 2 or more
         (of its symbols' lows, with `remainders`) decides it (`graph.provably_nonnegative`), a
         minimum or maximum also where a condition of the table does (`extremum`'s):
-        `Min(s0, s0 * s1)` is `s0`, and so is `Mod(s0, s0 * s1)`, as `s0 * s1 > s0`; with
+        `Min(s0, s0 * s1)` is `s0`, and so is `Mod(s0, s0 * s1)`, as `s0 * s1 > s0`, and
+        `Mod(2 * s0 - 1, s0)` is `s0 - 1` (`MOD_QUOTIENTS`); with
         `remainders`, another `Mod(p, k)` as `remainders` writes it; with `picks`, another
         minimum or maximum as the trace's sizes pick it (`_pick`); else None. A minimum or
         maximum of more than two is taken pairwise."""
@@ -484,6 +488,12 @@ class SizeSymbols:
             )
             if fits:
                 return p
+            for m in range(1, MOD_QUOTIENTS):  # `Mod(2 * s - 1, s)` is `s - 1`
+                below = p - q.scale(m)
+                if graph.provably_nonnegative(below, lows) and graph.provably_nonnegative(
+                    q - below - one, lows
+                ):
+                    return below
             if self._ratio(p, q) is not None:  # q divides p
                 return graph.SizeExpr()
             if remainders is not None:
@@ -810,6 +820,9 @@ class SizeSymbols:
             return out
         if _is_floordiv(expr):
             return self.floordiv(expr, node)
+        rounded = rounded_division(expr)
+        if rounded is not None:
+            return self.polynomial(rounded, node)
         if type(expr).__name__ in ("Mod", "PythonMod"):
             return self.remainder(expr, node)
         if type(expr).__name__ in ("Min", "Max"):
@@ -1031,6 +1044,35 @@ def _is_floordiv(expr: Any) -> bool:
     from torch.utils._sympy.functions import FloorDiv
 
     return isinstance(expr, FloorDiv)
+
+
+MOD_QUOTIENTS = 4
+"""`Mod(p, q)` is `p - m * q` where sizes decide that `m * q <= p < (m + 1) * q` for an `m`
+below this (`SizeSymbols._ordered`)."""
+
+
+def rounded_division(expr: Any) -> Any:
+    """`CeilToInt` or `FloorToInt` of `FloatTrueDiv(ToFloat(p), k)` (an arange's length for a
+    float step: `arange(s, -s, -1.0)` is `ceil(-2 * s / -1.0)` long), `k` a whole number, as
+    torch's `FloorDiv` of `p` (`ceil(p / k)` is `(p + k - 1) floordiv k` for `k > 0`, and
+    dividing by `-k` is dividing `-p` by `k`); None for any other expression."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    kind = type(expr).__name__
+    if kind not in ("CeilToInt", "FloorToInt") or len(expr.args) != 1:
+        return None
+    (quotient,) = expr.args
+    if type(quotient).__name__ != "FloatTrueDiv":
+        return None
+    numerator, divisor = quotient.args
+    if type(numerator).__name__ != "ToFloat" or not divisor.is_Number:
+        return None
+    if float(divisor) != int(divisor) or int(divisor) == 0:
+        return None
+    k = int(divisor)
+    p = numerator.args[0] if k > 0 else -numerator.args[0]
+    k = abs(k)
+    return FloorDiv(p + k - 1, k) if kind == "CeilToInt" else FloorDiv(p, k)
 
 
 SIZE_SYMBOLS: contextvars.ContextVar[SizeSymbols | None] = contextvars.ContextVar(

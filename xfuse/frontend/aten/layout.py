@@ -33,7 +33,7 @@ from xfuse.frontend.builder import (
 def _reshape(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     x, t = lw.tensor(a["self"]), out_type(node)
     undone = _round_trip(x, t)
-    return undone if undone is not None else lw.reshape(x, t.get_shape())
+    return undone if undone is not None else lw.reshape(x, graph.dims_of(t))
 
 
 def _round_trip(x: SSAValue, t: TensorType[Attribute]) -> SSAValue | None:
@@ -296,20 +296,28 @@ def _arange_compute_type(dtype: Attribute, node: torch.fx.Node) -> Attribute:
 def _arange(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
     """arange as a `graph.iota` (its length is the exported shape's). Integer dtypes count in
     i64 from start and step truncated to integers, as eager does; float dtypes compute
-    `start + step * i` in eager's accumulation type and round once."""
+    `start + step * i` in eager's accumulation type and round once. A start that is a size of
+    the call (`arange(s, -s, -1)`, relative positions) is a `graph.size_value` added to an
+    iota from 0."""
     t = out_type(node)
     dtype, (n,) = t.element_type, t.get_shape()
     start, step = a.get("start", 0), a.get("step", 1)
-    if not (_is_number(start) and _is_number(step)) or dtype == i1:
+    sized = is_size_node(start)
+    if not ((_is_number(start) or sized) and _is_number(step)) or dtype == i1:
         return None
     if not graph.is_float(dtype):
         if int(step) == 0:
             return None
-        return lw.emit(graph.IotaOp(t, 0, int(start), int(step)))
+        if not sized:
+            return lw.emit(graph.IotaOp(t, 0, int(start), int(step)))
+        counted = lw.emit(graph.IotaOp(TensorType(i64, [n], t.encoding), 0, 0, int(step)))
+        origin = lw.cast(lw.size_value(start), i64)
+        return lw.cast(lw.emit(graph.AddOp(counted, origin)), dtype)
     compute = _arange_compute_type(dtype, node)
-    index = lw.cast(lw.emit(graph.IotaOp(TensorType(i64, [n]))), compute)
+    index = lw.cast(lw.emit(graph.IotaOp(TensorType(i64, [n], t.encoding))), compute)
     scaled = lw.emit(graph.MulOp(index, lw.constant(step, compute)))
-    return lw.cast(lw.emit(graph.AddOp(lw.constant(start, compute), scaled)), dtype)
+    origin = lw.cast(lw.size_value(start), compute) if sized else lw.constant(start, compute)
+    return lw.cast(lw.emit(graph.AddOp(origin, scaled)), dtype)
 
 
 def _flip(lw: ImportBuilder, node: torch.fx.Node, a: Args) -> Value:
