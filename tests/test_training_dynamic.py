@@ -562,6 +562,35 @@ def test_an_integer_division_by_an_input_compiles_once_per_part(compiles: Compil
     assert compiles("symbolic") == 2 and compiles("per-shape") == 0
 
 
+def relative_shift(q: Tensor) -> Tensor:
+    """Attention scores against relative positions, shifted as XLNet's `rel_shift_bnij`: an
+    arange from a size of the call with a float step (its length `ceil(-2 * t / -1.0)`), a
+    view of `[t, 2 * t]` rows as `[2 * t, t]`, a guard `(2 * t - 1) mod t != 0`, and an
+    index select of the first `t` columns."""
+    b, t = q.shape[0], q.shape[1]
+    positions = torch.arange(t, -t, -1.0)
+    table = torch.sin(positions[:, None] * torch.arange(0, 16, 2.0)[None]).repeat(1, 2)
+    scores = torch.einsum("bind,jd->bnij", q, table)
+    shifted = scores.reshape(b, 4, 2 * t, t)[:, :, 1:, :].reshape(b, 4, t, 2 * t - 1)
+    return torch.index_select(shifted, 3, torch.arange(t)).softmax(-1)
+
+
+def test_a_relative_shift_of_attention_scores_compiles_once_per_part(compiles: Compiles) -> None:
+    """XLNet's relative attention (`relative_shift`): forward and backward compile once each,
+    symbolically, with eager's values and gradients at every (batch, length)."""
+    net = torch.compile(relative_shift, backend="xfuse", dynamic=True, options=STRICT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DynamicShapesWarning)
+        for b, t in ((2, 5), (3, 9), (2, 12)):
+            q = torch.randn(b, t, 4, 16, requires_grad=True)
+            got, expected = net(q), relative_shift(q)
+            torch.testing.assert_close(got, expected)
+            w = torch.randn_like(expected)
+            grads = [torch.autograd.grad((y * w).sum(), q) for y in (got, expected)]
+            torch.testing.assert_close(*grads)
+    assert compiles("symbolic") == 2 and compiles("per-shape") == 0
+
+
 def test_a_part_that_fails_per_shape_is_an_error_in_strict_mode(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

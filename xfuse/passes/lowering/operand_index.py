@@ -22,6 +22,7 @@ from xfuse.passes.lowering.index_algebra import (
     Affine,
     Gathered,
     Index,
+    LoopVar,
     SizedDiv,
     SizedMod,
     SizedMul,
@@ -154,12 +155,15 @@ def factored_index(
     of `dst` joined again. The row index of a reduction over the flattened map is then its
     own row where the map is read unflattened. None where no dim splits or the split sides
     have no runs."""
-    split_dst = _split_dims(dst, src, factors)
-    split_src = _split_dims(src, dst, factors)
-    if all(len(parts) == 1 for parts in (*split_src, *split_dst)):
-        return None
-    runs = symbol_runs(_flat(split_dst), _flat(split_src))
-    if runs is None:
+    for numbers_first in (True, False):
+        split_dst = _split_dims(dst, src, factors, numbers_first)
+        split_src = _split_dims(src, dst, factors, numbers_first)
+        if all(len(parts) == 1 for parts in (*split_src, *split_dst)):
+            return None
+        runs = symbol_runs(_flat(split_dst), _flat(split_src))
+        if runs is not None:
+            break
+    else:
         return None
     at: list[Affine] = []
     for e, parts in zip(index, split_src, strict=True):
@@ -173,10 +177,12 @@ def factored_index(
 
 
 def _split_dims(
-    dims: tuple[Dim, ...], other: tuple[Dim, ...], factors: Factors
+    dims: tuple[Dim, ...], other: tuple[Dim, ...], factors: Factors, numbers_first: bool = True
 ) -> list[tuple[Dim, ...]]:
-    """Each of `dims` as its factors (`factors`; itself where it has none): the number first,
-    then the symbols in the order `other` (its dims, split the same way) holds them."""
+    """Each of `dims` as its factors (`factors`; itself where it has none): the number first
+    (or, without `numbers_first`, where `other` holds it: `4 * s0` of `[s0, 4, ...]` is
+    `(s0, 4)`), then the symbols in the order `other` (its dims, split the same way) holds
+    them."""
     order: dict[Dim, int] = {}
     for d in other:
         for f in (factors(d) or (d,)) if isinstance(d, str) else (d,):
@@ -191,7 +197,10 @@ def _split_dims(
         symbols = sorted(
             (f for f in found if isinstance(f, str)), key=lambda f: order.get(f, 1 << 30)
         )
-        out.append((*numbers, *symbols))
+        if numbers_first:
+            out.append((*numbers, *symbols))
+        else:
+            out.append(tuple(sorted(found, key=lambda f: order.get(f, 1 << 30))))
     return out
 
 
@@ -287,9 +296,13 @@ def sized_linearize(index: Index, dims: Sequence[Dim], size_of: SizeOf) -> Affin
 
 def sized_delinearize(e: Affine, dims: Sequence[Dim], size_of: SizeOf) -> Index:
     """The index of the element at linear offset `e` of a row-major tensor of `dims` with size
-    symbols after the first: divisions and moduli by runtime products (`SizedDiv`,
+    symbols after the first: the index `e` linearizes where it is one's linearization by the
+    same dims (`unlinearized`), else divisions and moduli by runtime products (`SizedDiv`,
     `SizedMod`) where a symbol is among the sizes; the first dim's without a modulo (`e` is
     less than the element count)."""
+    found = unlinearized(e, dims)
+    if found is not None:
+        return found
     out: list[Affine] = []
     for k, d in enumerate(dims):
         after = tuple(dims[k + 1 :])
@@ -303,6 +316,32 @@ def sized_delinearize(e: Affine, dims: Sequence[Dim], size_of: SizeOf) -> Index:
             out.append(ZERO if d <= 1 else mod(q, d))
         else:
             out.append(Affine(((SizedMod(q, (d,), bounds(size_of(d))[1]), 1),)))
+    return tuple(out)
+
+
+def unlinearized(e: Affine, dims: Sequence[Dim]) -> Index | None:
+    """The index that `sized_linearize` over `dims` made `e` of, where each dim after the
+    first is read by a loop over that dim's symbol (so its index is below it): `SizedMul(i,
+    (s0,)) + j` over `[s1, s0]` is `(i, j)` for a loop `j` over `s0` (an element's index that
+    a reshape to a product of symbols linearized, split again by the same dims). None for any
+    other `e`."""
+    if len(dims) < 2:
+        return None
+    terms = dict(e.terms)
+    out: list[Affine] = []
+    for k in range(len(dims) - 1):
+        after = tuple(dims[k + 1 :])
+        muls = [a for a, c in terms.items() if isinstance(a, SizedMul) and a.factor == after]
+        if len(muls) != 1 or terms.pop(muls[0]) != 1:
+            return None
+        out.append(muls[0].arg)
+    out.append(Affine(tuple(terms.items()), e.const))
+    for at, d in zip(out[1:], dims[1:], strict=True):
+        if not (at.const == 0 and len(at.terms) == 1 and at.terms[0][1] == 1):
+            return None
+        loop = at.terms[0][0]
+        if not (isinstance(loop, LoopVar) and isinstance(d, str) and loop.size == d):
+            return None
     return tuple(out)
 
 
