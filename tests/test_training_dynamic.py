@@ -21,6 +21,7 @@ from xfuse import dynamo
 from xfuse.errors import (
     DynamicShapesWarning,
     EagerFallbackError,
+    FallbackWarning,
     UnsupportedProgram,
     XfuseError,
 )
@@ -589,6 +590,33 @@ def test_a_relative_shift_of_attention_scores_compiles_once_per_part(compiles: C
             grads = [torch.autograd.grad((y * w).sum(), q) for y in (got, expected)]
             torch.testing.assert_close(*grads)
     assert compiles("symbolic") == 2 and compiles("per-shape") == 0
+
+
+def flat_view(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    return x.transpose(0, 1).flatten(0), y * 2
+
+
+def test_an_output_viewing_an_expanded_leaf_runs_eagerly_with_eagers_gradient() -> None:
+    """An output that views an input requiring grad whose elements repeat (an expanded
+    leaf, stride 0): AOTAutograd's backward of the view with dynamic shapes sums the gradient
+    over the shared memory (torch.compile's own backends too), so the graph runs eagerly with
+    a `FallbackWarning` and eager's gradient, and strict mode refuses it in one line."""
+    torch._dynamo.reset()
+    net = torch.compile(flat_view, backend="xfuse", dynamic=True, options={"fallback": "eager"})
+    strict = torch.compile(flat_view, backend="xfuse", dynamic=True, options=STRICT)
+    for n in (8, 5):
+        x = torch.tensor([0.5]).as_strided((n, 1), (0, 1)).requires_grad_()
+        y = torch.randn(n)
+        w = torch.randn(n)
+        with pytest.warns(FallbackWarning, match="repeats its elements"):
+            got = torch.autograd.grad((net(x, y)[0] * w).sum(), [x])
+        expected = torch.autograd.grad((flat_view(x, y)[0] * w).sum(), [x])
+        torch.testing.assert_close(got, expected)
+        torch._dynamo.reset()
+    with pytest.raises(
+        torch._dynamo.exc.BackendCompilerFailed, match="EagerFallbackError.*repeats"
+    ):
+        strict(x, y)
 
 
 def test_a_part_that_fails_per_shape_is_an_error_in_strict_mode(

@@ -28,10 +28,12 @@ from xfuse.aot import (
     SymbolicCompile,
     aot_options,
     decompositions,
+    is_symbolic,
     saved_for_training,
     watch_versions,
 )
 from xfuse.differentiable import autocast_key
+from xfuse.errors import UnsupportedProgram
 from xfuse.runtime.fallback import FallbackMode
 
 __all__ = ["PARTS", "PartCompiler", "decompositions", "needs_aot", "training_backend"]
@@ -65,6 +67,10 @@ def training_backend(
     sizes, whose saved tensors keep autograd's own checks: `saved_for_training`)."""
     from torch._dynamo.backends.common import aot_autograd
 
+    overlapped = overlapping_input_view(gm, example_inputs)
+    if overlapped is not None:
+        on_eager(UnsupportedProgram(overlapped), mode)
+        return gm.forward
     saved = saved_for_training(gm, example_inputs)
     watched = saved is not None and bool(saved.inputs or saved.outputs)
     returns = ForwardReturns() if watched else None
@@ -81,6 +87,59 @@ def training_backend(
     if saved is None or returns is None:
         return function
     return watching(function, saved, returns)
+
+
+def overlapping_input_view(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
+    """Why the graph's gradients would not be eager's through AOTAutograd, in one line, or
+    None: with symbolic sizes, AOTAutograd makes an output that views an input requiring grad
+    again from the input with `as_strided`, and where the input lays elements over each other
+    (a stride of 0 over a dim of 2 or more: an expanded leaf) that view's backward sums the
+    gradient over the shared memory where eager's gives each element its own (torch.compile's
+    own backends compute the same other gradient)."""
+    if not any(is_symbolic(t) for t in example_inputs):
+        return None
+    outputs = _output_values(gm)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for k, (x, node) in enumerate(zip(example_inputs, placeholders, strict=False)):
+        if not (isinstance(x, torch.Tensor) and x.requires_grad and _overlaps(x)):
+            continue
+        traced = node.meta.get("example_value")  # the fake tensor the outputs' values alias
+        if not isinstance(traced, torch.Tensor):
+            continue
+        if any(_aliases(o, traced) for o in outputs):
+            return (
+                f"an output views input {k}, which requires grad and repeats its elements "
+                f"(strides {tuple(x.stride())}): AOTAutograd's backward of such a view with "
+                "dynamic shapes is not eager's"
+            )
+    return None
+
+
+def _output_values(gm: torch.fx.GraphModule) -> list[Any]:
+    """The traced values (dynamo's fake tensors) of the graph's outputs."""
+    found: list[Any] = []
+
+    def read(node: torch.fx.Node) -> torch.fx.Node:
+        found.append(node.meta.get("example_value"))
+        return node
+
+    torch.fx.node.map_arg(gm.graph.output_node().args, read)
+    return found
+
+
+def _aliases(value: Any, t: torch.Tensor) -> bool:
+    """Whether `value` is a tensor that shares `t`'s memory."""
+    is_alias: Callable[[torch.Tensor, torch.Tensor], bool] = torch._C._is_alias_of  # type: ignore[attr-defined]
+    return isinstance(value, torch.Tensor) and is_alias(value, t)
+
+
+def _overlaps(t: torch.Tensor) -> bool:
+    """Whether `t` reads one element at two indices: a stride of 0 over a dim that is not 1
+    (a symbolic dim is 2 or more)."""
+    return any(
+        isinstance(stride, int) and stride == 0 and (not isinstance(size, int) or size > 1)
+        for size, stride in zip(t.shape, t.stride(), strict=True)
+    )
 
 
 def watching(
