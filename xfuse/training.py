@@ -30,10 +30,13 @@ from xfuse.aot import (
     decompositions,
     is_symbolic,
     saved_for_training,
+    size_hint,
+    storage_key,
     watch_versions,
 )
 from xfuse.differentiable import autocast_key
 from xfuse.errors import UnsupportedProgram
+from xfuse.frontend.outputs import overlaps
 from xfuse.runtime.fallback import FallbackMode
 
 __all__ = ["PARTS", "PartCompiler", "decompositions", "needs_aot", "training_backend"]
@@ -129,17 +132,13 @@ def _output_values(gm: torch.fx.GraphModule) -> list[Any]:
 
 def _aliases(value: Any, t: torch.Tensor) -> bool:
     """Whether `value` is a tensor that shares `t`'s memory."""
-    is_alias: Callable[[torch.Tensor, torch.Tensor], bool] = torch._C._is_alias_of  # type: ignore[attr-defined]
-    return isinstance(value, torch.Tensor) and is_alias(value, t)
+    return isinstance(value, torch.Tensor) and storage_key(value) == storage_key(t)
 
 
 def _overlaps(t: torch.Tensor) -> bool:
-    """Whether `t` reads one element at two indices: a stride of 0 over a dim that is not 1
-    (a symbolic dim is 2 or more)."""
-    return any(
-        isinstance(stride, int) and stride == 0 and (not isinstance(size, int) or size > 1)
-        for size, stride in zip(t.shape, t.stride(), strict=True)
-    )
+    """Whether `t` reads one element at two indices (`overlaps`, at the sizes' hints: a
+    symbolic dim is 2 or more)."""
+    return overlaps([size_hint(d) for d in t.shape], [size_hint(s) for s in t.stride()])
 
 
 def watching(

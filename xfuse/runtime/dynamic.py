@@ -687,7 +687,7 @@ def check_symbolic(module: ModuleOp) -> None:
         )
 
 
-def eager_layouts(model: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def eager_layouts(model: torch.nn.Module, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """What eager returns for `inputs` (sizes, strides, dtypes), read from a run on fake tensors
     of the inputs' and the module's tensors' layouts: no input's values can fail it (dynamo's
     example inputs are zeros, and an integer division by one raises in eager), and the module's
@@ -710,10 +710,10 @@ def _buffer_copy(t: Tensor) -> Tensor:
     return t if isinstance(t, torch.nn.Parameter) else t.clone()
 
 
-def _call_on(model: Any, stand_in: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _call_on(
+    model: torch.nn.Module, stand_in: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """`model` called with each of its parameters and buffers replaced by `stand_in` of it."""
-    if not isinstance(model, torch.nn.Module):
-        return model(*inputs, **kwargs)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     stand_ins = {name: stand_in(t) for name, t in state.items()}
     return torch.func.functional_call(model, stand_ins, inputs, kwargs)

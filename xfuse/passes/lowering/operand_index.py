@@ -187,20 +187,17 @@ def _split_dims(
     for d in other:
         for f in (factors(d) or (d,)) if isinstance(d, str) else (d,):
             order.setdefault(f, len(order))
+
+    def place(f: Dim) -> int:
+        return -1 if numbers_first and isinstance(f, int) else order.get(f, 1 << 30)
+
     out: list[tuple[Dim, ...]] = []
     for d in dims:
         found = factors(d) if isinstance(d, str) else None
         if found is None:
             out.append((d,))
             continue
-        numbers = tuple(f for f in found if isinstance(f, int))
-        symbols = sorted(
-            (f for f in found if isinstance(f, str)), key=lambda f: order.get(f, 1 << 30)
-        )
-        if numbers_first:
-            out.append((*numbers, *symbols))
-        else:
-            out.append(tuple(sorted(found, key=lambda f: order.get(f, 1 << 30))))
+        out.append(tuple(sorted(found, key=place)))
     return out
 
 
